@@ -1,0 +1,119 @@
+# Selene: everything builds and tests from here.
+#
+#   make                 libselene.a, libselene.so, the selene program
+#   make test            build and run every CMocka test binary
+#   make check-asan      the same tests under ASan and UBSan (build-asan/)
+#   make install         PREFIX=/usr/local DESTDIR=
+#   make deps            install missing Debian packages (scripts/install-deps)
+#   V=1                  show every command
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD ?= build
+SANITIZE ?=
+
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+PKGS := liburing libxxhash libb2
+
+SONAME_MAJOR := 0
+VERSION := 0.1.0
+
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wstrict-prototypes \
+	-Wshadow -Wvla -fPIC -MMD -MP -I. -Iinclude \
+	$(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -lpthread
+TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
+
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+LIB_SRCS := $(sort \
+	common/base.c common/error.c common/failpoint.c common/log.c \
+	record/dir.c record/file.c record/format.c record/geometry.c \
+	record/io.c record/key.c)
+PROG_SRCS := $(sort launch/main.c launch/cmd_records.c launch/cmd_demo.c)
+TEST_NAMES := $(sort failpoint key geometry format file dir cli)
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
+TEST_BINS := $(TEST_NAMES:%=$(BUILD)/tests/test_%)
+
+STATIC_LIB := $(BUILD)/libselene.a
+SHARED_LIB := $(BUILD)/libselene.so.$(VERSION)
+PROGRAM := $(BUILD)/selene
+
+all: $(STATIC_LIB) $(SHARED_LIB) $(PROGRAM)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(STATIC_LIB): $(LIB_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(SHARED_LIB): $(LIB_OBJS) libselene.map
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libselene.so.$(SONAME_MAJOR) \
+		-Wl,--version-script=libselene.map -Wl,-z,defs $(LDFLAGS) \
+		-o $@ $(LIB_OBJS) $(LDLIBS)
+	$(Q)ln -sf libselene.so.$(VERSION) $(BUILD)/libselene.so.$(SONAME_MAJOR)
+	$(Q)ln -sf libselene.so.$(VERSION) $(BUILD)/libselene.so
+
+$(PROGRAM): $(PROG_OBJS) $(STATIC_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(PROG_OBJS) $(STATIC_LIB) $(LDLIBS)
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
+		$(LDLIBS) $(TEST_LDLIBS)
+
+tests: $(TEST_BINS) $(PROGRAM)
+
+# Runs every test binary even when one fails, then prints one total line.
+test: deps
+	$(Q)$(MAKE) --no-print-directory tests
+	$(Q)SELENE_PROGRAM=$(abspath $(PROGRAM)) tests/run-tests $(TEST_BINS)
+
+check-asan: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan \
+		SANITIZE=address,undefined CFLAGS="-O1 -g" test
+
+deps:
+	$(Q)scripts/install-deps
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)launch/demo.sh $(PROGRAM)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
+		$(DESTDIR)$(PREFIX)/include/selene $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libselene.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libselene.so.$(SONAME_MAJOR)
+	ln -sf libselene.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libselene.so
+	install -m 644 include/selene/*.h $(DESTDIR)$(PREFIX)/include/selene/
+	install -m 755 $(PROGRAM) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		selene.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/selene.pc
+
+clean:
+	rm -rf build build-asan
+
+.PHONY: all tests test check-asan deps demo install clean
+.SECONDARY:
+
+-include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d

@@ -1,0 +1,65 @@
+/* Out-of-line parts of base.h: the assertion handler, hex, clocks. */
+#include "common/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+void sel_assert_fail(const char *expr, const char *file, int line,
+		     const char *func)
+{
+	fprintf(stderr, "selene: assertion failed: %s (%s:%d, %s)\n", expr,
+		file, line, func);
+	abort();
+}
+
+void sel_hex_encode(char *out, const uint8_t *bytes, size_t len)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < len; i++) {
+		out[2 * i] = digits[bytes[i] >> 4];
+		out[2 * i + 1] = digits[bytes[i] & 15];
+	}
+	out[2 * len] = '\0';
+}
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+bool sel_hex_decode(uint8_t *out, const char *hex, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		int hi = hex_value(hex[2 * i]);
+		int lo = hi < 0 ? -1 : hex_value(hex[2 * i + 1]);
+
+		if (lo < 0)
+			return false;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return true;
+}
+
+static uint64_t clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sel_monotonic_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+uint64_t sel_realtime_ns(void)
+{
+	return clock_ns(CLOCK_REALTIME);
+}

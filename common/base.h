@@ -1,0 +1,92 @@
+/*
+ * Small helpers every layer uses: assertions that stay on in release builds,
+ * little-endian encoding, alignment arithmetic. No state, no allocation.
+ */
+#ifndef SELENE_COMMON_BASE_H
+#define SELENE_COMMON_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "selene/selene.h"
+
+/*
+ * Programmer errors stop the process with file, line and expression. Kept in
+ * release builds: a broken invariant in a storage engine must not go on to
+ * write wrong bytes.
+ */
+#define SEL_ASSERT(expr) \
+	((expr) ? (void)0 : sel_assert_fail(#expr, __FILE__, __LINE__, __func__))
+
+_Noreturn void sel_assert_fail(const char *expr, const char *file, int line,
+			       const char *func);
+
+#define SEL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline uint32_t sel_get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t sel_get_le64(const uint8_t *p)
+{
+	return (uint64_t)sel_get_le32(p) | (uint64_t)sel_get_le32(p + 4) << 32;
+}
+
+static inline void sel_put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void sel_put_le64(uint8_t *p, uint64_t v)
+{
+	sel_put_le32(p, (uint32_t)v);
+	sel_put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Rounds v up to a multiple of align, a power of two. Caller checks overflow. */
+static inline uint64_t sel_align_up(uint64_t v, uint64_t align)
+{
+	return (v + align - 1) & ~(align - 1);
+}
+
+static inline bool sel_is_aligned(uint64_t v, uint64_t align)
+{
+	return (v & (align - 1)) == 0;
+}
+
+/* a + b into *out; false on overflow. */
+static inline bool sel_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return !__builtin_add_overflow(a, b, out);
+}
+
+/* a * b into *out; false on overflow. */
+static inline bool sel_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out);
+}
+
+/* Whether err is one of Selene's own codes (SEL_E*) rather than an errno. */
+static inline bool sel_is_selene_error(int err)
+{
+	return err >= SEL_ERROR_FIRST && err <= SEL_ERROR_LAST;
+}
+
+/* Lowercase hex of len bytes into out, which holds 2 * len + 1 chars. */
+void sel_hex_encode(char *out, const uint8_t *bytes, size_t len);
+
+/* Parses exactly 2 * len hex digits; false on any other character. */
+bool sel_hex_decode(uint8_t *out, const char *hex, size_t len);
+
+/* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. */
+uint64_t sel_monotonic_ns(void);
+uint64_t sel_realtime_ns(void);
+
+#endif

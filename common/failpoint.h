@@ -1,0 +1,121 @@
+/*
+ * Failpoints: named places in durable steps where a test can make Selene
+ * fail, stall or die (DESIGN.md section 10), in the style of fail(9) and
+ * fail-rs. Configured by SELENE_FAILPOINTS (read when the library loads) or
+ * sel_failpoints_configure():
+ *
+ *   config := entry (';' entry)*
+ *   entry  := NAME '=' term ('->' term)*
+ *   term   := [COUNT '*'] action
+ *   action := off | return | return(ERR) | short | kill | abort
+ *           | sleep(MS) | print
+ *
+ * ERR is an errno name (EIO, ENOSPC, ...) or a number; return alone means
+ * EIO. A term with COUNT applies to that many evaluations, then the next term
+ * takes over; a term without one applies forever; after the last counted
+ * term the point is off. "short" makes an I/O point report half its bytes.
+ * Example: "record.after_rename=1*kill;disk.write=3*off->return(EIO)".
+ *
+ * With nothing configured a failpoint costs one predictable branch.
+ */
+#ifndef SELENE_COMMON_FAILPOINT_H
+#define SELENE_COMMON_FAILPOINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* X(IDENT, "name", "when it is evaluated") */
+#define SEL_FAILPOINT_LIST(X)                                                 \
+	X(RECORD_BEFORE_CREATE, "record.before_create",                      \
+	  "before a record's temporary file is created")                     \
+	X(RECORD_AFTER_CREATE, "record.after_create",                        \
+	  "after the temporary file is created and preallocated")            \
+	X(RECORD_BEFORE_WRITE, "record.before_write",                        \
+	  "before each payload write (pages or row) of a record")            \
+	X(RECORD_AFTER_WRITE, "record.after_write",                          \
+	  "after each payload write of a record")                            \
+	X(RECORD_BEFORE_HEADER, "record.before_header",                      \
+	  "before the checksum segment and header are written")              \
+	X(RECORD_AFTER_HEADER, "record.after_header",                        \
+	  "after the header is written")                                     \
+	X(RECORD_BEFORE_FDATASYNC, "record.before_fdatasync",                \
+	  "before fdatasync of a durable record")                            \
+	X(RECORD_AFTER_FDATASYNC, "record.after_fdatasync",                  \
+	  "after fdatasync of a durable record")                             \
+	X(RECORD_BEFORE_RENAME, "record.before_rename",                      \
+	  "before the temporary file is renamed into place")                 \
+	X(RECORD_AFTER_RENAME, "record.after_rename",                        \
+	  "after the rename, before the directory fsync")                    \
+	X(RECORD_AFTER_DIR_FSYNC, "record.after_dir_fsync",                  \
+	  "after the directory fsync that makes a rename durable")           \
+	X(RECORD_BEFORE_TRUNCATE, "record.before_truncate",                  \
+	  "before a record is truncated at its row segment")                 \
+	X(RECORD_AFTER_TRUNCATE, "record.after_truncate",                    \
+	  "after a record is truncated (and synced when durable)")           \
+	X(RECORD_BEFORE_UNLINK, "record.before_unlink",                      \
+	  "before a record file is unlinked")                                \
+	X(RECORD_AFTER_UNLINK, "record.after_unlink",                        \
+	  "after a record file is unlinked (and the directory synced)")      \
+	X(SCAN_BEFORE_DELETE_TMP, "scan.before_delete_tmp",                  \
+	  "before the scan deletes a temporary file")                        \
+	X(SCAN_AFTER_DELETE_TMP, "scan.after_delete_tmp",                    \
+	  "after the scan deleted a temporary file")                         \
+	X(SCAN_BEFORE_DROP_INVALID, "scan.before_drop_invalid",              \
+	  "before the scan deletes a record whose header fails")             \
+	X(SCAN_AFTER_DROP_INVALID, "scan.after_drop_invalid",                \
+	  "after the scan deleted an invalid record")                        \
+	X(SCAN_BEFORE_DROP_ORPHAN, "scan.before_drop_orphan",                \
+	  "before the scan deletes a record whose parent is missing")        \
+	X(SCAN_AFTER_DROP_ORPHAN, "scan.after_drop_orphan",                  \
+	  "after the scan deleted an orphan or childless page-only record")  \
+	X(DISK_OPEN, "disk.open", "every open(2) of a record file")          \
+	X(DISK_WRITE, "disk.write", "every write request (result rewritable)") \
+	X(DISK_READ, "disk.read", "every read request (result rewritable)")  \
+	X(DISK_FALLOCATE, "disk.fallocate", "every fallocate request")       \
+	X(DISK_FDATASYNC, "disk.fdatasync", "every fdatasync or fsync")      \
+	X(DISK_TRUNCATE, "disk.truncate", "every ftruncate request")         \
+	X(DISK_RENAME, "disk.rename", "every rename request")                \
+	X(DISK_UNLINK, "disk.unlink", "every unlink request")
+
+enum sel_failpoint {
+#define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,
+	SEL_FAILPOINT_LIST(SEL_FAILPOINT_ENUM)
+#undef SEL_FAILPOINT_ENUM
+	SEL_FAILPOINT_COUNT
+};
+
+/* What an evaluated point asks its caller to do besides proceeding. */
+#define SEL_FAILPOINT_SHORT 1
+
+extern bool sel_failpoints_armed;
+
+/*
+ * Evaluates a point: 0 to proceed, a negative errno to fail with it, or
+ * SEL_FAILPOINT_SHORT. kill, abort and sleep act here and do not return
+ * (kill, abort) or return 0 (sleep, print).
+ */
+int sel_failpoint_eval(enum sel_failpoint point);
+
+#define SEL_FAILPOINT(point)                                            \
+	(__builtin_expect(__atomic_load_n(&sel_failpoints_armed,        \
+					  __ATOMIC_RELAXED), 0) ?        \
+		 sel_failpoint_eval(point) :                            \
+		 0)
+
+/*
+ * Replaces the whole configuration with config (NULL or "" clears it).
+ * Returns 0, or SEL_EFAILPOINT after logging what is wrong; on error the
+ * previous configuration stays. Resets every point's counters.
+ */
+int sel_failpoints_configure(const char *config);
+
+/* The point's name, its description, or its id by name (-1 if unknown). */
+const char *sel_failpoint_name(enum sel_failpoint point);
+const char *sel_failpoint_doc(enum sel_failpoint point);
+int sel_failpoint_lookup(const char *name);
+
+/* How often the point was evaluated, and how often an action took effect. */
+uint64_t sel_failpoint_evaluations(enum sel_failpoint point);
+uint64_t sel_failpoint_fired(enum sel_failpoint point);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * Every named maximum in Selene, each with the reason for its value
+ * (SQLite's sqliteLimit.h). Lengths read from disk or the wire are checked
+ * against these before anything is allocated, looped over or cast.
+ */
+#ifndef SELENE_COMMON_LIMITS_H
+#define SELENE_COMMON_LIMITS_H
+
+/* The unit of on-disk alignment: header size, segment and plane padding. */
+#define SEL_BLOCK_BYTES 4096u
+
+/* Record header: the first 4096 bytes of a record file (FORMAT.md R-REC-1). */
+#define REC_HEADER_BYTES SEL_BLOCK_BYTES
+
+/* Where the per-plane table begins in the header (FORMAT.md R-REC-4). */
+#define REC_HEADER_TABLE_OFFSET 256u
+
+/*
+ * The table holds (planes + 1) * ranks u64 entries after offset 256, so a
+ * header describes at most 480 entries: with one rank stored, 479 page
+ * planes and its row.
+ */
+#define REC_HEADER_TABLE_ENTRIES_MAX \
+	((REC_HEADER_BYTES - REC_HEADER_TABLE_OFFSET) / 8u)
+#define REC_PAGE_PLANES_MAX (REC_HEADER_TABLE_ENTRIES_MAX - 1u)
+
+/* Plane names are identifiers such as "layer.35.key"; 63 bytes is ample. */
+#define REC_PLANE_NAME_BYTES_MAX 63u
+
+/* One plane of one page: 1 GiB is far above any model's page plane. */
+#define REC_UNIT_BYTES_MAX (1ull << 30)
+
+/* One state row: 4 GiB covers recurrent matrices of the largest models. */
+#define REC_ROW_BYTES_MAX (1ull << 32)
+
+/* Tokens in one page: engines use 16 to 256; 65536 bounds arithmetic. */
+#define REC_PAGE_TOKENS_MAX 65536u
+
+/* Ranks in one world: bounds the fan-out and the rank field. */
+#define REC_WORLD_SIZE_MAX 1024u
+
+/*
+ * Pages in one record: a root record holds its whole chain; 2^20 pages of
+ * 64 tokens is 64M tokens, far past any context, and keeps the checksum
+ * segment at most 8 MiB.
+ */
+#define REC_RECORD_PAGES_MAX (1u << 20)
+
+/* Consumed tokens of a key: bounded so page arithmetic cannot overflow. */
+#define REC_CONSUMED_MAX (1ull << 40)
+
+/* One I/O request: DESIGN.md section 4 writes in 8 MiB chunks. */
+#define REC_IO_CHUNK_BYTES (8u << 20)
+
+/* Records one directory scan keeps: 16M bounds memory at about 2 GiB. */
+#define REC_DIR_RECORDS_MAX (1u << 24)
+
+/* Failpoints configured at once, and the terms one may chain. */
+#define SEL_FAILPOINT_TERMS_MAX 8u
+
+#endif

@@ -1,0 +1,27 @@
+/*
+ * Logging to stderr, one line per event, prefixed "selene: ". The level comes
+ * from SELENE_LOG (error, warn, info, debug; default info) read once. Not for
+ * hot paths: callers log state changes, not per-page events.
+ */
+#ifndef SELENE_COMMON_LOG_H
+#define SELENE_COMMON_LOG_H
+
+enum sel_log_level {
+	SEL_LOG_ERROR = 0,
+	SEL_LOG_WARN = 1,
+	SEL_LOG_INFO = 2,
+	SEL_LOG_DEBUG = 3,
+};
+
+void sel_log(enum sel_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Overrides SELENE_LOG for this process (tests silence expected warnings). */
+void sel_log_set_level(enum sel_log_level level);
+
+#define sel_error(...) sel_log(SEL_LOG_ERROR, __VA_ARGS__)
+#define sel_warn(...) sel_log(SEL_LOG_WARN, __VA_ARGS__)
+#define sel_info(...) sel_log(SEL_LOG_INFO, __VA_ARGS__)
+#define sel_debug(...) sel_log(SEL_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,487 @@
+/*
+ * Record directories: open under an exclusive flock, and the startup scan.
+ * Rules R-DIR-* are in FORMAT.md.
+ */
+#include "record/dir.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "record/file.h"
+#include "record/io.h"
+#include "selene/selene.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct rec_dir {
+	int fd;
+	bool direct;
+	bool durable;
+	struct rec_identity namespace_id;
+	struct rec_geometry geometry;
+	char path[PATH_MAX];
+};
+
+static int dir_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int dir_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg_size > 0) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msg_size, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+/* mkdir -p: creates every missing component of path. */
+static int make_path(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len == 0 || len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Says once per process that O_DIRECT is refused, and why. */
+static void report_buffered(const char *path, int reason)
+{
+	static bool said;
+
+	if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		sel_warn("O_DIRECT refused in %s (%s); using buffered I/O", path,
+			 strerror(reason));
+}
+
+static int dir_lock_and_probe(struct rec_dir *dir, bool no_direct, char *err,
+			      size_t err_size)
+{
+	int reason, ret;
+
+	dir->fd = open(dir->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir->fd < 0)
+		return dir_fail(-errno, err, err_size, "cannot open %s: %s",
+				dir->path, strerror(errno));
+	/* R-DIR-1: the lock comes before any file is read or deleted. */
+	if (flock(dir->fd, LOCK_EX | LOCK_NB) != 0)
+		return errno == EWOULDBLOCK ?
+			       dir_fail(SEL_ELOCKED, err, err_size,
+					"record directory %s is in use by another "
+					"process (its flock is held)", dir->path) :
+			       dir_fail(-errno, err, err_size, "cannot lock %s: %s",
+					dir->path, strerror(errno));
+	if (no_direct)
+		return 0;
+	ret = rec_io_probe_direct(dir->fd, &reason);
+	if (ret < 0)
+		return dir_fail(ret, err, err_size, "cannot probe %s: %s",
+				dir->path, strerror(-ret));
+	dir->direct = ret == 1;
+	if (!dir->direct)
+		report_buffered(dir->path, reason);
+	return 0;
+}
+
+int rec_dir_open(const struct rec_dir_options *options, struct rec_dir **out,
+		 char *err, size_t err_size)
+{
+	char name[REC_DIR_NAME_BYTES];
+	struct rec_dir *dir;
+	int ret;
+
+	*out = NULL;
+	dir = calloc(1, sizeof(*dir));
+	if (!dir)
+		return dir_fail(-ENOMEM, err, err_size, "out of memory");
+	dir->fd = -1;
+	dir->durable = options->durable;
+	dir->namespace_id = *options->namespace_id;
+	dir->geometry = *options->geometry;
+	rec_dir_name(name, options->namespace_id, &options->geometry->fingerprint);
+	if (snprintf(dir->path, sizeof(dir->path), "%s/%s", options->base_path,
+		     name) >= (int)sizeof(dir->path)) {
+		ret = dir_fail(-ENAMETOOLONG, err, err_size, "base path too long");
+		goto err_free;
+	}
+	ret = make_path(dir->path);
+	if (ret) {
+		dir_fail(ret, err, err_size, "cannot create %s: %s", dir->path,
+			 strerror(-ret));
+		goto err_free;
+	}
+	ret = dir_lock_and_probe(dir, options->no_direct, err, err_size);
+	if (ret)
+		goto err_free;
+	*out = dir;
+	return 0;
+err_free:
+	rec_dir_close(dir);
+	return ret;
+}
+
+void rec_dir_close(struct rec_dir *dir)
+{
+	if (!dir)
+		return;
+	if (dir->fd >= 0)
+		close(dir->fd);
+	free(dir);
+}
+
+int rec_dir_fd(const struct rec_dir *dir)
+{
+	return dir->fd;
+}
+
+const char *rec_dir_path(const struct rec_dir *dir)
+{
+	return dir->path;
+}
+
+bool rec_dir_direct(const struct rec_dir *dir)
+{
+	return dir->direct;
+}
+
+bool rec_dir_durable(const struct rec_dir *dir)
+{
+	return dir->durable;
+}
+
+const struct rec_geometry *rec_dir_geometry(const struct rec_dir *dir)
+{
+	return &dir->geometry;
+}
+
+const struct rec_identity *rec_dir_namespace(const struct rec_dir *dir)
+{
+	return &dir->namespace_id;
+}
+
+void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
+		    struct rec_expect *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->namespace_id = &dir->namespace_id;
+	out->fingerprint = &dir->geometry.fingerprint;
+	out->geometry = &dir->geometry;
+	out->key = key;
+}
+
+/* A scanned record and its fate while the scan decides. */
+struct scan_entry {
+	struct rec_record_info info;
+	uint32_t child_count;
+	bool keep;
+	bool orphan; /* dropped because its parent is missing */
+};
+
+struct scan_state {
+	struct rec_dir *dir;
+	struct rec_scan *out;
+	struct scan_entry *entries;
+	size_t count;
+	size_t capacity;
+};
+
+static int scan_delete(struct rec_dir *dir, const char *name,
+		       enum sel_failpoint before, enum sel_failpoint after)
+{
+	int ret = SEL_FAILPOINT(before);
+
+	if (ret < 0)
+		return ret;
+	ret = rec_io_unlink(dir->fd, name);
+	if (ret && ret != -ENOENT)
+		return ret;
+	ret = SEL_FAILPOINT(after);
+	return ret < 0 ? ret : 0;
+}
+
+static int scan_push(struct scan_state *s, const struct rec_record_info *info)
+{
+	if (s->count == s->capacity) {
+		size_t capacity = s->capacity ? s->capacity * 2 : 256;
+		struct scan_entry *grown;
+
+		if (s->count >= REC_DIR_RECORDS_MAX)
+			return SEL_ETOOBIG;
+		grown = realloc(s->entries, capacity * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		s->entries = grown;
+		s->capacity = capacity;
+	}
+	s->entries[s->count++] = (struct scan_entry){ .info = *info };
+	return 0;
+}
+
+/* R-DIR-3, R-DIR-4: validates one record file; invalid ones are deleted. */
+static int scan_record(struct scan_state *s, const char *name,
+		       const struct rec_key *key)
+{
+	struct rec_record_info info = { .key = *key };
+	struct rec_expect expect;
+	struct rec_reader r;
+	struct stat st;
+	char why[256];
+	int ret;
+
+	rec_dir_expect(s->dir, key, &expect);
+	ret = rec_reader_open(&r, s->dir->fd, name, false, &expect, why,
+			      sizeof(why));
+	if (sel_is_selene_error(ret)) {
+		sel_warn("scan %s: dropping %s: %s", s->dir->path, name, why);
+		s->out->invalid_dropped++;
+		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DROP_INVALID,
+				   SEL_FP_SCAN_AFTER_DROP_INVALID);
+	}
+	if (ret == -ENOENT)
+		return 0; /* removed since it was listed */
+	if (ret) {
+		sel_error("scan %s: cannot read %s: %s", s->dir->path, name,
+			  sel_strerror(ret));
+		return ret;
+	}
+	ret = fstat(r.fd, &st) ? -errno : 0;
+	if (!ret) {
+		info.parent = r.header.parent;
+		info.bucket = r.header.bucket;
+		info.first_page_index = r.header.first_page_index;
+		info.tail_page_count = r.header.tail_page_count;
+		info.row_present = r.row_present;
+		info.file_bytes = r.file_length;
+		info.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+				(uint64_t)st.st_mtim.tv_nsec;
+		info.created_ns = r.header.created_ns;
+		ret = scan_push(s, &info);
+	}
+	rec_reader_close(&r);
+	return ret;
+}
+
+/* R-DIR-2: classifies one directory entry. */
+static int scan_entry_name(struct scan_state *s, const char *name)
+{
+	size_t len = strlen(name);
+	struct rec_key key;
+	bool tmp;
+
+	if (len > 4 && strcmp(name + len - 4, REC_TMP_SUFFIX) == 0) {
+		s->out->tmp_deleted++;
+		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DELETE_TMP,
+				   SEL_FP_SCAN_AFTER_DELETE_TMP);
+	}
+	if (!rec_file_name_parse(name, &key, &tmp)) {
+		sel_warn("scan %s: ignoring %s, not a record file", s->dir->path,
+			 name);
+		s->out->ignored++;
+		return 0;
+	}
+	return scan_record(s, name, &key);
+}
+
+static int compare_keys(const struct rec_key *a, const struct rec_key *b)
+{
+	if (a->consumed != b->consumed)
+		return a->consumed < b->consumed ? -1 : 1;
+	return memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES);
+}
+
+static int compare_entry_keys(const void *a, const void *b)
+{
+	return compare_keys(&((const struct scan_entry *)a)->info.key,
+			    &((const struct scan_entry *)b)->info.key);
+}
+
+static struct scan_entry *find_entry(struct scan_state *s,
+				     const struct rec_key *key)
+{
+	size_t lo = 0, hi = s->count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = compare_keys(&s->entries[mid].info.key, key);
+
+		if (c == 0)
+			return &s->entries[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/*
+ * R-DIR-5, R-DIR-6: entries are sorted by key, so a parent (whose consumed
+ * count is smaller, R-REC-6) is decided before its children. Ascending:
+ * keep roots and children of kept parents. Descending: drop page-only
+ * records with no kept child, which may leave their parent childless.
+ */
+static void scan_decide(struct scan_state *s)
+{
+	qsort(s->entries, s->count, sizeof(s->entries[0]), compare_entry_keys);
+	for (size_t i = 0; i < s->count; i++) {
+		struct scan_entry *e = &s->entries[i];
+		struct scan_entry *parent;
+
+		if (e->info.parent.consumed == 0) {
+			e->keep = true;
+			continue;
+		}
+		parent = find_entry(s, &e->info.parent);
+		e->keep = parent && parent->keep;
+		e->orphan = !e->keep;
+		if (e->keep)
+			parent->child_count++;
+		else
+			s->out->orphans_dropped++;
+	}
+	for (size_t i = s->count; i-- > 0;) {
+		struct scan_entry *e = &s->entries[i];
+
+		if (!e->keep || e->info.row_present || e->child_count > 0)
+			continue;
+		e->keep = false;
+		s->out->page_only_dropped++;
+		if (e->info.parent.consumed != 0)
+			find_entry(s, &e->info.parent)->child_count--;
+	}
+}
+
+/* Deletes what scan_decide dropped, children before parents. */
+static int scan_remove_dropped(struct scan_state *s)
+{
+	char name[REC_FILE_NAME_BYTES];
+	int ret;
+
+	for (size_t i = s->count; i-- > 0;) {
+		if (s->entries[i].keep)
+			continue;
+		rec_file_name(name, &s->entries[i].info.key);
+		sel_info("scan %s: dropping %s: %s", s->dir->path, name,
+			 s->entries[i].orphan ? "its parent is missing" :
+						"page-only with no children");
+		ret = scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DROP_ORPHAN,
+				  SEL_FP_SCAN_AFTER_DROP_ORPHAN);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int compare_access(const void *a, const void *b)
+{
+	const struct rec_record_info *x = a, *y = b;
+
+	if (x->mtime_ns != y->mtime_ns)
+		return x->mtime_ns < y->mtime_ns ? -1 : 1;
+	return compare_keys(&x->key, &y->key);
+}
+
+static int scan_collect(struct scan_state *s)
+{
+	struct rec_scan *out = s->out;
+
+	out->records = malloc((s->count ? s->count : 1) * sizeof(*out->records));
+	if (!out->records)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->count; i++) {
+		if (!s->entries[i].keep)
+			continue;
+		out->records[out->record_count++] = s->entries[i].info;
+		out->bytes += s->entries[i].info.file_bytes;
+	}
+	/* R-DIR-4: access order from mtime, oldest first. */
+	qsort(out->records, out->record_count, sizeof(out->records[0]),
+	      compare_access);
+	return 0;
+}
+
+static int scan_directory(struct scan_state *s)
+{
+	struct dirent *entry;
+	DIR *listing;
+	int fd, ret = 0;
+
+	fd = openat(s->dir->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	listing = fdopendir(fd);
+	if (!listing) {
+		close(fd);
+		return -errno;
+	}
+	while (!ret && (errno = 0, entry = readdir(listing)) != NULL) {
+		if (entry->d_name[0] == '.' &&
+		    (entry->d_name[1] == '\0' ||
+		     (entry->d_name[1] == '.' && entry->d_name[2] == '\0')))
+			continue;
+		ret = scan_entry_name(s, entry->d_name);
+	}
+	if (!ret && errno)
+		ret = -errno;
+	closedir(listing);
+	return ret;
+}
+
+int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
+{
+	struct scan_state s = { .dir = dir, .out = out };
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	ret = scan_directory(&s);
+	if (!ret) {
+		scan_decide(&s);
+		ret = scan_remove_dropped(&s);
+	}
+	if (!ret)
+		ret = scan_collect(&s);
+	free(s.entries);
+	if (ret) {
+		rec_scan_free(out);
+		return ret;
+	}
+	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
+		 "%llu invalid, %llu orphaned, %llu page-only",
+		 dir->path, out->record_count, (unsigned long long)out->bytes,
+		 (unsigned long long)out->tmp_deleted,
+		 (unsigned long long)out->invalid_dropped,
+		 (unsigned long long)out->orphans_dropped,
+		 (unsigned long long)out->page_only_dropped);
+	return 0;
+}
+
+void rec_scan_free(struct rec_scan *scan)
+{
+	free(scan->records);
+	scan->records = NULL;
+	scan->record_count = 0;
+}

@@ -1,0 +1,87 @@
+/*
+ * A record directory (DESIGN.md section 4): <base>/<namespace prefix>-
+ * <fingerprint>/, held under an exclusive non-blocking flock from open to
+ * close, and the startup scan that makes its contents consistent. One
+ * process per directory; the handle is used by one thread at a time.
+ */
+#ifndef SELENE_RECORD_DIR_H
+#define SELENE_RECORD_DIR_H
+
+#include "record/format.h"
+#include "record/geometry.h"
+#include "record/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct rec_dir;
+
+struct rec_dir_options {
+	const char *base_path;                  /* created when missing */
+	const struct rec_identity *namespace_id;
+	const struct rec_geometry *geometry;    /* copied */
+	bool durable;   /* fdatasync files and fsync the directory on commit */
+	bool no_direct; /* never try O_DIRECT (benchmarks of buffered I/O) */
+};
+
+/*
+ * Creates the base and record directories when missing, takes the flock
+ * (a second opener gets SEL_ELOCKED before any file is touched) and probes
+ * O_DIRECT, saying once when it is refused. Returns 0 and *out (close with
+ * rec_dir_close), or a negative code with a message in err.
+ */
+int rec_dir_open(const struct rec_dir_options *options, struct rec_dir **out,
+		 char *err, size_t err_size);
+
+/* Releases the lock and frees the handle; NULL does nothing. */
+void rec_dir_close(struct rec_dir *dir);
+
+int rec_dir_fd(const struct rec_dir *dir);
+const char *rec_dir_path(const struct rec_dir *dir);
+bool rec_dir_direct(const struct rec_dir *dir);
+bool rec_dir_durable(const struct rec_dir *dir);
+const struct rec_geometry *rec_dir_geometry(const struct rec_dir *dir);
+const struct rec_identity *rec_dir_namespace(const struct rec_dir *dir);
+
+/* What a reader of this directory expects of every header (R-REC-12). */
+void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
+		    struct rec_expect *out);
+
+/* One record the scan kept. */
+struct rec_record_info {
+	struct rec_key key;
+	struct rec_key parent; /* consumed 0: a root record */
+	struct rec_digest bucket;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row_present;
+	uint64_t file_bytes;
+	uint64_t mtime_ns;
+	uint64_t created_ns;
+};
+
+struct rec_scan {
+	struct rec_record_info *records; /* oldest mtime first; caller frees */
+	size_t record_count;
+	uint64_t bytes;            /* file bytes of the records kept */
+	uint64_t tmp_deleted;      /* *.tmp files removed */
+	uint64_t invalid_dropped;  /* headers or lengths that failed */
+	uint64_t orphans_dropped;  /* parent missing, and their descendants */
+	uint64_t page_only_dropped; /* page-only records left without children */
+	uint64_t ignored;          /* files that are not Selene's, left alone */
+};
+
+/*
+ * The startup scan (R-DIR-1 .. R-DIR-6): deletes *.tmp, drops invalid files
+ * (each logged with its reason), derives row presence from length and
+ * access order from mtime, deletes records whose parent is missing with
+ * their descendants, and childless page-only records. Returns 0 and fills
+ * out, or a negative errno (an unreadable file stops the scan rather than
+ * lose it). Free with rec_scan_free().
+ */
+int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
+
+void rec_scan_free(struct rec_scan *scan);
+
+#endif

@@ -1,0 +1,409 @@
+/*
+ * One record file: the write protocol (temporary name, preallocation,
+ * payload, checksum segment, header last, sync, rename), verified reads,
+ * truncation and unlink. Rules cited are in FORMAT.md.
+ */
+#include "record/file.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "record/io.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Evaluates a failpoint that may fail the step it guards. */
+#define STEP_FAILPOINT(point)                       \
+	do {                                        \
+		int injected_ = SEL_FAILPOINT(point); \
+		if (injected_ < 0)                  \
+			return injected_;           \
+	} while (0)
+
+static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why_size > 0) {
+		va_start(ap, fmt);
+		vsnprintf(why, why_size, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+static void *alloc_blocks(uint64_t len)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, SEL_BLOCK_BYTES, len ? (size_t)len : SEL_BLOCK_BYTES))
+		return NULL;
+	memset(p, 0, len ? (size_t)len : SEL_BLOCK_BYTES);
+	return p;
+}
+
+static int writer_create(struct rec_writer *w)
+{
+	int ret;
+
+	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_CREATE);
+	ret = rec_io_open(w->dirfd, w->tmp_name, O_CREAT | O_EXCL | O_WRONLY,
+			  w->direct);
+	if (ret < 0)
+		return ret;
+	w->fd = ret;
+	/* R-WRITE-1: preallocate, so ENOSPC comes now and writes overlap. */
+	ret = rec_io_fallocate(w->fd, w->layout.file_length);
+	if (ret)
+		return ret;
+	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_CREATE);
+	return 0;
+}
+
+int rec_writer_begin(struct rec_writer *w, struct rec_dir *dir,
+		     const struct rec_header *header)
+{
+	int ret;
+
+	memset(w, 0, sizeof(*w));
+	w->dirfd = rec_dir_fd(dir);
+	w->fd = -1;
+	w->direct = rec_dir_direct(dir);
+	w->durable = rec_dir_durable(dir);
+	w->header = *header;
+	w->seed = rec_checksum_seed(&header->key);
+	ret = rec_layout_from_header(header, &w->layout);
+	if (ret)
+		return ret;
+	SEL_ASSERT(header->page_offset == w->layout.page_offset);
+	rec_file_name(w->name, &header->key);
+	snprintf(w->tmp_name, sizeof(w->tmp_name), "%s%s", w->name, REC_TMP_SUFFIX);
+	w->checksums = alloc_blocks(w->layout.checksum_length);
+	if (!w->checksums)
+		return -ENOMEM;
+	ret = writer_create(w);
+	if (ret)
+		rec_writer_abort(w);
+	return ret;
+}
+
+static int writer_payload(struct rec_writer *w, const void *buf, uint64_t len,
+			  uint64_t offset)
+{
+	int ret;
+
+	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_WRITE);
+	ret = rec_io_write_full(w->fd, buf, len, offset);
+	if (ret)
+		return ret;
+	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_WRITE);
+	return 0;
+}
+
+int rec_writer_put_pages(struct rec_writer *w, uint32_t first, uint32_t count,
+			 const void *buf)
+{
+	const uint8_t *page = buf;
+	uint64_t stride = w->layout.page_stride;
+
+	SEL_ASSERT(w->fd >= 0 && first == w->pages_written);
+	SEL_ASSERT((uint64_t)first + count <= w->header.tail_page_count);
+	SEL_ASSERT(!w->direct || sel_is_aligned((uintptr_t)buf, SEL_BLOCK_BYTES));
+	for (uint32_t i = 0; i < count; i++)
+		w->checksums[first + i] = rec_page_checksum(
+			page + (uint64_t)i * stride, stride, w->seed,
+			(uint64_t)w->header.first_page_index + first + i);
+	w->pages_written += count;
+	return writer_payload(w, buf, stride * count,
+			      w->layout.page_offset + stride * first);
+}
+
+int rec_writer_put_row(struct rec_writer *w, const void *row_segment)
+{
+	SEL_ASSERT(w->fd >= 0 && !w->row_written);
+	SEL_ASSERT(!w->direct ||
+		   sel_is_aligned((uintptr_t)row_segment, SEL_BLOCK_BYTES));
+	w->header.row_checksum = rec_row_checksum(row_segment,
+						  w->layout.row_length, w->seed);
+	w->row_written = true;
+	return writer_payload(w, row_segment, w->layout.row_length,
+			      w->layout.row_offset);
+}
+
+/* R-WRITE-2: the checksum segment, then the header, which makes it valid. */
+static int writer_header(struct rec_writer *w)
+{
+	uint8_t *block;
+	int ret;
+
+	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_HEADER);
+	for (uint32_t i = 0; i < w->header.tail_page_count; i++) {
+		uint64_t value = w->checksums[i];
+
+		sel_put_le64((uint8_t *)&w->checksums[i], value);
+	}
+	ret = rec_io_write_full(w->fd, w->checksums, w->layout.checksum_length,
+				w->layout.checksum_offset);
+	if (ret)
+		return ret;
+	block = alloc_blocks(REC_HEADER_BYTES);
+	if (!block)
+		return -ENOMEM;
+	rec_header_encode(&w->header, block);
+	ret = rec_io_write_full(w->fd, block, REC_HEADER_BYTES, 0);
+	free(block);
+	if (ret)
+		return ret;
+	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_HEADER);
+	return 0;
+}
+
+static int writer_publish(struct rec_writer *w)
+{
+	int ret;
+
+	if (w->durable) {
+		STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_FDATASYNC);
+		ret = rec_io_fdatasync(w->fd);
+		if (ret)
+			return ret;
+		STEP_FAILPOINT(SEL_FP_RECORD_AFTER_FDATASYNC);
+	}
+	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_RENAME);
+	ret = rec_io_rename(w->dirfd, w->tmp_name, w->name);
+	if (ret)
+		return ret;
+	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_RENAME);
+	if (w->durable) {
+		ret = rec_io_fsync_dir(w->dirfd);
+		if (ret)
+			return ret;
+		STEP_FAILPOINT(SEL_FP_RECORD_AFTER_DIR_FSYNC);
+	}
+	return 0;
+}
+
+int rec_writer_commit(struct rec_writer *w)
+{
+	bool renamed = false;
+	int ret;
+
+	SEL_ASSERT(w->fd >= 0);
+	SEL_ASSERT(w->pages_written == w->header.tail_page_count && w->row_written);
+	ret = writer_header(w);
+	if (!ret) {
+		ret = writer_publish(w);
+		renamed = ret == 0 || faccessat(w->dirfd, w->tmp_name, F_OK, 0) != 0;
+	}
+	if (ret && renamed) {
+		/*
+		 * R-WRITE-5: the rename happened but a later step failed (the
+		 * directory fsync): the record must not be reported stored,
+		 * so it must not survive either.
+		 */
+		rec_io_unlink(w->dirfd, w->name);
+	}
+	if (ret)
+		sel_warn("record %s not stored: %s", w->name, sel_strerror(ret));
+	rec_writer_abort(w);
+	return ret;
+}
+
+void rec_writer_abort(struct rec_writer *w)
+{
+	if (w->fd >= 0) {
+		close(w->fd);
+		w->fd = -1;
+		unlinkat(w->dirfd, w->tmp_name, 0);
+	}
+	free(w->checksums);
+	w->checksums = NULL;
+}
+
+static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
+			char *why, size_t why_size)
+{
+	uint8_t *block = alloc_blocks(REC_HEADER_BYTES);
+	struct rec_layout layout;
+	struct stat st;
+	int ret;
+
+	if (!block)
+		return -ENOMEM;
+	if (fstat(r->fd, &st) != 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	r->file_length = (uint64_t)st.st_size;
+	if (r->file_length < REC_HEADER_BYTES) {
+		ret = why_fail(SEL_EBADHEADER, why, why_size,
+			       "file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
+			       r->file_length);
+		goto out_free;
+	}
+	ret = rec_io_read_full(r->fd, block, REC_HEADER_BYTES, 0);
+	if (!ret)
+		ret = rec_header_decode(block, &r->header, why, why_size);
+	if (!ret)
+		ret = rec_header_check_expected(&r->header, expect, why, why_size);
+	if (!ret)
+		ret = rec_header_check_length(&r->header, r->file_length,
+					      &r->row_present, why, why_size);
+	if (!ret)
+		ret = rec_layout_from_header(&r->header, &layout);
+	if (!ret) {
+		r->checksums = alloc_blocks(layout.checksum_length);
+		ret = r->checksums ? rec_io_read_full(r->fd, r->checksums,
+						      layout.checksum_length,
+						      layout.checksum_offset) :
+				     -ENOMEM;
+	}
+out_free:
+	free(block);
+	return ret;
+}
+
+int rec_reader_open(struct rec_reader *r, int dirfd, const char *name,
+		    bool direct, const struct rec_expect *expect, char *why,
+		    size_t why_size)
+{
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->direct = direct;
+	r->fd = rec_io_open(dirfd, name, O_RDONLY, direct);
+	if (r->fd < 0)
+		return r->fd;
+	ret = reader_check(r, expect, why, why_size);
+	if (ret) {
+		rec_reader_close(r);
+		return ret;
+	}
+	r->seed = rec_checksum_seed(&r->header.key);
+	return 0;
+}
+
+int rec_reader_read_pages(struct rec_reader *r, uint32_t first, uint32_t count,
+			  void *buf, char *why, size_t why_size)
+{
+	uint64_t stride = r->header.page_stride;
+	uint8_t *page = buf;
+	int ret;
+
+	SEL_ASSERT((uint64_t)first + count <= r->header.tail_page_count);
+	SEL_ASSERT(!r->direct || sel_is_aligned((uintptr_t)buf, SEL_BLOCK_BYTES));
+	ret = rec_io_read_full(r->fd, buf, stride * count,
+			       r->header.page_offset + stride * first);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t index = (uint64_t)r->header.first_page_index + first + i;
+		uint64_t expected = sel_get_le64((const uint8_t *)&r->checksums[first + i]);
+
+		if (rec_page_checksum(page + stride * i, stride, r->seed, index) !=
+		    expected)
+			return why_fail(SEL_ECHECKSUM, why, why_size,
+					"page %" PRIu64 " (stored page %u) fails its "
+					"checksum (R-READ-2)", index, first + i);
+	}
+	return 0;
+}
+
+int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
+			size_t why_size)
+{
+	int ret;
+
+	SEL_ASSERT(!r->direct || sel_is_aligned((uintptr_t)buf, SEL_BLOCK_BYTES));
+	if (!r->row_present)
+		return why_fail(-ENODATA, why, why_size,
+				"the record has no row (it was truncated)");
+	ret = rec_io_read_full(r->fd, buf, r->header.row_length,
+			       r->header.row_offset);
+	if (ret)
+		return ret;
+	if (rec_row_checksum(buf, r->header.row_length, r->seed) !=
+	    r->header.row_checksum)
+		return why_fail(SEL_ECHECKSUM, why, why_size,
+				"the row fails its checksum (R-READ-3)");
+	return 0;
+}
+
+void rec_reader_close(struct rec_reader *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	free(r->checksums);
+	r->checksums = NULL;
+}
+
+int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
+{
+	char name[REC_FILE_NAME_BYTES], why[256];
+	struct rec_expect expect;
+	struct rec_reader r;
+	int ret;
+
+	rec_file_name(name, key);
+	rec_dir_expect(dir, key, &expect);
+	/* The header says where the row begins; trust it only once valid. */
+	ret = rec_reader_open(&r, rec_dir_fd(dir), name, false, &expect, why,
+			      sizeof(why));
+	if (ret) {
+		if (ret != -ENOENT)
+			sel_warn("cannot truncate %s: %s", name,
+				 sel_is_selene_error(ret) ? why : sel_strerror(ret));
+		return ret;
+	}
+	close(r.fd);
+	r.fd = rec_io_open(rec_dir_fd(dir), name, O_WRONLY, false);
+	if (r.fd < 0) {
+		ret = r.fd;
+		goto out_close;
+	}
+	if (!r.row_present)
+		goto out_close;
+	ret = SEL_FAILPOINT(SEL_FP_RECORD_BEFORE_TRUNCATE);
+	if (ret < 0)
+		goto out_close;
+	ret = rec_io_truncate(r.fd, r.header.row_offset);
+	if (!ret && rec_dir_durable(dir))
+		ret = rec_io_fdatasync(r.fd);
+	if (!ret)
+		ret = SEL_FAILPOINT(SEL_FP_RECORD_AFTER_TRUNCATE);
+	ret = ret < 0 ? ret : 0;
+out_close:
+	rec_reader_close(&r);
+	return ret;
+}
+
+int rec_unlink(struct rec_dir *dir, const struct rec_key *key)
+{
+	char name[REC_FILE_NAME_BYTES];
+	int ret;
+
+	rec_file_name(name, key);
+	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_UNLINK);
+	ret = rec_io_unlink(rec_dir_fd(dir), name);
+	if (ret)
+		return ret;
+	if (rec_dir_durable(dir)) {
+		ret = rec_io_fsync_dir(rec_dir_fd(dir));
+		if (ret)
+			return ret;
+	}
+	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_UNLINK);
+	return 0;
+}

@@ -1,0 +1,108 @@
+/*
+ * Writing, reading, truncating and unlinking one record file (DESIGN.md
+ * section 4, FORMAT.md R-WRITE-*, R-READ-*), synchronously through io.h.
+ * Buffers passed here are 4 KiB-aligned when the directory uses O_DIRECT.
+ */
+#ifndef SELENE_RECORD_FILE_H
+#define SELENE_RECORD_FILE_H
+
+#include "record/dir.h"
+#include "record/format.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A record being written under its temporary name. */
+struct rec_writer {
+	int dirfd;
+	int fd;
+	bool direct;
+	bool durable;
+	struct rec_header header;
+	struct rec_layout layout;
+	uint64_t seed;
+	uint64_t *checksums;      /* the checksum segment, 4 KiB-aligned */
+	uint32_t pages_written;
+	bool row_written;
+	char name[REC_FILE_NAME_BYTES];
+	char tmp_name[REC_FILE_NAME_BYTES + 4];
+};
+
+/*
+ * Creates <name>.tmp and preallocates it to the final length (R-WRITE-1).
+ * header comes from rec_header_init. Returns 0, or a negative errno
+ * (-ENOSPC on a full disk) with nothing left behind.
+ */
+int rec_writer_begin(struct rec_writer *w, struct rec_dir *dir,
+		     const struct rec_header *header);
+
+/*
+ * Writes stored pages [first, first + count) from buf (count page records
+ * of header.page_stride bytes, padding included), computing their
+ * checksums. Pages go in order: first equals the count written so far.
+ */
+int rec_writer_put_pages(struct rec_writer *w, uint32_t first, uint32_t count,
+			 const void *buf);
+
+/* Writes the row segment (header.row_length bytes) and its checksum. */
+int rec_writer_put_row(struct rec_writer *w, const void *row_segment);
+
+/*
+ * Writes the checksum segment and the header last, then fdatasync (when
+ * durable), rename, and directory fsync (when durable) (R-WRITE-2..4).
+ * Every page and the row must have been put. On any failure the record is
+ * not committed: the temporary file is removed and the error returned; a
+ * failed fdatasync or fsync is final (R-WRITE-5). Either way the writer is
+ * finished.
+ */
+int rec_writer_commit(struct rec_writer *w);
+
+/* Abandons an unfinished record, removing its temporary file. */
+void rec_writer_abort(struct rec_writer *w);
+
+/* An open record, its header validated before any payload read. */
+struct rec_reader {
+	int fd;
+	bool direct;
+	bool row_present;
+	uint64_t file_length;
+	uint64_t seed;
+	struct rec_header header;
+	uint64_t *checksums; /* the checksum segment, read at open */
+};
+
+/*
+ * Opens dirfd/name and validates its header against expect and its length
+ * (R-READ-1). Returns 0, or SEL_EBADHEADER / SEL_EMISMATCH with why, or a
+ * negative errno. Close with rec_reader_close().
+ */
+int rec_reader_open(struct rec_reader *r, int dirfd, const char *name,
+		    bool direct, const struct rec_expect *expect, char *why,
+		    size_t why_size);
+
+/*
+ * Reads stored pages [first, first + count) into buf and verifies each
+ * against its checksum (R-READ-2). Returns 0, SEL_ECHECKSUM naming the
+ * first bad page in why, or a negative errno.
+ */
+int rec_reader_read_pages(struct rec_reader *r, uint32_t first, uint32_t count,
+			  void *buf, char *why, size_t why_size);
+
+/* Reads the row segment into buf and verifies it; -ENODATA without a row. */
+int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
+			size_t why_size);
+
+void rec_reader_close(struct rec_reader *r);
+
+/*
+ * Drops a record's row: truncates at the row segment offset, changing
+ * nothing else (R-REC-10), synced when the directory is durable. Already
+ * page-only is success. Returns 0, -ENOENT, or another negative code.
+ */
+int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key);
+
+/* Unlinks a record (and syncs the directory when durable); -ENOENT if absent. */
+int rec_unlink(struct rec_dir *dir, const struct rec_key *key);
+
+#endif

@@ -1,0 +1,184 @@
+/*
+ * Record-file system calls behind failpoints: see io.h. Results are what
+ * the kernel said, unless a disk.* failpoint rewrote them.
+ */
+#include "record/io.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/limits.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int errno_or(int ret)
+{
+	return ret < 0 ? -errno : ret;
+}
+
+int rec_io_open(int dirfd, const char *name, int flags, bool direct)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_OPEN);
+
+	if (injected < 0)
+		return injected;
+	return errno_or(openat(dirfd, name, flags | O_CLOEXEC | (direct ? O_DIRECT : 0),
+			       0644));
+}
+
+/* One request's length after a "short" failpoint: half, block-aligned. */
+static uint64_t shortened(uint64_t len)
+{
+	return len / 2 / SEL_BLOCK_BYTES * SEL_BLOCK_BYTES;
+}
+
+int rec_io_write_full(int fd, const void *buf, uint64_t len, uint64_t offset)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		uint64_t request = len < REC_IO_CHUNK_BYTES ? len : REC_IO_CHUNK_BYTES;
+		int injected = SEL_FAILPOINT(SEL_FP_DISK_WRITE);
+		ssize_t n;
+
+		if (injected < 0)
+			return injected;
+		if (injected == SEL_FAILPOINT_SHORT)
+			request = shortened(request);
+		n = request ? pwrite(fd, p, (size_t)request, (off_t)offset) : 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		offset += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+int rec_io_read_full(int fd, void *buf, uint64_t len, uint64_t offset)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		uint64_t request = len < REC_IO_CHUNK_BYTES ? len : REC_IO_CHUNK_BYTES;
+		int injected = SEL_FAILPOINT(SEL_FP_DISK_READ);
+		ssize_t n;
+
+		if (injected < 0)
+			return injected;
+		if (injected == SEL_FAILPOINT_SHORT)
+			request = shortened(request);
+		n = request ? pread(fd, p, (size_t)request, (off_t)offset) : 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENODATA;
+		p += n;
+		offset += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+int rec_io_fallocate(int fd, uint64_t len)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_FALLOCATE);
+
+	if (injected < 0)
+		return injected;
+	if (len == 0)
+		return 0;
+	if (fallocate(fd, 0, 0, (off_t)len) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP)
+		return -errno;
+	/* No preallocation here; the size still lets direct writes overlap. */
+	return errno_or(ftruncate(fd, (off_t)len));
+}
+
+int rec_io_fdatasync(int fd)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_FDATASYNC);
+
+	if (injected < 0)
+		return injected;
+	return errno_or(fdatasync(fd));
+}
+
+int rec_io_fsync_dir(int dirfd)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_FDATASYNC);
+
+	if (injected < 0)
+		return injected;
+	return errno_or(fsync(dirfd));
+}
+
+int rec_io_truncate(int fd, uint64_t len)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_TRUNCATE);
+
+	if (injected < 0)
+		return injected;
+	return errno_or(ftruncate(fd, (off_t)len));
+}
+
+int rec_io_rename(int dirfd, const char *from, const char *to)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_RENAME);
+
+	if (injected < 0)
+		return injected;
+	return errno_or(renameat(dirfd, from, dirfd, to));
+}
+
+int rec_io_unlink(int dirfd, const char *name)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_UNLINK);
+
+	if (injected < 0)
+		return injected;
+	return errno_or(unlinkat(dirfd, name, 0));
+}
+
+int rec_io_probe_direct(int dirfd, int *reason)
+{
+	static const char probe[] = ".selene-direct-probe.tmp";
+	void *block;
+	int fd, ret = 1;
+
+	*reason = 0;
+	fd = openat(dirfd, probe, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT | O_CLOEXEC,
+		    0600);
+	if (fd < 0) {
+		*reason = errno;
+		if (errno != EINVAL)
+			return -errno;
+		unlinkat(dirfd, probe, 0);
+		return 0;
+	}
+	if (posix_memalign(&block, SEL_BLOCK_BYTES, SEL_BLOCK_BYTES) != 0) {
+		ret = -ENOMEM;
+		goto out_close;
+	}
+	memset(block, 0, SEL_BLOCK_BYTES);
+	errno = 0;
+	if (pwrite(fd, block, SEL_BLOCK_BYTES, 0) != (ssize_t)SEL_BLOCK_BYTES) {
+		*reason = errno ? errno : EIO;
+		ret = *reason == EINVAL ? 0 : -*reason;
+	}
+	free(block);
+out_close:
+	close(fd);
+	unlinkat(dirfd, probe, 0);
+	return ret;
+}

@@ -1,0 +1,44 @@
+/*
+ * The one layer every record-file system call goes through, so that a
+ * failpoint can rewrite any request's result (DESIGN.md section 10): EIO,
+ * ENOSPC, a short count. Synchronous; the io_uring disk thread uses the same
+ * failpoints on its completions. Every function returns 0 (or a count) or a
+ * negative errno.
+ */
+#ifndef SELENE_RECORD_IO_H
+#define SELENE_RECORD_IO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* openat(2) of a record file; with direct, adds O_DIRECT. Returns an fd. */
+int rec_io_open(int dirfd, const char *name, int flags, bool direct);
+
+/*
+ * Writes len bytes at offset in requests of at most 8 MiB, resuming after
+ * short counts. Returns 0, or a negative errno (-EIO when a request wrote
+ * nothing).
+ */
+int rec_io_write_full(int fd, const void *buf, uint64_t len, uint64_t offset);
+
+/* Reads len bytes at offset; -ENODATA when the file ends first. */
+int rec_io_read_full(int fd, void *buf, uint64_t len, uint64_t offset);
+
+/* Preallocates [0, len); ftruncate where the filesystem cannot. */
+int rec_io_fallocate(int fd, uint64_t len);
+
+int rec_io_fdatasync(int fd);
+int rec_io_fsync_dir(int dirfd);
+int rec_io_truncate(int fd, uint64_t len);
+int rec_io_rename(int dirfd, const char *from, const char *to);
+int rec_io_unlink(int dirfd, const char *name);
+
+/*
+ * Whether files in dirfd accept O_DIRECT: creates, writes 4 KiB to and
+ * removes a probe file. Returns 1 (yes), 0 (no: *reason says why) or a
+ * negative errno when the probe itself could not run.
+ */
+int rec_io_probe_direct(int dirfd, int *reason);
+
+#endif
