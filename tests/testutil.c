@@ -1,0 +1,273 @@
+/* Test helpers: see testutil.h. */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+char *tu_make_temp_dir(const char *tag)
+{
+	const char *base = getenv("TMPDIR");
+	char *path;
+
+	if (!base || !*base)
+		base = "/tmp";
+	if (asprintf(&path, "%s/selene-%s-XXXXXX", base, tag) < 0)
+		abort();
+	if (!mkdtemp(path)) {
+		perror("mkdtemp");
+		abort();
+	}
+	return path;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+			struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+void tu_remove_tree(char *path)
+{
+	if (!path)
+		return;
+	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	free(path);
+}
+
+void tu_geometry(struct rec_geometry *g, uint32_t page_tokens,
+		 uint32_t plane_count, uint64_t unit_bytes, uint64_t row_bytes,
+		 uint32_t rank, uint32_t world_size)
+{
+	struct rec_plane *planes = calloc(plane_count, sizeof(*planes));
+	struct rec_geometry_spec spec = {
+		.page_tokens = page_tokens,
+		.page_plane_count = plane_count,
+		.page_planes = planes,
+		.page_count = 64,
+		.row_count = 8,
+		.rank = rank,
+		.world_size = world_size,
+	};
+	char err[256];
+
+	SEL_ASSERT(planes);
+	for (uint32_t i = 0; i < plane_count; i++) {
+		snprintf(planes[i].name, sizeof(planes[i].name), "plane.%03u", i);
+		planes[i].unit_bytes = unit_bytes;
+	}
+	snprintf(spec.row_plane.name, sizeof(spec.row_plane.name), "state");
+	spec.row_plane.unit_bytes = row_bytes;
+	if (rec_geometry_init(g, &spec, err, sizeof(err)) != 0) {
+		fprintf(stderr, "tu_geometry: %s\n", err);
+		abort();
+	}
+	free(planes);
+}
+
+void tu_identities(struct rec_identity *model, struct rec_identity *namespace_id)
+{
+	struct rec_identity m;
+
+	rec_model_identity_from_name(&m, "test-model");
+	if (model)
+		*model = m;
+	if (namespace_id)
+		rec_namespace_identity(namespace_id, &m, REC_STATE_ORDINARY);
+}
+
+void *tu_alloc(size_t len)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, SEL_BLOCK_BYTES, len ? len : 1) != 0)
+		abort();
+	memset(p, 0, len);
+	return p;
+}
+
+/* splitmix64: a fixed, portable generator for test data. */
+static uint64_t splitmix(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+void tu_fill(void *buf, size_t len, uint64_t seed)
+{
+	uint8_t *p = buf;
+	uint64_t state = seed;
+
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t v = splitmix(&state);
+		size_t n = len - i < 8 ? len - i : 8;
+
+		memcpy(p + i, &v, n);
+	}
+}
+
+void tu_tokens(uint32_t *out, size_t count, uint64_t seed)
+{
+	uint64_t state = seed;
+
+	for (size_t i = 0; i < count; i++)
+		out[i] = (uint32_t)(splitmix(&state) % 151936);
+}
+
+void tu_record_make(struct tu_record *rec, const struct rec_geometry *g,
+		    uint64_t history_seed, uint64_t consumed,
+		    const struct tu_record *parent, uint64_t payload_seed)
+{
+	struct rec_identity model;
+	struct rec_history history;
+	uint32_t *tokens = calloc(consumed, sizeof(uint32_t));
+
+	SEL_ASSERT(tokens);
+	tu_identities(&model, NULL);
+	tu_tokens(tokens, consumed, history_seed);
+	SEL_ASSERT(rec_history_init(&history, &model, tokens, consumed) == 0);
+	memset(rec, 0, sizeof(*rec));
+	rec_history_key_at(&history, consumed, &rec->key);
+	rec_history_free(&history);
+	free(tokens);
+	if (parent) {
+		rec->parent = parent->key;
+		rec->has_parent = true;
+		rec->first_page_index = (uint32_t)(parent->key.consumed / g->page_tokens);
+	}
+	rec->tail_page_count =
+		(uint32_t)(consumed / g->page_tokens) - rec->first_page_index;
+	rec->stride = g->page_record_bytes;
+	rec->row_length = g->row_record_bytes;
+	rec->pages = tu_alloc(rec->stride * rec->tail_page_count);
+	rec->row = tu_alloc(rec->row_length);
+	tu_fill(rec->pages, rec->stride * rec->tail_page_count, payload_seed);
+	tu_fill(rec->row, rec->row_length, payload_seed ^ 0x5eed);
+}
+
+void tu_record_free(struct tu_record *rec)
+{
+	free(rec->pages);
+	free(rec->row);
+	rec->pages = rec->row = NULL;
+}
+
+void tu_record_header(struct rec_header *h, struct rec_dir *dir,
+		      const struct tu_record *rec)
+{
+	struct rec_digest bucket;
+
+	memset(&bucket, 0xb5, sizeof(bucket));
+	SEL_ASSERT(rec_header_init(h, rec_dir_geometry(dir), rec_dir_namespace(dir),
+				   &rec->key, rec->has_parent ? &rec->parent : NULL,
+				   &bucket, rec->first_page_index,
+				   rec->tail_page_count, 1700000000000000000ull) == 0);
+}
+
+int tu_record_write(struct rec_dir *dir, const struct tu_record *rec,
+		    uint32_t window_pages)
+{
+	struct rec_header h;
+	struct rec_writer w;
+	uint32_t done = 0;
+	int ret;
+
+	tu_record_header(&h, dir, rec);
+	ret = rec_writer_begin(&w, dir, &h);
+	if (ret)
+		return ret;
+	if (window_pages == 0)
+		window_pages = rec->tail_page_count ? rec->tail_page_count : 1;
+	while (done < rec->tail_page_count) {
+		uint32_t n = rec->tail_page_count - done;
+
+		n = n < window_pages ? n : window_pages;
+		ret = rec_writer_put_pages(&w, done, n, rec->pages + rec->stride * done);
+		if (ret)
+			goto err_abort;
+		done += n;
+	}
+	ret = rec_writer_put_row(&w, rec->row);
+	if (ret)
+		goto err_abort;
+	return rec_writer_commit(&w);
+err_abort:
+	rec_writer_abort(&w);
+	return ret;
+}
+
+struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
+			    bool durable)
+{
+	struct rec_identity namespace_id;
+	struct rec_dir_options options = {
+		.base_path = base,
+		.namespace_id = &namespace_id,
+		.geometry = g,
+		.durable = durable,
+	};
+	struct rec_dir *dir;
+	char err[256];
+
+	tu_identities(NULL, &namespace_id);
+	if (rec_dir_open(&options, &dir, err, sizeof(err)) != 0) {
+		fprintf(stderr, "tu_dir_open: %s\n", err);
+		abort();
+	}
+	return dir;
+}
+
+char *tu_record_path(struct rec_dir *dir, const struct rec_key *key)
+{
+	char name[REC_FILE_NAME_BYTES];
+	char *path;
+
+	rec_file_name(name, key);
+	if (asprintf(&path, "%s/%s", rec_dir_path(dir), name) < 0)
+		abort();
+	return path;
+}
+
+void tu_flip_bit(const char *path, uint64_t offset)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t byte;
+
+	SEL_ASSERT(fd >= 0);
+	SEL_ASSERT(pread(fd, &byte, 1, (off_t)offset) == 1);
+	byte ^= 0x10;
+	SEL_ASSERT(pwrite(fd, &byte, 1, (off_t)offset) == 1);
+	close(fd);
+}
+
+int tu_count_suffix(const char *dir_path, const char *suffix)
+{
+	DIR *d = opendir(dir_path);
+	struct dirent *e;
+	size_t suffix_len = strlen(suffix);
+	int count = 0;
+
+	SEL_ASSERT(d);
+	while ((e = readdir(d)) != NULL) {
+		size_t len = strlen(e->d_name);
+
+		if (len >= suffix_len &&
+		    strcmp(e->d_name + len - suffix_len, suffix) == 0)
+			count++;
+	}
+	closedir(d);
+	return count;
+}

@@ -1,0 +1,90 @@
+/*
+ * Helpers shared by the CMocka test binaries: temporary directories,
+ * geometries, deterministic payloads, and writing a record in one call.
+ * Test code only; it asserts with CMocka and aborts on setup failures.
+ */
+#ifndef SELENE_TESTS_TESTUTIL_H
+#define SELENE_TESTS_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "record/dir.h"
+#include "record/file.h"
+#include "record/format.h"
+#include "record/geometry.h"
+#include "record/key.h"
+
+/* Makes a fresh directory under $TMPDIR (or /tmp); caller frees the path. */
+char *tu_make_temp_dir(const char *tag);
+
+/* rm -rf path, then frees it. */
+void tu_remove_tree(char *path);
+
+/*
+ * A geometry of plane_count page planes of unit_bytes each (names
+ * "plane.NNN"), a row of row_bytes, page_tokens per page, 64 pages, 8 rows.
+ */
+void tu_geometry(struct rec_geometry *g, uint32_t page_tokens,
+		 uint32_t plane_count, uint64_t unit_bytes, uint64_t row_bytes,
+		 uint32_t rank, uint32_t world_size);
+
+/* The model identity "test-model" and its ordinary namespace. */
+void tu_identities(struct rec_identity *model, struct rec_identity *namespace_id);
+
+/* 4 KiB-aligned, zeroed memory; aborts when out of memory. */
+void *tu_alloc(size_t len);
+
+/* Fills len bytes with a pattern that depends on seed and position. */
+void tu_fill(void *buf, size_t len, uint64_t seed);
+
+/* Deterministic tokens: token i of a sequence drawn from seed. */
+void tu_tokens(uint32_t *out, size_t count, uint64_t seed);
+
+/* A record to write: pages [first, key / pt) after parent (NULL: root). */
+struct tu_record {
+	struct rec_key key;
+	struct rec_key parent;
+	bool has_parent;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	uint8_t *pages; /* tail_page_count * stride bytes, owned */
+	uint8_t *row;   /* row_length bytes, owned */
+	uint64_t stride;
+	uint64_t row_length;
+};
+
+/*
+ * Makes the key for consumed tokens of the token sequence seeded by
+ * history_seed, with pages and a row filled from payload_seed.
+ */
+void tu_record_make(struct tu_record *rec, const struct rec_geometry *g,
+		    uint64_t history_seed, uint64_t consumed,
+		    const struct tu_record *parent, uint64_t payload_seed);
+void tu_record_free(struct tu_record *rec);
+
+/* Fills a header for rec in dir's geometry and namespace. */
+void tu_record_header(struct rec_header *h, struct rec_dir *dir,
+		      const struct tu_record *rec);
+
+/* Writes rec with the page windows given (0 means all at once). */
+int tu_record_write(struct rec_dir *dir, const struct tu_record *rec,
+		    uint32_t window_pages);
+
+/* Opens a record directory for g in base; asserts success. */
+struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
+			    bool durable);
+
+/* Path of rec's file in dir; caller frees. */
+char *tu_record_path(struct rec_dir *dir, const struct rec_key *key);
+
+/* Flips one bit of the file at offset. */
+void tu_flip_bit(const char *path, uint64_t offset);
+
+/* Number of directory entries whose name ends with suffix. */
+int tu_count_suffix(const char *dir_path, const char *suffix);
+
+#endif
