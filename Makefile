@@ -19,16 +19,19 @@ PKGS := liburing libxxhash libb2
 SONAME_MAJOR := 0
 VERSION := 0.1.0
 
+# CFLAGS and LDFLAGS are the user's (optimisation, debug); the rest is ours
+# and survives a CFLAGS given on the command line.
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wstrict-prototypes \
+SEL_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wstrict-prototypes \
 	-Wshadow -Wvla -fPIC -MMD -MP -I. -Iinclude \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+SEL_LDFLAGS :=
 LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -lpthread
 TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
 
 ifneq ($(SANITIZE),)
-CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
-LDFLAGS += -fsanitize=$(SANITIZE)
+SEL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+SEL_LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 ifeq ($(V),1)
@@ -41,7 +44,7 @@ LIB_SRCS := $(sort \
 	common/base.c common/error.c common/failpoint.c common/log.c \
 	record/dir.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c)
-PROG_SRCS := $(sort launch/main.c launch/cmd_records.c launch/cmd_demo.c)
+PROG_SRCS := $(sort launch/cmd_demo.c launch/cmd_records.c launch/main.c)
 TEST_NAMES := $(sort failpoint key geometry format file dir cli)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -57,7 +60,7 @@ all: $(STATIC_LIB) $(SHARED_LIB) $(PROGRAM)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(SEL_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(STATIC_LIB): $(LIB_OBJS)
 	@$(if $(Q),echo "  AR      $@")
@@ -66,18 +69,18 @@ $(STATIC_LIB): $(LIB_OBJS)
 $(SHARED_LIB): $(LIB_OBJS) libselene.map
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,libselene.so.$(SONAME_MAJOR) \
-		-Wl,--version-script=libselene.map -Wl,-z,defs $(LDFLAGS) \
+		-Wl,--version-script=libselene.map -Wl,-z,defs $(SEL_LDFLAGS) $(LDFLAGS) \
 		-o $@ $(LIB_OBJS) $(LDLIBS)
 	$(Q)ln -sf libselene.so.$(VERSION) $(BUILD)/libselene.so.$(SONAME_MAJOR)
 	$(Q)ln -sf libselene.so.$(VERSION) $(BUILD)/libselene.so
 
 $(PROGRAM): $(PROG_OBJS) $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(PROG_OBJS) $(STATIC_LIB) $(LDLIBS)
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(PROG_OBJS) $(STATIC_LIB) $(LDLIBS)
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
 		$(LDLIBS) $(TEST_LDLIBS)
 
 tests: $(TEST_BINS) $(PROGRAM)

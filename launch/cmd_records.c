@@ -1,0 +1,383 @@
+/*
+ * selene ls and selene verify: read-only views of record directories. They
+ * take no lock (a live store may hold it) and never change a file; they know
+ * no geometry, so a header is checked against what its directory's name and
+ * its own file name spell (FORMAT.md R-REC-12), and against itself.
+ */
+#include "launch/commands.h"
+
+#include "common/base.h"
+#include "common/limits.h"
+#include "record/file.h"
+#include "record/format.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Verify reads pages in windows of at most this many bytes. */
+#define VERIFY_WINDOW_BYTES (64u << 20)
+
+struct walk {
+	int (*visit)(struct walk *w, int dirfd, const char *dir_path,
+		     const char *name, const struct rec_expect *expect);
+	bool json;
+	uint64_t now_ns;
+	uint64_t good;
+	uint64_t bad;
+	uint64_t temporary;
+	uint64_t dirs;
+};
+
+static int compare_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Lists names in a directory, sorted, skipping dot entries; caller frees. */
+static int list_sorted(const char *path, char ***names_out, size_t *count_out)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	char **names = NULL;
+	size_t count = 0, capacity = 0;
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (count == capacity) {
+			char **grown;
+
+			capacity = capacity ? capacity * 2 : 64;
+			grown = realloc(names, capacity * sizeof(*names));
+			if (!grown)
+				break;
+			names = grown;
+		}
+		names[count] = strdup(e->d_name);
+		if (names[count])
+			count++;
+	}
+	closedir(d);
+	qsort(names, count, sizeof(*names), compare_names);
+	*names_out = names;
+	*count_out = count;
+	return 0;
+}
+
+static void free_names(char **names, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* Visits every *.ckpt of one record directory, in name order. */
+static int walk_record_dir(struct walk *w, const char *path,
+			   const char *dir_name)
+{
+	struct rec_digest fingerprint;
+	uint8_t prefix[8];
+	char **names;
+	size_t count;
+	int dirfd, ret;
+
+	if (!rec_dir_name_parse(dir_name, prefix, &fingerprint))
+		return 0;
+	ret = list_sorted(path, &names, &count);
+	if (ret) {
+		fprintf(stderr, "selene: cannot read %s: %s\n", path, strerror(-ret));
+		return ret;
+	}
+	dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	w->dirs++;
+	for (size_t i = 0; i < count; i++) {
+		struct rec_expect expect = { .namespace_prefix = prefix,
+					     .fingerprint = &fingerprint };
+		struct rec_key key;
+		bool tmp;
+
+		if (!rec_file_name_parse(names[i], &key, &tmp))
+			continue;
+		if (tmp) {
+			w->temporary++;
+			continue;
+		}
+		expect.key = &key;
+		w->visit(w, dirfd, path, names[i], &expect);
+	}
+	close(dirfd);
+out_free:
+	free_names(names, count);
+	return ret;
+}
+
+/* Base directories nest at most this deep below the one named. */
+#define WALK_DEPTH_MAX 3
+
+/* DIR is a record directory, or a base directory holding some. */
+static int walk(struct walk *w, const char *path, int depth)
+{
+	char *copy = strdup(path), *base;
+	struct stat st;
+	char **names;
+	size_t count;
+	int ret;
+
+	if (!copy)
+		return -ENOMEM;
+	while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
+		copy[strlen(copy) - 1] = '\0';
+	base = strrchr(copy, '/') ? strrchr(copy, '/') + 1 : copy;
+	if (stat(copy, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "selene: %s is not a directory\n", path);
+		free(copy);
+		return -ENOTDIR;
+	}
+	if (rec_dir_name_parse(base, (uint8_t[8]){ 0 }, &(struct rec_digest){ 0 })) {
+		ret = walk_record_dir(w, copy, base);
+		free(copy);
+		return ret;
+	}
+	ret = list_sorted(copy, &names, &count);
+	if (ret) {
+		fprintf(stderr, "selene: cannot read %s: %s\n", path, strerror(-ret));
+		free(copy);
+		return ret;
+	}
+	for (size_t i = 0; !ret && i < count; i++) {
+		char *sub;
+
+		if (asprintf(&sub, "%s/%s", copy, names[i]) < 0) {
+			ret = -ENOMEM;
+			break;
+		}
+		if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+			if (rec_dir_name_parse(names[i], (uint8_t[8]){ 0 },
+					       &(struct rec_digest){ 0 }))
+				ret = walk_record_dir(w, sub, names[i]);
+			else if (depth < WALK_DEPTH_MAX)
+				ret = walk(w, sub, depth + 1);
+		}
+		free(sub);
+	}
+	free_names(names, count);
+	free(copy);
+	return ret;
+}
+
+static void format_age(char *out, size_t size, uint64_t age_ns)
+{
+	uint64_t s = age_ns / 1000000000ull;
+
+	if (s < 120)
+		snprintf(out, size, "%" PRIu64 "s", s);
+	else if (s < 7200)
+		snprintf(out, size, "%" PRIu64 "m", s / 60);
+	else if (s < 172800)
+		snprintf(out, size, "%" PRIu64 "h", s / 3600);
+	else
+		snprintf(out, size, "%" PRIu64 "d", s / 86400);
+}
+
+static void key_text(char out[REC_FILE_NAME_BYTES], const struct rec_key *key)
+{
+	rec_file_name(out, key);
+	out[REC_FILE_NAME_BYTES - 6] = '\0'; /* drop ".ckpt" */
+}
+
+static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
+		    const char *name, const struct rec_expect *expect)
+{
+	char key[REC_FILE_NAME_BYTES], parent[REC_FILE_NAME_BYTES], age[16], why[256];
+	struct rec_reader r;
+	struct stat st;
+	uint64_t age_ns = 0;
+	int ret;
+
+	ret = rec_reader_open(&r, dirfd, name, false, expect, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "selene: %s/%s: invalid: %s\n", dir_path, name,
+			sel_is_selene_error(ret) ? why : strerror(-ret));
+		w->bad++;
+		return 0;
+	}
+	if (fstat(r.fd, &st) == 0) {
+		uint64_t mtime = (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+				 (uint64_t)st.st_mtim.tv_nsec;
+
+		age_ns = w->now_ns > mtime ? w->now_ns - mtime : 0;
+	}
+	key_text(key, &r.header.key);
+	if (r.header.parent.consumed)
+		key_text(parent, &r.header.parent);
+	else
+		strcpy(parent, "-");
+	if (w->json) {
+		printf("{\"dir\":\"%s\",\"key\":\"%s\",\"consumed\":%" PRIu64
+		       ",\"parent\":%s%s%s,\"first_page\":%u,\"pages\":%u,"
+		       "\"row\":%s,\"bytes\":%" PRIu64 ",\"age_s\":%.3f}\n",
+		       dir_path, key, r.header.key.consumed,
+		       r.header.parent.consumed ? "\"" : "",
+		       r.header.parent.consumed ? parent : "null",
+		       r.header.parent.consumed ? "\"" : "",
+		       r.header.first_page_index, r.header.tail_page_count,
+		       r.row_present ? "true" : "false", r.file_length,
+		       (double)age_ns / 1e9);
+	} else {
+		format_age(age, sizeof(age), age_ns);
+		printf("%-49s %-49s %6u %6u %-3s %12" PRIu64 " %5s\n", key, parent,
+		       r.header.first_page_index, r.header.tail_page_count,
+		       r.row_present ? "yes" : "no", r.file_length, age);
+	}
+	w->good++;
+	rec_reader_close(&r);
+	return 0;
+}
+
+/* Reads and verifies every page, in windows, and the row. */
+static int verify_payload(struct rec_reader *r, char *why, size_t why_size)
+{
+	uint64_t stride = r->header.page_stride;
+	uint64_t window = VERIFY_WINDOW_BYTES / stride;
+	uint64_t bytes;
+	void *buf;
+	int ret = 0;
+
+	window = window == 0 ? 1 : window > 64 ? 64 : window;
+	bytes = stride * window;
+	if (bytes < r->header.row_length)
+		bytes = r->header.row_length;
+	if (posix_memalign(&buf, SEL_BLOCK_BYTES, (size_t)bytes))
+		return -ENOMEM;
+	for (uint32_t first = 0; !ret && first < r->header.tail_page_count;) {
+		uint32_t n = r->header.tail_page_count - first;
+
+		n = n < window ? n : (uint32_t)window;
+		ret = rec_reader_read_pages(r, first, n, buf, why, why_size);
+		first += n;
+	}
+	if (!ret && r->row_present)
+		ret = rec_reader_read_row(r, buf, why, why_size);
+	free(buf);
+	return ret;
+}
+
+static int visit_verify(struct walk *w, int dirfd, const char *dir_path,
+			const char *name, const struct rec_expect *expect)
+{
+	struct rec_reader r;
+	char why[256] = "";
+	int ret;
+
+	ret = rec_reader_open(&r, dirfd, name, false, expect, why, sizeof(why));
+	if (!ret) {
+		ret = verify_payload(&r, why, sizeof(why));
+		rec_reader_close(&r);
+	}
+	if (ret) {
+		printf("BAD %s/%s: %s\n", dir_path, name,
+		       sel_is_selene_error(ret) || why[0] ? why : strerror(-ret));
+		w->bad++;
+	} else {
+		w->good++;
+	}
+	return 0;
+}
+
+static const struct option walk_options[] = {
+	{ "json", no_argument, NULL, 'j' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int parse_walk_args(int argc, char **argv, struct walk *w,
+			   bool json_allowed, const char **dir)
+{
+	int opt;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", walk_options, NULL)) != -1) {
+		if (opt == 'j' && json_allowed)
+			w->json = true;
+		else
+			return -1;
+	}
+	if (optind != argc - 1)
+		return -1;
+	*dir = argv[optind];
+	return 0;
+}
+
+int launch_cmd_ls(int argc, char **argv)
+{
+	struct walk w = { .visit = visit_ls, .now_ns = sel_realtime_ns() };
+	const char *dir;
+
+	if (launch_wants_help(argc, argv) ||
+	    parse_walk_args(argc, argv, &w, true, &dir) != 0) {
+		FILE *out = launch_wants_help(argc, argv) ? stdout : stderr;
+
+		fprintf(out,
+			"usage: selene ls [--json] DIR\n\n"
+			"Lists the records in DIR, a record directory\n"
+			"(<namespace>-<fingerprint>) or a directory holding them (up to\n"
+			"three levels down, such as a base per rank):\n"
+			"one line per record with its key, its parent key ('-' for a\n"
+			"root record), the index of its first stored page, its page\n"
+			"count, whether it has its row, its bytes and its age (mtime).\n"
+			"Files that fail their header are named on stderr.\n\n"
+			"  --json   one JSON object per line instead\n"
+			"  --help   this help\n");
+		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
+	}
+	if (!w.json)
+		printf("%-49s %-49s %6s %6s %-3s %12s %5s\n", "KEY", "PARENT", "FIRST",
+		       "PAGES", "ROW", "BYTES", "AGE");
+	if (walk(&w, dir, 0) != 0)
+		return LAUNCH_EXIT_USAGE;
+	return w.bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+}
+
+int launch_cmd_verify(int argc, char **argv)
+{
+	struct walk w = { .visit = visit_verify };
+	const char *dir;
+
+	if (launch_wants_help(argc, argv) ||
+	    parse_walk_args(argc, argv, &w, false, &dir) != 0) {
+		FILE *out = launch_wants_help(argc, argv) ? stdout : stderr;
+
+		fprintf(out,
+			"usage: selene verify DIR\n\n"
+			"Checks every record in DIR (a record directory or a directory\n"
+			"holding them, up to three levels down): its header against its\n"
+			"directory's name and its file name, its length, every page\n"
+			"checksum and its row checksum. Names each bad file and why.\n"
+			"Takes no lock and changes nothing.\n\n"
+			"exit status: 0 all good, 1 some record is bad, 2 could not run\n\n"
+			"  --help   this help\n");
+		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
+	}
+	if (walk(&w, dir, 0) != 0)
+		return LAUNCH_EXIT_USAGE;
+	printf("verified %" PRIu64 " records in %" PRIu64 " directories: %" PRIu64
+	       " good, %" PRIu64 " bad", w.good + w.bad, w.dirs, w.good, w.bad);
+	if (w.temporary)
+		printf(" (%" PRIu64 " temporary files not checked)", w.temporary);
+	printf("\n");
+	return w.bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+}

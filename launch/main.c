@@ -1,0 +1,102 @@
+/*
+ * The selene program: dispatches to a subcommand. It holds no logic of its
+ * own beyond the command table and the top-level help.
+ */
+#include "launch/commands.h"
+
+#include "common/failpoint.h"
+#include "selene/selene.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{ "demo", launch_cmd_demo,
+	  "write, restart, restore and verify a checkpoint chain on one rank" },
+	{ "failpoints", launch_cmd_failpoints,
+	  "list the failpoints SELENE_FAILPOINTS can arm" },
+	{ "ls", launch_cmd_ls, "list the records in a record or base directory" },
+	{ "verify", launch_cmd_verify,
+	  "check every record's header, pages and row; exit 1 if any is bad" },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: selene COMMAND [ARGS...]\n"
+		"       selene COMMAND --help\n"
+		"\n"
+		"Selene stores an inference server's prefix-cache checkpoints in\n"
+		"record files, one directory per rank and namespace.\n"
+		"\n"
+		"commands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out,
+		"\n"
+		"options:\n"
+		"  -h, --help   this help\n"
+		"  --version    print the version\n"
+		"\n"
+		"environment:\n"
+		"  SELENE_LOG=error|warn|info|debug   log level (default info)\n"
+		"  SELENE_FAILPOINTS=NAME=ACTION;...  arm failpoints (see 'selene failpoints')\n");
+}
+
+int launch_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return LAUNCH_EXIT_OK;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("selene %s\n", sel_version());
+		return LAUNCH_EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "selene: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return LAUNCH_EXIT_USAGE;
+}
+
+int launch_cmd_failpoints(int argc, char **argv)
+{
+	if (launch_wants_help(argc, argv)) {
+		printf("usage: selene failpoints\n\n"
+		       "Lists every failpoint with when it is evaluated. Arm them with\n"
+		       "SELENE_FAILPOINTS='NAME=TERM[->TERM...];NAME=...' where TERM is\n"
+		       "[COUNT*]ACTION and ACTION is off, return, return(ERRNO), short,\n"
+		       "kill, abort, sleep(MS) or print. Example:\n"
+		       "  SELENE_FAILPOINTS='record.after_rename=1*kill;disk.write=3*off->return(EIO)'\n");
+		return LAUNCH_EXIT_OK;
+	}
+	if (argc > 1) {
+		fprintf(stderr, "selene failpoints: takes no arguments\n");
+		return LAUNCH_EXIT_USAGE;
+	}
+	for (int i = 0; i < SEL_FAILPOINT_COUNT; i++)
+		printf("%-26s %s\n", sel_failpoint_name((enum sel_failpoint)i),
+		       sel_failpoint_doc((enum sel_failpoint)i));
+	return LAUNCH_EXIT_OK;
+}

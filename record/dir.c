@@ -346,7 +346,8 @@ static struct scan_entry *find_entry(struct scan_state *s,
  */
 static void scan_decide(struct scan_state *s)
 {
-	qsort(s->entries, s->count, sizeof(s->entries[0]), compare_entry_keys);
+	if (s->count > 1)
+		qsort(s->entries, s->count, sizeof(s->entries[0]), compare_entry_keys);
 	for (size_t i = 0; i < s->count; i++) {
 		struct scan_entry *e = &s->entries[i];
 		struct scan_entry *parent;
@@ -419,8 +420,9 @@ static int scan_collect(struct scan_state *s)
 		out->bytes += s->entries[i].info.file_bytes;
 	}
 	/* R-DIR-4: access order from mtime, oldest first. */
-	qsort(out->records, out->record_count, sizeof(out->records[0]),
-	      compare_access);
+	if (out->record_count > 1)
+		qsort(out->records, out->record_count, sizeof(out->records[0]),
+		      compare_access);
 	return 0;
 }
 

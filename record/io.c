@@ -29,10 +29,15 @@ int rec_io_open(int dirfd, const char *name, int flags, bool direct)
 			       0644));
 }
 
-/* One request's length after a "short" failpoint: half, block-aligned. */
+/*
+ * One request's length after a "short" failpoint: half, block-aligned so
+ * O_DIRECT still accepts it; a single block cannot be shortened.
+ */
 static uint64_t shortened(uint64_t len)
 {
-	return len / 2 / SEL_BLOCK_BYTES * SEL_BLOCK_BYTES;
+	if (len <= SEL_BLOCK_BYTES)
+		return len;
+	return sel_align_up(len / 2, SEL_BLOCK_BYTES);
 }
 
 int rec_io_write_full(int fd, const void *buf, uint64_t len, uint64_t offset)

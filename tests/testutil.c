@@ -209,8 +209,8 @@ err_abort:
 	return ret;
 }
 
-struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
-			    bool durable)
+static struct rec_dir *dir_open(const char *base, const struct rec_geometry *g,
+				bool durable, bool no_direct)
 {
 	struct rec_identity namespace_id;
 	struct rec_dir_options options = {
@@ -218,6 +218,7 @@ struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
 		.namespace_id = &namespace_id,
 		.geometry = g,
 		.durable = durable,
+		.no_direct = no_direct,
 	};
 	struct rec_dir *dir;
 	char err[256];
@@ -228,6 +229,18 @@ struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
 		abort();
 	}
 	return dir;
+}
+
+struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
+			    bool durable)
+{
+	return dir_open(base, g, durable, false);
+}
+
+struct rec_dir *tu_dir_open_buffered(const char *base,
+				     const struct rec_geometry *g)
+{
+	return dir_open(base, g, false, true);
 }
 
 char *tu_record_path(struct rec_dir *dir, const struct rec_key *key)

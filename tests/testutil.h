@@ -78,6 +78,10 @@ int tu_record_write(struct rec_dir *dir, const struct tu_record *rec,
 struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
 			    bool durable);
 
+/* The same, choosing buffered I/O even where O_DIRECT works. */
+struct rec_dir *tu_dir_open_buffered(const char *base,
+				     const struct rec_geometry *g);
+
 /* Path of rec's file in dir; caller frees. */
 char *tu_record_path(struct rec_dir *dir, const struct rec_key *key);
 

@@ -1,0 +1,23 @@
+/*
+ * The selene program's subcommands. Each takes its own argv (argv[0] is the
+ * subcommand's name) and returns the process exit status.
+ */
+#ifndef SELENE_LAUNCH_COMMANDS_H
+#define SELENE_LAUNCH_COMMANDS_H
+
+int launch_cmd_ls(int argc, char **argv);
+int launch_cmd_verify(int argc, char **argv);
+int launch_cmd_failpoints(int argc, char **argv);
+int launch_cmd_demo(int argc, char **argv);
+
+/* Exit statuses shared by every subcommand. */
+enum {
+	LAUNCH_EXIT_OK = 0,
+	LAUNCH_EXIT_BAD = 1,   /* the command ran and found a problem */
+	LAUNCH_EXIT_USAGE = 2, /* bad arguments or the command could not run */
+};
+
+/* True when argv holds -h or --help. */
+int launch_wants_help(int argc, char **argv);
+
+#endif

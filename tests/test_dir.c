@@ -1,0 +1,480 @@
+/*
+ * Record directories (record/dir.h, FORMAT.md R-DIR-*): the lock, the
+ * startup scan's deletions with their reasons and counts, access order,
+ * the rebuilt index, the buffered fallback, and kills during the scan.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct fixture {
+	char *base;
+	struct rec_geometry g;
+	struct rec_dir *dir;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	f->base = tu_make_temp_dir("dir");
+	tu_geometry(&f->g, 64, 2, 4096, 8192, 0, 1);
+	f->dir = tu_dir_open(f->base, &f->g, false);
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_failpoints_configure(NULL);
+	rec_dir_close(f->dir);
+	tu_remove_tree(f->base);
+	free(f);
+	return 0;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+}
+
+static bool has_key(const struct rec_scan *scan, const struct rec_key *key)
+{
+	for (size_t i = 0; i < scan->record_count; i++)
+		if (rec_key_equal(&scan->records[i].key, key))
+			return true;
+	return false;
+}
+
+/* R-DIR-1: a second opener, in this process or another, is refused. */
+static void test_dir_lock_refuses_second_opener(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_identity ns;
+	struct rec_dir_options options = {
+		.base_path = f->base, .namespace_id = &ns, .geometry = &f->g,
+	};
+	struct rec_dir *second = NULL;
+	char err[512] = "";
+	int status;
+	pid_t pid;
+
+	tu_identities(NULL, &ns);
+	write_file(rec_dir_path(f->dir), "x.ckpt.tmp", "partial");
+	assert_int_equal(rec_dir_open(&options, &second, err, sizeof(err)),
+			 SEL_ELOCKED);
+	assert_null(second);
+	assert_non_null(strstr(err, "in use by another process"));
+	assert_non_null(strstr(err, rec_dir_path(f->dir)));
+	pid = fork();
+	if (pid == 0) {
+		struct rec_dir *d;
+
+		/* the inherited fd shares the lock; close it as a new process would */
+		close(rec_dir_fd(f->dir));
+		_exit(rec_dir_open(&options, &d, err, sizeof(err)) == SEL_ELOCKED ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Refused before touching a file: the temporary file is still there. */
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 1);
+	rec_dir_close(f->dir);
+	assert_int_equal(rec_dir_open(&options, &f->dir, err, sizeof(err)), 0);
+}
+
+/* R-DIR-2: temporary files go; foreign files stay, counted. */
+static void test_dir_scan_deletes_temporary_files(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec;
+	struct rec_scan scan;
+	char name[REC_FILE_NAME_BYTES + 8];
+
+	tu_record_make(&rec, &f->g, 1, 64 * 2, NULL, 1);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	rec_file_name(name, &rec.key);
+	strcat(name, ".tmp");
+	write_file(rec_dir_path(f->dir), name, "half a record");
+	write_file(rec_dir_path(f->dir), "junk.tmp", "x");
+	write_file(rec_dir_path(f->dir), "README", "not ours");
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 1);
+	assert_int_equal(scan.tmp_deleted, 2);
+	assert_int_equal(scan.ignored, 1);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), "README"), 1);
+	rec_scan_free(&scan);
+	tu_record_free(&rec);
+}
+
+/* R-DIR-3: bad headers, lengths, names and identities are dropped. */
+static void test_dir_scan_drops_invalid_files(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record good, bits, length, renamed, foreign;
+	struct rec_geometry *other = malloc(sizeof(*other));
+	char *path, *other_path, *base2 = tu_make_temp_dir("foreign");
+	struct rec_scan scan;
+	struct rec_dir *dir2;
+
+	tu_record_make(&good, &f->g, 2, 64 * 2, NULL, 2);
+	tu_record_make(&bits, &f->g, 3, 64 * 2, NULL, 3);
+	tu_record_make(&length, &f->g, 4, 64 * 2, NULL, 4);
+	tu_record_make(&renamed, &f->g, 5, 64 * 2, NULL, 5);
+	assert_int_equal(tu_record_write(f->dir, &good, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &bits, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &length, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &renamed, 0), 0);
+	path = tu_record_path(f->dir, &bits.key);
+	tu_flip_bit(path, 70);
+	free(path);
+	path = tu_record_path(f->dir, &length.key);
+	assert_int_equal(truncate(path, 4096 * 3 + 100), 0);
+	free(path);
+	/* a valid file under another record's name */
+	path = tu_record_path(f->dir, &renamed.key);
+	renamed.key.digest.bytes[5] ^= 1;
+	other_path = tu_record_path(f->dir, &renamed.key);
+	assert_int_equal(rename(path, other_path), 0);
+	free(path);
+	free(other_path);
+	/* a valid file of another rank's geometry, copied in */
+	tu_geometry(other, 64, 2, 4096, 8192, 0, 2);
+	dir2 = tu_dir_open(base2, other, false);
+	tu_record_make(&foreign, other, 6, 64 * 2, NULL, 6);
+	assert_int_equal(tu_record_write(dir2, &foreign, 0), 0);
+	path = tu_record_path(dir2, &foreign.key);
+	other_path = tu_record_path(f->dir, &foreign.key);
+	assert_int_equal(link(path, other_path), 0);
+	free(path);
+	free(other_path);
+
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.invalid_dropped, 4);
+	assert_int_equal(scan.record_count, 1);
+	assert_true(has_key(&scan, &good.key));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	rec_scan_free(&scan);
+	rec_dir_close(dir2);
+	tu_remove_tree(base2);
+	free(other);
+	tu_record_free(&good);
+	tu_record_free(&bits);
+	tu_record_free(&length);
+	tu_record_free(&renamed);
+	tu_record_free(&foreign);
+}
+
+/* R-DIR-5: a missing parent takes its descendants; other trees stay. */
+static void test_dir_scan_removes_orphans_with_descendants(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record a, b, c, c2, d, e;
+	struct rec_scan scan;
+
+	tu_record_make(&a, &f->g, 7, 64 * 1, NULL, 1);
+	tu_record_make(&b, &f->g, 7, 64 * 2 + 5, &a, 2);
+	tu_record_make(&c, &f->g, 7, 64 * 4, &b, 3);
+	tu_record_make(&c2, &f->g, 7, 64 * 3, &b, 4);
+	tu_record_make(&d, &f->g, 8, 64 * 2, NULL, 5);
+	tu_record_make(&e, &f->g, 8, 64 * 3, &d, 6);
+	assert_int_equal(tu_record_write(f->dir, &a, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &b, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &c, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &c2, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &d, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &e, 0), 0);
+	assert_int_equal(rec_unlink(f->dir, &a.key), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.orphans_dropped, 3);
+	assert_int_equal(scan.record_count, 2);
+	assert_true(has_key(&scan, &d.key));
+	assert_true(has_key(&scan, &e.key));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	rec_scan_free(&scan);
+	tu_record_free(&a);
+	tu_record_free(&b);
+	tu_record_free(&c);
+	tu_record_free(&c2);
+	tu_record_free(&d);
+	tu_record_free(&e);
+}
+
+/* R-DIR-6: page-only records survive only while they have children. */
+static void test_dir_scan_prunes_childless_page_only(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record a, b, c, x, y;
+	struct rec_scan scan;
+
+	/* a (page-only) -> b (page-only) -> c (row): all kept */
+	tu_record_make(&a, &f->g, 9, 64 * 1, NULL, 1);
+	tu_record_make(&b, &f->g, 9, 64 * 2, &a, 2);
+	tu_record_make(&c, &f->g, 9, 64 * 3, &b, 3);
+	/* x (page-only) -> y (page-only, no child): both go */
+	tu_record_make(&x, &f->g, 10, 64 * 1, NULL, 4);
+	tu_record_make(&y, &f->g, 10, 64 * 2, &x, 5);
+	assert_int_equal(tu_record_write(f->dir, &a, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &b, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &c, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &x, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &y, 0), 0);
+	assert_int_equal(rec_truncate_row(f->dir, &a.key), 0);
+	assert_int_equal(rec_truncate_row(f->dir, &b.key), 0);
+	assert_int_equal(rec_truncate_row(f->dir, &x.key), 0);
+	assert_int_equal(rec_truncate_row(f->dir, &y.key), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.page_only_dropped, 2);
+	assert_int_equal(scan.record_count, 3);
+	assert_true(has_key(&scan, &a.key) && has_key(&scan, &b.key) &&
+		    has_key(&scan, &c.key));
+	for (size_t i = 0; i < scan.record_count; i++)
+		assert_true(scan.records[i].row_present ==
+			    rec_key_equal(&scan.records[i].key, &c.key));
+	rec_scan_free(&scan);
+	tu_record_free(&a);
+	tu_record_free(&b);
+	tu_record_free(&c);
+	tu_record_free(&x);
+	tu_record_free(&y);
+}
+
+/* R-DIR-4: records come back oldest mtime first. */
+static void test_dir_scan_access_order_from_mtime(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record recs[5];
+	static const int age_order[5] = { 3, 0, 4, 1, 2 };
+	struct rec_scan scan;
+
+	for (int i = 0; i < 5; i++) {
+		struct timespec times[2];
+		char *path;
+
+		tu_record_make(&recs[i], &f->g, 20 + i, 64 * 2, NULL, i);
+		assert_int_equal(tu_record_write(f->dir, &recs[i], 0), 0);
+		path = tu_record_path(f->dir, &recs[i].key);
+		times[0].tv_sec = times[1].tv_sec = 1000000 + age_order[i] * 10;
+		times[0].tv_nsec = times[1].tv_nsec = 0;
+		assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+		free(path);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 5);
+	for (int rank = 0; rank < 5; rank++)
+		for (int i = 0; i < 5; i++)
+			if (age_order[i] == rank)
+				assert_true(rec_key_equal(&scan.records[rank].key,
+							  &recs[i].key));
+	rec_scan_free(&scan);
+	for (int i = 0; i < 5; i++)
+		tu_record_free(&recs[i]);
+}
+
+/* The rebuilt index equals what was written, field by field. */
+static void test_dir_scan_rebuilds_index(void **state)
+{
+	enum { RECORD_COUNT = 60 };
+	struct fixture *f = *state;
+	struct tu_record *recs = calloc(RECORD_COUNT, sizeof(*recs));
+	bool *truncated = calloc(RECORD_COUNT, sizeof(bool));
+	bool *has_child = calloc(RECORD_COUNT, sizeof(bool));
+	uint64_t seed = 0x5e1e7e;
+	struct rec_scan scan;
+
+	printf("seed %llu\n", (unsigned long long)seed);
+	srand((unsigned)seed);
+	/* Conversations: chains from a few roots, each step 1..3 pages on. */
+	for (int i = 0; i < RECORD_COUNT; i++) {
+		int parent = i % 6 == 0 ? -1 : i - 1;
+		uint64_t consumed = parent < 0 ? 64 + (uint64_t)(rand() % 100) :
+				    recs[parent].key.consumed + 1 + (uint64_t)(rand() % 190);
+
+		tu_record_make(&recs[i], &f->g, 1000 + (uint64_t)(i / 6), consumed,
+			       parent < 0 ? NULL : &recs[parent], (uint64_t)i);
+		assert_int_equal(tu_record_write(f->dir, &recs[i], 0), 0);
+		if (parent >= 0)
+			has_child[parent] = true;
+	}
+	for (int i = 0; i < RECORD_COUNT; i++) {
+		truncated[i] = has_child[i] && rand() % 2;
+		if (truncated[i])
+			assert_int_equal(rec_truncate_row(f->dir, &recs[i].key), 0);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, RECORD_COUNT);
+	for (int i = 0; i < RECORD_COUNT; i++) {
+		const struct rec_record_info *info = NULL;
+		struct rec_header h;
+
+		for (size_t j = 0; j < scan.record_count; j++)
+			if (rec_key_equal(&scan.records[j].key, &recs[i].key))
+				info = &scan.records[j];
+		assert_non_null(info);
+		tu_record_header(&h, f->dir, &recs[i]);
+		assert_true(rec_key_equal(&info->parent, &h.parent));
+		assert_true(rec_digest_equal(&info->bucket, &h.bucket));
+		assert_int_equal(info->first_page_index, recs[i].first_page_index);
+		assert_int_equal(info->tail_page_count, recs[i].tail_page_count);
+		assert_true(info->row_present == !truncated[i]);
+		assert_int_equal(info->file_bytes,
+				 truncated[i] ? h.row_offset : h.row_offset + h.row_length);
+		assert_int_equal(info->created_ns, h.created_ns);
+	}
+	rec_scan_free(&scan);
+	for (int i = 0; i < RECORD_COUNT; i++)
+		tu_record_free(&recs[i]);
+	free(recs);
+	free(truncated);
+	free(has_child);
+}
+
+/* On tmpfs (O_DIRECT refused by older kernels, accepted by newer) it works. */
+static void test_dir_tmpfs_either_path(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_dir *dir;
+	struct tu_record rec;
+	struct rec_scan scan;
+	char *base;
+
+	(void)f;
+	if (access("/dev/shm", W_OK) != 0) {
+		skip(); /* no tmpfs to refuse O_DIRECT here */
+	}
+	setenv("TMPDIR", "/dev/shm", 1);
+	base = tu_make_temp_dir("tmpfs");
+	unsetenv("TMPDIR");
+	dir = tu_dir_open(base, &f->g, true);
+	tu_record_make(&rec, &f->g, 30, 64 * 3, NULL, 30);
+	assert_int_equal(tu_record_write(dir, &rec, 1), 0);
+	assert_int_equal(rec_dir_scan(dir, &scan), 0);
+	assert_int_equal(scan.record_count, 1);
+	printf("O_DIRECT on /dev/shm: %s\n", rec_dir_direct(dir) ? "yes" : "no");
+	rec_scan_free(&scan);
+	tu_record_free(&rec);
+	rec_dir_close(dir);
+	tu_remove_tree(base);
+}
+
+static void make_debris(struct fixture *f, struct tu_record *keep,
+			struct tu_record *orphan_root, struct tu_record *orphan)
+{
+	char *path;
+
+	tu_record_make(keep, &f->g, 40, 64 * 2, NULL, 1);
+	tu_record_make(orphan_root, &f->g, 41, 64 * 2, NULL, 2);
+	tu_record_make(orphan, &f->g, 41, 64 * 3, orphan_root, 3);
+	assert_int_equal(tu_record_write(f->dir, keep, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, orphan_root, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, orphan, 0), 0);
+	assert_int_equal(rec_unlink(f->dir, &orphan_root->key), 0);
+	write_file(rec_dir_path(f->dir), "a.tmp", "x");
+	path = tu_record_path(f->dir, &orphan_root->key);
+	write_file(rec_dir_path(f->dir), strrchr(path, '/') + 1, "not a header");
+	free(path);
+}
+
+/* A kill at any scan failpoint leaves a directory the next scan finishes. */
+static void test_dir_kill_during_scan(void **state)
+{
+	static const enum sel_failpoint points[] = {
+		SEL_FP_SCAN_BEFORE_DELETE_TMP,   SEL_FP_SCAN_AFTER_DELETE_TMP,
+		SEL_FP_SCAN_BEFORE_DROP_INVALID, SEL_FP_SCAN_AFTER_DROP_INVALID,
+		SEL_FP_SCAN_BEFORE_DROP_ORPHAN,  SEL_FP_SCAN_AFTER_DROP_ORPHAN,
+	};
+	struct fixture *f = *state;
+
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(points); i++) {
+		struct tu_record keep, orphan_root, orphan;
+		struct rec_scan scan;
+		char config[96];
+		int status;
+		pid_t pid;
+
+		make_debris(f, &keep, &orphan_root, &orphan);
+		snprintf(config, sizeof(config), "%s=1*kill",
+			 sel_failpoint_name(points[i]));
+		pid = fork();
+		if (pid == 0) {
+			struct rec_scan child_scan;
+
+			sel_failpoints_configure(config);
+			rec_dir_scan(f->dir, &child_scan);
+			_exit(4);
+		}
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+		assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+		assert_int_equal(scan.record_count, 1);
+		assert_true(has_key(&scan, &keep.key));
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+		rec_scan_free(&scan);
+		assert_int_equal(rec_unlink(f->dir, &keep.key), 0);
+		tu_record_free(&keep);
+		tu_record_free(&orphan_root);
+		tu_record_free(&orphan);
+	}
+}
+
+/* An unreadable record stops the scan rather than be deleted. */
+static void test_dir_scan_stops_on_io_error(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec;
+	struct rec_scan scan;
+
+	tu_record_make(&rec, &f->g, 50, 64 * 2, NULL, 1);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), -EIO);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 1);
+	rec_scan_free(&scan);
+	tu_record_free(&rec);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_dir_lock_refuses_second_opener, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_deletes_temporary_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_drops_invalid_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_removes_orphans_with_descendants, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_prunes_childless_page_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_access_order_from_mtime, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_rebuilds_index, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_stops_on_io_error, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("dir", tests, NULL, NULL);
+}
