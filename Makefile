@@ -26,7 +26,14 @@ SEL_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wstrict-prototypes \
 	-Wshadow -Wvla -fPIC -MMD -MP -I. -Iinclude \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 SEL_LDFLAGS :=
-LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -lpthread
+
+# The CUDA backend needs the toolkit's cuda.h for types only; libcuda.so.1
+# is loaded at run time with dlopen.
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+SEL_CFLAGS += -DSEL_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
+endif
+LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -lpthread -ldl
 TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
 
 ifneq ($(SANITIZE),)
@@ -43,7 +50,8 @@ endif
 LIB_SRCS := $(sort \
 	common/base.c common/error.c common/failpoint.c common/log.c \
 	record/dir.c record/file.c record/format.c record/geometry.c \
-	record/io.c record/key.c)
+	record/io.c record/key.c \
+	shard/device.c shard/device_cuda.c shard/slab.c)
 PROG_SRCS := $(sort launch/cmd_demo.c launch/cmd_records.c launch/main.c)
 TEST_NAMES := $(sort failpoint key geometry format file dir cli)
 

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
+#include <xxhash.h>
 
 /* Evaluates a failpoint that may fail the step it guards. */
 #define STEP_FAILPOINT(point)                       \
@@ -74,6 +76,43 @@ static int writer_create(struct rec_writer *w)
 int rec_writer_begin(struct rec_writer *w, struct rec_dir *dir,
 		     const struct rec_header *header)
 {
+	return rec_writer_begin_with(w, dir, header, NULL);
+}
+
+/* Takes the caller's buffers, or allocates them; 0, -ENOMEM or SEL_ETOOBIG. */
+static int file_buffers(const struct rec_file_buffers *buffers,
+			uint64_t checksum_length, uint64_t **checksums,
+			uint8_t **header_block, bool *owns)
+{
+	if (buffers) {
+		if (checksum_length > buffers->checksum_bytes)
+			return SEL_ETOOBIG;
+		*checksums = buffers->checksums;
+		*header_block = buffers->header_block;
+		*owns = false;
+		return 0;
+	}
+	*checksums = alloc_blocks(checksum_length);
+	*header_block = alloc_blocks(REC_HEADER_BYTES);
+	*owns = true;
+	return *checksums && *header_block ? 0 : -ENOMEM;
+}
+
+static void free_file_buffers(uint64_t **checksums, uint8_t **header_block,
+			      bool owns)
+{
+	if (owns) {
+		free(*checksums);
+		free(*header_block);
+	}
+	*checksums = NULL;
+	*header_block = NULL;
+}
+
+int rec_writer_begin_with(struct rec_writer *w, struct rec_dir *dir,
+			  const struct rec_header *header,
+			  const struct rec_file_buffers *buffers)
+{
 	int ret;
 
 	memset(w, 0, sizeof(*w));
@@ -89,9 +128,13 @@ int rec_writer_begin(struct rec_writer *w, struct rec_dir *dir,
 	SEL_ASSERT(header->page_offset == w->layout.page_offset);
 	rec_file_name(w->name, &header->key);
 	snprintf(w->tmp_name, sizeof(w->tmp_name), "%s%s", w->name, REC_TMP_SUFFIX);
-	w->checksums = alloc_blocks(w->layout.checksum_length);
-	if (!w->checksums)
-		return -ENOMEM;
+	ret = file_buffers(buffers, w->layout.checksum_length, &w->checksums,
+			   &w->header_block, &w->owns_buffers);
+	if (ret) {
+		free_file_buffers(&w->checksums, &w->header_block, w->owns_buffers);
+		return ret;
+	}
+	memset(w->checksums, 0, w->layout.checksum_length);
 	ret = writer_create(w);
 	if (ret)
 		rec_writer_abort(w);
@@ -111,6 +154,33 @@ static int writer_payload(struct rec_writer *w, const void *buf, uint64_t len,
 	return 0;
 }
 
+void rec_writer_note_page(struct rec_writer *w, uint32_t index, const void *page)
+{
+	SEL_ASSERT(index < w->header.tail_page_count);
+	/* R-REC-9: seeded with s XOR the page's index in the prefix. */
+	sel_put_le64((uint8_t *)&w->checksums[index],
+		     rec_page_checksum(page, w->layout.page_stride, w->seed,
+				       (uint64_t)w->header.first_page_index + index));
+	w->pages_written++;
+}
+
+void rec_writer_note_row(struct rec_writer *w, const void *const *pieces,
+			 const uint64_t *piece_bytes, uint32_t piece_count)
+{
+	XXH3_state_t state;
+	uint64_t total = 0;
+
+	SEL_ASSERT(!w->row_written);
+	XXH3_64bits_reset_withSeed(&state, w->seed);
+	for (uint32_t i = 0; i < piece_count; i++) {
+		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
+		total += piece_bytes[i];
+	}
+	SEL_ASSERT(total == w->layout.row_length);
+	w->header.row_checksum = XXH3_64bits_digest(&state);
+	w->row_written = true;
+}
+
 int rec_writer_put_pages(struct rec_writer *w, uint32_t first, uint32_t count,
 			 const void *buf)
 {
@@ -121,10 +191,7 @@ int rec_writer_put_pages(struct rec_writer *w, uint32_t first, uint32_t count,
 	SEL_ASSERT((uint64_t)first + count <= w->header.tail_page_count);
 	SEL_ASSERT(!w->direct || sel_is_aligned((uintptr_t)buf, SEL_BLOCK_BYTES));
 	for (uint32_t i = 0; i < count; i++)
-		w->checksums[first + i] = rec_page_checksum(
-			page + (uint64_t)i * stride, stride, w->seed,
-			(uint64_t)w->header.first_page_index + first + i);
-	w->pages_written += count;
+		rec_writer_note_page(w, first + i, page + (uint64_t)i * stride);
 	return writer_payload(w, buf, stride * count,
 			      w->layout.page_offset + stride * first);
 }
@@ -148,21 +215,13 @@ static int writer_header(struct rec_writer *w)
 	int ret;
 
 	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_HEADER);
-	for (uint32_t i = 0; i < w->header.tail_page_count; i++) {
-		uint64_t value = w->checksums[i];
-
-		sel_put_le64((uint8_t *)&w->checksums[i], value);
-	}
 	ret = rec_io_write_full(w->fd, w->checksums, w->layout.checksum_length,
 				w->layout.checksum_offset);
 	if (ret)
 		return ret;
-	block = alloc_blocks(REC_HEADER_BYTES);
-	if (!block)
-		return -ENOMEM;
+	block = w->header_block;
 	rec_header_encode(&w->header, block);
 	ret = rec_io_write_full(w->fd, block, REC_HEADER_BYTES, 0);
-	free(block);
 	if (ret)
 		return ret;
 	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_HEADER);
@@ -227,31 +286,25 @@ void rec_writer_abort(struct rec_writer *w)
 		w->fd = -1;
 		unlinkat(w->dirfd, w->tmp_name, 0);
 	}
-	free(w->checksums);
-	w->checksums = NULL;
+	free_file_buffers(&w->checksums, &w->header_block, w->owns_buffers);
 }
 
 static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
-			char *why, size_t why_size)
+			const struct rec_file_buffers *buffers, char *why,
+			size_t why_size)
 {
-	uint8_t *block = alloc_blocks(REC_HEADER_BYTES);
+	uint8_t *block = r->header_block;
 	struct rec_layout layout;
 	struct stat st;
 	int ret;
 
-	if (!block)
-		return -ENOMEM;
-	if (fstat(r->fd, &st) != 0) {
-		ret = -errno;
-		goto out_free;
-	}
+	if (fstat(r->fd, &st) != 0)
+		return -errno;
 	r->file_length = (uint64_t)st.st_size;
-	if (r->file_length < REC_HEADER_BYTES) {
-		ret = why_fail(SEL_EBADHEADER, why, why_size,
-			       "file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
-			       r->file_length);
-		goto out_free;
-	}
+	if (r->file_length < REC_HEADER_BYTES)
+		return why_fail(SEL_EBADHEADER, why, why_size,
+				"file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
+				r->file_length);
 	ret = rec_io_read_full(r->fd, block, REC_HEADER_BYTES, 0);
 	if (!ret)
 		ret = rec_header_decode(block, &r->header, why, why_size);
@@ -262,15 +315,18 @@ static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
 					      &r->row_present, why, why_size);
 	if (!ret)
 		ret = rec_layout_from_header(&r->header, &layout);
-	if (!ret) {
+	if (!ret && buffers && layout.checksum_length > buffers->checksum_bytes)
+		ret = why_fail(SEL_ETOOBIG, why, why_size,
+			       "%u pages are more than this reader holds",
+			       r->header.tail_page_count);
+	if (!ret && !buffers) {
 		r->checksums = alloc_blocks(layout.checksum_length);
-		ret = r->checksums ? rec_io_read_full(r->fd, r->checksums,
-						      layout.checksum_length,
-						      layout.checksum_offset) :
-				     -ENOMEM;
+		if (!r->checksums)
+			ret = -ENOMEM;
 	}
-out_free:
-	free(block);
+	if (!ret)
+		ret = rec_io_read_full(r->fd, r->checksums, layout.checksum_length,
+				       layout.checksum_offset);
 	return ret;
 }
 
@@ -278,14 +334,36 @@ int rec_reader_open(struct rec_reader *r, int dirfd, const char *name,
 		    bool direct, const struct rec_expect *expect, char *why,
 		    size_t why_size)
 {
+	return rec_reader_open_with(r, dirfd, name, direct, expect, NULL, why,
+				    why_size);
+}
+
+int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
+			 bool direct, const struct rec_expect *expect,
+			 const struct rec_file_buffers *buffers, char *why,
+			 size_t why_size)
+{
 	int ret;
 
 	memset(r, 0, sizeof(*r));
+	r->fd = -1;
 	r->direct = direct;
+	if (buffers) {
+		r->checksums = buffers->checksums;
+		r->header_block = buffers->header_block;
+	} else {
+		r->header_block = alloc_blocks(REC_HEADER_BYTES);
+		r->owns_buffers = true;
+		if (!r->header_block)
+			return -ENOMEM;
+	}
 	r->fd = rec_io_open(dirfd, name, O_RDONLY, direct);
-	if (r->fd < 0)
-		return r->fd;
-	ret = reader_check(r, expect, why, why_size);
+	if (r->fd < 0) {
+		ret = r->fd;
+		rec_reader_close(r);
+		return ret;
+	}
+	ret = reader_check(r, expect, buffers, why, why_size);
 	if (ret) {
 		rec_reader_close(r);
 		return ret;
@@ -307,17 +385,34 @@ int rec_reader_read_pages(struct rec_reader *r, uint32_t first, uint32_t count,
 			       r->header.page_offset + stride * first);
 	if (ret)
 		return ret;
-	for (uint32_t i = 0; i < count; i++) {
-		uint64_t index = (uint64_t)r->header.first_page_index + first + i;
-		uint64_t expected = sel_get_le64((const uint8_t *)&r->checksums[first + i]);
-
-		if (rec_page_checksum(page + stride * i, stride, r->seed, index) !=
-		    expected)
+	for (uint32_t i = 0; i < count; i++)
+		if (!rec_reader_page_ok(r, first + i, page + stride * i))
 			return why_fail(SEL_ECHECKSUM, why, why_size,
 					"page %" PRIu64 " (stored page %u) fails its "
-					"checksum (R-READ-2)", index, first + i);
-	}
+					"checksum (R-READ-2)",
+					(uint64_t)r->header.first_page_index + first + i,
+					first + i);
 	return 0;
+}
+
+bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
+			const void *page)
+{
+	SEL_ASSERT(index < r->header.tail_page_count);
+	return rec_page_checksum(page, r->header.page_stride, r->seed,
+				 (uint64_t)r->header.first_page_index + index) ==
+	       sel_get_le64((const uint8_t *)&r->checksums[index]);
+}
+
+bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
+		       const uint64_t *piece_bytes, uint32_t piece_count)
+{
+	XXH3_state_t state;
+
+	XXH3_64bits_reset_withSeed(&state, r->seed);
+	for (uint32_t i = 0; i < piece_count; i++)
+		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
+	return XXH3_64bits_digest(&state) == r->header.row_checksum;
 }
 
 int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
@@ -345,8 +440,7 @@ void rec_reader_close(struct rec_reader *r)
 	if (r->fd >= 0)
 		close(r->fd);
 	r->fd = -1;
-	free(r->checksums);
-	r->checksums = NULL;
+	free_file_buffers(&r->checksums, &r->header_block, r->owns_buffers);
 }
 
 int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)

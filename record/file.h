@@ -13,6 +13,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Buffers a writer or reader uses instead of allocating its own, so that
+ * the disk thread allocates nothing per record. Both 4 KiB-aligned.
+ */
+struct rec_file_buffers {
+	uint64_t *checksums;     /* checksum segment, checksum_bytes long */
+	uint64_t checksum_bytes; /* a multiple of 4 KiB */
+	uint8_t *header_block;   /* REC_HEADER_BYTES */
+};
+
 /* A record being written under its temporary name. */
 struct rec_writer {
 	int dirfd;
@@ -23,6 +33,8 @@ struct rec_writer {
 	struct rec_layout layout;
 	uint64_t seed;
 	uint64_t *checksums;      /* the checksum segment, 4 KiB-aligned */
+	uint8_t *header_block;
+	bool owns_buffers;
 	uint32_t pages_written;
 	bool row_written;
 	char name[REC_FILE_NAME_BYTES];
@@ -36,6 +48,23 @@ struct rec_writer {
  */
 int rec_writer_begin(struct rec_writer *w, struct rec_dir *dir,
 		     const struct rec_header *header);
+
+/*
+ * The same with caller-owned buffers (valid until commit or abort);
+ * SEL_ETOOBIG when the record's checksum segment does not fit them.
+ */
+int rec_writer_begin_with(struct rec_writer *w, struct rec_dir *dir,
+			  const struct rec_header *header,
+			  const struct rec_file_buffers *buffers);
+
+/*
+ * For writers whose payload is written elsewhere (the disk thread): notes
+ * stored page index's bytes (stride long) and its checksum, or the row
+ * segment's checksum streamed over its pieces, without writing.
+ */
+void rec_writer_note_page(struct rec_writer *w, uint32_t index, const void *page);
+void rec_writer_note_row(struct rec_writer *w, const void *const *pieces,
+			 const uint64_t *piece_bytes, uint32_t piece_count);
 
 /*
  * Writes stored pages [first, first + count) from buf (count page records
@@ -70,6 +99,8 @@ struct rec_reader {
 	uint64_t seed;
 	struct rec_header header;
 	uint64_t *checksums; /* the checksum segment, read at open */
+	uint8_t *header_block;
+	bool owns_buffers;
 };
 
 /*
@@ -80,6 +111,20 @@ struct rec_reader {
 int rec_reader_open(struct rec_reader *r, int dirfd, const char *name,
 		    bool direct, const struct rec_expect *expect, char *why,
 		    size_t why_size);
+
+/* The same with caller-owned buffers (valid until close). */
+int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
+			 bool direct, const struct rec_expect *expect,
+			 const struct rec_file_buffers *buffers, char *why,
+			 size_t why_size);
+
+/* Whether stored page index's bytes match its checksum (R-READ-2). */
+bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
+			const void *page);
+
+/* Whether the row segment, in pieces, matches the row checksum (R-READ-3). */
+bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
+		       const uint64_t *piece_bytes, uint32_t piece_count);
 
 /*
  * Reads stored pages [first, first + count) into buf and verifies each

@@ -1,0 +1,157 @@
+/*
+ * The device interface's shared parts and the host backend: see device.h.
+ * The host backend copies with memcpy on the calling (transfer) thread; its
+ * "device addresses" are host pointers the caller allocated.
+ */
+#include "shard/device.h"
+
+#include "common/base.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Entries gathered before one call; calls also stop at the byte bound. */
+#define COPY_GATHER_MAX 512u
+
+_Static_assert(COPY_GATHER_MAX <= SHARD_COPY_BATCH_ENTRIES_MAX, "gather bound");
+
+int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		      const struct shard_copy *copies, uint32_t count)
+{
+	struct shard_copy batch[COPY_GATHER_MAX];
+	uint32_t batch_count = 0;
+	uint64_t batch_bytes = 0;
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t done = 0;
+
+		while (done < copies[i].bytes) {
+			uint64_t room = SHARD_COPY_BATCH_BYTES_MAX - batch_bytes;
+			uint64_t n = copies[i].bytes - done;
+
+			n = n < room ? n : room;
+			batch[batch_count++] = (struct shard_copy){
+				.device_address = copies[i].device_address + done,
+				.host = (uint8_t *)copies[i].host + done,
+				.bytes = n,
+			};
+			batch_bytes += n;
+			done += n;
+			if (batch_count == COPY_GATHER_MAX ||
+			    batch_bytes == SHARD_COPY_BATCH_BYTES_MAX) {
+				ret = dev->ops->copy(dev, dir, batch, batch_count);
+				if (ret)
+					return ret;
+				dev->batch_calls++;
+				dev->bytes_copied += batch_bytes;
+				batch_count = 0;
+				batch_bytes = 0;
+			}
+		}
+	}
+	if (batch_count == 0)
+		return 0;
+	ret = dev->ops->copy(dev, dir, batch, batch_count);
+	if (ret == 0) {
+		dev->batch_calls++;
+		dev->bytes_copied += batch_bytes;
+	}
+	return ret;
+}
+
+void shard_device_close(struct shard_device *dev)
+{
+	if (dev)
+		dev->ops->close(dev);
+}
+
+static int host_bind(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static int host_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	return 0;
+}
+
+static void host_unregister(struct shard_device *dev, void *ptr)
+{
+	(void)dev;
+	(void)ptr;
+}
+
+static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		     const struct shard_copy *copies, uint32_t count)
+{
+	(void)dev;
+	SEL_ASSERT(count <= SHARD_COPY_BATCH_ENTRIES_MAX);
+	for (uint32_t i = 0; i < count; i++) {
+		void *device = (void *)(uintptr_t)copies[i].device_address;
+
+		if (dir == SHARD_DEVICE_TO_HOST)
+			memcpy(copies[i].host, device, copies[i].bytes);
+		else
+			memcpy(device, copies[i].host, copies[i].bytes);
+	}
+	return 0;
+}
+
+static int host_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static void host_close(struct shard_device *dev)
+{
+	free(dev);
+}
+
+static const struct shard_device_ops host_ops = {
+	.name = "host",
+	.bind = host_bind,
+	.register_host = host_register,
+	.unregister_host = host_unregister,
+	.copy = host_copy,
+	.synchronize = host_synchronize,
+	.close = host_close,
+};
+
+int shard_device_open_host(struct shard_device **out)
+{
+	struct shard_device *dev = calloc(1, sizeof(*dev));
+
+	if (!dev)
+		return -ENOMEM;
+	dev->ops = &host_ops;
+	*out = dev;
+	return 0;
+}
+
+int shard_device_open(const char *kind, int ordinal, struct shard_device **out,
+		      char *why, size_t why_size)
+{
+	int ret;
+
+	if (strcmp(kind, "host") == 0)
+		return shard_device_open_host(out);
+	if (strcmp(kind, "cuda") == 0)
+		return shard_device_open_cuda(ordinal, out, why, why_size);
+	if (strcmp(kind, "auto") != 0) {
+		snprintf(why, why_size, "unknown device '%s' (auto, cuda or host)", kind);
+		return -EINVAL;
+	}
+	ret = shard_device_open_cuda(ordinal, out, why, why_size);
+	if (ret == 0)
+		return 0;
+	return shard_device_open_host(out);
+}

@@ -1,0 +1,98 @@
+/*
+ * The device interface of a rank's shard engine (DESIGN.md section 6): copy
+ * page planes and state rows between device memory and host slots. Two
+ * backends: "host" (planes in ordinary memory, copied with memcpy; for tests
+ * and machines without a GPU) and "cuda" (libcuda.so.1 through dlopen; see
+ * device_cuda.c). A device is used by one thread at a time: the transfer
+ * thread, which makes it current with shard_device_bind.
+ */
+#ifndef SELENE_SHARD_DEVICE_H
+#define SELENE_SHARD_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* At most this much and this many entries in one batched copy call. */
+#define SHARD_COPY_BATCH_BYTES_MAX (16ull << 20)
+#define SHARD_COPY_BATCH_ENTRIES_MAX 4096u
+
+enum shard_copy_direction {
+	SHARD_DEVICE_TO_HOST,
+	SHARD_HOST_TO_DEVICE,
+};
+
+struct shard_copy {
+	uint64_t device_address; /* a CUdeviceptr, or a host address for "host" */
+	void *host;
+	uint64_t bytes;
+};
+
+struct shard_device;
+
+struct shard_device_ops {
+	const char *name;
+	/* Makes the device current on the calling (transfer) thread. */
+	int (*bind)(struct shard_device *dev);
+	int (*register_host)(struct shard_device *dev, void *ptr, uint64_t bytes);
+	void (*unregister_host)(struct shard_device *dev, void *ptr);
+	/* Issues copies (asynchronously where the device can). */
+	int (*copy)(struct shard_device *dev, enum shard_copy_direction dir,
+		    const struct shard_copy *copies, uint32_t count);
+	/* Waits until every issued copy finished; reports the first failure. */
+	int (*synchronize)(struct shard_device *dev);
+	void (*close)(struct shard_device *dev);
+};
+
+struct shard_device {
+	const struct shard_device_ops *ops;
+	uint64_t batch_calls;  /* copy calls issued to the driver */
+	uint64_t bytes_copied;
+};
+
+/* The host backend: device addresses are host pointers. */
+int shard_device_open_host(struct shard_device **out);
+
+/*
+ * The CUDA backend on device ordinal. Returns 0, or a negative code with
+ * the reason in why ("libcuda.so.1 not found: ...", "no CUDA device").
+ */
+int shard_device_open_cuda(int ordinal, struct shard_device **out, char *why,
+			   size_t why_size);
+
+/*
+ * "auto" (cuda when it opens, else host when allow_host), "cuda" or
+ * "host". Returns 0, or a negative code with why.
+ */
+int shard_device_open(const char *kind, int ordinal, struct shard_device **out,
+		      char *why, size_t why_size);
+
+/*
+ * Copies a list in calls of at most SHARD_COPY_BATCH_BYTES_MAX bytes and
+ * SHARD_COPY_BATCH_ENTRIES_MAX entries, splitting entries that are larger.
+ */
+int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		      const struct shard_copy *copies, uint32_t count);
+
+static inline int shard_device_synchronize(struct shard_device *dev)
+{
+	return dev->ops->synchronize(dev);
+}
+
+static inline int shard_device_bind(struct shard_device *dev)
+{
+	return dev->ops->bind(dev);
+}
+
+void shard_device_close(struct shard_device *dev);
+
+/* For tests and the worker: device memory of the cuda backend, and copies. */
+int shard_device_cuda_alloc(struct shard_device *dev, uint64_t bytes,
+			    uint64_t *address);
+void shard_device_cuda_free(struct shard_device *dev, uint64_t address);
+int shard_device_cuda_memcpy(struct shard_device *dev, enum shard_copy_direction dir,
+			     uint64_t address, void *host, uint64_t bytes);
+
+bool shard_device_is_cuda(const struct shard_device *dev);
+
+#endif

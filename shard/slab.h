@@ -1,0 +1,86 @@
+/*
+ * The slab pool (DESIGN.md section 6, seed 2.5): one 4 KiB-aligned anonymous
+ * mapping of equal slots, one page record each; rows span several slots
+ * whose pieces need not be contiguous. Allocation never blocks: a request
+ * the free list cannot satisfy fails at once. Registration with a device is
+ * a separate step (shard_slab_register) so CPU tests need no driver.
+ * Thread-safe: a mutex guards the free list for the few instructions it
+ * takes to pop or push indices.
+ */
+#ifndef SELENE_SHARD_SLAB_H
+#define SELENE_SHARD_SLAB_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct shard_device;
+
+struct shard_slab_pool {
+	uint8_t *base;          /* the mapping, slot_count * slot_bytes */
+	uint64_t slot_bytes;    /* a multiple of 4 KiB */
+	uint32_t slot_count;
+	uint32_t *free_slots;   /* stack of free slot indices */
+	uint32_t free_count;
+	uint32_t reserved_count; /* free slots held back for intake */
+	uint64_t exhausted;     /* requests refused for lack of slots */
+	struct shard_device *registered; /* device the mapping is registered with */
+	pthread_mutex_t lock;
+};
+
+/* A set of slots taken together: a window of pages, or a row's pieces. */
+struct shard_slab_lease {
+	uint32_t *slots; /* caller-owned array of capacity entries */
+	uint32_t count;
+	uint32_t capacity;
+};
+
+/*
+ * Maps slot_count slots of slot_bytes (rounded up to 4 KiB), populated and
+ * advised for transparent huge pages. Returns 0 or a negative errno.
+ */
+int shard_slab_init(struct shard_slab_pool *pool, uint64_t slot_bytes,
+		    uint32_t slot_count);
+
+/* Unmaps the pool; it must be unregistered first (asserted). */
+void shard_slab_destroy(struct shard_slab_pool *pool);
+
+/*
+ * Holds count free slots back for intake: ordinary allocations can no
+ * longer take them; shard_slab_alloc_intake can. Returns 0 or
+ * SEL_EQUEUEFULL when fewer than count unreserved slots are free.
+ */
+int shard_slab_reserve_intake(struct shard_slab_pool *pool, uint32_t count);
+
+/*
+ * Takes count slots into lease (appending; capacity must allow it) from the
+ * unreserved free slots, or, for intake, from all free slots. Returns 0, or
+ * SEL_EQUEUEFULL (and takes nothing) when too few are free. Never blocks.
+ */
+int shard_slab_alloc(struct shard_slab_pool *pool, uint32_t count,
+		     struct shard_slab_lease *lease);
+int shard_slab_alloc_intake(struct shard_slab_pool *pool, uint32_t count,
+			    struct shard_slab_lease *lease);
+
+/* Returns every slot of lease to the pool and empties it. */
+void shard_slab_release(struct shard_slab_pool *pool,
+			struct shard_slab_lease *lease);
+
+/* Slots needed for bytes (a row spans several). */
+uint32_t shard_slab_slots_for(const struct shard_slab_pool *pool,
+			      uint64_t bytes);
+
+static inline uint8_t *shard_slab_slot(const struct shard_slab_pool *pool,
+				       uint32_t slot)
+{
+	return pool->base + (uint64_t)slot * pool->slot_bytes;
+}
+
+/* Registers the whole mapping with dev (cuMemHostRegister), and back. */
+int shard_slab_register(struct shard_slab_pool *pool, struct shard_device *dev);
+void shard_slab_unregister(struct shard_slab_pool *pool);
+
+uint32_t shard_slab_free_count(struct shard_slab_pool *pool);
+
+#endif
