@@ -49,11 +49,11 @@ endif
 
 LIB_SRCS := $(sort \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	record/dir.c record/file.c record/format.c record/geometry.c \
+	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
-	shard/device.c shard/device_cuda.c shard/slab.c)
+	shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
 PROG_SRCS := $(sort launch/cmd_demo.c launch/cmd_records.c launch/main.c)
-TEST_NAMES := $(sort failpoint key geometry format file dir cli)
+TEST_NAMES := $(sort failpoint key geometry format file dir cli slab engine)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)

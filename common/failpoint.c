@@ -115,8 +115,11 @@ static int parse_term(const char *text, size_t len, struct fp_term *term)
 	memset(term, 0, sizeof(*term));
 	if (star) {
 		char *end;
-		unsigned long long count = strtoull(text, &end, 10);
+		unsigned long long count;
 
+		if (text[0] < '0' || text[0] > '9')
+			return -1;
+		count = strtoull(text, &end, 10);
 		if (end != star || count == 0)
 			return -1;
 		term->count = count;
@@ -145,7 +148,7 @@ static int parse_term(const char *text, size_t len, struct fp_term *term)
 		term->action = FP_KILL;
 	} else if (IS("abort") && !arg) {
 		term->action = FP_ABORT;
-	} else if (IS("print")) {
+	} else if (IS("print") && !arg) {
 		term->action = FP_PRINT;
 	} else if (IS("sleep") && arg) {
 		char *end;
@@ -201,8 +204,13 @@ static int parse_entry(const char *entry, size_t len, struct fp_state *table)
 		}
 		state.term_count++;
 		cursor += term_len;
-		if (cursor < end)
+		if (cursor < end) {
 			cursor += 2;
+			if (cursor >= end) {
+				sel_error("failpoints: '%s' ends with '->'", name);
+				return SEL_EFAILPOINT;
+			}
+		}
 	}
 	if (state.term_count == 0) {
 		sel_error("failpoints: '%s' has no action", name);

@@ -72,7 +72,8 @@
 	X(DISK_WRITE, "disk.write", "every write request (result rewritable)") \
 	X(DISK_READ, "disk.read", "every read request (result rewritable)")  \
 	X(DISK_FALLOCATE, "disk.fallocate", "every fallocate request")       \
-	X(DISK_FDATASYNC, "disk.fdatasync", "every fdatasync or fsync")      \
+	X(DISK_FDATASYNC, "disk.fdatasync", "every fdatasync of a file")     \
+	X(DISK_FSYNC_DIR, "disk.fsync_dir", "every fsync of a directory")    \
 	X(DISK_TRUNCATE, "disk.truncate", "every ftruncate request")         \
 	X(DISK_RENAME, "disk.rename", "every rename request")                \
 	X(DISK_UNLINK, "disk.unlink", "every unlink request")

@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Verify reads pages in windows of at most this many bytes. */
-#define VERIFY_WINDOW_BYTES (64u << 20)
+/* Verify reads through one buffer of this size, however large a record. */
+#define VERIFY_BUFFER_BYTES (8u << 20)
 
 struct walk {
 	int (*visit)(struct walk *w, int dirfd, const char *dir_path,
@@ -248,30 +248,15 @@ static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 	return 0;
 }
 
-/* Reads and verifies every page, in windows, and the row. */
+/* Reads and verifies every page and the row through one bounded buffer. */
 static int verify_payload(struct rec_reader *r, char *why, size_t why_size)
 {
-	uint64_t stride = r->header.page_stride;
-	uint64_t window = VERIFY_WINDOW_BYTES / stride;
-	uint64_t bytes;
 	void *buf;
-	int ret = 0;
+	int ret;
 
-	window = window == 0 ? 1 : window > 64 ? 64 : window;
-	bytes = stride * window;
-	if (bytes < r->header.row_length)
-		bytes = r->header.row_length;
-	if (posix_memalign(&buf, SEL_BLOCK_BYTES, (size_t)bytes))
+	if (posix_memalign(&buf, SEL_BLOCK_BYTES, VERIFY_BUFFER_BYTES))
 		return -ENOMEM;
-	for (uint32_t first = 0; !ret && first < r->header.tail_page_count;) {
-		uint32_t n = r->header.tail_page_count - first;
-
-		n = n < window ? n : (uint32_t)window;
-		ret = rec_reader_read_pages(r, first, n, buf, why, why_size);
-		first += n;
-	}
-	if (!ret && r->row_present)
-		ret = rec_reader_read_row(r, buf, why, why_size);
+	ret = rec_reader_verify_streaming(r, buf, VERIFY_BUFFER_BYTES, why, why_size);
 	free(buf);
 	return ret;
 }

@@ -261,8 +261,8 @@ static int scan_record(struct scan_state *s, const char *name,
 		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DROP_INVALID,
 				   SEL_FP_SCAN_AFTER_DROP_INVALID);
 	}
-	if (ret == -ENOENT)
-		return 0; /* removed since it was listed */
+	if (ret == -ENOENT || ret == -ENXIO || ret == -ELOOP)
+		return 0; /* removed or replaced since it was listed */
 	if (ret) {
 		sel_error("scan %s: cannot read %s: %s", s->dir->path, name,
 			  sel_strerror(ret));
@@ -285,13 +285,30 @@ static int scan_record(struct scan_state *s, const char *name,
 	return ret;
 }
 
-/* R-DIR-2: classifies one directory entry. */
-static int scan_entry_name(struct scan_state *s, const char *name)
+/* Whether name is a regular file (not a directory, FIFO or symlink). */
+static bool is_regular(struct scan_state *s, const struct dirent *entry)
 {
+	struct stat st;
+
+	if (entry->d_type != DT_UNKNOWN)
+		return entry->d_type == DT_REG;
+	return fstatat(s->dir->fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode);
+}
+
+/* R-DIR-2: classifies one directory entry. */
+static int scan_entry(struct scan_state *s, const struct dirent *entry)
+{
+	const char *name = entry->d_name;
 	size_t len = strlen(name);
 	struct rec_key key;
 	bool tmp;
 
+	if (!is_regular(s, entry)) {
+		sel_warn("scan %s: ignoring %s, not a regular file", s->dir->path, name);
+		s->out->ignored++;
+		return 0;
+	}
 	if (len > 4 && strcmp(name + len - 4, REC_TMP_SUFFIX) == 0) {
 		s->out->tmp_deleted++;
 		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DELETE_TMP,
@@ -445,7 +462,7 @@ static int scan_directory(struct scan_state *s)
 		    (entry->d_name[1] == '\0' ||
 		     (entry->d_name[1] == '.' && entry->d_name[2] == '\0')))
 			continue;
-		ret = scan_entry_name(s, entry->d_name);
+		ret = scan_entry(s, entry);
 	}
 	if (!ret && errno)
 		ret = -errno;

@@ -60,6 +60,8 @@ static int writer_create(struct rec_writer *w)
 	int ret;
 
 	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_CREATE);
+	/* A temporary file left by an earlier failure of this key goes first. */
+	unlinkat(w->dirfd, w->tmp_name, 0);
 	ret = rec_io_open(w->dirfd, w->tmp_name, O_CREAT | O_EXCL | O_WRONLY,
 			  w->direct);
 	if (ret < 0)
@@ -157,6 +159,9 @@ static int writer_payload(struct rec_writer *w, const void *buf, uint64_t len,
 void rec_writer_note_page(struct rec_writer *w, uint32_t index, const void *page)
 {
 	SEL_ASSERT(index < w->header.tail_page_count);
+	/* Pages are noted in order, each once: a gap would commit a hole. */
+	if (index != w->pages_written)
+		w->pages_out_of_order = true;
 	/* R-REC-9: seeded with s XOR the page's index in the prefix. */
 	sel_put_le64((uint8_t *)&w->checksums[index],
 		     rec_page_checksum(page, w->layout.page_stride, w->seed,
@@ -259,7 +264,15 @@ int rec_writer_commit(struct rec_writer *w)
 	int ret;
 
 	SEL_ASSERT(w->fd >= 0);
-	SEL_ASSERT(w->pages_written == w->header.tail_page_count && w->row_written);
+	if (w->pages_written != w->header.tail_page_count || w->pages_out_of_order ||
+	    !w->row_written) {
+		sel_warn("record %s not stored: %u of %u pages written%s%s", w->name,
+			 w->pages_written, w->header.tail_page_count,
+			 w->pages_out_of_order ? ", out of order" : "",
+			 w->row_written ? "" : ", no row");
+		rec_writer_abort(w);
+		return -EINVAL;
+	}
 	ret = writer_header(w);
 	if (!ret) {
 		ret = writer_publish(w);
@@ -271,7 +284,8 @@ int rec_writer_commit(struct rec_writer *w)
 		 * directory fsync): the record must not be reported stored,
 		 * so it must not survive either.
 		 */
-		rec_io_unlink(w->dirfd, w->name);
+		if (rec_io_unlink(w->dirfd, w->name) == 0 && w->durable)
+			rec_io_fsync_dir(w->dirfd);
 	}
 	if (ret)
 		sel_warn("record %s not stored: %s", w->name, sel_strerror(ret));
@@ -315,8 +329,10 @@ static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
 					      &r->row_present, why, why_size);
 	if (!ret)
 		ret = rec_layout_from_header(&r->header, &layout);
+	/* Not SEL_ETOOBIG: a scan must not take a record it cannot hold for
+	 * an invalid one. */
 	if (!ret && buffers && layout.checksum_length > buffers->checksum_bytes)
-		ret = why_fail(SEL_ETOOBIG, why, why_size,
+		ret = why_fail(-EOVERFLOW, why, why_size,
 			       "%u pages are more than this reader holds",
 			       r->header.tail_page_count);
 	if (!ret && !buffers) {
@@ -327,6 +343,12 @@ static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
 	if (!ret)
 		ret = rec_io_read_full(r->fd, r->checksums, layout.checksum_length,
 				       layout.checksum_offset);
+	/* R-REC-8: the checksum segment's padding is zeros. */
+	for (uint64_t i = r->header.tail_page_count;
+	     !ret && i < layout.checksum_length / 8; i++)
+		if (r->checksums[i] != 0)
+			ret = why_fail(SEL_ECHECKSUM, why, why_size,
+				       "checksum segment padding is not zero (R-REC-8)");
 	return ret;
 }
 
@@ -408,11 +430,54 @@ bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
 		       const uint64_t *piece_bytes, uint32_t piece_count)
 {
 	XXH3_state_t state;
+	uint64_t total = 0;
 
 	XXH3_64bits_reset_withSeed(&state, r->seed);
-	for (uint32_t i = 0; i < piece_count; i++)
+	for (uint32_t i = 0; i < piece_count; i++) {
 		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
-	return XXH3_64bits_digest(&state) == r->header.row_checksum;
+		total += piece_bytes[i];
+	}
+	return total == r->header.row_length &&
+	       XXH3_64bits_digest(&state) == r->header.row_checksum;
+}
+
+int rec_reader_verify_streaming(struct rec_reader *r, void *buf, uint64_t buf_bytes,
+				char *why, size_t why_size)
+{
+	uint64_t stride = r->header.page_stride;
+	XXH3_state_t state;
+	int ret;
+
+	SEL_ASSERT(buf_bytes >= SEL_BLOCK_BYTES && sel_is_aligned(buf_bytes, SEL_BLOCK_BYTES));
+	for (uint32_t j = 0; j <= r->header.tail_page_count; j++) {
+		bool row = j == r->header.tail_page_count;
+		uint64_t offset = row ? r->header.row_offset : r->header.page_offset + stride * j;
+		uint64_t length = row ? r->header.row_length : stride;
+		uint64_t seed = row ? r->seed : r->seed ^ (r->header.first_page_index + (uint64_t)j);
+		uint64_t expected = row ? r->header.row_checksum :
+			sel_get_le64((const uint8_t *)&r->checksums[j]);
+
+		if (row && !r->row_present)
+			break;
+		XXH3_64bits_reset_withSeed(&state, seed);
+		for (uint64_t done = 0; done < length;) {
+			uint64_t n = length - done < buf_bytes ? length - done : buf_bytes;
+
+			ret = rec_io_read_full(r->fd, buf, n, offset + done);
+			if (ret)
+				return ret;
+			XXH3_64bits_update(&state, buf, (size_t)n);
+			done += n;
+		}
+		if (XXH3_64bits_digest(&state) != expected)
+			return row ? why_fail(SEL_ECHECKSUM, why, why_size,
+					      "the row fails its checksum (R-READ-3)") :
+				     why_fail(SEL_ECHECKSUM, why, why_size,
+					      "page %" PRIu64 " (stored page %u) fails its "
+					      "checksum (R-READ-2)",
+					      (uint64_t)r->header.first_page_index + j, j);
+	}
+	return 0;
 }
 
 int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
@@ -448,6 +513,7 @@ int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
 	char name[REC_FILE_NAME_BYTES], why[256];
 	struct rec_expect expect;
 	struct rec_reader r;
+	struct stat st;
 	int ret;
 
 	rec_file_name(name, key);
@@ -472,7 +538,20 @@ int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
 	ret = SEL_FAILPOINT(SEL_FP_RECORD_BEFORE_TRUNCATE);
 	if (ret < 0)
 		goto out_close;
+	/*
+	 * Keep the mtime: it is the record's place in the LRU order after a
+	 * restart (R-DIR-4), and dropping a row is not a use.
+	 */
+	if (fstat(r.fd, &st) != 0) {
+		ret = -errno;
+		goto out_close;
+	}
 	ret = rec_io_truncate(r.fd, r.header.row_offset);
+	if (!ret) {
+		struct timespec times[2] = { st.st_atim, st.st_mtim };
+
+		futimens(r.fd, times);
+	}
 	if (!ret && rec_dir_durable(dir))
 		ret = rec_io_fdatasync(r.fd);
 	if (!ret)

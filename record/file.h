@@ -36,6 +36,7 @@ struct rec_writer {
 	uint8_t *header_block;
 	bool owns_buffers;
 	uint32_t pages_written;
+	bool pages_out_of_order; /* a page noted twice or out of turn */
 	bool row_written;
 	char name[REC_FILE_NAME_BYTES];
 	char tmp_name[REC_FILE_NAME_BYTES + 4];
@@ -138,16 +139,30 @@ int rec_reader_read_pages(struct rec_reader *r, uint32_t first, uint32_t count,
 int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
 			size_t why_size);
 
+/*
+ * Verifies every page and the row, reading through buf (buf_bytes, a
+ * multiple of 4 KiB) however large a page or row is. 0, SEL_ECHECKSUM
+ * with why, or a negative errno.
+ */
+int rec_reader_verify_streaming(struct rec_reader *r, void *buf, uint64_t buf_bytes,
+				char *why, size_t why_size);
+
 void rec_reader_close(struct rec_reader *r);
 
 /*
  * Drops a record's row: truncates at the row segment offset, changing
- * nothing else (R-REC-10), synced when the directory is durable. Already
- * page-only is success. Returns 0, -ENOENT, or another negative code.
+ * nothing else (R-REC-10; the mtime is kept), synced when the directory is
+ * durable. Already page-only is success. Returns 0, -ENOENT, or another
+ * negative code; after a failure the row may already be gone, so a caller
+ * treats the record as page-only.
  */
 int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key);
 
-/* Unlinks a record (and syncs the directory when durable); -ENOENT if absent. */
+/*
+ * Unlinks a record (and syncs the directory when durable); -ENOENT if
+ * absent. After a failure the file may already be gone: a caller treats
+ * the record as gone.
+ */
 int rec_unlink(struct rec_dir *dir, const struct rec_key *key);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -25,8 +26,23 @@ int rec_io_open(int dirfd, const char *name, int flags, bool direct)
 
 	if (injected < 0)
 		return injected;
-	return errno_or(openat(dirfd, name, flags | O_CLOEXEC | (direct ? O_DIRECT : 0),
-			       0644));
+	int fd;
+	struct stat st;
+
+	/*
+	 * Record files are regular files in the directory itself: never follow
+	 * a symlink out of it, never block opening a FIFO that has a record's
+	 * name.
+	 */
+	fd = openat(dirfd, name, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
+				 (direct ? O_DIRECT : 0), 0644);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENXIO;
+	}
+	return fd;
 }
 
 /*
@@ -121,7 +137,7 @@ int rec_io_fdatasync(int fd)
 
 int rec_io_fsync_dir(int dirfd)
 {
-	int injected = SEL_FAILPOINT(SEL_FP_DISK_FDATASYNC);
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_FSYNC_DIR);
 
 	if (injected < 0)
 		return injected;
@@ -143,7 +159,8 @@ int rec_io_rename(int dirfd, const char *from, const char *to)
 
 	if (injected < 0)
 		return injected;
-	return errno_or(renameat(dirfd, from, dirfd, to));
+	/* Never over an existing record: a committed file is not replaced. */
+	return errno_or(renameat2(dirfd, from, dirfd, to, RENAME_NOREPLACE));
 }
 
 int rec_io_unlink(int dirfd, const char *name)

@@ -12,7 +12,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* openat(2) of a record file; with direct, adds O_DIRECT. Returns an fd. */
+/*
+ * openat(2) of a record file; with direct, adds O_DIRECT. Returns an fd, or
+ * a negative errno: -ENXIO when the name is not a regular file (a
+ * directory, FIFO or device), -ELOOP for a symlink, never following it.
+ */
 int rec_io_open(int dirfd, const char *name, int flags, bool direct);
 
 /*
@@ -31,6 +35,7 @@ int rec_io_fallocate(int fd, uint64_t len);
 int rec_io_fdatasync(int fd);
 int rec_io_fsync_dir(int dirfd);
 int rec_io_truncate(int fd, uint64_t len);
+/* Renames without replacing: -EEXIST when to exists. */
 int rec_io_rename(int dirfd, const char *from, const char *to);
 int rec_io_unlink(int dirfd, const char *name);
 

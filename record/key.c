@@ -5,6 +5,7 @@
 #include "record/key.h"
 
 #include "common/base.h"
+#include "common/limits.h"
 
 #include <blake2.h>
 #include <errno.h>
@@ -111,6 +112,8 @@ int rec_history_init(struct rec_history *h, const struct rec_identity *model,
 	uint64_t block_count = count / REC_BLOCK_TOKENS + 1;
 
 	memset(h, 0, sizeof(*h));
+	if (count > REC_CONSUMED_MAX)
+		return -EOVERFLOW;
 	h->model = *model;
 	h->tokens = malloc(count ? count * sizeof(uint32_t) : 1);
 	h->blocks = malloc(block_count * sizeof(struct rec_digest));

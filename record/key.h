@@ -73,7 +73,8 @@ struct rec_history {
 
 /*
  * Builds a history of count tokens (copied; the caller keeps tokens).
- * Returns 0 or -ENOMEM. Free with rec_history_free().
+ * Returns 0, -ENOMEM, or -EOVERFLOW past REC_CONSUMED_MAX tokens. Free
+ * with rec_history_free().
  */
 int rec_history_init(struct rec_history *h, const struct rec_identity *model,
 		     const uint32_t *tokens, uint64_t count);

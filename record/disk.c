@@ -1,0 +1,748 @@
+/*
+ * The disk thread: see disk.h. One loop takes requests from a bounded
+ * inbox, runs the synchronous steps (create, commit, open, truncate,
+ * unlink) in place, and splits payload requests into I/O requests of at
+ * most 8 MiB that it keeps in flight on the ring. An eventfd polled through
+ * the ring wakes the loop when a request arrives while I/O is in flight.
+ */
+#include "record/disk.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "record/io.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* The user_data of the inbox eventfd's poll; ops use their own address. */
+#define WAKE_TAG 1u
+
+struct disk_op {
+	struct rec_disk_request *req;
+	int fd;
+	bool write;
+	uint32_t iov_count;
+	uint64_t offset;
+	struct iovec iov[REC_DISK_IOV_MAX];
+};
+
+struct rec_disk {
+	struct rec_dir *dir;
+	bool use_ring;
+	struct io_uring ring;
+	int wake_fd;
+	bool wake_armed;
+	pthread_t thread;
+	pthread_mutex_t lock; /* inbox and stop */
+	pthread_cond_t inbox_ready; /* fallback mode waits here */
+	struct rec_disk_request *inbox[REC_DISK_QUEUE_MAX];
+	uint32_t inbox_head;
+	uint32_t inbox_count;
+	bool stopping;
+	/* Owned by the thread. */
+	struct rec_disk_request *active[REC_DISK_QUEUE_MAX];
+	uint32_t active_count;
+	struct disk_op ops[REC_DISK_OPS_MAX];
+	struct disk_op *free_ops[REC_DISK_OPS_MAX];
+	uint32_t free_op_count;
+	uint32_t ops_in_flight;
+};
+
+static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Records the first failure of a request; later ones keep the first. */
+static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (req->result)
+		return req->result;
+	req->result = err;
+	if (fmt) {
+		va_start(ap, fmt);
+		vsnprintf(req->why, sizeof(req->why), fmt, ap);
+		va_end(ap);
+	} else {
+		snprintf(req->why, sizeof(req->why), "%s", sel_strerror(err));
+	}
+	return err;
+}
+
+static bool is_payload(enum rec_disk_op op)
+{
+	return op == REC_DISK_WRITE_PAGES || op == REC_DISK_WRITE_ROW ||
+	       op == REC_DISK_READ_PAGES || op == REC_DISK_READ_ROW;
+}
+
+/* The buffers of a payload request, their sizes, fd and file offset. */
+static void payload_shape(const struct rec_disk_request *req, uint32_t *count,
+			  uint64_t *offset, int *fd)
+{
+	const struct rec_disk_file *f = req->file;
+	bool write = req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW;
+	const struct rec_header *h = write ? &f->writer.header : &f->reader.header;
+
+	*fd = write ? f->writer.fd : f->reader.fd;
+	if (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES) {
+		*count = req->count;
+		*offset = h->page_offset + h->page_stride * req->first;
+	} else {
+		*count = req->piece_count;
+		*offset = h->row_offset;
+	}
+}
+
+static uint64_t buffer_bytes(const struct rec_disk_request *req, uint32_t i)
+{
+	const struct rec_disk_file *f = req->file;
+	bool write = req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW;
+	const struct rec_header *h = write ? &f->writer.header : &f->reader.header;
+
+	if (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES)
+		return h->page_stride;
+	if (i + 1 < req->piece_count)
+		return req->piece_bytes;
+	return h->row_length - req->piece_bytes * (req->piece_count - 1);
+}
+
+/* Checks a payload request against its file before any I/O (R-READ-1). */
+static int payload_check(struct rec_disk_request *req)
+{
+	struct rec_disk_file *f = req->file;
+	bool write = req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW;
+	const struct rec_header *h = write ? &f->writer.header : &f->reader.header;
+
+	if (write ? !f->writing : !f->reading)
+		return req_fail(req, -EBADF, "no record is open for this request");
+	if (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES) {
+		if (req->count > REC_DISK_BUFFERS_MAX ||
+		    (uint64_t)req->first + req->count > h->tail_page_count)
+			return req_fail(req, SEL_ETOOBIG,
+					"pages %u..+%u are outside the record's %u",
+					req->first, req->count, h->tail_page_count);
+		return 0;
+	}
+	if (req->op == REC_DISK_READ_ROW && !f->reader.row_present)
+		return req_fail(req, -ENODATA, "the record has no row");
+	if (req->piece_count == 0 || req->piece_count > REC_DISK_BUFFERS_MAX ||
+	    req->piece_bytes == 0 || !sel_is_aligned(req->piece_bytes, SEL_BLOCK_BYTES) ||
+	    req->piece_bytes * (req->piece_count - 1) >= h->row_length ||
+	    req->piece_bytes * req->piece_count < h->row_length)
+		return req_fail(req, SEL_ETOOBIG,
+				"%u pieces of %" PRIu64 " bytes do not hold a %" PRIu64
+				"-byte row", req->piece_count, req->piece_bytes,
+				h->row_length);
+	return 0;
+}
+
+/* Runs the steps that are not payload I/O, synchronously. */
+static void run_control(struct rec_disk *disk, struct rec_disk_request *req)
+{
+	struct rec_disk_file *f = req->file;
+	char name[REC_FILE_NAME_BYTES];
+	struct rec_expect expect;
+	int ret;
+
+	switch (req->op) {
+	case REC_DISK_CREATE:
+		SEL_ASSERT(!f->writing);
+		ret = rec_writer_begin_with(&f->writer, disk->dir, &f->header,
+					    &f->buffers);
+		f->writing = ret == 0;
+		if (ret)
+			req_fail(req, ret, NULL);
+		break;
+	case REC_DISK_COMMIT:
+		if (!f->writing || f->writer.pages_written != f->writer.header.tail_page_count ||
+		    !f->writer.row_written) {
+			req_fail(req, -EINVAL, "commit before every page and the row");
+			break;
+		}
+		f->writing = false;
+		ret = rec_writer_commit(&f->writer);
+		if (ret)
+			req_fail(req, ret, NULL);
+		break;
+	case REC_DISK_ABORT:
+		if (f->writing)
+			rec_writer_abort(&f->writer);
+		f->writing = false;
+		break;
+	case REC_DISK_OPEN:
+		SEL_ASSERT(!f->reading);
+		rec_file_name(name, &req->key);
+		rec_dir_expect(disk->dir, &req->key, &expect);
+		ret = rec_reader_open_with(&f->reader, rec_dir_fd(disk->dir), name,
+					   rec_dir_direct(disk->dir), &expect,
+					   &f->buffers, req->why, sizeof(req->why));
+		if (ret) {
+			char reason[sizeof(req->why)];
+
+			snprintf(reason, sizeof(reason), "%s",
+				 sel_is_selene_error(ret) ? req->why : sel_strerror(ret));
+			req->why[0] = '\0';
+			req_fail(req, ret, "%s: %s", name, reason);
+			break;
+		}
+		f->reading = true;
+		if (f->reader.header.first_page_index != req->expect_first_page ||
+		    f->reader.header.tail_page_count != req->expect_tail_pages ||
+		    (req->expect_row && !f->reader.row_present))
+			req_fail(req, SEL_EMISMATCH,
+				 "%s: pages %u..+%u%s, expected %u..+%u%s", name,
+				 f->reader.header.first_page_index,
+				 f->reader.header.tail_page_count,
+				 f->reader.row_present ? " with row" : "",
+				 req->expect_first_page, req->expect_tail_pages,
+				 req->expect_row ? " with row" : "");
+		break;
+	case REC_DISK_CLOSE:
+		if (f->reading)
+			rec_reader_close(&f->reader);
+		f->reading = false;
+		break;
+	case REC_DISK_TRUNCATE:
+		ret = rec_truncate_row(disk->dir, &req->key);
+		if (ret)
+			req_fail(req, ret, NULL);
+		break;
+	case REC_DISK_UNLINK:
+		ret = rec_unlink(disk->dir, &req->key);
+		if (ret)
+			req_fail(req, ret, NULL);
+		break;
+	default:
+		SEL_ASSERT(!"not a control request");
+	}
+}
+
+/* Fills op with up to 8 MiB of req's remaining buffers; false when done. */
+static bool build_op(struct rec_disk_request *req, struct disk_op *op)
+{
+	uint32_t count;
+	uint64_t base_offset, bytes = 0;
+	int fd;
+
+	payload_shape(req, &count, &base_offset, &fd);
+	if (req->next_buffer >= count)
+		return false;
+	op->req = req;
+	op->fd = fd;
+	op->write = req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW;
+	op->iov_count = 0;
+	op->offset = base_offset + req->next_offset;
+	for (uint32_t i = 0; i < req->next_buffer; i++)
+		op->offset += buffer_bytes(req, i);
+	while (req->next_buffer < count && op->iov_count < REC_DISK_IOV_MAX &&
+	       bytes < REC_IO_CHUNK_BYTES) {
+		uint64_t size = buffer_bytes(req, req->next_buffer);
+		uint64_t n = size - req->next_offset;
+
+		if (n > REC_IO_CHUNK_BYTES - bytes)
+			n = REC_IO_CHUNK_BYTES - bytes;
+		op->iov[op->iov_count].iov_base =
+			(uint8_t *)req->buffers[req->next_buffer] + req->next_offset;
+		op->iov[op->iov_count++].iov_len = (size_t)n;
+		bytes += n;
+		req->next_offset += n;
+		if (req->next_offset == size) {
+			req->next_buffer++;
+			req->next_offset = 0;
+		}
+	}
+	return true;
+}
+
+static uint64_t op_bytes(const struct disk_op *op)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < op->iov_count; i++)
+		n += op->iov[i].iov_len;
+	return n;
+}
+
+/* Drops done bytes from the front of op, for a resubmission. */
+static void op_advance(struct disk_op *op, uint64_t done)
+{
+	uint32_t skip = 0;
+
+	op->offset += done;
+	while (done > 0 && done >= op->iov[skip].iov_len)
+		done -= op->iov[skip++].iov_len;
+	if (skip) {
+		memmove(op->iov, op->iov + skip, (op->iov_count - skip) * sizeof(op->iov[0]));
+		op->iov_count -= skip;
+	}
+	if (done) {
+		op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + done;
+		op->iov[0].iov_len -= (size_t)done;
+	}
+}
+
+/* The kernel's result for op, rewritten by a disk.* failpoint if armed. */
+static int64_t op_result(const struct disk_op *op, int64_t res)
+{
+	int injected = SEL_FAILPOINT(op->write ? SEL_FP_DISK_WRITE : SEL_FP_DISK_READ);
+
+	if (injected < 0)
+		return injected;
+	if (injected == SEL_FAILPOINT_SHORT && res > (int64_t)SEL_BLOCK_BYTES)
+		return (int64_t)sel_align_up((uint64_t)res / 2, SEL_BLOCK_BYTES);
+	return res;
+}
+
+static void op_release(struct rec_disk *disk, struct disk_op *op)
+{
+	op->req->ops_in_flight--;
+	disk->ops_in_flight--;
+	disk->free_ops[disk->free_op_count++] = op;
+}
+
+static void op_issue(struct rec_disk *disk, struct disk_op *op);
+
+/* Accounts a finished I/O request: short counts resubmit the rest. */
+static void op_complete(struct rec_disk *disk, struct disk_op *op, int64_t res)
+{
+	uint64_t bytes = op_bytes(op);
+
+	res = op_result(op, res);
+	if (res < 0) {
+		req_fail(op->req, (int)res, "%s at offset %" PRIu64 ": %s",
+			 op->write ? "write" : "read", op->offset, strerror((int)-res));
+	} else if (res == 0) {
+		req_fail(op->req, op->write ? -EIO : -ENODATA,
+			 "%s at offset %" PRIu64 " made no progress",
+			 op->write ? "write" : "read", op->offset);
+	} else if ((uint64_t)res < bytes && !op->req->result) {
+		op_advance(op, (uint64_t)res);
+		op_issue(disk, op);
+		return;
+	}
+	op_release(disk, op);
+}
+
+/* Puts op on the ring, or runs it now on the fallback path. */
+static void op_issue(struct rec_disk *disk, struct disk_op *op)
+{
+	struct io_uring_sqe *sqe;
+	ssize_t n;
+
+	if (disk->use_ring) {
+		sqe = io_uring_get_sqe(&disk->ring);
+		if (!sqe) {
+			io_uring_submit(&disk->ring);
+			sqe = io_uring_get_sqe(&disk->ring);
+		}
+		SEL_ASSERT(sqe); /* the ring has room for every op */
+		if (op->write)
+			io_uring_prep_writev(sqe, op->fd, op->iov, op->iov_count, op->offset);
+		else
+			io_uring_prep_readv(sqe, op->fd, op->iov, op->iov_count, op->offset);
+		io_uring_sqe_set_data(sqe, op);
+		return;
+	}
+	do {
+		n = op->write ? pwritev(op->fd, op->iov, (int)op->iov_count, (off_t)op->offset) :
+				preadv(op->fd, op->iov, (int)op->iov_count, (off_t)op->offset);
+	} while (n < 0 && errno == EINTR);
+	op_complete(disk, op, n < 0 ? -errno : n);
+}
+
+/* Checksums of a write, computed while its I/O is in flight. */
+static void sum_writes(struct rec_disk_request *req)
+{
+	struct rec_writer *w = &req->file->writer;
+	uint64_t bytes[REC_DISK_BUFFERS_MAX];
+
+	if (req->op == REC_DISK_WRITE_PAGES) {
+		for (uint32_t i = 0; i < req->count; i++)
+			rec_writer_note_page(w, req->first + i, req->buffers[i]);
+		return;
+	}
+	for (uint32_t i = 0; i < req->piece_count; i++)
+		bytes[i] = buffer_bytes(req, i);
+	rec_writer_note_row(w, (const void *const *)req->buffers, bytes, req->piece_count);
+}
+
+/* Verifies what a read brought in (R-READ-2, R-READ-3). */
+static void verify_reads(struct rec_disk_request *req)
+{
+	struct rec_reader *r = &req->file->reader;
+	uint64_t bytes[REC_DISK_BUFFERS_MAX];
+	char name[REC_FILE_NAME_BYTES];
+
+	rec_file_name(name, &r->header.key);
+	if (req->op == REC_DISK_READ_PAGES) {
+		for (uint32_t i = 0; i < req->count; i++)
+			if (!rec_reader_page_ok(r, req->first + i, req->buffers[i])) {
+				req_fail(req, SEL_ECHECKSUM,
+					 "%s: page %" PRIu64 " (stored page %u) fails its "
+					 "checksum", name,
+					 (uint64_t)r->header.first_page_index + req->first + i,
+					 req->first + i);
+				return;
+			}
+		return;
+	}
+	for (uint32_t i = 0; i < req->piece_count; i++)
+		bytes[i] = buffer_bytes(req, i);
+	if (!rec_reader_row_ok(r, (const void *const *)req->buffers, bytes,
+			       req->piece_count))
+		req_fail(req, SEL_ECHECKSUM, "%s: the row fails its checksum", name);
+}
+
+/* Issues as many of req's I/O requests as free ops allow. */
+static void feed(struct rec_disk *disk, struct rec_disk_request *req)
+{
+	while (!req->result && disk->free_op_count > 0) {
+		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
+
+		if (!build_op(req, op))
+			break;
+		disk->free_op_count--;
+		req->ops_in_flight++;
+		disk->ops_in_flight++;
+		op_issue(disk, op);
+	}
+}
+
+static bool payload_done(const struct rec_disk_request *req)
+{
+	uint32_t count;
+	uint64_t offset;
+	int fd;
+
+	if (req->ops_in_flight > 0)
+		return false;
+	payload_shape(req, &count, &offset, &fd);
+	return req->result || req->next_buffer >= count;
+}
+
+static void reply(struct rec_disk_request *req)
+{
+	struct rec_disk_replies *replies = req->replies;
+
+	pthread_mutex_lock(&replies->lock);
+	SEL_ASSERT(replies->count < REC_DISK_QUEUE_MAX);
+	replies->queue[(replies->head + replies->count++) % REC_DISK_QUEUE_MAX] = req;
+	pthread_cond_signal(&replies->ready);
+	pthread_mutex_unlock(&replies->lock);
+}
+
+/* Moves new requests from the inbox; true when the thread should stop. */
+static bool take_inbox(struct rec_disk *disk, bool block)
+{
+	bool stop;
+
+	pthread_mutex_lock(&disk->lock);
+	while (block && !disk->use_ring && disk->inbox_count == 0 && !disk->stopping)
+		pthread_cond_wait(&disk->inbox_ready, &disk->lock);
+	while (disk->inbox_count > 0 && disk->active_count < REC_DISK_QUEUE_MAX) {
+		struct rec_disk_request *req = disk->inbox[disk->inbox_head];
+
+		disk->inbox_head = (disk->inbox_head + 1) % REC_DISK_QUEUE_MAX;
+		disk->inbox_count--;
+		disk->active[disk->active_count++] = req;
+	}
+	stop = disk->stopping && disk->inbox_count == 0;
+	pthread_mutex_unlock(&disk->lock);
+	return stop;
+}
+
+/*
+ * Advances every active request in order. A request that depends on an
+ * earlier one (a commit after its writes) is held back by its requester,
+ * which sends it only after the earlier replies; so order here is only
+ * fairness.
+ */
+static void advance(struct rec_disk *disk)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < disk->active_count; i++) {
+		struct rec_disk_request *req = disk->active[i];
+
+		if (!req->started) {
+			req->started = true;
+			if (!is_payload(req->op)) {
+				run_control(disk, req);
+				reply(req);
+				continue;
+			}
+			payload_check(req);
+		}
+		feed(disk, req);
+		if (!req->summed && !req->result &&
+		    (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW)) {
+			if (disk->use_ring)
+				io_uring_submit(&disk->ring);
+			sum_writes(req);
+			req->summed = true;
+		}
+		if (payload_done(req)) {
+			if (!req->result &&
+			    (req->op == REC_DISK_READ_PAGES || req->op == REC_DISK_READ_ROW))
+				verify_reads(req);
+			reply(req);
+			continue;
+		}
+		disk->active[kept++] = req;
+	}
+	disk->active_count = kept;
+}
+
+static void arm_wake(struct rec_disk *disk)
+{
+	struct io_uring_sqe *sqe;
+
+	if (disk->wake_armed)
+		return;
+	sqe = io_uring_get_sqe(&disk->ring);
+	if (!sqe) {
+		io_uring_submit(&disk->ring);
+		sqe = io_uring_get_sqe(&disk->ring);
+	}
+	SEL_ASSERT(sqe);
+	io_uring_prep_poll_add(sqe, disk->wake_fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, WAKE_TAG);
+	disk->wake_armed = true;
+}
+
+/* Waits for at least one completion (an op or the wake poll) and reaps all. */
+static void reap(struct rec_disk *disk)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+	int ret;
+
+	arm_wake(disk);
+	io_uring_submit(&disk->ring);
+	do
+		ret = io_uring_wait_cqe(&disk->ring, &cqe);
+	while (ret == -EINTR);
+	SEL_ASSERT(ret == 0);
+	io_uring_for_each_cqe(&disk->ring, head, cqe) {
+		uint64_t tag = io_uring_cqe_get_data64(cqe);
+
+		seen++;
+		if (tag == WAKE_TAG) {
+			uint64_t value;
+
+			disk->wake_armed = false;
+			if (read(disk->wake_fd, &value, sizeof(value)) < 0 && errno != EAGAIN)
+				sel_warn("disk thread: eventfd read: %s", strerror(errno));
+			continue;
+		}
+		op_complete(disk, (struct disk_op *)(uintptr_t)tag, cqe->res);
+	}
+	io_uring_cq_advance(&disk->ring, seen);
+}
+
+static void lower_priority(void)
+{
+	struct sched_param param = { 0 };
+
+	/* Batch scheduling and nice 10: the model's threads always go first. */
+	if (sched_setscheduler(0, SCHED_BATCH, &param) != 0)
+		sel_debug("disk thread: SCHED_BATCH refused: %s", strerror(errno));
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 10) != 0)
+		sel_debug("disk thread: nice 10 refused: %s", strerror(errno));
+}
+
+static void *disk_main(void *arg)
+{
+	struct rec_disk *disk = arg;
+
+	lower_priority();
+	for (;;) {
+		bool idle = disk->active_count == 0 && disk->ops_in_flight == 0;
+		bool stop = take_inbox(disk, idle);
+
+		if (stop && disk->active_count == 0 && disk->ops_in_flight == 0)
+			break;
+		advance(disk);
+		if (disk->use_ring && (disk->ops_in_flight > 0 ||
+				       (disk->active_count == 0 && !stop)))
+			reap(disk);
+		if (disk->use_ring)
+			advance(disk);
+	}
+	return NULL;
+}
+
+int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out,
+		   char *err, size_t err_size)
+{
+	static bool said;
+	struct rec_disk *disk = calloc(1, sizeof(*disk));
+	int ret;
+
+	*out = NULL;
+	if (!disk)
+		return -ENOMEM;
+	disk->dir = options->dir;
+	disk->wake_fd = -1;
+	pthread_mutex_init(&disk->lock, NULL);
+	pthread_cond_init(&disk->inbox_ready, NULL);
+	for (uint32_t i = 0; i < REC_DISK_OPS_MAX; i++)
+		disk->free_ops[disk->free_op_count++] = &disk->ops[i];
+	if (!options->no_uring) {
+		ret = io_uring_queue_init(REC_DISK_OPS_MAX * 2, &disk->ring, 0);
+		if (ret == 0) {
+			disk->use_ring = true;
+		} else if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED)) {
+			sel_warn("io_uring unavailable (%s); the disk thread uses "
+				 "pread/pwrite", strerror(-ret));
+		}
+	}
+	if (disk->use_ring) {
+		disk->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (disk->wake_fd < 0) {
+			ret = -errno;
+			snprintf(err, err_size, "eventfd: %s", strerror(errno));
+			goto err_free;
+		}
+	}
+	ret = -pthread_create(&disk->thread, NULL, disk_main, disk);
+	if (ret) {
+		snprintf(err, err_size, "cannot start the disk thread: %s", strerror(-ret));
+		goto err_free;
+	}
+	*out = disk;
+	return 0;
+err_free:
+	if (disk->wake_fd >= 0)
+		close(disk->wake_fd);
+	if (disk->use_ring)
+		io_uring_queue_exit(&disk->ring);
+	free(disk);
+	return ret;
+}
+
+static void wake(struct rec_disk *disk)
+{
+	uint64_t one = 1;
+
+	if (disk->use_ring) {
+		if (write(disk->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			sel_warn("disk thread: eventfd write: %s", strerror(errno));
+	} else {
+		pthread_cond_signal(&disk->inbox_ready);
+	}
+}
+
+int rec_disk_submit(struct rec_disk *disk, struct rec_disk_request *req)
+{
+	SEL_ASSERT(req->replies && req->file);
+	req->result = 0;
+	req->why[0] = '\0';
+	req->next_buffer = 0;
+	req->next_offset = 0;
+	req->ops_in_flight = 0;
+	req->started = false;
+	req->summed = false;
+	pthread_mutex_lock(&disk->lock);
+	if (disk->inbox_count == REC_DISK_QUEUE_MAX || disk->stopping) {
+		pthread_mutex_unlock(&disk->lock);
+		return disk->stopping ? SEL_ESTOPPED : SEL_EQUEUEFULL;
+	}
+	disk->inbox[(disk->inbox_head + disk->inbox_count++) % REC_DISK_QUEUE_MAX] = req;
+	wake(disk);
+	pthread_mutex_unlock(&disk->lock);
+	return 0;
+}
+
+void rec_disk_stop(struct rec_disk *disk)
+{
+	if (!disk)
+		return;
+	pthread_mutex_lock(&disk->lock);
+	disk->stopping = true;
+	wake(disk);
+	pthread_mutex_unlock(&disk->lock);
+	pthread_join(disk->thread, NULL);
+	if (disk->use_ring)
+		io_uring_queue_exit(&disk->ring);
+	if (disk->wake_fd >= 0)
+		close(disk->wake_fd);
+	pthread_cond_destroy(&disk->inbox_ready);
+	pthread_mutex_destroy(&disk->lock);
+	free(disk);
+}
+
+const char *rec_disk_engine(const struct rec_disk *disk)
+{
+	return disk->use_ring ? "io_uring" : "pread/pwrite";
+}
+
+void rec_disk_replies_init(struct rec_disk_replies *replies)
+{
+	memset(replies, 0, sizeof(*replies));
+	pthread_mutex_init(&replies->lock, NULL);
+	pthread_cond_init(&replies->ready, NULL);
+}
+
+void rec_disk_replies_destroy(struct rec_disk_replies *replies)
+{
+	pthread_cond_destroy(&replies->ready);
+	pthread_mutex_destroy(&replies->lock);
+}
+
+struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies)
+{
+	struct rec_disk_request *req;
+
+	pthread_mutex_lock(&replies->lock);
+	while (replies->count == 0)
+		pthread_cond_wait(&replies->ready, &replies->lock);
+	req = replies->queue[replies->head];
+	replies->head = (replies->head + 1) % REC_DISK_QUEUE_MAX;
+	replies->count--;
+	pthread_mutex_unlock(&replies->lock);
+	return req;
+}
+
+int rec_disk_file_init(struct rec_disk_file *file, uint32_t max_pages)
+{
+	uint64_t bytes = sel_align_up(8ull * (max_pages ? max_pages : 1), SEL_BLOCK_BYTES);
+	void *checksums = NULL, *header = NULL;
+
+	memset(file, 0, sizeof(*file));
+	file->writer.fd = -1;
+	file->reader.fd = -1;
+	if (max_pages > REC_RECORD_PAGES_MAX)
+		return SEL_ETOOBIG;
+	if (posix_memalign(&checksums, SEL_BLOCK_BYTES, (size_t)bytes) ||
+	    posix_memalign(&header, SEL_BLOCK_BYTES, REC_HEADER_BYTES)) {
+		free(checksums);
+		return -ENOMEM;
+	}
+	file->buffers.checksums = checksums;
+	file->buffers.checksum_bytes = bytes;
+	file->buffers.header_block = header;
+	return 0;
+}
+
+void rec_disk_file_destroy(struct rec_disk_file *file)
+{
+	SEL_ASSERT(!file->writing && !file->reading);
+	free(file->buffers.checksums);
+	free(file->buffers.header_block);
+	file->buffers.checksums = NULL;
+	file->buffers.header_block = NULL;
+}

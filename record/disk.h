@@ -1,0 +1,131 @@
+/*
+ * The disk thread (DESIGN.md section 6, seed 2.5): one thread per shard
+ * engine that owns an io_uring ring and does all of a record directory's
+ * file work: create, write pages and row from caller-owned slots, commit,
+ * open and check a header, read pages and row into slots and verify them,
+ * truncate, unlink. Checksums are computed and verified on this thread.
+ * Payload I/O goes through the ring with O_DIRECT where the directory allows
+ * it, in requests of at most 8 MiB; where io_uring_queue_init fails it says
+ * so once and uses preadv/pwritev on the same thread. It runs SCHED_BATCH
+ * at nice 10. A request fails only after every I/O it started has drained,
+ * so its buffers are free when the reply arrives.
+ *
+ * Requests and replies are caller-owned and preallocated; the thread
+ * allocates nothing after start.
+ */
+#ifndef SELENE_RECORD_DISK_H
+#define SELENE_RECORD_DISK_H
+
+#include "record/dir.h"
+#include "record/file.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Buffers in one request: a window of 64 pages, or a row's pieces. */
+#define REC_DISK_BUFFERS_MAX 256u
+/* Requests waiting for the disk thread, and replies waiting to be taken. */
+#define REC_DISK_QUEUE_MAX 64u
+/* I/O requests in flight on the ring at once (8 MiB each at most). */
+#define REC_DISK_OPS_MAX 32u
+/* Buffers one I/O request gathers. */
+#define REC_DISK_IOV_MAX 64u
+
+enum rec_disk_op {
+	REC_DISK_CREATE,      /* file->header: begin writing (R-WRITE-1) */
+	REC_DISK_WRITE_PAGES, /* stored pages [first, first + count) from buffers */
+	REC_DISK_WRITE_ROW,   /* the row segment from buffers (pieces) */
+	REC_DISK_COMMIT,      /* checksum segment, header, sync, rename */
+	REC_DISK_ABORT,       /* abandon the record being written */
+	REC_DISK_OPEN,        /* open key for reading; check it is as expected */
+	REC_DISK_READ_PAGES,  /* stored pages into buffers, each verified */
+	REC_DISK_READ_ROW,    /* the row segment into buffers, verified */
+	REC_DISK_CLOSE,       /* close the record being read */
+	REC_DISK_TRUNCATE,    /* drop key's row */
+	REC_DISK_UNLINK,      /* remove key's file */
+};
+
+/* A record one requester writes or reads; init once, reuse per record. */
+struct rec_disk_file {
+	struct rec_header header; /* CREATE: the header to write */
+	struct rec_writer writer;
+	struct rec_reader reader;
+	struct rec_file_buffers buffers;
+	bool writing;
+	bool reading;
+};
+
+struct rec_disk_replies;
+
+struct rec_disk_request {
+	enum rec_disk_op op;
+	struct rec_disk_file *file;
+	struct rec_key key;         /* OPEN, TRUNCATE, UNLINK */
+	uint32_t expect_first_page; /* OPEN: what the index says */
+	uint32_t expect_tail_pages;
+	bool expect_row;
+	uint32_t first;             /* pages: first stored index */
+	uint32_t count;             /* pages: count (buffers[i] is page first + i) */
+	uint32_t piece_count;       /* row: buffers holding the row in order */
+	uint64_t piece_bytes;       /* row: bytes of each piece but the last */
+	void *buffers[REC_DISK_BUFFERS_MAX];
+	struct rec_disk_replies *replies;
+	uint64_t tag;               /* the requester's, untouched */
+	/* The reply: 0 or a negative code, and a reason for Selene's codes. */
+	int result;
+	char why[200];
+	/* The disk thread's progress; the requester leaves these alone. */
+	uint32_t next_buffer;
+	uint64_t next_offset;       /* within buffers[next_buffer] */
+	uint32_t ops_in_flight;
+	bool started;
+	bool summed;
+};
+
+/* Where replies arrive: a bounded queue one requester waits on. */
+struct rec_disk_replies {
+	pthread_mutex_t lock;
+	pthread_cond_t ready;
+	struct rec_disk_request *queue[REC_DISK_QUEUE_MAX];
+	uint32_t head;
+	uint32_t count;
+};
+
+struct rec_disk;
+
+struct rec_disk_options {
+	struct rec_dir *dir;  /* not owned; outlives the disk thread */
+	bool no_uring;        /* use the pread/pwrite path even where io_uring works */
+};
+
+/* Starts the thread. Returns 0, or a negative errno with a message in err. */
+int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out,
+		   char *err, size_t err_size);
+
+/*
+ * Finishes every request already submitted, then stops the thread and
+ * frees it. NULL does nothing.
+ */
+void rec_disk_stop(struct rec_disk *disk);
+
+/* Whether the ring is in use ("io_uring") or the fallback ("pread/pwrite"). */
+const char *rec_disk_engine(const struct rec_disk *disk);
+
+/*
+ * Hands req to the disk thread; it is the thread's until it appears on
+ * req->replies. Never blocks: SEL_EQUEUEFULL when the queue is full.
+ */
+int rec_disk_submit(struct rec_disk *disk, struct rec_disk_request *req);
+
+void rec_disk_replies_init(struct rec_disk_replies *replies);
+void rec_disk_replies_destroy(struct rec_disk_replies *replies);
+
+/* Waits for the next reply (the requester's own thread may block). */
+struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies);
+
+/* Allocates file's buffers for records of up to max_pages stored pages. */
+int rec_disk_file_init(struct rec_disk_file *file, uint32_t max_pages);
+void rec_disk_file_destroy(struct rec_disk_file *file);
+
+#endif

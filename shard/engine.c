@@ -1,0 +1,806 @@
+/*
+ * The shard engine: see engine.h. The transfer thread drives each job as a
+ * sequence of disk requests (record/disk.h) interleaved with device copies,
+ * through two window buffers and one row buffer leased from the slab pool
+ * at open.
+ */
+#include "shard/engine.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "record/disk.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/slab.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct shard_job {
+	uint64_t id;
+	enum shard_job_kind kind;
+	struct rec_header header;
+	struct rec_key key;
+	uint32_t *page_ids; /* geometry.page_count entries */
+	uint32_t page_id_count;
+	struct shard_chain_record *chain; /* SHARD_CHAIN_RECORDS_MAX entries */
+	uint32_t chain_count;
+	uint32_t skip_pages;
+	uint32_t state_slot;
+	struct shard_job *next;
+};
+
+/* One staging buffer: a window of page slots and its disk request. */
+struct stage {
+	struct shard_slab_lease lease;
+	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
+	struct rec_disk_request req;
+};
+
+/* What the running job has learned about its failure, first one first. */
+struct job_outcome {
+	int result;
+	uint64_t seq; /* submission order of the failing request */
+	char why[200];
+	uint64_t bytes;
+};
+
+struct shard_engine {
+	struct rec_geometry geometry;
+	struct shard_planes planes;
+	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
+	struct rec_dir *dir;
+	struct shard_device *device;
+	struct rec_disk *disk;
+	uint32_t window_pages;
+	uint32_t jobs_max;
+
+	struct shard_slab_pool pool;
+	struct stage stages[2];
+	struct shard_slab_lease row_lease;
+	uint32_t *row_slots;
+	uint32_t row_piece_count;
+	struct rec_disk_request row_req;
+	struct rec_disk_request control_req;
+	struct rec_disk_file file;
+	struct rec_disk_replies replies;
+	uint64_t next_seq;
+	struct shard_copy *copies; /* window_pages * planes, or row pieces */
+
+	pthread_t thread;
+	bool thread_started;
+	pthread_mutex_t lock;
+	pthread_cond_t work_ready;
+	pthread_cond_t completion_ready;
+	struct shard_job *jobs;
+	struct shard_job *free_jobs;
+	struct shard_job *queue_head;
+	struct shard_job *queue_tail;
+	struct shard_completion *completions; /* ring of jobs_max */
+	uint32_t completion_head;
+	uint32_t completion_count;
+	uint32_t unpolled; /* submitted and not yet polled */
+	bool stopping;
+	struct shard_engine_stats stats;
+};
+
+static int outcome_fail(struct job_outcome *o, int err, uint64_t seq,
+			const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Keeps the failure of the earliest request; later ones follow from it. */
+static int outcome_fail(struct job_outcome *o, int err, uint64_t seq,
+			const char *fmt, ...)
+{
+	va_list ap;
+
+	if (o->result && o->seq <= seq)
+		return o->result;
+	o->result = err;
+	o->seq = seq;
+	va_start(ap, fmt);
+	vsnprintf(o->why, sizeof(o->why), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+static void disk_send(struct shard_engine *e, struct rec_disk_request *req)
+{
+	int ret;
+
+	req->tag = ++e->next_seq;
+	ret = rec_disk_submit(e->disk, req);
+	/* At most four requests are ever outstanding: the queue holds 64. */
+	SEL_ASSERT(ret == 0);
+}
+
+/* Waits until req has come back, noting every reply's failure. */
+static void disk_await(struct shard_engine *e, struct rec_disk_request *req,
+		       struct job_outcome *o)
+{
+	while (req->tag) {
+		struct rec_disk_request *done = rec_disk_wait(&e->replies);
+
+		if (done->result)
+			outcome_fail(o, done->result, done->tag, "%s",
+				     done->why[0] ? done->why : sel_strerror(done->result));
+		done->tag = 0;
+	}
+}
+
+static void disk_await_all(struct shard_engine *e, struct job_outcome *o)
+{
+	disk_await(e, &e->stages[0].req, o);
+	disk_await(e, &e->stages[1].req, o);
+	disk_await(e, &e->row_req, o);
+	disk_await(e, &e->control_req, o);
+}
+
+/* Runs one control request to its reply. */
+static int disk_control(struct shard_engine *e, enum rec_disk_op op,
+			const struct rec_key *key, struct job_outcome *o)
+{
+	struct rec_disk_request *req = &e->control_req;
+
+	disk_await(e, req, o);
+	req->op = op;
+	if (key)
+		req->key = *key;
+	disk_send(e, req);
+	disk_await(e, req, o);
+	return req->result;
+}
+
+static int device_fail(struct job_outcome *o, int ret, const char *what)
+{
+	return outcome_fail(o, ret, 0, "device copy %s failed: %s", what,
+			    sel_strerror(ret));
+}
+
+/* Device <-> the window's slots for pages[0, count). */
+static int copy_window(struct shard_engine *e, struct stage *s,
+		       const uint32_t *page_ids, uint32_t count,
+		       enum shard_copy_direction dir, struct job_outcome *o)
+{
+	const struct rec_geometry *g = &e->geometry;
+	uint32_t n = 0;
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++) {
+		uint8_t *slot = shard_slab_slot(&e->pool, s->slots[i]);
+
+		for (uint32_t p = 0; p < g->page_plane_count; p++) {
+			uint64_t unit = g->page_planes[p].unit_bytes;
+
+			e->copies[n++] = (struct shard_copy){
+				.device_address = e->planes.page_base[p] + unit * page_ids[i],
+				.host = slot + e->plane_offset[p],
+				.bytes = unit,
+			};
+		}
+	}
+	ret = shard_device_copy(e->device, dir, e->copies, n);
+	if (!ret)
+		ret = shard_device_synchronize(e->device);
+	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
+						 "device to host" : "host to device") : 0;
+}
+
+/* Device <-> the row slots for the row at state_slot. */
+static int copy_row(struct shard_engine *e, uint32_t state_slot,
+		    enum shard_copy_direction dir, struct job_outcome *o)
+{
+	uint64_t unit = e->geometry.row_plane.unit_bytes;
+	uint64_t piece = e->pool.slot_bytes;
+	uint32_t n = 0;
+	int ret;
+
+	for (uint32_t k = 0; k < e->row_piece_count && (uint64_t)k * piece < unit; k++) {
+		uint64_t left = unit - (uint64_t)k * piece;
+
+		e->copies[n++] = (struct shard_copy){
+			.device_address = e->planes.row_base + unit * state_slot + piece * k,
+			.host = shard_slab_slot(&e->pool, e->row_slots[k]),
+			.bytes = left < piece ? left : piece,
+		};
+	}
+	ret = shard_device_copy(e->device, dir, e->copies, n);
+	if (!ret)
+		ret = shard_device_synchronize(e->device);
+	return ret ? device_fail(o, ret, "of the row") : 0;
+}
+
+static void stage_pages(struct shard_engine *e, struct stage *s,
+			enum rec_disk_op op, uint32_t first, uint32_t count)
+{
+	s->req.op = op;
+	s->req.first = first;
+	s->req.count = count;
+	for (uint32_t i = 0; i < count; i++)
+		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
+}
+
+static void stage_row(struct shard_engine *e, enum rec_disk_op op)
+{
+	e->row_req.op = op;
+	e->row_req.piece_count = e->row_piece_count;
+	e->row_req.piece_bytes = e->pool.slot_bytes;
+	for (uint32_t k = 0; k < e->row_piece_count; k++)
+		e->row_req.buffers[k] = shard_slab_slot(&e->pool, e->row_slots[k]);
+}
+
+/* Zeroes staging after a failed read, so its padding is zero again. */
+static void stage_scrub(struct shard_engine *e)
+{
+	for (int b = 0; b < 2; b++)
+		for (uint32_t i = 0; i < e->window_pages; i++)
+			memset(shard_slab_slot(&e->pool, e->stages[b].slots[i]), 0,
+			       e->pool.slot_bytes);
+	for (uint32_t k = 0; k < e->row_piece_count; k++)
+		memset(shard_slab_slot(&e->pool, e->row_slots[k]), 0, e->pool.slot_bytes);
+}
+
+static void run_store(struct shard_engine *e, struct shard_job *job,
+		      struct job_outcome *o)
+{
+	uint32_t tail = job->header.tail_page_count;
+	uint64_t stride = e->geometry.page_record_bytes;
+	uint32_t k = 0;
+
+	e->file.header = job->header;
+	e->control_req.op = REC_DISK_CREATE;
+	disk_send(e, &e->control_req);
+	for (uint32_t first = 0; first < tail && !o->result; first += e->window_pages, k++) {
+		struct stage *s = &e->stages[k % 2];
+		uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
+
+		disk_await(e, &s->req, o);
+		if (o->result ||
+		    copy_window(e, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
+			break;
+		stage_pages(e, s, REC_DISK_WRITE_PAGES, first, n);
+		disk_send(e, &s->req);
+		o->bytes += stride * n;
+	}
+	if (!o->result && !copy_row(e, job->state_slot, SHARD_DEVICE_TO_HOST, o)) {
+		stage_row(e, REC_DISK_WRITE_ROW);
+		disk_send(e, &e->row_req);
+		o->bytes += e->geometry.row_record_bytes;
+	}
+	disk_await_all(e, o);
+	if (o->result) {
+		/* Every write has drained; now the temporary file can go. */
+		struct job_outcome ignored = { 0 };
+
+		disk_control(e, REC_DISK_ABORT, NULL, &ignored);
+		return;
+	}
+	disk_control(e, REC_DISK_COMMIT, NULL, o);
+}
+
+/* A window of a fetch: pages [first, first + count) of chain[record]. */
+struct fetch_window {
+	uint32_t record;
+	uint32_t first;
+	uint32_t count;
+	uint32_t dest; /* index into page_ids */
+};
+
+/* The next window after w, or false at the end of the chain. */
+static bool next_window(const struct shard_engine *e, const struct shard_job *job,
+			struct fetch_window *w)
+{
+	uint32_t skip = w->record == UINT32_MAX ? job->skip_pages : 0;
+
+	if (w->record == UINT32_MAX) {
+		w->record = 0;
+		w->first = 0;
+		w->dest = 0;
+	} else {
+		w->first += w->count;
+		w->dest += w->count;
+	}
+	/* Skip whole records (and page-less ones) until pages remain. */
+	while (w->record < job->chain_count) {
+		uint32_t tail = job->chain[w->record].tail_page_count;
+
+		if (skip >= tail - w->first) {
+			skip -= tail - w->first;
+			w->record++;
+			w->first = 0;
+			continue;
+		}
+		w->first += skip;
+		w->count = tail - w->first < e->window_pages ? tail - w->first :
+							       e->window_pages;
+		return true;
+	}
+	return false;
+}
+
+static void fetch_open(struct shard_engine *e, const struct shard_job *job,
+		       uint32_t record, uint32_t *open_record, struct job_outcome *o)
+{
+	const struct shard_chain_record *r = &job->chain[record];
+
+	if (*open_record == record)
+		return;
+	if (*open_record != UINT32_MAX)
+		disk_control(e, REC_DISK_CLOSE, NULL, o);
+	e->control_req.expect_first_page = r->first_page_index;
+	e->control_req.expect_tail_pages = r->tail_page_count;
+	e->control_req.expect_row = record + 1 == job->chain_count;
+	*open_record = record;
+	disk_control(e, REC_DISK_OPEN, &r->key, o);
+}
+
+static void run_fetch(struct shard_engine *e, struct shard_job *job,
+		      struct job_outcome *o)
+{
+	struct fetch_window windows[2], cursor = { .record = UINT32_MAX };
+	uint32_t open_record = UINT32_MAX, k = 0;
+	uint64_t stride = e->geometry.page_record_bytes;
+	bool have = next_window(e, job, &cursor);
+
+	/* Read window k + 1 while window k is copied to the device. */
+	if (have) {
+		fetch_open(e, job, cursor.record, &open_record, o);
+		windows[0] = cursor;
+		stage_pages(e, &e->stages[0], REC_DISK_READ_PAGES, cursor.first, cursor.count);
+		if (!o->result)
+			disk_send(e, &e->stages[0].req);
+	}
+	while (have && !o->result) {
+		struct fetch_window *w = &windows[k % 2];
+		struct stage *s = &e->stages[k % 2];
+
+		disk_await(e, &s->req, o);
+		have = next_window(e, job, &cursor);
+		if (o->result)
+			break;
+		if (have) {
+			fetch_open(e, job, cursor.record, &open_record, o);
+			windows[(k + 1) % 2] = cursor;
+			stage_pages(e, &e->stages[(k + 1) % 2], REC_DISK_READ_PAGES,
+				    cursor.first, cursor.count);
+			if (!o->result)
+				disk_send(e, &e->stages[(k + 1) % 2].req);
+		}
+		if (copy_window(e, s, job->page_ids + w->dest, w->count,
+				SHARD_HOST_TO_DEVICE, o))
+			break;
+		o->bytes += stride * w->count;
+		k++;
+	}
+	if (!o->result) {
+		fetch_open(e, job, job->chain_count - 1, &open_record, o);
+		stage_row(e, REC_DISK_READ_ROW);
+		if (!o->result) {
+			disk_send(e, &e->row_req);
+			disk_await(e, &e->row_req, o);
+		}
+		if (!o->result && !copy_row(e, job->state_slot, SHARD_HOST_TO_DEVICE, o))
+			o->bytes += e->geometry.row_record_bytes;
+	}
+	disk_await_all(e, o);
+	if (open_record != UINT32_MAX) {
+		struct job_outcome ignored = { 0 };
+
+		disk_control(e, REC_DISK_CLOSE, NULL, &ignored);
+	}
+	if (o->result)
+		stage_scrub(e);
+}
+
+static void run_job(struct shard_engine *e, struct shard_job *job,
+		    struct shard_completion *c)
+{
+	struct job_outcome o = { 0 };
+
+	switch (job->kind) {
+	case SHARD_JOB_STORE:
+		run_store(e, job, &o);
+		break;
+	case SHARD_JOB_FETCH:
+		run_fetch(e, job, &o);
+		break;
+	case SHARD_JOB_TRUNCATE:
+		disk_control(e, REC_DISK_TRUNCATE, &job->key, &o);
+		break;
+	case SHARD_JOB_UNLINK:
+		disk_control(e, REC_DISK_UNLINK, &job->key, &o);
+		break;
+	}
+	memset(c, 0, sizeof(*c));
+	c->job_id = job->id;
+	c->kind = job->kind;
+	c->result = o.result;
+	c->bytes = o.result ? 0 : o.bytes;
+	snprintf(c->why, sizeof(c->why), "%s", o.why);
+}
+
+static void *transfer_main(void *arg)
+{
+	struct shard_engine *e = arg;
+	int ret = shard_device_bind(e->device);
+
+	if (ret)
+		sel_error("transfer thread: cannot bind the device: %s", sel_strerror(ret));
+	for (;;) {
+		struct shard_completion c;
+		struct shard_job *job;
+
+		pthread_mutex_lock(&e->lock);
+		while (!e->queue_head && !e->stopping)
+			pthread_cond_wait(&e->work_ready, &e->lock);
+		job = e->queue_head;
+		if (!job) {
+			pthread_mutex_unlock(&e->lock);
+			break;
+		}
+		e->queue_head = job->next;
+		if (!e->queue_head)
+			e->queue_tail = NULL;
+		pthread_mutex_unlock(&e->lock);
+
+		run_job(e, job, &c);
+
+		pthread_mutex_lock(&e->lock);
+		SEL_ASSERT(e->completion_count < e->jobs_max);
+		e->completions[(e->completion_head + e->completion_count++) % e->jobs_max] = c;
+		job->next = e->free_jobs;
+		e->free_jobs = job;
+		if (c.result) {
+			e->stats.jobs_failed++;
+		} else {
+			e->stats.jobs_done++;
+			if (job->kind == SHARD_JOB_STORE)
+				e->stats.bytes_stored += c.bytes;
+			if (job->kind == SHARD_JOB_FETCH)
+				e->stats.bytes_fetched += c.bytes;
+		}
+		pthread_cond_broadcast(&e->completion_ready);
+		pthread_mutex_unlock(&e->lock);
+	}
+	return NULL;
+}
+
+/* Takes a free job, or fails with SEL_EQUEUEFULL; the lock is held. */
+static struct shard_job *job_take(struct shard_engine *e, int *err)
+{
+	struct shard_job *job;
+
+	if (e->stopping) {
+		*err = SEL_ESTOPPED;
+		return NULL;
+	}
+	if (e->unpolled == e->jobs_max || !e->free_jobs) {
+		e->stats.queue_full++;
+		*err = SEL_EQUEUEFULL;
+		return NULL;
+	}
+	job = e->free_jobs;
+	e->free_jobs = job->next;
+	job->next = NULL;
+	return job;
+}
+
+static int job_submit(struct shard_engine *e, struct shard_job *fill)
+{
+	struct shard_job *job;
+	uint32_t *ids;
+	struct shard_chain_record *chain;
+	int err = 0;
+
+	pthread_mutex_lock(&e->lock);
+	job = job_take(e, &err);
+	if (!job) {
+		pthread_mutex_unlock(&e->lock);
+		return err;
+	}
+	ids = job->page_ids;
+	chain = job->chain;
+	*job = *fill;
+	job->page_ids = ids;
+	job->chain = chain;
+	if (fill->page_id_count)
+		memcpy(ids, fill->page_ids, fill->page_id_count * sizeof(uint32_t));
+	if (fill->chain_count)
+		memcpy(chain, fill->chain, fill->chain_count * sizeof(*chain));
+	job->next = NULL;
+	if (e->queue_tail)
+		e->queue_tail->next = job;
+	else
+		e->queue_head = job;
+	e->queue_tail = job;
+	e->unpolled++;
+	pthread_cond_signal(&e->work_ready);
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+static bool page_ids_fit(const struct shard_engine *e, const uint32_t *ids,
+			 uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++)
+		if (ids[i] >= e->geometry.page_count)
+			return false;
+	return true;
+}
+
+int shard_engine_store(struct shard_engine *e, uint64_t job_id,
+		       const struct shard_store_job *store)
+{
+	const struct rec_header *h = store->header;
+	struct shard_job fill = {
+		.id = job_id, .kind = SHARD_JOB_STORE, .header = *h,
+		.page_ids = (uint32_t *)store->page_ids,
+		.page_id_count = h->tail_page_count, .state_slot = store->state_slot,
+	};
+
+	if (h->tail_page_count > e->geometry.page_count ||
+	    store->state_slot >= e->geometry.row_count ||
+	    !page_ids_fit(e, store->page_ids, h->tail_page_count))
+		return -EINVAL;
+	if (!rec_digest_equal(&h->fingerprint, &e->geometry.fingerprint) ||
+	    h->page_stride != e->geometry.page_record_bytes ||
+	    h->row_length != e->geometry.row_record_bytes)
+		return SEL_EMISMATCH;
+	return job_submit(e, &fill);
+}
+
+int shard_engine_fetch(struct shard_engine *e, uint64_t job_id,
+		       const struct shard_fetch_job *fetch)
+{
+	struct shard_job fill = {
+		.id = job_id, .kind = SHARD_JOB_FETCH,
+		.chain = (struct shard_chain_record *)fetch->chain,
+		.chain_count = fetch->chain_count, .skip_pages = fetch->skip_pages,
+		.page_ids = (uint32_t *)fetch->page_ids, .state_slot = fetch->state_slot,
+	};
+	uint64_t pages = 0;
+
+	if (fetch->chain_count == 0 || fetch->chain_count > SHARD_CHAIN_RECORDS_MAX ||
+	    fetch->state_slot >= e->geometry.row_count)
+		return -EINVAL;
+	for (uint32_t i = 0; i < fetch->chain_count; i++) {
+		const struct shard_chain_record *r = &fetch->chain[i];
+
+		/* A chain is contiguous: each record starts where the last ended. */
+		if (i > 0 && r->first_page_index != fetch->chain[i - 1].first_page_index +
+							    fetch->chain[i - 1].tail_page_count)
+			return SEL_EMISMATCH;
+		pages += r->tail_page_count;
+	}
+	if (fetch->skip_pages > pages || pages - fetch->skip_pages > e->geometry.page_count)
+		return -EINVAL;
+	fill.page_id_count = (uint32_t)(pages - fetch->skip_pages);
+	if (!page_ids_fit(e, fetch->page_ids, fill.page_id_count))
+		return -EINVAL;
+	return job_submit(e, &fill);
+}
+
+int shard_engine_truncate(struct shard_engine *e, uint64_t job_id,
+			  const struct rec_key *key)
+{
+	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_TRUNCATE, .key = *key };
+
+	return job_submit(e, &fill);
+}
+
+int shard_engine_unlink(struct shard_engine *e, uint64_t job_id,
+			const struct rec_key *key)
+{
+	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_UNLINK, .key = *key };
+
+	return job_submit(e, &fill);
+}
+
+uint32_t shard_engine_poll(struct shard_engine *e, struct shard_completion *out,
+			   uint32_t max)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&e->lock);
+	while (n < max && e->completion_count > 0) {
+		out[n++] = e->completions[e->completion_head];
+		e->completion_head = (e->completion_head + 1) % e->jobs_max;
+		e->completion_count--;
+		e->unpolled--;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return n;
+}
+
+void shard_engine_wait(struct shard_engine *e, struct shard_completion *out)
+{
+	pthread_mutex_lock(&e->lock);
+	SEL_ASSERT(e->unpolled > 0);
+	while (e->completion_count == 0)
+		pthread_cond_wait(&e->completion_ready, &e->lock);
+	pthread_mutex_unlock(&e->lock);
+	SEL_ASSERT(shard_engine_poll(e, out, 1) == 1);
+}
+
+void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
+{
+	pthread_mutex_lock(&e->lock);
+	*out = e->stats;
+	pthread_mutex_unlock(&e->lock);
+	out->disk_engine = rec_disk_engine(e->disk);
+}
+
+/* The staging pool: two windows and the row, leased for the engine's life. */
+static int open_staging(struct shard_engine *e, bool register_pool, char *err,
+			size_t err_size)
+{
+	const struct rec_geometry *g = &e->geometry;
+	uint32_t row_pieces, slots;
+	int ret;
+
+	row_pieces = (uint32_t)((g->row_record_bytes + g->page_record_bytes - 1) /
+				g->page_record_bytes);
+	if (row_pieces > REC_DISK_BUFFERS_MAX) {
+		snprintf(err, err_size, "a row of %" PRIu64 " bytes spans more than %u "
+			 "page-record slots", g->row_record_bytes, REC_DISK_BUFFERS_MAX);
+		return SEL_ETOOBIG;
+	}
+	slots = 2 * e->window_pages + row_pieces;
+	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
+	if (ret) {
+		snprintf(err, err_size, "cannot map %u staging slots: %s", slots,
+			 strerror(-ret));
+		return ret;
+	}
+	e->row_piece_count = row_pieces;
+	e->row_slots = calloc(row_pieces, sizeof(uint32_t));
+	e->copies = calloc((size_t)e->window_pages * g->page_plane_count + row_pieces,
+			   sizeof(*e->copies));
+	if (!e->row_slots || !e->copies)
+		return -ENOMEM;
+	ret = shard_slab_reserve_intake(&e->pool, slots);
+	for (int b = 0; !ret && b < 2; b++) {
+		e->stages[b].lease = (struct shard_slab_lease){
+			.slots = e->stages[b].slots, .capacity = SHARD_WINDOW_PAGES_MAX };
+		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &e->stages[b].lease);
+	}
+	e->row_lease = (struct shard_slab_lease){ .slots = e->row_slots,
+						  .capacity = row_pieces };
+	if (!ret)
+		ret = shard_slab_alloc_intake(&e->pool, row_pieces, &e->row_lease);
+	SEL_ASSERT(ret == 0); /* the pool was sized for exactly these */
+	if (register_pool) {
+		ret = shard_slab_register(&e->pool, e->device);
+		if (ret)
+			snprintf(err, err_size, "cannot register %" PRIu64 " staging bytes "
+				 "with the device", g->page_record_bytes * slots);
+	}
+	return ret;
+}
+
+static int open_jobs(struct shard_engine *e)
+{
+	e->jobs = calloc(e->jobs_max, sizeof(*e->jobs));
+	e->completions = calloc(e->jobs_max, sizeof(*e->completions));
+	if (!e->jobs || !e->completions)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < e->jobs_max; i++) {
+		struct shard_job *job = &e->jobs[i];
+
+		job->page_ids = calloc(e->geometry.page_count, sizeof(uint32_t));
+		job->chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*job->chain));
+		if (!job->page_ids || !job->chain)
+			return -ENOMEM;
+		job->next = e->free_jobs;
+		e->free_jobs = job;
+	}
+	return 0;
+}
+
+static void init_requests(struct shard_engine *e)
+{
+	struct rec_disk_request *reqs[] = { &e->stages[0].req, &e->stages[1].req,
+					    &e->row_req, &e->control_req };
+
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(reqs); i++) {
+		reqs[i]->file = &e->file;
+		reqs[i]->replies = &e->replies;
+		reqs[i]->tag = 0;
+	}
+}
+
+int shard_engine_open(const struct shard_engine_options *options,
+		      struct shard_engine **out, char *err, size_t err_size)
+{
+	struct rec_disk_options disk_options = { .dir = options->dir,
+						 .no_uring = options->no_uring };
+	struct shard_engine *e = calloc(1, sizeof(*e));
+	uint64_t offset = 0;
+	int ret;
+
+	*out = NULL;
+	if (!e)
+		return -ENOMEM;
+	e->geometry = *options->geometry;
+	e->planes = *options->planes;
+	e->dir = options->dir;
+	e->device = options->device;
+	e->window_pages = options->window_pages ? options->window_pages :
+						  SHARD_WINDOW_PAGES_MAX;
+	e->jobs_max = options->jobs_max ? options->jobs_max : 64;
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->work_ready, NULL);
+	pthread_cond_init(&e->completion_ready, NULL);
+	rec_disk_replies_init(&e->replies);
+	if (e->window_pages > SHARD_WINDOW_PAGES_MAX || e->jobs_max > SHARD_JOBS_MAX) {
+		snprintf(err, err_size, "window of %u pages or %u jobs past the maximum",
+			 e->window_pages, e->jobs_max);
+		ret = -EINVAL;
+		goto err_close;
+	}
+	for (uint32_t p = 0; p < e->geometry.page_plane_count; p++) {
+		e->plane_offset[p] = offset;
+		offset += sel_align_up(e->geometry.page_planes[p].unit_bytes, SEL_BLOCK_BYTES);
+	}
+	ret = rec_disk_file_init(&e->file, e->geometry.page_count);
+	if (!ret)
+		ret = open_jobs(e);
+	if (ret) {
+		snprintf(err, err_size, "out of memory for %u jobs", e->jobs_max);
+		goto err_close;
+	}
+	ret = open_staging(e, options->register_pool, err, err_size);
+	if (ret)
+		goto err_close;
+	init_requests(e);
+	ret = rec_disk_start(&disk_options, &e->disk, err, err_size);
+	if (ret)
+		goto err_close;
+	ret = -pthread_create(&e->thread, NULL, transfer_main, e);
+	if (ret) {
+		snprintf(err, err_size, "cannot start the transfer thread: %s",
+			 strerror(-ret));
+		goto err_close;
+	}
+	e->thread_started = true;
+	*out = e;
+	return 0;
+err_close:
+	shard_engine_close(e);
+	return ret;
+}
+
+void shard_engine_close(struct shard_engine *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->lock);
+	e->stopping = true;
+	pthread_cond_broadcast(&e->work_ready);
+	pthread_mutex_unlock(&e->lock);
+	if (e->thread_started)
+		pthread_join(e->thread, NULL);
+	rec_disk_stop(e->disk);
+	if (e->pool.base) {
+		shard_slab_unregister(&e->pool);
+		shard_slab_destroy(&e->pool);
+	}
+	if (e->file.buffers.header_block)
+		rec_disk_file_destroy(&e->file);
+	for (uint32_t i = 0; e->jobs && i < e->jobs_max; i++) {
+		free(e->jobs[i].page_ids);
+		free(e->jobs[i].chain);
+	}
+	free(e->jobs);
+	free(e->completions);
+	free(e->row_slots);
+	free(e->copies);
+	rec_disk_replies_destroy(&e->replies);
+	pthread_cond_destroy(&e->completion_ready);
+	pthread_cond_destroy(&e->work_ready);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+}

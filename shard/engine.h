@@ -1,0 +1,139 @@
+/*
+ * One rank's shard engine (DESIGN.md section 6, seed 2.5): staged jobs that
+ * move a checkpoint between device memory and its record file. A transfer
+ * thread runs jobs one at a time, in submission order: it expands page ids
+ * and the state slot into device addresses from the geometry, copies windows
+ * of at most 64 pages plus the row through two staging buffers, and hands
+ * each window to the disk thread (record/disk.h) so that device copies and
+ * disk I/O overlap. Submission never waits; completions come back through a
+ * bounded queue that shard_engine_poll drains. A job completes whole or
+ * fails with a reason, and a failure is reported only after every copy and
+ * I/O it started has drained. Everything is allocated at open.
+ */
+#ifndef SELENE_SHARD_ENGINE_H
+#define SELENE_SHARD_ENGINE_H
+
+#include "common/limits.h"
+#include "record/dir.h"
+#include "record/format.h"
+#include "record/geometry.h"
+#include "record/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Pages in one staging window (DESIGN.md section 6). */
+#define SHARD_WINDOW_PAGES_MAX 64u
+/* Records in one fetch chain: a chain holds at most one record per page,
+ * plus page-less records; 4096 is far past any conversation's turns. */
+#define SHARD_CHAIN_RECORDS_MAX 4096u
+/* Jobs submitted and not yet polled. */
+#define SHARD_JOBS_MAX 256u
+
+struct shard_device;
+struct shard_engine;
+
+/* Where the rank's planes live on the device. */
+struct shard_planes {
+	uint64_t page_base[REC_PAGE_PLANES_MAX]; /* geometry (name) order */
+	uint64_t row_base;
+};
+
+struct shard_engine_options {
+	const struct rec_geometry *geometry; /* copied */
+	struct rec_dir *dir;                 /* not owned; outlives the engine */
+	struct shard_device *device;         /* not owned; outlives the engine */
+	const struct shard_planes *planes;   /* copied */
+	uint32_t jobs_max;                   /* 1 .. SHARD_JOBS_MAX; 0 means 64 */
+	uint32_t window_pages;               /* 1 .. 64; 0 means 64 */
+	bool no_uring;                       /* the disk thread's fallback path */
+	bool register_pool;                  /* register staging with the device */
+};
+
+enum shard_job_kind {
+	SHARD_JOB_STORE,
+	SHARD_JOB_FETCH,
+	SHARD_JOB_TRUNCATE,
+	SHARD_JOB_UNLINK,
+};
+
+/* Store: page ids and state slot on the device -> slots -> record file. */
+struct shard_store_job {
+	const struct rec_header *header; /* from rec_header_init; copied */
+	const uint32_t *page_ids;        /* header->tail_page_count ids; copied */
+	uint32_t state_slot;
+};
+
+/* One record of a fetch chain, as the index knows it. */
+struct shard_chain_record {
+	struct rec_key key;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+};
+
+/*
+ * Fetch: a chain of records, root side first, minus the first skip_pages
+ * pages, -> verify -> slots -> destination page ids and state slot; the row
+ * is the last record's.
+ */
+struct shard_fetch_job {
+	const struct shard_chain_record *chain; /* copied */
+	uint32_t chain_count;
+	uint32_t skip_pages;
+	const uint32_t *page_ids; /* the chain's pages minus skip_pages; copied */
+	uint32_t state_slot;
+};
+
+struct shard_completion {
+	uint64_t job_id;
+	enum shard_job_kind kind;
+	int result;      /* 0, a negative errno, or a SEL_E* code */
+	char why[200];   /* the reason, when result is not 0 */
+	uint64_t bytes;  /* payload bytes moved */
+};
+
+struct shard_engine_stats {
+	uint64_t jobs_done;
+	uint64_t jobs_failed;
+	uint64_t bytes_stored;
+	uint64_t bytes_fetched;
+	uint64_t queue_full;
+	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
+};
+
+/*
+ * Allocates the staging pool, the job pool and the queues, starts the disk
+ * and transfer threads. Returns 0, or a negative code with err.
+ */
+int shard_engine_open(const struct shard_engine_options *options,
+		      struct shard_engine **out, char *err, size_t err_size);
+
+/* Runs every job already submitted, stops the threads, frees. NULL is fine. */
+void shard_engine_close(struct shard_engine *engine);
+
+/*
+ * Submissions: validated and copied into a preallocated job; never wait.
+ * Return 0, SEL_EQUEUEFULL when jobs_max jobs are unpolled, -EINVAL (or
+ * SEL_EMISMATCH) for a job that does not fit the geometry, or SEL_ESTOPPED.
+ */
+int shard_engine_store(struct shard_engine *engine, uint64_t job_id,
+		       const struct shard_store_job *job);
+int shard_engine_fetch(struct shard_engine *engine, uint64_t job_id,
+		       const struct shard_fetch_job *job);
+int shard_engine_truncate(struct shard_engine *engine, uint64_t job_id,
+			  const struct rec_key *key);
+int shard_engine_unlink(struct shard_engine *engine, uint64_t job_id,
+			const struct rec_key *key);
+
+/* Takes up to max completions without waiting; returns how many. */
+uint32_t shard_engine_poll(struct shard_engine *engine,
+			   struct shard_completion *out, uint32_t max);
+
+/* Waits for one completion (tests, benchmarks and tools; not a model thread). */
+void shard_engine_wait(struct shard_engine *engine, struct shard_completion *out);
+
+void shard_engine_stats(struct shard_engine *engine,
+			struct shard_engine_stats *out);
+
+#endif

@@ -1,0 +1,440 @@
+/*
+ * The shard engine on the host backend (shard/engine.h, record/disk.h):
+ * store patterns from chosen page ids and a row, poison the planes, fetch
+ * into other ids and compare byte-exact; chains longer than a window; suffix
+ * fetches; a corrupt page failing the fetch with its reason; a full
+ * filesystem failing the store with no temporary file left; injected I/O
+ * errors; truncate and unlink jobs; bounded submission. Every test runs on
+ * both the io_uring path and the pread/pwrite fallback.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+struct fixture {
+	char *base;
+	struct rec_geometry g;
+	struct rec_identity ns;
+	struct rec_dir *dir;
+	struct shard_device *dev;
+	struct shard_engine *engine;
+	struct shard_planes planes;
+	uint8_t *plane_memory[8];
+	uint8_t *row_memory;
+	bool no_uring;
+	uint64_t next_job;
+};
+
+static void open_engine(struct fixture *f, uint32_t window_pages)
+{
+	struct shard_engine_options options = {
+		.geometry = &f->g, .dir = f->dir, .device = f->dev,
+		.planes = &f->planes, .window_pages = window_pages,
+		.jobs_max = 8, .no_uring = f->no_uring,
+	};
+	char err[256];
+
+	if (shard_engine_open(&options, &f->engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+}
+
+static int setup_with(void **state, bool no_uring, const char *base)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	f->no_uring = no_uring;
+	f->base = base ? strdup(base) : tu_make_temp_dir("engine");
+	/* 3 planes of 5000 bytes (padded to 8 KiB), a 20000-byte row
+	 * spanning 3 page-record slots of 24 KiB, 200 device pages. */
+	tu_geometry(&f->g, 64, 3, 5000, 60000, 1, 2);
+	f->g.page_count = 200;
+	tu_identities(NULL, &f->ns);
+	f->dir = tu_dir_open(f->base, &f->g, true);
+	assert_int_equal(shard_device_open_host(&f->dev), 0);
+	for (uint32_t p = 0; p < 3; p++) {
+		f->plane_memory[p] = tu_alloc(5000 * 200);
+		f->planes.page_base[p] = (uintptr_t)f->plane_memory[p];
+	}
+	f->row_memory = tu_alloc(60000 * f->g.row_count);
+	f->planes.row_base = (uintptr_t)f->row_memory;
+	open_engine(f, 4);
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int setup_uring(void **state)
+{
+	return setup_with(state, false, NULL);
+}
+
+static int setup_fallback(void **state)
+{
+	return setup_with(state, true, NULL);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_failpoints_configure(NULL);
+	sel_log_set_level(SEL_LOG_INFO);
+	shard_engine_close(f->engine);
+	shard_device_close(f->dev);
+	rec_dir_close(f->dir);
+	for (uint32_t p = 0; p < 3; p++)
+		free(f->plane_memory[p]);
+	free(f->row_memory);
+	tu_remove_tree(f->base);
+	free(f);
+	return 0;
+}
+
+/* The synthetic content of a page: depends on the prefix page and plane. */
+static void fill_page(struct fixture *f, uint32_t id, uint64_t prefix_index)
+{
+	for (uint32_t p = 0; p < 3; p++)
+		tu_fill(f->plane_memory[p] + 5000ull * id, 5000, prefix_index * 16 + p);
+}
+
+static bool page_matches(struct fixture *f, uint32_t id, uint64_t prefix_index)
+{
+	uint8_t expect[5000];
+
+	for (uint32_t p = 0; p < 3; p++) {
+		tu_fill(expect, 5000, prefix_index * 16 + p);
+		if (memcmp(expect, f->plane_memory[p] + 5000ull * id, 5000) != 0)
+			return false;
+	}
+	return true;
+}
+
+static void poison(struct fixture *f)
+{
+	for (uint32_t p = 0; p < 3; p++)
+		memset(f->plane_memory[p], 0xee, 5000 * 200);
+	memset(f->row_memory, 0xee, 60000 * f->g.row_count);
+}
+
+static void make_key(struct rec_key *key, uint64_t consumed, uint8_t tag)
+{
+	key->consumed = consumed;
+	memset(key->digest.bytes, tag, sizeof(key->digest.bytes));
+	key->digest.bytes[0] = (uint8_t)consumed;
+}
+
+/* Stores pages [first, key / 64) of a chain from ids base_id + i. */
+static int store(struct fixture *f, const struct rec_key *key,
+		 const struct rec_key *parent, uint32_t base_id, uint32_t slot,
+		 struct shard_completion *c)
+{
+	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
+	uint32_t tail = (uint32_t)(key->consumed / 64) - first;
+	uint32_t ids[200];
+	struct rec_header h;
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot };
+	int ret;
+
+	for (uint32_t i = 0; i < tail; i++) {
+		ids[i] = base_id + i;
+		fill_page(f, ids[i], first + i);
+	}
+	tu_fill(f->row_memory + 60000ull * slot, 60000, key->consumed);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, parent, &key->digest,
+					 first, tail, 99), 0);
+	ret = shard_engine_store(f->engine, ++f->next_job, &job);
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, c);
+	assert_int_equal(c->job_id, f->next_job);
+	return c->result;
+}
+
+static int fetch(struct fixture *f, const struct shard_chain_record *chain,
+		 uint32_t count, uint32_t skip, uint32_t base_id, uint32_t slot,
+		 struct shard_completion *c)
+{
+	uint32_t ids[200], pages = 0;
+	struct shard_fetch_job job = { .chain = chain, .chain_count = count,
+				       .skip_pages = skip, .page_ids = ids,
+				       .state_slot = slot };
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++)
+		pages += chain[i].tail_page_count;
+	for (uint32_t i = 0; i + skip < pages; i++)
+		ids[i] = base_id + i;
+	ret = shard_engine_fetch(f->engine, ++f->next_job, &job);
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, c);
+	return c->result;
+}
+
+static bool row_matches(struct fixture *f, uint32_t slot, uint64_t consumed)
+{
+	uint8_t *expect = malloc(60000);
+	bool ok;
+
+	tu_fill(expect, 60000, consumed);
+	ok = memcmp(expect, f->row_memory + 60000ull * slot, 60000) == 0;
+	free(expect);
+	return ok;
+}
+
+/* Store from ids 10.., poison, fetch into ids 100.. and another slot. */
+static void test_engine_round_trip(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key key;
+	struct shard_chain_record chain;
+	struct shard_engine_stats stats;
+
+	shard_engine_stats(f->engine, &stats);
+	if (f->no_uring)
+		assert_string_equal(stats.disk_engine, "pread/pwrite");
+	else
+		printf("disk engine: %s\n", stats.disk_engine);
+	make_key(&key, 64 * 11 + 5, 1);
+	assert_int_equal(store(f, &key, NULL, 10, 2, &c), 0);
+	assert_int_equal(c.bytes, 11ull * 24576 + 61440);
+	poison(f);
+	chain = (struct shard_chain_record){ .key = key, .first_page_index = 0,
+					     .tail_page_count = 11 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 5, &c), 0);
+	for (uint32_t i = 0; i < 11; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 5, key.consumed));
+	/* nothing else was written */
+	assert_int_equal(f->plane_memory[0][5000 * 99], 0xee);
+	assert_int_equal(f->plane_memory[0][5000 * 111], 0xee);
+}
+
+/* A chain of three records, windows of 4 pages, with every skip. */
+static void test_engine_chain_and_suffix(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key a, b, d;
+	struct shard_chain_record chain[3];
+	uint32_t total;
+
+	make_key(&a, 64 * 9, 2);     /* pages 0..8 */
+	make_key(&b, 64 * 9 + 30, 3); /* no pages */
+	make_key(&d, 64 * 19 + 1, 4); /* pages 9..18 */
+	assert_int_equal(store(f, &a, NULL, 0, 0, &c), 0);
+	assert_int_equal(store(f, &b, &a, 0, 1, &c), 0);
+	assert_int_equal(store(f, &d, &b, 9, 2, &c), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 9 };
+	chain[1] = (struct shard_chain_record){ b, 9, 0 };
+	chain[2] = (struct shard_chain_record){ d, 9, 10 };
+	total = 19;
+	for (uint32_t skip = 0; skip <= total; skip += 3) {
+		poison(f);
+		assert_int_equal(fetch(f, chain, 3, skip, 120, 7, &c), 0);
+		for (uint32_t i = 0; i + skip < total; i++)
+			if (!page_matches(f, 120 + i, skip + i))
+				fail_msg("skip %u: page %u differs", skip, skip + i);
+		assert_true(row_matches(f, 7, d.consumed));
+		assert_int_equal(f->plane_memory[1][5000ull * (120 + total - skip)], 0xee);
+	}
+}
+
+/* A corrupt page fails the fetch with a reason naming it. */
+static void test_engine_corrupt_page(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key key;
+	struct rec_header h;
+	struct shard_chain_record chain;
+	char *path;
+
+	make_key(&key, 64 * 6, 5);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 6, 99), 0);
+	path = tu_record_path(f->dir, &key);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 4 + 100);
+	free(path);
+	chain = (struct shard_chain_record){ key, 0, 6 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 50, 1, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 4 (stored page 4) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	/* the engine still works afterwards */
+	assert_int_equal(fetch(f, &chain, 1, 5, 50, 1, &c), 0);
+	assert_true(page_matches(f, 50, 5));
+}
+
+/* A fetch whose record is not what the index expects fails before reading. */
+static void test_engine_fetch_mismatch(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key key, missing;
+	struct shard_chain_record chain;
+
+	make_key(&key, 64 * 3, 6);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	chain = (struct shard_chain_record){ key, 0, 3 };
+	assert_int_equal(shard_engine_truncate(f->engine, ++f->next_job, &key), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 50, 1, &c), SEL_EMISMATCH);
+	assert_non_null(strstr(c.why, "expected 0..+3 with row"));
+	make_key(&missing, 64 * 3, 7);
+	chain.key = missing;
+	assert_int_equal(fetch(f, &chain, 1, 0, 50, 1, &c), -ENOENT);
+	assert_int_equal(shard_engine_unlink(f->engine, ++f->next_job, &key), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+}
+
+/* Injected write and read errors fail the job; nothing is left behind. */
+static void test_engine_injected_errors(void **state)
+{
+	static const char *const configs[] = {
+		"disk.write=2*off->return(EIO)", "disk.fallocate=return(ENOSPC)",
+		"disk.fdatasync=return(EIO)", "disk.rename=return(EIO)",
+		"disk.write=1*short",
+	};
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key key;
+	struct shard_chain_record chain;
+
+	make_key(&key, 64 * 13, 8);
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(configs); i++) {
+		int expect = strstr(configs[i], "short") ? 0 :
+			     strstr(configs[i], "ENOSPC") ? -ENOSPC : -EIO;
+
+		assert_int_equal(sel_failpoints_configure(configs[i]), 0);
+		assert_int_equal(store(f, &key, NULL, 0, 0, &c), expect);
+		sel_failpoints_configure(NULL);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), expect ? 0 : 1);
+		if (!expect)
+			assert_int_equal(rec_unlink(f->dir, &key), 0);
+	}
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	chain = (struct shard_chain_record){ key, 0, 13 };
+	assert_int_equal(sel_failpoints_configure("disk.read=3*off->return(EIO)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), -EIO);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), 0);
+	/* storing a key that exists fails and keeps the committed record */
+	assert_int_equal(store(f, &key, NULL, 30, 0, &c), -EEXIST);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), 0);
+	assert_true(page_matches(f, 60, 0));
+}
+
+/* Bad submissions are refused at once; a full job pool says so. */
+static void test_engine_bounded_submission(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c[16];
+	struct rec_key key;
+	struct rec_header h;
+	uint32_t ids[4] = { 1, 2, 3, 500 };
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = 0 };
+	struct shard_chain_record chain[2];
+	struct shard_fetch_job fetch_job = { .chain = chain, .chain_count = 2,
+					     .page_ids = ids, .state_slot = 0 };
+	uint32_t done = 0;
+	int ret, accepted = 0;
+
+	make_key(&key, 64 * 4, 9);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 4, 1), 0);
+	assert_int_equal(shard_engine_store(f->engine, 1, &job), -EINVAL);
+	ids[3] = 4;
+	job.state_slot = 99;
+	assert_int_equal(shard_engine_store(f->engine, 1, &job), -EINVAL);
+	job.state_slot = 0;
+	chain[0] = (struct shard_chain_record){ key, 0, 2 };
+	chain[1] = (struct shard_chain_record){ key, 3, 2 };
+	assert_int_equal(shard_engine_fetch(f->engine, 1, &fetch_job), SEL_EMISMATCH);
+	/* 8 jobs fit; the 9th is refused until completions are polled */
+	for (int i = 0; i < 9; i++) {
+		ret = shard_engine_truncate(f->engine, 100 + (uint64_t)i, &key);
+		if (ret == 0)
+			accepted++;
+		else
+			assert_int_equal(ret, SEL_EQUEUEFULL);
+	}
+	assert_int_equal(accepted, 8);
+	while (done < 8) {
+		shard_engine_wait(f->engine, &c[done]);
+		assert_int_equal(c[done].result, -ENOENT);
+		done++;
+	}
+	assert_int_equal(shard_engine_poll(f->engine, c, 16), 0);
+	assert_int_equal(shard_engine_truncate(f->engine, 200, &key), 0);
+	shard_engine_wait(f->engine, c);
+}
+
+/* A full filesystem fails the store with ENOSPC and leaves no file. */
+static void test_engine_full_filesystem(void **state)
+{
+	struct fixture *f = *state, *small;
+	char *mnt = tu_make_temp_dir("full");
+	struct shard_completion c;
+	struct rec_key key;
+	void *small_state;
+
+	(void)f;
+	if (mount("selene-test", mnt, "tmpfs", 0, "size=256k") != 0) {
+		fprintf(stderr, "skip: cannot mount a small tmpfs (%s)\n", strerror(errno));
+		tu_remove_tree(mnt);
+		skip();
+	}
+	setup_with(&small_state, f->no_uring, mnt);
+	small = small_state;
+	make_key(&key, 64 * 30, 10); /* 30 pages of 24 KiB: 720 KiB */
+	assert_int_equal(store(small, &key, NULL, 0, 0, &c), -ENOSPC);
+	assert_int_equal(tu_count_suffix(rec_dir_path(small->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(small->dir), ".ckpt"), 0);
+	make_key(&key, 64 * 3, 11);  /* a small one still fits */
+	assert_int_equal(store(small, &key, NULL, 0, 0, &c), 0);
+	shard_engine_close(small->engine);
+	small->engine = NULL;
+	rec_dir_close(small->dir);
+	small->dir = NULL;
+	umount(mnt);
+	teardown(&small_state);
+	free(mnt);
+}
+
+int main(void)
+{
+#define BOTH(test)                                                      \
+	cmocka_unit_test_setup_teardown(test, setup_uring, teardown),   \
+	cmocka_unit_test_setup_teardown(test, setup_fallback, teardown)
+	const struct CMUnitTest tests[] = {
+		BOTH(test_engine_round_trip),
+		BOTH(test_engine_chain_and_suffix),
+		BOTH(test_engine_corrupt_page),
+		BOTH(test_engine_fetch_mismatch),
+		BOTH(test_engine_injected_errors),
+		BOTH(test_engine_bounded_submission),
+		BOTH(test_engine_full_filesystem),
+	};
+#undef BOTH
+
+	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
+}

@@ -1,0 +1,169 @@
+/*
+ * The slab pool (shard/slab.h): alignment, exhaustion without blocking,
+ * reuse, rows over several non-contiguous slots, release, intake
+ * reservation, and registration with the host device.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/slab.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Slots are 4 KiB-aligned and sized up to a multiple of 4 KiB. */
+static void test_slab_alignment(void **state)
+{
+	struct shard_slab_pool pool;
+
+	(void)state;
+	assert_int_equal(shard_slab_init(&pool, 5000, 7), 0);
+	assert_int_equal(pool.slot_bytes, 8192);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(sel_is_aligned((uintptr_t)shard_slab_slot(&pool, i), 4096));
+	assert_int_equal(shard_slab_slots_for(&pool, 8192 * 2 + 1), 3);
+	shard_slab_destroy(&pool);
+	assert_int_equal(shard_slab_init(&pool, 0, 7), -EINVAL);
+	assert_int_equal(shard_slab_init(&pool, 4096, 0), -EINVAL);
+}
+
+/* An unsatisfiable request fails at once, takes nothing, and is counted. */
+static void test_slab_exhaustion_and_reuse(void **state)
+{
+	struct shard_slab_pool pool;
+	uint32_t a_slots[8], b_slots[8];
+	struct shard_slab_lease a = { .slots = a_slots, .capacity = 8 };
+	struct shard_slab_lease b = { .slots = b_slots, .capacity = 8 };
+
+	(void)state;
+	assert_int_equal(shard_slab_init(&pool, 4096, 8), 0);
+	assert_int_equal(shard_slab_alloc(&pool, 6, &a), 0);
+	assert_int_equal(shard_slab_alloc(&pool, 3, &b), SEL_EQUEUEFULL);
+	assert_int_equal(b.count, 0);
+	assert_int_equal(pool.exhausted, 1);
+	assert_int_equal(shard_slab_alloc(&pool, 2, &b), 0);
+	assert_int_equal(shard_slab_free_count(&pool), 0);
+	/* every slot handed out once */
+	for (uint32_t i = 0; i < 6; i++)
+		for (uint32_t j = 0; j < 2; j++)
+			assert_int_not_equal(a.slots[i], b.slots[j]);
+	shard_slab_release(&pool, &a);
+	assert_int_equal(a.count, 0);
+	assert_int_equal(shard_slab_free_count(&pool), 6);
+	assert_int_equal(shard_slab_alloc(&pool, 6, &a), 0);
+	shard_slab_release(&pool, &a);
+	shard_slab_release(&pool, &b);
+	assert_int_equal(shard_slab_free_count(&pool), 8);
+	shard_slab_destroy(&pool);
+}
+
+/* A row spans several slots that need not be contiguous; bytes survive. */
+static void test_slab_multi_piece_row(void **state)
+{
+	struct shard_slab_pool pool;
+	uint32_t hole_slots[4], row_slots[4];
+	struct shard_slab_lease hole = { .slots = hole_slots, .capacity = 4 };
+	struct shard_slab_lease row = { .slots = row_slots, .capacity = 4 };
+	uint8_t *expect = malloc(3 * 4096), *got = malloc(3 * 4096);
+
+	(void)state;
+	assert_int_equal(shard_slab_init(&pool, 4096, 6), 0);
+	assert_int_equal(shard_slab_alloc(&pool, 4, &hole), 0);
+	/* free slots 1 and 3 so the row's pieces are scattered */
+	hole.slots[0] = hole_slots[1];
+	hole.slots[1] = hole_slots[3];
+	hole.count = 2;
+	shard_slab_release(&pool, &hole);
+	assert_int_equal(shard_slab_alloc(&pool, shard_slab_slots_for(&pool, 3 * 4096 - 100),
+					  &row), 0);
+	assert_int_equal(row.count, 3);
+	tu_fill(expect, 3 * 4096, 77);
+	for (uint32_t k = 0; k < 3; k++)
+		memcpy(shard_slab_slot(&pool, row.slots[k]), expect + 4096 * k, 4096);
+	for (uint32_t k = 0; k < 3; k++)
+		memcpy(got + 4096 * k, shard_slab_slot(&pool, row.slots[k]), 4096);
+	assert_memory_equal(got, expect, 3 * 4096);
+	assert_false(row.slots[1] == row.slots[0] + 1 && row.slots[2] == row.slots[1] + 1);
+	shard_slab_release(&pool, &row);
+	free(expect);
+	free(got);
+	shard_slab_destroy(&pool);
+}
+
+/* Intake reservation: ordinary allocations cannot take reserved slots. */
+static void test_slab_intake_reservation(void **state)
+{
+	struct shard_slab_pool pool;
+	uint32_t s1[10], s2[10];
+	struct shard_slab_lease a = { .slots = s1, .capacity = 10 };
+	struct shard_slab_lease intake = { .slots = s2, .capacity = 10 };
+
+	(void)state;
+	assert_int_equal(shard_slab_init(&pool, 4096, 10), 0);
+	assert_int_equal(shard_slab_reserve_intake(&pool, 4), 0);
+	assert_int_equal(shard_slab_reserve_intake(&pool, 7), SEL_EQUEUEFULL);
+	assert_int_equal(shard_slab_alloc(&pool, 7, &a), SEL_EQUEUEFULL);
+	assert_int_equal(shard_slab_alloc(&pool, 6, &a), 0);
+	assert_int_equal(shard_slab_alloc(&pool, 1, &a), SEL_EQUEUEFULL);
+	assert_int_equal(shard_slab_alloc_intake(&pool, 4, &intake), 0);
+	assert_int_equal(pool.reserved_count, 0);
+	shard_slab_release(&pool, &intake);
+	shard_slab_release(&pool, &a);
+	assert_int_equal(shard_slab_free_count(&pool), 10);
+	shard_slab_destroy(&pool);
+}
+
+/* Registration is a separate step; the host device accepts it. */
+static void test_slab_register_host(void **state)
+{
+	struct shard_slab_pool pool;
+	struct shard_device *dev;
+
+	(void)state;
+	assert_int_equal(shard_device_open_host(&dev), 0);
+	assert_int_equal(shard_slab_init(&pool, 4096, 4), 0);
+	assert_null(pool.registered);
+	assert_int_equal(shard_slab_register(&pool, dev), 0);
+	assert_ptr_equal(pool.registered, dev);
+	shard_slab_unregister(&pool);
+	assert_null(pool.registered);
+	shard_slab_destroy(&pool);
+	shard_device_close(dev);
+}
+
+/* Batched copies split at 16 MiB and keep every byte. */
+static void test_slab_device_copy_splits(void **state)
+{
+	struct shard_device *dev;
+	uint64_t big = (40ull << 20) + 4096;
+	uint8_t *device = malloc(big), *host = malloc(big);
+	struct shard_copy copy = { .device_address = (uintptr_t)device, .host = host,
+				   .bytes = big };
+
+	(void)state;
+	tu_fill(device, big, 5);
+	assert_int_equal(shard_device_open_host(&dev), 0);
+	assert_int_equal(shard_device_copy(dev, SHARD_DEVICE_TO_HOST, &copy, 1), 0);
+	assert_int_equal(dev->batch_calls, 3);
+	assert_memory_equal(host, device, big);
+	shard_device_close(dev);
+	free(device);
+	free(host);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_slab_alignment),
+		cmocka_unit_test(test_slab_exhaustion_and_reuse),
+		cmocka_unit_test(test_slab_multi_piece_row),
+		cmocka_unit_test(test_slab_intake_reservation),
+		cmocka_unit_test(test_slab_register_host),
+		cmocka_unit_test(test_slab_device_copy_splits),
+	};
+
+	return cmocka_run_group_tests_name("slab", tests, NULL, NULL);
+}
