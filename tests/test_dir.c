@@ -461,6 +461,45 @@ static void test_dir_scan_stops_on_io_error(void **state)
 	tu_record_free(&rec);
 }
 
+/* Directories, FIFOs and symlinks with record names are left alone. */
+static void test_dir_scan_ignores_non_regular(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec, outside;
+	struct rec_scan scan;
+	char path[1024], name[REC_FILE_NAME_BYTES];
+	char *target, *base2 = tu_make_temp_dir("outside");
+	struct rec_dir *dir2 = tu_dir_open(base2, &f->g, false);
+	const char *d = rec_dir_path(f->dir);
+
+	tu_record_make(&rec, &f->g, 60, 64 * 2, NULL, 1);
+	tu_record_make(&outside, &f->g, 61, 64 * 2, NULL, 2);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	assert_int_equal(tu_record_write(dir2, &outside, 0), 0);
+	snprintf(path, sizeof(path), "%s/fifo.tmp", d);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	snprintf(path, sizeof(path), "%s/000000000000abcd-00000000000000000000000000000000.ckpt", d);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	snprintf(path, sizeof(path), "%s/sub.tmp", d);
+	assert_int_equal(mkdir(path, 0700), 0);
+	target = tu_record_path(dir2, &outside.key);
+	rec_file_name(name, &outside.key);
+	snprintf(path, sizeof(path), "%s/%s", d, name);
+	assert_int_equal(symlink(target, path), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 1);
+	assert_int_equal(scan.ignored, 4);
+	/* the symlink's target was neither read as ours nor changed */
+	assert_int_equal(rec_truncate_row(f->dir, &outside.key), -ELOOP);
+	assert_int_equal(access(target, F_OK), 0);
+	rec_scan_free(&scan);
+	free(target);
+	tu_record_free(&rec);
+	tu_record_free(&outside);
+	rec_dir_close(dir2);
+	tu_remove_tree(base2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -474,6 +513,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_stops_on_io_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_ignores_non_regular, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("dir", tests, NULL, NULL);

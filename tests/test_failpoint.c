@@ -86,6 +86,7 @@ static void test_failpoint_rejects_malformed(void **state)
 		"disk.write=explode",    "disk.write=return(EWHAT)", "disk.write=0*off",
 		"disk.write=x*off",      "disk.write=sleep",     "disk.write=sleep(-1)",
 		"disk.write=return(EIO", "disk.write=off(1)",    "disk.write=kill(9)",
+		"disk.write=-1*off",     "disk.write=print(x)",  "disk.write=off->",
 		"disk.write=1*off->1*off->1*off->1*off->1*off->1*off->1*off->1*off->off",
 	};
 

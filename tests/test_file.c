@@ -563,6 +563,87 @@ static void test_file_kill_truncate_and_unlink(void **state)
 	tu_record_free(&child);
 }
 
+/* Storing a key that exists fails and keeps the committed bytes. */
+static void test_file_existing_key_not_replaced(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec, other;
+
+	tu_record_make(&rec, &f->g, 13, 64 * 3, NULL, 20);
+	tu_record_make(&other, &f->g, 13, 64 * 3, NULL, 21); /* same key, other bytes */
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &other, 0), -EEXIST);
+	/* even when the directory fsync would have failed */
+	assert_int_equal(sel_failpoints_configure("disk.fsync_dir=return(EIO)"), 0);
+	assert_int_equal(tu_record_write(f->dir, &other, 0), -EEXIST);
+	sel_failpoints_configure(NULL);
+	assert_reads_back(f, &rec);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	tu_record_free(&rec);
+	tu_record_free(&other);
+}
+
+/* A page noted twice (and another never) cannot be committed. */
+static void test_file_pages_out_of_order(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec;
+	struct rec_header h;
+	struct rec_writer w;
+
+	tu_record_make(&rec, &f->g, 14, 64 * 2, NULL, 22);
+	tu_record_header(&h, f->dir, &rec);
+	assert_int_equal(rec_writer_begin(&w, f->dir, &h), 0);
+	rec_writer_note_page(&w, 0, rec.pages);
+	rec_writer_note_page(&w, 0, rec.pages);
+	rec_writer_note_row(&w, (const void *const[]){ rec.row },
+			    (const uint64_t[]){ rec.row_length }, 1);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(rec_writer_commit(&w), -EINVAL);
+	sel_log_set_level(SEL_LOG_INFO);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	tu_record_free(&rec);
+}
+
+/* R-REC-8: a bit flipped in the checksum segment's padding is caught. */
+static void test_file_checksum_padding(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec;
+	struct rec_reader r;
+	char why[256], *path;
+
+	tu_record_make(&rec, &f->g, 15, 64 * 2, NULL, 23);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	path = tu_record_path(f->dir, &rec.key);
+	tu_flip_bit(path, 4096 + 8 * 2 + 40);
+	assert_int_equal(open_reader(f, &rec.key, &r, why, sizeof(why)), SEL_ECHECKSUM);
+	assert_non_null(strstr(why, "padding"));
+	free(path);
+	tu_record_free(&rec);
+}
+
+/* Dropping a row keeps the mtime: it is no use of the record (R-DIR-4). */
+static void test_file_truncate_keeps_mtime(void **state)
+{
+	struct fixture *f = *state;
+	struct timespec old[2] = { { 1000000, 0 }, { 1000000, 0 } };
+	struct tu_record rec;
+	struct stat st;
+	char *path;
+
+	tu_record_make(&rec, &f->g, 16, 64 * 2, NULL, 24);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	path = tu_record_path(f->dir, &rec.key);
+	assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+	assert_int_equal(rec_truncate_row(f->dir, &rec.key), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mtim.tv_sec, 1000000);
+	free(path);
+	tu_record_free(&rec);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -578,6 +659,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_short_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_kill_at_every_write_point, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_kill_truncate_and_unlink, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_existing_key_not_replaced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_pages_out_of_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_checksum_padding, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_truncate_keeps_mtime, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("file", tests, NULL, NULL);
