@@ -52,7 +52,7 @@ LIB_SRCS := $(sort \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/cmd_demo.c launch/cmd_records.c launch/main.c)
+PROG_SRCS := $(sort launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
 TEST_NAMES := $(sort failpoint key geometry format file dir cli slab engine)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

@@ -17,6 +17,8 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "bench", launch_cmd_bench,
+	  "store, fetch and copy throughput beside the raw disk and copy paths" },
 	{ "demo", launch_cmd_demo,
 	  "write, restart, restore and verify a checkpoint chain on one rank" },
 	{ "failpoints", launch_cmd_failpoints,

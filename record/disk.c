@@ -406,9 +406,14 @@ static void verify_reads(struct rec_disk_request *req)
 		req_fail(req, SEL_ECHECKSUM, "%s: the row fails its checksum", name);
 }
 
-/* Issues as many of req's I/O requests as free ops allow. */
+/*
+ * Issues as many of req's I/O requests as free ops allow, and submits them
+ * at once: the checksum passes that follow must not hold them back.
+ */
 static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 {
+	uint32_t issued = 0;
+
 	while (!req->result && disk->free_op_count > 0) {
 		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
 
@@ -418,7 +423,10 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 		req->ops_in_flight++;
 		disk->ops_in_flight++;
 		op_issue(disk, op);
+		issued++;
 	}
+	if (issued && disk->use_ring)
+		io_uring_submit(&disk->ring);
 }
 
 static bool payload_done(const struct rec_disk_request *req)
@@ -489,8 +497,6 @@ static void advance(struct rec_disk *disk)
 		feed(disk, req);
 		if (!req->summed && !req->result &&
 		    (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW)) {
-			if (disk->use_ring)
-				io_uring_submit(&disk->ring);
 			sum_writes(req);
 			req->summed = true;
 		}

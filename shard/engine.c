@@ -60,13 +60,14 @@ struct shard_engine {
 	uint32_t jobs_max;
 
 	struct shard_slab_pool pool;
-	struct stage stages[2];
+	struct stage stages[SHARD_STAGES];
 	struct shard_slab_lease row_lease;
 	uint32_t *row_slots;
 	uint32_t row_piece_count;
 	struct rec_disk_request row_req;
 	struct rec_disk_request control_req;
-	struct rec_disk_file file;
+	struct rec_disk_file files[2]; /* a store uses [0]; a fetch alternates per record */
+	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
 	struct rec_disk_replies replies;
 	uint64_t next_seq;
 	struct shard_copy *copies; /* window_pages * planes, or row pieces */
@@ -133,19 +134,21 @@ static void disk_await(struct shard_engine *e, struct rec_disk_request *req,
 
 static void disk_await_all(struct shard_engine *e, struct job_outcome *o)
 {
-	disk_await(e, &e->stages[0].req, o);
-	disk_await(e, &e->stages[1].req, o);
+	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+		disk_await(e, &e->stages[b].req, o);
 	disk_await(e, &e->row_req, o);
 	disk_await(e, &e->control_req, o);
 }
 
-/* Runs one control request to its reply. */
-static int disk_control(struct shard_engine *e, enum rec_disk_op op,
-			const struct rec_key *key, struct job_outcome *o)
+/* Runs one control request on file to its reply. */
+static int disk_control(struct shard_engine *e, struct rec_disk_file *file,
+			enum rec_disk_op op, const struct rec_key *key,
+			struct job_outcome *o)
 {
 	struct rec_disk_request *req = &e->control_req;
 
 	disk_await(e, req, o);
+	req->file = file;
 	req->op = op;
 	if (key)
 		req->key = *key;
@@ -214,8 +217,10 @@ static int copy_row(struct shard_engine *e, uint32_t state_slot,
 }
 
 static void stage_pages(struct shard_engine *e, struct stage *s,
-			enum rec_disk_op op, uint32_t first, uint32_t count)
+			struct rec_disk_file *file, enum rec_disk_op op,
+			uint32_t first, uint32_t count)
 {
+	s->req.file = file;
 	s->req.op = op;
 	s->req.first = first;
 	s->req.count = count;
@@ -223,8 +228,10 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
 }
 
-static void stage_row(struct shard_engine *e, enum rec_disk_op op)
+static void stage_row(struct shard_engine *e, struct rec_disk_file *file,
+		      enum rec_disk_op op)
 {
+	e->row_req.file = file;
 	e->row_req.op = op;
 	e->row_req.piece_count = e->row_piece_count;
 	e->row_req.piece_bytes = e->pool.slot_bytes;
@@ -235,7 +242,7 @@ static void stage_row(struct shard_engine *e, enum rec_disk_op op)
 /* Zeroes staging after a failed read, so its padding is zero again. */
 static void stage_scrub(struct shard_engine *e)
 {
-	for (int b = 0; b < 2; b++)
+	for (uint32_t b = 0; b < SHARD_STAGES; b++)
 		for (uint32_t i = 0; i < e->window_pages; i++)
 			memset(shard_slab_slot(&e->pool, e->stages[b].slots[i]), 0,
 			       e->pool.slot_bytes);
@@ -250,23 +257,27 @@ static void run_store(struct shard_engine *e, struct shard_job *job,
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t k = 0;
 
-	e->file.header = job->header;
+	struct rec_disk_file *file = &e->files[0];
+
+	file->header = job->header;
+	e->control_req.file = file;
 	e->control_req.op = REC_DISK_CREATE;
 	disk_send(e, &e->control_req);
+	/* Copy window k while windows k - 1 .. k - STAGES + 1 are written. */
 	for (uint32_t first = 0; first < tail && !o->result; first += e->window_pages, k++) {
-		struct stage *s = &e->stages[k % 2];
+		struct stage *s = &e->stages[k % SHARD_STAGES];
 		uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
 
 		disk_await(e, &s->req, o);
 		if (o->result ||
 		    copy_window(e, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
 			break;
-		stage_pages(e, s, REC_DISK_WRITE_PAGES, first, n);
+		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
 		disk_send(e, &s->req);
 		o->bytes += stride * n;
 	}
 	if (!o->result && !copy_row(e, job->state_slot, SHARD_DEVICE_TO_HOST, o)) {
-		stage_row(e, REC_DISK_WRITE_ROW);
+		stage_row(e, file, REC_DISK_WRITE_ROW);
 		disk_send(e, &e->row_req);
 		o->bytes += e->geometry.row_record_bytes;
 	}
@@ -275,10 +286,10 @@ static void run_store(struct shard_engine *e, struct shard_job *job,
 		/* Every write has drained; now the temporary file can go. */
 		struct job_outcome ignored = { 0 };
 
-		disk_control(e, REC_DISK_ABORT, NULL, &ignored);
+		disk_control(e, file, REC_DISK_ABORT, NULL, &ignored);
 		return;
 	}
-	disk_control(e, REC_DISK_COMMIT, NULL, o);
+	disk_control(e, file, REC_DISK_COMMIT, NULL, o);
 }
 
 /* A window of a fetch: pages [first, first + count) of chain[record]. */
@@ -321,76 +332,117 @@ static bool next_window(const struct shard_engine *e, const struct shard_job *jo
 	return false;
 }
 
-static void fetch_open(struct shard_engine *e, const struct shard_job *job,
-		       uint32_t record, uint32_t *open_record, struct job_outcome *o)
+/* Closes file f once no read of its record is still in flight. */
+static void fetch_close(struct shard_engine *e, uint32_t f, struct job_outcome *o)
+{
+	if (e->file_record[f] == UINT32_MAX)
+		return;
+	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+		if (e->stages[b].req.file == &e->files[f])
+			disk_await(e, &e->stages[b].req, o);
+	if (e->row_req.file == &e->files[f])
+		disk_await(e, &e->row_req, o);
+	{
+		struct job_outcome ignored = { 0 };
+
+		disk_control(e, &e->files[f], REC_DISK_CLOSE, NULL, &ignored);
+	}
+	e->file_record[f] = UINT32_MAX;
+}
+
+/*
+ * The file holding chain[record] open, opening it (and checking its header
+ * against the index) when needed. Records alternate between two files, so
+ * the next record's reads can start while the last ones finish.
+ */
+static struct rec_disk_file *fetch_file(struct shard_engine *e,
+					const struct shard_job *job,
+					uint32_t record, struct job_outcome *o)
 {
 	const struct shard_chain_record *r = &job->chain[record];
+	uint32_t f = record % 2;
 
-	if (*open_record == record)
-		return;
-	if (*open_record != UINT32_MAX)
-		disk_control(e, REC_DISK_CLOSE, NULL, o);
+	if (e->file_record[f] == record)
+		return &e->files[f];
+	fetch_close(e, f, o);
 	e->control_req.expect_first_page = r->first_page_index;
 	e->control_req.expect_tail_pages = r->tail_page_count;
 	e->control_req.expect_row = record + 1 == job->chain_count;
-	*open_record = record;
-	disk_control(e, REC_DISK_OPEN, &r->key, o);
+	e->file_record[f] = record;
+	disk_control(e, &e->files[f], REC_DISK_OPEN, &r->key, o);
+	return &e->files[f];
+}
+
+/* Sends the read of window w into stage s. */
+static void fetch_issue(struct shard_engine *e, const struct shard_job *job,
+			struct stage *s, const struct fetch_window *w,
+			struct job_outcome *o)
+{
+	struct rec_disk_file *file = fetch_file(e, job, w->record, o);
+
+	if (o->result)
+		return;
+	stage_pages(e, s, file, REC_DISK_READ_PAGES, w->first, w->count);
+	disk_send(e, &s->req);
+}
+
+/* Sends the last record's row read as soon as that record is open. */
+static void fetch_row_early(struct shard_engine *e, const struct shard_job *job,
+			    bool *row_sent, struct job_outcome *o)
+{
+	uint32_t last = job->chain_count - 1;
+	struct rec_disk_file *file;
+
+	if (*row_sent || o->result || e->file_record[last % 2] != last)
+		return;
+	file = &e->files[last % 2];
+	stage_row(e, file, REC_DISK_READ_ROW);
+	disk_send(e, &e->row_req);
+	*row_sent = true;
 }
 
 static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
-	struct fetch_window windows[2], cursor = { .record = UINT32_MAX };
-	uint32_t open_record = UINT32_MAX, k = 0;
+	bool row_sent = false;
+	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
-	bool have = next_window(e, job, &cursor);
+	uint32_t issued = 0, done = 0;
+	bool more = true;
 
-	/* Read window k + 1 while window k is copied to the device. */
-	if (have) {
-		fetch_open(e, job, cursor.record, &open_record, o);
-		windows[0] = cursor;
-		stage_pages(e, &e->stages[0], REC_DISK_READ_PAGES, cursor.first, cursor.count);
-		if (!o->result)
-			disk_send(e, &e->stages[0].req);
-	}
-	while (have && !o->result) {
-		struct fetch_window *w = &windows[k % 2];
-		struct stage *s = &e->stages[k % 2];
-
-		disk_await(e, &s->req, o);
-		have = next_window(e, job, &cursor);
+	/* Keep up to STAGES windows reading while one is copied to the device. */
+	while (!o->result && (done < issued || more)) {
+		while (!o->result && more && issued - done < SHARD_STAGES) {
+			more = next_window(e, job, &cursor);
+			if (!more)
+				break;
+			windows[issued % SHARD_STAGES] = cursor;
+			fetch_issue(e, job, &e->stages[issued % SHARD_STAGES], &cursor, o);
+			fetch_row_early(e, job, &row_sent, o);
+			issued++;
+		}
+		if (o->result || done == issued)
+			break;
+		disk_await(e, &e->stages[done % SHARD_STAGES].req, o);
 		if (o->result)
 			break;
-		if (have) {
-			fetch_open(e, job, cursor.record, &open_record, o);
-			windows[(k + 1) % 2] = cursor;
-			stage_pages(e, &e->stages[(k + 1) % 2], REC_DISK_READ_PAGES,
-				    cursor.first, cursor.count);
-			if (!o->result)
-				disk_send(e, &e->stages[(k + 1) % 2].req);
-		}
-		if (copy_window(e, s, job->page_ids + w->dest, w->count,
-				SHARD_HOST_TO_DEVICE, o))
+		if (copy_window(e, &e->stages[done % SHARD_STAGES],
+				job->page_ids + windows[done % SHARD_STAGES].dest,
+				windows[done % SHARD_STAGES].count, SHARD_HOST_TO_DEVICE, o))
 			break;
-		o->bytes += stride * w->count;
-		k++;
+		o->bytes += stride * windows[done % SHARD_STAGES].count;
+		done++;
 	}
 	if (!o->result) {
-		fetch_open(e, job, job->chain_count - 1, &open_record, o);
-		stage_row(e, REC_DISK_READ_ROW);
-		if (!o->result) {
-			disk_send(e, &e->row_req);
-			disk_await(e, &e->row_req, o);
-		}
+		fetch_file(e, job, job->chain_count - 1, o);
+		fetch_row_early(e, job, &row_sent, o);
+		disk_await(e, &e->row_req, o);
 		if (!o->result && !copy_row(e, job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
 	disk_await_all(e, o);
-	if (open_record != UINT32_MAX) {
-		struct job_outcome ignored = { 0 };
-
-		disk_control(e, REC_DISK_CLOSE, NULL, &ignored);
-	}
+	fetch_close(e, 0, o);
+	fetch_close(e, 1, o);
 	if (o->result)
 		stage_scrub(e);
 }
@@ -408,10 +460,10 @@ static void run_job(struct shard_engine *e, struct shard_job *job,
 		run_fetch(e, job, &o);
 		break;
 	case SHARD_JOB_TRUNCATE:
-		disk_control(e, REC_DISK_TRUNCATE, &job->key, &o);
+		disk_control(e, &e->files[0], REC_DISK_TRUNCATE, &job->key, &o);
 		break;
 	case SHARD_JOB_UNLINK:
-		disk_control(e, REC_DISK_UNLINK, &job->key, &o);
+		disk_control(e, &e->files[0], REC_DISK_UNLINK, &job->key, &o);
 		break;
 	}
 	memset(c, 0, sizeof(*c));
@@ -648,7 +700,7 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 			 "page-record slots", g->row_record_bytes, REC_DISK_BUFFERS_MAX);
 		return SEL_ETOOBIG;
 	}
-	slots = 2 * e->window_pages + row_pieces;
+	slots = SHARD_STAGES * e->window_pages + row_pieces;
 	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
 	if (ret) {
 		snprintf(err, err_size, "cannot map %u staging slots: %s", slots,
@@ -662,7 +714,7 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 	if (!e->row_slots || !e->copies)
 		return -ENOMEM;
 	ret = shard_slab_reserve_intake(&e->pool, slots);
-	for (int b = 0; !ret && b < 2; b++) {
+	for (uint32_t b = 0; !ret && b < SHARD_STAGES; b++) {
 		e->stages[b].lease = (struct shard_slab_lease){
 			.slots = e->stages[b].slots, .capacity = SHARD_WINDOW_PAGES_MAX };
 		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &e->stages[b].lease);
@@ -702,14 +754,15 @@ static int open_jobs(struct shard_engine *e)
 
 static void init_requests(struct shard_engine *e)
 {
-	struct rec_disk_request *reqs[] = { &e->stages[0].req, &e->stages[1].req,
-					    &e->row_req, &e->control_req };
-
-	for (size_t i = 0; i < SEL_ARRAY_SIZE(reqs); i++) {
-		reqs[i]->file = &e->file;
-		reqs[i]->replies = &e->replies;
-		reqs[i]->tag = 0;
+	for (uint32_t b = 0; b < SHARD_STAGES; b++) {
+		e->stages[b].req.file = &e->files[0];
+		e->stages[b].req.replies = &e->replies;
 	}
+	e->row_req.file = &e->files[0];
+	e->row_req.replies = &e->replies;
+	e->control_req.file = &e->files[0];
+	e->control_req.replies = &e->replies;
+	e->file_record[0] = e->file_record[1] = UINT32_MAX;
 }
 
 int shard_engine_open(const struct shard_engine_options *options,
@@ -728,8 +781,14 @@ int shard_engine_open(const struct shard_engine_options *options,
 	e->planes = *options->planes;
 	e->dir = options->dir;
 	e->device = options->device;
-	e->window_pages = options->window_pages ? options->window_pages :
-						  SHARD_WINDOW_PAGES_MAX;
+	/* By default a window is about SHARD_WINDOW_BYTES, and 64 pages at most. */
+	e->window_pages = options->window_pages;
+	if (!e->window_pages) {
+		uint64_t pages = SHARD_WINDOW_BYTES / e->geometry.page_record_bytes;
+
+		e->window_pages = pages == 0 ? 1 : pages > SHARD_WINDOW_PAGES_MAX ?
+							  SHARD_WINDOW_PAGES_MAX : (uint32_t)pages;
+	}
 	e->jobs_max = options->jobs_max ? options->jobs_max : 64;
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->work_ready, NULL);
@@ -745,7 +804,9 @@ int shard_engine_open(const struct shard_engine_options *options,
 		e->plane_offset[p] = offset;
 		offset += sel_align_up(e->geometry.page_planes[p].unit_bytes, SEL_BLOCK_BYTES);
 	}
-	ret = rec_disk_file_init(&e->file, e->geometry.page_count);
+	ret = rec_disk_file_init(&e->files[0], e->geometry.page_count);
+	if (!ret)
+		ret = rec_disk_file_init(&e->files[1], e->geometry.page_count);
 	if (!ret)
 		ret = open_jobs(e);
 	if (ret) {
@@ -788,8 +849,9 @@ void shard_engine_close(struct shard_engine *e)
 		shard_slab_unregister(&e->pool);
 		shard_slab_destroy(&e->pool);
 	}
-	if (e->file.buffers.header_block)
-		rec_disk_file_destroy(&e->file);
+	for (int f = 0; f < 2; f++)
+		if (e->files[f].buffers.header_block)
+			rec_disk_file_destroy(&e->files[f]);
 	for (uint32_t i = 0; e->jobs && i < e->jobs_max; i++) {
 		free(e->jobs[i].page_ids);
 		free(e->jobs[i].chain);

@@ -11,24 +11,54 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+/*
+ * Maps bytes at a 2 MiB boundary, advised for transparent huge pages before
+ * it is populated, so the pages are huge from the start: O_DIRECT pins and
+ * the copy engines' page walks then touch 512 times fewer pages. Populated
+ * now (MADV_POPULATE_WRITE, or MAP_POPULATE where that is missing) so no
+ * fault ever lands in a transfer.
+ */
+static int slab_map(struct shard_slab_pool *pool, uint64_t bytes)
+{
+	const uint64_t huge = 2ull << 20;
+	uint64_t span = bytes + huge;
+	uint8_t *raw, *base;
+
+	raw = mmap(NULL, (size_t)span, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (raw == MAP_FAILED)
+		return -errno;
+	base = (uint8_t *)sel_align_up((uintptr_t)raw, huge);
+	if (base > raw)
+		munmap(raw, (size_t)(base - raw));
+	if (raw + span > base + bytes)
+		munmap(base + bytes, (size_t)(raw + span - (base + bytes)));
+	madvise(base, (size_t)bytes, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(base, (size_t)bytes, MADV_POPULATE_WRITE) == 0) {
+		pool->base = base;
+		return 0;
+	}
+#endif
+	memset(base, 0, (size_t)bytes);
+	pool->base = base;
+	return 0;
+}
+
 int shard_slab_init(struct shard_slab_pool *pool, uint64_t slot_bytes,
 		    uint32_t slot_count)
 {
 	uint64_t bytes;
+	int ret;
 
 	memset(pool, 0, sizeof(*pool));
 	slot_bytes = sel_align_up(slot_bytes, SEL_BLOCK_BYTES);
 	if (slot_bytes == 0 || slot_count == 0 ||
 	    !sel_mul_u64(slot_bytes, slot_count, &bytes) || bytes > (1ull << 46))
 		return -EINVAL;
-	pool->base = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (pool->base == MAP_FAILED) {
-		pool->base = NULL;
-		return -errno;
-	}
-	/* Fewer TLB misses for the copy engines and the disk thread. */
-	madvise(pool->base, (size_t)bytes, MADV_HUGEPAGE);
+	ret = slab_map(pool, bytes);
+	if (ret)
+		return ret;
 	pool->free_slots = malloc(slot_count * sizeof(uint32_t));
 	if (!pool->free_slots) {
 		munmap(pool->base, (size_t)bytes);

@@ -1,0 +1,593 @@
+/*
+ * selene bench: throughput of Selene's staged store and fetch beside the raw
+ * io_uring O_DIRECT write and read of the same bytes on the same directory,
+ * and of batched scattered device copies beside one bulk copy, each pair
+ * measured in one run so the ratio means something on a shared machine.
+ */
+#include "launch/commands.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "record/dir.h"
+#include "record/format.h"
+#include "record/geometry.h"
+#include "record/key.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RAW_CHUNK_BYTES (8u << 20)
+#define RAW_QUEUE_DEPTH 8u
+
+struct bench_args {
+	const char *dir;
+	const char *device;
+	uint32_t planes;
+	uint64_t plane_bytes;
+	uint64_t row_bytes;
+	uint32_t pages;   /* per record */
+	uint32_t records; /* per round */
+	uint32_t rounds;
+	uint32_t window_pages;
+	bool durable;
+};
+
+struct bench {
+	struct bench_args a;
+	struct rec_geometry g;
+	struct rec_identity ns;
+	struct rec_dir *dir;
+	struct shard_device *dev;
+	struct shard_engine *engine;
+	struct shard_planes planes;
+	uint64_t device_pages; /* allocations on the device or in host memory */
+	uint64_t device_rows;
+	uint8_t *raw_buffer;
+	uint64_t record_bytes;
+};
+
+static double seconds(uint64_t ns)
+{
+	return (double)ns / 1e9;
+}
+
+/* Writes (or reads) one file of len bytes with 8 MiB requests, 8 in flight. */
+static int raw_file_io(struct io_uring *ring, int fd, uint8_t *buf, uint64_t len,
+		       bool write)
+{
+	uint64_t submitted = 0, completed = 0;
+	uint32_t in_flight = 0;
+
+	while (completed < len) {
+		while (in_flight < RAW_QUEUE_DEPTH && submitted < len) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+			uint64_t n = len - submitted < RAW_CHUNK_BYTES ? len - submitted :
+									  RAW_CHUNK_BYTES;
+			uint8_t *p = buf + (submitted / RAW_CHUNK_BYTES % RAW_QUEUE_DEPTH) *
+						   RAW_CHUNK_BYTES;
+
+			if (write)
+				io_uring_prep_write(sqe, fd, p, (unsigned)n, submitted);
+			else
+				io_uring_prep_read(sqe, fd, p, (unsigned)n, submitted);
+			submitted += n;
+			in_flight++;
+		}
+		io_uring_submit(ring);
+		struct io_uring_cqe *cqe;
+		int ret = io_uring_wait_cqe(ring, &cqe);
+
+		if (ret)
+			return ret;
+		if (cqe->res <= 0)
+			return cqe->res ? cqe->res : -EIO;
+		completed += (uint64_t)cqe->res;
+		in_flight--;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return 0;
+}
+
+/* The raw baseline: the same number of files of the same size. */
+static int raw_round(struct bench *b, bool write, uint64_t *ns)
+{
+	struct io_uring ring;
+	char path[1200];
+	uint64_t t0;
+	int ret = io_uring_queue_init(RAW_QUEUE_DEPTH * 2, &ring, 0);
+
+	if (ret)
+		return ret;
+	t0 = sel_monotonic_ns();
+	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/raw-%u.bench", rec_dir_path(b->dir), i);
+		fd = open(path, write ? O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT :
+					O_RDONLY | O_DIRECT, 0644);
+		if (fd < 0) {
+			ret = -errno;
+			break;
+		}
+		if (write && fallocate(fd, 0, 0, (off_t)b->record_bytes) != 0)
+			ret = -errno;
+		if (!ret)
+			ret = raw_file_io(&ring, fd, b->raw_buffer, b->record_bytes, write);
+		if (!ret && write && b->a.durable && fdatasync(fd) != 0)
+			ret = -errno;
+		close(fd);
+	}
+	*ns = sel_monotonic_ns() - t0;
+	io_uring_queue_exit(&ring);
+	return ret;
+}
+
+static void record_key(struct rec_key *key, const struct bench *b, uint32_t round,
+		       uint32_t i)
+{
+	key->consumed = (uint64_t)b->a.pages * b->g.page_tokens;
+	memset(key->digest.bytes, 0, sizeof(key->digest.bytes));
+	sel_put_le32(key->digest.bytes, round);
+	sel_put_le32(key->digest.bytes + 4, i);
+	key->digest.bytes[15] = 0x5e;
+}
+
+static int selene_store_round(struct bench *b, uint32_t round, uint64_t *ns)
+{
+	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t));
+	struct shard_completion c;
+	uint64_t t0;
+	int ret = 0;
+
+	if (!ids)
+		return -ENOMEM;
+	for (uint32_t p = 0; p < b->a.pages; p++)
+		ids[p] = (p * 7) % (uint32_t)b->device_pages; /* scattered ids */
+	t0 = sel_monotonic_ns();
+	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
+		struct rec_header h;
+		struct rec_key key;
+		struct shard_store_job job = { .header = &h, .page_ids = ids,
+					       .state_slot = i % (uint32_t)b->device_rows };
+
+		record_key(&key, b, round, i);
+		ret = rec_header_init(&h, &b->g, &b->ns, &key, NULL, &key.digest, 0,
+				      b->a.pages, sel_realtime_ns());
+		if (!ret)
+			ret = shard_engine_store(b->engine, i, &job);
+		/* Keep a few jobs queued so the engine never idles between them. */
+		if (!ret && i >= 2) {
+			shard_engine_wait(b->engine, &c);
+			ret = c.result;
+		}
+	}
+	for (uint32_t i = 0; i < 2 && i < b->a.records; i++) {
+		shard_engine_wait(b->engine, &c);
+		if (!ret)
+			ret = c.result;
+	}
+	*ns = sel_monotonic_ns() - t0;
+	if (ret)
+		fprintf(stderr, "selene bench: store failed: %s %s\n", sel_strerror(ret), c.why);
+	free(ids);
+	return ret;
+}
+
+static int selene_fetch_round(struct bench *b, uint32_t round, uint64_t *ns)
+{
+	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t));
+	struct shard_completion c;
+	uint64_t t0;
+	int ret = 0;
+
+	if (!ids)
+		return -ENOMEM;
+	for (uint32_t p = 0; p < b->a.pages; p++)
+		ids[p] = (p * 11) % (uint32_t)b->device_pages;
+	t0 = sel_monotonic_ns();
+	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
+		struct shard_chain_record chain = { .first_page_index = 0,
+						    .tail_page_count = b->a.pages };
+		struct shard_fetch_job job = { .chain = &chain, .chain_count = 1,
+					       .page_ids = ids, .state_slot = 0 };
+
+		record_key(&chain.key, b, round, i);
+		ret = shard_engine_fetch(b->engine, i, &job);
+		if (!ret && i >= 2) {
+			shard_engine_wait(b->engine, &c);
+			ret = c.result;
+		}
+	}
+	for (uint32_t i = 0; i < 2 && i < b->a.records; i++) {
+		shard_engine_wait(b->engine, &c);
+		if (!ret)
+			ret = c.result;
+	}
+	*ns = sel_monotonic_ns() - t0;
+	if (ret)
+		fprintf(stderr, "selene bench: fetch failed: %s %s\n", sel_strerror(ret), c.why);
+	free(ids);
+	return ret;
+}
+
+static int bench_geometry(struct bench *b)
+{
+	struct rec_plane *planes = calloc(b->a.planes, sizeof(*planes));
+	struct rec_geometry_spec spec = {
+		.page_tokens = 64, .page_plane_count = b->a.planes, .page_planes = planes,
+		.page_count = b->a.pages * 2, .row_count = 4, .rank = 0, .world_size = 1,
+	};
+	struct rec_identity model;
+	char err[256];
+	int ret;
+
+	if (!planes)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < b->a.planes; i++) {
+		snprintf(planes[i].name, sizeof(planes[i].name), "plane.%03u", i);
+		planes[i].unit_bytes = b->a.plane_bytes;
+	}
+	strcpy(spec.row_plane.name, "state");
+	spec.row_plane.unit_bytes = b->a.row_bytes;
+	ret = rec_geometry_init(&b->g, &spec, err, sizeof(err));
+	free(planes);
+	if (ret) {
+		fprintf(stderr, "selene bench: %s\n", err);
+		return ret;
+	}
+	rec_model_identity_from_name(&model, "selene-bench");
+	rec_namespace_identity(&b->ns, &model, REC_STATE_ORDINARY);
+	b->device_pages = spec.page_count;
+	b->device_rows = spec.row_count;
+	b->record_bytes = REC_HEADER_BYTES + sel_align_up(8ull * b->a.pages, SEL_BLOCK_BYTES) +
+			  b->g.page_record_bytes * b->a.pages + b->g.row_record_bytes;
+	return 0;
+}
+
+/* Device (or host-memory) planes the jobs copy from and to. */
+static int bench_planes(struct bench *b)
+{
+	for (uint32_t p = 0; p < b->g.page_plane_count; p++) {
+		uint64_t bytes = b->g.page_planes[p].unit_bytes * b->device_pages;
+		int ret;
+
+		if (shard_device_is_cuda(b->dev)) {
+			ret = shard_device_cuda_alloc(b->dev, bytes, &b->planes.page_base[p]);
+			if (ret)
+				return ret;
+		} else {
+			void *mem = aligned_alloc(SEL_BLOCK_BYTES, sel_align_up(bytes, SEL_BLOCK_BYTES));
+
+			if (!mem)
+				return -ENOMEM;
+			memset(mem, (int)p, bytes);
+			b->planes.page_base[p] = (uintptr_t)mem;
+		}
+	}
+	if (shard_device_is_cuda(b->dev))
+		return shard_device_cuda_alloc(b->dev, b->g.row_plane.unit_bytes * b->device_rows,
+					       &b->planes.row_base);
+	b->planes.row_base = (uintptr_t)calloc(b->device_rows, b->g.row_plane.unit_bytes);
+	return b->planes.row_base ? 0 : -ENOMEM;
+}
+
+static void bench_free_planes(struct bench *b)
+{
+	for (uint32_t p = 0; p < b->g.page_plane_count; p++) {
+		if (!b->planes.page_base[p])
+			continue;
+		if (shard_device_is_cuda(b->dev))
+			shard_device_cuda_free(b->dev, b->planes.page_base[p]);
+		else
+			free((void *)(uintptr_t)b->planes.page_base[p]);
+	}
+	if (b->planes.row_base) {
+		if (shard_device_is_cuda(b->dev))
+			shard_device_cuda_free(b->dev, b->planes.row_base);
+		else
+			free((void *)(uintptr_t)b->planes.row_base);
+	}
+}
+
+static int bench_open(struct bench *b)
+{
+	struct rec_dir_options dir_options = { .base_path = b->a.dir, .namespace_id = &b->ns,
+					       .geometry = &b->g, .durable = b->a.durable };
+	struct shard_engine_options options = { .geometry = &b->g, .planes = &b->planes,
+						.register_pool = true,
+						.window_pages = b->a.window_pages };
+	char err[512];
+	int ret;
+
+	ret = bench_geometry(b);
+	if (!ret)
+		ret = shard_device_open(b->a.device, 0, &b->dev, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench: device %s: %s\n", b->a.device, err);
+		return ret;
+	}
+	ret = bench_planes(b);
+	if (!ret)
+		ret = rec_dir_open(&dir_options, &b->dir, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench: %s\n", ret == -ENOMEM ? "out of memory" : err);
+		return ret;
+	}
+	if (!rec_dir_direct(b->dir))
+		fprintf(stderr, "selene bench: O_DIRECT is refused in %s; the raw "
+			"baseline needs it\n", rec_dir_path(b->dir));
+	options.dir = b->dir;
+	options.device = b->dev;
+	ret = shard_engine_open(&options, &b->engine, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench: %s\n", err);
+		return ret;
+	}
+	if (posix_memalign((void **)&b->raw_buffer, SEL_BLOCK_BYTES,
+			   (size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH))
+		return -ENOMEM;
+	memset(b->raw_buffer, 0x5a, (size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH);
+	return 0;
+}
+
+static void bench_close(struct bench *b)
+{
+	shard_engine_close(b->engine);
+	bench_free_planes(b);
+	shard_device_close(b->dev);
+	rec_dir_close(b->dir);
+	free(b->raw_buffer);
+}
+
+static void remove_round_files(struct bench *b, uint32_t round)
+{
+	char path[1200];
+
+	for (uint32_t i = 0; i < b->a.records; i++) {
+		struct rec_key key;
+		char name[REC_FILE_NAME_BYTES];
+
+		record_key(&key, b, round, i);
+		rec_file_name(name, &key);
+		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(b->dir), name);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/raw-%u.bench", rec_dir_path(b->dir), i);
+		unlink(path);
+	}
+}
+
+#define BENCH_ROUNDS_MAX 1000u
+
+static int compare_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Totals over all rounds, and the median of the per-round ratios: each
+ * round runs raw and Selene back to back, so its ratio saw one disk state.
+ */
+static const char *rec_disk_engine_name(const struct bench *b)
+{
+	struct shard_engine_stats stats;
+
+	shard_engine_stats(b->engine, &stats);
+	return stats.disk_engine;
+}
+
+static void report(const char *what, const struct bench *b, const uint64_t *selene_ns,
+		   const uint64_t *raw_ns, uint32_t rounds)
+{
+	double bytes = (double)b->record_bytes * b->a.records, ratios[BENCH_ROUNDS_MAX];
+	uint64_t selene_total = 0, raw_total = 0;
+
+	for (uint32_t r = 0; r < rounds; r++) {
+		selene_total += selene_ns[r];
+		raw_total += raw_ns[r];
+		ratios[r] = (double)raw_ns[r] / (double)selene_ns[r];
+	}
+	qsort(ratios, rounds, sizeof(ratios[0]), compare_double);
+	printf("%s: selene %.3f GB/s, raw io_uring O_DIRECT %.3f GB/s, ratio %.3f "
+	       "(median of rounds %.3f, range %.3f-%.3f; %u rounds of %u records of "
+	       "%.1f MiB, %u pages of %u planes x %" PRIu64 " bytes, device %s, disk "
+	       "thread %s, %s)\n",
+	       what, bytes * rounds / seconds(selene_total) / 1e9,
+	       bytes * rounds / seconds(raw_total) / 1e9,
+	       (double)raw_total / (double)selene_total, ratios[rounds / 2], ratios[0],
+	       ratios[rounds - 1], rounds, b->a.records,
+	       (double)b->record_bytes / 1048576.0, b->a.pages, b->a.planes,
+	       b->a.plane_bytes, b->dev->ops->name, rec_disk_engine_name(b),
+	       b->a.durable ? "durable" : "not durable");
+}
+
+/* Alternates raw and Selene rounds so both see the same disk conditions. */
+static int bench_store(struct bench *b, bool and_fetch)
+{
+	static uint64_t selene_ns[BENCH_ROUNDS_MAX], raw_ns[BENCH_ROUNDS_MAX];
+	static uint64_t fetch_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
+	int ret = 0;
+
+	for (uint32_t r = 0; !ret && r < b->a.rounds; r++) {
+		ret = raw_round(b, true, &raw_ns[r]);
+		if (!ret)
+			ret = selene_store_round(b, r, &selene_ns[r]);
+		if (!ret && and_fetch) {
+			ret = raw_round(b, false, &raw_read_ns[r]);
+			if (!ret)
+				ret = selene_fetch_round(b, r, &fetch_ns[r]);
+		}
+		remove_round_files(b, r);
+	}
+	if (ret) {
+		fprintf(stderr, "selene bench: %s\n", sel_strerror(ret));
+		return ret;
+	}
+	report("store", b, selene_ns, raw_ns, b->a.rounds);
+	if (and_fetch)
+		report("fetch", b, fetch_ns, raw_read_ns, b->a.rounds);
+	return 0;
+}
+
+/* Scattered page planes through batched copies, beside one bulk copy. */
+static int bench_copy(struct bench *b)
+{
+	uint32_t count = b->a.pages * b->g.page_plane_count;
+	struct shard_copy *copies = calloc(count, sizeof(*copies));
+	uint64_t bytes = b->a.plane_bytes * count, t0, ns[4] = { 0 };
+	uint8_t *host;
+	int ret = 0;
+
+	if (!copies || posix_memalign((void **)&host, SEL_BLOCK_BYTES, (size_t)bytes))
+		return -ENOMEM;
+	memset(host, 1, (size_t)bytes);
+	ret = shard_device_bind(b->dev);
+	if (!ret)
+		ret = b->dev->ops->register_host(b->dev, host, bytes);
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t page = i / b->g.page_plane_count, plane = i % b->g.page_plane_count;
+
+		copies[i] = (struct shard_copy){
+			.device_address = b->planes.page_base[plane] +
+					  b->a.plane_bytes * ((page * 7) % b->device_pages),
+			.host = host + b->a.plane_bytes * i,
+			.bytes = b->a.plane_bytes,
+		};
+	}
+	for (uint32_t r = 0; !ret && r < b->a.rounds; r++) {
+		struct shard_copy bulk = { .device_address = b->planes.page_base[0],
+					   .host = host, .bytes = bytes };
+
+		for (int dir = 0; dir < 2 && !ret; dir++) {
+			t0 = sel_monotonic_ns();
+			ret = shard_device_copy(b->dev, (enum shard_copy_direction)dir, copies, count);
+			if (!ret)
+				ret = shard_device_synchronize(b->dev);
+			ns[dir] += sel_monotonic_ns() - t0;
+			if (bytes > b->a.plane_bytes * b->device_pages)
+				bulk.bytes = b->a.plane_bytes * b->device_pages;
+			t0 = sel_monotonic_ns();
+			if (!ret)
+				ret = shard_device_copy(b->dev, (enum shard_copy_direction)dir, &bulk, 1);
+			if (!ret)
+				ret = shard_device_synchronize(b->dev);
+			ns[2 + dir] += (sel_monotonic_ns() - t0) * bytes / bulk.bytes;
+		}
+	}
+	if (!ret)
+		printf("copy: device to host %.2f GB/s batched scattered, %.2f GB/s bulk "
+		       "(ratio %.3f); host to device %.2f GB/s batched scattered, %.2f GB/s "
+		       "bulk (ratio %.3f); %u entries of %" PRIu64 " bytes, device %s\n",
+		       (double)bytes * b->a.rounds / (double)ns[0],
+		       (double)bytes * b->a.rounds / (double)ns[2],
+		       (double)ns[2] / (double)ns[0],
+		       (double)bytes * b->a.rounds / (double)ns[1],
+		       (double)bytes * b->a.rounds / (double)ns[3],
+		       (double)ns[3] / (double)ns[1], count, b->a.plane_bytes,
+		       b->dev->ops->name);
+	b->dev->ops->unregister_host(b->dev, host);
+	free(host);
+	free(copies);
+	return ret;
+}
+
+static void bench_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: selene bench store [options]\n"
+		"       selene bench fetch [options] DIR\n"
+		"       selene bench copy [options]\n\n"
+		"store: Selene's staged store (device -> slots -> record files) beside\n"
+		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
+		"  flight, one file per record) in the same directory, alternating.\n"
+		"fetch: the same for store then fetch (files -> verify -> device),\n"
+		"  beside raw io_uring O_DIRECT reads of the same files, in DIR.\n"
+		"copy: scattered page planes through batched device copies beside one\n"
+		"  bulk copy of the same bytes, both directions.\n\n"
+		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
+		"  --device KIND      auto, cuda or host (default auto)\n"
+		"  --planes N         page planes (default 36)\n"
+		"  --plane-bytes N    bytes of one plane of one page (default 65536)\n"
+		"  --row-bytes N      bytes of the state row (default 1048576)\n"
+		"  --pages N          pages per record (default 64)\n"
+		"  --records N        records per round (default 1)\n"
+		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
+		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
+		"  --window-pages N   pages per staging window (default: the engine's)\n"
+		"  --help             this help\n");
+}
+
+int launch_cmd_bench(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "device", required_argument, NULL, 'D' },
+		{ "planes", required_argument, NULL, 'n' },
+		{ "plane-bytes", required_argument, NULL, 'b' },
+		{ "row-bytes", required_argument, NULL, 'R' },
+		{ "pages", required_argument, NULL, 'p' },
+		{ "records", required_argument, NULL, 'r' },
+		{ "rounds", required_argument, NULL, 'k' },
+		{ "no-durable", no_argument, NULL, 'N' },
+		{ "window-pages", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct bench b = { .a = { .dir = "/var/tmp/selene-bench", .device = "auto",
+				  .planes = 36, .plane_bytes = 65536, .row_bytes = 1 << 20,
+				  .pages = 64, .records = 1, .rounds = 12, .durable = true } };
+	const char *what;
+	int opt, ret;
+
+	if (launch_wants_help(argc, argv)) {
+		bench_usage(stdout);
+		return LAUNCH_EXIT_OK;
+	}
+	if (argc < 2) {
+		bench_usage(stderr);
+		return LAUNCH_EXIT_USAGE;
+	}
+	what = argv[1];
+	optind = 2;
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case 'd': b.a.dir = optarg; break;
+		case 'D': b.a.device = optarg; break;
+		case 'n': b.a.planes = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'b': b.a.plane_bytes = strtoull(optarg, NULL, 0); break;
+		case 'R': b.a.row_bytes = strtoull(optarg, NULL, 0); break;
+		case 'p': b.a.pages = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'r': b.a.records = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'k': b.a.rounds = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'N': b.a.durable = false; break;
+		case 'w': b.a.window_pages = (uint32_t)strtoul(optarg, NULL, 0); break;
+		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
+		}
+	}
+	if (strcmp(what, "fetch") == 0 && optind == argc - 1)
+		b.a.dir = argv[optind++];
+	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||
+	    b.a.rounds > BENCH_ROUNDS_MAX ||
+	    (strcmp(what, "store") && strcmp(what, "fetch") && strcmp(what, "copy"))) {
+		bench_usage(stderr);
+		return LAUNCH_EXIT_USAGE;
+	}
+	sel_log_set_level(SEL_LOG_WARN);
+	ret = bench_open(&b);
+	if (!ret)
+		ret = strcmp(what, "copy") == 0 ? bench_copy(&b) :
+						  bench_store(&b, strcmp(what, "fetch") == 0);
+	bench_close(&b);
+	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+}
