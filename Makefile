@@ -22,7 +22,8 @@ VERSION := 0.1.0
 # CFLAGS and LDFLAGS are the user's (optimisation, debug); the rest is ours
 # and survives a CFLAGS given on the command line.
 CFLAGS ?= -O2 -g
-SEL_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wstrict-prototypes \
+WERROR ?= -Werror
+SEL_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -Wstrict-prototypes \
 	-Wshadow -Wvla -fPIC -MMD -MP -I. -Iinclude \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 SEL_LDFLAGS :=
@@ -33,8 +34,10 @@ CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 SEL_CFLAGS += -DSEL_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
 endif
-LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -lpthread -ldl
-TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
+# Where pkg-config is missing (the GPU host), the libraries' plain names.
+PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null || echo -luring -lxxhash -lb2)
+LDLIBS += $(PKG_LIBS) -lpthread -ldl
+TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka)
 
 ifneq ($(SANITIZE),)
 SEL_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -91,12 +94,24 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATI
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
 		$(LDLIBS) $(TEST_LDLIBS)
 
+$(BUILD)/tests/gpu/test_cuda: $(BUILD)/tests/gpu/test_cuda.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
+		$(LDLIBS) $(TEST_LDLIBS)
+
 tests: $(TEST_BINS) $(PROGRAM)
 
 # Runs every test binary even when one fails, then prints one total line.
 test: deps
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)SELENE_PROGRAM=$(abspath $(PROGRAM)) tests/run-tests $(TEST_BINS)
+
+# The cuda backend on a GPU: the round trip, then the copy, store and fetch
+# benchmarks. Logs go to $(BUILD)/test-gpu.log and $(BUILD)/bench-gpu.log;
+# without a GPU the test skips and says why.
+test-gpu: deps
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/gpu/test_cuda $(PROGRAM)
+	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan \
@@ -124,7 +139,8 @@ install: all
 clean:
 	rm -rf build build-asan
 
-.PHONY: all tests test check-asan deps demo install clean
+.PHONY: all tests test test-gpu check-asan deps demo install clean
 .SECONDARY:
 
--include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d
+-include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \
+	$(BUILD)/tests/gpu/test_cuda.d
