@@ -446,14 +446,24 @@ static int bench_copy(struct bench *b)
 {
 	uint32_t count = b->a.pages * b->g.page_plane_count;
 	struct shard_copy *copies = calloc(count, sizeof(*copies));
-	uint64_t bytes = b->a.plane_bytes * count, t0, ns[4] = { 0 };
+	uint64_t bytes = b->a.plane_bytes * count, t0, ns[4] = { 0 }, bulk_device = 0;
 	uint8_t *host;
 	int ret = 0;
 
 	if (!copies || posix_memalign((void **)&host, SEL_BLOCK_BYTES, (size_t)bytes))
 		return -ENOMEM;
+	/* The bulk side moves the same bytes to and from one device range. */
+	if (shard_device_is_cuda(b->dev)) {
+		ret = shard_device_cuda_alloc(b->dev, bytes, &bulk_device);
+	} else {
+		bulk_device = (uintptr_t)aligned_alloc(SEL_BLOCK_BYTES, (size_t)bytes);
+		ret = bulk_device ? 0 : -ENOMEM;
+		if (!ret)
+			memset((void *)(uintptr_t)bulk_device, 0, (size_t)bytes);
+	}
 	memset(host, 1, (size_t)bytes);
-	ret = shard_device_bind(b->dev);
+	if (!ret)
+		ret = shard_device_bind(b->dev);
 	if (!ret)
 		ret = b->dev->ops->register_host(b->dev, host, bytes);
 	for (uint32_t i = 0; i < count; i++) {
@@ -467,8 +477,8 @@ static int bench_copy(struct bench *b)
 		};
 	}
 	for (uint32_t r = 0; !ret && r < b->a.rounds; r++) {
-		struct shard_copy bulk = { .device_address = b->planes.page_base[0],
-					   .host = host, .bytes = bytes };
+		struct shard_copy bulk = { .device_address = bulk_device, .host = host,
+					   .bytes = bytes };
 
 		for (int dir = 0; dir < 2 && !ret; dir++) {
 			t0 = sel_monotonic_ns();
@@ -476,14 +486,12 @@ static int bench_copy(struct bench *b)
 			if (!ret)
 				ret = shard_device_synchronize(b->dev);
 			ns[dir] += sel_monotonic_ns() - t0;
-			if (bytes > b->a.plane_bytes * b->device_pages)
-				bulk.bytes = b->a.plane_bytes * b->device_pages;
 			t0 = sel_monotonic_ns();
 			if (!ret)
 				ret = shard_device_copy(b->dev, (enum shard_copy_direction)dir, &bulk, 1);
 			if (!ret)
 				ret = shard_device_synchronize(b->dev);
-			ns[2 + dir] += (sel_monotonic_ns() - t0) * bytes / bulk.bytes;
+			ns[2 + dir] += sel_monotonic_ns() - t0;
 		}
 	}
 	if (!ret)
@@ -498,6 +506,10 @@ static int bench_copy(struct bench *b)
 		       (double)ns[3] / (double)ns[1], count, b->a.plane_bytes,
 		       b->dev->ops->name);
 	b->dev->ops->unregister_host(b->dev, host);
+	if (shard_device_is_cuda(b->dev))
+		shard_device_cuda_free(b->dev, bulk_device);
+	else
+		free((void *)(uintptr_t)bulk_device);
 	free(host);
 	free(copies);
 	return ret;

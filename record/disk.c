@@ -363,47 +363,80 @@ static void op_issue(struct rec_disk *disk, struct disk_op *op)
 	op_complete(disk, op, n < 0 ? -errno : n);
 }
 
-/* Checksums of a write, computed while its I/O is in flight. */
-static void sum_writes(struct rec_disk_request *req)
+static bool is_write(const struct rec_disk_request *req)
 {
-	struct rec_writer *w = &req->file->writer;
-	uint64_t bytes[REC_DISK_BUFFERS_MAX];
-
-	if (req->op == REC_DISK_WRITE_PAGES) {
-		for (uint32_t i = 0; i < req->count; i++)
-			rec_writer_note_page(w, req->first + i, req->buffers[i]);
-		return;
-	}
-	for (uint32_t i = 0; i < req->piece_count; i++)
-		bytes[i] = buffer_bytes(req, i);
-	rec_writer_note_row(w, (const void *const *)req->buffers, bytes, req->piece_count);
+	return req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW;
 }
 
-/* Verifies what a read brought in (R-READ-2, R-READ-3). */
-static void verify_reads(struct rec_disk_request *req)
+static uint32_t sum_units(const struct rec_disk_request *req)
 {
-	struct rec_reader *r = &req->file->reader;
+	/* A page is one unit; a row is one unit, streamed over its pieces. */
+	return req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES ?
+		       req->count : 1;
+}
+
+/*
+ * One unit of checksum work: a write's page or row checksum (its bytes are
+ * there from the start), or a read's verification (once its I/O is done).
+ */
+static void sum_one(struct rec_disk_request *req)
+{
 	uint64_t bytes[REC_DISK_BUFFERS_MAX];
 	char name[REC_FILE_NAME_BYTES];
+	uint32_t i = req->next_sum++;
 
-	rec_file_name(name, &r->header.key);
-	if (req->op == REC_DISK_READ_PAGES) {
-		for (uint32_t i = 0; i < req->count; i++)
-			if (!rec_reader_page_ok(r, req->first + i, req->buffers[i])) {
-				req_fail(req, SEL_ECHECKSUM,
-					 "%s: page %" PRIu64 " (stored page %u) fails its "
-					 "checksum", name,
-					 (uint64_t)r->header.first_page_index + req->first + i,
-					 req->first + i);
-				return;
-			}
+	if (req->op == REC_DISK_WRITE_PAGES) {
+		rec_writer_note_page(&req->file->writer, req->first + i, req->buffers[i]);
 		return;
 	}
-	for (uint32_t i = 0; i < req->piece_count; i++)
-		bytes[i] = buffer_bytes(req, i);
-	if (!rec_reader_row_ok(r, (const void *const *)req->buffers, bytes,
-			       req->piece_count))
+	if (req->op == REC_DISK_READ_PAGES) {
+		struct rec_reader *r = &req->file->reader;
+
+		if (rec_reader_page_ok(r, req->first + i, req->buffers[i]))
+			return;
+		rec_file_name(name, &r->header.key);
+		req_fail(req, SEL_ECHECKSUM, "%s: page %" PRIu64 " (stored page %u) fails "
+			 "its checksum", name,
+			 (uint64_t)r->header.first_page_index + req->first + i, req->first + i);
+		return;
+	}
+	for (uint32_t k = 0; k < req->piece_count; k++)
+		bytes[k] = buffer_bytes(req, k);
+	if (req->op == REC_DISK_WRITE_ROW) {
+		rec_writer_note_row(&req->file->writer, (const void *const *)req->buffers,
+				    bytes, req->piece_count);
+	} else if (!rec_reader_row_ok(&req->file->reader, (const void *const *)req->buffers,
+				      bytes, req->piece_count)) {
+		rec_file_name(name, &req->file->reader.header.key);
 		req_fail(req, SEL_ECHECKSUM, "%s: the row fails its checksum", name);
+	}
+}
+
+/* Whether req has checksum work it can do now. */
+static bool sum_ready(const struct rec_disk_request *req)
+{
+	if (!req->started || !is_payload(req->op) || req->result ||
+	    req->next_sum >= sum_units(req))
+		return false;
+	/* A read's bytes are there only when all of its I/O has completed. */
+	return is_write(req) || req->ops_in_flight == 0;
+}
+
+/*
+ * Does one unit of checksum work for the oldest request that has some, so
+ * that between units the loop reaps completions and keeps the ring full: a
+ * whole window's pass at once left the disk without new requests for its
+ * duration (measured: fetch at 0.78 of raw reads, 1.03 without the pass).
+ */
+static bool sum_step(struct rec_disk *disk)
+{
+	for (uint32_t i = 0; i < disk->active_count; i++) {
+		if (sum_ready(disk->active[i])) {
+			sum_one(disk->active[i]);
+			return true;
+		}
+	}
+	return false;
 }
 
 /*
@@ -429,6 +462,7 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 		io_uring_submit(&disk->ring);
 }
 
+/* All of req's I/O is done, and so is its checksum work, or it failed. */
 static bool payload_done(const struct rec_disk_request *req)
 {
 	uint32_t count;
@@ -438,7 +472,8 @@ static bool payload_done(const struct rec_disk_request *req)
 	if (req->ops_in_flight > 0)
 		return false;
 	payload_shape(req, &count, &offset, &fd);
-	return req->result || req->next_buffer >= count;
+	return req->result ||
+	       (req->next_buffer >= count && req->next_sum >= sum_units(req));
 }
 
 static void reply(struct rec_disk_request *req)
@@ -495,15 +530,7 @@ static void advance(struct rec_disk *disk)
 			payload_check(req);
 		}
 		feed(disk, req);
-		if (!req->summed && !req->result &&
-		    (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_WRITE_ROW)) {
-			sum_writes(req);
-			req->summed = true;
-		}
 		if (payload_done(req)) {
-			if (!req->result &&
-			    (req->op == REC_DISK_READ_PAGES || req->op == REC_DISK_READ_ROW))
-				verify_reads(req);
 			reply(req);
 			continue;
 		}
@@ -529,19 +556,12 @@ static void arm_wake(struct rec_disk *disk)
 	disk->wake_armed = true;
 }
 
-/* Waits for at least one completion (an op or the wake poll) and reaps all. */
-static void reap(struct rec_disk *disk)
+/* Processes every completion already posted, without waiting. */
+static void reap_ready(struct rec_disk *disk)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0;
-	int ret;
 
-	arm_wake(disk);
-	io_uring_submit(&disk->ring);
-	do
-		ret = io_uring_wait_cqe(&disk->ring, &cqe);
-	while (ret == -EINTR);
-	SEL_ASSERT(ret == 0);
 	io_uring_for_each_cqe(&disk->ring, head, cqe) {
 		uint64_t tag = io_uring_cqe_get_data64(cqe);
 
@@ -557,6 +577,21 @@ static void reap(struct rec_disk *disk)
 		op_complete(disk, (struct disk_op *)(uintptr_t)tag, cqe->res);
 	}
 	io_uring_cq_advance(&disk->ring, seen);
+}
+
+/* Waits for at least one completion (an op or the wake poll) and reaps all. */
+static void reap(struct rec_disk *disk)
+{
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	arm_wake(disk);
+	io_uring_submit(&disk->ring);
+	do
+		ret = io_uring_wait_cqe(&disk->ring, &cqe);
+	while (ret == -EINTR);
+	SEL_ASSERT(ret == 0);
+	reap_ready(disk);
 }
 
 static void lower_priority(void)
@@ -576,17 +611,27 @@ static void *disk_main(void *arg)
 
 	lower_priority();
 	for (;;) {
-		bool idle = disk->active_count == 0 && disk->ops_in_flight == 0;
-		bool stop = take_inbox(disk, idle);
+		bool idle, stop;
 
+		/*
+		 * Completions (and the wake-up's eventfd read) first, then the
+		 * inbox: a request whose wake-up was just consumed is taken
+		 * here, before the loop can block again.
+		 */
+		if (disk->use_ring)
+			reap_ready(disk);
+		idle = disk->active_count == 0 && disk->ops_in_flight == 0;
+		stop = take_inbox(disk, idle);
 		if (stop && disk->active_count == 0 && disk->ops_in_flight == 0)
 			break;
+		advance(disk);
+		/* Checksum work one unit at a time, the ring refilled between. */
+		if (sum_step(disk))
+			continue;
 		advance(disk);
 		if (disk->use_ring && (disk->ops_in_flight > 0 ||
 				       (disk->active_count == 0 && !stop)))
 			reap(disk);
-		if (disk->use_ring)
-			advance(disk);
 	}
 	return NULL;
 }
@@ -661,7 +706,7 @@ int rec_disk_submit(struct rec_disk *disk, struct rec_disk_request *req)
 	req->next_offset = 0;
 	req->ops_in_flight = 0;
 	req->started = false;
-	req->summed = false;
+	req->next_sum = 0;
 	pthread_mutex_lock(&disk->lock);
 	if (disk->inbox_count == REC_DISK_QUEUE_MAX || disk->stopping) {
 		pthread_mutex_unlock(&disk->lock);

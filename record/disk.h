@@ -79,8 +79,8 @@ struct rec_disk_request {
 	uint32_t next_buffer;
 	uint64_t next_offset;       /* within buffers[next_buffer] */
 	uint32_t ops_in_flight;
+	uint32_t next_sum;          /* next buffer to checksum (or verify) */
 	bool started;
-	bool summed;
 };
 
 /* Where replies arrive: a bounded queue one requester waits on. */

@@ -33,6 +33,19 @@
 static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * A streaming state on the stack must be initialised before its first
+ * reset: XXH3_64bits_reset_withSeed skips deriving its secret when the
+ * stale seed field already equals the new seed, and then hashes with
+ * whatever bytes the stack held (found as a row checksum that changed from
+ * run to run, only when an earlier one-shot hash of the same seed had left
+ * its seed at the same stack address).
+ */
+static void xxh3_stack_state_init(XXH3_state_t *state)
+{
+	XXH3_INITSTATE(state);
+}
+
 static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
 {
 	va_list ap;
@@ -176,6 +189,7 @@ void rec_writer_note_row(struct rec_writer *w, const void *const *pieces,
 	uint64_t total = 0;
 
 	SEL_ASSERT(!w->row_written);
+	xxh3_stack_state_init(&state);
 	XXH3_64bits_reset_withSeed(&state, w->seed);
 	for (uint32_t i = 0; i < piece_count; i++) {
 		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
@@ -432,6 +446,7 @@ bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
 	XXH3_state_t state;
 	uint64_t total = 0;
 
+	xxh3_stack_state_init(&state);
 	XXH3_64bits_reset_withSeed(&state, r->seed);
 	for (uint32_t i = 0; i < piece_count; i++) {
 		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
@@ -459,6 +474,7 @@ int rec_reader_verify_streaming(struct rec_reader *r, void *buf, uint64_t buf_by
 
 		if (row && !r->row_present)
 			break;
+		xxh3_stack_state_init(&state);
 		XXH3_64bits_reset_withSeed(&state, seed);
 		for (uint64_t done = 0; done < length;) {
 			uint64_t n = length - done < buf_bytes ? length - done : buf_bytes;

@@ -407,12 +407,14 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	bool row_sent = false;
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
-	uint32_t issued = 0, done = 0;
+	uint32_t issued = 0, done = 0, ahead;
 	bool more = true;
 
+	ahead = (uint32_t)(SHARD_READ_AHEAD_BYTES / (stride * e->window_pages));
+	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
 	/* Keep up to STAGES windows reading while one is copied to the device. */
 	while (!o->result && (done < issued || more)) {
-		while (!o->result && more && issued - done < SHARD_STAGES) {
+		while (!o->result && more && issued - done < ahead) {
 			more = next_window(e, job, &cursor);
 			if (!more)
 				break;

@@ -39,6 +39,13 @@
  * checksum pass outlasted one window's I/O.
  */
 #define SHARD_STAGES 8u
+/*
+ * A fetch keeps at most this many bytes of reads in flight (as the raw
+ * baseline does: eight 8 MiB requests). With more, the reads of a whole
+ * record complete together and every checksum pass and copy waits for the
+ * end; with this, they overlap the reads still in flight.
+ */
+#define SHARD_READ_AHEAD_BYTES (64ull << 20)
 /* Records in one fetch chain: a chain holds at most one record per page,
  * plus page-less records; 4096 is far past any conversation's turns. */
 #define SHARD_CHAIN_RECORDS_MAX 4096u

@@ -420,6 +420,77 @@ static void test_engine_full_filesystem(void **state)
 	free(mnt);
 }
 
+/*
+ * Many small jobs, one page per window, queued back to back: hand-offs
+ * between the transfer and disk threads race as often as they can. A lost
+ * wake-up shows as a hang, which the alarm turns into a failure.
+ */
+static void test_engine_many_small_jobs(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key keys[40];
+	uint32_t ids[8];
+	uint64_t seed = 12345;
+
+	shard_engine_close(f->engine);
+	open_engine(f, 1);
+	alarm(120);
+	printf("seed %llu\n", (unsigned long long)seed);
+	for (uint32_t round = 0; round < 5; round++) {
+		for (uint32_t i = 0; i < 40; i++) {
+			struct rec_header h;
+			struct shard_store_job job = { .header = &h, .page_ids = ids,
+						       .state_slot = i % 8 };
+			uint32_t pages = 1 + (uint32_t)((seed + i * 7) % 6);
+
+			make_key(&keys[i], 64ull * pages + i % 5, (uint8_t)(100 + i));
+			keys[i].digest.bytes[1] = (uint8_t)round;
+			for (uint32_t p = 0; p < pages; p++) {
+				ids[p] = (i * 5 + p) % 200;
+				fill_page(f, ids[p], p);
+			}
+			assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &keys[i], NULL,
+							 &keys[i].digest, 0, pages, 1), 0);
+			while (shard_engine_store(f->engine, i, &job) == SEL_EQUEUEFULL) {
+				shard_engine_wait(f->engine, &c);
+				assert_int_equal(c.result, 0);
+			}
+		}
+		for (uint32_t i = 0; i < 40; i++) {
+			struct shard_chain_record chain = { keys[i], 0,
+							    (uint32_t)(keys[i].consumed / 64) };
+			struct shard_fetch_job job = { .chain = &chain, .chain_count = 1,
+						       .page_ids = ids, .state_slot = 0 };
+
+			for (uint32_t p = 0; p < chain.tail_page_count; p++)
+				ids[p] = 150 + p;
+			while (shard_engine_fetch(f->engine, 1000 + i, &job) == SEL_EQUEUEFULL) {
+				shard_engine_wait(f->engine, &c);
+				assert_int_equal(c.result, 0);
+			}
+			while (shard_engine_unlink(f->engine, 2000 + i, &keys[i]) == SEL_EQUEUEFULL) {
+				shard_engine_wait(f->engine, &c);
+				assert_int_equal(c.result, 0);
+			}
+		}
+		for (;;) {
+			struct shard_engine_stats st;
+
+			if (shard_engine_poll(f->engine, &c, 1) == 1) {
+				assert_int_equal(c.result, 0);
+				continue;
+			}
+			shard_engine_stats(f->engine, &st);
+			if (st.jobs_done == (round + 1) * 120ull)
+				break;
+			usleep(1000);
+		}
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	}
+	alarm(0);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -433,6 +504,7 @@ int main(void)
 		BOTH(test_engine_injected_errors),
 		BOTH(test_engine_bounded_submission),
 		BOTH(test_engine_full_filesystem),
+		BOTH(test_engine_many_small_jobs),
 	};
 #undef BOTH
 
