@@ -527,54 +527,58 @@ void rec_reader_close(struct rec_reader *r)
 int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
 {
 	char name[REC_FILE_NAME_BYTES], why[256];
+	uint8_t block[REC_HEADER_BYTES]; /* buffered I/O: no alignment, no allocation */
 	struct rec_expect expect;
-	struct rec_reader r;
+	struct rec_header h;
 	struct stat st;
-	int ret;
+	bool row_present;
+	int fd, ret;
 
 	rec_file_name(name, key);
 	rec_dir_expect(dir, key, &expect);
+	fd = rec_io_open(rec_dir_fd(dir), name, O_RDWR, false);
+	if (fd < 0)
+		return fd;
 	/* The header says where the row begins; trust it only once valid. */
-	ret = rec_reader_open(&r, rec_dir_fd(dir), name, false, &expect, why,
-			      sizeof(why));
+	ret = fstat(fd, &st) ? -errno : 0;
+	if (!ret && (uint64_t)st.st_size < REC_HEADER_BYTES)
+		ret = why_fail(SEL_EBADHEADER, why, sizeof(why), "shorter than a header");
+	if (!ret)
+		ret = rec_io_read_full(fd, block, REC_HEADER_BYTES, 0);
+	if (!ret)
+		ret = rec_header_decode(block, &h, why, sizeof(why));
+	if (!ret)
+		ret = rec_header_check_expected(&h, &expect, why, sizeof(why));
+	if (!ret)
+		ret = rec_header_check_length(&h, (uint64_t)st.st_size, &row_present, why,
+					      sizeof(why));
 	if (ret) {
-		if (ret != -ENOENT)
-			sel_warn("cannot truncate %s: %s", name,
-				 sel_is_selene_error(ret) ? why : sel_strerror(ret));
-		return ret;
-	}
-	close(r.fd);
-	r.fd = rec_io_open(rec_dir_fd(dir), name, O_WRONLY, false);
-	if (r.fd < 0) {
-		ret = r.fd;
+		sel_warn("cannot truncate %s: %s", name,
+			 sel_is_selene_error(ret) ? why : sel_strerror(ret));
 		goto out_close;
 	}
-	if (!r.row_present)
+	if (!row_present)
 		goto out_close;
 	ret = SEL_FAILPOINT(SEL_FP_RECORD_BEFORE_TRUNCATE);
 	if (ret < 0)
 		goto out_close;
-	/*
-	 * Keep the mtime: it is the record's place in the LRU order after a
-	 * restart (R-DIR-4), and dropping a row is not a use.
-	 */
-	if (fstat(r.fd, &st) != 0) {
-		ret = -errno;
-		goto out_close;
-	}
-	ret = rec_io_truncate(r.fd, r.header.row_offset);
+	ret = rec_io_truncate(fd, h.row_offset);
 	if (!ret) {
+		/*
+		 * Keep the mtime: it is the record's place in the LRU order after
+		 * a restart (R-DIR-4), and dropping a row is not a use.
+		 */
 		struct timespec times[2] = { st.st_atim, st.st_mtim };
 
-		futimens(r.fd, times);
+		futimens(fd, times);
 	}
 	if (!ret && rec_dir_durable(dir))
-		ret = rec_io_fdatasync(r.fd);
+		ret = rec_io_fdatasync(fd);
 	if (!ret)
 		ret = SEL_FAILPOINT(SEL_FP_RECORD_AFTER_TRUNCATE);
 	ret = ret < 0 ? ret : 0;
 out_close:
-	rec_reader_close(&r);
+	close(fd);
 	return ret;
 }
 
