@@ -143,80 +143,75 @@ static void record_key(struct rec_key *key, const struct bench *b, uint32_t roun
 	key->digest.bytes[15] = 0x5e;
 }
 
-static int selene_store_round(struct bench *b, uint32_t round, uint64_t *ns)
+/* Submits record i of a round: a store or a fetch of that record. */
+typedef int (*bench_submit_fn)(struct bench *b, uint32_t round, uint32_t i,
+			       const uint32_t *ids);
+
+static int submit_store(struct bench *b, uint32_t round, uint32_t i, const uint32_t *ids)
 {
-	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t));
-	struct shard_completion c;
-	uint64_t t0;
-	int ret = 0;
+	struct rec_header h;
+	struct rec_key key;
+	struct shard_store_job job = { .header = &h, .page_ids = ids,
+				       .state_slot = i % (uint32_t)b->device_rows };
+	int ret;
 
-	if (!ids)
-		return -ENOMEM;
-	for (uint32_t p = 0; p < b->a.pages; p++)
-		ids[p] = (p * 7) % (uint32_t)b->device_pages; /* scattered ids */
-	t0 = sel_monotonic_ns();
-	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
-		struct rec_header h;
-		struct rec_key key;
-		struct shard_store_job job = { .header = &h, .page_ids = ids,
-					       .state_slot = i % (uint32_t)b->device_rows };
-
-		record_key(&key, b, round, i);
-		ret = rec_header_init(&h, &b->g, &b->ns, &key, NULL, &key.digest, 0,
-				      b->a.pages, sel_realtime_ns());
-		if (!ret)
-			ret = shard_engine_store(b->engine, i, &job);
-		/* Keep a few jobs queued so the engine never idles between them. */
-		if (!ret && i >= 2) {
-			shard_engine_wait(b->engine, &c);
-			ret = c.result;
-		}
-	}
-	for (uint32_t i = 0; i < 2 && i < b->a.records; i++) {
-		shard_engine_wait(b->engine, &c);
-		if (!ret)
-			ret = c.result;
-	}
-	*ns = sel_monotonic_ns() - t0;
-	if (ret)
-		fprintf(stderr, "selene bench: store failed: %s %s\n", sel_strerror(ret), c.why);
-	free(ids);
-	return ret;
+	record_key(&key, b, round, i);
+	ret = rec_header_init(&h, &b->g, &b->ns, &key, NULL, &key.digest, 0,
+			      b->a.pages, sel_realtime_ns());
+	return ret ? ret : shard_engine_store(b->engine, i, &job);
 }
 
-static int selene_fetch_round(struct bench *b, uint32_t round, uint64_t *ns)
+static int submit_fetch(struct bench *b, uint32_t round, uint32_t i, const uint32_t *ids)
 {
-	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t));
-	struct shard_completion c;
+	struct shard_chain_record chain = { .first_page_index = 0,
+					    .tail_page_count = b->a.pages };
+	struct shard_fetch_job job = { .chain = &chain, .chain_count = 1,
+				       .page_ids = ids, .state_slot = 0 };
+
+	record_key(&chain.key, b, round, i);
+	return shard_engine_fetch(b->engine, i, &job);
+}
+
+/*
+ * Runs a round's records through the engine, keeping up to three jobs
+ * queued so it never idles between them; page ids are scattered by stride.
+ */
+static int selene_round(struct bench *b, uint32_t round, bench_submit_fn submit,
+			uint32_t stride, uint64_t *ns)
+{
+	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t)), outstanding = 0;
+	struct shard_completion c = { 0 };
 	uint64_t t0;
 	int ret = 0;
 
 	if (!ids)
 		return -ENOMEM;
 	for (uint32_t p = 0; p < b->a.pages; p++)
-		ids[p] = (p * 11) % (uint32_t)b->device_pages;
+		ids[p] = (p * stride) % (uint32_t)b->device_pages;
 	t0 = sel_monotonic_ns();
 	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
-		struct shard_chain_record chain = { .first_page_index = 0,
-						    .tail_page_count = b->a.pages };
-		struct shard_fetch_job job = { .chain = &chain, .chain_count = 1,
-					       .page_ids = ids, .state_slot = 0 };
-
-		record_key(&chain.key, b, round, i);
-		ret = shard_engine_fetch(b->engine, i, &job);
-		if (!ret && i >= 2) {
+		ret = submit(b, round, i, ids);
+		outstanding += ret == 0;
+		if (!ret && outstanding > 2) {
 			shard_engine_wait(b->engine, &c);
+			outstanding--;
 			ret = c.result;
 		}
 	}
-	for (uint32_t i = 0; i < 2 && i < b->a.records; i++) {
-		shard_engine_wait(b->engine, &c);
-		if (!ret)
-			ret = c.result;
+	while (outstanding > 0) {
+		struct shard_completion last;
+
+		shard_engine_wait(b->engine, &last);
+		outstanding--;
+		if (!ret && last.result) {
+			ret = last.result;
+			c = last;
+		}
 	}
 	*ns = sel_monotonic_ns() - t0;
 	if (ret)
-		fprintf(stderr, "selene bench: fetch failed: %s %s\n", sel_strerror(ret), c.why);
+		fprintf(stderr, "selene bench: %s failed: %s %s\n",
+			submit == submit_store ? "store" : "fetch", sel_strerror(ret), c.why);
 	free(ids);
 	return ret;
 }
@@ -423,11 +418,11 @@ static int bench_store(struct bench *b, bool and_fetch)
 	for (uint32_t r = 0; !ret && r < b->a.rounds; r++) {
 		ret = raw_round(b, true, &raw_ns[r]);
 		if (!ret)
-			ret = selene_store_round(b, r, &selene_ns[r]);
+			ret = selene_round(b, r, submit_store, 7, &selene_ns[r]);
 		if (!ret && and_fetch) {
 			ret = raw_round(b, false, &raw_read_ns[r]);
 			if (!ret)
-				ret = selene_fetch_round(b, r, &fetch_ns[r]);
+				ret = selene_round(b, r, submit_fetch, 11, &fetch_ns[r]);
 		}
 		remove_round_files(b, r);
 	}
