@@ -52,11 +52,12 @@ endif
 
 LIB_SRCS := $(sort \
 	common/base.c common/error.c common/failpoint.c common/log.c \
+	coordinator/index.c \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
 PROG_SRCS := $(sort launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
-TEST_NAMES := $(sort failpoint key geometry format file dir cli slab engine)
+TEST_NAMES := $(sort failpoint key geometry format file dir cli slab engine index)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -113,6 +114,20 @@ test-gpu: deps
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/gpu/test_cuda $(PROGRAM)
 	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
+# The header decoder under libFuzzer (clang): FUZZ_SECONDS of fuzzing,
+# seeded with a valid header that the tests write.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
+		SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" \
+		build-fuzz/libselene.a
+	$(Q)clang -std=c11 -D_GNU_SOURCE -I. -Iinclude -g -O1 \
+		-fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_header.c \
+		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o build-fuzz/fuzz_header
+	$(Q)mkdir -p build-fuzz/corpus
+	$(Q)build-fuzz/fuzz_header -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+		build-fuzz/corpus
+
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan \
 		SANITIZE=address,undefined CFLAGS="-O1 -g" test
@@ -139,7 +154,7 @@ install: all
 clean:
 	rm -rf build build-asan
 
-.PHONY: all tests test test-gpu check-asan deps demo install clean
+.PHONY: all tests test test-gpu check-asan fuzz deps demo install clean
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \

@@ -6,6 +6,7 @@
 #include "shard/device.h"
 
 #include "common/base.h"
+#include "common/log.h"
 #include "selene/selene.h"
 
 #include <errno.h>
@@ -153,5 +154,7 @@ int shard_device_open(const char *kind, int ordinal, struct shard_device **out,
 	ret = shard_device_open_cuda(ordinal, out, why, why_size);
 	if (ret == 0)
 		return 0;
+	/* The caller allowed the host backend; it still hears why. */
+	sel_warn("no CUDA device (%s); using the host-memory device", why);
 	return shard_device_open_host(out);
 }

@@ -1,0 +1,143 @@
+/*
+ * The prefix index (DESIGN.md section 5, seed 2.3): rank zero's tree of
+ * records keyed by prefix key, with a bucket map for lookup, pins, an LRU
+ * access order, leaf-first eviction and compaction candidates. Owned by the
+ * model worker thread: single writer, no locks, nothing allocated after
+ * coord_index_init (every node comes from a preallocated array; the hash
+ * tables are fixed-size open hashing over node ids).
+ */
+#ifndef SELENE_COORDINATOR_INDEX_H
+#define SELENE_COORDINATOR_INDEX_H
+
+#include "record/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COORD_NONE UINT32_MAX
+/* Records in one lookup chain (SHARD_CHAIN_RECORDS_MAX matches). */
+#define COORD_CHAIN_MAX 4096u
+
+enum coord_state {
+	COORD_WRITING,   /* a store is in flight; not yet usable */
+	COORD_READY,     /* committed on every rank */
+	COORD_UNLINKING, /* an unlink is in flight; no longer usable */
+};
+
+struct coord_node {
+	struct rec_key key;
+	struct rec_key parent;       /* consumed 0: a root record */
+	uint32_t parent_id;          /* COORD_NONE for a root record */
+	struct rec_digest bucket;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	uint32_t child_count;        /* children of any state */
+	uint32_t pins;
+	uint64_t access_tick;        /* larger is more recent */
+	uint64_t bytes;              /* on disk, per rank */
+	enum coord_state state;
+	bool row_present;
+	/* Links owned by the index. */
+	uint32_t hash_next;          /* key hash chain */
+	uint32_t bucket_next;        /* bucket hash chain */
+	uint32_t lru_prev, lru_next; /* access order, least recent at the head */
+	bool in_use;
+};
+
+struct coord_index {
+	struct coord_node *nodes;    /* nodes_max entries */
+	uint32_t nodes_max;
+	uint32_t node_count;
+	uint32_t free_head;          /* free node ids, chained through hash_next */
+	uint32_t *key_heads;         /* key hash table, key_slots entries */
+	uint32_t *bucket_heads;      /* bucket hash table, same size */
+	uint32_t slots;              /* a power of two >= 2 * nodes_max */
+	uint32_t lru_head, lru_tail;
+	uint64_t tick;
+	uint32_t page_tokens;
+};
+
+/* What a caller describes when it inserts a node. */
+struct coord_node_spec {
+	struct rec_key key;
+	const struct rec_key *parent; /* NULL: a root record */
+	struct rec_digest bucket;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	uint64_t bytes;
+	enum coord_state state;
+	bool row_present;
+	uint64_t access_tick;         /* 0: now (the next tick) */
+};
+
+/* Allocates room for nodes_max nodes. Returns 0 or -ENOMEM / -EINVAL. */
+int coord_index_init(struct coord_index *ix, uint32_t nodes_max,
+		     uint32_t page_tokens);
+void coord_index_destroy(struct coord_index *ix);
+
+/* The node id of key, or COORD_NONE. */
+uint32_t coord_index_find(const struct coord_index *ix, const struct rec_key *key);
+
+static inline struct coord_node *coord_index_node(struct coord_index *ix,
+						  uint32_t id)
+{
+	return &ix->nodes[id];
+}
+
+/*
+ * Inserts a node. A non-root node's parent must be in the index (its
+ * child count goes up). Returns 0 and *id, -EEXIST when key is present,
+ * -ENOENT when the parent is missing, SEL_EQUEUEFULL when no node is free.
+ */
+int coord_index_insert(struct coord_index *ix, const struct coord_node_spec *spec,
+		       uint32_t *id);
+
+/* Removes a leaf (child_count 0, asserted); its parent loses a child. */
+void coord_index_remove(struct coord_index *ix, uint32_t id);
+
+/* Marks id most recently used. */
+void coord_index_touch(struct coord_index *ix, uint32_t id);
+
+void coord_index_pin(struct coord_index *ix, uint32_t id);
+void coord_index_unpin(struct coord_index *ix, uint32_t id);
+
+/* A lookup's result: the chain, root side first, and what to restore. */
+struct coord_lookup {
+	uint32_t chain[COORD_CHAIN_MAX]; /* node ids in ascending consumed */
+	uint32_t chain_count;
+	uint32_t skip_pages;  /* leading pages of the chain already resident */
+	uint32_t page_count;  /* pages to restore: the chain's minus skip */
+	uint64_t consumed;    /* the endpoint's consumed count */
+	uint64_t parent_consumed; /* the stopping parent's (0 at the root) */
+};
+
+/*
+ * Seed 2.3, exactly: walks the history's 64-token boundaries from the
+ * longest (floor(token_count / 64)) down to the block holding resident,
+ * probing the bucket of each; within a bucket, candidates by descending
+ * consumed count. A candidate qualifies when it is READY, has its row, its
+ * consumed count c satisfies resident < c <= token_count, and
+ * history.key_at(c) equals its key. It is feasible when walking its parent
+ * links collects only READY nodes whose consumed count exceeds resident and
+ * stops at a parent at or below resident, or at the root; the chain is
+ * those nodes in ascending order, and skip_pages is
+ * resident / pt - parent / pt. The first feasible candidate wins. Returns
+ * true and fills out, or false when nothing qualifies. Does not touch.
+ */
+bool coord_index_lookup(const struct coord_index *ix, const struct rec_history *h,
+			uint64_t resident, struct coord_lookup *out);
+
+/* Whether a node may be evicted or compacted now, beyond pins and state. */
+typedef bool (*coord_evictable_fn)(const struct coord_node *node, void *ctx);
+
+/*
+ * Leaf-first LRU (seed 2.3): the least recently used unpinned READY leaf
+ * that evictable accepts; when none, the least recently used unpinned READY
+ * node with exactly one child that still has its row, to compact (*compact
+ * set). Returns its id, or COORD_NONE.
+ */
+uint32_t coord_index_victim(const struct coord_index *ix, coord_evictable_fn evictable,
+			    void *ctx, bool *compact);
+
+#endif
