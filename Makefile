@@ -52,7 +52,7 @@ endif
 
 LIB_SRCS := $(sort \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	coordinator/index.c \
+	coordinator/api.c coordinator/index.c coordinator/store.c \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)

@@ -1,0 +1,575 @@
+/*
+ * The disk store's policy: see store.h. Every decision is made here, on the
+ * caller's thread; the jobs table of functions only moves bytes.
+ */
+#include "coordinator/store.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "record/format.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int coord_store_init(struct coord_store *s, const struct rec_geometry *geometry,
+		     const struct rec_identity *model, enum rec_state_mode mode,
+		     uint64_t limit_bytes, uint32_t records_max,
+		     const struct coord_jobs *jobs)
+{
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	s->geometry = *geometry;
+	s->model = *model;
+	rec_namespace_identity(&s->namespace_id, model, mode);
+	s->limit_bytes = limit_bytes;
+	s->jobs_ops = *jobs;
+	s->stats.disk_limit_bytes = limit_bytes;
+	ret = coord_index_init(&s->index, records_max, geometry->page_tokens);
+	if (ret)
+		return ret;
+	s->generation = calloc(records_max, sizeof(uint64_t));
+	if (!s->generation) {
+		coord_index_destroy(&s->index);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void coord_store_destroy(struct coord_store *s)
+{
+	coord_index_destroy(&s->index);
+	free(s->generation);
+	s->generation = NULL;
+}
+
+/* The bytes one rank's file of a record takes, with or without its row. */
+static uint64_t record_bytes(const struct coord_store *s, uint32_t tail_pages, bool row)
+{
+	uint64_t bytes = REC_HEADER_BYTES + sel_align_up(8ull * tail_pages, SEL_BLOCK_BYTES) +
+			 s->geometry.page_record_bytes * tail_pages;
+
+	return bytes + (row ? s->geometry.row_record_bytes : 0);
+}
+
+static int push_event(struct coord_store *s, enum sel_event_kind kind, uint64_t id,
+		      int error, const char *why)
+{
+	struct sel_event *e;
+
+	/* Bounded by construction: one event per waiter of a job in flight. */
+	SEL_ASSERT(s->event_count < COORD_EVENTS_MAX);
+	e = &s->events[(s->event_head + s->event_count++) % COORD_EVENTS_MAX];
+	e->kind = kind;
+	e->id = id;
+	e->error = error;
+	snprintf(e->why, sizeof(e->why), "%s", why ? why : "");
+	return 0;
+}
+
+static struct coord_job *job_take(struct coord_store *s, uint32_t *id)
+{
+	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
+		if (!s->jobs[i].in_use) {
+			struct coord_job *job = &s->jobs[i];
+
+			memset(job, 0, offsetof(struct coord_job, chain));
+			job->in_use = true;
+			job->parent = COORD_NONE;
+			job->node = COORD_NONE;
+			*id = i;
+			s->stats.jobs_in_flight++;
+			return job;
+		}
+	}
+	return NULL;
+}
+
+static void job_release(struct coord_store *s, struct coord_job *job)
+{
+	job->in_use = false;
+	s->stats.jobs_in_flight--;
+}
+
+uint32_t coord_store_jobs_in_flight(const struct coord_store *s)
+{
+	return (uint32_t)s->stats.jobs_in_flight;
+}
+
+static uint32_t insert_node(struct coord_store *s, const struct coord_node_spec *spec,
+			    int *err)
+{
+	uint32_t id;
+
+	*err = coord_index_insert(&s->index, spec, &id);
+	if (*err)
+		return COORD_NONE;
+	s->generation[id] = ++s->next_generation;
+	s->stats.records = s->index.node_count;
+	return id;
+}
+
+static int compare_consumed(const void *a, const void *b)
+{
+	const struct rec_record_info *x = *(const struct rec_record_info *const *)a;
+	const struct rec_record_info *y = *(const struct rec_record_info *const *)b;
+
+	return x->key.consumed < y->key.consumed ? -1 : x->key.consumed > y->key.consumed;
+}
+
+int coord_store_load(struct coord_store *s, const struct rec_record_info *records,
+		     size_t count)
+{
+	const struct rec_record_info **order = malloc((count ? count : 1) * sizeof(*order));
+	int err = 0;
+
+	if (!order)
+		return -ENOMEM;
+	/* Parents have smaller consumed counts (R-REC-6): insert them first. */
+	for (size_t i = 0; i < count; i++)
+		order[i] = &records[i];
+	qsort(order, count, sizeof(*order), compare_consumed);
+	for (size_t i = 0; i < count; i++) {
+		const struct rec_record_info *r = order[i];
+		struct coord_node_spec spec = {
+			.key = r->key, .parent = r->parent.consumed ? &r->parent : NULL,
+			.bucket = r->bucket, .first_page_index = r->first_page_index,
+			.tail_page_count = r->tail_page_count, .bytes = r->file_bytes,
+			.state = COORD_READY, .row_present = r->row_present,
+		};
+
+		if (insert_node(s, &spec, &err) == COORD_NONE) {
+			sel_warn("index: record at %" PRIu64 " tokens not loaded: %s",
+				 r->key.consumed, sel_strerror(err));
+			continue;
+		}
+		s->used_bytes += r->file_bytes;
+	}
+	/* The scan listed records oldest mtime first: that is the LRU order. */
+	for (size_t i = 0; i < count; i++) {
+		uint32_t id = coord_index_find(&s->index, &records[i].key);
+
+		if (id != COORD_NONE)
+			coord_index_touch(&s->index, id);
+	}
+	free(order);
+	s->stats.scanned_records = count;
+	s->stats.disk_bytes = s->used_bytes;
+	return 0;
+}
+
+bool coord_store_lookup(struct coord_store *s, const struct rec_history *h,
+			uint64_t resident, struct sel_hit *hit)
+{
+	struct coord_lookup *lk = &s->lookup;
+	uint32_t endpoint;
+
+	s->stats.lookups++;
+	if (s->limit_bytes == 0 || !coord_index_lookup(&s->index, h, resident, lk))
+		return false;
+	endpoint = lk->chain[lk->chain_count - 1];
+	*hit = (struct sel_hit){
+		.consumed = lk->consumed, .page_count = lk->page_count,
+		.skip_pages = lk->skip_pages, .resident = resident,
+		.endpoint = endpoint, .generation = s->generation[endpoint],
+	};
+	s->stats.hits++;
+	s->stats.reused_tokens += lk->consumed - resident;
+	return true;
+}
+
+/* Submits an unlink (leaf) or a truncate (compaction) of victim. */
+static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
+{
+	struct coord_node *n = coord_index_node(&s->index, victim);
+	struct coord_job *job;
+	uint32_t id;
+	int ret;
+
+	job = job_take(s, &id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->key = n->key;
+	if (compact) {
+		job->kind = COORD_JOB_TRUNCATE;
+		job->bytes = s->geometry.row_record_bytes;
+		ret = s->jobs_ops.truncate(s->jobs_ops.ctx, id, &n->key);
+	} else {
+		job->kind = COORD_JOB_UNLINK;
+		job->bytes = n->bytes;
+		ret = s->jobs_ops.unlink(s->jobs_ops.ctx, id, &n->key);
+	}
+	if (ret) {
+		job_release(s, job);
+		return ret;
+	}
+	/* Charged until the job finishes; no longer usable from now on. */
+	s->reclaiming_bytes += job->bytes;
+	if (compact) {
+		n->row_present = false;
+		n->bytes -= job->bytes;
+		s->stats.truncations++;
+	} else {
+		coord_index_remove(&s->index, victim);
+		s->stats.records = s->index.node_count;
+		s->stats.unlinks++;
+		s->stats.evictions++;
+	}
+	return 0;
+}
+
+static bool evictable(const struct coord_node *node, void *ctx)
+{
+	(void)node;
+	(void)ctx;
+	return true; /* the disk store evicts any unpinned ready node (seed 2.3) */
+}
+
+/* Evicts until need fits beside what stays; false when it cannot. */
+static bool make_room(struct coord_store *s, uint64_t need)
+{
+	while (s->used_bytes - s->reclaiming_bytes + need > s->limit_bytes) {
+		bool compact = false;
+		uint32_t victim = coord_index_victim(&s->index, evictable, NULL, &compact);
+
+		if (victim == COORD_NONE || reclaim(s, victim, compact) != 0)
+			return false;
+	}
+	/* Room is coming, but pending unlinks still hold it until they finish. */
+	return s->used_bytes + need <= s->limit_bytes;
+}
+
+static void count_outcome(struct coord_store *s, enum sel_outcome outcome)
+{
+	switch (outcome) {
+	case SEL_QUEUED: s->stats.published_queued++; break;
+	case SEL_PRESENT: s->stats.published_present++; break;
+	case SEL_RETRY: s->stats.published_retry++; break;
+	case SEL_OVERSIZE: s->stats.published_oversize++; break;
+	}
+}
+
+/* The parent a publication attaches to, or COORD_NONE for a root record. */
+static int find_parent(struct coord_store *s, const struct rec_history *h,
+		       const struct sel_publication *pub, uint32_t *parent,
+		       struct rec_key *parent_key)
+{
+	*parent = COORD_NONE;
+	if (pub->parent_consumed == 0)
+		return 0;
+	rec_history_key_at(h, pub->parent_consumed, parent_key);
+	*parent = coord_index_find(&s->index, parent_key);
+	if (*parent == COORD_NONE)
+		return 0; /* absent: a root record holding its whole chain */
+	/* A parent still being written may yet fail: come back when it is done. */
+	return coord_index_node(&s->index, *parent)->state == COORD_READY ? 0 : SEL_RETRY;
+}
+
+static int submit_store(struct coord_store *s, const struct rec_history *h,
+			const struct sel_publication *pub, const struct rec_key *key,
+			uint32_t parent, const struct rec_key *parent_key, uint64_t need)
+{
+	const struct rec_geometry *g = &s->geometry;
+	uint32_t first = parent == COORD_NONE ? 0 :
+			 (uint32_t)(parent_key->consumed / g->page_tokens);
+	uint32_t tail = (uint32_t)(pub->consumed / g->page_tokens) - first, id;
+	struct coord_node_spec spec = {
+		.key = *key, .parent = parent == COORD_NONE ? NULL : parent_key,
+		.bucket = *rec_history_bucket(h, pub->consumed), .first_page_index = first,
+		.tail_page_count = tail, .bytes = need, .state = COORD_WRITING,
+		.row_present = true,
+	};
+	struct rec_header header;
+	struct shard_store_job store = { .header = &header, .page_ids = pub->page_ids + first,
+					 .state_slot = pub->state_slot };
+	struct coord_job *job;
+	int err;
+
+	err = rec_header_init(&header, g, &s->namespace_id, key, spec.parent, &spec.bucket,
+			      first, tail, sel_realtime_ns());
+	if (err)
+		return err;
+	job = job_take(s, &id);
+	if (!job)
+		return SEL_RETRY;
+	job->kind = COORD_JOB_STORE;
+	job->checkpoint = pub->checkpoint;
+	job->bytes = need;
+	job->node = insert_node(s, &spec, &err);
+	if (job->node == COORD_NONE) {
+		job_release(s, job);
+		return err == SEL_EQUEUEFULL ? SEL_RETRY : err;
+	}
+	job->parent = parent;
+	if (parent != COORD_NONE)
+		coord_index_pin(&s->index, parent);
+	if (s->jobs_ops.store(s->jobs_ops.ctx, id, &store) != 0) {
+		if (parent != COORD_NONE)
+			coord_index_unpin(&s->index, parent);
+		coord_index_remove(&s->index, job->node);
+		s->stats.records = s->index.node_count;
+		job_release(s, job);
+		return SEL_RETRY;
+	}
+	s->used_bytes += need;
+	return 0;
+}
+
+int coord_store_publish(struct coord_store *s, const struct rec_history *h,
+			const struct sel_publication *pub, enum sel_outcome *outcome)
+{
+	const struct rec_geometry *g = &s->geometry;
+	struct rec_key key, parent_key = { 0 };
+	uint32_t existing, parent;
+	uint64_t need;
+	int ret;
+
+	if (pub->consumed == 0 || pub->consumed > h->token_count ||
+	    pub->parent_consumed >= pub->consumed || !pub->page_ids ||
+	    pub->state_slot >= g->row_count ||
+	    pub->consumed / g->page_tokens > g->page_count)
+		return -EINVAL;
+	rec_history_key_at(h, pub->consumed, &key);
+	existing = coord_index_find(&s->index, &key);
+	if (s->limit_bytes == 0) {
+		*outcome = SEL_OVERSIZE;
+	} else if (existing != COORD_NONE) {
+		/* Dedupe: a committed copy is Present; one in flight, retry later. */
+		struct coord_node *n = coord_index_node(&s->index, existing);
+
+		*outcome = n->state == COORD_READY ? SEL_PRESENT : SEL_RETRY;
+		if (n->state == COORD_READY)
+			coord_index_touch(&s->index, existing);
+	} else if ((ret = find_parent(s, h, pub, &parent, &parent_key)) != 0) {
+		*outcome = SEL_RETRY;
+	} else {
+		uint32_t first = parent == COORD_NONE ? 0 :
+				 (uint32_t)(parent_key.consumed / g->page_tokens);
+
+		need = record_bytes(s, (uint32_t)(pub->consumed / g->page_tokens) - first, true);
+		if (parent != COORD_NONE)
+			coord_index_pin(&s->index, parent); /* not a victim of its child */
+		if (need > s->limit_bytes)
+			*outcome = SEL_OVERSIZE;
+		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need))
+			*outcome = SEL_RETRY;
+		else
+			*outcome = submit_store(s, h, pub, &key, parent, &parent_key, need) == 0 ?
+					   SEL_QUEUED : SEL_RETRY;
+		if (parent != COORD_NONE)
+			coord_index_unpin(&s->index, parent);
+	}
+	count_outcome(s, *outcome);
+	return 0;
+}
+
+/*
+ * Re-derives a hit's chain (the caller may have polled since its lookup,
+ * and polling can evict): every node above resident, READY, with the
+ * endpoint's row. Returns the chain length, or 0 when the hit went stale.
+ */
+static uint32_t hit_chain(struct coord_store *s, const struct sel_hit *hit,
+			  uint32_t *chain, uint32_t *skip, uint32_t *pages)
+{
+	uint32_t count = 0, id = hit->endpoint, total = 0;
+	uint64_t stop = 0;
+
+	if (id >= s->index.nodes_max || !s->index.nodes[id].in_use ||
+	    s->generation[id] != hit->generation || !s->index.nodes[id].row_present)
+		return 0;
+	while (id != COORD_NONE) {
+		struct coord_node *n = coord_index_node(&s->index, id);
+
+		if (n->key.consumed <= hit->resident) {
+			stop = n->key.consumed;
+			break;
+		}
+		if (n->state != COORD_READY || count == COORD_CHAIN_MAX)
+			return 0;
+		chain[count++] = id;
+		total += n->tail_page_count;
+		id = n->parent_id;
+	}
+	for (uint32_t i = 0; i < count / 2; i++) {
+		uint32_t t = chain[i];
+
+		chain[i] = chain[count - 1 - i];
+		chain[count - 1 - i] = t;
+	}
+	*skip = (uint32_t)(hit->resident / s->geometry.page_tokens -
+			   stop / s->geometry.page_tokens);
+	*pages = total - *skip;
+	return *pages == hit->page_count && *skip == hit->skip_pages ? count : 0;
+}
+
+int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
+		      const uint32_t *page_ids, uint32_t state_slot, uint64_t waiter,
+		      bool *joined)
+{
+	struct shard_chain_record *records = s->fetch_records;
+	struct shard_fetch_job fetch = { .chain = records, .page_ids = page_ids,
+					 .state_slot = state_slot };
+	struct coord_job *job;
+	uint32_t id, skip, pages;
+
+	*joined = false;
+	/* An inbound key already in flight gets another waiter. */
+	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
+		struct coord_job *j = &s->jobs[i];
+
+		if (j->in_use && j->kind == COORD_JOB_FETCH && j->node == hit->endpoint &&
+		    s->generation[hit->endpoint] == hit->generation) {
+			if (j->waiter_count == COORD_WAITERS_MAX)
+				return SEL_EQUEUEFULL;
+			j->waiters[j->waiter_count++] = waiter;
+			*joined = true;
+			return 0;
+		}
+	}
+	if (state_slot >= s->geometry.row_count)
+		return -EINVAL;
+	job = job_take(s, &id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->chain_count = hit_chain(s, hit, job->chain, &skip, &pages);
+	if (job->chain_count == 0) {
+		job_release(s, job);
+		return SEL_ENOTFOUND;
+	}
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		struct coord_node *n = coord_index_node(&s->index, job->chain[i]);
+
+		records[i] = (struct shard_chain_record){ n->key, n->first_page_index,
+							  n->tail_page_count };
+	}
+	fetch.chain_count = job->chain_count;
+	fetch.skip_pages = skip;
+	job->kind = COORD_JOB_FETCH;
+	job->node = hit->endpoint;
+	job->waiters[job->waiter_count++] = waiter;
+	if (s->jobs_ops.fetch(s->jobs_ops.ctx, id, &fetch) != 0) {
+		job_release(s, job);
+		return SEL_EQUEUEFULL;
+	}
+	/* A restore is a use: pinned against eviction, and most recent. */
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		coord_index_pin(&s->index, job->chain[i]);
+		coord_index_touch(&s->index, job->chain[i]);
+	}
+	s->stats.fetches++;
+	return 0;
+}
+
+int coord_store_cancel(struct coord_store *s, uint64_t waiter)
+{
+	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
+		struct coord_job *j = &s->jobs[i];
+
+		if (!j->in_use || j->kind != COORD_JOB_FETCH)
+			continue;
+		for (uint32_t w = 0; w < j->waiter_count; w++) {
+			if (j->waiters[w] == waiter) {
+				j->waiters[w] = j->waiters[--j->waiter_count];
+				return 0;
+			}
+		}
+	}
+	return SEL_ENOTFOUND;
+}
+
+/* Row drop (seed 2.3): a record's row goes once its only child commits. */
+static void drop_parent_row(struct coord_store *s, uint32_t parent)
+{
+	struct coord_node *p = coord_index_node(&s->index, parent);
+
+	/* A full job table skips it; the next eviction pass compacts instead. */
+	if (p->child_count == 1 && p->row_present && p->pins == 0)
+		reclaim(s, parent, true);
+}
+
+static void complete_store(struct coord_store *s, struct coord_job *job,
+			   const struct shard_completion *c)
+{
+	if (job->parent != COORD_NONE)
+		coord_index_unpin(&s->index, job->parent);
+	if (c->result) {
+		coord_index_remove(&s->index, job->node);
+		s->stats.records = s->index.node_count;
+		s->used_bytes -= job->bytes;
+		s->stats.store_failures++;
+		if (c->result == -ENOSPC || c->result == -EDQUOT)
+			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
+		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);
+		return;
+	}
+	coord_index_node(&s->index, job->node)->state = COORD_READY;
+	coord_index_touch(&s->index, job->node);
+	s->stats.stored++;
+	s->stats.bytes_stored += c->bytes;
+	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
+	if (job->parent != COORD_NONE)
+		drop_parent_row(s, job->parent);
+}
+
+static void complete_fetch(struct coord_store *s, struct coord_job *job,
+			   const struct shard_completion *c)
+{
+	for (uint32_t i = 0; i < job->chain_count; i++)
+		coord_index_unpin(&s->index, job->chain[i]);
+	if (c->result)
+		s->stats.fetch_failures++;
+	else
+		s->stats.bytes_fetched += c->bytes;
+	for (uint32_t w = 0; w < job->waiter_count; w++)
+		push_event(s, c->result ? SEL_EVENT_FETCH_FAILED : SEL_EVENT_FETCHED,
+			   job->waiters[w], c->result, c->why);
+}
+
+static void complete_reclaim(struct coord_store *s, struct coord_job *job,
+			     const struct shard_completion *c)
+{
+	char name[REC_FILE_NAME_BYTES];
+
+	s->reclaiming_bytes -= job->bytes;
+	/* A record already gone is reclaimed too. */
+	if (c->result == 0 || c->result == -ENOENT) {
+		s->used_bytes -= job->bytes;
+		return;
+	}
+	/* It may or may not have happened: keep charging it (conservative). */
+	rec_file_name(name, &job->key);
+	sel_warn("%s of %s failed: %s", job->kind == COORD_JOB_UNLINK ? "unlink" : "truncate",
+		 name, c->why[0] ? c->why : sel_strerror(c->result));
+}
+
+uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)
+{
+	struct shard_completion done[16];
+	uint32_t n, out = 0;
+
+	while ((n = s->jobs_ops.poll(s->jobs_ops.ctx, done, SEL_ARRAY_SIZE(done))) > 0) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct coord_job *job = &s->jobs[done[i].job_id];
+
+			SEL_ASSERT(done[i].job_id < COORD_JOBS_MAX && job->in_use);
+			if (job->kind == COORD_JOB_STORE)
+				complete_store(s, job, &done[i]);
+			else if (job->kind == COORD_JOB_FETCH)
+				complete_fetch(s, job, &done[i]);
+			else
+				complete_reclaim(s, job, &done[i]);
+			job_release(s, job);
+		}
+	}
+	s->stats.disk_bytes = s->used_bytes;
+	while (out < max && s->event_count > 0) {
+		events[out++] = s->events[s->event_head];
+		s->event_head = (s->event_head + 1) % COORD_EVENTS_MAX;
+		s->event_count--;
+	}
+	return out;
+}

@@ -1,0 +1,107 @@
+/*
+ * The disk store's policy on rank zero (DESIGN.md section 5, seed 2.2, 2.3,
+ * 2.10): publication outcomes, the disk budget with pending unlinks and
+ * truncates charged until they finish, eviction and compaction to make
+ * room, dedupe, row drop once a record's only child commits, fetch planning
+ * with waiters, and the events the caller polls. It drives jobs through a
+ * small table of functions (struct coord_jobs) so that event sequencing can
+ * be tested with a stub; the public API (coordinator/api.c) plugs in the
+ * shard engine. Single-threaded: the model worker's thread owns it.
+ */
+#ifndef SELENE_COORDINATOR_STORE_H
+#define SELENE_COORDINATOR_STORE_H
+
+#include "coordinator/index.h"
+#include "record/geometry.h"
+#include "record/key.h"
+#include "selene/store.h"
+#include "shard/engine.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Waiters one fetch can serve. */
+#define COORD_WAITERS_MAX 16u
+/* Jobs in flight through the store at once. */
+#define COORD_JOBS_MAX 64u
+/* Events waiting for sel_poll: one per job waiter at most. */
+#define COORD_EVENTS_MAX (COORD_JOBS_MAX * COORD_WAITERS_MAX)
+/* How long a full disk answers SEL_RETRY before a store is tried again. */
+#define COORD_DISK_FULL_BACKOFF_NS (1000000000ull)
+
+/* Where jobs go: the shard engine, or a test's stub. */
+struct coord_jobs {
+	void *ctx;
+	int (*store)(void *ctx, uint64_t job_id, const struct shard_store_job *job);
+	int (*fetch)(void *ctx, uint64_t job_id, const struct shard_fetch_job *job);
+	int (*truncate)(void *ctx, uint64_t job_id, const struct rec_key *key);
+	int (*unlink)(void *ctx, uint64_t job_id, const struct rec_key *key);
+	uint32_t (*poll)(void *ctx, struct shard_completion *out, uint32_t max);
+};
+
+enum coord_job_kind { COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK };
+
+struct coord_job {
+	bool in_use;
+	enum coord_job_kind kind;
+	uint32_t node;          /* the stored or fetched endpoint */
+	uint32_t parent;        /* a store's pinned parent, or COORD_NONE */
+	uint64_t checkpoint;    /* a store's checkpoint id */
+	uint64_t bytes;         /* what the job charges until it finishes */
+	uint64_t waiters[COORD_WAITERS_MAX];
+	uint32_t waiter_count;
+	uint32_t chain_count;   /* a fetch's pinned chain */
+	uint32_t chain[COORD_CHAIN_MAX];
+	struct rec_key key;     /* a truncate's or unlink's record */
+};
+
+struct coord_store {
+	struct rec_geometry geometry;
+	struct rec_identity model;
+	struct rec_identity namespace_id;
+	struct coord_index index;
+	uint64_t *generation;   /* per node id, bumped on insert */
+	uint64_t next_generation;
+	struct coord_jobs jobs_ops;
+	struct coord_job jobs[COORD_JOBS_MAX];
+	struct sel_event events[COORD_EVENTS_MAX];
+	uint32_t event_head, event_count;
+	uint64_t limit_bytes;   /* 0: no disk store */
+	uint64_t used_bytes;    /* records, in-flight stores, pending unlinks/truncates */
+	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
+	uint64_t disk_full_until_ns;
+	struct sel_stats stats;
+	struct coord_lookup lookup; /* scratch for one lookup (large) */
+	struct shard_chain_record fetch_records[COORD_CHAIN_MAX]; /* scratch */
+};
+
+/*
+ * Sets up an empty store over geometry with room for records_max records.
+ * Returns 0 or -ENOMEM. jobs is copied.
+ */
+int coord_store_init(struct coord_store *s, const struct rec_geometry *geometry,
+		     const struct rec_identity *model, enum rec_state_mode mode,
+		     uint64_t limit_bytes, uint32_t records_max,
+		     const struct coord_jobs *jobs);
+void coord_store_destroy(struct coord_store *s);
+
+/* Adds the records a startup scan kept: parents first, LRU order by mtime. */
+int coord_store_load(struct coord_store *s, const struct rec_record_info *records,
+		     size_t count);
+
+bool coord_store_lookup(struct coord_store *s, const struct rec_history *h,
+			uint64_t resident, struct sel_hit *hit);
+int coord_store_publish(struct coord_store *s, const struct rec_history *h,
+			const struct sel_publication *pub, enum sel_outcome *outcome);
+int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
+		      const uint32_t *page_ids, uint32_t state_slot, uint64_t waiter,
+		      bool *joined);
+int coord_store_cancel(struct coord_store *s, uint64_t waiter);
+
+/* Takes job completions, applies them, and hands out events. */
+uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max);
+
+/* Jobs not yet completed. */
+uint32_t coord_store_jobs_in_flight(const struct coord_store *s);
+
+#endif

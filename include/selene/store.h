@@ -1,0 +1,180 @@
+/*
+ * Selene's store API: what a serving engine's model worker thread calls on
+ * rank zero (DESIGN.md sections 1, 5 and 9; seed 2.2). Today the store runs
+ * one rank (no network); the multi-host transport will fan the same jobs out
+ * to every rank behind the same calls.
+ *
+ * Threads: every call below is made from one thread (the model worker),
+ * except sel_store_metrics and sel_store_stats, which may be called from any
+ * thread. None of sel_lookup, sel_store_publish, sel_fetch, sel_cancel or
+ * sel_poll waits for I/O: work goes to bounded queues, and a full queue
+ * answers at once (SEL_RETRY, or SEL_EQUEUEFULL).
+ */
+#ifndef SELENE_STORE_H
+#define SELENE_STORE_H
+
+#include "selene/selene.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sel_store sel_store;
+typedef struct sel_history sel_history;
+
+/* disk_limit_bytes: one tenth of the free space at open. */
+#define SEL_DISK_LIMIT_AUTO UINT64_MAX
+
+/* One plane of the rank's cache: its name, unit size and device address. */
+struct sel_plane {
+	const char *name;        /* copied at open */
+	uint64_t unit_bytes;     /* one page (or one row) */
+	uint64_t device_address; /* base of the plane: a CUdeviceptr, or a host
+				    address for the "host" device */
+};
+
+struct sel_store_config {
+	const char *dir;                 /* base directory; copied */
+	uint8_t model_identity[32];
+	uint8_t state_mode;              /* 0 ordinary, 1 learned, 2 copy speculation */
+	uint32_t page_tokens;
+	uint32_t page_plane_count;
+	const struct sel_plane *page_planes; /* any order; copied */
+	struct sel_plane row_plane;
+	uint32_t page_count;             /* pages per page plane on the device */
+	uint32_t row_count;              /* state slots in the row plane */
+	const char *device;              /* "auto" (NULL), "cuda" or "host" */
+	int device_ordinal;
+	uint64_t disk_limit_bytes;       /* SEL_DISK_LIMIT_AUTO, 0 (no disk store), or bytes */
+	bool durable;                    /* fdatasync and directory fsync per record */
+	uint32_t records_max;            /* index capacity; 0: 1 << 20 */
+};
+
+/*
+ * Opens the store: the record directory (an exclusive lock: a second
+ * process fails here), its startup scan, the index rebuilt from it (LRU
+ * order from mtime), the device and the shard engine's threads. Returns 0
+ * and *out, or a negative code with a message in err. With a disk limit of
+ * zero there is no disk store: no directory is opened, publications answer
+ * SEL_OVERSIZE and lookups miss.
+ */
+int sel_store_open(const struct sel_store_config *config, sel_store **out,
+		   char *err, size_t err_size);
+
+/*
+ * Runs every submitted job to its end (waiting up to drain_timeout_ms),
+ * then stops the threads and frees the store. Returns 0, or SEL_ESTOPPED
+ * when jobs were still running at the deadline (their buffers are then
+ * left allocated rather than freed under outstanding copies). NULL is fine.
+ */
+int sel_store_close(sel_store *store, uint64_t drain_timeout_ms);
+
+/*
+ * A request's token history with its 64-token block digests, computed once
+ * (tokens are copied). Caller frees with sel_history_destroy.
+ */
+int sel_history_create(sel_store *store, const uint32_t *tokens, uint64_t count,
+		       sel_history **out);
+void sel_history_destroy(sel_history *history);
+
+/* A lookup's answer; valid for one sel_fetch while the store lives. */
+struct sel_hit {
+	uint64_t consumed;     /* the restored endpoint's token count */
+	uint32_t page_count;   /* destination page ids sel_fetch needs */
+	uint32_t skip_pages;   /* leading chain pages the GPU already holds */
+	uint64_t resident;     /* the resident count the lookup was given */
+	uint32_t endpoint;     /* opaque */
+	uint64_t generation;   /* opaque */
+};
+
+/*
+ * Finds the deepest stored prefix of history beyond resident tokens (the
+ * deepest ready GPU checkpoint's count) that can be restored (seed 2.3).
+ * Returns true and fills hit, or false on a miss.
+ */
+bool sel_lookup(sel_store *store, const sel_history *history, uint64_t resident,
+		struct sel_hit *hit);
+
+/*
+ * Restores a hit into page_ids (hit->page_count ids, copied) and
+ * state_slot. The event for waiter comes through sel_poll. When the same
+ * endpoint is already being fetched, waiter joins that fetch instead
+ * (*joined true; page_ids and state_slot are ignored: the waiter shares the
+ * first fetch's destination). Returns 0, SEL_ENOTFOUND when the hit went
+ * stale (its record was evicted), or SEL_EQUEUEFULL.
+ */
+int sel_fetch(sel_store *store, const struct sel_hit *hit, const uint32_t *page_ids,
+	      uint32_t state_slot, uint64_t waiter, bool *joined);
+
+/* Removes a waiter; its fetch still completes (and is useful on its own). */
+int sel_cancel(sel_store *store, uint64_t waiter);
+
+enum sel_outcome {
+	SEL_QUEUED,   /* copying; keep the GPU checkpoint pinned until its event */
+	SEL_PRESENT,  /* a committed copy exists */
+	SEL_RETRY,    /* room or queue space is short for now; no copy taken */
+	SEL_OVERSIZE, /* cannot fit even alone with its required ancestors */
+};
+
+struct sel_publication {
+	uint64_t checkpoint;          /* the engine's id, echoed in the event */
+	const sel_history *history;   /* holds at least consumed tokens */
+	uint64_t consumed;            /* the checkpoint's endpoint */
+	uint64_t parent_consumed;     /* nearest offered ancestor, 0 for none */
+	const uint32_t *page_ids;     /* every page of the chain from the root:
+					 consumed / page_tokens ids; copied */
+	uint32_t state_slot;          /* the checkpoint's row */
+};
+
+/*
+ * Offers a published checkpoint (seed 2.2). Returns 0 with *outcome, or a
+ * negative code for an invalid publication.
+ */
+int sel_store_publish(sel_store *store, const struct sel_publication *pub,
+		      enum sel_outcome *outcome);
+
+enum sel_event_kind {
+	SEL_EVENT_STORED,       /* id: checkpoint; the GPU pin may go */
+	SEL_EVENT_STORE_FAILED, /* id: checkpoint; error says why; the pin may go */
+	SEL_EVENT_FETCHED,      /* id: waiter; pages and row are in place */
+	SEL_EVENT_FETCH_FAILED, /* id: waiter; the destination ids are quiescent */
+};
+
+struct sel_event {
+	enum sel_event_kind kind;
+	uint64_t id;
+	int error;
+	char why[200];
+};
+
+/* Takes up to max events without waiting; returns how many. */
+uint32_t sel_poll(sel_store *store, struct sel_event *events, uint32_t max);
+
+struct sel_stats {
+	uint64_t lookups, hits, reused_tokens;
+	uint64_t published_queued, published_present, published_retry, published_oversize;
+	uint64_t stored, store_failures, fetches, fetch_failures;
+	uint64_t bytes_stored, bytes_fetched;
+	uint64_t evictions, truncations, unlinks;
+	uint64_t records, disk_bytes, disk_limit_bytes;
+	uint64_t jobs_in_flight;
+	uint64_t scanned_records;
+};
+
+void sel_store_stats(sel_store *store, struct sel_stats *out);
+
+/*
+ * Prometheus text exposition of the stats into buf. Returns the length
+ * written (without the NUL), or -ENOSPC when size is too small.
+ */
+int sel_store_metrics(sel_store *store, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
