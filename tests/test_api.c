@@ -1,0 +1,319 @@
+/*
+ * The public store API (include/selene/store.h) end to end on the host
+ * device: a conversation's checkpoints published from device planes,
+ * the GPU cache poisoned, a longer history looked up and fetched into other
+ * ids byte-exact; the same after closing and reopening the store; metrics;
+ * no disk store; a second opener refused; a full filesystem answering
+ * Retry until room returns.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "selene/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNIT 5000u
+#define ROW 20000u
+#define PAGES 64u
+#define ROWS 8u
+#define TOKENS 1200u
+
+struct fixture {
+	char *base;
+	uint8_t *planes[2];
+	uint8_t *rows;
+	struct sel_plane page_planes[2];
+	struct sel_store_config config;
+	sel_store *store;
+	uint32_t tokens[TOKENS];
+	sel_history *history;
+};
+
+static void fill_page(struct fixture *f, uint32_t id, uint64_t index)
+{
+	for (int p = 0; p < 2; p++)
+		tu_fill(f->planes[p] + (uint64_t)UNIT * id, UNIT, index * 8 + (uint64_t)p);
+}
+
+static bool page_is(struct fixture *f, uint32_t id, uint64_t index)
+{
+	uint8_t expect[UNIT];
+
+	for (int p = 0; p < 2; p++) {
+		tu_fill(expect, UNIT, index * 8 + (uint64_t)p);
+		if (memcmp(expect, f->planes[p] + (uint64_t)UNIT * id, UNIT) != 0)
+			return false;
+	}
+	return true;
+}
+
+static void open_store(struct fixture *f)
+{
+	char err[512];
+
+	if (sel_store_open(&f->config, &f->store, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+}
+
+static int setup_at(void **state, char *base)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct rec_identity model;
+
+	f->base = base;
+	for (int p = 0; p < 2; p++) {
+		f->planes[p] = tu_alloc((uint64_t)UNIT * PAGES);
+		f->page_planes[p] = (struct sel_plane){ .name = p ? "v" : "k", .unit_bytes = UNIT,
+							.device_address = (uintptr_t)f->planes[p] };
+	}
+	f->rows = tu_alloc((uint64_t)ROW * ROWS);
+	tu_identities(&model, NULL);
+	f->config = (struct sel_store_config){
+		.dir = f->base, .page_tokens = 64, .page_plane_count = 2,
+		.page_planes = f->page_planes,
+		.row_plane = { .name = "state", .unit_bytes = ROW,
+			       .device_address = (uintptr_t)f->rows },
+		.page_count = PAGES, .row_count = ROWS, .device = "host",
+		.disk_limit_bytes = 1ull << 30, .durable = true, .records_max = 1000,
+	};
+	memcpy(f->config.model_identity, model.bytes, 32);
+	tu_tokens(f->tokens, TOKENS, 4242);
+	sel_log_set_level(SEL_LOG_WARN);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_at(state, tu_make_temp_dir("api"));
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_history_destroy(f->history);
+	sel_store_close(f->store, 10000);
+	for (int p = 0; p < 2; p++)
+		free(f->planes[p]);
+	free(f->rows);
+	tu_remove_tree(f->base);
+	sel_log_set_level(SEL_LOG_INFO);
+	free(f);
+	return 0;
+}
+
+/* Polls until count events arrived (10 s at most). */
+static uint32_t wait_events(struct fixture *f, struct sel_event *events, uint32_t count)
+{
+	uint32_t got = 0;
+
+	for (int i = 0; i < 10000 && got < count; i++) {
+		struct timespec pause = { 0, 1000000 };
+
+		got += sel_poll(f->store, events + got, count - got);
+		if (got < count)
+			nanosleep(&pause, NULL);
+	}
+	return got;
+}
+
+/* The engine prefills the conversation, and publishes checkpoints. */
+static void publish_conversation(struct fixture *f)
+{
+	static const uint64_t points[] = { 300, 700, 1000 };
+	uint32_t ids[PAGES];
+	struct sel_event ev[3];
+
+	assert_int_equal(sel_history_create(f->store, f->tokens, TOKENS, &f->history), 0);
+	for (uint32_t i = 0; i < 1000 / 64; i++) {
+		ids[i] = i;
+		fill_page(f, i, i);
+	}
+	for (uint32_t k = 0; k < 3; k++) {
+		struct sel_publication pub = { .checkpoint = 10 + k, .history = f->history,
+					       .consumed = points[k],
+					       .parent_consumed = k ? points[k - 1] : 0,
+					       .page_ids = ids, .state_slot = k };
+		enum sel_outcome outcome;
+
+		tu_fill(f->rows + (uint64_t)ROW * k, ROW, points[k]);
+		assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+		assert_int_equal(outcome, SEL_QUEUED);
+		/* the parent must be committed before its child attaches */
+		assert_int_equal(wait_events(f, ev, 1), 1);
+		assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+		assert_int_equal(ev[0].id, 10 + k);
+	}
+}
+
+/* Looks up a longer history with nothing resident, fetches, checks. */
+static void restore_and_check(struct fixture *f, uint64_t waiter)
+{
+	uint32_t longer[TOKENS];
+	sel_history *h;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	struct sel_event ev;
+	bool joined;
+	uint8_t expect[ROW];
+
+	memcpy(longer, f->tokens, sizeof(longer));
+	assert_int_equal(sel_history_create(f->store, longer, TOKENS, &h), 0);
+	memset(f->planes[0], 0xee, (uint64_t)UNIT * PAGES);
+	memset(f->planes[1], 0xee, (uint64_t)UNIT * PAGES);
+	memset(f->rows, 0xee, (uint64_t)ROW * ROWS);
+	assert_true(sel_lookup(f->store, h, 0, &hit));
+	assert_int_equal(hit.consumed, 1000);
+	assert_int_equal(hit.page_count, 1000 / 64);
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(sel_fetch(f->store, &hit, ids, 6, waiter, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(wait_events(f, &ev, 1), 1);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch failed: %s", ev.why);
+	assert_int_equal(ev.id, waiter);
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		assert_true(page_is(f, 40 + i, i));
+	tu_fill(expect, ROW, 1000);
+	assert_memory_equal(f->rows + (uint64_t)ROW * 6, expect, ROW);
+	sel_history_destroy(h);
+}
+
+/* Publish, evict the GPU copies, look up a longer history, fetch, verify. */
+static void test_api_publish_evict_restore(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_stats st;
+	char metrics[4096];
+
+	open_store(f);
+	publish_conversation(f);
+	restore_and_check(f, 77);
+	sel_store_stats(f->store, &st);
+	assert_int_equal(st.records, 3);
+	assert_int_equal(st.stored, 3);
+	assert_int_equal(st.hits, 1);
+	assert_int_equal(st.reused_tokens, 1000);
+	assert_true(sel_store_metrics(f->store, metrics, sizeof(metrics)) > 0);
+	assert_non_null(strstr(metrics, "selene_records 3\n"));
+	assert_non_null(strstr(metrics, "selene_publications_total{outcome=\"queued\"} 3\n"));
+	assert_int_equal(sel_store_metrics(f->store, metrics, 16), -ENOSPC);
+}
+
+/* Reopening the directory finds every committed record (seed step 12). */
+static void test_api_restart(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_stats st;
+
+	open_store(f);
+	publish_conversation(f);
+	sel_history_destroy(f->history);
+	f->history = NULL;
+	assert_int_equal(sel_store_close(f->store, 10000), 0);
+	f->store = NULL;
+	open_store(f);
+	sel_store_stats(f->store, &st);
+	assert_int_equal(st.scanned_records, 3);
+	assert_int_equal(st.records, 3);
+	restore_and_check(f, 78);
+}
+
+/* A second process (or opener) on the same directory is refused. */
+static void test_api_second_opener(void **state)
+{
+	struct fixture *f = *state;
+	sel_store *second;
+	char err[512];
+
+	open_store(f);
+	assert_int_equal(sel_store_open(&f->config, &second, err, sizeof(err)), SEL_ELOCKED);
+	assert_non_null(strstr(err, "in use by another process"));
+}
+
+/* Without a disk store every publication is Oversize and lookups miss. */
+static void test_api_no_disk_store(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_publication pub = { .consumed = 300, .page_ids = (uint32_t[64]){ 0 } };
+	enum sel_outcome outcome;
+	struct sel_hit hit;
+
+	f->config.disk_limit_bytes = 0;
+	open_store(f);
+	assert_int_equal(sel_history_create(f->store, f->tokens, TOKENS, &f->history), 0);
+	pub.history = f->history;
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_OVERSIZE);
+	assert_false(sel_lookup(f->store, f->history, 0, &hit));
+}
+
+/* A full filesystem fails a store, answers Retry, then recovers. */
+static void test_api_full_disk(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_publication pub;
+	enum sel_outcome outcome;
+	struct sel_event ev;
+	uint32_t ids[PAGES];
+	char filler[600];
+	FILE *fp;
+
+	if (mount("selene-test", f->base, "tmpfs", 0, "size=512k") != 0) {
+		fprintf(stderr, "skip: cannot mount a small tmpfs (%s)\n", strerror(errno));
+		skip();
+	}
+	snprintf(filler, sizeof(filler), "%s/filler", f->base);
+	fp = fopen(filler, "w");
+	for (int i = 0; i < 400 * 1024 / 64; i++)
+		fwrite("filler filler filler filler filler filler filler filler filler!\n", 1, 64, fp);
+	fclose(fp);
+	open_store(f);
+	assert_int_equal(sel_history_create(f->store, f->tokens, TOKENS, &f->history), 0);
+	for (uint32_t i = 0; i < PAGES; i++)
+		ids[i] = i;
+	pub = (struct sel_publication){ .checkpoint = 1, .history = f->history,
+					.consumed = 1000, .page_ids = ids, .state_slot = 0 };
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_QUEUED);
+	assert_int_equal(wait_events(f, &ev, 1), 1);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(ev.error, -ENOSPC);
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_RETRY);
+	/* room returns; after the backoff the same publication is stored */
+	unlink(filler);
+	sleep(1);
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_QUEUED);
+	assert_int_equal(wait_events(f, &ev, 1), 1);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	sel_history_destroy(f->history);
+	f->history = NULL;
+	sel_store_close(f->store, 10000);
+	f->store = NULL;
+	umount(f->base);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_api_publish_evict_restore, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("api", tests, NULL, NULL);
+}

@@ -1,0 +1,511 @@
+/*
+ * The disk store's policy (coordinator/store.h) with a stub in place of the
+ * shard engine: every job is recorded and completed by the test, in any
+ * order, with success or failure. Covers outcomes, dedupe, row drop, root
+ * records, eviction and compaction under the limit, waiters sharing a
+ * fetch, cancellation, a full disk, stale hits, and that pins, jobs and
+ * bytes balance on every path.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "coordinator/store.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STUB_JOBS_MAX 256
+
+struct stub_job {
+	enum coord_job_kind kind;
+	uint64_t id;
+	struct rec_header header;    /* store */
+	uint32_t page_ids[64];
+	uint32_t page_count;
+	uint32_t chain_count;        /* fetch */
+	uint32_t skip_pages;
+	struct rec_key key;          /* truncate, unlink */
+	bool done;
+};
+
+struct stub {
+	struct stub_job jobs[STUB_JOBS_MAX];
+	uint32_t job_count;
+	struct shard_completion done[STUB_JOBS_MAX];
+	uint32_t done_count;
+	bool refuse;                 /* the engine's queue is full */
+};
+
+static struct stub_job *stub_add(struct stub *st, enum coord_job_kind kind, uint64_t id)
+{
+	struct stub_job *j;
+
+	SEL_ASSERT(st->job_count < STUB_JOBS_MAX);
+	j = &st->jobs[st->job_count++];
+	memset(j, 0, sizeof(*j));
+	j->kind = kind;
+	j->id = id;
+	return j;
+}
+
+static int stub_store(void *ctx, uint64_t id, const struct shard_store_job *job)
+{
+	struct stub *st = ctx;
+	struct stub_job *j;
+
+	if (st->refuse)
+		return SEL_EQUEUEFULL;
+	j = stub_add(st, COORD_JOB_STORE, id);
+	j->header = *job->header;
+	j->page_count = job->header->tail_page_count;
+	memcpy(j->page_ids, job->page_ids, j->page_count * sizeof(uint32_t));
+	return 0;
+}
+
+static int stub_fetch(void *ctx, uint64_t id, const struct shard_fetch_job *job)
+{
+	struct stub *st = ctx;
+	struct stub_job *j;
+
+	if (st->refuse)
+		return SEL_EQUEUEFULL;
+	j = stub_add(st, COORD_JOB_FETCH, id);
+	j->chain_count = job->chain_count;
+	j->skip_pages = job->skip_pages;
+	return 0;
+}
+
+static int stub_truncate(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	struct stub *st = ctx;
+
+	if (st->refuse)
+		return SEL_EQUEUEFULL;
+	stub_add(st, COORD_JOB_TRUNCATE, id)->key = *key;
+	return 0;
+}
+
+static int stub_unlink(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	struct stub *st = ctx;
+
+	if (st->refuse)
+		return SEL_EQUEUEFULL;
+	stub_add(st, COORD_JOB_UNLINK, id)->key = *key;
+	return 0;
+}
+
+static uint32_t stub_poll(void *ctx, struct shard_completion *out, uint32_t max)
+{
+	struct stub *st = ctx;
+	uint32_t n = st->done_count < max ? st->done_count : max;
+
+	memcpy(out, st->done, n * sizeof(*out));
+	memmove(st->done, st->done + n, (st->done_count - n) * sizeof(*out));
+	st->done_count -= n;
+	return n;
+}
+
+/* Completes the i-th submitted job (in submission order). */
+static void stub_complete(struct stub *st, uint32_t i, int result)
+{
+	struct stub_job *j = &st->jobs[i];
+
+	SEL_ASSERT(i < st->job_count && !j->done);
+	j->done = true;
+	st->done[st->done_count++] = (struct shard_completion){
+		.job_id = j->id, .result = result, .bytes = result ? 0 : 4096,
+	};
+	if (result)
+		snprintf(st->done[st->done_count - 1].why, 200, "stub failure %d", result);
+}
+
+struct fixture {
+	struct stub stub;
+	struct coord_store store;
+	struct rec_geometry g;
+	struct rec_history h; /* one conversation of 2000 tokens */
+	uint32_t ids[64];
+	uint64_t record_bytes_per_page;
+};
+
+static int setup_limit(void **state, uint64_t limit)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
+				   .truncate = stub_truncate, .unlink = stub_unlink,
+				   .poll = stub_poll };
+	struct rec_identity model;
+	uint32_t tokens[2000];
+
+	tu_geometry(&f->g, 64, 2, 4096, 4096, 0, 1);
+	tu_identities(&model, NULL);
+	assert_int_equal(coord_store_init(&f->store, &f->g, &model, REC_STATE_ORDINARY,
+					  limit, 1000, &jobs), 0);
+	tu_tokens(tokens, 2000, 77);
+	assert_int_equal(rec_history_init(&f->h, &model, tokens, 2000), 0);
+	for (uint32_t i = 0; i < 64; i++)
+		f->ids[i] = 100 + i;
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_limit(state, 1ull << 30);
+}
+
+/* Room for two records of 4 pages (4096 + 4096 + 4 * 8192 + 4096 bytes). */
+static int setup_small(void **state)
+{
+	return setup_limit(state, 2 * 45056 + 10000);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_log_set_level(SEL_LOG_INFO);
+	rec_history_free(&f->h);
+	coord_store_destroy(&f->store);
+	free(f);
+	return 0;
+}
+
+static enum sel_outcome publish(struct fixture *f, uint64_t checkpoint, uint64_t consumed,
+				uint64_t parent)
+{
+	struct sel_publication pub = { .checkpoint = checkpoint, .consumed = consumed,
+				       .parent_consumed = parent, .page_ids = f->ids,
+				       .state_slot = 0 };
+	enum sel_outcome outcome;
+
+	assert_int_equal(coord_store_publish(&f->store, &f->h, &pub, &outcome), 0);
+	return outcome;
+}
+
+static uint32_t poll_events(struct fixture *f, struct sel_event *events)
+{
+	return coord_store_poll(&f->store, events, 64);
+}
+
+/* Every pin released, every job done, bytes equal to the records'. */
+static void assert_balanced(struct fixture *f)
+{
+	uint64_t bytes = 0;
+
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+	for (uint32_t i = 0; i < f->store.index.nodes_max; i++) {
+		if (!f->store.index.nodes[i].in_use)
+			continue;
+		assert_int_equal(f->store.index.nodes[i].pins, 0);
+		bytes += f->store.index.nodes[i].bytes;
+	}
+	assert_int_equal(f->store.used_bytes, bytes);
+	assert_int_equal(f->store.reclaiming_bytes, 0);
+}
+
+/* Queued, in-flight dedupe (Retry), Stored, then Present. */
+static void test_store_outcomes_and_dedupe(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	assert_int_equal(f->stub.job_count, 1);
+	assert_int_equal(f->stub.jobs[0].header.tail_page_count, 4);
+	assert_int_equal(f->stub.jobs[0].page_ids[0], 100);
+	assert_int_equal(publish(f, 2, 300, 0), SEL_RETRY);
+	assert_int_equal(poll_events(f, ev), 0);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	assert_int_equal(ev[0].id, 1);
+	assert_int_equal(publish(f, 3, 300, 0), SEL_PRESENT);
+	assert_int_equal(f->stub.job_count, 1);
+	assert_int_equal(f->store.stats.published_queued, 1);
+	assert_int_equal(f->store.stats.published_retry, 1);
+	assert_int_equal(f->store.stats.published_present, 1);
+	assert_balanced(f);
+}
+
+/* A failed store reports why, leaves nothing, and can be tried again. */
+static void test_store_failure(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(ev[0].error, -EIO);
+	assert_non_null(strstr(ev[0].why, "stub failure"));
+	assert_int_equal(f->store.index.node_count, 0);
+	assert_balanced(f);
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/* A child stores only its tail; its parent's row goes once it commits. */
+static void test_store_child_and_row_drop(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	uint32_t parent;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	/* the parent is still in flight for this one: retry */
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[1].header.first_page_index, 4);
+	assert_int_equal(f->stub.jobs[1].header.tail_page_count, 6);
+	assert_int_equal(f->stub.jobs[1].page_ids[0], 104); /* chain page 4 */
+	parent = coord_index_find(&f->store.index, &f->stub.jobs[0].header.key);
+	assert_int_equal(coord_index_node(&f->store.index, parent)->pins, 1);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_RETRY); /* parent writing */
+	stub_complete(&f->stub, 1, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	/* the row drop went out as a truncate of the parent */
+	assert_int_equal(f->stub.job_count, 3);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_TRUNCATE);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &f->stub.jobs[0].header.key));
+	assert_false(coord_index_node(&f->store.index, parent)->row_present);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/* A publication whose parent is absent becomes a root with its chain. */
+static void test_store_root_when_parent_absent(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 700, 300), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[0].header.first_page_index, 0);
+	assert_int_equal(f->stub.jobs[0].header.tail_page_count, 10);
+	assert_int_equal(f->stub.jobs[0].header.parent.consumed, 0);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/* Too big alone: Oversize; no disk store at all: Oversize too. */
+static void test_store_oversize(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(publish(f, 1, 64 * 30, 0), SEL_OVERSIZE);
+	f->store.limit_bytes = 0;
+	assert_int_equal(publish(f, 2, 300, 0), SEL_OVERSIZE);
+	assert_int_equal(f->stub.job_count, 0);
+}
+
+/* Under the limit, the LRU leaf is unlinked; its bytes count until done. */
+static void test_store_eviction_under_limit(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_key first;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	first = f->stub.jobs[0].header.key;
+	assert_int_equal(publish(f, 2, 310, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	/* a third does not fit: the least recent (checkpoint 1) goes */
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &first));
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY); /* still pending */
+	assert_int_equal(f->stub.job_count, 3);             /* nothing more evicted */
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 320, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.evictions, 1);
+	assert_balanced(f);
+}
+
+/* When every leaf is pinned, the LRU single-child ancestor is compacted. */
+static void test_store_compaction_when_leaves_pinned(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	f->store.limit_bytes = 1ull << 30;
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	f->stub.refuse = true; /* the row drop after it cannot be sent */
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	f->stub.refuse = false;
+	/* the GPU holds 300 tokens: the fetch pins only the leaf */
+	assert_true(coord_store_lookup(&f->store, &f->h, 300, &hit));
+	assert_int_equal(hit.consumed, 700);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 0, 9, &joined), 0);
+	/* shrink the limit to force room for a small record */
+	f->store.limit_bytes = f->store.used_bytes + 1000;
+	assert_int_equal(publish(f, 3, 200, 0), SEL_RETRY);
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
+	assert_true(rec_key_equal(&f->stub.jobs[3].key, &f->stub.jobs[0].header.key));
+	/* compaction removes the match but not the chain's pages */
+	assert_false(coord_store_lookup(&f->store, &f->h, 0, &hit) && hit.consumed == 300);
+	stub_complete(&f->stub, 2, 0); /* the fetch */
+	stub_complete(&f->stub, 3, 0); /* the truncate */
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCHED);
+	assert_balanced(f);
+}
+
+/* Two waiters share one fetch; a cancelled one gets no event. */
+static void test_store_waiters_and_cancel(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.page_count, 4);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 10, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 11, &joined), 0);
+	assert_true(joined);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 12, &joined), 0);
+	assert_int_equal(f->stub.job_count, 2);
+	assert_int_equal(coord_store_cancel(&f->store, 12), 0);
+	assert_int_equal(coord_store_cancel(&f->store, 12), SEL_ENOTFOUND);
+	stub_complete(&f->stub, 1, 0);
+	assert_int_equal(poll_events(f, ev), 2);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(ev[0].id, 10);
+	assert_int_equal(ev[1].id, 11);
+	assert_balanced(f);
+}
+
+/* A failed fetch tells every waiter and releases the chain. */
+static void test_store_fetch_failure(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 100, &hit));
+	assert_int_equal(hit.skip_pages, 1);
+	assert_int_equal(hit.page_count, 3);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 20, &joined), 0);
+	assert_int_equal(f->stub.jobs[1].skip_pages, 1);
+	stub_complete(&f->stub, 1, SEL_ECHECKSUM);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(ev[0].error, SEL_ECHECKSUM);
+	assert_balanced(f);
+}
+
+/* A full disk answers Retry for a while, then stores again. */
+static void test_store_full_disk_retry(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, -ENOSPC);
+	poll_events(f, ev);
+	assert_int_equal(ev[0].error, -ENOSPC);
+	assert_int_equal(publish(f, 1, 300, 0), SEL_RETRY);
+	assert_int_equal(f->stub.job_count, 1);
+	f->store.disk_full_until_ns = 0; /* the backoff has passed */
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/* A hit whose record went away is stale; a full engine queue is Retry. */
+static void test_store_stale_hit_and_full_queue(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	f->stub.refuse = true;
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 1, &joined),
+			 SEL_EQUEUEFULL);
+	assert_int_equal(publish(f, 2, 400, 300), SEL_RETRY);
+	f->stub.refuse = false;
+	/* evict it (a tiny limit), then use the old hit */
+	f->store.limit_bytes = 60000;
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 1, &joined),
+			 SEL_ENOTFOUND);
+	assert_balanced(f);
+}
+
+/* Lookups count hits and reused tokens. */
+static void test_store_lookup_stats(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+
+	assert_false(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(publish(f, 1, 1000, 0), SEL_QUEUED);
+	assert_false(coord_store_lookup(&f->store, &f->h, 0, &hit)); /* still writing */
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 200, &hit));
+	assert_int_equal(hit.consumed, 1000);
+	assert_int_equal(f->store.stats.lookups, 3);
+	assert_int_equal(f->store.stats.hits, 1);
+	assert_int_equal(f->store.stats.reused_tokens, 800);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_store_outcomes_and_dedupe, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_child_and_row_drop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_root_when_parent_absent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_eviction_under_limit, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_full_disk_retry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_stale_hit_and_full_queue, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_lookup_stats, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("store", tests, NULL, NULL);
+}
