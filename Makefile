@@ -56,7 +56,7 @@ LIB_SRCS := $(sort \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
+PROG_SRCS := $(sort launch/bench_store.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
 TEST_NAMES := $(sort api failpoint key geometry format file dir cli slab engine index store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

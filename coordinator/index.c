@@ -308,14 +308,20 @@ static bool lookup_block(const struct coord_index *ix, const struct rec_history 
 		      base + REC_BLOCK_TOKENS - 1 : h->token_count;
 	uint32_t match[REC_BLOCK_TOKENS];
 	struct rec_key keys[REC_BLOCK_TOKENS];
-	uint64_t hashed = 0;
+	uint64_t hashed = 0, matched = 0;
+	uint32_t head;
 
 	if (lo > hi)
 		return false;
-	for (uint32_t i = 0; i < REC_BLOCK_TOKENS; i++)
-		match[i] = COORD_NONE;
-	for (uint32_t id = ix->bucket_heads[bucket_slot(ix, bucket)];
-	     id != COORD_NONE; id = ix->nodes[id].bucket_next) {
+	/*
+	 * Most blocks of a long history hold no stored endpoint: one load of
+	 * the bucket table answers for them (a miss walks every block down to
+	 * the resident one, so this is the cost that grows with the history).
+	 */
+	head = ix->bucket_heads[bucket_slot(ix, bucket)];
+	if (head == COORD_NONE)
+		return false;
+	for (uint32_t id = head; id != COORD_NONE; id = ix->nodes[id].bucket_next) {
 		const struct coord_node *n = &ix->nodes[id];
 		uint64_t c = n->key.consumed, off = c - base;
 
@@ -329,11 +335,12 @@ static bool lookup_block(const struct coord_index *ix, const struct rec_history 
 		}
 		if (!rec_key_equal(&keys[off], &n->key))
 			continue;
-		SEL_ASSERT(match[off] == COORD_NONE);
+		SEL_ASSERT(!(matched >> off & 1));
 		match[off] = id;
+		matched |= 1ull << off;
 	}
-	for (uint64_t off = hi - base + 1; off-- > lo - base;)
-		if (match[off] != COORD_NONE && lookup_chain(ix, match[off], resident, out))
+	for (uint64_t off = hi - base + 1; matched && off-- > lo - base;)
+		if ((matched >> off & 1) && lookup_chain(ix, match[off], resident, out))
 			return true;
 	return false;
 }

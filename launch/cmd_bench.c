@@ -5,6 +5,7 @@
  * measured in one run so the ratio means something on a shared machine.
  */
 #include "launch/commands.h"
+#include "launch/bench_store.h"
 
 #include "common/base.h"
 #include "common/log.h"
@@ -515,14 +516,21 @@ static void bench_usage(FILE *out)
 	fprintf(out,
 		"usage: selene bench store [options]\n"
 		"       selene bench fetch [options] DIR\n"
-		"       selene bench copy [options]\n\n"
+		"       selene bench copy [options]\n"
+		"       selene bench lookup\n"
+		"       selene bench api [--dir DIR]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
 		"fetch: the same for store then fetch (files -> verify -> device),\n"
 		"  beside raw io_uring O_DIRECT reads of the same files, in DIR.\n"
 		"copy: scattered page planes through batched device copies beside one\n"
-		"  bulk copy of the same bytes, both directions.\n\n"
+		"  bulk copy of the same bytes, both directions.\n"
+		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
+		"  of 4K to 128K tokens: a hit in the last turn, and a history that\n"
+		"  diverged 1500 tokens back.\n"
+		"api: the latency (p50, p99) of publish, lookup, fetch and poll for 10\n"
+		"  seconds while stores of 16 MiB records keep the disk thread busy.\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -566,6 +574,8 @@ int launch_cmd_bench(int argc, char **argv)
 		return LAUNCH_EXIT_USAGE;
 	}
 	what = argv[1];
+	if (strcmp(what, "lookup") == 0)
+		return bench_lookup() ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	optind = 2;
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (opt) {
@@ -584,6 +594,10 @@ int launch_cmd_bench(int argc, char **argv)
 	}
 	if (strcmp(what, "fetch") == 0 && optind == argc - 1)
 		b.a.dir = argv[optind++];
+	if (strcmp(what, "api") == 0 && optind == argc) {
+		sel_log_set_level(SEL_LOG_WARN);
+		return bench_api(b.a.dir, 10.0) ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	}
 	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||
 	    b.a.rounds > BENCH_ROUNDS_MAX ||
 	    (strcmp(what, "store") && strcmp(what, "fetch") && strcmp(what, "copy"))) {
