@@ -344,6 +344,40 @@ void sel_store_stats(sel_store *s, struct sel_stats *out)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Appends a Prometheus histogram at buf + used; the new length or -ENOSPC. */
+static int metrics_histogram(char *buf, size_t size, size_t used, const char *kind,
+			     const struct sel_latency_histogram *h)
+{
+	static const double bounds[SEL_LATENCY_BUCKETS] = SEL_LATENCY_BOUNDS;
+	uint64_t cumulative = 0;
+	int n;
+
+	if (strcmp(kind, "store") == 0) {
+		n = snprintf(buf + used, size - used,
+			     "# TYPE selene_job_seconds histogram\n");
+		if (n < 0 || (size_t)n >= size - used)
+			return -ENOSPC;
+		used += (size_t)n;
+	}
+	for (uint32_t b = 0; b <= SEL_LATENCY_BUCKETS; b++) {
+		cumulative += h->counts[b];
+		if (b < SEL_LATENCY_BUCKETS)
+			n = snprintf(buf + used, size - used,
+				     "selene_job_seconds_bucket{kind=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+				     kind, bounds[b], cumulative);
+		else
+			n = snprintf(buf + used, size - used,
+				     "selene_job_seconds_bucket{kind=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
+				     "selene_job_seconds_sum{kind=\"%s\"} %.6f\n"
+				     "selene_job_seconds_count{kind=\"%s\"} %" PRIu64 "\n",
+				     kind, cumulative, kind, h->sum_seconds, kind, h->count);
+		if (n < 0 || (size_t)n >= size - used)
+			return -ENOSPC;
+		used += (size_t)n;
+	}
+	return (int)used;
+}
+
 int sel_store_metrics(sel_store *s, char *buf, size_t size)
 {
 	struct sel_stats st;
@@ -382,5 +416,10 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 		     st.bytes_stored, st.bytes_fetched, st.evictions, st.truncations,
 		     st.unlinks, st.records, st.disk_bytes, st.disk_limit_bytes,
 		     st.jobs_in_flight);
-	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
+	if (n < 0 || (size_t)n >= size)
+		return -ENOSPC;
+	n = metrics_histogram(buf, size, (size_t)n, "store", &st.store_latency);
+	if (n >= 0)
+		n = metrics_histogram(buf, size, (size_t)n, "fetch", &st.fetch_latency);
+	return n;
 }

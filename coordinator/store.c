@@ -79,6 +79,7 @@ static struct coord_job *job_take(struct coord_store *s, uint32_t *id)
 
 			memset(job, 0, offsetof(struct coord_job, chain));
 			job->in_use = true;
+			job->submitted_ns = sel_monotonic_ns();
 			job->parent = COORD_NONE;
 			job->node = COORD_NONE;
 			*id = i;
@@ -546,6 +547,19 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 		 name, c->why[0] ? c->why : sel_strerror(c->result));
 }
 
+static void observe(struct sel_latency_histogram *h, uint64_t ns)
+{
+	static const double bounds[SEL_LATENCY_BUCKETS] = SEL_LATENCY_BOUNDS;
+	double seconds = (double)ns / 1e9;
+	uint32_t b = 0;
+
+	while (b < SEL_LATENCY_BUCKETS && seconds > bounds[b])
+		b++;
+	h->counts[b]++;
+	h->count++;
+	h->sum_seconds += seconds;
+}
+
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)
 {
 	struct shard_completion done[16];
@@ -556,6 +570,10 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 			struct coord_job *job = &s->jobs[done[i].job_id];
 
 			SEL_ASSERT(done[i].job_id < COORD_JOBS_MAX && job->in_use);
+			if (job->kind == COORD_JOB_STORE)
+				observe(&s->stats.store_latency, sel_monotonic_ns() - job->submitted_ns);
+			if (job->kind == COORD_JOB_FETCH)
+				observe(&s->stats.fetch_latency, sel_monotonic_ns() - job->submitted_ns);
 			if (job->kind == COORD_JOB_STORE)
 				complete_store(s, job, &done[i]);
 			else if (job->kind == COORD_JOB_FETCH)

@@ -53,6 +53,7 @@ struct coord_job {
 	uint32_t chain_count;   /* a fetch's pinned chain */
 	uint32_t chain[COORD_CHAIN_MAX];
 	struct rec_key key;     /* a truncate's or unlink's record */
+	uint64_t submitted_ns;  /* for the latency histograms */
 };
 
 struct coord_store {

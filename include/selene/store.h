@@ -154,6 +154,17 @@ struct sel_event {
 /* Takes up to max events without waiting; returns how many. */
 uint32_t sel_poll(sel_store *store, struct sel_event *events, uint32_t max);
 
+/* Upper bounds, in seconds, of the job latency histograms' buckets. */
+#define SEL_LATENCY_BUCKETS 12
+#define SEL_LATENCY_BOUNDS \
+	{ 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0 }
+
+struct sel_latency_histogram {
+	uint64_t counts[SEL_LATENCY_BUCKETS + 1]; /* the last: above every bound */
+	uint64_t count;
+	double sum_seconds;
+};
+
 struct sel_stats {
 	uint64_t lookups, hits, reused_tokens;
 	uint64_t published_queued, published_present, published_retry, published_oversize;
@@ -163,6 +174,8 @@ struct sel_stats {
 	uint64_t records, disk_bytes, disk_limit_bytes;
 	uint64_t jobs_in_flight;
 	uint64_t scanned_records;
+	/* submit-to-completion time of store and fetch jobs */
+	struct sel_latency_histogram store_latency, fetch_latency;
 };
 
 void sel_store_stats(sel_store *store, struct sel_stats *out);
