@@ -209,7 +209,7 @@ int bench_api(const char *dir, double seconds)
 						.device_address = (uintptr_t)calloc(PAGES, UNIT) };
 	}
 	{
-		static char names[PLANES][16];
+		static char names[PLANES][32];
 
 		for (int p = 0; p < PLANES; p++) {
 			snprintf(names[p], sizeof(names[p]), "plane.%d", p);
