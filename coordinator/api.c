@@ -114,13 +114,18 @@ static void api_planes(const struct sel_store_config *c, const struct rec_geomet
 	planes->row_base = c->row_plane.device_address;
 }
 
-static uint64_t auto_limit(const char *dir)
+/*
+ * One tenth of the free space at startup, counting the store's own files as
+ * free: otherwise every restart would shrink the budget by a tenth of what
+ * the store already holds. 0 when the filesystem cannot say.
+ */
+static uint64_t auto_limit(const char *dir, uint64_t own_bytes)
 {
 	struct statvfs st;
 
 	if (statvfs(dir, &st) != 0)
 		return 0;
-	return (uint64_t)st.f_bavail * st.f_frsize / 10;
+	return ((uint64_t)st.f_bavail * st.f_frsize + own_bytes) / 10;
 }
 
 static int api_open_disk(sel_store *s, const struct sel_store_config *c,
@@ -138,14 +143,21 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
 	if (ret)
 		return ret;
-	if (*limit == SEL_DISK_LIMIT_AUTO)
-		*limit = auto_limit(rec_dir_path(s->dir));
-	s->core.limit_bytes = *limit;
-	s->core.stats.disk_limit_bytes = *limit;
 	ret = rec_dir_scan(s->dir, &scan);
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
+	if (*limit == SEL_DISK_LIMIT_AUTO) {
+		*limit = auto_limit(rec_dir_path(s->dir), scan.bytes);
+		if (*limit == 0) {
+			rec_scan_free(&scan);
+			return api_fail(-EIO, err, err_size, "cannot tell the free space of %s "
+					"for the default disk limit; configure one",
+					rec_dir_path(s->dir));
+		}
+	}
+	s->core.limit_bytes = *limit;
+	s->core.stats.disk_limit_bytes = *limit;
 	ret = coord_store_load(&s->core, scan.records, scan.record_count);
 	rec_scan_free(&scan);
 	if (ret)
@@ -220,29 +232,35 @@ err_close:
 
 int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 {
-	uint64_t deadline = sel_monotonic_ns() + drain_timeout_ms * 1000000ull;
+	uint64_t now = sel_monotonic_ns(), deadline;
 	struct sel_event events[64];
-	int ret = 0;
+	uint32_t in_flight = 0;
 
 	if (!s)
 		return 0;
+	deadline = drain_timeout_ms > (UINT64_MAX - now) / 1000000ull ?
+			   UINT64_MAX : now + drain_timeout_ms * 1000000ull;
 	/* Drain: completions are applied so the index and files agree. */
-	while (s->engine && coord_store_jobs_in_flight(&s->core) > 0) {
-		if (sel_monotonic_ns() > deadline) {
-			sel_warn("store: closing with %u jobs still running",
-				 coord_store_jobs_in_flight(&s->core));
-			ret = SEL_ESTOPPED;
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		if (s->engine) {
+			coord_store_poll(&s->core, events, SEL_ARRAY_SIZE(events));
+			in_flight = coord_store_jobs_in_flight(&s->core);
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (in_flight == 0 || sel_monotonic_ns() > deadline)
 			break;
-		}
-		coord_store_poll(&s->core, events, SEL_ARRAY_SIZE(events));
-		if (coord_store_jobs_in_flight(&s->core) > 0) {
-			struct timespec pause = { 0, 1000000 };
-
-			nanosleep(&pause, NULL);
-		}
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
-	/* Closing the engine runs what is left, so buffers are never freed
-	 * under a running copy; the deadline only decides what we report. */
+	if (in_flight > 0) {
+		/*
+		 * A copy may still be writing into device ids or staging: keep
+		 * every buffer and thread rather than free them under it.
+		 */
+		sel_error("store: %u jobs still running at the close deadline; "
+			  "leaving the store's buffers and threads in place", in_flight);
+		return SEL_ESTOPPED;
+	}
 	shard_engine_close(s->engine);
 	shard_device_close(s->device);
 	rec_dir_close(s->dir);
@@ -250,7 +268,7 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 		coord_store_destroy(&s->core);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
-	return ret;
+	return 0;
 }
 
 int sel_history_create(sel_store *s, const uint32_t *tokens, uint64_t count,
@@ -295,6 +313,9 @@ int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
 {
 	int ret;
 
+	*joined = false;
+	if (!hit || !page_ids)
+		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
 	ret = s->engine ? coord_store_fetch(&s->core, hit, page_ids, state_slot, waiter,
 					    joined) :
@@ -318,7 +339,7 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 {
 	int ret;
 
-	if (!pub->history)
+	if (!pub || !pub->history || !outcome)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_publish(&s->core, &pub->history->history, pub, outcome);
@@ -340,6 +361,7 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 void sel_store_stats(sel_store *s, struct sel_stats *out)
 {
 	pthread_mutex_lock(&s->lock);
+	s->core.stats.disk_bytes = s->core.used_bytes;
 	*out = s->core.stats;
 	pthread_mutex_unlock(&s->lock);
 }

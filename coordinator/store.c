@@ -215,10 +215,23 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 		n->bytes -= job->bytes;
 		s->stats.truncations++;
 	} else {
+		uint32_t parent = n->parent_id;
+
 		coord_index_remove(&s->index, victim);
 		s->stats.records = s->index.node_count;
 		s->stats.unlinks++;
 		s->stats.evictions++;
+		/*
+		 * A page-only ancestor left without children can neither match
+		 * nor supply a chain: it goes with its last child (seed 2.3).
+		 */
+		if (parent != COORD_NONE) {
+			struct coord_node *p = coord_index_node(&s->index, parent);
+
+			if (p->child_count == 0 && !p->row_present && p->pins == 0 &&
+			    p->state == COORD_READY)
+				reclaim(s, parent, false);
+		}
 	}
 	return 0;
 }
@@ -308,13 +321,14 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	job->parent = parent;
 	if (parent != COORD_NONE)
 		coord_index_pin(&s->index, parent);
-	if (s->jobs_ops.store(s->jobs_ops.ctx, id, &store) != 0) {
+	err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
+	if (err) {
 		if (parent != COORD_NONE)
 			coord_index_unpin(&s->index, parent);
 		coord_index_remove(&s->index, job->node);
 		s->stats.records = s->index.node_count;
 		job_release(s, job);
-		return SEL_RETRY;
+		return err == SEL_EQUEUEFULL ? SEL_RETRY : err;
 	}
 	s->used_bytes += need;
 	return 0;
@@ -358,11 +372,14 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 			*outcome = SEL_OVERSIZE;
 		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need))
 			*outcome = SEL_RETRY;
-		else
-			*outcome = submit_store(s, h, pub, &key, parent, &parent_key, need) == 0 ?
-					   SEL_QUEUED : SEL_RETRY;
+		else if ((ret = submit_store(s, h, pub, &key, parent, &parent_key, need)) == 0)
+			*outcome = SEL_QUEUED;
+		else if (ret == SEL_RETRY)
+			*outcome = SEL_RETRY;
 		if (parent != COORD_NONE)
 			coord_index_unpin(&s->index, parent);
+		if (ret && ret != SEL_RETRY)
+			return ret; /* the engine refused it: not a matter of time */
 	}
 	count_outcome(s, *outcome);
 	return 0;
@@ -416,6 +433,7 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 					 .state_slot = state_slot };
 	struct coord_job *job;
 	uint32_t id, skip, pages;
+	int ret;
 
 	*joined = false;
 	/* An inbound key already in flight gets another waiter. */
@@ -423,7 +441,8 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 		struct coord_job *j = &s->jobs[i];
 
 		if (j->in_use && j->kind == COORD_JOB_FETCH && j->node == hit->endpoint &&
-		    s->generation[hit->endpoint] == hit->generation) {
+		    s->generation[hit->endpoint] == hit->generation &&
+		    j->skip_pages == hit->skip_pages) {
 			if (j->waiter_count == COORD_WAITERS_MAX)
 				return SEL_EQUEUEFULL;
 			j->waiters[j->waiter_count++] = waiter;
@@ -451,10 +470,12 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	fetch.skip_pages = skip;
 	job->kind = COORD_JOB_FETCH;
 	job->node = hit->endpoint;
+	job->skip_pages = skip;
 	job->waiters[job->waiter_count++] = waiter;
-	if (s->jobs_ops.fetch(s->jobs_ops.ctx, id, &fetch) != 0) {
+	ret = s->jobs_ops.fetch(s->jobs_ops.ctx, id, &fetch);
+	if (ret) {
 		job_release(s, job);
-		return SEL_EQUEUEFULL;
+		return ret; /* SEL_EQUEUEFULL, or why the engine refused it */
 	}
 	/* A restore is a use: pinned against eviction, and most recent. */
 	for (uint32_t i = 0; i < job->chain_count; i++) {
@@ -472,7 +493,12 @@ int coord_store_cancel(struct coord_store *s, uint64_t waiter)
 
 		if (!j->in_use || j->kind != COORD_JOB_FETCH)
 			continue;
-		for (uint32_t w = 0; w < j->waiter_count; w++) {
+		/* The owner's destination is being written: it keeps its event. */
+		if (j->waiter_count > 0 && j->waiters[0] == waiter && !j->owner_cancelled) {
+			j->owner_cancelled = true;
+			return 0;
+		}
+		for (uint32_t w = 1; w < j->waiter_count; w++) {
 			if (j->waiters[w] == waiter) {
 				j->waiters[w] = j->waiters[--j->waiter_count];
 				return 0;
@@ -487,8 +513,13 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 {
 	struct coord_node *p = coord_index_node(&s->index, parent);
 
-	/* A full job table skips it; the next eviction pass compacts instead. */
-	if (p->child_count == 1 && p->row_present && p->pins == 0)
+	/*
+	 * A non-root record only: a root keeps its row, the prefix other
+	 * conversations restore from. A full job table skips it; the next
+	 * eviction pass compacts instead.
+	 */
+	if (p->parent.consumed != 0 && p->child_count == 1 && p->row_present &&
+	    p->pins == 0)
 		reclaim(s, parent, true);
 }
 
@@ -536,15 +567,19 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 	char name[REC_FILE_NAME_BYTES];
 
 	s->reclaiming_bytes -= job->bytes;
-	/* A record already gone is reclaimed too. */
-	if (c->result == 0 || c->result == -ENOENT) {
-		s->used_bytes -= job->bytes;
+	s->used_bytes -= job->bytes;
+	if (c->result == 0 || c->result == -ENOENT)
 		return;
-	}
-	/* It may or may not have happened: keep charging it (conservative). */
+	/*
+	 * It may or may not have happened. The index no longer holds those
+	 * bytes, so neither does the budget: charging them for good would
+	 * wedge the store once enough failures piled up. A file that is still
+	 * there is found and charged again by the next startup scan.
+	 */
 	rec_file_name(name, &job->key);
-	sel_warn("%s of %s failed: %s", job->kind == COORD_JOB_UNLINK ? "unlink" : "truncate",
-		 name, c->why[0] ? c->why : sel_strerror(c->result));
+	sel_warn("%s of %s failed: %s; its space is reconciled at the next start",
+		 job->kind == COORD_JOB_UNLINK ? "unlink" : "truncate", name,
+		 c->why[0] ? c->why : sel_strerror(c->result));
 }
 
 static void observe(struct sel_latency_histogram *h, uint64_t ns)
@@ -565,7 +600,17 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	struct shard_completion done[16];
 	uint32_t n, out = 0;
 
-	while ((n = s->jobs_ops.poll(s->jobs_ops.ctx, done, SEL_ARRAY_SIZE(done))) > 0) {
+	/*
+	 * A completion makes at most COORD_WAITERS_MAX events: take only as
+	 * many as the event ring can hold; the rest wait in the engine's queue
+	 * (and their jobs keep their slots) until the caller drains events.
+	 */
+	while (s->event_count + COORD_WAITERS_MAX <= COORD_EVENTS_MAX &&
+	       (n = s->jobs_ops.poll(s->jobs_ops.ctx, done,
+				     (COORD_EVENTS_MAX - s->event_count) / COORD_WAITERS_MAX <
+						     SEL_ARRAY_SIZE(done) ?
+					     (COORD_EVENTS_MAX - s->event_count) / COORD_WAITERS_MAX :
+					     SEL_ARRAY_SIZE(done))) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct coord_job *job = &s->jobs[done[i].job_id];
 

@@ -48,8 +48,10 @@ struct coord_job {
 	uint32_t parent;        /* a store's pinned parent, or COORD_NONE */
 	uint64_t checkpoint;    /* a store's checkpoint id */
 	uint64_t bytes;         /* what the job charges until it finishes */
-	uint64_t waiters[COORD_WAITERS_MAX];
+	uint64_t waiters[COORD_WAITERS_MAX]; /* [0]: the owner of the destination */
 	uint32_t waiter_count;
+	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
+	uint32_t skip_pages;    /* a fetch's skip: only equal hits join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
 	uint32_t chain[COORD_CHAIN_MAX];
 	struct rec_key key;     /* a truncate's or unlink's record */

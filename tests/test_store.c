@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STUB_JOBS_MAX 256
+#define STUB_JOBS_MAX 4096
 
 struct stub_job {
 	enum coord_job_kind kind;
@@ -38,6 +38,7 @@ struct stub {
 	struct shard_completion done[STUB_JOBS_MAX];
 	uint32_t done_count;
 	bool refuse;                 /* the engine's queue is full */
+	int refuse_error;            /* what refusing returns (SEL_EQUEUEFULL if 0) */
 };
 
 static struct stub_job *stub_add(struct stub *st, enum coord_job_kind kind, uint64_t id)
@@ -58,7 +59,7 @@ static int stub_store(void *ctx, uint64_t id, const struct shard_store_job *job)
 	struct stub_job *j;
 
 	if (st->refuse)
-		return SEL_EQUEUEFULL;
+		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
 	j = stub_add(st, COORD_JOB_STORE, id);
 	j->header = *job->header;
 	j->page_count = job->header->tail_page_count;
@@ -72,7 +73,7 @@ static int stub_fetch(void *ctx, uint64_t id, const struct shard_fetch_job *job)
 	struct stub_job *j;
 
 	if (st->refuse)
-		return SEL_EQUEUEFULL;
+		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
 	j = stub_add(st, COORD_JOB_FETCH, id);
 	j->chain_count = job->chain_count;
 	j->skip_pages = job->skip_pages;
@@ -84,7 +85,7 @@ static int stub_truncate(void *ctx, uint64_t id, const struct rec_key *key)
 	struct stub *st = ctx;
 
 	if (st->refuse)
-		return SEL_EQUEUEFULL;
+		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
 	stub_add(st, COORD_JOB_TRUNCATE, id)->key = *key;
 	return 0;
 }
@@ -94,7 +95,7 @@ static int stub_unlink(void *ctx, uint64_t id, const struct rec_key *key)
 	struct stub *st = ctx;
 
 	if (st->refuse)
-		return SEL_EQUEUEFULL;
+		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
 	stub_add(st, COORD_JOB_UNLINK, id)->key = *key;
 	return 0;
 }
@@ -254,32 +255,41 @@ static void test_store_failure(void **state)
 	assert_balanced(f);
 }
 
-/* A child stores only its tail; its parent's row goes once it commits. */
+/*
+ * A child stores only its tail; a non-root parent's row goes once its only
+ * child commits; a root keeps its row (seed 2.3).
+ */
 static void test_store_child_and_row_drop(void **state)
 {
 	struct fixture *f = *state;
 	struct sel_event ev[64];
-	uint32_t parent;
+	uint32_t root, middle;
 
 	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
 	stub_complete(&f->stub, 0, 0);
 	poll_events(f, ev);
-	/* the parent is still in flight for this one: retry */
 	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
 	assert_int_equal(f->stub.jobs[1].header.first_page_index, 4);
 	assert_int_equal(f->stub.jobs[1].header.tail_page_count, 6);
 	assert_int_equal(f->stub.jobs[1].page_ids[0], 104); /* chain page 4 */
-	parent = coord_index_find(&f->store.index, &f->stub.jobs[0].header.key);
-	assert_int_equal(coord_index_node(&f->store.index, parent)->pins, 1);
+	root = coord_index_find(&f->store.index, &f->stub.jobs[0].header.key);
+	assert_int_equal(coord_index_node(&f->store.index, root)->pins, 1);
 	assert_int_equal(publish(f, 3, 900, 700), SEL_RETRY); /* parent writing */
 	stub_complete(&f->stub, 1, 0);
 	assert_int_equal(poll_events(f, ev), 1);
-	/* the row drop went out as a truncate of the parent */
-	assert_int_equal(f->stub.job_count, 3);
-	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_TRUNCATE);
-	assert_true(rec_key_equal(&f->stub.jobs[2].key, &f->stub.jobs[0].header.key));
-	assert_false(coord_index_node(&f->store.index, parent)->row_present);
+	/* the root keeps its row: no truncate went out */
+	assert_int_equal(f->stub.job_count, 2);
+	assert_true(coord_index_node(&f->store.index, root)->row_present);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
 	stub_complete(&f->stub, 2, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	/* the middle record's row drop went out as a truncate */
+	middle = coord_index_find(&f->store.index, &f->stub.jobs[1].header.key);
+	assert_int_equal(f->stub.job_count, 4);
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
+	assert_true(rec_key_equal(&f->stub.jobs[3].key, &f->stub.jobs[1].header.key));
+	assert_false(coord_index_node(&f->store.index, middle)->row_present);
+	stub_complete(&f->stub, 3, 0);
 	poll_events(f, ev);
 	assert_balanced(f);
 }
@@ -490,6 +500,140 @@ static void test_store_lookup_stats(void **state)
 	assert_int_equal(f->store.stats.reused_tokens, 800);
 }
 
+/* A failed unlink stops charging its bytes: the store does not wedge. */
+static void test_store_failed_reclaim_releases_budget(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(publish(f, 2, 310, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY); /* unlinks record 1 */
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	stub_complete(&f->stub, 2, -EIO);
+	poll_events(f, ev);
+	assert_balanced(f);
+	assert_int_equal(publish(f, 3, 320, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/* A caller that takes one event at a time loses none and never overflows. */
+static void test_store_event_ring_never_overflows(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	uint32_t got = 0, round;
+
+	for (round = 0; round < 90; round++) {
+		for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
+			uint32_t before = f->stub.job_count;
+
+			if (publish(f, round * 100 + i, 300 + i, 0) != SEL_QUEUED)
+				break;
+			stub_complete(&f->stub, before, -EIO);
+		}
+		got += coord_store_poll(&f->store, ev, 1);
+	}
+	/* the ring filled up to its margin; the rest waited in the engine */
+	assert_true(f->store.event_count + COORD_WAITERS_MAX >= COORD_EVENTS_MAX);
+	assert_true(f->stub.done_count > 0);
+	while (coord_store_poll(&f->store, ev, 1) == 1)
+		got++;
+	assert_int_equal(got, f->store.stats.store_failures);
+	assert_int_equal(got, f->store.stats.published_queued);
+	assert_balanced(f);
+}
+
+/* The owner keeps its event after cancelling; a joined waiter does not. */
+static void test_store_cancel_owner_still_hears(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit, other;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 700, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 30, &joined), 0);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 31, &joined), 0);
+	assert_true(joined);
+	/* a hit with another resident count is another fetch, not a join */
+	assert_true(coord_store_lookup(&f->store, &f->h, 300, &other));
+	assert_int_equal(coord_store_fetch(&f->store, &other, f->ids, 2, 32, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(coord_store_cancel(&f->store, 30), 0);
+	assert_int_equal(coord_store_cancel(&f->store, 31), 0);
+	stub_complete(&f->stub, 1, 0);
+	stub_complete(&f->stub, 2, 0);
+	assert_int_equal(poll_events(f, ev), 2);
+	assert_int_equal(ev[0].id, 30); /* the owner: its ids are quiet now */
+	assert_int_equal(ev[1].id, 32);
+	assert_balanced(f);
+}
+
+/* A page-only ancestor goes with its last child. */
+static void test_store_page_only_ancestor_goes_with_child(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	f->store.limit_bytes = 1ull << 30;
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 500, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 700, 500), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);          /* 500's row is dropped (job 3) */
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	/* a tiny limit evicts the leaf 700; page-only 500 goes with it */
+	f->store.limit_bytes = f->store.used_bytes;
+	assert_int_equal(publish(f, 4, 1200, 0), SEL_OVERSIZE);
+	assert_int_equal(publish(f, 5, 130, 0), SEL_RETRY);
+	assert_int_equal(f->stub.jobs[4].kind, COORD_JOB_UNLINK);
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_UNLINK);
+	assert_int_equal(f->stub.jobs[5].key.consumed, 500);
+	assert_int_equal(f->store.index.node_count, 1); /* the root, with its row */
+	stub_complete(&f->stub, 4, 0);
+	stub_complete(&f->stub, 5, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/* An engine that refuses a job for a reason other than room says so. */
+static void test_store_engine_refusal_is_reported(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_publication pub = { .checkpoint = 1, .consumed = 300, .page_ids = f->ids };
+	struct sel_event ev[64];
+	enum sel_outcome outcome;
+	struct sel_hit hit;
+	bool joined;
+
+	f->stub.refuse = true;
+	f->stub.refuse_error = -EINVAL;
+	assert_int_equal(coord_store_publish(&f->store, &f->h, &pub, &outcome), -EINVAL);
+	f->stub.refuse = false;
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	f->stub.refuse = true;
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 1, &joined), -EINVAL);
+	f->stub.refuse = false;
+	assert_balanced(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -505,6 +649,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_full_disk_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_stale_hit_and_full_queue, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_lookup_stats, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_reclaim_releases_budget, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_event_ring_never_overflows, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_cancel_owner_still_hears, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_page_only_ancestor_goes_with_child, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_engine_refusal_is_reported, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("store", tests, NULL, NULL);

@@ -68,8 +68,9 @@ int sel_store_open(const struct sel_store_config *config, sel_store **out,
 /*
  * Runs every submitted job to its end (waiting up to drain_timeout_ms),
  * then stops the threads and frees the store. Returns 0, or SEL_ESTOPPED
- * when jobs were still running at the deadline (their buffers are then
- * left allocated rather than freed under outstanding copies). NULL is fine.
+ * when jobs were still running at the deadline: the store is then left
+ * allocated, threads and buffers included, rather than freed under
+ * outstanding copies (the handle must not be used again). NULL is fine.
  */
 int sel_store_close(sel_store *store, uint64_t drain_timeout_ms);
 
@@ -101,16 +102,23 @@ bool sel_lookup(sel_store *store, const sel_history *history, uint64_t resident,
 
 /*
  * Restores a hit into page_ids (hit->page_count ids, copied) and
- * state_slot. The event for waiter comes through sel_poll. When the same
- * endpoint is already being fetched, waiter joins that fetch instead
+ * state_slot; waiter then owns that destination. The event for waiter
+ * comes through sel_poll. When the same endpoint is already being fetched
+ * with the same skip (an equal hit), waiter joins that fetch instead
  * (*joined true; page_ids and state_slot are ignored: the waiter shares the
- * first fetch's destination). Returns 0, SEL_ENOTFOUND when the hit went
- * stale (its record was evicted), or SEL_EQUEUEFULL.
+ * owner's destination). Returns 0, SEL_ENOTFOUND when the hit went stale
+ * (its record was evicted), SEL_EQUEUEFULL, or the engine's reason for
+ * refusing the job (-EINVAL for page ids outside the device).
  */
 int sel_fetch(sel_store *store, const struct sel_hit *hit, const uint32_t *page_ids,
 	      uint32_t state_slot, uint64_t waiter, bool *joined);
 
-/* Removes a waiter; its fetch still completes (and is useful on its own). */
+/*
+ * Removes a joined waiter: it gets no event. The owner of a fetch's
+ * destination cannot leave it: its event still comes, since only that event
+ * says the destination ids are no longer being written. The fetch completes
+ * either way (and is useful on its own). SEL_ENOTFOUND for an unknown waiter.
+ */
 int sel_cancel(sel_store *store, uint64_t waiter);
 
 enum sel_outcome {
@@ -132,7 +140,8 @@ struct sel_publication {
 
 /*
  * Offers a published checkpoint (seed 2.2). Returns 0 with *outcome, or a
- * negative code for an invalid publication.
+ * negative code for an invalid publication (or one the engine refused,
+ * such as page ids outside the device).
  */
 int sel_store_publish(sel_store *store, const struct sel_publication *pub,
 		      enum sel_outcome *outcome);
@@ -151,7 +160,12 @@ struct sel_event {
 	char why[200];
 };
 
-/* Takes up to max events without waiting; returns how many. */
+/*
+ * Takes up to max events without waiting; returns how many. Completions
+ * wait in the engine while undelivered events fill the store's event ring,
+ * so a caller that polls less than it submits sees SEL_RETRY and
+ * SEL_EQUEUEFULL, never lost events.
+ */
 uint32_t sel_poll(sel_store *store, struct sel_event *events, uint32_t max);
 
 /* Upper bounds, in seconds, of the job latency histograms' buckets. */
