@@ -307,8 +307,9 @@ static int bench_open(struct bench *b)
 	int ret;
 
 	ret = bench_geometry(b);
-	if (!ret)
-		ret = shard_device_open(b->a.device, 0, &b->dev, err, sizeof(err));
+	if (ret)
+		return ret;
+	ret = shard_device_open(b->a.device, 0, &b->dev, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "selene bench: device %s: %s\n", b->a.device, err);
 		return ret;

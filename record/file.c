@@ -322,7 +322,7 @@ static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
 			size_t why_size)
 {
 	uint8_t *block = r->header_block;
-	struct rec_layout layout;
+	struct rec_layout layout = { 0 };
 	struct stat st;
 	int ret;
 
