@@ -51,13 +51,14 @@ Q := @
 endif
 
 LIB_SRCS := $(sort \
+	cluster/protocol.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	coordinator/api.c coordinator/index.c coordinator/store.c \
+	coordinator/agreement.c coordinator/api.c coordinator/index.c coordinator/store.c \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
 PROG_SRCS := $(sort launch/bench_store.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
-TEST_NAMES := $(sort api failpoint key geometry format file dir cli slab engine index store)
+TEST_NAMES := $(sort agreement api failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -114,8 +115,8 @@ test-gpu: deps
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/gpu/test_cuda $(PROGRAM)
 	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
-# The header decoder under libFuzzer (clang): FUZZ_SECONDS of fuzzing,
-# seeded with a valid header that the tests write.
+# The record header decoder, then the cluster frame and message decoders,
+# under libFuzzer (clang): FUZZ_SECONDS of fuzzing each.
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
@@ -127,6 +128,12 @@ fuzz: deps
 	$(Q)mkdir -p build-fuzz/corpus
 	$(Q)build-fuzz/fuzz_header -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 		build-fuzz/corpus
+	$(Q)clang -std=c11 -D_GNU_SOURCE -I. -Iinclude -g -O1 \
+		-fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_frame.c \
+		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o build-fuzz/fuzz_frame
+	$(Q)mkdir -p build-fuzz/corpus-frame
+	$(Q)build-fuzz/fuzz_frame -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+		build-fuzz/corpus-frame
 
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan \

@@ -76,7 +76,11 @@
 	X(DISK_FSYNC_DIR, "disk.fsync_dir", "every fsync of a directory")    \
 	X(DISK_TRUNCATE, "disk.truncate", "every ftruncate request")         \
 	X(DISK_RENAME, "disk.rename", "every rename request")                \
-	X(DISK_UNLINK, "disk.unlink", "every unlink request")
+	X(DISK_UNLINK, "disk.unlink", "every unlink request")                \
+	X(CLUSTER_SEND, "cluster.send",                                      \
+	  "before each frame is written to a link (short: half, then EPIPE)") \
+	X(CLUSTER_RECV, "cluster.recv",                                      \
+	  "before each frame is read from a link (short: EOF mid-frame)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

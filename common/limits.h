@@ -58,4 +58,29 @@
 /* Failpoints configured at once, and the terms one may chain. */
 #define SEL_FAILPOINT_TERMS_MAX 8u
 
+/*
+ * One frame's payload on a cluster link (PROTOCOL.md R-WIRE-6): 16 MiB keeps
+ * each link's receive buffer small, yet one summary chunk still carries
+ * about 188k records and the largest job (1M page ids) fits.
+ */
+#define CLUSTER_FRAME_PAYLOAD_BYTES_MAX (16u << 20)
+
+/* Records in one peer's summary, all chunks together: one directory scan's. */
+#define CLUSTER_SUMMARY_RECORDS_MAX REC_DIR_RECORDS_MAX
+
+/* Entries in one agreement, all chunks together: at most the summary's. */
+#define CLUSTER_AGREEMENT_ENTRIES_MAX REC_DIR_RECORDS_MAX
+
+/* Page ids in one job: a store writes one record, at most its pages. */
+#define CLUSTER_JOB_PAGE_IDS_MAX REC_RECORD_PAGES_MAX
+
+/* Records in one fetch chain: the shard engine's SHARD_CHAIN_RECORDS_MAX. */
+#define CLUSTER_JOB_CHAIN_RECORDS_MAX 4096u
+
+/* A refusal's text: one sentence naming what differs, for the log. */
+#define CLUSTER_REFUSE_TEXT_BYTES_MAX 256u
+
+/* A failed job's reason: the shard engine's completion why[200] holds less. */
+#define CLUSTER_JOB_REASON_BYTES_MAX 200u
+
 #endif

@@ -279,6 +279,7 @@ static int scan_record(struct scan_state *s, const char *name,
 		info.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
 				(uint64_t)st.st_mtim.tv_nsec;
 		info.created_ns = r.header.created_ns;
+		rec_header_agreement_digest(&r.header, &info.agreement);
 		ret = scan_push(s, &info);
 	}
 	rec_reader_close(&r);

@@ -59,6 +59,7 @@ struct rec_record_info {
 	uint64_t file_bytes;
 	uint64_t mtime_ns;
 	uint64_t created_ns;
+	struct rec_digest agreement; /* R-AGREE-1, of the header read */
 };
 
 struct rec_scan {

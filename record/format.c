@@ -7,6 +7,7 @@
 #include "common/base.h"
 #include "selene/selene.h"
 
+#include <blake2.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -156,6 +157,20 @@ void rec_header_encode(const struct rec_header *h, uint8_t *out)
 	/* R-REC-5: xxh3 of the 4096 bytes with the checksum field zero. */
 	sel_put_le64(out + REC_OFF_HEADER_CHECKSUM,
 		     XXH3_64bits(out, REC_HEADER_BYTES));
+}
+
+void rec_header_agreement_digest(const struct rec_header *h,
+				 struct rec_digest *out)
+{
+	uint8_t buf[REC_HEADER_BYTES];
+
+	/* R-AGREE-1: what a rank's own file may hold differently is zeroed. */
+	rec_header_encode(h, buf);
+	memset(buf + REC_OFF_FINGERPRINT, 0, REC_DIGEST_BYTES);
+	memset(buf + REC_OFF_FIRST_RANK, 0, 4);
+	memset(buf + REC_OFF_ROW_CHECKSUM, 0, 8);
+	memset(buf + REC_OFF_HEADER_CHECKSUM, 0, 8);
+	blake2b(out->bytes, buf, NULL, REC_DIGEST_BYTES, REC_HEADER_BYTES, 0);
 }
 
 static bool all_zero(const uint8_t *p, size_t len)

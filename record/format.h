@@ -120,6 +120,15 @@ int rec_header_init(struct rec_header *h, const struct rec_geometry *g,
 		    const struct rec_digest *bucket, uint32_t first_page_index,
 		    uint32_t tail_page_count, uint64_t created_ns);
 
+/*
+ * R-AGREE-1: BLAKE2b-128 of h encoded (rec_header_encode) with the fields
+ * that differ between the ranks of one record zeroed: shard fingerprint,
+ * first stored rank, row checksum and header checksum. Two ranks' files of
+ * one record have equal digests exactly when their headers agree.
+ */
+void rec_header_agreement_digest(const struct rec_header *h,
+				 struct rec_digest *out);
+
 /* The layout that h's counts and sizes describe; 0 or SEL_ETOOBIG. */
 int rec_layout_from_header(const struct rec_header *h, struct rec_layout *out);
 

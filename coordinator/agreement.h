@@ -1,0 +1,88 @@
+/*
+ * The startup agreement (DESIGN.md section 7): from every rank's scan
+ * summary, rank zero decides which records the store keeps, which of them
+ * keep their rows, and what each rank does to every file it holds. Pure
+ * functions over arrays; no files and no links (a peer applies its actions,
+ * the wire form of a summary belongs to cluster/).
+ *
+ * The rules, for a world of W ranks:
+ *  1. A key is held everywhere when each of the W ranks lists it exactly
+ *     once and every listing has the same header: equal agreement digests
+ *     (FORMAT.md R-AGREE-1) and equal parent, bucket, first page, page count
+ *     and creation time. A key that is not is deleted on every rank that
+ *     lists it (a rank listing a key twice sent a malformed summary; the key
+ *     is not held everywhere).
+ *  2. Its row is kept only when every rank's file has its row.
+ *  3. A root record (parent consumed 0) held everywhere is kept. Any other
+ *     record held everywhere is kept only when its parent is kept (R-DIR-5
+ *     over the agreed set): dropping a record drops its descendants.
+ *  4. A kept record without its row and with no kept child is dropped, and
+ *     so, in turn, is a page-only ancestor that this leaves childless
+ *     (R-DIR-6 over the agreed set).
+ *  5. Each rank's file of a kept record is kept, or truncated when the rank
+ *     has the row but rule 2 drops it; every other file is deleted.
+ */
+#ifndef SELENE_COORDINATOR_AGREEMENT_H
+#define SELENE_COORDINATOR_AGREEMENT_H
+
+#include "record/dir.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One rank's scan summary: the records it holds, in any order. */
+struct coord_rank_records {
+	const struct rec_record_info *records; /* may be NULL when count is 0 */
+	size_t count;                          /* at most REC_DIR_RECORDS_MAX */
+};
+
+/* What a rank does to one file it holds. */
+enum coord_action {
+	COORD_ACTION_KEEP = 0,     /* leave the file as it is */
+	COORD_ACTION_TRUNCATE_ROW, /* truncate at the row segment (R-REC-10) */
+	COORD_ACTION_DELETE,       /* unlink the file */
+};
+
+struct coord_agreement {
+	/*
+	 * The agreed records, oldest first by rank zero's mtime (the order
+	 * coord_store_load takes): rank zero's info, with row_present set when
+	 * every rank keeps the row and file_bytes the smallest among ranks
+	 * (the page-only length when any rank lacks the row).
+	 */
+	struct rec_record_info *records;
+	size_t record_count;
+	/* Every rank's actions, rank-major; see coord_agreement_actions. */
+	enum coord_action *actions;
+	size_t *action_first; /* world_size + 1 offsets into actions */
+	uint32_t world_size;
+	uint64_t key_count;         /* distinct keys listed by any rank */
+	uint64_t disagreed;         /* keys not held everywhere (rule 1) */
+	uint64_t orphans_dropped;   /* held everywhere, parent not kept (rule 3) */
+	uint64_t page_only_dropped; /* rule 4 */
+	uint64_t rows_dropped;      /* kept; some rank truncates its row */
+};
+
+/*
+ * Decides the agreement of world_size ranks (1 .. REC_WORLD_SIZE_MAX);
+ * ranks[r] is rank r's summary, read only during the call. Allocates a
+ * few arrays sized from the input counts, nothing per record, and runs in
+ * O(n log n) for n records in all. Returns 0 and fills out (free with
+ * coord_agreement_destroy), SEL_ETOOBIG when world_size or a rank's count
+ * is past its maximum, or -ENOMEM; on failure out holds nothing to free.
+ */
+int coord_agreement_decide(struct coord_agreement *out,
+			   const struct coord_rank_records *ranks,
+			   uint32_t world_size);
+
+/*
+ * Rank's actions, one per record of ranks[rank] in the order given to
+ * coord_agreement_decide; valid until coord_agreement_destroy.
+ */
+const enum coord_action *coord_agreement_actions(const struct coord_agreement *a,
+						 uint32_t rank);
+
+/* Frees what coord_agreement_decide allocated; a zeroed struct is fine. */
+void coord_agreement_destroy(struct coord_agreement *a);
+
+#endif
