@@ -59,6 +59,8 @@ static const struct {
 	{ "EINTR", EINTR },   { "EAGAIN", EAGAIN }, { "EROFS", EROFS },
 	{ "ENOMEM", ENOMEM }, { "EBADF", EBADF },   { "EINVAL", EINVAL },
 	{ "EPERM", EPERM },   { "EACCES", EACCES }, { "ENOENT", ENOENT },
+	{ "EPIPE", EPIPE },   { "ECONNRESET", ECONNRESET },
+	{ "ETIMEDOUT", ETIMEDOUT },
 };
 
 const char *sel_failpoint_name(enum sel_failpoint point)

@@ -1,0 +1,335 @@
+/*
+ * Links: see link.h. The queue is one byte ring of entries (u16 type, u32
+ * length, payload), filled by senders under a mutex and drained by the
+ * writer thread, which holds the mutex only while it copies an entry out.
+ */
+#include "cluster/link.h"
+
+#include "cluster/protocol.h"
+#include "common/base.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ENTRY_HEAD_BYTES 6u /* u16 type, u32 length */
+
+struct cluster_link {
+	int fd;
+	struct cluster_link_options options;
+	pthread_t reader, writer;
+	bool reader_started, writer_started;
+	pthread_mutex_t lock;
+	pthread_cond_t queue_ready;  /* the writer waits for entries or stop */
+	pthread_cond_t queue_drained;
+	uint8_t *ring;               /* queue_bytes_max bytes */
+	uint64_t ring_head, ring_used;
+	bool stopping;
+	int dead;                    /* 0 alive, 1 dead (on_close ran) */
+	uint8_t *read_buf;           /* one payload: CLUSTER_FRAME_PAYLOAD_BYTES_MAX */
+	uint8_t *write_buf;          /* the entry being written */
+	struct cluster_link_stats stats;
+};
+
+/* Marks the link dead and calls on_close exactly once. */
+static void link_die(struct cluster_link *l, int reason, const char *why)
+{
+	bool first;
+
+	pthread_mutex_lock(&l->lock);
+	first = !l->dead;
+	l->dead = 1;
+	pthread_cond_broadcast(&l->queue_ready);
+	pthread_cond_broadcast(&l->queue_drained);
+	pthread_mutex_unlock(&l->lock);
+	if (!first)
+		return;
+	/* Unblock the other thread's read or write. */
+	shutdown(l->fd, SHUT_RDWR);
+	if (l->options.on_close)
+		l->options.on_close(l->options.ctx, reason, why);
+}
+
+static void ring_copy_out(struct cluster_link *l, uint64_t offset, uint8_t *dst,
+			  uint64_t n)
+{
+	uint64_t size = l->options.queue_bytes_max;
+	uint64_t at = offset % size, first = n < size - at ? n : size - at;
+
+	memcpy(dst, l->ring + at, (size_t)first);
+	memcpy(dst + first, l->ring, (size_t)(n - first));
+}
+
+static void ring_copy_in(struct cluster_link *l, uint64_t offset, const uint8_t *src,
+			 uint64_t n)
+{
+	uint64_t size = l->options.queue_bytes_max;
+	uint64_t at = offset % size, first = n < size - at ? n : size - at;
+
+	memcpy(l->ring + at, src, (size_t)first);
+	memcpy(l->ring, src + first, (size_t)(n - first));
+}
+
+int cluster_link_send(struct cluster_link *l, uint16_t type, const uint8_t *payload,
+		      uint32_t length)
+{
+	uint64_t need = ENTRY_HEAD_BYTES + (uint64_t)length;
+	uint8_t head[ENTRY_HEAD_BYTES];
+
+	SEL_ASSERT(length <= cluster_payload_bytes_max(type));
+	head[0] = (uint8_t)type;
+	head[1] = (uint8_t)(type >> 8);
+	sel_put_le32(head + 2, length);
+	pthread_mutex_lock(&l->lock);
+	if (l->dead || l->stopping) {
+		pthread_mutex_unlock(&l->lock);
+		return SEL_ESTOPPED;
+	}
+	if (l->ring_used + need > l->options.queue_bytes_max) {
+		l->stats.queue_full++;
+		pthread_mutex_unlock(&l->lock);
+		return SEL_EQUEUEFULL;
+	}
+	ring_copy_in(l, l->ring_head + l->ring_used, head, ENTRY_HEAD_BYTES);
+	if (length)
+		ring_copy_in(l, l->ring_head + l->ring_used + ENTRY_HEAD_BYTES, payload, length);
+	l->ring_used += need;
+	l->stats.queued_bytes = l->ring_used;
+	pthread_cond_signal(&l->queue_ready);
+	pthread_mutex_unlock(&l->lock);
+	return 0;
+}
+
+/* Waits for an entry (or the heartbeat interval); false when stopping. */
+static bool writer_take(struct cluster_link *l, uint16_t *type, uint32_t *length,
+			bool *heartbeat)
+{
+	uint8_t head[ENTRY_HEAD_BYTES];
+	struct timespec until;
+
+	*heartbeat = false;
+	pthread_mutex_lock(&l->lock);
+	if (l->ring_used == 0 && !l->stopping && !l->dead && l->options.heartbeat_ms) {
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += l->options.heartbeat_ms / 1000;
+		until.tv_nsec += (long)(l->options.heartbeat_ms % 1000) * 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		while (l->ring_used == 0 && !l->stopping && !l->dead &&
+		       pthread_cond_timedwait(&l->queue_ready, &l->lock, &until) == 0)
+			;
+		*heartbeat = l->ring_used == 0 && !l->stopping && !l->dead;
+	}
+	while (l->ring_used == 0 && !l->stopping && !l->dead && !*heartbeat)
+		pthread_cond_wait(&l->queue_ready, &l->lock);
+	if (l->dead || (l->ring_used == 0 && !*heartbeat)) {
+		pthread_mutex_unlock(&l->lock);
+		return false;
+	}
+	if (!*heartbeat) {
+		ring_copy_out(l, l->ring_head, head, ENTRY_HEAD_BYTES);
+		*type = (uint16_t)(head[0] | head[1] << 8);
+		*length = sel_get_le32(head + 2);
+		ring_copy_out(l, l->ring_head + ENTRY_HEAD_BYTES, l->write_buf, *length);
+		l->ring_head = (l->ring_head + ENTRY_HEAD_BYTES + *length) %
+			       l->options.queue_bytes_max;
+		l->ring_used -= ENTRY_HEAD_BYTES + *length;
+		l->stats.queued_bytes = l->ring_used;
+		if (l->ring_used == 0)
+			pthread_cond_broadcast(&l->queue_drained);
+	}
+	pthread_mutex_unlock(&l->lock);
+	return true;
+}
+
+static void *writer_main(void *arg)
+{
+	struct cluster_link *l = arg;
+	uint64_t sequence = 0;
+
+	for (;;) {
+		uint16_t type = 0;
+		uint32_t length = 0;
+		bool heartbeat;
+		int ret;
+
+		if (!writer_take(l, &type, &length, &heartbeat))
+			break;
+		if (heartbeat) {
+			type = CLUSTER_MSG_HEARTBEAT;
+			length = cluster_heartbeat_encode(
+				&(struct cluster_heartbeat){ .monotonic_ns = sel_monotonic_ns() },
+				l->write_buf, CLUSTER_HEARTBEAT_BYTES);
+		}
+		ret = cluster_frame_write(l->fd, &sequence, type, l->write_buf, length);
+		if (ret) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "sending %s: %s", cluster_msg_name(type),
+				 sel_strerror(ret));
+			link_die(l, ret, why);
+			break;
+		}
+		pthread_mutex_lock(&l->lock);
+		if (heartbeat)
+			l->stats.heartbeats_sent++;
+		else
+			l->stats.frames_sent++;
+		pthread_mutex_unlock(&l->lock);
+	}
+	return NULL;
+}
+
+static void *reader_main(void *arg)
+{
+	struct cluster_link *l = arg;
+	struct cluster_frame_header header;
+	uint64_t sequence = 0;
+	char why[256] = "";
+
+	for (;;) {
+		int ret = cluster_frame_read(l->fd, l->read_buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX,
+					     &sequence, &header, why, sizeof(why));
+
+		if (ret != 1) {
+			if (ret == 0)
+				snprintf(why, sizeof(why), "the peer closed the link");
+			link_die(l, ret, why);
+			break;
+		}
+		pthread_mutex_lock(&l->lock);
+		l->stats.frames_received++;
+		pthread_mutex_unlock(&l->lock);
+		if (header.type != CLUSTER_MSG_HEARTBEAT && l->options.on_frame)
+			l->options.on_frame(l->options.ctx, header.type, l->read_buf,
+					    header.payload_length);
+	}
+	return NULL;
+}
+
+/* TCP options where the socket is TCP; timeouts on any socket. */
+static void link_socket_options(int fd, uint32_t silence_ms)
+{
+	struct timeval tv = { .tv_sec = silence_ms / 1000,
+			      .tv_usec = (suseconds_t)(silence_ms % 1000) * 1000 };
+	int one = 1, idle = (int)(silence_ms / 1000 > 1 ? silence_ms / 3000 + 1 : 1);
+	unsigned int user_timeout = silence_ms;
+
+	/* Not TCP (a socketpair in tests): these fail harmlessly. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+	if (silence_ms) {
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
+}
+
+static void link_free(struct cluster_link *l)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	free(l->ring);
+	free(l->read_buf);
+	free(l->write_buf);
+	pthread_cond_destroy(&l->queue_ready);
+	pthread_cond_destroy(&l->queue_drained);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+int cluster_link_start(const struct cluster_link_options *options,
+		       struct cluster_link **out)
+{
+	struct cluster_link *l = calloc(1, sizeof(*l));
+	pthread_condattr_t attr;
+	int ret;
+
+	*out = NULL;
+	if (!l) {
+		close(options->fd);
+		return -ENOMEM;
+	}
+	l->fd = options->fd;
+	l->options = *options;
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->queue_ready, &attr);
+	pthread_condattr_destroy(&attr);
+	pthread_cond_init(&l->queue_drained, NULL);
+	l->ring = malloc(options->queue_bytes_max ? options->queue_bytes_max : 1);
+	l->read_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	l->write_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	if (!l->ring || !l->read_buf || !l->write_buf || options->queue_bytes_max == 0) {
+		link_free(l);
+		return options->queue_bytes_max ? -ENOMEM : -EINVAL;
+	}
+	link_socket_options(l->fd, options->silence_timeout_ms);
+	ret = -pthread_create(&l->reader, NULL, reader_main, l);
+	l->reader_started = ret == 0;
+	if (!ret)
+		ret = -pthread_create(&l->writer, NULL, writer_main, l);
+	l->writer_started = ret == 0;
+	if (ret) {
+		cluster_link_close(l, 0);
+		return ret;
+	}
+	*out = l;
+	return 0;
+}
+
+bool cluster_link_alive(struct cluster_link *l)
+{
+	bool alive;
+
+	pthread_mutex_lock(&l->lock);
+	alive = !l->dead;
+	pthread_mutex_unlock(&l->lock);
+	return alive;
+}
+
+void cluster_link_stats(struct cluster_link *l, struct cluster_link_stats *out)
+{
+	pthread_mutex_lock(&l->lock);
+	*out = l->stats;
+	pthread_mutex_unlock(&l->lock);
+}
+
+void cluster_link_close(struct cluster_link *l, uint32_t linger_ms)
+{
+	struct timespec until;
+
+	if (!l)
+		return;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += linger_ms / 1000 + 1;
+	pthread_mutex_lock(&l->lock);
+	/* Let the writer send what is queued, for a while. */
+	while (l->writer_started && !l->dead && l->ring_used > 0 && linger_ms > 0 &&
+	       pthread_cond_timedwait(&l->queue_drained, &l->lock, &until) == 0)
+		;
+	l->stopping = true;
+	pthread_cond_broadcast(&l->queue_ready);
+	pthread_mutex_unlock(&l->lock);
+	link_die(l, SEL_ESTOPPED, "the link was closed");
+	if (l->writer_started)
+		pthread_join(l->writer, NULL);
+	if (l->reader_started)
+		pthread_join(l->reader, NULL);
+	link_free(l);
+}

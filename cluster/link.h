@@ -1,0 +1,78 @@
+/*
+ * A link (DESIGN.md section 7): one connected socket between rank zero and
+ * a peer, with a reader thread that delivers frames to a callback and a
+ * writer thread that sends from a bounded queue. Sending never blocks: a
+ * full queue fails the frame at once (SEL_EQUEUEFULL), so a peer that
+ * stops reading cannot stall the caller. An idle writer sends heartbeats;
+ * a link that hears nothing for its silence timeout, or whose send stalls
+ * that long, dies (TCP alone takes minutes to notice a silent peer). A
+ * dead link says so once, through on_close, and refuses every later send
+ * (SEL_ESTOPPED). Everything is allocated at start.
+ */
+#ifndef SELENE_CLUSTER_LINK_H
+#define SELENE_CLUSTER_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cluster_link;
+
+struct cluster_link_options {
+	int fd;                       /* connected; owned by the link from start */
+	uint64_t queue_bytes_max;     /* the writer queue (frames and their sizes) */
+	uint32_t heartbeat_ms;        /* idle time before a heartbeat; 0: none */
+	uint32_t silence_timeout_ms;  /* nothing heard, or a send stalled: dead */
+	/*
+	 * Called on the reader thread for every frame but heartbeats; payload
+	 * is valid during the call only.
+	 */
+	void (*on_frame)(void *ctx, uint16_t type, const uint8_t *payload,
+			 uint32_t length);
+	/*
+	 * Called once, on the thread that found the link dead: reason is 0 (the
+	 * peer closed between frames), -ETIMEDOUT, SEL_EPROTO, another
+	 * negative errno, or SEL_ESTOPPED (closed by cluster_link_close).
+	 */
+	void (*on_close)(void *ctx, int reason, const char *why);
+	void *ctx;
+};
+
+struct cluster_link_stats {
+	uint64_t frames_sent;
+	uint64_t frames_received;
+	uint64_t heartbeats_sent;
+	uint64_t queue_full;      /* sends refused for lack of queue space */
+	uint64_t queued_bytes;    /* in the queue now */
+};
+
+/*
+ * Sets TCP_NODELAY, keepalive and TCP_USER_TIMEOUT where the socket is
+ * TCP, socket send and receive timeouts, and starts the threads. Returns 0
+ * and *out, or a negative errno (the fd is closed on failure).
+ */
+int cluster_link_start(const struct cluster_link_options *options,
+		       struct cluster_link **out);
+
+/*
+ * Queues one frame (payload copied; length within the type's bounds).
+ * Returns 0, SEL_EQUEUEFULL when the queue has no room, or SEL_ESTOPPED
+ * when the link is dead or closing. Never blocks on the network.
+ */
+int cluster_link_send(struct cluster_link *link, uint16_t type,
+		      const uint8_t *payload, uint32_t length);
+
+/* Whether the link is still up. */
+bool cluster_link_alive(struct cluster_link *link);
+
+void cluster_link_stats(struct cluster_link *link, struct cluster_link_stats *out);
+
+/*
+ * Stops the link: sends what is queued (for up to linger_ms; then BYE is
+ * not guaranteed), shuts the socket down, joins the threads and frees it.
+ * on_close runs (with SEL_ESTOPPED) if the link was still alive. NULL is
+ * fine.
+ */
+void cluster_link_close(struct cluster_link *link, uint32_t linger_ms);
+
+#endif

@@ -1,0 +1,302 @@
+/*
+ * Links (cluster/link.h) over socketpairs and loopback TCP: frames both
+ * ways in order, heartbeats keeping an idle link alive, a silent peer and a
+ * stalled peer found dead, a full queue refusing at once, a closed peer, a
+ * malformed frame, sends after close, and TCP options on a TCP link.
+ */
+#include "tests/testutil.h"
+
+#include "cluster/link.h"
+#include "cluster/protocol.h"
+#include "common/base.h"
+#include "common/log.h"
+#include "selene/selene.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct inbox {
+	pthread_mutex_t lock;
+	uint32_t frames;
+	uint64_t last_job_id;
+	bool ordered;
+	int closed;
+	int reason;
+	char why[256];
+};
+
+static void inbox_init(struct inbox *in)
+{
+	memset(in, 0, sizeof(*in));
+	pthread_mutex_init(&in->lock, NULL);
+	in->ordered = true;
+}
+
+static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t length)
+{
+	struct inbox *in = ctx;
+	struct cluster_job_done done;
+	char why[128];
+
+	pthread_mutex_lock(&in->lock);
+	if (type == CLUSTER_MSG_JOB_DONE &&
+	    cluster_job_done_decode(payload, length, &done, why, sizeof(why)) == 0) {
+		if (done.job_id != in->last_job_id + 1)
+			in->ordered = false;
+		in->last_job_id = done.job_id;
+	}
+	in->frames++;
+	pthread_mutex_unlock(&in->lock);
+}
+
+static void on_close(void *ctx, int reason, const char *why)
+{
+	struct inbox *in = ctx;
+
+	pthread_mutex_lock(&in->lock);
+	in->closed++;
+	in->reason = reason;
+	snprintf(in->why, sizeof(in->why), "%s", why);
+	pthread_mutex_unlock(&in->lock);
+}
+
+static struct cluster_link *start(int fd, struct inbox *in, uint64_t queue,
+				  uint32_t heartbeat_ms, uint32_t silence_ms)
+{
+	struct cluster_link_options o = {
+		.fd = fd, .queue_bytes_max = queue, .heartbeat_ms = heartbeat_ms,
+		.silence_timeout_ms = silence_ms, .on_frame = on_frame, .on_close = on_close,
+		.ctx = in,
+	};
+	struct cluster_link *l;
+
+	assert_int_equal(cluster_link_start(&o, &l), 0);
+	return l;
+}
+
+static int send_done(struct cluster_link *l, uint64_t id)
+{
+	struct cluster_job_done done = { .job_id = id, .result = 0, .bytes = 4096 };
+	uint8_t buf[256];
+	int n = cluster_job_done_encode(&done, buf, sizeof(buf));
+
+	assert_true(n > 0);
+	return cluster_link_send(l, CLUSTER_MSG_JOB_DONE, buf, (uint32_t)n);
+}
+
+/* Waits up to ms for pred on the inbox (lock held while testing). */
+#define WAIT_FOR(in, ms, pred)                                              \
+	do {                                                                \
+		for (int w_ = 0; w_ < (ms); w_++) {                         \
+			bool ok_;                                           \
+			pthread_mutex_lock(&(in)->lock);                    \
+			ok_ = (pred);                                       \
+			pthread_mutex_unlock(&(in)->lock);                  \
+			if (ok_)                                            \
+				break;                                      \
+			usleep(1000);                                       \
+		}                                                           \
+	} while (0)
+
+/* Frames go both ways, in order, and all arrive. */
+static void test_link_frames_both_ways(void **state)
+{
+	struct inbox a, b;
+	struct cluster_link *la, *lb;
+	int sv[2];
+
+	(void)state;
+	inbox_init(&a);
+	inbox_init(&b);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	la = start(sv[0], &a, 1 << 20, 0, 5000);
+	lb = start(sv[1], &b, 1 << 20, 0, 5000);
+	for (uint64_t i = 1; i <= 500; i++) {
+		while (send_done(la, i) == SEL_EQUEUEFULL)
+			usleep(100);
+		while (send_done(lb, i) == SEL_EQUEUEFULL)
+			usleep(100);
+	}
+	WAIT_FOR(&a, 5000, a.frames == 500);
+	WAIT_FOR(&b, 5000, b.frames == 500);
+	assert_int_equal(a.frames, 500);
+	assert_int_equal(b.frames, 500);
+	assert_true(a.ordered && b.ordered);
+	cluster_link_close(la, 1000);
+	cluster_link_close(lb, 1000);
+	assert_int_equal(a.closed, 1);
+	assert_int_equal(b.closed, 1);
+}
+
+/* Heartbeats keep an idle link alive past its silence timeout. */
+static void test_link_heartbeats(void **state)
+{
+	struct inbox a, b;
+	struct cluster_link *la, *lb;
+	struct cluster_link_stats st;
+	int sv[2];
+
+	(void)state;
+	inbox_init(&a);
+	inbox_init(&b);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	la = start(sv[0], &a, 1 << 16, 50, 400);
+	lb = start(sv[1], &b, 1 << 16, 50, 400);
+	usleep(1200 * 1000);
+	assert_true(cluster_link_alive(la) && cluster_link_alive(lb));
+	cluster_link_stats(la, &st);
+	assert_true(st.heartbeats_sent >= 5);
+	assert_int_equal(a.frames, 0); /* heartbeats are not delivered */
+	cluster_link_close(la, 0);
+	cluster_link_close(lb, 0);
+}
+
+/* A peer that says nothing is found dead after the silence timeout. */
+static void test_link_silent_peer(void **state)
+{
+	struct inbox a;
+	struct cluster_link *la;
+	int sv[2];
+
+	(void)state;
+	inbox_init(&a);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	la = start(sv[0], &a, 1 << 16, 0, 300);
+	WAIT_FOR(&a, 5000, a.closed == 1);
+	assert_int_equal(a.closed, 1);
+	assert_int_equal(a.reason, -ETIMEDOUT);
+	assert_false(cluster_link_alive(la));
+	assert_int_equal(send_done(la, 1), SEL_ESTOPPED);
+	cluster_link_close(la, 0);
+	assert_int_equal(a.closed, 1); /* once */
+	close(sv[1]);
+}
+
+/*
+ * A peer that stops reading: the queue fills and sends fail at once; the
+ * stalled send then kills the link.
+ */
+static void test_link_stalled_peer_fills_queue(void **state)
+{
+	static uint8_t big[1 << 20], header[4096];
+	static uint32_t ids[200000];
+	struct cluster_job job = { .job_id = 1, .kind = CLUSTER_JOB_STORE,
+				   .record_header = header, .page_ids = ids,
+				   .page_id_count = 200000 };
+	struct inbox a;
+	struct cluster_link *la;
+	int sv[2], refused = 0, n;
+
+	(void)state;
+	inbox_init(&a);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	la = start(sv[0], &a, 4 << 20, 0, 500);
+	n = cluster_job_encode(&job, big, sizeof(big));
+	assert_true(n > 0);
+	for (int i = 0; i < 1000 && !refused; i++) {
+		int ret = cluster_link_send(la, CLUSTER_MSG_JOB, big, (uint32_t)n);
+
+		if (ret == SEL_EQUEUEFULL)
+			refused = 1;
+		else
+			assert_int_equal(ret, 0);
+	}
+	assert_true(refused);
+	WAIT_FOR(&a, 5000, a.closed == 1);
+	assert_int_equal(a.reason, -ETIMEDOUT);
+	cluster_link_close(la, 0);
+	close(sv[1]);
+}
+
+/* The peer closing between frames is a clean end; garbage is a protocol error. */
+static void test_link_peer_close_and_garbage(void **state)
+{
+	struct inbox a, b;
+	struct cluster_link *la, *lb;
+	int sv[2];
+
+	(void)state;
+	inbox_init(&a);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	la = start(sv[0], &a, 1 << 16, 0, 5000);
+	close(sv[1]);
+	WAIT_FOR(&a, 5000, a.closed == 1);
+	assert_int_equal(a.reason, 0);
+	assert_non_null(strstr(a.why, "closed"));
+	cluster_link_close(la, 0);
+
+	inbox_init(&b);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	lb = start(sv[0], &b, 1 << 16, 0, 5000);
+	assert_int_equal(write(sv[1], "GARBAGE GARBAGE GARBAGE GARBAGE GARBAGE!!", 41), 41);
+	WAIT_FOR(&b, 5000, b.closed == 1);
+	assert_int_equal(b.reason, SEL_EPROTO);
+	cluster_link_close(lb, 0);
+	close(sv[1]);
+}
+
+/* Over TCP the link sets TCP_NODELAY and TCP_USER_TIMEOUT. */
+static void test_link_tcp_options(void **state)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	struct inbox a, b;
+	struct cluster_link *la, *lb;
+	int listener, client, server, nodelay = 0;
+	unsigned int user_timeout = 0;
+	socklen_t optlen = sizeof(nodelay);
+
+	(void)state;
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	listener = socket(AF_INET, SOCK_STREAM, 0);
+	if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+		fprintf(stderr, "skip: no loopback TCP (%s)\n", strerror(errno));
+		skip();
+	}
+	assert_int_equal(listen(listener, 1), 0);
+	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+	client = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(client, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	server = accept(listener, NULL, NULL);
+	assert_true(server >= 0);
+	inbox_init(&a);
+	inbox_init(&b);
+	la = start(client, &a, 1 << 16, 100, 2000);
+	lb = start(server, &b, 1 << 16, 100, 2000);
+	assert_int_equal(getsockopt(client, IPPROTO_TCP, TCP_NODELAY, &nodelay, &optlen), 0);
+	assert_true(nodelay);
+	optlen = sizeof(user_timeout);
+	assert_int_equal(getsockopt(client, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout,
+				    &optlen), 0);
+	assert_int_equal(user_timeout, 2000);
+	assert_int_equal(send_done(la, 1), 0);
+	WAIT_FOR(&b, 5000, b.frames == 1);
+	assert_int_equal(b.frames, 1);
+	cluster_link_close(la, 1000);
+	cluster_link_close(lb, 1000);
+	close(listener);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_link_frames_both_ways),
+		cmocka_unit_test(test_link_heartbeats),
+		cmocka_unit_test(test_link_silent_peer),
+		cmocka_unit_test(test_link_stalled_peer_fills_queue),
+		cmocka_unit_test(test_link_peer_close_and_garbage),
+		cmocka_unit_test(test_link_tcp_options),
+	};
+
+	sel_log_set_level(SEL_LOG_ERROR);
+	return cmocka_run_group_tests_name("link", tests, NULL, NULL);
+}
