@@ -157,7 +157,7 @@ static bool writer_take(struct cluster_link *l, uint16_t *type, uint32_t *length
 static void *writer_main(void *arg)
 {
 	struct cluster_link *l = arg;
-	uint64_t sequence = 0;
+	uint64_t sequence = l->options.send_sequence;
 
 	for (;;) {
 		uint16_t type = 0;
@@ -196,7 +196,7 @@ static void *reader_main(void *arg)
 {
 	struct cluster_link *l = arg;
 	struct cluster_frame_header header;
-	uint64_t sequence = 0;
+	uint64_t sequence = l->options.recv_sequence;
 	char why[256] = "";
 
 	for (;;) {

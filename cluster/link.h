@@ -23,6 +23,8 @@ struct cluster_link_options {
 	uint64_t queue_bytes_max;     /* the writer queue (frames and their sizes) */
 	uint32_t heartbeat_ms;        /* idle time before a heartbeat; 0: none */
 	uint32_t silence_timeout_ms;  /* nothing heard, or a send stalled: dead */
+	uint64_t send_sequence;       /* the next frame numbers, after a handshake */
+	uint64_t recv_sequence;
 	/*
 	 * Called on the reader thread for every frame but heartbeats; payload
 	 * is valid during the call only.

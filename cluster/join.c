@@ -1,0 +1,240 @@
+/* The join handshake: see join.h. */
+#include "cluster/join.h"
+
+#include "common/base.h"
+#include "record/geometry.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int join_fail(int err, char *why, size_t why_size, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int join_fail(int err, char *why, size_t why_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why_size) {
+		va_start(ap, fmt);
+		vsnprintf(why, why_size, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+/* Encodes and sends one message; the encoder's result is its length. */
+static int send_msg(int fd, struct cluster_sequences *seq, uint16_t type,
+		    const uint8_t *payload, int length)
+{
+	if (length < 0)
+		return length;
+	return cluster_frame_write(fd, &seq->send, type, payload, (uint32_t)length);
+}
+
+/* Reads the next frame, which must be of type want (or a REFUSE). */
+static int recv_msg(int fd, struct cluster_sequences *seq, uint16_t want,
+		    uint8_t *buf, size_t buf_size, uint32_t *length, char *why,
+		    size_t why_size)
+{
+	struct cluster_frame_header header;
+	struct cluster_refuse refuse;
+	int ret = cluster_frame_read(fd, buf, buf_size, &seq->recv, &header, why, why_size);
+
+	if (ret == 0)
+		return join_fail(-ECONNRESET, why, why_size,
+				 "the other side closed during the join");
+	if (ret != 1)
+		return ret;
+	*length = header.payload_length;
+	if (header.type == CLUSTER_MSG_REFUSE && want != CLUSTER_MSG_REFUSE) {
+		ret = cluster_refuse_decode(buf, header.payload_length, &refuse, why, why_size);
+		if (ret)
+			return ret;
+		return join_fail(refuse.reason == CLUSTER_REFUSE_AUTH ||
+						 refuse.reason == CLUSTER_REFUSE_ADDRESS ?
+					 -EACCES : SEL_EMISMATCH,
+				 why, why_size, "refused by the other side: %s", refuse.text);
+	}
+	if (header.type != want)
+		return join_fail(SEL_EPROTO, why, why_size, "expected %s, got %s",
+				 cluster_msg_name(want), cluster_msg_name(header.type));
+	return 0;
+}
+
+int cluster_join_peer(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+		      const struct cluster_identity *me, struct cluster_sequences *seq,
+		      uint64_t *agreed_disk_limit, char *why, size_t why_size)
+{
+	struct cluster_hello hello = {
+		.rank = me->rank, .world_size = me->world_size,
+		.fingerprint = me->fingerprint, .layout_digest = me->layout_digest,
+		.has_disk_store = me->has_disk_store,
+		.disk_limit_bytes = me->has_disk_store ? me->disk_limit_bytes : 0,
+	};
+	struct cluster_challenge challenge;
+	struct cluster_proof proof;
+	struct cluster_welcome welcome;
+	uint8_t buf[512], expected[CLUSTER_MAC_BYTES];
+	uint32_t length;
+	int ret;
+
+	ret = cluster_nonce_fill(hello.client_nonce);
+	if (!ret)
+		ret = send_msg(fd, seq, CLUSTER_MSG_HELLO, buf,
+			       cluster_hello_encode(&hello, buf, sizeof(buf)));
+	if (!ret)
+		ret = recv_msg(fd, seq, CLUSTER_MSG_CHALLENGE, buf, sizeof(buf), &length, why,
+			       why_size);
+	if (!ret)
+		ret = cluster_challenge_decode(buf, length, &challenge, why, why_size);
+	if (ret)
+		return ret;
+	cluster_join_mac(secret, challenge.server_nonce, hello.client_nonce, me->rank,
+			 &me->fingerprint, proof.mac);
+	ret = send_msg(fd, seq, CLUSTER_MSG_PROOF, buf,
+		       cluster_proof_encode(&proof, buf, sizeof(buf)));
+	if (!ret)
+		ret = recv_msg(fd, seq, CLUSTER_MSG_WELCOME, buf, sizeof(buf), &length, why,
+			       why_size);
+	if (!ret)
+		ret = cluster_welcome_decode(buf, length, &welcome, why, why_size);
+	if (ret)
+		return ret;
+	/* Rank zero proves it holds the secret too: a stranger learns nothing. */
+	cluster_welcome_mac(secret, hello.client_nonce, challenge.server_nonce, me->rank,
+			    expected);
+	if (!cluster_mac_equal(expected, welcome.mac))
+		return join_fail(-EACCES, why, why_size,
+				 "rank zero did not prove it holds the launch secret");
+	*agreed_disk_limit = welcome.disk_limit_bytes;
+	return 0;
+}
+
+int cluster_join_refuse(int fd, struct cluster_sequences *seq, uint32_t reason,
+			const char *text)
+{
+	struct cluster_refuse refuse = { .reason = reason };
+	uint8_t buf[512];
+
+	snprintf(refuse.text, sizeof(refuse.text), "%s", text);
+	return send_msg(fd, seq, CLUSTER_MSG_REFUSE, buf,
+			cluster_refuse_encode(&refuse, buf, sizeof(buf)));
+}
+
+/* Refuses on both sides: sends REFUSE, returns err with the same text. */
+static int accept_refuse(int fd, struct cluster_sequences *seq, int err, uint32_t reason,
+			 char *why, size_t why_size, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+
+static int accept_refuse(int fd, struct cluster_sequences *seq, int err, uint32_t reason,
+			 char *why, size_t why_size, const char *fmt, ...)
+{
+	char text[CLUSTER_REFUSE_TEXT_BYTES_MAX + 1];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	cluster_join_refuse(fd, seq, reason, text);
+	return join_fail(err, why, why_size, "%s", text);
+}
+
+/* The policy checks of a HELLO, each refused with its own reason. */
+static int check_hello(int fd, const struct cluster_join_policy *policy,
+		       struct cluster_joiner *j, char *why, size_t why_size)
+{
+	const struct cluster_hello *h = &j->hello;
+	struct sockaddr_storage addr;
+	socklen_t addr_len = sizeof(addr);
+	struct rec_digest expected;
+
+	if (h->world_size != policy->world_size || h->rank >= policy->world_size)
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_WORLD, why,
+				     why_size, "rank %u of a world of %u, but the world has %u ranks",
+				     h->rank, h->world_size, policy->world_size);
+	if (!rec_digest_equal(&h->layout_digest, &policy->layout_digest))
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_LAYOUT, why,
+				     why_size, "rank %u has a different cache geometry "
+				     "(layout digest)", h->rank);
+	rec_shard_fingerprint(&expected, &policy->layout_digest, h->rank, h->world_size);
+	if (!rec_digest_equal(&h->fingerprint, &expected))
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_FINGERPRINT, why,
+				     why_size, "rank %u's shard fingerprint is not its rank's",
+				     h->rank);
+	if (h->has_disk_store != policy->has_disk_store)
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_DISK_STORE, why,
+				     why_size, "rank %u %s and rank zero %s: every rank has "
+				     "a disk store, or none", h->rank,
+				     h->has_disk_store ? "has a disk store" : "has no disk store",
+				     policy->has_disk_store ? "has one" : "has none");
+	if (policy->address_allowed &&
+	    (getpeername(fd, (struct sockaddr *)&addr, &addr_len) != 0 ||
+	     !policy->address_allowed(policy->ctx, h->rank, (struct sockaddr *)&addr,
+				      addr_len)))
+		return accept_refuse(fd, &j->seq, -EACCES, CLUSTER_REFUSE_ADDRESS, why, why_size,
+				     "rank %u connected from an address it did not announce",
+				     h->rank);
+	return 0;
+}
+
+int cluster_join_accept(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+			const struct cluster_join_policy *policy,
+			struct cluster_joiner *out, char *why, size_t why_size)
+{
+	struct cluster_challenge challenge;
+	struct cluster_proof proof;
+	uint8_t buf[512], expected[CLUSTER_MAC_BYTES];
+	uint32_t length;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	ret = recv_msg(fd, &out->seq, CLUSTER_MSG_HELLO, buf, sizeof(buf), &length, why,
+		       why_size);
+	if (ret)
+		return ret;
+	ret = cluster_hello_decode(buf, length, &out->hello, why, why_size);
+	if (ret) {
+		char reason[200];
+
+		snprintf(reason, sizeof(reason), "%s", why);
+		return accept_refuse(fd, &out->seq, ret, CLUSTER_REFUSE_PROTOCOL, why, why_size,
+				     "malformed HELLO: %s", reason);
+	}
+	ret = check_hello(fd, policy, out, why, why_size);
+	if (!ret)
+		ret = cluster_nonce_fill(challenge.server_nonce);
+	if (ret)
+		return ret;
+	memcpy(out->server_nonce, challenge.server_nonce, CLUSTER_NONCE_BYTES);
+	ret = send_msg(fd, &out->seq, CLUSTER_MSG_CHALLENGE, buf,
+		       cluster_challenge_encode(&challenge, buf, sizeof(buf)));
+	if (!ret)
+		ret = recv_msg(fd, &out->seq, CLUSTER_MSG_PROOF, buf, sizeof(buf), &length, why,
+			       why_size);
+	if (!ret)
+		ret = cluster_proof_decode(buf, length, &proof, why, why_size);
+	if (ret)
+		return ret;
+	cluster_join_mac(secret, out->server_nonce, out->hello.client_nonce, out->hello.rank,
+			 &out->hello.fingerprint, expected);
+	if (!cluster_mac_equal(expected, proof.mac))
+		return accept_refuse(fd, &out->seq, -EACCES, CLUSTER_REFUSE_AUTH, why, why_size,
+				     "rank %u did not prove it holds the launch secret",
+				     out->hello.rank);
+	return 0;
+}
+
+int cluster_join_welcome(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+			 struct cluster_joiner *j, uint64_t agreed_disk_limit)
+{
+	struct cluster_welcome welcome = { .disk_limit_bytes = agreed_disk_limit };
+	uint8_t buf[128];
+
+	cluster_welcome_mac(secret, j->hello.client_nonce, j->server_nonce, j->hello.rank,
+			    welcome.mac);
+	return send_msg(fd, &j->seq, CLUSTER_MSG_WELCOME, buf,
+			cluster_welcome_encode(&welcome, buf, sizeof(buf)));
+}
