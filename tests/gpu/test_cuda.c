@@ -12,8 +12,11 @@
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
+#include "selene/store.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,10 +210,102 @@ static void test_gpu_store_poison_fetch(void **state)
 	}
 }
 
+/* Polls the store until one event arrives (10 s at most). */
+static struct sel_event wait_event(sel_store *store)
+{
+	struct sel_event ev = { .kind = SEL_EVENT_FETCH_FAILED, .error = -ETIMEDOUT };
+
+	for (int i = 0; i < 10000; i++) {
+		if (sel_poll(store, &ev, 1) == 1)
+			break;
+		usleep(1000);
+	}
+	return ev;
+}
+
+/*
+ * The public store API on the cuda device: a conversation published from
+ * device planes, the planes poisoned, the longest prefix looked up and
+ * fetched into other ids, byte-exact; then again after a restart.
+ */
+static void test_gpu_store_api(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_plane planes[PLANES];
+	char names[PLANES][16], err[256], *dir;
+	struct sel_store_config config;
+	uint32_t tokens[64 * 100], ids[PAGES];
+	sel_store *store;
+	sel_history *h;
+	struct sel_hit hit;
+	struct sel_event ev;
+	bool joined;
+
+	if (!f)
+		skip();
+	dir = tu_make_temp_dir("gpu-api");
+	for (uint32_t p = 0; p < PLANES; p++) {
+		snprintf(names[p], sizeof(names[p]), "plane.%03u", p);
+		planes[p] = (struct sel_plane){ names[p], UNIT, f->planes.page_base[p] };
+	}
+	config = (struct sel_store_config){
+		.dir = dir, .page_tokens = 64, .page_plane_count = PLANES, .page_planes = planes,
+		.row_plane = { "state", ROW, f->planes.row_base }, .page_count = PAGES,
+		.row_count = ROWS, .device = "cuda", .disk_limit_bytes = 1ull << 30,
+		.durable = true, .records_max = 1000,
+	};
+	tu_tokens(tokens, 64 * 100, 31);
+	for (int round = 0; round < 2; round++) {
+		if (sel_store_open(&config, &store, err, sizeof(err)) != 0)
+			fail_msg("open: %s", err);
+		assert_int_equal(sel_history_create(store, tokens, 64 * 100, &h), 0);
+		if (round == 0) {
+			uint64_t points[2] = { 64 * 40 + 7, 64 * 90 + 1 };
+
+			for (uint32_t i = 0; i < 90; i++) {
+				ids[i] = i;
+				put_page(f, i, i);
+			}
+			for (int k = 0; k < 2; k++) {
+				struct sel_publication pub = { .checkpoint = (uint64_t)k, .history = h,
+							       .consumed = points[k],
+							       .parent_consumed = k ? points[0] : 0,
+							       .page_ids = ids, .state_slot = (uint32_t)k };
+				enum sel_outcome outcome;
+
+				put_row(f, (uint32_t)k, points[k]);
+				assert_int_equal(sel_store_publish(store, &pub, &outcome), 0);
+				assert_int_equal(outcome, SEL_QUEUED);
+				ev = wait_event(store);
+				if (ev.kind != SEL_EVENT_STORED)
+					fail_msg("store: %s", ev.why);
+			}
+		}
+		poison(f);
+		assert_true(sel_lookup(store, h, 0, &hit));
+		assert_int_equal(hit.consumed, 64 * 90 + 1);
+		assert_int_equal(hit.page_count, 90);
+		for (uint32_t i = 0; i < 90; i++)
+			ids[i] = 399 - i;
+		assert_int_equal(sel_fetch(store, &hit, ids, 3, 7, &joined), 0);
+		ev = wait_event(store);
+		if (ev.kind != SEL_EVENT_FETCHED)
+			fail_msg("fetch (round %d): %s", round, ev.why);
+		for (uint32_t i = 0; i < 90; i++)
+			if (!page_is(f, 399 - i, i))
+				fail_msg("round %d: page %u differs on the device", round, i);
+		assert_true(row_is(f, 3, 64 * 90 + 1));
+		sel_history_destroy(h);
+		assert_int_equal(sel_store_close(store, 10000), 0);
+	}
+	tu_remove_tree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_gpu_store_poison_fetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_store_api, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("gpu", tests, NULL, NULL);
