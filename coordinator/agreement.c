@@ -83,7 +83,11 @@ static void *alloc_array(size_t count, size_t size)
 	return malloc(count * size);
 }
 
-/* Rule 1: the header fields a summary carries, beyond the key, agree. */
+/*
+ * Rule 1: the header fields a summary carries, beyond the key, agree. The
+ * creation time is not among them on the wire: the agreement digest covers
+ * it (R-AGREE-1).
+ */
 static bool same_header(const struct rec_record_info *a,
 			const struct rec_record_info *b)
 {
@@ -91,8 +95,7 @@ static bool same_header(const struct rec_record_info *a,
 	       rec_key_equal(&a->parent, &b->parent) &&
 	       rec_digest_equal(&a->bucket, &b->bucket) &&
 	       a->first_page_index == b->first_page_index &&
-	       a->tail_page_count == b->tail_page_count &&
-	       a->created_ns == b->created_ns;
+	       a->tail_page_count == b->tail_page_count;
 }
 
 /* Rule 1: one key's count listings (sorted by rank) are each rank's, once. */

@@ -1,0 +1,186 @@
+/* Startup summaries and agreements in chunks: see summary.h. */
+#include "cluster/summary.h"
+
+#include "common/base.h"
+#include "common/limits.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Chunks small enough that the conversion buffers stay modest. */
+#define CHUNK_RECORDS 4096u
+
+_Static_assert(CHUNK_RECORDS <= CLUSTER_SUMMARY_CHUNK_RECORDS_MAX, "summary chunk");
+_Static_assert(CHUNK_RECORDS <= CLUSTER_AGREEMENT_CHUNK_ENTRIES_MAX, "agreement chunk");
+
+static int recv_frame(int fd, struct cluster_sequences *seq, uint16_t want, uint8_t *buf,
+		      uint32_t *length, char *why, size_t why_size)
+{
+	struct cluster_frame_header header;
+	int ret = cluster_frame_read(fd, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX, &seq->recv,
+				     &header, why, why_size);
+
+	if (ret == 0) {
+		snprintf(why, why_size, "the other side closed during the startup agreement");
+		return -ECONNRESET;
+	}
+	if (ret != 1)
+		return ret;
+	if (header.type != want) {
+		snprintf(why, why_size, "expected %s, got %s", cluster_msg_name(want),
+			 cluster_msg_name(header.type));
+		return SEL_EPROTO;
+	}
+	*length = header.payload_length;
+	return 0;
+}
+
+int cluster_summary_send(int fd, struct cluster_sequences *seq,
+			 const struct rec_record_info *records, size_t count)
+{
+	struct cluster_summary_record *chunk = malloc(CHUNK_RECORDS * sizeof(*chunk));
+	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	size_t done = 0;
+	uint32_t index = 0;
+	int ret = chunk && buf ? 0 : -ENOMEM;
+
+	do {
+		uint32_t n = count - done < CHUNK_RECORDS ? (uint32_t)(count - done) : CHUNK_RECORDS;
+		int length;
+
+		for (uint32_t i = 0; !ret && i < n; i++) {
+			const struct rec_record_info *r = &records[done + i];
+
+			chunk[i] = (struct cluster_summary_record){
+				.key = r->key, .parent = r->parent, .bucket = r->bucket,
+				.first_page_index = r->first_page_index,
+				.tail_page_count = r->tail_page_count, .row_present = r->row_present,
+				.header_digest = r->agreement,
+			};
+		}
+		if (ret)
+			break;
+		length = cluster_summary_encode(buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX, index++,
+						done + n == count, chunk, n);
+		ret = length < 0 ? length :
+				   cluster_frame_write(fd, &seq->send, CLUSTER_MSG_SUMMARY, buf,
+						       (uint32_t)length);
+		done += n;
+	} while (!ret && done < count);
+	free(chunk);
+	free(buf);
+	return ret;
+}
+
+int cluster_summary_recv(int fd, struct cluster_sequences *seq,
+			 struct rec_record_info **records, size_t *count, char *why,
+			 size_t why_size)
+{
+	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	struct cluster_chunks chunks = { 0 };
+	struct rec_record_info *out = NULL;
+	size_t n = 0;
+	int ret = buf ? 0 : -ENOMEM;
+
+	while (!ret && !chunks.done) {
+		struct cluster_summary_view view;
+		struct rec_record_info *grown;
+		uint32_t length;
+
+		ret = recv_frame(fd, seq, CLUSTER_MSG_SUMMARY, buf, &length, why, why_size);
+		if (!ret)
+			ret = cluster_summary_decode(buf, length, &view, why, why_size);
+		if (!ret)
+			ret = cluster_chunks_accept(&chunks, view.chunk_index, view.last,
+						    view.record_count, REC_DIR_RECORDS_MAX, why,
+						    why_size);
+		if (ret)
+			break;
+		/* Bounded: the total was just checked against REC_DIR_RECORDS_MAX. */
+		grown = realloc(out, (n + view.record_count + 1) * sizeof(*out));
+		if (!grown) {
+			ret = -ENOMEM;
+			break;
+		}
+		out = grown;
+		for (uint32_t i = 0; i < view.record_count; i++) {
+			struct cluster_summary_record r;
+
+			cluster_summary_view_record(&view, i, &r);
+			out[n++] = (struct rec_record_info){
+				.key = r.key, .parent = r.parent, .bucket = r.bucket,
+				.first_page_index = r.first_page_index,
+				.tail_page_count = r.tail_page_count, .row_present = r.row_present,
+				.agreement = r.header_digest,
+			};
+		}
+	}
+	free(buf);
+	if (ret) {
+		free(out);
+		return ret;
+	}
+	*records = out;
+	*count = n;
+	return 0;
+}
+
+int cluster_agreement_send(int fd, struct cluster_sequences *seq,
+			   const struct cluster_agreement_entry *entries, size_t count)
+{
+	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	size_t done = 0;
+	uint32_t index = 0;
+	int ret = buf ? 0 : -ENOMEM;
+
+	do {
+		uint32_t n = count - done < CHUNK_RECORDS ? (uint32_t)(count - done) : CHUNK_RECORDS;
+		int length = ret ? ret :
+				   cluster_agreement_encode(buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX,
+							    index++, done + n == count,
+							    entries + done, n);
+
+		ret = length < 0 ? length :
+				   cluster_frame_write(fd, &seq->send, CLUSTER_MSG_AGREEMENT, buf,
+						       (uint32_t)length);
+		done += n;
+	} while (!ret && done < count);
+	free(buf);
+	return ret;
+}
+
+int cluster_agreement_recv(int fd, struct cluster_sequences *seq,
+			   int (*apply)(void *ctx, const struct cluster_agreement_entry *e),
+			   void *ctx, char *why, size_t why_size)
+{
+	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	struct cluster_chunks chunks = { 0 };
+	int ret = buf ? 0 : -ENOMEM;
+
+	while (!ret && !chunks.done) {
+		struct cluster_agreement_view view;
+		uint32_t length;
+
+		ret = recv_frame(fd, seq, CLUSTER_MSG_AGREEMENT, buf, &length, why, why_size);
+		if (!ret)
+			ret = cluster_agreement_decode(buf, length, &view, why, why_size);
+		if (!ret)
+			ret = cluster_chunks_accept(&chunks, view.chunk_index, view.last,
+						    view.entry_count, REC_DIR_RECORDS_MAX, why,
+						    why_size);
+		for (uint32_t i = 0; !ret && i < view.entry_count; i++) {
+			struct cluster_agreement_entry e;
+
+			cluster_agreement_view_entry(&view, i, &e);
+			ret = apply(ctx, &e);
+			if (ret)
+				snprintf(why, why_size, "applying the agreement: %s",
+					 sel_strerror(ret));
+		}
+	}
+	free(buf);
+	return ret;
+}
