@@ -343,6 +343,8 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 	uint64_t need;
 	int ret;
 
+	if (s->stopped)
+		return SEL_ESTOPPED;
 	if (pub->consumed == 0 || pub->consumed > h->token_count ||
 	    pub->parent_consumed >= pub->consumed || !pub->page_ids ||
 	    pub->state_slot >= g->row_count ||
@@ -436,6 +438,8 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	int ret;
 
 	*joined = false;
+	if (s->stopped)
+		return SEL_ESTOPPED;
 	/* An inbound key already in flight gets another waiter. */
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
 		struct coord_job *j = &s->jobs[i];
@@ -599,6 +603,13 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 {
 	struct shard_completion done[16];
 	uint32_t n, out = 0;
+	char why[200];
+
+	if (!s->stopped && s->jobs_ops.stopped &&
+	    s->jobs_ops.stopped(s->jobs_ops.ctx, why, sizeof(why))) {
+		s->stopped = true;
+		push_event(s, SEL_EVENT_FATAL, 0, SEL_ESTOPPED, why);
+	}
 
 	/*
 	 * A completion makes at most COORD_WAITERS_MAX events: take only as

@@ -37,6 +37,8 @@ struct coord_jobs {
 	int (*truncate)(void *ctx, uint64_t job_id, const struct rec_key *key);
 	int (*unlink)(void *ctx, uint64_t job_id, const struct rec_key *key);
 	uint32_t (*poll)(void *ctx, struct shard_completion *out, uint32_t max);
+	/* Optional: true once the transport stopped for good, with why. */
+	bool (*stopped)(void *ctx, char *why, size_t why_size);
 };
 
 enum coord_job_kind { COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK };
@@ -73,6 +75,7 @@ struct coord_store {
 	uint64_t used_bytes;    /* records, in-flight stores, pending unlinks/truncates */
 	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
 	uint64_t disk_full_until_ns;
+	bool stopped;           /* the transport stopped: no new jobs (FATAL sent) */
 	struct sel_stats stats;
 	struct coord_lookup lookup; /* scratch for one lookup (large) */
 	struct shard_chain_record fetch_records[COORD_CHAIN_MAX]; /* scratch */

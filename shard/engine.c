@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct shard_job {
 	uint64_t id;
@@ -677,6 +678,26 @@ void shard_engine_wait(struct shard_engine *e, struct shard_completion *out)
 		pthread_cond_wait(&e->completion_ready, &e->lock);
 	pthread_mutex_unlock(&e->lock);
 	SEL_ASSERT(shard_engine_poll(e, out, 1) == 1);
+}
+
+int shard_engine_wait_for(struct shard_engine *e, struct shard_completion *out,
+			  uint32_t timeout_ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&e->lock);
+	while (e->completion_count == 0 &&
+	       pthread_cond_timedwait(&e->completion_ready, &e->lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&e->lock);
+	return (int)shard_engine_poll(e, out, 1);
 }
 
 void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)

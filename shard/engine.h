@@ -154,6 +154,10 @@ uint32_t shard_engine_poll(struct shard_engine *engine,
 /* Waits for one completion (tests, benchmarks and tools; not a model thread). */
 void shard_engine_wait(struct shard_engine *engine, struct shard_completion *out);
 
+/* Waits up to timeout_ms for one completion; 1 when out was filled, else 0. */
+int shard_engine_wait_for(struct shard_engine *engine, struct shard_completion *out,
+			  uint32_t timeout_ms);
+
 void shard_engine_stats(struct shard_engine *engine,
 			struct shard_engine_stats *out);
 

@@ -151,6 +151,10 @@ enum sel_event_kind {
 	SEL_EVENT_STORE_FAILED, /* id: checkpoint; error says why; the pin may go */
 	SEL_EVENT_FETCHED,      /* id: waiter; pages and row are in place */
 	SEL_EVENT_FETCH_FAILED, /* id: waiter; the destination ids are quiescent */
+	SEL_EVENT_FATAL,        /* the transport stopped (a rank died or a job timed
+				   out): stop serving from the store; jobs in
+				   flight get no event, and their GPU ids may
+				   still be written by a peer, so keep them */
 };
 
 struct sel_event {

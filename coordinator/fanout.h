@@ -1,0 +1,43 @@
+/*
+ * Rank zero's job transport across ranks (DESIGN.md section 7): every
+ * store, fetch, truncate and unlink runs on rank zero's own shard engine
+ * and is sent, identical, to every peer over its link. A job completes
+ * when every rank has answered. A store that failed anywhere is unlinked
+ * from the ranks that wrote it before the failure is reported. A link that
+ * dies, or a job past its timeout, stops the transport: no completion for
+ * the jobs outstanding (a peer may still be copying into their GPU ids),
+ * no new jobs, and stopped() says why. It implements struct coord_jobs for
+ * the store policy (coordinator/store.h).
+ */
+#ifndef SELENE_COORDINATOR_FANOUT_H
+#define SELENE_COORDINATOR_FANOUT_H
+
+#include "coordinator/cluster.h"
+#include "coordinator/store.h"
+#include "shard/engine.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct coord_fanout;
+
+struct coord_fanout_options {
+	struct shard_engine *local;     /* rank zero's; not owned */
+	struct coord_peer *peers;       /* world - 1 joined sockets; taken over */
+	uint32_t peer_count;
+	uint32_t heartbeat_ms;
+	uint32_t silence_timeout_ms;
+	uint32_t job_timeout_ms;        /* a job unanswered this long stops it */
+	uint64_t queue_bytes_max;       /* each link's writer queue */
+};
+
+int coord_fanout_open(const struct coord_fanout_options *options,
+		      struct coord_fanout **out);
+
+/* Closes every link (peers then stop) and frees; NULL is fine. */
+void coord_fanout_close(struct coord_fanout *fanout);
+
+/* The table of functions the store policy drives jobs through. */
+void coord_fanout_jobs(struct coord_fanout *fanout, struct coord_jobs *jobs);
+
+#endif

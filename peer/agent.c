@@ -1,0 +1,189 @@
+/*
+ * The peer agent's job loop: see agent.h. The link's reader thread decodes
+ * each JOB and submits it to the shard engine (a job it cannot submit is
+ * answered at once); this thread waits for the engine's completions and
+ * answers them.
+ */
+#include "peer/agent.h"
+
+#include "cluster/link.h"
+#include "common/base.h"
+#include "common/log.h"
+#include "record/format.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct agent {
+	const struct peer_agent_options *o;
+	struct cluster_link *link;
+	uint32_t *page_ids;                       /* geometry.page_count entries */
+	struct shard_chain_record *chain;         /* SHARD_CHAIN_RECORDS_MAX */
+	pthread_mutex_t lock;
+	bool closed;
+	int close_reason;
+	char close_why[256];
+	uint64_t in_flight;
+};
+
+static void reply(struct agent *a, uint64_t job_id, int result, uint64_t bytes,
+		  const char *reason)
+{
+	struct cluster_job_done done = { .job_id = job_id, .result = result, .bytes = bytes };
+	uint8_t buf[512];
+	int n;
+
+	/* Printable text only (R-WIRE-22); a reason is ours, so it is. */
+	snprintf(done.reason, sizeof(done.reason), "%s", reason ? reason : "");
+	n = cluster_job_done_encode(&done, buf, sizeof(buf));
+	if (n > 0 && cluster_link_send(a->link, CLUSTER_MSG_JOB_DONE, buf, (uint32_t)n) != 0)
+		sel_warn("peer: cannot answer job %llu: the link is full or down",
+			 (unsigned long long)job_id);
+}
+
+/* A store's header comes from rank zero: made this rank's before use. */
+static int store_header(struct agent *a, const struct cluster_job_view *v,
+			struct rec_header *h, char *why, size_t why_size)
+{
+	struct rec_expect expect = { .namespace_id = a->o->namespace_id };
+	int ret = rec_header_decode(v->record_header, h, why, why_size);
+
+	if (ret)
+		return ret;
+	h->fingerprint = a->o->geometry->fingerprint;
+	h->first_rank = a->o->geometry->rank;
+	expect.geometry = a->o->geometry;
+	ret = rec_header_check_expected(h, &expect, why, why_size);
+	if (!ret && v->page_id_count != h->tail_page_count)
+		ret = SEL_EMISMATCH;
+	return ret;
+}
+
+static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
+		  size_t why_size)
+{
+	struct rec_header h;
+	int ret;
+
+	if (v->page_id_count > a->o->geometry->page_count || v->chain_count > SHARD_CHAIN_RECORDS_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < v->page_id_count; i++)
+		a->page_ids[i] = cluster_job_view_page_id(v, i);
+	switch (v->kind) {
+	case CLUSTER_JOB_STORE:
+		ret = store_header(a, v, &h, why, why_size);
+		if (ret)
+			return ret;
+		return shard_engine_store(a->o->engine, v->job_id,
+					  &(struct shard_store_job){ .header = &h,
+								     .page_ids = a->page_ids,
+								     .state_slot = v->state_slot });
+	case CLUSTER_JOB_FETCH:
+		for (uint32_t i = 0; i < v->chain_count; i++) {
+			struct cluster_chain_record r;
+
+			cluster_job_view_chain_record(v, i, &r);
+			a->chain[i] = (struct shard_chain_record){ r.key, r.first_page_index,
+								   r.tail_page_count };
+		}
+		return shard_engine_fetch(a->o->engine, v->job_id,
+					  &(struct shard_fetch_job){
+						  .chain = a->chain, .chain_count = v->chain_count,
+						  .skip_pages = v->skip_pages, .page_ids = a->page_ids,
+						  .state_slot = v->state_slot });
+	case CLUSTER_JOB_TRUNCATE:
+		return shard_engine_truncate(a->o->engine, v->job_id, &v->key);
+	case CLUSTER_JOB_UNLINK:
+		return shard_engine_unlink(a->o->engine, v->job_id, &v->key);
+	}
+	return -EINVAL;
+}
+
+static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t length)
+{
+	struct agent *a = ctx;
+	struct cluster_job_view v;
+	char why[200] = "";
+	int ret;
+
+	if (type != CLUSTER_MSG_JOB) {
+		if (type != CLUSTER_MSG_BYE)
+			sel_warn("peer: ignoring %s", cluster_msg_name(type));
+		return;
+	}
+	ret = cluster_job_decode(payload, length, &v, why, sizeof(why));
+	if (!ret)
+		ret = submit(a, &v, why, sizeof(why));
+	if (ret) {
+		reply(a, ret == SEL_EPROTO ? 0 : v.job_id, ret, 0,
+		      why[0] ? why : sel_strerror(ret));
+		return;
+	}
+	pthread_mutex_lock(&a->lock);
+	a->in_flight++;
+	pthread_mutex_unlock(&a->lock);
+}
+
+static void on_close(void *ctx, int reason, const char *why)
+{
+	struct agent *a = ctx;
+
+	pthread_mutex_lock(&a->lock);
+	a->closed = true;
+	a->close_reason = reason;
+	snprintf(a->close_why, sizeof(a->close_why), "%s", why);
+	pthread_mutex_unlock(&a->lock);
+}
+
+int peer_agent_run(const struct peer_agent_options *o, char *why, size_t why_size)
+{
+	struct agent a = { .o = o };
+	struct cluster_link_options lo = {
+		.fd = o->fd, .queue_bytes_max = o->queue_bytes_max ? o->queue_bytes_max : 8u << 20,
+		.heartbeat_ms = o->heartbeat_ms, .silence_timeout_ms = o->silence_timeout_ms,
+		.send_sequence = o->seq.send, .recv_sequence = o->seq.recv,
+		.on_frame = on_frame, .on_close = on_close, .ctx = &a,
+	};
+	int ret;
+
+	pthread_mutex_init(&a.lock, NULL);
+	a.page_ids = calloc(o->geometry->page_count, sizeof(uint32_t));
+	a.chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.chain));
+	if (!a.page_ids || !a.chain) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = cluster_link_start(&lo, &a.link);
+	if (ret)
+		goto out;
+	for (;;) {
+		struct shard_completion c;
+		bool closed;
+
+		if (shard_engine_wait_for(o->engine, &c, 20) == 1) {
+			reply(&a, c.job_id, c.result, c.bytes, c.why);
+			pthread_mutex_lock(&a.lock);
+			a.in_flight--;
+			pthread_mutex_unlock(&a.lock);
+			continue;
+		}
+		pthread_mutex_lock(&a.lock);
+		closed = a.closed && a.in_flight == 0;
+		pthread_mutex_unlock(&a.lock);
+		if (closed)
+			break;
+	}
+	/* Rank zero closing between frames is the clean end of a peer's life. */
+	ret = a.close_reason == 0 ? 0 : a.close_reason;
+	snprintf(why, why_size, "%s", a.close_why);
+	cluster_link_close(a.link, 0);
+out:
+	free(a.page_ids);
+	free(a.chain);
+	pthread_mutex_destroy(&a.lock);
+	return ret;
+}

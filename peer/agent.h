@@ -1,0 +1,36 @@
+/*
+ * A peer agent's steady state (DESIGN.md section 7): after the startup
+ * (peer/join.h), it executes the jobs rank zero sends on this rank's shard
+ * engine and replies to each with JOB_DONE, over a link. It stops when rank
+ * zero's connection ends; jobs already submitted drain first.
+ */
+#ifndef SELENE_PEER_AGENT_H
+#define SELENE_PEER_AGENT_H
+
+#include "cluster/join.h"
+#include "record/geometry.h"
+#include "record/key.h"
+#include "shard/engine.h"
+
+#include <stdint.h>
+
+struct peer_agent_options {
+	int fd;                               /* joined; owned by the agent */
+	struct cluster_sequences seq;         /* where the join left the numbers */
+	struct shard_engine *engine;          /* this rank's; not owned */
+	const struct rec_geometry *geometry;  /* this rank's */
+	const struct rec_identity *namespace_id;
+	uint32_t heartbeat_ms;
+	uint32_t silence_timeout_ms;
+	uint64_t queue_bytes_max;             /* the link's writer queue */
+};
+
+/*
+ * Runs until rank zero's connection ends. Returns 0 when it ended cleanly
+ * (rank zero closed it) with every job answered, or a negative code with
+ * the reason in why (a silent rank zero, a malformed frame).
+ */
+int peer_agent_run(const struct peer_agent_options *options, char *why,
+		   size_t why_size);
+
+#endif

@@ -1,0 +1,354 @@
+/*
+ * Three ranks in one process over loopback TCP, end to end: the cluster
+ * forms, rank zero's store policy drives jobs through the fan-out, every
+ * peer agent executes them on its own engine and directory. A store lands
+ * on every rank (same file names and lengths, each rank's own bytes); a
+ * fetch restores every rank's pages byte-exact into other ids; a store
+ * refused by one rank is unlinked from the others before it is reported;
+ * a peer whose connection dies stops the transport with a fatal event.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "coordinator/cluster.h"
+#include "coordinator/fanout.h"
+#include "coordinator/store.h"
+#include "peer/agent.h"
+#include "peer/join.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/engine.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define WORLD 3
+#define UNIT 4096u
+#define PAGES 64u
+#define ROW 4096u
+
+struct rank {
+	uint32_t r;
+	char *base;
+	struct rec_geometry g;
+	struct rec_identity ns;
+	struct rec_dir *dir;
+	struct shard_device *dev;
+	struct shard_engine *engine;
+	struct shard_planes planes;
+	uint8_t *plane[2], *rows;
+	uint16_t port;
+	int fd;
+	pthread_t thread;
+	int result;
+	char why[256];
+};
+
+struct fixture {
+	struct rank ranks[WORLD];
+	uint8_t secret[CLUSTER_SECRET_BYTES];
+	struct coord_fanout *fanout;
+	struct coord_store *store;
+	struct rec_history h;
+};
+
+static void rank_open(struct rank *k, uint32_t r)
+{
+	struct shard_engine_options o = { .geometry = &k->g, .planes = &k->planes,
+					   .jobs_max = 64 };
+	char err[256];
+
+	k->r = r;
+	k->base = tu_make_temp_dir("fanout");
+	tu_geometry(&k->g, 64, 2, UNIT, ROW, r, WORLD);
+	k->g.page_count = PAGES;
+	tu_identities(NULL, &k->ns);
+	k->dir = tu_dir_open(k->base, &k->g, false);
+	assert_int_equal(shard_device_open_host(&k->dev), 0);
+	for (int p = 0; p < 2; p++) {
+		k->plane[p] = tu_alloc((uint64_t)UNIT * PAGES);
+		k->planes.page_base[p] = (uintptr_t)k->plane[p];
+	}
+	k->rows = tu_alloc((uint64_t)ROW * k->g.row_count);
+	k->planes.row_base = (uintptr_t)k->rows;
+	o.dir = k->dir;
+	o.device = k->dev;
+	if (shard_engine_open(&o, &k->engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+}
+
+static void rank_close(struct rank *k)
+{
+	shard_engine_close(k->engine);
+	shard_device_close(k->dev);
+	rec_dir_close(k->dir);
+	tu_remove_tree(k->base);
+	free(k->plane[0]);
+	free(k->plane[1]);
+	free(k->rows);
+}
+
+/* Page i of the conversation, as rank r's device holds it. */
+static void fill_page(struct rank *k, uint32_t id, uint32_t index)
+{
+	for (int p = 0; p < 2; p++)
+		tu_fill(k->plane[p] + (uint64_t)UNIT * id, UNIT, index * 8 + p + k->r * 1000);
+}
+
+static bool page_is(struct rank *k, uint32_t id, uint32_t index)
+{
+	uint8_t expect[UNIT];
+
+	for (int p = 0; p < 2; p++) {
+		tu_fill(expect, UNIT, index * 8 + p + k->r * 1000);
+		if (memcmp(expect, k->plane[p] + (uint64_t)UNIT * id, UNIT) != 0)
+			return false;
+	}
+	return true;
+}
+
+struct peer_arg {
+	struct fixture *f;
+	struct rank *k;
+};
+
+static void *peer_main(void *arg)
+{
+	struct rank *k = arg;
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(k->port) };
+	struct cluster_identity me = { .rank = k->r, .world_size = WORLD,
+				       .fingerprint = k->g.fingerprint,
+				       .layout_digest = k->g.layout_digest,
+				       .has_disk_store = true, .disk_limit_bytes = 1ull << 30 };
+	struct cluster_sequences seq = { 0 };
+	struct timeval tv = { .tv_sec = 10 };
+	struct rec_scan scan;
+	uint64_t limit;
+	uint8_t secret[CLUSTER_SECRET_BYTES];
+
+	memset(secret, 0x33, sizeof(secret));
+	k->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(k->fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
+	    rec_dir_scan(k->dir, &scan) != 0) {
+		k->result = -EIO;
+		return NULL;
+	}
+	k->result = peer_join_cluster(k->fd, secret, &me, k->dir, scan.records,
+				      scan.record_count, &seq, &limit, k->why, sizeof(k->why));
+	rec_scan_free(&scan);
+	if (k->result)
+		return NULL;
+	k->result = peer_agent_run(&(struct peer_agent_options){
+		.fd = k->fd, .seq = seq, .engine = k->engine, .geometry = &k->g,
+		.namespace_id = &k->ns, .heartbeat_ms = 100, .silence_timeout_ms = 5000 },
+		k->why, sizeof(k->why));
+	return NULL;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct coord_peer peers[WORLD - 1];
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	struct rec_scan scan;
+	struct coord_jobs jobs;
+	struct rec_identity model;
+	uint32_t tokens[2000];
+	uint64_t limit;
+	char err[256];
+	int listener;
+
+	sel_log_set_level(SEL_LOG_ERROR);
+	memset(f->secret, 0x33, sizeof(f->secret));
+	for (uint32_t r = 0; r < WORLD; r++)
+		rank_open(&f->ranks[r], r);
+	listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(listener, WORLD), 0);
+	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+	for (uint32_t r = 1; r < WORLD; r++) {
+		f->ranks[r].port = ntohs(addr.sin_port);
+		assert_int_equal(pthread_create(&f->ranks[r].thread, NULL, peer_main,
+						&f->ranks[r]), 0);
+	}
+	assert_int_equal(rec_dir_scan(f->ranks[0].dir, &scan), 0);
+	if (coord_cluster_form(&(struct coord_form_options){
+		    .listen_fd = listener, .secret = f->secret,
+		    .policy = { .world_size = WORLD, .layout_digest = f->ranks[0].g.layout_digest,
+				.has_disk_store = true },
+		    .disk_limit_bytes = 1ull << 30, .dir = f->ranks[0].dir,
+		    .records = scan.records, .record_count = scan.record_count,
+		    .timeout_ms = 10000 }, peers, &limit, err, sizeof(err)) != 0)
+		fail_msg("form: %s", err);
+	rec_scan_free(&scan);
+	close(listener);
+	assert_int_equal(coord_fanout_open(&(struct coord_fanout_options){
+		.local = f->ranks[0].engine, .peers = peers, .peer_count = WORLD - 1,
+		.heartbeat_ms = 100, .silence_timeout_ms = 5000, .job_timeout_ms = 10000,
+		.queue_bytes_max = 8u << 20 }, &f->fanout), 0);
+	coord_fanout_jobs(f->fanout, &jobs);
+	f->store = calloc(1, sizeof(*f->store));
+	tu_identities(&model, NULL);
+	assert_int_equal(coord_store_init(f->store, &f->ranks[0].g, &model, REC_STATE_ORDINARY,
+					  limit, 1000, &jobs), 0);
+	tu_tokens(tokens, 2000, 5150);
+	assert_int_equal(rec_history_init(&f->h, &model, tokens, 2000), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	coord_fanout_close(f->fanout); /* the peers' links end: they stop */
+	for (uint32_t r = 1; r < WORLD; r++)
+		pthread_join(f->ranks[r].thread, NULL);
+	coord_store_destroy(f->store);
+	free(f->store);
+	rec_history_free(&f->h);
+	for (uint32_t r = 0; r < WORLD; r++)
+		rank_close(&f->ranks[r]);
+	sel_log_set_level(SEL_LOG_INFO);
+	free(f);
+	return 0;
+}
+
+static struct sel_event wait_event(struct fixture *f)
+{
+	struct sel_event ev = { .kind = SEL_EVENT_FATAL, .error = -ETIMEDOUT };
+
+	for (int i = 0; i < 10000; i++) {
+		if (coord_store_poll(f->store, &ev, 1) == 1)
+			return ev;
+		usleep(1000);
+	}
+	return ev;
+}
+
+static void publish(struct fixture *f, uint64_t checkpoint, uint64_t consumed)
+{
+	uint32_t ids[PAGES];
+	struct sel_publication pub = { .checkpoint = checkpoint, .consumed = consumed,
+				       .page_ids = ids, .state_slot = 1 };
+	enum sel_outcome outcome;
+
+	for (uint32_t i = 0; i < consumed / 64; i++) {
+		ids[i] = i;
+		for (uint32_t r = 0; r < WORLD; r++)
+			fill_page(&f->ranks[r], i, i);
+	}
+	for (uint32_t r = 0; r < WORLD; r++)
+		tu_fill(f->ranks[r].rows + ROW, ROW, consumed + r);
+	assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_QUEUED);
+}
+
+/* Store on every rank, then fetch every rank's bytes into other ids. */
+static void test_fanout_store_and_fetch(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+
+	publish(f, 7, 1000);
+	ev = wait_event(f);
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("store: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		struct rec_scan scan;
+
+		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &scan), 0);
+		assert_int_equal(scan.record_count, 1);
+		assert_int_equal(scan.records[0].key.consumed, 1000);
+		rec_scan_free(&scan);
+		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+	}
+	assert_true(coord_store_lookup(f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.page_count, 1000 / 64);
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(coord_store_fetch(f->store, &hit, ids, 3, 99, &joined), 0);
+	ev = wait_event(f);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		uint8_t expect[ROW];
+
+		for (uint32_t i = 0; i < hit.page_count; i++)
+			if (!page_is(&f->ranks[r], 40 + i, i))
+				fail_msg("rank %u page %u differs", r, i);
+		tu_fill(expect, ROW, 1000 + r);
+		assert_memory_equal(f->ranks[r].rows + 3 * ROW, expect, ROW);
+	}
+}
+
+/* A store one rank refuses is unlinked from the others, then reported. */
+static void test_fanout_partial_store_cleaned_up(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	struct rec_key key;
+
+	/* rank 2 already holds a file of that name: its store fails (EEXIST) */
+	rec_history_key_at(&f->h, 600, &key);
+	{
+		struct tu_record rec;
+
+		tu_record_make(&rec, &f->ranks[2].g, 5150, 600, NULL, 1);
+		assert_true(rec_key_equal(&rec.key, &key));
+		assert_int_equal(tu_record_write(f->ranks[2].dir, &rec, 0), 0);
+		tu_record_free(&rec);
+	}
+	publish(f, 8, 600);
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(ev.error, -EEXIST);
+	assert_non_null(strstr(ev.why, "rank 2"));
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[2].dir), ".ckpt"), 1);
+}
+
+/* A peer whose connection dies with a job outstanding stops the transport. */
+static void test_fanout_dead_peer_is_fatal(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	enum sel_outcome outcome;
+	uint32_t ids[PAGES] = { 0 };
+	struct sel_publication pub = { .checkpoint = 9, .consumed = 300, .page_ids = ids };
+
+	publish(f, 9, 1300);
+	shutdown(f->ranks[1].fd, SHUT_RDWR);
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_FATAL);
+	assert_non_null(strstr(ev.why, "rank 1"));
+	assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), SEL_ESTOPPED);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_fanout_store_and_fetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_partial_store_cleaned_up, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_dead_peer_is_fatal, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("fanout", tests, NULL, NULL);
+}
