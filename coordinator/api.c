@@ -13,6 +13,14 @@
 #include "record/dir.h"
 #include "shard/device.h"
 #include "shard/engine.h"
+#include "shard/config.h"
+#include "coordinator/cluster.h"
+#include "coordinator/fanout.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -28,6 +36,9 @@ struct sel_store {
 	struct rec_dir *dir;
 	struct shard_device *device;
 	struct shard_engine *engine;
+	struct sel_cluster cluster;    /* world_size 1 without one */
+	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
+	struct coord_fanout *fanout;
 	struct coord_store core; /* large: the index scratch and job table */
 };
 
@@ -75,57 +86,77 @@ static uint32_t jobs_poll(void *ctx, struct shard_completion *out, uint32_t max)
 	return shard_engine_poll(ctx, out, max);
 }
 
-static int api_geometry(const struct sel_store_config *c, struct rec_geometry *g,
-			char *err, size_t err_size)
+/* Whether a peer connected from the address its rank announced. */
+static bool address_allowed(void *ctx, uint32_t rank, const struct sockaddr *addr,
+			    socklen_t len)
 {
-	struct rec_plane *planes = calloc(c->page_plane_count ? c->page_plane_count : 1,
-					  sizeof(*planes));
-	struct rec_geometry_spec spec = {
-		.page_tokens = c->page_tokens, .page_plane_count = c->page_plane_count,
-		.page_planes = planes, .page_count = c->page_count, .row_count = c->row_count,
-		.rank = 0, .world_size = 1,
-	};
-	int ret;
+	const struct sel_cluster *c = ctx;
+	char text[INET6_ADDRSTRLEN] = "";
 
-	if (!planes)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < c->page_plane_count; i++) {
-		snprintf(planes[i].name, sizeof(planes[i].name), "%s",
-			 c->page_planes[i].name ? c->page_planes[i].name : "");
-		planes[i].unit_bytes = c->page_planes[i].unit_bytes;
-	}
-	snprintf(spec.row_plane.name, sizeof(spec.row_plane.name), "%s",
-		 c->row_plane.name ? c->row_plane.name : "");
-	spec.row_plane.unit_bytes = c->row_plane.unit_bytes;
-	ret = rec_geometry_init(g, &spec, err, err_size);
-	free(planes);
-	return ret;
+	(void)len;
+	if (!c->rank_addresses || !c->rank_addresses[rank])
+		return true;
+	if (addr->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, text, sizeof(text));
+	else if (addr->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, text,
+			  sizeof(text));
+	return strcmp(text, c->rank_addresses[rank]) == 0;
 }
 
-/* Plane base addresses in the geometry's (name) order. */
-static void api_planes(const struct sel_store_config *c, const struct rec_geometry *g,
-		       struct shard_planes *planes)
+/* Rank zero listens on every address of the coordinator port. */
+static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 {
-	memset(planes, 0, sizeof(*planes));
-	for (uint32_t p = 0; p < g->page_plane_count; p++)
-		for (uint32_t i = 0; i < c->page_plane_count; i++)
-			if (strcmp(g->page_planes[p].name, c->page_planes[i].name) == 0)
-				planes->page_base[p] = c->page_planes[i].device_address;
-	planes->row_base = c->row_plane.device_address;
+	struct sockaddr_in6 addr = { .sin6_family = AF_INET6, .sin6_addr = in6addr_any,
+				     .sin6_port = htons(c->coordinator_port) };
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, zero = 0;
+
+	if (fd >= 0) {
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	}
+	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
+	    listen(fd, (int)c->world_size) != 0) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		return api_fail(-e, err, err_size, "cannot listen on port %u: %s",
+				c->coordinator_port, strerror(e));
+	}
+	return fd;
 }
 
 /*
- * One tenth of the free space at startup, counting the store's own files as
- * free: otherwise every restart would shrink the budget by a tenth of what
- * the store already holds. 0 when the filesystem cannot say.
+ * Forms the cluster on the scanned directory (every rank agrees), and
+ * rescans it: the agreement may have deleted or truncated files.
  */
-static uint64_t auto_limit(const char *dir, uint64_t own_bytes)
+static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan *scan,
+		    uint64_t *limit, char *err, size_t err_size)
 {
-	struct statvfs st;
+	const struct sel_cluster *c = &s->cluster;
+	int listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, err, err_size);
+	struct coord_form_options o = {
+		.listen_fd = listen_fd, .secret = c->secret,
+		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
+			    .has_disk_store = true, .address_allowed = address_allowed,
+			    .ctx = &s->cluster },
+		.disk_limit_bytes = *limit, .dir = s->dir, .records = scan->records,
+		.record_count = scan->record_count,
+		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
+	};
+	int ret;
 
-	if (statvfs(dir, &st) != 0)
-		return 0;
-	return ((uint64_t)st.f_bavail * st.f_frsize + own_bytes) / 10;
+	if (listen_fd < 0)
+		return listen_fd;
+	s->peers = calloc(c->world_size, sizeof(*s->peers));
+	ret = s->peers ? coord_cluster_form(&o, s->peers, limit, err, err_size) : -ENOMEM;
+	if (c->listen_fd < 0)
+		close(listen_fd);
+	if (ret)
+		return ret;
+	rec_scan_free(scan);
+	return rec_dir_scan(s->dir, scan);
 }
 
 static int api_open_disk(sel_store *s, const struct sel_store_config *c,
@@ -148,12 +179,19 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
-		*limit = auto_limit(rec_dir_path(s->dir), scan.bytes);
+		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan.bytes);
 		if (*limit == 0) {
 			rec_scan_free(&scan);
 			return api_fail(-EIO, err, err_size, "cannot tell the free space of %s "
 					"for the default disk limit; configure one",
 					rec_dir_path(s->dir));
+		}
+	}
+	if (s->cluster.world_size > 1) {
+		ret = api_form(s, g, &scan, limit, err, err_size);
+		if (ret) {
+			rec_scan_free(&scan);
+			return ret;
 		}
 	}
 	s->core.limit_bytes = *limit;
@@ -166,7 +204,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 				&s->device, err, err_size);
 	if (ret)
 		return ret;
-	api_planes(c, g, &planes);
+	shard_config_planes(c, g, &planes);
 	engine_options.dir = s->dir;
 	engine_options.device = s->device;
 	engine_options.planes = &planes;
@@ -174,6 +212,20 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	ret = shard_engine_open(&engine_options, &s->engine, err, err_size);
 	if (ret)
 		return ret;
+	if (s->cluster.world_size > 1) {
+		const struct sel_cluster *cl = &s->cluster;
+
+		ret = coord_fanout_open(&(struct coord_fanout_options){
+			.local = s->engine, .peers = s->peers, .peer_count = cl->world_size - 1,
+			.heartbeat_ms = (cl->silence_timeout_ms ? cl->silence_timeout_ms : 10000) / 4,
+			.silence_timeout_ms = cl->silence_timeout_ms ? cl->silence_timeout_ms : 10000,
+			.job_timeout_ms = cl->job_timeout_ms ? cl->job_timeout_ms : 60000,
+			.queue_bytes_max = 64u << 20 }, &s->fanout);
+		if (ret)
+			return api_fail(ret, err, err_size, "starting the links: %s",
+					sel_strerror(ret));
+		coord_fanout_jobs(s->fanout, &s->core.jobs_ops);
+	}
 	sel_info("store: %s, %s device, limit %" PRIu64 " bytes, %" PRIu64
 		 " records scanned and kept", rec_dir_path(s->dir), s->device->ops->name,
 		 *limit, s->core.stats.scanned_records);
@@ -199,7 +251,17 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		return api_fail(-ENOMEM, err, err_size, "out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
-	ret = api_geometry(c, g, err, err_size);
+	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,
+								      .listen_fd = -1 };
+	if (s->cluster.rank != 0 || s->cluster.world_size == 0 ||
+	    (s->cluster.world_size > 1 && c->disk_limit_bytes == 0)) {
+		ret = api_fail(-EINVAL, err, err_size, s->cluster.rank ?
+			       "rank %u runs a peer (sel_peer_start), not the store" :
+			       "a world of %u ranks needs a disk store on every rank",
+			       s->cluster.rank ? s->cluster.rank : s->cluster.world_size);
+		goto err_close;
+	}
+	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
 	if (ret)
 		goto err_close;
 	if (c->state_mode > REC_STATE_COPY_SPECULATION || !c->dir) {
@@ -219,7 +281,8 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		ret = api_open_disk(s, c, g, &limit, err, err_size);
 		if (ret)
 			goto err_close;
-		s->core.jobs_ops.ctx = s->engine;
+		if (!s->fanout)
+			s->core.jobs_ops.ctx = s->engine;
 	}
 	free(g);
 	*out = s;
@@ -248,27 +311,36 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 			in_flight = coord_store_jobs_in_flight(&s->core);
 		}
 		pthread_mutex_unlock(&s->lock);
-		if (in_flight == 0 || sel_monotonic_ns() > deadline)
+		/* A stopped transport never completes its jobs: no use waiting. */
+		if (in_flight == 0 || s->core.stopped || sel_monotonic_ns() > deadline)
 			break;
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}
-	if (in_flight > 0) {
+	if (in_flight > 0 && !s->core.stopped) {
 		/*
 		 * A copy may still be writing into device ids or staging: keep
-		 * every buffer and thread rather than free them under it.
+		 * every buffer and thread rather than free them under it. (After
+		 * a transport stop, the jobs left are the peers'; closing the
+		 * local engine below still waits for every local copy.)
 		 */
 		sel_error("store: %u jobs still running at the close deadline; "
 			  "leaving the store's buffers and threads in place", in_flight);
 		return SEL_ESTOPPED;
 	}
+	coord_fanout_close(s->fanout); /* the peers see rank zero's links end */
+	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++)
+		if (s->peers[i].fd > 0)
+			close(s->peers[i].fd);
+	free(s->peers);
 	shard_engine_close(s->engine);
 	shard_device_close(s->device);
 	rec_dir_close(s->dir);
+	in_flight = s->core.stopped; /* report a stopped transport to the caller */
 	if (s->core.generation)
 		coord_store_destroy(&s->core);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
-	return 0;
+	return in_flight ? SEL_ESTOPPED : 0;
 }
 
 int sel_history_create(sel_store *s, const uint32_t *tokens, uint64_t count,

@@ -29,6 +29,27 @@ typedef struct sel_history sel_history;
 /* disk_limit_bytes: one tenth of the free space at open. */
 #define SEL_DISK_LIMIT_AUTO UINT64_MAX
 
+/*
+ * Where this process sits among the ranks, filled by the caller from
+ * whatever launcher it uses (launch/ does it from MPI or the environment).
+ * Every rank's record files stay on its own host; rank zero runs the store
+ * API, every other rank a peer (sel_peer_start).
+ */
+struct sel_cluster {
+	uint32_t rank;                 /* this process's rank */
+	uint32_t world_size;           /* 1 .. 1024 */
+	const char *coordinator_host;  /* rank zero's address (peers connect there) */
+	uint16_t coordinator_port;     /* rank zero listens on it, all addresses */
+	int listen_fd;                 /* rank zero: a bound, listening socket to use
+					  instead (-1: bind coordinator_port) */
+	const char *const *rank_addresses; /* world_size IP literals each rank may
+					  connect from; NULL accepts any */
+	uint8_t secret[32];            /* the launch secret; never sent */
+	uint32_t join_timeout_ms;      /* for every rank to join and agree */
+	uint32_t silence_timeout_ms;   /* a link hearing nothing this long is dead */
+	uint32_t job_timeout_ms;       /* a job unanswered this long stops the store */
+};
+
 /* One plane of the rank's cache: its name, unit size and device address. */
 struct sel_plane {
 	const char *name;        /* copied at open */
@@ -52,6 +73,7 @@ struct sel_store_config {
 	uint64_t disk_limit_bytes;       /* SEL_DISK_LIMIT_AUTO, 0 (no disk store), or bytes */
 	bool durable;                    /* fdatasync and directory fsync per record */
 	uint32_t records_max;            /* index capacity; 0: 1 << 20 */
+	const struct sel_cluster *cluster; /* NULL: one rank; copied at open */
 };
 
 /*
@@ -65,12 +87,37 @@ struct sel_store_config {
 int sel_store_open(const struct sel_store_config *config, sel_store **out,
 		   char *err, size_t err_size);
 
+typedef struct sel_peer sel_peer;
+
+/*
+ * A peer rank (config->cluster->rank > 0): opens this rank's record
+ * directory (its lock, its scan), device and shard engine, connects to rank
+ * zero, joins (proving the secret), applies the startup agreement, and then
+ * executes rank zero's jobs on threads of its own. Returns once the
+ * agreement is applied: 0 and *out, or a negative code with the reason in
+ * err (a refusal says why).
+ */
+int sel_peer_start(const struct sel_store_config *config, sel_peer **out, char *err,
+		   size_t err_size);
+
+/*
+ * Waits until rank zero's connection ends and every job drained. Returns 0
+ * when rank zero closed it cleanly, or why it ended otherwise (a silent
+ * rank zero, a malformed frame).
+ */
+int sel_peer_wait(sel_peer *peer);
+
+/* Ends the peer (closing its link if still up), drains and frees; NULL is fine. */
+void sel_peer_stop(sel_peer *peer);
+
 /*
  * Runs every submitted job to its end (waiting up to drain_timeout_ms),
- * then stops the threads and frees the store. Returns 0, or SEL_ESTOPPED
- * when jobs were still running at the deadline: the store is then left
- * allocated, threads and buffers included, rather than freed under
- * outstanding copies (the handle must not be used again). NULL is fine.
+ * then stops the threads and frees the store. Returns 0; SEL_ESTOPPED
+ * after a transport stop (the store is freed once every local copy ended;
+ * peers may still write their GPU ids); or SEL_ESTOPPED when local jobs
+ * were still running at the deadline: the store is then left allocated,
+ * threads and buffers included, rather than freed under outstanding copies
+ * (the handle must not be used again). NULL is fine.
  */
 int sel_store_close(sel_store *store, uint64_t drain_timeout_ms);
 

@@ -1,0 +1,220 @@
+/*
+ * The peer side of the public API (include/selene/store.h): a rank other
+ * than zero opens its own storage, joins rank zero, applies the startup
+ * agreement, and runs the peer agent on a thread of its own.
+ */
+#include "selene/store.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "peer/agent.h"
+#include "peer/join.h"
+#include "record/dir.h"
+#include "shard/config.h"
+#include "shard/device.h"
+#include "shard/engine.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct sel_peer {
+	struct sel_cluster cluster;
+	struct rec_geometry geometry;
+	struct rec_identity namespace_id;
+	struct rec_dir *dir;
+	struct shard_device *device;
+	struct shard_engine *engine;
+	struct cluster_sequences seq;
+	int fd;          /* owned by the agent once it runs */
+	int control_fd;  /* a dup of it, to end the link from sel_peer_stop */
+	pthread_t thread;
+	bool running;
+	int result;
+	char why[256];
+};
+
+static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, size, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* Connects to rank zero, retrying until the join timeout: it may start later. */
+static int peer_connect(const struct sel_cluster *c, char *err, size_t err_size)
+{
+	uint64_t deadline = sel_monotonic_ns() +
+			    (uint64_t)(c->join_timeout_ms ? c->join_timeout_ms : 60000) * 1000000ull;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	char port[8];
+	int ret, fd = -1;
+
+	snprintf(port, sizeof(port), "%u", c->coordinator_port);
+	ret = getaddrinfo(c->coordinator_host, port, &hints, &ai);
+	if (ret)
+		return peer_fail(-EHOSTUNREACH, err, err_size, "cannot resolve %s: %s",
+				 c->coordinator_host, gai_strerror(ret));
+	for (;;) {
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+			break;
+		ret = -errno;
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+		if (sel_monotonic_ns() > deadline)
+			break;
+		usleep(50 * 1000);
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return peer_fail(ret, err, err_size, "cannot reach rank zero at %s:%u: %s",
+				 c->coordinator_host, c->coordinator_port, strerror(-ret));
+	return fd;
+}
+
+static void *peer_main(void *arg)
+{
+	struct sel_peer *p = arg;
+	uint32_t silence = p->cluster.silence_timeout_ms ? p->cluster.silence_timeout_ms : 10000;
+
+	p->result = peer_agent_run(&(struct peer_agent_options){
+		.fd = p->fd, .seq = p->seq, .engine = p->engine, .geometry = &p->geometry,
+		.namespace_id = &p->namespace_id, .heartbeat_ms = silence / 4,
+		.silence_timeout_ms = silence }, p->why, sizeof(p->why));
+	if (p->result)
+		sel_error("rank %u: the link to rank zero ended: %s", p->cluster.rank, p->why);
+	return NULL;
+}
+
+/* This rank's directory (locked, scanned), device and engine. */
+static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *c,
+			     struct rec_scan *scan, uint64_t *limit, char *err, size_t err_size)
+{
+	struct rec_identity model;
+	struct rec_dir_options dir_options = { .base_path = c->dir,
+					       .namespace_id = &p->namespace_id,
+					       .geometry = &p->geometry, .durable = c->durable };
+	struct shard_planes planes;
+	int ret;
+
+	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
+	rec_namespace_identity(&p->namespace_id, &model, (enum rec_state_mode)c->state_mode);
+	ret = rec_dir_open(&dir_options, &p->dir, err, err_size);
+	if (!ret)
+		ret = rec_dir_scan(p->dir, scan);
+	if (ret)
+		return ret;
+	*limit = c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO ?
+			 shard_config_auto_limit(rec_dir_path(p->dir), scan->bytes) :
+			 c->disk_limit_bytes;
+	ret = shard_device_open(c->device ? c->device : "auto", c->device_ordinal, &p->device,
+				err, err_size);
+	if (ret)
+		return ret;
+	shard_config_planes(c, &p->geometry, &planes);
+	return shard_engine_open(&(struct shard_engine_options){
+		.geometry = &p->geometry, .dir = p->dir, .device = p->device, .planes = &planes,
+		.register_pool = true }, &p->engine, err, err_size);
+}
+
+int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
+		   size_t err_size)
+{
+	struct sel_peer *p = calloc(1, sizeof(*p));
+	struct rec_scan scan = { 0 };
+	struct cluster_identity me;
+	uint64_t limit = 0, agreed;
+	struct timeval tv;
+	int ret;
+
+	*out = NULL;
+	if (!p)
+		return peer_fail(-ENOMEM, err, err_size, "out of memory");
+	p->fd = p->control_fd = -1;
+	if (!c->cluster || c->cluster->rank == 0 || c->cluster->rank >= c->cluster->world_size ||
+	    c->disk_limit_bytes == 0) {
+		ret = peer_fail(-EINVAL, err, err_size, "a peer needs a cluster description with "
+				"a rank from 1 to world size - 1, and a disk store");
+		goto err_stop;
+	}
+	p->cluster = *c->cluster;
+	ret = shard_config_geometry(c, p->cluster.rank, p->cluster.world_size, &p->geometry,
+				    err, err_size);
+	if (!ret)
+		ret = peer_open_storage(p, c, &scan, &limit, err, err_size);
+	if (ret)
+		goto err_stop;
+	p->fd = peer_connect(&p->cluster, err, err_size);
+	if (p->fd < 0) {
+		ret = p->fd;
+		goto err_stop;
+	}
+	tv = (struct timeval){ .tv_sec = (p->cluster.join_timeout_ms ? p->cluster.join_timeout_ms :
+						     60000) / 1000 };
+	setsockopt(p->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	me = (struct cluster_identity){
+		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
+		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
+		.has_disk_store = true, .disk_limit_bytes = limit };
+	ret = peer_join_cluster(p->fd, p->cluster.secret, &me, p->dir, scan.records,
+				scan.record_count, &p->seq, &agreed, err, err_size);
+	rec_scan_free(&scan);
+	if (ret)
+		goto err_stop;
+	p->control_fd = dup(p->fd);
+	ret = -pthread_create(&p->thread, NULL, peer_main, p);
+	if (ret) {
+		peer_fail(ret, err, err_size, "cannot start the peer agent");
+		goto err_stop;
+	}
+	p->running = true;
+	sel_info("rank %u of %u: joined, disk limit %llu", p->cluster.rank,
+		 p->cluster.world_size, (unsigned long long)agreed);
+	*out = p;
+	return 0;
+err_stop:
+	rec_scan_free(&scan);
+	sel_peer_stop(p);
+	return ret;
+}
+
+int sel_peer_wait(sel_peer *p)
+{
+	if (p->running) {
+		pthread_join(p->thread, NULL);
+		p->running = false;
+	}
+	return p->result;
+}
+
+void sel_peer_stop(sel_peer *p)
+{
+	if (!p)
+		return;
+	if (p->running) {
+		shutdown(p->control_fd, SHUT_RDWR);
+		sel_peer_wait(p);
+	} else if (p->fd >= 0) {
+		close(p->fd); /* never handed to the agent */
+	}
+	if (p->control_fd >= 0)
+		close(p->control_fd);
+	shard_engine_close(p->engine);
+	shard_device_close(p->device);
+	rec_dir_close(p->dir);
+	free(p);
+}

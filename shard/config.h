@@ -1,0 +1,31 @@
+/*
+ * Translating the public store configuration (include/selene/store.h) into
+ * one rank's geometry, plane addresses and default disk limit. Pure, except
+ * for statvfs.
+ */
+#ifndef SELENE_SHARD_CONFIG_H
+#define SELENE_SHARD_CONFIG_H
+
+#include "record/geometry.h"
+#include "selene/store.h"
+#include "shard/engine.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The geometry of rank in a world of world_size; 0 or SEL_EGEOMETRY with err. */
+int shard_config_geometry(const struct sel_store_config *c, uint32_t rank,
+			  uint32_t world_size, struct rec_geometry *g, char *err,
+			  size_t err_size);
+
+/* Plane base addresses in the geometry's (name) order. */
+void shard_config_planes(const struct sel_store_config *c, const struct rec_geometry *g,
+			 struct shard_planes *planes);
+
+/*
+ * One tenth of the free space at startup, counting the store's own files
+ * (own_bytes) as free; 0 when the filesystem cannot say.
+ */
+uint64_t shard_config_auto_limit(const char *dir, uint64_t own_bytes);
+
+#endif

@@ -1,0 +1,411 @@
+/*
+ * Multi-process tests on loopback (DESIGN.md section 7): rank zero in this
+ * process through the public store API, every other rank a child process
+ * through sel_peer_start. Device planes live in shared memory so this
+ * process can check every rank's bytes. Covers store and fetch byte-exact
+ * on every rank with 3 and 4 ranks, kill -9 of a peer with a job
+ * outstanding, SIGSTOP of a peer, a wrong secret refused at startup with the
+ * reason on both sides, and a store that fails on one rank (its filesystem
+ * full) leaving no file on any rank.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "selene/store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define WORLD_MAX 4
+#define UNIT 4096u
+#define PAGES 64u
+#define ROWS 4u
+#define ROW 8192u
+#define TOKENS 2000u
+
+struct rank_memory {
+	uint8_t planes[2][PAGES * UNIT];
+	uint8_t rows[ROWS * ROW];
+	char why[256];
+};
+
+struct fixture {
+	char *base;
+	uint32_t world;
+	struct rank_memory *mem; /* shared with the children */
+	pid_t children[WORLD_MAX];
+	uint16_t port;
+	int listen_fd;
+	struct sel_cluster cluster;
+	uint32_t tokens[TOKENS];
+	sel_store *store;
+	sel_history *h;
+};
+
+static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config *c,
+		       struct sel_plane planes[2], char *dir, size_t dir_size)
+{
+	struct rec_identity model;
+
+	tu_identities(&model, NULL);
+	snprintf(dir, dir_size, "%s/rank%u", f->base, rank);
+	for (int p = 0; p < 2; p++)
+		planes[p] = (struct sel_plane){ p ? "v" : "k", UNIT,
+						(uintptr_t)f->mem[rank].planes[p] };
+	*c = (struct sel_store_config){
+		.dir = dir, .page_tokens = 64, .page_plane_count = 2, .page_planes = planes,
+		.row_plane = { "state", ROW, (uintptr_t)f->mem[rank].rows },
+		.page_count = PAGES, .row_count = ROWS, .device = "host",
+		.disk_limit_bytes = 1ull << 30, .durable = false, .records_max = 1000,
+		.cluster = &f->cluster,
+	};
+	memcpy(c->model_identity, model.bytes, 32);
+}
+
+/* A peer process: joins, runs until rank zero's connection ends. */
+static void child_main(struct fixture *f, uint32_t rank, bool wrong_secret, bool full_disk)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	struct sel_cluster cluster = f->cluster;
+	char dir[512];
+	sel_peer *peer;
+	int ret;
+
+	close(f->listen_fd);
+	cluster.rank = rank;
+	cluster.listen_fd = -1;
+	if (wrong_secret)
+		cluster.secret[0] ^= 1;
+	f->cluster = cluster;
+	config_for(f, rank, &c, planes, dir, sizeof(dir));
+	if (full_disk) {
+		mkdir(dir, 0755);
+		if (mount("selene-test", dir, "tmpfs", 0, "size=64k") != 0)
+			_exit(5);
+	}
+	ret = sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why));
+	if (ret)
+		_exit(2);
+	ret = sel_peer_wait(peer);
+	sel_peer_stop(peer);
+	if (full_disk)
+		umount(dir);
+	_exit(ret ? 3 : 0);
+}
+
+static void start(struct fixture *f, uint32_t world, int wrong_secret_rank, int full_rank)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+
+	f->world = world;
+	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(f->listen_fd, WORLD_MAX), 0);
+	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	f->cluster = (struct sel_cluster){
+		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
+		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
+		.join_timeout_ms = 10000, .silence_timeout_ms = 1500, .job_timeout_ms = 10000,
+	};
+	memset(f->cluster.secret, 0x6b, sizeof(f->cluster.secret));
+	for (uint32_t r = 1; r < world; r++) {
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (pid == 0)
+			child_main(f, r, (int)r == wrong_secret_rank, (int)r == full_rank);
+		f->children[r] = pid;
+	}
+}
+
+/* Waits for every child; returns the exit status of rank r (or -signal). */
+static int reap(struct fixture *f, uint32_t r)
+{
+	int status;
+
+	if (f->children[r] <= 0)
+		return 0;
+	assert_int_equal(waitpid(f->children[r], &status, 0), f->children[r]);
+	f->children[r] = 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+static int open_rank_zero(struct fixture *f, char *err, size_t err_size)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512];
+	int ret;
+
+	config_for(f, 0, &c, planes, dir, sizeof(dir));
+	ret = sel_store_open(&c, &f->store, err, err_size);
+	close(f->listen_fd);
+	f->listen_fd = -1;
+	if (!ret)
+		assert_int_equal(sel_history_create(f->store, f->tokens, TOKENS, &f->h), 0);
+	return ret;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	f->base = tu_make_temp_dir("cluster");
+	f->mem = mmap(NULL, WORLD_MAX * sizeof(struct rank_memory), PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(f->mem != MAP_FAILED);
+	tu_tokens(f->tokens, TOKENS, 2718);
+	f->listen_fd = -1;
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_history_destroy(f->h);
+	if (f->store)
+		sel_store_close(f->store, 5000);
+	for (uint32_t r = 1; r < WORLD_MAX; r++) {
+		if (f->children[r] > 0) {
+			kill(f->children[r], SIGKILL);
+			reap(f, r);
+		}
+	}
+	munmap(f->mem, WORLD_MAX * sizeof(struct rank_memory));
+	tu_remove_tree(f->base);
+	sel_log_set_level(SEL_LOG_INFO);
+	free(f);
+	return 0;
+}
+
+static void fill(struct fixture *f, uint32_t pages)
+{
+	for (uint32_t r = 0; r < f->world; r++) {
+		for (uint32_t i = 0; i < pages; i++)
+			for (int p = 0; p < 2; p++)
+				tu_fill(f->mem[r].planes[p] + i * UNIT, UNIT, i * 8 + p + r * 1000);
+		tu_fill(f->mem[r].rows, ROW, 555 + r);
+	}
+}
+
+static struct sel_event next_event(struct fixture *f, uint32_t ms)
+{
+	struct sel_event ev = { .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
+
+	for (uint32_t i = 0; i < ms; i++) {
+		if (sel_poll(f->store, &ev, 1) == 1)
+			return ev;
+		usleep(1000);
+	}
+	return ev;
+}
+
+/* Publishes; returns the outcome, or the error when the call failed. */
+static int publish_raw(struct fixture *f, uint64_t checkpoint, uint64_t consumed)
+{
+	uint32_t ids[PAGES];
+	struct sel_publication pub = { .checkpoint = checkpoint, .history = f->h,
+				       .consumed = consumed, .page_ids = ids, .state_slot = 0 };
+	enum sel_outcome outcome;
+	int ret;
+
+	for (uint32_t i = 0; i < PAGES; i++)
+		ids[i] = i;
+	ret = sel_store_publish(f->store, &pub, &outcome);
+	return ret ? ret : (int)outcome;
+}
+
+static enum sel_outcome publish(struct fixture *f, uint64_t checkpoint, uint64_t consumed)
+{
+	int ret = publish_raw(f, checkpoint, consumed);
+
+	assert_true(ret >= 0);
+	return (enum sel_outcome)ret;
+}
+
+static void store_and_fetch(struct fixture *f)
+{
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+	char err[512];
+
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s", err);
+	fill(f, 1000 / 64);
+	assert_int_equal(publish(f, 1, 1000), SEL_QUEUED);
+	ev = next_event(f, 10000);
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("store: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < f->world; r++) {
+		memset(f->mem[r].planes, 0xee, sizeof(f->mem[r].planes));
+		memset(f->mem[r].rows, 0xee, sizeof(f->mem[r].rows));
+	}
+	assert_true(sel_lookup(f->store, f->h, 0, &hit));
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 30 + i;
+	assert_int_equal(sel_fetch(f->store, &hit, ids, 2, 42, &joined), 0);
+	ev = next_event(f, 10000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < f->world; r++) {
+		uint8_t expect[UNIT > ROW ? UNIT : ROW];
+
+		for (uint32_t i = 0; i < hit.page_count; i++)
+			for (int p = 0; p < 2; p++) {
+				tu_fill(expect, UNIT, i * 8 + p + r * 1000);
+				if (memcmp(expect, f->mem[r].planes[p] + (30 + i) * UNIT, UNIT) != 0)
+					fail_msg("rank %u page %u plane %d differs", r, i, p);
+			}
+		tu_fill(expect, ROW, 555 + r);
+		assert_memory_equal(f->mem[r].rows + 2 * ROW, expect, ROW);
+	}
+	/* closing rank zero ends every peer cleanly */
+	sel_history_destroy(f->h);
+	f->h = NULL;
+	assert_int_equal(sel_store_close(f->store, 10000), 0);
+	f->store = NULL;
+	for (uint32_t r = 1; r < f->world; r++)
+		assert_int_equal(reap(f, r), 0);
+}
+
+/* Three ranks: store and fetch byte-exact on every rank. */
+static void test_cluster_three_ranks(void **state)
+{
+	struct fixture *f = *state;
+
+	start(f, 3, -1, -1);
+	store_and_fetch(f);
+}
+
+/* Four ranks: the same. */
+static void test_cluster_four_ranks(void **state)
+{
+	struct fixture *f = *state;
+
+	start(f, 4, -1, -1);
+	store_and_fetch(f);
+}
+
+/* kill -9 of a peer with a job outstanding stops the transport. */
+static void test_cluster_kill_peer(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	char err[512];
+
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), 0);
+	fill(f, 1000 / 64);
+	kill(f->children[2], SIGKILL);
+	publish(f, 1, 1000);
+	ev = next_event(f, 10000);
+	assert_int_equal(ev.kind, SEL_EVENT_FATAL);
+	assert_non_null(strstr(ev.why, "rank 2"));
+	assert_int_equal(publish_raw(f, 2, 1500), SEL_ESTOPPED);
+}
+
+/*
+ * SIGSTOP of a peer: rank zero's calls keep returning at once while the
+ * stalled link's queue fills; the silent link then stops the transport.
+ */
+static void test_cluster_stopped_peer(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev = { 0 };
+	char err[512];
+	uint32_t calls = 0;
+	bool fatal = false;
+
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), 0);
+	fill(f, 1000 / 64);
+	kill(f->children[1], SIGSTOP);
+	for (uint32_t i = 0; i < 5000 && !fatal; i++) {
+		int ret = publish_raw(f, 100 + i, 64 + i % 900);
+
+		calls++;
+		assert_true(ret == SEL_QUEUED || ret == SEL_RETRY || ret == SEL_PRESENT ||
+			    ret == SEL_ESTOPPED);
+		while (sel_poll(f->store, &ev, 1) == 1)
+			fatal = fatal || ev.kind == SEL_EVENT_FATAL;
+		usleep(1000);
+	}
+	assert_true(fatal);
+	assert_non_null(strstr(ev.why, "rank 1"));
+	kill(f->children[1], SIGCONT);
+}
+
+/* A wrong secret is refused at startup, with the reason on both sides. */
+static void test_cluster_wrong_secret(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start(f, 3, 2, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "launch secret"));
+	assert_int_equal(reap(f, 2), 2); /* its start failed */
+	assert_non_null(strstr(f->mem[2].why, "launch secret"));
+	assert_true(reap(f, 1) != 0);    /* the others end with rank zero */
+}
+
+/* A store that fails on one rank (its filesystem full) leaves no file anywhere. */
+static void test_cluster_store_fails_on_one_rank(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	char err[512], path[512];
+
+	start(f, 3, -1, 2);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s (rank 2: %s)", err, f->mem[2].why);
+	fill(f, 1000 / 64);
+	assert_int_equal(publish(f, 1, 1000), SEL_QUEUED);
+	ev = next_event(f, 10000);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(ev.error, -ENOSPC);
+	assert_non_null(strstr(ev.why, "rank 2"));
+	for (uint32_t r = 0; r < 3; r++) {
+		char cmd[600];
+
+		snprintf(path, sizeof(path), "%s/rank%u", f->base, r);
+		snprintf(cmd, sizeof(cmd), "test -z \"$(find %s -name '*.ckpt*')\"", path);
+		if (system(cmd) != 0)
+			fail_msg("rank %u still holds a record file", r);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_cluster_three_ranks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_four_ranks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_kill_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_stopped_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_wrong_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_store_fails_on_one_rank, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("cluster", tests, NULL, NULL);
+}
+
