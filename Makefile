@@ -58,7 +58,7 @@ LIB_SRCS := $(sort \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/bench_store.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
+PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
 TEST_NAMES := $(sort agreement api cluster fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

@@ -2,10 +2,19 @@
 #ifndef SELENE_LAUNCH_BENCH_STORE_H
 #define SELENE_LAUNCH_BENCH_STORE_H
 
+#include <stdint.h>
+
 /* Index lookups against index size and history length; 0 or an error. */
 int bench_lookup(void);
 
 /* Every public call's latency while stores keep the disk busy. */
 int bench_api(const char *dir, double seconds);
+
+/*
+ * The multi-rank transport's cost per job: jobs store-then-fetch pairs and
+ * jobs pipelined stores at 1, 2, 4 and 8 ranks (forked peers on loopback)
+ * under dir; 0 or an error.
+ */
+int bench_fanout(const char *dir, uint32_t jobs);
 
 #endif

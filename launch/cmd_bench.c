@@ -519,7 +519,8 @@ static void bench_usage(FILE *out)
 		"       selene bench fetch [options] DIR\n"
 		"       selene bench copy [options]\n"
 		"       selene bench lookup\n"
-		"       selene bench api [--dir DIR]\n\n"
+		"       selene bench api [--dir DIR]\n"
+		"       selene bench fanout [--dir DIR] [--records N]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -538,7 +539,8 @@ static void bench_usage(FILE *out)
 		"  --plane-bytes N    bytes of one plane of one page (default 65536)\n"
 		"  --row-bytes N      bytes of the state row (default 1048576)\n"
 		"  --pages N          pages per record (default 64)\n"
-		"  --records N        records per round (default 1)\n"
+		"  --records N        records per round (default 1); fanout: jobs per phase\n"
+		"                     (default 2000)\n"
 		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
@@ -598,6 +600,12 @@ int launch_cmd_bench(int argc, char **argv)
 	if (strcmp(what, "api") == 0 && optind == argc) {
 		sel_log_set_level(SEL_LOG_WARN);
 		return bench_api(b.a.dir, 10.0) ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	}
+	if (strcmp(what, "fanout") == 0 && optind == argc) {
+		/* --records: jobs per phase (default 2000) */
+		sel_log_set_level(SEL_LOG_WARN);
+		return bench_fanout(b.a.dir, b.a.records > 1 ? b.a.records : 2000) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	}
 	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||
 	    b.a.rounds > BENCH_ROUNDS_MAX ||

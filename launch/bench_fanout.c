@@ -1,0 +1,402 @@
+/*
+ * selene bench fanout: what the multi-rank transport adds to a job (DESIGN.md
+ * section 7). For each world size, rank zero runs in this process through
+ * the public API and every other rank is a forked peer (sel_peer_start) on
+ * loopback, all on the host device with small records, so the job's own
+ * copy and disk time stay small and equal across world sizes. The same
+ * sequence of store-then-fetch jobs runs at every size; a job's control
+ * overhead at N ranks is its latency there minus its latency with one rank.
+ * A pipelined phase then keeps many stores in flight and counts jobs/s.
+ */
+#include "launch/commands.h"
+#include "launch/bench_store.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "selene/store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FANOUT_WORLD_MAX 8u
+#define FANOUT_UNIT 4096u
+#define FANOUT_PAGES 64u
+#define FANOUT_ROWS 4u
+#define FANOUT_TOKENS 64u /* one page per record */
+#define FANOUT_WINDOW 32u /* stores in flight in the pipelined phase */
+
+struct fanout_run {
+	const char *base;
+	uint32_t world;
+	uint32_t jobs;
+	struct sel_cluster cluster;
+	pid_t peers[FANOUT_WORLD_MAX];
+	uint8_t *planes[2], *rows;
+	uint64_t *store_ns, *fetch_ns;
+	double jobs_per_second;
+};
+
+static void fanout_config(struct fanout_run *r, uint32_t rank, struct sel_store_config *c,
+			  struct sel_plane planes[2], char *dir, size_t dir_size)
+{
+	snprintf(dir, dir_size, "%s/rank%u", r->base, rank);
+	for (int p = 0; p < 2; p++)
+		planes[p] = (struct sel_plane){ p ? "v" : "k", FANOUT_UNIT,
+						(uintptr_t)r->planes[p] };
+	*c = (struct sel_store_config){
+		.dir = dir, .page_tokens = FANOUT_TOKENS, .page_plane_count = 2,
+		.page_planes = planes,
+		.row_plane = { "state", FANOUT_UNIT, (uintptr_t)r->rows },
+		.page_count = FANOUT_PAGES, .row_count = FANOUT_ROWS, .device = "host",
+		.disk_limit_bytes = 4ull << 30, .durable = false, .records_max = 200000,
+		.cluster = r->world > 1 ? &r->cluster : NULL,
+	};
+	memset(c->model_identity, 0x5e, sizeof(c->model_identity));
+}
+
+/* A peer: joins rank zero, runs jobs until rank zero's connection ends. */
+static void fanout_peer_main(struct fanout_run *r, uint32_t rank)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512], err[256];
+	sel_peer *peer;
+	int ret;
+
+	close(r->cluster.listen_fd);
+	r->cluster.rank = rank;
+	r->cluster.listen_fd = -1;
+	fanout_config(r, rank, &c, planes, dir, sizeof(dir));
+	ret = sel_peer_start(&c, &peer, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench fanout: rank %u: %s\n", rank, err);
+		_exit(2);
+	}
+	ret = sel_peer_wait(peer);
+	sel_peer_stop(peer);
+	_exit(ret ? 3 : 0);
+}
+
+static int fanout_listen(struct fanout_run *r)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
+	    listen(fd, (int)FANOUT_WORLD_MAX) ||
+	    getsockname(fd, (struct sockaddr *)&addr, &len)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	r->cluster = (struct sel_cluster){
+		.rank = 0, .world_size = r->world, .coordinator_host = "127.0.0.1",
+		.coordinator_port = ntohs(addr.sin_port), .listen_fd = fd,
+		.join_timeout_ms = 20000, .silence_timeout_ms = 5000, .job_timeout_ms = 20000,
+	};
+	memset(r->cluster.secret, 0x3c, sizeof(r->cluster.secret));
+	return 0;
+}
+
+/* Forks the peers; their planes are this process's (copied at fork). */
+static int fanout_fork_peers(struct fanout_run *r)
+{
+	fflush(NULL);
+	for (uint32_t rank = 1; rank < r->world; rank++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			return -errno;
+		if (pid == 0)
+			fanout_peer_main(r, rank);
+		r->peers[rank] = pid;
+	}
+	return 0;
+}
+
+/*
+ * Between empty polls: a 10 us sleep with 1 us timer slack, which leaves the
+ * cores to the peers (a sched_yield loop spends them in the kernel) and
+ * adds at most a few microseconds to a measured job.
+ */
+static void fanout_pause(void)
+{
+	struct timespec ts = { 0, 10000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Polls until the event for id arrives. */
+static int fanout_wait(sel_store *store, enum sel_event_kind kind, uint64_t id)
+{
+	for (;;) {
+		struct sel_event ev[8];
+		uint32_t n = sel_poll(store, ev, SEL_ARRAY_SIZE(ev));
+
+		for (uint32_t i = 0; i < n; i++) {
+			if (ev[i].kind == SEL_EVENT_FATAL || ev[i].kind == SEL_EVENT_STORE_FAILED ||
+			    ev[i].kind == SEL_EVENT_FETCH_FAILED) {
+				fprintf(stderr, "selene bench fanout: job %" PRIu64 " failed: %s\n",
+					ev[i].id, ev[i].why);
+				return -EIO;
+			}
+			if (ev[i].kind == kind && ev[i].id == id)
+				return 0;
+		}
+		if (n == 0)
+			fanout_pause();
+	}
+}
+
+static void fanout_tokens(uint32_t *tokens, uint64_t job)
+{
+	for (uint32_t i = 0; i < FANOUT_TOKENS; i++)
+		tokens[i] = (uint32_t)((job * 2654435761u + i * 40503u) % 151936u);
+	tokens[0] = (uint32_t)job; /* distinct first block for every job */
+}
+
+/* One store then one fetch of it, each timed from submit to its event. */
+static int fanout_job(struct fanout_run *r, sel_store *store, uint64_t job)
+{
+	uint32_t tokens[FANOUT_TOKENS], src = 0, dst = 1;
+	struct sel_publication pub;
+	enum sel_outcome outcome;
+	struct sel_hit hit;
+	sel_history *h;
+	uint64_t t0;
+	bool joined;
+	int ret;
+
+	fanout_tokens(tokens, job);
+	ret = sel_history_create(store, tokens, FANOUT_TOKENS, &h);
+	if (ret)
+		return ret;
+	pub = (struct sel_publication){ .checkpoint = job, .history = h,
+					.consumed = FANOUT_TOKENS, .page_ids = &src };
+	t0 = sel_monotonic_ns();
+	ret = sel_store_publish(store, &pub, &outcome);
+	if (!ret && outcome != SEL_QUEUED)
+		ret = -EAGAIN;
+	if (!ret)
+		ret = fanout_wait(store, SEL_EVENT_STORED, job);
+	r->store_ns[job] = sel_monotonic_ns() - t0;
+	if (!ret && !sel_lookup(store, h, 0, &hit))
+		ret = -ENOENT;
+	if (!ret) {
+		t0 = sel_monotonic_ns();
+		ret = sel_fetch(store, &hit, &dst, 1, job, &joined);
+		if (!ret)
+			ret = fanout_wait(store, SEL_EVENT_FETCHED, job);
+		r->fetch_ns[job] = sel_monotonic_ns() - t0;
+	}
+	sel_history_destroy(h);
+	return ret;
+}
+
+/* Stores with FANOUT_WINDOW in flight; jobs per second of completed stores. */
+static int fanout_pipelined(struct fanout_run *r, sel_store *store, uint64_t first)
+{
+	sel_history *ring[FANOUT_WINDOW] = { 0 };
+	uint64_t next = first, done = 0, t0 = sel_monotonic_ns();
+	uint32_t in_flight = 0, tokens[FANOUT_TOKENS], src = 2;
+	int ret = 0;
+
+	while (!ret && done < r->jobs) {
+		struct sel_event ev[FANOUT_WINDOW];
+		uint32_t n;
+
+		while (!ret && in_flight < FANOUT_WINDOW && next - first < r->jobs) {
+			struct sel_publication pub;
+			enum sel_outcome outcome;
+			sel_history **h = &ring[next % FANOUT_WINDOW];
+
+			fanout_tokens(tokens, next);
+			sel_history_destroy(*h);
+			ret = sel_history_create(store, tokens, FANOUT_TOKENS, h);
+			if (ret)
+				break;
+			pub = (struct sel_publication){ .checkpoint = next, .history = *h,
+							.consumed = FANOUT_TOKENS,
+							.page_ids = &src };
+			ret = sel_store_publish(store, &pub, &outcome);
+			if (ret || outcome == SEL_RETRY)
+				break;
+			if (outcome != SEL_QUEUED) {
+				ret = -EAGAIN;
+				break;
+			}
+			in_flight++;
+			next++;
+		}
+		n = sel_poll(store, ev, SEL_ARRAY_SIZE(ev));
+		for (uint32_t i = 0; i < n; i++) {
+			if (ev[i].kind != SEL_EVENT_STORED) {
+				fprintf(stderr, "selene bench fanout: store %" PRIu64 " failed: %s\n",
+					ev[i].id, ev[i].why);
+				ret = -EIO;
+			}
+			in_flight--;
+			done++;
+		}
+		if (n == 0)
+			fanout_pause();
+	}
+	r->jobs_per_second = (double)done / ((double)(sel_monotonic_ns() - t0) / 1e9);
+	for (uint32_t i = 0; i < FANOUT_WINDOW; i++)
+		sel_history_destroy(ring[i]);
+	return ret;
+}
+
+static int fanout_remove_one(const char *path, const struct stat *st, int flag,
+			     struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+/* Runs one world size; fills r's samples. */
+static int fanout_world(struct fanout_run *r)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512], err[512];
+	sel_store *store = NULL;
+	int ret = 0, peer_failures = 0;
+
+	memset(r->peers, 0, sizeof(r->peers));
+	if (r->world > 1) {
+		ret = fanout_listen(r);
+		if (!ret)
+			ret = fanout_fork_peers(r);
+		if (ret)
+			fprintf(stderr, "selene bench fanout: %s\n", sel_strerror(ret));
+	}
+	if (!ret) {
+		fanout_config(r, 0, &c, planes, dir, sizeof(dir));
+		ret = sel_store_open(&c, &store, err, sizeof(err));
+		if (ret)
+			fprintf(stderr, "selene bench fanout: %u ranks: %s\n", r->world, err);
+	}
+	for (uint64_t job = 0; !ret && job < r->jobs; job++)
+		ret = fanout_job(r, store, job);
+	if (!ret)
+		ret = fanout_pipelined(r, store, r->jobs);
+	if (store && sel_store_close(store, 60000) && !ret)
+		ret = -EIO;
+	if (r->world > 1)
+		close(r->cluster.listen_fd);
+	for (uint32_t rank = 1; rank < r->world; rank++) {
+		int status;
+
+		if (r->peers[rank] <= 0)
+			continue;
+		if (ret)
+			kill(r->peers[rank], SIGKILL);
+		if (waitpid(r->peers[rank], &status, 0) == r->peers[rank] &&
+		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			peer_failures++;
+	}
+	if (!ret && peer_failures) {
+		fprintf(stderr, "selene bench fanout: %d peers exited with an error\n",
+			peer_failures);
+		ret = -EIO;
+	}
+	nftw(r->base, fanout_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	return ret;
+}
+
+static int compare_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double fanout_percentile_us(uint64_t *ns, uint32_t n, uint32_t per_hundred)
+{
+	qsort(ns, n, sizeof(*ns), compare_u64);
+	return (double)ns[(uint64_t)n * per_hundred / 100] / 1000.0;
+}
+
+int bench_fanout(const char *dir, uint32_t jobs)
+{
+	static const uint32_t worlds[] = { 1, 2, 4, 8 };
+	uint64_t *store_ns = calloc(jobs, sizeof(uint64_t));
+	uint64_t *fetch_ns = calloc(jobs, sizeof(uint64_t));
+	double base_store = 0, base_fetch = 0;
+	char base[512];
+	struct fanout_run r = { .base = base, .jobs = jobs };
+	int ret = 0;
+
+	snprintf(base, sizeof(base), "%s/fanout-%d", dir, (int)getpid());
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+	for (int p = 0; p < 2; p++)
+		r.planes[p] = calloc(FANOUT_PAGES, FANOUT_UNIT);
+	r.rows = calloc(FANOUT_ROWS, FANOUT_UNIT);
+	if (!store_ns || !fetch_ns || !r.planes[0] || !r.planes[1] || !r.rows) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memset(r.planes[0], 0xa5, FANOUT_PAGES * FANOUT_UNIT);
+	r.store_ns = store_ns;
+	r.fetch_ns = fetch_ns;
+	printf("fanout: %u store and %u fetch jobs one at a time, then %u stores with %u in "
+	       "flight; one %u-byte page in 2 planes and a %u-byte row per rank; host "
+	       "device, loopback TCP, %ld cores online\n", jobs, jobs, jobs, FANOUT_WINDOW,
+	       FANOUT_UNIT, FANOUT_UNIT, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("fanout: ranks  store p50/p99 us  fetch p50/p99 us  overhead store/fetch "
+	       "p50 us  stores/s\n");
+	for (size_t w = 0; !ret && w < SEL_ARRAY_SIZE(worlds); w++) {
+		double s50, s99, f50, f99;
+
+		r.world = worlds[w];
+		if ((mkdir(dir, 0755) && errno != EEXIST) || (mkdir(base, 0755) && errno != EEXIST)) {
+			ret = -errno;
+			break;
+		}
+		ret = fanout_world(&r);
+		if (ret)
+			break;
+		s50 = fanout_percentile_us(store_ns, jobs, 50);
+		s99 = fanout_percentile_us(store_ns, jobs, 99);
+		f50 = fanout_percentile_us(fetch_ns, jobs, 50);
+		f99 = fanout_percentile_us(fetch_ns, jobs, 99);
+		if (r.world == 1) {
+			base_store = s50;
+			base_fetch = f50;
+		}
+		printf("fanout: %5u  %7.1f/%-8.1f  %7.1f/%-8.1f  %9.1f/%-9.1f      %8.0f\n",
+		       r.world, s50, s99, f50, f99, s50 - base_store, f50 - base_fetch,
+		       r.jobs_per_second);
+		fflush(stdout);
+	}
+	if (ret)
+		fprintf(stderr, "selene bench fanout: %s\n", sel_strerror(ret));
+out:
+	free(store_ns);
+	free(fetch_ns);
+	for (int p = 0; p < 2; p++)
+		free(r.planes[p]);
+	free(r.rows);
+	return ret;
+}
