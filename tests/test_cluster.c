@@ -4,8 +4,9 @@
  * through sel_peer_start. Device planes live in shared memory so this
  * process can check every rank's bytes. Covers store and fetch byte-exact
  * on every rank with 3 and 4 ranks, kill -9 of a peer with a job
- * outstanding, SIGSTOP of a peer, a wrong secret refused at startup with the
- * reason on both sides, and a store that fails on one rank (its filesystem
+ * outstanding, SIGSTOP of a peer, a wrong secret, a rank claimed twice, a
+ * different geometry and an unannounced address each refused at startup with
+ * the reason on both sides, and a store that fails on one rank (its filesystem
  * full) leaving no file on any rank.
  */
 #include "tests/testutil.h"
@@ -75,7 +76,15 @@ static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config
 }
 
 /* A peer process: joins, runs until rank zero's connection ends. */
-static void child_main(struct fixture *f, uint32_t rank, bool wrong_secret, bool full_disk)
+enum child_fault {
+	FAULT_NONE,
+	FAULT_SECRET,   /* one bit of the launch secret flipped */
+	FAULT_RANK,     /* claims rank 1 (a rank another process holds) */
+	FAULT_GEOMETRY, /* a row plane of half the size */
+};
+
+static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
+		       bool full_disk)
 {
 	struct sel_store_config c;
 	struct sel_plane planes[2];
@@ -85,12 +94,14 @@ static void child_main(struct fixture *f, uint32_t rank, bool wrong_secret, bool
 	int ret;
 
 	close(f->listen_fd);
-	cluster.rank = rank;
+	cluster.rank = fault == FAULT_RANK ? 1 : rank;
 	cluster.listen_fd = -1;
-	if (wrong_secret)
+	if (fault == FAULT_SECRET)
 		cluster.secret[0] ^= 1;
 	f->cluster = cluster;
 	config_for(f, rank, &c, planes, dir, sizeof(dir));
+	if (fault == FAULT_GEOMETRY)
+		c.row_plane.unit_bytes = ROW / 2;
 	if (full_disk) {
 		mkdir(dir, 0755);
 		if (mount("selene-test", dir, "tmpfs", 0, "size=64k") != 0)
@@ -106,7 +117,9 @@ static void child_main(struct fixture *f, uint32_t rank, bool wrong_secret, bool
 	_exit(ret ? 3 : 0);
 }
 
-static void start(struct fixture *f, uint32_t world, int wrong_secret_rank, int full_rank)
+/* Starts world - 1 children; fault applies to rank fault_rank, a full disk to full_rank. */
+static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum child_fault fault,
+		       int full_rank)
 {
 	struct sockaddr_in addr = { .sin_family = AF_INET };
 	socklen_t len = sizeof(addr);
@@ -128,9 +141,15 @@ static void start(struct fixture *f, uint32_t world, int wrong_secret_rank, int 
 
 		assert_true(pid >= 0);
 		if (pid == 0)
-			child_main(f, r, (int)r == wrong_secret_rank, (int)r == full_rank);
+			child_main(f, r, (int)r == fault_rank ? fault : FAULT_NONE,
+				   (int)r == full_rank);
 		f->children[r] = pid;
 	}
+}
+
+static void start(struct fixture *f, uint32_t world, int wrong_secret_rank, int full_rank)
+{
+	start_with(f, world, wrong_secret_rank, FAULT_SECRET, full_rank);
 }
 
 /* Waits for every child; returns the exit status of rank r (or -signal). */
@@ -369,6 +388,53 @@ static void test_cluster_wrong_secret(void **state)
 	assert_true(reap(f, 1) != 0);    /* the others end with rank zero */
 }
 
+/* A rank claimed twice is refused: rank zero and the refused process say so. */
+static void test_cluster_wrong_rank(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	int refused;
+
+	start_with(f, 3, 2, FAULT_RANK, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 1 joined twice"));
+	/* whichever of the two claimants came second was refused; both end */
+	assert_true(reap(f, 1) != 0);
+	assert_true(reap(f, 2) != 0);
+	refused = strstr(f->mem[1].why, "already joined") ? 1 : 2;
+	assert_non_null(strstr(f->mem[refused].why, "that rank already joined"));
+}
+
+/* A rank with a different cache geometry is refused, the reason on both sides. */
+static void test_cluster_wrong_geometry(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start_with(f, 3, 2, FAULT_GEOMETRY, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 2 has a different cache geometry"));
+	assert_int_equal(reap(f, 2), 2);
+	assert_non_null(strstr(f->mem[2].why, "different cache geometry"));
+	assert_true(reap(f, 1) != 0);
+}
+
+/* A rank connecting from an address it did not announce is refused. */
+static void test_cluster_wrong_address(void **state)
+{
+	static const char *const addresses[] = { "127.0.0.1", "127.0.0.1", "127.0.0.2" };
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start(f, 3, -1, -1);
+	f->cluster.rank_addresses = addresses; /* rank zero's view; rank 2 uses 127.0.0.1 */
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "rank 2 connected from an address it did not announce"));
+	assert_int_equal(reap(f, 2), 2);
+	assert_non_null(strstr(f->mem[2].why, "did not announce"));
+	assert_true(reap(f, 1) != 0);
+}
+
 /* A store that fails on one rank (its filesystem full) leaves no file anywhere. */
 static void test_cluster_store_fails_on_one_rank(void **state)
 {
@@ -403,6 +469,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_kill_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_stopped_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_wrong_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_wrong_geometry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_wrong_address, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_store_fails_on_one_rank, setup, teardown),
 	};
 
