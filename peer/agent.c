@@ -139,8 +139,12 @@ static void on_close(void *ctx, int reason, const char *why)
 	pthread_mutex_unlock(&a->lock);
 }
 
-int peer_agent_run(const struct peer_agent_options *o, char *why, size_t why_size)
+int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *why,
+		   size_t why_size)
 {
+	uint64_t drain_ns = (uint64_t)(o->drain_timeout_ms ? o->drain_timeout_ms : 60000) *
+			    1000000u, drain_deadline = 0;
+	uint32_t left = 0;
 	struct agent a = { .o = o };
 	struct cluster_link_options lo = {
 		.fd = o->fd, .queue_bytes_max = o->queue_bytes_max ? o->queue_bytes_max : 8u << 20,
@@ -150,6 +154,7 @@ int peer_agent_run(const struct peer_agent_options *o, char *why, size_t why_siz
 	};
 	int ret;
 
+	*undrained = false;
 	pthread_mutex_init(&a.lock, NULL);
 	a.page_ids = calloc(o->geometry->page_count, sizeof(uint32_t));
 	a.chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.chain));
@@ -172,14 +177,28 @@ int peer_agent_run(const struct peer_agent_options *o, char *why, size_t why_siz
 			continue;
 		}
 		pthread_mutex_lock(&a.lock);
-		closed = a.closed && a.in_flight == 0;
+		closed = a.closed;
+		left = a.in_flight;
 		pthread_mutex_unlock(&a.lock);
-		if (closed)
+		if (closed && left == 0)
 			break;
+		if (closed && drain_deadline == 0)
+			drain_deadline = sel_monotonic_ns() + drain_ns;
+		if (closed && sel_monotonic_ns() > drain_deadline) {
+			*undrained = true;
+			break;
+		}
 	}
-	/* Rank zero closing between frames is the clean end of a peer's life. */
-	ret = a.close_reason == 0 ? 0 : a.close_reason;
-	snprintf(why, why_size, "%s", a.close_why);
+	if (*undrained) {
+		ret = SEL_ESTOPPED;
+		snprintf(why, why_size, "%s; %u jobs still running %u ms later: their buffers "
+			 "stay allocated", a.close_why[0] ? a.close_why : "rank zero's link ended",
+			 left, (unsigned)(drain_ns / 1000000u));
+	} else {
+		/* Rank zero closing between frames is the clean end of a peer's life. */
+		ret = a.close_reason == 0 ? 0 : a.close_reason;
+		snprintf(why, why_size, "%s", a.close_why);
+	}
 	cluster_link_close(a.link, 0);
 out:
 	free(a.page_ids);

@@ -2,7 +2,8 @@
  * A peer agent's steady state (DESIGN.md section 7): after the startup
  * (peer/join.h), it executes the jobs rank zero sends on this rank's shard
  * engine and replies to each with JOB_DONE, over a link. It stops when rank
- * zero's connection ends; jobs already submitted drain first.
+ * zero's connection ends; jobs already submitted drain first, for at most
+ * drain_timeout_ms.
  */
 #ifndef SELENE_PEER_AGENT_H
 #define SELENE_PEER_AGENT_H
@@ -12,6 +13,7 @@
 #include "record/key.h"
 #include "shard/engine.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct peer_agent_options {
@@ -23,14 +25,18 @@ struct peer_agent_options {
 	uint32_t heartbeat_ms;
 	uint32_t silence_timeout_ms;
 	uint64_t queue_bytes_max;             /* the link's writer queue */
+	uint32_t drain_timeout_ms;            /* after the link ends; 0: 60000 */
 };
 
 /*
- * Runs until rank zero's connection ends. Returns 0 when it ended cleanly
- * (rank zero closed it) with every job answered, or a negative code with
- * the reason in why (a silent rank zero, a malformed frame).
+ * Runs until rank zero's connection ends and every submitted job ended.
+ * Returns 0 when rank zero closed it cleanly, or a negative code with the
+ * reason in why (a silent rank zero, a malformed frame). When jobs are
+ * still running drain_timeout_ms after the end, returns SEL_ESTOPPED with
+ * *undrained set: the engine may still be copying into its buffers and the
+ * device, so it must not be closed or freed.
  */
-int peer_agent_run(const struct peer_agent_options *options, char *why,
+int peer_agent_run(const struct peer_agent_options *options, bool *undrained, char *why,
 		   size_t why_size);
 
 #endif

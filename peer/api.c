@@ -36,6 +36,7 @@ struct sel_peer {
 	int control_fd;  /* a dup of it, to end the link from sel_peer_stop */
 	pthread_t thread;
 	bool running;
+	bool undrained;  /* jobs outlived the drain: keep every buffer */
 	int result;
 	char why[256];
 };
@@ -94,7 +95,9 @@ static void *peer_main(void *arg)
 	p->result = peer_agent_run(&(struct peer_agent_options){
 		.fd = p->fd, .seq = p->seq, .engine = p->engine, .geometry = &p->geometry,
 		.namespace_id = &p->namespace_id, .heartbeat_ms = silence / 4,
-		.silence_timeout_ms = silence }, p->why, sizeof(p->why));
+		.silence_timeout_ms = silence,
+		.drain_timeout_ms = p->cluster.job_timeout_ms }, &p->undrained, p->why,
+		sizeof(p->why));
 	if (p->result)
 		sel_error("rank %u: the link to rank zero ended: %s", p->cluster.rank, p->why);
 	return NULL;
@@ -213,6 +216,12 @@ void sel_peer_stop(sel_peer *p)
 	}
 	if (p->control_fd >= 0)
 		close(p->control_fd);
+	if (p->undrained) {
+		/* Copies may still land in these buffers: leave them, and the peer. */
+		sel_error("rank %u: stopping without freeing the engine: %s", p->cluster.rank,
+			  p->why);
+		return;
+	}
 	shard_engine_close(p->engine);
 	shard_device_close(p->device);
 	rec_dir_close(p->dir);

@@ -6,12 +6,13 @@
  * on every rank with 3 and 4 ranks, kill -9 of a peer with a job
  * outstanding, SIGSTOP of a peer, a wrong secret, a rank claimed twice, a
  * different geometry and an unannounced address each refused at startup with
- * the reason on both sides, and a store that fails on one rank (its filesystem
+ * the reason on both sides, a peer whose drain outlives its deadline, and a store that fails on one rank (its filesystem
  * full) leaving no file on any rank.
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/store.h"
 
@@ -53,6 +54,7 @@ struct fixture {
 	uint32_t tokens[TOKENS];
 	sel_store *store;
 	sel_history *h;
+	uint32_t job_timeout_ms; /* 0: 10 s */
 };
 
 static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config *c,
@@ -81,6 +83,7 @@ enum child_fault {
 	FAULT_SECRET,   /* one bit of the launch secret flipped */
 	FAULT_RANK,     /* claims rank 1 (a rank another process holds) */
 	FAULT_GEOMETRY, /* a row plane of half the size */
+	FAULT_STALL,    /* every disk write sleeps 8 s */
 };
 
 static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
@@ -102,6 +105,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 	config_for(f, rank, &c, planes, dir, sizeof(dir));
 	if (fault == FAULT_GEOMETRY)
 		c.row_plane.unit_bytes = ROW / 2;
+	if (fault == FAULT_STALL && sel_failpoints_configure("disk.write=sleep(8000)") != 0)
+		_exit(6);
 	if (full_disk) {
 		mkdir(dir, 0755);
 		if (mount("selene-test", dir, "tmpfs", 0, "size=64k") != 0)
@@ -133,7 +138,7 @@ static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum c
 	f->cluster = (struct sel_cluster){
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
 		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
-		.join_timeout_ms = 10000, .silence_timeout_ms = 1500, .job_timeout_ms = 10000,
+		.join_timeout_ms = 10000, .silence_timeout_ms = 1500, .job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
 	};
 	memset(f->cluster.secret, 0x6b, sizeof(f->cluster.secret));
 	for (uint32_t r = 1; r < world; r++) {
@@ -435,6 +440,34 @@ static void test_cluster_wrong_address(void **state)
 	assert_true(reap(f, 1) != 0);
 }
 
+/*
+ * A peer whose jobs outlive its drain after rank zero went away exits
+ * non-zero at its deadline, without waiting for the copy (its buffers stay).
+ */
+static void test_cluster_peer_drain_unconfirmed(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	char err[512];
+	uint64_t t0;
+
+	f->job_timeout_ms = 1000;
+	start_with(f, 3, 1, FAULT_STALL, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s", err);
+	fill(f, 1000 / 64);
+	assert_int_equal(publish(f, 1, 1000), SEL_QUEUED);
+	ev = next_event(f, 10000);
+	assert_int_equal(ev.kind, SEL_EVENT_FATAL);
+	assert_int_equal(sel_store_close(f->store, 5000), SEL_ESTOPPED);
+	f->store = NULL;
+	t0 = sel_monotonic_ns();
+	assert_int_equal(reap(f, 1), 3);
+	/* the stalled write sleeps 8 s; the drain deadline is 1 s */
+	assert_true(sel_monotonic_ns() - t0 < 6000000000ull);
+	assert_int_equal(reap(f, 2), 0);
+}
+
 /* A store that fails on one rank (its filesystem full) leaves no file anywhere. */
 static void test_cluster_store_fails_on_one_rank(void **state)
 {
@@ -472,6 +505,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_geometry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_address, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_drain_unconfirmed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_store_fails_on_one_rank, setup, teardown),
 	};
 

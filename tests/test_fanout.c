@@ -122,6 +122,7 @@ struct peer_arg {
 
 static void *peer_main(void *arg)
 {
+	bool undrained;
 	struct rank *k = arg;
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(k->port) };
 	struct cluster_identity me = { .rank = k->r, .world_size = WORLD,
@@ -151,7 +152,8 @@ static void *peer_main(void *arg)
 	k->result = peer_agent_run(&(struct peer_agent_options){
 		.fd = k->fd, .seq = seq, .engine = k->engine, .geometry = &k->g,
 		.namespace_id = &k->ns, .heartbeat_ms = 100, .silence_timeout_ms = 5000 },
-		k->why, sizeof(k->why));
+		&undrained, k->why, sizeof(k->why));
+	assert_false(undrained); /* every test's jobs end */
 	return NULL;
 }
 

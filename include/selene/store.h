@@ -103,11 +103,17 @@ int sel_peer_start(const struct sel_store_config *config, sel_peer **out, char *
 /*
  * Waits until rank zero's connection ends and every job drained. Returns 0
  * when rank zero closed it cleanly, or why it ended otherwise (a silent
- * rank zero, a malformed frame).
+ * rank zero, a malformed frame). SEL_ESTOPPED when jobs were still running
+ * job_timeout_ms after the end: their copies may still write the buffers
+ * and GPU ids, so sel_peer_stop then frees nothing and the process should
+ * exit non-zero.
  */
 int sel_peer_wait(sel_peer *peer);
 
-/* Ends the peer (closing its link if still up), drains and frees; NULL is fine. */
+/*
+ * Ends the peer (closing its link if still up), drains and frees; after an
+ * unconfirmed drain (above) it leaves everything allocated. NULL is fine.
+ */
 void sel_peer_stop(sel_peer *peer);
 
 /*
