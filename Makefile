@@ -58,8 +58,8 @@ LIB_SRCS := $(sort \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
-TEST_NAMES := $(sort agreement api cluster fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
+PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
+TEST_NAMES := $(sort agreement api bootstrap cluster fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -95,6 +95,13 @@ $(PROGRAM): $(PROG_OBJS) $(STATIC_LIB)
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
+		$(LDLIBS) $(TEST_LDLIBS)
+
+# The launch layer's bootstrap is not in the library.
+$(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/bootstrap.o \
+		$(BUILD)/tests/testutil.o $(STATIC_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \
 		$(LDLIBS) $(TEST_LDLIBS)
 
 $(BUILD)/tests/gpu/test_cuda: $(BUILD)/tests/gpu/test_cuda.o $(BUILD)/tests/testutil.o $(STATIC_LIB)

@@ -10,6 +10,7 @@ int launch_cmd_verify(int argc, char **argv);
 int launch_cmd_failpoints(int argc, char **argv);
 int launch_cmd_demo(int argc, char **argv);
 int launch_cmd_bench(int argc, char **argv);
+int launch_cmd_cluster_demo(int argc, char **argv);
 
 /* Exit statuses shared by every subcommand. */
 enum {

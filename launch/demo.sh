@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make demo: four ranks under mpirun on this host, each with its own base
-# directory, each storing its share of a conversation's checkpoints,
-# restarting, restoring and verifying them; then selene verify and ls over
-# every rank's directory.
+# directory. First the store across ranks through the public API (rank zero
+# forms the cluster over loopback TCP, every other rank is a peer): store a
+# conversation's checkpoints on every rank, restore them, restart every rank
+# and restore them from disk, every byte checked on every rank. Then each
+# rank's record layer alone (selene demo). selene verify and ls close it.
 set -euo pipefail
 program=${1:-build/selene}
 base=${SELENE_DEMO_DIR:-/tmp/selene-demo}
@@ -11,11 +13,21 @@ ranks=${SELENE_DEMO_RANKS:-4}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 rm -rf "$base"
-echo "== $ranks ranks under mpirun, one directory per rank under $base"
-SELENE_LOG=warn mpirun --oversubscribe -np "$ranks" "$program" demo --dir "$base/rank%r"
+mkdir -p "$base"
+# A fresh launch secret and a port for rank zero, handed to every rank.
+head -c 32 /dev/urandom > "$base/secret"
+chmod 600 "$base/secret"
+export SELENE_LOG=warn SELENE_SECRET_FILE="$base/secret"
+export SELENE_COORDINATOR=127.0.0.1:$((20000 + RANDOM % 20000))
+echo "== $ranks ranks under mpirun: a store across ranks (rank zero at $SELENE_COORDINATOR)"
+mpirun --oversubscribe -np "$ranks" -x SELENE_LOG -x SELENE_SECRET_FILE -x SELENE_COORDINATOR \
+	"$program" cluster-demo --dir "$base/cluster/rank%r" | sort -s -t: -k2,2
+echo
+echo "== $ranks ranks under mpirun: each rank's record layer alone"
+mpirun --oversubscribe -np "$ranks" -x SELENE_LOG "$program" demo --dir "$base/rank%r"
 echo
 echo "== selene verify $base"
 "$program" verify "$base"
 echo
-echo "== selene ls $base/rank0"
-"$program" ls "$base/rank0"
+echo "== selene ls $base/cluster/rank1"
+"$program" ls "$base/cluster/rank1"

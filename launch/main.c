@@ -19,6 +19,8 @@ struct command {
 static const struct command commands[] = {
 	{ "bench", launch_cmd_bench,
 	  "store, fetch and copy throughput beside the raw disk and copy paths" },
+	{ "cluster-demo", launch_cmd_cluster_demo,
+	  "one rank of a store across ranks: store, restore, restart every rank, restore" },
 	{ "demo", launch_cmd_demo,
 	  "write, restart, restore and verify a checkpoint chain on one rank" },
 	{ "failpoints", launch_cmd_failpoints,

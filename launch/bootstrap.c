@@ -1,0 +1,98 @@
+/* The environment bootstrap (bootstrap.h). */
+#include "launch/bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A decimal variable; false when set but not a number in [0, max]. */
+static bool env_number(const char *name, uint32_t max, uint32_t *out, bool *set)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long n;
+
+	*set = v && *v;
+	if (!*set)
+		return true;
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (errno || *end || n > max)
+		return false;
+	*out = (uint32_t)n;
+	return true;
+}
+
+static int read_secret(const char *path, uint8_t secret[32], char *err, size_t err_size)
+{
+	uint8_t extra;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0) {
+		snprintf(err, err_size, "SELENE_SECRET_FILE %s: %s", path, strerror(errno));
+		return -EINVAL;
+	}
+	n = read(fd, secret, 32);
+	if (n == 32 && read(fd, &extra, 1) != 0)
+		n = -2;
+	close(fd);
+	if (n != 32) {
+		snprintf(err, err_size, "SELENE_SECRET_FILE %s must hold exactly 32 bytes", path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_size)
+{
+	const char *coordinator = getenv("SELENE_COORDINATOR"), *secret = getenv("SELENE_SECRET_FILE");
+	const char *rank_var = "SELENE_RANK", *world_var = "SELENE_WORLD_SIZE", *colon;
+	uint32_t rank = 0, world = 1;
+	unsigned long port;
+	bool rank_set, world_set;
+	char *end;
+
+	memset(b, 0, sizeof(*b));
+	if (!getenv("SELENE_RANK") && getenv("OMPI_COMM_WORLD_RANK")) {
+		rank_var = "OMPI_COMM_WORLD_RANK";
+		world_var = "OMPI_COMM_WORLD_SIZE";
+	}
+	if (!env_number(rank_var, 1023, &rank, &rank_set) ||
+	    !env_number(world_var, 1024, &world, &world_set) || world == 0 || rank >= world ||
+	    rank_set != world_set) {
+		snprintf(err, err_size, "%s and %s must both be set, with 0 <= rank < world "
+			 "size <= 1024", rank_var, world_var);
+		return -EINVAL;
+	}
+	b->cluster = (struct sel_cluster){ .rank = rank, .world_size = world, .listen_fd = -1,
+					   .join_timeout_ms = 60000, .silence_timeout_ms = 10000,
+					   .job_timeout_ms = 60000 };
+	if (world == 1)
+		return 0;
+	colon = coordinator ? strrchr(coordinator, ':') : NULL;
+	if (!colon || colon == coordinator || (size_t)(colon - coordinator) >= sizeof(b->host)) {
+		snprintf(err, err_size, "SELENE_COORDINATOR must be host:port for a world of %u",
+			 world);
+		return -EINVAL;
+	}
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || *end || port == 0 || port > 65535) {
+		snprintf(err, err_size, "SELENE_COORDINATOR %s: the port must be 1-65535",
+			 coordinator);
+		return -EINVAL;
+	}
+	memcpy(b->host, coordinator, (size_t)(colon - coordinator));
+	b->cluster.coordinator_host = b->host;
+	b->cluster.coordinator_port = (uint16_t)port;
+	if (!secret || !*secret) {
+		snprintf(err, err_size, "SELENE_SECRET_FILE must name the launch secret for a "
+			 "world of %u", world);
+		return -EINVAL;
+	}
+	return read_secret(secret, b->cluster.secret, err, err_size);
+}

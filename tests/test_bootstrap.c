@@ -1,0 +1,168 @@
+/*
+ * The environment bootstrap (launch/bootstrap.h): a world of one needs
+ * nothing; SELENE_* wins over Open MPI's variables; every missing or wrong
+ * variable is refused with its name.
+ */
+#include "tests/testutil.h"
+
+#include "launch/bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const vars[] = {
+	"SELENE_RANK", "SELENE_WORLD_SIZE", "SELENE_COORDINATOR", "SELENE_SECRET_FILE",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+};
+
+static char *dir;
+static char secret_path[512];
+
+static void write_file(const char *path, size_t bytes)
+{
+	uint8_t buf[64];
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7 + 1);
+	assert_int_equal(write(fd, buf, bytes), (ssize_t)bytes);
+	close(fd);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i]);
+	dir = tu_make_temp_dir("bootstrap");
+	snprintf(secret_path, sizeof(secret_path), "%s/secret", dir);
+	write_file(secret_path, 32);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	tu_remove_tree(dir);
+	return 0;
+}
+
+static int boot(struct launch_bootstrap *b, char *err, size_t size)
+{
+	err[0] = '\0';
+	return launch_bootstrap_from_env(b, err, size);
+}
+
+static void test_bootstrap_world_of_one(void **state)
+{
+	struct launch_bootstrap b;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
+	assert_int_equal(b.cluster.rank, 0);
+	assert_int_equal(b.cluster.world_size, 1);
+}
+
+static void test_bootstrap_full(void **state)
+{
+	struct launch_bootstrap b;
+	char err[256];
+
+	(void)state;
+	setenv("SELENE_RANK", "2", 1);
+	setenv("SELENE_WORLD_SIZE", "4", 1);
+	setenv("OMPI_COMM_WORLD_RANK", "3", 1); /* SELENE_* wins */
+	setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+	setenv("SELENE_COORDINATOR", "198.18.0.1:29500", 1);
+	setenv("SELENE_SECRET_FILE", secret_path, 1);
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
+	assert_int_equal(b.cluster.rank, 2);
+	assert_int_equal(b.cluster.world_size, 4);
+	assert_string_equal(b.cluster.coordinator_host, "198.18.0.1");
+	assert_int_equal(b.cluster.coordinator_port, 29500);
+	assert_int_equal(b.cluster.secret[0], 1);
+	assert_int_equal(b.cluster.secret[31], (uint8_t)(31 * 7 + 1));
+	assert_int_equal(b.cluster.listen_fd, -1);
+}
+
+static void test_bootstrap_open_mpi(void **state)
+{
+	struct launch_bootstrap b;
+	char err[256];
+
+	(void)state;
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+	setenv("SELENE_COORDINATOR", "localhost:7", 1);
+	setenv("SELENE_SECRET_FILE", secret_path, 1);
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
+	assert_int_equal(b.cluster.rank, 1);
+	assert_int_equal(b.cluster.world_size, 3);
+}
+
+/* Each wrong environment is refused with the variable's name. */
+static void test_bootstrap_refusals(void **state)
+{
+	static const struct {
+		const char *rank, *world, *coordinator, *secret, *says;
+	} cases[] = {
+		{ "4", "4", "h:1", "ok", "SELENE_RANK" },          /* rank outside the world */
+		{ "1", NULL, "h:1", "ok", "SELENE_WORLD_SIZE" },   /* half set */
+		{ "x", "4", "h:1", "ok", "SELENE_RANK" },          /* not a number */
+		{ "1", "4", NULL, "ok", "SELENE_COORDINATOR" },
+		{ "1", "4", "h", "ok", "SELENE_COORDINATOR" },     /* no port */
+		{ "1", "4", "h:0", "ok", "port" },
+		{ "1", "4", "h:70000", "ok", "port" },
+		{ "1", "4", "h:1", NULL, "SELENE_SECRET_FILE" },
+		{ "1", "4", "h:1", "missing", "No such file" },
+		{ "1", "4", "h:1", "short", "exactly 32 bytes" },
+		{ "1", "4", "h:1", "long", "exactly 32 bytes" },
+	};
+	char short_path[600], long_path[600];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct launch_bootstrap b;
+		char err[256];
+		const char *secret = cases[i].secret;
+
+		setup(NULL);
+		snprintf(short_path, sizeof(short_path), "%s/short", dir);
+		snprintf(long_path, sizeof(long_path), "%s/long", dir);
+		write_file(short_path, 31);
+		write_file(long_path, 33);
+		if (cases[i].rank)
+			setenv("SELENE_RANK", cases[i].rank, 1);
+		if (cases[i].world)
+			setenv("SELENE_WORLD_SIZE", cases[i].world, 1);
+		if (cases[i].coordinator)
+			setenv("SELENE_COORDINATOR", cases[i].coordinator, 1);
+		if (secret)
+			setenv("SELENE_SECRET_FILE",
+			       strcmp(secret, "ok") == 0 ? secret_path :
+			       strcmp(secret, "short") == 0 ? short_path :
+			       strcmp(secret, "long") == 0 ? long_path : "/nonexistent/secret", 1);
+		assert_int_equal(boot(&b, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, cases[i].says))
+			fail_msg("case %zu: \"%s\" does not say %s", i, err, cases[i].says);
+		teardown(NULL);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_bootstrap_world_of_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bootstrap_full, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bootstrap_open_mpi, setup, teardown),
+		cmocka_unit_test(test_bootstrap_refusals),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
