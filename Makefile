@@ -154,6 +154,11 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)launch/demo.sh $(PROGRAM)
 
+# Selene across network namespaces on this machine (root): 3 hosts, mpirun.
+qualify: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/qualify/netns-cluster.sh $(PROGRAM) 3
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/include/selene $(DESTDIR)$(PREFIX)/lib/pkgconfig
@@ -169,7 +174,7 @@ install: all
 clean:
 	rm -rf build build-asan
 
-.PHONY: all tests test test-gpu check-asan fuzz deps demo install clean
+.PHONY: all tests test test-gpu check-asan fuzz deps demo qualify install clean
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \
