@@ -34,6 +34,13 @@ CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 SEL_CFLAGS += -DSEL_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
 endif
+# The selene program's MPI bootstrap, where Open MPI's headers are (not the
+# GPU host, whose ranks use the environment bootstrap instead).
+MPI_CFLAGS := $(shell $(PKG_CONFIG) --cflags ompi-c 2>/dev/null)
+MPI_LIBS := $(shell $(PKG_CONFIG) --libs ompi-c 2>/dev/null)
+ifneq ($(MPI_LIBS),)
+$(BUILD)/launch/bootstrap_mpi.o: SEL_CFLAGS += -DSEL_HAVE_MPI $(MPI_CFLAGS)
+endif
 # Where pkg-config is missing (the GPU host), the libraries' plain names.
 PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null || echo -luring -lxxhash -lb2)
 LDLIBS += $(PKG_LIBS) -lpthread -ldl
@@ -58,7 +65,7 @@ LIB_SRCS := $(sort \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
+PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
 TEST_NAMES := $(sort agreement api bootstrap cluster fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -90,7 +97,7 @@ $(SHARED_LIB): $(LIB_OBJS) libselene.map
 
 $(PROGRAM): $(PROG_OBJS) $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(PROG_OBJS) $(STATIC_LIB) $(LDLIBS)
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(PROG_OBJS) $(STATIC_LIB) $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
@@ -99,10 +106,10 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATI
 
 # The launch layer's bootstrap is not in the library.
 $(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/bootstrap.o \
-		$(BUILD)/tests/testutil.o $(STATIC_LIB)
+		$(BUILD)/launch/bootstrap_mpi.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \
-		$(LDLIBS) $(TEST_LDLIBS)
+		$(LDLIBS) $(MPI_LIBS) $(TEST_LDLIBS)
 
 $(BUILD)/tests/gpu/test_cuda: $(BUILD)/tests/gpu/test_cuda.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")

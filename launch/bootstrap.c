@@ -1,4 +1,4 @@
-/* The environment bootstrap (bootstrap.h). */
+/* The environment bootstrap, and the choice between it and MPI (bootstrap.h). */
 #include "launch/bootstrap.h"
 
 #include <errno.h>
@@ -95,4 +95,14 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 		return -EINVAL;
 	}
 	return read_secret(secret, b->cluster.secret, err, err_size);
+}
+
+int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size)
+{
+	const char *mpi_world = getenv("OMPI_COMM_WORLD_SIZE");
+
+	if (!getenv("SELENE_COORDINATOR") && !getenv("SELENE_RANK") && mpi_world &&
+	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available())
+		return launch_bootstrap_from_mpi(b, err, err_size);
+	return launch_bootstrap_from_env(b, err, err_size);
 }

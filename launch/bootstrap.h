@@ -1,31 +1,55 @@
 /*
- * Where this process sits among the ranks, from the environment (DESIGN.md
- * section 7; issue 6's launcher-neutral bootstrap):
+ * Where this process sits among the ranks (DESIGN.md section 7), from one of
+ * two sources:
  *
+ * The environment, for any launcher:
  *   SELENE_RANK, SELENE_WORLD_SIZE   (else OMPI_COMM_WORLD_RANK / _SIZE,
  *                                     else rank 0 of 1)
  *   SELENE_COORDINATOR=host:port     rank zero's address; every rank
  *   SELENE_SECRET_FILE=path          exactly 32 bytes, the launch secret;
  *                                    required when the world has >1 rank
  *
- * MPI itself is not linked: mpirun only starts the processes.
+ * MPI, under mpirun when SELENE_COORDINATOR is not set (and this program
+ * was built with Open MPI's headers): rank and world from MPI; rank zero
+ * listens on an ephemeral port and draws a fresh secret, both broadcast;
+ * every rank's IPv4 interfaces are gathered, each peer connects to rank
+ * zero's address on a subnet they share (loopback when none) and rank zero
+ * accepts it only from its own address there. MPI is used only here.
  */
 #ifndef SELENE_LAUNCH_BOOTSTRAP_H
 #define SELENE_LAUNCH_BOOTSTRAP_H
 
 #include "selene/store.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct launch_bootstrap {
 	struct sel_cluster cluster;
 	char host[256];
+	bool mpi;                           /* MPI_Init was called here */
+	const char *addresses[1024];        /* MPI: cluster.rank_addresses */
+	char address_text[1024][16];
 };
+
+/*
+ * Fills b from MPI or the environment (above). Returns 0, or a negative
+ * code with err naming what is missing or wrong. Call
+ * launch_bootstrap_finish at the end either way.
+ */
+int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size);
 
 /*
  * Fills b from the environment. Returns 0, or -EINVAL with err naming the
  * variable that is missing or wrong. A world of one needs nothing set.
  */
 int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_size);
+
+/* The MPI source alone; -EINVAL with err where MPI was not built in. */
+bool launch_bootstrap_mpi_available(void);
+int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_size);
+
+/* Closes rank zero's MPI listener and finalizes MPI where it was used. */
+void launch_bootstrap_finish(struct launch_bootstrap *b);
 
 #endif

@@ -13,7 +13,7 @@
  * After each phase every rank checks the restored pages and row byte-exact
  * against the synthetic model (bytes are a function of rank, plane and
  * position) and exits non-zero if any differs. The rank, world, rank zero's
- * address and the secret come from the environment (launch/bootstrap.h).
+ * address and the secret come from MPI or the environment (launch/bootstrap.h).
  */
 #include "launch/commands.h"
 #include "launch/bootstrap.h"
@@ -318,9 +318,10 @@ int launch_cmd_cluster_demo(int argc, char **argv)
 		cd_usage(stderr);
 		return LAUNCH_EXIT_USAGE;
 	}
-	ret = launch_bootstrap_from_env(&d.boot, err, sizeof(err));
+	ret = launch_bootstrap(&d.boot, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "selene cluster-demo: %s\n", err);
+		launch_bootstrap_finish(&d.boot);
 		return LAUNCH_EXIT_USAGE;
 	}
 	ret = cd_setup(&d, dir);
@@ -335,5 +336,6 @@ int launch_cmd_cluster_demo(int argc, char **argv)
 	for (uint32_t p = 0; p < CD_PLANES; p++)
 		free(d.planes[p]);
 	free(d.rows);
+	launch_bootstrap_finish(&d.boot);
 	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 }

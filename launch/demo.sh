@@ -14,13 +14,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 rm -rf "$base"
 mkdir -p "$base"
-# A fresh launch secret and a port for rank zero, handed to every rank.
-head -c 32 /dev/urandom > "$base/secret"
-chmod 600 "$base/secret"
-export SELENE_LOG=warn SELENE_SECRET_FILE="$base/secret"
-export SELENE_COORDINATOR=127.0.0.1:$((20000 + RANDOM % 20000))
-echo "== $ranks ranks under mpirun: a store across ranks (rank zero at $SELENE_COORDINATOR)"
-mpirun --oversubscribe -np "$ranks" -x SELENE_LOG -x SELENE_SECRET_FILE -x SELENE_COORDINATOR \
+# The ranks find each other through MPI: rank zero's port and a fresh launch
+# secret are broadcast, every rank's addresses gathered (launch/bootstrap.h).
+export SELENE_LOG=warn
+echo "== $ranks ranks under mpirun: a store across ranks"
+mpirun --oversubscribe -np "$ranks" -x SELENE_LOG \
 	"$program" cluster-demo --dir "$base/cluster/rank%r" | sort -s -t: -k2,2
 echo
 echo "== $ranks ranks under mpirun: each rank's record layer alone"

@@ -59,17 +59,18 @@ done
 echo 'esac; echo "netns-rsh: unknown host $host" >&2; exit 1' >> "$work/rsh"
 chmod +x "$work/rsh"
 
-head -c 32 /dev/urandom > "$work/secret"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export SELENE_LOG=warn SELENE_SECRET_FILE=$work/secret
-export SELENE_COORDINATOR=198.18.$net.11:$((20000 + RANDOM % 20000))
-# Each rank's directory is its host's: host N's rank writes under hostN.
-echo "== $hosts hosts (namespaces sel$id-h1..$hosts), rank zero at $SELENE_COORDINATOR"
+export SELENE_LOG=warn
+unset SELENE_COORDINATOR SELENE_RANK
+# The MPI bootstrap: rank zero's port and secret broadcast, each peer
+# accepted only from its own namespace's address. Each rank's directory is
+# its host's: host N's rank writes under hostN.
+echo "== $hosts hosts (namespaces sel$id-h1..$hosts, 198.18.$net.11..), mpirun across them"
 mpirun --hostfile "$work/hostfile" -np "$hosts" \
 	--mca plm_rsh_agent "$work/rsh" \
 	--mca oob_tcp_if_include "198.18.$net.0/24" \
 	--mca btl tcp,self --mca btl_tcp_if_include "198.18.$net.0/24" \
-	-x SELENE_LOG -x SELENE_SECRET_FILE -x SELENE_COORDINATOR \
+	-x SELENE_LOG \
 	bash -c "exec $program cluster-demo --dir $work/host\$((OMPI_COMM_WORLD_RANK + 1))" \
 	| sort -s -t: -k2,2
 
