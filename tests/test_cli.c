@@ -238,7 +238,7 @@ static void test_cli_cluster_demo(void **state)
 		pids[k] = fork();
 		assert_true(pids[k] >= 0);
 		if (pids[k] == 0) {
-			char rank[8];
+			char rank[16];
 
 			fd = open(out[k], O_WRONLY | O_CREAT | O_TRUNC, 0600);
 			dup2(fd, 1);
