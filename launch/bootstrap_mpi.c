@@ -57,15 +57,22 @@ static void own_interfaces(struct rank_interfaces *out)
 
 /*
  * Where peer connects to rank zero and the address it connects from: the
- * first of rank zero's addresses on a subnet the peer has an address in;
- * loopback when there is none (every rank on one host without a network).
+ * first of rank zero's addresses on a subnet where the peer has a different
+ * address (another host); else one they both hold (the same host); else
+ * loopback. The first pass keeps a bridge address that every host carries
+ * alike (docker0's 172.17.0.1) from routing a peer to itself.
  */
 static void route(const struct rank_interfaces *zero, const struct rank_interfaces *peer,
 		  uint32_t *to, uint32_t *from)
 {
-	for (uint32_t z = 0; z < zero->count; z++) {
-		for (uint32_t p = 0; p < peer->count; p++) {
-			if ((zero->addr[z] & zero->mask[z]) == (peer->addr[p] & zero->mask[z])) {
+	for (int same_address = 0; same_address < 2; same_address++) {
+		for (uint32_t z = 0; z < zero->count; z++) {
+			for (uint32_t p = 0; p < peer->count; p++) {
+				uint32_t mask = zero->mask[z];
+
+				if ((zero->addr[z] & mask) != (peer->addr[p] & mask) ||
+				    (zero->addr[z] == peer->addr[p]) != same_address)
+					continue;
 				*to = zero->addr[z];
 				*from = peer->addr[p];
 				return;
