@@ -11,10 +11,12 @@
  *
  * MPI, under mpirun when SELENE_COORDINATOR is not set (and this program
  * was built with Open MPI's headers): rank and world from MPI; rank zero
- * listens on an ephemeral port and draws a fresh secret, both broadcast;
- * every rank's IPv4 interfaces are gathered, each peer connects to rank
- * zero's address on a subnet they share (loopback when none) and rank zero
- * accepts it only from its own address there. MPI is used only here.
+ * listens on an ephemeral port and draws a fresh secret, both broadcast
+ * (over MPI's own transport, in the clear); every rank's host identity
+ * (boot id and network namespace) and IPv4 interfaces are gathered, each
+ * peer connects over loopback on rank zero's host, else to rank zero's
+ * address on a subnet they share (no shared subnet is an error), and rank
+ * zero accepts it only from that route's address. MPI is used only here.
  */
 #ifndef SELENE_LAUNCH_BOOTSTRAP_H
 #define SELENE_LAUNCH_BOOTSTRAP_H

@@ -1,9 +1,10 @@
 /*
  * The MPI bootstrap (bootstrap.h): rank and world from MPI; rank zero binds
  * its listener on an ephemeral port and draws a fresh 32-byte secret, both
- * broadcast; every rank's IPv4 interfaces are gathered, so each peer
- * connects to an address of rank zero's on a subnet it shares and rank zero
- * accepts each peer only from the address it announced. Built where Open
+ * broadcast; every rank's host identity and IPv4 interfaces are gathered,
+ * so each peer connects over loopback on rank zero's host, else to an
+ * address of rank zero's on a subnet it shares, and rank zero accepts each
+ * peer only from the address that route gives it. Built where Open
  * MPI's headers are (SEL_HAVE_MPI); MPI is used nowhere else.
  */
 #include "launch/bootstrap.h"
@@ -21,11 +22,13 @@
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MPI_ADDRESSES_MAX 8
 
 struct rank_interfaces {
+	char host_id[64];                 /* boot id and network namespace */
 	uint32_t count;
 	uint32_t addr[MPI_ADDRESSES_MAX]; /* network order */
 	uint32_t mask[MPI_ADDRESSES_MAX];
@@ -37,11 +40,32 @@ struct launch_offer {
 	int32_t error;
 };
 
+/*
+ * Which host this process is on: the kernel's boot id and its network
+ * namespace, so that namespaces on one machine count as separate hosts.
+ */
+static void own_host_id(char *out, size_t size)
+{
+	char boot[40] = "";
+	struct stat st = { 0 };
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = '\0';
+		fclose(f);
+	}
+	boot[strcspn(boot, "\n")] = '\0';
+	stat("/proc/self/ns/net", &st);
+	snprintf(out, size, "%.36s/%llu", boot, (unsigned long long)st.st_ino);
+}
+
 static void own_interfaces(struct rank_interfaces *out)
 {
 	struct ifaddrs *list = NULL;
 
 	memset(out, 0, sizeof(*out));
+	own_host_id(out->host_id, sizeof(out->host_id));
 	if (getifaddrs(&list) != 0)
 		return;
 	for (struct ifaddrs *i = list; i && out->count < MPI_ADDRESSES_MAX; i = i->ifa_next) {
@@ -56,30 +80,32 @@ static void own_interfaces(struct rank_interfaces *out)
 }
 
 /*
- * Where peer connects to rank zero and the address it connects from: the
- * first of rank zero's addresses on a subnet where the peer has a different
- * address (another host); else one they both hold (the same host); else
- * loopback. The first pass keeps a bridge address that every host carries
- * alike (docker0's 172.17.0.1) from routing a peer to itself.
+ * Where peer connects to rank zero and the address it connects from:
+ * loopback on rank zero's own host; otherwise the first of rank zero's
+ * addresses on a subnet where the peer has a (different) address. False
+ * when they share no subnet: the launcher must name rank zero's address.
  */
-static void route(const struct rank_interfaces *zero, const struct rank_interfaces *peer,
+static bool route(const struct rank_interfaces *zero, const struct rank_interfaces *peer,
 		  uint32_t *to, uint32_t *from)
 {
-	for (int same_address = 0; same_address < 2; same_address++) {
-		for (uint32_t z = 0; z < zero->count; z++) {
-			for (uint32_t p = 0; p < peer->count; p++) {
-				uint32_t mask = zero->mask[z];
+	if (strcmp(zero->host_id, peer->host_id) == 0) {
+		*to = *from = htonl(INADDR_LOOPBACK);
+		return true;
+	}
+	for (uint32_t z = 0; z < zero->count; z++) {
+		for (uint32_t p = 0; p < peer->count; p++) {
+			uint32_t mask = zero->mask[z];
 
-				if ((zero->addr[z] & mask) != (peer->addr[p] & mask) ||
-				    (zero->addr[z] == peer->addr[p]) != same_address)
-					continue;
-				*to = zero->addr[z];
-				*from = peer->addr[p];
-				return;
-			}
+			/* an address both carry (docker0's) is not a route between them */
+			if ((zero->addr[z] & mask) != (peer->addr[p] & mask) ||
+			    zero->addr[z] == peer->addr[p])
+				continue;
+			*to = zero->addr[z];
+			*from = peer->addr[p];
+			return true;
 		}
 	}
-	*to = *from = htonl(INADDR_LOOPBACK);
+	return false;
 }
 
 static int listen_any(uint16_t *port)
@@ -115,6 +141,7 @@ int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_
 	uint32_t to, from;
 
 	memset(b, 0, sizeof(*b));
+	b->cluster.listen_fd = -1;
 	MPI_Initialized(&initialized);
 	if (!initialized && MPI_Init(NULL, NULL) != MPI_SUCCESS) {
 		snprintf(err, err_size, "MPI_Init failed");
@@ -156,7 +183,13 @@ int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_
 	b->cluster.coordinator_port = offer.port;
 	/* every rank computes the same routes from the same table */
 	for (int r = 1; r < world; r++) {
-		route(&all[0], &all[r], &to, &from);
+		if (!route(&all[0], &all[r], &to, &from)) {
+			/* every rank sees the same table, so every rank stops here */
+			snprintf(err, err_size, "rank %d shares no IPv4 subnet with rank zero; "
+				 "set SELENE_COORDINATOR and SELENE_SECRET_FILE instead", r);
+			free(all);
+			return -EHOSTUNREACH;
+		}
 		inet_ntop(AF_INET, &from, b->address_text[r], sizeof(b->address_text[r]));
 		b->addresses[r] = b->address_text[r];
 		if (r == rank)

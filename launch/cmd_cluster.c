@@ -181,7 +181,7 @@ static int cd_rank_zero(struct cluster_demo *d, uint32_t phase)
 	struct sel_hit hit;
 	char err[512];
 	bool joined;
-	int ret;
+	int ret, closed;
 
 	for (uint32_t i = 0; i < CD_TOKENS; i++)
 		tokens[i] = (uint32_t)(XXH64(&seed, sizeof(seed), i) % 151936);
@@ -220,8 +220,11 @@ static int cd_rank_zero(struct cluster_demo *d, uint32_t phase)
 		       phase == 1 ? "stored 5 checkpoints," : "after restarting every rank,",
 		       CD_TOKENS, (double)restore_ns / 1e6, (double)st.bytes_fetched / 1e6);
 	sel_history_destroy(h);
-	if (sel_store_close(store, 60000) && !ret)
-		ret = -EIO;
+	closed = sel_store_close(store, 60000);
+	if (closed == SEL_ESTOPPED)
+		ret = SEL_ESTOPPED; /* copies may still land: keep the planes */
+	else if (closed && !ret)
+		ret = closed;
 	return ret ? ret : cd_verify(d, phase);
 }
 
@@ -339,9 +342,12 @@ int launch_cmd_cluster_demo(int argc, char **argv)
 	if (ret)
 		fprintf(stderr, "selene cluster-demo: rank %u failed: %s\n", d.boot.cluster.rank,
 			sel_strerror(ret));
-	for (uint32_t p = 0; p < CD_PLANES; p++)
-		free(d.planes[p]);
-	free(d.rows);
+	/* a stopped store or an undrained peer may still copy into the planes */
+	if (ret != SEL_ESTOPPED) {
+		for (uint32_t p = 0; p < CD_PLANES; p++)
+			free(d.planes[p]);
+		free(d.rows);
+	}
 	launch_bootstrap_finish(&d.boot);
 	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 }

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 struct agent {
@@ -116,16 +117,22 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 		return;
 	}
 	ret = cluster_job_decode(payload, length, &v, why, sizeof(why));
-	if (!ret)
-		ret = submit(a, &v, why, sizeof(why));
 	if (ret) {
 		reply(a, ret == SEL_EPROTO ? 0 : v.job_id, ret, 0,
 		      why[0] ? why : sel_strerror(ret));
 		return;
 	}
+	/* counted before the engine can complete it, so the count never wraps */
 	pthread_mutex_lock(&a->lock);
 	a->in_flight++;
 	pthread_mutex_unlock(&a->lock);
+	ret = submit(a, &v, why, sizeof(why));
+	if (ret) {
+		pthread_mutex_lock(&a->lock);
+		a->in_flight--;
+		pthread_mutex_unlock(&a->lock);
+		reply(a, v.job_id, ret, 0, why[0] ? why : sel_strerror(ret));
+	}
 }
 
 static void on_close(void *ctx, int reason, const char *why)
@@ -159,10 +166,11 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 	a.page_ids = calloc(o->geometry->page_count, sizeof(uint32_t));
 	a.chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.chain));
 	if (!a.page_ids || !a.chain) {
+		close(o->fd); /* owned here until the link takes it */
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = cluster_link_start(&lo, &a.link);
+	ret = cluster_link_start(&lo, &a.link); /* owns the fd, even on failure */
 	if (ret)
 		goto out;
 	for (;;) {

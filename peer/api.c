@@ -32,7 +32,8 @@ struct sel_peer {
 	struct shard_device *device;
 	struct shard_engine *engine;
 	struct cluster_sequences seq;
-	int fd;          /* owned by the agent once it runs */
+	int fd;          /* ours until the agent starts */
+	int agent_fd;    /* the same socket, handed to the agent (its link closes it) */
 	int control_fd;  /* a dup of it, to end the link from sel_peer_stop */
 	pthread_t thread;
 	bool running;
@@ -93,7 +94,7 @@ static void *peer_main(void *arg)
 	uint32_t silence = p->cluster.silence_timeout_ms ? p->cluster.silence_timeout_ms : 10000;
 
 	p->result = peer_agent_run(&(struct peer_agent_options){
-		.fd = p->fd, .seq = p->seq, .engine = p->engine, .geometry = &p->geometry,
+		.fd = p->agent_fd, .seq = p->seq, .engine = p->engine, .geometry = &p->geometry,
 		.namespace_id = &p->namespace_id, .heartbeat_ms = silence / 4,
 		.silence_timeout_ms = silence,
 		.drain_timeout_ms = p->cluster.job_timeout_ms }, &p->undrained, p->why,
@@ -179,12 +180,14 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	if (ret)
 		goto err_stop;
 	p->control_fd = dup(p->fd);
+	p->agent_fd = p->fd;
 	ret = -pthread_create(&p->thread, NULL, peer_main, p);
 	if (ret) {
 		peer_fail(ret, err, err_size, "cannot start the peer agent");
 		goto err_stop;
 	}
 	p->running = true;
+	p->fd = -1; /* the agent's now: its link closes it */
 	sel_info("rank %u of %u: joined, disk limit %llu", p->cluster.rank,
 		 p->cluster.world_size, (unsigned long long)agreed);
 	*out = p;
