@@ -246,18 +246,7 @@ static int cd_peer(struct cluster_demo *d, uint32_t phase)
 
 static int cd_setup(struct cluster_demo *d, const char *dir_pattern)
 {
-	size_t n = 0;
-
-	for (const char *p = dir_pattern; *p && n + 12 < sizeof(d->dir); p++) {
-		if (p[0] == '%' && p[1] == 'r') {
-			n += (size_t)snprintf(d->dir + n, sizeof(d->dir) - n, "%u",
-					      d->boot.cluster.rank);
-			p++;
-		} else {
-			d->dir[n++] = *p;
-		}
-	}
-	d->dir[n] = '\0';
+	launch_expand_rank(d->dir, sizeof(d->dir), dir_pattern, d->boot.cluster.rank);
 	for (uint32_t p = 0; p < CD_PLANES; p++) {
 		d->planes[p] = aligned_alloc(4096, (size_t)CD_PAGES * CD_UNIT);
 		if (!d->planes[p])

@@ -391,21 +391,6 @@ static int demo_parse(int argc, char **argv, struct demo_args *a)
 }
 
 /* Expands %r in the base path to the rank. */
-static void expand_base(char *out, size_t size, const char *pattern, uint32_t rank)
-{
-	size_t n = 0;
-
-	for (const char *p = pattern; *p && n + 12 < size; p++) {
-		if (p[0] == '%' && p[1] == 'r') {
-			n += (size_t)snprintf(out + n, size - n, "%u", rank);
-			p++;
-		} else {
-			out[n++] = *p;
-		}
-	}
-	out[n] = '\0';
-}
-
 /* The rank's page planes and row plane, on the device. */
 static int demo_device_planes(struct demo *d)
 {
@@ -493,7 +478,7 @@ static int demo_setup(struct demo *d, const struct demo_args *a)
 		d->checkpoints[i] = (uint64_t)a->tokens * (i + 1) / 5 - (i < 4 ? 7 * i + 3 : 0);
 		rec_history_key_at(&d->history, d->checkpoints[i], &d->keys[i]);
 	}
-	expand_base(d->base, sizeof(d->base), a->dir, a->rank);
+	launch_expand_rank(d->base, sizeof(d->base), a->dir, a->rank);
 	{
 		uint64_t bytes = d->geometry.page_record_bytes > d->geometry.row_record_bytes ?
 					 d->geometry.page_record_bytes :

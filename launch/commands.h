@@ -5,6 +5,9 @@
 #ifndef SELENE_LAUNCH_COMMANDS_H
 #define SELENE_LAUNCH_COMMANDS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 int launch_cmd_ls(int argc, char **argv);
 int launch_cmd_verify(int argc, char **argv);
 int launch_cmd_failpoints(int argc, char **argv);
@@ -18,6 +21,9 @@ enum {
 	LAUNCH_EXIT_BAD = 1,   /* the command ran and found a problem */
 	LAUNCH_EXIT_USAGE = 2, /* bad arguments or the command could not run */
 };
+
+/* pattern into out with every %r replaced by rank (a per-rank directory). */
+void launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank);
 
 /* True when argv holds -h or --help. */
 int launch_wants_help(int argc, char **argv);

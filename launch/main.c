@@ -53,6 +53,21 @@ static void usage(FILE *out)
 		"  SELENE_FAILPOINTS=NAME=ACTION;...  arm failpoints (see 'selene failpoints')\n");
 }
 
+void launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank)
+{
+	size_t n = 0;
+
+	for (const char *p = pattern; *p && n + 12 < size; p++) {
+		if (p[0] == '%' && p[1] == 'r') {
+			n += (size_t)snprintf(out + n, size - n, "%u", rank);
+			p++;
+		} else {
+			out[n++] = *p;
+		}
+	}
+	out[n] = '\0';
+}
+
 int launch_wants_help(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
