@@ -325,19 +325,6 @@ static int fanout_world(struct fanout_run *r)
 	return ret;
 }
 
-static int compare_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double fanout_percentile_us(uint64_t *ns, uint32_t n, uint32_t per_hundred)
-{
-	qsort(ns, n, sizeof(*ns), compare_u64);
-	return (double)ns[(uint64_t)n * per_hundred / 100] / 1000.0;
-}
-
 int bench_fanout(const char *dir, uint32_t jobs)
 {
 	static const uint32_t worlds[] = { 1, 2, 4, 8 };
@@ -377,10 +364,8 @@ int bench_fanout(const char *dir, uint32_t jobs)
 		ret = fanout_world(&r);
 		if (ret)
 			break;
-		s50 = fanout_percentile_us(store_ns, jobs, 50);
-		s99 = fanout_percentile_us(store_ns, jobs, 99);
-		f50 = fanout_percentile_us(fetch_ns, jobs, 50);
-		f99 = fanout_percentile_us(fetch_ns, jobs, 99);
+		bench_percentiles(store_ns, jobs, &s50, &s99);
+		bench_percentiles(fetch_ns, jobs, &f50, &f99);
 		if (r.world == 1) {
 			base_store = s50;
 			base_fetch = f50;

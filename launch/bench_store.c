@@ -35,8 +35,7 @@ static int compare_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* p50 and p99 of samples (sorted in place), in microseconds. */
-static void percentiles(uint64_t *ns, size_t n, double *p50, double *p99)
+void bench_percentiles(uint64_t *ns, size_t n, double *p50, double *p99)
 {
 	qsort(ns, n, sizeof(*ns), compare_u64);
 	*p50 = (double)ns[n / 2] / 1000.0;
@@ -145,8 +144,8 @@ static int bench_lookup_case(uint32_t records, uint64_t tokens, struct coord_loo
 		miss_ns[i] = sel_monotonic_ns() - t0;
 	}
 	if (!ret) {
-		percentiles(hit_ns, SAMPLES, &hit50, &hit99);
-		percentiles(miss_ns, SAMPLES, &miss50, &miss99);
+		bench_percentiles(hit_ns, SAMPLES, &hit50, &hit99);
+		bench_percentiles(miss_ns, SAMPLES, &miss50, &miss99);
 		printf("lookup: %8u records, %6" PRIu64 " tokens: hit p50 %6.2f us p99 %6.2f us; "
 		       "diverged p50 %6.2f us p99 %6.2f us\n", records, tokens, hit50, hit99,
 		       miss50, miss99);
@@ -281,7 +280,7 @@ int bench_api(const char *dir, double seconds)
 
 		if (calls[i].count == 0)
 			continue;
-		percentiles(calls[i].ns, calls[i].count, &p50, &p99);
+		bench_percentiles(calls[i].ns, calls[i].count, &p50, &p99);
 		printf("api: %-8s %8zu calls, p50 %7.2f us, p99 %7.2f us (disk thread busy "
 		       "with stores of 16 MiB records)\n", calls[i].name, calls[i].count, p50, p99);
 	}

@@ -2,7 +2,11 @@
 #ifndef SELENE_LAUNCH_BENCH_STORE_H
 #define SELENE_LAUNCH_BENCH_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* p50 and p99 of samples in ns (sorted in place), in microseconds. */
+void bench_percentiles(uint64_t *ns, size_t n, double *p50, double *p99);
 
 /* Index lookups against index size and history length; 0 or an error. */
 int bench_lookup(void);

@@ -144,7 +144,7 @@ static int cd_wait(sel_store *store, enum sel_event_kind kind, uint64_t id)
 	return -ETIMEDOUT;
 }
 
-static int cd_publish_all(struct cluster_demo *d, sel_store *store, const sel_history *h)
+static int cd_publish_all(sel_store *store, const sel_history *h)
 {
 	uint32_t ids[CD_CHAIN_PAGES];
 	int ret = 0;
@@ -166,7 +166,6 @@ static int cd_publish_all(struct cluster_demo *d, sel_store *store, const sel_hi
 		if (!ret && outcome == SEL_QUEUED)
 			ret = cd_wait(store, SEL_EVENT_STORED, c + 1);
 	}
-	(void)d;
 	return ret;
 }
 
@@ -195,7 +194,7 @@ static int cd_rank_zero(struct cluster_demo *d, uint32_t phase)
 	       d->boot.cluster.world_size, (double)(sel_monotonic_ns() - t0) / 1e6);
 	ret = sel_history_create(store, tokens, CD_TOKENS, &h);
 	if (!ret && phase == 1)
-		ret = cd_publish_all(d, store, h);
+		ret = cd_publish_all(store, h);
 	if (!ret && !sel_lookup(store, h, 0, &hit)) {
 		fprintf(stderr, "selene cluster-demo: the conversation was not found\n");
 		ret = -ENOENT;
