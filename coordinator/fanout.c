@@ -19,7 +19,6 @@
 
 /* Wire ids: the store's job id, and a bit for cleanup unlinks. */
 #define CLEANUP_BIT (1ull << 62)
-#define ANSWERS_MAX (COORD_JOBS_MAX * (REC_WORLD_SIZE_MAX + 1) * 2)
 
 struct pending {
 	bool active;
@@ -54,8 +53,8 @@ struct coord_fanout {
 	uint8_t *frame;                 /* one encoded JOB */
 	struct cluster_chain_record chain[COORD_CHAIN_MAX]; /* a fetch's, for encoding */
 	pthread_mutex_t lock;           /* answers and stop */
-	struct answer *answers;         /* ring of ANSWERS_MAX */
-	uint32_t answer_head, answer_count;
+	struct answer *answers;         /* ring of answers_max */
+	uint32_t answers_max, answer_head, answer_count;
 	bool stopped;
 	char stop_why[200];
 };
@@ -77,6 +76,7 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 	struct coord_fanout *f = lc->f;
 	struct cluster_job_done done;
 	char why[200];
+	bool full;
 
 	if (type != CLUSTER_MSG_JOB_DONE ||
 	    cluster_job_done_decode(payload, length, &done, why, sizeof(why)) != 0) {
@@ -84,8 +84,10 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 		return;
 	}
 	pthread_mutex_lock(&f->lock);
-	if (f->answer_count < ANSWERS_MAX) {
-		struct answer *a = &f->answers[(f->answer_head + f->answer_count++) % ANSWERS_MAX];
+	full = f->answer_count == f->answers_max;
+	if (!full) {
+		struct answer *a = &f->answers[(f->answer_head + f->answer_count++) %
+					       f->answers_max];
 
 		a->rank = lc->rank;
 		a->c = (struct shard_completion){ .job_id = done.job_id, .result = done.result,
@@ -93,6 +95,9 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 		snprintf(a->c.why, sizeof(a->c.why), "%.190s", done.reason);
 	}
 	pthread_mutex_unlock(&f->lock);
+	/* more answers than jobs could ask for: a peer is answering twice */
+	if (full)
+		stop(f, "%s", "a peer sent more answers than jobs outstanding");
 }
 
 static void on_close(void *ctx, int reason, const char *why)
@@ -333,7 +338,7 @@ static uint32_t fan_poll(void *ctx, struct shard_completion *out, uint32_t max)
 	while (n < max && f->answer_count > 0) {
 		struct answer a = f->answers[f->answer_head];
 
-		f->answer_head = (f->answer_head + 1) % ANSWERS_MAX;
+		f->answer_head = (f->answer_head + 1) % f->answers_max;
 		f->answer_count--;
 		pthread_mutex_unlock(&f->lock);
 		n += apply(f, a.rank, &a.c, &out[n]);
@@ -379,7 +384,12 @@ int coord_fanout_open(const struct coord_fanout_options *o, struct coord_fanout 
 	pthread_mutex_init(&f->lock, NULL);
 	f->links = calloc(o->peer_count ? o->peer_count : 1, sizeof(*f->links));
 	f->link_ctx = calloc(o->peer_count ? o->peer_count : 1, sizeof(*f->link_ctx));
-	f->answers = calloc(ANSWERS_MAX, sizeof(*f->answers));
+	/*
+	 * Every peer answers each outstanding job once, and each job may add
+	 * one cleanup job: twice the jobs times the peers is never exceeded.
+	 */
+	f->answers_max = COORD_JOBS_MAX * f->world * 2;
+	f->answers = calloc(f->answers_max, sizeof(*f->answers));
 	f->frame = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
 	if (!f->links || !f->link_ctx || !f->answers || !f->frame)
 		ret = -ENOMEM;
