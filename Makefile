@@ -39,7 +39,7 @@ endif
 MPI_CFLAGS := $(shell $(PKG_CONFIG) --cflags ompi-c 2>/dev/null)
 MPI_LIBS := $(shell $(PKG_CONFIG) --libs ompi-c 2>/dev/null)
 ifneq ($(MPI_LIBS),)
-$(BUILD)/launch/bootstrap_mpi.o: SEL_CFLAGS += -DSEL_HAVE_MPI $(MPI_CFLAGS)
+$(BUILD)/launch/bootstrap_mpi.o $(BUILD)/launch/step_mpi.o: SEL_CFLAGS += -DSEL_HAVE_MPI $(MPI_CFLAGS)
 endif
 # Where pkg-config is missing (the GPU host), the libraries' plain names.
 PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null || echo -luring -lxxhash -lb2)
@@ -65,7 +65,7 @@ LIB_SRCS := $(sort \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/main.c)
+PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/run_planes.c launch/step_mpi.c launch/synth.c launch/trace.c)
 TEST_NAMES := $(sort agreement api bootstrap cluster fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

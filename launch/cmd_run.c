@@ -1,0 +1,998 @@
+/*
+ * selene run: one rank of the reference TP worker (DESIGN.md section 8).
+ *
+ * Rank zero plays the engine's scheduler: for each request of a trace it
+ * looks the prompt up in its GPU prefix cache, then in the store (beyond
+ * what the GPU holds) and restores the hit into page ids it chose, then
+ * "prefills" the rest with the synthetic model and publishes a checkpoint
+ * at every span boundary. Every rank executes the device side of each step
+ * on its own planes (launch/run.h) and checks every restored or reused page
+ * and row byte-exact; the steps travel over MPI (launch/step.h). Rank zero
+ * owns the store (sel_store_open); every other rank runs a peer agent
+ * (sel_peer_start) that executes the store's jobs on that rank's planes.
+ *
+ * Output (rank zero): one JSON line per request and a summary line in
+ * --results, and a readable summary on stdout. The exit status is non-zero
+ * when any rank found a wrong byte, a store or fetch failed, the transport
+ * stopped, or a request's "expect" was not met.
+ */
+#include "launch/commands.h"
+
+#include "common/base.h"
+#include "launch/bootstrap.h"
+#include "launch/gpu_cache.h"
+#include "launch/run.h"
+#include "launch/step.h"
+#include "launch/synth.h"
+#include "launch/trace.h"
+#include "selene/store.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RUN_EVENT_WAIT_NS (120ull * 1000000000ull) /* a store or fetch event */
+#define RUN_CLOSE_DRAIN_MS 60000u
+
+struct run_options {
+	uint32_t page_tokens;
+	uint32_t spec_count;
+	struct run_plane_spec specs[RUN_PLANES_MAX];
+	uint64_t row_bytes;
+	uint32_t gpu_pages, gpu_rows;
+	const char *device;
+	const char *dir;
+	uint64_t disk_limit;
+	const char *trace_path, *results_path;
+};
+
+struct run_totals {
+	uint32_t requests, gpu_hits, host_hits, expectations_missed;
+	uint64_t gpu_reused, host_reused, prefilled;
+	uint64_t restored_bytes; /* every rank's */
+	uint64_t restore_ns;
+	uint64_t outcomes[4];    /* by enum sel_outcome */
+	uint64_t stored, store_failures, fetch_failures;
+	uint64_t retries_queued, retries_abandoned;
+	uint64_t wrong_units;    /* pages and rows, every rank */
+};
+
+/* What one request did, for its results line. */
+struct run_request_result {
+	uint64_t gpu_reused, host_reused, prefilled, restore_ns, wrong_units;
+	uint32_t checkpoints;
+	bool failed;
+};
+
+/* A checkpoint the store answered Retry: offered again after store
+ * progress while it is still in the GPU cache (seed 2.2). One per slot. */
+struct run_retry {
+	bool pending;
+	uint64_t consumed, prefix_hash, parent_consumed;
+	sel_history *history; /* the prompt through consumed */
+};
+
+struct run {
+	struct run_options opt;
+	struct launch_bootstrap boot;
+	struct run_planes planes;
+	struct run_step step;
+	char dir[1024];
+	struct sel_plane sel_planes[RUN_PLANES_MAX];
+	struct sel_store_config config;
+	/* rank zero */
+	sel_store *store;
+	struct gpu_cache cache;
+	struct trace trace;
+	FILE *results;
+	uint64_t next_store_id, next_waiter, fetch_waiter;
+	int fetch_state; /* 0 in flight, 1 done, negative failed */
+	bool stopped;    /* the transport stopped: no more jobs */
+	uint64_t page_bytes; /* one page across every plane, one rank */
+	struct run_retry *retries; /* gpu_rows, by state slot */
+	uint32_t retry_count;
+	bool progress;       /* a store finished since the last re-offer */
+	struct run_totals totals;
+};
+
+/* Every rank: rank zero's r->step travels, runs here, and the ranks sum what
+ * they found. Returns the wrong units across every rank (verify), 0,
+ * -EREMOTEIO when some rank's device failed the step, or another negative
+ * code when the step channel itself failed (no later step can run). The sum is
+ * also a barrier: no job is sent before every rank has done the step. */
+static int64_t run_step_all(struct run *r)
+{
+	size_t bytes = run_step_bytes(&r->step);
+	uint64_t sums[2] = { 0, 0 }; /* wrong units; ranks whose device failed */
+	int64_t got;
+	int ret = launch_step_broadcast(&r->boot, &r->step, sizeof(r->step), &bytes);
+
+	if (ret)
+		return ret;
+	if (r->step.op == RUN_STEP_END)
+		return 0;
+	got = run_planes_execute(&r->planes, &r->step);
+	if (got < 0)
+		fprintf(stderr, "selene run: rank %u: a device step failed: %s\n",
+			r->boot.cluster.rank, sel_strerror((int)got));
+	sums[got < 0] = got < 0 ? 1 : (uint64_t)got;
+	ret = launch_step_sum(&r->boot, sums, 2);
+	if (ret)
+		return ret;
+	return sums[1] ? -EREMOTEIO : (int64_t)sums[0];
+}
+
+/* Rank zero: op over chain pages [from, to) of ids (hashes from the prompt)
+ * and, with the last piece, the row. Returns the wrong units, or negative. */
+static int64_t run_pages(struct run *r, enum run_op op, const struct synth_prompt *prompt,
+			 const uint32_t *ids, uint32_t from, uint32_t to, uint32_t slot,
+			 uint64_t row_consumed)
+{
+	int64_t wrong = 0;
+	uint32_t at = from;
+
+	do {
+		uint32_t n = to - at < RUN_STEP_PAGES_MAX ? to - at : RUN_STEP_PAGES_MAX;
+		int64_t got;
+
+		r->step.op = op;
+		r->step.page_count = n;
+		r->step.slot = at + n == to ? slot : RUN_NO_SLOT;
+		r->step.row_hash = slot == RUN_NO_SLOT ? 0 : synth_prefix_hash(prompt, row_consumed);
+		for (uint32_t i = 0; i < n; i++)
+			r->step.pages[i] = (struct run_step_page){
+				.id = ids[at + i], .hash = prompt->page_hashes[at + i] };
+		got = run_step_all(r);
+		if (got < 0) {
+			r->stopped |= got != -EREMOTEIO; /* no step can reach the ranks */
+			return got;
+		}
+		wrong += got;
+		at += n;
+	} while (at < to);
+	return wrong;
+}
+
+/* Handles one store event; 1 when there was one, 0 none, SEL_ESTOPPED. */
+static int run_poll(struct run *r)
+{
+	struct sel_event ev;
+	struct gpu_checkpoint *k;
+
+	if (sel_poll(r->store, &ev, 1) == 0)
+		return 0;
+	switch (ev.kind) {
+	case SEL_EVENT_STORED:
+	case SEL_EVENT_STORE_FAILED:
+		k = gpu_cache_find_store(&r->cache, ev.id);
+		if (k) {
+			k->pins--;
+			k->store_id = 0;
+		}
+		r->progress = true;
+		if (ev.kind == SEL_EVENT_STORED) {
+			r->totals.stored++;
+			break;
+		}
+		r->totals.store_failures++;
+		fprintf(stderr, "selene run: checkpoint %" PRIu64 " was not stored: %s\n", ev.id,
+			ev.why[0] ? ev.why : sel_strerror(ev.error));
+		break;
+	case SEL_EVENT_FETCHED:
+	case SEL_EVENT_FETCH_FAILED:
+		if (ev.id == r->fetch_waiter)
+			r->fetch_state = ev.kind == SEL_EVENT_FETCHED ? 1 :
+				(ev.error ? ev.error : -EIO);
+		if (ev.kind == SEL_EVENT_FETCH_FAILED)
+			fprintf(stderr, "selene run: a restore failed: %s\n",
+				ev.why[0] ? ev.why : sel_strerror(ev.error));
+		break;
+	case SEL_EVENT_FATAL:
+		r->stopped = true;
+		fprintf(stderr, "selene run: the store stopped: %s\n",
+			ev.why[0] ? ev.why : sel_strerror(ev.error));
+		return SEL_ESTOPPED;
+	}
+	return 1;
+}
+
+static void run_offer_again(struct run *r);
+
+/* Waits for the next event (until one arrives), or for the fetch to end. */
+static int run_wait(struct run *r, bool for_fetch)
+{
+	uint64_t deadline = sel_monotonic_ns() + RUN_EVENT_WAIT_NS;
+
+	while (sel_monotonic_ns() < deadline) {
+		int got = run_poll(r);
+
+		if (got < 0)
+			return got;
+		if (r->progress)
+			run_offer_again(r);
+		if (got && (!for_fetch || r->fetch_state != 0))
+			return 0;
+		if (!got)
+			usleep(200);
+	}
+	fprintf(stderr, "selene run: no store event in %llu s\n",
+		(unsigned long long)(RUN_EVENT_WAIT_NS / 1000000000ull));
+	return -ETIMEDOUT;
+}
+
+/* Page ids (or a slot when slot is not NULL), waiting for pinned
+ * checkpoints' stores where only they stand in the way. */
+static int run_alloc(struct run *r, uint32_t count, uint32_t *ids, uint32_t *slot)
+{
+	for (;;) {
+		int ret = slot ? gpu_cache_alloc_row(&r->cache, slot) :
+			gpu_cache_alloc_pages(&r->cache, count, ids);
+
+		if (ret != -EAGAIN)
+			return ret;
+		ret = run_wait(r, false);
+		if (ret)
+			return ret;
+	}
+}
+
+static uint64_t run_hash_at(const void *prompt, uint64_t consumed)
+{
+	return synth_prefix_hash(prompt, consumed);
+}
+
+/* The GPU cache's deepest prefix of the prompt: its pages join the chain
+ * (held) and are checked on every rank. Returns its token count. */
+static uint64_t run_gpu_reuse(struct run *r, const struct synth_prompt *prompt,
+			      uint32_t *chain, uint32_t *chain_len,
+			      struct run_request_result *res)
+{
+	struct gpu_checkpoint *k = gpu_cache_lookup(&r->cache, prompt->token_count,
+						    run_hash_at, prompt);
+	int64_t wrong;
+
+	if (!k)
+		return 0;
+	memcpy(chain, k->page_ids, k->page_count * sizeof(uint32_t));
+	*chain_len = k->page_count;
+	gpu_cache_hold(&r->cache, chain, *chain_len);
+	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, 0, *chain_len, k->slot,
+			  k->consumed);
+	if (wrong < 0)
+		res->failed = true;
+	else
+		res->wrong_units += (uint64_t)wrong;
+	res->gpu_reused = k->consumed;
+	return k->consumed;
+}
+
+/* The store's deepest prefix beyond resident: restored into new ids and a
+ * slot, checked on every rank, cached. Returns the tokens now held. */
+static uint64_t run_host_restore(struct run *r, const struct synth_prompt *prompt,
+				 const sel_history *h, uint64_t resident, uint32_t *chain,
+				 uint32_t *chain_len, struct run_request_result *res)
+{
+	struct sel_hit hit;
+	uint32_t slot, first = *chain_len;
+	uint64_t t0;
+	int64_t wrong;
+	bool joined;
+	int ret;
+
+	if (!sel_lookup(r->store, h, resident, &hit) || hit.consumed <= resident)
+		return resident;
+	SEL_ASSERT(first + hit.page_count == hit.consumed / r->opt.page_tokens);
+	ret = run_alloc(r, hit.page_count, chain + first, NULL);
+	if (ret)
+		goto out_failed;
+	*chain_len = first + hit.page_count;
+	ret = run_alloc(r, 0, NULL, &slot);
+	if (ret)
+		goto out_failed;
+	/* junk first, so that a restore that wrote nothing cannot pass */
+	if (run_pages(r, RUN_STEP_POISON, prompt, chain, first, *chain_len, slot, 0) < 0)
+		goto out_free_slot;
+	r->fetch_waiter = ++r->next_waiter;
+	r->fetch_state = 0;
+	t0 = sel_monotonic_ns();
+	ret = sel_fetch(r->store, &hit, chain + first, slot, r->fetch_waiter, &joined);
+	if (ret == SEL_ENOTFOUND) { /* evicted since the lookup: a miss */
+		gpu_cache_free_row(&r->cache, slot);
+		gpu_cache_release(&r->cache, chain + first, hit.page_count);
+		*chain_len = first;
+		return resident;
+	}
+	if (!ret)
+		ret = run_wait(r, true);
+	if (!ret && r->fetch_state < 0)
+		ret = r->fetch_state;
+	if (ret) {
+		r->totals.fetch_failures += ret != SEL_ESTOPPED;
+		/* a stopped store may still write these ids: never reuse them */
+		if (ret == SEL_ESTOPPED)
+			goto out_failed;
+		goto out_free_slot;
+	}
+	res->restore_ns = sel_monotonic_ns() - t0;
+	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, first, *chain_len, slot,
+			  hit.consumed);
+	if (wrong < 0)
+		goto out_free_slot;
+	res->wrong_units += (uint64_t)wrong;
+	res->host_reused = hit.consumed - resident;
+	r->totals.restored_bytes += ((uint64_t)hit.page_count * r->page_bytes +
+				     r->opt.row_bytes) * r->boot.cluster.world_size;
+	if (!gpu_cache_insert(&r->cache, hit.consumed, synth_prefix_hash(prompt, hit.consumed),
+			      chain, slot))
+		goto out_failed;
+	return hit.consumed;
+out_free_slot:
+	gpu_cache_free_row(&r->cache, slot);
+out_failed:
+	res->failed = true;
+	return resident;
+}
+
+/* Offers checkpoint k to the store; pins it while it is copied. */
+static int run_offer(struct run *r, struct gpu_checkpoint *k, const sel_history *h,
+		     uint64_t parent, enum sel_outcome *outcome)
+{
+	uint64_t id = ++r->next_store_id;
+	struct sel_publication pub = {
+		.checkpoint = id, .history = h, .consumed = k->consumed,
+		.parent_consumed = parent, .page_ids = k->page_ids, .state_slot = k->slot };
+	int ret = sel_store_publish(r->store, &pub, outcome);
+
+	if (ret) {
+		fprintf(stderr, "selene run: publishing %" PRIu64 " tokens failed: %s\n",
+			k->consumed, sel_strerror(ret));
+		r->stopped = ret == SEL_ESTOPPED;
+		return ret;
+	}
+	if (*outcome == SEL_QUEUED) {
+		k->pins++;
+		k->store_id = id;
+	}
+	return 0;
+}
+
+static void run_forget_retry(struct run *r, struct run_retry *t)
+{
+	sel_history_destroy(t->history);
+	memset(t, 0, sizeof(*t));
+	r->retry_count--;
+}
+
+/* Offers again, parents first, what was answered Retry and is still on the
+ * GPU; drops what left it. Called after store progress. */
+static void run_offer_again(struct run *r)
+{
+	r->progress = false;
+	while (r->retry_count && !r->stopped) {
+		struct run_retry *t = NULL;
+		struct gpu_checkpoint *k;
+		enum sel_outcome outcome;
+
+		for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
+			if (r->retries[i].pending && (!t || r->retries[i].consumed < t->consumed))
+				t = &r->retries[i];
+		if (!t)
+			break;
+		k = &r->cache.checkpoints[t - r->retries];
+		if (!k->live || k->consumed != t->consumed || k->prefix_hash != t->prefix_hash) {
+			r->totals.retries_abandoned++; /* evicted from the GPU first */
+			run_forget_retry(r, t);
+			continue;
+		}
+		if (run_offer(r, k, t->history, t->parent_consumed, &outcome))
+			return;
+		if (outcome == SEL_RETRY)
+			return; /* still no room or parent: wait for more progress */
+		r->totals.retries_queued += outcome == SEL_QUEUED;
+		run_forget_retry(r, t);
+	}
+}
+
+/* Publishes the checkpoint just prefilled; a Retry is kept for later. */
+static int run_publish(struct run *r, struct gpu_checkpoint *k, const sel_history *h,
+		       const struct synth_prompt *prompt, uint64_t parent)
+{
+	struct run_retry *t = &r->retries[k->slot];
+	enum sel_outcome outcome;
+	int ret = run_offer(r, k, h, parent, &outcome);
+
+	if (ret)
+		return ret;
+	r->totals.outcomes[outcome]++;
+	if (outcome != SEL_RETRY)
+		return 0;
+	/* a slot holds one checkpoint, so its retry entry is free or stale */
+	if (t->pending)
+		run_forget_retry(r, t);
+	ret = sel_history_create(r->store, prompt->tokens, k->consumed, &t->history);
+	if (ret)
+		return 0; /* no memory to remember it: the offer is simply lost */
+	t->pending = true;
+	t->consumed = k->consumed;
+	t->prefix_hash = k->prefix_hash;
+	t->parent_consumed = parent;
+	r->retry_count++;
+	return 0;
+}
+
+/* Nothing in flight and nothing to offer again, or the store stopped. */
+static int run_settle(struct run *r)
+{
+	for (;;) {
+		bool in_flight = false;
+		int ret;
+
+		if (r->progress)
+			run_offer_again(r);
+		for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
+			in_flight |= r->cache.checkpoints[i].live && r->cache.checkpoints[i].pins;
+		if (r->stopped)
+			return SEL_ESTOPPED;
+		if (!in_flight)
+			return 0; /* retries left now wait for a later store */
+		ret = run_wait(r, false);
+		if (ret)
+			return ret;
+	}
+}
+
+/* Prefills from resume to the prompt's end: a checkpoint at every span
+ * boundary past resume, each cached and published. */
+static void run_prefill(struct run *r, const struct trace_request *q,
+			const struct synth_prompt *prompt, const sel_history *h,
+			uint64_t resume, uint32_t *chain, uint32_t *chain_len,
+			struct run_request_result *res)
+{
+	uint64_t boundary = 0, parent = resume;
+
+	for (uint32_t s = 0; s < q->span_count && !res->failed && !r->stopped; s++) {
+		uint32_t pages, first = *chain_len, slot;
+		struct gpu_checkpoint *k;
+
+		boundary += q->spans[s].count;
+		if (boundary <= resume)
+			continue;
+		pages = (uint32_t)(boundary / r->opt.page_tokens);
+		if (run_alloc(r, pages - first, chain + first, NULL)) {
+			res->failed = true;
+			break;
+		}
+		*chain_len = pages;
+		if (run_alloc(r, 0, NULL, &slot) ||
+		    run_pages(r, RUN_STEP_FILL, prompt, chain, first, pages, slot, boundary) < 0) {
+			res->failed = true;
+			break;
+		}
+		k = gpu_cache_insert(&r->cache, boundary, synth_prefix_hash(prompt, boundary),
+				     chain, slot);
+		if (!k || run_publish(r, k, h, prompt, parent)) {
+			res->failed = true;
+			break;
+		}
+		res->checkpoints++;
+		parent = boundary;
+	}
+	res->prefilled = prompt->token_count - resume;
+}
+
+static bool run_check_expect(const struct trace_request *q, const char *what, bool has,
+			     uint64_t want, uint64_t got)
+{
+	if (!has || want == got)
+		return true;
+	fprintf(stderr, "selene run: request \"%s\" (line %u): expected %s %" PRIu64
+		", found %" PRIu64 "\n", q->id, q->line, what, want, got);
+	return false;
+}
+
+static void run_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+static void run_record(struct run *r, const struct trace_request *q,
+		       const struct run_request_result *res)
+{
+	const struct trace_expect *e = &q->expect;
+	bool met = run_check_expect(q, "gpu_reused", e->has_gpu_reused, e->gpu_reused,
+				    res->gpu_reused);
+
+	met &= run_check_expect(q, "host_reused", e->has_host_reused, e->host_reused,
+				res->host_reused);
+	met &= run_check_expect(q, "prefilled", e->has_prefilled, e->prefilled, res->prefilled);
+	r->totals.expectations_missed += !met;
+	r->totals.requests++;
+	r->totals.gpu_hits += res->gpu_reused > 0;
+	r->totals.host_hits += res->host_reused > 0;
+	r->totals.gpu_reused += res->gpu_reused;
+	r->totals.host_reused += res->host_reused;
+	r->totals.prefilled += res->prefilled;
+	r->totals.restore_ns += res->restore_ns;
+	r->totals.wrong_units += res->wrong_units;
+	printf("  %-16s %10" PRIu64 " %11" PRIu64 " %9" PRIu64 " %10.2f  %s\n", q->id,
+	       res->gpu_reused, res->host_reused, res->prefilled, (double)res->restore_ns / 1e6,
+	       res->failed ? "FAILED" : res->wrong_units ? "WRONG BYTES" : "yes");
+	if (!r->results)
+		return;
+	fprintf(r->results, "{\"id\": ");
+	run_json_string(r->results, q->id);
+	fprintf(r->results, ", \"gpu_reused\": %" PRIu64 ", \"host_reused\": %" PRIu64
+		", \"prefilled\": %" PRIu64 ", \"restore_ms\": %.3f, \"checkpoints\": %u"
+		", \"verified\": %s}\n", res->gpu_reused, res->host_reused, res->prefilled,
+		(double)res->restore_ns / 1e6, res->checkpoints,
+		!res->failed && !res->wrong_units ? "true" : "false");
+}
+
+static int run_request(struct run *r, const struct trace_request *q)
+{
+	struct run_request_result res = { 0 };
+	struct synth_prompt prompt;
+	uint32_t *chain, chain_len = 0;
+	sel_history *h = NULL;
+	uint64_t resume;
+	int ret = synth_prompt_build(&prompt, q->spans, q->span_count, r->opt.page_tokens);
+
+	if (ret)
+		return ret;
+	/* the engine polls every step: take what finished, offer retries again */
+	while (run_poll(r) > 0)
+		;
+	if (q->settle && run_settle(r))
+		res.failed = true;
+	if (r->progress)
+		run_offer_again(r);
+	chain = malloc((prompt.full_pages + 1) * sizeof(*chain));
+	ret = chain ? sel_history_create(r->store, prompt.tokens, prompt.token_count, &h) :
+		-ENOMEM;
+	if (ret)
+		goto out_free_prompt;
+	resume = res.failed ? 0 : run_gpu_reuse(r, &prompt, chain, &chain_len, &res);
+	if (!res.failed && resume < prompt.token_count)
+		resume = run_host_restore(r, &prompt, h, resume, chain, &chain_len, &res);
+	if (!res.failed && resume < prompt.token_count)
+		run_prefill(r, q, &prompt, h, resume, chain, &chain_len, &res);
+	gpu_cache_release(&r->cache, chain, chain_len);
+	run_record(r, q, &res);
+	sel_history_destroy(h);
+	ret = res.failed ? -EIO : 0;
+out_free_prompt:
+	free(chain);
+	synth_prompt_free(&prompt);
+	return ret;
+}
+
+static void run_summary(struct run *r, bool ok, double seconds)
+{
+	const struct run_totals *t = &r->totals;
+	double restore_s = (double)t->restore_ns / 1e9;
+	double gbps = restore_s > 0 ? (double)t->restored_bytes / restore_s / 1e9 : 0;
+
+	printf("\nselene run: %u requests on %u ranks (%s device) in %.2f s\n", t->requests,
+	       r->boot.cluster.world_size, run_planes_device(&r->planes), seconds);
+	printf("  GPU cache hits   %u (%" PRIu64 " tokens reused)\n", t->gpu_hits, t->gpu_reused);
+	printf("  host restores    %u (%" PRIu64 " tokens; %.1f MB moved to the GPUs of all "
+	       "ranks at %.2f GB/s)\n", t->host_hits, t->host_reused,
+	       (double)t->restored_bytes / 1e6, gbps);
+	printf("  prefilled        %" PRIu64 " tokens\n", t->prefilled);
+	printf("  checkpoints      %" PRIu64 " offered: %" PRIu64 " queued, %" PRIu64
+	       " already stored, %" PRIu64 " retry (%" PRIu64 " queued later, %" PRIu64
+	       " left the GPU first), %" PRIu64 " too large; %" PRIu64 " stored, %" PRIu64
+	       " failed\n", t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
+	       t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->outcomes[SEL_QUEUED],
+	       t->outcomes[SEL_PRESENT], t->outcomes[SEL_RETRY], t->retries_queued,
+	       t->retries_abandoned, t->outcomes[SEL_OVERSIZE], t->stored, t->store_failures);
+	printf("  verified         %s\n", ok ? "every reused page and row, byte-exact on every rank" :
+	       "NO: see the messages above");
+	fflush(stdout);
+	if (!r->results)
+		return;
+	fprintf(r->results, "{\"summary\": {\"requests\": %u, \"ranks\": %u, \"gpu_hits\": %u, "
+		"\"gpu_reused\": %" PRIu64 ", \"host_hits\": %u, \"host_reused\": %" PRIu64
+		", \"prefilled\": %" PRIu64 ", \"restored_bytes\": %" PRIu64
+		", \"restore_ms\": %.3f, \"restore_gbps\": %.3f, \"published\": %" PRIu64
+		", \"stored\": %" PRIu64 ", \"store_failures\": %" PRIu64
+		", \"fetch_failures\": %" PRIu64 ", \"wrong_units\": %" PRIu64
+		", \"expectations_missed\": %u, \"verified\": %s}}\n", t->requests,
+		r->boot.cluster.world_size, t->gpu_hits, t->gpu_reused, t->host_hits,
+		t->host_reused, t->prefilled, t->restored_bytes, (double)t->restore_ns / 1e6,
+		gbps, t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
+		t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->stored,
+		t->store_failures, t->fetch_failures, t->wrong_units, t->expectations_missed,
+		ok ? "true" : "false");
+}
+
+/* Rank zero after the store opened: the trace, then close. Returns the
+ * number of failures. */
+static uint64_t run_rank_zero(struct run *r)
+{
+	uint64_t t0 = sel_monotonic_ns(), failures = 0;
+	int closed;
+
+	printf("  %-16s %10s %11s %9s %10s  %s\n", "request", "gpu_reused", "host_reused",
+	       "prefilled", "restore_ms", "verified");
+	for (uint32_t i = 0; i < r->trace.request_count && !r->stopped; i++)
+		failures += run_request(r, &r->trace.requests[i]) != 0;
+	/* what was offered is stored before the ranks exit */
+	if (!r->stopped)
+		failures += run_settle(r) != 0;
+	for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
+		if (r->retries[i].pending) {
+			r->totals.retries_abandoned++;
+			run_forget_retry(r, &r->retries[i]);
+		}
+	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
+	r->store = NULL;
+	if (closed) {
+		fprintf(stderr, "selene run: closing the store: %s\n", sel_strerror(closed));
+		failures++;
+		r->stopped |= closed == SEL_ESTOPPED;
+	}
+	failures += r->totals.wrong_units + r->totals.store_failures +
+		    r->totals.fetch_failures + r->totals.expectations_missed + r->stopped;
+	run_summary(r, failures == 0, (double)(sel_monotonic_ns() - t0) / 1e9);
+	return failures;
+}
+
+/* Every other rank: serve the store's jobs and rank zero's steps. */
+static uint64_t run_follow(struct run *r)
+{
+	uint64_t failures = 0;
+
+	for (;;) {
+		int64_t got = run_step_all(r);
+
+		if (got < 0 && got != -EREMOTEIO) {
+			failures++; /* the channel failed: rank zero cannot reach us */
+			break;
+		}
+		if (r->step.op == RUN_STEP_END) {
+			failures += r->step.failed;
+			break;
+		}
+	}
+	return failures;
+}
+
+/* A size: digits with an optional K, M, G or T (binary) suffix. */
+static bool run_parse_size(const char *text, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	char *end;
+	unsigned long long v;
+	const char *unit;
+
+	if (!text || *text < '0' || *text > '9')
+		return false;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (errno)
+		return false;
+	if (*end && (unit = strchr(units, *end)) != NULL) {
+		unsigned shift = 10u * (unsigned)(unit - units + 1);
+
+		if (v > (UINT64_MAX >> shift))
+			return false;
+		v <<= shift;
+		end += end[1] == 'i' && end[2] == 'B' ? 3 : 1;
+	}
+	*out = v;
+	return *end == '\0';
+}
+
+static bool run_parse_u32(const char *text, uint32_t min, uint32_t *out)
+{
+	uint64_t v;
+
+	if (!run_parse_size(text, &v) || v < min || v > UINT32_MAX)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* COUNTxBYTES[,COUNTxBYTES...] */
+static bool run_parse_planes(const char *text, struct run_options *o)
+{
+	char copy[512], *save = NULL;
+	uint32_t total = 0;
+
+	if (strlen(text) >= sizeof(copy))
+		return false;
+	strcpy(copy, text);
+	o->spec_count = 0;
+	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		char *x = strchr(item, 'x');
+		struct run_plane_spec *s = &o->specs[o->spec_count];
+
+		if (!x || o->spec_count == RUN_PLANES_MAX)
+			return false;
+		*x = '\0';
+		if (!run_parse_u32(item, 1, &s->count) || !run_parse_size(x + 1, &s->unit_bytes) ||
+		    s->unit_bytes == 0 || s->count > RUN_PLANES_MAX - total)
+			return false;
+		total += s->count;
+		o->spec_count++;
+	}
+	return o->spec_count > 0;
+}
+
+static void run_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: selene run --trace FILE --dir BASE [options]\n\n"
+		"One rank of the reference tensor-parallel worker. Launch every rank with\n"
+		"mpirun (MPI carries the worker's steps); a single rank needs no launcher.\n"
+		"Rank zero runs the trace: a GPU prefix-cache lookup, a lookup in the store\n"
+		"and a restore of what the GPU lacks, a synthetic prefill of the rest and a\n"
+		"checkpoint published at every span boundary; every rank checks every\n"
+		"reused page and row byte-exact. Exits 1 when any check fails on any rank.\n\n"
+		"  --trace FILE        JSON lines: {\"id\": \"..\", \"spans\": [[seed, count], ..],\n"
+		"                      \"expect\": {\"gpu_reused\": N, \"host_reused\": N,\n"
+		"                      \"prefilled\": N}} (expect optional)\n"
+		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
+		"  --results FILE      one JSON line per request, then a summary line\n"
+		"  --page-tokens N     tokens per page (default 64)\n"
+		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
+		"  --row-bytes SIZE    the state row (default 128K)\n"
+		"  --gpu-pages N       page ids in the GPU cache (default 256)\n"
+		"  --gpu-rows N        state slots in the GPU cache (default 16)\n"
+		"  --device KIND       auto (default), cuda or host\n"
+		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n\n"
+		"Sizes take K, M, G, T (binary). Device ordinal: OMPI_COMM_WORLD_LOCAL_RANK.\n");
+}
+
+static int run_parse_args(struct run_options *o, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "trace", required_argument, NULL, 't' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "results", required_argument, NULL, 'o' },
+		{ "page-tokens", required_argument, NULL, 'p' },
+		{ "planes", required_argument, NULL, 'P' },
+		{ "row-bytes", required_argument, NULL, 'R' },
+		{ "gpu-pages", required_argument, NULL, 'g' },
+		{ "gpu-rows", required_argument, NULL, 'G' },
+		{ "device", required_argument, NULL, 'D' },
+		{ "disk-limit", required_argument, NULL, 'L' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt, which = 0;
+	bool ok = true;
+
+	*o = (struct run_options){ .page_tokens = 64, .row_bytes = 128 << 10, .gpu_pages = 256,
+				   .gpu_rows = 16, .device = "auto",
+				   .disk_limit = SEL_DISK_LIMIT_AUTO };
+	run_parse_planes("8x32K", o);
+	optind = 1;
+	while (ok && (opt = getopt_long(argc, argv, "", options, &which)) != -1) {
+		switch (opt) {
+		case 't': o->trace_path = optarg; break;
+		case 'd': o->dir = optarg; break;
+		case 'o': o->results_path = optarg; break;
+		case 'p': ok = run_parse_u32(optarg, 1, &o->page_tokens); break;
+		case 'P': ok = run_parse_planes(optarg, o); break;
+		case 'R': ok = run_parse_size(optarg, &o->row_bytes) && o->row_bytes; break;
+		case 'g': ok = run_parse_u32(optarg, 1, &o->gpu_pages); break;
+		case 'G': ok = run_parse_u32(optarg, 1, &o->gpu_rows); break;
+		case 'D': o->device = optarg; break;
+		case 'L':
+			ok = strcmp(optarg, "auto") == 0 || run_parse_size(optarg, &o->disk_limit);
+			break;
+		default: ok = false; break;
+		}
+		if (!ok && opt != '?')
+			fprintf(stderr, "selene run: --%s %s: not a valid value\n",
+				options[which].name, optarg);
+	}
+	if (ok && (!o->trace_path || !o->dir || optind != argc)) {
+		fprintf(stderr, "selene run: --trace and --dir are required\n");
+		ok = false;
+	}
+	return ok ? 0 : -EINVAL;
+}
+
+/* The store's configuration over this rank's planes. */
+static void run_configure(struct run *r)
+{
+	struct run_planes *p = &r->planes;
+
+	launch_expand_rank(r->dir, sizeof(r->dir), r->opt.dir, r->boot.cluster.rank);
+	r->page_bytes = 0;
+	for (uint32_t i = 0; i < p->plane_count; i++) {
+		r->sel_planes[i] = (struct sel_plane){ p->names[i], p->unit_bytes[i],
+						       p->page_base[i] };
+		r->page_bytes += p->unit_bytes[i];
+	}
+	r->config = (struct sel_store_config){
+		.dir = r->dir, .page_tokens = r->opt.page_tokens,
+		.page_plane_count = p->plane_count, .page_planes = r->sel_planes,
+		.row_plane = { "state", p->row_bytes, p->row_base },
+		.page_count = p->page_count, .row_count = p->row_count,
+		.device = run_planes_device(p), .device_ordinal = 0,
+		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
+		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
+	};
+	/* one synthetic model: its identity names the worker and the page size */
+	memset(r->config.model_identity, 0x5e, sizeof(r->config.model_identity));
+	memcpy(r->config.model_identity, &r->opt.page_tokens, sizeof(r->opt.page_tokens));
+}
+
+static int run_device_ordinal(void)
+{
+	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+
+	return local ? atoi(local) : 0;
+}
+
+/* What every rank sets up before the store: rank zero's trace, results
+ * file and cache; every rank's planes. Returns 0, or 1 with a message. */
+static uint64_t run_prepare(struct run *r)
+{
+	uint32_t rank = r->boot.cluster.rank;
+	char err[512];
+
+	if (rank == 0) {
+		if (trace_load(r->opt.trace_path, &r->trace, err, sizeof(err))) {
+			fprintf(stderr, "selene run: %s\n", err);
+			return 1;
+		}
+		r->retries = calloc(r->opt.gpu_rows, sizeof(*r->retries));
+		if (!r->retries || gpu_cache_init(&r->cache, r->opt.page_tokens,
+						  r->opt.gpu_pages, r->opt.gpu_rows)) {
+			fprintf(stderr, "selene run: out of memory for the GPU cache\n");
+			return 1;
+		}
+		if (r->opt.results_path && !(r->results = fopen(r->opt.results_path, "w"))) {
+			fprintf(stderr, "selene run: cannot write %s: %s\n", r->opt.results_path,
+				strerror(errno));
+			return 1;
+		}
+	}
+	if (run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(), r->opt.specs,
+			    r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
+			    r->opt.gpu_rows, err, sizeof(err))) {
+		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
+		return 1;
+	}
+	run_configure(r);
+	return 0;
+}
+
+/* Opens the store (rank zero) or starts the peer agent (the others). */
+static uint64_t run_start(struct run *r, sel_peer **peer)
+{
+	char err[512];
+	int ret;
+
+	if (r->boot.cluster.rank == 0)
+		ret = sel_store_open(&r->config, &r->store, err, sizeof(err));
+	else
+		ret = sel_peer_start(&r->config, peer, err, sizeof(err));
+	if (ret)
+		fprintf(stderr, "selene run: rank %u: %s\n", r->boot.cluster.rank, err);
+	else if (r->boot.cluster.rank == 0)
+		printf("selene run: %u ranks, %s device, %u page planes (%" PRIu64 " bytes a page "
+		       "per rank), %" PRIu64 "-byte rows, GPU cache of %u pages and %u rows, "
+		       "trace %s (%u requests)\n", r->boot.cluster.world_size,
+		       run_planes_device(&r->planes), r->planes.plane_count, r->page_bytes,
+		       r->opt.row_bytes, r->opt.gpu_pages, r->opt.gpu_rows, r->opt.trace_path,
+		       r->trace.request_count);
+	return ret != 0;
+}
+
+/* A peer's end: rank zero closed the store; confirm the drain. */
+static uint64_t run_stop_peer(struct run *r, sel_peer *peer)
+{
+	int ret = sel_peer_wait(peer);
+
+	if (ret)
+		fprintf(stderr, "selene run: rank %u: the peer stopped: %s\n",
+			r->boot.cluster.rank, sel_strerror(ret));
+	/* an undrained peer frees nothing, and its planes stay too */
+	sel_peer_stop(peer);
+	if (ret == SEL_ESTOPPED)
+		r->stopped = true;
+	return ret != 0;
+}
+
+/* Every rank: the whole run. Returns the failures summed over every rank. */
+static uint64_t run_all(struct run *r)
+{
+	sel_peer *peer = NULL;
+	uint64_t failed = run_prepare(r), total = failed;
+
+	if (launch_step_sum(&r->boot, &total, 1) || total)
+		return total ? total : 1;
+	failed = run_start(r, &peer);
+	total = failed;
+	if (launch_step_sum(&r->boot, &total, 1) || total) {
+		sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
+		r->store = NULL;
+		if (peer)
+			run_stop_peer(r, peer);
+		return total ? total : 1;
+	}
+	if (r->boot.cluster.rank == 0) {
+		failed = run_rank_zero(r);
+		r->step.op = RUN_STEP_END;
+		r->step.page_count = 0;
+		r->step.failed = failed != 0;
+		failed += run_step_all(r) != 0;
+	} else {
+		failed = run_follow(r);
+		failed += run_stop_peer(r, peer);
+	}
+	total = failed;
+	if (launch_step_sum(&r->boot, &total, 1))
+		return failed ? failed : 1;
+	return total;
+}
+
+int launch_cmd_run(int argc, char **argv)
+{
+	struct run *r;
+	char err[512];
+	uint64_t failures;
+
+	if (launch_wants_help(argc, argv)) {
+		run_usage(stdout);
+		return LAUNCH_EXIT_OK;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return LAUNCH_EXIT_USAGE;
+	if (run_parse_args(&r->opt, argc, argv)) {
+		run_usage(stderr);
+		free(r);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (launch_bootstrap(&r->boot, err, sizeof(err))) {
+		fprintf(stderr, "selene run: %s\n", err);
+		launch_bootstrap_finish(&r->boot);
+		free(r);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (!launch_step_available(&r->boot)) {
+		fprintf(stderr, "selene run: %u ranks need MPI for the worker's steps: launch "
+			"with mpirun and leave SELENE_COORDINATOR unset%s\n",
+			r->boot.cluster.world_size, launch_bootstrap_mpi_available() ? "" :
+			" (and this selene was built without Open MPI)");
+		launch_bootstrap_finish(&r->boot);
+		free(r);
+		return LAUNCH_EXIT_USAGE;
+	}
+	failures = run_all(r);
+	if (r->results)
+		fclose(r->results);
+	trace_free(&r->trace);
+	gpu_cache_destroy(&r->cache);
+	free(r->retries);
+	/* a stopped transport may still copy into the planes: keep them */
+	if (!r->stopped)
+		run_planes_close(&r->planes);
+	launch_bootstrap_finish(&r->boot);
+	if (failures)
+		fprintf(stderr, "selene run: rank %u: %" PRIu64 " failure(s) across the ranks\n",
+			r->boot.cluster.rank, failures);
+	free(r);
+	return failures ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+}

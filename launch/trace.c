@@ -1,0 +1,512 @@
+/*
+ * The trace parser (launch/trace.h): a small recursive-descent JSON reader
+ * for one line at a time, strict about what it keeps (the id, the spans,
+ * the expectations) and able to skip any other value. It is not a general
+ * JSON library: numbers it keeps are unsigned integers, and strings it
+ * keeps are ids.
+ */
+#include "launch/trace.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cursor {
+	const char *at, *end;
+	uint32_t line;
+	char *err;
+	size_t err_size;
+};
+
+static int fail(struct cursor *c, const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	snprintf(c->err, c->err_size, "line %u: %s", c->line, what);
+	return -EINVAL;
+}
+
+static void skip_space(struct cursor *c)
+{
+	while (c->at < c->end && (*c->at == ' ' || *c->at == '\t' || *c->at == '\r'))
+		c->at++;
+}
+
+/* Consumes ch after optional space; -EINVAL naming what was expected. */
+static int expect_char(struct cursor *c, char ch, const char *where)
+{
+	skip_space(c);
+	if (c->at >= c->end)
+		return fail(c, "the line ends where '%c' was expected %s", ch, where);
+	if (*c->at != ch)
+		return fail(c, "'%c' expected %s, found '%c'", ch, where, *c->at);
+	c->at++;
+	return 0;
+}
+
+static bool peek(struct cursor *c, char ch)
+{
+	skip_space(c);
+	return c->at < c->end && *c->at == ch;
+}
+
+static int hex_digit(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Appends one byte to out, which holds at most max bytes. */
+static int put_byte(struct cursor *c, char *out, size_t *n, size_t max, uint8_t byte)
+{
+	if (out) {
+		if (*n >= max)
+			return fail(c, "a string is longer than %zu bytes", max);
+		out[*n] = (char)byte;
+	}
+	(*n)++;
+	return 0;
+}
+
+/* \uXXXX as UTF-8 (the basic plane; surrogates are refused). */
+static int put_escape_u(struct cursor *c, char *out, size_t *n, size_t max)
+{
+	uint32_t code = 0;
+	int ret = 0;
+
+	if (c->end - c->at < 4)
+		return fail(c, "a \\u escape needs four hex digits");
+	for (int i = 0; i < 4; i++) {
+		int d = hex_digit(c->at[i]);
+
+		if (d < 0)
+			return fail(c, "a \\u escape needs four hex digits");
+		code = code << 4 | (uint32_t)d;
+	}
+	c->at += 4;
+	if (code >= 0xd800 && code <= 0xdfff)
+		return fail(c, "a \\u escape names a surrogate (U+%04X)", code);
+	if (code == 0)
+		return fail(c, "a string holds U+0000");
+	if (code < 0x80)
+		return put_byte(c, out, n, max, (uint8_t)code);
+	if (code < 0x800) {
+		ret = put_byte(c, out, n, max, (uint8_t)(0xc0 | code >> 6));
+		return ret ? ret : put_byte(c, out, n, max, (uint8_t)(0x80 | (code & 0x3f)));
+	}
+	ret = put_byte(c, out, n, max, (uint8_t)(0xe0 | code >> 12));
+	if (!ret)
+		ret = put_byte(c, out, n, max, (uint8_t)(0x80 | ((code >> 6) & 0x3f)));
+	return ret ? ret : put_byte(c, out, n, max, (uint8_t)(0x80 | (code & 0x3f)));
+}
+
+/* A string into out (max bytes, terminated), or skipped when out is NULL. */
+static int parse_string(struct cursor *c, char *out, size_t max)
+{
+	static const char plain[] = "\"\\/bfnrt", meant[] = "\"\\/\b\f\n\r\t";
+	size_t n = 0;
+	int ret = expect_char(c, '"', "to open a string");
+
+	while (!ret) {
+		if (c->at >= c->end)
+			return fail(c, "a string is not closed");
+		uint8_t ch = (uint8_t)*c->at++;
+
+		if (ch == '"')
+			break;
+		if (ch < 0x20)
+			return fail(c, "a string holds control character 0x%02x", ch);
+		if (ch != '\\') {
+			ret = put_byte(c, out, &n, max, ch);
+			continue;
+		}
+		if (c->at >= c->end)
+			return fail(c, "a string ends inside an escape");
+		ch = (uint8_t)*c->at++;
+		const char *which = ch ? strchr(plain, ch) : NULL;
+
+		if (ch == 'u')
+			ret = put_escape_u(c, out, &n, max);
+		else if (which)
+			ret = put_byte(c, out, &n, max, (uint8_t)meant[which - plain]);
+		else
+			return fail(c, "unknown escape '\\%c' in a string", ch);
+	}
+	if (!ret && out)
+		out[n] = '\0';
+	return ret;
+}
+
+/* An unsigned integer (no sign, fraction or exponent) that fits 64 bits. */
+static int parse_u64(struct cursor *c, const char *what, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *start;
+
+	skip_space(c);
+	start = c->at;
+	if (c->at < c->end && *c->at == '-')
+		return fail(c, "%s must not be negative", what);
+	while (c->at < c->end && *c->at >= '0' && *c->at <= '9') {
+		uint64_t d = (uint64_t)(*c->at - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return fail(c, "%s does not fit 64 bits", what);
+		v = v * 10 + d;
+		c->at++;
+	}
+	if (c->at == start)
+		return fail(c, "%s must be an unsigned integer", what);
+	if (c->at < c->end && (*c->at == '.' || *c->at == 'e' || *c->at == 'E'))
+		return fail(c, "%s must be an integer", what);
+	*out = v;
+	return 0;
+}
+
+static int skip_value(struct cursor *c, uint32_t depth);
+
+static int parse_bool(struct cursor *c, const char *what, bool *out)
+{
+	skip_space(c);
+	if (c->end - c->at >= 4 && memcmp(c->at, "true", 4) == 0) {
+		c->at += 4;
+		*out = true;
+		return 0;
+	}
+	if (c->end - c->at >= 5 && memcmp(c->at, "false", 5) == 0) {
+		c->at += 5;
+		*out = false;
+		return 0;
+	}
+	return fail(c, "%s must be true or false", what);
+}
+
+/* The rest of an array or object after its opening bracket. */
+static int skip_members(struct cursor *c, uint32_t depth, char close, bool keyed)
+{
+	int ret = 0;
+
+	if (peek(c, close)) {
+		c->at++;
+		return 0;
+	}
+	while (!ret) {
+		if (keyed) {
+			ret = parse_string(c, NULL, 0);
+			if (!ret)
+				ret = expect_char(c, ':', "after a key");
+		}
+		if (!ret)
+			ret = skip_value(c, depth + 1);
+		if (ret)
+			break;
+		if (!peek(c, ','))
+			return expect_char(c, close, "to close a value");
+		c->at++;
+	}
+	return ret;
+}
+
+/* Any JSON value, checked for form and dropped. */
+static int skip_value(struct cursor *c, uint32_t depth)
+{
+	static const char *const words[] = { "true", "false", "null" };
+
+	if (depth > TRACE_DEPTH_MAX)
+		return fail(c, "values nest deeper than %u", TRACE_DEPTH_MAX);
+	skip_space(c);
+	if (c->at >= c->end)
+		return fail(c, "the line ends where a value was expected");
+	if (*c->at == '"')
+		return parse_string(c, NULL, 0);
+	if (*c->at == '[' || *c->at == '{') {
+		bool keyed = *c->at++ == '{';
+
+		return skip_members(c, depth, keyed ? '}' : ']', keyed);
+	}
+	for (size_t i = 0; i < 3; i++) {
+		size_t len = strlen(words[i]);
+
+		if ((size_t)(c->end - c->at) >= len && memcmp(c->at, words[i], len) == 0) {
+			c->at += len;
+			return 0;
+		}
+	}
+	if (*c->at == '-' || (*c->at >= '0' && *c->at <= '9')) {
+		c->at += *c->at == '-';
+		while (c->at < c->end && strchr("0123456789.eE+-", *c->at))
+			c->at++;
+		return 0;
+	}
+	return fail(c, "unexpected '%c' where a value was expected", *c->at);
+}
+
+/* [[seed, count], ...] into r->spans. */
+static int parse_spans(struct cursor *c, struct trace_request *r)
+{
+	struct trace_span *spans = NULL;
+	int ret = expect_char(c, '[', "to open \"spans\"");
+
+	if (!ret && peek(c, ']'))
+		return fail(c, "\"spans\" is empty: a request needs at least one token");
+	while (!ret) {
+		struct trace_span s;
+
+		if (r->span_count == TRACE_SPANS_MAX)
+			return fail(c, "more than %u spans", TRACE_SPANS_MAX);
+		ret = expect_char(c, '[', "to open a span [seed, count]");
+		if (!ret)
+			ret = parse_u64(c, "a span's seed", &s.seed);
+		if (!ret)
+			ret = expect_char(c, ',', "between a span's seed and count");
+		if (!ret)
+			ret = parse_u64(c, "a span's count", &s.count);
+		if (!ret)
+			ret = expect_char(c, ']', "to close a span (two numbers)");
+		if (ret)
+			break;
+		if (s.count == 0)
+			return fail(c, "span %u has no tokens", r->span_count + 1);
+		if (s.count > TRACE_TOKENS_MAX - r->token_count)
+			return fail(c, "the prompt is longer than %llu tokens",
+				    (unsigned long long)TRACE_TOKENS_MAX);
+		spans = realloc(r->spans, (r->span_count + 1) * sizeof(*spans));
+		if (!spans)
+			return -ENOMEM;
+		r->spans = spans;
+		r->spans[r->span_count++] = s;
+		r->token_count += s.count;
+		if (!peek(c, ','))
+			return expect_char(c, ']', "to close \"spans\"");
+		c->at++;
+	}
+	return ret;
+}
+
+static int parse_expect(struct cursor *c, struct trace_expect *e)
+{
+	int ret = expect_char(c, '{', "to open \"expect\"");
+
+	if (!ret && peek(c, '}')) {
+		c->at++;
+		return 0;
+	}
+	while (!ret) {
+		char key[32];
+
+		ret = parse_string(c, key, sizeof(key) - 1);
+		if (!ret)
+			ret = expect_char(c, ':', "after a key");
+		if (ret)
+			break;
+		if (strcmp(key, "gpu_reused") == 0) {
+			e->has_gpu_reused = true;
+			ret = parse_u64(c, "\"gpu_reused\"", &e->gpu_reused);
+		} else if (strcmp(key, "host_reused") == 0) {
+			e->has_host_reused = true;
+			ret = parse_u64(c, "\"host_reused\"", &e->host_reused);
+		} else if (strcmp(key, "prefilled") == 0) {
+			e->has_prefilled = true;
+			ret = parse_u64(c, "\"prefilled\"", &e->prefilled);
+		} else {
+			return fail(c, "\"expect\" has no key \"%s\" (gpu_reused, host_reused, "
+				    "prefilled)", key);
+		}
+		if (!ret && !peek(c, ','))
+			return expect_char(c, '}', "to close \"expect\"");
+		c->at++;
+	}
+	return ret;
+}
+
+static int parse_member(struct cursor *c, struct trace_request *r, bool *has_id,
+			bool *has_spans)
+{
+	char key[64];
+	int ret = parse_string(c, key, sizeof(key) - 1);
+
+	if (!ret)
+		ret = expect_char(c, ':', "after a key");
+	if (ret)
+		return ret;
+	if (strcmp(key, "id") == 0) {
+		if (*has_id)
+			return fail(c, "\"id\" appears twice");
+		*has_id = true;
+		ret = parse_string(c, r->id, TRACE_ID_BYTES_MAX);
+		if (!ret && r->id[0] == '\0')
+			return fail(c, "\"id\" is empty");
+		return ret;
+	}
+	if (strcmp(key, "spans") == 0) {
+		if (*has_spans)
+			return fail(c, "\"spans\" appears twice");
+		*has_spans = true;
+		return parse_spans(c, r);
+	}
+	if (strcmp(key, "expect") == 0)
+		return parse_expect(c, &r->expect);
+	if (strcmp(key, "settle") == 0)
+		return parse_bool(c, "\"settle\"", &r->settle);
+	return skip_value(c, 1);
+}
+
+/* One line: an object holding "id" and "spans". */
+static int parse_request(struct cursor *c, struct trace_request *r)
+{
+	bool has_id = false, has_spans = false;
+	int ret = expect_char(c, '{', "to open a request");
+
+	r->line = c->line;
+	if (!ret && peek(c, '}'))
+		return fail(c, "a request needs \"id\" and \"spans\"");
+	while (!ret) {
+		ret = parse_member(c, r, &has_id, &has_spans);
+		if (ret)
+			break;
+		if (!peek(c, ',')) {
+			ret = expect_char(c, '}', "to close the request");
+			break;
+		}
+		c->at++;
+	}
+	if (!ret && !has_id)
+		return fail(c, "a request needs an \"id\"");
+	if (!ret && !has_spans)
+		return fail(c, "request \"%s\" has no \"spans\"", r->id);
+	skip_space(c);
+	if (!ret && c->at < c->end)
+		return fail(c, "text after the request's closing '}'");
+	return ret;
+}
+
+void trace_free(struct trace *trace)
+{
+	for (uint32_t i = 0; i < trace->request_count; i++)
+		free(trace->requests[i].spans);
+	free(trace->requests);
+	trace->requests = NULL;
+	trace->request_count = 0;
+}
+
+static bool blank(const char *at, const char *end)
+{
+	for (; at < end; at++)
+		if (*at != ' ' && *at != '\t' && *at != '\r')
+			return false;
+	return true;
+}
+
+/* Appends the request on [line, end); 0, or -EINVAL/-ENOMEM. */
+static int add_line(struct trace *t, struct cursor *c, size_t *capacity)
+{
+	struct trace_request *r;
+
+	if ((size_t)(c->end - c->at) > TRACE_LINE_BYTES_MAX)
+		return fail(c, "longer than %u bytes", TRACE_LINE_BYTES_MAX);
+	if (t->request_count == TRACE_REQUESTS_MAX)
+		return fail(c, "a trace holds at most %u requests", TRACE_REQUESTS_MAX);
+	if (t->request_count == *capacity) {
+		size_t grown = *capacity ? *capacity * 2 : 16;
+		struct trace_request *more = realloc(t->requests, grown * sizeof(*more));
+
+		if (!more)
+			return -ENOMEM;
+		t->requests = more;
+		*capacity = grown;
+	}
+	r = &t->requests[t->request_count];
+	memset(r, 0, sizeof(*r));
+	int ret = parse_request(c, r);
+
+	if (ret) {
+		free(r->spans);
+		return ret;
+	}
+	for (uint32_t i = 0; i < t->request_count; i++)
+		if (strcmp(t->requests[i].id, r->id) == 0) {
+			free(r->spans);
+			return fail(c, "id \"%s\" is also on line %u", r->id, t->requests[i].line);
+		}
+	t->request_count++;
+	return 0;
+}
+
+int trace_parse(const char *text, size_t size, struct trace *out, char *err,
+		size_t err_size)
+{
+	struct trace t = { 0 };
+	const char *at = text, *end = text + size;
+	size_t capacity = 0;
+	uint32_t line = 0;
+	int ret = 0;
+
+	while (!ret && at < end) {
+		const char *nl = memchr(at, '\n', (size_t)(end - at));
+		struct cursor c = { at, nl ? nl : end, ++line, err, err_size };
+
+		if (!blank(c.at, c.end))
+			ret = add_line(&t, &c, &capacity);
+		at = nl ? nl + 1 : end;
+	}
+	if (!ret && t.request_count == 0) {
+		snprintf(err, err_size, "the trace holds no request");
+		ret = -EINVAL;
+	}
+	if (ret == -ENOMEM)
+		snprintf(err, err_size, "out of memory at line %u", line);
+	if (ret)
+		trace_free(&t);
+	*out = t;
+	return ret;
+}
+
+int trace_load(const char *path, struct trace *out, char *err, size_t err_size)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = NULL, why[400];
+	size_t size = 0, capacity = 0, n;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	if (!f) {
+		ret = -errno;
+		snprintf(err, err_size, "cannot open trace %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	do {
+		if (size == capacity) {
+			char *more = capacity >= (size_t)TRACE_REQUESTS_MAX * 4096 ? NULL :
+				realloc(text, capacity = capacity ? capacity * 2 : 65536);
+
+			if (!more) {
+				free(text);
+				fclose(f);
+				snprintf(err, err_size, "trace %s is too large to read", path);
+				return -ENOMEM;
+			}
+			text = more;
+		}
+		n = fread(text + size, 1, capacity - size, f);
+		size += n;
+	} while (n > 0);
+	ret = ferror(f) ? -EIO : 0;
+	fclose(f);
+	if (ret)
+		snprintf(err, err_size, "cannot read trace %s", path);
+	else if ((ret = trace_parse(text, size, out, why, sizeof(why))) != 0)
+		snprintf(err, err_size, "trace %s: %s", path, why);
+	free(text);
+	return ret;
+}
