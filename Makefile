@@ -161,10 +161,13 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)launch/demo.sh $(PROGRAM)
 
-# Selene across network namespaces on this machine (root): 3 hosts, mpirun.
+# The multihost qualification (tests/qualify/multihost.sh): the reference
+# worker through three phases on 4 ranks over loopback, then on 3 network
+# namespaces of this machine as hosts (root), mpirun across them.
 qualify: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)tests/qualify/netns-cluster.sh $(PROGRAM) 3
+	$(Q)tests/qualify/multihost.sh loopback $(PROGRAM) 4
+	$(Q)tests/qualify/multihost.sh netns $(PROGRAM) 3
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

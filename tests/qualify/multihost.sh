@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The multihost qualification (seed section 4): the reference TP worker
+# (`selene run`) on every rank, launched with mpirun, through three phases:
+#
+#   1. a GPU-cache hit with no host hit;
+#   2. a host restore after the GPU copies were evicted;
+#   3. a restore after restarting every rank (a new mpirun).
+#
+# Every phase checks every reused page and row byte-exact on every rank and
+# its "expect" lines (tests/qualify/phase-*.jsonl); after every phase, every
+# rank holds the same record file names and lengths, and `selene verify`
+# passes on every rank's directory.
+#
+#   loopback  every rank on this host (its links over 127.0.0.1)
+#   netns     one network namespace per rank, each a "host" with its own
+#             address from 198.18.0.0/15 on a bridge made for this run, and
+#             mpirun across them through an rsh agent that enters the
+#             namespace; removed afterwards, also on failure (as root)
+#
+# usage: tests/qualify/multihost.sh loopback|netns [PROGRAM] [RANKS]
+set -euo pipefail
+mode=${1:?usage: multihost.sh loopback|netns [PROGRAM] [RANKS]}
+program=$(realpath "${2:-build/selene}")
+ranks=${3:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+id=$$
+net=$((id % 200 + 20))          # 198.18.<net>.0/24, per run
+bridge=brs$id
+work=$(mktemp -d /tmp/selene-qualify.XXXXXX)
+
+cleanup() {
+	if [ "$mode" = netns ]; then
+		for i in $(seq 1 "$ranks"); do
+			ip netns del "sel$id-h$i" 2>/dev/null || true
+		done
+		ip link del "$bridge" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export SELENE_LOG=warn
+unset SELENE_COORDINATOR SELENE_RANK SELENE_WORLD_SIZE
+mpi_args=()
+
+make_hosts() {
+	# A machine that cannot make namespaces (no root, a restricted
+	# container) cannot run this mode: say so plainly and stop.
+	if ! ip netns add "sel$id-probe" 2>"$work/probe.err"; then
+		echo "multihost netns: SKIPPED: cannot create network namespaces here:" \
+			"$(cat "$work/probe.err")" >&2
+		exit 0
+	fi
+	ip netns del "sel$id-probe"
+	ip link add "$bridge" type bridge
+	ip addr add "198.18.$net.1/24" dev "$bridge"
+	ip link set "$bridge" up
+	: > "$work/hostfile"
+	{
+		echo '#!/bin/bash'
+		echo 'while [[ $1 == -* ]]; do shift; done'
+		echo 'host=$1; shift'
+		echo 'case $host in'
+	} > "$work/rsh"
+	for i in $(seq 1 "$ranks"); do
+		local ns=sel$id-h$i
+		ip netns add "$ns"
+		ip link add "vs$id-$i" type veth peer name eth0 netns "$ns"
+		ip link set "vs$id-$i" master "$bridge" up
+		ip netns exec "$ns" ip addr add "198.18.$net.$((10 + i))/24" dev eth0
+		ip netns exec "$ns" ip link set eth0 up
+		ip netns exec "$ns" ip link set lo up
+		echo "198.18.$net.$((10 + i)) slots=1" >> "$work/hostfile"
+		echo "198.18.$net.$((10 + i))) exec ip netns exec $ns bash -c \"\$*\" ;;" \
+			>> "$work/rsh"
+	done
+	echo 'esac; echo "netns-rsh: unknown host $host" >&2; exit 1' >> "$work/rsh"
+	chmod +x "$work/rsh"
+	mpi_args=(--hostfile "$work/hostfile" --mca plm_rsh_agent "$work/rsh"
+		--mca oob_tcp_if_include "198.18.$net.0/24"
+		--mca btl tcp,self --mca btl_tcp_if_include "198.18.$net.0/24")
+	echo "== $ranks hosts: namespaces sel$id-h1..$ranks at 198.18.$net.11.., mpirun across them"
+}
+
+case $mode in
+loopback)
+	mpi_args=(--oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo
+		--mca oob_tcp_if_include lo)
+	echo "== $ranks ranks on this host (loopback)"
+	;;
+netns) make_hosts ;;
+*) echo "multihost.sh: mode is loopback or netns, not $mode" >&2; exit 2 ;;
+esac
+
+# Every rank holds the same record names and lengths; every file verifies.
+listing() {
+	(cd "$1"/*/ && find . -name '*.ckpt' -printf '%f %s\n' | sort)
+}
+
+check_agreement() {
+	listing "$work/rank0" > "$work/expect"
+	[ -s "$work/expect" ] || { echo "no records on rank 0" >&2; exit 1; }
+	for r in $(seq 0 $((ranks - 1))); do
+		"$program" verify "$work/rank$r" > /dev/null
+		if ! listing "$work/rank$r" | cmp -s - "$work/expect"; then
+			echo "rank $r's record files differ from rank 0's:" >&2
+			listing "$work/rank$r" | diff "$work/expect" - >&2 || true
+			exit 1
+		fi
+	done
+	echo "-- every rank holds the same $(wc -l < "$work/expect") record files; all verified"
+}
+
+run_phase() {
+	local phase=$1 what=$2
+	echo
+	echo "== phase $phase: $what"
+	# each rank's directory is its own host's; %r becomes the rank
+	mpirun "${mpi_args[@]}" -np "$ranks" -x SELENE_LOG \
+		"$program" run --trace "$here/phase-$phase.jsonl" --dir "$work/rank%r" \
+		--device host --gpu-pages 64 --gpu-rows 8 --results "$work/phase-$phase.json"
+	check_agreement
+}
+
+run_phase 1 "a GPU-cache hit with no host hit"
+run_phase 2 "a host restore after the GPU copies were evicted"
+run_phase 3 "a restore after restarting every rank"
+echo
+echo "== multihost $mode: qualified ($ranks ranks, 3 phases)"
