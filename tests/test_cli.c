@@ -2,7 +2,10 @@
  * The selene program (launch/): help for every command, ls and verify over
  * records the library wrote, a flipped payload bit found by verify, and
  * clear failures for bad arguments and a malformed SELENE_FAILPOINTS, the
- * demo of one rank and the store across three ranks (cluster-demo). It
+ * demo of one rank and the store across three ranks (cluster-demo), and the
+ * reference worker (selene run): a GPU hit, a restore after a restart, a
+ * missed expectation, a corrupt record refused rather than restored, bad
+ * traces and flags, and three ranks under mpirun where it is installed. It
  * runs the built program named by $SELENE_PROGRAM (default build/selene).
  */
 #include "tests/testutil.h"
@@ -31,7 +34,7 @@ static void run(struct run_result *r, const char *env, const char *const *args)
 	const char *program = getenv("SELENE_PROGRAM");
 	char path[] = "/tmp/selene-cli-XXXXXX";
 	int fd = mkstemp(path);
-	const char *argv[16];
+	const char *argv[32];
 	ssize_t n;
 	pid_t pid;
 	int i = 0;
@@ -39,7 +42,7 @@ static void run(struct run_result *r, const char *env, const char *const *args)
 	if (!program)
 		program = "build/selene";
 	argv[i++] = program;
-	for (; args[i - 1] && i < 15; i++)
+	for (; args[i - 1] && i < 31; i++)
 		argv[i] = args[i - 1];
 	argv[i] = NULL;
 	pid = fork();
@@ -73,7 +76,7 @@ static void expect(const struct run_result *r, int status, const char *needle)
 static void test_cli_help(void **state)
 {
 	static const char *const commands[] = { "ls", "verify", "failpoints", "demo",
-						"cluster-demo" };
+						"cluster-demo", "run" };
 	struct run_result *r = malloc(sizeof(*r));
 
 	(void)state;
@@ -195,6 +198,200 @@ static void test_cli_demo(void **state)
 	tu_remove_tree(base);
 }
 
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The run's arguments: trace, dir, results; small planes and cache. */
+static void run_worker(struct run_result *r, const char *trace, const char *dir,
+		       const char *results)
+{
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "2x8K,1x4K", "--row-bytes", "12K",
+				       "--page-tokens", "16", "--gpu-pages", "40",
+				       "--gpu-rows", "4", "--results", results, NULL });
+}
+
+/* Flips one byte of the first page of the record file whose name starts
+ * with prefix, under base (one record directory below it). */
+static void flip_page_byte(const char *base, const char *prefix)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "f=$(ls %s/*/*/%s*.ckpt | head -1) && "
+		 "printf '\\xff' | dd of=\"$f\" bs=1 seek=8192 conv=notrunc status=none && "
+		 "[ -n \"$f\" ]", base, prefix);
+	assert_int_equal(system(cmd), 0);
+}
+
+/*
+ * selene run on one rank: a prefill, a GPU hit, a restart restoring from
+ * the store (every byte checked), results lines and a summary; a missed
+ * expectation exits 1 naming it; a flipped page byte makes the restore
+ * fail with the checksum rather than hand back wrong bytes.
+ */
+static void test_cli_run_one_rank(void **state)
+{
+	char *base = tu_make_temp_dir("run");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], results[512];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(results, sizeof(results), "%s/results.json", base);
+	write_text(trace,
+		   "{\"id\": \"a.1\", \"spans\": [[1, 100]], \"expect\": {\"prefilled\": 100}}\n"
+		   "\n"
+		   "{\"id\": \"a.2\", \"settle\": true, \"spans\": [[1, 100], [2, 50]],\n"
+		   "\"note\": {\"skipped\": [1, 2.5, null, true]}, \"expect\": {\"gpu_reused\": 100}}\n");
+	/* the line break inside a request is a parse error: lines are requests */
+	run_worker(r, trace, dir, results);
+	expect(r, 1, "line 3:");
+	write_text(trace,
+		   "{\"id\": \"a.1\", \"spans\": [[1, 100]], \"expect\": {\"prefilled\": 100}}\n"
+		   "\n"
+		   "{\"id\": \"a.2\", \"settle\": true, \"spans\": [[1, 100], [2, 50]], "
+		   "\"note\": {\"skipped\": [1, 2.5, null, true]}, \"expect\": {\"gpu_reused\": 100}}\n");
+	run_worker(r, trace, dir, results);
+	expect(r, 0, "every reused page and row, byte-exact on every rank");
+	expect(r, 0, "GPU cache hits   1 (100 tokens reused)");
+	run(r, NULL, (const char *[]){ "verify", base, NULL });
+	expect(r, 0, "2 good, 0 bad");
+
+	/* a restart: the GPU cache is empty, the store holds 150 tokens */
+	write_text(trace, "{\"id\": \"a.3\", \"spans\": [[1, 100], [2, 50], [3, 7]], "
+			  "\"expect\": {\"gpu_reused\": 0, \"host_reused\": 150}}\n");
+	run_worker(r, trace, dir, results);
+	expect(r, 0, "host restores    1 (150 tokens;");
+	{
+		FILE *f = fopen(results, "r");
+		char line[1024], last[1024] = "";
+
+		assert_non_null(f);
+		assert_non_null(fgets(line, sizeof(line), f));
+		assert_non_null(strstr(line, "\"id\": \"a.3\", \"gpu_reused\": 0, "
+					     "\"host_reused\": 150, \"prefilled\": 7"));
+		assert_non_null(strstr(line, "\"verified\": true"));
+		while (fgets(line, sizeof(line), f))
+			strcpy(last, line);
+		fclose(f);
+		assert_non_null(strstr(last, "{\"summary\": {\"requests\": 1,"));
+		assert_non_null(strstr(last, "\"verified\": true"));
+	}
+
+	/* an expectation the run does not meet */
+	write_text(trace, "{\"id\": \"a.4\", \"spans\": [[1, 100], [2, 50], [3, 7]], "
+			  "\"expect\": {\"host_reused\": 999}}\n");
+	run_worker(r, trace, dir, results);
+	expect(r, 1, "request \"a.4\" (line 1): expected host_reused 999, found 157");
+
+	/* a corrupt page in the root record (the first 100 tokens, 6 pages) */
+	flip_page_byte(base, "0000000000000064");
+	write_text(trace, "{\"id\": \"a.5\", \"spans\": [[1, 100], [2, 50], [3, 7], [4, 3]]}\n");
+	run_worker(r, trace, dir, results);
+	expect(r, 1, "checksum");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/* Bad traces and flags are refused with what is wrong, before any store. */
+static void test_cli_run_bad_input(void **state)
+{
+	static const struct { const char *text, *message; } traces[] = {
+		{ "", "the trace holds no request" },
+		{ "{\"id\": \"x\"}\n", "line 1: request \"x\" has no \"spans\"" },
+		{ "{\"spans\": [[1, 2]]}\n", "line 1: a request needs an \"id\"" },
+		{ "{\"id\": \"x\", \"spans\": []}\n", "\"spans\" is empty" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 0]]}\n", "span 1 has no tokens" },
+		{ "{\"id\": \"x\", \"spans\": [[1, -2]]}\n", "must not be negative" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2.5]]}\n", "must be an integer" },
+		{ "{\"id\": \"x\", \"spans\": [[1]]}\n", "between a span's seed and count" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 99999999999999999999]]}\n", "does not fit 64 bits" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 20000000]]}\n", "longer than 16777216 tokens" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]]}\n{\"id\": \"x\", \"spans\": [[1, 2]]}\n",
+		  "line 2: id \"x\" is also on line 1" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]]} trailing\n", "text after the request" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"expect\": {\"gpu\": 1}}\n",
+		  "\"expect\" has no key \"gpu\"" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"settle\": 1}\n", "must be true or false" },
+		{ "{\"id\": \"x\\q\", \"spans\": [[1, 2]]}\n", "unknown escape" },
+		{ "{\"id\": \"x, \"spans\": [[1, 2]]}\n", "line 1:" },
+		{ "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n", "'{' expected to open a request" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]}\n",
+		  "nest deeper than 32" },
+	};
+	char *base = tu_make_temp_dir("run-bad");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	for (size_t i = 0; i < sizeof(traces) / sizeof(traces[0]); i++) {
+		write_text(trace, traces[i].text);
+		run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device",
+					       "host", NULL });
+		expect(r, 1, traces[i].message);
+	}
+	write_text(trace, "{\"id\": \"x\", \"spans\": [[1, 2]]}\n");
+	run(r, NULL, (const char *[]){ "run", "--trace", "/nonexistent/t", "--dir", dir, NULL });
+	expect(r, 1, "cannot open trace /nonexistent/t");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--planes", "3y4",
+				       NULL });
+	expect(r, 2, "--planes 3y4: not a valid value");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device",
+				       "tpu", NULL });
+	expect(r, 1, "--device tpu: auto, cuda or host");
+	run(r, NULL, (const char *[]){ "run", "--dir", dir, NULL });
+	expect(r, 2, "--trace and --dir are required");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/* Three ranks under mpirun (where it is installed): the MPI bootstrap and
+ * step channel, and each rank's files the same as rank zero's. */
+static void test_cli_run_mpirun(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *base = tu_make_temp_dir("run-mpi");
+	char cmd[2048], script[600];
+	FILE *f;
+
+	(void)state;
+	/* the Makefile builds the MPI bootstrap where pkg-config finds ompi-c */
+	if (system("command -v mpirun > /dev/null 2>&1 && pkg-config --exists ompi-c") != 0) {
+		tu_remove_tree(base);
+		skip();
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 SELENE_LOG=warn "
+		 "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo "
+		 "--mca oob_tcp_if_include lo -np 3 -x SELENE_LOG %s run --trace "
+		 "tests/qualify/phase-1.jsonl --dir %s/rank%%r --device host --gpu-pages 64 "
+		 "--gpu-rows 8 > %s/out 2>&1 && grep -q 'byte-exact on every rank' %s/out && "
+		 "for r in 1 2; do diff <(cd %s/rank0/* && ls -l *.ckpt | awk '{print $5, $9}') "
+		 "<(cd %s/rank$r/* && ls -l *.ckpt | awk '{print $5, $9}') || exit 1; done",
+		 program ? program : "build/selene", base, base, base, base, base);
+	snprintf(script, sizeof(script), "%s/check.sh", base);
+	f = fopen(script, "w");
+	assert_non_null(f);
+	fprintf(f, "%s\n", cmd);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "bash %s", script);
+	if (system(cmd) != 0) {
+		snprintf(cmd, sizeof(cmd), "cat %s/out", base);
+		(void)system(cmd);
+		fail_msg("selene run under mpirun failed");
+	}
+	tu_remove_tree(base);
+}
+
 /* A free loopback port (closed again: rank zero binds it with SO_REUSEADDR). */
 static uint16_t free_port(void)
 {
@@ -282,6 +479,9 @@ int main(void)
 		cmocka_unit_test(test_cli_verify_good_and_flipped),
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
+		cmocka_unit_test(test_cli_run_one_rank),
+		cmocka_unit_test(test_cli_run_bad_input),
+		cmocka_unit_test(test_cli_run_mpirun),
 	};
 
 	return cmocka_run_group_tests_name("cli", tests, NULL, NULL);

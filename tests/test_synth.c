@@ -1,0 +1,115 @@
+/*
+ * The reference worker's synthetic model and trace format (launch/synth.h,
+ * launch/trace.h): prompts from spans, prefix hashes that agree exactly on
+ * shared prefixes, bytes that differ by rank, plane and prefix, and a trace
+ * parsed to the letter (the refusals are in test_cli).
+ */
+#include "tests/testutil.h"
+
+#include "launch/synth.h"
+#include "launch/trace.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Shared prefixes hash alike at every count; anything past them differs. */
+static void test_synth_prefix_hashes(void **state)
+{
+	struct trace_span one[] = { { 5, 100 } }, two[] = { { 5, 100 }, { 6, 30 } },
+			  other[] = { { 5, 99 }, { 7, 31 } };
+	struct synth_prompt a, b, c;
+
+	(void)state;
+	assert_int_equal(synth_prompt_build(&a, one, 1, 16), 0);
+	assert_int_equal(synth_prompt_build(&b, two, 2, 16), 0);
+	assert_int_equal(synth_prompt_build(&c, other, 2, 16), 0);
+	assert_int_equal(a.token_count, 100);
+	assert_int_equal(a.full_pages, 6);
+	assert_int_equal(b.full_pages, 8);
+	for (uint64_t n = 0; n <= 100; n++)
+		assert_true(synth_prefix_hash(&a, n) == synth_prefix_hash(&b, n));
+	for (uint64_t i = 0; i < 6; i++)
+		assert_true(a.page_hashes[i] == b.page_hashes[i]);
+	assert_true(synth_prefix_hash(&a, 99) == synth_prefix_hash(&c, 99));
+	assert_true(synth_prefix_hash(&a, 100) != synth_prefix_hash(&c, 100));
+	assert_true(synth_prefix_hash(&b, 50) != synth_prefix_hash(&b, 51));
+	for (uint64_t i = 0; i < a.token_count; i++)
+		assert_true(a.tokens[i] < SYNTH_VOCABULARY);
+	synth_prompt_free(&a);
+	synth_prompt_free(&b);
+	synth_prompt_free(&c);
+}
+
+/* Page and row bytes are a function of rank, plane and hash, any size. */
+static void test_synth_bytes(void **state)
+{
+	uint8_t x[1003], y[1003];
+
+	(void)state;
+	synth_page(x, sizeof(x), 1, 2, 42);
+	synth_page(y, sizeof(y), 1, 2, 42);
+	assert_memory_equal(x, y, sizeof(x));
+	synth_page(y, sizeof(y), 0, 2, 42);
+	assert_memory_not_equal(x, y, sizeof(x));
+	synth_page(y, sizeof(y), 1, 3, 42);
+	assert_memory_not_equal(x, y, sizeof(x));
+	synth_page(y, sizeof(y), 1, 2, 43);
+	assert_memory_not_equal(x, y, sizeof(x));
+	synth_row(y, sizeof(y), 1, 42);
+	assert_memory_not_equal(x, y, sizeof(x));
+	synth_poison(y, sizeof(y), 42);
+	assert_memory_not_equal(x, y, sizeof(x));
+	/* the tail past the last whole 8 bytes is written too */
+	memset(y, 0, sizeof(y));
+	synth_page(y, 3, 1, 2, 42);
+	assert_false(y[0] == 0 && y[1] == 0 && y[2] == 0);
+	assert_int_equal(y[3], 0);
+}
+
+/* Every field a trace line may hold, blank lines, escapes, skipped keys. */
+static void test_trace_parse(void **state)
+{
+	static const char text[] =
+		"{\"id\": \"a\\u00e9\\n\", \"spans\": [[18446744073709551615, 3], [0, 1]]}\r\n"
+		"   \n"
+		"{\"x\": {\"y\": [true, null, -1.5e3, \"s\"]}, \"settle\": true, \"spans\": [[2, 7]],"
+		" \"id\": \"b\", \"expect\": {\"gpu_reused\": 4, \"prefilled\": 3}}";
+	struct trace t;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(trace_parse(text, sizeof(text) - 1, &t, err, sizeof(err)), 0);
+	assert_int_equal(t.request_count, 2);
+	assert_string_equal(t.requests[0].id, "a\xc3\xa9\n");
+	assert_int_equal(t.requests[0].span_count, 2);
+	assert_true(t.requests[0].spans[0].seed == UINT64_MAX);
+	assert_int_equal(t.requests[0].token_count, 4);
+	assert_false(t.requests[0].settle);
+	assert_false(t.requests[0].expect.has_gpu_reused);
+	assert_int_equal(t.requests[1].line, 3);
+	assert_true(t.requests[1].settle);
+	assert_true(t.requests[1].expect.has_gpu_reused);
+	assert_int_equal(t.requests[1].expect.gpu_reused, 4);
+	assert_false(t.requests[1].expect.has_host_reused);
+	assert_int_equal(t.requests[1].expect.prefilled, 3);
+	trace_free(&t);
+	/* a truncated line at every length is refused, never read past */
+	for (size_t n = 1; n < 60; n++) {
+		int ret = trace_parse(text, n, &t, err, sizeof(err));
+
+		assert_int_equal(ret, -EINVAL);
+		assert_int_equal(t.request_count, 0);
+		assert_non_null(strstr(err, "line 1:"));
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_synth_prefix_hashes),
+		cmocka_unit_test(test_synth_bytes),
+		cmocka_unit_test(test_trace_parse),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
