@@ -472,6 +472,35 @@ static int metrics_histogram(char *buf, size_t size, size_t used, const char *ki
 	return (int)used;
 }
 
+/* Each peer link's writer queue and counters, by the peer's rank. */
+static int metrics_links(sel_store *s, char *buf, size_t size, size_t used)
+{
+	static const char *const heads =
+		"# TYPE selene_link_up gauge\n"
+		"# TYPE selene_link_queued_bytes gauge\n"
+		"# TYPE selene_link_frames_total counter\n"
+		"# TYPE selene_link_queue_full_total counter\n";
+	int n = snprintf(buf + used, size - used, "%s", heads);
+
+	for (uint32_t r = 1; n >= 0 && (size_t)n < size - used; r++) {
+		struct cluster_link_stats ls;
+		bool alive;
+
+		used += (size_t)n;
+		if (!coord_fanout_link_stats(s->fanout, r, &ls, &alive))
+			return (int)used;
+		n = snprintf(buf + used, size - used,
+			     "selene_link_up{rank=\"%u\"} %d\n"
+			     "selene_link_queued_bytes{rank=\"%u\"} %" PRIu64 "\n"
+			     "selene_link_frames_total{rank=\"%u\",direction=\"sent\"} %" PRIu64 "\n"
+			     "selene_link_frames_total{rank=\"%u\",direction=\"received\"} %" PRIu64 "\n"
+			     "selene_link_queue_full_total{rank=\"%u\"} %" PRIu64 "\n",
+			     r, alive, r, ls.queued_bytes, r, ls.frames_sent, r, ls.frames_received,
+			     r, ls.queue_full);
+	}
+	return -ENOSPC;
+}
+
 int sel_store_metrics(sel_store *s, char *buf, size_t size)
 {
 	struct sel_stats st;
@@ -515,5 +544,7 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 	n = metrics_histogram(buf, size, (size_t)n, "store", &st.store_latency);
 	if (n >= 0)
 		n = metrics_histogram(buf, size, (size_t)n, "fetch", &st.fetch_latency);
+	if (n >= 0 && s->fanout)
+		n = metrics_links(s, buf, size, (size_t)n);
 	return n;
 }

@@ -433,3 +433,13 @@ void coord_fanout_close(struct coord_fanout *f)
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
+
+bool coord_fanout_link_stats(struct coord_fanout *f, uint32_t rank,
+			     struct cluster_link_stats *out, bool *alive)
+{
+	if (rank == 0 || rank >= f->world || !f->links[rank - 1])
+		return false;
+	cluster_link_stats(f->links[rank - 1], out);
+	*alive = cluster_link_alive(f->links[rank - 1]);
+	return true;
+}

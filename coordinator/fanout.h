@@ -13,6 +13,7 @@
 #define SELENE_COORDINATOR_FANOUT_H
 
 #include "coordinator/cluster.h"
+#include "cluster/link.h"
 #include "coordinator/store.h"
 #include "shard/engine.h"
 
@@ -36,6 +37,13 @@ int coord_fanout_open(const struct coord_fanout_options *options,
 
 /* Closes every link (peers then stop) and frees; NULL is fine. */
 void coord_fanout_close(struct coord_fanout *fanout);
+
+/*
+ * The link to rank (1 .. world - 1): its counters and queue, and whether it
+ * is still up. False for a rank out of range. Any thread.
+ */
+bool coord_fanout_link_stats(struct coord_fanout *fanout, uint32_t rank,
+			     struct cluster_link_stats *out, bool *alive);
 
 /* The table of functions the store policy drives jobs through. */
 void coord_fanout_jobs(struct coord_fanout *fanout, struct coord_jobs *jobs);

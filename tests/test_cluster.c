@@ -303,6 +303,25 @@ static void store_and_fetch(struct fixture *f)
 		tu_fill(expect, ROW, 555 + r);
 		assert_memory_equal(f->mem[r].rows + 2 * ROW, expect, ROW);
 	}
+	/* every peer's link in the metrics: up, frames both ways, queue drained */
+	{
+		static char text[16384];
+		char want[128];
+
+		assert_true(sel_store_metrics(f->store, text, sizeof(text)) > 0);
+		for (uint32_t r = 1; r < f->world; r++) {
+			snprintf(want, sizeof(want), "selene_link_up{rank=\"%u\"} 1\n", r);
+			assert_non_null(strstr(text, want));
+			snprintf(want, sizeof(want), "selene_link_queue_full_total{rank=\"%u\"} 0\n", r);
+			assert_non_null(strstr(text, want));
+			snprintf(want, sizeof(want),
+				 "selene_link_frames_total{rank=\"%u\",direction=\"received\"} ", r);
+			assert_non_null(strstr(text, want));
+			assert_true(atoi(strstr(text, want) + strlen(want)) >= 2);
+		}
+		snprintf(want, sizeof(want), "selene_link_up{rank=\"%u\"}", f->world);
+		assert_null(strstr(text, want));
+	}
 	/* closing rank zero ends every peer cleanly */
 	sel_history_destroy(f->h);
 	f->h = NULL;
