@@ -199,8 +199,10 @@ int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_
 		/* rank zero connects to nobody; its own entry is never checked */
 		snprintf(b->host, sizeof(b->host), "127.0.0.1");
 		b->addresses[0] = b->host;
-		b->cluster.rank_addresses = b->addresses;
 	}
+	/* rank zero checks each peer's source; each peer binds its own */
+	if (world > 1)
+		b->cluster.rank_addresses = b->addresses;
 	b->cluster.coordinator_host = b->host;
 	free(all);
 	return 0;

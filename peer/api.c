@@ -14,6 +14,7 @@
 #include "shard/device.h"
 #include "shard/engine.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -55,6 +56,33 @@ static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
 	return err;
 }
 
+/*
+ * Binds fd to this rank's announced address, where the cluster names one:
+ * rank zero accepts a peer only from it, and on a multi-homed host the
+ * route's default source address could be another.
+ */
+static int peer_bind_source(int fd, const struct sel_cluster *c, int family)
+{
+	const char *mine = c->rank_addresses ? c->rank_addresses[c->rank] : NULL;
+	struct sockaddr_storage addr = { 0 };
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&addr;
+	socklen_t len;
+
+	if (!mine)
+		return 0;
+	if (family == AF_INET && inet_pton(AF_INET, mine, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		len = sizeof(*v4);
+	} else if (family == AF_INET6 && inet_pton(AF_INET6, mine, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		len = sizeof(*v6);
+	} else {
+		return 0; /* another family: rank zero will say so if it minds */
+	}
+	return bind(fd, (struct sockaddr *)&addr, len) == 0 ? 0 : -errno;
+}
+
 /* Connects to rank zero, retrying until the join timeout: it may start later. */
 static int peer_connect(const struct sel_cluster *c, char *err, size_t err_size)
 {
@@ -71,7 +99,15 @@ static int peer_connect(const struct sel_cluster *c, char *err, size_t err_size)
 				 c->coordinator_host, gai_strerror(ret));
 	for (;;) {
 		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		ret = fd < 0 ? -errno : peer_bind_source(fd, c, ai->ai_family);
+		if (ret) {
+			if (fd >= 0)
+				close(fd);
+			freeaddrinfo(ai);
+			return peer_fail(ret, err, err_size, "cannot use this rank's address %s: %s",
+					 c->rank_addresses[c->rank], strerror(-ret));
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
 			break;
 		ret = -errno;
 		if (fd >= 0)

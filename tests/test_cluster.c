@@ -55,6 +55,7 @@ struct fixture {
 	sel_store *store;
 	sel_history *h;
 	uint32_t job_timeout_ms; /* 0: 10 s */
+	const char *const *addresses; /* every rank's announced addresses, or NULL */
 };
 
 static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config *c,
@@ -141,6 +142,7 @@ static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum c
 		.join_timeout_ms = 10000, .silence_timeout_ms = 1500, .job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
 	};
 	memset(f->cluster.secret, 0x6b, sizeof(f->cluster.secret));
+	f->cluster.rank_addresses = f->addresses; /* every rank's view */
 	for (uint32_t r = 1; r < world; r++) {
 		pid_t pid = fork();
 
@@ -460,6 +462,21 @@ static void test_cluster_wrong_address(void **state)
 }
 
 /*
+ * A peer binds its connection to the address it announced: rank 2's is
+ * 127.0.0.2, where the route's default source would be 127.0.0.1 (and be
+ * refused, as above), so store and fetch work only if it bound.
+ */
+static void test_cluster_peer_binds_announced_address(void **state)
+{
+	static const char *const addresses[] = { "127.0.0.1", "127.0.0.1", "127.0.0.2" };
+	struct fixture *f = *state;
+
+	f->addresses = addresses;
+	start(f, 3, -1, -1);
+	store_and_fetch(f);
+}
+
+/*
  * A peer whose jobs outlive its drain after rank zero went away exits
  * non-zero at its deadline, without waiting for the copy (its buffers stay).
  */
@@ -524,6 +541,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_geometry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_address, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_binds_announced_address, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_drain_unconfirmed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_store_fails_on_one_rank, setup, teardown),
 	};

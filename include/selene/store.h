@@ -43,7 +43,8 @@ struct sel_cluster {
 	int listen_fd;                 /* rank zero: a bound, listening socket to use
 					  instead (-1: bind coordinator_port) */
 	const char *const *rank_addresses; /* world_size IP literals each rank may
-					  connect from; NULL accepts any */
+					  connect from (a peer binds its connection
+					  to its own entry); NULL accepts any */
 	uint8_t secret[32];            /* the launch secret; never sent */
 	uint32_t join_timeout_ms;      /* for every rank to join and agree */
 	uint32_t silence_timeout_ms;   /* a link hearing nothing this long is dead */
