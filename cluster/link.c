@@ -2,11 +2,19 @@
  * Links: see link.h. The queue is one byte ring of entries (u16 type, u32
  * length, payload), filled by senders under a mutex and drained by the
  * writer thread, which holds the mutex only while it copies an entry out.
+ *
+ * A send that finds the socket idle and the queue empty writes its frame
+ * itself, without blocking (MSG_DONTWAIT), which saves waking the writer
+ * thread on every job and every answer. Whatever the socket does not take
+ * at once goes to the front of the queue as a raw entry (the rest of a frame
+ * already begun), for the writer. One thread writes to the socket at a time
+ * (writing), and frame numbers are taken under the mutex in socket order.
  */
 #include "cluster/link.h"
 
 #include "cluster/protocol.h"
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "selene/selene.h"
@@ -23,6 +31,7 @@
 #include <unistd.h>
 
 #define ENTRY_HEAD_BYTES 6u /* u16 type, u32 length */
+#define ENTRY_RAW 0xffffu   /* the unsent rest of a frame a sender began */
 
 struct cluster_link {
 	int fd;
@@ -35,6 +44,11 @@ struct cluster_link {
 	uint8_t *ring;               /* queue_bytes_max bytes */
 	uint64_t ring_head, ring_used;
 	bool stopping;
+	bool writing;                /* a thread is writing to the socket */
+	uint64_t send_sequence;      /* the next frame's number */
+	uint64_t reserved;           /* ring bytes held for a direct send's rest */
+	int direct_error;            /* a direct send failed: the writer reports it */
+	uint8_t *direct_buf;         /* a direct send's frame, header and payload */
 	int dead;                    /* 0 alive, 1 dead (on_close ran) */
 	uint8_t *read_buf;           /* one payload: CLUSTER_FRAME_PAYLOAD_BYTES_MAX */
 	uint8_t *write_buf;          /* the entry being written */
@@ -80,114 +94,251 @@ static void ring_copy_in(struct cluster_link *l, uint64_t offset, const uint8_t 
 	memcpy(l->ring, src + first, (size_t)(n - first));
 }
 
+/* Puts an entry at the back of the queue (lock held; room checked). */
+static void queue_back(struct cluster_link *l, uint16_t type, const uint8_t *payload,
+		       uint32_t length)
+{
+	uint8_t head[ENTRY_HEAD_BYTES];
+
+	head[0] = (uint8_t)type;
+	head[1] = (uint8_t)(type >> 8);
+	sel_put_le32(head + 2, length);
+	ring_copy_in(l, l->ring_head + l->ring_used, head, ENTRY_HEAD_BYTES);
+	if (length)
+		ring_copy_in(l, l->ring_head + l->ring_used + ENTRY_HEAD_BYTES, payload, length);
+	l->ring_used += ENTRY_HEAD_BYTES + (uint64_t)length;
+	l->stats.queued_bytes = l->ring_used;
+}
+
+/* Puts the rest of a begun frame at the front (lock held; room reserved). */
+static void queue_front_raw(struct cluster_link *l, const uint8_t *bytes, uint32_t length)
+{
+	uint64_t size = l->options.queue_bytes_max, need = ENTRY_HEAD_BYTES + (uint64_t)length;
+	uint8_t head[ENTRY_HEAD_BYTES];
+
+	SEL_ASSERT(l->ring_used + need <= size);
+	head[0] = (uint8_t)ENTRY_RAW;
+	head[1] = (uint8_t)(ENTRY_RAW >> 8);
+	sel_put_le32(head + 2, length);
+	l->ring_head = (l->ring_head + size - need % size) % size;
+	ring_copy_in(l, l->ring_head, head, ENTRY_HEAD_BYTES);
+	ring_copy_in(l, l->ring_head + ENTRY_HEAD_BYTES, bytes, length);
+	l->ring_used += need;
+	l->stats.queued_bytes = l->ring_used;
+}
+
+/*
+ * With the lock held, the socket idle and the queue empty: writes the frame
+ * from this thread without blocking; the rest, if any, is queued at the
+ * front for the writer. A failure is left for the writer to report (it
+ * calls on_close, which a sender holding its own locks must not).
+ */
+static void send_direct(struct cluster_link *l, uint16_t type, const uint8_t *payload,
+			uint32_t length)
+{
+	uint64_t total = CLUSTER_FRAME_HEADER_BYTES + (uint64_t)length, limit = total;
+	uint64_t sequence = l->send_sequence++;
+	int injected = SEL_FAILPOINT(SEL_FP_CLUSTER_SEND), error = 0;
+	ssize_t sent = 0;
+
+	l->writing = true;
+	l->reserved = ENTRY_HEAD_BYTES + total;
+	pthread_mutex_unlock(&l->lock);
+	cluster_frame_header_encode(l->direct_buf, type, sequence, payload, length);
+	if (length)
+		memcpy(l->direct_buf + CLUSTER_FRAME_HEADER_BYTES, payload, length);
+	if (injected == SEL_FAILPOINT_SHORT)
+		limit = total / 2; /* half the frame, then a dead link, as the writer does */
+	if (injected >= 0) {
+		sent = send(l->fd, l->direct_buf, (size_t)limit, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			error = -errno;
+		sent = sent < 0 ? 0 : sent;
+	}
+	pthread_mutex_lock(&l->lock);
+	l->writing = false;
+	l->reserved = 0;
+	if (injected < 0 || injected == SEL_FAILPOINT_SHORT || error) {
+		l->direct_error = injected < 0 ? injected : error ? error : -EPIPE;
+	} else if ((uint64_t)sent < total) {
+		queue_front_raw(l, l->direct_buf + sent, (uint32_t)(total - (uint64_t)sent));
+	} else {
+		l->stats.frames_sent++;
+		if (l->ring_used == 0)
+			pthread_cond_broadcast(&l->queue_drained);
+	}
+	if (l->ring_used || l->direct_error)
+		pthread_cond_signal(&l->queue_ready);
+}
+
 int cluster_link_send(struct cluster_link *l, uint16_t type, const uint8_t *payload,
 		      uint32_t length)
 {
 	uint64_t need = ENTRY_HEAD_BYTES + (uint64_t)length;
-	uint8_t head[ENTRY_HEAD_BYTES];
 
 	SEL_ASSERT(length <= cluster_payload_bytes_max(type));
-	head[0] = (uint8_t)type;
-	head[1] = (uint8_t)(type >> 8);
-	sel_put_le32(head + 2, length);
 	pthread_mutex_lock(&l->lock);
-	if (l->dead || l->stopping) {
+	if (l->dead || l->stopping || l->direct_error) {
 		pthread_mutex_unlock(&l->lock);
 		return SEL_ESTOPPED;
 	}
-	if (l->ring_used + need > l->options.queue_bytes_max) {
+	if (l->ring_used + l->reserved + need > l->options.queue_bytes_max) {
 		l->stats.queue_full++;
 		pthread_mutex_unlock(&l->lock);
 		return SEL_EQUEUEFULL;
 	}
-	ring_copy_in(l, l->ring_head + l->ring_used, head, ENTRY_HEAD_BYTES);
-	if (length)
-		ring_copy_in(l, l->ring_head + l->ring_used + ENTRY_HEAD_BYTES, payload, length);
-	l->ring_used += need;
-	l->stats.queued_bytes = l->ring_used;
-	pthread_cond_signal(&l->queue_ready);
+	if (!l->writing && l->ring_used == 0) {
+		send_direct(l, type, payload, length);
+	} else {
+		queue_back(l, type, payload, length);
+		pthread_cond_signal(&l->queue_ready);
+	}
 	pthread_mutex_unlock(&l->lock);
 	return 0;
 }
 
-/* Waits for an entry (or the heartbeat interval); false when stopping. */
-static bool writer_take(struct cluster_link *l, uint16_t *type, uint32_t *length,
-			bool *heartbeat)
+enum writer_turn {
+	TURN_STOP,      /* stopping with nothing queued, or dead */
+	TURN_ENTRY,     /* an entry copied out into write_buf */
+	TURN_HEARTBEAT, /* the link was idle for the heartbeat interval */
+	TURN_ERROR,     /* a direct send failed: report it */
+};
+
+static void heartbeat_deadline(struct cluster_link *l, struct timespec *until)
+{
+	clock_gettime(CLOCK_MONOTONIC, until);
+	until->tv_sec += l->options.heartbeat_ms / 1000;
+	until->tv_nsec += (long)(l->options.heartbeat_ms % 1000) * 1000000;
+	if (until->tv_nsec >= 1000000000) {
+		until->tv_sec++;
+		until->tv_nsec -= 1000000000;
+	}
+}
+
+/* Copies the front entry out and takes the socket (lock held). */
+static void writer_take_entry(struct cluster_link *l, uint16_t *type, uint32_t *length,
+			      uint64_t *sequence)
 {
 	uint8_t head[ENTRY_HEAD_BYTES];
+
+	ring_copy_out(l, l->ring_head, head, ENTRY_HEAD_BYTES);
+	*type = (uint16_t)(head[0] | head[1] << 8);
+	*length = sel_get_le32(head + 2);
+	ring_copy_out(l, l->ring_head + ENTRY_HEAD_BYTES, l->write_buf, *length);
+	l->ring_head = (l->ring_head + ENTRY_HEAD_BYTES + *length) % l->options.queue_bytes_max;
+	l->ring_used -= ENTRY_HEAD_BYTES + *length;
+	l->stats.queued_bytes = l->ring_used;
+	l->writing = true;
+	if (*type != ENTRY_RAW)
+		*sequence = l->send_sequence++;
+}
+
+/*
+ * Waits until the socket is free and an entry is queued, the link has been
+ * idle for the heartbeat interval, or it stops. Takes the socket for an
+ * entry or a heartbeat.
+ */
+static enum writer_turn writer_take(struct cluster_link *l, uint16_t *type, uint32_t *length,
+				    uint64_t *sequence, int *error)
+{
+	enum writer_turn turn;
 	struct timespec until;
 
-	*heartbeat = false;
 	pthread_mutex_lock(&l->lock);
-	if (l->ring_used == 0 && !l->stopping && !l->dead && l->options.heartbeat_ms) {
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += l->options.heartbeat_ms / 1000;
-		until.tv_nsec += (long)(l->options.heartbeat_ms % 1000) * 1000000;
-		if (until.tv_nsec >= 1000000000) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000;
+	heartbeat_deadline(l, &until);
+	for (;;) {
+		if (l->dead) {
+			turn = TURN_STOP;
+			break;
 		}
-		while (l->ring_used == 0 && !l->stopping && !l->dead &&
-		       pthread_cond_timedwait(&l->queue_ready, &l->lock, &until) == 0)
-			;
-		*heartbeat = l->ring_used == 0 && !l->stopping && !l->dead;
-	}
-	while (l->ring_used == 0 && !l->stopping && !l->dead && !*heartbeat)
-		pthread_cond_wait(&l->queue_ready, &l->lock);
-	if (l->dead || (l->ring_used == 0 && !*heartbeat)) {
-		pthread_mutex_unlock(&l->lock);
-		return false;
-	}
-	if (!*heartbeat) {
-		ring_copy_out(l, l->ring_head, head, ENTRY_HEAD_BYTES);
-		*type = (uint16_t)(head[0] | head[1] << 8);
-		*length = sel_get_le32(head + 2);
-		ring_copy_out(l, l->ring_head + ENTRY_HEAD_BYTES, l->write_buf, *length);
-		l->ring_head = (l->ring_head + ENTRY_HEAD_BYTES + *length) %
-			       l->options.queue_bytes_max;
-		l->ring_used -= ENTRY_HEAD_BYTES + *length;
-		l->stats.queued_bytes = l->ring_used;
-		if (l->ring_used == 0)
-			pthread_cond_broadcast(&l->queue_drained);
+		if (l->direct_error) {
+			*error = l->direct_error;
+			turn = TURN_ERROR;
+			break;
+		}
+		if (!l->writing && l->ring_used > 0) {
+			writer_take_entry(l, type, length, sequence);
+			turn = TURN_ENTRY;
+			break;
+		}
+		if (l->stopping && !l->writing) {
+			turn = TURN_STOP;
+			break;
+		}
+		if (!l->options.heartbeat_ms || l->stopping) {
+			pthread_cond_wait(&l->queue_ready, &l->lock);
+			continue;
+		}
+		if (pthread_cond_timedwait(&l->queue_ready, &l->lock, &until) != ETIMEDOUT)
+			continue;
+		if (l->writing || l->ring_used > 0) {
+			heartbeat_deadline(l, &until); /* not idle after all */
+			continue;
+		}
+		l->writing = true;
+		*sequence = l->send_sequence++;
+		turn = TURN_HEARTBEAT;
+		break;
 	}
 	pthread_mutex_unlock(&l->lock);
-	return true;
+	return turn;
+}
+
+/* The rest of a frame a sender began, as it is. */
+static int write_raw(int fd, const uint8_t *bytes, uint32_t length)
+{
+	while (length > 0) {
+		ssize_t n = write(fd, bytes, length);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+		bytes += n;
+		length -= (uint32_t)n;
+	}
+	return 0;
 }
 
 static void *writer_main(void *arg)
 {
 	struct cluster_link *l = arg;
-	uint64_t sequence = l->options.send_sequence;
 
 	for (;;) {
 		uint16_t type = 0;
 		uint32_t length = 0;
-		bool heartbeat;
-		int ret;
+		uint64_t sequence = 0;
+		int ret = 0;
+		enum writer_turn turn = writer_take(l, &type, &length, &sequence, &ret);
+		char why[128];
 
-		if (!writer_take(l, &type, &length, &heartbeat))
+		if (turn == TURN_STOP)
 			break;
-		if (heartbeat) {
+		if (turn == TURN_HEARTBEAT) {
 			type = CLUSTER_MSG_HEARTBEAT;
 			length = cluster_heartbeat_encode(
 				&(struct cluster_heartbeat){ .monotonic_ns = sel_monotonic_ns() },
 				l->write_buf, CLUSTER_HEARTBEAT_BYTES);
 		}
-		ret = cluster_frame_write(l->fd, &sequence, type, l->write_buf, length);
+		if (turn != TURN_ERROR)
+			ret = type == ENTRY_RAW ? write_raw(l->fd, l->write_buf, length) :
+				cluster_frame_write(l->fd, &sequence, type, l->write_buf, length);
+		pthread_mutex_lock(&l->lock);
+		l->writing = false;
+		if (!ret && turn == TURN_HEARTBEAT)
+			l->stats.heartbeats_sent++;
+		else if (!ret)
+			l->stats.frames_sent++;
+		if (l->ring_used == 0)
+			pthread_cond_broadcast(&l->queue_drained);
+		pthread_mutex_unlock(&l->lock);
 		if (ret) {
-			char why[128];
-
-			snprintf(why, sizeof(why), "sending %s: %s", cluster_msg_name(type),
-				 sel_strerror(ret));
+			snprintf(why, sizeof(why), "sending %s: %s",
+				 turn == TURN_ERROR ? "a frame" : type == ENTRY_RAW ? "the rest of a frame" :
+				 cluster_msg_name(type), sel_strerror(ret));
 			link_die(l, ret, why);
 			break;
 		}
-		pthread_mutex_lock(&l->lock);
-		if (heartbeat)
-			l->stats.heartbeats_sent++;
-		else
-			l->stats.frames_sent++;
-		pthread_mutex_unlock(&l->lock);
 	}
 	return NULL;
 }
@@ -246,6 +397,7 @@ static void link_free(struct cluster_link *l)
 	free(l->ring);
 	free(l->read_buf);
 	free(l->write_buf);
+	free(l->direct_buf);
 	pthread_cond_destroy(&l->queue_ready);
 	pthread_cond_destroy(&l->queue_drained);
 	pthread_mutex_destroy(&l->lock);
@@ -275,7 +427,10 @@ int cluster_link_start(const struct cluster_link_options *options,
 	l->ring = malloc(options->queue_bytes_max ? options->queue_bytes_max : 1);
 	l->read_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
 	l->write_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	if (!l->ring || !l->read_buf || !l->write_buf || options->queue_bytes_max == 0) {
+	l->direct_buf = malloc(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	l->send_sequence = options->send_sequence;
+	if (!l->ring || !l->read_buf || !l->write_buf || !l->direct_buf ||
+	    options->queue_bytes_max == 0) {
 		link_free(l);
 		return options->queue_bytes_max ? -ENOMEM : -EINVAL;
 	}
@@ -320,7 +475,8 @@ void cluster_link_close(struct cluster_link *l, uint32_t linger_ms)
 	until.tv_sec += linger_ms / 1000 + 1;
 	pthread_mutex_lock(&l->lock);
 	/* Let the writer send what is queued, for a while. */
-	while (l->writer_started && !l->dead && l->ring_used > 0 && linger_ms > 0 &&
+	while (l->writer_started && !l->dead && (l->ring_used > 0 || l->writing) &&
+	       linger_ms > 0 &&
 	       pthread_cond_timedwait(&l->queue_drained, &l->lock, &until) == 0)
 		;
 	l->stopping = true;

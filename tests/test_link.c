@@ -2,7 +2,9 @@
  * Links (cluster/link.h) over socketpairs and loopback TCP: frames both
  * ways in order, heartbeats keeping an idle link alive, a silent peer and a
  * stalled peer found dead, a full queue refusing at once, a closed peer, a
- * malformed frame, sends after close, and TCP options on a TCP link.
+ * malformed frame, sends after close, and TCP options on a TCP link; senders
+ * racing on a socket too small for their frames (the direct send's rest
+ * queued for the writer) with every frame intact.
  */
 #include "tests/testutil.h"
 
@@ -41,12 +43,16 @@ static void inbox_init(struct inbox *in)
 	in->ordered = true;
 }
 
+static bool slow_reader; /* the reader pauses now and then */
+
 static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t length)
 {
 	struct inbox *in = ctx;
 	struct cluster_job_done done;
 	char why[128];
 
+	if (slow_reader && in->frames % 64 == 0)
+		usleep(200);
 	pthread_mutex_lock(&in->lock);
 	if (type == CLUSTER_MSG_JOB_DONE &&
 	    cluster_job_done_decode(payload, length, &done, why, sizeof(why)) == 0) {
@@ -135,6 +141,81 @@ static void test_link_frames_both_ways(void **state)
 	cluster_link_close(lb, 1000);
 	assert_int_equal(a.closed, 1);
 	assert_int_equal(b.closed, 1);
+}
+
+struct racer {
+	struct cluster_link *link;
+	uint32_t frames;
+};
+
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+	uint32_t sent = 0;
+
+	while (sent < r->frames) {
+		/* frames of 62 to about 200 bytes, so the socket cuts some short */
+		struct cluster_job_done done = { .job_id = sent + 1, .result = -5 };
+		uint8_t payload[512];
+		int n, ret;
+
+		snprintf(done.reason, sizeof(done.reason), "%.*s", (int)(sent % 150),
+			 "reason reason reason reason reason reason reason reason reason "
+			 "reason reason reason reason reason reason reason reason reason");
+		n = cluster_job_done_encode(&done, payload, sizeof(payload));
+		assert_true(n > 0);
+		ret = cluster_link_send(r->link, CLUSTER_MSG_JOB_DONE, payload, (uint32_t)n);
+
+		if (ret == SEL_EQUEUEFULL) {
+			usleep(50);
+			continue;
+		}
+		assert_int_equal(ret, 0);
+		sent++;
+	}
+	return NULL;
+}
+
+/*
+ * Three threads send at once through a socket whose buffers hold a few
+ * frames, to a reader that pauses: direct sends are cut short, their rests
+ * queued at the front for the writer, and every frame arrives whole (a torn
+ * or reordered frame fails its checksum or sequence and kills the link).
+ */
+static void test_link_racing_senders_small_socket(void **state)
+{
+	struct inbox a, b;
+	struct cluster_link *la, *lb;
+	struct racer racers[3];
+	pthread_t threads[3];
+	struct cluster_link_stats st;
+	int sv[2], small = 2048;
+
+	(void)state;
+	inbox_init(&a);
+	inbox_init(&b);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	la = start(sv[0], &a, 16 << 10, 0, 5000);
+	lb = start(sv[1], &b, 16 << 10, 0, 5000);
+	slow_reader = true;
+	for (int i = 0; i < 3; i++) {
+		racers[i] = (struct racer){ .link = la, .frames = 3000 };
+		assert_int_equal(pthread_create(&threads[i], NULL, racer_main, &racers[i]), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		pthread_join(threads[i], NULL);
+	WAIT_FOR(&b, 20000, b.frames == 9000 || b.closed);
+	slow_reader = false;
+	assert_int_equal(b.closed, 0);
+	assert_int_equal(b.frames, 9000);
+	cluster_link_stats(la, &st);
+	assert_int_equal(st.frames_sent, 9000);
+	assert_int_equal(st.queued_bytes, 0);
+	assert_true(cluster_link_alive(la) && cluster_link_alive(lb));
+	cluster_link_close(la, 1000);
+	cluster_link_close(lb, 1000);
 }
 
 /* Heartbeats keep an idle link alive past its silence timeout. */
@@ -290,6 +371,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_link_frames_both_ways),
+		cmocka_unit_test(test_link_racing_senders_small_socket),
 		cmocka_unit_test(test_link_heartbeats),
 		cmocka_unit_test(test_link_silent_peer),
 		cmocka_unit_test(test_link_stalled_peer_fills_queue),
