@@ -171,8 +171,8 @@ static void send_direct(struct cluster_link *l, uint16_t type, const uint8_t *pa
 		pthread_cond_signal(&l->queue_ready);
 }
 
-int cluster_link_send(struct cluster_link *l, uint16_t type, const uint8_t *payload,
-		      uint32_t length)
+static int link_send(struct cluster_link *l, uint16_t type, const uint8_t *payload,
+		     uint32_t length, bool direct_ok)
 {
 	uint64_t need = ENTRY_HEAD_BYTES + (uint64_t)length;
 
@@ -187,7 +187,7 @@ int cluster_link_send(struct cluster_link *l, uint16_t type, const uint8_t *payl
 		pthread_mutex_unlock(&l->lock);
 		return SEL_EQUEUEFULL;
 	}
-	if (!l->writing && l->ring_used == 0) {
+	if (direct_ok && !l->writing && l->ring_used == 0) {
 		send_direct(l, type, payload, length);
 	} else {
 		queue_back(l, type, payload, length);
@@ -195,6 +195,18 @@ int cluster_link_send(struct cluster_link *l, uint16_t type, const uint8_t *payl
 	}
 	pthread_mutex_unlock(&l->lock);
 	return 0;
+}
+
+int cluster_link_send(struct cluster_link *l, uint16_t type, const uint8_t *payload,
+		      uint32_t length)
+{
+	return link_send(l, type, payload, length, true);
+}
+
+int cluster_link_post(struct cluster_link *l, uint16_t type, const uint8_t *payload,
+		      uint32_t length)
+{
+	return link_send(l, type, payload, length, false);
 }
 
 enum writer_turn {

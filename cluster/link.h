@@ -57,11 +57,23 @@ int cluster_link_start(const struct cluster_link_options *options,
 		       struct cluster_link **out);
 
 /*
- * Queues one frame (payload copied; length within the type's bounds).
- * Returns 0, SEL_EQUEUEFULL when the queue has no room, or SEL_ESTOPPED
- * when the link is dead or closing. Never blocks on the network.
+ * Sends one frame (payload copied; length within the type's bounds): when
+ * the socket is idle and nothing is queued, the calling thread writes it
+ * without blocking, else (and for what the socket did not take) it is
+ * queued for the writer thread. Returns 0, SEL_EQUEUEFULL when the queue
+ * has no room, or SEL_ESTOPPED when the link is dead or closing. Never
+ * blocks on the network; a write that fails kills the link later, through
+ * on_close on the writer thread.
  */
 int cluster_link_send(struct cluster_link *link, uint16_t type,
+		      const uint8_t *payload, uint32_t length);
+
+/*
+ * As cluster_link_send, but always through the writer thread: the caller
+ * does no socket I/O. For one frame fanned out to many links, where the
+ * writers then send in parallel.
+ */
+int cluster_link_post(struct cluster_link *link, uint16_t type,
 		      const uint8_t *payload, uint32_t length);
 
 /* Whether the link is still up. */

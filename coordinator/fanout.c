@@ -129,13 +129,18 @@ static void fail_pending(struct pending *p, int result, const char *why)
 	snprintf(p->why, sizeof(p->why), "%s", why);
 }
 
-/* Sends an encoded JOB to every peer; a refused send is that rank's failure. */
+/*
+ * Sends an encoded JOB to every peer; a refused send is that rank's failure.
+ * Every writer but the last rank's is woken first, and this thread writes to
+ * the last link itself while they send in parallel.
+ */
 static void send_all(struct coord_fanout *f, struct pending *p, int length)
 {
 	for (uint32_t r = 1; r < f->world; r++) {
+		int (*send)(struct cluster_link *, uint16_t, const uint8_t *, uint32_t) =
+			r + 1 < f->world ? cluster_link_post : cluster_link_send;
 		int ret = length < 0 ? length :
-			  cluster_link_send(f->links[r - 1], CLUSTER_MSG_JOB, f->frame,
-					    (uint32_t)length);
+			  send(f->links[r - 1], CLUSTER_MSG_JOB, f->frame, (uint32_t)length);
 
 		if (ret) {
 			char why[200];
