@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,4 +106,26 @@ int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size)
 	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available())
 		return launch_bootstrap_from_mpi(b, err, err_size);
 	return launch_bootstrap_from_env(b, err, err_size);
+}
+
+bool launch_route(const struct launch_interfaces *zero, const struct launch_interfaces *peer,
+		  uint32_t *to, uint32_t *from)
+{
+	if (strcmp(zero->host_id, peer->host_id) == 0) {
+		*to = *from = htonl(INADDR_LOOPBACK);
+		return true;
+	}
+	for (uint32_t z = 0; z < zero->count; z++) {
+		for (uint32_t p = 0; p < peer->count; p++) {
+			uint32_t mask = zero->mask[z];
+
+			if ((zero->addr[z] & mask) != (peer->addr[p] & mask) ||
+			    zero->addr[z] == peer->addr[p])
+				continue;
+			*to = zero->addr[z];
+			*from = peer->addr[p];
+			return true;
+		}
+	}
+	return false;
 }

@@ -51,6 +51,26 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 bool launch_bootstrap_mpi_available(void);
 int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_size);
 
+/* One rank's host and IPv4 interfaces, as the MPI bootstrap gathers them. */
+#define LAUNCH_ADDRESSES_MAX 8
+struct launch_interfaces {
+	char host_id[64];                    /* boot id and network namespace */
+	uint32_t count;
+	uint32_t addr[LAUNCH_ADDRESSES_MAX]; /* network order, loopback left out */
+	uint32_t mask[LAUNCH_ADDRESSES_MAX];
+};
+
+/*
+ * Where peer connects to rank zero (*to) and the address it connects from
+ * (*from), both in network order: loopback on rank zero's own host;
+ * otherwise the first of rank zero's addresses on a subnet where the peer
+ * has a different address (an address both carry, like docker0's, is no
+ * route between them). False when they share no subnet: the launcher must
+ * name rank zero's address (SELENE_COORDINATOR).
+ */
+bool launch_route(const struct launch_interfaces *zero, const struct launch_interfaces *peer,
+		  uint32_t *to, uint32_t *from);
+
 /* Closes rank zero's MPI listener and finalizes MPI where it was used. */
 void launch_bootstrap_finish(struct launch_bootstrap *b);
 

@@ -25,14 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MPI_ADDRESSES_MAX 8
-
-struct rank_interfaces {
-	char host_id[64];                 /* boot id and network namespace */
-	uint32_t count;
-	uint32_t addr[MPI_ADDRESSES_MAX]; /* network order */
-	uint32_t mask[MPI_ADDRESSES_MAX];
-};
 
 struct launch_offer {
 	uint16_t port;
@@ -60,7 +52,7 @@ static void own_host_id(char *out, size_t size)
 	snprintf(out, size, "%.36s/%llu", boot, (unsigned long long)st.st_ino);
 }
 
-static void own_interfaces(struct rank_interfaces *out)
+static void own_interfaces(struct launch_interfaces *out)
 {
 	struct ifaddrs *list = NULL;
 
@@ -68,7 +60,7 @@ static void own_interfaces(struct rank_interfaces *out)
 	own_host_id(out->host_id, sizeof(out->host_id));
 	if (getifaddrs(&list) != 0)
 		return;
-	for (struct ifaddrs *i = list; i && out->count < MPI_ADDRESSES_MAX; i = i->ifa_next) {
+	for (struct ifaddrs *i = list; i && out->count < LAUNCH_ADDRESSES_MAX; i = i->ifa_next) {
 		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !i->ifa_netmask ||
 		    !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
 			continue;
@@ -77,35 +69,6 @@ static void own_interfaces(struct rank_interfaces *out)
 		out->count++;
 	}
 	freeifaddrs(list);
-}
-
-/*
- * Where peer connects to rank zero and the address it connects from:
- * loopback on rank zero's own host; otherwise the first of rank zero's
- * addresses on a subnet where the peer has a (different) address. False
- * when they share no subnet: the launcher must name rank zero's address.
- */
-static bool route(const struct rank_interfaces *zero, const struct rank_interfaces *peer,
-		  uint32_t *to, uint32_t *from)
-{
-	if (strcmp(zero->host_id, peer->host_id) == 0) {
-		*to = *from = htonl(INADDR_LOOPBACK);
-		return true;
-	}
-	for (uint32_t z = 0; z < zero->count; z++) {
-		for (uint32_t p = 0; p < peer->count; p++) {
-			uint32_t mask = zero->mask[z];
-
-			/* an address both carry (docker0's) is not a route between them */
-			if ((zero->addr[z] & mask) != (peer->addr[p] & mask) ||
-			    zero->addr[z] == peer->addr[p])
-				continue;
-			*to = zero->addr[z];
-			*from = peer->addr[p];
-			return true;
-		}
-	}
-	return false;
 }
 
 static int listen_any(uint16_t *port)
@@ -136,7 +99,7 @@ bool launch_bootstrap_mpi_available(void)
 int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_size)
 {
 	struct launch_offer offer = { 0 };
-	struct rank_interfaces mine, *all;
+	struct launch_interfaces mine, *all;
 	int rank, world, initialized;
 	uint32_t to, from;
 
@@ -183,7 +146,7 @@ int launch_bootstrap_from_mpi(struct launch_bootstrap *b, char *err, size_t err_
 	b->cluster.coordinator_port = offer.port;
 	/* every rank computes the same routes from the same table */
 	for (int r = 1; r < world; r++) {
-		if (!route(&all[0], &all[r], &to, &from)) {
+		if (!launch_route(&all[0], &all[r], &to, &from)) {
 			/* every rank sees the same table, so every rank stops here */
 			snprintf(err, err_size, "rank %d shares no IPv4 subnet with rank zero; "
 				 "set SELENE_COORDINATOR and SELENE_SECRET_FILE instead", r);

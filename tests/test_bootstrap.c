@@ -7,7 +7,9 @@
 
 #include "launch/bootstrap.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +157,58 @@ static void test_bootstrap_refusals(void **state)
 	}
 }
 
+static uint32_t ip(const char *text)
+{
+	struct in_addr a;
+
+	assert_int_equal(inet_pton(AF_INET, text, &a), 1);
+	return a.s_addr;
+}
+
+static void add_interface(struct launch_interfaces *i, const char *addr, const char *mask)
+{
+	i->addr[i->count] = ip(addr);
+	i->mask[i->count] = ip(mask);
+	i->count++;
+}
+
+/*
+ * The MPI bootstrap's routing (launch_route): loopback on rank zero's host
+ * (same boot id and namespace, whatever the interfaces); otherwise rank
+ * zero's address on a subnet the peer shares, from the peer's address
+ * there, skipping an address both carry (docker0's); no shared subnet is
+ * refused.
+ */
+static void test_bootstrap_route(void **state)
+{
+	struct launch_interfaces zero = { .host_id = "boot-a/4026531840" };
+	struct launch_interfaces same = { .host_id = "boot-a/4026531840" };
+	struct launch_interfaces other = { .host_id = "boot-a/4026532999" };
+	struct launch_interfaces far = { .host_id = "boot-b/4026531840" };
+	uint32_t to, from;
+
+	(void)state;
+	add_interface(&zero, "172.17.0.1", "255.255.0.0");    /* docker0, on both */
+	add_interface(&zero, "10.1.0.5", "255.255.255.0");
+	add_interface(&zero, "198.18.7.11", "255.255.255.0");
+	assert_true(launch_route(&zero, &same, &to, &from));
+	assert_true(to == htonl(INADDR_LOOPBACK) && from == htonl(INADDR_LOOPBACK));
+
+	add_interface(&other, "172.17.0.1", "255.255.0.0");
+	add_interface(&other, "198.18.7.12", "255.255.255.0");
+	assert_true(launch_route(&zero, &other, &to, &from));
+	assert_true(to == ip("198.18.7.11") && from == ip("198.18.7.12"));
+
+	/* another namespace on the same machine is another host */
+	add_interface(&far, "192.168.9.9", "255.255.255.0");
+	assert_false(launch_route(&zero, &far, &to, &from));
+	add_interface(&far, "172.17.0.1", "255.255.0.0"); /* only the shared docker0 */
+	assert_false(launch_route(&zero, &far, &to, &from));
+	add_interface(&far, "10.1.0.77", "255.255.255.0");
+	assert_true(launch_route(&zero, &far, &to, &from));
+	assert_true(to == ip("10.1.0.5") && from == ip("10.1.0.77"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -162,6 +216,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bootstrap_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bootstrap_open_mpi, setup, teardown),
 		cmocka_unit_test(test_bootstrap_refusals),
+		cmocka_unit_test(test_bootstrap_route),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
