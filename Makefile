@@ -34,10 +34,11 @@ CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 SEL_CFLAGS += -DSEL_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
 endif
-# The selene program's MPI bootstrap, where Open MPI's headers are (not the
-# GPU host, whose ranks use the environment bootstrap instead).
-MPI_CFLAGS := $(shell $(PKG_CONFIG) --cflags ompi-c 2>/dev/null)
-MPI_LIBS := $(shell $(PKG_CONFIG) --libs ompi-c 2>/dev/null)
+# The selene program's MPI bootstrap and the worker's step channel, where
+# Open MPI's headers are.
+# Without pkg-config (the GPU host), Open MPI's compiler wrapper says.
+MPI_CFLAGS := $(shell $(PKG_CONFIG) --cflags ompi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+MPI_LIBS := $(shell $(PKG_CONFIG) --libs ompi-c 2>/dev/null || mpicc --showme:link 2>/dev/null)
 ifneq ($(MPI_LIBS),)
 $(BUILD)/launch/bootstrap_mpi.o $(BUILD)/launch/step_mpi.o: SEL_CFLAGS += -DSEL_HAVE_MPI $(MPI_CFLAGS)
 endif

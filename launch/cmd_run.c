@@ -45,6 +45,7 @@ struct run_options {
 	uint64_t row_bytes;
 	uint32_t gpu_pages, gpu_rows;
 	const char *device;
+	int device_ordinal;      /* -1: OMPI_COMM_WORLD_LOCAL_RANK */
 	const char *dir;
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
@@ -756,8 +757,9 @@ static void run_usage(FILE *out)
 		"  --gpu-pages N       page ids in the GPU cache (default 256)\n"
 		"  --gpu-rows N        state slots in the GPU cache (default 16)\n"
 		"  --device KIND       auto (default), cuda or host\n"
+		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
 		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n\n"
-		"Sizes take K, M, G, T (binary). Device ordinal: OMPI_COMM_WORLD_LOCAL_RANK.\n");
+		"Sizes take K, M, G, T (binary).\n");
 }
 
 static int run_parse_args(struct run_options *o, int argc, char **argv)
@@ -773,13 +775,14 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "gpu-rows", required_argument, NULL, 'G' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "disk-limit", required_argument, NULL, 'L' },
+		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
 	bool ok = true;
 
 	*o = (struct run_options){ .page_tokens = 64, .row_bytes = 128 << 10, .gpu_pages = 256,
-				   .gpu_rows = 16, .device = "auto",
+				   .gpu_rows = 16, .device = "auto", .device_ordinal = -1,
 				   .disk_limit = SEL_DISK_LIMIT_AUTO };
 	run_parse_planes("8x32K", o);
 	optind = 1;
@@ -797,6 +800,13 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		case 'L':
 			ok = strcmp(optarg, "auto") == 0 || run_parse_size(optarg, &o->disk_limit);
 			break;
+		case 'O': {
+			uint32_t v = 0;
+
+			ok = run_parse_u32(optarg, 0, &v) && v < 1024;
+			o->device_ordinal = (int)v;
+			break;
+		}
 		default: ok = false; break;
 		}
 		if (!ok && opt != '?')
@@ -808,6 +818,15 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		ok = false;
 	}
 	return ok ? 0 : -EINVAL;
+}
+
+static int run_device_ordinal(const struct run_options *o)
+{
+	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+
+	if (o->device_ordinal >= 0)
+		return o->device_ordinal;
+	return local ? atoi(local) : 0;
 }
 
 /* The store's configuration over this rank's planes. */
@@ -827,7 +846,7 @@ static void run_configure(struct run *r)
 		.page_plane_count = p->plane_count, .page_planes = r->sel_planes,
 		.row_plane = { "state", p->row_bytes, p->row_base },
 		.page_count = p->page_count, .row_count = p->row_count,
-		.device = run_planes_device(p), .device_ordinal = 0,
+		.device = run_planes_device(p), .device_ordinal = run_device_ordinal(&r->opt),
 		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
 	};
@@ -836,12 +855,6 @@ static void run_configure(struct run *r)
 	memcpy(r->config.model_identity, &r->opt.page_tokens, sizeof(r->opt.page_tokens));
 }
 
-static int run_device_ordinal(void)
-{
-	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-
-	return local ? atoi(local) : 0;
-}
 
 /* What every rank sets up before the store: rank zero's trace, results
  * file and cache; every rank's planes. Returns 0, or 1 with a message. */
@@ -867,8 +880,8 @@ static uint64_t run_prepare(struct run *r)
 			return 1;
 		}
 	}
-	if (run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(), r->opt.specs,
-			    r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
+	if (run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
+			    r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
 			    r->opt.gpu_rows, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
 		return 1;

@@ -18,6 +18,7 @@
 #             namespace; removed afterwards, also on failure (as root)
 #
 # usage: tests/qualify/multihost.sh loopback|netns [PROGRAM] [RANKS]
+# SELENE_QUALIFY_DEVICE=cuda runs every rank on CUDA device 0 (default host).
 set -euo pipefail
 mode=${1:?usage: multihost.sh loopback|netns [PROGRAM] [RANKS]}
 program=$(realpath "${2:-build/selene}")
@@ -119,7 +120,7 @@ run_phase() {
 	# each rank's directory is its own host's; %r becomes the rank
 	mpirun "${mpi_args[@]}" -np "$ranks" -x SELENE_LOG \
 		"$program" run --trace "$here/phase-$phase.jsonl" --dir "$work/rank%r" \
-		--device host --gpu-pages 64 --gpu-rows 8 --results "$work/phase-$phase.json"
+		--device "${SELENE_QUALIFY_DEVICE:-host}" --device-ordinal 0 --gpu-pages 64 --gpu-rows 8 --results "$work/phase-$phase.json"
 	check_agreement
 }
 
