@@ -29,13 +29,15 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define RUN_EVENT_WAIT_NS (120ull * 1000000000ull) /* a store or fetch event */
+#define RUN_EVENT_WAIT_MS 120000u /* default: a store or fetch event */
 #define RUN_CLOSE_DRAIN_MS 60000u
 
 struct run_options {
@@ -49,6 +51,7 @@ struct run_options {
 	const char *dir;
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
+	uint32_t event_timeout_ms;
 };
 
 struct run_totals {
@@ -58,7 +61,7 @@ struct run_totals {
 	uint64_t restore_ns;
 	uint64_t outcomes[4];    /* by enum sel_outcome */
 	uint64_t stored, store_failures, fetch_failures;
-	uint64_t retries_queued, retries_abandoned;
+	uint64_t retries_queued, retries_abandoned, offer_failures;
 	uint64_t wrong_units;    /* pages and rows, every rank */
 };
 
@@ -206,7 +209,7 @@ static void run_offer_again(struct run *r);
 /* Waits for the next event (until one arrives), or for the fetch to end. */
 static int run_wait(struct run *r, bool for_fetch)
 {
-	uint64_t deadline = sel_monotonic_ns() + RUN_EVENT_WAIT_NS;
+	uint64_t deadline = sel_monotonic_ns() + r->opt.event_timeout_ms * 1000000ull;
 
 	while (sel_monotonic_ns() < deadline) {
 		int got = run_poll(r);
@@ -220,8 +223,7 @@ static int run_wait(struct run *r, bool for_fetch)
 		if (!got)
 			usleep(200);
 	}
-	fprintf(stderr, "selene run: no store event in %llu s\n",
-		(unsigned long long)(RUN_EVENT_WAIT_NS / 1000000000ull));
+	fprintf(stderr, "selene run: no store event in %u ms\n", r->opt.event_timeout_ms);
 	return -ETIMEDOUT;
 }
 
@@ -241,6 +243,25 @@ static int run_alloc(struct run *r, uint32_t count, uint32_t *ids, uint32_t *slo
 	}
 }
 
+static void run_fail(struct run *r, struct run_request_result *res,
+		     const struct trace_request *q, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Marks the request failed and says why, naming it. */
+static void run_fail(struct run *r, struct run_request_result *res,
+		     const struct trace_request *q, const char *fmt, ...)
+{
+	char what[300];
+	va_list ap;
+
+	(void)r;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "selene run: request \"%s\" (line %u): %s\n", q->id, q->line, what);
+	res->failed = true;
+}
+
 static uint64_t run_hash_at(const void *prompt, uint64_t consumed)
 {
 	return synth_prefix_hash(prompt, consumed);
@@ -248,9 +269,9 @@ static uint64_t run_hash_at(const void *prompt, uint64_t consumed)
 
 /* The GPU cache's deepest prefix of the prompt: its pages join the chain
  * (held) and are checked on every rank. Returns its token count. */
-static uint64_t run_gpu_reuse(struct run *r, const struct synth_prompt *prompt,
-			      uint32_t *chain, uint32_t *chain_len,
-			      struct run_request_result *res)
+static uint64_t run_gpu_reuse(struct run *r, const struct trace_request *q,
+			      const struct synth_prompt *prompt, uint32_t *chain,
+			      uint32_t *chain_len, struct run_request_result *res)
 {
 	struct gpu_checkpoint *k = gpu_cache_lookup(&r->cache, prompt->token_count,
 						    run_hash_at, prompt);
@@ -264,78 +285,125 @@ static uint64_t run_gpu_reuse(struct run *r, const struct synth_prompt *prompt,
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, 0, *chain_len, k->slot,
 			  k->consumed);
 	if (wrong < 0)
-		res->failed = true;
+		run_fail(r, res, q, "checking the GPU cache's pages failed: %s",
+			 sel_strerror((int)wrong));
 	else
 		res->wrong_units += (uint64_t)wrong;
 	res->gpu_reused = k->consumed;
 	return k->consumed;
 }
 
+/*
+ * Fetches hit into ids and slot and waits for its event, waiting for a job
+ * to finish while the store's job table is full. Returns 0, SEL_ENOTFOUND
+ * (evicted since the lookup: a miss), or a negative code. With *unsafe set
+ * the store may still write the destination (the transport stopped, or the
+ * event did not come in time): those ids must never be handed out again.
+ */
+static int run_fetch(struct run *r, const struct sel_hit *hit, const uint32_t *ids,
+		     uint32_t slot, bool *unsafe)
+{
+	bool joined = false;
+	int ret;
+
+	*unsafe = false;
+	r->fetch_waiter = ++r->next_waiter;
+	r->fetch_state = 0;
+	while ((ret = sel_fetch(r->store, hit, ids, slot, r->fetch_waiter, &joined)) ==
+	       SEL_EQUEUEFULL) {
+		ret = run_wait(r, false); /* a job ends, and its slot with it */
+		if (ret)
+			return ret;
+	}
+	if (ret)
+		return ret; /* nothing was submitted */
+	if (joined) {
+		/* one fetch at a time: nothing in flight to join, unless the store
+		   is wrong; the pages would go to another destination */
+		fprintf(stderr, "selene run: a restore joined another in flight\n");
+		return -EALREADY;
+	}
+	ret = run_wait(r, true);
+	if (ret) {
+		*unsafe = true;
+		return ret;
+	}
+	return r->fetch_state < 0 ? r->fetch_state : 0;
+}
+
 /* The store's deepest prefix beyond resident: restored into new ids and a
  * slot, checked on every rank, cached. Returns the tokens now held. */
-static uint64_t run_host_restore(struct run *r, const struct synth_prompt *prompt,
-				 const sel_history *h, uint64_t resident, uint32_t *chain,
-				 uint32_t *chain_len, struct run_request_result *res)
+static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
+				 const struct synth_prompt *prompt, const sel_history *h,
+				 uint64_t resident, uint32_t *chain, uint32_t *chain_len,
+				 struct run_request_result *res)
 {
 	struct sel_hit hit;
 	uint32_t slot, first = *chain_len;
 	uint64_t t0;
 	int64_t wrong;
-	bool joined;
+	bool unsafe = false;
 	int ret;
 
 	if (!sel_lookup(r->store, h, resident, &hit) || hit.consumed <= resident)
 		return resident;
 	SEL_ASSERT(first + hit.page_count == hit.consumed / r->opt.page_tokens);
 	ret = run_alloc(r, hit.page_count, chain + first, NULL);
-	if (ret)
-		goto out_failed;
-	*chain_len = first + hit.page_count;
-	ret = run_alloc(r, 0, NULL, &slot);
-	if (ret)
-		goto out_failed;
+	if (!ret) {
+		*chain_len = first + hit.page_count;
+		ret = run_alloc(r, 0, NULL, &slot);
+	}
+	if (ret) {
+		run_fail(r, res, q, "no room on the GPU to restore %u pages and a row: %s",
+			 hit.page_count, sel_strerror(ret));
+		return resident;
+	}
 	/* junk first, so that a restore that wrote nothing cannot pass */
-	if (run_pages(r, RUN_STEP_POISON, prompt, chain, first, *chain_len, slot, 0) < 0)
-		goto out_free_slot;
-	r->fetch_waiter = ++r->next_waiter;
-	r->fetch_state = 0;
+	ret = (int)run_pages(r, RUN_STEP_POISON, prompt, chain, first, *chain_len, slot, 0);
 	t0 = sel_monotonic_ns();
-	ret = sel_fetch(r->store, &hit, chain + first, slot, r->fetch_waiter, &joined);
-	if (ret == SEL_ENOTFOUND) { /* evicted since the lookup: a miss */
+	if (!ret)
+		ret = run_fetch(r, &hit, chain + first, slot, &unsafe);
+	if (ret == SEL_ENOTFOUND) {
 		gpu_cache_free_row(&r->cache, slot);
 		gpu_cache_release(&r->cache, chain + first, hit.page_count);
 		*chain_len = first;
 		return resident;
 	}
-	if (!ret)
-		ret = run_wait(r, true);
-	if (!ret && r->fetch_state < 0)
-		ret = r->fetch_state;
+	if (ret && unsafe) {
+		/* quarantined: held by nobody, never handed out again */
+		*chain_len = first;
+		r->stopped = true;
+		r->totals.fetch_failures++;
+		run_fail(r, res, q, "the restore of %" PRIu64 " tokens did not end (%s); stopping, "
+			 "and page ids %u.. and slot %u are never reused", hit.consumed,
+			 sel_strerror(ret), chain[first], slot);
+		return resident;
+	}
 	if (ret) {
-		r->totals.fetch_failures += ret != SEL_ESTOPPED;
-		/* a stopped store may still write these ids: never reuse them */
-		if (ret == SEL_ESTOPPED)
-			goto out_failed;
-		goto out_free_slot;
+		gpu_cache_free_row(&r->cache, slot);
+		r->totals.fetch_failures++;
+		run_fail(r, res, q, "the restore of %" PRIu64 " tokens failed: %s", hit.consumed,
+			 sel_strerror(ret));
+		return resident;
 	}
 	res->restore_ns = sel_monotonic_ns() - t0;
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, first, *chain_len, slot,
 			  hit.consumed);
-	if (wrong < 0)
-		goto out_free_slot;
+	if (wrong < 0) {
+		gpu_cache_free_row(&r->cache, slot);
+		run_fail(r, res, q, "checking the restore failed: %s", sel_strerror((int)wrong));
+		return resident;
+	}
 	res->wrong_units += (uint64_t)wrong;
 	res->host_reused = hit.consumed - resident;
 	r->totals.restored_bytes += ((uint64_t)hit.page_count * r->page_bytes +
 				     r->opt.row_bytes) * r->boot.cluster.world_size;
 	if (!gpu_cache_insert(&r->cache, hit.consumed, synth_prefix_hash(prompt, hit.consumed),
-			      chain, slot))
-		goto out_failed;
+			      chain, slot)) {
+		run_fail(r, res, q, "out of memory caching a checkpoint");
+		return resident;
+	}
 	return hit.consumed;
-out_free_slot:
-	gpu_cache_free_row(&r->cache, slot);
-out_failed:
-	res->failed = true;
-	return resident;
 }
 
 /* Offers checkpoint k to the store; pins it while it is copied. */
@@ -351,7 +419,7 @@ static int run_offer(struct run *r, struct gpu_checkpoint *k, const sel_history 
 	if (ret) {
 		fprintf(stderr, "selene run: publishing %" PRIu64 " tokens failed: %s\n",
 			k->consumed, sel_strerror(ret));
-		r->stopped = ret == SEL_ESTOPPED;
+		r->stopped |= ret == SEL_ESTOPPED;
 		return ret;
 	}
 	if (*outcome == SEL_QUEUED) {
@@ -389,8 +457,11 @@ static void run_offer_again(struct run *r)
 			run_forget_retry(r, t);
 			continue;
 		}
-		if (run_offer(r, k, t->history, t->parent_consumed, &outcome))
-			return;
+		if (run_offer(r, k, t->history, t->parent_consumed, &outcome)) {
+			r->totals.offer_failures++;
+			run_forget_retry(r, t);
+			continue;
+		}
 		if (outcome == SEL_RETRY)
 			return; /* still no room or parent: wait for more progress */
 		r->totals.retries_queued += outcome == SEL_QUEUED;
@@ -415,8 +486,10 @@ static int run_publish(struct run *r, struct gpu_checkpoint *k, const sel_histor
 	if (t->pending)
 		run_forget_retry(r, t);
 	ret = sel_history_create(r->store, prompt->tokens, k->consumed, &t->history);
-	if (ret)
-		return 0; /* no memory to remember it: the offer is simply lost */
+	if (ret) {
+		r->totals.retries_abandoned++; /* no memory to remember it */
+		return 0;
+	}
 	t->pending = true;
 	t->consumed = k->consumed;
 	t->prefix_hash = k->prefix_hash;
@@ -458,31 +531,43 @@ static void run_prefill(struct run *r, const struct trace_request *q,
 	for (uint32_t s = 0; s < q->span_count && !res->failed && !r->stopped; s++) {
 		uint32_t pages, first = *chain_len, slot;
 		struct gpu_checkpoint *k;
+		int ret;
 
 		boundary += q->spans[s].count;
 		if (boundary <= resume)
 			continue;
 		pages = (uint32_t)(boundary / r->opt.page_tokens);
-		if (run_alloc(r, pages - first, chain + first, NULL)) {
-			res->failed = true;
+		ret = run_alloc(r, pages - first, chain + first, NULL);
+		if (!ret) {
+			*chain_len = pages;
+			ret = run_alloc(r, 0, NULL, &slot);
+		}
+		if (ret) {
+			run_fail(r, res, q, "no room on the GPU for %u pages and a row (%s)",
+				 pages - first, ret == -ENOSPC ? "--gpu-pages or --gpu-rows too "
+				 "small for this prompt" : sel_strerror(ret));
 			break;
 		}
-		*chain_len = pages;
-		if (run_alloc(r, 0, NULL, &slot) ||
-		    run_pages(r, RUN_STEP_FILL, prompt, chain, first, pages, slot, boundary) < 0) {
-			res->failed = true;
+		ret = (int)run_pages(r, RUN_STEP_FILL, prompt, chain, first, pages, slot, boundary);
+		if (ret < 0) {
+			gpu_cache_free_row(&r->cache, slot);
+			run_fail(r, res, q, "the prefill step failed: %s", sel_strerror(ret));
 			break;
 		}
 		k = gpu_cache_insert(&r->cache, boundary, synth_prefix_hash(prompt, boundary),
 				     chain, slot);
-		if (!k || run_publish(r, k, h, prompt, parent)) {
-			res->failed = true;
+		if (!k) {
+			run_fail(r, res, q, "out of memory caching a checkpoint");
+			break;
+		}
+		res->prefilled = boundary - resume;
+		if (run_publish(r, k, h, prompt, parent)) {
+			run_fail(r, res, q, "publishing %" PRIu64 " tokens failed", boundary);
 			break;
 		}
 		res->checkpoints++;
 		parent = boundary;
 	}
-	res->prefilled = prompt->token_count - resume;
 }
 
 static bool run_check_expect(const struct trace_request *q, const char *what, bool has,
@@ -558,8 +643,8 @@ static int run_request(struct run *r, const struct trace_request *q)
 	/* the engine polls every step: take what finished, offer retries again */
 	while (run_poll(r) > 0)
 		;
-	if (q->settle && run_settle(r))
-		res.failed = true;
+	if (q->settle && (ret = run_settle(r)) != 0)
+		run_fail(r, &res, q, "waiting for the stores in flight: %s", sel_strerror(ret));
 	if (r->progress)
 		run_offer_again(r);
 	chain = malloc((prompt.full_pages + 1) * sizeof(*chain));
@@ -567,9 +652,9 @@ static int run_request(struct run *r, const struct trace_request *q)
 		-ENOMEM;
 	if (ret)
 		goto out_free_prompt;
-	resume = res.failed ? 0 : run_gpu_reuse(r, &prompt, chain, &chain_len, &res);
+	resume = res.failed ? 0 : run_gpu_reuse(r, q, &prompt, chain, &chain_len, &res);
 	if (!res.failed && resume < prompt.token_count)
-		resume = run_host_restore(r, &prompt, h, resume, chain, &chain_len, &res);
+		resume = run_host_restore(r, q, &prompt, h, resume, chain, &chain_len, &res);
 	if (!res.failed && resume < prompt.token_count)
 		run_prefill(r, q, &prompt, h, resume, chain, &chain_len, &res);
 	gpu_cache_release(&r->cache, chain, chain_len);
@@ -649,8 +734,14 @@ static uint64_t run_rank_zero(struct run *r)
 		r->stopped |= closed == SEL_ESTOPPED;
 	}
 	failures += r->totals.wrong_units + r->totals.store_failures +
-		    r->totals.fetch_failures + r->totals.expectations_missed + r->stopped;
+		    r->totals.fetch_failures + r->totals.offer_failures +
+		    r->totals.expectations_missed + r->stopped;
 	run_summary(r, failures == 0, (double)(sel_monotonic_ns() - t0) / 1e9);
+	if (r->results && (fflush(r->results) != 0 || ferror(r->results))) {
+		fprintf(stderr, "selene run: writing %s failed: %s\n", r->opt.results_path,
+			strerror(errno));
+		failures++;
+	}
 	return failures;
 }
 
@@ -776,6 +867,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "device", required_argument, NULL, 'D' },
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
+		{ "event-timeout-ms", required_argument, NULL, 'E' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -783,6 +875,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 
 	*o = (struct run_options){ .page_tokens = 64, .row_bytes = 128 << 10, .gpu_pages = 256,
 				   .gpu_rows = 16, .device = "auto", .device_ordinal = -1,
+				   .event_timeout_ms = RUN_EVENT_WAIT_MS,
 				   .disk_limit = SEL_DISK_LIMIT_AUTO };
 	run_parse_planes("8x32K", o);
 	optind = 1;
@@ -800,6 +893,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		case 'L':
 			ok = strcmp(optarg, "auto") == 0 || run_parse_size(optarg, &o->disk_limit);
 			break;
+		case 'E': ok = run_parse_u32(optarg, 1, &o->event_timeout_ms); break;
 		case 'O': {
 			uint32_t v = 0;
 
@@ -856,6 +950,39 @@ static void run_configure(struct run *r)
 }
 
 
+/* The base directory, made where missing; it must be a writable directory
+ * before the ranks join (a bad one would leave the others waiting for the
+ * whole join timeout). */
+static int run_check_dir(const char *dir, char *err, size_t err_size)
+{
+	char path[1024];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (char *slash = strchr(path + 1, '/'); ; slash = strchr(slash + 1, '/')) {
+		if (slash)
+			*slash = '\0';
+		if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+			int ret = -errno;
+
+			snprintf(err, err_size, "cannot make %.400s: %s", path, strerror(-ret));
+			return ret;
+		}
+		if (!slash)
+			break;
+		*slash = '/';
+	}
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, err_size, "--dir %.400s is not a directory", dir);
+		return -ENOTDIR;
+	}
+	if (access(dir, W_OK | X_OK) != 0) {
+		snprintf(err, err_size, "--dir %.400s is not writable: %s", dir, strerror(errno));
+		return -EACCES;
+	}
+	return 0;
+}
+
 /* What every rank sets up before the store: rank zero's trace, results
  * file and cache; every rank's planes. Returns 0, or 1 with a message. */
 static uint64_t run_prepare(struct run *r)
@@ -887,6 +1014,10 @@ static uint64_t run_prepare(struct run *r)
 		return 1;
 	}
 	run_configure(r);
+	if (run_check_dir(r->dir, err, sizeof(err))) {
+		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
+		return 1;
+	}
 	return 0;
 }
 

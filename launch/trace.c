@@ -176,6 +176,45 @@ static int parse_u64(struct cursor *c, const char *what, uint64_t *out)
 
 static int skip_value(struct cursor *c, uint32_t depth);
 
+static bool is_digit(const struct cursor *c)
+{
+	return c->at < c->end && *c->at >= '0' && *c->at <= '9';
+}
+
+/* Digits; false when there is none. */
+static bool skip_digits(struct cursor *c)
+{
+	const char *start = c->at;
+
+	while (is_digit(c))
+		c->at++;
+	return c->at > start;
+}
+
+/* A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int skip_number(struct cursor *c)
+{
+	if (c->at < c->end && *c->at == '-')
+		c->at++;
+	if (c->at < c->end && *c->at == '0')
+		c->at++;
+	else if (!skip_digits(c))
+		return fail(c, "a number needs digits");
+	if (c->at < c->end && *c->at == '.') {
+		c->at++;
+		if (!skip_digits(c))
+			return fail(c, "a number needs digits after its '.'");
+	}
+	if (c->at < c->end && (*c->at == 'e' || *c->at == 'E')) {
+		c->at++;
+		if (c->at < c->end && (*c->at == '+' || *c->at == '-'))
+			c->at++;
+		if (!skip_digits(c))
+			return fail(c, "a number needs digits in its exponent");
+	}
+	return 0;
+}
+
 static int parse_bool(struct cursor *c, const char *what, bool *out)
 {
 	skip_space(c);
@@ -243,12 +282,8 @@ static int skip_value(struct cursor *c, uint32_t depth)
 			return 0;
 		}
 	}
-	if (*c->at == '-' || (*c->at >= '0' && *c->at <= '9')) {
-		c->at += *c->at == '-';
-		while (c->at < c->end && strchr("0123456789.eE+-", *c->at))
-			c->at++;
-		return 0;
-	}
+	if (*c->at == '-' || (*c->at >= '0' && *c->at <= '9'))
+		return skip_number(c);
 	return fail(c, "unexpected '%c' where a value was expected", *c->at);
 }
 
@@ -310,6 +345,10 @@ static int parse_expect(struct cursor *c, struct trace_expect *e)
 			ret = expect_char(c, ':', "after a key");
 		if (ret)
 			break;
+		if ((strcmp(key, "gpu_reused") == 0 && e->has_gpu_reused) ||
+		    (strcmp(key, "host_reused") == 0 && e->has_host_reused) ||
+		    (strcmp(key, "prefilled") == 0 && e->has_prefilled))
+			return fail(c, "\"expect\" names \"%s\" twice", key);
 		if (strcmp(key, "gpu_reused") == 0) {
 			e->has_gpu_reused = true;
 			ret = parse_u64(c, "\"gpu_reused\"", &e->gpu_reused);
@@ -330,49 +369,81 @@ static int parse_expect(struct cursor *c, struct trace_expect *e)
 	return ret;
 }
 
-static int parse_member(struct cursor *c, struct trace_request *r, bool *has_id,
-			bool *has_spans)
+/* The keys a request has named so far; each may appear once. */
+struct seen {
+	bool id, spans, expect, settle;
+};
+
+/* A key into key (size bytes); a longer one is none of ours: "" then. */
+static int parse_key(struct cursor *c, char *key, size_t size)
+{
+	const char *start = c->at;
+	char *err = c->err, scratch[8];
+	size_t err_size = c->err_size;
+	int ret;
+
+	c->err = scratch; /* a long key is not an error: keep err clean */
+	c->err_size = sizeof(scratch);
+	ret = parse_string(c, key, size - 1);
+	c->err = err;
+	c->err_size = err_size;
+	if (ret == 0)
+		return 0;
+	c->at = start;
+	key[0] = '\0';
+	return parse_string(c, NULL, 0);
+}
+
+static int parse_member(struct cursor *c, struct trace_request *r, struct seen *seen)
 {
 	char key[64];
-	int ret = parse_string(c, key, sizeof(key) - 1);
+	int ret = parse_key(c, key, sizeof(key));
 
 	if (!ret)
 		ret = expect_char(c, ':', "after a key");
 	if (ret)
 		return ret;
 	if (strcmp(key, "id") == 0) {
-		if (*has_id)
+		if (seen->id)
 			return fail(c, "\"id\" appears twice");
-		*has_id = true;
+		seen->id = true;
 		ret = parse_string(c, r->id, TRACE_ID_BYTES_MAX);
 		if (!ret && r->id[0] == '\0')
 			return fail(c, "\"id\" is empty");
 		return ret;
 	}
 	if (strcmp(key, "spans") == 0) {
-		if (*has_spans)
+		if (seen->spans)
 			return fail(c, "\"spans\" appears twice");
-		*has_spans = true;
+		seen->spans = true;
 		return parse_spans(c, r);
 	}
-	if (strcmp(key, "expect") == 0)
+	if (strcmp(key, "expect") == 0) {
+		if (seen->expect)
+			return fail(c, "\"expect\" appears twice");
+		seen->expect = true;
 		return parse_expect(c, &r->expect);
-	if (strcmp(key, "settle") == 0)
+	}
+	if (strcmp(key, "settle") == 0) {
+		if (seen->settle)
+			return fail(c, "\"settle\" appears twice");
+		seen->settle = true;
 		return parse_bool(c, "\"settle\"", &r->settle);
+	}
 	return skip_value(c, 1);
 }
 
 /* One line: an object holding "id" and "spans". */
 static int parse_request(struct cursor *c, struct trace_request *r)
 {
-	bool has_id = false, has_spans = false;
+	struct seen seen = { 0 };
 	int ret = expect_char(c, '{', "to open a request");
 
 	r->line = c->line;
 	if (!ret && peek(c, '}'))
 		return fail(c, "a request needs \"id\" and \"spans\"");
 	while (!ret) {
-		ret = parse_member(c, r, &has_id, &has_spans);
+		ret = parse_member(c, r, &seen);
 		if (ret)
 			break;
 		if (!peek(c, ',')) {
@@ -381,9 +452,9 @@ static int parse_request(struct cursor *c, struct trace_request *r)
 		}
 		c->at++;
 	}
-	if (!ret && !has_id)
+	if (!ret && !seen.id)
 		return fail(c, "a request needs an \"id\"");
-	if (!ret && !has_spans)
+	if (!ret && !seen.spans)
 		return fail(c, "request \"%s\" has no \"spans\"", r->id);
 	skip_space(c);
 	if (!ret && c->at < c->end)
@@ -434,13 +505,51 @@ static int add_line(struct trace *t, struct cursor *c, size_t *capacity)
 		free(r->spans);
 		return ret;
 	}
-	for (uint32_t i = 0; i < t->request_count; i++)
-		if (strcmp(t->requests[i].id, r->id) == 0) {
-			free(r->spans);
-			return fail(c, "id \"%s\" is also on line %u", r->id, t->requests[i].line);
-		}
 	t->request_count++;
 	return 0;
+}
+
+static int by_id_then_line(const void *a, const void *b)
+{
+	const struct trace_request *x = *(const struct trace_request *const *)a;
+	const struct trace_request *y = *(const struct trace_request *const *)b;
+	int order = strcmp(x->id, y->id);
+
+	return order ? order : (x->line > y->line) - (x->line < y->line);
+}
+
+/*
+ * Every id once: sorted, so a million requests cost n log n. Names the
+ * earliest line whose id an earlier line already had.
+ */
+static int check_unique_ids(const struct trace *t, char *err, size_t err_size)
+{
+	const struct trace_request **sorted = malloc(t->request_count * sizeof(*sorted));
+	const struct trace_request *first = NULL, *again = NULL;
+
+	if (!sorted)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < t->request_count; i++)
+		sorted[i] = &t->requests[i];
+	qsort(sorted, t->request_count, sizeof(*sorted), by_id_then_line);
+	for (uint32_t i = 1; i < t->request_count; i++) {
+		if (strcmp(sorted[i - 1]->id, sorted[i]->id) != 0)
+			continue;
+		if (!again || sorted[i]->line < again->line) {
+			uint32_t j = i - 1;
+
+			while (j > 0 && strcmp(sorted[j - 1]->id, sorted[i]->id) == 0)
+				j--;
+			first = sorted[j];
+			again = sorted[i];
+		}
+	}
+	free(sorted);
+	if (!again)
+		return 0;
+	snprintf(err, err_size, "line %u: id \"%s\" is also on line %u", again->line, again->id,
+		 first->line);
+	return -EINVAL;
 }
 
 int trace_parse(const char *text, size_t size, struct trace *out, char *err,
@@ -464,6 +573,8 @@ int trace_parse(const char *text, size_t size, struct trace *out, char *err,
 		snprintf(err, err_size, "the trace holds no request");
 		ret = -EINVAL;
 	}
+	if (!ret)
+		ret = check_unique_ids(&t, err, err_size);
 	if (ret == -ENOMEM)
 		snprintf(err, err_size, "out of memory at line %u", line);
 	if (ret)

@@ -300,6 +300,66 @@ static void test_cli_run_one_rank(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * A restore whose event does not come in time: the run stops at once and
+ * never hands those page ids out again (a late copy would land in another
+ * request's pages), and the record files stay good. A job table full of
+ * stores answers a restore "queue full" for a moment: the worker waits for
+ * a job to end and restores, rather than failing.
+ */
+static void test_cli_run_restore_timeout_and_busy_store(void **state)
+{
+	char *base = tu_make_temp_dir("run-late");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], results[512], line[256];
+	FILE *f;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(results, sizeof(results), "%s/results.json", base);
+	write_text(trace, "{\"id\": \"x.1\", \"spans\": [[1, 128]]}\n");
+	run_worker(r, trace, dir, results);
+	expect(r, 0, "byte-exact");
+
+	/* every read sleeps 3 s; the worker waits 1 s for an event */
+	write_text(trace, "{\"id\": \"x.2\", \"spans\": [[1, 128], [2, 64]]}\n"
+			  "{\"id\": \"y.1\", \"spans\": [[5, 128]]}\n");
+	run(r, "SELENE_FAILPOINTS=disk.read=sleep(3000)",
+	    (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+			      "--planes", "2x8K,1x4K", "--row-bytes", "12K", "--page-tokens", "16",
+			      "--gpu-pages", "40", "--gpu-rows", "4", "--event-timeout-ms", "1000",
+			      NULL });
+	expect(r, 1, "did not end (Connection timed out); stopping, and page ids");
+	if (strstr(r->out, "\"y.1\""))
+		fail_msg("a request ran after the stop:\n%s", r->out);
+	run(r, NULL, (const char *[]){ "verify", base, NULL });
+	expect(r, 0, ", 0 bad");
+
+	/* 70 one-page stores, each with a slow fdatasync, fill the job table */
+	f = fopen(trace, "w");
+	assert_non_null(f);
+	for (int i = 0; i < 70; i++)
+		fprintf(f, "{\"id\": \"one.%d\", \"spans\": [[%d, 16]]}\n", i, 1000 + i);
+	fprintf(f, "{\"id\": \"x.3\", \"spans\": [[1, 128], [2, 64]], "
+		   "\"expect\": {\"host_reused\": 128}}\n");
+	fclose(f);
+	run(r, "SELENE_FAILPOINTS=disk.fdatasync=sleep(20)",
+	    (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+			      "--planes", "2x8K,1x4K", "--row-bytes", "12K", "--page-tokens", "16",
+			      "--gpu-pages", "200", "--gpu-rows", "128", "--results", results,
+			      NULL });
+	expect(r, 0, "byte-exact");
+	f = fopen(results, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "\"x.3\""))
+			assert_non_null(strstr(line, "\"host_reused\": 128"));
+	fclose(f);
+	free(r);
+	tu_remove_tree(base);
+}
+
 /* Bad traces and flags are refused with what is wrong, before any store. */
 static void test_cli_run_bad_input(void **state)
 {
@@ -325,6 +385,16 @@ static void test_cli_run_bad_input(void **state)
 		{ "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n", "'{' expected to open a request" },
 		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]}\n",
 		  "nest deeper than 32" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": -}\n", "a number needs digits" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1.}\n", "digits after its '.'" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1e+}\n", "digits in its exponent" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1.2.3}\n", "found '.'" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"settle\": true, \"settle\": false}\n",
+		  "\"settle\" appears twice" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"expect\": {}, \"expect\": {}}\n",
+		  "\"expect\" appears twice" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"expect\": {\"prefilled\": 1, "
+		  "\"prefilled\": 2}}\n", "\"expect\" names \"prefilled\" twice" },
 	};
 	char *base = tu_make_temp_dir("run-bad");
 	struct run_result *r = malloc(sizeof(*r));
@@ -484,6 +554,7 @@ int main(void)
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
 		cmocka_unit_test(test_cli_run_bad_input),
+		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),
 	};
 

@@ -10,6 +10,8 @@
 #include "launch/trace.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Shared prefixes hash alike at every count; anything past them differs. */
@@ -103,12 +105,41 @@ static void test_trace_parse(void **state)
 	}
 }
 
+/* What a skipped value may be: any JSON, keys of any length; a NUL byte
+ * inside a number is not part of it. Ids repeat nowhere, checked in n log n. */
+static void test_trace_skipped_values_and_ids(void **state)
+{
+	static const char nul[] = "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1\0}";
+	char long_key[600], err[256], *big;
+	struct trace t;
+	size_t at = 0;
+
+	(void)state;
+	snprintf(long_key, sizeof(long_key), "{\"id\": \"x\", \"spans\": [[1, 2]], \"%0300d\": "
+		 "[0, -0.5e-3, 1E+9, {\"a\": \"\\u0041\"}]}", 7);
+	assert_int_equal(trace_parse(long_key, strlen(long_key), &t, err, sizeof(err)), 0);
+	assert_int_equal(t.request_count, 1);
+	trace_free(&t);
+	assert_int_equal(trace_parse(nul, sizeof(nul) - 1, &t, err, sizeof(err)), -EINVAL);
+
+	/* 50,000 requests, the id of line 7 again on line 49,999 */
+	big = malloc(50000 * 64);
+	assert_non_null(big);
+	for (int i = 1; i <= 50000; i++)
+		at += (size_t)sprintf(big + at, "{\"id\": \"r%d\", \"spans\": [[%d, 3]]}\n",
+				      i == 49999 ? 7 : i, i);
+	assert_int_equal(trace_parse(big, at, &t, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "line 49999: id \"r7\" is also on line 7");
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_synth_prefix_hashes),
 		cmocka_unit_test(test_synth_bytes),
 		cmocka_unit_test(test_trace_parse),
+		cmocka_unit_test(test_trace_skipped_values_and_ids),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
