@@ -128,18 +128,19 @@ static void queue_front_raw(struct cluster_link *l, const uint8_t *bytes, uint32
 }
 
 /*
- * With the lock held, the socket idle and the queue empty: writes the frame
- * from this thread without blocking; the rest, if any, is queued at the
- * front for the writer. A failure is left for the writer to report (it
- * calls on_close, which a sender holding its own locks must not).
+ * With the lock held, the socket idle, the queue empty and room for the
+ * whole frame in it: writes the frame from this thread without blocking;
+ * the rest, if any, is queued at the front for the writer. A failure is left
+ * for the writer to report (it calls on_close, which a sender holding its
+ * own locks must not).
  */
 static void send_direct(struct cluster_link *l, uint16_t type, const uint8_t *payload,
 			uint32_t length)
 {
-	uint64_t total = CLUSTER_FRAME_HEADER_BYTES + (uint64_t)length, limit = total;
+	uint64_t total = CLUSTER_FRAME_HEADER_BYTES + (uint64_t)length;
 	uint64_t sequence = l->send_sequence++;
-	int injected = SEL_FAILPOINT(SEL_FP_CLUSTER_SEND), error = 0;
-	ssize_t sent = 0;
+	ssize_t sent;
+	int error = 0;
 
 	l->writing = true;
 	l->reserved = ENTRY_HEAD_BYTES + total;
@@ -147,19 +148,15 @@ static void send_direct(struct cluster_link *l, uint16_t type, const uint8_t *pa
 	cluster_frame_header_encode(l->direct_buf, type, sequence, payload, length);
 	if (length)
 		memcpy(l->direct_buf + CLUSTER_FRAME_HEADER_BYTES, payload, length);
-	if (injected == SEL_FAILPOINT_SHORT)
-		limit = total / 2; /* half the frame, then a dead link, as the writer does */
-	if (injected >= 0) {
-		sent = send(l->fd, l->direct_buf, (size_t)limit, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			error = -errno;
-		sent = sent < 0 ? 0 : sent;
-	}
+	sent = send(l->fd, l->direct_buf, (size_t)total, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		error = -errno;
+	sent = sent < 0 ? 0 : sent;
 	pthread_mutex_lock(&l->lock);
 	l->writing = false;
 	l->reserved = 0;
-	if (injected < 0 || injected == SEL_FAILPOINT_SHORT || error) {
-		l->direct_error = injected < 0 ? injected : error ? error : -EPIPE;
+	if (error) {
+		l->direct_error = error;
 	} else if ((uint64_t)sent < total) {
 		queue_front_raw(l, l->direct_buf + sent, (uint32_t)(total - (uint64_t)sent));
 	} else {
@@ -187,7 +184,15 @@ static int link_send(struct cluster_link *l, uint16_t type, const uint8_t *paylo
 		pthread_mutex_unlock(&l->lock);
 		return SEL_EQUEUEFULL;
 	}
-	if (direct_ok && !l->writing && l->ring_used == 0) {
+	/*
+	 * Directly only where the whole frame could wait in the queue (its rest
+	 * goes there), and never with failpoints armed: cluster.send acts on
+	 * the writer thread, outside the lock, exactly as before.
+	 */
+	if (direct_ok && !l->writing && l->ring_used == 0 &&
+	    ENTRY_HEAD_BYTES + CLUSTER_FRAME_HEADER_BYTES + (uint64_t)length <=
+		    l->options.queue_bytes_max &&
+	    !__atomic_load_n(&sel_failpoints_armed, __ATOMIC_RELAXED)) {
 		send_direct(l, type, payload, length);
 	} else {
 		queue_back(l, type, payload, length);
@@ -255,6 +260,7 @@ static enum writer_turn writer_take(struct cluster_link *l, uint16_t *type, uint
 {
 	enum writer_turn turn;
 	struct timespec until;
+	bool idle = false; /* the heartbeat interval passed with nothing to send */
 
 	pthread_mutex_lock(&l->lock);
 	heartbeat_deadline(l, &until);
@@ -277,20 +283,20 @@ static enum writer_turn writer_take(struct cluster_link *l, uint16_t *type, uint
 			turn = TURN_STOP;
 			break;
 		}
-		if (!l->options.heartbeat_ms || l->stopping) {
+		if (idle && !l->writing && !l->stopping) {
+			l->writing = true;
+			*sequence = l->send_sequence++;
+			turn = TURN_HEARTBEAT;
+			break;
+		}
+		if (idle)
+			heartbeat_deadline(l, &until); /* someone is writing: not idle */
+		idle = false;
+		if (!l->options.heartbeat_ms || l->stopping)
 			pthread_cond_wait(&l->queue_ready, &l->lock);
-			continue;
-		}
-		if (pthread_cond_timedwait(&l->queue_ready, &l->lock, &until) != ETIMEDOUT)
-			continue;
-		if (l->writing || l->ring_used > 0) {
-			heartbeat_deadline(l, &until); /* not idle after all */
-			continue;
-		}
-		l->writing = true;
-		*sequence = l->send_sequence++;
-		turn = TURN_HEARTBEAT;
-		break;
+		else
+			/* every state is checked again above before a heartbeat */
+			idle = pthread_cond_timedwait(&l->queue_ready, &l->lock, &until) == ETIMEDOUT;
 	}
 	pthread_mutex_unlock(&l->lock);
 	return turn;
@@ -300,7 +306,7 @@ static enum writer_turn writer_take(struct cluster_link *l, uint16_t *type, uint
 static int write_raw(int fd, const uint8_t *bytes, uint32_t length)
 {
 	while (length > 0) {
-		ssize_t n = write(fd, bytes, length);
+		ssize_t n = send(fd, bytes, length, MSG_NOSIGNAL); /* R-WIRE-9 */
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -438,7 +444,8 @@ int cluster_link_start(const struct cluster_link_options *options,
 	pthread_cond_init(&l->queue_drained, NULL);
 	l->ring = malloc(options->queue_bytes_max ? options->queue_bytes_max : 1);
 	l->read_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	l->write_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	/* a payload, or the rest of a frame a sender began (header and payload) */
+	l->write_buf = malloc(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
 	l->direct_buf = malloc(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
 	l->send_sequence = options->send_sequence;
 	if (!l->ring || !l->read_buf || !l->write_buf || !l->direct_buf ||
@@ -465,7 +472,7 @@ bool cluster_link_alive(struct cluster_link *l)
 	bool alive;
 
 	pthread_mutex_lock(&l->lock);
-	alive = !l->dead;
+	alive = !l->dead && !l->direct_error;
 	pthread_mutex_unlock(&l->lock);
 	return alive;
 }
@@ -480,6 +487,7 @@ void cluster_link_stats(struct cluster_link *l, struct cluster_link_stats *out)
 void cluster_link_close(struct cluster_link *l, uint32_t linger_ms)
 {
 	struct timespec until;
+	int direct_error;
 
 	if (!l)
 		return;
@@ -487,13 +495,21 @@ void cluster_link_close(struct cluster_link *l, uint32_t linger_ms)
 	until.tv_sec += linger_ms / 1000 + 1;
 	pthread_mutex_lock(&l->lock);
 	/* Let the writer send what is queued, for a while. */
-	while (l->writer_started && !l->dead && (l->ring_used > 0 || l->writing) &&
-	       linger_ms > 0 &&
+	while (l->writer_started && !l->dead && !l->direct_error &&
+	       (l->ring_used > 0 || l->writing) && linger_ms > 0 &&
 	       pthread_cond_timedwait(&l->queue_drained, &l->lock, &until) == 0)
 		;
 	l->stopping = true;
+	direct_error = l->direct_error;
 	pthread_cond_broadcast(&l->queue_ready);
 	pthread_mutex_unlock(&l->lock);
+	/* a direct send's failure not yet reported is the reason, not the close */
+	if (direct_error) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "sending a frame: %s", sel_strerror(direct_error));
+		link_die(l, direct_error, why);
+	}
 	link_die(l, SEL_ESTOPPED, "the link was closed");
 	if (l->writer_started)
 		pthread_join(l->writer, NULL);

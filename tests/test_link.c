@@ -218,6 +218,83 @@ static void test_link_racing_senders_small_socket(void **state)
 	cluster_link_close(lb, 1000);
 }
 
+/*
+ * A large frame to a TCP peer that never reads: the socket takes part of it
+ * and the writer blocks on the rest until the silence timeout kills the
+ * link. The shutdown that follows fails that write with EPIPE, which must
+ * not raise SIGPIPE (R-WIRE-9): the process lives and is told why. The same
+ * again through cluster_link_close with a short linger.
+ */
+static void test_link_stalled_tcp_peer_no_sigpipe(void **state)
+{
+	static uint8_t big[5 << 20];
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		struct sockaddr_in addr = { .sin_family = AF_INET };
+		socklen_t len = sizeof(addr);
+		int lis = socket(AF_INET, SOCK_STREAM, 0), cli, srv, small = 4096;
+		struct cluster_link *l;
+		struct inbox in;
+
+		inbox_init(&in);
+		inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+		assert_int_equal(bind(lis, (struct sockaddr *)&addr, sizeof(addr)), 0);
+		assert_int_equal(listen(lis, 1), 0);
+		assert_int_equal(getsockname(lis, (struct sockaddr *)&addr, &len), 0);
+		cli = socket(AF_INET, SOCK_STREAM, 0);
+		setsockopt(cli, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+		assert_int_equal(connect(cli, (struct sockaddr *)&addr, sizeof(addr)), 0);
+		srv = accept(lis, NULL, NULL);
+		setsockopt(srv, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+		l = start(cli, &in, 16 << 20, 0, round == 0 ? 700 : 60000);
+		assert_int_equal(cluster_link_send(l, CLUSTER_MSG_JOB, big, 4 << 20), 0);
+		if (round == 0) {
+			WAIT_FOR(&in, 5000, in.closed == 1);
+			assert_int_equal(in.closed, 1);
+			assert_int_equal(in.reason, -ETIMEDOUT);
+			cluster_link_close(l, 0);
+		} else {
+			usleep(200000);
+			cluster_link_close(l, 100);
+			assert_int_equal(in.closed, 1);
+		}
+		close(srv);
+		close(lis);
+	}
+}
+
+/*
+ * A queue that holds one small frame but not a frame with its header: a
+ * direct send cut short must not need more room than the queue has, so
+ * such frames always go through the queue, and every one arrives.
+ */
+static void test_link_tiny_queue(void **state)
+{
+	struct inbox a, b;
+	struct cluster_link *la, *lb;
+	int sv[2], small = 2048;
+
+	(void)state;
+	inbox_init(&a);
+	inbox_init(&b);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	la = start(sv[0], &a, 32, 0, 5000);
+	lb = start(sv[1], &b, 1 << 20, 0, 5000);
+	slow_reader = true;
+	for (uint64_t i = 1; i <= 2000; i++)
+		while (send_done(la, i) == SEL_EQUEUEFULL)
+			usleep(20);
+	WAIT_FOR(&b, 20000, b.frames == 2000 || b.closed);
+	slow_reader = false;
+	assert_int_equal(b.frames, 2000);
+	assert_true(b.ordered);
+	cluster_link_close(la, 1000);
+	cluster_link_close(lb, 1000);
+}
+
 /* Heartbeats keep an idle link alive past its silence timeout. */
 static void test_link_heartbeats(void **state)
 {
@@ -372,6 +449,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_link_frames_both_ways),
 		cmocka_unit_test(test_link_racing_senders_small_socket),
+		cmocka_unit_test(test_link_stalled_tcp_peer_no_sigpipe),
+		cmocka_unit_test(test_link_tiny_queue),
 		cmocka_unit_test(test_link_heartbeats),
 		cmocka_unit_test(test_link_silent_peer),
 		cmocka_unit_test(test_link_stalled_peer_fills_queue),
