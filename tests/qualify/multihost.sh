@@ -4,7 +4,9 @@
 #
 #   1. a GPU-cache hit with no host hit;
 #   2. a host restore after the GPU copies were evicted;
-#   3. a restore after restarting every rank (a new mpirun).
+#   3. a restore after restarting every rank (a new mpirun);
+#   4. a store whose disk writes fail on one rank (a failpoint armed there
+#      only): the run fails and says so, and no rank keeps a file of it.
 #
 # Every phase checks every reused page and row byte-exact on every rank and
 # its "expect" lines (tests/qualify/phase-*.jsonl); after every phase, every
@@ -124,8 +126,39 @@ run_phase() {
 	check_agreement
 }
 
+run_failing_phase() {
+	local before
+	before=$(wc -l < "$work/expect")
+	echo
+	echo "== phase 4: every disk write fails on rank 1 only"
+	if mpirun "${mpi_args[@]}" -np "$ranks" -x SELENE_LOG bash -c \
+		'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+			export SELENE_FAILPOINTS="disk.write=return(EIO)"
+		fi
+		exec "$0" "$@"' \
+		"$program" run --trace "$here/phase-4.jsonl" --dir "$work/rank%r" \
+		--device "${SELENE_QUALIFY_DEVICE:-host}" --device-ordinal 0 --gpu-pages 64 \
+		--gpu-rows 8 > "$work/phase-4.out" 2>&1; then
+		cat "$work/phase-4.out"
+		echo "phase 4: the run succeeded although rank 1 could not write" >&2
+		exit 1
+	fi
+	if ! grep -q "was not stored" "$work/phase-4.out"; then
+		cat "$work/phase-4.out"
+		echo "phase 4: the failed store was not reported" >&2
+		exit 1
+	fi
+	grep "was not stored" "$work/phase-4.out" | head -1
+	check_agreement
+	if [ "$(wc -l < "$work/expect")" != "$before" ]; then
+		echo "phase 4: the failed store left files behind" >&2
+		exit 1
+	fi
+}
+
 run_phase 1 "a GPU-cache hit with no host hit"
 run_phase 2 "a host restore after the GPU copies were evicted"
 run_phase 3 "a restore after restarting every rank"
+run_failing_phase
 echo
-echo "== multihost $mode: qualified ($ranks ranks, 3 phases)"
+echo "== multihost $mode: qualified ($ranks ranks, 4 phases)"
