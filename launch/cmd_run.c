@@ -43,7 +43,7 @@
 struct run_options {
 	uint32_t page_tokens;
 	uint32_t spec_count;
-	struct run_plane_spec specs[RUN_PLANES_MAX];
+	struct launch_run_plane_spec specs[RUN_PLANES_MAX];
 	uint64_t row_bytes;
 	uint32_t gpu_pages, gpu_rows;
 	const char *device;
@@ -83,15 +83,15 @@ struct run_retry {
 struct run {
 	struct run_options opt;
 	struct launch_bootstrap boot;
-	struct run_planes planes;
-	struct run_step step;
+	struct launch_run_planes planes;
+	struct launch_run_step step;
 	char dir[1024];
 	struct sel_plane sel_planes[RUN_PLANES_MAX];
 	struct sel_store_config config;
 	/* rank zero */
 	sel_store *store;
-	struct gpu_cache cache;
-	struct trace trace;
+	struct launch_gpu_cache cache;
+	struct launch_trace trace;
 	FILE *results;
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
@@ -110,7 +110,7 @@ struct run {
  * also a barrier: no job is sent before every rank has done the step. */
 static int64_t run_step_all(struct run *r)
 {
-	size_t bytes = run_step_bytes(&r->step);
+	size_t bytes = launch_run_step_bytes(&r->step);
 	uint64_t sums[2] = { 0, 0 }; /* wrong units; ranks whose device failed */
 	int64_t got;
 	int ret = launch_step_broadcast(&r->boot, &r->step, sizeof(r->step), &bytes);
@@ -119,7 +119,7 @@ static int64_t run_step_all(struct run *r)
 		return ret;
 	if (r->step.op == RUN_STEP_END)
 		return 0;
-	got = run_planes_execute(&r->planes, &r->step);
+	got = launch_run_planes_execute(&r->planes, &r->step);
 	if (got < 0)
 		fprintf(stderr, "selene run: rank %u: a device step failed: %s\n",
 			r->boot.cluster.rank, sel_strerror((int)got));
@@ -132,7 +132,8 @@ static int64_t run_step_all(struct run *r)
 
 /* Rank zero: op over chain pages [from, to) of ids (hashes from the prompt)
  * and, with the last piece, the row. Returns the wrong units, or negative. */
-static int64_t run_pages(struct run *r, enum run_op op, const struct synth_prompt *prompt,
+static int64_t run_pages(struct run *r, enum launch_run_op op,
+			 const struct launch_synth_prompt *prompt,
 			 const uint32_t *ids, uint32_t from, uint32_t to, uint32_t slot,
 			 uint64_t row_consumed)
 {
@@ -146,9 +147,9 @@ static int64_t run_pages(struct run *r, enum run_op op, const struct synth_promp
 		r->step.op = op;
 		r->step.page_count = n;
 		r->step.slot = at + n == to ? slot : RUN_NO_SLOT;
-		r->step.row_hash = slot == RUN_NO_SLOT ? 0 : synth_prefix_hash(prompt, row_consumed);
+		r->step.row_hash = slot == RUN_NO_SLOT ? 0 : launch_synth_prefix_hash(prompt, row_consumed);
 		for (uint32_t i = 0; i < n; i++)
-			r->step.pages[i] = (struct run_step_page){
+			r->step.pages[i] = (struct launch_run_step_page){
 				.id = ids[at + i], .hash = prompt->page_hashes[at + i] };
 		got = run_step_all(r);
 		if (got < 0) {
@@ -165,14 +166,14 @@ static int64_t run_pages(struct run *r, enum run_op op, const struct synth_promp
 static int run_poll(struct run *r)
 {
 	struct sel_event ev;
-	struct gpu_checkpoint *k;
+	struct launch_gpu_checkpoint *k;
 
 	if (sel_poll(r->store, &ev, 1) == 0)
 		return 0;
 	switch (ev.kind) {
 	case SEL_EVENT_STORED:
 	case SEL_EVENT_STORE_FAILED:
-		k = gpu_cache_find_store(&r->cache, ev.id);
+		k = launch_gpu_cache_find_store(&r->cache, ev.id);
 		if (k) {
 			k->pins--;
 			k->store_id = 0;
@@ -232,8 +233,8 @@ static int run_wait(struct run *r, bool for_fetch)
 static int run_alloc(struct run *r, uint32_t count, uint32_t *ids, uint32_t *slot)
 {
 	for (;;) {
-		int ret = slot ? gpu_cache_alloc_row(&r->cache, slot) :
-			gpu_cache_alloc_pages(&r->cache, count, ids);
+		int ret = slot ? launch_gpu_cache_alloc_row(&r->cache, slot) :
+			launch_gpu_cache_alloc_pages(&r->cache, count, ids);
 
 		if (ret != -EAGAIN)
 			return ret;
@@ -244,12 +245,12 @@ static int run_alloc(struct run *r, uint32_t count, uint32_t *ids, uint32_t *slo
 }
 
 static void run_fail(struct run *r, struct run_request_result *res,
-		     const struct trace_request *q, const char *fmt, ...)
+		     const struct launch_trace_request *q, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /* Marks the request failed and says why, naming it. */
 static void run_fail(struct run *r, struct run_request_result *res,
-		     const struct trace_request *q, const char *fmt, ...)
+		     const struct launch_trace_request *q, const char *fmt, ...)
 {
 	char what[300];
 	va_list ap;
@@ -264,24 +265,24 @@ static void run_fail(struct run *r, struct run_request_result *res,
 
 static uint64_t run_hash_at(const void *prompt, uint64_t consumed)
 {
-	return synth_prefix_hash(prompt, consumed);
+	return launch_synth_prefix_hash(prompt, consumed);
 }
 
 /* The GPU cache's deepest prefix of the prompt: its pages join the chain
  * (held) and are checked on every rank. Returns its token count. */
-static uint64_t run_gpu_reuse(struct run *r, const struct trace_request *q,
-			      const struct synth_prompt *prompt, uint32_t *chain,
+static uint64_t run_gpu_reuse(struct run *r, const struct launch_trace_request *q,
+			      const struct launch_synth_prompt *prompt, uint32_t *chain,
 			      uint32_t *chain_len, struct run_request_result *res)
 {
-	struct gpu_checkpoint *k = gpu_cache_lookup(&r->cache, prompt->token_count,
-						    run_hash_at, prompt);
+	struct launch_gpu_checkpoint *k = launch_gpu_cache_lookup(&r->cache, prompt->token_count,
+								  run_hash_at, prompt);
 	int64_t wrong;
 
 	if (!k)
 		return 0;
 	memcpy(chain, k->page_ids, k->page_count * sizeof(uint32_t));
 	*chain_len = k->page_count;
-	gpu_cache_hold(&r->cache, chain, *chain_len);
+	launch_gpu_cache_hold(&r->cache, chain, *chain_len);
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, 0, *chain_len, k->slot,
 			  k->consumed);
 	if (wrong < 0)
@@ -333,8 +334,8 @@ static int run_fetch(struct run *r, const struct sel_hit *hit, const uint32_t *i
 
 /* The store's deepest prefix beyond resident: restored into new ids and a
  * slot, checked on every rank, cached. Returns the tokens now held. */
-static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
-				 const struct synth_prompt *prompt, const sel_history *h,
+static uint64_t run_host_restore(struct run *r, const struct launch_trace_request *q,
+				 const struct launch_synth_prompt *prompt, const sel_history *h,
 				 uint64_t resident, uint32_t *chain, uint32_t *chain_len,
 				 struct run_request_result *res)
 {
@@ -364,8 +365,8 @@ static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
 	if (!ret)
 		ret = run_fetch(r, &hit, chain + first, slot, &unsafe);
 	if (ret == SEL_ENOTFOUND) {
-		gpu_cache_free_row(&r->cache, slot);
-		gpu_cache_release(&r->cache, chain + first, hit.page_count);
+		launch_gpu_cache_free_row(&r->cache, slot);
+		launch_gpu_cache_release(&r->cache, chain + first, hit.page_count);
 		*chain_len = first;
 		return resident;
 	}
@@ -380,7 +381,7 @@ static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
 		return resident;
 	}
 	if (ret) {
-		gpu_cache_free_row(&r->cache, slot);
+		launch_gpu_cache_free_row(&r->cache, slot);
 		r->totals.fetch_failures++;
 		run_fail(r, res, q, "the restore of %" PRIu64 " tokens failed: %s", hit.consumed,
 			 sel_strerror(ret));
@@ -390,7 +391,7 @@ static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, first, *chain_len, slot,
 			  hit.consumed);
 	if (wrong < 0) {
-		gpu_cache_free_row(&r->cache, slot);
+		launch_gpu_cache_free_row(&r->cache, slot);
 		run_fail(r, res, q, "checking the restore failed: %s", sel_strerror((int)wrong));
 		return resident;
 	}
@@ -398,8 +399,8 @@ static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
 	res->host_reused = hit.consumed - resident;
 	r->totals.restored_bytes += ((uint64_t)hit.page_count * r->page_bytes +
 				     r->opt.row_bytes) * r->boot.cluster.world_size;
-	if (!gpu_cache_insert(&r->cache, hit.consumed, synth_prefix_hash(prompt, hit.consumed),
-			      chain, slot)) {
+	if (!launch_gpu_cache_insert(&r->cache, hit.consumed,
+				     launch_synth_prefix_hash(prompt, hit.consumed), chain, slot)) {
 		run_fail(r, res, q, "out of memory caching a checkpoint");
 		return resident;
 	}
@@ -407,7 +408,7 @@ static uint64_t run_host_restore(struct run *r, const struct trace_request *q,
 }
 
 /* Offers checkpoint k to the store; pins it while it is copied. */
-static int run_offer(struct run *r, struct gpu_checkpoint *k, const sel_history *h,
+static int run_offer(struct run *r, struct launch_gpu_checkpoint *k, const sel_history *h,
 		     uint64_t parent, enum sel_outcome *outcome)
 {
 	uint64_t id = ++r->next_store_id;
@@ -443,7 +444,7 @@ static void run_offer_again(struct run *r)
 	r->progress = false;
 	while (r->retry_count && !r->stopped) {
 		struct run_retry *t = NULL;
-		struct gpu_checkpoint *k;
+		struct launch_gpu_checkpoint *k;
 		enum sel_outcome outcome;
 
 		for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
@@ -470,8 +471,8 @@ static void run_offer_again(struct run *r)
 }
 
 /* Publishes the checkpoint just prefilled; a Retry is kept for later. */
-static int run_publish(struct run *r, struct gpu_checkpoint *k, const sel_history *h,
-		       const struct synth_prompt *prompt, uint64_t parent)
+static int run_publish(struct run *r, struct launch_gpu_checkpoint *k, const sel_history *h,
+		       const struct launch_synth_prompt *prompt, uint64_t parent)
 {
 	struct run_retry *t = &r->retries[k->slot];
 	enum sel_outcome outcome;
@@ -521,8 +522,8 @@ static int run_settle(struct run *r)
 
 /* Prefills from resume to the prompt's end: a checkpoint at every span
  * boundary past resume, each cached and published. */
-static void run_prefill(struct run *r, const struct trace_request *q,
-			const struct synth_prompt *prompt, const sel_history *h,
+static void run_prefill(struct run *r, const struct launch_trace_request *q,
+			const struct launch_synth_prompt *prompt, const sel_history *h,
 			uint64_t resume, uint32_t *chain, uint32_t *chain_len,
 			struct run_request_result *res)
 {
@@ -530,7 +531,7 @@ static void run_prefill(struct run *r, const struct trace_request *q,
 
 	for (uint32_t s = 0; s < q->span_count && !res->failed && !r->stopped; s++) {
 		uint32_t pages, first = *chain_len, slot;
-		struct gpu_checkpoint *k;
+		struct launch_gpu_checkpoint *k;
 		int ret;
 
 		boundary += q->spans[s].count;
@@ -550,12 +551,12 @@ static void run_prefill(struct run *r, const struct trace_request *q,
 		}
 		ret = (int)run_pages(r, RUN_STEP_FILL, prompt, chain, first, pages, slot, boundary);
 		if (ret < 0) {
-			gpu_cache_free_row(&r->cache, slot);
+			launch_gpu_cache_free_row(&r->cache, slot);
 			run_fail(r, res, q, "the prefill step failed: %s", sel_strerror(ret));
 			break;
 		}
-		k = gpu_cache_insert(&r->cache, boundary, synth_prefix_hash(prompt, boundary),
-				     chain, slot);
+		k = launch_gpu_cache_insert(&r->cache, boundary, launch_synth_prefix_hash(prompt, boundary),
+					    chain, slot);
 		if (!k) {
 			run_fail(r, res, q, "out of memory caching a checkpoint");
 			break;
@@ -570,7 +571,7 @@ static void run_prefill(struct run *r, const struct trace_request *q,
 	}
 }
 
-static bool run_check_expect(const struct trace_request *q, const char *what, bool has,
+static bool run_check_expect(const struct launch_trace_request *q, const char *what, bool has,
 			     uint64_t want, uint64_t got)
 {
 	if (!has || want == got)
@@ -596,10 +597,10 @@ static void run_json_string(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-static void run_record(struct run *r, const struct trace_request *q,
+static void run_record(struct run *r, const struct launch_trace_request *q,
 		       const struct run_request_result *res)
 {
-	const struct trace_expect *e = &q->expect;
+	const struct launch_trace_expect *e = &q->expect;
 	bool met = run_check_expect(q, "gpu_reused", e->has_gpu_reused, e->gpu_reused,
 				    res->gpu_reused);
 
@@ -629,14 +630,14 @@ static void run_record(struct run *r, const struct trace_request *q,
 		!res->failed && !res->wrong_units ? "true" : "false");
 }
 
-static int run_request(struct run *r, const struct trace_request *q)
+static int run_request(struct run *r, const struct launch_trace_request *q)
 {
 	struct run_request_result res = { 0 };
-	struct synth_prompt prompt;
+	struct launch_synth_prompt prompt;
 	uint32_t *chain, chain_len = 0;
 	sel_history *h = NULL;
 	uint64_t resume;
-	int ret = synth_prompt_build(&prompt, q->spans, q->span_count, r->opt.page_tokens);
+	int ret = launch_synth_prompt_build(&prompt, q->spans, q->span_count, r->opt.page_tokens);
 
 	if (ret)
 		return ret;
@@ -657,13 +658,13 @@ static int run_request(struct run *r, const struct trace_request *q)
 		resume = run_host_restore(r, q, &prompt, h, resume, chain, &chain_len, &res);
 	if (!res.failed && resume < prompt.token_count)
 		run_prefill(r, q, &prompt, h, resume, chain, &chain_len, &res);
-	gpu_cache_release(&r->cache, chain, chain_len);
+	launch_gpu_cache_release(&r->cache, chain, chain_len);
 	run_record(r, q, &res);
 	sel_history_destroy(h);
 	ret = res.failed ? -EIO : 0;
 out_free_prompt:
 	free(chain);
-	synth_prompt_free(&prompt);
+	launch_synth_prompt_free(&prompt);
 	return ret;
 }
 
@@ -674,7 +675,7 @@ static void run_summary(struct run *r, bool ok, double seconds)
 	double gbps = restore_s > 0 ? (double)t->restored_bytes / restore_s / 1e9 : 0;
 
 	printf("\nselene run: %u requests on %u ranks (%s device) in %.2f s\n", t->requests,
-	       r->boot.cluster.world_size, run_planes_device(&r->planes), seconds);
+	       r->boot.cluster.world_size, launch_run_planes_device(&r->planes), seconds);
 	printf("  GPU cache hits   %u (%" PRIu64 " tokens reused)\n", t->gpu_hits, t->gpu_reused);
 	printf("  host restores    %u (%" PRIu64 " tokens; %.1f MB moved to the GPUs of all "
 	       "ranks at %.2f GB/s)\n", t->host_hits, t->host_reused,
@@ -813,7 +814,7 @@ static bool run_parse_planes(const char *text, struct run_options *o)
 	o->spec_count = 0;
 	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		char *x = strchr(item, 'x');
-		struct run_plane_spec *s = &o->specs[o->spec_count];
+		struct launch_run_plane_spec *s = &o->specs[o->spec_count];
 
 		if (!x || o->spec_count == RUN_PLANES_MAX)
 			return false;
@@ -926,7 +927,7 @@ static int run_device_ordinal(const struct run_options *o)
 /* The store's configuration over this rank's planes. */
 static void run_configure(struct run *r)
 {
-	struct run_planes *p = &r->planes;
+	struct launch_run_planes *p = &r->planes;
 
 	launch_expand_rank(r->dir, sizeof(r->dir), r->opt.dir, r->boot.cluster.rank);
 	r->page_bytes = 0;
@@ -940,7 +941,7 @@ static void run_configure(struct run *r)
 		.page_plane_count = p->plane_count, .page_planes = r->sel_planes,
 		.row_plane = { "state", p->row_bytes, p->row_base },
 		.page_count = p->page_count, .row_count = p->row_count,
-		.device = run_planes_device(p), .device_ordinal = run_device_ordinal(&r->opt),
+		.device = launch_run_planes_device(p), .device_ordinal = run_device_ordinal(&r->opt),
 		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
 	};
@@ -991,13 +992,13 @@ static uint64_t run_prepare(struct run *r)
 	char err[512];
 
 	if (rank == 0) {
-		if (trace_load(r->opt.trace_path, &r->trace, err, sizeof(err))) {
+		if (launch_trace_load(r->opt.trace_path, &r->trace, err, sizeof(err))) {
 			fprintf(stderr, "selene run: %s\n", err);
 			return 1;
 		}
 		r->retries = calloc(r->opt.gpu_rows, sizeof(*r->retries));
-		if (!r->retries || gpu_cache_init(&r->cache, r->opt.page_tokens,
-						  r->opt.gpu_pages, r->opt.gpu_rows)) {
+		if (!r->retries || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
+							 r->opt.gpu_pages, r->opt.gpu_rows)) {
 			fprintf(stderr, "selene run: out of memory for the GPU cache\n");
 			return 1;
 		}
@@ -1007,9 +1008,9 @@ static uint64_t run_prepare(struct run *r)
 			return 1;
 		}
 	}
-	if (run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
-			    r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
-			    r->opt.gpu_rows, err, sizeof(err))) {
+	if (launch_run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
+				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
+				   r->opt.gpu_rows, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
 		return 1;
 	}
@@ -1037,7 +1038,7 @@ static uint64_t run_start(struct run *r, sel_peer **peer)
 		printf("selene run: %u ranks, %s device, %u page planes (%" PRIu64 " bytes a page "
 		       "per rank), %" PRIu64 "-byte rows, GPU cache of %u pages and %u rows, "
 		       "trace %s (%u requests)\n", r->boot.cluster.world_size,
-		       run_planes_device(&r->planes), r->planes.plane_count, r->page_bytes,
+		       launch_run_planes_device(&r->planes), r->planes.plane_count, r->page_bytes,
 		       r->opt.row_bytes, r->opt.gpu_pages, r->opt.gpu_rows, r->opt.trace_path,
 		       r->trace.request_count);
 	return ret != 0;
@@ -1127,12 +1128,12 @@ int launch_cmd_run(int argc, char **argv)
 	failures = run_all(r);
 	if (r->results)
 		fclose(r->results);
-	trace_free(&r->trace);
-	gpu_cache_destroy(&r->cache);
+	launch_trace_free(&r->trace);
+	launch_gpu_cache_destroy(&r->cache);
 	free(r->retries);
 	/* a stopped transport may still copy into the planes: keep them */
 	if (!r->stopped)
-		run_planes_close(&r->planes);
+		launch_run_planes_close(&r->planes);
 	launch_bootstrap_finish(&r->boot);
 	if (failures)
 		fprintf(stderr, "selene run: rank %u: %" PRIu64 " failure(s) across the ranks\n",

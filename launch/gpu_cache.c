@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int gpu_cache_init(struct gpu_cache *c, uint32_t page_tokens, uint32_t page_count,
-		   uint32_t row_count)
+int launch_gpu_cache_init(struct launch_gpu_cache *c, uint32_t page_tokens, uint32_t page_count,
+			  uint32_t row_count)
 {
 	memset(c, 0, sizeof(*c));
 	if (!page_tokens || !page_count || !row_count)
@@ -25,7 +25,7 @@ int gpu_cache_init(struct gpu_cache *c, uint32_t page_tokens, uint32_t page_coun
 	c->free_rows = malloc(row_count * sizeof(*c->free_rows));
 	c->checkpoints = calloc(row_count, sizeof(*c->checkpoints));
 	if (!c->page_refs || !c->free_pages || !c->free_rows || !c->checkpoints) {
-		gpu_cache_destroy(c);
+		launch_gpu_cache_destroy(c);
 		return -ENOMEM;
 	}
 	/* lowest ids first, for readable traces */
@@ -38,7 +38,7 @@ int gpu_cache_init(struct gpu_cache *c, uint32_t page_tokens, uint32_t page_coun
 	return 0;
 }
 
-void gpu_cache_destroy(struct gpu_cache *c)
+void launch_gpu_cache_destroy(struct launch_gpu_cache *c)
 {
 	if (c->checkpoints)
 		for (uint32_t i = 0; i < c->row_count; i++)
@@ -50,13 +50,13 @@ void gpu_cache_destroy(struct gpu_cache *c)
 	memset(c, 0, sizeof(*c));
 }
 
-struct gpu_checkpoint *gpu_cache_lookup(struct gpu_cache *c, uint64_t limit,
-					gpu_cache_hash_fn hash_at, const void *prompt)
+struct launch_gpu_checkpoint *launch_gpu_cache_lookup(struct launch_gpu_cache *c, uint64_t limit,
+						      launch_gpu_cache_hash_fn hash_at, const void *prompt)
 {
-	struct gpu_checkpoint *best = NULL;
+	struct launch_gpu_checkpoint *best = NULL;
 
 	for (uint32_t i = 0; i < c->row_count; i++) {
-		struct gpu_checkpoint *k = &c->checkpoints[i];
+		struct launch_gpu_checkpoint *k = &c->checkpoints[i];
 
 		if (k->live && k->consumed <= limit && (!best || k->consumed > best->consumed) &&
 		    hash_at(prompt, k->consumed) == k->prefix_hash)
@@ -67,7 +67,7 @@ struct gpu_checkpoint *gpu_cache_lookup(struct gpu_cache *c, uint64_t limit,
 	return best;
 }
 
-void gpu_cache_hold(struct gpu_cache *c, const uint32_t *ids, uint32_t count)
+void launch_gpu_cache_hold(struct launch_gpu_cache *c, const uint32_t *ids, uint32_t count)
 {
 	for (uint32_t i = 0; i < count; i++) {
 		SEL_ASSERT(ids[i] < c->page_count && c->page_refs[ids[i]] > 0);
@@ -75,7 +75,7 @@ void gpu_cache_hold(struct gpu_cache *c, const uint32_t *ids, uint32_t count)
 	}
 }
 
-void gpu_cache_release(struct gpu_cache *c, const uint32_t *ids, uint32_t count)
+void launch_gpu_cache_release(struct launch_gpu_cache *c, const uint32_t *ids, uint32_t count)
 {
 	for (uint32_t i = 0; i < count; i++) {
 		SEL_ASSERT(ids[i] < c->page_count && c->page_refs[ids[i]] > 0);
@@ -84,23 +84,23 @@ void gpu_cache_release(struct gpu_cache *c, const uint32_t *ids, uint32_t count)
 	}
 }
 
-static void evict(struct gpu_cache *c, struct gpu_checkpoint *k)
+static void evict(struct launch_gpu_cache *c, struct launch_gpu_checkpoint *k)
 {
 	SEL_ASSERT(k->live && k->pins == 0);
-	gpu_cache_release(c, k->page_ids, k->page_count);
-	gpu_cache_free_row(c, k->slot);
+	launch_gpu_cache_release(c, k->page_ids, k->page_count);
+	launch_gpu_cache_free_row(c, k->slot);
 	free(k->page_ids);
 	memset(k, 0, sizeof(*k));
 	c->evictions++;
 }
 
 /* Evicts the least recently used unpinned checkpoint; false when none. */
-static bool evict_one(struct gpu_cache *c, bool *pinned_seen)
+static bool evict_one(struct launch_gpu_cache *c, bool *pinned_seen)
 {
-	struct gpu_checkpoint *victim = NULL;
+	struct launch_gpu_checkpoint *victim = NULL;
 
 	for (uint32_t i = 0; i < c->row_count; i++) {
-		struct gpu_checkpoint *k = &c->checkpoints[i];
+		struct launch_gpu_checkpoint *k = &c->checkpoints[i];
 
 		if (!k->live)
 			continue;
@@ -117,7 +117,7 @@ static bool evict_one(struct gpu_cache *c, bool *pinned_seen)
 	return true;
 }
 
-int gpu_cache_alloc_pages(struct gpu_cache *c, uint32_t count, uint32_t *ids)
+int launch_gpu_cache_alloc_pages(struct launch_gpu_cache *c, uint32_t count, uint32_t *ids)
 {
 	bool pinned_seen = false;
 
@@ -134,7 +134,7 @@ int gpu_cache_alloc_pages(struct gpu_cache *c, uint32_t count, uint32_t *ids)
 	return 0;
 }
 
-int gpu_cache_alloc_row(struct gpu_cache *c, uint32_t *slot)
+int launch_gpu_cache_alloc_row(struct launch_gpu_cache *c, uint32_t *slot)
 {
 	bool pinned_seen = false;
 
@@ -145,28 +145,28 @@ int gpu_cache_alloc_row(struct gpu_cache *c, uint32_t *slot)
 	return 0;
 }
 
-void gpu_cache_free_row(struct gpu_cache *c, uint32_t slot)
+void launch_gpu_cache_free_row(struct launch_gpu_cache *c, uint32_t slot)
 {
 	SEL_ASSERT(slot < c->row_count && c->free_row_count < c->row_count);
 	c->free_rows[c->free_row_count++] = slot;
 }
 
-struct gpu_checkpoint *gpu_cache_insert(struct gpu_cache *c, uint64_t consumed,
-					uint64_t prefix_hash, const uint32_t *ids,
-					uint32_t slot)
+struct launch_gpu_checkpoint *launch_gpu_cache_insert(struct launch_gpu_cache *c, uint64_t consumed,
+						      uint64_t prefix_hash, const uint32_t *ids,
+						      uint32_t slot)
 {
 	uint32_t pages = (uint32_t)(consumed / c->page_tokens);
-	struct gpu_checkpoint *k = &c->checkpoints[slot];
+	struct launch_gpu_checkpoint *k = &c->checkpoints[slot];
 
 	/* a slot holds one checkpoint, so the entry indexed by it is free */
 	SEL_ASSERT(slot < c->row_count && !k->live);
 	k->page_ids = malloc((pages ? pages : 1) * sizeof(uint32_t));
 	if (!k->page_ids) {
-		gpu_cache_free_row(c, slot);
+		launch_gpu_cache_free_row(c, slot);
 		return NULL;
 	}
 	memcpy(k->page_ids, ids, pages * sizeof(uint32_t));
-	gpu_cache_hold(c, ids, pages);
+	launch_gpu_cache_hold(c, ids, pages);
 	k->live = true;
 	k->consumed = consumed;
 	k->prefix_hash = prefix_hash;
@@ -178,7 +178,8 @@ struct gpu_checkpoint *gpu_cache_insert(struct gpu_cache *c, uint64_t consumed,
 	return k;
 }
 
-struct gpu_checkpoint *gpu_cache_find_store(struct gpu_cache *c, uint64_t store_id)
+struct launch_gpu_checkpoint *launch_gpu_cache_find_store(struct launch_gpu_cache *c,
+							 uint64_t store_id)
 {
 	for (uint32_t i = 0; i < c->row_count; i++)
 		if (c->checkpoints[i].live && c->checkpoints[i].store_id == store_id)
@@ -186,7 +187,7 @@ struct gpu_checkpoint *gpu_cache_find_store(struct gpu_cache *c, uint64_t store_
 	return NULL;
 }
 
-uint32_t gpu_cache_checkpoint_count(const struct gpu_cache *c)
+uint32_t launch_gpu_cache_checkpoint_count(const struct launch_gpu_cache *c)
 {
 	uint32_t n = 0;
 

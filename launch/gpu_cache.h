@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct gpu_checkpoint {
+struct launch_gpu_checkpoint {
 	bool live;
 	uint64_t consumed;       /* tokens */
 	uint64_t prefix_hash;    /* of the prompt's first consumed tokens */
@@ -28,34 +28,34 @@ struct gpu_checkpoint {
 	uint64_t store_id;       /* the publication in flight, 0 for none */
 };
 
-struct gpu_cache {
+struct launch_gpu_cache {
 	uint32_t page_tokens, page_count, row_count;
 	uint32_t *page_refs;                /* page_count */
 	uint32_t *free_pages, free_page_count;
 	uint32_t *free_rows, free_row_count;
-	struct gpu_checkpoint *checkpoints; /* row_count: each holds a slot */
+	struct launch_gpu_checkpoint *checkpoints; /* row_count: each holds a slot */
 	uint64_t clock;
 	uint64_t evictions;
 };
 
-/* Returns 0 or -ENOMEM (-EINVAL for a zero count); end with gpu_cache_destroy. */
-int gpu_cache_init(struct gpu_cache *c, uint32_t page_tokens, uint32_t page_count,
-		   uint32_t row_count);
-void gpu_cache_destroy(struct gpu_cache *c);
+/* Returns 0 or -ENOMEM (-EINVAL for a zero count); end with launch_gpu_cache_destroy. */
+int launch_gpu_cache_init(struct launch_gpu_cache *c, uint32_t page_tokens, uint32_t page_count,
+			  uint32_t row_count);
+void launch_gpu_cache_destroy(struct launch_gpu_cache *c);
 
 /* The prompt's hash at consumed tokens, for lookups. */
-typedef uint64_t (*gpu_cache_hash_fn)(const void *prompt, uint64_t consumed);
+typedef uint64_t (*launch_gpu_cache_hash_fn)(const void *prompt, uint64_t consumed);
 
 /*
  * The deepest live checkpoint that is a prefix of a prompt of limit tokens
  * (hash_at agrees at its count), or NULL. Touches it.
  */
-struct gpu_checkpoint *gpu_cache_lookup(struct gpu_cache *c, uint64_t limit,
-					gpu_cache_hash_fn hash_at, const void *prompt);
+struct launch_gpu_checkpoint *launch_gpu_cache_lookup(struct launch_gpu_cache *c, uint64_t limit,
+						      launch_gpu_cache_hash_fn hash_at, const void *prompt);
 
 /* The caller takes, or lets go of, a reference on each of count ids. */
-void gpu_cache_hold(struct gpu_cache *c, const uint32_t *ids, uint32_t count);
-void gpu_cache_release(struct gpu_cache *c, const uint32_t *ids, uint32_t count);
+void launch_gpu_cache_hold(struct launch_gpu_cache *c, const uint32_t *ids, uint32_t count);
+void launch_gpu_cache_release(struct launch_gpu_cache *c, const uint32_t *ids, uint32_t count);
 
 /*
  * count free page ids into ids, held by the caller, evicting the least
@@ -64,11 +64,11 @@ void gpu_cache_release(struct gpu_cache *c, const uint32_t *ids, uint32_t count)
  * again); -ENOSPC when the device cannot hold them at all. Takes nothing on
  * failure.
  */
-int gpu_cache_alloc_pages(struct gpu_cache *c, uint32_t count, uint32_t *ids);
+int launch_gpu_cache_alloc_pages(struct launch_gpu_cache *c, uint32_t count, uint32_t *ids);
 
 /* One free state slot, owned by the caller until inserted; as above. */
-int gpu_cache_alloc_row(struct gpu_cache *c, uint32_t *slot);
-void gpu_cache_free_row(struct gpu_cache *c, uint32_t slot);
+int launch_gpu_cache_alloc_row(struct launch_gpu_cache *c, uint32_t *slot);
+void launch_gpu_cache_free_row(struct launch_gpu_cache *c, uint32_t slot);
 
 /*
  * Caches the checkpoint of consumed tokens whose chain is ids
@@ -76,13 +76,14 @@ void gpu_cache_free_row(struct gpu_cache *c, uint32_t slot);
  * row is slot (ownership passes). Returns it, or NULL without memory (the
  * slot is then freed).
  */
-struct gpu_checkpoint *gpu_cache_insert(struct gpu_cache *c, uint64_t consumed,
-					uint64_t prefix_hash, const uint32_t *ids,
-					uint32_t slot);
+struct launch_gpu_checkpoint *launch_gpu_cache_insert(struct launch_gpu_cache *c, uint64_t consumed,
+						      uint64_t prefix_hash, const uint32_t *ids,
+						      uint32_t slot);
 
 /* The live checkpoint whose publication is store_id, or NULL. */
-struct gpu_checkpoint *gpu_cache_find_store(struct gpu_cache *c, uint64_t store_id);
+struct launch_gpu_checkpoint *launch_gpu_cache_find_store(struct launch_gpu_cache *c,
+							 uint64_t store_id);
 
-uint32_t gpu_cache_checkpoint_count(const struct gpu_cache *c);
+uint32_t launch_gpu_cache_checkpoint_count(const struct launch_gpu_cache *c);
 
 #endif

@@ -19,37 +19,37 @@
 #define RUN_NO_SLOT UINT32_MAX
 #define RUN_REPORTS_MAX 8u          /* wrong units one rank describes per step */
 
-enum run_op {
+enum launch_run_op {
 	RUN_STEP_FILL = 1,   /* prefill: write the model's pages and row */
 	RUN_STEP_POISON,     /* a restore's destination: overwrite with junk first */
 	RUN_STEP_VERIFY,     /* compare pages and row with the model */
 	RUN_STEP_END,        /* rank zero is done (failed: it failed) */
 };
 
-struct run_step_page {
+struct launch_run_step_page {
 	uint32_t id;
 	uint32_t reserved;
 	uint64_t hash;       /* the page's prefix hash */
 };
 
-struct run_step {
+struct launch_run_step {
 	uint32_t op;
 	uint32_t page_count;
 	uint32_t slot;       /* the state row, RUN_NO_SLOT for none */
 	uint32_t failed;     /* RUN_STEP_END: rank zero's outcome */
 	uint64_t row_hash;   /* the row's prefix hash */
-	struct run_step_page pages[RUN_STEP_PAGES_MAX];
+	struct launch_run_step_page pages[RUN_STEP_PAGES_MAX];
 };
 
 /* Bytes of s that travel: the header and its pages. */
-size_t run_step_bytes(const struct run_step *s);
+size_t launch_run_step_bytes(const struct launch_run_step *s);
 
-struct run_plane_spec {
+struct launch_run_plane_spec {
 	uint32_t count;
 	uint64_t unit_bytes;
 };
 
-struct run_planes {
+struct launch_run_planes {
 	uint32_t rank;
 	uint32_t plane_count;
 	uint32_t page_count, row_count;
@@ -67,20 +67,21 @@ struct run_planes {
  * (cuda where it opens, else host, saying why), "cuda" or "host". Returns
  * 0, or a negative code with err.
  */
-int run_planes_open(struct run_planes *p, uint32_t rank, const char *device, int ordinal,
-		    const struct run_plane_spec *specs, uint32_t spec_count,
-		    uint32_t page_count, uint64_t row_bytes, uint32_t row_count,
-		    char *err, size_t err_size);
-void run_planes_close(struct run_planes *p);
+int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const char *device,
+			   int ordinal,
+			   const struct launch_run_plane_spec *specs, uint32_t spec_count,
+			   uint32_t page_count, uint64_t row_bytes, uint32_t row_count,
+			   char *err, size_t err_size);
+void launch_run_planes_close(struct launch_run_planes *p);
 
 /* "cuda" or "host": what the store must be told. */
-const char *run_planes_device(const struct run_planes *p);
+const char *launch_run_planes_device(const struct launch_run_planes *p);
 
 /*
  * Executes s on this rank's planes. Returns the number of wrong pages and
  * rows (RUN_STEP_VERIFY; each of the first RUN_REPORTS_MAX described on
  * stderr), 0, or a negative code when the device fails.
  */
-int64_t run_planes_execute(struct run_planes *p, const struct run_step *s);
+int64_t launch_run_planes_execute(struct launch_run_planes *p, const struct launch_run_step *s);
 
 #endif

@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t run_step_bytes(const struct run_step *s)
+size_t launch_run_step_bytes(const struct launch_run_step *s)
 {
-	return offsetof(struct run_step, pages) + (size_t)s->page_count * sizeof(s->pages[0]);
+	return offsetof(struct launch_run_step, pages) + (size_t)s->page_count * sizeof(s->pages[0]);
 }
 
-static int alloc_plane(struct run_planes *p, uint64_t bytes, uint64_t *address)
+static int alloc_plane(struct launch_run_planes *p, uint64_t bytes, uint64_t *address)
 {
 	void *host;
 
@@ -33,7 +33,7 @@ static int alloc_plane(struct run_planes *p, uint64_t bytes, uint64_t *address)
 	return 0;
 }
 
-static void free_plane(struct run_planes *p, uint64_t address)
+static void free_plane(struct launch_run_planes *p, uint64_t address)
 {
 	if (!address)
 		return;
@@ -43,7 +43,7 @@ static void free_plane(struct run_planes *p, uint64_t address)
 		free((void *)(uintptr_t)address);
 }
 
-static int open_device(struct run_planes *p, const char *device, int ordinal, char *err,
+static int open_device(struct launch_run_planes *p, const char *device, int ordinal, char *err,
 		       size_t err_size)
 {
 	char why[256];
@@ -69,10 +69,11 @@ static int open_device(struct run_planes *p, const char *device, int ordinal, ch
 	return shard_device_bind(p->cuda);
 }
 
-int run_planes_open(struct run_planes *p, uint32_t rank, const char *device, int ordinal,
-		    const struct run_plane_spec *specs, uint32_t spec_count,
-		    uint32_t page_count, uint64_t row_bytes, uint32_t row_count,
-		    char *err, size_t err_size)
+int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const char *device,
+			   int ordinal,
+			   const struct launch_run_plane_spec *specs, uint32_t spec_count,
+			   uint32_t page_count, uint64_t row_bytes, uint32_t row_count,
+			   char *err, size_t err_size)
 {
 	uint64_t largest = row_bytes;
 	int ret;
@@ -108,13 +109,13 @@ int run_planes_open(struct run_planes *p, uint32_t rank, const char *device, int
 		ret = alloc_plane(p, row_bytes * row_count, &p->row_base);
 	if (ret) {
 		snprintf(err, err_size, "cannot allocate the %s planes (%u pages, %u rows): %s",
-			 run_planes_device(p), page_count, row_count, strerror(-ret));
-		run_planes_close(p);
+			 launch_run_planes_device(p), page_count, row_count, strerror(-ret));
+		launch_run_planes_close(p);
 	}
 	return ret;
 }
 
-void run_planes_close(struct run_planes *p)
+void launch_run_planes_close(struct launch_run_planes *p)
 {
 	for (uint32_t i = 0; i < p->plane_count; i++)
 		free_plane(p, p->page_base[i]);
@@ -125,13 +126,13 @@ void run_planes_close(struct run_planes *p)
 	memset(p, 0, sizeof(*p));
 }
 
-const char *run_planes_device(const struct run_planes *p)
+const char *launch_run_planes_device(const struct launch_run_planes *p)
 {
 	return p->cuda ? "cuda" : "host";
 }
 
 /* Writes bytes at address from the scratch buffer (host: in place already). */
-static int put_unit(struct run_planes *p, uint64_t address, uint64_t bytes)
+static int put_unit(struct launch_run_planes *p, uint64_t address, uint64_t bytes)
 {
 	if (!p->cuda)
 		return 0;
@@ -140,12 +141,13 @@ static int put_unit(struct run_planes *p, uint64_t address, uint64_t bytes)
 }
 
 /* Where a unit's bytes are produced: on the host device, in place. */
-static void *unit_target(struct run_planes *p, uint64_t address)
+static void *unit_target(struct launch_run_planes *p, uint64_t address)
 {
 	return p->cuda ? (void *)p->scratch : (void *)(uintptr_t)address;
 }
 
-static int fill_page(struct run_planes *p, const struct run_step_page *pg, bool poison)
+static int fill_page(struct launch_run_planes *p, const struct launch_run_step_page *pg,
+		     bool poison)
 {
 	int ret = 0;
 
@@ -154,28 +156,28 @@ static int fill_page(struct run_planes *p, const struct run_step_page *pg, bool 
 		void *to = unit_target(p, address);
 
 		if (poison)
-			synth_poison(to, p->unit_bytes[i], (uint64_t)pg->id << 8 | i);
+			launch_synth_poison(to, p->unit_bytes[i], (uint64_t)pg->id << 8 | i);
 		else
-			synth_page(to, p->unit_bytes[i], p->rank, i, pg->hash);
+			launch_synth_page(to, p->unit_bytes[i], p->rank, i, pg->hash);
 		ret = put_unit(p, address, p->unit_bytes[i]);
 	}
 	return ret;
 }
 
-static int fill_row(struct run_planes *p, uint32_t slot, uint64_t hash, bool poison)
+static int fill_row(struct launch_run_planes *p, uint32_t slot, uint64_t hash, bool poison)
 {
 	uint64_t address = p->row_base + slot * p->row_bytes;
 	void *to = unit_target(p, address);
 
 	if (poison)
-		synth_poison(to, p->row_bytes, ~(uint64_t)slot);
+		launch_synth_poison(to, p->row_bytes, ~(uint64_t)slot);
 	else
-		synth_row(to, p->row_bytes, p->rank, hash);
+		launch_synth_row(to, p->row_bytes, p->rank, hash);
 	return put_unit(p, address, p->row_bytes);
 }
 
 /* Compares the unit at address with p->expect; 1 when it differs. */
-static int check_unit(struct run_planes *p, uint64_t address, uint64_t bytes,
+static int check_unit(struct launch_run_planes *p, uint64_t address, uint64_t bytes,
 		      uint64_t *first_wrong)
 {
 	const uint8_t *have = (const uint8_t *)(uintptr_t)address;
@@ -195,17 +197,17 @@ static int check_unit(struct run_planes *p, uint64_t address, uint64_t bytes,
 	return 1;
 }
 
-static int64_t verify(struct run_planes *p, const struct run_step *s)
+static int64_t verify(struct launch_run_planes *p, const struct launch_run_step *s)
 {
 	int64_t wrong = 0;
 	uint64_t at;
 	int ret;
 
 	for (uint32_t k = 0; k < s->page_count; k++) {
-		const struct run_step_page *pg = &s->pages[k];
+		const struct launch_run_step_page *pg = &s->pages[k];
 
 		for (uint32_t i = 0; i < p->plane_count; i++) {
-			synth_page(p->expect, p->unit_bytes[i], p->rank, i, pg->hash);
+			launch_synth_page(p->expect, p->unit_bytes[i], p->rank, i, pg->hash);
 			ret = check_unit(p, p->page_base[i] + pg->id * p->unit_bytes[i],
 					 p->unit_bytes[i], &at);
 			if (ret < 0)
@@ -216,7 +218,7 @@ static int64_t verify(struct run_planes *p, const struct run_step *s)
 		}
 	}
 	if (s->slot != RUN_NO_SLOT) {
-		synth_row(p->expect, p->row_bytes, p->rank, s->row_hash);
+		launch_synth_row(p->expect, p->row_bytes, p->rank, s->row_hash);
 		ret = check_unit(p, p->row_base + s->slot * p->row_bytes, p->row_bytes, &at);
 		if (ret < 0)
 			return ret;
@@ -227,7 +229,7 @@ static int64_t verify(struct run_planes *p, const struct run_step *s)
 	return wrong;
 }
 
-int64_t run_planes_execute(struct run_planes *p, const struct run_step *s)
+int64_t launch_run_planes_execute(struct launch_run_planes *p, const struct launch_run_step *s)
 {
 	bool poison = s->op == RUN_STEP_POISON;
 	int ret = 0;

@@ -35,8 +35,8 @@ static void stream_fill(void *out, size_t bytes, enum synth_kind kind, uint32_t 
 	memcpy(p + i, &x, bytes - i);
 }
 
-int synth_prompt_build(struct synth_prompt *p, const struct trace_span *spans,
-		       uint32_t count, uint32_t page_tokens)
+int launch_synth_prompt_build(struct launch_synth_prompt *p, const struct launch_trace_span *spans,
+			      uint32_t count, uint32_t page_tokens)
 {
 	uint64_t total = 0, at = 0, h = SYNTH_ROOT_HASH;
 
@@ -49,7 +49,7 @@ int synth_prompt_build(struct synth_prompt *p, const struct trace_span *spans,
 	p->tokens = malloc((total ? total : 1) * sizeof(*p->tokens));
 	p->page_hashes = malloc((p->full_pages ? p->full_pages : 1) * sizeof(uint64_t));
 	if (!p->tokens || !p->page_hashes) {
-		synth_prompt_free(p);
+		launch_synth_prompt_free(p);
 		return -ENOMEM;
 	}
 	for (uint32_t s = 0; s < count; s++)
@@ -63,14 +63,14 @@ int synth_prompt_build(struct synth_prompt *p, const struct trace_span *spans,
 	return 0;
 }
 
-void synth_prompt_free(struct synth_prompt *p)
+void launch_synth_prompt_free(struct launch_synth_prompt *p)
 {
 	free(p->tokens);
 	free(p->page_hashes);
 	memset(p, 0, sizeof(*p));
 }
 
-uint64_t synth_prefix_hash(const struct synth_prompt *p, uint64_t consumed)
+uint64_t launch_synth_prefix_hash(const struct launch_synth_prompt *p, uint64_t consumed)
 {
 	uint64_t pages = consumed / p->page_tokens;
 	uint64_t h = pages ? p->page_hashes[pages - 1] : SYNTH_ROOT_HASH;
@@ -80,17 +80,17 @@ uint64_t synth_prefix_hash(const struct synth_prompt *p, uint64_t consumed)
 	return XXH64(&consumed, sizeof(consumed), h);
 }
 
-void synth_page(void *out, size_t bytes, uint32_t rank, uint32_t plane, uint64_t page_hash)
+void launch_synth_page(void *out, size_t bytes, uint32_t rank, uint32_t plane, uint64_t page_hash)
 {
 	stream_fill(out, bytes, SYNTH_PAGE, rank, plane, page_hash);
 }
 
-void synth_row(void *out, size_t bytes, uint32_t rank, uint64_t prefix_hash)
+void launch_synth_row(void *out, size_t bytes, uint32_t rank, uint64_t prefix_hash)
 {
 	stream_fill(out, bytes, SYNTH_ROW, rank, 0, prefix_hash);
 }
 
-void synth_poison(void *out, size_t bytes, uint64_t salt)
+void launch_synth_poison(void *out, size_t bytes, uint64_t salt)
 {
 	stream_fill(out, bytes, SYNTH_POISON, 0, 0, salt);
 }

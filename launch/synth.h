@@ -17,7 +17,7 @@
 /* Token ids are drawn below this (a large model's vocabulary). */
 #define SYNTH_VOCABULARY 151936u
 
-struct synth_prompt {
+struct launch_synth_prompt {
 	uint32_t page_tokens;
 	uint64_t token_count;
 	uint32_t *tokens;        /* token_count */
@@ -27,23 +27,23 @@ struct synth_prompt {
 
 /*
  * Builds the prompt of spans (count of them) at page_tokens per page.
- * Returns 0 or -ENOMEM; free with synth_prompt_free.
+ * Returns 0 or -ENOMEM; free with launch_synth_prompt_free.
  */
-int synth_prompt_build(struct synth_prompt *p, const struct trace_span *spans,
-		       uint32_t count, uint32_t page_tokens);
-void synth_prompt_free(struct synth_prompt *p);
+int launch_synth_prompt_build(struct launch_synth_prompt *p, const struct launch_trace_span *spans,
+			      uint32_t count, uint32_t page_tokens);
+void launch_synth_prompt_free(struct launch_synth_prompt *p);
 
 /* The hash of the prompt's first consumed tokens (consumed <= token_count). */
-uint64_t synth_prefix_hash(const struct synth_prompt *p, uint64_t consumed);
+uint64_t launch_synth_prefix_hash(const struct launch_synth_prompt *p, uint64_t consumed);
 
 /* Fills out (bytes, any size) with page bytes: rank, plane, the page's hash. */
-void synth_page(void *out, size_t bytes, uint32_t rank, uint32_t plane,
-		uint64_t page_hash);
+void launch_synth_page(void *out, size_t bytes, uint32_t rank, uint32_t plane,
+		       uint64_t page_hash);
 
 /* Fills out with a state row: rank and the checkpoint's prefix hash. */
-void synth_row(void *out, size_t bytes, uint32_t rank, uint64_t prefix_hash);
+void launch_synth_row(void *out, size_t bytes, uint32_t rank, uint64_t prefix_hash);
 
 /* Fills out with bytes no page or row holds by chance (a poisoned id). */
-void synth_poison(void *out, size_t bytes, uint64_t salt);
+void launch_synth_poison(void *out, size_t bytes, uint64_t salt);
 
 #endif

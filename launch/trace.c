@@ -288,15 +288,15 @@ static int skip_value(struct cursor *c, uint32_t depth)
 }
 
 /* [[seed, count], ...] into r->spans. */
-static int parse_spans(struct cursor *c, struct trace_request *r)
+static int parse_spans(struct cursor *c, struct launch_trace_request *r)
 {
-	struct trace_span *spans = NULL;
+	struct launch_trace_span *spans = NULL;
 	int ret = expect_char(c, '[', "to open \"spans\"");
 
 	if (!ret && peek(c, ']'))
 		return fail(c, "\"spans\" is empty: a request needs at least one token");
 	while (!ret) {
-		struct trace_span s;
+		struct launch_trace_span s;
 
 		if (r->span_count == TRACE_SPANS_MAX)
 			return fail(c, "more than %u spans", TRACE_SPANS_MAX);
@@ -329,7 +329,7 @@ static int parse_spans(struct cursor *c, struct trace_request *r)
 	return ret;
 }
 
-static int parse_expect(struct cursor *c, struct trace_expect *e)
+static int parse_expect(struct cursor *c, struct launch_trace_expect *e)
 {
 	int ret = expect_char(c, '{', "to open \"expect\"");
 
@@ -394,7 +394,7 @@ static int parse_key(struct cursor *c, char *key, size_t size)
 	return parse_string(c, NULL, 0);
 }
 
-static int parse_member(struct cursor *c, struct trace_request *r, struct seen *seen)
+static int parse_member(struct cursor *c, struct launch_trace_request *r, struct seen *seen)
 {
 	char key[64];
 	int ret = parse_key(c, key, sizeof(key));
@@ -434,7 +434,7 @@ static int parse_member(struct cursor *c, struct trace_request *r, struct seen *
 }
 
 /* One line: an object holding "id" and "spans". */
-static int parse_request(struct cursor *c, struct trace_request *r)
+static int parse_request(struct cursor *c, struct launch_trace_request *r)
 {
 	struct seen seen = { 0 };
 	int ret = expect_char(c, '{', "to open a request");
@@ -462,7 +462,7 @@ static int parse_request(struct cursor *c, struct trace_request *r)
 	return ret;
 }
 
-void trace_free(struct trace *trace)
+void launch_trace_free(struct launch_trace *trace)
 {
 	for (uint32_t i = 0; i < trace->request_count; i++)
 		free(trace->requests[i].spans);
@@ -480,9 +480,9 @@ static bool blank(const char *at, const char *end)
 }
 
 /* Appends the request on [line, end); 0, or -EINVAL/-ENOMEM. */
-static int add_line(struct trace *t, struct cursor *c, size_t *capacity)
+static int add_line(struct launch_trace *t, struct cursor *c, size_t *capacity)
 {
-	struct trace_request *r;
+	struct launch_trace_request *r;
 
 	if ((size_t)(c->end - c->at) > TRACE_LINE_BYTES_MAX)
 		return fail(c, "longer than %u bytes", TRACE_LINE_BYTES_MAX);
@@ -490,7 +490,7 @@ static int add_line(struct trace *t, struct cursor *c, size_t *capacity)
 		return fail(c, "a trace holds at most %u requests", TRACE_REQUESTS_MAX);
 	if (t->request_count == *capacity) {
 		size_t grown = *capacity ? *capacity * 2 : 16;
-		struct trace_request *more = realloc(t->requests, grown * sizeof(*more));
+		struct launch_trace_request *more = realloc(t->requests, grown * sizeof(*more));
 
 		if (!more)
 			return -ENOMEM;
@@ -511,8 +511,8 @@ static int add_line(struct trace *t, struct cursor *c, size_t *capacity)
 
 static int by_id_then_line(const void *a, const void *b)
 {
-	const struct trace_request *x = *(const struct trace_request *const *)a;
-	const struct trace_request *y = *(const struct trace_request *const *)b;
+	const struct launch_trace_request *x = *(const struct launch_trace_request *const *)a;
+	const struct launch_trace_request *y = *(const struct launch_trace_request *const *)b;
 	int order = strcmp(x->id, y->id);
 
 	return order ? order : (x->line > y->line) - (x->line < y->line);
@@ -522,10 +522,10 @@ static int by_id_then_line(const void *a, const void *b)
  * Every id once: sorted, so a million requests cost n log n. Names the
  * earliest line whose id an earlier line already had.
  */
-static int check_unique_ids(const struct trace *t, char *err, size_t err_size)
+static int check_unique_ids(const struct launch_trace *t, char *err, size_t err_size)
 {
-	const struct trace_request **sorted = malloc(t->request_count * sizeof(*sorted));
-	const struct trace_request *first = NULL, *again = NULL;
+	const struct launch_trace_request **sorted = malloc(t->request_count * sizeof(*sorted));
+	const struct launch_trace_request *first = NULL, *again = NULL;
 
 	if (!sorted)
 		return -ENOMEM;
@@ -552,10 +552,10 @@ static int check_unique_ids(const struct trace *t, char *err, size_t err_size)
 	return -EINVAL;
 }
 
-int trace_parse(const char *text, size_t size, struct trace *out, char *err,
-		size_t err_size)
+int launch_trace_parse(const char *text, size_t size, struct launch_trace *out, char *err,
+		       size_t err_size)
 {
-	struct trace t = { 0 };
+	struct launch_trace t = { 0 };
 	const char *at = text, *end = text + size;
 	size_t capacity = 0;
 	uint32_t line = 0;
@@ -578,12 +578,12 @@ int trace_parse(const char *text, size_t size, struct trace *out, char *err,
 	if (ret == -ENOMEM)
 		snprintf(err, err_size, "out of memory at line %u", line);
 	if (ret)
-		trace_free(&t);
+		launch_trace_free(&t);
 	*out = t;
 	return ret;
 }
 
-int trace_load(const char *path, struct trace *out, char *err, size_t err_size)
+int launch_trace_load(const char *path, struct launch_trace *out, char *err, size_t err_size)
 {
 	FILE *f = fopen(path, "rb");
 	char *text = NULL, why[400];
@@ -616,7 +616,7 @@ int trace_load(const char *path, struct trace *out, char *err, size_t err_size)
 	fclose(f);
 	if (ret)
 		snprintf(err, err_size, "cannot read trace %s", path);
-	else if ((ret = trace_parse(text, size, out, why, sizeof(why))) != 0)
+	else if ((ret = launch_trace_parse(text, size, out, why, sizeof(why))) != 0)
 		snprintf(err, err_size, "trace %s: %s", path, why);
 	free(text);
 	return ret;

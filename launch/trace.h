@@ -32,43 +32,43 @@
 #define TRACE_LINE_BYTES_MAX (1u << 20)    /* one line */
 #define TRACE_DEPTH_MAX 32u                /* nesting of skipped values */
 
-struct trace_span {
+struct launch_trace_span {
 	uint64_t seed;
 	uint64_t count;
 };
 
-struct trace_expect {
+struct launch_trace_expect {
 	bool has_gpu_reused, has_host_reused, has_prefilled;
 	uint64_t gpu_reused, host_reused, prefilled;
 };
 
-struct trace_request {
+struct launch_trace_request {
 	char id[TRACE_ID_BYTES_MAX + 1];
 	uint32_t line;              /* 1-based, for messages */
 	uint32_t span_count;
-	struct trace_span *spans;   /* span_count, owned by the trace */
+	struct launch_trace_span *spans;   /* span_count, owned by the trace */
 	uint64_t token_count;       /* the sum of the spans' counts */
 	bool settle;                /* wait for stores in flight first */
-	struct trace_expect expect;
+	struct launch_trace_expect expect;
 };
 
-struct trace {
+struct launch_trace {
 	uint32_t request_count;
-	struct trace_request *requests; /* owned; trace_free releases */
+	struct launch_trace_request *requests; /* owned; launch_trace_free releases */
 };
 
 /*
  * Parses text (size bytes, not necessarily terminated) into out. Returns
  * 0, or -EINVAL with err as "line N: what", or -ENOMEM. On failure out is
- * empty (nothing to free, though trace_free is harmless).
+ * empty (nothing to free, though launch_trace_free is harmless).
  */
-int trace_parse(const char *text, size_t size, struct trace *out, char *err,
-		size_t err_size);
+int launch_trace_parse(const char *text, size_t size, struct launch_trace *out, char *err,
+		       size_t err_size);
 
 /* Reads and parses the file at path; errors name the path. */
-int trace_load(const char *path, struct trace *out, char *err, size_t err_size);
+int launch_trace_load(const char *path, struct launch_trace *out, char *err, size_t err_size);
 
 /* Frees what a trace owns and empties it. */
-void trace_free(struct trace *trace);
+void launch_trace_free(struct launch_trace *trace);
 
 #endif

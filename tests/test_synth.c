@@ -17,29 +17,29 @@
 /* Shared prefixes hash alike at every count; anything past them differs. */
 static void test_synth_prefix_hashes(void **state)
 {
-	struct trace_span one[] = { { 5, 100 } }, two[] = { { 5, 100 }, { 6, 30 } },
+	struct launch_trace_span one[] = { { 5, 100 } }, two[] = { { 5, 100 }, { 6, 30 } },
 			  other[] = { { 5, 99 }, { 7, 31 } };
-	struct synth_prompt a, b, c;
+	struct launch_synth_prompt a, b, c;
 
 	(void)state;
-	assert_int_equal(synth_prompt_build(&a, one, 1, 16), 0);
-	assert_int_equal(synth_prompt_build(&b, two, 2, 16), 0);
-	assert_int_equal(synth_prompt_build(&c, other, 2, 16), 0);
+	assert_int_equal(launch_synth_prompt_build(&a, one, 1, 16), 0);
+	assert_int_equal(launch_synth_prompt_build(&b, two, 2, 16), 0);
+	assert_int_equal(launch_synth_prompt_build(&c, other, 2, 16), 0);
 	assert_int_equal(a.token_count, 100);
 	assert_int_equal(a.full_pages, 6);
 	assert_int_equal(b.full_pages, 8);
 	for (uint64_t n = 0; n <= 100; n++)
-		assert_true(synth_prefix_hash(&a, n) == synth_prefix_hash(&b, n));
+		assert_true(launch_synth_prefix_hash(&a, n) == launch_synth_prefix_hash(&b, n));
 	for (uint64_t i = 0; i < 6; i++)
 		assert_true(a.page_hashes[i] == b.page_hashes[i]);
-	assert_true(synth_prefix_hash(&a, 99) == synth_prefix_hash(&c, 99));
-	assert_true(synth_prefix_hash(&a, 100) != synth_prefix_hash(&c, 100));
-	assert_true(synth_prefix_hash(&b, 50) != synth_prefix_hash(&b, 51));
+	assert_true(launch_synth_prefix_hash(&a, 99) == launch_synth_prefix_hash(&c, 99));
+	assert_true(launch_synth_prefix_hash(&a, 100) != launch_synth_prefix_hash(&c, 100));
+	assert_true(launch_synth_prefix_hash(&b, 50) != launch_synth_prefix_hash(&b, 51));
 	for (uint64_t i = 0; i < a.token_count; i++)
 		assert_true(a.tokens[i] < SYNTH_VOCABULARY);
-	synth_prompt_free(&a);
-	synth_prompt_free(&b);
-	synth_prompt_free(&c);
+	launch_synth_prompt_free(&a);
+	launch_synth_prompt_free(&b);
+	launch_synth_prompt_free(&c);
 }
 
 /* Page and row bytes are a function of rank, plane and hash, any size. */
@@ -48,22 +48,22 @@ static void test_synth_bytes(void **state)
 	uint8_t x[1003], y[1003];
 
 	(void)state;
-	synth_page(x, sizeof(x), 1, 2, 42);
-	synth_page(y, sizeof(y), 1, 2, 42);
+	launch_synth_page(x, sizeof(x), 1, 2, 42);
+	launch_synth_page(y, sizeof(y), 1, 2, 42);
 	assert_memory_equal(x, y, sizeof(x));
-	synth_page(y, sizeof(y), 0, 2, 42);
+	launch_synth_page(y, sizeof(y), 0, 2, 42);
 	assert_memory_not_equal(x, y, sizeof(x));
-	synth_page(y, sizeof(y), 1, 3, 42);
+	launch_synth_page(y, sizeof(y), 1, 3, 42);
 	assert_memory_not_equal(x, y, sizeof(x));
-	synth_page(y, sizeof(y), 1, 2, 43);
+	launch_synth_page(y, sizeof(y), 1, 2, 43);
 	assert_memory_not_equal(x, y, sizeof(x));
-	synth_row(y, sizeof(y), 1, 42);
+	launch_synth_row(y, sizeof(y), 1, 42);
 	assert_memory_not_equal(x, y, sizeof(x));
-	synth_poison(y, sizeof(y), 42);
+	launch_synth_poison(y, sizeof(y), 42);
 	assert_memory_not_equal(x, y, sizeof(x));
 	/* the tail past the last whole 8 bytes is written too */
 	memset(y, 0, sizeof(y));
-	synth_page(y, 3, 1, 2, 42);
+	launch_synth_page(y, 3, 1, 2, 42);
 	assert_false(y[0] == 0 && y[1] == 0 && y[2] == 0);
 	assert_int_equal(y[3], 0);
 }
@@ -76,11 +76,11 @@ static void test_trace_parse(void **state)
 		"   \n"
 		"{\"x\": {\"y\": [true, null, -1.5e3, \"s\"]}, \"settle\": true, \"spans\": [[2, 7]],"
 		" \"id\": \"b\", \"expect\": {\"gpu_reused\": 4, \"prefilled\": 3}}";
-	struct trace t;
+	struct launch_trace t;
 	char err[256];
 
 	(void)state;
-	assert_int_equal(trace_parse(text, sizeof(text) - 1, &t, err, sizeof(err)), 0);
+	assert_int_equal(launch_trace_parse(text, sizeof(text) - 1, &t, err, sizeof(err)), 0);
 	assert_int_equal(t.request_count, 2);
 	assert_string_equal(t.requests[0].id, "a\xc3\xa9\n");
 	assert_int_equal(t.requests[0].span_count, 2);
@@ -94,10 +94,10 @@ static void test_trace_parse(void **state)
 	assert_int_equal(t.requests[1].expect.gpu_reused, 4);
 	assert_false(t.requests[1].expect.has_host_reused);
 	assert_int_equal(t.requests[1].expect.prefilled, 3);
-	trace_free(&t);
+	launch_trace_free(&t);
 	/* a truncated line at every length is refused, never read past */
 	for (size_t n = 1; n < 60; n++) {
-		int ret = trace_parse(text, n, &t, err, sizeof(err));
+		int ret = launch_trace_parse(text, n, &t, err, sizeof(err));
 
 		assert_int_equal(ret, -EINVAL);
 		assert_int_equal(t.request_count, 0);
@@ -111,16 +111,16 @@ static void test_trace_skipped_values_and_ids(void **state)
 {
 	static const char nul[] = "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1\0}";
 	char long_key[600], err[256], *big;
-	struct trace t;
+	struct launch_trace t;
 	size_t at = 0;
 
 	(void)state;
 	snprintf(long_key, sizeof(long_key), "{\"id\": \"x\", \"spans\": [[1, 2]], \"%0300d\": "
 		 "[0, -0.5e-3, 1E+9, {\"a\": \"\\u0041\"}]}", 7);
-	assert_int_equal(trace_parse(long_key, strlen(long_key), &t, err, sizeof(err)), 0);
+	assert_int_equal(launch_trace_parse(long_key, strlen(long_key), &t, err, sizeof(err)), 0);
 	assert_int_equal(t.request_count, 1);
-	trace_free(&t);
-	assert_int_equal(trace_parse(nul, sizeof(nul) - 1, &t, err, sizeof(err)), -EINVAL);
+	launch_trace_free(&t);
+	assert_int_equal(launch_trace_parse(nul, sizeof(nul) - 1, &t, err, sizeof(err)), -EINVAL);
 
 	/* 50,000 requests, the id of line 7 again on line 49,999 */
 	big = malloc(50000 * 64);
@@ -128,7 +128,7 @@ static void test_trace_skipped_values_and_ids(void **state)
 	for (int i = 1; i <= 50000; i++)
 		at += (size_t)sprintf(big + at, "{\"id\": \"r%d\", \"spans\": [[%d, 3]]}\n",
 				      i == 49999 ? 7 : i, i);
-	assert_int_equal(trace_parse(big, at, &t, err, sizeof(err)), -EINVAL);
+	assert_int_equal(launch_trace_parse(big, at, &t, err, sizeof(err)), -EINVAL);
 	assert_string_equal(err, "line 49999: id \"r7\" is also on line 7");
 	free(big);
 }
