@@ -244,18 +244,16 @@ static int run_alloc(struct run *r, uint32_t count, uint32_t *ids, uint32_t *slo
 	}
 }
 
-static void run_fail(struct run *r, struct run_request_result *res,
-		     const struct launch_trace_request *q, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+static void run_fail(struct run_request_result *res, const struct launch_trace_request *q,
+		     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Marks the request failed and says why, naming it. */
-static void run_fail(struct run *r, struct run_request_result *res,
-		     const struct launch_trace_request *q, const char *fmt, ...)
+static void run_fail(struct run_request_result *res, const struct launch_trace_request *q,
+		     const char *fmt, ...)
 {
 	char what[300];
 	va_list ap;
 
-	(void)r;
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
@@ -286,7 +284,7 @@ static uint64_t run_gpu_reuse(struct run *r, const struct launch_trace_request *
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, 0, *chain_len, k->slot,
 			  k->consumed);
 	if (wrong < 0)
-		run_fail(r, res, q, "checking the GPU cache's pages failed: %s",
+		run_fail(res, q, "checking the GPU cache's pages failed: %s",
 			 sel_strerror((int)wrong));
 	else
 		res->wrong_units += (uint64_t)wrong;
@@ -355,7 +353,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 		ret = run_alloc(r, 0, NULL, &slot);
 	}
 	if (ret) {
-		run_fail(r, res, q, "no room on the GPU to restore %u pages and a row: %s",
+		run_fail(res, q, "no room on the GPU to restore %u pages and a row: %s",
 			 hit.page_count, sel_strerror(ret));
 		return resident;
 	}
@@ -375,7 +373,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 		*chain_len = first;
 		r->stopped = true;
 		r->totals.fetch_failures++;
-		run_fail(r, res, q, "the restore of %" PRIu64 " tokens did not end (%s); stopping, "
+		run_fail(res, q, "the restore of %" PRIu64 " tokens did not end (%s); stopping, "
 			 "and page ids %u.. and slot %u are never reused", hit.consumed,
 			 sel_strerror(ret), chain[first], slot);
 		return resident;
@@ -383,7 +381,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 	if (ret) {
 		launch_gpu_cache_free_row(&r->cache, slot);
 		r->totals.fetch_failures++;
-		run_fail(r, res, q, "the restore of %" PRIu64 " tokens failed: %s", hit.consumed,
+		run_fail(res, q, "the restore of %" PRIu64 " tokens failed: %s", hit.consumed,
 			 sel_strerror(ret));
 		return resident;
 	}
@@ -392,7 +390,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 			  hit.consumed);
 	if (wrong < 0) {
 		launch_gpu_cache_free_row(&r->cache, slot);
-		run_fail(r, res, q, "checking the restore failed: %s", sel_strerror((int)wrong));
+		run_fail(res, q, "checking the restore failed: %s", sel_strerror((int)wrong));
 		return resident;
 	}
 	res->wrong_units += (uint64_t)wrong;
@@ -401,7 +399,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 				     r->opt.row_bytes) * r->boot.cluster.world_size;
 	if (!launch_gpu_cache_insert(&r->cache, hit.consumed,
 				     launch_synth_prefix_hash(prompt, hit.consumed), chain, slot)) {
-		run_fail(r, res, q, "out of memory caching a checkpoint");
+		run_fail(res, q, "out of memory caching a checkpoint");
 		return resident;
 	}
 	return hit.consumed;
@@ -544,7 +542,7 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 			ret = run_alloc(r, 0, NULL, &slot);
 		}
 		if (ret) {
-			run_fail(r, res, q, "no room on the GPU for %u pages and a row (%s)",
+			run_fail(res, q, "no room on the GPU for %u pages and a row (%s)",
 				 pages - first, ret == -ENOSPC ? "--gpu-pages or --gpu-rows too "
 				 "small for this prompt" : sel_strerror(ret));
 			break;
@@ -552,18 +550,18 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 		ret = (int)run_pages(r, RUN_STEP_FILL, prompt, chain, first, pages, slot, boundary);
 		if (ret < 0) {
 			launch_gpu_cache_free_row(&r->cache, slot);
-			run_fail(r, res, q, "the prefill step failed: %s", sel_strerror(ret));
+			run_fail(res, q, "the prefill step failed: %s", sel_strerror(ret));
 			break;
 		}
 		k = launch_gpu_cache_insert(&r->cache, boundary, launch_synth_prefix_hash(prompt, boundary),
 					    chain, slot);
 		if (!k) {
-			run_fail(r, res, q, "out of memory caching a checkpoint");
+			run_fail(res, q, "out of memory caching a checkpoint");
 			break;
 		}
 		res->prefilled = boundary - resume;
 		if (run_publish(r, k, h, prompt, parent)) {
-			run_fail(r, res, q, "publishing %" PRIu64 " tokens failed", boundary);
+			run_fail(res, q, "publishing %" PRIu64 " tokens failed", boundary);
 			break;
 		}
 		res->checkpoints++;
@@ -645,7 +643,7 @@ static int run_request(struct run *r, const struct launch_trace_request *q)
 	while (run_poll(r) > 0)
 		;
 	if (q->settle && (ret = run_settle(r)) != 0)
-		run_fail(r, &res, q, "waiting for the stores in flight: %s", sel_strerror(ret));
+		run_fail(&res, q, "waiting for the stores in flight: %s", sel_strerror(ret));
 	if (r->progress)
 		run_offer_again(r);
 	chain = malloc((prompt.full_pages + 1) * sizeof(*chain));
