@@ -1,9 +1,12 @@
 /*
  * A link (DESIGN.md section 7): one connected socket between rank zero and
  * a peer, with a reader thread that delivers frames to a callback and a
- * writer thread that sends from a bounded queue. Sending never blocks: a
- * full queue fails the frame at once (SEL_EQUEUEFULL), so a peer that
- * stops reading cannot stall the caller. An idle writer sends heartbeats;
+ * writer thread that sends from a bounded queue. Where the socket is idle
+ * and nothing is queued, the sender writes its frame itself, without
+ * blocking, and queues only what the socket did not take (one wake-up less
+ * per frame). Sending never blocks: a full queue fails the frame at once
+ * (SEL_EQUEUEFULL), so a peer that stops reading cannot stall the caller.
+ * An idle writer sends heartbeats;
  * a link that hears nothing for its silence timeout, or whose send stalls
  * that long, dies (TCP alone takes minutes to notice a silent peer). A
  * dead link says so once, through on_close, and refuses every later send
