@@ -5,10 +5,13 @@
  * on every rank (same file names and lengths, each rank's own bytes); a
  * fetch restores every rank's pages byte-exact into other ids; a store
  * refused by one rank is unlinked from the others before it is reported;
- * a peer whose connection dies stops the transport with a fatal event.
+ * a peer whose connection dies stops the transport with a fatal event; a
+ * peer that answers jobs nobody sent, or floods rank zero with answers,
+ * stops it too, saying so (a raw-frame peer).
  */
 #include "tests/testutil.h"
 
+#include "cluster/protocol.h"
 #include "common/base.h"
 #include "common/log.h"
 #include "coordinator/cluster.h"
@@ -50,7 +53,10 @@ struct rank {
 	pthread_t thread;
 	int result;
 	char why[256];
+	uint32_t rogue_answers; /* >0: after joining, send this many bogus JOB_DONEs */
 };
+
+static uint32_t rogue_answers; /* for the next setup's rank 2 */
 
 struct fixture {
 	struct rank ranks[WORLD];
@@ -120,6 +126,23 @@ struct peer_arg {
 	struct rank *k;
 };
 
+/* A peer that answers what nobody asked, as raw frames, then waits for the end. */
+static void rogue_peer(struct rank *k, struct cluster_sequences *seq)
+{
+	uint8_t buf[256];
+
+	for (uint32_t i = 0; i < k->rogue_answers; i++) {
+		struct cluster_job_done done = { .job_id = 5 + i % 7, .bytes = 1 };
+		int n = cluster_job_done_encode(&done, buf, sizeof(buf));
+
+		if (n <= 0 || cluster_frame_write(k->fd, &seq->send, CLUSTER_MSG_JOB_DONE, buf,
+						  (uint32_t)n) != 0)
+			break;
+	}
+	while (read(k->fd, buf, sizeof(buf)) > 0)
+		;
+}
+
 static void *peer_main(void *arg)
 {
 	bool undrained;
@@ -149,6 +172,10 @@ static void *peer_main(void *arg)
 	rec_scan_free(&scan);
 	if (k->result)
 		return NULL;
+	if (k->rogue_answers) {
+		rogue_peer(k, &seq);
+		return NULL;
+	}
 	k->result = peer_agent_run(&(struct peer_agent_options){
 		.fd = k->fd, .seq = seq, .engine = k->engine, .geometry = &k->g,
 		.namespace_id = &k->ns, .heartbeat_ms = 100, .silence_timeout_ms = 5000 },
@@ -180,6 +207,8 @@ static int setup(void **state)
 	assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
 	assert_int_equal(listen(listener, WORLD), 0);
 	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+	f->ranks[2].rogue_answers = rogue_answers;
+	rogue_answers = 0;
 	for (uint32_t r = 1; r < WORLD; r++) {
 		f->ranks[r].port = ntohs(addr.sin_port);
 		assert_int_equal(pthread_create(&f->ranks[r].thread, NULL, peer_main,
@@ -344,12 +373,53 @@ static void test_fanout_dead_peer_is_fatal(void **state)
 	assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), SEL_ESTOPPED);
 }
 
+static int setup_rogue_one(void **state)
+{
+	rogue_answers = 1;
+	return setup(state);
+}
+
+static int setup_rogue_flood(void **state)
+{
+	rogue_answers = 5000;
+	return setup(state);
+}
+
+/* An answer to a job that is not in flight stops the transport, naming it. */
+static void test_fanout_answer_to_no_job(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev = wait_event(f);
+
+	assert_int_equal(ev.kind, SEL_EVENT_FATAL);
+	if (!strstr(ev.why, "an answer to no job in flight"))
+		fail_msg("%s", ev.why);
+}
+
+/* More answers than rank zero's ring holds (jobs x ranks x 2): the surplus
+ * does not vanish; the transport stops with the reason. */
+static void test_fanout_answer_flood(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+
+	usleep(300000); /* the flood arrives before anything polls */
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_FATAL);
+	if (!strstr(ev.why, "more answers than jobs outstanding"))
+		fail_msg("%s", ev.why);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_fanout_store_and_fetch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_partial_store_cleaned_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_dead_peer_is_fatal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("fanout", tests, NULL, NULL);
