@@ -17,6 +17,7 @@
  */
 #include "launch/commands.h"
 #include "launch/bootstrap.h"
+#include "launch/synth.h"
 
 #include "common/base.h"
 #include "common/log.h"
@@ -53,28 +54,6 @@ struct cluster_demo {
 	struct sel_store_config config;
 };
 
-static void synth_fill(uint8_t *out, size_t size, uint64_t seed)
-{
-	uint64_t x = XXH64(&seed, sizeof(seed), 0x5e1e7e);
-
-	for (size_t i = 0; i < size; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(out + i, &x, 8);
-	}
-}
-
-static uint64_t page_seed(uint32_t rank, uint32_t plane, uint32_t chain_page)
-{
-	return ((uint64_t)rank << 40) | ((uint64_t)plane << 32) | chain_page;
-}
-
-static uint64_t row_seed(uint32_t rank, uint64_t consumed)
-{
-	return (1ull << 63) | ((uint64_t)rank << 40) | consumed;
-}
-
 /* The model's device memory: chain page i in page id i, checkpoint c's row in slot c. */
 static void cd_fill_sources(struct cluster_demo *d)
 {
@@ -83,11 +62,11 @@ static void cd_fill_sources(struct cluster_demo *d)
 	for (uint32_t p = 0; p < CD_PLANES; p++) {
 		memset(d->planes[p], 0, (size_t)CD_PAGES * CD_UNIT);
 		for (uint32_t i = 0; i < CD_CHAIN_PAGES; i++)
-			synth_fill(d->planes[p] + (size_t)i * CD_UNIT, CD_UNIT, page_seed(rank, p, i));
+			launch_synth_page(d->planes[p] + (size_t)i * CD_UNIT, CD_UNIT, rank, p, i);
 	}
 	memset(d->rows, 0, (size_t)CD_ROWS * CD_ROW);
 	for (uint32_t c = 0; c < CD_CHECKPOINTS; c++)
-		synth_fill(d->rows + (size_t)c * CD_ROW, CD_ROW, row_seed(rank, (c + 1) * CD_STEP));
+		launch_synth_row(d->rows + (size_t)c * CD_ROW, CD_ROW, rank, (c + 1) * CD_STEP);
 }
 
 /* Where phase p restores the conversation. */
@@ -104,13 +83,13 @@ static int cd_verify(struct cluster_demo *d, uint32_t phase)
 		return -ENOMEM;
 	for (uint32_t p = 0; p < CD_PLANES; p++) {
 		for (uint32_t i = 0; i < CD_CHAIN_PAGES; i++) {
-			synth_fill(expect, CD_UNIT, page_seed(rank, p, i));
+			launch_synth_page(expect, CD_UNIT, rank, p, i);
 			bad += memcmp(expect, d->planes[p] +
 					      (size_t)(cd_dest_page(phase) + i) * CD_UNIT,
 				      CD_UNIT) != 0;
 		}
 	}
-	synth_fill(expect, CD_ROW, row_seed(rank, CD_TOKENS));
+	launch_synth_row(expect, CD_ROW, rank, CD_TOKENS);
 	bad += memcmp(expect, d->rows + (size_t)cd_dest_slot(phase) * CD_ROW, CD_ROW) != 0;
 	free(expect);
 	printf("rank %u: phase %u: %s: %u pages x %u planes and the state row restored "
