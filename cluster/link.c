@@ -33,6 +33,11 @@
 #define ENTRY_HEAD_BYTES 6u /* u16 type, u32 length */
 #define ENTRY_RAW 0xffffu   /* the unsent rest of a frame a sender began */
 
+/* The rest of a direct send waits in the queue and goes out of write_buf. */
+_Static_assert(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_DIRECT_PAYLOAD_BYTES_MAX <=
+		       CLUSTER_FRAME_PAYLOAD_BYTES_MAX,
+	       "a direct send's rest fits the writer's buffer");
+
 struct cluster_link {
 	int fd;
 	struct cluster_link_options options;
@@ -48,7 +53,8 @@ struct cluster_link {
 	uint64_t send_sequence;      /* the next frame's number */
 	uint64_t reserved;           /* ring bytes held for a direct send's rest */
 	int direct_error;            /* a direct send failed: the writer reports it */
-	uint8_t *direct_buf;         /* a direct send's frame, header and payload */
+	uint8_t *direct_buf;         /* a direct send's frame, header and payload
+					(CLUSTER_DIRECT_PAYLOAD_BYTES_MAX at most) */
 	int dead;                    /* 0 alive, 1 dead (on_close ran) */
 	uint8_t *read_buf;           /* one payload: CLUSTER_FRAME_PAYLOAD_BYTES_MAX */
 	uint8_t *write_buf;          /* the entry being written */
@@ -185,11 +191,12 @@ static int link_send(struct cluster_link *l, uint16_t type, const uint8_t *paylo
 		return SEL_EQUEUEFULL;
 	}
 	/*
-	 * Directly only where the whole frame could wait in the queue (its rest
-	 * goes there), and never with failpoints armed: cluster.send acts on
-	 * the writer thread, outside the lock, exactly as before.
+	 * Directly only for small frames, where the whole frame could wait in
+	 * the queue (its rest goes there), and never with failpoints armed:
+	 * cluster.send acts on the writer thread, outside the lock, as before.
 	 */
 	if (direct_ok && !l->writing && l->ring_used == 0 &&
+	    length <= CLUSTER_DIRECT_PAYLOAD_BYTES_MAX &&
 	    ENTRY_HEAD_BYTES + CLUSTER_FRAME_HEADER_BYTES + (uint64_t)length <=
 		    l->options.queue_bytes_max &&
 	    !__atomic_load_n(&sel_failpoints_armed, __ATOMIC_RELAXED)) {
@@ -444,9 +451,9 @@ int cluster_link_start(const struct cluster_link_options *options,
 	pthread_cond_init(&l->queue_drained, NULL);
 	l->ring = malloc(options->queue_bytes_max ? options->queue_bytes_max : 1);
 	l->read_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	/* a payload, or the rest of a frame a sender began (header and payload) */
-	l->write_buf = malloc(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	l->direct_buf = malloc(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	/* a payload, or the rest of a small frame a sender began */
+	l->write_buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	l->direct_buf = malloc(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_DIRECT_PAYLOAD_BYTES_MAX);
 	l->send_sequence = options->send_sequence;
 	if (!l->ring || !l->read_buf || !l->write_buf || !l->direct_buf ||
 	    options->queue_bytes_max == 0) {

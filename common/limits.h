@@ -65,6 +65,10 @@
  */
 #define CLUSTER_FRAME_PAYLOAD_BYTES_MAX (16u << 20)
 
+/* Frames a sender may write itself on an idle link (cluster/link.c): small
+ * ones, where a writer wake-up is the cost; larger ones are bandwidth. */
+#define CLUSTER_DIRECT_PAYLOAD_BYTES_MAX (64u << 10)
+
 /* Records in one peer's summary, all chunks together: one directory scan's. */
 #define CLUSTER_SUMMARY_RECORDS_MAX REC_DIR_RECORDS_MAX
 
