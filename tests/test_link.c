@@ -144,6 +144,25 @@ static void test_link_frames_both_ways(void **state)
 	assert_int_equal(b.closed, 1);
 }
 
+/*
+ * Two linked ends of a socketpair whose buffers hold about 2 KiB, the
+ * sending end's queue queue_bytes, and a reader that pauses now and then.
+ */
+static void start_narrow_pair(struct inbox *a, struct inbox *b, uint64_t queue_bytes,
+			      struct cluster_link **la, struct cluster_link **lb)
+{
+	int sv[2], small = 2048;
+
+	inbox_init(a);
+	inbox_init(b);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	*la = start(sv[0], a, queue_bytes, 0, 5000);
+	*lb = start(sv[1], b, 1 << 20, 0, 5000);
+	slow_reader = true;
+}
+
 struct racer {
 	struct cluster_link *link;
 	uint32_t frames;
@@ -190,17 +209,9 @@ static void test_link_racing_senders_small_socket(void **state)
 	struct racer racers[3];
 	pthread_t threads[3];
 	struct cluster_link_stats st;
-	int sv[2], small = 2048;
 
 	(void)state;
-	inbox_init(&a);
-	inbox_init(&b);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
-	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-	la = start(sv[0], &a, 16 << 10, 0, 5000);
-	lb = start(sv[1], &b, 16 << 10, 0, 5000);
-	slow_reader = true;
+	start_narrow_pair(&a, &b, 16 << 10, &la, &lb);
 	for (int i = 0; i < 3; i++) {
 		racers[i] = (struct racer){ .link = la, .frames = 3000 };
 		assert_int_equal(pthread_create(&threads[i], NULL, racer_main, &racers[i]), 0);
@@ -275,17 +286,9 @@ static void test_link_tiny_queue(void **state)
 {
 	struct inbox a, b;
 	struct cluster_link *la, *lb;
-	int sv[2], small = 2048;
 
 	(void)state;
-	inbox_init(&a);
-	inbox_init(&b);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
-	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-	la = start(sv[0], &a, 32, 0, 5000);
-	lb = start(sv[1], &b, 1 << 20, 0, 5000);
-	slow_reader = true;
+	start_narrow_pair(&a, &b, 32, &la, &lb);
 	for (uint64_t i = 1; i <= 2000; i++)
 		while (send_done(la, i) == SEL_EQUEUEFULL)
 			usleep(20);
