@@ -75,8 +75,20 @@ make_hosts() {
 		ip netns exec "$ns" ip link set eth0 up
 		ip netns exec "$ns" ip link set lo up
 		echo "198.18.$net.$((10 + i)) slots=1" >> "$work/hostfile"
-		echo "198.18.$net.$((10 + i))) exec ip netns exec $ns bash -c \"\$*\" ;;" \
-			>> "$work/rsh"
+		# A host of its own: a network namespace, a hostname (a UTS
+		# namespace) and a temporary directory. Open MPI keeps its session
+		# files under ompi.HOSTNAME in the temporary directory; daemons on
+		# "hosts" sharing both race to make and remove each other's.
+		mkdir -p "$work/h$i-tmp"
+		{
+			echo '#!/bin/bash'
+			echo "echo sel-h$i > /proc/sys/kernel/hostname || exit 1"
+			echo "export TMPDIR=$work/h$i-tmp"
+			echo 'exec bash -c "$*"'
+		} > "$work/h$i-enter"
+		chmod +x "$work/h$i-enter"
+		echo "198.18.$net.$((10 + i))) exec ip netns exec $ns unshare --uts" \
+			"$work/h$i-enter \"\$@\" ;;" >> "$work/rsh"
 	done
 	echo 'esac; echo "netns-rsh: unknown host $host" >&2; exit 1' >> "$work/rsh"
 	chmod +x "$work/rsh"
@@ -115,13 +127,39 @@ check_agreement() {
 	echo "-- every rank holds the same $(wc -l < "$work/expect") record files; all verified"
 }
 
+# The hosts' addresses and links, for a launch that failed.
+show_hosts() {
+	[ "$mode" = netns ] || return 0
+	ip -br link show "$bridge" >&2 || true
+	for i in $(seq 1 "$ranks"); do
+		echo "host sel-h$i:" >&2
+		ip netns exec "sel$id-h$i" ip -br addr >&2 || true
+	done
+}
+
+# mpirun ARGS...: mpirun, once more if Open MPI could not start its daemons
+# (no rank ran then, so nothing of Selene's is retried); the output shows it.
+launch() {
+	local attempt
+	for attempt in 1 2; do
+		if mpirun "${mpi_args[@]}" -np "$ranks" -x SELENE_LOG "$@" 2>&1 |
+			tee "$work/launch.out"; [ "${PIPESTATUS[0]}" = 0 ]; then
+			return 0
+		fi
+		grep -q "unable to reliably start one or more daemons" "$work/launch.out" ||
+			return 1
+		echo "multihost $mode: mpirun could not start its daemons (attempt $attempt)" >&2
+		show_hosts
+	done
+	return 1
+}
+
 run_phase() {
 	local phase=$1 what=$2
 	echo
 	echo "== phase $phase: $what"
 	# each rank's directory is its own host's; %r becomes the rank
-	mpirun "${mpi_args[@]}" -np "$ranks" -x SELENE_LOG \
-		"$program" run --trace "$here/phase-$phase.jsonl" --dir "$work/rank%r" \
+	launch "$program" run --trace "$here/phase-$phase.jsonl" --dir "$work/rank%r" \
 		--device "${SELENE_QUALIFY_DEVICE:-host}" --device-ordinal 0 --gpu-pages 64 --gpu-rows 8 --results "$work/phase-$phase.json"
 	check_agreement
 }
@@ -131,7 +169,7 @@ run_failing_phase() {
 	before=$(wc -l < "$work/expect")
 	echo
 	echo "== phase 4: every disk write fails on rank 1 only"
-	if mpirun "${mpi_args[@]}" -np "$ranks" -x SELENE_LOG bash -c \
+	if launch bash -c \
 		'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
 			export SELENE_FAILPOINTS="disk.write=return(EIO)"
 		fi
