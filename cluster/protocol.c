@@ -95,7 +95,7 @@ static const struct type_info type_table[CLUSTER_MSG_TYPE_LAST + 1] = {
 	[CLUSTER_MSG_AGREEMENT] = { "AGREEMENT", CLUSTER_CHUNK_HEAD_BYTES,
 				    AGREEMENT_BYTES_MAX },
 	[CLUSTER_MSG_AGREED] = { "AGREED", CLUSTER_AGREED_BYTES, CLUSTER_AGREED_BYTES },
-	[CLUSTER_MSG_JOB] = { "JOB", CLUSTER_JOB_KEY_BYTES, JOB_BYTES_MAX },
+	[CLUSTER_MSG_JOB] = { "JOB", CLUSTER_JOB_OFF_BODY, JOB_BYTES_MAX },
 	[CLUSTER_MSG_JOB_DONE] = { "JOB_DONE", CLUSTER_JOB_DONE_BYTES_MIN,
 				   CLUSTER_JOB_DONE_BYTES_MIN + CLUSTER_JOB_REASON_BYTES_MAX },
 	[CLUSTER_MSG_HEARTBEAT] = { "HEARTBEAT", CLUSTER_HEARTBEAT_BYTES,
@@ -963,6 +963,8 @@ static int job_check(const struct cluster_job *m)
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
 		return key_valid(&m->key) ? 0 : -EINVAL;
+	case CLUSTER_JOB_NOOP:
+		return 0;
 	}
 	return -EINVAL;
 }
@@ -979,6 +981,8 @@ static uint64_t job_length(const struct cluster_job *m)
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
 		break;
+	case CLUSTER_JOB_NOOP:
+		return CLUSTER_JOB_OFF_BODY;
 	}
 	return CLUSTER_JOB_KEY_BYTES;
 }
@@ -1030,6 +1034,8 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
 		put_key(buf + CLUSTER_JOB_KEY_OFF_KEY, &m->key);
+		break;
+	case CLUSTER_JOB_NOOP:
 		break;
 	}
 	return (int)length;
@@ -1138,6 +1144,9 @@ int cluster_job_decode(const uint8_t *p, uint32_t length, struct cluster_job_vie
 			return PROTO_FAIL(why, why_size, "JOB key consumed %" PRIu64
 					  " (R-WIRE-14)", out->key.consumed);
 		return 0;
+	case CLUSTER_JOB_NOOP:
+		out->kind = CLUSTER_JOB_NOOP;
+		return check_exact("JOB noop", length, CLUSTER_JOB_OFF_BODY, why, why_size);
 	}
 	return PROTO_FAIL(why, why_size, "JOB kind %u unknown (R-WIRE-21)",
 			  p[CLUSTER_JOB_OFF_KIND]);

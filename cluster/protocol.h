@@ -485,7 +485,8 @@ enum cluster_job_kind {
 	CLUSTER_JOB_FETCH = 1,
 	CLUSTER_JOB_TRUNCATE = 2,
 	CLUSTER_JOB_UNLINK = 3,
-	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_UNLINK,
+	CLUSTER_JOB_NOOP = 4, /* moves no bytes: the transport's own cost */
+	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_NOOP,
 };
 
 /* One record of a fetch chain (the shard engine's shard_chain_record). */

@@ -16,6 +16,7 @@
 #include "shard/config.h"
 #include "coordinator/cluster.h"
 #include "coordinator/fanout.h"
+#include "coordinator/bench.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -79,6 +80,11 @@ static int jobs_truncate(void *ctx, uint64_t id, const struct rec_key *key)
 static int jobs_unlink(void *ctx, uint64_t id, const struct rec_key *key)
 {
 	return shard_engine_unlink(ctx, id, key);
+}
+
+static int jobs_noop(void *ctx, uint64_t id)
+{
+	return shard_engine_noop(ctx, id);
 }
 
 static uint32_t jobs_poll(void *ctx, struct shard_completion *out, uint32_t max)
@@ -237,7 +243,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 {
 	struct coord_jobs jobs = { .store = jobs_store, .fetch = jobs_fetch,
 				   .truncate = jobs_truncate, .unlink = jobs_unlink,
-				   .poll = jobs_poll };
+				   .noop = jobs_noop, .poll = jobs_poll };
 	struct rec_identity model;
 	struct rec_geometry *g = malloc(sizeof(*g));
 	uint64_t limit = c->disk_limit_bytes;
@@ -547,4 +553,22 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 	if (n >= 0 && s->fanout)
 		n = metrics_links(s, buf, size, (size_t)n);
 	return n;
+}
+
+int sel_bench_noop(sel_store *s)
+{
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	ret = s->engine ? coord_store_noop(&s->core) : SEL_ESTOPPED;
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void sel_bench_noops(sel_store *s, uint64_t *done, uint64_t *failed)
+{
+	pthread_mutex_lock(&s->lock);
+	*done = s->core.noops_done;
+	*failed = s->core.noops_failed;
+	pthread_mutex_unlock(&s->lock);
 }

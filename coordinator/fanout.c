@@ -221,23 +221,29 @@ static int fan_fetch(void *ctx, uint64_t job_id, const struct shard_fetch_job *j
 	return 0;
 }
 
+/* A truncate, an unlink or a noop: rank zero's engine, then every peer. */
 static int fan_key_job(struct coord_fanout *f, uint64_t job_id, const struct rec_key *key,
 		       enum coord_job_kind kind)
 {
+	static const enum cluster_job_kind wire[] = {
+		[COORD_JOB_TRUNCATE] = CLUSTER_JOB_TRUNCATE,
+		[COORD_JOB_UNLINK] = CLUSTER_JOB_UNLINK,
+		[COORD_JOB_NOOP] = CLUSTER_JOB_NOOP,
+	};
 	struct pending *p;
 	int ret;
 
 	if (is_stopped(f))
 		return SEL_ESTOPPED;
 	ret = kind == COORD_JOB_TRUNCATE ? shard_engine_truncate(f->o.local, job_id, key) :
-					   shard_engine_unlink(f->o.local, job_id, key);
+	      kind == COORD_JOB_UNLINK	 ? shard_engine_unlink(f->o.local, job_id, key) :
+					   shard_engine_noop(f->o.local, job_id);
 	if (ret)
 		return ret;
 	p = begin(f, job_id, kind);
 	send_all(f, p, cluster_job_encode(&(struct cluster_job){
-		.job_id = job_id,
-		.kind = kind == COORD_JOB_TRUNCATE ? CLUSTER_JOB_TRUNCATE : CLUSTER_JOB_UNLINK,
-		.key = *key }, f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+		.job_id = job_id, .kind = wire[kind], .key = key ? *key : (struct rec_key){ 0 } },
+		f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
 	return 0;
 }
 
@@ -249,6 +255,11 @@ static int fan_truncate(void *ctx, uint64_t job_id, const struct rec_key *key)
 static int fan_unlink(void *ctx, uint64_t job_id, const struct rec_key *key)
 {
 	return fan_key_job(ctx, job_id, key, COORD_JOB_UNLINK);
+}
+
+static int fan_noop(void *ctx, uint64_t job_id)
+{
+	return fan_key_job(ctx, job_id, NULL, COORD_JOB_NOOP);
 }
 
 /* A failed store: unlink it where it was written, then report (seed 2.14). */
@@ -373,7 +384,7 @@ void coord_fanout_jobs(struct coord_fanout *f, struct coord_jobs *jobs)
 {
 	*jobs = (struct coord_jobs){ .ctx = f, .store = fan_store, .fetch = fan_fetch,
 				     .truncate = fan_truncate, .unlink = fan_unlink,
-				     .poll = fan_poll, .stopped = fan_stopped };
+				     .noop = fan_noop, .poll = fan_poll, .stopped = fan_stopped };
 }
 
 int coord_fanout_open(const struct coord_fanout_options *o, struct coord_fanout **out)

@@ -586,6 +586,35 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 		 c->why[0] ? c->why : sel_strerror(c->result));
 }
 
+int coord_store_noop(struct coord_store *s)
+{
+	struct coord_job *job;
+	uint32_t id;
+	int ret;
+
+	if (!s->jobs_ops.noop)
+		return -ENOTSUP;
+	if (s->stopped)
+		return SEL_ESTOPPED;
+	job = job_take(s, &id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->kind = COORD_JOB_NOOP;
+	ret = s->jobs_ops.noop(s->jobs_ops.ctx, id);
+	if (ret)
+		job_release(s, job);
+	return ret;
+}
+
+static void count_noop(struct coord_store *s, const struct shard_completion *c)
+{
+	s->noops_done++;
+	if (c->result) {
+		s->noops_failed++;
+		sel_warn("a noop job failed: %s", c->why[0] ? c->why : sel_strerror(c->result));
+	}
+}
+
 static void observe(struct sel_latency_histogram *h, uint64_t ns)
 {
 	static const double bounds[SEL_LATENCY_BUCKETS] = SEL_LATENCY_BOUNDS;
@@ -634,6 +663,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_store(s, job, &done[i]);
 			else if (job->kind == COORD_JOB_FETCH)
 				complete_fetch(s, job, &done[i]);
+			else if (job->kind == COORD_JOB_NOOP)
+				count_noop(s, &done[i]);
 			else
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);

@@ -36,12 +36,16 @@ struct coord_jobs {
 	int (*fetch)(void *ctx, uint64_t job_id, const struct shard_fetch_job *job);
 	int (*truncate)(void *ctx, uint64_t job_id, const struct rec_key *key);
 	int (*unlink)(void *ctx, uint64_t job_id, const struct rec_key *key);
+	/* Optional: a job that moves no bytes (see shard_engine_noop). */
+	int (*noop)(void *ctx, uint64_t job_id);
 	uint32_t (*poll)(void *ctx, struct shard_completion *out, uint32_t max);
 	/* Optional: true once the transport stopped for good, with why. */
 	bool (*stopped)(void *ctx, char *why, size_t why_size);
 };
 
-enum coord_job_kind { COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK };
+enum coord_job_kind {
+	COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK, COORD_JOB_NOOP
+};
 
 struct coord_job {
 	bool in_use;
@@ -76,6 +80,8 @@ struct coord_store {
 	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
 	uint64_t disk_full_until_ns;
 	bool stopped;           /* the transport stopped: no new jobs (FATAL sent) */
+	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */
+	uint64_t noops_failed;  /* of those, answered with an error somewhere */
 	struct sel_stats stats;
 	struct coord_lookup lookup; /* scratch for one lookup (large) */
 	struct shard_chain_record fetch_records[COORD_CHAIN_MAX]; /* scratch */
@@ -103,6 +109,15 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 		      const uint32_t *page_ids, uint32_t state_slot, uint64_t waiter,
 		      bool *joined);
 int coord_store_cancel(struct coord_store *s, uint64_t waiter);
+
+/*
+ * A job that moves no bytes and touches no file, through every rank's
+ * engine (jobs_ops.noop): what a job costs the transport alone, for selene
+ * bench fanout. Its completion, taken by coord_store_poll, counts in
+ * noops_done (and noops_failed) and makes no event. Returns 0, -ENOTSUP
+ * without jobs_ops.noop, SEL_EQUEUEFULL or SEL_ESTOPPED.
+ */
+int coord_store_noop(struct coord_store *s);
 
 /* Takes job completions, applies them, and hands out events. */
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max);

@@ -2,16 +2,20 @@
  * selene bench fanout: what the multi-rank transport adds to a job (DESIGN.md
  * section 7). For each world size, rank zero runs in this process through
  * the public API and every other rank is a forked peer (sel_peer_start) on
- * loopback, all on the host device with small records, so the job's own
- * copy and disk time stay small and equal across world sizes. The same
- * sequence of store-then-fetch jobs runs at every size; a job's control
- * overhead at N ranks is its latency there minus its latency with one rank.
- * A pipelined phase then keeps many stores in flight and counts jobs/s.
+ * loopback, all on the host device.
+ *
+ * The control path first: noop jobs, which move no bytes and touch no file
+ * but pass every rank's engine queue and thread, the fan-out and the
+ * answers like any job (sel_bench_noop), one at a time and then 32 in
+ * flight. A job's control overhead at N ranks is its p50 there minus its
+ * p50 with one rank. Then jobs that move bytes: store-then-fetch of one
+ * small page per rank, one at a time, and stores 32 in flight.
  */
 #include "launch/commands.h"
 #include "launch/bench_store.h"
 
 #include "common/base.h"
+#include "coordinator/bench.h"
 #include "common/log.h"
 #include "selene/store.h"
 
@@ -45,8 +49,15 @@ struct fanout_run {
 	struct sel_cluster cluster;
 	pid_t peers[FANOUT_WORLD_MAX];
 	uint8_t *planes[2], *rows;
-	uint64_t *store_ns, *fetch_ns;
-	double jobs_per_second;
+	uint64_t *noop_ns, *store_ns, *fetch_ns;
+	double noops_per_second, stores_per_second;
+};
+
+/* One world size's figures, in microseconds. */
+struct fanout_result {
+	uint32_t world;
+	double noop50, noop99, store50, store99, fetch50, fetch99;
+	double noops_per_second, stores_per_second;
 };
 
 static void fanout_config(struct fanout_run *r, uint32_t rank, struct sel_store_config *c,
@@ -166,6 +177,77 @@ static int fanout_wait(sel_store *store, enum sel_event_kind kind, uint64_t id)
 	}
 }
 
+/* Polls until done noops have completed on every rank. */
+static int fanout_wait_noops(sel_store *store, uint64_t done)
+{
+	for (;;) {
+		struct sel_event ev[8];
+		uint32_t n = sel_poll(store, ev, SEL_ARRAY_SIZE(ev));
+		uint64_t now_done, failed;
+
+		for (uint32_t i = 0; i < n; i++) {
+			fprintf(stderr, "selene bench fanout: unexpected event %d: %s\n",
+				(int)ev[i].kind, ev[i].why);
+			return -EIO;
+		}
+		sel_bench_noops(store, &now_done, &failed);
+		if (failed) {
+			fprintf(stderr, "selene bench fanout: %" PRIu64 " noop jobs failed\n",
+				failed);
+			return -EIO;
+		}
+		if (now_done >= done)
+			return 0;
+		fanout_pause();
+	}
+}
+
+/* Noops one at a time, each timed from submit to its completion. */
+static int fanout_noops(struct fanout_run *r, sel_store *store)
+{
+	uint64_t done, failed;
+	int ret = 0;
+
+	sel_bench_noops(store, &done, &failed);
+	for (uint32_t i = 0; !ret && i < r->jobs; i++) {
+		uint64_t t0 = sel_monotonic_ns();
+
+		ret = sel_bench_noop(store);
+		if (!ret)
+			ret = fanout_wait_noops(store, ++done);
+		r->noop_ns[i] = sel_monotonic_ns() - t0;
+	}
+	return ret;
+}
+
+/* Noops with FANOUT_WINDOW in flight; completed noops per second. */
+static int fanout_noops_pipelined(struct fanout_run *r, sel_store *store)
+{
+	uint64_t first, done, failed, submitted = 0, t0 = sel_monotonic_ns();
+	int ret = 0;
+
+	sel_bench_noops(store, &first, &failed);
+	done = first;
+	while (!ret && done - first < r->jobs) {
+		while (submitted - (done - first) < FANOUT_WINDOW && submitted < r->jobs) {
+			ret = sel_bench_noop(store);
+			if (ret == SEL_EQUEUEFULL) {
+				ret = 0;
+				break;
+			}
+			if (ret)
+				break;
+			submitted++;
+		}
+		if (!ret)
+			ret = fanout_wait_noops(store, done + 1);
+		sel_bench_noops(store, &done, &failed);
+	}
+	r->noops_per_second = (double)(done - first) /
+			      ((double)(sel_monotonic_ns() - t0) / 1e9);
+	return ret;
+}
+
 static void fanout_tokens(uint32_t *tokens, uint64_t job)
 {
 	for (uint32_t i = 0; i < FANOUT_TOKENS; i++)
@@ -259,7 +341,7 @@ static int fanout_pipelined(struct fanout_run *r, sel_store *store, uint64_t fir
 		if (n == 0)
 			fanout_pause();
 	}
-	r->jobs_per_second = (double)done / ((double)(sel_monotonic_ns() - t0) / 1e9);
+	r->stores_per_second = (double)done / ((double)(sel_monotonic_ns() - t0) / 1e9);
 	for (uint32_t i = 0; i < FANOUT_WINDOW; i++)
 		sel_history_destroy(ring[i]);
 	return ret;
@@ -297,6 +379,10 @@ static int fanout_world(struct fanout_run *r)
 		if (ret)
 			fprintf(stderr, "selene bench fanout: %u ranks: %s\n", r->world, err);
 	}
+	if (!ret)
+		ret = fanout_noops(r, store);
+	if (!ret)
+		ret = fanout_noops_pipelined(r, store);
 	for (uint64_t job = 0; !ret && job < r->jobs; job++)
 		ret = fanout_job(r, store, job);
 	if (!ret)
@@ -325,36 +411,59 @@ static int fanout_world(struct fanout_run *r)
 	return ret;
 }
 
+static void fanout_report(const struct fanout_result *res, size_t count)
+{
+	const struct fanout_result *one = &res[0], *last = &res[count - 1];
+
+	printf("fanout: control path, noop jobs (no bytes, no file; every rank's engine)\n");
+	printf("fanout: ranks  noop p50/p99 us  overhead p50 us  noops/s (%u in flight)\n",
+	       FANOUT_WINDOW);
+	for (size_t i = 0; i < count; i++)
+		printf("fanout: %5u  %7.1f/%-8.1f  %15.1f  %8.0f\n", res[i].world, res[i].noop50,
+		       res[i].noop99, res[i].noop50 - one->noop50, res[i].noops_per_second);
+	printf("fanout: jobs that move one %u-byte page in 2 planes and a %u-byte row per "
+	       "rank\n", FANOUT_UNIT, FANOUT_UNIT);
+	printf("fanout: ranks  store p50/p99 us  fetch p50/p99 us  overhead store/fetch "
+	       "p50 us  stores/s (%u in flight)\n", FANOUT_WINDOW);
+	for (size_t i = 0; i < count; i++)
+		printf("fanout: %5u  %7.1f/%-8.1f  %7.1f/%-8.1f  %9.1f/%-9.1f      %8.0f\n",
+		       res[i].world, res[i].store50, res[i].store99, res[i].fetch50,
+		       res[i].fetch99, res[i].store50 - one->store50,
+		       res[i].fetch50 - one->fetch50, res[i].stores_per_second);
+	printf("fanout: control overhead at %u ranks: %.1f us p50 (target: under 100 us)\n",
+	       last->world, last->noop50 - one->noop50);
+}
+
 int bench_fanout(const char *dir, uint32_t jobs)
 {
 	static const uint32_t worlds[] = { 1, 2, 4, 8 };
-	uint64_t *store_ns = calloc(jobs, sizeof(uint64_t));
-	uint64_t *fetch_ns = calloc(jobs, sizeof(uint64_t));
-	double base_store = 0, base_fetch = 0;
+	struct fanout_result res[SEL_ARRAY_SIZE(worlds)];
 	char base[512];
 	struct fanout_run r = { .base = base, .jobs = jobs };
+	size_t done = 0;
 	int ret = 0;
 
 	snprintf(base, sizeof(base), "%s/fanout-%d", dir, (int)getpid());
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+	r.noop_ns = calloc(jobs, sizeof(uint64_t));
+	r.store_ns = calloc(jobs, sizeof(uint64_t));
+	r.fetch_ns = calloc(jobs, sizeof(uint64_t));
 	for (int p = 0; p < 2; p++)
 		r.planes[p] = calloc(FANOUT_PAGES, FANOUT_UNIT);
 	r.rows = calloc(FANOUT_ROWS, FANOUT_UNIT);
-	if (!store_ns || !fetch_ns || !r.planes[0] || !r.planes[1] || !r.rows) {
+	if (!r.noop_ns || !r.store_ns || !r.fetch_ns || !r.planes[0] || !r.planes[1] ||
+	    !r.rows) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	memset(r.planes[0], 0xa5, FANOUT_PAGES * FANOUT_UNIT);
-	r.store_ns = store_ns;
-	r.fetch_ns = fetch_ns;
-	printf("fanout: %u store and %u fetch jobs one at a time, then %u stores with %u in "
-	       "flight; one %u-byte page in 2 planes and a %u-byte row per rank; host "
-	       "device, loopback TCP, %ld cores online\n", jobs, jobs, jobs, FANOUT_WINDOW,
-	       FANOUT_UNIT, FANOUT_UNIT, sysconf(_SC_NPROCESSORS_ONLN));
-	printf("fanout: ranks  store p50/p99 us  fetch p50/p99 us  overhead store/fetch "
-	       "p50 us  stores/s\n");
+	printf("fanout: per world size, %u noop jobs one at a time, %u with %u in flight, "
+	       "then %u store-then-fetch jobs one at a time and %u stores with %u in "
+	       "flight; host device, loopback TCP, %ld cores online\n", jobs, jobs,
+	       FANOUT_WINDOW, jobs, jobs, FANOUT_WINDOW, sysconf(_SC_NPROCESSORS_ONLN));
+	fflush(stdout);
 	for (size_t w = 0; !ret && w < SEL_ARRAY_SIZE(worlds); w++) {
-		double s50, s99, f50, f99;
+		struct fanout_result *x = &res[w];
 
 		r.world = worlds[w];
 		if ((mkdir(dir, 0755) && errno != EEXIST) || (mkdir(base, 0755) && errno != EEXIST)) {
@@ -364,22 +473,22 @@ int bench_fanout(const char *dir, uint32_t jobs)
 		ret = fanout_world(&r);
 		if (ret)
 			break;
-		bench_percentiles(store_ns, jobs, &s50, &s99);
-		bench_percentiles(fetch_ns, jobs, &f50, &f99);
-		if (r.world == 1) {
-			base_store = s50;
-			base_fetch = f50;
-		}
-		printf("fanout: %5u  %7.1f/%-8.1f  %7.1f/%-8.1f  %9.1f/%-9.1f      %8.0f\n",
-		       r.world, s50, s99, f50, f99, s50 - base_store, f50 - base_fetch,
-		       r.jobs_per_second);
-		fflush(stdout);
+		x->world = r.world;
+		bench_percentiles(r.noop_ns, jobs, &x->noop50, &x->noop99);
+		bench_percentiles(r.store_ns, jobs, &x->store50, &x->store99);
+		bench_percentiles(r.fetch_ns, jobs, &x->fetch50, &x->fetch99);
+		x->noops_per_second = r.noops_per_second;
+		x->stores_per_second = r.stores_per_second;
+		done++;
 	}
+	if (done)
+		fanout_report(res, done);
 	if (ret)
 		fprintf(stderr, "selene bench fanout: %s\n", sel_strerror(ret));
 out:
-	free(store_ns);
-	free(fetch_ns);
+	free(r.noop_ns);
+	free(r.store_ns);
+	free(r.fetch_ns);
 	for (int p = 0; p < 2; p++)
 		free(r.planes[p]);
 	free(r.rows);

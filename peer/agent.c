@@ -100,6 +100,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 		return shard_engine_truncate(a->o->engine, v->job_id, &v->key);
 	case CLUSTER_JOB_UNLINK:
 		return shard_engine_unlink(a->o->engine, v->job_id, &v->key);
+	case CLUSTER_JOB_NOOP:
+		return shard_engine_noop(a->o->engine, v->job_id);
 	}
 	return -EINVAL;
 }

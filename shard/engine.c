@@ -468,6 +468,8 @@ static void run_job(struct shard_engine *e, struct shard_job *job,
 	case SHARD_JOB_UNLINK:
 		disk_control(e, &e->files[0], REC_DISK_UNLINK, &job->key, &o);
 		break;
+	case SHARD_JOB_NOOP:
+		break;
 	}
 	memset(c, 0, sizeof(*c));
 	c->job_id = job->id;
@@ -650,6 +652,13 @@ int shard_engine_unlink(struct shard_engine *e, uint64_t job_id,
 			const struct rec_key *key)
 {
 	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_UNLINK, .key = *key };
+
+	return job_submit(e, &fill);
+}
+
+int shard_engine_noop(struct shard_engine *e, uint64_t job_id)
+{
+	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_NOOP };
 
 	return job_submit(e, &fill);
 }

@@ -77,6 +77,7 @@ enum shard_job_kind {
 	SHARD_JOB_FETCH,
 	SHARD_JOB_TRUNCATE,
 	SHARD_JOB_UNLINK,
+	SHARD_JOB_NOOP,
 };
 
 /* Store: page ids and state slot on the device -> slots -> record file. */
@@ -146,6 +147,12 @@ int shard_engine_truncate(struct shard_engine *engine, uint64_t job_id,
 			  const struct rec_key *key);
 int shard_engine_unlink(struct shard_engine *engine, uint64_t job_id,
 			const struct rec_key *key);
+/*
+ * A job that moves no bytes and touches no file: it takes a job, passes the
+ * queue and the transfer thread, and completes with 0, as any job does.
+ * What a job costs the engine and the transport alone (selene bench fanout).
+ */
+int shard_engine_noop(struct shard_engine *engine, uint64_t job_id);
 
 /* Takes up to max completions without waiting; returns how many. */
 uint32_t shard_engine_poll(struct shard_engine *engine,

@@ -545,6 +545,33 @@ static void test_cli_cluster_demo(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * selene bench fanout runs every world size through both tables (a few
+ * jobs: its figures are for benchmarks, never asserted here) and leaves
+ * nothing in its directory.
+ */
+static void test_cli_bench_fanout(void **state)
+{
+	struct run_result *r = malloc(sizeof(*r));
+	char *dir = tu_make_temp_dir("bench-fanout");
+
+	(void)state;
+	run(r, NULL, (const char *[]){ "bench", "fanout", "--dir", dir, "--records", "20",
+				       NULL });
+	expect(r, 0, "control overhead at 8 ranks");
+	for (int world = 1; world <= 8; world *= 2) {
+		char line[32];
+
+		snprintf(line, sizeof(line), "fanout: %5d  ", world);
+		/* once in the noop table, once in the store table */
+		assert_non_null(strstr(r->out, line));
+		assert_non_null(strstr(strstr(r->out, line) + 1, line));
+	}
+	assert_int_equal(tu_count_suffix(dir, ""), 2); /* "." and ".." */
+	tu_remove_tree(dir);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -557,6 +584,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),
+		cmocka_unit_test(test_cli_bench_fanout),
 	};
 
 	return cmocka_run_group_tests_name("cli", tests, NULL, NULL);

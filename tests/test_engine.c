@@ -491,6 +491,31 @@ static void test_engine_many_small_jobs(void **state)
 	alarm(0);
 }
 
+/* A noop completes with 0, moves nothing, touches no file, and counts. */
+static void test_engine_noop(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c[3];
+	struct shard_engine_stats before, after;
+
+	shard_engine_stats(f->engine, &before);
+	for (uint64_t i = 0; i < 3; i++)
+		assert_int_equal(shard_engine_noop(f->engine, 500 + i), 0);
+	for (int i = 0; i < 3; i++) {
+		shard_engine_wait(f->engine, &c[i]);
+		assert_int_equal(c[i].job_id, 500 + (uint64_t)i); /* in order */
+		assert_int_equal(c[i].kind, SHARD_JOB_NOOP);
+		assert_int_equal(c[i].result, 0);
+		assert_int_equal(c[i].bytes, 0);
+	}
+	shard_engine_stats(f->engine, &after);
+	assert_int_equal(after.jobs_done, before.jobs_done + 3);
+	assert_int_equal(after.bytes_stored + after.bytes_fetched,
+			 before.bytes_stored + before.bytes_fetched);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -505,6 +530,7 @@ int main(void)
 		BOTH(test_engine_bounded_submission),
 		BOTH(test_engine_full_filesystem),
 		BOTH(test_engine_many_small_jobs),
+		BOTH(test_engine_noop),
 	};
 #undef BOTH
 

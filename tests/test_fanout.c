@@ -373,6 +373,34 @@ static void test_fanout_dead_peer_is_fatal(void **state)
 	assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), SEL_ESTOPPED);
 }
 
+/* Noops go to every rank's engine and complete once all answered. */
+static void test_fanout_noop(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_engine_stats before[WORLD], after;
+	struct sel_event ev;
+	uint32_t submitted = 0;
+
+	for (uint32_t r = 0; r < WORLD; r++)
+		shard_engine_stats(f->ranks[r].engine, &before[r]);
+	for (int i = 0; i < 10000 && f->store->noops_done < 200; i++) {
+		while (submitted < 200 && coord_store_noop(f->store) == 0)
+			submitted++;
+		/* a noop makes no event */
+		assert_int_equal(coord_store_poll(f->store, &ev, 1), 0);
+		usleep(100);
+	}
+	assert_int_equal(submitted, 200);
+	assert_int_equal(f->store->noops_done, 200);
+	assert_int_equal(f->store->noops_failed, 0);
+	assert_int_equal(coord_store_jobs_in_flight(f->store), 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		shard_engine_stats(f->ranks[r].engine, &after);
+		assert_int_equal(after.jobs_done - before[r].jobs_done, 200);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+	}
+}
+
 static int setup_rogue_one(void **state)
 {
 	rogue_answers = 1;
@@ -416,6 +444,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_store_and_fetch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_partial_store_cleaned_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_dead_peer_is_fatal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_noop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,

@@ -338,7 +338,7 @@ static void test_protocol_payload_bounds(void **state)
 		{ CLUSTER_MSG_SUMMARY, 9, 16777132 },
 		{ CLUSTER_MSG_AGREEMENT, 9, 16777209 },
 		{ CLUSTER_MSG_AGREED, 12, 12 },
-		{ CLUSTER_MSG_JOB, 33, 4325401 },
+		{ CLUSTER_MSG_JOB, 9, 4325401 },
 		{ CLUSTER_MSG_JOB_DONE, 22, 222 },
 		{ CLUSTER_MSG_HEARTBEAT, 8, 8 },
 		{ CLUSTER_MSG_BYE, 0, 0 },
@@ -961,6 +961,20 @@ static void test_protocol_round_trip_jobs(void **state)
 		assert_true(rec_key_equal(&view.key, &key));
 		assert_int_equal(view.page_id_count, 0);
 	}
+
+	/* A noop is the 9-byte head alone; a byte more, or kind 5, is refused. */
+	job = (struct cluster_job){ .job_id = 77, .kind = CLUSTER_JOB_NOOP };
+	len = cluster_job_encode(&job, payload, sizeof(payload));
+	assert_int_equal(len, 9);
+	assert_int_equal(payload[8], 4);
+	assert_int_equal(cluster_job_decode(payload, 9, &view, why, sizeof(why)), 0);
+	assert_int_equal(view.kind, CLUSTER_JOB_NOOP);
+	assert_int_equal(view.job_id, 77);
+	expect_proto(cluster_job_decode(payload, 10, &view, why, sizeof(why)), why,
+		     "JOB noop");
+	payload[8] = CLUSTER_JOB_KIND_LAST + 1;
+	expect_proto(cluster_job_decode(payload, 9, &view, why, sizeof(why)), why,
+		     "JOB kind 5 unknown");
 	free(g);
 	free(rh);
 }
@@ -1222,7 +1236,7 @@ static void test_protocol_rejects_bad_fields(void **state)
 	expect_edit_rejected(CLUSTER_MSG_SUMMARY, 9 + 72, 2, "R-WIRE-12");
 	expect_edit_rejected(CLUSTER_MSG_AGREEMENT, 4, 0xff, "R-WIRE-12");
 	expect_edit_rejected(CLUSTER_MSG_AGREEMENT, 9 + 24, 3, "R-WIRE-19");
-	expect_edit_rejected(CLUSTER_MSG_JOB, 8, 4, "R-WIRE-21");
+	expect_edit_rejected(CLUSTER_MSG_JOB, 8, CLUSTER_JOB_KIND_LAST + 1, "R-WIRE-21");
 	expect_edit_rejected(CLUSTER_MSG_REFUSE, 0, 0, "R-WIRE-13");
 	expect_edit_rejected(CLUSTER_MSG_REFUSE, 0, CLUSTER_REFUSE_REASON_LAST + 1, "R-WIRE-13");
 	/* HELLO: rank, world, disk limit, nonce. */

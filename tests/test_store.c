@@ -100,6 +100,16 @@ static int stub_unlink(void *ctx, uint64_t id, const struct rec_key *key)
 	return 0;
 }
 
+static int stub_noop(void *ctx, uint64_t id)
+{
+	struct stub *st = ctx;
+
+	if (st->refuse)
+		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
+	stub_add(st, COORD_JOB_NOOP, id);
+	return 0;
+}
+
 static uint32_t stub_poll(void *ctx, struct shard_completion *out, uint32_t max)
 {
 	struct stub *st = ctx;
@@ -139,7 +149,7 @@ static int setup_limit(void **state, uint64_t limit)
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
 				   .truncate = stub_truncate, .unlink = stub_unlink,
-				   .poll = stub_poll };
+				   .noop = stub_noop, .poll = stub_poll };
 	struct rec_identity model;
 	uint32_t tokens[2000];
 
@@ -634,6 +644,47 @@ static void test_store_engine_refusal_is_reported(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * A noop takes a job slot until it completes, makes no event, and counts;
+ * a refusal frees its slot; a full job table refuses; without the noop
+ * operation it is not supported.
+ */
+static void test_store_noop(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_jobs no_noop = f->store.jobs_ops;
+	struct sel_event ev[4];
+	uint32_t n;
+
+	assert_int_equal(coord_store_noop(&f->store), 0);
+	assert_int_equal(coord_store_noop(&f->store), 0);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 2);
+	assert_int_equal(f->stub.jobs[0].kind, COORD_JOB_NOOP);
+	stub_complete(&f->stub, 0, 0);
+	stub_complete(&f->stub, 1, -EIO);
+	assert_int_equal(coord_store_poll(&f->store, ev, 4), 0);
+	assert_int_equal(f->store.noops_done, 2);
+	assert_int_equal(f->store.noops_failed, 1);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+
+	f->stub.refuse = true;
+	assert_int_equal(coord_store_noop(&f->store), SEL_EQUEUEFULL);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+	f->stub.refuse = false;
+	for (n = 0; coord_store_noop(&f->store) == 0; n++)
+		;
+	assert_int_equal(n, COORD_JOBS_MAX);
+	assert_int_equal(coord_store_noop(&f->store), SEL_EQUEUEFULL);
+	for (uint32_t i = 0; i < n; i++)
+		stub_complete(&f->stub, 2 + i, 0);
+	assert_int_equal(coord_store_poll(&f->store, ev, 4), 0);
+	assert_int_equal(f->store.noops_done, 2 + COORD_JOBS_MAX);
+
+	no_noop.noop = NULL;
+	f->store.jobs_ops = no_noop;
+	assert_int_equal(coord_store_noop(&f->store), -ENOTSUP);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -654,6 +705,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_cancel_owner_still_hears, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_page_only_ancestor_goes_with_child, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_engine_refusal_is_reported, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_noop, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("store", tests, NULL, NULL);

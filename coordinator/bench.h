@@ -1,0 +1,23 @@
+/*
+ * Entry points into a sel_store for Selene's own benchmarks (selene bench
+ * fanout); not part of the public API (include/selene/).
+ */
+#ifndef SELENE_COORDINATOR_BENCH_H
+#define SELENE_COORDINATOR_BENCH_H
+
+#include "selene/store.h"
+
+#include <stdint.h>
+
+/*
+ * Submits a job that moves no bytes and touches no file to every rank's
+ * shard engine (coord_store_noop). It completes when every rank answered;
+ * sel_poll takes its completion and it shows in sel_bench_noops. Returns
+ * 0, SEL_EQUEUEFULL or SEL_ESTOPPED.
+ */
+int sel_bench_noop(sel_store *store);
+
+/* Noops answered by every rank so far, and how many of those failed. */
+void sel_bench_noops(sel_store *store, uint64_t *done, uint64_t *failed);
+
+#endif
