@@ -12,8 +12,10 @@
 /*
  * Submits a job that moves no bytes and touches no file to every rank's
  * shard engine (coord_store_noop). It completes when every rank answered;
- * sel_poll takes its completion and it shows in sel_bench_noops. Returns
- * 0, SEL_EQUEUEFULL or SEL_ESTOPPED.
+ * sel_poll takes its completion and it shows in sel_bench_noops; until
+ * then it counts in jobs_in_flight (sel_stats) like any job. Returns 0,
+ * SEL_EQUEUEFULL, SEL_ESTOPPED, or an error of the engine's or the
+ * fan-out's (-ENOTSUP where the job table has no noop).
  */
 int sel_bench_noop(sel_store *store);
 

@@ -109,7 +109,7 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t length)
 {
 	struct agent *a = ctx;
-	struct cluster_job_view v;
+	struct cluster_job_view v = { 0 };
 	char why[200] = "";
 	int ret;
 
@@ -120,8 +120,12 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 	}
 	ret = cluster_job_decode(payload, length, &v, why, sizeof(why));
 	if (ret) {
-		reply(a, ret == SEL_EPROTO ? 0 : v.job_id, ret, 0,
-		      why[0] ? why : sel_strerror(ret));
+		/*
+		 * The job id is read before anything can be malformed (the link
+		 * passes no JOB shorter than its 9-byte head, and checksums the
+		 * payload), so the failure goes to the job rank zero sent.
+		 */
+		reply(a, v.job_id, ret, 0, why[0] ? why : sel_strerror(ret));
 		return;
 	}
 	/* counted before the engine can complete it, so the count never wraps */
