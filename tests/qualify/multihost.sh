@@ -92,7 +92,11 @@ make_hosts() {
 	done
 	echo 'esac; echo "netns-rsh: unknown host $host" >&2; exit 1' >> "$work/rsh"
 	chmod +x "$work/rsh"
+	# Every daemon started by mpirun itself and talking to it directly:
+	# no daemon depends on another having started (tree spawn, radix
+	# routing), as on a cluster where mpirun reaches every host.
 	mpi_args=(--hostfile "$work/hostfile" --mca plm_rsh_agent "$work/rsh"
+		--mca plm_rsh_no_tree_spawn 1 --mca routed direct
 		--mca oob_tcp_if_include "198.18.$net.0/24"
 		--mca btl tcp,self --mca btl_tcp_if_include "198.18.$net.0/24")
 	echo "== $ranks hosts: namespaces sel$id-h1..$ranks at 198.18.$net.11.., mpirun across them"
