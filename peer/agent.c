@@ -1,8 +1,9 @@
 /*
  * The peer agent's job loop: see agent.h. The link's reader thread decodes
  * each JOB and submits it to the shard engine (a job it cannot submit is
- * answered at once); this thread waits for the engine's completions and
- * answers them.
+ * answered at once); the engine's transfer thread answers each job as it
+ * finishes (a completion hook: no hand-off between a job's end and its
+ * answer); this thread waits for the link to end and the jobs to drain.
  */
 #include "peer/agent.h"
 
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
+#include <time.h>
 
 struct agent {
 	const struct peer_agent_options *o;
@@ -25,6 +27,7 @@ struct agent {
 	uint32_t *page_ids;                       /* geometry.page_count entries */
 	struct shard_chain_record *chain;         /* SHARD_CHAIN_RECORDS_MAX */
 	pthread_mutex_t lock;
+	pthread_cond_t changed; /* closed, or the last job in flight answered */
 	bool closed;
 	int close_reason;
 	char close_why[256];
@@ -141,6 +144,35 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 	}
 }
 
+/* The engine's transfer thread: answer the job as soon as it finished. */
+static void on_complete(void *ctx, const struct shard_completion *c)
+{
+	struct agent *a = ctx;
+
+	reply(a, c->job_id, c->result, c->bytes, c->why);
+	pthread_mutex_lock(&a->lock);
+	if (--a->in_flight == 0)
+		pthread_cond_signal(&a->changed);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* Waits up to 20 ms for the link to close or the last job to be answered. */
+static void wait_changed(struct agent *a)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 20000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&a->lock);
+	if (!a->closed || a->in_flight > 0)
+		pthread_cond_timedwait(&a->changed, &a->lock, &until);
+	pthread_mutex_unlock(&a->lock);
+}
+
 static void on_close(void *ctx, int reason, const char *why)
 {
 	struct agent *a = ctx;
@@ -149,6 +181,7 @@ static void on_close(void *ctx, int reason, const char *why)
 	a->closed = true;
 	a->close_reason = reason;
 	snprintf(a->close_why, sizeof(a->close_why), "%s", why);
+	pthread_cond_signal(&a->changed);
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -169,6 +202,7 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 
 	*undrained = false;
 	pthread_mutex_init(&a.lock, NULL);
+	pthread_cond_init(&a.changed, NULL);
 	a.page_ids = calloc(o->geometry->page_count, sizeof(uint32_t));
 	a.chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.chain));
 	if (!a.page_ids || !a.chain) {
@@ -179,17 +213,11 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 	ret = cluster_link_start(&lo, &a.link); /* owns the fd, even on failure */
 	if (ret)
 		goto out;
+	shard_engine_set_completion_hook(o->engine, on_complete, &a);
 	for (;;) {
-		struct shard_completion c;
 		bool closed;
 
-		if (shard_engine_wait_for(o->engine, &c, 20) == 1) {
-			reply(&a, c.job_id, c.result, c.bytes, c.why);
-			pthread_mutex_lock(&a.lock);
-			a.in_flight--;
-			pthread_mutex_unlock(&a.lock);
-			continue;
-		}
+		wait_changed(&a);
 		pthread_mutex_lock(&a.lock);
 		closed = a.closed;
 		left = a.in_flight;
@@ -213,10 +241,13 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 		ret = a.close_reason == 0 ? 0 : a.close_reason;
 		snprintf(why, why_size, "%s", a.close_why);
 	}
+	/* no answer may start on a link being closed */
+	shard_engine_set_completion_hook(o->engine, NULL, NULL);
 	cluster_link_close(a.link, 0);
 out:
 	free(a.page_ids);
 	free(a.chain);
+	pthread_cond_destroy(&a.changed);
 	pthread_mutex_destroy(&a.lock);
 	return ret;
 }

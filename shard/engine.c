@@ -86,6 +86,10 @@ struct shard_engine {
 	uint32_t completion_head;
 	uint32_t completion_count;
 	uint32_t unpolled; /* submitted and not yet polled */
+	shard_completion_hook hook; /* when set, completions go here, not the ring */
+	void *hook_ctx;
+	uint32_t hook_calls;        /* hook calls running (outside the lock) */
+	pthread_cond_t hook_idle;
 	bool stopping;
 	struct shard_engine_stats stats;
 };
@@ -489,6 +493,8 @@ static void *transfer_main(void *arg)
 	for (;;) {
 		struct shard_completion c;
 		struct shard_job *job;
+		shard_completion_hook hook;
+		void *hook_ctx;
 
 		pthread_mutex_lock(&e->lock);
 		while (!e->queue_head && !e->stopping)
@@ -506,8 +512,16 @@ static void *transfer_main(void *arg)
 		run_job(e, job, &c);
 
 		pthread_mutex_lock(&e->lock);
-		SEL_ASSERT(e->completion_count < e->jobs_max);
-		e->completions[(e->completion_head + e->completion_count++) % e->jobs_max] = c;
+		hook = e->hook;
+		hook_ctx = e->hook_ctx;
+		if (hook) {
+			e->unpolled--; /* handed over below, never polled */
+			e->hook_calls++;
+		} else {
+			SEL_ASSERT(e->completion_count < e->jobs_max);
+			e->completions[(e->completion_head + e->completion_count++) %
+				       e->jobs_max] = c;
+		}
 		job->next = e->free_jobs;
 		e->free_jobs = job;
 		if (c.result) {
@@ -521,6 +535,13 @@ static void *transfer_main(void *arg)
 		}
 		pthread_cond_broadcast(&e->completion_ready);
 		pthread_mutex_unlock(&e->lock);
+		if (hook) {
+			hook(hook_ctx, &c);
+			pthread_mutex_lock(&e->lock);
+			if (--e->hook_calls == 0)
+				pthread_cond_broadcast(&e->hook_idle);
+			pthread_mutex_unlock(&e->lock);
+		}
 	}
 	return NULL;
 }
@@ -709,6 +730,17 @@ int shard_engine_wait_for(struct shard_engine *e, struct shard_completion *out,
 	return (int)shard_engine_poll(e, out, 1);
 }
 
+void shard_engine_set_completion_hook(struct shard_engine *e, shard_completion_hook hook,
+				      void *ctx)
+{
+	pthread_mutex_lock(&e->lock);
+	e->hook = hook;
+	e->hook_ctx = ctx;
+	while (!hook && e->hook_calls > 0)
+		pthread_cond_wait(&e->hook_idle, &e->lock);
+	pthread_mutex_unlock(&e->lock);
+}
+
 void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 {
 	pthread_mutex_lock(&e->lock);
@@ -825,6 +857,7 @@ int shard_engine_open(const struct shard_engine_options *options,
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->work_ready, NULL);
 	pthread_cond_init(&e->completion_ready, NULL);
+	pthread_cond_init(&e->hook_idle, NULL);
 	rec_disk_replies_init(&e->replies);
 	if (e->window_pages > SHARD_WINDOW_PAGES_MAX || e->jobs_max > SHARD_JOBS_MAX) {
 		snprintf(err, err_size, "window of %u pages or %u jobs past the maximum",
@@ -894,6 +927,7 @@ void shard_engine_close(struct shard_engine *e)
 	free(e->copies);
 	rec_disk_replies_destroy(&e->replies);
 	pthread_cond_destroy(&e->completion_ready);
+	pthread_cond_destroy(&e->hook_idle);
 	pthread_cond_destroy(&e->work_ready);
 	pthread_mutex_destroy(&e->lock);
 	free(e);

@@ -165,6 +165,19 @@ void shard_engine_wait(struct shard_engine *engine, struct shard_completion *out
 int shard_engine_wait_for(struct shard_engine *engine, struct shard_completion *out,
 			  uint32_t timeout_ms);
 
+/* Receives one completion on the engine's transfer thread; must not block. */
+typedef void (*shard_completion_hook)(void *ctx, const struct shard_completion *c);
+
+/*
+ * From now on, completions go to hook on the transfer thread as each job
+ * finishes, instead of to the ring that poll and wait read; NULL goes back
+ * to the ring, and returns only once no call of the old hook is running,
+ * so ctx may be freed after it. For a caller that answers each job at once
+ * (the peer agent), one thread hand-off less per job.
+ */
+void shard_engine_set_completion_hook(struct shard_engine *engine,
+				      shard_completion_hook hook, void *ctx);
+
 void shard_engine_stats(struct shard_engine *engine,
 			struct shard_engine_stats *out);
 

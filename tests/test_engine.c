@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -516,6 +517,63 @@ static void test_engine_noop(void **state)
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
 }
 
+struct hook_seen {
+	pthread_mutex_t lock;
+	uint64_t count, last_id;
+	bool other_thread;
+	pthread_t caller;
+};
+
+static void hook_record(void *ctx, const struct shard_completion *c)
+{
+	struct hook_seen *h = ctx;
+
+	pthread_mutex_lock(&h->lock);
+	h->count++;
+	h->last_id = c->job_id;
+	h->other_thread = !pthread_equal(pthread_self(), h->caller);
+	pthread_mutex_unlock(&h->lock);
+}
+
+/*
+ * With a completion hook, completions reach it on the transfer thread and
+ * never the ring, so more than jobs_max jobs in all pass without a poll;
+ * once it is removed, completions go to the ring again.
+ */
+static void test_engine_completion_hook(void **state)
+{
+	struct fixture *f = *state;
+	struct hook_seen h = { .lock = PTHREAD_MUTEX_INITIALIZER, .caller = pthread_self() };
+	struct shard_completion c;
+	uint64_t seen = 0;
+
+	shard_engine_set_completion_hook(f->engine, hook_record, &h);
+	for (uint64_t i = 0; i < 40; i++) {
+		int ret, tries = 0;
+
+		/* 8 jobs at most in the engine at once; a hook frees their places */
+		while ((ret = shard_engine_noop(f->engine, 1000 + i)) == SEL_EQUEUEFULL &&
+		       ++tries < 50000)
+			usleep(100);
+		assert_int_equal(ret, 0);
+	}
+	for (int i = 0; i < 5000 && seen < 40; i++) {
+		pthread_mutex_lock(&h.lock);
+		seen = h.count;
+		pthread_mutex_unlock(&h.lock);
+		usleep(1000);
+	}
+	assert_int_equal(seen, 40);
+	assert_int_equal(h.last_id, 1039);
+	assert_true(h.other_thread);
+	assert_int_equal(shard_engine_poll(f->engine, &c, 1), 0);
+	shard_engine_set_completion_hook(f->engine, NULL, NULL);
+	assert_int_equal(shard_engine_noop(f->engine, 2000), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 2000);
+	assert_int_equal(h.count, 40);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -531,6 +589,7 @@ int main(void)
 		BOTH(test_engine_full_filesystem),
 		BOTH(test_engine_many_small_jobs),
 		BOTH(test_engine_noop),
+		BOTH(test_engine_completion_hook),
 	};
 #undef BOTH
 
