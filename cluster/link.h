@@ -54,7 +54,8 @@ struct cluster_link_stats {
 /*
  * Sets TCP_NODELAY, keepalive and TCP_USER_TIMEOUT where the socket is
  * TCP, socket send and receive timeouts, and starts the threads. Returns 0
- * and *out, or a negative errno (the fd is closed on failure).
+ * and *out, or a negative errno (the fd is closed on failure). *out is set
+ * before the threads start, so on_frame may already send on it.
  */
 int cluster_link_start(const struct cluster_link_options *options,
 		       struct cluster_link **out);

@@ -210,10 +210,13 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = cluster_link_start(&lo, &a.link); /* owns the fd, even on failure */
-	if (ret)
-		goto out;
+	/* before the first frame can come: nobody reads the completion ring */
 	shard_engine_set_completion_hook(o->engine, on_complete, &a);
+	ret = cluster_link_start(&lo, &a.link); /* owns the fd, even on failure */
+	if (ret) {
+		shard_engine_set_completion_hook(o->engine, NULL, NULL);
+		goto out;
+	}
 	for (;;) {
 		bool closed;
 
