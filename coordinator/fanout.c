@@ -221,29 +221,37 @@ static int fan_fetch(void *ctx, uint64_t job_id, const struct shard_fetch_job *j
 	return 0;
 }
 
-/* A truncate, an unlink or a noop: rank zero's engine, then every peer. */
+/* A truncate, an unlink or a noop (key NULL): rank zero's engine, then every peer. */
 static int fan_key_job(struct coord_fanout *f, uint64_t job_id, const struct rec_key *key,
 		       enum coord_job_kind kind)
 {
-	static const enum cluster_job_kind wire[] = {
-		[COORD_JOB_TRUNCATE] = CLUSTER_JOB_TRUNCATE,
-		[COORD_JOB_UNLINK] = CLUSTER_JOB_UNLINK,
-		[COORD_JOB_NOOP] = CLUSTER_JOB_NOOP,
-	};
+	struct cluster_job wire = { .job_id = job_id };
 	struct pending *p;
 	int ret;
 
 	if (is_stopped(f))
 		return SEL_ESTOPPED;
-	ret = kind == COORD_JOB_TRUNCATE ? shard_engine_truncate(f->o.local, job_id, key) :
-	      kind == COORD_JOB_UNLINK	 ? shard_engine_unlink(f->o.local, job_id, key) :
-					   shard_engine_noop(f->o.local, job_id);
+	switch (kind) {
+	case COORD_JOB_TRUNCATE:
+		wire.kind = CLUSTER_JOB_TRUNCATE;
+		ret = shard_engine_truncate(f->o.local, job_id, key);
+		break;
+	case COORD_JOB_UNLINK:
+		wire.kind = CLUSTER_JOB_UNLINK;
+		ret = shard_engine_unlink(f->o.local, job_id, key);
+		break;
+	default:
+		SEL_ASSERT(kind == COORD_JOB_NOOP && !key);
+		wire.kind = CLUSTER_JOB_NOOP;
+		ret = shard_engine_noop(f->o.local, job_id);
+		break;
+	}
 	if (ret)
 		return ret;
+	if (key)
+		wire.key = *key;
 	p = begin(f, job_id, kind);
-	send_all(f, p, cluster_job_encode(&(struct cluster_job){
-		.job_id = job_id, .kind = wire[kind], .key = key ? *key : (struct rec_key){ 0 } },
-		f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+	send_all(f, p, cluster_job_encode(&wire, f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
 	return 0;
 }
 

@@ -53,7 +53,7 @@ struct fanout_run {
 	double noops_per_second, stores_per_second;
 };
 
-/* One world size's figures, in microseconds. */
+/* One world size's figures: latencies in microseconds, rates per second. */
 struct fanout_result {
 	uint32_t world;
 	double noop50, noop99, store50, store99, fetch50, fetch99;

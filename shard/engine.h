@@ -172,8 +172,9 @@ typedef void (*shard_completion_hook)(void *ctx, const struct shard_completion *
  * From now on, completions go to hook on the transfer thread as each job
  * finishes, instead of to the ring that poll and wait read; NULL goes back
  * to the ring, and returns only once no call of the old hook is running,
- * so ctx may be freed after it. For a caller that answers each job at once
- * (the peer agent), one thread hand-off less per job.
+ * so ctx may be freed after it. While a hook is set, poll and wait find
+ * nothing. For a caller that answers each job at once (the peer agent),
+ * one thread hand-off less per job.
  */
 void shard_engine_set_completion_hook(struct shard_engine *engine,
 				      shard_completion_hook hook, void *ctx);
