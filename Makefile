@@ -4,7 +4,7 @@
 #   make test            build and run every CMocka test binary
 #   make check-asan      the same tests under ASan and UBSan (build-asan/)
 #   make install         PREFIX=/usr/local DESTDIR=
-#   make deps            install missing Debian packages (scripts/install-deps)
+#   make deps            install every missing Debian package (scripts/install-deps)
 #   V=1                  show every command
 
 PREFIX ?= /usr/local
@@ -129,21 +129,24 @@ $(BUILD)/tests/gpu/test_cuda: $(BUILD)/tests/gpu/test_cuda.o $(BUILD)/tests/test
 tests: $(TEST_BINS) $(PROGRAM)
 
 # Runs every test binary even when one fails, then prints one total line.
-test: deps
+test:
+	$(Q)scripts/install-deps test
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)SELENE_PROGRAM=$(abspath $(PROGRAM)) tests/run-tests $(TEST_BINS)
 
 # The cuda backend on a GPU: the round trip, then the copy, store and fetch
 # benchmarks. Logs go to $(BUILD)/test-gpu.log and $(BUILD)/bench-gpu.log;
 # without a GPU the test skips and says why.
-test-gpu: deps
+test-gpu:
+	$(Q)scripts/install-deps gpu
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/gpu/test_cuda $(PROGRAM)
 	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
 # The record header decoder, then the cluster frame and message decoders,
 # under libFuzzer (clang): FUZZ_SECONDS of fuzzing each.
 FUZZ_SECONDS ?= 60
-fuzz: deps
+fuzz:
+	$(Q)scripts/install-deps build fuzz
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
 		SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" \
 		build-fuzz/libselene.a
@@ -160,21 +163,25 @@ fuzz: deps
 	$(Q)build-fuzz/fuzz_frame -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 		build-fuzz/corpus-frame
 
-check-asan: deps
+check-asan:
+	$(Q)scripts/install-deps test
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan \
 		SANITIZE=address,undefined CFLAGS="-O1 -g" test
 
+# Every group (scripts/install-deps says which target needs which).
 deps:
-	$(Q)scripts/install-deps
+	$(Q)scripts/install-deps build test fuzz qualify python metrics
 
-demo: deps
+demo:
+	$(Q)scripts/install-deps build
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)launch/demo.sh $(PROGRAM)
 
 # The multihost qualification (tests/qualify/multihost.sh): the reference
 # worker through three phases on 4 ranks over loopback, then on 3 network
 # namespaces of this machine as hosts (root), mpirun across them.
-qualify: deps
+qualify:
+	$(Q)scripts/install-deps build qualify
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/qualify/multihost.sh loopback $(PROGRAM) 4
 	$(Q)tests/qualify/multihost.sh netns $(PROGRAM) 3
