@@ -1,8 +1,10 @@
 /*
  * Selene's store API: what a serving engine's model worker thread calls on
- * rank zero (DESIGN.md sections 1, 5 and 9; seed 2.2). Today the store runs
- * one rank (no network); the multi-host transport will fan the same jobs out
- * to every rank behind the same calls.
+ * rank zero (docs/DESIGN.md sections 1, 5 and 9; seed 2.2). With a cluster
+ * (struct sel_cluster) rank zero fans every store, fetch, truncate and unlink
+ * out to a peer agent on every other rank (include/selene/peer.h), and a job
+ * completes only when every rank has finished it; with none, the store is
+ * one rank's.
  *
  * Threads: every call below is made from one thread (the model worker),
  * except sel_store_metrics and sel_store_stats, which may be called from any
