@@ -217,10 +217,14 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	} else {
 		uint32_t parent = n->parent_id;
 
+		/* A condemned record is dropped, not evicted (drop_condemned). */
+		if (n->state == COORD_CONDEMNED)
+			s->condemned_count--;
+		else
+			s->stats.evictions++;
 		coord_index_remove(&s->index, victim);
 		s->stats.records = s->index.node_count;
 		s->stats.unlinks++;
-		s->stats.evictions++;
 		/*
 		 * A page-only ancestor left without children can neither match
 		 * nor supply a chain: it goes with its last child (seed 2.3).
@@ -277,6 +281,10 @@ static int find_parent(struct coord_store *s, const struct rec_history *h,
 		return 0;
 	rec_history_key_at(h, pub->parent_consumed, parent_key);
 	*parent = coord_index_find(&s->index, parent_key);
+	/* A condemned parent is on its way out: absent as far as a child goes. */
+	if (*parent != COORD_NONE &&
+	    coord_index_node(&s->index, *parent)->state == COORD_CONDEMNED)
+		*parent = COORD_NONE;
 	if (*parent == COORD_NONE)
 		return 0; /* absent: a root record holding its whole chain */
 	/* A parent still being written may yet fail: come back when it is done. */
@@ -523,7 +531,7 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 	 * eviction pass compacts instead.
 	 */
 	if (p->parent.consumed != 0 && p->child_count == 1 && p->row_present &&
-	    p->pins == 0)
+	    p->pins == 0 && p->state == COORD_READY)
 		reclaim(s, parent, true);
 }
 
@@ -551,13 +559,111 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		drop_parent_row(s, job->parent);
 }
 
+/*
+ * Unlinks every condemned record nothing holds any more (no pin, no child),
+ * leaves first; a record whose last child goes is tried at once. Records
+ * that depend on a condemned one are condemned with it as they become
+ * ready. Stops when the job table is full: the next completion sweeps
+ * again. Walks the whole index, so it runs only while something is
+ * condemned, and only after completions (the only time pins drop).
+ */
+static void drop_condemned(struct coord_store *s)
+{
+	struct coord_index *ix = &s->index;
+	bool spread = true;
+
+	while (s->condemned_count > 0 && spread) {
+		spread = false;
+		for (uint32_t i = 0; i < ix->nodes_max; i++) {
+			struct coord_node *n = &ix->nodes[i];
+
+			if (n->in_use && n->state == COORD_READY && n->parent_id != COORD_NONE &&
+			    ix->nodes[n->parent_id].state == COORD_CONDEMNED) {
+				n->state = COORD_CONDEMNED;
+				s->condemned_count++;
+				spread = true;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < ix->nodes_max && s->condemned_count > 0; i++) {
+		uint32_t id = i;
+
+		while (id != COORD_NONE && ix->nodes[id].in_use &&
+		       ix->nodes[id].state == COORD_CONDEMNED && ix->nodes[id].child_count == 0 &&
+		       ix->nodes[id].pins == 0) {
+			uint32_t parent = ix->nodes[id].parent_id;
+
+			if (reclaim(s, id, false) != 0)
+				return;
+			id = parent;
+		}
+	}
+}
+
+/* The counter of the reason a fetch's failure condemns a record for, or NULL. */
+static uint64_t *drop_counter(struct coord_store *s, int result)
+{
+	switch (result) {
+	case SEL_ECHECKSUM:
+		return &s->stats.records_dropped_checksum;
+	case SEL_EBADHEADER:
+	case SEL_EMISMATCH:
+		return &s->stats.records_dropped_header;
+	case -ENOENT:
+		return &s->stats.records_dropped_missing;
+	default:
+		return NULL; /* EIO and the like may pass: the record stays */
+	}
+}
+
+/*
+ * A fetch that failed verification on some rank (R-READ-4, issue 10 item 4):
+ * condemns the record it names, and with it every record that depends on
+ * it, so the next publication of that checkpoint stores it again instead
+ * of answering Present over a bad copy. The engine puts the file name
+ * first in every verification failure's reason (record/disk.c), and the
+ * fan-out keeps it behind the rank; a reason that names no record of the
+ * chain condemns the chain's first record, which holds every candidate.
+ */
+static void condemn_failed_record(struct coord_store *s, const struct coord_job *job,
+				  const struct shard_completion *c)
+{
+	uint64_t *counter = drop_counter(s, c->result);
+	char name[REC_FILE_NAME_BYTES];
+	struct coord_node *n;
+	uint32_t bad;
+
+	if (!counter || job->chain_count == 0)
+		return;
+	bad = job->chain[0];
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		rec_file_name(name, &coord_index_node(&s->index, job->chain[i])->key);
+		if (strstr(c->why, name)) {
+			bad = job->chain[i];
+			break;
+		}
+	}
+	n = coord_index_node(&s->index, bad);
+	if (n->state == COORD_CONDEMNED)
+		return;
+	rec_file_name(name, &n->key);
+	sel_warn("%s failed verification (%s): dropped on every rank with what depends on it",
+		 name, c->why[0] ? c->why : sel_strerror(c->result));
+	n->state = COORD_CONDEMNED;
+	s->condemned_count++;
+	(*counter)++;
+}
+
 static void complete_fetch(struct coord_store *s, struct coord_job *job,
 			   const struct shard_completion *c)
 {
 	for (uint32_t i = 0; i < job->chain_count; i++)
 		coord_index_unpin(&s->index, job->chain[i]);
-	if (c->result)
+	if (c->result) {
 		s->stats.fetch_failures++;
+		condemn_failed_record(s, job, c);
+	}
+
 	else
 		s->stats.bytes_fetched += c->bytes;
 	for (uint32_t w = 0; w < job->waiter_count; w++)
@@ -669,6 +775,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);
 		}
+		drop_condemned(s);
 	}
 	s->stats.disk_bytes = s->used_bytes;
 	while (out < max && s->event_count > 0) {

@@ -401,6 +401,111 @@ static void test_fanout_noop(void **state)
 	}
 }
 
+/* Polls until no job is in flight (unlinks make no event). */
+static void wait_quiet(struct fixture *f)
+{
+	struct sel_event ev;
+
+	for (int i = 0; i < 10000 && coord_store_jobs_in_flight(f->store) > 0; i++) {
+		assert_int_equal(coord_store_poll(f->store, &ev, 1), 0);
+		usleep(1000);
+	}
+	assert_int_equal(coord_store_jobs_in_flight(f->store), 0);
+}
+
+/* Fetches the longest stored prefix, which must end at consumed, into ids 40... */
+static struct sel_event fetch_longest(struct fixture *f, uint64_t consumed)
+{
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+
+	assert_true(coord_store_lookup(f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, consumed);
+	assert_int_equal(hit.page_count, consumed / 64);
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(coord_store_fetch(f->store, &hit, ids, 3, 99, &joined), 0);
+	return wait_event(f);
+}
+
+/*
+ * R-READ-4: a record whose page fails its checksum on one rank (issue 10 item 4): the
+ * fetch fails with SEL_ECHECKSUM, the record and the record depending on it
+ * leave the index and every rank's directory, the drop is counted, the
+ * same checkpoint then stores again, and restores byte-exact.
+ */
+static void test_fanout_corrupt_record_dropped_and_stored_again(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	struct rec_key key;
+	char *path;
+
+	publish(f, 7, 1000);
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	{
+		uint32_t ids[PAGES];
+		struct sel_publication pub = { .checkpoint = 8, .consumed = 1300,
+					       .parent_consumed = 1000, .page_ids = ids,
+					       .state_slot = 1 };
+		enum sel_outcome outcome;
+
+		for (uint32_t i = 0; i < 1300 / 64; i++)
+			ids[i] = i;
+		for (uint32_t r = 0; r < WORLD; r++)
+			for (uint32_t i = 1000 / 64; i < 1300 / 64; i++)
+				fill_page(&f->ranks[r], i, i);
+		assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), 0);
+		assert_int_equal(outcome, SEL_QUEUED);
+		ev = wait_event(f);
+		assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	}
+	/* 1000 is a root record (it keeps its row); 1300 depends on it */
+	wait_quiet(f);
+	rec_history_key_at(&f->h, 1000, &key);
+	path = tu_record_path(f->ranks[1].dir, &key);
+	tu_flip_bit(path, 2 * 4096 + 100); /* rank 1, page 0, plane 0 */
+	free(path);
+
+	ev = fetch_longest(f, 1300); /* the chain 1000, 1300 */
+	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(ev.error, SEL_ECHECKSUM);
+	wait_quiet(f);
+	assert_int_equal(f->store->stats.records_dropped_checksum, 1);
+	assert_int_equal(f->store->index.node_count, 0);
+	assert_int_equal(f->store->used_bytes, 0);
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+	{
+		struct sel_hit hit;
+
+		assert_false(coord_store_lookup(f->store, &f->h, 0, &hit));
+	}
+
+	publish(f, 9, 1000); /* Queued, not Present */
+	ev = wait_event(f);
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("store again: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+	}
+	ev = fetch_longest(f, 1000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch again: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		uint8_t expect[ROW];
+
+		for (uint32_t i = 0; i < 1000 / 64; i++)
+			if (!page_is(&f->ranks[r], 40 + i, i))
+				fail_msg("rank %u page %u differs", r, i);
+		tu_fill(expect, ROW, 1000 + r);
+		assert_memory_equal(f->ranks[r].rows + 3 * ROW, expect, ROW);
+	}
+}
+
 static int setup_rogue_one(void **state)
 {
 	rogue_answers = 1;
@@ -445,6 +550,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_partial_store_cleaned_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_dead_peer_is_fatal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_noop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_corrupt_record_dropped_and_stored_again,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,

@@ -422,7 +422,7 @@ static void test_store_waiters_and_cancel(void **state)
 	assert_balanced(f);
 }
 
-/* A failed fetch tells every waiter and releases the chain. */
+/* A failed fetch tells every waiter and releases the chain (then drops it). */
 static void test_store_fetch_failure(void **state)
 {
 	struct fixture *f = *state;
@@ -442,6 +442,73 @@ static void test_store_fetch_failure(void **state)
 	assert_int_equal(poll_events(f, ev), 1);
 	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
 	assert_int_equal(ev[0].error, SEL_ECHECKSUM);
+	/* a reason naming no record drops the chain's first: here, the record */
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 0);
+	assert_balanced(f);
+}
+
+/*
+ * A fetch failing verification drops the record its reason names, and what
+ * depends on it, with unlinks on every rank; the root above it stays. A
+ * failure that is not a verification (EIO) drops nothing (issue 10 item 4).
+ */
+static void test_store_failed_verification_drops_record(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	char name[REC_FILE_NAME_BYTES];
+	struct rec_key middle;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	stub_complete(&f->stub, 3, 0); /* the middle's row drop */
+	poll_events(f, ev);
+	middle = f->stub.jobs[1].header.key;
+
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 20, &joined), 0);
+	stub_complete(&f->stub, 4, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(f->store.index.node_count, 3);
+
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 21, &joined), 0);
+	stub_complete(&f->stub, 5, SEL_ECHECKSUM);
+	rec_file_name(name, &middle);
+	snprintf(f->stub.done[0].why, 200, "rank 2: %s: page 5 fails its checksum", name);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->store.stats.records_dropped_checksum, 1);
+	/* the leaf went first, then the middle: two unlinks */
+	assert_int_equal(f->stub.job_count, 8);
+	assert_int_equal(f->stub.jobs[6].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[6].key, &f->stub.jobs[2].header.key));
+	assert_int_equal(f->stub.jobs[7].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[7].key, &middle));
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_equal(f->store.stats.evictions, 0);
+	stub_complete(&f->stub, 6, 0);
+	stub_complete(&f->stub, 7, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+	/* the root still restores; the dropped checkpoint stores again */
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 300);
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 8, 0);
+	poll_events(f, ev);
 	assert_balanced(f);
 }
 
@@ -697,6 +764,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_full_disk_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_stale_hit_and_full_queue, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_lookup_stats, setup, teardown),

@@ -248,6 +248,13 @@ struct sel_stats {
 	uint64_t scanned_records;
 	/* submit-to-completion time of store and fetch jobs */
 	struct sel_latency_histogram store_latency, fetch_latency;
+	/*
+	 * Records a restore found bad on some rank, removed from the index and
+	 * unlinked on every rank, with the records that depend on them (counted
+	 * in the first one's reason): a page or row checksum, a header (or
+	 * identity, key, layout or length) check, a file missing on a rank.
+	 */
+	uint64_t records_dropped_checksum, records_dropped_header, records_dropped_missing;
 };
 
 void sel_store_stats(sel_store *store, struct sel_stats *out);
