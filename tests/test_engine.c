@@ -311,7 +311,8 @@ static void test_engine_injected_errors(void **state)
 	static const char *const configs[] = {
 		"disk.write=2*off->return(EIO)", "disk.fallocate=return(ENOSPC)",
 		"disk.fdatasync=return(EIO)", "disk.rename=return(EIO)",
-		"disk.write=1*short",
+		"disk.write=1*short", "record.before_write=1*off->return(EIO)",
+		"record.after_write=return(EIO)",
 	};
 	struct fixture *f = *state;
 	struct shard_completion c;

@@ -13,6 +13,7 @@
 
 #include "cluster/protocol.h"
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "coordinator/cluster.h"
 #include "coordinator/fanout.h"
@@ -57,6 +58,7 @@ struct rank {
 };
 
 static uint32_t rogue_answers; /* for the next setup's rank 2 */
+static bool durable_dirs;       /* for the next setup's ranks */
 
 struct fixture {
 	struct rank ranks[WORLD];
@@ -77,7 +79,7 @@ static void rank_open(struct rank *k, uint32_t r)
 	tu_geometry(&k->g, 64, 2, UNIT, ROW, r, WORLD);
 	k->g.page_count = PAGES;
 	tu_identities(NULL, &k->ns);
-	k->dir = tu_dir_open(k->base, &k->g, false);
+	k->dir = tu_dir_open(k->base, &k->g, durable_dirs);
 	assert_int_equal(shard_device_open_host(&k->dev), 0);
 	for (int p = 0; p < 2; p++) {
 		k->plane[p] = tu_alloc((uint64_t)UNIT * PAGES);
@@ -209,6 +211,7 @@ static int setup(void **state)
 	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
 	f->ranks[2].rogue_answers = rogue_answers;
 	rogue_answers = 0;
+	durable_dirs = false;
 	for (uint32_t r = 1; r < WORLD; r++) {
 		f->ranks[r].port = ntohs(addr.sin_port);
 		assert_int_equal(pthread_create(&f->ranks[r].thread, NULL, peer_main,
@@ -506,6 +509,113 @@ static void test_fanout_corrupt_record_dropped_and_stored_again(void **state)
 	}
 }
 
+/* Debris the startup scan must clear: a temporary file, a record whose
+ * header fails, and an orphan (its parent is that record). */
+static void make_debris(struct rank *k)
+{
+	struct tu_record root, orphan;
+	char *path;
+	FILE *file;
+
+	tu_record_make(&root, &k->g, 41, 64 * 2, NULL, 2);
+	tu_record_make(&orphan, &k->g, 41, 64 * 3, &root, 3);
+	assert_int_equal(tu_record_write(k->dir, &root, 0), 0);
+	assert_int_equal(tu_record_write(k->dir, &orphan, 0), 0);
+	path = tu_record_path(k->dir, &root.key);
+	file = fopen(path, "w");
+	assert_non_null(file);
+	fputs("not a header", file);
+	fclose(file);
+	strcpy(strrchr(path, '/') + 1, "a.ckpt.tmp");
+	file = fopen(path, "w");
+	assert_non_null(file);
+	fclose(file);
+	free(path);
+	tu_record_free(&root);
+	tu_record_free(&orphan);
+}
+
+/*
+ * Everything a rank does to its records, through the cluster: a scan over
+ * make_debris's debris, a chain of three stores (the middle one's row dropped), a fetch,
+ * and a corrupt record dropped (unlinked on every rank). Leaves every
+ * directory empty.
+ */
+static void every_step_workload(struct fixture *f)
+{
+	static const uint64_t chain[][2] = { { 300, 0 }, { 700, 300 }, { 900, 700 } };
+	struct rec_scan scan;
+	struct sel_event ev;
+	struct rec_key key;
+	char *path;
+
+	assert_int_equal(rec_dir_scan(f->ranks[0].dir, &scan), 0);
+	assert_int_equal(scan.record_count, 0);
+	rec_scan_free(&scan);
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(chain); i++) {
+		uint32_t ids[PAGES];
+		struct sel_publication pub = { .checkpoint = i, .consumed = chain[i][0],
+					       .parent_consumed = chain[i][1],
+					       .page_ids = ids, .state_slot = 1 };
+		enum sel_outcome outcome;
+
+		for (uint32_t p = 0; p < PAGES; p++)
+			ids[p] = p;
+		assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), 0);
+		assert_int_equal(outcome, SEL_QUEUED);
+		ev = wait_event(f);
+		if (ev.kind != SEL_EVENT_STORED)
+			fail_msg("store %zu: %d %s", i, ev.kind, ev.why);
+	}
+	wait_quiet(f); /* the middle record's row drop */
+	ev = fetch_longest(f, 900);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch: %d %s", ev.kind, ev.why);
+	rec_history_key_at(&f->h, 300, &key);
+	path = tu_record_path(f->ranks[1].dir, &key);
+	tu_flip_bit(path, 2 * 4096 + 100);
+	free(path);
+	ev = fetch_longest(f, 900);
+	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
+	wait_quiet(f);
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+}
+
+/*
+ * Issue 10 item 6: every failpoint `selene failpoints` lists is reached.
+ * Each is armed alone (sleep(0): counted, harmless) under a workload that
+ * should reach it; the test names every one that never fired.
+ */
+static void test_fanout_every_failpoint_reached(void **state)
+{
+	struct fixture *f = *state;
+	char missed[2048] = "";
+
+	for (int i = 0; i < SEL_FAILPOINT_COUNT; i++) {
+		const char *name = sel_failpoint_name((enum sel_failpoint)i);
+		char config[96];
+
+		snprintf(config, sizeof(config), "%s=sleep(0)", name);
+		/* before arming: its writes are not the store's write path */
+		make_debris(&f->ranks[0]);
+		assert_int_equal(sel_failpoints_configure(config), 0);
+		every_step_workload(f);
+		if (sel_failpoint_fired((enum sel_failpoint)i) == 0)
+			snprintf(missed + strlen(missed), sizeof(missed) - strlen(missed), " %s",
+				 name);
+	}
+	sel_failpoints_configure(NULL);
+	if (missed[0])
+		fail_msg("never fired:%s", missed);
+}
+
+static int setup_durable(void **state)
+{
+	durable_dirs = true;
+	return setup(state);
+}
+
 static int setup_rogue_one(void **state)
 {
 	rogue_answers = 1;
@@ -552,6 +662,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_noop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_corrupt_record_dropped_and_stored_again,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_every_failpoint_reached, setup_durable,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,
