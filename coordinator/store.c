@@ -291,6 +291,27 @@ static int find_parent(struct coord_store *s, const struct rec_history *h,
 	return coord_index_node(&s->index, *parent)->state == COORD_READY ? 0 : SEL_RETRY;
 }
 
+/*
+ * The fewest bytes a child of parent can share the disk with: its chain's
+ * records, which every restore through it needs (seed 2.2). The parent
+ * keeps its row while the child is written (it is pinned); an ancestor
+ * above may yet be compacted to its pages.
+ */
+static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t id = parent; id != COORD_NONE;) {
+		const struct coord_node *n = coord_index_node(&s->index, id);
+
+		bytes += n->bytes;
+		if (id != parent && n->row_present)
+			bytes -= s->geometry.row_record_bytes;
+		id = n->parent_id;
+	}
+	return bytes;
+}
+
 static int submit_store(struct coord_store *s, const struct rec_history *h,
 			const struct sel_publication *pub, const struct rec_key *key,
 			uint32_t parent, const struct rec_key *parent_key, uint64_t need)
@@ -378,7 +399,9 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 		need = record_bytes(s, (uint32_t)(pub->consumed / g->page_tokens) - first, true);
 		if (parent != COORD_NONE)
 			coord_index_pin(&s->index, parent); /* not a victim of its child */
-		if (need > s->limit_bytes)
+		/* Oversize: it cannot fit even beside its required ancestors. */
+		if (need > s->limit_bytes ||
+		    required_ancestor_bytes(s, parent) > s->limit_bytes - need)
 			*outcome = SEL_OVERSIZE;
 		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need))
 			*outcome = SEL_RETRY;

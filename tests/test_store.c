@@ -330,6 +330,32 @@ static void test_store_oversize(void **state)
 	assert_int_equal(f->stub.job_count, 0);
 }
 
+/*
+ * Issue 13 item 9: a child that fits alone but not beside the parent it
+ * needs (pinned while it is written) is Oversize, not Retry forever.
+ */
+static void test_store_oversize_counts_ancestors(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED); /* 45056 bytes */
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	/* 6 tail pages: 61440 bytes alone, 106496 with the root (limit 100112) */
+	assert_int_equal(publish(f, 2, 700, 300), SEL_OVERSIZE);
+	assert_int_equal(f->stub.job_count, 1);
+	/* a root record of 700 (its whole chain, 94208 bytes) still fits, once
+	 * the root that no longer helps is evicted */
+	assert_int_equal(publish(f, 3, 700, 0), SEL_RETRY);
+	stub_complete(&f->stub, 1, 0); /* the unlink of 300 */
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 700, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
 /* Under the limit, the LRU leaf is unlinked; its bytes count until done. */
 static void test_store_eviction_under_limit(void **state)
 {
@@ -760,6 +786,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_child_and_row_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_root_when_parent_absent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_oversize_counts_ancestors, setup_small,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_eviction_under_limit, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
