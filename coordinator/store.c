@@ -261,6 +261,23 @@ static bool make_room(struct coord_store *s, uint64_t need)
 	return s->used_bytes + need <= s->limit_bytes;
 }
 
+/*
+ * Evicts leaves until the index has a free node for one more record (a
+ * leaf leaves the index as its unlink is submitted); false when it cannot.
+ * Compaction frees no node, so it is no use here.
+ */
+static bool make_node_room(struct coord_store *s)
+{
+	while (s->index.node_count >= s->index.nodes_max) {
+		bool compact = false;
+		uint32_t victim = coord_index_victim(&s->index, evictable, NULL, &compact);
+
+		if (victim == COORD_NONE || compact || reclaim(s, victim, false) != 0)
+			return false;
+	}
+	return true;
+}
+
 static void count_outcome(struct coord_store *s, enum sel_outcome outcome)
 {
 	switch (outcome) {
@@ -297,13 +314,16 @@ static int find_parent(struct coord_store *s, const struct rec_history *h,
  * keeps its row while the child is written (it is pinned); an ancestor
  * above may yet be compacted to its pages.
  */
-static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent)
+static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent,
+					uint32_t *count)
 {
 	uint64_t bytes = 0;
 
+	*count = 0;
 	for (uint32_t id = parent; id != COORD_NONE;) {
 		const struct coord_node *n = coord_index_node(&s->index, id);
 
+		(*count)++;
 		bytes += n->bytes;
 		if (id != parent && n->row_present)
 			bytes -= s->geometry.row_record_bytes;
@@ -399,11 +419,15 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 		need = record_bytes(s, (uint32_t)(pub->consumed / g->page_tokens) - first, true);
 		if (parent != COORD_NONE)
 			coord_index_pin(&s->index, parent); /* not a victim of its child */
+		uint32_t ancestors;
+		uint64_t ancestor_bytes = required_ancestor_bytes(s, parent, &ancestors);
+
 		/* Oversize: it cannot fit even beside its required ancestors. */
-		if (need > s->limit_bytes ||
-		    required_ancestor_bytes(s, parent) > s->limit_bytes - need)
+		if (need > s->limit_bytes || ancestor_bytes > s->limit_bytes - need ||
+		    ancestors >= s->index.nodes_max)
 			*outcome = SEL_OVERSIZE;
-		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need))
+		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need) ||
+			 !make_node_room(s))
 			*outcome = SEL_RETRY;
 		else if ((ret = submit_store(s, h, pub, &key, parent, &parent_key, need)) == 0)
 			*outcome = SEL_QUEUED;

@@ -144,7 +144,7 @@ struct fixture {
 	uint64_t record_bytes_per_page;
 };
 
-static int setup_limit(void **state, uint64_t limit)
+static int setup_with(void **state, uint64_t limit, uint32_t records_max)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
@@ -156,7 +156,7 @@ static int setup_limit(void **state, uint64_t limit)
 	tu_geometry(&f->g, 64, 2, 4096, 4096, 0, 1);
 	tu_identities(&model, NULL);
 	assert_int_equal(coord_store_init(&f->store, &f->g, &model, REC_STATE_ORDINARY,
-					  limit, 1000, &jobs), 0);
+					  limit, records_max, &jobs), 0);
 	tu_tokens(tokens, 2000, 77);
 	assert_int_equal(rec_history_init(&f->h, &model, tokens, 2000), 0);
 	for (uint32_t i = 0; i < 64; i++)
@@ -164,6 +164,17 @@ static int setup_limit(void **state, uint64_t limit)
 	sel_log_set_level(SEL_LOG_ERROR);
 	*state = f;
 	return 0;
+}
+
+static int setup_limit(void **state, uint64_t limit)
+{
+	return setup_with(state, limit, 1000);
+}
+
+/* Room in the index for two records. */
+static int setup_two_records(void **state)
+{
+	return setup_with(state, 1ull << 30, 2);
 }
 
 static int setup(void **state)
@@ -353,6 +364,39 @@ static void test_store_oversize_counts_ancestors(void **state)
 	assert_int_equal(publish(f, 3, 700, 0), SEL_QUEUED);
 	stub_complete(&f->stub, 2, 0);
 	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/*
+ * Issue 13 item 10: a full index (records_max) evicts the LRU leaf for a
+ * new record, as bytes do, instead of answering Retry forever; a chain
+ * longer than the index can hold is Oversize.
+ */
+static void test_store_full_index_evicts(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	/* 300 -> 700 fill the index: 900 needs three records */
+	assert_int_equal(publish(f, 3, 900, 700), SEL_OVERSIZE);
+	/* a new root evicts the leaf 700 (300 holds a child) */
+	assert_int_equal(publish(f, 4, 130, 0), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &f->stub.jobs[1].header.key));
+	assert_int_equal(f->store.stats.evictions, 1);
+	stub_complete(&f->stub, 2, 0);
+	stub_complete(&f->stub, 3, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 300);
 	assert_balanced(f);
 }
 
@@ -787,6 +831,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_root_when_parent_absent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize_counts_ancestors, setup_small,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_full_index_evicts, setup_two_records,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_eviction_under_limit, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
