@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define WORLD 3
@@ -339,20 +340,18 @@ static void test_fanout_partial_store_cleaned_up(void **state)
 	struct sel_event ev;
 	struct rec_key key;
 
-	/* rank 2 already holds a file of that name: its store fails (EEXIST) */
+	/* a directory has that record's name on rank 2: its rename fails */
 	rec_history_key_at(&f->h, 600, &key);
 	{
-		struct tu_record rec;
+		char *path = tu_record_path(f->ranks[2].dir, &key);
 
-		tu_record_make(&rec, &f->ranks[2].g, 5150, 600, NULL, 1);
-		assert_true(rec_key_equal(&rec.key, &key));
-		assert_int_equal(tu_record_write(f->ranks[2].dir, &rec, 0), 0);
-		tu_record_free(&rec);
+		assert_int_equal(mkdir(path, 0755), 0);
+		free(path);
 	}
 	publish(f, 8, 600);
 	ev = wait_event(f);
 	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
-	assert_int_equal(ev.error, -EEXIST);
+	assert_int_equal(ev.error, -EISDIR);
 	assert_non_null(strstr(ev.why, "rank 2"));
 	for (uint32_t r = 0; r < 2; r++)
 		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
@@ -610,6 +609,57 @@ static void test_fanout_every_failpoint_reached(void **state)
 		fail_msg("never fired:%s", missed);
 }
 
+/*
+ * Issue 13 item 6, R-WRITE-4: an eviction whose unlink fails on one rank
+ * leaves that rank's file behind; storing the key again replaces it there
+ * (before, EEXIST there failed every later store of that key), and the
+ * restore is byte-exact on every rank.
+ */
+static void test_fanout_store_again_after_failed_unlink(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t ids[PAGES] = { 0 };
+	struct sel_publication other = { .checkpoint = 2, .consumed = 600, .page_ids = ids,
+					  .state_slot = 1 };
+	enum sel_outcome outcome;
+	struct sel_event ev;
+	uint64_t limit = f->store->limit_bytes;
+	uint32_t left = 0;
+
+	publish(f, 1, 1000);
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	/* room for one record: another one evicts 1000, whose unlink fails once */
+	f->store->limit_bytes = f->store->used_bytes;
+	assert_int_equal(sel_failpoints_configure("disk.unlink=1*return(EIO)"), 0);
+	assert_int_equal(coord_store_publish(f->store, &f->h, &other, &outcome), 0);
+	assert_int_equal(outcome, SEL_RETRY);
+	wait_quiet(f);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_UNLINK), 1);
+	sel_failpoints_configure(NULL);
+	for (uint32_t r = 0; r < WORLD; r++)
+		left += (uint32_t)tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt");
+	assert_int_equal(left, 1);
+	f->store->limit_bytes = limit;
+
+	publish(f, 3, 1000);
+	ev = wait_event(f);
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("store again: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 1);
+		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+	}
+	ev = fetch_longest(f, 1000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++)
+		for (uint32_t i = 0; i < 1000 / 64; i++)
+			if (!page_is(&f->ranks[r], 40 + i, i))
+				fail_msg("rank %u page %u differs", r, i);
+}
+
 static int setup_durable(void **state)
 {
 	durable_dirs = true;
@@ -663,6 +713,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_corrupt_record_dropped_and_stored_again,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_every_failpoint_reached, setup_durable,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_store_again_after_failed_unlink, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
