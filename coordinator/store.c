@@ -383,6 +383,61 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	return 0;
 }
 
+/*
+ * Issue 10 item 5: a READY record whose row was dropped (its only child
+ * committed) can supply pages to a chain but cannot be restored at its own
+ * endpoint, so it is not Present: its publication rewrites the record
+ * whole, with the same parent and pages and the row, replacing the
+ * page-only file on every rank (R-WRITE-4). The record stays usable for
+ * its children meanwhile, pinned against eviction; a second publication
+ * while that runs answers Retry.
+ */
+static int publish_row(struct coord_store *s, const struct sel_publication *pub,
+		       uint32_t existing, enum sel_outcome *outcome)
+{
+	struct coord_node *n = coord_index_node(&s->index, existing);
+	uint64_t need = record_bytes(s, n->tail_page_count, true);
+	struct rec_header header;
+	struct shard_store_job store = { .header = &header,
+					 .page_ids = pub->page_ids + n->first_page_index,
+					 .state_slot = pub->state_slot };
+	struct coord_job *job;
+	uint32_t id;
+	int err;
+
+	*outcome = SEL_RETRY;
+	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++)
+		if (s->jobs[i].in_use && s->jobs[i].rewrite && s->jobs[i].node == existing)
+			return 0;
+	err = rec_header_init(&header, &s->geometry, &s->namespace_id, &n->key,
+			      n->parent.consumed ? &n->parent : NULL, &n->bucket,
+			      n->first_page_index, n->tail_page_count, sel_realtime_ns());
+	if (err)
+		return err;
+	coord_index_pin(&s->index, existing); /* not a victim of its own room */
+	if (need > s->limit_bytes) {
+		*outcome = SEL_OVERSIZE;
+	} else if (sel_monotonic_ns() >= s->disk_full_until_ns && make_room(s, need) &&
+		   (job = job_take(s, &id)) != NULL) {
+		job->kind = COORD_JOB_STORE;
+		job->rewrite = true;
+		job->checkpoint = pub->checkpoint;
+		job->bytes = need;
+		job->node = existing;
+		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
+		if (err == 0) {
+			s->used_bytes += need;
+			*outcome = SEL_QUEUED;
+			return 0; /* the pin goes when the job completes */
+		}
+		job_release(s, job);
+	}
+	coord_index_unpin(&s->index, existing);
+	if (err && err != SEL_EQUEUEFULL)
+		return err; /* the engine refused it: not a matter of time */
+	return 0;
+}
+
 int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 			const struct sel_publication *pub, enum sel_outcome *outcome)
 {
@@ -403,6 +458,13 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 	existing = coord_index_find(&s->index, &key);
 	if (s->limit_bytes == 0) {
 		*outcome = SEL_OVERSIZE;
+	} else if (existing != COORD_NONE &&
+		   coord_index_node(&s->index, existing)->state == COORD_READY &&
+		   !coord_index_node(&s->index, existing)->row_present) {
+		/* Present needs the row a restore at this endpoint reads. */
+		ret = publish_row(s, pub, existing, outcome);
+		if (ret)
+			return ret;
 	} else if (existing != COORD_NONE) {
 		/* Dedupe: a committed copy is Present; one in flight, retry later. */
 		struct coord_node *n = coord_index_node(&s->index, existing);
@@ -415,13 +477,13 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 	} else {
 		uint32_t first = parent == COORD_NONE ? 0 :
 				 (uint32_t)(parent_key.consumed / g->page_tokens);
+		uint64_t ancestor_bytes;
+		uint32_t ancestors;
 
 		need = record_bytes(s, (uint32_t)(pub->consumed / g->page_tokens) - first, true);
 		if (parent != COORD_NONE)
 			coord_index_pin(&s->index, parent); /* not a victim of its child */
-		uint32_t ancestors;
-		uint64_t ancestor_bytes = required_ancestor_bytes(s, parent, &ancestors);
-
+		ancestor_bytes = required_ancestor_bytes(s, parent, &ancestors);
 		/* Oversize: it cannot fit even beside its required ancestors. */
 		if (need > s->limit_bytes || ancestor_bytes > s->limit_bytes - need ||
 		    ancestors >= s->index.nodes_max)
@@ -582,9 +644,45 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 		reclaim(s, parent, true);
 }
 
+/*
+ * A row put back (publish_row): the record is whole again, or, on failure,
+ * condemned with what depends on it, since its file may be gone on the
+ * ranks whose new copy was written and then cleaned up (R-WRITE-4, 5).
+ */
+static void complete_rewrite(struct coord_store *s, struct coord_job *job,
+			     const struct shard_completion *c)
+{
+	struct coord_node *n = coord_index_node(&s->index, job->node);
+
+	coord_index_unpin(&s->index, job->node);
+	if (c->result) {
+		s->used_bytes -= job->bytes;
+		s->stats.store_failures++;
+		if (c->result == -ENOSPC || c->result == -EDQUOT)
+			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
+		if (n->state == COORD_READY) {
+			n->state = COORD_CONDEMNED;
+			s->condemned_count++;
+		}
+		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);
+		return;
+	}
+	s->used_bytes -= n->bytes; /* the page-only file it replaced */
+	n->bytes = job->bytes;
+	n->row_present = true;
+	coord_index_touch(&s->index, job->node);
+	s->stats.stored++;
+	s->stats.bytes_stored += c->bytes;
+	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
+}
+
 static void complete_store(struct coord_store *s, struct coord_job *job,
 			   const struct shard_completion *c)
 {
+	if (job->rewrite) {
+		complete_rewrite(s, job, c);
+		return;
+	}
 	if (job->parent != COORD_NONE)
 		coord_index_unpin(&s->index, job->parent);
 	if (c->result) {

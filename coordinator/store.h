@@ -57,6 +57,7 @@ struct coord_job {
 	uint64_t waiters[COORD_WAITERS_MAX]; /* [0]: the owner of the destination */
 	uint32_t waiter_count;
 	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
+	bool rewrite;           /* a store that puts a page-only record's row back */
 	uint32_t skip_pages;    /* a fetch's skip: only equal hits join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
 	uint32_t chain[COORD_CHAIN_MAX];

@@ -660,6 +660,85 @@ static void test_fanout_store_again_after_failed_unlink(void **state)
 				fail_msg("rank %u page %u differs", r, i);
 }
 
+/* Publishes consumed over parent (filling every rank's pages and row). */
+static enum sel_outcome publish_over(struct fixture *f, uint64_t checkpoint,
+				     uint64_t consumed, uint64_t parent)
+{
+	uint32_t ids[PAGES];
+	struct sel_publication pub = { .checkpoint = checkpoint, .consumed = consumed,
+				       .parent_consumed = parent, .page_ids = ids,
+				       .state_slot = 1 };
+	enum sel_outcome outcome;
+
+	for (uint32_t i = 0; i < consumed / 64; i++) {
+		ids[i] = i;
+		for (uint32_t r = 0; r < WORLD; r++)
+			fill_page(&f->ranks[r], i, i);
+	}
+	for (uint32_t r = 0; r < WORLD; r++)
+		tu_fill(f->ranks[r].rows + ROW, ROW, consumed + r);
+	assert_int_equal(coord_store_publish(f->store, &f->h, &pub, &outcome), 0);
+	return outcome;
+}
+
+/*
+ * Issue 10 item 5 on every rank: the middle record of 300 -> 700 -> 900
+ * loses its row when 900 commits; publishing 700 again rewrites it whole
+ * (replacing the page-only file, R-WRITE-4), and it restores at its own
+ * endpoint byte-exact, row included.
+ */
+static void test_fanout_row_put_back(void **state)
+{
+	struct fixture *f = *state;
+	static const uint64_t chain[][2] = { { 300, 0 }, { 700, 300 }, { 900, 700 } };
+	struct rec_history shorter;
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(chain); i++) {
+		assert_int_equal(publish_over(f, i, chain[i][0], chain[i][1]), SEL_QUEUED);
+		ev = wait_event(f);
+		assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	}
+	wait_quiet(f); /* 700's row drop */
+	assert_int_equal(rec_history_init(&shorter, &f->store->model, f->h.tokens, 700), 0);
+	assert_false(coord_store_lookup(f->store, &shorter, 0, &hit) && hit.consumed == 700);
+	assert_int_equal(publish_over(f, 4, 700, 300), SEL_QUEUED);
+	ev = wait_event(f);
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("rewrite: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 3);
+		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+	}
+	assert_int_equal(publish_over(f, 5, 700, 300), SEL_PRESENT);
+	assert_true(coord_store_lookup(f->store, &shorter, 0, &hit));
+	assert_int_equal(hit.consumed, 700);
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(coord_store_fetch(f->store, &hit, ids, 3, 99, &joined), 0);
+	ev = wait_event(f);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch: %d %s", ev.kind, ev.why);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		uint8_t expect[ROW];
+
+		for (uint32_t i = 0; i < 700 / 64; i++)
+			if (!page_is(&f->ranks[r], 40 + i, i))
+				fail_msg("rank %u page %u differs", r, i);
+		tu_fill(expect, ROW, 700 + r);
+		assert_memory_equal(f->ranks[r].rows + 3 * ROW, expect, ROW);
+	}
+	/* and the chain through it to 900 still restores */
+	ev = fetch_longest(f, 900);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("fetch 900: %d %s", ev.kind, ev.why);
+	rec_history_free(&shorter);
+}
+
 static int setup_durable(void **state)
 {
 	durable_dirs = true;
@@ -716,6 +795,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_store_again_after_failed_unlink, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_row_put_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,

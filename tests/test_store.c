@@ -315,6 +315,96 @@ static void test_store_child_and_row_drop(void **state)
 	assert_balanced(f);
 }
 
+/* Stores 300, 700 (parent 300) and 900 (parent 700); 700's row goes. */
+static void store_chain_of_three(struct fixture *f)
+{
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+}
+
+/*
+ * Issue 10 item 5: a record whose row was dropped is not Present: its
+ * publication rewrites it whole with the same parent and pages plus the
+ * row (Retry while that runs), and then it is Present and restorable at
+ * its own endpoint.
+ */
+static void test_store_row_dropped_record_stored_again(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_history shorter;
+	struct sel_hit hit;
+	uint32_t middle;
+
+	store_chain_of_three(f);
+	middle = coord_index_find(&f->store.index, &f->stub.jobs[1].header.key);
+	assert_false(coord_index_node(&f->store.index, middle)->row_present);
+	assert_int_equal(rec_history_init(&shorter, &f->store.model, f->h.tokens, 700), 0);
+	assert_false(coord_store_lookup(&f->store, &shorter, 0, &hit) && hit.consumed == 700);
+
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	assert_int_equal(f->stub.job_count, 5);
+	assert_int_equal(f->stub.jobs[4].kind, COORD_JOB_STORE);
+	assert_true(rec_key_equal(&f->stub.jobs[4].header.key, &f->stub.jobs[1].header.key));
+	assert_int_equal(f->stub.jobs[4].header.parent.consumed, 300);
+	assert_int_equal(f->stub.jobs[4].header.first_page_index, 4);
+	assert_int_equal(f->stub.jobs[4].header.tail_page_count, 6);
+	assert_int_equal(f->stub.jobs[4].page_ids[0], 104);
+	assert_int_equal(publish(f, 5, 700, 300), SEL_RETRY);
+	/* the chain through it still restores meanwhile */
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	stub_complete(&f->stub, 4, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	assert_int_equal(ev[0].id, 4);
+	assert_true(coord_index_node(&f->store.index, middle)->row_present);
+	assert_int_equal(publish(f, 6, 700, 300), SEL_PRESENT);
+	assert_true(coord_store_lookup(&f->store, &shorter, 0, &hit));
+	assert_int_equal(hit.consumed, 700);
+	assert_int_equal(f->stub.job_count, 5);
+	assert_balanced(f);
+	rec_history_free(&shorter);
+}
+
+/* A failed rewrite may have cost the old file on some rank: the record
+ * and what depends on it are dropped everywhere, and can be stored anew. */
+static void test_store_failed_row_rewrite_drops_record(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	store_chain_of_three(f);
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 4, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(f->stub.job_count, 7); /* unlinks of 900, then 700 */
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_UNLINK);
+	assert_int_equal(f->stub.jobs[6].kind, COORD_JOB_UNLINK);
+	stub_complete(&f->stub, 5, 0);
+	stub_complete(&f->stub, 6, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_balanced(f);
+	assert_int_equal(publish(f, 7, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 7, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
 /* A publication whose parent is absent becomes a root with its chain. */
 static void test_store_root_when_parent_absent(void **state)
 {
@@ -829,6 +919,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_child_and_row_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_root_when_parent_absent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_row_dropped_record_stored_again, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_drops_record, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize_counts_ancestors, setup_small,
 						teardown),

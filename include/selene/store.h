@@ -177,7 +177,8 @@ int sel_cancel(sel_store *store, uint64_t waiter);
 
 enum sel_outcome {
 	SEL_QUEUED,   /* copying; keep the GPU checkpoint pinned until its event */
-	SEL_PRESENT,  /* a committed copy exists */
+	SEL_PRESENT,  /* a committed copy exists, row included (one whose row
+			 was dropped is stored again whole: SEL_QUEUED) */
 	SEL_RETRY,    /* room or queue space is short for now; no copy taken */
 	SEL_OVERSIZE, /* cannot fit even alone with its required ancestors */
 };
