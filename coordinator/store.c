@@ -767,8 +767,10 @@ static uint64_t *drop_counter(struct coord_store *s, int result)
  * it, so the next publication of that checkpoint stores it again instead
  * of answering Present over a bad copy. The engine puts the file name
  * first in every verification failure's reason (record/disk.c), and the
- * fan-out keeps it behind the rank; a reason that names no record of the
- * chain condemns the chain's first record, which holds every candidate.
+ * fan-out keeps it behind the rank. A reason that names no record of the
+ * chain condemns nothing: a peer's engine refusing the job (SEL_EMISMATCH
+ * for a job that does not fit it) says nothing about any file, and a good
+ * record must never be deleted on ambiguous evidence.
  */
 static void condemn_failed_record(struct coord_store *s, const struct coord_job *job,
 				  const struct shard_completion *c)
@@ -778,15 +780,20 @@ static void condemn_failed_record(struct coord_store *s, const struct coord_job 
 	struct coord_node *n;
 	uint32_t bad;
 
-	if (!counter || job->chain_count == 0)
+	if (!counter)
 		return;
-	bad = job->chain[0];
+	bad = COORD_NONE;
 	for (uint32_t i = 0; i < job->chain_count; i++) {
 		rec_file_name(name, &coord_index_node(&s->index, job->chain[i])->key);
 		if (strstr(c->why, name)) {
 			bad = job->chain[i];
 			break;
 		}
+	}
+	if (bad == COORD_NONE) {
+		sel_warn("a fetch failed (%s) naming no record of its chain: nothing dropped",
+			 c->why[0] ? c->why : sel_strerror(c->result));
+		return;
 	}
 	n = coord_index_node(&s->index, bad);
 	if (n->state == COORD_CONDEMNED)
