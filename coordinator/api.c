@@ -478,6 +478,22 @@ static int metrics_histogram(char *buf, size_t size, size_t used, const char *ki
 	return (int)used;
 }
 
+/* Records dropped after a restore found them bad, by reason. */
+static int metrics_drops(const struct sel_stats *st, char *buf, size_t size, size_t used)
+{
+	int n = snprintf(buf + used, size - used,
+			 "# TYPE selene_records_dropped_total counter\n"
+			 "selene_records_dropped_total{reason=\"checksum\"} %" PRIu64 "\n"
+			 "selene_records_dropped_total{reason=\"header\"} %" PRIu64 "\n"
+			 "selene_records_dropped_total{reason=\"missing\"} %" PRIu64 "\n",
+			 st->records_dropped_checksum, st->records_dropped_header,
+			 st->records_dropped_missing);
+
+	if (n < 0 || (size_t)n >= size - used)
+		return -ENOSPC;
+	return (int)(used + (size_t)n);
+}
+
 /* Each peer link's writer queue and counters, by the peer's rank. */
 static int metrics_links(sel_store *s, char *buf, size_t size, size_t used)
 {
@@ -550,6 +566,8 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 	n = metrics_histogram(buf, size, (size_t)n, "store", &st.store_latency);
 	if (n >= 0)
 		n = metrics_histogram(buf, size, (size_t)n, "fetch", &st.fetch_latency);
+	if (n >= 0)
+		n = metrics_drops(&st, buf, size, (size_t)n);
 	if (n >= 0 && s->fanout)
 		n = metrics_links(s, buf, size, (size_t)n);
 	return n;

@@ -143,7 +143,7 @@ int coord_index_insert(struct coord_index *ix, const struct coord_node_spec *spe
 
 	SEL_ASSERT(spec->key.consumed > 0);
 	SEL_ASSERT(root || spec->parent->consumed < spec->key.consumed);
-	SEL_ASSERT(spec->state <= COORD_UNLINKING);
+	SEL_ASSERT(spec->state <= COORD_CONDEMNED);
 	if (coord_index_find(ix, &spec->key) != COORD_NONE)
 		return -EEXIST;
 	if (!root) {

@@ -23,6 +23,8 @@ enum coord_state {
 	COORD_WRITING,   /* a store is in flight; not yet usable */
 	COORD_READY,     /* committed on every rank */
 	COORD_UNLINKING, /* an unlink is in flight; no longer usable */
+	COORD_CONDEMNED, /* failed verification (or depends on one that did):
+			    never used again, unlinked once nothing holds it */
 };
 
 struct coord_node {

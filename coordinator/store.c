@@ -217,10 +217,14 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	} else {
 		uint32_t parent = n->parent_id;
 
+		/* A condemned record is dropped, not evicted (drop_condemned). */
+		if (n->state == COORD_CONDEMNED)
+			s->condemned_count--;
+		else
+			s->stats.evictions++;
 		coord_index_remove(&s->index, victim);
 		s->stats.records = s->index.node_count;
 		s->stats.unlinks++;
-		s->stats.evictions++;
 		/*
 		 * A page-only ancestor left without children can neither match
 		 * nor supply a chain: it goes with its last child (seed 2.3).
@@ -257,6 +261,23 @@ static bool make_room(struct coord_store *s, uint64_t need)
 	return s->used_bytes + need <= s->limit_bytes;
 }
 
+/*
+ * Evicts leaves until the index has a free node for one more record (a
+ * leaf leaves the index as its unlink is submitted); false when it cannot.
+ * Compaction frees no node, so it is no use here.
+ */
+static bool make_node_room(struct coord_store *s)
+{
+	while (s->index.node_count >= s->index.nodes_max) {
+		bool compact = false;
+		uint32_t victim = coord_index_victim(&s->index, evictable, NULL, &compact);
+
+		if (victim == COORD_NONE || compact || reclaim(s, victim, false) != 0)
+			return false;
+	}
+	return true;
+}
+
 static void count_outcome(struct coord_store *s, enum sel_outcome outcome)
 {
 	switch (outcome) {
@@ -277,10 +298,38 @@ static int find_parent(struct coord_store *s, const struct rec_history *h,
 		return 0;
 	rec_history_key_at(h, pub->parent_consumed, parent_key);
 	*parent = coord_index_find(&s->index, parent_key);
+	/* A condemned parent is on its way out: absent as far as a child goes. */
+	if (*parent != COORD_NONE &&
+	    coord_index_node(&s->index, *parent)->state == COORD_CONDEMNED)
+		*parent = COORD_NONE;
 	if (*parent == COORD_NONE)
 		return 0; /* absent: a root record holding its whole chain */
 	/* A parent still being written may yet fail: come back when it is done. */
 	return coord_index_node(&s->index, *parent)->state == COORD_READY ? 0 : SEL_RETRY;
+}
+
+/*
+ * The fewest bytes a child of parent can share the disk with: its chain's
+ * records, which every restore through it needs (seed 2.2). The parent
+ * keeps its row while the child is written (it is pinned); an ancestor
+ * above may yet be compacted to its pages.
+ */
+static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent,
+					uint32_t *count)
+{
+	uint64_t bytes = 0;
+
+	*count = 0;
+	for (uint32_t id = parent; id != COORD_NONE;) {
+		const struct coord_node *n = coord_index_node(&s->index, id);
+
+		(*count)++;
+		bytes += n->bytes;
+		if (id != parent && n->row_present)
+			bytes -= s->geometry.row_record_bytes;
+		id = n->parent_id;
+	}
+	return bytes;
 }
 
 static int submit_store(struct coord_store *s, const struct rec_history *h,
@@ -334,6 +383,61 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	return 0;
 }
 
+/*
+ * Issue 10 item 5: a READY record whose row was dropped (its only child
+ * committed) can supply pages to a chain but cannot be restored at its own
+ * endpoint, so it is not Present: its publication rewrites the record
+ * whole, with the same parent and pages and the row, replacing the
+ * page-only file on every rank (R-WRITE-4). The record stays usable for
+ * its children meanwhile, pinned against eviction; a second publication
+ * while that runs answers Retry.
+ */
+static int publish_row(struct coord_store *s, const struct sel_publication *pub,
+		       uint32_t existing, enum sel_outcome *outcome)
+{
+	struct coord_node *n = coord_index_node(&s->index, existing);
+	uint64_t need = record_bytes(s, n->tail_page_count, true);
+	struct rec_header header;
+	struct shard_store_job store = { .header = &header,
+					 .page_ids = pub->page_ids + n->first_page_index,
+					 .state_slot = pub->state_slot };
+	struct coord_job *job;
+	uint32_t id;
+	int err;
+
+	*outcome = SEL_RETRY;
+	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++)
+		if (s->jobs[i].in_use && s->jobs[i].rewrite && s->jobs[i].node == existing)
+			return 0;
+	err = rec_header_init(&header, &s->geometry, &s->namespace_id, &n->key,
+			      n->parent.consumed ? &n->parent : NULL, &n->bucket,
+			      n->first_page_index, n->tail_page_count, sel_realtime_ns());
+	if (err)
+		return err;
+	coord_index_pin(&s->index, existing); /* not a victim of its own room */
+	if (need > s->limit_bytes) {
+		*outcome = SEL_OVERSIZE;
+	} else if (sel_monotonic_ns() >= s->disk_full_until_ns && make_room(s, need) &&
+		   (job = job_take(s, &id)) != NULL) {
+		job->kind = COORD_JOB_STORE;
+		job->rewrite = true;
+		job->checkpoint = pub->checkpoint;
+		job->bytes = need;
+		job->node = existing;
+		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
+		if (err == 0) {
+			s->used_bytes += need;
+			*outcome = SEL_QUEUED;
+			return 0; /* the pin goes when the job completes */
+		}
+		job_release(s, job);
+	}
+	coord_index_unpin(&s->index, existing);
+	if (err && err != SEL_EQUEUEFULL)
+		return err; /* the engine refused it: not a matter of time */
+	return 0;
+}
+
 int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 			const struct sel_publication *pub, enum sel_outcome *outcome)
 {
@@ -354,6 +458,13 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 	existing = coord_index_find(&s->index, &key);
 	if (s->limit_bytes == 0) {
 		*outcome = SEL_OVERSIZE;
+	} else if (existing != COORD_NONE &&
+		   coord_index_node(&s->index, existing)->state == COORD_READY &&
+		   !coord_index_node(&s->index, existing)->row_present) {
+		/* Present needs the row a restore at this endpoint reads. */
+		ret = publish_row(s, pub, existing, outcome);
+		if (ret)
+			return ret;
 	} else if (existing != COORD_NONE) {
 		/* Dedupe: a committed copy is Present; one in flight, retry later. */
 		struct coord_node *n = coord_index_node(&s->index, existing);
@@ -366,13 +477,19 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 	} else {
 		uint32_t first = parent == COORD_NONE ? 0 :
 				 (uint32_t)(parent_key.consumed / g->page_tokens);
+		uint64_t ancestor_bytes;
+		uint32_t ancestors;
 
 		need = record_bytes(s, (uint32_t)(pub->consumed / g->page_tokens) - first, true);
 		if (parent != COORD_NONE)
 			coord_index_pin(&s->index, parent); /* not a victim of its child */
-		if (need > s->limit_bytes)
+		ancestor_bytes = required_ancestor_bytes(s, parent, &ancestors);
+		/* Oversize: it cannot fit even beside its required ancestors. */
+		if (need > s->limit_bytes || ancestor_bytes > s->limit_bytes - need ||
+		    ancestors >= s->index.nodes_max)
 			*outcome = SEL_OVERSIZE;
-		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need))
+		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need) ||
+			 !make_node_room(s))
 			*outcome = SEL_RETRY;
 		else if ((ret = submit_store(s, h, pub, &key, parent, &parent_key, need)) == 0)
 			*outcome = SEL_QUEUED;
@@ -523,13 +640,49 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 	 * eviction pass compacts instead.
 	 */
 	if (p->parent.consumed != 0 && p->child_count == 1 && p->row_present &&
-	    p->pins == 0)
+	    p->pins == 0 && p->state == COORD_READY)
 		reclaim(s, parent, true);
+}
+
+/*
+ * A row put back (publish_row): the record is whole again, or, on failure,
+ * condemned with what depends on it, since its file may be gone on the
+ * ranks whose new copy was written and then cleaned up (R-WRITE-4, 5).
+ */
+static void complete_rewrite(struct coord_store *s, struct coord_job *job,
+			     const struct shard_completion *c)
+{
+	struct coord_node *n = coord_index_node(&s->index, job->node);
+
+	coord_index_unpin(&s->index, job->node);
+	if (c->result) {
+		s->used_bytes -= job->bytes;
+		s->stats.store_failures++;
+		if (c->result == -ENOSPC || c->result == -EDQUOT)
+			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
+		if (n->state == COORD_READY) {
+			n->state = COORD_CONDEMNED;
+			s->condemned_count++;
+		}
+		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);
+		return;
+	}
+	s->used_bytes -= n->bytes; /* the page-only file it replaced */
+	n->bytes = job->bytes;
+	n->row_present = true;
+	coord_index_touch(&s->index, job->node);
+	s->stats.stored++;
+	s->stats.bytes_stored += c->bytes;
+	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
 }
 
 static void complete_store(struct coord_store *s, struct coord_job *job,
 			   const struct shard_completion *c)
 {
+	if (job->rewrite) {
+		complete_rewrite(s, job, c);
+		return;
+	}
 	if (job->parent != COORD_NONE)
 		coord_index_unpin(&s->index, job->parent);
 	if (c->result) {
@@ -551,13 +704,118 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		drop_parent_row(s, job->parent);
 }
 
+/*
+ * Unlinks every condemned record nothing holds any more (no pin, no child),
+ * leaves first; a record whose last child goes is tried at once. Records
+ * that depend on a condemned one are condemned with it as they become
+ * ready. Stops when the job table is full: the next completion sweeps
+ * again. Walks the whole index, so it runs only while something is
+ * condemned, and only after completions (the only time pins drop).
+ */
+static void drop_condemned(struct coord_store *s)
+{
+	struct coord_index *ix = &s->index;
+	bool spread = true;
+
+	while (s->condemned_count > 0 && spread) {
+		spread = false;
+		for (uint32_t i = 0; i < ix->nodes_max; i++) {
+			struct coord_node *n = &ix->nodes[i];
+
+			if (n->in_use && n->state == COORD_READY && n->parent_id != COORD_NONE &&
+			    ix->nodes[n->parent_id].state == COORD_CONDEMNED) {
+				n->state = COORD_CONDEMNED;
+				s->condemned_count++;
+				spread = true;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < ix->nodes_max && s->condemned_count > 0; i++) {
+		uint32_t id = i;
+
+		while (id != COORD_NONE && ix->nodes[id].in_use &&
+		       ix->nodes[id].state == COORD_CONDEMNED && ix->nodes[id].child_count == 0 &&
+		       ix->nodes[id].pins == 0) {
+			uint32_t parent = ix->nodes[id].parent_id;
+
+			if (reclaim(s, id, false) != 0)
+				return;
+			id = parent;
+		}
+	}
+}
+
+/* The counter of the reason a fetch's failure condemns a record for, or NULL. */
+static uint64_t *drop_counter(struct coord_store *s, int result)
+{
+	switch (result) {
+	case SEL_ECHECKSUM:
+		return &s->stats.records_dropped_checksum;
+	case SEL_EBADHEADER:
+	case SEL_EMISMATCH:
+		return &s->stats.records_dropped_header;
+	case -ENOENT:
+		return &s->stats.records_dropped_missing;
+	default:
+		return NULL; /* EIO and the like may pass: the record stays */
+	}
+}
+
+/*
+ * A fetch that failed verification on some rank (R-READ-4, issue 10 item 4):
+ * condemns the record it names, and with it every record that depends on
+ * it, so the next publication of that checkpoint stores it again instead
+ * of answering Present over a bad copy. The engine puts the file name
+ * first in every verification failure's reason (record/disk.c), and the
+ * fan-out keeps it behind the rank. A reason that names no record of the
+ * chain condemns nothing: a peer's engine refusing the job (SEL_EMISMATCH
+ * for a job that does not fit it) says nothing about any file, and a good
+ * record must never be deleted on ambiguous evidence.
+ */
+static void condemn_failed_record(struct coord_store *s, const struct coord_job *job,
+				  const struct shard_completion *c)
+{
+	uint64_t *counter = drop_counter(s, c->result);
+	char name[REC_FILE_NAME_BYTES];
+	struct coord_node *n;
+	uint32_t bad;
+
+	if (!counter)
+		return;
+	bad = COORD_NONE;
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		rec_file_name(name, &coord_index_node(&s->index, job->chain[i])->key);
+		if (strstr(c->why, name)) {
+			bad = job->chain[i];
+			break;
+		}
+	}
+	if (bad == COORD_NONE) {
+		sel_warn("a fetch failed (%s) naming no record of its chain: nothing dropped",
+			 c->why[0] ? c->why : sel_strerror(c->result));
+		return;
+	}
+	n = coord_index_node(&s->index, bad);
+	if (n->state == COORD_CONDEMNED)
+		return;
+	rec_file_name(name, &n->key);
+	sel_warn("%s failed verification (%s): dropped on every rank with what depends on it",
+		 name, c->why[0] ? c->why : sel_strerror(c->result));
+	n->state = COORD_CONDEMNED;
+	s->condemned_count++;
+	(*counter)++;
+}
+
 static void complete_fetch(struct coord_store *s, struct coord_job *job,
 			   const struct shard_completion *c)
 {
 	for (uint32_t i = 0; i < job->chain_count; i++)
 		coord_index_unpin(&s->index, job->chain[i]);
-	if (c->result)
+	if (c->result) {
 		s->stats.fetch_failures++;
+		condemn_failed_record(s, job, c);
+	}
+
 	else
 		s->stats.bytes_fetched += c->bytes;
 	for (uint32_t w = 0; w < job->waiter_count; w++)
@@ -669,6 +927,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);
 		}
+		drop_condemned(s);
 	}
 	s->stats.disk_bytes = s->used_bytes;
 	while (out < max && s->event_count > 0) {

@@ -57,6 +57,7 @@ struct coord_job {
 	uint64_t waiters[COORD_WAITERS_MAX]; /* [0]: the owner of the destination */
 	uint32_t waiter_count;
 	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
+	bool rewrite;           /* a store that puts a page-only record's row back */
 	uint32_t skip_pages;    /* a fetch's skip: only equal hits join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
 	uint32_t chain[COORD_CHAIN_MAX];
@@ -79,6 +80,7 @@ struct coord_store {
 	uint64_t used_bytes;    /* records, in-flight stores, pending unlinks/truncates */
 	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
 	uint64_t disk_full_until_ns;
+	uint32_t condemned_count; /* COORD_CONDEMNED nodes still in the index */
 	bool stopped;           /* the transport stopped: no new jobs (FATAL sent) */
 	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */
 	uint64_t noops_failed;  /* of those, answered with an error somewhere */

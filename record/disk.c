@@ -487,6 +487,24 @@ static void reply(struct rec_disk_request *req)
 	pthread_mutex_unlock(&replies->lock);
 }
 
+/*
+ * record.before_write and record.after_write around each payload write
+ * request (a window of pages, or the row) of a record, as rec_writer's own
+ * path evaluates them around each write: a point that fails, fails the
+ * request (and so the store); kill and abort act here.
+ */
+static void write_failpoint(struct rec_disk_request *req, enum sel_failpoint point)
+{
+	int injected;
+
+	if (req->result)
+		return;
+	injected = SEL_FAILPOINT(point);
+	if (injected < 0)
+		req_fail(req, injected, "%s: %s", sel_failpoint_name(point),
+			 strerror(-injected));
+}
+
 /* Moves new requests from the inbox; true when the thread should stop. */
 static bool take_inbox(struct rec_disk *disk, bool block)
 {
@@ -528,9 +546,13 @@ static void advance(struct rec_disk *disk)
 				continue;
 			}
 			payload_check(req);
+			if (is_write(req))
+				write_failpoint(req, SEL_FP_RECORD_BEFORE_WRITE);
 		}
 		feed(disk, req);
 		if (payload_done(req)) {
+			if (is_write(req))
+				write_failpoint(req, SEL_FP_RECORD_AFTER_WRITE);
 			reply(req);
 			continue;
 		}

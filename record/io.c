@@ -159,8 +159,12 @@ int rec_io_rename(int dirfd, const char *from, const char *to)
 
 	if (injected < 0)
 		return injected;
-	/* Never over an existing record: a committed file is not replaced. */
-	return errno_or(renameat2(dirfd, from, dirfd, to, RENAME_NOREPLACE));
+	/*
+	 * Over whatever file bears the name, atomically (R-WRITE-4): rank
+	 * zero's index decides a key is to be stored, and a file an unlink
+	 * failed to remove on one rank must not block that key there forever.
+	 */
+	return errno_or(renameat(dirfd, from, dirfd, to));
 }
 
 int rec_io_unlink(int dirfd, const char *name)

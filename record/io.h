@@ -35,7 +35,7 @@ int rec_io_fallocate(int fd, uint64_t len);
 int rec_io_fdatasync(int fd);
 int rec_io_fsync_dir(int dirfd);
 int rec_io_truncate(int fd, uint64_t len);
-/* Renames without replacing: -EEXIST when to exists. */
+/* Renames, atomically replacing a file named to (R-WRITE-4). */
 int rec_io_rename(int dirfd, const char *from, const char *to);
 int rec_io_unlink(int dirfd, const char *name);
 

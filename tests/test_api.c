@@ -209,6 +209,7 @@ static void test_api_publish_evict_restore(void **state)
 	assert_non_null(strstr(metrics, "selene_publications_total{outcome=\"queued\"} 3\n"));
 	assert_non_null(strstr(metrics, "selene_job_seconds_bucket{kind=\"store\",le=\"+Inf\"} 3\n"));
 	assert_non_null(strstr(metrics, "selene_job_seconds_count{kind=\"fetch\"} 1\n"));
+	assert_non_null(strstr(metrics, "selene_records_dropped_total{reason=\"checksum\"} 0\n"));
 	assert_int_equal(sel_store_metrics(f->store, metrics, 16), -ENOSPC);
 }
 

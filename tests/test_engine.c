@@ -311,7 +311,8 @@ static void test_engine_injected_errors(void **state)
 	static const char *const configs[] = {
 		"disk.write=2*off->return(EIO)", "disk.fallocate=return(ENOSPC)",
 		"disk.fdatasync=return(EIO)", "disk.rename=return(EIO)",
-		"disk.write=1*short",
+		"disk.write=1*short", "record.before_write=1*off->return(EIO)",
+		"record.after_write=return(EIO)",
 	};
 	struct fixture *f = *state;
 	struct shard_completion c;
@@ -337,8 +338,9 @@ static void test_engine_injected_errors(void **state)
 	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), -EIO);
 	sel_failpoints_configure(NULL);
 	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), 0);
-	/* storing a key that exists fails and keeps the committed record */
-	assert_int_equal(store(f, &key, NULL, 30, 0, &c), -EEXIST);
+	/* storing a key that exists replaces its file whole (R-WRITE-4) */
+	assert_int_equal(store(f, &key, NULL, 30, 0, &c), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
 	poison(f);
 	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), 0);
 	assert_true(page_matches(f, 60, 0));

@@ -175,7 +175,7 @@ static int read_after_flip(struct fixture *f, const struct tu_record *rec,
 	char why[256];
 	int ret;
 
-	rec_unlink(f->dir, &rec->key); /* a committed record is never replaced */
+	rec_unlink(f->dir, &rec->key); /* a fresh copy each time */
 	assert_int_equal(tu_record_write(f->dir, rec, 0), 0);
 	tu_flip_bit(path, offset);
 	*stage = 0;
@@ -563,8 +563,11 @@ static void test_file_kill_truncate_and_unlink(void **state)
 	tu_record_free(&child);
 }
 
-/* Storing a key that exists fails and keeps the committed bytes. */
-static void test_file_existing_key_not_replaced(void **state)
+/*
+ * R-WRITE-4: storing a key whose file exists replaces it atomically; a
+ * failure after that rename leaves neither file (R-WRITE-5).
+ */
+static void test_file_existing_key_replaced(void **state)
 {
 	struct fixture *f = *state;
 	struct tu_record rec, other;
@@ -572,12 +575,14 @@ static void test_file_existing_key_not_replaced(void **state)
 	tu_record_make(&rec, &f->g, 13, 64 * 3, NULL, 20);
 	tu_record_make(&other, &f->g, 13, 64 * 3, NULL, 21); /* same key, other bytes */
 	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
-	assert_int_equal(tu_record_write(f->dir, &other, 0), -EEXIST);
-	/* even when the directory fsync would have failed */
+	assert_int_equal(tu_record_write(f->dir, &other, 0), 0);
+	assert_reads_back(f, &other);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	/* the directory fsync fails after the rename: the name goes */
 	assert_int_equal(sel_failpoints_configure("disk.fsync_dir=return(EIO)"), 0);
-	assert_int_equal(tu_record_write(f->dir, &other, 0), -EEXIST);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), -EIO);
 	sel_failpoints_configure(NULL);
-	assert_reads_back(f, &rec);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
 	tu_record_free(&rec);
 	tu_record_free(&other);
@@ -659,7 +664,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_short_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_kill_at_every_write_point, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_kill_truncate_and_unlink, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_file_existing_key_not_replaced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_existing_key_replaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_pages_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_checksum_padding, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_truncate_keeps_mtime, setup, teardown),

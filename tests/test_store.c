@@ -144,7 +144,7 @@ struct fixture {
 	uint64_t record_bytes_per_page;
 };
 
-static int setup_limit(void **state, uint64_t limit)
+static int setup_with(void **state, uint64_t limit, uint32_t records_max)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
@@ -156,7 +156,7 @@ static int setup_limit(void **state, uint64_t limit)
 	tu_geometry(&f->g, 64, 2, 4096, 4096, 0, 1);
 	tu_identities(&model, NULL);
 	assert_int_equal(coord_store_init(&f->store, &f->g, &model, REC_STATE_ORDINARY,
-					  limit, 1000, &jobs), 0);
+					  limit, records_max, &jobs), 0);
 	tu_tokens(tokens, 2000, 77);
 	assert_int_equal(rec_history_init(&f->h, &model, tokens, 2000), 0);
 	for (uint32_t i = 0; i < 64; i++)
@@ -164,6 +164,17 @@ static int setup_limit(void **state, uint64_t limit)
 	sel_log_set_level(SEL_LOG_ERROR);
 	*state = f;
 	return 0;
+}
+
+static int setup_limit(void **state, uint64_t limit)
+{
+	return setup_with(state, limit, 1000);
+}
+
+/* Room in the index for two records. */
+static int setup_two_records(void **state)
+{
+	return setup_with(state, 1ull << 30, 2);
 }
 
 static int setup(void **state)
@@ -304,6 +315,96 @@ static void test_store_child_and_row_drop(void **state)
 	assert_balanced(f);
 }
 
+/* Stores 300, 700 (parent 300) and 900 (parent 700); 700's row goes. */
+static void store_chain_of_three(struct fixture *f)
+{
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+}
+
+/*
+ * Issue 10 item 5: a record whose row was dropped is not Present: its
+ * publication rewrites it whole with the same parent and pages plus the
+ * row (Retry while that runs), and then it is Present and restorable at
+ * its own endpoint.
+ */
+static void test_store_row_dropped_record_stored_again(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_history shorter;
+	struct sel_hit hit;
+	uint32_t middle;
+
+	store_chain_of_three(f);
+	middle = coord_index_find(&f->store.index, &f->stub.jobs[1].header.key);
+	assert_false(coord_index_node(&f->store.index, middle)->row_present);
+	assert_int_equal(rec_history_init(&shorter, &f->store.model, f->h.tokens, 700), 0);
+	assert_false(coord_store_lookup(&f->store, &shorter, 0, &hit) && hit.consumed == 700);
+
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	assert_int_equal(f->stub.job_count, 5);
+	assert_int_equal(f->stub.jobs[4].kind, COORD_JOB_STORE);
+	assert_true(rec_key_equal(&f->stub.jobs[4].header.key, &f->stub.jobs[1].header.key));
+	assert_int_equal(f->stub.jobs[4].header.parent.consumed, 300);
+	assert_int_equal(f->stub.jobs[4].header.first_page_index, 4);
+	assert_int_equal(f->stub.jobs[4].header.tail_page_count, 6);
+	assert_int_equal(f->stub.jobs[4].page_ids[0], 104);
+	assert_int_equal(publish(f, 5, 700, 300), SEL_RETRY);
+	/* the chain through it still restores meanwhile */
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	stub_complete(&f->stub, 4, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	assert_int_equal(ev[0].id, 4);
+	assert_true(coord_index_node(&f->store.index, middle)->row_present);
+	assert_int_equal(publish(f, 6, 700, 300), SEL_PRESENT);
+	assert_true(coord_store_lookup(&f->store, &shorter, 0, &hit));
+	assert_int_equal(hit.consumed, 700);
+	assert_int_equal(f->stub.job_count, 5);
+	assert_balanced(f);
+	rec_history_free(&shorter);
+}
+
+/* A failed rewrite may have cost the old file on some rank: the record
+ * and what depends on it are dropped everywhere, and can be stored anew. */
+static void test_store_failed_row_rewrite_drops_record(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	store_chain_of_three(f);
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 4, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(f->stub.job_count, 7); /* unlinks of 900, then 700 */
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_UNLINK);
+	assert_int_equal(f->stub.jobs[6].kind, COORD_JOB_UNLINK);
+	stub_complete(&f->stub, 5, 0);
+	stub_complete(&f->stub, 6, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_balanced(f);
+	assert_int_equal(publish(f, 7, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 7, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
 /* A publication whose parent is absent becomes a root with its chain. */
 static void test_store_root_when_parent_absent(void **state)
 {
@@ -328,6 +429,65 @@ static void test_store_oversize(void **state)
 	f->store.limit_bytes = 0;
 	assert_int_equal(publish(f, 2, 300, 0), SEL_OVERSIZE);
 	assert_int_equal(f->stub.job_count, 0);
+}
+
+/*
+ * Issue 13 item 9: a child that fits alone but not beside the parent it
+ * needs (pinned while it is written) is Oversize, not Retry forever.
+ */
+static void test_store_oversize_counts_ancestors(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED); /* 45056 bytes */
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	/* 6 tail pages: 61440 bytes alone, 106496 with the root (limit 100112) */
+	assert_int_equal(publish(f, 2, 700, 300), SEL_OVERSIZE);
+	assert_int_equal(f->stub.job_count, 1);
+	/* a root record of 700 (its whole chain, 94208 bytes) still fits, once
+	 * the root that no longer helps is evicted */
+	assert_int_equal(publish(f, 3, 700, 0), SEL_RETRY);
+	stub_complete(&f->stub, 1, 0); /* the unlink of 300 */
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 700, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/*
+ * Issue 13 item 10: a full index (records_max) evicts the LRU leaf for a
+ * new record, as bytes do, instead of answering Retry forever; a chain
+ * longer than the index can hold is Oversize.
+ */
+static void test_store_full_index_evicts(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	/* 300 -> 700 fill the index: 900 needs three records */
+	assert_int_equal(publish(f, 3, 900, 700), SEL_OVERSIZE);
+	/* a new root evicts the leaf 700 (300 holds a child) */
+	assert_int_equal(publish(f, 4, 130, 0), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &f->stub.jobs[1].header.key));
+	assert_int_equal(f->store.stats.evictions, 1);
+	stub_complete(&f->stub, 2, 0);
+	stub_complete(&f->stub, 3, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 300);
+	assert_balanced(f);
 }
 
 /* Under the limit, the LRU leaf is unlinked; its bytes count until done. */
@@ -442,6 +602,72 @@ static void test_store_fetch_failure(void **state)
 	assert_int_equal(poll_events(f, ev), 1);
 	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
 	assert_int_equal(ev[0].error, SEL_ECHECKSUM);
+	/* a reason naming no record of the chain drops nothing (R-READ-4) */
+	assert_int_equal(f->stub.job_count, 2);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_equal(f->store.stats.records_dropped_checksum, 0);
+	assert_balanced(f);
+}
+
+/*
+ * A fetch failing verification drops the record its reason names, and what
+ * depends on it, with unlinks on every rank; the root above it stays. A
+ * failure that is not a verification (EIO) drops nothing (issue 10 item 4).
+ */
+static void test_store_failed_verification_drops_record(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	char name[REC_FILE_NAME_BYTES];
+	struct rec_key middle;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	stub_complete(&f->stub, 3, 0); /* the middle's row drop */
+	poll_events(f, ev);
+	middle = f->stub.jobs[1].header.key;
+
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 20, &joined), 0);
+	stub_complete(&f->stub, 4, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(f->store.index.node_count, 3);
+
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 21, &joined), 0);
+	stub_complete(&f->stub, 5, SEL_ECHECKSUM);
+	rec_file_name(name, &middle);
+	snprintf(f->stub.done[0].why, 200, "rank 2: %s: page 5 fails its checksum", name);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->store.stats.records_dropped_checksum, 1);
+	/* the leaf went first, then the middle: two unlinks */
+	assert_int_equal(f->stub.job_count, 8);
+	assert_int_equal(f->stub.jobs[6].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[6].key, &f->stub.jobs[2].header.key));
+	assert_int_equal(f->stub.jobs[7].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[7].key, &middle));
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_equal(f->store.stats.evictions, 0);
+	stub_complete(&f->stub, 6, 0);
+	stub_complete(&f->stub, 7, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+	/* the root still restores; the dropped checkpoint stores again */
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 300);
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 8, 0);
+	poll_events(f, ev);
 	assert_balanced(f);
 }
 
@@ -692,11 +918,21 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_child_and_row_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_root_when_parent_absent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_row_dropped_record_stored_again, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_drops_record, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_oversize_counts_ancestors, setup_small,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_full_index_evicts, setup_two_records,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_eviction_under_limit, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_full_disk_retry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_stale_hit_and_full_queue, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_lookup_stats, setup, teardown),

@@ -179,7 +179,8 @@ int sel_cancel(sel_store *store, uint64_t waiter);
 
 enum sel_outcome {
 	SEL_QUEUED,   /* copying; keep the GPU checkpoint pinned until its event */
-	SEL_PRESENT,  /* a committed copy exists */
+	SEL_PRESENT,  /* a committed copy exists, row included (one whose row
+			 was dropped is stored again whole: SEL_QUEUED) */
 	SEL_RETRY,    /* room or queue space is short for now; no copy taken */
 	SEL_OVERSIZE, /* cannot fit even alone with its required ancestors */
 };
@@ -250,6 +251,13 @@ struct sel_stats {
 	uint64_t scanned_records;
 	/* submit-to-completion time of store and fetch jobs */
 	struct sel_latency_histogram store_latency, fetch_latency;
+	/*
+	 * Records a restore found bad on some rank, removed from the index and
+	 * unlinked on every rank, with the records that depend on them (counted
+	 * in the first one's reason): a page or row checksum, a header (or
+	 * identity, key, layout or length) check, a file missing on a rank.
+	 */
+	uint64_t records_dropped_checksum, records_dropped_header, records_dropped_missing;
 };
 
 void sel_store_stats(sel_store *store, struct sel_stats *out);
