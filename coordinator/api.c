@@ -8,6 +8,7 @@
 #include "selene/store.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "coordinator/store.h"
 #include "record/dir.h"
@@ -251,10 +252,11 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	int ret;
 
 	*out = NULL;
-	if (!s || !g) {
+	ret = sel_failpoints_from_env(err, err_size);
+	if (ret || !s || !g) {
 		free(g);
 		free(s);
-		return api_fail(-ENOMEM, err, err_size, "out of memory");
+		return ret ? ret : api_fail(-ENOMEM, err, err_size, "out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,

@@ -6,6 +6,7 @@
 #include "selene/store.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "peer/agent.h"
 #include "peer/join.h"
@@ -182,6 +183,11 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	int ret;
 
 	*out = NULL;
+	ret = sel_failpoints_from_env(err, err_size);
+	if (ret) {
+		free(p);
+		return ret;
+	}
 	if (!p)
 		return peer_fail(-ENOMEM, err, err_size, "out of memory");
 	p->fd = p->control_fd = -1;
