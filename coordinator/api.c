@@ -247,12 +247,14 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 				   .noop = jobs_noop, .poll = jobs_poll };
 	struct rec_identity model;
 	struct rec_geometry *g = malloc(sizeof(*g));
-	uint64_t limit = c->disk_limit_bytes;
+	uint64_t limit = c ? c->disk_limit_bytes : 0;
 	sel_store *s = calloc(1, sizeof(*s));
 	int ret;
 
 	*out = NULL;
 	ret = sel_failpoints_from_env(err, err_size);
+	if (!ret)
+		ret = shard_config_validate(c, err, err_size);
 	if (ret || !s || !g) {
 		free(g);
 		free(s);
@@ -272,11 +274,6 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
 	if (ret)
 		goto err_close;
-	if (c->state_mode > REC_STATE_COPY_SPECULATION || !c->dir) {
-		ret = api_fail(-EINVAL, err, err_size, "state mode %u or directory invalid",
-			       c->state_mode);
-		goto err_close;
-	}
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	ret = coord_store_init(&s->core, g, &model, (enum rec_state_mode)c->state_mode,
 			       limit == SEL_DISK_LIMIT_AUTO ? 0 : limit,

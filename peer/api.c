@@ -184,6 +184,8 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 
 	*out = NULL;
 	ret = sel_failpoints_from_env(err, err_size);
+	if (!ret)
+		ret = shard_config_validate(c, err, err_size);
 	if (ret) {
 		free(p);
 		return ret;
