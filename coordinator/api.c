@@ -42,7 +42,68 @@ struct sel_store {
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	struct coord_fanout *fanout;
 	struct coord_store core; /* large: the index scratch and job table */
+	sel_store *next_open;    /* open_stores' list */
+	uint32_t monitors;       /* stats and metrics calls running on it */
 };
+
+/*
+ * The open stores. sel_store_stats and sel_store_metrics may come from any
+ * thread, also while (or after) the worker thread closes the store: each
+ * finds its handle here and counts itself in under open_stores_lock, and
+ * close takes the handle out and waits for those calls to leave before it
+ * frees anything. A handle not found (closing, closed) answers -ESHUTDOWN
+ * without being read.
+ */
+static pthread_mutex_t open_stores_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t open_stores_idle = PTHREAD_COND_INITIALIZER;
+static sel_store *open_stores;
+
+static void open_stores_add(sel_store *s)
+{
+	pthread_mutex_lock(&open_stores_lock);
+	s->next_open = open_stores;
+	open_stores = s;
+	pthread_mutex_unlock(&open_stores_lock);
+}
+
+/* Takes s out of the list (if there) and waits out its monitor calls. */
+static void open_stores_remove(sel_store *s)
+{
+	pthread_mutex_lock(&open_stores_lock);
+	for (sel_store **p = &open_stores; *p; p = &(*p)->next_open) {
+		if (*p == s) {
+			*p = s->next_open;
+			break;
+		}
+	}
+	while (s->monitors > 0)
+		pthread_cond_wait(&open_stores_idle, &open_stores_lock);
+	pthread_mutex_unlock(&open_stores_lock);
+}
+
+/* Whether s is open; if so it stays allocated until monitor_leave. */
+static bool monitor_enter(const sel_store *s)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&open_stores_lock);
+	for (sel_store *p = open_stores; p && !found; p = p->next_open) {
+		if (p == s) {
+			p->monitors++;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&open_stores_lock);
+	return found;
+}
+
+static void monitor_leave(sel_store *s)
+{
+	pthread_mutex_lock(&open_stores_lock);
+	if (--s->monitors == 0)
+		pthread_cond_broadcast(&open_stores_idle);
+	pthread_mutex_unlock(&open_stores_lock);
+}
 
 struct sel_history {
 	struct rec_history history;
@@ -290,6 +351,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			s->core.jobs_ops.ctx = s->engine;
 	}
 	free(g);
+	open_stores_add(s);
 	*out = s;
 	return 0;
 err_close:
@@ -306,6 +368,7 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 
 	if (!s)
 		return 0;
+	open_stores_remove(s); /* stats and metrics answer -ESHUTDOWN from here */
 	deadline = drain_timeout_ms > (UINT64_MAX - now) / 1000000ull ?
 			   UINT64_MAX : now + drain_timeout_ms * 1000000ull;
 	/* Drain: completions are applied so the index and files agree. */
@@ -435,12 +498,23 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 	return n;
 }
 
-void sel_store_stats(sel_store *s, struct sel_stats *out)
+static void stats_copy(sel_store *s, struct sel_stats *out)
 {
 	pthread_mutex_lock(&s->lock);
 	s->core.stats.disk_bytes = s->core.used_bytes;
 	*out = s->core.stats;
 	pthread_mutex_unlock(&s->lock);
+}
+
+int sel_store_stats(sel_store *s, struct sel_stats *out)
+{
+	if (!monitor_enter(s)) {
+		memset(out, 0, sizeof(*out));
+		return -ESHUTDOWN;
+	}
+	stats_copy(s, out);
+	monitor_leave(s);
+	return 0;
 }
 
 /* Appends a Prometheus histogram at buf + used; the new length or -ENOSPC. */
@@ -522,12 +596,25 @@ static int metrics_links(sel_store *s, char *buf, size_t size, size_t used)
 	return -ENOSPC;
 }
 
+static int metrics_write(sel_store *s, char *buf, size_t size);
+
 int sel_store_metrics(sel_store *s, char *buf, size_t size)
+{
+	int n;
+
+	if (!monitor_enter(s))
+		return -ESHUTDOWN;
+	n = metrics_write(s, buf, size);
+	monitor_leave(s);
+	return n;
+}
+
+static int metrics_write(sel_store *s, char *buf, size_t size)
 {
 	struct sel_stats st;
 	int n;
 
-	sel_store_stats(s, &st);
+	stats_copy(s, &st);
 	n = snprintf(buf, size,
 		     "# TYPE selene_lookups_total counter\nselene_lookups_total %" PRIu64 "\n"
 		     "# TYPE selene_hits_total counter\nselene_hits_total %" PRIu64 "\n"

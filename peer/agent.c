@@ -173,6 +173,43 @@ static void wait_changed(struct agent *a)
 	pthread_mutex_unlock(&a->lock);
 }
 
+/* Answers the completions that reached the engine's ring before the hook. */
+static void answer_ring(struct agent *a)
+{
+	struct shard_completion done[16];
+	uint32_t n;
+
+	while ((n = shard_engine_poll(a->o->engine, done, SEL_ARRAY_SIZE(done))) > 0)
+		for (uint32_t i = 0; i < n; i++)
+			on_complete(a, &done[i]);
+}
+
+/*
+ * The link never started: waits for the jobs its reader submitted to end
+ * (nobody to answer). Returns whether they all did within drain_ns.
+ */
+static bool drain_unanswered(struct agent *a, uint64_t drain_ns)
+{
+	uint64_t deadline = sel_monotonic_ns() + drain_ns;
+	struct shard_completion done[16];
+	uint32_t left;
+
+	for (;;) {
+		uint32_t n = shard_engine_poll(a->o->engine, done, SEL_ARRAY_SIZE(done));
+
+		pthread_mutex_lock(&a->lock);
+		a->in_flight -= n;
+		left = a->in_flight;
+		pthread_mutex_unlock(&a->lock);
+		if (left == 0)
+			return true;
+		if (sel_monotonic_ns() > deadline)
+			return false;
+		if (n == 0)
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+}
+
 static void on_close(void *ctx, int reason, const char *why)
 {
 	struct agent *a = ctx;
@@ -210,13 +247,20 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* before the first frame can come: nobody reads the completion ring */
-	shard_engine_set_completion_hook(o->engine, on_complete, &a);
+	/*
+	 * The hook goes in only once the link has started: if one of its
+	 * threads cannot be created the link is freed inside the start, and a
+	 * job the reader already submitted must not answer on it. Until then
+	 * completions wait in the engine's ring, answered just below, or
+	 * drained without an answer when the link never came up.
+	 */
 	ret = cluster_link_start(&lo, &a.link); /* owns the fd, even on failure */
 	if (ret) {
-		shard_engine_set_completion_hook(o->engine, NULL, NULL);
+		*undrained = !drain_unanswered(&a, drain_ns);
 		goto out;
 	}
+	shard_engine_set_completion_hook(o->engine, on_complete, &a);
+	answer_ring(&a);
 	for (;;) {
 		bool closed;
 

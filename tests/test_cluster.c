@@ -7,7 +7,8 @@
  * outstanding, SIGSTOP of a peer, a wrong secret, a rank claimed twice, a
  * different geometry and an unannounced address each refused at startup with
  * the reason on both sides, a peer whose drain outlives its deadline, and a store that fails on one rank (its filesystem
- * full) leaving no file on any rank.
+ * full) leaving no file on any rank, and a monitor thread polling metrics
+ * across close.
  */
 #include "tests/testutil.h"
 
@@ -18,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -530,6 +532,65 @@ static void test_cluster_store_fails_on_one_rank(void **state)
 	}
 }
 
+struct monitor {
+	sel_store *store;
+	bool stop;
+	uint32_t answered, shut_down, other;
+};
+
+/* A monitor thread: metrics and stats as fast as it can, until told to stop. */
+static void *monitor_main(void *arg)
+{
+	struct monitor *m = arg;
+	static char buf[1 << 16];
+	struct sel_stats st;
+
+	while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+		int n = sel_store_metrics(m->store, buf, sizeof(buf));
+		int r = sel_store_stats(m->store, &st);
+
+		if (n > 0 && r == 0)
+			__atomic_fetch_add(&m->answered, 1, __ATOMIC_RELAXED);
+		else if (n == -ESHUTDOWN && r == -ESHUTDOWN)
+			__atomic_fetch_add(&m->shut_down, 1, __ATOMIC_RELAXED);
+		else if (n != -ESHUTDOWN && r != -ESHUTDOWN)
+			m->other++;
+	}
+	return NULL;
+}
+
+/*
+ * A monitor thread polling metrics and stats across sel_store_close on
+ * three ranks: the calls before close answer, those during and after it
+ * answer -ESHUTDOWN, and nothing reads freed memory (ASan, TSan).
+ */
+static void test_cluster_metrics_during_close(void **state)
+{
+	struct fixture *f = *state;
+	struct monitor m = { 0 };
+	char err[256];
+	pthread_t thread;
+
+	start(f, 3, -1, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	m.store = f->store;
+	assert_int_equal(pthread_create(&thread, NULL, monitor_main, &m), 0);
+	while (__atomic_load_n(&m.answered, __ATOMIC_RELAXED) < 50)
+		usleep(1000);
+	sel_history_destroy(f->h);
+	f->h = NULL;
+	assert_int_equal(sel_store_close(f->store, 5000), 0);
+	f->store = NULL;
+	while (__atomic_load_n(&m.shut_down, __ATOMIC_RELAXED) < 50)
+		usleep(1000);
+	__atomic_store_n(&m.stop, true, __ATOMIC_RELEASE);
+	pthread_join(thread, NULL);
+	assert_int_equal(m.other, 0);
+	for (uint32_t r = 1; r < 3; r++)
+		assert_int_equal(reap(f, r), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -545,6 +606,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_drain_unconfirmed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_store_fails_on_one_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_metrics_during_close, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("cluster", tests, NULL, NULL);

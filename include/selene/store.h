@@ -8,7 +8,8 @@
  *
  * Threads: every call below is made from one thread (the model worker),
  * except sel_store_metrics and sel_store_stats, which may be called from any
- * thread. None of sel_lookup, sel_store_publish, sel_fetch, sel_cancel or
+ * thread at any time, also during and after sel_store_close: close waits for
+ * the calls already inside, and later ones answer -ESHUTDOWN. None of sel_lookup, sel_store_publish, sel_fetch, sel_cancel or
  * sel_poll waits for I/O: work goes to bounded queues, and a full queue
  * answers at once (SEL_RETRY, or SEL_EQUEUEFULL).
  */
@@ -260,11 +261,16 @@ struct sel_stats {
 	uint64_t records_dropped_checksum, records_dropped_header, records_dropped_missing;
 };
 
-void sel_store_stats(sel_store *store, struct sel_stats *out);
+/*
+ * Copies the counters into out. Returns 0, or -ESHUTDOWN (out zeroed) once
+ * sel_store_close has begun on store, or for a handle that is not open.
+ */
+int sel_store_stats(sel_store *store, struct sel_stats *out);
 
 /*
  * Prometheus text exposition of the stats into buf. Returns the length
- * written (without the NUL), or -ENOSPC when size is too small.
+ * written (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN
+ * as sel_store_stats does.
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
 
