@@ -3,6 +3,7 @@
 #   make                 libselene.a, libselene.so, the selene program
 #   make test            build and run every CMocka test binary
 #   make check-asan      the same tests under ASan and UBSan (build-asan/)
+#   make check-tsan      the thread-heavy tests and 3 ranks under TSan (build-tsan/)
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make deps            install every missing Debian package (scripts/install-deps)
 #   V=1                  show every command
@@ -168,6 +169,18 @@ check-asan:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan \
 		SANITIZE=address,undefined CFLAGS="-O1 -g" test
 
+# The thread-heavy tests, then three ranks of the program (tests/tsan-ranks.sh),
+# under ThreadSanitizer (build-tsan/); any report fails the run.
+TSAN_TESTS := $(sort api cluster config engine failpoint fanout join link protocol store)
+TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
+check-tsan:
+	$(Q)scripts/install-deps test
+	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SANITIZE=thread CFLAGS="-O1 -g" \
+		build-tsan/selene $(TSAN_TESTS:%=build-tsan/tests/test_%)
+	$(Q)TSAN_OPTIONS="$(TSAN_OPTIONS)" SELENE_PROGRAM=$(abspath build-tsan/selene) \
+		tests/run-tests $(TSAN_TESTS:%=build-tsan/tests/test_%)
+	$(Q)TSAN_OPTIONS="$(TSAN_OPTIONS)" tests/tsan-ranks.sh build-tsan/selene
+
 # Every group (scripts/install-deps says which target needs which).
 deps:
 	$(Q)scripts/install-deps build test fuzz qualify python metrics
@@ -199,9 +212,9 @@ install: all
 		selene.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/selene.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
-.PHONY: all tests test test-gpu check-asan fuzz deps demo qualify install clean
+.PHONY: all tests test test-gpu check-asan check-tsan fuzz deps demo qualify install clean
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \

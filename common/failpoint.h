@@ -82,6 +82,10 @@
 	X(DISK_TRUNCATE, "disk.truncate", "every ftruncate request")         \
 	X(DISK_RENAME, "disk.rename", "every rename request")                \
 	X(DISK_UNLINK, "disk.unlink", "every unlink request")                \
+	X(DISK_SUBMIT, "disk.submit",                                        \
+	  "every io_uring_submit carrying I/O (result rewritable)")           \
+	X(DISK_WAIT, "disk.wait",                                            \
+	  "every io_uring_wait_cqe of the disk thread (result rewritable)")  \
 	X(CLUSTER_SEND, "cluster.send",                                      \
 	  "before each frame is written to a link (short: half, then EPIPE)") \
 	X(CLUSTER_RECV, "cluster.recv",                                      \

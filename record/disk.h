@@ -103,11 +103,17 @@ struct rec_disk_options {
 int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out,
 		   char *err, size_t err_size);
 
+/* How long rec_disk_stop waits by default for the requests in hand. */
+#define REC_DISK_STOP_TIMEOUT_MS 30000u
+
 /*
  * Finishes every request already submitted, then stops the thread and
- * frees it. NULL does nothing.
+ * frees it; returns 0 (NULL does nothing). -ETIMEDOUT when the thread is
+ * still running timeout_ms later (I/O the kernel never completes): it is
+ * then left running and allocated, and so must be every buffer its
+ * requests name.
  */
-void rec_disk_stop(struct rec_disk *disk);
+int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms);
 
 /* Whether the ring is in use ("io_uring") or the fallback ("pread/pwrite"). */
 const char *rec_disk_engine(const struct rec_disk *disk);

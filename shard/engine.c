@@ -909,7 +909,8 @@ void shard_engine_close(struct shard_engine *e)
 	pthread_mutex_unlock(&e->lock);
 	if (e->thread_started)
 		pthread_join(e->thread, NULL);
-	rec_disk_stop(e->disk);
+	if (rec_disk_stop(e->disk, REC_DISK_STOP_TIMEOUT_MS) != 0)
+		return; /* its I/O may still use the staging and files: keep them */
 	if (e->pool.base) {
 		shard_slab_unregister(&e->pool);
 		shard_slab_destroy(&e->pool);

@@ -576,6 +576,45 @@ static void test_engine_completion_hook(void **state)
 	assert_int_equal(h.count, 40);
 }
 
+/*
+ * The ring's own failures: io_uring_submit failing (once, then on every
+ * write, then on every read) fails the request that carried the I/O, the
+ * process goes on, and the next store and fetch are byte-exact;
+ * io_uring_wait_cqe failing a few times delays completions and fails
+ * nothing. Skips where the disk thread has no ring.
+ */
+static void test_engine_ring_errors(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct shard_engine_stats stats;
+	struct rec_key key;
+	struct shard_chain_record chain;
+
+	shard_engine_stats(f->engine, &stats);
+	if (strcmp(stats.disk_engine, "io_uring") != 0)
+		skip();
+	make_key(&key, 64 * 9, 12);
+	chain = (struct shard_chain_record){ key, 0, 9 };
+	assert_int_equal(sel_failpoints_configure("disk.submit=1*return(EAGAIN)"), 0);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), -EAGAIN);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_SUBMIT), 1);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	assert_int_equal(sel_failpoints_configure("disk.wait=5*return(EIO)"), 0);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	assert_true(sel_failpoint_fired(SEL_FP_DISK_WAIT) > 0);
+	assert_int_equal(sel_failpoints_configure("disk.submit=return(ENOMEM)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), -ENOMEM);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), -ENOMEM);
+	sel_failpoints_configure(NULL);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), 0);
+	for (uint32_t i = 0; i < 9; i++)
+		assert_true(page_matches(f, 60 + i, i));
+	assert_int_equal(store(f, &key, NULL, 30, 1, &c), 0);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -592,6 +631,7 @@ int main(void)
 		BOTH(test_engine_many_small_jobs),
 		BOTH(test_engine_noop),
 		BOTH(test_engine_completion_hook),
+		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_uring, teardown),
 	};
 #undef BOTH
 
