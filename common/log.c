@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
@@ -32,22 +33,72 @@ void sel_log_set_level(enum sel_log_level level)
 	__atomic_store_n(&log_level, (int)level, __ATOMIC_RELAXED);
 }
 
+/*
+ * The host's sink: function and user pointer change together under
+ * log_sink_lock, and a line takes both under it (a reader lock: lines from
+ * many threads do not wait for each other).
+ */
+static pthread_rwlock_t log_sink_lock = PTHREAD_RWLOCK_INITIALIZER;
+static sel_log_fn log_sink;
+static void *log_sink_user;
+static int64_t log_rank = -1;
+
+void sel_log_set_callback(sel_log_fn fn, void *user)
+{
+	pthread_rwlock_wrlock(&log_sink_lock);
+	log_sink = fn;
+	log_sink_user = user;
+	pthread_rwlock_unlock(&log_sink_lock);
+}
+
+void sel_log_set_rank(uint32_t rank)
+{
+	__atomic_store_n(&log_rank, (int64_t)rank, __ATOMIC_RELAXED);
+}
+
+/* "2026-12-01T22:40:01.123Z selene[rank 1]: " into out; its length. */
+static int log_prefix(char *out, size_t size)
+{
+	struct timespec now;
+	struct tm tm;
+	int64_t rank = __atomic_load_n(&log_rank, __ATOMIC_RELAXED);
+	size_t n;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	gmtime_r(&now.tv_sec, &tm);
+	n = strftime(out, size, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (rank >= 0)
+		return (int)n + snprintf(out + n, size - n, ".%03ldZ selene[rank %lld]: ",
+					 now.tv_nsec / 1000000, (long long)rank);
+	return (int)n + snprintf(out + n, size - n, ".%03ldZ selene: ", now.tv_nsec / 1000000);
+}
+
 void sel_log(enum sel_log_level level, const char *fmt, ...)
 {
 	char line[1024];
-	int n;
+	int n = 0, start;
 	va_list ap;
 
 	pthread_once(&log_once, log_read_env);
 	if ((int)level > __atomic_load_n(&log_level, __ATOMIC_RELAXED))
 		return;
-	n = snprintf(line, sizeof(line), "selene: %s: ", level_names[level]);
+	pthread_rwlock_rdlock(&log_sink_lock);
+	if (!log_sink)
+		n = log_prefix(line, sizeof(line) / 2);
+	n += snprintf(line + n, sizeof(line) - (size_t)n, "%s: ", level_names[level]);
+	start = n;
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	if (write(STDERR_FILENO, line, (size_t)n) < 0)
-		return;
+	if (log_sink) {
+		line[n] = '\0';
+		log_sink(level, line + start, log_sink_user);
+	} else {
+		line[n++] = '\n';
+		if (write(STDERR_FILENO, line, (size_t)n) < 0)
+			n = 0; /* nowhere left to say so */
+	}
+	pthread_rwlock_unlock(&log_sink_lock);
 }

@@ -322,6 +322,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		return ret ? ret : api_fail(-ENOMEM, err, err_size, "out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
+	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
 	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,
 								      .listen_fd = -1 };
 	if (s->cluster.rank != 0 || s->cluster.world_size == 0 ||

@@ -200,6 +200,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		goto err_stop;
 	}
 	p->cluster = *c->cluster;
+	sel_log_set_rank(p->cluster.rank);
 	ret = shard_config_geometry(c, p->cluster.rank, p->cluster.world_size, &p->geometry,
 				    err, err_size);
 	if (!ret)

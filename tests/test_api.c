@@ -13,6 +13,7 @@
 #include "selene/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +309,66 @@ static void test_api_full_disk(void **state)
 	umount(f->base);
 }
 
+struct log_catch {
+	pthread_mutex_t lock;
+	uint32_t lines, info_lines;
+	char last[256];
+	bool saw_store;
+};
+
+static void catch_line(enum sel_log_level level, const char *message, void *user)
+{
+	struct log_catch *lc = user;
+
+	pthread_mutex_lock(&lc->lock);
+	lc->lines++;
+	if (level == SEL_LOG_INFO)
+		lc->info_lines++;
+	if (strstr(message, "store"))
+		lc->saw_store = true;
+	snprintf(lc->last, sizeof(lc->last), "%s", message);
+	pthread_mutex_unlock(&lc->lock);
+}
+
+/*
+ * sel_log_set_callback takes every line (level, message without prefix or
+ * newline) from the store's threads; NULL restores stderr, whose lines
+ * carry a UTC timestamp and the rank.
+ */
+static void test_api_log_callback(void **state)
+{
+	struct fixture *f = *state;
+	struct log_catch lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	char path[] = "/tmp/selene-log-XXXXXX", text[512] = "";
+	int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+	ssize_t n;
+
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_log_set_callback(catch_line, &lc);
+	open_store(f);
+	sel_warn("a warning with %d", 42);
+	sel_log_set_callback(NULL, NULL);
+	pthread_mutex_lock(&lc.lock);
+	assert_true(lc.saw_store);
+	assert_true(lc.info_lines >= 1);
+	assert_string_equal(lc.last, "a warning with 42");
+	pthread_mutex_unlock(&lc.lock);
+	/* the default sink: "YYYY-MM-DDTHH:MM:SS.mmmZ selene[rank 0]: warn: ..." */
+	assert_true(fd >= 0);
+	dup2(fd, STDERR_FILENO);
+	sel_warn("to stderr");
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, text, sizeof(text) - 1, 0);
+	close(fd);
+	unlink(path);
+	assert_true(n > 0);
+	text[n] = '\0';
+	assert_int_equal(strlen(text), 24 + strlen(" selene[rank 0]: warn: to stderr\n"));
+	assert_true(text[4] == '-' && text[10] == 'T' && text[19] == '.' && text[23] == 'Z');
+	assert_non_null(strstr(text, " selene[rank 0]: warn: to stderr\n"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -316,6 +377,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_log_callback, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("api", tests, NULL, NULL);

@@ -1502,12 +1502,13 @@ static void test_protocol_stream_one_byte_writes(void **state)
 	free(stream);
 }
 
-static volatile sig_atomic_t signals_seen;
+/* Counted by the handler on two threads at once: atomically. */
+static uint32_t signals_seen;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	signals_seen = signals_seen + 1;
+	__atomic_fetch_add(&signals_seen, 1, __ATOMIC_RELAXED);
 }
 
 struct frame_reader {
@@ -1575,7 +1576,7 @@ static void test_protocol_survives_signals(void **state)
 	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
 	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	r.fd = sv[1];
-	signals_seen = 0;
+	__atomic_store_n(&signals_seen, 0, __ATOMIC_RELAXED);
 	assert_int_equal(pthread_create(&reader, NULL, frame_reader_main, &r), 0);
 	s.targets[0] = reader;
 	s.targets[1] = pthread_self();
@@ -1590,7 +1591,7 @@ static void test_protocol_survives_signals(void **state)
 		fail_msg("read returned %d: %s", r.result, r.why);
 	assert_int_equal(r.header.payload_length, len);
 	assert_memory_equal(r.buf, payload, (size_t)len);
-	assert_true(signals_seen > 0);
+	assert_true(__atomic_load_n(&signals_seen, __ATOMIC_RELAXED) > 0);
 	close(sv[0]);
 	close(sv[1]);
 	free(records);

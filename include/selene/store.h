@@ -274,6 +274,31 @@ int sel_store_stats(sel_store *store, struct sel_stats *out);
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
 
+enum sel_log_level {
+	SEL_LOG_ERROR = 0,
+	SEL_LOG_WARN = 1,
+	SEL_LOG_INFO = 2,
+	SEL_LOG_DEBUG = 3,
+};
+
+/*
+ * Where Selene's log lines go: level and one line of text without its
+ * newline (valid only during the call), and the user pointer given below.
+ * Called from any of Selene's threads, one call per line; it must not call
+ * back into Selene.
+ */
+typedef void (*sel_log_fn)(enum sel_log_level level, const char *message, void *user);
+
+/*
+ * Sends every log line at or above the level SELENE_LOG sets (default info)
+ * to fn instead of stderr; NULL restores the default sink, which writes
+ * "TIME selene[rank R]: LEVEL: message" lines to stderr (UTC time, ISO 8601
+ * with milliseconds; the rank once a store or peer opened). Process-wide;
+ * may be called at any time from any thread; a line being written when it
+ * changes goes to the old sink or the new one.
+ */
+void sel_log_set_callback(sel_log_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif
