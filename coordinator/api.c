@@ -195,6 +195,45 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 	return fd;
 }
 
+/* "3 ranks on port 5000: rank 1 10.0.0.2, rank 2 10.0.0.3" (8 named at most). */
+static void describe_transport(const sel_store *s, char *out, size_t size)
+{
+	const struct sel_cluster *c = &s->cluster;
+	size_t n;
+
+	if (c->world_size == 1) {
+		snprintf(out, size, "one rank");
+		return;
+	}
+	n = (size_t)snprintf(out, size, "%u ranks on port %u:", c->world_size,
+			     c->coordinator_port);
+	for (uint32_t i = 0; i + 1 < c->world_size && n < size; i++) {
+		struct sockaddr_storage addr;
+		socklen_t len = sizeof(addr);
+		char text[INET6_ADDRSTRLEN] = "?";
+
+		if (i == 8) {
+			snprintf(out + n, size - n, " ...");
+			return;
+		}
+		if (getpeername(s->peers[i].fd, (struct sockaddr *)&addr, &len) == 0) {
+			if (addr.ss_family == AF_INET)
+				inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, text,
+					  sizeof(text));
+			else if (addr.ss_family == AF_INET6 &&
+				 IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&addr)->sin6_addr))
+				inet_ntop(AF_INET,
+					  &((struct sockaddr_in6 *)&addr)->sin6_addr.s6_addr[12],
+					  text, sizeof(text));
+			else if (addr.ss_family == AF_INET6)
+				inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr,
+					  text, sizeof(text));
+		}
+		n += (size_t)snprintf(out + n, size - n, "%s rank %u %s", i ? "," : "",
+				      s->peers[i].rank, text);
+	}
+}
+
 /*
  * Forms the cluster on the scanned directory (every rank agrees), and
  * rescans it: the agreement may have deleted or truncated files.
@@ -236,7 +275,10 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 					       .geometry = g, .durable = c->durable };
 	struct shard_engine_options engine_options = { .geometry = g, .register_pool = true };
 	struct shard_planes planes;
+	struct shard_engine_stats engine_stats;
 	struct rec_scan scan;
+	uint64_t scanned, kept;
+	char transport[512];
 	int ret;
 
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
@@ -246,6 +288,8 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
+	kept = scan.record_count;
+	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
 		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan.bytes);
 		if (*limit == 0) {
@@ -262,6 +306,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 			return ret;
 		}
 	}
+	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
 	s->core.limit_bytes = *limit;
 	s->core.stats.disk_limit_bytes = *limit;
 	ret = coord_store_load(&s->core, scan.records, scan.record_count);
@@ -294,9 +339,14 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 					sel_strerror(ret));
 		coord_fanout_jobs(s->fanout, &s->core.jobs_ops);
 	}
-	sel_info("store: %s, %s device, limit %" PRIu64 " bytes, %" PRIu64
-		 " records scanned and kept", rec_dir_path(s->dir), s->device->ops->name,
-		 *limit, s->core.stats.scanned_records);
+	shard_engine_stats(s->engine, &engine_stats);
+	/* One line that says how this store runs (docs/DESIGN.md section 9). */
+	sel_info("store: %s; device %s; I/O %s; transport %s; staging %" PRIu64
+		 " MiB; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
+		 " agreed; disk limit %" PRIu64 " bytes", rec_dir_path(s->dir),
+		 s->device->ops->name, engine_stats.disk_engine, transport,
+		 engine_stats.staging_bytes >> 20, scanned, kept,
+		 s->core.stats.scanned_records, *limit);
 	return 0;
 }
 

@@ -172,13 +172,40 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 		.register_pool = true }, &p->engine, err, err_size);
 }
 
+/* One line that says how this peer runs (docs/DESIGN.md section 9). */
+static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64_t kept,
+			      uint64_t agreed_limit)
+{
+	struct shard_engine_stats st;
+	struct sockaddr_storage addr;
+	socklen_t len = sizeof(addr);
+	char mine[INET6_ADDRSTRLEN] = "?";
+
+	shard_engine_stats(p->engine, &st);
+	if (getsockname(p->control_fd, (struct sockaddr *)&addr, &len) == 0) {
+		if (addr.ss_family == AF_INET)
+			inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, mine,
+				  sizeof(mine));
+		else if (addr.ss_family == AF_INET6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr, mine,
+				  sizeof(mine));
+	}
+	sel_info("peer: %s; rank %u of %u; device %s; I/O %s; transport rank zero at %s:%u "
+		 "from %s; staging %llu MiB; records %llu scanned, %llu kept (agreement "
+		 "applied); disk limit %llu bytes (agreed)", rec_dir_path(p->dir),
+		 p->cluster.rank, p->cluster.world_size, p->device->ops->name, st.disk_engine,
+		 p->cluster.coordinator_host, p->cluster.coordinator_port, mine,
+		 (unsigned long long)(st.staging_bytes >> 20), (unsigned long long)scanned,
+		 (unsigned long long)kept, (unsigned long long)agreed_limit);
+}
+
 int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		   size_t err_size)
 {
 	struct sel_peer *p = calloc(1, sizeof(*p));
 	struct rec_scan scan = { 0 };
 	struct cluster_identity me;
-	uint64_t limit = 0, agreed;
+	uint64_t limit = 0, agreed, scanned, kept;
 	struct timeval tv;
 	int ret;
 
@@ -219,6 +246,8 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
 		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
 		.has_disk_store = true, .disk_limit_bytes = limit };
+	kept = scan.record_count;
+	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
 	ret = peer_join_cluster(p->fd, p->cluster.secret, &me, p->dir, scan.records,
 				scan.record_count, &p->seq, &agreed, err, err_size);
 	rec_scan_free(&scan);
@@ -233,8 +262,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	}
 	p->running = true;
 	p->fd = -1; /* the agent's now: its link closes it */
-	sel_info("rank %u of %u: joined, disk limit %llu", p->cluster.rank,
-		 p->cluster.world_size, (unsigned long long)agreed);
+	peer_startup_line(p, scanned, kept, agreed);
 	*out = p;
 	return 0;
 err_stop:

@@ -747,6 +747,7 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	*out = e->stats;
 	pthread_mutex_unlock(&e->lock);
 	out->disk_engine = rec_disk_engine(e->disk);
+	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
 
 /* The staging pool: two windows and the row, leased for the engine's life. */

@@ -122,6 +122,7 @@ struct shard_engine_stats {
 	uint64_t bytes_fetched;
 	uint64_t queue_full;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
+	uint64_t staging_bytes;  /* the staging pool's size */
 };
 
 /*
