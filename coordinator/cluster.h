@@ -12,6 +12,7 @@
 #include "cluster/join.h"
 #include "record/dir.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,11 +37,28 @@ struct coord_form_options {
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
  * *agreed_disk_limit, and returns 0; rank zero then rescans its directory
- * for the index. On failure returns a negative code with the reason in err
- * (a refused peer is told why), and closes every peer socket.
+ * for the index. The join is driven by poll (DESIGN.md section 7): a
+ * connection that never proves the launch secret costs a rate-limited log
+ * line, never the formation; at most CLUSTER_JOIN_PENDING_MAX handshakes
+ * are pending, each with a CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure
+ * (a rank refused after it proved the secret, a peer that reports its own
+ * startup failure or leaves, the timeout, naming the missing rank) returns
+ * a negative code with the reason in err, tells every joined peer why
+ * (REFUSE), closes their sockets and runs coord_cluster_notify_failure.
  */
 int coord_cluster_form(const struct coord_form_options *options,
 		       struct coord_peer *peers, uint64_t *agreed_disk_limit,
 		       char *err, size_t err_size);
+
+/*
+ * Rank zero failed at startup (before or during formation): for up to
+ * CLUSTER_FAILURE_NOTICE_MS, accepts connections on listen_fd and answers
+ * each HELLO with REFUSE (shutdown) carrying why, so every peer stops at
+ * once instead of at its join timeout. Returns early once every rank from
+ * 1 to world_size - 1 was told (told, world_size entries or NULL: ranks
+ * told already). Closes what it accepted; listen_fd stays the caller's.
+ */
+void coord_cluster_notify_failure(int listen_fd, uint32_t world_size, const bool *told,
+				  const char *why);
 
 #endif
