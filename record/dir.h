@@ -71,15 +71,27 @@ struct rec_scan {
 	uint64_t orphans_dropped;  /* parent missing, and their descendants */
 	uint64_t page_only_dropped; /* page-only records left without children */
 	uint64_t ignored;          /* files that are not Selene's, left alone */
+	uint64_t unreadable_skipped; /* records that could not be read (EACCES,
+					EIO): left in place, out of the summary */
+	uint64_t moved_aside;      /* non-regular files named like records,
+				      renamed to NAME.aside */
 };
+
+/* What a non-regular file named like a record is renamed to, at the end. */
+#define REC_ASIDE_SUFFIX ".aside"
 
 /*
  * The startup scan (R-DIR-1 .. R-DIR-6): deletes *.tmp, drops invalid files
  * (each logged with its reason), derives row presence from length and
  * access order from mtime, deletes records whose parent is missing with
- * their descendants, and childless page-only records. Returns 0 and fills
- * out, or a negative errno (an unreadable file stops the scan rather than
- * lose it). Free with rec_scan_free().
+ * their descendants, and childless page-only records. A record file it
+ * cannot read (EACCES, EIO) is skipped with the reason: never deleted, left
+ * out of the summary with the records that depend on it (and, while any is
+ * unreadable, page-only records are not pruned: one may be its parent). A
+ * directory, symlink, FIFO or socket named like a record is renamed to
+ * NAME.aside and reported, so it never blocks a store of that key. Returns
+ * 0 and fills out, or a negative errno (listing the directory failed, out
+ * of memory). Free with rec_scan_free().
  */
 int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 
