@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define CLUSTER_MAGIC "SELN"
-#define CLUSTER_VERSION 2u
+#define CLUSTER_VERSION 3u
 
 /* Frame header offsets (R-WIRE-1). */
 enum cluster_header_offset {

@@ -377,9 +377,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 		return SEL_ESTOPPED;
 	}
 	coord_fanout_close(s->fanout); /* the peers see rank zero's links end */
-	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++)
-		if (s->peers[i].fd > 0)
-			close(s->peers[i].fd);
+	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++) {
+		if (s->peers[i].fd <= 0)
+			continue;
+		/* a cluster without disk stores ends cleanly too (R-WIRE-23) */
+		cluster_frame_write(s->peers[i].fd, &s->peers[i].seq.send, CLUSTER_MSG_BYE,
+				    NULL, 0);
+		close(s->peers[i].fd);
+	}
 	free(s->peers);
 	shard_engine_close(s->engine);
 	shard_device_close(s->device);

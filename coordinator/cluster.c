@@ -574,7 +574,10 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, &summaries[i + 1],
 					   &ranks[i + 1].count, why, sizeof(why));
 		ranks[i + 1].records = summaries[i + 1];
-		if (ret)
+		if (ret == SEL_ESTOPPED)
+			form_fail(ret, err, err_size, "rank %u failed at startup: %s", peers[i].rank,
+				  why);
+		else if (ret)
 			form_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
 	}
 	if (!ret) {

@@ -302,7 +302,7 @@ static void test_protocol_header_layout(void **state)
 	cluster_frame_header_encode(h, CLUSTER_MSG_HEARTBEAT, 0x0102030405060708ull,
 				    payload, sizeof(payload));
 	assert_memory_equal(h, "SELN", 4);
-	assert_int_equal(h[4], 2);
+	assert_int_equal(h[4], 3);
 	assert_int_equal(h[5], 0);
 	assert_int_equal(h[6], CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(h[7], 0);
@@ -312,7 +312,7 @@ static void test_protocol_header_layout(void **state)
 	assert_int_equal(sel_get_le64(h + 24), XXH3_64bits(payload, 8));
 	assert_int_equal(sel_get_le64(h + 32), XXH3_64bits(h, 32));
 	assert_int_equal(cluster_frame_header_decode(h, &d, why, sizeof(why)), 0);
-	assert_int_equal(d.version, 2);
+	assert_int_equal(d.version, 3);
 	assert_int_equal(d.type, CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(d.payload_length, 8);
 	assert_int_equal(d.sequence, 0x0102030405060708ull);
@@ -372,10 +372,10 @@ static void test_protocol_rejects_bad_magic(void **state)
 	}
 }
 
-/* R-WIRE-4: versions other than 2 are rejected, even when signed. */
+/* R-WIRE-4: versions other than 3 are rejected, even when signed. */
 static void test_protocol_rejects_wrong_version(void **state)
 {
-	static const uint16_t versions[] = { 0, 1, 3, 0x0200, 0xffff };
+	static const uint16_t versions[] = { 0, 1, 2, 4, 0x0300, 0xffff };
 	uint8_t frame[64], buf[64];
 	struct cluster_frame_header h;
 	char why[WHY_BYTES];
