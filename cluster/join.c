@@ -80,6 +80,7 @@ static int peer_prove(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 		.fingerprint = me->fingerprint, .layout_digest = me->layout_digest,
 		.has_disk_store = me->has_disk_store,
 		.disk_limit_bytes = me->has_disk_store ? me->disk_limit_bytes : 0,
+		.marked = me->has_disk_store && me->marked,
 	};
 	ret = cluster_nonce_fill(hello->client_nonce);
 	if (!ret)

@@ -38,6 +38,7 @@ struct cluster_identity {
 	struct rec_digest layout_digest;
 	bool has_disk_store;
 	uint64_t disk_limit_bytes;
+	bool marked;   /* its record directory holds the cluster marker */
 };
 
 /*

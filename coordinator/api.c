@@ -156,6 +156,8 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.records = scan ? scan->records : NULL,
 		.record_count = scan ? scan->record_count : 0,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
+		.marked = s->dir && rec_dir_marked(s->dir),
+		.accept_empty_ranks = c->accept_empty_ranks,
 	};
 	int ret;
 

@@ -542,6 +542,66 @@ static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err
 	return 0;
 }
 
+/* "rank 0: 12 records, rank 1: none (unmarked), ..." into out, truncated with "...". */
+static void rank_counts(const struct coord_form_options *o, const struct cluster_joiner *joiners,
+			const struct coord_rank_records *ranks, char *out, size_t size)
+{
+	size_t used = 0;
+
+	out[0] = '\0';
+	for (uint32_t r = 0; r < o->policy.world_size && used + 40 < size; r++) {
+		bool marked = r == 0 ? o->marked : joiners[r - 1].hello.marked;
+		int n = snprintf(out + used, size - used, "%srank %u: %zu records%s",
+				 r ? ", " : "", r, ranks[r].count, marked ? "" : " (unmarked)");
+
+		used += n > 0 ? (size_t)n : 0;
+	}
+	if (used + 40 >= size)
+		snprintf(out + (size > 4 ? size - 4 : 0), size > 4 ? 4 : 0, "...");
+}
+
+/*
+ * The agreement keeps only what every rank holds: a rank whose directory is
+ * empty, or unmarked while another is marked, would make it delete every
+ * rank's records, most likely over a missing mount or a wrong path. That
+ * is refused, naming the rank and the counts, unless the operator accepted
+ * it (then the deletion is logged at warning level with the counts).
+ */
+static int form_check_empty_ranks(const struct coord_form_options *o,
+				  const struct cluster_joiner *joiners,
+				  const struct coord_rank_records *ranks, char *err, size_t err_size)
+{
+	uint32_t world = o->policy.world_size, holder = world, suspect = world;
+	bool any_marked = o->marked;
+	char counts[400];
+
+	for (uint32_t r = 1; r < world; r++)
+		any_marked = any_marked || joiners[r - 1].hello.marked;
+	for (uint32_t r = 0; r < world; r++) {
+		bool marked = r == 0 ? o->marked : joiners[r - 1].hello.marked;
+
+		if (ranks[r].count > 0 && (holder == world || ranks[r].count > ranks[holder].count))
+			holder = r;
+		if (suspect == world && (ranks[r].count == 0 || (!marked && any_marked)))
+			suspect = r;
+	}
+	if (holder == world || suspect == world)
+		return 0;
+	rank_counts(o, joiners, ranks, counts, sizeof(counts));
+	if (!o->accept_empty_ranks)
+		return form_fail(SEL_EMISMATCH, err, err_size,
+				 "rank %u's record directory is %s (%zu records) while rank %u "
+				 "holds %zu: a missing mount or a wrong path? Forming would delete "
+				 "every rank's records; to accept that, start with "
+				 "accept_empty_ranks (SELENE_ACCEPT_EMPTY_RANKS=1) (%s)", suspect,
+				 ranks[suspect].count ? "unmarked" : "empty", ranks[suspect].count,
+				 holder, ranks[holder].count, counts);
+	sel_warn("cluster: rank %u's record directory is %s and that was accepted: the "
+		 "agreement deletes, on every rank, what rank %u lacks (%s)", suspect,
+		 ranks[suspect].count ? "unmarked" : "empty", suspect, counts);
+	return 0;
+}
+
 int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *peers,
 		       uint64_t *agreed_disk_limit, char *err, size_t err_size)
 {
@@ -580,6 +640,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		else if (ret)
 			form_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
 	}
+	if (!ret)
+		ret = form_check_empty_ranks(o, joiners, ranks, err, err_size);
 	if (!ret) {
 		ret = coord_agreement_decide(&agreement, ranks, world);
 		decided = ret == 0;
@@ -590,6 +652,14 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		ret = form_distribute(o, peers, ranks, &agreement, err, err_size);
 	if (!ret)
 		ret = form_confirm(peers, peer_count, err, err_size);
+	if (!ret && o->dir) {
+		int marked = rec_dir_mark(o->dir, world);
+
+		if (marked)
+			sel_warn("cluster: cannot write the cluster marker in %s: %s; the next "
+				 "start will take this directory for a new one",
+				 rec_dir_path(o->dir), strerror(-marked));
+	}
 	if (!ret)
 		sel_info("cluster formed: %u ranks, %zu records agreed (%llu disagreed, %llu "
 			 "orphaned, %llu rows dropped), disk limit %llu", world,

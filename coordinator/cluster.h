@@ -32,17 +32,24 @@ struct coord_form_options {
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
 	uint32_t timeout_ms;                 /* for the whole formation */
+	bool marked;                         /* rank zero's directory has the marker */
+	bool accept_empty_ranks;             /* form even when a rank's directory is
+						empty or unmarked while others hold
+						records (their records are deleted) */
 };
 
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
- * *agreed_disk_limit, and returns 0; rank zero then rescans its directory
- * for the index. The join is driven by poll (DESIGN.md section 7): a
+ * *agreed_disk_limit, writes rank zero's cluster marker (each peer writes
+ * its own), and returns 0; rank zero then rescans its directory for the
+ * index. The join is driven by poll (DESIGN.md section 7): a
  * connection that never proves the launch secret costs a rate-limited log
  * line, never the formation; at most CLUSTER_JOIN_PENDING_MAX handshakes
  * are pending, each with a CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure
  * (a rank refused after it proved the secret, a peer that reports its own
- * startup failure or leaves, the timeout, naming the missing rank) returns
+ * startup failure or leaves, the timeout, naming the missing rank, a rank
+ * whose directory is empty or unmarked while another holds records, unless
+ * accept_empty_ranks) returns
  * a negative code with the reason in err, tells every joined peer why
  * (REFUSE), closes their sockets and runs coord_cluster_notify_failure.
  */

@@ -87,6 +87,21 @@ static int coordinator_address(const char *text, char *host, size_t host_size,
 	return 0;
 }
 
+/* SELENE_ACCEPT_EMPTY_RANKS: 1 accepts, 0 or unset refuses, anything else is an error. */
+static int env_accept_empty_ranks(struct launch_bootstrap *b, char *err, size_t err_size)
+{
+	const char *v = getenv("SELENE_ACCEPT_EMPTY_RANKS");
+
+	if (!v || !*v || strcmp(v, "0") == 0)
+		return 0;
+	if (strcmp(v, "1") != 0) {
+		snprintf(err, err_size, "SELENE_ACCEPT_EMPTY_RANKS must be 0 or 1, not \"%.40s\"", v);
+		return -EINVAL;
+	}
+	b->cluster.accept_empty_ranks = true;
+	return 0;
+}
+
 int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_size)
 {
 	const char *coordinator = getenv("SELENE_COORDINATOR"), *secret = getenv("SELENE_SECRET_FILE");
@@ -113,6 +128,9 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 					   .job_timeout_ms = 60000 };
 	if (world == 1)
 		return 0;
+	ret = env_accept_empty_ranks(b, err, err_size);
+	if (ret)
+		return ret;
 	ret = coordinator_address(coordinator, b->host, sizeof(b->host), &port);
 	if (ret == -EINVAL) {
 		snprintf(err, err_size, "SELENE_COORDINATOR must be host:port (an IPv6 "
@@ -139,8 +157,11 @@ int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size)
 	const char *mpi_world = getenv("OMPI_COMM_WORLD_SIZE");
 
 	if (!getenv("SELENE_COORDINATOR") && !getenv("SELENE_RANK") && mpi_world &&
-	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available())
-		return launch_bootstrap_from_mpi(b, err, err_size);
+	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available()) {
+		int ret = launch_bootstrap_from_mpi(b, err, err_size);
+
+		return ret ? ret : env_accept_empty_ranks(b, err, err_size);
+	}
 	return launch_bootstrap_from_env(b, err, err_size);
 }
 

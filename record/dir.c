@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,6 +194,41 @@ void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
 	out->key = key;
 }
 
+bool rec_dir_marked(const struct rec_dir *dir)
+{
+	struct stat st;
+
+	return fstatat(dir->fd, REC_CLUSTER_MARKER_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode);
+}
+
+int rec_dir_mark(struct rec_dir *dir, uint32_t world_size)
+{
+	static const char tmp[] = REC_CLUSTER_MARKER_NAME ".tmp";
+	char text[256], hex[2 * REC_DIGEST_BYTES + 1];
+	int fd, len, ret = 0;
+
+	for (uint32_t i = 0; i < REC_DIGEST_BYTES; i++)
+		snprintf(hex + 2 * i, 3, "%02x", dir->geometry.layout_digest.bytes[i]);
+	len = snprintf(text, sizeof(text), "selene cluster marker 1\nworld %u\nlayout %s\n",
+		       world_size, hex);
+	fd = openat(dir->fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, (size_t)len) != len)
+		ret = errno ? -errno : -EIO;
+	if (!ret && dir->durable && fdatasync(fd) != 0)
+		ret = -errno;
+	close(fd);
+	if (!ret && renameat(dir->fd, tmp, dir->fd, REC_CLUSTER_MARKER_NAME) != 0)
+		ret = -errno;
+	if (!ret && dir->durable && fsync(dir->fd) != 0)
+		ret = -errno;
+	if (ret)
+		unlinkat(dir->fd, tmp, 0);
+	return ret;
+}
+
 /* A scanned record and its fate while the scan decides. */
 struct scan_entry {
 	struct rec_record_info info;
@@ -337,6 +373,8 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	struct rec_key key;
 	bool tmp;
 
+	if (strcmp(name, REC_CLUSTER_MARKER_NAME) == 0)
+		return 0; /* the cluster marker: ours, not a record */
 	if (!is_regular(s, entry)) {
 		if (rec_file_name_parse(name, &key, &tmp))
 			return scan_move_aside(s, name);

@@ -44,6 +44,25 @@ bool rec_dir_durable(const struct rec_dir *dir);
 const struct rec_geometry *rec_dir_geometry(const struct rec_dir *dir);
 const struct rec_identity *rec_dir_namespace(const struct rec_dir *dir);
 
+/*
+ * The cluster marker (DESIGN.md section 7): a small text file in the record
+ * directory, never matched by the record name pattern, naming the cluster
+ * its records belong to (world size and layout digest). Every rank writes
+ * it once the startup agreement is applied; a directory without it is new,
+ * or not the one the records were written to (a missing mount).
+ */
+#define REC_CLUSTER_MARKER_NAME ".selene-cluster"
+
+/* Whether dir holds the cluster marker (a regular file). */
+bool rec_dir_marked(const struct rec_dir *dir);
+
+/*
+ * Writes the marker for a cluster of world_size ranks (atomically: a
+ * temporary file renamed over it; fsynced when dir is durable). Returns 0
+ * or a negative errno.
+ */
+int rec_dir_mark(struct rec_dir *dir, uint32_t world_size);
+
 /* What a reader of this directory expects of every header (R-REC-12). */
 void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
 		    struct rec_expect *out);

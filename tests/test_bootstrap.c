@@ -18,7 +18,7 @@
 
 static const char *const vars[] = {
 	"SELENE_RANK", "SELENE_WORLD_SIZE", "SELENE_COORDINATOR", "SELENE_SECRET_FILE",
-	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SELENE_ACCEPT_EMPTY_RANKS",
 };
 
 static char *dir;
@@ -91,6 +91,10 @@ static void test_bootstrap_full(void **state)
 	assert_int_equal(b.cluster.secret[0], 1);
 	assert_int_equal(b.cluster.secret[31], (uint8_t)(31 * 7 + 1));
 	assert_int_equal(b.cluster.listen_fd, -1);
+	assert_false(b.cluster.accept_empty_ranks);
+	setenv("SELENE_ACCEPT_EMPTY_RANKS", "1", 1);
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
+	assert_true(b.cluster.accept_empty_ranks);
 }
 
 /* SELENE_COORDINATOR=[IPv6 address]:port names the address without brackets. */
@@ -158,6 +162,7 @@ static void test_bootstrap_refusals(void **state)
 		{ "1", "4", "[::1]:", "ok", "port" },
 		{ "1", "4", "[::1]:70000", "ok", "port" },
 		{ "1", "4", "h:1", NULL, "SELENE_SECRET_FILE" },
+		{ "1", "4", "h:1", "accept=yes", "SELENE_ACCEPT_EMPTY_RANKS" },
 		{ "1", "4", "h:1", "missing", "No such file" },
 		{ "1", "4", "h:1", "short", "exactly 32 bytes" },
 		{ "1", "4", "h:1", "long", "exactly 32 bytes" },
@@ -181,6 +186,10 @@ static void test_bootstrap_refusals(void **state)
 			setenv("SELENE_WORLD_SIZE", cases[i].world, 1);
 		if (cases[i].coordinator)
 			setenv("SELENE_COORDINATOR", cases[i].coordinator, 1);
+		if (secret && strcmp(secret, "accept=yes") == 0) {
+			setenv("SELENE_ACCEPT_EMPTY_RANKS", "yes", 1);
+			secret = "ok";
+		}
 		if (secret)
 			setenv("SELENE_SECRET_FILE",
 			       strcmp(secret, "ok") == 0 ? secret_path :

@@ -51,7 +51,8 @@ static void *peer_main(void *arg)
 				       .fingerprint = r->g.fingerprint,
 				       .layout_digest = r->g.layout_digest,
 				       .has_disk_store = true,
-				       .disk_limit_bytes = 1000000 + r->g.rank };
+				       .disk_limit_bytes = 1000000 + r->g.rank,
+				       .marked = rec_dir_marked(r->dir) };
 	struct cluster_sequences seq = { 0 };
 	struct timeval tv = { .tv_sec = 10 };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -108,6 +109,7 @@ static void listing(struct rank *r, char *out, size_t size)
 
 struct fixture {
 	uint16_t *storm_port; /* told the join port before the peers start */
+	bool accept_empty_ranks;
 	struct rank ranks[WORLD];
 	struct tu_record a, b, c, d, e;
 };
@@ -172,6 +174,8 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &f->ranks[r].scan), 0);
 	o.records = zero->scan.records;
 	o.record_count = zero->scan.record_count;
+	o.marked = rec_dir_marked(zero->dir);
+	o.accept_empty_ranks = f->accept_empty_ranks;
 	if (f->storm_port)
 		*f->storm_port = port;
 	if (started)
@@ -260,6 +264,82 @@ static void test_form_wrong_secret(void **state)
 	/* rank 1 had joined: it is told why the formation failed */
 	assert_int_not_equal(f->ranks[1].result, 0);
 	assert_non_null(strstr(f->ranks[1].why, "rank 2 is missing"));
+}
+
+/* Every rank holds a and b, and the cluster marker from a first formation. */
+static void form_marked_cluster(struct fixture *f)
+{
+	char err[512];
+	uint64_t limit;
+
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->a, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->b, 0), 0);
+		assert_false(rec_dir_marked(f->ranks[r].dir));
+	}
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+		rec_scan_free(&f->ranks[r].scan);
+	}
+}
+
+/* Rank 2's directory as a missing mount leaves it: empty and unmarked. */
+static void empty_rank_two(struct fixture *f)
+{
+	char path[1024];
+
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->a.key), 0);
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->b.key), 0);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(f->ranks[2].dir),
+		 REC_CLUSTER_MARKER_NAME);
+	assert_int_equal(unlink(path), 0);
+}
+
+/*
+ * Issue 10 item 2: a rank whose directory is empty and unmarked while the
+ * others hold records refuses to form, naming the rank and the counts, on
+ * rank zero and the peers; nothing is deleted anywhere.
+ */
+static void test_form_refuses_empty_rank(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	empty_rank_two(f);
+	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 2's record directory is empty (0 records) while "
+				    "rank 0 holds 2"));
+	assert_non_null(strstr(err, "rank 2: 0 records (unmarked)"));
+	assert_non_null(strstr(err, "SELENE_ACCEPT_EMPTY_RANKS=1"));
+	for (uint32_t r = 1; r < WORLD; r++) {
+		assert_int_not_equal(f->ranks[r].result, 0);
+		assert_non_null(strstr(f->ranks[r].why, "rank 2's record directory is empty"));
+	}
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+}
+
+/* The same, accepted explicitly: the cluster forms and the records go everywhere. */
+static void test_form_accepts_empty_rank_when_asked(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	empty_rank_two(f);
+	f->accept_empty_ranks = true;
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(f->ranks[r].result, 0);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+	}
 }
 
 /* The attackers of the join storm, each a thread looping until told to stop. */
@@ -454,6 +534,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_agreement_applied_everywhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("form", tests, NULL, NULL);

@@ -53,6 +53,11 @@ struct sel_cluster {
 	uint32_t join_timeout_ms;      /* for every rank to join and agree */
 	uint32_t silence_timeout_ms;   /* a link hearing nothing this long is dead */
 	uint32_t job_timeout_ms;       /* a job unanswered this long stops the store */
+	bool accept_empty_ranks;       /* rank zero: form even when a rank's record
+					  directory is empty or has no cluster
+					  marker while others hold records (the
+					  agreement then deletes them everywhere;
+					  logged); false: refuse, naming the rank */
 };
 
 /* One plane of the rank's cache: its name, unit size and device address. */
