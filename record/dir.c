@@ -349,7 +349,7 @@ static bool is_regular(struct scan_state *s, const struct dirent *entry)
  */
 static int scan_move_aside(struct scan_state *s, const char *name)
 {
-	char aside[REC_FILE_NAME_BYTES + sizeof(REC_ASIDE_SUFFIX)];
+	char aside[NAME_MAX + sizeof(REC_ASIDE_SUFFIX)];
 
 	snprintf(aside, sizeof(aside), "%s%s", name, REC_ASIDE_SUFFIX);
 	if (renameat(s->dir->fd, name, s->dir->fd, aside) != 0) {
