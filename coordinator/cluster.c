@@ -393,75 +393,93 @@ static void form_refuse_joined(struct coord_peer *peers, uint32_t peer_count, co
 	}
 }
 
+/* Rank zero's failure, told to the peers that connect after it. */
+struct notice {
+	struct form_conn conns[CLUSTER_JOIN_PENDING_MAX];
+	struct pollfd fds[1 + CLUSTER_JOIN_PENDING_MAX];
+	uint32_t count;
+	bool *told;        /* by rank */
+	uint32_t untold;
+	uint32_t world_size;
+	char text[CLUSTER_REFUSE_TEXT_BYTES_MAX + 1];
+};
+
+/* Answers a connection's HELLO with the failure; ends the connection. */
+static void notice_answer(struct notice *n, uint32_t index)
+{
+	struct form_conn *c = &n->conns[index];
+	char ignored[256];
+	int ret = cluster_frame_in_read(c->fd, &c->in, &c->joiner.seq.recv, ignored,
+					sizeof(ignored));
+
+	if (ret == 0)
+		return;
+	if (ret == 1 && c->in.header.type == CLUSTER_MSG_HELLO &&
+	    cluster_hello_decode(c->in.bytes + CLUSTER_FRAME_HEADER_BYTES,
+				 c->in.header.payload_length, &c->joiner.hello, ignored,
+				 sizeof(ignored)) == 0) {
+		uint32_t rank = c->joiner.hello.rank;
+
+		cluster_join_refuse(c->fd, &c->joiner.seq, CLUSTER_REFUSE_SHUTDOWN, n->text);
+		if (rank < n->world_size && !n->told[rank]) {
+			n->told[rank] = true;
+			n->untold--;
+		}
+	}
+	close(c->fd);
+	n->conns[index] = n->conns[--n->count];
+}
+
+/* One round: wait, answer what came, accept what waits. */
+static void notice_round(struct notice *n, int listen_fd, uint64_t deadline)
+{
+	uint64_t now = sel_monotonic_ns();
+	nfds_t polled = 1;
+
+	n->fds[0] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
+	for (uint32_t i = 0; i < n->count; i++)
+		n->fds[polled++] = (struct pollfd){ .fd = n->conns[i].fd, .events = POLLIN };
+	if (poll(n->fds, polled, (int)ms_until(now, deadline)) <= 0)
+		return;
+	for (uint32_t i = (uint32_t)polled - 1; i-- > 0;)
+		if (n->fds[1 + i].revents)
+			notice_answer(n, i);
+	while (n->count < CLUSTER_JOIN_PENDING_MAX) {
+		struct sockaddr_storage addr;
+		socklen_t len = sizeof(addr);
+		int fd = accept_ready(listen_fd, &addr, &len);
+
+		if (fd < 0)
+			break;
+		memset(&n->conns[n->count], 0, sizeof(n->conns[n->count]));
+		n->conns[n->count++].fd = fd;
+	}
+}
+
 void coord_cluster_notify_failure(int listen_fd, uint32_t world_size, const bool *told,
 				  const char *why)
 {
 	uint64_t deadline = sel_monotonic_ns() + CLUSTER_FAILURE_NOTICE_MS * 1000000ull;
-	struct pollfd fds[1 + CLUSTER_JOIN_PENDING_MAX];
-	struct form_conn *conns = calloc(CLUSTER_JOIN_PENDING_MAX, sizeof(*conns));
-	uint32_t count = 0, untold = 0;
-	bool *seen = calloc(world_size, sizeof(*seen));
-	char text[CLUSTER_REFUSE_TEXT_BYTES_MAX + 1], ignored[256];
+	struct notice *n = calloc(1, sizeof(*n));
 
-	if (!conns || !seen || listen_fd < 0)
+	if (n)
+		n->told = calloc(world_size, sizeof(*n->told));
+	if (!n || !n->told || listen_fd < 0)
 		goto out_free;
-	snprintf(text, sizeof(text), "rank zero stopped: %s", why);
+	n->world_size = world_size;
+	snprintf(n->text, sizeof(n->text), "rank zero stopped: %s", why);
 	for (uint32_t r = 1; r < world_size; r++) {
-		seen[r] = told && told[r];
-		untold += !seen[r];
+		n->told[r] = told && told[r];
+		n->untold += !n->told[r];
 	}
-	while (untold > 0) {
-		uint64_t now = sel_monotonic_ns();
-		nfds_t n = 1;
-
-		if (now >= deadline)
-			break;
-		fds[0] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
-		for (uint32_t i = 0; i < count; i++)
-			fds[n++] = (struct pollfd){ .fd = conns[i].fd, .events = POLLIN };
-		if (poll(fds, n, (int)ms_until(now, deadline)) <= 0)
-			continue;
-		for (uint32_t i = count; i-- > 0;) {
-			struct form_conn *c = &conns[i];
-			int ret;
-
-			if (!fds[1 + i].revents)
-				continue;
-			ret = cluster_frame_in_read(c->fd, &c->in, &c->joiner.seq.recv, ignored,
-						    sizeof(ignored));
-			if (ret == 0)
-				continue;
-			if (ret == 1 && c->in.header.type == CLUSTER_MSG_HELLO &&
-			    cluster_hello_decode(c->in.bytes + CLUSTER_FRAME_HEADER_BYTES,
-						 c->in.header.payload_length, &c->joiner.hello,
-						 ignored, sizeof(ignored)) == 0) {
-				uint32_t rank = c->joiner.hello.rank;
-
-				cluster_join_refuse(c->fd, &c->joiner.seq, CLUSTER_REFUSE_SHUTDOWN, text);
-				if (rank < world_size && !seen[rank]) {
-					seen[rank] = true;
-					untold--;
-				}
-			}
-			close(c->fd);
-			conns[i] = conns[--count];
-		}
-		while (count < CLUSTER_JOIN_PENDING_MAX) {
-			struct sockaddr_storage addr;
-			socklen_t len = sizeof(addr);
-			int fd = accept_ready(listen_fd, &addr, &len);
-
-			if (fd < 0)
-				break;
-			memset(&conns[count], 0, sizeof(conns[count]));
-			conns[count++].fd = fd;
-		}
-	}
-	for (uint32_t i = 0; i < count; i++)
-		close(conns[i].fd);
+	while (n->untold > 0 && sel_monotonic_ns() < deadline)
+		notice_round(n, listen_fd, deadline);
+	for (uint32_t i = 0; i < n->count; i++)
+		close(n->conns[i].fd);
 out_free:
-	free(conns);
-	free(seen);
+	if (n)
+		free(n->told);
+	free(n);
 }
 
 /* The agreed limit: the smallest among ranks (DESIGN.md section 7). */
