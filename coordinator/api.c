@@ -40,6 +40,7 @@ struct sel_store {
 	struct shard_engine *engine;
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
+	bool form_attempted;           /* the formation told the peers of any failure */
 	struct coord_fanout *fanout;
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
@@ -184,7 +185,7 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
 	}
 	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-	    listen(fd, (int)c->world_size) != 0) {
+	    listen(fd, SOMAXCONN) != 0) {
 		int e = errno;
 
 		if (fd >= 0)
@@ -236,7 +237,11 @@ static void describe_transport(const sel_store *s, char *out, size_t size)
 
 /*
  * Forms the cluster on the scanned directory (every rank agrees), and
- * rescans it: the agreement may have deleted or truncated files.
+ * rescans it: the agreement may have deleted or truncated files. Without a
+ * disk store (limit 0, no directory) rank zero still forms, so that a rank
+ * with a disk store is refused with the reason on both sides. The join port
+ * closes once the cluster formed (a listener of the caller's is shut down;
+ * the caller still closes it).
  */
 static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan *scan,
 		    uint64_t *limit, char *err, size_t err_size)
@@ -246,73 +251,76 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 	struct coord_form_options o = {
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
-			    .has_disk_store = true, .address_allowed = address_allowed,
+			    .has_disk_store = *limit != 0, .address_allowed = address_allowed,
 			    .ctx = &s->cluster },
-		.disk_limit_bytes = *limit, .dir = s->dir, .records = scan->records,
-		.record_count = scan->record_count,
+		.disk_limit_bytes = *limit, .dir = s->dir,
+		.records = scan ? scan->records : NULL,
+		.record_count = scan ? scan->record_count : 0,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
+		.marked = s->dir && rec_dir_marked(s->dir),
+		.accept_empty_ranks = c->accept_empty_ranks,
 	};
 	int ret;
 
 	if (listen_fd < 0)
 		return listen_fd;
+	s->form_attempted = true;
 	s->peers = calloc(c->world_size, sizeof(*s->peers));
 	ret = s->peers ? coord_cluster_form(&o, s->peers, limit, err, err_size) : -ENOMEM;
 	if (c->listen_fd < 0)
 		close(listen_fd);
-	if (ret)
+	else
+		shutdown(listen_fd, SHUT_RDWR);
+	if (ret || !scan)
 		return ret;
 	rec_scan_free(scan);
 	return rec_dir_scan(s->dir, scan);
 }
 
-static int api_open_disk(sel_store *s, const struct sel_store_config *c,
-			 const struct rec_geometry *g, uint64_t *limit, char *err,
-			 size_t err_size)
+/*
+ * Rank zero failed at startup before it could form: tells the peers that
+ * connect meanwhile (coord_cluster_notify_failure), so they stop now.
+ */
+static void api_notify_failure(sel_store *s, const char *why)
+{
+	const struct sel_cluster *c = &s->cluster;
+	char ignored[256];
+	int listen_fd;
+
+	if (c->world_size < 2 || c->rank != 0 || s->form_attempted)
+		return;
+	listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, ignored, sizeof(ignored));
+	coord_cluster_notify_failure(listen_fd, c->world_size, NULL, why);
+	if (c->listen_fd < 0 && listen_fd >= 0)
+		close(listen_fd);
+}
+
+/* This rank's directory (locked, scanned), the disk limit, device and engine. */
+static int api_open_local(sel_store *s, const struct sel_store_config *c,
+			  const struct rec_geometry *g, struct rec_scan *scan, uint64_t *limit,
+			  char *err, size_t err_size)
 {
 	struct rec_dir_options dir_options = { .base_path = c->dir,
 					       .namespace_id = &s->core.namespace_id,
 					       .geometry = g, .durable = c->durable };
 	struct shard_engine_options engine_options = { .geometry = g, .register_pool = true };
 	struct shard_planes planes;
-	struct shard_engine_stats engine_stats;
-	struct rec_scan scan;
-	uint64_t scanned, kept;
-	char transport[512];
 	int ret;
 
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
 	if (ret)
 		return ret;
-	ret = rec_dir_scan(s->dir, &scan);
+	ret = rec_dir_scan(s->dir, scan);
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
-	kept = scan.record_count;
-	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
-		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan.bytes);
-		if (*limit == 0) {
-			rec_scan_free(&scan);
+		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes);
+		if (*limit == 0)
 			return api_fail(-EIO, err, err_size, "cannot tell the free space of %s "
 					"for the default disk limit; configure one",
 					rec_dir_path(s->dir));
-		}
 	}
-	if (s->cluster.world_size > 1) {
-		ret = api_form(s, g, &scan, limit, err, err_size);
-		if (ret) {
-			rec_scan_free(&scan);
-			return ret;
-		}
-	}
-	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
-	s->core.limit_bytes = *limit;
-	s->core.stats.disk_limit_bytes = *limit;
-	ret = coord_store_load(&s->core, scan.records, scan.record_count);
-	rec_scan_free(&scan);
-	if (ret)
-		return api_fail(ret, err, err_size, "out of memory loading the index");
 	ret = shard_device_open(c->device ? c->device : "auto", c->device_ordinal,
 				&s->device, err, err_size);
 	if (ret)
@@ -323,8 +331,41 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	engine_options.planes = &planes;
 	engine_options.jobs_max = COORD_JOBS_MAX;
 	ret = shard_engine_open(&engine_options, &s->engine, err, err_size);
-	if (ret)
+	/* the local engine's until a fan-out takes the jobs (close polls it) */
+	s->core.jobs_ops.ctx = s->engine;
+	return ret;
+}
+
+/*
+ * Opens this rank's storage, and only then forms the cluster: a local
+ * failure is told to the peers instead of leaving them at the join.
+ */
+static int api_open_disk(sel_store *s, const struct sel_store_config *c,
+			 const struct rec_geometry *g, uint64_t *limit, char *err,
+			 size_t err_size)
+{
+	struct rec_scan scan = { 0 };
+	struct shard_engine_stats engine_stats;
+	uint64_t scanned, kept;
+	char transport[512];
+	int ret;
+
+	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
+	kept = scan.record_count;
+	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
+	if (!ret && s->cluster.world_size > 1)
+		ret = api_form(s, g, &scan, limit, err, err_size);
+	if (ret) {
+		rec_scan_free(&scan);
 		return ret;
+	}
+	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
+	s->core.limit_bytes = *limit;
+	s->core.stats.disk_limit_bytes = *limit;
+	ret = coord_store_load(&s->core, scan.records, scan.record_count);
+	rec_scan_free(&scan);
+	if (ret)
+		return api_fail(ret, err, err_size, "out of memory loading the index");
 	if (s->cluster.world_size > 1) {
 		const struct sel_cluster *cl = &s->cluster;
 
@@ -375,12 +416,10 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
 	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,
 								      .listen_fd = -1 };
-	if (s->cluster.rank != 0 || s->cluster.world_size == 0 ||
-	    (s->cluster.world_size > 1 && c->disk_limit_bytes == 0)) {
+	if (s->cluster.rank != 0 || s->cluster.world_size == 0) {
 		ret = api_fail(-EINVAL, err, err_size, s->cluster.rank ?
 			       "rank %u runs a peer (sel_peer_start), not the store" :
-			       "a world of %u ranks needs a disk store on every rank",
-			       s->cluster.rank ? s->cluster.rank : s->cluster.world_size);
+			       "a world of 0 ranks", s->cluster.rank);
 		goto err_close;
 	}
 	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
@@ -400,12 +439,18 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			goto err_close;
 		if (!s->fanout)
 			s->core.jobs_ops.ctx = s->engine;
+	} else if (s->cluster.world_size > 1) {
+		/* no disk store here: the join checks that no rank has one */
+		ret = api_form(s, g, NULL, &limit, err, err_size);
+		if (ret)
+			goto err_close;
 	}
 	free(g);
 	open_stores_add(s);
 	*out = s;
 	return 0;
 err_close:
+	api_notify_failure(s, err_size ? err : "rank zero failed at startup");
 	free(g);
 	sel_store_close(s, 0);
 	return ret;
@@ -447,9 +492,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 		return SEL_ESTOPPED;
 	}
 	coord_fanout_close(s->fanout); /* the peers see rank zero's links end */
-	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++)
-		if (s->peers[i].fd > 0)
-			close(s->peers[i].fd);
+	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++) {
+		if (s->peers[i].fd <= 0)
+			continue;
+		/* a cluster without disk stores ends cleanly too (R-WIRE-23) */
+		cluster_frame_write(s->peers[i].fd, &s->peers[i].seq.send, CLUSTER_MSG_BYE,
+				    NULL, 0);
+		close(s->peers[i].fd);
+	}
 	free(s->peers);
 	shard_engine_close(s->engine);
 	shard_device_close(s->device);

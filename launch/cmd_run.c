@@ -52,6 +52,7 @@ struct run_options {
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
 	uint32_t event_timeout_ms;
+	bool accept_empty_ranks;  /* --accept-empty-ranks */
 };
 
 struct run_totals {
@@ -848,7 +849,11 @@ static void run_usage(FILE *out)
 		"  --gpu-rows N        state slots in the GPU cache (default 16)\n"
 		"  --device KIND       auto (default), cuda or host\n"
 		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
-		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n\n"
+		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n"
+		"  --accept-empty-ranks  form even when a rank's record directory is empty or\n"
+		"                      unmarked while others hold records: the agreement then\n"
+		"                      deletes them on every rank (also\n"
+		"                      SELENE_ACCEPT_EMPTY_RANKS=1)\n\n"
 		"Sizes take K, M, G, T (binary).\n");
 }
 
@@ -867,6 +872,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
+		{ "accept-empty-ranks", no_argument, NULL, 'A' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -893,6 +899,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			ok = strcmp(optarg, "auto") == 0 || run_parse_size(optarg, &o->disk_limit);
 			break;
 		case 'E': ok = run_parse_u32(optarg, 1, &o->event_timeout_ms); break;
+		case 'A': o->accept_empty_ranks = true; break;
 		case 'O': {
 			uint32_t v = 0;
 
@@ -1114,6 +1121,7 @@ int launch_cmd_run(int argc, char **argv)
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}
+	r->boot.cluster.accept_empty_ranks |= r->opt.accept_empty_ranks;
 	if (!launch_step_available(&r->boot)) {
 		fprintf(stderr, "selene run: %u ranks need MPI for the worker's steps: launch "
 			"with mpirun and leave SELENE_COORDINATOR unset%s\n",

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -170,6 +171,47 @@ static void test_cli_verify_good_and_flipped(void **state)
 	free(path);
 	tu_record_free(&a);
 	tu_record_free(&b);
+	rec_dir_close(dir);
+	tu_remove_tree(base);
+	free(g);
+	free(r);
+}
+
+/*
+ * Issue 10 item 8: verify names a directory or FIFO with a record's name
+ * for what it is, NOT A RECORD, instead of calling it BAD.
+ */
+static void test_cli_verify_not_a_record(void **state)
+{
+	char *base = tu_make_temp_dir("cli");
+	struct run_result *r = malloc(sizeof(*r));
+	struct rec_geometry *g = malloc(sizeof(*g));
+	struct tu_record a, b, c;
+	struct rec_dir *dir;
+	char path[1024], name[REC_FILE_NAME_BYTES];
+
+	(void)state;
+	tu_geometry(g, 64, 2, 4096, 4096, 0, 1);
+	dir = tu_dir_open(base, g, false);
+	tu_record_make(&a, g, 1, 64 * 2, NULL, 1);
+	tu_record_make(&b, g, 2, 64 * 2, NULL, 2);
+	tu_record_make(&c, g, 3, 64 * 2, NULL, 3);
+	assert_int_equal(tu_record_write(dir, &a, 0), 0);
+	rec_file_name(name, &b.key);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(dir), name);
+	assert_int_equal(mkdir(path, 0700), 0);
+	rec_file_name(name, &c.key);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(dir), name);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	run(r, NULL, (const char *[]){ "verify", base, NULL });
+	expect(r, 0, "1 good, 0 bad");
+	expect(r, 0, "NOT A RECORD ");
+	expect(r, 0, "a directory with a record's name");
+	expect(r, 0, "a FIFO with a record's name");
+	assert_null(strstr(r->out, "BAD "));
+	tu_record_free(&a);
+	tu_record_free(&b);
+	tu_record_free(&c);
 	rec_dir_close(dir);
 	tu_remove_tree(base);
 	free(g);
@@ -578,6 +620,7 @@ int main(void)
 		cmocka_unit_test(test_cli_help),
 		cmocka_unit_test(test_cli_failpoints),
 		cmocka_unit_test(test_cli_verify_good_and_flipped),
+		cmocka_unit_test(test_cli_verify_not_a_record),
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
