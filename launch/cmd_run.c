@@ -19,12 +19,15 @@
 #include "launch/commands.h"
 
 #include "common/base.h"
+#include "common/limits.h"
+#include "launch/args.h"
 #include "launch/bootstrap.h"
 #include "launch/gpu_cache.h"
 #include "launch/run.h"
 #include "launch/step.h"
 #include "launch/synth.h"
 #include "launch/trace.h"
+#include "shard/engine.h"
 #include "selene/store.h"
 
 #include <errno.h>
@@ -764,65 +767,51 @@ static uint64_t run_follow(struct run *r)
 	return failures;
 }
 
-/* A size: digits with an optional K, M, G or T (binary) suffix. */
-static bool run_parse_size(const char *text, uint64_t *out)
-{
-	static const char units[] = "KMGT";
-	char *end;
-	unsigned long long v;
-	const char *unit;
-
-	if (!text || *text < '0' || *text > '9')
-		return false;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno)
-		return false;
-	if (*end && (unit = strchr(units, *end)) != NULL) {
-		unsigned shift = 10u * (unsigned)(unit - units + 1);
-
-		if (v > (UINT64_MAX >> shift))
-			return false;
-		v <<= shift;
-		end += end[1] == 'i' && end[2] == 'B' ? 3 : 1;
-	}
-	*out = v;
-	return *end == '\0';
-}
-
-static bool run_parse_u32(const char *text, uint32_t min, uint32_t *out)
-{
-	uint64_t v;
-
-	if (!run_parse_size(text, &v) || v < min || v > UINT32_MAX)
-		return false;
-	*out = (uint32_t)v;
-	return true;
-}
-
-/* COUNTxBYTES[,COUNTxBYTES...] */
+/* COUNTxSIZE[,COUNTxSIZE...], at most RUN_PLANES_MAX planes in all, each
+ * unit at most REC_UNIT_BYTES_MAX (the record format's limits). */
 static bool run_parse_planes(const char *text, struct run_options *o)
 {
-	char copy[512], *save = NULL;
+	char copy[512], *save = NULL, why[128];
 	uint32_t total = 0;
+	uint64_t count;
 
-	if (strlen(text) >= sizeof(copy))
-		return false;
-	strcpy(copy, text);
 	o->spec_count = 0;
+	if (strlen(text) >= sizeof(copy)) {
+		fprintf(stderr, "selene run: --planes: longer than %zu characters\n",
+			sizeof(copy) - 1);
+		return false;
+	}
+	strcpy(copy, text);
 	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		char *x = strchr(item, 'x');
 		struct launch_run_plane_spec *s = &o->specs[o->spec_count];
 
-		if (!x || o->spec_count == RUN_PLANES_MAX)
+		if (!x || o->spec_count == RUN_PLANES_MAX) {
+			fprintf(stderr, "selene run: --planes %s: not COUNTxSIZE[,COUNTxSIZE...]\n",
+				text);
 			return false;
+		}
 		*x = '\0';
-		if (!run_parse_u32(item, 1, &s->count) || !run_parse_size(x + 1, &s->unit_bytes) ||
-		    s->unit_bytes == 0 || s->count > RUN_PLANES_MAX - total)
+		if (launch_parse_number(item, LAUNCH_COUNT, 1, RUN_PLANES_MAX, &count, why,
+					sizeof(why)) ||
+		    launch_parse_number(x + 1, LAUNCH_SIZE, 1, REC_UNIT_BYTES_MAX, &s->unit_bytes,
+					why, sizeof(why))) {
+			fprintf(stderr, "selene run: --planes %s: %s (planes at most %u, a unit "
+				"at most %llu bytes: the record format's limits)\n", text, why,
+				RUN_PLANES_MAX, (unsigned long long)REC_UNIT_BYTES_MAX);
 			return false;
+		}
+		if (count > RUN_PLANES_MAX - total) {
+			fprintf(stderr, "selene run: --planes %s: more than %u planes in all "
+				"(the record format's limit)\n", text, RUN_PLANES_MAX);
+			return false;
+		}
+		s->count = (uint32_t)count;
 		total += s->count;
 		o->spec_count++;
 	}
+	if (o->spec_count == 0)
+		fprintf(stderr, "selene run: --planes %s: not COUNTxSIZE[,COUNTxSIZE...]\n", text);
 	return o->spec_count > 0;
 }
 
@@ -849,7 +838,8 @@ static void run_usage(FILE *out)
 		"  --device KIND       auto (default), cuda or host\n"
 		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
 		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n\n"
-		"Sizes take K, M, G, T (binary).\n");
+		"Sizes take K, M, G, T (binary). Exit status: 0 every check passed, 1 a\n"
+		"check or the run failed (or it was interrupted), 2 bad arguments.\n");
 }
 
 static int run_parse_args(struct run_options *o, int argc, char **argv)
@@ -879,32 +869,46 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 	run_parse_planes("8x32K", o);
 	optind = 1;
 	while (ok && (opt = getopt_long(argc, argv, "", options, &which)) != -1) {
+		const char *flag = options[which].name;
+
 		switch (opt) {
 		case 't': o->trace_path = optarg; break;
 		case 'd': o->dir = optarg; break;
 		case 'o': o->results_path = optarg; break;
-		case 'p': ok = run_parse_u32(optarg, 1, &o->page_tokens); break;
+		case 'p': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 REC_PAGE_TOKENS_MAX, &o->page_tokens); break;
 		case 'P': ok = run_parse_planes(optarg, o); break;
-		case 'R': ok = run_parse_size(optarg, &o->row_bytes) && o->row_bytes; break;
-		case 'g': ok = run_parse_u32(optarg, 1, &o->gpu_pages); break;
-		case 'G': ok = run_parse_u32(optarg, 1, &o->gpu_rows); break;
-		case 'D': o->device = optarg; break;
-		case 'L':
-			ok = strcmp(optarg, "auto") == 0 || run_parse_size(optarg, &o->disk_limit);
+		case 'R': ok = launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 1,
+						 REC_ROW_BYTES_MAX, &o->row_bytes); break;
+		case 'g': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX - 1, &o->gpu_pages); break;
+		case 'G': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX - 1, &o->gpu_rows); break;
+		case 'D':
+			o->device = optarg;
+			ok = strcmp(optarg, "auto") == 0 || strcmp(optarg, "cuda") == 0 ||
+			     strcmp(optarg, "host") == 0;
+			if (!ok)
+				fprintf(stderr, "selene run: --device %s: auto, cuda or host\n",
+					optarg);
 			break;
-		case 'E': ok = run_parse_u32(optarg, 1, &o->event_timeout_ms); break;
+		case 'L':
+			ok = strcmp(optarg, "auto") == 0 ||
+			     launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 0, UINT64_MAX - 1,
+					       &o->disk_limit);
+			break;
+		case 'E': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX, &o->event_timeout_ms); break;
 		case 'O': {
 			uint32_t v = 0;
 
-			ok = run_parse_u32(optarg, 0, &v) && v < 1024;
+			ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 0, 1023, &v);
 			o->device_ordinal = (int)v;
 			break;
 		}
 		default: ok = false; break;
 		}
-		if (!ok && opt != '?')
-			fprintf(stderr, "selene run: --%s %s: not a valid value\n",
-				options[which].name, optarg);
+		which = 0;
 	}
 	if (ok && (!o->trace_path || !o->dir || optind != argc)) {
 		fprintf(stderr, "selene run: --trace and --dir are required\n");
@@ -982,13 +986,93 @@ static int run_check_dir(const char *dir, char *err, size_t err_size)
 	return 0;
 }
 
+/* Bytes of memory the kernel says it could give now (MemAvailable), or
+ * the physical memory where /proc does not say; 0 when unknown. */
+static uint64_t run_memory_available(void)
+{
+	unsigned long long kib = 0;
+	char line[128];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (kib)
+		return (uint64_t)kib << 10;
+	return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* a * b + c into *out; false on overflow. */
+static bool run_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out) && !__builtin_add_overflow(*out, c, out);
+}
+
+/*
+ * Host memory this rank may give its planes (issue 10 item 7): what the
+ * host has available, shared by every rank on it (OMPI_COMM_WORLD_LOCAL_SIZE),
+ * less what the rank needs besides its planes: its shard engine's staging
+ * (about SHARD_STAGES windows of page records, as shard/engine.c sizes it),
+ * the worker's scratch units and rank zero's GPU-cache bookkeeping. Planes
+ * on a CUDA device are checked by their allocation there, which fails
+ * cleanly. Returns 0 with *budget, or -ENOMEM with err when even the rest
+ * does not fit.
+ */
+static int run_host_budget(const struct run *r, uint64_t *budget, char *err, size_t err_size)
+{
+	const struct run_options *o = &r->opt;
+	uint64_t largest = o->row_bytes, record_bytes = 0, window, need = 0;
+	uint64_t available = run_memory_available(), ranks = 1;
+	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	bool ok;
+
+	for (uint32_t s = 0; s < o->spec_count; s++) {
+		record_bytes += o->specs[s].count * sel_align_up(o->specs[s].unit_bytes,
+								 SEL_BLOCK_BYTES);
+		largest = o->specs[s].unit_bytes > largest ? o->specs[s].unit_bytes : largest;
+	}
+	window = SHARD_WINDOW_BYTES / record_bytes;
+	window = window == 0 ? 1 : window > SHARD_WINDOW_PAGES_MAX ? SHARD_WINDOW_PAGES_MAX : window;
+	ok = run_mul_add(SHARD_STAGES * window, record_bytes,
+			 2 * largest + sel_align_up(o->row_bytes, SEL_BLOCK_BYTES), &need);
+	if (r->boot.cluster.rank == 0)
+		ok = ok && run_mul_add(o->gpu_pages, 3 * sizeof(uint32_t), need, &need) &&
+		     run_mul_add(o->gpu_rows, sizeof(struct launch_gpu_checkpoint) +
+				 sizeof(struct run_retry) + sizeof(uint32_t), need, &need);
+	if (local && launch_parse_number(local, LAUNCH_COUNT, 1, REC_WORLD_SIZE_MAX, &ranks,
+					 NULL, 0))
+		ranks = 1;
+	if (available == 0) {
+		*budget = UINT64_MAX; /* unknown: the allocations will say */
+		return 0;
+	}
+	if (ok && need <= available / ranks) {
+		*budget = available / ranks - need;
+		return 0;
+	}
+	snprintf(err, err_size, "staging, scratch and cache bookkeeping for %u pages and %u "
+		 "rows need %s%.1f GiB of host memory per rank; this host has %.1f GiB available "
+		 "for %" PRIu64 " rank(s): lower --gpu-pages, --gpu-rows or --planes",
+		 o->gpu_pages, o->gpu_rows, ok ? "" : "more than ",
+		 (double)(ok ? need : UINT64_MAX) / (1u << 30), (double)available / (1u << 30),
+		 ranks);
+	return -ENOMEM;
+}
+
 /* What every rank sets up before the store: rank zero's trace, results
  * file and cache; every rank's planes. Returns 0, or 1 with a message. */
 static uint64_t run_prepare(struct run *r)
 {
 	uint32_t rank = r->boot.cluster.rank;
+	uint64_t host_budget;
 	char err[512];
 
+	if (run_host_budget(r, &host_budget, err, sizeof(err))) {
+		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
+		return 1;
+	}
 	if (rank == 0) {
 		if (launch_trace_load(r->opt.trace_path, &r->trace, err, sizeof(err))) {
 			fprintf(stderr, "selene run: %s\n", err);
@@ -1008,7 +1092,7 @@ static uint64_t run_prepare(struct run *r)
 	}
 	if (launch_run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
 				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
-				   r->opt.gpu_rows, err, sizeof(err))) {
+				   r->opt.gpu_rows, host_budget, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
 		return 1;
 	}
@@ -1104,7 +1188,7 @@ int launch_cmd_run(int argc, char **argv)
 	if (!r)
 		return LAUNCH_EXIT_USAGE;
 	if (run_parse_args(&r->opt, argc, argv)) {
-		run_usage(stderr);
+		fprintf(stderr, "selene run: 'selene run --help' lists the options\n");
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}

@@ -14,8 +14,10 @@
 #include "common/log.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,14 +416,143 @@ static void test_cli_run_bad_input(void **state)
 	expect(r, 1, "cannot open trace /nonexistent/t");
 	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--planes", "3y4",
 				       NULL });
-	expect(r, 2, "--planes 3y4: not a valid value");
+	expect(r, 2, "--planes 3y4: not COUNTxSIZE");
 	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device",
 				       "tpu", NULL });
-	expect(r, 1, "--device tpu: auto, cuda or host");
+	expect(r, 2, "--device tpu: auto, cuda or host");
 	run(r, NULL, (const char *[]){ "run", "--dir", dir, NULL });
 	expect(r, 2, "--trace and --dir are required");
 	free(r);
 	tu_remove_tree(base);
+}
+
+/*
+ * One strict number parser for every subcommand (issue 13 item 17): a
+ * size with a suffix means what it says, junk and values past a limit are
+ * refused naming the flag (exit 2), and selene run allows as many planes
+ * as a record file can describe, naming that limit past it. Sizes that do
+ * not fit this host's memory are refused before they are allocated
+ * (issue 10 item 7).
+ */
+static void test_cli_strict_numbers(void **state)
+{
+	char *base = tu_make_temp_dir("numbers");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	write_text(trace, "{\"id\": \"x\", \"spans\": [[1, 40]]}\n");
+	run(r, NULL, (const char *[]){ "demo", "--dir", dir, "--plane-bytes", "64Q", NULL });
+	expect(r, 2, "selene demo: --plane-bytes 64Q: not a size");
+	run(r, NULL, (const char *[]){ "demo", "--dir", dir, "--tokens", "abc", NULL });
+	expect(r, 2, "--tokens abc: not a number");
+	run(r, NULL, (const char *[]){ "demo", "--dir", dir, "--rank", "-1", NULL });
+	expect(r, 2, "--rank -1: not a number");
+	run(r, NULL, (const char *[]){ "demo", "--dir", dir, "--rank", "2", "--world", "2",
+				       NULL });
+	expect(r, 2, "--rank 2: not below --world 2");
+	/* 64K is 65536 bytes: the demo's line says so */
+	run(r, NULL, (const char *[]){ "demo", "--dir", dir, "--planes", "1", "--plane-bytes",
+				       "4K", "--row-bytes", "4K", "--tokens", "320",
+				       "--page-tokens", "64", NULL });
+	expect(r, 0, "0.0 MiB) at");
+	run(r, NULL, (const char *[]){ "bench", "store", "--records", "abc", NULL });
+	expect(r, 2, "selene bench store: --records abc: not a number");
+	run(r, NULL, (const char *[]){ "bench", "store", "--plane-bytes", "99999999999999999999",
+				       NULL });
+	expect(r, 2, "--plane-bytes 99999999999999999999: more than the most allowed");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--planes",
+				       "480x1K", NULL });
+	expect(r, 2, "--planes 480x1K: more than the most allowed, 479");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--planes",
+				       "400x1K,80x1K", NULL });
+	expect(r, 2, "more than 479 planes in all (the record format's limit)");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--gpu-rows",
+				       "0", NULL });
+	expect(r, 2, "--gpu-rows 0: less than the least allowed, 1");
+	/* a 70B-class model: 80 layers of K and V */
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "80x1K,80x1K", "--page-tokens", "16",
+				       "--row-bytes", "4K", "--gpu-pages", "16", "--gpu-rows", "4",
+				       NULL });
+	expect(r, 0, "160 page planes");
+	expect(r, 0, "byte-exact on every rank");
+	/* sizes this host cannot hold are refused before they are allocated */
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--gpu-pages", "4294967294", NULL });
+	expect(r, 1, "of host memory per rank");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "1x1G", "--gpu-pages", "100000", NULL });
+	expect(r, 1, "do not fit the");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/* Entries of a directory other than . and .., or -1 where it is missing. */
+static int entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int count = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		count += e->d_name[0] != '.';
+	closedir(d);
+	return count;
+}
+
+/*
+ * selene bench writes only into a scratch directory of its own and removes
+ * it at the end, also when interrupted (SIGINT); a directory that does not
+ * exist is refused, not made (issue 13 item 17).
+ */
+static void test_cli_bench_cleans_up(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *dir = tu_make_temp_dir("bench-clean");
+	struct run_result *r = malloc(sizeof(*r));
+	char missing[600], scratch[600];
+	int status = 0;
+	pid_t pid;
+
+	(void)state;
+	snprintf(missing, sizeof(missing), "%s/missing/deeper", dir);
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--device", "host", missing, NULL });
+	expect(r, 1, "No such file or directory");
+	assert_int_equal(tu_count_suffix(dir, ""), 2); /* "." and "..": nothing made */
+	run(r, NULL, (const char *[]){ "bench", "store", "--dir", dir, "--device", "host",
+				       "--planes", "2", "--plane-bytes", "4K", "--row-bytes", "4K",
+				       "--pages", "4", "--rounds", "2", NULL });
+	expect(r, 0, "store: selene");
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+
+	/* interrupted while it runs: waits for its first record directory */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, 1);
+		dup2(null, 2);
+		execl(program ? program : "build/selene", "selene", "bench", "store", "--dir", dir,
+		      "--device", "host", "--rounds", "1000", "--records", "4", (char *)NULL);
+		_exit(127);
+	}
+	snprintf(scratch, sizeof(scratch), "%s/selene-bench.%d", dir, (int)pid);
+	for (int i = 0; i < 6000 && entries(scratch) < 1; i++)
+		usleep(10000);
+	assert_true(entries(scratch) >= 1);
+	kill(pid, SIGINT);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 128 + SIGINT);
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	free(r);
+	tu_remove_tree(dir);
 }
 
 /* Three ranks under mpirun (where it is installed): the MPI bootstrap and
@@ -585,6 +716,8 @@ int main(void)
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),
 		cmocka_unit_test(test_cli_bench_fanout),
+		cmocka_unit_test(test_cli_strict_numbers),
+		cmocka_unit_test(test_cli_bench_cleans_up),
 	};
 
 	return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
