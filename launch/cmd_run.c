@@ -64,7 +64,11 @@ struct run_totals {
 	uint64_t restore_ns;
 	uint64_t outcomes[4];    /* by enum sel_outcome */
 	uint64_t stored, store_failures, fetch_failures;
-	uint64_t retries_queued, retries_abandoned, offer_failures;
+	uint64_t retries_queued, offer_failures;
+	/* checkpoints answered Retry and never stored, by why (issue 10 item 9) */
+	uint64_t retries_left_gpu;    /* evicted from the GPU before room came */
+	uint64_t retries_at_end;      /* still refused when the trace ended (full disk) */
+	uint64_t retries_unremembered; /* no memory to keep the history */
 	uint64_t wrong_units;    /* pages and rows, every rank */
 };
 
@@ -455,7 +459,7 @@ static void run_offer_again(struct run *r)
 			break;
 		k = &r->cache.checkpoints[t - r->retries];
 		if (!k->live || k->consumed != t->consumed || k->prefix_hash != t->prefix_hash) {
-			r->totals.retries_abandoned++; /* evicted from the GPU first */
+			r->totals.retries_left_gpu++; /* evicted from the GPU first */
 			run_forget_retry(r, t);
 			continue;
 		}
@@ -489,7 +493,7 @@ static int run_publish(struct run *r, struct launch_gpu_checkpoint *k, const sel
 		run_forget_retry(r, t);
 	ret = sel_history_create(r->store, prompt->tokens, k->consumed, &t->history);
 	if (ret) {
-		r->totals.retries_abandoned++; /* no memory to remember it */
+		r->totals.retries_unremembered++; /* no memory to remember it */
 		return 0;
 	}
 	t->pending = true;
@@ -684,11 +688,13 @@ static void run_summary(struct run *r, bool ok, double seconds)
 	printf("  prefilled        %" PRIu64 " tokens\n", t->prefilled);
 	printf("  checkpoints      %" PRIu64 " offered: %" PRIu64 " queued, %" PRIu64
 	       " already stored, %" PRIu64 " retry (%" PRIu64 " queued later, %" PRIu64
-	       " left the GPU first), %" PRIu64 " too large; %" PRIu64 " stored, %" PRIu64
-	       " failed\n", t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
+	       " left the GPU first, %" PRIu64 " still refused at the end, %" PRIu64
+	       " not kept for lack of memory), %" PRIu64 " too large; %" PRIu64 " stored, %"
+	       PRIu64 " failed\n", t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
 	       t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->outcomes[SEL_QUEUED],
 	       t->outcomes[SEL_PRESENT], t->outcomes[SEL_RETRY], t->retries_queued,
-	       t->retries_abandoned, t->outcomes[SEL_OVERSIZE], t->stored, t->store_failures);
+	       t->retries_left_gpu, t->retries_at_end, t->retries_unremembered,
+	       t->outcomes[SEL_OVERSIZE], t->stored, t->store_failures);
 	printf("  verified         %s\n", ok ? "every reused page and row, byte-exact on every rank" :
 	       "NO: see the messages above");
 	fflush(stdout);
@@ -699,13 +705,15 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		", \"prefilled\": %" PRIu64 ", \"restored_bytes\": %" PRIu64
 		", \"restore_ms\": %.3f, \"restore_gbps\": %.3f, \"published\": %" PRIu64
 		", \"stored\": %" PRIu64 ", \"store_failures\": %" PRIu64
-		", \"fetch_failures\": %" PRIu64 ", \"wrong_units\": %" PRIu64
+		", \"fetch_failures\": %" PRIu64 ", \"retries_left_gpu\": %" PRIu64
+		", \"retries_refused_at_end\": %" PRIu64 ", \"wrong_units\": %" PRIu64
 		", \"expectations_missed\": %u, \"verified\": %s}}\n", t->requests,
 		r->boot.cluster.world_size, t->gpu_hits, t->gpu_reused, t->host_hits,
 		t->host_reused, t->prefilled, t->restored_bytes, (double)t->restore_ns / 1e6,
 		gbps, t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
 		t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->stored,
-		t->store_failures, t->fetch_failures, t->wrong_units, t->expectations_missed,
+		t->store_failures, t->fetch_failures, t->retries_left_gpu, t->retries_at_end,
+		t->wrong_units, t->expectations_missed,
 		ok ? "true" : "false");
 }
 
@@ -725,7 +733,7 @@ static uint64_t run_rank_zero(struct run *r)
 		failures += run_settle(r) != 0;
 	for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
 		if (r->retries[i].pending) {
-			r->totals.retries_abandoned++;
+			r->totals.retries_at_end++; /* the store had no room until the end */
 			run_forget_retry(r, &r->retries[i]);
 		}
 	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);

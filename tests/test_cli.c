@@ -362,6 +362,31 @@ static void test_cli_run_restore_timeout_and_busy_store(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * A checkpoint the store still answers Retry when the trace ends (its
+ * room is held by an eviction whose unlink is slow) is counted as refused
+ * at the end, not as one that left the GPU first (issue 10 item 9).
+ */
+static void test_cli_run_retry_refused_at_end(void **state)
+{
+	char *base = tu_make_temp_dir("run-retry");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	write_text(trace, "{\"id\": \"a\", \"spans\": [[1, 64]]}\n"
+			  "{\"id\": \"b\", \"spans\": [[2, 64]]}\n");
+	run(r, "SELENE_FAILPOINTS=disk.unlink=sleep(2000)",
+	    (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+			      "--planes", "2x8K,1x4K", "--row-bytes", "12K", "--page-tokens", "16",
+			      "--gpu-pages", "40", "--gpu-rows", "4", "--disk-limit", "150K", NULL });
+	expect(r, 0, "1 retry (0 queued later, 0 left the GPU first, 1 still refused at the end");
+	free(r);
+	tu_remove_tree(base);
+}
+
 /* Bad traces and flags are refused with what is wrong, before any store. */
 static void test_cli_run_bad_input(void **state)
 {
@@ -717,6 +742,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_mpirun),
 		cmocka_unit_test(test_cli_bench_fanout),
 		cmocka_unit_test(test_cli_strict_numbers),
+		cmocka_unit_test(test_cli_run_retry_refused_at_end),
 		cmocka_unit_test(test_cli_bench_cleans_up),
 	};
 
