@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,6 +43,16 @@
 
 #define RUN_EVENT_WAIT_MS 120000u /* default: a store or fetch event */
 #define RUN_CLOSE_DRAIN_MS 60000u
+
+/* SIGINT or SIGTERM: rank zero admits no more requests, drains and ends
+ * with its summary; the other ranks follow it to the end as usual. The
+ * handler runs once (a second signal ends the process at once). */
+static volatile sig_atomic_t run_signal;
+
+static void run_on_signal(int sig)
+{
+	run_signal = sig;
+}
 
 struct run_options {
 	uint32_t page_tokens;
@@ -70,13 +81,17 @@ struct run_totals {
 	uint64_t retries_at_end;      /* still refused when the trace ended (full disk) */
 	uint64_t retries_unremembered; /* no memory to keep the history */
 	uint64_t wrong_units;    /* pages and rows, every rank */
+	uint64_t requests_failed;
+	uint64_t capacity_misses; /* requests the GPU cache had no room for */
+	uint64_t checks_failed;   /* verify steps that could not run (a device failed) */
 };
 
 /* What one request did, for its results line. */
 struct run_request_result {
 	uint64_t gpu_reused, host_reused, prefilled, restore_ns, wrong_units;
 	uint32_t checkpoints;
-	bool failed;
+	bool failed;       /* some step of it failed or an expectation was missed */
+	bool check_failed; /* a verify step could not run */
 };
 
 /* A checkpoint the store answered Retry: offered again after store
@@ -100,9 +115,11 @@ struct run {
 	struct launch_gpu_cache cache;
 	struct launch_trace trace;
 	FILE *results;
+	char results_buffer[65536]; /* line-buffered: each line is one write */
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
 	bool stopped;    /* the transport stopped: no more jobs */
+	bool interrupted; /* SIGINT or SIGTERM: admit no more requests */
 	uint64_t page_bytes; /* one page across every plane, one rank */
 	struct run_retry *retries; /* gpu_rows, by state slot */
 	uint32_t retry_count;
@@ -290,10 +307,12 @@ static uint64_t run_gpu_reuse(struct run *r, const struct launch_trace_request *
 	launch_gpu_cache_hold(&r->cache, chain, *chain_len);
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, 0, *chain_len, k->slot,
 			  k->consumed);
-	if (wrong < 0)
+	if (wrong < 0) {
+		r->totals.checks_failed++;
+		res->check_failed = true;
 		run_fail(res, q, "checking the GPU cache's pages failed: %s",
 			 sel_strerror((int)wrong));
-	else
+	} else
 		res->wrong_units += (uint64_t)wrong;
 	res->gpu_reused = k->consumed;
 	return k->consumed;
@@ -360,6 +379,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 		ret = run_alloc(r, 0, NULL, &slot);
 	}
 	if (ret) {
+		r->totals.capacity_misses += ret == -ENOSPC;
 		run_fail(res, q, "no room on the GPU to restore %u pages and a row: %s",
 			 hit.page_count, sel_strerror(ret));
 		return resident;
@@ -397,6 +417,8 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 			  hit.consumed);
 	if (wrong < 0) {
 		launch_gpu_cache_free_row(&r->cache, slot);
+		r->totals.checks_failed++;
+		res->check_failed = true;
 		run_fail(res, q, "checking the restore failed: %s", sel_strerror((int)wrong));
 		return resident;
 	}
@@ -549,6 +571,7 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 			ret = run_alloc(r, 0, NULL, &slot);
 		}
 		if (ret) {
+			r->totals.capacity_misses += ret == -ENOSPC;
 			run_fail(res, q, "no room on the GPU for %u pages and a row (%s)",
 				 pages - first, ret == -ENOSPC ? "--gpu-pages or --gpu-rows too "
 				 "small for this prompt" : sel_strerror(ret));
@@ -621,18 +644,21 @@ static void run_record(struct run *r, const struct launch_trace_request *q,
 	r->totals.prefilled += res->prefilled;
 	r->totals.restore_ns += res->restore_ns;
 	r->totals.wrong_units += res->wrong_units;
+	r->totals.requests_failed += res->failed;
 	printf("  %-16s %10" PRIu64 " %11" PRIu64 " %9" PRIu64 " %10.2f  %s\n", q->id,
 	       res->gpu_reused, res->host_reused, res->prefilled, (double)res->restore_ns / 1e6,
-	       res->failed ? "FAILED" : res->wrong_units ? "WRONG BYTES" : "yes");
+	       res->wrong_units ? "WRONG BYTES" : res->check_failed ? "NOT CHECKED" :
+	       res->failed ? "yes (request failed)" : !met ? "yes (expectation missed)" : "yes");
 	if (!r->results)
 		return;
 	fprintf(r->results, "{\"id\": ");
 	run_json_string(r->results, q->id);
 	fprintf(r->results, ", \"gpu_reused\": %" PRIu64 ", \"host_reused\": %" PRIu64
 		", \"prefilled\": %" PRIu64 ", \"restore_ms\": %.3f, \"checkpoints\": %u"
-		", \"verified\": %s}\n", res->gpu_reused, res->host_reused, res->prefilled,
-		(double)res->restore_ns / 1e6, res->checkpoints,
-		!res->failed && !res->wrong_units ? "true" : "false");
+		", \"verified\": %s, \"ok\": %s}\n", res->gpu_reused, res->host_reused,
+		res->prefilled, (double)res->restore_ns / 1e6, res->checkpoints,
+		!res->check_failed && !res->wrong_units ? "true" : "false",
+		!res->failed && !res->wrong_units && met ? "true" : "false");
 }
 
 static int run_request(struct run *r, const struct launch_trace_request *q)
@@ -695,8 +721,24 @@ static void run_summary(struct run *r, bool ok, double seconds)
 	       t->outcomes[SEL_PRESENT], t->outcomes[SEL_RETRY], t->retries_queued,
 	       t->retries_left_gpu, t->retries_at_end, t->retries_unremembered,
 	       t->outcomes[SEL_OVERSIZE], t->stored, t->store_failures);
-	printf("  verified         %s\n", ok ? "every reused page and row, byte-exact on every rank" :
-	       "NO: see the messages above");
+	/* "verified" speaks of bytes only; every other shortfall has its own line */
+	if (t->wrong_units)
+		printf("  verified         NO: %" PRIu64 " restored or reused pages and rows differ "
+		       "from what was stored (see the messages above)\n", t->wrong_units);
+	else if (t->checks_failed)
+		printf("  verified         NO: %" PRIu64 " checks could not run (a device step "
+		       "failed; see above)\n", t->checks_failed);
+	else
+		printf("  verified         every reused page and row, byte-exact on every rank\n");
+	if (t->expectations_missed || t->capacity_misses || t->store_failures ||
+	    t->fetch_failures || t->offer_failures || r->stopped || r->interrupted)
+		printf("  not met          %u expectations missed, %" PRIu64 " requests without "
+		       "room on the GPU, %" PRIu64 " stores and %" PRIu64 " restores failed, %"
+		       PRIu64 " offers refused%s%s\n", t->expectations_missed, t->capacity_misses,
+		       t->store_failures, t->fetch_failures, t->offer_failures,
+		       r->stopped ? "; the store stopped" : "",
+		       r->interrupted ? "; interrupted before the trace ended" : "");
+	printf("  result           %s\n", ok ? "ok" : "FAILED");
 	fflush(stdout);
 	if (!r->results)
 		return;
@@ -707,14 +749,16 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		", \"stored\": %" PRIu64 ", \"store_failures\": %" PRIu64
 		", \"fetch_failures\": %" PRIu64 ", \"retries_left_gpu\": %" PRIu64
 		", \"retries_refused_at_end\": %" PRIu64 ", \"wrong_units\": %" PRIu64
-		", \"expectations_missed\": %u, \"verified\": %s}}\n", t->requests,
+		", \"expectations_missed\": %u, \"capacity_misses\": %" PRIu64
+		", \"interrupted\": %s, \"verified\": %s, \"ok\": %s}}\n", t->requests,
 		r->boot.cluster.world_size, t->gpu_hits, t->gpu_reused, t->host_hits,
 		t->host_reused, t->prefilled, t->restored_bytes, (double)t->restore_ns / 1e6,
 		gbps, t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
 		t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->stored,
 		t->store_failures, t->fetch_failures, t->retries_left_gpu, t->retries_at_end,
-		t->wrong_units, t->expectations_missed,
-		ok ? "true" : "false");
+		t->wrong_units, t->expectations_missed, t->capacity_misses,
+		r->interrupted ? "true" : "false",
+		!t->wrong_units && !t->checks_failed ? "true" : "false", ok ? "true" : "false");
 }
 
 /* Rank zero after the store opened: the trace, then close. Returns the
@@ -726,8 +770,15 @@ static uint64_t run_rank_zero(struct run *r)
 
 	printf("  %-16s %10s %11s %9s %10s  %s\n", "request", "gpu_reused", "host_reused",
 	       "prefilled", "restore_ms", "verified");
-	for (uint32_t i = 0; i < r->trace.request_count && !r->stopped; i++)
+	for (uint32_t i = 0; i < r->trace.request_count && !r->stopped && !run_signal; i++)
 		failures += run_request(r, &r->trace.requests[i]) != 0;
+	if (run_signal) {
+		r->interrupted = true;
+		failures++;
+		fprintf(stderr, "selene run: %s after %u of %u requests: admitting no more, "
+			"draining the store\n", strsignal(run_signal), r->totals.requests,
+			r->trace.request_count);
+	}
 	/* what was offered is stored before the ranks exit */
 	if (!r->stopped)
 		failures += run_settle(r) != 0;
@@ -1097,6 +1148,9 @@ static uint64_t run_prepare(struct run *r)
 				strerror(errno));
 			return 1;
 		}
+		/* a line is written whole or not at all, even if the run is killed */
+		if (r->results)
+			setvbuf(r->results, r->results_buffer, _IOLBF, sizeof(r->results_buffer));
 	}
 	if (launch_run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
 				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
@@ -1214,6 +1268,14 @@ int launch_cmd_run(int argc, char **argv)
 		launch_bootstrap_finish(&r->boot);
 		free(r);
 		return LAUNCH_EXIT_USAGE;
+	}
+	{
+		struct sigaction on_signal = { .sa_handler = run_on_signal,
+					       .sa_flags = SA_RESTART | SA_RESETHAND };
+
+		sigemptyset(&on_signal.sa_mask);
+		sigaction(SIGINT, &on_signal, NULL);
+		sigaction(SIGTERM, &on_signal, NULL);
 	}
 	failures = run_all(r);
 	if (r->results)

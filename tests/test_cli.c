@@ -292,6 +292,10 @@ static void test_cli_run_one_rank(void **state)
 			  "\"expect\": {\"host_reused\": 999}}\n");
 	run_worker(r, trace, dir, results);
 	expect(r, 1, "request \"a.4\" (line 1): expected host_reused 999, found 157");
+	/* a missed expectation is not a wrong byte: reported apart (issue 13 item 18) */
+	expect(r, 1, "verified         every reused page and row, byte-exact on every rank");
+	expect(r, 1, "not met          1 expectations missed");
+	expect(r, 1, "result           FAILED");
 
 	/* a corrupt page in the root record (the first 100 tokens, 6 pages) */
 	flip_page_byte(base, "0000000000000064");
@@ -383,6 +387,90 @@ static void test_cli_run_retry_refused_at_end(void **state)
 			      "--planes", "2x8K,1x4K", "--row-bytes", "12K", "--page-tokens", "16",
 			      "--gpu-pages", "40", "--gpu-rows", "4", "--disk-limit", "150K", NULL });
 	expect(r, 0, "1 retry (0 queued later, 0 left the GPU first, 1 still refused at the end");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/*
+ * SIGINT to selene run (issue 13 item 18): it admits no more requests,
+ * drains what was offered, prints its summary, writes only whole results
+ * lines ending with the summary, and exits 1; what it stored verifies.
+ */
+static void test_cli_run_interrupted(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *base = tu_make_temp_dir("run-int");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], results[512], out[512], line[2048], last[2048] = "";
+	int status = 0, lines = 0;
+	pid_t pid;
+	FILE *f;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(results, sizeof(results), "%s/results.json", base);
+	snprintf(out, sizeof(out), "%s/out", base);
+	f = fopen(trace, "w");
+	assert_non_null(f);
+	for (int i = 0; i < 400; i++) /* each waits for its stores: 20 ms a sync */
+		fprintf(f, "{\"id\": \"r.%d\", \"settle\": true, \"spans\": [[%d, 32]]}\n",
+			i, 5000 + i);
+	fclose(f);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("SELENE_FAILPOINTS", "disk.fdatasync=sleep(20)", 1);
+		execl(program ? program : "build/selene", "selene", "run", "--trace", trace, "--dir",
+		      dir, "--device", "host", "--planes", "2x8K,1x4K", "--row-bytes", "12K",
+		      "--page-tokens", "16", "--gpu-pages", "40", "--gpu-rows", "4", "--results",
+		      results, (char *)NULL);
+		_exit(127);
+	}
+	/* once three requests are done */
+	for (int i = 0; i < 3000 && lines < 3; i++) {
+		usleep(10000);
+		lines = 0;
+		f = fopen(results, "r");
+		while (f && fgets(line, sizeof(line), f))
+			lines++;
+		if (f)
+			fclose(f);
+	}
+	assert_true(lines >= 3);
+	kill(pid, SIGINT);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	f = fopen(out, "r");
+	r->status = 1;
+	r->out[fread(r->out, 1, sizeof(r->out) - 1, f)] = '\0';
+	fclose(f);
+	expect(r, 1, "Interrupt after ");
+	expect(r, 1, "admitting no more, draining the store");
+	expect(r, 1, "verified         every reused page and row, byte-exact");
+	expect(r, 1, "interrupted before the trace ended");
+	expect(r, 1, "result           FAILED");
+	f = fopen(results, "r");
+	lines = 0;
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strlen(line);
+
+		if (len == 0 || line[len - 1] != '\n' || line[0] != '{' || line[len - 2] != '}')
+			fail_msg("a results line is not whole: '%s'", line);
+		strcpy(last, line);
+		lines++;
+	}
+	fclose(f);
+	assert_true(lines < 400);
+	assert_non_null(strstr(last, "{\"summary\": "));
+	assert_non_null(strstr(last, "\"interrupted\": true, \"verified\": true, \"ok\": false"));
+	run(r, NULL, (const char *[]){ "verify", base, NULL });
+	expect(r, 0, ", 0 bad");
 	free(r);
 	tu_remove_tree(base);
 }
@@ -743,6 +831,7 @@ int main(void)
 		cmocka_unit_test(test_cli_bench_fanout),
 		cmocka_unit_test(test_cli_strict_numbers),
 		cmocka_unit_test(test_cli_run_retry_refused_at_end),
+		cmocka_unit_test(test_cli_run_interrupted),
 		cmocka_unit_test(test_cli_bench_cleans_up),
 	};
 
