@@ -23,6 +23,7 @@
 #include "launch/args.h"
 #include "launch/bootstrap.h"
 #include "launch/gpu_cache.h"
+#include "launch/metrics_http.h"
 #include "launch/run.h"
 #include "launch/step.h"
 #include "launch/synth.h"
@@ -35,6 +36,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +68,9 @@ struct run_options {
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
 	uint32_t event_timeout_ms;
+	bool metrics;                /* --metrics-port given */
+	uint16_t metrics_port;       /* 0: one the kernel picks */
+	const char *metrics_address; /* NULL: 127.0.0.1 */
 };
 
 struct run_totals {
@@ -125,6 +130,10 @@ struct run {
 	uint32_t retry_count;
 	bool progress;       /* a store finished since the last re-offer */
 	struct run_totals totals;
+	/* --metrics-port: the server's thread reads a copy of the totals */
+	struct launch_metrics_http *metrics;
+	pthread_mutex_t shown_lock;
+	struct run_totals shown;
 };
 
 /* Every rank: rank zero's r->step travels, runs here, and the ranks sum what
@@ -645,6 +654,9 @@ static void run_record(struct run *r, const struct launch_trace_request *q,
 	r->totals.restore_ns += res->restore_ns;
 	r->totals.wrong_units += res->wrong_units;
 	r->totals.requests_failed += res->failed;
+	pthread_mutex_lock(&r->shown_lock);
+	r->shown = r->totals;
+	pthread_mutex_unlock(&r->shown_lock);
 	printf("  %-16s %10" PRIu64 " %11" PRIu64 " %9" PRIu64 " %10.2f  %s\n", q->id,
 	       res->gpu_reused, res->host_reused, res->prefilled, (double)res->restore_ns / 1e6,
 	       res->wrong_units ? "WRONG BYTES" : res->check_failed ? "NOT CHECKED" :
@@ -761,6 +773,62 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		!t->wrong_units && !t->checks_failed ? "true" : "false", ok ? "true" : "false");
 }
 
+/* The page --metrics-port serves (launch/metrics_http.h), on the server's
+ * thread: the store's exposition, then the worker's own families. */
+static int run_render_metrics(void *ctx, char *buf, size_t size)
+{
+	struct run *r = ctx;
+	struct run_totals t;
+	int n = sel_store_metrics(r->store, buf, size), m;
+
+	if (n < 0)
+		return n;
+	pthread_mutex_lock(&r->shown_lock);
+	t = r->shown;
+	pthread_mutex_unlock(&r->shown_lock);
+	m = snprintf(buf + n, size - (size_t)n,
+		     "# HELP selene_run_requests_total Trace requests the worker served.\n"
+		     "# TYPE selene_run_requests_total counter\n"
+		     "selene_run_requests_total %u\n"
+		     "# HELP selene_run_wrong_units_total Restored or reused pages and rows that "
+		     "differed from what was stored.\n"
+		     "# TYPE selene_run_wrong_units_total counter\n"
+		     "selene_run_wrong_units_total %" PRIu64 "\n"
+		     "# HELP selene_run_retries_abandoned_total Checkpoints answered Retry and "
+		     "never stored, by why.\n"
+		     "# TYPE selene_run_retries_abandoned_total counter\n"
+		     "selene_run_retries_abandoned_total{reason=\"left_gpu\"} %" PRIu64 "\n"
+		     "selene_run_retries_abandoned_total{reason=\"refused_at_end\"} %" PRIu64 "\n"
+		     "selene_run_retries_abandoned_total{reason=\"no_memory\"} %" PRIu64 "\n",
+		     t.requests, t.wrong_units, t.retries_left_gpu, t.retries_at_end,
+		     t.retries_unremembered);
+	if (m < 0 || (size_t)m >= size - (size_t)n)
+		return -ENOSPC;
+	return n + m;
+}
+
+/* --metrics-port: serves until the store closes. Returns 0 or 1 (said). */
+static uint64_t run_metrics_start(struct run *r)
+{
+	char err[512];
+	uint16_t port;
+
+	if (!r->opt.metrics)
+		return 0;
+	if (launch_metrics_http_start(r->opt.metrics_address, r->opt.metrics_port,
+				      run_render_metrics, r, &r->metrics, &port, err,
+				      sizeof(err))) {
+		fprintf(stderr, "selene run: --metrics-port: %s\n", err);
+		return 1;
+	}
+	printf("selene run: metrics at http://%s%s%s:%u/metrics\n",
+	       r->opt.metrics_address && strchr(r->opt.metrics_address, ':') ? "[" : "",
+	       r->opt.metrics_address ? r->opt.metrics_address : "127.0.0.1",
+	       r->opt.metrics_address && strchr(r->opt.metrics_address, ':') ? "]" : "", port);
+	fflush(stdout);
+	return 0;
+}
+
 /* Rank zero after the store opened: the trace, then close. Returns the
  * number of failures. */
 static uint64_t run_rank_zero(struct run *r)
@@ -787,6 +855,8 @@ static uint64_t run_rank_zero(struct run *r)
 			r->totals.retries_at_end++; /* the store had no room until the end */
 			run_forget_retry(r, &r->retries[i]);
 		}
+	launch_metrics_http_stop(r->metrics); /* it reads the store */
+	r->metrics = NULL;
 	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
 	r->store = NULL;
 	if (closed) {
@@ -896,7 +966,11 @@ static void run_usage(FILE *out)
 		"  --gpu-rows N        state slots in the GPU cache (default 16)\n"
 		"  --device KIND       auto (default), cuda or host\n"
 		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
-		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n\n"
+		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n"
+		"  --metrics-port P    rank zero serves http://ADDRESS:P/metrics while it runs\n"
+		"                      (0: a free port, printed); the store's metrics and the\n"
+		"                      worker's selene_run_* families\n"
+		"  --metrics-address A where to listen (default 127.0.0.1)\n\n"
 		"Sizes take K, M, G, T (binary). Exit status: 0 every check passed, 1 a\n"
 		"check or the run failed (or it was interrupted), 2 bad arguments.\n");
 }
@@ -916,6 +990,8 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
+		{ "metrics-port", required_argument, NULL, 'M' },
+		{ "metrics-address", required_argument, NULL, 'A' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -958,6 +1034,15 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			break;
 		case 'E': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
 						 UINT32_MAX, &o->event_timeout_ms); break;
+		case 'M': {
+			uint32_t port = 0;
+
+			ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 0, 65535, &port);
+			o->metrics = true;
+			o->metrics_port = (uint16_t)port;
+			break;
+		}
+		case 'A': o->metrics_address = optarg; break;
 		case 'O': {
 			uint32_t v = 0;
 
@@ -1221,7 +1306,12 @@ static uint64_t run_all(struct run *r)
 		return total ? total : 1;
 	}
 	if (r->boot.cluster.rank == 0) {
-		failed = run_rank_zero(r);
+		failed = run_metrics_start(r);
+		failed = failed ? failed : run_rank_zero(r);
+		if (r->store) { /* the metrics server could not start */
+			sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
+			r->store = NULL;
+		}
 		r->step.op = RUN_STEP_END;
 		r->step.page_count = 0;
 		r->step.failed = failed != 0;
@@ -1248,7 +1338,8 @@ int launch_cmd_run(int argc, char **argv)
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
-		return LAUNCH_EXIT_USAGE;
+		return LAUNCH_EXIT_BAD;
+	pthread_mutex_init(&r->shown_lock, NULL);
 	if (run_parse_args(&r->opt, argc, argv)) {
 		fprintf(stderr, "selene run: 'selene run --help' lists the options\n");
 		free(r);
@@ -1290,6 +1381,7 @@ int launch_cmd_run(int argc, char **argv)
 	if (failures)
 		fprintf(stderr, "selene run: rank %u: %" PRIu64 " failure(s) across the ranks\n",
 			r->boot.cluster.rank, failures);
+	pthread_mutex_destroy(&r->shown_lock);
 	free(r);
 	return failures ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 }

@@ -105,13 +105,38 @@ static int render_page(struct launch_metrics_http *s)
 	}
 }
 
+/* "METHOD /path HTTP/1.x" and the line's end: an upper-case method, an
+ * absolute path without blanks or control characters. */
+static bool parse_request_line(const char *line, char *method, size_t method_size,
+			       char *path, size_t path_size)
+{
+	size_t m = 0, p = 0;
+
+	while (line[m] >= 'A' && line[m] <= 'Z' && m < method_size - 1)
+		m++;
+	if (m == 0 || line[m] != ' ' || line[m + 1] != '/')
+		return false;
+	memcpy(method, line, m);
+	method[m] = '\0';
+	line += m + 1;
+	while ((unsigned char)line[p] > ' ' && line[p] != 0x7f && p < path_size - 1)
+		p++;
+	if (line[p] != ' ')
+		return false;
+	memcpy(path, line, p);
+	path[p] = '\0';
+	line += p + 1;
+	return (strncmp(line, "HTTP/1.0", 8) == 0 || strncmp(line, "HTTP/1.1", 8) == 0) &&
+	       (line[8] == '\r' || line[8] == '\n');
+}
+
 static void serve_one(struct launch_metrics_http *s, int fd)
 {
 	char request[LAUNCH_METRICS_REQUEST_BYTES_MAX], method[16], path[256];
 	int n;
 
 	if (read_request(fd, request, sizeof(request)) < 0 ||
-	    sscanf(request, "%15s %255s HTTP/1.%*1[01]", method, path) != 2) {
+	    !parse_request_line(request, method, sizeof(method), path, sizeof(path))) {
 		answer_text(fd, "400 Bad Request", "not an HTTP/1.x request\n");
 		return;
 	}

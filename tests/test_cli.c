@@ -391,6 +391,57 @@ static void test_cli_run_retry_refused_at_end(void **state)
 	tu_remove_tree(base);
 }
 
+/* GET path from 127.0.0.1:port; the whole answer into r->out. */
+static void http_get(struct run_result *r, uint16_t port, const char *request)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	size_t used = 0;
+	ssize_t n;
+
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(write(fd, request, strlen(request)), (ssize_t)strlen(request));
+	while ((n = read(fd, r->out + used, sizeof(r->out) - 1 - used)) > 0)
+		used += (size_t)n;
+	r->out[used] = '\0';
+	close(fd);
+}
+
+/*
+ * selene run --metrics-port 0 serves the store's and the worker's metrics
+ * over HTTP while it runs (issue 13 item 13): valid exposition, 404 and
+ * 405 for what it does not serve. out is the run's output file.
+ */
+static void scrape_live_metrics(const char *out)
+{
+	struct run_result *r = malloc(sizeof(*r));
+	char text[4096] = "", *at = NULL, *body;
+	unsigned port = 0;
+	FILE *f = fopen(out, "r");
+
+	assert_non_null(f);
+	text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+	fclose(f);
+	at = strstr(text, "metrics at http://127.0.0.1:");
+	assert_non_null(at);
+	assert_int_equal(sscanf(at, "metrics at http://127.0.0.1:%u/metrics", &port), 1);
+	http_get(r, (uint16_t)port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+	assert_non_null(strstr(r->out, "HTTP/1.0 200 OK\r\n"));
+	assert_non_null(strstr(r->out, "Content-Type: text/plain; version=0.0.4"));
+	body = strstr(r->out, "\r\n\r\n");
+	assert_non_null(body);
+	tu_check_metrics(body + 4, "selene_build_info selene_records selene_staging_slots "
+			 "selene_run_requests selene_run_retries_abandoned");
+	http_get(r, (uint16_t)port, "GET /other HTTP/1.0\r\n\r\n");
+	assert_non_null(strstr(r->out, "404 Not Found"));
+	http_get(r, (uint16_t)port, "POST /metrics HTTP/1.0\r\n\r\n");
+	assert_non_null(strstr(r->out, "405 Method Not Allowed"));
+	http_get(r, (uint16_t)port, "\x01\x02 junk\r\n\r\n");
+	assert_non_null(strstr(r->out, "400 Bad Request"));
+	free(r);
+}
+
 /*
  * SIGINT to selene run (issue 13 item 18): it admits no more requests,
  * drains what was offered, prints its summary, writes only whole results
@@ -428,7 +479,7 @@ static void test_cli_run_interrupted(void **state)
 		execl(program ? program : "build/selene", "selene", "run", "--trace", trace, "--dir",
 		      dir, "--device", "host", "--planes", "2x8K,1x4K", "--row-bytes", "12K",
 		      "--page-tokens", "16", "--gpu-pages", "40", "--gpu-rows", "4", "--results",
-		      results, (char *)NULL);
+		      results, "--metrics-port", "0", (char *)NULL);
 		_exit(127);
 	}
 	/* once three requests are done */
@@ -442,6 +493,7 @@ static void test_cli_run_interrupted(void **state)
 			fclose(f);
 	}
 	assert_true(lines >= 3);
+	scrape_live_metrics(out);
 	kill(pid, SIGINT);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
