@@ -178,6 +178,67 @@ static void test_cli_verify_good_and_flipped(void **state)
 	free(r);
 }
 
+/*
+ * ls and verify on a live store (issue 13 item 15): while another process
+ * evicts (unlinks) half the records and drops the rows of a quarter, every
+ * run reports only good or gone records, never BAD, and exits 0; a
+ * directory with no records says so and exits 1.
+ */
+static void test_cli_verify_live_and_empty(void **state)
+{
+	enum { RECORDS = 160, RUNS = 12 };
+	char *base = tu_make_temp_dir("cli-live"), *empty = tu_make_temp_dir("cli-empty");
+	struct run_result *r = malloc(sizeof(*r));
+	struct rec_geometry *g = malloc(sizeof(*g));
+	struct tu_record *recs = calloc(RECORDS, sizeof(*recs));
+	struct rec_dir *dir;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	run(r, NULL, (const char *[]){ "verify", empty, NULL });
+	expect(r, 1, "no records in");
+	run(r, NULL, (const char *[]){ "ls", empty, NULL });
+	expect(r, 1, "no record directory");
+	tu_geometry(g, 64, 4, 6000, 10000, 0, 1);
+	dir = tu_dir_open(base, g, false);
+	for (int i = 0; i < RECORDS; i++) {
+		tu_record_make(&recs[i], g, 100 + (uint64_t)i, 64 * 3, NULL, (uint64_t)i);
+		assert_int_equal(tu_record_write(dir, &recs[i], 0), 0);
+	}
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (int i = 0; i < RECORDS; i++) {
+			char *path = tu_record_path(dir, &recs[i].key);
+
+			if (i % 2 == 0)
+				unlink(path);
+			else if (i % 4 == 1)
+				rec_truncate_row(dir, &recs[i].key);
+			free(path);
+			usleep(2000);
+		}
+		_exit(0);
+	}
+	for (int k = 0; k < RUNS; k++) {
+		run(r, NULL, (const char *[]){ k % 2 ? "ls" : "verify", base, NULL });
+		if (r->status != 0 || strstr(r->out, "BAD") || strstr(r->out, "invalid"))
+			fail_msg("run %d on a live directory: exit %d\n%s", k, r->status, r->out);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	run(r, NULL, (const char *[]){ "verify", base, NULL });
+	expect(r, 0, "verified 80 records in 1 directories: 80 good, 0 bad");
+	for (int i = 0; i < RECORDS; i++)
+		tu_record_free(&recs[i]);
+	rec_dir_close(dir);
+	tu_remove_tree(base);
+	tu_remove_tree(empty);
+	free(recs);
+	free(g);
+	free(r);
+}
+
 /* The demo writes, restarts, restores and verifies one rank's chain. */
 static void test_cli_demo(void **state)
 {
@@ -874,6 +935,7 @@ int main(void)
 		cmocka_unit_test(test_cli_help),
 		cmocka_unit_test(test_cli_failpoints),
 		cmocka_unit_test(test_cli_verify_good_and_flipped),
+		cmocka_unit_test(test_cli_verify_live_and_empty),
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
