@@ -62,13 +62,13 @@ endif
 LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/summary.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/store.c \
+	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/store.c \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/run_planes.c launch/step_mpi.c launch/synth.c launch/trace.c)
-TEST_NAMES := $(sort agreement api bootstrap cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
+PROG_SRCS := $(sort launch/args.c launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/metrics_http.c launch/run_planes.c launch/scratch.c launch/step_mpi.c launch/synth.c launch/trace.c)
+TEST_NAMES := $(sort agreement api args bootstrap cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -114,9 +114,10 @@ $(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/b
 		$(LDLIBS) $(MPI_LIBS) $(TEST_LDLIBS)
 
 # The reference worker's modules are the program's, not the library's.
+$(BUILD)/tests/test_args: $(BUILD)/launch/args.o
 $(BUILD)/tests/test_gpu_cache: $(BUILD)/launch/gpu_cache.o
 $(BUILD)/tests/test_synth: $(BUILD)/launch/synth.o $(BUILD)/launch/trace.o
-$(BUILD)/tests/test_gpu_cache $(BUILD)/tests/test_synth: $(BUILD)/tests/test_%: \
+$(BUILD)/tests/test_args $(BUILD)/tests/test_gpu_cache $(BUILD)/tests/test_synth: $(BUILD)/tests/test_%: \
 		$(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \

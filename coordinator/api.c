@@ -17,6 +17,7 @@
 #include "shard/config.h"
 #include "coordinator/cluster.h"
 #include "coordinator/fanout.h"
+#include "coordinator/metrics.h"
 #include "coordinator/bench.h"
 
 #include <arpa/inet.h>
@@ -618,86 +619,23 @@ int sel_store_stats(sel_store *s, struct sel_stats *out)
 	return 0;
 }
 
-/* Appends a Prometheus histogram at buf + used; the new length or -ENOSPC. */
-static int metrics_histogram(char *buf, size_t size, size_t used, const char *kind,
-			     const struct sel_latency_histogram *h)
+static int metrics_write(sel_store *s, char *buf, size_t size)
 {
-	static const double bounds[SEL_LATENCY_BUCKETS] = SEL_LATENCY_BOUNDS;
-	uint64_t cumulative = 0;
-	int n;
+	struct coord_metrics_staging staging = { 0 };
+	struct shard_staging_stats pool;
+	struct sel_stats st;
 
-	if (strcmp(kind, "store") == 0) {
-		n = snprintf(buf + used, size - used,
-			     "# TYPE selene_job_seconds histogram\n");
-		if (n < 0 || (size_t)n >= size - used)
-			return -ENOSPC;
-		used += (size_t)n;
+	stats_copy(s, &st);
+	if (s->engine) {
+		shard_engine_staging_stats(s->engine, &pool);
+		staging = (struct coord_metrics_staging){
+			.slots_total = pool.slots_total,
+			.slots_in_use = pool.slots_total - pool.slots_free,
+			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted };
 	}
-	for (uint32_t b = 0; b <= SEL_LATENCY_BUCKETS; b++) {
-		cumulative += h->counts[b];
-		if (b < SEL_LATENCY_BUCKETS)
-			n = snprintf(buf + used, size - used,
-				     "selene_job_seconds_bucket{kind=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-				     kind, bounds[b], cumulative);
-		else
-			n = snprintf(buf + used, size - used,
-				     "selene_job_seconds_bucket{kind=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
-				     "selene_job_seconds_sum{kind=\"%s\"} %.6f\n"
-				     "selene_job_seconds_count{kind=\"%s\"} %" PRIu64 "\n",
-				     kind, cumulative, kind, h->sum_seconds, kind, h->count);
-		if (n < 0 || (size_t)n >= size - used)
-			return -ENOSPC;
-		used += (size_t)n;
-	}
-	return (int)used;
+	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
+				   s->cluster.world_size);
 }
-
-/* Records dropped after a restore found them bad, by reason. */
-static int metrics_drops(const struct sel_stats *st, char *buf, size_t size, size_t used)
-{
-	int n = snprintf(buf + used, size - used,
-			 "# TYPE selene_records_dropped_total counter\n"
-			 "selene_records_dropped_total{reason=\"checksum\"} %" PRIu64 "\n"
-			 "selene_records_dropped_total{reason=\"header\"} %" PRIu64 "\n"
-			 "selene_records_dropped_total{reason=\"missing\"} %" PRIu64 "\n",
-			 st->records_dropped_checksum, st->records_dropped_header,
-			 st->records_dropped_missing);
-
-	if (n < 0 || (size_t)n >= size - used)
-		return -ENOSPC;
-	return (int)(used + (size_t)n);
-}
-
-/* Each peer link's writer queue and counters, by the peer's rank. */
-static int metrics_links(sel_store *s, char *buf, size_t size, size_t used)
-{
-	static const char *const heads =
-		"# TYPE selene_link_up gauge\n"
-		"# TYPE selene_link_queued_bytes gauge\n"
-		"# TYPE selene_link_frames_total counter\n"
-		"# TYPE selene_link_queue_full_total counter\n";
-	int n = snprintf(buf + used, size - used, "%s", heads);
-
-	for (uint32_t r = 1; n >= 0 && (size_t)n < size - used; r++) {
-		struct cluster_link_stats ls;
-		bool alive;
-
-		used += (size_t)n;
-		if (!coord_fanout_link_stats(s->fanout, r, &ls, &alive))
-			return (int)used;
-		n = snprintf(buf + used, size - used,
-			     "selene_link_up{rank=\"%u\"} %d\n"
-			     "selene_link_queued_bytes{rank=\"%u\"} %" PRIu64 "\n"
-			     "selene_link_frames_total{rank=\"%u\",direction=\"sent\"} %" PRIu64 "\n"
-			     "selene_link_frames_total{rank=\"%u\",direction=\"received\"} %" PRIu64 "\n"
-			     "selene_link_queue_full_total{rank=\"%u\"} %" PRIu64 "\n",
-			     r, alive, r, ls.queued_bytes, r, ls.frames_sent, r, ls.frames_received,
-			     r, ls.queue_full);
-	}
-	return -ENOSPC;
-}
-
-static int metrics_write(sel_store *s, char *buf, size_t size);
 
 int sel_store_metrics(sel_store *s, char *buf, size_t size)
 {
@@ -707,56 +645,6 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 		return -ESHUTDOWN;
 	n = metrics_write(s, buf, size);
 	monitor_leave(s);
-	return n;
-}
-
-static int metrics_write(sel_store *s, char *buf, size_t size)
-{
-	struct sel_stats st;
-	int n;
-
-	stats_copy(s, &st);
-	n = snprintf(buf, size,
-		     "# TYPE selene_lookups_total counter\nselene_lookups_total %" PRIu64 "\n"
-		     "# TYPE selene_hits_total counter\nselene_hits_total %" PRIu64 "\n"
-		     "# TYPE selene_reused_tokens_total counter\nselene_reused_tokens_total %" PRIu64 "\n"
-		     "# TYPE selene_publications_total counter\n"
-		     "selene_publications_total{outcome=\"queued\"} %" PRIu64 "\n"
-		     "selene_publications_total{outcome=\"present\"} %" PRIu64 "\n"
-		     "selene_publications_total{outcome=\"retry\"} %" PRIu64 "\n"
-		     "selene_publications_total{outcome=\"oversize\"} %" PRIu64 "\n"
-		     "# TYPE selene_stores_total counter\n"
-		     "selene_stores_total{result=\"ok\"} %" PRIu64 "\n"
-		     "selene_stores_total{result=\"failed\"} %" PRIu64 "\n"
-		     "# TYPE selene_fetches_total counter\n"
-		     "selene_fetches_total %" PRIu64 "\n"
-		     "# TYPE selene_fetch_failures_total counter\n"
-		     "selene_fetch_failures_total %" PRIu64 "\n"
-		     "# TYPE selene_bytes_total counter\n"
-		     "selene_bytes_total{direction=\"out\"} %" PRIu64 "\n"
-		     "selene_bytes_total{direction=\"in\"} %" PRIu64 "\n"
-		     "# TYPE selene_evictions_total counter\nselene_evictions_total %" PRIu64 "\n"
-		     "# TYPE selene_truncations_total counter\nselene_truncations_total %" PRIu64 "\n"
-		     "# TYPE selene_unlinks_total counter\nselene_unlinks_total %" PRIu64 "\n"
-		     "# TYPE selene_records gauge\nselene_records %" PRIu64 "\n"
-		     "# TYPE selene_disk_bytes gauge\nselene_disk_bytes %" PRIu64 "\n"
-		     "# TYPE selene_disk_limit_bytes gauge\nselene_disk_limit_bytes %" PRIu64 "\n"
-		     "# TYPE selene_jobs_in_flight gauge\nselene_jobs_in_flight %" PRIu64 "\n",
-		     st.lookups, st.hits, st.reused_tokens, st.published_queued,
-		     st.published_present, st.published_retry, st.published_oversize,
-		     st.stored, st.store_failures, st.fetches, st.fetch_failures,
-		     st.bytes_stored, st.bytes_fetched, st.evictions, st.truncations,
-		     st.unlinks, st.records, st.disk_bytes, st.disk_limit_bytes,
-		     st.jobs_in_flight);
-	if (n < 0 || (size_t)n >= size)
-		return -ENOSPC;
-	n = metrics_histogram(buf, size, (size_t)n, "store", &st.store_latency);
-	if (n >= 0)
-		n = metrics_histogram(buf, size, (size_t)n, "fetch", &st.fetch_latency);
-	if (n >= 0)
-		n = metrics_drops(&st, buf, size, (size_t)n);
-	if (n >= 0 && s->fanout)
-		n = metrics_links(s, buf, size, (size_t)n);
 	return n;
 }
 

@@ -750,6 +750,16 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
 
+void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_stats *out)
+{
+	pthread_mutex_lock(&e->pool.lock);
+	*out = (struct shard_staging_stats){ .slots_total = e->pool.slot_count,
+					     .slots_free = e->pool.free_count,
+					     .slots_intake = e->pool.reserved_count,
+					     .exhausted = e->pool.exhausted };
+	pthread_mutex_unlock(&e->pool.lock);
+}
+
 /* The staging pool: two windows and the row, leased for the engine's life. */
 static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 			size_t err_size)

@@ -183,4 +183,13 @@ void shard_engine_set_completion_hook(struct shard_engine *engine,
 void shard_engine_stats(struct shard_engine *engine,
 			struct shard_engine_stats *out);
 
+/* The staging pool now (shard/slab.h): for the metrics' staging gauges. */
+struct shard_staging_stats {
+	uint32_t slots_total, slots_free, slots_intake;
+	uint64_t exhausted; /* allocations refused for lack of slots */
+};
+
+/* Any thread, while the engine is open. */
+void shard_engine_staging_stats(struct shard_engine *engine, struct shard_staging_stats *out);
+
 #endif

@@ -349,6 +349,10 @@ static void store_and_fetch(struct fixture *f)
 		}
 		snprintf(want, sizeof(want), "selene_link_up{rank=\"%u\"}", f->world);
 		assert_null(strstr(text, want));
+		/* link families grouped, not interleaved by peer (issue 13 item 13) */
+		assert_true(sel_store_metrics(f->store, text, SEL_METRICS_BYTES(f->world)) > 0);
+		tu_check_metrics(text, "selene_link_up selene_link_queued_bytes "
+				 "selene_link_frames selene_link_queue_full");
 	}
 	/* closing rank zero ends every peer cleanly */
 	sel_history_destroy(f->h);

@@ -285,11 +285,14 @@ struct sel_stats {
 int sel_store_stats(sel_store *store, struct sel_stats *out);
 
 /*
- * Prometheus text exposition of the stats into buf. Returns the length
- * written (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN
- * as sel_store_stats does.
+ * Prometheus text exposition of the stats into buf (every family once,
+ * with # HELP and # TYPE; README lists them). Returns the length written
+ * (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN as
+ * sel_store_stats does. SEL_METRICS_BYTES of a world size is always
+ * enough, whatever the counters hold.
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
+#define SEL_METRICS_BYTES(world_size) (8192u + 512u * (world_size))
 
 enum sel_log_level {
 	SEL_LOG_ERROR = 0,
