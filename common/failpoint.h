@@ -77,6 +77,8 @@
 	X(DISK_TRUNCATE, "disk.truncate", "every ftruncate request")         \
 	X(DISK_RENAME, "disk.rename", "every rename request")                \
 	X(DISK_UNLINK, "disk.unlink", "every unlink request")                \
+	X(DEVICE_COPY, "device.copy",                                        \
+	  "before each batched device copy call (return fails that batch)")  \
 	X(CLUSTER_SEND, "cluster.send",                                      \
 	  "before each frame is written to a link (short: half, then EPIPE)") \
 	X(CLUSTER_RECV, "cluster.recv",                                      \

@@ -168,6 +168,22 @@ static int device_fail(struct job_outcome *o, int ret, const char *what)
 			    sel_strerror(ret));
 }
 
+/*
+ * Issues copies and waits for them. A batch that fails to issue does not
+ * skip the wait: the batches before it may still be running, and the
+ * failure is reported only once they are done, so staging is never scrubbed
+ * under a copy that reads it and page ids are never handed back while a
+ * copy writes them (issue 13 item 4). Returns the first failure.
+ */
+static int copy_drained(struct shard_engine *e, enum shard_copy_direction dir,
+			uint32_t count)
+{
+	int ret = shard_device_copy(e->device, dir, e->copies, count);
+	int drained = shard_device_synchronize(e->device);
+
+	return ret ? ret : drained;
+}
+
 /* Device <-> the window's slots for pages[0, count). */
 static int copy_window(struct shard_engine *e, struct stage *s,
 		       const uint32_t *page_ids, uint32_t count,
@@ -190,9 +206,7 @@ static int copy_window(struct shard_engine *e, struct stage *s,
 			};
 		}
 	}
-	ret = shard_device_copy(e->device, dir, e->copies, n);
-	if (!ret)
-		ret = shard_device_synchronize(e->device);
+	ret = copy_drained(e, dir, n);
 	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
 						 "device to host" : "host to device") : 0;
 }
@@ -215,9 +229,7 @@ static int copy_row(struct shard_engine *e, uint32_t state_slot,
 			.bytes = left < piece ? left : piece,
 		};
 	}
-	ret = shard_device_copy(e->device, dir, e->copies, n);
-	if (!ret)
-		ret = shard_device_synchronize(e->device);
+	ret = copy_drained(e, dir, n);
 	return ret ? device_fail(o, ret, "of the row") : 0;
 }
 

@@ -576,6 +576,185 @@ static void test_engine_completion_hook(void **state)
 	assert_int_equal(h.count, 40);
 }
 
+/*
+ * A device whose copies run only when it is synchronized, as a GPU stream's
+ * do: copy queues a batch, synchronize runs every queued one. The completion
+ * hook notes how many were still queued when the job was reported.
+ */
+struct deferred_device {
+	struct shard_device base;
+	enum shard_copy_direction dir;
+	struct shard_copy queued[2048];
+	uint32_t queued_count;
+	uint32_t queued_batches;
+	uint32_t batches_at_completion;
+	int result_at_completion;
+	uint32_t completions;
+};
+
+static int deferred_bind(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static int deferred_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	return 0;
+}
+
+static void deferred_unregister(struct shard_device *dev, void *ptr)
+{
+	(void)dev;
+	(void)ptr;
+}
+
+static int deferred_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy *copies, uint32_t count)
+{
+	struct deferred_device *d = (struct deferred_device *)dev;
+
+	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
+	SEL_ASSERT(d->queued_count == 0 || d->dir == dir);
+	d->dir = dir;
+	memcpy(d->queued + d->queued_count, copies, count * sizeof(*copies));
+	d->queued_count += count;
+	d->queued_batches++;
+	return 0;
+}
+
+static int deferred_synchronize(struct shard_device *dev)
+{
+	struct deferred_device *d = (struct deferred_device *)dev;
+
+	for (uint32_t i = 0; i < d->queued_count; i++) {
+		void *device = (void *)(uintptr_t)d->queued[i].device_address;
+
+		if (d->dir == SHARD_DEVICE_TO_HOST)
+			memcpy(d->queued[i].host, device, d->queued[i].bytes);
+		else
+			memcpy(device, d->queued[i].host, d->queued[i].bytes);
+	}
+	d->queued_count = 0;
+	d->queued_batches = 0;
+	return 0;
+}
+
+static void deferred_close(struct shard_device *dev)
+{
+	(void)dev;
+}
+
+static const struct shard_device_ops deferred_ops = {
+	.name = "deferred",
+	.bind = deferred_bind,
+	.register_host = deferred_register,
+	.unregister_host = deferred_unregister,
+	.copy = deferred_copy,
+	.synchronize = deferred_synchronize,
+	.close = deferred_close,
+};
+
+/* Runs on the transfer thread, right after the job's last step. */
+static void deferred_hook(void *ctx, const struct shard_completion *c)
+{
+	struct deferred_device *d = ctx;
+
+	d->batches_at_completion = d->queued_batches;
+	d->result_at_completion = c->result;
+	__atomic_add_fetch(&d->completions, 1, __ATOMIC_RELEASE);
+}
+
+static int deferred_run(struct deferred_device *d, int submitted)
+{
+	uint32_t before = __atomic_load_n(&d->completions, __ATOMIC_ACQUIRE);
+
+	assert_int_equal(submitted, 0);
+	alarm(60);
+	while (__atomic_load_n(&d->completions, __ATOMIC_ACQUIRE) == before)
+		usleep(1000);
+	alarm(0);
+	return d->result_at_completion;
+}
+
+/*
+ * Issue 13 item 4: a window of 9 pages x 64 planes (576 copies) goes to the
+ * device in two batches; device.copy fails the second. The job's failure is
+ * reported only after the first batch has completed (the device was
+ * synchronized), for a store and for a fetch, and the engine works after.
+ */
+static void test_engine_copy_failure_drains_first(void **state)
+{
+	struct fixture *f = *state;
+	struct deferred_device d = { .base.ops = &deferred_ops };
+	struct rec_geometry g;
+	struct shard_planes planes = { 0 };
+	struct shard_engine_options options = {
+		.geometry = &g, .device = &d.base, .planes = &planes,
+		.window_pages = 9, .jobs_max = 4, .no_uring = f->no_uring,
+	};
+	struct shard_engine *engine;
+	struct rec_dir *dir;
+	struct rec_key key;
+	struct rec_header h;
+	uint32_t ids[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 }, dest[9];
+	struct shard_store_job store_job = { .header = &h, .page_ids = ids };
+	struct shard_chain_record chain;
+	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
+					     .page_ids = dest, .state_slot = 1 };
+	uint8_t *memory[64], *row;
+	char *base = tu_make_temp_dir("drain");
+	char err[256];
+
+	tu_geometry(&g, 64, 64, 4096, 4096, 0, 1);
+	g.page_count = 20;
+	for (uint32_t p = 0; p < 64; p++) {
+		memory[p] = tu_alloc(4096 * 20);
+		tu_fill(memory[p], 4096 * 20, p);
+		planes.page_base[p] = (uintptr_t)memory[p];
+	}
+	row = tu_alloc(4096 * g.row_count);
+	planes.row_base = (uintptr_t)row;
+	dir = tu_dir_open(base, &g, true);
+	options.dir = dir;
+	if (shard_engine_open(&options, &engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+	shard_engine_set_completion_hook(engine, deferred_hook, &d);
+	make_key(&key, 64 * 9, 40);
+	assert_int_equal(rec_header_init(&h, &g, &f->ns, &key, NULL, &key.digest, 0, 9, 1), 0);
+
+	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
+	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 1, &store_job)),
+			 -EIO);
+	assert_int_equal(d.batches_at_completion, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(dir), ".tmp"), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 2, &store_job)), 0);
+
+	chain = (struct shard_chain_record){ key, 0, 9 };
+	for (uint32_t i = 0; i < 9; i++)
+		dest[i] = 10 + i;
+	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
+	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 3, &fetch_job)),
+			 -EIO);
+	assert_int_equal(d.batches_at_completion, 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 4, &fetch_job)), 0);
+	for (uint32_t p = 0; p < 64; p++)
+		assert_memory_equal(memory[p] + 4096 * 10, memory[p], 4096 * 9);
+
+	shard_engine_set_completion_hook(engine, NULL, NULL);
+	shard_engine_close(engine);
+	rec_dir_close(dir);
+	for (uint32_t p = 0; p < 64; p++)
+		free(memory[p]);
+	free(row);
+	tu_remove_tree(base);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -592,6 +771,7 @@ int main(void)
 		BOTH(test_engine_many_small_jobs),
 		BOTH(test_engine_noop),
 		BOTH(test_engine_completion_hook),
+		BOTH(test_engine_copy_failure_drains_first),
 	};
 #undef BOTH
 
