@@ -59,6 +59,8 @@ struct rec_disk {
 	struct disk_op *free_ops[REC_DISK_OPS_MAX];
 	uint32_t free_op_count;
 	uint32_t ops_in_flight;
+	uint32_t background_ops_in_flight; /* of requests that are not urgent */
+	uint32_t urgent_active;            /* urgent requests among the active */
 };
 
 static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
@@ -310,6 +312,8 @@ static void op_release(struct rec_disk *disk, struct disk_op *op)
 {
 	op->req->ops_in_flight--;
 	disk->ops_in_flight--;
+	if (!op->req->urgent)
+		disk->background_ops_in_flight--;
 	disk->free_ops[disk->free_op_count++] = op;
 }
 
@@ -450,11 +454,17 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 	while (!req->result && disk->free_op_count > 0) {
 		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
 
+		/* Restores first: a store keeps few writes in the device's way. */
+		if (!req->urgent && disk->urgent_active > 0 &&
+		    disk->background_ops_in_flight >= REC_DISK_BACKGROUND_OPS_MAX)
+			break;
 		if (!build_op(req, op))
 			break;
 		disk->free_op_count--;
 		req->ops_in_flight++;
 		disk->ops_in_flight++;
+		if (!req->urgent)
+			disk->background_ops_in_flight++;
 		op_issue(disk, op);
 		issued++;
 	}
@@ -515,10 +525,17 @@ static bool take_inbox(struct rec_disk *disk, bool block)
 		pthread_cond_wait(&disk->inbox_ready, &disk->lock);
 	while (disk->inbox_count > 0 && disk->active_count < REC_DISK_QUEUE_MAX) {
 		struct rec_disk_request *req = disk->inbox[disk->inbox_head];
+		uint32_t at = disk->active_count;
 
 		disk->inbox_head = (disk->inbox_head + 1) % REC_DISK_QUEUE_MAX;
 		disk->inbox_count--;
-		disk->active[disk->active_count++] = req;
+		/* Urgent requests go before every other, in arrival order. */
+		while (req->urgent && at > 0 && !disk->active[at - 1]->urgent)
+			at--;
+		memmove(disk->active + at + 1, disk->active + at,
+			(disk->active_count - at) * sizeof(disk->active[0]));
+		disk->active[at] = req;
+		disk->active_count++;
 	}
 	stop = disk->stopping && disk->inbox_count == 0;
 	pthread_mutex_unlock(&disk->lock);
@@ -529,11 +546,15 @@ static bool take_inbox(struct rec_disk *disk, bool block)
  * Advances every active request in order. A request that depends on an
  * earlier one (a commit after its writes) is held back by its requester,
  * which sends it only after the earlier replies; so order here is only
- * fairness.
+ * priority: urgent requests (restores) first, then the rest in arrival order.
  */
 static void advance(struct rec_disk *disk)
 {
 	uint32_t kept = 0;
+
+	disk->urgent_active = 0;
+	for (uint32_t i = 0; i < disk->active_count; i++)
+		disk->urgent_active += disk->active[i]->urgent;
 
 	for (uint32_t i = 0; i < disk->active_count; i++) {
 		struct rec_disk_request *req = disk->active[i];

@@ -29,6 +29,12 @@
 #define REC_DISK_QUEUE_MAX 64u
 /* I/O requests in flight on the ring at once (8 MiB each at most). */
 #define REC_DISK_OPS_MAX 32u
+/*
+ * I/O requests of background requests (stores) in flight while a restore's
+ * request is active: enough to keep writing, few enough that the restore's
+ * reads do not queue behind a deep batch of writes on the device.
+ */
+#define REC_DISK_BACKGROUND_OPS_MAX 2u
 /* Buffers one I/O request gathers. */
 #define REC_DISK_IOV_MAX 64u
 
@@ -72,6 +78,12 @@ struct rec_disk_request {
 	void *buffers[REC_DISK_BUFFERS_MAX];
 	struct rec_disk_replies *replies;
 	uint64_t tag;               /* the requester's, untouched */
+	/*
+	 * A restore's request: its I/O and checksum work go before every other
+	 * request's, and while one is active the others keep at most
+	 * REC_DISK_BACKGROUND_OPS_MAX I/O requests in flight.
+	 */
+	bool urgent;
 	/* The reply: 0 or a negative code, and a reason for Selene's codes. */
 	int result;
 	char why[200];

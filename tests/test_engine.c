@@ -755,6 +755,239 @@ static void test_engine_copy_failure_drains_first(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * A host device whose copy call number gate_at blocks until the test opens
+ * the gate: a job held at a known point of its run, without timing.
+ */
+struct gated_device {
+	struct shard_device base;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	uint64_t calls;
+	uint64_t gate_at; /* 0: never blocks */
+	bool blocked;
+};
+
+static int gated_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		      const struct shard_copy *copies, uint32_t count)
+{
+	struct gated_device *g = (struct gated_device *)dev;
+
+	pthread_mutex_lock(&g->lock);
+	if (++g->calls == g->gate_at) {
+		g->blocked = true;
+		pthread_cond_broadcast(&g->changed);
+		while (g->gate_at)
+			pthread_cond_wait(&g->changed, &g->lock);
+		g->blocked = false;
+	}
+	pthread_mutex_unlock(&g->lock);
+	for (uint32_t i = 0; i < count; i++) {
+		void *device = (void *)(uintptr_t)copies[i].device_address;
+
+		if (dir == SHARD_DEVICE_TO_HOST)
+			memcpy(copies[i].host, device, copies[i].bytes);
+		else
+			memcpy(device, copies[i].host, copies[i].bytes);
+	}
+	return 0;
+}
+
+static int gated_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static const struct shard_device_ops gated_ops = {
+	.name = "gated",
+	.bind = deferred_bind,
+	.register_host = deferred_register,
+	.unregister_host = deferred_unregister,
+	.copy = gated_copy,
+	.synchronize = gated_synchronize,
+	.close = deferred_close,
+};
+
+/* Blocks the copy call after the next `after` calls; waits until it blocks. */
+static void gate_close_after(struct gated_device *g, uint64_t after)
+{
+	pthread_mutex_lock(&g->lock);
+	g->gate_at = g->calls + after;
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_wait_blocked(struct gated_device *g)
+{
+	pthread_mutex_lock(&g->lock);
+	while (!g->blocked)
+		pthread_cond_wait(&g->changed, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_open(struct gated_device *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->gate_at = 0;
+	pthread_cond_broadcast(&g->changed);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* Swaps the fixture's engine for one on a gated device, windows of 4 pages. */
+static struct shard_device *use_gated(struct fixture *f, struct gated_device *g)
+{
+	struct shard_device *host = f->dev;
+
+	*g = (struct gated_device){ .base.ops = &gated_ops,
+				    .lock = PTHREAD_MUTEX_INITIALIZER,
+				    .changed = PTHREAD_COND_INITIALIZER };
+	shard_engine_close(f->engine);
+	f->dev = &g->base;
+	open_engine(f, 4);
+	return host;
+}
+
+static void drop_gated(struct fixture *f, struct shard_device *host)
+{
+	shard_engine_close(f->engine);
+	f->dev = host;
+	open_engine(f, 4);
+}
+
+/* Submits a store of pages [0, key / 64) from ids base_id.. and slot. */
+static void submit_store(struct fixture *f, const struct rec_key *key, uint32_t base_id,
+			 uint32_t slot, uint64_t job_id)
+{
+	uint32_t tail = (uint32_t)(key->consumed / 64), ids[200];
+	struct rec_header h;
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot };
+
+	for (uint32_t i = 0; i < tail; i++) {
+		ids[i] = base_id + i;
+		fill_page(f, ids[i], i);
+	}
+	tu_fill(f->row_memory + 60000ull * slot, 60000, key->consumed);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, NULL, &key->digest,
+					 0, tail, 99), 0);
+	assert_int_equal(shard_engine_store(f->engine, job_id, &job), 0);
+}
+
+static void submit_fetch(struct fixture *f, const struct shard_chain_record *chain,
+			 uint32_t base_id, uint32_t slot, uint64_t job_id)
+{
+	uint32_t ids[200];
+	struct shard_fetch_job job = { .chain = chain, .chain_count = 1, .page_ids = ids,
+				       .state_slot = slot };
+
+	for (uint32_t i = 0; i < chain->tail_page_count; i++)
+		ids[i] = base_id + i;
+	assert_int_equal(shard_engine_fetch(f->engine, job_id, &job), 0);
+}
+
+/* Fetches key whole into ids 150.. and slot 7; true when every byte is right. */
+static bool stored_right(struct fixture *f, const struct rec_key *key)
+{
+	struct shard_chain_record chain = { *key, 0, (uint32_t)(key->consumed / 64) };
+	struct shard_completion c;
+
+	poison(f);
+	if (fetch(f, &chain, 1, 0, 150, 7, &c) != 0)
+		return false;
+	for (uint32_t i = 0; i < chain.tail_page_count; i++)
+		if (!page_matches(f, 150 + i, i))
+			return false;
+	return row_matches(f, 7, key->consumed);
+}
+
+/*
+ * Issue 11 item 1: a store is held in its first window while four more are
+ * queued behind it; a fetch submitted last completes first (the running
+ * store yields to it between windows, the queued ones wait), then every
+ * store completes in order with the right bytes.
+ */
+static void test_engine_restore_before_queued_stores(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct shard_engine_stats stats;
+	struct rec_key restore, keys[5];
+
+	make_key(&restore, 64 * 6, 50);
+	assert_int_equal(store(f, &restore, NULL, 0, 5, &c), 0);
+	chain = (struct shard_chain_record){ restore, 0, 6 };
+	gate_close_after(&g, 1); /* the first store's first window */
+	for (uint32_t i = 0; i < 5; i++) {
+		make_key(&keys[i], 64ull * (9 + i) + i, (uint8_t)(51 + i));
+		submit_store(f, &keys[i], 20 * i, i, 10 + i);
+		if (i == 0)
+			gate_wait_blocked(&g);
+	}
+	submit_fetch(f, &chain, 100, 6, 99);
+	gate_open(&g);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 99);
+	assert_int_equal(c.result, 0);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	for (uint32_t i = 0; i < 5; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_int_equal(c.job_id, 10 + i);
+		assert_int_equal(c.result, 0);
+	}
+	shard_engine_stats(f->engine, &stats);
+	assert_int_equal(stats.store_yields, 1);
+	for (uint32_t i = 0; i < 5; i++)
+		assert_true(stored_right(f, &keys[i]));
+	drop_gated(f, host);
+}
+
+/*
+ * Issue 11 item 1: a store that yields to a fetch and then fails (its
+ * writes fail after the yield) fails as before: the fetch completes first
+ * and right, the store reports the error once its writes have drained, no
+ * temporary file is left, and the key stores again afterwards.
+ */
+static void test_engine_yielded_store_failure(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct rec_key restore, key;
+
+	make_key(&restore, 64 * 5, 60);
+	assert_int_equal(store(f, &restore, NULL, 0, 5, &c), 0);
+	chain = (struct shard_chain_record){ restore, 0, 5 };
+	make_key(&key, 64 * 20 + 3, 61);
+	gate_close_after(&g, 2); /* the store's second window */
+	submit_store(f, &key, 20, 1, 10);
+	gate_wait_blocked(&g);
+	submit_fetch(f, &chain, 100, 6, 11);
+	assert_int_equal(sel_failpoints_configure("record.after_write=return(EIO)"), 0);
+	gate_open(&g);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 11);
+	assert_int_equal(c.result, 0);
+	for (uint32_t i = 0; i < 5; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 10);
+	assert_int_equal(c.result, -EIO);
+	assert_non_null(strstr(c.why, "record.after_write"));
+	sel_failpoints_configure(NULL);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	submit_store(f, &key, 20, 1, 12);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_true(stored_right(f, &key));
+	drop_gated(f, host);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -772,6 +1005,8 @@ int main(void)
 		BOTH(test_engine_noop),
 		BOTH(test_engine_completion_hook),
 		BOTH(test_engine_copy_failure_drains_first),
+		BOTH(test_engine_restore_before_queued_stores),
+		BOTH(test_engine_yielded_store_failure),
 	};
 #undef BOTH
 
