@@ -520,7 +520,8 @@ static void bench_usage(FILE *out)
 		"       selene bench copy [options]\n"
 		"       selene bench lookup\n"
 		"       selene bench api [--dir DIR]\n"
-		"       selene bench fanout [--dir DIR] [--records N]\n\n"
+		"       selene bench fanout [--dir DIR] [--records N]\n"
+		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -537,7 +538,11 @@ static void bench_usage(FILE *out)
 		"  ranks (forked peers on loopback): noop jobs, which move no bytes but\n"
 		"  pass every rank's engine, one at a time (p50, p99, overhead over one\n"
 		"  rank) and 32 in flight (jobs/s); then store-then-fetch of one small\n"
-		"  page per rank, the same way.\n\n"
+		"  page per rank, the same way.\n"
+		"restore: a 32-page restore's latency (p50, p99) with the disk idle and\n"
+		"  while 4 stores of the same size are kept queued, and their ratio, at\n"
+		"  --ranks ranks (forked peers on loopback; default 2) and at one;\n"
+		"  --records restores each way (default 40).\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -565,12 +570,14 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'k' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
+		{ "ranks", required_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = "/var/tmp/selene-bench", .device = "auto",
 				  .planes = 36, .plane_bytes = 65536, .row_bytes = 1 << 20,
 				  .pages = 64, .records = 1, .rounds = 12, .durable = true } };
 	const char *what;
+	uint32_t ranks = 2;
 	int opt, ret;
 
 	if (launch_wants_help(argc, argv)) {
@@ -597,6 +604,7 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'k': b.a.rounds = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'N': b.a.durable = false; break;
 		case 'w': b.a.window_pages = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'K': ranks = (uint32_t)strtoul(optarg, NULL, 0); break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 	}
@@ -610,6 +618,12 @@ int launch_cmd_bench(int argc, char **argv)
 		/* --records: jobs per phase (default 2000) */
 		sel_log_set_level(SEL_LOG_WARN);
 		return bench_fanout(b.a.dir, b.a.records > 1 ? b.a.records : 2000) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	}
+	if (strcmp(what, "restore") == 0 && optind == argc) {
+		sel_log_set_level(SEL_LOG_WARN);
+		return bench_restore(b.a.dir, b.a.device, ranks,
+				     b.a.records > 1 ? b.a.records : 40) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	}
 	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||
