@@ -374,6 +374,9 @@ static bool is_write(const struct rec_disk_request *req)
 
 static uint32_t sum_units(const struct rec_disk_request *req)
 {
+	/* The requester verifies the pages it asked to read itself. */
+	if (req->op == REC_DISK_READ_PAGES && req->requester_checksums)
+		return 0;
 	/* A page is one unit; a row is one unit, streamed over its pieces. */
 	return req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES ?
 		       req->count : 1;
@@ -390,7 +393,12 @@ static void sum_one(struct rec_disk_request *req)
 	uint32_t i = req->next_sum++;
 
 	if (req->op == REC_DISK_WRITE_PAGES) {
-		rec_writer_note_page(&req->file->writer, req->first + i, req->buffers[i]);
+		if (req->requester_checksums)
+			rec_writer_note_page_checksum(&req->file->writer, req->first + i,
+						      req->page_checksums[i]);
+		else
+			rec_writer_note_page(&req->file->writer, req->first + i,
+					     req->buffers[i]);
 		return;
 	}
 	if (req->op == REC_DISK_READ_PAGES) {

@@ -14,7 +14,9 @@
 #include "common/base.h"
 #include "common/log.h"
 #include "record/disk.h"
+#include "record/file.h"
 #include "selene/selene.h"
+#include "shard/checksum_pool.h"
 #include "shard/device.h"
 #include "shard/slab.h"
 
@@ -89,6 +91,8 @@ struct shard_engine {
 	struct shard_slab_pool pool;
 	uint32_t row_piece_count;
 	struct lane lanes[LANE_COUNT];
+	struct shard_checksum_pool checksums;
+	bool checksums_started;
 
 	pthread_t thread;
 	bool thread_started;
@@ -284,6 +288,41 @@ static void stage_scrub(struct shard_engine *e, struct lane *l)
 		memset(shard_slab_slot(&e->pool, l->row_slots[k]), 0, e->pool.slot_bytes);
 }
 
+/* A window's checksum pass, shared with the checksum pool's helpers. */
+struct window_sums {
+	struct shard_engine *e;
+	struct stage *s;
+	const struct rec_reader *reader; /* fetch: verify against its table */
+	uint64_t seed;                   /* store: R-KEY-7's s */
+	uint64_t prefix_index;           /* store: the window's first page in the prefix */
+	uint32_t first;                  /* fetch: the window's first stored page */
+	uint32_t bad;                    /* fetch: lowest failing page, or UINT32_MAX */
+};
+
+/* Store: page i's R-REC-9 checksum, for the disk thread to note. */
+static void sum_page(void *ctx, uint32_t i)
+{
+	struct window_sums *w = ctx;
+	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
+
+	w->s->req.page_checksums[i] = rec_page_checksum(page, w->e->geometry.page_record_bytes,
+							w->seed, w->prefix_index + i);
+}
+
+/* Fetch: page i against the record's checksum table (R-READ-2). */
+static void verify_page(void *ctx, uint32_t i)
+{
+	struct window_sums *w = ctx;
+	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
+	uint32_t bad = __atomic_load_n(&w->bad, __ATOMIC_RELAXED);
+
+	if (rec_reader_page_ok(w->reader, w->first + i, page))
+		return;
+	while (i < bad && !__atomic_compare_exchange_n(&w->bad, &bad, i, false,
+						       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
 static void yield_to_restores(struct shard_engine *e);
 
 static void run_store(struct shard_engine *e, struct shard_job *job,
@@ -310,6 +349,14 @@ static void run_store(struct shard_engine *e, struct shard_job *job,
 		if (o->result ||
 		    copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
 			break;
+		{
+			struct window_sums w = {
+				.e = e, .s = s, .seed = rec_checksum_seed(&job->header.key),
+				.prefix_index = (uint64_t)job->header.first_page_index + first,
+			};
+
+			shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
+		}
 		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
 		disk_send(e, l, &s->req);
 		o->bytes += stride * n;
@@ -442,11 +489,47 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l, const struct
 	*row_sent = true;
 }
 
+/*
+ * Whether issuing a window of record would close a file whose record still
+ * has windows read and not yet verified: they are verified against that
+ * file's checksum table, so it stays open until they are.
+ */
+static bool file_in_use(const struct fetch_window *windows, uint32_t done,
+			uint32_t issued, uint32_t record)
+{
+	for (uint32_t j = done; j < issued; j++) {
+		uint32_t other = windows[j % SHARD_STAGES].record;
+
+		if (other != record && other % 2 == record % 2)
+			return true;
+	}
+	return false;
+}
+
+/* Verifies window w's pages in stage s on the checksum pool (R-READ-2). */
+static int fetch_verify(struct shard_engine *e, struct lane *l, struct stage *s,
+			const struct fetch_window *w, struct job_outcome *o)
+{
+	const struct rec_reader *r = &l->files[w->record % 2].reader;
+	struct window_sums sums = { .e = e, .s = s, .reader = r, .first = w->first,
+				    .bad = UINT32_MAX };
+	char name[REC_FILE_NAME_BYTES];
+
+	shard_checksum_pool_run(&e->checksums, verify_page, &sums, w->count);
+	if (sums.bad == UINT32_MAX)
+		return 0;
+	rec_file_name(name, &r->header.key);
+	return outcome_fail(o, SEL_ECHECKSUM, 0, "%s: page %" PRIu64 " (stored page %u) "
+			    "fails its checksum", name,
+			    (uint64_t)r->header.first_page_index + w->first + sums.bad,
+			    w->first + sums.bad);
+}
+
 static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
-	bool row_sent = false;
+	bool row_sent = false, pending = false;
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
@@ -454,23 +537,34 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 
 	ahead = (uint32_t)(SHARD_READ_AHEAD_BYTES / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
-	/* Keep up to STAGES windows reading while one is copied to the device. */
+	/*
+	 * Keep up to STAGES windows reading while one is verified and copied to
+	 * the device; a window waits (pending) while its file still serves
+	 * windows not yet verified.
+	 */
 	while (!o->result && (done < issued || more)) {
 		while (!o->result && more && issued - done < ahead) {
-			more = next_window(e, job, &cursor);
-			if (!more)
+			if (!pending) {
+				more = next_window(e, job, &cursor);
+				if (!more)
+					break;
+				pending = true;
+			}
+			if (file_in_use(windows, done, issued, cursor.record))
 				break;
 			windows[issued % SHARD_STAGES] = cursor;
 			fetch_issue(e, l, job, &l->stages[issued % SHARD_STAGES], &cursor, o);
 			fetch_row_early(e, l, job, &row_sent, o);
 			issued++;
+			pending = false;
 		}
 		if (o->result || done == issued)
 			break;
 		disk_await(l, &l->stages[done % SHARD_STAGES].req, o);
-		if (o->result)
-			break;
-		if (copy_window(e, l, &l->stages[done % SHARD_STAGES],
+		if (o->result ||
+		    fetch_verify(e, l, &l->stages[done % SHARD_STAGES],
+				 &windows[done % SHARD_STAGES], o) ||
+		    copy_window(e, l, &l->stages[done % SHARD_STAGES],
 				job->page_ids + windows[done % SHARD_STAGES].dest,
 				windows[done % SHARD_STAGES].count, SHARD_HOST_TO_DEVICE, o))
 			break;
@@ -917,6 +1011,8 @@ static void init_requests(struct lane *l, bool urgent)
 		l->stages[b].req.file = &l->files[0];
 		l->stages[b].req.replies = &l->replies;
 		l->stages[b].req.urgent = urgent;
+		/* Page checksums are this engine's, on the checksum pool. */
+		l->stages[b].req.requester_checksums = true;
 	}
 	l->row_req.file = &l->files[0];
 	l->row_req.replies = &l->replies;
@@ -934,6 +1030,7 @@ int shard_engine_open(const struct shard_engine_options *options,
 						 .no_uring = options->no_uring };
 	struct shard_engine *e = calloc(1, sizeof(*e));
 	uint64_t offset = 0;
+	uint32_t helpers;
 	int ret = 0;
 
 	*out = NULL;
@@ -984,6 +1081,15 @@ int shard_engine_open(const struct shard_engine_options *options,
 		goto err_close;
 	init_requests(&e->lanes[LANE_RESTORE], true);
 	init_requests(&e->lanes[LANE_BACKGROUND], false);
+	helpers = options->checksum_threads ? options->checksum_threads - 1 :
+					      shard_checksum_pool_default_helpers();
+	ret = shard_checksum_pool_init(&e->checksums, helpers);
+	if (ret) {
+		snprintf(err, err_size, "cannot start %u checksum helpers: %s", helpers,
+			 strerror(-ret));
+		goto err_close;
+	}
+	e->checksums_started = true;
 	ret = rec_disk_start(&disk_options, &e->disk, err, err_size);
 	if (ret)
 		goto err_close;
@@ -1011,6 +1117,8 @@ void shard_engine_close(struct shard_engine *e)
 	pthread_mutex_unlock(&e->lock);
 	if (e->thread_started)
 		pthread_join(e->thread, NULL);
+	if (e->checksums_started)
+		shard_checksum_pool_destroy(&e->checksums);
 	rec_disk_stop(e->disk);
 	if (e->pool.base) {
 		shard_slab_unregister(&e->pool);

@@ -74,6 +74,12 @@ struct shard_engine_options {
 	uint32_t window_pages;               /* 1 .. 64; 0: about SHARD_WINDOW_BYTES */
 	bool no_uring;                       /* the disk thread's fallback path */
 	bool register_pool;                  /* register staging with the device */
+	/*
+	 * Threads that hash or verify a window's pages: the transfer thread
+	 * and checksum_threads - 1 helpers (shard/checksum_pool.h); 0 means
+	 * shard_checksum_pool_default_helpers() helpers.
+	 */
+	uint32_t checksum_threads;
 };
 
 enum shard_job_kind {
