@@ -280,6 +280,56 @@ static void test_engine_corrupt_page(void **state)
 	assert_true(page_matches(f, 50, 5));
 }
 
+/*
+ * Issue 11 item 2: with page checksums verified on the checksum pool, a
+ * corrupt page in any record of a three-record chain (windows of 4 pages,
+ * so the third record's reads wait for the first's verification) fails the
+ * fetch naming that page; the chain fetches again once the record is
+ * stored again.
+ */
+static void test_engine_chain_corrupt_page(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key a, b, d;
+	struct shard_chain_record chain[3];
+	struct rec_header h;
+	char *path;
+
+	make_key(&a, 64 * 9, 12);
+	make_key(&b, 64 * 9 + 30, 13);
+	make_key(&d, 64 * 19 + 1, 14);
+	assert_int_equal(store(f, &a, NULL, 0, 0, &c), 0);
+	assert_int_equal(store(f, &b, &a, 0, 1, &c), 0);
+	assert_int_equal(store(f, &d, &b, 9, 2, &c), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 9 };
+	chain[1] = (struct shard_chain_record){ b, 9, 0 };
+	chain[2] = (struct shard_chain_record){ d, 9, 10 };
+
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &a, NULL, &a.digest, 0, 9, 99), 0);
+	path = tu_record_path(f->dir, &a);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 6 + 7);
+	free(path);
+	assert_int_equal(fetch(f, chain, 3, 0, 120, 7, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 6 (stored page 6) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &a, NULL, 0, 0, &c), 0);
+
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &d, &b, &d.digest, 9, 10, 99), 0);
+	path = tu_record_path(f->dir, &d);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 8 + 4000);
+	free(path);
+	assert_int_equal(fetch(f, chain, 3, 2, 120, 7, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 17 (stored page 8) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &d, &b, 9, 2, &c), 0);
+	poison(f);
+	assert_int_equal(fetch(f, chain, 3, 0, 120, 7, &c), 0);
+	for (uint32_t i = 0; i < 19; i++)
+		assert_true(page_matches(f, 120 + i, i));
+	assert_true(row_matches(f, 7, d.consumed));
+}
+
 /* A fetch whose record is not what the index expects fails before reading. */
 static void test_engine_fetch_mismatch(void **state)
 {
@@ -997,6 +1047,7 @@ int main(void)
 		BOTH(test_engine_round_trip),
 		BOTH(test_engine_chain_and_suffix),
 		BOTH(test_engine_corrupt_page),
+		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),
 		BOTH(test_engine_bounded_submission),
