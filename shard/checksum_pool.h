@@ -57,7 +57,7 @@ void shard_checksum_pool_run(struct shard_checksum_pool *pool, shard_checksum_fn
 /*
  * Helpers for a rank when nothing says otherwise: SELENE_CHECKSUM_THREADS
  * (helper threads, 0 to SHARD_CHECKSUM_HELPERS_MAX) when set and valid,
- * else a quarter of the online cores, at least 1 and at most 3.
+ * else a quarter of the online cores, at most 3 (none under four cores).
  */
 uint32_t shard_checksum_pool_default_helpers(void);
 

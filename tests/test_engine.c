@@ -44,6 +44,7 @@ static void open_engine(struct fixture *f, uint32_t window_pages)
 		.geometry = &f->g, .dir = f->dir, .device = f->dev,
 		.planes = &f->planes, .window_pages = window_pages,
 		.jobs_max = 8, .no_uring = f->no_uring,
+		.checksum_threads = 3, /* two helpers, whatever the machine */
 	};
 	char err[256];
 
