@@ -421,7 +421,8 @@ static bool next_window(const struct shard_engine *e, const struct shard_job *jo
 }
 
 /* Closes file f once no read of its record is still in flight. */
-static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f, struct job_outcome *o)
+static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f,
+			struct job_outcome *o)
 {
 	if (l->file_record[f] == UINT32_MAX)
 		return;
@@ -462,7 +463,8 @@ static struct rec_disk_file *fetch_file(struct shard_engine *e, struct lane *l,
 }
 
 /* Sends the read of window w into stage s. */
-static void fetch_issue(struct shard_engine *e, struct lane *l, const struct shard_job *job,
+static void fetch_issue(struct shard_engine *e, struct lane *l,
+			const struct shard_job *job,
 			struct stage *s, const struct fetch_window *w,
 			struct job_outcome *o)
 {
@@ -475,7 +477,8 @@ static void fetch_issue(struct shard_engine *e, struct lane *l, const struct sha
 }
 
 /* Sends the last record's row read as soon as that record is open. */
-static void fetch_row_early(struct shard_engine *e, struct lane *l, const struct shard_job *job,
+static void fetch_row_early(struct shard_engine *e, struct lane *l,
+			    const struct shard_job *job,
 			    bool *row_sent, struct job_outcome *o)
 {
 	uint32_t last = job->chain_count - 1;
