@@ -327,3 +327,30 @@ def test_bootstrap_from_mpi_single_rank():
     pytest.importorskip("mpi4py")
     c = selene.from_mpi()
     assert c.world_size >= 1
+
+
+def test_pip_install_finds_the_build_tree(tmp_path):
+    """pip install ./python (offline, into a target directory) gives a
+    package that imports from anywhere and finds this checkout's library."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
+                    "--no-deps", "--no-index", "--target", str(target), here],
+                   check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SELENE_LIBRARY")}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", "import selene; print(selene.LIBRARY_PATH, "
+                          "selene.version())"], cwd=str(tmp_path), env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.split()[1] == "0.1.0" and "libselene.so" in out
+
+
+def test_selene_library_names_a_missing_file(tmp_path):
+    import subprocess
+    import sys
+    env = dict(os.environ, SELENE_LIBRARY=str(tmp_path / "nothing.so"))
+    run = subprocess.run([sys.executable, "-c", "import selene"], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "SELENE_LIBRARY" in run.stderr
