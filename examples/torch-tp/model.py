@@ -62,14 +62,16 @@ class TensorParallelLlama:
         self.device, self.dtype = torch.device(device), dtype
         self.local_heads, self.local_kv_heads = shape.heads // world, shape.kv_heads // world
         self.local_mlp = shape.mlp // world
+        # A small model is the same whatever the rank count: every rank draws
+        # each whole matrix from one seed and keeps its share. A large one
+        # (8B) would take minutes that way, so each rank draws only its share,
+        # from a seed of its own: the same model for the same rank count.
+        large = shape.hidden * shape.mlp > 1 << 22
         gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed)
+        gen.manual_seed(seed * 1009 + rank if large else seed)
 
         def weight(rows, cols, part=None, parts=world, axis=0):
-            # every rank draws the whole matrix from the same seed and keeps its share:
-            # the model is the same whatever the rank count (small shapes only), or,
-            # for large shapes, each rank draws only its share (fast, layout-specific)
-            if rows * cols <= 1 << 22:
+            if not large:
                 w = torch.randn(rows, cols, generator=gen, device=self.device) / cols ** 0.5
                 if part is not None:
                     w = w.chunk(parts, dim=axis)[part]
