@@ -141,7 +141,8 @@ PYTHON ?= /usr/bin/python3
 test-python:
 	$(Q)scripts/install-deps build python
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)cd python && PYTHONPATH=. PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(Q)PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
+		python/tests examples/torch-tp/test_units.py
 	$(Q)if [ -x examples/torch-tp/run-tests ]; then PYTHON=$(PYTHON) examples/torch-tp/run-tests; fi
 
 # The cuda backend on a GPU: the round trip, then the copy, store and fetch
