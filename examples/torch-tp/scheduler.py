@@ -126,12 +126,15 @@ class Scheduler:
         if hit is None or not self.sel.worth_fetching(hit):
             return False
         assert q.position // self.pt + hit.page_count == hit.consumed // self.pt
-        dest, row = self.cache.take_pages(hit.page_count), self.cache.take_row()
-        if dest is None or row is None:
+        dest = self.cache.take_pages(hit.page_count)
+        row = self.cache.take_row() if dest is not None else None
+        if row is None:  # no room on the GPU: recompute
+            if dest is not None:
+                self.cache.release(dest)
             return False
         try:
             q.waiter = self.sel.restore(hit, dest, row)
-        except selene.SeleneError:
+        except selene.SeleneError:  # a stale hit or a full queue: recompute
             self.cache.release(dest)
             self.cache.free_rows.append(row)
             return False
