@@ -161,8 +161,9 @@ class Scheduler:
     def prefill_span(self, q):
         end = next(b for b in q.boundaries if b > q.position)
         self.grow(q, end)
-        checkpoint = end % self.pt == 0 and self.sel is not None
-        row = self.cache.take_row() if checkpoint else -1
+        row = self.cache.take_row() if end % self.pt == 0 and self.sel is not None else None
+        checkpoint = row is not None  # no row free: no checkpoint here
+        row = -1 if row is None else row
         t0 = time.perf_counter()
         token = self.ranks.forward(q.tokens[q.position:end], q.position, q.pages, row)
         if self.sel is not None:
