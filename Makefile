@@ -4,6 +4,7 @@
 #   make test            build and run every CMocka test binary
 #   make check-asan      the same tests under ASan and UBSan (build-asan/)
 #   make check-tsan      the thread-heavy tests and 3 ranks under TSan (build-tsan/)
+#   make test-python     the Python binding's tests and the PyTorch engine's CPU proof
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make deps            install every missing Debian package (scripts/install-deps)
 #   V=1                  show every command
@@ -136,6 +137,16 @@ test:
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)SELENE_PROGRAM=$(abspath $(PROGRAM)) tests/run-tests $(TEST_BINS)
 
+# The Python binding's tests (python/tests, Debian's pytest, the host
+# device), then the reference PyTorch engine's CPU proof (examples/torch-tp).
+PYTHON ?= /usr/bin/python3
+test-python:
+	$(Q)scripts/install-deps build python
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
+		python/tests examples/torch-tp/test_units.py
+	$(Q)if [ -x examples/torch-tp/run-tests ]; then PYTHON=$(PYTHON) examples/torch-tp/run-tests; fi
+
 # The cuda backend on a GPU: the round trip, then the copy, store and fetch
 # benchmarks. Logs go to $(BUILD)/test-gpu.log and $(BUILD)/bench-gpu.log;
 # without a GPU the test skips and says why.
@@ -215,7 +226,7 @@ install: all
 clean:
 	rm -rf build build-asan build-tsan
 
-.PHONY: all tests test test-gpu check-asan check-tsan fuzz deps demo qualify install clean
+.PHONY: all tests test test-python test-gpu check-asan check-tsan fuzz deps demo qualify install clean
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \

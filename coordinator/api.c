@@ -576,6 +576,18 @@ int sel_cancel(sel_store *s, uint64_t waiter)
 	return ret;
 }
 
+int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
+{
+	int ret;
+
+	if (!h)
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_touch(&s->core, &h->history, consumed);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
 int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 		      enum sel_outcome *outcome)
 {

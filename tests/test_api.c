@@ -241,6 +241,23 @@ static void test_api_metrics_exposition(void **state)
 		skip();
 }
 
+/* sel_touch through the public API: a committed record and its ancestors
+ * (0), a count where nothing ends (SEL_ENOTFOUND), bad counts (-EINVAL). */
+static void test_api_touch(void **state)
+{
+	struct fixture *f = *state;
+
+	open_store(f);
+	publish_conversation(f);
+	assert_int_equal(sel_touch(f->store, f->history, 700), 0);
+	assert_int_equal(sel_touch(f->store, f->history, 1000), 0);
+	assert_int_equal(sel_touch(f->store, f->history, 500), SEL_ENOTFOUND);
+	assert_int_equal(sel_touch(f->store, f->history, 0), -EINVAL);
+	assert_int_equal(sel_touch(f->store, f->history, TOKENS + 1), -EINVAL);
+	assert_int_equal(sel_touch(f->store, NULL, 300), -EINVAL);
+	restore_and_check(f, 79);
+}
+
 /* Reopening the directory finds every committed record (seed step 12). */
 static void test_api_restart(void **state)
 {
@@ -402,6 +419,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_publish_evict_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_metrics_exposition, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),

@@ -195,6 +195,16 @@ int sel_fetch(sel_store *store, const struct sel_hit *hit, const uint32_t *page_
  */
 int sel_cancel(sel_store *store, uint64_t waiter);
 
+/*
+ * A GPU-cache hit on the checkpoint of history's first consumed tokens
+ * (seed 2.10): its record and every ancestor become the most recently
+ * used, so a prefix the engine keeps reusing from its GPU cache does not
+ * age off disk. Returns 0, -EINVAL for a consumed count of 0 or past the
+ * history, or SEL_ENOTFOUND when no committed record ends there (never
+ * stored, still being written, or evicted).
+ */
+int sel_touch(sel_store *store, const sel_history *history, uint64_t consumed);
+
 enum sel_outcome {
 	SEL_QUEUED,   /* copying; keep the GPU checkpoint pinned until its event */
 	SEL_PRESENT,  /* a committed copy exists, row included (one whose row
