@@ -51,6 +51,7 @@ struct run_options {
 	const char *dir;
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
+	const char *stored_log_path;
 	uint32_t event_timeout_ms;
 };
 
@@ -93,6 +94,8 @@ struct run {
 	struct launch_gpu_cache cache;
 	struct launch_trace trace;
 	FILE *results;
+	FILE *stored_log; /* --stored-log: a line per checkpoint reported stored */
+	const struct launch_trace_request **slot_request; /* gpu_rows: who prefilled it */
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
 	bool stopped;    /* the transport stopped: no more jobs */
@@ -162,6 +165,22 @@ static int64_t run_pages(struct run *r, enum launch_run_op op,
 	return wrong;
 }
 
+static void run_json_string(FILE *f, const char *s);
+
+/* A line for a checkpoint the store reported stored, flushed at once, so that
+ * a harness that kills this run knows what was committed before the kill. */
+static void run_log_stored(struct run *r, const struct launch_gpu_checkpoint *k)
+{
+	const struct launch_trace_request *q = r->slot_request[k->slot];
+
+	if (!r->stored_log || !q)
+		return;
+	fprintf(r->stored_log, "{\"id\": ");
+	run_json_string(r->stored_log, q->id);
+	fprintf(r->stored_log, ", \"consumed\": %" PRIu64 "}\n", k->consumed);
+	fflush(r->stored_log);
+}
+
 /* Handles one store event; 1 when there was one, 0 none, SEL_ESTOPPED. */
 static int run_poll(struct run *r)
 {
@@ -181,6 +200,8 @@ static int run_poll(struct run *r)
 		r->progress = true;
 		if (ev.kind == SEL_EVENT_STORED) {
 			r->totals.stored++;
+			if (k)
+				run_log_stored(r, k);
 			break;
 		}
 		r->totals.store_failures++;
@@ -560,6 +581,7 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 			break;
 		}
 		res->prefilled = boundary - resume;
+		r->slot_request[k->slot] = q;
 		if (run_publish(r, k, h, prompt, parent)) {
 			run_fail(res, q, "publishing %" PRIu64 " tokens failed", boundary);
 			break;
@@ -841,6 +863,8 @@ static void run_usage(FILE *out)
 		"                      \"prefilled\": N}} (expect optional)\n"
 		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
 		"  --results FILE      one JSON line per request, then a summary line\n"
+		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
+		"                      {\"id\": REQUEST, \"consumed\": TOKENS}\n"
 		"  --page-tokens N     tokens per page (default 64)\n"
 		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
 		"  --row-bytes SIZE    the state row (default 128K)\n"
@@ -867,6 +891,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
+		{ "stored-log", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -883,6 +908,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		case 't': o->trace_path = optarg; break;
 		case 'd': o->dir = optarg; break;
 		case 'o': o->results_path = optarg; break;
+		case 'S': o->stored_log_path = optarg; break;
 		case 'p': ok = run_parse_u32(optarg, 1, &o->page_tokens); break;
 		case 'P': ok = run_parse_planes(optarg, o); break;
 		case 'R': ok = run_parse_size(optarg, &o->row_bytes) && o->row_bytes; break;
@@ -995,7 +1021,8 @@ static uint64_t run_prepare(struct run *r)
 			return 1;
 		}
 		r->retries = calloc(r->opt.gpu_rows, sizeof(*r->retries));
-		if (!r->retries || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
+		r->slot_request = calloc(r->opt.gpu_rows, sizeof(*r->slot_request));
+		if (!r->retries || !r->slot_request || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
 							 r->opt.gpu_pages, r->opt.gpu_rows)) {
 			fprintf(stderr, "selene run: out of memory for the GPU cache\n");
 			return 1;
@@ -1003,6 +1030,12 @@ static uint64_t run_prepare(struct run *r)
 		if (r->opt.results_path && !(r->results = fopen(r->opt.results_path, "w"))) {
 			fprintf(stderr, "selene run: cannot write %s: %s\n", r->opt.results_path,
 				strerror(errno));
+			return 1;
+		}
+		if (r->opt.stored_log_path &&
+		    !(r->stored_log = fopen(r->opt.stored_log_path, "w"))) {
+			fprintf(stderr, "selene run: cannot write %s: %s\n",
+				r->opt.stored_log_path, strerror(errno));
 			return 1;
 		}
 	}
@@ -1126,6 +1159,9 @@ int launch_cmd_run(int argc, char **argv)
 	failures = run_all(r);
 	if (r->results)
 		fclose(r->results);
+	if (r->stored_log)
+		fclose(r->stored_log);
+	free(r->slot_request);
 	launch_trace_free(&r->trace);
 	launch_gpu_cache_destroy(&r->cache);
 	free(r->retries);
