@@ -320,7 +320,7 @@ class Lane:
         return run
 
     def restart_and_check(self, why, committed=None, dirs=None, allow_missing=False,
-                          prompts=None):
+                          prompts=None, tolerate=()):
         """A restart restoring every committed checkpoint, byte-exact on every
         rank; then the ranks' files agree and verify. Returns the launch."""
         committed = self.committed if committed is None else committed
@@ -357,10 +357,13 @@ class Lane:
                 raise Failure("%s: committed record lost: %s restored %d tokens, %d were "
                               "reported stored (spans %s)\n%s" % (why, rid, reused, want, list(p), out))
         self.absorb(run.stored, by_id)
-        self.check_agreement(why, dirs)
+        self.check_agreement(why, dirs, tolerate)
         return run
 
-    def check_agreement(self, why, dirs=None):
+    def check_agreement(self, why, dirs=None, tolerate=()):
+        """Every rank holds the same record names and lengths and each
+        verifies, except the files in tolerate (damaged on purpose and never
+        read since: no restore went through them)."""
         dirs = dirs or self.dirs
         listings = [listing(os.path.join(dirs, "rank%d" % r)) for r in range(RANKS)]
         for r in range(1, RANKS):
@@ -375,9 +378,13 @@ class Lane:
                 continue
             p = subprocess.run([self.program, "verify", d], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, timeout=120)
+            out = p.stdout.decode("utf-8", "replace")
+            bad = {os.path.basename(m.group(1)) for m in re.finditer(r"^BAD (.*?\.ckpt):", out, re.M)}
+            if p.returncode == 1 and bad and bad <= set(tolerate):
+                self.table.add("corrupt", "damaged file left unread")
+                continue
             if p.returncode != 0:
-                raise Failure("%s: selene verify failed on rank %d:\n%s" %
-                              (why, r, p.stdout.decode("utf-8", "replace")[-3000:]))
+                raise Failure("%s: selene verify failed on rank %d:\n%s" % (why, r, out[-3000:]))
 
     # ---- kill -9
     def kill_try(self, seed):
@@ -434,22 +441,38 @@ class Lane:
     # ---- failpoints
     def seeded_dirs(self, seed):
         """Fresh directories holding records, a leftover temporary file, a
-        record whose header is broken and an orphan, for the scan's points."""
+        record whose header is broken and an orphan, for the scan's points.
+        The records are made once per lane and copied for each try."""
+        snapshot = os.path.join(self.root, "seeded")
+        if not os.path.isdir(snapshot):
+            self.fresh()
+            lines, by_id = self.workload(10)
+            # token counts no workload prompt reaches (their file names say them)
+            bait_a = ((123456789, 2003),)
+            bait_b = ((987654321, 2005), (55, 32))
+            for rid, spans in (("bait-a", bait_a), ("bait-b", bait_b)):
+                lines.append({"id": rid, "settle": True, "spans": [list(s) for s in spans]})
+                by_id[rid] = spans
+            trace = self.write_trace(lines, "seed%d.jsonl" % (self.launches + 1))
+            run = self.launch(trace)
+            rc = run.wait(LAUNCH_TIMEOUT_S)
+            if rc != 0:
+                raise Failure("seed %d: seeding the store failed (exit %s):\n%s" %
+                              (seed, rc, run.output()))
+            self.absorb(run.stored, by_id)
+            for key in list(self.committed):
+                if key[0][0] in (123456789, 987654321):
+                    del self.committed[key]
+            shutil.copytree(self.dirs, snapshot, symlinks=True)
+            self.seeded = (dict(self.committed), set(self.prompts),
+                           [list(c) for c in self.conversations])
         self.fresh()
-        lines, by_id = self.workload(10)
-        # token counts no workload prompt reaches (their file names say them)
-        bait_a = ((123456789, 2003),)
-        bait_b = ((987654321, 2005), (55, 32))
-        for rid, spans in (("bait-a", bait_a), ("bait-b", bait_b)):
-            lines.append({"id": rid, "settle": True, "spans": [list(s) for s in spans]})
-            by_id[rid] = spans
-        trace = self.write_trace(lines, "seed%d.jsonl" % (self.launches + 1))
-        run = self.launch(trace)
-        rc = run.wait(LAUNCH_TIMEOUT_S)
-        if rc != 0:
-            raise Failure("failpoint seed %d: seeding the store failed (exit %s):\n%s" %
-                          (seed, rc, run.output()))
-        self.absorb(run.stored, by_id)
+        os.rmdir(self.dirs)
+        shutil.copytree(snapshot, self.dirs, symlinks=True)
+        committed, prompts, conversations = self.seeded
+        self.committed = dict(committed)
+        self.prompts = set(prompts)
+        self.conversations = [list(c) for c in conversations]
         # the bait records: the newest files; break one header, orphan another
         for r in range(RANKS):
             files = record_files(os.path.join(self.dirs, "rank%d" % r))
@@ -463,9 +486,6 @@ class Lane:
             d = os.path.dirname(files[0])
             with open(os.path.join(d, os.path.basename(files[0]) + ".tmp"), "wb") as f:
                 f.write(b"\0" * 8192)
-        for key in list(self.committed):
-            if key[0][0] in (123456789, 987654321):
-                del self.committed[key]
 
     def failpoint_try(self, seed, name, action, role):
         self.seeded_dirs(seed)
@@ -499,10 +519,15 @@ class Lane:
         self.seeded_dirs(seed)
         committed = dict(self.committed)
         rank = self.rng.randrange(RANKS)
-        files = record_files(os.path.join(self.dirs, "rank%d" % rank))
+        files = [f for f in record_files(os.path.join(self.dirs, "rank%d" % rank))
+                 if int(os.path.basename(f)[:16], 16) < 2003]   # not the bait
         path = self.rng.choice(files)
         size = os.path.getsize(path)
+        before = {f: os.path.getsize(f) for f in files}
         what = corrupt(self.rng, kind, path, size, files)
+        touched = {os.path.basename(path)} | {
+            os.path.basename(f) for f in files if kind == "swapnames" and
+            (not os.path.exists(f) or os.path.getsize(f) != before[f])}
         why = "corrupt seed %d (%s on rank %d)" % (seed, what, rank)
         self.table.add("corrupt", "tries")
         # restores of every committed record: refused or harmless, never wrong
@@ -532,8 +557,8 @@ class Lane:
         # the next run finds the corrupted record gone and stores it again;
         # the one after restores everything
         self.restart_and_check(why + ": the run after", committed=committed,
-                               allow_missing=True, prompts=prompts)
-        self.restart_and_check(why + ": stored again", committed=committed)
+                               allow_missing=True, prompts=prompts, tolerate=touched)
+        self.restart_and_check(why + ": stored again", committed=committed, tolerate=touched)
         self.table.add("corrupt", "stored again ok")
 
 
@@ -823,6 +848,9 @@ def main():
     trials = [(n, a, r) for n in names for a in ("kill", "error") for r in ("rank0", "peer")]
     if quick:  # each failpoint once, its action and role drawn by the seed
         trials = [(n, rng.choice(("kill", "error")), rng.choice(("rank0", "peer"))) for n in names]
+    cap = env_int("TORTURE_FAILPOINT_TRIALS", 0)   # a sample of them, for a narrower run
+    if cap:
+        trials = rng.sample(trials, min(cap, len(trials)))
     tasks = [("kill", None)] * kills
     tasks += [("failpoint", t) for t in trials]
     tasks += [("corrupt", CORRUPTIONS[i % len(CORRUPTIONS)]) for i in range(corruptions)]
