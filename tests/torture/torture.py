@@ -128,15 +128,25 @@ class Launch:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=work,
                                      env=env, start_new_session=True)
 
+    def session_pids(self):
+        """Every process of this launch: mpirun's session (each rank has a
+        process group of its own)."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.getsid(int(entry)) == self.proc.pid:
+                        pids.append(int(entry))
+                except OSError:
+                    continue
+        return pids
+
     def rank_pids(self):
         """rank -> pid of the selene processes of this launch."""
         pids = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for pid in self.session_pids():
+            entry = str(pid)
             try:
-                if os.getpgid(int(entry)) != self.proc.pid:
-                    continue
                 with open("/proc/%s/comm" % entry) as f:
                     if f.read().strip() != "selene":
                         continue
@@ -159,10 +169,11 @@ class Launch:
         return rc
 
     def kill_group(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pid in self.session_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -741,6 +752,11 @@ def join_storm(program, root, table, rng, seconds_max=60):
             time.sleep(0.005)
 
     def bad_macs():
+        # after the first connections of the other kinds, so that each kind
+        # meets the port (a join that falls to one bad MAC stops there)
+        until = time.monotonic() + 10
+        while not stop.is_set() and sum(counts.values()) < 40 and time.monotonic() < until:
+            time.sleep(0.05)
         while not stop.is_set():
             bad_env = dict(env, SELENE_RANK=str(rng.randint(1, RANKS - 1)), SELENE_SECRET_FILE=wrong)
             p = subprocess.Popen([program, "cluster-demo", "--dir", os.path.join(base, "bad%r")],
