@@ -100,8 +100,11 @@ class Table:
             total += tries
             rest = ", ".join("%s %d" % (k, v) for k, v in sorted(counter.items()) if k != "tries")
             print("  %-10s %8d  %s" % (section, tries, rest))
-            for text in self.notes.get(section, [])[:8]:
+            notes = self.notes.get(section, [])
+            for text in notes[:12]:
                 print("  %-10s %8s  note: %s" % ("", "", text))
+            if len(notes) > 12:
+                print("  %-10s %8s  note: and %d more" % ("", "", len(notes) - 12))
         print("  %-10s %8d" % ("total", total))
         for section, text in self.failures:
             print("FAILED %s: %s" % (section, text))
@@ -518,10 +521,10 @@ class Lane:
         if action == "error":
             check_no_crash(out, why)
         self.absorb(run.stored, by_id)
-        fired = rc != 0
-        self.table.add("failpoint", "fired" if fired else "not fired")
-        if not fired:
-            self.table.note("failpoint", "%s with %s on %s never fired" % (name, action, role))
+        # a kill that fired ends the run; an error may be recovered from
+        self.table.add("failpoint", "%s: run %s" % (action, "failed" if rc else "passed"))
+        if rc == 0 and action == "kill":
+            self.table.note("failpoint", "%s=kill on %s never fired" % (name, role))
         self.restart_and_check(why)
         self.table.add("failpoint", "restarts ok")
 
