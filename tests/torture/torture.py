@@ -27,7 +27,10 @@ tries and outcomes. Debian's python3, standard library only.
 
 Knobs (environment): TORTURE_QUICK=1 (2-3 minutes), TORTURE_SEED,
 TORTURE_JOBS (parallel lanes, default 2), TORTURE_FUZZ_SECONDS,
-TORTURE_SKIP_STORM=1, TORTURE_KEEP=1 (keep the work directory).
+TORTURE_SKIP_STORM=1, TORTURE_KEEP=1 (keep the work directory), and for
+narrower runs TORTURE_ONLY=kill,failpoint,corrupt,header,storm,fuzz,
+TORTURE_KILLS, TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, and
+TORTURE_REPLAY=KIND:...:SEED (one try, as a failure names it).
 """
 import argparse
 import collections
@@ -886,6 +889,13 @@ def main():
         return not only or kind in only.split(",")
 
     tasks = [t for t in tasks if wanted(t[0])]
+    replay = os.environ.get("TORTURE_REPLAY", "")  # one try, as a failure names it
+    if replay:
+        parts = replay.split(":")
+        arg = (None if parts[0] == "kill" else parts[1] if parts[0] == "corrupt"
+               else tuple(parts[1:4]))
+        tasks = [(parts[0], arg, int(parts[-1]))]
+        only = "none"
     rng.shuffle(tasks)
     queue = collections.deque(tasks)
     qlock = threading.Lock()
@@ -906,12 +916,12 @@ def main():
                     lane.failpoint_try(task_seed, *arg)
                 else:
                     lane.corrupt_try(task_seed, arg)
-            except Failure as e:
-                table.fail(kind, "%s (TORTURE_SEED=%d, task seed %d)" % (e, seed, task_seed))
-                lane.fresh()
             except Exception as e:  # a harness bug is a failure too
-                table.fail(kind, "harness error %r (TORTURE_SEED=%d, task seed %d)" %
-                           (e, seed, task_seed))
+                what = str(e) if isinstance(e, Failure) else "harness error %r" % e
+                again = ":".join([kind] + ([] if arg is None else [arg] if isinstance(arg, str)
+                                           else list(arg)) + [str(task_seed)])
+                table.fail(kind, "%s\n  reproduce: TORTURE_SEED=%d make torture, or this try "
+                           "alone (on fresh directories): TORTURE_REPLAY=%s" % (what, seed, again))
                 lane.fresh()
 
     progress_stop = threading.Event()
