@@ -155,26 +155,49 @@ test-gpu:
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/gpu/test_cuda $(PROGRAM)
 	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
-# The record header decoder, then the cluster frame and message decoders,
-# under libFuzzer (clang): FUZZ_SECONDS of fuzzing each.
+# libFuzzer targets (clang): the record header decoder, the cluster frame
+# and message decoders, the trace parser and the failpoint configuration
+# parser. `make fuzz-build` builds them in build-fuzz/; `make fuzz` runs each
+# for FUZZ_SECONDS, starting from its corpus in tests/fuzz/corpus-NAME (read
+# only: what libFuzzer finds goes to build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-fuzz:
+FUZZ_TARGETS := header frame trace config
+FUZZ_MAX_LEN_header := 4096
+FUZZ_MAX_LEN_frame := 65536
+FUZZ_MAX_LEN_trace := 8192
+FUZZ_MAX_LEN_config := 4096
+FUZZ_OBJS_trace := build-fuzz/launch/trace.o
+fuzz-build:
 	$(Q)scripts/install-deps build fuzz
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
 		SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" \
-		build-fuzz/libselene.a
+		build-fuzz/libselene.a build-fuzz/launch/trace.o
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
+
+# Linked every time: the library beneath is another make's (BUILD=build-fuzz).
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c FORCE
+	@$(if $(Q),echo "  FUZZ    $@")
 	$(Q)clang -std=c11 -D_GNU_SOURCE -I. -Iinclude -g -O1 \
-		-fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_header.c \
-		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o build-fuzz/fuzz_header
-	$(Q)mkdir -p build-fuzz/corpus
-	$(Q)build-fuzz/fuzz_header -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-		build-fuzz/corpus
-	$(Q)clang -std=c11 -D_GNU_SOURCE -I. -Iinclude -g -O1 \
-		-fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_frame.c \
-		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o build-fuzz/fuzz_frame
-	$(Q)mkdir -p build-fuzz/corpus-frame
-	$(Q)build-fuzz/fuzz_frame -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-		build-fuzz/corpus-frame
+		-fsanitize=fuzzer,address,undefined $< $(FUZZ_OBJS_$*) \
+		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o $@
+
+fuzz: fuzz-build
+	$(Q)$(MAKE) --no-print-directory -j1 $(FUZZ_TARGETS:%=fuzz-run-%)
+
+fuzz-run-%:
+	$(Q)mkdir -p build-fuzz/corpus-$*
+	$(Q)build-fuzz/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAX_LEN_$*) \
+		build-fuzz/corpus-$* tests/fuzz/corpus-$*
+
+# The fault loops (tests/torture/torture.py): kill -9 of ranks and mpirun,
+# every failpoint on rank zero and on a peer, corrupted records, a storm on
+# the join port, and the fuzz targets; a table of tries and outcomes. About
+# 10 minutes on 2 cores; TORTURE_QUICK=1 for 2-3 minutes. Knobs:
+# TORTURE_SEED, TORTURE_JOBS, TORTURE_FUZZ_SECONDS, TORTURE_SKIP_STORM=1.
+torture:
+	$(Q)scripts/install-deps build fuzz
+	$(Q)$(MAKE) --no-print-directory all fuzz-build
+	$(Q)/usr/bin/python3 tests/torture/torture.py --program $(abspath $(PROGRAM))
 
 check-asan:
 	$(Q)scripts/install-deps test
@@ -224,9 +247,9 @@ install: all
 		selene.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/selene.pc
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
 
-.PHONY: all tests test test-python test-gpu check-asan check-tsan fuzz deps demo qualify install clean
+.PHONY: all tests test test-python test-gpu check-asan check-tsan fuzz fuzz-build torture FORCE deps demo qualify install clean
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \

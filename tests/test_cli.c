@@ -410,6 +410,47 @@ static void test_cli_run_one_rank(void **state)
 }
 
 /*
+ * --stored-log: one flushed JSON line per checkpoint reported stored, naming
+ * the request that prefilled it and its tokens (tests/torture reads it to
+ * know what was committed before it kills a run); a checkpoint already
+ * stored is not logged again, and an unwritable log path fails the run.
+ */
+static void test_cli_run_stored_log(void **state)
+{
+	char *base = tu_make_temp_dir("stored-log");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], log[512], text[1024] = "";
+	FILE *f;
+	size_t n;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(log, sizeof(log), "%s/stored.log", base);
+	write_text(trace, "{\"id\": \"a.1\", \"spans\": [[1, 64]]}\n"
+			  "{\"id\": \"a\\\"2\", \"settle\": true, \"spans\": [[1, 64], [2, 32]]}\n"
+			  "{\"id\": \"b.1\", \"settle\": true, \"spans\": [[1, 64]]}\n");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "2x4K", "--row-bytes", "4K", "--page-tokens",
+				       "16", "--gpu-pages", "40", "--gpu-rows", "4",
+				       "--stored-log", log, NULL });
+	expect(r, 0, "2 offered");
+	f = fopen(log, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	assert_string_equal(text, "{\"id\": \"a.1\", \"consumed\": 64}\n"
+				  "{\"id\": \"a\\\"2\", \"consumed\": 96}\n");
+
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--stored-log", "/proc/no-such/stored.log", NULL });
+	expect(r, 1, "cannot write /proc/no-such/stored.log");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/*
  * A restore whose event does not come in time: the run stops at once and
  * never hands those page ids out again (a late copy would land in another
  * request's pages), and the record files stay good. A job table full of
@@ -982,6 +1023,7 @@ int main(void)
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
+		cmocka_unit_test(test_cli_run_stored_log),
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),
