@@ -409,6 +409,10 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
 	if (ret || !s || !g) {
+		if (ret && s && c && c->cluster) { /* the peers learn it, not at their timeout */
+			s->cluster = *c->cluster;
+			api_notify_failure(s, err_size ? err : "rank zero's configuration");
+		}
 		free(g);
 		free(s);
 		return ret ? ret : api_fail(-ENOMEM, err, err_size, "out of memory");

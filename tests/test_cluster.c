@@ -53,7 +53,8 @@ enum child_fault {
 	FAULT_GEOMETRY, /* a row plane of half the size */
 	FAULT_STALL,    /* every disk write sleeps 8 s */
 	FAULT_NO_DISK,  /* a disk limit of 0: no disk store */
-	FAULT_DEVICE,   /* a device that does not exist: its startup fails */
+	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
+	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
 };
 
 struct fixture {
@@ -114,8 +115,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		c.row_plane.unit_bytes = ROW / 2;
 	if (fault == FAULT_NO_DISK)
 		c.disk_limit_bytes = 0;
-	if (fault == FAULT_DEVICE)
-		c.device = "no-such-device";
+	if (fault == FAULT_DEVICE) /* valid, but its directory cannot be made */
+		c.dir = "/dev/null/no-such-device";
 	if (fault == FAULT_STALL && sel_failpoints_configure("disk.write=sleep(8000)") != 0)
 		_exit(6);
 	if (full_disk) {
@@ -193,6 +194,8 @@ static int open_rank_zero(struct fixture *f, char *err, size_t err_size)
 	if (f->zero_fault == FAULT_NO_DISK)
 		c.disk_limit_bytes = 0;
 	if (f->zero_fault == FAULT_DEVICE)
+		c.dir = "/dev/null/no-such-device";
+	if (f->zero_fault == FAULT_CONFIG)
 		c.device = "no-such-device";
 	ret = sel_store_open(&c, &f->store, err, err_size);
 	if (!ret) {
@@ -728,6 +731,27 @@ static void test_cluster_rank_zero_startup_failure_stops_everyone(void **state)
 	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
 }
 
+/* A configuration rank zero refuses at open (a device it does not know). */
+static void test_cluster_rank_zero_bad_config_stops_everyone(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t t0 = sel_monotonic_ns();
+
+	f->join_timeout_ms = 60000;
+	f->zero_fault = FAULT_CONFIG;
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "no-such-device"));
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(reap(f, r), 2);
+		assert_non_null(strstr(f->mem[r].why, "no-such-device"));
+	}
+	print_message("every rank stopped %llu ms after the start (join timeout 60 s)\n",
+		      (unsigned long long)((sel_monotonic_ns() - t0) / 1000000));
+	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -751,6 +775,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_startup_failure_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
 						setup, teardown),
 	};
 
