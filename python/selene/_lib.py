@@ -60,7 +60,7 @@ class Cluster(ctypes.Structure):
                 ("coordinator_port", u16), ("listen_fd", c_int),
                 ("rank_addresses", ctypes.POINTER(c_char_p)), ("secret", u8 * 32),
                 ("join_timeout_ms", u32), ("silence_timeout_ms", u32),
-                ("job_timeout_ms", u32)]
+                ("job_timeout_ms", u32), ("accept_empty_ranks", c_bool)]
 
 
 class Plane(ctypes.Structure):
@@ -133,7 +133,7 @@ def declare(lib):
         "sel_touch": (c_int, [c_void_p, c_void_p, u64]),
         "sel_store_publish": (c_int, [c_void_p, p(Publication), p(c_int)]),
         "sel_poll": (u32, [c_void_p, p(Event), u32]),
-        "sel_store_stats": (None, [c_void_p, p(Stats)]),
+        "sel_store_stats": (c_int, [c_void_p, p(Stats)]),
         "sel_store_metrics": (c_int, [c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (restype, argtypes) in protos.items():

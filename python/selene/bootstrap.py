@@ -191,7 +191,18 @@ def bootstrap(env=None) -> ClusterConfig:
             mpi_world and mpi_world != "1":
         try:
             import mpi4py  # noqa: F401
+            cluster = from_mpi()
         except ImportError:
-            return from_env(env)
-        return from_mpi()
-    return from_env(env)
+            cluster = from_env(env)
+    else:
+        cluster = from_env(env)
+    cluster.accept_empty_ranks = _accept_empty_ranks(env)
+    return cluster
+
+
+def _accept_empty_ranks(env) -> bool:
+    """SELENE_ACCEPT_EMPTY_RANKS: 1 accepts, 0 or unset refuses (as the program)."""
+    value = env.get("SELENE_ACCEPT_EMPTY_RANKS", "")
+    if value not in ("", "0", "1"):
+        raise BootstrapError('SELENE_ACCEPT_EMPTY_RANKS must be 0 or 1, not "%.40s"' % value)
+    return value == "1"

@@ -1,1 +1,1 @@
-BUILD_TREE = '/work/wt/serving/build'
+BUILD_TREE = '/work/main/build'

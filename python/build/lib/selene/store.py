@@ -108,6 +108,7 @@ class ClusterConfig:
     join_timeout_ms: int = 60000
     silence_timeout_ms: int = 10000
     job_timeout_ms: int = 60000
+    accept_empty_ranks: bool = False       # rank zero: form over empty ranks (deletes)
     listener: object = field(default=None, repr=False)  # keeps listen_fd open
 
 
@@ -150,7 +151,8 @@ def _c_cluster(c: ClusterConfig, keep: list):
                        coordinator_port=c.coordinator_port, listen_fd=c.listen_fd,
                        join_timeout_ms=c.join_timeout_ms,
                        silence_timeout_ms=c.silence_timeout_ms,
-                       job_timeout_ms=c.job_timeout_ms)
+                       job_timeout_ms=c.job_timeout_ms,
+                       accept_empty_ranks=c.accept_empty_ranks)
     out.secret[:] = list(c.secret.ljust(32, b"\0"))
     if c.rank_addresses is not None:
         if len(c.rank_addresses) != c.world_size:
@@ -368,7 +370,7 @@ class Store:
 
     def stats(self) -> Stats:
         c = _lib.Stats()
-        _LIB.sel_store_stats(self.handle, ctypes.byref(c))
+        _check(_LIB.sel_store_stats(self.handle, ctypes.byref(c)))
         return Stats._from_c(c)
 
     def metrics(self) -> str:
