@@ -389,11 +389,12 @@ static void test_fanout_fetch_during_failing_store(void **state)
 	assert_true(coord_store_lookup(f->store, &f->h, 0, &hit));
 	assert_int_equal(hit.consumed, 1000);
 	assert_int_equal(sel_failpoints_configure("record.before_write=sleep(30)"), 0);
-	publish(f, 8, 1500);
+	/* the destination only: the store reads ids 0.. meanwhile */
 	for (uint32_t r = 0; r < WORLD; r++) {
-		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
-		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[0] + UNIT * 40, 0xee, (uint64_t)UNIT * hit.page_count);
+		memset(f->ranks[r].plane[1] + UNIT * 40, 0xee, (uint64_t)UNIT * hit.page_count);
 	}
+	publish(f, 8, 1500);
 	for (uint32_t i = 0; i < hit.page_count; i++)
 		ids[i] = 40 + i;
 	assert_int_equal(coord_store_fetch(f->store, &hit, ids, 3, 99, &joined), 0);
