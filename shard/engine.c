@@ -355,6 +355,8 @@ static void run_store(struct shard_engine *e, struct shard_job *job,
 				.prefix_index = (uint64_t)job->header.first_page_index + first,
 			};
 
+			/* The checksum pass is as long as the copy: a restore first. */
+			yield_to_restores(e);
 			shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
 		}
 		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
