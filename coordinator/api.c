@@ -40,6 +40,7 @@ struct sel_store {
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	struct coord_fanout *fanout;
+	struct sel_bench_startup startup; /* where sel_store_open spent its time */
 	struct coord_store core; /* large: the index scratch and job table */
 };
 
@@ -135,13 +136,17 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 
 /*
  * Forms the cluster on the scanned directory (every rank agrees), and
- * rescans it: the agreement may have deleted or truncated files.
+ * replaces the scan with the agreed records: the agreement may have
+ * deleted or truncated files, and rank zero's directory now holds exactly
+ * those.
  */
 static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan *scan,
 		    uint64_t *limit, char *err, size_t err_size)
 {
 	const struct sel_cluster *c = &s->cluster;
 	int listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, err, err_size);
+	struct coord_form_times times = { 0 };
+	struct rec_scan agreed = { 0 };
 	struct coord_form_options o = {
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
@@ -150,6 +155,7 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.disk_limit_bytes = *limit, .dir = s->dir, .records = scan->records,
 		.record_count = scan->record_count,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
+		.times = &times, .agreed = &agreed,
 	};
 	int ret;
 
@@ -159,10 +165,15 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 	ret = s->peers ? coord_cluster_form(&o, s->peers, limit, err, err_size) : -ENOMEM;
 	if (c->listen_fd < 0)
 		close(listen_fd);
+	s->startup.join_ns = times.join_ns;
+	s->startup.summary_ns = times.summary_ns;
+	s->startup.agreement_ns = times.agreement_ns;
+	s->startup.apply_ns = times.apply_ns;
 	if (ret)
 		return ret;
 	rec_scan_free(scan);
-	return rec_dir_scan(s->dir, scan);
+	*scan = agreed;
+	return 0;
 }
 
 static int api_open_disk(sel_store *s, const struct sel_store_config *c,
@@ -177,10 +188,14 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	struct rec_scan scan;
 	int ret;
 
+	uint64_t step;
+
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
 	if (ret)
 		return ret;
+	step = sel_monotonic_ns();
 	ret = rec_dir_scan(s->dir, &scan);
+	s->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
@@ -202,7 +217,9 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	}
 	s->core.limit_bytes = *limit;
 	s->core.stats.disk_limit_bytes = *limit;
+	step = sel_monotonic_ns();
 	ret = coord_store_load(&s->core, scan.records, scan.record_count);
+	s->startup.index_ns = sel_monotonic_ns() - step;
 	rec_scan_free(&scan);
 	if (ret)
 		return api_fail(ret, err, err_size, "out of memory loading the index");
@@ -251,6 +268,8 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	int ret;
 
 	*out = NULL;
+	if (s)
+		s->startup.open_ns = sel_monotonic_ns();
 	if (!s || !g) {
 		free(g);
 		free(s);
@@ -291,6 +310,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			s->core.jobs_ops.ctx = s->engine;
 	}
 	free(g);
+	s->startup.open_ns = sel_monotonic_ns() - s->startup.open_ns;
 	*out = s;
 	return 0;
 err_close:
@@ -588,5 +608,12 @@ void sel_bench_noops(sel_store *s, uint64_t *done, uint64_t *failed)
 	pthread_mutex_lock(&s->lock);
 	*done = s->core.noops_done;
 	*failed = s->core.noops_failed;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sel_bench_startup(sel_store *s, struct sel_bench_startup *out)
+{
+	pthread_mutex_lock(&s->lock);
+	*out = s->startup;
 	pthread_mutex_unlock(&s->lock);
 }

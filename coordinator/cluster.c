@@ -37,6 +37,15 @@ static uint64_t ms_left(uint64_t deadline)
 	return now >= deadline ? 0 : (deadline - now) / 1000000;
 }
 
+/* The time since *step, which moves to now. */
+static uint64_t form_lap(uint64_t *step)
+{
+	uint64_t now = sel_monotonic_ns(), lap = now - *step;
+
+	*step = now;
+	return lap;
+}
+
 /* Accepts one connection before the deadline, with socket timeouts set. */
 static int accept_one(int listen_fd, uint64_t deadline)
 {
@@ -140,6 +149,32 @@ static int form_distribute(const struct coord_form_options *o, struct coord_peer
 	return 0;
 }
 
+/*
+ * Moves the agreed records into a scan's shape: after every rank applied
+ * the agreement, rank zero's directory holds exactly these, so they stand
+ * for a rescan. Their lengths come from the geometry (R-REC-8, R-REC-10;
+ * the scan checked every header against it, R-REC-12): the summaries carry
+ * no peer's length, and a truncated file is page-only now.
+ */
+static void form_take_agreed(const struct rec_geometry *g, struct coord_agreement *a,
+			     struct rec_scan *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->records = a->records;
+	out->record_count = a->record_count;
+	for (size_t i = 0; i < a->record_count; i++) {
+		struct rec_record_info *r = &a->records[i];
+
+		r->file_bytes = REC_HEADER_BYTES +
+				sel_align_up(8ull * r->tail_page_count, SEL_BLOCK_BYTES) +
+				g->page_record_bytes * r->tail_page_count +
+				(r->row_present ? g->row_record_bytes : 0);
+		out->bytes += r->file_bytes;
+	}
+	a->records = NULL;
+	a->record_count = 0;
+}
+
 /* Every peer confirms it applied its share. */
 static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err,
 			size_t err_size)
@@ -182,6 +217,9 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	char why[256];
 	int ret = joiners && ranks && summaries ? 0 : -ENOMEM;
 
+	struct coord_form_times times = { 0 };
+	uint64_t step = sel_monotonic_ns();
+
 	for (uint32_t i = 0; i < peer_count; i++)
 		peers[i].fd = -1;
 	if (!ret)
@@ -196,6 +234,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		if (ret)
 			form_fail(ret, err, err_size, "welcoming a peer: %s", sel_strerror(ret));
 	}
+	times.join_ns = form_lap(&step);
 	ranks[0] = (struct coord_rank_records){ o->records, o->record_count };
 	for (uint32_t i = 0; !ret && i < peer_count; i++) {
 		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, &summaries[i + 1],
@@ -204,16 +243,21 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		if (ret)
 			form_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
 	}
+	times.summary_ns = form_lap(&step);
 	if (!ret) {
 		ret = coord_agreement_decide(&agreement, ranks, world);
 		decided = ret == 0;
 		if (ret)
 			form_fail(ret, err, err_size, "deciding the agreement: %s", sel_strerror(ret));
 	}
+	times.agreement_ns = form_lap(&step);
 	if (!ret)
 		ret = form_distribute(o, peers, ranks, &agreement, err, err_size);
 	if (!ret)
 		ret = form_confirm(peers, peer_count, err, err_size);
+	times.apply_ns = form_lap(&step);
+	if (o->times)
+		*o->times = times;
 	if (!ret)
 		sel_info("cluster formed: %u ranks, %zu records agreed (%llu disagreed, %llu "
 			 "orphaned, %llu rows dropped), disk limit %llu", world,
@@ -221,6 +265,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			 (unsigned long long)agreement.orphans_dropped,
 			 (unsigned long long)agreement.rows_dropped,
 			 (unsigned long long)*agreed_disk_limit);
+	if (!ret && o->agreed)
+		form_take_agreed(rec_dir_geometry(o->dir), &agreement, o->agreed);
 	if (decided)
 		coord_agreement_destroy(&agreement);
 	for (uint32_t i = 0; summaries && i < world; i++)

@@ -22,6 +22,14 @@ struct coord_peer {
 	struct cluster_sequences seq;
 };
 
+/* How long each step of the formation took, for selene bench startup. */
+struct coord_form_times {
+	uint64_t join_ns;      /* accepting, authenticating and welcoming peers */
+	uint64_t summary_ns;   /* receiving every peer's summary */
+	uint64_t agreement_ns; /* coord_agreement_decide */
+	uint64_t apply_ns;     /* applying rank zero's share, sending the rest, confirms */
+};
+
 struct coord_form_options {
 	int listen_fd;                       /* bound and listening */
 	const uint8_t *secret;               /* CLUSTER_SECRET_BYTES */
@@ -31,12 +39,20 @@ struct coord_form_options {
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
 	uint32_t timeout_ms;                 /* for the whole formation */
+	struct coord_form_times *times;      /* optional: filled as steps end */
+	/*
+	 * Optional: on success, the agreed records as rank zero's directory
+	 * now holds them (coord_agreement.records: oldest first, row present
+	 * only where every rank kept it), for the index, so rank zero need not
+	 * scan its directory again; the caller frees it with rec_scan_free.
+	 */
+	struct rec_scan *agreed;
 };
 
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
- * *agreed_disk_limit, and returns 0; rank zero then rescans its directory
- * for the index. On failure returns a negative code with the reason in err
+ * *agreed_disk_limit (and options->agreed), and returns 0; rank zero then
+ * builds its index from the agreed records. On failure returns a negative code with the reason in err
  * (a refused peer is told why), and closes every peer socket.
  */
 int coord_cluster_form(const struct coord_form_options *options,

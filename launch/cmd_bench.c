@@ -41,7 +41,10 @@ struct bench_args {
 	uint32_t records; /* per round */
 	uint32_t rounds;
 	uint32_t window_pages;
+	uint32_t ranks;   /* startup */
 	bool durable;
+	bool keep;        /* startup */
+	bool rounds_set;  /* --rounds given (startup's default differs) */
 };
 
 struct bench {
@@ -520,7 +523,9 @@ static void bench_usage(FILE *out)
 		"       selene bench copy [options]\n"
 		"       selene bench lookup\n"
 		"       selene bench api [--dir DIR]\n"
-		"       selene bench fanout [--dir DIR] [--records N]\n\n"
+		"       selene bench fanout [--dir DIR] [--records N]\n"
+		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
+		"                            [--keep]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -537,7 +542,13 @@ static void bench_usage(FILE *out)
 		"  ranks (forked peers on loopback): noop jobs, which move no bytes but\n"
 		"  pass every rank's engine, one at a time (p50, p99, overhead over one\n"
 		"  rank) and 32 in flight (jobs/s); then store-then-fetch of one small\n"
-		"  page per rank, the same way.\n\n"
+		"  page per rank, the same way.\n"
+		"startup: startup at scale: --records small records per rank (default\n"
+		"  100000) made with the store on --ranks ranks (default 8; forked peers\n"
+		"  on loopback), then --rounds restarts (default 3), each timed from the\n"
+		"  fork of the peers to a store ready to serve, split into the scan, the\n"
+		"  join, the summary exchange, the agreement, applying it and the index\n"
+		"  build. --keep leaves the records for the next run of the same shape.\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -565,6 +576,8 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'k' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
+		{ "ranks", required_argument, NULL, 'W' },
+		{ "keep", no_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = "/var/tmp/selene-bench", .device = "auto",
@@ -594,9 +607,14 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'R': b.a.row_bytes = strtoull(optarg, NULL, 0); break;
 		case 'p': b.a.pages = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'r': b.a.records = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'k': b.a.rounds = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'k':
+			b.a.rounds = (uint32_t)strtoul(optarg, NULL, 0);
+			b.a.rounds_set = true;
+			break;
 		case 'N': b.a.durable = false; break;
 		case 'w': b.a.window_pages = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'W': b.a.ranks = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'K': b.a.keep = true; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 	}
@@ -610,6 +628,13 @@ int launch_cmd_bench(int argc, char **argv)
 		/* --records: jobs per phase (default 2000) */
 		sel_log_set_level(SEL_LOG_WARN);
 		return bench_fanout(b.a.dir, b.a.records > 1 ? b.a.records : 2000) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	}
+	if (strcmp(what, "startup") == 0 && optind == argc) {
+		sel_log_set_level(SEL_LOG_WARN);
+		return bench_startup(b.a.dir, b.a.ranks ? b.a.ranks : 8,
+				     b.a.records > 1 ? b.a.records : 100000,
+				     b.a.rounds_set ? b.a.rounds : 3, b.a.keep) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	}
 	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||

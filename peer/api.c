@@ -8,6 +8,7 @@
 #include "common/base.h"
 #include "common/log.h"
 #include "peer/agent.h"
+#include "peer/bench.h"
 #include "peer/join.h"
 #include "record/dir.h"
 #include "shard/config.h"
@@ -41,6 +42,7 @@ struct sel_peer {
 	bool undrained;  /* jobs outlived the drain: keep every buffer */
 	int result;
 	char why[256];
+	struct sel_bench_peer_startup startup;
 };
 
 static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
@@ -151,11 +153,15 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	struct shard_planes planes;
 	int ret;
 
+	uint64_t step;
+
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	rec_namespace_identity(&p->namespace_id, &model, (enum rec_state_mode)c->state_mode);
 	ret = rec_dir_open(&dir_options, &p->dir, err, err_size);
+	step = sel_monotonic_ns();
 	if (!ret)
 		ret = rec_dir_scan(p->dir, scan);
+	p->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return ret;
 	*limit = c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO ?
@@ -178,6 +184,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	struct rec_scan scan = { 0 };
 	struct cluster_identity me;
 	uint64_t limit = 0, agreed;
+	uint64_t start = sel_monotonic_ns(), step;
 	struct timeval tv;
 	int ret;
 
@@ -210,8 +217,10 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
 		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
 		.has_disk_store = true, .disk_limit_bytes = limit };
+	step = sel_monotonic_ns();
 	ret = peer_join_cluster(p->fd, p->cluster.secret, &me, p->dir, scan.records,
 				scan.record_count, &p->seq, &agreed, err, err_size);
+	p->startup.join_ns = sel_monotonic_ns() - step;
 	rec_scan_free(&scan);
 	if (ret)
 		goto err_stop;
@@ -226,6 +235,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	p->fd = -1; /* the agent's now: its link closes it */
 	sel_info("rank %u of %u: joined, disk limit %llu", p->cluster.rank,
 		 p->cluster.world_size, (unsigned long long)agreed);
+	p->startup.start_ns = sel_monotonic_ns() - start;
 	*out = p;
 	return 0;
 err_stop:
@@ -265,4 +275,9 @@ void sel_peer_stop(sel_peer *p)
 	shard_device_close(p->device);
 	rec_dir_close(p->dir);
 	free(p);
+}
+
+void sel_bench_peer_startup(const sel_peer *p, struct sel_bench_peer_startup *out)
+{
+	*out = p->startup;
 }
