@@ -55,6 +55,13 @@
 /* Records one directory scan keeps: 16M bounds memory at about 2 GiB. */
 #define REC_DIR_RECORDS_MAX (1u << 24)
 
+/*
+ * Threads one startup scan reads headers on: a rank's share of a host's
+ * cores while every rank of the host scans at once (8 ranks on 16 to 64
+ * cores), and past 4 the directory's locks, not the cores, bound it.
+ */
+#define REC_SCAN_THREADS_MAX 4u
+
 /* Failpoints configured at once, and the terms one may chain. */
 #define SEL_FAILPOINT_TERMS_MAX 8u
 
