@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -522,17 +521,24 @@ static int scan_collect(struct scan_state *s)
 }
 
 /*
- * Listed record files at which the scan reads headers on several threads:
- * below it, thread start-up costs more than it saves.
+ * Listed record files at which the scan reads headers on several threads
+ * (below it, thread start-up costs more than it saves), and the files each
+ * thread takes at a time: a thread that is slow (preempted, or waiting on
+ * the disk) holds up no share but its own batch.
  */
 #define SCAN_PARALLEL_MIN 1024u
+#define SCAN_BATCH 64u
 
-/* One thread's share of the listed records: reads them, touches nothing. */
-struct scan_worker {
+/* The listed records the scan's threads read, touching nothing. */
+struct scan_shared {
 	struct scan_state *s;
-	size_t first, end;
-	struct rec_record_info *infos; /* the scan's, indexed like pending */
+	struct rec_record_info *infos; /* indexed like pending */
 	int *results;                  /* the same; 0: infos[i] was read */
+	size_t next;                   /* the first record no thread took */
+};
+
+struct scan_worker {
+	struct scan_shared *shared;
 	struct rec_file_buffers buffers;
 	pthread_t thread;
 	bool started;
@@ -541,26 +547,26 @@ struct scan_worker {
 static void *scan_worker_main(void *arg)
 {
 	struct scan_worker *w = arg;
+	struct scan_shared *sh = w->shared;
+	size_t count = sh->s->pending_count, first;
 	char why[256];
 
-	for (size_t i = w->first; i < w->end; i++)
-		w->results[i] = scan_read(w->s->dir, w->s->pending[i].name,
-					  &w->s->pending[i].key, &w->buffers,
-					  &w->infos[i], why, sizeof(why));
+	while ((first = __atomic_fetch_add(&sh->next, SCAN_BATCH, __ATOMIC_RELAXED)) < count)
+		for (size_t i = first; i < count && i < first + SCAN_BATCH; i++)
+			sh->results[i] = scan_read(sh->s->dir, sh->s->pending[i].name,
+						   &sh->s->pending[i].key, &w->buffers,
+						   &sh->infos[i], why, sizeof(why));
 	return NULL;
 }
 
-/* Threads for this scan: REC_SCAN_THREADS_MAX, or the cores it may run on. */
+/* Threads for this scan: up to REC_SCAN_THREADS_MAX, 256 files each at least. */
 static uint32_t scan_thread_count(size_t pending)
 {
-	cpu_set_t cpus;
-	int count;
+	size_t threads = pending / 256;
 
 	if (pending < SCAN_PARALLEL_MIN)
 		return 1;
-	count = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-	return count < 1 ? 1 :
-	       (uint32_t)count < REC_SCAN_THREADS_MAX ? (uint32_t)count : REC_SCAN_THREADS_MAX;
+	return threads < REC_SCAN_THREADS_MAX ? (uint32_t)threads : REC_SCAN_THREADS_MAX;
 }
 
 /*
@@ -573,23 +579,23 @@ static int scan_read_parallel(struct scan_state *s, uint32_t threads)
 {
 	struct rec_record_info *infos = malloc(s->pending_count * sizeof(*infos));
 	int *results = malloc(s->pending_count * sizeof(*results));
+	struct scan_shared shared = { .s = s, .infos = infos, .results = results };
 	struct scan_worker workers[REC_SCAN_THREADS_MAX] = { 0 };
 	int ret = infos && results ? 0 : -ENOMEM;
 
 	for (uint32_t t = 0; !ret && t < threads; t++) {
 		struct scan_worker *w = &workers[t];
 
-		*w = (struct scan_worker){ .s = s, .infos = infos, .results = results,
-					   .first = s->pending_count * t / threads,
-					   .end = s->pending_count * (t + 1) / threads };
+		w->shared = &shared;
 		ret = scan_buffers_alloc(&w->buffers);
 		if (ret)
 			break;
-		/* No thread to spare: this one reads that share itself. */
 		w->started = pthread_create(&w->thread, NULL, scan_worker_main, w) == 0;
-		if (!w->started)
-			scan_worker_main(w);
 	}
+	/* This thread reads too: whatever no thread took (all, if none started). */
+	if (!ret)
+		scan_worker_main(&(struct scan_worker){ .shared = &shared,
+							.buffers = s->buffers });
 	for (uint32_t t = 0; t < threads; t++) {
 		if (workers[t].started)
 			pthread_join(workers[t].thread, NULL);

@@ -502,7 +502,7 @@ static void test_dir_scan_ignores_non_regular(void **state)
 
 /*
  * A directory large enough that the scan reads headers on several threads
- * (1024 record files and up, given two cores) keeps exactly what one
+ * (1024 record files and up: 4 threads for 1100) keeps exactly what one
  * thread would: every valid record with its fields and access order, the
  * invalid ones dropped with their count (read again on the scan's own
  * thread, whatever thread read them first), orphans and temporary files
