@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -559,13 +560,25 @@ static void *scan_worker_main(void *arg)
 	return NULL;
 }
 
-/* Threads for this scan: up to REC_SCAN_THREADS_MAX, 256 files each at least. */
+/*
+ * Threads for this scan: 256 files each at least, and one per core it may
+ * run on, but at least 4 (reads in flight for a cold cache) and at most
+ * REC_SCAN_THREADS_MAX. Every rank of a host scans at once, so a small
+ * machine is not flooded with threads that only share its cores.
+ */
 static uint32_t scan_thread_count(size_t pending)
 {
-	size_t threads = pending / 256;
+	size_t threads = pending / 256, cores = 1;
+	cpu_set_t cpus;
 
 	if (pending < SCAN_PARALLEL_MIN)
 		return 1;
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 1)
+		cores = (size_t)CPU_COUNT(&cpus);
+	if (cores < 4)
+		cores = 4;
+	if (threads > cores)
+		threads = cores;
 	return threads < REC_SCAN_THREADS_MAX ? (uint32_t)threads : REC_SCAN_THREADS_MAX;
 }
 
