@@ -567,6 +567,41 @@ static void test_dir_scan_many_records_on_threads(void **state)
 	rec_scan_free(&scan);
 }
 
+/*
+ * A record whose checksum segment is larger than the scan's reusable
+ * buffers (over 8192 pages) is read with buffers of its own and kept.
+ */
+static void test_dir_scan_record_past_scan_buffers(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_geometry *g = malloc(sizeof(*g));
+	char *base2 = tu_make_temp_dir("bigscan");
+	struct rec_dir *dir2;
+	struct tu_record big, small;
+	struct rec_scan scan;
+
+	(void)f;
+	tu_geometry(g, 1, 1, 64, 64, 0, 1); /* one 4 KiB page per token */
+	dir2 = tu_dir_open(base2, g, false);
+	tu_record_make(&big, g, 70, 8300, NULL, 1);
+	tu_record_make(&small, g, 71, 16, NULL, 2);
+	assert_int_equal(tu_record_write(dir2, &big, 0), 0);
+	assert_int_equal(tu_record_write(dir2, &small, 0), 0);
+	assert_int_equal(rec_dir_scan(dir2, &scan), 0);
+	assert_int_equal(scan.invalid_dropped, 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_true(has_key(&scan, &big.key) && has_key(&scan, &small.key));
+	for (size_t i = 0; i < 2; i++)
+		assert_int_equal(scan.records[i].tail_page_count,
+				 rec_key_equal(&scan.records[i].key, &big.key) ? 8300 : 16);
+	rec_scan_free(&scan);
+	tu_record_free(&big);
+	tu_record_free(&small);
+	rec_dir_close(dir2);
+	tu_remove_tree(base2);
+	free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -582,6 +617,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_stops_on_io_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_ignores_non_regular, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_many_records_on_threads, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_record_past_scan_buffers, setup,
 						teardown),
 	};
 
