@@ -16,7 +16,8 @@
  * wall time on a shared machine). The first restart after the records are
  * made reads their headers from the disk (they were written with
  * O_DIRECT); later ones from the page cache, as a restart without a reboot
- * does. A population left by --keep is reused when its shape matches.
+ * does; --cold drops the files' pages before every restart, as a reboot
+ * would. A population left by --keep is reused when its shape matches.
  */
 #include "launch/bench_store.h"
 
@@ -27,6 +28,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -321,8 +323,30 @@ static double ms(uint64_t ns)
 	return (double)ns / 1e6;
 }
 
+/*
+ * Drops every file's pages under path from the page cache (what a reboot
+ * does to them; the inodes stay cached), so the next scan reads each
+ * header from the disk.
+ */
+static int startup_evict_one(const char *path, const struct stat *st, int flag,
+			     struct FTW *ftw)
+{
+	int fd;
+
+	(void)st;
+	(void)ftw;
+	if (flag != FTW_F)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd >= 0) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+	return 0;
+}
+
 /* One restart of every rank over the populated directories. */
-static int startup_round(struct startup_run *r, uint32_t round)
+static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 {
 	struct sel_bench_startup z = { 0 };
 	struct rusage self0, self1, children0, children1;
@@ -331,6 +355,9 @@ static int startup_round(struct startup_run *r, uint32_t round)
 	struct sel_stats stats;
 	int ret;
 
+	if (cold)
+		nftw(r->base, startup_evict_one, 16, FTW_PHYS);
+	t0 = sel_monotonic_ns();
 	getrusage(RUSAGE_SELF, &self0);
 	getrusage(RUSAGE_CHILDREN, &children0);
 	ret = startup_open(r, &store);
@@ -362,7 +389,7 @@ static int startup_round(struct startup_run *r, uint32_t round)
 }
 
 int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t rounds,
-		  bool keep)
+		  bool keep, bool cold)
 {
 	struct startup_run r = { .world = world, .records = records };
 	int ret = 0;
@@ -386,8 +413,9 @@ int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t ro
 		goto out;
 	}
 	printf("startup: %u records per rank on %u ranks (forked peers on loopback, host "
-	       "device), %ld cores online; then %u restarts over the same files\n", records,
-	       world, sysconf(_SC_NPROCESSORS_ONLN), rounds);
+	       "device), %ld cores online; then %u restarts over the same files%s\n", records,
+	       world, sysconf(_SC_NPROCESSORS_ONLN), rounds,
+	       cold ? ", each with their pages dropped from the page cache" : "");
 	fflush(stdout);
 	ret = startup_populate(&r);
 	if (ret)
@@ -401,7 +429,7 @@ int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t ro
 	printf("startup: round     ready  scan r0 scan peer    join summaries agreement   "
 	       "apply  index   cpu r0 cpu peers\n");
 	for (uint32_t i = 0; !ret && i < rounds; i++)
-		ret = startup_round(&r, i);
+		ret = startup_round(&r, i, cold);
 	if (!ret)
 		printf("startup: target: ready under 2000 ms for 8 ranks x 100000 records on "
 		       "the H200 host\n");

@@ -44,6 +44,7 @@ struct bench_args {
 	uint32_t ranks;   /* startup */
 	bool durable;
 	bool keep;        /* startup */
+	bool cold;        /* startup */
 	bool rounds_set;  /* --rounds given (startup's default differs) */
 };
 
@@ -525,7 +526,7 @@ static void bench_usage(FILE *out)
 		"       selene bench api [--dir DIR]\n"
 		"       selene bench fanout [--dir DIR] [--records N]\n"
 		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
-		"                            [--keep]\n\n"
+		"                            [--keep] [--cold]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -548,7 +549,8 @@ static void bench_usage(FILE *out)
 		"  on loopback), then --rounds restarts (default 3), each timed from the\n"
 		"  fork of the peers to a store ready to serve, split into the scan, the\n"
 		"  join, the summary exchange, the agreement, applying it and the index\n"
-		"  build. --keep leaves the records for the next run of the same shape.\n\n"
+		"  build. --keep leaves the records for the next run of the same shape;\n"
+		"  --cold drops their pages from the page cache before each restart.\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -578,6 +580,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "window-pages", required_argument, NULL, 'w' },
 		{ "ranks", required_argument, NULL, 'W' },
 		{ "keep", no_argument, NULL, 'K' },
+		{ "cold", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = "/var/tmp/selene-bench", .device = "auto",
@@ -615,6 +618,7 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'w': b.a.window_pages = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'W': b.a.ranks = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'K': b.a.keep = true; break;
+		case 'C': b.a.cold = true; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 	}
@@ -634,7 +638,7 @@ int launch_cmd_bench(int argc, char **argv)
 		sel_log_set_level(SEL_LOG_WARN);
 		return bench_startup(b.a.dir, b.a.ranks ? b.a.ranks : 8,
 				     b.a.records > 1 ? b.a.records : 100000,
-				     b.a.rounds_set ? b.a.rounds : 3, b.a.keep) ?
+				     b.a.rounds_set ? b.a.rounds : 3, b.a.keep, b.a.cold) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	}
 	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||
