@@ -43,6 +43,7 @@ struct sel_store {
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	bool form_attempted;           /* the formation told the peers of any failure */
 	struct coord_fanout *fanout;
+	struct sel_bench_startup startup; /* where sel_store_open spent its time */
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
 	uint32_t monitors;       /* stats and metrics calls running on it */
@@ -238,7 +239,9 @@ static void describe_transport(const sel_store *s, char *out, size_t size)
 
 /*
  * Forms the cluster on the scanned directory (every rank agrees), and
- * rescans it: the agreement may have deleted or truncated files. Without a
+ * replaces the scan with the agreed records: the agreement may have
+ * deleted or truncated files, and rank zero's directory now holds exactly
+ * those (no second scan). Without a
  * disk store (limit 0, no directory) rank zero still forms, so that a rank
  * with a disk store is refused with the reason on both sides. The join port
  * closes once the cluster formed (a listener of the caller's is shut down;
@@ -249,6 +252,8 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 {
 	const struct sel_cluster *c = &s->cluster;
 	int listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, err, err_size);
+	struct coord_form_times times = { 0 };
+	struct rec_scan agreed = { 0 };
 	struct coord_form_options o = {
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
@@ -260,6 +265,7 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
 		.marked = s->dir && rec_dir_marked(s->dir),
 		.accept_empty_ranks = c->accept_empty_ranks,
+		.times = &times, .agreed = scan ? &agreed : NULL,
 	};
 	int ret;
 
@@ -272,10 +278,15 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		close(listen_fd);
 	else
 		shutdown(listen_fd, SHUT_RDWR);
+	s->startup.join_ns = times.join_ns;
+	s->startup.summary_ns = times.summary_ns;
+	s->startup.agreement_ns = times.agreement_ns;
+	s->startup.apply_ns = times.apply_ns;
 	if (ret || !scan)
 		return ret;
 	rec_scan_free(scan);
-	return rec_dir_scan(s->dir, scan);
+	*scan = agreed;
+	return 0;
 }
 
 /*
@@ -306,12 +317,15 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 					       .geometry = g, .durable = c->durable };
 	struct shard_engine_options engine_options = { .geometry = g, .register_pool = true };
 	struct shard_planes planes;
+	uint64_t step;
 	int ret;
 
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
 	if (ret)
 		return ret;
+	step = sel_monotonic_ns();
 	ret = rec_dir_scan(s->dir, scan);
+	s->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
@@ -347,7 +361,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 {
 	struct rec_scan scan = { 0 };
 	struct shard_engine_stats engine_stats;
-	uint64_t scanned, kept;
+	uint64_t scanned, kept, step;
 	char transport[512];
 	int ret;
 
@@ -363,7 +377,9 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
 	s->core.limit_bytes = *limit;
 	s->core.stats.disk_limit_bytes = *limit;
+	step = sel_monotonic_ns();
 	ret = coord_store_load(&s->core, scan.records, scan.record_count);
+	s->startup.index_ns = sel_monotonic_ns() - step;
 	rec_scan_free(&scan);
 	if (ret)
 		return api_fail(ret, err, err_size, "out of memory loading the index");
@@ -405,6 +421,8 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	int ret;
 
 	*out = NULL;
+	if (s)
+		s->startup.open_ns = sel_monotonic_ns();
 	ret = sel_failpoints_from_env(err, err_size);
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
@@ -451,6 +469,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			goto err_close;
 	}
 	free(g);
+	s->startup.open_ns = sel_monotonic_ns() - s->startup.open_ns;
 	open_stores_add(s);
 	*out = s;
 	return 0;
@@ -679,5 +698,12 @@ void sel_bench_noops(sel_store *s, uint64_t *done, uint64_t *failed)
 	pthread_mutex_lock(&s->lock);
 	*done = s->core.noops_done;
 	*failed = s->core.noops_failed;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sel_bench_startup(sel_store *s, struct sel_bench_startup *out)
+{
+	pthread_mutex_lock(&s->lock);
+	*out = s->startup;
 	pthread_mutex_unlock(&s->lock);
 }

@@ -531,6 +531,32 @@ static int form_distribute(const struct coord_form_options *o, struct coord_peer
 	return 0;
 }
 
+/*
+ * Moves the agreed records into a scan's shape: after every rank applied
+ * the agreement, rank zero's directory holds exactly these, so they stand
+ * for a rescan. Their lengths come from the geometry (R-REC-8, R-REC-10;
+ * the scan checked every header against it, R-REC-12): the summaries carry
+ * no peer's length, and a truncated file is page-only now.
+ */
+static void form_take_agreed(const struct rec_geometry *g, struct coord_agreement *a,
+			     struct rec_scan *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->records = a->records;
+	out->record_count = a->record_count;
+	for (size_t i = 0; i < a->record_count; i++) {
+		struct rec_record_info *r = &a->records[i];
+
+		r->file_bytes = REC_HEADER_BYTES +
+				sel_align_up(8ull * r->tail_page_count, SEL_BLOCK_BYTES) +
+				g->page_record_bytes * r->tail_page_count +
+				(r->row_present ? g->row_record_bytes : 0);
+		out->bytes += r->file_bytes;
+	}
+	a->records = NULL;
+	a->record_count = 0;
+}
+
 /* Every peer confirms it applied its share. */
 static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err,
 			size_t err_size)
@@ -620,6 +646,15 @@ static int form_check_empty_ranks(const struct coord_form_options *o,
 	return 0;
 }
 
+/* The time since *step, which moves to now. */
+static uint64_t form_lap(uint64_t *step)
+{
+	uint64_t now = sel_monotonic_ns(), lap = now - *step;
+
+	*step = now;
+	return lap;
+}
+
 int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *peers,
 		       uint64_t *agreed_disk_limit, char *err, size_t err_size)
 {
@@ -632,6 +667,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	bool decided = false;
 	char why[256];
 	int ret = joiners && ranks && summaries ? 0 : -ENOMEM;
+	struct coord_form_times times = { 0 };
+	uint64_t step = sel_monotonic_ns();
 
 	for (uint32_t i = 0; i < peer_count; i++)
 		peers[i].fd = -1;
@@ -647,6 +684,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		if (ret)
 			form_fail(ret, err, err_size, "welcoming a peer: %s", sel_strerror(ret));
 	}
+	times.join_ns = form_lap(&step);
 	ranks[0] = (struct coord_rank_records){ o->records, o->record_count };
 	for (uint32_t i = 0; !ret && i < peer_count; i++) {
 		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, &summaries[i + 1],
@@ -658,6 +696,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		else if (ret)
 			form_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
 	}
+	times.summary_ns = form_lap(&step);
 	if (!ret)
 		ret = form_check_empty_ranks(o, joiners, ranks, err, err_size);
 	if (!ret) {
@@ -666,10 +705,14 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		if (ret)
 			form_fail(ret, err, err_size, "deciding the agreement: %s", sel_strerror(ret));
 	}
+	times.agreement_ns = form_lap(&step);
 	if (!ret)
 		ret = form_distribute(o, peers, ranks, &agreement, err, err_size);
 	if (!ret)
 		ret = form_confirm(peers, peer_count, err, err_size);
+	times.apply_ns = form_lap(&step);
+	if (o->times)
+		*o->times = times;
 	if (!ret && o->dir) {
 		int marked = rec_dir_mark(o->dir, world);
 
@@ -685,6 +728,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			 (unsigned long long)agreement.orphans_dropped,
 			 (unsigned long long)agreement.rows_dropped,
 			 (unsigned long long)*agreed_disk_limit);
+	if (!ret && o->agreed)
+		form_take_agreed(rec_dir_geometry(o->dir), &agreement, o->agreed);
 	if (decided)
 		coord_agreement_destroy(&agreement);
 	for (uint32_t i = 0; summaries && i < world; i++)

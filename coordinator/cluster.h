@@ -23,6 +23,14 @@ struct coord_peer {
 	struct cluster_sequences seq;
 };
 
+/* How long each step of the formation took, for selene bench startup. */
+struct coord_form_times {
+	uint64_t join_ns;      /* accepting, authenticating and welcoming peers */
+	uint64_t summary_ns;   /* receiving every peer's summary */
+	uint64_t agreement_ns; /* coord_agreement_decide */
+	uint64_t apply_ns;     /* applying rank zero's share, sending the rest, confirms */
+};
+
 struct coord_form_options {
 	int listen_fd;                       /* bound and listening */
 	const uint8_t *secret;               /* CLUSTER_SECRET_BYTES */
@@ -36,13 +44,21 @@ struct coord_form_options {
 	bool accept_empty_ranks;             /* form even when a rank's directory is
 						empty or unmarked while others hold
 						records (their records are deleted) */
+	struct coord_form_times *times;      /* optional: filled as steps end */
+	/*
+	 * Optional: on success, the agreed records as rank zero's directory
+	 * now holds them (coord_agreement.records: oldest first, row present
+	 * only where every rank kept it), for the index, so rank zero need not
+	 * scan its directory again; the caller frees it with rec_scan_free.
+	 */
+	struct rec_scan *agreed;
 };
 
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
  * *agreed_disk_limit, writes rank zero's cluster marker (each peer writes
- * its own), and returns 0; rank zero then rescans its directory for the
- * index. The join is driven by poll (DESIGN.md section 7): a
+ * its own), fills options->agreed if given, and returns 0; rank zero then
+ * builds its index from the agreed records. The join is driven by poll (DESIGN.md section 7): a
  * connection that never proves the launch secret costs a rate-limited log
  * line, never the formation; at most CLUSTER_JOIN_PENDING_MAX handshakes
  * are pending, each with a CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure

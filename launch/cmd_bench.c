@@ -46,13 +46,16 @@ struct bench_args {
 	uint32_t records; /* per round */
 	uint32_t rounds;
 	uint32_t window_pages;
+	uint32_t ranks;   /* restore, startup */
 	bool durable;
+	bool keep;        /* startup */
+	bool cold;        /* startup */
+	bool rounds_set;  /* --rounds given (startup's default differs) */
 };
 
 struct bench {
 	struct bench_args a;
 	const char *what;       /* store, fetch, copy, api, fanout or restore */
-	uint32_t ranks;         /* bench restore --ranks */
 	struct rec_geometry g;
 	struct rec_identity ns;
 	struct rec_dir *dir;
@@ -528,7 +531,9 @@ static void bench_usage(FILE *out)
 		"       selene bench lookup\n"
 		"       selene bench api [--dir DIR]\n"
 		"       selene bench fanout [--dir DIR] [--records N]\n"
-		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n\n"
+		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n"
+		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
+		"                            [--keep] [--cold]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -550,6 +555,13 @@ static void bench_usage(FILE *out)
 		"  while 4 stores of the same size are kept queued, and their ratio, at\n"
 		"  --ranks ranks (forked peers on loopback; default 2) and at one;\n"
 		"  --records restores each way (default 40).\n\n"
+		"startup: startup at scale: --records small records per rank (default\n"
+		"  100000) made with the store on --ranks ranks (default 8; forked peers\n"
+		"  on loopback), then --rounds restarts (default 3), each timed from the\n"
+		"  fork of the peers to a store ready to serve, split into the scan, the\n"
+		"  join, the summary exchange, the agreement, applying it and the index\n"
+		"  build. --keep leaves the records for the next run of the same shape;\n"
+		"  --cold drops their pages from the page cache before each restart.\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -580,7 +592,7 @@ static int bench_in_scratch(const char *scratch, void *arg)
 		return bench_fanout(scratch, b->a.records ? b->a.records : 2000) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	if (strcmp(b->what, "restore") == 0) /* --records: restores per phase */
-		return bench_restore(scratch, b->a.device, b->ranks,
+		return bench_restore(scratch, b->a.device, b->a.ranks ? b->a.ranks : 2,
 				     b->a.records ? b->a.records : 40) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	if (!b->a.records)
@@ -606,7 +618,9 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'k' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
-		{ "ranks", required_argument, NULL, 'K' },
+		{ "ranks", required_argument, NULL, 'W' },
+		{ "keep", no_argument, NULL, 'K' },
+		{ "cold", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
@@ -614,7 +628,6 @@ int launch_cmd_bench(int argc, char **argv)
 				  .pages = 64, .rounds = 12, .durable = true } };
 	const char *what;
 	char cmd[48];
-	uint32_t ranks = 2;
 	int opt, which = 0;
 
 	if (launch_wants_help(argc, argv)) {
@@ -648,12 +661,16 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'r': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
 						 UINT32_MAX, &b.a.records); break;
 		case 'k': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
-						 BENCH_ROUNDS_MAX, &b.a.rounds); break;
+						 BENCH_ROUNDS_MAX, &b.a.rounds);
+			b.a.rounds_set = true;
+			break;
 		case 'N': b.a.durable = false; break;
 		case 'w': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
 						 REC_RECORD_PAGES_MAX, &b.a.window_pages); break;
-		case 'K': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1, 64,
-						 &ranks); break;
+		case 'W': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1, 64,
+						 &b.a.ranks); break;
+		case 'K': b.a.keep = true; break;
+		case 'C': b.a.cold = true; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 		if (!ok)
@@ -664,7 +681,8 @@ int launch_cmd_bench(int argc, char **argv)
 		b.a.dir = argv[optind++];
 	if (optind != argc || (strcmp(what, "store") && strcmp(what, "fetch") &&
 			       strcmp(what, "copy") && strcmp(what, "api") &&
-			       strcmp(what, "fanout") && strcmp(what, "restore"))) {
+			       strcmp(what, "fanout") && strcmp(what, "restore") &&
+			       strcmp(what, "startup"))) {
 		bench_usage(stderr);
 		return LAUNCH_EXIT_USAGE;
 	}
@@ -675,7 +693,11 @@ int launch_cmd_bench(int argc, char **argv)
 	}
 	sel_log_set_level(SEL_LOG_WARN);
 	b.what = what;
-	b.ranks = ranks;
+	if (strcmp(what, "startup") == 0) /* in DIR itself: --keep leaves its records */
+		return bench_startup(b.a.dir, b.a.ranks ? b.a.ranks : 8,
+				     b.a.records ? b.a.records : 100000,
+				     b.a.rounds_set ? b.a.rounds : 3, b.a.keep, b.a.cold) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	snprintf(cmd, sizeof(cmd), "selene bench %.20s", what);
 	return launch_scratch_run(cmd, b.a.dir, "selene-bench", bench_in_scratch, &b);
 }

@@ -10,6 +10,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "peer/agent.h"
+#include "peer/bench.h"
 #include "peer/join.h"
 #include "record/dir.h"
 #include "shard/config.h"
@@ -45,6 +46,7 @@ struct sel_peer {
 	bool undrained;  /* jobs outlived the drain: keep every buffer */
 	int result;
 	char why[256];
+	struct sel_bench_peer_startup startup;
 };
 
 static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
@@ -266,11 +268,15 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	struct shard_planes planes;
 	int ret;
 
+	uint64_t step;
+
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	rec_namespace_identity(&p->namespace_id, &model, (enum rec_state_mode)c->state_mode);
 	ret = rec_dir_open(&dir_options, &p->dir, err, err_size);
+	step = sel_monotonic_ns();
 	if (!ret)
 		ret = rec_dir_scan(p->dir, scan);
+	p->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return ret;
 	*limit = c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO ?
@@ -320,6 +326,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	struct rec_scan scan = { 0 };
 	struct cluster_identity me;
 	uint64_t limit = 0, agreed, scanned = 0, kept = 0;
+	uint64_t start = sel_monotonic_ns(), step;
 	bool has_disk_store;
 	int ret;
 
@@ -359,7 +366,9 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		peer_tell_failure(p, &me, err);
 		goto err_stop;
 	}
+	step = sel_monotonic_ns();
 	p->fd = peer_join(p, &me, has_disk_store ? &scan : NULL, &agreed, err, err_size);
+	p->startup.join_ns = sel_monotonic_ns() - step;
 	rec_scan_free(&scan);
 	if (p->fd < 0) {
 		ret = p->fd;
@@ -379,6 +388,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	else
 		sel_info("peer: rank %u of %u joined without a disk store", p->cluster.rank,
 			 p->cluster.world_size);
+	p->startup.start_ns = sel_monotonic_ns() - start;
 	*out = p;
 	return 0;
 err_stop:
@@ -418,4 +428,9 @@ void sel_peer_stop(sel_peer *p)
 	shard_device_close(p->device);
 	rec_dir_close(p->dir);
 	free(p);
+}
+
+void sel_bench_peer_startup(const sel_peer *p, struct sel_bench_peer_startup *out)
+{
+	*out = p->startup;
 }

@@ -323,18 +323,18 @@ void rec_writer_abort(struct rec_writer *w)
 	free_file_buffers(&w->checksums, &w->header_block, w->owns_buffers);
 }
 
-static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
+static int reader_check(struct rec_reader *r, const struct stat *st,
+			const struct rec_expect *expect,
 			const struct rec_file_buffers *buffers, char *why,
 			size_t why_size)
 {
 	uint8_t *block = r->header_block;
 	struct rec_layout layout = { 0 };
-	struct stat st;
 	int ret;
 
-	if (fstat(r->fd, &st) != 0)
-		return -errno;
-	r->file_length = (uint64_t)st.st_size;
+	r->file_length = (uint64_t)st->st_size;
+	r->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000ull +
+		      (uint64_t)st->st_mtim.tv_nsec;
 	if (r->file_length < REC_HEADER_BYTES)
 		return why_fail(SEL_EBADHEADER, why, why_size,
 				"file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
@@ -385,6 +385,7 @@ int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
 			 const struct rec_file_buffers *buffers, char *why,
 			 size_t why_size)
 {
+	struct stat st;
 	int ret;
 
 	memset(r, 0, sizeof(*r));
@@ -399,13 +400,13 @@ int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
 		if (!r->header_block)
 			return -ENOMEM;
 	}
-	r->fd = rec_io_open(dirfd, name, O_RDONLY, direct);
+	r->fd = rec_io_open_stat(dirfd, name, O_RDONLY, direct, &st);
 	if (r->fd < 0) {
 		ret = r->fd;
 		rec_reader_close(r);
 		return ret;
 	}
-	ret = reader_check(r, expect, buffers, why, why_size);
+	ret = reader_check(r, &st, expect, buffers, why, why_size);
 	if (ret) {
 		rec_reader_close(r);
 		return ret;

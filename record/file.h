@@ -100,6 +100,7 @@ struct rec_reader {
 	bool direct;
 	bool row_present;
 	uint64_t file_length;
+	uint64_t mtime_ns;   /* the file's, when it was opened */
 	uint64_t seed;
 	struct rec_header header;
 	uint64_t *checksums; /* the checksum segment, read at open */

@@ -1012,6 +1012,26 @@ static void test_cli_bench_fanout(void **state)
 	free(r);
 }
 
+/*
+ * selene bench startup on 3 ranks: makes the records, restarts twice (the
+ * second cold), prints a row of phases per restart, and leaves nothing.
+ */
+static void test_cli_bench_startup(void **state)
+{
+	struct run_result *r = malloc(sizeof(*r));
+	char *dir = tu_make_temp_dir("bench-startup");
+
+	(void)state;
+	run(r, NULL, (const char *[]){ "bench", "startup", "--dir", dir, "--ranks", "3",
+				       "--records", "40", "--rounds", "2", "--cold", NULL });
+	expect(r, 0, "made 40 records on each of 3 ranks");
+	assert_non_null(strstr(r->out, "startup:     0  "));
+	assert_non_null(strstr(r->out, "startup:     1  "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2); /* "." and ".." */
+	tu_remove_tree(dir);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1032,6 +1052,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_retry_refused_at_end),
 		cmocka_unit_test(test_cli_run_interrupted),
 		cmocka_unit_test(test_cli_bench_cleans_up),
+		cmocka_unit_test(test_cli_bench_startup),
 	};
 
 	return cmocka_run_group_tests_name("cli", tests, NULL, NULL);

@@ -545,6 +545,108 @@ static void test_dir_scan_moves_non_regular_aside(void **state)
 	tu_remove_tree(base2);
 }
 
+/*
+ * A directory large enough that the scan reads headers on several threads
+ * (1024 record files and up: 4 threads for 1100) keeps exactly what one
+ * thread would: every valid record with its fields and access order, the
+ * invalid ones dropped with their count (read again on the scan's own
+ * thread, whatever thread read them first), orphans and temporary files
+ * gone.
+ */
+static void test_dir_scan_many_records_on_threads(void **state)
+{
+	enum { COUNT = 1100, INVALID_EVERY = 300 };
+	struct fixture *f = *state;
+	struct tu_record rec, child;
+	struct rec_scan scan;
+	uint32_t invalid = 0;
+	char name[REC_FILE_NAME_BYTES + 8];
+
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct timespec times[2] = { { .tv_sec = 2000000 + (COUNT - i) },
+					     { .tv_sec = 2000000 + (COUNT - i) } };
+		char *path;
+
+		tu_record_make(&rec, &f->g, 1000 + i, 64, NULL, i);
+		assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+		path = tu_record_path(f->dir, &rec.key);
+		if (i % INVALID_EVERY == 7) {
+			tu_flip_bit(path, 70);
+			invalid++;
+		}
+		assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+		free(path);
+		if (i == 1) { /* a child whose parent then goes: an orphan */
+			tu_record_make(&child, &f->g, 1000 + i, 128, &rec, 9);
+			assert_int_equal(tu_record_write(f->dir, &child, 0), 0);
+			assert_int_equal(rec_unlink(f->dir, &rec.key), 0);
+			rec_file_name(name, &child.key);
+			strcat(name, ".tmp");
+			write_file(rec_dir_path(f->dir), name, "partial");
+			tu_record_free(&child);
+		}
+		tu_record_free(&rec);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.invalid_dropped, invalid);
+	assert_int_equal(scan.orphans_dropped, 1);
+	assert_int_equal(scan.tmp_deleted, 1);
+	assert_int_equal(scan.record_count, COUNT - 1 - invalid);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), COUNT - 1 - invalid);
+	/* Oldest first: written last (smallest mtime) first, fields intact. */
+	for (size_t i = 0, k = 0; i < COUNT; i++) {
+		uint32_t written = COUNT - 1 - (uint32_t)i;
+		const struct rec_record_info *info;
+
+		if (written == 1 || written % INVALID_EVERY == 7)
+			continue;
+		tu_record_make(&rec, &f->g, 1000 + written, 64, NULL, written);
+		info = &scan.records[k++];
+		assert_true(rec_key_equal(&info->key, &rec.key));
+		assert_int_equal(info->mtime_ns, (2000000ull + (COUNT - written)) * 1000000000ull);
+		assert_true(info->row_present);
+		assert_int_equal(info->tail_page_count, 1);
+		assert_int_equal(info->parent.consumed, 0);
+		tu_record_free(&rec);
+	}
+	rec_scan_free(&scan);
+}
+
+/*
+ * A record whose checksum segment is larger than the scan's reusable
+ * buffers (over 8192 pages) is read with buffers of its own and kept.
+ */
+static void test_dir_scan_record_past_scan_buffers(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_geometry *g = malloc(sizeof(*g));
+	char *base2 = tu_make_temp_dir("bigscan");
+	struct rec_dir *dir2;
+	struct tu_record big, small;
+	struct rec_scan scan;
+
+	(void)f;
+	tu_geometry(g, 1, 1, 64, 64, 0, 1); /* one 4 KiB page per token */
+	dir2 = tu_dir_open(base2, g, false);
+	tu_record_make(&big, g, 70, 8300, NULL, 1);
+	tu_record_make(&small, g, 71, 16, NULL, 2);
+	assert_int_equal(tu_record_write(dir2, &big, 0), 0);
+	assert_int_equal(tu_record_write(dir2, &small, 0), 0);
+	assert_int_equal(rec_dir_scan(dir2, &scan), 0);
+	assert_int_equal(scan.invalid_dropped, 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_true(has_key(&scan, &big.key) && has_key(&scan, &small.key));
+	for (size_t i = 0; i < 2; i++)
+		assert_int_equal(scan.records[i].tail_page_count,
+				 rec_key_equal(&scan.records[i].key, &big.key) ? 8300 : 16);
+	rec_scan_free(&scan);
+	tu_record_free(&big);
+	tu_record_free(&small);
+	rec_dir_close(dir2);
+	tu_remove_tree(base2);
+	free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -559,6 +661,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_moves_non_regular_aside, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_many_records_on_threads, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_record_past_scan_buffers, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("dir", tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * Forming a cluster at startup (coordinator/cluster.h, peer/join.h) with
  * three ranks in one process over loopback TCP: every rank joins, sends
  * its summary, applies the agreement and confirms; afterwards every rank
- * holds the same record file names and lengths. A peer with a wrong secret
+ * holds the same record file names and lengths, and rank zero is handed
+ * the agreed records a rescan would find. A peer with a wrong secret
  * fails the formation, named on both sides.
  */
 #include "tests/testutil.h"
@@ -111,6 +112,7 @@ struct fixture {
 	uint16_t *storm_port; /* told the join port before the peers start */
 	bool accept_empty_ranks;
 	struct rank ranks[WORLD];
+	struct rec_scan agreed; /* rank zero's agreed records, from the formation */
 	struct tu_record a, b, c, d, e;
 };
 
@@ -144,6 +146,7 @@ static int teardown(void **state)
 		rec_dir_close(f->ranks[r].dir);
 		tu_remove_tree(f->ranks[r].base);
 	}
+	rec_scan_free(&f->agreed);
 	tu_record_free(&f->a);
 	tu_record_free(&f->b);
 	tu_record_free(&f->c);
@@ -167,6 +170,7 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 		.policy = { .world_size = WORLD, .layout_digest = zero->g.layout_digest,
 			    .has_disk_store = true },
 		.disk_limit_bytes = 5000000, .dir = zero->dir, .timeout_ms = timeout_ms,
+		.agreed = &f->agreed,
 	};
 
 	assert_true(listener >= 0);
@@ -241,6 +245,62 @@ static void test_form_agreement_applied_everywhere(void **state)
 		assert_int_equal(page_only, 1); /* d, everywhere */
 		rec_scan_free(&scan);
 	}
+}
+
+static const struct rec_record_info *find_info(const struct rec_scan *scan,
+					       const struct rec_key *key)
+{
+	for (size_t i = 0; i < scan->record_count; i++)
+		if (rec_key_equal(&scan->records[i].key, key))
+			return &scan->records[i];
+	return NULL;
+}
+
+/*
+ * The agreed records the formation hands rank zero are what a rescan of its
+ * directory finds afterwards (keys, rows, lengths, headers), oldest first,
+ * so the index needs no second scan.
+ */
+static void test_form_agreed_records_match_a_rescan(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	struct rec_scan rescan;
+	uint64_t limit = 0;
+
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->a, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->b, 0), 0);
+		if (r != 1) /* c is missing on rank 1 */
+			assert_int_equal(tu_record_write(f->ranks[r].dir, &f->c, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->d, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->e, 0), 0);
+	}
+	assert_int_equal(rec_truncate_row(f->ranks[2].dir, &f->e.key), 0); /* e: page-only */
+	assert_int_equal(rec_truncate_row(f->ranks[2].dir, &f->a.key), 0); /* a: b keeps it */
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s (rank 1: %s; rank 2: %s)", err, f->ranks[1].why,
+			 f->ranks[2].why);
+	assert_int_equal(rec_dir_scan(f->ranks[0].dir, &rescan), 0);
+	/* a (page-only, with child b), b and d; c is on two ranks, e childless. */
+	assert_int_equal(f->agreed.record_count, 3);
+	assert_int_equal(rescan.record_count, f->agreed.record_count);
+	assert_int_equal(rescan.bytes, f->agreed.bytes);
+	for (size_t i = 0; i < f->agreed.record_count; i++) {
+		const struct rec_record_info *x = &f->agreed.records[i];
+		const struct rec_record_info *y = find_info(&rescan, &x->key);
+
+		assert_non_null(y);
+		assert_int_equal(x->row_present, y->row_present);
+		assert_int_equal(x->file_bytes, y->file_bytes);
+		assert_true(rec_key_equal(&x->parent, &y->parent));
+		assert_true(rec_digest_equal(&x->agreement, &y->agreement));
+		if (i > 0)
+			assert_true(f->agreed.records[i - 1].mtime_ns <= x->mtime_ns);
+	}
+	assert_false(find_info(&f->agreed, &f->a.key)->row_present);
+	assert_true(find_info(&f->agreed, &f->b.key)->row_present);
+	rec_scan_free(&rescan);
 }
 
 /*
@@ -532,6 +592,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_form_agreement_applied_everywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_agreed_records_match_a_rescan, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
