@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -235,6 +236,49 @@ static void test_cli_verify_live_and_empty(void **state)
 	tu_remove_tree(base);
 	tu_remove_tree(empty);
 	free(recs);
+	free(g);
+	free(r);
+}
+
+/*
+ * ls --json escapes every string (issue 13 item 16): under a directory
+ * named with a quote, a backslash, control bytes, UTF-8 and a byte that is
+ * not UTF-8, every line is valid JSON that names the directory.
+ */
+static void test_cli_ls_json_escapes(void **state)
+{
+	char *top = tu_make_temp_dir("cli-json");
+	struct run_result *r = malloc(sizeof(*r));
+	struct rec_geometry *g = malloc(sizeof(*g));
+	char base[600], cmd[1400];
+	struct tu_record a;
+	struct rec_dir *dir;
+	FILE *f;
+
+	(void)state;
+	snprintf(base, sizeof(base), "%s/odd\"dir\\\n\x01\t\xc3\xa9\xff", top);
+	assert_int_equal(mkdir(base, 0755), 0);
+	tu_geometry(g, 64, 2, 4096, 4096, 0, 1);
+	dir = tu_dir_open(base, g, false);
+	tu_record_make(&a, g, 1, 64 * 2, NULL, 1);
+	assert_int_equal(tu_record_write(dir, &a, 0), 0);
+	run(r, NULL, (const char *[]){ "ls", "--json", top, NULL });
+	expect(r, 0, "odd\\\"dir\\\\\\u000a\\u0001\\u0009\xc3\xa9\\ufffd/");
+	snprintf(cmd, sizeof(cmd), "%s/out.json", top);
+	f = fopen(cmd, "w");
+	assert_non_null(f);
+	fputs(r->out, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c 'import json, sys\n"
+		 "for line in open(sys.argv[1], encoding=\"utf-8\"):\n"
+		 "    d = json.loads(line)\n"
+		 "    assert d[\"dir\"].find(\"odd\\\"dir\\\\\\n\\x01\\t\\xe9\\ufffd/\") > 0, d\n' "
+		 "%s/out.json", top);
+	if (system(cmd) != 0)
+		fail_msg("ls --json wrote lines that are not JSON:\n%s", r->out);
+	tu_record_free(&a);
+	rec_dir_close(dir);
+	tu_remove_tree(top);
 	free(g);
 	free(r);
 }
@@ -611,12 +655,12 @@ static void test_cli_run_bad_input(void **state)
 		{ "{\"id\": \"x\\q\", \"spans\": [[1, 2]]}\n", "unknown escape" },
 		{ "{\"id\": \"x, \"spans\": [[1, 2]]}\n", "line 1:" },
 		{ "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n", "'{' expected to open a request" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]}\n",
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]}\n",
 		  "nest deeper than 32" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": -}\n", "a number needs digits" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1.}\n", "digits after its '.'" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1e+}\n", "digits in its exponent" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1.2.3}\n", "found '.'" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": -}\n", "a number needs digits" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": 1.}\n", "digits after its '.'" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": 1e+}\n", "digits in its exponent" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": 1.2.3}\n", "found '.'" },
 		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"settle\": true, \"settle\": false}\n",
 		  "\"settle\" appears twice" },
 		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"expect\": {}, \"expect\": {}}\n",
@@ -936,6 +980,7 @@ int main(void)
 		cmocka_unit_test(test_cli_failpoints),
 		cmocka_unit_test(test_cli_verify_good_and_flipped),
 		cmocka_unit_test(test_cli_verify_live_and_empty),
+		cmocka_unit_test(test_cli_ls_json_escapes),
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
