@@ -1,7 +1,9 @@
 /*
  * Logging to stderr, one line per event, prefixed "selene: ". The level comes
- * from SELENE_LOG (error, warn, info, debug; default info) read once. Not for
- * hot paths: callers log state changes, not per-page events.
+ * from SELENE_LOG (error, warn, info, debug; default info) read once; any
+ * other value is reported by one warning and the default kept. Control
+ * bytes in a message (a file name may hold any) are written as \xNN. Not
+ * for hot paths: callers log state changes, not per-page events.
  */
 #ifndef SELENE_COMMON_LOG_H
 #define SELENE_COMMON_LOG_H

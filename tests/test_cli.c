@@ -632,6 +632,40 @@ static void test_cli_run_interrupted(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * Log lines (issue 10 item 9): a file name with a newline and an escape
+ * sequence is logged with them as \xNN, never raw; SELENE_LOG=bogus is
+ * reported once and the default level kept.
+ */
+static void test_cli_log_escapes_and_bad_level(void **state)
+{
+	char *base = tu_make_temp_dir("run-log");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], cmd[1200];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	write_text(trace, "{\"id\": \"a\", \"spans\": [[1, 32]]}\n");
+	run_worker(r, trace, dir, "/dev/null");
+	expect(r, 0, "byte-exact");
+	snprintf(cmd, sizeof(cmd), "cd %s/rank0/*/ && touch \"$(printf 'evil\\nselene: error: forged\\033[2J.ckpt')\"",
+		 base);
+	assert_int_equal(system(cmd), 0);
+	run(r, "SELENE_LOG=bogus", (const char *[]){ "run", "--trace", trace, "--dir", dir,
+						     "--device", "host", "--planes", "2x8K,1x4K",
+						     "--row-bytes", "12K", "--page-tokens", "16",
+						     "--gpu-pages", "40", "--gpu-rows", "4", NULL });
+	expect(r, 0, "selene: warn: SELENE_LOG=bogus is not a level (error, warn, info or debug); "
+		     "using info");
+	expect(r, 0, "evil\\x0aselene: error: forged\\x1b[2J.ckpt");
+	if (strstr(r->out, "\nselene: error: forged") || strchr(r->out, '\033'))
+		fail_msg("a control byte of a file name reached the log:\n%s", r->out);
+	expect(r, 0, "selene: info: scan"); /* the default level, info, holds */
+	free(r);
+	tu_remove_tree(base);
+}
+
 /* Bad traces and flags are refused with what is wrong, before any store. */
 static void test_cli_run_bad_input(void **state)
 {
@@ -990,6 +1024,7 @@ int main(void)
 		cmocka_unit_test(test_cli_bench_fanout),
 		cmocka_unit_test(test_cli_strict_numbers),
 		cmocka_unit_test(test_cli_run_retry_refused_at_end),
+		cmocka_unit_test(test_cli_log_escapes_and_bad_level),
 		cmocka_unit_test(test_cli_run_interrupted),
 		cmocka_unit_test(test_cli_bench_cleans_up),
 	};
