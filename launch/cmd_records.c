@@ -69,7 +69,8 @@ static int list_sorted(const char *path, char ***names_out, size_t *count_out)
 			count++;
 	}
 	closedir(d);
-	qsort(names, count, sizeof(*names), compare_names);
+	if (count) /* an empty directory has no array to sort */
+		qsort(names, count, sizeof(*names), compare_names);
 	*names_out = names;
 	*count_out = count;
 	return 0;
