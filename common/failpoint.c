@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -106,6 +107,17 @@ static bool parse_errno(const char *text, size_t len, int64_t *out)
 	return true;
 }
 
+/*
+ * kill and abort end the host process: a test arms them deliberately with
+ * SELENE_FAILPOINTS_ALLOW_FATAL=1, and nothing else reaches them.
+ */
+static bool fp_fatal_allowed(void)
+{
+	const char *allow = getenv("SELENE_FAILPOINTS_ALLOW_FATAL");
+
+	return allow && strcmp(allow, "1") == 0;
+}
+
 /* Parses one term, [COUNT*]action[(arg)], from text[0, len). */
 static int parse_term(const char *text, size_t len, struct fp_term *term)
 {
@@ -171,8 +183,9 @@ static int parse_term(const char *text, size_t len, struct fp_term *term)
 	return 0;
 }
 
-/* Parses "name=term->term" into table; logs and fails on any problem. */
-static int parse_entry(const char *entry, size_t len, struct fp_state *table)
+/* Parses "name=term->term" into table; says what is wrong in err. */
+static int parse_entry(const char *entry, size_t len, struct fp_state *table, char *err,
+		       size_t err_size)
 {
 	const char *eq = memchr(entry, '=', len);
 	char name[64];
@@ -181,15 +194,15 @@ static int parse_entry(const char *entry, size_t len, struct fp_state *table)
 	int point;
 
 	if (!eq || (size_t)(eq - entry) >= sizeof(name)) {
-		sel_error("failpoints: '%.*s' is not NAME=ACTIONS", (int)len, entry);
+		snprintf(err, err_size, "'%.*s' is not NAME=ACTIONS", (int)len, entry);
 		return SEL_EFAILPOINT;
 	}
 	memcpy(name, entry, (size_t)(eq - entry));
 	name[eq - entry] = '\0';
 	point = sel_failpoint_lookup(name);
 	if (point < 0) {
-		sel_error("failpoints: no failpoint named '%s' (see 'selene failpoints')",
-			  name);
+		snprintf(err, err_size, "no failpoint named '%s' (see 'selene failpoints')",
+			 name);
 		return SEL_EFAILPOINT;
 	}
 	for (cursor = eq + 1; cursor < end;) {
@@ -200,8 +213,16 @@ static int parse_entry(const char *entry, size_t len, struct fp_state *table)
 		if (state.term_count == SEL_FAILPOINT_TERMS_MAX ||
 		    term_len == 0 ||
 		    parse_term(cursor, term_len, &state.terms[state.term_count])) {
-			sel_error("failpoints: bad action '%.*s' for '%s'",
-				  (int)term_len, cursor, name);
+			snprintf(err, err_size, "bad action '%.*s' for '%s'", (int)term_len,
+				 cursor, name);
+			return SEL_EFAILPOINT;
+		}
+		if ((state.terms[state.term_count].action == FP_KILL ||
+		     state.terms[state.term_count].action == FP_ABORT) &&
+		    !fp_fatal_allowed()) {
+			snprintf(err, err_size, "'%.*s' for '%s' ends the process: set "
+				 "SELENE_FAILPOINTS_ALLOW_FATAL=1 to arm it", (int)term_len,
+				 cursor, name);
 			return SEL_EFAILPOINT;
 		}
 		state.term_count++;
@@ -209,20 +230,20 @@ static int parse_entry(const char *entry, size_t len, struct fp_state *table)
 		if (cursor < end) {
 			cursor += 2;
 			if (cursor >= end) {
-				sel_error("failpoints: '%s' ends with '->'", name);
+				snprintf(err, err_size, "'%s' ends with '->'", name);
 				return SEL_EFAILPOINT;
 			}
 		}
 	}
 	if (state.term_count == 0) {
-		sel_error("failpoints: '%s' has no action", name);
+		snprintf(err, err_size, "'%s' has no action", name);
 		return SEL_EFAILPOINT;
 	}
 	table[point] = state;
 	return 0;
 }
 
-int sel_failpoints_configure(const char *config)
+static int fp_configure(const char *config, char *err_text, size_t err_size)
 {
 	static struct fp_state parsed[SEL_FAILPOINT_COUNT];
 	bool armed = false;
@@ -235,7 +256,7 @@ int sel_failpoints_configure(const char *config)
 		size_t len = semi ? (size_t)(semi - cursor) : strlen(cursor);
 
 		if (len > 0) {
-			err = parse_entry(cursor, len, parsed);
+			err = parse_entry(cursor, len, parsed, err_text, err_size);
 			if (err)
 				goto out_unlock;
 			armed = true;
@@ -332,17 +353,43 @@ uint64_t sel_failpoint_fired(enum sel_failpoint point)
 	return n;
 }
 
+int sel_failpoints_configure(const char *config)
+{
+	char why[256];
+	int err = fp_configure(config, why, sizeof(why));
+
+	if (err)
+		sel_error("failpoints: %s", why);
+	return err;
+}
+
 /*
- * SELENE_FAILPOINTS is read once when the library loads, so a process under
- * test needs no code of its own to arm it. A malformed value stops the
- * process: a test that meant to inject a fault must not silently run clean.
+ * SELENE_FAILPOINTS is read once, by the first store or peer opened (or the
+ * selene program's main), never by a library constructor: a typo in the
+ * environment must not take the host process down before main. Every later
+ * call answers what the first found.
  */
-__attribute__((constructor)) static void fp_read_env(void)
+static pthread_once_t fp_env_once = PTHREAD_ONCE_INIT;
+static int fp_env_result;
+static char fp_env_why[256];
+
+static void fp_read_env(void)
 {
 	const char *env = getenv("SELENE_FAILPOINTS");
+	char why[200];
 
-	if (env && *env && sel_failpoints_configure(env) != 0) {
-		sel_error("SELENE_FAILPOINTS is malformed; stopping");
-		_exit(2);
-	}
+	if (!env || !*env)
+		return;
+	fp_env_result = fp_configure(env, why, sizeof(why));
+	if (fp_env_result)
+		snprintf(fp_env_why, sizeof(fp_env_why), "SELENE_FAILPOINTS is malformed: %s",
+			 why);
+}
+
+int sel_failpoints_from_env(char *err, size_t err_size)
+{
+	pthread_once(&fp_env_once, fp_read_env);
+	if (fp_env_result && err_size)
+		snprintf(err, err_size, "%s", fp_env_why);
+	return fp_env_result;
 }

@@ -1,7 +1,8 @@
 /*
  * Failpoints: named places in durable steps where a test can make Selene
  * fail, stall or die (DESIGN.md section 10), in the style of fail(9) and
- * fail-rs. Configured by SELENE_FAILPOINTS (read when the library loads) or
+ * fail-rs. Configured by SELENE_FAILPOINTS (read by sel_failpoints_from_env,
+ * which the first sel_store_open or sel_peer_start calls) or
  * sel_failpoints_configure():
  *
  *   config := entry (';' entry)*
@@ -15,6 +16,9 @@
  * takes over; a term without one applies forever; after the last counted
  * term the point is off. "short" makes an I/O point report half its bytes.
  * Example: "record.after_rename=1*kill;disk.write=3*off->return(EIO)".
+ * kill and abort end the process, so a configuration holding either is
+ * refused unless SELENE_FAILPOINTS_ALLOW_FATAL=1 is set too: only a test
+ * that means it can reach them.
  *
  * With nothing configured a failpoint costs one predictable branch.
  */
@@ -22,6 +26,7 @@
 #define SELENE_COMMON_FAILPOINT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* X(IDENT, "name", "when it is evaluated") */
@@ -77,6 +82,12 @@
 	X(DISK_TRUNCATE, "disk.truncate", "every ftruncate request")         \
 	X(DISK_RENAME, "disk.rename", "every rename request")                \
 	X(DISK_UNLINK, "disk.unlink", "every unlink request")                \
+	X(DISK_SUBMIT, "disk.submit",                                        \
+	  "every io_uring_submit carrying I/O (result rewritable)")           \
+	X(DISK_WAIT, "disk.wait",                                            \
+	  "every io_uring_wait_cqe of the disk thread (result rewritable)")  \
+	X(DEVICE_COPY, "device.copy",                                        \
+	  "before each batched device copy call (return fails that batch)")  \
 	X(CLUSTER_SEND, "cluster.send",                                      \
 	  "before each frame is written to a link (short: half, then EPIPE)") \
 	X(CLUSTER_RECV, "cluster.recv",                                      \
@@ -113,6 +124,13 @@ int sel_failpoint_eval(enum sel_failpoint point);
  * previous configuration stays. Resets every point's counters.
  */
 int sel_failpoints_configure(const char *config);
+
+/*
+ * Applies SELENE_FAILPOINTS once per process (later calls answer what the
+ * first found). Returns 0 (also when it is unset), or SEL_EFAILPOINT with
+ * the reason in err; a malformed value arms nothing.
+ */
+int sel_failpoints_from_env(char *err, size_t err_size);
 
 /* The point's name, its description, or its id by name (-1 if unknown). */
 const char *sel_failpoint_name(enum sel_failpoint point);

@@ -84,6 +84,24 @@
 /* A refusal's text: one sentence naming what differs, for the log. */
 #define CLUSTER_REFUSE_TEXT_BYTES_MAX 256u
 
+/*
+ * Connections rank zero holds in the join handshake at once (DESIGN.md
+ * section 7): enough for every peer of a large world to connect together,
+ * few enough that a storm of strangers costs a bounded number of fds; past
+ * it the oldest stranger is dropped.
+ */
+#define CLUSTER_JOIN_PENDING_MAX 64u
+
+/* The time one connection has to complete the join handshake: a real peer
+ * needs one round trip; an idle connection is dropped after it. */
+#define CLUSTER_JOIN_HANDSHAKE_MS 5000u
+
+/* Log lines a second about failed join connections (more are counted). */
+#define CLUSTER_JOIN_LOG_PER_SECOND 5u
+
+/* How long rank zero, failing at startup, keeps telling peers that connect. */
+#define CLUSTER_FAILURE_NOTICE_MS 2000u
+
 /* A failed job's reason: the shard engine's completion why[200] holds less. */
 #define CLUSTER_JOB_REASON_BYTES_MAX 200u
 

@@ -8,6 +8,7 @@
 #include "selene/store.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "coordinator/store.h"
 #include "record/dir.h"
@@ -40,9 +41,71 @@ struct sel_store {
 	struct shard_engine *engine;
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
+	bool form_attempted;           /* the formation told the peers of any failure */
 	struct coord_fanout *fanout;
 	struct coord_store core; /* large: the index scratch and job table */
+	sel_store *next_open;    /* open_stores' list */
+	uint32_t monitors;       /* stats and metrics calls running on it */
 };
+
+/*
+ * The open stores. sel_store_stats and sel_store_metrics may come from any
+ * thread, also while (or after) the worker thread closes the store: each
+ * finds its handle here and counts itself in under open_stores_lock, and
+ * close takes the handle out and waits for those calls to leave before it
+ * frees anything. A handle not found (closing, closed) answers -ESHUTDOWN
+ * without being read.
+ */
+static pthread_mutex_t open_stores_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t open_stores_idle = PTHREAD_COND_INITIALIZER;
+static sel_store *open_stores;
+
+static void open_stores_add(sel_store *s)
+{
+	pthread_mutex_lock(&open_stores_lock);
+	s->next_open = open_stores;
+	open_stores = s;
+	pthread_mutex_unlock(&open_stores_lock);
+}
+
+/* Takes s out of the list (if there) and waits out its monitor calls. */
+static void open_stores_remove(sel_store *s)
+{
+	pthread_mutex_lock(&open_stores_lock);
+	for (sel_store **p = &open_stores; *p; p = &(*p)->next_open) {
+		if (*p == s) {
+			*p = s->next_open;
+			break;
+		}
+	}
+	while (s->monitors > 0)
+		pthread_cond_wait(&open_stores_idle, &open_stores_lock);
+	pthread_mutex_unlock(&open_stores_lock);
+}
+
+/* Whether s is open; if so it stays allocated until monitor_leave. */
+static bool monitor_enter(const sel_store *s)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&open_stores_lock);
+	for (sel_store *p = open_stores; p && !found; p = p->next_open) {
+		if (p == s) {
+			p->monitors++;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&open_stores_lock);
+	return found;
+}
+
+static void monitor_leave(sel_store *s)
+{
+	pthread_mutex_lock(&open_stores_lock);
+	if (--s->monitors == 0)
+		pthread_cond_broadcast(&open_stores_idle);
+	pthread_mutex_unlock(&open_stores_lock);
+}
 
 struct sel_history {
 	struct rec_history history;
@@ -123,7 +186,7 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
 	}
 	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-	    listen(fd, (int)c->world_size) != 0) {
+	    listen(fd, SOMAXCONN) != 0) {
 		int e = errno;
 
 		if (fd >= 0)
@@ -134,9 +197,52 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 	return fd;
 }
 
+/* "3 ranks on port 5000: rank 1 10.0.0.2, rank 2 10.0.0.3" (8 named at most). */
+static void describe_transport(const sel_store *s, char *out, size_t size)
+{
+	const struct sel_cluster *c = &s->cluster;
+	size_t n;
+
+	if (c->world_size == 1) {
+		snprintf(out, size, "one rank");
+		return;
+	}
+	n = (size_t)snprintf(out, size, "%u ranks on port %u:", c->world_size,
+			     c->coordinator_port);
+	for (uint32_t i = 0; i + 1 < c->world_size && n < size; i++) {
+		struct sockaddr_storage addr;
+		socklen_t len = sizeof(addr);
+		char text[INET6_ADDRSTRLEN] = "?";
+
+		if (i == 8) {
+			snprintf(out + n, size - n, " ...");
+			return;
+		}
+		if (getpeername(s->peers[i].fd, (struct sockaddr *)&addr, &len) == 0) {
+			if (addr.ss_family == AF_INET)
+				inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, text,
+					  sizeof(text));
+			else if (addr.ss_family == AF_INET6 &&
+				 IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&addr)->sin6_addr))
+				inet_ntop(AF_INET,
+					  &((struct sockaddr_in6 *)&addr)->sin6_addr.s6_addr[12],
+					  text, sizeof(text));
+			else if (addr.ss_family == AF_INET6)
+				inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr,
+					  text, sizeof(text));
+		}
+		n += (size_t)snprintf(out + n, size - n, "%s rank %u %s", i ? "," : "",
+				      s->peers[i].rank, text);
+	}
+}
+
 /*
  * Forms the cluster on the scanned directory (every rank agrees), and
- * rescans it: the agreement may have deleted or truncated files.
+ * rescans it: the agreement may have deleted or truncated files. Without a
+ * disk store (limit 0, no directory) rank zero still forms, so that a rank
+ * with a disk store is refused with the reason on both sides. The join port
+ * closes once the cluster formed (a listener of the caller's is shut down;
+ * the caller still closes it).
  */
 static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan *scan,
 		    uint64_t *limit, char *err, size_t err_size)
@@ -146,67 +252,76 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 	struct coord_form_options o = {
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
-			    .has_disk_store = true, .address_allowed = address_allowed,
+			    .has_disk_store = *limit != 0, .address_allowed = address_allowed,
 			    .ctx = &s->cluster },
-		.disk_limit_bytes = *limit, .dir = s->dir, .records = scan->records,
-		.record_count = scan->record_count,
+		.disk_limit_bytes = *limit, .dir = s->dir,
+		.records = scan ? scan->records : NULL,
+		.record_count = scan ? scan->record_count : 0,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
+		.marked = s->dir && rec_dir_marked(s->dir),
+		.accept_empty_ranks = c->accept_empty_ranks,
 	};
 	int ret;
 
 	if (listen_fd < 0)
 		return listen_fd;
+	s->form_attempted = true;
 	s->peers = calloc(c->world_size, sizeof(*s->peers));
 	ret = s->peers ? coord_cluster_form(&o, s->peers, limit, err, err_size) : -ENOMEM;
 	if (c->listen_fd < 0)
 		close(listen_fd);
-	if (ret)
+	else
+		shutdown(listen_fd, SHUT_RDWR);
+	if (ret || !scan)
 		return ret;
 	rec_scan_free(scan);
 	return rec_dir_scan(s->dir, scan);
 }
 
-static int api_open_disk(sel_store *s, const struct sel_store_config *c,
-			 const struct rec_geometry *g, uint64_t *limit, char *err,
-			 size_t err_size)
+/*
+ * Rank zero failed at startup before it could form: tells the peers that
+ * connect meanwhile (coord_cluster_notify_failure), so they stop now.
+ */
+static void api_notify_failure(sel_store *s, const char *why)
+{
+	const struct sel_cluster *c = &s->cluster;
+	char ignored[256];
+	int listen_fd;
+
+	if (c->world_size < 2 || c->rank != 0 || s->form_attempted)
+		return;
+	listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, ignored, sizeof(ignored));
+	coord_cluster_notify_failure(listen_fd, c->world_size, NULL, why);
+	if (c->listen_fd < 0 && listen_fd >= 0)
+		close(listen_fd);
+}
+
+/* This rank's directory (locked, scanned), the disk limit, device and engine. */
+static int api_open_local(sel_store *s, const struct sel_store_config *c,
+			  const struct rec_geometry *g, struct rec_scan *scan, uint64_t *limit,
+			  char *err, size_t err_size)
 {
 	struct rec_dir_options dir_options = { .base_path = c->dir,
 					       .namespace_id = &s->core.namespace_id,
 					       .geometry = g, .durable = c->durable };
 	struct shard_engine_options engine_options = { .geometry = g, .register_pool = true };
 	struct shard_planes planes;
-	struct rec_scan scan;
 	int ret;
 
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
 	if (ret)
 		return ret;
-	ret = rec_dir_scan(s->dir, &scan);
+	ret = rec_dir_scan(s->dir, scan);
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
-		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan.bytes);
-		if (*limit == 0) {
-			rec_scan_free(&scan);
+		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes);
+		if (*limit == 0)
 			return api_fail(-EIO, err, err_size, "cannot tell the free space of %s "
 					"for the default disk limit; configure one",
 					rec_dir_path(s->dir));
-		}
 	}
-	if (s->cluster.world_size > 1) {
-		ret = api_form(s, g, &scan, limit, err, err_size);
-		if (ret) {
-			rec_scan_free(&scan);
-			return ret;
-		}
-	}
-	s->core.limit_bytes = *limit;
-	s->core.stats.disk_limit_bytes = *limit;
-	ret = coord_store_load(&s->core, scan.records, scan.record_count);
-	rec_scan_free(&scan);
-	if (ret)
-		return api_fail(ret, err, err_size, "out of memory loading the index");
 	ret = shard_device_open(c->device ? c->device : "auto", c->device_ordinal,
 				&s->device, err, err_size);
 	if (ret)
@@ -217,8 +332,41 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	engine_options.planes = &planes;
 	engine_options.jobs_max = COORD_JOBS_MAX;
 	ret = shard_engine_open(&engine_options, &s->engine, err, err_size);
-	if (ret)
+	/* the local engine's until a fan-out takes the jobs (close polls it) */
+	s->core.jobs_ops.ctx = s->engine;
+	return ret;
+}
+
+/*
+ * Opens this rank's storage, and only then forms the cluster: a local
+ * failure is told to the peers instead of leaving them at the join.
+ */
+static int api_open_disk(sel_store *s, const struct sel_store_config *c,
+			 const struct rec_geometry *g, uint64_t *limit, char *err,
+			 size_t err_size)
+{
+	struct rec_scan scan = { 0 };
+	struct shard_engine_stats engine_stats;
+	uint64_t scanned, kept;
+	char transport[512];
+	int ret;
+
+	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
+	kept = scan.record_count;
+	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
+	if (!ret && s->cluster.world_size > 1)
+		ret = api_form(s, g, &scan, limit, err, err_size);
+	if (ret) {
+		rec_scan_free(&scan);
 		return ret;
+	}
+	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
+	s->core.limit_bytes = *limit;
+	s->core.stats.disk_limit_bytes = *limit;
+	ret = coord_store_load(&s->core, scan.records, scan.record_count);
+	rec_scan_free(&scan);
+	if (ret)
+		return api_fail(ret, err, err_size, "out of memory loading the index");
 	if (s->cluster.world_size > 1) {
 		const struct sel_cluster *cl = &s->cluster;
 
@@ -233,9 +381,14 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 					sel_strerror(ret));
 		coord_fanout_jobs(s->fanout, &s->core.jobs_ops);
 	}
-	sel_info("store: %s, %s device, limit %" PRIu64 " bytes, %" PRIu64
-		 " records scanned and kept", rec_dir_path(s->dir), s->device->ops->name,
-		 *limit, s->core.stats.scanned_records);
+	shard_engine_stats(s->engine, &engine_stats);
+	/* One line that says how this store runs (docs/DESIGN.md section 9). */
+	sel_info("store: %s; device %s; I/O %s; transport %s; staging %" PRIu64
+		 " MiB; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
+		 " agreed; disk limit %" PRIu64 " bytes", rec_dir_path(s->dir),
+		 s->device->ops->name, engine_stats.disk_engine, transport,
+		 engine_stats.staging_bytes >> 20, scanned, kept,
+		 s->core.stats.scanned_records, *limit);
 	return 0;
 }
 
@@ -247,35 +400,36 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 				   .noop = jobs_noop, .poll = jobs_poll };
 	struct rec_identity model;
 	struct rec_geometry *g = malloc(sizeof(*g));
-	uint64_t limit = c->disk_limit_bytes;
+	uint64_t limit = c ? c->disk_limit_bytes : 0;
 	sel_store *s = calloc(1, sizeof(*s));
 	int ret;
 
 	*out = NULL;
-	if (!s || !g) {
+	ret = sel_failpoints_from_env(err, err_size);
+	if (!ret)
+		ret = shard_config_validate(c, err, err_size);
+	if (ret || !s || !g) {
+		if (ret && s && c && c->cluster) { /* the peers learn it, not at their timeout */
+			s->cluster = *c->cluster;
+			api_notify_failure(s, err_size ? err : "rank zero's configuration");
+		}
 		free(g);
 		free(s);
-		return api_fail(-ENOMEM, err, err_size, "out of memory");
+		return ret ? ret : api_fail(-ENOMEM, err, err_size, "out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
+	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
 	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,
 								      .listen_fd = -1 };
-	if (s->cluster.rank != 0 || s->cluster.world_size == 0 ||
-	    (s->cluster.world_size > 1 && c->disk_limit_bytes == 0)) {
+	if (s->cluster.rank != 0 || s->cluster.world_size == 0) {
 		ret = api_fail(-EINVAL, err, err_size, s->cluster.rank ?
 			       "rank %u runs a peer (sel_peer_start), not the store" :
-			       "a world of %u ranks needs a disk store on every rank",
-			       s->cluster.rank ? s->cluster.rank : s->cluster.world_size);
+			       "a world of 0 ranks", s->cluster.rank);
 		goto err_close;
 	}
 	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
 	if (ret)
 		goto err_close;
-	if (c->state_mode > REC_STATE_COPY_SPECULATION || !c->dir) {
-		ret = api_fail(-EINVAL, err, err_size, "state mode %u or directory invalid",
-			       c->state_mode);
-		goto err_close;
-	}
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	ret = coord_store_init(&s->core, g, &model, (enum rec_state_mode)c->state_mode,
 			       limit == SEL_DISK_LIMIT_AUTO ? 0 : limit,
@@ -290,11 +444,18 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			goto err_close;
 		if (!s->fanout)
 			s->core.jobs_ops.ctx = s->engine;
+	} else if (s->cluster.world_size > 1) {
+		/* no disk store here: the join checks that no rank has one */
+		ret = api_form(s, g, NULL, &limit, err, err_size);
+		if (ret)
+			goto err_close;
 	}
 	free(g);
+	open_stores_add(s);
 	*out = s;
 	return 0;
 err_close:
+	api_notify_failure(s, err_size ? err : "rank zero failed at startup");
 	free(g);
 	sel_store_close(s, 0);
 	return ret;
@@ -308,6 +469,7 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 
 	if (!s)
 		return 0;
+	open_stores_remove(s); /* stats and metrics answer -ESHUTDOWN from here */
 	deadline = drain_timeout_ms > (UINT64_MAX - now) / 1000000ull ?
 			   UINT64_MAX : now + drain_timeout_ms * 1000000ull;
 	/* Drain: completions are applied so the index and files agree. */
@@ -335,9 +497,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 		return SEL_ESTOPPED;
 	}
 	coord_fanout_close(s->fanout); /* the peers see rank zero's links end */
-	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++)
-		if (s->peers[i].fd > 0)
-			close(s->peers[i].fd);
+	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++) {
+		if (s->peers[i].fd <= 0)
+			continue;
+		/* a cluster without disk stores ends cleanly too (R-WIRE-23) */
+		cluster_frame_write(s->peers[i].fd, &s->peers[i].seq.send, CLUSTER_MSG_BYE,
+				    NULL, 0);
+		close(s->peers[i].fd);
+	}
 	free(s->peers);
 	shard_engine_close(s->engine);
 	shard_device_close(s->device);
@@ -413,6 +580,18 @@ int sel_cancel(sel_store *s, uint64_t waiter)
 	return ret;
 }
 
+int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
+{
+	int ret;
+
+	if (!h)
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_touch(&s->core, &h->history, consumed);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
 int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 		      enum sel_outcome *outcome)
 {
@@ -437,7 +616,7 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 	return n;
 }
 
-void sel_store_stats(sel_store *s, struct sel_stats *out)
+static void stats_copy(sel_store *s, struct sel_stats *out)
 {
 	pthread_mutex_lock(&s->lock);
 	s->core.stats.disk_bytes = s->core.used_bytes;
@@ -445,13 +624,24 @@ void sel_store_stats(sel_store *s, struct sel_stats *out)
 	pthread_mutex_unlock(&s->lock);
 }
 
-int sel_store_metrics(sel_store *s, char *buf, size_t size)
+int sel_store_stats(sel_store *s, struct sel_stats *out)
+{
+	if (!monitor_enter(s)) {
+		memset(out, 0, sizeof(*out));
+		return -ESHUTDOWN;
+	}
+	stats_copy(s, out);
+	monitor_leave(s);
+	return 0;
+}
+
+static int metrics_write(sel_store *s, char *buf, size_t size)
 {
 	struct coord_metrics_staging staging = { 0 };
 	struct shard_staging_stats pool;
 	struct sel_stats st;
 
-	sel_store_stats(s, &st);
+	stats_copy(s, &st);
 	if (s->engine) {
 		shard_engine_staging_stats(s->engine, &pool);
 		staging = (struct coord_metrics_staging){
@@ -461,6 +651,17 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 	}
 	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
 				   s->cluster.world_size);
+}
+
+int sel_store_metrics(sel_store *s, char *buf, size_t size)
+{
+	int n;
+
+	if (!monitor_enter(s))
+		return -ESHUTDOWN;
+	n = metrics_write(s, buf, size);
+	monitor_leave(s);
+	return n;
 }
 
 int sel_bench_noop(sel_store *s)

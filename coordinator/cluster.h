@@ -12,6 +12,7 @@
 #include "cluster/join.h"
 #include "record/dir.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,16 +32,40 @@ struct coord_form_options {
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
 	uint32_t timeout_ms;                 /* for the whole formation */
+	bool marked;                         /* rank zero's directory has the marker */
+	bool accept_empty_ranks;             /* form even when a rank's directory is
+						empty or unmarked while others hold
+						records (their records are deleted) */
 };
 
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
- * *agreed_disk_limit, and returns 0; rank zero then rescans its directory
- * for the index. On failure returns a negative code with the reason in err
- * (a refused peer is told why), and closes every peer socket.
+ * *agreed_disk_limit, writes rank zero's cluster marker (each peer writes
+ * its own), and returns 0; rank zero then rescans its directory for the
+ * index. The join is driven by poll (DESIGN.md section 7): a
+ * connection that never proves the launch secret costs a rate-limited log
+ * line, never the formation; at most CLUSTER_JOIN_PENDING_MAX handshakes
+ * are pending, each with a CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure
+ * (a rank refused after it proved the secret, a peer that reports its own
+ * startup failure or leaves, the timeout, naming the missing rank, a rank
+ * whose directory is empty or unmarked while another holds records, unless
+ * accept_empty_ranks) returns
+ * a negative code with the reason in err, tells every joined peer why
+ * (REFUSE), closes their sockets and runs coord_cluster_notify_failure.
  */
 int coord_cluster_form(const struct coord_form_options *options,
 		       struct coord_peer *peers, uint64_t *agreed_disk_limit,
 		       char *err, size_t err_size);
+
+/*
+ * Rank zero failed at startup (before or during formation): for up to
+ * CLUSTER_FAILURE_NOTICE_MS, accepts connections on listen_fd and answers
+ * each HELLO with REFUSE (shutdown) carrying why, so every peer stops at
+ * once instead of at its join timeout. Returns early once every rank from
+ * 1 to world_size - 1 was told (told, world_size entries or NULL: ranks
+ * told already). Closes what it accepted; listen_fd stays the caller's.
+ */
+void coord_cluster_notify_failure(int listen_fd, uint32_t world_size, const bool *told,
+				  const char *why);
 
 #endif

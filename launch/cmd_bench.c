@@ -51,7 +51,8 @@ struct bench_args {
 
 struct bench {
 	struct bench_args a;
-	const char *what;       /* store, fetch, copy, api or fanout */
+	const char *what;       /* store, fetch, copy, api, fanout or restore */
+	uint32_t ranks;         /* bench restore --ranks */
 	struct rec_geometry g;
 	struct rec_identity ns;
 	struct rec_dir *dir;
@@ -526,7 +527,8 @@ static void bench_usage(FILE *out)
 		"       selene bench copy [options]\n"
 		"       selene bench lookup\n"
 		"       selene bench api [--dir DIR]\n"
-		"       selene bench fanout [--dir DIR] [--records N]\n\n"
+		"       selene bench fanout [--dir DIR] [--records N]\n"
+		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -543,7 +545,11 @@ static void bench_usage(FILE *out)
 		"  ranks (forked peers on loopback): noop jobs, which move no bytes but\n"
 		"  pass every rank's engine, one at a time (p50, p99, overhead over one\n"
 		"  rank) and 32 in flight (jobs/s); then store-then-fetch of one small\n"
-		"  page per rank, the same way.\n\n"
+		"  page per rank, the same way.\n"
+		"restore: a 32-page restore's latency (p50, p99) with the disk idle and\n"
+		"  while 4 stores of the same size are kept queued, and their ratio, at\n"
+		"  --ranks ranks (forked peers on loopback; default 2) and at one;\n"
+		"  --records restores each way (default 40).\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -573,6 +579,10 @@ static int bench_in_scratch(const char *scratch, void *arg)
 	if (strcmp(b->what, "fanout") == 0) /* --records: jobs per phase */
 		return bench_fanout(scratch, b->a.records ? b->a.records : 2000) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	if (strcmp(b->what, "restore") == 0) /* --records: restores per phase */
+		return bench_restore(scratch, b->a.device, b->ranks,
+				     b->a.records ? b->a.records : 40) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	if (!b->a.records)
 		b->a.records = 1;
 	ret = bench_open(b);
@@ -596,6 +606,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'k' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
+		{ "ranks", required_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
@@ -603,6 +614,7 @@ int launch_cmd_bench(int argc, char **argv)
 				  .pages = 64, .rounds = 12, .durable = true } };
 	const char *what;
 	char cmd[48];
+	uint32_t ranks = 2;
 	int opt, which = 0;
 
 	if (launch_wants_help(argc, argv)) {
@@ -640,6 +652,8 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'N': b.a.durable = false; break;
 		case 'w': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
 						 REC_RECORD_PAGES_MAX, &b.a.window_pages); break;
+		case 'K': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1, 64,
+						 &ranks); break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 		if (!ok)
@@ -650,7 +664,7 @@ int launch_cmd_bench(int argc, char **argv)
 		b.a.dir = argv[optind++];
 	if (optind != argc || (strcmp(what, "store") && strcmp(what, "fetch") &&
 			       strcmp(what, "copy") && strcmp(what, "api") &&
-			       strcmp(what, "fanout"))) {
+			       strcmp(what, "fanout") && strcmp(what, "restore"))) {
 		bench_usage(stderr);
 		return LAUNCH_EXIT_USAGE;
 	}
@@ -661,6 +675,7 @@ int launch_cmd_bench(int argc, char **argv)
 	}
 	sel_log_set_level(SEL_LOG_WARN);
 	b.what = what;
+	b.ranks = ranks;
 	snprintf(cmd, sizeof(cmd), "selene bench %.20s", what);
 	return launch_scratch_run(cmd, b.a.dir, "selene-bench", bench_in_scratch, &b);
 }

@@ -369,13 +369,31 @@ static int verify_payload(struct rec_reader *r, char *why, size_t why_size)
 	return ret;
 }
 
+/* What a file that is not a regular one is, for verify; NULL for a regular file. */
+static const char *not_a_record(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode))
+		return NULL;
+	return S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" :
+	       S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" :
+	       "a device or other special file";
+}
+
 static int visit_verify(struct walk *w, int dirfd, const char *dir_path,
 			const char *name, const struct rec_expect *expect)
 {
+	const char *what = not_a_record(dirfd, name);
 	struct rec_reader r;
 	char why[256] = "";
 	int ret;
 
+	if (what) {
+		/* Not a damaged record: the store moves it aside at its next start. */
+		printf("NOT A RECORD %s/%s: %s with a record's name\n", dir_path, name, what);
+		return 0;
+	}
 	ret = read_record(&r, dirfd, name, expect, true, why, sizeof(why));
 	if (!ret)
 		rec_reader_close(&r);

@@ -67,7 +67,9 @@ struct run_options {
 	const char *dir;
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
+	const char *stored_log_path;
 	uint32_t event_timeout_ms;
+	bool accept_empty_ranks;  /* --accept-empty-ranks */
 	bool metrics;                /* --metrics-port given */
 	uint16_t metrics_port;       /* 0: one the kernel picks */
 	const char *metrics_address; /* NULL: 127.0.0.1 */
@@ -121,6 +123,8 @@ struct run {
 	struct launch_trace trace;
 	FILE *results;
 	char results_buffer[65536]; /* line-buffered: each line is one write */
+	FILE *stored_log; /* --stored-log: a line per checkpoint reported stored */
+	const struct launch_trace_request **slot_request; /* gpu_rows: who prefilled it */
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
 	bool stopped;    /* the transport stopped: no more jobs */
@@ -195,6 +199,22 @@ static int64_t run_pages(struct run *r, enum launch_run_op op,
 	return wrong;
 }
 
+static void run_json_string(FILE *f, const char *s);
+
+/* A line for a checkpoint the store reported stored, flushed at once, so that
+ * a harness that kills this run knows what was committed before the kill. */
+static void run_log_stored(struct run *r, const struct launch_gpu_checkpoint *k)
+{
+	const struct launch_trace_request *q = r->slot_request[k->slot];
+
+	if (!r->stored_log || !q)
+		return;
+	fprintf(r->stored_log, "{\"id\": ");
+	run_json_string(r->stored_log, q->id);
+	fprintf(r->stored_log, ", \"consumed\": %" PRIu64 "}\n", k->consumed);
+	fflush(r->stored_log);
+}
+
 /* Handles one store event; 1 when there was one, 0 none, SEL_ESTOPPED. */
 static int run_poll(struct run *r)
 {
@@ -214,6 +234,8 @@ static int run_poll(struct run *r)
 		r->progress = true;
 		if (ev.kind == SEL_EVENT_STORED) {
 			r->totals.stored++;
+			if (k)
+				run_log_stored(r, k);
 			break;
 		}
 		r->totals.store_failures++;
@@ -599,6 +621,7 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 			break;
 		}
 		res->prefilled = boundary - resume;
+		r->slot_request[k->slot] = q;
 		if (run_publish(r, k, h, prompt, parent)) {
 			run_fail(res, q, "publishing %" PRIu64 " tokens failed", boundary);
 			break;
@@ -959,6 +982,8 @@ static void run_usage(FILE *out)
 		"                      \"prefilled\": N}} (expect optional)\n"
 		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
 		"  --results FILE      one JSON line per request, then a summary line\n"
+		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
+		"                      {\"id\": REQUEST, \"consumed\": TOKENS}\n"
 		"  --page-tokens N     tokens per page (default 64)\n"
 		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
 		"  --row-bytes SIZE    the state row (default 128K)\n"
@@ -967,6 +992,10 @@ static void run_usage(FILE *out)
 		"  --device KIND       auto (default), cuda or host\n"
 		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
 		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n"
+		"  --accept-empty-ranks  form even when a rank's record directory is empty or\n"
+		"                      unmarked while others hold records: the agreement then\n"
+		"                      deletes them on every rank (also\n"
+		"                      SELENE_ACCEPT_EMPTY_RANKS=1)\n"
 		"  --metrics-port P    rank zero serves http://ADDRESS:P/metrics while it runs\n"
 		"                      (0: a free port, printed); the store's metrics and the\n"
 		"                      worker's selene_run_* families\n"
@@ -990,8 +1019,10 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
+		{ "accept-empty-ranks", no_argument, NULL, 'a' },
 		{ "metrics-port", required_argument, NULL, 'M' },
 		{ "metrics-address", required_argument, NULL, 'A' },
+		{ "stored-log", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -1010,6 +1041,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		case 't': o->trace_path = optarg; break;
 		case 'd': o->dir = optarg; break;
 		case 'o': o->results_path = optarg; break;
+		case 'S': o->stored_log_path = optarg; break;
 		case 'p': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
 						 REC_PAGE_TOKENS_MAX, &o->page_tokens); break;
 		case 'P': ok = run_parse_planes(optarg, o); break;
@@ -1043,6 +1075,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			break;
 		}
 		case 'A': o->metrics_address = optarg; break;
+		case 'a': o->accept_empty_ranks = true; break;
 		case 'O': {
 			uint32_t v = 0;
 
@@ -1223,7 +1256,8 @@ static uint64_t run_prepare(struct run *r)
 			return 1;
 		}
 		r->retries = calloc(r->opt.gpu_rows, sizeof(*r->retries));
-		if (!r->retries || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
+		r->slot_request = calloc(r->opt.gpu_rows, sizeof(*r->slot_request));
+		if (!r->retries || !r->slot_request || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
 							 r->opt.gpu_pages, r->opt.gpu_rows)) {
 			fprintf(stderr, "selene run: out of memory for the GPU cache\n");
 			return 1;
@@ -1236,6 +1270,12 @@ static uint64_t run_prepare(struct run *r)
 		/* a line is written whole or not at all, even if the run is killed */
 		if (r->results)
 			setvbuf(r->results, r->results_buffer, _IOLBF, sizeof(r->results_buffer));
+		if (r->opt.stored_log_path &&
+		    !(r->stored_log = fopen(r->opt.stored_log_path, "w"))) {
+			fprintf(stderr, "selene run: cannot write %s: %s\n",
+				r->opt.stored_log_path, strerror(errno));
+			return 1;
+		}
 	}
 	if (launch_run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
 				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
@@ -1351,6 +1391,7 @@ int launch_cmd_run(int argc, char **argv)
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}
+	r->boot.cluster.accept_empty_ranks |= r->opt.accept_empty_ranks;
 	if (!launch_step_available(&r->boot)) {
 		fprintf(stderr, "selene run: %u ranks need MPI for the worker's steps: launch "
 			"with mpirun and leave SELENE_COORDINATOR unset%s\n",
@@ -1371,6 +1412,9 @@ int launch_cmd_run(int argc, char **argv)
 	failures = run_all(r);
 	if (r->results)
 		fclose(r->results);
+	if (r->stored_log)
+		fclose(r->stored_log);
+	free(r->slot_request);
 	launch_trace_free(&r->trace);
 	launch_gpu_cache_destroy(&r->cache);
 	free(r->retries);

@@ -52,7 +52,8 @@ static void usage(FILE *out)
 		"\n"
 		"environment:\n"
 		"  SELENE_LOG=error|warn|info|debug   log level (default info)\n"
-		"  SELENE_FAILPOINTS=NAME=ACTION;...  arm failpoints (see 'selene failpoints')\n");
+		"  SELENE_FAILPOINTS=NAME=ACTION;...  arm failpoints (see 'selene failpoints')\n"
+		"  SELENE_FAILPOINTS_ALLOW_FATAL=1    let them use kill and abort\n");
 }
 
 void launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank)
@@ -93,9 +94,18 @@ int main(int argc, char **argv)
 		printf("selene %s\n", sel_version());
 		return LAUNCH_EXIT_OK;
 	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (strcmp(argv[1], commands[i].name) == 0)
-			return commands[i].run(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		char why[256];
+
+		if (strcmp(argv[1], commands[i].name) != 0)
+			continue;
+		/* Every command, the record-layer ones too, sees the failpoints. */
+		if (sel_failpoints_from_env(why, sizeof(why)) != 0) {
+			fprintf(stderr, "selene: %s\n", why);
+			return LAUNCH_EXIT_USAGE;
+		}
+		return commands[i].run(argc - 1, argv + 1);
+	}
 	fprintf(stderr, "selene: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return LAUNCH_EXIT_USAGE;

@@ -29,6 +29,7 @@ struct agent {
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* closed, or the last job in flight answered */
 	bool closed;
+	bool bye;       /* rank zero said BYE: its close is the clean end */
 	int close_reason;
 	char close_why[256];
 	uint64_t in_flight;
@@ -116,9 +117,14 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 	char why[200] = "";
 	int ret;
 
+	if (type == CLUSTER_MSG_BYE) {
+		pthread_mutex_lock(&a->lock);
+		a->bye = true;
+		pthread_mutex_unlock(&a->lock);
+		return;
+	}
 	if (type != CLUSTER_MSG_JOB) {
-		if (type != CLUSTER_MSG_BYE)
-			sel_warn("peer: ignoring %s", cluster_msg_name(type));
+		sel_warn("peer: ignoring %s", cluster_msg_name(type));
 		return;
 	}
 	ret = cluster_job_decode(payload, length, &v, why, sizeof(why));
@@ -173,6 +179,43 @@ static void wait_changed(struct agent *a)
 	pthread_mutex_unlock(&a->lock);
 }
 
+/* Answers the completions that reached the engine's ring before the hook. */
+static void answer_ring(struct agent *a)
+{
+	struct shard_completion done[16];
+	uint32_t n;
+
+	while ((n = shard_engine_poll(a->o->engine, done, SEL_ARRAY_SIZE(done))) > 0)
+		for (uint32_t i = 0; i < n; i++)
+			on_complete(a, &done[i]);
+}
+
+/*
+ * The link never started: waits for the jobs its reader submitted to end
+ * (nobody to answer). Returns whether they all did within drain_ns.
+ */
+static bool drain_unanswered(struct agent *a, uint64_t drain_ns)
+{
+	uint64_t deadline = sel_monotonic_ns() + drain_ns;
+	struct shard_completion done[16];
+	uint32_t left;
+
+	for (;;) {
+		uint32_t n = shard_engine_poll(a->o->engine, done, SEL_ARRAY_SIZE(done));
+
+		pthread_mutex_lock(&a->lock);
+		a->in_flight -= n;
+		left = a->in_flight;
+		pthread_mutex_unlock(&a->lock);
+		if (left == 0)
+			return true;
+		if (sel_monotonic_ns() > deadline)
+			return false;
+		if (n == 0)
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+}
+
 static void on_close(void *ctx, int reason, const char *why)
 {
 	struct agent *a = ctx;
@@ -210,13 +253,20 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* before the first frame can come: nobody reads the completion ring */
-	shard_engine_set_completion_hook(o->engine, on_complete, &a);
+	/*
+	 * The hook goes in only once the link has started: if one of its
+	 * threads cannot be created the link is freed inside the start, and a
+	 * job the reader already submitted must not answer on it. Until then
+	 * completions wait in the engine's ring, answered just below, or
+	 * drained without an answer when the link never came up.
+	 */
 	ret = cluster_link_start(&lo, &a.link); /* owns the fd, even on failure */
 	if (ret) {
-		shard_engine_set_completion_hook(o->engine, NULL, NULL);
+		*undrained = !drain_unanswered(&a, drain_ns);
 		goto out;
 	}
+	shard_engine_set_completion_hook(o->engine, on_complete, &a);
+	answer_ring(&a);
 	for (;;) {
 		bool closed;
 
@@ -240,9 +290,18 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 			 "stay allocated", a.close_why[0] ? a.close_why : "rank zero's link ended",
 			 left, (unsigned)(drain_ns / 1000000u));
 	} else {
-		/* Rank zero closing between frames is the clean end of a peer's life. */
-		ret = a.close_reason == 0 ? 0 : a.close_reason;
+		/*
+		 * Rank zero closing between frames after BYE is the clean end of a
+		 * peer's life; without BYE it stopped or failed (or this peer was
+		 * stopped past its timeout and rank zero gave up on it).
+		 */
+		ret = a.close_reason;
 		snprintf(why, why_size, "%s", a.close_why);
+		if (ret == 0 && !a.bye) {
+			ret = -ECONNRESET;
+			snprintf(why, why_size, "rank zero closed the link without BYE: it "
+				 "stopped, failed, or gave up on this rank");
+		}
 	}
 	/* no answer may start on a link being closed */
 	shard_engine_set_completion_hook(o->engine, NULL, NULL);

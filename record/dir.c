@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,12 +194,49 @@ void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
 	out->key = key;
 }
 
+bool rec_dir_marked(const struct rec_dir *dir)
+{
+	struct stat st;
+
+	return fstatat(dir->fd, REC_CLUSTER_MARKER_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode);
+}
+
+int rec_dir_mark(struct rec_dir *dir, uint32_t world_size)
+{
+	static const char tmp[] = REC_CLUSTER_MARKER_NAME ".tmp";
+	char text[256], hex[2 * REC_DIGEST_BYTES + 1];
+	int fd, len, ret = 0;
+
+	for (uint32_t i = 0; i < REC_DIGEST_BYTES; i++)
+		snprintf(hex + 2 * i, 3, "%02x", dir->geometry.layout_digest.bytes[i]);
+	len = snprintf(text, sizeof(text), "selene cluster marker 1\nworld %u\nlayout %s\n",
+		       world_size, hex);
+	fd = openat(dir->fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, (size_t)len) != len)
+		ret = errno ? -errno : -EIO;
+	if (!ret && dir->durable && fdatasync(fd) != 0)
+		ret = -errno;
+	close(fd);
+	if (!ret && renameat(dir->fd, tmp, dir->fd, REC_CLUSTER_MARKER_NAME) != 0)
+		ret = -errno;
+	if (!ret && dir->durable && fsync(dir->fd) != 0)
+		ret = -errno;
+	if (ret)
+		unlinkat(dir->fd, tmp, 0);
+	return ret;
+}
+
 /* A scanned record and its fate while the scan decides. */
 struct scan_entry {
 	struct rec_record_info info;
 	uint32_t child_count;
 	bool keep;
 	bool orphan; /* dropped because its parent is missing */
+	bool held;   /* left in place and out of the summary: unreadable, or
+			depends on a file that is */
 };
 
 struct scan_state {
@@ -263,9 +301,16 @@ static int scan_record(struct scan_state *s, const char *name,
 	}
 	if (ret == -ENOENT || ret == -ENXIO || ret == -ELOOP)
 		return 0; /* removed or replaced since it was listed */
+	if (ret == -ENOMEM)
+		return ret;
 	if (ret) {
-		sel_error("scan %s: cannot read %s: %s", s->dir->path, name,
-			  sel_strerror(ret));
+		/* Never delete what could not be read: it may be good tomorrow. */
+		sel_warn("scan %s: skipping %s, cannot read it: %s; left in place and "
+			 "out of the summary", s->dir->path, name, sel_strerror(ret));
+		s->out->unreadable_skipped++;
+		ret = scan_push(s, &info);
+		if (!ret)
+			s->entries[s->count - 1].held = true;
 		return ret;
 	}
 	ret = fstat(r.fd, &st) ? -errno : 0;
@@ -297,6 +342,29 @@ static bool is_regular(struct scan_state *s, const struct dirent *entry)
 	       S_ISREG(st.st_mode);
 }
 
+/*
+ * A directory, symlink, FIFO or socket named like a record would block
+ * every store of that key: renamed to NAME.aside (never deleted: it is not
+ * Selene's) and reported, so the key is free again.
+ */
+static int scan_move_aside(struct scan_state *s, const char *name)
+{
+	char aside[NAME_MAX + sizeof(REC_ASIDE_SUFFIX)];
+
+	snprintf(aside, sizeof(aside), "%s%s", name, REC_ASIDE_SUFFIX);
+	if (renameat(s->dir->fd, name, s->dir->fd, aside) != 0) {
+		sel_warn("scan %s: %s is not a regular file and cannot be moved aside (%s): "
+			 "stores of its key will fail until it is removed", s->dir->path, name,
+			 strerror(errno));
+		s->out->ignored++;
+		return 0;
+	}
+	sel_warn("scan %s: %s is not a regular file; moved aside to %s", s->dir->path, name,
+		 aside);
+	s->out->moved_aside++;
+	return 0;
+}
+
 /* R-DIR-2: classifies one directory entry. */
 static int scan_entry(struct scan_state *s, const struct dirent *entry)
 {
@@ -305,7 +373,11 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	struct rec_key key;
 	bool tmp;
 
+	if (strcmp(name, REC_CLUSTER_MARKER_NAME) == 0)
+		return 0; /* the cluster marker: ours, not a record */
 	if (!is_regular(s, entry)) {
+		if (rec_file_name_parse(name, &key, &tmp))
+			return scan_move_aside(s, name);
 		sel_warn("scan %s: ignoring %s, not a regular file", s->dir->path, name);
 		s->out->ignored++;
 		return 0;
@@ -370,6 +442,15 @@ static void scan_decide(struct scan_state *s)
 		struct scan_entry *e = &s->entries[i];
 		struct scan_entry *parent;
 
+		if (e->held)
+			continue;
+		if (e->info.parent.consumed != 0) {
+			parent = find_entry(s, &e->info.parent);
+			if (parent && parent->held) {
+				e->held = true; /* its parent may be good tomorrow */
+				continue;
+			}
+		}
 		if (e->info.parent.consumed == 0) {
 			e->keep = true;
 			continue;
@@ -388,7 +469,9 @@ static void scan_decide(struct scan_state *s)
 		if (!e->keep || e->info.row_present || e->child_count > 0)
 			continue;
 		e->keep = false;
-		s->out->page_only_dropped++;
+		/* an unreadable file may be its child: keep it, out of the summary */
+		e->held = s->out->unreadable_skipped > 0;
+		s->out->page_only_dropped += !e->held;
 		if (e->info.parent.consumed != 0)
 			find_entry(s, &e->info.parent)->child_count--;
 	}
@@ -401,7 +484,7 @@ static int scan_remove_dropped(struct scan_state *s)
 	int ret;
 
 	for (size_t i = s->count; i-- > 0;) {
-		if (s->entries[i].keep)
+		if (s->entries[i].keep || s->entries[i].held)
 			continue;
 		rec_file_name(name, &s->entries[i].info.key);
 		sel_info("scan %s: dropping %s: %s", s->dir->path, name,
@@ -490,12 +573,15 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 		return ret;
 	}
 	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
-		 "%llu invalid, %llu orphaned, %llu page-only",
+		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable; "
+		 "moved %llu aside",
 		 dir->path, out->record_count, (unsigned long long)out->bytes,
 		 (unsigned long long)out->tmp_deleted,
 		 (unsigned long long)out->invalid_dropped,
 		 (unsigned long long)out->orphans_dropped,
-		 (unsigned long long)out->page_only_dropped);
+		 (unsigned long long)out->page_only_dropped,
+		 (unsigned long long)out->unreadable_skipped,
+		 (unsigned long long)out->moved_aside);
 	return 0;
 }
 

@@ -15,6 +15,9 @@
 #include "selene/selene.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
 #include <inttypes.h>
 #include <liburing.h>
 #include <poll.h>
@@ -27,8 +30,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* The user_data of the inbox eventfd's poll; ops use their own address. */
+/*
+ * The user_data of the inbox eventfd's poll, and of an entry cancelled
+ * before submission; ops use their own address.
+ */
 #define WAKE_TAG 1u
+#define CANCELLED_TAG 2u
 
 struct disk_op {
 	struct rec_disk_request *req;
@@ -59,6 +66,15 @@ struct rec_disk {
 	struct disk_op *free_ops[REC_DISK_OPS_MAX];
 	uint32_t free_op_count;
 	uint32_t ops_in_flight;
+	/* Entries prepared since the last submission (op NULL: the wake poll). */
+	struct {
+		struct io_uring_sqe *sqe;
+		struct disk_op *op;
+	} unsubmitted[REC_DISK_OPS_MAX + 1];
+	uint32_t unsubmitted_count;
+	bool said_submit, said_wait;
+	uint32_t background_ops_in_flight; /* of requests that are not urgent */
+	uint32_t urgent_active;            /* urgent requests among the active */
 };
 
 static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
@@ -310,10 +326,71 @@ static void op_release(struct rec_disk *disk, struct disk_op *op)
 {
 	op->req->ops_in_flight--;
 	disk->ops_in_flight--;
+	if (!op->req->urgent)
+		disk->background_ops_in_flight--;
 	disk->free_ops[disk->free_op_count++] = op;
 }
 
 static void op_issue(struct rec_disk *disk, struct disk_op *op);
+static void op_complete(struct rec_disk *disk, struct disk_op *op, int64_t res);
+
+static void note_unsubmitted(struct rec_disk *disk, struct io_uring_sqe *sqe,
+			     struct disk_op *op)
+{
+	SEL_ASSERT(disk->unsubmitted_count < SEL_ARRAY_SIZE(disk->unsubmitted));
+	disk->unsubmitted[disk->unsubmitted_count].sqe = sqe;
+	disk->unsubmitted[disk->unsubmitted_count].op = op;
+	disk->unsubmitted_count++;
+}
+
+/*
+ * Submits what was prepared. A failed io_uring_submit consumed nothing, so
+ * each entry still waiting is turned into a no-op (the kernel may take it
+ * with a later submission, harmlessly) and its I/O request fails with the
+ * error: the kernel never saw its buffers. The wake poll is re-armed later.
+ * Returns 0 or the error. disk.submit can inject one where I/O is waiting.
+ */
+static int ring_submit(struct rec_disk *disk)
+{
+	bool carries_io = false;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < disk->unsubmitted_count && !carries_io; i++)
+		carries_io = disk->unsubmitted[i].op != NULL;
+	if (carries_io)
+		ret = SEL_FAILPOINT(SEL_FP_DISK_SUBMIT);
+	if (ret >= 0) {
+		do
+			ret = io_uring_submit(&disk->ring);
+		while (ret == -EINTR);
+	}
+	if (ret >= 0) {
+		uint32_t taken = (uint32_t)ret < disk->unsubmitted_count ? (uint32_t)ret :
+									   disk->unsubmitted_count;
+
+		memmove(disk->unsubmitted, disk->unsubmitted + taken,
+			(disk->unsubmitted_count - taken) * sizeof(disk->unsubmitted[0]));
+		disk->unsubmitted_count -= taken;
+		return 0;
+	}
+	if (!disk->said_submit) {
+		disk->said_submit = true;
+		sel_warn("disk thread: io_uring_submit: %s; failing the I/O it carried",
+			 strerror(-ret));
+	}
+	for (uint32_t i = 0; i < disk->unsubmitted_count; i++) {
+		struct disk_op *op = disk->unsubmitted[i].op;
+
+		io_uring_prep_nop(disk->unsubmitted[i].sqe);
+		io_uring_sqe_set_data64(disk->unsubmitted[i].sqe, CANCELLED_TAG);
+		if (op)
+			op_complete(disk, op, ret);
+		else
+			disk->wake_armed = false;
+	}
+	disk->unsubmitted_count = 0;
+	return ret;
+}
 
 /* Accounts a finished I/O request: short counts resubmit the rest. */
 static void op_complete(struct rec_disk *disk, struct disk_op *op, int64_t res)
@@ -343,17 +420,24 @@ static void op_issue(struct rec_disk *disk, struct disk_op *op)
 	ssize_t n;
 
 	if (disk->use_ring) {
+		int ret = 0;
+
 		sqe = io_uring_get_sqe(&disk->ring);
 		if (!sqe) {
-			io_uring_submit(&disk->ring);
-			sqe = io_uring_get_sqe(&disk->ring);
+			ret = ring_submit(disk);
+			sqe = ret ? NULL : io_uring_get_sqe(&disk->ring);
 		}
-		SEL_ASSERT(sqe); /* the ring has room for every op */
+		if (!sqe) {
+			/* The kernel never saw it: failing it here is safe. */
+			op_complete(disk, op, ret ? ret : -EBUSY);
+			return;
+		}
 		if (op->write)
 			io_uring_prep_writev(sqe, op->fd, op->iov, op->iov_count, op->offset);
 		else
 			io_uring_prep_readv(sqe, op->fd, op->iov, op->iov_count, op->offset);
 		io_uring_sqe_set_data(sqe, op);
+		note_unsubmitted(disk, sqe, op);
 		return;
 	}
 	do {
@@ -370,6 +454,9 @@ static bool is_write(const struct rec_disk_request *req)
 
 static uint32_t sum_units(const struct rec_disk_request *req)
 {
+	/* The requester verifies the pages it asked to read itself. */
+	if (req->op == REC_DISK_READ_PAGES && req->requester_checksums)
+		return 0;
 	/* A page is one unit; a row is one unit, streamed over its pieces. */
 	return req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES ?
 		       req->count : 1;
@@ -386,7 +473,12 @@ static void sum_one(struct rec_disk_request *req)
 	uint32_t i = req->next_sum++;
 
 	if (req->op == REC_DISK_WRITE_PAGES) {
-		rec_writer_note_page(&req->file->writer, req->first + i, req->buffers[i]);
+		if (req->requester_checksums)
+			rec_writer_note_page_checksum(&req->file->writer, req->first + i,
+						      req->page_checksums[i]);
+		else
+			rec_writer_note_page(&req->file->writer, req->first + i,
+					     req->buffers[i]);
 		return;
 	}
 	if (req->op == REC_DISK_READ_PAGES) {
@@ -450,16 +542,22 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 	while (!req->result && disk->free_op_count > 0) {
 		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
 
+		/* Restores first: a store keeps few writes in the device's way. */
+		if (!req->urgent && disk->urgent_active > 0 &&
+		    disk->background_ops_in_flight >= REC_DISK_BACKGROUND_OPS_MAX)
+			break;
 		if (!build_op(req, op))
 			break;
 		disk->free_op_count--;
 		req->ops_in_flight++;
 		disk->ops_in_flight++;
+		if (!req->urgent)
+			disk->background_ops_in_flight++;
 		op_issue(disk, op);
 		issued++;
 	}
 	if (issued && disk->use_ring)
-		io_uring_submit(&disk->ring);
+		ring_submit(disk);
 }
 
 /* All of req's I/O is done, and so is its checksum work, or it failed. */
@@ -515,10 +613,17 @@ static bool take_inbox(struct rec_disk *disk, bool block)
 		pthread_cond_wait(&disk->inbox_ready, &disk->lock);
 	while (disk->inbox_count > 0 && disk->active_count < REC_DISK_QUEUE_MAX) {
 		struct rec_disk_request *req = disk->inbox[disk->inbox_head];
+		uint32_t at = disk->active_count;
 
 		disk->inbox_head = (disk->inbox_head + 1) % REC_DISK_QUEUE_MAX;
 		disk->inbox_count--;
-		disk->active[disk->active_count++] = req;
+		/* Urgent requests go before every other, in arrival order. */
+		while (req->urgent && at > 0 && !disk->active[at - 1]->urgent)
+			at--;
+		memmove(disk->active + at + 1, disk->active + at,
+			(disk->active_count - at) * sizeof(disk->active[0]));
+		disk->active[at] = req;
+		disk->active_count++;
 	}
 	stop = disk->stopping && disk->inbox_count == 0;
 	pthread_mutex_unlock(&disk->lock);
@@ -529,11 +634,15 @@ static bool take_inbox(struct rec_disk *disk, bool block)
  * Advances every active request in order. A request that depends on an
  * earlier one (a commit after its writes) is held back by its requester,
  * which sends it only after the earlier replies; so order here is only
- * fairness.
+ * priority: urgent requests (restores) first, then the rest in arrival order.
  */
 static void advance(struct rec_disk *disk)
 {
 	uint32_t kept = 0;
+
+	disk->urgent_active = 0;
+	for (uint32_t i = 0; i < disk->active_count; i++)
+		disk->urgent_active += disk->active[i]->urgent;
 
 	for (uint32_t i = 0; i < disk->active_count; i++) {
 		struct rec_disk_request *req = disk->active[i];
@@ -568,13 +677,13 @@ static void arm_wake(struct rec_disk *disk)
 	if (disk->wake_armed)
 		return;
 	sqe = io_uring_get_sqe(&disk->ring);
-	if (!sqe) {
-		io_uring_submit(&disk->ring);
+	if (!sqe && ring_submit(disk) == 0)
 		sqe = io_uring_get_sqe(&disk->ring);
-	}
-	SEL_ASSERT(sqe);
+	if (!sqe)
+		return; /* reap polls instead */
 	io_uring_prep_poll_add(sqe, disk->wake_fd, POLLIN);
 	io_uring_sqe_set_data64(sqe, WAKE_TAG);
+	note_unsubmitted(disk, sqe, NULL);
 	disk->wake_armed = true;
 }
 
@@ -588,6 +697,8 @@ static void reap_ready(struct rec_disk *disk)
 		uint64_t tag = io_uring_cqe_get_data64(cqe);
 
 		seen++;
+		if (tag == CANCELLED_TAG)
+			continue;
 		if (tag == WAKE_TAG) {
 			uint64_t value;
 
@@ -601,18 +712,39 @@ static void reap_ready(struct rec_disk *disk)
 	io_uring_cq_advance(&disk->ring, seen);
 }
 
-/* Waits for at least one completion (an op or the wake poll) and reaps all. */
+/*
+ * Waits for at least one completion (an op or the wake poll) and reaps all.
+ * A failed wait (disk.wait can inject one) is logged once and becomes a
+ * 1 ms pause: the loop reaps whatever completed and waits again. It fails
+ * no request, since the kernel may still be writing that request's buffers;
+ * one whose I/O never completes is the stop deadline's to report.
+ */
 static void reap(struct rec_disk *disk)
 {
 	struct io_uring_cqe *cqe;
 	int ret;
 
 	arm_wake(disk);
-	io_uring_submit(&disk->ring);
-	do
-		ret = io_uring_wait_cqe(&disk->ring, &cqe);
-	while (ret == -EINTR);
-	SEL_ASSERT(ret == 0);
+	ring_submit(disk);
+	if (!disk->wake_armed && disk->ops_in_flight == 0) {
+		/* Nothing could wake a wait: poll the inbox again shortly. */
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+		return;
+	}
+	ret = SEL_FAILPOINT(SEL_FP_DISK_WAIT);
+	if (ret >= 0) {
+		do
+			ret = io_uring_wait_cqe(&disk->ring, &cqe);
+		while (ret == -EINTR);
+	}
+	if (ret < 0) {
+		if (!disk->said_wait) {
+			disk->said_wait = true;
+			sel_warn("disk thread: io_uring_wait_cqe: %s; polling instead",
+				 strerror(-ret));
+		}
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
 	reap_ready(disk);
 }
 
@@ -740,15 +872,32 @@ int rec_disk_submit(struct rec_disk *disk, struct rec_disk_request *req)
 	return 0;
 }
 
-void rec_disk_stop(struct rec_disk *disk)
+int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 {
+	struct timespec deadline;
+	int ret;
+
 	if (!disk)
-		return;
+		return 0;
 	pthread_mutex_lock(&disk->lock);
 	disk->stopping = true;
 	wake(disk);
 	pthread_mutex_unlock(&disk->lock);
-	pthread_join(disk->thread, NULL);
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += timeout_ms / 1000;
+	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	ret = pthread_timedjoin_np(disk->thread, NULL, &deadline);
+	if (ret) {
+		/* Its I/O may still land in the requesters' buffers: keep all. */
+		sel_error("disk thread: still running %u ms after the stop (%u requests, "
+			  "%u I/O requests in flight); leaving it", timeout_ms,
+			  disk->active_count, disk->ops_in_flight);
+		return -ETIMEDOUT;
+	}
 	if (disk->use_ring)
 		io_uring_queue_exit(&disk->ring);
 	if (disk->wake_fd >= 0)
@@ -756,6 +905,7 @@ void rec_disk_stop(struct rec_disk *disk)
 	pthread_cond_destroy(&disk->inbox_ready);
 	pthread_mutex_destroy(&disk->lock);
 	free(disk);
+	return 0;
 }
 
 const char *rec_disk_engine(const struct rec_disk *disk)

@@ -171,14 +171,20 @@ static int writer_payload(struct rec_writer *w, const void *buf, uint64_t len,
 
 void rec_writer_note_page(struct rec_writer *w, uint32_t index, const void *page)
 {
+	/* R-REC-9: seeded with s XOR the page's index in the prefix. */
+	rec_writer_note_page_checksum(w, index,
+				      rec_page_checksum(page, w->layout.page_stride, w->seed,
+							(uint64_t)w->header.first_page_index +
+								index));
+}
+
+void rec_writer_note_page_checksum(struct rec_writer *w, uint32_t index, uint64_t checksum)
+{
 	SEL_ASSERT(index < w->header.tail_page_count);
 	/* Pages are noted in order, each once: a gap would commit a hole. */
 	if (index != w->pages_written)
 		w->pages_out_of_order = true;
-	/* R-REC-9: seeded with s XOR the page's index in the prefix. */
-	sel_put_le64((uint8_t *)&w->checksums[index],
-		     rec_page_checksum(page, w->layout.page_stride, w->seed,
-				       (uint64_t)w->header.first_page_index + index));
+	sel_put_le64((uint8_t *)&w->checksums[index], checksum);
 	w->pages_written++;
 }
 

@@ -5,13 +5,127 @@
 #include "shard/config.h"
 
 #include "common/base.h"
+#include "common/limits.h"
 #include "selene/selene.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+
+static int config_fail(char *err, size_t err_size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int config_fail(char *err, size_t err_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err_size > 0) {
+		va_start(ap, fmt);
+		vsnprintf(err, err_size, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/*
+ * One plane: what names it (field, e.g. "page_planes[3]"), its units on
+ * the device (count of unit_bytes from device_address).
+ */
+static int config_check_plane(const struct sel_plane *plane, const char *field,
+			      uint64_t unit_bytes_max, uint32_t count, char *err,
+			      size_t err_size)
+{
+	uint64_t extent;
+
+	if (!plane->name || plane->name[0] == '\0')
+		return config_fail(err, err_size, "%s.name is %s", field,
+				   plane->name ? "empty" : "NULL");
+	if (strnlen(plane->name, REC_PLANE_NAME_BYTES_MAX + 1) > REC_PLANE_NAME_BYTES_MAX)
+		return config_fail(err, err_size, "%s.name is longer than %u bytes", field,
+				   REC_PLANE_NAME_BYTES_MAX);
+	if (plane->unit_bytes == 0 || plane->unit_bytes > unit_bytes_max)
+		return config_fail(err, err_size, "%s.unit_bytes is %" PRIu64
+				   " (1 to %" PRIu64 ")", field, plane->unit_bytes,
+				   unit_bytes_max);
+	if (plane->device_address == 0)
+		return config_fail(err, err_size, "%s.device_address is 0", field);
+	/* unit_bytes <= 4 GiB and count < 4 Gi: the product fits in 64 bits. */
+	extent = plane->unit_bytes * count;
+	if (plane->device_address > UINT64_MAX - extent)
+		return config_fail(err, err_size, "%s: %u units of %" PRIu64 " bytes from "
+				   "device_address 0x%" PRIx64 " wrap the address space",
+				   field, count, plane->unit_bytes, plane->device_address);
+	return 0;
+}
+
+static int config_check_cluster(const struct sel_cluster *cl, char *err, size_t err_size)
+{
+	if (cl->world_size == 0 || cl->world_size > REC_WORLD_SIZE_MAX)
+		return config_fail(err, err_size, "cluster.world_size is %u (1 to %u)",
+				   cl->world_size, REC_WORLD_SIZE_MAX);
+	if (cl->rank >= cl->world_size)
+		return config_fail(err, err_size, "cluster.rank %u is not below world_size %u",
+				   cl->rank, cl->world_size);
+	if (cl->rank > 0 && (!cl->coordinator_host || !cl->coordinator_host[0]))
+		return config_fail(err, err_size, "cluster.coordinator_host is %s",
+				   cl->coordinator_host ? "empty" : "NULL");
+	if (cl->rank > 0 && cl->coordinator_port == 0)
+		return config_fail(err, err_size, "cluster.coordinator_port is 0");
+	return 0;
+}
+
+int shard_config_validate(const struct sel_store_config *c, char *err, size_t err_size)
+{
+	int ret;
+
+	if (!c)
+		return config_fail(err, err_size, "the configuration is NULL");
+	if (c->disk_limit_bytes != 0 && (!c->dir || !c->dir[0]))
+		return config_fail(err, err_size, "dir is %s (a disk store needs one)",
+				   c->dir ? "empty" : "NULL");
+	if (c->state_mode > REC_STATE_COPY_SPECULATION)
+		return config_fail(err, err_size, "state_mode is %u (0, 1 or 2)", c->state_mode);
+	if (c->page_tokens == 0 || c->page_tokens > REC_PAGE_TOKENS_MAX)
+		return config_fail(err, err_size, "page_tokens is %u (1 to %u)", c->page_tokens,
+				   REC_PAGE_TOKENS_MAX);
+	if (c->page_plane_count == 0 || c->page_plane_count > REC_PAGE_PLANES_MAX)
+		return config_fail(err, err_size, "page_plane_count is %u (1 to %u)",
+				   c->page_plane_count, REC_PAGE_PLANES_MAX);
+	if (!c->page_planes)
+		return config_fail(err, err_size, "page_planes is NULL but page_plane_count is %u",
+				   c->page_plane_count);
+	if (c->page_count == 0)
+		return config_fail(err, err_size, "page_count is 0");
+	if (c->row_count == 0)
+		return config_fail(err, err_size, "row_count is 0");
+	for (uint32_t i = 0; i < c->page_plane_count; i++) {
+		char field[32];
+
+		snprintf(field, sizeof(field), "page_planes[%u]", i);
+		ret = config_check_plane(&c->page_planes[i], field, REC_UNIT_BYTES_MAX,
+					 c->page_count, err, err_size);
+		if (ret)
+			return ret;
+	}
+	ret = config_check_plane(&c->row_plane, "row_plane", REC_ROW_BYTES_MAX, c->row_count,
+				 err, err_size);
+	if (ret)
+		return ret;
+	if (c->device && strcmp(c->device, "auto") != 0 && strcmp(c->device, "cuda") != 0 &&
+	    strcmp(c->device, "host") != 0)
+		return config_fail(err, err_size, "device is '%.32s' (auto, cuda or host)",
+				   c->device);
+	if (c->device_ordinal < 0)
+		return config_fail(err, err_size, "device_ordinal is %d", c->device_ordinal);
+	if (c->records_max > REC_DIR_RECORDS_MAX)
+		return config_fail(err, err_size, "records_max is %u (at most %u)", c->records_max,
+				   REC_DIR_RECORDS_MAX);
+	return c->cluster ? config_check_cluster(c->cluster, err, err_size) : 0;
+}
 
 int shard_config_geometry(const struct sel_store_config *c, uint32_t rank,
 			  uint32_t world_size, struct rec_geometry *g, char *err,

@@ -13,6 +13,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Checks every field of a store configuration before anything is opened:
+ * NULL pointers where a count says there is something, empty or overlong
+ * names, zero or oversized units and counts, a zero device address or a
+ * plane whose extent wraps the address space, an unknown device, a cluster
+ * description out of range. Returns 0, or -EINVAL with a message naming
+ * the field in err (err_size bytes, may be 0). Pure; reads nothing else.
+ */
+int shard_config_validate(const struct sel_store_config *c, char *err, size_t err_size);
+
 /* The geometry of rank in a world of world_size; 0 or SEL_EGEOMETRY with err. */
 int shard_config_geometry(const struct sel_store_config *c, uint32_t rank,
 			  uint32_t world_size, struct rec_geometry *g, char *err,

@@ -13,6 +13,7 @@
 #include "selene/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,23 @@ static void test_api_metrics_exposition(void **state)
 		skip();
 }
 
+/* sel_touch through the public API: a committed record and its ancestors
+ * (0), a count where nothing ends (SEL_ENOTFOUND), bad counts (-EINVAL). */
+static void test_api_touch(void **state)
+{
+	struct fixture *f = *state;
+
+	open_store(f);
+	publish_conversation(f);
+	assert_int_equal(sel_touch(f->store, f->history, 700), 0);
+	assert_int_equal(sel_touch(f->store, f->history, 1000), 0);
+	assert_int_equal(sel_touch(f->store, f->history, 500), SEL_ENOTFOUND);
+	assert_int_equal(sel_touch(f->store, f->history, 0), -EINVAL);
+	assert_int_equal(sel_touch(f->store, f->history, TOKENS + 1), -EINVAL);
+	assert_int_equal(sel_touch(f->store, NULL, 300), -EINVAL);
+	restore_and_check(f, 79);
+}
+
 /* Reopening the directory finds every committed record (seed step 12). */
 static void test_api_restart(void **state)
 {
@@ -335,15 +353,77 @@ static void test_api_full_disk(void **state)
 	umount(f->base);
 }
 
+struct log_catch {
+	pthread_mutex_t lock;
+	uint32_t lines, info_lines;
+	char last[256];
+	bool saw_store;
+};
+
+static void catch_line(enum sel_log_level level, const char *message, void *user)
+{
+	struct log_catch *lc = user;
+
+	pthread_mutex_lock(&lc->lock);
+	lc->lines++;
+	if (level == SEL_LOG_INFO)
+		lc->info_lines++;
+	if (strstr(message, "store"))
+		lc->saw_store = true;
+	snprintf(lc->last, sizeof(lc->last), "%s", message);
+	pthread_mutex_unlock(&lc->lock);
+}
+
+/*
+ * sel_log_set_callback takes every line (level, message without prefix or
+ * newline) from the store's threads; NULL restores stderr, whose lines
+ * carry a UTC timestamp and the rank.
+ */
+static void test_api_log_callback(void **state)
+{
+	struct fixture *f = *state;
+	struct log_catch lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	char path[] = "/tmp/selene-log-XXXXXX", text[512] = "";
+	int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+	ssize_t n;
+
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_log_set_callback(catch_line, &lc);
+	open_store(f);
+	sel_warn("a warning with %d", 42);
+	sel_log_set_callback(NULL, NULL);
+	pthread_mutex_lock(&lc.lock);
+	assert_true(lc.saw_store);
+	assert_true(lc.info_lines >= 1);
+	assert_string_equal(lc.last, "a warning with 42");
+	pthread_mutex_unlock(&lc.lock);
+	/* the default sink: "YYYY-MM-DDTHH:MM:SS.mmmZ selene[rank 0]: warn: ..." */
+	assert_true(fd >= 0);
+	dup2(fd, STDERR_FILENO);
+	sel_warn("to stderr");
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, text, sizeof(text) - 1, 0);
+	close(fd);
+	unlink(path);
+	assert_true(n > 0);
+	text[n] = '\0';
+	assert_int_equal(strlen(text), 24 + strlen(" selene[rank 0]: warn: to stderr\n"));
+	assert_true(text[4] == '-' && text[10] == 'T' && text[19] == '.' && text[23] == 'Z');
+	assert_non_null(strstr(text, " selene[rank 0]: warn: to stderr\n"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_api_publish_evict_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_metrics_exposition, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_log_callback, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("api", tests, NULL, NULL);

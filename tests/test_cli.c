@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -173,6 +174,47 @@ static void test_cli_verify_good_and_flipped(void **state)
 	free(path);
 	tu_record_free(&a);
 	tu_record_free(&b);
+	rec_dir_close(dir);
+	tu_remove_tree(base);
+	free(g);
+	free(r);
+}
+
+/*
+ * Issue 10 item 8: verify names a directory or FIFO with a record's name
+ * for what it is, NOT A RECORD, instead of calling it BAD.
+ */
+static void test_cli_verify_not_a_record(void **state)
+{
+	char *base = tu_make_temp_dir("cli");
+	struct run_result *r = malloc(sizeof(*r));
+	struct rec_geometry *g = malloc(sizeof(*g));
+	struct tu_record a, b, c;
+	struct rec_dir *dir;
+	char path[1024], name[REC_FILE_NAME_BYTES];
+
+	(void)state;
+	tu_geometry(g, 64, 2, 4096, 4096, 0, 1);
+	dir = tu_dir_open(base, g, false);
+	tu_record_make(&a, g, 1, 64 * 2, NULL, 1);
+	tu_record_make(&b, g, 2, 64 * 2, NULL, 2);
+	tu_record_make(&c, g, 3, 64 * 2, NULL, 3);
+	assert_int_equal(tu_record_write(dir, &a, 0), 0);
+	rec_file_name(name, &b.key);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(dir), name);
+	assert_int_equal(mkdir(path, 0700), 0);
+	rec_file_name(name, &c.key);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(dir), name);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	run(r, NULL, (const char *[]){ "verify", base, NULL });
+	expect(r, 0, "1 good, 0 bad");
+	expect(r, 0, "NOT A RECORD ");
+	expect(r, 0, "a directory with a record's name");
+	expect(r, 0, "a FIFO with a record's name");
+	assert_null(strstr(r->out, "BAD "));
+	tu_record_free(&a);
+	tu_record_free(&b);
+	tu_record_free(&c);
 	rec_dir_close(dir);
 	tu_remove_tree(base);
 	free(g);
@@ -407,6 +449,47 @@ static void test_cli_run_one_rank(void **state)
 	write_text(trace, "{\"id\": \"a.5\", \"spans\": [[1, 100], [2, 50], [3, 7], [4, 3]]}\n");
 	run_worker(r, trace, dir, results);
 	expect(r, 1, "checksum");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/*
+ * --stored-log: one flushed JSON line per checkpoint reported stored, naming
+ * the request that prefilled it and its tokens (tests/torture reads it to
+ * know what was committed before it kills a run); a checkpoint already
+ * stored is not logged again, and an unwritable log path fails the run.
+ */
+static void test_cli_run_stored_log(void **state)
+{
+	char *base = tu_make_temp_dir("stored-log");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], log[512], text[1024] = "";
+	FILE *f;
+	size_t n;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(log, sizeof(log), "%s/stored.log", base);
+	write_text(trace, "{\"id\": \"a.1\", \"spans\": [[1, 64]]}\n"
+			  "{\"id\": \"a\\\"2\", \"settle\": true, \"spans\": [[1, 64], [2, 32]]}\n"
+			  "{\"id\": \"b.1\", \"settle\": true, \"spans\": [[1, 64]]}\n");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "2x4K", "--row-bytes", "4K", "--page-tokens",
+				       "16", "--gpu-pages", "40", "--gpu-rows", "4",
+				       "--stored-log", log, NULL });
+	expect(r, 0, "2 offered");
+	f = fopen(log, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	assert_string_equal(text, "{\"id\": \"a.1\", \"consumed\": 64}\n"
+				  "{\"id\": \"a\\\"2\", \"consumed\": 96}\n");
+
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--stored-log", "/proc/no-such/stored.log", NULL });
+	expect(r, 1, "cannot write /proc/no-such/stored.log");
 	free(r);
 	tu_remove_tree(base);
 }
@@ -656,12 +739,12 @@ static void test_cli_log_escapes_and_bad_level(void **state)
 						     "--device", "host", "--planes", "2x8K,1x4K",
 						     "--row-bytes", "12K", "--page-tokens", "16",
 						     "--gpu-pages", "40", "--gpu-rows", "4", NULL });
-	expect(r, 0, "selene: warn: SELENE_LOG=bogus is not a level (error, warn, info or debug); "
+	expect(r, 0, "warn: SELENE_LOG=bogus is not a level (error, warn, info or debug); "
 		     "using info");
 	expect(r, 0, "evil\\x0aselene: error: forged\\x1b[2J.ckpt");
 	if (strstr(r->out, "\nselene: error: forged") || strchr(r->out, '\033'))
 		fail_msg("a control byte of a file name reached the log:\n%s", r->out);
-	expect(r, 0, "selene: info: scan"); /* the default level, info, holds */
+	expect(r, 0, "info: scan"); /* the default level, info, holds */
 	free(r);
 	tu_remove_tree(base);
 }
@@ -1013,11 +1096,13 @@ int main(void)
 		cmocka_unit_test(test_cli_help),
 		cmocka_unit_test(test_cli_failpoints),
 		cmocka_unit_test(test_cli_verify_good_and_flipped),
+		cmocka_unit_test(test_cli_verify_not_a_record),
 		cmocka_unit_test(test_cli_verify_live_and_empty),
 		cmocka_unit_test(test_cli_ls_json_escapes),
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
+		cmocka_unit_test(test_cli_run_stored_log),
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),

@@ -423,6 +423,7 @@ static void test_dir_kill_during_scan(void **state)
 		if (pid == 0) {
 			struct rec_scan child_scan;
 
+			setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1); /* kill, deliberately */
 			sel_failpoints_configure(config);
 			rec_dir_scan(f->dir, &child_scan);
 			_exit(4);
@@ -442,38 +443,67 @@ static void test_dir_kill_during_scan(void **state)
 	}
 }
 
-/* An unreadable record stops the scan rather than be deleted. */
-static void test_dir_scan_stops_on_io_error(void **state)
+/*
+ * Issue 10 item 3: a record the scan cannot read (EIO) is skipped with the
+ * reason, never deleted, and left out of the summary, with whatever depends
+ * on it; the next scan that can read it keeps it.
+ */
+static void test_dir_scan_skips_unreadable(void **state)
 {
 	struct fixture *f = *state;
-	struct tu_record rec;
+	struct tu_record parent, child;
 	struct rec_scan scan;
 
-	tu_record_make(&rec, &f->g, 50, 64 * 2, NULL, 1);
-	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	tu_record_make(&parent, &f->g, 50, 64 * 2, NULL, 1);
+	tu_record_make(&child, &f->g, 50, 64 * 3, &parent, 2);
+	assert_int_equal(tu_record_write(f->dir, &parent, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &child, 0), 0);
+	/* every read fails: both skipped, both kept on disk */
 	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
-	assert_int_equal(rec_dir_scan(f->dir, &scan), -EIO);
-	sel_failpoints_configure(NULL);
-	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
-	assert_int_equal(scan.record_count, 1);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(scan.record_count, 0);
+	assert_int_equal(scan.unreadable_skipped, 2);
+	assert_int_equal(scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped, 0);
 	rec_scan_free(&scan);
-	tu_record_free(&rec);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	/* the first file listed fails: parent or child, nothing is deleted */
+	assert_int_equal(sel_failpoints_configure("disk.read=1*return(EIO)"), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(scan.unreadable_skipped, 1);
+	assert_true(scan.record_count <= 1); /* the parent alone, or nothing */
+	assert_int_equal(scan.orphans_dropped + scan.page_only_dropped, 0);
+	rec_scan_free(&scan);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	/* readable again: both back */
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_int_equal(scan.unreadable_skipped, 0);
+	rec_scan_free(&scan);
+	tu_record_free(&parent);
+	tu_record_free(&child);
 }
 
-/* Directories, FIFOs and symlinks with record names are left alone. */
-static void test_dir_scan_ignores_non_regular(void **state)
+/*
+ * Issue 10 item 8: a directory, FIFO or symlink named like a record is
+ * moved aside (NAME.aside), never followed nor deleted, so its key can be
+ * stored again; other non-regular files are left alone.
+ */
+static void test_dir_scan_moves_non_regular_aside(void **state)
 {
 	struct fixture *f = *state;
-	struct tu_record rec, outside;
+	struct tu_record rec, outside, blocked;
 	struct rec_scan scan;
 	char path[1024], name[REC_FILE_NAME_BYTES];
 	char *target, *base2 = tu_make_temp_dir("outside");
 	struct rec_dir *dir2 = tu_dir_open(base2, &f->g, false);
 	const char *d = rec_dir_path(f->dir);
+	struct stat st;
 
 	tu_record_make(&rec, &f->g, 60, 64 * 2, NULL, 1);
 	tu_record_make(&outside, &f->g, 61, 64 * 2, NULL, 2);
+	tu_record_make(&blocked, &f->g, 62, 64 * 2, NULL, 3);
 	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
 	assert_int_equal(tu_record_write(dir2, &outside, 0), 0);
 	snprintf(path, sizeof(path), "%s/fifo.tmp", d);
@@ -482,20 +512,35 @@ static void test_dir_scan_ignores_non_regular(void **state)
 	assert_int_equal(mkfifo(path, 0600), 0);
 	snprintf(path, sizeof(path), "%s/sub.tmp", d);
 	assert_int_equal(mkdir(path, 0700), 0);
+	rec_file_name(name, &blocked.key);
+	snprintf(path, sizeof(path), "%s/%s", d, name);
+	assert_int_equal(mkdir(path, 0700), 0);
 	target = tu_record_path(dir2, &outside.key);
 	rec_file_name(name, &outside.key);
 	snprintf(path, sizeof(path), "%s/%s", d, name);
 	assert_int_equal(symlink(target, path), 0);
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	assert_int_equal(scan.record_count, 1);
-	assert_int_equal(scan.ignored, 4);
-	/* the symlink's target was neither read as ours nor changed */
-	assert_int_equal(rec_truncate_row(f->dir, &outside.key), -ELOOP);
+	assert_int_equal(scan.ignored, 2);     /* fifo.tmp, sub.tmp */
+	assert_int_equal(scan.moved_aside, 3); /* the FIFO, directory and symlink */
+	rec_scan_free(&scan);
+	assert_int_equal(tu_count_suffix(d, ".aside"), 3);
+	/* the symlink itself was moved, its target neither read nor changed */
+	snprintf(path, sizeof(path), "%s/%s.aside", d, name);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
 	assert_int_equal(access(target, F_OK), 0);
+	/* both keys can be stored again */
+	assert_int_equal(tu_record_write(f->dir, &outside, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &blocked, 0), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 3);
+	assert_int_equal(scan.moved_aside, 0);
 	rec_scan_free(&scan);
 	free(target);
 	tu_record_free(&rec);
 	tu_record_free(&outside);
+	tu_record_free(&blocked);
 	rec_dir_close(dir2);
 	tu_remove_tree(base2);
 }
@@ -512,8 +557,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_rebuilds_index, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_scan_stops_on_io_error, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_scan_ignores_non_regular, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_moves_non_regular_aside, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("dir", tests, NULL, NULL);

@@ -8,9 +8,13 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/selene.h"
+#include "selene/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,12 +129,133 @@ static void test_failpoint_kill(void **state)
 	pid = fork();
 	if (pid == 0) {
 		sel_log_set_level(SEL_LOG_ERROR);
+		setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1);
 		sel_failpoints_configure("record.after_rename=1*kill");
 		SEL_FAILPOINT(SEL_FP_RECORD_AFTER_RENAME);
 		_exit(0);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+/* kill and abort are refused unless SELENE_FAILPOINTS_ALLOW_FATAL=1 is set. */
+static void test_failpoint_fatal_needs_permission(void **state)
+{
+	(void)state;
+	sel_log_set_level(SEL_LOG_ERROR + 0);
+	unsetenv("SELENE_FAILPOINTS_ALLOW_FATAL");
+	assert_int_equal(sel_failpoints_configure("disk.write=kill"), SEL_EFAILPOINT);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*off->abort"), SEL_EFAILPOINT);
+	setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "yes", 1);
+	assert_int_equal(sel_failpoints_configure("disk.write=kill"), SEL_EFAILPOINT);
+	setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*off->abort"), 0);
+	unsetenv("SELENE_FAILPOINTS_ALLOW_FATAL");
+	assert_int_equal(SEL_FAILPOINT(SEL_FP_DISK_WRITE), 0);
+}
+
+/* Runs fn in a child with SELENE_FAILPOINTS=value; returns its exit status. */
+static int in_child_with_env(const char *value, int (*fn)(void))
+{
+	pid_t pid = fork();
+	int status;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("SELENE_FAILPOINTS", value, 1);
+		_exit(fn());
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+/* 0 when open refuses with SEL_EFAILPOINT and names the bad part. */
+static int store_open_refuses(void)
+{
+	struct sel_store_config c = { .dir = "/nonexistent", .page_tokens = 64 };
+	char err[256] = "";
+	sel_store *s = NULL;
+
+	if (sel_store_open(&c, &s, err, sizeof(err)) != SEL_EFAILPOINT || s)
+		return 1;
+	if (!strstr(err, "SELENE_FAILPOINTS") || !strstr(err, "explode"))
+		return 2;
+	/* Every later open answers the same, never a crash. */
+	if (sel_store_open(&c, &s, err, sizeof(err)) != SEL_EFAILPOINT)
+		return 3;
+	return 0;
+}
+
+/* The same through the peer's start. */
+static int peer_start_refuses(void)
+{
+	struct sel_cluster cl = { .rank = 1, .world_size = 2, .coordinator_host = "127.0.0.1",
+				  .coordinator_port = 1, .listen_fd = -1 };
+	struct sel_store_config c = { .dir = "/nonexistent", .page_tokens = 64,
+				      .disk_limit_bytes = 1 << 20, .cluster = &cl };
+	char err[256] = "";
+	sel_peer *p = NULL;
+
+	if (sel_peer_start(&c, &p, err, sizeof(err)) != SEL_EFAILPOINT || p)
+		return 1;
+	return strstr(err, "explode") ? 0 : 2;
+}
+
+/* A fatal action in the environment is refused at open without permission. */
+static int store_open_refuses_fatal(void)
+{
+	struct sel_store_config c = { .dir = "/nonexistent", .page_tokens = 64 };
+	char err[256] = "";
+	sel_store *s = NULL;
+
+	unsetenv("SELENE_FAILPOINTS_ALLOW_FATAL");
+	if (sel_store_open(&c, &s, err, sizeof(err)) != SEL_EFAILPOINT)
+		return 1;
+	return strstr(err, "SELENE_FAILPOINTS_ALLOW_FATAL") ? 0 : 2;
+}
+
+/*
+ * A malformed SELENE_FAILPOINTS is an error of sel_store_open and
+ * sel_peer_start, naming the bad part; it never ends the process.
+ */
+static void test_failpoint_env_malformed_fails_open(void **state)
+{
+	(void)state;
+	sel_log_set_level(SEL_LOG_ERROR + 0);
+	assert_int_equal(in_child_with_env("disk.write=explode", store_open_refuses), 0);
+	assert_int_equal(in_child_with_env("disk.write=explode", peer_start_refuses), 0);
+	assert_int_equal(in_child_with_env("record.after_rename=1*kill",
+					   store_open_refuses_fatal), 0);
+}
+
+/*
+ * A program linking the library starts with a malformed SELENE_FAILPOINTS
+ * (no constructor exits before main): selene --version prints and exits 0.
+ */
+static void test_failpoint_env_malformed_spares_main(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	pid_t pid;
+	int status;
+
+	(void)state;
+	if (!program)
+		skip();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		setenv("SELENE_FAILPOINTS", "disk.write=explode", 1);
+		execl(program, program, "--version", (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 int main(void)
@@ -143,6 +268,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_failpoint_rejects_malformed, teardown),
 		cmocka_unit_test_teardown(test_failpoint_registry, teardown),
 		cmocka_unit_test_teardown(test_failpoint_kill, teardown),
+		cmocka_unit_test_teardown(test_failpoint_fatal_needs_permission, teardown),
+		cmocka_unit_test_teardown(test_failpoint_env_malformed_fails_open, teardown),
+		cmocka_unit_test_teardown(test_failpoint_env_malformed_spares_main, teardown),
 	};
 
 	return cmocka_run_group_tests_name("failpoint", tests, NULL, NULL);

@@ -137,6 +137,17 @@ static void got_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t
 	pthread_mutex_unlock(&g->lock);
 }
 
+/* The count under its lock: the link's reader thread writes it. */
+static uint32_t got_frames(struct got *g)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&g->lock);
+	n = g->frames;
+	pthread_mutex_unlock(&g->lock);
+	return n;
+}
+
 /* A good join: the agreed limit arrives, and links carry on the sequences. */
 static void test_join_good(void **state)
 {
@@ -169,9 +180,9 @@ static void test_join_good(void **state)
 	f->fd0 = f->peer.fd = -1;
 	assert_int_equal(cluster_link_send(l1, CLUSTER_MSG_HEARTBEAT, hb, 8), 0);
 	assert_int_equal(cluster_link_send(l1, CLUSTER_MSG_BYE, NULL, 0), 0);
-	for (int i = 0; i < 5000 && got.frames < 1; i++)
+	for (int i = 0; i < 5000 && got_frames(&got) < 1; i++)
 		usleep(1000);
-	assert_int_equal(got.frames, 1); /* the BYE; heartbeats are not delivered */
+	assert_int_equal(got_frames(&got), 1); /* the BYE; heartbeats are not delivered */
 	assert_true(cluster_link_alive(l0));
 	cluster_link_close(l0, 100);
 	cluster_link_close(l1, 100);
