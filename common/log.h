@@ -2,8 +2,11 @@
  * Logging, one line per event: to the host's callback (sel_log_set_callback
  * in include/selene/store.h), or to stderr with a UTC timestamp, "selene",
  * the rank where known, and the level. The level comes
- * from SELENE_LOG (error, warn, info, debug; default info) read once. Not for
- * hot paths: callers log state changes, not per-page events.
+ * from SELENE_LOG (error, warn, info, debug; default info) read once; any
+ * other value is reported by one warning and the default kept. Control
+ * bytes in a message (a file name may hold any) are written as \xNN, to
+ * either sink. Not for hot paths: callers log state changes, not per-page
+ * events.
  */
 #ifndef SELENE_COMMON_LOG_H
 #define SELENE_COMMON_LOG_H

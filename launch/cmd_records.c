@@ -69,7 +69,7 @@ static int list_sorted(const char *path, char ***names_out, size_t *count_out)
 			count++;
 	}
 	closedir(d);
-	if (count > 1) /* an empty directory has no array at all */
+	if (count) /* an empty directory has no array to sort */
 		qsort(names, count, sizeof(*names), compare_names);
 	*names_out = names;
 	*count_out = count;
@@ -195,6 +195,51 @@ static void format_age(char *out, size_t size, uint64_t age_ns)
 		snprintf(out, size, "%" PRIu64 "d", s / 86400);
 }
 
+/* Bytes of the valid UTF-8 sequence at s (1 to 4), or 0 if it is not one. */
+static size_t utf8_length(const unsigned char *s)
+{
+	size_t len = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 :
+		     s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : 0;
+
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if ((len == 3 && s[0] == 0xe0 && s[1] < 0xa0) ||  /* overlong */
+	    (len == 3 && s[0] == 0xed && s[1] >= 0xa0) ||  /* a surrogate */
+	    (len == 4 && s[0] == 0xf0 && s[1] < 0x90) ||  /* overlong */
+	    (len == 4 && s[0] == 0xf4 && s[1] >= 0x90))   /* past U+10FFFF */
+		return 0;
+	return len;
+}
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped, UTF-8
+ * as it is, and a byte that is not UTF-8 (a file name may hold any) as
+ * U+FFFD, so the line stays valid JSON whatever the name. */
+static void json_string(FILE *f, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	fputc('"', f);
+	while (*p) {
+		size_t len;
+
+		if (*p == '"' || *p == '\\') {
+			fprintf(f, "\\%c", *p++);
+		} else if (*p < 0x20 || *p == 0x7f) {
+			fprintf(f, "\\u%04x", *p++);
+		} else if (*p < 0x80) {
+			fputc(*p++, f);
+		} else if ((len = utf8_length(p)) != 0) {
+			fwrite(p, 1, len, f);
+			p += len;
+		} else {
+			fputs("\\ufffd", f);
+			p++;
+		}
+	}
+	fputc('"', f);
+}
+
 static void key_text(char out[REC_FILE_NAME_BYTES], const struct rec_key *key)
 {
 	rec_file_name(out, key);
@@ -285,13 +330,18 @@ static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 	else
 		strcpy(parent, "-");
 	if (w->json) {
-		printf("{\"dir\":\"%s\",\"key\":\"%s\",\"consumed\":%" PRIu64
-		       ",\"parent\":%s%s%s,\"first_page\":%u,\"pages\":%u,"
+		/* every string escaped: a directory may be named anything */
+		printf("{\"dir\":");
+		json_string(stdout, dir_path);
+		printf(",\"key\":");
+		json_string(stdout, key);
+		printf(",\"consumed\":%" PRIu64 ",\"parent\":", r.header.key.consumed);
+		if (r.header.parent.consumed)
+			json_string(stdout, parent);
+		else
+			printf("null");
+		printf(",\"first_page\":%u,\"pages\":%u,"
 		       "\"row\":%s,\"bytes\":%" PRIu64 ",\"age_s\":%.3f}\n",
-		       dir_path, key, r.header.key.consumed,
-		       r.header.parent.consumed ? "\"" : "",
-		       r.header.parent.consumed ? parent : "null",
-		       r.header.parent.consumed ? "\"" : "",
 		       r.header.first_page_index, r.header.tail_page_count,
 		       r.row_present ? "true" : "false", r.file_length,
 		       (double)age_ns / 1e9);

@@ -79,36 +79,86 @@ static int put_byte(struct cursor *c, char *out, size_t *n, size_t max, uint8_t 
 	return 0;
 }
 
-/* \uXXXX as UTF-8 (the basic plane; surrogates are refused). */
-static int put_escape_u(struct cursor *c, char *out, size_t *n, size_t max)
+/* Four hex digits at the cursor into *code; false (cursor kept) if not. */
+static bool read_hex4(struct cursor *c, uint32_t *code)
 {
-	uint32_t code = 0;
-	int ret = 0;
-
+	*code = 0;
 	if (c->end - c->at < 4)
-		return fail(c, "a \\u escape needs four hex digits");
+		return false;
 	for (int i = 0; i < 4; i++) {
 		int d = hex_digit(c->at[i]);
 
 		if (d < 0)
-			return fail(c, "a \\u escape needs four hex digits");
-		code = code << 4 | (uint32_t)d;
+			return false;
+		*code = *code << 4 | (uint32_t)d;
 	}
 	c->at += 4;
+	return true;
+}
+
+/* code (at most U+10FFFF, no surrogate) as 1 to 4 bytes of UTF-8. */
+static int put_utf8(struct cursor *c, char *out, size_t *n, size_t max, uint32_t code)
+{
+	uint8_t bytes[4];
+	size_t len;
+	int ret = 0;
+
+	if (code < 0x80) {
+		bytes[0] = (uint8_t)code;
+		len = 1;
+	} else if (code < 0x800) {
+		bytes[0] = (uint8_t)(0xc0 | code >> 6);
+		bytes[1] = (uint8_t)(0x80 | (code & 0x3f));
+		len = 2;
+	} else if (code < 0x10000) {
+		bytes[0] = (uint8_t)(0xe0 | code >> 12);
+		bytes[1] = (uint8_t)(0x80 | ((code >> 6) & 0x3f));
+		bytes[2] = (uint8_t)(0x80 | (code & 0x3f));
+		len = 3;
+	} else {
+		bytes[0] = (uint8_t)(0xf0 | code >> 18);
+		bytes[1] = (uint8_t)(0x80 | ((code >> 12) & 0x3f));
+		bytes[2] = (uint8_t)(0x80 | ((code >> 6) & 0x3f));
+		bytes[3] = (uint8_t)(0x80 | (code & 0x3f));
+		len = 4;
+	}
+	for (size_t i = 0; !ret && i < len; i++)
+		ret = put_byte(c, out, n, max, bytes[i]);
+	return ret;
+}
+
+/*
+ * \uXXXX as UTF-8, a surrogate pair (\ud83d\ude00, as Python's json.dumps
+ * writes characters past U+FFFF) as one character. A string that is kept
+ * (out) must be valid UTF-8 without U+0000, so a lone surrogate or U+0000
+ * is refused there; a skipped string may hold them, as JSON allows.
+ */
+static int put_escape_u(struct cursor *c, char *out, size_t *n, size_t max)
+{
+	uint32_t code, low;
+
+	if (!read_hex4(c, &code))
+		return fail(c, "a \\u escape needs four hex digits");
+	if (code >= 0xd800 && code <= 0xdbff && c->end - c->at >= 6 && c->at[0] == '\\' &&
+	    c->at[1] == 'u') {
+		const char *at = c->at;
+
+		c->at += 2;
+		if (read_hex4(c, &low) && low >= 0xdc00 && low <= 0xdfff)
+			return put_utf8(c, out, n, max,
+					0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00));
+		c->at = at; /* not a pair: the next escape stands alone */
+	}
+	if (!out) {
+		(*n)++;
+		return 0;
+	}
 	if (code >= 0xd800 && code <= 0xdfff)
-		return fail(c, "a \\u escape names a surrogate (U+%04X)", code);
+		return fail(c, "a \\u escape names a lone surrogate (U+%04X), which is "
+			    "not a character", code);
 	if (code == 0)
 		return fail(c, "a string holds U+0000");
-	if (code < 0x80)
-		return put_byte(c, out, n, max, (uint8_t)code);
-	if (code < 0x800) {
-		ret = put_byte(c, out, n, max, (uint8_t)(0xc0 | code >> 6));
-		return ret ? ret : put_byte(c, out, n, max, (uint8_t)(0x80 | (code & 0x3f)));
-	}
-	ret = put_byte(c, out, n, max, (uint8_t)(0xe0 | code >> 12));
-	if (!ret)
-		ret = put_byte(c, out, n, max, (uint8_t)(0x80 | ((code >> 6) & 0x3f)));
-	return ret ? ret : put_byte(c, out, n, max, (uint8_t)(0x80 | (code & 0x3f)));
+	return put_utf8(c, out, n, max, code);
 }
 
 /* A string into out (max bytes, terminated), or skipped when out is NULL. */
@@ -430,7 +480,15 @@ static int parse_member(struct cursor *c, struct launch_trace_request *r, struct
 		seen->settle = true;
 		return parse_bool(c, "\"settle\"", &r->settle);
 	}
-	return skip_value(c, 1);
+	if (strcmp(key, "note") == 0)
+		return skip_value(c, 1); /* free-form: any JSON value */
+	/* a misspelt key would silently drop what it meant ("expcet") */
+	if (key[0] == '\0')
+		return fail(c, "unknown key (longer than %zu bytes) in a request; a request "
+			    "holds \"id\", \"spans\", \"expect\", \"settle\" and \"note\"",
+			    sizeof(key) - 2);
+	return fail(c, "unknown key \"%s\" in a request; a request holds \"id\", "
+		    "\"spans\", \"expect\", \"settle\" and \"note\"", key);
 }
 
 /* One line: an object holding "id" and "spans". */

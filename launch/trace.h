@@ -13,7 +13,10 @@
  * Any subset of the three keys. "settle": true makes the worker wait, before
  * that request, until every store in flight has finished (a user's think
  * time between turns), so that what the request finds does not depend on
- * disk speed. Other keys are skipped (any JSON value).
+ * disk speed. "note" holds anything (any JSON value, skipped); any other
+ * key is refused, naming it and its line (a misspelt "expcet" must not
+ * silently drop an expectation). Strings take every JSON escape, surrogate
+ * pairs included (Python's json.dumps writes non-ASCII ids that way).
  * Every error names its line and what is wrong. This file parses; it does
  * not know what a request does.
  */

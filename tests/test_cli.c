@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,6 +278,49 @@ static void test_cli_verify_live_and_empty(void **state)
 	tu_remove_tree(base);
 	tu_remove_tree(empty);
 	free(recs);
+	free(g);
+	free(r);
+}
+
+/*
+ * ls --json escapes every string (issue 13 item 16): under a directory
+ * named with a quote, a backslash, control bytes, UTF-8 and a byte that is
+ * not UTF-8, every line is valid JSON that names the directory.
+ */
+static void test_cli_ls_json_escapes(void **state)
+{
+	char *top = tu_make_temp_dir("cli-json");
+	struct run_result *r = malloc(sizeof(*r));
+	struct rec_geometry *g = malloc(sizeof(*g));
+	char base[600], cmd[1400];
+	struct tu_record a;
+	struct rec_dir *dir;
+	FILE *f;
+
+	(void)state;
+	snprintf(base, sizeof(base), "%s/odd\"dir\\\n\x01\t\xc3\xa9\xff", top);
+	assert_int_equal(mkdir(base, 0755), 0);
+	tu_geometry(g, 64, 2, 4096, 4096, 0, 1);
+	dir = tu_dir_open(base, g, false);
+	tu_record_make(&a, g, 1, 64 * 2, NULL, 1);
+	assert_int_equal(tu_record_write(dir, &a, 0), 0);
+	run(r, NULL, (const char *[]){ "ls", "--json", top, NULL });
+	expect(r, 0, "odd\\\"dir\\\\\\u000a\\u0001\\u0009\xc3\xa9\\ufffd/");
+	snprintf(cmd, sizeof(cmd), "%s/out.json", top);
+	f = fopen(cmd, "w");
+	assert_non_null(f);
+	fputs(r->out, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c 'import json, sys\n"
+		 "for line in open(sys.argv[1], encoding=\"utf-8\"):\n"
+		 "    d = json.loads(line)\n"
+		 "    assert d[\"dir\"].find(\"odd\\\"dir\\\\\\n\\x01\\t\\xe9\\ufffd/\") > 0, d\n' "
+		 "%s/out.json", top);
+	if (system(cmd) != 0)
+		fail_msg("ls --json wrote lines that are not JSON:\n%s", r->out);
+	tu_record_free(&a);
+	rec_dir_close(dir);
+	tu_remove_tree(top);
 	free(g);
 	free(r);
 }
@@ -671,6 +715,40 @@ static void test_cli_run_interrupted(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * Log lines (issue 10 item 9): a file name with a newline and an escape
+ * sequence is logged with them as \xNN, never raw; SELENE_LOG=bogus is
+ * reported once and the default level kept.
+ */
+static void test_cli_log_escapes_and_bad_level(void **state)
+{
+	char *base = tu_make_temp_dir("run-log");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], cmd[1200];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	write_text(trace, "{\"id\": \"a\", \"spans\": [[1, 32]]}\n");
+	run_worker(r, trace, dir, "/dev/null");
+	expect(r, 0, "byte-exact");
+	snprintf(cmd, sizeof(cmd), "cd %s/rank0/*/ && touch \"$(printf 'evil\\nselene: error: forged\\033[2J.ckpt')\"",
+		 base);
+	assert_int_equal(system(cmd), 0);
+	run(r, "SELENE_LOG=bogus", (const char *[]){ "run", "--trace", trace, "--dir", dir,
+						     "--device", "host", "--planes", "2x8K,1x4K",
+						     "--row-bytes", "12K", "--page-tokens", "16",
+						     "--gpu-pages", "40", "--gpu-rows", "4", NULL });
+	expect(r, 0, "warn: SELENE_LOG=bogus is not a level (error, warn, info or debug); "
+		     "using info");
+	expect(r, 0, "evil\\x0aselene: error: forged\\x1b[2J.ckpt");
+	if (strstr(r->out, "\nselene: error: forged") || strchr(r->out, '\033'))
+		fail_msg("a control byte of a file name reached the log:\n%s", r->out);
+	expect(r, 0, "info: scan"); /* the default level, info, holds */
+	free(r);
+	tu_remove_tree(base);
+}
+
 /* Bad traces and flags are refused with what is wrong, before any store. */
 static void test_cli_run_bad_input(void **state)
 {
@@ -694,12 +772,12 @@ static void test_cli_run_bad_input(void **state)
 		{ "{\"id\": \"x\\q\", \"spans\": [[1, 2]]}\n", "unknown escape" },
 		{ "{\"id\": \"x, \"spans\": [[1, 2]]}\n", "line 1:" },
 		{ "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n", "'{' expected to open a request" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]}\n",
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]}\n",
 		  "nest deeper than 32" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": -}\n", "a number needs digits" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1.}\n", "digits after its '.'" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1e+}\n", "digits in its exponent" },
-		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"n\": 1.2.3}\n", "found '.'" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": -}\n", "a number needs digits" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": 1.}\n", "digits after its '.'" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": 1e+}\n", "digits in its exponent" },
+		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": 1.2.3}\n", "found '.'" },
 		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"settle\": true, \"settle\": false}\n",
 		  "\"settle\" appears twice" },
 		{ "{\"id\": \"x\", \"spans\": [[1, 2]], \"expect\": {}, \"expect\": {}}\n",
@@ -1040,6 +1118,7 @@ int main(void)
 		cmocka_unit_test(test_cli_verify_good_and_flipped),
 		cmocka_unit_test(test_cli_verify_not_a_record),
 		cmocka_unit_test(test_cli_verify_live_and_empty),
+		cmocka_unit_test(test_cli_ls_json_escapes),
 		cmocka_unit_test(test_cli_demo),
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
@@ -1050,6 +1129,7 @@ int main(void)
 		cmocka_unit_test(test_cli_bench_fanout),
 		cmocka_unit_test(test_cli_strict_numbers),
 		cmocka_unit_test(test_cli_run_retry_refused_at_end),
+		cmocka_unit_test(test_cli_log_escapes_and_bad_level),
 		cmocka_unit_test(test_cli_run_interrupted),
 		cmocka_unit_test(test_cli_bench_cleans_up),
 		cmocka_unit_test(test_cli_bench_startup),

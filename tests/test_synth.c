@@ -74,7 +74,7 @@ static void test_trace_parse(void **state)
 	static const char text[] =
 		"{\"id\": \"a\\u00e9\\n\", \"spans\": [[18446744073709551615, 3], [0, 1]]}\r\n"
 		"   \n"
-		"{\"x\": {\"y\": [true, null, -1.5e3, \"s\"]}, \"settle\": true, \"spans\": [[2, 7]],"
+		"{\"note\": {\"y\": [true, null, -1.5e3, \"s\"]}, \"settle\": true, \"spans\": [[2, 7]],"
 		" \"id\": \"b\", \"expect\": {\"gpu_reused\": 4, \"prefilled\": 3}}";
 	struct launch_trace t;
 	char err[256];
@@ -115,11 +115,17 @@ static void test_trace_skipped_values_and_ids(void **state)
 	size_t at = 0;
 
 	(void)state;
-	snprintf(long_key, sizeof(long_key), "{\"id\": \"x\", \"spans\": [[1, 2]], \"%0300d\": "
-		 "[0, -0.5e-3, 1E+9, {\"a\": \"\\u0041\"}]}", 7);
+	snprintf(long_key, sizeof(long_key), "{\"id\": \"x\", \"spans\": [[1, 2]], \"note\": "
+		 "[0, -0.5e-3, 1E+9, {\"%0300d\": \"\\u0041\\ud800\\u0000\"}]}", 7);
 	assert_int_equal(launch_trace_parse(long_key, strlen(long_key), &t, err, sizeof(err)), 0);
 	assert_int_equal(t.request_count, 1);
 	launch_trace_free(&t);
+	/* a key of ours misspelt, or one too long to be ours, is refused by line */
+	snprintf(long_key, sizeof(long_key), "{\"id\": \"x\", \"spans\": [[1, 2]], \"%0300d\": "
+		 "1}", 7);
+	assert_int_equal(launch_trace_parse(long_key, strlen(long_key), &t, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "line 1: unknown key (longer than"));
 	assert_int_equal(launch_trace_parse(nul, sizeof(nul) - 1, &t, err, sizeof(err)), -EINVAL);
 
 	/* 50,000 requests, the id of line 7 again on line 49,999 */
@@ -133,6 +139,42 @@ static void test_trace_skipped_values_and_ids(void **state)
 	free(big);
 }
 
+/*
+ * Every valid JSON string escape, surrogate pairs included (issue 13 item
+ * 16): Python's json.dumps writes "\U0001F600" as "\\ud83d\\ude00" and
+ * the id holds the character's four UTF-8 bytes; a lone surrogate cannot
+ * be an id; an unknown top-level key is refused with its line.
+ */
+static void test_trace_escapes_and_unknown_keys(void **state)
+{
+	static const char text[] =
+		"{\"id\": \"\\ud83d\\ude00 \\u00e9\\u4e2d\\/\\b\\f\\r\\t\\\"\\\\\", \"spans\": [[1, 2]]}\n"
+		"{\"id\": \"\\uD83D\\uDE00\", \"spans\": [[1, 2]], \"note\": \"\\udead\"}\n";
+	static const char lone[] = "{\"id\": \"a\\ud83d\", \"spans\": [[1, 2]]}\n";
+	static const char lone_pair[] = "{\"id\": \"a\\ud83d\\u0041\", \"spans\": [[1, 2]]}\n";
+	static const char misspelt[] =
+		"{\"id\": \"a\", \"spans\": [[1, 2]]}\n"
+		"{\"id\": \"b\", \"spans\": [[1, 2]], \"expcet\": {\"prefilled\": 2}}\n";
+	struct launch_trace t;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(launch_trace_parse(text, sizeof(text) - 1, &t, err, sizeof(err)), 0);
+	assert_int_equal(t.request_count, 2);
+	assert_string_equal(t.requests[0].id, "\xf0\x9f\x98\x80 \xc3\xa9\xe4\xb8\xad/\b\f\r\t\"\\");
+	assert_string_equal(t.requests[1].id, "\xf0\x9f\x98\x80");
+	launch_trace_free(&t);
+	assert_int_equal(launch_trace_parse(lone, sizeof(lone) - 1, &t, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "line 1: a \\u escape names a lone surrogate (U+D83D)"));
+	assert_int_equal(launch_trace_parse(lone_pair, sizeof(lone_pair) - 1, &t, err,
+					    sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "lone surrogate (U+D83D)"));
+	assert_int_equal(launch_trace_parse(misspelt, sizeof(misspelt) - 1, &t, err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "line 2: unknown key \"expcet\" in a request; a request holds "
+			    "\"id\", \"spans\", \"expect\", \"settle\" and \"note\"");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -140,6 +182,7 @@ int main(void)
 		cmocka_unit_test(test_synth_bytes),
 		cmocka_unit_test(test_trace_parse),
 		cmocka_unit_test(test_trace_skipped_values_and_ids),
+		cmocka_unit_test(test_trace_escapes_and_unknown_keys),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
