@@ -530,6 +530,7 @@ class Lane:
             self.table.note("failpoint", "%s=kill on %s never fired" % (name, role))
         self.restart_and_check(why)
         self.table.add("failpoint", "restarts ok")
+        self.fresh()
 
     # ---- corruption of records, then restores
     def corrupt_try(self, seed, kind):
@@ -577,6 +578,7 @@ class Lane:
                                allow_missing=True, prompts=prompts, tolerate=touched)
         self.restart_and_check(why + ": stored again", committed=committed, tolerate=touched)
         self.table.add("corrupt", "stored again ok")
+        self.fresh()  # a damaged file left unread must not meet the next kill's checks
 
 
 def committed_depth(committed, prompt):
