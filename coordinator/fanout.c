@@ -23,6 +23,7 @@
 struct pending {
 	bool active;
 	bool cleaning;        /* unlinking a failed store where it was written */
+	bool replaces;        /* a rewrite: never unlinked (shard_store_job) */
 	enum coord_job_kind kind;
 	uint32_t remaining;   /* answers still expected */
 	int result;           /* the first failure */
@@ -183,6 +184,7 @@ static int fan_store(void *ctx, uint64_t job_id, const struct shard_store_job *j
 		return ret;
 	p = begin(f, job_id, COORD_JOB_STORE);
 	p->key = job->header->key;
+	p->replaces = job->replaces;
 	rec_header_encode(job->header, header);
 	send_all(f, p, cluster_job_encode(&(struct cluster_job){
 		.job_id = job_id, .kind = CLUSTER_JOB_STORE, .record_header = header,
@@ -332,7 +334,7 @@ static bool apply(struct coord_fanout *f, uint32_t rank, const struct shard_comp
 	}
 	if (--p->remaining > 0)
 		return false;
-	if (!cleanup && p->kind == COORD_JOB_STORE && p->result) {
+	if (!cleanup && p->kind == COORD_JOB_STORE && p->result && !p->replaces) {
 		start_cleanup(f, job_id, p);
 		if (p->remaining > 0)
 			return false;

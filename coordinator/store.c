@@ -418,7 +418,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 	struct rec_header header;
 	struct shard_store_job store = { .header = &header,
 					 .page_ids = pub->page_ids + n->first_page_index,
-					 .state_slot = pub->state_slot };
+					 .state_slot = pub->state_slot, .replaces = true };
 	struct coord_job *job;
 	uint32_t id;
 	int err;
@@ -662,29 +662,75 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 		reclaim(s, parent, true);
 }
 
+static void condemn(struct coord_store *s, struct coord_node *n)
+{
+	if (n->state == COORD_READY) {
+		n->state = COORD_CONDEMNED;
+		s->condemned_count++;
+	}
+}
+
+/*
+ * A failed rewrite left each rank with the old page-only file or the new
+ * whole one (R-WRITE-4), or none where the rename happened and a later
+ * step failed (R-WRITE-5): a truncate of the row on every rank makes them
+ * agree again without losing the committed record (complete_rewrite_undo);
+ * where that cannot even be submitted, the record goes with its children.
+ */
+static void rewrite_undo(struct coord_store *s, const struct coord_job *failed)
+{
+	struct coord_node *n = coord_index_node(&s->index, failed->node);
+	uint32_t id;
+	struct coord_job *job = job_take(s, &id);
+
+	if (job) {
+		job->kind = COORD_JOB_TRUNCATE;
+		job->rewrite = true;
+		job->node = failed->node;
+		job->key = n->key;
+		job->bytes = 0;
+		if (s->jobs_ops.truncate(s->jobs_ops.ctx, id, &n->key) == 0)
+			return; /* the pin stays until it completes */
+		job_release(s, job);
+	}
+	coord_index_unpin(&s->index, failed->node);
+	condemn(s, n);
+}
+
+/* The truncate after a failed rewrite: page-only on every rank, or gone. */
+static void complete_rewrite_undo(struct coord_store *s, struct coord_job *job,
+				  const struct shard_completion *c)
+{
+	struct coord_node *n = coord_index_node(&s->index, job->node);
+
+	coord_index_unpin(&s->index, job->node);
+	if (c->result) { /* a rank lost its file, or cannot say: never serve it */
+		sel_warn("a record whose row could not be put back is dropped: %s",
+			 c->why[0] ? c->why : sel_strerror(c->result));
+		condemn(s, n);
+	}
+}
+
 /*
  * A row put back (publish_row): the record is whole again, or, on failure,
- * condemned with what depends on it, since its file may be gone on the
- * ranks whose new copy was written and then cleaned up (R-WRITE-4, 5).
+ * page-only again on every rank (rewrite_undo); the checkpoint stays
+ * committed for its children.
  */
 static void complete_rewrite(struct coord_store *s, struct coord_job *job,
 			     const struct shard_completion *c)
 {
 	struct coord_node *n = coord_index_node(&s->index, job->node);
 
-	coord_index_unpin(&s->index, job->node);
 	if (c->result) {
 		s->used_bytes -= job->bytes;
 		s->stats.store_failures++;
 		if (c->result == -ENOSPC || c->result == -EDQUOT)
 			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
-		if (n->state == COORD_READY) {
-			n->state = COORD_CONDEMNED;
-			s->condemned_count++;
-		}
 		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);
+		rewrite_undo(s, job);
 		return;
 	}
+	coord_index_unpin(&s->index, job->node);
 	s->used_bytes -= n->bytes; /* the page-only file it replaced */
 	n->bytes = job->bytes;
 	n->row_present = true;
@@ -846,6 +892,10 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 {
 	char name[REC_FILE_NAME_BYTES];
 
+	if (job->rewrite) {
+		complete_rewrite_undo(s, job, c);
+		return;
+	}
 	s->reclaiming_bytes -= job->bytes;
 	s->used_bytes -= job->bytes;
 	if (c->result == 0 || c->result == -ENOENT)

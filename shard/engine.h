@@ -95,6 +95,11 @@ struct shard_store_job {
 	const struct rec_header *header; /* from rec_header_init; copied */
 	const uint32_t *page_ids;        /* header->tail_page_count ids; copied */
 	uint32_t state_slot;
+	bool replaces;                   /* it puts a page-only record's row back:
+					    a rank that fails keeps the old file,
+					    so the fan-out does not unlink where it
+					    was written (the store then truncates
+					    the row everywhere instead) */
 };
 
 /* One record of a fetch chain, as the index knows it. */

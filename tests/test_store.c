@@ -379,9 +379,45 @@ static void test_store_row_dropped_record_stored_again(void **state)
 	rec_history_free(&shorter);
 }
 
-/* A failed rewrite may have cost the old file on some rank: the record
- * and what depends on it are dropped everywhere, and can be stored anew. */
-static void test_store_failed_row_rewrite_drops_record(void **state)
+/*
+ * A failed rewrite leaves each rank the old page-only file or the new one:
+ * a truncate of the row on every rank makes them agree, and the committed
+ * record stays (its chain restores; it can be rewritten again). Only when
+ * that truncate fails too (a rank lost its file) are the record and what
+ * depends on it dropped everywhere, to be stored anew.
+ */
+static void test_store_failed_row_rewrite_keeps_record(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	uint32_t middle;
+
+	store_chain_of_three(f);
+	middle = coord_index_find(&f->store.index, &f->stub.jobs[1].header.key);
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 4, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(f->stub.job_count, 6); /* the undo: a truncate, not unlinks */
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_TRUNCATE);
+	assert_true(rec_key_equal(&f->stub.jobs[5].key, &f->stub.jobs[1].header.key));
+	assert_int_equal(publish(f, 5, 700, 300), SEL_RETRY); /* while it runs */
+	stub_complete(&f->stub, 5, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 3);
+	assert_false(coord_index_node(&f->store.index, middle)->row_present);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	assert_balanced(f);
+	assert_int_equal(publish(f, 6, 700, 300), SEL_QUEUED); /* the row, again */
+	stub_complete(&f->stub, 6, 0);
+	poll_events(f, ev);
+	assert_true(coord_index_node(&f->store.index, middle)->row_present);
+	assert_balanced(f);
+}
+
+static void test_store_failed_row_rewrite_and_undo_drops_record(void **state)
 {
 	struct fixture *f = *state;
 	struct sel_event ev[64];
@@ -389,18 +425,20 @@ static void test_store_failed_row_rewrite_drops_record(void **state)
 	store_chain_of_three(f);
 	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
 	stub_complete(&f->stub, 4, -EIO);
-	assert_int_equal(poll_events(f, ev), 1);
-	assert_int_equal(ev[0].kind, SEL_EVENT_STORE_FAILED);
-	assert_int_equal(f->stub.job_count, 7); /* unlinks of 900, then 700 */
-	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_UNLINK);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 5, -ENOENT);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.job_count, 8); /* unlinks of 900, then 700 */
 	assert_int_equal(f->stub.jobs[6].kind, COORD_JOB_UNLINK);
-	stub_complete(&f->stub, 5, 0);
+	assert_int_equal(f->stub.jobs[7].kind, COORD_JOB_UNLINK);
 	stub_complete(&f->stub, 6, 0);
+	stub_complete(&f->stub, 7, 0);
 	poll_events(f, ev);
 	assert_int_equal(f->store.index.node_count, 1);
 	assert_balanced(f);
-	assert_int_equal(publish(f, 7, 700, 300), SEL_QUEUED);
-	stub_complete(&f->stub, 7, 0);
+	assert_int_equal(publish(f, 8, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 8, 0);
 	poll_events(f, ev);
 	assert_balanced(f);
 }
@@ -985,7 +1023,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_root_when_parent_absent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_row_dropped_record_stored_again, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_drops_record, setup,
+		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_keeps_record, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_and_undo_drops_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize_counts_ancestors, setup_small,
