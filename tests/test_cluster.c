@@ -399,7 +399,7 @@ static void test_cluster_stopped_peer(void **state)
 	assert_int_equal(open_rank_zero(f, err, sizeof(err)), 0);
 	fill(f, 1000 / 64);
 	kill(f->children[1], SIGSTOP);
-	for (uint32_t i = 0; i < 5000 && !fatal; i++) {
+	for (uint32_t i = 0; i < 5000 * time_scale() && !fatal; i++) {
 		int ret = publish_raw(f, 100 + i, 64 + i % 900);
 
 		calls++;
