@@ -4,6 +4,7 @@
 #   make test            build and run every CMocka test binary
 #   make check-asan      the same tests under ASan and UBSan (build-asan/)
 #   make check-tsan      the thread-heavy tests and 3 ranks under TSan (build-tsan/)
+#   make test-python     the Python binding's tests and the PyTorch engine's CPU proof
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make deps            install every missing Debian package (scripts/install-deps)
 #   V=1                  show every command
@@ -62,13 +63,13 @@ endif
 LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/summary.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/store.c \
+	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/store.c \
 	record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
-	shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/bench_fanout.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/run_planes.c launch/step_mpi.c launch/synth.c launch/trace.c)
-TEST_NAMES := $(sort agreement api bootstrap cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
+	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
+PROG_SRCS := $(sort launch/args.c launch/bench_fanout.c launch/bench_restore.c launch/bench_startup.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/metrics_http.c launch/run_planes.c launch/scratch.c launch/step_mpi.c launch/synth.c launch/trace.c)
+TEST_NAMES := $(sort agreement api args bootstrap checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir cli slab engine index protocol store)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -114,9 +115,10 @@ $(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/b
 		$(LDLIBS) $(MPI_LIBS) $(TEST_LDLIBS)
 
 # The reference worker's modules are the program's, not the library's.
+$(BUILD)/tests/test_args: $(BUILD)/launch/args.o
 $(BUILD)/tests/test_gpu_cache: $(BUILD)/launch/gpu_cache.o
 $(BUILD)/tests/test_synth: $(BUILD)/launch/synth.o $(BUILD)/launch/trace.o
-$(BUILD)/tests/test_gpu_cache $(BUILD)/tests/test_synth: $(BUILD)/tests/test_%: \
+$(BUILD)/tests/test_args $(BUILD)/tests/test_gpu_cache $(BUILD)/tests/test_synth: $(BUILD)/tests/test_%: \
 		$(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \
@@ -135,6 +137,16 @@ test:
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)SELENE_PROGRAM=$(abspath $(PROGRAM)) tests/run-tests $(TEST_BINS)
 
+# The Python binding's tests (python/tests, Debian's pytest, the host
+# device), then the reference PyTorch engine's CPU proof (examples/torch-tp).
+PYTHON ?= /usr/bin/python3
+test-python:
+	$(Q)scripts/install-deps build python
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
+		python/tests examples/torch-tp/test_units.py
+	$(Q)if [ -x examples/torch-tp/run-tests ]; then PYTHON=$(PYTHON) examples/torch-tp/run-tests; fi
+
 # The cuda backend on a GPU: the round trip, then the copy, store and fetch
 # benchmarks. Logs go to $(BUILD)/test-gpu.log and $(BUILD)/bench-gpu.log;
 # without a GPU the test skips and says why.
@@ -143,26 +155,49 @@ test-gpu:
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/tests/gpu/test_cuda $(PROGRAM)
 	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
-# The record header decoder, then the cluster frame and message decoders,
-# under libFuzzer (clang): FUZZ_SECONDS of fuzzing each.
+# libFuzzer targets (clang): the record header decoder, the cluster frame
+# and message decoders, the trace parser and the failpoint configuration
+# parser. `make fuzz-build` builds them in build-fuzz/; `make fuzz` runs each
+# for FUZZ_SECONDS, starting from its corpus in tests/fuzz/corpus-NAME (read
+# only: what libFuzzer finds goes to build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-fuzz:
+FUZZ_TARGETS := header frame trace config
+FUZZ_MAX_LEN_header := 4096
+FUZZ_MAX_LEN_frame := 65536
+FUZZ_MAX_LEN_trace := 8192
+FUZZ_MAX_LEN_config := 4096
+FUZZ_OBJS_trace := build-fuzz/launch/trace.o
+fuzz-build:
 	$(Q)scripts/install-deps build fuzz
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
 		SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" \
-		build-fuzz/libselene.a
+		build-fuzz/libselene.a build-fuzz/launch/trace.o
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
+
+# Linked every time: the library beneath is another make's (BUILD=build-fuzz).
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c FORCE
+	@$(if $(Q),echo "  FUZZ    $@")
 	$(Q)clang -std=c11 -D_GNU_SOURCE -I. -Iinclude -g -O1 \
-		-fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_header.c \
-		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o build-fuzz/fuzz_header
-	$(Q)mkdir -p build-fuzz/corpus
-	$(Q)build-fuzz/fuzz_header -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-		build-fuzz/corpus
-	$(Q)clang -std=c11 -D_GNU_SOURCE -I. -Iinclude -g -O1 \
-		-fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_frame.c \
-		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o build-fuzz/fuzz_frame
-	$(Q)mkdir -p build-fuzz/corpus-frame
-	$(Q)build-fuzz/fuzz_frame -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-		build-fuzz/corpus-frame
+		-fsanitize=fuzzer,address,undefined $< $(FUZZ_OBJS_$*) \
+		build-fuzz/libselene.a $(PKG_LIBS) -lpthread -ldl -o $@
+
+fuzz: fuzz-build
+	$(Q)$(MAKE) --no-print-directory -j1 $(FUZZ_TARGETS:%=fuzz-run-%)
+
+fuzz-run-%:
+	$(Q)mkdir -p build-fuzz/corpus-$*
+	$(Q)build-fuzz/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAX_LEN_$*) \
+		build-fuzz/corpus-$* tests/fuzz/corpus-$*
+
+# The fault loops (tests/torture/torture.py): kill -9 of ranks and mpirun,
+# every failpoint on rank zero and on a peer, corrupted records, a storm on
+# the join port, and the fuzz targets; a table of tries and outcomes. About
+# 10 minutes on 2 cores; TORTURE_QUICK=1 for 2-3 minutes. Knobs:
+# TORTURE_SEED, TORTURE_JOBS, TORTURE_FUZZ_SECONDS, TORTURE_SKIP_STORM=1.
+torture:
+	$(Q)scripts/install-deps build fuzz
+	$(Q)$(MAKE) --no-print-directory all fuzz-build
+	$(Q)/usr/bin/python3 tests/torture/torture.py --program $(abspath $(PROGRAM))
 
 check-asan:
 	$(Q)scripts/install-deps test
@@ -212,9 +247,9 @@ install: all
 		selene.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/selene.pc
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
 
-.PHONY: all tests test test-gpu check-asan check-tsan fuzz deps demo qualify install clean
+.PHONY: all tests test test-python test-gpu check-asan check-tsan fuzz fuzz-build torture FORCE deps demo qualify install clean
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \

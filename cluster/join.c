@@ -64,38 +64,53 @@ static int recv_msg(int fd, struct cluster_sequences *seq, uint16_t want,
 	return 0;
 }
 
-int cluster_join_peer(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+/* The peer's first half: HELLO, CHALLENGE, PROOF. Fills hello and challenge. */
+static int peer_prove(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 		      const struct cluster_identity *me, struct cluster_sequences *seq,
-		      uint64_t *agreed_disk_limit, char *why, size_t why_size)
+		      struct cluster_hello *hello, struct cluster_challenge *challenge,
+		      char *why, size_t why_size)
 {
-	struct cluster_hello hello = {
+	struct cluster_proof proof;
+	uint8_t buf[512];
+	uint32_t length;
+	int ret;
+
+	*hello = (struct cluster_hello){
 		.rank = me->rank, .world_size = me->world_size,
 		.fingerprint = me->fingerprint, .layout_digest = me->layout_digest,
 		.has_disk_store = me->has_disk_store,
 		.disk_limit_bytes = me->has_disk_store ? me->disk_limit_bytes : 0,
+		.marked = me->has_disk_store && me->marked,
 	};
+	ret = cluster_nonce_fill(hello->client_nonce);
+	if (!ret)
+		ret = send_msg(fd, seq, CLUSTER_MSG_HELLO, buf,
+			       cluster_hello_encode(hello, buf, sizeof(buf)));
+	if (!ret)
+		ret = recv_msg(fd, seq, CLUSTER_MSG_CHALLENGE, buf, sizeof(buf), &length, why,
+			       why_size);
+	if (!ret)
+		ret = cluster_challenge_decode(buf, length, challenge, why, why_size);
+	if (ret)
+		return ret;
+	cluster_join_mac(secret, challenge->server_nonce, hello->client_nonce, me->rank,
+			 &me->fingerprint, proof.mac);
+	return send_msg(fd, seq, CLUSTER_MSG_PROOF, buf,
+			cluster_proof_encode(&proof, buf, sizeof(buf)));
+}
+
+int cluster_join_peer(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+		      const struct cluster_identity *me, struct cluster_sequences *seq,
+		      uint64_t *agreed_disk_limit, char *why, size_t why_size)
+{
+	struct cluster_hello hello;
 	struct cluster_challenge challenge;
-	struct cluster_proof proof;
 	struct cluster_welcome welcome;
 	uint8_t buf[512], expected[CLUSTER_MAC_BYTES];
 	uint32_t length;
 	int ret;
 
-	ret = cluster_nonce_fill(hello.client_nonce);
-	if (!ret)
-		ret = send_msg(fd, seq, CLUSTER_MSG_HELLO, buf,
-			       cluster_hello_encode(&hello, buf, sizeof(buf)));
-	if (!ret)
-		ret = recv_msg(fd, seq, CLUSTER_MSG_CHALLENGE, buf, sizeof(buf), &length, why,
-			       why_size);
-	if (!ret)
-		ret = cluster_challenge_decode(buf, length, &challenge, why, why_size);
-	if (ret)
-		return ret;
-	cluster_join_mac(secret, challenge.server_nonce, hello.client_nonce, me->rank,
-			 &me->fingerprint, proof.mac);
-	ret = send_msg(fd, seq, CLUSTER_MSG_PROOF, buf,
-		       cluster_proof_encode(&proof, buf, sizeof(buf)));
+	ret = peer_prove(fd, secret, me, seq, &hello, &challenge, why, why_size);
 	if (!ret)
 		ret = recv_msg(fd, seq, CLUSTER_MSG_WELCOME, buf, sizeof(buf), &length, why,
 			       why_size);
@@ -113,13 +128,28 @@ int cluster_join_peer(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 	return 0;
 }
 
+int cluster_join_peer_fail(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+			   const struct cluster_identity *me, struct cluster_sequences *seq,
+			   const char *failure, char *why, size_t why_size)
+{
+	struct cluster_hello hello;
+	struct cluster_challenge challenge;
+	int ret = peer_prove(fd, secret, me, seq, &hello, &challenge, why, why_size);
+
+	return ret ? ret : cluster_join_refuse(fd, seq, CLUSTER_REFUSE_SHUTDOWN, failure);
+}
+
 int cluster_join_refuse(int fd, struct cluster_sequences *seq, uint32_t reason,
 			const char *text)
 {
 	struct cluster_refuse refuse = { .reason = reason };
 	uint8_t buf[512];
 
+	/* Printable ASCII only (R-WIRE-13): anything else becomes '?'. */
 	snprintf(refuse.text, sizeof(refuse.text), "%s", text);
+	for (char *c = refuse.text; *c; c++)
+		if (*c < 0x20 || *c > 0x7e)
+			*c = '?';
 	return send_msg(fd, seq, CLUSTER_MSG_REFUSE, buf,
 			cluster_refuse_encode(&refuse, buf, sizeof(buf)));
 }
@@ -142,8 +172,8 @@ static int accept_refuse(int fd, struct cluster_sequences *seq, int err, uint32_
 	return join_fail(err, why, why_size, "%s", text);
 }
 
-/* The policy checks of a HELLO, each refused with its own reason. */
-static int check_hello(int fd, const struct cluster_join_policy *policy,
+/* The policy checks of an authenticated HELLO, each refused with its own reason. */
+int cluster_join_check(int fd, const struct cluster_join_policy *policy,
 		       struct cluster_joiner *j, char *why, size_t why_size)
 {
 	const struct cluster_hello *h = &j->hello;
@@ -168,7 +198,8 @@ static int check_hello(int fd, const struct cluster_join_policy *policy,
 		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_DISK_STORE, why,
 				     why_size, "rank %u %s and rank zero %s: every rank has "
 				     "a disk store, or none", h->rank,
-				     h->has_disk_store ? "has a disk store" : "has no disk store",
+				     h->has_disk_store ? "has a disk store" :
+				     "has no disk store (disk limit 0)",
 				     policy->has_disk_store ? "has one" : "has none");
 	if (policy->address_allowed &&
 	    (getpeername(fd, (struct sockaddr *)&addr, &addr_len) != 0 ||
@@ -180,51 +211,77 @@ static int check_hello(int fd, const struct cluster_join_policy *policy,
 	return 0;
 }
 
+int cluster_join_challenge(int fd, const uint8_t *payload, uint32_t length,
+			   uint32_t world_size, struct cluster_joiner *j, char *why,
+			   size_t why_size)
+{
+	struct cluster_challenge challenge;
+	uint8_t buf[64];
+	int ret = cluster_hello_decode(payload, length, &j->hello, why, why_size);
+
+	if (ret) {
+		char reason[200];
+
+		snprintf(reason, sizeof(reason), "%s", why);
+		return accept_refuse(fd, &j->seq, ret, CLUSTER_REFUSE_PROTOCOL, why, why_size,
+				     "malformed HELLO: %s", reason);
+	}
+	/* The MAC binds the rank: one outside the world cannot even be proved. */
+	if (j->hello.rank == 0 || j->hello.rank >= world_size)
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_WORLD, why,
+				     why_size, "rank %u of a world of %u, but the world has %u ranks",
+				     j->hello.rank, j->hello.world_size, world_size);
+	ret = cluster_nonce_fill(challenge.server_nonce);
+	if (ret)
+		return join_fail(ret, why, why_size, "no random nonce: %s", sel_strerror(ret));
+	memcpy(j->server_nonce, challenge.server_nonce, CLUSTER_NONCE_BYTES);
+	ret = send_msg(fd, &j->seq, CLUSTER_MSG_CHALLENGE, buf,
+		       cluster_challenge_encode(&challenge, buf, sizeof(buf)));
+	return ret ? join_fail(ret, why, why_size, "sending CHALLENGE: %s", sel_strerror(ret)) :
+		     0;
+}
+
+int cluster_join_verify(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+			struct cluster_joiner *j, const uint8_t *payload, uint32_t length,
+			char *why, size_t why_size)
+{
+	uint8_t expected[CLUSTER_MAC_BYTES];
+	struct cluster_proof proof;
+	int ret = cluster_proof_decode(payload, length, &proof, why, why_size);
+
+	if (ret)
+		return ret;
+	cluster_join_mac(secret, j->server_nonce, j->hello.client_nonce, j->hello.rank,
+			 &j->hello.fingerprint, expected);
+	if (!cluster_mac_equal(expected, proof.mac))
+		return accept_refuse(fd, &j->seq, -EACCES, CLUSTER_REFUSE_AUTH, why, why_size,
+				     "rank %u did not prove it holds the launch secret",
+				     j->hello.rank);
+	return 0;
+}
+
 int cluster_join_accept(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 			const struct cluster_join_policy *policy,
 			struct cluster_joiner *out, char *why, size_t why_size)
 {
-	struct cluster_challenge challenge;
-	struct cluster_proof proof;
-	uint8_t buf[512], expected[CLUSTER_MAC_BYTES];
+	uint8_t buf[512];
 	uint32_t length;
 	int ret;
 
 	memset(out, 0, sizeof(*out));
 	ret = recv_msg(fd, &out->seq, CLUSTER_MSG_HELLO, buf, sizeof(buf), &length, why,
 		       why_size);
-	if (ret)
-		return ret;
-	ret = cluster_hello_decode(buf, length, &out->hello, why, why_size);
-	if (ret) {
-		char reason[200];
-
-		snprintf(reason, sizeof(reason), "%s", why);
-		return accept_refuse(fd, &out->seq, ret, CLUSTER_REFUSE_PROTOCOL, why, why_size,
-				     "malformed HELLO: %s", reason);
-	}
-	ret = check_hello(fd, policy, out, why, why_size);
 	if (!ret)
-		ret = cluster_nonce_fill(challenge.server_nonce);
-	if (ret)
-		return ret;
-	memcpy(out->server_nonce, challenge.server_nonce, CLUSTER_NONCE_BYTES);
-	ret = send_msg(fd, &out->seq, CLUSTER_MSG_CHALLENGE, buf,
-		       cluster_challenge_encode(&challenge, buf, sizeof(buf)));
+		ret = cluster_join_challenge(fd, buf, length, policy->world_size, out, why,
+					     why_size);
 	if (!ret)
 		ret = recv_msg(fd, &out->seq, CLUSTER_MSG_PROOF, buf, sizeof(buf), &length, why,
 			       why_size);
 	if (!ret)
-		ret = cluster_proof_decode(buf, length, &proof, why, why_size);
-	if (ret)
-		return ret;
-	cluster_join_mac(secret, out->server_nonce, out->hello.client_nonce, out->hello.rank,
-			 &out->hello.fingerprint, expected);
-	if (!cluster_mac_equal(expected, proof.mac))
-		return accept_refuse(fd, &out->seq, -EACCES, CLUSTER_REFUSE_AUTH, why, why_size,
-				     "rank %u did not prove it holds the launch secret",
-				     out->hello.rank);
-	return 0;
+		ret = cluster_join_verify(fd, secret, out, buf, length, why, why_size);
+	if (!ret)
+		ret = cluster_join_check(fd, policy, out, why, why_size);
+	return ret;
 }
 
 int cluster_join_welcome(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
@@ -237,4 +294,50 @@ int cluster_join_welcome(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 			    welcome.mac);
 	return send_msg(fd, &j->seq, CLUSTER_MSG_WELCOME, buf,
 			cluster_welcome_encode(&welcome, buf, sizeof(buf)));
+}
+
+int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_sequence,
+			  char *why, size_t why_size)
+{
+	uint32_t need = CLUSTER_FRAME_HEADER_BYTES;
+	int ret;
+
+	for (;;) {
+		ssize_t n;
+
+		if (in->used >= CLUSTER_FRAME_HEADER_BYTES) {
+			/* R-WIRE-2 .. R-WIRE-6 on the header alone, before any payload */
+			ret = cluster_frame_header_decode(in->bytes, &in->header, why, why_size);
+			if (ret)
+				return ret;
+			if (in->header.payload_length > sizeof(in->bytes) - CLUSTER_FRAME_HEADER_BYTES)
+				return join_fail(SEL_ETOOBIG, why, why_size, "a %s of %u bytes during "
+						 "the join", cluster_msg_name(in->header.type),
+						 in->header.payload_length);
+			need = CLUSTER_FRAME_HEADER_BYTES + in->header.payload_length;
+		}
+		if (in->used == need)
+			break;
+		n = recv(fd, in->bytes + in->used, need - in->used, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+		if (n == 0)
+			return in->used == 0 ?
+				       join_fail(-ECONNRESET, why, why_size, "closed without a word") :
+				       join_fail(SEL_EPROTO, why, why_size, "closed inside a frame "
+						 "(R-WIRE-9), after %u bytes", in->used);
+		in->used += (uint32_t)n;
+	}
+	ret = cluster_frame_payload_check(&in->header, in->bytes + CLUSTER_FRAME_HEADER_BYTES,
+					  why, why_size);
+	if (ret)
+		return ret;
+	if (in->header.sequence != *next_sequence)
+		return join_fail(SEL_EPROTO, why, why_size, "frame number %llu, expected %llu "
+				 "(R-WIRE-8)", (unsigned long long)in->header.sequence,
+				 (unsigned long long)*next_sequence);
+	++*next_sequence;
+	return 1;
 }

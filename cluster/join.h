@@ -5,8 +5,13 @@
  * holds the launch secret (PROOF: a keyed BLAKE2b MAC over both nonces, its
  * rank and fingerprint), and rank zero proves it back (WELCOME), carrying
  * the disk limit agreed by every rank. The secret never crosses the wire.
- * Every refusal names its reason on both sides (REFUSE). Synchronous: it
- * runs on the thread that connects or accepts, under the socket's timeouts.
+ * Every refusal names its reason on both sides (REFUSE). The peer's side is
+ * synchronous, under the socket's timeouts. Rank zero's side comes in steps
+ * that a poll loop drives on non-blocking sockets (coordinator/cluster.c):
+ * each frame is assembled with cluster_frame_in_read, then handed to
+ * cluster_join_challenge (HELLO), cluster_join_verify (PROOF) and, once the
+ * peer proved the secret, cluster_join_check (the policy). Only then may a
+ * refusal be taken as the rank's word: before, the connection is a stranger.
  */
 #ifndef SELENE_CLUSTER_JOIN_H
 #define SELENE_CLUSTER_JOIN_H
@@ -33,6 +38,7 @@ struct cluster_identity {
 	struct rec_digest layout_digest;
 	bool has_disk_store;
 	uint64_t disk_limit_bytes;
+	bool marked;   /* its record directory holds the cluster marker */
 };
 
 /*
@@ -44,6 +50,16 @@ struct cluster_identity {
 int cluster_join_peer(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 		      const struct cluster_identity *me, struct cluster_sequences *seq,
 		      uint64_t *agreed_disk_limit, char *why, size_t why_size);
+
+/*
+ * Peer side, when this rank failed at startup: proves the secret (HELLO,
+ * CHALLENGE, PROOF), then sends REFUSE (shutdown) with failure as its text,
+ * so rank zero stops the formation at once and tells every rank why.
+ * Returns 0 once sent, or the handshake's failure with why.
+ */
+int cluster_join_peer_fail(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+			   const struct cluster_identity *me, struct cluster_sequences *seq,
+			   const char *failure, char *why, size_t why_size);
 
 /* What rank zero requires of every peer. */
 struct cluster_join_policy {
@@ -64,16 +80,62 @@ struct cluster_joiner {
 };
 
 /*
- * Rank zero, first half: reads HELLO, checks it against policy (world
- * size, layout digest, fingerprint = R-KEY-4 of that rank, disk store
- * presence, announced address), challenges, and verifies the PROOF. On a
- * refusal it sends REFUSE with the reason and returns SEL_EMISMATCH
- * (policy) or -EACCES (authentication or address) with why. 0 and *out
- * otherwise. Rank zero checks that ranks are not joined twice itself.
+ * Rank zero, on a HELLO's payload: decodes it into j->hello, refuses a rank
+ * that is not one of world_size's peers, and sends CHALLENGE. Returns 0, or
+ * a negative code with why (REFUSE sent where the frame was understood).
+ */
+int cluster_join_challenge(int fd, const uint8_t *payload, uint32_t length,
+			   uint32_t world_size, struct cluster_joiner *j, char *why,
+			   size_t why_size);
+
+/*
+ * Rank zero, on a PROOF's payload: verifies the peer's MAC (R-WIRE-16).
+ * Returns 0, -EACCES after sending REFUSE (auth), or SEL_EPROTO.
+ */
+int cluster_join_verify(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
+			struct cluster_joiner *j, const uint8_t *payload, uint32_t length,
+			char *why, size_t why_size);
+
+/*
+ * Rank zero, once j proved the secret: checks its HELLO against policy
+ * (world size, layout digest, fingerprint = R-KEY-4 of that rank, disk
+ * store presence, announced address). On a refusal sends REFUSE with the
+ * reason and returns SEL_EMISMATCH (policy) or -EACCES (address) with why.
+ */
+int cluster_join_check(int fd, const struct cluster_join_policy *policy,
+		       struct cluster_joiner *j, char *why, size_t why_size);
+
+/*
+ * Rank zero, blocking, for one connection: HELLO, CHALLENGE, PROOF and the
+ * policy, as the steps above. 0 and *out, or the first step's failure.
+ * Rank zero checks that ranks are not joined twice itself.
  */
 int cluster_join_accept(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 			const struct cluster_join_policy *policy,
 			struct cluster_joiner *out, char *why, size_t why_size);
+
+/* The largest frame of the join: a REFUSE with the longest text. */
+#define CLUSTER_JOIN_FRAME_BYTES_MAX                                           \
+	(CLUSTER_FRAME_HEADER_BYTES + CLUSTER_REFUSE_BYTES_MIN + CLUSTER_REFUSE_TEXT_BYTES_MAX)
+
+/* A join frame being assembled from a non-blocking socket. Zero it to start. */
+struct cluster_frame_in {
+	uint8_t bytes[CLUSTER_JOIN_FRAME_BYTES_MAX]; /* header, then payload */
+	uint32_t used;
+	struct cluster_frame_header header;
+};
+
+/*
+ * Reads what fd has of the next frame without waiting. Returns 1 when the
+ * whole frame is in (in->header; payload at in->bytes +
+ * CLUSTER_FRAME_HEADER_BYTES; its sequence checked against and advancing
+ * *next_sequence; set in->used to 0 before the next), 0 when more must
+ * come, -ECONNRESET at end of file before the frame's first byte, SEL_EPROTO
+ * for a malformed frame (R-WIRE-2 .. R-WIRE-9), SEL_ETOOBIG for a payload
+ * longer than any join frame, or another negative errno; why says which.
+ */
+int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_sequence,
+			  char *why, size_t why_size);
 
 /* Rank zero, second half, once every peer is in: WELCOME with the limit. */
 int cluster_join_welcome(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],

@@ -505,6 +505,9 @@ void cluster_link_close(struct cluster_link *l, uint32_t linger_ms)
 		return;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += linger_ms / 1000 + 1;
+	/* A lingering close ends with BYE: the other side tells it from a failure. */
+	if (linger_ms > 0 && l->writer_started)
+		link_send(l, CLUSTER_MSG_BYE, NULL, 0, false);
 	pthread_mutex_lock(&l->lock);
 	/* Let the writer send what is queued, for a while. */
 	while (l->writer_started && !l->dead && !l->direct_error &&

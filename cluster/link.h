@@ -86,8 +86,10 @@ bool cluster_link_alive(struct cluster_link *link);
 void cluster_link_stats(struct cluster_link *link, struct cluster_link_stats *out);
 
 /*
- * Stops the link: sends what is queued (for up to linger_ms; then BYE is
- * not guaranteed), shuts the socket down, joins the threads and frees it.
+ * Stops the link: with linger_ms > 0, queues BYE (R-WIRE-23) and sends what
+ * is queued, BYE last, for up to linger_ms (then BYE is not guaranteed);
+ * with 0, sends no BYE, so the other side sees a failure. Then shuts the
+ * socket down, joins the threads and frees it.
  * on_close runs (with SEL_ESTOPPED) if the link was still alive. NULL is
  * fine.
  */

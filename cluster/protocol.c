@@ -446,6 +446,8 @@ static int hello_check(const struct cluster_hello *m, char *why, size_t why_size
 	if (!m->has_disk_store && m->disk_limit_bytes != 0)
 		return PROTO_FAIL(why, why_size, "HELLO disk limit %" PRIu64
 				  " without a disk store (R-WIRE-15)", m->disk_limit_bytes);
+	if (!m->has_disk_store && m->marked)
+		return PROTO_FAIL(why, why_size, "HELLO marked without a disk store (R-WIRE-15)");
 	if (nonce_zero(m->client_nonce))
 		return PROTO_FAIL(why, why_size, "HELLO client nonce is zero (R-WIRE-16)");
 	return 0;
@@ -465,6 +467,7 @@ int cluster_hello_encode(const struct cluster_hello *m, uint8_t *buf, size_t buf
 	buf[CLUSTER_HELLO_OFF_HAS_DISK_STORE] = m->has_disk_store ? 1 : 0;
 	sel_put_le64(buf + CLUSTER_HELLO_OFF_DISK_LIMIT, m->disk_limit_bytes);
 	memcpy(buf + CLUSTER_HELLO_OFF_CLIENT_NONCE, m->client_nonce, CLUSTER_NONCE_BYTES);
+	buf[CLUSTER_HELLO_OFF_MARKED] = m->marked ? 1 : 0;
 	return CLUSTER_HELLO_BYTES;
 }
 
@@ -478,6 +481,9 @@ int cluster_hello_decode(const uint8_t *p, uint32_t length, struct cluster_hello
 	if (p[CLUSTER_HELLO_OFF_HAS_DISK_STORE] > 1)
 		return PROTO_FAIL(why, why_size, "HELLO has_disk_store %u (R-WIRE-12)",
 				  p[CLUSTER_HELLO_OFF_HAS_DISK_STORE]);
+	if (p[CLUSTER_HELLO_OFF_MARKED] > 1)
+		return PROTO_FAIL(why, why_size, "HELLO marked %u (R-WIRE-12)",
+				  p[CLUSTER_HELLO_OFF_MARKED]);
 	out->rank = sel_get_le32(p + CLUSTER_HELLO_OFF_RANK);
 	out->world_size = sel_get_le32(p + CLUSTER_HELLO_OFF_WORLD_SIZE);
 	memcpy(out->fingerprint.bytes, p + CLUSTER_HELLO_OFF_FINGERPRINT, REC_DIGEST_BYTES);
@@ -486,6 +492,7 @@ int cluster_hello_decode(const uint8_t *p, uint32_t length, struct cluster_hello
 	out->has_disk_store = p[CLUSTER_HELLO_OFF_HAS_DISK_STORE] == 1;
 	out->disk_limit_bytes = sel_get_le64(p + CLUSTER_HELLO_OFF_DISK_LIMIT);
 	memcpy(out->client_nonce, p + CLUSTER_HELLO_OFF_CLIENT_NONCE, CLUSTER_NONCE_BYTES);
+	out->marked = p[CLUSTER_HELLO_OFF_MARKED] == 1;
 	return hello_check(out, why, why_size);
 }
 

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define CLUSTER_MAGIC "SELN"
-#define CLUSTER_VERSION 2u
+#define CLUSTER_VERSION 3u
 
 /* Frame header offsets (R-WIRE-1). */
 enum cluster_header_offset {
@@ -81,14 +81,16 @@ enum cluster_hello_offset {
 	CLUSTER_HELLO_OFF_HAS_DISK_STORE = 40,
 	CLUSTER_HELLO_OFF_DISK_LIMIT = 41,
 	CLUSTER_HELLO_OFF_CLIENT_NONCE = 49,
-	CLUSTER_HELLO_BYTES = 81,
+	CLUSTER_HELLO_OFF_MARKED = 81,
+	CLUSTER_HELLO_BYTES = 82,
 };
 _Static_assert(CLUSTER_HELLO_OFF_LAYOUT_DIGEST ==
 		       CLUSTER_HELLO_OFF_FINGERPRINT + REC_DIGEST_BYTES, "hello");
 _Static_assert(CLUSTER_HELLO_OFF_HAS_DISK_STORE ==
 		       CLUSTER_HELLO_OFF_LAYOUT_DIGEST + REC_DIGEST_BYTES, "hello");
-_Static_assert(CLUSTER_HELLO_BYTES ==
+_Static_assert(CLUSTER_HELLO_OFF_MARKED ==
 		       CLUSTER_HELLO_OFF_CLIENT_NONCE + CLUSTER_NONCE_BYTES, "hello");
+_Static_assert(CLUSTER_HELLO_BYTES == CLUSTER_HELLO_OFF_MARKED + 1, "hello");
 
 enum cluster_challenge_offset {
 	CLUSTER_CHALLENGE_OFF_SERVER_NONCE = 0,
@@ -310,6 +312,7 @@ struct cluster_hello {
 	bool has_disk_store;
 	uint64_t disk_limit_bytes; /* 0 without a disk store */
 	uint8_t client_nonce[CLUSTER_NONCE_BYTES];
+	bool marked; /* its record directory holds a cluster marker */
 };
 
 int cluster_hello_encode(const struct cluster_hello *msg, uint8_t *buf,

@@ -29,6 +29,16 @@ static int recv_frame(int fd, struct cluster_sequences *seq, uint16_t want, uint
 	}
 	if (ret != 1)
 		return ret;
+	if (header.type == CLUSTER_MSG_REFUSE) {
+		/* R-WIRE-24: the other side failed at startup, and says why */
+		struct cluster_refuse refuse;
+
+		ret = cluster_refuse_decode(buf, header.payload_length, &refuse, why, why_size);
+		if (ret)
+			return ret;
+		snprintf(why, why_size, "%s", refuse.text);
+		return SEL_ESTOPPED;
+	}
 	if (header.type != want) {
 		snprintf(why, why_size, "expected %s, got %s", cluster_msg_name(want),
 			 cluster_msg_name(header.type));

@@ -20,7 +20,9 @@ int cluster_summary_send(int fd, struct cluster_sequences *seq,
 
 /*
  * Receives SUMMARY chunks into a new array (caller frees *records).
- * Returns 0, SEL_EPROTO with why, or a negative errno.
+ * Returns 0, SEL_EPROTO with why, SEL_ESTOPPED when the other side sent
+ * REFUSE instead (its startup failed: its text in
+ * why, R-WIRE-24; also for AGREEMENT below), or a negative errno.
  */
 int cluster_summary_recv(int fd, struct cluster_sequences *seq,
 			 struct rec_record_info **records, size_t *count, char *why,

@@ -86,6 +86,8 @@
 	  "every io_uring_submit carrying I/O (result rewritable)")           \
 	X(DISK_WAIT, "disk.wait",                                            \
 	  "every io_uring_wait_cqe of the disk thread (result rewritable)")  \
+	X(DEVICE_COPY, "device.copy",                                        \
+	  "before each batched device copy call (return fails that batch)")  \
 	X(CLUSTER_SEND, "cluster.send",                                      \
 	  "before each frame is written to a link (short: half, then EPIPE)") \
 	X(CLUSTER_RECV, "cluster.recv",                                      \

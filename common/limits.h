@@ -55,6 +55,15 @@
 /* Records one directory scan keeps: 16M bounds memory at about 2 GiB. */
 #define REC_DIR_RECORDS_MAX (1u << 24)
 
+/*
+ * Threads one startup scan reads headers on (one per core, at least 4).
+ * After a reboot each header is a random 4 KiB read from the disk, and the
+ * reads in flight, not the cores, bound the scan (100K headers on 1, 2 and
+ * 16 threads: 42, 27 and 9.5 s on a virtio disk); from the page cache
+ * threads past the cores just share them.
+ */
+#define REC_SCAN_THREADS_MAX 16u
+
 /* Failpoints configured at once, and the terms one may chain. */
 #define SEL_FAILPOINT_TERMS_MAX 8u
 
@@ -83,6 +92,24 @@
 
 /* A refusal's text: one sentence naming what differs, for the log. */
 #define CLUSTER_REFUSE_TEXT_BYTES_MAX 256u
+
+/*
+ * Connections rank zero holds in the join handshake at once (DESIGN.md
+ * section 7): enough for every peer of a large world to connect together,
+ * few enough that a storm of strangers costs a bounded number of fds; past
+ * it the oldest stranger is dropped.
+ */
+#define CLUSTER_JOIN_PENDING_MAX 64u
+
+/* The time one connection has to complete the join handshake: a real peer
+ * needs one round trip; an idle connection is dropped after it. */
+#define CLUSTER_JOIN_HANDSHAKE_MS 5000u
+
+/* Log lines a second about failed join connections (more are counted). */
+#define CLUSTER_JOIN_LOG_PER_SECOND 5u
+
+/* How long rank zero, failing at startup, keeps telling peers that connect. */
+#define CLUSTER_FAILURE_NOTICE_MS 2000u
 
 /* A failed job's reason: the shard engine's completion why[200] holds less. */
 #define CLUSTER_JOB_REASON_BYTES_MAX 200u

@@ -1,8 +1,9 @@
 /*
- * The startup agreement (coordinator/agreement.h): every rank's records
- * sorted together by key and merged, so each key's listings lie side by
- * side in rank order; then the scan's tree rules (R-DIR-5, R-DIR-6) over
- * the keys held everywhere. Not the wire summary, not applying the actions.
+ * The startup agreement (coordinator/agreement.h): every rank's listings
+ * merged through a hash of keys, rank by rank, so each key learns whether
+ * ranks 0 .. W-1 each listed it once with the same header; then the scan's
+ * tree rules (R-DIR-5, R-DIR-6) over the keys held everywhere, sorted by
+ * key. Not the wire summary, not applying the actions.
  */
 #include "coordinator/agreement.h"
 
@@ -14,33 +15,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AGREE_NONE SIZE_MAX
+#define AGREE_NONE UINT32_MAX
 
-/* One rank's listing of one record. */
-struct agree_ref {
-	const struct rec_record_info *info;
-	uint32_t rank;
-	uint32_t index; /* in the rank's summary; < REC_DIR_RECORDS_MAX */
+/*
+ * One distinct key among every rank's listings, while they are merged.
+ * Listings arrive rank by rank, so the key is held everywhere exactly when
+ * the r-th listing of it comes from rank r, for r = 0 .. world_size - 1,
+ * each with rank zero's header.
+ */
+struct agree_key {
+	struct rec_key key;                  /* a copy: probes read no listing */
+	const struct rec_record_info *first; /* the first listing: rank zero's when held */
+	uint64_t file_bytes;                 /* the smallest among its listings */
+	uint32_t listings;
+	uint32_t group;                      /* its group once held; AGREE_NONE before */
+	bool held;                           /* so far: rank r's listing was the r-th */
+	bool row_everywhere;
+	bool row_anywhere;
 };
 
-/* A key held everywhere, while its fate is decided. */
+/* A key held everywhere, while its fate is decided; groups sort by key. */
 struct agree_group {
-	size_t first_ref;    /* its world_size refs, in rank order */
-	size_t parent;       /* group index of its parent, or AGREE_NONE */
-	uint64_t file_bytes; /* the smallest among ranks */
+	const struct rec_key *sort_key; /* its key, rank zero's listing's */
+	uint32_t key;    /* index into keys */
+	uint32_t parent; /* group index of its parent, or AGREE_NONE */
 	uint32_t child_count;
-	bool row_everywhere;
 	bool keep;
+};
+
+/* A hash slot: a key's index and its hash's top bits, checked first. */
+struct agree_slot {
+	uint32_t key; /* AGREE_NONE: empty */
+	uint32_t tag;
 };
 
 struct agree_state {
 	const struct coord_rank_records *ranks;
 	uint32_t world_size;
-	struct agree_ref *refs;
-	size_t ref_count;
+	size_t ref_count;      /* listings in all ranks */
+	uint32_t *ref_keys;    /* each listing's key, rank-major like actions */
+	struct agree_key *keys;
+	uint32_t key_count;
+	struct agree_slot *slots; /* open addressing over keys */
+	uint64_t slot_mask;
+	uint64_t hash_seed;
 	struct agree_group *groups;
-	size_t group_count;
-	size_t group_max; /* the fewest records any rank holds */
+	uint32_t group_count;
+	size_t group_max;      /* the fewest records any rank holds */
 	struct coord_agreement *out;
 };
 
@@ -49,19 +70,6 @@ static int compare_keys(const struct rec_key *a, const struct rec_key *b)
 	if (a->consumed != b->consumed)
 		return a->consumed < b->consumed ? -1 : 1;
 	return memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES);
-}
-
-/* By key, then rank, then position: a key's listings in rank order. */
-static int compare_refs(const void *a, const void *b)
-{
-	const struct agree_ref *x = a, *y = b;
-	int c = compare_keys(&x->info->key, &y->info->key);
-
-	if (c)
-		return c;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return x->index < y->index ? -1 : x->index > y->index;
 }
 
 /* R-DIR-4 as the scan orders its records: oldest mtime first, then key. */
@@ -98,92 +106,116 @@ static bool same_header(const struct rec_record_info *a,
 	       a->tail_page_count == b->tail_page_count;
 }
 
-/* Rule 1: one key's count listings (sorted by rank) are each rank's, once. */
-static bool held_everywhere(const struct agree_ref *refs, size_t count,
-			    uint32_t world_size)
+static uint64_t mix64(uint64_t z)
 {
-	if (count != world_size)
-		return false;
-	for (uint32_t r = 0; r < world_size; r++)
-		if (refs[r].rank != r || !same_header(refs[0].info, refs[r].info))
-			return false;
-	return true;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
 }
 
-static void set_action(struct agree_state *s, const struct agree_ref *ref,
+/*
+ * A key's hash. Digests come from peers' summaries: the seed, fresh for
+ * each agreement, keeps a peer from choosing keys that collide.
+ */
+static uint64_t key_hash(const struct agree_state *s, const struct rec_key *key)
+{
+	uint64_t lo = sel_get_le64(key->digest.bytes), hi = sel_get_le64(key->digest.bytes + 8);
+
+	return mix64(lo ^ s->hash_seed) ^ mix64(hi + key->consumed * 0x9e3779b97f4a7c15ull);
+}
+
+/* The slot holding key, or the empty slot where it would go (*tag: its tag). */
+static uint64_t find_slot(const struct agree_state *s, const struct rec_key *key,
+			  uint32_t *tag)
+{
+	uint64_t hash = key_hash(s, key), slot = hash & s->slot_mask;
+
+	*tag = (uint32_t)(hash >> 32);
+	while (s->slots[slot].key != AGREE_NONE &&
+	       (s->slots[slot].tag != *tag ||
+		!rec_key_equal(&s->keys[s->slots[slot].key].key, key)))
+		slot = (slot + 1) & s->slot_mask;
+	return slot;
+}
+
+/* Index of key among the keys, or AGREE_NONE. */
+static uint32_t find_key(const struct agree_state *s, const struct rec_key *key)
+{
+	uint32_t tag;
+
+	return s->slots[find_slot(s, key, &tag)].key;
+}
+
+static void set_action(struct agree_state *s, uint32_t rank, size_t index,
 		       enum coord_action action)
 {
-	s->out->actions[s->out->action_first[ref->rank] + ref->index] = action;
+	s->out->actions[s->out->action_first[rank] + index] = action;
 }
 
-static size_t find_group(const struct agree_state *s, const struct rec_key *key)
+/* Rule 1 for one more listing, rank's, of its key (added when new). */
+static uint32_t merge_listing(struct agree_state *s, uint32_t rank,
+			      const struct rec_record_info *info)
 {
-	size_t lo = 0, hi = s->group_count;
+	uint32_t tag;
+	uint64_t slot = find_slot(s, &info->key, &tag);
+	struct agree_key *k;
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = compare_keys(&s->refs[s->groups[mid].first_ref].info->key, key);
-
-		if (c == 0)
-			return mid;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
+	if (s->slots[slot].key == AGREE_NONE) {
+		s->slots[slot] = (struct agree_slot){ .key = s->key_count, .tag = tag };
+		s->keys[s->key_count] = (struct agree_key){
+			.key = info->key, .first = info, .file_bytes = UINT64_MAX,
+			.group = AGREE_NONE, .held = true, .row_everywhere = true,
+		};
+		s->key_count++;
 	}
-	return AGREE_NONE;
+	k = &s->keys[s->slots[slot].key];
+	k->held = k->held && k->listings == rank &&
+		  (rank == 0 || same_header(k->first, info));
+	k->listings++;
+	k->row_everywhere = k->row_everywhere && info->row_present;
+	k->row_anywhere = k->row_anywhere || info->row_present;
+	if (info->file_bytes < k->file_bytes)
+		k->file_bytes = info->file_bytes;
+	return s->slots[slot].key;
 }
 
-/* A group for the key held everywhere whose listings start at first_ref. */
-static void group_add(struct agree_state *s, size_t first_ref)
+/* Groups by their key. */
+static int compare_groups(const void *a, const void *b)
 {
-	struct agree_group *g;
-
-	/* Each rank lists the key once, so no rank has fewer records. */
-	SEL_ASSERT(s->group_count < s->group_max);
-	g = &s->groups[s->group_count++];
-	*g = (struct agree_group){
-		.first_ref = first_ref, .parent = AGREE_NONE,
-		.row_everywhere = true, .file_bytes = UINT64_MAX,
-	};
-	for (uint32_t r = 0; r < s->world_size; r++) {
-		const struct rec_record_info *info = s->refs[first_ref + r].info;
-
-		g->row_everywhere = g->row_everywhere && info->row_present;
-		if (info->file_bytes < g->file_bytes)
-			g->file_bytes = info->file_bytes;
-	}
+	return compare_keys(((const struct agree_group *)a)->sort_key,
+			    ((const struct agree_group *)b)->sort_key);
 }
 
-/* Sorts every listing by key and makes one group per key held everywhere. */
+/*
+ * Every listing into the hash of keys (expected O(1) each), then one group
+ * per key held everywhere, sorted by key so that rules 3 and 4 meet a
+ * parent before its children.
+ */
 static void agree_merge(struct agree_state *s)
 {
 	size_t n = 0;
 
 	for (uint32_t r = 0; r < s->world_size; r++)
 		for (size_t i = 0; i < s->ranks[r].count; i++)
-			s->refs[n++] = (struct agree_ref){
-				.info = &s->ranks[r].records[i], .rank = r,
-				.index = (uint32_t)i,
-			};
+			s->ref_keys[n++] = merge_listing(s, r, &s->ranks[r].records[i]);
 	SEL_ASSERT(n == s->ref_count);
-	if (n > 1)
-		qsort(s->refs, n, sizeof(s->refs[0]), compare_refs);
-	for (size_t i = 0, end; i < n; i = end) {
-		const struct rec_key *key = &s->refs[i].info->key;
-
-		for (end = i + 1; end < n; end++)
-			if (compare_keys(&s->refs[end].info->key, key))
-				break;
-		s->out->key_count++;
-		if (!held_everywhere(&s->refs[i], end - i, s->world_size)) {
+	s->out->key_count = s->key_count;
+	for (uint32_t k = 0; k < s->key_count; k++) {
+		if (!s->keys[k].held || s->keys[k].listings != s->world_size) {
+			s->keys[k].held = false;
 			s->out->disagreed++;
-			for (size_t j = i; j < end; j++)
-				set_action(s, &s->refs[j], COORD_ACTION_DELETE);
 			continue;
 		}
-		group_add(s, i);
+		/* Each rank lists the key once, so no rank has fewer records. */
+		SEL_ASSERT(s->group_count < s->group_max);
+		s->groups[s->group_count++] = (struct agree_group){
+			.sort_key = &s->keys[k].key, .key = k, .parent = AGREE_NONE,
+		};
 	}
+	if (s->group_count > 1)
+		qsort(s->groups, s->group_count, sizeof(s->groups[0]), compare_groups);
+	for (uint32_t g = 0; g < s->group_count; g++)
+		s->keys[s->groups[g].key].group = g;
 }
 
 /*
@@ -195,25 +227,27 @@ static void agree_merge(struct agree_state *s)
  */
 static void agree_decide_tree(struct agree_state *s)
 {
-	for (size_t i = 0; i < s->group_count; i++) {
+	for (uint32_t i = 0; i < s->group_count; i++) {
 		struct agree_group *g = &s->groups[i];
-		const struct rec_record_info *info = s->refs[g->first_ref].info;
+		const struct rec_record_info *info = s->keys[g->key].first;
+		uint32_t parent_key;
 
 		if (info->parent.consumed == 0) {
 			g->keep = true;
 			continue;
 		}
-		g->parent = find_group(s, &info->parent);
-		g->keep = g->parent < i && s->groups[g->parent].keep;
+		parent_key = find_key(s, &info->parent);
+		g->parent = parent_key == AGREE_NONE ? AGREE_NONE : s->keys[parent_key].group;
+		g->keep = g->parent != AGREE_NONE && g->parent < i && s->groups[g->parent].keep;
 		if (g->keep)
 			s->groups[g->parent].child_count++;
 		else
 			s->out->orphans_dropped++;
 	}
-	for (size_t i = s->group_count; i-- > 0;) {
+	for (uint32_t i = s->group_count; i-- > 0;) {
 		struct agree_group *g = &s->groups[i];
 
-		if (!g->keep || g->row_everywhere || g->child_count > 0)
+		if (!g->keep || s->keys[g->key].row_everywhere || g->child_count > 0)
 			continue;
 		g->keep = false;
 		s->out->page_only_dropped++;
@@ -226,28 +260,27 @@ static void agree_decide_tree(struct agree_state *s)
 static void agree_collect(struct agree_state *s)
 {
 	struct coord_agreement *out = s->out;
+	size_t n = 0;
 
-	for (size_t i = 0; i < s->group_count; i++) {
-		const struct agree_group *g = &s->groups[i];
-		const struct agree_ref *refs = &s->refs[g->first_ref];
-		bool truncated = false;
-
-		for (uint32_t r = 0; r < s->world_size; r++) {
-			bool row_goes = !g->row_everywhere && refs[r].info->row_present;
+	for (uint32_t r = 0; r < s->world_size; r++)
+		for (size_t i = 0; i < s->ranks[r].count; i++) {
+			const struct agree_key *k = &s->keys[s->ref_keys[n++]];
 			enum coord_action action = COORD_ACTION_DELETE;
 
-			if (g->keep)
-				action = row_goes ? COORD_ACTION_TRUNCATE_ROW :
-						    COORD_ACTION_KEEP;
-			truncated = truncated || action == COORD_ACTION_TRUNCATE_ROW;
-			set_action(s, &refs[r], action);
+			if (k->held && s->groups[k->group].keep)
+				action = !k->row_everywhere && s->ranks[r].records[i].row_present ?
+						 COORD_ACTION_TRUNCATE_ROW : COORD_ACTION_KEEP;
+			set_action(s, r, i, action);
 		}
-		if (!g->keep)
+	for (uint32_t i = 0; i < s->group_count; i++) {
+		const struct agree_key *k = &s->keys[s->groups[i].key];
+
+		if (!s->groups[i].keep)
 			continue;
-		out->rows_dropped += truncated;
-		out->records[out->record_count] = *refs[0].info;
-		out->records[out->record_count].row_present = g->row_everywhere;
-		out->records[out->record_count].file_bytes = g->file_bytes;
+		out->rows_dropped += !k->row_everywhere && k->row_anywhere;
+		out->records[out->record_count] = *k->first;
+		out->records[out->record_count].row_present = k->row_everywhere;
+		out->records[out->record_count].file_bytes = k->file_bytes;
 		out->record_count++;
 	}
 	if (out->record_count > 1)
@@ -255,10 +288,11 @@ static void agree_collect(struct agree_state *s)
 		      compare_access);
 }
 
-/* Checks the bounds and sizes the arrays: every listing, and groups. */
+/* Checks the bounds and sizes the arrays: every listing, keys and groups. */
 static int agree_alloc(struct agree_state *s)
 {
 	struct coord_agreement *out = s->out;
+	uint64_t slots = 2;
 
 	out->action_first = alloc_array(s->world_size + 1ull, sizeof(size_t));
 	if (!out->action_first)
@@ -273,13 +307,25 @@ static int agree_alloc(struct agree_state *s)
 			s->group_max = s->ranks[r].count;
 	}
 	out->action_first[s->world_size] = s->ref_count;
+	/* Key indices are u32, and the table keeps at least half its slots empty. */
+	if (s->ref_count >= UINT32_MAX / 2)
+		return SEL_ETOOBIG;
+	while (slots < 2 * (uint64_t)s->ref_count)
+		slots *= 2;
+	s->slot_mask = slots - 1;
+	s->hash_seed = mix64(sel_monotonic_ns() ^ (uintptr_t)s);
+	s->ref_keys = alloc_array(s->ref_count, sizeof(*s->ref_keys));
+	s->keys = alloc_array(s->ref_count, sizeof(*s->keys));
+	s->slots = alloc_array(slots, sizeof(*s->slots));
 	/* A key held everywhere is held by the rank with the fewest records. */
-	s->refs = alloc_array(s->ref_count, sizeof(*s->refs));
 	s->groups = alloc_array(s->group_max, sizeof(*s->groups));
 	out->actions = alloc_array(s->ref_count, sizeof(*out->actions));
 	out->records = alloc_array(s->group_max, sizeof(*out->records));
-	if (!s->refs || !s->groups || !out->actions || !out->records)
+	if (!s->ref_keys || !s->keys || !s->slots || !s->groups || !out->actions ||
+	    !out->records)
 		return -ENOMEM;
+	for (uint64_t i = 0; i < slots; i++)
+		s->slots[i].key = AGREE_NONE;
 	return 0;
 }
 
@@ -304,7 +350,9 @@ int coord_agreement_decide(struct coord_agreement *out,
 		agree_collect(&s);
 	}
 	free(s.groups);
-	free(s.refs);
+	free(s.slots);
+	free(s.keys);
+	free(s.ref_keys);
 	if (ret)
 		coord_agreement_destroy(out);
 	return ret;

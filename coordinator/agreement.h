@@ -67,9 +67,12 @@ struct coord_agreement {
  * Decides the agreement of world_size ranks (1 .. REC_WORLD_SIZE_MAX);
  * ranks[r] is rank r's summary, read only during the call. Allocates a
  * few arrays sized from the input counts, nothing per record, and runs in
- * O(n log n) for n records in all. Returns 0 and fills out (free with
- * coord_agreement_destroy), SEL_ETOOBIG when world_size or a rank's count
- * is past its maximum, or -ENOMEM; on failure out holds nothing to free.
+ * expected O(n + k log k) for n records in all and k keys held everywhere
+ * (a hash of keys, seeded afresh each call, so no summary can make it
+ * quadratic). Returns 0 and fills out (free with coord_agreement_destroy),
+ * SEL_ETOOBIG when world_size or a rank's count is past its maximum or the
+ * counts add up to 2^31 or more, or -ENOMEM; on failure out holds nothing
+ * to free.
  */
 int coord_agreement_decide(struct coord_agreement *out,
 			   const struct coord_rank_records *ranks,

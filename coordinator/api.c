@@ -17,6 +17,7 @@
 #include "shard/config.h"
 #include "coordinator/cluster.h"
 #include "coordinator/fanout.h"
+#include "coordinator/metrics.h"
 #include "coordinator/bench.h"
 
 #include <arpa/inet.h>
@@ -40,7 +41,9 @@ struct sel_store {
 	struct shard_engine *engine;
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
+	bool form_attempted;           /* the formation told the peers of any failure */
 	struct coord_fanout *fanout;
+	struct sel_bench_startup startup; /* where sel_store_open spent its time */
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
 	uint32_t monitors;       /* stats and metrics calls running on it */
@@ -184,7 +187,7 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
 	}
 	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-	    listen(fd, (int)c->world_size) != 0) {
+	    listen(fd, SOMAXCONN) != 0) {
 		int e = errno;
 
 		if (fd >= 0)
@@ -236,83 +239,103 @@ static void describe_transport(const sel_store *s, char *out, size_t size)
 
 /*
  * Forms the cluster on the scanned directory (every rank agrees), and
- * rescans it: the agreement may have deleted or truncated files.
+ * replaces the scan with the agreed records: the agreement may have
+ * deleted or truncated files, and rank zero's directory now holds exactly
+ * those (no second scan). Without a
+ * disk store (limit 0, no directory) rank zero still forms, so that a rank
+ * with a disk store is refused with the reason on both sides. The join port
+ * closes once the cluster formed (a listener of the caller's is shut down;
+ * the caller still closes it).
  */
 static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan *scan,
 		    uint64_t *limit, char *err, size_t err_size)
 {
 	const struct sel_cluster *c = &s->cluster;
 	int listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, err, err_size);
+	struct coord_form_times times = { 0 };
+	struct rec_scan agreed = { 0 };
 	struct coord_form_options o = {
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
-			    .has_disk_store = true, .address_allowed = address_allowed,
+			    .has_disk_store = *limit != 0, .address_allowed = address_allowed,
 			    .ctx = &s->cluster },
-		.disk_limit_bytes = *limit, .dir = s->dir, .records = scan->records,
-		.record_count = scan->record_count,
+		.disk_limit_bytes = *limit, .dir = s->dir,
+		.records = scan ? scan->records : NULL,
+		.record_count = scan ? scan->record_count : 0,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
+		.marked = s->dir && rec_dir_marked(s->dir),
+		.accept_empty_ranks = c->accept_empty_ranks,
+		.times = &times, .agreed = scan ? &agreed : NULL,
 	};
 	int ret;
 
 	if (listen_fd < 0)
 		return listen_fd;
+	s->form_attempted = true;
 	s->peers = calloc(c->world_size, sizeof(*s->peers));
 	ret = s->peers ? coord_cluster_form(&o, s->peers, limit, err, err_size) : -ENOMEM;
 	if (c->listen_fd < 0)
 		close(listen_fd);
-	if (ret)
+	else
+		shutdown(listen_fd, SHUT_RDWR);
+	s->startup.join_ns = times.join_ns;
+	s->startup.summary_ns = times.summary_ns;
+	s->startup.agreement_ns = times.agreement_ns;
+	s->startup.apply_ns = times.apply_ns;
+	if (ret || !scan)
 		return ret;
 	rec_scan_free(scan);
-	return rec_dir_scan(s->dir, scan);
+	*scan = agreed;
+	return 0;
 }
 
-static int api_open_disk(sel_store *s, const struct sel_store_config *c,
-			 const struct rec_geometry *g, uint64_t *limit, char *err,
-			 size_t err_size)
+/*
+ * Rank zero failed at startup before it could form: tells the peers that
+ * connect meanwhile (coord_cluster_notify_failure), so they stop now.
+ */
+static void api_notify_failure(sel_store *s, const char *why)
+{
+	const struct sel_cluster *c = &s->cluster;
+	char ignored[256];
+	int listen_fd;
+
+	if (c->world_size < 2 || c->rank != 0 || s->form_attempted)
+		return;
+	listen_fd = c->listen_fd >= 0 ? c->listen_fd : api_listen(c, ignored, sizeof(ignored));
+	coord_cluster_notify_failure(listen_fd, c->world_size, NULL, why);
+	if (c->listen_fd < 0 && listen_fd >= 0)
+		close(listen_fd);
+}
+
+/* This rank's directory (locked, scanned), the disk limit, device and engine. */
+static int api_open_local(sel_store *s, const struct sel_store_config *c,
+			  const struct rec_geometry *g, struct rec_scan *scan, uint64_t *limit,
+			  char *err, size_t err_size)
 {
 	struct rec_dir_options dir_options = { .base_path = c->dir,
 					       .namespace_id = &s->core.namespace_id,
 					       .geometry = g, .durable = c->durable };
 	struct shard_engine_options engine_options = { .geometry = g, .register_pool = true };
 	struct shard_planes planes;
-	struct shard_engine_stats engine_stats;
-	struct rec_scan scan;
-	uint64_t scanned, kept;
-	char transport[512];
+	uint64_t step;
 	int ret;
 
 	ret = rec_dir_open(&dir_options, &s->dir, err, err_size);
 	if (ret)
 		return ret;
-	ret = rec_dir_scan(s->dir, &scan);
+	step = sel_monotonic_ns();
+	ret = rec_dir_scan(s->dir, scan);
+	s->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
-	kept = scan.record_count;
-	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
-		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan.bytes);
-		if (*limit == 0) {
-			rec_scan_free(&scan);
+		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes);
+		if (*limit == 0)
 			return api_fail(-EIO, err, err_size, "cannot tell the free space of %s "
 					"for the default disk limit; configure one",
 					rec_dir_path(s->dir));
-		}
 	}
-	if (s->cluster.world_size > 1) {
-		ret = api_form(s, g, &scan, limit, err, err_size);
-		if (ret) {
-			rec_scan_free(&scan);
-			return ret;
-		}
-	}
-	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
-	s->core.limit_bytes = *limit;
-	s->core.stats.disk_limit_bytes = *limit;
-	ret = coord_store_load(&s->core, scan.records, scan.record_count);
-	rec_scan_free(&scan);
-	if (ret)
-		return api_fail(ret, err, err_size, "out of memory loading the index");
 	ret = shard_device_open(c->device ? c->device : "auto", c->device_ordinal,
 				&s->device, err, err_size);
 	if (ret)
@@ -323,8 +346,43 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	engine_options.planes = &planes;
 	engine_options.jobs_max = COORD_JOBS_MAX;
 	ret = shard_engine_open(&engine_options, &s->engine, err, err_size);
-	if (ret)
+	/* the local engine's until a fan-out takes the jobs (close polls it) */
+	s->core.jobs_ops.ctx = s->engine;
+	return ret;
+}
+
+/*
+ * Opens this rank's storage, and only then forms the cluster: a local
+ * failure is told to the peers instead of leaving them at the join.
+ */
+static int api_open_disk(sel_store *s, const struct sel_store_config *c,
+			 const struct rec_geometry *g, uint64_t *limit, char *err,
+			 size_t err_size)
+{
+	struct rec_scan scan = { 0 };
+	struct shard_engine_stats engine_stats;
+	uint64_t scanned, kept, step;
+	char transport[512];
+	int ret;
+
+	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
+	kept = scan.record_count;
+	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
+	if (!ret && s->cluster.world_size > 1)
+		ret = api_form(s, g, &scan, limit, err, err_size);
+	if (ret) {
+		rec_scan_free(&scan);
 		return ret;
+	}
+	describe_transport(s, transport, sizeof(transport)); /* before the fan-out takes them */
+	s->core.limit_bytes = *limit;
+	s->core.stats.disk_limit_bytes = *limit;
+	step = sel_monotonic_ns();
+	ret = coord_store_load(&s->core, scan.records, scan.record_count);
+	s->startup.index_ns = sel_monotonic_ns() - step;
+	rec_scan_free(&scan);
+	if (ret)
+		return api_fail(ret, err, err_size, "out of memory loading the index");
 	if (s->cluster.world_size > 1) {
 		const struct sel_cluster *cl = &s->cluster;
 
@@ -363,10 +421,16 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	int ret;
 
 	*out = NULL;
+	if (s)
+		s->startup.open_ns = sel_monotonic_ns();
 	ret = sel_failpoints_from_env(err, err_size);
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
 	if (ret || !s || !g) {
+		if (ret && s && c && c->cluster) { /* the peers learn it, not at their timeout */
+			s->cluster = *c->cluster;
+			api_notify_failure(s, err_size ? err : "rank zero's configuration");
+		}
 		free(g);
 		free(s);
 		return ret ? ret : api_fail(-ENOMEM, err, err_size, "out of memory");
@@ -375,12 +439,10 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
 	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,
 								      .listen_fd = -1 };
-	if (s->cluster.rank != 0 || s->cluster.world_size == 0 ||
-	    (s->cluster.world_size > 1 && c->disk_limit_bytes == 0)) {
+	if (s->cluster.rank != 0 || s->cluster.world_size == 0) {
 		ret = api_fail(-EINVAL, err, err_size, s->cluster.rank ?
 			       "rank %u runs a peer (sel_peer_start), not the store" :
-			       "a world of %u ranks needs a disk store on every rank",
-			       s->cluster.rank ? s->cluster.rank : s->cluster.world_size);
+			       "a world of 0 ranks", s->cluster.rank);
 		goto err_close;
 	}
 	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
@@ -400,12 +462,19 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			goto err_close;
 		if (!s->fanout)
 			s->core.jobs_ops.ctx = s->engine;
+	} else if (s->cluster.world_size > 1) {
+		/* no disk store here: the join checks that no rank has one */
+		ret = api_form(s, g, NULL, &limit, err, err_size);
+		if (ret)
+			goto err_close;
 	}
 	free(g);
+	s->startup.open_ns = sel_monotonic_ns() - s->startup.open_ns;
 	open_stores_add(s);
 	*out = s;
 	return 0;
 err_close:
+	api_notify_failure(s, err_size ? err : "rank zero failed at startup");
 	free(g);
 	sel_store_close(s, 0);
 	return ret;
@@ -447,9 +516,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 		return SEL_ESTOPPED;
 	}
 	coord_fanout_close(s->fanout); /* the peers see rank zero's links end */
-	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++)
-		if (s->peers[i].fd > 0)
-			close(s->peers[i].fd);
+	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++) {
+		if (s->peers[i].fd <= 0)
+			continue;
+		/* a cluster without disk stores ends cleanly too (R-WIRE-23) */
+		cluster_frame_write(s->peers[i].fd, &s->peers[i].seq.send, CLUSTER_MSG_BYE,
+				    NULL, 0);
+		close(s->peers[i].fd);
+	}
 	free(s->peers);
 	shard_engine_close(s->engine);
 	shard_device_close(s->device);
@@ -525,6 +599,18 @@ int sel_cancel(sel_store *s, uint64_t waiter)
 	return ret;
 }
 
+int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
+{
+	int ret;
+
+	if (!h)
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_touch(&s->core, &h->history, consumed);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
 int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 		      enum sel_outcome *outcome)
 {
@@ -568,86 +654,23 @@ int sel_store_stats(sel_store *s, struct sel_stats *out)
 	return 0;
 }
 
-/* Appends a Prometheus histogram at buf + used; the new length or -ENOSPC. */
-static int metrics_histogram(char *buf, size_t size, size_t used, const char *kind,
-			     const struct sel_latency_histogram *h)
+static int metrics_write(sel_store *s, char *buf, size_t size)
 {
-	static const double bounds[SEL_LATENCY_BUCKETS] = SEL_LATENCY_BOUNDS;
-	uint64_t cumulative = 0;
-	int n;
+	struct coord_metrics_staging staging = { 0 };
+	struct shard_staging_stats pool;
+	struct sel_stats st;
 
-	if (strcmp(kind, "store") == 0) {
-		n = snprintf(buf + used, size - used,
-			     "# TYPE selene_job_seconds histogram\n");
-		if (n < 0 || (size_t)n >= size - used)
-			return -ENOSPC;
-		used += (size_t)n;
+	stats_copy(s, &st);
+	if (s->engine) {
+		shard_engine_staging_stats(s->engine, &pool);
+		staging = (struct coord_metrics_staging){
+			.slots_total = pool.slots_total,
+			.slots_in_use = pool.slots_total - pool.slots_free,
+			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted };
 	}
-	for (uint32_t b = 0; b <= SEL_LATENCY_BUCKETS; b++) {
-		cumulative += h->counts[b];
-		if (b < SEL_LATENCY_BUCKETS)
-			n = snprintf(buf + used, size - used,
-				     "selene_job_seconds_bucket{kind=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-				     kind, bounds[b], cumulative);
-		else
-			n = snprintf(buf + used, size - used,
-				     "selene_job_seconds_bucket{kind=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
-				     "selene_job_seconds_sum{kind=\"%s\"} %.6f\n"
-				     "selene_job_seconds_count{kind=\"%s\"} %" PRIu64 "\n",
-				     kind, cumulative, kind, h->sum_seconds, kind, h->count);
-		if (n < 0 || (size_t)n >= size - used)
-			return -ENOSPC;
-		used += (size_t)n;
-	}
-	return (int)used;
+	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
+				   s->cluster.world_size);
 }
-
-/* Records dropped after a restore found them bad, by reason. */
-static int metrics_drops(const struct sel_stats *st, char *buf, size_t size, size_t used)
-{
-	int n = snprintf(buf + used, size - used,
-			 "# TYPE selene_records_dropped_total counter\n"
-			 "selene_records_dropped_total{reason=\"checksum\"} %" PRIu64 "\n"
-			 "selene_records_dropped_total{reason=\"header\"} %" PRIu64 "\n"
-			 "selene_records_dropped_total{reason=\"missing\"} %" PRIu64 "\n",
-			 st->records_dropped_checksum, st->records_dropped_header,
-			 st->records_dropped_missing);
-
-	if (n < 0 || (size_t)n >= size - used)
-		return -ENOSPC;
-	return (int)(used + (size_t)n);
-}
-
-/* Each peer link's writer queue and counters, by the peer's rank. */
-static int metrics_links(sel_store *s, char *buf, size_t size, size_t used)
-{
-	static const char *const heads =
-		"# TYPE selene_link_up gauge\n"
-		"# TYPE selene_link_queued_bytes gauge\n"
-		"# TYPE selene_link_frames_total counter\n"
-		"# TYPE selene_link_queue_full_total counter\n";
-	int n = snprintf(buf + used, size - used, "%s", heads);
-
-	for (uint32_t r = 1; n >= 0 && (size_t)n < size - used; r++) {
-		struct cluster_link_stats ls;
-		bool alive;
-
-		used += (size_t)n;
-		if (!coord_fanout_link_stats(s->fanout, r, &ls, &alive))
-			return (int)used;
-		n = snprintf(buf + used, size - used,
-			     "selene_link_up{rank=\"%u\"} %d\n"
-			     "selene_link_queued_bytes{rank=\"%u\"} %" PRIu64 "\n"
-			     "selene_link_frames_total{rank=\"%u\",direction=\"sent\"} %" PRIu64 "\n"
-			     "selene_link_frames_total{rank=\"%u\",direction=\"received\"} %" PRIu64 "\n"
-			     "selene_link_queue_full_total{rank=\"%u\"} %" PRIu64 "\n",
-			     r, alive, r, ls.queued_bytes, r, ls.frames_sent, r, ls.frames_received,
-			     r, ls.queue_full);
-	}
-	return -ENOSPC;
-}
-
-static int metrics_write(sel_store *s, char *buf, size_t size);
 
 int sel_store_metrics(sel_store *s, char *buf, size_t size)
 {
@@ -657,56 +680,6 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 		return -ESHUTDOWN;
 	n = metrics_write(s, buf, size);
 	monitor_leave(s);
-	return n;
-}
-
-static int metrics_write(sel_store *s, char *buf, size_t size)
-{
-	struct sel_stats st;
-	int n;
-
-	stats_copy(s, &st);
-	n = snprintf(buf, size,
-		     "# TYPE selene_lookups_total counter\nselene_lookups_total %" PRIu64 "\n"
-		     "# TYPE selene_hits_total counter\nselene_hits_total %" PRIu64 "\n"
-		     "# TYPE selene_reused_tokens_total counter\nselene_reused_tokens_total %" PRIu64 "\n"
-		     "# TYPE selene_publications_total counter\n"
-		     "selene_publications_total{outcome=\"queued\"} %" PRIu64 "\n"
-		     "selene_publications_total{outcome=\"present\"} %" PRIu64 "\n"
-		     "selene_publications_total{outcome=\"retry\"} %" PRIu64 "\n"
-		     "selene_publications_total{outcome=\"oversize\"} %" PRIu64 "\n"
-		     "# TYPE selene_stores_total counter\n"
-		     "selene_stores_total{result=\"ok\"} %" PRIu64 "\n"
-		     "selene_stores_total{result=\"failed\"} %" PRIu64 "\n"
-		     "# TYPE selene_fetches_total counter\n"
-		     "selene_fetches_total %" PRIu64 "\n"
-		     "# TYPE selene_fetch_failures_total counter\n"
-		     "selene_fetch_failures_total %" PRIu64 "\n"
-		     "# TYPE selene_bytes_total counter\n"
-		     "selene_bytes_total{direction=\"out\"} %" PRIu64 "\n"
-		     "selene_bytes_total{direction=\"in\"} %" PRIu64 "\n"
-		     "# TYPE selene_evictions_total counter\nselene_evictions_total %" PRIu64 "\n"
-		     "# TYPE selene_truncations_total counter\nselene_truncations_total %" PRIu64 "\n"
-		     "# TYPE selene_unlinks_total counter\nselene_unlinks_total %" PRIu64 "\n"
-		     "# TYPE selene_records gauge\nselene_records %" PRIu64 "\n"
-		     "# TYPE selene_disk_bytes gauge\nselene_disk_bytes %" PRIu64 "\n"
-		     "# TYPE selene_disk_limit_bytes gauge\nselene_disk_limit_bytes %" PRIu64 "\n"
-		     "# TYPE selene_jobs_in_flight gauge\nselene_jobs_in_flight %" PRIu64 "\n",
-		     st.lookups, st.hits, st.reused_tokens, st.published_queued,
-		     st.published_present, st.published_retry, st.published_oversize,
-		     st.stored, st.store_failures, st.fetches, st.fetch_failures,
-		     st.bytes_stored, st.bytes_fetched, st.evictions, st.truncations,
-		     st.unlinks, st.records, st.disk_bytes, st.disk_limit_bytes,
-		     st.jobs_in_flight);
-	if (n < 0 || (size_t)n >= size)
-		return -ENOSPC;
-	n = metrics_histogram(buf, size, (size_t)n, "store", &st.store_latency);
-	if (n >= 0)
-		n = metrics_histogram(buf, size, (size_t)n, "fetch", &st.fetch_latency);
-	if (n >= 0)
-		n = metrics_drops(&st, buf, size, (size_t)n);
-	if (n >= 0 && s->fanout)
-		n = metrics_links(s, buf, size, (size_t)n);
 	return n;
 }
 
@@ -725,5 +698,12 @@ void sel_bench_noops(sel_store *s, uint64_t *done, uint64_t *failed)
 	pthread_mutex_lock(&s->lock);
 	*done = s->core.noops_done;
 	*failed = s->core.noops_failed;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sel_bench_startup(sel_store *s, struct sel_bench_startup *out)
+{
+	pthread_mutex_lock(&s->lock);
+	*out = s->startup;
 	pthread_mutex_unlock(&s->lock);
 }

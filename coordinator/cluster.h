@@ -12,6 +12,7 @@
 #include "cluster/join.h"
 #include "record/dir.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,14 @@ struct coord_peer {
 	int fd;
 	uint32_t rank;
 	struct cluster_sequences seq;
+};
+
+/* How long each step of the formation took, for selene bench startup. */
+struct coord_form_times {
+	uint64_t join_ns;      /* accepting, authenticating and welcoming peers */
+	uint64_t summary_ns;   /* receiving every peer's summary */
+	uint64_t agreement_ns; /* coord_agreement_decide */
+	uint64_t apply_ns;     /* applying rank zero's share, sending the rest, confirms */
 };
 
 struct coord_form_options {
@@ -31,16 +40,48 @@ struct coord_form_options {
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
 	uint32_t timeout_ms;                 /* for the whole formation */
+	bool marked;                         /* rank zero's directory has the marker */
+	bool accept_empty_ranks;             /* form even when a rank's directory is
+						empty or unmarked while others hold
+						records (their records are deleted) */
+	struct coord_form_times *times;      /* optional: filled as steps end */
+	/*
+	 * Optional: on success, the agreed records as rank zero's directory
+	 * now holds them (coord_agreement.records: oldest first, row present
+	 * only where every rank kept it), for the index, so rank zero need not
+	 * scan its directory again; the caller frees it with rec_scan_free.
+	 */
+	struct rec_scan *agreed;
 };
 
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
- * *agreed_disk_limit, and returns 0; rank zero then rescans its directory
- * for the index. On failure returns a negative code with the reason in err
- * (a refused peer is told why), and closes every peer socket.
+ * *agreed_disk_limit, writes rank zero's cluster marker (each peer writes
+ * its own), fills options->agreed if given, and returns 0; rank zero then
+ * builds its index from the agreed records. The join is driven by poll (DESIGN.md section 7): a
+ * connection that never proves the launch secret costs a rate-limited log
+ * line, never the formation; at most CLUSTER_JOIN_PENDING_MAX handshakes
+ * are pending, each with a CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure
+ * (a rank refused after it proved the secret, a peer that reports its own
+ * startup failure or leaves, the timeout, naming the missing rank, a rank
+ * whose directory is empty or unmarked while another holds records, unless
+ * accept_empty_ranks) returns
+ * a negative code with the reason in err, tells every joined peer why
+ * (REFUSE), closes their sockets and runs coord_cluster_notify_failure.
  */
 int coord_cluster_form(const struct coord_form_options *options,
 		       struct coord_peer *peers, uint64_t *agreed_disk_limit,
 		       char *err, size_t err_size);
+
+/*
+ * Rank zero failed at startup (before or during formation): for up to
+ * CLUSTER_FAILURE_NOTICE_MS, accepts connections on listen_fd and answers
+ * each HELLO with REFUSE (shutdown) carrying why, so every peer stops at
+ * once instead of at its join timeout. Returns early once every rank from
+ * 1 to world_size - 1 was told (told, world_size entries or NULL: ranks
+ * told already). Closes what it accepted; listen_fd stays the caller's.
+ */
+void coord_cluster_notify_failure(int listen_fd, uint32_t world_size, const bool *told,
+				  const char *why);
 
 #endif

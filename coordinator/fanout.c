@@ -444,10 +444,14 @@ int coord_fanout_open(const struct coord_fanout_options *o, struct coord_fanout 
 
 void coord_fanout_close(struct coord_fanout *f)
 {
+	bool clean;
+
 	if (!f)
 		return;
+	/* BYE only on a clean end: after a stop, every peer must see a failure */
+	clean = !is_stopped(f);
 	for (uint32_t i = 0; f->links && i < f->o.peer_count; i++)
-		cluster_link_close(f->links[i], 1000);
+		cluster_link_close(f->links[i], clean ? 1000 : 0);
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++)
 		free(f->pending[i].wrote);
 	free(f->links);

@@ -183,6 +183,24 @@ bool coord_store_lookup(struct coord_store *s, const struct rec_history *h,
 	return true;
 }
 
+int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64_t consumed)
+{
+	struct rec_key key;
+	uint32_t id;
+
+	if (consumed == 0 || consumed > h->token_count)
+		return -EINVAL;
+	rec_history_key_at(h, consumed, &key);
+	id = coord_index_find(&s->index, &key);
+	if (id == COORD_NONE || coord_index_node(&s->index, id)->state != COORD_READY)
+		return SEL_ENOTFOUND;
+	/* The record, then each ancestor: the root ends most recent, and
+	 * every record of the chain is newer than anything untouched. */
+	for (; id != COORD_NONE; id = coord_index_node(&s->index, id)->parent_id)
+		coord_index_touch(&s->index, id);
+	return 0;
+}
+
 /* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 {

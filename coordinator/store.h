@@ -113,6 +113,13 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 int coord_store_cancel(struct coord_store *s, uint64_t waiter);
 
 /*
+ * sel_touch (seed 2.10): the READY record at h's consumed count and its
+ * ancestors become the most recently used. Returns 0, -EINVAL for a count
+ * of 0 or past the history, SEL_ENOTFOUND when no ready record has that key.
+ */
+int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64_t consumed);
+
+/*
  * A job that moves no bytes and touches no file, through every rank's
  * engine (jobs_ops.noop): what a job costs the transport alone, for selene
  * bench fanout. Its completion, taken by coord_store_poll, counts in

@@ -2,6 +2,7 @@
 #ifndef SELENE_LAUNCH_BENCH_STORE_H
 #define SELENE_LAUNCH_BENCH_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,5 +21,22 @@ int bench_api(const char *dir, double seconds);
  * under dir; 0 or an error.
  */
 int bench_fanout(const char *dir, uint32_t jobs);
+
+/*
+ * A restore's latency idle and while stores keep the disk busy, at ranks
+ * ranks (forked peers on loopback) and at one, samples restores each, on
+ * device ("host", "cuda" or "auto"), under dir; 0 or an error.
+ */
+int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t samples);
+
+/*
+ * Startup at scale: makes records_per_rank records on each of world ranks
+ * (forked peers on loopback) under dir, then restarts every rank rounds
+ * times and prints the time to a store ready to serve, by phase. keep:
+ * leave the records for a later run of the same shape; cold: drop their
+ * pages from the page cache before each restart. 0 or an error.
+ */
+int bench_startup(const char *dir, uint32_t world, uint32_t records_per_rank,
+		  uint32_t rounds, bool keep, bool cold);
 
 #endif

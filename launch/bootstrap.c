@@ -48,14 +48,68 @@ static int read_secret(const char *path, uint8_t secret[32], char *err, size_t e
 	return 0;
 }
 
+/*
+ * Splits host:port, or [IPv6 address]:port, into host (without brackets)
+ * and port. Returns 0, -EINVAL when it is not of that shape, or -ERANGE
+ * when the port is not 1-65535.
+ */
+static int coordinator_address(const char *text, char *host, size_t host_size,
+			       uint16_t *port)
+{
+	const char *start = text, *end_host, *colon;
+	unsigned long n;
+	char *end;
+
+	if (!text)
+		return -EINVAL;
+	if (text[0] == '[') {
+		start = text + 1;
+		end_host = strchr(start, ']');
+		if (!end_host || end_host[1] != ':')
+			return -EINVAL;
+		colon = end_host + 1;
+	} else {
+		colon = strrchr(text, ':');
+		end_host = colon;
+		/* an IPv6 address without brackets has more colons: ambiguous */
+		if (colon && memchr(text, ':', (size_t)(colon - text)))
+			return -EINVAL;
+	}
+	if (!colon || end_host == start || (size_t)(end_host - start) >= host_size)
+		return -EINVAL;
+	errno = 0;
+	n = strtoul(colon + 1, &end, 10);
+	if (errno || *end || colon[1] == '\0' || n == 0 || n > 65535)
+		return -ERANGE;
+	memcpy(host, start, (size_t)(end_host - start));
+	host[end_host - start] = '\0';
+	*port = (uint16_t)n;
+	return 0;
+}
+
+/* SELENE_ACCEPT_EMPTY_RANKS: 1 accepts, 0 or unset refuses, anything else is an error. */
+static int env_accept_empty_ranks(struct launch_bootstrap *b, char *err, size_t err_size)
+{
+	const char *v = getenv("SELENE_ACCEPT_EMPTY_RANKS");
+
+	if (!v || !*v || strcmp(v, "0") == 0)
+		return 0;
+	if (strcmp(v, "1") != 0) {
+		snprintf(err, err_size, "SELENE_ACCEPT_EMPTY_RANKS must be 0 or 1, not \"%.40s\"", v);
+		return -EINVAL;
+	}
+	b->cluster.accept_empty_ranks = true;
+	return 0;
+}
+
 int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_size)
 {
 	const char *coordinator = getenv("SELENE_COORDINATOR"), *secret = getenv("SELENE_SECRET_FILE");
-	const char *rank_var = "SELENE_RANK", *world_var = "SELENE_WORLD_SIZE", *colon;
+	const char *rank_var = "SELENE_RANK", *world_var = "SELENE_WORLD_SIZE";
 	uint32_t rank = 0, world = 1;
-	unsigned long port;
+	uint16_t port;
 	bool rank_set, world_set;
-	char *end;
+	int ret;
 
 	memset(b, 0, sizeof(*b));
 	if (!getenv("SELENE_RANK") && getenv("OMPI_COMM_WORLD_RANK")) {
@@ -74,22 +128,22 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 					   .job_timeout_ms = 60000 };
 	if (world == 1)
 		return 0;
-	colon = coordinator ? strrchr(coordinator, ':') : NULL;
-	if (!colon || colon == coordinator || (size_t)(colon - coordinator) >= sizeof(b->host)) {
-		snprintf(err, err_size, "SELENE_COORDINATOR must be host:port for a world of %u",
-			 world);
-		return -EINVAL;
+	ret = env_accept_empty_ranks(b, err, err_size);
+	if (ret)
+		return ret;
+	ret = coordinator_address(coordinator, b->host, sizeof(b->host), &port);
+	if (ret == -EINVAL) {
+		snprintf(err, err_size, "SELENE_COORDINATOR must be host:port (an IPv6 "
+			 "address in brackets: [::1]:port) for a world of %u", world);
+		return ret;
 	}
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno || *end || port == 0 || port > 65535) {
+	if (ret) {
 		snprintf(err, err_size, "SELENE_COORDINATOR %s: the port must be 1-65535",
 			 coordinator);
 		return -EINVAL;
 	}
-	memcpy(b->host, coordinator, (size_t)(colon - coordinator));
 	b->cluster.coordinator_host = b->host;
-	b->cluster.coordinator_port = (uint16_t)port;
+	b->cluster.coordinator_port = port;
 	if (!secret || !*secret) {
 		snprintf(err, err_size, "SELENE_SECRET_FILE must name the launch secret for a "
 			 "world of %u", world);
@@ -103,8 +157,11 @@ int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size)
 	const char *mpi_world = getenv("OMPI_COMM_WORLD_SIZE");
 
 	if (!getenv("SELENE_COORDINATOR") && !getenv("SELENE_RANK") && mpi_world &&
-	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available())
-		return launch_bootstrap_from_mpi(b, err, err_size);
+	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available()) {
+		int ret = launch_bootstrap_from_mpi(b, err, err_size);
+
+		return ret ? ret : env_accept_empty_ranks(b, err, err_size);
+	}
 	return launch_bootstrap_from_env(b, err, err_size);
 }
 

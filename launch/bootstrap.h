@@ -5,9 +5,12 @@
  * The environment, for any launcher:
  *   SELENE_RANK, SELENE_WORLD_SIZE   (else OMPI_COMM_WORLD_RANK / _SIZE,
  *                                     else rank 0 of 1)
- *   SELENE_COORDINATOR=host:port     rank zero's address; every rank
+ *   SELENE_COORDINATOR=host:port     rank zero's address ([::1]:port for an
+ *                                    IPv6 address); every rank
  *   SELENE_SECRET_FILE=path          exactly 32 bytes, the launch secret;
  *                                    required when the world has >1 rank
+ *   SELENE_ACCEPT_EMPTY_RANKS=1      form even when a rank's record directory
+ *                                    is empty or unmarked (also under MPI)
  *
  * MPI, under mpirun when SELENE_COORDINATOR is not set (and this program
  * was built with Open MPI's headers): rank and world from MPI; rank zero

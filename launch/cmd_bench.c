@@ -8,7 +8,10 @@
 #include "launch/bench_store.h"
 
 #include "common/base.h"
+#include "common/limits.h"
 #include "common/log.h"
+#include "launch/args.h"
+#include "launch/scratch.h"
 #include "record/dir.h"
 #include "record/format.h"
 #include "record/geometry.h"
@@ -30,6 +33,8 @@
 
 #define RAW_CHUNK_BYTES (8u << 20)
 #define RAW_QUEUE_DEPTH 8u
+/* Made where missing; a --dir or DIR given must exist already. */
+#define BENCH_DIR_DEFAULT "/var/tmp/selene-bench"
 
 struct bench_args {
 	const char *dir;
@@ -41,11 +46,16 @@ struct bench_args {
 	uint32_t records; /* per round */
 	uint32_t rounds;
 	uint32_t window_pages;
+	uint32_t ranks;   /* restore, startup */
 	bool durable;
+	bool keep;        /* startup */
+	bool cold;        /* startup */
+	bool rounds_set;  /* --rounds given (startup's default differs) */
 };
 
 struct bench {
 	struct bench_args a;
+	const char *what;       /* store, fetch, copy, api, fanout or restore */
 	struct rec_geometry g;
 	struct rec_identity ns;
 	struct rec_dir *dir;
@@ -520,7 +530,10 @@ static void bench_usage(FILE *out)
 		"       selene bench copy [options]\n"
 		"       selene bench lookup\n"
 		"       selene bench api [--dir DIR]\n"
-		"       selene bench fanout [--dir DIR] [--records N]\n\n"
+		"       selene bench fanout [--dir DIR] [--records N]\n"
+		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n"
+		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
+		"                            [--keep] [--cold]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating.\n"
@@ -537,19 +550,59 @@ static void bench_usage(FILE *out)
 		"  ranks (forked peers on loopback): noop jobs, which move no bytes but\n"
 		"  pass every rank's engine, one at a time (p50, p99, overhead over one\n"
 		"  rank) and 32 in flight (jobs/s); then store-then-fetch of one small\n"
-		"  page per rank, the same way.\n\n"
+		"  page per rank, the same way.\n"
+		"restore: a 32-page restore's latency (p50, p99) with the disk idle and\n"
+		"  while 4 stores of the same size are kept queued, and their ratio, at\n"
+		"  --ranks ranks (forked peers on loopback; default 2) and at one;\n"
+		"  --records restores each way (default 40).\n\n"
+		"startup: startup at scale: --records small records per rank (default\n"
+		"  100000) made with the store on --ranks ranks (default 8; forked peers\n"
+		"  on loopback), then --rounds restarts (default 3), each timed from the\n"
+		"  fork of the peers to a store ready to serve, split into the scan, the\n"
+		"  join, the summary exchange, the agreement, applying it and the index\n"
+		"  build. --keep leaves the records for the next run of the same shape;\n"
+		"  --cold drops their pages from the page cache before each restart.\n\n"
 		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
-		"  --plane-bytes N    bytes of one plane of one page (default 65536)\n"
-		"  --row-bytes N      bytes of the state row (default 1048576)\n"
+		"  --plane-bytes SIZE bytes of one plane of one page (default 64K)\n"
+		"  --row-bytes SIZE   bytes of the state row (default 1M)\n"
 		"  --pages N          pages per record (default 64)\n"
 		"  --records N        records per round (default 1); fanout: jobs per phase\n"
 		"                     (default 2000)\n"
 		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
-		"  --help             this help\n");
+		"  --help             this help\n\n"
+		"Every file goes into DIR/selene-bench.PID, removed at the end, also\n"
+		"when the bench is interrupted (SIGINT, SIGTERM). Sizes take K, M, G,\n"
+		"T (binary). Exit status: 0 done, 1 failed, 2 bad arguments.\n");
+}
+
+/* One benchmark in its scratch directory (launch/scratch.h); an exit status. */
+static int bench_in_scratch(const char *scratch, void *arg)
+{
+	struct bench *b = arg;
+	int ret;
+
+	b->a.dir = scratch;
+	if (strcmp(b->what, "api") == 0)
+		return bench_api(scratch, 10.0) ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	if (strcmp(b->what, "fanout") == 0) /* --records: jobs per phase */
+		return bench_fanout(scratch, b->a.records ? b->a.records : 2000) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	if (strcmp(b->what, "restore") == 0) /* --records: restores per phase */
+		return bench_restore(scratch, b->a.device, b->a.ranks ? b->a.ranks : 2,
+				     b->a.records ? b->a.records : 40) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	if (!b->a.records)
+		b->a.records = 1;
+	ret = bench_open(b);
+	if (!ret)
+		ret = strcmp(b->what, "copy") == 0 ? bench_copy(b) :
+						     bench_store(b, strcmp(b->what, "fetch") == 0);
+	bench_close(b);
+	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 }
 
 int launch_cmd_bench(int argc, char **argv)
@@ -565,13 +618,17 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'k' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
+		{ "ranks", required_argument, NULL, 'W' },
+		{ "keep", no_argument, NULL, 'K' },
+		{ "cold", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct bench b = { .a = { .dir = "/var/tmp/selene-bench", .device = "auto",
+	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
 				  .planes = 36, .plane_bytes = 65536, .row_bytes = 1 << 20,
-				  .pages = 64, .records = 1, .rounds = 12, .durable = true } };
+				  .pages = 64, .rounds = 12, .durable = true } };
 	const char *what;
-	int opt, ret;
+	char cmd[48];
+	int opt, which = 0;
 
 	if (launch_wants_help(argc, argv)) {
 		bench_usage(stdout);
@@ -585,44 +642,62 @@ int launch_cmd_bench(int argc, char **argv)
 	if (strcmp(what, "lookup") == 0)
 		return bench_lookup() ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	optind = 2;
-	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+	snprintf(cmd, sizeof(cmd), "bench %.20s", what);
+	while ((opt = getopt_long(argc, argv, "", options, &which)) != -1) {
+		const char *flag = options[which].name;
+		bool ok = true;
+
 		switch (opt) {
 		case 'd': b.a.dir = optarg; break;
 		case 'D': b.a.device = optarg; break;
-		case 'n': b.a.planes = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'b': b.a.plane_bytes = strtoull(optarg, NULL, 0); break;
-		case 'R': b.a.row_bytes = strtoull(optarg, NULL, 0); break;
-		case 'p': b.a.pages = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'r': b.a.records = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'k': b.a.rounds = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'n': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
+						 REC_PAGE_PLANES_MAX, &b.a.planes); break;
+		case 'b': ok = launch_option_u64(cmd, flag, optarg, LAUNCH_SIZE, 1,
+						 REC_UNIT_BYTES_MAX, &b.a.plane_bytes); break;
+		case 'R': ok = launch_option_u64(cmd, flag, optarg, LAUNCH_SIZE, 1,
+						 REC_ROW_BYTES_MAX, &b.a.row_bytes); break;
+		case 'p': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
+						 REC_RECORD_PAGES_MAX, &b.a.pages); break;
+		case 'r': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX, &b.a.records); break;
+		case 'k': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
+						 BENCH_ROUNDS_MAX, &b.a.rounds);
+			b.a.rounds_set = true;
+			break;
 		case 'N': b.a.durable = false; break;
-		case 'w': b.a.window_pages = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'w': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
+						 REC_RECORD_PAGES_MAX, &b.a.window_pages); break;
+		case 'W': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1, 64,
+						 &b.a.ranks); break;
+		case 'K': b.a.keep = true; break;
+		case 'C': b.a.cold = true; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
+		if (!ok)
+			return LAUNCH_EXIT_USAGE;
+		which = 0;
 	}
 	if (strcmp(what, "fetch") == 0 && optind == argc - 1)
 		b.a.dir = argv[optind++];
-	if (strcmp(what, "api") == 0 && optind == argc) {
-		sel_log_set_level(SEL_LOG_WARN);
-		return bench_api(b.a.dir, 10.0) ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
-	}
-	if (strcmp(what, "fanout") == 0 && optind == argc) {
-		/* --records: jobs per phase (default 2000) */
-		sel_log_set_level(SEL_LOG_WARN);
-		return bench_fanout(b.a.dir, b.a.records > 1 ? b.a.records : 2000) ?
-			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
-	}
-	if (optind != argc || b.a.pages == 0 || b.a.records == 0 || b.a.rounds == 0 ||
-	    b.a.rounds > BENCH_ROUNDS_MAX ||
-	    (strcmp(what, "store") && strcmp(what, "fetch") && strcmp(what, "copy"))) {
+	if (optind != argc || (strcmp(what, "store") && strcmp(what, "fetch") &&
+			       strcmp(what, "copy") && strcmp(what, "api") &&
+			       strcmp(what, "fanout") && strcmp(what, "restore") &&
+			       strcmp(what, "startup"))) {
 		bench_usage(stderr);
 		return LAUNCH_EXIT_USAGE;
 	}
+	/* the default directory is made where missing; a named one must exist */
+	if (strcmp(b.a.dir, BENCH_DIR_DEFAULT) == 0 && mkdir(b.a.dir, 0755) && errno != EEXIST) {
+		fprintf(stderr, "selene %s: cannot make %s: %s\n", cmd, b.a.dir, strerror(errno));
+		return LAUNCH_EXIT_BAD;
+	}
 	sel_log_set_level(SEL_LOG_WARN);
-	ret = bench_open(&b);
-	if (!ret)
-		ret = strcmp(what, "copy") == 0 ? bench_copy(&b) :
-						  bench_store(&b, strcmp(what, "fetch") == 0);
-	bench_close(&b);
-	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	b.what = what;
+	if (strcmp(what, "startup") == 0) /* in DIR itself: --keep leaves its records */
+		return bench_startup(b.a.dir, b.a.ranks ? b.a.ranks : 8,
+				     b.a.records ? b.a.records : 100000,
+				     b.a.rounds_set ? b.a.rounds : 3, b.a.keep, b.a.cold) ?
+			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	snprintf(cmd, sizeof(cmd), "selene bench %.20s", what);
+	return launch_scratch_run(cmd, b.a.dir, "selene-bench", bench_in_scratch, &b);
 }

@@ -12,7 +12,9 @@
 #include "launch/commands.h"
 
 #include "common/base.h"
+#include "common/limits.h"
 #include "common/log.h"
+#include "launch/args.h"
 #include "record/dir.h"
 #include "record/file.h"
 #include "record/format.h"
@@ -318,11 +320,14 @@ struct demo_args {
 	uint64_t plane_bytes, row_bytes;
 };
 
-static int env_u32(const char *name, uint32_t fallback)
+/* Open MPI's rank or size variable, or fallback where it is unset. */
+static uint32_t env_u32(const char *name, uint32_t fallback)
 {
-	const char *v = getenv(name);
+	uint64_t v;
 
-	return v && *v ? atoi(v) : (int)fallback;
+	if (launch_parse_number(getenv(name), LAUNCH_COUNT, 0, UINT32_MAX, &v, NULL, 0))
+		return fallback;
+	return (uint32_t)v;
 }
 
 static void demo_usage(FILE *out)
@@ -339,11 +344,13 @@ static void demo_usage(FILE *out)
 		"  --model NAME       model name for the identity (default demo-model)\n"
 		"  --page-tokens N    tokens per page (default 64)\n"
 		"  --planes N         page planes (default 8)\n"
-		"  --plane-bytes N    bytes of one plane of one page (default 65536)\n"
-		"  --row-bytes N      bytes of the state row (default 262144)\n"
+		"  --plane-bytes SIZE bytes of one plane of one page (default 64K)\n"
+		"  --row-bytes SIZE   bytes of the state row (default 256K)\n"
 		"  --tokens N         conversation length (default 8192)\n"
 		"  --device KIND      auto, cuda or host (default host)\n"
-		"  --help             this help\n");
+		"  --help             this help\n\n"
+		"Sizes take K, M, G, T (binary). Exit status: 0 verified, 1 failed,\n"
+		"2 bad arguments.\n");
 }
 
 static int demo_parse(int argc, char **argv, struct demo_args *a)
@@ -361,33 +368,58 @@ static int demo_parse(int argc, char **argv, struct demo_args *a)
 		{ "device", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int opt;
+	int opt, which = 0;
 
 	*a = (struct demo_args){
 		.model = "demo-model",
 		.device = "host",
-		.rank = (uint32_t)env_u32("OMPI_COMM_WORLD_RANK", 0),
-		.world = (uint32_t)env_u32("OMPI_COMM_WORLD_SIZE", 1),
+		.rank = env_u32("OMPI_COMM_WORLD_RANK", 0),
+		.world = env_u32("OMPI_COMM_WORLD_SIZE", 1),
 		.page_tokens = 64, .planes = 8, .tokens = 8192,
 		.plane_bytes = 65536, .row_bytes = 262144,
 	};
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "", options, &which)) != -1) {
+		const char *flag = options[which].name;
+		bool ok = true;
+
 		switch (opt) {
 		case 'd': a->dir = optarg; break;
-		case 'r': a->rank = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'w': a->world = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'r': ok = launch_option_u32("demo", flag, optarg, LAUNCH_COUNT, 0,
+						 REC_WORLD_SIZE_MAX - 1, &a->rank); break;
+		case 'w': ok = launch_option_u32("demo", flag, optarg, LAUNCH_COUNT, 1,
+						 REC_WORLD_SIZE_MAX, &a->world); break;
 		case 'm': a->model = optarg; break;
-		case 'p': a->page_tokens = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'n': a->planes = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'b': a->plane_bytes = strtoull(optarg, NULL, 0); break;
-		case 'R': a->row_bytes = strtoull(optarg, NULL, 0); break;
-		case 't': a->tokens = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'p': ok = launch_option_u32("demo", flag, optarg, LAUNCH_COUNT, 1,
+						 REC_PAGE_TOKENS_MAX, &a->page_tokens); break;
+		case 'n': ok = launch_option_u32("demo", flag, optarg, LAUNCH_COUNT, 1,
+						 REC_PAGE_PLANES_MAX, &a->planes); break;
+		case 'b': ok = launch_option_u64("demo", flag, optarg, LAUNCH_SIZE, 1,
+						 REC_UNIT_BYTES_MAX, &a->plane_bytes); break;
+		case 'R': ok = launch_option_u64("demo", flag, optarg, LAUNCH_SIZE, 1,
+						 REC_ROW_BYTES_MAX, &a->row_bytes); break;
+		case 't': ok = launch_option_u32("demo", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX, &a->tokens); break;
 		case 'D': a->device = optarg; break;
 		default: return -1;
 		}
+		if (!ok)
+			return -2;
+		which = 0;
 	}
-	return a->dir && optind == argc && a->tokens >= 5 * a->page_tokens ? 0 : -1;
+	if (!a->dir || optind != argc)
+		return -1;
+	if (a->rank >= a->world) {
+		fprintf(stderr, "selene demo: --rank %u: not below --world %u\n", a->rank,
+			a->world);
+		return -2;
+	}
+	if (a->tokens < 5 * a->page_tokens) {
+		fprintf(stderr, "selene demo: --tokens %u: less than 5 pages of %u tokens\n",
+			a->tokens, a->page_tokens);
+		return -2;
+	}
+	return 0;
 }
 
 /* Expands %r in the base path to the rank. */
@@ -515,8 +547,10 @@ int launch_cmd_demo(int argc, char **argv)
 		demo_usage(stdout);
 		return LAUNCH_EXIT_OK;
 	}
-	if (demo_parse(argc, argv, &a) != 0) {
-		demo_usage(stderr);
+	ret = demo_parse(argc, argv, &a);
+	if (ret) {
+		if (ret == -1) /* a bad value was named already */
+			demo_usage(stderr);
 		return LAUNCH_EXIT_USAGE;
 	}
 	ret = demo_setup(&d, &a);

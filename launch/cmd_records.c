@@ -32,6 +32,7 @@ struct walk {
 	uint64_t now_ns;
 	uint64_t good;
 	uint64_t bad;
+	uint64_t gone;      /* unlinked while read: a live store evicted them */
 	uint64_t temporary;
 	uint64_t dirs;
 };
@@ -68,7 +69,8 @@ static int list_sorted(const char *path, char ***names_out, size_t *count_out)
 			count++;
 	}
 	closedir(d);
-	qsort(names, count, sizeof(*names), compare_names);
+	if (count > 1) /* an empty directory has no array at all */
+		qsort(names, count, sizeof(*names), compare_names);
 	*names_out = names;
 	*count_out = count;
 	return 0;
@@ -199,6 +201,58 @@ static void key_text(char out[REC_FILE_NAME_BYTES], const struct rec_key *key)
 	out[REC_FILE_NAME_BYTES - 6] = '\0'; /* drop ".ckpt" */
 }
 
+/*
+ * A live store unlinks (evicts), replaces (stores again) and truncates
+ * (drops a row of) records while ls or verify reads them, so a failure is
+ * believed only when it repeats on a fresh open: a record is read at most
+ * this many times, and one whose name is gone by then was evicted, not bad.
+ */
+#define READ_ATTEMPTS_MAX 3
+
+static int verify_payload(struct rec_reader *r, char *why, size_t why_size);
+
+static bool name_exists(int dirfd, const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT;
+}
+
+/*
+ * Opens name (and with payload, verifies every page and the row), again
+ * while a failure could come from a change under it. Returns 0 with r open
+ * (the caller closes it), -ENOENT when the file was unlinked meanwhile, or
+ * the failure that repeated, with why.
+ */
+static int read_record(struct rec_reader *r, int dirfd, const char *name,
+		       const struct rec_expect *expect, bool payload, char *why,
+		       size_t why_size)
+{
+	int ret = -EIO;
+
+	for (int attempt = 0; attempt < READ_ATTEMPTS_MAX; attempt++) {
+		why[0] = '\0';
+		ret = rec_reader_open(r, dirfd, name, false, expect, why, why_size);
+		if (!ret && payload) {
+			ret = verify_payload(r, why, why_size);
+			if (ret)
+				rec_reader_close(r);
+		}
+		if (!ret)
+			return 0;
+		if (ret == -ENOENT || !name_exists(dirfd, name))
+			return -ENOENT;
+	}
+	return ret;
+}
+
+static void say_gone(struct walk *w, const char *dir_path, const char *name)
+{
+	w->gone++;
+	fprintf(stderr, "selene: %s/%s: gone (removed while it was read: a live store "
+		"evicted it)\n", dir_path, name);
+}
+
 static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 		    const char *name, const struct rec_expect *expect)
 {
@@ -208,7 +262,11 @@ static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 	uint64_t age_ns = 0;
 	int ret;
 
-	ret = rec_reader_open(&r, dirfd, name, false, expect, why, sizeof(why));
+	ret = read_record(&r, dirfd, name, expect, false, why, sizeof(why));
+	if (ret == -ENOENT) {
+		say_gone(w, dir_path, name);
+		return 0;
+	}
 	if (ret) {
 		fprintf(stderr, "selene: %s/%s: invalid: %s\n", dir_path, name,
 			sel_is_selene_error(ret) ? why : strerror(-ret));
@@ -261,17 +319,37 @@ static int verify_payload(struct rec_reader *r, char *why, size_t why_size)
 	return ret;
 }
 
+/* What a file that is not a regular one is, for verify; NULL for a regular file. */
+static const char *not_a_record(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode))
+		return NULL;
+	return S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" :
+	       S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" :
+	       "a device or other special file";
+}
+
 static int visit_verify(struct walk *w, int dirfd, const char *dir_path,
 			const char *name, const struct rec_expect *expect)
 {
+	const char *what = not_a_record(dirfd, name);
 	struct rec_reader r;
 	char why[256] = "";
 	int ret;
 
-	ret = rec_reader_open(&r, dirfd, name, false, expect, why, sizeof(why));
-	if (!ret) {
-		ret = verify_payload(&r, why, sizeof(why));
+	if (what) {
+		/* Not a damaged record: the store moves it aside at its next start. */
+		printf("NOT A RECORD %s/%s: %s with a record's name\n", dir_path, name, what);
+		return 0;
+	}
+	ret = read_record(&r, dirfd, name, expect, true, why, sizeof(why));
+	if (!ret)
 		rec_reader_close(&r);
+	if (ret == -ENOENT) {
+		say_gone(w, dir_path, name);
+		return 0;
 	}
 	if (ret) {
 		printf("BAD %s/%s: %s\n", dir_path, name,
@@ -307,6 +385,21 @@ static int parse_walk_args(int argc, char **argv, struct walk *w,
 	return 0;
 }
 
+/* A directory that held no record at all is said to be one (exit 1):
+ * an empty listing must not pass for a healthy store. */
+static bool say_if_empty(const struct walk *w, const char *dir)
+{
+	if (w->good + w->bad + w->gone + w->temporary)
+		return false;
+	if (w->dirs)
+		fprintf(stderr, "selene: no records in %s (%" PRIu64 " record directories, "
+			"all empty)\n", dir, w->dirs);
+	else
+		fprintf(stderr, "selene: no records in %s: no record directory "
+			"(<namespace>-<fingerprint>) in it or up to three levels down\n", dir);
+	return true;
+}
+
 int launch_cmd_ls(int argc, char **argv)
 {
 	struct walk w = { .visit = visit_ls, .now_ns = sel_realtime_ns() };
@@ -334,6 +427,8 @@ int launch_cmd_ls(int argc, char **argv)
 		       "PAGES", "ROW", "BYTES", "AGE");
 	if (walk(&w, dir, 0) != 0)
 		return LAUNCH_EXIT_USAGE;
+	if (say_if_empty(&w, dir))
+		return LAUNCH_EXIT_BAD;
 	return w.bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 }
 
@@ -353,14 +448,21 @@ int launch_cmd_verify(int argc, char **argv)
 			"directory's name and its file name, its length, every page\n"
 			"checksum and its row checksum. Names each bad file and why.\n"
 			"Takes no lock and changes nothing.\n\n"
-			"exit status: 0 all good, 1 some record is bad, 2 could not run\n\n"
+			"A record removed while it is read (a live store evicting it) is\n"
+			"reported as gone, not bad.\n\n"
+			"exit status: 0 all good, 1 some record is bad or there is no record,\n"
+			"2 could not run\n\n"
 			"  --help   this help\n");
 		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
 	}
 	if (walk(&w, dir, 0) != 0)
 		return LAUNCH_EXIT_USAGE;
+	if (say_if_empty(&w, dir))
+		return LAUNCH_EXIT_BAD;
 	printf("verified %" PRIu64 " records in %" PRIu64 " directories: %" PRIu64
 	       " good, %" PRIu64 " bad", w.good + w.bad, w.dirs, w.good, w.bad);
+	if (w.gone)
+		printf(", %" PRIu64 " gone while read (evicted by a live store)", w.gone);
 	if (w.temporary)
 		printf(" (%" PRIu64 " temporary files not checked)", w.temporary);
 	printf("\n");

@@ -19,18 +19,24 @@
 #include "launch/commands.h"
 
 #include "common/base.h"
+#include "common/limits.h"
+#include "launch/args.h"
 #include "launch/bootstrap.h"
 #include "launch/gpu_cache.h"
+#include "launch/metrics_http.h"
 #include "launch/run.h"
 #include "launch/step.h"
 #include "launch/synth.h"
 #include "launch/trace.h"
+#include "shard/engine.h"
 #include "selene/store.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +45,16 @@
 
 #define RUN_EVENT_WAIT_MS 120000u /* default: a store or fetch event */
 #define RUN_CLOSE_DRAIN_MS 60000u
+
+/* SIGINT or SIGTERM: rank zero admits no more requests, drains and ends
+ * with its summary; the other ranks follow it to the end as usual. The
+ * handler runs once (a second signal ends the process at once). */
+static volatile sig_atomic_t run_signal;
+
+static void run_on_signal(int sig)
+{
+	run_signal = sig;
+}
 
 struct run_options {
 	uint32_t page_tokens;
@@ -51,7 +67,12 @@ struct run_options {
 	const char *dir;
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
+	const char *stored_log_path;
 	uint32_t event_timeout_ms;
+	bool accept_empty_ranks;  /* --accept-empty-ranks */
+	bool metrics;                /* --metrics-port given */
+	uint16_t metrics_port;       /* 0: one the kernel picks */
+	const char *metrics_address; /* NULL: 127.0.0.1 */
 };
 
 struct run_totals {
@@ -61,15 +82,23 @@ struct run_totals {
 	uint64_t restore_ns;
 	uint64_t outcomes[4];    /* by enum sel_outcome */
 	uint64_t stored, store_failures, fetch_failures;
-	uint64_t retries_queued, retries_abandoned, offer_failures;
+	uint64_t retries_queued, offer_failures;
+	/* checkpoints answered Retry and never stored, by why (issue 10 item 9) */
+	uint64_t retries_left_gpu;    /* evicted from the GPU before room came */
+	uint64_t retries_at_end;      /* still refused when the trace ended (full disk) */
+	uint64_t retries_unremembered; /* no memory to keep the history */
 	uint64_t wrong_units;    /* pages and rows, every rank */
+	uint64_t requests_failed;
+	uint64_t capacity_misses; /* requests the GPU cache had no room for */
+	uint64_t checks_failed;   /* verify steps that could not run (a device failed) */
 };
 
 /* What one request did, for its results line. */
 struct run_request_result {
 	uint64_t gpu_reused, host_reused, prefilled, restore_ns, wrong_units;
 	uint32_t checkpoints;
-	bool failed;
+	bool failed;       /* some step of it failed or an expectation was missed */
+	bool check_failed; /* a verify step could not run */
 };
 
 /* A checkpoint the store answered Retry: offered again after store
@@ -93,14 +122,22 @@ struct run {
 	struct launch_gpu_cache cache;
 	struct launch_trace trace;
 	FILE *results;
+	char results_buffer[65536]; /* line-buffered: each line is one write */
+	FILE *stored_log; /* --stored-log: a line per checkpoint reported stored */
+	const struct launch_trace_request **slot_request; /* gpu_rows: who prefilled it */
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
 	bool stopped;    /* the transport stopped: no more jobs */
+	bool interrupted; /* SIGINT or SIGTERM: admit no more requests */
 	uint64_t page_bytes; /* one page across every plane, one rank */
 	struct run_retry *retries; /* gpu_rows, by state slot */
 	uint32_t retry_count;
 	bool progress;       /* a store finished since the last re-offer */
 	struct run_totals totals;
+	/* --metrics-port: the server's thread reads a copy of the totals */
+	struct launch_metrics_http *metrics;
+	pthread_mutex_t shown_lock;
+	struct run_totals shown;
 };
 
 /* Every rank: rank zero's r->step travels, runs here, and the ranks sum what
@@ -162,6 +199,22 @@ static int64_t run_pages(struct run *r, enum launch_run_op op,
 	return wrong;
 }
 
+static void run_json_string(FILE *f, const char *s);
+
+/* A line for a checkpoint the store reported stored, flushed at once, so that
+ * a harness that kills this run knows what was committed before the kill. */
+static void run_log_stored(struct run *r, const struct launch_gpu_checkpoint *k)
+{
+	const struct launch_trace_request *q = r->slot_request[k->slot];
+
+	if (!r->stored_log || !q)
+		return;
+	fprintf(r->stored_log, "{\"id\": ");
+	run_json_string(r->stored_log, q->id);
+	fprintf(r->stored_log, ", \"consumed\": %" PRIu64 "}\n", k->consumed);
+	fflush(r->stored_log);
+}
+
 /* Handles one store event; 1 when there was one, 0 none, SEL_ESTOPPED. */
 static int run_poll(struct run *r)
 {
@@ -181,6 +234,8 @@ static int run_poll(struct run *r)
 		r->progress = true;
 		if (ev.kind == SEL_EVENT_STORED) {
 			r->totals.stored++;
+			if (k)
+				run_log_stored(r, k);
 			break;
 		}
 		r->totals.store_failures++;
@@ -283,10 +338,12 @@ static uint64_t run_gpu_reuse(struct run *r, const struct launch_trace_request *
 	launch_gpu_cache_hold(&r->cache, chain, *chain_len);
 	wrong = run_pages(r, RUN_STEP_VERIFY, prompt, chain, 0, *chain_len, k->slot,
 			  k->consumed);
-	if (wrong < 0)
+	if (wrong < 0) {
+		r->totals.checks_failed++;
+		res->check_failed = true;
 		run_fail(res, q, "checking the GPU cache's pages failed: %s",
 			 sel_strerror((int)wrong));
-	else
+	} else
 		res->wrong_units += (uint64_t)wrong;
 	res->gpu_reused = k->consumed;
 	return k->consumed;
@@ -353,6 +410,7 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 		ret = run_alloc(r, 0, NULL, &slot);
 	}
 	if (ret) {
+		r->totals.capacity_misses += ret == -ENOSPC;
 		run_fail(res, q, "no room on the GPU to restore %u pages and a row: %s",
 			 hit.page_count, sel_strerror(ret));
 		return resident;
@@ -390,6 +448,8 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 			  hit.consumed);
 	if (wrong < 0) {
 		launch_gpu_cache_free_row(&r->cache, slot);
+		r->totals.checks_failed++;
+		res->check_failed = true;
 		run_fail(res, q, "checking the restore failed: %s", sel_strerror((int)wrong));
 		return resident;
 	}
@@ -452,7 +512,7 @@ static void run_offer_again(struct run *r)
 			break;
 		k = &r->cache.checkpoints[t - r->retries];
 		if (!k->live || k->consumed != t->consumed || k->prefix_hash != t->prefix_hash) {
-			r->totals.retries_abandoned++; /* evicted from the GPU first */
+			r->totals.retries_left_gpu++; /* evicted from the GPU first */
 			run_forget_retry(r, t);
 			continue;
 		}
@@ -486,7 +546,7 @@ static int run_publish(struct run *r, struct launch_gpu_checkpoint *k, const sel
 		run_forget_retry(r, t);
 	ret = sel_history_create(r->store, prompt->tokens, k->consumed, &t->history);
 	if (ret) {
-		r->totals.retries_abandoned++; /* no memory to remember it */
+		r->totals.retries_unremembered++; /* no memory to remember it */
 		return 0;
 	}
 	t->pending = true;
@@ -542,6 +602,7 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 			ret = run_alloc(r, 0, NULL, &slot);
 		}
 		if (ret) {
+			r->totals.capacity_misses += ret == -ENOSPC;
 			run_fail(res, q, "no room on the GPU for %u pages and a row (%s)",
 				 pages - first, ret == -ENOSPC ? "--gpu-pages or --gpu-rows too "
 				 "small for this prompt" : sel_strerror(ret));
@@ -560,6 +621,7 @@ static void run_prefill(struct run *r, const struct launch_trace_request *q,
 			break;
 		}
 		res->prefilled = boundary - resume;
+		r->slot_request[k->slot] = q;
 		if (run_publish(r, k, h, prompt, parent)) {
 			run_fail(res, q, "publishing %" PRIu64 " tokens failed", boundary);
 			break;
@@ -614,18 +676,24 @@ static void run_record(struct run *r, const struct launch_trace_request *q,
 	r->totals.prefilled += res->prefilled;
 	r->totals.restore_ns += res->restore_ns;
 	r->totals.wrong_units += res->wrong_units;
+	r->totals.requests_failed += res->failed;
+	pthread_mutex_lock(&r->shown_lock);
+	r->shown = r->totals;
+	pthread_mutex_unlock(&r->shown_lock);
 	printf("  %-16s %10" PRIu64 " %11" PRIu64 " %9" PRIu64 " %10.2f  %s\n", q->id,
 	       res->gpu_reused, res->host_reused, res->prefilled, (double)res->restore_ns / 1e6,
-	       res->failed ? "FAILED" : res->wrong_units ? "WRONG BYTES" : "yes");
+	       res->wrong_units ? "WRONG BYTES" : res->check_failed ? "NOT CHECKED" :
+	       res->failed ? "yes (request failed)" : !met ? "yes (expectation missed)" : "yes");
 	if (!r->results)
 		return;
 	fprintf(r->results, "{\"id\": ");
 	run_json_string(r->results, q->id);
 	fprintf(r->results, ", \"gpu_reused\": %" PRIu64 ", \"host_reused\": %" PRIu64
 		", \"prefilled\": %" PRIu64 ", \"restore_ms\": %.3f, \"checkpoints\": %u"
-		", \"verified\": %s}\n", res->gpu_reused, res->host_reused, res->prefilled,
-		(double)res->restore_ns / 1e6, res->checkpoints,
-		!res->failed && !res->wrong_units ? "true" : "false");
+		", \"verified\": %s, \"ok\": %s}\n", res->gpu_reused, res->host_reused,
+		res->prefilled, (double)res->restore_ns / 1e6, res->checkpoints,
+		!res->check_failed && !res->wrong_units ? "true" : "false",
+		!res->failed && !res->wrong_units && met ? "true" : "false");
 }
 
 static int run_request(struct run *r, const struct launch_trace_request *q)
@@ -681,13 +749,31 @@ static void run_summary(struct run *r, bool ok, double seconds)
 	printf("  prefilled        %" PRIu64 " tokens\n", t->prefilled);
 	printf("  checkpoints      %" PRIu64 " offered: %" PRIu64 " queued, %" PRIu64
 	       " already stored, %" PRIu64 " retry (%" PRIu64 " queued later, %" PRIu64
-	       " left the GPU first), %" PRIu64 " too large; %" PRIu64 " stored, %" PRIu64
-	       " failed\n", t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
+	       " left the GPU first, %" PRIu64 " still refused at the end, %" PRIu64
+	       " not kept for lack of memory), %" PRIu64 " too large; %" PRIu64 " stored, %"
+	       PRIu64 " failed\n", t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
 	       t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->outcomes[SEL_QUEUED],
 	       t->outcomes[SEL_PRESENT], t->outcomes[SEL_RETRY], t->retries_queued,
-	       t->retries_abandoned, t->outcomes[SEL_OVERSIZE], t->stored, t->store_failures);
-	printf("  verified         %s\n", ok ? "every reused page and row, byte-exact on every rank" :
-	       "NO: see the messages above");
+	       t->retries_left_gpu, t->retries_at_end, t->retries_unremembered,
+	       t->outcomes[SEL_OVERSIZE], t->stored, t->store_failures);
+	/* "verified" speaks of bytes only; every other shortfall has its own line */
+	if (t->wrong_units)
+		printf("  verified         NO: %" PRIu64 " restored or reused pages and rows differ "
+		       "from what was stored (see the messages above)\n", t->wrong_units);
+	else if (t->checks_failed)
+		printf("  verified         NO: %" PRIu64 " checks could not run (a device step "
+		       "failed; see above)\n", t->checks_failed);
+	else
+		printf("  verified         every reused page and row, byte-exact on every rank\n");
+	if (t->expectations_missed || t->capacity_misses || t->store_failures ||
+	    t->fetch_failures || t->offer_failures || r->stopped || r->interrupted)
+		printf("  not met          %u expectations missed, %" PRIu64 " requests without "
+		       "room on the GPU, %" PRIu64 " stores and %" PRIu64 " restores failed, %"
+		       PRIu64 " offers refused%s%s\n", t->expectations_missed, t->capacity_misses,
+		       t->store_failures, t->fetch_failures, t->offer_failures,
+		       r->stopped ? "; the store stopped" : "",
+		       r->interrupted ? "; interrupted before the trace ended" : "");
+	printf("  result           %s\n", ok ? "ok" : "FAILED");
 	fflush(stdout);
 	if (!r->results)
 		return;
@@ -696,14 +782,74 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		", \"prefilled\": %" PRIu64 ", \"restored_bytes\": %" PRIu64
 		", \"restore_ms\": %.3f, \"restore_gbps\": %.3f, \"published\": %" PRIu64
 		", \"stored\": %" PRIu64 ", \"store_failures\": %" PRIu64
-		", \"fetch_failures\": %" PRIu64 ", \"wrong_units\": %" PRIu64
-		", \"expectations_missed\": %u, \"verified\": %s}}\n", t->requests,
+		", \"fetch_failures\": %" PRIu64 ", \"retries_left_gpu\": %" PRIu64
+		", \"retries_refused_at_end\": %" PRIu64 ", \"wrong_units\": %" PRIu64
+		", \"expectations_missed\": %u, \"capacity_misses\": %" PRIu64
+		", \"interrupted\": %s, \"verified\": %s, \"ok\": %s}}\n", t->requests,
 		r->boot.cluster.world_size, t->gpu_hits, t->gpu_reused, t->host_hits,
 		t->host_reused, t->prefilled, t->restored_bytes, (double)t->restore_ns / 1e6,
 		gbps, t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
 		t->outcomes[SEL_RETRY] + t->outcomes[SEL_OVERSIZE], t->stored,
-		t->store_failures, t->fetch_failures, t->wrong_units, t->expectations_missed,
-		ok ? "true" : "false");
+		t->store_failures, t->fetch_failures, t->retries_left_gpu, t->retries_at_end,
+		t->wrong_units, t->expectations_missed, t->capacity_misses,
+		r->interrupted ? "true" : "false",
+		!t->wrong_units && !t->checks_failed ? "true" : "false", ok ? "true" : "false");
+}
+
+/* The page --metrics-port serves (launch/metrics_http.h), on the server's
+ * thread: the store's exposition, then the worker's own families. */
+static int run_render_metrics(void *ctx, char *buf, size_t size)
+{
+	struct run *r = ctx;
+	struct run_totals t;
+	int n = sel_store_metrics(r->store, buf, size), m;
+
+	if (n < 0)
+		return n;
+	pthread_mutex_lock(&r->shown_lock);
+	t = r->shown;
+	pthread_mutex_unlock(&r->shown_lock);
+	m = snprintf(buf + n, size - (size_t)n,
+		     "# HELP selene_run_requests_total Trace requests the worker served.\n"
+		     "# TYPE selene_run_requests_total counter\n"
+		     "selene_run_requests_total %u\n"
+		     "# HELP selene_run_wrong_units_total Restored or reused pages and rows that "
+		     "differed from what was stored.\n"
+		     "# TYPE selene_run_wrong_units_total counter\n"
+		     "selene_run_wrong_units_total %" PRIu64 "\n"
+		     "# HELP selene_run_retries_abandoned_total Checkpoints answered Retry and "
+		     "never stored, by why.\n"
+		     "# TYPE selene_run_retries_abandoned_total counter\n"
+		     "selene_run_retries_abandoned_total{reason=\"left_gpu\"} %" PRIu64 "\n"
+		     "selene_run_retries_abandoned_total{reason=\"refused_at_end\"} %" PRIu64 "\n"
+		     "selene_run_retries_abandoned_total{reason=\"no_memory\"} %" PRIu64 "\n",
+		     t.requests, t.wrong_units, t.retries_left_gpu, t.retries_at_end,
+		     t.retries_unremembered);
+	if (m < 0 || (size_t)m >= size - (size_t)n)
+		return -ENOSPC;
+	return n + m;
+}
+
+/* --metrics-port: serves until the store closes. Returns 0 or 1 (said). */
+static uint64_t run_metrics_start(struct run *r)
+{
+	char err[512];
+	uint16_t port;
+
+	if (!r->opt.metrics)
+		return 0;
+	if (launch_metrics_http_start(r->opt.metrics_address, r->opt.metrics_port,
+				      run_render_metrics, r, &r->metrics, &port, err,
+				      sizeof(err))) {
+		fprintf(stderr, "selene run: --metrics-port: %s\n", err);
+		return 1;
+	}
+	printf("selene run: metrics at http://%s%s%s:%u/metrics\n",
+	       r->opt.metrics_address && strchr(r->opt.metrics_address, ':') ? "[" : "",
+	       r->opt.metrics_address ? r->opt.metrics_address : "127.0.0.1",
+	       r->opt.metrics_address && strchr(r->opt.metrics_address, ':') ? "]" : "", port);
+	fflush(stdout);
+	return 0;
 }
 
 /* Rank zero after the store opened: the trace, then close. Returns the
@@ -715,16 +861,25 @@ static uint64_t run_rank_zero(struct run *r)
 
 	printf("  %-16s %10s %11s %9s %10s  %s\n", "request", "gpu_reused", "host_reused",
 	       "prefilled", "restore_ms", "verified");
-	for (uint32_t i = 0; i < r->trace.request_count && !r->stopped; i++)
+	for (uint32_t i = 0; i < r->trace.request_count && !r->stopped && !run_signal; i++)
 		failures += run_request(r, &r->trace.requests[i]) != 0;
+	if (run_signal) {
+		r->interrupted = true;
+		failures++;
+		fprintf(stderr, "selene run: %s after %u of %u requests: admitting no more, "
+			"draining the store\n", strsignal(run_signal), r->totals.requests,
+			r->trace.request_count);
+	}
 	/* what was offered is stored before the ranks exit */
 	if (!r->stopped)
 		failures += run_settle(r) != 0;
 	for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
 		if (r->retries[i].pending) {
-			r->totals.retries_abandoned++;
+			r->totals.retries_at_end++; /* the store had no room until the end */
 			run_forget_retry(r, &r->retries[i]);
 		}
+	launch_metrics_http_stop(r->metrics); /* it reads the store */
+	r->metrics = NULL;
 	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
 	r->store = NULL;
 	if (closed) {
@@ -764,65 +919,51 @@ static uint64_t run_follow(struct run *r)
 	return failures;
 }
 
-/* A size: digits with an optional K, M, G or T (binary) suffix. */
-static bool run_parse_size(const char *text, uint64_t *out)
-{
-	static const char units[] = "KMGT";
-	char *end;
-	unsigned long long v;
-	const char *unit;
-
-	if (!text || *text < '0' || *text > '9')
-		return false;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno)
-		return false;
-	if (*end && (unit = strchr(units, *end)) != NULL) {
-		unsigned shift = 10u * (unsigned)(unit - units + 1);
-
-		if (v > (UINT64_MAX >> shift))
-			return false;
-		v <<= shift;
-		end += end[1] == 'i' && end[2] == 'B' ? 3 : 1;
-	}
-	*out = v;
-	return *end == '\0';
-}
-
-static bool run_parse_u32(const char *text, uint32_t min, uint32_t *out)
-{
-	uint64_t v;
-
-	if (!run_parse_size(text, &v) || v < min || v > UINT32_MAX)
-		return false;
-	*out = (uint32_t)v;
-	return true;
-}
-
-/* COUNTxBYTES[,COUNTxBYTES...] */
+/* COUNTxSIZE[,COUNTxSIZE...], at most RUN_PLANES_MAX planes in all, each
+ * unit at most REC_UNIT_BYTES_MAX (the record format's limits). */
 static bool run_parse_planes(const char *text, struct run_options *o)
 {
-	char copy[512], *save = NULL;
+	char copy[512], *save = NULL, why[128];
 	uint32_t total = 0;
+	uint64_t count;
 
-	if (strlen(text) >= sizeof(copy))
-		return false;
-	strcpy(copy, text);
 	o->spec_count = 0;
+	if (strlen(text) >= sizeof(copy)) {
+		fprintf(stderr, "selene run: --planes: longer than %zu characters\n",
+			sizeof(copy) - 1);
+		return false;
+	}
+	strcpy(copy, text);
 	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		char *x = strchr(item, 'x');
 		struct launch_run_plane_spec *s = &o->specs[o->spec_count];
 
-		if (!x || o->spec_count == RUN_PLANES_MAX)
+		if (!x || o->spec_count == RUN_PLANES_MAX) {
+			fprintf(stderr, "selene run: --planes %s: not COUNTxSIZE[,COUNTxSIZE...]\n",
+				text);
 			return false;
+		}
 		*x = '\0';
-		if (!run_parse_u32(item, 1, &s->count) || !run_parse_size(x + 1, &s->unit_bytes) ||
-		    s->unit_bytes == 0 || s->count > RUN_PLANES_MAX - total)
+		if (launch_parse_number(item, LAUNCH_COUNT, 1, RUN_PLANES_MAX, &count, why,
+					sizeof(why)) ||
+		    launch_parse_number(x + 1, LAUNCH_SIZE, 1, REC_UNIT_BYTES_MAX, &s->unit_bytes,
+					why, sizeof(why))) {
+			fprintf(stderr, "selene run: --planes %s: %s (planes at most %u, a unit "
+				"at most %llu bytes: the record format's limits)\n", text, why,
+				RUN_PLANES_MAX, (unsigned long long)REC_UNIT_BYTES_MAX);
 			return false;
+		}
+		if (count > RUN_PLANES_MAX - total) {
+			fprintf(stderr, "selene run: --planes %s: more than %u planes in all "
+				"(the record format's limit)\n", text, RUN_PLANES_MAX);
+			return false;
+		}
+		s->count = (uint32_t)count;
 		total += s->count;
 		o->spec_count++;
 	}
+	if (o->spec_count == 0)
+		fprintf(stderr, "selene run: --planes %s: not COUNTxSIZE[,COUNTxSIZE...]\n", text);
 	return o->spec_count > 0;
 }
 
@@ -841,6 +982,8 @@ static void run_usage(FILE *out)
 		"                      \"prefilled\": N}} (expect optional)\n"
 		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
 		"  --results FILE      one JSON line per request, then a summary line\n"
+		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
+		"                      {\"id\": REQUEST, \"consumed\": TOKENS}\n"
 		"  --page-tokens N     tokens per page (default 64)\n"
 		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
 		"  --row-bytes SIZE    the state row (default 128K)\n"
@@ -848,8 +991,17 @@ static void run_usage(FILE *out)
 		"  --gpu-rows N        state slots in the GPU cache (default 16)\n"
 		"  --device KIND       auto (default), cuda or host\n"
 		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
-		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n\n"
-		"Sizes take K, M, G, T (binary).\n");
+		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n"
+		"  --accept-empty-ranks  form even when a rank's record directory is empty or\n"
+		"                      unmarked while others hold records: the agreement then\n"
+		"                      deletes them on every rank (also\n"
+		"                      SELENE_ACCEPT_EMPTY_RANKS=1)\n"
+		"  --metrics-port P    rank zero serves http://ADDRESS:P/metrics while it runs\n"
+		"                      (0: a free port, printed); the store's metrics and the\n"
+		"                      worker's selene_run_* families\n"
+		"  --metrics-address A where to listen (default 127.0.0.1)\n\n"
+		"Sizes take K, M, G, T (binary). Exit status: 0 every check passed, 1 a\n"
+		"check or the run failed (or it was interrupted), 2 bad arguments.\n");
 }
 
 static int run_parse_args(struct run_options *o, int argc, char **argv)
@@ -867,6 +1019,10 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
+		{ "accept-empty-ranks", no_argument, NULL, 'a' },
+		{ "metrics-port", required_argument, NULL, 'M' },
+		{ "metrics-address", required_argument, NULL, 'A' },
+		{ "stored-log", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -879,32 +1035,57 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 	run_parse_planes("8x32K", o);
 	optind = 1;
 	while (ok && (opt = getopt_long(argc, argv, "", options, &which)) != -1) {
+		const char *flag = options[which].name;
+
 		switch (opt) {
 		case 't': o->trace_path = optarg; break;
 		case 'd': o->dir = optarg; break;
 		case 'o': o->results_path = optarg; break;
-		case 'p': ok = run_parse_u32(optarg, 1, &o->page_tokens); break;
+		case 'S': o->stored_log_path = optarg; break;
+		case 'p': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 REC_PAGE_TOKENS_MAX, &o->page_tokens); break;
 		case 'P': ok = run_parse_planes(optarg, o); break;
-		case 'R': ok = run_parse_size(optarg, &o->row_bytes) && o->row_bytes; break;
-		case 'g': ok = run_parse_u32(optarg, 1, &o->gpu_pages); break;
-		case 'G': ok = run_parse_u32(optarg, 1, &o->gpu_rows); break;
-		case 'D': o->device = optarg; break;
-		case 'L':
-			ok = strcmp(optarg, "auto") == 0 || run_parse_size(optarg, &o->disk_limit);
+		case 'R': ok = launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 1,
+						 REC_ROW_BYTES_MAX, &o->row_bytes); break;
+		case 'g': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX - 1, &o->gpu_pages); break;
+		case 'G': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX - 1, &o->gpu_rows); break;
+		case 'D':
+			o->device = optarg;
+			ok = strcmp(optarg, "auto") == 0 || strcmp(optarg, "cuda") == 0 ||
+			     strcmp(optarg, "host") == 0;
+			if (!ok)
+				fprintf(stderr, "selene run: --device %s: auto, cuda or host\n",
+					optarg);
 			break;
-		case 'E': ok = run_parse_u32(optarg, 1, &o->event_timeout_ms); break;
+		case 'L':
+			ok = strcmp(optarg, "auto") == 0 ||
+			     launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 0, UINT64_MAX - 1,
+					       &o->disk_limit);
+			break;
+		case 'E': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
+						 UINT32_MAX, &o->event_timeout_ms); break;
+		case 'M': {
+			uint32_t port = 0;
+
+			ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 0, 65535, &port);
+			o->metrics = true;
+			o->metrics_port = (uint16_t)port;
+			break;
+		}
+		case 'A': o->metrics_address = optarg; break;
+		case 'a': o->accept_empty_ranks = true; break;
 		case 'O': {
 			uint32_t v = 0;
 
-			ok = run_parse_u32(optarg, 0, &v) && v < 1024;
+			ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 0, 1023, &v);
 			o->device_ordinal = (int)v;
 			break;
 		}
 		default: ok = false; break;
 		}
-		if (!ok && opt != '?')
-			fprintf(stderr, "selene run: --%s %s: not a valid value\n",
-				options[which].name, optarg);
+		which = 0;
 	}
 	if (ok && (!o->trace_path || !o->dir || optind != argc)) {
 		fprintf(stderr, "selene run: --trace and --dir are required\n");
@@ -982,20 +1163,101 @@ static int run_check_dir(const char *dir, char *err, size_t err_size)
 	return 0;
 }
 
+/* Bytes of memory the kernel says it could give now (MemAvailable), or
+ * the physical memory where /proc does not say; 0 when unknown. */
+static uint64_t run_memory_available(void)
+{
+	unsigned long long kib = 0;
+	char line[128];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (kib)
+		return (uint64_t)kib << 10;
+	return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* a * b + c into *out; false on overflow. */
+static bool run_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out) && !__builtin_add_overflow(*out, c, out);
+}
+
+/*
+ * Host memory this rank may give its planes (issue 10 item 7): what the
+ * host has available, shared by every rank on it (OMPI_COMM_WORLD_LOCAL_SIZE),
+ * less what the rank needs besides its planes: its shard engine's staging
+ * (about SHARD_STAGES windows of page records, as shard/engine.c sizes it),
+ * the worker's scratch units and rank zero's GPU-cache bookkeeping. Planes
+ * on a CUDA device are checked by their allocation there, which fails
+ * cleanly. Returns 0 with *budget, or -ENOMEM with err when even the rest
+ * does not fit.
+ */
+static int run_host_budget(const struct run *r, uint64_t *budget, char *err, size_t err_size)
+{
+	const struct run_options *o = &r->opt;
+	uint64_t largest = o->row_bytes, record_bytes = 0, window, need = 0;
+	uint64_t available = run_memory_available(), ranks = 1;
+	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	bool ok;
+
+	for (uint32_t s = 0; s < o->spec_count; s++) {
+		record_bytes += o->specs[s].count * sel_align_up(o->specs[s].unit_bytes,
+								 SEL_BLOCK_BYTES);
+		largest = o->specs[s].unit_bytes > largest ? o->specs[s].unit_bytes : largest;
+	}
+	window = SHARD_WINDOW_BYTES / record_bytes;
+	window = window == 0 ? 1 : window > SHARD_WINDOW_PAGES_MAX ? SHARD_WINDOW_PAGES_MAX : window;
+	ok = run_mul_add(SHARD_STAGES * window, record_bytes,
+			 2 * largest + sel_align_up(o->row_bytes, SEL_BLOCK_BYTES), &need);
+	if (r->boot.cluster.rank == 0)
+		ok = ok && run_mul_add(o->gpu_pages, 3 * sizeof(uint32_t), need, &need) &&
+		     run_mul_add(o->gpu_rows, sizeof(struct launch_gpu_checkpoint) +
+				 sizeof(struct run_retry) + sizeof(uint32_t), need, &need);
+	if (local && launch_parse_number(local, LAUNCH_COUNT, 1, REC_WORLD_SIZE_MAX, &ranks,
+					 NULL, 0))
+		ranks = 1;
+	if (available == 0) {
+		*budget = UINT64_MAX; /* unknown: the allocations will say */
+		return 0;
+	}
+	if (ok && need <= available / ranks) {
+		*budget = available / ranks - need;
+		return 0;
+	}
+	snprintf(err, err_size, "staging, scratch and cache bookkeeping for %u pages and %u "
+		 "rows need %s%.1f GiB of host memory per rank; this host has %.1f GiB available "
+		 "for %" PRIu64 " rank(s): lower --gpu-pages, --gpu-rows or --planes",
+		 o->gpu_pages, o->gpu_rows, ok ? "" : "more than ",
+		 (double)(ok ? need : UINT64_MAX) / (1u << 30), (double)available / (1u << 30),
+		 ranks);
+	return -ENOMEM;
+}
+
 /* What every rank sets up before the store: rank zero's trace, results
  * file and cache; every rank's planes. Returns 0, or 1 with a message. */
 static uint64_t run_prepare(struct run *r)
 {
 	uint32_t rank = r->boot.cluster.rank;
+	uint64_t host_budget;
 	char err[512];
 
+	if (run_host_budget(r, &host_budget, err, sizeof(err))) {
+		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
+		return 1;
+	}
 	if (rank == 0) {
 		if (launch_trace_load(r->opt.trace_path, &r->trace, err, sizeof(err))) {
 			fprintf(stderr, "selene run: %s\n", err);
 			return 1;
 		}
 		r->retries = calloc(r->opt.gpu_rows, sizeof(*r->retries));
-		if (!r->retries || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
+		r->slot_request = calloc(r->opt.gpu_rows, sizeof(*r->slot_request));
+		if (!r->retries || !r->slot_request || launch_gpu_cache_init(&r->cache, r->opt.page_tokens,
 							 r->opt.gpu_pages, r->opt.gpu_rows)) {
 			fprintf(stderr, "selene run: out of memory for the GPU cache\n");
 			return 1;
@@ -1005,10 +1267,19 @@ static uint64_t run_prepare(struct run *r)
 				strerror(errno));
 			return 1;
 		}
+		/* a line is written whole or not at all, even if the run is killed */
+		if (r->results)
+			setvbuf(r->results, r->results_buffer, _IOLBF, sizeof(r->results_buffer));
+		if (r->opt.stored_log_path &&
+		    !(r->stored_log = fopen(r->opt.stored_log_path, "w"))) {
+			fprintf(stderr, "selene run: cannot write %s: %s\n",
+				r->opt.stored_log_path, strerror(errno));
+			return 1;
+		}
 	}
 	if (launch_run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
 				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
-				   r->opt.gpu_rows, err, sizeof(err))) {
+				   r->opt.gpu_rows, host_budget, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
 		return 1;
 	}
@@ -1075,7 +1346,12 @@ static uint64_t run_all(struct run *r)
 		return total ? total : 1;
 	}
 	if (r->boot.cluster.rank == 0) {
-		failed = run_rank_zero(r);
+		failed = run_metrics_start(r);
+		failed = failed ? failed : run_rank_zero(r);
+		if (r->store) { /* the metrics server could not start */
+			sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
+			r->store = NULL;
+		}
 		r->step.op = RUN_STEP_END;
 		r->step.page_count = 0;
 		r->step.failed = failed != 0;
@@ -1102,9 +1378,10 @@ int launch_cmd_run(int argc, char **argv)
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
-		return LAUNCH_EXIT_USAGE;
+		return LAUNCH_EXIT_BAD;
+	pthread_mutex_init(&r->shown_lock, NULL);
 	if (run_parse_args(&r->opt, argc, argv)) {
-		run_usage(stderr);
+		fprintf(stderr, "selene run: 'selene run --help' lists the options\n");
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}
@@ -1114,6 +1391,7 @@ int launch_cmd_run(int argc, char **argv)
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}
+	r->boot.cluster.accept_empty_ranks |= r->opt.accept_empty_ranks;
 	if (!launch_step_available(&r->boot)) {
 		fprintf(stderr, "selene run: %u ranks need MPI for the worker's steps: launch "
 			"with mpirun and leave SELENE_COORDINATOR unset%s\n",
@@ -1123,9 +1401,20 @@ int launch_cmd_run(int argc, char **argv)
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}
+	{
+		struct sigaction on_signal = { .sa_handler = run_on_signal,
+					       .sa_flags = SA_RESTART | SA_RESETHAND };
+
+		sigemptyset(&on_signal.sa_mask);
+		sigaction(SIGINT, &on_signal, NULL);
+		sigaction(SIGTERM, &on_signal, NULL);
+	}
 	failures = run_all(r);
 	if (r->results)
 		fclose(r->results);
+	if (r->stored_log)
+		fclose(r->stored_log);
+	free(r->slot_request);
 	launch_trace_free(&r->trace);
 	launch_gpu_cache_destroy(&r->cache);
 	free(r->retries);
@@ -1136,6 +1425,7 @@ int launch_cmd_run(int argc, char **argv)
 	if (failures)
 		fprintf(stderr, "selene run: rank %u: %" PRIu64 " failure(s) across the ranks\n",
 			r->boot.cluster.rank, failures);
+	pthread_mutex_destroy(&r->shown_lock);
 	free(r);
 	return failures ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 }

@@ -20,7 +20,7 @@ int launch_cmd_run(int argc, char **argv);
 enum {
 	LAUNCH_EXIT_OK = 0,
 	LAUNCH_EXIT_BAD = 1,   /* the command ran and found a problem */
-	LAUNCH_EXIT_USAGE = 2, /* bad arguments or the command could not run */
+	LAUNCH_EXIT_USAGE = 2, /* bad arguments: a flag, a value, an operand */
 };
 
 /* pattern into out with every %r replaced by rank (a per-rank directory). */

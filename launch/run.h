@@ -9,12 +9,14 @@
 #ifndef SELENE_LAUNCH_RUN_H
 #define SELENE_LAUNCH_RUN_H
 
+#include "common/limits.h"
 #include "shard/device.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define RUN_PLANES_MAX 64u          /* page planes one worker allocates */
+/* page planes one worker allocates: what one record file can describe */
+#define RUN_PLANES_MAX REC_PAGE_PLANES_MAX
 #define RUN_STEP_PAGES_MAX 4096u    /* pages one step names (larger ones split) */
 #define RUN_NO_SLOT UINT32_MAX
 #define RUN_REPORTS_MAX 8u          /* wrong units one rank describes per step */
@@ -64,14 +66,16 @@ struct launch_run_planes {
 /*
  * Allocates this rank's planes: for each spec, count page planes of
  * page_count units; one row plane of row_count rows. device is "auto"
- * (cuda where it opens, else host, saying why), "cuda" or "host". Returns
- * 0, or a negative code with err.
+ * (cuda where it opens, else host, saying why), "cuda" or "host". Planes
+ * in host memory may take at most host_budget_bytes (UINT64_MAX: no
+ * limit); more is refused before anything is allocated. Returns 0, or a
+ * negative code (-ENOMEM past the budget) with err.
  */
 int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const char *device,
 			   int ordinal,
 			   const struct launch_run_plane_spec *specs, uint32_t spec_count,
 			   uint32_t page_count, uint64_t row_bytes, uint32_t row_count,
-			   char *err, size_t err_size);
+			   uint64_t host_budget_bytes, char *err, size_t err_size);
 void launch_run_planes_close(struct launch_run_planes *p);
 
 /* "cuda" or "host": what the store must be told. */

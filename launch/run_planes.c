@@ -73,9 +73,9 @@ int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const cha
 			   int ordinal,
 			   const struct launch_run_plane_spec *specs, uint32_t spec_count,
 			   uint32_t page_count, uint64_t row_bytes, uint32_t row_count,
-			   char *err, size_t err_size)
+			   uint64_t host_budget_bytes, char *err, size_t err_size)
 {
-	uint64_t largest = row_bytes;
+	uint64_t largest = row_bytes, page_bytes = 0, plane_bytes, row_plane_bytes;
 	int ret;
 
 	memset(p, 0, sizeof(*p));
@@ -86,13 +86,14 @@ int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const cha
 	for (uint32_t s = 0; s < spec_count; s++) {
 		for (uint32_t i = 0; i < specs[s].count; i++) {
 			if (p->plane_count == RUN_PLANES_MAX) {
-				snprintf(err, err_size, "--planes: more than %u planes",
-					 RUN_PLANES_MAX);
+				snprintf(err, err_size, "--planes: more than %u planes (the record "
+					 "format's limit)", RUN_PLANES_MAX);
 				return -EINVAL;
 			}
 			snprintf(p->names[p->plane_count], sizeof(p->names[0]), "plane.%03u",
 				 p->plane_count);
 			p->unit_bytes[p->plane_count++] = specs[s].unit_bytes;
+			page_bytes += specs[s].unit_bytes;
 			if (specs[s].unit_bytes > largest)
 				largest = specs[s].unit_bytes;
 		}
@@ -100,6 +101,17 @@ int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const cha
 	ret = open_device(p, device, ordinal, err, err_size);
 	if (ret)
 		return ret;
+	if (!p->cuda && (__builtin_mul_overflow(page_bytes, page_count, &plane_bytes) ||
+			 __builtin_mul_overflow(row_bytes, row_count, &row_plane_bytes) ||
+			 __builtin_add_overflow(plane_bytes, row_plane_bytes, &plane_bytes) ||
+			 plane_bytes > host_budget_bytes)) {
+		snprintf(err, err_size, "%u pages of %" PRIu64 " bytes and %u rows of %" PRIu64
+			 " bytes do not fit the %.1f GiB of host memory left for this rank's "
+			 "planes: lower --gpu-pages, --gpu-rows or --planes", page_count,
+			 page_bytes, row_count, row_bytes, (double)host_budget_bytes / (1u << 30));
+		launch_run_planes_close(p);
+		return -ENOMEM;
+	}
 	p->scratch = malloc(largest);
 	p->expect = malloc(largest);
 	ret = p->scratch && p->expect ? 0 : -ENOMEM;
@@ -108,8 +120,9 @@ int launch_run_planes_open(struct launch_run_planes *p, uint32_t rank, const cha
 	if (!ret)
 		ret = alloc_plane(p, row_bytes * row_count, &p->row_base);
 	if (ret) {
-		snprintf(err, err_size, "cannot allocate the %s planes (%u pages, %u rows): %s",
-			 launch_run_planes_device(p), page_count, row_count, strerror(-ret));
+		snprintf(err, err_size, "cannot allocate the %s planes (%u pages of %" PRIu64
+			 " bytes, %u rows of %" PRIu64 " bytes): %s", launch_run_planes_device(p),
+			 page_count, page_bytes, row_count, row_bytes, strerror(-ret));
 		launch_run_planes_close(p);
 	}
 	return ret;

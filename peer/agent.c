@@ -29,6 +29,7 @@ struct agent {
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* closed, or the last job in flight answered */
 	bool closed;
+	bool bye;       /* rank zero said BYE: its close is the clean end */
 	int close_reason;
 	char close_why[256];
 	uint64_t in_flight;
@@ -116,9 +117,14 @@ static void on_frame(void *ctx, uint16_t type, const uint8_t *payload, uint32_t 
 	char why[200] = "";
 	int ret;
 
+	if (type == CLUSTER_MSG_BYE) {
+		pthread_mutex_lock(&a->lock);
+		a->bye = true;
+		pthread_mutex_unlock(&a->lock);
+		return;
+	}
 	if (type != CLUSTER_MSG_JOB) {
-		if (type != CLUSTER_MSG_BYE)
-			sel_warn("peer: ignoring %s", cluster_msg_name(type));
+		sel_warn("peer: ignoring %s", cluster_msg_name(type));
 		return;
 	}
 	ret = cluster_job_decode(payload, length, &v, why, sizeof(why));
@@ -284,9 +290,18 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 			 "stay allocated", a.close_why[0] ? a.close_why : "rank zero's link ended",
 			 left, (unsigned)(drain_ns / 1000000u));
 	} else {
-		/* Rank zero closing between frames is the clean end of a peer's life. */
-		ret = a.close_reason == 0 ? 0 : a.close_reason;
+		/*
+		 * Rank zero closing between frames after BYE is the clean end of a
+		 * peer's life; without BYE it stopped or failed (or this peer was
+		 * stopped past its timeout and rank zero gave up on it).
+		 */
+		ret = a.close_reason;
 		snprintf(why, why_size, "%s", a.close_why);
+		if (ret == 0 && !a.bye) {
+			ret = -ECONNRESET;
+			snprintf(why, why_size, "rank zero closed the link without BYE: it "
+				 "stopped, failed, or gave up on this rank");
+		}
 	}
 	/* no answer may start on a link being closed */
 	shard_engine_set_completion_hook(o->engine, NULL, NULL);

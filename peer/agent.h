@@ -30,8 +30,9 @@ struct peer_agent_options {
 
 /*
  * Runs until rank zero's connection ends and every submitted job ended.
- * Returns 0 when rank zero closed it cleanly, or a negative code with the
- * reason in why (a silent rank zero, a malformed frame). When jobs are
+ * Returns 0 when rank zero closed it cleanly (BYE, then end of file), or a
+ * negative code with the reason in why (a silent rank zero, a malformed
+ * frame, a close without BYE: -ECONNRESET). When jobs are
  * still running drain_timeout_ms after the end, returns SEL_ESTOPPED with
  * *undrained set: the engine may still be copying into its buffers and the
  * device, so it must not be closed or freed.

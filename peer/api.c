@@ -7,8 +7,10 @@
 
 #include "common/base.h"
 #include "common/failpoint.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "peer/agent.h"
+#include "peer/bench.h"
 #include "peer/join.h"
 #include "record/dir.h"
 #include "shard/config.h"
@@ -24,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 struct sel_peer {
@@ -42,6 +46,7 @@ struct sel_peer {
 	bool undrained;  /* jobs outlived the drain: keep every buffer */
 	int result;
 	char why[256];
+	struct sel_bench_peer_startup startup;
 };
 
 static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
@@ -84,11 +89,14 @@ static int peer_bind_source(int fd, const struct sel_cluster *c, int family)
 	return bind(fd, (struct sockaddr *)&addr, len) == 0 ? 0 : -errno;
 }
 
-/* Connects to rank zero, retrying until the join timeout: it may start later. */
-static int peer_connect(const struct sel_cluster *c, char *err, size_t err_size)
+/*
+ * Connects to rank zero, retrying until deadline: it may start later. Once
+ * this rank reached it (reached), a refused connection is final: rank zero
+ * is gone, and waiting out the deadline would only delay the failure.
+ */
+static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool reached,
+			char *err, size_t err_size)
 {
-	uint64_t deadline = sel_monotonic_ns() +
-			    (uint64_t)(c->join_timeout_ms ? c->join_timeout_ms : 60000) * 1000000ull;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
 	char port[8];
 	int ret, fd = -1;
@@ -114,15 +122,119 @@ static int peer_connect(const struct sel_cluster *c, char *err, size_t err_size)
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
-		if (sel_monotonic_ns() > deadline)
+		if (sel_monotonic_ns() > deadline || (reached && ret == -ECONNREFUSED))
 			break;
 		usleep(50 * 1000);
 	}
 	freeaddrinfo(ai);
 	if (fd < 0)
-		return peer_fail(ret, err, err_size, "cannot reach rank zero at %s:%u: %s",
-				 c->coordinator_host, c->coordinator_port, strerror(-ret));
+		return peer_fail(ret, err, err_size, "cannot reach rank zero at %s:%u: %s%s",
+				 c->coordinator_host, c->coordinator_port, strerror(-ret),
+				 reached ? " (it was reached before: it stopped)" : "");
 	return fd;
+}
+
+/* The socket's receive timeout: what is left until deadline (0: none). */
+static void peer_receive_timeout(int fd, uint64_t deadline)
+{
+	uint64_t now = sel_monotonic_ns(), left_ms = now < deadline ?
+							   (deadline - now) / 1000000 + 1 : 1;
+	struct timeval tv = { .tv_sec = (time_t)(left_ms / 1000),
+			      .tv_usec = (suseconds_t)(left_ms % 1000) * 1000 };
+
+	if (deadline == 0)
+		tv = (struct timeval){ 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/*
+ * Connects and runs the startup (peer/join.h). A connection that breaks
+ * before WELCOME (rank zero dropped it as one of too many handshakes, or a
+ * stranger's storm delayed it past its deadline) is tried again until the
+ * join timeout; a refusal or a break after WELCOME is final. Returns the
+ * joined socket, or a negative code with err.
+ */
+static int peer_join(struct sel_peer *p, const struct cluster_identity *me,
+		     const struct rec_scan *scan, uint64_t *agreed, char *err, size_t err_size)
+{
+	uint64_t deadline = sel_monotonic_ns() +
+			    (uint64_t)(p->cluster.join_timeout_ms ? p->cluster.join_timeout_ms :
+					60000) * 1000000ull;
+	bool reached = false;
+
+	for (;;) {
+		int fd = peer_connect(&p->cluster, deadline, reached, err, err_size), ret;
+
+		if (fd < 0)
+			return fd;
+		reached = true;
+		/* rank zero answers (WELCOME, or REFUSE naming the missing rank) by
+		 * its own deadline: wait a little longer than it, not less */
+		peer_receive_timeout(fd, deadline + CLUSTER_FAILURE_NOTICE_MS * 1000000ull);
+		p->seq = (struct cluster_sequences){ 0 };
+		ret = peer_join_cluster(fd, p->cluster.secret, me, p->dir,
+					scan ? scan->records : NULL, scan ? scan->record_count : 0,
+					&p->seq, agreed, err, err_size);
+		if (ret == 0)
+			return fd;
+		close(fd);
+		/* CHALLENGE is frame 0 from rank zero, WELCOME frame 1 */
+		if ((ret != -ECONNRESET && ret != -EPIPE) || p->seq.recv >= 2 ||
+		    sel_monotonic_ns() > deadline)
+			return ret;
+		sel_warn("rank %u: the join connection broke before WELCOME (%s); joining "
+			 "again", p->cluster.rank, err);
+	}
+}
+
+/*
+ * This rank failed at startup: tells rank zero, proving the secret so that
+ * it believes it, for at most CLUSTER_FAILURE_NOTICE_MS; rank zero then
+ * stops the formation and every other rank learns it at once.
+ */
+static void peer_tell_failure(struct sel_peer *p, const struct cluster_identity *me,
+			      const char *failure)
+{
+	uint64_t deadline = sel_monotonic_ns() + CLUSTER_FAILURE_NOTICE_MS * 1000000ull;
+	char text[CLUSTER_REFUSE_TEXT_BYTES_MAX + 1], why[256];
+	struct cluster_sequences seq = { 0 };
+	int fd = peer_connect(&p->cluster, deadline, false, why, sizeof(why));
+
+	if (fd < 0)
+		return;
+	peer_receive_timeout(fd, deadline);
+	snprintf(text, sizeof(text), "%s", failure);
+	if (cluster_join_peer_fail(fd, p->cluster.secret, me, &seq, text, why, sizeof(why)))
+		sel_warn("rank %u: could not tell rank zero of the failure: %s", me->rank, why);
+	close(fd);
+}
+
+/*
+ * A peer without a disk store runs no jobs: it holds its link until rank
+ * zero ends it (BYE, then end of file, is the clean end).
+ */
+static int peer_wait_diskless(struct sel_peer *p)
+{
+	uint8_t buf[CLUSTER_JOIN_FRAME_BYTES_MAX];
+	struct cluster_frame_header h;
+	bool bye = false;
+
+	peer_receive_timeout(p->agent_fd, 0);
+	for (;;) {
+		int ret = cluster_frame_read(p->agent_fd, buf, sizeof(buf), &p->seq.recv, &h,
+					     p->why, sizeof(p->why));
+
+		if (ret == 1) {
+			bye = bye || h.type == CLUSTER_MSG_BYE;
+			continue;
+		}
+		close(p->agent_fd);
+		if (ret == 0 && bye)
+			return 0;
+		if (ret == 0)
+			snprintf(p->why, sizeof(p->why), "rank zero closed the link without BYE");
+		return ret == 0 ? -ECONNRESET : ret;
+	}
 }
 
 static void *peer_main(void *arg)
@@ -130,6 +242,10 @@ static void *peer_main(void *arg)
 	struct sel_peer *p = arg;
 	uint32_t silence = p->cluster.silence_timeout_ms ? p->cluster.silence_timeout_ms : 10000;
 
+	if (!p->engine) {
+		p->result = peer_wait_diskless(p);
+		return NULL;
+	}
 	p->result = peer_agent_run(&(struct peer_agent_options){
 		.fd = p->agent_fd, .seq = p->seq, .engine = p->engine, .geometry = &p->geometry,
 		.namespace_id = &p->namespace_id, .heartbeat_ms = silence / 4,
@@ -152,11 +268,15 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	struct shard_planes planes;
 	int ret;
 
+	uint64_t step;
+
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	rec_namespace_identity(&p->namespace_id, &model, (enum rec_state_mode)c->state_mode);
 	ret = rec_dir_open(&dir_options, &p->dir, err, err_size);
+	step = sel_monotonic_ns();
 	if (!ret)
 		ret = rec_dir_scan(p->dir, scan);
+	p->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return ret;
 	*limit = c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO ?
@@ -205,8 +325,9 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	struct sel_peer *p = calloc(1, sizeof(*p));
 	struct rec_scan scan = { 0 };
 	struct cluster_identity me;
-	uint64_t limit = 0, agreed, scanned, kept;
-	struct timeval tv;
+	uint64_t limit = 0, agreed, scanned = 0, kept = 0;
+	uint64_t start = sel_monotonic_ns(), step;
+	bool has_disk_store;
 	int ret;
 
 	*out = NULL;
@@ -220,39 +341,39 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	if (!p)
 		return peer_fail(-ENOMEM, err, err_size, "out of memory");
 	p->fd = p->control_fd = -1;
-	if (!c->cluster || c->cluster->rank == 0 || c->cluster->rank >= c->cluster->world_size ||
-	    c->disk_limit_bytes == 0) {
+	if (!c->cluster || c->cluster->rank == 0 || c->cluster->rank >= c->cluster->world_size) {
 		ret = peer_fail(-EINVAL, err, err_size, "a peer needs a cluster description with "
-				"a rank from 1 to world size - 1, and a disk store");
+				"a rank from 1 to world size - 1");
 		goto err_stop;
 	}
 	p->cluster = *c->cluster;
+	has_disk_store = c->disk_limit_bytes != 0;
 	sel_log_set_rank(p->cluster.rank);
 	ret = shard_config_geometry(c, p->cluster.rank, p->cluster.world_size, &p->geometry,
 				    err, err_size);
-	if (!ret)
-		ret = peer_open_storage(p, c, &scan, &limit, err, err_size);
 	if (ret)
+		goto err_stop; /* without a geometry this rank cannot prove who it is */
+	if (has_disk_store)
+		ret = peer_open_storage(p, c, &scan, &limit, err, err_size);
+	kept = scan.record_count;
+	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
+	me = (struct cluster_identity){
+		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
+		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
+		.has_disk_store = has_disk_store, .disk_limit_bytes = limit,
+		.marked = p->dir && rec_dir_marked(p->dir) };
+	if (ret) {
+		peer_tell_failure(p, &me, err);
 		goto err_stop;
-	p->fd = peer_connect(&p->cluster, err, err_size);
+	}
+	step = sel_monotonic_ns();
+	p->fd = peer_join(p, &me, has_disk_store ? &scan : NULL, &agreed, err, err_size);
+	p->startup.join_ns = sel_monotonic_ns() - step;
+	rec_scan_free(&scan);
 	if (p->fd < 0) {
 		ret = p->fd;
 		goto err_stop;
 	}
-	tv = (struct timeval){ .tv_sec = (p->cluster.join_timeout_ms ? p->cluster.join_timeout_ms :
-						     60000) / 1000 };
-	setsockopt(p->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	me = (struct cluster_identity){
-		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
-		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
-		.has_disk_store = true, .disk_limit_bytes = limit };
-	kept = scan.record_count;
-	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
-	ret = peer_join_cluster(p->fd, p->cluster.secret, &me, p->dir, scan.records,
-				scan.record_count, &p->seq, &agreed, err, err_size);
-	rec_scan_free(&scan);
-	if (ret)
-		goto err_stop;
 	p->control_fd = dup(p->fd);
 	p->agent_fd = p->fd;
 	ret = -pthread_create(&p->thread, NULL, peer_main, p);
@@ -262,7 +383,12 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	}
 	p->running = true;
 	p->fd = -1; /* the agent's now: its link closes it */
-	peer_startup_line(p, scanned, kept, agreed);
+	if (has_disk_store)
+		peer_startup_line(p, scanned, kept, agreed);
+	else
+		sel_info("peer: rank %u of %u joined without a disk store", p->cluster.rank,
+			 p->cluster.world_size);
+	p->startup.start_ns = sel_monotonic_ns() - start;
 	*out = p;
 	return 0;
 err_stop:
@@ -302,4 +428,9 @@ void sel_peer_stop(sel_peer *p)
 	shard_device_close(p->device);
 	rec_dir_close(p->dir);
 	free(p);
+}
+
+void sel_bench_peer_startup(const sel_peer *p, struct sel_bench_peer_startup *out)
+{
+	*out = p->startup;
 }

@@ -61,6 +61,14 @@ int peer_join_cluster(int fd, const uint8_t *secret, const struct cluster_identi
 		if (!ret)
 			ret = sent;
 	}
+	if (!ret && dir) {
+		int marked = rec_dir_mark(dir, me->world_size);
+
+		if (marked)
+			sel_warn("rank %u: cannot write the cluster marker in %s: %s; the next "
+				 "start will take this directory for a new one", me->rank,
+				 rec_dir_path(dir), sel_strerror(marked));
+	}
 	if (!ret)
 		sel_info("rank %u joined: agreement applied (%llu deleted, %llu truncated)",
 			 me->rank, (unsigned long long)state.deleted,

@@ -6,6 +6,7 @@
 
 #include "common/base.h"
 #include "common/failpoint.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "record/file.h"
 #include "record/io.h"
@@ -15,9 +16,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,12 +197,55 @@ void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
 	out->key = key;
 }
 
+bool rec_dir_marked(const struct rec_dir *dir)
+{
+	struct stat st;
+
+	return fstatat(dir->fd, REC_CLUSTER_MARKER_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode);
+}
+
+int rec_dir_mark(struct rec_dir *dir, uint32_t world_size)
+{
+	static const char tmp[] = REC_CLUSTER_MARKER_NAME ".tmp";
+	char text[256], hex[2 * REC_DIGEST_BYTES + 1];
+	int fd, len, ret = 0;
+
+	for (uint32_t i = 0; i < REC_DIGEST_BYTES; i++)
+		snprintf(hex + 2 * i, 3, "%02x", dir->geometry.layout_digest.bytes[i]);
+	len = snprintf(text, sizeof(text), "selene cluster marker 1\nworld %u\nlayout %s\n",
+		       world_size, hex);
+	fd = openat(dir->fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, (size_t)len) != len)
+		ret = errno ? -errno : -EIO;
+	if (!ret && dir->durable && fdatasync(fd) != 0)
+		ret = -errno;
+	close(fd);
+	if (!ret && renameat(dir->fd, tmp, dir->fd, REC_CLUSTER_MARKER_NAME) != 0)
+		ret = -errno;
+	if (!ret && dir->durable && fsync(dir->fd) != 0)
+		ret = -errno;
+	if (ret)
+		unlinkat(dir->fd, tmp, 0);
+	return ret;
+}
+
 /* A scanned record and its fate while the scan decides. */
 struct scan_entry {
 	struct rec_record_info info;
 	uint32_t child_count;
 	bool keep;
 	bool orphan; /* dropped because its parent is missing */
+	bool held;   /* left in place and out of the summary: unreadable, or
+			depends on a file that is */
+};
+
+/* A record file listed by the scan, read once the listing is done. */
+struct scan_pending {
+	char name[REC_FILE_NAME_BYTES];
+	struct rec_key key;
 };
 
 struct scan_state {
@@ -207,6 +254,10 @@ struct scan_state {
 	struct scan_entry *entries;
 	size_t count;
 	size_t capacity;
+	struct scan_pending *pending;
+	size_t pending_count;
+	size_t pending_capacity;
+	struct rec_file_buffers buffers; /* the scan thread's reader buffers */
 };
 
 static int scan_delete(struct rec_dir *dir, const char *name,
@@ -241,20 +292,78 @@ static int scan_push(struct scan_state *s, const struct rec_record_info *info)
 	return 0;
 }
 
+/*
+ * Checksum segment bytes a scan's reader holds: records of up to 8192
+ * pages; a larger one is read with buffers of its own.
+ */
+#define SCAN_CHECKSUM_BYTES (64u << 10)
+
+static int scan_buffers_alloc(struct rec_file_buffers *b)
+{
+	void *checksums = NULL, *header = NULL;
+
+	b->checksums = NULL;
+	b->header_block = NULL;
+	b->checksum_bytes = SCAN_CHECKSUM_BYTES;
+	if (posix_memalign(&checksums, SEL_BLOCK_BYTES, SCAN_CHECKSUM_BYTES) ||
+	    posix_memalign(&header, SEL_BLOCK_BYTES, REC_HEADER_BYTES)) {
+		free(checksums);
+		return -ENOMEM;
+	}
+	b->checksums = checksums;
+	b->header_block = header;
+	return 0;
+}
+
+static void scan_buffers_free(struct rec_file_buffers *b)
+{
+	free(b->checksums);
+	free(b->header_block);
+	b->checksums = NULL;
+	b->header_block = NULL;
+}
+
+/*
+ * Reads one record file's header and length into *info (R-READ-1, R-DIR-4)
+ * with buffers, or buffers of its own when its checksum segment is larger.
+ * Touches nothing: 0, or what rec_reader_open returned (why says it).
+ */
+static int scan_read(struct rec_dir *dir, const char *name, const struct rec_key *key,
+		     const struct rec_file_buffers *buffers, struct rec_record_info *info,
+		     char *why, size_t why_size)
+{
+	struct rec_expect expect;
+	struct rec_reader r;
+	int ret;
+
+	rec_dir_expect(dir, key, &expect);
+	ret = rec_reader_open_with(&r, dir->fd, name, false, &expect, buffers, why,
+				   why_size);
+	if (ret == -EOVERFLOW)
+		ret = rec_reader_open(&r, dir->fd, name, false, &expect, why, why_size);
+	if (ret)
+		return ret;
+	*info = (struct rec_record_info){
+		.key = *key, .parent = r.header.parent, .bucket = r.header.bucket,
+		.first_page_index = r.header.first_page_index,
+		.tail_page_count = r.header.tail_page_count,
+		.row_present = r.row_present, .file_bytes = r.file_length,
+		.mtime_ns = r.mtime_ns, .created_ns = r.header.created_ns,
+	};
+	rec_header_agreement_digest(&r.header, &info->agreement);
+	rec_reader_close(&r);
+	return 0;
+}
+
 /* R-DIR-3, R-DIR-4: validates one record file; invalid ones are deleted. */
 static int scan_record(struct scan_state *s, const char *name,
 		       const struct rec_key *key)
 {
-	struct rec_record_info info = { .key = *key };
-	struct rec_expect expect;
-	struct rec_reader r;
-	struct stat st;
+	struct rec_record_info info;
 	char why[256];
 	int ret;
 
-	rec_dir_expect(s->dir, key, &expect);
-	ret = rec_reader_open(&r, s->dir->fd, name, false, &expect, why,
-			      sizeof(why));
+	ret = scan_read(s->dir, name, key, &s->buffers, &info, why, sizeof(why));
 	if (sel_is_selene_error(ret)) {
 		sel_warn("scan %s: dropping %s: %s", s->dir->path, name, why);
 		s->out->invalid_dropped++;
@@ -263,27 +372,40 @@ static int scan_record(struct scan_state *s, const char *name,
 	}
 	if (ret == -ENOENT || ret == -ENXIO || ret == -ELOOP)
 		return 0; /* removed or replaced since it was listed */
+	if (ret == -ENOMEM)
+		return ret;
 	if (ret) {
-		sel_error("scan %s: cannot read %s: %s", s->dir->path, name,
-			  sel_strerror(ret));
+		/* Never delete what could not be read: it may be good tomorrow. */
+		sel_warn("scan %s: skipping %s, cannot read it: %s; left in place and "
+			 "out of the summary", s->dir->path, name, sel_strerror(ret));
+		s->out->unreadable_skipped++;
+		ret = scan_push(s, &info);
+		if (!ret)
+			s->entries[s->count - 1].held = true;
 		return ret;
 	}
-	ret = fstat(r.fd, &st) ? -errno : 0;
-	if (!ret) {
-		info.parent = r.header.parent;
-		info.bucket = r.header.bucket;
-		info.first_page_index = r.header.first_page_index;
-		info.tail_page_count = r.header.tail_page_count;
-		info.row_present = r.row_present;
-		info.file_bytes = r.file_length;
-		info.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
-				(uint64_t)st.st_mtim.tv_nsec;
-		info.created_ns = r.header.created_ns;
-		rec_header_agreement_digest(&r.header, &info.agreement);
-		ret = scan_push(s, &info);
+	return scan_push(s, &info);
+}
+
+/* Notes a record file to read once the listing is done. */
+static int scan_defer(struct scan_state *s, const char *name, const struct rec_key *key)
+{
+	if (s->pending_count == s->pending_capacity) {
+		size_t capacity = s->pending_capacity ? s->pending_capacity * 2 : 256;
+		struct scan_pending *grown;
+
+		if (s->pending_count >= REC_DIR_RECORDS_MAX)
+			return SEL_ETOOBIG;
+		grown = realloc(s->pending, capacity * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		s->pending = grown;
+		s->pending_capacity = capacity;
 	}
-	rec_reader_close(&r);
-	return ret;
+	SEL_ASSERT(strlen(name) < sizeof(s->pending[0].name));
+	strcpy(s->pending[s->pending_count].name, name);
+	s->pending[s->pending_count++].key = *key;
+	return 0;
 }
 
 /* Whether name is a regular file (not a directory, FIFO or symlink). */
@@ -297,6 +419,29 @@ static bool is_regular(struct scan_state *s, const struct dirent *entry)
 	       S_ISREG(st.st_mode);
 }
 
+/*
+ * A directory, symlink, FIFO or socket named like a record would block
+ * every store of that key: renamed to NAME.aside (never deleted: it is not
+ * Selene's) and reported, so the key is free again.
+ */
+static int scan_move_aside(struct scan_state *s, const char *name)
+{
+	char aside[NAME_MAX + sizeof(REC_ASIDE_SUFFIX)];
+
+	snprintf(aside, sizeof(aside), "%s%s", name, REC_ASIDE_SUFFIX);
+	if (renameat(s->dir->fd, name, s->dir->fd, aside) != 0) {
+		sel_warn("scan %s: %s is not a regular file and cannot be moved aside (%s): "
+			 "stores of its key will fail until it is removed", s->dir->path, name,
+			 strerror(errno));
+		s->out->ignored++;
+		return 0;
+	}
+	sel_warn("scan %s: %s is not a regular file; moved aside to %s", s->dir->path, name,
+		 aside);
+	s->out->moved_aside++;
+	return 0;
+}
+
 /* R-DIR-2: classifies one directory entry. */
 static int scan_entry(struct scan_state *s, const struct dirent *entry)
 {
@@ -305,7 +450,11 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	struct rec_key key;
 	bool tmp;
 
+	if (strcmp(name, REC_CLUSTER_MARKER_NAME) == 0)
+		return 0; /* the cluster marker: ours, not a record */
 	if (!is_regular(s, entry)) {
+		if (rec_file_name_parse(name, &key, &tmp))
+			return scan_move_aside(s, name);
 		sel_warn("scan %s: ignoring %s, not a regular file", s->dir->path, name);
 		s->out->ignored++;
 		return 0;
@@ -321,7 +470,7 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 		s->out->ignored++;
 		return 0;
 	}
-	return scan_record(s, name, &key);
+	return scan_defer(s, name, &key);
 }
 
 static int compare_keys(const struct rec_key *a, const struct rec_key *b)
@@ -370,6 +519,15 @@ static void scan_decide(struct scan_state *s)
 		struct scan_entry *e = &s->entries[i];
 		struct scan_entry *parent;
 
+		if (e->held)
+			continue;
+		if (e->info.parent.consumed != 0) {
+			parent = find_entry(s, &e->info.parent);
+			if (parent && parent->held) {
+				e->held = true; /* its parent may be good tomorrow */
+				continue;
+			}
+		}
 		if (e->info.parent.consumed == 0) {
 			e->keep = true;
 			continue;
@@ -388,7 +546,9 @@ static void scan_decide(struct scan_state *s)
 		if (!e->keep || e->info.row_present || e->child_count > 0)
 			continue;
 		e->keep = false;
-		s->out->page_only_dropped++;
+		/* an unreadable file may be its child: keep it, out of the summary */
+		e->held = s->out->unreadable_skipped > 0;
+		s->out->page_only_dropped += !e->held;
 		if (e->info.parent.consumed != 0)
 			find_entry(s, &e->info.parent)->child_count--;
 	}
@@ -401,7 +561,7 @@ static int scan_remove_dropped(struct scan_state *s)
 	int ret;
 
 	for (size_t i = s->count; i-- > 0;) {
-		if (s->entries[i].keep)
+		if (s->entries[i].keep || s->entries[i].held)
 			continue;
 		rec_file_name(name, &s->entries[i].info.key);
 		sel_info("scan %s: dropping %s: %s", s->dir->path, name,
@@ -444,6 +604,120 @@ static int scan_collect(struct scan_state *s)
 	return 0;
 }
 
+/*
+ * Listed record files at which the scan reads headers on several threads
+ * (below it, thread start-up costs more than it saves), and the files each
+ * thread takes at a time: a thread that is slow (preempted, or waiting on
+ * the disk) holds up no share but its own batch.
+ */
+#define SCAN_PARALLEL_MIN 1024u
+#define SCAN_BATCH 64u
+
+/* The listed records the scan's threads read, touching nothing. */
+struct scan_shared {
+	struct scan_state *s;
+	struct rec_record_info *infos; /* indexed like pending */
+	int *results;                  /* the same; 0: infos[i] was read */
+	size_t next;                   /* the first record no thread took */
+};
+
+struct scan_worker {
+	struct scan_shared *shared;
+	struct rec_file_buffers buffers;
+	pthread_t thread;
+	bool started;
+};
+
+static void *scan_worker_main(void *arg)
+{
+	struct scan_worker *w = arg;
+	struct scan_shared *sh = w->shared;
+	size_t count = sh->s->pending_count, first;
+	char why[256];
+
+	while ((first = __atomic_fetch_add(&sh->next, SCAN_BATCH, __ATOMIC_RELAXED)) < count)
+		for (size_t i = first; i < count && i < first + SCAN_BATCH; i++)
+			sh->results[i] = scan_read(sh->s->dir, sh->s->pending[i].name,
+						   &sh->s->pending[i].key, &w->buffers,
+						   &sh->infos[i], why, sizeof(why));
+	return NULL;
+}
+
+/*
+ * Threads for this scan: 256 files each at least, and one per core it may
+ * run on, but at least 4 (reads in flight for a cold cache) and at most
+ * REC_SCAN_THREADS_MAX. Every rank of a host scans at once, so a small
+ * machine is not flooded with threads that only share its cores.
+ */
+static uint32_t scan_thread_count(size_t pending)
+{
+	size_t threads = pending / 256, cores = 1;
+	cpu_set_t cpus;
+
+	if (pending < SCAN_PARALLEL_MIN)
+		return 1;
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 1)
+		cores = (size_t)CPU_COUNT(&cpus);
+	if (cores < 4)
+		cores = 4;
+	if (threads > cores)
+		threads = cores;
+	return threads < REC_SCAN_THREADS_MAX ? (uint32_t)threads : REC_SCAN_THREADS_MAX;
+}
+
+/*
+ * Reads the listed records on several threads. Each record read whole is
+ * pushed; any other, in listing order, goes through scan_record on this
+ * thread as a single-threaded scan would: it is read again, and logged,
+ * skipped, dropped or fatal there.
+ */
+static int scan_read_parallel(struct scan_state *s, uint32_t threads)
+{
+	struct rec_record_info *infos = malloc(s->pending_count * sizeof(*infos));
+	int *results = malloc(s->pending_count * sizeof(*results));
+	struct scan_shared shared = { .s = s, .infos = infos, .results = results };
+	struct scan_worker workers[REC_SCAN_THREADS_MAX] = { 0 };
+	int ret = infos && results ? 0 : -ENOMEM;
+
+	for (uint32_t t = 0; !ret && t < threads; t++) {
+		struct scan_worker *w = &workers[t];
+
+		w->shared = &shared;
+		ret = scan_buffers_alloc(&w->buffers);
+		if (ret)
+			break;
+		w->started = pthread_create(&w->thread, NULL, scan_worker_main, w) == 0;
+	}
+	/* This thread reads too: whatever no thread took (all, if none started). */
+	if (!ret)
+		scan_worker_main(&(struct scan_worker){ .shared = &shared,
+							.buffers = s->buffers });
+	for (uint32_t t = 0; t < threads; t++) {
+		if (workers[t].started)
+			pthread_join(workers[t].thread, NULL);
+		scan_buffers_free(&workers[t].buffers);
+	}
+	for (size_t i = 0; !ret && i < s->pending_count; i++)
+		ret = results[i] == 0 ? scan_push(s, &infos[i]) :
+					scan_record(s, s->pending[i].name, &s->pending[i].key);
+	free(results);
+	free(infos);
+	return ret;
+}
+
+/* R-DIR-3, R-DIR-4: reads every listed record file. */
+static int scan_read_pending(struct scan_state *s)
+{
+	uint32_t threads = scan_thread_count(s->pending_count);
+	int ret = 0;
+
+	if (threads > 1)
+		return scan_read_parallel(s, threads);
+	for (size_t i = 0; !ret && i < s->pending_count; i++)
+		ret = scan_record(s, s->pending[i].name, &s->pending[i].key);
+	return ret;
+}
+
 static int scan_directory(struct scan_state *s)
 {
 	struct dirent *entry;
@@ -468,6 +742,8 @@ static int scan_directory(struct scan_state *s)
 	if (!ret && errno)
 		ret = -errno;
 	closedir(listing);
+	if (!ret)
+		ret = scan_read_pending(s);
 	return ret;
 }
 
@@ -477,25 +753,32 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	ret = scan_directory(&s);
+	ret = scan_buffers_alloc(&s.buffers);
+	if (!ret)
+		ret = scan_directory(&s);
 	if (!ret) {
 		scan_decide(&s);
 		ret = scan_remove_dropped(&s);
 	}
 	if (!ret)
 		ret = scan_collect(&s);
+	scan_buffers_free(&s.buffers);
+	free(s.pending);
 	free(s.entries);
 	if (ret) {
 		rec_scan_free(out);
 		return ret;
 	}
 	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
-		 "%llu invalid, %llu orphaned, %llu page-only",
+		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable; "
+		 "moved %llu aside",
 		 dir->path, out->record_count, (unsigned long long)out->bytes,
 		 (unsigned long long)out->tmp_deleted,
 		 (unsigned long long)out->invalid_dropped,
 		 (unsigned long long)out->orphans_dropped,
-		 (unsigned long long)out->page_only_dropped);
+		 (unsigned long long)out->page_only_dropped,
+		 (unsigned long long)out->unreadable_skipped,
+		 (unsigned long long)out->moved_aside);
 	return 0;
 }
 

@@ -44,6 +44,25 @@ bool rec_dir_durable(const struct rec_dir *dir);
 const struct rec_geometry *rec_dir_geometry(const struct rec_dir *dir);
 const struct rec_identity *rec_dir_namespace(const struct rec_dir *dir);
 
+/*
+ * The cluster marker (DESIGN.md section 7): a small text file in the record
+ * directory, never matched by the record name pattern, naming the cluster
+ * its records belong to (world size and layout digest). Every rank writes
+ * it once the startup agreement is applied; a directory without it is new,
+ * or not the one the records were written to (a missing mount).
+ */
+#define REC_CLUSTER_MARKER_NAME ".selene-cluster"
+
+/* Whether dir holds the cluster marker (a regular file). */
+bool rec_dir_marked(const struct rec_dir *dir);
+
+/*
+ * Writes the marker for a cluster of world_size ranks (atomically: a
+ * temporary file renamed over it; fsynced when dir is durable). Returns 0
+ * or a negative errno.
+ */
+int rec_dir_mark(struct rec_dir *dir, uint32_t world_size);
+
 /* What a reader of this directory expects of every header (R-REC-12). */
 void rec_dir_expect(const struct rec_dir *dir, const struct rec_key *key,
 		    struct rec_expect *out);
@@ -71,15 +90,27 @@ struct rec_scan {
 	uint64_t orphans_dropped;  /* parent missing, and their descendants */
 	uint64_t page_only_dropped; /* page-only records left without children */
 	uint64_t ignored;          /* files that are not Selene's, left alone */
+	uint64_t unreadable_skipped; /* records that could not be read (EACCES,
+					EIO): left in place, out of the summary */
+	uint64_t moved_aside;      /* non-regular files named like records,
+				      renamed to NAME.aside */
 };
+
+/* What a non-regular file named like a record is renamed to, at the end. */
+#define REC_ASIDE_SUFFIX ".aside"
 
 /*
  * The startup scan (R-DIR-1 .. R-DIR-6): deletes *.tmp, drops invalid files
  * (each logged with its reason), derives row presence from length and
  * access order from mtime, deletes records whose parent is missing with
- * their descendants, and childless page-only records. Returns 0 and fills
- * out, or a negative errno (an unreadable file stops the scan rather than
- * lose it). Free with rec_scan_free().
+ * their descendants, and childless page-only records. A record file it
+ * cannot read (EACCES, EIO) is skipped with the reason: never deleted, left
+ * out of the summary with the records that depend on it (and, while any is
+ * unreadable, page-only records are not pruned: one may be its parent). A
+ * directory, symlink, FIFO or socket named like a record is renamed to
+ * NAME.aside and reported, so it never blocks a store of that key. Returns
+ * 0 and fills out, or a negative errno (listing the directory failed, out
+ * of memory). Free with rec_scan_free().
  */
 int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 

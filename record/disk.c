@@ -73,6 +73,8 @@ struct rec_disk {
 	} unsubmitted[REC_DISK_OPS_MAX + 1];
 	uint32_t unsubmitted_count;
 	bool said_submit, said_wait;
+	uint32_t background_ops_in_flight; /* of requests that are not urgent */
+	uint32_t urgent_active;            /* urgent requests among the active */
 };
 
 static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
@@ -324,6 +326,8 @@ static void op_release(struct rec_disk *disk, struct disk_op *op)
 {
 	op->req->ops_in_flight--;
 	disk->ops_in_flight--;
+	if (!op->req->urgent)
+		disk->background_ops_in_flight--;
 	disk->free_ops[disk->free_op_count++] = op;
 }
 
@@ -450,6 +454,9 @@ static bool is_write(const struct rec_disk_request *req)
 
 static uint32_t sum_units(const struct rec_disk_request *req)
 {
+	/* The requester verifies the pages it asked to read itself. */
+	if (req->op == REC_DISK_READ_PAGES && req->requester_checksums)
+		return 0;
 	/* A page is one unit; a row is one unit, streamed over its pieces. */
 	return req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES ?
 		       req->count : 1;
@@ -466,7 +473,12 @@ static void sum_one(struct rec_disk_request *req)
 	uint32_t i = req->next_sum++;
 
 	if (req->op == REC_DISK_WRITE_PAGES) {
-		rec_writer_note_page(&req->file->writer, req->first + i, req->buffers[i]);
+		if (req->requester_checksums)
+			rec_writer_note_page_checksum(&req->file->writer, req->first + i,
+						      req->page_checksums[i]);
+		else
+			rec_writer_note_page(&req->file->writer, req->first + i,
+					     req->buffers[i]);
 		return;
 	}
 	if (req->op == REC_DISK_READ_PAGES) {
@@ -530,11 +542,17 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 	while (!req->result && disk->free_op_count > 0) {
 		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
 
+		/* Restores first: a store keeps few writes in the device's way. */
+		if (!req->urgent && disk->urgent_active > 0 &&
+		    disk->background_ops_in_flight >= REC_DISK_BACKGROUND_OPS_MAX)
+			break;
 		if (!build_op(req, op))
 			break;
 		disk->free_op_count--;
 		req->ops_in_flight++;
 		disk->ops_in_flight++;
+		if (!req->urgent)
+			disk->background_ops_in_flight++;
 		op_issue(disk, op);
 		issued++;
 	}
@@ -595,10 +613,17 @@ static bool take_inbox(struct rec_disk *disk, bool block)
 		pthread_cond_wait(&disk->inbox_ready, &disk->lock);
 	while (disk->inbox_count > 0 && disk->active_count < REC_DISK_QUEUE_MAX) {
 		struct rec_disk_request *req = disk->inbox[disk->inbox_head];
+		uint32_t at = disk->active_count;
 
 		disk->inbox_head = (disk->inbox_head + 1) % REC_DISK_QUEUE_MAX;
 		disk->inbox_count--;
-		disk->active[disk->active_count++] = req;
+		/* Urgent requests go before every other, in arrival order. */
+		while (req->urgent && at > 0 && !disk->active[at - 1]->urgent)
+			at--;
+		memmove(disk->active + at + 1, disk->active + at,
+			(disk->active_count - at) * sizeof(disk->active[0]));
+		disk->active[at] = req;
+		disk->active_count++;
 	}
 	stop = disk->stopping && disk->inbox_count == 0;
 	pthread_mutex_unlock(&disk->lock);
@@ -609,11 +634,15 @@ static bool take_inbox(struct rec_disk *disk, bool block)
  * Advances every active request in order. A request that depends on an
  * earlier one (a commit after its writes) is held back by its requester,
  * which sends it only after the earlier replies; so order here is only
- * fairness.
+ * priority: urgent requests (restores) first, then the rest in arrival order.
  */
 static void advance(struct rec_disk *disk)
 {
 	uint32_t kept = 0;
+
+	disk->urgent_active = 0;
+	for (uint32_t i = 0; i < disk->active_count; i++)
+		disk->urgent_active += disk->active[i]->urgent;
 
 	for (uint32_t i = 0; i < disk->active_count; i++) {
 		struct rec_disk_request *req = disk->active[i];

@@ -3,7 +3,8 @@
  * engine that owns an io_uring ring and does all of a record directory's
  * file work: create, write pages and row from caller-owned slots, commit,
  * open and check a header, read pages and row into slots and verify them,
- * truncate, unlink. Checksums are computed and verified on this thread.
+ * truncate, unlink. Checksums are computed and verified on this thread,
+ * unless a request says its requester does it (requester_checksums).
  * Payload I/O goes through the ring with O_DIRECT where the directory allows
  * it, in requests of at most 8 MiB; where io_uring_queue_init fails it says
  * so once and uses preadv/pwritev on the same thread. It runs SCHED_BATCH
@@ -29,6 +30,12 @@
 #define REC_DISK_QUEUE_MAX 64u
 /* I/O requests in flight on the ring at once (8 MiB each at most). */
 #define REC_DISK_OPS_MAX 32u
+/*
+ * I/O requests of background requests (stores) in flight while a restore's
+ * request is active: enough to keep writing, few enough that the restore's
+ * reads do not queue behind a deep batch of writes on the device.
+ */
+#define REC_DISK_BACKGROUND_OPS_MAX 2u
 /* Buffers one I/O request gathers. */
 #define REC_DISK_IOV_MAX 64u
 
@@ -72,6 +79,21 @@ struct rec_disk_request {
 	void *buffers[REC_DISK_BUFFERS_MAX];
 	struct rec_disk_replies *replies;
 	uint64_t tag;               /* the requester's, untouched */
+	/*
+	 * A restore's request: its I/O and checksum work go before every other
+	 * request's, and while one is active the others keep at most
+	 * REC_DISK_BACKGROUND_OPS_MAX I/O requests in flight.
+	 */
+	bool urgent;
+	/*
+	 * PAGES requests whose page checksums the requester handles: for a
+	 * write it filled page_checksums (R-REC-9) and the disk thread only
+	 * notes them; for a read the disk thread does not verify, and the
+	 * requester verifies every page (rec_reader_page_ok) before it uses a
+	 * byte. The row is always the disk thread's.
+	 */
+	bool requester_checksums;
+	uint64_t page_checksums[REC_DISK_BUFFERS_MAX];
 	/* The reply: 0 or a negative code, and a reason for Selene's codes. */
 	int result;
 	char why[200];

@@ -171,14 +171,20 @@ static int writer_payload(struct rec_writer *w, const void *buf, uint64_t len,
 
 void rec_writer_note_page(struct rec_writer *w, uint32_t index, const void *page)
 {
+	/* R-REC-9: seeded with s XOR the page's index in the prefix. */
+	rec_writer_note_page_checksum(w, index,
+				      rec_page_checksum(page, w->layout.page_stride, w->seed,
+							(uint64_t)w->header.first_page_index +
+								index));
+}
+
+void rec_writer_note_page_checksum(struct rec_writer *w, uint32_t index, uint64_t checksum)
+{
 	SEL_ASSERT(index < w->header.tail_page_count);
 	/* Pages are noted in order, each once: a gap would commit a hole. */
 	if (index != w->pages_written)
 		w->pages_out_of_order = true;
-	/* R-REC-9: seeded with s XOR the page's index in the prefix. */
-	sel_put_le64((uint8_t *)&w->checksums[index],
-		     rec_page_checksum(page, w->layout.page_stride, w->seed,
-				       (uint64_t)w->header.first_page_index + index));
+	sel_put_le64((uint8_t *)&w->checksums[index], checksum);
 	w->pages_written++;
 }
 
@@ -317,18 +323,18 @@ void rec_writer_abort(struct rec_writer *w)
 	free_file_buffers(&w->checksums, &w->header_block, w->owns_buffers);
 }
 
-static int reader_check(struct rec_reader *r, const struct rec_expect *expect,
+static int reader_check(struct rec_reader *r, const struct stat *st,
+			const struct rec_expect *expect,
 			const struct rec_file_buffers *buffers, char *why,
 			size_t why_size)
 {
 	uint8_t *block = r->header_block;
 	struct rec_layout layout = { 0 };
-	struct stat st;
 	int ret;
 
-	if (fstat(r->fd, &st) != 0)
-		return -errno;
-	r->file_length = (uint64_t)st.st_size;
+	r->file_length = (uint64_t)st->st_size;
+	r->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000ull +
+		      (uint64_t)st->st_mtim.tv_nsec;
 	if (r->file_length < REC_HEADER_BYTES)
 		return why_fail(SEL_EBADHEADER, why, why_size,
 				"file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
@@ -379,6 +385,7 @@ int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
 			 const struct rec_file_buffers *buffers, char *why,
 			 size_t why_size)
 {
+	struct stat st;
 	int ret;
 
 	memset(r, 0, sizeof(*r));
@@ -393,13 +400,13 @@ int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
 		if (!r->header_block)
 			return -ENOMEM;
 	}
-	r->fd = rec_io_open(dirfd, name, O_RDONLY, direct);
+	r->fd = rec_io_open_stat(dirfd, name, O_RDONLY, direct, &st);
 	if (r->fd < 0) {
 		ret = r->fd;
 		rec_reader_close(r);
 		return ret;
 	}
-	ret = reader_check(r, expect, buffers, why, why_size);
+	ret = reader_check(r, &st, expect, buffers, why, why_size);
 	if (ret) {
 		rec_reader_close(r);
 		return ret;

@@ -64,6 +64,9 @@ int rec_writer_begin_with(struct rec_writer *w, struct rec_dir *dir,
  * segment's checksum streamed over its pieces, without writing.
  */
 void rec_writer_note_page(struct rec_writer *w, uint32_t index, const void *page);
+/* The same, for a page whose R-REC-9 checksum its writer computed already. */
+void rec_writer_note_page_checksum(struct rec_writer *w, uint32_t index,
+				   uint64_t checksum);
 void rec_writer_note_row(struct rec_writer *w, const void *const *pieces,
 			 const uint64_t *piece_bytes, uint32_t piece_count);
 
@@ -97,6 +100,7 @@ struct rec_reader {
 	bool direct;
 	bool row_present;
 	uint64_t file_length;
+	uint64_t mtime_ns;   /* the file's, when it was opened */
 	uint64_t seed;
 	struct rec_header header;
 	uint64_t *checksums; /* the checksum segment, read at open */

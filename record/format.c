@@ -173,12 +173,24 @@ void rec_header_agreement_digest(const struct rec_header *h,
 	blake2b(out->bytes, buf, NULL, REC_DIGEST_BYTES, REC_HEADER_BYTES, 0);
 }
 
+/*
+ * Whether len bytes are zero: ORs whole words without an early exit, which
+ * the compiler vectorises (most of a header is checked this way, R-REC-4).
+ */
 static bool all_zero(const uint8_t *p, size_t len)
 {
-	for (size_t i = 0; i < len; i++)
-		if (p[i])
-			return false;
-	return true;
+	uint64_t acc = 0;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		uint64_t word;
+
+		memcpy(&word, p + i, 8);
+		acc |= word;
+	}
+	for (; i < len; i++)
+		acc |= p[i];
+	return acc == 0;
 }
 
 static void decode_fields(const uint8_t *buf, struct rec_header *h)

@@ -22,6 +22,14 @@ static int errno_or(int ret)
 
 int rec_io_open(int dirfd, const char *name, int flags, bool direct)
 {
+	struct stat st;
+
+	return rec_io_open_stat(dirfd, name, flags, direct, &st);
+}
+
+int rec_io_open_stat(int dirfd, const char *name, int flags, bool direct,
+		     struct stat *out)
+{
 	int injected = SEL_FAILPOINT(SEL_FP_DISK_OPEN);
 
 	if (injected < 0)
@@ -42,6 +50,7 @@ int rec_io_open(int dirfd, const char *name, int flags, bool direct)
 		close(fd);
 		return -ENXIO;
 	}
+	*out = st;
 	return fd;
 }
 

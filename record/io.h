@@ -19,6 +19,12 @@
  */
 int rec_io_open(int dirfd, const char *name, int flags, bool direct);
 
+struct stat;
+
+/* rec_io_open, and the fstat it takes of the file in *st (saves a reader one). */
+int rec_io_open_stat(int dirfd, const char *name, int flags, bool direct,
+		     struct stat *st);
+
 /*
  * Writes len bytes at offset in requests of at most 8 MiB, resuming after
  * short counts. Returns 0, or a negative errno (-EIO when a request wrote

@@ -6,6 +6,7 @@
 #include "shard/device.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/selene.h"
 
@@ -18,6 +19,22 @@
 #define COPY_GATHER_MAX 512u
 
 _Static_assert(COPY_GATHER_MAX <= SHARD_COPY_BATCH_ENTRIES_MAX, "gather bound");
+
+/* One batch to the backend; device.copy can fail it before it is issued. */
+static int copy_batch(struct shard_device *dev, enum shard_copy_direction dir,
+		      const struct shard_copy *batch, uint32_t count, uint64_t bytes)
+{
+	int ret = SEL_FAILPOINT(SEL_FP_DEVICE_COPY);
+
+	if (ret < 0)
+		return ret;
+	ret = dev->ops->copy(dev, dir, batch, count);
+	if (ret)
+		return ret;
+	dev->batch_calls++;
+	dev->bytes_copied += bytes;
+	return 0;
+}
 
 int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 		      const struct shard_copy *copies, uint32_t count)
@@ -44,11 +61,9 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 			done += n;
 			if (batch_count == COPY_GATHER_MAX ||
 			    batch_bytes == SHARD_COPY_BATCH_BYTES_MAX) {
-				ret = dev->ops->copy(dev, dir, batch, batch_count);
+				ret = copy_batch(dev, dir, batch, batch_count, batch_bytes);
 				if (ret)
 					return ret;
-				dev->batch_calls++;
-				dev->bytes_copied += batch_bytes;
 				batch_count = 0;
 				batch_bytes = 0;
 			}
@@ -56,12 +71,7 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	}
 	if (batch_count == 0)
 		return 0;
-	ret = dev->ops->copy(dev, dir, batch, batch_count);
-	if (ret == 0) {
-		dev->batch_calls++;
-		dev->bytes_copied += batch_bytes;
-	}
-	return ret;
+	return copy_batch(dev, dir, batch, batch_count, batch_bytes);
 }
 
 void shard_device_close(struct shard_device *dev)

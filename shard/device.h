@@ -70,6 +70,8 @@ int shard_device_open(const char *kind, int ordinal, struct shard_device **out,
 /*
  * Copies a list in calls of at most SHARD_COPY_BATCH_BYTES_MAX bytes and
  * SHARD_COPY_BATCH_ENTRIES_MAX entries, splitting entries that are larger.
+ * On a failure the batches already issued may still be running: the caller
+ * synchronizes before it reuses or reports anything they touch.
  */
 int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 		      const struct shard_copy *copies, uint32_t count);

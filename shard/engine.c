@@ -1,15 +1,22 @@
 /*
  * The shard engine: see engine.h. The transfer thread drives each job as a
  * sequence of disk requests (record/disk.h) interleaved with device copies,
- * through two window buffers and one row buffer leased from the slab pool
- * at open.
+ * through window buffers and a row buffer leased from the slab pool at open.
+ * It has two lanes, each with its own staging, requests and reply queue: the
+ * restore lane runs fetches, the background lane everything else. A fetch
+ * is taken before any queued background job, and a running store runs
+ * every queued fetch between two of its windows (its writes in flight
+ * continue meanwhile, at a lower priority on the disk thread), so a restore
+ * waits for at most one window of a store or one truncate or unlink.
  */
 #include "shard/engine.h"
 
 #include "common/base.h"
 #include "common/log.h"
 #include "record/disk.h"
+#include "record/file.h"
 #include "selene/selene.h"
+#include "shard/checksum_pool.h"
 #include "shard/device.h"
 #include "shard/slab.h"
 
@@ -42,6 +49,27 @@ struct stage {
 	struct rec_disk_request req;
 };
 
+/* One lane's staging buffers and disk requests (see the top of this file). */
+struct lane {
+	struct stage stages[SHARD_STAGES];
+	struct shard_slab_lease row_lease;
+	uint32_t *row_slots;
+	struct rec_disk_request row_req;
+	struct rec_disk_request control_req;
+	struct rec_disk_file files[2]; /* a store uses [0]; a fetch alternates per record */
+	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
+	struct rec_disk_replies replies;
+	uint64_t next_seq;
+	struct shard_copy *copies; /* window_pages * planes, or row pieces */
+};
+
+enum { LANE_RESTORE, LANE_BACKGROUND, LANE_COUNT };
+
+struct job_queue {
+	struct shard_job *head;
+	struct shard_job *tail;
+};
+
 /* What the running job has learned about its failure, first one first. */
 struct job_outcome {
 	int result;
@@ -61,17 +89,10 @@ struct shard_engine {
 	uint32_t jobs_max;
 
 	struct shard_slab_pool pool;
-	struct stage stages[SHARD_STAGES];
-	struct shard_slab_lease row_lease;
-	uint32_t *row_slots;
 	uint32_t row_piece_count;
-	struct rec_disk_request row_req;
-	struct rec_disk_request control_req;
-	struct rec_disk_file files[2]; /* a store uses [0]; a fetch alternates per record */
-	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
-	struct rec_disk_replies replies;
-	uint64_t next_seq;
-	struct shard_copy *copies; /* window_pages * planes, or row pieces */
+	struct lane lanes[LANE_COUNT];
+	struct shard_checksum_pool checksums;
+	bool checksums_started;
 
 	pthread_t thread;
 	bool thread_started;
@@ -80,8 +101,8 @@ struct shard_engine {
 	pthread_cond_t completion_ready;
 	struct shard_job *jobs;
 	struct shard_job *free_jobs;
-	struct shard_job *queue_head;
-	struct shard_job *queue_tail;
+	struct job_queue restores;   /* fetches: taken first */
+	struct job_queue background; /* stores, truncates, unlinks, noops */
 	struct shard_completion *completions; /* ring of jobs_max */
 	uint32_t completion_head;
 	uint32_t completion_count;
@@ -113,22 +134,22 @@ static int outcome_fail(struct job_outcome *o, int err, uint64_t seq,
 	return err;
 }
 
-static void disk_send(struct shard_engine *e, struct rec_disk_request *req)
+static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_request *req)
 {
 	int ret;
 
-	req->tag = ++e->next_seq;
+	req->tag = ++l->next_seq;
 	ret = rec_disk_submit(e->disk, req);
-	/* At most four requests are ever outstanding: the queue holds 64. */
+	/* At most ten requests a lane are ever outstanding: the queue holds 64. */
 	SEL_ASSERT(ret == 0);
 }
 
 /* Waits until req has come back, noting every reply's failure. */
-static void disk_await(struct shard_engine *e, struct rec_disk_request *req,
+static void disk_await(struct lane *l, struct rec_disk_request *req,
 		       struct job_outcome *o)
 {
 	while (req->tag) {
-		struct rec_disk_request *done = rec_disk_wait(&e->replies);
+		struct rec_disk_request *done = rec_disk_wait(&l->replies);
 
 		if (done->result)
 			outcome_fail(o, done->result, done->tag, "%s",
@@ -137,28 +158,28 @@ static void disk_await(struct shard_engine *e, struct rec_disk_request *req,
 	}
 }
 
-static void disk_await_all(struct shard_engine *e, struct job_outcome *o)
+static void disk_await_all(struct lane *l, struct job_outcome *o)
 {
 	for (uint32_t b = 0; b < SHARD_STAGES; b++)
-		disk_await(e, &e->stages[b].req, o);
-	disk_await(e, &e->row_req, o);
-	disk_await(e, &e->control_req, o);
+		disk_await(l, &l->stages[b].req, o);
+	disk_await(l, &l->row_req, o);
+	disk_await(l, &l->control_req, o);
 }
 
 /* Runs one control request on file to its reply. */
-static int disk_control(struct shard_engine *e, struct rec_disk_file *file,
+static int disk_control(struct shard_engine *e, struct lane *l, struct rec_disk_file *file,
 			enum rec_disk_op op, const struct rec_key *key,
 			struct job_outcome *o)
 {
-	struct rec_disk_request *req = &e->control_req;
+	struct rec_disk_request *req = &l->control_req;
 
-	disk_await(e, req, o);
+	disk_await(l, req, o);
 	req->file = file;
 	req->op = op;
 	if (key)
 		req->key = *key;
-	disk_send(e, req);
-	disk_await(e, req, o);
+	disk_send(e, l, req);
+	disk_await(l, req, o);
 	return req->result;
 }
 
@@ -168,8 +189,24 @@ static int device_fail(struct job_outcome *o, int ret, const char *what)
 			    sel_strerror(ret));
 }
 
+/*
+ * Issues copies and waits for them. A batch that fails to issue does not
+ * skip the wait: the batches before it may still be running, and the
+ * failure is reported only once they are done, so staging is never scrubbed
+ * under a copy that reads it and page ids are never handed back while a
+ * copy writes them (issue 13 item 4). Returns the first failure.
+ */
+static int copy_drained(struct shard_engine *e, struct lane *l,
+			enum shard_copy_direction dir, uint32_t count)
+{
+	int ret = shard_device_copy(e->device, dir, l->copies, count);
+	int drained = shard_device_synchronize(e->device);
+
+	return ret ? ret : drained;
+}
+
 /* Device <-> the window's slots for pages[0, count). */
-static int copy_window(struct shard_engine *e, struct stage *s,
+static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
 		       const uint32_t *page_ids, uint32_t count,
 		       enum shard_copy_direction dir, struct job_outcome *o)
 {
@@ -183,22 +220,20 @@ static int copy_window(struct shard_engine *e, struct stage *s,
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
 			uint64_t unit = g->page_planes[p].unit_bytes;
 
-			e->copies[n++] = (struct shard_copy){
+			l->copies[n++] = (struct shard_copy){
 				.device_address = e->planes.page_base[p] + unit * page_ids[i],
 				.host = slot + e->plane_offset[p],
 				.bytes = unit,
 			};
 		}
 	}
-	ret = shard_device_copy(e->device, dir, e->copies, n);
-	if (!ret)
-		ret = shard_device_synchronize(e->device);
+	ret = copy_drained(e, l, dir, n);
 	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
 						 "device to host" : "host to device") : 0;
 }
 
 /* Device <-> the row slots for the row at state_slot. */
-static int copy_row(struct shard_engine *e, uint32_t state_slot,
+static int copy_row(struct shard_engine *e, struct lane *l, uint32_t state_slot,
 		    enum shard_copy_direction dir, struct job_outcome *o)
 {
 	uint64_t unit = e->geometry.row_plane.unit_bytes;
@@ -209,15 +244,13 @@ static int copy_row(struct shard_engine *e, uint32_t state_slot,
 	for (uint32_t k = 0; k < e->row_piece_count && (uint64_t)k * piece < unit; k++) {
 		uint64_t left = unit - (uint64_t)k * piece;
 
-		e->copies[n++] = (struct shard_copy){
+		l->copies[n++] = (struct shard_copy){
 			.device_address = e->planes.row_base + unit * state_slot + piece * k,
-			.host = shard_slab_slot(&e->pool, e->row_slots[k]),
+			.host = shard_slab_slot(&e->pool, l->row_slots[k]),
 			.bytes = left < piece ? left : piece,
 		};
 	}
-	ret = shard_device_copy(e->device, dir, e->copies, n);
-	if (!ret)
-		ret = shard_device_synchronize(e->device);
+	ret = copy_drained(e, l, dir, n);
 	return ret ? device_fail(o, ret, "of the row") : 0;
 }
 
@@ -233,68 +266,120 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
 }
 
-static void stage_row(struct shard_engine *e, struct rec_disk_file *file,
+static void stage_row(struct shard_engine *e, struct lane *l, struct rec_disk_file *file,
 		      enum rec_disk_op op)
 {
-	e->row_req.file = file;
-	e->row_req.op = op;
-	e->row_req.piece_count = e->row_piece_count;
-	e->row_req.piece_bytes = e->pool.slot_bytes;
+	l->row_req.file = file;
+	l->row_req.op = op;
+	l->row_req.piece_count = e->row_piece_count;
+	l->row_req.piece_bytes = e->pool.slot_bytes;
 	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		e->row_req.buffers[k] = shard_slab_slot(&e->pool, e->row_slots[k]);
+		l->row_req.buffers[k] = shard_slab_slot(&e->pool, l->row_slots[k]);
 }
 
 /* Zeroes staging after a failed read, so its padding is zero again. */
-static void stage_scrub(struct shard_engine *e)
+static void stage_scrub(struct shard_engine *e, struct lane *l)
 {
 	for (uint32_t b = 0; b < SHARD_STAGES; b++)
 		for (uint32_t i = 0; i < e->window_pages; i++)
-			memset(shard_slab_slot(&e->pool, e->stages[b].slots[i]), 0,
+			memset(shard_slab_slot(&e->pool, l->stages[b].slots[i]), 0,
 			       e->pool.slot_bytes);
 	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		memset(shard_slab_slot(&e->pool, e->row_slots[k]), 0, e->pool.slot_bytes);
+		memset(shard_slab_slot(&e->pool, l->row_slots[k]), 0, e->pool.slot_bytes);
 }
+
+/* A window's checksum pass, shared with the checksum pool's helpers. */
+struct window_sums {
+	struct shard_engine *e;
+	struct stage *s;
+	const struct rec_reader *reader; /* fetch: verify against its table */
+	uint64_t seed;                   /* store: R-KEY-7's s */
+	uint64_t prefix_index;           /* store: the window's first page in the prefix */
+	uint32_t first;                  /* fetch: the window's first stored page */
+	uint32_t bad;                    /* fetch: lowest failing page, or UINT32_MAX */
+};
+
+/* Store: page i's R-REC-9 checksum, for the disk thread to note. */
+static void sum_page(void *ctx, uint32_t i)
+{
+	struct window_sums *w = ctx;
+	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
+
+	w->s->req.page_checksums[i] = rec_page_checksum(page, w->e->geometry.page_record_bytes,
+							w->seed, w->prefix_index + i);
+}
+
+/* Fetch: page i against the record's checksum table (R-READ-2). */
+static void verify_page(void *ctx, uint32_t i)
+{
+	struct window_sums *w = ctx;
+	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
+	uint32_t bad = __atomic_load_n(&w->bad, __ATOMIC_RELAXED);
+
+	if (rec_reader_page_ok(w->reader, w->first + i, page))
+		return;
+	while (i < bad && !__atomic_compare_exchange_n(&w->bad, &bad, i, false,
+						       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+static void yield_to_restores(struct shard_engine *e);
 
 static void run_store(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
+	struct lane *l = &e->lanes[LANE_BACKGROUND];
 	uint32_t tail = job->header.tail_page_count;
 	uint64_t stride = e->geometry.page_record_bytes;
+	struct rec_disk_file *file = &l->files[0];
 	uint32_t k = 0;
 
-	struct rec_disk_file *file = &e->files[0];
-
 	file->header = job->header;
-	e->control_req.file = file;
-	e->control_req.op = REC_DISK_CREATE;
-	disk_send(e, &e->control_req);
+	l->control_req.file = file;
+	l->control_req.op = REC_DISK_CREATE;
+	disk_send(e, l, &l->control_req);
 	/* Copy window k while windows k - 1 .. k - STAGES + 1 are written. */
 	for (uint32_t first = 0; first < tail && !o->result; first += e->window_pages, k++) {
-		struct stage *s = &e->stages[k % SHARD_STAGES];
+		struct stage *s = &l->stages[k % SHARD_STAGES];
 		uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
 
-		disk_await(e, &s->req, o);
+		/* Between two windows, restores go first (DESIGN.md section 6). */
+		yield_to_restores(e);
+		disk_await(l, &s->req, o);
 		if (o->result ||
-		    copy_window(e, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
+		    copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
 			break;
+		{
+			struct window_sums w = {
+				.e = e, .s = s, .seed = rec_checksum_seed(&job->header.key),
+				.prefix_index = (uint64_t)job->header.first_page_index + first,
+			};
+
+			/* The checksum pass is as long as the copy: a restore first. */
+			yield_to_restores(e);
+			shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
+		}
 		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
-		disk_send(e, &s->req);
+		disk_send(e, l, &s->req);
 		o->bytes += stride * n;
 	}
-	if (!o->result && !copy_row(e, job->state_slot, SHARD_DEVICE_TO_HOST, o)) {
-		stage_row(e, file, REC_DISK_WRITE_ROW);
-		disk_send(e, &e->row_req);
+	yield_to_restores(e);
+	if (!o->result && !copy_row(e, l, job->state_slot, SHARD_DEVICE_TO_HOST, o)) {
+		stage_row(e, l, file, REC_DISK_WRITE_ROW);
+		disk_send(e, l, &l->row_req);
 		o->bytes += e->geometry.row_record_bytes;
 	}
-	disk_await_all(e, o);
+	disk_await_all(l, o);
 	if (o->result) {
 		/* Every write has drained; now the temporary file can go. */
 		struct job_outcome ignored = { 0 };
 
-		disk_control(e, file, REC_DISK_ABORT, NULL, &ignored);
+		disk_control(e, l, file, REC_DISK_ABORT, NULL, &ignored);
 		return;
 	}
-	disk_control(e, file, REC_DISK_COMMIT, NULL, o);
+	/* The commit may sync the file: a restore that came meanwhile goes first. */
+	yield_to_restores(e);
+	disk_control(e, l, file, REC_DISK_COMMIT, NULL, o);
 }
 
 /* A window of a fetch: pages [first, first + count) of chain[record]. */
@@ -338,21 +423,22 @@ static bool next_window(const struct shard_engine *e, const struct shard_job *jo
 }
 
 /* Closes file f once no read of its record is still in flight. */
-static void fetch_close(struct shard_engine *e, uint32_t f, struct job_outcome *o)
+static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f,
+			struct job_outcome *o)
 {
-	if (e->file_record[f] == UINT32_MAX)
+	if (l->file_record[f] == UINT32_MAX)
 		return;
 	for (uint32_t b = 0; b < SHARD_STAGES; b++)
-		if (e->stages[b].req.file == &e->files[f])
-			disk_await(e, &e->stages[b].req, o);
-	if (e->row_req.file == &e->files[f])
-		disk_await(e, &e->row_req, o);
+		if (l->stages[b].req.file == &l->files[f])
+			disk_await(l, &l->stages[b].req, o);
+	if (l->row_req.file == &l->files[f])
+		disk_await(l, &l->row_req, o);
 	{
 		struct job_outcome ignored = { 0 };
 
-		disk_control(e, &e->files[f], REC_DISK_CLOSE, NULL, &ignored);
+		disk_control(e, l, &l->files[f], REC_DISK_CLOSE, NULL, &ignored);
 	}
-	e->file_record[f] = UINT32_MAX;
+	l->file_record[f] = UINT32_MAX;
 }
 
 /*
@@ -360,56 +446,95 @@ static void fetch_close(struct shard_engine *e, uint32_t f, struct job_outcome *
  * against the index) when needed. Records alternate between two files, so
  * the next record's reads can start while the last ones finish.
  */
-static struct rec_disk_file *fetch_file(struct shard_engine *e,
+static struct rec_disk_file *fetch_file(struct shard_engine *e, struct lane *l,
 					const struct shard_job *job,
 					uint32_t record, struct job_outcome *o)
 {
 	const struct shard_chain_record *r = &job->chain[record];
 	uint32_t f = record % 2;
 
-	if (e->file_record[f] == record)
-		return &e->files[f];
-	fetch_close(e, f, o);
-	e->control_req.expect_first_page = r->first_page_index;
-	e->control_req.expect_tail_pages = r->tail_page_count;
-	e->control_req.expect_row = record + 1 == job->chain_count;
-	e->file_record[f] = record;
-	disk_control(e, &e->files[f], REC_DISK_OPEN, &r->key, o);
-	return &e->files[f];
+	if (l->file_record[f] == record)
+		return &l->files[f];
+	fetch_close(e, l, f, o);
+	l->control_req.expect_first_page = r->first_page_index;
+	l->control_req.expect_tail_pages = r->tail_page_count;
+	l->control_req.expect_row = record + 1 == job->chain_count;
+	l->file_record[f] = record;
+	disk_control(e, l, &l->files[f], REC_DISK_OPEN, &r->key, o);
+	return &l->files[f];
 }
 
 /* Sends the read of window w into stage s. */
-static void fetch_issue(struct shard_engine *e, const struct shard_job *job,
+static void fetch_issue(struct shard_engine *e, struct lane *l,
+			const struct shard_job *job,
 			struct stage *s, const struct fetch_window *w,
 			struct job_outcome *o)
 {
-	struct rec_disk_file *file = fetch_file(e, job, w->record, o);
+	struct rec_disk_file *file = fetch_file(e, l, job, w->record, o);
 
 	if (o->result)
 		return;
 	stage_pages(e, s, file, REC_DISK_READ_PAGES, w->first, w->count);
-	disk_send(e, &s->req);
+	disk_send(e, l, &s->req);
 }
 
 /* Sends the last record's row read as soon as that record is open. */
-static void fetch_row_early(struct shard_engine *e, const struct shard_job *job,
+static void fetch_row_early(struct shard_engine *e, struct lane *l,
+			    const struct shard_job *job,
 			    bool *row_sent, struct job_outcome *o)
 {
 	uint32_t last = job->chain_count - 1;
 	struct rec_disk_file *file;
 
-	if (*row_sent || o->result || e->file_record[last % 2] != last)
+	if (*row_sent || o->result || l->file_record[last % 2] != last)
 		return;
-	file = &e->files[last % 2];
-	stage_row(e, file, REC_DISK_READ_ROW);
-	disk_send(e, &e->row_req);
+	file = &l->files[last % 2];
+	stage_row(e, l, file, REC_DISK_READ_ROW);
+	disk_send(e, l, &l->row_req);
 	*row_sent = true;
+}
+
+/*
+ * Whether issuing a window of record would close a file whose record still
+ * has windows read and not yet verified: they are verified against that
+ * file's checksum table, so it stays open until they are.
+ */
+static bool file_in_use(const struct fetch_window *windows, uint32_t done,
+			uint32_t issued, uint32_t record)
+{
+	for (uint32_t j = done; j < issued; j++) {
+		uint32_t other = windows[j % SHARD_STAGES].record;
+
+		if (other != record && other % 2 == record % 2)
+			return true;
+	}
+	return false;
+}
+
+/* Verifies window w's pages in stage s on the checksum pool (R-READ-2). */
+static int fetch_verify(struct shard_engine *e, struct lane *l, struct stage *s,
+			const struct fetch_window *w, struct job_outcome *o)
+{
+	const struct rec_reader *r = &l->files[w->record % 2].reader;
+	struct window_sums sums = { .e = e, .s = s, .reader = r, .first = w->first,
+				    .bad = UINT32_MAX };
+	char name[REC_FILE_NAME_BYTES];
+
+	shard_checksum_pool_run(&e->checksums, verify_page, &sums, w->count);
+	if (sums.bad == UINT32_MAX)
+		return 0;
+	rec_file_name(name, &r->header.key);
+	return outcome_fail(o, SEL_ECHECKSUM, 0, "%s: page %" PRIu64 " (stored page %u) "
+			    "fails its checksum", name,
+			    (uint64_t)r->header.first_page_index + w->first + sums.bad,
+			    w->first + sums.bad);
 }
 
 static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
-	bool row_sent = false;
+	struct lane *l = &e->lanes[LANE_RESTORE];
+	bool row_sent = false, pending = false;
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
@@ -417,23 +542,34 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 
 	ahead = (uint32_t)(SHARD_READ_AHEAD_BYTES / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
-	/* Keep up to STAGES windows reading while one is copied to the device. */
+	/*
+	 * Keep up to STAGES windows reading while one is verified and copied to
+	 * the device; a window waits (pending) while its file still serves
+	 * windows not yet verified.
+	 */
 	while (!o->result && (done < issued || more)) {
 		while (!o->result && more && issued - done < ahead) {
-			more = next_window(e, job, &cursor);
-			if (!more)
+			if (!pending) {
+				more = next_window(e, job, &cursor);
+				if (!more)
+					break;
+				pending = true;
+			}
+			if (file_in_use(windows, done, issued, cursor.record))
 				break;
 			windows[issued % SHARD_STAGES] = cursor;
-			fetch_issue(e, job, &e->stages[issued % SHARD_STAGES], &cursor, o);
-			fetch_row_early(e, job, &row_sent, o);
+			fetch_issue(e, l, job, &l->stages[issued % SHARD_STAGES], &cursor, o);
+			fetch_row_early(e, l, job, &row_sent, o);
 			issued++;
+			pending = false;
 		}
 		if (o->result || done == issued)
 			break;
-		disk_await(e, &e->stages[done % SHARD_STAGES].req, o);
-		if (o->result)
-			break;
-		if (copy_window(e, &e->stages[done % SHARD_STAGES],
+		disk_await(l, &l->stages[done % SHARD_STAGES].req, o);
+		if (o->result ||
+		    fetch_verify(e, l, &l->stages[done % SHARD_STAGES],
+				 &windows[done % SHARD_STAGES], o) ||
+		    copy_window(e, l, &l->stages[done % SHARD_STAGES],
 				job->page_ids + windows[done % SHARD_STAGES].dest,
 				windows[done % SHARD_STAGES].count, SHARD_HOST_TO_DEVICE, o))
 			break;
@@ -441,23 +577,86 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		done++;
 	}
 	if (!o->result) {
-		fetch_file(e, job, job->chain_count - 1, o);
-		fetch_row_early(e, job, &row_sent, o);
-		disk_await(e, &e->row_req, o);
-		if (!o->result && !copy_row(e, job->state_slot, SHARD_HOST_TO_DEVICE, o))
+		fetch_file(e, l, job, job->chain_count - 1, o);
+		fetch_row_early(e, l, job, &row_sent, o);
+		disk_await(l, &l->row_req, o);
+		if (!o->result && !copy_row(e, l, job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
-	disk_await_all(e, o);
-	fetch_close(e, 0, o);
-	fetch_close(e, 1, o);
+	disk_await_all(l, o);
+	fetch_close(e, l, 0, o);
+	fetch_close(e, l, 1, o);
 	if (o->result)
-		stage_scrub(e);
+		stage_scrub(e, l);
 }
 
-static void run_job(struct shard_engine *e, struct shard_job *job,
-		    struct shard_completion *c)
+static void queue_push(struct job_queue *q, struct shard_job *job)
 {
+	job->next = NULL;
+	if (q->tail)
+		q->tail->next = job;
+	else
+		q->head = job;
+	q->tail = job;
+}
+
+static struct shard_job *queue_pop(struct job_queue *q)
+{
+	struct shard_job *job = q->head;
+
+	if (job) {
+		q->head = job->next;
+		if (!q->head)
+			q->tail = NULL;
+	}
+	return job;
+}
+
+/* Hands c to the hook or the ring and frees job; on the transfer thread. */
+static void finish_job(struct shard_engine *e, struct shard_job *job,
+		       const struct shard_completion *c)
+{
+	shard_completion_hook hook;
+	void *hook_ctx;
+
+	pthread_mutex_lock(&e->lock);
+	hook = e->hook;
+	hook_ctx = e->hook_ctx;
+	if (hook) {
+		e->unpolled--; /* handed over below, never polled */
+		e->hook_calls++;
+	} else {
+		SEL_ASSERT(e->completion_count < e->jobs_max);
+		e->completions[(e->completion_head + e->completion_count++) %
+			       e->jobs_max] = *c;
+	}
+	job->next = e->free_jobs;
+	e->free_jobs = job;
+	if (c->result) {
+		e->stats.jobs_failed++;
+	} else {
+		e->stats.jobs_done++;
+		if (c->kind == SHARD_JOB_STORE)
+			e->stats.bytes_stored += c->bytes;
+		if (c->kind == SHARD_JOB_FETCH)
+			e->stats.bytes_fetched += c->bytes;
+	}
+	pthread_cond_broadcast(&e->completion_ready);
+	pthread_mutex_unlock(&e->lock);
+	if (hook) {
+		hook(hook_ctx, c);
+		pthread_mutex_lock(&e->lock);
+		if (--e->hook_calls == 0)
+			pthread_cond_broadcast(&e->hook_idle);
+		pthread_mutex_unlock(&e->lock);
+	}
+}
+
+static void run_job(struct shard_engine *e, struct shard_job *job)
+{
+	struct lane *l = &e->lanes[LANE_BACKGROUND];
 	struct job_outcome o = { 0 };
+	struct shard_completion c;
 
 	switch (job->kind) {
 	case SHARD_JOB_STORE:
@@ -467,20 +666,41 @@ static void run_job(struct shard_engine *e, struct shard_job *job,
 		run_fetch(e, job, &o);
 		break;
 	case SHARD_JOB_TRUNCATE:
-		disk_control(e, &e->files[0], REC_DISK_TRUNCATE, &job->key, &o);
+		disk_control(e, l, &l->files[0], REC_DISK_TRUNCATE, &job->key, &o);
 		break;
 	case SHARD_JOB_UNLINK:
-		disk_control(e, &e->files[0], REC_DISK_UNLINK, &job->key, &o);
+		disk_control(e, l, &l->files[0], REC_DISK_UNLINK, &job->key, &o);
 		break;
 	case SHARD_JOB_NOOP:
 		break;
 	}
-	memset(c, 0, sizeof(*c));
-	c->job_id = job->id;
-	c->kind = job->kind;
-	c->result = o.result;
-	c->bytes = o.result ? 0 : o.bytes;
-	snprintf(c->why, sizeof(c->why), "%s", o.why);
+	memset(&c, 0, sizeof(c));
+	c.job_id = job->id;
+	c.kind = job->kind;
+	c.result = o.result;
+	c.bytes = o.result ? 0 : o.bytes;
+	snprintf(c.why, sizeof(c.why), "%s", o.why);
+	finish_job(e, job, &c);
+}
+
+/*
+ * Runs every queued fetch to its completion on the restore lane, while the
+ * store that calls this keeps its own writes in flight (issue 11 item 1).
+ */
+static void yield_to_restores(struct shard_engine *e)
+{
+	for (;;) {
+		struct shard_job *job;
+
+		pthread_mutex_lock(&e->lock);
+		job = queue_pop(&e->restores);
+		if (job)
+			e->stats.store_yields++;
+		pthread_mutex_unlock(&e->lock);
+		if (!job)
+			return;
+		run_job(e, job);
+	}
 }
 
 static void *transfer_main(void *arg)
@@ -492,57 +712,19 @@ static void *transfer_main(void *arg)
 	if (ret)
 		sel_error("transfer thread: cannot bind the device: %s", sel_strerror(ret));
 	for (;;) {
-		struct shard_completion c;
 		struct shard_job *job;
-		shard_completion_hook hook;
-		void *hook_ctx;
 
 		pthread_mutex_lock(&e->lock);
-		while (!e->queue_head && !e->stopping)
+		while (!e->restores.head && !e->background.head && !e->stopping)
 			pthread_cond_wait(&e->work_ready, &e->lock);
-		job = e->queue_head;
-		if (!job) {
-			pthread_mutex_unlock(&e->lock);
+		/* A fetch goes before every queued background job. */
+		job = queue_pop(&e->restores);
+		if (!job)
+			job = queue_pop(&e->background);
+		pthread_mutex_unlock(&e->lock);
+		if (!job)
 			break;
-		}
-		e->queue_head = job->next;
-		if (!e->queue_head)
-			e->queue_tail = NULL;
-		pthread_mutex_unlock(&e->lock);
-
-		run_job(e, job, &c);
-
-		pthread_mutex_lock(&e->lock);
-		hook = e->hook;
-		hook_ctx = e->hook_ctx;
-		if (hook) {
-			e->unpolled--; /* handed over below, never polled */
-			e->hook_calls++;
-		} else {
-			SEL_ASSERT(e->completion_count < e->jobs_max);
-			e->completions[(e->completion_head + e->completion_count++) %
-				       e->jobs_max] = c;
-		}
-		job->next = e->free_jobs;
-		e->free_jobs = job;
-		if (c.result) {
-			e->stats.jobs_failed++;
-		} else {
-			e->stats.jobs_done++;
-			if (job->kind == SHARD_JOB_STORE)
-				e->stats.bytes_stored += c.bytes;
-			if (job->kind == SHARD_JOB_FETCH)
-				e->stats.bytes_fetched += c.bytes;
-		}
-		pthread_cond_broadcast(&e->completion_ready);
-		pthread_mutex_unlock(&e->lock);
-		if (hook) {
-			hook(hook_ctx, &c);
-			pthread_mutex_lock(&e->lock);
-			if (--e->hook_calls == 0)
-				pthread_cond_broadcast(&e->hook_idle);
-			pthread_mutex_unlock(&e->lock);
-		}
+		run_job(e, job);
 	}
 	return NULL;
 }
@@ -589,12 +771,7 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 		memcpy(ids, fill->page_ids, fill->page_id_count * sizeof(uint32_t));
 	if (fill->chain_count)
 		memcpy(chain, fill->chain, fill->chain_count * sizeof(*chain));
-	job->next = NULL;
-	if (e->queue_tail)
-		e->queue_tail->next = job;
-	else
-		e->queue_head = job;
-	e->queue_tail = job;
+	queue_push(job->kind == SHARD_JOB_FETCH ? &e->restores : &e->background, job);
 	e->unpolled++;
 	pthread_cond_signal(&e->work_ready);
 	pthread_mutex_unlock(&e->lock);
@@ -751,7 +928,41 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
 
-/* The staging pool: two windows and the row, leased for the engine's life. */
+void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_stats *out)
+{
+	pthread_mutex_lock(&e->pool.lock);
+	*out = (struct shard_staging_stats){ .slots_total = e->pool.slot_count,
+					     .slots_free = e->pool.free_count,
+					     .slots_intake = e->pool.reserved_count,
+					     .exhausted = e->pool.exhausted };
+	pthread_mutex_unlock(&e->pool.lock);
+}
+
+/* One lane's windows and row, leased from the pool for the engine's life. */
+static int lease_lane(struct shard_engine *e, struct lane *l)
+{
+	const struct rec_geometry *g = &e->geometry;
+	int ret = 0;
+
+	l->row_slots = calloc(e->row_piece_count, sizeof(uint32_t));
+	l->copies = calloc((size_t)e->window_pages * g->page_plane_count + e->row_piece_count,
+			   sizeof(*l->copies));
+	if (!l->row_slots || !l->copies)
+		return -ENOMEM;
+	for (uint32_t b = 0; !ret && b < SHARD_STAGES; b++) {
+		l->stages[b].lease = (struct shard_slab_lease){
+			.slots = l->stages[b].slots, .capacity = SHARD_WINDOW_PAGES_MAX };
+		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &l->stages[b].lease);
+	}
+	l->row_lease = (struct shard_slab_lease){ .slots = l->row_slots,
+						  .capacity = e->row_piece_count };
+	if (!ret)
+		ret = shard_slab_alloc_intake(&e->pool, e->row_piece_count, &l->row_lease);
+	SEL_ASSERT(ret == 0); /* the pool was sized for exactly these */
+	return 0;
+}
+
+/* The staging pool: each lane's windows and row, leased for the engine's life. */
 static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 			size_t err_size)
 {
@@ -766,7 +977,7 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 			 "page-record slots", g->row_record_bytes, REC_DISK_BUFFERS_MAX);
 		return SEL_ETOOBIG;
 	}
-	slots = SHARD_STAGES * e->window_pages + row_pieces;
+	slots = LANE_COUNT * (SHARD_STAGES * e->window_pages + row_pieces);
 	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
 	if (ret) {
 		snprintf(err, err_size, "cannot map %u staging slots: %s", slots,
@@ -774,22 +985,14 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 		return ret;
 	}
 	e->row_piece_count = row_pieces;
-	e->row_slots = calloc(row_pieces, sizeof(uint32_t));
-	e->copies = calloc((size_t)e->window_pages * g->page_plane_count + row_pieces,
-			   sizeof(*e->copies));
-	if (!e->row_slots || !e->copies)
-		return -ENOMEM;
 	ret = shard_slab_reserve_intake(&e->pool, slots);
-	for (uint32_t b = 0; !ret && b < SHARD_STAGES; b++) {
-		e->stages[b].lease = (struct shard_slab_lease){
-			.slots = e->stages[b].slots, .capacity = SHARD_WINDOW_PAGES_MAX };
-		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &e->stages[b].lease);
+	SEL_ASSERT(ret == 0);
+	for (uint32_t i = 0; !ret && i < LANE_COUNT; i++)
+		ret = lease_lane(e, &e->lanes[i]);
+	if (ret) {
+		snprintf(err, err_size, "out of memory for staging");
+		return ret;
 	}
-	e->row_lease = (struct shard_slab_lease){ .slots = e->row_slots,
-						  .capacity = row_pieces };
-	if (!ret)
-		ret = shard_slab_alloc_intake(&e->pool, row_pieces, &e->row_lease);
-	SEL_ASSERT(ret == 0); /* the pool was sized for exactly these */
 	if (register_pool) {
 		ret = shard_slab_register(&e->pool, e->device);
 		if (ret)
@@ -818,17 +1021,23 @@ static int open_jobs(struct shard_engine *e)
 	return 0;
 }
 
-static void init_requests(struct shard_engine *e)
+/* The restore lane's requests go first on the disk thread. */
+static void init_requests(struct lane *l, bool urgent)
 {
 	for (uint32_t b = 0; b < SHARD_STAGES; b++) {
-		e->stages[b].req.file = &e->files[0];
-		e->stages[b].req.replies = &e->replies;
+		l->stages[b].req.file = &l->files[0];
+		l->stages[b].req.replies = &l->replies;
+		l->stages[b].req.urgent = urgent;
+		/* Page checksums are this engine's, on the checksum pool. */
+		l->stages[b].req.requester_checksums = true;
 	}
-	e->row_req.file = &e->files[0];
-	e->row_req.replies = &e->replies;
-	e->control_req.file = &e->files[0];
-	e->control_req.replies = &e->replies;
-	e->file_record[0] = e->file_record[1] = UINT32_MAX;
+	l->row_req.file = &l->files[0];
+	l->row_req.replies = &l->replies;
+	l->row_req.urgent = urgent;
+	l->control_req.file = &l->files[0];
+	l->control_req.replies = &l->replies;
+	l->control_req.urgent = urgent;
+	l->file_record[0] = l->file_record[1] = UINT32_MAX;
 }
 
 int shard_engine_open(const struct shard_engine_options *options,
@@ -838,7 +1047,8 @@ int shard_engine_open(const struct shard_engine_options *options,
 						 .no_uring = options->no_uring };
 	struct shard_engine *e = calloc(1, sizeof(*e));
 	uint64_t offset = 0;
-	int ret;
+	uint32_t helpers;
+	int ret = 0;
 
 	*out = NULL;
 	if (!e)
@@ -860,7 +1070,8 @@ int shard_engine_open(const struct shard_engine_options *options,
 	pthread_cond_init(&e->work_ready, NULL);
 	pthread_cond_init(&e->completion_ready, NULL);
 	pthread_cond_init(&e->hook_idle, NULL);
-	rec_disk_replies_init(&e->replies);
+	for (uint32_t i = 0; i < LANE_COUNT; i++)
+		rec_disk_replies_init(&e->lanes[i].replies);
 	if (e->window_pages > SHARD_WINDOW_PAGES_MAX || e->jobs_max > SHARD_JOBS_MAX) {
 		snprintf(err, err_size, "window of %u pages or %u jobs past the maximum",
 			 e->window_pages, e->jobs_max);
@@ -871,9 +1082,11 @@ int shard_engine_open(const struct shard_engine_options *options,
 		e->plane_offset[p] = offset;
 		offset += sel_align_up(e->geometry.page_planes[p].unit_bytes, SEL_BLOCK_BYTES);
 	}
-	ret = rec_disk_file_init(&e->files[0], e->geometry.page_count);
-	if (!ret)
-		ret = rec_disk_file_init(&e->files[1], e->geometry.page_count);
+	for (uint32_t i = 0; !ret && i < LANE_COUNT; i++) {
+		ret = rec_disk_file_init(&e->lanes[i].files[0], e->geometry.page_count);
+		if (!ret)
+			ret = rec_disk_file_init(&e->lanes[i].files[1], e->geometry.page_count);
+	}
 	if (!ret)
 		ret = open_jobs(e);
 	if (ret) {
@@ -883,7 +1096,17 @@ int shard_engine_open(const struct shard_engine_options *options,
 	ret = open_staging(e, options->register_pool, err, err_size);
 	if (ret)
 		goto err_close;
-	init_requests(e);
+	init_requests(&e->lanes[LANE_RESTORE], true);
+	init_requests(&e->lanes[LANE_BACKGROUND], false);
+	helpers = options->checksum_threads ? options->checksum_threads - 1 :
+					      shard_checksum_pool_default_helpers();
+	ret = shard_checksum_pool_init(&e->checksums, helpers);
+	if (ret) {
+		snprintf(err, err_size, "cannot start %u checksum helpers: %s", helpers,
+			 strerror(-ret));
+		goto err_close;
+	}
+	e->checksums_started = true;
 	ret = rec_disk_start(&disk_options, &e->disk, err, err_size);
 	if (ret)
 		goto err_close;
@@ -911,24 +1134,30 @@ void shard_engine_close(struct shard_engine *e)
 	pthread_mutex_unlock(&e->lock);
 	if (e->thread_started)
 		pthread_join(e->thread, NULL);
+	if (e->checksums_started)
+		shard_checksum_pool_destroy(&e->checksums);
 	if (rec_disk_stop(e->disk, REC_DISK_STOP_TIMEOUT_MS) != 0)
 		return; /* its I/O may still use the staging and files: keep them */
 	if (e->pool.base) {
 		shard_slab_unregister(&e->pool);
 		shard_slab_destroy(&e->pool);
 	}
-	for (int f = 0; f < 2; f++)
-		if (e->files[f].buffers.header_block)
-			rec_disk_file_destroy(&e->files[f]);
+	for (uint32_t i = 0; i < LANE_COUNT; i++) {
+		struct lane *l = &e->lanes[i];
+
+		for (int f = 0; f < 2; f++)
+			if (l->files[f].buffers.header_block)
+				rec_disk_file_destroy(&l->files[f]);
+		free(l->row_slots);
+		free(l->copies);
+		rec_disk_replies_destroy(&l->replies);
+	}
 	for (uint32_t i = 0; e->jobs && i < e->jobs_max; i++) {
 		free(e->jobs[i].page_ids);
 		free(e->jobs[i].chain);
 	}
 	free(e->jobs);
 	free(e->completions);
-	free(e->row_slots);
-	free(e->copies);
-	rec_disk_replies_destroy(&e->replies);
 	pthread_cond_destroy(&e->completion_ready);
 	pthread_cond_destroy(&e->hook_idle);
 	pthread_cond_destroy(&e->work_ready);

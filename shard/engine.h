@@ -1,7 +1,11 @@
 /*
  * One rank's shard engine (DESIGN.md section 6, seed 2.5): staged jobs that
  * move a checkpoint between device memory and its record file. A transfer
- * thread runs jobs one at a time, in submission order: it expands page ids
+ * thread runs jobs one at a time, restores first: a fetch goes before every
+ * queued store, truncate, unlink or noop, and a running store yields between
+ * two of its windows to every queued fetch, then resumes (its writes in
+ * flight continue, at a lower priority on the disk); otherwise jobs run in
+ * submission order, and no job overtakes an earlier fetch. It expands page ids
  * and the state slot into device addresses from the geometry, copies windows
  * of at most 64 pages plus the row through two staging buffers, and hands
  * each window to the disk thread (record/disk.h) so that device copies and
@@ -70,6 +74,12 @@ struct shard_engine_options {
 	uint32_t window_pages;               /* 1 .. 64; 0: about SHARD_WINDOW_BYTES */
 	bool no_uring;                       /* the disk thread's fallback path */
 	bool register_pool;                  /* register staging with the device */
+	/*
+	 * Threads that hash or verify a window's pages: the transfer thread
+	 * and checksum_threads - 1 helpers (shard/checksum_pool.h); 0 means
+	 * shard_checksum_pool_default_helpers() helpers.
+	 */
+	uint32_t checksum_threads;
 };
 
 enum shard_job_kind {
@@ -121,6 +131,7 @@ struct shard_engine_stats {
 	uint64_t bytes_stored;
 	uint64_t bytes_fetched;
 	uint64_t queue_full;
+	uint64_t store_yields; /* fetches run while a store was in progress */
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint64_t staging_bytes;  /* the staging pool's size */
 };
@@ -182,5 +193,14 @@ void shard_engine_set_completion_hook(struct shard_engine *engine,
 
 void shard_engine_stats(struct shard_engine *engine,
 			struct shard_engine_stats *out);
+
+/* The staging pool now (shard/slab.h): for the metrics' staging gauges. */
+struct shard_staging_stats {
+	uint32_t slots_total, slots_free, slots_intake;
+	uint64_t exhausted; /* allocations refused for lack of slots */
+};
+
+/* Any thread, while the engine is open. */
+void shard_engine_staging_stats(struct shard_engine *engine, struct shard_staging_stats *out);
 
 #endif

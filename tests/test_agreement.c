@@ -542,7 +542,39 @@ static void test_agreement_malformed_summaries(void **state)
 	coord_agreement_destroy(&a);
 }
 
-/* Past REC_WORLD_SIZE_MAX ranks or REC_DIR_RECORDS_MAX records: SEL_ETOOBIG. */
+/*
+ * Keys that differ only in their consumed count (one digest, three token
+ * counts: a hash of the digest alone would put them together) stay three
+ * keys: the one missing on a rank goes, with its child.
+ */
+static void test_agreement_same_digest_other_counts(void **state)
+{
+	struct rec_record_info rs[3];
+	struct coord_agreement a;
+	struct world w;
+
+	(void)state;
+	rs[0] = info_make(64, 7, NULL);
+	rs[1] = info_make(128, 7, &rs[0]);
+	rs[2] = info_make(192, 7, &rs[1]);
+	world_fill(&w, 3, rs, 3);
+	world_remove(&w, 1, &rs[1].key);
+	world_decide(&w, &a);
+	assert_int_equal(a.key_count, 3);
+	assert_int_equal(a.disagreed, 1);
+	assert_int_equal(a.orphans_dropped, 1);
+	assert_int_equal(a.record_count, 1);
+	assert_non_null(agreed_find(&a, &rs[0].key));
+	expect_everywhere(&w, &a, &rs[0].key, COORD_ACTION_KEEP);
+	expect_everywhere(&w, &a, &rs[1].key, COORD_ACTION_DELETE);
+	expect_everywhere(&w, &a, &rs[2].key, COORD_ACTION_DELETE);
+	coord_agreement_destroy(&a);
+}
+
+/*
+ * Past REC_WORLD_SIZE_MAX ranks, REC_DIR_RECORDS_MAX records on a rank, or
+ * 2^31 records in all: SEL_ETOOBIG.
+ */
 static void test_agreement_bounds(void **state)
 {
 	struct rec_record_info one = info_make(64, 1, NULL);
@@ -557,6 +589,17 @@ static void test_agreement_bounds(void **state)
 	assert_null(a.actions);
 	assert_int_equal(coord_agreement_decide(&a, ranks, REC_WORLD_SIZE_MAX + 1),
 			 SEL_ETOOBIG);
+	/* 128 full ranks: 2^31 listings in all, refused before any is read. */
+	{
+		struct coord_rank_records *full = calloc(128, sizeof(*full));
+
+		assert_non_null(full);
+		for (uint32_t r = 0; r < 128; r++)
+			full[r] = (struct coord_rank_records){ &one, REC_DIR_RECORDS_MAX };
+		assert_int_equal(coord_agreement_decide(&a, full, 128), SEL_ETOOBIG);
+		assert_null(a.actions);
+		free(full);
+	}
 	coord_agreement_destroy(&a);
 }
 
@@ -840,6 +883,7 @@ int main(void)
 		cmocka_unit_test(test_agreement_one_rank_empty),
 		cmocka_unit_test(test_agreement_single_rank_keeps_scan),
 		cmocka_unit_test(test_agreement_malformed_summaries),
+		cmocka_unit_test(test_agreement_same_digest_other_counts),
 		cmocka_unit_test(test_agreement_bounds),
 		cmocka_unit_test(test_agreement_random_matches_brute_force),
 	};

@@ -18,7 +18,7 @@
 
 static const char *const vars[] = {
 	"SELENE_RANK", "SELENE_WORLD_SIZE", "SELENE_COORDINATOR", "SELENE_SECRET_FILE",
-	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SELENE_ACCEPT_EMPTY_RANKS",
 };
 
 static char *dir;
@@ -91,6 +91,40 @@ static void test_bootstrap_full(void **state)
 	assert_int_equal(b.cluster.secret[0], 1);
 	assert_int_equal(b.cluster.secret[31], (uint8_t)(31 * 7 + 1));
 	assert_int_equal(b.cluster.listen_fd, -1);
+	assert_false(b.cluster.accept_empty_ranks);
+	setenv("SELENE_ACCEPT_EMPTY_RANKS", "1", 1);
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
+	assert_true(b.cluster.accept_empty_ranks);
+}
+
+/* SELENE_COORDINATOR=[IPv6 address]:port names the address without brackets. */
+static void test_bootstrap_ipv6_coordinator(void **state)
+{
+	static const struct {
+		const char *coordinator, *host;
+		uint16_t port;
+	} cases[] = {
+		{ "[::1]:29500", "::1", 29500 },
+		{ "[fe80::1%eth0]:7", "fe80::1%eth0", 7 },
+		{ "[2001:db8::5]:65535", "2001:db8::5", 65535 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct launch_bootstrap b;
+		char err[256];
+
+		setup(NULL);
+		setenv("SELENE_RANK", "1", 1);
+		setenv("SELENE_WORLD_SIZE", "2", 1);
+		setenv("SELENE_COORDINATOR", cases[i].coordinator, 1);
+		setenv("SELENE_SECRET_FILE", secret_path, 1);
+		if (boot(&b, err, sizeof(err)) != 0)
+			fail_msg("%s: %s", cases[i].coordinator, err);
+		assert_string_equal(b.cluster.coordinator_host, cases[i].host);
+		assert_int_equal(b.cluster.coordinator_port, cases[i].port);
+		teardown(NULL);
+	}
 }
 
 static void test_bootstrap_open_mpi(void **state)
@@ -121,7 +155,14 @@ static void test_bootstrap_refusals(void **state)
 		{ "1", "4", "h", "ok", "SELENE_COORDINATOR" },     /* no port */
 		{ "1", "4", "h:0", "ok", "port" },
 		{ "1", "4", "h:70000", "ok", "port" },
+		{ "1", "4", "[::1]", "ok", "brackets" },           /* no port */
+		{ "1", "4", "[::1:5", "ok", "brackets" },          /* no closing bracket */
+		{ "1", "4", "::1:5", "ok", "brackets" },           /* IPv6 without brackets */
+		{ "1", "4", "[]:5", "ok", "SELENE_COORDINATOR" },  /* no host */
+		{ "1", "4", "[::1]:", "ok", "port" },
+		{ "1", "4", "[::1]:70000", "ok", "port" },
 		{ "1", "4", "h:1", NULL, "SELENE_SECRET_FILE" },
+		{ "1", "4", "h:1", "accept=yes", "SELENE_ACCEPT_EMPTY_RANKS" },
 		{ "1", "4", "h:1", "missing", "No such file" },
 		{ "1", "4", "h:1", "short", "exactly 32 bytes" },
 		{ "1", "4", "h:1", "long", "exactly 32 bytes" },
@@ -145,6 +186,10 @@ static void test_bootstrap_refusals(void **state)
 			setenv("SELENE_WORLD_SIZE", cases[i].world, 1);
 		if (cases[i].coordinator)
 			setenv("SELENE_COORDINATOR", cases[i].coordinator, 1);
+		if (secret && strcmp(secret, "accept=yes") == 0) {
+			setenv("SELENE_ACCEPT_EMPTY_RANKS", "yes", 1);
+			secret = "ok";
+		}
 		if (secret)
 			setenv("SELENE_SECRET_FILE",
 			       strcmp(secret, "ok") == 0 ? secret_path :
@@ -215,6 +260,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bootstrap_world_of_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bootstrap_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bootstrap_open_mpi, setup, teardown),
+		cmocka_unit_test(test_bootstrap_ipv6_coordinator),
 		cmocka_unit_test(test_bootstrap_refusals),
 		cmocka_unit_test(test_bootstrap_route),
 	};

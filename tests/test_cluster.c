@@ -45,6 +45,18 @@ struct rank_memory {
 	char why[256];
 };
 
+/* A peer process: joins, runs until rank zero's connection ends. */
+enum child_fault {
+	FAULT_NONE,
+	FAULT_SECRET,   /* one bit of the launch secret flipped */
+	FAULT_RANK,     /* claims rank 1 (a rank another process holds) */
+	FAULT_GEOMETRY, /* a row plane of half the size */
+	FAULT_STALL,    /* every disk write sleeps 8 s */
+	FAULT_NO_DISK,  /* a disk limit of 0: no disk store */
+	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
+	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
+};
+
 struct fixture {
 	char *base;
 	uint32_t world;
@@ -57,6 +69,8 @@ struct fixture {
 	sel_store *store;
 	sel_history *h;
 	uint32_t job_timeout_ms; /* 0: 10 s */
+	uint32_t join_timeout_ms; /* 0: 10 s */
+	enum child_fault zero_fault; /* FAULT_NO_DISK or FAULT_DEVICE on rank zero */
 	const char *const *addresses; /* every rank's announced addresses, or NULL */
 };
 
@@ -92,15 +106,6 @@ static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config
 	memcpy(c->model_identity, model.bytes, 32);
 }
 
-/* A peer process: joins, runs until rank zero's connection ends. */
-enum child_fault {
-	FAULT_NONE,
-	FAULT_SECRET,   /* one bit of the launch secret flipped */
-	FAULT_RANK,     /* claims rank 1 (a rank another process holds) */
-	FAULT_GEOMETRY, /* a row plane of half the size */
-	FAULT_STALL,    /* every disk write sleeps 8 s */
-};
-
 static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		       bool full_disk)
 {
@@ -120,6 +125,10 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 	config_for(f, rank, &c, planes, dir, sizeof(dir));
 	if (fault == FAULT_GEOMETRY)
 		c.row_plane.unit_bytes = ROW / 2;
+	if (fault == FAULT_NO_DISK)
+		c.disk_limit_bytes = 0;
+	if (fault == FAULT_DEVICE) /* valid, but its directory cannot be made */
+		c.dir = "/dev/null/no-such-device";
 	if (fault == FAULT_STALL && sel_failpoints_configure("disk.write=sleep(8000)") != 0)
 		_exit(6);
 	if (full_disk) {
@@ -153,7 +162,9 @@ static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum c
 	f->cluster = (struct sel_cluster){
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
 		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
-		.join_timeout_ms = 10000, .silence_timeout_ms = 1500 * time_scale(), .job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
+		.join_timeout_ms = f->join_timeout_ms ? f->join_timeout_ms : 10000,
+		.silence_timeout_ms = 1500 * time_scale(),
+		.job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
 	};
 	memset(f->cluster.secret, 0x6b, sizeof(f->cluster.secret));
 	f->cluster.rank_addresses = f->addresses; /* every rank's view */
@@ -193,10 +204,27 @@ static int open_rank_zero(struct fixture *f, char *err, size_t err_size)
 	int ret;
 
 	config_for(f, 0, &c, planes, dir, sizeof(dir));
+	if (f->zero_fault == FAULT_NO_DISK)
+		c.disk_limit_bytes = 0;
+	if (f->zero_fault == FAULT_DEVICE)
+		c.dir = "/dev/null/no-such-device";
+	if (f->zero_fault == FAULT_CONFIG)
+		c.device = "no-such-device";
 	ret = sel_store_open(&c, &f->store, err, err_size);
+	if (!ret) {
+		/* the join port closed once the cluster formed */
+		struct sockaddr_in addr = { .sin_family = AF_INET,
+					    .sin_port = htons(f->cluster.coordinator_port) };
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+		assert_int_not_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+		assert_int_equal(errno, ECONNREFUSED);
+		close(fd);
+	}
 	close(f->listen_fd);
 	f->listen_fd = -1;
-	if (!ret)
+	if (!ret && f->store && c.disk_limit_bytes)
 		assert_int_equal(sel_history_create(f->store, f->tokens, TOKENS, &f->h), 0);
 	return ret;
 }
@@ -337,6 +365,10 @@ static void store_and_fetch(struct fixture *f)
 		}
 		snprintf(want, sizeof(want), "selene_link_up{rank=\"%u\"}", f->world);
 		assert_null(strstr(text, want));
+		/* link families grouped, not interleaved by peer (issue 13 item 13) */
+		assert_true(sel_store_metrics(f->store, text, SEL_METRICS_BYTES(f->world)) > 0);
+		tu_check_metrics(text, "selene_link_up selene_link_queued_bytes "
+				 "selene_link_frames selene_link_queue_full");
 	}
 	/* closing rank zero ends every peer cleanly */
 	sel_history_destroy(f->h);
@@ -411,17 +443,28 @@ static void test_cluster_stopped_peer(void **state)
 	}
 	assert_true(fatal);
 	assert_non_null(strstr(ev.why, "rank 1"));
+	assert_int_equal(sel_store_close(f->store, 1000), SEL_ESTOPPED);
+	f->store = NULL;
+	/* resumed, it finds its link closed without BYE: never a success */
 	kill(f->children[1], SIGCONT);
+	assert_int_equal(reap(f, 1), 3);
+	assert_int_equal(reap(f, 2), 3);
 }
 
-/* A wrong secret is refused at startup, with the reason on both sides. */
+/*
+ * A wrong secret is refused at startup, with the reason on both sides; to
+ * rank zero that connection is a stranger's, so it waits for rank 2 until
+ * its join timeout, and then names it and the refusal.
+ */
 static void test_cluster_wrong_secret(void **state)
 {
 	struct fixture *f = *state;
 	char err[512] = "";
 
+	f->join_timeout_ms = 2000;
 	start(f, 3, 2, -1);
-	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EACCES);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -ETIMEDOUT);
+	assert_non_null(strstr(err, "rank 2 is missing"));
 	assert_non_null(strstr(err, "launch secret"));
 	assert_int_equal(reap(f, 2), 2); /* its start failed */
 	assert_non_null(strstr(f->mem[2].why, "launch secret"));
@@ -515,7 +558,8 @@ static void test_cluster_peer_drain_unconfirmed(void **state)
 	assert_int_equal(reap(f, 1), 3);
 	/* the stalled write sleeps 8 s; the drain deadline is 1 s */
 	assert_true(sel_monotonic_ns() - t0 < 6000000000ull);
-	assert_int_equal(reap(f, 2), 0);
+	/* the transport stopped: rank zero closed without BYE, a failure for rank 2 too */
+	assert_int_equal(reap(f, 2), 3);
 }
 
 /* A store that fails on one rank (its filesystem full) leaves no file anywhere. */
@@ -603,6 +647,124 @@ static void test_cluster_metrics_during_close(void **state)
 		assert_int_equal(reap(f, r), 0);
 }
 
+/*
+ * Issue 13 item 11: a rank with a disk limit of 0 (no disk store) where
+ * rank zero has one is refused at the join, the reason on both sides.
+ */
+static void test_cluster_peer_without_disk_store(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start_with(f, 3, 2, FAULT_NO_DISK, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 2 has no disk store"));
+	assert_int_equal(reap(f, 2), 2);
+	assert_non_null(strstr(f->mem[2].why, "rank 2 has no disk store"));
+	assert_non_null(strstr(f->mem[2].why, "every rank has a disk store, or none"));
+	assert_true(reap(f, 1) != 0);
+}
+
+/* The other way round: rank zero without a disk store, the peers with one. */
+static void test_cluster_rank_zero_without_disk_store(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	int refused;
+
+	f->zero_fault = FAULT_NO_DISK;
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "has a disk store and rank zero has none"));
+	assert_true(reap(f, 1) != 0);
+	assert_true(reap(f, 2) != 0);
+	refused = strstr(f->mem[1].why, "rank zero has none") ? 1 : 2;
+	assert_non_null(strstr(f->mem[refused].why, "has a disk store and rank zero has none"));
+}
+
+/* No rank with a disk store: the cluster forms, and ends cleanly. */
+static void test_cluster_no_disk_store_anywhere(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	f->zero_fault = FAULT_NO_DISK;
+	start_with(f, 2, 1, FAULT_NO_DISK, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s (rank 1: %s)", err, f->mem[1].why);
+	assert_int_equal(sel_store_close(f->store, 1000), 0);
+	f->store = NULL;
+	assert_int_equal(reap(f, 1), 0);
+}
+
+/*
+ * Issue 10 item 3: a peer whose startup fails (its device) tells rank zero,
+ * which fails the formation with that reason and tells the other peers:
+ * every rank stops long before the join timeout (60 s here).
+ */
+static void test_cluster_peer_startup_failure_stops_everyone(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t t0 = sel_monotonic_ns();
+
+	f->join_timeout_ms = 60000;
+	start_with(f, 3, 2, FAULT_DEVICE, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != SEL_ESTOPPED)
+		fail_msg("rank zero: %s", err);
+	assert_non_null(strstr(err, "rank 2 failed at startup"));
+	assert_non_null(strstr(err, "no-such-device"));
+	assert_int_equal(reap(f, 2), 2);
+	assert_int_equal(reap(f, 1), 2);
+	assert_non_null(strstr(f->mem[1].why, "rank 2 failed at startup"));
+	print_message("every rank stopped %llu ms after the start (join timeout 60 s)\n",
+		      (unsigned long long)((sel_monotonic_ns() - t0) / 1000000));
+	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
+}
+
+/* Rank zero's own startup failure reaches every peer, as fast. */
+static void test_cluster_rank_zero_startup_failure_stops_everyone(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t t0 = sel_monotonic_ns();
+
+	f->join_timeout_ms = 60000;
+	f->zero_fault = FAULT_DEVICE;
+	start(f, 3, -1, -1);
+	assert_true(open_rank_zero(f, err, sizeof(err)) != 0);
+	assert_non_null(strstr(err, "no-such-device"));
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(reap(f, r), 2);
+		assert_non_null(strstr(f->mem[r].why, "rank zero stopped"));
+		assert_non_null(strstr(f->mem[r].why, "no-such-device"));
+	}
+	print_message("every rank stopped %llu ms after the start (join timeout 60 s)\n",
+		      (unsigned long long)((sel_monotonic_ns() - t0) / 1000000));
+	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
+}
+
+/* A configuration rank zero refuses at open (a device it does not know). */
+static void test_cluster_rank_zero_bad_config_stops_everyone(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t t0 = sel_monotonic_ns();
+
+	f->join_timeout_ms = 60000;
+	f->zero_fault = FAULT_CONFIG;
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "no-such-device"));
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(reap(f, r), 2);
+		assert_non_null(strstr(f->mem[r].why, "no-such-device"));
+	}
+	print_message("every rank stopped %llu ms after the start (join timeout 60 s)\n",
+		      (unsigned long long)((sel_monotonic_ns() - t0) / 1000000));
+	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -619,6 +781,16 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_peer_drain_unconfirmed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_store_fails_on_one_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_metrics_during_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_without_disk_store, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_without_disk_store, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_no_disk_store_anywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_startup_failure_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
+						setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("cluster", tests, NULL, NULL);

@@ -443,38 +443,67 @@ static void test_dir_kill_during_scan(void **state)
 	}
 }
 
-/* An unreadable record stops the scan rather than be deleted. */
-static void test_dir_scan_stops_on_io_error(void **state)
+/*
+ * Issue 10 item 3: a record the scan cannot read (EIO) is skipped with the
+ * reason, never deleted, and left out of the summary, with whatever depends
+ * on it; the next scan that can read it keeps it.
+ */
+static void test_dir_scan_skips_unreadable(void **state)
 {
 	struct fixture *f = *state;
-	struct tu_record rec;
+	struct tu_record parent, child;
 	struct rec_scan scan;
 
-	tu_record_make(&rec, &f->g, 50, 64 * 2, NULL, 1);
-	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	tu_record_make(&parent, &f->g, 50, 64 * 2, NULL, 1);
+	tu_record_make(&child, &f->g, 50, 64 * 3, &parent, 2);
+	assert_int_equal(tu_record_write(f->dir, &parent, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &child, 0), 0);
+	/* every read fails: both skipped, both kept on disk */
 	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
-	assert_int_equal(rec_dir_scan(f->dir, &scan), -EIO);
-	sel_failpoints_configure(NULL);
-	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
-	assert_int_equal(scan.record_count, 1);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(scan.record_count, 0);
+	assert_int_equal(scan.unreadable_skipped, 2);
+	assert_int_equal(scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped, 0);
 	rec_scan_free(&scan);
-	tu_record_free(&rec);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	/* the first file listed fails: parent or child, nothing is deleted */
+	assert_int_equal(sel_failpoints_configure("disk.read=1*return(EIO)"), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(scan.unreadable_skipped, 1);
+	assert_true(scan.record_count <= 1); /* the parent alone, or nothing */
+	assert_int_equal(scan.orphans_dropped + scan.page_only_dropped, 0);
+	rec_scan_free(&scan);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	/* readable again: both back */
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_int_equal(scan.unreadable_skipped, 0);
+	rec_scan_free(&scan);
+	tu_record_free(&parent);
+	tu_record_free(&child);
 }
 
-/* Directories, FIFOs and symlinks with record names are left alone. */
-static void test_dir_scan_ignores_non_regular(void **state)
+/*
+ * Issue 10 item 8: a directory, FIFO or symlink named like a record is
+ * moved aside (NAME.aside), never followed nor deleted, so its key can be
+ * stored again; other non-regular files are left alone.
+ */
+static void test_dir_scan_moves_non_regular_aside(void **state)
 {
 	struct fixture *f = *state;
-	struct tu_record rec, outside;
+	struct tu_record rec, outside, blocked;
 	struct rec_scan scan;
 	char path[1024], name[REC_FILE_NAME_BYTES];
 	char *target, *base2 = tu_make_temp_dir("outside");
 	struct rec_dir *dir2 = tu_dir_open(base2, &f->g, false);
 	const char *d = rec_dir_path(f->dir);
+	struct stat st;
 
 	tu_record_make(&rec, &f->g, 60, 64 * 2, NULL, 1);
 	tu_record_make(&outside, &f->g, 61, 64 * 2, NULL, 2);
+	tu_record_make(&blocked, &f->g, 62, 64 * 2, NULL, 3);
 	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
 	assert_int_equal(tu_record_write(dir2, &outside, 0), 0);
 	snprintf(path, sizeof(path), "%s/fifo.tmp", d);
@@ -483,22 +512,139 @@ static void test_dir_scan_ignores_non_regular(void **state)
 	assert_int_equal(mkfifo(path, 0600), 0);
 	snprintf(path, sizeof(path), "%s/sub.tmp", d);
 	assert_int_equal(mkdir(path, 0700), 0);
+	rec_file_name(name, &blocked.key);
+	snprintf(path, sizeof(path), "%s/%s", d, name);
+	assert_int_equal(mkdir(path, 0700), 0);
 	target = tu_record_path(dir2, &outside.key);
 	rec_file_name(name, &outside.key);
 	snprintf(path, sizeof(path), "%s/%s", d, name);
 	assert_int_equal(symlink(target, path), 0);
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	assert_int_equal(scan.record_count, 1);
-	assert_int_equal(scan.ignored, 4);
-	/* the symlink's target was neither read as ours nor changed */
-	assert_int_equal(rec_truncate_row(f->dir, &outside.key), -ELOOP);
+	assert_int_equal(scan.ignored, 2);     /* fifo.tmp, sub.tmp */
+	assert_int_equal(scan.moved_aside, 3); /* the FIFO, directory and symlink */
+	rec_scan_free(&scan);
+	assert_int_equal(tu_count_suffix(d, ".aside"), 3);
+	/* the symlink itself was moved, its target neither read nor changed */
+	snprintf(path, sizeof(path), "%s/%s.aside", d, name);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
 	assert_int_equal(access(target, F_OK), 0);
+	/* both keys can be stored again */
+	assert_int_equal(tu_record_write(f->dir, &outside, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &blocked, 0), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 3);
+	assert_int_equal(scan.moved_aside, 0);
 	rec_scan_free(&scan);
 	free(target);
 	tu_record_free(&rec);
 	tu_record_free(&outside);
+	tu_record_free(&blocked);
 	rec_dir_close(dir2);
 	tu_remove_tree(base2);
+}
+
+/*
+ * A directory large enough that the scan reads headers on several threads
+ * (1024 record files and up: 4 threads for 1100) keeps exactly what one
+ * thread would: every valid record with its fields and access order, the
+ * invalid ones dropped with their count (read again on the scan's own
+ * thread, whatever thread read them first), orphans and temporary files
+ * gone.
+ */
+static void test_dir_scan_many_records_on_threads(void **state)
+{
+	enum { COUNT = 1100, INVALID_EVERY = 300 };
+	struct fixture *f = *state;
+	struct tu_record rec, child;
+	struct rec_scan scan;
+	uint32_t invalid = 0;
+	char name[REC_FILE_NAME_BYTES + 8];
+
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct timespec times[2] = { { .tv_sec = 2000000 + (COUNT - i) },
+					     { .tv_sec = 2000000 + (COUNT - i) } };
+		char *path;
+
+		tu_record_make(&rec, &f->g, 1000 + i, 64, NULL, i);
+		assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+		path = tu_record_path(f->dir, &rec.key);
+		if (i % INVALID_EVERY == 7) {
+			tu_flip_bit(path, 70);
+			invalid++;
+		}
+		assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+		free(path);
+		if (i == 1) { /* a child whose parent then goes: an orphan */
+			tu_record_make(&child, &f->g, 1000 + i, 128, &rec, 9);
+			assert_int_equal(tu_record_write(f->dir, &child, 0), 0);
+			assert_int_equal(rec_unlink(f->dir, &rec.key), 0);
+			rec_file_name(name, &child.key);
+			strcat(name, ".tmp");
+			write_file(rec_dir_path(f->dir), name, "partial");
+			tu_record_free(&child);
+		}
+		tu_record_free(&rec);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.invalid_dropped, invalid);
+	assert_int_equal(scan.orphans_dropped, 1);
+	assert_int_equal(scan.tmp_deleted, 1);
+	assert_int_equal(scan.record_count, COUNT - 1 - invalid);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), COUNT - 1 - invalid);
+	/* Oldest first: written last (smallest mtime) first, fields intact. */
+	for (size_t i = 0, k = 0; i < COUNT; i++) {
+		uint32_t written = COUNT - 1 - (uint32_t)i;
+		const struct rec_record_info *info;
+
+		if (written == 1 || written % INVALID_EVERY == 7)
+			continue;
+		tu_record_make(&rec, &f->g, 1000 + written, 64, NULL, written);
+		info = &scan.records[k++];
+		assert_true(rec_key_equal(&info->key, &rec.key));
+		assert_int_equal(info->mtime_ns, (2000000ull + (COUNT - written)) * 1000000000ull);
+		assert_true(info->row_present);
+		assert_int_equal(info->tail_page_count, 1);
+		assert_int_equal(info->parent.consumed, 0);
+		tu_record_free(&rec);
+	}
+	rec_scan_free(&scan);
+}
+
+/*
+ * A record whose checksum segment is larger than the scan's reusable
+ * buffers (over 8192 pages) is read with buffers of its own and kept.
+ */
+static void test_dir_scan_record_past_scan_buffers(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_geometry *g = malloc(sizeof(*g));
+	char *base2 = tu_make_temp_dir("bigscan");
+	struct rec_dir *dir2;
+	struct tu_record big, small;
+	struct rec_scan scan;
+
+	(void)f;
+	tu_geometry(g, 1, 1, 64, 64, 0, 1); /* one 4 KiB page per token */
+	dir2 = tu_dir_open(base2, g, false);
+	tu_record_make(&big, g, 70, 8300, NULL, 1);
+	tu_record_make(&small, g, 71, 16, NULL, 2);
+	assert_int_equal(tu_record_write(dir2, &big, 0), 0);
+	assert_int_equal(tu_record_write(dir2, &small, 0), 0);
+	assert_int_equal(rec_dir_scan(dir2, &scan), 0);
+	assert_int_equal(scan.invalid_dropped, 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_true(has_key(&scan, &big.key) && has_key(&scan, &small.key));
+	for (size_t i = 0; i < 2; i++)
+		assert_int_equal(scan.records[i].tail_page_count,
+				 rec_key_equal(&scan.records[i].key, &big.key) ? 8300 : 16);
+	rec_scan_free(&scan);
+	tu_record_free(&big);
+	tu_record_free(&small);
+	rec_dir_close(dir2);
+	tu_remove_tree(base2);
+	free(g);
 }
 
 int main(void)
@@ -513,8 +659,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_rebuilds_index, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_scan_stops_on_io_error, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dir_scan_ignores_non_regular, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_moves_non_regular_aside, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_many_records_on_threads, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_record_past_scan_buffers, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("dir", tests, NULL, NULL);

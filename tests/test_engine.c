@@ -44,6 +44,7 @@ static void open_engine(struct fixture *f, uint32_t window_pages)
 		.geometry = &f->g, .dir = f->dir, .device = f->dev,
 		.planes = &f->planes, .window_pages = window_pages,
 		.jobs_max = 8, .no_uring = f->no_uring,
+		.checksum_threads = 3, /* two helpers, whatever the machine */
 	};
 	char err[256];
 
@@ -278,6 +279,56 @@ static void test_engine_corrupt_page(void **state)
 	/* the engine still works afterwards */
 	assert_int_equal(fetch(f, &chain, 1, 5, 50, 1, &c), 0);
 	assert_true(page_matches(f, 50, 5));
+}
+
+/*
+ * Issue 11 item 2: with page checksums verified on the checksum pool, a
+ * corrupt page in any record of a three-record chain (windows of 4 pages,
+ * so the third record's reads wait for the first's verification) fails the
+ * fetch naming that page; the chain fetches again once the record is
+ * stored again.
+ */
+static void test_engine_chain_corrupt_page(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key a, b, d;
+	struct shard_chain_record chain[3];
+	struct rec_header h;
+	char *path;
+
+	make_key(&a, 64 * 9, 12);
+	make_key(&b, 64 * 9 + 30, 13);
+	make_key(&d, 64 * 19 + 1, 14);
+	assert_int_equal(store(f, &a, NULL, 0, 0, &c), 0);
+	assert_int_equal(store(f, &b, &a, 0, 1, &c), 0);
+	assert_int_equal(store(f, &d, &b, 9, 2, &c), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 9 };
+	chain[1] = (struct shard_chain_record){ b, 9, 0 };
+	chain[2] = (struct shard_chain_record){ d, 9, 10 };
+
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &a, NULL, &a.digest, 0, 9, 99), 0);
+	path = tu_record_path(f->dir, &a);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 6 + 7);
+	free(path);
+	assert_int_equal(fetch(f, chain, 3, 0, 120, 7, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 6 (stored page 6) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &a, NULL, 0, 0, &c), 0);
+
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &d, &b, &d.digest, 9, 10, 99), 0);
+	path = tu_record_path(f->dir, &d);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 8 + 4000);
+	free(path);
+	assert_int_equal(fetch(f, chain, 3, 2, 120, 7, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 17 (stored page 8) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &d, &b, 9, 2, &c), 0);
+	poison(f);
+	assert_int_equal(fetch(f, chain, 3, 0, 120, 7, &c), 0);
+	for (uint32_t i = 0; i < 19; i++)
+		assert_true(page_matches(f, 120 + i, i));
+	assert_true(row_matches(f, 7, d.consumed));
 }
 
 /* A fetch whose record is not what the index expects fails before reading. */
@@ -615,6 +666,418 @@ static void test_engine_ring_errors(void **state)
 	assert_int_equal(store(f, &key, NULL, 30, 1, &c), 0);
 }
 
+/*
+ * A device whose copies run only when it is synchronized, as a GPU stream's
+ * do: copy queues a batch, synchronize runs every queued one. The completion
+ * hook notes how many were still queued when the job was reported.
+ */
+struct deferred_device {
+	struct shard_device base;
+	enum shard_copy_direction dir;
+	struct shard_copy queued[2048];
+	uint32_t queued_count;
+	uint32_t queued_batches;
+	uint32_t batches_at_completion;
+	int result_at_completion;
+	uint32_t completions;
+};
+
+static int deferred_bind(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static int deferred_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	return 0;
+}
+
+static void deferred_unregister(struct shard_device *dev, void *ptr)
+{
+	(void)dev;
+	(void)ptr;
+}
+
+static int deferred_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy *copies, uint32_t count)
+{
+	struct deferred_device *d = (struct deferred_device *)dev;
+
+	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
+	SEL_ASSERT(d->queued_count == 0 || d->dir == dir);
+	d->dir = dir;
+	memcpy(d->queued + d->queued_count, copies, count * sizeof(*copies));
+	d->queued_count += count;
+	d->queued_batches++;
+	return 0;
+}
+
+static int deferred_synchronize(struct shard_device *dev)
+{
+	struct deferred_device *d = (struct deferred_device *)dev;
+
+	for (uint32_t i = 0; i < d->queued_count; i++) {
+		void *device = (void *)(uintptr_t)d->queued[i].device_address;
+
+		if (d->dir == SHARD_DEVICE_TO_HOST)
+			memcpy(d->queued[i].host, device, d->queued[i].bytes);
+		else
+			memcpy(device, d->queued[i].host, d->queued[i].bytes);
+	}
+	d->queued_count = 0;
+	d->queued_batches = 0;
+	return 0;
+}
+
+static void deferred_close(struct shard_device *dev)
+{
+	(void)dev;
+}
+
+static const struct shard_device_ops deferred_ops = {
+	.name = "deferred",
+	.bind = deferred_bind,
+	.register_host = deferred_register,
+	.unregister_host = deferred_unregister,
+	.copy = deferred_copy,
+	.synchronize = deferred_synchronize,
+	.close = deferred_close,
+};
+
+/* Runs on the transfer thread, right after the job's last step. */
+static void deferred_hook(void *ctx, const struct shard_completion *c)
+{
+	struct deferred_device *d = ctx;
+
+	d->batches_at_completion = d->queued_batches;
+	d->result_at_completion = c->result;
+	__atomic_add_fetch(&d->completions, 1, __ATOMIC_RELEASE);
+}
+
+static int deferred_run(struct deferred_device *d, int submitted)
+{
+	uint32_t before = __atomic_load_n(&d->completions, __ATOMIC_ACQUIRE);
+
+	assert_int_equal(submitted, 0);
+	alarm(60);
+	while (__atomic_load_n(&d->completions, __ATOMIC_ACQUIRE) == before)
+		usleep(1000);
+	alarm(0);
+	return d->result_at_completion;
+}
+
+/*
+ * Issue 13 item 4: a window of 9 pages x 64 planes (576 copies) goes to the
+ * device in two batches; device.copy fails the second. The job's failure is
+ * reported only after the first batch has completed (the device was
+ * synchronized), for a store and for a fetch, and the engine works after.
+ */
+static void test_engine_copy_failure_drains_first(void **state)
+{
+	struct fixture *f = *state;
+	struct deferred_device d = { .base.ops = &deferred_ops };
+	struct rec_geometry g;
+	struct shard_planes planes = { 0 };
+	struct shard_engine_options options = {
+		.geometry = &g, .device = &d.base, .planes = &planes,
+		.window_pages = 9, .jobs_max = 4, .no_uring = f->no_uring,
+	};
+	struct shard_engine *engine;
+	struct rec_dir *dir;
+	struct rec_key key;
+	struct rec_header h;
+	uint32_t ids[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 }, dest[9];
+	struct shard_store_job store_job = { .header = &h, .page_ids = ids };
+	struct shard_chain_record chain;
+	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
+					     .page_ids = dest, .state_slot = 1 };
+	uint8_t *memory[64], *row;
+	char *base = tu_make_temp_dir("drain");
+	char err[256];
+
+	tu_geometry(&g, 64, 64, 4096, 4096, 0, 1);
+	g.page_count = 20;
+	for (uint32_t p = 0; p < 64; p++) {
+		memory[p] = tu_alloc(4096 * 20);
+		tu_fill(memory[p], 4096 * 20, p);
+		planes.page_base[p] = (uintptr_t)memory[p];
+	}
+	row = tu_alloc(4096 * g.row_count);
+	planes.row_base = (uintptr_t)row;
+	dir = tu_dir_open(base, &g, true);
+	options.dir = dir;
+	if (shard_engine_open(&options, &engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+	shard_engine_set_completion_hook(engine, deferred_hook, &d);
+	make_key(&key, 64 * 9, 40);
+	assert_int_equal(rec_header_init(&h, &g, &f->ns, &key, NULL, &key.digest, 0, 9, 1), 0);
+
+	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
+	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 1, &store_job)),
+			 -EIO);
+	assert_int_equal(d.batches_at_completion, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(dir), ".tmp"), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 2, &store_job)), 0);
+
+	chain = (struct shard_chain_record){ key, 0, 9 };
+	for (uint32_t i = 0; i < 9; i++)
+		dest[i] = 10 + i;
+	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
+	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 3, &fetch_job)),
+			 -EIO);
+	assert_int_equal(d.batches_at_completion, 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 4, &fetch_job)), 0);
+	for (uint32_t p = 0; p < 64; p++)
+		assert_memory_equal(memory[p] + 4096 * 10, memory[p], 4096 * 9);
+
+	shard_engine_set_completion_hook(engine, NULL, NULL);
+	shard_engine_close(engine);
+	rec_dir_close(dir);
+	for (uint32_t p = 0; p < 64; p++)
+		free(memory[p]);
+	free(row);
+	tu_remove_tree(base);
+}
+
+/*
+ * A host device whose copy call number gate_at blocks until the test opens
+ * the gate: a job held at a known point of its run, without timing.
+ */
+struct gated_device {
+	struct shard_device base;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	uint64_t calls;
+	uint64_t gate_at; /* 0: never blocks */
+	bool blocked;
+};
+
+static int gated_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		      const struct shard_copy *copies, uint32_t count)
+{
+	struct gated_device *g = (struct gated_device *)dev;
+
+	pthread_mutex_lock(&g->lock);
+	if (++g->calls == g->gate_at) {
+		g->blocked = true;
+		pthread_cond_broadcast(&g->changed);
+		while (g->gate_at)
+			pthread_cond_wait(&g->changed, &g->lock);
+		g->blocked = false;
+	}
+	pthread_mutex_unlock(&g->lock);
+	for (uint32_t i = 0; i < count; i++) {
+		void *device = (void *)(uintptr_t)copies[i].device_address;
+
+		if (dir == SHARD_DEVICE_TO_HOST)
+			memcpy(copies[i].host, device, copies[i].bytes);
+		else
+			memcpy(device, copies[i].host, copies[i].bytes);
+	}
+	return 0;
+}
+
+static int gated_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static const struct shard_device_ops gated_ops = {
+	.name = "gated",
+	.bind = deferred_bind,
+	.register_host = deferred_register,
+	.unregister_host = deferred_unregister,
+	.copy = gated_copy,
+	.synchronize = gated_synchronize,
+	.close = deferred_close,
+};
+
+/* Blocks the copy call after the next `after` calls; waits until it blocks. */
+static void gate_close_after(struct gated_device *g, uint64_t after)
+{
+	pthread_mutex_lock(&g->lock);
+	g->gate_at = g->calls + after;
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_wait_blocked(struct gated_device *g)
+{
+	pthread_mutex_lock(&g->lock);
+	while (!g->blocked)
+		pthread_cond_wait(&g->changed, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_open(struct gated_device *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->gate_at = 0;
+	pthread_cond_broadcast(&g->changed);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* Swaps the fixture's engine for one on a gated device, windows of 4 pages. */
+static struct shard_device *use_gated(struct fixture *f, struct gated_device *g)
+{
+	struct shard_device *host = f->dev;
+
+	*g = (struct gated_device){ .base.ops = &gated_ops,
+				    .lock = PTHREAD_MUTEX_INITIALIZER,
+				    .changed = PTHREAD_COND_INITIALIZER };
+	shard_engine_close(f->engine);
+	f->dev = &g->base;
+	open_engine(f, 4);
+	return host;
+}
+
+static void drop_gated(struct fixture *f, struct shard_device *host)
+{
+	shard_engine_close(f->engine);
+	f->dev = host;
+	open_engine(f, 4);
+}
+
+/* Submits a store of pages [0, key / 64) from ids base_id.. and slot. */
+static void submit_store(struct fixture *f, const struct rec_key *key, uint32_t base_id,
+			 uint32_t slot, uint64_t job_id)
+{
+	uint32_t tail = (uint32_t)(key->consumed / 64), ids[200];
+	struct rec_header h;
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot };
+
+	for (uint32_t i = 0; i < tail; i++) {
+		ids[i] = base_id + i;
+		fill_page(f, ids[i], i);
+	}
+	tu_fill(f->row_memory + 60000ull * slot, 60000, key->consumed);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, NULL, &key->digest,
+					 0, tail, 99), 0);
+	assert_int_equal(shard_engine_store(f->engine, job_id, &job), 0);
+}
+
+static void submit_fetch(struct fixture *f, const struct shard_chain_record *chain,
+			 uint32_t base_id, uint32_t slot, uint64_t job_id)
+{
+	uint32_t ids[200];
+	struct shard_fetch_job job = { .chain = chain, .chain_count = 1, .page_ids = ids,
+				       .state_slot = slot };
+
+	for (uint32_t i = 0; i < chain->tail_page_count; i++)
+		ids[i] = base_id + i;
+	assert_int_equal(shard_engine_fetch(f->engine, job_id, &job), 0);
+}
+
+/* Fetches key whole into ids 150.. and slot 7; true when every byte is right. */
+static bool stored_right(struct fixture *f, const struct rec_key *key)
+{
+	struct shard_chain_record chain = { *key, 0, (uint32_t)(key->consumed / 64) };
+	struct shard_completion c;
+
+	poison(f);
+	if (fetch(f, &chain, 1, 0, 150, 7, &c) != 0)
+		return false;
+	for (uint32_t i = 0; i < chain.tail_page_count; i++)
+		if (!page_matches(f, 150 + i, i))
+			return false;
+	return row_matches(f, 7, key->consumed);
+}
+
+/*
+ * Issue 11 item 1: a store is held in its first window while four more are
+ * queued behind it; a fetch submitted last completes first (the running
+ * store yields to it between windows, the queued ones wait), then every
+ * store completes in order with the right bytes.
+ */
+static void test_engine_restore_before_queued_stores(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct shard_engine_stats stats;
+	struct rec_key restore, keys[5];
+
+	make_key(&restore, 64 * 6, 50);
+	assert_int_equal(store(f, &restore, NULL, 0, 5, &c), 0);
+	chain = (struct shard_chain_record){ restore, 0, 6 };
+	gate_close_after(&g, 1); /* the first store's first window */
+	for (uint32_t i = 0; i < 5; i++) {
+		make_key(&keys[i], 64ull * (9 + i) + i, (uint8_t)(51 + i));
+		submit_store(f, &keys[i], 20 * i, i, 10 + i);
+		if (i == 0)
+			gate_wait_blocked(&g);
+	}
+	submit_fetch(f, &chain, 100, 6, 99);
+	gate_open(&g);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 99);
+	assert_int_equal(c.result, 0);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	for (uint32_t i = 0; i < 5; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_int_equal(c.job_id, 10 + i);
+		assert_int_equal(c.result, 0);
+	}
+	shard_engine_stats(f->engine, &stats);
+	assert_int_equal(stats.store_yields, 1);
+	for (uint32_t i = 0; i < 5; i++)
+		assert_true(stored_right(f, &keys[i]));
+	drop_gated(f, host);
+}
+
+/*
+ * Issue 11 item 1: a store that yields to a fetch and then fails (its
+ * writes fail after the yield) fails as before: the fetch completes first
+ * and right, the store reports the error once its writes have drained, no
+ * temporary file is left, and the key stores again afterwards.
+ */
+static void test_engine_yielded_store_failure(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct rec_key restore, key;
+
+	make_key(&restore, 64 * 5, 60);
+	assert_int_equal(store(f, &restore, NULL, 0, 5, &c), 0);
+	chain = (struct shard_chain_record){ restore, 0, 5 };
+	make_key(&key, 64 * 20 + 3, 61);
+	gate_close_after(&g, 2); /* the store's second window */
+	submit_store(f, &key, 20, 1, 10);
+	gate_wait_blocked(&g);
+	submit_fetch(f, &chain, 100, 6, 11);
+	assert_int_equal(sel_failpoints_configure("record.after_write=return(EIO)"), 0);
+	gate_open(&g);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 11);
+	assert_int_equal(c.result, 0);
+	for (uint32_t i = 0; i < 5; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 10);
+	assert_int_equal(c.result, -EIO);
+	assert_non_null(strstr(c.why, "record.after_write"));
+	sel_failpoints_configure(NULL);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	submit_store(f, &key, 20, 1, 12);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_true(stored_right(f, &key));
+	drop_gated(f, host);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -624,6 +1087,7 @@ int main(void)
 		BOTH(test_engine_round_trip),
 		BOTH(test_engine_chain_and_suffix),
 		BOTH(test_engine_corrupt_page),
+		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),
 		BOTH(test_engine_bounded_submission),
@@ -632,6 +1096,9 @@ int main(void)
 		BOTH(test_engine_noop),
 		BOTH(test_engine_completion_hook),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_uring, teardown),
+		BOTH(test_engine_copy_failure_drains_first),
+		BOTH(test_engine_restore_before_queued_stores),
+		BOTH(test_engine_yielded_store_failure),
 	};
 #undef BOTH
 

@@ -2,12 +2,14 @@
  * Forming a cluster at startup (coordinator/cluster.h, peer/join.h) with
  * three ranks in one process over loopback TCP: every rank joins, sends
  * its summary, applies the agreement and confirms; afterwards every rank
- * holds the same record file names and lengths. A peer with a wrong secret
+ * holds the same record file names and lengths, and rank zero is handed
+ * the agreed records a rescan would find. A peer with a wrong secret
  * fails the formation, named on both sides.
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "coordinator/cluster.h"
 #include "peer/join.h"
@@ -39,6 +41,7 @@ struct rank {
 	int result;
 	char why[256];
 	pthread_t thread;
+	uint32_t delay_ms; /* before connecting */
 };
 
 static void *peer_main(void *arg)
@@ -49,13 +52,15 @@ static void *peer_main(void *arg)
 				       .fingerprint = r->g.fingerprint,
 				       .layout_digest = r->g.layout_digest,
 				       .has_disk_store = true,
-				       .disk_limit_bytes = 1000000 + r->g.rank };
+				       .disk_limit_bytes = 1000000 + r->g.rank,
+				       .marked = rec_dir_marked(r->dir) };
 	struct cluster_sequences seq = { 0 };
 	struct timeval tv = { .tv_sec = 10 };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	usleep(r->delay_ms * 1000);
 	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
 		r->result = -errno;
 		close(fd);
@@ -76,7 +81,7 @@ static int listen_any(uint16_t *port)
 
 	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-	    listen(fd, WORLD) != 0 || getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+	    listen(fd, 128) != 0 || getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
 		return -1;
 	*port = ntohs(addr.sin_port);
 	return fd;
@@ -104,7 +109,10 @@ static void listing(struct rank *r, char *out, size_t size)
 }
 
 struct fixture {
+	uint16_t *storm_port; /* told the join port before the peers start */
+	bool accept_empty_ranks;
 	struct rank ranks[WORLD];
+	struct rec_scan agreed; /* rank zero's agreed records, from the formation */
 	struct tu_record a, b, c, d, e;
 };
 
@@ -138,6 +146,7 @@ static int teardown(void **state)
 		rec_dir_close(f->ranks[r].dir);
 		tu_remove_tree(f->ranks[r].base);
 	}
+	rec_scan_free(&f->agreed);
 	tu_record_free(&f->a);
 	tu_record_free(&f->b);
 	tu_record_free(&f->c);
@@ -149,7 +158,8 @@ static int teardown(void **state)
 }
 
 /* Runs rank zero's formation with the peers in threads. */
-static int form(struct fixture *f, char *err, size_t err_size, uint64_t *limit)
+static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *limit,
+		       uint32_t timeout_ms, void (*started)(void *), void *ctx)
 {
 	struct coord_peer peers[WORLD - 1];
 	struct rank *zero = &f->ranks[0];
@@ -159,7 +169,8 @@ static int form(struct fixture *f, char *err, size_t err_size, uint64_t *limit)
 		.listen_fd = listener, .secret = zero->secret,
 		.policy = { .world_size = WORLD, .layout_digest = zero->g.layout_digest,
 			    .has_disk_store = true },
-		.disk_limit_bytes = 5000000, .dir = zero->dir, .timeout_ms = 10000,
+		.disk_limit_bytes = 5000000, .dir = zero->dir, .timeout_ms = timeout_ms,
+		.agreed = &f->agreed,
 	};
 
 	assert_true(listener >= 0);
@@ -167,6 +178,12 @@ static int form(struct fixture *f, char *err, size_t err_size, uint64_t *limit)
 		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &f->ranks[r].scan), 0);
 	o.records = zero->scan.records;
 	o.record_count = zero->scan.record_count;
+	o.marked = rec_dir_marked(zero->dir);
+	o.accept_empty_ranks = f->accept_empty_ranks;
+	if (f->storm_port)
+		*f->storm_port = port;
+	if (started)
+		started(ctx);
 	for (uint32_t r = 1; r < WORLD; r++) {
 		f->ranks[r].port = port;
 		assert_int_equal(pthread_create(&f->ranks[r].thread, NULL, peer_main,
@@ -180,6 +197,11 @@ static int form(struct fixture *f, char *err, size_t err_size, uint64_t *limit)
 		pthread_join(f->ranks[r].thread, NULL);
 	close(listener);
 	return ret;
+}
+
+static int form(struct fixture *f, char *err, size_t err_size, uint64_t *limit)
+{
+	return form_within(f, err, err_size, limit, 10000, NULL, NULL);
 }
 
 /* A missing file, a missing row: afterwards every rank holds the same files. */
@@ -225,7 +247,67 @@ static void test_form_agreement_applied_everywhere(void **state)
 	}
 }
 
-/* A peer with a wrong secret fails the formation; both sides say why. */
+static const struct rec_record_info *find_info(const struct rec_scan *scan,
+					       const struct rec_key *key)
+{
+	for (size_t i = 0; i < scan->record_count; i++)
+		if (rec_key_equal(&scan->records[i].key, key))
+			return &scan->records[i];
+	return NULL;
+}
+
+/*
+ * The agreed records the formation hands rank zero are what a rescan of its
+ * directory finds afterwards (keys, rows, lengths, headers), oldest first,
+ * so the index needs no second scan.
+ */
+static void test_form_agreed_records_match_a_rescan(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	struct rec_scan rescan;
+	uint64_t limit = 0;
+
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->a, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->b, 0), 0);
+		if (r != 1) /* c is missing on rank 1 */
+			assert_int_equal(tu_record_write(f->ranks[r].dir, &f->c, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->d, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->e, 0), 0);
+	}
+	assert_int_equal(rec_truncate_row(f->ranks[2].dir, &f->e.key), 0); /* e: page-only */
+	assert_int_equal(rec_truncate_row(f->ranks[2].dir, &f->a.key), 0); /* a: b keeps it */
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s (rank 1: %s; rank 2: %s)", err, f->ranks[1].why,
+			 f->ranks[2].why);
+	assert_int_equal(rec_dir_scan(f->ranks[0].dir, &rescan), 0);
+	/* a (page-only, with child b), b and d; c is on two ranks, e childless. */
+	assert_int_equal(f->agreed.record_count, 3);
+	assert_int_equal(rescan.record_count, f->agreed.record_count);
+	assert_int_equal(rescan.bytes, f->agreed.bytes);
+	for (size_t i = 0; i < f->agreed.record_count; i++) {
+		const struct rec_record_info *x = &f->agreed.records[i];
+		const struct rec_record_info *y = find_info(&rescan, &x->key);
+
+		assert_non_null(y);
+		assert_int_equal(x->row_present, y->row_present);
+		assert_int_equal(x->file_bytes, y->file_bytes);
+		assert_true(rec_key_equal(&x->parent, &y->parent));
+		assert_true(rec_digest_equal(&x->agreement, &y->agreement));
+		if (i > 0)
+			assert_true(f->agreed.records[i - 1].mtime_ns <= x->mtime_ns);
+	}
+	assert_false(find_info(&f->agreed, &f->a.key)->row_present);
+	assert_true(find_info(&f->agreed, &f->b.key)->row_present);
+	rec_scan_free(&rescan);
+}
+
+/*
+ * A peer with a wrong secret is refused (it says why), but to rank zero it
+ * is a stranger: the formation waits for the real rank 2 and times out,
+ * naming the missing rank and the last refusal.
+ */
 static void test_form_wrong_secret(void **state)
 {
 	struct fixture *f = *state;
@@ -233,17 +315,290 @@ static void test_form_wrong_secret(void **state)
 	uint64_t limit;
 
 	f->ranks[2].secret[0] ^= 1;
-	assert_int_equal(form(f, err, sizeof(err), &limit), -EACCES);
+	assert_int_equal(form_within(f, err, sizeof(err), &limit, 1500, NULL, NULL),
+			 -ETIMEDOUT);
+	assert_non_null(strstr(err, "rank 2 is missing"));
 	assert_non_null(strstr(err, "launch secret"));
 	assert_int_equal(f->ranks[2].result, -EACCES);
 	assert_non_null(strstr(f->ranks[2].why, "launch secret"));
+	/* rank 1 had joined: it is told why the formation failed */
+	assert_int_not_equal(f->ranks[1].result, 0);
+	assert_non_null(strstr(f->ranks[1].why, "rank 2 is missing"));
+}
+
+/* Every rank holds a and b, and the cluster marker from a first formation. */
+static void form_marked_cluster(struct fixture *f)
+{
+	char err[512];
+	uint64_t limit;
+
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->a, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->b, 0), 0);
+		assert_false(rec_dir_marked(f->ranks[r].dir));
+	}
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+		rec_scan_free(&f->ranks[r].scan);
+	}
+}
+
+/* Rank 2's directory as a missing mount leaves it: empty and unmarked. */
+static void empty_rank_two(struct fixture *f)
+{
+	char path[1024];
+
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->a.key), 0);
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->b.key), 0);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(f->ranks[2].dir),
+		 REC_CLUSTER_MARKER_NAME);
+	assert_int_equal(unlink(path), 0);
+}
+
+/*
+ * Issue 10 item 2: a rank whose directory is empty and unmarked while the
+ * others hold records refuses to form, naming the rank and the counts, on
+ * rank zero and the peers; nothing is deleted anywhere.
+ */
+static void test_form_refuses_empty_rank(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	empty_rank_two(f);
+	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 2's record directory is empty (0 records) while "
+				    "rank 0 holds 2"));
+	assert_non_null(strstr(err, "rank 2: 0 records (unmarked)"));
+	assert_non_null(strstr(err, "SELENE_ACCEPT_EMPTY_RANKS=1"));
+	for (uint32_t r = 1; r < WORLD; r++) {
+		assert_int_not_equal(f->ranks[r].result, 0);
+		assert_non_null(strstr(f->ranks[r].why, "rank 2's record directory is empty"));
+	}
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+}
+
+/* The same, accepted explicitly: the cluster forms and the records go everywhere. */
+static void test_form_accepts_empty_rank_when_asked(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	empty_rank_two(f);
+	f->accept_empty_ranks = true;
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(f->ranks[r].result, 0);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+	}
+}
+
+/* The attackers of the join storm, each a thread looping until told to stop. */
+struct storm {
+	uint16_t port;
+	uint8_t secret[CLUSTER_SECRET_BYTES];
+	struct rec_geometry g;
+	volatile bool stop;
+	pthread_t threads[5];
+	uint64_t tries[5];
+	int idle[100];
+};
+
+static int storm_connect(uint16_t port)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct timeval tv = { .tv_sec = 1 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* connect, close: a port scan */
+static void *storm_scan(void *arg)
+{
+	struct storm *s = arg;
+
+	while (!s->stop) {
+		int fd = storm_connect(s->port);
+
+		if (fd >= 0)
+			close(fd);
+		s->tries[0]++;
+		usleep(500);
+	}
+	return NULL;
+}
+
+/* idle connections that never speak, more than rank zero holds at once */
+static void *storm_idle(void *arg)
+{
+	struct storm *s = arg;
+
+	for (uint32_t i = 0; i < SEL_ARRAY_SIZE(s->idle) && !s->stop; i++) {
+		s->idle[i] = storm_connect(s->port);
+		s->tries[1]++;
+		usleep(2000);
+	}
+	return NULL;
+}
+
+/* random bytes, then close */
+static void *storm_garbage(void *arg)
+{
+	struct storm *s = arg;
+	uint8_t junk[300];
+
+	while (!s->stop) {
+		int fd = storm_connect(s->port);
+
+		tu_fill(junk, sizeof(junk), s->tries[2]);
+		if (fd >= 0) {
+			if (send(fd, junk, sizeof(junk), MSG_NOSIGNAL) < 0)
+				(void)0; /* dropped already: fine */
+			close(fd);
+		}
+		s->tries[2]++;
+		usleep(1000);
+	}
+	return NULL;
+}
+
+/* a well-formed HELLO for rank 1, then a PROOF under the wrong secret */
+static void *storm_bad_mac(void *arg)
+{
+	struct storm *s = arg;
+	struct rec_geometry g1;
+
+	tu_geometry(&g1, 64, 2, 4096, 4096, 1, WORLD);
+	while (!s->stop) {
+		struct cluster_identity me = { .rank = 1, .world_size = WORLD,
+					       .fingerprint = g1.fingerprint,
+					       .layout_digest = g1.layout_digest,
+					       .has_disk_store = true, .disk_limit_bytes = 1 };
+		struct cluster_sequences seq = { 0 };
+		uint64_t limit;
+		char why[256];
+		int fd = storm_connect(s->port);
+
+		if (fd >= 0) {
+			cluster_join_peer(fd, s->secret, &me, &seq, &limit, why, sizeof(why));
+			close(fd);
+		}
+		s->tries[3]++;
+		usleep(1000);
+	}
+	return NULL;
+}
+
+/* the first half of a HELLO frame, then silence until dropped */
+static void *storm_truncated(void *arg)
+{
+	struct storm *s = arg;
+	uint8_t frame[CLUSTER_FRAME_HEADER_BYTES] = { 0 };
+
+	cluster_frame_header_encode(frame, CLUSTER_MSG_HELLO, 0, frame, 0 + CLUSTER_HELLO_BYTES);
+	while (!s->stop) {
+		int fd = storm_connect(s->port);
+		char byte;
+
+		if (fd >= 0) {
+			if (send(fd, frame, sizeof(frame) / 2, MSG_NOSIGNAL) > 0)
+				(void)!recv(fd, &byte, 1, 0); /* until dropped, or 1 s */
+			close(fd);
+		}
+		s->tries[4]++;
+	}
+	return NULL;
+}
+
+static void storm_start(void *arg)
+{
+	static void *(*const attackers[])(void *) = { storm_scan, storm_idle, storm_garbage,
+						      storm_bad_mac, storm_truncated };
+	struct storm *s = arg;
+
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(attackers); i++)
+		assert_int_equal(pthread_create(&s->threads[i], NULL, attackers[i], s), 0);
+}
+
+/*
+ * Issue 10 item 1: formation completes while scans, idle connections (more
+ * than the pending maximum), garbage, truncated HELLOs and wrong MACs hit
+ * the join port; each costs rank zero a log line, never the formation.
+ */
+static void test_form_survives_join_storm(void **state)
+{
+	struct fixture *f = *state;
+	struct storm *s = calloc(1, sizeof(*s));
+	char err[512], first[4096], other[4096];
+	uint64_t limit = 0;
+	int ret;
+
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->a, 0), 0);
+	memset(s->secret, 0x13, sizeof(s->secret)); /* not the launch secret */
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(s->idle); i++)
+		s->idle[i] = -1;
+	/* the storm needs the port: form_within binds it, storm_start learns it */
+	f->storm_port = &s->port;
+	for (uint32_t r = 1; r < WORLD; r++)
+		f->ranks[r].delay_ms = 600; /* the storm is on before the real peers come */
+	ret = form_within(f, err, sizeof(err), &limit, 20000, storm_start, s);
+	s->stop = true;
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(s->threads); i++)
+		pthread_join(s->threads[i], NULL);
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(s->idle); i++)
+		if (s->idle[i] >= 0)
+			close(s->idle[i]);
+	if (ret != 0)
+		fail_msg("form under the storm: %s (rank 1: %s; rank 2: %s)", err,
+			 f->ranks[1].why, f->ranks[2].why);
+	for (uint32_t r = 1; r < WORLD; r++)
+		if (f->ranks[r].result != 0)
+			fail_msg("rank %u: %s", r, f->ranks[r].why);
+	print_message("storm: %llu scans, %llu idle, %llu garbage, %llu bad MACs, "
+		      "%llu truncated\n", (unsigned long long)s->tries[0],
+		      (unsigned long long)s->tries[1], (unsigned long long)s->tries[2],
+		      (unsigned long long)s->tries[3], (unsigned long long)s->tries[4]);
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(s->tries); i++)
+		assert_true(s->tries[i] > 0);
+	assert_true(s->tries[1] > CLUSTER_JOIN_PENDING_MAX); /* more idle than it holds */
+	listing(&f->ranks[0], first, sizeof(first));
+	for (uint32_t r = 1; r < WORLD; r++) {
+		listing(&f->ranks[r], other, sizeof(other));
+		assert_string_equal(first, other);
+	}
+	assert_non_null(strstr(first, ".ckpt"));
+	free(s);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_form_agreement_applied_everywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_agreed_records_match_a_rescan, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("form", tests, NULL, NULL);

@@ -124,6 +124,7 @@ static void sample_hello(struct cluster_hello *m)
 	m->has_disk_store = true;
 	m->disk_limit_bytes = 5ull << 40;
 	tu_fill(m->client_nonce, CLUSTER_NONCE_BYTES, 3);
+	m->marked = true;
 }
 
 /* Record i of a directory: roots and children, rows on odd records. */
@@ -302,7 +303,7 @@ static void test_protocol_header_layout(void **state)
 	cluster_frame_header_encode(h, CLUSTER_MSG_HEARTBEAT, 0x0102030405060708ull,
 				    payload, sizeof(payload));
 	assert_memory_equal(h, "SELN", 4);
-	assert_int_equal(h[4], 2);
+	assert_int_equal(h[4], 3);
 	assert_int_equal(h[5], 0);
 	assert_int_equal(h[6], CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(h[7], 0);
@@ -312,7 +313,7 @@ static void test_protocol_header_layout(void **state)
 	assert_int_equal(sel_get_le64(h + 24), XXH3_64bits(payload, 8));
 	assert_int_equal(sel_get_le64(h + 32), XXH3_64bits(h, 32));
 	assert_int_equal(cluster_frame_header_decode(h, &d, why, sizeof(why)), 0);
-	assert_int_equal(d.version, 2);
+	assert_int_equal(d.version, 3);
 	assert_int_equal(d.type, CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(d.payload_length, 8);
 	assert_int_equal(d.sequence, 0x0102030405060708ull);
@@ -330,7 +331,7 @@ static void test_protocol_header_layout(void **state)
 static void test_protocol_payload_bounds(void **state)
 {
 	static const uint32_t bounds[][3] = {
-		{ CLUSTER_MSG_HELLO, 81, 81 },
+		{ CLUSTER_MSG_HELLO, 82, 82 },
 		{ CLUSTER_MSG_CHALLENGE, 32, 32 },
 		{ CLUSTER_MSG_PROOF, 32, 32 },
 		{ CLUSTER_MSG_WELCOME, 40, 40 },
@@ -372,10 +373,10 @@ static void test_protocol_rejects_bad_magic(void **state)
 	}
 }
 
-/* R-WIRE-4: versions other than 2 are rejected, even when signed. */
+/* R-WIRE-4: versions other than 3 are rejected, even when signed. */
 static void test_protocol_rejects_wrong_version(void **state)
 {
-	static const uint16_t versions[] = { 0, 1, 3, 0x0200, 0xffff };
+	static const uint16_t versions[] = { 0, 1, 2, 4, 0x0300, 0xffff };
 	uint8_t frame[64], buf[64];
 	struct cluster_frame_header h;
 	char why[WHY_BYTES];
@@ -614,6 +615,7 @@ static void test_protocol_round_trip_join(void **state)
 	assert_int_equal(payload[40], 1);
 	assert_int_equal(sel_get_le64(payload + 41), 5ull << 40);
 	assert_memory_equal(payload + 49, hello.client_nonce, 32);
+	assert_int_equal(payload[81], 1);
 	assert_int_equal(cluster_frame_write(sv[0], &wseq, CLUSTER_MSG_HELLO, payload,
 					     (uint32_t)len), 0);
 	assert_int_equal(cluster_frame_read(sv[1], buf, sizeof(buf), &rseq, &h, why,
@@ -628,6 +630,7 @@ static void test_protocol_round_trip_join(void **state)
 	assert_true(hello_out.has_disk_store);
 	assert_int_equal(hello_out.disk_limit_bytes, 5ull << 40);
 	assert_memory_equal(hello_out.client_nonce, hello.client_nonce, 32);
+	assert_true(hello_out.marked);
 
 	tu_fill(challenge.server_nonce, 32, 11);
 	len = cluster_challenge_encode(&challenge, payload, sizeof(payload));

@@ -518,6 +518,71 @@ static void test_store_eviction_under_limit(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * Seed 2.10: sel_touch on a GPU-cache hit makes the record the most
+ * recently used, so the other one is evicted instead; a key never stored,
+ * a record still being written, and a count of 0 or past the history are
+ * refused.
+ */
+static void test_store_touch_keeps_record_from_eviction(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_key second;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(publish(f, 2, 310, 0), SEL_QUEUED);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 310), SEL_ENOTFOUND); /* writing */
+	stub_complete(&f->stub, 1, 0);
+	second = f->stub.jobs[1].header.key;
+	poll_events(f, ev);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 300), 0);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 320), SEL_ENOTFOUND);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 0), -EINVAL);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 2001), -EINVAL);
+	/* a third does not fit: without the touch 300 would go; now 310 does */
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &second));
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 320, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 310), SEL_ENOTFOUND); /* evicted */
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 300), 0);
+	assert_balanced(f);
+}
+
+/* A touch of a child refreshes its ancestors too: the child's parent, not
+ * an untouched root, is the last to be compacted. */
+static void test_store_touch_refreshes_ancestors(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	uint32_t root, child;
+	struct rec_key key;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 130, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	rec_history_key_at(&f->h, 300, &key);
+	root = coord_index_find(&f->store.index, &key);
+	rec_history_key_at(&f->h, 700, &key);
+	child = coord_index_find(&f->store.index, &key);
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 700), 0);
+	assert_int_equal(f->store.index.lru_tail, root);
+	assert_int_equal(f->store.index.nodes[root].lru_prev, child);
+	assert_balanced(f);
+}
+
 /* When every leaf is pinned, the LRU single-child ancestor is compacted. */
 static void test_store_compaction_when_leaves_pinned(void **state)
 {
@@ -928,6 +993,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_full_index_evicts, setup_two_records,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_eviction_under_limit, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_touch_keeps_record_from_eviction, setup_small,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_touch_refreshes_ancestors, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),

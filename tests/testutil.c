@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 char *tu_make_temp_dir(const char *tag)
@@ -283,4 +284,25 @@ int tu_count_suffix(const char *dir_path, const char *suffix)
 	}
 	closedir(d);
 	return count;
+}
+
+int tu_check_metrics(const char *text, const char *required)
+{
+	char path[] = "/tmp/selene-metrics-XXXXXX", cmd[1024];
+	int fd = mkstemp(path), status;
+	size_t len = strlen(text);
+
+	SEL_ASSERT(fd >= 0);
+	SEL_ASSERT(write(fd, text, len) == (ssize_t)len);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 tests/metrics_check.py %s %s", path,
+		 required);
+	status = system(cmd);
+	unlink(path);
+	status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+	if (status == 77)
+		print_message("metrics: python3-prometheus-client is missing; not parsed\n");
+	else if (status != 0)
+		fail_msg("the metrics exposition is not valid (above):\n%s", text);
+	return status;
 }

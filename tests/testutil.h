@@ -91,4 +91,12 @@ void tu_flip_bit(const char *path, uint64_t offset);
 /* Number of directory entries whose name ends with suffix. */
 int tu_count_suffix(const char *dir_path, const char *suffix);
 
+/*
+ * Checks a metrics exposition with tests/metrics_check.py (the Prometheus
+ * parser and the format's grouping rules), requiring each family named in
+ * required (space-separated). Returns 0 valid, 77 when the parser is not
+ * installed (the caller skips, saying so); fails the test otherwise.
+ */
+int tu_check_metrics(const char *text, const char *required);
+
 #endif

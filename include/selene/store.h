@@ -44,7 +44,9 @@ struct sel_cluster {
 	const char *coordinator_host;  /* rank zero's address (peers connect there) */
 	uint16_t coordinator_port;     /* rank zero listens on it, all addresses */
 	int listen_fd;                 /* rank zero: a bound, listening socket to use
-					  instead (-1: bind coordinator_port) */
+					  instead (-1: bind coordinator_port); it is
+					  shut down once the cluster formed (the join
+					  port closes), and the caller still closes it */
 	const char *const *rank_addresses; /* world_size IP literals each rank may
 					  connect from (a peer binds its connection
 					  to its own entry); NULL accepts any */
@@ -52,6 +54,11 @@ struct sel_cluster {
 	uint32_t join_timeout_ms;      /* for every rank to join and agree */
 	uint32_t silence_timeout_ms;   /* a link hearing nothing this long is dead */
 	uint32_t job_timeout_ms;       /* a job unanswered this long stops the store */
+	bool accept_empty_ranks;       /* rank zero: form even when a rank's record
+					  directory is empty or has no cluster
+					  marker while others hold records (the
+					  agreement then deletes them everywhere;
+					  logged); false: refuse, naming the rank */
 };
 
 /* One plane of the rank's cache: its name, unit size and device address. */
@@ -86,7 +93,11 @@ struct sel_store_config {
  * order from mtime), the device and the shard engine's threads. Returns 0
  * and *out, or a negative code with a message in err. With a disk limit of
  * zero there is no disk store: no directory is opened, publications answer
- * SEL_OVERSIZE and lookups miss.
+ * SEL_OVERSIZE and lookups miss; in a cluster every rank has a disk store
+ * or none, which the join checks (a mismatch is refused, the reason on both
+ * sides). In a cluster, a failure here is told to every peer (they stop at
+ * once instead of at their join timeout), and so is a peer's: its reason
+ * comes back in err.
  */
 int sel_store_open(const struct sel_store_config *config, sel_store **out,
 		   char *err, size_t err_size);
@@ -99,15 +110,21 @@ typedef struct sel_peer sel_peer;
  * zero, joins (proving the secret), applies the startup agreement, and then
  * executes rank zero's jobs on threads of its own. Returns once the
  * agreement is applied: 0 and *out, or a negative code with the reason in
- * err (a refusal says why).
+ * err (a refusal says why; so does a failure of rank zero or of another
+ * rank at startup). A failure of its own startup is told to rank zero.
+ * With a disk limit of zero it has no disk store and runs no jobs (the
+ * join refuses it where rank zero has one).
  */
 int sel_peer_start(const struct sel_store_config *config, sel_peer **out, char *err,
 		   size_t err_size);
 
 /*
  * Waits until rank zero's connection ends and every job drained. Returns 0
- * when rank zero closed it cleanly, or why it ended otherwise (a silent
- * rank zero, a malformed frame). SEL_ESTOPPED when jobs were still running
+ * when rank zero closed it cleanly (with BYE, from sel_store_close after a
+ * clean drain), or why it ended otherwise (a silent rank zero, a malformed
+ * frame, a close without BYE: rank zero stopped its transport, failed, or
+ * gave up on this rank, say while it was stopped past its timeout: never
+ * 0). SEL_ESTOPPED when jobs were still running
  * job_timeout_ms after the end: their copies may still write the buffers
  * and GPU ids, so sel_peer_stop then frees nothing and the process should
  * exit non-zero.
@@ -177,6 +194,16 @@ int sel_fetch(sel_store *store, const struct sel_hit *hit, const uint32_t *page_
  * either way (and is useful on its own). SEL_ENOTFOUND for an unknown waiter.
  */
 int sel_cancel(sel_store *store, uint64_t waiter);
+
+/*
+ * A GPU-cache hit on the checkpoint of history's first consumed tokens
+ * (seed 2.10): its record and every ancestor become the most recently
+ * used, so a prefix the engine keeps reusing from its GPU cache does not
+ * age off disk. Returns 0, -EINVAL for a consumed count of 0 or past the
+ * history, or SEL_ENOTFOUND when no committed record ends there (never
+ * stored, still being written, or evicted).
+ */
+int sel_touch(sel_store *store, const sel_history *history, uint64_t consumed);
 
 enum sel_outcome {
 	SEL_QUEUED,   /* copying; keep the GPU checkpoint pinned until its event */
@@ -268,11 +295,14 @@ struct sel_stats {
 int sel_store_stats(sel_store *store, struct sel_stats *out);
 
 /*
- * Prometheus text exposition of the stats into buf. Returns the length
- * written (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN
- * as sel_store_stats does.
+ * Prometheus text exposition of the stats into buf (every family once,
+ * with # HELP and # TYPE; README lists them). Returns the length written
+ * (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN as
+ * sel_store_stats does. SEL_METRICS_BYTES of a world size is always
+ * enough, whatever the counters hold.
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
+#define SEL_METRICS_BYTES(world_size) (8192u + 512u * (world_size))
 
 enum sel_log_level {
 	SEL_LOG_ERROR = 0,

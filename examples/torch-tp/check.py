@@ -1,0 +1,90 @@
+"""run-tests' helper: corrupts record files, and compares each phase's
+tokens with the reference run's (every prompt computed in full).
+
+    check.py corrupt DIR           flips one page byte in every record under DIR
+    check.py compare REF PHASE...  tokens equal per request; counts of each kind"""
+
+import json
+import os
+import struct
+import sys
+
+
+def corrupt(directory):
+    flipped = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.getsize(path) <= 4096:
+                continue  # the directory lock, or no record
+            with open(path, "r+b") as f:
+                f.seek(176)  # the page segment offset (record/FORMAT.md)
+                at, = struct.unpack("<Q", f.read(8))
+                f.seek(at + 7)
+                byte = f.read(1)[0]
+                f.seek(at + 7)
+                f.write(bytes([byte ^ 0x40]))
+            flipped += 1
+    print("corrupted %d record files under %s" % (flipped, directory))
+    return 0 if flipped else 1
+
+
+def load(path):
+    requests, summary = {}, None
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if "summary" in r:
+                summary = r["summary"]
+            else:
+                requests[r["id"]] = r
+    return requests, summary
+
+
+def compare(reference, phases):
+    ref, _ = load(reference)
+    passed = failed = 0
+    kinds = dict(gpu_hit=0, host_restore=0, restarted=0, recomputed_after_failure=0)
+    totals = dict(evictions=0, overlapped_steps=0, restore_failures=0, wrong_pages=0,
+                  expectations_missed=0)
+
+    def check(ok, what):
+        nonlocal passed, failed
+        passed += ok
+        failed += not ok
+        if not ok:
+            print("FAILED: " + what)
+
+    for n, path in enumerate(phases):
+        got, summary = load(path)
+        for key in totals:
+            totals[key] += summary[key]
+        for rid, r in got.items():
+            check(r["tokens"] == ref[rid]["tokens"], "%s: tokens %s, recomputed %s" % (
+                rid, r["tokens"], ref[rid]["tokens"]))
+            kinds["gpu_hit"] += r["gpu_reused"] > 0
+            kinds["host_restore"] += r["host_reused"] > 0
+            kinds["restarted"] += n > 0 and r["host_reused"] > 0
+            kinds["recomputed_after_failure"] += r["restore_failed"] > 0
+    for kind, count in kinds.items():
+        check(count > 0, "no request of the kind %s" % kind)
+    check(totals["evictions"] > 0, "no GPU eviction")
+    check(totals["overlapped_steps"] > 0, "no decode step overlapped a restore")
+    check(totals["wrong_pages"] == 0, "restored pages differ from the stored ones")
+    check(totals["expectations_missed"] == 0, "expectations missed")
+    print("identical tokens after: %d GPU hits, %d host restores (%d after a restart of "
+          "every rank), %d recomputes after a corrupted record; %d GPU evictions, %d decode "
+          "steps overlapping a restore, %d restores checked bitwise (0 differ)" % (
+              kinds["gpu_hit"], kinds["host_restore"], kinds["restarted"],
+              kinds["recomputed_after_failure"], totals["evictions"],
+              totals["overlapped_steps"], kinds["host_restore"]))
+    print("torch-tp: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "corrupt":
+        sys.exit(corrupt(sys.argv[2]))
+    if len(sys.argv) >= 4 and sys.argv[1] == "compare":
+        sys.exit(compare(sys.argv[2], sys.argv[3:]))
+    sys.exit(__doc__)

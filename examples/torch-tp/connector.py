@@ -1,0 +1,109 @@
+"""The Selene-facing part of the engine: what another engine would lift.
+One object on rank zero wraps the store and knows nothing of the model:
+
+  lookup(tokens, resident)   the deepest stored prefix beyond resident (a Hit)
+  worth_fetching(hit)        the fetch-or-recompute rule (seed 2.10)
+  restore(hit, pages, row)   starts a fetch; its outcome comes from poll()
+  publish(...)               offers a checkpoint (Outcome); its event from poll()
+  touch(tokens, consumed)    a GPU-cache hit keeps the record young on disk
+  poll()                     completions, as (kind, id, error, why) events
+
+Fetch or recompute: fetch only when the estimated transfer time is below
+half the estimated prefill time of the same tokens. Both estimates start
+from stated rates and follow the median of the last three measurements."""
+
+import statistics
+import time
+from collections import deque
+
+import selene
+
+
+class Rate:
+    """Units per second: a stated start, then the median of the last 3."""
+
+    def __init__(self, initial: float):
+        self.initial, self.recent = initial, deque(maxlen=3)
+
+    def measure(self, units: float, seconds: float):
+        if units > 0 and seconds > 0:
+            self.recent.append(units / seconds)
+
+    @property
+    def value(self) -> float:
+        return statistics.median(self.recent) if self.recent else self.initial
+
+
+class SeleneConnector:
+    def __init__(self, store: selene.Store, page_tokens: int, unit_bytes_per_page: int,
+                 row_bytes: int, fetch_bytes_per_s: float, prefill_tokens_per_s: float,
+                 rule: str = "auto"):
+        self.store, self.page_tokens = store, page_tokens
+        self.page_bytes, self.row_bytes = unit_bytes_per_page, row_bytes
+        self.fetch_rate, self.prefill_rate = Rate(fetch_bytes_per_s), Rate(prefill_tokens_per_s)
+        self.rule = rule                     # auto, or always fetch / recompute (tests)
+        self.next_id = 0
+        self.fetches = {}                    # waiter -> (bytes, submit time)
+        self.decisions = []                  # (tokens, estimated fetch s, prefill s, fetched)
+
+    def _id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def history(self, tokens):
+        return self.store.history(tokens)
+
+    def lookup(self, history, resident: int):
+        hit = self.store.lookup(history, resident)
+        return hit if hit is not None and hit.consumed > resident else None
+
+    def estimate(self, hit):
+        """(transfer s, prefill s) of restoring hit against recomputing it,
+        per rank (ranks move and compute their shares at once)."""
+        restore_bytes = hit.page_count * self.page_bytes + self.row_bytes
+        tokens = hit.consumed - hit.resident
+        return restore_bytes / self.fetch_rate.value, tokens / self.prefill_rate.value
+
+    def worth_fetching(self, hit) -> bool:
+        transfer_s, prefill_s = self.estimate(hit)
+        fetch = transfer_s < 0.5 * prefill_s if self.rule == "auto" else self.rule == "fetch"
+        self.decisions.append((hit.consumed - hit.resident, transfer_s, prefill_s, fetch))
+        return fetch
+
+    def restore(self, hit, pages, row) -> int:
+        """Starts restoring hit into pages (hit.page_count ids) and row.
+        Returns the waiter id its event will carry; the destination belongs
+        to Selene until that event. Raises SeleneError (ENOTFOUND: the hit
+        went stale; EQUEUEFULL: try later)."""
+        waiter = self._id()
+        self.store.fetch(hit, pages, row, waiter)
+        self.fetches[waiter] = (hit.page_count * self.page_bytes + self.row_bytes,
+                                time.perf_counter())
+        return waiter
+
+    def publish(self, history, consumed, parent_consumed, pages, row):
+        """Offers a checkpoint; returns (outcome, id): keep its pages pinned
+        until the event for id when the outcome is QUEUED."""
+        checkpoint = self._id()
+        return self.store.publish(checkpoint, history, consumed, parent_consumed,
+                                  pages, row), checkpoint
+
+    def touch(self, history, consumed):
+        try:
+            self.store.touch(history, consumed)
+        except selene.SeleneError as e:
+            if e.code != selene.ENOTFOUND:  # never stored or evicted: nothing to keep
+                raise
+
+    def measured_prefill(self, tokens, seconds):
+        self.prefill_rate.measure(tokens, seconds)
+
+    def poll(self):
+        """Events since the last poll; a fetch's rate is measured here."""
+        events = self.store.poll()
+        for ev in events:
+            if ev.kind in (selene.EventKind.FETCHED, selene.EventKind.FETCH_FAILED):
+                moved, t0 = self.fetches.pop(ev.id, (0, 0.0))
+                if ev.kind == selene.EventKind.FETCHED:
+                    self.fetch_rate.measure(moved, time.perf_counter() - t0)
+        return events

@@ -1,0 +1,250 @@
+"""Rank zero's scheduler: admits a trace's requests, reuses the GPU prefix
+cache, restores from Selene or recomputes, prefills span by span (a
+checkpoint, cached and published, at every page-aligned span boundary) and
+decodes greedily. Every model step goes to every rank through `ranks`.
+
+The model loop never waits for Selene: a restoring request sits in the
+inbound state while the others prefill and decode, and is admitted when its
+event comes. A failed restore frees its destination pages and row only after
+its event (until then Selene may still write them) and the request
+recomputes. Prefill always runs span by span, so a prefix restored and a
+prefix recomputed are the same computation and decode to the same tokens."""
+
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import selene
+from kv_cache import prefix_hashes
+
+
+@dataclass
+class Request:
+    id: str
+    tokens: List[int]
+    boundaries: List[int]            # span ends, ascending
+    decode: int
+    settle: bool
+    expect: dict
+    delay_steps: int = 0             # arrives this many model steps after the one before
+    state: str = "new"               # new, inbound, prefill, decode, done
+    pages: List[int] = field(default_factory=list)  # the chain this request holds
+    held: list = field(default_factory=list)         # checkpoints it keeps from eviction
+    position: int = 0                # tokens with K/V in pages
+    parent: int = 0                  # the last checkpoint's count in this chain
+    out: List[int] = field(default_factory=list)
+    history: object = None
+    hashes: list = None
+    waiter: int = 0
+    hit: object = None
+    dest: List[int] = field(default_factory=list)
+    row: int = -1
+    restore_t0: float = 0.0
+    result: dict = field(default_factory=lambda: dict(
+        gpu_reused=0, host_reused=0, prefilled=0, restore_ms=0.0, checkpoints=0,
+        restore_failed=0, verified=True))
+
+
+class Scheduler:
+    def __init__(self, ranks, cache, connector, page_tokens, max_active=2, verify=True):
+        self.ranks, self.cache, self.sel = ranks, cache, connector
+        self.pt, self.max_active, self.verify = page_tokens, max_active, verify
+        self.stores = {}        # checkpoint id -> cached Checkpoint (pinned)
+        self.digests = {}       # prefix key hex -> every rank's digest at publish
+        self.counts = dict(gpu_hits=0, host_restores=0, restore_failures=0, recomputed=0,
+                           overlapped_steps=0, published=0, stored=0, store_failures=0,
+                           retry=0, wrong_pages=0)
+
+    # -- events ---------------------------------------------------------
+    def poll(self, active):
+        if self.sel is None:
+            return
+        for ev in self.sel.poll():
+            if ev.kind in (selene.EventKind.STORED, selene.EventKind.STORE_FAILED):
+                k = self.stores.pop(ev.id)
+                k.pins -= 1
+                self.counts["stored" if ev.kind == selene.EventKind.STORED else
+                            "store_failures"] += 1
+            elif ev.kind in (selene.EventKind.FETCHED, selene.EventKind.FETCH_FAILED):
+                q = next(r for r in active if r.state == "inbound" and r.waiter == ev.id)
+                self.restored(q, ev)
+            else:
+                raise RuntimeError("Selene stopped: %s" % ev.why)
+
+    def restored(self, q, ev):
+        q.result["restore_ms"] += (time.perf_counter() - q.restore_t0) * 1e3
+        if ev.kind == selene.EventKind.FETCH_FAILED:
+            # the destination is quiescent only now: free it, and recompute
+            self.cache.release(q.dest)
+            self.cache.free_rows.append(q.row)
+            q.result["restore_failed"] += 1
+            self.counts["restore_failures"] += 1
+            self.counts["recomputed"] += 1
+            print("  %s: restore of %d tokens failed (%s); recomputing"
+                  % (q.id, q.hit.consumed, ev.why), flush=True)
+            q.state = "prefill"
+            return
+        consumed = q.hit.consumed
+        q.pages += q.dest
+        key = q.hashes[consumed // self.pt - 1]
+        if self.verify:
+            got = self.ranks.digest(q.pages[:consumed // self.pt], q.row)
+            want = self.digests.get(key.hex())
+            if want is not None and got != want:
+                self.counts["wrong_pages"] += 1
+                q.result["verified"] = False
+        self.use(q, self.cache.insert(consumed, key, q.pages[:consumed // self.pt], q.row))
+        q.result["host_reused"] += consumed - q.position
+        self.counts["host_restores"] += 1
+        q.position = q.parent = consumed
+        self.start_prefill_or_decode(q, q.row)
+
+    # -- admission ------------------------------------------------------
+    def admit(self, q):
+        q.hashes = prefix_hashes(q.tokens, self.pt)
+        aligned = [b for b in q.boundaries if b % self.pt == 0]
+        candidates = [q.hashes[b // self.pt - 1] for b in aligned]
+        k = self.cache.find(candidates) if self.sel is not None else None
+        if self.sel is not None:
+            q.history = self.sel.history(q.tokens)
+        if k is not None:
+            self.use(q, k)
+            self.cache.hold(k.pages)
+            q.pages, q.position, q.parent = list(k.pages), k.consumed, k.consumed
+            q.result["gpu_reused"] = k.consumed
+            self.counts["gpu_hits"] += 1
+            self.sel.touch(q.history, k.consumed)
+        if q.position < len(q.tokens) and self.sel is not None and self.try_restore(q):
+            return
+        if q.position == len(q.tokens):
+            self.start_prefill_or_decode(q, k.row)
+        else:
+            q.state = "prefill"
+
+    def try_restore(self, q) -> bool:
+        hit = self.sel.lookup(q.history, q.position)
+        if hit is None or not self.sel.worth_fetching(hit):
+            return False
+        assert q.position // self.pt + hit.page_count == hit.consumed // self.pt
+        dest = self.cache.take_pages(hit.page_count)
+        row = self.cache.take_row() if dest is not None else None
+        if row is None:  # no room on the GPU: recompute
+            if dest is not None:
+                self.cache.release(dest)
+            return False
+        try:
+            q.waiter = self.sel.restore(hit, dest, row)
+        except selene.SeleneError:  # a stale hit or a full queue: recompute
+            self.cache.release(dest)
+            self.cache.free_rows.append(row)
+            return False
+        q.hit, q.dest, q.row, q.state = hit, dest, row, "inbound"
+        q.restore_t0 = time.perf_counter()
+        return True
+
+    def start_prefill_or_decode(self, q, row):
+        if q.position < len(q.tokens):
+            q.state = "prefill"
+        else:  # the checkpoint's row holds the last hidden state: no compute
+            q.out = [self.ranks.token_from_row(row)]
+            q.state = "decode"
+
+    # -- model steps ----------------------------------------------------
+    def grow(self, q, count):
+        need = (count + self.pt - 1) // self.pt - len(q.pages)
+        if need > 0:
+            got = self.cache.take_pages(need)
+            if got is None:
+                raise RuntimeError("%s: no room in the GPU cache for %d pages" % (q.id, need))
+            q.pages += got
+
+    def prefill_span(self, q):
+        end = next(b for b in q.boundaries if b > q.position)
+        self.grow(q, end)
+        row = self.cache.take_row() if end % self.pt == 0 and self.sel is not None else None
+        checkpoint = row is not None  # no row free: no checkpoint here
+        row = -1 if row is None else row
+        t0 = time.perf_counter()
+        token = self.ranks.forward(q.tokens[q.position:end], q.position, q.pages, row)
+        if self.sel is not None:
+            self.sel.measured_prefill(end - q.position, time.perf_counter() - t0)
+        q.result["prefilled"] += end - q.position
+        q.position = end
+        if checkpoint:
+            self.checkpoint(q, end, row)
+        if end == len(q.tokens):
+            q.out = [token]
+            q.state = "decode"
+
+    def checkpoint(self, q, consumed, row):
+        key = q.hashes[consumed // self.pt - 1]
+        chain = q.pages[:consumed // self.pt]
+        k = self.cache.insert(consumed, key, chain, row)
+        self.use(q, k)
+        if self.verify:
+            self.digests[key.hex()] = self.ranks.digest(chain, row)
+        outcome, cid = self.sel.publish(q.history, consumed, q.parent, chain, row)
+        q.parent = consumed
+        q.result["checkpoints"] += 1
+        self.counts["published"] += 1
+        if outcome == selene.Outcome.QUEUED:
+            k.pins += 1
+            self.stores[cid] = k
+        self.counts["retry"] += outcome == selene.Outcome.RETRY
+
+    def decode_step(self, q):
+        position = len(q.tokens) + len(q.out) - 1
+        self.grow(q, position + 1)
+        q.out.append(self.ranks.forward([q.out[-1]], position, q.pages, -1))
+
+    @staticmethod
+    def use(q, k):
+        k.users += 1
+        q.held.append(k)
+
+    def finish(self, q):
+        for k in q.held:
+            k.users -= 1
+        self.cache.release(q.pages)
+        q.state = "done"
+        if q.history is not None:
+            q.history.close()
+
+    # -- the loop ---------------------------------------------------------
+    def run(self, requests, on_done):
+        waiting, active = list(requests), []
+        steps = arrived = 0
+        while waiting or active:
+            self.poll(active)
+            while waiting and len(active) < self.max_active:
+                q = waiting[0]
+                if q.settle and (self.stores or active):
+                    break  # a user's think time: earlier turns finish and are stored
+                if steps < arrived + q.delay_steps:
+                    break  # not arrived yet
+                arrived = steps
+                waiting.pop(0)
+                active.append(q)
+                self.admit(q)
+            runnable = [q for q in active if q.state in ("prefill", "decode")]
+            inbound = any(q.state == "inbound" for q in active)
+            if not runnable:
+                time.sleep(0.0005)  # only restores in flight: poll again
+                continue
+            q = runnable[0]
+            steps += 1
+            if q.state == "prefill":
+                self.prefill_span(q)
+            elif len(q.out) < q.decode:
+                self.decode_step(q)
+                self.counts["overlapped_steps"] += inbound
+            if q.state == "decode" and len(q.out) >= q.decode:
+                self.finish(q)
+                active.remove(q)
+                on_done(q)
+            else:  # round robin
+                active.remove(q)
+                active.append(q)
+        while self.stores:
+            self.poll(active)
+            time.sleep(0.001)

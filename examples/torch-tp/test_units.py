@@ -1,0 +1,76 @@
+"""The engine's parts alone (pytest, CPU, one process): the fetch-or-recompute
+rule and its rates, the prefix cache's references and LRU eviction, the
+paged K/V layout, and that a prefix computed in pieces equals one computed
+whole (what makes restored and recomputed requests decode alike)."""
+
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+from connector import Rate, SeleneConnector  # noqa: E402
+from kv_cache import PagedKV, PrefixCache, prefix_hashes  # noqa: E402
+from model import SHAPES, TensorParallelLlama  # noqa: E402
+
+
+def test_rate_follows_the_median_of_the_last_three():
+    r = Rate(100.0)
+    assert r.value == 100.0
+    r.measure(10, 1)
+    assert r.value == 10
+    for units in (30, 20, 1000):
+        r.measure(units, 1)
+    assert r.value == 30   # 30, 20, 1000: the first measurement aged out
+    r.measure(5, 0)        # a zero-length measurement is ignored
+    assert r.value == 30
+
+
+def test_rule_fetches_only_below_half_the_prefill_time():
+    page_bytes = 1000
+    c = SeleneConnector(None, 16, page_bytes, 0, fetch_bytes_per_s=1e6,
+                        prefill_tokens_per_s=1e3)
+    hit = SimpleNamespace(page_count=10, consumed=160, resident=0)
+    # transfer 10 ms, prefill 160 ms: fetch
+    assert c.worth_fetching(hit)
+    c.fetch_rate.measure(page_bytes * 10, 0.1)  # the medium is slower than stated
+    # transfer 100 ms against 160 ms: not below half, recompute
+    assert not c.worth_fetching(hit)
+    assert [d[3] for d in c.decisions] == [True, False]
+    assert SeleneConnector(None, 16, 1000, 0, 1e6, 1e3, rule="recompute").worth_fetching(hit) \
+        is False
+
+
+def test_prefix_cache_refcounts_and_lru():
+    cache = PrefixCache(pages=4, rows=2, page_tokens=16)
+    a = cache.take_pages(2)
+    k = cache.insert(32, b"a", a, cache.take_row())
+    cache.release(a)                     # the request ends; the checkpoint keeps them
+    assert cache.refs[a[0]] == 1 and len(cache.free_pages) == 2
+    k.pins = 1                           # being stored: not evictable
+    assert cache.take_pages(3) is None
+    k.pins = 0
+    got = cache.take_pages(3)            # evicts it
+    assert got is not None and cache.evictions == 1 and b"a" not in cache.lru
+    assert cache.find([b"a"]) is None
+
+
+def test_prefix_hashes_chain_by_page():
+    a, b = prefix_hashes(list(range(40)), 16), prefix_hashes(list(range(32)) + [9] * 8, 16)
+    assert len(a) == 2 and a == b
+    assert prefix_hashes([1] + list(range(1, 32)), 16)[1] != a[1]
+
+
+def test_prefix_in_pieces_equals_prefix_whole():
+    model = TensorParallelLlama(SHAPES["tiny"], 0, 1, "cpu", torch.float32)
+    kv = PagedKV(model, 16, 16, 2)
+    tokens = torch.randint(0, 512, (80,), generator=torch.Generator().manual_seed(3)).tolist()
+    whole = model.forward(tokens[:48], 0, [0, 1, 2], kv)
+    model.forward(tokens[:32], 0, [3, 4], kv)
+    pieces = model.forward(tokens[32:48], 32, [3, 4, 5], kv)
+    assert torch.allclose(whole, pieces, atol=1e-5)
+    assert torch.equal(kv.k[0][[0, 1]], kv.k[0][[3, 4]])  # the same pages, bitwise
+    assert kv.digest([0, 1], None) == kv.digest([3, 4], None)

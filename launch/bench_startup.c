@@ -1,0 +1,446 @@
+/*
+ * selene bench startup: how long a multi-rank store takes to open over
+ * directories that already hold many records (DESIGN.md section 7). Rank
+ * zero runs in this process through the public API and every other rank is
+ * a forked peer (sel_peer_start) on loopback, all on the host device, as in
+ * selene bench fanout.
+ *
+ * First the records are made with the store itself: records_per_rank
+ * publications of small root records (64 tokens, no page of their own, a
+ * 4 KiB row), many in flight, so every rank's directory holds that many
+ * files. Then, rounds times, every rank starts again on those directories
+ * and the bench reports the time from the fork of the peers to
+ * sel_store_open returning on rank zero, split into its phases: each
+ * rank's scan, the join, the summary exchange, the agreement, applying it,
+ * and the index build, with the CPU time the ranks spent (steadier than
+ * wall time on a shared machine). The first restart after the records are
+ * made reads their headers from the disk (they were written with
+ * O_DIRECT); later ones from the page cache, as a restart without a reboot
+ * does; --cold drops the files' pages before every restart, as a reboot
+ * would. A population left by --keep is reused when its shape matches.
+ */
+#include "launch/bench_store.h"
+
+#include "common/base.h"
+#include "coordinator/bench.h"
+#include "peer/bench.h"
+#include "selene/store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STARTUP_WORLD_MAX 64u
+#define STARTUP_UNIT 4096u
+#define STARTUP_PAGE_TOKENS 128u /* a 64-token record holds no page of its own */
+#define STARTUP_TOKENS 64u
+#define STARTUP_WINDOW 48u       /* publications in flight (COORD_JOBS_MAX is 64) */
+#define STARTUP_RECORD_BYTES (3u * STARTUP_UNIT) /* header, row, slack */
+
+struct startup_run {
+	char base[512];
+	uint32_t world;
+	uint32_t records;
+	struct sel_cluster cluster;
+	pid_t peers[STARTUP_WORLD_MAX];
+	uint8_t *plane, *rows;
+	/* Shared with the forked peers: each writes its own slot. */
+	struct sel_bench_peer_startup *peer_times;
+};
+
+static void startup_config(struct startup_run *r, uint32_t rank, struct sel_store_config *c,
+			   struct sel_plane *plane, char *dir, size_t dir_size)
+{
+	snprintf(dir, dir_size, "%s/rank%u", r->base, rank);
+	*plane = (struct sel_plane){ "k", STARTUP_UNIT, (uintptr_t)r->plane };
+	*c = (struct sel_store_config){
+		.dir = dir, .page_tokens = STARTUP_PAGE_TOKENS, .page_plane_count = 1,
+		.page_planes = plane,
+		.row_plane = { "state", STARTUP_UNIT, (uintptr_t)r->rows },
+		.page_count = 4, .row_count = 4, .device = "host",
+		.disk_limit_bytes = (uint64_t)r->records * STARTUP_RECORD_BYTES + (64ull << 20),
+		.durable = false, .records_max = r->records + 1024,
+		.cluster = r->world > 1 ? &r->cluster : NULL,
+	};
+	memset(c->model_identity, 0x5f, sizeof(c->model_identity));
+}
+
+/* A peer: joins rank zero, says how its start went, runs until the end. */
+static void startup_peer_main(struct startup_run *r, uint32_t rank)
+{
+	struct sel_store_config c;
+	struct sel_plane plane;
+	char dir[600], err[256];
+	sel_peer *peer;
+	int ret;
+
+	close(r->cluster.listen_fd);
+	r->cluster.rank = rank;
+	r->cluster.listen_fd = -1;
+	startup_config(r, rank, &c, &plane, dir, sizeof(dir));
+	ret = sel_peer_start(&c, &peer, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench startup: rank %u: %s\n", rank, err);
+		_exit(2);
+	}
+	sel_bench_peer_startup(peer, &r->peer_times[rank]);
+	ret = sel_peer_wait(peer);
+	sel_peer_stop(peer);
+	_exit(ret ? 3 : 0);
+}
+
+static int startup_listen(struct startup_run *r)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) || listen(fd, (int)r->world) ||
+	    getsockname(fd, (struct sockaddr *)&addr, &len)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	r->cluster = (struct sel_cluster){
+		.rank = 0, .world_size = r->world, .coordinator_host = "127.0.0.1",
+		.coordinator_port = ntohs(addr.sin_port), .listen_fd = fd,
+		.join_timeout_ms = 600000, .silence_timeout_ms = 60000,
+		.job_timeout_ms = 120000,
+	};
+	memset(r->cluster.secret, 0x3d, sizeof(r->cluster.secret));
+	return 0;
+}
+
+/* Forks the peers and opens rank zero's store: every rank starts. */
+static int startup_open(struct startup_run *r, sel_store **store)
+{
+	struct sel_store_config c;
+	struct sel_plane plane;
+	char dir[600], err[512];
+	int ret = 0;
+
+	memset(r->peers, 0, sizeof(r->peers));
+	memset(r->peer_times, 0, STARTUP_WORLD_MAX * sizeof(*r->peer_times));
+	if (r->world > 1) {
+		ret = startup_listen(r);
+		fflush(NULL);
+		for (uint32_t rank = 1; !ret && rank < r->world; rank++) {
+			pid_t pid = fork();
+
+			if (pid < 0)
+				ret = -errno;
+			else if (pid == 0)
+				startup_peer_main(r, rank);
+			else
+				r->peers[rank] = pid;
+		}
+		if (ret)
+			fprintf(stderr, "selene bench startup: %s\n", sel_strerror(ret));
+	}
+	if (!ret) {
+		startup_config(r, 0, &c, &plane, dir, sizeof(dir));
+		ret = sel_store_open(&c, store, err, sizeof(err));
+		if (ret)
+			fprintf(stderr, "selene bench startup: %u ranks: %s\n", r->world, err);
+	}
+	return ret;
+}
+
+/* Closes rank zero's store (the peers then exit) and reaps the peers. */
+static int startup_close(struct startup_run *r, sel_store *store, int ret)
+{
+	int peer_failures = 0;
+
+	if (store && sel_store_close(store, 120000) && !ret)
+		ret = -EIO;
+	if (r->world > 1)
+		close(r->cluster.listen_fd);
+	for (uint32_t rank = 1; rank < r->world; rank++) {
+		int status;
+
+		if (r->peers[rank] <= 0)
+			continue;
+		if (ret)
+			kill(r->peers[rank], SIGKILL);
+		if (waitpid(r->peers[rank], &status, 0) == r->peers[rank] &&
+		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			peer_failures++;
+	}
+	if (!ret && peer_failures) {
+		fprintf(stderr, "selene bench startup: %d peers exited with an error\n",
+			peer_failures);
+		ret = -EIO;
+	}
+	return ret;
+}
+
+static void startup_pause(void)
+{
+	struct timespec ts = { 0, 20000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Takes events; a failed store fails the population. */
+static int startup_take_events(sel_store *store, sel_history **histories, uint32_t *in_flight)
+{
+	struct sel_event ev[STARTUP_WINDOW];
+	uint32_t n = sel_poll(store, ev, SEL_ARRAY_SIZE(ev));
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (ev[i].kind != SEL_EVENT_STORED) {
+			fprintf(stderr, "selene bench startup: store %" PRIu64 " failed: %s\n",
+				ev[i].id, ev[i].why);
+			ret = -EIO;
+			continue;
+		}
+		sel_history_destroy(histories[ev[i].id]);
+		histories[ev[i].id] = NULL;
+		(*in_flight)--;
+	}
+	if (n == 0)
+		startup_pause();
+	return ret;
+}
+
+/* Publishes one small root record per index, STARTUP_WINDOW in flight. */
+static int startup_publish_all(struct startup_run *r, sel_store *store)
+{
+	sel_history **histories = calloc(r->records, sizeof(*histories));
+	uint32_t tokens[STARTUP_TOKENS], page = 0, in_flight = 0;
+	uint64_t next = 0;
+	int ret = histories ? 0 : -ENOMEM;
+
+	while (!ret && (next < r->records || in_flight > 0)) {
+		while (!ret && in_flight < STARTUP_WINDOW && next < r->records) {
+			struct sel_publication pub;
+			enum sel_outcome outcome;
+
+			for (uint32_t i = 0; i < STARTUP_TOKENS; i++)
+				tokens[i] = (uint32_t)((next * 2654435761u + i * 40503u) % 151936u);
+			tokens[0] = (uint32_t)next; /* a distinct first block: a root */
+			tokens[1] = (uint32_t)(next >> 32);
+			ret = sel_history_create(store, tokens, STARTUP_TOKENS, &histories[next]);
+			if (ret)
+				break;
+			pub = (struct sel_publication){ .checkpoint = next,
+							.history = histories[next],
+							.consumed = STARTUP_TOKENS, .page_ids = &page };
+			ret = sel_store_publish(store, &pub, &outcome);
+			if (ret == SEL_EQUEUEFULL || (!ret && outcome == SEL_RETRY)) {
+				sel_history_destroy(histories[next]);
+				histories[next] = NULL;
+				ret = 0;
+				break;
+			}
+			if (!ret && outcome != SEL_QUEUED)
+				ret = -EEXIST;
+			if (ret)
+				break;
+			in_flight++;
+			next++;
+		}
+		if (!ret)
+			ret = startup_take_events(store, histories, &in_flight);
+	}
+	for (uint32_t i = 0; i < r->records; i++)
+		sel_history_destroy(histories[i]);
+	free(histories);
+	return ret;
+}
+
+static int startup_remove_one(const char *path, const struct stat *st, int flag,
+			      struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+/* Makes the records unless a kept population of this shape is there. */
+static int startup_populate(struct startup_run *r)
+{
+	char done_path[600];
+	sel_store *store = NULL;
+	struct stat st;
+	uint64_t t0 = sel_monotonic_ns();
+	int ret;
+	FILE *f;
+
+	snprintf(done_path, sizeof(done_path), "%s/populated", r->base);
+	if (stat(done_path, &st) == 0) {
+		printf("startup: reusing the %u x %u records in %s\n", r->world, r->records,
+		       r->base);
+		return 0;
+	}
+	nftw(r->base, startup_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	if (mkdir(r->base, 0755) && errno != EEXIST)
+		return -errno;
+	ret = startup_open(r, &store);
+	if (!ret)
+		ret = startup_publish_all(r, store);
+	ret = startup_close(r, store, ret);
+	if (ret)
+		return ret;
+	printf("startup: made %u records on each of %u ranks in %.1f s\n", r->records,
+	       r->world, (double)(sel_monotonic_ns() - t0) / 1e9);
+	f = fopen(done_path, "w");
+	if (!f)
+		return -errno;
+	fclose(f);
+	return 0;
+}
+
+/* User and system CPU time of a rusage. */
+static uint64_t cpu_ns(const struct rusage *u)
+{
+	return ((uint64_t)u->ru_utime.tv_sec + (uint64_t)u->ru_stime.tv_sec) * 1000000000ull +
+	       ((uint64_t)u->ru_utime.tv_usec + (uint64_t)u->ru_stime.tv_usec) * 1000ull;
+}
+
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+/*
+ * Drops every file's pages under path from the page cache (what a reboot
+ * does to them; the inodes stay cached), so the next scan reads each
+ * header from the disk.
+ */
+static int startup_evict_one(const char *path, const struct stat *st, int flag,
+			     struct FTW *ftw)
+{
+	int fd;
+
+	(void)st;
+	(void)ftw;
+	if (flag != FTW_F)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd >= 0) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+	return 0;
+}
+
+/* One restart of every rank over the populated directories. */
+static int startup_round(struct startup_run *r, uint32_t round, bool cold)
+{
+	struct sel_bench_startup z = { 0 };
+	struct rusage self0, self1, children0, children1;
+	uint64_t t0 = sel_monotonic_ns(), ready_ns, peer_scan_max = 0;
+	sel_store *store = NULL;
+	struct sel_stats stats;
+	int ret;
+
+	if (cold)
+		nftw(r->base, startup_evict_one, 16, FTW_PHYS);
+	t0 = sel_monotonic_ns();
+	getrusage(RUSAGE_SELF, &self0);
+	getrusage(RUSAGE_CHILDREN, &children0);
+	ret = startup_open(r, &store);
+	ready_ns = sel_monotonic_ns() - t0;
+	getrusage(RUSAGE_SELF, &self1);
+	if (!ret) {
+		sel_bench_startup(store, &z);
+		sel_store_stats(store, &stats);
+		if (stats.records != r->records) {
+			fprintf(stderr, "selene bench startup: %" PRIu64 " records after the "
+				"restart, not %u\n", stats.records, r->records);
+			ret = -EIO;
+		}
+	}
+	ret = startup_close(r, store, ret);
+	if (ret)
+		return ret;
+	getrusage(RUSAGE_CHILDREN, &children1);
+	for (uint32_t rank = 1; rank < r->world; rank++)
+		if (r->peer_times[rank].scan_ns > peer_scan_max)
+			peer_scan_max = r->peer_times[rank].scan_ns;
+	printf("startup: %5u  %8.1f  %8.1f %9.1f %7.1f %9.1f %10.1f %7.1f %6.1f %8.1f %8.1f\n",
+	       round, ms(ready_ns), ms(z.scan_ns), ms(peer_scan_max), ms(z.join_ns),
+	       ms(z.summary_ns), ms(z.agreement_ns), ms(z.apply_ns), ms(z.index_ns),
+	       ms(cpu_ns(&self1) - cpu_ns(&self0)),
+	       ms(cpu_ns(&children1) - cpu_ns(&children0)));
+	fflush(stdout);
+	return 0;
+}
+
+int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t rounds,
+		  bool keep, bool cold)
+{
+	struct startup_run r = { .world = world, .records = records };
+	int ret = 0;
+
+	if (world == 0 || world > STARTUP_WORLD_MAX || records == 0 || rounds == 0) {
+		fprintf(stderr, "selene bench startup: ranks 1 .. %u, records and rounds at "
+			"least 1\n", STARTUP_WORLD_MAX);
+		return -EINVAL;
+	}
+	snprintf(r.base, sizeof(r.base), "%s/startup-%ux%u", dir, world, records);
+	r.plane = calloc(4, STARTUP_UNIT);
+	r.rows = calloc(4, STARTUP_UNIT);
+	r.peer_times = mmap(NULL, STARTUP_WORLD_MAX * sizeof(*r.peer_times),
+			    PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (!r.plane || !r.rows || r.peer_times == MAP_FAILED) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		ret = -errno;
+		goto out;
+	}
+	printf("startup: %u records per rank on %u ranks (forked peers on loopback, host "
+	       "device), %ld cores online; then %u restarts over the same files%s\n", records,
+	       world, sysconf(_SC_NPROCESSORS_ONLN), rounds,
+	       cold ? ", each with their pages dropped from the page cache" : "");
+	fflush(stdout);
+	ret = startup_populate(&r);
+	if (ret)
+		goto out;
+	printf("startup: times in ms; ready: from the fork of the peers to sel_store_open\n"
+	       "startup: returning on rank zero; scan: rank zero's, and the slowest peer's\n"
+	       "startup: (they overlap); join: until every peer joined, so it waits for\n"
+	       "startup: the peers' scans; summaries: receiving every peer's; apply: every\n"
+	       "startup: rank applies its share and confirms; cpu r0: rank zero's CPU time\n"
+	       "startup: until ready; cpu peers: the peers' whole lives, their CPU time\n");
+	printf("startup: round     ready  scan r0 scan peer    join summaries agreement   "
+	       "apply  index   cpu r0 cpu peers\n");
+	for (uint32_t i = 0; !ret && i < rounds; i++)
+		ret = startup_round(&r, i, cold);
+	if (!ret)
+		printf("startup: target: ready under 2000 ms for 8 ranks x 100000 records on "
+		       "the H200 host\n");
+out:
+	if (!keep || ret)
+		nftw(r.base, startup_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	if (ret)
+		fprintf(stderr, "selene bench startup: %s\n", sel_strerror(ret));
+	free(r.plane);
+	free(r.rows);
+	if (r.peer_times != MAP_FAILED && r.peer_times)
+		munmap(r.peer_times, STARTUP_WORLD_MAX * sizeof(*r.peer_times));
+	return ret;
+}

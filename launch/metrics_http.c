@@ -1,0 +1,284 @@
+/*
+ * launch/metrics_http.h. One thread: poll() on the listening socket and a
+ * stop pipe; an accepted connection is read (with a deadline) until the
+ * end of its headers, answered and closed before the next is accepted.
+ */
+#include "launch/metrics_http.h"
+
+#include "common/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define METRICS_PAGE_BYTES_MAX (1u << 20)
+
+struct launch_metrics_http {
+	int listen_fd;
+	int stop_pipe[2];
+	launch_metrics_render_fn render;
+	void *ctx;
+	char *page;
+	size_t page_size;
+	pthread_t thread;
+};
+
+static void send_all(int fd, const char *data, size_t len)
+{
+	while (len) {
+		ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return; /* the client went away: nothing to tell it */
+		data += n;
+		len -= (size_t)n;
+	}
+}
+
+static void answer(int fd, const char *status, const char *type, const char *body,
+		   size_t body_len)
+{
+	char head[256];
+	int n = snprintf(head, sizeof(head), "HTTP/1.0 %s\r\nContent-Type: %s\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, type,
+			 body_len);
+
+	send_all(fd, head, (size_t)n);
+	send_all(fd, body, body_len);
+}
+
+static void answer_text(int fd, const char *status, const char *text)
+{
+	answer(fd, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* Reads until the blank line that ends the headers, within the deadline.
+ * Returns the bytes read, or -1 (timed out, closed, or too long). */
+static ssize_t read_request(int fd, char *buf, size_t size)
+{
+	uint64_t deadline = sel_monotonic_ns() + LAUNCH_METRICS_REQUEST_TIMEOUT_MS * 1000000ull;
+	size_t used = 0;
+
+	while (used < size - 1) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now = sel_monotonic_ns();
+		ssize_t n;
+
+		if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
+			return -1;
+		n = recv(fd, buf + used, size - 1 - used, 0);
+		if (n <= 0)
+			return n < 0 && errno == EINTR ? 0 : -1;
+		used += (size_t)n;
+		buf[used] = '\0';
+		if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
+			return (ssize_t)used;
+	}
+	return -1;
+}
+
+/* The page, rendered into a buffer that grows until it fits. */
+static int render_page(struct launch_metrics_http *s)
+{
+	for (;;) {
+		int n = s->render(s->ctx, s->page, s->page_size);
+		char *bigger;
+
+		if (n != -ENOSPC || s->page_size >= METRICS_PAGE_BYTES_MAX)
+			return n;
+		bigger = realloc(s->page, s->page_size * 2);
+		if (!bigger)
+			return -ENOMEM;
+		s->page = bigger;
+		s->page_size *= 2;
+	}
+}
+
+/* "METHOD /path HTTP/1.x" and the line's end: an upper-case method, an
+ * absolute path without blanks or control characters. */
+static bool parse_request_line(const char *line, char *method, size_t method_size,
+			       char *path, size_t path_size)
+{
+	size_t m = 0, p = 0;
+
+	while (line[m] >= 'A' && line[m] <= 'Z' && m < method_size - 1)
+		m++;
+	if (m == 0 || line[m] != ' ' || line[m + 1] != '/')
+		return false;
+	memcpy(method, line, m);
+	method[m] = '\0';
+	line += m + 1;
+	while ((unsigned char)line[p] > ' ' && line[p] != 0x7f && p < path_size - 1)
+		p++;
+	if (line[p] != ' ')
+		return false;
+	memcpy(path, line, p);
+	path[p] = '\0';
+	line += p + 1;
+	return (strncmp(line, "HTTP/1.0", 8) == 0 || strncmp(line, "HTTP/1.1", 8) == 0) &&
+	       (line[8] == '\r' || line[8] == '\n');
+}
+
+static void serve_one(struct launch_metrics_http *s, int fd)
+{
+	char request[LAUNCH_METRICS_REQUEST_BYTES_MAX], method[16], path[256];
+	int n;
+
+	if (read_request(fd, request, sizeof(request)) < 0 ||
+	    !parse_request_line(request, method, sizeof(method), path, sizeof(path))) {
+		answer_text(fd, "400 Bad Request", "not an HTTP/1.x request\n");
+		return;
+	}
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+		answer_text(fd, "405 Method Not Allowed", "only GET\n");
+		return;
+	}
+	if (strcmp(path, "/metrics") != 0 && strcmp(path, "/") != 0) {
+		answer_text(fd, "404 Not Found", "only /metrics\n");
+		return;
+	}
+	n = render_page(s);
+	if (n < 0) {
+		answer_text(fd, "500 Internal Server Error", "the metrics could not be written\n");
+		return;
+	}
+	answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", s->page,
+	       strcmp(method, "HEAD") == 0 ? 0 : (size_t)n);
+}
+
+static void *serve(void *arg)
+{
+	struct launch_metrics_http *s = arg;
+
+	for (;;) {
+		struct pollfd p[2] = { { .fd = s->listen_fd, .events = POLLIN },
+				       { .fd = s->stop_pipe[0], .events = POLLIN } };
+		int fd;
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents)
+			break;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue; /* a connection reset before accept, or no fds now */
+		serve_one(s, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static int listen_on(const char *address, uint16_t port, uint16_t *port_out, char *err,
+		     size_t err_size)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV }, *list, *a;
+	char service[8];
+	int fd = -1, ret, one = 1;
+
+	if (!address)
+		address = "127.0.0.1";
+	snprintf(service, sizeof(service), "%u", port);
+	ret = getaddrinfo(address, service, &hints, &list);
+	if (ret) {
+		snprintf(err, err_size, "--metrics-address %s: %s", address, gai_strerror(ret));
+		return -EINVAL;
+	}
+	for (a = list; a; a = a->ai_next) {
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0)
+			break;
+		ret = -errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(list);
+	if (fd < 0) {
+		snprintf(err, err_size, "cannot listen on %s port %u: %s", address, port,
+			 strerror(ret ? -ret : EINVAL));
+		return ret ? ret : -EINVAL;
+	}
+	{
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+
+		getsockname(fd, (struct sockaddr *)&ss, &len);
+		*port_out = ntohs(ss.ss_family == AF_INET6 ?
+				  ((struct sockaddr_in6 *)&ss)->sin6_port :
+				  ((struct sockaddr_in *)&ss)->sin_port);
+	}
+	return fd;
+}
+
+int launch_metrics_http_start(const char *address, uint16_t port,
+			      launch_metrics_render_fn render, void *ctx,
+			      struct launch_metrics_http **out, uint16_t *port_out,
+			      char *err, size_t err_size)
+{
+	struct launch_metrics_http *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->render = render;
+	s->ctx = ctx;
+	s->page_size = 16384;
+	s->page = malloc(s->page_size);
+	s->listen_fd = listen_on(address, port, port_out, err, err_size);
+	if (s->listen_fd < 0) {
+		ret = s->listen_fd;
+		goto err_free;
+	}
+	if (!s->page || pipe2(s->stop_pipe, O_CLOEXEC) != 0) {
+		ret = -ENOMEM;
+		snprintf(err, err_size, "cannot start the metrics server: out of resources");
+		goto err_close_listen;
+	}
+	ret = -pthread_create(&s->thread, NULL, serve, s);
+	if (ret) {
+		snprintf(err, err_size, "cannot start the metrics thread: %s", strerror(-ret));
+		goto err_close_pipe;
+	}
+	*out = s;
+	return 0;
+
+err_close_pipe:
+	close(s->stop_pipe[0]);
+	close(s->stop_pipe[1]);
+err_close_listen:
+	close(s->listen_fd);
+err_free:
+	free(s->page);
+	free(s);
+	return ret;
+}
+
+void launch_metrics_http_stop(struct launch_metrics_http *s)
+{
+	if (!s)
+		return;
+	while (write(s->stop_pipe[1], "x", 1) < 0 && errno == EINTR)
+		;
+	pthread_join(s->thread, NULL);
+	close(s->stop_pipe[0]);
+	close(s->stop_pipe[1]);
+	close(s->listen_fd);
+	free(s->page);
+	free(s);
+}

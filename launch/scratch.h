@@ -1,0 +1,26 @@
+/*
+ * A scratch directory that never outlives its command (selene bench): the
+ * work runs in a child process inside a fresh directory, and the parent
+ * removes that directory once the child has ended, however it ended (done,
+ * failed, crashed, or stopped by SIGINT, SIGTERM or SIGHUP), so an
+ * interrupted benchmark leaves no record files behind. Because the parent
+ * removes only after the child is gone, no thread can still be writing
+ * there.
+ */
+#ifndef SELENE_LAUNCH_SCRATCH_H
+#define SELENE_LAUNCH_SCRATCH_H
+
+/*
+ * Makes parent/NAME.PID (parent must be an existing directory: nothing is
+ * made above it), runs fn(scratch_path, arg) in a child process, removes
+ * the scratch directory and everything in it, and returns fn's result as
+ * an exit status: fn's own value (0 to 125) when the child exited, 128 +
+ * the signal when a signal ended it, 1 when the scratch directory could
+ * not be made or the child not started (said on stderr, prefixed with
+ * what). The parent forwards SIGINT, SIGTERM and SIGHUP to the child,
+ * unless the caller ignores them (they stay ignored in both).
+ */
+int launch_scratch_run(const char *what, const char *parent, const char *name,
+		       int (*fn)(const char *scratch_path, void *arg), void *arg);
+
+#endif

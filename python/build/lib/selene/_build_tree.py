@@ -1,0 +1,1 @@
+BUILD_TREE = '/work/main/build'

@@ -1,0 +1,143 @@
+"""libselene.so through ctypes: finding the library, the C structs of
+include/selene/store.h mirrored field for field, and every function's
+prototype. Nothing here is public; selene.store wraps it."""
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+VERSION = "0.1.0"
+SONAME = "libselene.so.0"
+
+
+def _candidates():
+    """Where the library may be, in order: SELENE_LIBRARY, the build tree
+    this package sits in (python/selene -> build/), the installed prefix
+    (the loader's path, then this interpreter's and /usr/local's lib), and
+    last the build tree of the checkout pip installed this package from."""
+    named = os.environ.get("SELENE_LIBRARY")
+    if named:
+        return [named]
+    here = os.path.dirname(os.path.abspath(__file__))
+    tree = os.path.join(os.path.dirname(os.path.dirname(here)), "build")
+    found = [os.path.join(tree, "libselene.so." + VERSION)]
+    found.append(SONAME)
+    by_name = ctypes.util.find_library("selene")
+    if by_name:
+        found.append(by_name)
+    for prefix in (sys.prefix, "/usr/local", "/usr"):
+        found.append(os.path.join(prefix, "lib", SONAME))
+    try:  # written by pip install ./python: the checkout it came from
+        from ._build_tree import BUILD_TREE
+        found.append(os.path.join(BUILD_TREE, "libselene.so." + VERSION))
+    except ImportError:
+        pass
+    return found
+
+
+def load():
+    """Loads libselene; raises OSError naming every place it looked."""
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise OSError("libselene not found: build it with make, install it with make "
+                  "install, or set SELENE_LIBRARY; tried " + "; ".join(tried))
+
+
+u8, u16, u32, u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
+c_int, c_bool, c_char_p, c_void_p = ctypes.c_int, ctypes.c_bool, ctypes.c_char_p, ctypes.c_void_p
+
+
+class Cluster(ctypes.Structure):
+    _fields_ = [("rank", u32), ("world_size", u32), ("coordinator_host", c_char_p),
+                ("coordinator_port", u16), ("listen_fd", c_int),
+                ("rank_addresses", ctypes.POINTER(c_char_p)), ("secret", u8 * 32),
+                ("join_timeout_ms", u32), ("silence_timeout_ms", u32),
+                ("job_timeout_ms", u32), ("accept_empty_ranks", c_bool)]
+
+
+class Plane(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("unit_bytes", u64), ("device_address", u64)]
+
+
+class StoreConfig(ctypes.Structure):
+    _fields_ = [("dir", c_char_p), ("model_identity", u8 * 32), ("state_mode", u8),
+                ("page_tokens", u32), ("page_plane_count", u32),
+                ("page_planes", ctypes.POINTER(Plane)), ("row_plane", Plane),
+                ("page_count", u32), ("row_count", u32), ("device", c_char_p),
+                ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
+                ("records_max", u32), ("cluster", ctypes.POINTER(Cluster))]
+
+
+class Hit(ctypes.Structure):
+    _fields_ = [("consumed", u64), ("page_count", u32), ("skip_pages", u32),
+                ("resident", u64), ("endpoint", u32), ("generation", u64)]
+
+
+class Publication(ctypes.Structure):
+    _fields_ = [("checkpoint", u64), ("history", c_void_p), ("consumed", u64),
+                ("parent_consumed", u64), ("page_ids", ctypes.POINTER(u32)),
+                ("state_slot", u32)]
+
+
+class Event(ctypes.Structure):
+    _fields_ = [("kind", c_int), ("id", u64), ("error", c_int), ("why", ctypes.c_char * 200)]
+
+
+LATENCY_BUCKETS = 12
+LATENCY_BOUNDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
+
+
+class LatencyHistogram(ctypes.Structure):
+    _fields_ = [("counts", u64 * (LATENCY_BUCKETS + 1)), ("count", u64),
+                ("sum_seconds", ctypes.c_double)]
+
+
+STATS_COUNTERS = (
+    "lookups hits reused_tokens published_queued published_present published_retry "
+    "published_oversize stored store_failures fetches fetch_failures bytes_stored "
+    "bytes_fetched evictions truncations unlinks records disk_bytes disk_limit_bytes "
+    "jobs_in_flight scanned_records").split()
+STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_missing".split()
+
+
+class Stats(ctypes.Structure):
+    _fields_ = ([(name, u64) for name in STATS_COUNTERS] +
+                [("store_latency", LatencyHistogram), ("fetch_latency", LatencyHistogram)] +
+                [(name, u64) for name in STATS_DROPS])
+
+
+def declare(lib):
+    """Every public function's prototype (include/selene/store.h)."""
+    p = ctypes.POINTER
+    protos = {
+        "sel_strerror": (c_char_p, [c_int]),
+        "sel_version": (c_char_p, []),
+        "sel_store_open": (c_int, [p(StoreConfig), p(c_void_p), ctypes.c_char_p, ctypes.c_size_t]),
+        "sel_store_close": (c_int, [c_void_p, u64]),
+        "sel_peer_start": (c_int, [p(StoreConfig), p(c_void_p), ctypes.c_char_p, ctypes.c_size_t]),
+        "sel_peer_wait": (c_int, [c_void_p]),
+        "sel_peer_stop": (None, [c_void_p]),
+        "sel_history_create": (c_int, [c_void_p, p(u32), u64, p(c_void_p)]),
+        "sel_history_destroy": (None, [c_void_p]),
+        "sel_lookup": (c_bool, [c_void_p, c_void_p, u64, p(Hit)]),
+        "sel_fetch": (c_int, [c_void_p, p(Hit), p(u32), u32, u64, p(c_bool)]),
+        "sel_cancel": (c_int, [c_void_p, u64]),
+        "sel_touch": (c_int, [c_void_p, c_void_p, u64]),
+        "sel_store_publish": (c_int, [c_void_p, p(Publication), p(c_int)]),
+        "sel_poll": (u32, [c_void_p, p(Event), u32]),
+        "sel_store_stats": (c_int, [c_void_p, p(Stats)]),
+        "sel_store_metrics": (c_int, [c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
+    }
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib

@@ -1,0 +1,19 @@
+"""Selene from Python: a ctypes binding of libselene's public API
+(include/selene/store.h). See README.md, "Selene from Python"."""
+
+from .store import (DISK_LIMIT_AUTO, EBADHEADER, ECHECKSUM, EFAILPOINT, EGEOMETRY,
+                    ELOCKED, EMISMATCH, ENOTFOUND, EPROTO, EQUEUEFULL, ESTOPPED, ETOOBIG,
+                    LIBRARY_PATH, ClusterConfig, Event, EventKind, History, Hit,
+                    LatencyHistogram, Outcome, Peer, Plane, SeleneError, Stats, Store,
+                    StoreConfig, device_address, strerror, version)
+from .bootstrap import BootstrapError, bootstrap, from_env, from_mpi
+
+__all__ = [
+    "DISK_LIMIT_AUTO", "EBADHEADER", "ECHECKSUM", "EFAILPOINT", "EGEOMETRY", "ELOCKED",
+    "EMISMATCH", "ENOTFOUND", "EPROTO", "EQUEUEFULL", "ESTOPPED", "ETOOBIG", "LIBRARY_PATH",
+    "BootstrapError", "ClusterConfig", "Event", "EventKind", "History", "Hit",
+    "LatencyHistogram", "Outcome", "Peer", "Plane", "SeleneError", "Stats", "Store",
+    "StoreConfig", "bootstrap", "device_address", "from_env", "from_mpi", "strerror",
+    "version",
+]
+__version__ = "0.1.0"

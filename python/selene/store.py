@@ -1,0 +1,422 @@
+"""The store API of include/selene/store.h in Python: Store (rank zero),
+Peer (every other rank), History, and the values they exchange. Every
+negative code the library returns raises SeleneError; nothing here waits
+for I/O that the C call would not wait for."""
+
+import array
+import ctypes
+import enum
+import hashlib
+from dataclasses import dataclass, field, fields
+from typing import List, Optional, Sequence
+
+from . import _lib
+
+_LIB, LIBRARY_PATH = _lib.load()
+_lib.declare(_LIB)
+
+DISK_LIMIT_AUTO = (1 << 64) - 1  # one tenth of the free space at open
+METRICS_BYTES_FIRST = 1 << 16    # metrics() starts here and grows fourfold
+
+# Selene's own error band (include/selene/selene.h), in order.
+EBADHEADER, ECHECKSUM, EMISMATCH, ELOCKED, EGEOMETRY, ETOOBIG, EPROTO, \
+    EQUEUEFULL, ESTOPPED, ENOTFOUND, EFAILPOINT = range(-30500, -30489)
+
+
+def strerror(code: int) -> str:
+    """sel_strerror: the text of 0, a negative errno or a SEL_E* code."""
+    return _LIB.sel_strerror(code).decode()
+
+
+def version() -> str:
+    return _LIB.sel_version().decode()
+
+
+class SeleneError(Exception):
+    """A negative code from the library: .code, .message (sel_strerror's
+    text) and .detail (the library's own sentence, where it gave one)."""
+
+    def __init__(self, code: int, detail: str = ""):
+        self.code = code
+        self.message = strerror(code)
+        self.detail = detail
+        super().__init__("%s (%d)%s" % (self.message, code, ": " + detail if detail else ""))
+
+
+def _check(code: int, detail: str = "") -> int:
+    if code < 0:
+        raise SeleneError(code, detail)
+    return code
+
+
+class Outcome(enum.IntEnum):
+    QUEUED = 0     # copying: keep the checkpoint's pages pinned until its event
+    PRESENT = 1    # a committed copy exists
+    RETRY = 2      # no room or queue space now; offer it again later
+    OVERSIZE = 3   # can never fit
+
+
+class EventKind(enum.IntEnum):
+    STORED = 0
+    STORE_FAILED = 1
+    FETCHED = 2
+    FETCH_FAILED = 3
+    FATAL = 4
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    id: int         # the checkpoint (store events) or the waiter (fetch events)
+    error: int      # 0, or why it failed (a code for strerror)
+    why: str        # the library's sentence, or sel_strerror's text
+
+
+def device_address(obj) -> int:
+    """A plane's base address: an int, a torch tensor (data_ptr()), a numpy
+    array (its __array_interface__), or a ctypes object."""
+    if isinstance(obj, int):
+        return obj
+    if hasattr(obj, "data_ptr"):
+        return obj.data_ptr()
+    if hasattr(obj, "__array_interface__"):
+        return obj.__array_interface__["data"][0]
+    if isinstance(obj, ctypes._SimpleCData) or isinstance(obj, ctypes.Array):
+        return ctypes.addressof(obj)
+    raise TypeError("cannot take a device address of %r" % type(obj).__name__)
+
+
+@dataclass
+class Plane:
+    """One plane of a rank's cache: name, one page's (or row's) bytes, and
+    its base address (anything device_address takes)."""
+    name: str
+    unit_bytes: int
+    address: object
+
+
+@dataclass
+class ClusterConfig:
+    """struct sel_cluster: where this process sits among the ranks."""
+    rank: int
+    world_size: int
+    coordinator_host: str = "127.0.0.1"
+    coordinator_port: int = 0
+    secret: bytes = b""
+    listen_fd: int = -1                    # rank zero: a listening socket to use
+    rank_addresses: Optional[List[str]] = None
+    join_timeout_ms: int = 60000
+    silence_timeout_ms: int = 10000
+    job_timeout_ms: int = 60000
+    accept_empty_ranks: bool = False       # rank zero: form over empty ranks (deletes)
+    listener: object = field(default=None, repr=False)  # keeps listen_fd open
+
+
+@dataclass
+class StoreConfig:
+    """struct sel_store_config. model_identity (32 bytes) or model_name
+    (hashed to 32 bytes with BLAKE2b) names the model whose bytes these are."""
+    dir: str
+    page_tokens: int
+    page_planes: Sequence[Plane]
+    row_plane: Plane
+    page_count: int
+    row_count: int
+    model_identity: Optional[bytes] = None
+    model_name: Optional[str] = None
+    state_mode: int = 0
+    device: str = "auto"
+    device_ordinal: int = 0
+    disk_limit_bytes: int = DISK_LIMIT_AUTO
+    durable: bool = True
+    records_max: int = 0
+    cluster: Optional[ClusterConfig] = None
+
+
+def _identity(config: StoreConfig) -> bytes:
+    if config.model_identity is not None:
+        if len(config.model_identity) != 32:
+            raise ValueError("model_identity must be 32 bytes")
+        return bytes(config.model_identity)
+    if config.model_name is None:
+        raise ValueError("a store needs model_identity or model_name")
+    return hashlib.blake2b(config.model_name.encode(), digest_size=32).digest()
+
+
+def _c_cluster(c: ClusterConfig, keep: list):
+    if len(c.secret) != 32 and c.world_size > 1:
+        raise ValueError("the launch secret must be 32 bytes")
+    out = _lib.Cluster(rank=c.rank, world_size=c.world_size,
+                       coordinator_host=c.coordinator_host.encode(),
+                       coordinator_port=c.coordinator_port, listen_fd=c.listen_fd,
+                       join_timeout_ms=c.join_timeout_ms,
+                       silence_timeout_ms=c.silence_timeout_ms,
+                       job_timeout_ms=c.job_timeout_ms,
+                       accept_empty_ranks=c.accept_empty_ranks)
+    out.secret[:] = list(c.secret.ljust(32, b"\0"))
+    if c.rank_addresses is not None:
+        if len(c.rank_addresses) != c.world_size:
+            raise ValueError("rank_addresses needs one address per rank")
+        addresses = (ctypes.c_char_p * c.world_size)(*[a.encode() for a in c.rank_addresses])
+        keep.append(addresses)
+        out.rank_addresses = ctypes.cast(addresses, ctypes.POINTER(ctypes.c_char_p))
+    keep.append(out)
+    return out
+
+
+def _c_plane(p: Plane, keep: list):
+    name = p.name.encode()
+    keep.append(name)
+    return _lib.Plane(name, p.unit_bytes, device_address(p.address))
+
+
+def _c_config(config: StoreConfig):
+    """The C config and the Python objects its pointers need alive."""
+    keep: list = []
+    planes = (_lib.Plane * max(1, len(config.page_planes)))(
+        *[_c_plane(p, keep) for p in config.page_planes])
+    out = _lib.StoreConfig(
+        dir=config.dir.encode(), state_mode=config.state_mode,
+        page_tokens=config.page_tokens, page_plane_count=len(config.page_planes),
+        page_planes=planes, row_plane=_c_plane(config.row_plane, keep),
+        page_count=config.page_count, row_count=config.row_count,
+        device=config.device.encode() if config.device else None,
+        device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
+        durable=config.durable, records_max=config.records_max)
+    out.model_identity[:] = list(_identity(config))
+    if config.cluster is not None and config.cluster.world_size > 1:
+        out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
+    keep.append(planes)
+    return out, keep
+
+
+def _u32_array(values) -> ctypes.Array:
+    values = list(values)
+    return (ctypes.c_uint32 * max(1, len(values)))(*values)
+
+
+class History:
+    """A request's tokens with their block digests (sel_history_create).
+    Made by Store.history; freed by close() or when collected."""
+
+    def __init__(self, handle: int, token_count: int):
+        self._handle = handle
+        self.token_count = token_count
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise SeleneError(ESTOPPED, "the history was closed")
+        return self._handle
+
+    def close(self):
+        if self._handle:
+            _LIB.sel_history_destroy(self._handle)
+            self._handle = None
+
+    __del__ = close
+
+    def __len__(self):
+        return self.token_count
+
+
+@dataclass(frozen=True)
+class Hit:
+    """sel_lookup's answer, valid for one fetch while the store lives."""
+    consumed: int       # the restored endpoint's token count
+    page_count: int     # destination page ids fetch needs
+    skip_pages: int     # leading chain pages the GPU already holds
+    resident: int
+    raw: _lib.Hit = field(repr=False, compare=False)
+
+
+@dataclass
+class LatencyHistogram:
+    bounds: tuple
+    counts: List[int]   # one per bound, then one above every bound
+    count: int
+    sum_seconds: float
+
+
+@dataclass
+class Stats:
+    lookups: int
+    hits: int
+    reused_tokens: int
+    published_queued: int
+    published_present: int
+    published_retry: int
+    published_oversize: int
+    stored: int
+    store_failures: int
+    fetches: int
+    fetch_failures: int
+    bytes_stored: int
+    bytes_fetched: int
+    evictions: int
+    truncations: int
+    unlinks: int
+    records: int
+    disk_bytes: int
+    disk_limit_bytes: int
+    jobs_in_flight: int
+    scanned_records: int
+    store_latency: LatencyHistogram
+    fetch_latency: LatencyHistogram
+    records_dropped_checksum: int
+    records_dropped_header: int
+    records_dropped_missing: int
+
+    @classmethod
+    def _from_c(cls, c: _lib.Stats) -> "Stats":
+        values = {}
+        for f in fields(cls):
+            v = getattr(c, f.name)
+            if isinstance(v, _lib.LatencyHistogram):
+                v = LatencyHistogram(_lib.LATENCY_BOUNDS, list(v.counts), v.count, v.sum_seconds)
+            values[f.name] = v
+        return cls(**values)
+
+
+class Store:
+    """Rank zero's store (sel_store_open). One thread calls everything but
+    stats() and metrics(). Use as a context manager, or call close()."""
+
+    def __init__(self, config: StoreConfig):
+        c, self._keep = _c_config(config)
+        handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        _check(_LIB.sel_store_open(ctypes.byref(c), ctypes.byref(handle), err, len(err)),
+               err.value.decode(errors="replace"))
+        self._handle = handle.value
+        self.config = config
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise SeleneError(ESTOPPED, "the store was closed")
+        return self._handle
+
+    def close(self, drain_timeout_ms: int = 60000):
+        """Drains and frees (sel_store_close); raises SeleneError(ESTOPPED)
+        when the transport had stopped or jobs outlived the drain."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            _check(_LIB.sel_store_close(handle, drain_timeout_ms))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            try:
+                self.close()
+            except SeleneError:
+                pass
+
+    def history(self, tokens) -> History:
+        """A history of tokens (any sequence of ints below 2**32)."""
+        buf = array.array("I", tokens)
+        out = ctypes.c_void_p()
+        pointer = ctypes.cast(buf.buffer_info()[0], ctypes.POINTER(ctypes.c_uint32))
+        _check(_LIB.sel_history_create(self.handle, pointer, len(buf), ctypes.byref(out)))
+        return History(out.value, len(buf))
+
+    def lookup(self, history: History, resident: int = 0) -> Optional[Hit]:
+        """The deepest restorable prefix beyond resident tokens, or None."""
+        raw = _lib.Hit()
+        if not _LIB.sel_lookup(self.handle, history.handle, resident, ctypes.byref(raw)):
+            return None
+        return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw)
+
+    def fetch(self, hit: Hit, page_ids: Sequence[int], state_slot: int, waiter: int) -> bool:
+        """Restores hit into page_ids and state_slot; the event for waiter
+        comes through poll(). Returns whether waiter joined an equal fetch."""
+        if len(page_ids) != hit.page_count:
+            raise ValueError("the hit needs %d page ids, got %d" % (hit.page_count, len(page_ids)))
+        joined = ctypes.c_bool()
+        _check(_LIB.sel_fetch(self.handle, ctypes.byref(hit.raw), _u32_array(page_ids),
+                              state_slot, waiter, ctypes.byref(joined)))
+        return joined.value
+
+    def cancel(self, waiter: int):
+        _check(_LIB.sel_cancel(self.handle, waiter))
+
+    def touch(self, history: History, consumed: int):
+        """A GPU-cache hit on history's first consumed tokens (sel_touch)."""
+        _check(_LIB.sel_touch(self.handle, history.handle, consumed))
+
+    def publish(self, checkpoint: int, history: History, consumed: int,
+                parent_consumed: int, page_ids: Sequence[int], state_slot: int) -> Outcome:
+        """Offers a checkpoint: page_ids are every page of the chain from
+        the root (consumed // page_tokens of them)."""
+        ids = _u32_array(page_ids)
+        pub = _lib.Publication(checkpoint, history.handle, consumed, parent_consumed,
+                               ctypes.cast(ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)
+        outcome = ctypes.c_int()
+        _check(_LIB.sel_store_publish(self.handle, ctypes.byref(pub), ctypes.byref(outcome)))
+        return Outcome(outcome.value)
+
+    def poll(self, max_events: int = 64) -> List[Event]:
+        """Takes up to max_events events without waiting."""
+        events = (_lib.Event * max_events)()
+        n = _LIB.sel_poll(self.handle, events, max_events)
+        return [Event(EventKind(e.kind), e.id, e.error,
+                      e.why.decode(errors="replace") or strerror(e.error))
+                for e in events[:n]]
+
+    def stats(self) -> Stats:
+        c = _lib.Stats()
+        _check(_LIB.sel_store_stats(self.handle, ctypes.byref(c)))
+        return Stats._from_c(c)
+
+    def metrics(self) -> str:
+        """The Prometheus text exposition; the buffer grows until it fits."""
+        size = METRICS_BYTES_FIRST
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = _LIB.sel_store_metrics(self.handle, buf, size)
+            if n >= 0:
+                return buf.raw[:n].decode()
+            if n != -28 or size >= 1 << 26:  # -ENOSPC: grow
+                _check(n)
+            size *= 4
+
+
+class Peer:
+    """Every other rank (sel_peer_start): returns once the agreement is
+    applied; its threads then run rank zero's jobs on this rank's planes."""
+
+    def __init__(self, config: StoreConfig):
+        if config.cluster is None or config.cluster.rank == 0:
+            raise ValueError("a peer needs a cluster config with rank > 0")
+        c, self._keep = _c_config(config)
+        handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        _check(_LIB.sel_peer_start(ctypes.byref(c), ctypes.byref(handle), err, len(err)),
+               err.value.decode(errors="replace"))
+        self._handle = handle.value
+        self.config = config
+
+    def wait(self):
+        """Blocks until rank zero's connection ends and every job drained;
+        raises SeleneError when it did not end cleanly."""
+        if not self._handle:
+            raise SeleneError(ESTOPPED, "the peer was stopped")
+        _check(_LIB.sel_peer_wait(self._handle))
+
+    def stop(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            _LIB.sel_peer_stop(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    __del__ = stop

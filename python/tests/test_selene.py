@@ -1,0 +1,367 @@
+"""The Python binding (python/selene) against the built libselene, with the
+host device: planes are numpy arrays (and torch tensors where torch is
+installed). Round trips byte-exact, every error path raises SeleneError with
+the library's code, and the bootstraps match the selene program's."""
+
+import os
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import selene
+
+PAGE_TOKENS, PAGES, ROWS = 64, 32, 4
+UNIT, ROW = 1024, 256
+
+
+class Planes:
+    """A rank's host-memory planes: K and V pages, and the state rows."""
+
+    def __init__(self):
+        self.k = np.zeros((PAGES, UNIT), dtype=np.uint8)
+        self.v = np.zeros((PAGES, UNIT), dtype=np.uint8)
+        self.rows = np.zeros((ROWS, ROW), dtype=np.uint8)
+
+    def config(self, directory, **kw):
+        kw.setdefault("device", "host")
+        return selene.StoreConfig(
+            dir=str(directory), page_tokens=PAGE_TOKENS, model_name="test-model",
+            page_planes=[selene.Plane("k", UNIT, self.k), selene.Plane("v", UNIT, self.v)],
+            row_plane=selene.Plane("state", ROW, self.rows), page_count=PAGES,
+            row_count=ROWS, **kw)
+
+
+def tokens(n, seed=7):
+    return [(i * 2654435761 + seed) % 151936 for i in range(n)]
+
+
+def wait_events(store, count, tries=5000):
+    got = []
+    for _ in range(tries):
+        got += store.poll()
+        if len(got) >= count:
+            return got
+        threading.Event().wait(0.002)
+    raise AssertionError("waited for %d events, got %r" % (count, got))
+
+
+def publish_chain(store, planes, history, points=(256, 512)):
+    """Fills pages and rows with random bytes, publishes a chain, waits."""
+    rng = np.random.default_rng(1)
+    planes.k[:] = rng.integers(0, 256, planes.k.shape, dtype=np.uint8)
+    planes.v[:] = rng.integers(0, 256, planes.v.shape, dtype=np.uint8)
+    planes.rows[:] = rng.integers(0, 256, planes.rows.shape, dtype=np.uint8)
+    ids = list(range(points[-1] // PAGE_TOKENS))
+    parent = 0
+    for n, consumed in enumerate(points):
+        outcome = store.publish(100 + n, history, consumed, parent, ids, n)
+        assert outcome == selene.Outcome.QUEUED
+        ev = wait_events(store, 1)
+        assert ev[0].kind == selene.EventKind.STORED and ev[0].id == 100 + n
+        parent = consumed
+    return planes.k.copy(), planes.v.copy(), planes.rows.copy()
+
+
+def test_version_and_errors():
+    assert selene.version() == "0.1.0"
+    assert selene.strerror(selene.ECHECKSUM) == "checksum mismatch"
+    e = selene.SeleneError(selene.ELOCKED, "why")
+    assert e.code == selene.ELOCKED and e.detail == "why"
+    assert e.message == selene.strerror(selene.ELOCKED) and "why" in str(e)
+
+
+def test_publish_lookup_fetch_byte_exact(tmp_path):
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        history = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, history)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        hit = store.lookup(history, resident=0)
+        assert hit is not None and hit.consumed == 512 and hit.page_count == 8
+        assert store.lookup(history, resident=512) is None
+        dest = list(range(20, 28))
+        assert store.fetch(hit, dest, 3, waiter=9) is False
+        ev = wait_events(store, 1)[0]
+        assert ev.kind == selene.EventKind.FETCHED and ev.id == 9 and ev.error == 0
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.v[20:28], v[:8])
+        assert np.array_equal(planes.rows[3], rows[1])
+        store.touch(history, 512)
+        st = store.stats()
+        assert (st.records, st.stored, st.hits, st.fetches) == (2, 2, 1, 1)
+        assert st.store_latency.count == 2 and len(st.fetch_latency.counts) == 13
+        text = store.metrics()
+        assert "selene_records 2\n" in text
+
+
+def test_metrics_buffer_grows(tmp_path, monkeypatch):
+    planes = Planes()
+    monkeypatch.setattr(selene.store, "METRICS_BYTES_FIRST", 16)
+    with selene.Store(planes.config(tmp_path)) as store:
+        text = store.metrics()
+        assert len(text) > 1000 and text.endswith("\n")
+
+
+def test_torch_tensor_addresses(tmp_path):
+    torch = pytest.importorskip("torch")
+    k = torch.zeros((PAGES, PAGE_TOKENS, 2, 4), dtype=torch.float32)  # 2 KiB pages
+    rows = torch.zeros((ROWS, 64), dtype=torch.float32)
+    cfg = selene.StoreConfig(
+        dir=str(tmp_path), page_tokens=PAGE_TOKENS, model_name="torch",
+        page_planes=[selene.Plane("k", k[0].numel() * 4, k)],
+        row_plane=selene.Plane("state", rows[0].numel() * 4, rows),
+        page_count=PAGES, row_count=ROWS, device="host")
+    with selene.Store(cfg) as store:
+        h = store.history(tokens(128))
+        k.normal_()
+        rows.normal_()
+        stored, stored_row = k[:2].clone(), rows[1].clone()
+        assert store.publish(1, h, 128, 0, [0, 1], 1) == selene.Outcome.QUEUED
+        wait_events(store, 1)
+        hit = store.lookup(h)
+        store.fetch(hit, [5, 6], 2, 1)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert torch.equal(k[5:7], stored) and torch.equal(rows[2], stored_row)
+
+
+def test_error_paths(tmp_path):
+    planes = Planes()
+    store = selene.Store(planes.config(tmp_path))
+    with pytest.raises(selene.SeleneError) as e:
+        selene.Store(planes.config(tmp_path))  # a second opener
+    assert e.value.code == selene.ELOCKED and e.value.detail
+    h = store.history(tokens(600))
+    with pytest.raises(selene.SeleneError) as e:
+        store.publish(1, h, 700, 0, list(range(10)), 0)  # past the history
+    assert e.value.code == -22
+    with pytest.raises(selene.SeleneError) as e:
+        store.publish(1, h, 128, 0, [0, 1], ROWS)  # no such row
+    assert e.value.code == -22
+    with pytest.raises(selene.SeleneError) as e:
+        store.cancel(12345)
+    assert e.value.code == selene.ENOTFOUND
+    with pytest.raises(selene.SeleneError) as e:
+        store.touch(h, 128)
+    assert e.value.code == selene.ENOTFOUND
+    with pytest.raises(selene.SeleneError) as e:
+        store.touch(h, 0)
+    assert e.value.code == -22
+    publish_chain(store, planes, h, points=(128,))
+    hit = store.lookup(h)
+    with pytest.raises(ValueError):
+        store.fetch(hit, [1], 0, 1)  # the hit needs two ids
+    with pytest.raises(selene.SeleneError) as e:
+        store.fetch(hit, [PAGES, PAGES + 1], 0, 1)  # outside the device
+    assert e.value.code == -22
+    h.close()
+    with pytest.raises(selene.SeleneError) as e:
+        store.lookup(h)
+    assert e.value.code == selene.ESTOPPED
+    store.close()
+    store.close()  # twice is fine
+    with pytest.raises(selene.SeleneError) as e:
+        store.history([1, 2, 3])
+    assert e.value.code == selene.ESTOPPED
+
+
+def test_bad_configs(tmp_path):
+    planes = Planes()
+    with pytest.raises(selene.SeleneError) as e:
+        selene.Store(planes.config(tmp_path, device="tpu"))
+    assert e.value.code < 0 and e.value.detail
+    cfg = planes.config(tmp_path)
+    cfg.page_tokens = 0
+    with pytest.raises(selene.SeleneError):
+        selene.Store(cfg)
+    cfg = planes.config(tmp_path)
+    cfg.model_name = None
+    with pytest.raises(ValueError):
+        selene.Store(cfg)
+    with pytest.raises(TypeError):
+        selene.device_address("not memory")
+    with pytest.raises(ValueError):
+        selene.Peer(planes.config(tmp_path))  # a peer needs rank > 0
+
+
+def test_no_disk_store(tmp_path):
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path, disk_limit_bytes=0)) as store:
+        h = store.history(tokens(200))
+        assert store.publish(1, h, 128, 0, [0, 1], 0) == selene.Outcome.OVERSIZE
+        assert store.lookup(h) is None
+
+
+def test_restart_finds_records(tmp_path):
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        k, _, _ = publish_chain(store, planes, h)
+    with selene.Store(planes.config(tmp_path)) as store:
+        assert store.stats().scanned_records == 2
+        h = store.history(tokens(600))
+        hit = store.lookup(h)
+        store.fetch(hit, list(range(8, 16)), 0, 1)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[8:16], k[:8])
+
+
+def record_files(directory):
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.getsize(path) > 4096:
+                yield path
+
+
+def test_corrupted_record_fails_by_checksum(tmp_path):
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        publish_chain(store, planes, h, points=(256,))
+    (path,) = record_files(tmp_path)
+    with open(path, "r+b") as f:
+        f.seek(176)
+        page_offset, = struct.unpack("<Q", f.read(8))
+        f.seek(page_offset + 5)
+        byte = f.read(1)[0]
+        f.seek(page_offset + 5)
+        f.write(bytes([byte ^ 0x01]))
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        hit = store.lookup(h)
+        store.fetch(hit, list(range(4)), 0, 5)
+        ev = wait_events(store, 1)[0]
+        assert ev.kind == selene.EventKind.FETCH_FAILED and ev.error == selene.ECHECKSUM
+        assert ev.why
+        assert store.stats().records_dropped_checksum == 1
+        assert store.lookup(h) is None  # removed: the next publication stores it again
+
+
+def test_peer_and_store_in_one_process(tmp_path):
+    """Rank zero's store and rank one's peer over loopback, with a secret."""
+    zero, one = Planes(), Planes()
+    secret = os.urandom(32)
+    listener = __import__("socket").socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+
+    def cluster(rank):
+        return selene.ClusterConfig(rank=rank, world_size=2, coordinator_host="127.0.0.1",
+                                    coordinator_port=port, secret=secret,
+                                    listen_fd=listener.fileno() if rank == 0 else -1,
+                                    join_timeout_ms=20000)
+
+    peers, errors = [], []
+
+    def run_peer():
+        try:
+            peers.append(selene.Peer(one.config(tmp_path / "r1", cluster=cluster(1))))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    os.makedirs(tmp_path / "r0")
+    os.makedirs(tmp_path / "r1")
+    thread = threading.Thread(target=run_peer)
+    thread.start()
+    store = selene.Store(zero.config(tmp_path / "r0", cluster=cluster(0)))
+    thread.join()
+    assert not errors, errors
+    h = store.history(tokens(300))
+    one.k[:2] = 0x11
+    zero.k[:2] = 0x22
+    assert store.publish(1, h, 128, 0, [0, 1], 0) == selene.Outcome.QUEUED
+    assert wait_events(store, 1)[0].kind == selene.EventKind.STORED
+    hit = store.lookup(h)
+    store.fetch(hit, [7, 8], 1, 2)
+    assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+    assert (one.k[7:9] == 0x11).all() and (zero.k[7:9] == 0x22).all()
+    store.close()
+    peers[0].wait()
+    peers[0].stop()
+    listener.close()
+
+
+def test_bootstrap_from_env(tmp_path):
+    assert selene.from_env({}).world_size == 1
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32))
+    c = selene.from_env({"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2",
+                         "SELENE_COORDINATOR": "10.0.0.1:29500",
+                         "SELENE_SECRET_FILE": str(secret)})
+    assert (c.rank, c.world_size, c.coordinator_host, c.coordinator_port) == \
+        (1, 2, "10.0.0.1", 29500)
+    assert c.secret == secret.read_bytes()
+    c = selene.from_env({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                         "SELENE_COORDINATOR": "[::1]:7", "SELENE_SECRET_FILE": str(secret)})
+    assert c.coordinator_host == "::1" and c.coordinator_port == 7
+    bad = [
+        {"SELENE_RANK": "1"},
+        {"SELENE_RANK": "2", "SELENE_WORLD_SIZE": "2"},
+        {"SELENE_RANK": "x", "SELENE_WORLD_SIZE": "2"},
+        {"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2"},
+        {"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "h:0"},
+        {"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "h:1"},
+    ]
+    for env in bad:
+        with pytest.raises(selene.BootstrapError):
+            selene.from_env(env)
+    secret.write_bytes(b"short")
+    with pytest.raises(selene.BootstrapError, match="32 bytes"):
+        selene.from_env({"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2",
+                         "SELENE_COORDINATOR": "h:1", "SELENE_SECRET_FILE": str(secret)})
+
+
+def test_bootstrap_routes():
+    from selene.bootstrap import interfaces, route
+    host = interfaces()
+    assert route(host, host) == (0x7F000001, 0x7F000001)
+    zero = ("a", [(0x0A000001, 0xFFFFFF00)])
+    assert route(zero, ("b", [(0x0A000002, 0xFFFFFF00)])) == (0x0A000001, 0x0A000002)
+    assert route(zero, ("b", [(0x0A000001, 0xFFFFFF00)])) is None  # the same address
+    assert route(zero, ("b", [(0x0B000002, 0xFFFFFF00)])) is None
+
+
+def test_bootstrap_from_mpi_single_rank():
+    pytest.importorskip("mpi4py")
+    c = selene.from_mpi()
+    assert c.world_size >= 1
+
+
+def test_pip_install_finds_the_build_tree(tmp_path):
+    """pip install ./python (offline, into a target directory) gives a
+    package that imports from anywhere and finds this checkout's library."""
+    import subprocess
+    import sys
+    import importlib.util
+    for module in ("pip", "setuptools"):  # found, not imported: setuptools
+        if importlib.util.find_spec(module) is None:  # refuses a loaded distutils
+            pytest.skip("pip install ./python needs %s (python3-%s)" % (module, module))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
+                    "--no-deps", "--no-index", "--target", str(target), here],
+                   check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SELENE_LIBRARY")}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", "import selene; print(selene.LIBRARY_PATH, "
+                          "selene.version())"], cwd=str(tmp_path), env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.split()[1] == "0.1.0" and "libselene.so" in out
+
+
+def test_selene_library_names_a_missing_file(tmp_path):
+    import subprocess
+    import sys
+    env = dict(os.environ, SELENE_LIBRARY=str(tmp_path / "nothing.so"))
+    run = subprocess.run([sys.executable, "-c", "import selene"], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "SELENE_LIBRARY" in run.stderr
+
+
+def test_bootstrap_accept_empty_ranks():
+    assert selene.bootstrap({}).accept_empty_ranks is False
+    assert selene.bootstrap({"SELENE_ACCEPT_EMPTY_RANKS": "1"}).accept_empty_ranks is True
+    with pytest.raises(selene.BootstrapError, match="0 or 1"):
+        selene.bootstrap({"SELENE_ACCEPT_EMPTY_RANKS": "yes"})

@@ -1,0 +1,88 @@
+/*
+ * The checksum pool (shard/checksum_pool.h): every unit of a pass runs
+ * exactly once, with no helpers and with several, pass after pass; the
+ * caller owns the context again when run returns; the default helper count
+ * follows SELENE_CHECKSUM_THREADS and ignores a malformed value.
+ */
+#include "tests/testutil.h"
+
+#include "common/log.h"
+#include "shard/checksum_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct pass {
+	uint32_t runs[257];
+};
+
+static void count_unit(void *ctx, uint32_t i)
+{
+	struct pass *p = ctx;
+
+	__atomic_add_fetch(&p->runs[i], 1, __ATOMIC_RELAXED);
+}
+
+/* 200 passes of 1 to 257 units each run every unit once, for 0, 1, 3 helpers. */
+static void test_checksum_pool_every_unit_once(void **state)
+{
+	static const uint32_t helpers[] = { 0, 1, 3 };
+
+	(void)state;
+	for (size_t h = 0; h < sizeof(helpers) / sizeof(helpers[0]); h++) {
+		struct shard_checksum_pool pool;
+
+		assert_int_equal(shard_checksum_pool_init(&pool, helpers[h]), 0);
+		assert_int_equal(pool.helper_count, helpers[h]);
+		for (uint32_t round = 0; round < 200; round++) {
+			struct pass p;
+			uint32_t count = 1 + round * 37 % 257;
+
+			memset(&p, 0, sizeof(p));
+			shard_checksum_pool_run(&pool, count_unit, &p, count);
+			for (uint32_t i = 0; i < 257; i++)
+				if (p.runs[i] != (i < count ? 1u : 0u))
+					fail_msg("helpers %u, pass %u: unit %u ran %u times",
+						 helpers[h], round, i, p.runs[i]);
+		}
+		shard_checksum_pool_run(&pool, count_unit, NULL, 0); /* nothing to do */
+		shard_checksum_pool_destroy(&pool);
+	}
+}
+
+/* More helpers than the ceiling are capped; SELENE_CHECKSUM_THREADS is read. */
+static void test_checksum_pool_helper_count(void **state)
+{
+	struct shard_checksum_pool pool;
+	uint32_t fallback;
+
+	(void)state;
+	assert_int_equal(shard_checksum_pool_init(&pool, 1000), 0);
+	assert_int_equal(pool.helper_count, SHARD_CHECKSUM_HELPERS_MAX);
+	shard_checksum_pool_destroy(&pool);
+	unsetenv("SELENE_CHECKSUM_THREADS");
+	fallback = shard_checksum_pool_default_helpers();
+	assert_in_range(fallback, 0, 3);
+	setenv("SELENE_CHECKSUM_THREADS", "0", 1);
+	assert_int_equal(shard_checksum_pool_default_helpers(), 0);
+	setenv("SELENE_CHECKSUM_THREADS", "7", 1);
+	assert_int_equal(shard_checksum_pool_default_helpers(), 7);
+	sel_log_set_level(SEL_LOG_ERROR);
+	setenv("SELENE_CHECKSUM_THREADS", "7x", 1);
+	assert_int_equal(shard_checksum_pool_default_helpers(), fallback);
+	setenv("SELENE_CHECKSUM_THREADS", "99", 1);
+	assert_int_equal(shard_checksum_pool_default_helpers(), fallback);
+	sel_log_set_level(SEL_LOG_INFO);
+	unsetenv("SELENE_CHECKSUM_THREADS");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_checksum_pool_every_unit_once),
+		cmocka_unit_test(test_checksum_pool_helper_count),
+	};
+
+	return cmocka_run_group_tests_name("checksum_pool", tests, NULL, NULL);
+}

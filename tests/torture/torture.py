@@ -1,0 +1,988 @@
+#!/usr/bin/python3
+"""The fault loops (issue 10, DESIGN.md section 10): `make torture`.
+
+Runs the reference TP worker (`selene run`, 3 ranks under mpirun on
+loopback) through faults and checks, after each, what Selene promises:
+
+  kill       kill -9 of a random rank or of mpirun at a random moment of a
+             workload that stores and restores; then a restart that restores
+             every checkpoint reported stored before the kill (the worker
+             checks every byte on every rank), every rank holding the same
+             record files, and `selene verify` passing on each.
+  failpoint  every failpoint `selene failpoints` lists, with kill and with an
+             error, on rank zero and on a peer; then the same restart checks.
+  corrupt    random bit flips, copied pages, swapped names, truncations and
+             zeroed blocks in one rank's records, then restores: each refused
+             or harmless, never a wrong byte; the refused record is removed
+             and stored again by the next run.
+  header     every bit of one record's 4096-byte header flipped in turn:
+             `selene verify` refuses each copy.
+  storm      cluster formation (selene cluster-demo, 3 ranks) while port
+             scans, idle connections, garbage and bad MACs hit the join port.
+  fuzz       the libFuzzer targets (make fuzz-build) for a fixed time each.
+
+A wrong byte, a lost committed record, ranks that disagree, a crash or a
+hang fails the run, naming the seed that reproduces it. Prints a table of
+tries and outcomes. Debian's python3, standard library only.
+
+Knobs (environment): TORTURE_QUICK=1 (2-3 minutes), TORTURE_SEED,
+TORTURE_JOBS (parallel lanes, default 2), TORTURE_FUZZ_SECONDS,
+TORTURE_SKIP_STORM=1, TORTURE_KEEP=1 (keep the work directory), and for
+narrower runs TORTURE_ONLY=kill,failpoint,corrupt,header,storm,fuzz,
+TORTURE_KILLS, TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, and
+TORTURE_REPLAY=KIND:...:SEED (one try, as a failure names it).
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+RANKS = 3
+PAGE_TOKENS = 16
+PAGE_BYTES = 4096          # one plane's unit, the size a "page" copy moves
+HEADER_BYTES = 4096
+RUN_ARGS = ["--device", "host", "--device-ordinal", "0", "--page-tokens", str(PAGE_TOKENS),
+            "--planes", "2x4K", "--row-bytes", "4K", "--gpu-pages", "256",
+            "--gpu-rows", "16", "--event-timeout-ms", "20000"]
+MPI_ARGS = ["--oversubscribe", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+            "--mca", "oob_tcp_if_include", "lo"]
+LAUNCH_TIMEOUT_S = 60      # a launch past this is a hang
+KILL_WAIT_S = 20           # mpirun's own teardown after a kill
+CYCLE_KILLS = 8            # kills on one set of directories, then fresh ones
+CRASH_WORDS = ("AddressSanitizer", "Segmentation fault", "Assertion", "assertion failed",
+               "core dumped", "SEL_ASSERT")
+
+
+class Failure(Exception):
+    """A broken promise: the run fails, naming the seed."""
+
+
+def env_int(name, default):
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+class Table:
+    """Tries and outcomes per section, shared by the lanes."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts = collections.OrderedDict()
+        self.notes = collections.defaultdict(list)
+        self.failures = []
+
+    def add(self, section, outcome, n=1):
+        with self.lock:
+            self.counts.setdefault(section, collections.Counter())[outcome] += n
+
+    def note(self, section, text):
+        with self.lock:
+            self.notes[section].append(text)
+
+    def fail(self, section, text):
+        with self.lock:
+            self.failures.append((section, text))
+        self.add(section, "FAILED")
+
+    def print(self, seconds, seed):
+        print("\n== torture: seed %d, %.0f s" % (seed, seconds))
+        print("  %-10s %8s  %s" % ("section", "tries", "outcomes"))
+        total = 0
+        for section, counter in self.counts.items():
+            tries = counter.get("tries", 0)
+            total += tries
+            rest = ", ".join("%s %d" % (k, v) for k, v in sorted(counter.items()) if k != "tries")
+            print("  %-10s %8d  %s" % (section, tries, rest))
+            notes = self.notes.get(section, [])
+            for text in notes[:12]:
+                print("  %-10s %8s  note: %s" % ("", "", text))
+            if len(notes) > 12:
+                print("  %-10s %8s  note: and %d more" % ("", "", len(notes) - 12))
+        print("  %-10s %8d" % ("total", total))
+        for section, text in self.failures:
+            print("FAILED %s: %s" % (section, text))
+
+
+class Launch:
+    """One mpirun of `selene run`, in its own process group."""
+
+    def __init__(self, program, work, argv, log_path, rank_env=None):
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   SELENE_LOG=os.environ.get("TORTURE_LOG", "warn"))
+        for name in ("SELENE_COORDINATOR", "SELENE_RANK", "SELENE_WORLD_SIZE", "SELENE_FAILPOINTS"):
+            env.pop(name, None)
+        cmd = ["mpirun"] + MPI_ARGS + ["-np", str(RANKS), "-x", "SELENE_LOG"]
+        if rank_env:
+            rank, value = rank_env
+            # the failpoint on one rank only, as tests/qualify does
+            cmd += ["bash", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = %d ]; then '
+                    'export SELENE_FAILPOINTS=%s; fi; exec "$0" "$@"' % (rank, shell_quote(value))]
+        cmd += [program, "run"] + argv
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=work,
+                                     env=env, start_new_session=True)
+
+    def session_pids(self):
+        """Every process of this launch: mpirun's session (each rank has a
+        process group of its own)."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.getsid(int(entry)) == self.proc.pid:
+                        pids.append(int(entry))
+                except OSError:
+                    continue
+        return pids
+
+    def rank_pids(self):
+        """rank -> pid of the selene processes of this launch."""
+        pids = {}
+        for pid in self.session_pids():
+            entry = str(pid)
+            try:
+                with open("/proc/%s/comm" % entry) as f:
+                    if f.read().strip() != "selene":
+                        continue
+                with open("/proc/%s/environ" % entry, "rb") as f:
+                    for item in f.read().split(b"\0"):
+                        if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                            pids[int(item.split(b"=")[1])] = int(entry)
+            except (OSError, ValueError):
+                continue
+        return pids
+
+    def wait(self, timeout):
+        """The exit status, or None after killing a launch that hung."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.kill_group()
+        self.log.close()
+        return rc
+
+    def kill_group(self):
+        for pid in self.session_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def output(self, tail=4000):
+        with open(self.log_path, "rb") as f:
+            data = f.read()
+        return data[-tail:].decode("utf-8", "replace")
+
+
+def size_or0(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def shell_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+class Lane:
+    """One worker: its own directories, workloads and committed records."""
+
+    def __init__(self, index, program, root, seed, table):
+        self.index = index
+        self.program = program
+        self.root = os.path.join(root, "lane%d" % index)
+        self.table = table
+        self.rng = random.Random(seed)
+        self.launches = 0
+        self.cycle_kills = CYCLE_KILLS
+        self.duration_s = 0.7   # a workload's run time after startup, learned
+        os.makedirs(self.root)
+        self.fresh()
+
+    # ---- state: directories, requests, what is committed
+    def fresh(self):
+        self.cycle = getattr(self, "cycle", 0) + 1
+        self.dirs = os.path.join(self.root, "cycle%d" % self.cycle)
+        os.makedirs(self.dirs)
+        self.conversations = []     # span lists
+        self.prompts = set()        # every prompt asked so far (tuples of spans)
+        self.committed = {}         # spans tuple -> consumed tokens
+        self.kills = 0
+
+    def base_arg(self, dirs=None):
+        return os.path.join(dirs or self.dirs, "rank%r")
+
+    def new_span(self):
+        count = self.rng.choice((16, 32, 48, 64, 96, 128, 192, 256))
+        if self.rng.random() < 0.2:
+            count += self.rng.randint(1, PAGE_TOKENS - 1)
+        return (self.rng.randint(1, 1 << 40), count)
+
+    def workload(self, requests):
+        """A trace of requests: new conversations, next turns, earlier turns
+        again (restores), a settle now and then. Returns (lines, by id)."""
+        lines, by_id = [], {}
+        for i in range(requests):
+            roll = self.rng.random()
+            if not self.conversations or roll < 0.3:
+                spans = [self.new_span() for _ in range(self.rng.randint(1, 3))]
+                self.conversations.append(spans)
+            elif roll < 0.75:
+                spans = self.rng.choice(self.conversations)
+                if sum(c for _, c in spans) < 1200:
+                    spans.append(self.new_span())
+            else:
+                conv = self.rng.choice(self.conversations)
+                spans = conv[:self.rng.randint(1, len(conv))]
+            spans = tuple(tuple(s) for s in spans)
+            rid = "w%d.%d.%d" % (self.launches, i, len(spans))
+            by_id[rid] = spans
+            self.prompts.add(spans)
+            request = {"id": rid, "spans": [list(s) for s in spans]}
+            if self.rng.random() < 0.15:
+                request["settle"] = True
+            lines.append(request)
+        return lines, by_id
+
+    def write_trace(self, requests, name):
+        path = os.path.join(self.root, name)
+        with open(path, "w") as f:
+            for r in requests:
+                f.write(json.dumps(r) + "\n")
+        return path
+
+    def absorb(self, stored_log, by_id):
+        """Adds the checkpoints a run reported stored to what is committed."""
+        added = 0
+        try:
+            with open(stored_log) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return 0
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue      # the last line of a killed run, cut short
+            spans = by_id.get(entry["id"])
+            if spans is None:
+                raise Failure("stored log names unknown request %r" % entry["id"])
+            at, prefix = 0, []
+            for s in spans:
+                if at >= entry["consumed"]:
+                    break
+                prefix.append(s)
+                at += s[1]
+            if at != entry["consumed"]:
+                raise Failure("stored %d tokens of %r: not a span boundary" %
+                              (entry["consumed"], entry["id"]))
+            self.committed[tuple(prefix)] = at
+            added += 1
+        return added
+
+    def expected(self, prompt):
+        """The tokens a restore of prompt must reach: its deepest committed prefix."""
+        best = 0
+        for key, consumed in self.committed.items():
+            if len(key) <= len(prompt) and prompt[:len(key)] == key:
+                best = max(best, consumed)
+        return best
+
+    def verification(self, committed=None):
+        """Requests whose restores cover every committed checkpoint: for each
+        committed prefix that no other extends, the longest prompt asked
+        through it (a longer record stored but not reported may have taken
+        its row)."""
+        committed = self.committed if committed is None else committed
+        keys = list(committed)
+        maximal = [k for k in keys
+                   if not any(len(o) > len(k) and o[:len(k)] == k for o in keys)]
+        prompts = set()
+        for k in maximal:
+            through = [p for p in self.prompts if len(p) >= len(k) and p[:len(k)] == k]
+            prompts.add(max(through, key=len) if through else k)
+        prompts = sorted(prompts)
+        self.rng.shuffle(prompts)
+        return prompts
+
+    # ---- one launch, and the checks after a restart
+    def launch(self, trace, extra=(), rank_env=None, dirs=None):
+        self.launches += 1
+        tag = "l%d" % self.launches
+        log = os.path.join(self.root, tag + ".out")
+        stored = os.path.join(self.root, tag + ".stored")
+        results = os.path.join(self.root, tag + ".results")
+        argv = ["--trace", trace, "--dir", self.base_arg(dirs), "--stored-log", stored,
+                "--results", results] + RUN_ARGS + list(extra)
+        run = Launch(self.program, self.root, argv, log, rank_env)
+        run.stored, run.results = stored, results
+        return run
+
+    def restart_and_check(self, why, committed=None, dirs=None, allow_missing=False,
+                          prompts=None, tolerate=()):
+        """A restart restoring every committed checkpoint, byte-exact on every
+        rank; then the ranks' files agree and verify. Returns the launch."""
+        committed = self.committed if committed is None else committed
+        if prompts is None:
+            prompts = self.verification(committed)
+        by_id, requests = {}, []
+        for i, p in enumerate(prompts):
+            rid = "v%d.%d" % (self.launches + 1, i)
+            by_id[rid] = p
+            requests.append({"id": rid, "spans": [list(s) for s in p]})
+        if not requests:
+            requests.append({"id": "v-empty", "spans": [[7, 32]]})
+            by_id["v-empty"] = ((7, 32),)
+            self.prompts.add(((7, 32),))
+        trace = self.write_trace(requests, "verify%d.jsonl" % (self.launches + 1))
+        run = self.launch(trace, dirs=dirs)
+        rc = run.wait(LAUNCH_TIMEOUT_S)
+        out = run.output()
+        if rc is None:
+            raise Failure("%s: the restart hung (over %d s):\n%s" % (why, LAUNCH_TIMEOUT_S, out))
+        check_no_crash(out, why + ": restart")
+        if rc != 0:
+            raise Failure("%s: the restart failed (exit %d):\n%s" % (why, rc, out))
+        results = read_results(run.results)
+        for rid, p in by_id.items():
+            got = results.get(rid)
+            want = committed_depth(committed, p)
+            if got is None:
+                raise Failure("%s: no result for %s" % (why, rid))
+            if not got["verified"]:
+                raise Failure("%s: %s not verified:\n%s" % (why, rid, out))
+            reused = got["gpu_reused"] + got["host_reused"]
+            if reused < want and not allow_missing:
+                raise Failure("%s: committed record lost: %s restored %d tokens, %d were "
+                              "reported stored (spans %s)\n%s" % (why, rid, reused, want, list(p), out))
+        self.absorb(run.stored, by_id)
+        self.check_agreement(why, dirs, tolerate)
+        return run
+
+    def check_agreement(self, why, dirs=None, tolerate=()):
+        """Every rank holds the same record names and lengths and each
+        verifies, except the files in tolerate (damaged on purpose and never
+        read since: no restore went through them)."""
+        dirs = dirs or self.dirs
+        listings = [listing(os.path.join(dirs, "rank%d" % r)) for r in range(RANKS)]
+        for r in range(1, RANKS):
+            if listings[r] != listings[0]:
+                only0 = sorted(set(listings[0].items()) - set(listings[r].items()))[:5]
+                onlyr = sorted(set(listings[r].items()) - set(listings[0].items()))[:5]
+                raise Failure("%s: rank %d's record files differ from rank 0's: rank 0 only %s, "
+                              "rank %d only %s" % (why, r, only0, r, onlyr))
+        for r in range(RANKS):
+            d = os.path.join(dirs, "rank%d" % r)
+            if not os.path.isdir(d):
+                continue
+            p = subprocess.run([self.program, "verify", d], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=120)
+            out = p.stdout.decode("utf-8", "replace")
+            bad = {os.path.basename(m.group(1)) for m in re.finditer(r"^BAD (.*?\.ckpt):", out, re.M)}
+            if p.returncode == 1 and bad and bad <= set(tolerate):
+                self.table.add("corrupt", "damaged file left unread")
+                continue
+            if p.returncode != 0:
+                raise Failure("%s: selene verify failed on rank %d:\n%s" % (why, r, out[-3000:]))
+
+    # ---- kill -9
+    def kill_try(self, seed):
+        if self.kills >= self.cycle_kills:
+            self.fresh()
+        self.kills += 1
+        lines, by_id = self.workload(self.rng.randint(12, 24))
+        trace = self.write_trace(lines, "work%d.jsonl" % (self.launches + 1))
+        target = self.rng.choice(["rank0", "rank1", "rank2", "mpirun"])
+        # mostly while it stores and restores (after its first store was
+        # reported), sometimes while it starts (scan, join, agreement)
+        at_startup = self.rng.random() < 0.2
+        delay = self.rng.uniform(0.0, self.duration_s * (2.0 if at_startup else 0.9))
+        run = self.launch(trace)
+        landed = False
+        while not at_startup and run.proc.poll() is None and not size_or0(run.stored):
+            time.sleep(0.02)
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and run.proc.poll() is None:
+            time.sleep(0.02)
+        if target == "mpirun" and run.proc.poll() is None:
+            os.kill(run.proc.pid, signal.SIGKILL)
+            landed = True
+        while target != "mpirun" and run.proc.poll() is None:
+            pid = run.rank_pids().get(int(target[4:]))
+            if pid:  # (not yet there: mpirun is still starting it)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    landed = True
+                except ProcessLookupError:
+                    pass
+                break
+            time.sleep(0.02)
+        rc = run.wait(KILL_WAIT_S if landed else LAUNCH_TIMEOUT_S)
+        out = run.output()
+        if not landed:
+            m = re.search(r"requests on \d+ ranks \(host device\) in ([0-9.]+) s", out)
+            if m:
+                self.duration_s = 0.7 * self.duration_s + 0.3 * float(m.group(1))
+            check_no_crash(out, "kill seed %d: the workload" % seed)
+            if rc != 0:
+                raise Failure("kill seed %d: the workload failed with no fault (exit %s):\n%s"
+                              % (seed, rc, out))
+        if "WRONG BYTES" in out:
+            raise Failure("kill seed %d: wrong bytes before the kill:\n%s" % (seed, out))
+        self.absorb(run.stored, by_id)
+        self.table.add("kill", "tries")
+        self.table.add("kill", ("killed %s%s" % (target, " at startup" if at_startup else ""))
+                       if landed else "finished first")
+        self.restart_and_check("kill seed %d (%s, %.2f s after %s)" % (
+            seed, target, delay, "launch" if at_startup else "its first store"))
+        self.table.add("kill", "restarts ok")
+
+    # ---- failpoints
+    def seeded_dirs(self, seed):
+        """Fresh directories holding records, a leftover temporary file, a
+        record whose header is broken and an orphan, for the scan's points.
+        The records are made once per lane and copied for each try."""
+        snapshot = os.path.join(self.root, "seeded")
+        if not os.path.isdir(snapshot):
+            self.fresh()
+            lines, by_id = self.workload(10)
+            # token counts no workload prompt reaches (their file names say them)
+            bait_a = ((123456789, 2003),)
+            bait_b = ((987654321, 2005), (55, 32))
+            for rid, spans in (("bait-a", bait_a), ("bait-b", bait_b)):
+                lines.append({"id": rid, "settle": True, "spans": [list(s) for s in spans]})
+                by_id[rid] = spans
+            trace = self.write_trace(lines, "seed%d.jsonl" % (self.launches + 1))
+            run = self.launch(trace)
+            rc = run.wait(LAUNCH_TIMEOUT_S)
+            if rc != 0:
+                raise Failure("seed %d: seeding the store failed (exit %s):\n%s" %
+                              (seed, rc, run.output()))
+            self.absorb(run.stored, by_id)
+            for key in list(self.committed):
+                if key[0][0] in (123456789, 987654321):
+                    del self.committed[key]
+            shutil.copytree(self.dirs, snapshot, symlinks=True)
+            self.seeded = (dict(self.committed), set(self.prompts),
+                           [list(c) for c in self.conversations])
+        self.fresh()
+        os.rmdir(self.dirs)
+        shutil.copytree(snapshot, self.dirs, symlinks=True)
+        committed, prompts, conversations = self.seeded
+        self.committed = dict(committed)
+        self.prompts = set(prompts)
+        self.conversations = [list(c) for c in conversations]
+        # the bait records: the newest files; break one header, orphan another
+        for r in range(RANKS):
+            files = record_files(os.path.join(self.dirs, "rank%d" % r))
+            by_len = {}
+            for path in files:
+                by_len.setdefault(int(os.path.basename(path)[:16], 16), []).append(path)
+            for path in by_len.get(2003, []):
+                flip_bit(path, 200 * 8)   # a header byte: invalid at the scan
+            for path in by_len.get(2005, []):
+                os.unlink(path)           # the parent of the 2037-token child: orphan
+            d = os.path.dirname(files[0])
+            with open(os.path.join(d, os.path.basename(files[0]) + ".tmp"), "wb") as f:
+                f.write(b"\0" * 8192)
+
+    def failpoint_try(self, seed, name, action, role):
+        self.seeded_dirs(seed)
+        lines, by_id = self.workload(16)
+        trace = self.write_trace(lines, "fp%d.jsonl" % (self.launches + 1))
+        value = "%s=%s" % (name, "kill" if action == "kill" else
+                           "1*off->2*return(EIO)" if name.startswith("cluster.") else
+                           "return(EIO)")
+        rank = 0 if role == "rank0" else self.rng.randint(1, RANKS - 1)
+        run = self.launch(trace, rank_env=(rank, value))
+        rc = run.wait(LAUNCH_TIMEOUT_S)
+        out = run.output()
+        why = "failpoint seed %d (%s on rank %d)" % (seed, value, rank)
+        self.table.add("failpoint", "tries")
+        if rc is None:
+            raise Failure("%s: the run hung (over %d s):\n%s" % (why, LAUNCH_TIMEOUT_S, out))
+        if "WRONG BYTES" in out:
+            raise Failure("%s: wrong bytes:\n%s" % (why, out))
+        if action == "error":
+            check_no_crash(out, why)
+        self.absorb(run.stored, by_id)
+        # a kill that fired ends the run; an error may be recovered from
+        self.table.add("failpoint", "%s: run %s" % (action, "failed" if rc else "passed"))
+        if rc == 0 and action == "kill":
+            self.table.note("failpoint", "%s=kill on %s never fired" % (name, role))
+        self.restart_and_check(why)
+        self.table.add("failpoint", "restarts ok")
+
+    # ---- corruption of records, then restores
+    def corrupt_try(self, seed, kind):
+        self.seeded_dirs(seed)
+        committed = dict(self.committed)
+        rank = self.rng.randrange(RANKS)
+        files = [f for f in record_files(os.path.join(self.dirs, "rank%d" % rank))
+                 if int(os.path.basename(f)[:16], 16) < 2003]   # not the bait
+        path = self.rng.choice(files)
+        size = os.path.getsize(path)
+        before = {f: os.path.getsize(f) for f in files}
+        what = corrupt(self.rng, kind, path, size, files)
+        touched = {os.path.basename(path)} | {
+            os.path.basename(f) for f in files if kind == "swapnames" and
+            (not os.path.exists(f) or os.path.getsize(f) != before[f])}
+        why = "corrupt seed %d (%s on rank %d)" % (seed, what, rank)
+        self.table.add("corrupt", "tries")
+        # restores of every committed record: refused or harmless, never wrong
+        prompts = self.verification(committed)
+        requests, by_id = [], {}
+        for i, p in enumerate(prompts):
+            rid = "c%d.%d" % (self.launches + 1, i)
+            by_id[rid] = p
+            requests.append({"id": rid, "spans": [list(s) for s in p]})
+        trace = self.write_trace(requests, "corrupt%d.jsonl" % (self.launches + 1))
+        run = self.launch(trace)
+        rc = run.wait(LAUNCH_TIMEOUT_S)
+        out = run.output()
+        if rc is None:
+            raise Failure("%s: the restore run hung:\n%s" % (why, out))
+        check_no_crash(out, why)
+        results = read_results(run.results)
+        summary = results.get("summary", {})
+        if "WRONG BYTES" in out or summary.get("wrong_units", 0):
+            raise Failure("%s: WRONG BYTES restored:\n%s" % (why, out))
+        short = [rid for rid, p in by_id.items() if rid in results and
+                 results[rid]["gpu_reused"] + results[rid]["host_reused"] <
+                 committed_depth(committed, p)]
+        refused = rc != 0 or short
+        self.table.add("corrupt", ("refused " if refused else "harmless ") + kind)
+        self.absorb(run.stored, by_id)
+        # the next run finds the corrupted record gone and stores it again;
+        # the one after restores everything
+        self.restart_and_check(why + ": the run after", committed=committed,
+                               allow_missing=True, prompts=prompts, tolerate=touched)
+        self.restart_and_check(why + ": stored again", committed=committed, tolerate=touched)
+        self.table.add("corrupt", "stored again ok")
+
+
+def committed_depth(committed, prompt):
+    best = 0
+    for key, consumed in committed.items():
+        if len(key) <= len(prompt) and prompt[:len(key)] == key:
+            best = max(best, consumed)
+    return best
+
+
+def corrupt(rng, kind, path, size, files):
+    """Damages path; returns what it did, for messages."""
+    if kind == "bitflip":
+        bit = rng.randrange(HEADER_BYTES * 8, size * 8)
+        flip_bit(path, bit)
+        return "bit %d of %s flipped" % (bit, os.path.basename(path))
+    if kind == "copypage":
+        blocks = size // PAGE_BYTES
+        if blocks < 3:
+            flip_bit(path, (size - 1) * 8)
+            return "last byte of %s flipped (too small to copy a page)" % os.path.basename(path)
+        src, dst = rng.sample(range(1, blocks), 2)
+        other = rng.choice(files)
+        source = other if os.path.getsize(other) > src * PAGE_BYTES + PAGE_BYTES else path
+        with open(source, "rb") as f:
+            f.seek(src * PAGE_BYTES)
+            data = f.read(PAGE_BYTES)
+        with open(path, "r+b") as f:
+            f.seek(dst * PAGE_BYTES)
+            f.write(data)
+        return "block %d of %s copied over block %d of %s" % (
+            src, os.path.basename(source), dst, os.path.basename(path))
+    if kind == "swapnames":
+        others = [f for f in files if f != path]
+        if not others:
+            os.truncate(path, size // 2)
+            return "%s truncated (no other record to swap with)" % os.path.basename(path)
+        other = rng.choice(others)
+        tmp = path + ".swap"
+        os.rename(path, tmp)
+        os.rename(other, path)
+        os.rename(tmp, other)
+        return "%s and %s swapped" % (os.path.basename(path), os.path.basename(other))
+    if kind == "truncate":
+        length = rng.randrange(0, size)
+        os.truncate(path, length)
+        return "%s truncated to %d of %d bytes" % (os.path.basename(path), length, size)
+    if kind == "zeroblock":
+        block = rng.randrange(0, max(1, size // PAGE_BYTES))
+        with open(path, "r+b") as f:
+            f.seek(block * PAGE_BYTES)
+            f.write(b"\0" * min(PAGE_BYTES, size - block * PAGE_BYTES))
+        return "block %d of %s zeroed" % (block, os.path.basename(path))
+    raise ValueError(kind)
+
+
+CORRUPTIONS = ("bitflip", "copypage", "swapnames", "truncate", "zeroblock")
+
+
+def flip_bit(path, bit):
+    with open(path, "r+b") as f:
+        f.seek(bit // 8)
+        byte = f.read(1)[0]
+        f.seek(bit // 8)
+        f.write(bytes([byte ^ (1 << (bit % 8))]))
+
+
+def record_files(d):
+    found = []
+    for top, _, names in os.walk(d):
+        found += [os.path.join(top, n) for n in names if n.endswith(".ckpt")]
+    return sorted(found)
+
+
+def listing(d):
+    return {os.path.basename(p): os.path.getsize(p) for p in record_files(d)}
+
+
+def read_results(path):
+    results = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if "summary" in entry:
+                    results["summary"] = entry["summary"]
+                else:
+                    results[entry["id"]] = entry
+    except FileNotFoundError:
+        pass
+    return results
+
+
+def check_no_crash(out, why):
+    for word in CRASH_WORDS:
+        if word in out:
+            raise Failure("%s: crashed (%s):\n%s" % (why, word, out))
+    if "exited on signal" in out and "signal 9" not in out:
+        raise Failure("%s: a rank died by a signal:\n%s" % (why, out))
+
+
+# ---- the header: every bit, verify refuses each
+def header_flips(program, root, source, table, bits, batch=4096):
+    flips = os.path.join(root, "flips")
+    rec_dir = os.path.basename(os.path.dirname(source))
+    name = os.path.basename(source)
+    with open(source, "rb") as f:
+        data = bytearray(f.read())
+    for start in range(0, len(bits), batch):
+        shutil.rmtree(flips, ignore_errors=True)
+        chunk = bits[start:start + batch]
+        for bit in chunk:
+            d = os.path.join(flips, "b%05d" % bit, rec_dir)
+            os.makedirs(d)
+            data[bit // 8] ^= 1 << (bit % 8)
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+            data[bit // 8] ^= 1 << (bit % 8)
+        p = subprocess.run([program, "verify", flips], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=600)
+        out = p.stdout.decode("utf-8", "replace")
+        bad = {m.group(1) for m in re.finditer(r"^BAD .*/flips/b(\d{5})/", out, re.M)}
+        missed = [bit for bit in chunk if "%05d" % bit not in bad]
+        table.add("header", "tries", len(chunk))
+        table.add("header", "refused", len(chunk) - len(missed))
+        if missed or p.returncode != 1:
+            raise Failure("header: selene verify accepted header bit(s) %s flipped (exit %d):\n%s"
+                          % (missed[:10], p.returncode, out[-2000:]))
+    shutil.rmtree(flips, ignore_errors=True)
+
+
+# ---- the join storm
+def join_storm(program, root, table, rng, seconds_max=60):
+    base = os.path.join(root, "storm")
+    os.makedirs(base)
+    secret = os.path.join(base, "secret")
+    wrong = os.path.join(base, "wrong-secret")
+    with open(secret, "wb") as f:
+        f.write(os.urandom(32))
+    with open(wrong, "wb") as f:
+        f.write(os.urandom(32))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, SELENE_WORLD_SIZE=str(RANKS), SELENE_COORDINATOR="127.0.0.1:%d" % port,
+               SELENE_SECRET_FILE=secret, SELENE_LOG="warn")
+    env.pop("SELENE_FAILPOINTS", None)
+    stop = threading.Event()
+    counts = collections.Counter()
+    idle = []
+
+    def connect():
+        c = socket.create_connection(("127.0.0.1", port), timeout=1)
+        return c
+
+    def storm():
+        while not stop.is_set():
+            kind = rng.choice(["scan", "idle", "garbage", "truncated"])
+            try:
+                c = connect()
+            except OSError:
+                time.sleep(0.01)
+                continue
+            counts[kind] += 1
+            try:
+                if kind == "idle" and len(idle) < 32:
+                    idle.append(c)
+                    continue
+                if kind == "garbage":
+                    c.sendall(os.urandom(rng.randint(1, 4096)))
+                elif kind == "truncated":
+                    c.sendall(b"SELN" + os.urandom(rng.randint(0, 20)))
+            except OSError:
+                pass
+            c.close()
+            time.sleep(0.005)
+
+    def bad_macs():
+        # after the first connections of the other kinds, so that each kind
+        # meets the port (a join that falls to one bad MAC stops there)
+        until = time.monotonic() + 10
+        while not stop.is_set() and sum(counts.values()) < 40 and time.monotonic() < until:
+            time.sleep(0.05)
+        while not stop.is_set():
+            bad_env = dict(env, SELENE_RANK=str(rng.randint(1, RANKS - 1)), SELENE_SECRET_FILE=wrong)
+            p = subprocess.Popen([program, "cluster-demo", "--dir", os.path.join(base, "bad%r")],
+                                 env=bad_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            counts["bad MAC"] += 1
+            for _ in range(20):
+                if stop.is_set() or p.poll() is not None:
+                    break
+                time.sleep(0.1)
+            p.kill()
+            p.wait()
+
+    threads = [threading.Thread(target=storm), threading.Thread(target=bad_macs)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)   # the storm first: rank zero opens its port into it
+    ranks = []
+    for r in range(RANKS):
+        log = open(os.path.join(base, "rank%d.out" % r), "wb")
+        ranks.append((subprocess.Popen([program, "cluster-demo", "--dir",
+                                        os.path.join(base, "rank%r"), "--device", "host"],
+                                       env=dict(env, SELENE_RANK=str(r)), stdout=log,
+                                       stderr=subprocess.STDOUT), log))
+    # every rank ends by the deadline; once one has failed, the others get
+    # a few seconds to learn it (a hang past that is reported as exit None)
+    deadline = time.monotonic() + seconds_max
+    while time.monotonic() < deadline and any(p.poll() is None for p, _ in ranks):
+        if any(p.poll() not in (None, 0) for p, _ in ranks):
+            deadline = min(deadline, time.monotonic() + 5)
+        time.sleep(0.05)
+    rcs = []
+    for p, log in ranks:
+        hung = p.poll() is None
+        if hung:
+            p.kill()
+        p.wait()
+        rcs.append(None if hung else p.returncode)
+        log.close()
+    stop.set()
+    for t in threads:
+        t.join()
+    for c in idle:
+        c.close()
+    table.add("storm", "tries")
+    for kind, n in sorted(counts.items()):
+        table.add("storm", "conn " + kind, n)
+    if any(rc != 0 for rc in rcs):
+        outs = []
+        for r in range(RANKS):
+            with open(os.path.join(base, "rank%d.out" % r), "rb") as f:
+                outs.append("rank %d (exit %s): %s" % (
+                    r, rcs[r], f.read()[-800:].decode("utf-8", "replace")))
+        raise Failure("storm: formation did not complete under the storm:\n" + "\n".join(outs))
+    table.add("storm", "formed")
+
+
+# ---- libFuzzer
+FUZZ_MAX_LEN = {"header": 4096, "frame": 65536, "trace": 8192, "config": 4096}
+
+
+def fuzz(repo, table, seconds, seed):
+    for target, max_len in FUZZ_MAX_LEN.items():
+        binary = os.path.join(repo, "build-fuzz", "fuzz_" + target)
+        if not os.path.exists(binary):
+            raise Failure("fuzz: %s missing (make fuzz-build)" % binary)
+        corpus = os.path.join(repo, "build-fuzz", "corpus-" + target)
+        os.makedirs(corpus, exist_ok=True)
+        log = os.path.join(repo, "build-fuzz", "torture-" + target + ".log")
+        with open(log, "wb") as f:
+            p = subprocess.run([binary, "-max_total_time=%d" % seconds, "-max_len=%d" % max_len,
+                                "-seed=%d" % (seed & 0x7fffffff),
+                                "-artifact_prefix=" + os.path.join(repo, "build-fuzz") + "/",
+                                corpus, os.path.join(repo, "tests", "fuzz", "corpus-" + target)],
+                               stdout=f, stderr=subprocess.STDOUT, timeout=seconds + 120)
+        with open(log, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        runs = 0
+        for line in text.splitlines():
+            if line.startswith("Done ") and " runs" in line:
+                runs = int(line.split()[1])
+        table.add("fuzz", "tries", runs)
+        table.add("fuzz", target + " runs", runs)
+        if p.returncode != 0:
+            raise Failure("fuzz: %s failed (exit %d; log %s):\n%s" %
+                          (target, p.returncode, log, text[-3000:]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Selene's fault loops (make torture)")
+    parser.add_argument("--program", default="build/selene")
+    args = parser.parse_args()
+    program = os.path.abspath(args.program)
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    quick = os.environ.get("TORTURE_QUICK", "") not in ("", "0")
+    seed = env_int("TORTURE_SEED", random.SystemRandom().randrange(1, 1 << 31))
+    jobs = max(1, env_int("TORTURE_JOBS", 2))
+    fuzz_seconds = env_int("TORTURE_FUZZ_SECONDS", 8 if quick else 30)
+    skip_storm = os.environ.get("TORTURE_SKIP_STORM", "") not in ("", "0")
+    kills = env_int("TORTURE_KILLS", 16 if quick else 100)
+    corruptions = env_int("TORTURE_CORRUPTIONS", 5 if quick else 20)
+    print("== torture: seed %d (TORTURE_SEED=%d reproduces), %s, %d lanes" %
+          (seed, seed, "quick" if quick else "full", jobs), flush=True)
+    table = Table()
+    rng = random.Random(seed)
+    root = tempfile.mkdtemp(prefix="selene-torture.")
+    t0 = time.monotonic()
+
+    names = subprocess.run([program, "failpoints"], stdout=subprocess.PIPE, check=True)
+    names = [line.split()[0] for line in names.stdout.decode().splitlines() if line.strip()]
+    trials = [(n, a, r) for n in names for a in ("kill", "error") for r in ("rank0", "peer")]
+    if quick:  # half the failpoints once, action and role drawn by the seed
+        trials = [(n, rng.choice(("kill", "error")), rng.choice(("rank0", "peer")))
+                  for n in rng.sample(names, (len(names) + 1) // 2)]
+    cap = env_int("TORTURE_FAILPOINT_TRIALS", 0)   # a sample of them, for a narrower run
+    if cap:
+        trials = rng.sample(trials, min(cap, len(trials)))
+    tasks = [("kill", None)] * kills
+    tasks += [("failpoint", t) for t in trials]
+    tasks += [("corrupt", CORRUPTIONS[i % len(CORRUPTIONS)]) for i in range(corruptions)]
+    tasks = [(kind, arg, rng.randrange(1, 1 << 31)) for kind, arg in tasks]
+    only = os.environ.get("TORTURE_ONLY", "")   # e.g. "kill,corrupt": a narrower run
+
+    def wanted(kind):
+        return not only or kind in only.split(",")
+
+    tasks = [t for t in tasks if wanted(t[0])]
+    replay = os.environ.get("TORTURE_REPLAY", "")  # one try, as a failure names it
+    if replay:
+        parts = replay.split(":")
+        arg = (None if parts[0] == "kill" else parts[1] if parts[0] == "corrupt"
+               else tuple(parts[1:4]))
+        tasks = [(parts[0], arg, int(parts[-1]))]
+        only = "none"
+    rng.shuffle(tasks)
+    queue = collections.deque(tasks)
+    qlock = threading.Lock()
+    stop = threading.Event()
+
+    def lane_main(index):
+        lane = Lane(index, program, root, seed * 1000 + index, table)
+        while not stop.is_set():
+            with qlock:
+                if not queue:
+                    return
+                kind, arg, task_seed = queue.popleft()
+            lane.rng.seed(task_seed)
+            try:
+                if kind == "kill":
+                    lane.kill_try(task_seed)
+                elif kind == "failpoint":
+                    lane.failpoint_try(task_seed, *arg)
+                else:
+                    lane.corrupt_try(task_seed, arg)
+            except Exception as e:  # a harness bug is a failure too
+                what = str(e) if isinstance(e, Failure) else "harness error %r" % e
+                again = ":".join([kind] + ([] if arg is None else [arg] if isinstance(arg, str)
+                                           else list(arg)) + [str(task_seed)])
+                table.fail(kind, "%s\n  reproduce: TORTURE_SEED=%d make torture, or this try "
+                           "alone (on fresh directories): TORTURE_REPLAY=%s" % (what, seed, again))
+                lane.fresh()
+
+    progress_stop = threading.Event()
+
+    def progress():
+        while not progress_stop.wait(30):
+            with table.lock:
+                done = {k: v.get("tries", 0) for k, v in table.counts.items()}
+            print("   %.0f s: %s, %d left" % (time.monotonic() - t0, done, len(queue)), flush=True)
+
+    threading.Thread(target=progress, daemon=True).start()
+    lanes = [threading.Thread(target=lane_main, args=(i,)) for i in range(jobs)]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join()
+    progress_stop.set()
+
+    try:  # a small record's header, every bit (quick: a seeded eighth)
+        if not wanted("header"):
+            raise StopIteration
+        lane = Lane(99, program, root, seed, table)
+        lines = [{"id": "h", "spans": [[1, 16]]}]
+        run = lane.launch(lane.write_trace(lines, "h.jsonl"))
+        if run.wait(LAUNCH_TIMEOUT_S) != 0:
+            raise Failure("header: making a record failed:\n" + run.output())
+        source = record_files(os.path.join(lane.dirs, "rank0"))[0]
+        bits = list(range(HEADER_BYTES * 8))
+        if quick:
+            bits = sorted(rng.sample(bits, len(bits) // 8))
+        header_flips(program, root, source, table, bits)
+    except StopIteration:
+        pass
+    except Failure as e:
+        table.fail("header", "%s (TORTURE_SEED=%d)" % (e, seed))
+    if not wanted("storm"):
+        pass
+    elif skip_storm:
+        table.add("storm", "skipped (TORTURE_SKIP_STORM=1)")
+    else:
+        try:
+            join_storm(program, root, table, random.Random(seed))
+        except Failure as e:
+            table.fail("storm", "%s (TORTURE_SEED=%d)" % (e, seed))
+    try:
+        if wanted("fuzz"):
+            fuzz(repo, table, fuzz_seconds, seed)
+    except Failure as e:
+        table.fail("fuzz", "%s (TORTURE_SEED=%d)" % (e, seed))
+
+    table.print(time.monotonic() - t0, seed)
+    if os.environ.get("TORTURE_KEEP", "") in ("", "0"):
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print("kept %s" % root)
+    if table.failures:
+        print("torture: FAILED (%d); reproduce with TORTURE_SEED=%d" % (len(table.failures), seed))
+        return 1
+    print("torture: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
