@@ -206,14 +206,14 @@ check-asan:
 
 # The thread-heavy tests, then three ranks of the program (tests/tsan-ranks.sh),
 # under ThreadSanitizer (build-tsan/); any report fails the run.
-TSAN_TESTS := $(sort api cluster config engine failpoint fanout join link protocol store)
+TSAN_TESTS := $(sort api cluster engine failpoint fanout join link protocol store)
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 check-tsan:
 	$(Q)scripts/install-deps test
 	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SANITIZE=thread CFLAGS="-O1 -g" \
 		build-tsan/selene $(TSAN_TESTS:%=build-tsan/tests/test_%)
 	$(Q)TSAN_OPTIONS="$(TSAN_OPTIONS)" SELENE_PROGRAM=$(abspath build-tsan/selene) \
-		tests/run-tests $(TSAN_TESTS:%=build-tsan/tests/test_%)
+		SELENE_TEST_TIME_SCALE=4 tests/run-tests $(TSAN_TESTS:%=build-tsan/tests/test_%)
 	$(Q)TSAN_OPTIONS="$(TSAN_OPTIONS)" tests/tsan-ranks.sh build-tsan/selene
 
 # Every group (scripts/install-deps says which target needs which).

@@ -329,6 +329,8 @@ static void *writer_main(void *arg)
 {
 	struct cluster_link *l = arg;
 
+	sel_thread_lower_priority(1, "link writer"); /* below the model (seed 2.12) */
+
 	for (;;) {
 		uint16_t type = 0;
 		uint32_t length = 0;
@@ -375,6 +377,7 @@ static void *reader_main(void *arg)
 	uint64_t sequence = l->options.recv_sequence;
 	char why[256] = "";
 
+	sel_thread_lower_priority(1, "link reader"); /* below the model (seed 2.12) */
 	for (;;) {
 		int ret = cluster_frame_read(l->fd, l->read_buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX,
 					     &sequence, &header, why, sizeof(why));

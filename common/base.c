@@ -1,6 +1,13 @@
 /* Out-of-line parts of base.h: the assertion handler, hex, clocks. */
 #include "common/base.h"
 
+#include "common/log.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -62,4 +69,11 @@ uint64_t sel_monotonic_ns(void)
 uint64_t sel_realtime_ns(void)
 {
 	return clock_ns(CLOCK_REALTIME);
+}
+
+void sel_thread_lower_priority(int nice_value, const char *thread_name)
+{
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), nice_value) != 0)
+		sel_debug("%s thread: nice %d refused: %s", thread_name, nice_value,
+			  strerror(errno));
 }

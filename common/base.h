@@ -86,6 +86,13 @@ void sel_hex_encode(char *out, const uint8_t *bytes, size_t len);
 bool sel_hex_decode(uint8_t *out, const char *hex, size_t len);
 
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. */
+/*
+ * Lowers the calling thread below the model's threads (seed 2.12): nice
+ * value nice_value on this thread only (its tid). A refusal is logged at
+ * debug level and ignored: priority is a preference, not a requirement.
+ */
+void sel_thread_lower_priority(int nice_value, const char *thread_name);
+
 uint64_t sel_monotonic_ns(void);
 uint64_t sel_realtime_ns(void);
 

@@ -708,6 +708,7 @@ static void *transfer_main(void *arg)
 	struct shard_engine *e = arg;
 	int ret = shard_device_bind(e->device);
 
+	sel_thread_lower_priority(1, "transfer"); /* below the model (seed 2.12) */
 	if (ret)
 		sel_error("transfer thread: cannot bind the device: %s", sel_strerror(ret));
 	for (;;) {

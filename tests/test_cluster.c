@@ -74,6 +74,18 @@ struct fixture {
 	const char *const *addresses; /* every rank's announced addresses, or NULL */
 };
 
+/*
+ * SELENE_TEST_TIME_SCALE (make check-tsan sets it) stretches the link
+ * silence timeout for sanitizer builds, whose threads run many times slower.
+ */
+static uint32_t time_scale(void)
+{
+	const char *env = getenv("SELENE_TEST_TIME_SCALE");
+	unsigned long scale = env ? strtoul(env, NULL, 10) : 1;
+
+	return scale >= 1 && scale <= 100 ? (uint32_t)scale : 1;
+}
+
 static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config *c,
 		       struct sel_plane planes[2], char *dir, size_t dir_size)
 {
@@ -151,7 +163,8 @@ static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum c
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
 		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
 		.join_timeout_ms = f->join_timeout_ms ? f->join_timeout_ms : 10000,
-		.silence_timeout_ms = 1500, .job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
+		.silence_timeout_ms = 1500 * time_scale(),
+		.job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
 	};
 	memset(f->cluster.secret, 0x6b, sizeof(f->cluster.secret));
 	f->cluster.rank_addresses = f->addresses; /* every rank's view */
@@ -418,7 +431,7 @@ static void test_cluster_stopped_peer(void **state)
 	assert_int_equal(open_rank_zero(f, err, sizeof(err)), 0);
 	fill(f, 1000 / 64);
 	kill(f->children[1], SIGSTOP);
-	for (uint32_t i = 0; i < 5000 && !fatal; i++) {
+	for (uint32_t i = 0; i < 5000 * time_scale() && !fatal; i++) {
 		int ret = publish_raw(f, 100 + i, 64 + i % 900);
 
 		calls++;

@@ -124,9 +124,11 @@ class Launch:
         cmd = ["mpirun"] + MPI_ARGS + ["-np", str(RANKS), "-x", "SELENE_LOG"]
         if rank_env:
             rank, value = rank_env
-            # the failpoint on one rank only, as tests/qualify does
+            # the failpoint on one rank only, as tests/qualify does; kill is
+            # deliberate here, so fatal actions are allowed
             cmd += ["bash", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = %d ]; then '
-                    'export SELENE_FAILPOINTS=%s; fi; exec "$0" "$@"' % (rank, shell_quote(value))]
+                    'export SELENE_FAILPOINTS=%s SELENE_FAILPOINTS_ALLOW_FATAL=1; fi; '
+                    'exec "$0" "$@"' % (rank, shell_quote(value))]
         cmd += [program, "run"] + argv
         self.log_path = log_path
         self.log = open(log_path, "wb")
