@@ -174,6 +174,7 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 	};
 
 	assert_true(listener >= 0);
+	rec_scan_free(&f->agreed); /* a test may form more than once */
 	for (uint32_t r = 0; r < WORLD; r++)
 		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &f->ranks[r].scan), 0);
 	o.records = zero->scan.records;
