@@ -152,11 +152,11 @@ def main():
                   flush=True)
         store.close()
         shutil.rmtree(directory, ignore_errors=True)
-    print("\n| prompt | record | dir | recomputed TTFT | restored TTFT | rule chose |")
+    print("\n| prompt tokens | record | dir | recomputed TTFT | restored TTFT | rule chose |")
     print("| ---: | ---: | --- | ---: | ---: | --- |")
     for d, n, gib, rc, rs, _, te, pe, fetch, eq in rows:
-        print("| %dK | %.2f GiB | %s | %.0f ms | %.0f ms | %s (est. %.0f vs %.0f ms)%s |" % (
-            n // 1024, gib, d, rc * 1e3, rs * 1e3, "fetch" if fetch else "recompute",
+        print("| %d | %.2f GiB | %s | %.0f ms | %.0f ms | %s (est. %.0f vs %.0f ms)%s |" % (
+            n, gib, d, rc * 1e3, rs * 1e3, "fetch" if fetch else "recompute",
             te * 1e3, pe * 1e3, "" if eq else " NOT EQUAL"))
     return 0 if all(r[-1] for r in rows) else 1
 
