@@ -138,7 +138,7 @@ class TensorParallelLlama:
         K/V into the chain's pages (page ids of the whole sequence from
         position 0) and reading the prefix's from them. Returns the last
         position's final hidden state [hidden] (the checkpoint's row)."""
-        s, hd = self.shape, self.shape.head_dim
+        hd = self.shape.head_dim
         t = len(tokens)
         ids = torch.as_tensor(tokens, device=self.device, dtype=torch.long)
         positions = torch.arange(start, start + t, device=self.device)
