@@ -265,4 +265,9 @@ def run_rank(args, model, kv, ranks, config, device):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # no interpreter teardown: a gloo worker thread releasing a tensor then
+    # aborts the process (seen with torch 2.11); everything is written by now
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -38,8 +38,8 @@ SHAPES = {
 
 QUERY_CHUNK = 4096  # queries per attention block: bounds the score matrix
 
-# torch >= 2.5: fused attention kernels with grouped KV heads and a causal
-# mask aligned to the last key (a chunk continuing a prefix). Older torch
+# torch >= 2.5: fused attention kernels (flash) with a causal mask aligned
+# to the last key (a chunk continuing a prefix). Older torch
 # (1.13 has no scaled_dot_product_attention) takes the blocked path below.
 try:
     from torch.nn.attention.bias import causal_lower_right
@@ -127,10 +127,14 @@ class TensorParallelLlama:
         t, total = q.shape[0], k.shape[0]
         if FUSED_ATTENTION:
             try:
+                # KV heads repeated, not enable_gqa: with enable_gqa torch 2.11
+                # ran the quadratic-memory math kernel, not flash
+                group = self.local_heads // self.local_kv_heads
+                k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
                 q4, k4, v4 = (x.transpose(0, 1)[None] for x in (q, k, v))
                 out = F.scaled_dot_product_attention(
                     q4, k4, v4, attn_mask=causal_lower_right(t, total) if start else None,
-                    is_causal=not start, enable_gqa=True)
+                    is_causal=not start)
                 return out[0].transpose(0, 1).reshape(t, -1)
             except (RuntimeError, TypeError) as e:  # this build lacks a kernel for it
                 print("model: fused attention failed (%s); using the blocked path" % e)
