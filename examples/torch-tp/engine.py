@@ -268,6 +268,8 @@ if __name__ == "__main__":
     status = main()
     # no interpreter teardown: a gloo worker thread releasing a tensor then
     # aborts the process (seen with torch 2.11); everything is written by now
+    if "mpi4py.MPI" in sys.modules and not sys.modules["mpi4py.MPI"].Is_finalized():
+        sys.modules["mpi4py.MPI"].Finalize()  # mpirun wants it; atexit will not run
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
