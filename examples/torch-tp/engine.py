@@ -206,7 +206,17 @@ def main(argv=None):
     config = None if args.reference else store_config(args, model, kv, cluster, device)
     if config is not None:
         os.makedirs(config.dir, exist_ok=True)
-    if rank != 0:
+    status = run_rank(args, model, kv, ranks, config, device)  # a failure: mpirun ends all
+    # every rank leaves the process group before exit: a gloo thread still
+    # running at interpreter shutdown aborts the process
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return status
+
+
+def run_rank(args, model, kv, ranks, config, device):
+    if ranks.rank != 0:
         peer = selene.Peer(config) if config is not None else None
         ranks.follow()
         if peer is not None:
@@ -251,8 +261,15 @@ def main(argv=None):
     if args.digests:
         with open(args.digests, "w") as f:
             json.dump(sched.digests, f)
-    return report(args, sched, done, time.perf_counter() - t0, world)
+    return report(args, sched, done, time.perf_counter() - t0, ranks.world)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # no interpreter teardown: a gloo worker thread releasing a tensor then
+    # aborts the process (seen with torch 2.11); everything is written by now
+    if "mpi4py.MPI" in sys.modules and not sys.modules["mpi4py.MPI"].Is_finalized():
+        sys.modules["mpi4py.MPI"].Finalize()  # mpirun wants it; atexit will not run
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

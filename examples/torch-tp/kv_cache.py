@@ -12,7 +12,7 @@ checkpoints that no request uses and no store copies (pinned)."""
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 

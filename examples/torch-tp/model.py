@@ -38,6 +38,15 @@ SHAPES = {
 
 QUERY_CHUNK = 4096  # queries per attention block: bounds the score matrix
 
+# torch >= 2.5: fused attention kernels (flash) with a causal mask aligned
+# to the last key (a chunk continuing a prefix). Older torch
+# (1.13 has no scaled_dot_product_attention) takes the blocked path below.
+try:
+    from torch.nn.attention.bias import causal_lower_right
+    FUSED_ATTENTION = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+except ImportError:
+    FUSED_ATTENTION = False
+
 
 def all_reduce(x, world):
     """Sums the row-parallel partial outputs of every rank. gloo cannot add
@@ -114,7 +123,22 @@ class TensorParallelLlama:
 
     def attention(self, q, k, v, start):
         """q [T, H, D] at positions start.., k/v [start + T, KVH, D]: causal."""
+        global FUSED_ATTENTION
         t, total = q.shape[0], k.shape[0]
+        if FUSED_ATTENTION:
+            try:
+                # KV heads repeated, not enable_gqa: with enable_gqa torch 2.11
+                # ran the quadratic-memory math kernel, not flash
+                group = self.local_heads // self.local_kv_heads
+                k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+                q4, k4, v4 = (x.transpose(0, 1)[None] for x in (q, k, v))
+                out = F.scaled_dot_product_attention(
+                    q4, k4, v4, attn_mask=causal_lower_right(t, total) if start else None,
+                    is_causal=not start)
+                return out[0].transpose(0, 1).reshape(t, -1)
+            except (RuntimeError, TypeError) as e:  # this build lacks a kernel for it
+                print("model: fused attention failed (%s); using the blocked path" % e)
+                FUSED_ATTENTION = False
         group = self.local_heads // self.local_kv_heads
         k = k.repeat_interleave(group, dim=1).transpose(0, 1)   # [H, S, D]
         v = v.repeat_interleave(group, dim=1).transpose(0, 1)
@@ -138,7 +162,7 @@ class TensorParallelLlama:
         K/V into the chain's pages (page ids of the whole sequence from
         position 0) and reading the prefix's from them. Returns the last
         position's final hidden state [hidden] (the checkpoint's row)."""
-        s, hd = self.shape, self.shape.head_dim
+        hd = self.shape.head_dim
         t = len(tokens)
         ids = torch.as_tensor(tokens, device=self.device, dtype=torch.long)
         positions = torch.arange(start, start + t, device=self.device)

@@ -12,7 +12,7 @@ prefix recomputed are the same computation and decode to the same tokens."""
 
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 import selene
 from kv_cache import prefix_hashes

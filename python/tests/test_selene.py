@@ -335,9 +335,9 @@ def test_pip_install_finds_the_build_tree(tmp_path):
     import subprocess
     import sys
     import importlib.util
-    for module in ("pip", "setuptools"):  # found, not imported: setuptools
-        if importlib.util.find_spec(module) is None:  # refuses a loaded distutils
-            pytest.skip("pip install ./python needs %s (python3-%s)" % (module, module))
+    for module in ("pip", "setuptools"):  # not imported here: torch loaded distutils
+        if importlib.util.find_spec(module) is None:
+            pytest.skip("%s is not installed (scripts/install-deps python)" % module)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",

@@ -1,1 +1,0 @@
-BUILD_TREE = '/work/main/build'
