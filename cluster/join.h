@@ -1,5 +1,5 @@
 /*
- * The join handshake (DESIGN.md section 7, PROTOCOL.md R-WIRE-15/16) on a
+ * The join handshake (docs/DESIGN.md section 7, PROTOCOL.md R-WIRE-15/16) on a
  * connected socket, before it becomes a link: the peer announces itself
  * (HELLO), rank zero challenges it with a fresh nonce, the peer proves it
  * holds the launch secret (PROOF: a keyed BLAKE2b MAC over both nonces, its

@@ -1,5 +1,5 @@
 /*
- * A link (DESIGN.md section 7): one connected socket between rank zero and
+ * A link (docs/DESIGN.md section 7): one connected socket between rank zero and
  * a peer, with a reader thread that delivers frames to a callback and a
  * writer thread that sends from a bounded queue. Where the socket is idle
  * and nothing is queued, the sender writes its frame itself, without

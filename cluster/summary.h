@@ -1,6 +1,6 @@
 /*
  * Sending and receiving a directory summary and an agreement over a
- * connected socket during startup (DESIGN.md section 7), in chunks that
+ * connected socket during startup (docs/DESIGN.md section 7), in chunks that
  * each fit one frame (PROTOCOL.md R-WIRE-17/18). Shared by rank zero
  * (coordinator/) and the peers (peer/). Synchronous, under the socket's
  * timeouts; allocates one frame buffer per call.

@@ -1,6 +1,6 @@
 /*
  * Failpoints: named places in durable steps where a test can make Selene
- * fail, stall or die (DESIGN.md section 10), in the style of fail(9) and
+ * fail, stall or die (docs/DESIGN.md section 10), in the style of fail(9) and
  * fail-rs. Configured by SELENE_FAILPOINTS (read by sel_failpoints_from_env,
  * which the first sel_store_open or sel_peer_start calls) or
  * sel_failpoints_configure():

@@ -49,7 +49,7 @@
 /* Consumed tokens of a key: bounded so page arithmetic cannot overflow. */
 #define REC_CONSUMED_MAX (1ull << 40)
 
-/* One I/O request: DESIGN.md section 4 writes in 8 MiB chunks. */
+/* One I/O request: docs/DESIGN.md section 4 writes in 8 MiB chunks. */
 #define REC_IO_CHUNK_BYTES (8u << 20)
 
 /* Records one directory scan keeps: 16M bounds memory at about 2 GiB. */
@@ -94,7 +94,7 @@
 #define CLUSTER_REFUSE_TEXT_BYTES_MAX 256u
 
 /*
- * Connections rank zero holds in the join handshake at once (DESIGN.md
+ * Connections rank zero holds in the join handshake at once (docs/DESIGN.md
  * section 7): enough for every peer of a large world to connect together,
  * few enough that a storm of strangers costs a bounded number of fds; past
  * it the oldest stranger is dropped.

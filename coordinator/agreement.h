@@ -1,5 +1,5 @@
 /*
- * The startup agreement (DESIGN.md section 7): from every rank's scan
+ * The startup agreement (docs/DESIGN.md section 7): from every rank's scan
  * summary, rank zero decides which records the store keeps, which of them
  * keep their rows, and what each rank does to every file it holds. Pure
  * functions over arrays; no files and no links (a peer applies its actions,

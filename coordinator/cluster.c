@@ -482,7 +482,7 @@ out_free:
 	free(n);
 }
 
-/* The agreed limit: the smallest among ranks (DESIGN.md section 7). */
+/* The agreed limit: the smallest among ranks (docs/DESIGN.md section 7). */
 static uint64_t smallest_limit(const struct coord_form_options *o,
 			       const struct cluster_joiner *joiners, uint32_t peers)
 {

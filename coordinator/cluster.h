@@ -1,5 +1,5 @@
 /*
- * Rank zero forming the cluster at startup (DESIGN.md section 7): accepts
+ * Rank zero forming the cluster at startup (docs/DESIGN.md section 7): accepts
  * and joins every peer, agrees on the disk limit (the smallest), collects
  * each rank's summary, decides the agreement (coordinator/agreement.h),
  * applies rank zero's share to its own directory, sends every peer its
@@ -56,18 +56,18 @@ struct coord_form_options {
 
 /*
  * Forms the cluster. On success fills peers[0 .. world - 2] (by rank) and
- * *agreed_disk_limit, writes rank zero's cluster marker (each peer writes
- * its own), fills options->agreed if given, and returns 0; rank zero then
- * builds its index from the agreed records. The join is driven by poll (DESIGN.md section 7): a
- * connection that never proves the launch secret costs a rate-limited log
- * line, never the formation; at most CLUSTER_JOIN_PENDING_MAX handshakes
- * are pending, each with a CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure
- * (a rank refused after it proved the secret, a peer that reports its own
- * startup failure or leaves, the timeout, naming the missing rank, a rank
- * whose directory is empty or unmarked while another holds records, unless
- * accept_empty_ranks) returns
- * a negative code with the reason in err, tells every joined peer why
- * (REFUSE), closes their sockets and runs coord_cluster_notify_failure.
+ * *agreed_disk_limit, writes rank zero's cluster marker (each peer writes its
+ * own), fills options->agreed if given, and returns 0; rank zero then builds
+ * its index from the agreed records. The join is driven by poll
+ * (docs/DESIGN.md section 7): a connection that never proves the launch
+ * secret costs a rate-limited log line, never the formation; at most
+ * CLUSTER_JOIN_PENDING_MAX handshakes are pending, each with a
+ * CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure (a rank refused after it
+ * proved the secret, a peer that reports its own startup failure or leaves,
+ * the timeout, naming the missing rank, a rank whose directory is empty or
+ * unmarked while another holds records, unless accept_empty_ranks) returns a
+ * negative code with the reason in err, tells every joined peer why (REFUSE),
+ * closes their sockets and runs coord_cluster_notify_failure.
  */
 int coord_cluster_form(const struct coord_form_options *options,
 		       struct coord_peer *peers, uint64_t *agreed_disk_limit,

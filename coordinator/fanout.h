@@ -1,5 +1,5 @@
 /*
- * Rank zero's job transport across ranks (DESIGN.md section 7): every
+ * Rank zero's job transport across ranks (docs/DESIGN.md section 7): every
  * store, fetch, truncate and unlink runs on rank zero's own shard engine
  * and is sent, identical, to every peer over its link. A job completes
  * when every rank has answered. A store that failed anywhere is unlinked

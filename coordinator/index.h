@@ -1,5 +1,5 @@
 /*
- * The prefix index (DESIGN.md section 5, seed 2.3): rank zero's tree of
+ * The prefix index (docs/DESIGN.md section 5, seed 2.3): rank zero's tree of
  * records keyed by prefix key, with a bucket map for lookup, pins, an LRU
  * access order, leaf-first eviction and compaction candidates. Owned by the
  * model worker thread: single writer, no locks, nothing allocated after

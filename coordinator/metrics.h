@@ -1,5 +1,5 @@
 /*
- * The Prometheus text exposition of a store (DESIGN.md section 9), apart
+ * The Prometheus text exposition of a store (docs/DESIGN.md section 9), apart
  * from the store so the format's rules live in one place: every family
  * once, with # HELP and # TYPE before its samples, and each family's
  * samples together (per-peer link families grouped by family, never

@@ -1,5 +1,5 @@
 /*
- * The disk store's policy on rank zero (DESIGN.md section 5, seed 2.2, 2.3,
+ * The disk store's policy on rank zero (docs/DESIGN.md section 5, seed 2.2, 2.3,
  * 2.10): publication outcomes, the disk budget with pending unlinks and
  * truncates charged until they finish, eviction and compaction to make
  * room, dedupe, row drop once a record's only child commits, fetch planning

@@ -1,5 +1,5 @@
 /*
- * The selene program's one number parser (DESIGN.md section 8): every
+ * The selene program's one number parser (docs/DESIGN.md section 8): every
  * subcommand reads counts and sizes through it, so "64K" means 65536
  * everywhere, and "abc", "64Q", "-1", " 5" or a value past its limit is
  * refused with the flag's name instead of becoming some other number. It

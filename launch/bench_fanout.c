@@ -1,5 +1,5 @@
 /*
- * selene bench fanout: what the multi-rank transport adds to a job (DESIGN.md
+ * selene bench fanout: what the multi-rank transport adds to a job (docs/DESIGN.md
  * section 7). For each world size, rank zero runs in this process through
  * the public API and every other rank is a forked peer (sel_peer_start) on
  * loopback, all on the host device.

@@ -1,6 +1,6 @@
 /*
  * selene bench startup: how long a multi-rank store takes to open over
- * directories that already hold many records (DESIGN.md section 7). Rank
+ * directories that already hold many records (docs/DESIGN.md section 7). Rank
  * zero runs in this process through the public API and every other rank is
  * a forked peer (sel_peer_start) on loopback, all on the host device, as in
  * selene bench fanout.

@@ -1,5 +1,5 @@
 /*
- * Where this process sits among the ranks (DESIGN.md section 7), from one of
+ * Where this process sits among the ranks (docs/DESIGN.md section 7), from one of
  * two sources:
  *
  * The environment, for any launcher:

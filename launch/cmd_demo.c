@@ -56,7 +56,7 @@ struct demo {
 	uint64_t restore_ns; /* time in fetch jobs */
 };
 
-/* Page bytes are a function of rank, plane and the token prefix (DESIGN 8). */
+/* Page bytes: a function of rank, plane and token prefix (docs/DESIGN.md 8). */
 static void synth_page(const struct demo *d, uint64_t prefix_index, uint8_t *out)
 {
 	const struct rec_geometry *g = &d->geometry;

@@ -1,5 +1,5 @@
 /*
- * selene run: one rank of the reference TP worker (DESIGN.md section 8).
+ * selene run: one rank of the reference TP worker (docs/DESIGN.md section 8).
  *
  * Rank zero plays the engine's scheduler: for each request of a trace it
  * looks the prompt up in its GPU prefix cache, then in the store (beyond

@@ -1,5 +1,5 @@
 /*
- * The reference worker's GPU prefix cache (DESIGN.md section 8), the part a
+ * The reference worker's GPU prefix cache (docs/DESIGN.md section 8), the part a
  * serving engine would own: which page ids and state slots of the device
  * hold which checkpoints, with LRU eviction. It hands out ids only; the
  * bytes live on the device and are the worker's business.

@@ -1,5 +1,5 @@
 /*
- * One rank of the reference TP worker (selene run, DESIGN.md section 8):
+ * One rank of the reference TP worker (selene run, docs/DESIGN.md section 8):
  * the steps rank zero broadcasts, and this rank's device memory that
  * executes them. Rank zero decides every step (its GPU prefix cache and the
  * store choose ids); every rank, rank zero included, fills, poisons and

@@ -1,5 +1,5 @@
 /*
- * The reference worker's own step channel (DESIGN.md section 8): rank zero
+ * The reference worker's own step channel (docs/DESIGN.md section 8): rank zero
  * broadcasts each step to every rank, and the ranks sum their findings.
  * Under mpirun this is MPI (the only use of MPI besides the bootstrap),
  * standing in for a real engine's execution protocol; a world of one needs

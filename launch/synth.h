@@ -1,5 +1,5 @@
 /*
- * The reference worker's synthetic model (DESIGN.md section 8): tokens drawn
+ * The reference worker's synthetic model (docs/DESIGN.md section 8): tokens drawn
  * from a trace's spans, and the bytes a rank's pages and state rows hold for
  * a token prefix. Every byte is a function of (rank, plane, token prefix), so
  * a restore into any page ids can be checked byte-exact, and a page restored

@@ -1,5 +1,5 @@
 /*
- * A peer agent's steady state (DESIGN.md section 7): after the startup
+ * A peer agent's steady state (docs/DESIGN.md section 7): after the startup
  * (peer/join.h), it executes the jobs rank zero sends on this rank's shard
  * engine and replies to each with JOB_DONE, over a link. It stops when rank
  * zero's connection ends; jobs already submitted drain first, for at most

@@ -1,5 +1,5 @@
 /*
- * A peer joining the cluster at startup (DESIGN.md section 7): the join
+ * A peer joining the cluster at startup (docs/DESIGN.md section 7): the join
  * handshake, its directory's summary, then rank zero's agreement applied
  * to its directory (delete, or truncate the row) and confirmed. Synchronous.
  */

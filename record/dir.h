@@ -1,5 +1,5 @@
 /*
- * A record directory (DESIGN.md section 4): <base>/<namespace prefix>-
+ * A record directory (docs/DESIGN.md section 4): <base>/<namespace prefix>-
  * <fingerprint>/, held under an exclusive non-blocking flock from open to
  * close, and the startup scan that makes its contents consistent. One
  * process per directory; the handle is used by one thread at a time.
@@ -45,7 +45,7 @@ const struct rec_geometry *rec_dir_geometry(const struct rec_dir *dir);
 const struct rec_identity *rec_dir_namespace(const struct rec_dir *dir);
 
 /*
- * The cluster marker (DESIGN.md section 7): a small text file in the record
+ * The cluster marker (docs/DESIGN.md section 7): a small text file in the record
  * directory, never matched by the record name pattern, naming the cluster
  * its records belong to (world size and layout digest). Every rank writes
  * it once the startup agreement is applied; a directory without it is new,

@@ -1,5 +1,5 @@
 /*
- * The disk thread (DESIGN.md section 6, seed 2.5): one thread per shard
+ * The disk thread (docs/DESIGN.md section 6, seed 2.5): one thread per shard
  * engine that owns an io_uring ring and does all of a record directory's
  * file work: create, write pages and row from caller-owned slots, commit,
  * open and check a header, read pages and row into slots and verify them,

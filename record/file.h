@@ -1,5 +1,5 @@
 /*
- * Writing, reading, truncating and unlinking one record file (DESIGN.md
+ * Writing, reading, truncating and unlinking one record file (docs/DESIGN.md
  * section 4, FORMAT.md R-WRITE-*, R-READ-*), synchronously through io.h.
  * Buffers passed here are 4 KiB-aligned when the directory uses O_DIRECT.
  */

@@ -1,5 +1,5 @@
 /*
- * Record file format version 2 (DESIGN.md section 4, record/FORMAT.md):
+ * Record file format version 2 (docs/DESIGN.md section 4, record/FORMAT.md):
  * header encoding and validation, segment layout, checksums, file and
  * directory names. Pure functions over bytes; the file I/O is in file.h.
  * Rule numbers R-REC-* refer to FORMAT.md.

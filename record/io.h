@@ -1,6 +1,6 @@
 /*
  * The one layer every record-file system call goes through, so that a
- * failpoint can rewrite any request's result (DESIGN.md section 10): EIO,
+ * failpoint can rewrite any request's result (docs/DESIGN.md section 10): EIO,
  * ENOSPC, a short count. Synchronous; the io_uring disk thread uses the same
  * failpoints on its completions. Every function returns 0 (or a count) or a
  * negative errno.

@@ -1,5 +1,5 @@
 /*
- * Names and hashes, byte-exact as DESIGN.md section 3 (FORMAT.md R-KEY-*):
+ * Names and hashes, byte-exact as docs/DESIGN.md section 3 (FORMAT.md R-KEY-*):
  * model and namespace identities, the 64-token block chain, prefix keys and
  * their buckets, and the prefix history that makes key_at cheap. Pure
  * functions over bytes; no files, no devices.

@@ -1,5 +1,5 @@
 /*
- * The device interface of a rank's shard engine (DESIGN.md section 6): copy
+ * The device interface of a rank's shard engine (docs/DESIGN.md section 6): copy
  * page planes and state rows between device memory and host slots. Two
  * backends: "host" (planes in ordinary memory, copied with memcpy; for tests
  * and machines without a GPU) and "cuda" (libcuda.so.1 through dlopen; see

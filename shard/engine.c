@@ -343,7 +343,7 @@ static void run_store(struct shard_engine *e, struct shard_job *job,
 		struct stage *s = &l->stages[k % SHARD_STAGES];
 		uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
 
-		/* Between two windows, restores go first (DESIGN.md section 6). */
+		/* Between two windows, restores go first (docs/DESIGN.md section 6). */
 		yield_to_restores(e);
 		disk_await(l, &s->req, o);
 		if (o->result ||

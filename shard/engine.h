@@ -1,5 +1,5 @@
 /*
- * One rank's shard engine (DESIGN.md section 6, seed 2.5): staged jobs that
+ * One rank's shard engine (docs/DESIGN.md section 6, seed 2.5): staged jobs that
  * move a checkpoint between device memory and its record file. A transfer
  * thread runs jobs one at a time, restores first: a fetch goes before every
  * queued store, truncate, unlink or noop, and a running store yields between
@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Pages in one staging window (DESIGN.md section 6). */
+/* Pages in one staging window (docs/DESIGN.md section 6). */
 #define SHARD_WINDOW_PAGES_MAX 64u
 /*
  * The default window holds about two 8 MiB disk requests: small enough that
@@ -38,7 +38,7 @@
 #define SHARD_WINDOW_BYTES (16ull << 20)
 /*
  * Staging buffers: while one window is copied, the other seven are on the
- * disk, as deep as the raw baseline's eight 8 MiB requests. DESIGN.md says
+ * disk, as deep as the raw baseline's eight 8 MiB requests. docs/DESIGN.md says
  * double-buffered; with two buffers the disk idled whenever a copy or a
  * checksum pass outlasted one window's I/O.
  */

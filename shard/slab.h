@@ -1,5 +1,5 @@
 /*
- * The slab pool (DESIGN.md section 6, seed 2.5): one 4 KiB-aligned anonymous
+ * The slab pool (docs/DESIGN.md section 6, seed 2.5): one 4 KiB-aligned anonymous
  * mapping of equal slots, one page record each; rows span several slots
  * whose pieces need not be contiguous. Allocation never blocks: a request
  * the free list cannot satisfy fails at once. Registration with a device is

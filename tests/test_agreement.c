@@ -1,5 +1,5 @@
 /*
- * The startup agreement (coordinator/agreement.h, DESIGN.md section 7) and
+ * The startup agreement (coordinator/agreement.h, docs/DESIGN.md section 7) and
  * the header agreement digest (FORMAT.md R-AGREE-1): files or rows missing
  * on one rank, headers that differ, dropped parents, empty ranks, malformed
  * summaries, bounds, two real rank directories scanned, and thousands of

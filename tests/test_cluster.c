@@ -1,5 +1,5 @@
 /*
- * Multi-process tests on loopback (DESIGN.md section 7): rank zero in this
+ * Multi-process tests on loopback (docs/DESIGN.md section 7): rank zero in this
  * process through the public store API, every other rank a child process
  * through sel_peer_start. Device planes live in shared memory so this
  * process can check every rank's bytes. Covers store and fetch byte-exact

@@ -95,7 +95,7 @@ static void test_format_header_round_trip(void **state)
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(h.table[i], 5000);
 	assert_int_equal(h.table[3], 70000);
-	/* Offsets of DESIGN.md section 4, byte-exact. */
+	/* Offsets of docs/DESIGN.md section 4, byte-exact. */
 	assert_int_equal(sel_get_le64(f->buf + 64), 300);
 	assert_int_equal(sel_get_le64(f->buf + 88), 130);
 	assert_int_equal(sel_get_le32(f->buf + 136), 2);

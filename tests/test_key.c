@@ -1,7 +1,7 @@
 /*
  * Names and hashes (record/key.h, FORMAT.md R-KEY-*): fixed vectors computed
  * once by tests/vectors/gen_key_vectors.py (Python's own BLAKE2b, a second
- * implementation of DESIGN.md section 3) and properties of prefix keys.
+ * implementation of docs/DESIGN.md section 3) and properties of prefix keys.
  */
 #include "tests/testutil.h"
 

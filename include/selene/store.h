@@ -2,14 +2,15 @@
  * Selene's store API: what a serving engine's model worker thread calls on
  * rank zero (docs/DESIGN.md sections 1, 5 and 9; seed 2.2). With a cluster
  * (struct sel_cluster) rank zero fans every store, fetch, truncate and unlink
- * out to a peer agent on every other rank (include/selene/peer.h), and a job
+ * out to a peer agent on every other rank (sel_peer_start, below), and a job
  * completes only when every rank has finished it; with none, the store is
  * one rank's.
  *
  * Threads: every call below is made from one thread (the model worker),
  * except sel_store_metrics and sel_store_stats, which may be called from any
  * thread at any time, also during and after sel_store_close: close waits for
- * the calls already inside, and later ones answer -ESHUTDOWN. None of sel_lookup, sel_store_publish, sel_fetch, sel_cancel or
+ * the calls already inside, and later ones answer -ESHUTDOWN. None of
+ * sel_lookup, sel_store_publish, sel_fetch, sel_cancel or
  * sel_poll waits for I/O: work goes to bounded queues, and a full queue
  * answers at once (SEL_RETRY, or SEL_EQUEUEFULL).
  */

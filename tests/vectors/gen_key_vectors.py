@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference for DESIGN.md section 3 (names and hashes).
+"""Independent reference for docs/DESIGN.md section 3 (names and hashes).
 
 Computes the fixed vectors that tests/test_key.c and tests/test_geometry.c
 check, with Python's hashlib BLAKE2b rather than libb2, so the C code is
