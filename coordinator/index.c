@@ -165,6 +165,7 @@ int coord_index_insert(struct coord_index *ix, const struct coord_node_spec *spe
 	n->first_page_index = spec->first_page_index;
 	n->tail_page_count = spec->tail_page_count;
 	n->bytes = spec->bytes;
+	n->created_ns = spec->created_ns;
 	n->state = spec->state;
 	n->row_present = spec->row_present;
 	n->in_use = true;

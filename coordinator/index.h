@@ -38,6 +38,7 @@ struct coord_node {
 	uint32_t pins;
 	uint64_t access_tick;        /* larger is more recent */
 	uint64_t bytes;              /* on disk, per rank */
+	uint64_t created_ns;         /* its header's creation time (R-REC-4) */
 	enum coord_state state;
 	bool row_present;
 	/* Links owned by the index. */
@@ -68,6 +69,7 @@ struct coord_node_spec {
 	uint32_t first_page_index;
 	uint32_t tail_page_count;
 	uint64_t bytes;
+	uint64_t created_ns;          /* the header's creation time */
 	enum coord_state state;
 	bool row_present;
 	uint64_t access_tick;         /* 0: now (the next tick) */

@@ -140,7 +140,8 @@ int coord_store_load(struct coord_store *s, const struct rec_record_info *record
 			.key = r->key, .parent = r->parent.consumed ? &r->parent : NULL,
 			.bucket = r->bucket, .first_page_index = r->first_page_index,
 			.tail_page_count = r->tail_page_count, .bytes = r->file_bytes,
-			.state = COORD_READY, .row_present = r->row_present,
+			.created_ns = r->created_ns, .state = COORD_READY,
+			.row_present = r->row_present,
 		};
 
 		if (insert_node(s, &spec, &err) == COORD_NONE) {
@@ -361,8 +362,8 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	struct coord_node_spec spec = {
 		.key = *key, .parent = parent == COORD_NONE ? NULL : parent_key,
 		.bucket = *rec_history_bucket(h, pub->consumed), .first_page_index = first,
-		.tail_page_count = tail, .bytes = need, .state = COORD_WRITING,
-		.row_present = true,
+		.tail_page_count = tail, .bytes = need, .created_ns = sel_realtime_ns(),
+		.state = COORD_WRITING, .row_present = true,
 	};
 	struct rec_header header;
 	struct shard_store_job store = { .header = &header, .page_ids = pub->page_ids + first,
@@ -371,7 +372,7 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	int err;
 
 	err = rec_header_init(&header, g, &s->namespace_id, key, spec.parent, &spec.bucket,
-			      first, tail, sel_realtime_ns());
+			      first, tail, spec.created_ns);
 	if (err)
 		return err;
 	job = job_take(s, &id);
@@ -408,7 +409,10 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
  * whole, with the same parent and pages and the row, replacing the
  * page-only file on every rank (R-WRITE-4). The record stays usable for
  * its children meanwhile, pinned against eviction; a second publication
- * while that runs answers Retry.
+ * while that runs answers Retry. The new header keeps the record's
+ * creation time: should the rewrite fail on some ranks, each rank holds the
+ * old file or the new one, and only equal headers let the undo's truncate,
+ * or the agreement at the next start, keep the record (R-AGREE-1).
  */
 static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		       uint32_t existing, enum sel_outcome *outcome)
@@ -429,7 +433,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 			return 0;
 	err = rec_header_init(&header, &s->geometry, &s->namespace_id, &n->key,
 			      n->parent.consumed ? &n->parent : NULL, &n->bucket,
-			      n->first_page_index, n->tail_page_count, sel_realtime_ns());
+			      n->first_page_index, n->tail_page_count, n->created_ns);
 	if (err)
 		return err;
 	coord_index_pin(&s->index, existing); /* not a victim of its own room */

@@ -255,6 +255,7 @@ static int writer_header(struct rec_writer *w)
 
 static int writer_publish(struct rec_writer *w)
 {
+	struct stat st;
 	int ret;
 
 	if (w->durable) {
@@ -265,6 +266,7 @@ static int writer_publish(struct rec_writer *w)
 		STEP_FAILPOINT(SEL_FP_RECORD_AFTER_FDATASYNC);
 	}
 	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_RENAME);
+	w->replaced = fstatat(w->dirfd, w->name, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	ret = rec_io_rename(w->dirfd, w->tmp_name, w->name);
 	if (ret)
 		return ret;
@@ -298,12 +300,17 @@ int rec_writer_commit(struct rec_writer *w)
 		ret = writer_publish(w);
 		renamed = ret == 0 || faccessat(w->dirfd, w->tmp_name, F_OK, 0) != 0;
 	}
-	if (ret && renamed) {
-		/*
-		 * R-WRITE-5: the rename happened but a later step failed (the
-		 * directory fsync): the record must not be reported stored,
-		 * so it must not survive either.
-		 */
+	/*
+	 * R-WRITE-5: the rename happened but a later step failed (the
+	 * directory fsync): the record must not be reported stored, so it must
+	 * not survive either. Unless the rename replaced a file of that key
+	 * (R-WRITE-4), which may be a committed record (a row rewrite puts a
+	 * page-only record's row back): unlinking would destroy it on this
+	 * rank. The new file is as whole a record of that key as the old one;
+	 * it is not reported stored, and the caller unlinks it (a failed
+	 * store's cleanup) or truncates its row (a failed rewrite's undo).
+	 */
+	if (ret && renamed && !w->replaced) {
 		if (rec_io_unlink(w->dirfd, w->name) == 0 && w->durable)
 			rec_io_fsync_dir(w->dirfd);
 	}

@@ -38,6 +38,7 @@ struct rec_writer {
 	uint32_t pages_written;
 	bool pages_out_of_order; /* a page noted twice or out of turn */
 	bool row_written;
+	bool replaced;           /* the rename replaced a file of its name */
 	char name[REC_FILE_NAME_BYTES];
 	char tmp_name[REC_FILE_NAME_BYTES + 4];
 };
@@ -86,8 +87,10 @@ int rec_writer_put_row(struct rec_writer *w, const void *row_segment);
  * durable), rename, and directory fsync (when durable) (R-WRITE-2..4).
  * Every page and the row must have been put. On any failure the record is
  * not committed: the temporary file is removed and the error returned; a
- * failed fdatasync or fsync is final (R-WRITE-5). Either way the writer is
- * finished.
+ * failed fdatasync or fsync is final (R-WRITE-5). A failure after the
+ * rename unlinks the name, unless the rename replaced a file of that name:
+ * then the new file, whole, stays in its place (R-WRITE-4), and the caller
+ * decides. Either way the writer is finished.
  */
 int rec_writer_commit(struct rec_writer *w);
 

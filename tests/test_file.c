@@ -566,7 +566,9 @@ static void test_file_kill_truncate_and_unlink(void **state)
 
 /*
  * R-WRITE-4: storing a key whose file exists replaces it atomically; a
- * failure after that rename leaves neither file (R-WRITE-5).
+ * failure after that rename is reported (R-WRITE-5) but leaves the new
+ * file whole in its place: the old one may have been a committed record
+ * (a row rewrite), and unlinking the name lost it on that rank.
  */
 static void test_file_existing_key_replaced(void **state)
 {
@@ -579,8 +581,23 @@ static void test_file_existing_key_replaced(void **state)
 	assert_int_equal(tu_record_write(f->dir, &other, 0), 0);
 	assert_reads_back(f, &other);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
-	/* the directory fsync fails after the rename: the name goes */
+	/* the directory fsync fails after the rename: the new file stays */
 	assert_int_equal(sel_failpoints_configure("disk.fsync_dir=return(EIO)"), 0);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), -EIO);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_reads_back(f, &rec);
+	/* so does any failure after it */
+	assert_int_equal(sel_failpoints_configure("record.after_rename=return(EIO)"), 0);
+	assert_int_equal(tu_record_write(f->dir, &other, 0), -EIO);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 1);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_reads_back(f, &other);
+	/* a failure after the rename of a new name still leaves nothing */
+	assert_int_equal(rec_unlink(f->dir, &other.key), 0);
+	assert_int_equal(sel_failpoints_configure("record.after_rename=return(EIO)"), 0);
 	assert_int_equal(tu_record_write(f->dir, &rec, 0), -EIO);
 	sel_failpoints_configure(NULL);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);

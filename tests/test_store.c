@@ -443,6 +443,83 @@ static void test_store_failed_row_rewrite_and_undo_drops_record(void **state)
 	assert_balanced(f);
 }
 
+/* One record as the scan (or the agreement) lists it, for coord_store_load. */
+static struct rec_record_info loaded_record(struct fixture *f, uint64_t consumed,
+					    uint64_t parent, bool row, uint64_t created_ns)
+{
+	struct rec_record_info r = { .row_present = row, .created_ns = created_ns };
+	uint32_t first = (uint32_t)(parent / f->g.page_tokens);
+
+	rec_history_key_at(&f->h, consumed, &r.key);
+	if (parent)
+		rec_history_key_at(&f->h, parent, &r.parent);
+	r.bucket = *rec_history_bucket(&f->h, consumed);
+	r.first_page_index = first;
+	r.tail_page_count = (uint32_t)(consumed / f->g.page_tokens) - first;
+	r.file_bytes = REC_HEADER_BYTES + 4096 + f->g.page_record_bytes * r.tail_page_count +
+		       (row ? f->g.row_record_bytes : 0);
+	return r;
+}
+
+/*
+ * R-AGREE-1: a rewrite keeps the record's creation time, so that where it
+ * fails on some ranks only, the old page-only file and the new one have
+ * equal headers once the undo truncates the row; a new creation time made
+ * the agreement at the next start drop the committed record, and every
+ * record under it (torture: record.after_create on rank 0).
+ */
+static void test_store_row_rewrite_keeps_creation_time(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[3] = {
+		loaded_record(f, 300, 0, true, 1111),
+		loaded_record(f, 700, 300, false, 2222),
+		loaded_record(f, 900, 700, true, 3333),
+	};
+	struct sel_event ev[64];
+	struct sel_hit hit;
+
+	assert_int_equal(coord_store_load(&f->store, loaded, 3), 0);
+	assert_int_equal(f->store.index.node_count, 3);
+	assert_int_equal(publish(f, 1, 700, 300), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[0].kind, COORD_JOB_STORE);
+	assert_true(rec_key_equal(&f->stub.jobs[0].header.key, &loaded[1].key));
+	assert_int_equal(f->stub.jobs[0].header.created_ns, 2222);
+	stub_complete(&f->stub, 0, -EIO); /* on some ranks */
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[1].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 3);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	assert_balanced(f);
+
+	/* A record this store wrote: its rewrite has the first header's time. */
+	assert_int_equal(publish(f, 2, 1200, 900), SEL_QUEUED);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev); /* 900's row goes: its only child committed */
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[4].kind, COORD_JOB_STORE);
+	assert_int_equal(f->stub.jobs[4].header.created_ns, 3333);
+	stub_complete(&f->stub, 4, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 4, 1300, 1200), SEL_QUEUED);
+	stub_complete(&f->stub, 5, 0);
+	poll_events(f, ev); /* 1200's row goes */
+	stub_complete(&f->stub, 6, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 5, 1200, 900), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[7].kind, COORD_JOB_STORE);
+	assert_int_equal(f->stub.jobs[7].header.created_ns, f->stub.jobs[2].header.created_ns);
+	stub_complete(&f->stub, 7, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
 /* A publication whose parent is absent becomes a root with its chain. */
 static void test_store_root_when_parent_absent(void **state)
 {
@@ -1026,6 +1103,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_keeps_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_and_undo_drops_record, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_row_rewrite_keeps_creation_time, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize_counts_ancestors, setup_small,
