@@ -179,7 +179,8 @@ static int peer_join(struct sel_peer *p, const struct cluster_identity *me,
 			return fd;
 		close(fd);
 		/* CHALLENGE is frame 0 from rank zero, WELCOME frame 1 */
-		if ((ret != -ECONNRESET && ret != -EPIPE) || p->seq.recv >= 2 ||
+		/* a transport error before WELCOME costs nothing: join again */
+		if ((ret != -ECONNRESET && ret != -EPIPE && ret != -EIO) || p->seq.recv >= 2 ||
 		    sel_monotonic_ns() > deadline)
 			return ret;
 		sel_warn("rank %u: the join connection broke before WELCOME (%s); joining "

@@ -52,6 +52,7 @@ enum child_fault {
 	FAULT_RANK,     /* claims rank 1 (a rank another process holds) */
 	FAULT_GEOMETRY, /* a row plane of half the size */
 	FAULT_STALL,    /* every disk write sleeps 8 s */
+	FAULT_JOIN_EIO, /* the join's second and third sends fail with EIO */
 	FAULT_NO_DISK,  /* a disk limit of 0: no disk store */
 	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
 	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
@@ -130,6 +131,9 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 	if (fault == FAULT_DEVICE) /* valid, but its directory cannot be made */
 		c.dir = "/dev/null/no-such-device";
 	if (fault == FAULT_STALL && sel_failpoints_configure("disk.write=sleep(8000)") != 0)
+		_exit(6);
+	if (fault == FAULT_JOIN_EIO &&
+	    sel_failpoints_configure("cluster.send=1*off->2*return(EIO)") != 0)
 		_exit(6);
 	if (full_disk) {
 		mkdir(dir, 0755);
@@ -698,6 +702,26 @@ static void test_cluster_no_disk_store_anywhere(void **state)
 }
 
 /*
+ * A send that fails before WELCOME (found by make torture: the peer gave up
+ * unproven, and rank zero waited out its join timeout): the peer joins
+ * again on a new connection, and the cluster forms.
+ */
+static void test_cluster_peer_joins_again_after_send_error(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	f->join_timeout_ms = 60000;
+	start_with(f, 3, 2, FAULT_JOIN_EIO, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s (rank 2: %s)", err, f->mem[2].why);
+	assert_int_equal(sel_store_close(f->store, 1000), 0);
+	f->store = NULL;
+	assert_int_equal(reap(f, 1), 0);
+	assert_int_equal(reap(f, 2), 0);
+}
+
+/*
  * Issue 10 item 3: a peer whose startup fails (its device) tells rank zero,
  * which fails the formation with that reason and tells the other peers:
  * every rank stops long before the join timeout (60 s here).
@@ -785,6 +809,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_without_disk_store, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_no_disk_store_anywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_joins_again_after_send_error,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_startup_failure_stops_everyone,
