@@ -12,12 +12,10 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 enum fp_action { FP_OFF, FP_RETURN, FP_SHORT, FP_KILL, FP_ABORT, FP_SLEEP, FP_PRINT };
 
@@ -107,15 +105,23 @@ static bool parse_errno(const char *text, size_t len, int64_t *out)
 	return true;
 }
 
+static _Atomic(sel_failpoint_fatal_fn) fp_fatal;
+
+void sel_failpoints_set_fatal(sel_failpoint_fatal_fn fn)
+{
+	fp_fatal = fn;
+}
+
 /*
- * kill and abort end the host process: a test arms them deliberately with
+ * kill and abort end the host process, through the host's own hook: a
+ * program or test that installed one arms them deliberately with
  * SELENE_FAILPOINTS_ALLOW_FATAL=1, and nothing else reaches them.
  */
 static bool fp_fatal_allowed(void)
 {
 	const char *allow = getenv("SELENE_FAILPOINTS_ALLOW_FATAL");
 
-	return allow && strcmp(allow, "1") == 0;
+	return fp_fatal && allow && strcmp(allow, "1") == 0;
 }
 
 /* Parses one term, [COUNT*]action[(arg)], from text[0, len). */
@@ -312,11 +318,15 @@ int sel_failpoint_eval(enum sel_failpoint point)
 	case FP_SHORT:
 		return SEL_FAILPOINT_SHORT;
 	case FP_KILL:
-		sel_info("failpoint %s: kill", fp_names[point]);
-		raise(SIGKILL);
-		_exit(137);
-	case FP_ABORT:
-		abort();
+	case FP_ABORT: {
+		sel_failpoint_fatal_fn fatal = fp_fatal;
+
+		sel_info("failpoint %s: %s", fp_names[point],
+			 term.action == FP_KILL ? "kill" : "abort");
+		if (fatal)
+			fatal(term.action == FP_ABORT);
+		return -EIO; /* the hook was removed after configure: fail the step */
+	}
 	case FP_SLEEP: {
 		struct timespec ts = { .tv_sec = term.argument / 1000,
 				       .tv_nsec = term.argument % 1000 * 1000000 };

@@ -16,9 +16,11 @@
  * takes over; a term without one applies forever; after the last counted
  * term the point is off. "short" makes an I/O point report half its bytes.
  * Example: "record.after_rename=1*kill;disk.write=3*off->return(EIO)".
- * kill and abort end the process, so a configuration holding either is
- * refused unless SELENE_FAILPOINTS_ALLOW_FATAL=1 is set too: only a test
- * that means it can reach them.
+ * kill and abort end the process, which the library never does itself: the
+ * host installs what ends it (sel_failpoints_set_fatal: the selene program
+ * and the tests that kill deliberately), and a configuration holding either
+ * is refused unless that hook is installed and SELENE_FAILPOINTS_ALLOW_FATAL=1
+ * is set too.
  *
  * With nothing configured a failpoint costs one predictable branch.
  */
@@ -124,6 +126,13 @@ int sel_failpoint_eval(enum sel_failpoint point);
  * previous configuration stays. Resets every point's counters.
  */
 int sel_failpoints_configure(const char *config);
+
+/*
+ * What a kill (abort false) or abort (abort true) action calls: it ends the
+ * process and does not return. NULL (the default) leaves both refused.
+ */
+typedef void (*sel_failpoint_fatal_fn)(bool abort);
+void sel_failpoints_set_fatal(sel_failpoint_fatal_fn fn);
 
 /*
  * Applies SELENE_FAILPOINTS once per process (later calls answer what the

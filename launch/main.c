@@ -7,8 +7,12 @@
 #include "common/failpoint.h"
 #include "selene/selene.h"
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct command {
 	const char *name;
@@ -79,6 +83,18 @@ int launch_wants_help(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * The failpoints' kill and abort actions, which the library leaves to its
+ * host (common/failpoint.h): this program means them, for the fault loops.
+ */
+static void die_at_failpoint(bool abort_it)
+{
+	if (abort_it)
+		abort();
+	raise(SIGKILL);
+	_exit(137);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -100,6 +116,7 @@ int main(int argc, char **argv)
 		if (strcmp(argv[1], commands[i].name) != 0)
 			continue;
 		/* Every command, the record-layer ones too, sees the failpoints. */
+		sel_failpoints_set_fatal(die_at_failpoint);
 		if (sel_failpoints_from_env(why, sizeof(why)) != 0) {
 			fprintf(stderr, "selene: %s\n", why);
 			return LAUNCH_EXIT_USAGE;

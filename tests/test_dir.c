@@ -423,7 +423,7 @@ static void test_dir_kill_during_scan(void **state)
 		if (pid == 0) {
 			struct rec_scan child_scan;
 
-			setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1); /* kill, deliberately */
+			tu_failpoints_may_kill(); /* kill, deliberately */
 			sel_failpoints_configure(config);
 			rec_dir_scan(f->dir, &child_scan);
 			_exit(4);

@@ -129,7 +129,7 @@ static void test_failpoint_kill(void **state)
 	pid = fork();
 	if (pid == 0) {
 		sel_log_set_level(SEL_LOG_ERROR);
-		setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1);
+		tu_failpoints_may_kill();
 		sel_failpoints_configure("record.after_rename=1*kill");
 		SEL_FAILPOINT(SEL_FP_RECORD_AFTER_RENAME);
 		_exit(0);
@@ -138,11 +138,15 @@ static void test_failpoint_kill(void **state)
 	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 }
 
-/* kill and abort are refused unless SELENE_FAILPOINTS_ALLOW_FATAL=1 is set. */
+/* kill and abort are refused unless the host installed what ends the process
+ * and SELENE_FAILPOINTS_ALLOW_FATAL=1 is set. */
 static void test_failpoint_fatal_needs_permission(void **state)
 {
 	(void)state;
 	sel_log_set_level(SEL_LOG_ERROR + 0);
+	setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1); /* no hook: still refused */
+	assert_int_equal(sel_failpoints_configure("disk.write=kill"), SEL_EFAILPOINT);
+	tu_failpoints_may_kill();
 	unsetenv("SELENE_FAILPOINTS_ALLOW_FATAL");
 	assert_int_equal(sel_failpoints_configure("disk.write=kill"), SEL_EFAILPOINT);
 	assert_int_equal(sel_failpoints_configure("disk.write=1*off->abort"), SEL_EFAILPOINT);

@@ -451,7 +451,7 @@ static void run_killed(struct fixture *f, const char *config,
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		sel_log_set_level(SEL_LOG_ERROR);
-		setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1); /* kill, deliberately */
+		tu_failpoints_may_kill(); /* kill, deliberately */
 		if (sel_failpoints_configure(config) != 0)
 			_exit(3);
 		fn(f, rec);

@@ -2,11 +2,13 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,4 +307,18 @@ int tu_check_metrics(const char *text, const char *required)
 	else if (status != 0)
 		fail_msg("the metrics exposition is not valid (above):\n%s", text);
 	return status;
+}
+
+static void tu_die_at_failpoint(bool abort_it)
+{
+	if (abort_it)
+		abort();
+	raise(SIGKILL);
+	_exit(137);
+}
+
+void tu_failpoints_may_kill(void)
+{
+	sel_failpoints_set_fatal(tu_die_at_failpoint);
+	setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1);
 }

@@ -21,6 +21,9 @@
 /* Makes a fresh directory under $TMPDIR (or /tmp); caller frees the path. */
 char *tu_make_temp_dir(const char *tag);
 
+/* Lets failpoints kill (SIGKILL) and abort this process: a test that means it. */
+void tu_failpoints_may_kill(void);
+
 /* rm -rf path, then frees it. */
 void tu_remove_tree(char *path);
 
