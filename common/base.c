@@ -8,6 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -18,6 +20,20 @@ void sel_assert_fail(const char *expr, const char *file, int line,
 	fprintf(stderr, "selene: assertion failed: %s (%s:%d, %s)\n", expr,
 		file, line, func);
 	abort();
+}
+
+void sel_address_text(const struct sockaddr_storage *addr, char *out, size_t size)
+{
+	const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)addr;
+
+	snprintf(out, size, "?");
+	if (addr->ss_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, out,
+			  (socklen_t)size);
+	else if (addr->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr))
+		inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], out, (socklen_t)size);
+	else if (addr->ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &v6->sin6_addr, out, (socklen_t)size);
 }
 
 void sel_hex_encode(char *out, const uint8_t *bytes, size_t len)

@@ -79,6 +79,14 @@ static inline bool sel_is_selene_error(int err)
 	return err >= SEL_ERROR_FIRST && err <= SEL_ERROR_LAST;
 }
 
+struct sockaddr_storage;
+
+/*
+ * The IP literal of addr into out (an IPv4-mapped IPv6 address as IPv4),
+ * "?" for any other family; out holds INET6_ADDRSTRLEN chars.
+ */
+void sel_address_text(const struct sockaddr_storage *addr, char *out, size_t size);
+
 /* Lowercase hex of len bytes into out, which holds 2 * len + 1 chars. */
 void sel_hex_encode(char *out, const uint8_t *bytes, size_t len);
 

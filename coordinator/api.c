@@ -219,19 +219,8 @@ static void describe_transport(const sel_store *s, char *out, size_t size)
 			snprintf(out + n, size - n, " ...");
 			return;
 		}
-		if (getpeername(s->peers[i].fd, (struct sockaddr *)&addr, &len) == 0) {
-			if (addr.ss_family == AF_INET)
-				inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, text,
-					  sizeof(text));
-			else if (addr.ss_family == AF_INET6 &&
-				 IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&addr)->sin6_addr))
-				inet_ntop(AF_INET,
-					  &((struct sockaddr_in6 *)&addr)->sin6_addr.s6_addr[12],
-					  text, sizeof(text));
-			else if (addr.ss_family == AF_INET6)
-				inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr,
-					  text, sizeof(text));
-		}
+		if (getpeername(s->peers[i].fd, (struct sockaddr *)&addr, &len) == 0)
+			sel_address_text(&addr, text, sizeof(text));
 		n += (size_t)snprintf(out + n, size - n, "%s rank %u %s", i ? "," : "",
 				      s->peers[i].rank, text);
 	}

@@ -68,20 +68,13 @@ static uint64_t ms_until(uint64_t now, uint64_t deadline)
 /* "address:port" of a socket's other end, for the log. */
 static void peer_address(const struct sockaddr_storage *addr, char *out, size_t size)
 {
-	char text[INET6_ADDRSTRLEN] = "?";
-	unsigned port = 0;
+	char text[INET6_ADDRSTRLEN];
+	unsigned port = addr->ss_family == AF_INET ?
+				ntohs(((const struct sockaddr_in *)addr)->sin_port) :
+			addr->ss_family == AF_INET6 ?
+				ntohs(((const struct sockaddr_in6 *)addr)->sin6_port) : 0;
 
-	if (addr->ss_family == AF_INET) {
-		const struct sockaddr_in *v4 = (const struct sockaddr_in *)addr;
-
-		inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
-		port = ntohs(v4->sin_port);
-	} else if (addr->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)addr;
-
-		inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
-		port = ntohs(v6->sin6_port);
-	}
+	sel_address_text(addr, text, sizeof(text));
 	snprintf(out, size, "%s:%u", text, port);
 }
 

@@ -303,14 +303,8 @@ static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64
 	char mine[INET6_ADDRSTRLEN] = "?";
 
 	shard_engine_stats(p->engine, &st);
-	if (getsockname(p->control_fd, (struct sockaddr *)&addr, &len) == 0) {
-		if (addr.ss_family == AF_INET)
-			inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, mine,
-				  sizeof(mine));
-		else if (addr.ss_family == AF_INET6)
-			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr, mine,
-				  sizeof(mine));
-	}
+	if (getsockname(p->control_fd, (struct sockaddr *)&addr, &len) == 0)
+		sel_address_text(&addr, mine, sizeof(mine));
 	sel_info("peer: %s; rank %u of %u; device %s; I/O %s; transport rank zero at %s:%u "
 		 "from %s; staging %llu MiB; records %llu scanned, %llu kept (agreement "
 		 "applied); disk limit %llu bytes (agreed)", rec_dir_path(p->dir),
