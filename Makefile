@@ -133,7 +133,7 @@ tests: $(TEST_BINS) $(PROGRAM)
 
 # Runs every test binary even when one fails, then prints one total line.
 test:
-	$(Q)scripts/install-deps test
+	$(Q)scripts/install-deps test metrics
 	$(Q)$(MAKE) --no-print-directory tests
 	$(Q)SELENE_PROGRAM=$(abspath $(PROGRAM)) tests/run-tests $(TEST_BINS)
 
