@@ -12,6 +12,7 @@
  * small page per rank, one at a time, and stores 32 in flight.
  */
 #include "launch/commands.h"
+#include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
 
 #include "common/base.h"
@@ -19,23 +20,17 @@
 #include "common/log.h"
 #include "selene/store.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#define FANOUT_WORLD_MAX 8u
 #define FANOUT_UNIT 4096u
 #define FANOUT_PAGES 64u
 #define FANOUT_ROWS 4u
@@ -46,8 +41,7 @@ struct fanout_run {
 	const char *base;
 	uint32_t world;
 	uint32_t jobs;
-	struct sel_cluster cluster;
-	pid_t peers[FANOUT_WORLD_MAX];
+	struct bench_ranks ranks;
 	uint8_t *planes[2], *rows;
 	uint64_t *noop_ns, *store_ns, *fetch_ns;
 	double noops_per_second, stores_per_second;
@@ -73,73 +67,17 @@ static void fanout_config(struct fanout_run *r, uint32_t rank, struct sel_store_
 		.row_plane = { "state", FANOUT_UNIT, (uintptr_t)r->rows },
 		.page_count = FANOUT_PAGES, .row_count = FANOUT_ROWS, .device = "host",
 		.disk_limit_bytes = 4ull << 30, .durable = false, .records_max = 200000,
-		.cluster = r->world > 1 ? &r->cluster : NULL,
+		.cluster = r->world > 1 ? &r->ranks.cluster : NULL,
 	};
 	memset(c->model_identity, 0x5e, sizeof(c->model_identity));
 }
 
-/* A peer: joins rank zero, runs jobs until rank zero's connection ends. */
-static void fanout_peer_main(struct fanout_run *r, uint32_t rank)
+static int fanout_peer_config(void *arg, uint32_t rank, struct bench_ranks_config *c,
+			      char *err, size_t err_size)
 {
-	struct sel_store_config c;
-	struct sel_plane planes[2];
-	char dir[512], err[256];
-	sel_peer *peer;
-	int ret;
-
-	close(r->cluster.listen_fd);
-	r->cluster.rank = rank;
-	r->cluster.listen_fd = -1;
-	fanout_config(r, rank, &c, planes, dir, sizeof(dir));
-	ret = sel_peer_start(&c, &peer, err, sizeof(err));
-	if (ret) {
-		fprintf(stderr, "selene bench fanout: rank %u: %s\n", rank, err);
-		_exit(2);
-	}
-	ret = sel_peer_wait(peer);
-	sel_peer_stop(peer);
-	_exit(ret ? 3 : 0);
-}
-
-static int fanout_listen(struct fanout_run *r)
-{
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
-	    listen(fd, (int)FANOUT_WORLD_MAX) ||
-	    getsockname(fd, (struct sockaddr *)&addr, &len)) {
-		int ret = -errno;
-
-		close(fd);
-		return ret;
-	}
-	r->cluster = (struct sel_cluster){
-		.rank = 0, .world_size = r->world, .coordinator_host = "127.0.0.1",
-		.coordinator_port = ntohs(addr.sin_port), .listen_fd = fd,
-		.join_timeout_ms = 20000, .silence_timeout_ms = 5000, .job_timeout_ms = 20000,
-	};
-	memset(r->cluster.secret, 0x3c, sizeof(r->cluster.secret));
-	return 0;
-}
-
-/* Forks the peers; their planes are this process's (copied at fork). */
-static int fanout_fork_peers(struct fanout_run *r)
-{
-	fflush(NULL);
-	for (uint32_t rank = 1; rank < r->world; rank++) {
-		pid_t pid = fork();
-
-		if (pid < 0)
-			return -errno;
-		if (pid == 0)
-			fanout_peer_main(r, rank);
-		r->peers[rank] = pid;
-	}
+	(void)err;
+	(void)err_size;
+	fanout_config(arg, rank, &c->store, c->planes, c->dir, sizeof(c->dir));
 	return 0;
 }
 
@@ -364,17 +302,12 @@ static int fanout_world(struct fanout_run *r)
 	struct sel_store_config c;
 	struct sel_plane planes[2];
 	char dir[512], err[512];
+	struct bench_ranks_peer peer = { .configure = fanout_peer_config, .arg = r };
 	sel_store *store = NULL;
-	int ret = 0, peer_failures = 0;
+	int ret;
 
-	memset(r->peers, 0, sizeof(r->peers));
-	if (r->world > 1) {
-		ret = fanout_listen(r);
-		if (!ret)
-			ret = fanout_fork_peers(r);
-		if (ret)
-			fprintf(stderr, "selene bench fanout: %s\n", sel_strerror(ret));
-	}
+	bench_ranks_init(&r->ranks, "fanout", r->world, 20000, 5000, 20000, 0x3c, &peer);
+	ret = bench_ranks_start(&r->ranks);
 	if (!ret) {
 		fanout_config(r, 0, &c, planes, dir, sizeof(dir));
 		ret = sel_store_open(&c, &store, err, sizeof(err));
@@ -391,24 +324,7 @@ static int fanout_world(struct fanout_run *r)
 		ret = fanout_pipelined(r, store, r->jobs);
 	if (store && sel_store_close(store, 60000) && !ret)
 		ret = -EIO;
-	if (r->world > 1)
-		close(r->cluster.listen_fd);
-	for (uint32_t rank = 1; rank < r->world; rank++) {
-		int status;
-
-		if (r->peers[rank] <= 0)
-			continue;
-		if (ret)
-			kill(r->peers[rank], SIGKILL);
-		if (waitpid(r->peers[rank], &status, 0) == r->peers[rank] &&
-		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-			peer_failures++;
-	}
-	if (!ret && peer_failures) {
-		fprintf(stderr, "selene bench fanout: %d peers exited with an error\n",
-			peer_failures);
-		ret = -EIO;
-	}
+	ret = bench_ranks_stop(&r->ranks, ret);
 	nftw(r->base, fanout_remove_one, 16, FTW_DEPTH | FTW_PHYS);
 	return ret;
 }

@@ -9,6 +9,7 @@
  * are kept in flight, and prints p50 and p99 of both and their ratios.
  */
 #include "launch/commands.h"
+#include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
 #include "launch/run.h"
 
@@ -16,23 +17,19 @@
 #include "common/log.h"
 #include "selene/store.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RESTORE_WORLD_MAX 8u
+_Static_assert(RESTORE_WORLD_MAX <= BENCH_RANKS_MAX, "bench_ranks forks every rank");
 #define RESTORE_PLANES 2u
 #define RESTORE_UNIT (256u << 10)        /* one plane of one page */
 #define RESTORE_TOKENS_PER_PAGE 64u
@@ -50,8 +47,7 @@ struct restore_run {
 	const char *device;
 	uint32_t world;
 	uint32_t samples;
-	struct sel_cluster cluster;
-	pid_t peers[RESTORE_WORLD_MAX];
+	struct bench_ranks ranks;
 	struct launch_run_planes planes;
 	int ordinal; /* the device this process's rank uses */
 	uint64_t *idle_ns, *loaded_ns;
@@ -98,62 +94,28 @@ static void restore_config(struct restore_run *r, uint32_t rank, struct sel_stor
 		.device = launch_run_planes_device(&r->planes),
 		.device_ordinal = r->ordinal,
 		.disk_limit_bytes = 8ull << 30, .durable = false, .records_max = 100000,
-		.cluster = r->world > 1 ? &r->cluster : NULL,
+		.cluster = r->world > 1 ? &r->ranks.cluster : NULL,
 	};
 	memset(c->model_identity, 0x7e, sizeof(c->model_identity));
 }
 
-static void restore_peer_main(struct restore_run *r, uint32_t rank)
+static int restore_peer_config(void *arg, uint32_t rank, struct bench_ranks_config *c,
+			       char *err, size_t err_size)
 {
-	struct sel_store_config c;
-	struct sel_plane planes[RESTORE_PLANES];
-	char dir[512], err[256];
-	sel_peer *peer;
-	int ret;
+	struct restore_run *r = arg;
+	int ret = restore_planes(r, rank, err, err_size);
 
-	close(r->cluster.listen_fd);
-	r->cluster.rank = rank;
-	r->cluster.listen_fd = -1;
-	ret = restore_planes(r, rank, err, sizeof(err));
-	if (!ret) {
-		restore_config(r, rank, &c, planes, dir, sizeof(dir));
-		ret = sel_peer_start(&c, &peer, err, sizeof(err));
-	}
-	if (ret) {
-		fprintf(stderr, "selene bench restore: rank %u: %s\n", rank, err);
-		_exit(2);
-	}
-	ret = sel_peer_wait(peer);
-	sel_peer_stop(peer);
-	launch_run_planes_close(&r->planes);
-	_exit(ret ? 3 : 0);
+	if (!ret)
+		restore_config(r, rank, &c->store, c->planes, c->dir, sizeof(c->dir));
+	return ret;
 }
 
-static int restore_listen(struct restore_run *r)
+static void restore_peer_stopped(void *arg, uint32_t rank)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct restore_run *r = arg;
 
-	if (fd < 0)
-		return -errno;
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
-	    listen(fd, (int)RESTORE_WORLD_MAX) ||
-	    getsockname(fd, (struct sockaddr *)&addr, &len)) {
-		int ret = -errno;
-
-		close(fd);
-		return ret;
-	}
-	r->cluster = (struct sel_cluster){
-		.rank = 0, .world_size = r->world, .coordinator_host = "127.0.0.1",
-		.coordinator_port = ntohs(addr.sin_port), .listen_fd = fd,
-		.join_timeout_ms = 60000, .silence_timeout_ms = 20000,
-		.job_timeout_ms = 60000,
-	};
-	memset(r->cluster.secret, 0x5a, sizeof(r->cluster.secret));
-	return 0;
+	(void)rank;
+	launch_run_planes_close(&r->planes);
 }
 
 static void restore_tokens(uint32_t *tokens, uint64_t record)
@@ -340,24 +302,14 @@ static int restore_world(struct restore_run *r)
 	struct sel_store_config c;
 	struct sel_plane planes[RESTORE_PLANES];
 	char dir[512], err[512];
+	struct bench_ranks_peer peer = {
+		.configure = restore_peer_config, .stopped = restore_peer_stopped, .arg = r,
+	};
 	sel_store *store = NULL;
-	int ret = 0, peer_failures = 0;
+	int ret;
 
-	memset(r->peers, 0, sizeof(r->peers));
-	if (r->world > 1) {
-		ret = restore_listen(r);
-		fflush(NULL);
-		for (uint32_t rank = 1; !ret && rank < r->world; rank++) {
-			pid_t pid = fork();
-
-			if (pid < 0)
-				ret = -errno;
-			else if (pid == 0)
-				restore_peer_main(r, rank);
-			else
-				r->peers[rank] = pid;
-		}
-	}
+	bench_ranks_init(&r->ranks, "restore", r->world, 60000, 20000, 60000, 0x5a, &peer);
+	ret = bench_ranks_start(&r->ranks);
 	if (!ret) {
 		ret = restore_planes(r, 0, err, sizeof(err));
 		if (!ret) {
@@ -371,26 +323,9 @@ static int restore_world(struct restore_run *r)
 		ret = restore_measure(r, store);
 	if (store && sel_store_close(store, 60000) && !ret)
 		ret = -EIO;
-	if (r->world > 1)
-		close(r->cluster.listen_fd);
-	for (uint32_t rank = 1; rank < r->world; rank++) {
-		int status;
-
-		if (r->peers[rank] <= 0)
-			continue;
-		if (ret)
-			kill(r->peers[rank], SIGKILL);
-		if (waitpid(r->peers[rank], &status, 0) == r->peers[rank] &&
-		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-			peer_failures++;
-	}
+	ret = bench_ranks_stop(&r->ranks, ret);
 	if (r->planes.plane_count)
 		launch_run_planes_close(&r->planes);
-	if (!ret && peer_failures) {
-		fprintf(stderr, "selene bench restore: %d peers exited with an error\n",
-			peer_failures);
-		ret = -EIO;
-	}
 	nftw(r->base, restore_remove_one, 16, FTW_DEPTH | FTW_PHYS);
 	return ret;
 }

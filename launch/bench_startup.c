@@ -19,6 +19,7 @@
  * does; --cold drops the files' pages before every restart, as a reboot
  * would. A population left by --keep is reused when its shape matches.
  */
+#include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
 
 #include "common/base.h"
@@ -26,25 +27,21 @@
 #include "peer/bench.h"
 #include "selene/store.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define STARTUP_WORLD_MAX 64u
+_Static_assert(STARTUP_WORLD_MAX <= BENCH_RANKS_MAX, "bench_ranks forks every rank");
 #define STARTUP_UNIT 4096u
 #define STARTUP_PAGE_TOKENS 128u /* a 64-token record holds no page of its own */
 #define STARTUP_TOKENS 64u
@@ -55,8 +52,8 @@ struct startup_run {
 	char base[512];
 	uint32_t world;
 	uint32_t records;
-	struct sel_cluster cluster;
-	pid_t peers[STARTUP_WORLD_MAX];
+	struct bench_ranks ranks;
+	struct bench_ranks_peer peer; /* what ranks' peers do; arg is this run */
 	uint8_t *plane, *rows;
 	/* Shared with the forked peers: each writes its own slot. */
 	struct sel_bench_peer_startup *peer_times;
@@ -74,59 +71,26 @@ static void startup_config(struct startup_run *r, uint32_t rank, struct sel_stor
 		.page_count = 4, .row_count = 4, .device = "host",
 		.disk_limit_bytes = (uint64_t)r->records * STARTUP_RECORD_BYTES + (64ull << 20),
 		.durable = false, .records_max = r->records + 1024,
-		.cluster = r->world > 1 ? &r->cluster : NULL,
+		.cluster = r->world > 1 ? &r->ranks.cluster : NULL,
 	};
 	memset(c->model_identity, 0x5f, sizeof(c->model_identity));
 }
 
-/* A peer: joins rank zero, says how its start went, runs until the end. */
-static void startup_peer_main(struct startup_run *r, uint32_t rank)
+static int startup_peer_config(void *arg, uint32_t rank, struct bench_ranks_config *c,
+			       char *err, size_t err_size)
 {
-	struct sel_store_config c;
-	struct sel_plane plane;
-	char dir[600], err[256];
-	sel_peer *peer;
-	int ret;
-
-	close(r->cluster.listen_fd);
-	r->cluster.rank = rank;
-	r->cluster.listen_fd = -1;
-	startup_config(r, rank, &c, &plane, dir, sizeof(dir));
-	ret = sel_peer_start(&c, &peer, err, sizeof(err));
-	if (ret) {
-		fprintf(stderr, "selene bench startup: rank %u: %s\n", rank, err);
-		_exit(2);
-	}
-	sel_bench_peer_startup(peer, &r->peer_times[rank]);
-	ret = sel_peer_wait(peer);
-	sel_peer_stop(peer);
-	_exit(ret ? 3 : 0);
+	(void)err;
+	(void)err_size;
+	startup_config(arg, rank, &c->store, c->planes, c->dir, sizeof(c->dir));
+	return 0;
 }
 
-static int startup_listen(struct startup_run *r)
+/* A peer says how its start went. */
+static void startup_peer_started(void *arg, uint32_t rank, sel_peer *peer)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct startup_run *r = arg;
 
-	if (fd < 0)
-		return -errno;
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) || listen(fd, (int)r->world) ||
-	    getsockname(fd, (struct sockaddr *)&addr, &len)) {
-		int ret = -errno;
-
-		close(fd);
-		return ret;
-	}
-	r->cluster = (struct sel_cluster){
-		.rank = 0, .world_size = r->world, .coordinator_host = "127.0.0.1",
-		.coordinator_port = ntohs(addr.sin_port), .listen_fd = fd,
-		.join_timeout_ms = 600000, .silence_timeout_ms = 60000,
-		.job_timeout_ms = 120000,
-	};
-	memset(r->cluster.secret, 0x3d, sizeof(r->cluster.secret));
-	return 0;
+	sel_bench_peer_startup(peer, &r->peer_times[rank]);
 }
 
 /* Forks the peers and opens rank zero's store: every rank starts. */
@@ -135,26 +99,14 @@ static int startup_open(struct startup_run *r, sel_store **store)
 	struct sel_store_config c;
 	struct sel_plane plane;
 	char dir[600], err[512];
-	int ret = 0;
+	int ret;
 
-	memset(r->peers, 0, sizeof(r->peers));
 	memset(r->peer_times, 0, STARTUP_WORLD_MAX * sizeof(*r->peer_times));
-	if (r->world > 1) {
-		ret = startup_listen(r);
-		fflush(NULL);
-		for (uint32_t rank = 1; !ret && rank < r->world; rank++) {
-			pid_t pid = fork();
-
-			if (pid < 0)
-				ret = -errno;
-			else if (pid == 0)
-				startup_peer_main(r, rank);
-			else
-				r->peers[rank] = pid;
-		}
-		if (ret)
-			fprintf(stderr, "selene bench startup: %s\n", sel_strerror(ret));
-	}
+	r->peer = (struct bench_ranks_peer){
+		.configure = startup_peer_config, .started = startup_peer_started, .arg = r,
+	};
+	bench_ranks_init(&r->ranks, "startup", r->world, 600000, 60000, 120000, 0x3d, &r->peer);
+	ret = bench_ranks_start(&r->ranks);
 	if (!ret) {
 		startup_config(r, 0, &c, &plane, dir, sizeof(dir));
 		ret = sel_store_open(&c, store, err, sizeof(err));
@@ -167,29 +119,9 @@ static int startup_open(struct startup_run *r, sel_store **store)
 /* Closes rank zero's store (the peers then exit) and reaps the peers. */
 static int startup_close(struct startup_run *r, sel_store *store, int ret)
 {
-	int peer_failures = 0;
-
 	if (store && sel_store_close(store, 120000) && !ret)
 		ret = -EIO;
-	if (r->world > 1)
-		close(r->cluster.listen_fd);
-	for (uint32_t rank = 1; rank < r->world; rank++) {
-		int status;
-
-		if (r->peers[rank] <= 0)
-			continue;
-		if (ret)
-			kill(r->peers[rank], SIGKILL);
-		if (waitpid(r->peers[rank], &status, 0) == r->peers[rank] &&
-		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-			peer_failures++;
-	}
-	if (!ret && peer_failures) {
-		fprintf(stderr, "selene bench startup: %d peers exited with an error\n",
-			peer_failures);
-		ret = -EIO;
-	}
-	return ret;
+	return bench_ranks_stop(&r->ranks, ret);
 }
 
 static void startup_pause(void)
