@@ -78,8 +78,10 @@ static ssize_t read_request(int fd, char *buf, size_t size)
 		if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
 			return -1;
 		n = recv(fd, buf + used, size - 1 - used, 0);
+		if (n < 0 && errno == EINTR)
+			continue; /* not 0: the caller would parse a buffer never ended */
 		if (n <= 0)
-			return n < 0 && errno == EINTR ? 0 : -1;
+			return -1;
 		used += (size_t)n;
 		buf[used] = '\0';
 		if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
