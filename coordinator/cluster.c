@@ -239,7 +239,7 @@ static int form_joined_event(struct form_join *j, struct coord_peer *p, char *er
 }
 
 /* Fills the poll set: the listener, every stranger, every joined peer. */
-static nfds_t form_poll_set(struct form_join *j, uint64_t now, uint64_t *wake)
+static nfds_t form_poll_set(struct form_join *j, uint64_t *wake)
 {
 	nfds_t n = 0;
 
@@ -252,7 +252,6 @@ static nfds_t form_poll_set(struct form_join *j, uint64_t now, uint64_t *wake)
 	for (uint32_t r = 0; r + 1 < j->o->policy.world_size; r++)
 		if (j->peers[r].fd >= 0)
 			j->fds[n++] = (struct pollfd){ .fd = j->peers[r].fd, .events = POLLIN };
-	(void)now;
 	return n;
 }
 
@@ -285,7 +284,7 @@ static int form_round(struct form_join *j, uint64_t deadline, char *err, size_t 
 			form_drop(j, i, "no handshake before its deadline");
 	if (now >= deadline)
 		return form_timeout(j, err, err_size);
-	n = form_poll_set(j, now, &wake);
+	n = form_poll_set(j, &wake);
 	pending_polled = j->pending_count;
 	ret = poll(j->fds, n, (int)ms_until(now, wake));
 	if (ret < 0 && errno != EINTR)

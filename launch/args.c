@@ -19,9 +19,8 @@ static int size_shift(const char *suffix)
 
 	if (*suffix == '\0')
 		return 0;
-	if (*suffix == 'k')
-		suffix = "K";
-	unit = strchr(units, *suffix);
+	/* "k" spells K; what follows it is checked below like any unit's */
+	unit = strchr(units, *suffix == 'k' ? 'K' : *suffix);
 	if (!unit || *unit == '\0')
 		return -1;
 	if (suffix[1] != '\0' && strcmp(suffix + 1, "iB") != 0)

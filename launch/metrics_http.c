@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define METRICS_PAGE_BYTES_MAX (1u << 20)
@@ -78,8 +79,10 @@ static ssize_t read_request(int fd, char *buf, size_t size)
 		if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
 			return -1;
 		n = recv(fd, buf + used, size - 1 - used, 0);
+		if (n < 0 && errno == EINTR)
+			continue; /* not 0: the caller would parse a buffer never ended */
 		if (n <= 0)
-			return n < 0 && errno == EINTR ? 0 : -1;
+			return -1;
 		used += (size_t)n;
 		buf[used] = '\0';
 		if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
@@ -175,6 +178,12 @@ static void *serve(void *arg)
 		fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
 			continue; /* a connection reset before accept, or no fds now */
+		/* a client that never reads must not hold this thread, nor stop */
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO,
+			   &(struct timeval){ .tv_sec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS / 1000,
+					      .tv_usec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS % 1000 *
+							 1000 },
+			   sizeof(struct timeval));
 		serve_one(s, fd);
 		close(fd);
 	}

@@ -379,6 +379,8 @@ static int scan_record(struct scan_state *s, const char *name,
 		sel_warn("scan %s: skipping %s, cannot read it: %s; left in place and "
 			 "out of the summary", s->dir->path, name, sel_strerror(ret));
 		s->out->unreadable_skipped++;
+		/* its key, from its name: a child must find it (R-DIR-5) and be held */
+		info = (struct rec_record_info){ .key = *key };
 		ret = scan_push(s, &info);
 		if (!ret)
 			s->entries[s->count - 1].held = true;

@@ -52,6 +52,10 @@ static void test_args_refuses_junk(void **state)
 		parse(bad[i], LAUNCH_SIZE, -EINVAL);
 		parse(bad[i], LAUNCH_COUNT, -EINVAL);
 	}
+	/* junk after a lower-case k is junk too, not 64K */
+	parse("64kB", LAUNCH_SIZE, -EINVAL);
+	parse("64kjunk", LAUNCH_SIZE, -EINVAL);
+	parse("64k ", LAUNCH_SIZE, -EINVAL);
 	/* a count takes no suffix */
 	parse("64K", LAUNCH_COUNT, -EINVAL);
 	assert_int_equal(launch_parse_number(NULL, LAUNCH_COUNT, 0, 1, &(uint64_t){ 0 }, NULL, 0),

@@ -486,6 +486,44 @@ static void test_dir_scan_skips_unreadable(void **state)
 }
 
 /*
+ * Whichever read of the scan fails, parent or child, first file or second,
+ * nothing is dropped: a child whose parent could not be read is held with
+ * it (the held entry keeps its key, from the file name), never taken for
+ * an orphan and deleted.
+ */
+static void test_dir_scan_unreadable_parent_holds_child(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record parent, child;
+	struct rec_scan scan;
+	char config[64];
+
+	tu_record_make(&parent, &f->g, 50, 64 * 2, NULL, 1);
+	tu_record_make(&child, &f->g, 50, 64 * 3, &parent, 2);
+	assert_int_equal(tu_record_write(f->dir, &parent, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &child, 0), 0);
+	for (int skip = 0; skip < 8; skip++) {
+		if (skip)
+			snprintf(config, sizeof(config), "disk.read=%d*off->1*return(EIO)", skip);
+		else
+			snprintf(config, sizeof(config), "disk.read=1*return(EIO)");
+		assert_int_equal(sel_failpoints_configure(config), 0);
+		assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+		sel_failpoints_configure(NULL);
+		assert_true(scan.unreadable_skipped <= 1);
+		assert_int_equal(scan.invalid_dropped + scan.orphans_dropped +
+					 scan.page_only_dropped, 0);
+		rec_scan_free(&scan);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 2);
+	rec_scan_free(&scan);
+	tu_record_free(&parent);
+	tu_record_free(&child);
+}
+
+/*
  * Issue 10 item 8: a directory, FIFO or symlink named like a record is
  * moved aside (NAME.aside), never followed nor deleted, so its key can be
  * stored again; other non-regular files are left alone.
@@ -660,6 +698,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_unreadable_parent_holds_child, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_moves_non_regular_aside, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_many_records_on_threads, setup,
 						teardown),
