@@ -176,8 +176,14 @@ static void *serve(void *arg)
 		if (!(p[0].revents & POLLIN))
 			continue;
 		fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue; /* a connection reset before accept, or no fds now */
+		if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+			continue; /* a connection reset before accept */
+		if (fd < 0) {
+			/* no descriptors or memory now: back off (stop still heard) */
+			if (poll(&p[1], 1, 100) > 0)
+				break;
+			continue;
+		}
 		/* a client that never reads must not hold this thread, nor stop */
 		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO,
 			   &(struct timeval){ .tv_sec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS / 1000,
