@@ -388,10 +388,12 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	}
 	shard_engine_stats(s->engine, &engine_stats);
 	/* One line that says how this store runs (docs/DESIGN.md section 9). */
-	sel_info("store: %s; device %s; I/O %s; transport %s; staging %" PRIu64
+	sel_info("store: %s; device %s; I/O %s, %u kernel workers, %u checksum threads; "
+		 "transport %s; staging %" PRIu64
 		 " MiB; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
 		 " agreed; disk limit %" PRIu64 " bytes", rec_dir_path(s->dir),
-		 s->device->ops->name, engine_stats.disk_engine, transport,
+		 s->device->ops->name, engine_stats.disk_engine, engine_stats.io_workers,
+		 engine_stats.checksum_threads, transport,
 		 engine_stats.staging_bytes >> 20, scanned, kept,
 		 s->core.stats.scanned_records, *limit);
 	return 0;
@@ -647,15 +649,18 @@ static int metrics_write(sel_store *s, char *buf, size_t size)
 {
 	struct coord_metrics_staging staging = { 0 };
 	struct shard_staging_stats pool;
+	struct shard_engine_stats engine;
 	struct sel_stats st;
 
 	stats_copy(s, &st);
 	if (s->engine) {
 		shard_engine_staging_stats(s->engine, &pool);
+		shard_engine_stats(s->engine, &engine);
 		staging = (struct coord_metrics_staging){
 			.slots_total = pool.slots_total,
 			.slots_in_use = pool.slots_total - pool.slots_free,
-			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted };
+			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted,
+			.store_yields = engine.store_yields };
 	}
 	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
 				   s->cluster.world_size);

@@ -182,6 +182,9 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	       staging->slots_intake);
 	single(o, "selene_staging_exhausted_total", "counter",
 	       "Staging allocations refused for lack of free slots.", staging->exhausted);
+	single(o, "selene_store_yields_total", "counter",
+	       "Restores rank zero's engine ran while one of its stores waited.",
+	       staging->store_yields);
 }
 
 int coord_metrics_write(char *buf, size_t size, const struct sel_stats *st,

@@ -13,6 +13,7 @@
 #include "launch/args.h"
 #include "launch/scratch.h"
 #include "record/dir.h"
+#include "record/disk.h"
 #include "record/format.h"
 #include "record/geometry.h"
 #include "record/key.h"
@@ -33,6 +34,9 @@
 
 #define RAW_CHUNK_BYTES (8u << 20)
 #define RAW_QUEUE_DEPTH 8u
+/* With kernel workers, as the disk thread: 2 MiB requests, 32 in flight. */
+#define RAW_WORKER_CHUNK_BYTES REC_DISK_WORKER_CHUNK_BYTES
+#define RAW_WORKER_QUEUE_DEPTH 32u
 /* Made where missing; a --dir or DIR given must exist already. */
 #define BENCH_DIR_DEFAULT "/var/tmp/selene-bench"
 
@@ -46,6 +50,7 @@ struct bench_args {
 	uint32_t records; /* per round */
 	uint32_t rounds;
 	uint32_t window_pages;
+	uint64_t read_ahead;
 	uint32_t ranks;   /* restore, startup */
 	bool durable;
 	bool keep;        /* startup */
@@ -66,6 +71,9 @@ struct bench {
 	uint64_t device_rows;
 	uint8_t *raw_buffer;
 	uint64_t record_bytes;
+	uint32_t io_workers;       /* the engine's disk thread's, and the raw side's */
+	uint32_t checksum_threads; /* the engine's */
+	const char *disk_engine;   /* the engine's: io_uring or pread/pwrite */
 };
 
 static double seconds(uint64_t ns)
@@ -73,25 +81,31 @@ static double seconds(uint64_t ns)
 	return (double)ns / 1e9;
 }
 
-/* Writes (or reads) one file of len bytes with 8 MiB requests, 8 in flight. */
+/*
+ * Writes (or reads) one file of len bytes with 8 MiB requests, 8 in flight
+ * or, with kernel workers, as the disk thread then does (record/disk.h):
+ * 2 MiB requests, 32 in flight, each handed to a worker.
+ */
 static int raw_file_io(struct io_uring *ring, int fd, uint8_t *buf, uint64_t len,
-		       bool write)
+		       bool write, bool workers)
 {
 	uint64_t submitted = 0, completed = 0;
 	uint32_t in_flight = 0;
+	uint32_t depth = workers ? RAW_WORKER_QUEUE_DEPTH : RAW_QUEUE_DEPTH;
+	uint64_t chunk = workers ? RAW_WORKER_CHUNK_BYTES : RAW_CHUNK_BYTES;
 
 	while (completed < len) {
-		while (in_flight < RAW_QUEUE_DEPTH && submitted < len) {
+		while (in_flight < depth && submitted < len) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-			uint64_t n = len - submitted < RAW_CHUNK_BYTES ? len - submitted :
-									  RAW_CHUNK_BYTES;
-			uint8_t *p = buf + (submitted / RAW_CHUNK_BYTES % RAW_QUEUE_DEPTH) *
-						   RAW_CHUNK_BYTES;
+			uint64_t n = len - submitted < chunk ? len - submitted : chunk;
+			uint8_t *p = buf + (submitted / chunk % depth) * chunk;
 
 			if (write)
 				io_uring_prep_write(sqe, fd, p, (unsigned)n, submitted);
 			else
 				io_uring_prep_read(sqe, fd, p, (unsigned)n, submitted);
+			if (workers)
+				io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 			submitted += n;
 			in_flight++;
 		}
@@ -116,10 +130,19 @@ static int raw_round(struct bench *b, bool write, uint64_t *ns)
 	struct io_uring ring;
 	char path[1200];
 	uint64_t t0;
-	int ret = io_uring_queue_init(RAW_QUEUE_DEPTH * 2, &ring, 0);
+	int ret = io_uring_queue_init(RAW_WORKER_QUEUE_DEPTH * 2, &ring, 0);
 
 	if (ret)
 		return ret;
+	if (b->io_workers) {
+		unsigned int workers[2] = { b->io_workers, b->io_workers };
+
+		ret = io_uring_register_iowq_max_workers(&ring, workers);
+		if (ret) {
+			io_uring_queue_exit(&ring);
+			return ret;
+		}
+	}
 	t0 = sel_monotonic_ns();
 	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
 		int fd;
@@ -134,7 +157,8 @@ static int raw_round(struct bench *b, bool write, uint64_t *ns)
 		if (write && fallocate(fd, 0, 0, (off_t)b->record_bytes) != 0)
 			ret = -errno;
 		if (!ret)
-			ret = raw_file_io(&ring, fd, b->raw_buffer, b->record_bytes, write);
+			ret = raw_file_io(&ring, fd, b->raw_buffer, b->record_bytes, write,
+					  b->io_workers > 0);
 		if (!ret && write && b->a.durable && fdatasync(fd) != 0)
 			ret = -errno;
 		close(fd);
@@ -312,7 +336,8 @@ static int bench_open(struct bench *b)
 					       .geometry = &b->g, .durable = b->a.durable };
 	struct shard_engine_options options = { .geometry = &b->g, .planes = &b->planes,
 						.register_pool = true,
-						.window_pages = b->a.window_pages };
+						.window_pages = b->a.window_pages,
+						.read_ahead_bytes = b->a.read_ahead };
 	char err[512];
 	int ret;
 
@@ -340,6 +365,14 @@ static int bench_open(struct bench *b)
 	if (ret) {
 		fprintf(stderr, "selene bench: %s\n", err);
 		return ret;
+	}
+	{
+		struct shard_engine_stats stats;
+
+		shard_engine_stats(b->engine, &stats);
+		b->io_workers = stats.io_workers;
+		b->checksum_threads = stats.checksum_threads;
+		b->disk_engine = stats.disk_engine;
 	}
 	if (posix_memalign((void **)&b->raw_buffer, SEL_BLOCK_BYTES,
 			   (size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH))
@@ -387,14 +420,6 @@ static int compare_double(const void *a, const void *b)
  * Totals over all rounds, and the median of the per-round ratios: each
  * round runs raw and Selene back to back, so its ratio saw one disk state.
  */
-static const char *rec_disk_engine_name(const struct bench *b)
-{
-	struct shard_engine_stats stats;
-
-	shard_engine_stats(b->engine, &stats);
-	return stats.disk_engine;
-}
-
 static void report(const char *what, const struct bench *b, const uint64_t *selene_ns,
 		   const uint64_t *raw_ns, uint32_t rounds)
 {
@@ -410,14 +435,15 @@ static void report(const char *what, const struct bench *b, const uint64_t *sele
 	printf("%s: selene %.3f GB/s, raw io_uring O_DIRECT %.3f GB/s, ratio %.3f "
 	       "(median of rounds %.3f, range %.3f-%.3f; %u rounds of %u records of "
 	       "%.1f MiB, %u pages of %u planes x %" PRIu64 " bytes, device %s, disk "
-	       "thread %s, %s)\n",
+	       "thread %s with %u kernel workers (raw side too), %u checksum threads, "
+	       "%s)\n",
 	       what, bytes * rounds / seconds(selene_total) / 1e9,
 	       bytes * rounds / seconds(raw_total) / 1e9,
 	       (double)raw_total / (double)selene_total, ratios[rounds / 2], ratios[0],
 	       ratios[rounds - 1], rounds, b->a.records,
 	       (double)b->record_bytes / 1048576.0, b->a.pages, b->a.planes,
-	       b->a.plane_bytes, b->dev->ops->name, rec_disk_engine_name(b),
-	       b->a.durable ? "durable" : "not durable");
+	       b->a.plane_bytes, b->dev->ops->name, b->disk_engine,
+	       b->io_workers, b->checksum_threads, b->a.durable ? "durable" : "not durable");
 }
 
 /* Alternates raw and Selene rounds so both see the same disk conditions. */
@@ -573,6 +599,7 @@ static void bench_usage(FILE *out)
 		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
+		"  --read-ahead SIZE  bytes a fetch keeps reading ahead (default: the engine's)\n"
 		"  --help             this help\n\n"
 		"Every file goes into DIR/selene-bench.PID, removed at the end, also\n"
 		"when the bench is interrupted (SIGINT, SIGTERM). Sizes take K, M, G,\n"
@@ -618,6 +645,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'k' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
+		{ "read-ahead", required_argument, NULL, 'A' },
 		{ "ranks", required_argument, NULL, 'W' },
 		{ "keep", no_argument, NULL, 'K' },
 		{ "cold", no_argument, NULL, 'C' },
@@ -667,6 +695,8 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'N': b.a.durable = false; break;
 		case 'w': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
 						 REC_RECORD_PAGES_MAX, &b.a.window_pages); break;
+		case 'A': ok = launch_option_u64(cmd, flag, optarg, LAUNCH_SIZE, 1,
+						 1ull << 30, &b.a.read_ahead); break;
 		case 'W': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1, 64,
 						 &b.a.ranks); break;
 		case 'K': b.a.keep = true; break;

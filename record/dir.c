@@ -24,12 +24,15 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 struct rec_dir {
 	int fd;
 	bool direct;
 	bool durable;
+	bool memory_backed;
 	struct rec_identity namespace_id;
 	struct rec_geometry geometry;
 	char path[PATH_MAX];
@@ -82,6 +85,17 @@ static void report_buffered(const char *path, int reason)
 			 strerror(reason));
 }
 
+/* tmpfs and ramfs: file I/O there is a copy the CPU makes. */
+static bool fs_in_memory(int fd)
+{
+	struct statfs st;
+
+	if (fstatfs(fd, &st) != 0)
+		return false;
+	return (unsigned long)st.f_type == TMPFS_MAGIC ||
+	       (unsigned long)st.f_type == RAMFS_MAGIC;
+}
+
 static int dir_lock_and_probe(struct rec_dir *dir, bool no_direct, char *err,
 			      size_t err_size)
 {
@@ -99,6 +113,7 @@ static int dir_lock_and_probe(struct rec_dir *dir, bool no_direct, char *err,
 					"process (its flock is held)", dir->path) :
 			       dir_fail(-errno, err, err_size, "cannot lock %s: %s",
 					dir->path, strerror(errno));
+	dir->memory_backed = fs_in_memory(dir->fd);
 	if (no_direct)
 		return 0;
 	ret = rec_io_probe_direct(dir->fd, &reason);
@@ -170,6 +185,11 @@ const char *rec_dir_path(const struct rec_dir *dir)
 bool rec_dir_direct(const struct rec_dir *dir)
 {
 	return dir->direct;
+}
+
+bool rec_dir_memory_backed(const struct rec_dir *dir)
+{
+	return dir->memory_backed;
 }
 
 bool rec_dir_durable(const struct rec_dir *dir)

@@ -40,6 +40,13 @@ void rec_dir_close(struct rec_dir *dir);
 int rec_dir_fd(const struct rec_dir *dir);
 const char *rec_dir_path(const struct rec_dir *dir);
 bool rec_dir_direct(const struct rec_dir *dir);
+/*
+ * Whether dir is on a file system in memory (tmpfs, ramfs): reading or
+ * writing a file there is a copy on the CPU of the thread that issues it,
+ * O_DIRECT or not, so the disk thread spreads it over kernel workers
+ * (record/disk.h, io_workers).
+ */
+bool rec_dir_memory_backed(const struct rec_dir *dir);
 bool rec_dir_durable(const struct rec_dir *dir);
 const struct rec_geometry *rec_dir_geometry(const struct rec_dir *dir);
 const struct rec_identity *rec_dir_namespace(const struct rec_dir *dir);

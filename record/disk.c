@@ -49,6 +49,8 @@ struct disk_op {
 struct rec_disk {
 	struct rec_dir *dir;
 	bool use_ring;
+	uint32_t io_workers;  /* 0: inline submissions; else IOSQE_ASYNC */
+	uint64_t chunk_bytes; /* of one I/O request */
 	struct io_uring ring;
 	int wake_fd;
 	bool wake_armed;
@@ -246,9 +248,11 @@ static void run_control(struct rec_disk *disk, struct rec_disk_request *req)
 	}
 }
 
-/* Fills op with up to 8 MiB of req's remaining buffers; false when done. */
-static bool build_op(struct rec_disk_request *req, struct disk_op *op)
+/* Fills op with up to chunk_bytes of req's remaining buffers; false when done. */
+static bool build_op(const struct rec_disk *disk, struct rec_disk_request *req,
+		     struct disk_op *op)
 {
+	const uint64_t chunk = disk->chunk_bytes;
 	uint32_t count;
 	uint64_t base_offset, bytes = 0;
 	int fd;
@@ -264,12 +268,12 @@ static bool build_op(struct rec_disk_request *req, struct disk_op *op)
 	for (uint32_t i = 0; i < req->next_buffer; i++)
 		op->offset += buffer_bytes(req, i);
 	while (req->next_buffer < count && op->iov_count < REC_DISK_IOV_MAX &&
-	       bytes < REC_IO_CHUNK_BYTES) {
+	       bytes < chunk) {
 		uint64_t size = buffer_bytes(req, req->next_buffer);
 		uint64_t n = size - req->next_offset;
 
-		if (n > REC_IO_CHUNK_BYTES - bytes)
-			n = REC_IO_CHUNK_BYTES - bytes;
+		if (n > chunk - bytes)
+			n = chunk - bytes;
 		op->iov[op->iov_count].iov_base =
 			(uint8_t *)req->buffers[req->next_buffer] + req->next_offset;
 		op->iov[op->iov_count++].iov_len = (size_t)n;
@@ -436,6 +440,9 @@ static void op_issue(struct rec_disk *disk, struct disk_op *op)
 			io_uring_prep_writev(sqe, op->fd, op->iov, op->iov_count, op->offset);
 		else
 			io_uring_prep_readv(sqe, op->fd, op->iov, op->iov_count, op->offset);
+		/* Straight to a kernel worker: several copies run at once. */
+		if (disk->io_workers)
+			io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		io_uring_sqe_set_data(sqe, op);
 		note_unsubmitted(disk, sqe, op);
 		return;
@@ -543,10 +550,12 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
 
 		/* Restores first: a store keeps few writes in the device's way. */
-		if (!req->urgent && disk->urgent_active > 0 &&
-		    disk->background_ops_in_flight >= REC_DISK_BACKGROUND_OPS_MAX)
+		if (!req->urgent &&
+		    disk->background_ops_in_flight >= (disk->urgent_active > 0 ?
+						       REC_DISK_BACKGROUND_OPS_MAX :
+						       REC_DISK_BACKGROUND_IDLE_OPS_MAX))
 			break;
-		if (!build_op(req, op))
+		if (!build_op(disk, req, op))
 			break;
 		disk->free_op_count--;
 		req->ops_in_flight++;
@@ -802,6 +811,7 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 		return -ENOMEM;
 	disk->dir = options->dir;
 	disk->wake_fd = -1;
+	disk->chunk_bytes = REC_IO_CHUNK_BYTES;
 	pthread_mutex_init(&disk->lock, NULL);
 	pthread_cond_init(&disk->inbox_ready, NULL);
 	for (uint32_t i = 0; i < REC_DISK_OPS_MAX; i++)
@@ -813,6 +823,19 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 		} else if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED)) {
 			sel_warn("io_uring unavailable (%s); the disk thread uses "
 				 "pread/pwrite", strerror(-ret));
+		}
+	}
+	if (disk->use_ring && options->io_workers) {
+		/* Bounded work (file I/O) and unbounded alike. */
+		unsigned int workers[2] = { options->io_workers, options->io_workers };
+
+		ret = io_uring_register_iowq_max_workers(&disk->ring, workers);
+		if (ret == 0) {
+			disk->io_workers = options->io_workers;
+			disk->chunk_bytes = REC_DISK_WORKER_CHUNK_BYTES;
+		} else {
+			sel_warn("io_uring cannot bound its kernel workers (%s); the disk "
+				 "thread submits its I/O inline", strerror(-ret));
 		}
 	}
 	if (disk->use_ring) {
@@ -911,6 +934,38 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 const char *rec_disk_engine(const struct rec_disk *disk)
 {
 	return disk->use_ring ? "io_uring" : "pread/pwrite";
+}
+
+uint32_t rec_disk_io_workers(const struct rec_disk *disk)
+{
+	return disk->io_workers;
+}
+
+uint32_t rec_disk_default_io_workers(const struct rec_dir *dir)
+{
+	const char *env = getenv("SELENE_IO_THREADS");
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (env && *env) {
+		char *end;
+		unsigned long n = strtoul(env, &end, 10);
+
+		if (*end == '\0' && n <= REC_DISK_IO_WORKERS_MAX)
+			return (uint32_t)n;
+		sel_warn("SELENE_IO_THREADS=%s is not 0..%u; using the default", env,
+			 REC_DISK_IO_WORKERS_MAX);
+	}
+	/*
+	 * Where the disk's queue does the work (O_DIRECT on a block device),
+	 * inline submissions are already asynchronous: no workers. Where the
+	 * kernel copies on the CPU (tmpfs, buffered I/O), half the cores, at
+	 * most 8 (measured on the H200's 16 cores: one thread reads tmpfs at
+	 * 3.1 GB/s, eight at 15-17; issue 11 item 2).
+	 */
+	if (!rec_dir_memory_backed(dir) && rec_dir_direct(dir))
+		return 0;
+	cores /= 2;
+	return cores < 1 ? 1 : cores > 8 ? 8 : (uint32_t)cores;
 }
 
 void rec_disk_replies_init(struct rec_disk_replies *replies)

@@ -86,6 +86,7 @@ struct shard_engine {
 	struct shard_device *device;
 	struct rec_disk *disk;
 	uint32_t window_pages;
+	uint64_t read_ahead_bytes;
 	uint32_t jobs_max;
 
 	struct shard_slab_pool pool;
@@ -205,14 +206,12 @@ static int copy_drained(struct shard_engine *e, struct lane *l,
 	return ret ? ret : drained;
 }
 
-/* Device <-> the window's slots for pages[0, count). */
-static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
-		       const uint32_t *page_ids, uint32_t count,
-		       enum shard_copy_direction dir, struct job_outcome *o)
+/* Fills l->copies for the window's slots and pages[0, count); returns how many. */
+static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct stage *s,
+			      const uint32_t *page_ids, uint32_t count)
 {
 	const struct rec_geometry *g = &e->geometry;
 	uint32_t n = 0;
-	int ret;
 
 	for (uint32_t i = 0; i < count; i++) {
 		uint8_t *slot = shard_slab_slot(&e->pool, s->slots[i]);
@@ -227,9 +226,48 @@ static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
 			};
 		}
 	}
-	ret = copy_drained(e, l, dir, n);
+	return n;
+}
+
+/* Device <-> the window's slots for pages[0, count), to completion. */
+static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
+		       const uint32_t *page_ids, uint32_t count,
+		       enum shard_copy_direction dir, struct job_outcome *o)
+{
+	int ret = copy_drained(e, l, dir, window_copies(e, l, s, page_ids, count));
+
 	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
 						 "device to host" : "host to device") : 0;
+}
+
+/*
+ * Starts copying a verified window to the device without waiting, so the
+ * next window is verified meanwhile; copy_finish waits. A batch that fails
+ * to issue is drained here (see copy_drained) and fails the job.
+ */
+static int copy_start(struct shard_engine *e, struct lane *l, struct stage *s,
+		      const uint32_t *page_ids, uint32_t count, struct job_outcome *o)
+{
+	int ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
+				    window_copies(e, l, s, page_ids, count));
+
+	if (ret) {
+		shard_device_synchronize(e->device);
+		return device_fail(o, ret, "host to device");
+	}
+	return 0;
+}
+
+/* Waits for the copy copy_start began, if one runs (*stage is its stage). */
+static int copy_finish(struct shard_engine *e, int *stage, struct job_outcome *o)
+{
+	int ret;
+
+	if (*stage < 0)
+		return 0;
+	*stage = -1;
+	ret = shard_device_synchronize(e->device);
+	return ret ? device_fail(o, ret, "host to device") : 0;
 }
 
 /* Device <-> the row slots for the row at state_slot. */
@@ -535,17 +573,19 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	bool row_sent = false, pending = false;
+	int copying = -1; /* the stage whose copy to the device may still run */
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
 	bool more = true;
 
-	ahead = (uint32_t)(SHARD_READ_AHEAD_BYTES / (stride * e->window_pages));
+	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
 	/*
-	 * Keep up to STAGES windows reading while one is verified and copied to
-	 * the device; a window waits (pending) while its file still serves
-	 * windows not yet verified.
+	 * Keep up to STAGES windows reading while one is verified and the one
+	 * before it is copied to the device; a window waits (pending) while its
+	 * file still serves windows not yet verified, and a stage is read into
+	 * again only once its copy is done.
 	 */
 	while (!o->result && (done < issued || more)) {
 		while (!o->result && more && issued - done < ahead) {
@@ -557,6 +597,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 			}
 			if (file_in_use(windows, done, issued, cursor.record))
 				break;
+			if ((int)(issued % SHARD_STAGES) == copying && copy_finish(e, &copying, o))
+				break;
 			windows[issued % SHARD_STAGES] = cursor;
 			fetch_issue(e, l, job, &l->stages[issued % SHARD_STAGES], &cursor, o);
 			fetch_row_early(e, l, job, &row_sent, o);
@@ -565,17 +607,20 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		}
 		if (o->result || done == issued)
 			break;
-		disk_await(l, &l->stages[done % SHARD_STAGES].req, o);
-		if (o->result ||
-		    fetch_verify(e, l, &l->stages[done % SHARD_STAGES],
-				 &windows[done % SHARD_STAGES], o) ||
-		    copy_window(e, l, &l->stages[done % SHARD_STAGES],
-				job->page_ids + windows[done % SHARD_STAGES].dest,
-				windows[done % SHARD_STAGES].count, SHARD_HOST_TO_DEVICE, o))
+		struct stage *s = &l->stages[done % SHARD_STAGES];
+		const struct fetch_window *w = &windows[done % SHARD_STAGES];
+
+		disk_await(l, &s->req, o);
+		/* Verified first; the copy of the window before ran meanwhile. */
+		if (o->result || fetch_verify(e, l, s, w, o) || copy_finish(e, &copying, o) ||
+		    copy_start(e, l, s, job->page_ids + w->dest, w->count, o))
 			break;
-		o->bytes += stride * windows[done % SHARD_STAGES].count;
+		copying = (int)(done % SHARD_STAGES);
+		o->bytes += stride * w->count;
 		done++;
 	}
+	/* Also after a failure: staging is scrubbed only once no copy reads it. */
+	copy_finish(e, &copying, o);
 	if (!o->result) {
 		fetch_file(e, l, job, job->chain_count - 1, o);
 		fetch_row_early(e, l, job, &row_sent, o);
@@ -925,6 +970,8 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	*out = e->stats;
 	pthread_mutex_unlock(&e->lock);
 	out->disk_engine = rec_disk_engine(e->disk);
+	out->io_workers = rec_disk_io_workers(e->disk);
+	out->checksum_threads = e->checksums.helper_count + 1;
 	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
 
@@ -1057,15 +1104,25 @@ int shard_engine_open(const struct shard_engine_options *options,
 	e->planes = *options->planes;
 	e->dir = options->dir;
 	e->device = options->device;
-	/* By default a window is about SHARD_WINDOW_BYTES, and 64 pages at most. */
+	disk_options.io_workers = options->io_workers == SHARD_IO_WORKERS_NONE ? 0 :
+				  options->io_workers ? options->io_workers :
+				  rec_disk_default_io_workers(options->dir);
+	/*
+	 * By default a window is about SHARD_WINDOW_BYTES (SHARD_WINDOW_WORKER_BYTES
+	 * with kernel workers), and 64 pages at most.
+	 */
 	e->window_pages = options->window_pages;
 	if (!e->window_pages) {
-		uint64_t pages = SHARD_WINDOW_BYTES / e->geometry.page_record_bytes;
+		uint64_t pages = (disk_options.io_workers ? SHARD_WINDOW_WORKER_BYTES :
+							    SHARD_WINDOW_BYTES) /
+				 e->geometry.page_record_bytes;
 
 		e->window_pages = pages == 0 ? 1 : pages > SHARD_WINDOW_PAGES_MAX ?
 							  SHARD_WINDOW_PAGES_MAX : (uint32_t)pages;
 	}
 	e->jobs_max = options->jobs_max ? options->jobs_max : 64;
+	e->read_ahead_bytes = options->read_ahead_bytes ? options->read_ahead_bytes :
+							  SHARD_READ_AHEAD_BYTES;
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->work_ready, NULL);
 	pthread_cond_init(&e->completion_ready, NULL);

@@ -37,6 +37,14 @@
  */
 #define SHARD_WINDOW_BYTES (16ull << 20)
 /*
+ * With the disk thread's kernel workers (memory-backed or buffered
+ * directories), about 8 MiB: a window is verified while its bytes are more
+ * likely still in the cache, and more windows overlap. Measured on the H200
+ * from tmpfs (selene bench fetch --window-pages 1, 2, 4, 7 of 2.25 MiB
+ * pages): 4.4, 6.6, 10.9, 8.5 GB/s.
+ */
+#define SHARD_WINDOW_WORKER_BYTES (8ull << 20)
+/*
  * Staging buffers: while one window is copied, the other seven are on the
  * disk, as deep as the raw baseline's eight 8 MiB requests. docs/DESIGN.md says
  * double-buffered; with two buffers the disk idled whenever a copy or a
@@ -72,6 +80,7 @@ struct shard_engine_options {
 	const struct shard_planes *planes;   /* copied */
 	uint32_t jobs_max;                   /* 1 .. SHARD_JOBS_MAX; 0 means 64 */
 	uint32_t window_pages;               /* 1 .. 64; 0: about SHARD_WINDOW_BYTES */
+	uint64_t read_ahead_bytes;           /* a fetch's reads in flight; 0: SHARD_READ_AHEAD_BYTES */
 	bool no_uring;                       /* the disk thread's fallback path */
 	bool register_pool;                  /* register staging with the device */
 	/*
@@ -80,7 +89,14 @@ struct shard_engine_options {
 	 * shard_checksum_pool_default_helpers() helpers.
 	 */
 	uint32_t checksum_threads;
+	/*
+	 * The disk thread's kernel workers (record/disk.h, io_workers): 0
+	 * means rec_disk_default_io_workers(dir), SHARD_IO_WORKERS_NONE none.
+	 */
+	uint32_t io_workers;
 };
+
+#define SHARD_IO_WORKERS_NONE UINT32_MAX
 
 enum shard_job_kind {
 	SHARD_JOB_STORE,
@@ -138,6 +154,8 @@ struct shard_engine_stats {
 	uint64_t queue_full;
 	uint64_t store_yields; /* fetches run while a store was in progress */
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
+	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
+	uint32_t checksum_threads; /* the transfer thread and its checksum helpers */
 	uint64_t staging_bytes;  /* the staging pool's size */
 };
 

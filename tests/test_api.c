@@ -236,6 +236,8 @@ static void test_api_metrics_exposition(void **state)
 	assert_non_null(strstr(metrics, "selene_staging_slots "));
 	assert_non_null(strstr(metrics, "selene_staging_slots_in_use "));
 	assert_non_null(strstr(metrics, "selene_staging_slots_intake "));
+	assert_non_null(strstr(metrics, "# TYPE selene_store_yields_total counter"));
+	assert_non_null(strstr(metrics, "selene_store_yields_total 0"));
 	if (tu_check_metrics(metrics, "selene_build_info selene_staging_slots "
 			     "selene_records selene_records_dropped selene_job_seconds") == 77)
 		skip();

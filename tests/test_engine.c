@@ -5,7 +5,8 @@
  * fetches; a corrupt page failing the fetch with its reason; a full
  * filesystem failing the store with no temporary file left; injected I/O
  * errors; truncate and unlink jobs; bounded submission. Every test runs on
- * both the io_uring path and the pread/pwrite fallback.
+ * the io_uring path with inline submissions and with kernel workers, and on
+ * the pread/pwrite fallback.
  */
 #include "tests/testutil.h"
 
@@ -35,6 +36,7 @@ struct fixture {
 	uint8_t *plane_memory[8];
 	uint8_t *row_memory;
 	bool no_uring;
+	uint32_t io_workers; /* the engine option: SHARD_IO_WORKERS_NONE or N */
 	uint64_t next_job;
 };
 
@@ -43,7 +45,7 @@ static void open_engine(struct fixture *f, uint32_t window_pages)
 	struct shard_engine_options options = {
 		.geometry = &f->g, .dir = f->dir, .device = f->dev,
 		.planes = &f->planes, .window_pages = window_pages,
-		.jobs_max = 8, .no_uring = f->no_uring,
+		.jobs_max = 8, .no_uring = f->no_uring, .io_workers = f->io_workers,
 		.checksum_threads = 3, /* two helpers, whatever the machine */
 	};
 	char err[256];
@@ -52,11 +54,12 @@ static void open_engine(struct fixture *f, uint32_t window_pages)
 		fail_msg("engine: %s", err);
 }
 
-static int setup_with(void **state, bool no_uring, const char *base)
+static int setup_with(void **state, bool no_uring, uint32_t io_workers, const char *base)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 
 	f->no_uring = no_uring;
+	f->io_workers = io_workers;
 	f->base = base ? strdup(base) : tu_make_temp_dir("engine");
 	/* 3 planes of 5000 bytes (padded to 8 KiB), a 20000-byte row
 	 * spanning 3 page-record slots of 24 KiB, 200 device pages. */
@@ -77,14 +80,21 @@ static int setup_with(void **state, bool no_uring, const char *base)
 	return 0;
 }
 
+/* The ring with inline submissions, whatever file system /tmp is. */
 static int setup_uring(void **state)
 {
-	return setup_with(state, false, NULL);
+	return setup_with(state, false, SHARD_IO_WORKERS_NONE, NULL);
+}
+
+/* The ring handing every I/O request to 3 kernel workers (issue 11 item 2). */
+static int setup_workers(void **state)
+{
+	return setup_with(state, false, 3, NULL);
 }
 
 static int setup_fallback(void **state)
 {
-	return setup_with(state, true, NULL);
+	return setup_with(state, true, SHARD_IO_WORKERS_NONE, NULL);
 }
 
 static int teardown(void **state)
@@ -457,7 +467,7 @@ static void test_engine_full_filesystem(void **state)
 		tu_remove_tree(mnt);
 		skip();
 	}
-	setup_with(&small_state, f->no_uring, mnt);
+	setup_with(&small_state, f->no_uring, f->io_workers, mnt);
 	small = small_state;
 	make_key(&key, 64 * 30, 10); /* 30 pages of 24 KiB: 720 KiB */
 	assert_int_equal(store(small, &key, NULL, 0, 0, &c), -ENOSPC);
@@ -785,6 +795,7 @@ static void test_engine_copy_failure_drains_first(void **state)
 	struct shard_engine_options options = {
 		.geometry = &g, .device = &d.base, .planes = &planes,
 		.window_pages = 9, .jobs_max = 4, .no_uring = f->no_uring,
+		.io_workers = f->io_workers,
 	};
 	struct shard_engine *engine;
 	struct rec_dir *dir;
@@ -840,6 +851,80 @@ static void test_engine_copy_failure_drains_first(void **state)
 	shard_engine_close(engine);
 	rec_dir_close(dir);
 	for (uint32_t p = 0; p < 64; p++)
+		free(memory[p]);
+	free(row);
+	tu_remove_tree(base);
+}
+
+/*
+ * Issue 11 item 2: a fetch starts a window's copy to the device and
+ * verifies the next window before waiting for it. On a device whose copies
+ * run only at synchronize, a fetch of 20 windows through 8 stages restores
+ * every byte: no stage is read into again while its copy is still queued,
+ * and every copy has run when the job completes.
+ */
+static void test_engine_fetch_copies_overlap(void **state)
+{
+	struct fixture *f = *state;
+	struct deferred_device d = { .base.ops = &deferred_ops };
+	struct rec_geometry g;
+	struct shard_planes planes = { 0 };
+	struct shard_engine_options options = {
+		.geometry = &g, .device = &d.base, .planes = &planes,
+		.window_pages = 2, .jobs_max = 4, .no_uring = f->no_uring,
+		.io_workers = f->io_workers,
+	};
+	struct shard_engine *engine;
+	struct rec_dir *dir;
+	struct rec_key key;
+	struct rec_header h;
+	uint32_t ids[40], dest[40];
+	struct shard_store_job store_job = { .header = &h, .page_ids = ids };
+	struct shard_chain_record chain;
+	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
+					     .page_ids = dest, .state_slot = 1 };
+	uint8_t *memory[8], *row;
+	char *base = tu_make_temp_dir("overlap");
+	char err[256];
+
+	tu_geometry(&g, 64, 8, 4096, 4096, 0, 1);
+	g.page_count = 80;
+	for (uint32_t p = 0; p < 8; p++) {
+		memory[p] = tu_alloc(4096 * 80);
+		tu_fill(memory[p], 4096 * 80, 100 + p);
+		planes.page_base[p] = (uintptr_t)memory[p];
+	}
+	row = tu_alloc(4096 * g.row_count);
+	tu_fill(row, 4096, 7);
+	planes.row_base = (uintptr_t)row;
+	dir = tu_dir_open(base, &g, true);
+	options.dir = dir;
+	if (shard_engine_open(&options, &engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+	shard_engine_set_completion_hook(engine, deferred_hook, &d);
+	for (uint32_t i = 0; i < 40; i++) {
+		ids[i] = i;
+		dest[i] = 79 - i; /* scattered the other way */
+	}
+	make_key(&key, 64 * 40, 41);
+	assert_int_equal(rec_header_init(&h, &g, &f->ns, &key, NULL, &key.digest, 0, 40, 1), 0);
+	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 1, &store_job)), 0);
+	for (uint32_t p = 0; p < 8; p++)
+		memset(memory[p] + 4096 * 40, 0xee, 4096 * 40);
+	memset(row + 4096, 0xee, 4096);
+	chain = (struct shard_chain_record){ key, 0, 40 };
+	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 2, &fetch_job)), 0);
+	assert_int_equal(d.batches_at_completion, 0);
+	for (uint32_t p = 0; p < 8; p++)
+		for (uint32_t i = 0; i < 40; i++)
+			assert_memory_equal(memory[p] + 4096 * dest[i], memory[p] + 4096 * i,
+					    4096);
+	assert_memory_equal(row + 4096, row, 4096);
+
+	shard_engine_set_completion_hook(engine, NULL, NULL);
+	shard_engine_close(engine);
+	rec_dir_close(dir);
+	for (uint32_t p = 0; p < 8; p++)
 		free(memory[p]);
 	free(row);
 	tu_remove_tree(base);
@@ -1082,6 +1167,7 @@ int main(void)
 {
 #define BOTH(test)                                                      \
 	cmocka_unit_test_setup_teardown(test, setup_uring, teardown),   \
+	cmocka_unit_test_setup_teardown(test, setup_workers, teardown), \
 	cmocka_unit_test_setup_teardown(test, setup_fallback, teardown)
 	const struct CMUnitTest tests[] = {
 		BOTH(test_engine_round_trip),
@@ -1096,9 +1182,11 @@ int main(void)
 		BOTH(test_engine_noop),
 		BOTH(test_engine_completion_hook),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_uring, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_workers, teardown),
 		BOTH(test_engine_copy_failure_drains_first),
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
+		BOTH(test_engine_fetch_copies_overlap),
 	};
 #undef BOTH
 
