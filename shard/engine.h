@@ -40,10 +40,10 @@
  * With the disk thread's kernel workers (memory-backed or buffered
  * directories), about 8 MiB: a window is verified while its bytes are more
  * likely still in the cache, and more windows overlap. Measured on the H200
- * from tmpfs (selene bench fetch --window-pages 1, 2, 4, 7 of 2.25 MiB
- * pages): 4.4, 6.6, 10.9, 8.5 GB/s.
+ * from tmpfs, in one run (selene bench fetch --window-pages 1, 2, 4, 7 of
+ * 2.25 MiB pages): 4.4, 6.6, 10.9, 8.5 GB/s; 10 MiB makes 4 such pages.
  */
-#define SHARD_WINDOW_WORKER_BYTES (8ull << 20)
+#define SHARD_WINDOW_WORKER_BYTES (10ull << 20)
 /*
  * Staging buffers: while one window is copied, the other seven are on the
  * disk, as deep as the raw baseline's eight 8 MiB requests. docs/DESIGN.md says

@@ -353,7 +353,10 @@ static void test_dir_scan_rebuilds_index(void **state)
 	free(has_child);
 }
 
-/* On tmpfs (O_DIRECT refused by older kernels, accepted by newer) it works. */
+/*
+ * On tmpfs (O_DIRECT refused by older kernels, accepted by newer) it works,
+ * and the directory says it is memory-backed.
+ */
 static void test_dir_tmpfs_either_path(void **state)
 {
 	struct fixture *f = *state;
@@ -375,6 +378,8 @@ static void test_dir_tmpfs_either_path(void **state)
 	assert_int_equal(rec_dir_scan(dir, &scan), 0);
 	assert_int_equal(scan.record_count, 1);
 	printf("O_DIRECT on /dev/shm: %s\n", rec_dir_direct(dir) ? "yes" : "no");
+	/* Its I/O is a CPU copy: the disk thread spreads it over workers. */
+	assert_true(rec_dir_memory_backed(dir));
 	rec_scan_free(&scan);
 	tu_record_free(&rec);
 	rec_dir_close(dir);

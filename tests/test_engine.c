@@ -13,6 +13,7 @@
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "record/disk.h"
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
@@ -1163,6 +1164,48 @@ static void test_engine_yielded_store_failure(void **state)
 	drop_gated(f, host);
 }
 
+/*
+ * Issue 11 item 2: the disk thread's kernel workers when nothing says
+ * otherwise: SELENE_IO_THREADS when valid (a malformed or too large value
+ * keeps the default); none on a directory with O_DIRECT on a device; 1 to
+ * 8 on tmpfs.
+ */
+static void test_engine_default_io_workers(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t fallback;
+
+	unsetenv("SELENE_IO_THREADS");
+	fallback = rec_disk_default_io_workers(f->dir);
+	if (rec_dir_direct(f->dir) && !rec_dir_memory_backed(f->dir))
+		assert_int_equal(fallback, 0);
+	else
+		assert_true(fallback >= 1 && fallback <= 8);
+	setenv("SELENE_IO_THREADS", "5", 1);
+	assert_int_equal(rec_disk_default_io_workers(f->dir), 5);
+	setenv("SELENE_IO_THREADS", "0", 1);
+	assert_int_equal(rec_disk_default_io_workers(f->dir), 0);
+	setenv("SELENE_IO_THREADS", "5x", 1);
+	assert_int_equal(rec_disk_default_io_workers(f->dir), fallback);
+	setenv("SELENE_IO_THREADS", "65", 1);
+	assert_int_equal(rec_disk_default_io_workers(f->dir), fallback);
+	unsetenv("SELENE_IO_THREADS");
+	if (access("/dev/shm", W_OK) == 0) {
+		struct rec_dir *shm;
+		char *base;
+		uint32_t n;
+
+		setenv("TMPDIR", "/dev/shm", 1);
+		base = tu_make_temp_dir("workers");
+		unsetenv("TMPDIR");
+		shm = tu_dir_open(base, &f->g, true);
+		n = rec_disk_default_io_workers(shm);
+		assert_true(n >= 1 && n <= 8);
+		rec_dir_close(shm);
+		tu_remove_tree(base);
+	}
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -1187,6 +1230,7 @@ int main(void)
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
 		BOTH(test_engine_fetch_copies_overlap),
+		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
 	};
 #undef BOTH
 
