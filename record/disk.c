@@ -77,6 +77,19 @@ struct rec_disk {
 	bool said_submit, said_wait;
 	uint32_t background_ops_in_flight; /* of requests that are not urgent */
 	uint32_t urgent_active;            /* urgent requests among the active */
+	/*
+	 * The control thread: the synchronous steps of background requests
+	 * (create, commit with its syncs, abort, truncate, unlink), so that
+	 * none of them holds the ring loop while a restore waits. Its queue is
+	 * under lock.
+	 */
+	pthread_t control_thread;
+	bool control_started;
+	bool control_stopping;
+	pthread_cond_t control_ready;
+	struct rec_disk_request *control_queue[REC_DISK_QUEUE_MAX];
+	uint32_t control_head;
+	uint32_t control_count;
 };
 
 static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
@@ -639,6 +652,46 @@ static bool take_inbox(struct rec_disk *disk, bool block)
 	return stop;
 }
 
+/* Hands a background request's synchronous step to the control thread. */
+static void control_push(struct rec_disk *disk, struct rec_disk_request *req)
+{
+	pthread_mutex_lock(&disk->lock);
+	/* Each requester has few requests out: the queue holds all of them. */
+	SEL_ASSERT(disk->control_count < REC_DISK_QUEUE_MAX);
+	disk->control_queue[(disk->control_head + disk->control_count++) %
+			    REC_DISK_QUEUE_MAX] = req;
+	pthread_cond_signal(&disk->control_ready);
+	pthread_mutex_unlock(&disk->lock);
+}
+
+static void lower_priority(void);
+
+/* Runs background control steps in arrival order until stopped and drained. */
+static void *control_main(void *arg)
+{
+	struct rec_disk *disk = arg;
+
+	lower_priority();
+	for (;;) {
+		struct rec_disk_request *req;
+
+		pthread_mutex_lock(&disk->lock);
+		while (disk->control_count == 0 && !disk->control_stopping)
+			pthread_cond_wait(&disk->control_ready, &disk->lock);
+		if (disk->control_count == 0) {
+			pthread_mutex_unlock(&disk->lock);
+			break;
+		}
+		req = disk->control_queue[disk->control_head];
+		disk->control_head = (disk->control_head + 1) % REC_DISK_QUEUE_MAX;
+		disk->control_count--;
+		pthread_mutex_unlock(&disk->lock);
+		run_control(disk, req);
+		reply(req);
+	}
+	return NULL;
+}
+
 /*
  * Advances every active request in order. A request that depends on an
  * earlier one (a commit after its writes) is held back by its requester,
@@ -659,6 +712,10 @@ static void advance(struct rec_disk *disk)
 		if (!req->started) {
 			req->started = true;
 			if (!is_payload(req->op)) {
+				if (!req->urgent && disk->control_started) {
+					control_push(disk, req);
+					continue;
+				}
 				run_control(disk, req);
 				reply(req);
 				continue;
@@ -814,6 +871,7 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	disk->chunk_bytes = REC_IO_CHUNK_BYTES;
 	pthread_mutex_init(&disk->lock, NULL);
 	pthread_cond_init(&disk->inbox_ready, NULL);
+	pthread_cond_init(&disk->control_ready, NULL);
 	for (uint32_t i = 0; i < REC_DISK_OPS_MAX; i++)
 		disk->free_ops[disk->free_op_count++] = &disk->ops[i];
 	if (!options->no_uring) {
@@ -846,6 +904,13 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 			goto err_free;
 		}
 	}
+	ret = -pthread_create(&disk->control_thread, NULL, control_main, disk);
+	if (ret) {
+		snprintf(err, err_size, "cannot start the disk's control thread: %s",
+			 strerror(-ret));
+		goto err_free;
+	}
+	disk->control_started = true;
 	ret = -pthread_create(&disk->thread, NULL, disk_main, disk);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the disk thread: %s", strerror(-ret));
@@ -854,6 +919,13 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	*out = disk;
 	return 0;
 err_free:
+	if (disk->control_started) {
+		pthread_mutex_lock(&disk->lock);
+		disk->control_stopping = true;
+		pthread_cond_signal(&disk->control_ready);
+		pthread_mutex_unlock(&disk->lock);
+		pthread_join(disk->control_thread, NULL);
+	}
 	if (disk->wake_fd >= 0)
 		close(disk->wake_fd);
 	if (disk->use_ring)
@@ -921,11 +993,23 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 			  disk->active_count, disk->ops_in_flight);
 		return -ETIMEDOUT;
 	}
+	/* The ring loop is done; the control thread finishes what it holds. */
+	pthread_mutex_lock(&disk->lock);
+	disk->control_stopping = true;
+	pthread_cond_signal(&disk->control_ready);
+	pthread_mutex_unlock(&disk->lock);
+	ret = pthread_timedjoin_np(disk->control_thread, NULL, &deadline);
+	if (ret) {
+		sel_error("disk thread: a create, commit, truncate or unlink still runs %u "
+			  "ms after the stop; leaving it", timeout_ms);
+		return -ETIMEDOUT;
+	}
 	if (disk->use_ring)
 		io_uring_queue_exit(&disk->ring);
 	if (disk->wake_fd >= 0)
 		close(disk->wake_fd);
 	pthread_cond_destroy(&disk->inbox_ready);
+	pthread_cond_destroy(&disk->control_ready);
 	pthread_mutex_destroy(&disk->lock);
 	free(disk);
 	return 0;
@@ -993,6 +1077,32 @@ struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies)
 	replies->count--;
 	pthread_mutex_unlock(&replies->lock);
 	return req;
+}
+
+struct rec_disk_request *rec_disk_wait_or_poke(struct rec_disk_replies *replies)
+{
+	struct rec_disk_request *req = NULL;
+
+	pthread_mutex_lock(&replies->lock);
+	while (replies->count == 0 && !replies->poked)
+		pthread_cond_wait(&replies->ready, &replies->lock);
+	if (replies->count > 0) {
+		req = replies->queue[replies->head];
+		replies->head = (replies->head + 1) % REC_DISK_QUEUE_MAX;
+		replies->count--;
+	} else {
+		replies->poked = false;
+	}
+	pthread_mutex_unlock(&replies->lock);
+	return req;
+}
+
+void rec_disk_replies_poke(struct rec_disk_replies *replies)
+{
+	pthread_mutex_lock(&replies->lock);
+	replies->poked = true;
+	pthread_cond_broadcast(&replies->ready);
+	pthread_mutex_unlock(&replies->lock);
 }
 
 int rec_disk_file_init(struct rec_disk_file *file, uint32_t max_pages)

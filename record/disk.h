@@ -3,7 +3,12 @@
  * engine that owns an io_uring ring and does all of a record directory's
  * file work: create, write pages and row from caller-owned slots, commit,
  * open and check a header, read pages and row into slots and verify them,
- * truncate, unlink. Checksums are computed and verified on this thread,
+ * truncate, unlink. The synchronous steps of requests that are not urgent
+ * (create, commit with its syncs, abort, truncate, unlink) run on a second,
+ * control thread in arrival order, so none of them holds up a restore's
+ * I/O; a requester therefore sends a request that depends on an earlier one
+ * (a write after its create, a commit after its writes) only after the
+ * earlier one's reply. Checksums are computed and verified on this thread,
  * unless a request says its requester does it (requester_checksums).
  * Payload I/O goes through the ring with O_DIRECT where the directory allows
  * it, in requests of at most 8 MiB (2 MiB with kernel workers, io_workers);
@@ -126,6 +131,7 @@ struct rec_disk_replies {
 	struct rec_disk_request *queue[REC_DISK_QUEUE_MAX];
 	uint32_t head;
 	uint32_t count;
+	bool poked; /* rec_disk_replies_poke since the last wait it ended */
 };
 
 struct rec_disk;
@@ -186,6 +192,15 @@ void rec_disk_replies_destroy(struct rec_disk_replies *replies);
 
 /* Waits for the next reply (the requester's own thread may block). */
 struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies);
+
+/*
+ * Waits for the next reply or a poke, whichever comes first: NULL for a
+ * poke. A poke with no waiter is kept for the next such wait.
+ */
+struct rec_disk_request *rec_disk_wait_or_poke(struct rec_disk_replies *replies);
+
+/* Ends a rec_disk_wait_or_poke on replies (any thread). */
+void rec_disk_replies_poke(struct rec_disk_replies *replies);
 
 /* Allocates file's buffers for records of up to max_pages stored pages. */
 int rec_disk_file_init(struct rec_disk_file *file, uint32_t max_pages);

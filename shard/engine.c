@@ -5,9 +5,11 @@
  * It has two lanes, each with its own staging, requests and reply queue: the
  * restore lane runs fetches, the background lane everything else. A fetch
  * is taken before any queued background job, and a running store runs
- * every queued fetch between two of its windows (its writes in flight
- * continue meanwhile, at a lower priority on the disk thread), so a restore
- * waits for at most one window of a store or one truncate or unlink.
+ * every queued fetch between two of its windows and while it waits for the
+ * disk (its writes, create and commit continue meanwhile, at a lower
+ * priority on the disk thread and on its control thread), so a restore
+ * waits for at most one window's copy and checksum pass of a store, or one
+ * truncate or unlink.
  */
 #include "shard/engine.h"
 
@@ -59,6 +61,13 @@ struct lane {
 	struct rec_disk_file files[2]; /* a store uses [0]; a fetch alternates per record */
 	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
 	struct rec_disk_replies replies;
+	/*
+	 * While a store runs on this lane, its waits for the disk run every
+	 * fetch submitted meanwhile (a fetch pokes replies): a restore never
+	 * waits for a store's write, create or commit to finish.
+	 */
+	bool yields;
+	struct shard_engine *engine;
 	uint64_t next_seq;
 	struct shard_copy *copies; /* window_pages * planes, or row pieces */
 };
@@ -145,13 +154,23 @@ static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_re
 	SEL_ASSERT(ret == 0);
 }
 
-/* Waits until req has come back, noting every reply's failure. */
+static void yield_to_restores(struct shard_engine *e);
+
+/*
+ * Waits until req has come back, noting every reply's failure; on a lane
+ * that yields, runs the fetches submitted meanwhile.
+ */
 static void disk_await(struct lane *l, struct rec_disk_request *req,
 		       struct job_outcome *o)
 {
 	while (req->tag) {
-		struct rec_disk_request *done = rec_disk_wait(&l->replies);
+		struct rec_disk_request *done = l->yields ? rec_disk_wait_or_poke(&l->replies) :
+							    rec_disk_wait(&l->replies);
 
+		if (!done) {
+			yield_to_restores(l->engine);
+			continue;
+		}
 		if (done->result)
 			outcome_fail(o, done->result, done->tag, "%s",
 				     done->why[0] ? done->why : sel_strerror(done->result));
@@ -361,10 +380,22 @@ static void verify_page(void *ctx, uint32_t i)
 		;
 }
 
-static void yield_to_restores(struct shard_engine *e);
+static void store_windows(struct shard_engine *e, struct shard_job *job,
+			  struct job_outcome *o);
 
+/* A store; its waits for the disk run the fetches that come meanwhile. */
 static void run_store(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
+{
+	struct lane *l = &e->lanes[LANE_BACKGROUND];
+
+	l->yields = true;
+	store_windows(e, job, o);
+	l->yields = false;
+}
+
+static void store_windows(struct shard_engine *e, struct shard_job *job,
+			  struct job_outcome *o)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
 	uint32_t tail = job->header.tail_page_count;
@@ -397,12 +428,23 @@ static void run_store(struct shard_engine *e, struct shard_job *job,
 			yield_to_restores(e);
 			shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
 		}
+		/*
+		 * The file exists before its first write is sent: the create runs
+		 * on the disk's control thread, beside the first window's copy.
+		 */
+		disk_await(l, &l->control_req, o);
+		if (o->result)
+			break;
 		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
 		disk_send(e, l, &s->req);
 		o->bytes += stride * n;
 	}
 	yield_to_restores(e);
-	if (!o->result && !copy_row(e, l, job->state_slot, SHARD_DEVICE_TO_HOST, o)) {
+	if (!o->result)
+		copy_row(e, l, job->state_slot, SHARD_DEVICE_TO_HOST, o);
+	/* The file exists before its row is sent (a record without pages). */
+	disk_await(l, &l->control_req, o);
+	if (!o->result) {
 		stage_row(e, l, file, REC_DISK_WRITE_ROW);
 		disk_send(e, l, &l->row_req);
 		o->bytes += e->geometry.row_record_bytes;
@@ -820,6 +862,9 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 	e->unpolled++;
 	pthread_cond_signal(&e->work_ready);
 	pthread_mutex_unlock(&e->lock);
+	/* A store waiting for the disk runs it now (restores first). */
+	if (fill->kind == SHARD_JOB_FETCH)
+		rec_disk_replies_poke(&e->lanes[LANE_BACKGROUND].replies);
 	return 0;
 }
 
@@ -1069,8 +1114,9 @@ static int open_jobs(struct shard_engine *e)
 }
 
 /* The restore lane's requests go first on the disk thread. */
-static void init_requests(struct lane *l, bool urgent)
+static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 {
+	l->engine = e;
 	for (uint32_t b = 0; b < SHARD_STAGES; b++) {
 		l->stages[b].req.file = &l->files[0];
 		l->stages[b].req.replies = &l->replies;
@@ -1153,8 +1199,8 @@ int shard_engine_open(const struct shard_engine_options *options,
 	ret = open_staging(e, options->register_pool, err, err_size);
 	if (ret)
 		goto err_close;
-	init_requests(&e->lanes[LANE_RESTORE], true);
-	init_requests(&e->lanes[LANE_BACKGROUND], false);
+	init_requests(e, &e->lanes[LANE_RESTORE], true);
+	init_requests(e, &e->lanes[LANE_BACKGROUND], false);
 	helpers = options->checksum_threads ? options->checksum_threads - 1 :
 					      shard_checksum_pool_default_helpers();
 	ret = shard_checksum_pool_init(&e->checksums, helpers);

@@ -2,9 +2,10 @@
  * One rank's shard engine (docs/DESIGN.md section 6, seed 2.5): staged jobs that
  * move a checkpoint between device memory and its record file. A transfer
  * thread runs jobs one at a time, restores first: a fetch goes before every
- * queued store, truncate, unlink or noop, and a running store yields between
- * two of its windows to every queued fetch, then resumes (its writes in
- * flight continue, at a lower priority on the disk); otherwise jobs run in
+ * queued store, truncate, unlink or noop, and a running store yields to
+ * every queued fetch between two of its windows and whenever it waits for
+ * the disk (a write, its create or its commit), then resumes (its I/O in
+ * flight continues, at a lower priority on the disk); otherwise jobs run in
  * submission order, and no job overtakes an earlier fetch. It expands page ids
  * and the state slot into device addresses from the geometry, copies windows
  * of at most 64 pages plus the row through two staging buffers, and hands

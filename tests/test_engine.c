@@ -1121,6 +1121,47 @@ static void test_engine_restore_before_queued_stores(void **state)
 }
 
 /*
+ * Issue 11 item 1: a restore does not wait for a store's commit. The
+ * commit's syncs and rename run on the disk's control thread, and the
+ * store's wait for it runs every fetch submitted meanwhile. The commit is
+ * held 3 s at record.before_rename; a fetch submitted while it is held
+ * completes first and right, and the store completes after it.
+ */
+static void test_engine_restore_during_slow_commit(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct rec_key restore, slow;
+	uint64_t fired;
+
+	make_key(&restore, 64 * 6, 60);
+	assert_int_equal(store(f, &restore, NULL, 0, 5, &c), 0);
+	chain = (struct shard_chain_record){ restore, 0, 6 };
+	assert_int_equal(sel_failpoints_configure("record.before_rename=1*sleep(3000)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_RECORD_BEFORE_RENAME);
+	make_key(&slow, 64 * 7 + 1, 61);
+	submit_store(f, &slow, 20, 1, 10);
+	alarm(60);
+	while (sel_failpoint_fired(SEL_FP_RECORD_BEFORE_RENAME) == fired)
+		usleep(1000);
+	alarm(0);
+	submit_fetch(f, &chain, 100, 6, 99);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 99);
+	assert_int_equal(c.result, 0);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	/* The commit is still held: its file is not renamed yet. */
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 1);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 10);
+	assert_int_equal(c.result, 0);
+	sel_failpoints_configure(NULL);
+	assert_true(stored_right(f, &slow));
+}
+
+/*
  * Issue 11 item 1: a store that yields to a fetch and then fails (its
  * writes fail after the yield) fails as before: the fetch completes first
  * and right, the store reports the error once its writes have drained, no
@@ -1229,6 +1270,7 @@ int main(void)
 		BOTH(test_engine_copy_failure_drains_first),
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
+		BOTH(test_engine_restore_during_slow_commit),
 		BOTH(test_engine_fetch_copies_overlap),
 		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
 	};
