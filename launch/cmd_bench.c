@@ -51,7 +51,6 @@ struct bench_args {
 	uint32_t rounds;
 	uint32_t window_pages;
 	uint64_t read_ahead;
-	bool no_in_place;
 	uint32_t ranks;   /* restore, startup */
 	bool durable;
 	bool keep;        /* startup */
@@ -338,8 +337,7 @@ static int bench_open(struct bench *b)
 	struct shard_engine_options options = { .geometry = &b->g, .planes = &b->planes,
 						.register_pool = true,
 						.window_pages = b->a.window_pages,
-						.read_ahead_bytes = b->a.read_ahead,
-						.no_store_in_place = b->a.no_in_place };
+						.read_ahead_bytes = b->a.read_ahead };
 	char err[512];
 	int ret;
 
@@ -602,8 +600,6 @@ static void bench_usage(FILE *out)
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
 		"  --read-ahead SIZE  bytes a fetch keeps reading ahead (default: the engine's)\n"
-		"  --no-in-place      on tmpfs, store through the disk thread's writes instead\n"
-		"                     of copying pages into the mapped file\n"
 		"  --help             this help\n\n"
 		"Every file goes into DIR/selene-bench.PID, removed at the end, also\n"
 		"when the bench is interrupted (SIGINT, SIGTERM). Sizes take K, M, G,\n"
@@ -650,7 +646,6 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
 		{ "read-ahead", required_argument, NULL, 'A' },
-		{ "no-in-place", no_argument, NULL, 'I' },
 		{ "ranks", required_argument, NULL, 'W' },
 		{ "keep", no_argument, NULL, 'K' },
 		{ "cold", no_argument, NULL, 'C' },
@@ -700,7 +695,6 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'N': b.a.durable = false; break;
 		case 'w': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
 						 REC_RECORD_PAGES_MAX, &b.a.window_pages); break;
-		case 'I': b.a.no_in_place = true; break;
 		case 'A': ok = launch_option_u64(cmd, flag, optarg, LAUNCH_SIZE, 1,
 						 1ull << 30, &b.a.read_ahead); break;
 		case 'W': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1, 64,

@@ -49,7 +49,6 @@ struct disk_op {
 struct rec_disk {
 	struct rec_dir *dir;
 	bool use_ring;
-	bool map_writes;
 	uint32_t io_workers;  /* 0: inline submissions; else IOSQE_ASYNC */
 	uint64_t chunk_bytes; /* of one I/O request */
 	struct io_uring ring;
@@ -160,9 +159,6 @@ static int payload_check(struct rec_disk_request *req)
 
 	if (write ? !f->writing : !f->reading)
 		return req_fail(req, -EBADF, "no record is open for this request");
-	if (req->in_place && (req->op != REC_DISK_WRITE_PAGES || !f->page_map ||
-			      !req->requester_checksums))
-		return req_fail(req, -EINVAL, "an in-place write without a mapped record");
 	if (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES) {
 		if (req->count > REC_DISK_BUFFERS_MAX ||
 		    (uint64_t)req->first + req->count > h->tail_page_count)
@@ -198,17 +194,8 @@ static void run_control(struct rec_disk *disk, struct rec_disk_request *req)
 		ret = rec_writer_begin_with(&f->writer, disk->dir, &f->header,
 					    &f->buffers);
 		f->writing = ret == 0;
-		f->page_map = NULL;
-		if (ret) {
+		if (ret)
 			req_fail(req, ret, NULL);
-			break;
-		}
-		if (disk->map_writes && f->header.tail_page_count > 0) {
-			ret = rec_writer_map_pages(&f->writer, &f->page_map);
-			if (ret)
-				sel_debug("disk thread: cannot map %s for writing in place (%s); "
-					  "writing it", f->writer.tmp_name, strerror(-ret));
-		}
 		break;
 	case REC_DISK_COMMIT:
 		if (!f->writing || f->writer.pages_written != f->writer.header.tail_page_count ||
@@ -217,7 +204,6 @@ static void run_control(struct rec_disk *disk, struct rec_disk_request *req)
 			break;
 		}
 		f->writing = false;
-		f->page_map = NULL; /* the commit unmaps it */
 		ret = rec_writer_commit(&f->writer);
 		if (ret)
 			req_fail(req, ret, NULL);
@@ -226,7 +212,6 @@ static void run_control(struct rec_disk *disk, struct rec_disk_request *req)
 		if (f->writing)
 			rec_writer_abort(&f->writer);
 		f->writing = false;
-		f->page_map = NULL;
 		break;
 	case REC_DISK_OPEN:
 		SEL_ASSERT(!f->reading);
@@ -640,23 +625,6 @@ static void write_failpoint(struct rec_disk_request *req, enum sel_failpoint poi
 			 strerror(-injected));
 }
 
-/*
- * An in-place write: the requester copied the pages into the mapped file,
- * so no I/O is left, only noting their checksums. disk.write applies to it
- * as to a written request (an error fails it; short does nothing here).
- */
-static void place_pages(struct rec_disk_request *req)
-{
-	int injected = SEL_FAILPOINT(SEL_FP_DISK_WRITE);
-
-	if (injected < 0) {
-		req_fail(req, injected, "write in place of pages %u..+%u: %s", req->first,
-			 req->count, strerror(-injected));
-		return;
-	}
-	req->next_buffer = req->count;
-}
-
 /* Moves new requests from the inbox; true when the thread should stop. */
 static bool take_inbox(struct rec_disk *disk, bool block)
 {
@@ -755,8 +723,6 @@ static void advance(struct rec_disk *disk)
 			payload_check(req);
 			if (is_write(req))
 				write_failpoint(req, SEL_FP_RECORD_BEFORE_WRITE);
-			if (req->in_place && !req->result)
-				place_pages(req);
 		}
 		feed(disk, req);
 		if (payload_done(req)) {
@@ -901,7 +867,6 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	if (!disk)
 		return -ENOMEM;
 	disk->dir = options->dir;
-	disk->map_writes = options->map_writes;
 	disk->wake_fd = -1;
 	disk->chunk_bytes = REC_IO_CHUNK_BYTES;
 	pthread_mutex_init(&disk->lock, NULL);

@@ -80,12 +80,6 @@ struct rec_disk_file {
 	struct rec_file_buffers buffers;
 	bool writing;
 	bool reading;
-	/*
-	 * After CREATE with map_writes: the record's stored pages, mapped for
-	 * the requester to write in place (rec_writer_map_pages), or NULL;
-	 * valid until COMMIT or ABORT.
-	 */
-	uint8_t *page_map;
 };
 
 struct rec_disk_replies;
@@ -118,12 +112,6 @@ struct rec_disk_request {
 	 * byte. The row is always the disk thread's.
 	 */
 	bool requester_checksums;
-	/*
-	 * WRITE_PAGES whose pages the requester already copied into
-	 * file->page_map: the disk thread moves no bytes, and notes the
-	 * requester's checksums (requester_checksums is then required).
-	 */
-	bool in_place;
 	uint64_t page_checksums[REC_DISK_BUFFERS_MAX];
 	/* The reply: 0 or a negative code, and a reason for Selene's codes. */
 	int result;
@@ -161,13 +149,6 @@ struct rec_disk_options {
 	 * they share its priority. Ignored on the pread/pwrite path.
 	 */
 	uint32_t io_workers;
-	/*
-	 * Map each created record's pages (rec_disk_file.page_map) so the
-	 * requester can write them in place on several threads; for a
-	 * memory-backed directory, where writes to one file do not run in
-	 * parallel. A mapping that fails leaves page_map NULL.
-	 */
-	bool map_writes;
 };
 
 /* Starts the thread. Returns 0, or a negative errno with a message in err. */

@@ -17,7 +17,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
@@ -76,8 +75,7 @@ static int writer_create(struct rec_writer *w)
 	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_CREATE);
 	/* A temporary file left by an earlier failure of this key goes first. */
 	unlinkat(w->dirfd, w->tmp_name, 0);
-	/* Readable too: rec_writer_map_pages maps it shared. */
-	ret = rec_io_open(w->dirfd, w->tmp_name, O_CREAT | O_EXCL | O_RDWR,
+	ret = rec_io_open(w->dirfd, w->tmp_name, O_CREAT | O_EXCL | O_WRONLY,
 			  w->direct);
 	if (ret < 0)
 		return ret;
@@ -322,32 +320,8 @@ int rec_writer_commit(struct rec_writer *w)
 	return ret;
 }
 
-int rec_writer_map_pages(struct rec_writer *w, uint8_t **out)
-{
-	uint64_t bytes = w->layout.page_stride * w->header.tail_page_count;
-	void *map;
-
-	*out = NULL;
-	SEL_ASSERT(w->fd >= 0 && !w->page_map);
-	if (bytes == 0)
-		return -EINVAL;
-	/* The page section starts on a 4 KiB boundary (R-REC-7): a page's. */
-	map = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd,
-		   (off_t)w->layout.page_offset);
-	if (map == MAP_FAILED)
-		return -errno;
-	w->page_map = map;
-	w->page_map_bytes = bytes;
-	*out = map;
-	return 0;
-}
-
 void rec_writer_abort(struct rec_writer *w)
 {
-	if (w->page_map) {
-		munmap(w->page_map, (size_t)w->page_map_bytes);
-		w->page_map = NULL;
-	}
 	if (w->fd >= 0) {
 		close(w->fd);
 		w->fd = -1;

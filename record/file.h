@@ -39,8 +39,6 @@ struct rec_writer {
 	bool pages_out_of_order; /* a page noted twice or out of turn */
 	bool row_written;
 	bool replaced;           /* the rename replaced a file of its name */
-	uint8_t *page_map;       /* rec_writer_map_pages, or NULL */
-	uint64_t page_map_bytes;
 	char name[REC_FILE_NAME_BYTES];
 	char tmp_name[REC_FILE_NAME_BYTES + 4];
 };
@@ -98,17 +96,6 @@ int rec_writer_commit(struct rec_writer *w);
 
 /* Abandons an unfinished record, removing its temporary file. */
 void rec_writer_abort(struct rec_writer *w);
-
-/*
- * Maps the stored pages of the record being written (the page section,
- * preallocated by rec_writer_begin, R-WRITE-1) for writing in place, for a
- * memory-backed directory where a write is a copy and the kernel takes the
- * file's lock for each one: several threads then copy pages into the file
- * at once. Each page written through the map is still noted with
- * rec_writer_note_page_checksum, in order. The map ends at commit or abort.
- * Returns 0 and *out, or a negative errno (the caller then writes).
- */
-int rec_writer_map_pages(struct rec_writer *w, uint8_t **out);
 
 /* An open record, its header validated before any payload read. */
 struct rec_reader {

@@ -28,7 +28,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 struct shard_job {
@@ -353,7 +352,6 @@ struct window_sums {
 	const struct rec_reader *reader; /* fetch: verify against its table */
 	uint64_t seed;                   /* store: R-KEY-7's s */
 	uint64_t prefix_index;           /* store: the window's first page in the prefix */
-	uint8_t *place;                  /* store in place: the window's first page */
 	uint32_t first;                  /* fetch: the window's first stored page */
 	uint32_t bad;                    /* fetch: lowest failing page, or UINT32_MAX */
 };
@@ -366,21 +364,6 @@ static void sum_page(void *ctx, uint32_t i)
 
 	w->s->req.page_checksums[i] = rec_page_checksum(page, w->e->geometry.page_record_bytes,
 							w->seed, w->prefix_index + i);
-}
-
-/*
- * Store in place (a memory-backed directory, record/disk.h map_writes):
- * page i's checksum, then its copy into the mapped file, on one thread while
- * the page is in its cache; the disk thread then only notes the checksums.
- */
-static void place_page(void *ctx, uint32_t i)
-{
-	struct window_sums *w = ctx;
-	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
-	uint64_t stride = w->e->geometry.page_record_bytes;
-
-	sum_page(ctx, i);
-	memcpy(w->place + stride * i, page, (size_t)stride);
 }
 
 /* Fetch: page i against the record's checksum table (R-READ-2). */
@@ -435,28 +418,24 @@ static void store_windows(struct shard_engine *e, struct shard_job *job,
 		if (o->result ||
 		    copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
 			break;
-		/*
-		 * The file exists (and is mapped, on a memory-backed directory)
-		 * before the first window is placed or written: the create runs on
-		 * the disk's control thread, beside the first window's copy.
-		 */
-		disk_await(l, &l->control_req, o);
-		if (o->result)
-			break;
 		{
 			struct window_sums w = {
 				.e = e, .s = s, .seed = rec_checksum_seed(&job->header.key),
 				.prefix_index = (uint64_t)job->header.first_page_index + first,
-				.place = file->page_map ? file->page_map + stride * first : NULL,
 			};
 
 			/* The checksum pass is as long as the copy: a restore first. */
 			yield_to_restores(e);
-			shard_checksum_pool_run(&e->checksums, w.place ? place_page : sum_page,
-						&w, n);
+			shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
 		}
+		/*
+		 * The file exists before its first write is sent: the create runs
+		 * on the disk's control thread, beside the first window's copy.
+		 */
+		disk_await(l, &l->control_req, o);
+		if (o->result)
+			break;
 		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
-		s->req.in_place = file->page_map != NULL;
 		disk_send(e, l, &s->req);
 		o->bytes += stride * n;
 	}
@@ -1174,8 +1153,6 @@ int shard_engine_open(const struct shard_engine_options *options,
 	disk_options.io_workers = options->io_workers == SHARD_IO_WORKERS_NONE ? 0 :
 				  options->io_workers ? options->io_workers :
 				  rec_disk_default_io_workers(options->dir);
-	disk_options.map_writes = rec_dir_memory_backed(options->dir) &&
-				  !options->no_store_in_place;
 	/*
 	 * By default a window is about SHARD_WINDOW_BYTES (SHARD_WINDOW_WORKER_BYTES
 	 * with kernel workers), and 64 pages at most.

@@ -95,13 +95,6 @@ struct shard_engine_options {
 	 * means rec_disk_default_io_workers(dir), SHARD_IO_WORKERS_NONE none.
 	 */
 	uint32_t io_workers;
-	/*
-	 * On a memory-backed directory a store copies each window's pages into
-	 * the mapped record file on the checksum threads, fused with their
-	 * checksums (record/disk.h map_writes), since the kernel runs writes to
-	 * one tmpfs file one at a time; this writes them as elsewhere.
-	 */
-	bool no_store_in_place;
 };
 
 #define SHARD_IO_WORKERS_NONE UINT32_MAX
