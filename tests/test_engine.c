@@ -93,6 +93,25 @@ static int setup_workers(void **state)
 	return setup_with(state, false, 3, NULL);
 }
 
+/*
+ * A record directory on tmpfs with the defaults there (kernel workers;
+ * issue 11 item 2). Where /dev/shm is missing, 3 workers on the usual base.
+ */
+static int setup_memory(void **state)
+{
+	char *base;
+	int ret;
+
+	if (access("/dev/shm", W_OK) != 0)
+		return setup_workers(state);
+	setenv("TMPDIR", "/dev/shm", 1);
+	base = tu_make_temp_dir("engine");
+	unsetenv("TMPDIR");
+	ret = setup_with(state, false, 0, base);
+	free(base);
+	return ret;
+}
+
 static int setup_fallback(void **state)
 {
 	return setup_with(state, true, SHARD_IO_WORKERS_NONE, NULL);
@@ -1252,6 +1271,7 @@ int main(void)
 #define BOTH(test)                                                      \
 	cmocka_unit_test_setup_teardown(test, setup_uring, teardown),   \
 	cmocka_unit_test_setup_teardown(test, setup_workers, teardown), \
+	cmocka_unit_test_setup_teardown(test, setup_memory, teardown),  \
 	cmocka_unit_test_setup_teardown(test, setup_fallback, teardown)
 	const struct CMUnitTest tests[] = {
 		BOTH(test_engine_round_trip),
@@ -1267,6 +1287,7 @@ int main(void)
 		BOTH(test_engine_completion_hook),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_workers, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_memory, teardown),
 		BOTH(test_engine_copy_failure_drains_first),
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
