@@ -183,7 +183,8 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	single(o, "selene_staging_exhausted_total", "counter",
 	       "Staging allocations refused for lack of free slots.", staging->exhausted);
 	single(o, "selene_store_yields_total", "counter",
-	       "Restores rank zero's engine ran while one of its stores waited.",
+	       "Restores rank zero's engine ran inside a store: between its windows "
+	       "or while it waited for the disk.",
 	       staging->store_yields);
 }
 

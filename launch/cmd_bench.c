@@ -37,6 +37,12 @@
 /* With kernel workers, as the disk thread: 2 MiB requests, 32 in flight. */
 #define RAW_WORKER_CHUNK_BYTES REC_DISK_WORKER_CHUNK_BYTES
 #define RAW_WORKER_QUEUE_DEPTH 32u
+/* The raw side's buffer: every request in flight, either way. */
+#define RAW_BUFFER_BYTES                                                             \
+	((size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH >                                 \
+			 (size_t)RAW_WORKER_CHUNK_BYTES * RAW_WORKER_QUEUE_DEPTH ?    \
+		 (size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH :                         \
+		 (size_t)RAW_WORKER_CHUNK_BYTES * RAW_WORKER_QUEUE_DEPTH)
 /* Made where missing; a --dir or DIR given must exist already. */
 #define BENCH_DIR_DEFAULT "/var/tmp/selene-bench"
 
@@ -374,10 +380,9 @@ static int bench_open(struct bench *b)
 		b->checksum_threads = stats.checksum_threads;
 		b->disk_engine = stats.disk_engine;
 	}
-	if (posix_memalign((void **)&b->raw_buffer, SEL_BLOCK_BYTES,
-			   (size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH))
+	if (posix_memalign((void **)&b->raw_buffer, SEL_BLOCK_BYTES, RAW_BUFFER_BYTES))
 		return -ENOMEM;
-	memset(b->raw_buffer, 0x5a, (size_t)RAW_CHUNK_BYTES * RAW_QUEUE_DEPTH);
+	memset(b->raw_buffer, 0x5a, RAW_BUFFER_BYTES);
 	return 0;
 }
 

@@ -1,9 +1,11 @@
 /*
  * The disk thread: see disk.h. One loop takes requests from a bounded
- * inbox, runs the synchronous steps (create, commit, open, truncate,
- * unlink) in place, and splits payload requests into I/O requests of at
- * most 8 MiB that it keeps in flight on the ring. An eventfd polled through
- * the ring wakes the loop when a request arrives while I/O is in flight.
+ * inbox, runs an urgent request's synchronous steps (open, close) in place,
+ * hands the synchronous steps of the others (create, commit, abort,
+ * truncate, unlink) to the control thread, and splits payload requests into
+ * I/O requests of at most 8 MiB (2 MiB with kernel workers) that it keeps in
+ * flight on the ring. An eventfd polled through the ring wakes the loop when
+ * a request arrives while I/O is in flight.
  */
 #include "record/disk.h"
 
@@ -563,10 +565,8 @@ static void feed(struct rec_disk *disk, struct rec_disk_request *req)
 		struct disk_op *op = disk->free_ops[disk->free_op_count - 1];
 
 		/* Restores first: a store keeps few writes in the device's way. */
-		if (!req->urgent &&
-		    disk->background_ops_in_flight >= (disk->urgent_active > 0 ?
-						       REC_DISK_BACKGROUND_OPS_MAX :
-						       REC_DISK_BACKGROUND_IDLE_OPS_MAX))
+		if (!req->urgent && disk->urgent_active > 0 &&
+		    disk->background_ops_in_flight >= REC_DISK_BACKGROUND_OPS_MAX)
 			break;
 		if (!build_op(disk, req, op))
 			break;

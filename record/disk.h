@@ -17,8 +17,8 @@
  * at nice 10. A request fails only after every I/O it started has drained,
  * so its buffers are free when the reply arrives.
  *
- * Requests and replies are caller-owned and preallocated; the thread
- * allocates nothing after start.
+ * Requests and replies are caller-owned and preallocated; the threads
+ * allocate nothing after start (the kernel makes its workers on demand).
  */
 #ifndef SELENE_RECORD_DISK_H
 #define SELENE_RECORD_DISK_H
@@ -42,11 +42,6 @@
  * reads do not queue behind a deep batch of writes on the device.
  */
 #define REC_DISK_BACKGROUND_OPS_MAX 2u
-/*
- * I/O requests of background requests in flight at any time: what a restore
- * arriving finds queued ahead of it on the device.
- */
-#define REC_DISK_BACKGROUND_IDLE_OPS_MAX REC_DISK_OPS_MAX
 /* Buffers one I/O request gathers. */
 #define REC_DISK_IOV_MAX 64u
 /*
@@ -143,15 +138,21 @@ struct rec_disk_options {
 	 * 0: the thread submits each I/O request inline, as the kernel runs
 	 * it (asynchronous on a block device with O_DIRECT). N: every payload
 	 * I/O request goes to the ring's kernel workers (IOSQE_ASYNC), at most
-	 * N at once, in requests of REC_DISK_WORKER_CHUNK_BYTES: on tmpfs or
-	 * with buffered I/O each is a copy on a CPU, so N run in parallel.
+	 * N at once (per NUMA node, as io_uring bounds them), in requests of
+	 * REC_DISK_WORKER_CHUNK_BYTES: on tmpfs or with buffered I/O each is a
+	 * copy on a CPU, so N run in parallel. Where the kernel refuses the
+	 * bound, the thread says so and submits inline
+	 * (rec_disk_io_workers then says 0).
 	 * Workers are threads of this process made from the disk thread, so
 	 * they share its priority. Ignored on the pread/pwrite path.
 	 */
 	uint32_t io_workers;
 };
 
-/* Starts the thread. Returns 0, or a negative errno with a message in err. */
+/*
+ * Starts the disk thread and its control thread. Returns 0, or a negative
+ * errno with a message in err.
+ */
 int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out,
 		   char *err, size_t err_size);
 
@@ -159,11 +160,11 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 #define REC_DISK_STOP_TIMEOUT_MS 30000u
 
 /*
- * Finishes every request already submitted, then stops the thread and
- * frees it; returns 0 (NULL does nothing). -ETIMEDOUT when the thread is
- * still running timeout_ms later (I/O the kernel never completes): it is
- * then left running and allocated, and so must be every buffer its
- * requests name.
+ * Finishes every request already submitted, then stops both threads and
+ * frees the disk; returns 0 (NULL does nothing). -ETIMEDOUT when either is
+ * still running timeout_ms later (I/O the kernel never completes, a sync
+ * that never returns): both are then left as they are, with the disk
+ * allocated, and so must be every buffer and file its requests name.
  */
 int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms);
 

@@ -861,10 +861,13 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 	queue_push(job->kind == SHARD_JOB_FETCH ? &e->restores : &e->background, job);
 	e->unpolled++;
 	pthread_cond_signal(&e->work_ready);
-	pthread_mutex_unlock(&e->lock);
-	/* A store waiting for the disk runs it now (restores first). */
-	if (fill->kind == SHARD_JOB_FETCH)
+	/*
+	 * A store waiting for the disk runs it now (restores first). Under the
+	 * lock: once it is released the fetch may complete and the engine close.
+	 */
+	if (job->kind == SHARD_JOB_FETCH)
 		rec_disk_replies_poke(&e->lanes[LANE_BACKGROUND].replies);
+	pthread_mutex_unlock(&e->lock);
 	return 0;
 }
 
@@ -1150,22 +1153,6 @@ int shard_engine_open(const struct shard_engine_options *options,
 	e->planes = *options->planes;
 	e->dir = options->dir;
 	e->device = options->device;
-	disk_options.io_workers = options->io_workers == SHARD_IO_WORKERS_NONE ? 0 :
-				  options->io_workers ? options->io_workers :
-				  rec_disk_default_io_workers(options->dir);
-	/*
-	 * By default a window is about SHARD_WINDOW_BYTES (SHARD_WINDOW_WORKER_BYTES
-	 * with kernel workers), and 64 pages at most.
-	 */
-	e->window_pages = options->window_pages;
-	if (!e->window_pages) {
-		uint64_t pages = (disk_options.io_workers ? SHARD_WINDOW_WORKER_BYTES :
-							    SHARD_WINDOW_BYTES) /
-				 e->geometry.page_record_bytes;
-
-		e->window_pages = pages == 0 ? 1 : pages > SHARD_WINDOW_PAGES_MAX ?
-							  SHARD_WINDOW_PAGES_MAX : (uint32_t)pages;
-	}
 	e->jobs_max = options->jobs_max ? options->jobs_max : 64;
 	e->read_ahead_bytes = options->read_ahead_bytes ? options->read_ahead_bytes :
 							  SHARD_READ_AHEAD_BYTES;
@@ -1175,6 +1162,33 @@ int shard_engine_open(const struct shard_engine_options *options,
 	pthread_cond_init(&e->hook_idle, NULL);
 	for (uint32_t i = 0; i < LANE_COUNT; i++)
 		rec_disk_replies_init(&e->lanes[i].replies);
+	if (options->io_workers != SHARD_IO_WORKERS_NONE &&
+	    options->io_workers > REC_DISK_IO_WORKERS_MAX) {
+		snprintf(err, err_size, "%u kernel I/O workers past the maximum of %u",
+			 options->io_workers, REC_DISK_IO_WORKERS_MAX);
+		ret = -EINVAL;
+		goto err_close;
+	}
+	disk_options.io_workers = options->io_workers == SHARD_IO_WORKERS_NONE ? 0 :
+				  options->io_workers ? options->io_workers :
+				  rec_disk_default_io_workers(options->dir);
+	/* First: the window's size depends on the workers it really has. */
+	ret = rec_disk_start(&disk_options, &e->disk, err, err_size);
+	if (ret)
+		goto err_close;
+	/*
+	 * By default a window is about SHARD_WINDOW_BYTES (SHARD_WINDOW_WORKER_BYTES
+	 * with kernel workers), and 64 pages at most.
+	 */
+	e->window_pages = options->window_pages;
+	if (!e->window_pages) {
+		uint64_t pages = (rec_disk_io_workers(e->disk) ? SHARD_WINDOW_WORKER_BYTES :
+								 SHARD_WINDOW_BYTES) /
+				 e->geometry.page_record_bytes;
+
+		e->window_pages = pages == 0 ? 1 : pages > SHARD_WINDOW_PAGES_MAX ?
+							  SHARD_WINDOW_PAGES_MAX : (uint32_t)pages;
+	}
 	if (e->window_pages > SHARD_WINDOW_PAGES_MAX || e->jobs_max > SHARD_JOBS_MAX) {
 		snprintf(err, err_size, "window of %u pages or %u jobs past the maximum",
 			 e->window_pages, e->jobs_max);
@@ -1210,9 +1224,6 @@ int shard_engine_open(const struct shard_engine_options *options,
 		goto err_close;
 	}
 	e->checksums_started = true;
-	ret = rec_disk_start(&disk_options, &e->disk, err, err_size);
-	if (ret)
-		goto err_close;
 	ret = -pthread_create(&e->thread, NULL, transfer_main, e);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the transfer thread: %s",

@@ -4,11 +4,11 @@
  * thread runs jobs one at a time, restores first: a fetch goes before every
  * queued store, truncate, unlink or noop, and a running store yields to
  * every queued fetch between two of its windows and whenever it waits for
- * the disk (a write, its create or its commit), then resumes (its I/O in
+ * the disk (a write, its create, commit or abort), then resumes (its I/O in
  * flight continues, at a lower priority on the disk); otherwise jobs run in
  * submission order, and no job overtakes an earlier fetch. It expands page ids
  * and the state slot into device addresses from the geometry, copies windows
- * of at most 64 pages plus the row through two staging buffers, and hands
+ * of at most 64 pages plus the row through several staging buffers, and hands
  * each window to the disk thread (record/disk.h) so that device copies and
  * disk I/O overlap. Submission never waits; completions come back through a
  * bounded queue that shard_engine_poll drains. A job completes whole or
