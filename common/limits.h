@@ -105,6 +105,13 @@
  * needs one round trip; an idle connection is dropped after it. */
 #define CLUSTER_JOIN_HANDSHAKE_MS 5000u
 
+/*
+ * When rank zero cannot accept a join connection for want of descriptors or
+ * memory and holds no handshake it could give up, it leaves the listener
+ * alone this long before trying again (the connection stays queued).
+ */
+#define CLUSTER_JOIN_ACCEPT_RETRY_MS 100u
+
 /* Log lines a second about failed join connections (more are counted). */
 #define CLUSTER_JOIN_LOG_PER_SECOND 5u
 

@@ -57,6 +57,8 @@ struct form_join {
 	uint32_t log_lines;
 	uint64_t log_suppressed;
 	uint64_t strangers_dropped;
+	uint64_t accept_retry_ns; /* the listener is left alone until then */
+	bool accept_failing;      /* said so; cleared by the next accept */
 	char last_refusal[300];
 };
 
@@ -128,11 +130,26 @@ static void form_accept(struct form_join *j, uint64_t now)
 		int fd = accept_ready(j->o->listen_fd, &addr, &len);
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-			    errno != ECONNABORTED && j->pending_count > 0)
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+			    errno == ECONNABORTED)
+				return;
+			if (j->pending_count > 0) {
 				form_drop(j, 0, "out of descriptors for new connections");
+				return;
+			}
+			/*
+			 * Nothing to give back, and the listener stays readable:
+			 * polling it again at once would spin until the deadline.
+			 */
+			if (!j->accept_failing)
+				sel_warn("join: cannot accept a connection (%s); trying again "
+					 "every %u ms", strerror(errno),
+					 CLUSTER_JOIN_ACCEPT_RETRY_MS);
+			j->accept_failing = true;
+			j->accept_retry_ns = now + CLUSTER_JOIN_ACCEPT_RETRY_MS * 1000000ull;
 			return;
 		}
+		j->accept_failing = false;
 		if (j->pending_count == CLUSTER_JOIN_PENDING_MAX) {
 			/* The oldest that has not even sent a HELLO, else the oldest. */
 			uint32_t victim = 0;
@@ -239,11 +256,15 @@ static int form_joined_event(struct form_join *j, struct coord_peer *p, char *er
 }
 
 /* Fills the poll set: the listener, every stranger, every joined peer. */
-static nfds_t form_poll_set(struct form_join *j, uint64_t *wake)
+static nfds_t form_poll_set(struct form_join *j, uint64_t now, uint64_t *wake)
 {
 	nfds_t n = 0;
 
-	j->fds[n++] = (struct pollfd){ .fd = j->o->listen_fd, .events = POLLIN };
+	/* A negative fd is skipped by poll: the listener rests after a failure. */
+	j->fds[n++] = (struct pollfd){ .fd = now < j->accept_retry_ns ? -1 : j->o->listen_fd,
+				       .events = POLLIN };
+	if (now < j->accept_retry_ns && j->accept_retry_ns < *wake)
+		*wake = j->accept_retry_ns;
 	for (uint32_t i = 0; i < j->pending_count; i++) {
 		j->fds[n++] = (struct pollfd){ .fd = j->pending[i].fd, .events = POLLIN };
 		if (j->pending[i].deadline_ns < *wake)
@@ -284,7 +305,7 @@ static int form_round(struct form_join *j, uint64_t deadline, char *err, size_t 
 			form_drop(j, i, "no handshake before its deadline");
 	if (now >= deadline)
 		return form_timeout(j, err, err_size);
-	n = form_poll_set(j, &wake);
+	n = form_poll_set(j, now, &wake);
 	pending_polled = j->pending_count;
 	ret = poll(j->fds, n, (int)ms_until(now, wake));
 	if (ret < 0 && errno != EINTR)
@@ -393,6 +414,7 @@ struct notice {
 	bool *told;        /* by rank */
 	uint32_t untold;
 	uint32_t world_size;
+	uint64_t accept_retry_ns; /* as form_join's: the listener rests until then */
 	char text[CLUSTER_REFUSE_TEXT_BYTES_MAX + 1];
 };
 
@@ -425,24 +447,33 @@ static void notice_answer(struct notice *n, uint32_t index)
 /* One round: wait, answer what came, accept what waits. */
 static void notice_round(struct notice *n, int listen_fd, uint64_t deadline)
 {
-	uint64_t now = sel_monotonic_ns();
+	uint64_t now = sel_monotonic_ns(), wake = deadline;
+	bool resting = now < n->accept_retry_ns;
 	nfds_t polled = 1;
 
-	n->fds[0] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
+	/* After a failed accept the listener rests, or poll would spin on it. */
+	n->fds[0] = (struct pollfd){ .fd = resting ? -1 : listen_fd, .events = POLLIN };
+	if (resting && n->accept_retry_ns < wake)
+		wake = n->accept_retry_ns;
 	for (uint32_t i = 0; i < n->count; i++)
 		n->fds[polled++] = (struct pollfd){ .fd = n->conns[i].fd, .events = POLLIN };
-	if (poll(n->fds, polled, (int)ms_until(now, deadline)) <= 0)
+	if (poll(n->fds, polled, (int)ms_until(now, wake)) <= 0)
 		return;
 	for (uint32_t i = (uint32_t)polled - 1; i-- > 0;)
 		if (n->fds[1 + i].revents)
 			notice_answer(n, i);
-	while (n->count < CLUSTER_JOIN_PENDING_MAX) {
+	while (!resting && n->count < CLUSTER_JOIN_PENDING_MAX) {
 		struct sockaddr_storage addr;
 		socklen_t len = sizeof(addr);
 		int fd = accept_ready(listen_fd, &addr, &len);
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    errno != ECONNABORTED)
+				n->accept_retry_ns = sel_monotonic_ns() +
+						     CLUSTER_JOIN_ACCEPT_RETRY_MS * 1000000ull;
 			break;
+		}
 		memset(&n->conns[n->count], 0, sizeof(n->conns[n->count]));
 		n->conns[n->count++].fd = fd;
 	}

@@ -24,8 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define WORLD 3
@@ -589,6 +591,72 @@ static void test_form_survives_join_storm(void **state)
 	free(s);
 }
 
+/* Out of descriptors: a child process holds a connection open on the port. */
+struct starved {
+	uint16_t port;
+	pid_t child;
+	struct rlimit saved;
+};
+
+static void starve_descriptors(void *arg)
+{
+	struct starved *st = arg;
+	int lowest;
+
+	st->child = fork();
+	assert_true(st->child >= 0);
+	if (st->child == 0) {
+		int fd = storm_connect(st->port);
+
+		(void)fd;
+		sleep(3);
+		_exit(0);
+	}
+	usleep(200 * 1000); /* the child's connection waits on the listener */
+	/* The lowest free descriptor is past the limit: accept gets EMFILE. */
+	lowest = dup(0);
+	assert_true(lowest >= 0);
+	close(lowest);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &st->saved), 0);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &(struct rlimit){ (rlim_t)lowest,
+								    st->saved.rlim_max }), 0);
+}
+
+static double thread_cpu_seconds(void)
+{
+	struct rusage u;
+
+	getrusage(RUSAGE_THREAD, &u);
+	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * A listener rank zero cannot accept from for want of descriptors, with no
+ * handshake of its own to give up, does not spin the join until its
+ * deadline: it retries every CLUSTER_JOIN_ACCEPT_RETRY_MS. The formation
+ * times out as it should, having used a small part of its 2 s on the CPU.
+ */
+static void test_form_out_of_descriptors_does_not_spin(void **state)
+{
+	struct fixture *f = *state;
+	struct starved st = { 0 };
+	char err[512];
+	uint64_t limit;
+	double cpu;
+	int ret;
+
+	f->storm_port = &st.port;
+	cpu = thread_cpu_seconds();
+	ret = form_within(f, err, sizeof(err), &limit, 2000, starve_descriptors, &st);
+	cpu = thread_cpu_seconds() - cpu;
+	setrlimit(RLIMIT_NOFILE, &st.saved);
+	waitpid(st.child, NULL, 0);
+	assert_int_equal(ret, -ETIMEDOUT);
+	printf("rank zero's CPU time over the 2 s join: %.3f s\n", cpu);
+	assert_true(cpu < 0.5);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -597,6 +665,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_out_of_descriptors_does_not_spin, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
 						teardown),
