@@ -462,7 +462,7 @@ static void notice_round(struct notice *n, int listen_fd, uint64_t deadline)
 	for (uint32_t i = (uint32_t)polled - 1; i-- > 0;)
 		if (n->fds[1 + i].revents)
 			notice_answer(n, i);
-	while (!resting && n->count < CLUSTER_JOIN_PENDING_MAX) {
+	while (!resting) {
 		struct sockaddr_storage addr;
 		socklen_t len = sizeof(addr);
 		int fd = accept_ready(listen_fd, &addr, &len);
@@ -474,7 +474,18 @@ static void notice_round(struct notice *n, int listen_fd, uint64_t deadline)
 						     CLUSTER_JOIN_ACCEPT_RETRY_MS * 1000000ull;
 			break;
 		}
+		/* A full table gives up its oldest: idle strangers cannot hold it. */
+		if (n->count == CLUSTER_JOIN_PENDING_MAX) {
+			uint32_t oldest = 0;
+
+			for (uint32_t i = 1; i < n->count; i++)
+				if (n->conns[i].deadline_ns < n->conns[oldest].deadline_ns)
+					oldest = i;
+			close(n->conns[oldest].fd);
+			n->conns[oldest] = n->conns[--n->count];
+		}
 		memset(&n->conns[n->count], 0, sizeof(n->conns[n->count]));
+		n->conns[n->count].deadline_ns = sel_monotonic_ns(); /* here: accepted at */
 		n->conns[n->count++].fd = fd;
 	}
 }

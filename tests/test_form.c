@@ -657,6 +657,51 @@ static void test_form_out_of_descriptors_does_not_spin(void **state)
 	assert_true(cpu < 0.5);
 }
 
+struct notice_run {
+	int listen_fd;
+	char why[64];
+};
+
+static void *notice_main(void *arg)
+{
+	struct notice_run *n = arg;
+
+	coord_cluster_notify_failure(n->listen_fd, WORLD, NULL, n->why);
+	return NULL;
+}
+
+/*
+ * Rank zero's failure notice while 64 idle connections (as many as its
+ * table holds) sit on the port: a full table gives up its oldest, so a
+ * peer that connects after them still hears why rank zero stopped.
+ */
+static void test_form_failure_notice_survives_idle_connections(void **state)
+{
+	struct fixture *f = *state;
+	struct notice_run n = { .why = "the disk caught fire" };
+	struct rank *one = &f->ranks[1];
+	int idle[CLUSTER_JOIN_PENDING_MAX];
+	pthread_t notice;
+
+	n.listen_fd = listen_any(&one->port);
+	assert_true(n.listen_fd >= 0);
+	assert_int_equal(rec_dir_scan(one->dir, &one->scan), 0);
+	assert_int_equal(pthread_create(&notice, NULL, notice_main, &n), 0);
+	for (uint32_t i = 0; i < CLUSTER_JOIN_PENDING_MAX; i++) {
+		idle[i] = storm_connect(one->port);
+		assert_true(idle[i] >= 0);
+	}
+	usleep(200 * 1000); /* every idle connection is in the notice's table */
+	peer_main(one);
+	assert_int_not_equal(one->result, 0);
+	if (!strstr(one->why, "the disk caught fire"))
+		fail_msg("rank 1 was told: %s (%d)", one->why, one->result);
+	pthread_join(notice, NULL);
+	for (uint32_t i = 0; i < CLUSTER_JOIN_PENDING_MAX; i++)
+		close(idle[i]);
+	close(n.listen_fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -667,6 +712,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_out_of_descriptors_does_not_spin, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_form_failure_notice_survives_idle_connections,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
 						teardown),
