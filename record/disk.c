@@ -88,6 +88,7 @@ struct rec_disk {
 	pthread_t control_thread;
 	bool control_started;
 	bool control_stopping;
+	bool thread_joined, control_joined; /* by rec_disk_stop, which may be retried */
 	pthread_cond_t control_ready;
 	struct rec_disk_request *control_queue[REC_DISK_QUEUE_MAX];
 	uint32_t control_head;
@@ -985,7 +986,7 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 		deadline.tv_sec++;
 		deadline.tv_nsec -= 1000000000;
 	}
-	ret = pthread_timedjoin_np(disk->thread, NULL, &deadline);
+	ret = disk->thread_joined ? 0 : pthread_timedjoin_np(disk->thread, NULL, &deadline);
 	if (ret) {
 		/* Its I/O may still land in the requesters' buffers: keep all. */
 		sel_error("disk thread: still running %u ms after the stop (%u requests, "
@@ -993,17 +994,20 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 			  disk->active_count, disk->ops_in_flight);
 		return -ETIMEDOUT;
 	}
+	disk->thread_joined = true;
 	/* The ring loop is done; the control thread finishes what it holds. */
 	pthread_mutex_lock(&disk->lock);
 	disk->control_stopping = true;
 	pthread_cond_signal(&disk->control_ready);
 	pthread_mutex_unlock(&disk->lock);
-	ret = pthread_timedjoin_np(disk->control_thread, NULL, &deadline);
+	ret = disk->control_joined ? 0 :
+				     pthread_timedjoin_np(disk->control_thread, NULL, &deadline);
 	if (ret) {
 		sel_error("disk thread: a create, commit, truncate or unlink still runs %u "
 			  "ms after the stop; leaving it", timeout_ms);
 		return -ETIMEDOUT;
 	}
+	disk->control_joined = true;
 	if (disk->use_ring)
 		io_uring_queue_exit(&disk->ring);
 	if (disk->wake_fd >= 0)

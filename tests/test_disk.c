@@ -1,0 +1,131 @@
+/*
+ * The disk thread's stop (record/disk.h): rec_disk_stop gives up at its
+ * deadline when a request's I/O on the ring, or a background request's
+ * synchronous step on the control thread, has not ended, leaves both
+ * threads and the disk as they are, and a later call waits again and frees
+ * it. Held with sleep failpoints; no timing is asserted beyond the stop's
+ * own deadline.
+ */
+#include "tests/testutil.h"
+
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "record/disk.h"
+#include "record/format.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct fixture {
+	char *base;
+	struct rec_geometry g;
+	struct rec_identity ns;
+	struct rec_dir *dir;
+	struct rec_disk *disk;
+	struct rec_disk_file file;
+	struct rec_disk_replies replies;
+	struct rec_disk_request create, write;
+	uint8_t *page;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct rec_disk_options options = { 0 };
+	struct rec_key key = { .consumed = 64 };
+	char err[256];
+
+	f->base = tu_make_temp_dir("disk");
+	tu_geometry(&f->g, 64, 1, 4096, 4096, 0, 1);
+	tu_identities(NULL, &f->ns);
+	f->dir = tu_dir_open(f->base, &f->g, false);
+	options.dir = f->dir;
+	if (rec_disk_start(&options, &f->disk, err, sizeof(err)) != 0)
+		fail_msg("disk: %s", err);
+	assert_int_equal(rec_disk_file_init(&f->file, 4), 0);
+	rec_disk_replies_init(&f->replies);
+	memset(key.digest.bytes, 7, sizeof(key.digest.bytes));
+	assert_int_equal(rec_header_init(&f->file.header, &f->g, &f->ns, &key, NULL,
+					 &key.digest, 0, 1, 1), 0);
+	f->page = tu_alloc(f->file.header.page_stride);
+	f->create = (struct rec_disk_request){ .op = REC_DISK_CREATE, .file = &f->file,
+					       .replies = &f->replies };
+	f->write = (struct rec_disk_request){ .op = REC_DISK_WRITE_PAGES, .file = &f->file,
+					      .replies = &f->replies, .first = 0, .count = 1,
+					      .buffers = { f->page } };
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_failpoints_configure(NULL);
+	sel_log_set_level(SEL_LOG_INFO);
+	/* The disk is gone; what it left open of the record is closed here. */
+	if (f->file.writing)
+		rec_writer_abort(&f->file.writer);
+	f->file.writing = false;
+	rec_disk_file_destroy(&f->file);
+	rec_disk_replies_destroy(&f->replies);
+	rec_dir_close(f->dir);
+	free(f->page);
+	tu_remove_tree(f->base);
+	free(f);
+	return 0;
+}
+
+/* A write whose I/O is held 1.5 s on the disk thread outlasts a 100 ms stop. */
+static void test_disk_stop_deadline_on_the_ring(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t fired;
+
+	assert_int_equal(rec_disk_submit(f->disk, &f->create), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->create);
+	assert_int_equal(f->create.result, 0);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*sleep(1500)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_DISK_WRITE);
+	assert_int_equal(rec_disk_submit(f->disk, &f->write), 0);
+	while (sel_failpoint_fired(SEL_FP_DISK_WRITE) == fired)
+		usleep(1000);
+	assert_int_equal(rec_disk_stop(f->disk, 100), -ETIMEDOUT);
+	/* The request is the disk's still; the second stop waits it out. */
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->write);
+	assert_int_equal(f->write.result, 0);
+}
+
+/* A create held 1.5 s on the control thread outlasts a 100 ms stop. */
+static void test_disk_stop_deadline_on_the_control_thread(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t fired;
+
+	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(1500)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_RECORD_BEFORE_CREATE);
+	assert_int_equal(rec_disk_submit(f->disk, &f->create), 0);
+	while (sel_failpoint_fired(SEL_FP_RECORD_BEFORE_CREATE) == fired)
+		usleep(1000);
+	assert_int_equal(rec_disk_stop(f->disk, 100), -ETIMEDOUT);
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->create);
+	assert_int_equal(f->create.result, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_disk_stop_deadline_on_the_ring, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_disk_stop_deadline_on_the_control_thread,
+						setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);
+}
