@@ -591,6 +591,38 @@ static void test_form_survives_join_storm(void **state)
 	free(s);
 }
 
+/*
+ * A rank that cannot write its cluster marker (a directory holds the
+ * marker's temporary name) still forms, with a warning; its directory stays
+ * unmarked, so the next start refuses it as a directory that may be new
+ * while the others hold records, naming the rank.
+ */
+static void test_form_marker_write_fails(void **state)
+{
+	struct fixture *f = *state;
+	char err[512], *blocker;
+	uint64_t limit;
+
+	blocker = malloc(strlen(rec_dir_path(f->ranks[1].dir)) + 64);
+	sprintf(blocker, "%s/%s.tmp", rec_dir_path(f->ranks[1].dir), REC_CLUSTER_MARKER_NAME);
+	assert_int_equal(mkdir(blocker, 0755), 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->a, 0), 0);
+		assert_int_equal(tu_record_write(f->ranks[r].dir, &f->b, 0), 0);
+	}
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	assert_true(rec_dir_marked(f->ranks[0].dir));
+	assert_false(rec_dir_marked(f->ranks[1].dir));
+	assert_true(rec_dir_marked(f->ranks[2].dir));
+	for (uint32_t r = 0; r < WORLD; r++)
+		rec_scan_free(&f->ranks[r].scan);
+	assert_int_not_equal(form(f, err, sizeof(err), &limit), 0);
+	assert_non_null(strstr(err, "rank 1"));
+	rmdir(blocker);
+	free(blocker);
+}
+
 /* Out of descriptors: a child process holds a connection open on the port. */
 struct starved {
 	uint16_t port;
@@ -712,6 +744,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_out_of_descriptors_does_not_spin, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_form_marker_write_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_failure_notice_survives_idle_connections,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
