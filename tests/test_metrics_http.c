@@ -1,0 +1,217 @@
+/*
+ * The /metrics server (launch/metrics_http.h) over loopback: the page and
+ * the status of every other request (404, 405, 400); a client that connects
+ * and says nothing delays a scrape by its request deadline only; a server
+ * out of descriptors does not spin on its listener and serves again once
+ * descriptors are back; stop returns with a client still connected.
+ */
+#include "tests/testutil.h"
+
+#include "launch/metrics_http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char page[] = "# HELP selene_test A test.\n# TYPE selene_test gauge\nselene_test 1\n";
+
+static int render(void *ctx, char *buf, size_t size)
+{
+	(void)ctx;
+	if (size < sizeof(page))
+		return -ENOSPC;
+	memcpy(buf, page, sizeof(page));
+	return (int)sizeof(page) - 1;
+}
+
+static int connect_to(uint16_t port)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct timeval tv = { .tv_sec = 10 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Sends request, reads the whole answer into out (NUL-terminated). */
+static void ask(uint16_t port, const char *request, char *out, size_t size)
+{
+	int fd = connect_to(port);
+	size_t used = 0;
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, request, strlen(request)), (ssize_t)strlen(request));
+	while (used + 1 < size && (n = read(fd, out + used, size - 1 - used)) > 0)
+		used += (size_t)n;
+	out[used] = '\0';
+	close(fd);
+}
+
+struct fixture {
+	struct launch_metrics_http *server;
+	uint16_t port;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char err[256];
+
+	if (launch_metrics_http_start(NULL, 0, render, NULL, &f->server, &f->port, err,
+				      sizeof(err)) != 0)
+		fail_msg("start: %s", err);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	launch_metrics_http_stop(f->server);
+	free(f);
+	return 0;
+}
+
+static void test_metrics_http_answers(void **state)
+{
+	struct fixture *f = *state;
+	char out[4096];
+
+	ask(f->port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "200"));
+	assert_non_null(strstr(out, "text/plain"));
+	assert_non_null(strstr(out, "selene_test 1\n"));
+	ask(f->port, "GET /elsewhere HTTP/1.1\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "404"));
+	ask(f->port, "POST /metrics HTTP/1.1\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "405"));
+	ask(f->port, "\x01\x02 nonsense\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "400"));
+}
+
+/* A silent client holds the server for its request deadline, not longer. */
+static void test_metrics_http_silent_client(void **state)
+{
+	struct fixture *f = *state;
+	int silent = connect_to(f->port);
+	struct timeval t0, t1;
+	char out[4096];
+	double waited;
+
+	assert_true(silent >= 0);
+	usleep(100 * 1000);
+	gettimeofday(&t0, NULL);
+	ask(f->port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+	gettimeofday(&t1, NULL);
+	assert_non_null(strstr(out, "selene_test 1\n"));
+	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_usec - t0.tv_usec) / 1e6;
+	printf("a scrape behind a silent client: %.2f s\n", waited);
+	assert_true(waited < LAUNCH_METRICS_REQUEST_TIMEOUT_MS / 1000.0 + 5.0);
+	close(silent);
+}
+
+static double process_cpu_seconds(void)
+{
+	struct rusage u;
+
+	getrusage(RUSAGE_SELF, &u);
+	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * Out of descriptors with a connection waiting: the server backs off
+ * instead of spinning on a readable listener (this process, asleep
+ * otherwise, uses a small part of a second of CPU), and answers once
+ * descriptors are back.
+ */
+static void test_metrics_http_out_of_descriptors(void **state)
+{
+	struct fixture *f = *state;
+	struct rlimit saved;
+	char out[4096];
+	double cpu;
+	pid_t child;
+	int lowest, go[2];
+
+	/* The child connects only once this process is out of descriptors. */
+	assert_int_equal(pipe(go), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		char c;
+		int fd;
+
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(1);
+		fd = connect_to(f->port);
+		(void)fd;
+		sleep(2);
+		_exit(0);
+	}
+	close(go[0]);
+	lowest = dup(0);
+	assert_true(lowest >= 0);
+	close(lowest);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &(struct rlimit){ (rlim_t)lowest,
+								    saved.rlim_max }), 0);
+	assert_int_equal(write(go[1], "x", 1), 1);
+	usleep(200 * 1000); /* the connection waits on the listener */
+	cpu = process_cpu_seconds();
+	sleep(1);
+	cpu = process_cpu_seconds() - cpu;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	printf("CPU over 1 s out of descriptors: %.3f s\n", cpu);
+	assert_true(cpu < 0.3);
+	ask(f->port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "selene_test 1\n"));
+}
+
+/* Stop returns while a client is connected and silent. */
+static void test_metrics_http_stop_with_client(void **state)
+{
+	struct fixture *f = *state;
+	int silent = connect_to(f->port);
+
+	assert_true(silent >= 0);
+	usleep(100 * 1000);
+	launch_metrics_http_stop(f->server);
+	f->server = NULL;
+	close(silent);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_metrics_http_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_http_silent_client, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_http_out_of_descriptors, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_http_stop_with_client, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests_name("metrics_http", tests, NULL, NULL);
+}
