@@ -100,11 +100,9 @@ static void host_unregister(struct shard_device *dev, void *ptr)
 	(void)ptr;
 }
 
-static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
-		     const struct shard_copy *copies, uint32_t count)
+void shard_copy_in_memory(enum shard_copy_direction dir, const struct shard_copy *copies,
+			  uint32_t count)
 {
-	(void)dev;
-	SEL_ASSERT(count <= SHARD_COPY_BATCH_ENTRIES_MAX);
 	for (uint32_t i = 0; i < count; i++) {
 		void *device = (void *)(uintptr_t)copies[i].device_address;
 
@@ -113,6 +111,14 @@ static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
 		else
 			memcpy(device, copies[i].host, copies[i].bytes);
 	}
+}
+
+static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		     const struct shard_copy *copies, uint32_t count)
+{
+	(void)dev;
+	SEL_ASSERT(count <= SHARD_COPY_BATCH_ENTRIES_MAX);
+	shard_copy_in_memory(dir, copies, count);
 	return 0;
 }
 

@@ -54,6 +54,13 @@ struct shard_device {
 int shard_device_open_host(struct shard_device **out);
 
 /*
+ * The host backend's copy: each entry by memcpy, its device address a host
+ * pointer (also for devices built on it, as the tests' deferred ones).
+ */
+void shard_copy_in_memory(enum shard_copy_direction dir, const struct shard_copy *copies,
+			  uint32_t count);
+
+/*
  * The CUDA backend on device ordinal. Returns 0, or a negative code with
  * the reason in why ("libcuda.so.1 not found: ...", "no CUDA device").
  */

@@ -756,14 +756,7 @@ static int deferred_synchronize(struct shard_device *dev)
 {
 	struct deferred_device *d = (struct deferred_device *)dev;
 
-	for (uint32_t i = 0; i < d->queued_count; i++) {
-		void *device = (void *)(uintptr_t)d->queued[i].device_address;
-
-		if (d->dir == SHARD_DEVICE_TO_HOST)
-			memcpy(d->queued[i].host, device, d->queued[i].bytes);
-		else
-			memcpy(device, d->queued[i].host, d->queued[i].bytes);
-	}
+	shard_copy_in_memory(d->dir, d->queued, d->queued_count);
 	d->queued_count = 0;
 	d->queued_batches = 0;
 	return 0;
@@ -807,6 +800,75 @@ static int deferred_run(struct deferred_device *d, int submitted)
 }
 
 /*
+ * An engine on a deferred device: plane_count planes of 4 KiB units over
+ * page_count device pages (each plane filled from seed + its index), a
+ * 4 KiB row (filled from 7), a record directory of its own.
+ */
+struct deferred_rig {
+	struct deferred_device d;
+	struct rec_geometry g;
+	struct shard_planes planes;
+	uint8_t *memory[64];
+	uint8_t *row;
+	uint32_t plane_count;
+	char *base;
+	struct rec_dir *dir;
+	struct shard_engine *engine;
+};
+
+static void rig_init(struct deferred_rig *r, const char *name, uint32_t plane_count,
+		     uint32_t page_count, uint64_t seed)
+{
+	memset(r, 0, sizeof(*r));
+	r->d.base.ops = &deferred_ops;
+	r->plane_count = plane_count;
+	r->base = tu_make_temp_dir(name);
+	tu_geometry(&r->g, 64, plane_count, 4096, 4096, 0, 1);
+	r->g.page_count = page_count;
+	for (uint32_t p = 0; p < plane_count; p++) {
+		r->memory[p] = tu_alloc(4096ull * page_count);
+		tu_fill(r->memory[p], 4096ull * page_count, seed + p);
+		r->planes.page_base[p] = (uintptr_t)r->memory[p];
+	}
+	r->row = tu_alloc(4096ull * r->g.row_count);
+	tu_fill(r->row, 4096, 7);
+	r->planes.row_base = (uintptr_t)r->row;
+	r->dir = tu_dir_open(r->base, &r->g, true);
+}
+
+/* Opens the rig's engine (read_ahead_bytes 0: the default), its hook set. */
+static void rig_open(struct fixture *f, struct deferred_rig *r, uint32_t window_pages,
+		     uint64_t read_ahead_bytes)
+{
+	struct shard_engine_options options = {
+		.geometry = &r->g, .dir = r->dir, .device = &r->d.base, .planes = &r->planes,
+		.window_pages = window_pages, .jobs_max = 4, .no_uring = f->no_uring,
+		.io_workers = f->io_workers, .read_ahead_bytes = read_ahead_bytes,
+	};
+	char err[256];
+
+	if (shard_engine_open(&options, &r->engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+	shard_engine_set_completion_hook(r->engine, deferred_hook, &r->d);
+}
+
+static void rig_close(struct deferred_rig *r)
+{
+	shard_engine_set_completion_hook(r->engine, NULL, NULL);
+	shard_engine_close(r->engine);
+	r->engine = NULL;
+}
+
+static void rig_free(struct deferred_rig *r)
+{
+	rec_dir_close(r->dir);
+	for (uint32_t p = 0; p < r->plane_count; p++)
+		free(r->memory[p]);
+	free(r->row);
+	tu_remove_tree(r->base);
+}
+
+/*
  * Issue 13 item 4: a window of 9 pages x 64 planes (576 copies) goes to the
  * device in two batches; device.copy fails the second. The job's failure is
  * reported only after the first batch has completed (the device was
@@ -815,16 +877,7 @@ static int deferred_run(struct deferred_device *d, int submitted)
 static void test_engine_copy_failure_drains_first(void **state)
 {
 	struct fixture *f = *state;
-	struct deferred_device d = { .base.ops = &deferred_ops };
-	struct rec_geometry g;
-	struct shard_planes planes = { 0 };
-	struct shard_engine_options options = {
-		.geometry = &g, .device = &d.base, .planes = &planes,
-		.window_pages = 9, .jobs_max = 4, .no_uring = f->no_uring,
-		.io_workers = f->io_workers,
-	};
-	struct shard_engine *engine;
-	struct rec_dir *dir;
+	struct deferred_rig r;
 	struct rec_key key;
 	struct rec_header h;
 	uint32_t ids[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 }, dest[9];
@@ -832,54 +885,35 @@ static void test_engine_copy_failure_drains_first(void **state)
 	struct shard_chain_record chain;
 	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
 					     .page_ids = dest, .state_slot = 1 };
-	uint8_t *memory[64], *row;
-	char *base = tu_make_temp_dir("drain");
-	char err[256];
 
-	tu_geometry(&g, 64, 64, 4096, 4096, 0, 1);
-	g.page_count = 20;
-	for (uint32_t p = 0; p < 64; p++) {
-		memory[p] = tu_alloc(4096 * 20);
-		tu_fill(memory[p], 4096 * 20, p);
-		planes.page_base[p] = (uintptr_t)memory[p];
-	}
-	row = tu_alloc(4096 * g.row_count);
-	planes.row_base = (uintptr_t)row;
-	dir = tu_dir_open(base, &g, true);
-	options.dir = dir;
-	if (shard_engine_open(&options, &engine, err, sizeof(err)) != 0)
-		fail_msg("engine: %s", err);
-	shard_engine_set_completion_hook(engine, deferred_hook, &d);
+	rig_init(&r, "drain", 64, 20, 0);
+	rig_open(f, &r, 9, 0);
 	make_key(&key, 64 * 9, 40);
-	assert_int_equal(rec_header_init(&h, &g, &f->ns, &key, NULL, &key.digest, 0, 9, 1), 0);
+	assert_int_equal(rec_header_init(&h, &r.g, &f->ns, &key, NULL, &key.digest, 0, 9, 1),
+			 0);
 
 	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
-	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 1, &store_job)),
+	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &store_job)),
 			 -EIO);
-	assert_int_equal(d.batches_at_completion, 0);
-	assert_int_equal(tu_count_suffix(rec_dir_path(dir), ".tmp"), 0);
+	assert_int_equal(r.d.batches_at_completion, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	sel_failpoints_configure(NULL);
-	assert_int_equal(deferred_run(&d, shard_engine_store(engine, 2, &store_job)), 0);
+	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 2, &store_job)), 0);
 
 	chain = (struct shard_chain_record){ key, 0, 9 };
 	for (uint32_t i = 0; i < 9; i++)
 		dest[i] = 10 + i;
 	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
-	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 3, &fetch_job)),
+	assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 3, &fetch_job)),
 			 -EIO);
-	assert_int_equal(d.batches_at_completion, 0);
+	assert_int_equal(r.d.batches_at_completion, 0);
 	sel_failpoints_configure(NULL);
-	assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 4, &fetch_job)), 0);
+	assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 4, &fetch_job)), 0);
 	for (uint32_t p = 0; p < 64; p++)
-		assert_memory_equal(memory[p] + 4096 * 10, memory[p], 4096 * 9);
+		assert_memory_equal(r.memory[p] + 4096 * 10, r.memory[p], 4096 * 9);
 
-	shard_engine_set_completion_hook(engine, NULL, NULL);
-	shard_engine_close(engine);
-	rec_dir_close(dir);
-	for (uint32_t p = 0; p < 64; p++)
-		free(memory[p]);
-	free(row);
-	tu_remove_tree(base);
+	rig_close(&r);
+	rig_free(&r);
 }
 
 /*
@@ -893,16 +927,7 @@ static void test_engine_copy_failure_drains_first(void **state)
 static void test_engine_fetch_copies_overlap(void **state)
 {
 	struct fixture *f = *state;
-	struct deferred_device d = { .base.ops = &deferred_ops };
-	struct rec_geometry g;
-	struct shard_planes planes = { 0 };
-	struct shard_engine_options options = {
-		.geometry = &g, .device = &d.base, .planes = &planes,
-		.window_pages = 2, .jobs_max = 4, .no_uring = f->no_uring,
-		.io_workers = f->io_workers,
-	};
-	struct shard_engine *engine;
-	struct rec_dir *dir;
+	struct deferred_rig r;
 	struct rec_key key;
 	struct rec_header h;
 	uint32_t ids[40], dest[40];
@@ -910,22 +935,8 @@ static void test_engine_fetch_copies_overlap(void **state)
 	struct shard_chain_record chain;
 	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
 					     .page_ids = dest, .state_slot = 1 };
-	uint8_t *memory[8], *row;
-	char *base = tu_make_temp_dir("overlap");
-	char err[256];
 
-	tu_geometry(&g, 64, 8, 4096, 4096, 0, 1);
-	g.page_count = 80;
-	for (uint32_t p = 0; p < 8; p++) {
-		memory[p] = tu_alloc(4096 * 80);
-		tu_fill(memory[p], 4096 * 80, 100 + p);
-		planes.page_base[p] = (uintptr_t)memory[p];
-	}
-	row = tu_alloc(4096 * g.row_count);
-	tu_fill(row, 4096, 7);
-	planes.row_base = (uintptr_t)row;
-	dir = tu_dir_open(base, &g, true);
-	options.dir = dir;
+	rig_init(&r, "overlap", 8, 80, 100);
 	for (uint32_t i = 0; i < 40; i++) {
 		ids[i] = i;
 		dest[i] = 79 - i; /* scattered the other way */
@@ -936,54 +947,47 @@ static void test_engine_fetch_copies_overlap(void **state)
 	 * not reused before the failure).
 	 */
 	for (uint32_t round = 0; round < 2; round++) {
-		options.read_ahead_bytes = round == 0 ? 0 : 1;
-		if (shard_engine_open(&options, &engine, err, sizeof(err)) != 0)
-			fail_msg("engine: %s", err);
-		shard_engine_set_completion_hook(engine, deferred_hook, &d);
+		rig_open(f, &r, 2, round == 0 ? 0 : 1);
 		make_key(&key, 64 * 40, (uint8_t)(41 + round));
-		assert_int_equal(rec_header_init(&h, &g, &f->ns, &key, NULL, &key.digest, 0,
+		assert_int_equal(rec_header_init(&h, &r.g, &f->ns, &key, NULL, &key.digest, 0,
 						 40, 1), 0);
-		assert_int_equal(deferred_run(&d, shard_engine_store(engine, 1, &store_job)), 0);
+		assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &store_job)),
+				 0);
 		for (uint32_t p = 0; p < 8; p++)
-			memset(memory[p] + 4096 * 40, 0xee, 4096 * 40);
-		memset(row + 4096, 0xee, 4096);
+			memset(r.memory[p] + 4096 * 40, 0xee, 4096 * 40);
+		memset(r.row + 4096, 0xee, 4096);
 		chain = (struct shard_chain_record){ key, 0, 40 };
-		assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 2, &fetch_job)), 0);
-		assert_int_equal(d.batches_at_completion, 0);
+		assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 2, &fetch_job)),
+				 0);
+		assert_int_equal(r.d.batches_at_completion, 0);
 		for (uint32_t p = 0; p < 8; p++)
 			for (uint32_t i = 0; i < 40; i++)
-				assert_memory_equal(memory[p] + 4096 * dest[i], memory[p] + 4096 * i,
-						    4096);
-		assert_memory_equal(row + 4096, row, 4096);
+				assert_memory_equal(r.memory[p] + 4096 * dest[i],
+						    r.memory[p] + 4096 * i, 4096);
+		assert_memory_equal(r.row + 4096, r.row, 4096);
 
 		/*
 		 * A corrupt page in window 3 fails the fetch while window 2's copy is
 		 * still queued: the failure is reported only after that copy ran.
 		 */
 		{
-			char *path = tu_record_path(dir, &key);
+			char *path = tu_record_path(r.dir, &key);
 
 			tu_flip_bit(path, h.page_offset + h.page_stride * 6 + 100);
 			free(path);
 		}
 		for (uint32_t p = 0; p < 8; p++)
-			memset(memory[p] + 4096 * 40, 0xee, 4096 * 40);
-		assert_int_equal(deferred_run(&d, shard_engine_fetch(engine, 3, &fetch_job)),
+			memset(r.memory[p] + 4096 * 40, 0xee, 4096 * 40);
+		assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 3, &fetch_job)),
 				 SEL_ECHECKSUM);
-		assert_int_equal(d.batches_at_completion, 0);
+		assert_int_equal(r.d.batches_at_completion, 0);
 		for (uint32_t p = 0; p < 8; p++)
 			for (uint32_t i = 0; i < 6; i++)
-				assert_memory_equal(memory[p] + 4096 * dest[i], memory[p] + 4096 * i,
-						    4096);
-
-		shard_engine_set_completion_hook(engine, NULL, NULL);
-		shard_engine_close(engine);
+				assert_memory_equal(r.memory[p] + 4096 * dest[i],
+						    r.memory[p] + 4096 * i, 4096);
+		rig_close(&r);
 	}
-	rec_dir_close(dir);
-	for (uint32_t p = 0; p < 8; p++)
-		free(memory[p]);
-	free(row);
-	tu_remove_tree(base);
+	rig_free(&r);
 }
 
 /*
@@ -1013,14 +1017,7 @@ static int gated_copy(struct shard_device *dev, enum shard_copy_direction dir,
 		g->blocked = false;
 	}
 	pthread_mutex_unlock(&g->lock);
-	for (uint32_t i = 0; i < count; i++) {
-		void *device = (void *)(uintptr_t)copies[i].device_address;
-
-		if (dir == SHARD_DEVICE_TO_HOST)
-			memcpy(copies[i].host, device, copies[i].bytes);
-		else
-			memcpy(device, copies[i].host, copies[i].bytes);
-	}
+	shard_copy_in_memory(dir, copies, count);
 	return 0;
 }
 
