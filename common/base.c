@@ -4,6 +4,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -92,4 +93,31 @@ void sel_thread_lower_priority(int nice_value, const char *thread_name)
 	if (setpriority(PRIO_PROCESS, (id_t)gettid(), nice_value) != 0)
 		sel_debug("%s thread: nice %d refused: %s", thread_name, nice_value,
 			  strerror(errno));
+}
+
+void sel_thread_batch_priority(const char *thread_name)
+{
+	struct sched_param param = { 0 };
+
+	if (sched_setscheduler(0, SCHED_BATCH, &param) != 0)
+		sel_debug("%s thread: SCHED_BATCH refused: %s", thread_name, strerror(errno));
+	sel_thread_lower_priority(10, thread_name);
+}
+
+bool sel_env_count(const char *name, uint32_t max, uint32_t *out)
+{
+	const char *env = getenv(name);
+	unsigned long n;
+	char *end;
+
+	if (!env || !*env)
+		return false;
+	errno = 0;
+	n = strtoul(env, &end, 10);
+	if (*end == '\0' && errno == 0 && env[0] >= '0' && env[0] <= '9' && n <= max) {
+		*out = (uint32_t)n;
+		return true;
+	}
+	sel_warn("%s=%s is not 0..%u; using the default", name, env, max);
+	return false;
 }

@@ -101,6 +101,20 @@ bool sel_hex_decode(uint8_t *out, const char *hex, size_t len);
  */
 void sel_thread_lower_priority(int nice_value, const char *thread_name);
 
+/*
+ * The background threads' priority (the disk thread, its control thread,
+ * the checksum helpers): SCHED_BATCH at nice 10 on the calling thread, a
+ * refusal logged at debug level as above.
+ */
+void sel_thread_batch_priority(const char *thread_name);
+
+/*
+ * A count from the environment variable name: true and *out when it is set
+ * to a decimal number from 0 to max; false when unset or empty, and false
+ * with one warning naming the variable and its range when malformed.
+ */
+bool sel_env_count(const char *name, uint32_t max, uint32_t *out);
+
 uint64_t sel_monotonic_ns(void);
 uint64_t sel_realtime_ns(void);
 

@@ -665,14 +665,12 @@ static void control_push(struct rec_disk *disk, struct rec_disk_request *req)
 	pthread_mutex_unlock(&disk->lock);
 }
 
-static void lower_priority(void);
-
 /* Runs background control steps in arrival order until stopped and drained. */
 static void *control_main(void *arg)
 {
 	struct rec_disk *disk = arg;
 
-	lower_priority();
+	sel_thread_batch_priority("disk control");
 	for (;;) {
 		struct rec_disk_request *req;
 
@@ -815,22 +813,11 @@ static void reap(struct rec_disk *disk)
 	reap_ready(disk);
 }
 
-static void lower_priority(void)
-{
-	struct sched_param param = { 0 };
-
-	/* Batch scheduling and nice 10: the model's threads always go first. */
-	if (sched_setscheduler(0, SCHED_BATCH, &param) != 0)
-		sel_debug("disk thread: SCHED_BATCH refused: %s", strerror(errno));
-	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 10) != 0)
-		sel_debug("disk thread: nice 10 refused: %s", strerror(errno));
-}
-
 static void *disk_main(void *arg)
 {
 	struct rec_disk *disk = arg;
 
-	lower_priority();
+	sel_thread_batch_priority("disk"); /* the model's threads always go first */
 	for (;;) {
 		bool idle, stop;
 
@@ -1031,18 +1018,11 @@ uint32_t rec_disk_io_workers(const struct rec_disk *disk)
 
 uint32_t rec_disk_default_io_workers(const struct rec_dir *dir)
 {
-	const char *env = getenv("SELENE_IO_THREADS");
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t n;
 
-	if (env && *env) {
-		char *end;
-		unsigned long n = strtoul(env, &end, 10);
-
-		if (*end == '\0' && n <= REC_DISK_IO_WORKERS_MAX)
-			return (uint32_t)n;
-		sel_warn("SELENE_IO_THREADS=%s is not 0..%u; using the default", env,
-			 REC_DISK_IO_WORKERS_MAX);
-	}
+	if (sel_env_count("SELENE_IO_THREADS", REC_DISK_IO_WORKERS_MAX, &n))
+		return n;
 	/*
 	 * Where the disk's queue does the work (O_DIRECT on a block device),
 	 * inline submissions are already asynchronous: no workers. Where the

@@ -37,14 +37,10 @@ static void run_units(struct shard_checksum_pool *p)
 static void *helper_main(void *arg)
 {
 	struct shard_checksum_pool *p = arg;
-	struct sched_param param = { 0 };
 	uint64_t seen = 0;
 
 	/* Below the model's threads, as the disk thread (seed 2.12). */
-	if (sched_setscheduler(0, SCHED_BATCH, &param) != 0)
-		sel_debug("checksum helper: SCHED_BATCH refused");
-	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 10) != 0)
-		sel_debug("checksum helper: nice 10 refused");
+	sel_thread_batch_priority("checksum helper");
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		while (!p->stopping && p->pass == seen)
@@ -121,18 +117,11 @@ void shard_checksum_pool_run(struct shard_checksum_pool *p, shard_checksum_fn fn
 
 uint32_t shard_checksum_pool_default_helpers(void)
 {
-	const char *env = getenv("SELENE_CHECKSUM_THREADS");
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t n;
 
-	if (env && *env) {
-		char *end;
-		unsigned long n = strtoul(env, &end, 10);
-
-		if (*end == '\0' && n <= SHARD_CHECKSUM_HELPERS_MAX)
-			return (uint32_t)n;
-		sel_warn("SELENE_CHECKSUM_THREADS=%s is not 0..%u; using the default",
-			 env, SHARD_CHECKSUM_HELPERS_MAX);
-	}
+	if (sel_env_count("SELENE_CHECKSUM_THREADS", SHARD_CHECKSUM_HELPERS_MAX, &n))
+		return n;
 	/*
 	 * A quarter of the cores, at most 3. None on a machine of under four:
 	 * helpers run below the model's threads, so on a busy small machine a
