@@ -61,7 +61,11 @@ static int push_event(struct coord_store *s, enum sel_event_kind kind, uint64_t 
 {
 	struct sel_event *e;
 
-	/* Bounded by construction: one event per waiter of a job in flight. */
+	/*
+	 * Bounded by construction: coord_store_poll takes a completion only
+	 * with room for all its waiters' events and one slot kept for FATAL,
+	 * which is pushed once.
+	 */
 	SEL_ASSERT(s->event_count < COORD_EVENTS_MAX);
 	e = &s->events[(s->event_head + s->event_count++) % COORD_EVENTS_MAX];
 	e->kind = kind;
@@ -961,7 +965,7 @@ static void observe(struct sel_latency_histogram *h, uint64_t ns)
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)
 {
 	struct shard_completion done[16];
-	uint32_t n, out = 0;
+	uint32_t n, room, out = 0;
 	char why[200];
 
 	if (!s->stopped && s->jobs_ops.stopped &&
@@ -972,14 +976,15 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 
 	/*
 	 * A completion makes at most COORD_WAITERS_MAX events: take only as
-	 * many as the event ring can hold; the rest wait in the engine's queue
-	 * (and their jobs keep their slots) until the caller drains events.
+	 * many as the event ring can hold, less the one slot kept for the FATAL
+	 * event above (a caller polling with max 0 lets the ring fill); the
+	 * rest wait in the engine's queue (and their jobs keep their slots)
+	 * until the caller drains events.
 	 */
-	while (s->event_count + COORD_WAITERS_MAX <= COORD_EVENTS_MAX &&
+	while ((room = COORD_EVENTS_MAX - 1 - s->event_count) >= COORD_WAITERS_MAX &&
 	       (n = s->jobs_ops.poll(s->jobs_ops.ctx, done,
-				     (COORD_EVENTS_MAX - s->event_count) / COORD_WAITERS_MAX <
-						     SEL_ARRAY_SIZE(done) ?
-					     (COORD_EVENTS_MAX - s->event_count) / COORD_WAITERS_MAX :
+				     room / COORD_WAITERS_MAX < SEL_ARRAY_SIZE(done) ?
+					     room / COORD_WAITERS_MAX :
 					     SEL_ARRAY_SIZE(done))) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct coord_job *job = &s->jobs[done[i].job_id];

@@ -955,14 +955,72 @@ static void test_store_event_ring_never_overflows(void **state)
 		}
 		got += coord_store_poll(&f->store, ev, 1);
 	}
-	/* the ring filled up to its margin; the rest waited in the engine */
-	assert_true(f->store.event_count + COORD_WAITERS_MAX >= COORD_EVENTS_MAX);
+	/* the ring filled up to its margin (one completion's events and the
+	 * slot kept for FATAL); the rest waited in the engine */
+	assert_true(f->store.event_count + COORD_WAITERS_MAX + 1 >= COORD_EVENTS_MAX);
 	assert_true(f->stub.done_count > 0);
 	while (coord_store_poll(&f->store, ev, 1) == 1)
 		got++;
 	assert_int_equal(got, f->store.stats.store_failures);
 	assert_int_equal(got, f->store.stats.published_queued);
 	assert_balanced(f);
+}
+
+static bool stub_stopped(void *ctx, char *why, size_t why_size)
+{
+	(void)ctx;
+	snprintf(why, why_size, "rank 2's link closed");
+	return true;
+}
+
+/*
+ * A caller polling with max 0 lets the event ring fill: 1008 failed stores
+ * (63 jobs at a time), then a fetch with 16 waiters, then the transport
+ * stops. The ring keeps a slot for that FATAL event: it is delivered (it
+ * was an assertion that ended the process), and every other event after it.
+ */
+static void test_store_fatal_event_fits_a_full_ring(void **state)
+{
+	struct fixture *f = *state;
+	static struct sel_event ev[COORD_EVENTS_MAX];
+	uint32_t fetch_job, got = 0, fatal = 0, fetched = 0;
+	struct sel_hit hit;
+	bool joined;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	fetch_job = f->stub.job_count;
+	for (uint32_t w = 0; w < COORD_WAITERS_MAX; w++) {
+		assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 10 + w, &joined),
+				 0);
+		assert_int_equal(joined, w > 0);
+	}
+	for (uint32_t round = 0; round < 16; round++) {
+		for (uint32_t i = 0; i < COORD_JOBS_MAX - 1; i++) {
+			uint32_t before = f->stub.job_count;
+
+			assert_int_equal(publish(f, 1000 + round * 100 + i, 400 + i, 0),
+					 SEL_QUEUED);
+			stub_complete(&f->stub, before, -EIO);
+		}
+		assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	}
+	stub_complete(&f->stub, fetch_job, 0);
+	assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	f->store.jobs_ops.stopped = stub_stopped;
+	assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	for (uint32_t n; (n = coord_store_poll(&f->store, ev, COORD_EVENTS_MAX)) > 0;) {
+		for (uint32_t i = 0; i < n; i++) {
+			fatal += ev[i].kind == SEL_EVENT_FATAL;
+			fetched += ev[i].kind == SEL_EVENT_FETCHED;
+		}
+		got += n;
+	}
+	assert_int_equal(fatal, 1);
+	assert_int_equal(fetched, COORD_WAITERS_MAX);
+	assert_int_equal(got, 1 + 16 * (COORD_JOBS_MAX - 1) + COORD_WAITERS_MAX);
 }
 
 /* The owner keeps its event after cancelling; a joined waiter does not. */
@@ -1126,6 +1184,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_lookup_stats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_reclaim_releases_budget, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_event_ring_never_overflows, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_fatal_event_fits_a_full_ring, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_cancel_owner_still_hears, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_page_only_ancestor_goes_with_child, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_engine_refusal_is_reported, setup, teardown),
