@@ -1049,26 +1049,13 @@ void rec_disk_replies_destroy(struct rec_disk_replies *replies)
 	pthread_mutex_destroy(&replies->lock);
 }
 
-struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies)
-{
-	struct rec_disk_request *req;
-
-	pthread_mutex_lock(&replies->lock);
-	while (replies->count == 0)
-		pthread_cond_wait(&replies->ready, &replies->lock);
-	req = replies->queue[replies->head];
-	replies->head = (replies->head + 1) % REC_DISK_QUEUE_MAX;
-	replies->count--;
-	pthread_mutex_unlock(&replies->lock);
-	return req;
-}
-
-struct rec_disk_request *rec_disk_wait_or_poke(struct rec_disk_replies *replies)
+/* The next reply, waiting for one; with pokable, NULL once poked instead. */
+static struct rec_disk_request *next_reply(struct rec_disk_replies *replies, bool pokable)
 {
 	struct rec_disk_request *req = NULL;
 
 	pthread_mutex_lock(&replies->lock);
-	while (replies->count == 0 && !replies->poked)
+	while (replies->count == 0 && !(pokable && replies->poked))
 		pthread_cond_wait(&replies->ready, &replies->lock);
 	if (replies->count > 0) {
 		req = replies->queue[replies->head];
@@ -1079,6 +1066,16 @@ struct rec_disk_request *rec_disk_wait_or_poke(struct rec_disk_replies *replies)
 	}
 	pthread_mutex_unlock(&replies->lock);
 	return req;
+}
+
+struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies)
+{
+	return next_reply(replies, false);
+}
+
+struct rec_disk_request *rec_disk_wait_or_poke(struct rec_disk_replies *replies)
+{
+	return next_reply(replies, true);
 }
 
 void rec_disk_replies_poke(struct rec_disk_replies *replies)

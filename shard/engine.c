@@ -381,20 +381,6 @@ static void verify_page(void *ctx, uint32_t i)
 }
 
 static void store_windows(struct shard_engine *e, struct shard_job *job,
-			  struct job_outcome *o);
-
-/* A store; its waits for the disk run the fetches that come meanwhile. */
-static void run_store(struct shard_engine *e, struct shard_job *job,
-		      struct job_outcome *o)
-{
-	struct lane *l = &e->lanes[LANE_BACKGROUND];
-
-	l->yields = true;
-	store_windows(e, job, o);
-	l->yields = false;
-}
-
-static void store_windows(struct shard_engine *e, struct shard_job *job,
 			  struct job_outcome *o)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
@@ -460,6 +446,17 @@ static void store_windows(struct shard_engine *e, struct shard_job *job,
 	/* The commit may sync the file: a restore that came meanwhile goes first. */
 	yield_to_restores(e);
 	disk_control(e, l, file, REC_DISK_COMMIT, NULL, o);
+}
+
+/* A store; its waits for the disk run the fetches that come meanwhile. */
+static void run_store(struct shard_engine *e, struct shard_job *job,
+		      struct job_outcome *o)
+{
+	struct lane *l = &e->lanes[LANE_BACKGROUND];
+
+	l->yields = true;
+	store_windows(e, job, o);
+	l->yields = false;
 }
 
 /* A window of a fetch: pages [first, first + count) of chain[record]. */
