@@ -93,6 +93,8 @@ struct rec_disk {
 	struct rec_disk_request *control_queue[REC_DISK_QUEUE_MAX];
 	uint32_t control_head;
 	uint32_t control_count;
+	/* Submitted and not yet replied, under lock: bounds every queue here. */
+	uint32_t outstanding;
 };
 
 static int req_fail(struct rec_disk_request *req, int err, const char *fmt, ...)
@@ -597,9 +599,14 @@ static bool payload_done(const struct rec_disk_request *req)
 	       (req->next_buffer >= count && req->next_sum >= sum_units(req));
 }
 
-static void reply(struct rec_disk_request *req)
+/* Hands req back: it is no longer the disk's before its requester sees it. */
+static void reply(struct rec_disk *disk, struct rec_disk_request *req)
 {
 	struct rec_disk_replies *replies = req->replies;
+
+	pthread_mutex_lock(&disk->lock);
+	disk->outstanding--;
+	pthread_mutex_unlock(&disk->lock);
 
 	pthread_mutex_lock(&replies->lock);
 	SEL_ASSERT(replies->count < REC_DISK_QUEUE_MAX);
@@ -657,7 +664,7 @@ static bool take_inbox(struct rec_disk *disk, bool block)
 static void control_push(struct rec_disk *disk, struct rec_disk_request *req)
 {
 	pthread_mutex_lock(&disk->lock);
-	/* Each requester has few requests out: the queue holds all of them. */
+	/* At most REC_DISK_QUEUE_MAX requests are the disk's (outstanding). */
 	SEL_ASSERT(disk->control_count < REC_DISK_QUEUE_MAX);
 	disk->control_queue[(disk->control_head + disk->control_count++) %
 			    REC_DISK_QUEUE_MAX] = req;
@@ -686,7 +693,7 @@ static void *control_main(void *arg)
 		disk->control_count--;
 		pthread_mutex_unlock(&disk->lock);
 		run_control(disk, req);
-		reply(req);
+		reply(disk, req);
 	}
 	return NULL;
 }
@@ -716,7 +723,7 @@ static void advance(struct rec_disk *disk)
 					continue;
 				}
 				run_control(disk, req);
-				reply(req);
+				reply(disk, req);
 				continue;
 			}
 			payload_check(req);
@@ -727,7 +734,7 @@ static void advance(struct rec_disk *disk)
 		if (payload_done(req)) {
 			if (is_write(req))
 				write_failpoint(req, SEL_FP_RECORD_AFTER_WRITE);
-			reply(req);
+			reply(disk, req);
 			continue;
 		}
 		disk->active[kept++] = req;
@@ -945,11 +952,12 @@ int rec_disk_submit(struct rec_disk *disk, struct rec_disk_request *req)
 	req->started = false;
 	req->next_sum = 0;
 	pthread_mutex_lock(&disk->lock);
-	if (disk->inbox_count == REC_DISK_QUEUE_MAX || disk->stopping) {
+	if (disk->outstanding == REC_DISK_QUEUE_MAX || disk->stopping) {
 		pthread_mutex_unlock(&disk->lock);
 		return disk->stopping ? SEL_ESTOPPED : SEL_EQUEUEFULL;
 	}
 	disk->inbox[(disk->inbox_head + disk->inbox_count++) % REC_DISK_QUEUE_MAX] = req;
+	disk->outstanding++;
 	wake(disk);
 	pthread_mutex_unlock(&disk->lock);
 	return 0;

@@ -185,7 +185,9 @@ uint32_t rec_disk_default_io_workers(const struct rec_dir *dir);
 
 /*
  * Hands req to the disk thread; it is the thread's until it appears on
- * req->replies. Never blocks: SEL_EQUEUEFULL when the queue is full.
+ * req->replies. Never blocks: SEL_EQUEUEFULL when REC_DISK_QUEUE_MAX
+ * requests are already the disk's (submitted and not yet replied, wherever
+ * they wait), SEL_ESTOPPED once stopping.
  */
 int rec_disk_submit(struct rec_disk *disk, struct rec_disk_request *req);
 

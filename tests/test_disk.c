@@ -118,6 +118,40 @@ static void test_disk_stop_deadline_on_the_control_thread(void **state)
 	assert_int_equal(f->create.result, 0);
 }
 
+/*
+ * At most REC_DISK_QUEUE_MAX requests are the disk's at once, wherever they
+ * wait (inbox, ring, control thread): with the control thread held by a
+ * slow unlink, the next submission past that is refused with
+ * SEL_EQUEUEFULL, never an assertion; once the replies are taken, the disk
+ * takes requests again.
+ */
+static void test_disk_submissions_bounded(void **state)
+{
+	struct fixture *f = *state;
+	static struct rec_disk_request unlinks[REC_DISK_QUEUE_MAX + 1];
+	uint64_t fired;
+
+	assert_int_equal(sel_failpoints_configure("disk.unlink=1*sleep(1000)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_DISK_UNLINK);
+	for (uint32_t i = 0; i <= REC_DISK_QUEUE_MAX; i++) {
+		unlinks[i] = (struct rec_disk_request){ .op = REC_DISK_UNLINK, .file = &f->file,
+							.replies = &f->replies };
+		unlinks[i].key.consumed = 64 * (i + 1);
+	}
+	assert_int_equal(rec_disk_submit(f->disk, &unlinks[0]), 0);
+	while (sel_failpoint_fired(SEL_FP_DISK_UNLINK) == fired)
+		usleep(1000);
+	for (uint32_t i = 1; i < REC_DISK_QUEUE_MAX; i++)
+		assert_int_equal(rec_disk_submit(f->disk, &unlinks[i]), 0);
+	usleep(100 * 1000); /* the disk thread has moved them on to the control thread */
+	assert_int_equal(rec_disk_submit(f->disk, &unlinks[REC_DISK_QUEUE_MAX]), SEL_EQUEUEFULL);
+	for (uint32_t i = 0; i < REC_DISK_QUEUE_MAX; i++)
+		assert_non_null(rec_disk_wait(&f->replies));
+	assert_int_equal(rec_disk_submit(f->disk, &unlinks[REC_DISK_QUEUE_MAX]), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &unlinks[REC_DISK_QUEUE_MAX]);
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -125,6 +159,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_disk_stop_deadline_on_the_control_thread,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_submissions_bounded, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);
