@@ -466,10 +466,10 @@ int cluster_link_start(const struct cluster_link_options *options,
 	link_socket_options(l->fd, options->silence_timeout_ms);
 	/* before the threads: their callbacks may already send on it */
 	*out = l;
-	ret = -pthread_create(&l->reader, NULL, reader_main, l);
+	ret = sel_thread_start(&l->reader, reader_main, l);
 	l->reader_started = ret == 0;
 	if (!ret)
-		ret = -pthread_create(&l->writer, NULL, writer_main, l);
+		ret = sel_thread_start(&l->writer, writer_main, l);
 	l->writer_started = ret == 0;
 	if (ret) {
 		cluster_link_close(l, 0); /* joins them first */

@@ -1,6 +1,7 @@
 /* Out-of-line parts of base.h: the assertion handler, hex, clocks. */
 #include "common/base.h"
 
+#include "common/failpoint.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -86,6 +87,15 @@ uint64_t sel_monotonic_ns(void)
 uint64_t sel_realtime_ns(void)
 {
 	return clock_ns(CLOCK_REALTIME);
+}
+
+int sel_thread_start(pthread_t *thread, void *(*main_fn)(void *), void *arg)
+{
+	int injected = SEL_FAILPOINT(SEL_FP_THREAD_START);
+
+	if (injected < 0)
+		return injected;
+	return -pthread_create(thread, NULL, main_fn, arg);
 }
 
 void sel_thread_lower_priority(int nice_value, const char *thread_name)

@@ -5,6 +5,7 @@
 #ifndef SELENE_COMMON_BASE_H
 #define SELENE_COMMON_BASE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,7 +94,6 @@ void sel_hex_encode(char *out, const uint8_t *bytes, size_t len);
 /* Parses exactly 2 * len hex digits; false on any other character. */
 bool sel_hex_decode(uint8_t *out, const char *hex, size_t len);
 
-/* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. */
 /*
  * Lowers the calling thread below the model's threads (seed 2.12): nice
  * value nice_value on this thread only (its tid). A refusal is logged at
@@ -115,6 +115,15 @@ void sel_thread_batch_priority(const char *thread_name);
  */
 bool sel_env_count(const char *name, uint32_t max, uint32_t *out);
 
+/*
+ * Starts a library thread: pthread_create with default attributes. Returns
+ * 0, or a negative errno (pthread_create's, or what the failpoint
+ * thread.start injects: every thread the library starts can be refused in a
+ * test, as a host out of threads or memory refuses it).
+ */
+int sel_thread_start(pthread_t *thread, void *(*main_fn)(void *), void *arg);
+
+/* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. */
 uint64_t sel_monotonic_ns(void);
 uint64_t sel_realtime_ns(void);
 

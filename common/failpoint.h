@@ -93,7 +93,11 @@
 	X(CLUSTER_SEND, "cluster.send",                                      \
 	  "before each frame is written to a link (short: half, then EPIPE)") \
 	X(CLUSTER_RECV, "cluster.recv",                                      \
-	  "before each frame is read from a link (short: EOF mid-frame)")
+	  "before each frame is read from a link (short: EOF mid-frame)")   \
+	X(THREAD_START, "thread.start",                                      \
+	  "before every thread the library starts (return refuses it)")     \
+	X(DISK_IO_WORKERS, "disk.io_workers",                                \
+	  "when the disk bounds its io_uring kernel workers (return: refused)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

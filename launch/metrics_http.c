@@ -265,7 +265,7 @@ int launch_metrics_http_start(const char *address, uint16_t port,
 		snprintf(err, err_size, "cannot start the metrics server: out of resources");
 		goto err_close_listen;
 	}
-	ret = -pthread_create(&s->thread, NULL, serve, s);
+	ret = sel_thread_start(&s->thread, serve, s);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the metrics thread: %s", strerror(-ret));
 		goto err_close_pipe;

@@ -373,7 +373,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	}
 	p->control_fd = dup(p->fd);
 	p->agent_fd = p->fd;
-	ret = -pthread_create(&p->thread, NULL, peer_main, p);
+	ret = sel_thread_start(&p->thread, peer_main, p);
 	if (ret) {
 		peer_fail(ret, err, err_size, "cannot start the peer agent");
 		goto err_stop;

@@ -708,7 +708,7 @@ static int scan_read_parallel(struct scan_state *s, uint32_t threads)
 		ret = scan_buffers_alloc(&w->buffers);
 		if (ret)
 			break;
-		w->started = pthread_create(&w->thread, NULL, scan_worker_main, w) == 0;
+		w->started = sel_thread_start(&w->thread, scan_worker_main, w) == 0;
 	}
 	/* This thread reads too: whatever no thread took (all, if none started). */
 	if (!ret)

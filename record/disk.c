@@ -882,7 +882,9 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 		/* Bounded work (file I/O) and unbounded alike. */
 		unsigned int workers[2] = { options->io_workers, options->io_workers };
 
-		ret = io_uring_register_iowq_max_workers(&disk->ring, workers);
+		ret = SEL_FAILPOINT(SEL_FP_DISK_IO_WORKERS);
+		if (ret >= 0)
+			ret = io_uring_register_iowq_max_workers(&disk->ring, workers);
 		if (ret == 0) {
 			disk->io_workers = options->io_workers;
 			disk->chunk_bytes = REC_DISK_WORKER_CHUNK_BYTES;
@@ -899,14 +901,14 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 			goto err_free;
 		}
 	}
-	ret = -pthread_create(&disk->control_thread, NULL, control_main, disk);
+	ret = sel_thread_start(&disk->control_thread, control_main, disk);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the disk's control thread: %s",
 			 strerror(-ret));
 		goto err_free;
 	}
 	disk->control_started = true;
-	ret = -pthread_create(&disk->thread, NULL, disk_main, disk);
+	ret = sel_thread_start(&disk->thread, disk_main, disk);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the disk thread: %s", strerror(-ret));
 		goto err_free;

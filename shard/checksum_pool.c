@@ -65,7 +65,7 @@ int shard_checksum_pool_init(struct shard_checksum_pool *p, uint32_t helper_coun
 	if (helper_count > SHARD_CHECKSUM_HELPERS_MAX)
 		helper_count = SHARD_CHECKSUM_HELPERS_MAX;
 	for (uint32_t i = 0; i < helper_count; i++) {
-		ret = -pthread_create(&p->helpers[i], NULL, helper_main, p);
+		ret = sel_thread_start(&p->helpers[i], helper_main, p);
 		if (ret)
 			break;
 		p->helper_count++;

@@ -1221,7 +1221,7 @@ int shard_engine_open(const struct shard_engine_options *options,
 		goto err_close;
 	}
 	e->checksums_started = true;
-	ret = -pthread_create(&e->thread, NULL, transfer_main, e);
+	ret = sel_thread_start(&e->thread, transfer_main, e);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the transfer thread: %s",
 			 strerror(-ret));

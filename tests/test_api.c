@@ -4,11 +4,12 @@
  * the GPU cache poisoned, a longer history looked up and fetched into other
  * ids byte-exact; the same after closing and reopening the store; metrics;
  * no disk store; a second opener refused; a full filesystem answering
- * Retry until room returns.
+ * Retry until room returns; every thread the open starts refused in turn.
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/store.h"
 
@@ -308,6 +309,47 @@ static void test_api_no_disk_store(void **state)
 	assert_false(sel_lookup(f->store, f->history, 0, &hit));
 }
 
+/*
+ * The host is out of threads: each thread the open starts (the engine's
+ * transfer thread, the disk's two, the checksum helpers) is refused in
+ * turn. Every such open fails with its reason and leaves nothing behind (no
+ * thread, no lock, no leak under the sanitizer), and the next open works.
+ */
+static void test_api_thread_refused(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t refused = 0;
+
+	setenv("SELENE_CHECKSUM_THREADS", "3", 1); /* checksum helpers to refuse too */
+	for (uint32_t n = 0; n < 64; n++) {
+		char config[96], err[512] = "";
+		sel_store *store = NULL;
+		int ret;
+
+		snprintf(config, sizeof(config), n ? "thread.start=%u*off->1*return(EAGAIN)" :
+						     "thread.start=1*return(EAGAIN)", n);
+		assert_int_equal(sel_failpoints_configure(config), 0);
+		ret = sel_store_open(&f->config, &store, err, sizeof(err));
+		if (sel_failpoint_fired(SEL_FP_THREAD_START) == 0) {
+			/* n is past the last thread: the open had all it asked for */
+			assert_int_equal(ret, 0);
+			sel_store_close(store, 10000);
+			break;
+		}
+		assert_int_not_equal(ret, 0);
+		assert_null(store);
+		assert_true(strlen(err) > 0);
+		print_message("open with thread %u refused: %s\n", n, err);
+		refused++;
+	}
+	sel_failpoints_configure(NULL);
+	unsetenv("SELENE_CHECKSUM_THREADS");
+	assert_true(refused >= 5);
+	open_store(f);
+	publish_conversation(f);
+	restore_and_check(f, 77);
+}
+
 /* A full filesystem fails a store, answers Retry, then recovers. */
 static void test_api_full_disk(void **state)
 {
@@ -425,6 +467,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_thread_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_log_callback, setup, teardown),
 	};
 

@@ -4,7 +4,9 @@
  * synchronous step on the control thread, has not ended, leaves both
  * threads and the disk as they are, and a later call waits again and frees
  * it. Held with sleep failpoints; no timing is asserted beyond the stop's
- * own deadline.
+ * own deadline. A refused thread (thread.start) fails the start with a
+ * reason and leaves nothing running; refused kernel workers
+ * (disk.io_workers) leave a disk that submits inline and works.
  */
 #include "tests/testutil.h"
 
@@ -15,6 +17,8 @@
 #include "selene/selene.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -152,6 +156,78 @@ static void test_disk_submissions_bounded(void **state)
 	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
 }
 
+/* Neither thread can start: each refusal is an error with its reason. */
+static void test_disk_thread_start_refused(void **state)
+{
+	static const struct {
+		const char *config;
+		const char *reason;
+	} cases[] = {
+		{ "thread.start=1*return(EAGAIN)", "cannot start the disk's control thread" },
+		{ "thread.start=1*off->1*return(EAGAIN)", "cannot start the disk thread" },
+	};
+	struct fixture *f = *state;
+	struct rec_disk_options options = { .dir = f->dir };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct rec_disk *disk = (struct rec_disk *)1;
+		char err[256] = "";
+
+		assert_int_equal(sel_failpoints_configure(cases[i].config), 0);
+		assert_int_equal(rec_disk_start(&options, &disk, err, sizeof(err)), -EAGAIN);
+		assert_null(disk);
+		assert_non_null(strstr(err, cases[i].reason));
+		assert_int_equal(sel_failpoint_fired(SEL_FP_THREAD_START), 1);
+	}
+	sel_failpoints_configure(NULL);
+	/* The fixture's own disk still works. */
+	assert_int_equal(rec_disk_submit(f->disk, &f->create), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->create);
+	assert_int_equal(f->create.result, 0);
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+}
+
+/*
+ * io_uring refusing to bound its kernel workers: the disk says so, runs
+ * without them (inline submission, rec_disk_io_workers 0), and a record's
+ * page written and read back through it is the page.
+ */
+static void test_disk_io_workers_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_disk_options options = { .dir = f->dir, .io_workers = 3 };
+	struct rec_disk *disk;
+	uint8_t *back = tu_alloc(f->file.header.page_stride);
+	char err[256], path[64];
+	int fd;
+
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+	assert_int_equal(sel_failpoints_configure("disk.io_workers=return(EPERM)"), 0);
+	assert_int_equal(rec_disk_start(&options, &disk, err, sizeof(err)), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_IO_WORKERS), 1);
+	assert_int_equal(rec_disk_io_workers(disk), 0);
+	sel_failpoints_configure(NULL);
+	tu_fill(f->page, f->file.header.page_stride, 99);
+	f->create.replies = f->write.replies = &f->replies;
+	assert_int_equal(rec_disk_submit(disk, &f->create), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->create);
+	assert_int_equal(f->create.result, 0);
+	assert_int_equal(rec_disk_submit(disk, &f->write), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->write);
+	assert_int_equal(f->write.result, 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", f->file.writer.fd);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, back, f->file.header.page_stride,
+			       (off_t)f->file.header.page_offset),
+			 (ssize_t)f->file.header.page_stride);
+	close(fd);
+	assert_memory_equal(back, f->page, f->file.header.page_stride);
+	assert_int_equal(rec_disk_stop(disk, 30000), 0);
+	/* the fixture's disk is stopped; the teardown aborts the record */
+	free(back);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -160,6 +236,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_stop_deadline_on_the_control_thread,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_submissions_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_thread_start_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_io_workers_refused, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);
