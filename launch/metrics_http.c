@@ -76,7 +76,14 @@ static ssize_t read_request(int fd, char *buf, size_t size)
 		uint64_t now = sel_monotonic_ns();
 		ssize_t n;
 
-		if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
+		int ready;
+
+		if (now >= deadline)
+			return -1;
+		ready = poll(&p, 1, (int)((deadline - now) / 1000000 + 1));
+		if (ready < 0 && errno == EINTR)
+			continue; /* a signal for the host: the deadline still holds */
+		if (ready <= 0)
 			return -1;
 		n = recv(fd, buf + used, size - 1 - used, 0);
 		if (n < 0 && errno == EINTR)

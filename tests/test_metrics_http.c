@@ -3,7 +3,9 @@
  * the status of every other request (404, 405, 400); a client that connects
  * and says nothing delays a scrape by its request deadline only; a server
  * out of descriptors does not spin on its listener and serves again once
- * descriptors are back; stop returns with a client still connected.
+ * descriptors are back; stop returns with a client still connected; signals
+ * for the host arriving on the server's thread mid-request are not the
+ * request's end.
  */
 #include "tests/testutil.h"
 
@@ -11,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,10 +205,57 @@ static void test_metrics_http_stop_with_client(void **state)
 	close(silent);
 }
 
+static void on_signal(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * A request arriving in pieces while the host's signals (no SA_RESTART)
+ * keep interrupting the server thread's poll and recv: it is answered.
+ * The test thread blocks the signal, so the server thread takes each one.
+ */
+static void test_metrics_http_signals_mid_request(void **state)
+{
+	static const char *pieces[] = { "GET /met", "rics HTTP/1.1\r\n", "Host: x\r\n", "\r\n" };
+	struct fixture *f = *state;
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigset_t usr1, old;
+	char out[4096];
+	size_t used = 0;
+	ssize_t n;
+	int fd;
+
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	assert_int_equal(pthread_sigmask(SIG_BLOCK, &usr1, &old), 0);
+	fd = connect_to(f->port);
+	assert_true(fd >= 0);
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+		assert_int_equal(send(fd, pieces[i], strlen(pieces[i]), MSG_NOSIGNAL),
+				 (ssize_t)strlen(pieces[i]));
+		for (int k = 0; k < 20; k++) {
+			kill(getpid(), SIGUSR1);
+			usleep(5000);
+		}
+	}
+	while (used + 1 < sizeof(out) && (n = read(fd, out + used, sizeof(out) - 1 - used)) > 0)
+		used += (size_t)n;
+	out[used] = '\0';
+	close(fd);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+	assert_non_null(strstr(out, "200"));
+	assert_non_null(strstr(out, "selene_test 1\n"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_metrics_http_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_http_signals_mid_request, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_http_silent_client, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_http_out_of_descriptors, setup,
 						teardown),
