@@ -17,12 +17,17 @@
  * made reads their headers from the disk (they were written with
  * O_DIRECT); later ones from the page cache, as a restart without a reboot
  * does; --cold drops the files' pages before every restart, as a reboot
- * would. A population left by --keep is reused when its shape matches.
+ * would, and runs the raw path before each: every record file opened, its
+ * first 4 KiB read and closed, on as many threads as the ranks' scans use
+ * together, its pages dropped before and after (the least any scan must
+ * read: the disk's random-read rate is the floor for both). A population
+ * left by --keep is reused when its shape matches.
  */
 #include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
 
 #include "common/base.h"
+#include "common/limits.h"
 #include "coordinator/bench.h"
 #include "peer/bench.h"
 #include "selene/store.h"
@@ -31,6 +36,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +283,97 @@ static int startup_evict_one(const char *path, const struct stat *st, int flag,
 	return 0;
 }
 
+/* The raw path's list of record files, and how far its threads are. */
+struct startup_raw {
+	char **paths;
+	size_t count, capacity;
+	size_t next;    /* the next path no thread took */
+	uint64_t reads; /* full 4 KiB reads */
+};
+
+static struct startup_raw *raw_listing; /* nftw has no argument */
+
+static int startup_list_one(const char *path, const struct stat *st, int flag,
+			    struct FTW *ftw)
+{
+	struct startup_raw *raw = raw_listing;
+
+	(void)st;
+	(void)ftw;
+	if (flag != FTW_F || strstr(path, "/.selene"))
+		return 0;
+	if (raw->count == raw->capacity) {
+		size_t capacity = raw->capacity ? raw->capacity * 2 : 4096;
+		char **grown = realloc(raw->paths, capacity * sizeof(*grown));
+
+		if (!grown)
+			return -1;
+		raw->paths = grown;
+		raw->capacity = capacity;
+	}
+	raw->paths[raw->count] = strdup(path);
+	return raw->paths[raw->count++] ? 0 : -1;
+}
+
+static void *startup_raw_main(void *arg)
+{
+	struct startup_raw *raw = arg;
+	uint8_t block[4096];
+	size_t i;
+
+	while ((i = __atomic_fetch_add(&raw->next, 1, __ATOMIC_RELAXED)) < raw->count) {
+		int fd = open(raw->paths[i], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+		if (fd < 0)
+			continue;
+		if (pread(fd, block, sizeof(block), 0) == (ssize_t)sizeof(block))
+			__atomic_fetch_add(&raw->reads, 1, __ATOMIC_RELAXED);
+		close(fd);
+	}
+	return NULL;
+}
+
+/*
+ * The raw path of a cold restart: the first 4 KiB of every record file,
+ * read cold, on world * REC_SCAN_THREADS_MAX threads at most (a rank's scan
+ * uses up to one per core, at least 4, at most REC_SCAN_THREADS_MAX).
+ */
+static int startup_raw_round(struct startup_run *r, uint64_t *ns, uint32_t *threads_out)
+{
+	struct startup_raw raw = { 0 };
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t per_rank = cores < 4 ? 4 : cores > REC_SCAN_THREADS_MAX ?
+			    REC_SCAN_THREADS_MAX : (uint32_t)cores;
+	uint32_t threads = per_rank * r->world, started = 0;
+	pthread_t *tids = calloc(threads, sizeof(*tids));
+	int ret = 0;
+
+	raw_listing = &raw;
+	if (!tids || nftw(r->base, startup_list_one, 16, FTW_PHYS) != 0)
+		ret = -ENOMEM;
+	nftw(r->base, startup_evict_one, 16, FTW_PHYS);
+	*ns = sel_monotonic_ns();
+	for (uint32_t t = 0; !ret && t + 1 < threads; t++) /* and this thread */
+		if (pthread_create(&tids[t], NULL, startup_raw_main, &raw) == 0)
+			started++;
+	startup_raw_main(&raw);
+	for (uint32_t t = 0; t < started; t++)
+		pthread_join(tids[t], NULL);
+	*ns = sel_monotonic_ns() - *ns;
+	*threads_out = started + 1;
+	if (!ret && raw.reads != (uint64_t)r->records * r->world) {
+		fprintf(stderr, "selene bench startup: the raw path read %" PRIu64 " record "
+			"headers, not %" PRIu64 "\n", raw.reads, (uint64_t)r->records * r->world);
+		ret = -EIO;
+	}
+	for (size_t i = 0; i < raw.count; i++)
+		free(raw.paths[i]);
+	free(raw.paths);
+	free(tids);
+	raw_listing = NULL;
+	return ret;
+}
+
 /* One restart of every rank over the populated directories. */
 static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 {
@@ -285,10 +382,16 @@ static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 	uint64_t t0 = sel_monotonic_ns(), ready_ns, peer_scan_max = 0;
 	sel_store *store = NULL;
 	struct sel_stats stats;
+	uint64_t raw_ns = 0;
+	uint32_t raw_threads = 0;
 	int ret;
 
-	if (cold)
+	if (cold) {
+		ret = startup_raw_round(r, &raw_ns, &raw_threads);
+		if (ret)
+			return ret;
 		nftw(r->base, startup_evict_one, 16, FTW_PHYS);
+	}
 	t0 = sel_monotonic_ns();
 	getrusage(RUSAGE_SELF, &self0);
 	getrusage(RUSAGE_CHILDREN, &children0);
@@ -316,6 +419,16 @@ static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 	       ms(z.summary_ns), ms(z.agreement_ns), ms(z.apply_ns), ms(z.index_ns),
 	       ms(cpu_ns(&self1) - cpu_ns(&self0)),
 	       ms(cpu_ns(&children1) - cpu_ns(&children0)));
+	if (cold) {
+		uint64_t scan_ns = z.scan_ns > peer_scan_max ? z.scan_ns : peer_scan_max;
+
+		printf("startup: %5u  raw: the first 4 KiB of each of %" PRIu64 " record files, "
+		       "cold, on %u threads: %.1f ms (%.0f files/s); raw / slowest scan %.2f, "
+		       "raw / ready %.2f\n",
+		       round, (uint64_t)r->records * r->world, raw_threads, ms(raw_ns),
+		       (double)r->records * r->world / ((double)raw_ns / 1e9),
+		       (double)raw_ns / (double)scan_ns, (double)raw_ns / (double)ready_ns);
+	}
 	fflush(stdout);
 	return 0;
 }

@@ -1091,8 +1091,9 @@ static void test_cli_bench_fanout(void **state)
 }
 
 /*
- * selene bench startup on 3 ranks: makes the records, restarts twice (the
- * second cold), prints a row of phases per restart, and leaves nothing.
+ * selene bench startup on 3 ranks: makes the records, restarts twice cold,
+ * prints a row of phases per restart and the raw path's row before it (it
+ * read every record file's first 4 KiB), and leaves nothing.
  */
 static void test_cli_bench_startup(void **state)
 {
@@ -1105,6 +1106,8 @@ static void test_cli_bench_startup(void **state)
 	expect(r, 0, "made 40 records on each of 3 ranks");
 	assert_non_null(strstr(r->out, "startup:     0  "));
 	assert_non_null(strstr(r->out, "startup:     1  "));
+	assert_non_null(strstr(r->out, "startup:     1  raw: the first 4 KiB of each of 120 "
+				       "record files, cold"));
 	assert_int_equal(tu_count_suffix(dir, ""), 2); /* "." and ".." */
 	tu_remove_tree(dir);
 	free(r);
