@@ -22,6 +22,7 @@
 #include "shard/engine.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -171,6 +172,113 @@ static int raw_round(struct bench *b, bool write, uint64_t *ns)
 	}
 	*ns = sel_monotonic_ns() - t0;
 	io_uring_queue_exit(&ring);
+	return ret;
+}
+
+/*
+ * The host's ceiling beside one file's: a round's bytes split over one
+ * file per online core (at most RAW_SPREAD_FILES), each written (or read)
+ * by a thread of its own (pwrite, pread: 8 MiB requests, O_DIRECT), all at
+ * once. Selene writes one record file at a time
+ * per rank, so where one file's I/O serialises in the kernel (tmpfs takes
+ * the file's lock for each write) this says how far several ranks, or
+ * several stores, could go.
+ */
+#define RAW_SPREAD_FILES 8u
+
+struct raw_spread {
+	struct bench *b;
+	uint32_t index;
+	bool write;
+	uint64_t bytes;
+	uint8_t *buffer;
+	int result;
+	pthread_t thread;
+};
+
+static void *raw_spread_main(void *arg)
+{
+	struct raw_spread *t = arg;
+	char path[1200];
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "%s/spread-%u.bench", rec_dir_path(t->b->dir), t->index);
+	fd = open(path, t->write ? O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT :
+				   O_RDONLY | O_DIRECT, 0644);
+	if (fd < 0) {
+		t->result = -errno;
+		return NULL;
+	}
+	if (t->write && fallocate(fd, 0, 0, (off_t)t->bytes) != 0)
+		ret = -errno;
+	for (uint64_t done = 0; !ret && done < t->bytes;) {
+		size_t n = t->bytes - done < RAW_CHUNK_BYTES ? (size_t)(t->bytes - done) :
+							       RAW_CHUNK_BYTES;
+		ssize_t got = t->write ? pwrite(fd, t->buffer, n, (off_t)done) :
+					 pread(fd, t->buffer, n, (off_t)done);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			ret = got < 0 ? -errno : -EIO;
+		else
+			done += (uint64_t)got;
+	}
+	if (!ret && t->write && t->b->a.durable && fdatasync(fd) != 0)
+		ret = -errno;
+	close(fd);
+	t->result = ret;
+	return NULL;
+}
+
+static uint32_t raw_spread_files(void)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return cores < 1 ? 1 : cores > RAW_SPREAD_FILES ? RAW_SPREAD_FILES : (uint32_t)cores;
+}
+
+static int raw_spread_round(struct bench *b, bool write, uint64_t *ns)
+{
+	struct raw_spread threads[RAW_SPREAD_FILES];
+	uint32_t files = raw_spread_files();
+	uint64_t total = b->record_bytes * b->a.records, t0;
+	uint64_t share = (total / files + SEL_BLOCK_BYTES - 1) / SEL_BLOCK_BYTES *
+			 SEL_BLOCK_BYTES;
+	uint32_t started = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < files; i++) {
+		threads[i] = (struct raw_spread){ .b = b, .index = i, .write = write,
+						  .bytes = share };
+		if (posix_memalign((void **)&threads[i].buffer, SEL_BLOCK_BYTES,
+				   RAW_CHUNK_BYTES))
+			threads[i].buffer = NULL;
+		else
+			memset(threads[i].buffer, 0x5a, RAW_CHUNK_BYTES);
+	}
+	t0 = sel_monotonic_ns();
+	for (uint32_t i = 0; i < files; i++, started++)
+		if (!threads[i].buffer ||
+		    pthread_create(&threads[i].thread, NULL, raw_spread_main, &threads[i]) != 0)
+			break;
+	for (uint32_t i = 0; i < started; i++) {
+		pthread_join(threads[i].thread, NULL);
+		if (threads[i].result && !ret)
+			ret = threads[i].result;
+	}
+	*ns = sel_monotonic_ns() - t0;
+	if (started < files && !ret)
+		ret = -ENOMEM;
+	for (uint32_t i = 0; i < files; i++) {
+		char path[1200];
+
+		free(threads[i].buffer);
+		if (!write || ret) { /* kept from a write for the read that follows */
+			snprintf(path, sizeof(path), "%s/spread-%u.bench", rec_dir_path(b->dir), i);
+			unlink(path);
+		}
+	}
 	return ret;
 }
 
@@ -451,6 +559,33 @@ static void report(const char *what, const struct bench *b, const uint64_t *sele
 	       b->io_workers, b->checksum_threads, b->a.durable ? "durable" : "not durable");
 }
 
+/* The host's ceiling (raw_spread_round), best of three, after the rounds. */
+static int report_spread(struct bench *b)
+{
+	uint64_t write_ns = UINT64_MAX, read_ns = UINT64_MAX, ns;
+	double bytes = (double)b->record_bytes * b->a.records;
+	int ret = 0;
+
+	for (int i = 0; !ret && i < 3; i++) {
+		ret = raw_spread_round(b, true, &ns);
+		if (!ret && ns < write_ns)
+			write_ns = ns;
+		if (!ret)
+			ret = raw_spread_round(b, false, &ns);
+		if (!ret && ns < read_ns)
+			read_ns = ns;
+	}
+	if (ret) {
+		fprintf(stderr, "selene bench: the raw ceiling: %s\n", sel_strerror(ret));
+		return ret;
+	}
+	printf("ceiling: raw, a round's bytes as %u files at once (a thread each, "
+	       "pwrite/pread of 8 MiB): write %.3f GB/s, read %.3f GB/s (best of 3); Selene writes "
+	       "and reads one record file at a time per rank\n",
+	       raw_spread_files(), bytes / seconds(write_ns) / 1e9, bytes / seconds(read_ns) / 1e9);
+	return 0;
+}
+
 /* Alternates raw and Selene rounds so both see the same disk conditions. */
 static int bench_store(struct bench *b, bool and_fetch)
 {
@@ -476,7 +611,7 @@ static int bench_store(struct bench *b, bool and_fetch)
 	report("store", b, selene_ns, raw_ns, b->a.rounds);
 	if (and_fetch)
 		report("fetch", b, fetch_ns, raw_read_ns, b->a.rounds);
-	return 0;
+	return and_fetch ? report_spread(b) : 0;
 }
 
 /* Scattered page planes through batched copies, beside one bulk copy. */
@@ -571,7 +706,9 @@ static void bench_usage(FILE *out)
 		"  the disk thread uses kernel workers (tmpfs), the raw side does too\n"
 		"  (2 MiB requests, 32 in flight, as many workers).\n"
 		"fetch: the same for store then fetch (files -> verify -> device),\n"
-		"  beside raw io_uring O_DIRECT reads of the same files, in DIR.\n"
+		"  beside raw io_uring O_DIRECT reads of the same files, in DIR; then\n"
+		"  the host's ceiling: the same bytes as one file per core (at most 8),\n"
+		"  written and read back by a thread each, all at once.\n"
 		"copy: scattered page planes through batched device copies beside one\n"
 		"  bulk copy of the same bytes, both directions.\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"

@@ -916,6 +916,13 @@ static void test_cli_bench_cleans_up(void **state)
 				       "--pages", "4", "--rounds", "2", NULL });
 	expect(r, 0, "store: selene");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* fetch, and the host's ceiling after it: its files go too */
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--device", "host", "--planes", "2",
+				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
+				       "--rounds", "2", dir, NULL });
+	expect(r, 0, "ceiling: raw, a round's bytes as ");
+	assert_non_null(strstr(r->out, "fetch: selene"));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
 
 	/* interrupted while it runs: waits for its first record directory */
 	pid = fork();
