@@ -20,6 +20,7 @@
 #include "coordinator/store.h"
 #include "peer/agent.h"
 #include "peer/join.h"
+#include "record/disk.h"
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
@@ -653,9 +654,25 @@ static void every_step_workload(struct fixture *f)
 }
 
 /*
+ * What a start evaluates (thread.start, disk.io_workers): a disk with a
+ * kernel worker started on rank zero's directory and stopped.
+ */
+static void start_a_disk(struct fixture *f)
+{
+	struct rec_disk_options options = { .dir = f->ranks[0].dir, .io_workers = 1 };
+	struct rec_disk *disk;
+	char err[256];
+
+	if (rec_disk_start(&options, &disk, err, sizeof(err)) != 0)
+		fail_msg("disk: %s", err);
+	assert_int_equal(rec_disk_stop(disk, 30000), 0);
+}
+
+/*
  * Issue 10 item 6: every failpoint `selene failpoints` lists is reached.
  * Each is armed alone (sleep(0): counted, harmless) under a workload that
- * should reach it; the test names every one that never fired.
+ * should reach it, and a start of a disk; the test names every one that
+ * never fired.
  */
 static void test_fanout_every_failpoint_reached(void **state)
 {
@@ -671,6 +688,7 @@ static void test_fanout_every_failpoint_reached(void **state)
 		make_debris(&f->ranks[0]);
 		assert_int_equal(sel_failpoints_configure(config), 0);
 		every_step_workload(f);
+		start_a_disk(f);
 		if (sel_failpoint_fired((enum sel_failpoint)i) == 0)
 			snprintf(missed + strlen(missed), sizeof(missed) - strlen(missed), " %s",
 				 name);
