@@ -341,7 +341,8 @@ static int selene_round(struct bench *b, uint32_t round, bench_submit_fn submit,
 	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
 		ret = submit(b, round, i, ids);
 		outstanding += ret == 0;
-		if (!ret && outstanding > 2) {
+		/* enough in flight for every store the engine runs at once */
+		if (!ret && outstanding > SHARD_STORES_MAX + 1) {
 			shard_engine_wait(b->engine, &c);
 			outstanding--;
 			ret = c.result;

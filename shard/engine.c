@@ -4,12 +4,13 @@
  * through window buffers and a row buffer leased from the slab pool at open.
  * It has two lanes, each with its own staging, requests and reply queue: the
  * restore lane runs fetches, the background lane everything else. A fetch
- * is taken before any queued background job, and a running store runs
- * every queued fetch between two of its windows and while it waits for the
- * disk (its writes, create and commit continue meanwhile, at a lower
+ * is taken before any queued background job, and running stores run every
+ * queued fetch between two of their windows and while they wait for the
+ * disk (their writes, creates and commits continue meanwhile, at a lower
  * priority on the disk thread and on its control thread), so a restore
  * waits for at most one window's copy and checksum pass of a store, or one
- * truncate or unlink.
+ * truncate or unlink. Up to stores_max stores run at once (run_stores),
+ * each its own record file, one step of each in turn.
  */
 #include "shard/engine.h"
 
@@ -44,11 +45,14 @@ struct shard_job {
 	struct shard_job *next;
 };
 
+struct store_run;
+
 /* One staging buffer: a window of page slots and its disk request. */
 struct stage {
 	struct shard_slab_lease lease;
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
+	struct store_run *owner; /* background: the store whose window it holds */
 };
 
 /* One lane's staging buffers and disk requests (see the top of this file). */
@@ -60,13 +64,12 @@ struct lane {
 	struct rec_disk_request control_req;
 	struct rec_disk_file files[2]; /* a store uses [0]; a fetch alternates per record */
 	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
-	struct rec_disk_replies replies;
 	/*
-	 * While a store runs on this lane, its waits for the disk run every
-	 * fetch submitted meanwhile (a fetch pokes replies): a restore never
-	 * waits for a store's write, create or commit to finish.
+	 * While stores run on the background lane, their waits for the disk
+	 * run every fetch submitted meanwhile (a fetch pokes replies): a
+	 * restore never waits for a store's write, create or commit to finish.
 	 */
-	bool yields;
+	struct rec_disk_replies replies;
 	struct shard_engine *engine;
 	uint64_t next_seq;
 	struct shard_copy *copies; /* window_pages * planes, or row pieces */
@@ -74,17 +77,36 @@ struct lane {
 
 enum { LANE_RESTORE, LANE_BACKGROUND, LANE_COUNT };
 
-struct job_queue {
-	struct shard_job *head;
-	struct shard_job *tail;
-};
-
 /* What the running job has learned about its failure, first one first. */
 struct job_outcome {
 	int result;
 	uint64_t seq; /* submission order of the failing request */
 	char why[200];
 	uint64_t bytes;
+};
+
+/*
+ * One store in progress on the background lane, its own record file open:
+ * several run at once (stores_max), their windows interleaved on the
+ * lane's staging, so their writes go to several files at once.
+ */
+struct store_run {
+	struct shard_job *job; /* NULL: a free slot */
+	struct job_outcome o;
+	struct rec_disk_file file;
+	struct rec_disk_request control_req; /* its create, then commit or abort */
+	struct rec_disk_request row_req;
+	uint64_t seed;       /* R-KEY-7's s */
+	uint32_t next_first; /* the next window's first page */
+	uint32_t writes;     /* its windows on the disk */
+	struct stage *held;  /* a window copied before its create came back */
+	bool row_done;       /* its row was sent, or its failure made it moot */
+	bool closing;        /* its commit or abort was sent */
+};
+
+struct job_queue {
+	struct shard_job *head;
+	struct shard_job *tail;
 };
 
 struct shard_engine {
@@ -101,6 +123,9 @@ struct shard_engine {
 	struct shard_slab_pool pool;
 	uint32_t row_piece_count;
 	struct lane lanes[LANE_COUNT];
+	struct store_run runs[SHARD_STORES_MAX];
+	uint32_t stores_max;        /* stores in progress at once */
+	struct store_run *row_user; /* whose row the background row staging holds */
 	struct shard_checksum_pool checksums;
 	bool checksums_started;
 
@@ -154,23 +179,13 @@ static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_re
 	SEL_ASSERT(ret == 0);
 }
 
-static void yield_to_restores(struct shard_engine *e);
-
-/*
- * Waits until req has come back, noting every reply's failure; on a lane
- * that yields, runs the fetches submitted meanwhile.
- */
+/* Waits until req has come back, noting every reply's failure. */
 static void disk_await(struct lane *l, struct rec_disk_request *req,
 		       struct job_outcome *o)
 {
 	while (req->tag) {
-		struct rec_disk_request *done = l->yields ? rec_disk_wait_or_poke(&l->replies) :
-							    rec_disk_wait(&l->replies);
+		struct rec_disk_request *done = rec_disk_wait(&l->replies);
 
-		if (!done) {
-			yield_to_restores(l->engine);
-			continue;
-		}
 		if (done->result)
 			outcome_fail(o, done->result, done->tag, "%s",
 				     done->why[0] ? done->why : sel_strerror(done->result));
@@ -323,15 +338,15 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
 }
 
-static void stage_row(struct shard_engine *e, struct lane *l, struct rec_disk_file *file,
-		      enum rec_disk_op op)
+static void stage_row(struct shard_engine *e, struct lane *l, struct rec_disk_request *req,
+		      struct rec_disk_file *file, enum rec_disk_op op)
 {
-	l->row_req.file = file;
-	l->row_req.op = op;
-	l->row_req.piece_count = e->row_piece_count;
-	l->row_req.piece_bytes = e->pool.slot_bytes;
+	req->file = file;
+	req->op = op;
+	req->piece_count = e->row_piece_count;
+	req->piece_bytes = e->pool.slot_bytes;
 	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		l->row_req.buffers[k] = shard_slab_slot(&e->pool, l->row_slots[k]);
+		req->buffers[k] = shard_slab_slot(&e->pool, l->row_slots[k]);
 }
 
 /* Zeroes staging after a failed read, so its padding is zero again. */
@@ -380,83 +395,301 @@ static void verify_page(void *ctx, uint32_t i)
 		;
 }
 
-static void store_windows(struct shard_engine *e, struct shard_job *job,
-			  struct job_outcome *o)
+static void yield_to_restores(struct shard_engine *e);
+
+static void queue_push(struct job_queue *q, struct shard_job *job)
 {
-	struct lane *l = &e->lanes[LANE_BACKGROUND];
-	uint32_t tail = job->header.tail_page_count;
-	uint64_t stride = e->geometry.page_record_bytes;
-	struct rec_disk_file *file = &l->files[0];
-	uint32_t k = 0;
-
-	file->header = job->header;
-	l->control_req.file = file;
-	l->control_req.op = REC_DISK_CREATE;
-	disk_send(e, l, &l->control_req);
-	/* Copy window k while windows k - 1 .. k - STAGES + 1 are written. */
-	for (uint32_t first = 0; first < tail && !o->result; first += e->window_pages, k++) {
-		struct stage *s = &l->stages[k % SHARD_STAGES];
-		uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
-
-		/* Between two windows, restores go first (docs/DESIGN.md section 6). */
-		yield_to_restores(e);
-		disk_await(l, &s->req, o);
-		if (o->result ||
-		    copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, o))
-			break;
-		{
-			struct window_sums w = {
-				.e = e, .s = s, .seed = rec_checksum_seed(&job->header.key),
-				.prefix_index = (uint64_t)job->header.first_page_index + first,
-			};
-
-			/* The checksum pass is as long as the copy: a restore first. */
-			yield_to_restores(e);
-			shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
-		}
-		/*
-		 * The file exists before its first write is sent: the create runs
-		 * on the disk's control thread, beside the first window's copy.
-		 */
-		disk_await(l, &l->control_req, o);
-		if (o->result)
-			break;
-		stage_pages(e, s, file, REC_DISK_WRITE_PAGES, first, n);
-		disk_send(e, l, &s->req);
-		o->bytes += stride * n;
-	}
-	yield_to_restores(e);
-	if (!o->result)
-		copy_row(e, l, job->state_slot, SHARD_DEVICE_TO_HOST, o);
-	/* The file exists before its row is sent (a record without pages). */
-	disk_await(l, &l->control_req, o);
-	if (!o->result) {
-		stage_row(e, l, file, REC_DISK_WRITE_ROW);
-		disk_send(e, l, &l->row_req);
-		o->bytes += e->geometry.row_record_bytes;
-	}
-	disk_await_all(l, o);
-	if (o->result) {
-		/* Every write has drained; now the temporary file can go. */
-		struct job_outcome ignored = { 0 };
-
-		disk_control(e, l, file, REC_DISK_ABORT, NULL, &ignored);
-		return;
-	}
-	/* The commit may sync the file: a restore that came meanwhile goes first. */
-	yield_to_restores(e);
-	disk_control(e, l, file, REC_DISK_COMMIT, NULL, o);
+	job->next = NULL;
+	if (q->tail)
+		q->tail->next = job;
+	else
+		q->head = job;
+	q->tail = job;
 }
 
-/* A store; its waits for the disk run the fetches that come meanwhile. */
-static void run_store(struct shard_engine *e, struct shard_job *job,
-		      struct job_outcome *o)
+static struct shard_job *queue_pop(struct job_queue *q)
+{
+	struct shard_job *job = q->head;
+
+	if (job) {
+		q->head = job->next;
+		if (!q->head)
+			q->tail = NULL;
+	}
+	return job;
+}
+
+/* Hands c to the hook or the ring and frees job; on the transfer thread. */
+static void finish_job(struct shard_engine *e, struct shard_job *job,
+		       const struct shard_completion *c)
+{
+	shard_completion_hook hook;
+	void *hook_ctx;
+
+	pthread_mutex_lock(&e->lock);
+	hook = e->hook;
+	hook_ctx = e->hook_ctx;
+	if (hook) {
+		e->unpolled--; /* handed over below, never polled */
+		e->hook_calls++;
+	} else {
+		SEL_ASSERT(e->completion_count < e->jobs_max);
+		e->completions[(e->completion_head + e->completion_count++) %
+			       e->jobs_max] = *c;
+	}
+	job->next = e->free_jobs;
+	e->free_jobs = job;
+	if (c->result) {
+		e->stats.jobs_failed++;
+	} else {
+		e->stats.jobs_done++;
+		if (c->kind == SHARD_JOB_STORE)
+			e->stats.bytes_stored += c->bytes;
+		if (c->kind == SHARD_JOB_FETCH)
+			e->stats.bytes_fetched += c->bytes;
+	}
+	pthread_cond_broadcast(&e->completion_ready);
+	pthread_mutex_unlock(&e->lock);
+	if (hook) {
+		hook(hook_ctx, c);
+		pthread_mutex_lock(&e->lock);
+		if (--e->hook_calls == 0)
+			pthread_cond_broadcast(&e->hook_idle);
+		pthread_mutex_unlock(&e->lock);
+	}
+}
+
+/* Reports job's outcome and frees it. */
+static void complete_job(struct shard_engine *e, struct shard_job *job,
+			 const struct job_outcome *o)
+{
+	struct shard_completion c;
+
+	memset(&c, 0, sizeof(c));
+	c.job_id = job->id;
+	c.kind = job->kind;
+	c.result = o->result;
+	c.bytes = o->result ? 0 : o->bytes;
+	snprintf(c.why, sizeof(c.why), "%s", o->why);
+	finish_job(e, job, &c);
+}
+
+/* Starts job on the free slot run: its create goes to the disk first. */
+static void store_begin(struct shard_engine *e, struct lane *l, struct store_run *run,
+			struct shard_job *job)
+{
+	run->job = job;
+	run->o = (struct job_outcome){ 0 };
+	run->seed = rec_checksum_seed(&job->header.key);
+	run->next_first = 0;
+	run->writes = 0;
+	run->held = NULL;
+	run->row_done = false;
+	run->closing = false;
+	run->file.header = job->header;
+	run->control_req.file = &run->file;
+	run->control_req.op = REC_DISK_CREATE;
+	disk_send(e, l, &run->control_req);
+}
+
+/* A background stage holding no window (neither on the disk nor held). */
+static struct stage *free_stage(struct lane *l)
+{
+	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+		if (!l->stages[b].owner)
+			return &l->stages[b];
+	return NULL;
+}
+
+/*
+ * Copies run's next window to a free stage, sums it and sends its write,
+ * or holds it until the create has come back (the create runs on the
+ * disk's control thread beside the first window's copy). False when no
+ * stage is free.
+ */
+static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
+{
+	struct shard_job *job = run->job;
+	uint32_t tail = job->header.tail_page_count, first = run->next_first;
+	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
+	struct stage *s = free_stage(l);
+
+	if (!s)
+		return false;
+	run->next_first += n;
+	if (copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, &run->o))
+		return true;
+	{
+		struct window_sums w = {
+			.e = e, .s = s, .seed = run->seed,
+			.prefix_index = (uint64_t)job->header.first_page_index + first,
+		};
+
+		/* The checksum pass is as long as the copy: a restore first. */
+		yield_to_restores(e);
+		shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
+	}
+	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
+	s->owner = run;
+	run->o.bytes += e->geometry.page_record_bytes * n;
+	if (run->control_req.tag) {
+		run->held = s;
+	} else {
+		disk_send(e, l, &s->req);
+		run->writes++;
+	}
+	return true;
+}
+
+/* Copies run's row to the row staging and sends its write; false while busy. */
+static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *run)
+{
+	if (e->row_user && e->row_user->row_req.tag)
+		return false; /* another store's row is still on its way to the disk */
+	run->row_done = true;
+	if (copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o))
+		return true;
+	stage_row(e, l, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
+	e->row_user = run;
+	disk_send(e, l, &run->row_req);
+	run->o.bytes += e->geometry.row_record_bytes;
+	return true;
+}
+
+/*
+ * Moves run on by one step: a held window sent, the next window copied
+ * and sent, its row, its commit (or, after a failure, its abort) once every
+ * write of it has come back, its completion. True when it did something.
+ */
+static bool store_step(struct shard_engine *e, struct lane *l, struct store_run *run)
+{
+	uint32_t tail = run->job->header.tail_page_count;
+	bool created = run->control_req.tag == 0;
+
+	if (run->closing) {
+		if (!created)
+			return false;
+		complete_job(e, run->job, &run->o);
+		run->job = NULL;
+		return true;
+	}
+	if (run->held) {
+		if (!created)
+			return false;
+		if (!run->o.result) {
+			disk_send(e, l, &run->held->req);
+			run->writes++;
+		} else {
+			run->held->owner = NULL; /* the create failed: never written */
+		}
+		run->held = NULL;
+		return true;
+	}
+	if (!run->o.result && run->next_first < tail)
+		return store_window(e, l, run);
+	/* The file exists before its row is sent (a record without pages). */
+	if (!run->o.result && !run->row_done)
+		return created && store_row(e, l, run);
+	if (!created || run->writes || run->row_req.tag)
+		return false;
+	/* Every write has drained: commit, or let the temporary file go. */
+	run->control_req.op = run->o.result ? REC_DISK_ABORT : REC_DISK_COMMIT;
+	disk_send(e, l, &run->control_req);
+	run->closing = true;
+	return true;
+}
+
+/* Notes a background reply against the store it belongs to. */
+static void store_reply(struct shard_engine *e, struct lane *l, struct rec_disk_request *done)
+{
+	struct store_run *run = NULL;
+
+	if (done >= &l->stages[0].req && done <= &l->stages[SHARD_STAGES - 1].req) {
+		struct stage *s = (struct stage *)((char *)done - offsetof(struct stage, req));
+
+		run = s->owner;
+		s->owner = NULL;
+		run->writes--;
+	} else {
+		for (uint32_t i = 0; i < e->stores_max && !run; i++)
+			if (done == &e->runs[i].control_req || done == &e->runs[i].row_req)
+				run = &e->runs[i];
+	}
+	SEL_ASSERT(run && run->job);
+	/* An abort's failure is logged by the disk; the store's own stands. */
+	if (done->result && !(run->closing && run->o.result))
+		outcome_fail(&run->o, done->result, done->tag, "%s",
+			     done->why[0] ? done->why : sel_strerror(done->result));
+	done->tag = 0;
+}
+
+/* The queued store that may start beside the running ones, or NULL. */
+static struct shard_job *next_store(struct shard_engine *e)
+{
+	struct shard_job *job = NULL;
+
+	pthread_mutex_lock(&e->lock);
+	if (e->background.head && e->background.head->kind == SHARD_JOB_STORE) {
+		job = e->background.head;
+		/* A key is one file: a second store of it waits for the first. */
+		for (uint32_t i = 0; i < e->stores_max && job; i++)
+			if (e->runs[i].job &&
+			    rec_key_equal(&e->runs[i].job->header.key, &job->header.key))
+				job = NULL;
+		if (job)
+			queue_pop(&e->background);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return job;
+}
+
+/*
+ * Runs the store job and every store queued behind it, stores_max at once
+ * (docs/DESIGN.md section 6): round robin, one step of each at a time,
+ * every queued fetch run first, and while nothing can move, the disk's
+ * next reply awaited (a fetch submitted meanwhile wakes that wait). A job
+ * that is not a store stops the admissions: it runs after every store
+ * before it has completed.
+ */
+static void run_stores(struct shard_engine *e, struct shard_job *job)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
+	uint32_t active = 1;
 
-	l->yields = true;
-	store_windows(e, job, o);
-	l->yields = false;
+	store_begin(e, l, &e->runs[0], job);
+	pthread_mutex_lock(&e->lock);
+	if (e->stats.stores_at_once == 0)
+		e->stats.stores_at_once = 1;
+	pthread_mutex_unlock(&e->lock);
+	while (active) {
+		bool moved = false;
+
+		yield_to_restores(e);
+		for (uint32_t i = 0; i < e->stores_max && active < e->stores_max; i++) {
+			if (e->runs[i].job || !(job = next_store(e)))
+				continue;
+			store_begin(e, l, &e->runs[i], job);
+			active++;
+			moved = true;
+			pthread_mutex_lock(&e->lock);
+			if (active > e->stats.stores_at_once)
+				e->stats.stores_at_once = active;
+			pthread_mutex_unlock(&e->lock);
+		}
+		for (uint32_t i = 0; i < e->stores_max; i++) {
+			if (!e->runs[i].job || !store_step(e, l, &e->runs[i]))
+				continue;
+			moved = true;
+			if (!e->runs[i].job)
+				active--;
+		}
+		if (!moved) {
+			struct rec_disk_request *done = rec_disk_wait_or_poke(&l->replies);
+
+			if (done)
+				store_reply(e, l, done);
+		}
+	}
 }
 
 /* A window of a fetch: pages [first, first + count) of chain[record]. */
@@ -566,7 +799,7 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l,
 	if (*row_sent || o->result || l->file_record[last % 2] != last)
 		return;
 	file = &l->files[last % 2];
-	stage_row(e, l, file, REC_DISK_READ_ROW);
+	stage_row(e, l, &l->row_req, file, REC_DISK_READ_ROW);
 	disk_send(e, l, &l->row_req);
 	*row_sent = true;
 }
@@ -674,78 +907,15 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		stage_scrub(e, l);
 }
 
-static void queue_push(struct job_queue *q, struct shard_job *job)
-{
-	job->next = NULL;
-	if (q->tail)
-		q->tail->next = job;
-	else
-		q->head = job;
-	q->tail = job;
-}
-
-static struct shard_job *queue_pop(struct job_queue *q)
-{
-	struct shard_job *job = q->head;
-
-	if (job) {
-		q->head = job->next;
-		if (!q->head)
-			q->tail = NULL;
-	}
-	return job;
-}
-
-/* Hands c to the hook or the ring and frees job; on the transfer thread. */
-static void finish_job(struct shard_engine *e, struct shard_job *job,
-		       const struct shard_completion *c)
-{
-	shard_completion_hook hook;
-	void *hook_ctx;
-
-	pthread_mutex_lock(&e->lock);
-	hook = e->hook;
-	hook_ctx = e->hook_ctx;
-	if (hook) {
-		e->unpolled--; /* handed over below, never polled */
-		e->hook_calls++;
-	} else {
-		SEL_ASSERT(e->completion_count < e->jobs_max);
-		e->completions[(e->completion_head + e->completion_count++) %
-			       e->jobs_max] = *c;
-	}
-	job->next = e->free_jobs;
-	e->free_jobs = job;
-	if (c->result) {
-		e->stats.jobs_failed++;
-	} else {
-		e->stats.jobs_done++;
-		if (c->kind == SHARD_JOB_STORE)
-			e->stats.bytes_stored += c->bytes;
-		if (c->kind == SHARD_JOB_FETCH)
-			e->stats.bytes_fetched += c->bytes;
-	}
-	pthread_cond_broadcast(&e->completion_ready);
-	pthread_mutex_unlock(&e->lock);
-	if (hook) {
-		hook(hook_ctx, c);
-		pthread_mutex_lock(&e->lock);
-		if (--e->hook_calls == 0)
-			pthread_cond_broadcast(&e->hook_idle);
-		pthread_mutex_unlock(&e->lock);
-	}
-}
-
 static void run_job(struct shard_engine *e, struct shard_job *job)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
 	struct job_outcome o = { 0 };
-	struct shard_completion c;
 
 	switch (job->kind) {
 	case SHARD_JOB_STORE:
-		run_store(e, job, &o);
-		break;
+		run_stores(e, job);
+		return;
 	case SHARD_JOB_FETCH:
 		run_fetch(e, job, &o);
 		break;
@@ -758,13 +928,7 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 	case SHARD_JOB_NOOP:
 		break;
 	}
-	memset(&c, 0, sizeof(c));
-	c.job_id = job->id;
-	c.kind = job->kind;
-	c.result = o.result;
-	c.bytes = o.result ? 0 : o.bytes;
-	snprintf(c.why, sizeof(c.why), "%s", o.why);
-	finish_job(e, job, &c);
+	complete_job(e, job, &o);
 }
 
 /*
@@ -1017,6 +1181,7 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	out->disk_engine = rec_disk_engine(e->disk);
 	out->io_workers = rec_disk_io_workers(e->disk);
 	out->checksum_threads = e->checksums.helper_count + 1;
+	out->stores_max = e->stores_max;
 	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
 
@@ -1131,6 +1296,15 @@ static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 	l->control_req.replies = &l->replies;
 	l->control_req.urgent = urgent;
 	l->file_record[0] = l->file_record[1] = UINT32_MAX;
+	if (urgent)
+		return;
+	for (uint32_t i = 0; i < e->stores_max; i++) {
+		struct store_run *run = &e->runs[i];
+
+		run->control_req = (struct rec_disk_request){ .file = &run->file,
+							      .replies = &l->replies };
+		run->row_req = run->control_req;
+	}
 }
 
 int shard_engine_open(const struct shard_engine_options *options,
@@ -1186,6 +1360,15 @@ int shard_engine_open(const struct shard_engine_options *options,
 		e->window_pages = pages == 0 ? 1 : pages > SHARD_WINDOW_PAGES_MAX ?
 							  SHARD_WINDOW_PAGES_MAX : (uint32_t)pages;
 	}
+	/* Several stores at once where one file's writes are the bound. */
+	e->stores_max = options->stores_max ? options->stores_max :
+			rec_disk_io_workers(e->disk) ? SHARD_STORES_MAX : 1;
+	if (e->stores_max > SHARD_STORES_MAX) {
+		snprintf(err, err_size, "%u stores at once past the maximum of %u",
+			 e->stores_max, SHARD_STORES_MAX);
+		ret = -EINVAL;
+		goto err_close;
+	}
 	if (e->window_pages > SHARD_WINDOW_PAGES_MAX || e->jobs_max > SHARD_JOBS_MAX) {
 		snprintf(err, err_size, "window of %u pages or %u jobs past the maximum",
 			 e->window_pages, e->jobs_max);
@@ -1201,6 +1384,8 @@ int shard_engine_open(const struct shard_engine_options *options,
 		if (!ret)
 			ret = rec_disk_file_init(&e->lanes[i].files[1], e->geometry.page_count);
 	}
+	for (uint32_t i = 0; !ret && i < e->stores_max; i++)
+		ret = rec_disk_file_init(&e->runs[i].file, e->geometry.page_count);
 	if (!ret)
 		ret = open_jobs(e);
 	if (ret) {
@@ -1263,6 +1448,9 @@ void shard_engine_close(struct shard_engine *e)
 		free(l->copies);
 		rec_disk_replies_destroy(&l->replies);
 	}
+	for (uint32_t i = 0; i < SHARD_STORES_MAX; i++)
+		if (e->runs[i].file.buffers.header_block)
+			rec_disk_file_destroy(&e->runs[i].file);
 	for (uint32_t i = 0; e->jobs && i < e->jobs_max; i++) {
 		free(e->jobs[i].page_ids);
 		free(e->jobs[i].chain);

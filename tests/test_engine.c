@@ -1130,8 +1130,9 @@ static bool stored_right(struct fixture *f, const struct rec_key *key)
 /*
  * Issue 11 item 1: a store is held in its first window while four more are
  * queued behind it; a fetch submitted last completes first (the running
- * store yields to it between windows, the queued ones wait), then every
- * store completes in order with the right bytes.
+ * stores yield to it between windows), then every store completes with
+ * the right bytes: in order with one store at a time, in any order where
+ * several run at once.
  */
 static void test_engine_restore_before_queued_stores(void **state)
 {
@@ -1160,15 +1161,154 @@ static void test_engine_restore_before_queued_stores(void **state)
 	assert_int_equal(c.result, 0);
 	for (uint32_t i = 0; i < 6; i++)
 		assert_true(page_matches(f, 100 + i, i));
-	for (uint32_t i = 0; i < 5; i++) {
+	shard_engine_stats(f->engine, &stats);
+	for (uint32_t i = 0, seen = 0; i < 5; i++) {
 		shard_engine_wait(f->engine, &c);
-		assert_int_equal(c.job_id, 10 + i);
+		assert_in_range(c.job_id, 10, 14);
+		if (stats.stores_max == 1)
+			assert_int_equal(c.job_id, 10 + i);
+		assert_false(seen & (1u << (c.job_id - 10)));
+		seen |= 1u << (c.job_id - 10);
 		assert_int_equal(c.result, 0);
 	}
 	shard_engine_stats(f->engine, &stats);
 	assert_int_equal(stats.store_yields, 1);
 	for (uint32_t i = 0; i < 5; i++)
 		assert_true(stored_right(f, &keys[i]));
+	drop_gated(f, host);
+}
+
+/* Waits for count completions; marks each job id's bit in *seen (ids base..). */
+static void wait_jobs(struct fixture *f, uint32_t count, uint64_t base, uint32_t *seen,
+		      int expect_result)
+{
+	struct shard_completion c;
+
+	for (uint32_t i = 0; i < count; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_in_range(c.job_id, base, base + 31);
+		assert_false(*seen & (1u << (c.job_id - base)));
+		*seen |= 1u << (c.job_id - base);
+		if (expect_result == 0)
+			assert_int_equal(c.result, 0);
+	}
+}
+
+/*
+ * Several stores in progress at once (shard/engine.h, stores_max): six
+ * stores queued behind the first's first window, an unlink of the third's
+ * key, then a seventh store. stores_max of them run at once; the unlink
+ * completes after every store queued before it (so the third's record is
+ * gone) and before the seventh; every other record has the right bytes and
+ * no temporary file is left.
+ */
+static void test_engine_stores_at_once(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct shard_completion c;
+	struct shard_engine_stats stats;
+	struct rec_key keys[7];
+	uint32_t seen = 0;
+
+	gate_close_after(&g, 1);
+	for (uint32_t i = 0; i < 6; i++) {
+		make_key(&keys[i], 64ull * (5 + i) + i, (uint8_t)(60 + i));
+		submit_store(f, &keys[i], 20 * i, i, 10 + i);
+		if (i == 0)
+			gate_wait_blocked(&g);
+	}
+	assert_int_equal(shard_engine_unlink(f->engine, 30, &keys[2]), 0);
+	make_key(&keys[6], 64ull * 12 + 6, 66);
+	submit_store(f, &keys[6], 140, 6, 31);
+	gate_open(&g);
+	wait_jobs(f, 6, 10, &seen, 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 30);
+	assert_int_equal(c.result, 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.job_id, 31);
+	assert_int_equal(c.result, 0);
+	shard_engine_stats(f->engine, &stats);
+	assert_int_equal(stats.stores_at_once, stats.stores_max);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		if (i != 2)
+			assert_true(stored_right(f, &keys[i]));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 6);
+	drop_gated(f, host);
+}
+
+/*
+ * Two stores of one key never overlap (it is one file): queued back to back
+ * beside a third, all complete and the records are right.
+ */
+static void test_engine_same_key_stores_in_turn(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct rec_key x, y;
+	uint32_t seen = 0;
+
+	make_key(&x, 64 * 8, 70);
+	make_key(&y, 64 * 9, 71);
+	gate_close_after(&g, 1);
+	submit_store(f, &x, 0, 0, 10);
+	gate_wait_blocked(&g);
+	submit_store(f, &x, 0, 0, 11);
+	submit_store(f, &y, 40, 1, 12);
+	gate_open(&g);
+	wait_jobs(f, 3, 10, &seen, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_true(stored_right(f, &x));
+	assert_true(stored_right(f, &y));
+	drop_gated(f, host);
+}
+
+/*
+ * A failure in one of several stores in progress is that store's alone:
+ * the second store's create fails (ENOSPC); it is reported with its
+ * reason and leaves no file, and the three beside it complete right.
+ */
+static void test_engine_failure_among_stores(void **state)
+{
+	struct fixture *f = *state;
+	struct gated_device g;
+	struct shard_device *host = use_gated(f, &g);
+	struct shard_completion c;
+	struct rec_key keys[4];
+	uint32_t seen = 0;
+
+	/* Creates run in the order the stores start: the second is the second store's. */
+	assert_int_equal(sel_failpoints_configure("record.before_create=1*off->1*return(ENOSPC)"),
+			 0);
+	gate_close_after(&g, 1);
+	for (uint32_t i = 0; i < 4; i++) {
+		make_key(&keys[i], 64ull * (6 + i), (uint8_t)(80 + i));
+		submit_store(f, &keys[i], 20 * i, i, 10 + i);
+		if (i == 0)
+			gate_wait_blocked(&g);
+	}
+	gate_open(&g);
+	for (uint32_t i = 0; i < 4; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_false(seen & (1u << (c.job_id - 10)));
+		seen |= 1u << (c.job_id - 10);
+		if (c.job_id == 11) {
+			assert_int_equal(c.result, -ENOSPC);
+			assert_true(strlen(c.why) > 0);
+		} else {
+			assert_int_equal(c.result, 0);
+		}
+	}
+	sel_failpoints_configure(NULL);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 3);
+	for (uint32_t i = 0; i < 4; i++)
+		if (i != 1)
+			assert_true(stored_right(f, &keys[i]));
 	drop_gated(f, host);
 }
 
@@ -1325,6 +1465,9 @@ int main(void)
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
 		BOTH(test_engine_restore_during_slow_commit),
+		BOTH(test_engine_stores_at_once),
+		BOTH(test_engine_same_key_stores_in_turn),
+		BOTH(test_engine_failure_among_stores),
 		BOTH(test_engine_fetch_copies_overlap),
 		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
 	};
