@@ -388,12 +388,12 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	}
 	shard_engine_stats(s->engine, &engine_stats);
 	/* One line that says how this store runs (docs/DESIGN.md section 9). */
-	sel_info("store: %s; device %s; I/O %s, %u kernel workers, %u checksum threads; "
-		 "transport %s; staging %" PRIu64
+	sel_info("store: %s; device %s; I/O %s, %u kernel workers, %u checksum threads, "
+		 "%u stores at once; transport %s; staging %" PRIu64
 		 " MiB; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
 		 " agreed; disk limit %" PRIu64 " bytes", rec_dir_path(s->dir),
 		 s->device->ops->name, engine_stats.disk_engine, engine_stats.io_workers,
-		 engine_stats.checksum_threads, transport,
+		 engine_stats.checksum_threads, engine_stats.stores_max, transport,
 		 engine_stats.staging_bytes >> 20, scanned, kept,
 		 s->core.stats.scanned_records, *limit);
 	return 0;

@@ -306,11 +306,11 @@ static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64
 	if (getsockname(p->control_fd, (struct sockaddr *)&addr, &len) == 0)
 		sel_address_text(&addr, mine, sizeof(mine));
 	sel_info("peer: %s; rank %u of %u; device %s; I/O %s, %u kernel workers, %u checksum "
-		 "threads; transport rank zero at %s:%u "
+		 "threads, %u stores at once; transport rank zero at %s:%u "
 		 "from %s; staging %llu MiB; records %llu scanned, %llu kept (agreement "
 		 "applied); disk limit %llu bytes (agreed)", rec_dir_path(p->dir),
 		 p->cluster.rank, p->cluster.world_size, p->device->ops->name, st.disk_engine,
-		 st.io_workers, st.checksum_threads,
+		 st.io_workers, st.checksum_threads, st.stores_max,
 		 p->cluster.coordinator_host, p->cluster.coordinator_port, mine,
 		 (unsigned long long)(st.staging_bytes >> 20), (unsigned long long)scanned,
 		 (unsigned long long)kept, (unsigned long long)agreed_limit);

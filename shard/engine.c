@@ -1278,6 +1278,16 @@ static int open_jobs(struct shard_engine *e)
 	return 0;
 }
 
+uint32_t shard_default_stores_max(uint32_t io_workers)
+{
+	uint32_t n;
+
+	if (sel_env_count("SELENE_STORES_AT_ONCE", SHARD_STORES_MAX, &n) && n > 0)
+		return n;
+	/* Several stores at once where one file's writes are the bound. */
+	return io_workers ? SHARD_STORES_MAX : 1;
+}
+
 /* The restore lane's requests go first on the disk thread. */
 static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 {
@@ -1360,9 +1370,8 @@ int shard_engine_open(const struct shard_engine_options *options,
 		e->window_pages = pages == 0 ? 1 : pages > SHARD_WINDOW_PAGES_MAX ?
 							  SHARD_WINDOW_PAGES_MAX : (uint32_t)pages;
 	}
-	/* Several stores at once where one file's writes are the bound. */
 	e->stores_max = options->stores_max ? options->stores_max :
-			rec_disk_io_workers(e->disk) ? SHARD_STORES_MAX : 1;
+						shard_default_stores_max(rec_disk_io_workers(e->disk));
 	if (e->stores_max > SHARD_STORES_MAX) {
 		snprintf(err, err_size, "%u stores at once past the maximum of %u",
 			 e->stores_max, SHARD_STORES_MAX);

@@ -105,12 +105,20 @@ struct shard_engine_options {
 	 */
 	uint32_t io_workers;
 	/*
-	 * Stores in progress at once, 1 .. SHARD_STORES_MAX; 0: SHARD_STORES_MAX
-	 * with kernel workers, else 1. Stores of one key never overlap, and a
+	 * Stores in progress at once, 1 .. SHARD_STORES_MAX; 0:
+	 * shard_default_stores_max(). Stores of one key never overlap, and a
 	 * truncate, unlink or noop runs after every store queued before it.
 	 */
 	uint32_t stores_max;
 };
+
+/*
+ * Stores at once when nothing says otherwise: SELENE_STORES_AT_ONCE (1 to
+ * SHARD_STORES_MAX; 0, unset or malformed, which is warned about: the
+ * default), else SHARD_STORES_MAX with the disk thread's kernel workers
+ * (io_workers > 0) and 1 without.
+ */
+uint32_t shard_default_stores_max(uint32_t io_workers);
 
 #define SHARD_IO_WORKERS_NONE UINT32_MAX
 

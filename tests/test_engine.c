@@ -1403,6 +1403,33 @@ static void test_engine_yielded_store_failure(void **state)
  * keeps the default); none on a directory with O_DIRECT on a device; 1 to
  * 8 on tmpfs.
  */
+/*
+ * Stores at once by default: SHARD_STORES_MAX with kernel workers, one
+ * without; SELENE_STORES_AT_ONCE overrides, and 0 or a malformed value
+ * leaves the default. An engine reports what it runs.
+ */
+static void test_engine_default_stores_max(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_engine_stats stats;
+
+	unsetenv("SELENE_STORES_AT_ONCE");
+	assert_int_equal(shard_default_stores_max(0), 1);
+	assert_int_equal(shard_default_stores_max(3), SHARD_STORES_MAX);
+	setenv("SELENE_STORES_AT_ONCE", "2", 1);
+	assert_int_equal(shard_default_stores_max(0), 2);
+	assert_int_equal(shard_default_stores_max(3), 2);
+	setenv("SELENE_STORES_AT_ONCE", "0", 1);
+	assert_int_equal(shard_default_stores_max(3), SHARD_STORES_MAX);
+	setenv("SELENE_STORES_AT_ONCE", "5", 1);
+	assert_int_equal(shard_default_stores_max(0), 1);
+	setenv("SELENE_STORES_AT_ONCE", "two", 1);
+	assert_int_equal(shard_default_stores_max(3), SHARD_STORES_MAX);
+	unsetenv("SELENE_STORES_AT_ONCE");
+	shard_engine_stats(f->engine, &stats);
+	assert_int_equal(stats.stores_max, stats.io_workers ? SHARD_STORES_MAX : 1);
+}
+
 static void test_engine_default_io_workers(void **state)
 {
 	struct fixture *f = *state;
@@ -1470,6 +1497,7 @@ int main(void)
 		BOTH(test_engine_failure_among_stores),
 		BOTH(test_engine_fetch_copies_overlap),
 		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
+		BOTH(test_engine_default_stores_max),
 	};
 #undef BOTH
 
