@@ -125,6 +125,7 @@ struct shard_engine {
 	struct lane lanes[LANE_COUNT];
 	struct store_run runs[SHARD_STORES_MAX];
 	uint32_t stores_max;        /* stores in progress at once */
+	uint32_t stores_active;     /* in progress now */
 	struct store_run *row_user; /* whose row the background row staging holds */
 	struct shard_checksum_pool checksums;
 	bool checksums_started;
@@ -512,8 +513,17 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	struct shard_job *job = run->job;
 	uint32_t tail = job->header.tail_page_count, first = run->next_first;
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
-	struct stage *s = free_stage(l);
+	uint32_t share = SHARD_STAGES / e->stores_active;
+	struct stage *s;
 
+	/*
+	 * Each store holds its share of the staging at most: the first store
+	 * would otherwise take every stage as it comes back, and the others'
+	 * files would wait while its file's writes queue behind one another.
+	 */
+	if (run->writes + (run->held != NULL) >= (share ? share : 1))
+		return false;
+	s = free_stage(l);
 	if (!s)
 		return false;
 	run->next_first += n;
@@ -656,6 +666,7 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
 	uint32_t active = 1;
 
+	e->stores_active = 1;
 	store_begin(e, l, &e->runs[0], job);
 	pthread_mutex_lock(&e->lock);
 	if (e->stats.stores_at_once == 0)
@@ -669,7 +680,7 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 			if (e->runs[i].job || !(job = next_store(e)))
 				continue;
 			store_begin(e, l, &e->runs[i], job);
-			active++;
+			e->stores_active = ++active;
 			moved = true;
 			pthread_mutex_lock(&e->lock);
 			if (active > e->stats.stores_at_once)
@@ -681,7 +692,7 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 				continue;
 			moved = true;
 			if (!e->runs[i].job)
-				active--;
+				e->stores_active = --active;
 		}
 		if (!moved) {
 			struct rec_disk_request *done = rec_disk_wait_or_poke(&l->replies);
