@@ -80,6 +80,7 @@ struct bench {
 	uint64_t record_bytes;
 	uint32_t io_workers;       /* the engine's disk thread's, and the raw side's */
 	uint32_t checksum_threads; /* the engine's */
+	uint32_t stores_max;       /* the engine's stores at once */
 	const char *disk_engine;   /* the engine's: io_uring or pread/pwrite */
 };
 
@@ -487,6 +488,7 @@ static int bench_open(struct bench *b)
 		shard_engine_stats(b->engine, &stats);
 		b->io_workers = stats.io_workers;
 		b->checksum_threads = stats.checksum_threads;
+		b->stores_max = stats.stores_max;
 		b->disk_engine = stats.disk_engine;
 	}
 	if (posix_memalign((void **)&b->raw_buffer, SEL_BLOCK_BYTES, RAW_BUFFER_BYTES))
@@ -550,14 +552,15 @@ static void report(const char *what, const struct bench *b, const uint64_t *sele
 	       "(median of rounds %.3f, range %.3f-%.3f; %u rounds of %u records of "
 	       "%.1f MiB, %u pages of %u planes x %" PRIu64 " bytes, device %s, disk "
 	       "thread %s with %u kernel workers (raw side too), %u checksum threads, "
-	       "%s)\n",
+	       "%u stores at once, %s)\n",
 	       what, bytes * rounds / seconds(selene_total) / 1e9,
 	       bytes * rounds / seconds(raw_total) / 1e9,
 	       (double)raw_total / (double)selene_total, ratios[rounds / 2], ratios[0],
 	       ratios[rounds - 1], rounds, b->a.records,
 	       (double)b->record_bytes / 1048576.0, b->a.pages, b->a.planes,
 	       b->a.plane_bytes, b->dev->ops->name, b->disk_engine,
-	       b->io_workers, b->checksum_threads, b->a.durable ? "durable" : "not durable");
+	       b->io_workers, b->checksum_threads, b->stores_max,
+	       b->a.durable ? "durable" : "not durable");
 }
 
 /* The host's ceiling (raw_spread_round), best of three, after the rounds. */
@@ -581,9 +584,11 @@ static int report_spread(struct bench *b)
 		return ret;
 	}
 	printf("ceiling: raw, a round's bytes as %u files at once (a thread each, "
-	       "pwrite/pread of 8 MiB): write %.3f GB/s, read %.3f GB/s (best of 3); Selene writes "
-	       "and reads one record file at a time per rank\n",
-	       raw_spread_files(), bytes / seconds(write_ns) / 1e9, bytes / seconds(read_ns) / 1e9);
+	       "pwrite/pread of 8 MiB): write %.3f GB/s, read %.3f GB/s (best of 3); Selene "
+	       "runs up to %u stores at once on a rank, each its own file, and one fetch at a "
+	       "time\n",
+	       raw_spread_files(), bytes / seconds(write_ns) / 1e9, bytes / seconds(read_ns) / 1e9,
+	       b->stores_max);
 	return 0;
 }
 
@@ -739,8 +744,9 @@ static void bench_usage(FILE *out)
 		"  --plane-bytes SIZE bytes of one plane of one page (default 64K)\n"
 		"  --row-bytes SIZE   bytes of the state row (default 1M)\n"
 		"  --pages N          pages per record (default 64)\n"
-		"  --records N        records per round (default 1); fanout: jobs per phase\n"
-		"                     (default 2000)\n"
+		"  --records N        records per round (default 1; with more, the engine's\n"
+		"                     stores at once run together, SELENE_STORES_AT_ONCE);\n"
+		"                     fanout: jobs per phase (default 2000)\n"
 		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"

@@ -1412,6 +1412,8 @@ static void test_engine_default_stores_max(void **state)
 {
 	struct fixture *f = *state;
 	struct shard_engine_stats stats;
+	const char *env = getenv("SELENE_STORES_AT_ONCE");
+	char *was = env ? strdup(env) : NULL; /* what the fixture's engine saw */
 
 	unsetenv("SELENE_STORES_AT_ONCE");
 	assert_int_equal(shard_default_stores_max(0), 1);
@@ -1425,9 +1427,13 @@ static void test_engine_default_stores_max(void **state)
 	assert_int_equal(shard_default_stores_max(0), 1);
 	setenv("SELENE_STORES_AT_ONCE", "two", 1);
 	assert_int_equal(shard_default_stores_max(3), SHARD_STORES_MAX);
-	unsetenv("SELENE_STORES_AT_ONCE");
+	if (was)
+		setenv("SELENE_STORES_AT_ONCE", was, 1);
+	else
+		unsetenv("SELENE_STORES_AT_ONCE");
+	free(was);
 	shard_engine_stats(f->engine, &stats);
-	assert_int_equal(stats.stores_max, stats.io_workers ? SHARD_STORES_MAX : 1);
+	assert_int_equal(stats.stores_max, shard_default_stores_max(stats.io_workers));
 }
 
 static void test_engine_default_io_workers(void **state)
