@@ -80,15 +80,18 @@ struct rec_disk {
 	uint32_t background_ops_in_flight; /* of requests that are not urgent */
 	uint32_t urgent_active;            /* urgent requests among the active */
 	/*
-	 * The control thread: the synchronous steps of background requests
+	 * The control threads: the synchronous steps of background requests
 	 * (create, commit with its syncs, abort, truncate, unlink), so that
-	 * none of them holds the ring loop while a restore waits. Its queue is
-	 * under lock.
+	 * none of them holds the ring loop while a restore waits. One, or
+	 * REC_DISK_CONTROL_THREADS_MAX with kernel workers, where several
+	 * stores' creates (each preallocating its whole file) run at once. They
+	 * share one queue, under lock.
 	 */
-	pthread_t control_thread;
-	bool control_started;
+	pthread_t control_threads[REC_DISK_CONTROL_THREADS_MAX];
+	uint32_t control_started;
+	uint32_t control_joined; /* by rec_disk_stop, which may be retried */
 	bool control_stopping;
-	bool thread_joined, control_joined; /* by rec_disk_stop, which may be retried */
+	bool thread_joined;
 	pthread_cond_t control_ready;
 	struct rec_disk_request *control_queue[REC_DISK_QUEUE_MAX];
 	uint32_t control_head;
@@ -672,7 +675,11 @@ static void control_push(struct rec_disk *disk, struct rec_disk_request *req)
 	pthread_mutex_unlock(&disk->lock);
 }
 
-/* Runs background control steps in arrival order until stopped and drained. */
+/*
+ * Takes background control steps in arrival order until stopped and
+ * drained; with several control threads, steps taken one after another may
+ * run at once (their requesters wait for every step a later one depends on).
+ */
 static void *control_main(void *arg)
 {
 	struct rec_disk *disk = arg;
@@ -901,13 +908,15 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 			goto err_free;
 		}
 	}
-	ret = sel_thread_start(&disk->control_thread, control_main, disk);
-	if (ret) {
-		snprintf(err, err_size, "cannot start the disk's control thread: %s",
-			 strerror(-ret));
-		goto err_free;
+	for (uint32_t i = 0; i < (disk->io_workers ? REC_DISK_CONTROL_THREADS_MAX : 1); i++) {
+		ret = sel_thread_start(&disk->control_threads[i], control_main, disk);
+		if (ret) {
+			snprintf(err, err_size, "cannot start the disk's control thread: %s",
+				 strerror(-ret));
+			goto err_free;
+		}
+		disk->control_started++;
 	}
-	disk->control_started = true;
 	ret = sel_thread_start(&disk->thread, disk_main, disk);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the disk thread: %s", strerror(-ret));
@@ -916,13 +925,12 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	*out = disk;
 	return 0;
 err_free:
-	if (disk->control_started) {
-		pthread_mutex_lock(&disk->lock);
-		disk->control_stopping = true;
-		pthread_cond_signal(&disk->control_ready);
-		pthread_mutex_unlock(&disk->lock);
-		pthread_join(disk->control_thread, NULL);
-	}
+	pthread_mutex_lock(&disk->lock);
+	disk->control_stopping = true;
+	pthread_cond_broadcast(&disk->control_ready);
+	pthread_mutex_unlock(&disk->lock);
+	for (uint32_t i = 0; i < disk->control_started; i++)
+		pthread_join(disk->control_threads[i], NULL);
 	if (disk->wake_fd >= 0)
 		close(disk->wake_fd);
 	if (disk->use_ring)
@@ -992,19 +1000,20 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 		return -ETIMEDOUT;
 	}
 	disk->thread_joined = true;
-	/* The ring loop is done; the control thread finishes what it holds. */
+	/* The ring loop is done; the control threads finish what they hold. */
 	pthread_mutex_lock(&disk->lock);
 	disk->control_stopping = true;
-	pthread_cond_signal(&disk->control_ready);
+	pthread_cond_broadcast(&disk->control_ready);
 	pthread_mutex_unlock(&disk->lock);
-	ret = disk->control_joined ? 0 :
-				     pthread_timedjoin_np(disk->control_thread, NULL, &deadline);
-	if (ret) {
-		sel_error("disk thread: a create, commit, truncate or unlink still runs %u "
-			  "ms after the stop; leaving it", timeout_ms);
-		return -ETIMEDOUT;
+	for (; disk->control_joined < disk->control_started; disk->control_joined++) {
+		ret = pthread_timedjoin_np(disk->control_threads[disk->control_joined], NULL,
+					   &deadline);
+		if (ret) {
+			sel_error("disk thread: a create, commit, truncate or unlink still runs "
+				  "%u ms after the stop; leaving it", timeout_ms);
+			return -ETIMEDOUT;
+		}
 	}
-	disk->control_joined = true;
 	if (disk->use_ring)
 		io_uring_queue_exit(&disk->ring);
 	if (disk->wake_fd >= 0)

@@ -62,7 +62,8 @@ struct lane {
 	uint32_t *row_slots;
 	struct rec_disk_request row_req;
 	struct rec_disk_request control_req;
-	struct rec_disk_file files[2]; /* a store uses [0]; a fetch alternates per record */
+	/* a fetch alternates per record; truncates and unlinks use [0] */
+	struct rec_disk_file files[2];
 	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
 	/*
 	 * While stores run on the background lane, their waits for the disk
@@ -176,7 +177,11 @@ static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_re
 
 	req->tag = ++l->next_seq;
 	ret = rec_disk_submit(e->disk, req);
-	/* At most ten requests a lane are ever outstanding: the queue holds 64. */
+	/*
+	 * Outstanding at most: 8 stages, one row and 4 stores' creates or
+	 * commits on the background lane, 10 on the restore lane; the disk
+	 * takes 64.
+	 */
 	SEL_ASSERT(ret == 0);
 }
 
@@ -526,6 +531,8 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	s = free_stage(l);
 	if (!s)
 		return false;
+	/* No copy of a store goes before a fetch submitted earlier. */
+	yield_to_restores(e);
 	run->next_first += n;
 	if (copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, &run->o))
 		return true;
@@ -557,6 +564,7 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	if (e->row_user && e->row_user->row_req.tag)
 		return false; /* another store's row is still on its way to the disk */
 	run->row_done = true;
+	yield_to_restores(e);
 	if (copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o))
 		return true;
 	stage_row(e, l, &run->row_req, &run->file, REC_DISK_WRITE_ROW);

@@ -1,12 +1,13 @@
 /*
  * One rank's shard engine (docs/DESIGN.md section 6, seed 2.5): staged jobs that
  * move a checkpoint between device memory and its record file. A transfer
- * thread runs jobs one at a time, restores first: a fetch goes before every
- * queued store, truncate, unlink or noop, and a running store yields to
- * every queued fetch between two of its windows and whenever it waits for
- * the disk (a write, its create, commit or abort), then resumes (its I/O in
- * flight continues, at a lower priority on the disk); otherwise jobs run in
- * submission order, and no job overtakes an earlier fetch. It expands page ids
+ * thread runs jobs restores first: a fetch goes before every queued store,
+ * truncate, unlink or noop, and running stores yield to every queued fetch
+ * before each of their device copies and whenever they wait for the disk (a
+ * write, a create, commit or abort), then resume (their I/O in flight
+ * continues, at a lower priority on the disk); otherwise jobs run in
+ * submission order, except that up to stores_max stores run at once, and
+ * no job overtakes an earlier fetch. It expands page ids
  * and the state slot into device addresses from the geometry, copies windows
  * of at most 64 pages plus the row through several staging buffers, and hands
  * each window to the disk thread (record/disk.h) so that device copies and
