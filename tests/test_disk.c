@@ -6,7 +6,8 @@
  * it. Held with sleep failpoints; no timing is asserted beyond the stop's
  * own deadline. A refused thread (thread.start) fails the start with a
  * reason and leaves nothing running; refused kernel workers
- * (disk.io_workers) leave a disk that submits inline and works.
+ * (disk.io_workers) leave a disk that submits inline and works; with
+ * kernel workers, creates of different files run at once.
  */
 #include "tests/testutil.h"
 
@@ -228,6 +229,53 @@ static void test_disk_io_workers_refused(void **state)
 	free(back);
 }
 
+/*
+ * With kernel workers, creates of different files run at once on the
+ * control threads: a create held 1.5 s does not hold up the next one, whose
+ * reply comes first; both files are then written and aborted cleanly.
+ */
+static void test_disk_creates_run_at_once(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_disk_options options = { .dir = f->dir, .io_workers = 2 };
+	struct rec_disk_file other;
+	struct rec_disk_request second = { .op = REC_DISK_CREATE, .file = &other,
+					   .replies = &f->replies };
+	struct rec_key key = { .consumed = 128 };
+	struct rec_disk *disk;
+	uint64_t fired;
+	char err[256];
+
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+	assert_int_equal(rec_disk_start(&options, &disk, err, sizeof(err)), 0);
+	if (rec_disk_io_workers(disk) == 0) {
+		assert_int_equal(rec_disk_stop(disk, 30000), 0);
+		skip(); /* the kernel refused the bound: one control thread */
+	}
+	assert_int_equal(rec_disk_file_init(&other, 4), 0);
+	memset(key.digest.bytes, 9, sizeof(key.digest.bytes));
+	assert_int_equal(rec_header_init(&other.header, &f->g, &f->ns, &key, NULL,
+					 &key.digest, 0, 2, 1), 0);
+	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(1500)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_RECORD_BEFORE_CREATE);
+	assert_int_equal(rec_disk_submit(disk, &f->create), 0);
+	while (sel_failpoint_fired(SEL_FP_RECORD_BEFORE_CREATE) == fired)
+		usleep(1000);
+	assert_int_equal(rec_disk_submit(disk, &second), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &second);
+	assert_int_equal(second.result, 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &f->create);
+	assert_int_equal(f->create.result, 0);
+	second.op = f->create.op = REC_DISK_ABORT;
+	assert_int_equal(rec_disk_submit(disk, &second), 0);
+	assert_int_equal(rec_disk_submit(disk, &f->create), 0);
+	assert_non_null(rec_disk_wait(&f->replies));
+	assert_non_null(rec_disk_wait(&f->replies));
+	assert_int_equal(rec_disk_stop(disk, 30000), 0);
+	rec_disk_file_destroy(&other);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -238,6 +286,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_submissions_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_thread_start_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_io_workers_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_creates_run_at_once, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);
