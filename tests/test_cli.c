@@ -932,6 +932,8 @@ static void test_cli_bench_cleans_up(void **state)
 
 		dup2(null, 1);
 		dup2(null, 2);
+		/* as a terminal's: a shell's background job starts with SIGINT ignored */
+		signal(SIGINT, SIG_DFL);
 		execl(program ? program : "build/selene", "selene", "bench", "store", "--dir", dir,
 		      "--device", "host", "--rounds", "1000", "--records", "4", (char *)NULL);
 		_exit(127);
