@@ -126,7 +126,7 @@ struct shard_engine {
 	struct lane lanes[LANE_COUNT];
 	struct store_run runs[SHARD_STORES_MAX];
 	uint32_t stores_max;        /* stores in progress at once */
-	uint32_t stores_active;     /* in progress now */
+	uint32_t stores_active;     /* runs holding a job now */
 	struct store_run *row_user; /* whose row the background row staging holds */
 	struct shard_checksum_pool checksums;
 	bool checksums_started;
@@ -484,6 +484,10 @@ static void complete_job(struct shard_engine *e, struct shard_job *job,
 static void store_begin(struct shard_engine *e, struct lane *l, struct store_run *run,
 			struct shard_job *job)
 {
+	pthread_mutex_lock(&e->lock);
+	if (++e->stores_active > e->stats.stores_at_once)
+		e->stats.stores_at_once = e->stores_active;
+	pthread_mutex_unlock(&e->lock);
 	run->job = job;
 	run->o = (struct job_outcome){ 0 };
 	run->seed = rec_checksum_seed(&job->header.key);
@@ -518,7 +522,6 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	struct shard_job *job = run->job;
 	uint32_t tail = job->header.tail_page_count, first = run->next_first;
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
-	uint32_t share = SHARD_STAGES / e->stores_active;
 	struct stage *s;
 
 	/*
@@ -526,7 +529,7 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	 * would otherwise take every stage as it comes back, and the others'
 	 * files would wait while its file's writes queue behind one another.
 	 */
-	if (run->writes + (run->held != NULL) >= (share ? share : 1))
+	if (run->writes + (run->held != NULL) >= SHARD_STAGES / e->stores_active)
 		return false;
 	s = free_stage(l);
 	if (!s)
@@ -589,6 +592,7 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 			return false;
 		complete_job(e, run->job, &run->o);
 		run->job = NULL;
+		e->stores_active--;
 		return true;
 	}
 	if (run->held) {
@@ -672,36 +676,21 @@ static struct shard_job *next_store(struct shard_engine *e)
 static void run_stores(struct shard_engine *e, struct shard_job *job)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
-	uint32_t active = 1;
 
-	e->stores_active = 1;
 	store_begin(e, l, &e->runs[0], job);
-	pthread_mutex_lock(&e->lock);
-	if (e->stats.stores_at_once == 0)
-		e->stats.stores_at_once = 1;
-	pthread_mutex_unlock(&e->lock);
-	while (active) {
+	while (e->stores_active) {
 		bool moved = false;
 
 		yield_to_restores(e);
-		for (uint32_t i = 0; i < e->stores_max && active < e->stores_max; i++) {
+		for (uint32_t i = 0; i < e->stores_max && e->stores_active < e->stores_max; i++) {
 			if (e->runs[i].job || !(job = next_store(e)))
 				continue;
 			store_begin(e, l, &e->runs[i], job);
-			e->stores_active = ++active;
 			moved = true;
-			pthread_mutex_lock(&e->lock);
-			if (active > e->stats.stores_at_once)
-				e->stats.stores_at_once = active;
-			pthread_mutex_unlock(&e->lock);
 		}
-		for (uint32_t i = 0; i < e->stores_max; i++) {
-			if (!e->runs[i].job || !store_step(e, l, &e->runs[i]))
-				continue;
-			moved = true;
-			if (!e->runs[i].job)
-				e->stores_active = --active;
-		}
+		for (uint32_t i = 0; i < e->stores_max; i++)
+			if (e->runs[i].job && store_step(e, l, &e->runs[i]))
+				moved = true;
 		if (!moved) {
 			struct rec_disk_request *done = rec_disk_wait_or_poke(&l->replies);
 

@@ -62,6 +62,7 @@
  * once by default; elsewhere one, as a block device gains nothing.
  */
 #define SHARD_STORES_MAX 4u
+_Static_assert(SHARD_STORES_MAX <= SHARD_STAGES, "every store in progress has a stage");
 /*
  * A fetch keeps at most this many bytes of reads in flight (as the raw
  * baseline does: eight 8 MiB requests). With more, the reads of a whole
