@@ -1411,6 +1411,38 @@ static void test_engine_yielded_store_failure(void **state)
  * 8 on tmpfs.
  */
 /*
+ * Options past their limits are refused at open with their reason, and the
+ * open leaves nothing behind (the sanitizer build checks for leaks).
+ */
+static void test_engine_open_refuses_bad_options(void **state)
+{
+	struct fixture *f = *state;
+	static const struct {
+		uint32_t io_workers, stores_max, window_pages, jobs_max;
+		const char *reason;
+	} cases[] = {
+		{ REC_DISK_IO_WORKERS_MAX + 1, 0, 4, 8, "kernel I/O workers past the maximum" },
+		{ 0, SHARD_STORES_MAX + 1, 4, 8, "stores at once past the maximum" },
+		{ 0, 0, SHARD_WINDOW_PAGES_MAX + 1, 8, "past the maximum" },
+		{ 0, 0, 4, SHARD_JOBS_MAX + 1, "past the maximum" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct shard_engine_options options = {
+			.geometry = &f->g, .dir = f->dir, .device = f->dev, .planes = &f->planes,
+			.window_pages = cases[i].window_pages, .jobs_max = cases[i].jobs_max,
+			.io_workers = cases[i].io_workers, .stores_max = cases[i].stores_max,
+		};
+		struct shard_engine *engine = (struct shard_engine *)1;
+		char err[256] = "";
+
+		assert_int_equal(shard_engine_open(&options, &engine, err, sizeof(err)), -EINVAL);
+		assert_null(engine);
+		assert_non_null(strstr(err, cases[i].reason));
+	}
+}
+
+/*
  * Stores at once by default: SHARD_STORES_MAX with kernel workers, one
  * without; SELENE_STORES_AT_ONCE overrides, and 0 or a malformed value
  * leaves the default. An engine reports what it runs.
@@ -1511,6 +1543,8 @@ int main(void)
 		BOTH(test_engine_fetch_copies_overlap),
 		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
 		BOTH(test_engine_default_stores_max),
+		cmocka_unit_test_setup_teardown(test_engine_open_refuses_bad_options, setup_uring,
+						teardown),
 	};
 #undef BOTH
 
