@@ -216,6 +216,16 @@ static uint32_t poll_events(struct fixture *f, struct sel_event *events)
 	return coord_store_poll(&f->store, events, 64);
 }
 
+/* Stores the 300-token root record (the first job) and finds it. */
+static void store_root_and_find(struct fixture *f, struct sel_event *events,
+				struct sel_hit *hit)
+{
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, events);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, hit));
+}
+
 /* Every pin released, every job done, bytes equal to the records'. */
 static void assert_balanced(struct fixture *f)
 {
@@ -741,10 +751,7 @@ static void test_store_waiters_and_cancel(void **state)
 	struct sel_hit hit;
 	bool joined;
 
-	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
-	stub_complete(&f->stub, 0, 0);
-	poll_events(f, ev);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	store_root_and_find(f, ev, &hit);
 	assert_int_equal(hit.page_count, 4);
 	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 10, &joined), 0);
 	assert_false(joined);
@@ -878,10 +885,7 @@ static void test_store_stale_hit_and_full_queue(void **state)
 	struct sel_hit hit;
 	bool joined;
 
-	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
-	stub_complete(&f->stub, 0, 0);
-	poll_events(f, ev);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	store_root_and_find(f, ev, &hit);
 	f->stub.refuse = true;
 	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 1, &joined),
 			 SEL_EQUEUEFULL);
@@ -987,10 +991,7 @@ static void test_store_fatal_event_fits_a_full_ring(void **state)
 	struct sel_hit hit;
 	bool joined;
 
-	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
-	stub_complete(&f->stub, 0, 0);
-	poll_events(f, ev);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	store_root_and_find(f, ev, &hit);
 	fetch_job = f->stub.job_count;
 	for (uint32_t w = 0; w < COORD_WAITERS_MAX; w++) {
 		assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 10 + w, &joined),
@@ -1098,10 +1099,7 @@ static void test_store_engine_refusal_is_reported(void **state)
 	f->stub.refuse_error = -EINVAL;
 	assert_int_equal(coord_store_publish(&f->store, &f->h, &pub, &outcome), -EINVAL);
 	f->stub.refuse = false;
-	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
-	stub_complete(&f->stub, 0, 0);
-	poll_events(f, ev);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	store_root_and_find(f, ev, &hit);
 	f->stub.refuse = true;
 	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 1, &joined), -EINVAL);
 	f->stub.refuse = false;
