@@ -654,15 +654,6 @@ static void starve_descriptors(void *arg)
 								    st->saved.rlim_max }), 0);
 }
 
-static double thread_cpu_seconds(void)
-{
-	struct rusage u;
-
-	getrusage(RUSAGE_THREAD, &u);
-	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
-	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
-}
-
 /*
  * A listener rank zero cannot accept from for want of descriptors, with no
  * handshake of its own to give up, does not spin the join until its
@@ -679,9 +670,9 @@ static void test_form_out_of_descriptors_does_not_spin(void **state)
 	int ret;
 
 	f->storm_port = &st.port;
-	cpu = thread_cpu_seconds();
+	cpu = tu_cpu_seconds(RUSAGE_THREAD);
 	ret = form_within(f, err, sizeof(err), &limit, 2000, starve_descriptors, &st);
-	cpu = thread_cpu_seconds() - cpu;
+	cpu = tu_cpu_seconds(RUSAGE_THREAD) - cpu;
 	setrlimit(RLIMIT_NOFILE, &st.saved);
 	waitpid(st.child, NULL, 0);
 	assert_int_equal(ret, -ETIMEDOUT);

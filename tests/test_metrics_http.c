@@ -131,15 +131,6 @@ static void test_metrics_http_silent_client(void **state)
 	close(silent);
 }
 
-static double process_cpu_seconds(void)
-{
-	struct rusage u;
-
-	getrusage(RUSAGE_SELF, &u);
-	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
-	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
-}
-
 /*
  * Out of descriptors with a connection waiting: the server backs off
  * instead of spinning on a readable listener (this process, asleep
@@ -180,9 +171,9 @@ static void test_metrics_http_out_of_descriptors(void **state)
 								    saved.rlim_max }), 0);
 	assert_int_equal(write(go[1], "x", 1), 1);
 	usleep(200 * 1000); /* the connection waits on the listener */
-	cpu = process_cpu_seconds();
+	cpu = tu_cpu_seconds(RUSAGE_SELF);
 	sleep(1);
-	cpu = process_cpu_seconds() - cpu;
+	cpu = tu_cpu_seconds(RUSAGE_SELF) - cpu;
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
 	close(go[1]);
 	waitpid(child, NULL, 0);

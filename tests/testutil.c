@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -321,4 +322,13 @@ void tu_failpoints_may_kill(void)
 {
 	sel_failpoints_set_fatal(tu_die_at_failpoint);
 	setenv("SELENE_FAILPOINTS_ALLOW_FATAL", "1", 1);
+}
+
+double tu_cpu_seconds(int who)
+{
+	struct rusage u;
+
+	getrusage(who, &u);
+	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
 }

@@ -94,6 +94,9 @@ void tu_flip_bit(const char *path, uint64_t offset);
 /* Number of directory entries whose name ends with suffix. */
 int tu_count_suffix(const char *dir_path, const char *suffix);
 
+/* CPU seconds, user and system, of getrusage(who): RUSAGE_SELF or RUSAGE_THREAD. */
+double tu_cpu_seconds(int who);
+
 /*
  * Checks a metrics exposition with tests/metrics_check.py (the Prometheus
  * parser and the format's grouping rules), requiring each family named in
