@@ -993,10 +993,15 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 	}
 	ret = disk->thread_joined ? 0 : pthread_timedjoin_np(disk->thread, NULL, &deadline);
 	if (ret) {
+		uint32_t outstanding;
+
+		/* The ring's counts are the running thread's: the lock's is ours. */
+		pthread_mutex_lock(&disk->lock);
+		outstanding = disk->outstanding;
+		pthread_mutex_unlock(&disk->lock);
 		/* Its I/O may still land in the requesters' buffers: keep all. */
-		sel_error("disk thread: still running %u ms after the stop (%u requests, "
-			  "%u I/O requests in flight); leaving it", timeout_ms,
-			  disk->active_count, disk->ops_in_flight);
+		sel_error("disk thread: still running %u ms after the stop (%u requests not "
+			  "answered); leaving it", timeout_ms, outstanding);
 		return -ETIMEDOUT;
 	}
 	disk->thread_joined = true;
