@@ -180,6 +180,23 @@ static void test_disk_thread_start_refused(void **state)
 		assert_non_null(strstr(err, cases[i].reason));
 		assert_int_equal(sel_failpoint_fired(SEL_FP_THREAD_START), 1);
 	}
+	/* With kernel workers: the third of the control threads refused. */
+	options.io_workers = 2;
+	assert_int_equal(sel_failpoints_configure("thread.start=2*off->1*return(EAGAIN)"), 0);
+	{
+		struct rec_disk *disk = (struct rec_disk *)1;
+		char err[256] = "";
+		int ret = rec_disk_start(&options, &disk, err, sizeof(err));
+
+		if (sel_failpoint_fired(SEL_FP_THREAD_START) == 1) {
+			assert_int_equal(ret, -EAGAIN);
+			assert_null(disk);
+			assert_non_null(strstr(err, "cannot start the disk's control thread"));
+		} else { /* the kernel refused the workers' bound: one control thread */
+			assert_int_equal(ret, 0);
+			assert_int_equal(rec_disk_stop(disk, 30000), 0);
+		}
+	}
 	sel_failpoints_configure(NULL);
 	/* The fixture's own disk still works. */
 	assert_int_equal(rec_disk_submit(f->disk, &f->create), 0);
