@@ -27,9 +27,9 @@
 #include "launch/bench_store.h"
 
 #include "common/base.h"
-#include "common/limits.h"
 #include "coordinator/bench.h"
 #include "peer/bench.h"
+#include "record/dir.h"
 #include "selene/store.h"
 
 #include <errno.h>
@@ -335,16 +335,13 @@ static void *startup_raw_main(void *arg)
 
 /*
  * The raw path of a cold restart: the first 4 KiB of every record file,
- * read cold, on world * REC_SCAN_THREADS_MAX threads at most (a rank's scan
- * uses up to one per core, at least 4, at most REC_SCAN_THREADS_MAX).
+ * read cold, on as many threads as the ranks' scans use together
+ * (rec_dir_scan_threads for each rank's records).
  */
 static int startup_raw_round(struct startup_run *r, uint64_t *ns, uint32_t *threads_out)
 {
 	struct startup_raw raw = { 0 };
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	uint32_t per_rank = cores < 4 ? 4 : cores > REC_SCAN_THREADS_MAX ?
-			    REC_SCAN_THREADS_MAX : (uint32_t)cores;
-	uint32_t threads = per_rank * r->world, started = 0;
+	uint32_t threads = rec_dir_scan_threads(r->records) * r->world, started = 0;
 	pthread_t *tids = calloc(threads, sizeof(*tids));
 	int ret = 0;
 

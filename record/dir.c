@@ -666,12 +666,10 @@ static void *scan_worker_main(void *arg)
 }
 
 /*
- * Threads for this scan: 256 files each at least, and one per core it may
- * run on, but at least 4 (reads in flight for a cold cache) and at most
- * REC_SCAN_THREADS_MAX. Every rank of a host scans at once, so a small
- * machine is not flooded with threads that only share its cores.
+ * Every rank of a host scans at once, so a small machine is not flooded
+ * with threads that only share its cores.
  */
-static uint32_t scan_thread_count(size_t pending)
+uint32_t rec_dir_scan_threads(size_t pending)
 {
 	size_t threads = pending / 256, cores = 1;
 	cpu_set_t cpus;
@@ -730,7 +728,7 @@ static int scan_read_parallel(struct scan_state *s, uint32_t threads)
 /* R-DIR-3, R-DIR-4: reads every listed record file. */
 static int scan_read_pending(struct scan_state *s)
 {
-	uint32_t threads = scan_thread_count(s->pending_count);
+	uint32_t threads = rec_dir_scan_threads(s->pending_count);
 	int ret = 0;
 
 	if (threads > 1)

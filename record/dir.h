@@ -123,4 +123,11 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 
 void rec_scan_free(struct rec_scan *scan);
 
+/*
+ * Threads the scan reads pending record files on: 1 under 1024 files, else
+ * one per 256 files and per core it may run on, at least 4 (reads in flight
+ * for a cold cache), at most REC_SCAN_THREADS_MAX.
+ */
+uint32_t rec_dir_scan_threads(size_t pending);
+
 #endif
