@@ -592,6 +592,26 @@ static int report_spread(struct bench *b)
 	return 0;
 }
 
+/* Where the transfer thread's time went while the stores ran (engine stats). */
+static void report_store_time(const struct bench *b)
+{
+	struct shard_engine_stats st;
+	double run;
+
+	shard_engine_stats(b->engine, &st);
+	if (!st.store_run_ns)
+		return;
+	run = (double)st.store_run_ns;
+	printf("store: the transfer thread ran stores for %.3f s: %.0f%% copying from the "
+	       "device, %.0f%% in checksum passes (%u threads), %.0f%% waiting for the disk, "
+	       "%.0f%% the rest\n",
+	       seconds(st.store_run_ns), 100.0 * (double)st.store_copy_ns / run,
+	       100.0 * (double)st.store_sum_ns / run, st.checksum_threads,
+	       100.0 * (double)st.store_wait_ns / run,
+	       100.0 * (run - (double)(st.store_copy_ns + st.store_sum_ns + st.store_wait_ns)) /
+		       run);
+}
+
 /* Alternates raw and Selene rounds so both see the same disk conditions. */
 static int bench_store(struct bench *b, bool and_fetch)
 {
@@ -615,6 +635,7 @@ static int bench_store(struct bench *b, bool and_fetch)
 		return ret;
 	}
 	report("store", b, selene_ns, raw_ns, b->a.rounds);
+	report_store_time(b);
 	if (and_fetch)
 		report("fetch", b, fetch_ns, raw_read_ns, b->a.rounds);
 	return and_fetch ? report_spread(b) : 0;

@@ -53,6 +53,7 @@ struct stage {
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
 	struct store_run *owner; /* background: the store whose window it holds */
+	bool held;               /* background: summed, its write awaits the create */
 };
 
 /* One lane's staging buffers and disk requests (see the top of this file). */
@@ -100,7 +101,7 @@ struct store_run {
 	uint64_t seed;       /* R-KEY-7's s */
 	uint32_t next_first; /* the next window's first page */
 	uint32_t writes;     /* its windows on the disk */
-	struct stage *held;  /* a window copied before its create came back */
+	uint32_t held;       /* its windows summed before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
 	bool closing;        /* its commit or abort was sent */
 };
@@ -128,6 +129,7 @@ struct shard_engine {
 	uint32_t stores_max;        /* stores in progress at once */
 	uint32_t stores_active;     /* runs holding a job now */
 	struct store_run *row_user; /* whose row the background row staging holds */
+	struct stage *copying;      /* the background window copy in flight, or NULL */
 	struct shard_checksum_pool checksums;
 	bool checksums_started;
 
@@ -150,6 +152,10 @@ struct shard_engine {
 	pthread_cond_t hook_idle;
 	bool stopping;
 	struct shard_engine_stats stats;
+	/* The store_*_ns stats, kept by the transfer thread; stats copies them. */
+	struct store_clock {
+		uint64_t run_ns, copy_ns, sum_ns, wait_ns;
+	} store_clock;
 };
 
 static int outcome_fail(struct job_outcome *o, int err, uint64_t seq,
@@ -267,17 +273,6 @@ static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct sta
 		}
 	}
 	return n;
-}
-
-/* Device <-> the window's slots for pages[0, count), to completion. */
-static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
-		       const uint32_t *page_ids, uint32_t count,
-		       enum shard_copy_direction dir, struct job_outcome *o)
-{
-	int ret = copy_drained(e, l, dir, window_copies(e, l, s, page_ids, count));
-
-	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
-						 "device to host" : "host to device") : 0;
 }
 
 /*
@@ -445,6 +440,10 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	}
 	job->next = e->free_jobs;
 	e->free_jobs = job;
+	e->stats.store_run_ns = e->store_clock.run_ns;
+	e->stats.store_copy_ns = e->store_clock.copy_ns;
+	e->stats.store_sum_ns = e->store_clock.sum_ns;
+	e->stats.store_wait_ns = e->store_clock.wait_ns;
 	if (c->result) {
 		e->stats.jobs_failed++;
 	} else {
@@ -493,7 +492,7 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->seed = rec_checksum_seed(&job->header.key);
 	run->next_first = 0;
 	run->writes = 0;
-	run->held = NULL;
+	run->held = 0;
 	run->row_done = false;
 	run->closing = false;
 	run->file.header = job->header;
@@ -512,63 +511,133 @@ static struct stage *free_stage(struct lane *l)
 }
 
 /*
- * Copies run's next window to a free stage, sums it and sends its write,
- * or holds it until the create has come back (the create runs on the
- * disk's control thread beside the first window's copy). False when no
- * stage is free.
+ * Sums a window whose copy from the device has completed and sends its
+ * write, or holds it until its create has come back (the create runs on
+ * the disk's control thread beside the first windows' copies), or lets it
+ * go when its store has failed meanwhile.
+ */
+static void store_send(struct shard_engine *e, struct lane *l, struct stage *s)
+{
+	struct store_run *run = s->owner;
+	struct window_sums w = {
+		.e = e, .s = s, .seed = run->seed,
+		.prefix_index = (uint64_t)run->job->header.first_page_index + s->req.first,
+	};
+	uint64_t t;
+
+	if (run->o.result) {
+		s->owner = NULL;
+		return;
+	}
+	/* The checksum pass is as long as the copy: a restore first. */
+	yield_to_restores(e);
+	t = sel_monotonic_ns();
+	shard_checksum_pool_run(&e->checksums, sum_page, &w, s->req.count);
+	e->store_clock.sum_ns += sel_monotonic_ns() - t;
+	run->o.bytes += e->geometry.page_record_bytes * s->req.count;
+	if (run->control_req.tag) {
+		s->held = true;
+		run->held++;
+	} else {
+		disk_send(e, l, &s->req);
+		run->writes++;
+	}
+}
+
+/*
+ * Waits for the window copy in flight (e->copying), then sums and sends
+ * it; false when none is in flight. A failed copy fails its store.
+ */
+static bool store_copied(struct shard_engine *e, struct lane *l)
+{
+	struct stage *s = e->copying;
+	uint64_t t = sel_monotonic_ns();
+	int ret;
+
+	if (!s)
+		return false;
+	e->copying = NULL;
+	ret = shard_device_synchronize(e->device);
+	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	if (ret) {
+		device_fail(&s->owner->o, ret, "device to host");
+		s->owner = NULL;
+	} else {
+		store_send(e, l, s);
+	}
+	return true;
+}
+
+/*
+ * Starts copying run's next window from the device to a free stage, then
+ * sums and sends the window copied before it (store_copied), so that the
+ * copy engine fills one window while the CPU sums the one before: one
+ * window copy is in flight at a time, whichever store it belongs to.
+ * False when run may take no stage now.
  */
 static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
 	struct shard_job *job = run->job;
 	uint32_t tail = job->header.tail_page_count, first = run->next_first;
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
-	struct stage *s;
+	uint32_t in_flight = e->copying && e->copying->owner == run;
+	struct stage *s, *before;
+	uint64_t t;
+	int ret = 0;
 
 	/*
 	 * Each store holds its share of the staging at most: the first store
 	 * would otherwise take every stage as it comes back, and the others'
 	 * files would wait while its file's writes queue behind one another.
 	 */
-	if (run->writes + (run->held != NULL) >= SHARD_STAGES / e->stores_active)
+	if (run->writes + run->held + in_flight >= SHARD_STAGES / e->stores_active)
 		return false;
 	s = free_stage(l);
 	if (!s)
 		return false;
 	/* No copy of a store goes before a fetch submitted earlier. */
 	yield_to_restores(e);
+	t = sel_monotonic_ns();
+	before = e->copying;
+	e->copying = NULL;
+	if (before)
+		ret = shard_device_synchronize(e->device);
+	if (ret) {
+		device_fail(&before->owner->o, ret, "device to host");
+		before->owner = NULL;
+		before = NULL;
+	}
 	run->next_first += n;
-	if (copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, &run->o))
-		return true;
-	{
-		struct window_sums w = {
-			.e = e, .s = s, .seed = run->seed,
-			.prefix_index = (uint64_t)job->header.first_page_index + first,
-		};
-
-		/* The checksum pass is as long as the copy: a restore first. */
-		yield_to_restores(e);
-		shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
-	}
 	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
-	s->owner = run;
-	run->o.bytes += e->geometry.page_record_bytes * n;
-	if (run->control_req.tag) {
-		run->held = s;
+	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+				window_copies(e, l, s, job->page_ids + first, n));
+	if (ret) {
+		shard_device_synchronize(e->device); /* see shard_device_copy */
+		device_fail(&run->o, ret, "device to host");
 	} else {
-		disk_send(e, l, &s->req);
-		run->writes++;
+		s->owner = run;
+		e->copying = s;
 	}
+	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	if (before)
+		store_send(e, l, before);
 	return true;
 }
 
 /* Copies run's row to the row staging and sends its write; false while busy. */
 static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
+	uint64_t t;
+	int failed;
+
 	if (e->row_user && e->row_user->row_req.tag)
 		return false; /* another store's row is still on its way to the disk */
 	run->row_done = true;
 	yield_to_restores(e);
-	if (copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o))
+	t = sel_monotonic_ns();
+	failed = copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o);
+	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	if (failed)
 		return true;
 	stage_row(e, l, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
 	e->row_user = run;
@@ -598,13 +667,20 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	if (run->held) {
 		if (!created)
 			return false;
-		if (!run->o.result) {
-			disk_send(e, l, &run->held->req);
-			run->writes++;
-		} else {
-			run->held->owner = NULL; /* the create failed: never written */
+		for (uint32_t b = 0; b < SHARD_STAGES; b++) {
+			struct stage *s = &l->stages[b];
+
+			if (s->owner != run || !s->held)
+				continue;
+			s->held = false;
+			if (!run->o.result) {
+				disk_send(e, l, &s->req);
+				run->writes++;
+			} else {
+				s->owner = NULL; /* the create failed: never written */
+			}
 		}
-		run->held = NULL;
+		run->held = 0;
 		return true;
 	}
 	if (!run->o.result && run->next_first < tail)
@@ -612,7 +688,8 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	/* The file exists before its row is sent (a record without pages). */
 	if (!run->o.result && !run->row_done)
 		return created && store_row(e, l, run);
-	if (!created || run->writes || run->row_req.tag)
+	if (!created || run->writes || run->row_req.tag ||
+	    (e->copying && e->copying->owner == run))
 		return false;
 	/* Every write has drained: commit, or let the temporary file go. */
 	run->control_req.op = run->o.result ? REC_DISK_ABORT : REC_DISK_COMMIT;
@@ -676,6 +753,7 @@ static struct shard_job *next_store(struct shard_engine *e)
 static void run_stores(struct shard_engine *e, struct shard_job *job)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
+	uint64_t t = sel_monotonic_ns(), now;
 
 	store_begin(e, l, &e->runs[0], job);
 	while (e->stores_active) {
@@ -691,12 +769,23 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 		for (uint32_t i = 0; i < e->stores_max; i++)
 			if (e->runs[i].job && store_step(e, l, &e->runs[i]))
 				moved = true;
+		/* Nothing else can move: the window copy in flight is needed now. */
+		if (!moved)
+			moved = store_copied(e, l);
 		if (!moved) {
-			struct rec_disk_request *done = rec_disk_wait_or_poke(&l->replies);
+			struct rec_disk_request *done;
+			uint64_t waited = sel_monotonic_ns();
 
+			done = rec_disk_wait_or_poke(&l->replies);
+			e->store_clock.wait_ns += sel_monotonic_ns() - waited;
 			if (done)
 				store_reply(e, l, done);
 		}
+		/* Published with each completion (finish_job): the last step's
+		 * microseconds wait for the next job's. */
+		now = sel_monotonic_ns();
+		e->store_clock.run_ns += now - t;
+		t = now;
 	}
 }
 

@@ -180,6 +180,14 @@ struct shard_engine_stats {
 	uint64_t queue_full;
 	uint64_t store_yields; /* fetches run while a store was in progress */
 	uint32_t stores_at_once; /* the most stores that were in progress at once */
+	/*
+	 * Where the transfer thread's time went while stores ran (run_ns, from
+	 * the first store's start to the last one's completion): copying their
+	 * windows and rows from the device, their checksum passes, and waiting
+	 * for the disk with nothing else to do; the rest went to fetches run
+	 * between windows and to the steps themselves.
+	 */
+	uint64_t store_run_ns, store_copy_ns, store_sum_ns, store_wait_ns;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
 	uint32_t checksum_threads; /* the transfer thread and its checksum helpers */
