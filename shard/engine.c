@@ -53,12 +53,12 @@ struct stage {
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
 	struct store_run *owner; /* background: the store whose window it holds */
-	bool held;               /* background: summed, its write awaits the create */
 };
 
 /* One lane's staging buffers and disk requests (see the top of this file). */
 struct lane {
-	struct stage stages[SHARD_STAGES];
+	struct stage stages[SHARD_STORE_STAGES_MAX];
+	uint32_t stage_count; /* restore: SHARD_STAGES; background: see open_staging */
 	struct shard_slab_lease row_lease;
 	uint32_t *row_slots;
 	struct rec_disk_request row_req;
@@ -101,7 +101,7 @@ struct store_run {
 	uint64_t seed;       /* R-KEY-7's s */
 	uint32_t next_first; /* the next window's first page */
 	uint32_t writes;     /* its windows on the disk */
-	uint32_t held;       /* its windows summed before its create came back */
+	struct stage *held;  /* a window copied before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
 	bool closing;        /* its commit or abort was sent */
 };
@@ -129,7 +129,6 @@ struct shard_engine {
 	uint32_t stores_max;        /* stores in progress at once */
 	uint32_t stores_active;     /* runs holding a job now */
 	struct store_run *row_user; /* whose row the background row staging holds */
-	struct stage *copying;      /* the background window copy in flight, or NULL */
 	struct shard_checksum_pool checksums;
 	bool checksums_started;
 
@@ -184,9 +183,9 @@ static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_re
 	req->tag = ++l->next_seq;
 	ret = rec_disk_submit(e->disk, req);
 	/*
-	 * Outstanding at most: 8 stages, one row and 4 stores' creates or
-	 * commits on the background lane, 10 on the restore lane; the disk
-	 * takes 64.
+	 * Outstanding at most: its stages, one row and a create or commit of
+	 * each store on the background lane (16 + 1 + 8), 10 on the restore
+	 * lane; the disk takes REC_DISK_QUEUE_MAX (disk_queue_room).
 	 */
 	SEL_ASSERT(ret == 0);
 }
@@ -207,11 +206,14 @@ static void disk_await(struct lane *l, struct rec_disk_request *req,
 
 static void disk_await_all(struct lane *l, struct job_outcome *o)
 {
-	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+	for (uint32_t b = 0; b < l->stage_count; b++)
 		disk_await(l, &l->stages[b].req, o);
 	disk_await(l, &l->row_req, o);
 	disk_await(l, &l->control_req, o);
 }
+
+_Static_assert(SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 2 <=
+		       REC_DISK_QUEUE_MAX, "disk_queue_room");
 
 /* Runs one control request on file to its reply. */
 static int disk_control(struct shard_engine *e, struct lane *l, struct rec_disk_file *file,
@@ -273,6 +275,17 @@ static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct sta
 		}
 	}
 	return n;
+}
+
+/* Device <-> the window's slots for pages[0, count), to completion. */
+static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
+		       const uint32_t *page_ids, uint32_t count,
+		       enum shard_copy_direction dir, struct job_outcome *o)
+{
+	int ret = copy_drained(e, l, dir, window_copies(e, l, s, page_ids, count));
+
+	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
+						 "device to host" : "host to device") : 0;
 }
 
 /*
@@ -353,7 +366,7 @@ static void stage_row(struct shard_engine *e, struct lane *l, struct rec_disk_re
 /* Zeroes staging after a failed read, so its padding is zero again. */
 static void stage_scrub(struct shard_engine *e, struct lane *l)
 {
-	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+	for (uint32_t b = 0; b < l->stage_count; b++)
 		for (uint32_t i = 0; i < e->window_pages; i++)
 			memset(shard_slab_slot(&e->pool, l->stages[b].slots[i]), 0,
 			       e->pool.slot_bytes);
@@ -492,7 +505,7 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->seed = rec_checksum_seed(&job->header.key);
 	run->next_first = 0;
 	run->writes = 0;
-	run->held = 0;
+	run->held = NULL;
 	run->row_done = false;
 	run->closing = false;
 	run->file.header = job->header;
@@ -504,123 +517,66 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 /* A background stage holding no window (neither on the disk nor held). */
 static struct stage *free_stage(struct lane *l)
 {
-	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+	for (uint32_t b = 0; b < l->stage_count; b++)
 		if (!l->stages[b].owner)
 			return &l->stages[b];
 	return NULL;
 }
 
 /*
- * Sums a window whose copy from the device has completed and sends its
- * write, or holds it until its create has come back (the create runs on
- * the disk's control thread beside the first windows' copies), or lets it
- * go when its store has failed meanwhile.
- */
-static void store_send(struct shard_engine *e, struct lane *l, struct stage *s)
-{
-	struct store_run *run = s->owner;
-	struct window_sums w = {
-		.e = e, .s = s, .seed = run->seed,
-		.prefix_index = (uint64_t)run->job->header.first_page_index + s->req.first,
-	};
-	uint64_t t;
-
-	if (run->o.result) {
-		s->owner = NULL;
-		return;
-	}
-	/* The checksum pass is as long as the copy: a restore first. */
-	yield_to_restores(e);
-	t = sel_monotonic_ns();
-	shard_checksum_pool_run(&e->checksums, sum_page, &w, s->req.count);
-	e->store_clock.sum_ns += sel_monotonic_ns() - t;
-	run->o.bytes += e->geometry.page_record_bytes * s->req.count;
-	if (run->control_req.tag) {
-		s->held = true;
-		run->held++;
-	} else {
-		disk_send(e, l, &s->req);
-		run->writes++;
-	}
-}
-
-/*
- * Waits for the window copy in flight (e->copying), then sums and sends
- * it; false when none is in flight. A failed copy fails its store.
- */
-static bool store_copied(struct shard_engine *e, struct lane *l)
-{
-	struct stage *s = e->copying;
-	uint64_t t = sel_monotonic_ns();
-	int ret;
-
-	if (!s)
-		return false;
-	e->copying = NULL;
-	ret = shard_device_synchronize(e->device);
-	e->store_clock.copy_ns += sel_monotonic_ns() - t;
-	if (ret) {
-		device_fail(&s->owner->o, ret, "device to host");
-		s->owner = NULL;
-	} else {
-		store_send(e, l, s);
-	}
-	return true;
-}
-
-/*
- * Starts copying run's next window from the device to a free stage, then
- * sums and sends the window copied before it (store_copied), so that the
- * copy engine fills one window while the CPU sums the one before: one
- * window copy is in flight at a time, whichever store it belongs to.
- * False when run may take no stage now.
+ * Copies run's next window to a free stage, sums it and sends its write,
+ * or holds it until the create has come back (the create runs on the
+ * disk's control thread beside the first window's copy). False when no
+ * stage is free.
  */
 static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
 	struct shard_job *job = run->job;
 	uint32_t tail = job->header.tail_page_count, first = run->next_first;
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
-	uint32_t in_flight = e->copying && e->copying->owner == run;
-	struct stage *s, *before;
+	struct stage *s;
 	uint64_t t;
-	int ret = 0;
+	int failed;
 
 	/*
 	 * Each store holds its share of the staging at most: the first store
 	 * would otherwise take every stage as it comes back, and the others'
 	 * files would wait while its file's writes queue behind one another.
 	 */
-	if (run->writes + run->held + in_flight >= SHARD_STAGES / e->stores_active)
+	if (run->writes + (run->held != NULL) >= l->stage_count / e->stores_active)
 		return false;
 	s = free_stage(l);
 	if (!s)
 		return false;
 	/* No copy of a store goes before a fetch submitted earlier. */
 	yield_to_restores(e);
-	t = sel_monotonic_ns();
-	before = e->copying;
-	e->copying = NULL;
-	if (before)
-		ret = shard_device_synchronize(e->device);
-	if (ret) {
-		device_fail(&before->owner->o, ret, "device to host");
-		before->owner = NULL;
-		before = NULL;
-	}
 	run->next_first += n;
-	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
-	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
-				window_copies(e, l, s, job->page_ids + first, n));
-	if (ret) {
-		shard_device_synchronize(e->device); /* see shard_device_copy */
-		device_fail(&run->o, ret, "device to host");
-	} else {
-		s->owner = run;
-		e->copying = s;
-	}
+	t = sel_monotonic_ns();
+	failed = copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
-	if (before)
-		store_send(e, l, before);
+	if (failed)
+		return true;
+	{
+		struct window_sums w = {
+			.e = e, .s = s, .seed = run->seed,
+			.prefix_index = (uint64_t)job->header.first_page_index + first,
+		};
+
+		/* The checksum pass is as long as the copy: a restore first. */
+		yield_to_restores(e);
+		t = sel_monotonic_ns();
+		shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
+		e->store_clock.sum_ns += sel_monotonic_ns() - t;
+	}
+	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
+	s->owner = run;
+	run->o.bytes += e->geometry.page_record_bytes * n;
+	if (run->control_req.tag) {
+		run->held = s;
+	} else {
+		disk_send(e, l, &s->req);
+		run->writes++;
+	}
 	return true;
 }
 
@@ -667,20 +623,13 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	if (run->held) {
 		if (!created)
 			return false;
-		for (uint32_t b = 0; b < SHARD_STAGES; b++) {
-			struct stage *s = &l->stages[b];
-
-			if (s->owner != run || !s->held)
-				continue;
-			s->held = false;
-			if (!run->o.result) {
-				disk_send(e, l, &s->req);
-				run->writes++;
-			} else {
-				s->owner = NULL; /* the create failed: never written */
-			}
+		if (!run->o.result) {
+			disk_send(e, l, &run->held->req);
+			run->writes++;
+		} else {
+			run->held->owner = NULL; /* the create failed: never written */
 		}
-		run->held = 0;
+		run->held = NULL;
 		return true;
 	}
 	if (!run->o.result && run->next_first < tail)
@@ -688,8 +637,7 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	/* The file exists before its row is sent (a record without pages). */
 	if (!run->o.result && !run->row_done)
 		return created && store_row(e, l, run);
-	if (!created || run->writes || run->row_req.tag ||
-	    (e->copying && e->copying->owner == run))
+	if (!created || run->writes || run->row_req.tag)
 		return false;
 	/* Every write has drained: commit, or let the temporary file go. */
 	run->control_req.op = run->o.result ? REC_DISK_ABORT : REC_DISK_COMMIT;
@@ -703,7 +651,7 @@ static void store_reply(struct shard_engine *e, struct lane *l, struct rec_disk_
 {
 	struct store_run *run = NULL;
 
-	if (done >= &l->stages[0].req && done <= &l->stages[SHARD_STAGES - 1].req) {
+	if (done >= &l->stages[0].req && done <= &l->stages[l->stage_count - 1].req) {
 		struct stage *s = (struct stage *)((char *)done - offsetof(struct stage, req));
 
 		run = s->owner;
@@ -769,9 +717,6 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 		for (uint32_t i = 0; i < e->stores_max; i++)
 			if (e->runs[i].job && store_step(e, l, &e->runs[i]))
 				moved = true;
-		/* Nothing else can move: the window copy in flight is needed now. */
-		if (!moved)
-			moved = store_copied(e, l);
 		if (!moved) {
 			struct rec_disk_request *done;
 			uint64_t waited = sel_monotonic_ns();
@@ -835,7 +780,7 @@ static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f,
 {
 	if (l->file_record[f] == UINT32_MAX)
 		return;
-	for (uint32_t b = 0; b < SHARD_STAGES; b++)
+	for (uint32_t b = 0; b < l->stage_count; b++)
 		if (l->stages[b].req.file == &l->files[f])
 			disk_await(l, &l->stages[b].req, o);
 	if (l->row_req.file == &l->files[f])
@@ -1303,7 +1248,7 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
 			   sizeof(*l->copies));
 	if (!l->row_slots || !l->copies)
 		return -ENOMEM;
-	for (uint32_t b = 0; !ret && b < SHARD_STAGES; b++) {
+	for (uint32_t b = 0; !ret && b < l->stage_count; b++) {
 		l->stages[b].lease = (struct shard_slab_lease){
 			.slots = l->stages[b].slots, .capacity = SHARD_WINDOW_PAGES_MAX };
 		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &l->stages[b].lease);
@@ -1331,7 +1276,8 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 			 "page-record slots", g->row_record_bytes, REC_DISK_BUFFERS_MAX);
 		return SEL_ETOOBIG;
 	}
-	slots = LANE_COUNT * (SHARD_STAGES * e->window_pages + row_pieces);
+	slots = (e->lanes[LANE_RESTORE].stage_count + e->lanes[LANE_BACKGROUND].stage_count) *
+		e->window_pages + LANE_COUNT * row_pieces;
 	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
 	if (ret) {
 		snprintf(err, err_size, "cannot map %u staging slots: %s", slots,
@@ -1389,7 +1335,7 @@ uint32_t shard_default_stores_max(uint32_t io_workers)
 static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 {
 	l->engine = e;
-	for (uint32_t b = 0; b < SHARD_STAGES; b++) {
+	for (uint32_t b = 0; b < l->stage_count; b++) {
 		l->stages[b].req.file = &l->files[0];
 		l->stages[b].req.replies = &l->replies;
 		l->stages[b].req.urgent = urgent;
@@ -1481,6 +1427,9 @@ int shard_engine_open(const struct shard_engine_options *options,
 		ret = -EINVAL;
 		goto err_close;
 	}
+	e->lanes[LANE_RESTORE].stage_count = SHARD_STAGES;
+	e->lanes[LANE_BACKGROUND].stage_count =
+		2 * e->stores_max > SHARD_STAGES ? 2 * e->stores_max : SHARD_STAGES;
 	for (uint32_t p = 0; p < e->geometry.page_plane_count; p++) {
 		e->plane_offset[p] = offset;
 		offset += sel_align_up(e->geometry.page_planes[p].unit_bytes, SEL_BLOCK_BYTES);

@@ -57,12 +57,22 @@
  * Stores in progress at once on a rank, each writing its own record file,
  * their windows interleaved on the background staging. One file's writes
  * are serialised by the kernel where the disk thread uses kernel workers
- * (tmpfs takes the file's lock for each write: 2-3 GB/s on the H200, 11.5
- * for 8 files at once, selene bench fetch's ceiling line), so there 4 run at
- * once by default; elsewhere one, as a block device gains nothing.
+ * (tmpfs takes the file's lock for each write: 2-3 GB/s on the H200, 14-16
+ * for 8 files at once, selene bench fetch's ceiling line), so there 8 run at
+ * once by default; elsewhere one, as a block device gains nothing. Measured
+ * on the H200 into /dev/shm in one run (selene bench fetch --records 8, 4
+ * pages of 2.25 MiB a window): 4 at once 6.8 and 9.0 GB/s, 8 at once 10.1
+ * and 9.9, fetches unchanged (3-page windows stored at 10.4 and 11.1, but
+ * fetched at 8.0 instead of 12.5-13.1).
  */
-#define SHARD_STORES_MAX 4u
-_Static_assert(SHARD_STORES_MAX <= SHARD_STAGES, "every store in progress has a stage");
+#define SHARD_STORES_MAX 8u
+/*
+ * The background lane's staging: SHARD_STAGES, or two windows for each
+ * store in progress where more run at once (one on the disk while the next
+ * is copied and summed).
+ */
+#define SHARD_STORE_STAGES_MAX (2u * SHARD_STORES_MAX)
+_Static_assert(SHARD_STAGES <= SHARD_STORE_STAGES_MAX, "the lanes' staging");
 /*
  * A fetch keeps at most this many bytes of reads in flight (as the raw
  * baseline does: eight 8 MiB requests). With more, the reads of a whole
