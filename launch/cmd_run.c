@@ -1191,7 +1191,8 @@ static bool run_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
  * Host memory this rank may give its planes (issue 10 item 7): what the
  * host has available, shared by every rank on it (OMPI_COMM_WORLD_LOCAL_SIZE),
  * less what the rank needs besides its planes: its shard engine's staging
- * (about SHARD_STAGES windows of page records, as shard/engine.c sizes it),
+ * (at most SHARD_STAGES restore windows and SHARD_STORE_STAGES_MAX store
+ * windows of page records, as shard/engine.c sizes it),
  * the worker's scratch units and rank zero's GPU-cache bookkeeping. Planes
  * on a CUDA device are checked by their allocation there, which fails
  * cleanly. Returns 0 with *budget, or -ENOMEM with err when even the rest
@@ -1212,7 +1213,7 @@ static int run_host_budget(const struct run *r, uint64_t *budget, char *err, siz
 	}
 	window = SHARD_WINDOW_BYTES / record_bytes;
 	window = window == 0 ? 1 : window > SHARD_WINDOW_PAGES_MAX ? SHARD_WINDOW_PAGES_MAX : window;
-	ok = run_mul_add(SHARD_STAGES * window, record_bytes,
+	ok = run_mul_add((SHARD_STAGES + SHARD_STORE_STAGES_MAX) * window, record_bytes,
 			 2 * largest + sel_align_up(o->row_bytes, SEL_BLOCK_BYTES), &need);
 	if (r->boot.cluster.rank == 0)
 		ok = ok && run_mul_add(o->gpu_pages, 3 * sizeof(uint32_t), need, &need) &&

@@ -154,6 +154,7 @@ struct shard_engine {
 	/* The store_*_ns stats, kept by the transfer thread; stats copies them. */
 	struct store_clock {
 		uint64_t run_ns, copy_ns, sum_ns, wait_ns;
+		uint64_t since; /* while run_stores runs: when run_ns was last added to */
 	} store_clock;
 };
 
@@ -453,7 +454,8 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	}
 	job->next = e->free_jobs;
 	e->free_jobs = job;
-	e->stats.store_run_ns = e->store_clock.run_ns;
+	e->stats.store_run_ns = e->store_clock.run_ns +
+		(e->store_clock.since ? sel_monotonic_ns() - e->store_clock.since : 0);
 	e->stats.store_copy_ns = e->store_clock.copy_ns;
 	e->stats.store_sum_ns = e->store_clock.sum_ns;
 	e->stats.store_wait_ns = e->store_clock.wait_ns;
@@ -701,8 +703,8 @@ static struct shard_job *next_store(struct shard_engine *e)
 static void run_stores(struct shard_engine *e, struct shard_job *job)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
-	uint64_t t = sel_monotonic_ns(), now;
 
+	e->store_clock.since = sel_monotonic_ns();
 	store_begin(e, l, &e->runs[0], job);
 	while (e->stores_active) {
 		bool moved = false;
@@ -726,12 +728,9 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 			if (done)
 				store_reply(e, l, done);
 		}
-		/* Published with each completion (finish_job): the last step's
-		 * microseconds wait for the next job's. */
-		now = sel_monotonic_ns();
-		e->store_clock.run_ns += now - t;
-		t = now;
 	}
+	e->store_clock.run_ns += sel_monotonic_ns() - e->store_clock.since;
+	e->store_clock.since = 0;
 }
 
 /* A window of a fetch: pages [first, first + count) of chain[record]. */

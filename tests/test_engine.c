@@ -1021,7 +1021,7 @@ static void rig_wait_completions(struct deferred_rig *r, uint32_t before, uint32
 
 /*
  * Stores at once on a device whose copies run only at synchronize: four
- * stores of 10 windows each, the first one's create held 300 ms (a window
+ * stores of 10 windows each, the first one's create held 500 ms (a window
  * copied and summed meanwhile waits for it), and a fetch submitted among
  * them, all complete right: every window was summed after its copy ran,
  * and every byte restores. The engine's split of the stores' time
@@ -1055,7 +1055,7 @@ static void test_engine_stores_on_deferred_device(void **state)
 	/* The fifth record, to restore while the others are stored. */
 	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 5, &jobs[4])), 0);
 
-	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(300)"), 0);
+	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(500)"), 0);
 	before = __atomic_load_n(&r.d.completions, __ATOMIC_ACQUIRE);
 	for (uint32_t k = 0; k < 4; k++)
 		assert_int_equal(shard_engine_store(r.engine, 1 + k, &jobs[k]), 0);
@@ -1086,7 +1086,7 @@ static void test_engine_stores_on_deferred_device(void **state)
 	}
 	shard_engine_stats(r.engine, &stats);
 	assert_true(stats.store_copy_ns > 0 && stats.store_sum_ns > 0);
-	/* The create held 300 ms: the stores waited for the disk meanwhile. */
+	/* The create held 500 ms: the stores waited for the disk meanwhile. */
 	assert_true(stats.store_wait_ns >= 250000000ull);
 	assert_true(stats.store_run_ns >=
 		    stats.store_copy_ns + stats.store_sum_ns + stats.store_wait_ns);
