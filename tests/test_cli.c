@@ -871,7 +871,7 @@ static void test_cli_strict_numbers(void **state)
 				       "--gpu-pages", "4294967294", NULL });
 	expect(r, 1, "of host memory per rank");
 	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
-				       "--planes", "1x1G", "--gpu-pages", "100000", NULL });
+				       "--planes", "1x64M", "--gpu-pages", "100000", NULL });
 	expect(r, 1, "do not fit the");
 	free(r);
 	tu_remove_tree(base);
