@@ -705,6 +705,15 @@ static void *control_main(void *arg)
 	return NULL;
 }
 
+/* Tells the control threads to stop once their queue is drained. */
+static void control_stop(struct rec_disk *disk)
+{
+	pthread_mutex_lock(&disk->lock);
+	disk->control_stopping = true;
+	pthread_cond_broadcast(&disk->control_ready);
+	pthread_mutex_unlock(&disk->lock);
+}
+
 /*
  * Advances every active request in order. A request that depends on an
  * earlier one (a commit after its writes) is held back by its requester,
@@ -925,10 +934,7 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	*out = disk;
 	return 0;
 err_free:
-	pthread_mutex_lock(&disk->lock);
-	disk->control_stopping = true;
-	pthread_cond_broadcast(&disk->control_ready);
-	pthread_mutex_unlock(&disk->lock);
+	control_stop(disk);
 	for (uint32_t i = 0; i < disk->control_started; i++)
 		pthread_join(disk->control_threads[i], NULL);
 	if (disk->wake_fd >= 0)
@@ -1006,10 +1012,7 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 	}
 	disk->thread_joined = true;
 	/* The ring loop is done; the control threads finish what they hold. */
-	pthread_mutex_lock(&disk->lock);
-	disk->control_stopping = true;
-	pthread_cond_broadcast(&disk->control_ready);
-	pthread_mutex_unlock(&disk->lock);
+	control_stop(disk);
 	for (; disk->control_joined < disk->control_started; disk->control_joined++) {
 		ret = pthread_timedjoin_np(disk->control_threads[disk->control_joined], NULL,
 					   &deadline);

@@ -72,7 +72,6 @@ struct lane {
 	 * restore never waits for a store's write, create or commit to finish.
 	 */
 	struct rec_disk_replies replies;
-	struct shard_engine *engine;
 	uint64_t next_seq;
 	struct shard_copy *copies; /* window_pages * planes, or row pieces */
 };
@@ -1333,7 +1332,6 @@ uint32_t shard_default_stores_max(uint32_t io_workers)
 /* The restore lane's requests go first on the disk thread. */
 static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 {
-	l->engine = e;
 	for (uint32_t b = 0; b < l->stage_count; b++) {
 		l->stages[b].req.file = &l->files[0];
 		l->stages[b].req.replies = &l->replies;
