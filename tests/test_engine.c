@@ -1233,6 +1233,44 @@ static bool stored_right(struct fixture *f, const struct rec_key *key)
 }
 
 /*
+ * Waits for count completions; marks each job id's bit in *seen (ids
+ * base..), each in turn when in_order.
+ */
+static void wait_jobs(struct fixture *f, uint32_t count, uint64_t base, uint32_t *seen,
+		      int expect_result, bool in_order)
+{
+	struct shard_completion c;
+
+	for (uint32_t i = 0; i < count; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_in_range(c.job_id, base, base + 31);
+		if (in_order)
+			assert_int_equal(c.job_id, base + i);
+		assert_false(*seen & (1u << (c.job_id - base)));
+		*seen |= 1u << (c.job_id - base);
+		if (expect_result == 0)
+			assert_int_equal(c.result, 0);
+	}
+}
+
+/*
+ * Submits count stores (job ids 10.., state slots 0..) behind a gate
+ * closed on the first one's first window copy: key i of pages + i pages
+ * (and i tokens more), digest tag + i, device pages from 20 * i.
+ */
+static void stores_behind_gate(struct fixture *f, struct gated_device *g, struct rec_key *keys,
+			       uint32_t count, uint32_t pages, uint8_t tag)
+{
+	gate_close_after(g, 1);
+	for (uint32_t i = 0; i < count; i++) {
+		make_key(&keys[i], 64ull * (pages + i) + i, (uint8_t)(tag + i));
+		submit_store(f, &keys[i], 20 * i, i, 10 + i);
+		if (i == 0)
+			gate_wait_blocked(g);
+	}
+}
+
+/*
  * Issue 11 item 1: a store is held in its first window while four more are
  * queued behind it; a fetch submitted last completes first (the running
  * stores yield to it between windows), then every store completes with
@@ -1248,17 +1286,12 @@ static void test_engine_restore_before_queued_stores(void **state)
 	struct shard_completion c;
 	struct shard_engine_stats stats;
 	struct rec_key restore, keys[5];
+	uint32_t seen = 0;
 
 	make_key(&restore, 64 * 6, 50);
 	assert_int_equal(store(f, &restore, NULL, 0, 5, &c), 0);
 	chain = (struct shard_chain_record){ restore, 0, 6 };
-	gate_close_after(&g, 1); /* the first store's first window */
-	for (uint32_t i = 0; i < 5; i++) {
-		make_key(&keys[i], 64ull * (9 + i) + i, (uint8_t)(51 + i));
-		submit_store(f, &keys[i], 20 * i, i, 10 + i);
-		if (i == 0)
-			gate_wait_blocked(&g);
-	}
+	stores_behind_gate(f, &g, keys, 5, 9, 51);
 	submit_fetch(f, &chain, 100, 6, 99);
 	gate_open(&g);
 	shard_engine_wait(f->engine, &c);
@@ -1267,36 +1300,13 @@ static void test_engine_restore_before_queued_stores(void **state)
 	for (uint32_t i = 0; i < 6; i++)
 		assert_true(page_matches(f, 100 + i, i));
 	shard_engine_stats(f->engine, &stats);
-	for (uint32_t i = 0, seen = 0; i < 5; i++) {
-		shard_engine_wait(f->engine, &c);
-		assert_in_range(c.job_id, 10, 14);
-		if (stats.stores_max == 1)
-			assert_int_equal(c.job_id, 10 + i);
-		assert_false(seen & (1u << (c.job_id - 10)));
-		seen |= 1u << (c.job_id - 10);
-		assert_int_equal(c.result, 0);
-	}
+	wait_jobs(f, 5, 10, &seen, 0, stats.stores_max == 1);
+	assert_int_equal(seen, 0x1fu);
 	shard_engine_stats(f->engine, &stats);
 	assert_int_equal(stats.store_yields, 1);
 	for (uint32_t i = 0; i < 5; i++)
 		assert_true(stored_right(f, &keys[i]));
 	drop_gated(f, host);
-}
-
-/* Waits for count completions; marks each job id's bit in *seen (ids base..). */
-static void wait_jobs(struct fixture *f, uint32_t count, uint64_t base, uint32_t *seen,
-		      int expect_result)
-{
-	struct shard_completion c;
-
-	for (uint32_t i = 0; i < count; i++) {
-		shard_engine_wait(f->engine, &c);
-		assert_in_range(c.job_id, base, base + 31);
-		assert_false(*seen & (1u << (c.job_id - base)));
-		*seen |= 1u << (c.job_id - base);
-		if (expect_result == 0)
-			assert_int_equal(c.result, 0);
-	}
 }
 
 /*
@@ -1322,19 +1332,13 @@ static void test_engine_stores_at_once(void **state)
 	/* n stores, an unlink and one more store in the queue at once. */
 	shard_engine_close(f->engine);
 	open_engine_with(f, 4, n + 2, n);
-	gate_close_after(&g, 1);
-	for (uint32_t i = 0; i < n; i++) {
-		make_key(&keys[i], 64ull * (5 + i) + i, (uint8_t)(60 + i));
-		submit_store(f, &keys[i], 20 * i, i, 10 + i);
-		if (i == 0)
-			gate_wait_blocked(&g);
-	}
+	stores_behind_gate(f, &g, keys, n, 5, 60);
 	assert_int_equal(shard_engine_unlink(f->engine, 30, &keys[2]), 0);
 	/* The third's row slot: its record is unlinked, whatever its row. */
 	make_key(&keys[last], 64ull * 12 + 6, 66);
 	submit_store(f, &keys[last], 20 * n, 2, 31);
 	gate_open(&g);
-	wait_jobs(f, n, 10, &seen, 0);
+	wait_jobs(f, n, 10, &seen, 0, false);
 	shard_engine_wait(f->engine, &c);
 	assert_int_equal(c.job_id, 30);
 	assert_int_equal(c.result, 0);
@@ -1372,7 +1376,7 @@ static void test_engine_same_key_stores_in_turn(void **state)
 	submit_store(f, &x, 0, 0, 11);
 	submit_store(f, &y, 40, 1, 12);
 	gate_open(&g);
-	wait_jobs(f, 3, 10, &seen, 0);
+	wait_jobs(f, 3, 10, &seen, 0, false);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
 	assert_true(stored_right(f, &x));
 	assert_true(stored_right(f, &y));
