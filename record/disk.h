@@ -9,8 +9,9 @@
  * arrival order, so none of them holds up a restore's I/O; a requester
  * therefore sends a request that depends on an earlier one (a write after
  * its create, a commit after its writes) only after the earlier one's
- * reply, and steps of different files may run at once. Checksums are computed and verified on this thread,
- * unless a request says its requester does it (requester_checksums).
+ * reply, and steps of different files may run at once. Checksums are
+ * computed and verified on this thread, unless a request says its
+ * requester does it (requester_checksums).
  * Payload I/O goes through the ring with O_DIRECT where the directory allows
  * it, in requests of at most 8 MiB (2 MiB with kernel workers, io_workers);
  * where io_uring_queue_init fails it says so once and uses preadv/pwritev

@@ -1233,6 +1233,28 @@ static bool stored_right(struct fixture *f, const struct rec_key *key)
 }
 
 /*
+ * A store whose row fails to copy from the device (the second batch: its
+ * two pages are the first) fails with the reason, leaves no file, and the
+ * same store succeeds after.
+ */
+static void test_engine_row_copy_failure(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key key;
+
+	make_key(&key, 64 * 2, 9);
+	assert_int_equal(sel_failpoints_configure("device.copy=1*off->1*return(EIO)"), 0);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), -EIO);
+	sel_failpoints_configure(NULL);
+	assert_non_null(strstr(c.why, "device copy of the row failed"));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	assert_true(stored_right(f, &key));
+}
+
+/*
  * Waits for count completions; marks each job id's bit in *seen (ids
  * base..), each in turn when in_order.
  */
@@ -1646,6 +1668,7 @@ int main(void)
 		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),
+		BOTH(test_engine_row_copy_failure),
 		BOTH(test_engine_bounded_submission),
 		BOTH(test_engine_full_filesystem),
 		BOTH(test_engine_many_small_jobs),
