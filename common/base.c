@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -112,6 +113,18 @@ void sel_thread_batch_priority(const char *thread_name)
 	if (sched_setscheduler(0, SCHED_BATCH, &param) != 0)
 		sel_debug("%s thread: SCHED_BATCH refused: %s", thread_name, strerror(errno));
 	sel_thread_lower_priority(10, thread_name);
+}
+
+int sel_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg_size > 0) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msg_size, fmt, ap);
+		va_end(ap);
+	}
+	return err;
 }
 
 bool sel_env_count(const char *name, uint32_t max, uint32_t *out)

@@ -123,6 +123,13 @@ bool sel_env_count(const char *name, uint32_t max, uint32_t *out);
  */
 int sel_thread_start(pthread_t *thread, void *(*main_fn)(void *), void *arg);
 
+/*
+ * An error path's message: formats fmt into msg (when msg_size > 0) and
+ * returns err, so a failure is one statement.
+ */
+int sel_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. */
 uint64_t sel_monotonic_ns(void);
 uint64_t sel_realtime_ns(void);

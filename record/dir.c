@@ -8,6 +8,7 @@
 #include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "record/catalog.h"
 #include "record/file.h"
 #include "record/io.h"
 #include "selene/selene.h"
@@ -18,7 +19,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,22 +36,15 @@ struct rec_dir {
 	struct rec_identity namespace_id;
 	struct rec_geometry geometry;
 	char path[PATH_MAX];
+	/*
+	 * R-DIR-10: the records as the scan found them and record/file.h's
+	 * notes changed them since; saved at close once catalogued (a scan
+	 * filled it). Read without the lock only by the scan's threads.
+	 */
+	pthread_mutex_t catalog_lock;
+	struct rec_catalog catalog;
+	bool catalogued;
 };
-
-static int dir_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int dir_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg_size > 0) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msg_size, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 /* mkdir -p: creates every missing component of path. */
 static int make_path(const char *path)
@@ -103,22 +96,22 @@ static int dir_lock_and_probe(struct rec_dir *dir, bool no_direct, char *err,
 
 	dir->fd = open(dir->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir->fd < 0)
-		return dir_fail(-errno, err, err_size, "cannot open %s: %s",
+		return sel_fail(-errno, err, err_size, "cannot open %s: %s",
 				dir->path, strerror(errno));
 	/* R-DIR-1: the lock comes before any file is read or deleted. */
 	if (flock(dir->fd, LOCK_EX | LOCK_NB) != 0)
 		return errno == EWOULDBLOCK ?
-			       dir_fail(SEL_ELOCKED, err, err_size,
+			       sel_fail(SEL_ELOCKED, err, err_size,
 					"record directory %s is in use by another "
 					"process (its flock is held)", dir->path) :
-			       dir_fail(-errno, err, err_size, "cannot lock %s: %s",
+			       sel_fail(-errno, err, err_size, "cannot lock %s: %s",
 					dir->path, strerror(errno));
 	dir->memory_backed = fs_in_memory(dir->fd);
 	if (no_direct)
 		return 0;
 	ret = rec_io_probe_direct(dir->fd, &reason);
 	if (ret < 0)
-		return dir_fail(ret, err, err_size, "cannot probe %s: %s",
+		return sel_fail(ret, err, err_size, "cannot probe %s: %s",
 				dir->path, strerror(-ret));
 	dir->direct = ret == 1;
 	if (!dir->direct)
@@ -136,20 +129,22 @@ int rec_dir_open(const struct rec_dir_options *options, struct rec_dir **out,
 	*out = NULL;
 	dir = calloc(1, sizeof(*dir));
 	if (!dir)
-		return dir_fail(-ENOMEM, err, err_size, "out of memory");
+		return sel_fail(-ENOMEM, err, err_size, "out of memory");
 	dir->fd = -1;
+	pthread_mutex_init(&dir->catalog_lock, NULL);
+	rec_catalog_init(&dir->catalog);
 	dir->durable = options->durable;
 	dir->namespace_id = *options->namespace_id;
 	dir->geometry = *options->geometry;
 	rec_dir_name(name, options->namespace_id, &options->geometry->fingerprint);
 	if (snprintf(dir->path, sizeof(dir->path), "%s/%s", options->base_path,
 		     name) >= (int)sizeof(dir->path)) {
-		ret = dir_fail(-ENAMETOOLONG, err, err_size, "base path too long");
+		ret = sel_fail(-ENAMETOOLONG, err, err_size, "base path too long");
 		goto err_free;
 	}
 	ret = make_path(dir->path);
 	if (ret) {
-		dir_fail(ret, err, err_size, "cannot create %s: %s", dir->path,
+		sel_fail(ret, err, err_size, "cannot create %s: %s", dir->path,
 			 strerror(-ret));
 		goto err_free;
 	}
@@ -165,11 +160,55 @@ err_free:
 
 void rec_dir_close(struct rec_dir *dir)
 {
+	int ret;
+
 	if (!dir)
 		return;
+	if (dir->catalogued) {
+		ret = rec_catalog_save(&dir->catalog, dir->fd, dir->durable);
+		if (ret)
+			sel_warn("cannot save the scan cache of %s: %s; the next start reads "
+				 "every header", dir->path, sel_strerror(ret));
+	}
 	if (dir->fd >= 0)
 		close(dir->fd);
+	rec_catalog_free(&dir->catalog);
+	pthread_mutex_destroy(&dir->catalog_lock);
 	free(dir);
+}
+
+/* An entry that cannot be kept is dropped: its file is read at the next scan. */
+static void catalog_put(struct rec_dir *dir, const struct rec_catalog_entry *e)
+{
+	if (rec_catalog_put(&dir->catalog, e))
+		rec_catalog_remove(&dir->catalog, &e->info.key);
+}
+
+void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h, bool row_present,
+			 const struct stat *st)
+{
+	struct rec_catalog_entry e = {
+		.info = { .key = h->key, .parent = h->parent, .bucket = h->bucket,
+			  .first_page_index = h->first_page_index,
+			  .tail_page_count = h->tail_page_count, .row_present = row_present,
+			  .created_ns = h->created_ns },
+	};
+
+	rec_file_stamp_of(st, &e.stamp);
+	e.info.file_bytes = e.stamp.bytes;
+	e.info.mtime_ns = e.stamp.mtime_ns;
+	rec_header_agreement_digest(h, &e.info.agreement);
+	pthread_mutex_lock(&dir->catalog_lock);
+	if (dir->catalogued)
+		catalog_put(dir, &e);
+	pthread_mutex_unlock(&dir->catalog_lock);
+}
+
+void rec_dir_note_unlinked(struct rec_dir *dir, const struct rec_key *key)
+{
+	pthread_mutex_lock(&dir->catalog_lock);
+	rec_catalog_remove(&dir->catalog, key);
+	pthread_mutex_unlock(&dir->catalog_lock);
 }
 
 int rec_dir_fd(const struct rec_dir *dir)
@@ -255,6 +294,7 @@ int rec_dir_mark(struct rec_dir *dir, uint32_t world_size)
 /* A scanned record and its fate while the scan decides. */
 struct scan_entry {
 	struct rec_record_info info;
+	struct rec_file_stamp stamp; /* the file's when info was learned */
 	uint32_t child_count;
 	bool keep;
 	bool orphan; /* dropped because its parent is missing */
@@ -294,7 +334,7 @@ static int scan_delete(struct rec_dir *dir, const char *name,
 	return ret < 0 ? ret : 0;
 }
 
-static int scan_push(struct scan_state *s, const struct rec_record_info *info)
+static int scan_push(struct scan_state *s, const struct rec_catalog_entry *file)
 {
 	if (s->count == s->capacity) {
 		size_t capacity = s->capacity ? s->capacity * 2 : 256;
@@ -308,7 +348,7 @@ static int scan_push(struct scan_state *s, const struct rec_record_info *info)
 		s->entries = grown;
 		s->capacity = capacity;
 	}
-	s->entries[s->count++] = (struct scan_entry){ .info = *info };
+	s->entries[s->count++] = (struct scan_entry){ .info = file->info, .stamp = file->stamp };
 	return 0;
 }
 
@@ -344,18 +384,44 @@ static void scan_buffers_free(struct rec_file_buffers *b)
 }
 
 /*
- * Reads one record file's header and length into *info (R-READ-1, R-DIR-4)
- * with buffers, or buffers of its own when its checksum segment is larger.
- * Touches nothing: 0, or what rec_reader_open returned (why says it).
+ * R-DIR-10: the scan cache's entry for name when the file is the one it
+ * describes (its stamp unchanged), without reading it.
+ */
+static bool scan_cached(struct rec_dir *dir, const char *name, const struct rec_key *key,
+			struct rec_catalog_entry *file)
+{
+	const struct rec_catalog_entry *e = rec_catalog_find(&dir->catalog, key);
+	struct rec_file_stamp stamp;
+	struct stat st;
+
+	if (!e || e->stamp.ctime_ns >= dir->catalog.trust_before_ns ||
+	    fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+		return false;
+	rec_file_stamp_of(&st, &stamp);
+	if (!rec_file_stamp_equal(&stamp, &e->stamp))
+		return false;
+	*file = *e;
+	return true;
+}
+
+/*
+ * Learns one record file's header and length (R-READ-1, R-DIR-4) from the
+ * scan cache, or by reading it with buffers (or buffers of its own when
+ * its checksum segment is larger), counting hits in *cache_hits. Touches
+ * nothing: 0, or what rec_reader_open returned (why says it).
  */
 static int scan_read(struct rec_dir *dir, const char *name, const struct rec_key *key,
-		     const struct rec_file_buffers *buffers, struct rec_record_info *info,
-		     char *why, size_t why_size)
+		     const struct rec_file_buffers *buffers, struct rec_catalog_entry *file,
+		     uint64_t *cache_hits, char *why, size_t why_size)
 {
 	struct rec_expect expect;
 	struct rec_reader r;
 	int ret;
 
+	if (scan_cached(dir, name, key, file)) {
+		__atomic_fetch_add(cache_hits, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
 	rec_dir_expect(dir, key, &expect);
 	ret = rec_reader_open_with(&r, dir->fd, name, false, &expect, buffers, why,
 				   why_size);
@@ -363,14 +429,15 @@ static int scan_read(struct rec_dir *dir, const char *name, const struct rec_key
 		ret = rec_reader_open(&r, dir->fd, name, false, &expect, why, why_size);
 	if (ret)
 		return ret;
-	*info = (struct rec_record_info){
-		.key = *key, .parent = r.header.parent, .bucket = r.header.bucket,
-		.first_page_index = r.header.first_page_index,
-		.tail_page_count = r.header.tail_page_count,
-		.row_present = r.row_present, .file_bytes = r.file_length,
-		.mtime_ns = r.mtime_ns, .created_ns = r.header.created_ns,
+	*file = (struct rec_catalog_entry){
+		.info = { .key = *key, .parent = r.header.parent, .bucket = r.header.bucket,
+			  .first_page_index = r.header.first_page_index,
+			  .tail_page_count = r.header.tail_page_count,
+			  .row_present = r.row_present, .file_bytes = r.file_length,
+			  .mtime_ns = r.stamp.mtime_ns, .created_ns = r.header.created_ns },
+		.stamp = r.stamp,
 	};
-	rec_header_agreement_digest(&r.header, &info->agreement);
+	rec_header_agreement_digest(&r.header, &file->info.agreement);
 	rec_reader_close(&r);
 	return 0;
 }
@@ -379,11 +446,12 @@ static int scan_read(struct rec_dir *dir, const char *name, const struct rec_key
 static int scan_record(struct scan_state *s, const char *name,
 		       const struct rec_key *key)
 {
-	struct rec_record_info info;
+	struct rec_catalog_entry file;
 	char why[256];
 	int ret;
 
-	ret = scan_read(s->dir, name, key, &s->buffers, &info, why, sizeof(why));
+	ret = scan_read(s->dir, name, key, &s->buffers, &file, &s->out->cache_hits, why,
+			sizeof(why));
 	if (sel_is_selene_error(ret)) {
 		sel_warn("scan %s: dropping %s: %s", s->dir->path, name, why);
 		s->out->invalid_dropped++;
@@ -400,13 +468,13 @@ static int scan_record(struct scan_state *s, const char *name,
 			 "out of the summary", s->dir->path, name, sel_strerror(ret));
 		s->out->unreadable_skipped++;
 		/* its key, from its name: a child must find it (R-DIR-5) and be held */
-		info = (struct rec_record_info){ .key = *key };
-		ret = scan_push(s, &info);
+		file = (struct rec_catalog_entry){ .info.key = *key };
+		ret = scan_push(s, &file);
 		if (!ret)
 			s->entries[s->count - 1].held = true;
 		return ret;
 	}
-	return scan_push(s, &info);
+	return scan_push(s, &file);
 }
 
 /* Notes a record file to read once the listing is done. */
@@ -472,8 +540,8 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	struct rec_key key;
 	bool tmp;
 
-	if (strcmp(name, REC_CLUSTER_MARKER_NAME) == 0)
-		return 0; /* the cluster marker: ours, not a record */
+	if (strcmp(name, REC_CLUSTER_MARKER_NAME) == 0 || strcmp(name, REC_SCAN_CACHE_NAME) == 0)
+		return 0; /* the cluster marker or the scan cache: ours, not records */
 	if (!is_regular(s, entry)) {
 		if (rec_file_name_parse(name, &key, &tmp))
 			return scan_move_aside(s, name);
@@ -638,8 +706,8 @@ static int scan_collect(struct scan_state *s)
 /* The listed records the scan's threads read, touching nothing. */
 struct scan_shared {
 	struct scan_state *s;
-	struct rec_record_info *infos; /* indexed like pending */
-	int *results;                  /* the same; 0: infos[i] was read */
+	struct rec_catalog_entry *files; /* indexed like pending */
+	int *results;                    /* the same; 0: files[i] was learned */
 	size_t next;                   /* the first record no thread took */
 };
 
@@ -661,7 +729,8 @@ static void *scan_worker_main(void *arg)
 		for (size_t i = first; i < count && i < first + SCAN_BATCH; i++)
 			sh->results[i] = scan_read(sh->s->dir, sh->s->pending[i].name,
 						   &sh->s->pending[i].key, &w->buffers,
-						   &sh->infos[i], why, sizeof(why));
+						   &sh->files[i], &sh->s->out->cache_hits, why,
+						   sizeof(why));
 	return NULL;
 }
 
@@ -693,11 +762,11 @@ uint32_t rec_dir_scan_threads(size_t pending)
  */
 static int scan_read_parallel(struct scan_state *s, uint32_t threads)
 {
-	struct rec_record_info *infos = malloc(s->pending_count * sizeof(*infos));
+	struct rec_catalog_entry *files = malloc(s->pending_count * sizeof(*files));
 	int *results = malloc(s->pending_count * sizeof(*results));
-	struct scan_shared shared = { .s = s, .infos = infos, .results = results };
+	struct scan_shared shared = { .s = s, .files = files, .results = results };
 	struct scan_worker workers[REC_SCAN_THREADS_MAX] = { 0 };
-	int ret = infos && results ? 0 : -ENOMEM;
+	int ret = files && results ? 0 : -ENOMEM;
 
 	for (uint32_t t = 0; !ret && t < threads; t++) {
 		struct scan_worker *w = &workers[t];
@@ -718,10 +787,10 @@ static int scan_read_parallel(struct scan_state *s, uint32_t threads)
 		scan_buffers_free(&workers[t].buffers);
 	}
 	for (size_t i = 0; !ret && i < s->pending_count; i++)
-		ret = results[i] == 0 ? scan_push(s, &infos[i]) :
+		ret = results[i] == 0 ? scan_push(s, &files[i]) :
 					scan_record(s, s->pending[i].name, &s->pending[i].key);
 	free(results);
-	free(infos);
+	free(files);
 	return ret;
 }
 
@@ -767,12 +836,52 @@ static int scan_directory(struct scan_state *s)
 	return ret;
 }
 
+/*
+ * R-DIR-10: the scan cache a clean close left. A second scan in one
+ * process reads every header: files may have changed since in this tick.
+ */
+static void scan_load_cache(struct rec_dir *dir)
+{
+	char why[256] = "";
+	int ret;
+
+	if (dir->catalogued) {
+		rec_catalog_clear(&dir->catalog);
+		return;
+	}
+	ret = rec_catalog_load(&dir->catalog, dir->fd, &dir->geometry, &dir->namespace_id, why,
+			       sizeof(why));
+	if (ret && ret != -ENOENT)
+		sel_warn("scan %s: ignoring its scan cache: %s; reading every header", dir->path,
+			 sel_is_selene_error(ret) ? why : sel_strerror(ret));
+}
+
+/* R-DIR-10: the records kept, as the catalogue the notes keep from now on. */
+static void scan_catalogue(struct scan_state *s)
+{
+	struct rec_dir *dir = s->dir;
+	int ret = 0;
+
+	pthread_mutex_lock(&dir->catalog_lock);
+	rec_catalog_clear(&dir->catalog);
+	for (size_t i = 0; !ret && i < s->count; i++)
+		if (s->entries[i].keep)
+			ret = rec_catalog_put(&dir->catalog,
+					      &(struct rec_catalog_entry){
+						      .info = s->entries[i].info,
+						      .stamp = s->entries[i].stamp });
+	/* out of memory: no cache at close, and the next start reads every header */
+	dir->catalogued = ret == 0;
+	pthread_mutex_unlock(&dir->catalog_lock);
+}
+
 int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 {
 	struct scan_state s = { .dir = dir, .out = out };
 	int ret;
 
 	memset(out, 0, sizeof(*out));
+	scan_load_cache(dir);
 	ret = scan_buffers_alloc(&s.buffers);
 	if (!ret)
 		ret = scan_directory(&s);
@@ -782,6 +891,8 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 	}
 	if (!ret)
 		ret = scan_collect(&s);
+	if (!ret)
+		scan_catalogue(&s);
 	scan_buffers_free(&s.buffers);
 	free(s.pending);
 	free(s.entries);
@@ -791,14 +902,15 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 	}
 	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
 		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable; "
-		 "moved %llu aside",
+		 "moved %llu aside; %llu from the scan cache",
 		 dir->path, out->record_count, (unsigned long long)out->bytes,
 		 (unsigned long long)out->tmp_deleted,
 		 (unsigned long long)out->invalid_dropped,
 		 (unsigned long long)out->orphans_dropped,
 		 (unsigned long long)out->page_only_dropped,
 		 (unsigned long long)out->unreadable_skipped,
-		 (unsigned long long)out->moved_aside);
+		 (unsigned long long)out->moved_aside,
+		 (unsigned long long)out->cache_hits);
 	return 0;
 }
 

@@ -2,7 +2,8 @@
  * A record directory (docs/DESIGN.md section 4): <base>/<namespace prefix>-
  * <fingerprint>/, held under an exclusive non-blocking flock from open to
  * close, and the startup scan that makes its contents consistent. One
- * process per directory; the handle is used by one thread at a time.
+ * process per directory; the handle is used by one thread at a time, but
+ * for the notes of changes (rec_dir_note_*), which any thread may make.
  */
 #ifndef SELENE_RECORD_DIR_H
 #define SELENE_RECORD_DIR_H
@@ -14,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct stat;
 
 struct rec_dir;
 
@@ -34,7 +37,11 @@ struct rec_dir_options {
 int rec_dir_open(const struct rec_dir_options *options, struct rec_dir **out,
 		 char *err, size_t err_size);
 
-/* Releases the lock and frees the handle; NULL does nothing. */
+/*
+ * Saves the catalogue as the scan cache when a scan made one (R-DIR-10; a
+ * failure is logged, and the next scan reads every header), releases the
+ * lock and frees the handle; NULL does nothing.
+ */
 void rec_dir_close(struct rec_dir *dir);
 
 int rec_dir_fd(const struct rec_dir *dir);
@@ -101,13 +108,15 @@ struct rec_scan {
 					EIO): left in place, out of the summary */
 	uint64_t moved_aside;      /* non-regular files named like records,
 				      renamed to NAME.aside */
+	uint64_t cache_hits;       /* records the scan cache stood for, their
+				      headers not read (R-DIR-10) */
 };
 
 /* What a non-regular file named like a record is renamed to, at the end. */
 #define REC_ASIDE_SUFFIX ".aside"
 
 /*
- * The startup scan (R-DIR-1 .. R-DIR-6): deletes *.tmp, drops invalid files
+ * The startup scan (R-DIR-1 .. R-DIR-10): deletes *.tmp, drops invalid files
  * (each logged with its reason), derives row presence from length and
  * access order from mtime, deletes records whose parent is missing with
  * their descendants, and childless page-only records. A record file it
@@ -115,13 +124,27 @@ struct rec_scan {
  * out of the summary with the records that depend on it (and, while any is
  * unreadable, page-only records are not pruned: one may be its parent). A
  * directory, symlink, FIFO or socket named like a record is renamed to
- * NAME.aside and reported, so it never blocks a store of that key. Returns
- * 0 and fills out, or a negative errno (listing the directory failed, out
- * of memory). Free with rec_scan_free().
+ * NAME.aside and reported, so it never blocks a store of that key. A record
+ * file whose stamp (record/io.h) equals its entry in the scan cache is
+ * taken from the cache, unread (R-DIR-10); a cache that is not whole and
+ * valid is ignored, with a warning. Returns 0 and fills out, or a negative
+ * errno (listing the directory failed, out of memory). Free with
+ * rec_scan_free(). From then on dir keeps the catalogue of its records
+ * and saves it as the scan cache when it closes.
  */
 int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 
 void rec_scan_free(struct rec_scan *scan);
+
+/*
+ * The catalogue's news (R-DIR-10), from record/file.h as each change lands:
+ * a record whose header is h committed or had its row truncated (st: its
+ * file's stat after the change), or a record unlinked. Any thread; nothing
+ * before the scan.
+ */
+void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h, bool row_present,
+			 const struct stat *st);
+void rec_dir_note_unlinked(struct rec_dir *dir, const struct rec_key *key);
 
 /*
  * Threads the scan reads pending record files on: 1 under 1024 files, else

@@ -131,6 +131,7 @@ int rec_writer_begin_with(struct rec_writer *w, struct rec_dir *dir,
 	int ret;
 
 	memset(w, 0, sizeof(*w));
+	w->dir = dir;
 	w->dirfd = rec_dir_fd(dir);
 	w->fd = -1;
 	w->direct = rec_dir_direct(dir);
@@ -280,6 +281,21 @@ static int writer_publish(struct rec_writer *w)
 	return 0;
 }
 
+/*
+ * R-DIR-10: the committed file's stamp, after the rename (which changes
+ * its ctime), into the directory's catalogue; without one, the entry goes
+ * and the next scan reads the file.
+ */
+static void writer_note(struct rec_writer *w)
+{
+	struct stat st;
+
+	if (fstat(w->fd, &st) == 0)
+		rec_dir_note_record(w->dir, &w->header, true, &st);
+	else
+		rec_dir_note_unlinked(w->dir, &w->header.key);
+}
+
 int rec_writer_commit(struct rec_writer *w)
 {
 	bool renamed = false;
@@ -316,6 +332,8 @@ int rec_writer_commit(struct rec_writer *w)
 	}
 	if (ret)
 		sel_warn("record %s not stored: %s", w->name, sel_strerror(ret));
+	else
+		writer_note(w);
 	rec_writer_abort(w);
 	return ret;
 }
@@ -340,8 +358,7 @@ static int reader_check(struct rec_reader *r, const struct stat *st,
 	int ret;
 
 	r->file_length = (uint64_t)st->st_size;
-	r->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000ull +
-		      (uint64_t)st->st_mtim.tv_nsec;
+	rec_file_stamp_of(st, &r->stamp);
 	if (r->file_length < REC_HEADER_BYTES)
 		return why_fail(SEL_EBADHEADER, why, why_size,
 				"file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
@@ -588,6 +605,8 @@ int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
 	}
 	if (!ret && rec_dir_durable(dir))
 		ret = rec_io_fdatasync(fd);
+	if (!ret && fstat(fd, &st) == 0)
+		rec_dir_note_record(dir, &h, false, &st); /* R-DIR-10 */
 	if (!ret)
 		ret = SEL_FAILPOINT(SEL_FP_RECORD_AFTER_TRUNCATE);
 	ret = ret < 0 ? ret : 0;
@@ -606,6 +625,7 @@ int rec_unlink(struct rec_dir *dir, const struct rec_key *key)
 	ret = rec_io_unlink(rec_dir_fd(dir), name);
 	if (ret)
 		return ret;
+	rec_dir_note_unlinked(dir, key); /* R-DIR-10 */
 	if (rec_dir_durable(dir)) {
 		ret = rec_io_fsync_dir(rec_dir_fd(dir));
 		if (ret)

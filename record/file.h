@@ -8,6 +8,7 @@
 
 #include "record/dir.h"
 #include "record/format.h"
+#include "record/io.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +26,7 @@ struct rec_file_buffers {
 
 /* A record being written under its temporary name. */
 struct rec_writer {
+	struct rec_dir *dir; /* told of the commit (R-DIR-10) */
 	int dirfd;
 	int fd;
 	bool direct;
@@ -103,7 +105,7 @@ struct rec_reader {
 	bool direct;
 	bool row_present;
 	uint64_t file_length;
-	uint64_t mtime_ns;   /* the file's, when it was opened */
+	struct rec_file_stamp stamp; /* the file's, when it was opened */
 	uint64_t seed;
 	struct rec_header header;
 	uint64_t *checksums; /* the checksum segment, read at open */

@@ -20,6 +20,22 @@ static int errno_or(int ret)
 	return ret < 0 ? -errno : ret;
 }
 
+void rec_file_stamp_of(const struct stat *st, struct rec_file_stamp *out)
+{
+	out->ino = (uint64_t)st->st_ino;
+	out->bytes = (uint64_t)st->st_size;
+	out->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000ull +
+			(uint64_t)st->st_mtim.tv_nsec;
+	out->ctime_ns = (uint64_t)st->st_ctim.tv_sec * 1000000000ull +
+			(uint64_t)st->st_ctim.tv_nsec;
+}
+
+bool rec_file_stamp_equal(const struct rec_file_stamp *a, const struct rec_file_stamp *b)
+{
+	return a->ino == b->ino && a->bytes == b->bytes && a->mtime_ns == b->mtime_ns &&
+	       a->ctime_ns == b->ctime_ns;
+}
+
 int rec_io_open(int dirfd, const char *name, int flags, bool direct)
 {
 	struct stat st;

@@ -21,6 +21,21 @@ int rec_io_open(int dirfd, const char *name, int flags, bool direct);
 
 struct stat;
 
+/*
+ * What identifies a file's contents without reading them (R-DIR-10): a
+ * write, a truncation, a change of its times or a rename over its name
+ * changes its ctime (to the clock's tick) or its inode.
+ */
+struct rec_file_stamp {
+	uint64_t ino;
+	uint64_t bytes;
+	uint64_t mtime_ns;
+	uint64_t ctime_ns;
+};
+
+void rec_file_stamp_of(const struct stat *st, struct rec_file_stamp *out);
+bool rec_file_stamp_equal(const struct rec_file_stamp *a, const struct rec_file_stamp *b);
+
 /* rec_io_open, and the fstat it takes of the file in *st (saves a reader one). */
 int rec_io_open_stat(int dirfd, const char *name, int flags, bool direct,
 		     struct stat *st);

@@ -1,13 +1,15 @@
 /*
  * Record directories (record/dir.h, FORMAT.md R-DIR-*): the lock, the
  * startup scan's deletions with their reasons and counts, access order,
- * the rebuilt index, the buffered fallback, and kills during the scan.
+ * the rebuilt index, the buffered fallback, kills during the scan, and the
+ * scan cache (R-DIR-10).
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "record/catalog.h"
 #include "selene/selene.h"
 
 #include <errno.h>
@@ -690,6 +692,265 @@ static void test_dir_scan_record_past_scan_buffers(void **state)
 	free(g);
 }
 
+/* File times move in ticks of the kernel's coarse clock: waits past one. */
+static void past_the_tick(void)
+{
+	nanosleep(&(struct timespec){ 0, 30 * 1000000 }, NULL);
+}
+
+/* Closes f's directory (saving its scan cache) and opens it again. */
+static void reopen(struct fixture *f)
+{
+	rec_dir_close(f->dir);
+	f->dir = tu_dir_open(f->base, &f->g, false);
+}
+
+static char *cache_path(struct rec_dir *dir)
+{
+	char *path;
+
+	if (asprintf(&path, "%s/%s", rec_dir_path(dir), REC_SCAN_CACHE_NAME) < 0)
+		abort();
+	return path;
+}
+
+static void assert_scans_equal(const struct rec_scan *a, const struct rec_scan *b)
+{
+	assert_int_equal(a->record_count, b->record_count);
+	assert_int_equal(a->bytes, b->bytes);
+	for (size_t i = 0; i < a->record_count; i++) {
+		const struct rec_record_info *x = &a->records[i], *y = &b->records[i];
+
+		assert_true(rec_key_equal(&x->key, &y->key));
+		assert_true(rec_key_equal(&x->parent, &y->parent));
+		assert_true(rec_digest_equal(&x->bucket, &y->bucket));
+		assert_int_equal(x->first_page_index, y->first_page_index);
+		assert_int_equal(x->tail_page_count, y->tail_page_count);
+		assert_int_equal(x->row_present, y->row_present);
+		assert_int_equal(x->file_bytes, y->file_bytes);
+		assert_int_equal(x->mtime_ns, y->mtime_ns);
+		assert_int_equal(x->created_ns, y->created_ns);
+		assert_true(rec_digest_equal(&x->agreement, &y->agreement));
+	}
+}
+
+/*
+ * R-DIR-10: after a clean close, every record file left as it was is taken
+ * from the scan cache, on the scan's threads, and the scan says exactly
+ * what reading every header says; stores, row truncations and unlinks made
+ * after the scan reach the cache.
+ */
+static void test_dir_scan_cache_stands_for_unchanged_files(void **state)
+{
+	enum { ROOTS = 1100, CHILDREN = 20 };
+	struct fixture *f = *state;
+	struct tu_record *roots = calloc(ROOTS, sizeof(*roots)), child, late;
+	struct rec_scan first, cached, full;
+	struct stat st;
+	char *path;
+
+	for (int i = 0; i < ROOTS; i++) {
+		tu_record_make(&roots[i], &f->g, 3000 + (uint64_t)i, 64, NULL, (uint64_t)i);
+		assert_int_equal(tu_record_write(f->dir, &roots[i], 0), 0);
+	}
+	for (int i = 0; i < CHILDREN; i++) {
+		tu_record_make(&child, &f->g, 3000 + (uint64_t)i, 64 * 3 + 5, &roots[i], 50);
+		assert_int_equal(tu_record_write(f->dir, &child, 0), 0);
+		tu_record_free(&child);
+		if (i % 2)
+			assert_int_equal(rec_truncate_row(f->dir, &roots[i].key), 0);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &first), 0);
+	assert_int_equal(first.cache_hits, 0);
+	assert_int_equal(first.record_count, ROOTS + CHILDREN);
+	/* after the scan: one more record, a row dropped, a record gone */
+	tu_record_make(&late, &f->g, 9999, 64 * 2, NULL, 7);
+	assert_int_equal(tu_record_write(f->dir, &late, 0), 0);
+	assert_int_equal(rec_truncate_row(f->dir, &roots[2].key), 0);
+	assert_int_equal(rec_unlink(f->dir, &roots[ROOTS - 1].key), 0);
+	past_the_tick();
+	reopen(f);
+	path = cache_path(f->dir);
+	assert_int_equal(stat(path, &st), 0); /* one entry a record: none for the one unlinked */
+	assert_int_equal(st.st_size, REC_SCAN_CACHE_HEADER_BYTES +
+					     (ROOTS + CHILDREN) * REC_SCAN_CACHE_ENTRY_BYTES);
+
+	assert_int_equal(rec_dir_scan(f->dir, &cached), 0);
+	assert_int_equal(cached.record_count, ROOTS + CHILDREN);
+	assert_int_equal(cached.cache_hits, cached.record_count);
+	assert_int_equal(cached.ignored, 0);
+	/* the same directory read header by header */
+	reopen(f);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &full), 0);
+	assert_int_equal(full.cache_hits, 0);
+	assert_scans_equal(&cached, &full);
+	for (size_t i = 0; i < full.record_count; i++) {
+		if (rec_key_equal(&full.records[i].key, &roots[2].key))
+			assert_false(full.records[i].row_present);
+		assert_false(rec_key_equal(&full.records[i].key, &roots[ROOTS - 1].key));
+	}
+	assert_true(has_key(&full, &late.key));
+	rec_scan_free(&first);
+	rec_scan_free(&cached);
+	rec_scan_free(&full);
+	for (int i = 0; i < ROOTS; i++)
+		tu_record_free(&roots[i]);
+	tu_record_free(&late);
+	free(roots);
+	free(path);
+}
+
+/* Replaces path by a copy of itself with its mtime: only the inode and ctime tell. */
+static void copy_over(const char *path)
+{
+	char copy[600], buf[4096];
+	struct stat st;
+	size_t n;
+	FILE *in, *out;
+
+	assert_int_equal(stat(path, &st), 0);
+	snprintf(copy, sizeof(copy), "%s.copy", path);
+	in = fopen(path, "rb");
+	out = fopen(copy, "wb");
+	assert_true(in && out);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	fclose(out);
+	assert_int_equal(utimensat(AT_FDCWD, copy, (struct timespec[2]){ st.st_atim, st.st_mtim },
+				   0), 0);
+	assert_int_equal(rename(copy, path), 0);
+}
+
+/*
+ * R-DIR-10: a file changed while the directory was closed (a flipped bit,
+ * older times, a copy renamed over it, a truncation, a deletion) or added
+ * is read again, and the scan treats it as R-DIR-3 .. R-DIR-6 say.
+ */
+static void test_dir_scan_cache_rereads_changed_files(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record r[7];
+	struct timespec old[2] = { { .tv_sec = 1000000 }, { .tv_sec = 1000000 } };
+	struct rec_scan scan;
+	char *paths[6];
+	struct rec_header h;
+
+	for (int i = 0; i < 6; i++) {
+		tu_record_make(&r[i], &f->g, 4000 + (uint64_t)i, 64 * 2, NULL, (uint64_t)i);
+		assert_int_equal(tu_record_write(f->dir, &r[i], 0), 0);
+		paths[i] = tu_record_path(f->dir, &r[i].key);
+	}
+	tu_record_header(&h, f->dir, &r[3]);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	past_the_tick();
+	rec_dir_close(f->dir);
+	f->dir = NULL;
+	tu_flip_bit(paths[0], 70);                                 /* invalid now */
+	assert_int_equal(utimensat(AT_FDCWD, paths[1], old, 0), 0); /* the oldest now */
+	copy_over(paths[2]);                                       /* another inode */
+	assert_int_equal(truncate(paths[3], (off_t)h.row_offset), 0); /* page-only, childless */
+	assert_int_equal(unlink(paths[4]), 0);                     /* gone; r[5] as it was */
+	f->dir = tu_dir_open(f->base, &f->g, false);
+	tu_record_make(&r[6], &f->g, 4006, 64 * 2, NULL, 6);       /* not in the cache */
+	assert_int_equal(tu_record_write(f->dir, &r[6], 0), 0);
+
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.cache_hits, 1);
+	assert_int_equal(scan.invalid_dropped, 1);
+	assert_int_equal(scan.page_only_dropped, 1);
+	assert_int_equal(scan.record_count, 4);
+	assert_true(rec_key_equal(&scan.records[0].key, &r[1].key));
+	assert_int_equal(scan.records[0].mtime_ns, 1000000ull * 1000000000ull);
+	for (int i = 1; i < 7; i++)
+		assert_int_equal(has_key(&scan, &r[i].key), i != 3 && i != 4);
+	rec_scan_free(&scan);
+	for (int i = 0; i < 7; i++) {
+		if (i < 6)
+			free(paths[i]);
+		tu_record_free(&r[i]);
+	}
+}
+
+/*
+ * R-DIR-10's tick rule: a record whose ctime is not before the cache's
+ * mtime (a store in the tick of the close) is read, not taken.
+ */
+static void test_dir_scan_cache_distrusts_its_last_tick(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record early, late;
+	struct rec_scan scan;
+	char *path, *cache;
+	struct stat st;
+
+	tu_record_make(&early, &f->g, 5000, 64, NULL, 1);
+	assert_int_equal(tu_record_write(f->dir, &early, 0), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	past_the_tick();
+	tu_record_make(&late, &f->g, 5001, 64, NULL, 2);
+	assert_int_equal(tu_record_write(f->dir, &late, 0), 0);
+	path = tu_record_path(f->dir, &late.key);
+	cache = cache_path(f->dir);
+	rec_dir_close(f->dir);
+	/* the cache written in late's tick, as a close right after a store can be */
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(utimensat(AT_FDCWD, cache, (struct timespec[2]){ st.st_ctim, st.st_ctim },
+				   0), 0);
+	f->dir = tu_dir_open(f->base, &f->g, false);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_int_equal(scan.cache_hits, 1);
+	rec_scan_free(&scan);
+	free(path);
+	free(cache);
+	tu_record_free(&early);
+	tu_record_free(&late);
+}
+
+/*
+ * R-DIR-10: a damaged cache is ignored (every header read), a temporary one
+ * a close left is deleted as any temporary file, and neither is counted as
+ * a foreign file; the next clean close writes a good cache again.
+ */
+static void test_dir_scan_cache_damaged(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record r[3];
+	struct rec_scan scan;
+	char *cache, tmp[600];
+
+	for (int i = 0; i < 3; i++) {
+		tu_record_make(&r[i], &f->g, 6000 + (uint64_t)i, 64, NULL, (uint64_t)i);
+		assert_int_equal(tu_record_write(f->dir, &r[i], 0), 0);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	past_the_tick();
+	cache = cache_path(f->dir);
+	reopen(f);
+	tu_flip_bit(cache, REC_SCAN_CACHE_HEADER_BYTES + 5);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", REC_SCAN_CACHE_NAME);
+	write_file(rec_dir_path(f->dir), tmp, "partial");
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.cache_hits, 0);
+	assert_int_equal(scan.record_count, 3);
+	assert_int_equal(scan.tmp_deleted, 1);
+	assert_int_equal(scan.ignored, 0);
+	rec_scan_free(&scan);
+	past_the_tick();
+	reopen(f);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.cache_hits, 3);
+	rec_scan_free(&scan);
+	free(cache);
+	for (int i = 0; i < 3; i++)
+		tu_record_free(&r[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -708,6 +969,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_moves_non_regular_aside, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_many_records_on_threads, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_stands_for_unchanged_files, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_rereads_changed_files, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_distrusts_its_last_tick, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_damaged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_record_past_scan_buffers, setup,
 						teardown),
 	};

@@ -1,0 +1,391 @@
+/*
+ * The catalogue of a record directory and its scan cache (R-DIR-10).
+ */
+#include "record/catalog.h"
+
+#include "common/base.h"
+#include "common/limits.h"
+#include "record/format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define CACHE_TMP_NAME REC_SCAN_CACHE_NAME ".tmp"
+
+void rec_catalog_init(struct rec_catalog *c)
+{
+	memset(c, 0, sizeof(*c));
+}
+
+void rec_catalog_free(struct rec_catalog *c)
+{
+	free(c->entries);
+	free(c->slots);
+	rec_catalog_init(c);
+}
+
+void rec_catalog_clear(struct rec_catalog *c)
+{
+	c->count = 0;
+	c->trust_before_ns = 0;
+	if (c->slots)
+		memset(c->slots, 0, c->slot_count * sizeof(*c->slots));
+}
+
+/* Keys are digests: their first bytes are already uniform. */
+static size_t key_slot(const struct rec_catalog *c, const struct rec_key *key)
+{
+	uint64_t x;
+
+	memcpy(&x, key->digest.bytes, sizeof(x));
+	x ^= key->consumed * 0x9e3779b97f4a7c15ull;
+	return (size_t)(x ^ x >> 29) & (c->slot_count - 1);
+}
+
+/* The slot holding key's entry, or the empty slot where it would go. */
+static size_t find_slot(const struct rec_catalog *c, const struct rec_key *key)
+{
+	size_t i = key_slot(c, key);
+
+	while (c->slots[i] && !rec_key_equal(&c->entries[c->slots[i] - 1].info.key, key))
+		i = (i + 1) & (c->slot_count - 1);
+	return i;
+}
+
+static int grow_slots(struct rec_catalog *c)
+{
+	size_t count = c->slot_count ? c->slot_count * 2 : 1024;
+	uint32_t *slots = calloc(count, sizeof(*slots));
+
+	if (!slots)
+		return -ENOMEM;
+	free(c->slots);
+	c->slots = slots;
+	c->slot_count = count;
+	for (size_t e = 0; e < c->count; e++)
+		c->slots[find_slot(c, &c->entries[e].info.key)] = (uint32_t)(e + 1);
+	return 0;
+}
+
+int rec_catalog_put(struct rec_catalog *c, const struct rec_catalog_entry *e)
+{
+	size_t slot;
+	int ret;
+
+	if (c->slot_count < 2 * (c->count + 1)) {
+		if (c->count >= REC_DIR_RECORDS_MAX)
+			return SEL_ETOOBIG;
+		ret = grow_slots(c);
+		if (ret)
+			return ret;
+	}
+	slot = find_slot(c, &e->info.key);
+	if (c->slots[slot]) {
+		c->entries[c->slots[slot] - 1] = *e;
+		return 0;
+	}
+	if (c->count == c->capacity) {
+		size_t capacity = c->capacity ? c->capacity * 2 : 256;
+		struct rec_catalog_entry *grown = realloc(c->entries, capacity * sizeof(*grown));
+
+		if (!grown)
+			return -ENOMEM;
+		c->entries = grown;
+		c->capacity = capacity;
+	}
+	c->entries[c->count++] = *e;
+	c->slots[slot] = (uint32_t)c->count;
+	return 0;
+}
+
+/* Linear probing's deletion: later entries of the run move back a slot. */
+static void empty_slot(struct rec_catalog *c, size_t hole)
+{
+	size_t mask = c->slot_count - 1;
+
+	c->slots[hole] = 0;
+	for (size_t i = (hole + 1) & mask; c->slots[i]; i = (i + 1) & mask) {
+		size_t home = key_slot(c, &c->entries[c->slots[i] - 1].info.key);
+
+		/* i's entry may fill the hole when its home is not in (hole, i]. */
+		if (((i - home) & mask) >= ((i - hole) & mask)) {
+			c->slots[hole] = c->slots[i];
+			c->slots[i] = 0;
+			hole = i;
+		}
+	}
+}
+
+void rec_catalog_remove(struct rec_catalog *c, const struct rec_key *key)
+{
+	size_t slot, index, last;
+
+	if (!c->count)
+		return;
+	slot = find_slot(c, key);
+	if (!c->slots[slot])
+		return;
+	index = c->slots[slot] - 1;
+	empty_slot(c, slot);
+	last = c->count - 1;
+	if (index != last) {
+		/* the last entry moves into the gap: its slot follows it */
+		c->slots[find_slot(c, &c->entries[last].info.key)] = (uint32_t)(index + 1);
+		c->entries[index] = c->entries[last];
+	}
+	c->count--;
+}
+
+const struct rec_catalog_entry *rec_catalog_find(const struct rec_catalog *c,
+						 const struct rec_key *key)
+{
+	size_t slot;
+
+	if (!c->count)
+		return NULL;
+	slot = find_slot(c, key);
+	return c->slots[slot] ? &c->entries[c->slots[slot] - 1] : NULL;
+}
+
+static void put_key(uint8_t *p, const struct rec_key *key)
+{
+	sel_put_le64(p, key->consumed);
+	memcpy(p + 8, key->digest.bytes, REC_DIGEST_BYTES);
+}
+
+static void get_key(const uint8_t *p, struct rec_key *key)
+{
+	key->consumed = sel_get_le64(p);
+	memcpy(key->digest.bytes, p + 8, REC_DIGEST_BYTES);
+}
+
+/* R-DIR-10's entry: 136 bytes. */
+static void encode_entry(uint8_t *p, const struct rec_catalog_entry *e)
+{
+	const struct rec_record_info *r = &e->info;
+
+	memset(p, 0, REC_SCAN_CACHE_ENTRY_BYTES);
+	put_key(p, &r->key);
+	put_key(p + 24, &r->parent);
+	memcpy(p + 48, r->bucket.bytes, REC_DIGEST_BYTES);
+	sel_put_le32(p + 64, r->first_page_index);
+	sel_put_le32(p + 68, r->tail_page_count);
+	sel_put_le32(p + 72, r->row_present);
+	sel_put_le64(p + 80, r->created_ns);
+	memcpy(p + 88, r->agreement.bytes, REC_DIGEST_BYTES);
+	sel_put_le64(p + 104, e->stamp.ino);
+	sel_put_le64(p + 112, e->stamp.bytes);
+	sel_put_le64(p + 120, e->stamp.mtime_ns);
+	sel_put_le64(p + 128, e->stamp.ctime_ns);
+}
+
+static void decode_entry(const uint8_t *p, struct rec_catalog_entry *e)
+{
+	struct rec_record_info *r = &e->info;
+
+	memset(e, 0, sizeof(*e));
+	get_key(p, &r->key);
+	get_key(p + 24, &r->parent);
+	memcpy(r->bucket.bytes, p + 48, REC_DIGEST_BYTES);
+	r->first_page_index = sel_get_le32(p + 64);
+	r->tail_page_count = sel_get_le32(p + 68);
+	r->row_present = sel_get_le32(p + 72) != 0;
+	r->created_ns = sel_get_le64(p + 80);
+	memcpy(r->agreement.bytes, p + 88, REC_DIGEST_BYTES);
+	e->stamp.ino = sel_get_le64(p + 104);
+	e->stamp.bytes = sel_get_le64(p + 112);
+	e->stamp.mtime_ns = sel_get_le64(p + 120);
+	e->stamp.ctime_ns = sel_get_le64(p + 128);
+	r->file_bytes = e->stamp.bytes;
+	r->mtime_ns = e->stamp.mtime_ns;
+}
+
+/* R-DIR-10's header: magic, version, entry size, count, entries' and own xxh3. */
+static void encode_header(uint8_t *p, uint64_t count, uint64_t entries_sum)
+{
+	memset(p, 0, REC_SCAN_CACHE_HEADER_BYTES);
+	memcpy(p, REC_SCAN_CACHE_MAGIC, 8);
+	sel_put_le32(p + 8, REC_SCAN_CACHE_VERSION);
+	sel_put_le32(p + 12, REC_SCAN_CACHE_ENTRY_BYTES);
+	sel_put_le64(p + 16, count);
+	sel_put_le64(p + 24, entries_sum);
+	sel_put_le64(p + 32, XXH3_64bits(p, 32));
+}
+
+/*
+ * Plain system calls, not record/io.h's: the cache is not a record, and its
+ * I/O stays out of the failpoints' counts of record I/O.
+ */
+static int write_all(int fd, const uint8_t *buf, size_t bytes)
+{
+	while (bytes > 0) {
+		ssize_t n = write(fd, buf, bytes);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		buf += n;
+		bytes -= (size_t)n;
+	}
+	return 0;
+}
+
+static int read_all(int fd, uint8_t *buf, size_t bytes)
+{
+	while (bytes > 0) {
+		ssize_t n = read(fd, buf, bytes);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO; /* shorter than it was */
+		buf += n;
+		bytes -= (size_t)n;
+	}
+	return 0;
+}
+
+int rec_catalog_save(const struct rec_catalog *c, int dirfd, bool durable)
+{
+	size_t bytes = REC_SCAN_CACHE_HEADER_BYTES + c->count * REC_SCAN_CACHE_ENTRY_BYTES;
+	uint8_t *buf = malloc(bytes);
+	int fd, ret;
+
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->count; i++)
+		encode_entry(buf + REC_SCAN_CACHE_HEADER_BYTES + i * REC_SCAN_CACHE_ENTRY_BYTES,
+			     &c->entries[i]);
+	encode_header(buf, c->count,
+		      XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES,
+				  bytes - REC_SCAN_CACHE_HEADER_BYTES));
+	fd = openat(dirfd, CACHE_TMP_NAME,
+		    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	ret = fd < 0 ? -errno : write_all(fd, buf, bytes);
+	if (!ret && durable && fdatasync(fd) != 0)
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (!ret && renameat(dirfd, CACHE_TMP_NAME, dirfd, REC_SCAN_CACHE_NAME) != 0)
+		ret = -errno;
+	if (!ret && durable && fsync(dirfd) != 0)
+		ret = -errno;
+	if (ret && fd >= 0)
+		unlinkat(dirfd, CACHE_TMP_NAME, 0);
+	free(buf);
+	return ret;
+}
+
+/* R-REC-6 and R-REC-10 for one entry, as a header read would check them. */
+static int check_entry(const struct rec_catalog_entry *e, const struct rec_geometry *g,
+		       const struct rec_identity *namespace_id, char *why, size_t why_size)
+{
+	const struct rec_record_info *r = &e->info;
+	struct rec_header h;
+	bool row_present;
+	int ret;
+
+	ret = rec_header_init(&h, g, namespace_id, &r->key,
+			      r->parent.consumed ? &r->parent : NULL, &r->bucket,
+			      r->first_page_index, r->tail_page_count, r->created_ns);
+	if (ret)
+		return sel_fail(SEL_EBADHEADER, why, why_size,
+				"an entry of key %" PRIu64 " spans no record (R-REC-6)",
+				r->key.consumed);
+	ret = rec_header_check_length(&h, e->stamp.bytes, &row_present, why, why_size);
+	if (ret)
+		return ret;
+	if (row_present != r->row_present)
+		return sel_fail(SEL_EBADHEADER, why, why_size,
+				"an entry of key %" PRIu64 " has a row its length denies",
+				r->key.consumed);
+	return 0;
+}
+
+static int load_entries(struct rec_catalog *c, const uint8_t *p, uint64_t count,
+			const struct rec_geometry *g, const struct rec_identity *namespace_id,
+			char *why, size_t why_size)
+{
+	struct rec_catalog_entry e;
+	int ret;
+
+	for (uint64_t i = 0; i < count; i++) {
+		decode_entry(p + i * REC_SCAN_CACHE_ENTRY_BYTES, &e);
+		ret = check_entry(&e, g, namespace_id, why, why_size);
+		if (!ret && rec_catalog_find(c, &e.info.key))
+			ret = sel_fail(SEL_EBADHEADER, why, why_size,
+				       "key %" PRIu64 " has two entries", e.info.key.consumed);
+		if (!ret)
+			ret = rec_catalog_put(c, &e);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int rec_catalog_load(struct rec_catalog *c, int dirfd, const struct rec_geometry *g,
+		     const struct rec_identity *namespace_id, char *why, size_t why_size)
+{
+	uint64_t count = 0, bytes;
+	uint8_t *buf = NULL;
+	struct stat st;
+	int fd, ret;
+
+	rec_catalog_clear(c);
+	fd = openat(dirfd, REC_SCAN_CACHE_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "not a regular file");
+		goto out;
+	}
+	bytes = (uint64_t)st.st_size;
+	if (bytes < REC_SCAN_CACHE_HEADER_BYTES ||
+	    bytes > REC_SCAN_CACHE_HEADER_BYTES +
+			    (uint64_t)REC_DIR_RECORDS_MAX * REC_SCAN_CACHE_ENTRY_BYTES) {
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "%" PRIu64 " bytes long", bytes);
+		goto out;
+	}
+	buf = malloc(bytes);
+	ret = buf ? read_all(fd, buf, bytes) : -ENOMEM;
+	if (ret)
+		goto out;
+	count = sel_get_le64(buf + 16);
+	if (memcmp(buf, REC_SCAN_CACHE_MAGIC, 8) != 0 ||
+	    sel_get_le32(buf + 8) != REC_SCAN_CACHE_VERSION ||
+	    sel_get_le32(buf + 12) != REC_SCAN_CACHE_ENTRY_BYTES ||
+	    sel_get_le64(buf + 32) != XXH3_64bits(buf, 32))
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "its header is not a version %u "
+			       "scan cache's", REC_SCAN_CACHE_VERSION);
+	else if (count > REC_DIR_RECORDS_MAX ||
+		 bytes != REC_SCAN_CACHE_HEADER_BYTES + count * REC_SCAN_CACHE_ENTRY_BYTES)
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "%" PRIu64 " bytes do not hold "
+			       "%" PRIu64 " entries", bytes, count);
+	else if (sel_get_le64(buf + 24) != XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES,
+							 bytes - REC_SCAN_CACHE_HEADER_BYTES))
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "its entries' checksum fails");
+	else
+		ret = load_entries(c, buf + REC_SCAN_CACHE_HEADER_BYTES, count, g, namespace_id,
+				   why, why_size);
+	if (!ret)
+		c->trust_before_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+				     (uint64_t)st.st_mtim.tv_nsec;
+out:
+	if (ret)
+		rec_catalog_clear(c);
+	free(buf);
+	close(fd);
+	return ret;
+}
