@@ -158,16 +158,18 @@ test-gpu:
 	$(Q)tests/run-tests $(BUILD)/tests/gpu/test_cuda 2>&1 | tee $(BUILD)/test-gpu.log
 
 # libFuzzer targets (clang): the record header decoder, the cluster frame
-# and message decoders, the trace parser and the failpoint configuration
-# parser. `make fuzz-build` builds them in build-fuzz/; `make fuzz` runs each
-# for FUZZ_SECONDS, starting from its corpus in tests/fuzz/corpus-NAME (read
-# only: what libFuzzer finds goes to build-fuzz/corpus-NAME).
+# and message decoders, the trace parser, the failpoint configuration
+# parser and the scan cache decoder. `make fuzz-build` builds them in
+# build-fuzz/; `make fuzz` runs each for FUZZ_SECONDS, starting from its
+# corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
+# build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := header frame trace config
+FUZZ_TARGETS := header frame trace config catalog
 FUZZ_MAX_LEN_header := 4096
 FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
+FUZZ_MAX_LEN_catalog := 8192
 FUZZ_OBJS_trace := build-fuzz/launch/trace.o
 fuzz-build:
 	$(Q)scripts/install-deps build fuzz
@@ -208,7 +210,7 @@ check-asan:
 
 # The thread-heavy tests, then three ranks of the program (tests/tsan-ranks.sh),
 # under ThreadSanitizer (build-tsan/); any report fails the run.
-TSAN_TESTS := $(sort api cluster disk engine failpoint fanout join link protocol store)
+TSAN_TESTS := $(sort api cluster dir disk engine failpoint fanout join link protocol store)
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 check-tsan:
 	$(Q)scripts/install-deps test

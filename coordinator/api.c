@@ -315,7 +315,7 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 	step = sel_monotonic_ns();
 	ret = rec_dir_scan(s->dir, scan);
 	s->startup.scan_ns = sel_monotonic_ns() - step;
-	s->startup.scan_records = ret ? 0 : scan->record_count;
+	s->startup.scan_headers_read = ret ? 0 : scan->headers_read;
 	s->startup.scan_cache_hits = ret ? 0 : scan->cache_hits;
 	if (ret)
 		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),

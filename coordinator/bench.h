@@ -35,8 +35,8 @@ struct sel_bench_startup {
 	uint64_t agreement_ns; /* deciding the agreement */
 	uint64_t apply_ns;     /* every rank applies its share and confirms it */
 	uint64_t index_ns;     /* building the index from the agreed records */
-	uint64_t scan_records; /* the records rank zero's scan kept */
-	uint64_t scan_cache_hits; /* of them, taken from its scan cache (R-DIR-10) */
+	uint64_t scan_headers_read; /* record files rank zero's scan read */
+	uint64_t scan_cache_hits;   /* record files its scan cache stood for (R-DIR-10) */
 };
 
 /* Copies the figures of store's open into *out. */

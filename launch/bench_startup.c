@@ -379,7 +379,7 @@ static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 	uint64_t t0 = sel_monotonic_ns(), ready_ns, peer_scan_max = 0;
 	sel_store *store = NULL;
 	struct sel_stats stats;
-	uint64_t raw_ns = 0, scanned, cached;
+	uint64_t raw_ns = 0, headers, cached;
 	uint32_t raw_threads = 0;
 	int ret;
 
@@ -407,13 +407,13 @@ static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 	ret = startup_close(r, store, ret);
 	if (ret)
 		return ret;
-	scanned = z.scan_records;
+	headers = z.scan_headers_read;
 	cached = z.scan_cache_hits;
 	getrusage(RUSAGE_CHILDREN, &children1);
 	for (uint32_t rank = 1; rank < r->world; rank++) {
 		if (r->peer_times[rank].scan_ns > peer_scan_max)
 			peer_scan_max = r->peer_times[rank].scan_ns;
-		scanned += r->peer_times[rank].scan_records;
+		headers += r->peer_times[rank].scan_headers_read;
 		cached += r->peer_times[rank].scan_cache_hits;
 	}
 	printf("startup: %5u  %8.1f  %8.1f %9.1f %7.1f %9.1f %10.1f %7.1f %6.1f %8.1f %8.1f\n",
@@ -421,8 +421,8 @@ static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 	       ms(z.summary_ns), ms(z.agreement_ns), ms(z.apply_ns), ms(z.index_ns),
 	       ms(cpu_ns(&self1) - cpu_ns(&self0)),
 	       ms(cpu_ns(&children1) - cpu_ns(&children0)));
-	printf("startup: %5u  headers read: %" PRIu64 " of %" PRIu64 " records (the rest "
-	       "from the ranks' scan caches)\n", round, scanned - cached, scanned);
+	printf("startup: %5u  record files: %" PRIu64 " headers read, %" PRIu64 " taken from "
+	       "the ranks' scan caches\n", round, headers, cached);
 	if (cold) {
 		uint64_t scan_ns = z.scan_ns > peer_scan_max ? z.scan_ns : peer_scan_max;
 

@@ -280,7 +280,7 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	p->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return ret;
-	p->startup.scan_records = scan->record_count;
+	p->startup.scan_headers_read = scan->headers_read;
 	p->startup.scan_cache_hits = scan->cache_hits;
 	*limit = c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO ?
 			 shard_config_auto_limit(rec_dir_path(p->dir), scan->bytes) :

@@ -14,8 +14,8 @@ struct sel_bench_peer_startup {
 	uint64_t start_ns; /* the whole sel_peer_start */
 	uint64_t scan_ns;  /* this rank's directory scan */
 	uint64_t join_ns;  /* join, summary, agreement applied and confirmed */
-	uint64_t scan_records;    /* the records this rank's scan kept */
-	uint64_t scan_cache_hits; /* of them, taken from its scan cache (R-DIR-10) */
+	uint64_t scan_headers_read; /* record files this rank's scan read */
+	uint64_t scan_cache_hits;   /* record files its scan cache stood for (R-DIR-10) */
 };
 
 /* Copies the figures of peer's start into *out. */

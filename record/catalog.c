@@ -79,6 +79,10 @@ int rec_catalog_put(struct rec_catalog *c, const struct rec_catalog_entry *e)
 	size_t slot;
 	int ret;
 
+	if (c->count && c->slots[slot = find_slot(c, &e->info.key)]) {
+		c->entries[c->slots[slot] - 1] = *e; /* a replacement needs no room */
+		return 0;
+	}
 	if (c->slot_count < 2 * (c->count + 1)) {
 		if (c->count >= REC_DIR_RECORDS_MAX)
 			return SEL_ETOOBIG;
@@ -87,10 +91,6 @@ int rec_catalog_put(struct rec_catalog *c, const struct rec_catalog_entry *e)
 			return ret;
 	}
 	slot = find_slot(c, &e->info.key);
-	if (c->slots[slot]) {
-		c->entries[c->slots[slot] - 1] = *e;
-		return 0;
-	}
 	if (c->count == c->capacity) {
 		size_t capacity = c->capacity ? c->capacity * 2 : 256;
 		struct rec_catalog_entry *grown = realloc(c->entries, capacity * sizeof(*grown));
@@ -154,6 +154,39 @@ const struct rec_catalog_entry *rec_catalog_find(const struct rec_catalog *c,
 	return c->slots[slot] ? &c->entries[c->slots[slot] - 1] : NULL;
 }
 
+/* R-DIR-10's layout: the header's fields, then an entry's. */
+enum cache_offset {
+	CACHE_MAGIC = 0,
+	CACHE_VERSION = 8,
+	CACHE_ENTRY_SIZE = 12,
+	CACHE_COUNT = 16,
+	CACHE_ENTRIES_SUM = 24,
+	CACHE_NAMESPACE = 32,
+	CACHE_FINGERPRINT = 64,
+	CACHE_ZERO = 80,
+	CACHE_HEADER_SUM = 120,
+	ENTRY_KEY = 0,
+	ENTRY_PARENT = 24,
+	ENTRY_BUCKET = 48,
+	ENTRY_FIRST_PAGE = 64,
+	ENTRY_PAGES = 68,
+	ENTRY_ROW = 72,
+	ENTRY_ZERO = 76,
+	ENTRY_CREATED = 80,
+	ENTRY_AGREEMENT = 88,
+	ENTRY_INO = 104,
+	ENTRY_BYTES = 112,
+	ENTRY_MTIME = 120,
+	ENTRY_CTIME = 128,
+};
+
+_Static_assert(CACHE_NAMESPACE + REC_IDENTITY_BYTES == CACHE_FINGERPRINT, "cache header");
+_Static_assert(CACHE_FINGERPRINT + REC_DIGEST_BYTES == CACHE_ZERO, "cache header");
+_Static_assert(CACHE_HEADER_SUM + 8 == REC_SCAN_CACHE_HEADER_BYTES, "cache header");
+_Static_assert(ENTRY_BUCKET + REC_DIGEST_BYTES == ENTRY_FIRST_PAGE, "cache entry");
+_Static_assert(ENTRY_AGREEMENT + REC_DIGEST_BYTES == ENTRY_INO, "cache entry");
+_Static_assert(ENTRY_CTIME + 8 == REC_SCAN_CACHE_ENTRY_BYTES, "cache entry");
+
 static void put_key(uint8_t *p, const struct rec_key *key)
 {
 	sel_put_le64(p, key->consumed);
@@ -166,57 +199,69 @@ static void get_key(const uint8_t *p, struct rec_key *key)
 	memcpy(key->digest.bytes, p + 8, REC_DIGEST_BYTES);
 }
 
-/* R-DIR-10's entry: 136 bytes. */
+static bool all_zero(const uint8_t *p, size_t bytes)
+{
+	for (size_t i = 0; i < bytes; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
 static void encode_entry(uint8_t *p, const struct rec_catalog_entry *e)
 {
 	const struct rec_record_info *r = &e->info;
 
 	memset(p, 0, REC_SCAN_CACHE_ENTRY_BYTES);
-	put_key(p, &r->key);
-	put_key(p + 24, &r->parent);
-	memcpy(p + 48, r->bucket.bytes, REC_DIGEST_BYTES);
-	sel_put_le32(p + 64, r->first_page_index);
-	sel_put_le32(p + 68, r->tail_page_count);
-	sel_put_le32(p + 72, r->row_present);
-	sel_put_le64(p + 80, r->created_ns);
-	memcpy(p + 88, r->agreement.bytes, REC_DIGEST_BYTES);
-	sel_put_le64(p + 104, e->stamp.ino);
-	sel_put_le64(p + 112, e->stamp.bytes);
-	sel_put_le64(p + 120, e->stamp.mtime_ns);
-	sel_put_le64(p + 128, e->stamp.ctime_ns);
+	put_key(p + ENTRY_KEY, &r->key);
+	put_key(p + ENTRY_PARENT, &r->parent);
+	memcpy(p + ENTRY_BUCKET, r->bucket.bytes, REC_DIGEST_BYTES);
+	sel_put_le32(p + ENTRY_FIRST_PAGE, r->first_page_index);
+	sel_put_le32(p + ENTRY_PAGES, r->tail_page_count);
+	sel_put_le32(p + ENTRY_ROW, r->row_present);
+	sel_put_le64(p + ENTRY_CREATED, r->created_ns);
+	memcpy(p + ENTRY_AGREEMENT, r->agreement.bytes, REC_DIGEST_BYTES);
+	sel_put_le64(p + ENTRY_INO, e->stamp.ino);
+	sel_put_le64(p + ENTRY_BYTES, e->stamp.bytes);
+	sel_put_le64(p + ENTRY_MTIME, e->stamp.mtime_ns);
+	sel_put_le64(p + ENTRY_CTIME, e->stamp.ctime_ns);
 }
 
-static void decode_entry(const uint8_t *p, struct rec_catalog_entry *e)
+/* False when the row field is neither 0 nor 1 or the zero field is not. */
+static bool decode_entry(const uint8_t *p, struct rec_catalog_entry *e)
 {
 	struct rec_record_info *r = &e->info;
+	uint32_t row = sel_get_le32(p + ENTRY_ROW);
 
 	memset(e, 0, sizeof(*e));
-	get_key(p, &r->key);
-	get_key(p + 24, &r->parent);
-	memcpy(r->bucket.bytes, p + 48, REC_DIGEST_BYTES);
-	r->first_page_index = sel_get_le32(p + 64);
-	r->tail_page_count = sel_get_le32(p + 68);
-	r->row_present = sel_get_le32(p + 72) != 0;
-	r->created_ns = sel_get_le64(p + 80);
-	memcpy(r->agreement.bytes, p + 88, REC_DIGEST_BYTES);
-	e->stamp.ino = sel_get_le64(p + 104);
-	e->stamp.bytes = sel_get_le64(p + 112);
-	e->stamp.mtime_ns = sel_get_le64(p + 120);
-	e->stamp.ctime_ns = sel_get_le64(p + 128);
+	get_key(p + ENTRY_KEY, &r->key);
+	get_key(p + ENTRY_PARENT, &r->parent);
+	memcpy(r->bucket.bytes, p + ENTRY_BUCKET, REC_DIGEST_BYTES);
+	r->first_page_index = sel_get_le32(p + ENTRY_FIRST_PAGE);
+	r->tail_page_count = sel_get_le32(p + ENTRY_PAGES);
+	r->row_present = row == 1;
+	r->created_ns = sel_get_le64(p + ENTRY_CREATED);
+	memcpy(r->agreement.bytes, p + ENTRY_AGREEMENT, REC_DIGEST_BYTES);
+	e->stamp.ino = sel_get_le64(p + ENTRY_INO);
+	e->stamp.bytes = sel_get_le64(p + ENTRY_BYTES);
+	e->stamp.mtime_ns = sel_get_le64(p + ENTRY_MTIME);
+	e->stamp.ctime_ns = sel_get_le64(p + ENTRY_CTIME);
 	r->file_bytes = e->stamp.bytes;
 	r->mtime_ns = e->stamp.mtime_ns;
+	return row <= 1 && sel_get_le32(p + ENTRY_ZERO) == 0;
 }
 
-/* R-DIR-10's header: magic, version, entry size, count, entries' and own xxh3. */
-static void encode_header(uint8_t *p, uint64_t count, uint64_t entries_sum)
+static void encode_header(uint8_t *p, uint64_t count, uint64_t entries_sum,
+			  const struct rec_geometry *g, const struct rec_identity *namespace_id)
 {
 	memset(p, 0, REC_SCAN_CACHE_HEADER_BYTES);
-	memcpy(p, REC_SCAN_CACHE_MAGIC, 8);
-	sel_put_le32(p + 8, REC_SCAN_CACHE_VERSION);
-	sel_put_le32(p + 12, REC_SCAN_CACHE_ENTRY_BYTES);
-	sel_put_le64(p + 16, count);
-	sel_put_le64(p + 24, entries_sum);
-	sel_put_le64(p + 32, XXH3_64bits(p, 32));
+	memcpy(p + CACHE_MAGIC, REC_SCAN_CACHE_MAGIC, 8);
+	sel_put_le32(p + CACHE_VERSION, REC_SCAN_CACHE_VERSION);
+	sel_put_le32(p + CACHE_ENTRY_SIZE, REC_SCAN_CACHE_ENTRY_BYTES);
+	sel_put_le64(p + CACHE_COUNT, count);
+	sel_put_le64(p + CACHE_ENTRIES_SUM, entries_sum);
+	memcpy(p + CACHE_NAMESPACE, namespace_id->bytes, REC_IDENTITY_BYTES);
+	memcpy(p + CACHE_FINGERPRINT, g->fingerprint.bytes, REC_DIGEST_BYTES);
+	sel_put_le64(p + CACHE_HEADER_SUM, XXH3_64bits(p, CACHE_HEADER_SUM));
 }
 
 /*
@@ -253,7 +298,8 @@ static int read_all(int fd, uint8_t *buf, size_t bytes)
 	return 0;
 }
 
-int rec_catalog_save(const struct rec_catalog *c, int dirfd, bool durable)
+int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_geometry *g,
+		     const struct rec_identity *namespace_id, bool durable)
 {
 	size_t bytes = REC_SCAN_CACHE_HEADER_BYTES + c->count * REC_SCAN_CACHE_ENTRY_BYTES;
 	uint8_t *buf = malloc(bytes);
@@ -266,7 +312,8 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, bool durable)
 			     &c->entries[i]);
 	encode_header(buf, c->count,
 		      XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES,
-				  bytes - REC_SCAN_CACHE_HEADER_BYTES));
+				  bytes - REC_SCAN_CACHE_HEADER_BYTES),
+		      g, namespace_id);
 	fd = openat(dirfd, CACHE_TMP_NAME,
 		    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	ret = fd < 0 ? -errno : write_all(fd, buf, bytes);
@@ -284,15 +331,24 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, bool durable)
 	return ret;
 }
 
-/* R-REC-6 and R-REC-10 for one entry, as a header read would check them. */
+/*
+ * One entry as a valid header of this directory would give it: R-REC-6,
+ * R-AGREE-1 (which covers the namespace, the counts and the creation time)
+ * and R-REC-10 for its row presence.
+ */
 static int check_entry(const struct rec_catalog_entry *e, const struct rec_geometry *g,
 		       const struct rec_identity *namespace_id, char *why, size_t why_size)
 {
 	const struct rec_record_info *r = &e->info;
+	struct rec_digest agreement;
 	struct rec_header h;
 	bool row_present;
 	int ret;
 
+	if (r->parent.consumed == 0 && !rec_digest_is_zero(&r->parent.digest))
+		return sel_fail(SEL_EBADHEADER, why, why_size,
+				"an entry of key %" PRIu64 " is a root with a parent digest",
+				r->key.consumed);
 	ret = rec_header_init(&h, g, namespace_id, &r->key,
 			      r->parent.consumed ? &r->parent : NULL, &r->bucket,
 			      r->first_page_index, r->tail_page_count, r->created_ns);
@@ -300,6 +356,11 @@ static int check_entry(const struct rec_catalog_entry *e, const struct rec_geome
 		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"an entry of key %" PRIu64 " spans no record (R-REC-6)",
 				r->key.consumed);
+	rec_header_agreement_digest(&h, &agreement);
+	if (!rec_digest_equal(&agreement, &r->agreement))
+		return sel_fail(SEL_EBADHEADER, why, why_size,
+				"an entry of key %" PRIu64 " is not a header of this "
+				"directory's (R-AGREE-1)", r->key.consumed);
 	ret = rec_header_check_length(&h, e->stamp.bytes, &row_present, why, why_size);
 	if (ret)
 		return ret;
@@ -310,16 +371,19 @@ static int check_entry(const struct rec_catalog_entry *e, const struct rec_geome
 	return 0;
 }
 
-static int load_entries(struct rec_catalog *c, const uint8_t *p, uint64_t count,
-			const struct rec_geometry *g, const struct rec_identity *namespace_id,
-			char *why, size_t why_size)
+static int decode_entries(struct rec_catalog *c, const uint8_t *p, uint64_t count,
+			  const struct rec_geometry *g, const struct rec_identity *namespace_id,
+			  char *why, size_t why_size)
 {
 	struct rec_catalog_entry e;
 	int ret;
 
 	for (uint64_t i = 0; i < count; i++) {
-		decode_entry(p + i * REC_SCAN_CACHE_ENTRY_BYTES, &e);
-		ret = check_entry(&e, g, namespace_id, why, why_size);
+		ret = decode_entry(p + i * REC_SCAN_CACHE_ENTRY_BYTES, &e) ? 0 :
+		      sel_fail(SEL_EBADHEADER, why, why_size,
+			       "entry %" PRIu64 " has a field out of range", i);
+		if (!ret)
+			ret = check_entry(&e, g, namespace_id, why, why_size);
 		if (!ret && rec_catalog_find(c, &e.info.key))
 			ret = sel_fail(SEL_EBADHEADER, why, why_size,
 				       "key %" PRIu64 " has two entries", e.info.key.consumed);
@@ -331,11 +395,48 @@ static int load_entries(struct rec_catalog *c, const uint8_t *p, uint64_t count,
 	return 0;
 }
 
+int rec_catalog_decode(struct rec_catalog *c, const uint8_t *buf, uint64_t bytes,
+		       const struct rec_geometry *g, const struct rec_identity *namespace_id,
+		       char *why, size_t why_size)
+{
+	uint64_t count;
+	int ret;
+
+	rec_catalog_clear(c);
+	if (bytes < REC_SCAN_CACHE_HEADER_BYTES)
+		return sel_fail(SEL_EBADHEADER, why, why_size, "%" PRIu64 " bytes long", bytes);
+	count = sel_get_le64(buf + CACHE_COUNT);
+	if (memcmp(buf + CACHE_MAGIC, REC_SCAN_CACHE_MAGIC, 8) != 0 ||
+	    sel_get_le32(buf + CACHE_VERSION) != REC_SCAN_CACHE_VERSION ||
+	    sel_get_le32(buf + CACHE_ENTRY_SIZE) != REC_SCAN_CACHE_ENTRY_BYTES ||
+	    !all_zero(buf + CACHE_ZERO, CACHE_HEADER_SUM - CACHE_ZERO) ||
+	    sel_get_le64(buf + CACHE_HEADER_SUM) != XXH3_64bits(buf, CACHE_HEADER_SUM))
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "its header is not a version %u "
+			       "scan cache's", REC_SCAN_CACHE_VERSION);
+	else if (memcmp(buf + CACHE_NAMESPACE, namespace_id->bytes, REC_IDENTITY_BYTES) != 0 ||
+		 memcmp(buf + CACHE_FINGERPRINT, g->fingerprint.bytes, REC_DIGEST_BYTES) != 0)
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "it was written for another "
+			       "namespace or shard (R-REC-12)");
+	else if (count > REC_DIR_RECORDS_MAX ||
+		 bytes != REC_SCAN_CACHE_HEADER_BYTES + count * REC_SCAN_CACHE_ENTRY_BYTES)
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "%" PRIu64 " bytes do not hold "
+			       "%" PRIu64 " entries", bytes, count);
+	else if (sel_get_le64(buf + CACHE_ENTRIES_SUM) !=
+		 XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES, bytes - REC_SCAN_CACHE_HEADER_BYTES))
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "its entries' checksum fails");
+	else
+		ret = decode_entries(c, buf + REC_SCAN_CACHE_HEADER_BYTES, count, g,
+				     namespace_id, why, why_size);
+	if (ret)
+		rec_catalog_clear(c);
+	return ret;
+}
+
 int rec_catalog_load(struct rec_catalog *c, int dirfd, const struct rec_geometry *g,
 		     const struct rec_identity *namespace_id, char *why, size_t why_size)
 {
-	uint64_t count = 0, bytes;
 	uint8_t *buf = NULL;
+	uint64_t bytes;
 	struct stat st;
 	int fd, ret;
 
@@ -347,44 +448,22 @@ int rec_catalog_load(struct rec_catalog *c, int dirfd, const struct rec_geometry
 		ret = -errno;
 		goto out;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = sel_fail(SEL_EBADHEADER, why, why_size, "not a regular file");
-		goto out;
-	}
 	bytes = (uint64_t)st.st_size;
-	if (bytes < REC_SCAN_CACHE_HEADER_BYTES ||
-	    bytes > REC_SCAN_CACHE_HEADER_BYTES +
-			    (uint64_t)REC_DIR_RECORDS_MAX * REC_SCAN_CACHE_ENTRY_BYTES) {
+	if (!S_ISREG(st.st_mode))
+		ret = sel_fail(SEL_EBADHEADER, why, why_size, "not a regular file");
+	else if (bytes > REC_SCAN_CACHE_HEADER_BYTES +
+				 (uint64_t)REC_DIR_RECORDS_MAX * REC_SCAN_CACHE_ENTRY_BYTES)
 		ret = sel_fail(SEL_EBADHEADER, why, why_size, "%" PRIu64 " bytes long", bytes);
-		goto out;
-	}
-	buf = malloc(bytes);
-	ret = buf ? read_all(fd, buf, bytes) : -ENOMEM;
-	if (ret)
-		goto out;
-	count = sel_get_le64(buf + 16);
-	if (memcmp(buf, REC_SCAN_CACHE_MAGIC, 8) != 0 ||
-	    sel_get_le32(buf + 8) != REC_SCAN_CACHE_VERSION ||
-	    sel_get_le32(buf + 12) != REC_SCAN_CACHE_ENTRY_BYTES ||
-	    sel_get_le64(buf + 32) != XXH3_64bits(buf, 32))
-		ret = sel_fail(SEL_EBADHEADER, why, why_size, "its header is not a version %u "
-			       "scan cache's", REC_SCAN_CACHE_VERSION);
-	else if (count > REC_DIR_RECORDS_MAX ||
-		 bytes != REC_SCAN_CACHE_HEADER_BYTES + count * REC_SCAN_CACHE_ENTRY_BYTES)
-		ret = sel_fail(SEL_EBADHEADER, why, why_size, "%" PRIu64 " bytes do not hold "
-			       "%" PRIu64 " entries", bytes, count);
-	else if (sel_get_le64(buf + 24) != XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES,
-							 bytes - REC_SCAN_CACHE_HEADER_BYTES))
-		ret = sel_fail(SEL_EBADHEADER, why, why_size, "its entries' checksum fails");
+	else if (!(buf = malloc(bytes ? bytes : 1)))
+		ret = -ENOMEM;
 	else
-		ret = load_entries(c, buf + REC_SCAN_CACHE_HEADER_BYTES, count, g, namespace_id,
-				   why, why_size);
+		ret = read_all(fd, buf, bytes);
+	if (!ret)
+		ret = rec_catalog_decode(c, buf, bytes, g, namespace_id, why, why_size);
 	if (!ret)
 		c->trust_before_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
 				     (uint64_t)st.st_mtim.tv_nsec;
 out:
-	if (ret)
-		rec_catalog_clear(c);
 	free(buf);
 	close(fd);
 	return ret;

@@ -22,7 +22,7 @@
 #define REC_SCAN_CACHE_NAME ".selene-scan-cache"
 #define REC_SCAN_CACHE_MAGIC "SELSCAN1"
 #define REC_SCAN_CACHE_VERSION 1u
-#define REC_SCAN_CACHE_HEADER_BYTES 64u
+#define REC_SCAN_CACHE_HEADER_BYTES 128u
 #define REC_SCAN_CACHE_ENTRY_BYTES 136u
 
 /* One record file; info.file_bytes and info.mtime_ns equal the stamp's. */
@@ -61,19 +61,29 @@ const struct rec_catalog_entry *rec_catalog_find(const struct rec_catalog *c,
 						 const struct rec_key *key);
 
 /*
- * Writes c to dirfd/REC_SCAN_CACHE_NAME through a temporary file and a
- * rename (fdatasync before, directory fsync after, when durable). 0 or a
- * negative errno, with no temporary file left.
+ * Writes c to dirfd/REC_SCAN_CACHE_NAME, for the directory of namespace_id
+ * and g's shard fingerprint, through a temporary file and a rename
+ * (fdatasync before, directory fsync after, when durable). 0 or a negative
+ * errno, with no temporary file left.
  */
-int rec_catalog_save(const struct rec_catalog *c, int dirfd, bool durable);
+int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_geometry *g,
+		     const struct rec_identity *namespace_id, bool durable);
 
 /*
- * Replaces c's contents with dirfd/REC_SCAN_CACHE_NAME's, and sets
- * trust_before_ns to that file's mtime. Every entry must
- * describe a record that g and namespace_id allow (R-REC-6, its length
- * R-REC-10). Returns 0; -ENOENT when there is none; SEL_EBADHEADER with why
- * when it is not a whole, valid cache (c is then empty); or another
- * negative errno.
+ * Replaces c's contents with the cache encoded in buf (bytes long), written
+ * for namespace_id and g's fingerprint: every entry must be one a valid
+ * header of this directory gives (R-REC-6, its agreement digest R-AGREE-1,
+ * its length R-REC-10). Returns 0, or SEL_EBADHEADER with why when buf is
+ * not a whole, valid cache for them (c is then empty), or -ENOMEM.
+ */
+int rec_catalog_decode(struct rec_catalog *c, const uint8_t *buf, uint64_t bytes,
+		       const struct rec_geometry *g, const struct rec_identity *namespace_id,
+		       char *why, size_t why_size);
+
+/*
+ * rec_catalog_decode of dirfd/REC_SCAN_CACHE_NAME, and trust_before_ns set
+ * to that file's mtime. Returns 0; -ENOENT when there is none;
+ * SEL_EBADHEADER with why; or another negative errno.
  */
 int rec_catalog_load(struct rec_catalog *c, int dirfd, const struct rec_geometry *g,
 		     const struct rec_identity *namespace_id, char *why, size_t why_size);

@@ -158,14 +158,32 @@ err_free:
 	return ret;
 }
 
+/*
+ * R-DIR-10: the cache must not reach the disk before the records it stands
+ * for. Durable records are there at commit; where the file system keeps
+ * them in memory a power cut takes the cache too; anywhere else (a record
+ * written through the page cache lands in preallocated space, its length
+ * and times final at once) the file system is flushed first.
+ */
+static int close_flush(struct rec_dir *dir)
+{
+	if (dir->durable || dir->memory_backed)
+		return 0;
+	return syncfs(dir->fd) == 0 ? 0 : -errno;
+}
+
 void rec_dir_close(struct rec_dir *dir)
 {
 	int ret;
 
 	if (!dir)
 		return;
+	/* The engines are closed: no note comes any more, so no lock. */
 	if (dir->catalogued) {
-		ret = rec_catalog_save(&dir->catalog, dir->fd, dir->durable);
+		ret = close_flush(dir);
+		if (!ret)
+			ret = rec_catalog_save(&dir->catalog, dir->fd, &dir->geometry,
+					       &dir->namespace_id, dir->durable);
 		if (ret)
 			sel_warn("cannot save the scan cache of %s: %s; the next start reads "
 				 "every header", dir->path, sel_strerror(ret));
@@ -184,30 +202,34 @@ static void catalog_put(struct rec_dir *dir, const struct rec_catalog_entry *e)
 		rec_catalog_remove(&dir->catalog, &e->info.key);
 }
 
-void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h, bool row_present,
-			 const struct stat *st)
+void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h, const struct stat *st)
 {
 	struct rec_catalog_entry e = {
 		.info = { .key = h->key, .parent = h->parent, .bucket = h->bucket,
 			  .first_page_index = h->first_page_index,
-			  .tail_page_count = h->tail_page_count, .row_present = row_present,
-			  .created_ns = h->created_ns },
+			  .tail_page_count = h->tail_page_count, .created_ns = h->created_ns },
 	};
+	bool known;
 
 	rec_file_stamp_of(st, &e.stamp);
 	e.info.file_bytes = e.stamp.bytes;
 	e.info.mtime_ns = e.stamp.mtime_ns;
+	/* row presence from the length stat saw (R-REC-10), as a scan would */
+	known = rec_header_check_length(h, e.stamp.bytes, &e.info.row_present, NULL, 0) == 0;
 	rec_header_agreement_digest(h, &e.info.agreement);
 	pthread_mutex_lock(&dir->catalog_lock);
-	if (dir->catalogued)
+	if (dir->catalogued && known)
 		catalog_put(dir, &e);
+	else if (dir->catalogued)
+		rec_catalog_remove(&dir->catalog, &h->key);
 	pthread_mutex_unlock(&dir->catalog_lock);
 }
 
 void rec_dir_note_unlinked(struct rec_dir *dir, const struct rec_key *key)
 {
 	pthread_mutex_lock(&dir->catalog_lock);
-	rec_catalog_remove(&dir->catalog, key);
+	if (dir->catalogued)
+		rec_catalog_remove(&dir->catalog, key);
 	pthread_mutex_unlock(&dir->catalog_lock);
 }
 
@@ -407,12 +429,13 @@ static bool scan_cached(struct rec_dir *dir, const char *name, const struct rec_
 /*
  * Learns one record file's header and length (R-READ-1, R-DIR-4) from the
  * scan cache, or by reading it with buffers (or buffers of its own when
- * its checksum segment is larger), counting hits in *cache_hits. Touches
+ * its checksum segment is larger), counting each in *cache_hits or
+ * *headers_read. Touches
  * nothing: 0, or what rec_reader_open returned (why says it).
  */
 static int scan_read(struct rec_dir *dir, const char *name, const struct rec_key *key,
 		     const struct rec_file_buffers *buffers, struct rec_catalog_entry *file,
-		     uint64_t *cache_hits, char *why, size_t why_size)
+		     uint64_t *cache_hits, uint64_t *headers_read, char *why, size_t why_size)
 {
 	struct rec_expect expect;
 	struct rec_reader r;
@@ -422,6 +445,7 @@ static int scan_read(struct rec_dir *dir, const char *name, const struct rec_key
 		__atomic_fetch_add(cache_hits, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
+	__atomic_fetch_add(headers_read, 1, __ATOMIC_RELAXED);
 	rec_dir_expect(dir, key, &expect);
 	ret = rec_reader_open_with(&r, dir->fd, name, false, &expect, buffers, why,
 				   why_size);
@@ -450,8 +474,8 @@ static int scan_record(struct scan_state *s, const char *name,
 	char why[256];
 	int ret;
 
-	ret = scan_read(s->dir, name, key, &s->buffers, &file, &s->out->cache_hits, why,
-			sizeof(why));
+	ret = scan_read(s->dir, name, key, &s->buffers, &file, &s->out->cache_hits,
+			&s->out->headers_read, why, sizeof(why));
 	if (sel_is_selene_error(ret)) {
 		sel_warn("scan %s: dropping %s: %s", s->dir->path, name, why);
 		s->out->invalid_dropped++;
@@ -729,8 +753,8 @@ static void *scan_worker_main(void *arg)
 		for (size_t i = first; i < count && i < first + SCAN_BATCH; i++)
 			sh->results[i] = scan_read(sh->s->dir, sh->s->pending[i].name,
 						   &sh->s->pending[i].key, &w->buffers,
-						   &sh->files[i], &sh->s->out->cache_hits, why,
-						   sizeof(why));
+						   &sh->files[i], &sh->s->out->cache_hits,
+						   &sh->s->out->headers_read, why, sizeof(why));
 	return NULL;
 }
 
@@ -837,8 +861,10 @@ static int scan_directory(struct scan_state *s)
 }
 
 /*
- * R-DIR-10: the scan cache a clean close left. A second scan in one
- * process reads every header: files may have changed since in this tick.
+ * R-DIR-10: the scan cache a clean close left, taken in and deleted before
+ * anything changes, so that only a clean close ever leaves one. A second
+ * scan with one handle reads every header: files may have changed since,
+ * in this tick.
  */
 static void scan_load_cache(struct rec_dir *dir)
 {
@@ -854,6 +880,14 @@ static void scan_load_cache(struct rec_dir *dir)
 	if (ret && ret != -ENOENT)
 		sel_warn("scan %s: ignoring its scan cache: %s; reading every header", dir->path,
 			 sel_is_selene_error(ret) ? why : sel_strerror(ret));
+	if (ret == -ENOENT)
+		return;
+	if (unlinkat(dir->fd, REC_SCAN_CACHE_NAME, 0) != 0 ||
+	    (dir->durable && fsync(dir->fd) != 0)) {
+		sel_warn("scan %s: cannot delete its scan cache (%s); reading every header",
+			 dir->path, strerror(errno));
+		rec_catalog_clear(&dir->catalog);
+	}
 }
 
 /* R-DIR-10: the records kept, as the catalogue the notes keep from now on. */
@@ -902,7 +936,7 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 	}
 	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
 		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable; "
-		 "moved %llu aside; %llu from the scan cache",
+		 "moved %llu aside; %llu headers read, %llu from the scan cache",
 		 dir->path, out->record_count, (unsigned long long)out->bytes,
 		 (unsigned long long)out->tmp_deleted,
 		 (unsigned long long)out->invalid_dropped,
@@ -910,6 +944,7 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 		 (unsigned long long)out->page_only_dropped,
 		 (unsigned long long)out->unreadable_skipped,
 		 (unsigned long long)out->moved_aside,
+		 (unsigned long long)out->headers_read,
 		 (unsigned long long)out->cache_hits);
 	return 0;
 }

@@ -38,9 +38,11 @@ int rec_dir_open(const struct rec_dir_options *options, struct rec_dir **out,
 		 char *err, size_t err_size);
 
 /*
- * Saves the catalogue as the scan cache when a scan made one (R-DIR-10; a
+ * Saves the catalogue as the scan cache when a scan made one (R-DIR-10:
+ * after a syncfs where the records are neither durable nor in memory; a
  * failure is logged, and the next scan reads every header), releases the
- * lock and frees the handle; NULL does nothing.
+ * lock and frees the handle; NULL does nothing. Every engine writing into
+ * dir must be closed first.
  */
 void rec_dir_close(struct rec_dir *dir);
 
@@ -108,8 +110,9 @@ struct rec_scan {
 					EIO): left in place, out of the summary */
 	uint64_t moved_aside;      /* non-regular files named like records,
 				      renamed to NAME.aside */
-	uint64_t cache_hits;       /* records the scan cache stood for, their
-				      headers not read (R-DIR-10) */
+	uint64_t cache_hits;       /* record files the scan cache stood for,
+				      their headers not read (R-DIR-10) */
+	uint64_t headers_read;     /* record files whose header was read */
 };
 
 /* What a non-regular file named like a record is renamed to, at the end. */
@@ -126,8 +129,9 @@ struct rec_scan {
  * directory, symlink, FIFO or socket named like a record is renamed to
  * NAME.aside and reported, so it never blocks a store of that key. A record
  * file whose stamp (record/io.h) equals its entry in the scan cache is
- * taken from the cache, unread (R-DIR-10); a cache that is not whole and
- * valid is ignored, with a warning. Returns 0 and fills out, or a negative
+ * taken from the cache, unread (R-DIR-10); the cache is deleted once taken
+ * in, and one that is not whole and valid for this directory is ignored,
+ * with a warning. Returns 0 and fills out, or a negative
  * errno (listing the directory failed, out of memory). Free with
  * rec_scan_free(). From then on dir keeps the catalogue of its records
  * and saves it as the scan cache when it closes.
@@ -139,10 +143,10 @@ void rec_scan_free(struct rec_scan *scan);
 /*
  * The catalogue's news (R-DIR-10), from record/file.h as each change lands:
  * a record whose header is h committed or had its row truncated (st: its
- * file's stat after the change), or a record unlinked. Any thread; nothing
- * before the scan.
+ * file's stat after the change; row presence comes from its length), or a
+ * record unlinked. Any thread; nothing before the scan.
  */
-void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h, bool row_present,
+void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h,
 			 const struct stat *st);
 void rec_dir_note_unlinked(struct rec_dir *dir, const struct rec_key *key);
 

@@ -291,7 +291,7 @@ static void writer_note(struct rec_writer *w)
 	struct stat st;
 
 	if (fstat(w->fd, &st) == 0)
-		rec_dir_note_record(w->dir, &w->header, true, &st);
+		rec_dir_note_record(w->dir, &w->header, &st);
 	else
 		rec_dir_note_unlinked(w->dir, &w->header.key);
 }
@@ -606,7 +606,7 @@ int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
 	if (!ret && rec_dir_durable(dir))
 		ret = rec_io_fdatasync(fd);
 	if (!ret && fstat(fd, &st) == 0)
-		rec_dir_note_record(dir, &h, false, &st); /* R-DIR-10 */
+		rec_dir_note_record(dir, &h, &st); /* R-DIR-10 */
 	if (!ret)
 		ret = SEL_FAILPOINT(SEL_FP_RECORD_AFTER_TRUNCATE);
 	ret = ret < 0 ? ret : 0;

@@ -170,7 +170,7 @@ static void test_catalog_save_load_round_trip(void **state)
 		assert_int_equal(rec_catalog_put(&c, &parent), 0);
 		assert_int_equal(rec_catalog_put(&c, &e), 0);
 	}
-	assert_int_equal(rec_catalog_save(&c, f->dirfd, true), 0);
+	assert_int_equal(rec_catalog_save(&c, f->dirfd, &f->g, &f->ns, true), 0);
 	assert_int_equal(tu_count_suffix(f->base, ".tmp"), 0);
 	assert_int_equal(fstatat(f->dirfd, REC_SCAN_CACHE_NAME, &st, 0), 0);
 	assert_int_equal(st.st_size, REC_SCAN_CACHE_HEADER_BYTES + c.count * REC_SCAN_CACHE_ENTRY_BYTES);
@@ -186,7 +186,7 @@ static void test_catalog_save_load_round_trip(void **state)
 			 (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec);
 	/* an empty catalogue saves and loads too */
 	rec_catalog_clear(&c);
-	assert_int_equal(rec_catalog_save(&c, f->dirfd, false), 0);
+	assert_int_equal(rec_catalog_save(&c, f->dirfd, &f->g, &f->ns, false), 0);
 	assert_int_equal(rec_catalog_load(&back, f->dirfd, &f->g, &f->ns, why, sizeof(why)), 0);
 	assert_int_equal(back.count, 0);
 	rec_catalog_free(&c);
@@ -220,7 +220,7 @@ static void write_cache(struct fixture *f, uint8_t *buf, size_t bytes, bool rese
 	if (reseal && bytes >= REC_SCAN_CACHE_HEADER_BYTES) {
 		sel_put_le64(buf + 24, XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES,
 						   bytes - REC_SCAN_CACHE_HEADER_BYTES));
-		sel_put_le64(buf + 32, XXH3_64bits(buf, 32));
+		sel_put_le64(buf + 120, XXH3_64bits(buf, 120));
 	}
 	snprintf(path, sizeof(path), "%s/%s", f->base, REC_SCAN_CACHE_NAME);
 	fp = fopen(path, "wb");
@@ -267,7 +267,7 @@ static void test_catalog_load_refuses_bad_caches(void **state)
 	make_entry(f, &e[2], 3, 64 * 9, NULL, true);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(rec_catalog_put(&c, &e[i]), 0);
-	assert_int_equal(rec_catalog_save(&c, f->dirfd, false), 0);
+	assert_int_equal(rec_catalog_save(&c, f->dirfd, &f->g, &f->ns, false), 0);
 	good = read_cache(f, &bytes);
 	buf = malloc(bytes);
 
@@ -288,6 +288,18 @@ static void test_catalog_load_refuses_bad_caches(void **state)
 	sel_put_le32(buf + 8, 2);
 	write_cache(f, buf, bytes, true);
 	expect_refused(f, "not a version 1");
+	memcpy(buf, good, bytes);
+	buf[100] = 1; /* the header's zero bytes */
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "not a version 1");
+	memcpy(buf, good, bytes);
+	buf[32] ^= 1; /* another namespace's directory */
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "another namespace or shard");
+	memcpy(buf, good, bytes);
+	buf[64] ^= 1; /* another rank's: its shard fingerprint */
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "another namespace or shard");
 
 	/* well sealed, but an entry no header could have written */
 	entry1 = buf + REC_SCAN_CACHE_HEADER_BYTES + REC_SCAN_CACHE_ENTRY_BYTES;
@@ -299,6 +311,29 @@ static void test_catalog_load_refuses_bad_caches(void **state)
 	sel_put_le32(entry1 + 68, sel_get_le32(entry1 + 68) + 1); /* one page too many */
 	write_cache(f, buf, bytes, true);
 	expect_refused(f, "spans no record");
+	memcpy(buf, good, bytes);
+	sel_put_le32(entry1 + 72, 2); /* row presence is 0 or 1 */
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "out of range");
+	memcpy(buf, good, bytes);
+	sel_put_le32(entry1 + 76, 1); /* a zero field */
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "out of range");
+	memcpy(buf, good, bytes);
+	sel_put_le64(entry1 + 80, sel_get_le64(entry1 + 80) + 1); /* another creation time */
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "R-AGREE-1");
+	memcpy(buf, good, bytes);
+	for (int i = 0; i < 3; i++) { /* a root, e[0] or e[2], given a parent digest */
+		uint8_t *p = buf + REC_SCAN_CACHE_HEADER_BYTES + (size_t)i * REC_SCAN_CACHE_ENTRY_BYTES;
+
+		if (sel_get_le64(p + 24) == 0) {
+			p[24 + 8] = 1;
+			break;
+		}
+	}
+	write_cache(f, buf, bytes, true);
+	expect_refused(f, "a root with a parent digest");
 	memcpy(buf, good, bytes);
 	sel_put_le32(entry1 + 72, 1); /* a row its length has no room for */
 	write_cache(f, buf, bytes, true);
@@ -338,14 +373,14 @@ static void test_catalog_save_failure(void **state)
 	fd = open(gone, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(rmdir(gone), 0);
-	assert_int_equal(rec_catalog_save(&c, fd, true), -ENOENT);
+	assert_int_equal(rec_catalog_save(&c, fd, &f->g, &f->ns, true), -ENOENT);
 	close(fd);
 	/* the cache's name taken by a directory: the rename fails, the temporary goes */
 	snprintf(gone, sizeof(gone), "%s/%s", f->base, REC_SCAN_CACHE_NAME);
 	assert_int_equal(mkdir(gone, 0755), 0);
 	snprintf(gone, sizeof(gone), "%s/%s/x", f->base, REC_SCAN_CACHE_NAME);
 	assert_int_equal(mkdir(gone, 0755), 0);
-	assert_true(rec_catalog_save(&c, f->dirfd, false) < 0);
+	assert_true(rec_catalog_save(&c, f->dirfd, &f->g, &f->ns, false) < 0);
 	assert_int_equal(tu_count_suffix(f->base, ".tmp"), 0);
 	rec_catalog_free(&c);
 }

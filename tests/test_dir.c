@@ -692,6 +692,33 @@ static void test_dir_scan_record_past_scan_buffers(void **state)
 	free(g);
 }
 
+/* Warnings, caught while a test looks for one. */
+struct caught {
+	char text[4096];
+};
+
+static void catch_line(enum sel_log_level level, const char *message, void *user)
+{
+	struct caught *c = user;
+	size_t used = strlen(c->text);
+
+	if (level == SEL_LOG_WARN)
+		snprintf(c->text + used, sizeof(c->text) - used, "%s\n", message);
+}
+
+static void catch_warnings(struct caught *c)
+{
+	c->text[0] = '\0';
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(catch_line, c);
+}
+
+static void release_warnings(void)
+{
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+}
+
 /* File times move in ticks of the kernel's coarse clock: waits past one. */
 static void past_the_tick(void)
 {
@@ -768,6 +795,7 @@ static void test_dir_scan_cache_stands_for_unchanged_files(void **state)
 	assert_int_equal(tu_record_write(f->dir, &late, 0), 0);
 	assert_int_equal(rec_truncate_row(f->dir, &roots[2].key), 0);
 	assert_int_equal(rec_unlink(f->dir, &roots[ROOTS - 1].key), 0);
+	assert_int_equal(tu_record_write(f->dir, &roots[3], 0), 0); /* its row back, a new file */
 	past_the_tick();
 	reopen(f);
 	path = cache_path(f->dir);
@@ -778,7 +806,10 @@ static void test_dir_scan_cache_stands_for_unchanged_files(void **state)
 	assert_int_equal(rec_dir_scan(f->dir, &cached), 0);
 	assert_int_equal(cached.record_count, ROOTS + CHILDREN);
 	assert_int_equal(cached.cache_hits, cached.record_count);
+	assert_int_equal(cached.headers_read, 0);
 	assert_int_equal(cached.ignored, 0);
+	/* taken in, the cache is gone: only a clean close leaves one */
+	assert_int_equal(access(path, F_OK), -1);
 	/* the same directory read header by header */
 	reopen(f);
 	assert_int_equal(unlink(path), 0);
@@ -788,6 +819,8 @@ static void test_dir_scan_cache_stands_for_unchanged_files(void **state)
 	for (size_t i = 0; i < full.record_count; i++) {
 		if (rec_key_equal(&full.records[i].key, &roots[2].key))
 			assert_false(full.records[i].row_present);
+		if (rec_key_equal(&full.records[i].key, &roots[3].key))
+			assert_true(full.records[i].row_present);
 		assert_false(rec_key_equal(&full.records[i].key, &roots[ROOTS - 1].key));
 	}
 	assert_true(has_key(&full, &late.key));
@@ -921,6 +954,7 @@ static void test_dir_scan_cache_damaged(void **state)
 	struct fixture *f = *state;
 	struct tu_record r[3];
 	struct rec_scan scan;
+	struct caught caught = { 0 };
 	char *cache, tmp[600];
 
 	for (int i = 0; i < 3; i++) {
@@ -935,8 +969,12 @@ static void test_dir_scan_cache_damaged(void **state)
 	tu_flip_bit(cache, REC_SCAN_CACHE_HEADER_BYTES + 5);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", REC_SCAN_CACHE_NAME);
 	write_file(rec_dir_path(f->dir), tmp, "partial");
+	catch_warnings(&caught);
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	release_warnings();
+	assert_non_null(strstr(caught.text, "ignoring its scan cache: its entries' checksum fails"));
 	assert_int_equal(scan.cache_hits, 0);
+	assert_int_equal(scan.headers_read, 3);
 	assert_int_equal(scan.record_count, 3);
 	assert_int_equal(scan.tmp_deleted, 1);
 	assert_int_equal(scan.ignored, 0);
@@ -948,6 +986,110 @@ static void test_dir_scan_cache_damaged(void **state)
 	rec_scan_free(&scan);
 	free(cache);
 	for (int i = 0; i < 3; i++)
+		tu_record_free(&r[i]);
+}
+
+/*
+ * R-DIR-10 and R-REC-12: a directory that moved to another rank's name
+ * (its scan cache written for the first rank's shard) is read header by
+ * header, and every record of the other shard is dropped.
+ */
+static void test_dir_scan_cache_of_another_shard(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_geometry *other = malloc(sizeof(*other));
+	char *base2 = tu_make_temp_dir("othershard"), *moved;
+	struct caught caught = { 0 };
+	struct tu_record r[3];
+	struct rec_scan scan;
+	struct rec_dir *dir2;
+
+	for (int i = 0; i < 3; i++) {
+		tu_record_make(&r[i], &f->g, 7000 + (uint64_t)i, 64, NULL, (uint64_t)i);
+		assert_int_equal(tu_record_write(f->dir, &r[i], 0), 0);
+	}
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	past_the_tick();
+	tu_geometry(other, 64, 2, 4096, 8192, 0, 2); /* the same layout, another shard */
+	dir2 = tu_dir_open(base2, other, false);
+	if (asprintf(&moved, "%s/%s", f->base, strrchr(rec_dir_path(dir2), '/') + 1) < 0)
+		abort();
+	rec_dir_close(dir2);
+	assert_int_equal(rename(rec_dir_path(f->dir), moved), 0);
+	rec_dir_close(f->dir); /* saves into the directory, now under the other name */
+	f->dir = tu_dir_open(f->base, other, false);
+	assert_string_equal(rec_dir_path(f->dir), moved);
+	catch_warnings(&caught);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	release_warnings();
+	assert_non_null(strstr(caught.text, "another namespace or shard"));
+	assert_int_equal(scan.cache_hits, 0);
+	assert_int_equal(scan.invalid_dropped, 3);
+	assert_int_equal(scan.record_count, 0);
+	rec_scan_free(&scan);
+	rec_dir_close(f->dir);
+	f->dir = tu_dir_open(f->base, &f->g, false); /* for the teardown */
+	for (int i = 0; i < 3; i++)
+		tu_record_free(&r[i]);
+	tu_remove_tree(base2);
+	free(moved);
+	free(other);
+}
+
+/*
+ * R-DIR-10: a process killed after it took the cache in and changed the
+ * directory leaves no cache, so the next scan reads every header; a
+ * second scan with one handle reads every header too.
+ */
+static void test_dir_scan_cache_after_kill_and_rescan(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record r[4];
+	struct rec_scan scan;
+	char *cache;
+	int status;
+	pid_t pid;
+
+	for (int i = 0; i < 3; i++) {
+		tu_record_make(&r[i], &f->g, 8000 + (uint64_t)i, 64 * 2, NULL, (uint64_t)i);
+		assert_int_equal(tu_record_write(f->dir, &r[i], 0), 0);
+	}
+	tu_record_make(&r[3], &f->g, 8003, 64 * 2, NULL, 3);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	past_the_tick();
+	cache = cache_path(f->dir);
+	rec_dir_close(f->dir);
+	f->dir = NULL;
+	assert_int_equal(access(cache, F_OK), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct rec_dir *d = tu_dir_open(f->base, &f->g, false);
+		struct rec_scan s;
+
+		if (rec_dir_scan(d, &s) != 0 || s.cache_hits != 3 ||
+		    rec_unlink(d, &r[0].key) != 0 || tu_record_write(d, &r[3], 0) != 0)
+			_exit(1);
+		kill(getpid(), SIGKILL);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	assert_int_equal(access(cache, F_OK), -1);
+	f->dir = tu_dir_open(f->base, &f->g, false);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.cache_hits, 0);
+	assert_int_equal(scan.headers_read, 3);
+	assert_int_equal(scan.record_count, 3);
+	assert_false(has_key(&scan, &r[0].key));
+	assert_true(has_key(&scan, &r[3].key));
+	rec_scan_free(&scan);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0); /* again, with this handle */
+	assert_int_equal(scan.cache_hits, 0);
+	assert_int_equal(scan.headers_read, 3);
+	rec_scan_free(&scan);
+	free(cache);
+	for (int i = 0; i < 4; i++)
 		tu_record_free(&r[i]);
 }
 
@@ -976,6 +1118,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_cache_distrusts_its_last_tick, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_cache_damaged, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_of_another_shard, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_after_kill_and_rescan, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_record_past_scan_buffers, setup,
 						teardown),
 	};

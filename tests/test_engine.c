@@ -66,6 +66,7 @@ static void open_engine(struct fixture *f, uint32_t window_pages)
 static int setup_with(void **state, bool no_uring, uint32_t io_workers, const char *base)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
+	struct rec_scan scan;
 
 	f->no_uring = no_uring;
 	f->io_workers = io_workers;
@@ -76,6 +77,13 @@ static int setup_with(void **state, bool no_uring, uint32_t io_workers, const ch
 	f->g.page_count = 200;
 	tu_identities(NULL, &f->ns);
 	f->dir = tu_dir_open(f->base, &f->g, true);
+	/*
+	 * As a store's: scanned, so the directory keeps its catalogue and the
+	 * disk's control threads note every commit, truncation and unlink
+	 * (R-DIR-10) while the tests run.
+	 */
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
 	assert_int_equal(shard_device_open_host(&f->dev), 0);
 	for (uint32_t p = 0; p < 3; p++) {
 		f->plane_memory[p] = tu_alloc(5000 * 200);
