@@ -72,8 +72,7 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_ge
 /*
  * Replaces c's contents with the cache encoded in buf (bytes long), written
  * for namespace_id and g's fingerprint: every entry must be one a valid
- * header of this directory gives (R-REC-6, its agreement digest R-AGREE-1,
- * its length R-REC-10). Returns 0, or SEL_EBADHEADER with why when buf is
+ * header of this directory could give (R-REC-6, its length R-REC-10). Returns 0, or SEL_EBADHEADER with why when buf is
  * not a whole, valid cache for them (c is then empty), or -ENOMEM.
  */
 int rec_catalog_decode(struct rec_catalog *c, const uint8_t *buf, uint64_t bytes,
