@@ -323,8 +323,10 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_ge
 		close(fd);
 	if (!ret && renameat(dirfd, CACHE_TMP_NAME, dirfd, REC_SCAN_CACHE_NAME) != 0)
 		ret = -errno;
-	if (!ret && durable && fsync(dirfd) != 0)
+	else if (!ret && durable && fsync(dirfd) != 0) {
 		ret = -errno;
+		unlinkat(dirfd, REC_SCAN_CACHE_NAME, 0); /* renamed, but not for sure */
+	}
 	if (ret && fd >= 0)
 		unlinkat(dirfd, CACHE_TMP_NAME, 0);
 	free(buf);

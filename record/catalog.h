@@ -72,8 +72,9 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_ge
 /*
  * Replaces c's contents with the cache encoded in buf (bytes long), written
  * for namespace_id and g's fingerprint: every entry must be one a valid
- * header of this directory could give (R-REC-6, its length R-REC-10). Returns 0, or SEL_EBADHEADER with why when buf is
- * not a whole, valid cache for them (c is then empty), or -ENOMEM.
+ * header of this directory could give (R-REC-6, its length R-REC-10).
+ * Returns 0, or SEL_EBADHEADER with why when buf is not a whole, valid
+ * cache for them (c is then empty), or -ENOMEM.
  */
 int rec_catalog_decode(struct rec_catalog *c, const uint8_t *buf, uint64_t bytes,
 		       const struct rec_geometry *g, const struct rec_identity *namespace_id,

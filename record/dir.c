@@ -161,9 +161,11 @@ err_free:
 /*
  * R-DIR-10: the cache must not reach the disk before the records it stands
  * for. Durable records are there at commit; where the file system keeps
- * them in memory a power cut takes the cache too; anywhere else (a record
- * written through the page cache lands in preallocated space, its length
- * and times final at once) the file system is flushed first.
+ * them in memory a power cut takes the cache too; anywhere else the file
+ * system is flushed first (a record written through the page cache lands
+ * in preallocated space, its length and times final at once). A durable
+ * directory is taken to have been durable in the runs before (a record an
+ * earlier, non-durable run left unflushed is not flushed here).
  */
 static int close_flush(struct rec_dir *dir)
 {
@@ -178,7 +180,8 @@ void rec_dir_close(struct rec_dir *dir)
 
 	if (!dir)
 		return;
-	/* The engines are closed: no note comes any more, so no lock. */
+	/* The engines are closed (or made the catalogue forgotten). */
+	pthread_mutex_lock(&dir->catalog_lock);
 	if (dir->catalogued) {
 		ret = close_flush(dir);
 		if (!ret)
@@ -188,6 +191,7 @@ void rec_dir_close(struct rec_dir *dir)
 			sel_warn("cannot save the scan cache of %s: %s; the next start reads "
 				 "every header", dir->path, sel_strerror(ret));
 	}
+	pthread_mutex_unlock(&dir->catalog_lock);
 	if (dir->fd >= 0)
 		close(dir->fd);
 	rec_catalog_free(&dir->catalog);
@@ -222,6 +226,13 @@ void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h, const 
 		catalog_put(dir, &e);
 	else if (dir->catalogued)
 		rec_catalog_remove(&dir->catalog, &h->key);
+	pthread_mutex_unlock(&dir->catalog_lock);
+}
+
+void rec_dir_forget_catalog(struct rec_dir *dir)
+{
+	pthread_mutex_lock(&dir->catalog_lock);
+	dir->catalogued = false;
 	pthread_mutex_unlock(&dir->catalog_lock);
 }
 
@@ -862,19 +873,15 @@ static int scan_directory(struct scan_state *s)
 
 /*
  * R-DIR-10: the scan cache a clean close left, taken in and deleted before
- * anything changes, so that only a clean close ever leaves one. A second
- * scan with one handle reads every header: files may have changed since,
- * in this tick.
+ * anything changes, so that only a clean close ever leaves one (a second
+ * scan with one handle finds none). One that cannot be deleted is emptied,
+ * so that no later scan takes it; failing that too, it is left, and said.
  */
 static void scan_load_cache(struct rec_dir *dir)
 {
 	char why[256] = "";
-	int ret;
+	int fd, ret;
 
-	if (dir->catalogued) {
-		rec_catalog_clear(&dir->catalog);
-		return;
-	}
 	ret = rec_catalog_load(&dir->catalog, dir->fd, &dir->geometry, &dir->namespace_id, why,
 			       sizeof(why));
 	if (ret && ret != -ENOENT)
@@ -882,12 +889,23 @@ static void scan_load_cache(struct rec_dir *dir)
 			 sel_is_selene_error(ret) ? why : sel_strerror(ret));
 	if (ret == -ENOENT)
 		return;
-	if (unlinkat(dir->fd, REC_SCAN_CACHE_NAME, 0) != 0 ||
-	    (dir->durable && fsync(dir->fd) != 0)) {
-		sel_warn("scan %s: cannot delete its scan cache (%s); reading every header",
-			 dir->path, strerror(errno));
-		rec_catalog_clear(&dir->catalog);
+	if (unlinkat(dir->fd, REC_SCAN_CACHE_NAME, 0) == 0 &&
+	    (!dir->durable || fsync(dir->fd) == 0))
+		return;
+	sel_warn("scan %s: cannot delete its scan cache (%s); reading every header",
+		 dir->path, strerror(errno));
+	rec_catalog_clear(&dir->catalog);
+	fd = openat(dir->fd, REC_SCAN_CACHE_NAME, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0 && (!dir->durable || fdatasync(fd) == 0)) {
+		close(fd);
+		return;
 	}
+	if (fd >= 0)
+		close(fd);
+	if (errno != ENOENT)
+		sel_warn("scan %s: cannot empty its scan cache either (%s): remove %s/%s before "
+			 "the next start after a crash", dir->path, strerror(errno), dir->path,
+			 REC_SCAN_CACHE_NAME);
 }
 
 /* R-DIR-10: the records kept, as the catalogue the notes keep from now on. */

@@ -141,10 +141,18 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 void rec_scan_free(struct rec_scan *scan);
 
 /*
+ * The directory may change behind the catalogue (an engine that could not
+ * stop its disk thread): the close saves no scan cache. Any thread.
+ */
+void rec_dir_forget_catalog(struct rec_dir *dir);
+
+/*
  * The catalogue's news (R-DIR-10), from record/file.h as each change lands:
  * a record whose header is h committed or had its row truncated (st: its
  * file's stat after the change; row presence comes from its length), or a
- * record unlinked. Any thread; nothing before the scan.
+ * record unlinked. Any thread; nothing before the scan. A scan never runs
+ * while anything else changes the directory (it reads the catalogue
+ * without the lock).
  */
 void rec_dir_note_record(struct rec_dir *dir, const struct rec_header *h,
 			 const struct stat *st);

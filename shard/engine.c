@@ -1484,8 +1484,15 @@ void shard_engine_close(struct shard_engine *e)
 		pthread_join(e->thread, NULL);
 	if (e->checksums_started)
 		shard_checksum_pool_destroy(&e->checksums);
-	if (rec_disk_stop(e->disk, REC_DISK_STOP_TIMEOUT_MS) != 0)
-		return; /* its I/O may still use the staging and files: keep them */
+	if (rec_disk_stop(e->disk, REC_DISK_STOP_TIMEOUT_MS) != 0) {
+		/*
+		 * Its I/O may still use the staging and files: keep them. A late
+		 * commit may still change the directory, so its close must not
+		 * vouch for it (R-DIR-10).
+		 */
+		rec_dir_forget_catalog(e->dir);
+		return;
+	}
 	if (e->pool.base) {
 		shard_slab_unregister(&e->pool);
 		shard_slab_destroy(&e->pool);
