@@ -887,14 +887,16 @@ static void copy_over(const char *path)
 static void test_dir_scan_cache_rereads_changed_files(void **state)
 {
 	struct fixture *f = *state;
-	struct tu_record r[7];
+	struct tu_record r[9];
 	struct timespec old[2] = { { .tv_sec = 1000000 }, { .tv_sec = 1000000 } };
 	struct rec_scan scan;
-	char *paths[6];
+	char *paths[9], swap[600];
 	struct rec_header h;
 
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 9; i++) {
 		tu_record_make(&r[i], &f->g, 4000 + (uint64_t)i, 64 * 2, NULL, (uint64_t)i);
+		if (i == 6)
+			continue; /* written later */
 		assert_int_equal(tu_record_write(f->dir, &r[i], 0), 0);
 		paths[i] = tu_record_path(f->dir, &r[i].key);
 	}
@@ -909,22 +911,25 @@ static void test_dir_scan_cache_rereads_changed_files(void **state)
 	copy_over(paths[2]);                                       /* another inode */
 	assert_int_equal(truncate(paths[3], (off_t)h.row_offset), 0); /* page-only, childless */
 	assert_int_equal(unlink(paths[4]), 0);                     /* gone; r[5] as it was */
+	snprintf(swap, sizeof(swap), "%s.swap", paths[7]);         /* r[7], r[8]: names swapped */
+	assert_int_equal(rename(paths[7], swap), 0);
+	assert_int_equal(rename(paths[8], paths[7]), 0);
+	assert_int_equal(rename(swap, paths[8]), 0);
 	f->dir = tu_dir_open(f->base, &f->g, false);
-	tu_record_make(&r[6], &f->g, 4006, 64 * 2, NULL, 6);       /* not in the cache */
-	assert_int_equal(tu_record_write(f->dir, &r[6], 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &r[6], 0), 0);    /* not in the cache */
 
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	assert_int_equal(scan.cache_hits, 1);
-	assert_int_equal(scan.invalid_dropped, 1);
+	assert_int_equal(scan.invalid_dropped, 3);
 	assert_int_equal(scan.page_only_dropped, 1);
 	assert_int_equal(scan.record_count, 4);
 	assert_true(rec_key_equal(&scan.records[0].key, &r[1].key));
 	assert_int_equal(scan.records[0].mtime_ns, 1000000ull * 1000000000ull);
-	for (int i = 1; i < 7; i++)
-		assert_int_equal(has_key(&scan, &r[i].key), i != 3 && i != 4);
+	for (int i = 1; i < 9; i++)
+		assert_int_equal(has_key(&scan, &r[i].key), i != 3 && i != 4 && i < 7);
 	rec_scan_free(&scan);
-	for (int i = 0; i < 7; i++) {
-		if (i < 6)
+	for (int i = 0; i < 9; i++) {
+		if (i != 6)
 			free(paths[i]);
 		tu_record_free(&r[i]);
 	}
