@@ -10,21 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int join_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int join_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why_size) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_size, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 /* Encodes and sends one message; the encoder's result is its length. */
 static int send_msg(int fd, struct cluster_sequences *seq, uint16_t type,
 		    const uint8_t *payload, int length)
@@ -44,7 +29,7 @@ static int recv_msg(int fd, struct cluster_sequences *seq, uint16_t want,
 	int ret = cluster_frame_read(fd, buf, buf_size, &seq->recv, &header, why, why_size);
 
 	if (ret == 0)
-		return join_fail(-ECONNRESET, why, why_size,
+		return sel_fail(-ECONNRESET, why, why_size,
 				 "the other side closed during the join");
 	if (ret != 1)
 		return ret;
@@ -53,13 +38,13 @@ static int recv_msg(int fd, struct cluster_sequences *seq, uint16_t want,
 		ret = cluster_refuse_decode(buf, header.payload_length, &refuse, why, why_size);
 		if (ret)
 			return ret;
-		return join_fail(refuse.reason == CLUSTER_REFUSE_AUTH ||
+		return sel_fail(refuse.reason == CLUSTER_REFUSE_AUTH ||
 						 refuse.reason == CLUSTER_REFUSE_ADDRESS ?
 					 -EACCES : SEL_EMISMATCH,
 				 why, why_size, "refused by the other side: %s", refuse.text);
 	}
 	if (header.type != want)
-		return join_fail(SEL_EPROTO, why, why_size, "expected %s, got %s",
+		return sel_fail(SEL_EPROTO, why, why_size, "expected %s, got %s",
 				 cluster_msg_name(want), cluster_msg_name(header.type));
 	return 0;
 }
@@ -122,7 +107,7 @@ int cluster_join_peer(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 	cluster_welcome_mac(secret, hello.client_nonce, challenge.server_nonce, me->rank,
 			    expected);
 	if (!cluster_mac_equal(expected, welcome.mac))
-		return join_fail(-EACCES, why, why_size,
+		return sel_fail(-EACCES, why, why_size,
 				 "rank zero did not prove it holds the launch secret");
 	*agreed_disk_limit = welcome.disk_limit_bytes;
 	return 0;
@@ -169,7 +154,7 @@ static int accept_refuse(int fd, struct cluster_sequences *seq, int err, uint32_
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
 	cluster_join_refuse(fd, seq, reason, text);
-	return join_fail(err, why, why_size, "%s", text);
+	return sel_fail(err, why, why_size, "%s", text);
 }
 
 /* The policy checks of an authenticated HELLO, each refused with its own reason. */
@@ -233,11 +218,11 @@ int cluster_join_challenge(int fd, const uint8_t *payload, uint32_t length,
 				     j->hello.rank, j->hello.world_size, world_size);
 	ret = cluster_nonce_fill(challenge.server_nonce);
 	if (ret)
-		return join_fail(ret, why, why_size, "no random nonce: %s", sel_strerror(ret));
+		return sel_fail(ret, why, why_size, "no random nonce: %s", sel_strerror(ret));
 	memcpy(j->server_nonce, challenge.server_nonce, CLUSTER_NONCE_BYTES);
 	ret = send_msg(fd, &j->seq, CLUSTER_MSG_CHALLENGE, buf,
 		       cluster_challenge_encode(&challenge, buf, sizeof(buf)));
-	return ret ? join_fail(ret, why, why_size, "sending CHALLENGE: %s", sel_strerror(ret)) :
+	return ret ? sel_fail(ret, why, why_size, "sending CHALLENGE: %s", sel_strerror(ret)) :
 		     0;
 }
 
@@ -311,7 +296,7 @@ int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_se
 			if (ret)
 				return ret;
 			if (in->header.payload_length > sizeof(in->bytes) - CLUSTER_FRAME_HEADER_BYTES)
-				return join_fail(SEL_ETOOBIG, why, why_size, "a %s of %u bytes during "
+				return sel_fail(SEL_ETOOBIG, why, why_size, "a %s of %u bytes during "
 						 "the join", cluster_msg_name(in->header.type),
 						 in->header.payload_length);
 			need = CLUSTER_FRAME_HEADER_BYTES + in->header.payload_length;
@@ -325,8 +310,8 @@ int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_se
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
 		if (n == 0)
 			return in->used == 0 ?
-				       join_fail(-ECONNRESET, why, why_size, "closed without a word") :
-				       join_fail(SEL_EPROTO, why, why_size, "closed inside a frame "
+				       sel_fail(-ECONNRESET, why, why_size, "closed without a word") :
+				       sel_fail(SEL_EPROTO, why, why_size, "closed inside a frame "
 						 "(R-WIRE-9), after %u bytes", in->used);
 		in->used += (uint32_t)n;
 	}
@@ -335,7 +320,7 @@ int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_se
 	if (ret)
 		return ret;
 	if (in->header.sequence != *next_sequence)
-		return join_fail(SEL_EPROTO, why, why_size, "frame number %llu, expected %llu "
+		return sel_fail(SEL_EPROTO, why, why_size, "frame number %llu, expected %llu "
 				 "(R-WIRE-8)", (unsigned long long)in->header.sequence,
 				 (unsigned long long)*next_sequence);
 	++*next_sequence;

@@ -13,7 +13,6 @@
 #include <blake2.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -22,23 +21,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && why_size > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_size, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 #define PROTO_FAIL(why, why_size, ...) \
-	why_fail(SEL_EPROTO, why, why_size, __VA_ARGS__)
+	sel_fail(SEL_EPROTO, why, why_size, __VA_ARGS__)
 
 static inline uint16_t get_le16(const uint8_t *p)
 {
@@ -310,20 +294,20 @@ int cluster_frame_read(int fd, uint8_t *buf, size_t buf_size,
 	int ret;
 
 	if (injected < 0)
-		return why_fail(injected, why, why_size, "failpoint cluster.recv: %s",
+		return sel_fail(injected, why, why_size, "failpoint cluster.recv: %s",
 				sel_strerror(injected));
 	if (injected == SEL_FAILPOINT_SHORT)
 		return PROTO_FAIL(why, why_size,
 				  "end of file inside a frame (failpoint cluster.recv) (R-WIRE-9)");
 	ret = read_all(fd, raw, sizeof(raw), &got);
 	if (ret == 1 && got == 0)
-		return why_fail(0, why, why_size, "end of file between frames");
+		return sel_fail(0, why, why_size, "end of file between frames");
 	if (ret == 1)
 		return PROTO_FAIL(why, why_size,
 				  "end of file after %zu of %u header bytes (R-WIRE-9)",
 				  got, CLUSTER_FRAME_HEADER_BYTES);
 	if (ret < 0)
-		return why_fail(ret, why, why_size, "reading a frame header: %s",
+		return sel_fail(ret, why, why_size, "reading a frame header: %s",
 				sel_strerror(ret));
 	ret = cluster_frame_header_decode(raw, header, why, why_size);
 	if (ret)
@@ -334,7 +318,7 @@ int cluster_frame_read(int fd, uint8_t *buf, size_t buf_size,
 				  cluster_msg_name(header->type), header->sequence,
 				  *next_sequence);
 	if (header->payload_length > buf_size)
-		return why_fail(SEL_ETOOBIG, why, why_size,
+		return sel_fail(SEL_ETOOBIG, why, why_size,
 				"%s payload of %" PRIu32 " bytes, buffer holds %zu (R-WIRE-6)",
 				cluster_msg_name(header->type), header->payload_length,
 				buf_size);
@@ -345,7 +329,7 @@ int cluster_frame_read(int fd, uint8_t *buf, size_t buf_size,
 				  got, header->payload_length,
 				  cluster_msg_name(header->type));
 	if (ret < 0)
-		return why_fail(ret, why, why_size, "reading a %s payload: %s",
+		return sel_fail(ret, why, why_size, "reading a %s payload: %s",
 				cluster_msg_name(header->type), sel_strerror(ret));
 	ret = cluster_frame_payload_check(header, buf, why, why_size);
 	if (ret)
@@ -380,18 +364,6 @@ static bool nonce_zero(const uint8_t *nonce)
 	for (uint32_t i = 0; i < CLUSTER_NONCE_BYTES; i++)
 		any |= nonce[i];
 	return any == 0;
-}
-
-static void put_key(uint8_t *p, const struct rec_key *key)
-{
-	sel_put_le64(p, key->consumed);
-	memcpy(p + 8, key->digest.bytes, REC_DIGEST_BYTES);
-}
-
-static void get_key(const uint8_t *p, struct rec_key *key)
-{
-	key->consumed = sel_get_le64(p);
-	memcpy(key->digest.bytes, p + 8, REC_DIGEST_BYTES);
 }
 
 /* R-WIRE-14: a record's key names at least one and at most 2^40 tokens. */
@@ -724,8 +696,8 @@ static int summary_record_check(const struct cluster_summary_record *r, uint32_t
 
 static void put_summary_record(uint8_t *p, const struct cluster_summary_record *r)
 {
-	put_key(p + CLUSTER_SREC_OFF_KEY, &r->key);
-	put_key(p + CLUSTER_SREC_OFF_PARENT, &r->parent);
+	rec_key_put(p + CLUSTER_SREC_OFF_KEY, &r->key);
+	rec_key_put(p + CLUSTER_SREC_OFF_PARENT, &r->parent);
 	memcpy(p + CLUSTER_SREC_OFF_BUCKET, r->bucket.bytes, REC_DIGEST_BYTES);
 	sel_put_le32(p + CLUSTER_SREC_OFF_FIRST_PAGE, r->first_page_index);
 	sel_put_le32(p + CLUSTER_SREC_OFF_TAIL_PAGES, r->tail_page_count);
@@ -736,8 +708,8 @@ static void put_summary_record(uint8_t *p, const struct cluster_summary_record *
 
 static void get_summary_record(const uint8_t *p, struct cluster_summary_record *r)
 {
-	get_key(p + CLUSTER_SREC_OFF_KEY, &r->key);
-	get_key(p + CLUSTER_SREC_OFF_PARENT, &r->parent);
+	rec_key_get(p + CLUSTER_SREC_OFF_KEY, &r->key);
+	rec_key_get(p + CLUSTER_SREC_OFF_PARENT, &r->parent);
 	memcpy(r->bucket.bytes, p + CLUSTER_SREC_OFF_BUCKET, REC_DIGEST_BYTES);
 	r->first_page_index = sel_get_le32(p + CLUSTER_SREC_OFF_FIRST_PAGE);
 	r->tail_page_count = sel_get_le32(p + CLUSTER_SREC_OFF_TAIL_PAGES);
@@ -824,7 +796,7 @@ int cluster_agreement_encode(uint8_t *buf, size_t buf_size, uint32_t chunk_index
 		uint8_t *e = buf + CLUSTER_CHUNK_HEAD_BYTES +
 			     (size_t)i * CLUSTER_AGREEMENT_ENTRY_BYTES;
 
-		put_key(e + CLUSTER_AENT_OFF_KEY, &entries[i].key);
+		rec_key_put(e + CLUSTER_AENT_OFF_KEY, &entries[i].key);
 		e[CLUSTER_AENT_OFF_ACTION] = (uint8_t)entries[i].action;
 	}
 	return (int)length;
@@ -845,7 +817,7 @@ int cluster_agreement_decode(const uint8_t *p, uint32_t length,
 		const uint8_t *e = out->entries + (size_t)i * CLUSTER_AGREEMENT_ENTRY_BYTES;
 		struct rec_key key;
 
-		get_key(e + CLUSTER_AENT_OFF_KEY, &key);
+		rec_key_get(e + CLUSTER_AENT_OFF_KEY, &key);
 		if (!key_valid(&key))
 			return PROTO_FAIL(why, why_size, "AGREEMENT entry %" PRIu32
 					  " key consumed %" PRIu64 " (R-WIRE-14)", i,
@@ -865,7 +837,7 @@ void cluster_agreement_view_entry(const struct cluster_agreement_view *view,
 
 	SEL_ASSERT(index < view->entry_count);
 	e = view->entries + (size_t)index * CLUSTER_AGREEMENT_ENTRY_BYTES;
-	get_key(e + CLUSTER_AENT_OFF_KEY, &out->key);
+	rec_key_get(e + CLUSTER_AENT_OFF_KEY, &out->key);
 	out->action = (enum cluster_action)e[CLUSTER_AENT_OFF_ACTION];
 }
 
@@ -1026,7 +998,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		sel_put_le32(buf + CLUSTER_JOB_FETCH_OFF_CHAIN_COUNT, m->chain_count);
 		p = buf + CLUSTER_JOB_FETCH_OFF_CHAIN;
 		for (uint32_t i = 0; i < m->chain_count; i++, p += CLUSTER_CHAIN_RECORD_BYTES) {
-			put_key(p + CLUSTER_CHAIN_OFF_KEY, &m->chain[i].key);
+			rec_key_put(p + CLUSTER_CHAIN_OFF_KEY, &m->chain[i].key);
 			sel_put_le32(p + CLUSTER_CHAIN_OFF_FIRST_PAGE,
 				     m->chain[i].first_page_index);
 			sel_put_le32(p + CLUSTER_CHAIN_OFF_TAIL_PAGES,
@@ -1040,7 +1012,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		break;
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
-		put_key(buf + CLUSTER_JOB_KEY_OFF_KEY, &m->key);
+		rec_key_put(buf + CLUSTER_JOB_KEY_OFF_KEY, &m->key);
 		break;
 	case CLUSTER_JOB_NOOP:
 		break;
@@ -1050,7 +1022,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 
 static void get_chain_record(const uint8_t *p, struct cluster_chain_record *out)
 {
-	get_key(p + CLUSTER_CHAIN_OFF_KEY, &out->key);
+	rec_key_get(p + CLUSTER_CHAIN_OFF_KEY, &out->key);
 	out->first_page_index = sel_get_le32(p + CLUSTER_CHAIN_OFF_FIRST_PAGE);
 	out->tail_page_count = sel_get_le32(p + CLUSTER_CHAIN_OFF_TAIL_PAGES);
 }
@@ -1146,7 +1118,7 @@ int cluster_job_decode(const uint8_t *p, uint32_t length, struct cluster_job_vie
 		ret = check_exact("JOB", length, CLUSTER_JOB_KEY_BYTES, why, why_size);
 		if (ret)
 			return ret;
-		get_key(p + CLUSTER_JOB_KEY_OFF_KEY, &out->key);
+		rec_key_get(p + CLUSTER_JOB_KEY_OFF_KEY, &out->key);
 		if (!key_valid(&out->key))
 			return PROTO_FAIL(why, why_size, "JOB key consumed %" PRIu64
 					  " (R-WIRE-14)", out->key.consumed);

@@ -28,7 +28,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,21 +111,6 @@ struct sel_history {
 	struct rec_history history;
 };
 
-static int api_fail(int err, char *msg, size_t size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int api_fail(int err, char *msg, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (size) {
-		va_start(ap, fmt);
-		vsnprintf(msg, size, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 static int jobs_store(void *ctx, uint64_t id, const struct shard_store_job *job)
 {
 	return shard_engine_store(ctx, id, job);
@@ -192,7 +176,7 @@ static int api_listen(const struct sel_cluster *c, char *err, size_t err_size)
 
 		if (fd >= 0)
 			close(fd);
-		return api_fail(-e, err, err_size, "cannot listen on port %u: %s",
+		return sel_fail(-e, err, err_size, "cannot listen on port %u: %s",
 				c->coordinator_port, strerror(e));
 	}
 	return fd;
@@ -318,12 +302,12 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 	s->startup.scan_headers_read = ret ? 0 : scan->headers_read;
 	s->startup.scan_cache_hits = ret ? 0 : scan->cache_hits;
 	if (ret)
-		return api_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
+		return sel_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
 		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes);
 		if (*limit == 0)
-			return api_fail(-EIO, err, err_size, "cannot tell the free space of %s "
+			return sel_fail(-EIO, err, err_size, "cannot tell the free space of %s "
 					"for the default disk limit; configure one",
 					rec_dir_path(s->dir));
 	}
@@ -373,7 +357,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	s->startup.index_ns = sel_monotonic_ns() - step;
 	rec_scan_free(&scan);
 	if (ret)
-		return api_fail(ret, err, err_size, "out of memory loading the index");
+		return sel_fail(ret, err, err_size, "out of memory loading the index");
 	if (s->cluster.world_size > 1) {
 		const struct sel_cluster *cl = &s->cluster;
 
@@ -384,7 +368,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 			.job_timeout_ms = cl->job_timeout_ms ? cl->job_timeout_ms : 60000,
 			.queue_bytes_max = 64u << 20 }, &s->fanout);
 		if (ret)
-			return api_fail(ret, err, err_size, "starting the links: %s",
+			return sel_fail(ret, err, err_size, "starting the links: %s",
 					sel_strerror(ret));
 		coord_fanout_jobs(s->fanout, &s->core.jobs_ops);
 	}
@@ -426,14 +410,14 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		}
 		free(g);
 		free(s);
-		return ret ? ret : api_fail(-ENOMEM, err, err_size, "out of memory");
+		return ret ? ret : sel_fail(-ENOMEM, err, err_size, "out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
 	s->cluster = c->cluster ? *c->cluster : (struct sel_cluster){ .world_size = 1,
 								      .listen_fd = -1 };
 	if (s->cluster.rank != 0 || s->cluster.world_size == 0) {
-		ret = api_fail(-EINVAL, err, err_size, s->cluster.rank ?
+		ret = sel_fail(-EINVAL, err, err_size, s->cluster.rank ?
 			       "rank %u runs a peer (sel_peer_start), not the store" :
 			       "a world of 0 ranks", s->cluster.rank);
 		goto err_close;
@@ -446,7 +430,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 			       limit == SEL_DISK_LIMIT_AUTO ? 0 : limit,
 			       c->records_max ? c->records_max : 1u << 20, &jobs);
 	if (ret) {
-		api_fail(ret, err, err_size, "out of memory for the index");
+		sel_fail(ret, err, err_size, "out of memory for the index");
 		goto err_close;
 	}
 	if (limit != 0) {

@@ -13,25 +13,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static int form_fail(int err, char *msg, size_t size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int form_fail(int err, char *msg, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, size, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
 /* One connection in the join: a stranger until it proves the secret. */
 struct form_conn {
@@ -180,13 +166,13 @@ static int form_admit(struct form_join *j, uint32_t index, char *err, size_t err
 	if (j->peers[rank - 1].fd >= 0) {
 		cluster_join_refuse(c->fd, &c->joiner.seq, CLUSTER_REFUSE_RANK,
 				    "that rank already joined");
-		return form_fail(SEL_EMISMATCH, err, err_size,
+		return sel_fail(SEL_EMISMATCH, err, err_size,
 				 "join refused: rank %u joined twice (again from %s)", rank, c->from);
 	}
 	ret = cluster_join_check(c->fd, &j->o->policy, &c->joiner, why, sizeof(why));
 	if (ret)
 		/* The rank itself is misconfigured: no formation can succeed. */
-		return form_fail(ret, err, err_size, "join refused: %s", why);
+		return sel_fail(ret, err, err_size, "join refused: %s", why);
 	j->peers[rank - 1] = (struct coord_peer){ .fd = c->fd, .rank = rank,
 						  .seq = c->joiner.seq };
 	j->joiners[rank - 1] = c->joiner;
@@ -246,12 +232,12 @@ static int form_joined_event(struct form_join *j, struct coord_peer *p, char *er
 	if (ret == 1 && in->header.type == CLUSTER_MSG_REFUSE &&
 	    cluster_refuse_decode(in->bytes + CLUSTER_FRAME_HEADER_BYTES,
 				  in->header.payload_length, &refuse, why, sizeof(why)) == 0)
-		return form_fail(SEL_ESTOPPED, err, err_size, "rank %u failed at startup: %s",
+		return sel_fail(SEL_ESTOPPED, err, err_size, "rank %u failed at startup: %s",
 				 p->rank, refuse.text);
 	if (ret == 1)
 		snprintf(why, sizeof(why), "sent %s before its WELCOME",
 			 cluster_msg_name(in->header.type));
-	return form_fail(ret == 1 ? SEL_EPROTO : ret, err, err_size,
+	return sel_fail(ret == 1 ? SEL_EPROTO : ret, err, err_size,
 			 "rank %u's connection ended before the cluster formed: %s", p->rank, why);
 }
 
@@ -286,7 +272,7 @@ static int form_timeout(struct form_join *j, char *err, size_t err_size)
 			missing = r + 1;
 			break;
 		}
-	return form_fail(-ETIMEDOUT, err, err_size,
+	return sel_fail(-ETIMEDOUT, err, err_size,
 			 "%u of %u peers joined before the deadline (rank %u is missing)%s%s",
 			 j->joined, peer_count, missing,
 			 j->last_refusal[0] ? "; last refused connection " : "", j->last_refusal);
@@ -309,7 +295,7 @@ static int form_round(struct form_join *j, uint64_t deadline, char *err, size_t 
 	pending_polled = j->pending_count;
 	ret = poll(j->fds, n, (int)ms_until(now, wake));
 	if (ret < 0 && errno != EINTR)
-		return form_fail(-errno, err, err_size, "poll: %s", strerror(errno));
+		return sel_fail(-errno, err, err_size, "poll: %s", strerror(errno));
 	if (ret <= 0)
 		return 0;
 	at = 1 + pending_polled;
@@ -376,7 +362,7 @@ static int form_join(const struct coord_form_options *o, struct coord_peer *peer
 		j->fds = calloc(1 + CLUSTER_JOIN_PENDING_MAX + peer_count, sizeof(*j->fds));
 	}
 	if (!j || !j->joined_in || !j->fds)
-		ret = form_fail(-ENOMEM, err, err_size, "out of memory for the join");
+		ret = sel_fail(-ENOMEM, err, err_size, "out of memory for the join");
 	while (!ret && j->joined < peer_count)
 		ret = form_round(j, deadline, err, err_size);
 	for (uint32_t i = 0; j && i < j->pending_count; i++)
@@ -559,7 +545,7 @@ static int form_distribute(const struct coord_form_options *o, struct coord_peer
 						     ranks[r].count);
 		free(entries);
 		if (ret)
-			return form_fail(ret, err, err_size, "applying the agreement on rank %u: %s",
+			return sel_fail(ret, err, err_size, "applying the agreement on rank %u: %s",
 					 r, sel_strerror(ret));
 	}
 	return 0;
@@ -609,11 +595,11 @@ static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err
 		if (ret == 1)
 			ret = cluster_agreed_decode(buf, h.payload_length, &agreed, why, sizeof(why));
 		if (ret == 0 && agreed.result)
-			return form_fail(agreed.result, err, err_size,
+			return sel_fail(agreed.result, err, err_size,
 					 "rank %u could not apply the agreement: %s", peers[i].rank,
 					 sel_strerror(agreed.result));
 		if (ret)
-			return form_fail(ret < 0 ? ret : -ECONNRESET, err, err_size,
+			return sel_fail(ret < 0 ? ret : -ECONNRESET, err, err_size,
 					 "rank %u did not confirm the agreement: %s", peers[i].rank,
 					 why);
 	}
@@ -667,7 +653,7 @@ static int form_check_empty_ranks(const struct coord_form_options *o,
 		return 0;
 	rank_counts(o, joiners, ranks, counts, sizeof(counts));
 	if (!o->accept_empty_ranks)
-		return form_fail(SEL_EMISMATCH, err, err_size,
+		return sel_fail(SEL_EMISMATCH, err, err_size,
 				 "rank %u's record directory is %s (%zu records) while rank %u "
 				 "holds %zu: a missing mount or a wrong path? Forming would delete "
 				 "every rank's records; to accept that, start with "
@@ -716,7 +702,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			peers[i].seq = joiners[i].seq; /* the welcome took a number */
 		}
 		if (ret)
-			form_fail(ret, err, err_size, "welcoming a peer: %s", sel_strerror(ret));
+			sel_fail(ret, err, err_size, "welcoming a peer: %s", sel_strerror(ret));
 	}
 	times.join_ns = form_lap(&step);
 	ranks[0] = (struct coord_rank_records){ o->records, o->record_count };
@@ -725,10 +711,10 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 					   &ranks[i + 1].count, why, sizeof(why));
 		ranks[i + 1].records = summaries[i + 1];
 		if (ret == SEL_ESTOPPED)
-			form_fail(ret, err, err_size, "rank %u failed at startup: %s", peers[i].rank,
+			sel_fail(ret, err, err_size, "rank %u failed at startup: %s", peers[i].rank,
 				  why);
 		else if (ret)
-			form_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
+			sel_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
 	}
 	times.summary_ns = form_lap(&step);
 	if (!ret)
@@ -737,7 +723,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		ret = coord_agreement_decide(&agreement, ranks, world);
 		decided = ret == 0;
 		if (ret)
-			form_fail(ret, err, err_size, "deciding the agreement: %s", sel_strerror(ret));
+			sel_fail(ret, err, err_size, "deciding the agreement: %s", sel_strerror(ret));
 	}
 	times.agreement_ns = form_lap(&step);
 	if (!ret)

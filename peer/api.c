@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,19 +47,6 @@ struct sel_peer {
 	char why[256];
 	struct sel_bench_peer_startup startup;
 };
-
-static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int peer_fail(int err, char *msg, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, size, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
 /*
  * Binds fd to this rank's announced address, where the cluster names one:
@@ -104,7 +90,7 @@ static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool rea
 	snprintf(port, sizeof(port), "%u", c->coordinator_port);
 	ret = getaddrinfo(c->coordinator_host, port, &hints, &ai);
 	if (ret)
-		return peer_fail(-EHOSTUNREACH, err, err_size, "cannot resolve %s: %s",
+		return sel_fail(-EHOSTUNREACH, err, err_size, "cannot resolve %s: %s",
 				 c->coordinator_host, gai_strerror(ret));
 	for (;;) {
 		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -113,7 +99,7 @@ static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool rea
 			if (fd >= 0)
 				close(fd);
 			freeaddrinfo(ai);
-			return peer_fail(ret, err, err_size, "cannot use this rank's address %s: %s",
+			return sel_fail(ret, err, err_size, "cannot use this rank's address %s: %s",
 					 c->rank_addresses[c->rank], strerror(-ret));
 		}
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
@@ -128,7 +114,7 @@ static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool rea
 	}
 	freeaddrinfo(ai);
 	if (fd < 0)
-		return peer_fail(ret, err, err_size, "cannot reach rank zero at %s:%u: %s%s",
+		return sel_fail(ret, err, err_size, "cannot reach rank zero at %s:%u: %s%s",
 				 c->coordinator_host, c->coordinator_port, strerror(-ret),
 				 reached ? " (it was reached before: it stopped)" : "");
 	return fd;
@@ -338,10 +324,10 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		return ret;
 	}
 	if (!p)
-		return peer_fail(-ENOMEM, err, err_size, "out of memory");
+		return sel_fail(-ENOMEM, err, err_size, "out of memory");
 	p->fd = p->control_fd = -1;
 	if (!c->cluster || c->cluster->rank == 0 || c->cluster->rank >= c->cluster->world_size) {
-		ret = peer_fail(-EINVAL, err, err_size, "a peer needs a cluster description with "
+		ret = sel_fail(-EINVAL, err, err_size, "a peer needs a cluster description with "
 				"a rank from 1 to world size - 1");
 		goto err_stop;
 	}
@@ -377,7 +363,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	p->agent_fd = p->fd;
 	ret = sel_thread_start(&p->thread, peer_main, p);
 	if (ret) {
-		peer_fail(ret, err, err_size, "cannot start the peer agent");
+		sel_fail(ret, err, err_size, "cannot start the peer agent");
 		goto err_stop;
 	}
 	p->running = true;

@@ -183,21 +183,11 @@ enum cache_offset {
 _Static_assert(CACHE_NAMESPACE + REC_IDENTITY_BYTES == CACHE_FINGERPRINT, "cache header");
 _Static_assert(CACHE_FINGERPRINT + REC_DIGEST_BYTES == CACHE_ZERO, "cache header");
 _Static_assert(CACHE_HEADER_SUM + 8 == REC_SCAN_CACHE_HEADER_BYTES, "cache header");
+_Static_assert(ENTRY_KEY + REC_KEY_BYTES == ENTRY_PARENT, "cache entry");
+_Static_assert(ENTRY_PARENT + REC_KEY_BYTES == ENTRY_BUCKET, "cache entry");
 _Static_assert(ENTRY_BUCKET + REC_DIGEST_BYTES == ENTRY_FIRST_PAGE, "cache entry");
 _Static_assert(ENTRY_AGREEMENT + REC_DIGEST_BYTES == ENTRY_INO, "cache entry");
 _Static_assert(ENTRY_CTIME + 8 == REC_SCAN_CACHE_ENTRY_BYTES, "cache entry");
-
-static void put_key(uint8_t *p, const struct rec_key *key)
-{
-	sel_put_le64(p, key->consumed);
-	memcpy(p + 8, key->digest.bytes, REC_DIGEST_BYTES);
-}
-
-static void get_key(const uint8_t *p, struct rec_key *key)
-{
-	key->consumed = sel_get_le64(p);
-	memcpy(key->digest.bytes, p + 8, REC_DIGEST_BYTES);
-}
 
 static bool all_zero(const uint8_t *p, size_t bytes)
 {
@@ -212,8 +202,8 @@ static void encode_entry(uint8_t *p, const struct rec_catalog_entry *e)
 	const struct rec_record_info *r = &e->info;
 
 	memset(p, 0, REC_SCAN_CACHE_ENTRY_BYTES);
-	put_key(p + ENTRY_KEY, &r->key);
-	put_key(p + ENTRY_PARENT, &r->parent);
+	rec_key_put(p + ENTRY_KEY, &r->key);
+	rec_key_put(p + ENTRY_PARENT, &r->parent);
 	memcpy(p + ENTRY_BUCKET, r->bucket.bytes, REC_DIGEST_BYTES);
 	sel_put_le32(p + ENTRY_FIRST_PAGE, r->first_page_index);
 	sel_put_le32(p + ENTRY_PAGES, r->tail_page_count);
@@ -233,8 +223,8 @@ static bool decode_entry(const uint8_t *p, struct rec_catalog_entry *e)
 	uint32_t row = sel_get_le32(p + ENTRY_ROW);
 
 	memset(e, 0, sizeof(*e));
-	get_key(p + ENTRY_KEY, &r->key);
-	get_key(p + ENTRY_PARENT, &r->parent);
+	rec_key_get(p + ENTRY_KEY, &r->key);
+	rec_key_get(p + ENTRY_PARENT, &r->parent);
 	memcpy(r->bucket.bytes, p + ENTRY_BUCKET, REC_DIGEST_BYTES);
 	r->first_page_index = sel_get_le32(p + ENTRY_FIRST_PAGE);
 	r->tail_page_count = sel_get_le32(p + ENTRY_PAGES);

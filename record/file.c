@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -30,9 +29,6 @@
 			return injected_;           \
 	} while (0)
 
-static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
 /*
  * A streaming state on the stack must be initialised before its first
  * reset: XXH3_64bits_reset_withSeed skips deriving its secret when the
@@ -44,18 +40,6 @@ static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
 static void xxh3_stack_state_init(XXH3_state_t *state)
 {
 	XXH3_INITSTATE(state);
-}
-
-static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why_size > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_size, fmt, ap);
-		va_end(ap);
-	}
-	return err;
 }
 
 static void *alloc_blocks(uint64_t len)
@@ -360,7 +344,7 @@ static int reader_check(struct rec_reader *r, const struct stat *st,
 	r->file_length = (uint64_t)st->st_size;
 	rec_file_stamp_of(st, &r->stamp);
 	if (r->file_length < REC_HEADER_BYTES)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"file is %" PRIu64 " bytes, shorter than a header (R-REC-10)",
 				r->file_length);
 	ret = rec_io_read_full(r->fd, block, REC_HEADER_BYTES, 0);
@@ -376,7 +360,7 @@ static int reader_check(struct rec_reader *r, const struct stat *st,
 	/* Not SEL_ETOOBIG: a scan must not take a record it cannot hold for
 	 * an invalid one. */
 	if (!ret && buffers && layout.checksum_length > buffers->checksum_bytes)
-		ret = why_fail(-EOVERFLOW, why, why_size,
+		ret = sel_fail(-EOVERFLOW, why, why_size,
 			       "%u pages are more than this reader holds",
 			       r->header.tail_page_count);
 	if (!ret && !buffers) {
@@ -391,7 +375,7 @@ static int reader_check(struct rec_reader *r, const struct stat *st,
 	for (uint64_t i = r->header.tail_page_count;
 	     !ret && i < layout.checksum_length / 8; i++)
 		if (r->checksums[i] != 0)
-			ret = why_fail(SEL_ECHECKSUM, why, why_size,
+			ret = sel_fail(SEL_ECHECKSUM, why, why_size,
 				       "checksum segment padding is not zero (R-REC-8)");
 	return ret;
 }
@@ -454,7 +438,7 @@ int rec_reader_read_pages(struct rec_reader *r, uint32_t first, uint32_t count,
 		return ret;
 	for (uint32_t i = 0; i < count; i++)
 		if (!rec_reader_page_ok(r, first + i, page + stride * i))
-			return why_fail(SEL_ECHECKSUM, why, why_size,
+			return sel_fail(SEL_ECHECKSUM, why, why_size,
 					"page %" PRIu64 " (stored page %u) fails its "
 					"checksum (R-READ-2)",
 					(uint64_t)r->header.first_page_index + first + i,
@@ -517,9 +501,9 @@ int rec_reader_verify_streaming(struct rec_reader *r, void *buf, uint64_t buf_by
 			done += n;
 		}
 		if (XXH3_64bits_digest(&state) != expected)
-			return row ? why_fail(SEL_ECHECKSUM, why, why_size,
+			return row ? sel_fail(SEL_ECHECKSUM, why, why_size,
 					      "the row fails its checksum (R-READ-3)") :
-				     why_fail(SEL_ECHECKSUM, why, why_size,
+				     sel_fail(SEL_ECHECKSUM, why, why_size,
 					      "page %" PRIu64 " (stored page %u) fails its "
 					      "checksum (R-READ-2)",
 					      (uint64_t)r->header.first_page_index + j, j);
@@ -534,7 +518,7 @@ int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
 
 	SEL_ASSERT(!r->direct || sel_is_aligned((uintptr_t)buf, SEL_BLOCK_BYTES));
 	if (!r->row_present)
-		return why_fail(-ENODATA, why, why_size,
+		return sel_fail(-ENODATA, why, why_size,
 				"the record has no row (it was truncated)");
 	ret = rec_io_read_full(r->fd, buf, r->header.row_length,
 			       r->header.row_offset);
@@ -542,7 +526,7 @@ int rec_reader_read_row(struct rec_reader *r, void *buf, char *why,
 		return ret;
 	if (rec_row_checksum(buf, r->header.row_length, r->seed) !=
 	    r->header.row_checksum)
-		return why_fail(SEL_ECHECKSUM, why, why_size,
+		return sel_fail(SEL_ECHECKSUM, why, why_size,
 				"the row fails its checksum (R-READ-3)");
 	return 0;
 }
@@ -573,7 +557,7 @@ int rec_truncate_row(struct rec_dir *dir, const struct rec_key *key)
 	/* The header says where the row begins; trust it only once valid. */
 	ret = fstat(fd, &st) ? -errno : 0;
 	if (!ret && (uint64_t)st.st_size < REC_HEADER_BYTES)
-		ret = why_fail(SEL_EBADHEADER, why, sizeof(why), "shorter than a header");
+		ret = sel_fail(SEL_EBADHEADER, why, sizeof(why), "shorter than a header");
 	if (!ret)
 		ret = rec_io_read_full(fd, block, REC_HEADER_BYTES, 0);
 	if (!ret)

@@ -9,25 +9,9 @@
 
 #include <blake2.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
-
-static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int why_fail(int err, char *why, size_t why_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why_size > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_size, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 uint64_t rec_checksum_seed(const struct rec_key *key)
 {
@@ -231,23 +215,23 @@ static int check_envelope(const uint8_t *buf, const struct rec_header *h,
 	uint64_t actual;
 
 	if (memcmp(buf + REC_OFF_MAGIC, REC_MAGIC, 8) != 0)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"bad magic (R-REC-1)");
 	if (h->version != REC_VERSION)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"version %" PRIu32 ", expected %u (R-REC-3)",
 				h->version, REC_VERSION);
 	memcpy(copy, buf, REC_HEADER_BYTES);
 	memset(copy + REC_OFF_HEADER_CHECKSUM, 0, 8);
 	actual = XXH3_64bits(copy, REC_HEADER_BYTES);
 	if (actual != h->header_checksum)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"header checksum %016" PRIx64 ", computed %016" PRIx64
 				" (R-REC-5)",
 				h->header_checksum, actual);
 	/* R-REC-3: this implementation stores one rank's share, unreplicated. */
 	if (h->flags != 0)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"flags %08" PRIx32 " are not supported (R-REC-3)",
 				h->flags);
 	return 0;
@@ -261,26 +245,26 @@ static int check_counts(const uint8_t *buf, struct rec_header *h, char *why,
 
 	if (!all_zero(buf + REC_OFF_RESERVED_156, 4) ||
 	    !all_zero(buf + REC_OFF_RESERVED_224, 32))
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"reserved header bytes are not zero (R-REC-4)");
 	if (h->page_tokens == 0 || h->page_tokens > REC_PAGE_TOKENS_MAX ||
 	    h->rank_count == 0 || h->plane_count == 0 || h->world_size == 0 ||
 	    h->world_size > REC_WORLD_SIZE_MAX ||
 	    h->rank_count > h->world_size ||
 	    h->first_rank > h->world_size - h->rank_count)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"page tokens %u, ranks %u from %u of %u, planes %u "
 				"out of range (R-REC-4)",
 				h->page_tokens, h->rank_count, h->first_rank,
 				h->world_size, h->plane_count);
 	entries = (uint64_t)h->rank_count * (h->plane_count + 1ull);
 	if (entries > REC_HEADER_TABLE_ENTRIES_MAX)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"%" PRIu64 " table entries do not fit the header (R-REC-4)",
 				entries);
 	table_end = REC_OFF_TABLE + 8 * entries;
 	if (!all_zero(buf + table_end, REC_HEADER_BYTES - table_end))
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"bytes after the plane table are not zero (R-REC-4)");
 	for (uint64_t i = 0; i < entries; i++) {
 		uint64_t max = i < entries - h->rank_count ? REC_UNIT_BYTES_MAX :
@@ -288,24 +272,24 @@ static int check_counts(const uint8_t *buf, struct rec_header *h, char *why,
 
 		h->table[i] = sel_get_le64(buf + REC_OFF_TABLE + 8 * i);
 		if (h->table[i] == 0 || h->table[i] > max)
-			return why_fail(SEL_EBADHEADER, why, why_size,
+			return sel_fail(SEL_EBADHEADER, why, why_size,
 					"table entry %" PRIu64 " is %" PRIu64
 					" bytes (R-REC-4)", i, h->table[i]);
 	}
 	if (h->key.consumed == 0 || h->key.consumed > REC_CONSUMED_MAX ||
 	    h->tail_page_count > REC_RECORD_PAGES_MAX)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"consumed %" PRIu64 " or %u pages out of range (R-REC-6)",
 				h->key.consumed, h->tail_page_count);
 	if (h->parent.consumed == 0 ? !rec_digest_is_zero(&h->parent.digest) :
 				      h->parent.consumed >= h->key.consumed)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"parent key %" PRIu64 " is not a root and not before %" PRIu64
 				" (R-REC-6)", h->parent.consumed, h->key.consumed);
 	if (h->first_page_index != h->parent.consumed / h->page_tokens ||
 	    (uint64_t)h->first_page_index + h->tail_page_count !=
 		    h->key.consumed / h->page_tokens)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"pages %u..+%u do not span parent %" PRIu64
 				" to key %" PRIu64 " at %u tokens a page (R-REC-6)",
 				h->first_page_index, h->tail_page_count,
@@ -319,14 +303,14 @@ static int check_layout(const struct rec_header *h, char *why, size_t why_size)
 	struct rec_layout layout;
 
 	if (rec_layout_from_header(h, &layout) != 0)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"record size overflows (R-REC-7)");
 	if (h->page_stride != layout.page_stride ||
 	    h->checksum_offset != layout.checksum_offset ||
 	    h->page_offset != layout.page_offset ||
 	    h->row_offset != layout.row_offset ||
 	    h->row_length != layout.row_length)
-		return why_fail(SEL_EBADHEADER, why, why_size,
+		return sel_fail(SEL_EBADHEADER, why, why_size,
 				"stride or segment offsets disagree with the plane "
 				"sizes (R-REC-7, R-REC-8)");
 	return 0;
@@ -357,7 +341,7 @@ int rec_header_check_length(const struct rec_header *h, uint64_t file_length,
 		*row_present = false;
 		return 0;
 	}
-	return why_fail(SEL_EBADHEADER, why, why_size,
+	return sel_fail(SEL_EBADHEADER, why, why_size,
 			"file is %" PRIu64 " bytes; expected %" PRIu64
 			" without the row or %" PRIu64 " with it (R-REC-10)",
 			file_length, h->row_offset, h->row_offset + h->row_length);
@@ -370,18 +354,18 @@ static int check_geometry(const struct rec_header *h,
 	if (h->page_tokens != g->page_tokens || h->rank_count != 1 ||
 	    h->first_rank != g->rank || h->world_size != g->world_size ||
 	    h->plane_count != g->page_plane_count)
-		return why_fail(SEL_EMISMATCH, why, why_size,
+		return sel_fail(SEL_EMISMATCH, why, why_size,
 				"header counts differ from this rank's geometry "
 				"(R-REC-12)");
 	for (uint32_t i = 0; i < g->page_plane_count; i++)
 		if (h->table[i] != g->page_planes[i].unit_bytes)
-			return why_fail(SEL_EMISMATCH, why, why_size,
+			return sel_fail(SEL_EMISMATCH, why, why_size,
 					"plane '%s' is %" PRIu64 " bytes in the "
 					"header, %" PRIu64 " here (R-REC-12)",
 					g->page_planes[i].name, h->table[i],
 					g->page_planes[i].unit_bytes);
 	if (h->table[g->page_plane_count] != g->row_plane.unit_bytes)
-		return why_fail(SEL_EMISMATCH, why, why_size,
+		return sel_fail(SEL_EMISMATCH, why, why_size,
 				"row is %" PRIu64 " bytes in the header, %" PRIu64
 				" here (R-REC-12)", h->table[g->page_plane_count],
 				g->row_plane.unit_bytes);
@@ -395,19 +379,19 @@ int rec_header_check_expected(const struct rec_header *h,
 	if (expect->namespace_id &&
 	    memcmp(h->namespace_id.bytes, expect->namespace_id->bytes,
 		   REC_IDENTITY_BYTES) != 0)
-		return why_fail(SEL_EMISMATCH, why, why_size,
+		return sel_fail(SEL_EMISMATCH, why, why_size,
 				"namespace identity differs (R-REC-12)");
 	if (expect->namespace_prefix &&
 	    memcmp(h->namespace_id.bytes, expect->namespace_prefix, 8) != 0)
-		return why_fail(SEL_EMISMATCH, why, why_size,
+		return sel_fail(SEL_EMISMATCH, why, why_size,
 				"namespace identity does not match the directory "
 				"name (R-REC-12)");
 	if (expect->fingerprint &&
 	    !rec_digest_equal(&h->fingerprint, expect->fingerprint))
-		return why_fail(SEL_EMISMATCH, why, why_size,
+		return sel_fail(SEL_EMISMATCH, why, why_size,
 				"shard fingerprint differs (R-REC-12)");
 	if (expect->key && !rec_key_equal(&h->key, expect->key))
-		return why_fail(SEL_EMISMATCH, why, why_size,
+		return sel_fail(SEL_EMISMATCH, why, why_size,
 				"key differs from the file name (R-REC-2)");
 	if (expect->geometry)
 		return check_geometry(h, expect->geometry, why, why_size);

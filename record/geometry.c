@@ -5,27 +5,11 @@
 #include "selene/selene.h"
 
 #include <blake2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char shard_domain[] = "selene-shard-v1";
-
-static int geometry_fail(char *err, size_t err_size, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int geometry_fail(char *err, size_t err_size, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err_size > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, err_size, fmt, ap);
-		va_end(ap);
-	}
-	return SEL_EGEOMETRY;
-}
 
 static int compare_planes(const void *a, const void *b)
 {
@@ -40,16 +24,16 @@ static int check_plane(const struct rec_plane *plane, const char *what,
 	size_t len = strnlen(plane->name, sizeof(plane->name));
 
 	if (len == 0)
-		return geometry_fail(err, err_size, "%s has an empty name", what);
+		return sel_fail(SEL_EGEOMETRY, err, err_size, "%s has an empty name", what);
 	if (len > REC_PLANE_NAME_BYTES_MAX)
-		return geometry_fail(err, err_size,
+		return sel_fail(SEL_EGEOMETRY, err, err_size,
 				     "%s name is longer than %u bytes", what,
 				     REC_PLANE_NAME_BYTES_MAX);
 	if (plane->unit_bytes == 0)
-		return geometry_fail(err, err_size, "%s '%s' has zero unit bytes",
+		return sel_fail(SEL_EGEOMETRY, err, err_size, "%s '%s' has zero unit bytes",
 				     what, plane->name);
 	if (plane->unit_bytes > unit_bytes_max)
-		return geometry_fail(err, err_size,
+		return sel_fail(SEL_EGEOMETRY, err, err_size,
 				     "%s '%s' has %llu unit bytes, more than %llu",
 				     what, plane->name,
 				     (unsigned long long)plane->unit_bytes,
@@ -61,25 +45,25 @@ static int check_counts(const struct rec_geometry_spec *spec, char *err,
 			size_t err_size)
 {
 	if (spec->page_tokens == 0 || spec->page_tokens > REC_PAGE_TOKENS_MAX)
-		return geometry_fail(err, err_size,
+		return sel_fail(SEL_EGEOMETRY, err, err_size,
 				     "page tokens is %u; it must be 1 to %u",
 				     spec->page_tokens, REC_PAGE_TOKENS_MAX);
 	if (spec->page_plane_count == 0)
-		return geometry_fail(err, err_size, "there are no page planes");
+		return sel_fail(SEL_EGEOMETRY, err, err_size, "there are no page planes");
 	if (spec->page_plane_count > REC_PAGE_PLANES_MAX)
-		return geometry_fail(err, err_size,
+		return sel_fail(SEL_EGEOMETRY, err, err_size,
 				     "%u page planes; a record header describes at most %u",
 				     spec->page_plane_count, REC_PAGE_PLANES_MAX);
 	if (spec->page_count == 0)
-		return geometry_fail(err, err_size, "page count is zero");
+		return sel_fail(SEL_EGEOMETRY, err, err_size, "page count is zero");
 	if (spec->row_count == 0)
-		return geometry_fail(err, err_size, "row count is zero");
+		return sel_fail(SEL_EGEOMETRY, err, err_size, "row count is zero");
 	if (spec->world_size == 0 || spec->world_size > REC_WORLD_SIZE_MAX)
-		return geometry_fail(err, err_size,
+		return sel_fail(SEL_EGEOMETRY, err, err_size,
 				     "world size is %u; it must be 1 to %u",
 				     spec->world_size, REC_WORLD_SIZE_MAX);
 	if (spec->rank >= spec->world_size)
-		return geometry_fail(err, err_size,
+		return sel_fail(SEL_EGEOMETRY, err, err_size,
 				     "rank %u is outside a world of %u",
 				     spec->rank, spec->world_size);
 	return 0;
@@ -159,7 +143,7 @@ int rec_geometry_init(struct rec_geometry *g,
 
 		if ((i > 0 && strcmp(name, g->page_planes[i - 1].name) == 0) ||
 		    strcmp(name, spec->row_plane.name) == 0)
-			return geometry_fail(err, err_size,
+			return sel_fail(SEL_EGEOMETRY, err, err_size,
 					     "plane name '%s' is used twice", name);
 		g->page_record_bytes +=
 			sel_align_up(g->page_planes[i].unit_bytes, SEL_BLOCK_BYTES);

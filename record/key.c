@@ -89,6 +89,18 @@ void rec_key_from_block(struct rec_key *out, const struct rec_identity *model,
 	blake2b_final(&state, out->digest.bytes, REC_DIGEST_BYTES);
 }
 
+void rec_key_put(uint8_t *out, const struct rec_key *key)
+{
+	sel_put_le64(out, key->consumed);
+	memcpy(out + 8, key->digest.bytes, REC_DIGEST_BYTES);
+}
+
+void rec_key_get(const uint8_t *in, struct rec_key *key)
+{
+	key->consumed = sel_get_le64(in);
+	memcpy(key->digest.bytes, in + 8, REC_DIGEST_BYTES);
+}
+
 bool rec_key_equal(const struct rec_key *a, const struct rec_key *b)
 {
 	return a->consumed == b->consumed && rec_digest_equal(&a->digest, &b->digest);

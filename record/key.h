@@ -57,6 +57,15 @@ void rec_key_from_block(struct rec_key *out, const struct rec_identity *model,
 			const uint32_t *tail, uint32_t tail_count);
 
 bool rec_key_equal(const struct rec_key *a, const struct rec_key *b);
+
+/*
+ * A key as bytes, as every layout that holds one lays it out (the wire's
+ * keys, cluster/PROTOCOL.md; the scan cache, R-DIR-10): u64 consumed,
+ * little-endian, then the digest.
+ */
+#define REC_KEY_BYTES (8 + REC_DIGEST_BYTES)
+void rec_key_put(uint8_t *out, const struct rec_key *key);
+void rec_key_get(const uint8_t *in, struct rec_key *key);
 bool rec_digest_equal(const struct rec_digest *a, const struct rec_digest *b);
 bool rec_digest_is_zero(const struct rec_digest *d);
 
