@@ -84,16 +84,7 @@ static void make_entry(struct fixture *f, struct rec_catalog_entry *e, uint64_t 
 static void assert_entry_equal(const struct rec_catalog_entry *a,
 			       const struct rec_catalog_entry *b)
 {
-	assert_true(rec_key_equal(&a->info.key, &b->info.key));
-	assert_true(rec_key_equal(&a->info.parent, &b->info.parent));
-	assert_true(rec_digest_equal(&a->info.bucket, &b->info.bucket));
-	assert_int_equal(a->info.first_page_index, b->info.first_page_index);
-	assert_int_equal(a->info.tail_page_count, b->info.tail_page_count);
-	assert_int_equal(a->info.row_present, b->info.row_present);
-	assert_int_equal(a->info.file_bytes, b->info.file_bytes);
-	assert_int_equal(a->info.mtime_ns, b->info.mtime_ns);
-	assert_int_equal(a->info.created_ns, b->info.created_ns);
-	assert_true(rec_digest_equal(&a->info.agreement, &b->info.agreement));
+	tu_assert_info_equal(&a->info, &b->info);
 	assert_true(rec_file_stamp_equal(&a->stamp, &b->stamp));
 }
 

@@ -768,20 +768,8 @@ static void assert_scans_equal(const struct rec_scan *a, const struct rec_scan *
 {
 	assert_int_equal(a->record_count, b->record_count);
 	assert_int_equal(a->bytes, b->bytes);
-	for (size_t i = 0; i < a->record_count; i++) {
-		const struct rec_record_info *x = &a->records[i], *y = &b->records[i];
-
-		assert_true(rec_key_equal(&x->key, &y->key));
-		assert_true(rec_key_equal(&x->parent, &y->parent));
-		assert_true(rec_digest_equal(&x->bucket, &y->bucket));
-		assert_int_equal(x->first_page_index, y->first_page_index);
-		assert_int_equal(x->tail_page_count, y->tail_page_count);
-		assert_int_equal(x->row_present, y->row_present);
-		assert_int_equal(x->file_bytes, y->file_bytes);
-		assert_int_equal(x->mtime_ns, y->mtime_ns);
-		assert_int_equal(x->created_ns, y->created_ns);
-		assert_true(rec_digest_equal(&x->agreement, &y->agreement));
-	}
+	for (size_t i = 0; i < a->record_count; i++)
+		tu_assert_info_equal(&a->records[i], &b->records[i]);
 }
 
 /*

@@ -247,6 +247,20 @@ struct rec_dir *tu_dir_open_buffered(const char *base,
 	return dir_open(base, g, false, true);
 }
 
+void tu_assert_info_equal(const struct rec_record_info *a, const struct rec_record_info *b)
+{
+	assert_true(rec_key_equal(&a->key, &b->key));
+	assert_true(rec_key_equal(&a->parent, &b->parent));
+	assert_true(rec_digest_equal(&a->bucket, &b->bucket));
+	assert_int_equal(a->first_page_index, b->first_page_index);
+	assert_int_equal(a->tail_page_count, b->tail_page_count);
+	assert_int_equal(a->row_present, b->row_present);
+	assert_int_equal(a->file_bytes, b->file_bytes);
+	assert_int_equal(a->mtime_ns, b->mtime_ns);
+	assert_int_equal(a->created_ns, b->created_ns);
+	assert_true(rec_digest_equal(&a->agreement, &b->agreement));
+}
+
 char *tu_record_path(struct rec_dir *dir, const struct rec_key *key)
 {
 	char name[REC_FILE_NAME_BYTES];

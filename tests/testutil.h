@@ -85,6 +85,9 @@ struct rec_dir *tu_dir_open(const char *base, const struct rec_geometry *g,
 struct rec_dir *tu_dir_open_buffered(const char *base,
 				     const struct rec_geometry *g);
 
+/* Asserts that two scan entries (record/dir.h) agree field by field. */
+void tu_assert_info_equal(const struct rec_record_info *a, const struct rec_record_info *b);
+
 /* Path of rec's file in dir; caller frees. */
 char *tu_record_path(struct rec_dir *dir, const struct rec_key *key);
 
