@@ -1115,6 +1115,47 @@ static void test_dir_scan_cache_after_kill_and_rescan(void **state)
 		tu_record_free(&r[i]);
 }
 
+/*
+ * R-DIR-10's failure paths: something not a file under the cache's name is
+ * refused, cannot be deleted nor emptied, and says so; the scan reads every
+ * header; the close cannot save over it, says so, and leaves no temporary
+ * file.
+ */
+static void test_dir_scan_cache_name_taken(void **state)
+{
+	struct fixture *f = *state;
+	struct caught caught = { 0 };
+	struct tu_record rec;
+	struct rec_scan scan;
+	char *cache, inside[700];
+
+	tu_record_make(&rec, &f->g, 9100, 64, NULL, 1);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	cache = cache_path(f->dir);
+	assert_int_equal(mkdir(cache, 0755), 0);
+	snprintf(inside, sizeof(inside), "%s/keep", cache);
+	write_file(cache, "keep", "not a cache");
+	catch_warnings(&caught);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	release_warnings();
+	assert_non_null(strstr(caught.text, "ignoring its scan cache: not a regular file"));
+	assert_non_null(strstr(caught.text, "cannot delete its scan cache"));
+	assert_non_null(strstr(caught.text, "cannot empty its scan cache either"));
+	assert_int_equal(scan.record_count, 1);
+	assert_int_equal(scan.headers_read, 1);
+	assert_int_equal(scan.ignored, 0);
+	rec_scan_free(&scan);
+	catch_warnings(&caught);
+	rec_dir_close(f->dir);
+	release_warnings();
+	assert_non_null(strstr(caught.text, "cannot save the scan cache"));
+	assert_int_equal(access(inside, F_OK), 0);
+	f->dir = tu_dir_open(f->base, &f->g, false);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	free(cache);
+	tu_record_free(&rec);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1144,6 +1185,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_cache_after_kill_and_rescan, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_cache_name_taken, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_record_past_scan_buffers, setup,
 						teardown),
 	};
