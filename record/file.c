@@ -58,8 +58,8 @@ static int writer_create(struct rec_writer *w)
 
 	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_CREATE);
 	/* A temporary file left by an earlier failure of this key goes first. */
-	unlinkat(w->dirfd, w->tmp_name, 0);
-	ret = rec_io_open(w->dirfd, w->tmp_name, O_CREAT | O_EXCL | O_WRONLY,
+	unlinkat(rec_dir_fd(w->dir), w->tmp_name, 0);
+	ret = rec_io_open(rec_dir_fd(w->dir), w->tmp_name, O_CREAT | O_EXCL | O_WRONLY,
 			  w->direct);
 	if (ret < 0)
 		return ret;
@@ -116,7 +116,6 @@ int rec_writer_begin_with(struct rec_writer *w, struct rec_dir *dir,
 
 	memset(w, 0, sizeof(*w));
 	w->dir = dir;
-	w->dirfd = rec_dir_fd(dir);
 	w->fd = -1;
 	w->direct = rec_dir_direct(dir);
 	w->durable = rec_dir_durable(dir);
@@ -251,13 +250,13 @@ static int writer_publish(struct rec_writer *w)
 		STEP_FAILPOINT(SEL_FP_RECORD_AFTER_FDATASYNC);
 	}
 	STEP_FAILPOINT(SEL_FP_RECORD_BEFORE_RENAME);
-	w->replaced = fstatat(w->dirfd, w->name, &st, AT_SYMLINK_NOFOLLOW) == 0;
-	ret = rec_io_rename(w->dirfd, w->tmp_name, w->name);
+	w->replaced = fstatat(rec_dir_fd(w->dir), w->name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	ret = rec_io_rename(rec_dir_fd(w->dir), w->tmp_name, w->name);
 	if (ret)
 		return ret;
 	STEP_FAILPOINT(SEL_FP_RECORD_AFTER_RENAME);
 	if (w->durable) {
-		ret = rec_io_fsync_dir(w->dirfd);
+		ret = rec_io_fsync_dir(rec_dir_fd(w->dir));
 		if (ret)
 			return ret;
 		STEP_FAILPOINT(SEL_FP_RECORD_AFTER_DIR_FSYNC);
@@ -298,7 +297,7 @@ int rec_writer_commit(struct rec_writer *w)
 	ret = writer_header(w);
 	if (!ret) {
 		ret = writer_publish(w);
-		renamed = ret == 0 || faccessat(w->dirfd, w->tmp_name, F_OK, 0) != 0;
+		renamed = ret == 0 || faccessat(rec_dir_fd(w->dir), w->tmp_name, F_OK, 0) != 0;
 	}
 	/*
 	 * R-WRITE-5: the rename happened but a later step failed (the
@@ -311,8 +310,8 @@ int rec_writer_commit(struct rec_writer *w)
 	 * store's cleanup) or truncates its row (a failed rewrite's undo).
 	 */
 	if (ret && renamed && !w->replaced) {
-		if (rec_io_unlink(w->dirfd, w->name) == 0 && w->durable)
-			rec_io_fsync_dir(w->dirfd);
+		if (rec_io_unlink(rec_dir_fd(w->dir), w->name) == 0 && w->durable)
+			rec_io_fsync_dir(rec_dir_fd(w->dir));
 	}
 	if (ret)
 		sel_warn("record %s not stored: %s", w->name, sel_strerror(ret));
@@ -327,7 +326,7 @@ void rec_writer_abort(struct rec_writer *w)
 	if (w->fd >= 0) {
 		close(w->fd);
 		w->fd = -1;
-		unlinkat(w->dirfd, w->tmp_name, 0);
+		unlinkat(rec_dir_fd(w->dir), w->tmp_name, 0);
 	}
 	free_file_buffers(&w->checksums, &w->header_block, w->owns_buffers);
 }

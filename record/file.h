@@ -26,8 +26,7 @@ struct rec_file_buffers {
 
 /* A record being written under its temporary name. */
 struct rec_writer {
-	struct rec_dir *dir; /* told of the commit (R-DIR-10) */
-	int dirfd;
+	struct rec_dir *dir; /* its directory, told of the commit (R-DIR-10) */
 	int fd;
 	bool direct;
 	bool durable;
