@@ -6,6 +6,7 @@
 #include "common/base.h"
 #include "common/limits.h"
 #include "record/format.h"
+#include "record/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -255,39 +256,10 @@ static void encode_header(uint8_t *p, uint64_t count, uint64_t entries_sum,
 }
 
 /*
- * Plain system calls, not record/io.h's: the cache is not a record, and its
- * I/O stays out of the failpoints' counts of record I/O.
+ * The cache's reads and writes go through record/io.h, so that the disk
+ * failpoints reach its failure paths too (a cache not saved, or not read,
+ * costs a full scan and nothing else).
  */
-static int write_all(int fd, const uint8_t *buf, size_t bytes)
-{
-	while (bytes > 0) {
-		ssize_t n = write(fd, buf, bytes);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		buf += n;
-		bytes -= (size_t)n;
-	}
-	return 0;
-}
-
-static int read_all(int fd, uint8_t *buf, size_t bytes)
-{
-	while (bytes > 0) {
-		ssize_t n = read(fd, buf, bytes);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO; /* shorter than it was */
-		buf += n;
-		bytes -= (size_t)n;
-	}
-	return 0;
-}
-
 int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_geometry *g,
 		     const struct rec_identity *namespace_id, bool durable)
 {
@@ -306,7 +278,7 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_ge
 		      g, namespace_id);
 	fd = openat(dirfd, CACHE_TMP_NAME,
 		    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	ret = fd < 0 ? -errno : write_all(fd, buf, bytes);
+	ret = fd < 0 ? -errno : rec_io_write_full(fd, buf, bytes, 0);
 	if (!ret && durable && fdatasync(fd) != 0)
 		ret = -errno;
 	if (fd >= 0)
@@ -444,7 +416,7 @@ int rec_catalog_load(struct rec_catalog *c, int dirfd, const struct rec_geometry
 	else if (!(buf = malloc(bytes ? bytes : 1)))
 		ret = -ENOMEM;
 	else
-		ret = read_all(fd, buf, bytes);
+		ret = rec_io_read_full(fd, buf, bytes, 0);
 	if (!ret)
 		ret = rec_catalog_decode(c, buf, bytes, g, namespace_id, why, why_size);
 	if (!ret)
