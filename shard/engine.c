@@ -10,7 +10,9 @@
  * priority on the disk thread and on its control thread), so a restore
  * waits for at most one window's copy and checksum pass of a store, or one
  * truncate or unlink. Up to stores_max stores run at once (run_stores),
- * each its own record file, one step of each in turn.
+ * each its own record file, one step of each in turn; a store window's
+ * copy from the device runs while the window before it is hashed
+ * (store_window, store_sum).
  */
 #include "shard/engine.h"
 
@@ -100,6 +102,7 @@ struct store_run {
 	uint64_t seed;       /* R-KEY-7's s */
 	uint32_t next_first; /* the next window's first page */
 	uint32_t writes;     /* its windows on the disk */
+	uint32_t piped;      /* its windows in the copy pipeline (store_copying, _copied) */
 	struct stage *held;  /* a window copied before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
 	bool closing;        /* its commit or abort was sent */
@@ -130,6 +133,15 @@ struct shard_engine {
 	struct store_run *row_user; /* whose row the background row staging holds */
 	struct shard_checksum_pool checksums;
 	bool checksums_started;
+	/*
+	 * The stores' copy pipeline (run_stores): one background window's copy
+	 * from the device runs while the window copied before it has its
+	 * checksum pass. store_copying: issued, not yet synchronized; nothing
+	 * else uses the device until store_copy_settle. store_copied:
+	 * synchronized, its checksum pass and write still to come (store_sum).
+	 */
+	struct stage *store_copying;
+	struct stage *store_copied;
 
 	pthread_t thread;
 	bool thread_started;
@@ -275,17 +287,6 @@ static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct sta
 		}
 	}
 	return n;
-}
-
-/* Device <-> the window's slots for pages[0, count), to completion. */
-static int copy_window(struct shard_engine *e, struct lane *l, struct stage *s,
-		       const uint32_t *page_ids, uint32_t count,
-		       enum shard_copy_direction dir, struct job_outcome *o)
-{
-	int ret = copy_drained(e, l, dir, window_copies(e, l, s, page_ids, count));
-
-	return ret ? device_fail(o, ret, dir == SHARD_DEVICE_TO_HOST ?
-						 "device to host" : "host to device") : 0;
 }
 
 /*
@@ -506,6 +507,7 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->seed = rec_checksum_seed(&job->header.key);
 	run->next_first = 0;
 	run->writes = 0;
+	run->piped = 0;
 	run->held = NULL;
 	run->row_done = false;
 	run->closing = false;
@@ -525,10 +527,77 @@ static struct stage *free_stage(struct lane *l)
 }
 
 /*
- * Copies run's next window to a free stage, sums it and sends its write,
- * or holds it until the create has come back (the create runs on the
- * disk's control thread beside the first window's copy). False when no
- * stage is free.
+ * Waits for the store window copy in flight, if one is: the window is then
+ * copied, or its store failed and its stage is free again.
+ */
+static void store_copy_settle(struct shard_engine *e)
+{
+	struct stage *s = e->store_copying;
+	uint64_t t;
+	int ret;
+
+	if (!s)
+		return;
+	SEL_ASSERT(!e->store_copied);
+	e->store_copying = NULL;
+	t = sel_monotonic_ns();
+	ret = shard_device_synchronize(e->device);
+	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	if (ret) {
+		device_fail(&s->owner->o, ret, "device to host");
+		s->owner->piped--;
+		s->owner = NULL;
+		return;
+	}
+	e->store_copied = s;
+}
+
+/*
+ * The copied window's checksum pass, if one waits, then its write sent,
+ * or held until its create has come back (the create runs on the disk's
+ * control thread beside the first window's copy). A window of a store
+ * that failed meanwhile is let go.
+ */
+static void store_sum(struct shard_engine *e, struct lane *l)
+{
+	struct stage *s = e->store_copied;
+	struct store_run *run;
+
+	if (!s)
+		return;
+	e->store_copied = NULL;
+	run = s->owner;
+	/* The checksum pass is as long as a copy: a restore first. */
+	yield_to_restores(e);
+	run->piped--;
+	if (run->o.result) {
+		s->owner = NULL;
+		return;
+	}
+	{
+		struct window_sums w = {
+			.e = e, .s = s, .seed = run->seed,
+			.prefix_index = (uint64_t)run->job->header.first_page_index + s->req.first,
+		};
+		uint64_t t = sel_monotonic_ns();
+
+		shard_checksum_pool_run(&e->checksums, sum_page, &w, s->req.count);
+		e->store_clock.sum_ns += sel_monotonic_ns() - t;
+	}
+	run->o.bytes += e->geometry.page_record_bytes * s->req.count;
+	if (run->control_req.tag) {
+		SEL_ASSERT(!run->held);
+		run->held = s;
+	} else {
+		disk_send(e, l, &s->req);
+		run->writes++;
+	}
+}
+
+/*
+ * Starts copying run's next window from the device to a free stage, then
+ * runs the checksum pass of the window copied before it (any store's)
+ * while the copy runs (store_sum). False when no stage is free.
  */
 static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
@@ -537,47 +606,43 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
 	struct stage *s;
 	uint64_t t;
-	int failed;
+	int ret;
 
 	/*
 	 * Each store holds its share of the staging at most: the first store
 	 * would otherwise take every stage as it comes back, and the others'
 	 * files would wait while its file's writes queue behind one another.
 	 */
-	if (run->writes + (run->held != NULL) >= l->stage_count / e->stores_active)
+	if (run->writes + run->piped + (run->held != NULL) >= l->stage_count / e->stores_active)
+		return false;
+	/* Before its create has come back, a store copies one window (held). */
+	if (run->control_req.tag && (run->piped || run->held))
 		return false;
 	s = free_stage(l);
 	if (!s)
 		return false;
 	/* No copy of a store goes before a fetch submitted earlier. */
 	yield_to_restores(e);
+	/* One copy on the device at a time: the one before is done first. */
+	store_copy_settle(e);
 	run->next_first += n;
-	t = sel_monotonic_ns();
-	failed = copy_window(e, l, s, job->page_ids + first, n, SHARD_DEVICE_TO_HOST, &run->o);
-	e->store_clock.copy_ns += sel_monotonic_ns() - t;
-	if (failed)
-		return true;
-	{
-		struct window_sums w = {
-			.e = e, .s = s, .seed = run->seed,
-			.prefix_index = (uint64_t)job->header.first_page_index + first,
-		};
-
-		/* The checksum pass is as long as the copy: a restore first. */
-		yield_to_restores(e);
-		t = sel_monotonic_ns();
-		shard_checksum_pool_run(&e->checksums, sum_page, &w, n);
-		e->store_clock.sum_ns += sel_monotonic_ns() - t;
-	}
-	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
 	s->owner = run;
-	run->o.bytes += e->geometry.page_record_bytes * n;
-	if (run->control_req.tag) {
-		run->held = s;
+	run->piped++;
+	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
+	t = sel_monotonic_ns();
+	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+				window_copies(e, l, s, job->page_ids + first, n));
+	if (ret) {
+		/* What was issued may still run (see copy_drained). */
+		shard_device_synchronize(e->device);
+		device_fail(&run->o, ret, "device to host");
+		run->piped--;
+		s->owner = NULL;
 	} else {
-		disk_send(e, l, &s->req);
-		run->writes++;
+		e->store_copying = s;
 	}
+	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	store_sum(e, l);
 	return true;
 }
 
@@ -591,6 +656,7 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 		return false; /* another store's row is still on its way to the disk */
 	run->row_done = true;
 	yield_to_restores(e);
+	store_copy_settle(e); /* the row's copy uses the device too */
 	t = sel_monotonic_ns();
 	failed = copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
@@ -638,7 +704,7 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	/* The file exists before its row is sent (a record without pages). */
 	if (!run->o.result && !run->row_done)
 		return created && store_row(e, l, run);
-	if (!created || run->writes || run->row_req.tag)
+	if (!created || run->writes || run->piped || run->row_req.tag)
 		return false;
 	/* Every write has drained: commit, or let the temporary file go. */
 	run->control_req.op = run->o.result ? REC_DISK_ABORT : REC_DISK_COMMIT;
@@ -718,6 +784,12 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 		for (uint32_t i = 0; i < e->stores_max; i++)
 			if (e->runs[i].job && store_step(e, l, &e->runs[i]))
 				moved = true;
+		/* Nothing else moves: the last window copied is summed and sent. */
+		if (!moved && (e->store_copying || e->store_copied)) {
+			store_copy_settle(e);
+			store_sum(e, l);
+			moved = true;
+		}
 		if (!moved) {
 			struct rec_disk_request *done;
 			uint64_t waited = sel_monotonic_ns();
@@ -987,6 +1059,8 @@ static void yield_to_restores(struct shard_engine *e)
 		pthread_mutex_unlock(&e->lock);
 		if (!job)
 			return;
+		/* The fetch's copies and synchronizations are its own. */
+		store_copy_settle(e);
 		run_job(e, job);
 	}
 }

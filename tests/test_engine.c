@@ -733,6 +733,13 @@ struct deferred_device {
 	uint32_t batches_at_completion;
 	int result_at_completion;
 	uint32_t completions;
+	uint32_t failures;      /* jobs completed with an error */
+	char last_why[200];     /* the last failure's reason */
+	uint32_t syncs;         /* synchronize calls */
+	uint32_t fail_sync_at;  /* the call that fails with -EIO, 1..; 0: none */
+	uint32_t copy_calls;
+	uint32_t gate_at;       /* the copy call that waits until this is 0 again */
+	uint32_t blocked;       /* a copy call waits at the gate */
 };
 
 static int deferred_bind(struct shard_device *dev)
@@ -761,6 +768,12 @@ static int deferred_copy(struct shard_device *dev, enum shard_copy_direction dir
 	struct deferred_device *d = (struct deferred_device *)dev;
 
 	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
+	if (++d->copy_calls == __atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&d->blocked, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE))
+			usleep(1000);
+		__atomic_store_n(&d->blocked, 0, __ATOMIC_RELEASE);
+	}
 	for (uint32_t i = 0; i < count; i++) {
 		d->dirs[d->queued_count] = dir;
 		d->queued[d->queued_count++] = copies[i];
@@ -772,12 +785,14 @@ static int deferred_copy(struct shard_device *dev, enum shard_copy_direction dir
 static int deferred_synchronize(struct shard_device *dev)
 {
 	struct deferred_device *d = (struct deferred_device *)dev;
+	bool fail = ++d->syncs == d->fail_sync_at;
 
-	for (uint32_t i = 0; i < d->queued_count; i++)
+	/* A failed stream ran none of its copies. */
+	for (uint32_t i = 0; i < d->queued_count && !fail; i++)
 		shard_copy_in_memory(d->dirs[i], &d->queued[i], 1);
 	d->queued_count = 0;
 	d->queued_batches = 0;
-	return 0;
+	return fail ? -EIO : 0;
 }
 
 static void deferred_close(struct shard_device *dev)
@@ -802,6 +817,10 @@ static void deferred_hook(void *ctx, const struct shard_completion *c)
 
 	d->batches_at_completion = d->queued_batches;
 	d->result_at_completion = c->result;
+	if (c->result) {
+		d->failures++;
+		snprintf(d->last_why, sizeof(d->last_why), "%s", c->why);
+	}
 	__atomic_add_fetch(&d->completions, 1, __ATOMIC_RELEASE);
 }
 
@@ -1098,6 +1117,140 @@ static void test_engine_stores_on_deferred_device(void **state)
 	assert_true(stats.store_wait_ns >= 250000000ull);
 	assert_true(stats.store_run_ns >=
 		    stats.store_copy_ns + stats.store_sum_ns + stats.store_wait_ns);
+	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
+	rig_close(&r);
+	rig_free(&r);
+}
+
+/*
+ * The stores' copy pipeline: a window's checksum pass runs while the next
+ * window copies, only after its own copy was synchronized. Four stores of
+ * ten windows each on the deferred device, whose fifth synchronization
+ * fails (its copies never ran): the window it held fails its store alone,
+ * with the device's reason and no file left; the other three commit, and
+ * each restores byte for byte.
+ */
+static void test_engine_store_pipeline_sync_failure(void **state)
+{
+	struct fixture *f = *state;
+	struct deferred_rig r;
+	struct rec_key keys[4];
+	struct rec_header h[4];
+	uint32_t ids[4][20], dest[20], before, restored = 0;
+	struct shard_store_job jobs[4];
+	struct shard_chain_record chain;
+	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
+					     .page_ids = dest, .state_slot = 1 };
+
+	rig_init(&r, "pipeline-sync", 8, 120, 500);
+	rig_open_with(f, &r, 2, 0, 4);
+	for (uint32_t k = 0; k < 4; k++) {
+		make_key(&keys[k], 64 * 20, (uint8_t)(90 + k));
+		assert_int_equal(rec_header_init(&h[k], &r.g, &f->ns, &keys[k], NULL,
+						 &keys[k].digest, 0, 20, 1), 0);
+		for (uint32_t i = 0; i < 20; i++)
+			ids[k][i] = 20 * k + i;
+		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k] };
+	}
+	r.d.fail_sync_at = 5;
+	before = __atomic_load_n(&r.d.completions, __ATOMIC_ACQUIRE);
+	for (uint32_t k = 0; k < 4; k++)
+		assert_int_equal(shard_engine_store(r.engine, 1 + k, &jobs[k]), 0);
+	rig_wait_completions(&r, before, 4);
+	assert_true(r.d.syncs >= 5);
+	assert_int_equal(r.d.failures, 1);
+	assert_non_null(strstr(r.d.last_why, "device copy device to host failed"));
+	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".ckpt"), 3);
+
+	for (uint32_t i = 0; i < 20; i++)
+		dest[i] = 100 + i;
+	for (uint32_t k = 0; k < 4; k++) {
+		char name[REC_FILE_NAME_BYTES];
+		char path[512];
+
+		rec_file_name(name, &keys[k]);
+		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(r.dir), name);
+		if (access(path, F_OK) != 0)
+			continue;
+		chain = (struct shard_chain_record){ keys[k], 0, 20 };
+		for (uint32_t p = 0; p < 8; p++)
+			memset(r.memory[p] + 4096 * 100, 0xee, 4096 * 20);
+		assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 10 + k,
+								       &fetch_job)), 0);
+		for (uint32_t i = 0; i < 20; i++)
+			for (uint32_t p = 0; p < 8; p++)
+				assert_memory_equal(r.memory[p] + 4096 * (100 + i),
+						    r.memory[p] + 4096 * (20 * k + i), 4096);
+		restored++;
+	}
+	assert_int_equal(restored, 3);
+	rig_close(&r);
+	rig_free(&r);
+}
+
+/*
+ * A fetch that a store yields to while the store's next window copies
+ * finds the device to itself: the store's copy is synchronized first, and
+ * its failure is the store's. One store of ten windows; its third window's
+ * copy call waits at a gate until a fetch is queued, and the
+ * synchronization of that copy fails: the store fails with the device's
+ * reason and leaves no file, and the fetch restores every byte.
+ */
+static void test_engine_store_pipeline_settles_before_fetch(void **state)
+{
+	struct fixture *f = *state;
+	struct deferred_rig r;
+	struct rec_key keys[2];
+	struct rec_header h[2];
+	uint32_t ids[2][20], dest[20], before;
+	struct shard_store_job jobs[2];
+	struct shard_chain_record chain;
+	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
+					     .page_ids = dest, .state_slot = 1 };
+	char name[REC_FILE_NAME_BYTES];
+	char path[512];
+
+	rig_init(&r, "pipeline-fetch", 8, 120, 600);
+	rig_open_with(f, &r, 2, 0, 1);
+	for (uint32_t k = 0; k < 2; k++) {
+		make_key(&keys[k], 64 * 20, (uint8_t)(110 + k));
+		assert_int_equal(rec_header_init(&h[k], &r.g, &f->ns, &keys[k], NULL,
+						 &keys[k].digest, 0, 20, 1), 0);
+		for (uint32_t i = 0; i < 20; i++)
+			ids[k][i] = 20 * k + i;
+		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k] };
+	}
+	for (uint32_t i = 0; i < 20; i++)
+		dest[i] = 100 + i;
+	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &jobs[0])), 0);
+
+	/*
+	 * The second store: window 1 is copied and synchronized (its create
+	 * pending), window 2 is copied, and the copy call of window 3 waits;
+	 * the synchronization after it, window 3's, fails.
+	 */
+	r.d.fail_sync_at = r.d.syncs + 3;
+	__atomic_store_n(&r.d.gate_at, r.d.copy_calls + 3, __ATOMIC_RELEASE);
+	before = __atomic_load_n(&r.d.completions, __ATOMIC_ACQUIRE);
+	assert_int_equal(shard_engine_store(r.engine, 2, &jobs[1]), 0);
+	alarm(60);
+	while (!__atomic_load_n(&r.d.blocked, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	alarm(0);
+	chain = (struct shard_chain_record){ keys[0], 0, 20 };
+	assert_int_equal(shard_engine_fetch(r.engine, 3, &fetch_job), 0);
+	__atomic_store_n(&r.d.gate_at, 0, __ATOMIC_RELEASE);
+	rig_wait_completions(&r, before, 2);
+	assert_int_equal(r.d.failures, 1);
+	assert_non_null(strstr(r.d.last_why, "device copy device to host failed"));
+	for (uint32_t i = 0; i < 20; i++)
+		for (uint32_t p = 0; p < 8; p++)
+			assert_memory_equal(r.memory[p] + 4096 * (100 + i),
+					    r.memory[p] + 4096 * i, 4096);
+	rec_file_name(name, &keys[1]);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(r.dir), name);
+	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	rig_close(&r);
 	rig_free(&r);
@@ -1694,6 +1847,8 @@ int main(void)
 		BOTH(test_engine_failure_among_stores),
 		BOTH(test_engine_fetch_copies_overlap),
 		BOTH(test_engine_stores_on_deferred_device),
+		BOTH(test_engine_store_pipeline_sync_failure),
+		BOTH(test_engine_store_pipeline_settles_before_fetch),
 		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
 		BOTH(test_engine_default_stores_max),
 		cmocka_unit_test_setup_teardown(test_engine_open_refuses_bad_options, setup_uring,
