@@ -625,6 +625,8 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	yield_to_restores(e);
 	/* One copy on the device at a time: the one before is done first. */
 	store_copy_settle(e);
+	if (run->o.result)
+		return true; /* that copy was this store's, and failed */
 	run->next_first += n;
 	s->owner = run;
 	run->piped++;
@@ -657,6 +659,8 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	run->row_done = true;
 	yield_to_restores(e);
 	store_copy_settle(e); /* the row's copy uses the device too */
+	if (run->o.result)
+		return true; /* that copy was this store's, and failed: no row */
 	t = sel_monotonic_ns();
 	failed = copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;

@@ -1190,6 +1190,49 @@ static void test_engine_store_pipeline_sync_failure(void **state)
 }
 
 /*
+ * A store whose own copy fails when it is synchronized, at the start of
+ * the store's next step, does no more device or disk work: one store of 2
+ * windows whose second window's copy fails as its row is due, and one of 3
+ * windows whose second window's copy fails as its third is due, each on a
+ * deferred device with windows of 2 pages. Neither issues another copy (a
+ * row or a window), each fails with the device's reason and leaves no
+ * file, and each stores after.
+ */
+static void test_engine_store_pipeline_stops_at_own_failure(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t pages[2] = { 4, 6 };
+
+	for (uint32_t k = 0; k < 2; k++) {
+		struct deferred_rig r;
+		struct rec_key key;
+		struct rec_header h;
+		uint32_t ids[6] = { 0, 1, 2, 3, 4, 5 }, calls;
+		struct shard_store_job job = { .header = &h, .page_ids = ids };
+
+		rig_init(&r, "pipeline-own", 8, 20, 700 + k);
+		rig_open_with(f, &r, 2, 0, 1);
+		make_key(&key, 64ull * pages[k], (uint8_t)(120 + k));
+		assert_int_equal(rec_header_init(&h, &r.g, &f->ns, &key, NULL, &key.digest,
+						 0, pages[k], 1), 0);
+		/* Window 1 is synchronized first (its create pending), then window 2. */
+		r.d.fail_sync_at = r.d.syncs + 2;
+		calls = r.d.copy_calls;
+		assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &job)), -EIO);
+		assert_int_equal(r.d.copy_calls - calls, 2);
+		assert_non_null(strstr(r.d.last_why, "device copy device to host failed"));
+		assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
+		assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".ckpt"), 0);
+		calls = r.d.copy_calls;
+		assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 2, &job)), 0);
+		assert_int_equal(r.d.copy_calls - calls, pages[k] / 2 + 1);
+		assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".ckpt"), 1);
+		rig_close(&r);
+		rig_free(&r);
+	}
+}
+
+/*
  * A fetch that a store yields to while the store's next window copies
  * finds the device to itself: the store's copy is synchronized first, and
  * its failure is the store's. One store of ten windows; its third window's
@@ -1849,6 +1892,7 @@ int main(void)
 		BOTH(test_engine_stores_on_deferred_device),
 		BOTH(test_engine_store_pipeline_sync_failure),
 		BOTH(test_engine_store_pipeline_settles_before_fetch),
+		BOTH(test_engine_store_pipeline_stops_at_own_failure),
 		cmocka_unit_test_setup_teardown(test_engine_default_io_workers, setup_uring, teardown),
 		BOTH(test_engine_default_stores_max),
 		cmocka_unit_test_setup_teardown(test_engine_open_refuses_bad_options, setup_uring,
