@@ -56,6 +56,7 @@ struct bench_args {
 	uint32_t pages;   /* per record */
 	uint32_t records; /* per round */
 	uint32_t rounds;
+	uint32_t warmup;  /* store, fetch: untimed rounds first */
 	uint32_t window_pages;
 	uint64_t read_ahead;
 	uint32_t ranks;   /* restore, startup */
@@ -73,6 +74,7 @@ struct bench {
 	struct rec_dir *dir;
 	struct shard_device *dev;
 	struct shard_engine *engine;
+	struct shard_engine_stats warm_stats; /* the engine's, after the warm-up rounds */
 	struct shard_planes planes;
 	uint64_t device_pages; /* allocations on the device or in host memory */
 	uint64_t device_rows;
@@ -599,6 +601,10 @@ static void report_store_time(const struct bench *b)
 	double run;
 
 	shard_engine_stats(b->engine, &st);
+	st.store_run_ns -= b->warm_stats.store_run_ns;
+	st.store_copy_ns -= b->warm_stats.store_copy_ns;
+	st.store_sum_ns -= b->warm_stats.store_sum_ns;
+	st.store_wait_ns -= b->warm_stats.store_wait_ns;
 	if (!st.store_run_ns)
 		return;
 	run = (double)st.store_run_ns;
@@ -612,23 +618,46 @@ static void report_store_time(const struct bench *b)
 		       run);
 }
 
-/* Alternates raw and Selene rounds so both see the same disk conditions. */
+/*
+ * One round: raw writes then Selene's stores, and with and_fetch raw reads
+ * then Selene's fetches, back to back so both see the same disk conditions;
+ * ns: raw write, store, raw read, fetch.
+ */
+static int bench_round(struct bench *b, uint32_t round, bool and_fetch, uint64_t ns[4])
+{
+	int ret = raw_round(b, true, &ns[0]);
+
+	if (!ret)
+		ret = selene_round(b, round, submit_store, 7, &ns[1]);
+	if (!ret && and_fetch) {
+		ret = raw_round(b, false, &ns[2]);
+		if (!ret)
+			ret = selene_round(b, round, submit_fetch, 11, &ns[3]);
+	}
+	remove_round_files(b, round);
+	return ret;
+}
+
+/*
+ * --warmup rounds, untimed (their records under round numbers of their
+ * own), then the timed rounds; the stores' time split counts only these.
+ */
 static int bench_store(struct bench *b, bool and_fetch)
 {
 	static uint64_t selene_ns[BENCH_ROUNDS_MAX], raw_ns[BENCH_ROUNDS_MAX];
 	static uint64_t fetch_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
+	uint64_t ns[4];
 	int ret = 0;
 
+	for (uint32_t w = 0; !ret && w < b->a.warmup; w++)
+		ret = bench_round(b, BENCH_ROUNDS_MAX + w, and_fetch, ns);
+	shard_engine_stats(b->engine, &b->warm_stats);
 	for (uint32_t r = 0; !ret && r < b->a.rounds; r++) {
-		ret = raw_round(b, true, &raw_ns[r]);
-		if (!ret)
-			ret = selene_round(b, r, submit_store, 7, &selene_ns[r]);
-		if (!ret && and_fetch) {
-			ret = raw_round(b, false, &raw_read_ns[r]);
-			if (!ret)
-				ret = selene_round(b, r, submit_fetch, 11, &fetch_ns[r]);
-		}
-		remove_round_files(b, r);
+		ret = bench_round(b, r, and_fetch, ns);
+		raw_ns[r] = ns[0];
+		selene_ns[r] = ns[1];
+		raw_read_ns[r] = ns[2];
+		fetch_ns[r] = ns[3];
 	}
 	if (ret) {
 		fprintf(stderr, "selene bench: %s\n", sel_strerror(ret));
@@ -769,6 +798,9 @@ static void bench_usage(FILE *out)
 		"                     stores at once run together, SELENE_STORES_AT_ONCE);\n"
 		"                     fanout: jobs per phase (default 2000)\n"
 		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
+		"  --warmup N         store, fetch: untimed rounds first (default 0), so a\n"
+		"                     freshly booted machine's first touch of its memory\n"
+		"                     is not timed\n"
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
 		"  --read-ahead SIZE  bytes a fetch keeps reading ahead (default: the engine's)\n"
@@ -815,6 +847,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "pages", required_argument, NULL, 'p' },
 		{ "records", required_argument, NULL, 'r' },
 		{ "rounds", required_argument, NULL, 'k' },
+		{ "warmup", required_argument, NULL, 'u' },
 		{ "no-durable", no_argument, NULL, 'N' },
 		{ "window-pages", required_argument, NULL, 'w' },
 		{ "read-ahead", required_argument, NULL, 'A' },
@@ -864,6 +897,8 @@ int launch_cmd_bench(int argc, char **argv)
 						 BENCH_ROUNDS_MAX, &b.a.rounds);
 			b.a.rounds_set = true;
 			break;
+		case 'u': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 0, 100,
+						 &b.a.warmup); break;
 		case 'N': b.a.durable = false; break;
 		case 'w': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 1,
 						 REC_RECORD_PAGES_MAX, &b.a.window_pages); break;

@@ -916,12 +916,19 @@ static void test_cli_bench_cleans_up(void **state)
 				       "--pages", "4", "--rounds", "2", NULL });
 	expect(r, 0, "store: selene");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
-	/* fetch, and the host's ceiling after it: its files go too */
+	/*
+	 * fetch after an untimed warm-up round, and the host's ceiling after
+	 * it: its files go too; the report counts the timed rounds only
+	 */
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--device", "host", "--planes", "2",
 				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
-				       "--rounds", "2", dir, NULL });
+				       "--rounds", "2", "--warmup", "1", dir, NULL });
 	expect(r, 0, "ceiling: raw, a round's bytes as ");
 	assert_non_null(strstr(r->out, "fetch: selene"));
+	assert_non_null(strstr(r->out, "; 2 rounds of 1 records of "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
+	expect(r, 2, "--warmup 101: more than the most allowed");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 
 	/* interrupted while it runs: waits for its first record directory */
@@ -1113,6 +1120,10 @@ static void test_cli_bench_startup(void **state)
 	run(r, NULL, (const char *[]){ "bench", "startup", "--dir", dir, "--ranks", "3",
 				       "--records", "40", "--rounds", "2", "--cold", NULL });
 	expect(r, 0, "made 40 records on each of 3 ranks");
+	assert_non_null(strstr(r->out, "of which closing (a syncfs of each rank's directory "
+				       "and its scan cache saved) "));
+	assert_non_null(strstr(r->out, "taken from the ranks' scan caches; closing every rank "
+				       "took "));
 	assert_non_null(strstr(r->out, "startup:     0  "));
 	assert_non_null(strstr(r->out, "startup:     1  "));
 	assert_non_null(strstr(r->out, "startup:     1  raw: the first 4 KiB of each of 120 "
