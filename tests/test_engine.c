@@ -719,95 +719,16 @@ static void test_engine_ring_errors(void **state)
 }
 
 /*
- * A device whose copies run only when it is synchronized, as a GPU stream's
- * do: copy queues a batch, synchronize runs every queued one in order. The
- * completion hook notes how many were still queued when the job was
- * reported.
+ * The deferred test device (testutil.h) and what the completion hook saw:
+ * how many copy calls were still queued when the job was reported.
  */
 struct deferred_device {
-	struct shard_device base;
-	enum shard_copy_direction dirs[2048];
-	struct shard_copy queued[2048];
-	uint32_t queued_count;
-	uint32_t queued_batches;
+	struct tu_deferred_device dev;
 	uint32_t batches_at_completion;
 	int result_at_completion;
 	uint32_t completions;
 	uint32_t failures;      /* jobs completed with an error */
 	char last_why[200];     /* the last failure's reason */
-	uint32_t syncs;         /* synchronize calls */
-	uint32_t fail_sync_at;  /* the call that fails with -EIO, 1..; 0: none */
-	uint32_t copy_calls;
-	uint32_t gate_at;       /* the copy call that waits until this is 0 again */
-	uint32_t blocked;       /* a copy call waits at the gate */
-};
-
-static int deferred_bind(struct shard_device *dev)
-{
-	(void)dev;
-	return 0;
-}
-
-static int deferred_register(struct shard_device *dev, void *ptr, uint64_t bytes)
-{
-	(void)dev;
-	(void)ptr;
-	(void)bytes;
-	return 0;
-}
-
-static void deferred_unregister(struct shard_device *dev, void *ptr)
-{
-	(void)dev;
-	(void)ptr;
-}
-
-static int deferred_copy(struct shard_device *dev, enum shard_copy_direction dir,
-			 const struct shard_copy *copies, uint32_t count)
-{
-	struct deferred_device *d = (struct deferred_device *)dev;
-
-	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
-	if (++d->copy_calls == __atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE)) {
-		__atomic_store_n(&d->blocked, 1, __ATOMIC_RELEASE);
-		while (__atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE))
-			usleep(1000);
-		__atomic_store_n(&d->blocked, 0, __ATOMIC_RELEASE);
-	}
-	for (uint32_t i = 0; i < count; i++) {
-		d->dirs[d->queued_count] = dir;
-		d->queued[d->queued_count++] = copies[i];
-	}
-	d->queued_batches++;
-	return 0;
-}
-
-static int deferred_synchronize(struct shard_device *dev)
-{
-	struct deferred_device *d = (struct deferred_device *)dev;
-	bool fail = ++d->syncs == d->fail_sync_at;
-
-	/* A failed stream ran none of its copies. */
-	for (uint32_t i = 0; i < d->queued_count && !fail; i++)
-		shard_copy_in_memory(d->dirs[i], &d->queued[i], 1);
-	d->queued_count = 0;
-	d->queued_batches = 0;
-	return fail ? -EIO : 0;
-}
-
-static void deferred_close(struct shard_device *dev)
-{
-	(void)dev;
-}
-
-static const struct shard_device_ops deferred_ops = {
-	.name = "deferred",
-	.bind = deferred_bind,
-	.register_host = deferred_register,
-	.unregister_host = deferred_unregister,
-	.copy = deferred_copy,
-	.synchronize = deferred_synchronize,
-	.close = deferred_close,
 };
 
 /* Runs on the transfer thread, right after the job's last step. */
@@ -815,7 +736,7 @@ static void deferred_hook(void *ctx, const struct shard_completion *c)
 {
 	struct deferred_device *d = ctx;
 
-	d->batches_at_completion = d->queued_batches;
+	d->batches_at_completion = d->dev.queued_batches;
 	d->result_at_completion = c->result;
 	if (c->result) {
 		d->failures++;
@@ -857,7 +778,7 @@ static void rig_init(struct deferred_rig *r, const char *name, uint32_t plane_co
 		     uint32_t page_count, uint64_t seed)
 {
 	memset(r, 0, sizeof(*r));
-	r->d.base.ops = &deferred_ops;
+	tu_deferred_device_init(&r->d.dev);
 	r->plane_count = plane_count;
 	r->base = tu_make_temp_dir(name);
 	tu_geometry(&r->g, 64, plane_count, 4096, 4096, 0, 1);
@@ -881,7 +802,7 @@ static void rig_open_with(struct fixture *f, struct deferred_rig *r, uint32_t wi
 			  uint64_t read_ahead_bytes, uint32_t stores_max)
 {
 	struct shard_engine_options options = {
-		.geometry = &r->g, .dir = r->dir, .device = &r->d.base, .planes = &r->planes,
+		.geometry = &r->g, .dir = r->dir, .device = &r->d.dev.base, .planes = &r->planes,
 		.window_pages = window_pages, .jobs_max = 8, .no_uring = f->no_uring,
 		.io_workers = f->io_workers, .read_ahead_bytes = read_ahead_bytes,
 		.stores_max = stores_max,
@@ -1046,6 +967,58 @@ static void rig_wait_completions(struct deferred_rig *r, uint32_t before, uint32
 	alarm(0);
 }
 
+/* Stores of 20 pages on a rig: key k (tag + k) from device pages 20k.. as job k. */
+struct rig_stores {
+	struct rec_key keys[5];
+	struct rec_header headers[5];
+	uint32_t page_ids[5][20];
+	struct shard_store_job jobs[5];
+};
+
+static void rig_stores_init(struct fixture *f, struct deferred_rig *r, struct rig_stores *s,
+			    uint32_t count, uint8_t tag)
+{
+	SEL_ASSERT(count <= SEL_ARRAY_SIZE(s->jobs));
+	for (uint32_t k = 0; k < count; k++) {
+		make_key(&s->keys[k], 64 * 20, (uint8_t)(tag + k));
+		assert_int_equal(rec_header_init(&s->headers[k], &r->g, &f->ns, &s->keys[k], NULL,
+						 &s->keys[k].digest, 0, 20, 1), 0);
+		for (uint32_t i = 0; i < 20; i++)
+			s->page_ids[k][i] = 20 * k + i;
+		s->jobs[k] = (struct shard_store_job){ .header = &s->headers[k],
+						       .page_ids = s->page_ids[k] };
+	}
+}
+
+/* Device pages 100..119 hold pages first..first + 19, every plane. */
+static void rig_assert_restored(const struct deferred_rig *r, uint32_t first)
+{
+	for (uint32_t i = 0; i < 20; i++)
+		for (uint32_t p = 0; p < r->plane_count; p++)
+			assert_memory_equal(r->memory[p] + 4096 * (100 + i),
+					    r->memory[p] + 4096 * (first + i), 4096);
+}
+
+/*
+ * Fetches key's 20 pages alone (as job_id) into device pages 100.., made
+ * 0xee first, every checksum verified, and checks them against first...
+ */
+static void rig_restore_right(struct deferred_rig *r, const struct rec_key *key,
+			      uint32_t first, uint64_t job_id)
+{
+	uint32_t dest[20];
+	struct shard_chain_record chain = { *key, 0, 20 };
+	struct shard_fetch_job job = { .chain = &chain, .chain_count = 1, .page_ids = dest,
+				       .state_slot = 1 };
+
+	for (uint32_t i = 0; i < 20; i++)
+		dest[i] = 100 + i;
+	for (uint32_t p = 0; p < r->plane_count; p++)
+		memset(r->memory[p] + 4096 * 100, 0xee, 4096 * 20);
+	assert_int_equal(deferred_run(&r->d, shard_engine_fetch(r->engine, job_id, &job)), 0);
+	rig_assert_restored(r, first);
+}
+
 /*
  * Stores at once on a device whose copies run only at synchronize: four
  * stores of 10 windows each, the first one's create held 500 ms (a window
@@ -1058,10 +1031,8 @@ static void test_engine_stores_on_deferred_device(void **state)
 {
 	struct fixture *f = *state;
 	struct deferred_rig r;
-	struct rec_key keys[5];
-	struct rec_header h[5];
-	uint32_t ids[5][20], dest[20], before;
-	struct shard_store_job jobs[5];
+	struct rig_stores s;
+	uint32_t dest[20], before;
 	struct shard_chain_record chain;
 	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
 					     .page_ids = dest, .state_slot = 1 };
@@ -1069,24 +1040,17 @@ static void test_engine_stores_on_deferred_device(void **state)
 
 	rig_init(&r, "stores-deferred", 8, 120, 300);
 	rig_open_with(f, &r, 2, 0, 4);
-	for (uint32_t k = 0; k < 5; k++) {
-		make_key(&keys[k], 64 * 20, (uint8_t)(70 + k));
-		assert_int_equal(rec_header_init(&h[k], &r.g, &f->ns, &keys[k], NULL,
-						 &keys[k].digest, 0, 20, 1), 0);
-		for (uint32_t i = 0; i < 20; i++)
-			ids[k][i] = 20 * k + i;
-		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k] };
-	}
+	rig_stores_init(f, &r, &s, 5, 70);
 	for (uint32_t i = 0; i < 20; i++)
 		dest[i] = 100 + i;
 	/* The fifth record, to restore while the others are stored. */
-	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 5, &jobs[4])), 0);
+	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 5, &s.jobs[4])), 0);
 
 	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(500)"), 0);
 	before = __atomic_load_n(&r.d.completions, __ATOMIC_ACQUIRE);
 	for (uint32_t k = 0; k < 4; k++)
-		assert_int_equal(shard_engine_store(r.engine, 1 + k, &jobs[k]), 0);
-	chain = (struct shard_chain_record){ keys[4], 0, 20 };
+		assert_int_equal(shard_engine_store(r.engine, 1 + k, &s.jobs[k]), 0);
+	chain = (struct shard_chain_record){ s.keys[4], 0, 20 };
 	assert_int_equal(shard_engine_fetch(r.engine, 6, &fetch_job), 0);
 	rig_wait_completions(&r, before, 5);
 	sel_failpoints_configure(NULL);
@@ -1094,23 +1058,11 @@ static void test_engine_stores_on_deferred_device(void **state)
 	shard_engine_stats(r.engine, &stats);
 	assert_int_equal(stats.jobs_failed, 0);
 	assert_int_equal(stats.stores_at_once, 4);
-	for (uint32_t i = 0; i < 20; i++)
-		for (uint32_t p = 0; p < 8; p++)
-			assert_memory_equal(r.memory[p] + 4096 * (100 + i),
-					    r.memory[p] + 4096 * (80 + i), 4096);
+	rig_assert_restored(&r, 80);
 
 	/* Each record restores byte for byte, every checksum verified. */
-	for (uint32_t k = 0; k < 4; k++) {
-		chain = (struct shard_chain_record){ keys[k], 0, 20 };
-		for (uint32_t p = 0; p < 8; p++)
-			memset(r.memory[p] + 4096 * 100, 0xee, 4096 * 20);
-		assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 10 + k,
-								       &fetch_job)), 0);
-		for (uint32_t i = 0; i < 20; i++)
-			for (uint32_t p = 0; p < 8; p++)
-				assert_memory_equal(r.memory[p] + 4096 * (100 + i),
-						    r.memory[p] + 4096 * (20 * k + i), 4096);
-	}
+	for (uint32_t k = 0; k < 4; k++)
+		rig_restore_right(&r, &s.keys[k], 20 * k, 10 + k);
 	shard_engine_stats(r.engine, &stats);
 	assert_true(stats.store_copy_ns > 0 && stats.store_sum_ns > 0);
 	/* The create held 500 ms: the stores waited for the disk meanwhile. */
@@ -1134,54 +1086,31 @@ static void test_engine_store_pipeline_sync_failure(void **state)
 {
 	struct fixture *f = *state;
 	struct deferred_rig r;
-	struct rec_key keys[4];
-	struct rec_header h[4];
-	uint32_t ids[4][20], dest[20], before, restored = 0;
-	struct shard_store_job jobs[4];
-	struct shard_chain_record chain;
-	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
-					     .page_ids = dest, .state_slot = 1 };
+	struct rig_stores s;
+	uint32_t before, restored = 0;
 
 	rig_init(&r, "pipeline-sync", 8, 120, 500);
 	rig_open_with(f, &r, 2, 0, 4);
-	for (uint32_t k = 0; k < 4; k++) {
-		make_key(&keys[k], 64 * 20, (uint8_t)(90 + k));
-		assert_int_equal(rec_header_init(&h[k], &r.g, &f->ns, &keys[k], NULL,
-						 &keys[k].digest, 0, 20, 1), 0);
-		for (uint32_t i = 0; i < 20; i++)
-			ids[k][i] = 20 * k + i;
-		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k] };
-	}
-	r.d.fail_sync_at = 5;
+	rig_stores_init(f, &r, &s, 4, 90);
+	r.d.dev.fail_synchronize_at = 5;
 	before = __atomic_load_n(&r.d.completions, __ATOMIC_ACQUIRE);
 	for (uint32_t k = 0; k < 4; k++)
-		assert_int_equal(shard_engine_store(r.engine, 1 + k, &jobs[k]), 0);
+		assert_int_equal(shard_engine_store(r.engine, 1 + k, &s.jobs[k]), 0);
 	rig_wait_completions(&r, before, 4);
-	assert_true(r.d.syncs >= 5);
+	assert_true(r.d.dev.synchronize_calls >= 5);
 	assert_int_equal(r.d.failures, 1);
 	assert_non_null(strstr(r.d.last_why, "device copy device to host failed"));
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".ckpt"), 3);
 
-	for (uint32_t i = 0; i < 20; i++)
-		dest[i] = 100 + i;
 	for (uint32_t k = 0; k < 4; k++) {
-		char name[REC_FILE_NAME_BYTES];
-		char path[512];
+		char *path = tu_record_path(r.dir, &s.keys[k]);
+		bool exists = access(path, F_OK) == 0;
 
-		rec_file_name(name, &keys[k]);
-		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(r.dir), name);
-		if (access(path, F_OK) != 0)
+		free(path);
+		if (!exists)
 			continue;
-		chain = (struct shard_chain_record){ keys[k], 0, 20 };
-		for (uint32_t p = 0; p < 8; p++)
-			memset(r.memory[p] + 4096 * 100, 0xee, 4096 * 20);
-		assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 10 + k,
-								       &fetch_job)), 0);
-		for (uint32_t i = 0; i < 20; i++)
-			for (uint32_t p = 0; p < 8; p++)
-				assert_memory_equal(r.memory[p] + 4096 * (100 + i),
-						    r.memory[p] + 4096 * (20 * k + i), 4096);
+		rig_restore_right(&r, &s.keys[k], 20 * k, 10 + k);
 		restored++;
 	}
 	assert_int_equal(restored, 3);
@@ -1216,16 +1145,16 @@ static void test_engine_store_pipeline_stops_at_own_failure(void **state)
 		assert_int_equal(rec_header_init(&h, &r.g, &f->ns, &key, NULL, &key.digest,
 						 0, pages[k], 1), 0);
 		/* Window 1 is synchronized first (its create pending), then window 2. */
-		r.d.fail_sync_at = r.d.syncs + 2;
-		calls = r.d.copy_calls;
+		r.d.dev.fail_synchronize_at = r.d.dev.synchronize_calls + 2;
+		calls = r.d.dev.copy_calls;
 		assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &job)), -EIO);
-		assert_int_equal(r.d.copy_calls - calls, 2);
+		assert_int_equal(r.d.dev.copy_calls - calls, 2);
 		assert_non_null(strstr(r.d.last_why, "device copy device to host failed"));
 		assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 		assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".ckpt"), 0);
-		calls = r.d.copy_calls;
+		calls = r.d.dev.copy_calls;
 		assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 2, &job)), 0);
-		assert_int_equal(r.d.copy_calls - calls, pages[k] / 2 + 1);
+		assert_int_equal(r.d.dev.copy_calls - calls, pages[k] / 2 + 1);
 		assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".ckpt"), 1);
 		rig_close(&r);
 		rig_free(&r);
@@ -1244,56 +1173,40 @@ static void test_engine_store_pipeline_settles_before_fetch(void **state)
 {
 	struct fixture *f = *state;
 	struct deferred_rig r;
-	struct rec_key keys[2];
-	struct rec_header h[2];
-	uint32_t ids[2][20], dest[20], before;
-	struct shard_store_job jobs[2];
+	struct rig_stores s;
+	uint32_t dest[20], before;
 	struct shard_chain_record chain;
 	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
 					     .page_ids = dest, .state_slot = 1 };
-	char name[REC_FILE_NAME_BYTES];
-	char path[512];
+	char *path;
 
 	rig_init(&r, "pipeline-fetch", 8, 120, 600);
 	rig_open_with(f, &r, 2, 0, 1);
-	for (uint32_t k = 0; k < 2; k++) {
-		make_key(&keys[k], 64 * 20, (uint8_t)(110 + k));
-		assert_int_equal(rec_header_init(&h[k], &r.g, &f->ns, &keys[k], NULL,
-						 &keys[k].digest, 0, 20, 1), 0);
-		for (uint32_t i = 0; i < 20; i++)
-			ids[k][i] = 20 * k + i;
-		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k] };
-	}
+	rig_stores_init(f, &r, &s, 2, 110);
 	for (uint32_t i = 0; i < 20; i++)
 		dest[i] = 100 + i;
-	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &jobs[0])), 0);
+	assert_int_equal(deferred_run(&r.d, shard_engine_store(r.engine, 1, &s.jobs[0])), 0);
 
 	/*
 	 * The second store: window 1 is copied and synchronized (its create
 	 * pending), window 2 is copied, and the copy call of window 3 waits;
 	 * the synchronization after it, window 3's, fails.
 	 */
-	r.d.fail_sync_at = r.d.syncs + 3;
-	__atomic_store_n(&r.d.gate_at, r.d.copy_calls + 3, __ATOMIC_RELEASE);
+	r.d.dev.fail_synchronize_at = r.d.dev.synchronize_calls + 3;
+	__atomic_store_n(&r.d.dev.gate_at, r.d.dev.copy_calls + 3, __ATOMIC_RELEASE);
 	before = __atomic_load_n(&r.d.completions, __ATOMIC_ACQUIRE);
-	assert_int_equal(shard_engine_store(r.engine, 2, &jobs[1]), 0);
-	alarm(60);
-	while (!__atomic_load_n(&r.d.blocked, __ATOMIC_ACQUIRE))
-		usleep(1000);
-	alarm(0);
-	chain = (struct shard_chain_record){ keys[0], 0, 20 };
+	assert_int_equal(shard_engine_store(r.engine, 2, &s.jobs[1]), 0);
+	tu_deferred_gate_wait(&r.d.dev);
+	chain = (struct shard_chain_record){ s.keys[0], 0, 20 };
 	assert_int_equal(shard_engine_fetch(r.engine, 3, &fetch_job), 0);
-	__atomic_store_n(&r.d.gate_at, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&r.d.dev.gate_at, 0, __ATOMIC_RELEASE);
 	rig_wait_completions(&r, before, 2);
 	assert_int_equal(r.d.failures, 1);
 	assert_non_null(strstr(r.d.last_why, "device copy device to host failed"));
-	for (uint32_t i = 0; i < 20; i++)
-		for (uint32_t p = 0; p < 8; p++)
-			assert_memory_equal(r.memory[p] + 4096 * (100 + i),
-					    r.memory[p] + 4096 * i, 4096);
-	rec_file_name(name, &keys[1]);
-	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(r.dir), name);
+	rig_assert_restored(&r, 0);
+	path = tu_record_path(r.dir, &s.keys[1]);
 	assert_int_equal(access(path, F_OK), -1);
+	free(path);
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	rig_close(&r);
 	rig_free(&r);
@@ -1338,12 +1251,12 @@ static int gated_synchronize(struct shard_device *dev)
 
 static const struct shard_device_ops gated_ops = {
 	.name = "gated",
-	.bind = deferred_bind,
-	.register_host = deferred_register,
-	.unregister_host = deferred_unregister,
+	.bind = tu_device_bind,
+	.register_host = tu_device_register,
+	.unregister_host = tu_device_unregister,
 	.copy = gated_copy,
 	.synchronize = gated_synchronize,
-	.close = deferred_close,
+	.close = tu_device_close,
 };
 
 /* Blocks the copy call after the next `after` calls; waits until it blocks. */

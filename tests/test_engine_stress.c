@@ -47,17 +47,9 @@
 #define STRESS_STORE_SLOTS 4u      /* row slots stores read; fetches write 4.. */
 #define STRESS_VERIFY_SLOT 7u      /* the row slot of the model's clean fetches */
 
-/* A device whose copies are queued and run at synchronize, with faults. */
+/* The deferred test device (testutil.h) and its jobs' completions. */
 struct stress_device {
-	struct shard_device base;
-	enum shard_copy_direction directions[4096];
-	struct shard_copy queued[4096];
-	uint32_t queued_count;
-	uint32_t synchronize_calls;
-	uint32_t fail_synchronize_at; /* this call fails and runs nothing; 0: none */
-	uint32_t copy_calls;
-	uint32_t gate_at;             /* this copy call waits until gate_at is 0 */
-	uint32_t gate_blocked;
+	struct tu_deferred_device dev;
 	/* Completions of the batch's jobs, job id - first_job_id. */
 	uint64_t first_job_id;
 	uint32_t completions;
@@ -163,70 +155,6 @@ static uint32_t stress_random(struct stress_run *run, uint32_t bound)
 	return bound ? (uint32_t)(z % bound) : 0;
 }
 
-static int stress_bind(struct shard_device *dev)
-{
-	(void)dev;
-	return 0;
-}
-
-static int stress_register(struct shard_device *dev, void *ptr, uint64_t bytes)
-{
-	(void)dev;
-	(void)ptr;
-	(void)bytes;
-	return 0;
-}
-
-static void stress_unregister(struct shard_device *dev, void *ptr)
-{
-	(void)dev;
-	(void)ptr;
-}
-
-static void stress_device_close(struct shard_device *dev)
-{
-	(void)dev;
-}
-
-static int stress_copy(struct shard_device *dev, enum shard_copy_direction direction,
-		       const struct shard_copy *copies, uint32_t count)
-{
-	struct stress_device *d = (struct stress_device *)dev;
-
-	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
-	if (__atomic_add_fetch(&d->copy_calls, 1, __ATOMIC_RELAXED) ==
-	    __atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE)) {
-		__atomic_store_n(&d->gate_blocked, 1, __ATOMIC_RELEASE);
-		while (__atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE))
-			usleep(200);
-		__atomic_store_n(&d->gate_blocked, 0, __ATOMIC_RELEASE);
-	}
-	for (uint32_t i = 0; i < count; i++) {
-		d->directions[d->queued_count] = direction;
-		d->queued[d->queued_count++] = copies[i];
-	}
-	return 0;
-}
-
-static int stress_synchronize(struct shard_device *dev)
-{
-	struct stress_device *d = (struct stress_device *)dev;
-	bool fail = __atomic_add_fetch(&d->synchronize_calls, 1, __ATOMIC_RELAXED) ==
-		    __atomic_load_n(&d->fail_synchronize_at, __ATOMIC_RELAXED);
-
-	/* A failed stream ran none of its copies. */
-	for (uint32_t i = 0; i < d->queued_count && !fail; i++)
-		shard_copy_in_memory(d->directions[i], &d->queued[i], 1);
-	d->queued_count = 0;
-	return fail ? -EIO : 0;
-}
-
-static const struct shard_device_ops stress_device_ops = {
-	.name = "stress", .bind = stress_bind, .register_host = stress_register,
-	.unregister_host = stress_unregister, .copy = stress_copy,
-	.synchronize = stress_synchronize, .close = stress_device_close,
-};
-
 /* Runs on the transfer thread: notes a job's completion. */
 static void stress_hook(void *ctx, const struct shard_completion *c)
 {
@@ -239,7 +167,7 @@ static void stress_hook(void *ctx, const struct shard_completion *c)
 		d->completed[i]++;
 		d->result[i] = c->result;
 		snprintf(d->why[i], sizeof(d->why[i]), "%s", c->why);
-		d->queued_at_completion[i] = d->queued_count;
+		d->queued_at_completion[i] = d->dev.queued_count;
 	}
 	__atomic_add_fetch(&d->completions, 1, __ATOMIC_RELEASE);
 }
@@ -513,7 +441,7 @@ static void stress_arm(struct stress_run *run, struct stress_faults *f)
 		run->faults_injected++;
 		if (which == 0) {
 			f->synchronize = true;
-			run->device.fail_synchronize_at = run->device.synchronize_calls + 1 +
+			run->device.dev.fail_synchronize_at = run->device.dev.synchronize_calls + 1 +
 							  stress_random(run, 40);
 			continue;
 		}
@@ -598,12 +526,12 @@ static void stress_run_jobs(struct stress_run *run, struct stress_job *jobs, uin
 	uint32_t gap_us = stress_random(run, 2) ? 0 : stress_random(run, 3) ? 300 : 3000;
 
 	if (f->gate)
-		__atomic_store_n(&run->device.gate_at, run->device.copy_calls + f->gate,
+		__atomic_store_n(&run->device.dev.gate_at, run->device.dev.copy_calls + f->gate,
 				 __ATOMIC_RELEASE);
 	for (uint32_t j = 0; j < count; j++) {
 		if (j == split) {
 			alarm(120);
-			while (!__atomic_load_n(&run->device.gate_blocked, __ATOMIC_ACQUIRE) &&
+			while (!__atomic_load_n(&run->device.dev.gate_blocked, __ATOMIC_ACQUIRE) &&
 			       __atomic_load_n(&run->device.completions, __ATOMIC_ACQUIRE) <
 				       before + split)
 				usleep(100);
@@ -616,7 +544,7 @@ static void stress_run_jobs(struct stress_run *run, struct stress_job *jobs, uin
 	}
 	if (f->gate) {
 		usleep(stress_random(run, 3) * 1000);
-		__atomic_store_n(&run->device.gate_at, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&run->device.dev.gate_at, 0, __ATOMIC_RELEASE);
 	}
 	if (stress_random(run, 8) == 0) {
 		char err[256];
@@ -633,7 +561,7 @@ static void stress_run_jobs(struct stress_run *run, struct stress_job *jobs, uin
 	}
 	stress_wait(run, before, count);
 	sel_failpoints_configure(NULL);
-	run->device.fail_synchronize_at = 0;
+	run->device.dev.fail_synchronize_at = 0;
 	run->jobs_run += count;
 }
 
@@ -791,7 +719,7 @@ static void stress_open(struct stress_run *run, char **base)
 	char err[256];
 
 	run->plane_count = stress_random(run, 4) == 0 ? STRESS_PLANES_MAX : 4;
-	run->device.base.ops = &stress_device_ops;
+	tu_deferred_device_init(&run->device.dev);
 	if (in_memory)
 		setenv("TMPDIR", "/dev/shm", 1);
 	*base = tu_make_temp_dir("engine-stress");
@@ -815,7 +743,7 @@ static void stress_open(struct stress_run *run, char **base)
 		rec_scan_free(&scan);
 	}
 	run->options = (struct shard_engine_options){
-		.geometry = &run->geometry, .dir = run->dir, .device = &run->device.base,
+		.geometry = &run->geometry, .dir = run->dir, .device = &run->device.dev.base,
 		.planes = &run->planes, .window_pages = 1 + stress_random(run, 4),
 		.jobs_max = 64, .no_uring = stress_random(run, 4) == 0,
 		.io_workers = stress_random(run, 3) == 0 ? SHARD_IO_WORKERS_NONE :

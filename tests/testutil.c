@@ -6,6 +6,7 @@
 #include "common/log.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -345,4 +346,88 @@ double tu_cpu_seconds(int who)
 	getrusage(who, &u);
 	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
 	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
+}
+
+int tu_device_bind(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+int tu_device_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	return 0;
+}
+
+void tu_device_unregister(struct shard_device *dev, void *ptr)
+{
+	(void)dev;
+	(void)ptr;
+}
+
+void tu_device_close(struct shard_device *dev)
+{
+	(void)dev;
+}
+
+static int deferred_copy(struct shard_device *dev, enum shard_copy_direction direction,
+			 const struct shard_copy *copies, uint32_t count)
+{
+	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
+
+	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
+	if (__atomic_add_fetch(&d->copy_calls, 1, __ATOMIC_RELAXED) ==
+	    __atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&d->gate_blocked, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE))
+			usleep(200);
+		__atomic_store_n(&d->gate_blocked, 0, __ATOMIC_RELEASE);
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		d->directions[d->queued_count] = direction;
+		d->queued[d->queued_count++] = copies[i];
+	}
+	d->queued_batches++;
+	return 0;
+}
+
+static int deferred_synchronize(struct shard_device *dev)
+{
+	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
+	bool fail = __atomic_add_fetch(&d->synchronize_calls, 1, __ATOMIC_RELAXED) ==
+		    __atomic_load_n(&d->fail_synchronize_at, __ATOMIC_RELAXED);
+
+	/* A failed stream ran none of its copies. */
+	for (uint32_t i = 0; i < d->queued_count && !fail; i++)
+		shard_copy_in_memory(d->directions[i], &d->queued[i], 1);
+	d->queued_count = 0;
+	d->queued_batches = 0;
+	return fail ? -EIO : 0;
+}
+
+static const struct shard_device_ops deferred_ops = {
+	.name = "deferred",
+	.bind = tu_device_bind,
+	.register_host = tu_device_register,
+	.unregister_host = tu_device_unregister,
+	.copy = deferred_copy,
+	.synchronize = deferred_synchronize,
+	.close = tu_device_close,
+};
+
+void tu_deferred_device_init(struct tu_deferred_device *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->base.ops = &deferred_ops;
+}
+
+void tu_deferred_gate_wait(struct tu_deferred_device *d)
+{
+	alarm(60);
+	while (!__atomic_load_n(&d->gate_blocked, __ATOMIC_ACQUIRE))
+		usleep(200);
+	alarm(0);
 }

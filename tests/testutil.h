@@ -17,6 +17,7 @@
 #include "record/format.h"
 #include "record/geometry.h"
 #include "record/key.h"
+#include "shard/device.h"
 
 /* Makes a fresh directory under $TMPDIR (or /tmp); caller frees the path. */
 char *tu_make_temp_dir(const char *tag);
@@ -107,5 +108,38 @@ double tu_cpu_seconds(int who);
  * installed (the caller skips, saying so); fails the test otherwise.
  */
 int tu_check_metrics(const char *text, const char *required);
+
+/*
+ * A test device whose copies run only when it is synchronized, in order, as
+ * a GPU stream's do (host addresses on both sides). The synchronize call
+ * numbered fail_synchronize_at (1..; 0: none) fails with -EIO and runs
+ * none of the queued copies, as a failed stream; the copy call numbered
+ * gate_at (1..; 0: none) waits until the test sets gate_at to 0 again,
+ * gate_blocked saying it waits. Used by one transfer thread; the test
+ * reads and sets the knobs between jobs, the gate with atomics.
+ */
+struct tu_deferred_device {
+	struct shard_device base;
+	enum shard_copy_direction directions[4096];
+	struct shard_copy queued[4096];
+	uint32_t queued_count;
+	uint32_t queued_batches; /* copy calls since the last synchronize */
+	uint32_t synchronize_calls;
+	uint32_t fail_synchronize_at;
+	uint32_t copy_calls;
+	uint32_t gate_at;
+	uint32_t gate_blocked;
+};
+
+void tu_deferred_device_init(struct tu_deferred_device *d);
+
+/* Waits (60 s at most) until a copy call waits at the gate. */
+void tu_deferred_gate_wait(struct tu_deferred_device *d);
+
+/* No-op bind, register, unregister and close, for test devices. */
+int tu_device_bind(struct shard_device *dev);
+int tu_device_register(struct shard_device *dev, void *ptr, uint64_t bytes);
+void tu_device_unregister(struct shard_device *dev, void *ptr);
+void tu_device_close(struct shard_device *dev);
 
 #endif
