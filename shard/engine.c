@@ -102,7 +102,6 @@ struct store_run {
 	uint64_t seed;       /* R-KEY-7's s */
 	uint32_t next_first; /* the next window's first page */
 	uint32_t writes;     /* its windows on the disk */
-	uint32_t piped;      /* its windows in the copy pipeline (store_copying, _copied) */
 	struct stage *held;  /* a window copied before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
 	bool closing;        /* its commit or abort was sent */
@@ -507,7 +506,6 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->seed = rec_checksum_seed(&job->header.key);
 	run->next_first = 0;
 	run->writes = 0;
-	run->piped = 0;
 	run->held = NULL;
 	run->row_done = false;
 	run->closing = false;
@@ -524,6 +522,13 @@ static struct stage *free_stage(struct lane *l)
 		if (!l->stages[b].owner)
 			return &l->stages[b];
 	return NULL;
+}
+
+/* Windows of run in the copy pipeline (store_copying, store_copied): 0 to 2. */
+static uint32_t store_piped(const struct shard_engine *e, const struct store_run *run)
+{
+	return (e->store_copying && e->store_copying->owner == run) +
+	       (e->store_copied && e->store_copied->owner == run);
 }
 
 /*
@@ -545,7 +550,6 @@ static void store_copy_settle(struct shard_engine *e)
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
 	if (ret) {
 		device_fail(&s->owner->o, ret, "device to host");
-		s->owner->piped--;
 		s->owner = NULL;
 		return;
 	}
@@ -569,7 +573,6 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 	run = s->owner;
 	/* The checksum pass is as long as a copy: a restore first. */
 	yield_to_restores(e);
-	run->piped--;
 	if (run->o.result) {
 		s->owner = NULL;
 		return;
@@ -604,6 +607,7 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	struct shard_job *job = run->job;
 	uint32_t tail = job->header.tail_page_count, first = run->next_first;
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
+	uint32_t piped = store_piped(e, run);
 	struct stage *s;
 	uint64_t t;
 	int ret;
@@ -613,10 +617,10 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	 * would otherwise take every stage as it comes back, and the others'
 	 * files would wait while its file's writes queue behind one another.
 	 */
-	if (run->writes + run->piped + (run->held != NULL) >= l->stage_count / e->stores_active)
+	if (run->writes + piped + (run->held != NULL) >= l->stage_count / e->stores_active)
 		return false;
 	/* Before its create has come back, a store copies one window (held). */
-	if (run->control_req.tag && (run->piped || run->held))
+	if (run->control_req.tag && (piped || run->held))
 		return false;
 	s = free_stage(l);
 	if (!s)
@@ -629,7 +633,6 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 		return true; /* that copy was this store's, and failed */
 	run->next_first += n;
 	s->owner = run;
-	run->piped++;
 	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
 	t = sel_monotonic_ns();
 	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
@@ -638,7 +641,6 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 		/* What was issued may still run (see copy_drained). */
 		shard_device_synchronize(e->device);
 		device_fail(&run->o, ret, "device to host");
-		run->piped--;
 		s->owner = NULL;
 	} else {
 		e->store_copying = s;
@@ -708,7 +710,7 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	/* The file exists before its row is sent (a record without pages). */
 	if (!run->o.result && !run->row_done)
 		return created && store_row(e, l, run);
-	if (!created || run->writes || run->piped || run->row_req.tag)
+	if (!created || run->writes || store_piped(e, run) || run->row_req.tag)
 		return false;
 	/* Every write has drained: commit, or let the temporary file go. */
 	run->control_req.op = run->o.result ? REC_DISK_ABORT : REC_DISK_COMMIT;
