@@ -646,7 +646,7 @@ static int bench_store(struct bench *b, bool and_fetch)
 {
 	static uint64_t selene_ns[BENCH_ROUNDS_MAX], raw_ns[BENCH_ROUNDS_MAX];
 	static uint64_t fetch_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
-	uint64_t ns[4];
+	uint64_t ns[4] = { 0 }; /* without fetches, [2] and [3] stay 0 */
 	int ret = 0;
 
 	for (uint32_t w = 0; !ret && w < b->a.warmup; w++)
