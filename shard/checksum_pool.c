@@ -39,8 +39,11 @@ static void *helper_main(void *arg)
 	struct shard_checksum_pool *p = arg;
 	uint64_t seen = 0;
 
-	/* Below the model's threads, as the disk thread (seed 2.12). */
-	sel_thread_batch_priority("checksum helper");
+	/* Below the model's threads (seed 2.12); no lock: set before the start. */
+	if (p->restore)
+		sel_thread_lower_priority(1, "restore checksum helper");
+	else
+		sel_thread_batch_priority("checksum helper");
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		while (!p->stopping && p->pass == seen)
@@ -54,7 +57,8 @@ static void *helper_main(void *arg)
 	return NULL;
 }
 
-int shard_checksum_pool_init(struct shard_checksum_pool *p, uint32_t helper_count)
+int shard_checksum_pool_init(struct shard_checksum_pool *p, uint32_t helper_count,
+			     bool restore)
 {
 	int ret = 0;
 
@@ -62,6 +66,7 @@ int shard_checksum_pool_init(struct shard_checksum_pool *p, uint32_t helper_coun
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work_ready, NULL);
 	pthread_cond_init(&p->pass_done, NULL);
+	p->restore = restore;
 	if (helper_count > SHARD_CHECKSUM_HELPERS_MAX)
 		helper_count = SHARD_CHECKSUM_HELPERS_MAX;
 	for (uint32_t i = 0; i < helper_count; i++) {

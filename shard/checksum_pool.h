@@ -4,8 +4,11 @@
  * transfer thread, so a window of pages is hashed (store) or verified
  * (fetch) on several cores while the disk thread keeps reading or writing
  * the next windows. A pass is fork-join: shard_checksum_pool_run returns
- * once every unit is done, so the caller owns the window again. Helpers run
- * SCHED_BATCH at nice 10, below the model's threads (seed 2.12). With no
+ * once every unit is done, so the caller owns the window again. Every
+ * helper runs below the model's threads (seed 2.12): a background pool's
+ * (stores) SCHED_BATCH at nice 10, a restore pool's at nice 1, as the
+ * transfer thread, so a restore's verification is not kept waiting by the
+ * stores' kernel workers and hashing, at nice 10 (restores first). With no
  * helpers the caller does every unit itself.
  */
 #ifndef SELENE_SHARD_CHECKSUM_POOL_H
@@ -34,14 +37,17 @@ struct shard_checksum_pool {
 	uint32_t next;       /* next unit to claim */
 	uint32_t done;       /* units finished */
 	uint64_t pass;       /* pass number, so a helper joins each pass once */
+	bool restore;        /* helpers at nice 1, else SCHED_BATCH at nice 10 */
 	bool stopping;
 };
 
 /*
- * Starts helper_count helpers (at most SHARD_CHECKSUM_HELPERS_MAX). Returns
- * 0, or a negative errno; on failure nothing is left running.
+ * Starts helper_count helpers (at most SHARD_CHECKSUM_HELPERS_MAX), at a
+ * restore's priority (restore) or the background's. Returns 0, or a
+ * negative errno; on failure nothing is left running.
  */
-int shard_checksum_pool_init(struct shard_checksum_pool *pool, uint32_t helper_count);
+int shard_checksum_pool_init(struct shard_checksum_pool *pool, uint32_t helper_count,
+			     bool restore);
 
 /* Stops and joins the helpers. */
 void shard_checksum_pool_destroy(struct shard_checksum_pool *pool);

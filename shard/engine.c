@@ -130,8 +130,9 @@ struct shard_engine {
 	uint32_t stores_max;        /* stores in progress at once */
 	uint32_t stores_active;     /* runs holding a job now */
 	struct store_run *row_user; /* whose row the background row staging holds */
-	struct shard_checksum_pool checksums;
-	bool checksums_started;
+	struct shard_checksum_pool checksums;  /* stores' checksum passes */
+	struct shard_checksum_pool verifies;   /* restores' (at their priority) */
+	bool checksums_started, verifies_started;
 	/*
 	 * The stores' copy pipeline (run_stores): one background window's copy
 	 * from the device runs while the window copied before it has its
@@ -948,7 +949,7 @@ static int fetch_verify(struct shard_engine *e, struct lane *l, struct stage *s,
 				    .bad = UINT32_MAX };
 	char name[REC_FILE_NAME_BYTES];
 
-	shard_checksum_pool_run(&e->checksums, verify_page, &sums, w->count);
+	shard_checksum_pool_run(&e->verifies, verify_page, &sums, w->count);
 	if (sums.bad == UINT32_MAX)
 		return 0;
 	rec_file_name(name, &r->header.key);
@@ -1531,13 +1532,17 @@ int shard_engine_open(const struct shard_engine_options *options,
 	init_requests(e, &e->lanes[LANE_BACKGROUND], false);
 	helpers = options->checksum_threads ? options->checksum_threads - 1 :
 					      shard_checksum_pool_default_helpers();
-	ret = shard_checksum_pool_init(&e->checksums, helpers);
+	ret = shard_checksum_pool_init(&e->checksums, helpers, false);
+	if (!ret) {
+		e->checksums_started = true;
+		ret = shard_checksum_pool_init(&e->verifies, helpers, true);
+		e->verifies_started = !ret;
+	}
 	if (ret) {
-		snprintf(err, err_size, "cannot start %u checksum helpers: %s", helpers,
+		snprintf(err, err_size, "cannot start 2 x %u checksum helpers: %s", helpers,
 			 strerror(-ret));
 		goto err_close;
 	}
-	e->checksums_started = true;
 	ret = sel_thread_start(&e->thread, transfer_main, e);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the transfer thread: %s",
@@ -1564,6 +1569,8 @@ void shard_engine_close(struct shard_engine *e)
 		pthread_join(e->thread, NULL);
 	if (e->checksums_started)
 		shard_checksum_pool_destroy(&e->checksums);
+	if (e->verifies_started)
+		shard_checksum_pool_destroy(&e->verifies);
 	if (rec_disk_stop(e->disk, REC_DISK_STOP_TIMEOUT_MS) != 0) {
 		/*
 		 * Its I/O may still use the staging and files: keep them. A late

@@ -107,7 +107,8 @@ struct shard_engine_options {
 	bool register_pool;                  /* register staging with the device */
 	/*
 	 * Threads that hash or verify a window's pages: the transfer thread
-	 * and checksum_threads - 1 helpers (shard/checksum_pool.h); 0 means
+	 * and checksum_threads - 1 helpers (shard/checksum_pool.h), from the
+	 * stores' pool or the restores' (each that many); 0 means
 	 * shard_checksum_pool_default_helpers() helpers.
 	 */
 	uint32_t checksum_threads;
@@ -200,7 +201,7 @@ struct shard_engine_stats {
 	uint64_t store_run_ns, store_copy_ns, store_sum_ns, store_wait_ns;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
-	uint32_t checksum_threads; /* the transfer thread and its checksum helpers */
+	uint32_t checksum_threads; /* a pass's: the transfer thread and one pool's helpers */
 	uint32_t stores_max;       /* stores in progress at once */
 	uint64_t staging_bytes;  /* the staging pool's size */
 };

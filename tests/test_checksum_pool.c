@@ -1,16 +1,21 @@
 /*
  * The checksum pool (shard/checksum_pool.h): every unit of a pass runs
  * exactly once, with no helpers and with several, pass after pass; the
- * caller owns the context again when run returns; the default helper count
- * follows SELENE_CHECKSUM_THREADS and ignores a malformed value.
+ * caller owns the context again when run returns; a stores' pool's helpers
+ * run SCHED_BATCH at nice 10 and a restores' pool's at nice 1; the default
+ * helper count follows SELENE_CHECKSUM_THREADS and ignores a malformed value.
  */
 #include "tests/testutil.h"
 
 #include "common/log.h"
 #include "shard/checksum_pool.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 struct pass {
@@ -33,7 +38,7 @@ static void test_checksum_pool_every_unit_once(void **state)
 	for (size_t h = 0; h < sizeof(helpers) / sizeof(helpers[0]); h++) {
 		struct shard_checksum_pool pool;
 
-		assert_int_equal(shard_checksum_pool_init(&pool, helpers[h]), 0);
+		assert_int_equal(shard_checksum_pool_init(&pool, helpers[h], h % 2), 0);
 		assert_int_equal(pool.helper_count, helpers[h]);
 		for (uint32_t round = 0; round < 200; round++) {
 			struct pass p;
@@ -51,6 +56,60 @@ static void test_checksum_pool_every_unit_once(void **state)
 	}
 }
 
+/* Where each unit of a pass ran, and at what priority. */
+struct unit_seen {
+	pid_t tid[8];
+	int nice[8];
+	int policy[8];
+};
+
+static void note_priority(void *ctx, uint32_t i)
+{
+	struct unit_seen *u = ctx;
+
+	errno = 0;
+	u->tid[i] = gettid();
+	u->nice[i] = getpriority(PRIO_PROCESS, (id_t)u->tid[i]);
+	u->policy[i] = sched_getscheduler(0);
+	nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* so the helpers take some */
+}
+
+/*
+ * Each pool's helpers run at its priority: the stores' SCHED_BATCH at nice
+ * 10, the restores' SCHED_OTHER at nice 1 (the transfer thread's). Skipped
+ * where this process already runs above nice 1 (a helper cannot go back).
+ */
+static void test_checksum_pool_priority(void **state)
+{
+	pid_t caller = gettid();
+
+	(void)state;
+	if (getpriority(PRIO_PROCESS, (id_t)caller) > 1)
+		skip();
+	for (int restore = 0; restore < 2; restore++) {
+		struct shard_checksum_pool pool;
+		uint32_t helped = 0;
+
+		assert_int_equal(shard_checksum_pool_init(&pool, 2, restore), 0);
+		for (uint32_t pass = 0; pass < 50 && helped < 4; pass++) {
+			struct unit_seen u;
+
+			memset(&u, 0, sizeof(u));
+			shard_checksum_pool_run(&pool, note_priority, &u, 8);
+			for (uint32_t i = 0; i < 8; i++) {
+				if (u.tid[i] == caller)
+					continue;
+				helped++;
+				assert_int_equal(u.nice[i], restore ? 1 : 10);
+				assert_int_equal(u.policy[i], restore ? SCHED_OTHER : SCHED_BATCH);
+			}
+		}
+		shard_checksum_pool_destroy(&pool);
+		if (helped == 0)
+			fail_msg("no unit of 50 passes ran on a helper (restore %d)", restore);
+	}
+}
+
 /* More helpers than the ceiling are capped; SELENE_CHECKSUM_THREADS is read. */
 static void test_checksum_pool_helper_count(void **state)
 {
@@ -58,7 +117,7 @@ static void test_checksum_pool_helper_count(void **state)
 	uint32_t fallback;
 
 	(void)state;
-	assert_int_equal(shard_checksum_pool_init(&pool, 1000), 0);
+	assert_int_equal(shard_checksum_pool_init(&pool, 1000, false), 0);
 	assert_int_equal(pool.helper_count, SHARD_CHECKSUM_HELPERS_MAX);
 	shard_checksum_pool_destroy(&pool);
 	unsetenv("SELENE_CHECKSUM_THREADS");
@@ -82,6 +141,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_checksum_pool_every_unit_once),
 		cmocka_unit_test(test_checksum_pool_helper_count),
+		cmocka_unit_test(test_checksum_pool_priority),
 	};
 
 	return cmocka_run_group_tests_name("checksum_pool", tests, NULL, NULL);
