@@ -587,9 +587,10 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
 		struct coord_job *j = &s->jobs[i];
 
+		/* Equal hits only: the same endpoint, pages and skip, so the same chain. */
 		if (j->in_use && j->kind == COORD_JOB_FETCH && j->node == hit->endpoint &&
 		    s->generation[hit->endpoint] == hit->generation &&
-		    j->skip_pages == hit->skip_pages) {
+		    j->skip_pages == hit->skip_pages && j->page_count == hit->page_count) {
 			if (j->waiter_count == COORD_WAITERS_MAX)
 				return SEL_EQUEUEFULL;
 			j->waiters[j->waiter_count++] = waiter;
@@ -618,6 +619,7 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	job->kind = COORD_JOB_FETCH;
 	job->node = hit->endpoint;
 	job->skip_pages = skip;
+	job->page_count = pages;
 	job->waiters[job->waiter_count++] = waiter;
 	ret = s->jobs_ops.fetch(s->jobs_ops.ctx, id, &fetch);
 	if (ret) {

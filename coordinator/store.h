@@ -58,7 +58,8 @@ struct coord_job {
 	uint32_t waiter_count;
 	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
 	bool rewrite;           /* a store that puts a page-only record's row back */
-	uint32_t skip_pages;    /* a fetch's skip: only equal hits join */
+	uint32_t skip_pages;    /* a fetch's skip and pages: only equal hits */
+	uint32_t page_count;    /* (same endpoint, pages and skip) join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
 	uint32_t chain[COORD_CHAIN_MAX];
 	struct rec_key key;     /* a truncate's or unlink's record */

@@ -769,6 +769,42 @@ static void test_store_waiters_and_cancel(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * Hits of one endpoint with the same skip but chains that start at
+ * different records (the GPU holds different prefixes) are not equal: the
+ * second is a fetch of its own, not a waiter on the first's destination.
+ */
+static void test_store_join_needs_the_same_chain(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit first, hit;
+	bool joined, found = false;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &first));
+	for (uint64_t resident = 1; resident < 700 && !found; resident++)
+		found = coord_store_lookup(&f->store, &f->h, resident, &hit) &&
+			hit.endpoint == first.endpoint && hit.skip_pages == first.skip_pages &&
+			hit.page_count != first.page_count;
+	assert_true(found);
+	assert_int_equal(coord_store_fetch(&f->store, &first, f->ids, 1, 30, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids + 16, 2, 31, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(f->stub.job_count, 4);
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_FETCH);
+	stub_complete(&f->stub, 2, 0);
+	stub_complete(&f->stub, 3, 0);
+	assert_int_equal(poll_events(f, ev), 2);
+	assert_balanced(f);
+}
+
 /* A failed fetch tells every waiter and releases the chain. */
 static void test_store_fetch_failure(void **state)
 {
@@ -1173,6 +1209,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_touch_refreshes_ancestors, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_compaction_when_leaves_pinned, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_join_needs_the_same_chain, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
