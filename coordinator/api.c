@@ -392,12 +392,16 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 				   .truncate = jobs_truncate, .unlink = jobs_unlink,
 				   .noop = jobs_noop, .poll = jobs_poll };
 	struct rec_identity model;
-	struct rec_geometry *g = malloc(sizeof(*g));
+	struct rec_geometry *g;
 	uint64_t limit = c ? c->disk_limit_bytes : 0;
-	sel_store *s = calloc(1, sizeof(*s));
+	sel_store *s;
 	int ret;
 
+	if (!out)
+		return sel_fail(-EINVAL, err, err_size, "no place for the store (out is NULL)");
 	*out = NULL;
+	g = malloc(sizeof(*g));
+	s = calloc(1, sizeof(*s));
 	if (s)
 		s->startup.open_ns = sel_monotonic_ns();
 	ret = sel_failpoints_from_env(err, err_size);
@@ -516,10 +520,15 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 int sel_history_create(sel_store *s, const uint32_t *tokens, uint64_t count,
 		       sel_history **out)
 {
-	sel_history *h = malloc(sizeof(*h));
+	sel_history *h;
 	int ret;
 
+	if (!out)
+		return -EINVAL;
 	*out = NULL;
+	if (!s || (!tokens && count > 0))
+		return -EINVAL;
+	h = malloc(sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	ret = rec_history_init(&h->history, &s->core.model, tokens, count);
@@ -544,6 +553,8 @@ bool sel_lookup(sel_store *s, const sel_history *h, uint64_t resident,
 {
 	bool found;
 
+	if (!s || !h || !hit)
+		return false;
 	pthread_mutex_lock(&s->lock);
 	found = coord_store_lookup(&s->core, &h->history, resident, hit);
 	pthread_mutex_unlock(&s->lock);
@@ -555,8 +566,10 @@ int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
 {
 	int ret;
 
+	if (!joined)
+		return -EINVAL;
 	*joined = false;
-	if (!hit || !page_ids)
+	if (!s || !hit || !page_ids)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
 	ret = s->engine ? coord_store_fetch(&s->core, hit, page_ids, state_slot, waiter,
@@ -570,6 +583,8 @@ int sel_cancel(sel_store *s, uint64_t waiter)
 {
 	int ret;
 
+	if (!s)
+		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_cancel(&s->core, waiter);
 	pthread_mutex_unlock(&s->lock);
@@ -580,7 +595,7 @@ int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
 {
 	int ret;
 
-	if (!h)
+	if (!s || !h)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_touch(&s->core, &h->history, consumed);
@@ -593,7 +608,7 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 {
 	int ret;
 
-	if (!pub || !pub->history || !outcome)
+	if (!s || !pub || !pub->history || !outcome)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_publish(&s->core, &pub->history->history, pub, outcome);
@@ -605,6 +620,8 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 {
 	uint32_t n = 0;
 
+	if (!s || (!events && max > 0))
+		return 0;
 	pthread_mutex_lock(&s->lock);
 	if (s->engine)
 		n = coord_store_poll(&s->core, events, max);
@@ -622,6 +639,8 @@ static void stats_copy(sel_store *s, struct sel_stats *out)
 
 int sel_store_stats(sel_store *s, struct sel_stats *out)
 {
+	if (!out)
+		return -EINVAL;
 	if (!monitor_enter(s)) {
 		memset(out, 0, sizeof(*out));
 		return -ESHUTDOWN;
@@ -656,6 +675,8 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 {
 	int n;
 
+	if (!buf && size > 0)
+		return -EINVAL;
 	if (!monitor_enter(s))
 		return -ESHUTDOWN;
 	n = metrics_write(s, buf, size);

@@ -307,7 +307,7 @@ static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64
 int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		   size_t err_size)
 {
-	struct sel_peer *p = calloc(1, sizeof(*p));
+	struct sel_peer *p;
 	struct rec_scan scan = { 0 };
 	struct cluster_identity me;
 	uint64_t limit = 0, agreed, scanned = 0, kept = 0;
@@ -315,14 +315,15 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	bool has_disk_store;
 	int ret;
 
+	if (!out)
+		return sel_fail(-EINVAL, err, err_size, "no place for the peer (out is NULL)");
 	*out = NULL;
 	ret = sel_failpoints_from_env(err, err_size);
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
-	if (ret) {
-		free(p);
+	if (ret)
 		return ret;
-	}
+	p = calloc(1, sizeof(*p));
 	if (!p)
 		return sel_fail(-ENOMEM, err, err_size, "out of memory");
 	p->fd = p->control_fd = -1;
@@ -384,6 +385,8 @@ err_stop:
 
 int sel_peer_wait(sel_peer *p)
 {
+	if (!p)
+		return -EINVAL;
 	if (p->running) {
 		pthread_join(p->thread, NULL);
 		p->running = false;

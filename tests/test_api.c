@@ -4,7 +4,8 @@
  * the GPU cache poisoned, a longer history looked up and fetched into other
  * ids byte-exact; the same after closing and reopening the store; metrics;
  * no disk store; a second opener refused; a full filesystem answering
- * Retry until room returns; every thread the open starts refused in turn.
+ * Retry until room returns; every thread the open starts refused in turn;
+ * NULL arguments refused.
  */
 #include "tests/testutil.h"
 
@@ -261,6 +262,62 @@ static void test_api_touch(void **state)
 	restore_and_check(f, 79);
 }
 
+/* NULL handles and NULL out-pointers are refused and change nothing. */
+static void test_api_null_arguments(void **state)
+{
+	struct fixture *f = *state;
+	static char metrics[SEL_METRICS_BYTES(1)];
+	struct sel_publication pub = { .consumed = 300, .page_ids = (uint32_t[64]){ 0 } };
+	struct sel_event ev[4];
+	struct sel_stats st;
+	struct sel_hit hit;
+	enum sel_outcome outcome;
+	sel_history *h = (sel_history *)&h;
+	sel_store *none = (sel_store *)&none;
+	sel_peer *peer = (sel_peer *)&peer;
+	uint32_t ids[64] = { 0 };
+	bool joined = true;
+	char err[256] = "";
+
+	assert_int_equal(sel_store_open(&f->config, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "out is NULL"));
+	assert_int_equal(sel_store_open(NULL, &none, err, sizeof(err)), -EINVAL);
+	assert_null(none);
+	assert_int_equal(sel_peer_start(&f->config, NULL, err, sizeof(err)), -EINVAL);
+	assert_int_equal(sel_peer_start(NULL, &peer, err, sizeof(err)), -EINVAL);
+	assert_null(peer);
+	assert_int_equal(sel_peer_wait(NULL), -EINVAL);
+	sel_peer_stop(NULL);
+	open_store(f);
+	publish_conversation(f);
+	assert_int_equal(sel_history_create(NULL, f->tokens, 10, &h), -EINVAL);
+	assert_null(h);
+	assert_int_equal(sel_history_create(f->store, NULL, 10, &h), -EINVAL);
+	assert_int_equal(sel_history_create(f->store, f->tokens, 10, NULL), -EINVAL);
+	assert_false(sel_lookup(NULL, f->history, 0, &hit));
+	assert_false(sel_lookup(f->store, NULL, 0, &hit));
+	assert_false(sel_lookup(f->store, f->history, 0, NULL));
+	assert_true(sel_lookup(f->store, f->history, 0, &hit));
+	assert_int_equal(sel_fetch(f->store, &hit, ids, 0, 1, NULL), -EINVAL);
+	assert_int_equal(sel_fetch(NULL, &hit, ids, 0, 1, &joined), -EINVAL);
+	assert_false(joined);
+	assert_int_equal(sel_fetch(f->store, NULL, ids, 0, 1, &joined), -EINVAL);
+	assert_int_equal(sel_cancel(NULL, 1), -EINVAL);
+	assert_int_equal(sel_touch(NULL, f->history, 300), -EINVAL);
+	pub.history = f->history;
+	assert_int_equal(sel_store_publish(NULL, &pub, &outcome), -EINVAL);
+	assert_int_equal(sel_store_publish(f->store, &pub, NULL), -EINVAL);
+	assert_int_equal(sel_poll(NULL, ev, 4), 0);
+	assert_int_equal(sel_poll(f->store, NULL, 4), 0);
+	assert_int_equal(sel_store_stats(f->store, NULL), -EINVAL);
+	assert_int_equal(sel_store_stats(NULL, &st), -ESHUTDOWN);
+	assert_int_equal(sel_store_metrics(f->store, NULL, 100), -EINVAL);
+	assert_int_equal(sel_store_metrics(NULL, metrics, sizeof(metrics)), -ESHUTDOWN);
+	assert_int_equal(sel_store_close(NULL, 0), 0);
+	/* nothing above changed the store: the restore still works */
+	restore_and_check(f, 80);
+}
+
 /* Reopening the directory finds every committed record (seed step 12). */
 static void test_api_restart(void **state)
 {
@@ -464,6 +521,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_metrics_exposition, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),

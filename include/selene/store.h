@@ -13,6 +13,11 @@
  * sel_lookup, sel_store_publish, sel_fetch, sel_cancel or
  * sel_poll waits for I/O: work goes to bounded queues, and a full queue
  * answers at once (SEL_RETRY, or SEL_EQUEUEFULL).
+ *
+ * A NULL handle, or a NULL pointer a call would read or write through, is
+ * refused with -EINVAL and changes nothing (sel_lookup answers false,
+ * sel_poll 0, sel_store_metrics and sel_store_stats -ESHUTDOWN for a NULL
+ * or closed store); close and stop calls accept NULL.
  */
 #ifndef SELENE_STORE_H
 #define SELENE_STORE_H
