@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
 
 static int config_fail(char *err, size_t err_size, const char *fmt, ...)
@@ -75,6 +76,21 @@ static int config_check_cluster(const struct sel_cluster *cl, char *err, size_t 
 				   cl->coordinator_host ? "empty" : "NULL");
 	if (cl->rank > 0 && cl->coordinator_port == 0)
 		return config_fail(err, err_size, "cluster.coordinator_port is 0");
+	if (cl->rank > 0 || cl->world_size == 1)
+		return 0;
+	/* Rank zero of several: a port the peers know, or a listener of the caller's. */
+	if (cl->listen_fd < 0 && cl->coordinator_port == 0)
+		return config_fail(err, err_size, "cluster.coordinator_port is 0 and there is no "
+				   "listen_fd: no peer could find rank zero");
+	if (cl->listen_fd >= 0) {
+		int listening = 0;
+		socklen_t len = sizeof(listening);
+
+		if (getsockopt(cl->listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
+		    !listening)
+			return config_fail(err, err_size, "cluster.listen_fd %d is not a listening "
+					   "socket (-1 binds coordinator_port)", cl->listen_fd);
+	}
 	return 0;
 }
 

@@ -13,9 +13,13 @@
 #include "shard/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define UNIT 4096u
 #define ROW 8192u
@@ -143,6 +147,32 @@ static void test_config_names_each_field(void **state)
 	       (f->cluster.world_size = REC_WORLD_SIZE_MAX + 1, f->config.cluster = &f->cluster));
 	BROKEN("cluster.rank",
 	       (f->cluster.rank = 4, f->cluster.world_size = 4, f->config.cluster = &f->cluster));
+	/* Rank zero of two that no peer could ever reach: refused at once. */
+	BROKEN("cluster.coordinator_port is 0 and there is no listen_fd",
+	       (f->cluster.world_size = 2, f->config.cluster = &f->cluster));
+	{
+		int not_socket = open("/dev/null", O_RDONLY);
+		int not_listening = socket(AF_INET, SOCK_STREAM, 0);
+
+		assert_true(not_socket >= 0 && not_listening >= 0);
+		BROKEN("is not a listening socket",
+		       (f->cluster.world_size = 2, f->cluster.listen_fd = not_socket,
+			f->config.cluster = &f->cluster));
+		BROKEN("is not a listening socket",
+		       (f->cluster.world_size = 2, f->cluster.listen_fd = not_listening,
+			f->config.cluster = &f->cluster));
+		BROKEN("is not a listening socket",
+		       (f->cluster.world_size = 2, f->cluster.listen_fd = 1000,
+			f->config.cluster = &f->cluster));
+		assert_int_equal(listen(not_listening, 1), 0);
+		fixture_reset(f);
+		f->cluster.world_size = 2;
+		f->cluster.listen_fd = not_listening;
+		f->config.cluster = &f->cluster;
+		assert_int_equal(shard_config_validate(&f->config, NULL, 0), 0);
+		close(not_socket);
+		close(not_listening);
+	}
 #undef BROKEN
 	/* The geometry's own checks still answer through open. */
 	fixture_reset(f);
