@@ -139,8 +139,9 @@ static int parse_term(const char *text, size_t len, struct fp_term *term)
 
 		if (text[0] < '0' || text[0] > '9')
 			return -1;
+		errno = 0;
 		count = strtoull(text, &end, 10);
-		if (end != star || count == 0)
+		if (end != star || count == 0 || errno == ERANGE)
 			return -1;
 		term->count = count;
 		len -= (size_t)(star + 1 - text);

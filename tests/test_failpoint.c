@@ -92,6 +92,7 @@ static void test_failpoint_rejects_malformed(void **state)
 		"disk.write=return(EIO", "disk.write=off(1)",    "disk.write=kill(9)",
 		"disk.write=-1*off",     "disk.write=print(x)",  "disk.write=off->",
 		"disk.write=1*off->1*off->1*off->1*off->1*off->1*off->1*off->1*off->off",
+		"disk.write=99999999999999999999999*return", /* past 2^64 */
 	};
 
 	(void)state;
