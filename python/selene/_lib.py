@@ -54,8 +54,33 @@ def load():
 u8, u16, u32, u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
 c_int, c_bool, c_char_p, c_void_p = ctypes.c_int, ctypes.c_bool, ctypes.c_char_p, ctypes.c_void_p
 
+# What an int may be in each C integer type: ctypes would wrap anything else.
+INT_RANGES = {u8: (0, 2**8 - 1), u16: (0, 2**16 - 1), u32: (0, 2**32 - 1),
+              u64: (0, 2**64 - 1), c_int: (-2**31, 2**31 - 1),
+              ctypes.c_size_t: (0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1)}
 
-class Cluster(ctypes.Structure):
+
+def check_int(what: str, ctype, value) -> None:
+    """Raises ValueError when value is an int that ctype cannot hold."""
+    bounds = INT_RANGES.get(ctype)
+    if bounds is None or not isinstance(value, int) or isinstance(value, bool):
+        return
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError("%s is %d, outside %d..%d" % (what, value, bounds[0], bounds[1]))
+
+
+class Checked(ctypes.Structure):
+    """A structure whose integer fields refuse values their C type cannot hold."""
+
+    def __init__(self, *args, **kwargs):
+        types = dict(self._fields_)
+        named = list(zip([f[0] for f in self._fields_], args)) + list(kwargs.items())
+        for name, value in named:
+            check_int("%s.%s" % (type(self).__name__, name), types.get(name), value)
+        super().__init__(*args, **kwargs)
+
+
+class Cluster(Checked):
     _fields_ = [("rank", u32), ("world_size", u32), ("coordinator_host", c_char_p),
                 ("coordinator_port", u16), ("listen_fd", c_int),
                 ("rank_addresses", ctypes.POINTER(c_char_p)), ("secret", u8 * 32),
@@ -63,11 +88,11 @@ class Cluster(ctypes.Structure):
                 ("job_timeout_ms", u32), ("accept_empty_ranks", c_bool)]
 
 
-class Plane(ctypes.Structure):
+class Plane(Checked):
     _fields_ = [("name", c_char_p), ("unit_bytes", u64), ("device_address", u64)]
 
 
-class StoreConfig(ctypes.Structure):
+class StoreConfig(Checked):
     _fields_ = [("dir", c_char_p), ("model_identity", u8 * 32), ("state_mode", u8),
                 ("page_tokens", u32), ("page_plane_count", u32),
                 ("page_planes", ctypes.POINTER(Plane)), ("row_plane", Plane),
@@ -81,7 +106,7 @@ class Hit(ctypes.Structure):
                 ("resident", u64), ("endpoint", u32), ("generation", u64)]
 
 
-class Publication(ctypes.Structure):
+class Publication(Checked):
     _fields_ = [("checkpoint", u64), ("history", c_void_p), ("consumed", u64),
                 ("parent_consumed", u64), ("page_ids", ctypes.POINTER(u32)),
                 ("state_slot", u32)]
@@ -140,4 +165,14 @@ def declare(lib):
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+        setattr(lib, name, _range_checked(name, fn, argtypes))
     return lib
+
+
+def _range_checked(name, fn, argtypes):
+    """fn, refusing an int argument its C type cannot hold (ValueError)."""
+    def call(*args):
+        for i, (ctype, value) in enumerate(zip(argtypes, args)):
+            check_int("%s argument %d" % (name, i + 1), ctype, value)
+        return fn(*args)
+    return call

@@ -15,6 +15,7 @@ checks. bootstrap() picks one the way the program does."""
 import ctypes
 import ctypes.util
 import os
+import re
 import socket
 import struct
 from typing import List, Optional, Tuple
@@ -28,23 +29,31 @@ class BootstrapError(ValueError):
     """A variable missing or wrong, or no route between two ranks."""
 
 
+def _decimal(text: str) -> bool:
+    """ASCII digits only (str.isdigit also takes other scripts' digits)."""
+    return re.fullmatch(r"[0-9]+", text) is not None
+
+
 def _number(env, name: str, maximum: int) -> Optional[int]:
     value = env.get(name, "")
     if not value:
         return None
-    if not value.isdigit() or int(value) > maximum:
+    if not _decimal(value) or int(value) > maximum:
         raise BootstrapError("%s=%s is not a number in 0..%d" % (name, value, maximum))
     return int(value)
 
 
 def _coordinator(text: str, world: int) -> Tuple[str, int]:
     host, colon, port = text.rpartition(":")
-    if not colon or not host:
-        raise BootstrapError("SELENE_COORDINATOR must be host:port for a world of %d" % world)
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise BootstrapError("SELENE_COORDINATOR %s: the port must be 1-65535" % text)
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
+    # An IPv6 address without brackets has more colons: ambiguous (as in C).
+    if not colon or not host or (not bracketed and ":" in host) or "[" in host or "]" in host:
+        raise BootstrapError("SELENE_COORDINATOR must be host:port (an IPv6 address in "
+                             "brackets: [::1]:port) for a world of %d" % world)
+    if not _decimal(port) or not 1 <= int(port) <= 65535:
+        raise BootstrapError("SELENE_COORDINATOR %s: the port must be 1-65535" % text)
     return host, int(port)
 
 

@@ -192,6 +192,8 @@ def _c_config(config: StoreConfig):
 
 def _u32_array(values) -> ctypes.Array:
     values = list(values)
+    for i, v in enumerate(values):
+        _lib.check_int("page id %d" % i, ctypes.c_uint32, v)
     return (ctypes.c_uint32 * max(1, len(values)))(*values)
 
 
@@ -353,6 +355,10 @@ class Store:
                 parent_consumed: int, page_ids: Sequence[int], state_slot: int) -> Outcome:
         """Offers a checkpoint: page_ids are every page of the chain from
         the root (consumed // page_tokens of them)."""
+        pages = consumed // self.config.page_tokens if consumed > 0 else 0
+        if len(page_ids) < pages:
+            raise ValueError("publishing %d tokens needs %d page ids, got %d"
+                             % (consumed, pages, len(page_ids)))
         ids = _u32_array(page_ids)
         pub = _lib.Publication(checkpoint, history.handle, consumed, parent_consumed,
                                ctypes.cast(ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)

@@ -165,6 +165,42 @@ def test_error_paths(tmp_path):
     assert e.value.code == selene.ESTOPPED
 
 
+def test_ints_out_of_range_are_refused(tmp_path):
+    """An int its C type cannot hold is a ValueError, never wrapped; a
+    publication with fewer page ids than its pages is refused before C
+    reads past them."""
+    planes = Planes()
+    cfg = planes.config(tmp_path)
+    cfg.page_count = 2**32 + PAGES
+    with pytest.raises(ValueError, match="page_count"):
+        selene.Store(cfg)
+    cfg = planes.config(tmp_path)
+    cfg.page_tokens = -1
+    with pytest.raises(ValueError, match="page_tokens"):
+        selene.Store(cfg)
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        with pytest.raises(ValueError, match="needs 8 page ids, got 1"):
+            store.publish(1, h, 8 * PAGE_TOKENS, 0, [0], 0)
+        with pytest.raises(ValueError, match="page id 0"):
+            store.publish(1, h, PAGE_TOKENS, 0, [2**32 + 5], 0)
+        with pytest.raises(ValueError, match="checkpoint"):
+            store.publish(-1, h, PAGE_TOKENS, 0, [0], 0)
+        with pytest.raises(ValueError, match="state_slot"):
+            store.publish(1, h, PAGE_TOKENS, 0, [0], 2**32)
+        with pytest.raises(ValueError, match="sel_lookup argument 3"):
+            store.lookup(h, -2**64)
+        with pytest.raises(ValueError, match="sel_cancel argument 2"):
+            store.cancel(-1)
+        with pytest.raises(ValueError, match="sel_touch argument 3"):
+            store.touch(h, 2**64)
+        assert store.poll() == []  # nothing was queued by any of them
+        publish_chain(store, planes, h, points=(PAGE_TOKENS * 2,))
+        hit = store.lookup(h)
+        with pytest.raises(ValueError, match="sel_fetch argument 5"):
+            store.fetch(hit, [0, 1], 0, -1)
+
+
 def test_bad_configs(tmp_path):
     planes = Planes()
     with pytest.raises(selene.SeleneError) as e:
@@ -303,6 +339,19 @@ def test_bootstrap_from_env(tmp_path):
         {"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2"},
         {"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "h:0"},
         {"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "h:1"},
+        # ASCII digits only, as the C bootstrap reads them
+        {"SELENE_RANK": "\u00b2", "SELENE_WORLD_SIZE": "2"},
+        {"SELENE_RANK": "\u0661", "SELENE_WORLD_SIZE": "\u0664",
+         "SELENE_COORDINATOR": "h:80", "SELENE_SECRET_FILE": str(secret)},
+        {"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "h:\u00b9",
+         "SELENE_SECRET_FILE": str(secret)},
+        {"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "h:\uff18\uff10",
+         "SELENE_SECRET_FILE": str(secret)},
+        # an IPv6 address without brackets is ambiguous
+        {"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "fe80::1:5000",
+         "SELENE_SECRET_FILE": str(secret)},
+        {"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2", "SELENE_COORDINATOR": "[]:5000",
+         "SELENE_SECRET_FILE": str(secret)},
     ]
     for env in bad:
         with pytest.raises(selene.BootstrapError):
