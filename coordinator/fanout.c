@@ -33,6 +33,8 @@ struct pending {
 	uint64_t deadline_ns;
 	struct rec_key key;   /* a store's, for cleanup */
 	bool *wrote;          /* world entries: the rank answered a store with 0 */
+	bool *answered;       /* world entries: this round's answer came (the job's,
+				 then its cleanup's); a second one stops the transport */
 };
 
 struct answer {
@@ -148,6 +150,7 @@ static void send_all(struct coord_fanout *f, struct pending *p, int length)
 
 			snprintf(why, sizeof(why), "rank %u: %s", r, sel_strerror(ret));
 			fail_pending(p, ret, why);
+			p->answered[r] = true; /* counted: an answer from it now is one too many */
 			p->remaining--;
 		}
 	}
@@ -156,12 +159,14 @@ static void send_all(struct coord_fanout *f, struct pending *p, int length)
 static struct pending *begin(struct coord_fanout *f, uint64_t job_id, enum coord_job_kind kind)
 {
 	struct pending *p = &f->pending[job_id];
-	bool *wrote = p->wrote;
+	bool *wrote = p->wrote, *answered = p->answered;
 
 	SEL_ASSERT(job_id < COORD_JOBS_MAX && !p->active);
 	memset(p, 0, sizeof(*p));
 	p->wrote = wrote;
+	p->answered = answered;
 	memset(p->wrote, 0, f->world * sizeof(bool));
+	memset(p->answered, 0, f->world * sizeof(bool));
 	p->active = true;
 	p->kind = kind;
 	p->remaining = f->world;
@@ -280,6 +285,7 @@ static void start_cleanup(struct coord_fanout *f, uint64_t job_id, struct pendin
 
 	p->cleaning = true;
 	p->remaining = 0;
+	memset(p->answered, 0, f->world * sizeof(bool));
 	if (p->wrote[0]) {
 		if (shard_engine_unlink(f->o.local, wire, &p->key) == 0)
 			p->remaining++;
@@ -317,6 +323,12 @@ static bool apply(struct coord_fanout *f, uint32_t rank, const struct shard_comp
 		return false;
 	}
 	p = &f->pending[job_id];
+	/* Counting a second answer would complete the job before another rank's. */
+	if (p->answered[rank]) {
+		stop(f, "%s", "a rank answered a job twice");
+		return false;
+	}
+	p->answered[rank] = true;
 	if (cleanup) {
 		if (c->result && c->result != -ENOENT)
 			snprintf(p->cleanup_why, sizeof(p->cleanup_why),
@@ -420,9 +432,11 @@ int coord_fanout_open(const struct coord_fanout_options *o, struct coord_fanout 
 	if (!f->links || !f->link_ctx || !f->answers || !f->frame)
 		ret = -ENOMEM;
 	for (uint32_t i = 0; !ret && i < COORD_JOBS_MAX; i++) {
-		f->pending[i].wrote = calloc(f->world, sizeof(bool));
+		f->pending[i].wrote = calloc(2 * (size_t)f->world, sizeof(bool));
 		if (!f->pending[i].wrote)
 			ret = -ENOMEM;
+		else
+			f->pending[i].answered = f->pending[i].wrote + f->world;
 	}
 	for (uint32_t i = 0; !ret && i < o->peer_count; i++) {
 		struct cluster_link_options lo = {

@@ -57,9 +57,11 @@ struct rank {
 	int result;
 	char why[256];
 	uint32_t rogue_answers; /* >0: after joining, send this many bogus JOB_DONEs */
+	bool rogue_twice;       /* after joining, answer every job twice */
 };
 
 static uint32_t rogue_answers; /* for the next setup's rank 2 */
+static bool rogue_twice;        /* for the next setup's rank 2 */
 static bool durable_dirs;       /* for the next setup's ranks */
 
 struct fixture {
@@ -147,6 +149,31 @@ static void rogue_peer(struct rank *k, struct cluster_sequences *seq)
 		;
 }
 
+/* A peer that answers every job it is sent twice, at once, with success. */
+static void twice_peer(struct rank *k, struct cluster_sequences *seq)
+{
+	static uint8_t frame[CLUSTER_FRAME_PAYLOAD_BYTES_MAX];
+	struct cluster_frame_header header;
+	char why[200];
+
+	while (cluster_frame_read(k->fd, frame, sizeof(frame), &seq->recv, &header, why,
+				  sizeof(why)) == 1) {
+		struct cluster_job_view v;
+		uint8_t buf[256];
+		int n;
+
+		if (header.type != CLUSTER_MSG_JOB ||
+		    cluster_job_decode(frame, header.payload_length, &v, why, sizeof(why)) != 0)
+			continue;
+		n = cluster_job_done_encode(&(struct cluster_job_done){ .job_id = v.job_id },
+					    buf, sizeof(buf));
+		for (int i = 0; i < 2 && n > 0; i++)
+			if (cluster_frame_write(k->fd, &seq->send, CLUSTER_MSG_JOB_DONE, buf,
+						(uint32_t)n) != 0)
+				return;
+	}
+}
+
 static void *peer_main(void *arg)
 {
 	bool undrained;
@@ -178,6 +205,10 @@ static void *peer_main(void *arg)
 		return NULL;
 	if (k->rogue_answers) {
 		rogue_peer(k, &seq);
+		return NULL;
+	}
+	if (k->rogue_twice) {
+		twice_peer(k, &seq);
 		return NULL;
 	}
 	k->result = peer_agent_run(&(struct peer_agent_options){
@@ -212,7 +243,9 @@ static int setup(void **state)
 	assert_int_equal(listen(listener, WORLD), 0);
 	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
 	f->ranks[2].rogue_answers = rogue_answers;
+	f->ranks[2].rogue_twice = rogue_twice;
 	rogue_answers = 0;
+	rogue_twice = false;
 	durable_dirs = false;
 	for (uint32_t r = 1; r < WORLD; r++) {
 		f->ranks[r].port = ntohs(addr.sin_port);
@@ -846,6 +879,31 @@ static int setup_rogue_flood(void **state)
 	return setup(state);
 }
 
+static int setup_rogue_twice(void **state)
+{
+	rogue_twice = true;
+	return setup(state);
+}
+
+/*
+ * A rank that answers a job twice stops the transport before its second
+ * answer counts for another rank's: the store is never reported stored
+ * while ranks 0 and 1 are still writing (held back by a failpoint).
+ */
+static void test_fanout_answer_twice(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+
+	assert_int_equal(sel_failpoints_configure("record.before_write=sleep(300)"), 0);
+	publish(f, 7, 1000);
+	ev = wait_event(f);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(ev.kind, SEL_EVENT_FATAL);
+	if (!strstr(ev.why, "a rank answered a job twice"))
+		fail_msg("%s", ev.why);
+}
+
 /* An answer to a job that is not in flight stops the transport, naming it. */
 static void test_fanout_answer_to_no_job(void **state)
 {
@@ -890,6 +948,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_answer_twice, setup_rogue_twice,
 						teardown),
 	};
 
