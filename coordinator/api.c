@@ -146,17 +146,33 @@ static bool address_allowed(void *ctx, uint32_t rank, const struct sockaddr *add
 			    socklen_t len)
 {
 	const struct sel_cluster *c = ctx;
-	char text[INET6_ADDRSTRLEN] = "";
+	struct in_addr v4, announced4;
+	struct in6_addr announced6;
+	const struct in6_addr *v6 = NULL;
 
 	(void)len;
 	if (!c->rank_addresses || !c->rank_addresses[rank])
 		return true;
-	if (addr->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, text, sizeof(text));
-	else if (addr->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, text,
-			  sizeof(text));
-	return strcmp(text, c->rank_addresses[rank]) == 0;
+	/*
+	 * Compared as addresses, not text: rank zero's own listener is dual
+	 * stack, so an IPv4 peer arrives as ::ffff:a.b.c.d.
+	 */
+	if (addr->sa_family == AF_INET) {
+		v4 = ((const struct sockaddr_in *)addr)->sin_addr;
+	} else if (addr->sa_family == AF_INET6) {
+		v6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(v6)) {
+			memcpy(&v4.s_addr, &v6->s6_addr[12], sizeof(v4.s_addr));
+			v6 = NULL;
+		}
+	} else {
+		return false;
+	}
+	if (v6)
+		return inet_pton(AF_INET6, c->rank_addresses[rank], &announced6) == 1 &&
+		       memcmp(&announced6, v6, sizeof(announced6)) == 0;
+	return inet_pton(AF_INET, c->rank_addresses[rank], &announced4) == 1 &&
+	       announced4.s_addr == v4.s_addr;
 }
 
 /* Rank zero listens on every address of the coordinator port. */

@@ -65,6 +65,7 @@ struct fixture {
 	pid_t children[WORLD_MAX];
 	uint16_t port;
 	int listen_fd;
+	bool own_listener; /* rank zero binds coordinator_port (listen_fd -1) */
 	struct sel_cluster cluster;
 	uint32_t tokens[TOKENS];
 	sel_store *store;
@@ -163,6 +164,11 @@ static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum c
 	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
 	assert_int_equal(listen(f->listen_fd, WORLD_MAX), 0);
 	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	if (f->own_listener) {
+		/* rank zero binds the port itself; the peers retry until it does */
+		close(f->listen_fd);
+		f->listen_fd = -1;
+	}
 	f->cluster = (struct sel_cluster){
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
 		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
@@ -526,6 +532,21 @@ static void test_cluster_wrong_address(void **state)
 }
 
 /*
+ * Rank zero's own listener (listen_fd -1) is dual stack: an IPv4 peer
+ * arrives as ::ffff:127.0.0.1 and still matches its announced 127.0.0.1.
+ */
+static void test_cluster_announced_address_own_listener(void **state)
+{
+	static const char *const addresses[] = { "127.0.0.1", "127.0.0.1", "127.0.0.1" };
+	struct fixture *f = *state;
+
+	f->addresses = addresses;
+	f->own_listener = true;
+	start(f, 3, -1, -1);
+	store_and_fetch(f);
+}
+
+/*
  * A peer binds its connection to the address it announced: rank 2's is
  * 127.0.0.2, where the route's default source would be 127.0.0.1 (and be
  * refused, as above), so store and fetch work only if it bound.
@@ -803,6 +824,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_geometry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_address, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_announced_address_own_listener, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_binds_announced_address, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_drain_unconfirmed, setup, teardown),
