@@ -239,13 +239,17 @@ void coord_index_unpin(struct coord_index *ix, uint32_t id)
 }
 
 /*
- * Whether candidate is feasible over resident: its parent links, followed
- * while a node's count exceeds resident, reach a parent at or below
- * resident (or the root) through READY nodes only, within
- * COORD_CHAIN_MAX. Fills out when it is.
+ * Whether candidate (whose key is h's) is feasible over resident: its
+ * parent links, followed while a node's count exceeds resident, reach a
+ * parent at or below resident (or the root) through READY nodes only,
+ * within COORD_CHAIN_MAX, and every parent reached is h's own (its key is
+ * h's key at its count). Headers and the scan cache are checksummed but
+ * not signed: a parent link that names another conversation's record
+ * would otherwise restore that conversation's pages as this one's. Fills
+ * out when it is.
  */
-static bool lookup_chain(const struct coord_index *ix, uint32_t candidate,
-			 uint64_t resident, struct coord_lookup *out)
+static bool lookup_chain(const struct coord_index *ix, const struct rec_history *h,
+			 uint32_t candidate, uint64_t resident, struct coord_lookup *out)
 {
 	const uint64_t pt = ix->page_tokens;
 	uint64_t pages = 0, stop = 0, skip;
@@ -254,6 +258,7 @@ static bool lookup_chain(const struct coord_index *ix, uint32_t candidate,
 	for (;;) {
 		const struct coord_node *n = &ix->nodes[id];
 		const struct coord_node *parent;
+		struct rec_key expect;
 
 		if (n->state != COORD_READY || count == COORD_CHAIN_MAX)
 			return false;
@@ -264,6 +269,11 @@ static bool lookup_chain(const struct coord_index *ix, uint32_t candidate,
 		if (n->parent_id == COORD_NONE)
 			return false;
 		parent = &ix->nodes[n->parent_id];
+		if (parent->key.consumed == 0 || parent->key.consumed >= n->key.consumed)
+			return false;
+		rec_history_key_at(h, parent->key.consumed, &expect);
+		if (!rec_key_equal(&expect, &parent->key))
+			return false;
 		if (parent->key.consumed <= resident) {
 			stop = parent->key.consumed;
 			break;
@@ -341,7 +351,7 @@ static bool lookup_block(const struct coord_index *ix, const struct rec_history 
 		matched |= 1ull << off;
 	}
 	for (uint64_t off = hi - base + 1; matched && off-- > lo - base;)
-		if ((matched >> off & 1) && lookup_chain(ix, match[off], resident, out))
+		if ((matched >> off & 1) && lookup_chain(ix, h, match[off], resident, out))
 			return true;
 	return false;
 }

@@ -247,6 +247,41 @@ static void test_index_feasible_through_resident_ancestor(void **state)
 	}
 }
 
+/*
+ * A parent link naming another conversation's record (a forged header or
+ * scan cache whose checksums were made to fit) makes the chain infeasible:
+ * never B's pages restored as A's, through B's record or over it.
+ */
+static void test_index_forged_parent_link(void **state)
+{
+	(void)state;
+	for (size_t p = 0; p < SEL_ARRAY_SIZE(page_sizes); p++) {
+		struct coord_node_spec spec;
+		struct coord_index ix;
+		struct rec_history a, b;
+		struct rec_key parent;
+		uint32_t id;
+
+		assert_int_equal(coord_index_init(&ix, 16, page_sizes[p]), 0);
+		history_make(&a, SEED_A, 1100);
+		history_make(&b, SEED_B, 1100);
+		add_ready(&ix, &a, 300, 0);
+		add_ready(&ix, &b, 650, 0);
+		spec_make(&spec, &ix, &a, 1000, 650, &parent);
+		rec_history_key_at(&b, 650, &parent); /* the lie */
+		assert_int_equal(coord_index_insert(&ix, &spec, &id), 0);
+		expect_hit(&ix, SEED_A, 1100, 0, 0, CHAIN(300));
+		expect_hit(&ix, SEED_A, 1100, 299, 0, CHAIN(300));
+		assert_false(lookup_prefix(&ix, SEED_A, 1100, 300));
+		assert_false(lookup_prefix(&ix, SEED_A, 1100, 660));
+		/* B's own record is still found for B */
+		expect_hit(&ix, SEED_B, 1100, 0, 0, CHAIN(650));
+		rec_history_free(&a);
+		rec_history_free(&b);
+		coord_index_destroy(&ix);
+	}
+}
+
 /* A page-only node never matches but still supplies its chain pages. */
 static void test_index_page_only_node_supplies_pages(void **state)
 {
@@ -1189,6 +1224,7 @@ int main(void)
 		cmocka_unit_test(test_index_init_sizes),
 		cmocka_unit_test(test_index_unaligned_endpoints),
 		cmocka_unit_test(test_index_feasible_through_resident_ancestor),
+		cmocka_unit_test(test_index_forged_parent_link),
 		cmocka_unit_test(test_index_page_only_node_supplies_pages),
 		cmocka_unit_test(test_index_unready_ancestor_infeasible),
 		cmocka_unit_test(test_index_first_feasible_wins),
