@@ -276,9 +276,8 @@ int rec_catalog_save(const struct rec_catalog *c, int dirfd, const struct rec_ge
 		      XXH3_64bits(buf + REC_SCAN_CACHE_HEADER_BYTES,
 				  bytes - REC_SCAN_CACHE_HEADER_BYTES),
 		      g, namespace_id);
-	fd = openat(dirfd, CACHE_TMP_NAME,
-		    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	ret = fd < 0 ? -errno : rec_io_write_full(fd, buf, bytes, 0);
+	fd = rec_io_create_fresh(dirfd, CACHE_TMP_NAME, O_WRONLY, 0644);
+	ret = fd < 0 ? fd : rec_io_write_full(fd, buf, bytes, 0);
 	if (!ret && durable && fdatasync(fd) != 0)
 		ret = -errno;
 	if (fd >= 0)

@@ -73,7 +73,12 @@ static void report_buffered(const char *path, int reason)
 {
 	static bool said;
 
-	if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+	if (__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		return;
+	if (reason == ENOSPC || reason == EDQUOT)
+		sel_warn("cannot probe O_DIRECT in %s (%s); using buffered I/O", path,
+			 strerror(reason));
+	else
 		sel_warn("O_DIRECT refused in %s (%s); using buffered I/O", path,
 			 strerror(reason));
 }
@@ -307,9 +312,9 @@ int rec_dir_mark(struct rec_dir *dir, uint32_t world_size)
 		snprintf(hex + 2 * i, 3, "%02x", dir->geometry.layout_digest.bytes[i]);
 	len = snprintf(text, sizeof(text), "selene cluster marker 1\nworld %u\nlayout %s\n",
 		       world_size, hex);
-	fd = openat(dir->fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = rec_io_create_fresh(dir->fd, tmp, O_WRONLY, 0644);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (write(fd, text, (size_t)len) != len)
 		ret = errno ? -errno : -EIO;
 	if (!ret && dir->durable && fdatasync(fd) != 0)

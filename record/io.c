@@ -201,6 +201,16 @@ int rec_io_unlink(int dirfd, const char *name)
 	return errno_or(unlinkat(dirfd, name, 0));
 }
 
+int rec_io_create_fresh(int dirfd, const char *name, int open_flags, mode_t mode)
+{
+	int fd;
+
+	if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT)
+		return -errno;
+	fd = openat(dirfd, name, open_flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	return fd < 0 ? -errno : fd;
+}
+
 int rec_io_probe_direct(int dirfd, int *reason)
 {
 	static const char probe[] = ".selene-direct-probe.tmp";
@@ -208,12 +218,12 @@ int rec_io_probe_direct(int dirfd, int *reason)
 	int fd, ret = 1;
 
 	*reason = 0;
-	fd = openat(dirfd, probe, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT | O_CLOEXEC,
-		    0600);
+	fd = rec_io_create_fresh(dirfd, probe, O_RDWR | O_DIRECT, 0600);
 	if (fd < 0) {
-		*reason = errno;
-		if (errno != EINVAL)
-			return -errno;
+		*reason = -fd;
+		/* A full disk cannot say: buffered I/O is right either way. */
+		if (fd != -EINVAL && fd != -ENOSPC && fd != -EDQUOT)
+			return fd;
 		unlinkat(dirfd, probe, 0);
 		return 0;
 	}
@@ -225,7 +235,7 @@ int rec_io_probe_direct(int dirfd, int *reason)
 	errno = 0;
 	if (pwrite(fd, block, SEL_BLOCK_BYTES, 0) != (ssize_t)SEL_BLOCK_BYTES) {
 		*reason = errno ? errno : EIO;
-		ret = *reason == EINVAL ? 0 : -*reason;
+		ret = *reason == EINVAL || *reason == ENOSPC || *reason == EDQUOT ? 0 : -*reason;
 	}
 	free(block);
 out_close:

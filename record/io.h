@@ -61,6 +61,16 @@ int rec_io_rename(int dirfd, const char *from, const char *to);
 int rec_io_unlink(int dirfd, const char *name);
 
 /*
+ * Creates name in dirfd anew for this process's own temporary file (a
+ * scan cache, the cluster marker, the O_DIRECT probe): whatever holds the
+ * name is unlinked first, so a symlink, FIFO or device file left there is
+ * never followed, opened or blocked on. open_flags adds the access mode
+ * (and O_DIRECT). Returns the descriptor, or a negative errno (-EISDIR
+ * for a directory of that name, which stays).
+ */
+int rec_io_create_fresh(int dirfd, const char *name, int open_flags, mode_t mode);
+
+/*
  * Whether files in dirfd accept O_DIRECT: creates, writes 4 KiB to and
  * removes a probe file. Returns 1 (yes), 0 (no: *reason says why) or a
  * negative errno when the probe itself could not run.

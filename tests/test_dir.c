@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1156,10 +1157,90 @@ static void test_dir_scan_cache_name_taken(void **state)
 	tu_record_free(&rec);
 }
 
+/* Whether the file at path holds exactly text. */
+static bool file_holds(const char *path, const char *text)
+{
+	char buf[64] = "";
+	FILE *fp = fopen(path, "r");
+	size_t n;
+
+	if (!fp)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	return n == strlen(text) && memcmp(buf, text, n) == 0;
+}
+
+/*
+ * The directory's own temporary names (the scan cache's, the cluster
+ * marker's, the O_DIRECT probe's) taken by a FIFO or by symlinks to files
+ * outside: saving the cache does not block on the FIFO, and neither the
+ * marker nor the probe writes through a symlink (both are replaced).
+ */
+static void test_dir_temporary_names_taken(void **state)
+{
+	struct fixture *f = *state;
+	char path[700], victim[600];
+	struct rec_scan scan;
+
+	snprintf(victim, sizeof(victim), "%s/victim", f->base);
+	write_file(f->base, "victim", "precious");
+	snprintf(path, sizeof(path), "%s/.selene-scan-cache.tmp", rec_dir_path(f->dir));
+	assert_int_equal(mkfifo(path, 0600), 0);
+	snprintf(path, sizeof(path), "%s/.selene-direct-probe.tmp", rec_dir_path(f->dir));
+	assert_int_equal(symlink(victim, path), 0);
+	snprintf(path, sizeof(path), "%s/%s.tmp", rec_dir_path(f->dir), REC_CLUSTER_MARKER_NAME);
+	assert_int_equal(symlink(victim, path), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	assert_int_equal(rec_dir_mark(f->dir, 2), 0);
+	alarm(30); /* a save blocked on the FIFO fails the test, not the run */
+	rec_dir_close(f->dir);
+	f->dir = tu_dir_open(f->base, &f->g, false); /* probes O_DIRECT again */
+	alarm(0);
+	assert_true(file_holds(victim, "precious"));
+	snprintf(path, sizeof(path), "%s/.selene-scan-cache.tmp", rec_dir_path(f->dir));
+	assert_int_equal(access(path, F_OK), -1);
+	assert_true(rec_dir_marked(f->dir));
+}
+
+/*
+ * A full filesystem cannot say whether it takes O_DIRECT: the directory
+ * still opens (buffered), and its records stay readable. Skips where a
+ * tmpfs cannot be mounted (no privilege).
+ */
+static void test_dir_opens_on_a_full_disk(void **state)
+{
+	struct fixture *f = *state;
+	char mnt[600], fill[700];
+	struct rec_dir *full;
+	int fd;
+
+	snprintf(mnt, sizeof(mnt), "%s/full", f->base);
+	assert_int_equal(mkdir(mnt, 0755), 0);
+	if (mount("selene-test", mnt, "tmpfs", 0, "size=64k") != 0)
+		skip();
+	full = tu_dir_open(mnt, &f->g, false);
+	rec_dir_close(full);
+	snprintf(fill, sizeof(fill), "%s/fill", mnt);
+	fd = open(fill, O_WRONLY | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	while (write(fd, fill, sizeof(fill)) > 0)
+		;
+	assert_int_equal(errno, ENOSPC);
+	close(fd);
+	full = tu_dir_open(mnt, &f->g, false);
+	assert_non_null(full);
+	rec_dir_close(full);
+	umount(mnt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_dir_lock_refuses_second_opener, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_temporary_names_taken, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_opens_on_a_full_disk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_deletes_temporary_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_drops_invalid_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_removes_orphans_with_descendants, setup, teardown),
