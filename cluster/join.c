@@ -306,8 +306,10 @@ int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_se
 		n = recv(fd, in->bytes + in->used, need - in->used, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
 		if (n < 0)
-			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+			return sel_fail(-errno, why, why_size, "%s", strerror(errno));
 		if (n == 0)
 			return in->used == 0 ?
 				       sel_fail(-ECONNRESET, why, why_size, "closed without a word") :

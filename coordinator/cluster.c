@@ -187,7 +187,7 @@ static int form_step(struct form_join *j, uint32_t index, char *err, size_t err_
 	struct form_conn *c = &j->pending[index];
 	const uint8_t *payload = c->in.bytes + CLUSTER_FRAME_HEADER_BYTES;
 	uint16_t want = c->proving ? CLUSTER_MSG_PROOF : CLUSTER_MSG_HELLO;
-	char why[256];
+	char why[256] = "";
 	int ret = cluster_frame_in_read(c->fd, &c->in, &c->joiner.seq.recv, why, sizeof(why));
 
 	if (ret == 0)
@@ -224,7 +224,7 @@ static int form_joined_event(struct form_join *j, struct coord_peer *p, char *er
 {
 	struct cluster_frame_in *in = &j->joined_in[p->rank - 1];
 	struct cluster_refuse refuse;
-	char why[256];
+	char why[256] = "";
 	int ret = cluster_frame_in_read(p->fd, in, &p->seq.recv, why, sizeof(why));
 
 	if (ret == 0)

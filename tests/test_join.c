@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -287,6 +289,48 @@ static void test_join_impostor_rank_zero(void **state)
 	assert_int_equal(f->peer.result, -EACCES);
 }
 
+/*
+ * A connection reset mid-join is an error whose reason is written, never
+ * the caller's buffer as it was (it went into rank zero's messages).
+ */
+static void test_join_reset_says_why(void **state)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	struct linger hard = { .l_onoff = 1, .l_linger = 0 };
+	socklen_t len = sizeof(addr);
+	struct cluster_frame_in in = { 0 };
+	uint64_t seq = 0;
+	char why[200];
+	int listener, client, server, ret;
+
+	(void)state;
+	listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(listener, 1), 0);
+	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+	client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(client, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	server = accept(listener, NULL, NULL);
+	assert_true(server >= 0);
+	assert_int_equal(write(client, "\x01\x02", 2), 2); /* half a header */
+	assert_int_equal(setsockopt(client, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard)), 0);
+	close(client); /* RST */
+	memset(why, 'X', sizeof(why));
+	why[sizeof(why) - 1] = '\0';
+	for (int i = 0; i < 1000; i++) {
+		ret = cluster_frame_in_read(server, &in, &seq, why, sizeof(why));
+		if (ret != 0)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(ret, -ECONNRESET);
+	if (!strstr(why, "reset"))
+		fail_msg("why: %s", why);
+	close(server);
+	close(listener);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -299,6 +343,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_disk_store_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_wrong_address, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_impostor_rank_zero, setup, teardown),
+		cmocka_unit_test(test_join_reset_says_why),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR);
