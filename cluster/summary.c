@@ -16,12 +16,21 @@
 _Static_assert(CHUNK_RECORDS <= CLUSTER_SUMMARY_CHUNK_RECORDS_MAX, "summary chunk");
 _Static_assert(CHUNK_RECORDS <= CLUSTER_AGREEMENT_CHUNK_ENTRIES_MAX, "agreement chunk");
 
+/* The next frame of a chunked message, past any HEARTBEAT (R-WIRE-17). */
 static int recv_frame(int fd, struct cluster_sequences *seq, uint16_t want, uint8_t *buf,
 		      uint32_t *length, char *why, size_t why_size)
 {
 	struct cluster_frame_header header;
-	int ret = cluster_frame_read(fd, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX, &seq->recv,
-				     &header, why, why_size);
+	struct cluster_heartbeat beat;
+	int ret;
+
+	do {
+		ret = cluster_frame_read(fd, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX, &seq->recv,
+					 &header, why, why_size);
+		if (ret != 1 || header.type != CLUSTER_MSG_HEARTBEAT)
+			break;
+		ret = cluster_heartbeat_decode(buf, header.payload_length, &beat, why, why_size);
+	} while (ret == 0);
 
 	if (ret == 0) {
 		snprintf(why, why_size, "the other side closed during the startup agreement");
