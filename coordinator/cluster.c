@@ -13,10 +13,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One connection in the join: a stranger until it proves the secret. */
@@ -336,6 +338,61 @@ static void form_blocking(struct coord_peer *peers, uint32_t peer_count, uint64_
 		setsockopt(peers[i].fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		setsockopt(peers[i].fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	}
+}
+
+/*
+ * The blocking part of the formation (summaries, agreement, confirmations)
+ * under one deadline: SO_RCVTIMEO bounds each read, so a peer sending a
+ * byte at a time could stretch it without end. At the deadline the
+ * watchdog shuts down the peers' sockets for reading, and every read there
+ * ends at once.
+ */
+struct form_watchdog {
+	pthread_t thread;
+	bool started;
+	bool stop;  /* atomic: the formation is over */
+	bool fired; /* atomic: the deadline passed first */
+	uint64_t deadline;
+	const struct coord_peer *peers;
+	uint32_t peer_count;
+};
+
+static void *form_watchdog_main(void *arg)
+{
+	struct form_watchdog *w = arg;
+
+	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+		if (sel_monotonic_ns() >= w->deadline) {
+			__atomic_store_n(&w->fired, true, __ATOMIC_RELEASE);
+			for (uint32_t i = 0; i < w->peer_count; i++)
+				shutdown(w->peers[i].fd, SHUT_RD);
+			break;
+		}
+		nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
+	}
+	return NULL;
+}
+
+/* Starts the watchdog; without a thread the reads' own timeouts remain. */
+static void form_watchdog_start(struct form_watchdog *w, const struct coord_peer *peers,
+				uint32_t peer_count, uint64_t deadline)
+{
+	*w = (struct form_watchdog){ .deadline = deadline, .peers = peers,
+				     .peer_count = peer_count };
+	w->started = sel_thread_start(&w->thread, form_watchdog_main, w) == 0;
+	if (!w->started)
+		sel_warn("cluster: no watchdog thread for the formation's deadline");
+}
+
+/* Stops the watchdog; true when it had fired (the sockets are shut). */
+static bool form_watchdog_stop(struct form_watchdog *w)
+{
+	if (!w->started)
+		return false;
+	__atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
+	pthread_join(w->thread, NULL);
+	w->started = false;
+	return __atomic_load_n(&w->fired, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -684,6 +741,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	struct coord_rank_records *ranks = calloc(world, sizeof(*ranks));
 	struct rec_record_info **summaries = calloc(world, sizeof(*summaries));
 	struct coord_agreement agreement = { 0 };
+	struct form_watchdog watchdog = { 0 };
 	bool decided = false;
 	char why[256];
 	int ret = joiners && ranks && summaries ? 0 : -ENOMEM;
@@ -694,6 +752,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		peers[i].fd = -1;
 	if (!ret)
 		ret = form_join(o, peers, joiners, deadline, err, err_size);
+	if (!ret)
+		form_watchdog_start(&watchdog, peers, peer_count, deadline);
 	if (!ret) {
 		*agreed_disk_limit = smallest_limit(o, joiners, peer_count);
 		for (uint32_t i = 0; !ret && i < peer_count; i++) {
@@ -730,6 +790,10 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		ret = form_distribute(o, peers, ranks, &agreement, err, err_size);
 	if (!ret)
 		ret = form_confirm(peers, peer_count, err, err_size);
+	if (form_watchdog_stop(&watchdog))
+		ret = sel_fail(-ETIMEDOUT, err, err_size, "the cluster did not form within %u ms "
+			       "(join_timeout_ms): a rank's startup messages came too slowly",
+			       o->timeout_ms);
 	times.apply_ns = form_lap(&step);
 	if (o->times)
 		*o->times = times;

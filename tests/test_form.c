@@ -44,7 +44,31 @@ struct rank {
 	char why[256];
 	pthread_t thread;
 	uint32_t delay_ms; /* before connecting */
+	bool trickle;      /* joins, then sends its SUMMARY a byte at a time */
 };
+
+/* Joins as r, then sends its (empty) SUMMARY one byte every 200 ms. */
+static void trickle_summary(struct rank *r, int fd, const struct cluster_identity *me)
+{
+	struct cluster_sequences seq = { 0 };
+	uint8_t payload[64], frame[128];
+	uint64_t limit;
+	char why[256];
+	int len;
+
+	if (cluster_join_peer(fd, r->secret, me, &seq, &limit, r->why, sizeof(r->why)) != 0)
+		return;
+	len = cluster_summary_encode(payload, sizeof(payload), 0, true, NULL, 0);
+	assert_true(len > 0);
+	cluster_frame_header_encode(frame, CLUSTER_MSG_SUMMARY, seq.send, payload, (uint32_t)len);
+	memcpy(frame + CLUSTER_FRAME_HEADER_BYTES, payload, (size_t)len);
+	for (int i = 0; i < CLUSTER_FRAME_HEADER_BYTES + len; i++) {
+		usleep(200000);
+		if (send(fd, frame + i, 1, MSG_NOSIGNAL) != 1)
+			return;
+	}
+	(void)why;
+}
 
 static void *peer_main(void *arg)
 {
@@ -68,9 +92,12 @@ static void *peer_main(void *arg)
 		close(fd);
 		return NULL;
 	}
-	r->result = peer_join_cluster(fd, r->secret, &me, r->dir, r->scan.records,
-				      r->scan.record_count, &seq, &r->limit, r->why,
-				      sizeof(r->why));
+	if (r->trickle)
+		trickle_summary(r, fd, &me);
+	else
+		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, r->scan.records,
+					      r->scan.record_count, &seq, &r->limit, r->why,
+					      sizeof(r->why));
 	close(fd);
 	return NULL;
 }
@@ -205,6 +232,27 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 static int form(struct fixture *f, char *err, size_t err_size, uint64_t *limit)
 {
 	return form_within(f, err, err_size, limit, 10000, NULL, NULL);
+}
+
+/*
+ * A rank that joined but sends its summary a byte at a time cannot keep
+ * the formation past its deadline (each read's own timeout restarts with
+ * every byte): it fails at about the deadline, saying why.
+ */
+static void test_form_deadline_holds_against_a_trickle(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t limit, t0 = sel_monotonic_ns(), took_ms;
+
+	f->ranks[1].trickle = true;
+	assert_int_not_equal(form_within(f, err, sizeof(err), &limit, 1000, NULL, NULL), 0);
+	took_ms = (sel_monotonic_ns() - t0) / 1000000;
+	if (!strstr(err, "did not form within 1000 ms"))
+		fail_msg("%s", err);
+	if (took_ms > 4000)
+		fail_msg("the formation took %llu ms past a 1000 ms deadline",
+			 (unsigned long long)took_ms);
 }
 
 /* A missing file, a missing row: afterwards every rank holds the same files. */
@@ -732,6 +780,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_agreed_records_match_a_rescan, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_deadline_holds_against_a_trickle, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_out_of_descriptors_does_not_spin, setup,
 						teardown),
