@@ -9,6 +9,25 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Whether name is set to something: an empty variable counts as unset. */
+static bool env_set(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v;
+}
+
+/* Decimal digits only: strtoul would also take blanks, a sign, and wrap. */
+static bool all_digits(const char *text)
+{
+	if (!*text)
+		return false;
+	for (const char *p = text; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	return true;
+}
+
 /* A decimal variable; false when set but not a number in [0, max]. */
 static bool env_number(const char *name, uint32_t max, uint32_t *out, bool *set)
 {
@@ -19,6 +38,8 @@ static bool env_number(const char *name, uint32_t max, uint32_t *out, bool *set)
 	*set = v && *v;
 	if (!*set)
 		return true;
+	if (!all_digits(v))
+		return false;
 	errno = 0;
 	n = strtoul(v, &end, 10);
 	if (errno || *end || n > max)
@@ -77,9 +98,11 @@ static int coordinator_address(const char *text, char *host, size_t host_size,
 	}
 	if (!colon || end_host == start || (size_t)(end_host - start) >= host_size)
 		return -EINVAL;
+	if (!all_digits(colon + 1))
+		return -ERANGE;
 	errno = 0;
 	n = strtoul(colon + 1, &end, 10);
-	if (errno || *end || colon[1] == '\0' || n == 0 || n > 65535)
+	if (errno || *end || n == 0 || n > 65535)
 		return -ERANGE;
 	memcpy(host, start, (size_t)(end_host - start));
 	host[end_host - start] = '\0';
@@ -112,7 +135,12 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 	int ret;
 
 	memset(b, 0, sizeof(*b));
-	if (!getenv("SELENE_RANK") && getenv("OMPI_COMM_WORLD_RANK")) {
+	if (!env_set("SELENE_RANK") && env_set("OMPI_COMM_WORLD_RANK")) {
+		if (env_set("SELENE_WORLD_SIZE")) {
+			snprintf(err, err_size, "SELENE_WORLD_SIZE is set but SELENE_RANK is not: "
+				 "set both, or neither to take Open MPI's");
+			return -EINVAL;
+		}
 		rank_var = "OMPI_COMM_WORLD_RANK";
 		world_var = "OMPI_COMM_WORLD_SIZE";
 	}
@@ -156,7 +184,7 @@ int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size)
 {
 	const char *mpi_world = getenv("OMPI_COMM_WORLD_SIZE");
 
-	if (!getenv("SELENE_COORDINATOR") && !getenv("SELENE_RANK") && mpi_world &&
+	if (!env_set("SELENE_COORDINATOR") && !env_set("SELENE_RANK") && mpi_world &&
 	    strcmp(mpi_world, "1") != 0 && launch_bootstrap_mpi_available()) {
 		int ret = launch_bootstrap_from_mpi(b, err, err_size);
 

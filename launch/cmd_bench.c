@@ -872,8 +872,14 @@ int launch_cmd_bench(int argc, char **argv)
 		return LAUNCH_EXIT_USAGE;
 	}
 	what = argv[1];
-	if (strcmp(what, "lookup") == 0)
+	if (strcmp(what, "lookup") == 0) {
+		if (argc > 2) {
+			fprintf(stderr, "selene bench lookup: takes no arguments (got %s)\n",
+				argv[2]);
+			return LAUNCH_EXIT_USAGE;
+		}
 		return bench_lookup() ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	}
 	optind = 2;
 	snprintf(cmd, sizeof(cmd), "bench %.20s", what);
 	while ((opt = getopt_long(argc, argv, "", options, &which)) != -1) {

@@ -224,7 +224,11 @@ static int cd_peer(struct cluster_demo *d, uint32_t phase)
 
 static int cd_setup(struct cluster_demo *d, const char *dir_pattern)
 {
-	launch_expand_rank(d->dir, sizeof(d->dir), dir_pattern, d->boot.cluster.rank);
+	if (launch_expand_rank(d->dir, sizeof(d->dir), dir_pattern, d->boot.cluster.rank)) {
+		fprintf(stderr, "selene cluster-demo: --dir is too long (at most %zu bytes with "
+			"%%r expanded)\n", sizeof(d->dir) - 12);
+		return -ENAMETOOLONG;
+	}
 	for (uint32_t p = 0; p < CD_PLANES; p++) {
 		d->planes[p] = aligned_alloc(4096, (size_t)CD_PAGES * CD_UNIT);
 		if (!d->planes[p])

@@ -409,6 +409,10 @@ static int demo_parse(int argc, char **argv, struct demo_args *a)
 	}
 	if (!a->dir || optind != argc)
 		return -1;
+	if (!a->dir[0]) {
+		fprintf(stderr, "selene demo: --dir is empty\n");
+		return -2;
+	}
 	if (a->rank >= a->world) {
 		fprintf(stderr, "selene demo: --rank %u: not below --world %u\n", a->rank,
 			a->world);
@@ -510,7 +514,11 @@ static int demo_setup(struct demo *d, const struct demo_args *a)
 		d->checkpoints[i] = (uint64_t)a->tokens * (i + 1) / 5 - (i < 4 ? 7 * i + 3 : 0);
 		rec_history_key_at(&d->history, d->checkpoints[i], &d->keys[i]);
 	}
-	launch_expand_rank(d->base, sizeof(d->base), a->dir, a->rank);
+	if (launch_expand_rank(d->base, sizeof(d->base), a->dir, a->rank)) {
+		fprintf(stderr, "selene demo: --dir is too long (at most %zu bytes with %%r "
+			"expanded)\n", sizeof(d->base) - 12);
+		return -ENAMETOOLONG;
+	}
 	{
 		uint64_t bytes = d->geometry.page_record_bytes > d->geometry.row_record_bytes ?
 					 d->geometry.page_record_bytes :

@@ -1104,11 +1104,12 @@ static int run_device_ordinal(const struct run_options *o)
 }
 
 /* The store's configuration over this rank's planes. */
-static void run_configure(struct run *r)
+static int run_configure(struct run *r)
 {
 	struct launch_run_planes *p = &r->planes;
 
-	launch_expand_rank(r->dir, sizeof(r->dir), r->opt.dir, r->boot.cluster.rank);
+	if (launch_expand_rank(r->dir, sizeof(r->dir), r->opt.dir, r->boot.cluster.rank))
+		return -ENAMETOOLONG;
 	r->page_bytes = 0;
 	for (uint32_t i = 0; i < p->plane_count; i++) {
 		r->sel_planes[i] = (struct sel_plane){ p->names[i], p->unit_bytes[i],
@@ -1127,6 +1128,7 @@ static void run_configure(struct run *r)
 	/* one synthetic model: its identity names the worker and the page size */
 	memset(r->config.model_identity, 0x5e, sizeof(r->config.model_identity));
 	memcpy(r->config.model_identity, &r->opt.page_tokens, sizeof(r->opt.page_tokens));
+	return 0;
 }
 
 
@@ -1284,7 +1286,11 @@ static uint64_t run_prepare(struct run *r)
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
 		return 1;
 	}
-	run_configure(r);
+	if (run_configure(r)) {
+		fprintf(stderr, "selene run: rank %u: --dir is too long (at most %zu bytes with "
+			"%%r expanded)\n", rank, sizeof(r->dir) - 12);
+		return 2;
+	}
 	if (run_check_dir(r->dir, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
 		return 1;

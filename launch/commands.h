@@ -23,8 +23,12 @@ enum {
 	LAUNCH_EXIT_USAGE = 2, /* bad arguments: a flag, a value, an operand */
 };
 
-/* pattern into out with every %r replaced by rank (a per-rank directory). */
-void launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank);
+/*
+ * pattern into out with every %r replaced by rank (a per-rank directory).
+ * Returns 0, or -ENAMETOOLONG (out empty) when the result does not fit:
+ * a path cut short would name another directory.
+ */
+int launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank);
 
 /* True when argv holds -h or --help. */
 int launch_wants_help(int argc, char **argv);

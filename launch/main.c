@@ -7,6 +7,7 @@
 #include "common/failpoint.h"
 #include "selene/selene.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,11 +61,15 @@ static void usage(FILE *out)
 		"  SELENE_FAILPOINTS_ALLOW_FATAL=1    let them use kill and abort\n");
 }
 
-void launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank)
+int launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank)
 {
 	size_t n = 0;
 
-	for (const char *p = pattern; *p && n + 12 < size; p++) {
+	for (const char *p = pattern; *p; p++) {
+		if (n + 12 >= size) {
+			out[0] = '\0';
+			return -ENAMETOOLONG;
+		}
 		if (p[0] == '%' && p[1] == 'r') {
 			n += (size_t)snprintf(out + n, size - n, "%u", rank);
 			p++;
@@ -73,6 +78,7 @@ void launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t ra
 		}
 	}
 	out[n] = '\0';
+	return 0;
 }
 
 int launch_wants_help(int argc, char **argv)

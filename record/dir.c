@@ -142,6 +142,11 @@ int rec_dir_open(const struct rec_dir_options *options, struct rec_dir **out,
 	dir->namespace_id = *options->namespace_id;
 	dir->geometry = *options->geometry;
 	rec_dir_name(name, options->namespace_id, &options->geometry->fingerprint);
+	if (!options->base_path || !options->base_path[0]) {
+		/* "" would put the directory at the filesystem's root */
+		ret = sel_fail(-EINVAL, err, err_size, "the base path is empty");
+		goto err_free;
+	}
 	if (snprintf(dir->path, sizeof(dir->path), "%s/%s", options->base_path,
 		     name) >= (int)sizeof(dir->path)) {
 		ret = sel_fail(-ENAMETOOLONG, err, err_size, "base path too long");

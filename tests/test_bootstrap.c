@@ -142,6 +142,31 @@ static void test_bootstrap_open_mpi(void **state)
 	assert_int_equal(b.cluster.world_size, 3);
 }
 
+/*
+ * Under mpirun an empty SELENE_RANK is unset, so Open MPI's numbers are
+ * taken (not a world of one on every rank); SELENE_WORLD_SIZE without
+ * SELENE_RANK is refused rather than ignored.
+ */
+static void test_bootstrap_open_mpi_empty_selene_rank(void **state)
+{
+	struct launch_bootstrap b;
+	char err[256] = "";
+
+	(void)state;
+	setenv("SELENE_RANK", "", 1);
+	setenv("SELENE_WORLD_SIZE", "", 1);
+	setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+	setenv("SELENE_COORDINATOR", "localhost:7", 1);
+	setenv("SELENE_SECRET_FILE", secret_path, 1);
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
+	assert_int_equal(b.cluster.rank, 2);
+	assert_int_equal(b.cluster.world_size, 4);
+	setenv("SELENE_WORLD_SIZE", "8", 1);
+	assert_int_equal(boot(&b, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "SELENE_WORLD_SIZE is set but SELENE_RANK is not"));
+}
+
 /* Each wrong environment is refused with the variable's name. */
 static void test_bootstrap_refusals(void **state)
 {
@@ -166,6 +191,12 @@ static void test_bootstrap_refusals(void **state)
 		{ "1", "4", "h:1", "missing", "No such file" },
 		{ "1", "4", "h:1", "short", "exactly 32 bytes" },
 		{ "1", "4", "h:1", "long", "exactly 32 bytes" },
+		/* decimal digits only: no blanks, signs or wrapped negatives */
+		{ "-18446744073709551615", "2", "h:1", "ok", "SELENE_RANK" },
+		{ "0", "-18446744073709551615", "h:1", "ok", "SELENE_WORLD_SIZE" },
+		{ " +0", "2", "h:1", "ok", "SELENE_RANK" },
+		{ "1", "2", "h:-18446744073709549616", "ok", "port" },
+		{ "1", "2", "h: +80", "ok", "port" },
 	};
 	char short_path[600], long_path[600];
 
@@ -260,6 +291,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bootstrap_world_of_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bootstrap_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bootstrap_open_mpi, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bootstrap_open_mpi_empty_selene_rank, setup,
+						teardown),
 		cmocka_unit_test(test_bootstrap_ipv6_coordinator),
 		cmocka_unit_test(test_bootstrap_refusals),
 		cmocka_unit_test(test_bootstrap_route),

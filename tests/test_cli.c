@@ -847,6 +847,23 @@ static void test_cli_strict_numbers(void **state)
 	expect(r, 0, "0.0 MiB) at");
 	run(r, NULL, (const char *[]){ "bench", "store", "--records", "abc", NULL });
 	expect(r, 2, "selene bench store: --records abc: not a number");
+	/* an empty --dir would be the filesystem's root; a cut-off one another directory */
+	run(r, NULL, (const char *[]){ "demo", "--dir", "", NULL });
+	expect(r, 2, "selene demo: --dir is empty");
+	{
+		char long_dir[1100];
+
+		memset(long_dir, 'e', sizeof(long_dir) - 1);
+		long_dir[0] = '/';
+		long_dir[sizeof(long_dir) - 1] = '\0';
+		run(r, NULL, (const char *[]){ "demo", "--dir", long_dir, NULL });
+		expect(r, 1, "selene demo: --dir is too long");
+		run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", long_dir,
+					       "--device", "host", NULL });
+		expect(r, 1, "selene run: rank 0: --dir is too long");
+	}
+	run(r, NULL, (const char *[]){ "bench", "lookup", "--no-such-option", NULL });
+	expect(r, 2, "selene bench lookup: takes no arguments");
 	run(r, NULL, (const char *[]){ "bench", "store", "--plane-bytes", "99999999999999999999",
 				       NULL });
 	expect(r, 2, "--plane-bytes 99999999999999999999: more than the most allowed");

@@ -72,7 +72,11 @@ def from_env(env=None) -> ClusterConfig:
     """The environment's cluster (above); BootstrapError names what is wrong."""
     env = os.environ if env is None else env
     rank_var, world_var = "SELENE_RANK", "SELENE_WORLD_SIZE"
-    if "SELENE_RANK" not in env and "OMPI_COMM_WORLD_RANK" in env:
+    # An empty variable counts as unset, as in the C bootstrap.
+    if not env.get("SELENE_RANK") and env.get("OMPI_COMM_WORLD_RANK"):
+        if env.get("SELENE_WORLD_SIZE"):
+            raise BootstrapError("SELENE_WORLD_SIZE is set but SELENE_RANK is not: set "
+                                 "both, or neither to take Open MPI's")
         rank_var, world_var = "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"
     try:
         rank, world = _number(env, rank_var, WORLD_MAX - 1), _number(env, world_var, WORLD_MAX)
@@ -196,7 +200,7 @@ def bootstrap(env=None) -> ClusterConfig:
     (and mpi4py is there), the environment otherwise."""
     env = os.environ if env is None else env
     mpi_world = env.get("OMPI_COMM_WORLD_SIZE")
-    if "SELENE_COORDINATOR" not in env and "SELENE_RANK" not in env and \
+    if not env.get("SELENE_COORDINATOR") and not env.get("SELENE_RANK") and \
             mpi_world and mpi_world != "1":
         try:
             import mpi4py  # noqa: F401

@@ -329,6 +329,15 @@ def test_bootstrap_from_env(tmp_path):
     assert (c.rank, c.world_size, c.coordinator_host, c.coordinator_port) == \
         (1, 2, "10.0.0.1", 29500)
     assert c.secret == secret.read_bytes()
+    # an empty SELENE_RANK is unset: Open MPI's numbers, not a world of one
+    c = selene.from_env({"SELENE_RANK": "", "SELENE_WORLD_SIZE": "",
+                         "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+                         "SELENE_COORDINATOR": "h:7", "SELENE_SECRET_FILE": str(secret)})
+    assert (c.rank, c.world_size) == (2, 4)
+    with pytest.raises(selene.BootstrapError, match="SELENE_WORLD_SIZE is set"):
+        selene.from_env({"SELENE_WORLD_SIZE": "8", "OMPI_COMM_WORLD_RANK": "2",
+                         "OMPI_COMM_WORLD_SIZE": "4", "SELENE_COORDINATOR": "h:7",
+                         "SELENE_SECRET_FILE": str(secret)})
     c = selene.from_env({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
                          "SELENE_COORDINATOR": "[::1]:7", "SELENE_SECRET_FILE": str(secret)})
     assert c.coordinator_host == "::1" and c.coordinator_port == 7
