@@ -1,7 +1,10 @@
 /*
- * launch/metrics_http.h. One thread: poll() on the listening socket and a
- * stop pipe; an accepted connection is read (with a deadline) until the
- * end of its headers, answered and closed before the next is accepted.
+ * launch/metrics_http.h. One thread: poll() on the listening socket, a
+ * stop pipe and up to METRICS_CONNECTIONS_MAX accepted connections, each
+ * read (with its own deadline) until the end of its headers, then answered
+ * and closed. A connection that says nothing delays no other: it is
+ * closed at its deadline, or when the table is full and another arrives
+ * (the oldest goes).
  */
 #include "launch/metrics_http.h"
 
@@ -19,11 +22,23 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define METRICS_PAGE_BYTES_MAX (1u << 20)
+/* Connections read at once; past this the oldest is dropped. */
+#define METRICS_CONNECTIONS_MAX 16u
+
+/* An accepted connection whose request is still coming in. */
+struct metrics_conn {
+	int fd;                 /* -1: a free entry */
+	uint64_t deadline_ns;
+	size_t used;
+	char request[LAUNCH_METRICS_REQUEST_BYTES_MAX];
+};
 
 struct launch_metrics_http {
+	struct metrics_conn conns[METRICS_CONNECTIONS_MAX];
 	int listen_fd;
 	int stop_pipe[2];
 	launch_metrics_render_fn render;
@@ -64,38 +79,30 @@ static void answer_text(int fd, const char *status, const char *text)
 	answer(fd, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
-/* Reads until the blank line that ends the headers, within the deadline.
- * Returns the bytes read, or -1 (timed out, closed, or too long). */
-static ssize_t read_request(int fd, char *buf, size_t size)
+/*
+ * Reads what c's client has sent. Returns 1 once the blank line that ends
+ * the headers is in, 0 while more may come, -1 when the client closed, the
+ * read failed or the request is too long.
+ */
+static int read_more(struct metrics_conn *c)
 {
-	uint64_t deadline = sel_monotonic_ns() + LAUNCH_METRICS_REQUEST_TIMEOUT_MS * 1000000ull;
-	size_t used = 0;
+	ssize_t n;
 
-	while (used < size - 1) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		uint64_t now = sel_monotonic_ns();
-		ssize_t n;
-
-		int ready;
-
-		if (now >= deadline)
-			return -1;
-		ready = poll(&p, 1, (int)((deadline - now) / 1000000 + 1));
-		if (ready < 0 && errno == EINTR)
-			continue; /* a signal for the host: the deadline still holds */
-		if (ready <= 0)
-			return -1;
-		n = recv(fd, buf + used, size - 1 - used, 0);
-		if (n < 0 && errno == EINTR)
-			continue; /* not 0: the caller would parse a buffer never ended */
-		if (n <= 0)
-			return -1;
-		used += (size_t)n;
-		buf[used] = '\0';
-		if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
-			return (ssize_t)used;
-	}
-	return -1;
+	if (c->used >= sizeof(c->request) - 1)
+		return -1;
+	do
+		n = recv(c->fd, c->request + c->used, sizeof(c->request) - 1 - c->used,
+			 MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0)
+		return -1;
+	c->used += (size_t)n;
+	c->request[c->used] = '\0';
+	if (strstr(c->request, "\r\n\r\n") || strstr(c->request, "\n\n"))
+		return 1;
+	return c->used >= sizeof(c->request) - 1 ? -1 : 0;
 }
 
 /* The page, rendered into a buffer that grows until it fits. */
@@ -140,31 +147,53 @@ static bool parse_request_line(const char *line, char *method, size_t method_siz
 	       (line[8] == '\r' || line[8] == '\n');
 }
 
-static void serve_one(struct launch_metrics_http *s, int fd)
+/* Answers c's request (complete, or not: 400) and closes it. */
+static void serve_one(struct launch_metrics_http *s, struct metrics_conn *c, bool complete)
 {
-	char request[LAUNCH_METRICS_REQUEST_BYTES_MAX], method[16], path[256];
-	int n;
+	char method[16], path[256];
+	int fd = c->fd, n;
 
-	if (read_request(fd, request, sizeof(request)) < 0 ||
-	    !parse_request_line(request, method, sizeof(method), path, sizeof(path))) {
+	c->fd = -1;
+	if (!complete ||
+	    !parse_request_line(c->request, method, sizeof(method), path, sizeof(path))) {
 		answer_text(fd, "400 Bad Request", "not an HTTP/1.x request\n");
-		return;
-	}
-	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+	} else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
 		answer_text(fd, "405 Method Not Allowed", "only GET\n");
-		return;
-	}
-	if (strcmp(path, "/metrics") != 0 && strcmp(path, "/") != 0) {
+	} else if (strcmp(path, "/metrics") != 0 && strcmp(path, "/") != 0) {
 		answer_text(fd, "404 Not Found", "only /metrics\n");
-		return;
-	}
-	n = render_page(s);
-	if (n < 0) {
+	} else if ((n = render_page(s)) < 0) {
 		answer_text(fd, "500 Internal Server Error", "the metrics could not be written\n");
-		return;
+	} else {
+		answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", s->page,
+		       strcmp(method, "HEAD") == 0 ? 0 : (size_t)n);
 	}
-	answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", s->page,
-	       strcmp(method, "HEAD") == 0 ? 0 : (size_t)n);
+	close(fd);
+}
+
+/* Takes a new connection into a free entry, dropping the oldest if none is. */
+static void take_connection(struct launch_metrics_http *s, int fd)
+{
+	struct metrics_conn *slot = NULL;
+
+	for (uint32_t i = 0; i < METRICS_CONNECTIONS_MAX && !slot; i++)
+		if (s->conns[i].fd < 0)
+			slot = &s->conns[i];
+	if (!slot) {
+		slot = &s->conns[0];
+		for (uint32_t i = 1; i < METRICS_CONNECTIONS_MAX; i++)
+			if (s->conns[i].deadline_ns < slot->deadline_ns)
+				slot = &s->conns[i];
+		serve_one(s, slot, false);
+	}
+	/* a client that never reads must not hold this thread, nor stop */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO,
+		   &(struct timeval){ .tv_sec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS / 1000,
+				      .tv_usec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS % 1000 * 1000 },
+		   sizeof(struct timeval));
+	slot->fd = fd;
+	slot->used = 0;
+	slot->request[0] = '\0';
+	slot->deadline_ns = sel_monotonic_ns() + LAUNCH_METRICS_REQUEST_TIMEOUT_MS * 1000000ull;
 }
 
 static void *serve(void *arg)
@@ -172,15 +201,42 @@ static void *serve(void *arg)
 	struct launch_metrics_http *s = arg;
 
 	for (;;) {
-		struct pollfd p[2] = { { .fd = s->listen_fd, .events = POLLIN },
-				       { .fd = s->stop_pipe[0], .events = POLLIN } };
-		int fd;
+		struct pollfd p[2 + METRICS_CONNECTIONS_MAX] = {
+			{ .fd = s->listen_fd, .events = POLLIN },
+			{ .fd = s->stop_pipe[0], .events = POLLIN } };
+		struct metrics_conn *polled[METRICS_CONNECTIONS_MAX];
+		uint64_t now = sel_monotonic_ns(), wake = UINT64_MAX;
+		nfds_t n = 2;
+		int fd, ready;
 
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		/* Only the open ones: poll refuses more entries than RLIMIT_NOFILE. */
+		for (uint32_t i = 0; i < METRICS_CONNECTIONS_MAX; i++) {
+			if (s->conns[i].fd < 0)
+				continue;
+			polled[n - 2] = &s->conns[i];
+			p[n++] = (struct pollfd){ .fd = s->conns[i].fd, .events = POLLIN };
+			if (s->conns[i].deadline_ns < wake)
+				wake = s->conns[i].deadline_ns;
+		}
+		ready = poll(p, n, wake == UINT64_MAX ? -1 :
+				   wake <= now ? 0 : (int)((wake - now) / 1000000 + 1));
+		if (ready < 0 && errno == EINVAL) {
+			/* descriptors limited below the entries: back off, then the deadlines */
+			nanosleep(&(struct timespec){ 0, 100000000 }, NULL);
+		} else if (ready < 0 && errno != EINTR) {
 			break;
-		if (p[1].revents)
+		}
+		if (ready > 0 && p[1].revents)
 			break;
-		if (!(p[0].revents & POLLIN))
+		now = sel_monotonic_ns();
+		for (nfds_t i = 2; i < n; i++) {
+			struct metrics_conn *c = polled[i - 2];
+			int got = ready > 0 && p[i].revents ? read_more(c) : 0;
+
+			if (got != 0 || now >= c->deadline_ns)
+				serve_one(s, c, got == 1);
+		}
+		if (ready <= 0 || !(p[0].revents & POLLIN))
 			continue;
 		fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
@@ -191,15 +247,11 @@ static void *serve(void *arg)
 				break;
 			continue;
 		}
-		/* a client that never reads must not hold this thread, nor stop */
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO,
-			   &(struct timeval){ .tv_sec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS / 1000,
-					      .tv_usec = LAUNCH_METRICS_REQUEST_TIMEOUT_MS % 1000 *
-							 1000 },
-			   sizeof(struct timeval));
-		serve_one(s, fd);
-		close(fd);
+		take_connection(s, fd);
 	}
+	for (uint32_t i = 0; i < METRICS_CONNECTIONS_MAX; i++)
+		if (s->conns[i].fd >= 0)
+			close(s->conns[i].fd);
 	return NULL;
 }
 
@@ -260,6 +312,8 @@ int launch_metrics_http_start(const char *address, uint16_t port,
 		return -ENOMEM;
 	s->render = render;
 	s->ctx = ctx;
+	for (uint32_t i = 0; i < METRICS_CONNECTIONS_MAX; i++)
+		s->conns[i].fd = -1;
 	s->page_size = 16384;
 	s->page = malloc(s->page_size);
 	s->listen_fd = listen_on(address, port, port_out, err, err_size);

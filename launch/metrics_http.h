@@ -3,10 +3,10 @@
  * --metrics-port), written here rather than taken from a library: it
  * answers GET /metrics (and GET /) with what render writes, in the
  * Prometheus text format, 404 for any other path, 405 for any other method
- * and 400 for what is not a request line; one connection at a time, each
- * closed after its answer, each with a deadline for its request, so a
- * client that connects and says nothing delays a scrape at most that long
- * and never stops the server. It is not a general web server: no
+ * and 400 for what is not a request line; up to 16 connections read at
+ * once, each closed after its answer and each with a deadline for its
+ * request, so clients that connect and say nothing delay no scrape and
+ * never stop the server (past 16, the oldest is dropped). It is not a general web server: no
  * keep-alive, no TLS, no request bodies.
  */
 #ifndef SELENE_LAUNCH_METRICS_HTTP_H

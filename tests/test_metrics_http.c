@@ -132,6 +132,37 @@ static void test_metrics_http_silent_client(void **state)
 }
 
 /*
+ * Many silent clients, more than the server reads at once: a scrape is
+ * answered within one request deadline (one at a time, 20 of them would
+ * hold it for 40 s), and the server still answers afterwards.
+ */
+static void test_metrics_http_many_silent_clients(void **state)
+{
+	struct fixture *f = *state;
+	struct timeval t0, t1;
+	int silent[20];
+	char out[4096];
+	double waited;
+
+	for (int i = 0; i < 20; i++) {
+		silent[i] = connect_to(f->port);
+		assert_true(silent[i] >= 0);
+	}
+	usleep(100 * 1000);
+	gettimeofday(&t0, NULL);
+	ask(f->port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+	gettimeofday(&t1, NULL);
+	assert_non_null(strstr(out, "selene_test 1\n"));
+	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_usec - t0.tv_usec) / 1e6;
+	printf("a scrape behind 20 silent clients: %.2f s\n", waited);
+	assert_true(waited < LAUNCH_METRICS_REQUEST_TIMEOUT_MS / 1000.0);
+	for (int i = 0; i < 20; i++)
+		close(silent[i]);
+	ask(f->port, "GET / HTTP/1.0\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "selene_test 1\n"));
+}
+
+/*
  * Out of descriptors with a connection waiting: the server backs off
  * instead of spinning on a readable listener (this process, asleep
  * otherwise, uses a small part of a second of CPU), and answers once
@@ -248,6 +279,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metrics_http_signals_mid_request, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_http_silent_client, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_http_many_silent_clients, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_http_out_of_descriptors, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_http_stop_with_client, setup,
