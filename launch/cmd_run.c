@@ -934,7 +934,9 @@ static bool run_parse_planes(const char *text, struct run_options *o)
 		return false;
 	}
 	strcpy(copy, text);
-	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+	/* strsep, not strtok_r: an empty item ("2x4K,", ",,") is an error, not skipped */
+	save = copy;
+	for (char *item = strsep(&save, ","); item; item = strsep(&save, ",")) {
 		char *x = strchr(item, 'x');
 		struct launch_run_plane_spec *s = &o->specs[o->spec_count];
 
@@ -1089,6 +1091,10 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 	}
 	if (ok && (!o->trace_path || !o->dir || optind != argc)) {
 		fprintf(stderr, "selene run: --trace and --dir are required\n");
+		ok = false;
+	}
+	if (ok && o->metrics_address && !o->metrics) {
+		fprintf(stderr, "selene run: --metrics-address needs --metrics-port\n");
 		ok = false;
 	}
 	return ok ? 0 : -EINVAL;

@@ -864,6 +864,15 @@ static void test_cli_strict_numbers(void **state)
 	}
 	run(r, NULL, (const char *[]){ "bench", "lookup", "--no-such-option", NULL });
 	expect(r, 2, "selene bench lookup: takes no arguments");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--planes",
+				       "2x4K,", NULL });
+	expect(r, 2, "--planes 2x4K,: not COUNTxSIZE");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--planes",
+				       "2x4K,,2x4K", NULL });
+	expect(r, 2, "not COUNTxSIZE");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir,
+				       "--metrics-address", "127.0.0.1", NULL });
+	expect(r, 2, "--metrics-address needs --metrics-port");
 	run(r, NULL, (const char *[]){ "bench", "store", "--plane-bytes", "99999999999999999999",
 				       NULL });
 	expect(r, 2, "--plane-bytes 99999999999999999999: more than the most allowed");
