@@ -3,6 +3,7 @@ include/selene/store.h mirrored field for field, and every function's
 prototype. Nothing here is public; selene.store wraps it."""
 
 import ctypes
+import operator
 import ctypes.util
 import os
 import sys
@@ -61,10 +62,12 @@ INT_RANGES = {u8: (0, 2**8 - 1), u16: (0, 2**16 - 1), u32: (0, 2**32 - 1),
 
 
 def check_int(what: str, ctype, value) -> None:
-    """Raises ValueError when value is an int that ctype cannot hold."""
+    """Raises ValueError when value is an integer (an int, or anything with
+    __index__, such as a numpy integer) that ctype cannot hold."""
     bounds = INT_RANGES.get(ctype)
-    if bounds is None or not isinstance(value, int) or isinstance(value, bool):
+    if bounds is None or isinstance(value, bool) or not hasattr(value, "__index__"):
         return
+    value = operator.index(value)
     if not bounds[0] <= value <= bounds[1]:
         raise ValueError("%s is %d, outside %d..%d" % (what, value, bounds[0], bounds[1]))
 

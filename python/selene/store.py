@@ -5,8 +5,10 @@ for I/O that the C call would not wait for."""
 
 import array
 import ctypes
+import dataclasses
 import enum
 import hashlib
+import threading
 from dataclasses import dataclass, field, fields
 from typing import List, Optional, Sequence
 
@@ -16,6 +18,9 @@ _LIB, LIBRARY_PATH = _lib.load()
 _lib.declare(_LIB)
 
 DISK_LIMIT_AUTO = (1 << 64) - 1  # one tenth of the free space at open
+# What a store or peer that could not drain leaves behind: its copies may
+# still write the planes, so they are never freed (the C side keeps its own).
+_UNDRAINED: list = []
 METRICS_BYTES_FIRST = 1 << 16    # metrics() starts here and grows fourfold
 
 # Selene's own error band (include/selene/selene.h), in order.
@@ -164,9 +169,34 @@ def _c_cluster(c: ClusterConfig, keep: list):
     return out
 
 
-def _c_plane(p: Plane, keep: list):
+def _plane_bytes(obj) -> Optional[int]:
+    """The bytes a plane's object holds, or None for a bare address; raises
+    ValueError for memory the library cannot write as one extent."""
+    if isinstance(obj, int):
+        return None
+    if hasattr(obj, "data_ptr"):  # a torch tensor
+        if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
+            raise ValueError("a plane's tensor must be contiguous")
+        return obj.numel() * obj.element_size()
+    if hasattr(obj, "__array_interface__"):  # a numpy array
+        flags = getattr(obj, "flags", None)
+        if flags is not None and not (flags["C_CONTIGUOUS"] and flags["WRITEABLE"]):
+            raise ValueError("a plane's array must be C-contiguous and writable")
+        return obj.nbytes
+    if isinstance(obj, (ctypes._SimpleCData, ctypes.Array)):
+        return ctypes.sizeof(obj)
+    return None
+
+
+def _c_plane(p: Plane, count: int, keep: list):
+    """The C plane of count units; keeps p's memory alive as long as keep."""
     name = p.name.encode()
+    held = _plane_bytes(p.address)
+    if held is not None and held < p.unit_bytes * count:
+        raise ValueError("plane %s holds %d bytes, less than %d units of %d"
+                         % (p.name, held, count, p.unit_bytes))
     keep.append(name)
+    keep.append(p.address)
     return _lib.Plane(name, p.unit_bytes, device_address(p.address))
 
 
@@ -174,11 +204,11 @@ def _c_config(config: StoreConfig):
     """The C config and the Python objects its pointers need alive."""
     keep: list = []
     planes = (_lib.Plane * max(1, len(config.page_planes)))(
-        *[_c_plane(p, keep) for p in config.page_planes])
+        *[_c_plane(p, config.page_count, keep) for p in config.page_planes])
     out = _lib.StoreConfig(
         dir=config.dir.encode(), state_mode=config.state_mode,
         page_tokens=config.page_tokens, page_plane_count=len(config.page_planes),
-        page_planes=planes, row_plane=_c_plane(config.row_plane, keep),
+        page_planes=planes, row_plane=_c_plane(config.row_plane, config.row_count, keep),
         page_count=config.page_count, row_count=config.row_count,
         device=config.device.encode() if config.device else None,
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
@@ -230,6 +260,7 @@ class Hit:
     skip_pages: int     # leading chain pages the GPU already holds
     resident: int
     raw: _lib.Hit = field(repr=False, compare=False)
+    owner: object = field(default=None, repr=False, compare=False)  # its Store's open
 
 
 @dataclass
@@ -285,12 +316,15 @@ class Store:
     stats() and metrics(). Use as a context manager, or call close()."""
 
     def __init__(self, config: StoreConfig):
+        # a private copy: the caller may change or reuse its own
+        config = dataclasses.replace(config, page_planes=tuple(config.page_planes))
         c, self._keep = _c_config(config)
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
         _check(_LIB.sel_store_open(ctypes.byref(c), ctypes.byref(handle), err, len(err)),
                err.value.decode(errors="replace"))
         self._handle = handle.value
+        self._open = object()  # what this open's hits carry
         self.config = config
 
     @property
@@ -304,7 +338,10 @@ class Store:
         when the transport had stopped or jobs outlived the drain."""
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            _check(_LIB.sel_store_close(handle, drain_timeout_ms))
+            code = _LIB.sel_store_close(handle, drain_timeout_ms)
+            if code == ESTOPPED:
+                _UNDRAINED.append(self._keep)
+            _check(code)
 
     def __enter__(self):
         return self
@@ -332,11 +369,13 @@ class Store:
         raw = _lib.Hit()
         if not _LIB.sel_lookup(self.handle, history.handle, resident, ctypes.byref(raw)):
             return None
-        return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw)
+        return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw, self._open)
 
     def fetch(self, hit: Hit, page_ids: Sequence[int], state_slot: int, waiter: int) -> bool:
         """Restores hit into page_ids and state_slot; the event for waiter
         comes through poll(). Returns whether waiter joined an equal fetch."""
+        if hit.owner is not getattr(self, "_open", None):
+            raise ValueError("the hit is from another store, or from an earlier open of this one")
         if len(page_ids) != hit.page_count:
             raise ValueError("the hit needs %d page ids, got %d" % (hit.page_count, len(page_ids)))
         joined = ctypes.c_bool()
@@ -399,9 +438,13 @@ class Peer:
     def __init__(self, config: StoreConfig):
         if config.cluster is None or config.cluster.rank == 0:
             raise ValueError("a peer needs a cluster config with rank > 0")
+        config = dataclasses.replace(config, page_planes=tuple(config.page_planes))
         c, self._keep = _c_config(config)
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
+        self._lock = threading.Lock()
+        self._waiting = False
+        self._undrained = False
         _check(_LIB.sel_peer_start(ctypes.byref(c), ctypes.byref(handle), err, len(err)),
                err.value.decode(errors="replace"))
         self._handle = handle.value
@@ -409,15 +452,36 @@ class Peer:
 
     def wait(self):
         """Blocks until rank zero's connection ends and every job drained;
-        raises SeleneError when it did not end cleanly."""
-        if not self._handle:
-            raise SeleneError(ESTOPPED, "the peer was stopped")
-        _check(_LIB.sel_peer_wait(self._handle))
+        raises SeleneError when it did not end cleanly. One thread at a time,
+        and stop() is refused while it runs."""
+        with self._lock:
+            if not self._handle:
+                raise SeleneError(ESTOPPED, "the peer was stopped")
+            if self._waiting:
+                raise SeleneError(-16, "another thread is in wait()")
+            self._waiting = True
+        try:
+            code = _LIB.sel_peer_wait(self._handle)
+        finally:
+            with self._lock:
+                self._waiting = False
+        if code == ESTOPPED:
+            self._undrained = True  # its copies may still write the planes
+        _check(code)
 
     def stop(self):
-        handle, self._handle = getattr(self, "_handle", None), None
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return  # the start failed: nothing to stop
+        with lock:
+            if self._waiting:
+                raise SeleneError(-16, "wait() is running in another thread: it returns "
+                                       "when rank zero's connection ends")
+            handle, self._handle = getattr(self, "_handle", None), None
         if handle:
             _LIB.sel_peer_stop(handle)
+            if self._undrained:
+                _UNDRAINED.append(self._keep)
 
     def __enter__(self):
         return self

@@ -3,9 +3,11 @@ host device: planes are numpy arrays (and torch tensors where torch is
 installed). Round trips byte-exact, every error path raises SeleneError with
 the library's code, and the bootstraps match the selene program's."""
 
+import gc
 import os
 import struct
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -172,7 +174,11 @@ def test_ints_out_of_range_are_refused(tmp_path):
     planes = Planes()
     cfg = planes.config(tmp_path)
     cfg.page_count = 2**32 + PAGES
-    with pytest.raises(ValueError, match="page_count"):
+    with pytest.raises(ValueError, match="plane k holds 32768 bytes"):
+        selene.Store(cfg)  # more pages than the planes hold
+    cfg = planes.config(tmp_path)
+    cfg.row_count = -1
+    with pytest.raises(ValueError, match="row_count"):
         selene.Store(cfg)
     cfg = planes.config(tmp_path)
     cfg.page_tokens = -1
@@ -199,6 +205,56 @@ def test_ints_out_of_range_are_refused(tmp_path):
         hit = store.lookup(h)
         with pytest.raises(ValueError, match="sel_fetch argument 5"):
             store.fetch(hit, [0, 1], 0, -1)
+
+
+def test_binding_refuses_what_would_crash(tmp_path):
+    """What would let C write freed or foreign memory is refused: numpy
+    integers out of range, planes smaller than their pages, planes kept
+    only by a config the caller reuses, a hit of another store or of an
+    earlier open."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        with pytest.raises(ValueError, match="checkpoint"):
+            store.publish(np.int64(-1), h, PAGE_TOKENS, 0, [0], 0)
+        with pytest.raises(ValueError, match="page id 0"):
+            store.publish(1, h, PAGE_TOKENS, 0, np.array([2**32 + 5]), 0)
+        with pytest.raises(ValueError, match="state_slot"):
+            store.publish(1, h, PAGE_TOKENS, 0, [0], np.int64(2**32 + 1))
+    small = Planes()
+    cfg = small.config(tmp_path / "small")
+    cfg.page_planes = [selene.Plane("k", UNIT * 2, small.k), selene.Plane("v", UNIT, small.v)]
+    with pytest.raises(ValueError, match="plane k holds"):
+        selene.Store(cfg)
+    with pytest.raises(ValueError, match="contiguous"):
+        cfg.page_planes = [selene.Plane("k", UNIT, planes.k[:, ::2]),
+                           selene.Plane("v", UNIT, small.v)]
+        selene.Store(cfg)
+    # the store keeps its planes alive, whatever the caller does with its config
+    a_planes, b_planes = Planes(), Planes()
+    cfg = a_planes.config(tmp_path / "a")
+    a = selene.Store(cfg)
+    b_cfg = b_planes.config(tmp_path / "b")
+    cfg.page_planes, cfg.row_plane, cfg.dir = b_cfg.page_planes, b_cfg.row_plane, b_cfg.dir
+    b = selene.Store(cfg)
+    weak = weakref.ref(a_planes.k)
+    del a_planes
+    gc.collect()
+    assert weak() is not None
+    ha, hb = a.history(tokens(300, seed=1)), b.history(tokens(300, seed=2))
+    publish_chain(a, Planes(), ha, points=(128,))
+    hit = a.lookup(ha)
+    with pytest.raises(ValueError, match="another store"):
+        b.fetch(hit, [0, 1], 0, 1)
+    a.close()
+    b.close()
+    with selene.Store(a_cfg_copy(tmp_path / "a")) as again:
+        with pytest.raises(ValueError, match="earlier open"):
+            again.fetch(hit, [0, 1], 0, 1)
+
+
+def a_cfg_copy(directory):
+    return Planes().config(directory)
 
 
 def test_bad_configs(tmp_path):
@@ -313,9 +369,19 @@ def test_peer_and_store_in_one_process(tmp_path):
     store.fetch(hit, [7, 8], 1, 2)
     assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
     assert (one.k[7:9] == 0x11).all() and (zero.k[7:9] == 0x22).all()
+    # stop() while another thread waits is refused (it would free what wait uses)
+    waiter = threading.Thread(target=peers[0].wait)
+    waiter.start()
+    for _ in range(500):
+        if peers[0]._waiting:
+            break
+        threading.Event().wait(0.002)
+    with pytest.raises(selene.SeleneError, match="wait\\(\\) is running"):
+        peers[0].stop()
     store.close()
-    peers[0].wait()
+    waiter.join()
     peers[0].stop()
+    peers[0].stop()  # twice is fine
     listener.close()
 
 
