@@ -127,16 +127,22 @@ static void test_bootstrap_ipv6_coordinator(void **state)
 	}
 }
 
+/* What mpirun sets for a rank, with the coordinator and the secret. */
+static void open_mpi_env(const char *rank, const char *size)
+{
+	setenv("OMPI_COMM_WORLD_RANK", rank, 1);
+	setenv("OMPI_COMM_WORLD_SIZE", size, 1);
+	setenv("SELENE_COORDINATOR", "localhost:7", 1);
+	setenv("SELENE_SECRET_FILE", secret_path, 1);
+}
+
 static void test_bootstrap_open_mpi(void **state)
 {
 	struct launch_bootstrap b;
 	char err[256];
 
 	(void)state;
-	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
-	setenv("SELENE_COORDINATOR", "localhost:7", 1);
-	setenv("SELENE_SECRET_FILE", secret_path, 1);
+	open_mpi_env("1", "3");
 	assert_int_equal(boot(&b, err, sizeof(err)), 0);
 	assert_int_equal(b.cluster.rank, 1);
 	assert_int_equal(b.cluster.world_size, 3);
@@ -155,10 +161,7 @@ static void test_bootstrap_open_mpi_empty_selene_rank(void **state)
 	(void)state;
 	setenv("SELENE_RANK", "", 1);
 	setenv("SELENE_WORLD_SIZE", "", 1);
-	setenv("OMPI_COMM_WORLD_RANK", "2", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-	setenv("SELENE_COORDINATOR", "localhost:7", 1);
-	setenv("SELENE_SECRET_FILE", secret_path, 1);
+	open_mpi_env("2", "4");
 	assert_int_equal(boot(&b, err, sizeof(err)), 0);
 	assert_int_equal(b.cluster.rank, 2);
 	assert_int_equal(b.cluster.world_size, 4);

@@ -53,7 +53,6 @@ static void trickle_summary(struct rank *r, int fd, const struct cluster_identit
 	struct cluster_sequences seq = { 0 };
 	uint8_t payload[64], frame[128];
 	uint64_t limit;
-	char why[256];
 	int len;
 
 	if (cluster_join_peer(fd, r->secret, me, &seq, &limit, r->why, sizeof(r->why)) != 0)
@@ -67,7 +66,6 @@ static void trickle_summary(struct rank *r, int fd, const struct cluster_identit
 		if (send(fd, frame + i, 1, MSG_NOSIGNAL) != 1)
 			return;
 	}
-	(void)why;
 }
 
 static void *peer_main(void *arg)

@@ -325,20 +325,25 @@ static void test_store_child_and_row_drop(void **state)
 	assert_balanced(f);
 }
 
+/* Publishes checkpoint (Queued), completes its store, job number job, and takes the event. */
+static void store_done(struct fixture *f, uint64_t checkpoint, uint64_t consumed,
+		       uint64_t parent, uint32_t job)
+{
+	struct sel_event ev[64];
+
+	assert_int_equal(publish(f, checkpoint, consumed, parent), SEL_QUEUED);
+	stub_complete(&f->stub, job, 0);
+	poll_events(f, ev);
+}
+
 /* Stores 300, 700 (parent 300) and 900 (parent 700); 700's row goes. */
 static void store_chain_of_three(struct fixture *f)
 {
 	struct sel_event ev[64];
 
-	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
-	stub_complete(&f->stub, 0, 0);
-	poll_events(f, ev);
-	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
-	stub_complete(&f->stub, 1, 0);
-	poll_events(f, ev);
-	assert_int_equal(publish(f, 3, 900, 700), SEL_QUEUED);
-	stub_complete(&f->stub, 2, 0);
-	poll_events(f, ev);
+	store_done(f, 1, 300, 0, 0);
+	store_done(f, 2, 700, 300, 1);
+	store_done(f, 3, 900, 700, 2);
 	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
 	stub_complete(&f->stub, 3, 0);
 	poll_events(f, ev);
@@ -781,12 +786,8 @@ static void test_store_join_needs_the_same_chain(void **state)
 	struct sel_hit first, hit;
 	bool joined, found = false;
 
-	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
-	stub_complete(&f->stub, 0, 0);
-	poll_events(f, ev);
-	assert_int_equal(publish(f, 2, 700, 300), SEL_QUEUED);
-	stub_complete(&f->stub, 1, 0);
-	poll_events(f, ev);
+	store_done(f, 1, 300, 0, 0);
+	store_done(f, 2, 700, 300, 1);
 	assert_true(coord_store_lookup(&f->store, &f->h, 0, &first));
 	for (uint64_t resident = 1; resident < 700 && !found; resident++)
 		found = coord_store_lookup(&f->store, &f->h, resident, &hit) &&

@@ -16,26 +16,30 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* Writes an encoded payload of n bytes (n > 0) as one frame of type. */
+static void send_encoded(int fd, struct cluster_sequences *seq, uint16_t type,
+			 const uint8_t *buf, int n)
+{
+	assert_true(n > 0);
+	assert_int_equal(cluster_frame_write(fd, &seq->send, type, buf, (uint32_t)n), 0);
+}
+
 /* Writes an empty SUMMARY chunk, last or not. */
 static void send_chunk(int fd, struct cluster_sequences *seq, uint32_t index, bool last)
 {
 	uint8_t buf[64];
-	int n = cluster_summary_encode(buf, sizeof(buf), index, last, NULL, 0);
 
-	assert_true(n > 0);
-	assert_int_equal(cluster_frame_write(fd, &seq->send, CLUSTER_MSG_SUMMARY, buf,
-					     (uint32_t)n), 0);
+	send_encoded(fd, seq, CLUSTER_MSG_SUMMARY, buf,
+		     cluster_summary_encode(buf, sizeof(buf), index, last, NULL, 0));
 }
 
 static void send_heartbeat(int fd, struct cluster_sequences *seq)
 {
 	uint8_t buf[64];
-	int n = cluster_heartbeat_encode(&(struct cluster_heartbeat){ sel_monotonic_ns() }, buf,
-					 sizeof(buf));
 
-	assert_true(n > 0);
-	assert_int_equal(cluster_frame_write(fd, &seq->send, CLUSTER_MSG_HEARTBEAT, buf,
-					     (uint32_t)n), 0);
+	send_encoded(fd, seq, CLUSTER_MSG_HEARTBEAT, buf,
+		     cluster_heartbeat_encode(&(struct cluster_heartbeat){ sel_monotonic_ns() },
+					      buf, sizeof(buf)));
 }
 
 /* Chunks 0, 1 and 2 with HEARTBEATs before, between and after them. */
