@@ -1204,6 +1204,22 @@ static void test_dir_temporary_names_taken(void **state)
 	assert_true(rec_dir_marked(f->dir));
 }
 
+/* An empty base path is refused (it would put the directory at the root). */
+static void test_dir_empty_base_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_identity namespace_id;
+	struct rec_dir_options options = { .base_path = "", .namespace_id = &namespace_id,
+					   .geometry = &f->g };
+	struct rec_dir *dir = NULL;
+	char err[256] = "";
+
+	tu_identities(NULL, &namespace_id);
+	assert_int_equal(rec_dir_open(&options, &dir, err, sizeof(err)), -EINVAL);
+	assert_null(dir);
+	assert_non_null(strstr(err, "the base path is empty"));
+}
+
 /*
  * A full filesystem cannot say whether it takes O_DIRECT: the directory
  * still opens (buffered), and its records stay readable. Skips where a
@@ -1241,6 +1257,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_lock_refuses_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_temporary_names_taken, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_opens_on_a_full_disk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_empty_base_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_deletes_temporary_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_drops_invalid_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_removes_orphans_with_descendants, setup, teardown),
