@@ -25,9 +25,11 @@ int bench_fanout(const char *dir, uint32_t jobs);
 /*
  * A restore's latency idle and while stores keep the disk busy, at ranks
  * ranks (forked peers on loopback) and at one, samples restores each, on
- * device ("host", "cuda" or "auto"), under dir; 0 or an error.
+ * device ("host", "cuda" or "auto"), under dir, after warmup untimed passes
+ * of samples restores under stores; 0 or an error.
  */
-int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t samples);
+int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t samples,
+		  uint32_t warmup);
 
 /*
  * Startup at scale: makes records_per_rank records on each of world ranks

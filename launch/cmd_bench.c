@@ -56,7 +56,7 @@ struct bench_args {
 	uint32_t pages;   /* per record */
 	uint32_t records; /* per round */
 	uint32_t rounds;
-	uint32_t warmup;  /* store, fetch: untimed rounds first */
+	uint32_t warmup;  /* store, fetch: untimed rounds first; restore: passes */
 	uint32_t window_pages;
 	uint64_t read_ahead;
 	uint32_t ranks;   /* restore, startup */
@@ -754,6 +754,7 @@ static void bench_usage(FILE *out)
 		"       selene bench api [--dir DIR]\n"
 		"       selene bench fanout [--dir DIR] [--records N]\n"
 		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n"
+		"                            [--warmup N]\n"
 		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
 		"                            [--keep] [--cold]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
@@ -780,7 +781,8 @@ static void bench_usage(FILE *out)
 		"restore: a 32-page restore's latency (p50, p99) with the disk idle and\n"
 		"  while 4 stores of the same size are kept queued, and their ratio, at\n"
 		"  --ranks ranks (forked peers on loopback; default 2) and at one;\n"
-		"  --records restores each way (default 40).\n\n"
+		"  --records restores each way (default 40), after --warmup untimed\n"
+		"  passes of as many under stores (default 0).\n\n"
 		"startup: startup at scale: --records small records per rank (default\n"
 		"  100000) made with the store on --ranks ranks (default 8; forked peers\n"
 		"  on loopback), then --rounds restarts (default 3), each timed from the\n"
@@ -798,7 +800,8 @@ static void bench_usage(FILE *out)
 		"                     stores at once run together, SELENE_STORES_AT_ONCE);\n"
 		"                     fanout: jobs per phase (default 2000)\n"
 		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
-		"  --warmup N         store, fetch: untimed rounds first (default 0), so a\n"
+		"  --warmup N         store, fetch: untimed rounds first; restore: untimed\n"
+		"                     loaded passes first (default 0), so a\n"
 		"                     freshly booted machine's first touch of its memory\n"
 		"                     is not timed\n"
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
@@ -824,7 +827,7 @@ static int bench_in_scratch(const char *scratch, void *arg)
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	if (strcmp(b->what, "restore") == 0) /* --records: restores per phase */
 		return bench_restore(scratch, b->a.device, b->a.ranks ? b->a.ranks : 2,
-				     b->a.records ? b->a.records : 40) ?
+				     b->a.records ? b->a.records : 40, b->a.warmup) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	if (!b->a.records)
 		b->a.records = 1;

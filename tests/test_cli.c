@@ -956,6 +956,13 @@ static void test_cli_bench_cleans_up(void **state)
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* restore latency at two ranks and one, after an untimed loaded pass */
+	run(r, NULL, (const char *[]){ "bench", "restore", "--device", "host", "--ranks", "2",
+				       "--records", "3", "--warmup", "1", "--dir", dir, NULL });
+	expect(r, 0, "(after 1 untimed such passes)");
+	assert_non_null(strstr(r->out, "\nrestore:     2 "));
+	assert_non_null(strstr(r->out, "\nrestore:     1 "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
 
 	/* interrupted while it runs: waits for its first record directory */
 	pid = fork();
