@@ -829,6 +829,7 @@ static uint64_t *drop_counter(struct coord_store *s, int result)
 	case SEL_EMISMATCH:
 		return &s->stats.records_dropped_header;
 	case -ENOENT:
+	case -ENXIO: /* the name is no longer a regular file (record/io.h) */
 		return &s->stats.records_dropped_missing;
 	default:
 		return NULL; /* EIO and the like may pass: the record stays */

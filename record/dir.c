@@ -503,7 +503,7 @@ static int scan_record(struct scan_state *s, const char *name,
 		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DROP_INVALID,
 				   SEL_FP_SCAN_AFTER_DROP_INVALID);
 	}
-	if (ret == -ENOENT || ret == -ENXIO || ret == -ELOOP)
+	if (ret == -ENOENT || ret == -ENXIO)
 		return 0; /* removed or replaced since it was listed */
 	if (ret == -ENOMEM)
 		return ret;

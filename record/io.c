@@ -60,8 +60,21 @@ int rec_io_open_stat(int dirfd, const char *name, int flags, bool direct,
 	 */
 	fd = openat(dirfd, name, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK |
 				 (direct ? O_DIRECT : 0), 0644);
-	if (fd < 0)
-		return -errno;
+	if (fd < 0) {
+		int err = errno;
+
+		/*
+		 * What the open says of a name that is not a regular file
+		 * depends on its type and the flags (EINVAL for O_DIRECT on a
+		 * FIFO, EISDIR, ELOOP for a symlink): one answer for all of
+		 * them, so a caller can tell "not a record file" from a
+		 * failing disk.
+		 */
+		if ((err == EINVAL || err == EISDIR || err == ENXIO || err == ELOOP) &&
+		    fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+			return -ENXIO;
+		return -err;
+	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return -ENXIO;

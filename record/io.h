@@ -15,7 +15,8 @@
 /*
  * openat(2) of a record file; with direct, adds O_DIRECT. Returns an fd, or
  * a negative errno: -ENXIO when the name is not a regular file (a
- * directory, FIFO or device), -ELOOP for a symlink, never following it.
+ * directory, FIFO, device, socket or symlink; a symlink is never
+ * followed), whatever the open itself said of it.
  */
 int rec_io_open(int dirfd, const char *name, int flags, bool direct);
 

@@ -5,7 +5,8 @@
  * ids byte-exact; the same after closing and reopening the store; metrics;
  * no disk store; a second opener refused; a full filesystem answering
  * Retry until room returns; every thread the open starts refused in turn;
- * NULL arguments refused.
+ * NULL arguments refused; a record file replaced by a symlink or FIFO
+ * dropped like a missing one.
  */
 #include "tests/testutil.h"
 
@@ -14,12 +15,14 @@
 #include "common/log.h"
 #include "selene/store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -337,6 +340,100 @@ static void test_api_restart(void **state)
 	restore_and_check(f, 78);
 }
 
+/* Replaces every record file under dir: a symlink to a copy, or a FIFO. */
+static void replace_records(const char *dir, bool fifo)
+{
+	char sub[1024], path[2048], moved[2048];
+	struct dirent *e, *r;
+	DIR *d = opendir(dir), *records;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+		records = opendir(sub);
+		if (!records)
+			continue;
+		while ((r = readdir(records))) {
+			size_t len = strlen(r->d_name);
+
+			if (len < 5 || strcmp(r->d_name + len - 5, ".ckpt") != 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", sub, r->d_name);
+			snprintf(moved, sizeof(moved), "%s/%s.moved", dir, r->d_name);
+			assert_int_equal(rename(path, moved), 0);
+			if (fifo)
+				assert_int_equal(mkfifo(path, 0600), 0);
+			else
+				assert_int_equal(symlink(moved, path), 0);
+		}
+		closedir(records);
+	}
+	closedir(d);
+}
+
+/*
+ * A record file replaced behind the store by a symlink (never followed) or
+ * a FIFO: the restore fails naming it, the record leaves the index on every
+ * rank as a missing one would (R-READ-4), and its checkpoint is stored
+ * again instead of answered Present over a file that cannot be read.
+ */
+static void record_replaced_at_runtime(struct fixture *f, bool fifo)
+{
+	struct sel_event ev;
+	struct sel_stats st;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	enum sel_outcome outcome;
+	bool joined;
+
+	open_store(f);
+	publish_conversation(f);
+	replace_records(f->base, fifo);
+	assert_true(sel_lookup(f->store, f->history, 0, &hit));
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(sel_fetch(f->store, &hit, ids, 6, 91, &joined), 0);
+	assert_int_equal(wait_events(f, &ev, 1), 1);
+	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(ev.error, -ENXIO);
+	assert_non_null(strstr(ev.why, ".ckpt"));
+	/* every record of the chain goes: the one named and what depends on it */
+	for (int i = 0; i < 2000; i++) {
+		assert_int_equal(sel_store_stats(f->store, &st), 0);
+		if (st.records == 0)
+			break;
+		sel_poll(f->store, &ev, 1);
+		usleep(1000);
+	}
+	assert_int_equal(st.records, 0);
+	assert_int_equal(st.records_dropped_missing, 1);
+	assert_false(sel_lookup(f->store, f->history, 0, &hit));
+	{
+		uint32_t page_ids[PAGES];
+		struct sel_publication pub = { .checkpoint = 30, .history = f->history,
+					       .consumed = 300, .page_ids = page_ids };
+
+		for (uint32_t i = 0; i < PAGES; i++)
+			page_ids[i] = i;
+		assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+		assert_int_equal(outcome, SEL_QUEUED);
+		assert_int_equal(wait_events(f, &ev, 1), 1);
+		assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	}
+}
+
+static void test_api_record_replaced_by_symlink(void **state)
+{
+	record_replaced_at_runtime(*state, false);
+}
+
+static void test_api_record_replaced_by_fifo(void **state)
+{
+	record_replaced_at_runtime(*state, true);
+}
+
 /* A second process (or opener) on the same directory is refused. */
 static void test_api_second_opener(void **state)
 {
@@ -520,6 +617,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_publish_evict_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_metrics_exposition, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_symlink, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_fifo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),

@@ -290,7 +290,8 @@ struct sel_stats {
 	 * Records a restore found bad on some rank, removed from the index and
 	 * unlinked on every rank, with the records that depend on them (counted
 	 * in the first one's reason): a page or row checksum, a header (or
-	 * identity, key, layout or length) check, a file missing on a rank.
+	 * identity, key, layout or length) check, a file missing on a rank
+	 * (or its name taken by a symlink, FIFO or other non-regular file).
 	 */
 	uint64_t records_dropped_checksum, records_dropped_header, records_dropped_missing;
 };
