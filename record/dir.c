@@ -771,11 +771,18 @@ static void *scan_worker_main(void *arg)
 	char why[256];
 
 	while ((first = __atomic_fetch_add(&sh->next, SCAN_BATCH, __ATOMIC_RELAXED)) < count)
-		for (size_t i = first; i < count && i < first + SCAN_BATCH; i++)
+		for (size_t i = first; i < count && i < first + SCAN_BATCH; i++) {
+			uint64_t read = 0;
+
 			sh->results[i] = scan_read(sh->s->dir, sh->s->pending[i].name,
 						   &sh->s->pending[i].key, &w->buffers,
 						   &sh->files[i], &sh->s->out->cache_hits,
-						   &sh->s->out->headers_read, why, sizeof(why));
+						   &read, why, sizeof(why));
+			/* A failed read is read again, and counted, by scan_record. */
+			if (sh->results[i] == 0 && read)
+				__atomic_fetch_add(&sh->s->out->headers_read, 1,
+						   __ATOMIC_RELAXED);
+		}
 	return NULL;
 }
 

@@ -638,6 +638,9 @@ static void test_dir_scan_many_records_on_threads(void **state)
 	assert_int_equal(scan.orphans_dropped, 1);
 	assert_int_equal(scan.tmp_deleted, 1);
 	assert_int_equal(scan.record_count, COUNT - 1 - invalid);
+	/* every file's header counted once, the invalid ones' second read not */
+	assert_int_equal(scan.headers_read, COUNT);
+	assert_int_equal(scan.cache_hits, 0);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), COUNT - 1 - invalid);
 	/* Oldest first: written last (smallest mtime) first, fields intact. */
 	for (size_t i = 0, k = 0; i < COUNT; i++) {
