@@ -3,7 +3,8 @@
  * merged through a hash of keys, rank by rank, so each key learns whether
  * ranks 0 .. W-1 each listed it once with the same header; then the scan's
  * tree rules (R-DIR-5, R-DIR-6) over the keys held everywhere, sorted by
- * key. Not the wire summary, not applying the actions.
+ * key, and the index's capacity. Not the wire summary, not applying the
+ * actions.
  */
 #include "coordinator/agreement.h"
 
@@ -256,6 +257,97 @@ static void agree_decide_tree(struct agree_state *s)
 	}
 }
 
+/* Whether kept leaf group a was used before b (rank zero's mtime, then key). */
+static bool used_before(const struct agree_state *s, uint32_t a, uint32_t b)
+{
+	const struct rec_record_info *x = s->keys[s->groups[a].key].first;
+	const struct rec_record_info *y = s->keys[s->groups[b].key].first;
+
+	if (x->mtime_ns != y->mtime_ns)
+		return x->mtime_ns < y->mtime_ns;
+	return a < b; /* groups sort by key */
+}
+
+/* A min-heap of group indices by use: the least recently used on top. */
+static void leaves_push(const struct agree_state *s, uint32_t *heap, size_t *n, uint32_t g)
+{
+	size_t i = (*n)++;
+
+	while (i > 0 && used_before(s, g, heap[(i - 1) / 2])) {
+		heap[i] = heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	heap[i] = g;
+}
+
+static uint32_t leaves_pop(const struct agree_state *s, uint32_t *heap, size_t *n)
+{
+	uint32_t top = heap[0], last = heap[--*n];
+	size_t i = 0;
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && used_before(s, heap[c + 1], heap[c]))
+			c++;
+		if (!used_before(s, heap[c], last))
+			break;
+		heap[i] = heap[c];
+		i = c;
+	}
+	if (*n > 0)
+		heap[i] = last;
+	return top;
+}
+
+/*
+ * Rule 6: while more than records_max records are kept, the least recently
+ * used leaf goes (rank zero's mtime), and with it each page-only ancestor
+ * it leaves childless (rule 4); a parent whose last child went is a leaf
+ * then, and joins the candidates.
+ */
+static int agree_fit(struct agree_state *s, size_t records_max)
+{
+	size_t kept = 0, n = 0;
+	uint32_t *heap;
+
+	for (uint32_t i = 0; i < s->group_count; i++)
+		kept += s->groups[i].keep;
+	if (kept <= records_max)
+		return 0;
+	heap = alloc_array(s->group_count, sizeof(*heap));
+	if (!heap)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->group_count; i++)
+		if (s->groups[i].keep && s->groups[i].child_count == 0)
+			leaves_push(s, heap, &n, i);
+	while (kept > records_max && n > 0) {
+		uint32_t g = leaves_pop(s, heap, &n);
+
+		s->groups[g].keep = false;
+		s->out->capacity_dropped++;
+		kept--;
+		for (uint32_t p = s->groups[g].parent; p != AGREE_NONE;) {
+			struct agree_group *parent = &s->groups[p];
+
+			if (--parent->child_count > 0)
+				break;
+			if (s->keys[parent->key].row_everywhere) {
+				leaves_push(s, heap, &n, p);
+				break;
+			}
+			parent->keep = false;
+			s->out->page_only_dropped++;
+			kept--;
+			p = parent->parent;
+		}
+	}
+	free(heap);
+	return 0;
+}
+
 /* Rule 5, and the agreed records, rank zero's info as every rank agrees. */
 static void agree_collect(struct agree_state *s)
 {
@@ -331,7 +423,7 @@ static int agree_alloc(struct agree_state *s)
 
 int coord_agreement_decide(struct coord_agreement *out,
 			   const struct coord_rank_records *ranks,
-			   uint32_t world_size)
+			   uint32_t world_size, size_t records_max)
 {
 	struct agree_state s = {
 		.ranks = ranks, .world_size = world_size, .out = out,
@@ -347,8 +439,10 @@ int coord_agreement_decide(struct coord_agreement *out,
 	if (!ret) {
 		agree_merge(&s);
 		agree_decide_tree(&s);
-		agree_collect(&s);
+		ret = agree_fit(&s, records_max);
 	}
+	if (!ret)
+		agree_collect(&s);
 	free(s.groups);
 	free(s.slots);
 	free(s.keys);

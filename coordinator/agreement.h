@@ -21,6 +21,11 @@
  *     (R-DIR-6 over the agreed set).
  *  5. Each rank's file of a kept record is kept, or truncated when the rank
  *     has the row but rule 2 drops it; every other file is deleted.
+ *  6. At most records_max records are kept (rank zero's index holds no
+ *     more, and a file outside the index would be outside the disk limit
+ *     for good): beyond that, the least recently used leaf by rank zero's
+ *     mtime goes, in turn, and with it each page-only ancestor that this
+ *     leaves childless (rule 4). Decided before rule 5.
  */
 #ifndef SELENE_COORDINATOR_AGREEMENT_H
 #define SELENE_COORDINATOR_AGREEMENT_H
@@ -61,11 +66,13 @@ struct coord_agreement {
 	uint64_t orphans_dropped;   /* held everywhere, parent not kept (rule 3) */
 	uint64_t page_only_dropped; /* rule 4 */
 	uint64_t rows_dropped;      /* kept; some rank truncates its row */
+	uint64_t capacity_dropped;  /* leaves past records_max (rule 6) */
 };
 
 /*
- * Decides the agreement of world_size ranks (1 .. REC_WORLD_SIZE_MAX);
- * ranks[r] is rank r's summary, read only during the call. Allocates a
+ * Decides the agreement of world_size ranks (1 .. REC_WORLD_SIZE_MAX),
+ * keeping at most records_max records (SIZE_MAX: no limit); ranks[r] is
+ * rank r's summary, read only during the call. Allocates a
  * few arrays sized from the input counts, nothing per record, and runs in
  * expected O(n + k log k) for n records in all and k keys held everywhere
  * (a hash of keys, seeded afresh each call, so no summary can make it
@@ -76,7 +83,7 @@ struct coord_agreement {
  */
 int coord_agreement_decide(struct coord_agreement *out,
 			   const struct coord_rank_records *ranks,
-			   uint32_t world_size);
+			   uint32_t world_size, size_t records_max);
 
 /*
  * Rank's actions, one per record of ranks[rank] in the order given to

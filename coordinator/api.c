@@ -10,8 +10,10 @@
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "coordinator/agreement.h"
 #include "coordinator/store.h"
 #include "record/dir.h"
+#include "record/file.h"
 #include "shard/device.h"
 #include "shard/engine.h"
 #include "shard/config.h"
@@ -251,6 +253,7 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.disk_limit_bytes = *limit, .dir = s->dir,
 		.records = scan ? scan->records : NULL,
 		.record_count = scan ? scan->record_count : 0,
+		.records_max = s->core.index.nodes_max,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
 		.marked = s->dir && rec_dir_marked(s->dir),
 		.accept_empty_ranks = c->accept_empty_ranks,
@@ -276,6 +279,53 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 	rec_scan_free(scan);
 	*scan = agreed;
 	return 0;
+}
+
+/*
+ * A store of one rank whose directory holds more records than its index
+ * can: the agreement's rule 6 over its own scan (coordinator/agreement.h)
+ * picks the least recently used leaves, whose files are deleted, so every
+ * file kept is in the index and under the disk limit. A world of several
+ * ranks does this in its agreement.
+ */
+static int api_fit_scan(sel_store *s, struct rec_scan *scan, char *err, size_t err_size)
+{
+	struct coord_rank_records mine = { scan->records, scan->record_count };
+	struct coord_agreement a;
+	const enum coord_action *actions;
+	size_t kept = 0;
+	int ret;
+
+	if (scan->record_count <= s->core.index.nodes_max)
+		return 0;
+	ret = coord_agreement_decide(&a, &mine, 1, s->core.index.nodes_max);
+	if (ret)
+		return sel_fail(ret, err, err_size, "fitting %zu records into records_max %u: %s",
+				scan->record_count, s->core.index.nodes_max, sel_strerror(ret));
+	actions = coord_agreement_actions(&a, 0);
+	for (size_t i = 0; !ret && i < scan->record_count; i++) {
+		if (actions[i] == COORD_ACTION_KEEP) {
+			scan->records[kept++] = scan->records[i];
+			continue;
+		}
+		ret = rec_unlink(s->dir, &scan->records[i].key);
+		ret = ret == -ENOENT ? 0 : ret;
+		if (ret) {
+			sel_fail(ret, err, err_size, "deleting a record past records_max: %s",
+				 sel_strerror(ret));
+			break;
+		}
+		scan->bytes -= scan->records[i].file_bytes;
+	}
+	if (!ret)
+		sel_warn("%s: %zu records past records_max (%u) deleted, the least recently "
+			 "used first", rec_dir_path(s->dir), scan->record_count - kept,
+			 s->core.index.nodes_max);
+	/* the scan's order, oldest first, is kept */
+	if (!ret)
+		scan->record_count = kept;
+	coord_agreement_destroy(&a);
+	return ret;
 }
 
 /*
@@ -361,6 +411,8 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
 	if (!ret && s->cluster.world_size > 1)
 		ret = api_form(s, g, &scan, limit, err, err_size);
+	else if (!ret)
+		ret = api_fit_scan(s, &scan, err, err_size);
 	if (ret) {
 		rec_scan_free(&scan);
 		return ret;

@@ -780,7 +780,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	if (!ret)
 		ret = form_check_empty_ranks(o, joiners, ranks, err, err_size);
 	if (!ret) {
-		ret = coord_agreement_decide(&agreement, ranks, world);
+		ret = coord_agreement_decide(&agreement, ranks, world,
+					     o->records_max ? o->records_max : SIZE_MAX);
 		decided = ret == 0;
 		if (ret)
 			sel_fail(ret, err, err_size, "deciding the agreement: %s", sel_strerror(ret));
@@ -807,10 +808,11 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	}
 	if (!ret)
 		sel_info("cluster formed: %u ranks, %zu records agreed (%llu disagreed, %llu "
-			 "orphaned, %llu rows dropped), disk limit %llu", world,
-			 agreement.record_count, (unsigned long long)agreement.disagreed,
+			 "orphaned, %llu rows dropped, %llu past records_max), disk limit %llu",
+			 world, agreement.record_count, (unsigned long long)agreement.disagreed,
 			 (unsigned long long)agreement.orphans_dropped,
 			 (unsigned long long)agreement.rows_dropped,
+			 (unsigned long long)agreement.capacity_dropped,
 			 (unsigned long long)*agreed_disk_limit);
 	if (!ret && o->agreed)
 		form_take_agreed(rec_dir_geometry(o->dir), &agreement, o->agreed);

@@ -39,6 +39,9 @@ struct coord_form_options {
 	struct rec_dir *dir;                 /* rank zero's directory, scanned */
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
+	size_t records_max;                  /* rank zero's index holds no more: the
+						agreement keeps at most these
+						(rule 6); 0: no limit */
 	uint32_t timeout_ms;                 /* for the whole formation */
 	bool marked;                         /* rank zero's directory has the marker */
 	bool accept_empty_ranks;             /* form even when a rank's directory is

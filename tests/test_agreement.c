@@ -116,7 +116,7 @@ static void world_remove(struct world *w, uint32_t rank, const struct rec_key *k
 
 static void world_decide(struct world *w, struct coord_agreement *a)
 {
-	assert_int_equal(coord_agreement_decide(a, w->ranks, w->world_size), 0);
+	assert_int_equal(coord_agreement_decide(a, w->ranks, w->world_size, SIZE_MAX), 0);
 	assert_int_equal(a->world_size, w->world_size);
 }
 
@@ -297,7 +297,7 @@ static void test_agreement_scan_digests_agree(void **state)
 	}
 	assert_false(rec_digest_equal(&scan[0].records[0].agreement,
 				      &scan[0].records[1].agreement));
-	assert_int_equal(coord_agreement_decide(&a, ranks, 2), 0);
+	assert_int_equal(coord_agreement_decide(&a, ranks, 2, SIZE_MAX), 0);
 	assert_int_equal(a.record_count, 2);
 	for (uint32_t r = 0; r < 2; r++)
 		for (size_t i = 0; i < 2; i++)
@@ -452,6 +452,58 @@ static void test_agreement_dropped_parent_takes_children(void **state)
 	coord_agreement_destroy(&a);
 }
 
+/*
+ * Rule 6: past records_max, the least recently used leaves go (rank zero's
+ * mtime), and a page-only parent with them once childless; a parent whose
+ * last child went is a leaf in its turn. Their files go on every rank.
+ */
+static void test_agreement_records_max(void **state)
+{
+	struct rec_record_info rs[6];
+	struct coord_agreement a;
+	struct world w;
+
+	(void)state;
+	rs[0] = info_make(100, 1, NULL);   /* root */
+	rs[1] = info_make(200, 2, &rs[0]); /* its child */
+	rs[2] = info_make(300, 3, NULL);   /* a root leaf, the oldest */
+	rs[3] = info_make(400, 4, NULL);   /* a page-only root */
+	rs[4] = info_make(500, 5, &rs[3]); /* its only child */
+	rs[5] = info_make(600, 6, NULL);   /* the newest */
+	set_row(&rs[3], false);
+	rs[0].mtime_ns = 10;
+	rs[1].mtime_ns = 50;
+	rs[2].mtime_ns = 5;
+	rs[3].mtime_ns = 1; /* oldest of all, but not a leaf */
+	rs[4].mtime_ns = 20;
+	rs[5].mtime_ns = 100;
+	world_fill(&w, 2, rs, 6);
+	/* no limit and a limit that holds them all: all kept */
+	assert_int_equal(coord_agreement_decide(&a, w.ranks, 2, 6), 0);
+	assert_int_equal(a.record_count, 6);
+	assert_int_equal(a.capacity_dropped, 0);
+	coord_agreement_destroy(&a);
+	/* 3: the oldest leaf (300), then 500, which takes its page-only parent */
+	assert_int_equal(coord_agreement_decide(&a, w.ranks, 2, 3), 0);
+	assert_int_equal(a.record_count, 3);
+	assert_int_equal(a.capacity_dropped, 2);
+	assert_int_equal(a.page_only_dropped, 1);
+	for (int i = 2; i <= 4; i++)
+		expect_everywhere(&w, &a, &rs[i].key, COORD_ACTION_DELETE);
+	expect_everywhere(&w, &a, &rs[0].key, COORD_ACTION_KEEP);
+	expect_everywhere(&w, &a, &rs[1].key, COORD_ACTION_KEEP);
+	expect_everywhere(&w, &a, &rs[5].key, COORD_ACTION_KEEP);
+	coord_agreement_destroy(&a);
+	/* 1: then 200, which leaves 100 a leaf (it has its row): then 100 */
+	assert_int_equal(coord_agreement_decide(&a, w.ranks, 2, 1), 0);
+	assert_int_equal(a.record_count, 1);
+	assert_int_equal(a.capacity_dropped, 4);
+	assert_true(rec_key_equal(&a.records[0].key, &rs[5].key));
+	for (int i = 0; i <= 4; i++)
+		expect_everywhere(&w, &a, &rs[i].key, COORD_ACTION_DELETE);
+	coord_agreement_destroy(&a);
+}
+
 /* Every rank empty: nothing agreed, nothing to do. */
 static void test_agreement_all_ranks_empty(void **state)
 {
@@ -459,7 +511,7 @@ static void test_agreement_all_ranks_empty(void **state)
 	struct coord_agreement a;
 
 	(void)state;
-	assert_int_equal(coord_agreement_decide(&a, ranks, 4), 0);
+	assert_int_equal(coord_agreement_decide(&a, ranks, 4, SIZE_MAX), 0);
 	assert_int_equal(a.record_count, 0);
 	assert_int_equal(a.key_count, 0);
 	assert_int_equal(a.disagreed, 0);
@@ -584,10 +636,10 @@ static void test_agreement_bounds(void **state)
 	struct coord_agreement a;
 
 	(void)state;
-	assert_int_equal(coord_agreement_decide(&a, ranks, 2), SEL_ETOOBIG);
+	assert_int_equal(coord_agreement_decide(&a, ranks, 2, SIZE_MAX), SEL_ETOOBIG);
 	assert_null(a.records);
 	assert_null(a.actions);
-	assert_int_equal(coord_agreement_decide(&a, ranks, REC_WORLD_SIZE_MAX + 1),
+	assert_int_equal(coord_agreement_decide(&a, ranks, REC_WORLD_SIZE_MAX + 1, SIZE_MAX),
 			 SEL_ETOOBIG);
 	/* 128 full ranks: 2^31 listings in all, refused before any is read. */
 	{
@@ -596,7 +648,7 @@ static void test_agreement_bounds(void **state)
 		assert_non_null(full);
 		for (uint32_t r = 0; r < 128; r++)
 			full[r] = (struct coord_rank_records){ &one, REC_DIR_RECORDS_MAX };
-		assert_int_equal(coord_agreement_decide(&a, full, 128), SEL_ETOOBIG);
+		assert_int_equal(coord_agreement_decide(&a, full, 128, SIZE_MAX), SEL_ETOOBIG);
 		assert_null(a.actions);
 		free(full);
 	}
@@ -852,7 +904,7 @@ static void test_agreement_random_matches_brute_force(void **state)
 	       (unsigned long long)seed, (unsigned long long)seed);
 	for (int round = 0; round < 2; round++) {
 		random_generate(w, &rng);
-		assert_int_equal(coord_agreement_decide(&a, w->ranks, RANDOM_RANKS), 0);
+		assert_int_equal(coord_agreement_decide(&a, w->ranks, RANDOM_RANKS, SIZE_MAX), 0);
 		reference_held(w, e);
 		reference_tree(w, e);
 		random_check(w, e, &a);
@@ -879,6 +931,7 @@ int main(void)
 		cmocka_unit_test(test_agreement_row_missing_on_one_rank),
 		cmocka_unit_test(test_agreement_different_header_on_one_rank),
 		cmocka_unit_test(test_agreement_dropped_parent_takes_children),
+		cmocka_unit_test(test_agreement_records_max),
 		cmocka_unit_test(test_agreement_all_ranks_empty),
 		cmocka_unit_test(test_agreement_one_rank_empty),
 		cmocka_unit_test(test_agreement_single_rank_keeps_scan),

@@ -340,6 +340,75 @@ static void test_api_restart(void **state)
 	restore_and_check(f, 78);
 }
 
+/* The record files under dir's subdirectories: how many, and their bytes. */
+static uint32_t record_files(const char *dir, uint64_t *bytes)
+{
+	char sub[1024], path[2048];
+	struct dirent *e, *r;
+	DIR *d = opendir(dir), *records;
+	uint32_t count = 0;
+	struct stat st;
+
+	assert_non_null(d);
+	*bytes = 0;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+		records = opendir(sub);
+		if (!records)
+			continue;
+		while ((r = readdir(records))) {
+			size_t len = strlen(r->d_name);
+
+			if (len < 5 || strcmp(r->d_name + len - 5, ".ckpt") != 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", sub, r->d_name);
+			assert_int_equal(stat(path, &st), 0);
+			*bytes += (uint64_t)st.st_size;
+			count++;
+		}
+		closedir(records);
+	}
+	closedir(d);
+	return count;
+}
+
+/*
+ * Reopened with a smaller records_max than its directory holds: the least
+ * recently used leaves are deleted (agreement rule 6), so every file left
+ * is in the index and counted against the disk limit; before, the excess
+ * stayed on disk outside both, for good.
+ */
+static void test_api_reopen_with_fewer_records_max(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_stats st;
+	struct sel_hit hit;
+	uint64_t bytes;
+
+	open_store(f);
+	publish_conversation(f);
+	sel_history_destroy(f->history);
+	f->history = NULL;
+	assert_int_equal(sel_store_close(f->store, 10000), 0);
+	f->store = NULL;
+	assert_int_equal(record_files(f->base, &bytes), 3);
+	f->config.records_max = 2;
+	open_store(f);
+	/*
+	 * The chain's leaf (1000) went, and with it its parent (700), page-only
+	 * since 1000 was stored and childless now: the root at 300 stays.
+	 */
+	assert_int_equal(sel_store_stats(f->store, &st), 0);
+	assert_int_equal(st.records, 1);
+	assert_int_equal(record_files(f->base, &bytes), 1);
+	assert_int_equal(st.disk_bytes, bytes);
+	assert_int_equal(sel_history_create(f->store, f->tokens, TOKENS, &f->history), 0);
+	assert_true(sel_lookup(f->store, f->history, 0, &hit));
+	assert_int_equal(hit.consumed, 300);
+}
+
 /* Replaces every record file under dir: a symlink to a copy, or a FIFO. */
 static void replace_records(const char *dir, bool fifo)
 {
@@ -617,6 +686,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_publish_evict_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_metrics_exposition, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_reopen_with_fewer_records_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_symlink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_fifo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
