@@ -188,6 +188,12 @@ def _plane_bytes(obj) -> Optional[int]:
     return None
 
 
+def _first_dimension(obj) -> Optional[int]:
+    """The length of a tensor's or array's first dimension, or None."""
+    shape = getattr(obj, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) > 0 else None
+
+
 def _c_plane(p: Plane, count: int, keep: list):
     """The C plane of count units; keeps p's memory alive as long as keep."""
     name = p.name.encode()
@@ -195,14 +201,42 @@ def _c_plane(p: Plane, count: int, keep: list):
     if held is not None and held < p.unit_bytes * count:
         raise ValueError("plane %s holds %d bytes, less than %d units of %d"
                          % (p.name, held, count, p.unit_bytes))
+    # one unit per entry of the first dimension: a unit of another size
+    # would put unit i elsewhere than at tensor[i] (a dtype mixed up)
+    if held is not None and count > 0 and _first_dimension(p.address) == count \
+            and held != p.unit_bytes * count:
+        raise ValueError("plane %s has %d entries of %d bytes, but unit_bytes is %d"
+                         % (p.name, count, held // count, p.unit_bytes))
     keep.append(name)
     keep.append(p.address)
     return _lib.Plane(name, p.unit_bytes, device_address(p.address))
 
 
+def _device_of(config: StoreConfig) -> str:
+    """The device backend for config's planes: a CUDA tensor needs cuda
+    (the host backend would read its GPU address as host memory), on the
+    GPU that device_ordinal names."""
+    device = config.device or "auto"
+    for p in list(config.page_planes) + [config.row_plane]:
+        if not getattr(p.address, "is_cuda", False):
+            continue
+        if device == "host":
+            raise ValueError("plane %s is a CUDA tensor, but the device is host" % p.name)
+        index = p.address.device.index
+        if index is not None and index != config.device_ordinal:
+            raise ValueError("plane %s is on cuda:%d, but device_ordinal is %d"
+                             % (p.name, index, config.device_ordinal))
+        device = "cuda"
+    return device
+
+
 def _c_config(config: StoreConfig):
     """The C config and the Python objects its pointers need alive."""
     keep: list = []
+    device = _device_of(config)
+    if config.cluster is not None and not 0 <= config.cluster.rank < max(1, config.cluster.world_size):
+        raise ValueError("rank %d is not among %d ranks"
+                         % (config.cluster.rank, config.cluster.world_size))
     planes = (_lib.Plane * max(1, len(config.page_planes)))(
         *[_c_plane(p, config.page_count, keep) for p in config.page_planes])
     out = _lib.StoreConfig(
@@ -210,7 +244,7 @@ def _c_config(config: StoreConfig):
         page_tokens=config.page_tokens, page_plane_count=len(config.page_planes),
         page_planes=planes, row_plane=_c_plane(config.row_plane, config.row_count, keep),
         page_count=config.page_count, row_count=config.row_count,
-        device=config.device.encode() if config.device else None,
+        device=device.encode(),
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
         durable=config.durable, records_max=config.records_max)
     out.model_identity[:] = list(_identity(config))
@@ -231,9 +265,10 @@ class History:
     """A request's tokens with their block digests (sel_history_create).
     Made by Store.history; freed by close() or when collected."""
 
-    def __init__(self, handle: int, token_count: int):
+    def __init__(self, handle: int, token_count: int, owner: object = None):
         self._handle = handle
         self.token_count = token_count
+        self.owner = owner  # the Store open that made it
 
     @property
     def handle(self):
@@ -358,15 +393,25 @@ class Store:
 
     def history(self, tokens) -> History:
         """A history of tokens (any sequence of ints below 2**32)."""
+        if isinstance(tokens, (bytes, bytearray, memoryview, str)):
+            raise ValueError("tokens are a sequence of ints, not %s" % type(tokens).__name__)
         buf = array.array("I", tokens)
         out = ctypes.c_void_p()
         pointer = ctypes.cast(buf.buffer_info()[0], ctypes.POINTER(ctypes.c_uint32))
         _check(_LIB.sel_history_create(self.handle, pointer, len(buf), ctypes.byref(out)))
-        return History(out.value, len(buf))
+        return History(out.value, len(buf), self._open)
+
+    def _own(self, history: History) -> History:
+        """history, when this open made it: another store's digests name
+        another model's records."""
+        if getattr(history, "owner", None) is not getattr(self, "_open", None):
+            raise ValueError("the history is from another store, or from an earlier open of this one")
+        return history
 
     def lookup(self, history: History, resident: int = 0) -> Optional[Hit]:
         """The deepest restorable prefix beyond resident tokens, or None."""
         raw = _lib.Hit()
+        self._own(history)
         if not _LIB.sel_lookup(self.handle, history.handle, resident, ctypes.byref(raw)):
             return None
         return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw, self._open)
@@ -378,6 +423,8 @@ class Store:
             raise ValueError("the hit is from another store, or from an earlier open of this one")
         if len(page_ids) != hit.page_count:
             raise ValueError("the hit needs %d page ids, got %d" % (hit.page_count, len(page_ids)))
+        if len(set(page_ids)) != len(page_ids):
+            raise ValueError("a fetch's page ids must be distinct: pages would overwrite each other")
         joined = ctypes.c_bool()
         _check(_LIB.sel_fetch(self.handle, ctypes.byref(hit.raw), _u32_array(page_ids),
                               state_slot, waiter, ctypes.byref(joined)))
@@ -388,12 +435,13 @@ class Store:
 
     def touch(self, history: History, consumed: int):
         """A GPU-cache hit on history's first consumed tokens (sel_touch)."""
-        _check(_LIB.sel_touch(self.handle, history.handle, consumed))
+        _check(_LIB.sel_touch(self.handle, self._own(history).handle, consumed))
 
     def publish(self, checkpoint: int, history: History, consumed: int,
                 parent_consumed: int, page_ids: Sequence[int], state_slot: int) -> Outcome:
         """Offers a checkpoint: page_ids are every page of the chain from
         the root (consumed // page_tokens of them)."""
+        self._own(history)
         pages = consumed // self.config.page_tokens if consumed > 0 else 0
         if len(page_ids) < pages:
             raise ValueError("publishing %d tokens needs %d page ids, got %d"

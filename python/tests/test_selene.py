@@ -255,6 +255,50 @@ def test_binding_refuses_what_would_crash(tmp_path):
             again.fetch(hit, [0, 1], 0, 1)
 
 
+def test_binding_refuses_what_would_misplace_bytes(tmp_path):
+    """What would store or restore the right bytes in the wrong place, or
+    another model's, is refused: a plane whose entries are not unit_bytes
+    (a dtype mixed up), a fetch into one page id twice, a history of
+    another store or an earlier open, bytes taken for tokens, a rank
+    outside its world, a CUDA tensor on the host backend."""
+    planes = Planes()
+    cfg = planes.config(tmp_path / "wide")
+    wide = np.zeros((PAGES, UNIT * 2), dtype=np.uint8)  # pages of 2 units
+    cfg.page_planes = [selene.Plane("k", UNIT, wide), selene.Plane("v", UNIT, planes.v)]
+    with pytest.raises(ValueError, match="plane k has 32 entries of 2048 bytes"):
+        selene.Store(cfg)
+    cfg = planes.config(tmp_path / "rank")
+    cfg.cluster = selene.ClusterConfig(rank=1, world_size=1)
+    with pytest.raises(ValueError, match="rank 1 is not among 1 ranks"):
+        selene.Store(cfg)
+    with selene.Store(planes.config(tmp_path / "a")) as a, \
+            selene.Store(planes.config(tmp_path / "b")) as b:
+        with pytest.raises(ValueError, match="sequence of ints"):
+            a.history(b"hello world!")
+        h = a.history(tokens(300))
+        publish_chain(a, planes, h, points=(128,))
+        hit = a.lookup(h)
+        with pytest.raises(ValueError, match="distinct"):
+            a.fetch(hit, [3, 3], 0, 1)
+        for call in (lambda: b.lookup(h), lambda: b.touch(h, 128),
+                     lambda: b.publish(1, h, 128, 0, [0, 1], 0)):
+            with pytest.raises(ValueError, match="another store"):
+                call()
+    torch = pytest.importorskip("torch")
+    cfg = planes.config(tmp_path / "cuda")
+
+    class FakeCuda:  # what the check reads of a CUDA tensor; no GPU here
+        is_cuda = True
+        device = torch.device("cuda", 0)
+
+    cfg.page_planes = [selene.Plane("k", UNIT, FakeCuda()), selene.Plane("v", UNIT, planes.v)]
+    with pytest.raises(ValueError, match="plane k is a CUDA tensor, but the device is host"):
+        selene.Store(cfg)
+    cfg.device, cfg.device_ordinal = "auto", 1
+    with pytest.raises(ValueError, match="plane k is on cuda:0, but device_ordinal is 1"):
+        selene.Store(cfg)
+
+
 UNDRAINED_SCRIPT = '''
 import gc, sys, time
 import numpy as np
