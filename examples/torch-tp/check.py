@@ -46,7 +46,7 @@ def compare(reference, phases):
     passed = failed = 0
     kinds = dict(gpu_hit=0, host_restore=0, restarted=0, recomputed_after_failure=0)
     totals = dict(evictions=0, overlapped_steps=0, restore_failures=0, wrong_pages=0,
-                  expectations_missed=0)
+                  expectations_missed=0, joined=0, cached_again=0, retry=0)
 
     def check(ok, what):
         nonlocal passed, failed
@@ -71,13 +71,18 @@ def compare(reference, phases):
     check(totals["evictions"] > 0, "no GPU eviction")
     check(totals["overlapped_steps"] > 0, "no decode step overlapped a restore")
     check(totals["wrong_pages"] == 0, "restored pages differ from the stored ones")
+    check(totals["joined"] > 0, "no restore joined an equal one in flight")
+    check(totals["cached_again"] > 0, "no prefix was cached by two requests")
+    check(totals["retry"] > 0, "no checkpoint was offered while its parent was stored")
     check(totals["expectations_missed"] == 0, "expectations missed")
     print("identical tokens after: %d GPU hits, %d host restores (%d after a restart of "
           "every rank), %d recomputes after a corrupted record; %d GPU evictions, %d decode "
-          "steps overlapping a restore, %d restores checked bitwise (0 differ)" % (
+          "steps overlapping a restore, %d restores checked bitwise (0 differ); %d restores "
+          "joined another, %d prefixes cached twice, %d offers answered retry" % (
               kinds["gpu_hit"], kinds["host_restore"], kinds["restarted"],
               kinds["recomputed_after_failure"], totals["evictions"],
-              totals["overlapped_steps"], kinds["host_restore"]))
+              totals["overlapped_steps"], kinds["host_restore"], totals["joined"],
+              totals["cached_again"], totals["retry"]))
     print("torch-tp: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -3,7 +3,7 @@ One object on rank zero wraps the store and knows nothing of the model:
 
   lookup(tokens, resident)   the deepest stored prefix beyond resident (a Hit)
   worth_fetching(hit)        the fetch-or-recompute rule (seed 2.10)
-  restore(hit, pages, row)   starts a fetch; its outcome comes from poll()
+  restore(hit, pages, row)   starts (or joins) a fetch; its outcome comes from poll()
   publish(...)               offers a checkpoint (Outcome); its event from poll()
   touch(tokens, consumed)    a GPU-cache hit keeps the record young on disk
   poll()                     completions, as (kind, id, error, why) events
@@ -70,16 +70,20 @@ class SeleneConnector:
         self.decisions.append((hit.consumed - hit.resident, transfer_s, prefill_s, fetch))
         return fetch
 
-    def restore(self, hit, pages, row) -> int:
+    def restore(self, hit, pages, row):
         """Starts restoring hit into pages (hit.page_count ids) and row.
-        Returns the waiter id its event will carry; the destination belongs
-        to Selene until that event. Raises SeleneError (ENOTFOUND: the hit
-        went stale; EQUEUEFULL: try later)."""
+        Returns (waiter, joined): the id its event will carry, and whether
+        it joined an equal fetch in flight. Not joined, the destination
+        belongs to Selene until that event; joined, Selene never writes it
+        (the owner's destination gets the bytes) and it is the caller's
+        again at once. Raises SeleneError (ENOTFOUND: the hit went stale;
+        EQUEUEFULL: try later)."""
         waiter = self._id()
-        self.store.fetch(hit, pages, row, waiter)
-        self.fetches[waiter] = (hit.page_count * self.page_bytes + self.row_bytes,
+        joined = self.store.fetch(hit, pages, row, waiter)
+        self.fetches[waiter] = (0 if joined else
+                                hit.page_count * self.page_bytes + self.row_bytes,
                                 time.perf_counter())
-        return waiter
+        return waiter, joined
 
     def publish(self, history, consumed, parent_consumed, pages, row):
         """Offers a checkpoint; returns (outcome, id): keep its pages pinned

@@ -44,9 +44,23 @@ class Ranks:
 
     def _forward(self, tokens, start, pages, row):
         hidden = self.model.forward(tokens, start, pages, self.kv)
-        if row >= 0:
+        if row >= 0:  # a checkpoint: rank zero publishes it next
             self.kv.rows[row] = hidden
+            self._settle()
         return self.model.next_token(hidden) if self.rank == 0 else 0
+
+    def _settle(self):
+        """Every rank's pages and row of this step are written before rank
+        zero publishes them: Selene copies them on its own stream, and a
+        peer's engine as soon as the store job reaches it, which may be
+        before that peer has finished the step."""
+        if self.kv.rows.is_cuda:
+            torch.cuda.current_stream(self.kv.rows.device).synchronize()
+        if self.world > 1:
+            if dist.get_backend() == "nccl":
+                dist.barrier(device_ids=[self.kv.rows.device.index])
+            else:
+                dist.barrier()
 
     def forward(self, tokens, start, pages, row):
         self._send("forward", tokens, start, pages, row)

@@ -149,13 +149,18 @@ class PrefixCache:
             if self.refs[p] == 0:
                 self.free_pages.append(p)
 
-    def insert(self, consumed, key, pages, row) -> Checkpoint:
-        """Caches a checkpoint: it holds its own reference on every page."""
-        old = self.lru.pop(key, None)
-        if old is not None:  # same prefix computed again: keep the new copy
-            self.release(old.pages)
-            self.free_rows.append(old.row)
+    def insert(self, consumed, key, pages, row):
+        """Caches a checkpoint, which holds its own reference on every page;
+        returns (checkpoint, True). When key is cached already (another
+        request computed or restored the same prefix meanwhile), that one
+        stays, unchanged, and is returned with False: it may be read by a
+        request or copied by a store right now, so its pages and row are
+        never freed under it; the caller's pages and row are not taken."""
+        old = self.lru.get(key)
+        if old is not None:
+            self.lru.move_to_end(key)
+            return old, False
         self.hold(pages)
         k = Checkpoint(consumed, key, list(pages), row)
         self.lru[key] = k
-        return k
+        return k, True

@@ -39,6 +39,7 @@ class Request:
     hit: object = None
     dest: List[int] = field(default_factory=list)
     row: int = -1
+    joined: bool = False             # its fetch joined another request's equal fetch
     restore_t0: float = 0.0
     result: dict = field(default_factory=lambda: dict(
         gpu_reused=0, host_reused=0, prefilled=0, restore_ms=0.0, checkpoints=0,
@@ -50,29 +51,41 @@ class Scheduler:
         self.ranks, self.cache, self.sel = ranks, cache, connector
         self.pt, self.max_active, self.verify = page_tokens, max_active, verify
         self.stores = {}        # checkpoint id -> cached Checkpoint (pinned)
+        self.deferred = []      # checkpoints Selene answered RETRY for (pinned)
         self.digests = {}       # prefix key hex -> every rank's digest at publish
         self.counts = dict(gpu_hits=0, host_restores=0, restore_failures=0, recomputed=0,
                            overlapped_steps=0, published=0, stored=0, store_failures=0,
-                           retry=0, wrong_pages=0)
+                           retry=0, wrong_pages=0, joined=0, cached_again=0)
 
     # -- events ---------------------------------------------------------
     def poll(self, active):
         if self.sel is None:
             return
+        fetched, stored = [], False
         for ev in self.sel.poll():
             if ev.kind in (selene.EventKind.STORED, selene.EventKind.STORE_FAILED):
                 k = self.stores.pop(ev.id)
                 k.pins -= 1
+                stored = True
                 self.counts["stored" if ev.kind == selene.EventKind.STORED else
                             "store_failures"] += 1
             elif ev.kind in (selene.EventKind.FETCHED, selene.EventKind.FETCH_FAILED):
                 q = next(r for r in active if r.state == "inbound" and r.waiter == ev.id)
-                self.restored(q, ev)
+                fetched.append((q, ev))
             else:
                 raise RuntimeError("Selene stopped: %s" % ev.why)
+        # a fetch's owner first: a request that joined it takes what it cached
+        for q, ev in sorted(fetched, key=lambda f: f[0].joined):
+            self.restored(q, ev)
+        # a parent's store ended (or none is left): offer the retries again
+        if self.deferred and (stored or not self.stores):
+            self.offer_deferred()
 
     def restored(self, q, ev):
         q.result["restore_ms"] += (time.perf_counter() - q.restore_t0) * 1e3
+        if q.joined:
+            self.joined_restored(q, ev)
+            return
         if ev.kind == selene.EventKind.FETCH_FAILED:
             # the destination is quiescent only now: free it, and recompute
             self.cache.release(q.dest)
@@ -93,11 +106,37 @@ class Scheduler:
             if want is not None and got != want:
                 self.counts["wrong_pages"] += 1
                 q.result["verified"] = False
-        self.use(q, self.cache.insert(consumed, key, q.pages[:consumed // self.pt], q.row))
+        k, inserted = self.cache.insert(consumed, key, q.pages[:consumed // self.pt], q.row)
+        self.use(q, k)
         q.result["host_reused"] += consumed - q.position
         self.counts["host_restores"] += 1
         q.position = q.parent = consumed
         self.start_prefill_or_decode(q, q.row)
+        if not inserted:  # the cache kept its own copy: this row is read and free
+            self.cache.free_rows.append(q.row)
+
+    def joined_restored(self, q, ev):
+        """q's fetch joined an equal one in flight: Selene wrote the owner's
+        destination, never q's (released at once). q takes the checkpoint
+        the owner cached, as a GPU hit, or recomputes."""
+        q.joined = False
+        consumed = q.hit.consumed
+        k = self.cache.lru.get(q.hashes[consumed // self.pt - 1])
+        if ev.kind == selene.EventKind.FETCH_FAILED or k is None:
+            if ev.kind == selene.EventKind.FETCH_FAILED:
+                q.result["restore_failed"] += 1
+                self.counts["restore_failures"] += 1
+            self.counts["recomputed"] += 1
+            q.state = "prefill"
+            return
+        self.use(q, k)
+        self.cache.hold(k.pages)
+        self.cache.release(q.pages)
+        q.pages = list(k.pages)
+        q.result["host_reused"] += consumed - q.position
+        self.counts["host_restores"] += 1
+        q.position = q.parent = consumed
+        self.start_prefill_or_decode(q, k.row)
 
     # -- admission ------------------------------------------------------
     def admit(self, q):
@@ -133,11 +172,16 @@ class Scheduler:
                 self.cache.release(dest)
             return False
         try:
-            q.waiter = self.sel.restore(hit, dest, row)
+            q.waiter, q.joined = self.sel.restore(hit, dest, row)
         except selene.SeleneError:  # a stale hit or a full queue: recompute
             self.cache.release(dest)
             self.cache.free_rows.append(row)
             return False
+        if q.joined:  # Selene writes the owner's destination, not this one
+            self.counts["joined"] += 1
+            self.cache.release(dest)
+            self.cache.free_rows.append(row)
+            dest, row = [], -1
         q.hit, q.dest, q.row, q.state = hit, dest, row, "inbound"
         q.restore_t0 = time.perf_counter()
         return True
@@ -179,18 +223,43 @@ class Scheduler:
     def checkpoint(self, q, consumed, row):
         key = q.hashes[consumed // self.pt - 1]
         chain = q.pages[:consumed // self.pt]
-        k = self.cache.insert(consumed, key, chain, row)
+        k, inserted = self.cache.insert(consumed, key, chain, row)
         self.use(q, k)
+        parent, q.parent = q.parent, consumed
+        if not inserted:
+            # another request cached this prefix meanwhile, and published
+            # it: that copy stays, and this row is not needed
+            self.counts["cached_again"] += 1
+            self.cache.free_rows.append(row)
+            return
         if self.verify:
             self.digests[key.hex()] = self.ranks.digest(chain, row)
-        outcome, cid = self.sel.publish(q.history, consumed, q.parent, chain, row)
-        q.parent = consumed
         q.result["checkpoints"] += 1
         self.counts["published"] += 1
+        self.offer(q, k, consumed, parent, 0)
+
+    def offer(self, q, k, consumed, parent, tries):
+        """Publishes checkpoint k of q; one Selene answers RETRY for (its
+        parent is still being stored) stays pinned, to be offered again
+        when a store ends."""
+        outcome, cid = self.sel.publish(q.history, consumed, parent, k.pages, k.row)
         if outcome == selene.Outcome.QUEUED:
             k.pins += 1
             self.stores[cid] = k
+        elif outcome == selene.Outcome.RETRY and tries < 20:
+            k.pins += 1
+            self.deferred.append((q, k, consumed, parent, tries + 1))
         self.counts["retry"] += outcome == selene.Outcome.RETRY
+
+    def offer_deferred(self):
+        deferred, self.deferred = self.deferred, []
+        for q, k, consumed, parent, tries in deferred:
+            k.pins -= 1
+            self.offer(q, k, consumed, parent, tries)
+        for q, *_ in deferred:  # a finished request's history, once no retry needs it
+            if q.state == "done" and q.history is not None and \
+                    not any(d[0] is q for d in self.deferred):
+                q.history.close()
 
     def decode_step(self, q):
         position = len(q.tokens) + len(q.out) - 1
@@ -207,8 +276,8 @@ class Scheduler:
             k.users -= 1
         self.cache.release(q.pages)
         q.state = "done"
-        if q.history is not None:
-            q.history.close()
+        if q.history is not None and not any(d[0] is q for d in self.deferred):
+            q.history.close()  # else once its retries are through (offer_deferred)
 
     # -- the loop ---------------------------------------------------------
     def run(self, requests, on_done):
@@ -245,6 +314,6 @@ class Scheduler:
             else:  # round robin
                 active.remove(q)
                 active.append(q)
-        while self.stores:
+        while self.stores or self.deferred:
             self.poll(active)
             time.sleep(0.001)

@@ -47,7 +47,8 @@ def test_rule_fetches_only_below_half_the_prefill_time():
 def test_prefix_cache_refcounts_and_lru():
     cache = PrefixCache(pages=4, rows=2, page_tokens=16)
     a = cache.take_pages(2)
-    k = cache.insert(32, b"a", a, cache.take_row())
+    k, inserted = cache.insert(32, b"a", a, cache.take_row())
+    assert inserted
     cache.release(a)                     # the request ends; the checkpoint keeps them
     assert cache.refs[a[0]] == 1 and len(cache.free_pages) == 2
     k.pins = 1                           # being stored: not evictable
@@ -56,6 +57,21 @@ def test_prefix_cache_refcounts_and_lru():
     got = cache.take_pages(3)            # evicts it
     assert got is not None and cache.evictions == 1 and b"a" not in cache.lru
     assert cache.find([b"a"]) is None
+
+
+def test_prefix_cache_keeps_a_checkpoint_cached_again():
+    """The same prefix cached twice: the first copy stays, because a store
+    may be copying it (pinned) or a request reading it; the second copy's
+    pages and row stay the caller's."""
+    cache = PrefixCache(pages=4, rows=2, page_tokens=16)
+    first, row = cache.take_pages(2), cache.take_row()
+    k, _ = cache.insert(32, b"a", first, row)
+    k.pins = 1
+    second, row2 = cache.take_pages(2), cache.take_row()
+    again, inserted = cache.insert(32, b"a", second, row2)
+    assert again is k and not inserted
+    assert cache.refs[first[0]] == 2 and cache.refs[second[0]] == 1  # the caller's only
+    assert row not in cache.free_rows and cache.take_row() is None
 
 
 def test_prefix_hashes_chain_by_page():
