@@ -113,6 +113,7 @@ def main():
             recompute_s = time.perf_counter() - t
             connector.measured_prefill(n, recompute_s)
             kv.rows[0] = hidden
+            sync(device)  # Selene copies on its own stream: the row is written first
             history = store.history(tokens)
             t = time.perf_counter()
             outcome, _ = connector.publish(history, n, 0, chain, 0)
