@@ -587,8 +587,13 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
 		struct coord_job *j = &s->jobs[i];
 
-		/* Equal hits only: the same endpoint, pages and skip, so the same chain. */
-		if (j->in_use && j->kind == COORD_JOB_FETCH && j->node == hit->endpoint &&
+		/*
+		 * Equal hits only: the same endpoint, pages and skip, so the same
+		 * chain; never a fetch whose owner cancelled: the owner frees
+		 * the destination at its event, the one a joiner would read.
+		 */
+		if (j->in_use && j->kind == COORD_JOB_FETCH && !j->owner_cancelled &&
+		    j->node == hit->endpoint &&
 		    s->generation[hit->endpoint] == hit->generation &&
 		    j->skip_pages == hit->skip_pages && j->page_count == hit->page_count) {
 			if (j->waiter_count == COORD_WAITERS_MAX)

@@ -806,6 +806,33 @@ static void test_store_join_needs_the_same_chain(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * A fetch whose owner cancelled is not joined: the owner frees its
+ * destination at its event, the one a joiner would read; an equal hit then
+ * gets a fetch of its own.
+ */
+static void test_store_no_join_after_owner_cancelled(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	store_done(f, 1, 300, 0, 0);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 30, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(coord_store_cancel(&f->store, 30), 0);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids + 16, 2, 31, &joined), 0);
+	assert_false(joined);
+	assert_int_equal(f->stub.job_count, 3);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_FETCH);
+	stub_complete(&f->stub, 1, 0);
+	stub_complete(&f->stub, 2, 0);
+	assert_int_equal(poll_events(f, ev), 2); /* the owner hears, cancelled or not */
+	assert_balanced(f);
+}
+
 /* A failed fetch tells every waiter and releases the chain. */
 static void test_store_fetch_failure(void **state)
 {
@@ -1213,6 +1240,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_join_needs_the_same_chain, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_no_join_after_owner_cancelled, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
 						teardown),

@@ -184,8 +184,8 @@ bool sel_lookup(sel_store *store, const sel_history *history, uint64_t resident,
  * Restores a hit into page_ids (hit->page_count ids, copied) and
  * state_slot; waiter then owns that destination. The event for waiter
  * comes through sel_poll. When the same endpoint is already being fetched
- * with the same pages and skip (an equal hit: the same chain), waiter joins
- * that fetch instead
+ * with the same pages and skip (an equal hit: the same chain), and that
+ * fetch's owner has not cancelled, waiter joins that fetch instead
  * (*joined true; page_ids and state_slot are ignored: the waiter shares the
  * owner's destination). Returns 0, SEL_ENOTFOUND when the hit went stale
  * (its record was evicted), SEL_EQUEUEFULL, or the engine's reason for
