@@ -394,10 +394,10 @@ int sel_peer_wait(sel_peer *p)
 	return p->result;
 }
 
-void sel_peer_stop(sel_peer *p)
+int sel_peer_stop(sel_peer *p)
 {
 	if (!p)
-		return;
+		return 0;
 	if (p->running) {
 		shutdown(p->control_fd, SHUT_RDWR);
 		sel_peer_wait(p);
@@ -410,12 +410,13 @@ void sel_peer_stop(sel_peer *p)
 		/* Copies may still land in these buffers: leave them, and the peer. */
 		sel_error("rank %u: stopping without freeing the engine: %s", p->cluster.rank,
 			  p->why);
-		return;
+		return SEL_ESTOPPED;
 	}
 	shard_engine_close(p->engine);
 	shard_device_close(p->device);
 	rec_dir_close(p->dir);
 	free(p);
+	return 0;
 }
 
 void sel_bench_peer_startup(const sel_peer *p, struct sel_bench_peer_startup *out)

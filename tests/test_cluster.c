@@ -145,7 +145,9 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 	if (ret)
 		_exit(2);
 	ret = sel_peer_wait(peer);
-	sel_peer_stop(peer);
+	/* stop frees only a peer whose jobs drained, and says which it did */
+	if (sel_peer_stop(peer) != (fault == FAULT_STALL ? SEL_ESTOPPED : 0))
+		_exit(4);
 	if (full_disk)
 		umount(dir);
 	_exit(ret ? 3 : 0);

@@ -138,10 +138,13 @@ int sel_peer_start(const struct sel_store_config *config, sel_peer **out, char *
 int sel_peer_wait(sel_peer *peer);
 
 /*
- * Ends the peer (closing its link if still up), drains and frees; after an
- * unconfirmed drain (above) it leaves everything allocated. NULL is fine.
+ * Ends the peer (closing its link if still up), drains and frees. Returns
+ * 0 when it freed everything, or SEL_ESTOPPED after an unconfirmed drain
+ * (above, whether or not sel_peer_wait ran first): jobs were still running,
+ * so it left everything allocated, and the planes' memory must stay
+ * valid. NULL is fine (0).
  */
-void sel_peer_stop(sel_peer *peer);
+int sel_peer_stop(sel_peer *peer);
 
 /*
  * Runs every submitted job to its end (waiting up to drain_timeout_ms),

@@ -152,7 +152,7 @@ def declare(lib):
         "sel_store_close": (c_int, [c_void_p, u64]),
         "sel_peer_start": (c_int, [p(StoreConfig), p(c_void_p), ctypes.c_char_p, ctypes.c_size_t]),
         "sel_peer_wait": (c_int, [c_void_p]),
-        "sel_peer_stop": (None, [c_void_p]),
+        "sel_peer_stop": (c_int, [c_void_p]),
         "sel_history_create": (c_int, [c_void_p, p(u32), u64, p(c_void_p)]),
         "sel_history_destroy": (None, [c_void_p]),
         "sel_lookup": (c_bool, [c_void_p, c_void_p, u64, p(Hit)]),

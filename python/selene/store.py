@@ -527,8 +527,9 @@ class Peer:
                                        "when rank zero's connection ends")
             handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            _LIB.sel_peer_stop(handle)
-            if self._undrained:
+            # jobs that outlived the drain may still write the planes: the C
+            # side keeps its peer, and the planes stay alive with it
+            if _LIB.sel_peer_stop(handle) == ESTOPPED or self._undrained:
                 _UNDRAINED.append(self._keep)
 
     def __enter__(self):
