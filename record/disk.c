@@ -426,10 +426,21 @@ static void op_complete(struct rec_disk *disk, struct disk_op *op, int64_t res)
 	if (res < 0) {
 		req_fail(op->req, (int)res, "%s at offset %" PRIu64 ": %s",
 			 op->write ? "write" : "read", op->offset, strerror((int)-res));
+	} else if (res == 0 && !op->write) {
+		/*
+		 * The file ends before its header says: cut short since it was
+		 * opened. A length check's failure, naming the file first, so
+		 * rank zero drops the record (R-READ-1, R-READ-4).
+		 */
+		char name[REC_FILE_NAME_BYTES];
+
+		rec_file_name(name, &op->req->file->reader.header.key);
+		req_fail(op->req, SEL_EBADHEADER,
+			 "%s: the file ends at offset %" PRIu64 ", before its header's length "
+			 "(cut short while open)", name, op->offset);
 	} else if (res == 0) {
-		req_fail(op->req, op->write ? -EIO : -ENODATA,
-			 "%s at offset %" PRIu64 " made no progress",
-			 op->write ? "write" : "read", op->offset);
+		req_fail(op->req, -EIO, "write at offset %" PRIu64 " made no progress",
+			 op->offset);
 	} else if ((uint64_t)res < bytes && !op->req->result) {
 		op_advance(op, (uint64_t)res);
 		op_issue(disk, op);

@@ -370,6 +370,11 @@ static int reader_check(struct rec_reader *r, const struct stat *st,
 	if (!ret)
 		ret = rec_io_read_full(r->fd, r->checksums, layout.checksum_length,
 				       layout.checksum_offset);
+	/* A read met the end of a file stat called long enough: cut short since. */
+	if (ret == -ENODATA)
+		ret = sel_fail(SEL_EBADHEADER, why, why_size,
+			       "the file ends before the %" PRIu64 " bytes it had at its open: "
+			       "cut short while read (R-REC-10)", r->file_length);
 	/* R-REC-8: the checksum segment's padding is zeros. */
 	for (uint64_t i = r->header.tail_page_count;
 	     !ret && i < layout.checksum_length / 8; i++)

@@ -333,6 +333,63 @@ static void test_engine_corrupt_page(void **state)
 	assert_true(page_matches(f, 50, 5));
 }
 
+struct truncator {
+	char *path;
+	uint32_t after_ms;
+};
+
+static void *truncate_later(void *arg)
+{
+	struct truncator *t = arg;
+	struct timespec pause = { 0, (long)t->after_ms * 1000000L };
+
+	nanosleep(&pause, NULL);
+	assert_int_equal(truncate(t->path, 4096), 0);
+	return NULL;
+}
+
+/*
+ * A record file cut short by another program while a fetch reads it: the
+ * read that meets its end fails the fetch with SEL_EBADHEADER and a reason
+ * that names the file first, as the length check at its open would, so rank
+ * zero drops the record (R-READ-4): cut while its open reads the header
+ * and checksums (a sleeping read), and cut while its pages are read (the
+ * first page read's completion sleeps; of 15 windows of four pages at
+ * most SHARD_STAGES are read ahead, the rest after the cut).
+ */
+static void test_engine_file_cut_while_read(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct rec_key key;
+	struct shard_chain_record chain;
+	struct truncator t = { .after_ms = 100 };
+	char name[REC_FILE_NAME_BYTES];
+	pthread_t thread;
+	int ret;
+
+	/* cut while the open reads the header and checksums, then while the pages are read */
+	static const char *const sleeps[] = { "disk.read=1*sleep(400)",
+					      "disk.read=2*off->1*sleep(400)" };
+
+	for (int i = 0; i < 2; i++) {
+		make_key(&key, 64 * 60, (uint8_t)(9 + i));
+		assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+		t.path = tu_record_path(f->dir, &key);
+		assert_int_equal(sel_failpoints_configure(sleeps[i]), 0);
+		assert_int_equal(pthread_create(&thread, NULL, truncate_later, &t), 0);
+		chain = (struct shard_chain_record){ key, 0, 60 };
+		ret = fetch(f, &chain, 1, 0, 100, 1, &c);
+		pthread_join(thread, NULL);
+		sel_failpoints_configure(NULL);
+		rec_file_name(name, &key);
+		if (ret != SEL_EBADHEADER || strncmp(c.why, name, strlen(name)) != 0 ||
+		    !strstr(c.why, "ends"))
+			fail_msg("%s: fetch: %s: %s", sleeps[i], sel_strerror(ret), c.why);
+		free(t.path);
+	}
+}
+
 /*
  * Issue 11 item 2: with page checksums verified on the checksum pool, a
  * corrupt page in any record of a three-record chain (windows of 4 pages,
@@ -1782,6 +1839,7 @@ int main(void)
 		BOTH(test_engine_round_trip),
 		BOTH(test_engine_chain_and_suffix),
 		BOTH(test_engine_corrupt_page),
+		BOTH(test_engine_file_cut_while_read),
 		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),
