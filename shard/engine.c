@@ -1237,30 +1237,44 @@ int shard_engine_noop(struct shard_engine *e, uint64_t job_id)
 	return job_submit(e, &fill);
 }
 
-uint32_t shard_engine_poll(struct shard_engine *e, struct shard_completion *out,
-			   uint32_t max)
+/* Takes up to max completions; under e->lock. */
+static uint32_t take_completions(struct shard_engine *e, struct shard_completion *out,
+				 uint32_t max)
 {
 	uint32_t n = 0;
 
-	pthread_mutex_lock(&e->lock);
 	while (n < max && e->completion_count > 0) {
 		out[n++] = e->completions[e->completion_head];
 		e->completion_head = (e->completion_head + 1) % e->jobs_max;
 		e->completion_count--;
 		e->unpolled--;
 	}
+	return n;
+}
+
+uint32_t shard_engine_poll(struct shard_engine *e, struct shard_completion *out,
+			   uint32_t max)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&e->lock);
+	n = take_completions(e, out, max);
 	pthread_mutex_unlock(&e->lock);
 	return n;
 }
 
+/*
+ * The completion is taken under the lock it was waited for under: another
+ * waiter or poller between the two would leave this one with nothing.
+ */
 void shard_engine_wait(struct shard_engine *e, struct shard_completion *out)
 {
 	pthread_mutex_lock(&e->lock);
 	SEL_ASSERT(e->unpolled > 0);
 	while (e->completion_count == 0)
 		pthread_cond_wait(&e->completion_ready, &e->lock);
+	take_completions(e, out, 1);
 	pthread_mutex_unlock(&e->lock);
-	SEL_ASSERT(shard_engine_poll(e, out, 1) == 1);
 }
 
 int shard_engine_wait_for(struct shard_engine *e, struct shard_completion *out,
@@ -1275,12 +1289,15 @@ int shard_engine_wait_for(struct shard_engine *e, struct shard_completion *out,
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000;
 	}
+	uint32_t n;
+
 	pthread_mutex_lock(&e->lock);
 	while (e->completion_count == 0 &&
 	       pthread_cond_timedwait(&e->completion_ready, &e->lock, &until) == 0)
 		;
+	n = take_completions(e, out, 1);
 	pthread_mutex_unlock(&e->lock);
-	return (int)shard_engine_poll(e, out, 1);
+	return (int)n;
 }
 
 void shard_engine_set_completion_hook(struct shard_engine *e, shard_completion_hook hook,

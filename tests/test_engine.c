@@ -655,6 +655,35 @@ static void test_engine_many_small_jobs(void **state)
 }
 
 /* A noop completes with 0, moves nothing, touches no file, and counts. */
+static void *wait_one(void *arg)
+{
+	struct shard_completion c;
+
+	shard_engine_wait(arg, &c);
+	return NULL;
+}
+
+/*
+ * Two threads in shard_engine_wait, each for a job of its own, each get a
+ * completion: one is taken under the lock it was waited for under (before,
+ * the other could take it in between, and the wait's assertion aborted).
+ */
+static void test_engine_two_waiters(void **state)
+{
+	struct fixture *f = *state;
+
+	for (uint64_t round = 0; round < 20000; round++) {
+		pthread_t a, b;
+
+		assert_int_equal(shard_engine_noop(f->engine, 2 * round), 0);
+		assert_int_equal(shard_engine_noop(f->engine, 2 * round + 1), 0);
+		assert_int_equal(pthread_create(&a, NULL, wait_one, f->engine), 0);
+		assert_int_equal(pthread_create(&b, NULL, wait_one, f->engine), 0);
+		pthread_join(a, NULL);
+		pthread_join(b, NULL);
+	}
+}
+
 static void test_engine_noop(void **state)
 {
 	struct fixture *f = *state;
@@ -1848,6 +1877,7 @@ int main(void)
 		BOTH(test_engine_full_filesystem),
 		BOTH(test_engine_many_small_jobs),
 		BOTH(test_engine_noop),
+		cmocka_unit_test_setup_teardown(test_engine_two_waiters, setup_uring, teardown),
 		BOTH(test_engine_completion_hook),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_uring, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_workers, teardown),
