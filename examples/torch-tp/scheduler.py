@@ -52,6 +52,7 @@ class Scheduler:
         self.pt, self.max_active, self.verify = page_tokens, max_active, verify
         self.stores = {}        # checkpoint id -> cached Checkpoint (pinned)
         self.deferred = []      # checkpoints Selene answered RETRY for (pinned)
+        self.next_offer = 0.0   # with no store in flight, offers wait this long apart
         self.digests = {}       # prefix key hex -> every rank's digest at publish
         self.counts = dict(gpu_hits=0, host_restores=0, restore_failures=0, recomputed=0,
                            overlapped_steps=0, published=0, stored=0, store_failures=0,
@@ -77,9 +78,12 @@ class Scheduler:
         # a fetch's owner first: a request that joined it takes what it cached
         for q, ev in sorted(fetched, key=lambda f: f[0].joined):
             self.restored(q, ev)
-        # a parent's store ended (or none is left): offer the retries again
-        if self.deferred and (stored or not self.stores):
+        # a parent's store ended, or none is in flight (then 10 ms apart:
+        # Retry also means a full disk): offer the retries again
+        if self.deferred and (stored or (not self.stores and
+                                         time.perf_counter() >= self.next_offer)):
             self.offer_deferred()
+            self.next_offer = time.perf_counter() + 0.01
 
     def restored(self, q, ev):
         q.result["restore_ms"] += (time.perf_counter() - q.restore_t0) * 1e3
@@ -287,7 +291,7 @@ class Scheduler:
             self.poll(active)
             while waiting and len(active) < self.max_active:
                 q = waiting[0]
-                if q.settle and (self.stores or active):
+                if q.settle and (self.stores or self.deferred or active):
                     break  # a user's think time: earlier turns finish and are stored
                 if steps < arrived + q.delay_steps:
                     break  # not arrived yet

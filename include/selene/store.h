@@ -201,7 +201,10 @@ int sel_fetch(sel_store *store, const struct sel_hit *hit, const uint32_t *page_
  * Removes a joined waiter: it gets no event. The owner of a fetch's
  * destination cannot leave it: its event still comes, since only that event
  * says the destination ids are no longer being written. The fetch completes
- * either way (and is useful on its own). SEL_ENOTFOUND for an unknown waiter.
+ * either way (and is useful on its own); no later fetch joins it, and
+ * waiters that joined before still get their events with the owner's, so
+ * an owner that cancels keeps its destination until those waiters are done
+ * with it. SEL_ENOTFOUND for an unknown waiter.
  */
 int sel_cancel(sel_store *store, uint64_t waiter);
 

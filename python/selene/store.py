@@ -226,7 +226,8 @@ def _device_of(config: StoreConfig) -> str:
         if index is not None and index != config.device_ordinal:
             raise ValueError("plane %s is on cuda:%d, but device_ordinal is %d"
                              % (p.name, index, config.device_ordinal))
-        device = "cuda"
+        if device == "auto":
+            device = "cuda"  # any other name is the library's to judge
     return device
 
 
@@ -393,7 +394,7 @@ class Store:
 
     def history(self, tokens) -> History:
         """A history of tokens (any sequence of ints below 2**32)."""
-        if isinstance(tokens, (bytes, bytearray, memoryview, str)):
+        if isinstance(tokens, (bytes, bytearray, str)):  # array() would take their bytes
             raise ValueError("tokens are a sequence of ints, not %s" % type(tokens).__name__)
         buf = array.array("I", tokens)
         out = ctypes.c_void_p()

@@ -275,6 +275,8 @@ def test_binding_refuses_what_would_misplace_bytes(tmp_path):
             selene.Store(planes.config(tmp_path / "b")) as b:
         with pytest.raises(ValueError, match="sequence of ints"):
             a.history(b"hello world!")
+        import array
+        assert len(a.history(memoryview(array.array("I", tokens(300))))) == 300
         h = a.history(tokens(300))
         publish_chain(a, planes, h, points=(128,))
         hit = a.lookup(h)
