@@ -74,10 +74,30 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 	struct rec_header h;
 	int ret;
 
-	if (v->page_id_count > a->o->geometry->page_count || v->chain_count > SHARD_CHAIN_RECORDS_MAX)
+	const struct rec_geometry *g = a->o->geometry;
+
+	/*
+	 * The join compares the planes' layout, not how many pages and rows
+	 * each rank's device holds: a rank configured with fewer says so here.
+	 */
+	if (v->page_id_count > g->page_count)
+		return sel_fail(-EINVAL, why, why_size,
+				"a job of %u pages is more than this rank's %u (page_count must "
+				"be the same on every rank)", v->page_id_count, g->page_count);
+	if (v->chain_count > SHARD_CHAIN_RECORDS_MAX)
 		return -EINVAL;
-	for (uint32_t i = 0; i < v->page_id_count; i++)
+	for (uint32_t i = 0; i < v->page_id_count; i++) {
 		a->page_ids[i] = cluster_job_view_page_id(v, i);
+		if (a->page_ids[i] >= g->page_count)
+			return sel_fail(-EINVAL, why, why_size,
+					"page id %u is past this rank's %u pages (page_count must "
+					"be the same on every rank)", a->page_ids[i], g->page_count);
+	}
+	if ((v->kind == CLUSTER_JOB_STORE || v->kind == CLUSTER_JOB_FETCH) &&
+	    v->state_slot >= g->row_count)
+		return sel_fail(-EINVAL, why, why_size,
+				"state slot %u is past this rank's %u rows (row_count must be "
+				"the same on every rank)", v->state_slot, g->row_count);
 	switch (v->kind) {
 	case CLUSTER_JOB_STORE:
 		ret = store_header(a, v, &h, why, why_size);

@@ -56,6 +56,7 @@ enum child_fault {
 	FAULT_NO_DISK,  /* a disk limit of 0: no disk store */
 	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
 	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
+	FAULT_PAGES,    /* a device of a quarter of the pages (joins: the layout is equal) */
 };
 
 struct fixture {
@@ -127,6 +128,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 	config_for(f, rank, &c, planes, dir, sizeof(dir));
 	if (fault == FAULT_GEOMETRY)
 		c.row_plane.unit_bytes = ROW / 2;
+	if (fault == FAULT_PAGES)
+		c.page_count = PAGES / 4;
 	if (fault == FAULT_NO_DISK)
 		c.disk_limit_bytes = 0;
 	if (fault == FAULT_DEVICE) /* valid, but its directory cannot be made */
@@ -298,8 +301,12 @@ static struct sel_event next_event(struct fixture *f, uint32_t ms)
 	return ev;
 }
 
-/* Publishes; returns the outcome, or the error when the call failed. */
-static int publish_raw(struct fixture *f, uint64_t checkpoint, uint64_t consumed)
+/*
+ * Publishes from page ids first_id on; returns the outcome, or the error
+ * when the call failed.
+ */
+static int publish_raw_ids(struct fixture *f, uint64_t checkpoint, uint64_t consumed,
+			   uint32_t first_id)
 {
 	uint32_t ids[PAGES];
 	struct sel_publication pub = { .checkpoint = checkpoint, .history = f->h,
@@ -308,9 +315,14 @@ static int publish_raw(struct fixture *f, uint64_t checkpoint, uint64_t consumed
 	int ret;
 
 	for (uint32_t i = 0; i < PAGES; i++)
-		ids[i] = i;
+		ids[i] = (first_id + i) % PAGES;
 	ret = sel_store_publish(f->store, &pub, &outcome);
 	return ret ? ret : (int)outcome;
+}
+
+static int publish_raw(struct fixture *f, uint64_t checkpoint, uint64_t consumed)
+{
+	return publish_raw_ids(f, checkpoint, consumed, 0);
 }
 
 static enum sel_outcome publish(struct fixture *f, uint64_t checkpoint, uint64_t consumed)
@@ -515,6 +527,35 @@ static void test_cluster_wrong_geometry(void **state)
 	assert_int_equal(reap(f, 2), 2);
 	assert_non_null(strstr(f->mem[2].why, "different cache geometry"));
 	assert_true(reap(f, 1) != 0);
+}
+
+/*
+ * A rank configured with fewer pages than rank zero joins (the layout is
+ * the same), and a store of pages past its count fails saying so, naming
+ * the rank and the setting, rather than with a bare "Invalid argument".
+ */
+static void test_cluster_fewer_pages_on_a_rank(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	char err[512] = "";
+
+	start_with(f, 3, 2, FAULT_PAGES, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s", err);
+	fill(f, 20);
+	assert_int_equal(publish(f, 1, 64 * 20), SEL_QUEUED);
+	ev = next_event(f, 10000);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	if (!strstr(ev.why, "rank 2: a job of 20 pages is more than this rank's 16") ||
+	    !strstr(ev.why, "page_count must be the same"))
+		fail_msg("why: %s", ev.why);
+	/* 16 pages fit its count, but the ids past 15 do not */
+	assert_int_equal(publish_raw_ids(f, 2, 64 * 16, 40), SEL_QUEUED);
+	ev = next_event(f, 10000);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	if (!strstr(ev.why, "rank 2: page id 40 is past this rank's 16 pages"))
+		fail_msg("why: %s", ev.why);
 }
 
 /* A rank connecting from an address it did not announce is refused. */
@@ -825,6 +866,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_geometry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_fewer_pages_on_a_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_address, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_announced_address_own_listener, setup,
 						teardown),
