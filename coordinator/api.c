@@ -476,7 +476,13 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
 	if (ret || !s || !g) {
-		if (ret && s && c && c->cluster) { /* the peers learn it, not at their timeout */
+		/*
+		 * The peers learn it, not at their timeout; only through a
+		 * cluster description that is itself valid: a refused one is
+		 * never bound, polled or sized from.
+		 */
+		if (ret && s && c && c->cluster &&
+		    shard_config_check_cluster(c->cluster, NULL, 0) == 0) {
 			s->cluster = *c->cluster;
 			api_notify_failure(s, err_size ? err : "rank zero's configuration");
 		}

@@ -63,7 +63,7 @@ static int config_check_plane(const struct sel_plane *plane, const char *field,
 	return 0;
 }
 
-static int config_check_cluster(const struct sel_cluster *cl, char *err, size_t err_size)
+int shard_config_check_cluster(const struct sel_cluster *cl, char *err, size_t err_size)
 {
 	if (cl->world_size == 0 || cl->world_size > REC_WORLD_SIZE_MAX)
 		return config_fail(err, err_size, "cluster.world_size is %u (1 to %u)",
@@ -76,6 +76,11 @@ static int config_check_cluster(const struct sel_cluster *cl, char *err, size_t 
 				   cl->coordinator_host ? "empty" : "NULL");
 	if (cl->rank > 0 && cl->coordinator_port == 0)
 		return config_fail(err, err_size, "cluster.coordinator_port is 0");
+	/* A link heartbeats every quarter of it: below, a quiet link would die. */
+	if (cl->silence_timeout_ms != 0 && cl->silence_timeout_ms < SHARD_SILENCE_TIMEOUT_MIN_MS)
+		return config_fail(err, err_size, "cluster.silence_timeout_ms is %u (0 for the "
+				   "default, or %u and up)", cl->silence_timeout_ms,
+				   SHARD_SILENCE_TIMEOUT_MIN_MS);
 	if (cl->rank > 0 || cl->world_size == 1)
 		return 0;
 	/* Rank zero of several: a port the peers know, or a listener of the caller's. */
@@ -140,7 +145,7 @@ int shard_config_validate(const struct sel_store_config *c, char *err, size_t er
 	if (c->records_max > REC_DIR_RECORDS_MAX)
 		return config_fail(err, err_size, "records_max is %u (at most %u)", c->records_max,
 				   REC_DIR_RECORDS_MAX);
-	return c->cluster ? config_check_cluster(c->cluster, err, err_size) : 0;
+	return c->cluster ? shard_config_check_cluster(c->cluster, err, err_size) : 0;
 }
 
 int shard_config_geometry(const struct sel_store_config *c, uint32_t rank,

@@ -23,6 +23,16 @@
  */
 int shard_config_validate(const struct sel_store_config *c, char *err, size_t err_size);
 
+/* The shortest silence_timeout_ms a cluster may set (0 takes the default). */
+#define SHARD_SILENCE_TIMEOUT_MIN_MS 100u
+
+/*
+ * The cluster part of shard_config_validate alone: 0, or -EINVAL with a
+ * message naming the field. Rank zero tells its peers of a failed open
+ * only through a cluster description that passes this.
+ */
+int shard_config_check_cluster(const struct sel_cluster *cl, char *err, size_t err_size);
+
 /* The geometry of rank in a world of world_size; 0 or SEL_EGEOMETRY with err. */
 int shard_config_geometry(const struct sel_store_config *c, uint32_t rank,
 			  uint32_t world_size, struct rec_geometry *g, char *err,

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,8 @@ static void test_config_names_each_field(void **state)
 	       (f->cluster.world_size = REC_WORLD_SIZE_MAX + 1, f->config.cluster = &f->cluster));
 	BROKEN("cluster.rank",
 	       (f->cluster.rank = 4, f->cluster.world_size = 4, f->config.cluster = &f->cluster));
+	BROKEN("cluster.silence_timeout_ms is 3",
+	       (f->cluster.silence_timeout_ms = 3, f->config.cluster = &f->cluster));
 	/* Rank zero of two that no peer could ever reach: refused at once. */
 	BROKEN("cluster.coordinator_port is 0 and there is no listen_fd",
 	       (f->cluster.world_size = 2, f->config.cluster = &f->cluster));
@@ -197,6 +200,40 @@ static void test_config_names_each_field(void **state)
 		assert_int_equal(sel_store_open(NULL, &s, err, sizeof(err)), -EINVAL);
 		assert_non_null(strstr(err, "NULL"));
 	}
+}
+
+/*
+ * A cluster description that is itself refused is never used to tell the
+ * peers: before, rank zero sized a notice from world_size 2^32 - 1 (4 GiB),
+ * bound its coordinator_port and waited for peers that could not exist.
+ */
+static void test_config_refused_cluster_is_not_used(void **state)
+{
+	struct fixture *f = *state;
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+	socklen_t len = sizeof(addr);
+	char err[256];
+	sel_store *s = NULL;
+	uint64_t t0;
+	int probe = socket(AF_INET, SOCK_STREAM, 0);
+
+	/* a free port, closed again */
+	assert_true(probe >= 0);
+	assert_int_equal(bind(probe, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(getsockname(probe, (struct sockaddr *)&addr, &len), 0);
+	close(probe);
+	fixture_reset(f);
+	f->cluster.world_size = UINT32_MAX;
+	f->cluster.coordinator_port = ntohs(addr.sin_port);
+	f->config.cluster = &f->cluster;
+	t0 = sel_monotonic_ns();
+	assert_int_equal(sel_store_open(&f->config, &s, err, sizeof(err)), -EINVAL);
+	assert_true(sel_monotonic_ns() - t0 < 1000000000ull);
+	assert_non_null(strstr(err, "cluster.world_size"));
+	/* nothing was bound to it */
+	probe = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(probe, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	close(probe);
 }
 
 /* A peer validates before it opens or connects anything. */
@@ -355,6 +392,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_config_names_each_field, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_config_refused_cluster_is_not_used, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_config_peer_validates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_config_random_broken_never_crash, setup,
 						teardown),

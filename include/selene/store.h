@@ -58,7 +58,8 @@ struct sel_cluster {
 					  to its own entry); NULL accepts any */
 	uint8_t secret[32];            /* the launch secret; never sent */
 	uint32_t join_timeout_ms;      /* for every rank to join and agree */
-	uint32_t silence_timeout_ms;   /* a link hearing nothing this long is dead */
+	uint32_t silence_timeout_ms;   /* a link hearing nothing this long is dead
+					  (0: 10 s; else 100 and up) */
 	uint32_t job_timeout_ms;       /* a job unanswered this long stops the store */
 	bool accept_empty_ranks;       /* rank zero: form even when a rank's record
 					  directory is empty or has no cluster
