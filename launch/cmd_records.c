@@ -35,6 +35,7 @@ struct walk {
 	uint64_t gone;      /* unlinked while read: a live store evicted them */
 	uint64_t temporary;
 	uint64_t dirs;
+	uint64_t unreadable; /* directories and records that could not be read */
 };
 
 static int compare_names(const void *a, const void *b)
@@ -144,7 +145,13 @@ static int walk(struct walk *w, const char *path, int depth)
 	while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
 		copy[strlen(copy) - 1] = '\0';
 	base = strrchr(copy, '/') ? strrchr(copy, '/') + 1 : copy;
-	if (stat(copy, &st) != 0 || !S_ISDIR(st.st_mode)) {
+	if (stat(copy, &st) != 0) {
+		ret = -errno;
+		fprintf(stderr, "selene: %s: %s\n", path, strerror(-ret));
+		free(copy);
+		return ret;
+	}
+	if (!S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "selene: %s is not a directory\n", path);
 		free(copy);
 		return -ENOTDIR;
@@ -173,6 +180,14 @@ static int walk(struct walk *w, const char *path, int depth)
 				ret = walk_record_dir(w, sub, names[i]);
 			else if (depth < WALK_DEPTH_MAX)
 				ret = walk(w, sub, depth + 1);
+			/*
+			 * One directory that cannot be read (a lost+found) is
+			 * named and counted; its siblings are still walked.
+			 */
+			if (ret && ret != -ENOMEM) {
+				w->unreadable++;
+				ret = 0;
+			}
 		}
 		free(sub);
 	}
@@ -291,6 +306,18 @@ static int read_record(struct rec_reader *r, int dirfd, const char *name,
 	return ret;
 }
 
+/* What a file that is not a regular one is, for verify; NULL for a regular file. */
+static const char *not_a_record(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode))
+		return NULL;
+	return S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" :
+	       S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" :
+	       "a device or other special file";
+}
+
 static void say_gone(struct walk *w, const char *dir_path, const char *name)
 {
 	w->gone++;
@@ -302,19 +329,31 @@ static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 		    const char *name, const struct rec_expect *expect)
 {
 	char key[REC_FILE_NAME_BYTES], parent[REC_FILE_NAME_BYTES], age[16], why[256];
+	const char *what = not_a_record(dirfd, name);
 	struct rec_reader r;
 	struct stat st;
 	uint64_t age_ns = 0;
 	int ret;
 
+	if (what) {
+		/* Not a damaged record: the store moves it aside at its next start. */
+		fprintf(stderr, "selene: %s/%s: not a record: %s with a record's name\n",
+			dir_path, name, what);
+		return 0;
+	}
 	ret = read_record(&r, dirfd, name, expect, false, why, sizeof(why));
 	if (ret == -ENOENT) {
 		say_gone(w, dir_path, name);
 		return 0;
 	}
+	if (ret && !sel_is_selene_error(ret)) {
+		fprintf(stderr, "selene: %s/%s: cannot read it: %s\n", dir_path, name,
+			strerror(-ret));
+		w->unreadable++;
+		return 0;
+	}
 	if (ret) {
-		fprintf(stderr, "selene: %s/%s: invalid: %s\n", dir_path, name,
-			sel_is_selene_error(ret) ? why : strerror(-ret));
+		fprintf(stderr, "selene: %s/%s: invalid: %s\n", dir_path, name, why);
 		w->bad++;
 		return 0;
 	}
@@ -369,17 +408,6 @@ static int verify_payload(struct rec_reader *r, char *why, size_t why_size)
 	return ret;
 }
 
-/* What a file that is not a regular one is, for verify; NULL for a regular file. */
-static const char *not_a_record(int dirfd, const char *name)
-{
-	struct stat st;
-
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(st.st_mode))
-		return NULL;
-	return S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" :
-	       S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" :
-	       "a device or other special file";
-}
 
 static int visit_verify(struct walk *w, int dirfd, const char *dir_path,
 			const char *name, const struct rec_expect *expect)
@@ -401,9 +429,12 @@ static int visit_verify(struct walk *w, int dirfd, const char *dir_path,
 		say_gone(w, dir_path, name);
 		return 0;
 	}
-	if (ret) {
-		printf("BAD %s/%s: %s\n", dir_path, name,
-		       sel_is_selene_error(ret) || why[0] ? why : strerror(-ret));
+	if (ret && !sel_is_selene_error(ret)) {
+		/* Not a check that failed: the file could not be read (EACCES, EIO). */
+		printf("UNREADABLE %s/%s: %s\n", dir_path, name, strerror(-ret));
+		w->unreadable++;
+	} else if (ret) {
+		printf("BAD %s/%s: %s\n", dir_path, name, why[0] ? why : sel_strerror(ret));
 		w->bad++;
 	} else {
 		w->good++;
@@ -450,6 +481,27 @@ static bool say_if_empty(const struct walk *w, const char *dir)
 	return true;
 }
 
+/* Whether DIR is a directory the walk can start in (else walk says why). */
+static bool walk_readable(const char *dir)
+{
+	struct stat st;
+
+	return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * The exit status of a walk: 2 when something could not be read (nothing
+ * may be said of it), else 1 for a bad record or no record at all, else 0.
+ */
+static int walk_status(const struct walk *w, const char *dir)
+{
+	if (w->unreadable)
+		return LAUNCH_EXIT_USAGE;
+	if (say_if_empty(w, dir))
+		return LAUNCH_EXIT_BAD;
+	return w->bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+}
+
 int launch_cmd_ls(int argc, char **argv)
 {
 	struct walk w = { .visit = visit_ls, .now_ns = sel_realtime_ns() };
@@ -472,14 +524,12 @@ int launch_cmd_ls(int argc, char **argv)
 			"  --help   this help\n");
 		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
 	}
-	if (!w.json)
+	if (!w.json && walk_readable(dir))
 		printf("%-49s %-49s %6s %6s %-3s %12s %5s\n", "KEY", "PARENT", "FIRST",
 		       "PAGES", "ROW", "BYTES", "AGE");
 	if (walk(&w, dir, 0) != 0)
 		return LAUNCH_EXIT_USAGE;
-	if (say_if_empty(&w, dir))
-		return LAUNCH_EXIT_BAD;
-	return w.bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	return walk_status(&w, dir);
 }
 
 int launch_cmd_verify(int argc, char **argv)
@@ -501,20 +551,24 @@ int launch_cmd_verify(int argc, char **argv)
 			"A record removed while it is read (a live store evicting it) is\n"
 			"reported as gone, not bad.\n\n"
 			"exit status: 0 all good, 1 some record is bad or there is no record,\n"
-			"2 could not run\n\n"
+			"2 could not run, or some directory or record could not be read\n\n"
 			"  --help   this help\n");
 		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
 	}
 	if (walk(&w, dir, 0) != 0)
 		return LAUNCH_EXIT_USAGE;
-	if (say_if_empty(&w, dir))
-		return LAUNCH_EXIT_BAD;
-	printf("verified %" PRIu64 " records in %" PRIu64 " directories: %" PRIu64
-	       " good, %" PRIu64 " bad", w.good + w.bad, w.dirs, w.good, w.bad);
-	if (w.gone)
-		printf(", %" PRIu64 " gone while read (evicted by a live store)", w.gone);
-	if (w.temporary)
-		printf(" (%" PRIu64 " temporary files not checked)", w.temporary);
-	printf("\n");
-	return w.bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	if (w.good + w.bad + w.unreadable) {
+		printf("verified %" PRIu64 " records in %" PRIu64 " directories: %" PRIu64
+		       " good, %" PRIu64 " bad", w.good + w.bad, w.dirs, w.good, w.bad);
+		if (w.gone)
+			printf(", %" PRIu64 " gone while read (evicted by a live store)",
+			       w.gone);
+		if (w.temporary)
+			printf(" (%" PRIu64 " temporary files not checked)", w.temporary);
+		if (w.unreadable)
+			printf("; %" PRIu64 " directories or records could not be read",
+			       w.unreadable);
+		printf("\n");
+	}
+	return walk_status(&w, dir);
 }

@@ -125,6 +125,9 @@ int main(int argc, char **argv)
 		sel_failpoints_set_fatal(die_at_failpoint);
 		if (sel_failpoints_from_env(why, sizeof(why)) != 0) {
 			fprintf(stderr, "selene: %s\n", why);
+			/* The names the message points at are still listed. */
+			if (strcmp(argv[1], "failpoints") == 0)
+				commands[i].run(argc - 1, argv + 1);
 			return LAUNCH_EXIT_USAGE;
 		}
 		return commands[i].run(argc - 1, argv + 1);

@@ -101,7 +101,10 @@ static void test_cli_help(void **state)
 	run(r, NULL, (const char *[]){ "verify", NULL });
 	expect(r, 2, "usage: selene verify DIR");
 	run(r, NULL, (const char *[]){ "ls", "/nonexistent/selene", NULL });
-	expect(r, 2, "is not a directory");
+	expect(r, 2, "/nonexistent/selene: No such file or directory");
+	assert_null(strstr(r->out, "KEY")); /* no header for a listing that never starts */
+	run(r, NULL, (const char *[]){ "ls", "/dev/null", NULL });
+	expect(r, 2, "/dev/null is not a directory");
 	run(r, NULL, (const char *[]){ "--version", NULL });
 	expect(r, 0, "selene 0.");
 	free(r);
@@ -118,6 +121,13 @@ static void test_cli_failpoints(void **state)
 	expect(r, 0, "scan.before_drop_orphan");
 	run(r, "SELENE_FAILPOINTS=disk.write=explode", (const char *[]){ "failpoints", NULL });
 	expect(r, 2, "bad action 'explode'");
+	/* the list the message points at is still printed */
+	run(r, "SELENE_FAILPOINTS=disk.wrte=return", (const char *[]){ "failpoints", NULL });
+	expect(r, 2, "no failpoint named 'disk.wrte'");
+	expect(r, 2, "disk.write ");
+	run(r, "SELENE_FAILPOINTS=disk.wrte=return", (const char *[]){ "ls", "/tmp", NULL });
+	expect(r, 2, "no failpoint named 'disk.wrte'");
+	assert_null(strstr(r->out, "KEY"));
 	free(r);
 }
 
@@ -212,6 +222,63 @@ static void test_cli_verify_not_a_record(void **state)
 	expect(r, 0, "a directory with a record's name");
 	expect(r, 0, "a FIFO with a record's name");
 	assert_null(strstr(r->out, "BAD "));
+	/* ls says the same of them, and lists the record */
+	run(r, NULL, (const char *[]){ "ls", base, NULL });
+	expect(r, 0, "not a record: a FIFO with a record's name");
+	expect(r, 0, "not a record: a directory with a record's name");
+	assert_null(strstr(r->out, "invalid"));
+	/*
+	 * As a user who cannot read them: a sibling directory it cannot read is
+	 * named and the others are still walked; a record it cannot read is
+	 * UNREADABLE, not BAD; either makes the exit status 2.
+	 */
+	{
+		char locked[1024], other[1024];
+		struct rec_dir *second;
+		pid_t pid;
+		int status;
+
+		assert_int_equal(chmod(base, 0755), 0);
+		snprintf(locked, sizeof(locked), "%s/a-locked", base);
+		assert_int_equal(mkdir(locked, 0700), 0);
+		snprintf(other, sizeof(other), "%s/z-other", base);
+		assert_int_equal(mkdir(other, 0755), 0);
+		second = tu_dir_open(other, g, false);
+		assert_int_equal(tu_record_write(second, &b, 0), 0);
+		assert_int_equal(chmod(rec_dir_path(second), 0755), 0);
+		assert_int_equal(chmod(rec_dir_path(dir), 0755), 0);
+		rec_file_name(name, &b.key);
+		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(second), name);
+		assert_int_equal(chmod(path, 0600), 0);
+		rec_file_name(name, &a.key);
+		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(dir), name);
+		assert_int_equal(chmod(path, 0644), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			if (getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+				_exit(99);
+			if (getuid() == 0)
+				_exit(98);
+			run(r, NULL, (const char *[]){ "verify", base, NULL });
+			if (r->status != 2 || !strstr(r->out, "a-locked: Permission denied") ||
+			    !strstr(r->out, "UNREADABLE ") || !strstr(r->out, "1 good, 0 bad") ||
+			    strstr(r->out, "BAD "))
+				_exit(1);
+			run(r, NULL, (const char *[]){ "ls", base, NULL });
+			if (r->status != 2 || !strstr(r->out, "cannot read it: Permission denied") ||
+			    !strstr(r->out, "0000000000000080-")) {
+				fprintf(stderr, "%d %s\n", r->status, r->out);
+				_exit(2);
+			}
+			_exit(0);
+		}
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status));
+		if (WEXITSTATUS(status) != 0)
+			fail_msg("as nobody: check %d failed", WEXITSTATUS(status));
+		rec_dir_close(second);
+	}
 	tu_record_free(&a);
 	tu_record_free(&b);
 	tu_record_free(&c);
