@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,11 +52,18 @@ static bool env_number(const char *name, uint32_t max, uint32_t *out, bool *set)
 static int read_secret(const char *path, uint8_t secret[32], char *err, size_t err_size)
 {
 	uint8_t extra;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* never blocks: a FIFO would wait for a writer forever */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
 	ssize_t n;
 
 	if (fd < 0) {
 		snprintf(err, err_size, "SELENE_SECRET_FILE %s: %s", path, strerror(errno));
+		return -EINVAL;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		snprintf(err, err_size, "SELENE_SECRET_FILE %s is not a regular file", path);
 		return -EINVAL;
 	}
 	n = read(fd, secret, 32);
@@ -154,11 +162,18 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 	b->cluster = (struct sel_cluster){ .rank = rank, .world_size = world, .listen_fd = -1,
 					   .join_timeout_ms = 60000, .silence_timeout_ms = 10000,
 					   .job_timeout_ms = 60000 };
-	if (world == 1)
-		return 0;
 	ret = env_accept_empty_ranks(b, err, err_size);
 	if (ret)
 		return ret;
+	/* A coordinator with no rank and world is a launch that lost them. */
+	if (!rank_set && (env_set("SELENE_COORDINATOR") || env_set("SELENE_SECRET_FILE"))) {
+		snprintf(err, err_size, "SELENE_COORDINATOR or SELENE_SECRET_FILE is set but %s "
+			 "and %s are not: set them too, or unset both for one rank", rank_var,
+			 world_var);
+		return -EINVAL;
+	}
+	if (world == 1)
+		return 0;
 	ret = coordinator_address(coordinator, b->host, sizeof(b->host), &port);
 	if (ret == -EINVAL) {
 		snprintf(err, err_size, "SELENE_COORDINATOR must be host:port (an IPv6 "

@@ -320,14 +320,25 @@ struct demo_args {
 	uint64_t plane_bytes, row_bytes;
 };
 
-/* Open MPI's rank or size variable, or fallback where it is unset. */
-static uint32_t env_u32(const char *name, uint32_t fallback)
+/*
+ * Open MPI's rank or size variable into *out, or fallback where it is
+ * unset; false (said on stderr) when it is set but not a number.
+ */
+static bool env_u32(const char *name, uint32_t fallback, uint32_t *out)
 {
+	const char *text = getenv(name);
+	char why[128];
 	uint64_t v;
 
-	if (launch_parse_number(getenv(name), LAUNCH_COUNT, 0, UINT32_MAX, &v, NULL, 0))
-		return fallback;
-	return (uint32_t)v;
+	*out = fallback;
+	if (!text)
+		return true;
+	if (launch_parse_number(text, LAUNCH_COUNT, 0, UINT32_MAX, &v, why, sizeof(why))) {
+		fprintf(stderr, "selene demo: %s '%.40s': %s\n", name, text, why);
+		return false;
+	}
+	*out = (uint32_t)v;
+	return true;
 }
 
 static void demo_usage(FILE *out)
@@ -373,11 +384,12 @@ static int demo_parse(int argc, char **argv, struct demo_args *a)
 	*a = (struct demo_args){
 		.model = "demo-model",
 		.device = "host",
-		.rank = env_u32("OMPI_COMM_WORLD_RANK", 0),
-		.world = env_u32("OMPI_COMM_WORLD_SIZE", 1),
 		.page_tokens = 64, .planes = 8, .tokens = 8192,
 		.plane_bytes = 65536, .row_bytes = 262144,
 	};
+	if (!env_u32("OMPI_COMM_WORLD_RANK", 0, &a->rank) ||
+	    !env_u32("OMPI_COMM_WORLD_SIZE", 1, &a->world))
+		return -2;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "", options, &which)) != -1) {
 		const char *flag = options[which].name;

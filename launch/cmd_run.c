@@ -63,7 +63,7 @@ struct run_options {
 	uint64_t row_bytes;
 	uint32_t gpu_pages, gpu_rows;
 	const char *device;
-	int device_ordinal;      /* -1: OMPI_COMM_WORLD_LOCAL_RANK */
+	int device_ordinal;      /* -1 until parsed: OMPI_COMM_WORLD_LOCAL_RANK, or 0 */
 	const char *dir;
 	uint64_t disk_limit;
 	const char *trace_path, *results_path;
@@ -1097,17 +1097,34 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		fprintf(stderr, "selene run: --metrics-address needs --metrics-port\n");
 		ok = false;
 	}
+	/* Open MPI's local rank picks the GPU where --device-ordinal does not. */
+	if (ok && o->device_ordinal < 0) {
+		const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+		uint64_t v = 0;
+		char why[128];
+
+		if (local && launch_parse_number(local, LAUNCH_COUNT, 0, INT32_MAX, &v, why,
+						 sizeof(why))) {
+			fprintf(stderr, "selene run: OMPI_COMM_WORLD_LOCAL_RANK '%.40s': %s\n",
+				local, why);
+			ok = false;
+		}
+		o->device_ordinal = (int)v;
+	}
+	if (ok && getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+		uint64_t v;
+		char why[128];
+
+		if (launch_parse_number(getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), LAUNCH_COUNT, 1,
+					REC_WORLD_SIZE_MAX, &v, why, sizeof(why))) {
+			fprintf(stderr, "selene run: OMPI_COMM_WORLD_LOCAL_SIZE '%.40s': %s\n",
+				getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), why);
+			ok = false;
+		}
+	}
 	return ok ? 0 : -EINVAL;
 }
 
-static int run_device_ordinal(const struct run_options *o)
-{
-	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-
-	if (o->device_ordinal >= 0)
-		return o->device_ordinal;
-	return local ? atoi(local) : 0;
-}
 
 /* The store's configuration over this rank's planes. */
 static int run_configure(struct run *r)
@@ -1127,7 +1144,7 @@ static int run_configure(struct run *r)
 		.page_plane_count = p->plane_count, .page_planes = r->sel_planes,
 		.row_plane = { "state", p->row_bytes, p->row_base },
 		.page_count = p->page_count, .row_count = p->row_count,
-		.device = launch_run_planes_device(p), .device_ordinal = run_device_ordinal(&r->opt),
+		.device = launch_run_planes_device(p), .device_ordinal = r->opt.device_ordinal,
 		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
 	};
@@ -1229,7 +1246,7 @@ static int run_host_budget(const struct run *r, uint64_t *budget, char *err, siz
 				 sizeof(struct run_retry) + sizeof(uint32_t), need, &need);
 	if (local && launch_parse_number(local, LAUNCH_COUNT, 1, REC_WORLD_SIZE_MAX, &ranks,
 					 NULL, 0))
-		ranks = 1;
+		ranks = 1; /* never: run_parse_args refused it */
 	if (available == 0) {
 		*budget = UINT64_MAX; /* unknown: the allocations will say */
 		return 0;
@@ -1286,7 +1303,7 @@ static uint64_t run_prepare(struct run *r)
 			return 1;
 		}
 	}
-	if (launch_run_planes_open(&r->planes, rank, r->opt.device, run_device_ordinal(&r->opt),
+	if (launch_run_planes_open(&r->planes, rank, r->opt.device, r->opt.device_ordinal,
 				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
 				   r->opt.gpu_rows, host_budget, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const vars[] = {
@@ -200,6 +201,14 @@ static void test_bootstrap_refusals(void **state)
 		{ " +0", "2", "h:1", "ok", "SELENE_RANK" },
 		{ "1", "2", "h:-18446744073709549616", "ok", "port" },
 		{ "1", "2", "h: +80", "ok", "port" },
+		/* a coordinator or secret without rank and world: a launch that lost them */
+		{ NULL, NULL, "h:1", "ok", "SELENE_COORDINATOR or SELENE_SECRET_FILE is set" },
+		{ NULL, NULL, NULL, "ok", "SELENE_COORDINATOR or SELENE_SECRET_FILE is set" },
+		/* checked in a world of one too */
+		{ "0", "1", NULL, "accept=yes", "SELENE_ACCEPT_EMPTY_RANKS" },
+		/* a FIFO or a directory as the secret: said, never waited on */
+		{ "1", "4", "h:1", "fifo", "is not a regular file" },
+		{ "1", "4", "h:1", "dir", "is not a regular file" },
 	};
 	char short_path[600], long_path[600];
 
@@ -223,6 +232,14 @@ static void test_bootstrap_refusals(void **state)
 		if (secret && strcmp(secret, "accept=yes") == 0) {
 			setenv("SELENE_ACCEPT_EMPTY_RANKS", "yes", 1);
 			secret = "ok";
+		}
+		if (secret && strcmp(secret, "fifo") == 0) {
+			snprintf(short_path, sizeof(short_path), "%s/fifo", dir);
+			assert_int_equal(mkfifo(short_path, 0600), 0);
+			secret = "short";
+		} else if (secret && strcmp(secret, "dir") == 0) {
+			secret = "short";
+			snprintf(short_path, sizeof(short_path), "%s", dir);
 		}
 		if (secret)
 			setenv("SELENE_SECRET_FILE",

@@ -107,6 +107,15 @@ static void test_cli_help(void **state)
 	expect(r, 2, "/dev/null is not a directory");
 	run(r, NULL, (const char *[]){ "--version", NULL });
 	expect(r, 0, "selene 0.");
+	/* Open MPI's numbers, malformed: named, never taken for 0 or wrapped */
+	run(r, "OMPI_COMM_WORLD_RANK=abc", (const char *[]){ "demo", "--dir", "/tmp", NULL });
+	expect(r, 2, "OMPI_COMM_WORLD_RANK 'abc': not a number");
+	run(r, "OMPI_COMM_WORLD_LOCAL_RANK=4294967297",
+	    (const char *[]){ "run", "--trace", "/dev/null", "--dir", "/tmp", NULL });
+	expect(r, 2, "OMPI_COMM_WORLD_LOCAL_RANK '4294967297'");
+	run(r, "OMPI_COMM_WORLD_LOCAL_SIZE=x",
+	    (const char *[]){ "run", "--trace", "/dev/null", "--dir", "/tmp", NULL });
+	expect(r, 2, "OMPI_COMM_WORLD_LOCAL_SIZE 'x'");
 	free(r);
 }
 

@@ -17,6 +17,7 @@ import ctypes.util
 import os
 import re
 import socket
+import stat
 import struct
 from typing import List, Optional, Tuple
 
@@ -59,10 +60,19 @@ def _coordinator(text: str, world: int) -> Tuple[str, int]:
 
 def _secret(path: str) -> bytes:
     try:
-        with open(path, "rb") as f:
+        # never blocks: a FIFO would wait for a writer forever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise BootstrapError("SELENE_SECRET_FILE %s: %s" % (path, e.strerror)) from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BootstrapError("SELENE_SECRET_FILE %s is not a regular file" % path)
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(33)
     except OSError as e:
         raise BootstrapError("SELENE_SECRET_FILE %s: %s" % (path, e.strerror)) from e
+    finally:
+        os.close(fd)
     if len(data) != 32:
         raise BootstrapError("SELENE_SECRET_FILE %s must hold exactly 32 bytes" % path)
     return data
@@ -86,6 +96,10 @@ def from_env(env=None) -> ClusterConfig:
             (world is not None and (world == 0 or rank >= world)):
         raise BootstrapError("%s and %s must both be set, with 0 <= rank < world size <= %d"
                              % (rank_var, world_var, WORLD_MAX))
+    if world is None and (env.get("SELENE_COORDINATOR") or env.get("SELENE_SECRET_FILE")):
+        raise BootstrapError("SELENE_COORDINATOR or SELENE_SECRET_FILE is set but %s and %s "
+                             "are not: set them too, or unset both for one rank"
+                             % (rank_var, world_var))
     if world is None or world == 1:
         return ClusterConfig(rank=0, world_size=1)
     host, port = _coordinator(env.get("SELENE_COORDINATOR", ""), world)

@@ -518,6 +518,17 @@ def test_bootstrap_from_env(tmp_path):
     for env in bad:
         with pytest.raises(selene.BootstrapError):
             selene.from_env(env)
+    # a coordinator or secret without rank and world: a launch that lost them
+    for env in ({"SELENE_COORDINATOR": "h:1"}, {"SELENE_SECRET_FILE": str(secret)}):
+        with pytest.raises(selene.BootstrapError, match="is set but SELENE_RANK"):
+            selene.from_env(env)
+    # a FIFO or a directory as the secret: said, never waited on
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        with pytest.raises(selene.BootstrapError, match="not a regular file"):
+            selene.from_env({"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2",
+                             "SELENE_COORDINATOR": "h:1", "SELENE_SECRET_FILE": str(path)})
     secret.write_bytes(b"short")
     with pytest.raises(selene.BootstrapError, match="32 bytes"):
         selene.from_env({"SELENE_RANK": "0", "SELENE_WORLD_SIZE": "2",
