@@ -98,6 +98,9 @@ static bool parse_errno(const char *text, size_t len, int64_t *out)
 			return true;
 		}
 	}
+	/* digits, with a leading '-' at most: no blanks, no '+' (strtol takes them) */
+	if (!(buf[0] >= '0' && buf[0] <= '9') && !(buf[0] == '-' && buf[1] >= '0' && buf[1] <= '9'))
+		return false;
 	value = strtol(buf, &end, 10);
 	if (*end != '\0' || value == 0 || value < -4095 || value > 4095)
 		return false;
@@ -179,6 +182,8 @@ static int parse_term(const char *text, size_t len, struct fp_term *term)
 			return -1;
 		memcpy(buf, arg, arg_len);
 		buf[arg_len] = '\0';
+		if (!(buf[0] >= '0' && buf[0] <= '9'))
+			return -1; /* digits only: strtoll takes blanks and signs */
 		term->argument = strtoll(buf, &end, 10);
 		if (*end != '\0' || term->argument < 0 || term->argument > 3600000)
 			return -1;
@@ -217,9 +222,12 @@ static int parse_entry(const char *entry, size_t len, struct fp_state *table, ch
 		size_t term_len = (arrow && arrow < end) ? (size_t)(arrow - cursor) :
 							   (size_t)(end - cursor);
 
-		if (state.term_count == SEL_FAILPOINT_TERMS_MAX ||
-		    term_len == 0 ||
-		    parse_term(cursor, term_len, &state.terms[state.term_count])) {
+		if (state.term_count == SEL_FAILPOINT_TERMS_MAX) {
+			snprintf(err, err_size, "more than %u terms for '%s'",
+				 SEL_FAILPOINT_TERMS_MAX, name);
+			return SEL_EFAILPOINT;
+		}
+		if (term_len == 0 || parse_term(cursor, term_len, &state.terms[state.term_count])) {
 			snprintf(err, err_size, "bad action '%.*s' for '%s'", (int)term_len,
 				 cursor, name);
 			return SEL_EFAILPOINT;

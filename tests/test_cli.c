@@ -130,6 +130,9 @@ static void test_cli_failpoints(void **state)
 	expect(r, 0, "scan.before_drop_orphan");
 	run(r, "SELENE_FAILPOINTS=disk.write=explode", (const char *[]){ "failpoints", NULL });
 	expect(r, 2, "bad action 'explode'");
+	run(r, "SELENE_FAILPOINTS=disk.write=1*off->1*off->1*off->1*off->1*off->1*off->1*off->"
+	       "1*off->off", (const char *[]){ "failpoints", NULL });
+	expect(r, 2, "more than 8 terms for 'disk.write'");
 	/* the list the message points at is still printed */
 	run(r, "SELENE_FAILPOINTS=disk.wrte=return", (const char *[]){ "failpoints", NULL });
 	expect(r, 2, "no failpoint named 'disk.wrte'");

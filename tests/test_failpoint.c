@@ -93,6 +93,9 @@ static void test_failpoint_rejects_malformed(void **state)
 		"disk.write=-1*off",     "disk.write=print(x)",  "disk.write=off->",
 		"disk.write=1*off->1*off->1*off->1*off->1*off->1*off->1*off->1*off->off",
 		"disk.write=99999999999999999999999*return", /* past 2^64 */
+		/* digits only in arguments: no blanks or plus signs */
+		"disk.write=return( +5)", "disk.write=return( 5)", "disk.write=sleep( +5)",
+		"disk.write=sleep(+5)",
 	};
 
 	(void)state;
@@ -102,6 +105,8 @@ static void test_failpoint_rejects_malformed(void **state)
 		if (sel_failpoints_configure(bad[i]) != SEL_EFAILPOINT)
 			fail_msg("accepted '%s'", bad[i]);
 	assert_int_equal(SEL_FAILPOINT(SEL_FP_DISK_READ), -EIO);
+	/* a negative errno and plain digits still parse */
+	assert_int_equal(sel_failpoints_configure("disk.write=return(-5)->sleep(5)"), 0);
 	assert_int_equal(sel_failpoints_configure(""), 0);
 	assert_int_equal(SEL_FAILPOINT(SEL_FP_DISK_READ), 0);
 }
