@@ -1421,8 +1421,12 @@ uint32_t shard_default_stores_max(uint32_t io_workers)
 {
 	uint32_t n;
 
-	if (sel_env_count("SELENE_STORES_AT_ONCE", SHARD_STORES_MAX, &n) && n > 0)
-		return n;
+	if (sel_env_count("SELENE_STORES_AT_ONCE", SHARD_STORES_MAX, &n)) {
+		if (n > 0)
+			return n;
+		sel_warn("SELENE_STORES_AT_ONCE=0 is not 1..%u; using the default",
+			 SHARD_STORES_MAX);
+	}
 	/* Several stores at once where one file's writes are the bound. */
 	return io_workers ? SHARD_STORES_MAX : 1;
 }
