@@ -248,8 +248,9 @@ void coord_index_unpin(struct coord_index *ix, uint32_t id)
  * would otherwise restore that conversation's pages as this one's. Fills
  * out when it is.
  */
-static bool lookup_chain(const struct coord_index *ix, const struct rec_history *h,
-			 uint32_t candidate, uint64_t resident, struct coord_lookup *out)
+static enum coord_chain lookup_chain(const struct coord_index *ix, const struct rec_history *h,
+				     uint32_t candidate, uint64_t resident,
+				     struct coord_lookup *out)
 {
 	const uint64_t pt = ix->page_tokens;
 	uint64_t pages = 0, stop = 0, skip;
@@ -260,20 +261,22 @@ static bool lookup_chain(const struct coord_index *ix, const struct rec_history 
 		const struct coord_node *parent;
 		struct rec_key expect;
 
-		if (n->state != COORD_READY || count == COORD_CHAIN_MAX)
-			return false;
+		if (n->state != COORD_READY)
+			return COORD_CHAIN_UNSETTLED;
+		if (count == COORD_CHAIN_MAX)
+			return COORD_CHAIN_BROKEN;
 		out->chain[count++] = id;
 		pages += n->tail_page_count;
 		if (n->parent.consumed == 0)
 			break;
 		if (n->parent_id == COORD_NONE)
-			return false;
+			return COORD_CHAIN_BROKEN;
 		parent = &ix->nodes[n->parent_id];
 		if (parent->key.consumed == 0 || parent->key.consumed >= n->key.consumed)
-			return false;
+			return COORD_CHAIN_BROKEN;
 		rec_history_key_at(h, parent->key.consumed, &expect);
 		if (!rec_key_equal(&expect, &parent->key))
-			return false;
+			return COORD_CHAIN_BROKEN;
 		if (parent->key.consumed <= resident) {
 			stop = parent->key.consumed;
 			break;
@@ -287,7 +290,7 @@ static bool lookup_chain(const struct coord_index *ix, const struct rec_history 
 	 */
 	skip = resident / pt - stop / pt;
 	if (pages < skip || pages - skip > UINT32_MAX)
-		return false;
+		return COORD_CHAIN_BROKEN;
 	for (uint32_t i = 0, j = count - 1; i < j; i++, j--) {
 		uint32_t t = out->chain[i];
 
@@ -299,7 +302,7 @@ static bool lookup_chain(const struct coord_index *ix, const struct rec_history 
 	out->page_count = (uint32_t)(pages - skip);
 	out->consumed = ix->nodes[candidate].key.consumed;
 	out->parent_consumed = stop;
-	return true;
+	return COORD_CHAIN_OK;
 }
 
 /*
@@ -351,9 +354,17 @@ static bool lookup_block(const struct coord_index *ix, const struct rec_history 
 		matched |= 1ull << off;
 	}
 	for (uint64_t off = hi - base + 1; matched && off-- > lo - base;)
-		if ((matched >> off & 1) && lookup_chain(ix, h, match[off], resident, out))
+		if ((matched >> off & 1) &&
+		    lookup_chain(ix, h, match[off], resident, out) == COORD_CHAIN_OK)
 			return true;
 	return false;
+}
+
+enum coord_chain coord_index_chain(const struct coord_index *ix, const struct rec_history *h,
+				   uint32_t id, struct coord_lookup *scratch)
+{
+	SEL_ASSERT(id < ix->nodes_max && ix->nodes[id].in_use);
+	return lookup_chain(ix, h, id, 0, scratch);
 }
 
 bool coord_index_lookup(const struct coord_index *ix, const struct rec_history *h,

@@ -116,6 +116,21 @@ struct coord_lookup {
 	uint64_t parent_consumed; /* the stopping parent's (0 at the root) */
 };
 
+/* Whether a record's chain could be restored for a history (lookup_chain). */
+enum coord_chain {
+	COORD_CHAIN_OK,        /* every parent READY and the history's own */
+	COORD_CHAIN_UNSETTLED, /* a record on it is not READY (being stored or dropped) */
+	COORD_CHAIN_BROKEN,    /* a parent missing, not the history's, or counts that
+				  do not fit: no restore can use it */
+};
+
+/*
+ * The chain of node id (whose key is h's at its count) from the root,
+ * checked as a lookup checks it; scratch is filled as a lookup's out.
+ */
+enum coord_chain coord_index_chain(const struct coord_index *ix, const struct rec_history *h,
+				   uint32_t id, struct coord_lookup *scratch);
+
 /*
  * Seed 2.3, exactly: walks the history's 64-token boundaries from the
  * longest (floor(token_count / 64)) down to the block holding resident,

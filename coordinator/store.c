@@ -406,6 +406,9 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	return 0;
 }
 
+static void condemn(struct coord_store *s, struct coord_node *n);
+static void drop_condemned(struct coord_store *s);
+
 /*
  * Issue 10 item 5: a READY record whose row was dropped (its only child
  * committed) can supply pages to a chain but cannot be restored at its own
@@ -492,12 +495,29 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 		if (ret)
 			return ret;
 	} else if (existing != COORD_NONE) {
-		/* Dedupe: a committed copy is Present; one in flight, retry later. */
+		/*
+		 * Dedupe: a committed copy is Present when a restore at this
+		 * endpoint would succeed (section 5); one in flight, or on a
+		 * chain not settled yet, retry later. A copy whose chain no
+		 * restore can use (a parent link naming another history's
+		 * record) is dropped, so the checkpoint is stored again.
+		 */
 		struct coord_node *n = coord_index_node(&s->index, existing);
+		enum coord_chain chain = n->state == COORD_READY ?
+			coord_index_chain(&s->index, h, existing, &s->lookup) : COORD_CHAIN_UNSETTLED;
 
-		*outcome = n->state == COORD_READY ? SEL_PRESENT : SEL_RETRY;
-		if (n->state == COORD_READY)
+		*outcome = chain == COORD_CHAIN_OK ? SEL_PRESENT : SEL_RETRY;
+		if (chain == COORD_CHAIN_OK)
 			coord_index_touch(&s->index, existing);
+		if (chain == COORD_CHAIN_BROKEN) {
+			char name[REC_FILE_NAME_BYTES];
+
+			rec_file_name(name, &n->key);
+			sel_warn("%s: its chain cannot be restored (a parent link that is not "
+				 "this history's): dropped on every rank, to be stored again", name);
+			condemn(s, n);
+			drop_condemned(s);
+		}
 	} else if ((ret = find_parent(s, h, pub, &parent, &parent_key)) != 0) {
 		*outcome = SEL_RETRY;
 	} else {
@@ -989,7 +1009,9 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	 * rest wait in the engine's queue (and their jobs keep their slots)
 	 * until the caller drains events.
 	 */
-	while ((room = COORD_EVENTS_MAX - 1 - s->event_count) >= COORD_WAITERS_MAX &&
+	/* Compared before subtracting: the FATAL event may take the kept slot. */
+	while (s->event_count + 1 + COORD_WAITERS_MAX <= COORD_EVENTS_MAX &&
+	       (room = COORD_EVENTS_MAX - 1 - s->event_count) >= COORD_WAITERS_MAX &&
 	       (n = s->jobs_ops.poll(s->jobs_ops.ctx, done,
 				     room / COORD_WAITERS_MAX < SEL_ARRAY_SIZE(done) ?
 					     room / COORD_WAITERS_MAX :

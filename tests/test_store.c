@@ -477,6 +477,51 @@ static struct rec_record_info loaded_record(struct fixture *f, uint64_t consumed
 }
 
 /*
+ * A committed record whose parent link names another history's record
+ * (checksummed, not proven: section 5) is not Present for its checkpoint,
+ * since no restore at that endpoint can use it: it is dropped, and the
+ * checkpoint is stored again. Before, Present kept it young for good while
+ * every lookup missed.
+ */
+static void test_store_present_needs_a_restorable_chain(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_identity model;
+	struct rec_history other;
+	uint32_t tokens[2000];
+	struct rec_record_info loaded[2];
+	struct sel_event ev[64];
+	struct sel_hit hit;
+
+	tu_identities(&model, NULL);
+	tu_tokens(tokens, 2000, 78);
+	assert_int_equal(rec_history_init(&other, &model, tokens, 2000), 0);
+	loaded[0] = loaded_record(f, 300, 0, true, 1111);
+	rec_history_key_at(&other, 300, &loaded[0].key); /* the other history's root */
+	loaded[0].bucket = *rec_history_bucket(&other, 300);
+	loaded[1] = loaded_record(f, 700, 300, true, 2222);
+	loaded[1].parent = loaded[0].key; /* this history's 700 under it: forged */
+	assert_int_equal(coord_store_load(&f->store, loaded, 2), 0);
+	assert_int_equal(f->store.index.node_count, 2);
+	assert_false(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(publish(f, 1, 700, 300), SEL_RETRY);
+	/* the forged record goes on every rank (an unlink), the other history's stays */
+	assert_int_equal(f->stub.job_count, 1);
+	assert_int_equal(f->stub.jobs[0].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[0].key, &loaded[1].key));
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	/* stored again, as a root of its own: its parent 300 is not this history's */
+	assert_int_equal(publish(f, 2, 700, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 700);
+	rec_history_free(&other);
+}
+
+/*
  * R-AGREE-1: a rewrite keeps the record's creation time, so that where it
  * fails on some ranks only, the old page-only file and the new one have
  * equal headers once the undo truncates the row; a new creation time made
@@ -1042,6 +1087,53 @@ static bool stub_stopped(void *ctx, char *why, size_t why_size)
 }
 
 /*
+ * The ring one short of full (1023 events: 1007 failed stores and a fetch's
+ * 16 waiters), one more completion waiting, then the transport stops: the
+ * FATAL event takes the kept slot and nothing more is taken until the
+ * caller drains (the room left was computed past zero, and the next
+ * completion's event ended the process in an assertion).
+ */
+static void test_store_fatal_event_then_no_more_room(void **state)
+{
+	struct fixture *f = *state;
+	static struct sel_event ev[COORD_EVENTS_MAX];
+	uint32_t fetch_job, stores = 0, got = 0, fatal = 0;
+	struct sel_hit hit;
+	bool joined;
+
+	store_root_and_find(f, ev, &hit);
+	fetch_job = f->stub.job_count;
+	for (uint32_t w = 0; w < COORD_WAITERS_MAX; w++)
+		assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 10 + w, &joined),
+				 0);
+	while (stores < COORD_EVENTS_MAX - 1 - COORD_WAITERS_MAX) {
+		for (uint32_t i = 0; i < COORD_JOBS_MAX - 2 &&
+				     stores < COORD_EVENTS_MAX - 1 - COORD_WAITERS_MAX; i++) {
+			uint32_t before = f->stub.job_count;
+
+			assert_int_equal(publish(f, 5000 + stores, 400 + i, 0), SEL_QUEUED);
+			stub_complete(&f->stub, before, -EIO);
+			stores++;
+		}
+		assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	}
+	stub_complete(&f->stub, fetch_job, 0);
+	assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	assert_int_equal(f->store.event_count, COORD_EVENTS_MAX - 1);
+	assert_int_equal(publish(f, 9999, 499, 0), SEL_QUEUED);
+	stub_complete(&f->stub, f->stub.job_count - 1, -EIO);
+	f->store.jobs_ops.stopped = stub_stopped;
+	assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	for (uint32_t n; (n = coord_store_poll(&f->store, ev, COORD_EVENTS_MAX)) > 0;) {
+		for (uint32_t i = 0; i < n; i++)
+			fatal += ev[i].kind == SEL_EVENT_FATAL;
+		got += n;
+	}
+	assert_int_equal(fatal, 1);
+	assert_int_equal(got, 1 + stores + 1 + COORD_WAITERS_MAX);
+}
+
+/*
  * A caller polling with max 0 lets the event ring fill: 1008 failed stores
  * (63 jobs at a time), then a fetch with 16 waiters, then the transport
  * stops. The ring keeps a slot for that FATAL event: it is delivered (it
@@ -1224,6 +1316,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_and_undo_drops_record, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_store_present_needs_a_restorable_chain, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_row_rewrite_keeps_creation_time, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_oversize, setup_small, teardown),
@@ -1251,6 +1345,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failed_reclaim_releases_budget, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_store_event_ring_never_overflows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fatal_event_fits_a_full_ring, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_fatal_event_then_no_more_room, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_cancel_owner_still_hears, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_page_only_ancestor_goes_with_child, setup, teardown),
