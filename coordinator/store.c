@@ -207,6 +207,8 @@ int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64
 }
 
 /* Submits an unlink (leaf) or a truncate (compaction) of victim. */
+static void drop_bare_page_only(struct coord_store *s, uint32_t id);
+
 static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 {
 	struct coord_node *n = coord_index_node(&s->index, victim);
@@ -248,19 +250,26 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 		coord_index_remove(&s->index, victim);
 		s->stats.records = s->index.node_count;
 		s->stats.unlinks++;
-		/*
-		 * A page-only ancestor left without children can neither match
-		 * nor supply a chain: it goes with its last child (seed 2.3).
-		 */
-		if (parent != COORD_NONE) {
-			struct coord_node *p = coord_index_node(&s->index, parent);
-
-			if (p->child_count == 0 && !p->row_present && p->pins == 0 &&
-			    p->state == COORD_READY)
-				reclaim(s, parent, false);
-		}
+		drop_bare_page_only(s, parent);
 	}
 	return 0;
+}
+
+/*
+ * A page-only record with no child and no pin can neither match a lookup
+ * nor supply a chain: it goes (seed 2.3), wherever its last child or its
+ * last pin has just left it (an eviction, a failed store, a publication
+ * answered Retry, a rewrite undone).
+ */
+static void drop_bare_page_only(struct coord_store *s, uint32_t id)
+{
+	struct coord_node *p;
+
+	if (id == COORD_NONE)
+		return;
+	p = coord_index_node(&s->index, id);
+	if (p->child_count == 0 && !p->row_present && p->pins == 0 && p->state == COORD_READY)
+		reclaim(s, id, false);
 }
 
 static bool evictable(const struct coord_node *node, void *ctx)
@@ -543,6 +552,8 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 			*outcome = SEL_RETRY;
 		if (parent != COORD_NONE)
 			coord_index_unpin(&s->index, parent);
+		if (*outcome != SEL_QUEUED)
+			drop_bare_page_only(s, parent); /* make_room took its last child */
 		if (ret && ret != SEL_RETRY)
 			return ret; /* the engine refused it: not a matter of time */
 	}
@@ -789,6 +800,7 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		s->stats.records = s->index.node_count;
 		s->used_bytes -= job->bytes;
 		s->stats.store_failures++;
+		drop_bare_page_only(s, job->parent); /* it was its last child */
 		if (c->result == -ENOSPC || c->result == -EDQUOT)
 			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
 		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);

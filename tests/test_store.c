@@ -878,6 +878,51 @@ static void test_store_no_join_after_owner_cancelled(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * A page-only record whose last child leaves another way than by eviction
+ * goes too (seed 2.3): 300 <- 700 (page-only once 900 committed) <- 900;
+ * 800 is stored under 700; 900 fails verification and is dropped; then
+ * 800's store fails: 700 is left with no child and no row, and is unlinked
+ * (before, it stayed, its bytes charged, until LRU pressure took it).
+ */
+static void test_store_page_only_record_goes_with_its_last_child(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	char name[REC_FILE_NAME_BYTES];
+	struct rec_key middle, leaf;
+	uint32_t d_job;
+	bool joined;
+
+	store_chain_of_three(f);
+	middle = f->stub.jobs[1].header.key;
+	leaf = f->stub.jobs[2].header.key;
+	assert_false(coord_index_node(&f->store.index,
+				      coord_index_find(&f->store.index, &middle))->row_present);
+	d_job = f->stub.job_count;
+	assert_int_equal(publish(f, 4, 800, 700), SEL_QUEUED);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
+	stub_complete(&f->stub, f->stub.job_count - 1, SEL_ECHECKSUM);
+	rec_file_name(name, &leaf);
+	snprintf(f->stub.done[f->stub.done_count - 1].why, 200, "%s: page 12 fails its checksum",
+		 name);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
+	stub_complete(&f->stub, f->stub.job_count - 1, 0);
+	poll_events(f, ev);
+	stub_complete(&f->stub, d_job, -EIO); /* 800's store */
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[f->stub.job_count - 1].key, &middle));
+	stub_complete(&f->stub, f->stub.job_count - 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1); /* the root at 300 */
+	assert_balanced(f);
+}
+
 /* A failed fetch tells every waiter and releases the chain. */
 static void test_store_fetch_failure(void **state)
 {
@@ -1336,6 +1381,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_no_join_after_owner_cancelled, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_store_page_only_record_goes_with_its_last_child,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
 						teardown),
