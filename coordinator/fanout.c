@@ -124,9 +124,15 @@ static bool is_stopped(struct coord_fanout *f)
 	return s;
 }
 
+/*
+ * Keeps a job's first failure, except that a fetch's failure saying a
+ * record is bad (R-READ-4) replaces one that did not (EIO on another rank):
+ * rank zero drops the record only on the answer that names it.
+ */
 static void fail_pending(struct pending *p, int result, const char *why)
 {
-	if (p->result)
+	if (p->result && (p->kind != COORD_JOB_FETCH || rec_failure_condemns(p->result) ||
+			  !rec_failure_condemns(result)))
 		return;
 	p->result = result;
 	snprintf(p->why, sizeof(p->why), "%s", why);

@@ -859,18 +859,14 @@ static void drop_condemned(struct coord_store *s)
 /* The counter of the reason a fetch's failure condemns a record for, or NULL. */
 static uint64_t *drop_counter(struct coord_store *s, int result)
 {
-	switch (result) {
-	case SEL_ECHECKSUM:
-		return &s->stats.records_dropped_checksum;
-	case SEL_EBADHEADER:
-	case SEL_EMISMATCH:
-		return &s->stats.records_dropped_header;
-	case -ENOENT:
-	case -ENXIO: /* the name is no longer a regular file (record/io.h) */
-		return &s->stats.records_dropped_missing;
-	default:
+	if (!rec_failure_condemns(result))
 		return NULL; /* EIO and the like may pass: the record stays */
-	}
+	if (result == SEL_ECHECKSUM)
+		return &s->stats.records_dropped_checksum;
+	/* -ENXIO: the name is no longer a regular file (record/io.h) */
+	if (result == -ENOENT || result == -ENXIO)
+		return &s->stats.records_dropped_missing;
+	return &s->stats.records_dropped_header;
 }
 
 /*

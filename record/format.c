@@ -8,6 +8,7 @@
 #include "selene/selene.h"
 
 #include <blake2.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -444,4 +445,18 @@ bool rec_dir_name_parse(const char *name, uint8_t prefix[8],
 	return strlen(name) == REC_DIR_NAME_BYTES - 1 && name[16] == '-' &&
 	       sel_hex_decode(prefix, name, 8) &&
 	       sel_hex_decode(fingerprint->bytes, name + 17, REC_DIGEST_BYTES);
+}
+
+bool rec_failure_condemns(int result)
+{
+	switch (result) {
+	case SEL_ECHECKSUM:
+	case SEL_EBADHEADER:
+	case SEL_EMISMATCH:
+	case -ENOENT:
+	case -ENXIO:
+		return true;
+	default:
+		return false;
+	}
 }

@@ -182,6 +182,14 @@ void rec_dir_name(char out[REC_DIR_NAME_BYTES],
 		  const struct rec_identity *namespace_id,
 		  const struct rec_digest *fingerprint);
 
+/*
+ * Whether a read's failure says the record file itself is bad (R-READ-4: a
+ * checksum, a header, identity, key, layout or length check, the file
+ * missing or not a regular file), rather than the disk or the job (EIO,
+ * ENOMEM, a refusal): only such a failure may drop the record.
+ */
+bool rec_failure_condemns(int result);
+
 /* Parses a record directory name; prefix gets the 8 namespace bytes. */
 bool rec_dir_name_parse(const char *name, uint8_t prefix[8],
 			struct rec_digest *fingerprint);

@@ -58,10 +58,12 @@ struct rank {
 	char why[256];
 	uint32_t rogue_answers; /* >0: after joining, send this many bogus JOB_DONEs */
 	bool rogue_twice;       /* after joining, answer every job twice */
+	bool verdict;           /* after joining, fail every fetch, late, by checksum */
 };
 
 static uint32_t rogue_answers; /* for the next setup's rank 2 */
 static bool rogue_twice;        /* for the next setup's rank 2 */
+static bool verdict;            /* for the next setup's rank 2 */
 static bool durable_dirs;       /* for the next setup's ranks */
 
 struct fixture {
@@ -174,6 +176,46 @@ static void twice_peer(struct rank *k, struct cluster_sequences *seq)
 	}
 }
 
+/*
+ * A peer that answers stores, truncates and unlinks with success (writing
+ * nothing) and every fetch, 200 ms late, with a checksum failure naming
+ * the chain's first record.
+ */
+static void verdict_peer(struct rank *k, struct cluster_sequences *seq)
+{
+	static uint8_t frame[CLUSTER_FRAME_PAYLOAD_BYTES_MAX];
+	struct cluster_frame_header header;
+	char why[200];
+
+	while (cluster_frame_read(k->fd, frame, sizeof(frame), &seq->recv, &header, why,
+				  sizeof(why)) == 1) {
+		struct cluster_job_done done = { 0 };
+		struct cluster_job_view v;
+		uint8_t buf[512];
+		int n;
+
+		if (header.type != CLUSTER_MSG_JOB ||
+		    cluster_job_decode(frame, header.payload_length, &v, why, sizeof(why)) != 0)
+			continue;
+		done.job_id = v.job_id;
+		if (v.kind == CLUSTER_JOB_FETCH) {
+			struct cluster_chain_record r;
+			char name[REC_FILE_NAME_BYTES];
+
+			cluster_job_view_chain_record(&v, 0, &r);
+			rec_file_name(name, &r.key);
+			done.result = SEL_ECHECKSUM;
+			snprintf(done.reason, sizeof(done.reason), "%s: page 0 fails its checksum",
+				 name);
+			usleep(200000);
+		}
+		n = cluster_job_done_encode(&done, buf, sizeof(buf));
+		if (n <= 0 || cluster_frame_write(k->fd, &seq->send, CLUSTER_MSG_JOB_DONE, buf,
+						  (uint32_t)n) != 0)
+			return;
+	}
+}
+
 static void *peer_main(void *arg)
 {
 	bool undrained;
@@ -211,6 +253,10 @@ static void *peer_main(void *arg)
 		twice_peer(k, &seq);
 		return NULL;
 	}
+	if (k->verdict) {
+		verdict_peer(k, &seq);
+		return NULL;
+	}
 	k->result = peer_agent_run(&(struct peer_agent_options){
 		.fd = k->fd, .seq = seq, .engine = k->engine, .geometry = &k->g,
 		.namespace_id = &k->ns, .heartbeat_ms = 100, .silence_timeout_ms = 5000 },
@@ -244,8 +290,10 @@ static int setup(void **state)
 	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
 	f->ranks[2].rogue_answers = rogue_answers;
 	f->ranks[2].rogue_twice = rogue_twice;
+	f->ranks[2].verdict = verdict;
 	rogue_answers = 0;
 	rogue_twice = false;
+	verdict = false;
 	durable_dirs = false;
 	for (uint32_t r = 1; r < WORLD; r++) {
 		f->ranks[r].port = ntohs(addr.sin_port);
@@ -885,6 +933,36 @@ static int setup_rogue_twice(void **state)
 	return setup(state);
 }
 
+static int setup_verdict(void **state)
+{
+	verdict = true;
+	return setup(state);
+}
+
+/*
+ * A fetch that fails on ranks 0 and 1 with EIO (a disk error: the record
+ * may be good) and, later, on rank 2 by checksum (the record is bad): the
+ * checksum failure is the job's, and the record is dropped (R-READ-4);
+ * before, the first failure won and the bad record stayed.
+ */
+static void test_fanout_bad_record_outranks_an_io_error(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+
+	publish(f, 7, 1000);
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	ev = fetch_longest(f, 1000);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(ev.error, SEL_ECHECKSUM);
+	wait_quiet(f);
+	assert_int_equal(f->store->stats.records_dropped_checksum, 1);
+	assert_int_equal(f->store->index.node_count, 0);
+}
+
 /*
  * A rank that answers a job twice stops the transport before its second
  * answer counts for another rank's: the store is never reported stored
@@ -945,6 +1023,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_store_again_after_failed_unlink, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_row_put_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_bad_record_outranks_an_io_error,
+						setup_verdict, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,
