@@ -340,17 +340,16 @@ static void test_api_restart(void **state)
 	restore_and_check(f, 78);
 }
 
-/* The record files under dir's subdirectories: how many, and their bytes. */
-static uint32_t record_files(const char *dir, uint64_t *bytes)
+/* Calls fn(path, arg) for every record file in dir's subdirectories; a count. */
+static uint32_t each_record_file(const char *dir, void (*fn)(const char *path, void *arg),
+				 void *arg)
 {
 	char sub[1024], path[2048];
 	struct dirent *e, *r;
 	DIR *d = opendir(dir), *records;
 	uint32_t count = 0;
-	struct stat st;
 
 	assert_non_null(d);
-	*bytes = 0;
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
@@ -364,14 +363,28 @@ static uint32_t record_files(const char *dir, uint64_t *bytes)
 			if (len < 5 || strcmp(r->d_name + len - 5, ".ckpt") != 0)
 				continue;
 			snprintf(path, sizeof(path), "%s/%s", sub, r->d_name);
-			assert_int_equal(stat(path, &st), 0);
-			*bytes += (uint64_t)st.st_size;
+			fn(path, arg);
 			count++;
 		}
 		closedir(records);
 	}
 	closedir(d);
 	return count;
+}
+
+static void add_size(const char *path, void *arg)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	*(uint64_t *)arg += (uint64_t)st.st_size;
+}
+
+/* The record files under dir's subdirectories: how many, and their bytes. */
+static uint32_t record_files(const char *dir, uint64_t *bytes)
+{
+	*bytes = 0;
+	return each_record_file(dir, add_size, bytes);
 }
 
 /*
@@ -409,37 +422,24 @@ static void test_api_reopen_with_fewer_records_max(void **state)
 	assert_int_equal(hit.consumed, 300);
 }
 
+/* Moves a record file aside, and puts a symlink to it or a FIFO in its place. */
+static void replace_one(const char *path, void *arg)
+{
+	bool fifo = *(bool *)arg;
+	char moved[2100];
+
+	snprintf(moved, sizeof(moved), "%s.moved", path);
+	assert_int_equal(rename(path, moved), 0);
+	if (fifo)
+		assert_int_equal(mkfifo(path, 0600), 0);
+	else
+		assert_int_equal(symlink(moved, path), 0);
+}
+
 /* Replaces every record file under dir: a symlink to a copy, or a FIFO. */
 static void replace_records(const char *dir, bool fifo)
 {
-	char sub[1024], path[2048], moved[2048];
-	struct dirent *e, *r;
-	DIR *d = opendir(dir), *records;
-
-	assert_non_null(d);
-	while ((e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
-		records = opendir(sub);
-		if (!records)
-			continue;
-		while ((r = readdir(records))) {
-			size_t len = strlen(r->d_name);
-
-			if (len < 5 || strcmp(r->d_name + len - 5, ".ckpt") != 0)
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", sub, r->d_name);
-			snprintf(moved, sizeof(moved), "%s/%s.moved", dir, r->d_name);
-			assert_int_equal(rename(path, moved), 0);
-			if (fifo)
-				assert_int_equal(mkfifo(path, 0600), 0);
-			else
-				assert_int_equal(symlink(moved, path), 0);
-		}
-		closedir(records);
-	}
-	closedir(d);
+	assert_true(each_record_file(dir, replace_one, &fifo) > 0);
 }
 
 /*

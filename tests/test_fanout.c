@@ -151,37 +151,13 @@ static void rogue_peer(struct rank *k, struct cluster_sequences *seq)
 		;
 }
 
-/* A peer that answers every job it is sent twice, at once, with success. */
-static void twice_peer(struct rank *k, struct cluster_sequences *seq)
-{
-	static uint8_t frame[CLUSTER_FRAME_PAYLOAD_BYTES_MAX];
-	struct cluster_frame_header header;
-	char why[200];
-
-	while (cluster_frame_read(k->fd, frame, sizeof(frame), &seq->recv, &header, why,
-				  sizeof(why)) == 1) {
-		struct cluster_job_view v;
-		uint8_t buf[256];
-		int n;
-
-		if (header.type != CLUSTER_MSG_JOB ||
-		    cluster_job_decode(frame, header.payload_length, &v, why, sizeof(why)) != 0)
-			continue;
-		n = cluster_job_done_encode(&(struct cluster_job_done){ .job_id = v.job_id },
-					    buf, sizeof(buf));
-		for (int i = 0; i < 2 && n > 0; i++)
-			if (cluster_frame_write(k->fd, &seq->send, CLUSTER_MSG_JOB_DONE, buf,
-						(uint32_t)n) != 0)
-				return;
-	}
-}
-
 /*
- * A peer that answers stores, truncates and unlinks with success (writing
- * nothing) and every fetch, 200 ms late, with a checksum failure naming
- * the chain's first record.
+ * A fake peer's loop: reads every JOB it is sent and writes the answer
+ * answer fills in, as many times as it returns, until the link ends.
  */
-static void verdict_peer(struct rank *k, struct cluster_sequences *seq)
+static void serve_jobs(struct rank *k, struct cluster_sequences *seq,
+		       int (*answer)(const struct cluster_job_view *v,
+				     struct cluster_job_done *done))
 {
 	static uint8_t frame[CLUSTER_FRAME_PAYLOAD_BYTES_MAX];
 	struct cluster_frame_header header;
@@ -192,28 +168,47 @@ static void verdict_peer(struct rank *k, struct cluster_sequences *seq)
 		struct cluster_job_done done = { 0 };
 		struct cluster_job_view v;
 		uint8_t buf[512];
-		int n;
+		int n, times;
 
 		if (header.type != CLUSTER_MSG_JOB ||
 		    cluster_job_decode(frame, header.payload_length, &v, why, sizeof(why)) != 0)
 			continue;
 		done.job_id = v.job_id;
-		if (v.kind == CLUSTER_JOB_FETCH) {
-			struct cluster_chain_record r;
-			char name[REC_FILE_NAME_BYTES];
-
-			cluster_job_view_chain_record(&v, 0, &r);
-			rec_file_name(name, &r.key);
-			done.result = SEL_ECHECKSUM;
-			snprintf(done.reason, sizeof(done.reason), "%s: page 0 fails its checksum",
-				 name);
-			usleep(200000);
-		}
+		times = answer(&v, &done);
 		n = cluster_job_done_encode(&done, buf, sizeof(buf));
-		if (n <= 0 || cluster_frame_write(k->fd, &seq->send, CLUSTER_MSG_JOB_DONE, buf,
-						  (uint32_t)n) != 0)
-			return;
+		for (int i = 0; i < times && n > 0; i++)
+			if (cluster_frame_write(k->fd, &seq->send, CLUSTER_MSG_JOB_DONE, buf,
+						(uint32_t)n) != 0)
+				return;
 	}
+}
+
+/* Every job answered twice, at once, with success. */
+static int answer_twice(const struct cluster_job_view *v, struct cluster_job_done *done)
+{
+	(void)v;
+	(void)done;
+	return 2;
+}
+
+/*
+ * Stores, truncates and unlinks answered with success (writing nothing),
+ * every fetch, 200 ms late, with a checksum failure naming the chain's
+ * first record.
+ */
+static int answer_verdict(const struct cluster_job_view *v, struct cluster_job_done *done)
+{
+	if (v->kind == CLUSTER_JOB_FETCH) {
+		struct cluster_chain_record r;
+		char name[REC_FILE_NAME_BYTES];
+
+		cluster_job_view_chain_record(v, 0, &r);
+		rec_file_name(name, &r.key);
+		done->result = SEL_ECHECKSUM;
+		snprintf(done->reason, sizeof(done->reason), "%s: page 0 fails its checksum", name);
+		usleep(200000);
+	}
+	return 1;
 }
 
 static void *peer_main(void *arg)
@@ -249,12 +244,8 @@ static void *peer_main(void *arg)
 		rogue_peer(k, &seq);
 		return NULL;
 	}
-	if (k->rogue_twice) {
-		twice_peer(k, &seq);
-		return NULL;
-	}
-	if (k->verdict) {
-		verdict_peer(k, &seq);
+	if (k->rogue_twice || k->verdict) {
+		serve_jobs(k, &seq, k->verdict ? answer_verdict : answer_twice);
 		return NULL;
 	}
 	k->result = peer_agent_run(&(struct peer_agent_options){

@@ -135,6 +135,17 @@ static void stub_complete(struct stub *st, uint32_t i, int result)
 		snprintf(st->done[st->done_count - 1].why, 200, "stub failure %d", result);
 }
 
+/* Completes job i with a checksum failure whose reason names key's file. */
+static void stub_fail_naming(struct stub *st, uint32_t i, const struct rec_key *key)
+{
+	char name[REC_FILE_NAME_BYTES];
+
+	stub_complete(st, i, SEL_ECHECKSUM);
+	rec_file_name(name, key);
+	snprintf(st->done[st->done_count - 1].why, 200, "rank 2: %s: page 5 fails its checksum",
+		 name);
+}
+
 struct fixture {
 	struct stub stub;
 	struct coord_store store;
@@ -890,7 +901,6 @@ static void test_store_page_only_record_goes_with_its_last_child(void **state)
 	struct fixture *f = *state;
 	struct sel_event ev[64];
 	struct sel_hit hit;
-	char name[REC_FILE_NAME_BYTES];
 	struct rec_key middle, leaf;
 	uint32_t d_job;
 	bool joined;
@@ -905,10 +915,7 @@ static void test_store_page_only_record_goes_with_its_last_child(void **state)
 	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
 	assert_int_equal(hit.consumed, 900);
 	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
-	stub_complete(&f->stub, f->stub.job_count - 1, SEL_ECHECKSUM);
-	rec_file_name(name, &leaf);
-	snprintf(f->stub.done[f->stub.done_count - 1].why, 200, "%s: page 12 fails its checksum",
-		 name);
+	stub_fail_naming(&f->stub, f->stub.job_count - 1, &leaf);
 	poll_events(f, ev);
 	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
 	stub_complete(&f->stub, f->stub.job_count - 1, 0);
@@ -960,7 +967,6 @@ static void test_store_failed_verification_drops_record(void **state)
 	struct fixture *f = *state;
 	struct sel_event ev[64];
 	struct sel_hit hit;
-	char name[REC_FILE_NAME_BYTES];
 	struct rec_key middle;
 	bool joined;
 
@@ -985,9 +991,7 @@ static void test_store_failed_verification_drops_record(void **state)
 
 	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
 	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 21, &joined), 0);
-	stub_complete(&f->stub, 5, SEL_ECHECKSUM);
-	rec_file_name(name, &middle);
-	snprintf(f->stub.done[0].why, 200, "rank 2: %s: page 5 fails its checksum", name);
+	stub_fail_naming(&f->stub, 5, &middle);
 	assert_int_equal(poll_events(f, ev), 1);
 	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
 	assert_int_equal(f->store.stats.records_dropped_checksum, 1);
