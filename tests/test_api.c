@@ -477,7 +477,8 @@ static void record_replaced_at_runtime(struct fixture *f, bool fifo)
 		usleep(1000);
 	}
 	assert_int_equal(st.records, 0);
-	assert_int_equal(st.records_dropped_missing, 1);
+	/* the record named, and its child when a rank's read of it failed too */
+	assert_in_range(st.records_dropped_missing, 1, 2);
 	assert_false(sel_lookup(f->store, f->history, 0, &hit));
 	{
 		uint32_t page_ids[PAGES];
