@@ -78,7 +78,7 @@ struct coord_agreement {
  * (a hash of keys, seeded afresh each call, so no summary can make it
  * quadratic). Returns 0 and fills out (free with coord_agreement_destroy),
  * SEL_ETOOBIG when world_size or a rank's count is past its maximum or the
- * counts add up to 2^31 or more, or -ENOMEM; on failure out holds nothing
+ * counts add up to 2^31 - 1 or more, or -ENOMEM; on failure out holds nothing
  * to free.
  */
 int coord_agreement_decide(struct coord_agreement *out,
