@@ -284,7 +284,16 @@ class Scheduler:
             q.history.close()  # else once its retries are through (offer_deferred)
 
     # -- the loop ---------------------------------------------------------
+    def check(self, requests):
+        """Raises ValueError for a request the scheduler could never finish,
+        before anything runs."""
+        for q in requests:
+            if not q.tokens:  # nothing to prefill, so no token to decode from
+                raise ValueError("%s: an empty prompt (a request needs at least one token)"
+                                 % q.id)
+
     def run(self, requests, on_done):
+        self.check(requests)
         waiting, active = list(requests), []
         steps = arrived = 0
         while waiting or active:

@@ -5,8 +5,11 @@ whole (what makes restored and recomputed requests decode alike)."""
 
 import os
 import sys
+import threading
+import zlib
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -15,6 +18,62 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from connector import Rate, SeleneConnector  # noqa: E402
 from kv_cache import PagedKV, PrefixCache, prefix_hashes  # noqa: E402
 from model import SHAPES, TensorParallelLlama  # noqa: E402
+from scheduler import Request, Scheduler  # noqa: E402
+
+
+class FakeRanks:
+    """The model steps without a model: a position's K/V is its token and
+    position, and a step's token is a digest of every K/V the step reads,
+    so pages another request overwrote give other tokens."""
+
+    def __init__(self, pages, page_tokens, rows):
+        self.pt = page_tokens
+        self.kv = [[None] * page_tokens for _ in range(pages)]
+        self.rows = [None] * rows
+
+    def forward(self, tokens, start, pages, row):
+        for i, t in enumerate(tokens):
+            pos = start + i
+            self.kv[pages[pos // self.pt]][pos % self.pt] = (t, pos)
+        end = start + len(tokens)
+        read = [self.kv[pages[pos // self.pt]][pos % self.pt] for pos in range(end)]
+        token = zlib.crc32(repr(read).encode()) % 509
+        if row >= 0:
+            self.rows[row] = token
+        return token
+
+    def token_from_row(self, row):
+        return self.rows[row]
+
+
+def request(name, count, boundaries=None, decode=4, seed=0, **kw):
+    tokens = [(seed * 7919 + i * 31) % 509 for i in range(count)]
+    return Request(name, tokens, boundaries or [count], decode, False, {}, **kw)
+
+
+def run_requests(sched, requests, seconds=20):
+    """Runs the scheduler in a thread: its finished requests, or the error
+    it raised; a run still going after seconds is a hang."""
+    done, failed = [], []
+
+    def body():
+        try:
+            sched.run(requests, done.append)
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            failed.append(e)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "the scheduler hangs"
+    if failed:
+        raise failed[0]
+    return done
+
+
+def scheduler(pages=8, rows=4, page_tokens=16, sel=None, max_active=2):
+    return Scheduler(FakeRanks(pages, page_tokens, rows), PrefixCache(pages, rows, page_tokens),
+                     sel, page_tokens, max_active, verify=False)
 
 
 def test_rate_follows_the_median_of_the_last_three():
@@ -90,3 +149,9 @@ def test_prefix_in_pieces_equals_prefix_whole():
     assert torch.allclose(whole, pieces, atol=1e-5)
     assert torch.equal(kv.k[0][[0, 1]], kv.k[0][[3, 4]])  # the same pages, bitwise
     assert kv.digest([0, 1], None) == kv.digest([3, 4], None)
+
+
+def test_scheduler_refuses_an_empty_prompt():
+    """A request of no tokens is refused before anything runs."""
+    with pytest.raises(ValueError, match="empty-1: an empty prompt"):
+        run_requests(scheduler(), [request("a", 32), request("empty-1", 0)])
