@@ -291,6 +291,12 @@ class Scheduler:
             if not q.tokens:  # nothing to prefill, so no token to decode from
                 raise ValueError("%s: an empty prompt (a request needs at least one token)"
                                  % q.id)
+            # the last decoded token is never fed back: it has no K/V
+            count = len(q.tokens) + max(q.decode, 1) - 1
+            pages = (count + self.pt - 1) // self.pt
+            if pages > self.cache.pages:  # it would wait for pages forever
+                raise ValueError("%s: %d tokens need %d pages, but the GPU cache has %d"
+                                 % (q.id, count, pages, self.cache.pages))
 
     def run(self, requests, on_done):
         self.check(requests)

@@ -155,3 +155,13 @@ def test_scheduler_refuses_an_empty_prompt():
     """A request of no tokens is refused before anything runs."""
     with pytest.raises(ValueError, match="empty-1: an empty prompt"):
         run_requests(scheduler(), [request("a", 32), request("empty-1", 0)])
+
+
+def test_scheduler_refuses_a_request_larger_than_the_gpu_cache():
+    """A prompt, with the tokens it decodes, that needs more pages than
+    the whole GPU cache has is refused before anything runs; one that
+    fills the cache exactly runs."""
+    with pytest.raises(ValueError, match="long: 65 tokens need 5 pages, but the GPU cache has 4"):
+        run_requests(scheduler(pages=4), [request("fits", 32), request("long", 64, decode=2)])
+    done = run_requests(scheduler(pages=4), [request("exact", 63, decode=2)])
+    assert [q.id for q in done] == ["exact"]
