@@ -2,8 +2,9 @@
 Rank zero opens the Selene store and runs the scheduler on a trace (the
 JSON-lines format of `selene run`, launch/trace.h, plus two keys it skips:
 "decode", tokens to decode, and "delay_steps", model steps after the request
-before it until this one arrives; span tokens are drawn from the span's seed
-by torch's generator); every other rank is a
+before it until this one arrives, steps that pass idle when no request is
+active; span tokens are drawn from the span's seed by torch's generator);
+every other rank is a
 Selene peer and runs the model steps rank zero broadcasts.
 
     mpirun -np 2 python3 engine.py --trace traces/cpu-1.jsonl --dir /tmp/tp/rank%r

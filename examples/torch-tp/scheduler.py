@@ -309,7 +309,9 @@ class Scheduler:
                 if q.settle and (self.stores or self.deferred or active):
                     break  # a user's think time: earlier turns finish and are stored
                 if steps < arrived + q.delay_steps:
-                    break  # not arrived yet
+                    if active:
+                        break  # not arrived yet
+                    steps = arrived + q.delay_steps  # nothing runs: its steps pass idle
                 arrived = steps
                 waiting.pop(0)
                 active.append(q)

@@ -165,3 +165,14 @@ def test_scheduler_refuses_a_request_larger_than_the_gpu_cache():
         run_requests(scheduler(pages=4), [request("fits", 32), request("long", 64, decode=2)])
     done = run_requests(scheduler(pages=4), [request("exact", 63, decode=2)])
     assert [q.id for q in done] == ["exact"]
+
+
+def test_scheduler_starts_a_delayed_request_when_nothing_else_runs():
+    """With no request active, the steps a delayed request waits for pass
+    idle: it starts (before, the loop waited for steps no one ran)."""
+    done = run_requests(scheduler(), [request("first", 32, decode=2),
+                                      request("late", 32, decode=2, seed=1, delay_steps=50)],
+                        seconds=5)
+    assert [q.id for q in done] == ["first", "late"]
+    done = run_requests(scheduler(), [request("alone", 32, decode=2, delay_steps=3)], seconds=5)
+    assert [q.id for q in done] == ["alone"]
