@@ -3,9 +3,10 @@ cache, restores from Selene or recomputes, prefills span by span (a
 checkpoint, cached and published, at every page-aligned span boundary) and
 decodes greedily. Every model step goes to every rank through `ranks`.
 
-The model loop never waits for Selene: a restoring request sits in the
-inbound state while the others prefill and decode, and is admitted when its
-event comes. A failed restore frees its destination pages and row only after
+The model loop waits for Selene only when the pages a step needs are held
+by checkpoints whose stores still copy them (pinned: never evicted until
+their events come): a restoring request sits in the inbound state while the
+others prefill and decode, and is admitted when its event comes. A failed restore frees its destination pages and row only after
 its event (until then Selene may still write them) and the request
 recomputes. Prefill always runs span by span, so a prefix restored and a
 prefix recomputed are the same computation and decode to the same tokens."""
@@ -198,17 +199,27 @@ class Scheduler:
             q.state = "decode"
 
     # -- model steps ----------------------------------------------------
-    def grow(self, q, count):
+    def grow(self, q) -> bool:
+        """Takes the pages q's next step writes; False when there are none:
+        every other page is held by a request, or pinned by a store that
+        still copies it (such pages are never taken: _evict_one skips them)."""
+        if q.state == "prefill":
+            count = next(b for b in q.boundaries if b > q.position)
+        elif len(q.out) < q.decode:
+            count = len(q.tokens) + len(q.out)
+        else:
+            return True  # done: no step
         need = (count + self.pt - 1) // self.pt - len(q.pages)
         if need > 0:
             got = self.cache.take_pages(need)
             if got is None:
-                raise RuntimeError("%s: no room in the GPU cache for %d pages" % (q.id, need))
+                return False
             q.pages += got
+        return True
 
     def prefill_span(self, q):
+        """The next span of q, whose pages grow(q) took."""
         end = next(b for b in q.boundaries if b > q.position)
-        self.grow(q, end)
         row = self.cache.take_row() if end % self.pt == 0 and self.sel is not None else None
         checkpoint = row is not None  # no row free: no checkpoint here
         row = -1 if row is None else row
@@ -266,8 +277,8 @@ class Scheduler:
                 q.history.close()
 
     def decode_step(self, q):
+        """One token of q, whose page grow(q) took."""
         position = len(q.tokens) + len(q.out) - 1
-        self.grow(q, position + 1)
         q.out.append(self.ranks.forward([q.out[-1]], position, q.pages, -1))
 
     @staticmethod
@@ -318,10 +329,15 @@ class Scheduler:
                 self.admit(q)
             runnable = [q for q in active if q.state in ("prefill", "decode")]
             inbound = any(q.state == "inbound" for q in active)
-            if not runnable:
-                time.sleep(0.0005)  # only restores in flight: poll again
+            # the first in turn whose next step finds its pages
+            q = next((r for r in runnable if self.grow(r)), None)
+            if q is None:
+                if runnable and not (self.stores or self.deferred or inbound):
+                    raise RuntimeError("no room in the GPU cache for any request's next step")
+                # restores in flight, or stores copying the pages a step
+                # needs (they are free once their events come): poll again
+                time.sleep(0.0005)
                 continue
-            q = runnable[0]
             steps += 1
             if q.state == "prefill":
                 self.prefill_span(q)

@@ -20,6 +20,8 @@ from kv_cache import PagedKV, PrefixCache, prefix_hashes  # noqa: E402
 from model import SHAPES, TensorParallelLlama  # noqa: E402
 from scheduler import Request, Scheduler  # noqa: E402
 
+import selene  # noqa: E402
+
 
 class FakeRanks:
     """The model steps without a model: a position's K/V is its token and
@@ -44,6 +46,44 @@ class FakeRanks:
 
     def token_from_row(self, row):
         return self.rows[row]
+
+
+class FakeConnector:
+    """Selene as the scheduler sees it, with no restores: a publish is
+    queued, and its store ends store_polls polls later; a store counts as
+    clobbered when its pages changed while it copied them."""
+
+    def __init__(self, ranks, store_polls):
+        self.ranks, self.store_polls = ranks, store_polls
+        self.copying, self.next_id, self.clobbered, self.stored = [], 0, 0, 0
+
+    def history(self, tokens):
+        return SimpleNamespace(close=lambda: None)
+
+    def lookup(self, history, resident):
+        return None
+
+    def measured_prefill(self, tokens, seconds):
+        pass
+
+    def pages(self, ids):
+        return [list(self.ranks.kv[p]) for p in ids]
+
+    def publish(self, history, consumed, parent, pages, row):
+        self.next_id += 1
+        self.copying.append([self.store_polls, self.next_id, list(pages), self.pages(pages)])
+        return selene.Outcome.QUEUED, self.next_id
+
+    def poll(self):
+        events = []
+        for store in list(self.copying):
+            store[0] -= 1
+            if store[0] == 0:
+                self.copying.remove(store)
+                self.clobbered += self.pages(store[2]) != store[3]
+                self.stored += 1
+                events.append(SimpleNamespace(kind=selene.EventKind.STORED, id=store[1]))
+        return events
 
 
 def request(name, count, boundaries=None, decode=4, seed=0, **kw):
@@ -176,3 +216,17 @@ def test_scheduler_starts_a_delayed_request_when_nothing_else_runs():
     assert [q.id for q in done] == ["first", "late"]
     done = run_requests(scheduler(), [request("alone", 32, decode=2, delay_steps=3)], seconds=5)
     assert [q.id for q in done] == ["alone"]
+
+
+def test_scheduler_waits_for_pages_its_stores_copy():
+    """Every page is held by checkpoints whose stores still copy them: the
+    next request waits for those stores and then evicts (before, the run
+    ended with 'no room in the GPU cache'), and no page changes while it
+    is copied."""
+    sched = scheduler(pages=4, max_active=1)
+    sched.sel = FakeConnector(sched.ranks, store_polls=50)
+    done = run_requests(sched, [request("first", 64, [32, 64], decode=1),
+                                request("second", 32, decode=2, seed=1)])
+    assert [q.id for q in done] == ["first", "second"]
+    assert sched.sel.stored == 3 and sched.sel.clobbered == 0
+    assert sched.cache.evictions >= 1
