@@ -19,6 +19,11 @@ import selene
 from kv_cache import prefix_hashes
 
 
+def fresh_result():
+    return dict(gpu_reused=0, host_reused=0, prefilled=0, restore_ms=0.0, checkpoints=0,
+                restore_failed=0, verified=True)
+
+
 @dataclass
 class Request:
     id: str
@@ -42,9 +47,10 @@ class Request:
     row: int = -1
     joined: bool = False             # its fetch joined another request's equal fetch
     restore_t0: float = 0.0
-    result: dict = field(default_factory=lambda: dict(
-        gpu_reused=0, host_reused=0, prefilled=0, restore_ms=0.0, checkpoints=0,
-        restore_failed=0, verified=True))
+    admitted: int = 0                # its place in the order of admission
+    preempted: int = 0               # times its pages were taken back
+    back_after: int = 0              # preempted: requests finished by then
+    result: dict = field(default_factory=fresh_result)  # since its last admission
 
 
 class Scheduler:
@@ -55,9 +61,10 @@ class Scheduler:
         self.deferred = []      # checkpoints Selene answered RETRY for (pinned)
         self.next_offer = 0.0   # with no store in flight, offers wait this long apart
         self.digests = {}       # prefix key hex -> every rank's digest at publish
+        self.admitted = self.finished = 0
         self.counts = dict(gpu_hits=0, host_restores=0, restore_failures=0, recomputed=0,
                            overlapped_steps=0, published=0, stored=0, store_failures=0,
-                           retry=0, wrong_pages=0, joined=0, cached_again=0)
+                           retry=0, wrong_pages=0, joined=0, cached_again=0, preempted=0)
 
     # -- events ---------------------------------------------------------
     def poll(self, active):
@@ -145,11 +152,13 @@ class Scheduler:
 
     # -- admission ------------------------------------------------------
     def admit(self, q):
+        self.admitted += 1
+        q.admitted = self.admitted
         q.hashes = prefix_hashes(q.tokens, self.pt)
         aligned = [b for b in q.boundaries if b % self.pt == 0]
         candidates = [q.hashes[b // self.pt - 1] for b in aligned]
         k = self.cache.find(candidates) if self.sel is not None else None
-        if self.sel is not None:
+        if self.sel is not None and q.history is None:  # a preempted request keeps its own
             q.history = self.sel.history(q.tokens)
         if k is not None:
             self.use(q, k)
@@ -291,8 +300,28 @@ class Scheduler:
             k.users -= 1
         self.cache.release(q.pages)
         q.state = "done"
+        self.finished += 1
         if q.history is not None and not any(d[0] is q for d in self.deferred):
             q.history.close()  # else once its retries are through (offer_deferred)
+
+    def preempt(self, runnable, waiting, active):
+        """No runnable request finds a page for its next step, and no store
+        or restore in flight will free one: the one admitted last gives back
+        its pages and its checkpoints' uses, and waits at the head of the
+        queue to start again, from the GPU cache or from nothing, once
+        another request has finished (back at once, it would take the
+        pages again). Its checkpoints stay cached and, while stored, pinned."""
+        q = max(runnable, key=lambda r: r.admitted)
+        for k in q.held:
+            k.users -= 1
+        self.cache.release(q.pages)
+        q.held, q.pages, q.out, q.position, q.parent = [], [], [], 0, 0
+        q.result, q.state, q.back_after = fresh_result(), "new", self.finished
+        q.preempted += 1
+        self.counts["preempted"] += 1
+        print("  %s: preempted, no page for any request's next step" % q.id, flush=True)
+        active.remove(q)
+        waiting.insert(0, q)
 
     # -- the loop ---------------------------------------------------------
     def check(self, requests):
@@ -317,13 +346,17 @@ class Scheduler:
             self.poll(active)
             while waiting and len(active) < self.max_active:
                 q = waiting[0]
-                if q.settle and (self.stores or self.deferred or active):
-                    break  # a user's think time: earlier turns finish and are stored
-                if steps < arrived + q.delay_steps:
-                    if active:
-                        break  # not arrived yet
-                    steps = arrived + q.delay_steps  # nothing runs: its steps pass idle
-                arrived = steps
+                if q.preempted:  # arrived long ago
+                    if active and self.finished <= q.back_after:
+                        break
+                else:
+                    if q.settle and (self.stores or self.deferred or active):
+                        break  # a user's think time: earlier turns finish and are stored
+                    if steps < arrived + q.delay_steps:
+                        if active:
+                            break  # not arrived yet
+                        steps = arrived + q.delay_steps  # nothing runs: its steps pass idle
+                    arrived = steps
                 waiting.pop(0)
                 active.append(q)
                 self.admit(q)
@@ -333,7 +366,8 @@ class Scheduler:
             q = next((r for r in runnable if self.grow(r)), None)
             if q is None:
                 if runnable and not (self.stores or self.deferred or inbound):
-                    raise RuntimeError("no room in the GPU cache for any request's next step")
+                    self.preempt(runnable, waiting, active)  # else none ever steps again
+                    continue
                 # restores in flight, or stores copying the pages a step
                 # needs (they are free once their events come): poll again
                 time.sleep(0.0005)

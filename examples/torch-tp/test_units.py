@@ -230,3 +230,26 @@ def test_scheduler_waits_for_pages_its_stores_copy():
     assert [q.id for q in done] == ["first", "second"]
     assert sched.sel.stored == 3 and sched.sel.clobbered == 0
     assert sched.cache.evictions >= 1
+
+
+def test_scheduler_preempts_when_no_request_can_grow():
+    """Two requests hold every page and each needs one more: the one
+    admitted last is preempted (its pages freed, requeued) and recomputed
+    once the other finished (before, the run ended with 'no room in the
+    GPU cache'); both decode the tokens they decode alone."""
+    def make():
+        return [request("a", 32, [16, 32], decode=4), request("b", 32, [16, 32], decode=4, seed=1)]
+
+    alone = {q.id: q.out for q in run_requests(scheduler(pages=16), make())}
+    sched = scheduler(pages=4)
+    done = run_requests(sched, make())
+    assert [q.id for q in done] == ["a", "b"]
+    assert {q.id: q.out for q in done} == alone
+    assert sched.counts["preempted"] == 1
+    assert done[1].result["prefilled"] == 32 and len(sched.cache.free_pages) == 4
+    # with checkpoints stored meanwhile: the stores end first, none is clobbered
+    sched = scheduler(pages=4)
+    sched.sel = FakeConnector(sched.ranks, store_polls=20)
+    done = run_requests(sched, make())
+    assert {q.id: q.out for q in done} == alone
+    assert sched.counts["preempted"] == 1 and sched.sel.clobbered == 0
