@@ -8,6 +8,7 @@ import ctypes
 import dataclasses
 import enum
 import hashlib
+import operator
 import threading
 from dataclasses import dataclass, field, fields
 from typing import List, Optional, Sequence
@@ -255,6 +256,13 @@ def _c_config(config: StoreConfig):
     return out, keep
 
 
+def _int_list(values) -> list:
+    """values as Python ints (TypeError for anything else), so that ids are
+    compared by value: a tensor's elements are tensors, hashed by identity."""
+    values = values.tolist() if hasattr(values, "tolist") else values
+    return [operator.index(v) for v in values]
+
+
 def _u32_array(values) -> ctypes.Array:
     values = list(values)
     for i, v in enumerate(values):
@@ -418,10 +426,12 @@ class Store:
         return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw, self._open)
 
     def fetch(self, hit: Hit, page_ids: Sequence[int], state_slot: int, waiter: int) -> bool:
-        """Restores hit into page_ids and state_slot; the event for waiter
-        comes through poll(). Returns whether waiter joined an equal fetch."""
+        """Restores hit into page_ids (distinct ints: a sequence, a numpy
+        array or a torch tensor) and state_slot; the event for waiter comes
+        through poll(). Returns whether waiter joined an equal fetch."""
         if hit.owner is not getattr(self, "_open", None):
             raise ValueError("the hit is from another store, or from an earlier open of this one")
+        page_ids = _int_list(page_ids)
         if len(page_ids) != hit.page_count:
             raise ValueError("the hit needs %d page ids, got %d" % (hit.page_count, len(page_ids)))
         if len(set(page_ids)) != len(page_ids):

@@ -282,6 +282,8 @@ def test_binding_refuses_what_would_misplace_bytes(tmp_path):
         hit = a.lookup(h)
         with pytest.raises(ValueError, match="distinct"):
             a.fetch(hit, [3, 3], 0, 1)
+        with pytest.raises(ValueError, match="distinct"):
+            a.fetch(hit, np.array([4, 4]), 0, 1)
         for call in (lambda: b.lookup(h), lambda: b.touch(h, 128),
                      lambda: b.publish(1, h, 128, 0, [0, 1], 0)):
             with pytest.raises(ValueError, match="another store"):
@@ -299,6 +301,25 @@ def test_binding_refuses_what_would_misplace_bytes(tmp_path):
     cfg.device, cfg.device_ordinal = "auto", 1
     with pytest.raises(ValueError, match="plane k is on cuda:0, but device_ordinal is 1"):
         selene.Store(cfg)
+
+
+def test_fetch_refuses_a_tensor_of_page_ids_twice(tmp_path):
+    """A torch tensor of page ids is checked like a list: one id twice is
+    refused (its elements are tensors, hashed by identity, so a set of
+    them counted every id distinct), and distinct ids restore."""
+    torch = pytest.importorskip("torch")
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(300))
+        publish_chain(store, planes, h, points=(128,))
+        hit = store.lookup(h)
+        with pytest.raises(ValueError, match="distinct"):
+            store.fetch(hit, torch.tensor([3, 3]), 0, 1)
+        assert store.poll() == []
+        assert not store.fetch(hit, torch.tensor([5, 6]), 1, 2)
+        (ev,) = wait_events(store, 1)
+        assert (ev.kind, ev.id) == (selene.EventKind.FETCHED, 2)
+        assert (planes.k[[5, 6]] == planes.k[[0, 1]]).all()
 
 
 UNDRAINED_SCRIPT = '''
