@@ -198,6 +198,10 @@ def _first_dimension(obj) -> Optional[int]:
 def _c_plane(p: Plane, count: int, keep: list):
     """The C plane of count units; keeps p's memory alive as long as keep."""
     name = p.name.encode()
+    dtype = getattr(p.address, "dtype", None)
+    if getattr(dtype, "hasobject", False):  # numpy's object dtype, alone or in a record
+        raise ValueError("plane %s holds Python objects (dtype %s): restored bytes would "
+                         "overwrite their pointers" % (p.name, dtype))
     held = _plane_bytes(p.address)
     if held is not None and held < p.unit_bytes * count:
         raise ValueError("plane %s holds %d bytes, less than %d units of %d"

@@ -211,7 +211,8 @@ def test_ints_out_of_range_are_refused(tmp_path):
 
 def test_binding_refuses_what_would_crash(tmp_path):
     """What would let C write freed or foreign memory is refused: numpy
-    integers out of range, planes smaller than their pages, planes kept
+    integers out of range, planes smaller than their pages, numpy planes
+    of Python objects, planes kept
     only by a config the caller reuses, a hit of another store or of an
     earlier open."""
     planes = Planes()
@@ -231,6 +232,16 @@ def test_binding_refuses_what_would_crash(tmp_path):
     with pytest.raises(ValueError, match="contiguous"):
         cfg.page_planes = [selene.Plane("k", UNIT, planes.k[:, ::2]),
                            selene.Plane("v", UNIT, small.v)]
+        selene.Store(cfg)
+    # an array of Python objects holds pointers: bytes restored over them
+    # would be dereferenced as objects
+    objects = np.empty((PAGES, UNIT // 8), dtype=object)
+    cfg.page_planes = [selene.Plane("k", UNIT, objects), selene.Plane("v", UNIT, small.v)]
+    with pytest.raises(ValueError, match="plane k holds Python objects"):
+        selene.Store(cfg)
+    cfg.row_plane = selene.Plane("state", ROW, np.zeros((ROWS, 1), dtype=[("a", "u1", 248), ("b", "O")]))
+    cfg.page_planes = small.config(tmp_path / "small").page_planes
+    with pytest.raises(ValueError, match="plane state holds Python objects"):
         selene.Store(cfg)
     # the store keeps its planes alive, whatever the caller does with its config
     a_planes, b_planes = Planes(), Planes()
