@@ -465,6 +465,8 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	sel_store *s;
 	int ret;
 
+	if (!err && err_size > 0)
+		return -EINVAL; /* nowhere to say why: err_size promises a buffer */
 	if (!out)
 		return sel_fail(-EINVAL, err, err_size, "no place for the store (out is NULL)");
 	*out = NULL;

@@ -315,6 +315,8 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	bool has_disk_store;
 	int ret;
 
+	if (!err && err_size > 0)
+		return -EINVAL; /* nowhere to say why: err_size promises a buffer */
 	if (!out)
 		return sel_fail(-EINVAL, err, err_size, "no place for the peer (out is NULL)");
 	*out = NULL;

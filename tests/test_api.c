@@ -321,6 +321,29 @@ static void test_api_null_arguments(void **state)
 	restore_and_check(f, 80);
 }
 
+/*
+ * An err of NULL with a nonzero err_size is refused with -EINVAL before
+ * anything is written through it; NULL with size 0 means no message wanted.
+ */
+static void test_api_null_err_with_size(void **state)
+{
+	struct fixture *f = *state;
+	sel_store *store = (sel_store *)&store;
+	sel_peer *peer = (sel_peer *)&peer;
+
+	assert_int_equal(sel_store_open(&f->config, &store, NULL, 64), -EINVAL);
+	assert_ptr_equal(store, (sel_store *)&store);
+	assert_int_equal(sel_store_open(NULL, &store, NULL, 64), -EINVAL);
+	assert_int_equal(sel_peer_start(&f->config, &peer, NULL, 64), -EINVAL);
+	assert_ptr_equal(peer, (sel_peer *)&peer);
+	assert_int_equal(sel_peer_start(NULL, &peer, NULL, 1), -EINVAL);
+	/* a failure with no buffer at all is still only a code */
+	assert_int_equal(sel_store_open(NULL, &store, NULL, 0), -EINVAL);
+	assert_null(store);
+	assert_int_equal(sel_store_open(&f->config, &f->store, NULL, 0), 0);
+	assert_non_null(f->store);
+}
+
 /* Reopening the directory finds every committed record (seed step 12). */
 static void test_api_restart(void **state)
 {
@@ -692,6 +715,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_fifo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_null_err_with_size, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),

@@ -17,7 +17,10 @@
  * A NULL handle, or a NULL pointer a call would read or write through, is
  * refused with -EINVAL and changes nothing (sel_lookup answers false,
  * sel_poll 0, sel_store_metrics and sel_store_stats -ESHUTDOWN for a NULL
- * or closed store); close and stop calls accept NULL.
+ * or closed store); close and stop calls accept NULL. A call taking
+ * (err, err_size) writes a NUL-terminated message of at most err_size bytes
+ * into err on failure; err may be NULL only with err_size 0 (no message):
+ * a NULL err with a size is refused with -EINVAL, *out untouched.
  */
 #ifndef SELENE_STORE_H
 #define SELENE_STORE_H
