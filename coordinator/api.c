@@ -48,7 +48,18 @@ struct sel_store {
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
 	uint32_t monitors;       /* stats and metrics calls running on it */
+	pid_t owner_pid;         /* the process that opened it (api_forked) */
 };
+
+/*
+ * Whether the caller is not the process that opened s: a child of fork()
+ * has a copy of the store but none of its threads, so every call there is
+ * refused with -ECHILD before it touches a lock, a queue or a thread.
+ */
+static bool api_forked(const sel_store *s)
+{
+	return s->owner_pid != getpid();
+}
 
 /*
  * The open stores. sel_store_stats and sel_store_metrics may come from any
@@ -61,9 +72,40 @@ struct sel_store {
 static pthread_mutex_t open_stores_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t open_stores_idle = PTHREAD_COND_INITIALIZER;
 static sel_store *open_stores;
+static pthread_once_t open_stores_fork_once = PTHREAD_ONCE_INIT;
+
+/*
+ * A fork() while another thread holds open_stores_lock would leave it held
+ * for good in the child, whose stats or metrics call (answered -ECHILD for
+ * the parent's stores) would then hang: the lock is taken across fork and
+ * released on both sides; the child's condition variable starts afresh, as
+ * the parent's waiters do not exist there.
+ */
+static void open_stores_fork_prepare(void)
+{
+	pthread_mutex_lock(&open_stores_lock);
+}
+
+static void open_stores_fork_parent(void)
+{
+	pthread_mutex_unlock(&open_stores_lock);
+}
+
+static void open_stores_fork_child(void)
+{
+	pthread_cond_init(&open_stores_idle, NULL);
+	pthread_mutex_unlock(&open_stores_lock);
+}
+
+static void open_stores_watch_forks(void)
+{
+	pthread_atfork(open_stores_fork_prepare, open_stores_fork_parent,
+		       open_stores_fork_child);
+}
 
 static void open_stores_add(sel_store *s)
 {
+	pthread_once(&open_stores_fork_once, open_stores_watch_forks);
 	pthread_mutex_lock(&open_stores_lock);
 	s->next_open = open_stores;
 	open_stores = s;
@@ -85,20 +127,25 @@ static void open_stores_remove(sel_store *s)
 	pthread_mutex_unlock(&open_stores_lock);
 }
 
-/* Whether s is open; if so it stays allocated until monitor_leave. */
-static bool monitor_enter(const sel_store *s)
+/*
+ * 0 when s is open in this process: it then stays allocated until
+ * monitor_leave. -ESHUTDOWN when it is not open (never read), -ECHILD when
+ * it was opened by the process this one was forked from.
+ */
+static int monitor_enter(const sel_store *s)
 {
-	bool found = false;
+	int ret = -ESHUTDOWN;
 
 	pthread_mutex_lock(&open_stores_lock);
-	for (sel_store *p = open_stores; p && !found; p = p->next_open) {
-		if (p == s) {
+	for (sel_store *p = open_stores; p && ret == -ESHUTDOWN; p = p->next_open) {
+		if (p != s)
+			continue;
+		ret = api_forked(p) ? -ECHILD : 0;
+		if (ret == 0)
 			p->monitors++;
-			found = true;
-		}
 	}
 	pthread_mutex_unlock(&open_stores_lock);
-	return found;
+	return ret;
 }
 
 static void monitor_leave(sel_store *s)
@@ -472,8 +519,10 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	*out = NULL;
 	g = malloc(sizeof(*g));
 	s = calloc(1, sizeof(*s));
-	if (s)
+	if (s) {
 		s->startup.open_ns = sel_monotonic_ns();
+		s->owner_pid = getpid();
+	}
 	ret = sel_failpoints_from_env(err, err_size);
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
@@ -545,6 +594,9 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 
 	if (!s)
 		return 0;
+	/* a forked child: the threads to stop are not here; its copy leaks */
+	if (api_forked(s))
+		return -ECHILD;
 	open_stores_remove(s); /* stats and metrics answer -ESHUTDOWN from here */
 	deadline = drain_timeout_ms > (UINT64_MAX - now) / 1000000ull ?
 			   UINT64_MAX : now + drain_timeout_ms * 1000000ull;
@@ -604,6 +656,8 @@ int sel_history_create(sel_store *s, const uint32_t *tokens, uint64_t count,
 	*out = NULL;
 	if (!s || (!tokens && count > 0))
 		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
 	h = malloc(sizeof(*h));
 	if (!h)
 		return -ENOMEM;
@@ -629,7 +683,7 @@ bool sel_lookup(sel_store *s, const sel_history *h, uint64_t resident,
 {
 	bool found;
 
-	if (!s || !h || !hit)
+	if (!s || !h || !hit || api_forked(s))
 		return false;
 	pthread_mutex_lock(&s->lock);
 	found = coord_store_lookup(&s->core, &h->history, resident, hit);
@@ -647,6 +701,8 @@ int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
 	*joined = false;
 	if (!s || !hit || !page_ids)
 		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
 	pthread_mutex_lock(&s->lock);
 	ret = s->engine ? coord_store_fetch(&s->core, hit, page_ids, state_slot, waiter,
 					    joined) :
@@ -661,6 +717,8 @@ int sel_cancel(sel_store *s, uint64_t waiter)
 
 	if (!s)
 		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_cancel(&s->core, waiter);
 	pthread_mutex_unlock(&s->lock);
@@ -673,6 +731,8 @@ int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
 
 	if (!s || !h)
 		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_touch(&s->core, &h->history, consumed);
 	pthread_mutex_unlock(&s->lock);
@@ -686,6 +746,8 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 
 	if (!s || !pub || !pub->history || !outcome)
 		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_publish(&s->core, &pub->history->history, pub, outcome);
 	pthread_mutex_unlock(&s->lock);
@@ -696,7 +758,7 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 {
 	uint32_t n = 0;
 
-	if (!s || (!events && max > 0))
+	if (!s || (!events && max > 0) || api_forked(s))
 		return 0;
 	pthread_mutex_lock(&s->lock);
 	if (s->engine)
@@ -715,11 +777,14 @@ static void stats_copy(sel_store *s, struct sel_stats *out)
 
 int sel_store_stats(sel_store *s, struct sel_stats *out)
 {
+	int ret;
+
 	if (!out)
 		return -EINVAL;
-	if (!monitor_enter(s)) {
+	ret = monitor_enter(s);
+	if (ret) {
 		memset(out, 0, sizeof(*out));
-		return -ESHUTDOWN;
+		return ret;
 	}
 	stats_copy(s, out);
 	monitor_leave(s);
@@ -753,8 +818,9 @@ int sel_store_metrics(sel_store *s, char *buf, size_t size)
 
 	if (!buf && size > 0)
 		return -EINVAL;
-	if (!monitor_enter(s))
-		return -ESHUTDOWN;
+	n = monitor_enter(s);
+	if (n)
+		return n;
 	n = metrics_write(s, buf, size);
 	monitor_leave(s);
 	return n;

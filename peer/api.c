@@ -46,7 +46,17 @@ struct sel_peer {
 	int result;
 	char why[256];
 	struct sel_bench_peer_startup startup;
+	pid_t owner_pid; /* the process that started it (peer_forked) */
 };
+
+/*
+ * Whether the caller is not the process that started p: a child of fork()
+ * has none of its threads, so wait and stop are refused there (-ECHILD).
+ */
+static bool peer_forked(const struct sel_peer *p)
+{
+	return p->owner_pid != getpid();
+}
 
 /*
  * Binds fd to this rank's announced address, where the cluster names one:
@@ -329,6 +339,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	if (!p)
 		return sel_fail(-ENOMEM, err, err_size, "out of memory");
 	p->fd = p->control_fd = -1;
+	p->owner_pid = getpid();
 	if (!c->cluster || c->cluster->rank == 0 || c->cluster->rank >= c->cluster->world_size) {
 		ret = sel_fail(-EINVAL, err, err_size, "a peer needs a cluster description with "
 				"a rank from 1 to world size - 1");
@@ -389,6 +400,8 @@ int sel_peer_wait(sel_peer *p)
 {
 	if (!p)
 		return -EINVAL;
+	if (peer_forked(p))
+		return -ECHILD;
 	if (p->running) {
 		pthread_join(p->thread, NULL);
 		p->running = false;
@@ -400,6 +413,9 @@ int sel_peer_stop(sel_peer *p)
 {
 	if (!p)
 		return 0;
+	/* a forked child: the agent thread is not here; its copy leaks */
+	if (peer_forked(p))
+		return -ECHILD;
 	if (p->running) {
 		shutdown(p->control_fd, SHUT_RDWR);
 		sel_peer_wait(p);

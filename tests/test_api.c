@@ -6,7 +6,8 @@
  * no disk store; a second opener refused; a full filesystem answering
  * Retry until room returns; every thread the open starts refused in turn;
  * NULL arguments refused; a record file replaced by a symlink or FIFO
- * dropped like a missing one.
+ * dropped like a missing one; a forked child's calls on its parent's store
+ * refused.
  */
 #include "tests/testutil.h"
 
@@ -18,11 +19,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -342,6 +345,89 @@ static void test_api_null_err_with_size(void **state)
 	assert_null(store);
 	assert_int_equal(sel_store_open(&f->config, &f->store, NULL, 0), 0);
 	assert_non_null(f->store);
+}
+
+/* In a forked child: exits with step when cond fails. */
+#define CHILD_EXPECT(step, cond) \
+	do { \
+		if (!(cond)) \
+			_exit(step); \
+	} while (0)
+
+/* A forked child's calls on its parent's store: each refused, none touching it. */
+static void child_calls_parent_store(struct fixture *f, const struct sel_hit *hit)
+{
+	static char metrics[SEL_METRICS_BYTES(1)];
+	uint32_t ids[PAGES] = { 0 };
+	struct sel_publication pub = { .checkpoint = 99, .history = f->history,
+				       .consumed = 300, .page_ids = ids, .state_slot = 7 };
+	enum sel_outcome outcome;
+	struct sel_event ev[4];
+	struct sel_stats st;
+	struct sel_hit found;
+	sel_history *h = NULL;
+	bool joined = true;
+
+	CHILD_EXPECT(10, !sel_lookup(f->store, f->history, 0, &found));
+	CHILD_EXPECT(11, sel_fetch(f->store, hit, ids, 5, 500, &joined) == -ECHILD);
+	CHILD_EXPECT(12, !joined);
+	CHILD_EXPECT(13, sel_cancel(f->store, 500) == -ECHILD);
+	CHILD_EXPECT(14, sel_touch(f->store, f->history, 300) == -ECHILD);
+	CHILD_EXPECT(15, sel_store_publish(f->store, &pub, &outcome) == -ECHILD);
+	CHILD_EXPECT(16, sel_poll(f->store, ev, 4) == 0);
+	CHILD_EXPECT(17, sel_history_create(f->store, f->tokens, 10, &h) == -ECHILD);
+	CHILD_EXPECT(18, h == NULL);
+	CHILD_EXPECT(19, sel_store_stats(f->store, &st) == -ECHILD);
+	CHILD_EXPECT(20, sel_store_metrics(f->store, metrics, sizeof(metrics)) == -ECHILD);
+	CHILD_EXPECT(21, sel_store_close(f->store, 1000) == -ECHILD);
+	/* still refused after the refused close: it freed nothing */
+	CHILD_EXPECT(22, sel_cancel(f->store, 500) == -ECHILD);
+	_exit(0);
+}
+
+/*
+ * Waits up to 20 s for child; returns its exit status, or -signal (it is
+ * killed when it hangs: a call that waited on a thread the child lacks).
+ */
+static int reap_child(pid_t child)
+{
+	int status = 0;
+
+	for (int i = 0; i < 20000; i++) {
+		pid_t done = waitpid(child, &status, WNOHANG);
+
+		assert_true(done >= 0);
+		if (done == child)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+		usleep(1000);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, &status, 0);
+	return -SIGKILL;
+}
+
+/*
+ * After fork(), the child's calls on the parent's store are refused with
+ * -ECHILD (close too, freeing nothing), and the parent's store works on.
+ */
+static void test_api_calls_from_forked_child(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_stats st;
+	struct sel_hit hit;
+	pid_t child;
+
+	open_store(f);
+	publish_conversation(f);
+	assert_true(sel_lookup(f->store, f->history, 0, &hit));
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0)
+		child_calls_parent_store(f, &hit);
+	assert_int_equal(reap_child(child), 0);
+	assert_int_equal(sel_store_stats(f->store, &st), 0);
+	assert_int_equal(st.stored, 3);
+	restore_and_check(f, 81);
 }
 
 /* Reopening the directory finds every committed record (seed step 12). */
@@ -716,6 +802,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_err_with_size, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_calls_from_forked_child, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),

@@ -7,8 +7,8 @@
  * outstanding, SIGSTOP of a peer, a wrong secret, a rank claimed twice, a
  * different geometry and an unannounced address each refused at startup with
  * the reason on both sides, a peer whose drain outlives its deadline, and a store that fails on one rank (its filesystem
- * full) leaving no file on any rank, and a monitor thread polling metrics
- * across close.
+ * full) leaving no file on any rank, a monitor thread polling metrics
+ * across close, and a peer's forked child refused its parent's peer.
  */
 #include "tests/testutil.h"
 
@@ -57,6 +57,7 @@ enum child_fault {
 	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
 	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
 	FAULT_PAGES,    /* a device of a quarter of the pages (joins: the layout is equal) */
+	FAULT_FORK,     /* once joined, forks a child that calls wait and stop on it */
 };
 
 struct fixture {
@@ -109,6 +110,32 @@ static void config_for(struct fixture *f, uint32_t rank, struct sel_store_config
 	memcpy(c->model_identity, model.bytes, 32);
 }
 
+/*
+ * Forks a child that calls sel_peer_wait and sel_peer_stop on this
+ * process's peer: both must answer -ECHILD at once (the agent thread is not
+ * in the child). Returns 0 when they did, else nonzero (a child still
+ * running after 10 s, hung on that thread, is killed).
+ */
+static int forked_child_calls(sel_peer *peer)
+{
+	pid_t child = fork();
+	int status = 0;
+
+	if (child < 0)
+		return -1;
+	if (child == 0)
+		_exit(sel_peer_wait(peer) == -ECHILD && sel_peer_stop(peer) == -ECHILD &&
+		      sel_peer_wait(peer) == -ECHILD ? 0 : 1);
+	for (int i = 0; i < 10000; i++) {
+		if (waitpid(child, &status, WNOHANG) == child)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		usleep(1000);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, &status, 0);
+	return -1;
+}
+
 static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		       bool full_disk)
 {
@@ -147,6 +174,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 	ret = sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why));
 	if (ret)
 		_exit(2);
+	if (fault == FAULT_FORK && forked_child_calls(peer) != 0)
+		_exit(7);
 	ret = sel_peer_wait(peer);
 	/* stop frees only a peer whose jobs drained, and says which it did */
 	if (sel_peer_stop(peer) != (fault == FAULT_STALL ? SEL_ESTOPPED : 0))
@@ -409,6 +438,19 @@ static void test_cluster_three_ranks(void **state)
 	struct fixture *f = *state;
 
 	start(f, 3, -1, -1);
+	store_and_fetch(f);
+}
+
+/*
+ * A peer's forked child calls sel_peer_wait and sel_peer_stop on the
+ * parent's peer: -ECHILD, touching nothing; the peer then serves a store
+ * and fetch and ends cleanly (its exit status 0 says all of it).
+ */
+static void test_cluster_peer_calls_from_forked_child(void **state)
+{
+	struct fixture *f = *state;
+
+	start_with(f, 2, 1, FAULT_FORK, -1);
 	store_and_fetch(f);
 }
 
@@ -861,6 +903,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_cluster_three_ranks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_four_ranks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_calls_from_forked_child, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_kill_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_stopped_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_wrong_secret, setup, teardown),

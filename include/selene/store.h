@@ -21,6 +21,15 @@
  * (err, err_size) writes a NUL-terminated message of at most err_size bytes
  * into err on failure; err may be NULL only with err_size 0 (no message):
  * a NULL err with a size is refused with -EINVAL, *out untouched.
+ *
+ * Fork: a store or peer belongs to the process that opened or started it.
+ * A child of fork() has a copy of the handle but none of its threads, so
+ * every call there on the parent's handle is refused with -ECHILD and
+ * touches nothing (sel_lookup answers false, sel_poll 0). That includes
+ * sel_store_close, sel_peer_wait and sel_peer_stop: in the child they free
+ * nothing, and the child's copy of the handle (memory, descriptors) is
+ * leaked rather than torn down without its threads. The parent's store or
+ * peer is unaffected and is closed by the parent.
  */
 #ifndef SELENE_STORE_H
 #define SELENE_STORE_H
@@ -137,7 +146,7 @@ int sel_peer_start(const struct sel_store_config *config, sel_peer **out, char *
  * 0). SEL_ESTOPPED when jobs were still running
  * job_timeout_ms after the end: their copies may still write the buffers
  * and GPU ids, so sel_peer_stop then frees nothing and the process should
- * exit non-zero.
+ * exit non-zero. -ECHILD in a child of the process that started it.
  */
 int sel_peer_wait(sel_peer *peer);
 
@@ -146,7 +155,8 @@ int sel_peer_wait(sel_peer *peer);
  * 0 when it freed everything, or SEL_ESTOPPED after an unconfirmed drain
  * (above, whether or not sel_peer_wait ran first): jobs were still running,
  * so it left everything allocated, and the planes' memory must stay
- * valid. NULL is fine (0).
+ * valid. NULL is fine (0). -ECHILD, freeing nothing, in a child of the
+ * process that started it (Fork, above).
  */
 int sel_peer_stop(sel_peer *peer);
 
@@ -157,7 +167,8 @@ int sel_peer_stop(sel_peer *peer);
  * peers may still write their GPU ids); or SEL_ESTOPPED when local jobs
  * were still running at the deadline: the store is then left allocated,
  * threads and buffers included, rather than freed under outstanding copies
- * (the handle must not be used again). NULL is fine.
+ * (the handle must not be used again). NULL is fine. -ECHILD, freeing
+ * nothing, in a child of the process that opened it (Fork, above).
  */
 int sel_store_close(sel_store *store, uint64_t drain_timeout_ms);
 
@@ -308,15 +319,16 @@ struct sel_stats {
 
 /*
  * Copies the counters into out. Returns 0, or -ESHUTDOWN (out zeroed) once
- * sel_store_close has begun on store, or for a handle that is not open.
+ * sel_store_close has begun on store, or for a handle that is not open;
+ * -ECHILD (out zeroed) in a child of the process that opened it.
  */
 int sel_store_stats(sel_store *store, struct sel_stats *out);
 
 /*
  * Prometheus text exposition of the stats into buf (every family once,
  * with # HELP and # TYPE; README lists them). Returns the length written
- * (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN as
- * sel_store_stats does. SEL_METRICS_BYTES of a world size is always
+ * (without the NUL), -ENOSPC when size is too small, or -ESHUTDOWN or
+ * -ECHILD as sel_store_stats does. SEL_METRICS_BYTES of a world size is always
  * enough, whatever the counters hold.
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
