@@ -831,6 +831,38 @@ static void test_store_waiters_and_cancel(void **state)
 }
 
 /*
+ * Cancelling after the fetch completed (sel_poll took its completion, with
+ * max 0 here, so its events are queued but not yet returned) answers
+ * SEL_ENOTFOUND for the owner and a joined waiter alike and removes
+ * nothing: both events still come; once they came, still SEL_ENOTFOUND.
+ */
+static void test_store_cancel_after_completion(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	store_root_and_find(f, ev, &hit);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 10, &joined), 0);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 11, &joined), 0);
+	assert_true(joined);
+	stub_complete(&f->stub, 1, 0);
+	assert_int_equal(coord_store_poll(&f->store, ev, 0), 0);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+	assert_int_equal(coord_store_cancel(&f->store, 10), SEL_ENOTFOUND);
+	assert_int_equal(coord_store_cancel(&f->store, 11), SEL_ENOTFOUND);
+	assert_int_equal(poll_events(f, ev), 2);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(ev[0].id, 10);
+	assert_int_equal(ev[1].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(ev[1].id, 11);
+	assert_int_equal(coord_store_cancel(&f->store, 10), SEL_ENOTFOUND);
+	assert_int_equal(poll_events(f, ev), 0);
+	assert_balanced(f);
+}
+
+/*
  * Hits of one endpoint with the same skip but chains that start at
  * different records (the GPU holds different prefixes) are not equal: the
  * second is a fetch of its own, not a waiter on the first's destination.
@@ -1383,6 +1415,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_join_needs_the_same_chain, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_waiters_and_cancel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_cancel_after_completion, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_no_join_after_owner_cancelled, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_page_only_record_goes_with_its_last_child,

@@ -219,7 +219,12 @@ int sel_fetch(sel_store *store, const struct sel_hit *hit, const uint32_t *page_
  * either way (and is useful on its own); no later fetch joins it, and
  * waiters that joined before still get their events with the owner's, so
  * an owner that cancels keeps its destination until those waiters are done
- * with it. SEL_ENOTFOUND for an unknown waiter.
+ * with it. SEL_ENOTFOUND for an unknown waiter, and for one whose fetch has
+ * completed: a fetch completes when a sel_poll call (any, max 0 included)
+ * takes its completion from the engine, and from then on cancel changes
+ * nothing: its events (owner's and joined waiters' alike) still come
+ * through sel_poll if not already returned. Until then the fetch counts as
+ * running, even if its copies are done.
  */
 int sel_cancel(sel_store *store, uint64_t waiter);
 

@@ -446,6 +446,9 @@ class Store:
         return joined.value
 
     def cancel(self, waiter: int):
+        """Removes a joined waiter (sel_cancel); an owner still hears. Raises
+        SeleneError (SEL_ENOTFOUND) for an unknown waiter, and for one whose
+        fetch already completed: its event still comes through poll."""
         _check(_LIB.sel_cancel(self.handle, waiter))
 
     def touch(self, history: History, consumed: int):
