@@ -1357,6 +1357,30 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
 	return 0;
 }
 
+/*
+ * Staging is mapped and populated at open (shard/slab.h): more than half
+ * of the memory this process could take (shard_slab_memory_available)
+ * would leave the host or its cgroup to the OOM killer, at the mapping or
+ * at the first copy. Refused before anything is mapped, naming both
+ * figures; when the available memory cannot be read, nothing is refused.
+ */
+static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, char *err,
+				size_t err_size)
+{
+	uint64_t staging, available;
+
+	if (!sel_mul_u64(sel_align_up(slot_bytes, SEL_BLOCK_BYTES), slots, &staging))
+		return 0; /* shard_slab_init refuses it */
+	if (shard_slab_memory_available(&available) != 0 || staging <= available / 2)
+		return 0;
+	snprintf(err, err_size, "staging needs %" PRIu64 " MiB (%u slots of %" PRIu64
+		 " bytes), more than half of the %" PRIu64 " MiB of memory available to "
+		 "this process (MemAvailable, bounded by its cgroup's room); fewer or smaller "
+		 "planes, or fewer stores at once (SELENE_STORES_AT_ONCE), need less",
+		 staging >> 20, slots, slot_bytes, available >> 20);
+	return -ENOMEM;
+}
+
 /* The staging pool: each lane's windows and row, leased for the engine's life. */
 static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 			size_t err_size)
@@ -1374,6 +1398,9 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 	}
 	slots = (e->lanes[LANE_RESTORE].stage_count + e->lanes[LANE_BACKGROUND].stage_count) *
 		e->window_pages + LANE_COUNT * row_pieces;
+	ret = check_staging_memory(g->page_record_bytes, slots, err, err_size);
+	if (ret)
+		return ret;
 	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
 	if (ret) {
 		snprintf(err, err_size, "cannot map %u staging slots: %s", slots,

@@ -8,7 +8,9 @@
 #include "shard/device.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 /*
@@ -184,4 +186,196 @@ uint32_t shard_slab_free_count(struct shard_slab_pool *pool)
 	n = pool->free_count;
 	pthread_mutex_unlock(&pool->lock);
 	return n;
+}
+
+/*
+ * Where a cgroup limit counts as none: v2 writes "max", v1 a page-rounded
+ * LONG_MAX (9223372036854771712); anything this large is no limit.
+ */
+#define SLAB_CGROUP_UNLIMITED (1ull << 62)
+/* A /proc/self/cgroup line, or a path under the cgroup mount. */
+#define SLAB_CGROUP_PATH_BYTES 4096u
+
+/* A file's first number ("max" reads as UINT64_MAX); false when unreadable. */
+static bool slab_read_number(const char *path, uint64_t *out)
+{
+	char text[64], *end;
+	unsigned long long v;
+	FILE *f = fopen(path, "re");
+	bool ok;
+
+	if (!f)
+		return false;
+	ok = fgets(text, sizeof(text), f) != NULL;
+	fclose(f);
+	if (ok && strncmp(text, "max", 3) == 0) {
+		*out = UINT64_MAX;
+		return true;
+	}
+	if (!ok || text[0] < '0' || text[0] > '9')
+		return false;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (errno != 0 || (*end != '\n' && *end != '\0'))
+		return false;
+	*out = v;
+	return true;
+}
+
+/*
+ * The number after name (which ends in its separator: "MemAvailable:",
+ * "inactive_file ") at the start of a line of path, times 1024 when the
+ * line says kB. False when the file or the line is missing.
+ */
+static bool slab_read_field(const char *path, const char *name, uint64_t *out)
+{
+	size_t name_bytes = strlen(name);
+	char line[256], *end;
+	unsigned long long v;
+	FILE *f = fopen(path, "re");
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, name, name_bytes) != 0)
+			continue;
+		errno = 0;
+		v = strtoull(line + name_bytes, &end, 10);
+		if (errno != 0 || end == line + name_bytes)
+			break;
+		while (*end == ' ')
+			end++;
+		if (strncmp(end, "kB", 2) == 0) {
+			if (v > UINT64_MAX / 1024)
+				break;
+			v *= 1024;
+		}
+		*out = v;
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * The room left in the cgroup at dir (v1: the memory controller's files):
+ * its limit less what it uses beyond its inactive file cache. False when
+ * dir has no limit file, or no limit.
+ */
+static bool slab_cgroup_room(const char *dir, bool v1, uint64_t *room)
+{
+	char path[SLAB_CGROUP_PATH_BYTES + 64];
+	uint64_t limit, usage, inactive = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+	if (!slab_read_number(path, &limit) || limit >= SLAB_CGROUP_UNLIMITED)
+		return false;
+	snprintf(path, sizeof(path), "%s/%s", dir,
+		 v1 ? "memory.usage_in_bytes" : "memory.current");
+	if (!slab_read_number(path, &usage))
+		usage = 0;
+	snprintf(path, sizeof(path), "%s/memory.stat", dir);
+	if (!(v1 && slab_read_field(path, "total_inactive_file ", &inactive)) &&
+	    !slab_read_field(path, "inactive_file ", &inactive))
+		inactive = 0;
+	usage -= inactive < usage ? inactive : usage;
+	*room = usage < limit ? limit - usage : 0;
+	return true;
+}
+
+/*
+ * This process's memory cgroups under cgroup_root, from /proc/self/cgroup's
+ * text: the v2 line ("0::/path": cgroup_root/path) into v2_dir, the v1 line
+ * whose controllers include memory (cgroup_root/memory/path) into v1_dir.
+ * Both may be there (a hybrid host); an empty string where one is not.
+ */
+static void slab_cgroup_dirs(const char *self_cgroup_path, const char *cgroup_root,
+			     char *v2_dir, char *v1_dir, size_t dir_size)
+{
+	char line[SLAB_CGROUP_PATH_BYTES];
+	FILE *f = fopen(self_cgroup_path, "re");
+
+	v2_dir[0] = v1_dir[0] = '\0';
+	while (f && fgets(line, sizeof(line), f)) {
+		char *controllers = strchr(line, ':'), *path, *token, *save = NULL;
+		bool memory = false;
+
+		if (!controllers)
+			continue;
+		*controllers++ = '\0';
+		path = strchr(controllers, ':');
+		if (!path || path[1] != '/')
+			continue;
+		*path++ = '\0';
+		path[strcspn(path, "\n")] = '\0';
+		if (strcmp(path, "/") == 0)
+			path[0] = '\0'; /* the mount itself */
+		if (strcmp(line, "0") == 0 && controllers[0] == '\0') {
+			if ((size_t)snprintf(v2_dir, dir_size, "%s%s", cgroup_root, path) >= dir_size)
+				v2_dir[0] = '\0';
+			continue;
+		}
+		for (token = strtok_r(controllers, ",", &save); token && !memory;
+		     token = strtok_r(NULL, ",", &save))
+			memory = strcmp(token, "memory") == 0;
+		if (memory && (size_t)snprintf(v1_dir, dir_size, "%s/memory%s", cgroup_root,
+					       path) >= dir_size)
+			v1_dir[0] = '\0';
+	}
+	if (f)
+		fclose(f);
+}
+
+/*
+ * The least room in the cgroup at dir and each of its ancestors down to
+ * the first root_bytes of it (the mount, or the v1 controller's mount),
+ * into *room when less than what it holds (found says it holds one). A
+ * level whose files are missing (a cgroup namespace shows the container's
+ * own cgroup at the mount, not at the host's path) is skipped.
+ */
+static void slab_cgroup_least_room(char *dir, size_t root_bytes, bool v1, uint64_t *room,
+				   bool *found)
+{
+	if (dir[0] == '\0')
+		return;
+	for (;;) {
+		uint64_t here;
+		char *slash;
+
+		if (slab_cgroup_room(dir, v1, &here) && (!*found || here < *room)) {
+			*room = here;
+			*found = true;
+		}
+		slash = strrchr(dir, '/');
+		if (strlen(dir) <= root_bytes || !slash || (size_t)(slash - dir) < root_bytes)
+			break;
+		*slash = '\0';
+	}
+}
+
+int shard_slab_memory_available_at(const char *meminfo_path, const char *self_cgroup_path,
+				   const char *cgroup_root, uint64_t *bytes)
+{
+	char v2_dir[SLAB_CGROUP_PATH_BYTES], v1_dir[SLAB_CGROUP_PATH_BYTES];
+	size_t root_bytes = strlen(cgroup_root);
+	uint64_t available = 0, room = 0;
+	bool known, limited = false;
+
+	known = slab_read_field(meminfo_path, "MemAvailable:", &available);
+	slab_cgroup_dirs(self_cgroup_path, cgroup_root, v2_dir, v1_dir, sizeof(v2_dir));
+	slab_cgroup_least_room(v2_dir, root_bytes, false, &room, &limited);
+	slab_cgroup_least_room(v1_dir, root_bytes + strlen("/memory"), true, &room, &limited);
+	if (!known && !limited)
+		return -ENOENT;
+	if (limited && (!known || room < available))
+		available = room;
+	*bytes = available;
+	return 0;
+}
+
+int shard_slab_memory_available(uint64_t *bytes)
+{
+	return shard_slab_memory_available_at("/proc/meminfo", "/proc/self/cgroup",
+					      "/sys/fs/cgroup", bytes);
 }

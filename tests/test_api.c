@@ -7,7 +7,7 @@
  * Retry until room returns; every thread the open starts refused in turn;
  * NULL arguments refused; a record file replaced by a symlink or FIFO
  * dropped like a missing one; a forked child's calls on its parent's store
- * refused.
+ * refused; staging past the machine's memory refused at open.
  */
 #include "tests/testutil.h"
 
@@ -15,6 +15,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/store.h"
+#include "shard/slab.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -430,6 +432,52 @@ static void test_api_calls_from_forked_child(void **state)
 	restore_and_check(f, 81);
 }
 
+/*
+ * Staging larger than the machine's memory (page planes of 1 GiB units,
+ * enough of them for twice MemTotal: every window holds at least one page
+ * record, and there are at least 16 windows) fails the open with -ENOMEM
+ * and both figures, quickly and before mapping any of it.
+ */
+static void test_api_staging_beyond_memory_is_refused(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t unit = 1ull << 30;
+	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t count = 2 * total / (16 * unit) + 1, available, t0;
+	static char names[64][16];
+	struct sel_plane planes[SEL_ARRAY_SIZE(names)];
+	struct sel_store_config c = f->config;
+	char err[512] = "";
+	uint8_t *space;
+	int ret;
+
+	if (count > SEL_ARRAY_SIZE(names))
+		skip(); /* more than 512 GiB of memory: not worth more planes */
+	if (shard_slab_memory_available(&available) != 0)
+		skip(); /* unknown: nothing is refused, and the mapping would OOM */
+	/* address space for the planes, never touched: the open must fail first */
+	space = mmap(NULL, (size_t)(count * unit), PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	assert_true(space != MAP_FAILED);
+	for (uint32_t p = 0; p < count; p++) {
+		snprintf(names[p], sizeof(names[p]), "p%u", p);
+		planes[p] = (struct sel_plane){ .name = names[p], .unit_bytes = unit,
+						.device_address = (uintptr_t)(space + p * unit) };
+	}
+	c.page_planes = planes;
+	c.page_plane_count = (uint32_t)count;
+	c.page_count = 1;
+	t0 = sel_monotonic_ns();
+	ret = sel_store_open(&c, &f->store, err, sizeof(err));
+	munmap(space, (size_t)(count * unit));
+	assert_int_equal(ret, -ENOMEM);
+	assert_null(f->store);
+	assert_non_null(strstr(err, "staging needs"));
+	assert_non_null(strstr(err, "MiB of memory available"));
+	print_message("%s\n", err);
+	assert_true(sel_monotonic_ns() - t0 < 10000000000ull);
+}
+
 /* Reopening the directory finds every committed record (seed step 12). */
 static void test_api_restart(void **state)
 {
@@ -803,6 +851,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_err_with_size, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_calls_from_forked_child, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_staging_beyond_memory_is_refused, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),

@@ -1,7 +1,8 @@
 /*
  * The slab pool (shard/slab.h): alignment, exhaustion without blocking,
  * reuse, rows over several non-contiguous slots, release, intake
- * reservation, and registration with the host device.
+ * reservation, registration with the host device, and the memory available
+ * for staging (meminfo and cgroup v1 and v2 files, fake and real).
  */
 #include "tests/testutil.h"
 
@@ -11,8 +12,11 @@
 #include "shard/slab.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Slots are 4 KiB-aligned and sized up to a multiple of 4 KiB. */
 static void test_slab_alignment(void **state)
@@ -154,6 +158,127 @@ static void test_slab_device_copy_splits(void **state)
 	free(host);
 }
 
+/* Writes text to dir/name, making the directories on the way. */
+static void write_file(const char *dir, const char *name, const char *text)
+{
+	char path[1024];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	for (char *slash = strchr(path + strlen(dir) + 1, '/'); slash;
+	     slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		mkdir(path, 0755);
+		*slash = '/';
+	}
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* shard_slab_memory_available_at over the fake files under base. */
+static int available_at(const char *base, uint64_t *bytes)
+{
+	char meminfo[512], self[512], root[512];
+
+	snprintf(meminfo, sizeof(meminfo), "%s/meminfo", base);
+	snprintf(self, sizeof(self), "%s/self-cgroup", base);
+	snprintf(root, sizeof(root), "%s/cg", base);
+	return shard_slab_memory_available_at(meminfo, self, root, bytes);
+}
+
+#define MIB (1ull << 20)
+
+/*
+ * MemAvailable alone; then bounded by a v2 cgroup's room (its limit less
+ * what it uses beyond inactive file cache), and by a tighter ancestor's;
+ * a limit of "max" bounds nothing; nothing readable is -ENOENT.
+ */
+static void test_slab_memory_available_cgroup_v2(void **state)
+{
+	char *base = tu_make_temp_dir("meminfo");
+	uint64_t bytes = 0;
+
+	(void)state;
+	assert_int_equal(available_at(base, &bytes), -ENOENT);
+	write_file(base, "meminfo", "MemTotal:       16000000 kB\n"
+				    "MemFree:         1000000 kB\n"
+				    "MemAvailable:    8192000 kB\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 8192000ull * 1024);
+	write_file(base, "self-cgroup", "0::/a/b\n");
+	write_file(base, "cg/a/b/memory.max", "max\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 8192000ull * 1024);
+	write_file(base, "cg/a/b/memory.max", "4294967296\n");
+	write_file(base, "cg/a/b/memory.current", "3221225472\n");
+	write_file(base, "cg/a/b/memory.stat", "anon 1\nfile 2\ninactive_file 536870912\n"
+					       "active_file 4\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 1536 * MIB); /* 4 GiB - (3 GiB - 512 MiB) */
+	write_file(base, "cg/a/memory.max", "2147483648\n");
+	write_file(base, "cg/a/memory.current", "2000000000\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 2147483648ull - 2000000000ull);
+	/* over its limit: no room at all (known, not unknown) */
+	write_file(base, "cg/a/memory.current", "3000000000\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 0);
+	/* a cgroup limit without meminfo still says */
+	write_file(base, "cg/a/memory.max", "max\n");
+	write_file(base, "meminfo", "MemTotal:       16000000 kB\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 1536 * MIB);
+	tu_remove_tree(base);
+}
+
+/*
+ * A v1 memory controller (its line among others, its controllers listed
+ * with a comma), total_inactive_file preferred; v1's page-rounded LONG_MAX
+ * is no limit; a hybrid host's v2 line without a memory.max bounds nothing.
+ */
+static void test_slab_memory_available_cgroup_v1(void **state)
+{
+	char *base = tu_make_temp_dir("meminfo");
+	uint64_t bytes = 0;
+
+	(void)state;
+	write_file(base, "meminfo", "MemAvailable:    8192000 kB\n");
+	write_file(base, "self-cgroup", "9:name=systemd:/\n4:cpu,memory:/job/7\n0::/\n");
+	write_file(base, "cg/memory/job/7/memory.limit_in_bytes", "9223372036854771712\n");
+	write_file(base, "cg/memory/memory.limit_in_bytes", "9223372036854771712\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 8192000ull * 1024);
+	write_file(base, "cg/memory/job/7/memory.limit_in_bytes", "2147483648\n");
+	write_file(base, "cg/memory/job/7/memory.usage_in_bytes", "1073741824\n");
+	write_file(base, "cg/memory/job/7/memory.stat", "inactive_file 1\n"
+							"total_inactive_file 268435456\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 1280 * MIB); /* 2 GiB - (1 GiB - 256 MiB) */
+	/* a cgroup namespace: the host's path is not under the mount */
+	write_file(base, "self-cgroup", "4:memory:/elsewhere/9\n");
+	write_file(base, "cg/memory/memory.limit_in_bytes", "1073741824\n");
+	assert_int_equal(available_at(base, &bytes), 0);
+	assert_int_equal(bytes, 1024 * MIB);
+	tu_remove_tree(base);
+}
+
+/* The machine's own figure, when it has one: above zero, at most its memory. */
+static void test_slab_memory_available_here(void **state)
+{
+	uint64_t bytes = 0, total = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+				    (uint64_t)sysconf(_SC_PAGESIZE);
+	int ret = shard_slab_memory_available(&bytes);
+
+	(void)state;
+	if (ret == -ENOENT)
+		skip();
+	assert_int_equal(ret, 0);
+	assert_true(bytes > 0);
+	assert_true(bytes <= total);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -163,6 +288,9 @@ int main(void)
 		cmocka_unit_test(test_slab_intake_reservation),
 		cmocka_unit_test(test_slab_register_host),
 		cmocka_unit_test(test_slab_device_copy_splits),
+		cmocka_unit_test(test_slab_memory_available_cgroup_v2),
+		cmocka_unit_test(test_slab_memory_available_cgroup_v1),
+		cmocka_unit_test(test_slab_memory_available_here),
 	};
 
 	return cmocka_run_group_tests_name("slab", tests, NULL, NULL);

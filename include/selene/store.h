@@ -116,7 +116,11 @@ struct sel_store_config {
  * or none, which the join checks (a mismatch is refused, the reason on both
  * sides). In a cluster, a failure here is told to every peer (they stop at
  * once instead of at their join timeout), and so is a peer's: its reason
- * comes back in err.
+ * comes back in err. The shard engine's staging (host memory for its
+ * copies, mapped and populated here) is refused with -ENOMEM, naming both
+ * figures, when it is more than half of the memory available to the
+ * process (MemAvailable, bounded by its cgroup's room; docs/DESIGN.md
+ * section 6); so is a peer's, by sel_peer_start.
  */
 int sel_store_open(const struct sel_store_config *config, sel_store **out,
 		   char *err, size_t err_size);
