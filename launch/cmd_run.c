@@ -29,6 +29,7 @@
 #include "launch/synth.h"
 #include "launch/trace.h"
 #include "shard/engine.h"
+#include "shard/slab.h"
 #include "selene/store.h"
 
 #include <errno.h>
@@ -1188,24 +1189,6 @@ static int run_check_dir(const char *dir, char *err, size_t err_size)
 	return 0;
 }
 
-/* Bytes of memory the kernel says it could give now (MemAvailable), or
- * the physical memory where /proc does not say; 0 when unknown. */
-static uint64_t run_memory_available(void)
-{
-	unsigned long long kib = 0;
-	char line[128];
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-			break;
-	if (f)
-		fclose(f);
-	if (kib)
-		return (uint64_t)kib << 10;
-	return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /* a * b + c into *out; false on overflow. */
 static bool run_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 {
@@ -1214,7 +1197,8 @@ static bool run_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 
 /*
  * Host memory this rank may give its planes (issue 10 item 7): what the
- * host has available, shared by every rank on it (OMPI_COMM_WORLD_LOCAL_SIZE),
+ * host has available (shard_slab_memory_available: MemAvailable within the
+ * memory cgroup's room), shared by every rank on it (OMPI_COMM_WORLD_LOCAL_SIZE),
  * less what the rank needs besides its planes: its shard engine's staging
  * (at most SHARD_STAGES restore windows and SHARD_STORE_STAGES_MAX store
  * windows of page records, as shard/engine.c sizes it),
@@ -1227,7 +1211,7 @@ static int run_host_budget(const struct run *r, uint64_t *budget, char *err, siz
 {
 	const struct run_options *o = &r->opt;
 	uint64_t largest = o->row_bytes, record_bytes = 0, window, need = 0;
-	uint64_t available = run_memory_available(), ranks = 1;
+	uint64_t available = 0, ranks = 1;
 	const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 	bool ok;
 
@@ -1247,7 +1231,7 @@ static int run_host_budget(const struct run *r, uint64_t *budget, char *err, siz
 	if (local && launch_parse_number(local, LAUNCH_COUNT, 1, REC_WORLD_SIZE_MAX, &ranks,
 					 NULL, 0))
 		ranks = 1; /* never: run_parse_args refused it */
-	if (available == 0) {
+	if (shard_slab_memory_available(&available) != 0 || available == 0) {
 		*budget = UINT64_MAX; /* unknown: the allocations will say */
 		return 0;
 	}
