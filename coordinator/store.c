@@ -255,21 +255,43 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	return 0;
 }
 
+static bool bare_page_only(const struct coord_node *n)
+{
+	return n->child_count == 0 && !n->row_present && n->pins == 0 &&
+	       n->state == COORD_READY;
+}
+
 /*
  * A page-only record with no child and no pin can neither match a lookup
  * nor supply a chain: it goes (seed 2.3), wherever its last child or its
  * last pin has just left it (an eviction, a failed store, a publication
- * answered Retry, a rewrite undone).
+ * answered Retry, a rewrite undone). An unlink that cannot be submitted
+ * now (the job table or an engine's queue is full) is left to
+ * drop_bare_pending, so the record never stays charged for good.
  */
 static void drop_bare_page_only(struct coord_store *s, uint32_t id)
 {
-	struct coord_node *p;
+	if (id != COORD_NONE && bare_page_only(coord_index_node(&s->index, id)) &&
+	    reclaim(s, id, false) != 0)
+		s->bare_pending = true;
+}
 
-	if (id == COORD_NONE)
+/*
+ * Unlinks the bare page-only records whose unlink was refused before.
+ * Walks the whole index, so it runs only while one may be left; a refusal
+ * leaves the rest for the next poll.
+ */
+static void drop_bare_pending(struct coord_store *s)
+{
+	struct coord_index *ix = &s->index;
+
+	if (!s->bare_pending || s->stopped)
 		return;
-	p = coord_index_node(&s->index, id);
-	if (p->child_count == 0 && !p->row_present && p->pins == 0 && p->state == COORD_READY)
-		reclaim(s, id, false);
+	for (uint32_t i = 0; i < ix->nodes_max; i++)
+		if (ix->nodes[i].in_use && bare_page_only(&ix->nodes[i]) &&
+		    reclaim(s, i, false) != 0)
+			return;
+	s->bare_pending = false;
 }
 
 static bool evictable(const struct coord_node *node, void *ctx)
@@ -471,6 +493,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		job_release(s, job);
 	}
 	coord_index_unpin(&s->index, existing);
+	drop_bare_page_only(s, existing); /* make_room took its last child */
 	if (err && err != SEL_EQUEUEFULL)
 		return err; /* the engine refused it: not a matter of time */
 	return 0;
@@ -754,7 +777,9 @@ static void complete_rewrite_undo(struct coord_store *s, struct coord_job *job,
 		sel_warn("a record whose row could not be put back is dropped: %s",
 			 c->why[0] ? c->why : sel_strerror(c->result));
 		condemn(s, n);
+		return;
 	}
+	drop_bare_page_only(s, job->node); /* its last child left while pinned */
 }
 
 /*
@@ -1044,6 +1069,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 		}
 		drop_condemned(s);
 	}
+	drop_bare_pending(s);
 	s->stats.disk_bytes = s->used_bytes;
 	while (out < max && s->event_count > 0) {
 		events[out++] = s->events[s->event_head];

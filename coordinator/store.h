@@ -82,6 +82,8 @@ struct coord_store {
 	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
 	uint64_t disk_full_until_ns;
 	uint32_t condemned_count; /* COORD_CONDEMNED nodes still in the index */
+	bool bare_pending;      /* a childless page-only record whose unlink could
+				   not be submitted may be left: swept at poll */
 	bool stopped;           /* the transport stopped: no new jobs (FATAL sent) */
 	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */
 	uint64_t noops_failed;  /* of those, answered with an error somewhere */

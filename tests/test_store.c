@@ -962,6 +962,92 @@ static void test_store_page_only_record_goes_with_its_last_child(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * As above, but the engine's queue is full when 800's store fails, so the
+ * unlink of the page-only 700 is refused: it goes at the next poll instead
+ * of staying, childless, with its bytes charged for good.
+ */
+static void test_store_bare_page_only_unlink_refused_goes_later(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	struct rec_key middle, leaf;
+	uint32_t d_job, before;
+	bool joined;
+
+	store_chain_of_three(f);
+	middle = f->stub.jobs[1].header.key;
+	leaf = f->stub.jobs[2].header.key;
+	d_job = f->stub.job_count;
+	assert_int_equal(publish(f, 4, 800, 700), SEL_QUEUED);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
+	stub_fail_naming(&f->stub, f->stub.job_count - 1, &leaf);
+	poll_events(f, ev);
+	stub_complete(&f->stub, f->stub.job_count - 1, 0); /* 900's unlink */
+	poll_events(f, ev);
+	stub_complete(&f->stub, d_job, -EIO); /* 800's store */
+	f->stub.refuse = true;
+	before = f->stub.job_count;
+	poll_events(f, ev);
+	assert_int_equal(f->stub.job_count, before); /* every unlink refused */
+	assert_int_equal(f->store.index.node_count, 2);
+	f->stub.refuse = false;
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[f->stub.job_count - 1].key, &middle));
+	assert_int_equal(f->store.index.node_count, 1); /* the root at 300 */
+	for (uint32_t i = before; i < f->stub.job_count; i++)
+		stub_complete(&f->stub, i, 0);
+	poll_events(f, ev);
+	assert_false(f->store.bare_pending);
+	assert_balanced(f);
+}
+
+/*
+ * 700's row is being put back (pinned) when its only child 900 fails
+ * verification and goes; the rewrite then fails and its undo truncates
+ * the row again: 700, page-only and childless, is unlinked once the undo
+ * unpins it (before, it stayed with its bytes charged).
+ */
+static void test_store_bare_page_only_goes_after_rewrite_undone(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	struct rec_key middle, leaf;
+	uint32_t rewrite;
+	bool joined;
+
+	store_chain_of_three(f);
+	middle = f->stub.jobs[1].header.key;
+	leaf = f->stub.jobs[2].header.key;
+	rewrite = f->stub.job_count;
+	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
+	stub_fail_naming(&f->stub, f->stub.job_count - 1, &leaf);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[f->stub.job_count - 1].key, &leaf));
+	stub_complete(&f->stub, f->stub.job_count - 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 2); /* 700 is pinned */
+	stub_complete(&f->stub, rewrite, -EIO);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, f->stub.job_count - 1, 0); /* the undo */
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[f->stub.job_count - 1].key, &middle));
+	assert_int_equal(f->store.index.node_count, 1); /* the root at 300 */
+	stub_complete(&f->stub, f->stub.job_count - 1, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
 /* A failed fetch tells every waiter and releases the chain. */
 static void test_store_fetch_failure(void **state)
 {
@@ -1419,6 +1505,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_no_join_after_owner_cancelled, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_page_only_record_goes_with_its_last_child,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_bare_page_only_unlink_refused_goes_later,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_bare_page_only_goes_after_rewrite_undone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
