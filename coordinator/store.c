@@ -811,6 +811,36 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
 	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
 }
 
+/*
+ * A store that failed on some rank may have left its file on the ranks
+ * where it succeeded (the fan-out's own cleanup can fail or not be sent):
+ * an unlink of the key on every rank, charging nothing, makes sure. The
+ * engines run it after the failed store and before any later store of
+ * that key. Where it cannot be submitted, a file left on some ranks only
+ * is dropped by the next start's agreement.
+ */
+static void unlink_failed_store(struct coord_store *s, const struct rec_key *key)
+{
+	char name[REC_FILE_NAME_BYTES];
+	struct coord_job *job;
+	uint32_t id;
+	int ret = SEL_EQUEUEFULL;
+
+	job = job_take(s, &id);
+	if (job) {
+		job->kind = COORD_JOB_UNLINK;
+		job->key = *key;
+		job->bytes = 0;
+		ret = s->jobs_ops.unlink(s->jobs_ops.ctx, id, key);
+		if (ret == 0)
+			return;
+		job_release(s, job);
+	}
+	rec_file_name(name, key);
+	sel_warn("a failed store's %s may remain on some rank: its unlink could not be "
+		 "submitted (%s); the next start's agreement drops it", name, sel_strerror(ret));
+}
+
 static void complete_store(struct coord_store *s, struct coord_job *job,
 			   const struct shard_completion *c)
 {
@@ -821,6 +851,7 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 	if (job->parent != COORD_NONE)
 		coord_index_unpin(&s->index, job->parent);
 	if (c->result) {
+		unlink_failed_store(s, &coord_index_node(&s->index, job->node)->key);
 		coord_index_remove(&s->index, job->node);
 		s->stats.records = s->index.node_count;
 		s->used_bytes -= job->bytes;
