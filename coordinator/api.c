@@ -418,11 +418,10 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 		return sel_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
 				sel_strerror(ret));
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
-		*limit = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes);
-		if (*limit == 0)
-			return sel_fail(-EIO, err, err_size, "cannot tell the free space of %s "
-					"for the default disk limit; configure one",
-					rec_dir_path(s->dir));
+		ret = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes, limit, err,
+					      err_size);
+		if (ret)
+			return ret;
 	}
 	ret = shard_device_open(c->device ? c->device : "auto", c->device_ordinal,
 				&s->device, err, err_size);

@@ -278,9 +278,13 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 		return ret;
 	p->startup.scan_headers_read = scan->headers_read;
 	p->startup.scan_cache_hits = scan->cache_hits;
-	*limit = c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO ?
-			 shard_config_auto_limit(rec_dir_path(p->dir), scan->bytes) :
-			 c->disk_limit_bytes;
+	*limit = c->disk_limit_bytes;
+	if (c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO) {
+		ret = shard_config_auto_limit(rec_dir_path(p->dir), scan->bytes, limit, err,
+					      err_size);
+		if (ret)
+			return ret;
+	}
 	ret = shard_device_open(c->device ? c->device : "auto", c->device_ordinal, &p->device,
 				err, err_size);
 	if (ret)

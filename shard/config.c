@@ -191,14 +191,41 @@ void shard_config_planes(const struct sel_store_config *c, const struct rec_geom
 /*
  * One tenth of the free space at startup, counting the store's own files as
  * free: otherwise every restart would shrink the budget by a tenth of what
- * the store already holds. 0 when the filesystem cannot say.
+ * the store already holds. A full disk would give a limit of 0, which is
+ * "no disk store" (and a join refused for it) or a limit no record fits
+ * in: said plainly instead.
  */
-uint64_t shard_config_auto_limit(const char *dir, uint64_t own_bytes)
+int shard_config_limit_from_space(const char *dir, uint64_t free_blocks, uint64_t block_bytes,
+				  uint64_t own_bytes, uint64_t *limit, char *err,
+				  size_t err_size)
 {
-	struct statvfs st;
+	uint64_t free_bytes = block_bytes && free_blocks > UINT64_MAX / block_bytes ?
+				      UINT64_MAX : free_blocks * block_bytes;
+	uint64_t total = free_bytes > UINT64_MAX - own_bytes ? UINT64_MAX : free_bytes + own_bytes;
 
-	if (statvfs(dir, &st) != 0)
+	*limit = total / 10;
+	if (*limit >= REC_HEADER_BYTES + SEL_BLOCK_BYTES)
 		return 0;
-	return ((uint64_t)st.f_bavail * st.f_frsize + own_bytes) / 10;
+	*limit = 0;
+	return sel_fail(-ENOSPC, err, err_size, "%s: the disk is full (%" PRIu64 " bytes free, %"
+			PRIu64 " in this store's records): a tenth of that, the default disk "
+			"limit, holds no record; free some space or configure disk_limit_bytes",
+			dir, free_bytes, own_bytes);
 }
 
+int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t *limit, char *err,
+			    size_t err_size)
+{
+	struct statvfs st;
+	int ret;
+
+	*limit = 0;
+	if (statvfs(dir, &st) != 0) {
+		ret = -errno;
+		return sel_fail(ret, err, err_size, "cannot tell the free space of %s for the "
+				"default disk limit (%s); configure disk_limit_bytes", dir,
+				strerror(-ret));
+	}
+	return shard_config_limit_from_space(dir, st.f_bavail, st.f_frsize ? st.f_frsize :
+						   st.f_bsize, own_bytes, limit, err, err_size);
+}

@@ -43,9 +43,23 @@ void shard_config_planes(const struct sel_store_config *c, const struct rec_geom
 			 struct shard_planes *planes);
 
 /*
- * One tenth of the free space at startup, counting the store's own files
- * (own_bytes) as free; 0 when the filesystem cannot say.
+ * SEL_DISK_LIMIT_AUTO: one tenth of the free space of dir's file system at
+ * startup (what an unprivileged user may take), counting the store's own
+ * files (own_bytes) as free. Returns 0 and *limit; -ENOSPC when the disk
+ * is full (that tenth holds no record file, not even a header and one
+ * block of page checksums), or the negative errno of statvfs; either with
+ * a message naming dir in err.
  */
-uint64_t shard_config_auto_limit(const char *dir, uint64_t own_bytes);
+int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t *limit, char *err,
+			    size_t err_size);
+
+/*
+ * shard_config_auto_limit from the file system's figures (free_blocks of
+ * block_bytes each): pure, so a full disk can be tested. dir is for the
+ * message only.
+ */
+int shard_config_limit_from_space(const char *dir, uint64_t free_blocks, uint64_t block_bytes,
+				  uint64_t own_bytes, uint64_t *limit, char *err,
+				  size_t err_size);
 
 #endif

@@ -388,6 +388,51 @@ static void test_config_random_broken_never_crash(void **state)
 	assert_true(refused > 1000);
 }
 
+/*
+ * SEL_DISK_LIMIT_AUTO on a full disk: a tenth of nothing was a limit of 0
+ * (rank zero said it could not tell the free space, a peer joined as a
+ * rank without a disk store) or one no record fits in; it is -ENOSPC
+ * saying the disk is full. The figures are the file system's, as statvfs
+ * gives them; the store's own records count as free.
+ */
+static void test_config_auto_limit_full_disk(void **state)
+{
+	uint64_t limit = 1;
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(shard_config_limit_from_space("/x/full", 0, 4096, 0, &limit, err,
+						       sizeof(err)), -ENOSPC);
+	assert_int_equal(limit, 0);
+	assert_non_null(strstr(err, "/x/full: the disk is full"));
+	assert_non_null(strstr(err, "disk_limit_bytes"));
+	/* one free block: a tenth of it holds no record either */
+	err[0] = '\0';
+	assert_int_equal(shard_config_limit_from_space("/x/full", 1, 4096, 0, &limit, err,
+						       sizeof(err)), -ENOSPC);
+	assert_non_null(strstr(err, "the disk is full"));
+	/* full, but of this store's records: a tenth of them is the limit */
+	assert_int_equal(shard_config_limit_from_space("/x/full", 0, 4096, 1000000, &limit, err,
+						       sizeof(err)), 0);
+	assert_int_equal(limit, 100000);
+	assert_int_equal(shard_config_limit_from_space("/x", 1000, 4096, 0, &limit, err,
+						       sizeof(err)), 0);
+	assert_int_equal(limit, 409600);
+	/* figures past 64 bits saturate, never wrap to a small limit */
+	assert_int_equal(shard_config_limit_from_space("/x", UINT64_MAX / 2, 4096, UINT64_MAX,
+						       &limit, err, sizeof(err)), 0);
+	assert_int_equal(limit, UINT64_MAX / 10);
+	/* the real file system: some limit, or a plain reason */
+	err[0] = '\0';
+	if (shard_config_auto_limit(".", 0, &limit, err, sizeof(err)) == 0)
+		assert_true(limit > 0);
+	else
+		assert_true(err[0] != '\0');
+	assert_int_equal(shard_config_auto_limit("/nonexistent/selene", 0, &limit, err,
+						 sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "cannot tell the free space of /nonexistent/selene"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -397,6 +442,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_config_peer_validates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_config_random_broken_never_crash, setup,
 						teardown),
+		cmocka_unit_test(test_config_auto_limit_full_disk),
 	};
 
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
