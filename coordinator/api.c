@@ -415,8 +415,7 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 	s->startup.scan_headers_read = ret ? 0 : scan->headers_read;
 	s->startup.scan_cache_hits = ret ? 0 : scan->cache_hits;
 	if (ret)
-		return sel_fail(ret, err, err_size, "scanning %s: %s", rec_dir_path(s->dir),
-				sel_strerror(ret));
+		return rec_dir_scan_failed(s->dir, scan, ret, err, err_size);
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
 		ret = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes, limit, err,
 					      err_size);

@@ -290,8 +290,11 @@ static int demo_open(struct demo *d, size_t *found)
 		return ret;
 	}
 	ret = rec_dir_scan(d->dir, &scan);
-	if (ret)
+	if (ret) {
+		rec_dir_scan_failed(d->dir, &scan, ret, err, sizeof(err));
+		sel_error("%s", err);
 		return ret;
+	}
 	*found = 0;
 	for (size_t i = 0; i < scan.record_count; i++)
 		for (uint32_t k = 0; k < d->checkpoint_count; k++)

@@ -270,12 +270,13 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	rec_namespace_identity(&p->namespace_id, &model, (enum rec_state_mode)c->state_mode);
 	ret = rec_dir_open(&dir_options, &p->dir, err, err_size);
-	step = sel_monotonic_ns();
-	if (!ret)
-		ret = rec_dir_scan(p->dir, scan);
-	p->startup.scan_ns = sel_monotonic_ns() - step;
 	if (ret)
 		return ret;
+	step = sel_monotonic_ns();
+	ret = rec_dir_scan(p->dir, scan);
+	p->startup.scan_ns = sel_monotonic_ns() - step;
+	if (ret)
+		return rec_dir_scan_failed(p->dir, scan, ret, err, err_size);
 	p->startup.scan_headers_read = scan->headers_read;
 	p->startup.scan_cache_hits = scan->cache_hits;
 	*limit = c->disk_limit_bytes;

@@ -363,16 +363,19 @@ struct scan_state {
 	struct rec_file_buffers buffers; /* the scan thread's reader buffers */
 };
 
-static int scan_delete(struct rec_dir *dir, const char *name,
+/* Deletes name; a failure names the file in the scan's result. */
+static int scan_delete(struct scan_state *s, const char *name,
 		       enum sel_failpoint before, enum sel_failpoint after)
 {
 	int ret = SEL_FAILPOINT(before);
 
-	if (ret < 0)
+	if (ret >= 0)
+		ret = rec_io_unlink(s->dir->fd, name);
+	if (ret < 0 && ret != -ENOENT) {
+		snprintf(s->out->failed_delete, sizeof(s->out->failed_delete), "%s/%s",
+			 s->dir->path, name);
 		return ret;
-	ret = rec_io_unlink(dir->fd, name);
-	if (ret && ret != -ENOENT)
-		return ret;
+	}
 	ret = SEL_FAILPOINT(after);
 	return ret < 0 ? ret : 0;
 }
@@ -500,7 +503,7 @@ static int scan_record(struct scan_state *s, const char *name,
 	if (sel_is_selene_error(ret)) {
 		sel_warn("scan %s: dropping %s: %s", s->dir->path, name, why);
 		s->out->invalid_dropped++;
-		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DROP_INVALID,
+		return scan_delete(s, name, SEL_FP_SCAN_BEFORE_DROP_INVALID,
 				   SEL_FP_SCAN_AFTER_DROP_INVALID);
 	}
 	if (ret == -ENOENT || ret == -ENXIO)
@@ -596,7 +599,7 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	}
 	if (len > 4 && strcmp(name + len - 4, REC_TMP_SUFFIX) == 0) {
 		s->out->tmp_deleted++;
-		return scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DELETE_TMP,
+		return scan_delete(s, name, SEL_FP_SCAN_BEFORE_DELETE_TMP,
 				   SEL_FP_SCAN_AFTER_DELETE_TMP);
 	}
 	if (!rec_file_name_parse(name, &key, &tmp)) {
@@ -702,7 +705,7 @@ static int scan_remove_dropped(struct scan_state *s)
 		sel_info("scan %s: dropping %s: %s", s->dir->path, name,
 			 s->entries[i].orphan ? "its parent is missing" :
 						"page-only with no children");
-		ret = scan_delete(s->dir, name, SEL_FP_SCAN_BEFORE_DROP_ORPHAN,
+		ret = scan_delete(s, name, SEL_FP_SCAN_BEFORE_DROP_ORPHAN,
 				  SEL_FP_SCAN_AFTER_DROP_ORPHAN);
 		if (ret)
 			return ret;
@@ -989,4 +992,13 @@ void rec_scan_free(struct rec_scan *scan)
 	free(scan->records);
 	scan->records = NULL;
 	scan->record_count = 0;
+}
+
+int rec_dir_scan_failed(const struct rec_dir *dir, const struct rec_scan *scan, int ret,
+			char *err, size_t err_size)
+{
+	if (scan->failed_delete[0])
+		return sel_fail(ret, err, err_size, "scanning %s: cannot delete %s: %s", dir->path,
+				scan->failed_delete, sel_strerror(ret));
+	return sel_fail(ret, err, err_size, "scanning %s: %s", dir->path, sel_strerror(ret));
 }

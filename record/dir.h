@@ -12,6 +12,7 @@
 #include "record/geometry.h"
 #include "record/key.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,6 +98,9 @@ struct rec_record_info {
 	struct rec_digest agreement; /* R-AGREE-1, of the header read */
 };
 
+/* A path in the record directory: the directory's and one name. */
+#define REC_SCAN_PATH_BYTES (PATH_MAX + NAME_MAX + 2)
+
 struct rec_scan {
 	struct rec_record_info *records; /* oldest mtime first; caller frees */
 	size_t record_count;
@@ -113,6 +117,12 @@ struct rec_scan {
 	uint64_t cache_hits;       /* record files the scan cache stood for,
 				      their headers not read (R-DIR-10) */
 	uint64_t headers_read;     /* record files whose header was read */
+	/*
+	 * Set when the scan failed because a file it had to delete (a
+	 * temporary, invalid, orphaned or page-only one) could not be: that
+	 * file's path, for the caller's message. Empty otherwise.
+	 */
+	char failed_delete[REC_SCAN_PATH_BYTES];
 };
 
 /* What a non-regular file named like a record is renamed to, at the end. */
@@ -132,13 +142,22 @@ struct rec_scan {
  * taken from the cache, unread (R-DIR-10); the cache is deleted once taken
  * in, and one that is not whole and valid for this directory is ignored,
  * with a warning. Returns 0 and fills out, or a negative
- * errno (listing the directory failed, out of memory). Free with
+ * errno (listing the directory failed, a file it had to delete could not
+ * be, named in out->failed_delete, out of memory). Free with
  * rec_scan_free(). From then on dir keeps the catalogue of its records
  * and saves it as the scan cache when it closes.
  */
 int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 
 void rec_scan_free(struct rec_scan *scan);
+
+/*
+ * The message for a scan of dir that returned ret (negative), naming the
+ * file it could not delete when that was why: written into err (err_size
+ * bytes, may be 0). Returns ret.
+ */
+int rec_dir_scan_failed(const struct rec_dir *dir, const struct rec_scan *scan, int ret,
+			char *err, size_t err_size);
 
 /*
  * The directory may change behind the catalogue (an engine that could not

@@ -7,6 +7,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "selene/store.h"
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define UNIT 4096u
@@ -258,6 +260,41 @@ static void test_config_peer_validates(void **state)
 	assert_non_null(strstr(err, "cluster.coordinator_host"));
 }
 
+/*
+ * A peer whose startup scan fails says why in err, naming the file it
+ * could not delete (it returned the code with err left unset).
+ */
+static void test_config_peer_scan_failure_fills_err(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "", name[REC_DIR_NAME_BYTES], path[PATH_MAX], file[PATH_MAX + 16];
+	struct rec_identity model, ns;
+	struct rec_geometry g;
+	sel_peer *p = NULL;
+	FILE *fp;
+
+	f->cluster = (struct sel_cluster){ .rank = 1, .world_size = 2,
+					   .coordinator_host = "127.0.0.1",
+					   .coordinator_port = 1, .listen_fd = -1 };
+	f->config.cluster = &f->cluster;
+	assert_int_equal(shard_config_geometry(&f->config, 1, 2, &g, err, sizeof(err)), 0);
+	memcpy(model.bytes, f->config.model_identity, sizeof(model.bytes));
+	rec_namespace_identity(&ns, &model, (enum rec_state_mode)f->config.state_mode);
+	rec_dir_name(name, &ns, &g.fingerprint);
+	snprintf(path, sizeof(path), "%s/%s", f->base, name);
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(file, sizeof(file), "%s/junk.tmp", path);
+	fp = fopen(file, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	assert_int_equal(sel_failpoints_configure("disk.unlink=return(EROFS)"), 0);
+	assert_int_equal(sel_peer_start(&f->config, &p, err, sizeof(err)), -EROFS);
+	sel_failpoints_configure(NULL);
+	assert_null(p);
+	assert_non_null(strstr(err, "cannot delete"));
+	assert_non_null(strstr(err, file));
+}
+
 static uint64_t next_random(uint64_t *state)
 {
 	/* splitmix64 */
@@ -440,6 +477,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_config_refused_cluster_is_not_used, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_config_peer_validates, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_config_peer_scan_failure_fills_err, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_config_random_broken_never_crash, setup,
 						teardown),
 		cmocka_unit_test(test_config_auto_limit_full_disk),

@@ -134,6 +134,32 @@ static void test_dir_scan_deletes_temporary_files(void **state)
 	tu_record_free(&rec);
 }
 
+/*
+ * A file the scan must delete and cannot fails the scan, and the result
+ * names it (failed_delete), so the startup message says which file to
+ * look at; once it can be deleted, the scan passes and names nothing.
+ */
+static void test_dir_scan_names_the_file_it_cannot_delete(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_scan scan;
+	char expected[REC_SCAN_PATH_BYTES], err[REC_SCAN_PATH_BYTES + 200];
+
+	write_file(rec_dir_path(f->dir), "junk.tmp", "x");
+	assert_int_equal(sel_failpoints_configure("disk.unlink=return(EROFS)"), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), -EROFS);
+	sel_failpoints_configure(NULL);
+	snprintf(expected, sizeof(expected), "%s/junk.tmp", rec_dir_path(f->dir));
+	assert_string_equal(scan.failed_delete, expected);
+	assert_int_equal(rec_dir_scan_failed(f->dir, &scan, -EROFS, err, sizeof(err)), -EROFS);
+	assert_non_null(strstr(err, "cannot delete"));
+	assert_non_null(strstr(err, expected));
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_string_equal(scan.failed_delete, "");
+	assert_int_equal(scan.tmp_deleted, 1);
+	rec_scan_free(&scan);
+}
+
 /* R-DIR-3: bad headers, lengths, names and identities are dropped. */
 static void test_dir_scan_drops_invalid_files(void **state)
 {
@@ -1262,6 +1288,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_opens_on_a_full_disk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_empty_base_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_deletes_temporary_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_names_the_file_it_cannot_delete, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_drops_invalid_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_removes_orphans_with_descendants, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_prunes_childless_page_only, setup, teardown),
