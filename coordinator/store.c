@@ -987,6 +987,30 @@ static void complete_fetch(struct coord_store *s, struct coord_job *job,
 			   job->waiters[w], c->result, c->why);
 }
 
+/*
+ * A row truncate (compaction) that failed saying the record file itself is
+ * bad on some rank (missing, not a regular file, a header that fails:
+ * rec_failure_condemns) condemns the record and what depends on it, as a
+ * fetch's verification failure does (R-READ-4): the record stays in the
+ * index for its chain, so left alone it would fail every restore through
+ * it. The record is the job's key: a truncate names no other file.
+ */
+static void condemn_failed_truncate(struct coord_store *s, const struct coord_job *job,
+				    const struct shard_completion *c)
+{
+	uint32_t id = coord_index_find(&s->index, &job->key);
+	char name[REC_FILE_NAME_BYTES];
+	struct coord_node *n;
+
+	rec_file_name(name, &job->key);
+	if (id == COORD_NONE || (n = coord_index_node(&s->index, id))->state != COORD_READY)
+		return;
+	sel_warn("truncate of %s failed (%s): dropped on every rank with what depends on it",
+		 name, c->why[0] ? c->why : sel_strerror(c->result));
+	condemn(s, n);
+	(*drop_counter(s, c->result))++;
+}
+
 static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 			     const struct shard_completion *c)
 {
@@ -998,6 +1022,10 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 	}
 	s->reclaiming_bytes -= job->bytes;
 	s->used_bytes -= job->bytes;
+	if (job->kind == COORD_JOB_TRUNCATE && rec_failure_condemns(c->result)) {
+		condemn_failed_truncate(s, job, c);
+		return;
+	}
 	if (c->result == 0 || c->result == -ENOENT)
 		return;
 	/*

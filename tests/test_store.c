@@ -1092,6 +1092,67 @@ static void test_store_bare_page_only_goes_after_rewrite_undone(void **state)
 	assert_balanced(f);
 }
 
+/*
+ * A row truncate (700's row drop) that fails because a rank lost the file
+ * (or finds its header bad) drops 700 and its child 900 on every rank, as
+ * a failed fetch does (R-READ-4); before, 700 stayed in the index and
+ * every restore through it failed. An I/O error drops nothing.
+ */
+static void test_store_failed_truncate_condemns_record(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+
+	store_done(f, 1, 300, 0, 0);
+	store_done(f, 2, 700, 300, 1);
+	store_done(f, 3, 900, 700, 2);
+	assert_int_equal(f->stub.jobs[3].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 3, -EIO);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.job_count, 4);
+	assert_int_equal(f->store.index.node_count, 3);
+	assert_balanced(f);
+
+	store_done(f, 4, 1100, 900, 4); /* 900's row drop: a truncate that finds no file */
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_TRUNCATE);
+	assert_int_equal(f->stub.jobs[5].key.consumed, 900);
+	stub_complete(&f->stub, 5, -ENOENT);
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.records_dropped_missing, 1);
+	/* 1100 first, then 900, then 700 (page-only since the first truncate) */
+	assert_int_equal(f->stub.job_count, 9);
+	assert_int_equal(f->stub.jobs[6].key.consumed, 1100);
+	assert_int_equal(f->stub.jobs[7].key.consumed, 900);
+	assert_int_equal(f->stub.jobs[8].key.consumed, 700);
+	for (uint32_t i = 6; i < 9; i++) {
+		assert_int_equal(f->stub.jobs[i].kind, COORD_JOB_UNLINK);
+		stub_complete(&f->stub, i, 0);
+	}
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_balanced(f);
+
+	store_done(f, 5, 700, 300, 9);
+	store_done(f, 6, 900, 700, 10); /* 700's row drop: a header that fails */
+	assert_int_equal(f->stub.jobs[11].kind, COORD_JOB_TRUNCATE);
+	stub_complete(&f->stub, 11, SEL_EBADHEADER);
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.records_dropped_header, 1);
+	assert_int_equal(f->stub.job_count, 14); /* 900, then 700 */
+	assert_int_equal(f->stub.jobs[12].key.consumed, 900);
+	assert_int_equal(f->stub.jobs[13].key.consumed, 700);
+	for (uint32_t i = 12; i < 14; i++) {
+		assert_int_equal(f->stub.jobs[i].kind, COORD_JOB_UNLINK);
+		stub_complete(&f->stub, i, 0);
+	}
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 300); /* the root alone */
+	assert_balanced(f);
+}
+
 /* A failed fetch tells every waiter and releases the chain. */
 static void test_store_fetch_failure(void **state)
 {
@@ -1563,6 +1624,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_bare_page_only_goes_after_rewrite_undone,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_truncate_condemns_record, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
 						teardown),
