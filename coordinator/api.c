@@ -302,7 +302,8 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.record_count = scan ? scan->record_count : 0,
 		.records_max = s->core.index.nodes_max,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
-		.marked = s->dir && rec_dir_marked(s->dir),
+		.marked = s->dir && (scan ? rec_dir_scan_marked(s->dir, scan) :
+					    rec_dir_marked(s->dir)),
 		.accept_empty_ranks = c->accept_empty_ranks,
 		.times = &times, .agreed = scan ? &agreed : NULL,
 	};

@@ -683,10 +683,12 @@ static void rank_counts(const struct coord_form_options *o, const struct cluster
 
 /*
  * The agreement keeps only what every rank holds: a rank whose directory is
- * empty, or unmarked while another is marked, would make it delete every
- * rank's records, most likely over a missing mount or a wrong path. That
- * is refused, naming the rank and the counts, unless the operator accepted
- * it (then the deletion is logged at warning level with the counts).
+ * unmarked and empty, or unmarked while another is marked, would make it
+ * delete every rank's records, most likely over a missing mount or a wrong
+ * path (a directory whose records all failed to read reports itself
+ * unmarked: rec_dir_scan_marked). That is refused, naming the rank and the
+ * counts, unless the operator accepted it (then the deletion is logged at
+ * warning level with the counts).
  */
 static int form_check_empty_ranks(const struct coord_form_options *o,
 				  const struct cluster_joiner *joiners,
@@ -703,7 +705,13 @@ static int form_check_empty_ranks(const struct coord_form_options *o,
 
 		if (ranks[r].count > 0 && (holder == world || ranks[r].count > ranks[holder].count))
 			holder = r;
-		if (suspect == world && (ranks[r].count == 0 || (!marked && any_marked)))
+		/*
+		 * A marked directory was set up here by an earlier formation:
+		 * empty, its rank was stopped before its first record landed
+		 * (refusing it would refuse every restart). Unmarked and empty,
+		 * or unmarked beside a marked one, it may be a missing mount.
+		 */
+		if (suspect == world && !marked && (ranks[r].count == 0 || any_marked))
 			suspect = r;
 	}
 	if (holder == world || suspect == world)

@@ -43,10 +43,13 @@ struct coord_form_options {
 						agreement keeps at most these
 						(rule 6); 0: no limit */
 	uint32_t timeout_ms;                 /* for the whole formation */
-	bool marked;                         /* rank zero's directory has the marker */
+	bool marked;                         /* rank zero's directory has the marker
+						(rec_dir_scan_marked) */
 	bool accept_empty_ranks;             /* form even when a rank's directory is
-						empty or unmarked while others hold
-						records (their records are deleted) */
+						unmarked and empty, or unmarked
+						while another is marked, while others
+						hold records (their records are
+						deleted) */
 	struct coord_form_times *times;      /* optional: filled as steps end */
 	/*
 	 * Optional: on success, the agreed records as rank zero's directory
@@ -67,8 +70,9 @@ struct coord_form_options {
  * CLUSTER_JOIN_PENDING_MAX handshakes are pending, each with a
  * CLUSTER_JOIN_HANDSHAKE_MS deadline. On failure (a rank refused after it
  * proved the secret, a peer that reports its own startup failure or leaves,
- * the timeout, naming the missing rank, a rank whose directory is empty or
- * unmarked while another holds records, unless accept_empty_ranks) returns a
+ * the timeout, naming the missing rank, a rank whose directory is unmarked
+ * and empty, or unmarked while another is marked, while another holds
+ * records, unless accept_empty_ranks) returns a
  * negative code with the reason in err, tells every joined peer why (REFUSE),
  * closes their sockets and runs coord_cluster_notify_failure.
  */

@@ -10,7 +10,8 @@
  *   SELENE_SECRET_FILE=path          exactly 32 bytes, the launch secret;
  *                                    required when the world has >1 rank
  *   SELENE_ACCEPT_EMPTY_RANKS=1      form even when a rank's record directory
- *                                    is empty or unmarked (also under MPI)
+ *                                    is unmarked and empty, or unmarked
+ *                                    while another is marked (also under MPI)
  *
  * MPI, under mpirun when SELENE_COORDINATOR is not set (and this program
  * was built with Open MPI's headers): rank and world from MPI; rank zero

@@ -365,7 +365,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
 		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
 		.has_disk_store = has_disk_store, .disk_limit_bytes = limit,
-		.marked = p->dir && rec_dir_marked(p->dir) };
+		.marked = p->dir && rec_dir_scan_marked(p->dir, &scan) };
 	if (ret) {
 		peer_tell_failure(p, &me, err);
 		goto err_stop;

@@ -1002,3 +1002,10 @@ int rec_dir_scan_failed(const struct rec_dir *dir, const struct rec_scan *scan, 
 				scan->failed_delete, sel_strerror(ret));
 	return sel_fail(ret, err, err_size, "scanning %s: %s", dir->path, sel_strerror(ret));
 }
+
+bool rec_dir_scan_marked(const struct rec_dir *dir, const struct rec_scan *scan)
+{
+	if (scan->record_count == 0 && scan->unreadable_skipped > 0)
+		return false;
+	return rec_dir_marked(dir);
+}

@@ -152,6 +152,17 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out);
 void rec_scan_free(struct rec_scan *scan);
 
 /*
+ * What this rank tells the formation about its marker (HELLO's marked
+ * flag, docs/DESIGN.md section 7), after scan, its directory's scan:
+ * rec_dir_marked, except that a directory whose record files were all
+ * unreadable (none kept, some skipped) is reported unmarked. A marked
+ * empty directory forms, so one that only looks empty because its disk
+ * cannot be read must be refused as an unmarked one is, instead of the
+ * agreement deleting every rank's copies of records it still holds.
+ */
+bool rec_dir_scan_marked(const struct rec_dir *dir, const struct rec_scan *scan);
+
+/*
  * The message for a scan of dir that returned ret (negative), naming the
  * file it could not delete when that was why: written into err (err_size
  * bytes, may be 0). Returns ret.

@@ -160,6 +160,51 @@ static void test_dir_scan_names_the_file_it_cannot_delete(void **state)
 	rec_scan_free(&scan);
 }
 
+/*
+ * The marker as the formation hears of it: a marked directory is marked,
+ * empty or not, unless its scan kept no record and could not read some
+ * (a disk that fails every read looks empty): then it reports unmarked,
+ * and the formation refuses it instead of deleting every rank's copies.
+ */
+static void test_dir_scan_marked_unless_all_unreadable(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record one, two;
+	struct rec_scan scan;
+
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_false(rec_dir_scan_marked(f->dir, &scan)); /* unmarked */
+	rec_scan_free(&scan);
+	assert_int_equal(rec_dir_mark(f->dir, 1), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_true(rec_dir_scan_marked(f->dir, &scan)); /* marked and empty */
+	rec_scan_free(&scan);
+
+	tu_record_make(&one, &f->g, 1, 64 * 2, NULL, 1);
+	tu_record_make(&two, &f->g, 2, 64 * 2, NULL, 2);
+	assert_int_equal(tu_record_write(f->dir, &one, 0), 0);
+	assert_int_equal(tu_record_write(f->dir, &two, 0), 0);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(scan.record_count, 0);
+	assert_int_equal(scan.unreadable_skipped, 2);
+	assert_false(rec_dir_scan_marked(f->dir, &scan)); /* all unreadable */
+	rec_scan_free(&scan);
+	assert_int_equal(sel_failpoints_configure("disk.read=1*return(EIO)"), 0);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(scan.record_count, 1);
+	assert_true(rec_dir_scan_marked(f->dir, &scan)); /* one read: marked */
+	rec_scan_free(&scan);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	assert_int_equal(scan.record_count, 2);
+	assert_true(rec_dir_scan_marked(f->dir, &scan));
+	rec_scan_free(&scan);
+	tu_record_free(&one);
+	tu_record_free(&two);
+}
+
 /* R-DIR-3: bad headers, lengths, names and identities are dropped. */
 static void test_dir_scan_drops_invalid_files(void **state)
 {
@@ -1298,6 +1343,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_marked_unless_all_unreadable, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_unreadable_parent_holds_child, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_moves_non_regular_aside, setup, teardown),

@@ -77,7 +77,7 @@ static void *peer_main(void *arg)
 				       .layout_digest = r->g.layout_digest,
 				       .has_disk_store = true,
 				       .disk_limit_bytes = 1000000 + r->g.rank,
-				       .marked = rec_dir_marked(r->dir) };
+				       .marked = rec_dir_scan_marked(r->dir, &r->scan) };
 	struct cluster_sequences seq = { 0 };
 	struct timeval tv = { .tv_sec = 10 };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -206,7 +206,7 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &f->ranks[r].scan), 0);
 	o.records = zero->scan.records;
 	o.record_count = zero->scan.record_count;
-	o.marked = rec_dir_marked(zero->dir);
+	o.marked = rec_dir_scan_marked(zero->dir, &zero->scan);
 	o.accept_empty_ranks = f->accept_empty_ranks;
 	if (f->storm_port)
 		*f->storm_port = port;
@@ -446,6 +446,33 @@ static void test_form_accepts_empty_rank_when_asked(void **state)
 		fail_msg("form: %s", err);
 	for (uint32_t r = 0; r < WORLD; r++) {
 		assert_int_equal(f->ranks[r].result, 0);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+	}
+}
+
+/*
+ * Rank 2 was killed after a formation marked its directory and before its
+ * first record landed: marked, empty, while the others hold records. It
+ * forms (the marker shows the directory was set up here, not a missing
+ * mount) and the agreement keeps what every rank holds, nothing; before,
+ * every restart refused to form over an "empty" rank, for good.
+ */
+static void test_form_marked_empty_rank_forms(void **state)
+{
+	struct fixture *f = *state;
+	char err[512];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->a.key), 0);
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->b.key), 0);
+	assert_true(rec_dir_marked(f->ranks[2].dir));
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		if (f->ranks[r].result != 0)
+			fail_msg("rank %u: %s", r, f->ranks[r].why);
 		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 0);
 		assert_true(rec_dir_marked(f->ranks[r].dir));
 	}
@@ -787,6 +814,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_failure_notice_survives_idle_connections,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_marked_empty_rank_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
 						teardown),
 	};

@@ -78,10 +78,12 @@ struct sel_cluster {
 					  (0: 10 s; else 100 and up) */
 	uint32_t job_timeout_ms;       /* a job unanswered this long stops the store */
 	bool accept_empty_ranks;       /* rank zero: form even when a rank's record
-					  directory is empty or has no cluster
-					  marker while others hold records (the
-					  agreement then deletes them everywhere;
-					  logged); false: refuse, naming the rank */
+					  directory has no cluster marker and is
+					  empty, or has none while another has,
+					  while others hold records (the agreement
+					  then deletes them everywhere; logged);
+					  false: refuse, naming the rank. A marked
+					  empty directory always forms */
 };
 
 /* One plane of the rank's cache: its name, unit size and device address. */

@@ -114,7 +114,7 @@ class ClusterConfig:
     join_timeout_ms: int = 60000
     silence_timeout_ms: int = 10000
     job_timeout_ms: int = 60000
-    accept_empty_ranks: bool = False       # rank zero: form over empty ranks (deletes)
+    accept_empty_ranks: bool = False       # rank zero: form over unmarked empty ranks (deletes)
     listener: object = field(default=None, repr=False)  # keeps listen_fd open
 
 
