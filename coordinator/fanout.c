@@ -125,13 +125,16 @@ static bool is_stopped(struct coord_fanout *f)
 }
 
 /*
- * Keeps a job's first failure, except that a fetch's failure saying a
- * record is bad (R-READ-4) replaces one that did not (EIO on another rank):
- * rank zero drops the record only on the answer that names it.
+ * Keeps a job's first failure, except that a fetch's or a truncate's
+ * failure saying a record is bad (R-READ-4) replaces one that did not (EIO
+ * on another rank): rank zero drops the record only on the answer that
+ * names it.
  */
 static void fail_pending(struct pending *p, int result, const char *why)
 {
-	if (p->result && (p->kind != COORD_JOB_FETCH || rec_failure_condemns(p->result) ||
+	bool reads_record = p->kind == COORD_JOB_FETCH || p->kind == COORD_JOB_TRUNCATE;
+
+	if (p->result && (!reads_record || rec_failure_condemns(p->result) ||
 			  !rec_failure_condemns(result)))
 		return;
 	p->result = result;

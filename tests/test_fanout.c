@@ -207,6 +207,13 @@ static int answer_verdict(const struct cluster_job_view *v, struct cluster_job_d
 		done->result = SEL_ECHECKSUM;
 		snprintf(done->reason, sizeof(done->reason), "%s: page 0 fails its checksum", name);
 		usleep(200000);
+	} else if (v->kind == CLUSTER_JOB_TRUNCATE) {
+		char name[REC_FILE_NAME_BYTES];
+
+		rec_file_name(name, &v->key);
+		done->result = SEL_EBADHEADER;
+		snprintf(done->reason, sizeof(done->reason), "%s: bad header", name);
+		usleep(200000);
 	}
 	return 1;
 }
@@ -843,6 +850,31 @@ static enum sel_outcome publish_over(struct fixture *f, uint64_t checkpoint,
 }
 
 /*
+ * The same for a row truncate (700's, once 900 commits on 300 -> 700 ->
+ * 900): EIO on ranks 0 and 1, then a bad header on rank 2; 700 and its
+ * child are dropped, counted as a bad header, and 300 stays.
+ */
+static void test_fanout_bad_record_outranks_an_io_error_in_a_truncate(void **state)
+{
+	struct fixture *f = *state;
+	static const uint64_t chain[][2] = { { 300, 0 }, { 700, 300 }, { 900, 700 } };
+	struct sel_event ev;
+
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(chain); i++) {
+		if (i == 2)
+			assert_int_equal(sel_failpoints_configure("disk.truncate=return(EIO)"), 0);
+		assert_int_equal(publish_over(f, i, chain[i][0], chain[i][1]), SEL_QUEUED);
+		ev = wait_event(f);
+		assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	}
+	wait_quiet(f); /* 700's row drop, then its unlinks and 900's */
+	sel_failpoints_configure(NULL);
+	wait_quiet(f);
+	assert_int_equal(f->store->stats.records_dropped_header, 1);
+	assert_int_equal(f->store->index.node_count, 1);
+}
+
+/*
  * Issue 10 item 5 on every rank: the middle record of 300 -> 700 -> 900
  * loses its row when 900 commits; publishing 700 again rewrites it whole
  * (replacing the page-only file, R-WRITE-4), and it restores at its own
@@ -1016,6 +1048,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_row_put_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_bad_record_outranks_an_io_error,
 						setup_verdict, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_fanout_bad_record_outranks_an_io_error_in_a_truncate, setup_verdict,
+			teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_to_no_job, setup_rogue_one,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_answer_flood, setup_rogue_flood,
