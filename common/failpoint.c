@@ -59,7 +59,7 @@ static const struct {
 	{ "ENOMEM", ENOMEM }, { "EBADF", EBADF },   { "EINVAL", EINVAL },
 	{ "EPERM", EPERM },   { "EACCES", EACCES }, { "ENOENT", ENOENT },
 	{ "EPIPE", EPIPE },   { "ECONNRESET", ECONNRESET },
-	{ "ETIMEDOUT", ETIMEDOUT },
+	{ "ETIMEDOUT", ETIMEDOUT }, { "EMFILE", EMFILE },
 };
 
 const char *sel_failpoint_name(enum sel_failpoint point)

@@ -94,6 +94,8 @@
 	  "before each frame is written to a link (short: half, then EPIPE)") \
 	X(CLUSTER_RECV, "cluster.recv",                                      \
 	  "before each frame is read from a link (short: EOF mid-frame)")   \
+	X(PEER_SOCKET, "peer.socket",                                        \
+	  "before each socket a peer opens to reach rank zero (return fails it)") \
 	X(THREAD_START, "thread.start",                                      \
 	  "before every thread the library starts (return refuses it)")     \
 	X(DISK_IO_WORKERS, "disk.io_workers",                                \

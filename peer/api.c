@@ -103,20 +103,27 @@ static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool rea
 		return sel_fail(-EHOSTUNREACH, err, err_size, "cannot resolve %s: %s",
 				 c->coordinator_host, gai_strerror(ret));
 	for (;;) {
-		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		ret = fd < 0 ? -errno : peer_bind_source(fd, c, ai->ai_family);
-		if (ret) {
-			if (fd >= 0)
-				close(fd);
+		ret = SEL_FAILPOINT(SEL_FP_PEER_SOCKET);
+		fd = ret < 0 ? -1 : socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			ret = ret < 0 ? ret : -errno;
 			freeaddrinfo(ai);
+			return sel_fail(ret, err, err_size, "cannot open a socket to reach rank "
+					 "zero at %s:%u: %s", c->coordinator_host,
+					 c->coordinator_port, strerror(-ret));
+		}
+		ret = peer_bind_source(fd, c, ai->ai_family);
+		if (ret) {
+			close(fd);
+			freeaddrinfo(ai);
+			/* only an announced address is ever bound: rank_addresses is set */
 			return sel_fail(ret, err, err_size, "cannot use this rank's address %s: %s",
 					 c->rank_addresses[c->rank], strerror(-ret));
 		}
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
 			break;
 		ret = -errno;
-		if (fd >= 0)
-			close(fd);
+		close(fd);
 		fd = -1;
 		if (sel_monotonic_ns() > deadline || (reached && ret == -ECONNREFUSED))
 			break;

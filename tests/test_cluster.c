@@ -58,6 +58,7 @@ enum child_fault {
 	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
 	FAULT_PAGES,    /* a device of a quarter of the pages (joins: the layout is equal) */
 	FAULT_FORK,     /* once joined, forks a child that calls wait and stop on it */
+	FAULT_SOCKET,   /* every socket it opens to reach rank zero fails (EMFILE) */
 };
 
 struct fixture {
@@ -165,6 +166,9 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		_exit(6);
 	if (fault == FAULT_JOIN_EIO &&
 	    sel_failpoints_configure("cluster.send=1*off->2*return(EIO)") != 0)
+		_exit(6);
+	if (fault == FAULT_SOCKET &&
+	    sel_failpoints_configure("peer.socket=return(EMFILE)") != 0)
 		_exit(6);
 	if (full_disk) {
 		mkdir(dir, 0755);
@@ -898,6 +902,20 @@ static void test_cluster_rank_zero_bad_config_stops_everyone(void **state)
 	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
 }
 
+/*
+ * A peer whose socket() fails (out of descriptors) fails its start with the
+ * reason; it dereferenced the absent address table (NULL) and crashed.
+ */
+static void test_cluster_peer_socket_fails(void **state)
+{
+	struct fixture *f = *state;
+
+	start_with(f, 2, 1, FAULT_SOCKET, -1);
+	assert_int_equal(reap(f, 1), 2);
+	assert_non_null(strstr(f->mem[1].why, "cannot open a socket to reach rank zero"));
+	assert_non_null(strstr(f->mem[1].why, strerror(EMFILE)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -931,6 +949,7 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_fails, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("cluster", tests, NULL, NULL);
