@@ -639,7 +639,7 @@ static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err
 			size_t err_size)
 {
 	uint8_t buf[64];
-	char why[256];
+	char why[256] = "";
 
 	for (uint32_t i = 0; i < peer_count; i++) {
 		struct cluster_frame_header h;
@@ -647,8 +647,12 @@ static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err
 		int ret = cluster_frame_read(peers[i].fd, buf, sizeof(buf), &peers[i].seq.recv, &h,
 					     why, sizeof(why));
 
-		if (ret == 1 && h.type != CLUSTER_MSG_AGREED)
+		if (ret == 1 && h.type != CLUSTER_MSG_AGREED) {
+			/* why still held the last frame's text, or nothing */
+			snprintf(why, sizeof(why), "it sent %s, expected %s",
+				 cluster_msg_name(h.type), cluster_msg_name(CLUSTER_MSG_AGREED));
 			ret = SEL_EPROTO;
+		}
 		if (ret == 1)
 			ret = cluster_agreed_decode(buf, h.payload_length, &agreed, why, sizeof(why));
 		if (ret == 0 && agreed.result)

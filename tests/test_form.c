@@ -11,6 +11,7 @@
 #include "common/base.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "cluster/summary.h"
 #include "coordinator/cluster.h"
 #include "peer/join.h"
 #include "record/file.h"
@@ -45,7 +46,28 @@ struct rank {
 	pthread_t thread;
 	uint32_t delay_ms; /* before connecting */
 	bool trickle;      /* joins, then sends its SUMMARY a byte at a time */
+	bool bye_for_agreed; /* answers the agreement with BYE */
 };
+
+static int apply_nothing(void *ctx, const struct cluster_agreement_entry *e)
+{
+	(void)ctx;
+	(void)e;
+	return 0;
+}
+
+/* Joins as r, takes the agreement, and answers it with BYE. */
+static void confirm_with_bye(struct rank *r, int fd, const struct cluster_identity *me)
+{
+	struct cluster_sequences seq = { 0 };
+	uint64_t limit;
+
+	if (cluster_join_peer(fd, r->secret, me, &seq, &limit, r->why, sizeof(r->why)) != 0 ||
+	    cluster_summary_send(fd, &seq, NULL, 0) != 0 ||
+	    cluster_agreement_recv(fd, &seq, apply_nothing, NULL, r->why, sizeof(r->why)) != 0)
+		return;
+	r->result = cluster_frame_write(fd, &seq.send, CLUSTER_MSG_BYE, NULL, 0);
+}
 
 /* Joins as r, then sends its (empty) SUMMARY one byte every 200 ms. */
 static void trickle_summary(struct rank *r, int fd, const struct cluster_identity *me)
@@ -92,6 +114,8 @@ static void *peer_main(void *arg)
 	}
 	if (r->trickle)
 		trickle_summary(r, fd, &me);
+	else if (r->bye_for_agreed)
+		confirm_with_bye(r, fd, &me);
 	else
 		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, r->scan.records,
 					      r->scan.record_count, &seq, &r->limit, r->why,
@@ -251,6 +275,25 @@ static void test_form_deadline_holds_against_a_trickle(void **state)
 	if (took_ms > 4000)
 		fail_msg("the formation took %llu ms past a 1000 ms deadline",
 			 (unsigned long long)took_ms);
+}
+
+/*
+ * A rank that answers the agreement with another message than AGREED fails
+ * the formation, and the message names what it sent and what was expected
+ * (it printed a stale or uninitialised reason).
+ */
+static void test_form_confirm_names_the_wrong_message(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t limit;
+
+	f->ranks[1].bye_for_agreed = true;
+	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EPROTO);
+	if (!strstr(err, "rank 1 did not confirm the agreement: it sent BYE, "
+		    "expected AGREED"))
+		fail_msg("%s", err);
+	assert_int_equal(f->ranks[1].result, 0);
 }
 
 /* A missing file, a missing row: afterwards every rank holds the same files. */
@@ -805,6 +848,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_agreed_records_match_a_rescan, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_confirm_names_the_wrong_message, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_form_deadline_holds_against_a_trickle, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_form_survives_join_storm, setup, teardown),
