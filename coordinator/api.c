@@ -43,6 +43,7 @@ struct sel_store {
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	bool form_attempted;           /* the formation told the peers of any failure */
+	bool opened;                   /* sel_store_open succeeded: close says BYE */
 	struct coord_fanout *fanout;
 	struct sel_bench_startup startup; /* where sel_store_open spent its time */
 	struct coord_store core; /* large: the index scratch and job table */
@@ -575,6 +576,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	}
 	free(g);
 	s->startup.open_ns = sel_monotonic_ns() - s->startup.open_ns;
+	s->opened = true;
 	open_stores_add(s);
 	*out = s;
 	return 0;
@@ -627,9 +629,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++) {
 		if (s->peers[i].fd <= 0)
 			continue;
-		/* a cluster without disk stores ends cleanly too (R-WIRE-23) */
-		cluster_frame_write(s->peers[i].fd, &s->peers[i].seq.send, CLUSTER_MSG_BYE,
-				    NULL, 0);
+		/*
+		 * A cluster without disk stores ends cleanly too; an open that
+		 * failed after the formation ends without BYE, a failure to
+		 * the peer (R-WIRE-23).
+		 */
+		if (s->opened)
+			cluster_frame_write(s->peers[i].fd, &s->peers[i].seq.send,
+					    CLUSTER_MSG_BYE, NULL, 0);
 		close(s->peers[i].fd);
 	}
 	free(s->peers);

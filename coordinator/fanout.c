@@ -460,6 +460,10 @@ int coord_fanout_open(const struct coord_fanout_options *o, struct coord_fanout 
 		ret = cluster_link_start(&lo, &f->links[o->peers[i].rank - 1]);
 	}
 	if (ret) {
+		/* no BYE: to every peer, rank zero's open failed (R-WIRE-23) */
+		pthread_mutex_lock(&f->lock);
+		f->stopped = true;
+		pthread_mutex_unlock(&f->lock);
 		coord_fanout_close(f);
 		return ret;
 	}

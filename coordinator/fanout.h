@@ -24,7 +24,9 @@ struct coord_fanout;
 
 struct coord_fanout_options {
 	struct shard_engine *local;     /* rank zero's; not owned */
-	struct coord_peer *peers;       /* world - 1 joined sockets; taken over */
+	struct coord_peer *peers;       /* world - 1 joined sockets; taken over (a failed
+					 * open closes those it took without BYE and
+					 * leaves the rest, fd >= 0, to the caller) */
 	uint32_t peer_count;
 	uint32_t heartbeat_ms;
 	uint32_t silence_timeout_ms;
@@ -35,7 +37,10 @@ struct coord_fanout_options {
 int coord_fanout_open(const struct coord_fanout_options *options,
 		      struct coord_fanout **out);
 
-/* Closes every link (peers then stop) and frees; NULL is fine. */
+/*
+ * Closes every link (peers then stop) and frees; NULL is fine. The links
+ * end with BYE unless the transport stopped (R-WIRE-23).
+ */
 void coord_fanout_close(struct coord_fanout *fanout);
 
 /*

@@ -916,6 +916,46 @@ static void test_cluster_peer_socket_fails(void **state)
 	assert_non_null(strstr(f->mem[1].why, strerror(EMFILE)));
 }
 
+/*
+ * Rank zero's open fails after the cluster formed (a link's thread refused,
+ * the first link's or the last's): every peer sees its link end without
+ * BYE and fails. Before, the peers whose links had started, or not yet,
+ * were told BYE and reported a clean end of a store that never opened.
+ */
+static void test_cluster_open_failing_after_forming_fails_every_peer(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "", config[128];
+	uint64_t threads;
+
+	/* how many threads an open starts; the links' two each come last */
+	start(f, 3, -1, -1);
+	assert_int_equal(sel_failpoints_configure("thread.start=off"), 0);
+	if (open_rank_zero(f, err, sizeof(err)) != 0)
+		fail_msg("rank zero: %s", err);
+	threads = sel_failpoint_evaluations(SEL_FP_THREAD_START);
+	assert_int_equal(sel_failpoints_configure(NULL), 0);
+	sel_history_destroy(f->h);
+	f->h = NULL;
+	assert_int_equal(sel_store_close(f->store, 10000), 0);
+	f->store = NULL;
+	assert_int_equal(reap(f, 1), 0);
+	assert_int_equal(reap(f, 2), 0);
+	assert_true(threads > 4);
+	for (uint64_t passed = threads - 4; passed < threads; passed += 2) {
+		start(f, 3, -1, -1); /* the children fork without the failpoint */
+		snprintf(config, sizeof(config), "thread.start=%llu*off->1*return(EAGAIN)",
+			 (unsigned long long)passed);
+		assert_int_equal(sel_failpoints_configure(config), 0);
+		assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EAGAIN);
+		assert_int_equal(sel_failpoints_configure(NULL), 0);
+		assert_non_null(strstr(err, "starting the links"));
+		/* 3: sel_peer_wait failed ("rank zero closed the link without BYE") */
+		for (uint32_t r = 1; r < 3; r++)
+			assert_int_equal(reap(f, r), 3);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -950,6 +990,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_cluster_open_failing_after_forming_fails_every_peer, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("cluster", tests, NULL, NULL);
