@@ -96,6 +96,8 @@
 	  "before each frame is read from a link (short: EOF mid-frame)")   \
 	X(PEER_SOCKET, "peer.socket",                                        \
 	  "before each socket a peer opens to reach rank zero (return fails it)") \
+	X(PEER_DUP, "peer.dup",                                              \
+	  "when a joined peer duplicates its link's socket (return fails it)") \
 	X(THREAD_START, "thread.start",                                      \
 	  "before every thread the library starts (return refuses it)")     \
 	X(DISK_IO_WORKERS, "disk.io_workers",                                \

@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -385,7 +386,15 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 		ret = p->fd;
 		goto err_stop;
 	}
-	p->control_fd = dup(p->fd);
+	/* close-on-exec like the socket: a host's exec must not inherit the link */
+	ret = SEL_FAILPOINT(SEL_FP_PEER_DUP);
+	p->control_fd = ret < 0 ? -1 : fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+	if (p->control_fd < 0) {
+		ret = ret < 0 ? ret : -errno;
+		sel_fail(ret, err, err_size, "cannot duplicate the link's socket to rank zero: %s",
+			 strerror(-ret));
+		goto err_stop; /* rank zero sees the link end without a word */
+	}
 	p->agent_fd = p->fd;
 	ret = sel_thread_start(&p->thread, peer_main, p);
 	if (ret) {

@@ -59,6 +59,7 @@ enum child_fault {
 	FAULT_PAGES,    /* a device of a quarter of the pages (joins: the layout is equal) */
 	FAULT_FORK,     /* once joined, forks a child that calls wait and stop on it */
 	FAULT_SOCKET,   /* every socket it opens to reach rank zero fails (EMFILE) */
+	FAULT_DUP,      /* duplicating its joined socket fails (EMFILE) */
 };
 
 struct fixture {
@@ -169,6 +170,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		_exit(6);
 	if (fault == FAULT_SOCKET &&
 	    sel_failpoints_configure("peer.socket=return(EMFILE)") != 0)
+		_exit(6);
+	if (fault == FAULT_DUP && sel_failpoints_configure("peer.dup=return(EMFILE)") != 0)
 		_exit(6);
 	if (full_disk) {
 		mkdir(dir, 0755);
@@ -956,6 +959,31 @@ static void test_cluster_open_failing_after_forming_fails_every_peer(void **stat
 	}
 }
 
+/*
+ * A joined peer that cannot duplicate its socket (out of descriptors) fails
+ * its start with the reason and closes the link, which stops rank zero's
+ * transport. Before, it ran on with no descriptor to end the link by, and
+ * served until rank zero closed.
+ */
+static void test_cluster_peer_dup_fails(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start_with(f, 2, 1, FAULT_DUP, -1);
+	/* the peer confirmed the agreement before its dup: the cluster may form */
+	if (open_rank_zero(f, err, sizeof(err)) == 0) {
+		sel_history_destroy(f->h);
+		f->h = NULL;
+		sel_store_close(f->store, 1000);
+		f->store = NULL;
+	}
+	assert_int_equal(reap(f, 1), 2);
+	if (!strstr(f->mem[1].why, "cannot duplicate the link's socket to rank zero") ||
+	    !strstr(f->mem[1].why, strerror(EMFILE)))
+		fail_msg("rank 1: %s", f->mem[1].why);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -990,6 +1018,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_dup_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_cluster_open_failing_after_forming_fails_every_peer, setup, teardown),
 	};

@@ -752,7 +752,8 @@ static void start_a_disk(struct fixture *f)
  * Each is armed alone (sleep(0): counted, harmless) under a workload that
  * should reach it, and a start of a disk; the test names every one that
  * never fired. The peer.* points are sel_peer_start's, which this test's
- * peers do not run: test_cluster fires them (test_cluster_peer_socket_fails).
+ * peers do not run: test_cluster fires them (test_cluster_peer_socket_fails,
+ * test_cluster_peer_dup_fails).
  */
 static void test_fanout_every_failpoint_reached(void **state)
 {
