@@ -627,8 +627,8 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 	}
 	coord_fanout_close(s->fanout); /* the peers see rank zero's links end */
 	for (uint32_t i = 0; s->peers && !s->fanout && i + 1 < s->cluster.world_size; i++) {
-		if (s->peers[i].fd <= 0)
-			continue;
+		if (s->peers[i].fd < 0)
+			continue; /* 0 is a socket too, where the host closed stdin */
 		/*
 		 * A cluster without disk stores ends cleanly too; an open that
 		 * failed after the formation ends without BYE, a failure to

@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -984,6 +985,40 @@ static void test_cluster_peer_dup_fails(void **state)
 		fail_msg("rank 1: %s", f->mem[1].why);
 }
 
+/*
+ * The peer's socket on rank zero lands on descriptor 0 (the host closed
+ * stdin): the close still ends its link with BYE and the peer ends
+ * cleanly. Before, descriptor 0 counted as no socket: no BYE, no close.
+ */
+static void test_cluster_peer_socket_on_descriptor_zero(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	int saved_stdin = fcntl(0, F_DUPFD_CLOEXEC, 3), type, opened, closed = -1;
+	socklen_t len = sizeof(type);
+	bool zero_is_socket = false;
+
+	assert_true(saved_stdin >= 0);
+	f->zero_fault = FAULT_NO_DISK; /* no fan-out: sel_store_close says BYE itself */
+	start_with(f, 2, 1, FAULT_NO_DISK, -1);
+	close(0);
+	opened = open_rank_zero(f, err, sizeof(err));
+	if (opened == 0) {
+		/* the peer's socket took descriptor 0 */
+		zero_is_socket = getsockopt(0, SOL_SOCKET, SO_TYPE, &type, &len) == 0;
+		closed = sel_store_close(f->store, 1000);
+		f->store = NULL;
+	}
+	/* stdin back before any assertion; it closes a socket left on 0 */
+	assert_int_equal(dup2(saved_stdin, 0), 0);
+	close(saved_stdin);
+	if (opened != 0)
+		fail_msg("rank zero: %s (rank 1: %s)", err, f->mem[1].why);
+	assert_true(zero_is_socket);
+	assert_int_equal(closed, 0);
+	assert_int_equal(reap(f, 1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1019,6 +1054,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_dup_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_on_descriptor_zero, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(
 			test_cluster_open_failing_after_forming_fails_every_peer, setup, teardown),
 	};
