@@ -132,9 +132,7 @@ int cluster_join_refuse(int fd, struct cluster_sequences *seq, uint32_t reason,
 
 	/* Printable ASCII only (R-WIRE-13): anything else becomes '?'. */
 	snprintf(refuse.text, sizeof(refuse.text), "%s", text);
-	for (char *c = refuse.text; *c; c++)
-		if (*c < 0x20 || *c > 0x7e)
-			*c = '?';
+	cluster_text_make_printable(refuse.text);
 	return send_msg(fd, seq, CLUSTER_MSG_REFUSE, buf,
 			cluster_refuse_encode(&refuse, buf, sizeof(buf)));
 }

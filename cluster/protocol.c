@@ -357,6 +357,19 @@ static bool text_printable(const uint8_t *text, size_t len)
 	return true;
 }
 
+size_t cluster_text_make_printable(char *text)
+{
+	size_t replaced = 0;
+
+	for (unsigned char *c = (unsigned char *)text; *c; c++) {
+		if (*c < 0x20 || *c > 0x7e) {
+			*c = '?';
+			replaced++;
+		}
+	}
+	return replaced;
+}
+
 static bool nonce_zero(const uint8_t *nonce)
 {
 	uint8_t any = 0;

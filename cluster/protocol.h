@@ -369,6 +369,14 @@ enum cluster_refuse_reason {
 };
 
 /*
+ * Makes a NUL-terminated text printable ASCII in place (R-WIRE-13): every
+ * byte outside 0x20 .. 0x7e becomes '?'. For a text a rank sends but did
+ * not compose itself (a path, another layer's reason): the encoders refuse
+ * anything else. Returns how many bytes it replaced.
+ */
+size_t cluster_text_make_printable(char *text);
+
+/*
  * REFUSE (R-WIRE-13): text is NUL-terminated, printable ASCII; encode takes
  * its strlen, which must not exceed CLUSTER_REFUSE_TEXT_BYTES_MAX.
  */

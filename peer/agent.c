@@ -42,8 +42,13 @@ static void reply(struct agent *a, uint64_t job_id, int result, uint64_t bytes,
 	uint8_t buf[512];
 	int n;
 
-	/* Printable text only (R-WIRE-22); a reason is ours, so it is. */
+	/*
+	 * Printable text only (R-WIRE-22): a reason may hold a path or
+	 * another layer's text, which the encoder would refuse, and the job
+	 * would go unanswered.
+	 */
 	snprintf(done.reason, sizeof(done.reason), "%s", reason ? reason : "");
+	cluster_text_make_printable(done.reason);
 	n = cluster_job_done_encode(&done, buf, sizeof(buf));
 	if (n > 0 && cluster_link_send(a->link, CLUSTER_MSG_JOB_DONE, buf, (uint32_t)n) != 0)
 		sel_warn("peer: cannot answer job %llu: the link is full or down",

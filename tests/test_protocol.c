@@ -1210,6 +1210,47 @@ static void test_protocol_rejects_bad_text(void **state)
 	assert_int_equal(cluster_refuse_encode(&refuse, payload, sizeof(payload)), SEL_ETOOBIG);
 }
 
+/*
+ * cluster_text_make_printable turns every byte outside 0x20 .. 0x7e into
+ * '?' and leaves the rest: a reason holding a path in UTF-8 or a newline
+ * encodes after it, where the encoders refused it (the peer's JOB_DONE was
+ * never sent).
+ */
+static void test_protocol_text_made_printable(void **state)
+{
+	struct cluster_job_done done = { .job_id = 5, .result = -ENOENT }, done_out;
+	struct cluster_refuse refuse = { .reason = CLUSTER_REFUSE_SHUTDOWN }, refuse_out;
+	uint8_t payload[SMALL_BYTES];
+	char text[64], why[WHY_BYTES];
+	int len;
+
+	(void)state;
+	snprintf(text, sizeof(text), " plain ~text 0x20..0x7e ");
+	assert_int_equal(cluster_text_make_printable(text), 0);
+	assert_string_equal(text, " plain ~text 0x20..0x7e ");
+	text[0] = '\0';
+	assert_int_equal(cluster_text_make_printable(text), 0);
+	snprintf(text, sizeof(text), "/data/caf\xc3\xa9:\n\x01\x1f\x7f\x80\xff\tend");
+	assert_int_equal(cluster_text_make_printable(text), 9);
+	assert_string_equal(text, "/data/caf??:???????end");
+	/* the encoders refused the raw text; the made one round-trips */
+	snprintf(done.reason, sizeof(done.reason), "open /data/caf\xc3\xa9: no such file");
+	assert_int_equal(cluster_job_done_encode(&done, payload, sizeof(payload)), -EINVAL);
+	cluster_text_make_printable(done.reason);
+	len = cluster_job_done_encode(&done, payload, sizeof(payload));
+	assert_true(len > 0);
+	assert_int_equal(cluster_job_done_decode(payload, (uint32_t)len, &done_out, why,
+						 sizeof(why)), 0);
+	assert_string_equal(done_out.reason, "open /data/caf??: no such file");
+	snprintf(refuse.text, sizeof(refuse.text), "rank zero stopped:\r\nforged line");
+	cluster_text_make_printable(refuse.text);
+	len = cluster_refuse_encode(&refuse, payload, sizeof(payload));
+	assert_true(len > 0);
+	assert_int_equal(cluster_refuse_decode(payload, (uint32_t)len, &refuse_out, why,
+					       sizeof(why)), 0);
+	assert_string_equal(refuse_out.text, "rank zero stopped:??forged line");
+}
+
 /* Encodes the sample of type, lets edit change a byte, expects rule. */
 static void expect_edit_rejected(uint16_t type, size_t offset, uint8_t value,
 				 const char *rule)
@@ -1827,6 +1868,7 @@ int main(void)
 		cmocka_unit_test(test_protocol_rejects_trailing_bytes),
 		cmocka_unit_test(test_protocol_rejects_counts_over_max),
 		cmocka_unit_test(test_protocol_rejects_bad_text),
+		cmocka_unit_test(test_protocol_text_made_printable),
 		cmocka_unit_test(test_protocol_rejects_bad_fields),
 		cmocka_unit_test(test_protocol_rejects_bad_fetch),
 		cmocka_unit_test(test_protocol_encoders_enospc),
