@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,51 @@ static int peer_bind_source(int fd, const struct sel_cluster *c, int family)
 }
 
 /*
+ * connect() that gives up at deadline: a blocking one waits out the
+ * kernel's SYN retries (about two minutes) against a listener whose accept
+ * queue is full, whatever the join timeout. The socket is left blocking,
+ * as the join's reads and writes expect. Returns 0 or a negative errno
+ * (-ETIMEDOUT at the deadline).
+ */
+static int connect_until(int fd, const struct sockaddr *addr, socklen_t len,
+			 uint64_t deadline)
+{
+	int flags = fcntl(fd, F_GETFL), ret = 0;
+	bool pending = false;
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+		return -errno;
+	/* EINTR: the connection goes on in the background, as EINPROGRESS */
+	if (connect(fd, addr, len) != 0) {
+		pending = errno == EINPROGRESS || errno == EINTR;
+		ret = pending ? 0 : -errno;
+	}
+	while (pending) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		uint64_t now = sel_monotonic_ns(), left_ms;
+		int error = 0, n;
+		socklen_t error_len = sizeof(error);
+
+		if (now >= deadline) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		left_ms = (deadline - now + 999999) / 1000000;
+		n = poll(&p, 1, left_ms > 1000 ? 1000 : (int)left_ms);
+		if (n == 0 || (n < 0 && errno == EINTR))
+			continue;
+		pending = false;
+		if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &error_len) != 0)
+			ret = -errno;
+		else
+			ret = -error;
+	}
+	if (fcntl(fd, F_SETFL, flags) != 0 && ret == 0)
+		ret = -errno;
+	return ret;
+}
+
+/*
  * Connects to rank zero, retrying until deadline: it may start later. Once
  * this rank reached it (reached), a refused connection is final: rank zero
  * is gone, and waiting out the deadline would only delay the failure.
@@ -121,9 +167,9 @@ static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool rea
 			return sel_fail(ret, err, err_size, "cannot use this rank's address %s: %s",
 					 c->rank_addresses[c->rank], strerror(-ret));
 		}
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		ret = connect_until(fd, ai->ai_addr, ai->ai_addrlen, deadline);
+		if (ret == 0)
 			break;
-		ret = -errno;
 		close(fd);
 		fd = -1;
 		if (sel_monotonic_ns() > deadline || (reached && ret == -ECONNREFUSED))

@@ -1019,6 +1019,60 @@ static void test_cluster_peer_socket_on_descriptor_zero(void **state)
 	assert_int_equal(reap(f, 1), 0);
 }
 
+/*
+ * Rank zero's port answers no handshake (its accept queue is full, its
+ * process stalled): a peer gives up at its join timeout, 1 s here, saying
+ * it cannot reach rank zero. A blocking connect() waited out the kernel's
+ * SYN retries instead, about 130 s.
+ */
+static void test_cluster_peer_connect_gives_up_at_join_timeout(void **state)
+{
+	struct fixture *f = *state;
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int fillers[4];
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512], err[512] = "";
+	sel_peer *peer = NULL;
+	uint64_t t0, took_ms;
+	int ret;
+
+	/* a listener that never accepts, its queue of one filled */
+	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(f->listen_fd, 0), 0);
+	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(fillers); i++) {
+		fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		assert_true(fillers[i] >= 0);
+		connect(fillers[i], (struct sockaddr *)&addr, sizeof(addr)); /* EINPROGRESS */
+	}
+	usleep(100000);
+	f->cluster = (struct sel_cluster){
+		.rank = 1, .world_size = 2, .coordinator_host = "127.0.0.1",
+		.coordinator_port = ntohs(addr.sin_port), .listen_fd = -1,
+		.join_timeout_ms = 1000, .silence_timeout_ms = 1500, .job_timeout_ms = 10000,
+	};
+	memset(f->cluster.secret, 0x6b, sizeof(f->cluster.secret));
+	config_for(f, 1, &c, planes, dir, sizeof(dir));
+	c.disk_limit_bytes = 0; /* nothing to open: the join alone */
+	t0 = sel_monotonic_ns();
+	ret = sel_peer_start(&c, &peer, err, sizeof(err));
+	took_ms = (sel_monotonic_ns() - t0) / 1000000;
+	for (size_t i = 0; i < SEL_ARRAY_SIZE(fillers); i++)
+		close(fillers[i]);
+	close(f->listen_fd);
+	f->listen_fd = -1;
+	print_message("the peer gave up after %llu ms (join timeout 1000 ms): %s\n",
+		      (unsigned long long)took_ms, err);
+	assert_int_not_equal(ret, 0);
+	assert_null(peer);
+	assert_non_null(strstr(err, "cannot reach rank zero"));
+	assert_true(took_ms < 10000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1056,6 +1110,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_peer_dup_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_on_descriptor_zero, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_connect_gives_up_at_join_timeout,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_cluster_open_failing_after_forming_fails_every_peer, setup, teardown),
 	};
