@@ -13,10 +13,12 @@
 #include <blake2.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -192,13 +194,50 @@ int cluster_frame_payload_check(const struct cluster_frame_header *header,
 /* ---- Blocking frame I/O (R-WIRE-8, R-WIRE-9) ---- */
 
 /*
+ * After a read or write that a signal interrupted: waits until fd is ready
+ * for events again, within what is left of the socket's own timeout
+ * (option: SO_RCVTIMEO or SO_SNDTIMEO) counted from since, when the call
+ * began to wait. Calling again at once would restart that timeout, and a
+ * host taking signals faster than it would never see one. Returns 0 to
+ * try again (also for a descriptor without a timeout), or -ETIMEDOUT.
+ */
+static int wait_after_signal(int fd, short events, int option, uint64_t since)
+{
+	struct timeval tv = { 0 };
+	socklen_t len = sizeof(tv);
+	uint64_t timeout_ns;
+
+	if (getsockopt(fd, SOL_SOCKET, option, &tv, &len) != 0)
+		return 0; /* not a socket: no timeout to keep */
+	timeout_ns = (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+	if (timeout_ns == 0)
+		return 0;
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = events };
+		uint64_t waited = sel_monotonic_ns() - since, left_ms;
+		int n;
+
+		if (waited >= timeout_ns)
+			return -ETIMEDOUT;
+		left_ms = (timeout_ns - waited + 999999) / 1000000;
+		n = poll(&p, 1, left_ms > 1000 ? 1000 : (int)left_ms);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return 0; /* let the call itself say what is wrong */
+	}
+}
+
+/*
  * Writes every byte of iov[0, count) (which it advances), across short
- * writes and EINTR. sendmsg with MSG_NOSIGNAL turns a closed socket into
- * -EPIPE instead of SIGPIPE; a pipe or file falls back to writev.
+ * writes and EINTR; a signal does not restart the socket's send timeout.
+ * sendmsg with MSG_NOSIGNAL turns a closed socket into -EPIPE instead of
+ * SIGPIPE; a pipe or file falls back to writev.
  */
 static int write_all(int fd, struct iovec *iov, int count)
 {
 	bool is_socket = true;
+	uint64_t since = sel_monotonic_ns();
 
 	while (count > 0) {
 		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)count };
@@ -209,12 +248,18 @@ static int write_all(int fd, struct iovec *iov, int count)
 			is_socket = false;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && errno == EINTR) {
+			int ret = wait_after_signal(fd, POLLOUT, SO_SNDTIMEO, since);
+
+			if (ret)
+				return ret;
 			continue;
+		}
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 		if (n == 0)
 			return -EPIPE;
+		since = sel_monotonic_ns(); /* progress: the timeout counts from here */
 		while (count > 0 && (size_t)n >= iov->iov_len) {
 			n -= (ssize_t)iov->iov_len;
 			iov++;
@@ -264,22 +309,31 @@ int cluster_frame_write(int fd, uint64_t *next_sequence, uint16_t type,
 }
 
 /*
- * Reads exactly len bytes, across short reads and EINTR. Returns 0, 1 at
- * end of file (*got says how far it came), or a negative errno.
+ * Reads exactly len bytes, across short reads and EINTR; a signal does not
+ * restart the socket's receive timeout. Returns 0, 1 at end of file (*got
+ * says how far it came), or a negative errno.
  */
 static int read_all(int fd, uint8_t *buf, size_t len, size_t *got)
 {
+	uint64_t since = sel_monotonic_ns();
+
 	*got = 0;
 	while (*got < len) {
 		ssize_t n = read(fd, buf + *got, len - *got);
 
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && errno == EINTR) {
+			int ret = wait_after_signal(fd, POLLIN, SO_RCVTIMEO, since);
+
+			if (ret)
+				return ret;
 			continue;
+		}
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 		if (n == 0)
 			return 1;
 		*got += (size_t)n;
+		since = sel_monotonic_ns(); /* progress: the timeout counts from here */
 	}
 	return 0;
 }

@@ -259,7 +259,8 @@ int cluster_frame_payload_check(const struct cluster_frame_header *header,
 
 /*
  * Writes one frame (header and payload) to a blocking fd, across short
- * writes and EINTR, without raising SIGPIPE on a socket. Stamps it with
+ * writes and EINTR (a signal does not restart SO_SNDTIMEO: it counts from
+ * the last byte written), without raising SIGPIPE on a socket. Stamps it with
  * *next_sequence and, once the whole frame is written, increments it
  * (R-WIRE-8). payload is the output of the type's encoder; its length must
  * be within the type's bounds (asserted). Evaluates failpoint cluster.send
@@ -273,8 +274,9 @@ int cluster_frame_write(int fd, uint64_t *next_sequence, uint16_t type,
 			const uint8_t *payload, uint32_t payload_length);
 
 /*
- * Reads one frame from a blocking fd, across short reads and EINTR: the
- * header into *header, the payload into buf[0, header->payload_length).
+ * Reads one frame from a blocking fd, across short reads and EINTR (a
+ * signal does not restart SO_RCVTIMEO: it counts from the last byte read,
+ * or the call): the header into *header, the payload into buf[0, header->payload_length).
  * Validates the header (cluster_frame_header_decode) before reading one
  * payload byte, then the payload checksum. When next_sequence is not NULL,
  * the frame's sequence must equal it (R-WIRE-8), and it is incremented.

@@ -1790,6 +1790,104 @@ static void test_protocol_nonces(void **state)
 	assert_memory_not_equal(a, zero, 32);
 }
 
+/* Signals target every 20 ms for at most 8 s; sends BYE on bye_fd at 300 ms. */
+struct signal_storm {
+	pthread_t target, thread;
+	bool stop; /* atomic */
+	int bye_fd; /* -1: none */
+};
+
+static void *signal_storm_main(void *arg)
+{
+	struct signal_storm *s = arg;
+	uint64_t t0 = sel_monotonic_ns(), sequence = 0;
+
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) &&
+	       sel_monotonic_ns() - t0 < 8000000000ull) {
+		pthread_kill(s->target, SIGUSR1);
+		if (s->bye_fd >= 0 && sel_monotonic_ns() - t0 > 300000000ull) {
+			cluster_frame_write(s->bye_fd, &sequence, CLUSTER_MSG_BYE, NULL, 0);
+			s->bye_fd = -1;
+		}
+		usleep(20000);
+	}
+	return NULL;
+}
+
+static void signal_storm_start(struct signal_storm *s, int bye_fd)
+{
+	*s = (struct signal_storm){ .target = pthread_self(), .bye_fd = bye_fd };
+	assert_int_equal(pthread_create(&s->thread, NULL, signal_storm_main, s), 0);
+}
+
+static void signal_storm_stop(struct signal_storm *s)
+{
+	__atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
+	pthread_join(s->thread, NULL);
+}
+
+/*
+ * A host taking signals (a handler without SA_RESTART, every 20 ms) while
+ * a frame is read or written: an interrupted read or write goes on, and
+ * the socket's 500 ms timeout still ends a wait for a peer that sends or
+ * reads nothing. Before, each EINTR called again with the whole timeout
+ * anew, and the wait lasted as long as the signals (8 s here).
+ */
+static void test_protocol_signals_keep_the_socket_timeout(void **state)
+{
+	struct sigaction action = { .sa_handler = on_signal }, saved;
+	struct timeval tv = { .tv_usec = 500000 };
+	struct cluster_frame_header h;
+	struct signal_storm s;
+	uint8_t buf[SMALL_BYTES], *big;
+	size_t big_bytes = 256u << 10;
+	uint64_t sequence = 0, t0, read_ms, write_ms;
+	char why[WHY_BYTES];
+	int sv[2], small = 4096, ret;
+
+	(void)state;
+	sigemptyset(&action.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &action, &saved), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+
+	/* a frame that comes while signals arrive is read whole */
+	signal_storm_start(&s, sv[1]);
+	ret = cluster_frame_read(sv[0], buf, sizeof(buf), &sequence, &h, why, sizeof(why));
+	signal_storm_stop(&s);
+	assert_int_equal(ret, 1);
+	assert_int_equal(h.type, CLUSTER_MSG_BYE);
+
+	/* nothing comes: the read ends at the socket's timeout */
+	t0 = sel_monotonic_ns();
+	signal_storm_start(&s, -1);
+	ret = cluster_frame_read(sv[0], buf, sizeof(buf), &sequence, &h, why, sizeof(why));
+	signal_storm_stop(&s);
+	read_ms = (sel_monotonic_ns() - t0) / 1000000;
+	assert_int_equal(ret, -ETIMEDOUT);
+
+	/* nobody reads: the write ends at the socket's timeout */
+	big = calloc(1, big_bytes);
+	assert_non_null(big);
+	t0 = sel_monotonic_ns();
+	signal_storm_start(&s, -1);
+	ret = cluster_frame_write(sv[0], &sequence, CLUSTER_MSG_SUMMARY, big, (uint32_t)big_bytes);
+	signal_storm_stop(&s);
+	write_ms = (sel_monotonic_ns() - t0) / 1000000;
+	free(big);
+	close(sv[0]);
+	close(sv[1]);
+	assert_int_equal(sigaction(SIGUSR1, &saved, NULL), 0);
+	print_message("under signals, a 500 ms timeout ended a read after %llu ms, a write "
+		      "after %llu ms\n", (unsigned long long)read_ms,
+		      (unsigned long long)write_ms);
+	assert_int_equal(ret, -ETIMEDOUT);
+	assert_true(read_ms < 4000);
+	assert_true(write_ms < 4000);
+}
+
 /* ---- Failpoints ---- */
 
 /* cluster.send and cluster.recv make a frame fail, or break off half-way. */
@@ -1869,6 +1967,7 @@ int main(void)
 		cmocka_unit_test(test_protocol_rejects_counts_over_max),
 		cmocka_unit_test(test_protocol_rejects_bad_text),
 		cmocka_unit_test(test_protocol_text_made_printable),
+		cmocka_unit_test(test_protocol_signals_keep_the_socket_timeout),
 		cmocka_unit_test(test_protocol_rejects_bad_fields),
 		cmocka_unit_test(test_protocol_rejects_bad_fetch),
 		cmocka_unit_test(test_protocol_encoders_enospc),
