@@ -8,7 +8,11 @@
  * different geometry and an unannounced address each refused at startup with
  * the reason on both sides, a peer whose drain outlives its deadline, and a store that fails on one rank (its filesystem
  * full) leaving no file on any rank, a monitor thread polling metrics
- * across close, and a peer's forked child refused its parent's peer.
+ * across close, and a peer's forked child refused its parent's peer. A
+ * peer's own failures: its socket or its dup refused, its connect to a port
+ * that never answers (given up at the join timeout); a peer socket on
+ * descriptor 0 on rank zero; rank zero's open failing after the cluster
+ * formed (no BYE: every peer fails).
  */
 #include "tests/testutil.h"
 
