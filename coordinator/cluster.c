@@ -643,24 +643,27 @@ static int form_confirm(struct coord_peer *peers, uint32_t peer_count, char *err
 
 	for (uint32_t i = 0; i < peer_count; i++) {
 		struct cluster_frame_header h;
-		struct cluster_agreed agreed;
+		struct cluster_agreed agreed = { 0 };
 		int ret = cluster_frame_read(peers[i].fd, buf, sizeof(buf), &peers[i].seq.recv, &h,
 					     why, sizeof(why));
 
-		if (ret == 1 && h.type != CLUSTER_MSG_AGREED) {
+		if (ret == 0) { /* end of file between frames: no AGREED will come */
+			snprintf(why, sizeof(why), "it closed its link");
+			ret = -ECONNRESET;
+		} else if (ret == 1 && h.type != CLUSTER_MSG_AGREED) {
 			/* why still held the last frame's text, or nothing */
 			snprintf(why, sizeof(why), "it sent %s, expected %s",
 				 cluster_msg_name(h.type), cluster_msg_name(CLUSTER_MSG_AGREED));
 			ret = SEL_EPROTO;
-		}
-		if (ret == 1)
+		} else if (ret == 1) {
 			ret = cluster_agreed_decode(buf, h.payload_length, &agreed, why, sizeof(why));
+		}
 		if (ret == 0 && agreed.result)
 			return sel_fail(agreed.result, err, err_size,
 					 "rank %u could not apply the agreement: %s", peers[i].rank,
 					 sel_strerror(agreed.result));
 		if (ret)
-			return sel_fail(ret < 0 ? ret : -ECONNRESET, err, err_size,
+			return sel_fail(ret, err, err_size,
 					 "rank %u did not confirm the agreement: %s", peers[i].rank,
 					 why);
 	}

@@ -47,6 +47,7 @@ struct rank {
 	uint32_t delay_ms; /* before connecting */
 	bool trickle;      /* joins, then sends its SUMMARY a byte at a time */
 	bool bye_for_agreed; /* answers the agreement with BYE */
+	bool close_for_agreed; /* takes the agreement and closes its link */
 };
 
 static int apply_nothing(void *ctx, const struct cluster_agreement_entry *e)
@@ -56,17 +57,22 @@ static int apply_nothing(void *ctx, const struct cluster_agreement_entry *e)
 	return 0;
 }
 
-/* Joins as r, takes the agreement, and answers it with BYE. */
-static void confirm_with_bye(struct rank *r, int fd, const struct cluster_identity *me)
+/*
+ * Joins as r, takes the agreement, and answers it with BYE, or closes its
+ * link (close_for_agreed); result is 0 only once it got that far.
+ */
+static void confirm_wrongly(struct rank *r, int fd, const struct cluster_identity *me)
 {
 	struct cluster_sequences seq = { 0 };
 	uint64_t limit;
 
+	r->result = -EINPROGRESS;
 	if (cluster_join_peer(fd, r->secret, me, &seq, &limit, r->why, sizeof(r->why)) != 0 ||
 	    cluster_summary_send(fd, &seq, NULL, 0) != 0 ||
 	    cluster_agreement_recv(fd, &seq, apply_nothing, NULL, r->why, sizeof(r->why)) != 0)
 		return;
-	r->result = cluster_frame_write(fd, &seq.send, CLUSTER_MSG_BYE, NULL, 0);
+	r->result = r->close_for_agreed ? 0 :
+		    cluster_frame_write(fd, &seq.send, CLUSTER_MSG_BYE, NULL, 0);
 }
 
 /* Joins as r, then sends its (empty) SUMMARY one byte every 200 ms. */
@@ -114,8 +120,8 @@ static void *peer_main(void *arg)
 	}
 	if (r->trickle)
 		trickle_summary(r, fd, &me);
-	else if (r->bye_for_agreed)
-		confirm_with_bye(r, fd, &me);
+	else if (r->bye_for_agreed || r->close_for_agreed)
+		confirm_wrongly(r, fd, &me);
 	else
 		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, r->scan.records,
 					      r->scan.record_count, &seq, &r->limit, r->why,
@@ -292,6 +298,24 @@ static void test_form_confirm_names_the_wrong_message(void **state)
 	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EPROTO);
 	if (!strstr(err, "rank 1 did not confirm the agreement: it sent BYE, "
 		    "expected AGREED"))
+		fail_msg("%s", err);
+	assert_int_equal(f->ranks[1].result, 0);
+}
+
+/*
+ * A rank that takes the agreement and closes its link (killed while it
+ * applied it) fails the formation, saying so; before, the end of file read
+ * an AGREED that never came, and the formation could succeed without it.
+ */
+static void test_form_confirm_refuses_a_closed_link(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+	uint64_t limit;
+
+	f->ranks[1].close_for_agreed = true;
+	assert_int_equal(form(f, err, sizeof(err), &limit), -ECONNRESET);
+	if (!strstr(err, "rank 1 did not confirm the agreement: it closed its link"))
 		fail_msg("%s", err);
 	assert_int_equal(f->ranks[1].result, 0);
 }
@@ -849,6 +873,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_form_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_confirm_names_the_wrong_message, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_form_confirm_refuses_a_closed_link, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_form_deadline_holds_against_a_trickle, setup,
 						teardown),
