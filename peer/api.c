@@ -382,10 +382,15 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	uint64_t limit = 0, agreed, scanned = 0, kept = 0;
 	uint64_t start = sel_monotonic_ns(), step;
 	bool has_disk_store;
+	char own_err[256] = "";
 	int ret;
 
 	if (!err && err_size > 0)
 		return -EINVAL; /* nowhere to say why: err_size promises a buffer */
+	if (err_size == 0) { /* no message asked for: rank zero is still told why */
+		err = own_err;
+		err_size = sizeof(own_err);
+	}
 	if (!out)
 		return sel_fail(-EINVAL, err, err_size, "no place for the peer (out is NULL)");
 	*out = NULL;

@@ -60,6 +60,7 @@ enum child_fault {
 	FAULT_JOIN_EIO, /* the join's second and third sends fail with EIO */
 	FAULT_NO_DISK,  /* a disk limit of 0: no disk store */
 	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
+	FAULT_DEVICE_NO_MESSAGE, /* the same, started with no err buffer (NULL, 0) */
 	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
 	FAULT_PAGES,    /* a device of a quarter of the pages (joins: the layout is equal) */
 	FAULT_FORK,     /* once joined, forks a child that calls wait and stop on it */
@@ -166,8 +167,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		c.page_count = PAGES / 4;
 	if (fault == FAULT_NO_DISK)
 		c.disk_limit_bytes = 0;
-	if (fault == FAULT_DEVICE) /* valid, but its directory cannot be made */
-		c.dir = "/dev/null/no-such-device";
+	if (fault == FAULT_DEVICE || fault == FAULT_DEVICE_NO_MESSAGE)
+		c.dir = "/dev/null/no-such-device"; /* valid, but it cannot be made */
 	if (fault == FAULT_STALL && sel_failpoints_configure("disk.write=sleep(8000)") != 0)
 		_exit(6);
 	if (fault == FAULT_JOIN_EIO &&
@@ -183,7 +184,9 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		if (mount("selene-test", dir, "tmpfs", 0, "size=64k") != 0)
 			_exit(5);
 	}
-	ret = sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why));
+	ret = fault == FAULT_DEVICE_NO_MESSAGE ?
+		      sel_peer_start(&c, &peer, NULL, 0) :
+		      sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why));
 	if (ret)
 		_exit(2);
 	if (fault == FAULT_FORK && forked_child_calls(peer) != 0)
@@ -867,6 +870,24 @@ static void test_cluster_peer_startup_failure_stops_everyone(void **state)
 	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
 }
 
+/*
+ * The same from a peer started without an err buffer (NULL, 0): rank zero
+ * still hears the reason; before, the peer sent what its NULL err held.
+ */
+static void test_cluster_peer_startup_failure_without_err(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start_with(f, 3, 2, FAULT_DEVICE_NO_MESSAGE, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != SEL_ESTOPPED)
+		fail_msg("rank zero: %s", err);
+	if (!strstr(err, "rank 2 failed at startup") || !strstr(err, "no-such-device"))
+		fail_msg("rank zero: %s", err);
+	assert_int_equal(reap(f, 2), 2);
+	assert_int_equal(reap(f, 1), 2);
+}
+
 /* Rank zero's own startup failure reaches every peer, as fast. */
 static void test_cluster_rank_zero_startup_failure_stops_everyone(void **state)
 {
@@ -1105,6 +1126,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_peer_joins_again_after_send_error,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_without_err,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_startup_failure_stops_everyone,
 						setup, teardown),
