@@ -1233,7 +1233,7 @@ static int run_host_budget(const struct run *r, uint64_t *budget, char *err, siz
 	if (local && launch_parse_number(local, LAUNCH_COUNT, 1, REC_WORLD_SIZE_MAX, &ranks,
 					 NULL, 0))
 		ranks = 1; /* never: run_parse_args refused it */
-	if (shard_slab_memory_available(&available) != 0 || available == 0) {
+	if (shard_slab_memory_available(&available) != 0) {
 		*budget = UINT64_MAX; /* unknown: the allocations will say */
 		return 0;
 	}

@@ -260,13 +260,15 @@ static bool slab_read_field(const char *path, const char *name, uint64_t *out)
 
 /*
  * The room left in the cgroup at dir (v1: the memory controller's files):
- * its limit less what it uses beyond its inactive file cache. False when
- * dir has no limit file, or no limit.
+ * its limit less what it uses beyond its file cache, active and inactive
+ * (the kernel reclaims it before it fails an allocation; a cgroup that read
+ * back what it wrote sits near its limit with it). False when dir has no
+ * limit file, or no limit.
  */
 static bool slab_cgroup_room(const char *dir, bool v1, uint64_t *room)
 {
 	char path[SLAB_CGROUP_PATH_BYTES + 64];
-	uint64_t limit, usage, inactive = 0;
+	uint64_t limit, usage, inactive = 0, active = 0;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
 	if (!slab_read_number(path, &limit) || limit >= SLAB_CGROUP_UNLIMITED)
@@ -279,7 +281,11 @@ static bool slab_cgroup_room(const char *dir, bool v1, uint64_t *room)
 	if (!(v1 && slab_read_field(path, "total_inactive_file ", &inactive)) &&
 	    !slab_read_field(path, "inactive_file ", &inactive))
 		inactive = 0;
+	if (!(v1 && slab_read_field(path, "total_active_file ", &active)) &&
+	    !slab_read_field(path, "active_file ", &active))
+		active = 0;
 	usage -= inactive < usage ? inactive : usage;
+	usage -= active < usage ? active : usage;
 	*room = usage < limit ? limit - usage : 0;
 	return true;
 }

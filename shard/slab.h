@@ -87,10 +87,11 @@ uint32_t shard_slab_free_count(struct shard_slab_pool *pool);
  * Bytes of memory this process could take now, for sizing staging before
  * it is mapped: MemAvailable from /proc/meminfo, bounded by the room in its
  * memory cgroup and each ancestor (v2: memory.max - memory.current; v1:
- * memory.limit_in_bytes - memory.usage_in_bytes; the cgroup's inactive file
- * cache, memory.stat's inactive_file or v1's total_inactive_file, counts as
- * room: the kernel reclaims it first). Returns 0 with *bytes, or -ENOENT
- * when neither /proc/meminfo nor a cgroup limit can be read.
+ * memory.limit_in_bytes - memory.usage_in_bytes; the cgroup's file cache,
+ * memory.stat's inactive_file and active_file or v1's total_ ones, counts
+ * as room: the kernel reclaims it first). Returns 0 with *bytes (0: no
+ * room), or -ENOENT when neither /proc/meminfo nor a cgroup limit can be
+ * read.
  */
 int shard_slab_memory_available(uint64_t *bytes);
 
