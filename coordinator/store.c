@@ -278,8 +278,9 @@ static void drop_bare_page_only(struct coord_store *s, uint32_t id)
 
 /*
  * Unlinks the bare page-only records whose unlink was refused before.
- * Walks the whole index, so it runs only while one may be left; a refusal
- * leaves the rest for the next poll.
+ * Walks the whole index, so it runs only while one may be left and after a
+ * poll took completions (what refused it then has room); a refusal leaves
+ * the rest for the next such poll.
  */
 static void drop_bare_pending(struct coord_store *s)
 {
@@ -1087,6 +1088,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	struct shard_completion done[16];
 	uint32_t n, room, out = 0;
 	char why[200];
+	bool completed = false;
 
 	if (!s->stopped && s->jobs_ops.stopped &&
 	    s->jobs_ops.stopped(s->jobs_ops.ctx, why, sizeof(why))) {
@@ -1127,8 +1129,10 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 			job_release(s, job);
 		}
 		drop_condemned(s);
+		completed = true;
 	}
-	drop_bare_pending(s);
+	if (completed) /* a job slot and a queue entry freed: a refused unlink may go now */
+		drop_bare_pending(s);
 	s->stats.disk_bytes = s->used_bytes;
 	while (out < max && s->event_count > 0) {
 		events[out++] = s->events[s->event_head];
