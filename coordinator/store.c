@@ -817,8 +817,8 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
  * where it succeeded (the fan-out's own cleanup can fail or not be sent):
  * an unlink of the key on every rank, charging nothing, makes sure. The
  * engines run it after the failed store and before any later store of
- * that key. Where it cannot be submitted, a file left on some ranks only
- * is dropped by the next start's agreement.
+ * that key. Where it cannot be submitted, or the transport has stopped, a
+ * file left on some ranks only is dropped by the next start's agreement.
  */
 static void unlink_failed_store(struct coord_store *s, const struct rec_key *key)
 {
@@ -827,6 +827,8 @@ static void unlink_failed_store(struct coord_store *s, const struct rec_key *key
 	uint32_t id;
 	int ret = SEL_EQUEUEFULL;
 
+	if (s->stopped)
+		return; /* no job goes anywhere now: the next start's agreement drops it */
 	job = job_take(s, &id);
 	if (job) {
 		job->kind = COORD_JOB_UNLINK;
