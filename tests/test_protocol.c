@@ -1790,7 +1790,7 @@ static void test_protocol_nonces(void **state)
 	assert_memory_not_equal(a, zero, 32);
 }
 
-/* Signals target every 20 ms for at most 8 s; sends BYE on bye_fd at 300 ms. */
+/* Signals target every 20 ms for at most 8 s; sends BYE on bye_fd at 100 ms. */
 struct signal_storm {
 	pthread_t target, thread;
 	bool stop; /* atomic */
@@ -1805,7 +1805,7 @@ static void *signal_storm_main(void *arg)
 	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) &&
 	       sel_monotonic_ns() - t0 < 8000000000ull) {
 		pthread_kill(s->target, SIGUSR1);
-		if (s->bye_fd >= 0 && sel_monotonic_ns() - t0 > 300000000ull) {
+		if (s->bye_fd >= 0 && sel_monotonic_ns() - t0 > 100000000ull) {
 			cluster_frame_write(s->bye_fd, &sequence, CLUSTER_MSG_BYE, NULL, 0);
 			s->bye_fd = -1;
 		}
@@ -1853,12 +1853,19 @@ static void test_protocol_signals_keep_the_socket_timeout(void **state)
 	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
 	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
 
-	/* a frame that comes while signals arrive is read whole */
+	/* a frame that comes while signals arrive is read whole (a timeout of
+	 * 5 s: a slow machine may start the storm late) */
+	tv.tv_sec = 5;
+	tv.tv_usec = 0;
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
 	signal_storm_start(&s, sv[1]);
 	ret = cluster_frame_read(sv[0], buf, sizeof(buf), &sequence, &h, why, sizeof(why));
 	signal_storm_stop(&s);
 	assert_int_equal(ret, 1);
 	assert_int_equal(h.type, CLUSTER_MSG_BYE);
+	tv.tv_sec = 0;
+	tv.tv_usec = 500000;
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
 
 	/* nothing comes: the read ends at the socket's timeout */
 	t0 = sel_monotonic_ns();
