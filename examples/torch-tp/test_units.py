@@ -63,6 +63,12 @@ class FakeConnector:
     def lookup(self, history, resident):
         return None
 
+    def worth_fetching(self, hit):
+        return False  # never reached: lookup finds nothing
+
+    def touch(self, history, consumed):
+        pass  # a GPU hit on a checkpoint of this run (a preempted request's own)
+
     def measured_prefill(self, tokens, seconds):
         pass
 
