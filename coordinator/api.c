@@ -419,8 +419,9 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 	if (ret)
 		return rec_dir_scan_failed(s->dir, scan, ret, err, err_size);
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
-		ret = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes, limit, err,
-					      err_size);
+		ret = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes,
+					      REC_HEADER_BYTES + g->page_record_bytes +
+						      g->row_record_bytes, limit, err, err_size);
 		if (ret)
 			return ret;
 	}

@@ -196,25 +196,28 @@ void shard_config_planes(const struct sel_store_config *c, const struct rec_geom
  * in: said plainly instead.
  */
 int shard_config_limit_from_space(const char *dir, uint64_t free_blocks, uint64_t block_bytes,
-				  uint64_t own_bytes, uint64_t *limit, char *err,
-				  size_t err_size)
+				  uint64_t own_bytes, uint64_t smallest_record, uint64_t *limit,
+				  char *err, size_t err_size)
 {
 	uint64_t free_bytes = block_bytes && free_blocks > UINT64_MAX / block_bytes ?
 				      UINT64_MAX : free_blocks * block_bytes;
 	uint64_t total = free_bytes > UINT64_MAX - own_bytes ? UINT64_MAX : free_bytes + own_bytes;
 
+	if (smallest_record < REC_HEADER_BYTES + SEL_BLOCK_BYTES)
+		smallest_record = REC_HEADER_BYTES + SEL_BLOCK_BYTES;
 	*limit = total / 10;
-	if (*limit >= REC_HEADER_BYTES + SEL_BLOCK_BYTES)
+	if (*limit >= smallest_record)
 		return 0;
 	*limit = 0;
 	return sel_fail(-ENOSPC, err, err_size, "%s: the disk is full (%" PRIu64 " bytes free, %"
 			PRIu64 " in this store's records): a tenth of that, the default disk "
-			"limit, holds no record; free some space or configure disk_limit_bytes",
-			dir, free_bytes, own_bytes);
+			"limit, holds no record of one page (%" PRIu64 " bytes); free some space "
+			"or configure disk_limit_bytes", dir, free_bytes, own_bytes,
+			smallest_record);
 }
 
-int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t *limit, char *err,
-			    size_t err_size)
+int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t smallest_record,
+			    uint64_t *limit, char *err, size_t err_size)
 {
 	struct statvfs st;
 	int ret;
@@ -227,5 +230,6 @@ int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t *limit
 				strerror(-ret));
 	}
 	return shard_config_limit_from_space(dir, st.f_bavail, st.f_frsize ? st.f_frsize :
-						   st.f_bsize, own_bytes, limit, err, err_size);
+						   st.f_bsize, own_bytes, smallest_record, limit, err,
+					     err_size);
 }

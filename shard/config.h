@@ -46,12 +46,12 @@ void shard_config_planes(const struct sel_store_config *c, const struct rec_geom
  * SEL_DISK_LIMIT_AUTO: one tenth of the free space of dir's file system at
  * startup (what an unprivileged user may take), counting the store's own
  * files (own_bytes) as free. Returns 0 and *limit; -ENOSPC when the disk
- * is full (that tenth holds no record file, not even a header and one
- * block of page checksums), or the negative errno of statvfs; either with
- * a message naming dir in err.
+ * is full (that tenth is below smallest_record, the bytes of a record of
+ * one page and the row, and never below a header and one block), or the
+ * negative errno of statvfs; either with a message naming dir in err.
  */
-int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t *limit, char *err,
-			    size_t err_size);
+int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t smallest_record,
+			    uint64_t *limit, char *err, size_t err_size);
 
 /*
  * shard_config_auto_limit from the file system's figures (free_blocks of
@@ -59,7 +59,7 @@ int shard_config_auto_limit(const char *dir, uint64_t own_bytes, uint64_t *limit
  * message only.
  */
 int shard_config_limit_from_space(const char *dir, uint64_t free_blocks, uint64_t block_bytes,
-				  uint64_t own_bytes, uint64_t *limit, char *err,
-				  size_t err_size);
+				  uint64_t own_bytes, uint64_t smallest_record, uint64_t *limit,
+				  char *err, size_t err_size);
 
 #endif

@@ -438,34 +438,43 @@ static void test_config_auto_limit_full_disk(void **state)
 	char err[256] = "";
 
 	(void)state;
-	assert_int_equal(shard_config_limit_from_space("/x/full", 0, 4096, 0, &limit, err,
+	assert_int_equal(shard_config_limit_from_space("/x/full", 0, 4096, 0, 0, &limit, err,
 						       sizeof(err)), -ENOSPC);
 	assert_int_equal(limit, 0);
 	assert_non_null(strstr(err, "/x/full: the disk is full"));
 	assert_non_null(strstr(err, "disk_limit_bytes"));
 	/* one free block: a tenth of it holds no record either */
 	err[0] = '\0';
-	assert_int_equal(shard_config_limit_from_space("/x/full", 1, 4096, 0, &limit, err,
+	assert_int_equal(shard_config_limit_from_space("/x/full", 1, 4096, 0, 0, &limit, err,
 						       sizeof(err)), -ENOSPC);
 	assert_non_null(strstr(err, "the disk is full"));
 	/* full, but of this store's records: a tenth of them is the limit */
-	assert_int_equal(shard_config_limit_from_space("/x/full", 0, 4096, 1000000, &limit, err,
+	assert_int_equal(shard_config_limit_from_space("/x/full", 0, 4096, 1000000, 0, &limit, err,
 						       sizeof(err)), 0);
 	assert_int_equal(limit, 100000);
-	assert_int_equal(shard_config_limit_from_space("/x", 1000, 4096, 0, &limit, err,
+	assert_int_equal(shard_config_limit_from_space("/x", 1000, 4096, 0, 0, &limit, err,
 						       sizeof(err)), 0);
 	assert_int_equal(limit, 409600);
+	/* a tenth that holds a header but no record of one page and the row */
+	err[0] = '\0';
+	assert_int_equal(shard_config_limit_from_space("/x/full", 1000, 4096, 0, 1u << 20,
+						       &limit, err, sizeof(err)), -ENOSPC);
+	assert_int_equal(limit, 0);
+	assert_non_null(strstr(err, "holds no record of one page (1048576 bytes)"));
+	assert_int_equal(shard_config_limit_from_space("/x", 3000, 4096, 0, 1u << 20, &limit, err,
+						       sizeof(err)), 0);
+	assert_int_equal(limit, 1228800);
 	/* figures past 64 bits saturate, never wrap to a small limit */
-	assert_int_equal(shard_config_limit_from_space("/x", UINT64_MAX / 2, 4096, UINT64_MAX,
+	assert_int_equal(shard_config_limit_from_space("/x", UINT64_MAX / 2, 4096, UINT64_MAX, 0,
 						       &limit, err, sizeof(err)), 0);
 	assert_int_equal(limit, UINT64_MAX / 10);
 	/* the real file system: some limit, or a plain reason */
 	err[0] = '\0';
-	if (shard_config_auto_limit(".", 0, &limit, err, sizeof(err)) == 0)
+	if (shard_config_auto_limit(".", 0, 0, &limit, err, sizeof(err)) == 0)
 		assert_true(limit > 0);
 	else
 		assert_true(err[0] != '\0');
-	assert_int_equal(shard_config_auto_limit("/nonexistent/selene", 0, &limit, err,
+	assert_int_equal(shard_config_auto_limit("/nonexistent/selene", 0, 0, &limit, err,
 						 sizeof(err)), -ENOENT);
 	assert_non_null(strstr(err, "cannot tell the free space of /nonexistent/selene"));
 }

@@ -49,8 +49,9 @@ typedef struct sel_history sel_history;
 
 /*
  * disk_limit_bytes: one tenth of the free space at open (the store's own
- * records counted as free); on a disk so full that this holds no record,
- * the open (or sel_peer_start) fails with -ENOSPC saying so.
+ * records counted as free); on a disk so full that this holds no record of
+ * one page and the row, the open (or sel_peer_start) fails with -ENOSPC
+ * saying so.
  */
 #define SEL_DISK_LIMIT_AUTO UINT64_MAX
 
