@@ -46,6 +46,7 @@
 
 #define RUN_EVENT_WAIT_MS 120000u /* default: a store or fetch event */
 #define RUN_CLOSE_DRAIN_MS 60000u
+#define RUN_START_FAILURE_MS 10000u /* a failed start waits this long for the rest */
 
 /* SIGINT or SIGTERM: rank zero admits no more requests, drains and ends
  * with its summary; the other ranks follow it to the end as usual. The
@@ -1349,12 +1350,27 @@ static uint64_t run_all(struct run *r)
 {
 	sel_peer *peer = NULL;
 	uint64_t failed = run_prepare(r), total = failed;
+	int ret;
 
 	if (launch_step_sum(&r->boot, &total, 1) || total)
 		return total ? total : 1;
 	failed = run_start(r, &peer);
 	total = failed;
-	if (launch_step_sum(&r->boot, &total, 1) || total) {
+	/*
+	 * A rank whose start failed may be one the others never hear of (a
+	 * peer that could open no socket to rank zero: rank zero would wait
+	 * out its join timeout): the sum waits RUN_START_FAILURE_MS, then the
+	 * job ends.
+	 */
+	ret = failed ? launch_step_sum_within(&r->boot, &total, 1, RUN_START_FAILURE_MS) :
+		       launch_step_sum(&r->boot, &total, 1);
+	if (ret == -ETIMEDOUT) {
+		fprintf(stderr, "selene run: rank %u: the other ranks did not learn of this "
+			"failure within %u ms; ending the job\n", r->boot.cluster.rank,
+			RUN_START_FAILURE_MS);
+		launch_step_abort(&r->boot, 1);
+	}
+	if (ret || total) {
 		sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
 		r->store = NULL;
 		if (peer)

@@ -29,4 +29,16 @@ int launch_step_broadcast(const struct launch_bootstrap *b, void *buf, size_t ca
 /* Sums count values across every rank, in place on every rank. */
 int launch_step_sum(const struct launch_bootstrap *b, uint64_t *values, uint32_t count);
 
+/*
+ * The same, giving up after timeout_ms with -ETIMEDOUT (the sum then never
+ * completes: the caller ends the job with launch_step_abort). For a rank
+ * whose start failed where the others may never hear of it (a peer that
+ * could not reach rank zero waits out no join timeout of its own).
+ */
+int launch_step_sum_within(const struct launch_bootstrap *b, uint64_t *values, uint32_t count,
+			   uint32_t timeout_ms);
+
+/* Ends every rank of the job (MPI_Abort) with status; returns only without MPI. */
+void launch_step_abort(const struct launch_bootstrap *b, int status);
+
 #endif

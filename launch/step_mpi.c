@@ -14,10 +14,13 @@
 #ifdef SEL_HAVE_MPI
 #include <mpi.h>
 
-static int wait_polling(MPI_Request *request)
+/* Polls request to its end, or for at most timeout_ms (0: no limit). */
+static int wait_polling_within(MPI_Request *request, uint32_t timeout_ms)
 {
 	const struct timespec pause = { 0, 50000 };
+	struct timespec start, now;
 
+	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
 		int done = 0;
 
@@ -25,8 +28,18 @@ static int wait_polling(MPI_Request *request)
 			return -EIO;
 		if (done)
 			return 0;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (timeout_ms && (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
+					  (uint64_t)((now.tv_nsec - start.tv_nsec) / 1000000) >=
+				  timeout_ms)
+			return -ETIMEDOUT;
 		nanosleep(&pause, NULL);
 	}
+}
+
+static int wait_polling(MPI_Request *request)
+{
+	return wait_polling_within(request, 0);
 }
 
 bool launch_step_available(const struct launch_bootstrap *b)
@@ -73,6 +86,27 @@ int launch_step_sum(const struct launch_bootstrap *b, uint64_t *values, uint32_t
 	return wait_polling(&request);
 }
 
+int launch_step_sum_within(const struct launch_bootstrap *b, uint64_t *values, uint32_t count,
+			   uint32_t timeout_ms)
+{
+	MPI_Request request;
+
+	if (b->cluster.world_size <= 1)
+		return 0;
+	if (!b->mpi)
+		return -ENOTSUP;
+	if (MPI_Iallreduce(MPI_IN_PLACE, values, (int)count, MPI_UINT64_T, MPI_SUM,
+			   MPI_COMM_WORLD, &request) != MPI_SUCCESS)
+		return -EIO;
+	return wait_polling_within(&request, timeout_ms ? timeout_ms : 1);
+}
+
+void launch_step_abort(const struct launch_bootstrap *b, int status)
+{
+	if (b->mpi)
+		MPI_Abort(MPI_COMM_WORLD, status);
+}
+
 #else
 
 bool launch_step_available(const struct launch_bootstrap *b)
@@ -94,6 +128,19 @@ int launch_step_sum(const struct launch_bootstrap *b, uint64_t *values, uint32_t
 	(void)values;
 	(void)count;
 	return b->cluster.world_size <= 1 ? 0 : -ENOTSUP;
+}
+
+int launch_step_sum_within(const struct launch_bootstrap *b, uint64_t *values, uint32_t count,
+			   uint32_t timeout_ms)
+{
+	(void)timeout_ms;
+	return launch_step_sum(b, values, count);
+}
+
+void launch_step_abort(const struct launch_bootstrap *b, int status)
+{
+	(void)b;
+	(void)status;
 }
 
 #endif

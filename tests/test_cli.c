@@ -1112,6 +1112,56 @@ static void test_cli_run_mpirun(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * Two ranks under mpirun, rank 1 unable to open any socket to rank zero
+ * (failpoint peer.socket): it cannot tell rank zero, so after 10 s of
+ * waiting for the others it ends the job, saying so; before, the job
+ * waited out rank zero's 60 s join timeout.
+ */
+static void test_cli_run_mpirun_peer_without_sockets(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *base = tu_make_temp_dir("run-mpi-nosock");
+	char cmd[2048], script[600];
+	uint64_t t0, took_ms;
+	FILE *f;
+
+	(void)state;
+	if (system("command -v mpirun > /dev/null 2>&1 && pkg-config --exists ompi-c") != 0) {
+		tu_remove_tree(base);
+		skip();
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 SELENE_LOG=warn "
+		 "ASAN_OPTIONS=detect_leaks=0 "
+		 "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo "
+		 "--mca oob_tcp_if_include lo -np 2 -x SELENE_LOG -x ASAN_OPTIONS bash -c "
+		 "'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then "
+		 "export SELENE_FAILPOINTS=\"peer.socket=return(EIO)\"; fi; exec \"$0\" \"$@\"' "
+		 "%s run --trace tests/qualify/phase-1.jsonl --dir %s/rank%%r --device host "
+		 "--gpu-pages 64 --gpu-rows 8 > %s/out 2>&1; [ $? -ne 0 ] && "
+		 "grep -q 'cannot open a socket to reach rank zero' %s/out && "
+		 "grep -q 'did not learn of this failure within 10000 ms; ending the job' %s/out",
+		 program ? program : "build/selene", base, base, base, base);
+	snprintf(script, sizeof(script), "%s/check.sh", base);
+	f = fopen(script, "w");
+	assert_non_null(f);
+	fprintf(f, "%s\n", cmd);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "bash %s", script);
+	t0 = sel_monotonic_ns();
+	if (system(cmd) != 0) {
+		snprintf(cmd, sizeof(cmd), "cat %s/out", base);
+		if (system(cmd) != 0)
+			print_message("(the output could not be shown)\n");
+		fail_msg("selene run did not end the job when a peer could not reach rank zero");
+	}
+	took_ms = (sel_monotonic_ns() - t0) / 1000000;
+	print_message("the job ended %llu ms after the start\n", (unsigned long long)took_ms);
+	assert_true(took_ms < 45000); /* rank zero's join timeout is 60 s */
+	tu_remove_tree(base);
+}
+
 /* A free loopback port (closed again: rank zero binds it with SO_REUSEADDR). */
 static uint16_t free_port(void)
 {
@@ -1261,6 +1311,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),
+		cmocka_unit_test(test_cli_run_mpirun_peer_without_sockets),
 		cmocka_unit_test(test_cli_bench_fanout),
 		cmocka_unit_test(test_cli_strict_numbers),
 		cmocka_unit_test(test_cli_run_retry_refused_at_end),
