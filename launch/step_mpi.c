@@ -72,7 +72,9 @@ int launch_step_broadcast(const struct launch_bootstrap *b, void *buf, size_t ca
 	return wait_polling(&request);
 }
 
-int launch_step_sum(const struct launch_bootstrap *b, uint64_t *values, uint32_t count)
+/* launch_step_sum for at most timeout_ms (0: no limit). */
+static int sum_polling(const struct launch_bootstrap *b, uint64_t *values, uint32_t count,
+		       uint32_t timeout_ms)
 {
 	MPI_Request request;
 
@@ -83,22 +85,18 @@ int launch_step_sum(const struct launch_bootstrap *b, uint64_t *values, uint32_t
 	if (MPI_Iallreduce(MPI_IN_PLACE, values, (int)count, MPI_UINT64_T, MPI_SUM,
 			   MPI_COMM_WORLD, &request) != MPI_SUCCESS)
 		return -EIO;
-	return wait_polling(&request);
+	return wait_polling_within(&request, timeout_ms);
+}
+
+int launch_step_sum(const struct launch_bootstrap *b, uint64_t *values, uint32_t count)
+{
+	return sum_polling(b, values, count, 0);
 }
 
 int launch_step_sum_within(const struct launch_bootstrap *b, uint64_t *values, uint32_t count,
 			   uint32_t timeout_ms)
 {
-	MPI_Request request;
-
-	if (b->cluster.world_size <= 1)
-		return 0;
-	if (!b->mpi)
-		return -ENOTSUP;
-	if (MPI_Iallreduce(MPI_IN_PLACE, values, (int)count, MPI_UINT64_T, MPI_SUM,
-			   MPI_COMM_WORLD, &request) != MPI_SUCCESS)
-		return -EIO;
-	return wait_polling_within(&request, timeout_ms ? timeout_ms : 1);
+	return sum_polling(b, values, count, timeout_ms ? timeout_ms : 1);
 }
 
 void launch_step_abort(const struct launch_bootstrap *b, int status)

@@ -1070,14 +1070,36 @@ static void test_cli_bench_cleans_up(void **state)
 	tu_remove_tree(dir);
 }
 
+/*
+ * Runs cmd (bash: it uses process substitution) from base/check.sh; on
+ * failure shows base/out, where cmd sends the program's output.
+ */
+static bool run_check_script(const char *base, const char *cmd)
+{
+	char script[600], line[700];
+	FILE *f;
+
+	snprintf(script, sizeof(script), "%s/check.sh", base);
+	f = fopen(script, "w");
+	assert_non_null(f);
+	fprintf(f, "%s\n", cmd);
+	fclose(f);
+	snprintf(line, sizeof(line), "bash %s", script);
+	if (system(line) == 0)
+		return true;
+	snprintf(line, sizeof(line), "cat %s/out", base);
+	if (system(line) != 0)
+		print_message("(the output could not be shown)\n");
+	return false;
+}
+
 /* Three ranks under mpirun (where it is installed): the MPI bootstrap and
  * step channel, and each rank's files the same as rank zero's. */
 static void test_cli_run_mpirun(void **state)
 {
 	const char *program = getenv("SELENE_PROGRAM");
 	char *base = tu_make_temp_dir("run-mpi");
-	char cmd[2048], script[600];
-	FILE *f;
+	char cmd[2048];
 
 	(void)state;
 	/* the Makefile builds the MPI bootstrap where pkg-config finds ompi-c */
@@ -1097,18 +1119,8 @@ static void test_cli_run_mpirun(void **state)
 		 "for r in 1 2; do diff <(cd %s/rank0/* && ls -l *.ckpt | awk '{print $5, $9}') "
 		 "<(cd %s/rank$r/* && ls -l *.ckpt | awk '{print $5, $9}') || exit 1; done",
 		 program ? program : "build/selene", base, base, base, base, base);
-	snprintf(script, sizeof(script), "%s/check.sh", base);
-	f = fopen(script, "w");
-	assert_non_null(f);
-	fprintf(f, "%s\n", cmd);
-	fclose(f);
-	snprintf(cmd, sizeof(cmd), "bash %s", script);
-	if (system(cmd) != 0) {
-		snprintf(cmd, sizeof(cmd), "cat %s/out", base);
-		if (system(cmd) != 0)
-			print_message("(the output could not be shown)\n");
+	if (!run_check_script(base, cmd))
 		fail_msg("selene run under mpirun failed");
-	}
 	tu_remove_tree(base);
 }
 
@@ -1122,9 +1134,8 @@ static void test_cli_run_mpirun_peer_without_sockets(void **state)
 {
 	const char *program = getenv("SELENE_PROGRAM");
 	char *base = tu_make_temp_dir("run-mpi-nosock");
-	char cmd[2048], script[600];
+	char cmd[2048];
 	uint64_t t0, took_ms;
-	FILE *f;
 
 	(void)state;
 	if (system("command -v mpirun > /dev/null 2>&1 && pkg-config --exists ompi-c") != 0) {
@@ -1143,19 +1154,9 @@ static void test_cli_run_mpirun_peer_without_sockets(void **state)
 		 "grep -q 'cannot open a socket to reach rank zero' %s/out && "
 		 "grep -q 'did not learn of this failure within 10000 ms; ending the job' %s/out",
 		 program ? program : "build/selene", base, base, base, base);
-	snprintf(script, sizeof(script), "%s/check.sh", base);
-	f = fopen(script, "w");
-	assert_non_null(f);
-	fprintf(f, "%s\n", cmd);
-	fclose(f);
-	snprintf(cmd, sizeof(cmd), "bash %s", script);
 	t0 = sel_monotonic_ns();
-	if (system(cmd) != 0) {
-		snprintf(cmd, sizeof(cmd), "cat %s/out", base);
-		if (system(cmd) != 0)
-			print_message("(the output could not be shown)\n");
+	if (!run_check_script(base, cmd))
 		fail_msg("selene run did not end the job when a peer could not reach rank zero");
-	}
 	took_ms = (sel_monotonic_ns() - t0) / 1000000;
 	print_message("the job ended %llu ms after the start\n", (unsigned long long)took_ms);
 	assert_true(took_ms < 45000); /* rank zero's join timeout is 60 s */

@@ -962,6 +962,37 @@ static void test_store_no_join_after_owner_cancelled(void **state)
 }
 
 /*
+ * The chain 300 <- 700 <- 900 (700 page-only once 900 committed), then a
+ * publication at consumed over parent, then 900 failing verification on a
+ * fetch (dropped, its unlink submitted). Returns the publication's job;
+ * middle and leaf get 700's and 900's keys.
+ */
+static uint32_t chain_then_leaf_fails(struct fixture *f, uint64_t consumed, uint64_t parent,
+				      struct rec_key *middle, struct rec_key *leaf)
+{
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	uint32_t job;
+	bool joined;
+
+	store_chain_of_three(f);
+	*middle = f->stub.jobs[1].header.key;
+	*leaf = f->stub.jobs[2].header.key;
+	assert_false(coord_index_node(&f->store.index,
+				      coord_index_find(&f->store.index, middle))->row_present);
+	job = f->stub.job_count;
+	assert_int_equal(publish(f, 4, consumed, parent), SEL_QUEUED);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
+	stub_fail_naming(&f->stub, f->stub.job_count - 1, leaf);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[f->stub.job_count - 1].key, leaf));
+	return job;
+}
+
+/*
  * A page-only record whose last child leaves another way than by eviction
  * goes too (seed 2.3): 300 <- 700 (page-only once 900 committed) <- 900;
  * 800 is stored under 700; 900 fails verification and is dropped; then
@@ -972,24 +1003,9 @@ static void test_store_page_only_record_goes_with_its_last_child(void **state)
 {
 	struct fixture *f = *state;
 	struct sel_event ev[64];
-	struct sel_hit hit;
 	struct rec_key middle, leaf;
-	uint32_t d_job;
-	bool joined;
+	uint32_t d_job = chain_then_leaf_fails(f, 800, 700, &middle, &leaf);
 
-	store_chain_of_three(f);
-	middle = f->stub.jobs[1].header.key;
-	leaf = f->stub.jobs[2].header.key;
-	assert_false(coord_index_node(&f->store.index,
-				      coord_index_find(&f->store.index, &middle))->row_present);
-	d_job = f->stub.job_count;
-	assert_int_equal(publish(f, 4, 800, 700), SEL_QUEUED);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
-	assert_int_equal(hit.consumed, 900);
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
-	stub_fail_naming(&f->stub, f->stub.job_count - 1, &leaf);
-	poll_events(f, ev);
-	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
 	stub_complete(&f->stub, f->stub.job_count - 1, 0);
 	poll_events(f, ev);
 	stub_complete(&f->stub, d_job, -EIO); /* 800's store */
@@ -1015,20 +1031,9 @@ static void test_store_bare_page_only_unlink_refused_goes_later(void **state)
 {
 	struct fixture *f = *state;
 	struct sel_event ev[64];
-	struct sel_hit hit;
 	struct rec_key middle, leaf;
-	uint32_t d_job, before;
-	bool joined;
+	uint32_t d_job = chain_then_leaf_fails(f, 800, 700, &middle, &leaf), before;
 
-	store_chain_of_three(f);
-	middle = f->stub.jobs[1].header.key;
-	leaf = f->stub.jobs[2].header.key;
-	d_job = f->stub.job_count;
-	assert_int_equal(publish(f, 4, 800, 700), SEL_QUEUED);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
-	stub_fail_naming(&f->stub, f->stub.job_count - 1, &leaf);
-	poll_events(f, ev);
 	stub_complete(&f->stub, f->stub.job_count - 1, 0); /* 900's unlink */
 	poll_events(f, ev);
 	stub_complete(&f->stub, d_job, -EIO); /* 800's store */
@@ -1063,23 +1068,9 @@ static void test_store_bare_page_only_goes_after_rewrite_undone(void **state)
 {
 	struct fixture *f = *state;
 	struct sel_event ev[64];
-	struct sel_hit hit;
 	struct rec_key middle, leaf;
-	uint32_t rewrite;
-	bool joined;
+	uint32_t rewrite = chain_then_leaf_fails(f, 700, 300, &middle, &leaf);
 
-	store_chain_of_three(f);
-	middle = f->stub.jobs[1].header.key;
-	leaf = f->stub.jobs[2].header.key;
-	rewrite = f->stub.job_count;
-	assert_int_equal(publish(f, 4, 700, 300), SEL_QUEUED);
-	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
-	assert_int_equal(hit.consumed, 900);
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 50, &joined), 0);
-	stub_fail_naming(&f->stub, f->stub.job_count - 1, &leaf);
-	poll_events(f, ev);
-	assert_int_equal(f->stub.jobs[f->stub.job_count - 1].kind, COORD_JOB_UNLINK);
-	assert_true(rec_key_equal(&f->stub.jobs[f->stub.job_count - 1].key, &leaf));
 	stub_complete(&f->stub, f->stub.job_count - 1, 0);
 	poll_events(f, ev);
 	assert_int_equal(f->store.index.node_count, 2); /* 700 is pinned */
