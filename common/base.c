@@ -5,6 +5,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <string.h>
@@ -143,4 +144,23 @@ bool sel_env_count(const char *name, uint32_t max, uint32_t *out)
 	}
 	sel_warn("%s=%s is not 0..%u; using the default", name, env, max);
 	return false;
+}
+
+static uint32_t fork_generation; /* atomic */
+static pthread_once_t fork_counter_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+	__atomic_add_fetch(&fork_generation, 1, __ATOMIC_RELAXED);
+}
+
+static void install_fork_counter(void)
+{
+	pthread_atfork(NULL, NULL, count_fork);
+}
+
+uint32_t sel_fork_generation(void)
+{
+	pthread_once(&fork_counter_once, install_fork_counter);
+	return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
 }

@@ -130,6 +130,16 @@ int sel_thread_start(pthread_t *thread, void *(*main_fn)(void *), void *arg);
 int sel_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * A number that differs in a child of fork() (not of a raw clone, which runs
+ * no atfork handlers) from its parent's: an atfork
+ * handler, installed by the first call, counts the forks. A handle keeps
+ * it when made and compares it on each call, without a system call (these
+ * come on the model thread's every step), to refuse work in a child, which
+ * has none of the handle's threads.
+ */
+uint32_t sel_fork_generation(void);
+
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. */
 uint64_t sel_monotonic_ns(void);
 uint64_t sel_realtime_ns(void);

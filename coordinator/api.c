@@ -49,7 +49,7 @@ struct sel_store {
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
 	uint32_t monitors;       /* stats and metrics calls running on it */
-	pid_t owner_pid;         /* the process that opened it (api_forked) */
+	uint32_t fork_generation; /* sel_fork_generation at open (api_forked) */
 };
 
 /*
@@ -59,7 +59,7 @@ struct sel_store {
  */
 static bool api_forked(const sel_store *s)
 {
-	return s->owner_pid != getpid();
+	return s->fork_generation != sel_fork_generation();
 }
 
 /*
@@ -522,7 +522,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	s = calloc(1, sizeof(*s));
 	if (s) {
 		s->startup.open_ns = sel_monotonic_ns();
-		s->owner_pid = getpid();
+		s->fork_generation = sel_fork_generation();
 	}
 	ret = sel_failpoints_from_env(err, err_size);
 	if (!ret)

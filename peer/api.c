@@ -48,7 +48,7 @@ struct sel_peer {
 	int result;
 	char why[256];
 	struct sel_bench_peer_startup startup;
-	pid_t owner_pid; /* the process that started it (peer_forked) */
+	uint32_t fork_generation; /* sel_fork_generation at start (peer_forked) */
 };
 
 /*
@@ -57,7 +57,7 @@ struct sel_peer {
  */
 static bool peer_forked(const struct sel_peer *p)
 {
-	return p->owner_pid != getpid();
+	return p->fork_generation != sel_fork_generation();
 }
 
 /*
@@ -405,7 +405,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	if (!p)
 		return sel_fail(-ENOMEM, err, err_size, "out of memory");
 	p->fd = p->control_fd = -1;
-	p->owner_pid = getpid();
+	p->fork_generation = sel_fork_generation();
 	if (!c->cluster || c->cluster->rank == 0 || c->cluster->rank >= c->cluster->world_size) {
 		ret = sel_fail(-EINVAL, err, err_size, "a peer needs a cluster description with "
 				"a rank from 1 to world size - 1");
