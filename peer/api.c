@@ -157,7 +157,7 @@ static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool rea
 			freeaddrinfo(ai);
 			return sel_fail(ret, err, err_size, "cannot open a socket to reach rank "
 					 "zero at %s:%u: %s", c->coordinator_host,
-					 c->coordinator_port, strerror(-ret));
+					 c->coordinator_port, sel_strerror(ret));
 		}
 		ret = peer_bind_source(fd, c, ai->ai_family);
 		if (ret) {
@@ -445,7 +445,7 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	if (p->control_fd < 0) {
 		ret = ret < 0 ? ret : -errno;
 		sel_fail(ret, err, err_size, "cannot duplicate the link's socket to rank zero: %s",
-			 strerror(-ret));
+			 sel_strerror(ret));
 		goto err_stop; /* rank zero sees the link end without a word */
 	}
 	p->agent_fd = p->fd;
