@@ -1093,6 +1093,23 @@ static bool run_check_script(const char *base, const char *cmd)
 	return false;
 }
 
+/*
+ * mpirun on loopback, as root too, for the MPI tests below. Under ASan:
+ * Open MPI leaks at MPI_Finalize; one rank's leaks are checked in
+ * test_cli_run_one_rank, without MPI.
+ */
+#define MPIRUN_LOOPBACK                                                              \
+	"OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 SELENE_LOG=warn "   \
+	"ASAN_OPTIONS=detect_leaks=0 "                                                 \
+	"mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo "      \
+	"--mca oob_tcp_if_include lo "
+
+/* Whether mpirun is here and the MPI bootstrap was built (pkg-config finds ompi-c). */
+static bool mpirun_built(void)
+{
+	return system("command -v mpirun > /dev/null 2>&1 && pkg-config --exists ompi-c") == 0;
+}
+
 /* Three ranks under mpirun (where it is installed): the MPI bootstrap and
  * step channel, and each rank's files the same as rank zero's. */
 static void test_cli_run_mpirun(void **state)
@@ -1102,18 +1119,12 @@ static void test_cli_run_mpirun(void **state)
 	char cmd[2048];
 
 	(void)state;
-	/* the Makefile builds the MPI bootstrap where pkg-config finds ompi-c */
-	if (system("command -v mpirun > /dev/null 2>&1 && pkg-config --exists ompi-c") != 0) {
+	if (!mpirun_built()) {
 		tu_remove_tree(base);
 		skip();
 	}
 	snprintf(cmd, sizeof(cmd),
-		 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 SELENE_LOG=warn "
-		 /* under ASan: Open MPI leaks at MPI_Finalize; one rank's leaks
-		    are checked in test_cli_run_one_rank, without MPI */
-		 "ASAN_OPTIONS=detect_leaks=0 "
-		 "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo "
-		 "--mca oob_tcp_if_include lo -np 3 -x SELENE_LOG -x ASAN_OPTIONS %s run --trace "
+		 MPIRUN_LOOPBACK "-np 3 -x SELENE_LOG -x ASAN_OPTIONS %s run --trace "
 		 "tests/qualify/phase-1.jsonl --dir %s/rank%%r --device host --gpu-pages 64 "
 		 "--gpu-rows 8 > %s/out 2>&1 && grep -q 'byte-exact on every rank' %s/out && "
 		 "for r in 1 2; do diff <(cd %s/rank0/* && ls -l *.ckpt | awk '{print $5, $9}') "
@@ -1138,15 +1149,12 @@ static void test_cli_run_mpirun_peer_without_sockets(void **state)
 	uint64_t t0, took_ms;
 
 	(void)state;
-	if (system("command -v mpirun > /dev/null 2>&1 && pkg-config --exists ompi-c") != 0) {
+	if (!mpirun_built()) {
 		tu_remove_tree(base);
 		skip();
 	}
 	snprintf(cmd, sizeof(cmd),
-		 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 SELENE_LOG=warn "
-		 "ASAN_OPTIONS=detect_leaks=0 "
-		 "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo "
-		 "--mca oob_tcp_if_include lo -np 2 -x SELENE_LOG -x ASAN_OPTIONS bash -c "
+		 MPIRUN_LOOPBACK "-np 2 -x SELENE_LOG -x ASAN_OPTIONS bash -c "
 		 "'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then "
 		 "export SELENE_FAILPOINTS=\"peer.socket=return(EIO)\"; fi; exec \"$0\" \"$@\"' "
 		 "%s run --trace tests/qualify/phase-1.jsonl --dir %s/rank%%r --device host "
