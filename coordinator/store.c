@@ -1005,9 +1005,9 @@ static void condemn_failed_truncate(struct coord_store *s, const struct coord_jo
 	char name[REC_FILE_NAME_BYTES];
 	struct coord_node *n;
 
-	rec_file_name(name, &job->key);
 	if (id == COORD_NONE || (n = coord_index_node(&s->index, id))->state != COORD_READY)
 		return;
+	rec_file_name(name, &job->key);
 	sel_warn("truncate of %s failed (%s): dropped on every rank with what depends on it",
 		 name, c->why[0] ? c->why : sel_strerror(c->result));
 	condemn(s, n);
