@@ -618,20 +618,57 @@ static void report_store_time(const struct bench *b)
 		       run);
 }
 
+/* Where the transfer thread's time went in the fetches (engine stats). */
+static void report_fetch_time(const struct bench *b)
+{
+	struct shard_engine_stats st;
+	double run;
+
+	shard_engine_stats(b->engine, &st);
+	st.fetch_run_ns -= b->warm_stats.fetch_run_ns;
+	st.fetch_open_ns -= b->warm_stats.fetch_open_ns;
+	st.fetch_wait_ns -= b->warm_stats.fetch_wait_ns;
+	st.fetch_verify_ns -= b->warm_stats.fetch_verify_ns;
+	st.fetch_copy_ns -= b->warm_stats.fetch_copy_ns;
+	st.fetch_end_ns -= b->warm_stats.fetch_end_ns;
+	if (!st.fetch_run_ns)
+		return;
+	run = (double)st.fetch_run_ns;
+	printf("fetch: the transfer thread ran fetches for %.3f s: %.1f%% opening records, "
+	       "%.1f%% waiting for reads, %.1f%% verifying (%u threads), %.1f%% device "
+	       "copies, %.1f%% ending fetches after their last window, %.1f%% the rest\n",
+	       seconds(st.fetch_run_ns), 100.0 * (double)st.fetch_open_ns / run,
+	       100.0 * (double)st.fetch_wait_ns / run, 100.0 * (double)st.fetch_verify_ns / run,
+	       st.checksum_threads, 100.0 * (double)st.fetch_copy_ns / run,
+	       100.0 * (double)st.fetch_end_ns / run,
+	       100.0 * (run - (double)(st.fetch_open_ns + st.fetch_wait_ns + st.fetch_verify_ns +
+				       st.fetch_copy_ns + st.fetch_end_ns)) / run);
+}
+
 /*
- * One round: raw writes then Selene's stores, and with and_fetch raw reads
- * then Selene's fetches, back to back so both see the same disk conditions;
- * ns: raw write, store, raw read, fetch.
+ * One round: raw writes and Selene's stores, and with and_fetch raw reads
+ * and Selene's fetches, back to back so both see the same disk conditions;
+ * ns: raw write, store, raw read, fetch. Odd rounds run Selene's side
+ * first: what one side leaves the disk to do (a virtual disk's host still
+ * writing back, a cache still warm) falls on the other side in turn.
  */
 static int bench_round(struct bench *b, uint32_t round, bool and_fetch, uint64_t ns[4])
 {
-	int ret = raw_round(b, true, &ns[0]);
+	bool selene_first = round % 2 == 1;
+	int ret = 0;
 
+	if (selene_first)
+		ret = selene_round(b, round, submit_store, 7, &ns[1]);
 	if (!ret)
+		ret = raw_round(b, true, &ns[0]);
+	if (!ret && !selene_first)
 		ret = selene_round(b, round, submit_store, 7, &ns[1]);
 	if (!ret && and_fetch) {
-		ret = raw_round(b, false, &ns[2]);
+		if (selene_first)
+			ret = selene_round(b, round, submit_fetch, 11, &ns[3]);
 		if (!ret)
+			ret = raw_round(b, false, &ns[2]);
+		if (!ret && !selene_first)
 			ret = selene_round(b, round, submit_fetch, 11, &ns[3]);
 	}
 	remove_round_files(b, round);
@@ -667,6 +704,8 @@ static int bench_store(struct bench *b, bool and_fetch)
 	report_store_time(b);
 	if (and_fetch)
 		report("fetch", b, fetch_ns, raw_read_ns, b->a.rounds);
+	if (and_fetch)
+		report_fetch_time(b);
 	return and_fetch ? report_spread(b) : 0;
 }
 
@@ -799,7 +838,8 @@ static void bench_usage(FILE *out)
 		"  --records N        records per round (default 1; with more, the engine's\n"
 		"                     stores at once run together, SELENE_STORES_AT_ONCE);\n"
 		"                     fanout: jobs per phase (default 2000)\n"
-		"  --rounds N         rounds, raw then Selene in each (default 12)\n"
+		"  --rounds N         rounds, raw and Selene in each, each side first in\n"
+		"                     turn (default 12)\n"
 		"  --warmup N         store, fetch: untimed rounds first; restore: untimed\n"
 		"                     loaded passes first (default 0), so a\n"
 		"                     freshly booted machine's first touch of its memory\n"

@@ -167,6 +167,10 @@ struct shard_engine {
 		uint64_t run_ns, copy_ns, sum_ns, wait_ns;
 		uint64_t since; /* while run_stores runs: when run_ns was last added to */
 	} store_clock;
+	/* The fetch_*_ns stats, kept by the transfer thread; stats copies them. */
+	struct fetch_clock {
+		uint64_t run_ns, open_ns, wait_ns, verify_ns, copy_ns, end_ns;
+	} fetch_clock;
 };
 
 static int outcome_fail(struct job_outcome *o, int err, uint64_t seq,
@@ -459,6 +463,12 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.store_copy_ns = e->store_clock.copy_ns;
 	e->stats.store_sum_ns = e->store_clock.sum_ns;
 	e->stats.store_wait_ns = e->store_clock.wait_ns;
+	e->stats.fetch_run_ns = e->fetch_clock.run_ns;
+	e->stats.fetch_open_ns = e->fetch_clock.open_ns;
+	e->stats.fetch_wait_ns = e->fetch_clock.wait_ns;
+	e->stats.fetch_verify_ns = e->fetch_clock.verify_ns;
+	e->stats.fetch_copy_ns = e->fetch_clock.copy_ns;
+	e->stats.fetch_end_ns = e->fetch_clock.end_ns;
 	if (c->result) {
 		e->stats.jobs_failed++;
 	} else {
@@ -889,7 +899,12 @@ static struct rec_disk_file *fetch_file(struct shard_engine *e, struct lane *l,
 	l->control_req.expect_tail_pages = r->tail_page_count;
 	l->control_req.expect_row = record + 1 == job->chain_count;
 	l->file_record[f] = record;
-	disk_control(e, l, &l->files[f], REC_DISK_OPEN, &r->key, o);
+	{
+		uint64_t t = sel_monotonic_ns();
+
+		disk_control(e, l, &l->files[f], REC_DISK_OPEN, &r->key, o);
+		e->fetch_clock.open_ns += sel_monotonic_ns() - t;
+	}
 	return &l->files[f];
 }
 
@@ -969,6 +984,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
 	bool more = true;
+	uint64_t start = sel_monotonic_ns(), end;
 
 	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
@@ -1000,16 +1016,25 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 			break;
 		struct stage *s = &l->stages[done % SHARD_STAGES];
 		const struct fetch_window *w = &windows[done % SHARD_STAGES];
+		uint64_t t = sel_monotonic_ns(), t2;
 
 		disk_await(l, &s->req, o);
+		t2 = sel_monotonic_ns();
+		e->fetch_clock.wait_ns += t2 - t;
 		/* Verified first; the copy of the window before ran meanwhile. */
-		if (o->result || fetch_verify(e, l, s, w, o) || copy_finish(e, &copying, o) ||
+		if (o->result || fetch_verify(e, l, s, w, o))
+			break;
+		t = sel_monotonic_ns();
+		e->fetch_clock.verify_ns += t - t2;
+		if (copy_finish(e, &copying, o) ||
 		    copy_start(e, l, s, job->page_ids + w->dest, w->count, o))
 			break;
+		e->fetch_clock.copy_ns += sel_monotonic_ns() - t;
 		copying = (int)(done % SHARD_STAGES);
 		o->bytes += stride * w->count;
 		done++;
 	}
+	end = sel_monotonic_ns();
 	/* Also after a failure: staging is scrubbed only once no copy reads it. */
 	copy_finish(e, &copying, o);
 	if (!o->result) {
@@ -1024,6 +1049,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	fetch_close(e, l, 1, o);
 	if (o->result)
 		stage_scrub(e, l);
+	e->fetch_clock.end_ns += sel_monotonic_ns() - end;
+	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }
 
 static void run_job(struct shard_engine *e, struct shard_job *job)

@@ -1031,6 +1031,7 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 0, "ceiling: raw, a round's bytes as ");
 	assert_non_null(strstr(r->out, "fetch: selene"));
 	assert_non_null(strstr(r->out, "; 2 rounds of 1 records of "));
+	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");

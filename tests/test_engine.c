@@ -1120,7 +1120,8 @@ static void rig_restore_right(struct deferred_rig *r, const struct rec_key *key,
  * copied and summed meanwhile waits for it), and a fetch submitted among
  * them, all complete right: every window was summed after its copy ran,
  * and every byte restores. The engine's split of the stores' time
- * accounts for the held create as waiting for the disk.
+ * accounts for the held create as waiting for the disk, and the fetches'
+ * split a held open and a held read apart.
  */
 static void test_engine_stores_on_deferred_device(void **state)
 {
@@ -1164,6 +1165,24 @@ static void test_engine_stores_on_deferred_device(void **state)
 	assert_true(stats.store_wait_ns >= 250000000ull);
 	assert_true(stats.store_run_ns >=
 		    stats.store_copy_ns + stats.store_sum_ns + stats.store_wait_ns);
+	/*
+	 * The fetches' split: an open whose header read is held 300 ms counts
+	 * as opening, a page read held as long as waiting for reads.
+	 */
+	assert_true(stats.fetch_verify_ns > 0 && stats.fetch_copy_ns > 0 &&
+		    stats.fetch_end_ns > 0 && stats.fetch_open_ns < 150000000ull &&
+		    stats.fetch_wait_ns < 150000000ull);
+	assert_int_equal(sel_failpoints_configure("disk.read=1*sleep(300)"), 0);
+	rig_restore_right(&r, &s.keys[0], 0, 20);
+	assert_int_equal(sel_failpoints_configure("disk.read=2*off->1*sleep(300)"), 0);
+	rig_restore_right(&r, &s.keys[1], 20, 21);
+	sel_failpoints_configure(NULL);
+	shard_engine_stats(r.engine, &stats);
+	assert_true(stats.fetch_open_ns >= 250000000ull);
+	assert_true(stats.fetch_wait_ns >= 250000000ull);
+	assert_true(stats.fetch_run_ns >= stats.fetch_open_ns + stats.fetch_wait_ns +
+					  stats.fetch_verify_ns + stats.fetch_copy_ns +
+					  stats.fetch_end_ns);
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	rig_close(&r);
 	rig_free(&r);
