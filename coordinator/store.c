@@ -303,17 +303,59 @@ static bool evictable(const struct coord_node *node, void *ctx)
 }
 
 /* Evicts until need fits beside what stays; false when it cannot. */
+/*
+ * The bytes the records may take now: the limit, or less for a while after
+ * a store found a disk full (COORD_DISK_FULL_HOLD_NS).
+ */
+static uint64_t room_limit(const struct coord_store *s)
+{
+	if (s->disk_full_hold_until_ns && sel_monotonic_ns() < s->disk_full_hold_until_ns &&
+	    s->disk_full_bytes < s->limit_bytes)
+		return s->disk_full_bytes;
+	return s->limit_bytes;
+}
+
+/*
+ * A store failed on a full disk (on some rank) with the records holding
+ * used_bytes without it: stores wait for the backoff, and for the hold
+ * the records take no more than that, so older ones make room for new.
+ */
+static void note_disk_full(struct coord_store *s)
+{
+	uint64_t now = sel_monotonic_ns();
+	bool holding = s->disk_full_hold_until_ns && now < s->disk_full_hold_until_ns;
+
+	s->disk_full_until_ns = now + COORD_DISK_FULL_BACKOFF_NS;
+	if (!holding || s->used_bytes < s->disk_full_bytes) {
+		if (!holding)
+			sel_warn("a disk is full with %" PRIu64 " bytes of records held (limit %"
+				 PRIu64 "): for %u s, new records evict the least recently "
+				 "used to stay within that", s->used_bytes, s->limit_bytes,
+				 (unsigned)(COORD_DISK_FULL_HOLD_NS / 1000000000ull));
+		s->disk_full_bytes = s->used_bytes;
+	}
+	s->disk_full_hold_until_ns = now + COORD_DISK_FULL_HOLD_NS;
+}
+
 static bool make_room(struct coord_store *s, uint64_t need)
 {
-	while (s->used_bytes - s->reclaiming_bytes + need > s->limit_bytes) {
+	uint64_t limit = room_limit(s);
+
+	while (s->used_bytes - s->reclaiming_bytes + need > limit) {
 		bool compact = false;
 		uint32_t victim = coord_index_victim(&s->index, evictable, NULL, &compact);
 
+		if (victim == COORD_NONE && limit < s->limit_bytes)
+			/*
+			 * Nothing of ours left to evict for a full disk: once the
+			 * evictions are done, the store is tried within the limit.
+			 */
+			return s->reclaiming_bytes == 0 && s->used_bytes + need <= s->limit_bytes;
 		if (victim == COORD_NONE || reclaim(s, victim, compact) != 0)
 			return false;
 	}
 	/* Room is coming, but pending unlinks still hold it until they finish. */
-	return s->used_bytes + need <= s->limit_bytes;
+	return s->used_bytes + need <= limit;
 }
 
 /*
@@ -797,7 +839,7 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
 		s->used_bytes -= job->bytes;
 		s->stats.store_failures++;
 		if (c->result == -ENOSPC || c->result == -EDQUOT)
-			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
+			note_disk_full(s);
 		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);
 		rewrite_undo(s, job);
 		return;
@@ -861,7 +903,7 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		s->stats.store_failures++;
 		drop_bare_page_only(s, job->parent); /* it was its last child */
 		if (c->result == -ENOSPC || c->result == -EDQUOT)
-			s->disk_full_until_ns = sel_monotonic_ns() + COORD_DISK_FULL_BACKOFF_NS;
+			note_disk_full(s);
 		push_event(s, SEL_EVENT_STORE_FAILED, job->checkpoint, c->result, c->why);
 		return;
 	}

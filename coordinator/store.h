@@ -28,6 +28,14 @@
 #define COORD_EVENTS_MAX (COORD_JOBS_MAX * COORD_WAITERS_MAX)
 /* How long a full disk answers SEL_RETRY before a store is tried again. */
 #define COORD_DISK_FULL_BACKOFF_NS (1000000000ull)
+/*
+ * How long, after a store found a disk full, the records may take no more
+ * than they held then: new stores evict the least recently used to make
+ * room, as under the limit, instead of failing on the full disk again.
+ * Then the configured limit applies again (a disk that is still full
+ * costs one failed store a minute).
+ */
+#define COORD_DISK_FULL_HOLD_NS (60000000000ull)
 
 /* Where jobs go: the shard engine, or a test's stub. */
 struct coord_jobs {
@@ -81,6 +89,8 @@ struct coord_store {
 	uint64_t used_bytes;    /* records, in-flight stores, pending unlinks/truncates */
 	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
 	uint64_t disk_full_until_ns;
+	uint64_t disk_full_bytes;   /* what the records held when a disk was full */
+	uint64_t disk_full_hold_until_ns; /* till then, disk_full_bytes is the limit */
 	uint32_t condemned_count; /* COORD_CONDEMNED nodes still in the index */
 	bool bare_pending;      /* a childless page-only record whose unlink could
 				   not be submitted may be left: swept at poll */

@@ -1254,6 +1254,95 @@ static void test_store_full_disk_retry(void **state)
 	assert_balanced(f);
 }
 
+/* Makes f's conversation another one of 2000 tokens (seed). */
+static void other_conversation(struct fixture *f, uint32_t seed)
+{
+	struct rec_identity model = f->h.model;
+	uint32_t tokens[2000];
+
+	rec_history_free(&f->h);
+	tu_tokens(tokens, 2000, seed);
+	assert_int_equal(rec_history_init(&f->h, &model, tokens, 2000), 0);
+}
+
+/*
+ * A disk full under the limit: for a while the records take no more than
+ * they held then, so after the backoff a new record evicts the least
+ * recently used instead of failing on the full disk again; after the hold,
+ * the limit applies again.
+ */
+static void test_store_full_disk_evicts_under_the_limit(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_key first;
+	uint64_t held, lowered;
+	uint32_t jobs;
+
+	sel_log_set_level(SEL_LOG_ERROR); /* the full disk's warning */
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(publish(f, 1 + i, 300, 0), SEL_QUEUED);
+		stub_complete(&f->stub, i, 0);
+		other_conversation(f, 900 + i); /* roots of the same size */
+	}
+	poll_events(f, ev);
+	first = f->stub.jobs[0].header.key;
+	held = f->store.used_bytes;
+	assert_true(held < f->store.limit_bytes / 4);
+	assert_int_equal(publish(f, 4, 300, 0), SEL_QUEUED);
+	other_conversation(f, 1002);
+	stub_complete(&f->stub, 3, -ENOSPC);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].error, -ENOSPC);
+	assert_int_equal(f->store.disk_full_bytes, held);
+	stub_complete(&f->stub, 4, 0); /* the failed store's unlink */
+	poll_events(f, ev);
+
+	/* after the backoff, the least recently used makes room */
+	f->store.disk_full_until_ns = 0;
+	assert_int_equal(publish(f, 5, 300, 0), SEL_RETRY);
+	assert_int_equal(f->stub.job_count, 6);
+	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[5].key, &first));
+	stub_complete(&f->stub, 5, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 5, 300, 0), SEL_QUEUED);
+	other_conversation(f, 1003);
+	stub_complete(&f->stub, 6, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.used_bytes, held);
+	assert_int_equal(f->store.stats.evictions, 1);
+
+	/* a second full disk within the hold lowers it to what is held then */
+	assert_int_equal(publish(f, 6, 300, 0), SEL_RETRY); /* evicts one more */
+	stub_complete(&f->stub, 7, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 6, 300, 0), SEL_QUEUED);
+	other_conversation(f, 1004);
+	stub_complete(&f->stub, 8, -EDQUOT);
+	poll_events(f, ev);
+	stub_complete(&f->stub, 9, 0);
+	poll_events(f, ev);
+	lowered = f->store.disk_full_bytes;
+	assert_true(lowered < held);
+	assert_int_equal(f->store.used_bytes, lowered);
+
+	/* after the hold, the limit applies again: nothing is evicted */
+	f->store.disk_full_until_ns = 0;
+	f->store.disk_full_hold_until_ns = 0;
+	jobs = f->stub.job_count;
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(publish(f, 7 + i, 300, 0), SEL_QUEUED);
+		other_conversation(f, 950 + i);
+		stub_complete(&f->stub, jobs + i, 0);
+	}
+	poll_events(f, ev);
+	assert_int_equal(f->stub.job_count, jobs + 3);
+	assert_int_equal(f->store.used_bytes, lowered + held);
+	assert_int_equal(f->store.stats.evictions, 2);
+	assert_balanced(f);
+}
+
 /* A hit whose record went away is stale; a full engine queue is Retry. */
 static void test_store_stale_hit_and_full_queue(void **state)
 {
@@ -1602,6 +1691,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_full_index_evicts, setup_two_records,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_eviction_under_limit, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_store_full_disk_evicts_under_the_limit, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_touch_keeps_record_from_eviction, setup_small,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_touch_refreshes_ancestors, setup,
