@@ -310,19 +310,11 @@ static enum writer_turn writer_take(struct cluster_link *l, uint16_t *type, uint
 }
 
 /* The rest of a frame a sender began, as it is. */
-static int write_raw(int fd, const uint8_t *bytes, uint32_t length)
+static int write_raw(int fd, uint8_t *bytes, uint32_t length)
 {
-	while (length > 0) {
-		ssize_t n = send(fd, bytes, length, MSG_NOSIGNAL); /* R-WIRE-9 */
+	struct iovec iov = { .iov_base = bytes, .iov_len = length };
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
-		bytes += n;
-		length -= (uint32_t)n;
-	}
-	return 0;
+	return cluster_write_all(fd, &iov, 1); /* R-WIRE-9 */
 }
 
 static void *writer_main(void *arg)

@@ -228,13 +228,8 @@ static int wait_after_signal(int fd, short events, int option, uint64_t since)
 	}
 }
 
-/*
- * Writes every byte of iov[0, count) (which it advances), across short
- * writes and EINTR; a signal does not restart the socket's send timeout.
- * sendmsg with MSG_NOSIGNAL turns a closed socket into -EPIPE instead of
- * SIGPIPE; a pipe or file falls back to writev.
- */
-static int write_all(int fd, struct iovec *iov, int count)
+/* See protocol.h. */
+int cluster_write_all(int fd, struct iovec *iov, int count)
 {
 	bool is_socket = true;
 	uint64_t since = sel_monotonic_ns();
@@ -298,10 +293,10 @@ int cluster_frame_write(int fd, uint64_t *next_sequence, uint16_t type,
 		} else {
 			iov[1].iov_len = (size_t)(half - sizeof(header));
 		}
-		ret = write_all(fd, iov, count);
+		ret = cluster_write_all(fd, iov, count);
 		return ret ? ret : -EPIPE;
 	}
-	ret = write_all(fd, iov, count);
+	ret = cluster_write_all(fd, iov, count);
 	if (ret)
 		return ret;
 	(*next_sequence)++;

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define CLUSTER_MAGIC "SELN"
 #define CLUSTER_VERSION 3u
@@ -256,6 +257,16 @@ int cluster_frame_header_decode(const uint8_t in[CLUSTER_FRAME_HEADER_BYTES],
 /* R-WIRE-7: checks payload against the header's checksum; 0 or SEL_EPROTO. */
 int cluster_frame_payload_check(const struct cluster_frame_header *header,
 				const uint8_t *payload, char *why, size_t why_size);
+
+/*
+ * Writes every byte of iov[0, count) (which it advances) to a blocking fd,
+ * across short writes and EINTR; a signal does not restart the socket's
+ * send timeout (SO_SNDTIMEO counts from the last byte written). sendmsg
+ * with MSG_NOSIGNAL turns a closed socket into -EPIPE instead of SIGPIPE;
+ * a pipe or file falls back to writev. Returns 0, -ETIMEDOUT when the send
+ * timeout expired, or another negative errno.
+ */
+int cluster_write_all(int fd, struct iovec *iov, int count);
 
 /*
  * Writes one frame (header and payload) to a blocking fd, across short

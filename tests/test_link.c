@@ -19,11 +19,14 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,6 +286,111 @@ static void test_link_stalled_tcp_peer_no_sigpipe(void **state)
 	}
 }
 
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+/* What the stalled peer of test_link_signals_keep_the_send_timeout does. */
+struct stalled_peer {
+	int fd;
+	bool stop;
+};
+
+/*
+ * Every 20 ms, SIGUSR1 to every thread of the process but the caller's
+ * (which blocks it), so the link's writer is interrupted wherever it waits;
+ * and a heartbeat from the peer that never reads, so only the writer's
+ * send timeout can find it stalled.
+ */
+static void *stalled_peer_main(void *arg)
+{
+	struct stalled_peer *p = arg;
+	uint64_t sequence = 0;
+	uint8_t beat[CLUSTER_HEARTBEAT_BYTES];
+	int n = cluster_heartbeat_encode(&(struct cluster_heartbeat){ .monotonic_ns = 1 }, beat,
+					 sizeof(beat));
+
+	assert_true(n > 0);
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+		DIR *d = opendir("/proc/self/task");
+		struct dirent *t;
+
+		while (d && (t = readdir(d)) != NULL) {
+			pid_t tid = (pid_t)atoi(t->d_name);
+
+			if (tid > 0 && tid != (pid_t)syscall(SYS_gettid))
+				syscall(SYS_tgkill, getpid(), tid, SIGUSR1);
+		}
+		if (d)
+			closedir(d);
+		cluster_frame_write(p->fd, &sequence, CLUSTER_MSG_HEARTBEAT, beat, (uint32_t)n);
+		usleep(20000);
+	}
+	return NULL;
+}
+
+/*
+ * R-WIRE-9 under signals: the writer finishing the rest of a frame a
+ * sender began keeps the socket's send timeout across signals (a handler
+ * without SA_RESTART, every 20 ms). Before, each signal restarted the
+ * timeout, and a stalled peer was found only once the signals stopped
+ * (TCP_USER_TIMEOUT, off here, bounds it on TCP otherwise).
+ */
+static void test_link_signals_keep_the_send_timeout(void **state)
+{
+	static uint8_t big[CLUSTER_DIRECT_PAYLOAD_BYTES_MAX];
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int lis = socket(AF_INET, SOCK_STREAM, 0), cli, srv, small = 4096;
+	struct sigaction sa = { .sa_handler = on_usr1 }, old;
+	struct stalled_peer peer = { 0 };
+	sigset_t usr1, before;
+	struct cluster_link *l;
+	pthread_t thread;
+	struct inbox in;
+	uint64_t t0, waited_ms;
+
+	(void)state;
+	inbox_init(&in);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(lis, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(lis, 1), 0);
+	assert_int_equal(getsockname(lis, (struct sockaddr *)&addr, &len), 0);
+	cli = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(cli, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	assert_int_equal(connect(cli, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	srv = accept(lis, NULL, NULL);
+	setsockopt(srv, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0); /* no SA_RESTART */
+	l = start(cli, &in, 16 << 20, 0, 700);
+	/* the kernel's own bound on unacknowledged data off: the send timeout alone */
+	assert_int_equal(setsockopt(cli, IPPROTO_TCP, TCP_USER_TIMEOUT, &(unsigned int){ 0 },
+				    sizeof(unsigned int)), 0);
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, &before);
+	peer.fd = srv;
+	assert_int_equal(pthread_create(&thread, NULL, stalled_peer_main, &peer), 0);
+	t0 = sel_monotonic_ns();
+	/* written directly and cut short: the writer blocks on its rest */
+	assert_int_equal(cluster_link_send(l, CLUSTER_MSG_JOB, big, sizeof(big)), 0);
+	WAIT_FOR(&in, 6000, in.closed == 1);
+	waited_ms = (sel_monotonic_ns() - t0) / 1000000;
+	__atomic_store_n(&peer.stop, true, __ATOMIC_RELEASE);
+	pthread_join(thread, NULL);
+	assert_int_equal(in.closed, 1);
+	assert_int_equal(in.reason, -ETIMEDOUT);
+	print_message("under signals, a 700 ms send timeout closed the link after %llu ms\n",
+		      (unsigned long long)waited_ms);
+	assert_true(waited_ms < 3000);
+	cluster_link_close(l, 0);
+	pthread_sigmask(SIG_SETMASK, &before, NULL);
+	assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+	close(srv);
+	close(lis);
+}
+
 /*
  * A queue that holds one small frame but not a frame with its header: a
  * direct send cut short must not need more room than the queue has, so
@@ -465,6 +573,7 @@ int main(void)
 		cmocka_unit_test(test_link_frames_both_ways),
 		cmocka_unit_test(test_link_racing_senders_small_socket),
 		cmocka_unit_test(test_link_stalled_tcp_peer_no_sigpipe),
+		cmocka_unit_test(test_link_signals_keep_the_send_timeout),
 		cmocka_unit_test(test_link_tiny_queue),
 		cmocka_unit_test(test_link_heartbeats),
 		cmocka_unit_test(test_link_silent_peer),
