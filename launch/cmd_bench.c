@@ -600,55 +600,72 @@ static int report_spread(struct bench *b)
 	return 0;
 }
 
+/* One part of the transfer thread's time: what it did, and for how long. */
+struct time_part {
+	const char *what;
+	uint64_t ns;
+};
+
+/*
+ * "LEAD for S s: P% what, ..., P% the rest": where run_ns went, the timed
+ * rounds only (the warm-up's share taken off, as warm_* says).
+ */
+static void report_time_split(const char *lead, uint64_t run_ns, uint64_t warm_run_ns,
+			      const struct time_part *parts, const uint64_t *warm_ns,
+			      uint32_t count)
+{
+	double run = (double)(run_ns - warm_run_ns), rest = run;
+
+	if (run_ns <= warm_run_ns)
+		return;
+	printf("%s for %.3f s:", lead, run / 1e9);
+	for (uint32_t i = 0; i < count; i++) {
+		double ns = (double)(parts[i].ns - warm_ns[i]);
+
+		printf(" %.1f%% %s,", 100.0 * ns / run, parts[i].what);
+		rest -= ns;
+	}
+	printf(" %.1f%% the rest\n", 100.0 * rest / run);
+}
+
 /* Where the transfer thread's time went while the stores ran (engine stats). */
 static void report_store_time(const struct bench *b)
 {
+	const struct shard_engine_stats *w = &b->warm_stats;
 	struct shard_engine_stats st;
-	double run;
+	char sums[64];
 
 	shard_engine_stats(b->engine, &st);
-	st.store_run_ns -= b->warm_stats.store_run_ns;
-	st.store_copy_ns -= b->warm_stats.store_copy_ns;
-	st.store_sum_ns -= b->warm_stats.store_sum_ns;
-	st.store_wait_ns -= b->warm_stats.store_wait_ns;
-	if (!st.store_run_ns)
-		return;
-	run = (double)st.store_run_ns;
-	printf("store: the transfer thread ran stores for %.3f s: %.0f%% copying from the "
-	       "device, %.0f%% in checksum passes (%u threads), %.0f%% waiting for the disk, "
-	       "%.0f%% the rest\n",
-	       seconds(st.store_run_ns), 100.0 * (double)st.store_copy_ns / run,
-	       100.0 * (double)st.store_sum_ns / run, st.checksum_threads,
-	       100.0 * (double)st.store_wait_ns / run,
-	       100.0 * (run - (double)(st.store_copy_ns + st.store_sum_ns + st.store_wait_ns)) /
-		       run);
+	snprintf(sums, sizeof(sums), "in checksum passes (%u threads)", st.checksum_threads);
+	report_time_split("store: the transfer thread ran stores", st.store_run_ns,
+			  w->store_run_ns,
+			  (const struct time_part[]){ { "copying from the device", st.store_copy_ns },
+						      { sums, st.store_sum_ns },
+						      { "waiting for the disk", st.store_wait_ns } },
+			  (const uint64_t[]){ w->store_copy_ns, w->store_sum_ns, w->store_wait_ns },
+			  3);
 }
 
 /* Where the transfer thread's time went in the fetches (engine stats). */
 static void report_fetch_time(const struct bench *b)
 {
+	const struct shard_engine_stats *w = &b->warm_stats;
 	struct shard_engine_stats st;
-	double run;
+	char verifying[64];
 
 	shard_engine_stats(b->engine, &st);
-	st.fetch_run_ns -= b->warm_stats.fetch_run_ns;
-	st.fetch_open_ns -= b->warm_stats.fetch_open_ns;
-	st.fetch_wait_ns -= b->warm_stats.fetch_wait_ns;
-	st.fetch_verify_ns -= b->warm_stats.fetch_verify_ns;
-	st.fetch_copy_ns -= b->warm_stats.fetch_copy_ns;
-	st.fetch_end_ns -= b->warm_stats.fetch_end_ns;
-	if (!st.fetch_run_ns)
-		return;
-	run = (double)st.fetch_run_ns;
-	printf("fetch: the transfer thread ran fetches for %.3f s: %.1f%% opening records, "
-	       "%.1f%% waiting for reads, %.1f%% verifying (%u threads), %.1f%% device "
-	       "copies, %.1f%% ending fetches after their last window, %.1f%% the rest\n",
-	       seconds(st.fetch_run_ns), 100.0 * (double)st.fetch_open_ns / run,
-	       100.0 * (double)st.fetch_wait_ns / run, 100.0 * (double)st.fetch_verify_ns / run,
-	       st.checksum_threads, 100.0 * (double)st.fetch_copy_ns / run,
-	       100.0 * (double)st.fetch_end_ns / run,
-	       100.0 * (run - (double)(st.fetch_open_ns + st.fetch_wait_ns + st.fetch_verify_ns +
-				       st.fetch_copy_ns + st.fetch_end_ns)) / run);
+	snprintf(verifying, sizeof(verifying), "verifying (%u threads)", st.checksum_threads);
+	report_time_split("fetch: the transfer thread ran fetches", st.fetch_run_ns,
+			  w->fetch_run_ns,
+			  (const struct time_part[]){
+				  { "opening records", st.fetch_open_ns },
+				  { "waiting for reads", st.fetch_wait_ns },
+				  { verifying, st.fetch_verify_ns },
+				  { "device copies", st.fetch_copy_ns },
+				  { "ending fetches after their last window", st.fetch_end_ns } },
+			  (const uint64_t[]){ w->fetch_open_ns, w->fetch_wait_ns, w->fetch_verify_ns,
+					      w->fetch_copy_ns, w->fetch_end_ns },
+			  5);
 }
 
 /*

@@ -240,6 +240,28 @@ static void test_link_racing_senders_small_socket(void **state)
 }
 
 /*
+ * A TCP connection on loopback with small buffers: the client's sends
+ * (*cli) fill up at once while the server (*srv) does not read.
+ */
+static void small_tcp_pair(int *lis, int *cli, int *srv)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int small = 4096;
+
+	*lis = socket(AF_INET, SOCK_STREAM, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(*lis, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(*lis, 1), 0);
+	assert_int_equal(getsockname(*lis, (struct sockaddr *)&addr, &len), 0);
+	*cli = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(*cli, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	assert_int_equal(connect(*cli, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	*srv = accept(*lis, NULL, NULL);
+	setsockopt(*srv, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+}
+
+/*
  * A frame to a TCP peer that never reads: the sender's direct write is cut
  * short and the writer blocks on the rest until the silence timeout kills
  * the link. The shutdown that follows fails that write with EPIPE, which must
@@ -252,22 +274,12 @@ static void test_link_stalled_tcp_peer_no_sigpipe(void **state)
 
 	(void)state;
 	for (int round = 0; round < 2; round++) {
-		struct sockaddr_in addr = { .sin_family = AF_INET };
-		socklen_t len = sizeof(addr);
-		int lis = socket(AF_INET, SOCK_STREAM, 0), cli, srv, small = 4096;
+		int lis, cli, srv;
 		struct cluster_link *l;
 		struct inbox in;
 
 		inbox_init(&in);
-		inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-		assert_int_equal(bind(lis, (struct sockaddr *)&addr, sizeof(addr)), 0);
-		assert_int_equal(listen(lis, 1), 0);
-		assert_int_equal(getsockname(lis, (struct sockaddr *)&addr, &len), 0);
-		cli = socket(AF_INET, SOCK_STREAM, 0);
-		setsockopt(cli, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
-		assert_int_equal(connect(cli, (struct sockaddr *)&addr, sizeof(addr)), 0);
-		srv = accept(lis, NULL, NULL);
-		setsockopt(srv, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+		small_tcp_pair(&lis, &cli, &srv);
 		l = start(cli, &in, 16 << 20, 0, round == 0 ? 700 : 60000);
 		/* written directly and cut short: the writer blocks on its rest */
 		assert_int_equal(cluster_link_send(l, CLUSTER_MSG_JOB, big, sizeof(big)), 0);
@@ -340,9 +352,7 @@ static void *stalled_peer_main(void *arg)
 static void test_link_signals_keep_the_send_timeout(void **state)
 {
 	static uint8_t big[CLUSTER_DIRECT_PAYLOAD_BYTES_MAX];
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
-	int lis = socket(AF_INET, SOCK_STREAM, 0), cli, srv, small = 4096;
+	int lis, cli, srv;
 	struct sigaction sa = { .sa_handler = on_usr1 }, old;
 	struct stalled_peer peer = { 0 };
 	sigset_t usr1, before;
@@ -353,15 +363,7 @@ static void test_link_signals_keep_the_send_timeout(void **state)
 
 	(void)state;
 	inbox_init(&in);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	assert_int_equal(bind(lis, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	assert_int_equal(listen(lis, 1), 0);
-	assert_int_equal(getsockname(lis, (struct sockaddr *)&addr, &len), 0);
-	cli = socket(AF_INET, SOCK_STREAM, 0);
-	setsockopt(cli, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
-	assert_int_equal(connect(cli, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	srv = accept(lis, NULL, NULL);
-	setsockopt(srv, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	small_tcp_pair(&lis, &cli, &srv);
 	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0); /* no SA_RESTART */
 	l = start(cli, &in, 16 << 20, 0, 700);
 	/* the kernel's own bound on unacknowledged data off: the send timeout alone */
