@@ -790,6 +790,72 @@ static void test_api_full_disk(void **state)
 	umount(f->base);
 }
 
+/*
+ * A disk that fills with records below the limit (a 1 MiB tmpfs under a
+ * limit of 1 GiB): once a store fails there, the next one after the
+ * backoff evicts the least recently used record and is stored, instead of
+ * failing on the full disk again.
+ */
+static void test_api_full_disk_evicts_below_the_limit(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_publication pub;
+	enum sel_outcome outcome = SEL_RETRY;
+	struct sel_event ev;
+	sel_history *histories[8] = { 0 };
+	uint32_t ids[PAGES], tokens[TOKENS], stored = 0, n = 0;
+	struct sel_hit hit;
+
+	if (mount("selene-test", f->base, "tmpfs", 0, "size=1m") != 0) {
+		fprintf(stderr, "skip: cannot mount a small tmpfs (%s)\n", strerror(errno));
+		skip();
+	}
+	sel_log_set_level(SEL_LOG_ERROR); /* the full disk's warning */
+	open_store(f);
+	for (uint32_t i = 0; i < PAGES; i++)
+		ids[i] = i;
+	/* conversations of 1000 tokens (about 270 KiB a record) until one fails */
+	for (; n < 8; n++) {
+		tu_tokens(tokens, TOKENS, 500 + n);
+		assert_int_equal(sel_history_create(f->store, tokens, TOKENS, &histories[n]), 0);
+		pub = (struct sel_publication){ .checkpoint = 1 + n, .history = histories[n],
+						.consumed = 1000, .page_ids = ids, .state_slot = 0 };
+		assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+		assert_int_equal(outcome, SEL_QUEUED);
+		assert_int_equal(wait_events(f, &ev, 1), 1);
+		if (ev.kind != SEL_EVENT_STORED)
+			break;
+		stored++;
+	}
+	assert_true(n < 8 && stored >= 2);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	assert_int_equal(ev.error, -ENOSPC);
+
+	/* after the backoff, the same publication evicts the oldest and is stored */
+	sleep(1);
+	for (int i = 0; i < 2000; i++) {
+		struct timespec pause = { 0, 1000000 };
+
+		assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+		if (outcome != SEL_RETRY)
+			break;
+		assert_int_equal(sel_poll(f->store, &ev, 1), 0);
+		nanosleep(&pause, NULL);
+	}
+	assert_int_equal(outcome, SEL_QUEUED);
+	assert_int_equal(wait_events(f, &ev, 1), 1);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	/* the least recently used went; the newest records stay */
+	assert_false(sel_lookup(f->store, histories[0], 0, &hit));
+	assert_true(sel_lookup(f->store, histories[n], 0, &hit));
+	assert_int_equal(hit.consumed, 1000);
+	for (uint32_t i = 0; i <= n; i++)
+		sel_history_destroy(histories[i]);
+	sel_store_close(f->store, 10000);
+	f->store = NULL;
+	umount(f->base);
+}
+
 struct log_catch {
 	pthread_mutex_t lock;
 	uint32_t lines, info_lines;
@@ -868,6 +934,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_second_opener, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_no_disk_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_full_disk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_full_disk_evicts_below_the_limit, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_api_thread_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_log_callback, setup, teardown),
 	};
