@@ -390,20 +390,28 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/* See link.h. */
+void cluster_socket_keepalive(int fd, uint32_t silence_ms)
+{
+	int one = 1, idle = (int)(silence_ms / 1000 > 1 ? silence_ms / 3000 + 1 : 1);
+	unsigned int user_timeout = silence_ms;
+
+	/* Not TCP (a socketpair in tests): these fail harmlessly. */
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
 /* TCP options where the socket is TCP; timeouts on any socket. */
 static void link_socket_options(int fd, uint32_t silence_ms)
 {
 	struct timeval tv = { .tv_sec = silence_ms / 1000,
 			      .tv_usec = (suseconds_t)(silence_ms % 1000) * 1000 };
-	int one = 1, idle = (int)(silence_ms / 1000 > 1 ? silence_ms / 3000 + 1 : 1);
-	unsigned int user_timeout = silence_ms;
+	int one = 1;
 
-	/* Not TCP (a socketpair in tests): these fail harmlessly. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+	cluster_socket_keepalive(fd, silence_ms);
 	if (silence_ms) {
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));

@@ -52,6 +52,14 @@ struct cluster_link_stats {
 };
 
 /*
+ * Keepalive on a TCP socket from the silence timeout: probes after about a
+ * third of it idle, every third, and TCP_USER_TIMEOUT at it, so a peer whose
+ * host is gone (no reset, no end of file) fails a blocked read or write
+ * with ETIMEDOUT. A socket that is not TCP is left as it is.
+ */
+void cluster_socket_keepalive(int fd, uint32_t silence_ms);
+
+/*
  * Sets TCP_NODELAY, keepalive and TCP_USER_TIMEOUT where the socket is
  * TCP, socket send and receive timeouts, and starts the threads. Returns 0
  * and *out, or a negative errno (the fd is closed on failure). *out is set

@@ -5,6 +5,7 @@
  */
 #include "selene/store.h"
 
+#include "cluster/link.h"
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/limits.h"
@@ -262,15 +263,17 @@ static void peer_tell_failure(struct sel_peer *p, const struct cluster_identity 
 
 /*
  * A peer without a disk store runs no jobs: it holds its link until rank
- * zero ends it (BYE, then end of file, is the clean end).
+ * zero ends it (BYE, then end of file, is the clean end). Rank zero sends
+ * nothing meanwhile, so TCP keepalive finds a rank zero whose host is gone.
  */
-static int peer_wait_diskless(struct sel_peer *p)
+static int peer_wait_diskless(struct sel_peer *p, uint32_t silence_ms)
 {
 	uint8_t buf[CLUSTER_JOIN_FRAME_BYTES_MAX];
 	struct cluster_frame_header h;
 	bool bye = false;
 
 	peer_receive_timeout(p->agent_fd, 0);
+	cluster_socket_keepalive(p->agent_fd, silence_ms);
 	for (;;) {
 		int ret = cluster_frame_read(p->agent_fd, buf, sizeof(buf), &p->seq.recv, &h,
 					     p->why, sizeof(p->why));
@@ -294,7 +297,7 @@ static void *peer_main(void *arg)
 	uint32_t silence = p->cluster.silence_timeout_ms ? p->cluster.silence_timeout_ms : 10000;
 
 	if (!p->engine) {
-		p->result = peer_wait_diskless(p);
+		p->result = peer_wait_diskless(p, silence);
 		return NULL;
 	}
 	p->result = peer_agent_run(&(struct peer_agent_options){

@@ -569,6 +569,42 @@ static void test_link_tcp_options(void **state)
 	close(listener);
 }
 
+static int int_option(int fd, int level, int name)
+{
+	int value = -1;
+	socklen_t len = sizeof(value);
+
+	assert_int_equal(getsockopt(fd, level, name, &value, &len), 0);
+	return value;
+}
+
+/*
+ * Keepalive from a silence timeout (what a diskless peer's wait for rank
+ * zero's BYE uses): on TCP, probes after a third of 9 s idle, every third,
+ * given up at 9 s; on a socket that is not TCP, nothing fails.
+ */
+static void test_link_socket_keepalive(void **state)
+{
+	int lis, cli, srv, pair[2];
+
+	(void)state;
+	small_tcp_pair(&lis, &cli, &srv);
+	assert_int_equal(int_option(cli, SOL_SOCKET, SO_KEEPALIVE), 0);
+	cluster_socket_keepalive(cli, 9000);
+	assert_int_equal(int_option(cli, SOL_SOCKET, SO_KEEPALIVE), 1);
+	assert_int_equal(int_option(cli, IPPROTO_TCP, TCP_KEEPIDLE), 4);
+	assert_int_equal(int_option(cli, IPPROTO_TCP, TCP_KEEPINTVL), 4);
+	assert_int_equal(int_option(cli, IPPROTO_TCP, TCP_USER_TIMEOUT), 9000);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+	cluster_socket_keepalive(pair[0], 9000);
+	assert_int_equal(write(pair[0], "x", 1), 1);
+	close(pair[0]);
+	close(pair[1]);
+	close(cli);
+	close(srv);
+	close(lis);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -582,6 +618,7 @@ int main(void)
 		cmocka_unit_test(test_link_stalled_peer_fills_queue),
 		cmocka_unit_test(test_link_peer_close_and_garbage),
 		cmocka_unit_test(test_link_tcp_options),
+		cmocka_unit_test(test_link_socket_keepalive),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR);
