@@ -420,8 +420,8 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 		return rec_dir_scan_failed(s->dir, scan, ret, err, err_size);
 	if (*limit == SEL_DISK_LIMIT_AUTO) {
 		ret = shard_config_auto_limit(rec_dir_path(s->dir), scan->bytes,
-					      REC_HEADER_BYTES + g->page_record_bytes +
-						      g->row_record_bytes, limit, err, err_size);
+					      rec_geometry_file_bytes(g, 1, true), limit, err,
+					      err_size);
 		if (ret)
 			return ret;
 	}

@@ -47,15 +47,6 @@ void coord_store_destroy(struct coord_store *s)
 	s->generation = NULL;
 }
 
-/* The bytes one rank's file of a record takes, with or without its row. */
-static uint64_t record_bytes(const struct coord_store *s, uint32_t tail_pages, bool row)
-{
-	uint64_t bytes = REC_HEADER_BYTES + sel_align_up(8ull * tail_pages, SEL_BLOCK_BYTES) +
-			 s->geometry.page_record_bytes * tail_pages;
-
-	return bytes + (row ? s->geometry.row_record_bytes : 0);
-}
-
 static int push_event(struct coord_store *s, enum sel_event_kind kind, uint64_t id,
 		      int error, const char *why)
 {
@@ -499,7 +490,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		       uint32_t existing, enum sel_outcome *outcome)
 {
 	struct coord_node *n = coord_index_node(&s->index, existing);
-	uint64_t need = record_bytes(s, n->tail_page_count, true);
+	uint64_t need = rec_geometry_file_bytes(&s->geometry, n->tail_page_count, true);
 	struct rec_header header;
 	struct shard_store_job store = { .header = &header,
 					 .page_ids = pub->page_ids + n->first_page_index,
@@ -601,7 +592,8 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 		uint64_t ancestor_bytes;
 		uint32_t ancestors;
 
-		need = record_bytes(s, (uint32_t)(pub->consumed / g->page_tokens) - first, true);
+		need = rec_geometry_file_bytes(g, (uint32_t)(pub->consumed / g->page_tokens) - first,
+					       true);
 		if (parent != COORD_NONE)
 			coord_index_pin(&s->index, parent); /* not a victim of its child */
 		ancestor_bytes = required_ancestor_bytes(s, parent, &ancestors);

@@ -339,9 +339,8 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	*limit = c->disk_limit_bytes;
 	if (c->disk_limit_bytes == SEL_DISK_LIMIT_AUTO) {
 		ret = shard_config_auto_limit(rec_dir_path(p->dir), scan->bytes,
-					      REC_HEADER_BYTES + p->geometry.page_record_bytes +
-						      p->geometry.row_record_bytes, limit, err,
-					      err_size);
+					      rec_geometry_file_bytes(&p->geometry, 1, true), limit,
+					      err, err_size);
 		if (ret)
 			return ret;
 	}

@@ -162,3 +162,9 @@ int rec_geometry_init(struct rec_geometry *g,
 			      g->world_size);
 	return 0;
 }
+
+uint64_t rec_geometry_file_bytes(const struct rec_geometry *g, uint32_t tail_pages, bool row)
+{
+	return REC_HEADER_BYTES + sel_align_up(8ull * tail_pages, SEL_BLOCK_BYTES) +
+	       g->page_record_bytes * tail_pages + (row ? g->row_record_bytes : 0);
+}

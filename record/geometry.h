@@ -10,6 +10,7 @@
 #include "common/limits.h"
 #include "record/key.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,13 @@ struct rec_geometry {
 int rec_geometry_init(struct rec_geometry *g,
 		      const struct rec_geometry_spec *spec, char *err,
 		      size_t err_size);
+
+/*
+ * The bytes of this rank's record file holding tail_pages stored pages,
+ * with or without its row (R-REC-8, R-REC-10): the header, the checksum
+ * segment, the pages and the row, each padded to 4 KiB.
+ */
+uint64_t rec_geometry_file_bytes(const struct rec_geometry *g, uint32_t tail_pages, bool row);
 
 /* R-KEY-4: BLAKE2b-128("selene-shard-v1" || layout || u32 rank || u32 world). */
 void rec_shard_fingerprint(struct rec_digest *out,

@@ -312,6 +312,9 @@ static void test_format_alignment_every_geometry(void **state)
 		}
 		assert_int_equal(plane_offset, h.page_stride);
 		assert_int_equal(h.row_offset, h.page_offset + h.page_stride * tail);
+		/* what the policy charges for one rank's file is its length */
+		assert_int_equal(rec_geometry_file_bytes(g, tail, false), h.row_offset);
+		assert_int_equal(rec_geometry_file_bytes(g, tail, true), h.row_offset + h.row_length);
 		rec_header_encode(&h, f->buf);
 		assert_int_equal(rec_header_decode(f->buf, &back, f->why,
 						   sizeof(f->why)), 0);
