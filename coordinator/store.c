@@ -293,15 +293,19 @@ static bool evictable(const struct coord_node *node, void *ctx)
 	return true; /* the disk store evicts any unpinned ready node (seed 2.3) */
 }
 
-/* Evicts until need fits beside what stays; false when it cannot. */
+/* Whether a store found a disk full less than ns ago. */
+static bool disk_full_within(const struct coord_store *s, uint64_t ns)
+{
+	return s->disk_full_ns && sel_monotonic_ns() - s->disk_full_ns < ns;
+}
+
 /*
  * The bytes the records may take now: the limit, or less for a while after
  * a store found a disk full (COORD_DISK_FULL_HOLD_NS).
  */
 static uint64_t room_limit(const struct coord_store *s)
 {
-	if (s->disk_full_hold_until_ns && sel_monotonic_ns() < s->disk_full_hold_until_ns &&
-	    s->disk_full_bytes < s->limit_bytes)
+	if (disk_full_within(s, COORD_DISK_FULL_HOLD_NS) && s->disk_full_bytes < s->limit_bytes)
 		return s->disk_full_bytes;
 	return s->limit_bytes;
 }
@@ -309,25 +313,24 @@ static uint64_t room_limit(const struct coord_store *s)
 /*
  * A store failed on a full disk (on some rank) with the records holding
  * used_bytes without it: stores wait for the backoff, and for the hold
- * the records take no more than that, so older ones make room for new.
+ * the records take no more than that (or than a lower figure found within
+ * it), so older ones make room for new.
  */
 static void note_disk_full(struct coord_store *s)
 {
-	uint64_t now = sel_monotonic_ns();
-	bool holding = s->disk_full_hold_until_ns && now < s->disk_full_hold_until_ns;
+	bool holding = disk_full_within(s, COORD_DISK_FULL_HOLD_NS);
 
-	s->disk_full_until_ns = now + COORD_DISK_FULL_BACKOFF_NS;
-	if (!holding || s->used_bytes < s->disk_full_bytes) {
-		if (!holding)
-			sel_warn("a disk is full with %" PRIu64 " bytes of records held (limit %"
-				 PRIu64 "): for %u s, new records evict the least recently "
-				 "used to stay within that", s->used_bytes, s->limit_bytes,
-				 (unsigned)(COORD_DISK_FULL_HOLD_NS / 1000000000ull));
+	if (!holding)
+		sel_warn("a disk is full with %" PRIu64 " bytes of records held (limit %" PRIu64
+			 "): for %u s, new records evict the least recently used to stay "
+			 "within that", s->used_bytes, s->limit_bytes,
+			 (unsigned)(COORD_DISK_FULL_HOLD_NS / 1000000000ull));
+	if (!holding || s->used_bytes < s->disk_full_bytes)
 		s->disk_full_bytes = s->used_bytes;
-	}
-	s->disk_full_hold_until_ns = now + COORD_DISK_FULL_HOLD_NS;
+	s->disk_full_ns = sel_monotonic_ns();
 }
 
+/* Evicts until need fits beside what stays; false when it cannot. */
 static bool make_room(struct coord_store *s, uint64_t need)
 {
 	uint64_t limit = room_limit(s);
@@ -511,7 +514,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 	coord_index_pin(&s->index, existing); /* not a victim of its own room */
 	if (need > s->limit_bytes) {
 		*outcome = SEL_OVERSIZE;
-	} else if (sel_monotonic_ns() >= s->disk_full_until_ns && make_room(s, need) &&
+	} else if (!disk_full_within(s, COORD_DISK_FULL_BACKOFF_NS) && make_room(s, need) &&
 		   (job = job_take(s, &id)) != NULL) {
 		job->kind = COORD_JOB_STORE;
 		job->rewrite = true;
@@ -601,7 +604,7 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 		if (need > s->limit_bytes || ancestor_bytes > s->limit_bytes - need ||
 		    ancestors >= s->index.nodes_max)
 			*outcome = SEL_OVERSIZE;
-		else if (sel_monotonic_ns() < s->disk_full_until_ns || !make_room(s, need) ||
+		else if (disk_full_within(s, COORD_DISK_FULL_BACKOFF_NS) || !make_room(s, need) ||
 			 !make_node_room(s))
 			*outcome = SEL_RETRY;
 		else if ((ret = submit_store(s, h, pub, &key, parent, &parent_key, need)) == 0)

@@ -88,9 +88,8 @@ struct coord_store {
 	uint64_t limit_bytes;   /* 0: no disk store */
 	uint64_t used_bytes;    /* records, in-flight stores, pending unlinks/truncates */
 	uint64_t reclaiming_bytes; /* the part of used_bytes pending unlinks/truncates free */
-	uint64_t disk_full_until_ns;
-	uint64_t disk_full_bytes;   /* what the records held when a disk was full */
-	uint64_t disk_full_hold_until_ns; /* till then, disk_full_bytes is the limit */
+	uint64_t disk_full_ns;      /* when a store last found a disk full; 0: never */
+	uint64_t disk_full_bytes;   /* what the records held then (the hold's limit) */
 	uint32_t condemned_count; /* COORD_CONDEMNED nodes still in the index */
 	bool bare_pending;      /* a childless page-only record whose unlink could
 				   not be submitted may be left: swept at poll */

@@ -211,6 +211,12 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* A full disk's backoff has passed; its hold has not. */
+static void backoff_passed(struct fixture *f)
+{
+	f->store.disk_full_ns = sel_monotonic_ns() - COORD_DISK_FULL_BACKOFF_NS - 1;
+}
+
 static enum sel_outcome publish(struct fixture *f, uint64_t checkpoint, uint64_t consumed,
 				uint64_t parent)
 {
@@ -326,7 +332,7 @@ static void test_store_failed_store_unlinked_on_every_rank(void **state)
 	assert_int_equal(f->store.used_bytes, used);
 	assert_balanced(f);
 
-	f->store.disk_full_until_ns = 0;
+	backoff_passed(f);
 	assert_int_equal(publish(f, 2, 300, 0), SEL_QUEUED);
 	f->stub.refuse_unlinks = true;
 	stub_complete(&f->stub, 2, -EIO);
@@ -1247,7 +1253,7 @@ static void test_store_full_disk_retry(void **state)
 	assert_int_equal(publish(f, 1, 300, 0), SEL_RETRY);
 	assert_int_equal(f->stub.job_count, 2); /* the failed store's unlink */
 	stub_complete(&f->stub, 1, 0);
-	f->store.disk_full_until_ns = 0; /* the backoff has passed */
+	backoff_passed(f);
 	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
 	stub_complete(&f->stub, 2, 0);
 	poll_events(f, ev);
@@ -1299,7 +1305,7 @@ static void test_store_full_disk_evicts_under_the_limit(void **state)
 	poll_events(f, ev);
 
 	/* after the backoff, the least recently used makes room */
-	f->store.disk_full_until_ns = 0;
+	backoff_passed(f);
 	assert_int_equal(publish(f, 5, 300, 0), SEL_RETRY);
 	assert_int_equal(f->stub.job_count, 6);
 	assert_int_equal(f->stub.jobs[5].kind, COORD_JOB_UNLINK);
@@ -1328,8 +1334,7 @@ static void test_store_full_disk_evicts_under_the_limit(void **state)
 	assert_int_equal(f->store.used_bytes, lowered);
 
 	/* after the hold, the limit applies again: nothing is evicted */
-	f->store.disk_full_until_ns = 0;
-	f->store.disk_full_hold_until_ns = 0;
+	f->store.disk_full_ns = 0; /* the hold has passed too */
 	jobs = f->stub.job_count;
 	for (uint32_t i = 0; i < 3; i++) {
 		assert_int_equal(publish(f, 7 + i, 300, 0), SEL_QUEUED);
