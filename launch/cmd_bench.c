@@ -725,11 +725,11 @@ static int bench_store(struct bench *b, bool and_fetch)
 	}
 	report("store", b, selene_ns, raw_ns, b->a.rounds);
 	report_store_time(b);
-	if (and_fetch)
-		report("fetch", b, fetch_ns, raw_read_ns, b->a.rounds);
-	if (and_fetch)
-		report_fetch_time(b);
-	return and_fetch ? report_spread(b) : 0;
+	if (!and_fetch)
+		return 0;
+	report("fetch", b, fetch_ns, raw_read_ns, b->a.rounds);
+	report_fetch_time(b);
+	return report_spread(b);
 }
 
 /* Scattered page planes through batched copies, beside one bulk copy. */

@@ -7,6 +7,8 @@
  */
 #include "launch/step.h"
 
+#include "common/base.h"
+
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -18,9 +20,8 @@
 static int wait_polling_within(MPI_Request *request, uint32_t timeout_ms)
 {
 	const struct timespec pause = { 0, 50000 };
-	struct timespec start, now;
+	uint64_t start = sel_monotonic_ns();
 
-	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
 		int done = 0;
 
@@ -28,10 +29,7 @@ static int wait_polling_within(MPI_Request *request, uint32_t timeout_ms)
 			return -EIO;
 		if (done)
 			return 0;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (timeout_ms && (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
-					  (uint64_t)((now.tv_nsec - start.tv_nsec) / 1000000) >=
-				  timeout_ms)
+		if (timeout_ms && sel_monotonic_ns() - start >= timeout_ms * 1000000ull)
 			return -ETIMEDOUT;
 		nanosleep(&pause, NULL);
 	}
