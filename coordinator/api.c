@@ -510,21 +510,31 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	struct rec_identity model;
 	struct rec_geometry *g;
 	uint64_t limit = c ? c->disk_limit_bytes : 0;
+	bool no_err_buffer = !err && err_size > 0;
+	char own_err[256] = "";
 	sel_store *s;
-	int ret;
+	int ret = 0;
 
-	if (!err && err_size > 0)
-		return -EINVAL; /* nowhere to say why: err_size promises a buffer */
-	if (!out)
-		return sel_fail(-EINVAL, err, err_size, "no place for the store (out is NULL)");
-	*out = NULL;
+	/* No message asked for, or no buffer for it: the peers are still told why. */
+	if (err_size == 0 || no_err_buffer) {
+		err = own_err;
+		err_size = sizeof(own_err);
+	}
+	if (no_err_buffer)
+		ret = sel_fail(-EINVAL, err, err_size, "sel_store_open was given an error "
+			       "buffer size but no buffer (err is NULL)");
+	else if (!out)
+		ret = sel_fail(-EINVAL, err, err_size, "no place for the store (out is NULL)");
+	else
+		*out = NULL;
 	g = malloc(sizeof(*g));
 	s = calloc(1, sizeof(*s));
 	if (s) {
 		s->startup.open_ns = sel_monotonic_ns();
 		s->fork_generation = sel_fork_generation();
 	}
-	ret = sel_failpoints_from_env(err, err_size);
+	if (!ret)
+		ret = sel_failpoints_from_env(err, err_size);
 	if (!ret)
 		ret = shard_config_validate(c, err, err_size);
 	if (ret || !s || !g) {
@@ -536,7 +546,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		if (ret && s && c && c->cluster &&
 		    shard_config_check_cluster(c->cluster, NULL, 0) == 0) {
 			s->cluster = *c->cluster;
-			api_notify_failure(s, err_size ? err : "rank zero's configuration");
+			api_notify_failure(s, err);
 		}
 		free(g);
 		free(s);
@@ -582,7 +592,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	*out = s;
 	return 0;
 err_close:
-	api_notify_failure(s, err_size ? err : "rank zero failed at startup");
+	api_notify_failure(s, err);
 	free(g);
 	sel_store_close(s, 0);
 	return ret;

@@ -932,6 +932,30 @@ static void test_cluster_rank_zero_bad_config_stops_everyone(void **state)
 }
 
 /*
+ * Rank zero's open given an err size but no buffer (NULL) is refused, and
+ * the peers are still told why at once; before, they waited out their
+ * join timeout.
+ */
+static void test_cluster_rank_zero_null_err_stops_everyone(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t t0 = sel_monotonic_ns();
+
+	f->join_timeout_ms = 60000;
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, NULL, 64), -EINVAL);
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(reap(f, r), 2);
+		if (!strstr(f->mem[r].why, "rank zero stopped") ||
+		    !strstr(f->mem[r].why, "err is NULL"))
+			fail_msg("rank %u: %s", r, f->mem[r].why);
+	}
+	print_message("every rank stopped %llu ms after the start (join timeout 60 s)\n",
+		      (unsigned long long)((sel_monotonic_ns() - t0) / 1000000));
+	assert_true(sel_monotonic_ns() - t0 < 20000000000ull);
+}
+
+/*
  * A peer whose socket() fails (out of descriptors) fails its start with the
  * reason; it dereferenced the absent address table (NULL) and crashed.
  */
@@ -1132,6 +1156,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_startup_failure_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_null_err_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_dup_fails, setup, teardown),
