@@ -61,7 +61,7 @@ Q := @
 endif
 
 LIB_SRCS := $(sort \
-	cluster/join.c cluster/link.c cluster/protocol.c cluster/summary.c \
+	cluster/join.c cluster/link.c cluster/protocol.c cluster/resolve.c cluster/summary.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
 	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/store.c \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
@@ -69,7 +69,7 @@ LIB_SRCS := $(sort \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
 PROG_SRCS := $(sort launch/args.c launch/bench_fanout.c launch/bench_ranks.c launch/bench_restore.c launch/bench_startup.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/metrics_http.c launch/run_planes.c launch/scratch.c launch/step_mpi.c launch/synth.c launch/trace.c)
-TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index protocol store summary metrics_http)
+TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index protocol resolve store summary metrics_http)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)

@@ -6,6 +6,7 @@
 #include "selene/store.h"
 
 #include "cluster/link.h"
+#include "cluster/resolve.h"
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/limits.h"
@@ -141,15 +142,14 @@ static int connect_until(int fd, const struct sockaddr *addr, socklen_t len,
 static int peer_connect(const struct sel_cluster *c, uint64_t deadline, bool reached,
 			char *err, size_t err_size)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	struct addrinfo *ai = NULL;
 	char port[8];
 	int ret, fd = -1;
 
 	snprintf(port, sizeof(port), "%u", c->coordinator_port);
-	ret = getaddrinfo(c->coordinator_host, port, &hints, &ai);
+	ret = cluster_resolve(c->coordinator_host, port, deadline, &ai, err, err_size);
 	if (ret)
-		return sel_fail(-EHOSTUNREACH, err, err_size, "cannot resolve %s: %s",
-				 c->coordinator_host, gai_strerror(ret));
+		return ret;
 	for (;;) {
 		ret = SEL_FAILPOINT(SEL_FP_PEER_SOCKET);
 		fd = ret < 0 ? -1 : socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
