@@ -48,7 +48,7 @@ static void *resolve_main(void *arg)
 {
 	struct resolve_job *job = arg;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *result = NULL;
-	int injected = SEL_FAILPOINT(SEL_FP_CLUSTER_RESOLVE), gai;
+	int injected = SEL_FAILPOINT(SEL_FP_PEER_RESOLVE), gai;
 
 	if (injected < 0)
 		gai = injected == -EAGAIN ? EAI_AGAIN : EAI_FAIL;

@@ -96,9 +96,9 @@
 	  "before each frame is read from a link (short: EOF mid-frame)")   \
 	X(PEER_SOCKET, "peer.socket",                                        \
 	  "before each socket a peer opens to reach rank zero (return fails it)") \
-	X(CLUSTER_RESOLVE, "cluster.resolve",                                \
-	  "on the helper thread, before getaddrinfo resolves a host name "   \
-	  "(return(EAGAIN): a temporary failure, another return: a failure)") \
+	X(PEER_RESOLVE, "peer.resolve",                                      \
+	  "on the helper thread, before getaddrinfo resolves rank zero's "   \
+	  "host name (return(EAGAIN): a temporary failure; another: fails)")  \
 	X(PEER_DUP, "peer.dup",                                              \
 	  "when a joined peer duplicates its link's socket (return fails it)") \
 	X(THREAD_START, "thread.start",                                      \

@@ -753,7 +753,7 @@ static void start_a_disk(struct fixture *f)
  * should reach it, and a start of a disk; the test names every one that
  * never fired. The peer.* points are sel_peer_start's, which this test's
  * peers do not run: test_cluster fires them (test_cluster_peer_socket_fails,
- * test_cluster_peer_dup_fails).
+ * test_cluster_peer_dup_fails), and test_resolve peer.resolve.
  */
 static void test_fanout_every_failpoint_reached(void **state)
 {

@@ -60,13 +60,13 @@ static void test_resolve_name_on_helper(void **state)
 	char err[256] = "";
 
 	(void)state;
-	assert_int_equal(sel_failpoints_configure("cluster.resolve=print"), 0);
+	assert_int_equal(sel_failpoints_configure("peer.resolve=print"), 0);
 	if (cluster_resolve("localhost", "4712", sel_monotonic_ns() + 10000 * MS, &ai, err,
 			    sizeof(err)) != 0)
 		fail_msg("%s", err);
 	assert_int_equal(port_of(ai), 4712);
 	freeaddrinfo(ai);
-	assert_int_equal(sel_failpoint_fired(SEL_FP_CLUSTER_RESOLVE), 1);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_PEER_RESOLVE), 1);
 }
 
 /*
@@ -81,7 +81,7 @@ static void test_resolve_gives_up_at_the_deadline(void **state)
 	uint64_t t0 = sel_monotonic_ns(), took;
 
 	(void)state;
-	assert_int_equal(sel_failpoints_configure("cluster.resolve=1*sleep(1500)"), 0);
+	assert_int_equal(sel_failpoints_configure("peer.resolve=1*sleep(1500)"), 0);
 	assert_int_equal(cluster_resolve("localhost", "1", t0 + 200 * MS, &ai, err, sizeof(err)),
 			 -ETIMEDOUT);
 	took = sel_monotonic_ns() - t0;
@@ -104,11 +104,11 @@ static void test_resolve_retries_temporary_failures(void **state)
 	uint64_t t0 = sel_monotonic_ns();
 
 	(void)state;
-	assert_int_equal(sel_failpoints_configure("cluster.resolve=2*return(EAGAIN)"), 0);
+	assert_int_equal(sel_failpoints_configure("peer.resolve=2*return(EAGAIN)"), 0);
 	if (cluster_resolve("localhost", "1", t0 + 10000 * MS, &ai, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	freeaddrinfo(ai);
-	assert_int_equal(sel_failpoint_evaluations(SEL_FP_CLUSTER_RESOLVE), 3);
+	assert_int_equal(sel_failpoint_evaluations(SEL_FP_PEER_RESOLVE), 3);
 	assert_true(sel_monotonic_ns() - t0 >= 2 * CLUSTER_RESOLVE_RETRY_MS * MS);
 }
 
@@ -120,7 +120,7 @@ static void test_resolve_temporary_failures_until_the_deadline(void **state)
 	uint64_t t0 = sel_monotonic_ns(), took;
 
 	(void)state;
-	assert_int_equal(sel_failpoints_configure("cluster.resolve=return(EAGAIN)"), 0);
+	assert_int_equal(sel_failpoints_configure("peer.resolve=return(EAGAIN)"), 0);
 	assert_int_equal(cluster_resolve("localhost", "1", t0 + 350 * MS, &ai, err, sizeof(err)),
 			 -ETIMEDOUT);
 	took = sel_monotonic_ns() - t0;
@@ -140,7 +140,7 @@ static void test_resolve_failures_named(void **state)
 	char err[256] = "", name[NI_MAXHOST + 8];
 
 	(void)state;
-	assert_int_equal(sel_failpoints_configure("cluster.resolve=return(EIO)"), 0);
+	assert_int_equal(sel_failpoints_configure("peer.resolve=return(EIO)"), 0);
 	assert_int_equal(cluster_resolve("localhost", "1", sel_monotonic_ns() + 1000 * MS, &ai,
 					 err, sizeof(err)), -EHOSTUNREACH);
 	assert_non_null(strstr(err, "cannot resolve localhost"));
