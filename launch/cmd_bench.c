@@ -65,6 +65,7 @@ struct bench_args {
 	bool keep;        /* startup */
 	bool cold;        /* startup */
 	bool rounds_set;  /* --rounds given (startup's default differs) */
+	bool chain;       /* fetch: a round's records are one chain, one job */
 };
 
 struct bench {
@@ -287,10 +288,11 @@ static int raw_spread_round(struct bench *b, bool write, uint64_t *ns)
 	return ret;
 }
 
+/* Record i of a round: a root, or with --chain the child of record i - 1. */
 static void record_key(struct rec_key *key, const struct bench *b, uint32_t round,
 		       uint32_t i)
 {
-	key->consumed = (uint64_t)b->a.pages * b->g.page_tokens;
+	key->consumed = (uint64_t)(b->a.chain ? i + 1 : 1) * b->a.pages * b->g.page_tokens;
 	memset(key->digest.bytes, 0, sizeof(key->digest.bytes));
 	sel_put_le32(key->digest.bytes, round);
 	sel_put_le32(key->digest.bytes + 4, i);
@@ -304,14 +306,17 @@ typedef int (*bench_submit_fn)(struct bench *b, uint32_t round, uint32_t i,
 static int submit_store(struct bench *b, uint32_t round, uint32_t i, const uint32_t *ids)
 {
 	struct rec_header h;
-	struct rec_key key;
+	struct rec_key key, parent;
 	struct shard_store_job job = { .header = &h, .page_ids = ids,
 				       .state_slot = i % (uint32_t)b->device_rows };
+	bool child = b->a.chain && i > 0;
 	int ret;
 
 	record_key(&key, b, round, i);
-	ret = rec_header_init(&h, &b->g, &b->ns, &key, NULL, &key.digest, 0,
-			      b->a.pages, sel_realtime_ns());
+	if (child)
+		record_key(&parent, b, round, i - 1);
+	ret = rec_header_init(&h, &b->g, &b->ns, &key, child ? &parent : NULL, &key.digest,
+			      child ? i * b->a.pages : 0, b->a.pages, sel_realtime_ns());
 	return ret ? ret : shard_engine_store(b->engine, i, &job);
 }
 
@@ -371,12 +376,60 @@ static int selene_round(struct bench *b, uint32_t round, bench_submit_fn submit,
 	return ret;
 }
 
+/*
+ * --chain: the round's records as one fetch job, root first (a long
+ * prefix's restore: the reads run on across records), into distinct page
+ * ids scattered by stride.
+ */
+static int selene_chain_round(struct bench *b, uint32_t round, uint64_t *ns)
+{
+	uint32_t count = b->a.records * b->a.pages;
+	struct shard_chain_record *chain = calloc(b->a.records, sizeof(*chain));
+	uint32_t *ids = malloc(count * sizeof(uint32_t));
+	struct shard_completion c = { 0 };
+	struct shard_fetch_job job = { .chain = chain, .chain_count = b->a.records,
+				       .page_ids = ids };
+	uint64_t t0;
+	int ret = -ENOMEM;
+
+	if (chain && ids) {
+		for (uint32_t i = 0; i < b->a.records; i++) {
+			record_key(&chain[i].key, b, round, i);
+			chain[i].first_page_index = i * b->a.pages;
+			chain[i].tail_page_count = b->a.pages;
+		}
+		for (uint32_t p = 0; p < count; p++)
+			ids[p] = (uint32_t)((uint64_t)p * 11 % b->device_pages);
+		t0 = sel_monotonic_ns();
+		ret = shard_engine_fetch(b->engine, 0, &job);
+		if (!ret) {
+			shard_engine_wait(b->engine, &c);
+			ret = c.result;
+		}
+		*ns = sel_monotonic_ns() - t0;
+		if (ret)
+			fprintf(stderr, "selene bench: the chain's fetch failed: %s %s\n",
+				sel_strerror(ret), c.why);
+	}
+	free(chain);
+	free(ids);
+	return ret;
+}
+
+static int selene_fetch_round(struct bench *b, uint32_t round, uint64_t *ns)
+{
+	return b->a.chain ? selene_chain_round(b, round, ns) :
+			    selene_round(b, round, submit_fetch, 11, ns);
+}
+
 static int bench_geometry(struct bench *b)
 {
 	struct rec_plane *planes = calloc(b->a.planes, sizeof(*planes));
 	struct rec_geometry_spec spec = {
 		.page_tokens = 64, .page_plane_count = b->a.planes, .page_planes = planes,
-		.page_count = b->a.pages * 2, .row_count = 4, .rank = 0, .world_size = 1,
+		/* --chain fetches every record of a round at once, each page its own */
+		.page_count = b->a.pages * (b->a.chain ? b->a.records + 1 : 2), .row_count = 4,
+		.rank = 0, .world_size = 1,
 	};
 	struct rec_identity model;
 	char err[256];
@@ -557,7 +610,7 @@ static void report(const char *what, const struct bench *b, const uint64_t *sele
 	}
 	qsort(ratios, rounds, sizeof(ratios[0]), compare_double);
 	printf("%s: selene %.3f GB/s, raw io_uring O_DIRECT %.3f GB/s, ratio %.3f "
-	       "(median of rounds %.3f, range %.3f-%.3f; %u rounds of %u records of "
+	       "(median of rounds %.3f, range %.3f-%.3f; %u rounds of %u records%s of "
 	       "%.1f MiB, %u pages of %u planes x %" PRIu64 " bytes, device %s, disk "
 	       "thread %s with %u kernel workers (raw side too), %u checksum threads, "
 	       "%u stores at once, %s)\n",
@@ -565,6 +618,7 @@ static void report(const char *what, const struct bench *b, const uint64_t *sele
 	       bytes * rounds / seconds(raw_total) / 1e9,
 	       (double)raw_total / (double)selene_total, ratios[rounds / 2], ratios[0],
 	       ratios[rounds - 1], rounds, b->a.records,
+	       b->a.chain && strcmp(what, "fetch") == 0 ? " (one chain, one job)" : "",
 	       (double)b->record_bytes / 1048576.0, b->a.pages, b->a.planes,
 	       b->a.plane_bytes, b->dev->ops->name, b->disk_engine,
 	       b->io_workers, b->checksum_threads, b->stores_max,
@@ -688,11 +742,11 @@ static int bench_round(struct bench *b, uint32_t round, bool and_fetch, uint64_t
 		ret = selene_round(b, round, submit_store, 7, &ns[1]);
 	if (!ret && and_fetch) {
 		if (selene_first)
-			ret = selene_round(b, round, submit_fetch, 11, &ns[3]);
+			ret = selene_fetch_round(b, round, &ns[3]);
 		if (!ret)
 			ret = raw_round(b, false, &ns[2]);
 		if (!ret && !selene_first)
-			ret = selene_round(b, round, submit_fetch, 11, &ns[3]);
+			ret = selene_fetch_round(b, round, &ns[3]);
 	}
 	remove_round_files(b, round);
 	return ret;
@@ -870,6 +924,9 @@ static void bench_usage(FILE *out)
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
 		"  --read-ahead SIZE  bytes a fetch keeps reading ahead (default: the engine's)\n"
+		"  --chain            fetch: each round's records are one chain (record i\n"
+		"                     the parent of i + 1) restored as one job, as a long\n"
+		"                     prefix is, instead of one job a record\n"
 		"  --help             this help\n\n"
 		"Every file goes into DIR/selene-bench.PID, removed at the end, also\n"
 		"when the bench is interrupted (SIGINT, SIGTERM). Sizes take K, M, G,\n"
@@ -920,6 +977,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "ranks", required_argument, NULL, 'W' },
 		{ "keep", no_argument, NULL, 'K' },
 		{ "cold", no_argument, NULL, 'C' },
+		{ "chain", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
@@ -980,6 +1038,7 @@ int launch_cmd_bench(int argc, char **argv)
 						 &b.a.ranks); break;
 		case 'K': b.a.keep = true; break;
 		case 'C': b.a.cold = true; break;
+		case 'H': b.a.chain = true; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 		if (!ok)

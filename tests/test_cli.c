@@ -1033,6 +1033,13 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "; 2 rounds of 1 records of "));
 	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* a round's records stored as one chain and restored as one job */
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--device", "host", "--planes", "2",
+				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
+				       "--records", "3", "--rounds", "2", "--chain", dir, NULL });
+	expect(r, 0, "; 2 rounds of 3 records (one chain, one job) of ");
+	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
