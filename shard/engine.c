@@ -68,6 +68,8 @@ struct lane {
 	/* a fetch alternates per record; truncates and unlinks use [0] */
 	struct rec_disk_file files[2];
 	uint32_t file_record[2];       /* the chain record open in each, or UINT32_MAX */
+	/* a fetch's open of files[f] (restore lane), sent ahead of its first read */
+	struct rec_disk_request open_req[2];
 	/*
 	 * While stores run on the background lane, their waits for the disk
 	 * run every fetch submitted meanwhile (a fetch pokes replies): a
@@ -167,9 +169,10 @@ struct shard_engine {
 		uint64_t run_ns, copy_ns, sum_ns, wait_ns;
 		uint64_t since; /* while run_stores runs: when run_ns was last added to */
 	} store_clock;
-	/* The fetch_*_ns stats, kept by the transfer thread; stats copies them. */
+	/* The fetch_* stats, kept by the transfer thread; stats copies them. */
 	struct fetch_clock {
 		uint64_t run_ns, open_ns, wait_ns, verify_ns, copy_ns, end_ns;
+		uint64_t opens_ahead;
 	} fetch_clock;
 };
 
@@ -200,8 +203,9 @@ static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_re
 	ret = rec_disk_submit(e->disk, req);
 	/*
 	 * Outstanding at most: its stages, one row and a create or commit of
-	 * each store on the background lane (16 + 1 + 8), 10 on the restore
-	 * lane; the disk takes REC_DISK_QUEUE_MAX (disk_queue_room).
+	 * each store on the background lane (16 + 1 + 8), 12 on the restore
+	 * lane (its stages, the row, a control request and two opens); the
+	 * disk takes REC_DISK_QUEUE_MAX (disk_queue_room).
 	 */
 	SEL_ASSERT(ret == 0);
 }
@@ -226,9 +230,11 @@ static void disk_await_all(struct lane *l, struct job_outcome *o)
 		disk_await(l, &l->stages[b].req, o);
 	disk_await(l, &l->row_req, o);
 	disk_await(l, &l->control_req, o);
+	disk_await(l, &l->open_req[0], o);
+	disk_await(l, &l->open_req[1], o);
 }
 
-_Static_assert(SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 2 <=
+_Static_assert(SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 4 <=
 		       REC_DISK_QUEUE_MAX, "disk_queue_room");
 
 /* Runs one control request on file to its reply. */
@@ -469,6 +475,7 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_verify_ns = e->fetch_clock.verify_ns;
 	e->stats.fetch_copy_ns = e->fetch_clock.copy_ns;
 	e->stats.fetch_end_ns = e->fetch_clock.end_ns;
+	e->stats.fetch_opens_ahead = e->fetch_clock.opens_ahead;
 	if (c->result) {
 		e->stats.jobs_failed++;
 	} else {
@@ -867,6 +874,7 @@ static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f,
 {
 	if (l->file_record[f] == UINT32_MAX)
 		return;
+	disk_await(l, &l->open_req[f], o);
 	for (uint32_t b = 0; b < l->stage_count; b++)
 		if (l->stages[b].req.file == &l->files[f])
 			disk_await(l, &l->stages[b].req, o);
@@ -881,31 +889,55 @@ static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f,
 }
 
 /*
- * The file holding chain[record] open, opening it (and checking its header
- * against the index) when needed. Records alternate between two files, so
- * the next record's reads can start while the last ones finish.
+ * Sends the open of chain[record] into its file (record % 2), checking its
+ * header against the index, once the record that file held is closed.
+ * Records alternate between two files, so the next record's open and reads
+ * can start while the last ones finish.
  */
+static void fetch_open_send(struct shard_engine *e, struct lane *l,
+			    const struct shard_job *job, uint32_t record,
+			    struct job_outcome *o)
+{
+	const struct shard_chain_record *r = &job->chain[record];
+	uint32_t f = record % 2;
+	struct rec_disk_request *req = &l->open_req[f];
+	uint64_t t = sel_monotonic_ns();
+
+	fetch_close(e, l, f, o);
+	req->key = r->key;
+	req->expect_first_page = r->first_page_index;
+	req->expect_tail_pages = r->tail_page_count;
+	req->expect_row = record + 1 == job->chain_count;
+	l->file_record[f] = record;
+	disk_send(e, l, req);
+	e->fetch_clock.open_ns += sel_monotonic_ns() - t;
+}
+
+/* The file holding chain[record] open, opening it or awaiting its open. */
 static struct rec_disk_file *fetch_file(struct shard_engine *e, struct lane *l,
 					const struct shard_job *job,
 					uint32_t record, struct job_outcome *o)
 {
-	const struct shard_chain_record *r = &job->chain[record];
 	uint32_t f = record % 2;
 
-	if (l->file_record[f] == record)
-		return &l->files[f];
-	fetch_close(e, l, f, o);
-	l->control_req.expect_first_page = r->first_page_index;
-	l->control_req.expect_tail_pages = r->tail_page_count;
-	l->control_req.expect_row = record + 1 == job->chain_count;
-	l->file_record[f] = record;
-	{
+	if (l->file_record[f] != record)
+		fetch_open_send(e, l, job, record, o);
+	if (l->open_req[f].tag) {
 		uint64_t t = sel_monotonic_ns();
 
-		disk_control(e, l, &l->files[f], REC_DISK_OPEN, &r->key, o);
+		disk_await(l, &l->open_req[f], o);
 		e->fetch_clock.open_ns += sel_monotonic_ns() - t;
 	}
 	return &l->files[f];
+}
+
+/* The record after chain[record] that the fetch opens: pages or the row. */
+static uint32_t next_open_record(const struct shard_job *job, uint32_t record)
+{
+	for (uint32_t r = record + 1; r < job->chain_count; r++)
+		if (job->chain[r].tail_page_count > 0 || r + 1 == job->chain_count)
+			return r;
+	return UINT32_MAX;
 }
 
 /* Sends the read of window w into stage s. */
@@ -930,7 +962,8 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l,
 	uint32_t last = job->chain_count - 1;
 	struct rec_disk_file *file;
 
-	if (*row_sent || o->result || l->file_record[last % 2] != last)
+	if (*row_sent || o->result || l->file_record[last % 2] != last ||
+	    l->open_req[last % 2].tag)
 		return;
 	file = &l->files[last % 2];
 	stage_row(e, l, &l->row_req, file, REC_DISK_READ_ROW);
@@ -953,6 +986,27 @@ static bool file_in_use(const struct fetch_window *windows, uint32_t done,
 			return true;
 	}
 	return false;
+}
+
+/*
+ * Sends the open of the record after the one the cursor reads, into the
+ * other file, once that file's record has no window left to verify: the
+ * open waits behind the reads queued on the device, and it is done by the
+ * time its first window is issued (before, the transfer thread waited for
+ * it there, neither verifying nor issuing reads).
+ */
+static void fetch_open_ahead(struct shard_engine *e, struct lane *l,
+			     const struct shard_job *job, const struct fetch_window *windows,
+			     uint32_t done, uint32_t issued, const struct fetch_window *cursor,
+			     struct job_outcome *o)
+{
+	uint32_t next = next_open_record(job, cursor->record);
+
+	if (o->result || next == UINT32_MAX || next % 2 == cursor->record % 2 ||
+	    l->file_record[next % 2] == next || file_in_use(windows, done, issued, next))
+		return;
+	fetch_open_send(e, l, job, next, o);
+	e->fetch_clock.opens_ahead++;
 }
 
 /* Verifies window w's pages in stage s on the checksum pool (R-READ-2). */
@@ -1012,6 +1066,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 			issued++;
 			pending = false;
 		}
+		if (more && cursor.record != UINT32_MAX)
+			fetch_open_ahead(e, l, job, windows, done, issued, &cursor, o);
 		if (o->result || done == issued)
 			break;
 		struct stage *s = &l->stages[done % SHARD_STAGES];
@@ -1501,6 +1557,11 @@ static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 	l->control_req.file = &l->files[0];
 	l->control_req.replies = &l->replies;
 	l->control_req.urgent = urgent;
+	for (uint32_t f = 0; f < 2; f++)
+		l->open_req[f] = (struct rec_disk_request){ .op = REC_DISK_OPEN,
+							    .file = &l->files[f],
+							    .replies = &l->replies,
+							    .urgent = urgent };
 	l->file_record[0] = l->file_record[1] = UINT32_MAX;
 	if (urgent)
 		return;

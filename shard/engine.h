@@ -201,14 +201,21 @@ struct shard_engine_stats {
 	uint64_t store_run_ns, store_copy_ns, store_sum_ns, store_wait_ns;
 	/*
 	 * Where the transfer thread's time went in fetches (fetch_run_ns, the
-	 * sum of their runs): opening records (header and checksum table,
-	 * synchronously), waiting for a window's reads, verifying windows,
+	 * sum of their runs): opening records (header and checksum table:
+	 * closing the file's last record, sending the open, and waiting for
+	 * its reply where it was not sent ahead or is not back yet), waiting
+	 * for a window's reads, verifying windows,
 	 * starting and waiting for their device copies, and the end of each
 	 * fetch after its last window was verified (its last copy, the row,
 	 * closing its files) while no read of it was in flight.
 	 */
 	uint64_t fetch_run_ns, fetch_open_ns, fetch_wait_ns, fetch_verify_ns,
 		fetch_copy_ns, fetch_end_ns;
+	/*
+	 * Records whose open a fetch sent ahead, while the record before was
+	 * still being read, instead of when their first window was issued.
+	 */
+	uint64_t fetch_opens_ahead;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
 	uint32_t checksum_threads; /* a pass's: the transfer thread and one pool's helpers */

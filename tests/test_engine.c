@@ -440,6 +440,66 @@ static void test_engine_chain_corrupt_page(void **state)
 	assert_true(row_matches(f, 7, d.consumed));
 }
 
+/*
+ * A chain of six records of ten one-page windows: each record after the
+ * first is opened ahead, while the one before is still read (its open no
+ * longer holds the transfer thread at its first window), and every byte
+ * and the row arrive. An open sent ahead that fails (a record gone, the
+ * last record's row dropped) fails the fetch with the reason naming the
+ * file; the engine fetches the chain again once the record is back.
+ */
+static void test_engine_chain_opens_ahead(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct shard_engine_stats before, after;
+	struct shard_chain_record chain[6];
+	struct rec_key keys[6];
+	char name[REC_FILE_NAME_BYTES], *path;
+
+	shard_engine_close(f->engine);
+	open_engine(f, 1);
+	for (uint32_t i = 0; i < 6; i++) {
+		make_key(&keys[i], 64 * 10 * (i + 1), (uint8_t)(20 + i));
+		assert_int_equal(store(f, &keys[i], i ? &keys[i - 1] : NULL, 10 * i, 2, &c), 0);
+		chain[i] = (struct shard_chain_record){ keys[i], 10 * i, 10 };
+	}
+	shard_engine_stats(f->engine, &before);
+	poison(f);
+	assert_int_equal(fetch(f, chain, 6, 0, 100, 3, &c), 0);
+	for (uint32_t i = 0; i < 60; i++)
+		if (!page_matches(f, 100 + i, i))
+			fail_msg("page %u differs", i);
+	assert_true(row_matches(f, 3, keys[5].consumed));
+	shard_engine_stats(f->engine, &after);
+	assert_int_equal(after.fetch_opens_ahead - before.fetch_opens_ahead, 5);
+
+	/* record 3 gone: its open, sent ahead, fails the fetch naming it */
+	path = tu_record_path(f->dir, &keys[3]);
+	assert_int_equal(unlink(path), 0);
+	free(path);
+	assert_int_equal(fetch(f, chain, 6, 0, 100, 3, &c), -ENOENT);
+	rec_file_name(name, &keys[3]);
+	if (!strstr(c.why, name))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &keys[3], &keys[2], 30, 2, &c), 0);
+
+	/* the last record's row dropped: its open, sent ahead, finds it missing */
+	assert_int_equal(shard_engine_truncate(f->engine, ++f->next_job, &keys[5]), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(fetch(f, chain, 6, 0, 100, 3, &c), SEL_EMISMATCH);
+	if (!strstr(c.why, "expected 50..+10 with row"))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &keys[5], &keys[4], 50, 2, &c), 0);
+
+	poison(f);
+	assert_int_equal(fetch(f, chain, 6, 0, 100, 3, &c), 0);
+	for (uint32_t i = 0; i < 60; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 3, keys[5].consumed));
+}
+
 /* A fetch whose record is not what the index expects fails before reading. */
 static void test_engine_fetch_mismatch(void **state)
 {
@@ -1898,6 +1958,7 @@ int main(void)
 		BOTH(test_engine_corrupt_page),
 		BOTH(test_engine_file_cut_while_read),
 		BOTH(test_engine_chain_corrupt_page),
+		BOTH(test_engine_chain_opens_ahead),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),
 		BOTH(test_engine_row_copy_failure),
