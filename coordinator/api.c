@@ -511,12 +511,18 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	struct rec_geometry *g;
 	uint64_t limit = c ? c->disk_limit_bytes : 0;
 	bool no_err_buffer = !err && err_size > 0;
-	char own_err[256] = "";
+	char own_err[256] = "", *caller_err = NULL;
+	size_t caller_size = 0;
 	sel_store *s;
 	int ret = 0;
 
-	/* No message asked for, or no buffer for it: the peers are still told why. */
-	if (err_size == 0 || no_err_buffer) {
+	/*
+	 * The reason is written here when the caller's buffer is absent or
+	 * smaller, so the peers are told all of it; the caller gets its share.
+	 */
+	if (err_size < sizeof(own_err) || no_err_buffer) {
+		caller_err = no_err_buffer ? NULL : err;
+		caller_size = no_err_buffer ? 0 : err_size;
 		err = own_err;
 		err_size = sizeof(own_err);
 	}
@@ -550,7 +556,8 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		}
 		free(g);
 		free(s);
-		return ret ? ret : sel_fail(-ENOMEM, err, err_size, "out of memory");
+		ret = ret ? ret : sel_fail(-ENOMEM, err, err_size, "out of memory");
+		goto out_tell_caller;
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
@@ -595,6 +602,9 @@ err_close:
 	api_notify_failure(s, err);
 	free(g);
 	sel_store_close(s, 0);
+out_tell_caller:
+	if (caller_size > 0)
+		snprintf(caller_err, caller_size, "%s", err);
 	return ret;
 }
 

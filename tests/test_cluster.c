@@ -956,6 +956,27 @@ static void test_cluster_rank_zero_null_err_stops_everyone(void **state)
 }
 
 /*
+ * A caller's err too small for the reason (8 bytes) gets its share; the
+ * peers are told all of it (before, only what fitted the caller's buffer).
+ */
+static void test_cluster_rank_zero_small_err_tells_peers_all(void **state)
+{
+	struct fixture *f = *state;
+	char err[8] = "";
+
+	f->join_timeout_ms = 60000;
+	f->zero_fault = FAULT_CONFIG;
+	start(f, 3, -1, -1);
+	assert_int_equal(open_rank_zero(f, err, sizeof(err)), -EINVAL);
+	assert_int_equal(strlen(err), sizeof(err) - 1);
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(reap(f, r), 2);
+		if (!strstr(f->mem[r].why, "no-such-device"))
+			fail_msg("rank %u: %s", r, f->mem[r].why);
+	}
+}
+
+/*
  * A peer whose socket() fails (out of descriptors) fails its start with the
  * reason; it dereferenced the absent address table (NULL) and crashed.
  */
@@ -1158,6 +1179,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_bad_config_stops_everyone,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_null_err_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_rank_zero_small_err_tells_peers_all,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_socket_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_dup_fails, setup, teardown),

@@ -21,8 +21,9 @@
  * (err, err_size) writes a NUL-terminated message of at most err_size bytes
  * into err on failure; err may be NULL only with err_size 0 (no message):
  * a NULL err with a size is refused with -EINVAL, *out untouched. Rank
- * zero's sel_store_open tells its peers why it failed in every case, with
- * a message or without one.
+ * zero's sel_store_open tells its peers why it failed whatever buffer it
+ * was given (none, too small, or NULL with a size), wherever it can reach
+ * them (below).
  *
  * Fork: a store or peer belongs to the process that opened or started it.
  * A child of fork() has a copy of the handle but none of its threads, so
