@@ -720,6 +720,10 @@ static void report_fetch_time(const struct bench *b)
 			  (const uint64_t[]){ w->fetch_open_ns, w->fetch_wait_ns, w->fetch_verify_ns,
 					      w->fetch_copy_ns, w->fetch_end_ns },
 			  5);
+	printf("fetch: %" PRIu64 " of %" PRIu64 " records opened ahead of their first "
+	       "window (a chain's next record, while the one before was read)\n",
+	       st.fetch_opens_ahead - w->fetch_opens_ahead,
+	       (uint64_t)b->a.rounds * b->a.records);
 }
 
 /*

@@ -1039,6 +1039,7 @@ static void test_cli_bench_cleans_up(void **state)
 				       "--records", "3", "--rounds", "2", "--chain", dir, NULL });
 	expect(r, 0, "; 2 rounds of 3 records (one chain, one job) of ");
 	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
+	assert_non_null(strstr(r->out, " of 6 records opened ahead of their first window"));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");
