@@ -880,11 +880,13 @@ static void fetch_close(struct shard_engine *e, struct lane *l, uint32_t f,
 			disk_await(l, &l->stages[b].req, o);
 	if (l->row_req.file == &l->files[f])
 		disk_await(l, &l->row_req, o);
-	{
-		struct job_outcome ignored = { 0 };
-
-		disk_control(e, l, &l->files[f], REC_DISK_CLOSE, NULL, &ignored);
-	}
+	/*
+	 * A close never fails, but its wait takes every reply that comes back
+	 * meanwhile (the other file's reads, its open sent ahead): their
+	 * failures are the fetch's. They were once dropped here, and a failed
+	 * open sent ahead then looked like an open file.
+	 */
+	disk_control(e, l, &l->files[f], REC_DISK_CLOSE, NULL, o);
 	l->file_record[f] = UINT32_MAX;
 }
 
@@ -991,9 +993,11 @@ static bool file_in_use(const struct fetch_window *windows, uint32_t done,
 /*
  * Sends the open of the record after the one the cursor reads, into the
  * other file, once that file's record has no window left to verify: the
- * open waits behind the reads queued on the device, and it is done by the
- * time its first window is issued (before, the transfer thread waited for
- * it there, neither verifying nor issuing reads).
+ * open waits behind the reads queued on the device, mostly while the
+ * transfer thread verifies and issues other windows (before, it waited for
+ * the open at the record's first window, doing neither). A next record in
+ * the cursor's own file (a page-less record between them) is still opened
+ * at its first window.
  */
 static void fetch_open_ahead(struct shard_engine *e, struct lane *l,
 			     const struct shard_job *job, const struct fetch_window *windows,

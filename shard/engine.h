@@ -212,8 +212,9 @@ struct shard_engine_stats {
 	uint64_t fetch_run_ns, fetch_open_ns, fetch_wait_ns, fetch_verify_ns,
 		fetch_copy_ns, fetch_end_ns;
 	/*
-	 * Records whose open a fetch sent ahead, while the record before was
-	 * still being read, instead of when their first window was issued.
+	 * Records whose open a fetch sent ahead, while windows of records
+	 * before them were still to be issued or verified, instead of when
+	 * their first window was issued.
 	 */
 	uint64_t fetch_opens_ahead;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */

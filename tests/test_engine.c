@@ -500,6 +500,70 @@ static void test_engine_chain_opens_ahead(void **state)
 	assert_true(row_matches(f, 3, keys[5].consumed));
 }
 
+/*
+ * The open sent ahead for a chain's last record, past a page-less record:
+ * its reply may come back while the transfer thread waits for the close
+ * of the first record's file, and its failure is the fetch's. Before, that
+ * wait dropped every reply's failure, and the missing record was read as
+ * if it were open ("no record is open", -EBADF) or a dropped row read
+ * (-ENODATA) instead of failing with the reason naming the file. One-page
+ * windows, two read ahead, 200 tries (the order of replies varies).
+ */
+static void test_engine_failed_open_ahead_never_dropped(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_engine_options options = {
+		.geometry = &f->g, .dir = f->dir, .device = f->dev, .planes = &f->planes,
+		.window_pages = 1, .jobs_max = 8, .no_uring = f->no_uring,
+		.io_workers = f->io_workers, .checksum_threads = 3,
+		.read_ahead_bytes = 2 * f->g.page_record_bytes,
+	};
+	struct shard_completion c;
+	struct shard_chain_record chain[4];
+	struct rec_key keys[4];
+	char name[REC_FILE_NAME_BYTES], err[256], *path;
+
+	shard_engine_close(f->engine);
+	if (shard_engine_open(&options, &f->engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+	make_key(&keys[0], 64 * 2, 30);      /* pages 0..1 */
+	make_key(&keys[1], 64 * 2 + 10, 31); /* no pages */
+	make_key(&keys[2], 64 * 4 + 1, 32);  /* pages 2..3 */
+	make_key(&keys[3], 64 * 6 + 1, 33);  /* pages 4..5, the row */
+	for (uint32_t i = 0; i < 4; i++) {
+		uint32_t first = i ? (uint32_t)(keys[i - 1].consumed / 64) : 0;
+
+		assert_int_equal(store(f, &keys[i], i ? &keys[i - 1] : NULL, first, 2, &c), 0);
+		chain[i] = (struct shard_chain_record){ keys[i], first,
+							(uint32_t)(keys[i].consumed / 64) - first };
+	}
+	assert_int_equal(fetch(f, chain, 4, 0, 100, 3, &c), 0);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 3, keys[3].consumed));
+
+	path = tu_record_path(f->dir, &keys[3]);
+	assert_int_equal(unlink(path), 0);
+	free(path);
+	rec_file_name(name, &keys[3]);
+	for (int i = 0; i < 200; i++) {
+		int ret = fetch(f, chain, 4, 0, 100, 3, &c);
+
+		if (ret != -ENOENT || !strstr(c.why, name))
+			fail_msg("try %d: %s: %s", i, sel_strerror(ret), c.why);
+	}
+	assert_int_equal(store(f, &keys[3], &keys[2], 4, 2, &c), 0);
+	assert_int_equal(shard_engine_truncate(f->engine, ++f->next_job, &keys[3]), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	for (int i = 0; i < 200; i++) {
+		int ret = fetch(f, chain, 4, 0, 100, 3, &c);
+
+		if (ret != SEL_EMISMATCH || !strstr(c.why, name))
+			fail_msg("try %d: %s: %s", i, sel_strerror(ret), c.why);
+	}
+}
+
 /* A fetch whose record is not what the index expects fails before reading. */
 static void test_engine_fetch_mismatch(void **state)
 {
@@ -1959,6 +2023,7 @@ int main(void)
 		BOTH(test_engine_file_cut_while_read),
 		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_chain_opens_ahead),
+		BOTH(test_engine_failed_open_ahead_never_dropped),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),
 		BOTH(test_engine_row_copy_failure),
