@@ -131,19 +131,23 @@ int cluster_resolve(const char *host, const char *port, uint64_t deadline,
 	int gai = 0, gai_errno = 0, ret;
 
 	*out = NULL;
-	if (strlen(host) >= NI_MAXHOST || strlen(port) >= NI_MAXSERV)
+	if (strlen(host) >= NI_MAXHOST)
 		return sel_fail(-EINVAL, err, err_size, "cannot resolve %.64s...: the host name "
 				 "is longer than %d bytes", host, NI_MAXHOST - 1);
+	if (strlen(port) >= NI_MAXSERV)
+		return sel_fail(-EINVAL, err, err_size, "cannot resolve %s: the port %.16s... is "
+				 "longer than %d bytes", host, port, NI_MAXSERV - 1);
 	if (getaddrinfo(host, port, &numeric, out) == 0)
 		return 0; /* an address, not a name: nothing to wait for */
 	for (;;) {
-		ret = resolve_on_helper(host, port, deadline, out, &gai, &gai_errno);
+		ret = deadline && sel_monotonic_ns() >= deadline ? -ETIMEDOUT :
+			resolve_on_helper(host, port, deadline, out, &gai, &gai_errno);
 		if (ret == -ETIMEDOUT)
 			return sel_fail(ret, err, err_size, "cannot resolve %s: no answer "
 					 "from the resolver before the deadline", host);
 		if (ret)
-			return sel_fail(ret, err, err_size, "cannot resolve %s: no thread to "
-					 "resolve it on: %s", host, sel_strerror(ret));
+			return sel_fail(ret, err, err_size, "cannot resolve %s on a helper "
+					 "thread: %s", host, sel_strerror(ret));
 		if (gai != EAI_AGAIN || deadline == 0)
 			break;
 		resolve_pause(deadline);

@@ -147,13 +147,20 @@ static void test_resolve_failures_named(void **state)
 	assert_int_equal(sel_failpoints_configure("thread.start=return(EAGAIN)"), 0);
 	assert_int_equal(cluster_resolve("localhost", "1", sel_monotonic_ns() + 1000 * MS, &ai,
 					 err, sizeof(err)), -EAGAIN);
-	assert_non_null(strstr(err, "no thread"));
+	assert_non_null(strstr(err, "on a helper thread"));
 	assert_int_equal(sel_failpoints_configure(NULL), 0);
 	memset(name, 'a', sizeof(name) - 1);
 	name[sizeof(name) - 1] = '\0';
 	assert_int_equal(cluster_resolve(name, "1", 0, &ai, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "longer than"));
+	assert_non_null(strstr(err, "the host name is longer than"));
+	assert_int_equal(cluster_resolve("localhost", name, 0, &ai, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "the port"));
 	assert_null(ai);
+	/* a deadline already past: no helper is started */
+	assert_int_equal(sel_failpoints_configure("thread.start=return(EAGAIN)"), 0);
+	assert_int_equal(cluster_resolve("localhost", "1", sel_monotonic_ns() - 1, &ai, err,
+					 sizeof(err)), -ETIMEDOUT);
+	assert_int_equal(sel_failpoint_evaluations(SEL_FP_THREAD_START), 0);
 }
 
 /*
