@@ -128,6 +128,31 @@ int sel_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
 	return err;
 }
 
+bool sel_reason_begin(struct sel_reason *r, char **err, size_t *err_size)
+{
+	bool no_buffer = !*err && *err_size > 0;
+
+	r->text[0] = '\0';
+	r->caller = NULL;
+	r->caller_size = 0;
+	if (!no_buffer && *err_size >= sizeof(r->text))
+		return false; /* the caller's holds it all */
+	if (!no_buffer) {
+		r->caller = *err;
+		r->caller_size = *err_size;
+	}
+	*err = r->text;
+	*err_size = sizeof(r->text);
+	return no_buffer;
+}
+
+int sel_reason_end(const struct sel_reason *r, int ret)
+{
+	if (ret && r->caller_size > 0)
+		snprintf(r->caller, r->caller_size, "%s", r->text);
+	return ret;
+}
+
 bool sel_env_count(const char *name, uint32_t max, uint32_t *out)
 {
 	const char *env = getenv(name);

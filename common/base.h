@@ -131,6 +131,23 @@ int sel_fail(int err, char *msg, size_t msg_size, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /*
+ * The reason of a call that also tells it to other ranks (sel_store_open,
+ * sel_peer_start): where the caller's (err, err_size) is absent or smaller
+ * than text, sel_reason_begin points them at text, so the other ranks hear
+ * all of it; sel_reason_end gives the caller its share on failure and
+ * returns ret. begin returns true when the caller gave a size without a
+ * buffer (err NULL), which the call refuses.
+ */
+struct sel_reason {
+	char text[256];
+	char *caller;
+	size_t caller_size;
+};
+
+bool sel_reason_begin(struct sel_reason *r, char **err, size_t *err_size);
+int sel_reason_end(const struct sel_reason *r, int ret);
+
+/*
  * A number that differs in a child of fork() (not of a raw clone, which runs
  * no atfork handlers) from its parent's: an atfork
  * handler, installed by the first call, counts the forks. A handle keeps

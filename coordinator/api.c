@@ -501,8 +501,9 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	return 0;
 }
 
-int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
-		   size_t err_size)
+/* sel_store_open's work, with a reason buffer of at least 256 bytes. */
+static int store_open(const struct sel_store_config *c, sel_store **out, bool no_err_buffer,
+		      char *err, size_t err_size)
 {
 	struct coord_jobs jobs = { .store = jobs_store, .fetch = jobs_fetch,
 				   .truncate = jobs_truncate, .unlink = jobs_unlink,
@@ -510,22 +511,9 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 	struct rec_identity model;
 	struct rec_geometry *g;
 	uint64_t limit = c ? c->disk_limit_bytes : 0;
-	bool no_err_buffer = !err && err_size > 0;
-	char own_err[256] = "", *caller_err = NULL;
-	size_t caller_size = 0;
 	sel_store *s;
 	int ret = 0;
 
-	/*
-	 * The reason is written here when the caller's buffer is absent or
-	 * smaller, so the peers are told all of it; the caller gets its share.
-	 */
-	if (err_size < sizeof(own_err) || no_err_buffer) {
-		caller_err = no_err_buffer ? NULL : err;
-		caller_size = no_err_buffer ? 0 : err_size;
-		err = own_err;
-		err_size = sizeof(own_err);
-	}
 	if (no_err_buffer)
 		ret = sel_fail(-EINVAL, err, err_size, "sel_store_open was given an error "
 			       "buffer size but no buffer (err is NULL)");
@@ -556,8 +544,7 @@ int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
 		}
 		free(g);
 		free(s);
-		ret = ret ? ret : sel_fail(-ENOMEM, err, err_size, "out of memory");
-		goto out_tell_caller;
+		return ret ? ret : sel_fail(-ENOMEM, err, err_size, "out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	sel_log_set_rank(c->cluster ? c->cluster->rank : 0);
@@ -602,10 +589,17 @@ err_close:
 	api_notify_failure(s, err);
 	free(g);
 	sel_store_close(s, 0);
-out_tell_caller:
-	if (caller_size > 0)
-		snprintf(caller_err, caller_size, "%s", err);
 	return ret;
+}
+
+int sel_store_open(const struct sel_store_config *c, sel_store **out, char *err,
+		   size_t err_size)
+{
+	struct sel_reason reason;
+	/* no buffer, or a small one: the peers are still told all of the reason */
+	bool no_err_buffer = sel_reason_begin(&reason, &err, &err_size);
+
+	return sel_reason_end(&reason, store_open(c, out, no_err_buffer, err, err_size));
 }
 
 int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)

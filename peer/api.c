@@ -377,8 +377,9 @@ static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64
 		 (unsigned long long)kept, (unsigned long long)agreed_limit);
 }
 
-int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
-		   size_t err_size)
+/* sel_peer_start's work, with a reason buffer of at least 256 bytes. */
+static int peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
+		      size_t err_size)
 {
 	struct sel_peer *p;
 	struct rec_scan scan = { 0 };
@@ -386,15 +387,8 @@ int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
 	uint64_t limit = 0, agreed, scanned = 0, kept = 0;
 	uint64_t start = sel_monotonic_ns(), step;
 	bool has_disk_store;
-	char own_err[256] = "";
 	int ret;
 
-	if (!err && err_size > 0)
-		return -EINVAL; /* nowhere to say why: err_size promises a buffer */
-	if (err_size == 0) { /* no message asked for: rank zero is still told why */
-		err = own_err;
-		err_size = sizeof(own_err);
-	}
 	if (!out)
 		return sel_fail(-EINVAL, err, err_size, "no place for the peer (out is NULL)");
 	*out = NULL;
@@ -470,6 +464,18 @@ err_stop:
 	rec_scan_free(&scan);
 	sel_peer_stop(p);
 	return ret;
+}
+
+int sel_peer_start(const struct sel_store_config *c, sel_peer **out, char *err,
+		   size_t err_size)
+{
+	struct sel_reason reason;
+
+	if (!err && err_size > 0)
+		return -EINVAL; /* nowhere to say why: err_size promises a buffer */
+	/* no message asked for, or a small buffer: rank zero is still told all of it */
+	sel_reason_begin(&reason, &err, &err_size);
+	return sel_reason_end(&reason, peer_start(c, out, err, err_size));
 }
 
 int sel_peer_wait(sel_peer *p)

@@ -61,6 +61,7 @@ enum child_fault {
 	FAULT_NO_DISK,  /* a disk limit of 0: no disk store */
 	FAULT_DEVICE,   /* storage that cannot open: its startup fails */
 	FAULT_DEVICE_NO_MESSAGE, /* the same, started with no err buffer (NULL, 0) */
+	FAULT_DEVICE_SMALL_MESSAGE, /* the same, started with an 8-byte err buffer */
 	FAULT_CONFIG,   /* rank zero: a configuration open refuses (its device) */
 	FAULT_PAGES,    /* a device of a quarter of the pages (joins: the layout is equal) */
 	FAULT_FORK,     /* once joined, forks a child that calls wait and stop on it */
@@ -167,7 +168,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		c.page_count = PAGES / 4;
 	if (fault == FAULT_NO_DISK)
 		c.disk_limit_bytes = 0;
-	if (fault == FAULT_DEVICE || fault == FAULT_DEVICE_NO_MESSAGE)
+	if (fault == FAULT_DEVICE || fault == FAULT_DEVICE_NO_MESSAGE ||
+	    fault == FAULT_DEVICE_SMALL_MESSAGE)
 		c.dir = "/dev/null/no-such-device"; /* valid, but it cannot be made */
 	if (fault == FAULT_STALL && sel_failpoints_configure("disk.write=sleep(8000)") != 0)
 		_exit(6);
@@ -184,8 +186,8 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 		if (mount("selene-test", dir, "tmpfs", 0, "size=64k") != 0)
 			_exit(5);
 	}
-	ret = fault == FAULT_DEVICE_NO_MESSAGE ?
-		      sel_peer_start(&c, &peer, NULL, 0) :
+	ret = fault == FAULT_DEVICE_NO_MESSAGE ? sel_peer_start(&c, &peer, NULL, 0) :
+	      fault == FAULT_DEVICE_SMALL_MESSAGE ? sel_peer_start(&c, &peer, f->mem[rank].why, 8) :
 		      sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why));
 	if (ret)
 		_exit(2);
@@ -888,6 +890,25 @@ static void test_cluster_peer_startup_failure_without_err(void **state)
 	assert_int_equal(reap(f, 1), 2);
 }
 
+/*
+ * ...and with an err buffer of 8 bytes: the peer's caller gets 7, rank zero
+ * all of the reason (before, only what fitted the caller's buffer).
+ */
+static void test_cluster_peer_startup_failure_with_small_err(void **state)
+{
+	struct fixture *f = *state;
+	char err[512] = "";
+
+	start_with(f, 3, 2, FAULT_DEVICE_SMALL_MESSAGE, -1);
+	if (open_rank_zero(f, err, sizeof(err)) != SEL_ESTOPPED)
+		fail_msg("rank zero: %s", err);
+	if (!strstr(err, "rank 2 failed at startup") || !strstr(err, "no-such-device"))
+		fail_msg("rank zero: %s", err);
+	assert_int_equal(reap(f, 2), 2);
+	assert_int_equal(strlen(f->mem[2].why), 7);
+	assert_int_equal(reap(f, 1), 2);
+}
+
 /* Rank zero's own startup failure reaches every peer, as fast. */
 static void test_cluster_rank_zero_startup_failure_stops_everyone(void **state)
 {
@@ -1171,6 +1192,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cluster_peer_joins_again_after_send_error,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_stops_everyone,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_with_small_err,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_peer_startup_failure_without_err,
 						setup, teardown),
