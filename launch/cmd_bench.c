@@ -453,8 +453,7 @@ static int bench_geometry(struct bench *b)
 	rec_namespace_identity(&b->ns, &model, REC_STATE_ORDINARY);
 	b->device_pages = spec.page_count;
 	b->device_rows = spec.row_count;
-	b->record_bytes = REC_HEADER_BYTES + sel_align_up(8ull * b->a.pages, SEL_BLOCK_BYTES) +
-			  b->g.page_record_bytes * b->a.pages + b->g.row_record_bytes;
+	b->record_bytes = rec_geometry_file_bytes(&b->g, b->a.pages, true);
 	return 0;
 }
 
