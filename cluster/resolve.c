@@ -27,6 +27,12 @@ struct resolve_job {
 	char port[NI_MAXSERV];
 };
 
+static struct timespec timespec_from_ns(uint64_t ns)
+{
+	return (struct timespec){ .tv_sec = (time_t)(ns / 1000000000u),
+				  .tv_nsec = (long)(ns % 1000000000u) };
+}
+
 /* Drops one holder; the last frees the job and an answer no one took. */
 static void resolve_job_release(struct resolve_job *job)
 {
@@ -73,8 +79,7 @@ static int resolve_on_helper(const char *host, const char *port, uint64_t deadli
 			     struct addrinfo **out, int *gai, int *gai_errno)
 {
 	struct resolve_job *job = calloc(1, sizeof(*job));
-	struct timespec until = { .tv_sec = (time_t)(deadline / 1000000000u),
-				  .tv_nsec = (long)(deadline % 1000000000u) };
+	struct timespec until = timespec_from_ns(deadline);
 	pthread_condattr_t attr;
 	pthread_t thread;
 	int ret;
@@ -115,13 +120,14 @@ static int resolve_on_helper(const char *host, const char *port, uint64_t deadli
 static void resolve_pause(uint64_t deadline)
 {
 	uint64_t now = sel_monotonic_ns(), pause_ns = CLUSTER_RESOLVE_RETRY_MS * 1000000ull;
+	struct timespec pause;
 
 	if (now >= deadline)
 		return;
 	if (deadline - now < pause_ns)
 		pause_ns = deadline - now;
-	nanosleep(&(struct timespec){ .tv_sec = (time_t)(pause_ns / 1000000000u),
-				      .tv_nsec = (long)(pause_ns % 1000000000u) }, NULL);
+	pause = timespec_from_ns(pause_ns);
+	nanosleep(&pause, NULL);
 }
 
 int cluster_resolve(const char *host, const char *port, uint64_t deadline,
