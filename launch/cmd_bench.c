@@ -1057,6 +1057,14 @@ int launch_cmd_bench(int argc, char **argv)
 		bench_usage(stderr);
 		return LAUNCH_EXIT_USAGE;
 	}
+	/* one chain is one fetch job: its records and pages within a job's */
+	if (b.a.chain && (strcmp(what, "fetch") != 0 ||
+			  b.a.records > SHARD_CHAIN_RECORDS_MAX ||
+			  (uint64_t)b.a.records * b.a.pages > REC_RECORD_PAGES_MAX)) {
+		fprintf(stderr, "selene %s: --chain is for bench fetch, with at most %u records "
+			"and %u pages in all\n", cmd, SHARD_CHAIN_RECORDS_MAX, REC_RECORD_PAGES_MAX);
+		return LAUNCH_EXIT_USAGE;
+	}
 	/* the default directory is made where missing; a named one must exist */
 	if (strcmp(b.a.dir, BENCH_DIR_DEFAULT) == 0 && mkdir(b.a.dir, 0755) && errno != EEXIST) {
 		fprintf(stderr, "selene %s: cannot make %s: %s\n", cmd, b.a.dir, strerror(errno));

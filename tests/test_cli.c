@@ -1041,6 +1041,13 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
 	assert_non_null(strstr(r->out, " of 6 records opened ahead of their first window"));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* a chain past a fetch job's records, or on a bench that fetches nothing */
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--records", "5000", "--chain", dir,
+				       NULL });
+	expect(r, 2, "--chain is for bench fetch, with at most 4096 records");
+	run(r, NULL, (const char *[]){ "bench", "store", "--chain", "--dir", dir, NULL });
+	expect(r, 2, "--chain is for bench fetch");
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
