@@ -1,10 +1,10 @@
 /*
  * The disk thread: see disk.h. One loop takes requests from a bounded
- * inbox, runs an urgent request's synchronous steps (open, close) in place,
- * hands the synchronous steps of the others (create, commit, abort,
- * truncate, unlink) to the control thread, and splits payload requests into
- * I/O requests of at most 8 MiB (2 MiB with kernel workers) that it keeps in
- * flight on the ring. An eventfd polled through the ring wakes the loop when
+ * inbox, hands an urgent request's synchronous steps (open, close) to the
+ * restore control thread and those of the others (create, commit, abort,
+ * truncate, unlink) to the background control threads, and splits payload
+ * requests into I/O requests of at most 8 MiB (2 MiB with kernel workers)
+ * that it keeps in flight on the ring. An eventfd polled through the ring wakes the loop when
  * a request arrives while I/O is in flight.
  */
 #include "record/disk.h"
@@ -48,6 +48,19 @@ struct disk_op {
 	struct iovec iov[REC_DISK_IOV_MAX];
 };
 
+/* Control threads sharing one queue, under the disk's lock. */
+struct control {
+	struct rec_disk *disk;
+	pthread_t threads[REC_DISK_CONTROL_THREADS_MAX];
+	uint32_t started;
+	uint32_t joined; /* by rec_disk_stop, which may be retried */
+	bool stopping;
+	pthread_cond_t ready;
+	struct rec_disk_request *queue[REC_DISK_QUEUE_MAX];
+	uint32_t head;
+	uint32_t count;
+};
+
 struct rec_disk {
 	struct rec_dir *dir;
 	bool use_ring;
@@ -80,22 +93,21 @@ struct rec_disk {
 	uint32_t background_ops_in_flight; /* of requests that are not urgent */
 	uint32_t urgent_active;            /* urgent requests among the active */
 	/*
-	 * The control threads: the synchronous steps of background requests
-	 * (create, commit with its syncs, abort, truncate, unlink), so that
-	 * none of them holds the ring loop while a restore waits. One, or
-	 * REC_DISK_CONTROL_THREADS_MAX with kernel workers, where several
-	 * stores' creates (each preallocating its whole file) run at once. They
-	 * share one queue, under lock.
+	 * The control threads, each queue's taken in arrival order:
+	 * - background: the synchronous steps of background requests (create,
+	 *   commit with its syncs, abort, truncate, unlink), so that none of
+	 *   them holds the ring loop while a restore waits; one, or
+	 *   REC_DISK_CONTROL_THREADS_MAX with kernel workers, where several
+	 *   stores' creates (each preallocating its whole file) run at once;
+	 * - restore: one thread for a restore's opens and closes, so the ring
+	 *   loop keeps the restore's reads flowing while an open's header and
+	 *   checksum reads wait behind them on the device.
 	 */
-	pthread_t control_threads[REC_DISK_CONTROL_THREADS_MAX];
-	uint32_t control_started;
-	uint32_t control_joined; /* by rec_disk_stop, which may be retried */
-	bool control_stopping;
+	struct control background;
+	struct control restore;
 	bool thread_joined;
-	pthread_cond_t control_ready;
-	struct rec_disk_request *control_queue[REC_DISK_QUEUE_MAX];
-	uint32_t control_head;
-	uint32_t control_count;
+	/* Restore requests the restore control thread holds (atomic). */
+	uint32_t urgent_in_control;
 	/* Submitted and not yet replied, under lock: bounds every queue here. */
 	uint32_t outstanding;
 };
@@ -674,55 +686,97 @@ static bool take_inbox(struct rec_disk *disk, bool block)
 	return stop;
 }
 
-/* Hands a background request's synchronous step to the control thread. */
-static void control_push(struct rec_disk *disk, struct rec_disk_request *req)
+/* Hands a request's synchronous step to control threads c. */
+static void control_push(struct control *c, struct rec_disk_request *req)
 {
+	struct rec_disk *disk = c->disk;
+
+	if (req->urgent)
+		__atomic_add_fetch(&disk->urgent_in_control, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&disk->lock);
 	/* At most REC_DISK_QUEUE_MAX requests are the disk's (outstanding). */
-	SEL_ASSERT(disk->control_count < REC_DISK_QUEUE_MAX);
-	disk->control_queue[(disk->control_head + disk->control_count++) %
-			    REC_DISK_QUEUE_MAX] = req;
-	pthread_cond_signal(&disk->control_ready);
+	SEL_ASSERT(c->count < REC_DISK_QUEUE_MAX);
+	c->queue[(c->head + c->count++) % REC_DISK_QUEUE_MAX] = req;
+	pthread_cond_signal(&c->ready);
 	pthread_mutex_unlock(&disk->lock);
 }
 
 /*
- * Takes background control steps in arrival order until stopped and
+ * Takes control steps from its queue in arrival order until stopped and
  * drained; with several control threads, steps taken one after another may
  * run at once (their requesters wait for every step a later one depends on).
  */
 static void *control_main(void *arg)
 {
-	struct rec_disk *disk = arg;
+	struct control *c = arg;
+	struct rec_disk *disk = c->disk;
 
-	sel_thread_batch_priority("disk control");
+	if (c == &disk->restore)
+		sel_thread_lower_priority(1, "disk restore control"); /* as the transfer thread */
+	else
+		sel_thread_batch_priority("disk control");
 	for (;;) {
 		struct rec_disk_request *req;
 
 		pthread_mutex_lock(&disk->lock);
-		while (disk->control_count == 0 && !disk->control_stopping)
-			pthread_cond_wait(&disk->control_ready, &disk->lock);
-		if (disk->control_count == 0) {
+		while (c->count == 0 && !c->stopping)
+			pthread_cond_wait(&c->ready, &disk->lock);
+		if (c->count == 0) {
 			pthread_mutex_unlock(&disk->lock);
 			break;
 		}
-		req = disk->control_queue[disk->control_head];
-		disk->control_head = (disk->control_head + 1) % REC_DISK_QUEUE_MAX;
-		disk->control_count--;
+		req = c->queue[c->head];
+		c->head = (c->head + 1) % REC_DISK_QUEUE_MAX;
+		c->count--;
 		pthread_mutex_unlock(&disk->lock);
 		run_control(disk, req);
+		if (req->urgent)
+			__atomic_sub_fetch(&disk->urgent_in_control, 1, __ATOMIC_RELAXED);
 		reply(disk, req);
 	}
 	return NULL;
 }
 
-/* Tells the control threads to stop once their queue is drained. */
-static void control_stop(struct rec_disk *disk)
+static int control_start(struct rec_disk *disk, struct control *c, const char *name,
+			 uint32_t threads, char *err, size_t err_size)
 {
-	pthread_mutex_lock(&disk->lock);
-	disk->control_stopping = true;
-	pthread_cond_broadcast(&disk->control_ready);
-	pthread_mutex_unlock(&disk->lock);
+	c->disk = disk;
+	for (uint32_t i = 0; i < threads; i++) {
+		int ret = sel_thread_start(&c->threads[i], control_main, c);
+
+		if (ret) {
+			snprintf(err, err_size, "cannot start the disk's %s control thread: %s",
+				 name, strerror(-ret));
+			return ret;
+		}
+		c->started++;
+	}
+	return 0;
+}
+
+/* Tells c's threads to stop once their queue is drained. */
+static void control_stop(struct control *c)
+{
+	pthread_mutex_lock(&c->disk->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->ready);
+	pthread_mutex_unlock(&c->disk->lock);
+}
+
+/* Stops and joins c's threads by deadline (NULL: no bound). */
+static int control_join(struct control *c, const struct timespec *deadline)
+{
+	if (!c->disk)
+		return 0;
+	control_stop(c);
+	for (; c->joined < c->started; c->joined++) {
+		int ret = deadline ? pthread_timedjoin_np(c->threads[c->joined], NULL, deadline) :
+				     pthread_join(c->threads[c->joined], NULL);
+
+		if (ret)
+			return -ret;
+	}
+	return 0;
 }
 
 /*
@@ -735,7 +789,8 @@ static void advance(struct rec_disk *disk)
 {
 	uint32_t kept = 0;
 
-	disk->urgent_active = 0;
+	/* A restore's open on its control thread still holds back stores. */
+	disk->urgent_active = __atomic_load_n(&disk->urgent_in_control, __ATOMIC_RELAXED);
 	for (uint32_t i = 0; i < disk->active_count; i++)
 		disk->urgent_active += disk->active[i]->urgent;
 
@@ -745,8 +800,11 @@ static void advance(struct rec_disk *disk)
 		if (!req->started) {
 			req->started = true;
 			if (!is_payload(req->op)) {
-				if (!req->urgent && disk->control_started) {
-					control_push(disk, req);
+				struct control *c = req->urgent ? &disk->restore :
+								  &disk->background;
+
+				if (c->started) {
+					control_push(c, req);
 					continue;
 				}
 				run_control(disk, req);
@@ -893,7 +951,8 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	disk->chunk_bytes = REC_IO_CHUNK_BYTES;
 	pthread_mutex_init(&disk->lock, NULL);
 	pthread_cond_init(&disk->inbox_ready, NULL);
-	pthread_cond_init(&disk->control_ready, NULL);
+	pthread_cond_init(&disk->background.ready, NULL);
+	pthread_cond_init(&disk->restore.ready, NULL);
 	for (uint32_t i = 0; i < REC_DISK_OPS_MAX; i++)
 		disk->free_ops[disk->free_op_count++] = &disk->ops[i];
 	if (!options->no_uring) {
@@ -928,15 +987,12 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 			goto err_free;
 		}
 	}
-	for (uint32_t i = 0; i < (disk->io_workers ? REC_DISK_CONTROL_THREADS_MAX : 1); i++) {
-		ret = sel_thread_start(&disk->control_threads[i], control_main, disk);
-		if (ret) {
-			snprintf(err, err_size, "cannot start the disk's control thread: %s",
-				 strerror(-ret));
-			goto err_free;
-		}
-		disk->control_started++;
-	}
+	ret = control_start(disk, &disk->background, "background",
+			    disk->io_workers ? REC_DISK_CONTROL_THREADS_MAX : 1, err, err_size);
+	if (!ret)
+		ret = control_start(disk, &disk->restore, "restore", 1, err, err_size);
+	if (ret)
+		goto err_free;
 	ret = sel_thread_start(&disk->thread, disk_main, disk);
 	if (ret) {
 		snprintf(err, err_size, "cannot start the disk thread: %s", strerror(-ret));
@@ -945,9 +1001,8 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 	*out = disk;
 	return 0;
 err_free:
-	control_stop(disk);
-	for (uint32_t i = 0; i < disk->control_started; i++)
-		pthread_join(disk->control_threads[i], NULL);
+	control_join(&disk->background, NULL);
+	control_join(&disk->restore, NULL);
 	if (disk->wake_fd >= 0)
 		close(disk->wake_fd);
 	if (disk->use_ring)
@@ -1023,22 +1078,25 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 	}
 	disk->thread_joined = true;
 	/* The ring loop is done; the control threads finish what they hold. */
-	control_stop(disk);
-	for (; disk->control_joined < disk->control_started; disk->control_joined++) {
-		ret = pthread_timedjoin_np(disk->control_threads[disk->control_joined], NULL,
-					   &deadline);
-		if (ret) {
-			sel_error("disk thread: a create, commit, truncate or unlink still runs "
-				  "%u ms after the stop; leaving it", timeout_ms);
-			return -ETIMEDOUT;
-		}
+	ret = control_join(&disk->background, &deadline);
+	if (ret) {
+		sel_error("disk thread: a create, commit, truncate or unlink still runs "
+			  "%u ms after the stop; leaving it", timeout_ms);
+		return -ETIMEDOUT;
+	}
+	ret = control_join(&disk->restore, &deadline);
+	if (ret) {
+		sel_error("disk thread: a restore's open still runs %u ms after the stop; "
+			  "leaving it", timeout_ms);
+		return -ETIMEDOUT;
 	}
 	if (disk->use_ring)
 		io_uring_queue_exit(&disk->ring);
 	if (disk->wake_fd >= 0)
 		close(disk->wake_fd);
 	pthread_cond_destroy(&disk->inbox_ready);
-	pthread_cond_destroy(&disk->control_ready);
+	pthread_cond_destroy(&disk->background.ready);
+	pthread_cond_destroy(&disk->restore.ready);
 	pthread_mutex_destroy(&disk->lock);
 	free(disk);
 	return 0;

@@ -3,13 +3,18 @@
  * engine that owns an io_uring ring and does all of a record directory's
  * file work: create, write pages and row from caller-owned slots, commit,
  * open and check a header, read pages and row into slots and verify them,
- * truncate, unlink. The synchronous steps of requests that are not urgent
- * (create, commit with its syncs, abort, truncate, unlink) run on control
- * threads (one; REC_DISK_CONTROL_THREADS_MAX with kernel workers), taken in
- * arrival order, so none of them holds up a restore's I/O; a requester
- * therefore sends a request that depends on an earlier one (a write after
- * its create, a commit after its writes) only after the earlier one's
- * reply, and steps of different files may run at once. Checksums are
+ * truncate, unlink. No synchronous step runs on the disk thread itself, so
+ * none holds up the I/O it keeps in flight: those of requests that are not
+ * urgent (create, commit with its syncs, abort, truncate, unlink) run on
+ * background control threads (one; REC_DISK_CONTROL_THREADS_MAX with kernel
+ * workers), those of urgent ones (a restore's open and close) on one
+ * restore control thread, each queue taken in arrival order. An open's
+ * header and checksum reads wait behind the reads queued on the device;
+ * meanwhile the restore's other reads keep flowing, and stores stay held
+ * back as while any urgent request is active. A requester therefore sends
+ * a request that depends on an earlier one (a write after its create, a
+ * commit after its writes, a read after its open) only after the earlier
+ * one's reply, and steps of different files may run at once. Checksums are
  * computed and verified on this thread, unless a request says its
  * requester does it (requester_checksums).
  * Payload I/O goes through the ring with O_DIRECT where the directory allows

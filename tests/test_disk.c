@@ -5,7 +5,8 @@
  * threads and the disk as they are, and a later call waits again and frees
  * it. Held with sleep failpoints; no timing is asserted beyond the stop's
  * own deadline. A refused thread (thread.start) fails the start with a
- * reason and leaves nothing running; refused kernel workers
+ * reason and leaves nothing running; a restore's open held on its control
+ * thread lets the reads of another record flow; refused kernel workers
  * (disk.io_workers) leave a disk that submits inline and works; with
  * kernel workers, creates of different files run at once.
  */
@@ -164,8 +165,11 @@ static void test_disk_thread_start_refused(void **state)
 		const char *config;
 		const char *reason;
 	} cases[] = {
-		{ "thread.start=1*return(EAGAIN)", "cannot start the disk's control thread" },
-		{ "thread.start=1*off->1*return(EAGAIN)", "cannot start the disk thread" },
+		{ "thread.start=1*return(EAGAIN)",
+		  "cannot start the disk's background control thread" },
+		{ "thread.start=1*off->1*return(EAGAIN)",
+		  "cannot start the disk's restore control thread" },
+		{ "thread.start=2*off->1*return(EAGAIN)", "cannot start the disk thread" },
 	};
 	struct fixture *f = *state;
 	struct rec_disk_options options = { .dir = f->dir };
@@ -191,7 +195,8 @@ static void test_disk_thread_start_refused(void **state)
 		if (sel_failpoint_fired(SEL_FP_THREAD_START) == 1) {
 			assert_int_equal(ret, -EAGAIN);
 			assert_null(disk);
-			assert_non_null(strstr(err, "cannot start the disk's control thread"));
+			assert_non_null(strstr(err, "cannot start the disk's background control "
+						   "thread"));
 		} else { /* the kernel refused the workers' bound: one control thread */
 			assert_int_equal(ret, 0);
 			assert_int_equal(rec_disk_stop(disk, 30000), 0);
@@ -293,6 +298,70 @@ static void test_disk_creates_run_at_once(void **state)
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
 }
 
+/*
+ * A restore's open runs on the restore control thread, not in the ring
+ * loop: with the open of one record held 1 s (disk.open), a read of another
+ * record, already open, is answered first (before, the loop ran the open in
+ * place and every read waited for it); the held open then completes, and
+ * both records' pages read back as written.
+ */
+static void test_disk_reads_flow_while_an_open_waits(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record recs[2];
+	struct rec_disk_file files[2];
+	struct rec_disk_request open[2], read[2], close[2];
+	uint8_t *pages[2];
+	uint64_t fired;
+
+	for (uint32_t i = 0; i < 2; i++) {
+		tu_record_make(&recs[i], &f->g, 100 + i, 64, NULL, 200 + i);
+		assert_int_equal(tu_record_write(f->dir, &recs[i], 0), 0);
+		assert_int_equal(rec_disk_file_init(&files[i], 4), 0);
+		pages[i] = tu_alloc(recs[i].stride);
+		open[i] = (struct rec_disk_request){
+			.op = REC_DISK_OPEN, .file = &files[i], .key = recs[i].key,
+			.expect_first_page = recs[i].first_page_index,
+			.expect_tail_pages = recs[i].tail_page_count, .expect_row = true,
+			.replies = &f->replies, .urgent = true
+		};
+		read[i] = (struct rec_disk_request){ .op = REC_DISK_READ_PAGES,
+						     .file = &files[i], .first = 0, .count = 1,
+						     .buffers = { pages[i] },
+						     .replies = &f->replies, .urgent = true };
+		close[i] = (struct rec_disk_request){ .op = REC_DISK_CLOSE, .file = &files[i],
+						      .replies = &f->replies, .urgent = true };
+	}
+	assert_int_equal(rec_disk_submit(f->disk, &open[0]), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &open[0]);
+	assert_int_equal(open[0].result, 0);
+
+	assert_int_equal(sel_failpoints_configure("disk.open=1*sleep(1000)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_DISK_OPEN);
+	assert_int_equal(rec_disk_submit(f->disk, &open[1]), 0);
+	while (sel_failpoint_fired(SEL_FP_DISK_OPEN) == fired)
+		usleep(1000);
+	assert_int_equal(rec_disk_submit(f->disk, &read[0]), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &read[0]);
+	assert_int_equal(read[0].result, 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &open[1]);
+	assert_int_equal(open[1].result, 0);
+
+	assert_int_equal(rec_disk_submit(f->disk, &read[1]), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &read[1]);
+	assert_int_equal(read[1].result, 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_memory_equal(pages[i], recs[i].pages, recs[i].stride);
+		assert_int_equal(rec_disk_submit(f->disk, &close[i]), 0);
+		assert_ptr_equal(rec_disk_wait(&f->replies), &close[i]);
+		assert_false(files[i].reading);
+		rec_disk_file_destroy(&files[i]);
+		tu_record_free(&recs[i]);
+		free(pages[i]);
+	}
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -304,6 +373,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_thread_start_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_io_workers_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_creates_run_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_reads_flow_while_an_open_waits, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);
