@@ -91,7 +91,8 @@ struct rec_disk {
 	uint32_t unsubmitted_count;
 	bool said_submit, said_wait;
 	uint32_t background_ops_in_flight; /* of requests that are not urgent */
-	uint32_t urgent_active;            /* urgent requests among the active */
+	/* Urgent requests among the active and on the restore control thread. */
+	uint32_t urgent_active;
 	/*
 	 * The control threads, each queue's taken in arrival order:
 	 * - background: the synchronous steps of background requests (create,
@@ -803,12 +804,9 @@ static void advance(struct rec_disk *disk)
 				struct control *c = req->urgent ? &disk->restore :
 								  &disk->background;
 
-				if (c->started) {
-					control_push(c, req);
-					continue;
-				}
-				run_control(disk, req);
-				reply(disk, req);
+				/* Each group has a thread once the disk has started. */
+				SEL_ASSERT(c->started > 0);
+				control_push(c, req);
 				continue;
 			}
 			payload_check(req);
@@ -1086,8 +1084,8 @@ int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms)
 	}
 	ret = control_join(&disk->restore, &deadline);
 	if (ret) {
-		sel_error("disk thread: a restore's open still runs %u ms after the stop; "
-			  "leaving it", timeout_ms);
+		sel_error("disk thread: a restore's open or close still runs %u ms after the "
+			  "stop; leaving it", timeout_ms);
 		return -ETIMEDOUT;
 	}
 	if (disk->use_ring)

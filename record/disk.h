@@ -174,12 +174,13 @@ int rec_disk_start(const struct rec_disk_options *options, struct rec_disk **out
 #define REC_DISK_STOP_TIMEOUT_MS 30000u
 
 /*
- * Finishes every request already submitted, then stops both threads and
- * frees the disk; returns 0 (NULL does nothing). -ETIMEDOUT when either is
- * still running timeout_ms later (I/O the kernel never completes, a sync
- * that never returns): both are then left as they are, with the disk
- * allocated, and so must be every buffer and file its requests name; a
- * later call waits again, and frees the disk once both have ended.
+ * Finishes every request already submitted, then stops the disk thread and
+ * its control threads and frees the disk; returns 0 (NULL does nothing).
+ * -ETIMEDOUT when any is still running timeout_ms later (I/O the kernel
+ * never completes, a sync or an open that never returns): they are then
+ * left as they are, with the disk allocated, and so must be every buffer
+ * and file its requests name; a later call waits again, and frees the disk
+ * once all have ended.
  */
 int rec_disk_stop(struct rec_disk *disk, uint32_t timeout_ms);
 

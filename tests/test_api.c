@@ -704,9 +704,10 @@ static void test_api_no_disk_store(void **state)
 
 /*
  * The host is out of threads: each thread the open starts (the engine's
- * transfer thread, the disk's two, the checksum helpers) is refused in
- * turn. Every such open fails with its reason and leaves nothing behind (no
- * thread, no lock, no leak under the sanitizer), and the next open works.
+ * transfer thread, the disk thread and its control threads, the checksum
+ * helpers) is refused in turn. Every such open fails with its reason and
+ * leaves nothing behind (no thread, no lock, no leak under the sanitizer),
+ * and the next open works.
  */
 static void test_api_thread_refused(void **state)
 {

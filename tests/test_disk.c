@@ -1,12 +1,14 @@
 /*
  * The disk thread's stop (record/disk.h): rec_disk_stop gives up at its
- * deadline when a request's I/O on the ring, or a background request's
- * synchronous step on the control thread, has not ended, leaves both
- * threads and the disk as they are, and a later call waits again and frees
- * it. Held with sleep failpoints; no timing is asserted beyond the stop's
- * own deadline. A refused thread (thread.start) fails the start with a
- * reason and leaves nothing running; a restore's open held on its control
- * thread lets the reads of another record flow; refused kernel workers
+ * deadline when a request's I/O on the ring, a background request's
+ * synchronous step on its control thread, or a restore's open on the
+ * restore control thread has not ended, leaves the threads and the disk as
+ * they are, and a later call waits again and frees it. Held with sleep
+ * failpoints; beyond the stop's own deadline, two tests take a step that
+ * is not held (a one-page read, a create) to end within a hold of 1.5 to
+ * 2 s. A refused thread (thread.start) fails the start with a reason and
+ * leaves nothing running; a restore's open held on its control thread
+ * lets the reads of another record flow; refused kernel workers
  * (disk.io_workers) leave a disk that submits inline and works; with
  * kernel workers, creates of different files run at once.
  */
@@ -184,23 +186,29 @@ static void test_disk_thread_start_refused(void **state)
 		assert_non_null(strstr(err, cases[i].reason));
 		assert_int_equal(sel_failpoint_fired(SEL_FP_THREAD_START), 1);
 	}
-	/* With kernel workers: the third of the control threads refused. */
+	/*
+	 * With kernel workers the third thread started is the third background
+	 * control thread; where the kernel refuses the workers' bound there is
+	 * one, and the third is the disk thread.
+	 */
 	options.io_workers = 2;
-	assert_int_equal(sel_failpoints_configure("thread.start=2*off->1*return(EAGAIN)"), 0);
 	{
 		struct rec_disk *disk = (struct rec_disk *)1;
 		char err[256] = "";
-		int ret = rec_disk_start(&options, &disk, err, sizeof(err));
+		bool workers;
 
-		if (sel_failpoint_fired(SEL_FP_THREAD_START) == 1) {
-			assert_int_equal(ret, -EAGAIN);
-			assert_null(disk);
-			assert_non_null(strstr(err, "cannot start the disk's background control "
-						   "thread"));
-		} else { /* the kernel refused the workers' bound: one control thread */
-			assert_int_equal(ret, 0);
-			assert_int_equal(rec_disk_stop(disk, 30000), 0);
-		}
+		sel_failpoints_configure(NULL);
+		assert_int_equal(rec_disk_start(&options, &disk, err, sizeof(err)), 0);
+		workers = rec_disk_io_workers(disk) > 0;
+		assert_int_equal(rec_disk_stop(disk, 30000), 0);
+		assert_int_equal(sel_failpoints_configure("thread.start=2*off->1*return(EAGAIN)"),
+				 0);
+		assert_int_equal(rec_disk_start(&options, &disk, err, sizeof(err)), -EAGAIN);
+		assert_null(disk);
+		assert_int_equal(sel_failpoint_fired(SEL_FP_THREAD_START), 1);
+		assert_non_null(strstr(err, workers ? "cannot start the disk's background control "
+						      "thread" :
+						      "cannot start the disk thread"));
 	}
 	sel_failpoints_configure(NULL);
 	/* The fixture's own disk still works. */
@@ -300,7 +308,7 @@ static void test_disk_creates_run_at_once(void **state)
 
 /*
  * A restore's open runs on the restore control thread, not in the ring
- * loop: with the open of one record held 1 s (disk.open), a read of another
+ * loop: with the open of one record held 2 s (disk.open), a read of another
  * record, already open, is answered first (before, the loop ran the open in
  * place and every read waited for it); the held open then completes, and
  * both records' pages read back as written.
@@ -336,7 +344,7 @@ static void test_disk_reads_flow_while_an_open_waits(void **state)
 	assert_ptr_equal(rec_disk_wait(&f->replies), &open[0]);
 	assert_int_equal(open[0].result, 0);
 
-	assert_int_equal(sel_failpoints_configure("disk.open=1*sleep(1000)"), 0);
+	assert_int_equal(sel_failpoints_configure("disk.open=1*sleep(2000)"), 0);
 	fired = sel_failpoint_fired(SEL_FP_DISK_OPEN);
 	assert_int_equal(rec_disk_submit(f->disk, &open[1]), 0);
 	while (sel_failpoint_fired(SEL_FP_DISK_OPEN) == fired)
@@ -362,6 +370,40 @@ static void test_disk_reads_flow_while_an_open_waits(void **state)
 	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
 }
 
+/* A restore's open held 1.5 s on its control thread outlasts a 100 ms stop. */
+static void test_disk_stop_deadline_on_the_restore_control_thread(void **state)
+{
+	struct fixture *f = *state;
+	struct tu_record rec;
+	struct rec_disk_file file;
+	struct rec_disk_request open;
+	uint64_t fired;
+
+	tu_record_make(&rec, &f->g, 300, 64, NULL, 301);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	assert_int_equal(rec_disk_file_init(&file, 4), 0);
+	open = (struct rec_disk_request){ .op = REC_DISK_OPEN, .file = &file, .key = rec.key,
+					  .expect_first_page = rec.first_page_index,
+					  .expect_tail_pages = rec.tail_page_count,
+					  .expect_row = true, .replies = &f->replies,
+					  .urgent = true };
+	assert_int_equal(sel_failpoints_configure("disk.open=1*sleep(1500)"), 0);
+	fired = sel_failpoint_fired(SEL_FP_DISK_OPEN);
+	assert_int_equal(rec_disk_submit(f->disk, &open), 0);
+	while (sel_failpoint_fired(SEL_FP_DISK_OPEN) == fired)
+		usleep(1000);
+	assert_int_equal(rec_disk_stop(f->disk, 100), -ETIMEDOUT);
+	assert_int_equal(rec_disk_stop(f->disk, 100), -ETIMEDOUT);
+	assert_int_equal(rec_disk_stop(f->disk, 30000), 0);
+	assert_ptr_equal(rec_disk_wait(&f->replies), &open);
+	assert_int_equal(open.result, 0);
+	assert_true(file.reading);
+	rec_reader_close(&file.reader);
+	file.reading = false;
+	rec_disk_file_destroy(&file);
+	tu_record_free(&rec);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -375,6 +417,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_creates_run_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disk_reads_flow_while_an_open_waits, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_disk_stop_deadline_on_the_restore_control_thread,
+						setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);
