@@ -4,8 +4,8 @@
  * restore control thread and those of the others (create, commit, abort,
  * truncate, unlink) to the background control threads, and splits payload
  * requests into I/O requests of at most 8 MiB (2 MiB with kernel workers)
- * that it keeps in flight on the ring. An eventfd polled through the ring wakes the loop when
- * a request arrives while I/O is in flight.
+ * that it keeps in flight on the ring. An eventfd polled through the ring
+ * wakes the loop when a request arrives while I/O is in flight.
  */
 #include "record/disk.h"
 
@@ -1005,6 +1005,10 @@ err_free:
 		close(disk->wake_fd);
 	if (disk->use_ring)
 		io_uring_queue_exit(&disk->ring);
+	pthread_cond_destroy(&disk->inbox_ready);
+	pthread_cond_destroy(&disk->background.ready);
+	pthread_cond_destroy(&disk->restore.ready);
+	pthread_mutex_destroy(&disk->lock);
 	free(disk);
 	return ret;
 }
