@@ -306,6 +306,17 @@ static void test_disk_creates_run_at_once(void **state)
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
 }
 
+/* A restore's open of rec into file, checked against rec's pages and row. */
+static struct rec_disk_request open_request(struct fixture *f, struct rec_disk_file *file,
+					    const struct tu_record *rec)
+{
+	return (struct rec_disk_request){ .op = REC_DISK_OPEN, .file = file, .key = rec->key,
+					  .expect_first_page = rec->first_page_index,
+					  .expect_tail_pages = rec->tail_page_count,
+					  .expect_row = true, .replies = &f->replies,
+					  .urgent = true };
+}
+
 /*
  * A restore's open runs on the restore control thread, not in the ring
  * loop: with the open of one record held 2 s (disk.open), a read of another
@@ -327,12 +338,7 @@ static void test_disk_reads_flow_while_an_open_waits(void **state)
 		assert_int_equal(tu_record_write(f->dir, &recs[i], 0), 0);
 		assert_int_equal(rec_disk_file_init(&files[i], 4), 0);
 		pages[i] = tu_alloc(recs[i].stride);
-		open[i] = (struct rec_disk_request){
-			.op = REC_DISK_OPEN, .file = &files[i], .key = recs[i].key,
-			.expect_first_page = recs[i].first_page_index,
-			.expect_tail_pages = recs[i].tail_page_count, .expect_row = true,
-			.replies = &f->replies, .urgent = true
-		};
+		open[i] = open_request(f, &files[i], &recs[i]);
 		read[i] = (struct rec_disk_request){ .op = REC_DISK_READ_PAGES,
 						     .file = &files[i], .first = 0, .count = 1,
 						     .buffers = { pages[i] },
@@ -382,11 +388,7 @@ static void test_disk_stop_deadline_on_the_restore_control_thread(void **state)
 	tu_record_make(&rec, &f->g, 300, 64, NULL, 301);
 	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
 	assert_int_equal(rec_disk_file_init(&file, 4), 0);
-	open = (struct rec_disk_request){ .op = REC_DISK_OPEN, .file = &file, .key = rec.key,
-					  .expect_first_page = rec.first_page_index,
-					  .expect_tail_pages = rec.tail_page_count,
-					  .expect_row = true, .replies = &f->replies,
-					  .urgent = true };
+	open = open_request(f, &file, &rec);
 	assert_int_equal(sel_failpoints_configure("disk.open=1*sleep(1500)"), 0);
 	fired = sel_failpoint_fired(SEL_FP_DISK_OPEN);
 	assert_int_equal(rec_disk_submit(f->disk, &open), 0);
