@@ -26,7 +26,9 @@ int bench_fanout(const char *dir, uint32_t jobs);
  * A restore's latency idle and while stores keep the disk busy, at ranks
  * ranks (forked peers on loopback) and at one, samples restores each, on
  * device ("host", "cuda" or "auto"), under dir, after warmup untimed passes
- * of samples restores under stores; 0 or an error.
+ * of samples restores under stores. First the disk alone the same way, no
+ * Selene in it: raw reads of the same bytes idle, under raw writes, and with
+ * the writes held back during each read. 0 or an error.
  */
 int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t samples,
 		  uint32_t warmup);

@@ -1057,6 +1057,17 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 0, "(after 1 untimed such passes)");
 	assert_non_null(strstr(r->out, "\nrestore:     2 "));
 	assert_non_null(strstr(r->out, "\nrestore:     1 "));
+	/* and the disk alone beside it, at both */
+	assert_non_null(strstr(r->out, "\nraw: the disk alone, no Selene: "));
+	assert_non_null(strstr(r->out, "\nraw:     2 "));
+	assert_non_null(strstr(r->out, "\nraw:     1 "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* the disk alone failing: named, the bench fails, nothing left behind */
+	run(r, "SELENE_FAILPOINTS=disk.open=return(ENOSPC)",
+	    (const char *[]){ "bench", "restore", "--device", "host", "--ranks", "1",
+			      "--records", "2", "--dir", dir, NULL });
+	expect(r, 1, "/floor: No space left on device");
+	assert_null(strstr(r->out, "\nraw:     1 "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 
 	/* interrupted while it runs: waits for its first record directory */
