@@ -68,7 +68,7 @@ LIB_SRCS := $(sort \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/args.c launch/bench_fanout.c launch/bench_ranks.c launch/bench_restore.c launch/bench_startup.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/metrics_http.c launch/run_planes.c launch/scratch.c launch/step_mpi.c launch/synth.c launch/trace.c)
+PROG_SRCS := $(sort launch/args.c launch/bench_fanout.c launch/bench_floor.c launch/bench_ranks.c launch/bench_restore.c launch/bench_startup.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/metrics_http.c launch/run_planes.c launch/scratch.c launch/step_mpi.c launch/synth.c launch/trace.c)
 TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index protocol resolve store summary metrics_http)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

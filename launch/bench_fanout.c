@@ -362,7 +362,12 @@ int bench_fanout(const char *dir, uint32_t jobs)
 	size_t done = 0;
 	int ret = 0;
 
-	snprintf(base, sizeof(base), "%s/fanout-%d", dir, (int)getpid());
+	/* Cut short, it would name another directory, which the end removes. */
+	if ((size_t)snprintf(base, sizeof(base), "%s/fanout-%d", dir, (int)getpid()) >=
+	    sizeof(base) - 16) { /* and room for "/rank7" under it */
+		fprintf(stderr, "selene bench fanout: %s: too long a path\n", dir);
+		return -ENAMETOOLONG;
+	}
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	r.noop_ns = calloc(jobs, sizeof(uint64_t));
 	r.store_ns = calloc(jobs, sizeof(uint64_t));

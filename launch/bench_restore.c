@@ -12,22 +12,19 @@
  * takes.
  */
 #include "launch/commands.h"
+#include "launch/bench_floor.h"
 #include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
 #include "launch/run.h"
 
 #include "common/base.h"
 #include "common/log.h"
-#include "record/io.h"
 #include "selene/store.h"
 
-#include <liburing.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +46,8 @@ _Static_assert(RESTORE_WORLD_MAX <= BENCH_RANKS_MAX, "bench_ranks forks every ra
 #define RESTORE_STORES_IN_FLIGHT 4u      /* background stores kept queued */
 #define RESTORE_WARM_STORES 4u           /* stores done before timing starts */
 #define RESTORE_TOKENS (RESTORE_PAGES * RESTORE_TOKENS_PER_PAGE)
+#define RESTORE_BYTES ((uint64_t)RESTORE_PAGES * RESTORE_PLANES * RESTORE_UNIT) /* a rank's */
+_Static_assert(RESTORE_WORLD_MAX <= BENCH_FLOOR_RANKS_MAX, "the disk alone at every world");
 
 struct restore_run {
 	const char *base;
@@ -318,376 +317,6 @@ static int restore_remove_one(const char *path, const struct stat *st, int flag,
 	return remove(path) && errno != ENOENT ? -1 : 0;
 }
 
-/*
- * The disk's own floor, no Selene in it: the bytes one restore reads (a
- * file of a record's payload a rank) read by a thread a rank, all ranks at
- * once, through io_uring (O_DIRECT where the directory takes it, as the
- * disk thread does; elsewhere through kernel workers, as it does there),
- * while a writer thread a rank is idle, streams files of the same size on
- * (loaded), or issues nothing new while a read runs (yielding: what a store
- * that yields at once leaves, the writes already in flight still finishing).
- * A sample is timed from its start to the last rank's last byte, restores
- * back to back as the phases above. Its loaded/idle ratios are what the disk
- * itself allows a restore under stores.
- */
-#define FLOOR_BYTES ((uint64_t)RESTORE_PAGES * RESTORE_PLANES * RESTORE_UNIT)
-#define FLOOR_CHUNK (8u << 20)       /* O_DIRECT: 8 MiB requests */
-#define FLOOR_WORKER_CHUNK (2u << 20) /* elsewhere: 2 MiB, each to a kernel worker */
-#define FLOOR_WRITE_FILES 4u          /* a writer's files, rewritten in turn */
-_Static_assert(FLOOR_BYTES % FLOOR_CHUNK == 0, "whole requests");
-_Static_assert(FLOOR_BYTES / FLOOR_WORKER_CHUNK <= 64, "one ring holds a file's requests");
-
-enum floor_phase { FLOOR_IDLE, FLOOR_LOADED, FLOOR_YIELDING, FLOOR_PHASES };
-
-struct floor;
-
-struct floor_rank {
-	struct floor *f;
-	uint32_t rank;
-	uint8_t *read_buffer;
-	int target_fd[RESTORE_TARGETS];
-	pthread_t reader, writer;
-	bool reader_started, writer_started;
-};
-
-struct floor {
-	int dirfd;
-	bool direct;
-	uint32_t world;
-	const uint8_t *write_buffer; /* one file's bytes, every writer's source */
-	pthread_mutex_t lock;
-	pthread_cond_t changed;
-	uint64_t sample;       /* under lock: readers run each new one */
-	uint32_t readers_done; /* under lock */
-	int phase;             /* atomic */
-	bool reading;          /* atomic: a sample runs (yielding writers wait) */
-	bool stop;             /* atomic */
-	int error;             /* atomic: the first failure */
-	uint64_t written;      /* atomic: bytes the writers completed */
-	struct floor_rank ranks[RESTORE_WORLD_MAX];
-};
-
-static void floor_fail(struct floor *f, int err)
-{
-	int none = 0;
-
-	__atomic_compare_exchange_n(&f->error, &none, err, false, __ATOMIC_RELAXED,
-				    __ATOMIC_RELAXED);
-	pthread_mutex_lock(&f->lock);
-	__atomic_store_n(&f->stop, true, __ATOMIC_RELAXED);
-	pthread_cond_broadcast(&f->changed);
-	pthread_mutex_unlock(&f->lock);
-}
-
-static bool floor_stopped(struct floor *f)
-{
-	return __atomic_load_n(&f->stop, __ATOMIC_RELAXED);
-}
-
-/* Whether a writer may issue a request now. */
-static bool floor_may_write(struct floor *f)
-{
-	int phase = __atomic_load_n(&f->phase, __ATOMIC_RELAXED);
-
-	return phase == FLOOR_LOADED ||
-	       (phase == FLOOR_YIELDING && !__atomic_load_n(&f->reading, __ATOMIC_RELAXED));
-}
-
-/* Waits until a writer may write; false once the floor stops. */
-static bool floor_hold(struct floor *f)
-{
-	pthread_mutex_lock(&f->lock);
-	while (!floor_may_write(f) && !floor_stopped(f))
-		pthread_cond_wait(&f->changed, &f->lock);
-	pthread_mutex_unlock(&f->lock);
-	return !floor_stopped(f);
-}
-
-/* Moves to phase or stops (FLOOR_PHASES), waking whoever waits on either. */
-static void floor_set_phase(struct floor *f, int phase)
-{
-	pthread_mutex_lock(&f->lock);
-	if (phase == FLOOR_PHASES)
-		__atomic_store_n(&f->stop, true, __ATOMIC_RELAXED);
-	else
-		__atomic_store_n(&f->phase, phase, __ATOMIC_RELAXED);
-	pthread_cond_broadcast(&f->changed);
-	pthread_mutex_unlock(&f->lock);
-}
-
-static uint32_t floor_chunk(const struct floor *f)
-{
-	return f->direct ? FLOOR_CHUNK : FLOOR_WORKER_CHUNK;
-}
-
-/* Takes one completion of ring; 0, or the request's failure. */
-static int floor_complete(struct io_uring *ring, uint32_t chunk)
-{
-	struct io_uring_cqe *cqe;
-	int ret = io_uring_wait_cqe(ring, &cqe);
-
-	if (ret)
-		return ret;
-	ret = cqe->res < 0 ? cqe->res : (uint32_t)cqe->res != chunk ? -EIO : 0;
-	io_uring_cqe_seen(ring, cqe);
-	return ret;
-}
-
-/*
- * Reads or writes fd's FLOOR_BYTES with every request in flight; a writer
- * (may_write) issues each only while floor_may_write says so.
- */
-static int floor_file_io(struct floor *f, struct io_uring *ring, int fd, uint8_t *buf,
-			 bool write)
-{
-	uint32_t chunk = floor_chunk(f), in_flight = 0;
-	uint64_t submitted = 0, completed = 0;
-	int ret = 0;
-
-	while (!ret && completed < FLOOR_BYTES) {
-		while (submitted < FLOOR_BYTES && (!write || floor_may_write(f))) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-
-			if (write)
-				io_uring_prep_write(sqe, fd, buf + submitted, chunk, submitted);
-			else
-				io_uring_prep_read(sqe, fd, buf + submitted, chunk, submitted);
-			if (!f->direct)
-				io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
-			submitted += chunk;
-			in_flight++;
-		}
-		if (in_flight == 0) { /* a writer held back */
-			if (!floor_hold(f))
-				return -ECANCELED;
-			continue;
-		}
-		ret = io_uring_submit(ring);
-		if (ret < 0)
-			return ret; /* the ring's exit takes what it holds */
-		ret = floor_complete(ring, chunk);
-		in_flight--;
-		completed += chunk;
-		if (write && !ret)
-			__atomic_add_fetch(&f->written, chunk, __ATOMIC_RELAXED);
-	}
-	while (in_flight-- > 0) /* after a failure: the ring holds none of buf */
-		(void)floor_complete(ring, chunk);
-	return ret;
-}
-
-static void *floor_writer(void *arg)
-{
-	struct floor_rank *fr = arg;
-	struct floor *f = fr->f;
-	struct io_uring ring;
-	int ret = io_uring_queue_init(64, &ring, 0);
-	bool ring_made = !ret;
-
-	for (uint64_t n = 0; !ret && floor_hold(f); n++) {
-		char name[64];
-		int fd;
-
-		snprintf(name, sizeof(name), "write-%u-%u", fr->rank,
-			 (unsigned)(n % FLOOR_WRITE_FILES));
-		fd = rec_io_open(f->dirfd, name, O_CREAT | O_TRUNC | O_WRONLY, f->direct);
-		if (fd < 0) {
-			ret = fd;
-			break;
-		}
-		ret = floor_file_io(f, &ring, fd, (uint8_t *)f->write_buffer, true);
-		close(fd);
-	}
-	if (ret && ret != -ECANCELED) {
-		fprintf(stderr, "selene bench restore: the raw floor's writes: %s\n",
-			sel_strerror(ret));
-		floor_fail(f, ret);
-	}
-	if (ring_made)
-		io_uring_queue_exit(&ring);
-	return NULL;
-}
-
-static void *floor_reader(void *arg)
-{
-	struct floor_rank *fr = arg;
-	struct floor *f = fr->f;
-	struct io_uring ring;
-	uint64_t seen = 0;
-	int ret = io_uring_queue_init(64, &ring, 0);
-	bool ring_made = !ret;
-
-	if (!ring_made)
-		floor_fail(f, ret);
-	for (;;) {
-		uint64_t sample;
-
-		pthread_mutex_lock(&f->lock);
-		while (f->sample == seen && !floor_stopped(f))
-			pthread_cond_wait(&f->changed, &f->lock);
-		sample = seen = f->sample;
-		pthread_mutex_unlock(&f->lock);
-		if (floor_stopped(f))
-			break;
-		ret = floor_file_io(f, &ring, fr->target_fd[sample % RESTORE_TARGETS],
-				    fr->read_buffer, false);
-		if (ret) {
-			fprintf(stderr, "selene bench restore: the raw floor's reads: %s\n",
-				sel_strerror(ret));
-			floor_fail(f, ret);
-		}
-		pthread_mutex_lock(&f->lock);
-		f->readers_done++;
-		pthread_cond_broadcast(&f->changed);
-		pthread_mutex_unlock(&f->lock);
-	}
-	if (ring_made)
-		io_uring_queue_exit(&ring);
-	return NULL;
-}
-
-/* One sample: every reader reads a target at once; its time in *ns. */
-static int floor_sample(struct floor *f, uint64_t *ns)
-{
-	uint64_t t0;
-
-	pthread_mutex_lock(&f->lock);
-	f->readers_done = 0;
-	__atomic_store_n(&f->reading, true, __ATOMIC_RELAXED);
-	t0 = sel_monotonic_ns();
-	f->sample++;
-	pthread_cond_broadcast(&f->changed);
-	while (f->readers_done < f->world && !floor_stopped(f))
-		pthread_cond_wait(&f->changed, &f->lock);
-	*ns = sel_monotonic_ns() - t0;
-	__atomic_store_n(&f->reading, false, __ATOMIC_RELAXED);
-	pthread_cond_broadcast(&f->changed); /* the writers held back */
-	pthread_mutex_unlock(&f->lock);
-	return __atomic_load_n(&f->error, __ATOMIC_RELAXED);
-}
-
-struct floor_result {
-	double p50[FLOOR_PHASES], p99[FLOOR_PHASES];
-	double write_gbps[FLOOR_PHASES]; /* a rank */
-};
-
-/* The phases in turn, samples samples each, into *out. */
-static int floor_phases(struct floor *f, uint32_t samples, uint64_t *ns,
-			struct floor_result *out)
-{
-	int ret = 0;
-
-	for (int phase = FLOOR_IDLE; !ret && phase < FLOOR_PHASES; phase++) {
-		uint64_t written, t0;
-
-		floor_set_phase(f, phase);
-		/* The writers well under way first, as the stores are. */
-		written = __atomic_load_n(&f->written, __ATOMIC_RELAXED);
-		while (phase != FLOOR_IDLE && !floor_stopped(f) &&
-		       __atomic_load_n(&f->written, __ATOMIC_RELAXED) <
-			       written + RESTORE_WARM_STORES * FLOOR_BYTES * f->world)
-			usleep(1000);
-		written = __atomic_load_n(&f->written, __ATOMIC_RELAXED);
-		t0 = sel_monotonic_ns();
-		for (uint32_t i = 0; !ret && i < samples; i++)
-			ret = floor_sample(f, &ns[i]);
-		ret = ret ? ret : __atomic_load_n(&f->error, __ATOMIC_RELAXED);
-		out->write_gbps[phase] =
-			(double)(__atomic_load_n(&f->written, __ATOMIC_RELAXED) - written) /
-			f->world / (double)(sel_monotonic_ns() - t0);
-		if (!ret)
-			bench_percentiles(ns, samples, &out->p50[phase], &out->p99[phase]);
-	}
-	return ret;
-}
-
-/* Makes rank's target files (the restore's bytes) and its read buffer. */
-static int floor_rank_setup(struct floor *f, struct floor_rank *fr)
-{
-	for (uint32_t t = 0; t < RESTORE_TARGETS; t++)
-		fr->target_fd[t] = -1;
-	if (posix_memalign((void **)&fr->read_buffer, 2u << 20, FLOOR_BYTES))
-		return -ENOMEM;
-	for (uint32_t t = 0; t < RESTORE_TARGETS; t++) {
-		char name[64];
-		int ret;
-
-		snprintf(name, sizeof(name), "target-%u-%u", fr->rank, t);
-		ret = rec_io_open(f->dirfd, name, O_CREAT | O_TRUNC | O_RDWR, f->direct);
-		if (ret < 0)
-			return ret;
-		fr->target_fd[t] = ret;
-		ret = rec_io_write_full(ret, f->write_buffer, FLOOR_BYTES, 0);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-/* The floor at world ranks in dir (made and removed here), into *out. */
-static int restore_floor(const char *dir, uint32_t world, uint32_t samples, uint64_t *ns,
-			 struct floor_result *out, bool *direct)
-{
-	struct floor *f = calloc(1, sizeof(*f));
-	uint8_t *source = NULL;
-	int reason, ret;
-
-	if (!f)
-		return -ENOMEM;
-	f->world = world;
-	pthread_mutex_init(&f->lock, NULL);
-	pthread_cond_init(&f->changed, NULL);
-	f->dirfd = -1;
-	ret = mkdir(dir, 0755) ? -errno : 0;
-	if (!ret) {
-		f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		ret = f->dirfd < 0 ? -errno : rec_io_probe_direct(f->dirfd, &reason);
-	}
-	if (ret >= 0) {
-		f->direct = *direct = ret == 1;
-		ret = posix_memalign((void **)&source, 2u << 20, FLOOR_BYTES) ? -ENOMEM : 0;
-	}
-	if (!ret) {
-		memset(source, 0x5a, FLOOR_BYTES);
-		f->write_buffer = source;
-	}
-	for (uint32_t r = 0; !ret && r < world; r++) {
-		f->ranks[r] = (struct floor_rank){ .f = f, .rank = r };
-		ret = floor_rank_setup(f, &f->ranks[r]);
-		if (!ret)
-			ret = -pthread_create(&f->ranks[r].reader, NULL, floor_reader,
-					      &f->ranks[r]);
-		f->ranks[r].reader_started = !ret;
-		if (!ret)
-			ret = -pthread_create(&f->ranks[r].writer, NULL, floor_writer,
-					      &f->ranks[r]);
-		f->ranks[r].writer_started = !ret;
-	}
-	if (!ret)
-		ret = floor_phases(f, samples, ns, out);
-	floor_set_phase(f, FLOOR_PHASES);
-	for (uint32_t r = 0; r < world; r++) {
-		struct floor_rank *fr = &f->ranks[r];
-
-		if (fr->reader_started)
-			pthread_join(fr->reader, NULL);
-		if (fr->writer_started)
-			pthread_join(fr->writer, NULL);
-		for (uint32_t t = 0; fr->read_buffer && t < RESTORE_TARGETS; t++)
-			if (fr->target_fd[t] >= 0)
-				close(fr->target_fd[t]);
-		free(fr->read_buffer);
-	}
-	if (f->dirfd >= 0)
-		close(f->dirfd);
-	nftw(dir, restore_remove_one, 16, FTW_DEPTH | FTW_PHYS);
-	free(source);
-	pthread_cond_destroy(&f->changed);
-	pthread_mutex_destroy(&f->lock);
-	free(f);
-	return ret;
-}
-
 static int restore_world(struct restore_run *r)
 {
 	struct sel_store_config c;
@@ -721,58 +350,70 @@ static int restore_world(struct restore_run *r)
 	return ret;
 }
 
-/* The disk's floor at each of the worlds, measured before Selene's figures. */
+/* The disk alone at each of the worlds (launch/bench_floor.h), before Selene. */
 struct restore_floors {
-	struct floor_result res[2];
+	struct bench_floor_result res[2];
+	struct bench_floor_io io;
 	uint32_t done;
-	bool direct;
 };
 
 static int restore_floors_measure(const char *dir, const uint32_t *worlds,
 				  uint32_t world_count, uint32_t samples, uint64_t *ns,
 				  struct restore_floors *out)
 {
-	char floor_dir[512];
 	int ret = 0;
 
-	snprintf(floor_dir, sizeof(floor_dir), "%s/floor", dir);
-	for (uint32_t w = 0; !ret && w < world_count; w++) {
-		ret = restore_floor(floor_dir, worlds[w], samples, ns, &out->res[w],
-				    &out->direct);
-		out->done += !ret;
+	for (uint32_t w = 0; !ret && !out->io.unavailable && w < world_count; w++) {
+		ret = bench_floor_measure(dir, worlds[w], RESTORE_BYTES, samples, ns,
+					  &out->res[w], &out->io);
+		out->done += !ret && !out->io.unavailable;
 	}
-	if (ret)
-		fprintf(stderr, "selene bench restore: the raw floor in %s: %s\n", floor_dir,
-			sel_strerror(ret));
 	return ret;
+}
+
+/* "p50/p99" in ms, right-aligned in width. */
+static void restore_print_pair(int width, double p50_us, double p99_us)
+{
+	char pair[48];
+
+	snprintf(pair, sizeof(pair), "%.2f/%.2f", p50_us / 1e3, p99_us / 1e3);
+	printf("  %*s", width, pair);
 }
 
 static void restore_floors_print(const struct restore_floors *fl, const uint32_t *worlds)
 {
+	const struct bench_floor_io *io = &fl->io;
+
+	if (io->unavailable) {
+		printf("raw: the disk alone not measured: io_uring is unavailable here (%s)\n",
+		       sel_strerror(io->unavailable));
+		return;
+	}
 	if (fl->done == 0)
 		return;
 	printf("raw: the disk alone, no Selene: the same bytes a restore reads, read by a "
-	       "thread a rank at once (%s, %u MiB requests, all in flight), idle, while a "
+	       "thread a rank at once (%s, %u MiB requests%s, all in flight), idle, while a "
 	       "thread a rank writes files of the same size on (loaded), and while those "
 	       "writes issue nothing new during a read (yielding)\n",
-	       fl->direct ? "O_DIRECT" : "kernel workers, no O_DIRECT",
-	       (fl->direct ? FLOOR_CHUNK : FLOOR_WORKER_CHUNK) >> 20);
+	       io->direct ? "O_DIRECT" : "buffered", io->chunk_bytes >> 20,
+	       io->workers ? ", to kernel workers" : "");
 	printf("raw: ranks  idle p50/p99 ms  loaded p50/p99 ms  yielding p50/p99 ms  "
-	       "loaded/idle p50  p99  yielding/idle p50  p99  writes GB/s a rank, loaded "
+	       "loaded/idle p50   p99  yielding/idle p50   p99  writes GB/s a rank, loaded "
 	       "and yielding\n");
 	for (uint32_t i = 0; i < fl->done; i++) {
-		const struct floor_result *x = &fl->res[i];
+		const struct bench_floor_result *x = &fl->res[i];
 
-		printf("raw: %5u  %6.2f/%-7.2f  %6.2f/%-7.2f    %6.2f/%-7.2f    %15.2f  %4.2f  "
-		       "%17.2f  %4.2f  %.2f, %.2f\n", worlds[i],
-		       x->p50[FLOOR_IDLE] / 1e3, x->p99[FLOOR_IDLE] / 1e3,
-		       x->p50[FLOOR_LOADED] / 1e3, x->p99[FLOOR_LOADED] / 1e3,
-		       x->p50[FLOOR_YIELDING] / 1e3, x->p99[FLOOR_YIELDING] / 1e3,
-		       x->p50[FLOOR_LOADED] / x->p50[FLOOR_IDLE],
-		       x->p99[FLOOR_LOADED] / x->p99[FLOOR_IDLE],
-		       x->p50[FLOOR_YIELDING] / x->p50[FLOOR_IDLE],
-		       x->p99[FLOOR_YIELDING] / x->p99[FLOOR_IDLE],
-		       x->write_gbps[FLOOR_LOADED], x->write_gbps[FLOOR_YIELDING]);
+		printf("raw: %5u", worlds[i]);
+		restore_print_pair(15, x->p50[BENCH_FLOOR_IDLE], x->p99[BENCH_FLOOR_IDLE]);
+		restore_print_pair(17, x->p50[BENCH_FLOOR_LOADED], x->p99[BENCH_FLOOR_LOADED]);
+		restore_print_pair(19, x->p50[BENCH_FLOOR_YIELDING],
+				   x->p99[BENCH_FLOOR_YIELDING]);
+		printf("  %15.2f  %4.2f  %17.2f  %4.2f  %.2f, %.2f\n",
+		       x->p50[BENCH_FLOOR_LOADED] / x->p50[BENCH_FLOOR_IDLE],
+		       x->p99[BENCH_FLOOR_LOADED] / x->p99[BENCH_FLOOR_IDLE],
+		       x->p50[BENCH_FLOOR_YIELDING] / x->p50[BENCH_FLOOR_IDLE],
+		       x->p99[BENCH_FLOOR_YIELDING] / x->p99[BENCH_FLOOR_IDLE],
+		       x->write_gbps[BENCH_FLOOR_LOADED], x->write_gbps[BENCH_FLOOR_YIELDING]);
 	}
 }
 
@@ -793,7 +434,12 @@ int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t 
 			RESTORE_WORLD_MAX);
 		return -EINVAL;
 	}
-	snprintf(base, sizeof(base), "%s/restore-%d", dir, (int)getpid());
+	/* Cut short, it would name another directory, which the end removes. */
+	if ((size_t)snprintf(base, sizeof(base), "%s/restore-%d", dir, (int)getpid()) >=
+	    sizeof(base) - 16) { /* and "/rank7" under it */
+		fprintf(stderr, "selene bench restore: %s: too long a path\n", dir);
+		return -ENAMETOOLONG;
+	}
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	r.idle_ns = calloc(samples, sizeof(uint64_t));
 	r.loaded_ns = calloc(samples, sizeof(uint64_t));
@@ -804,11 +450,13 @@ int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t 
 	printf("restore: %u restores of a %u-page record (%.1f MiB a rank) idle, then as "
 	       "many while %u stores of the same size are kept queued (after %u untimed "
 	       "such passes); device %s, %ld cores online\n", samples, RESTORE_PAGES,
-	       (double)RESTORE_PAGES * RESTORE_PLANES * RESTORE_UNIT / 1048576.0,
+	       (double)RESTORE_BYTES / 1048576.0,
 	       RESTORE_STORES_IN_FLIGHT, warmup, device, sysconf(_SC_NPROCESSORS_ONLN));
 	fflush(stdout);
 	/* The disk alone first: no thread of it runs when the peers fork. */
 	ret = restore_floors_measure(dir, worlds, world_count, samples, r.idle_ns, &floors);
+	if (ret) /* said */
+		goto out;
 	for (uint32_t w = 0; !ret && w < world_count; w++) {
 		struct restore_result *x = &res[w];
 
@@ -828,14 +476,16 @@ int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t 
 				RESTORE_UNIT / r.store_seconds / 1e9;
 		done++;
 	}
-	printf("restore: ranks  idle p50/p99 ms  loaded p50/p99 ms  loaded/idle p50  p99  "
-	       "stores meanwhile GB/s a rank\n");
-	for (uint32_t i = 0; i < done; i++)
-		printf("restore: %5u  %6.2f/%-7.2f  %6.2f/%-7.2f  %15.2f  %4.2f  %.2f\n",
-		       res[i].world, res[i].idle50 / 1e3, res[i].idle99 / 1e3,
-		       res[i].loaded50 / 1e3, res[i].loaded99 / 1e3,
-		       res[i].loaded50 / res[i].idle50, res[i].loaded99 / res[i].idle99,
-		       res[i].store_gbps);
+	if (done > 0)
+		printf("restore: ranks  idle p50/p99 ms  loaded p50/p99 ms  loaded/idle p50   p99"
+		       "  stores meanwhile GB/s a rank\n");
+	for (uint32_t i = 0; i < done; i++) {
+		printf("restore: %5u", res[i].world);
+		restore_print_pair(15, res[i].idle50, res[i].idle99);
+		restore_print_pair(17, res[i].loaded50, res[i].loaded99);
+		printf("  %15.2f  %4.2f  %.2f\n", res[i].loaded50 / res[i].idle50,
+		       res[i].loaded99 / res[i].idle99, res[i].store_gbps);
+	}
 	restore_floors_print(&floors, worlds);
 	if (ret)
 		fprintf(stderr, "selene bench restore: %s\n", sel_strerror(ret));

@@ -460,7 +460,12 @@ int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t ro
 			"least 1\n", STARTUP_WORLD_MAX);
 		return -EINVAL;
 	}
-	snprintf(r.base, sizeof(r.base), "%s/startup-%ux%u", dir, world, records);
+	/* Cut short, it would name another directory, which the end removes. */
+	if ((size_t)snprintf(r.base, sizeof(r.base), "%s/startup-%ux%u", dir, world,
+			     records) >= sizeof(r.base) - 16) { /* and "/rank7" */
+		fprintf(stderr, "selene bench startup: %s: too long a path\n", dir);
+		return -ENAMETOOLONG;
+	}
 	r.plane = calloc(4, STARTUP_UNIT);
 	r.rows = calloc(4, STARTUP_UNIT);
 	r.peer_times = mmap(NULL, STARTUP_WORLD_MAX * sizeof(*r.peer_times),

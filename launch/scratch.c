@@ -50,7 +50,13 @@ int launch_scratch_run(const char *what, const char *parent, const char *name,
 		fprintf(stderr, "%s: %s: not a directory\n", what, parent);
 		return 1;
 	}
-	snprintf(path, sizeof(path), "%s/%s.%d", parent, name, (int)getpid());
+	_Static_assert(sizeof(path) >= LAUNCH_SCRATCH_PATH_MAX, "a scratch path fits");
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s.%d", parent, name, (int)getpid()) >=
+	    LAUNCH_SCRATCH_PATH_MAX) {
+		fprintf(stderr, "%s: %s: too long a path (the scratch directory in it must "
+			"name fewer than %u bytes)\n", what, parent, LAUNCH_SCRATCH_PATH_MAX);
+		return 1;
+	}
 	if (mkdir(path, 0755) != 0) {
 		fprintf(stderr, "%s: cannot make %s: %s\n", what, path, strerror(errno));
 		return 1;

@@ -24,8 +24,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
-#include <linux/magic.h>
 #include <unistd.h>
 
 struct rec_dir {
@@ -83,17 +81,6 @@ static void report_buffered(const char *path, int reason)
 			 strerror(reason));
 }
 
-/* tmpfs and ramfs: file I/O there is a copy the CPU makes. */
-static bool fs_in_memory(int fd)
-{
-	struct statfs st;
-
-	if (fstatfs(fd, &st) != 0)
-		return false;
-	return (unsigned long)st.f_type == TMPFS_MAGIC ||
-	       (unsigned long)st.f_type == RAMFS_MAGIC;
-}
-
 static int dir_lock_and_probe(struct rec_dir *dir, bool no_direct, char *err,
 			      size_t err_size)
 {
@@ -111,7 +98,7 @@ static int dir_lock_and_probe(struct rec_dir *dir, bool no_direct, char *err,
 					"process (its flock is held)", dir->path) :
 			       sel_fail(-errno, err, err_size, "cannot lock %s: %s",
 					dir->path, strerror(errno));
-	dir->memory_backed = fs_in_memory(dir->fd);
+	dir->memory_backed = rec_io_memory_backed(dir->fd);
 	if (no_direct)
 		return 0;
 	ret = rec_io_probe_direct(dir->fd, &reason);

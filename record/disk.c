@@ -1116,6 +1116,11 @@ uint32_t rec_disk_io_workers(const struct rec_disk *disk)
 
 uint32_t rec_disk_default_io_workers(const struct rec_dir *dir)
 {
+	return rec_disk_default_io_workers_for(rec_dir_memory_backed(dir), rec_dir_direct(dir));
+}
+
+uint32_t rec_disk_default_io_workers_for(bool memory_backed, bool direct)
+{
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	uint32_t n;
 
@@ -1128,7 +1133,7 @@ uint32_t rec_disk_default_io_workers(const struct rec_dir *dir)
 	 * most 8 (measured on the H200's 16 cores: one thread reads tmpfs at
 	 * 3.1 GB/s, eight at 15-17; issue 11 item 2).
 	 */
-	if (!rec_dir_memory_backed(dir) && rec_dir_direct(dir))
+	if (!memory_backed && direct)
 		return 0;
 	cores /= 2;
 	return cores < 1 ? 1 : cores > 8 ? 8 : (uint32_t)cores;

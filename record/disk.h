@@ -198,6 +198,9 @@ uint32_t rec_disk_io_workers(const struct rec_disk *disk);
  */
 uint32_t rec_disk_default_io_workers(const struct rec_dir *dir);
 
+/* The same rule for a directory known by its two facts (a raw baseline's). */
+uint32_t rec_disk_default_io_workers_for(bool memory_backed, bool direct);
+
 /*
  * Hands req to the disk thread; it is the thread's until it appears on
  * req->replies. Never blocks: SEL_EQUEUEFULL when REC_DISK_QUEUE_MAX

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -255,4 +257,14 @@ out_close:
 	close(fd);
 	unlinkat(dirfd, probe, 0);
 	return ret;
+}
+
+bool rec_io_memory_backed(int fd)
+{
+	struct statfs st;
+
+	if (fstatfs(fd, &st) != 0)
+		return false;
+	return (unsigned long)st.f_type == TMPFS_MAGIC ||
+	       (unsigned long)st.f_type == RAMFS_MAGIC;
 }

@@ -78,4 +78,8 @@ int rec_io_create_fresh(int dirfd, const char *name, int open_flags, mode_t mode
  */
 int rec_io_probe_direct(int dirfd, int *reason);
 
+/* Whether fd's file system keeps files in memory (tmpfs, ramfs): file I/O
+ * there is a copy the CPU makes. */
+bool rec_io_memory_backed(int fd);
+
 #endif

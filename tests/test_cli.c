@@ -1016,6 +1016,36 @@ static void test_cli_bench_cleans_up(void **state)
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--device", "host", missing, NULL });
 	expect(r, 1, "No such file or directory");
 	assert_int_equal(tu_count_suffix(dir, ""), 2); /* "." and "..": nothing made */
+	/*
+	 * A directory too long for the names made under it is refused whole:
+	 * cut short, one would name another directory, which the end removes
+	 * (it did: a --dir of 511 bytes was removed with what it held).
+	 */
+	{
+		char longer[700], kept[760];
+		size_t n = (size_t)snprintf(longer, sizeof(longer), "%s", dir);
+		int fd;
+
+		while (n < 420) {
+			n += (size_t)snprintf(longer + n, sizeof(longer) - n, "/%.60s",
+					      "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd");
+			assert_true(mkdir(longer, 0755) == 0);
+		}
+		snprintf(kept, sizeof(kept), "%s/kept", longer);
+		fd = open(kept, O_CREAT | O_WRONLY, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+		run(r, NULL, (const char *[]){ "bench", "restore", "--device", "host",
+					       "--records", "1", "--dir", longer, NULL });
+		expect(r, 1, "too long a path");
+		assert_int_equal(access(kept, F_OK), 0);
+		assert_int_equal(tu_count_suffix(longer, ""), 3); /* ".", "..", kept */
+		unlink(kept);
+		while (strlen(longer) > strlen(dir)) {
+			assert_int_equal(rmdir(longer), 0);
+			*strrchr(longer, '/') = '\0';
+		}
+	}
 	run(r, NULL, (const char *[]){ "bench", "store", "--dir", dir, "--device", "host",
 				       "--planes", "2", "--plane-bytes", "4K", "--row-bytes", "4K",
 				       "--pages", "4", "--rounds", "2", NULL });
@@ -1068,6 +1098,15 @@ static void test_cli_bench_cleans_up(void **state)
 			      "--records", "2", "--dir", dir, NULL });
 	expect(r, 1, "/floor: No space left on device");
 	assert_null(strstr(r->out, "\nraw:     1 "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* a writer failing while the readers run (the fifth open: the targets
+	 * take four): every thread stops, the bench fails naming it */
+	run(r, "SELENE_FAILPOINTS=disk.open=4*off->return(EIO)",
+	    (const char *[]){ "bench", "restore", "--device", "host", "--ranks", "1",
+			      "--records", "2", "--dir", dir, NULL });
+	expect(r, 1, "the disk alone, writing: Input/output error");
+	assert_non_null(strstr(r->out, "/floor: Input/output error"));
+	assert_null(strstr(r->out, "\nrestore:     1 "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 
 	/* interrupted while it runs: waits for its first record directory */

@@ -10,6 +10,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "record/catalog.h"
+#include "record/io.h"
 #include "selene/selene.h"
 
 #include <errno.h>
@@ -454,6 +455,7 @@ static void test_dir_tmpfs_either_path(void **state)
 	printf("O_DIRECT on /dev/shm: %s\n", rec_dir_direct(dir) ? "yes" : "no");
 	/* Its I/O is a CPU copy: the disk thread spreads it over workers. */
 	assert_true(rec_dir_memory_backed(dir));
+	assert_true(rec_io_memory_backed(rec_dir_fd(dir)));
 	rec_scan_free(&scan);
 	tu_record_free(&rec);
 	rec_dir_close(dir);

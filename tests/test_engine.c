@@ -1984,8 +1984,15 @@ static void test_engine_default_io_workers(void **state)
 		assert_int_equal(fallback, 0);
 	else
 		assert_true(fallback >= 1 && fallback <= 8);
+	/* the rule by the directory's two facts, as a raw baseline asks it */
+	assert_int_equal(rec_disk_default_io_workers_for(false, true), 0);
+	assert_int_equal(rec_disk_default_io_workers_for(rec_dir_memory_backed(f->dir),
+							 rec_dir_direct(f->dir)), fallback);
+	assert_true(rec_disk_default_io_workers_for(true, true) >= 1);
+	assert_true(rec_disk_default_io_workers_for(false, false) >= 1);
 	setenv("SELENE_IO_THREADS", "5", 1);
 	assert_int_equal(rec_disk_default_io_workers(f->dir), 5);
+	assert_int_equal(rec_disk_default_io_workers_for(false, true), 5);
 	setenv("SELENE_IO_THREADS", "0", 1);
 	assert_int_equal(rec_disk_default_io_workers(f->dir), 0);
 	setenv("SELENE_IO_THREADS", "5x", 1);
