@@ -14,6 +14,7 @@
 #include "launch/commands.h"
 #include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
+#include "launch/scratch.h"
 
 #include "common/base.h"
 #include "coordinator/bench.h"
@@ -357,7 +358,7 @@ int bench_fanout(const char *dir, uint32_t jobs)
 {
 	static const uint32_t worlds[] = { 1, 2, 4, 8 };
 	struct fanout_result res[SEL_ARRAY_SIZE(worlds)];
-	char base[512];
+	char base[LAUNCH_SCRATCH_PATH_MAX + LAUNCH_SCRATCH_NAMES_MAX];
 	struct fanout_run r = { .base = base, .jobs = jobs };
 	size_t done = 0;
 	int ret = 0;

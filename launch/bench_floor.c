@@ -9,6 +9,7 @@
 #include "launch/bench_store.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "record/disk.h"
 #include "record/io.h"
 #include "selene/selene.h"
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define FLOOR_CHUNK (8u << 20)  /* without kernel workers: 8 MiB requests */
@@ -38,6 +40,9 @@ struct floor_rank {
 	uint32_t rank;
 	uint8_t *read_buffer;
 	int target_fd[FLOOR_TARGETS];
+	struct io_uring read_ring, write_ring; /* made before the threads start */
+	bool rings_made;
+	struct iovec read_iov[FLOOR_RING_ENTRIES], write_iov[FLOOR_RING_ENTRIES];
 	pthread_t reader, writer;
 	bool reader_started, writer_started;
 };
@@ -163,13 +168,15 @@ static int floor_complete(struct io_uring *ring, uint32_t chunk, bool *taken)
 }
 
 /*
- * Reads or writes fd's f->bytes with every request in flight; a writer
- * issues each only while floor_may_write says so. However it ends, the
+ * Reads or writes fd's f->bytes with every request in flight, each a
+ * one-buffer readv or writev as the disk thread's (iov holds them); a
+ * writer issues each only while floor_may_write says so, read without the
+ * lock, so one may go out just as a sample starts. However it ends, the
  * kernel holds none of buf after (unless a wait itself failed, which
  * leaves nothing to wait with).
  */
-static int floor_file_io(struct floor *f, struct io_uring *ring, int fd, uint8_t *buf,
-			 bool write)
+static int floor_file_io(struct floor *f, struct io_uring *ring, struct iovec *iov, int fd,
+			 uint8_t *buf, bool write)
 {
 	uint32_t chunk = f->io.chunk_bytes, in_kernel = 0;
 	uint64_t prepared_bytes = 0, completed = 0;
@@ -182,12 +189,13 @@ static int floor_file_io(struct floor *f, struct io_uring *ring, int fd, uint8_t
 
 		while (prepared_bytes < f->bytes && (!write || floor_may_write(f)) &&
 		       (sqe = io_uring_get_sqe(ring)) != NULL) {
+			struct iovec *v = &iov[prepared_bytes / chunk];
+
+			*v = (struct iovec){ buf + prepared_bytes, chunk };
 			if (write)
-				io_uring_prep_write(sqe, fd, buf + prepared_bytes, chunk,
-						    prepared_bytes);
+				io_uring_prep_writev(sqe, fd, v, 1, prepared_bytes);
 			else
-				io_uring_prep_read(sqe, fd, buf + prepared_bytes, chunk,
-						   prepared_bytes);
+				io_uring_prep_readv(sqe, fd, v, 1, prepared_bytes);
 			if (f->io.workers)
 				io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 			prepared_bytes += chunk;
@@ -220,13 +228,9 @@ static void *floor_writer(void *arg)
 {
 	struct floor_rank *fr = arg;
 	struct floor *f = fr->f;
-	struct io_uring ring;
-	int ret = floor_ring(f, &ring);
-	bool ring_made = ret == 0;
+	int ret;
 
-	if (!ring_made)
-		floor_fail(f, "a writer's ring", ret);
-	for (uint64_t n = 0; ring_made && floor_hold(f); n++) {
+	for (uint64_t n = 0; floor_hold(f); n++) {
 		char name[64];
 		int fd;
 
@@ -235,7 +239,8 @@ static void *floor_writer(void *arg)
 		fd = rec_io_open(f->dirfd, name, O_CREAT | O_TRUNC | O_WRONLY, f->io.direct);
 		ret = fd < 0 ? fd : rec_io_fallocate(fd, f->bytes); /* as a record's create */
 		if (!ret)
-			ret = floor_file_io(f, &ring, fd, f->write_buffer, true);
+			ret = floor_file_io(f, &fr->write_ring, fr->write_iov, fd,
+					    f->write_buffer, true);
 		if (fd >= 0)
 			close(fd);
 		if (ret) {
@@ -244,8 +249,6 @@ static void *floor_writer(void *arg)
 			break;
 		}
 	}
-	if (ring_made)
-		io_uring_queue_exit(&ring);
 	return NULL;
 }
 
@@ -253,14 +256,10 @@ static void *floor_reader(void *arg)
 {
 	struct floor_rank *fr = arg;
 	struct floor *f = fr->f;
-	struct io_uring ring;
 	uint64_t seen = 0;
-	int ret = floor_ring(f, &ring);
-	bool ring_made = ret == 0;
 
-	if (!ring_made)
-		floor_fail(f, "a reader's ring", ret);
-	while (ring_made) {
+	for (;;) {
+		int ret;
 		uint64_t sample;
 
 		pthread_mutex_lock(&f->lock);
@@ -270,8 +269,8 @@ static void *floor_reader(void *arg)
 		pthread_mutex_unlock(&f->lock);
 		if (floor_stopped(f))
 			break;
-		ret = floor_file_io(f, &ring, fr->target_fd[sample % FLOOR_TARGETS],
-				    fr->read_buffer, false);
+		ret = floor_file_io(f, &fr->read_ring, fr->read_iov,
+				    fr->target_fd[sample % FLOOR_TARGETS], fr->read_buffer, false);
 		if (ret)
 			floor_fail(f, "reading", ret);
 		pthread_mutex_lock(&f->lock);
@@ -279,8 +278,6 @@ static void *floor_reader(void *arg)
 		pthread_cond_broadcast(&f->changed);
 		pthread_mutex_unlock(&f->lock);
 	}
-	if (ring_made)
-		io_uring_queue_exit(&ring);
 	return NULL;
 }
 
@@ -385,8 +382,10 @@ static int floor_probe(struct floor *f)
 	if (f->io.workers) {
 		unsigned int workers[2] = { f->io.workers, f->io.workers };
 
-		/* Where the kernel refuses the bound, the disk thread goes inline. */
-		if (io_uring_register_iowq_max_workers(&ring, workers) != 0)
+		/* Where the kernel refuses the bound, the disk thread goes inline
+		 * (record/disk.c, with the same failpoint). */
+		if (SEL_FAILPOINT(SEL_FP_DISK_IO_WORKERS) < 0 ||
+		    io_uring_register_iowq_max_workers(&ring, workers) != 0)
 			f->io.workers = 0;
 	}
 	io_uring_queue_exit(&ring);
@@ -406,6 +405,17 @@ static int floor_run(struct floor *f, uint32_t samples, uint64_t *ns,
 		struct floor_rank *fr = &f->ranks[r];
 
 		ret = floor_rank_setup(f, fr);
+		if (!ret) {
+			/* Made here, so a ring the kernel refuses is said as such. */
+			ret = floor_ring(f, &fr->read_ring);
+			if (!ret && (ret = floor_ring(f, &fr->write_ring)) != 0)
+				io_uring_queue_exit(&fr->read_ring);
+			fr->rings_made = !ret;
+			if (ret) {
+				f->io.unavailable = ret;
+				break;
+			}
+		}
 		if (!ret)
 			ret = -pthread_create(&fr->reader, NULL, floor_reader, fr);
 		fr->reader_started = !ret;
@@ -423,7 +433,13 @@ static int floor_run(struct floor *f, uint32_t samples, uint64_t *ns,
 			pthread_join(fr->reader, NULL);
 		if (fr->writer_started)
 			pthread_join(fr->writer, NULL);
+		if (fr->rings_made) {
+			io_uring_queue_exit(&fr->read_ring);
+			io_uring_queue_exit(&fr->write_ring);
+		}
 	}
+	if (f->io.unavailable)
+		return 0; /* nothing measured; the caller says why */
 	/* A failure after the last sample still fails the measurement. */
 	return ret ? ret : __atomic_load_n(&f->error, __ATOMIC_RELAXED);
 }

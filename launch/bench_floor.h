@@ -8,9 +8,13 @@
  * writer thread a rank is idle, writes files of the same size on, each
  * preallocated as a record file is (loaded), or issues nothing new while a
  * read runs (yielding: what a store that yields at once would leave, the
- * writes already in flight still finishing). A sample is timed from its
- * start to the last rank's last byte. Its loaded/idle ratios are what the
- * disk itself allows a restore under stores.
+ * writes already in flight still finishing; a writer reads that state
+ * without the lock, so one request may go out as a read starts). A sample
+ * is timed from its start to the last rank's last byte. Its loaded/idle
+ * ratios are what the disk itself allows a restore under stores. One
+ * difference stays: the reader and the writer each submit on their own
+ * ring, so where kernel workers are used a rank has two pools of them, the
+ * disk thread one.
  */
 #ifndef SELENE_LAUNCH_BENCH_FLOOR_H
 #define SELENE_LAUNCH_BENCH_FLOOR_H

@@ -15,6 +15,7 @@
 #include "launch/bench_floor.h"
 #include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
+#include "launch/scratch.h"
 #include "launch/run.h"
 
 #include "common/base.h"
@@ -422,7 +423,7 @@ int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t 
 {
 	struct restore_result res[2];
 	struct restore_floors floors = { .done = 0 };
-	char base[512];
+	char base[LAUNCH_SCRATCH_PATH_MAX + LAUNCH_SCRATCH_NAMES_MAX];
 	struct restore_run r = { .base = base, .device = device, .samples = samples,
 				 .warmup = warmup };
 	/* Several ranks first: their peers fork before this process uses a GPU. */

@@ -20,11 +20,11 @@
  * an exit status: fn's own value (0 to 125) when the child exited, 128 +
  * the signal when a signal ended it, 1 when the scratch directory could
  * not be made or the child not started (said on stderr, prefixed with
- * what). A scratch path of LAUNCH_SCRATCH_PATH_MAX bytes or more is refused
- * (1, said), so that fn's own names under it (LAUNCH_SCRATCH_NAMES_MAX more
- * bytes at most, in buffers of LAUNCH_SCRATCH_PATH_MAX +
- * LAUNCH_SCRATCH_NAMES_MAX) are never cut short, which would name another
- * directory, one fn's cleanup would then remove. The parent forwards SIGINT, SIGTERM and SIGHUP to the child,
+ * what). A scratch path of LAUNCH_SCRATCH_PATH_MAX bytes or more is
+ * refused (1, said), so that fn's own names under it (at most
+ * LAUNCH_SCRATCH_NAMES_MAX bytes more, in buffers that hold both) are
+ * never cut short: cut short, a name could name another directory, which
+ * fn's cleanup would then remove. The parent forwards SIGINT, SIGTERM and SIGHUP to the child,
  * unless the caller ignores them (they stay ignored in both).
  */
 int launch_scratch_run(const char *what, const char *parent, const char *name,
