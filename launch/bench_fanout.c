@@ -22,7 +22,6 @@
 #include "selene/store.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,15 +287,6 @@ static int fanout_pipelined(struct fanout_run *r, sel_store *store, uint64_t fir
 	return ret;
 }
 
-static int fanout_remove_one(const char *path, const struct stat *st, int flag,
-			     struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
 /* Runs one world size; fills r's samples. */
 static int fanout_world(struct fanout_run *r)
 {
@@ -326,7 +316,7 @@ static int fanout_world(struct fanout_run *r)
 	if (store && sel_store_close(store, 60000) && !ret)
 		ret = -EIO;
 	ret = bench_ranks_stop(&r->ranks, ret);
-	nftw(r->base, fanout_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	launch_remove_tree(r->base);
 	return ret;
 }
 

@@ -7,6 +7,7 @@
  */
 #include "launch/bench_floor.h"
 #include "launch/bench_store.h"
+#include "launch/scratch.h"
 
 #include "common/base.h"
 #include "common/failpoint.h"
@@ -16,7 +17,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -354,15 +354,6 @@ static int floor_rank_setup(struct floor *f, struct floor_rank *fr)
 	return 0;
 }
 
-static int floor_remove_one(const char *path, const struct stat *st, int flag,
-			    struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
 /* How the disk thread would do I/O in f->dirfd; io->unavailable without io_uring. */
 static int floor_probe(struct floor *f)
 {
@@ -504,7 +495,7 @@ int bench_floor_measure(const char *dir, uint32_t world, uint64_t bytes, uint32_
 	if (f->dirfd >= 0)
 		close(f->dirfd);
 	if (made) /* only what this call made */
-		nftw(path, floor_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+		launch_remove_tree(path);
 	free(f->write_buffer);
 	pthread_cond_destroy(&f->changed);
 	pthread_mutex_destroy(&f->lock);

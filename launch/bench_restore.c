@@ -24,7 +24,6 @@
 
 
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,15 +308,6 @@ static int restore_measure(struct restore_run *r, sel_store *store)
 	return ret ? ret : s.failed ? -EIO : 0;
 }
 
-static int restore_remove_one(const char *path, const struct stat *st, int flag,
-			      struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
 static int restore_world(struct restore_run *r)
 {
 	struct sel_store_config c;
@@ -347,7 +337,7 @@ static int restore_world(struct restore_run *r)
 	ret = bench_ranks_stop(&r->ranks, ret);
 	if (r->planes.plane_count)
 		launch_run_planes_close(&r->planes);
-	nftw(r->base, restore_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	launch_remove_tree(r->base);
 	return ret;
 }
 

@@ -25,6 +25,7 @@
  */
 #include "launch/bench_ranks.h"
 #include "launch/bench_store.h"
+#include "launch/scratch.h"
 
 #include "common/base.h"
 #include "coordinator/bench.h"
@@ -220,15 +221,6 @@ static int startup_publish_all(struct startup_run *r, sel_store *store)
 	return ret;
 }
 
-static int startup_remove_one(const char *path, const struct stat *st, int flag,
-			      struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
 /* Makes the records unless a kept population of this shape is there. */
 static int startup_populate(struct startup_run *r)
 {
@@ -245,7 +237,7 @@ static int startup_populate(struct startup_run *r)
 		       r->base);
 		return 0;
 	}
-	nftw(r->base, startup_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	launch_remove_tree(r->base);
 	if (mkdir(r->base, 0755) && errno != EEXIST)
 		return -errno;
 	ret = startup_open(r, &store);
@@ -501,7 +493,7 @@ int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t ro
 		       "the H200 host\n");
 out:
 	if (!keep || ret)
-		nftw(r.base, startup_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+		launch_remove_tree(r.base);
 	if (ret)
 		fprintf(stderr, "selene bench startup: %s\n", sel_strerror(ret));
 	free(r.plane);

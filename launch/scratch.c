@@ -90,9 +90,14 @@ int launch_scratch_run(const char *what, const char *parent, const char *name,
 	}
 	for (int i = 0; i < 3; i++)
 		sigaction(signals[i], &old[i], NULL);
-	if (nftw(path, scratch_remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+	if (launch_remove_tree(path) != 0) {
 		fprintf(stderr, "%s: cannot remove %s: %s\n", what, path, strerror(errno));
 		status = status ? status : 1;
 	}
 	return status;
+}
+
+int launch_remove_tree(const char *path)
+{
+	return nftw(path, scratch_remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }

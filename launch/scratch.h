@@ -30,4 +30,11 @@
 int launch_scratch_run(const char *what, const char *parent, const char *name,
 		       int (*fn)(const char *scratch_path, void *arg), void *arg);
 
+/*
+ * Removes path and everything under it, deepest first, never following a
+ * symlink (it is removed, not what it names); what is already gone is no
+ * failure. 0, or -1 with errno set by the first removal that failed.
+ */
+int launch_remove_tree(const char *path);
+
 #endif

@@ -997,6 +997,19 @@ static int entries(const char *path)
 	return count;
 }
 
+/* bench restore at one rank with failpoints failing the disk alone: the
+ * bench fails naming it, measures nothing, leaves nothing behind */
+static void restore_floor_fails(struct run_result *r, const char *dir, const char *failpoints,
+				const char *message)
+{
+	run(r, failpoints, (const char *[]){ "bench", "restore", "--device", "host", "--ranks",
+					     "1", "--records", "2", "--dir", dir, NULL });
+	expect(r, 1, message);
+	assert_null(strstr(r->out, "\nraw:     1 "));
+	assert_null(strstr(r->out, "\nrestore:     1 "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+}
+
 /*
  * selene bench writes only into a scratch directory of its own and removes
  * it at the end, also when interrupted (SIGINT); a directory that does not
@@ -1102,23 +1115,15 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "\nraw:     2 "));
 	assert_non_null(strstr(r->out, "\nraw:     1 "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
-	/* the disk alone failing: named, the bench fails, nothing left behind */
-	run(r, "SELENE_FAILPOINTS=disk.open=return(ENOSPC)",
-	    (const char *[]){ "bench", "restore", "--device", "host", "--ranks", "1",
-			      "--records", "2", "--dir", dir, NULL });
-	expect(r, 1, "/floor: No space left on device");
-	assert_null(strstr(r->out, "\nraw:     1 "));
-	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* the disk alone failing in its setup */
+	restore_floor_fails(r, dir, "SELENE_FAILPOINTS=disk.open=return(ENOSPC)",
+			    "/floor: No space left on device");
 	/* a writer failing once its threads run (the fifth open, its first
 	 * file's as the loaded phase starts: the targets take four): every
-	 * thread stops, the bench fails naming it */
-	run(r, "SELENE_FAILPOINTS=disk.open=4*off->return(EIO)",
-	    (const char *[]){ "bench", "restore", "--device", "host", "--ranks", "1",
-			      "--records", "2", "--dir", dir, NULL });
-	expect(r, 1, "the disk alone, writing: Input/output error");
+	 * thread stops */
+	restore_floor_fails(r, dir, "SELENE_FAILPOINTS=disk.open=4*off->return(EIO)",
+			    "the disk alone, writing: Input/output error");
 	assert_non_null(strstr(r->out, "/floor: Input/output error"));
-	assert_null(strstr(r->out, "\nrestore:     1 "));
-	assert_int_equal(tu_count_suffix(dir, ""), 2);
 no_uring:
 
 	/* interrupted while it runs: waits for its first record directory */
