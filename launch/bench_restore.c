@@ -7,9 +7,9 @@
  * records, restores them one at a time with nothing else running, then
  * again while RESTORE_STORES_IN_FLIGHT stores of records of the same size
  * are kept in flight, and prints p50 and p99 of both and their ratios.
- * Before that it measures the disk alone the same way (restore_floor), so
- * each run says how much of a loaded restore's extra time the disk itself
- * takes.
+ * Before that it measures the disk alone the same way (launch/bench_floor.h),
+ * so each run says how much of a loaded restore's extra time the disk
+ * itself takes.
  */
 #include "launch/commands.h"
 #include "launch/bench_floor.h"
@@ -21,7 +21,6 @@
 #include "common/base.h"
 #include "common/log.h"
 #include "selene/store.h"
-
 
 #include <errno.h>
 #include <inttypes.h>

@@ -454,7 +454,7 @@ int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t ro
 	}
 	/* Cut short, it would name another directory, which the end removes. */
 	if ((size_t)snprintf(r.base, sizeof(r.base), "%s/startup-%ux%u", dir, world,
-			     records) >= sizeof(r.base) - 16) { /* and "/rank7" */
+			     records) >= sizeof(r.base) - 16) { /* and "/rank63" */
 		fprintf(stderr, "selene bench startup: %s: too long a path\n", dir);
 		return -ENAMETOOLONG;
 	}
