@@ -116,7 +116,10 @@ static void floor_set_phase(struct floor *f, int phase)
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* A ring as the disk thread's would be here: 0 or a negative errno. */
+/*
+ * A ring as the disk thread's would be here, its kernel workers bounded
+ * (behind the same failpoint as record/disk.c's): 0 or a negative errno.
+ */
 static int floor_ring(const struct floor *f, struct io_uring *ring)
 {
 	int ret = io_uring_queue_init(FLOOR_RING_ENTRIES, ring, 0);
@@ -124,11 +127,13 @@ static int floor_ring(const struct floor *f, struct io_uring *ring)
 	if (!ret && f->io.workers) {
 		unsigned int workers[2] = { f->io.workers, f->io.workers };
 
-		ret = io_uring_register_iowq_max_workers(ring, workers);
+		ret = SEL_FAILPOINT(SEL_FP_DISK_IO_WORKERS);
+		if (ret >= 0)
+			ret = io_uring_register_iowq_max_workers(ring, workers);
 		if (ret)
 			io_uring_queue_exit(ring);
 	}
-	return ret;
+	return ret < 0 ? ret : 0;
 }
 
 /* Hands prepared requests to the kernel, counting them in *in_kernel. */
@@ -365,19 +370,15 @@ static int floor_probe(struct floor *f)
 	f->io.direct = ret == 1;
 	f->io.workers = rec_disk_default_io_workers_for(rec_io_memory_backed(f->dirfd),
 							f->io.direct);
-	ret = io_uring_queue_init(FLOOR_RING_ENTRIES, &ring, 0);
+	ret = floor_ring(f, &ring);
+	if (ret && f->io.workers) {
+		/* Where the kernel refuses the bound, the disk thread goes inline. */
+		f->io.workers = 0;
+		ret = floor_ring(f, &ring);
+	}
 	if (ret) {
 		f->io.unavailable = ret;
 		return 0;
-	}
-	if (f->io.workers) {
-		unsigned int workers[2] = { f->io.workers, f->io.workers };
-
-		/* Where the kernel refuses the bound, the disk thread goes inline
-		 * (record/disk.c, with the same failpoint). */
-		if (SEL_FAILPOINT(SEL_FP_DISK_IO_WORKERS) < 0 ||
-		    io_uring_register_iowq_max_workers(&ring, workers) != 0)
-			f->io.workers = 0;
 	}
 	io_uring_queue_exit(&ring);
 	f->io.chunk_bytes = f->io.workers ? REC_DISK_WORKER_CHUNK_BYTES : FLOOR_CHUNK;

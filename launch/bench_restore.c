@@ -462,8 +462,7 @@ int bench_restore(const char *dir, const char *device, uint32_t ranks, uint32_t 
 		x->world = r.world;
 		bench_percentiles(r.idle_ns, samples, &x->idle50, &x->idle99);
 		bench_percentiles(r.loaded_ns, samples, &x->loaded50, &x->loaded99);
-		x->store_gbps = (double)r.stores_done * RESTORE_PAGES * RESTORE_PLANES *
-				RESTORE_UNIT / r.store_seconds / 1e9;
+		x->store_gbps = (double)r.stores_done * RESTORE_BYTES / r.store_seconds / 1e9;
 		done++;
 	}
 	if (done > 0)

@@ -1124,6 +1124,27 @@ static void test_cli_bench_cleans_up(void **state)
 	restore_floor_fails(r, dir, "SELENE_FAILPOINTS=disk.open=4*off->return(EIO)",
 			    "the disk alone, writing: Input/output error");
 	assert_non_null(strstr(r->out, "/floor: Input/output error"));
+	/* on tmpfs through kernel workers, as the disk thread; inline where the
+	 * kernel refuses their bound, as the disk thread too */
+	if (access("/dev/shm", W_OK) == 0) {
+		char *shm;
+
+		unsetenv("SELENE_IO_THREADS"); /* the default's workers */
+		setenv("TMPDIR", "/dev/shm", 1);
+		shm = tu_make_temp_dir("bench-floor");
+		unsetenv("TMPDIR");
+		run(r, NULL, (const char *[]){ "bench", "restore", "--device", "host",
+					       "--ranks", "1", "--records", "2", "--dir", shm,
+					       NULL });
+		expect(r, 0, " MiB requests, to kernel workers, all in flight)");
+		run(r, "SELENE_FAILPOINTS=disk.io_workers=return(EINVAL)",
+		    (const char *[]){ "bench", "restore", "--device", "host", "--ranks", "1",
+				      "--records", "2", "--dir", shm, NULL });
+		expect(r, 0, "\nraw:     1 ");
+		assert_null(strstr(r->out, "to kernel workers"));
+		assert_int_equal(tu_count_suffix(shm, ""), 2);
+		tu_remove_tree(shm);
+	}
 no_uring:
 
 	/* interrupted while it runs: waits for its first record directory */
