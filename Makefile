@@ -42,7 +42,7 @@ endif
 MPI_CFLAGS := $(shell $(PKG_CONFIG) --cflags ompi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell $(PKG_CONFIG) --libs ompi-c 2>/dev/null || mpicc --showme:link 2>/dev/null)
 ifneq ($(MPI_LIBS),)
-$(BUILD)/launch/bootstrap_mpi.o $(BUILD)/launch/step_mpi.o: SEL_CFLAGS += -DSEL_HAVE_MPI $(MPI_CFLAGS)
+$(BUILD)/launch/bootstrap/mpi.o $(BUILD)/launch/worker/step_mpi.o: SEL_CFLAGS += -DSEL_HAVE_MPI $(MPI_CFLAGS)
 endif
 # Where pkg-config is missing (the GPU host), the libraries' plain names.
 PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null || echo -luring -lxxhash -lb2)
@@ -68,7 +68,14 @@ LIB_SRCS := $(sort \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c)
-PROG_SRCS := $(sort launch/args.c launch/bench_fanout.c launch/bench_floor.c launch/bench_ranks.c launch/bench_restore.c launch/bench_startup.c launch/bench_store.c launch/bootstrap.c launch/bootstrap_mpi.c launch/cmd_cluster.c launch/cmd_bench.c launch/cmd_demo.c launch/cmd_records.c launch/cmd_run.c launch/gpu_cache.c launch/main.c launch/metrics_http.c launch/run_planes.c launch/scratch.c launch/step_mpi.c launch/synth.c launch/trace.c)
+PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_records.c \
+	launch/main.c launch/scratch.c \
+	launch/bench/bench.c launch/bench/fanout.c launch/bench/floor.c launch/bench/ranks.c \
+	launch/bench/restore.c launch/bench/startup.c launch/bench/store.c \
+	launch/bootstrap/env.c launch/bootstrap/mpi.c \
+	launch/metrics/http.c \
+	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
+	launch/worker/synth.c launch/worker/trace.c)
 TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index protocol resolve store summary metrics_http)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -108,17 +115,17 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATI
 		$(LDLIBS) $(TEST_LDLIBS)
 
 # The launch layer's bootstrap is not in the library.
-$(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/bootstrap.o \
-		$(BUILD)/launch/bootstrap_mpi.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
+$(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/bootstrap/env.o \
+		$(BUILD)/launch/bootstrap/mpi.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \
 		$(LDLIBS) $(MPI_LIBS) $(TEST_LDLIBS)
 
 # The reference worker's modules are the program's, not the library's.
 $(BUILD)/tests/test_args: $(BUILD)/launch/args.o
-$(BUILD)/tests/test_gpu_cache: $(BUILD)/launch/gpu_cache.o
-$(BUILD)/tests/test_synth: $(BUILD)/launch/synth.o $(BUILD)/launch/trace.o
-$(BUILD)/tests/test_metrics_http: $(BUILD)/launch/metrics_http.o
+$(BUILD)/tests/test_gpu_cache: $(BUILD)/launch/worker/gpu_cache.o
+$(BUILD)/tests/test_synth: $(BUILD)/launch/worker/synth.o $(BUILD)/launch/worker/trace.o
+$(BUILD)/tests/test_metrics_http: $(BUILD)/launch/metrics/http.o
 $(BUILD)/tests/test_args $(BUILD)/tests/test_gpu_cache $(BUILD)/tests/test_synth \
 		$(BUILD)/tests/test_metrics_http: $(BUILD)/tests/test_%: \
 		$(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
@@ -170,12 +177,12 @@ FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
 FUZZ_MAX_LEN_catalog := 8192
-FUZZ_OBJS_trace := build-fuzz/launch/trace.o
+FUZZ_OBJS_trace := build-fuzz/launch/worker/trace.o
 fuzz-build:
 	$(Q)scripts/install-deps build fuzz
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
 		SANITIZE=address,undefined CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" \
-		build-fuzz/libselene.a build-fuzz/launch/trace.o
+		build-fuzz/libselene.a build-fuzz/launch/worker/trace.o
 	$(Q)$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 
 # Linked every time: the library beneath is another make's (BUILD=build-fuzz).

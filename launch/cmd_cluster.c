@@ -13,11 +13,11 @@
  * After each phase every rank checks the restored pages and row byte-exact
  * against the synthetic model (bytes are a function of rank, plane and
  * position) and exits non-zero if any differs. The rank, world, rank zero's
- * address and the secret come from MPI or the environment (launch/bootstrap.h).
+ * address and the secret come from MPI or the environment (launch/bootstrap/bootstrap.h).
  */
 #include "launch/commands.h"
-#include "launch/bootstrap.h"
-#include "launch/synth.h"
+#include "launch/bootstrap/bootstrap.h"
+#include "launch/worker/synth.h"
 
 #include "common/base.h"
 #include "common/log.h"

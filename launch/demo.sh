@@ -27,7 +27,7 @@ rm -rf "$base"
 mkdir -p "$base"
 
 # The ranks find each other through MPI: rank zero's port and a fresh launch
-# secret are broadcast, every rank's addresses gathered (launch/bootstrap.h).
+# secret are broadcast, every rank's addresses gathered (launch/bootstrap/bootstrap.h).
 # A GPU cache of 64 pages (256 KiB each per rank) and 8 state rows.
 run() {
 	mpirun --oversubscribe -np "$ranks" -x SELENE_LOG \

@@ -1,11 +1,11 @@
 /*
- * The environment bootstrap (launch/bootstrap.h): a world of one needs
+ * The environment bootstrap (launch/bootstrap/bootstrap.h): a world of one needs
  * nothing; SELENE_* wins over Open MPI's variables; every missing or wrong
  * variable is refused with its name.
  */
 #include "tests/testutil.h"
 
-#include "launch/bootstrap.h"
+#include "launch/bootstrap/bootstrap.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

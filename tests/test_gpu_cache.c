@@ -1,12 +1,12 @@
 /*
- * The reference worker's GPU prefix cache (launch/gpu_cache.h): the deepest
+ * The reference worker's GPU prefix cache (launch/worker/gpu_cache.h): the deepest
  * matching checkpoint wins, chains share pages by reference, eviction is
  * least recently used and never takes a pinned checkpoint, and a full
  * device says whether waiting can help.
  */
 #include "tests/testutil.h"
 
-#include "launch/gpu_cache.h"
+#include "launch/worker/gpu_cache.h"
 
 #include <errno.h>
 #include <string.h>

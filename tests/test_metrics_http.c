@@ -1,5 +1,5 @@
 /*
- * The /metrics server (launch/metrics_http.h) over loopback: the page and
+ * The /metrics server (launch/metrics/http.h) over loopback: the page and
  * the status of every other request (404, 405, 400); a client that connects
  * and says nothing delays a scrape by its request deadline only; a server
  * out of descriptors does not spin on its listener and serves again once
@@ -9,7 +9,7 @@
  */
 #include "tests/testutil.h"
 
-#include "launch/metrics_http.h"
+#include "launch/metrics/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

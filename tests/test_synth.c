@@ -1,13 +1,13 @@
 /*
- * The reference worker's synthetic model and trace format (launch/synth.h,
- * launch/trace.h): prompts from spans, prefix hashes that agree exactly on
+ * The reference worker's synthetic model and trace format (launch/worker/synth.h,
+ * launch/worker/trace.h): prompts from spans, prefix hashes that agree exactly on
  * shared prefixes, bytes that differ by rank, plane and prefix, and a trace
  * parsed to the letter (the refusals are in test_cli).
  */
 #include "tests/testutil.h"
 
-#include "launch/synth.h"
-#include "launch/trace.h"
+#include "launch/worker/synth.h"
+#include "launch/worker/trace.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 """The reference tensor-parallel engine: one process per rank under mpirun.
 Rank zero opens the Selene store and runs the scheduler on a trace (the
-JSON-lines format of `selene run`, launch/trace.h, plus two keys it skips:
+JSON-lines format of `selene run`, launch/worker/trace.h, plus two keys it skips:
 "decode", tokens to decode, and "delay_steps", model steps after the request
 before it until this one arrives, steps that pass idle when no request is
 active; span tokens are drawn from the span's seed by torch's generator);

@@ -1,5 +1,5 @@
 """Where this process sits among the ranks, as a ClusterConfig: the same two
-sources as the selene program (launch/bootstrap.h), in Python.
+sources as the selene program (launch/bootstrap/bootstrap.h), in Python.
 
 from_env(): SELENE_RANK / SELENE_WORLD_SIZE (else OMPI_COMM_WORLD_RANK /
 _SIZE, else rank 0 of 1), SELENE_COORDINATOR=host:port, SELENE_SECRET_FILE

@@ -1,11 +1,11 @@
 /*
- * libFuzzer target for the reference worker's trace parser (launch/trace.c):
+ * libFuzzer target for the reference worker's trace parser (launch/worker/trace.c):
  * any bytes as a trace. A trace it accepts must keep the bounds trace.h
  * names (ids, spans, tokens, requests) and sum every request's spans to its
  * token count; a trace it refuses must say why and leave nothing to free.
  * Build with `make fuzz-build`, run with `make fuzz` or `make torture`.
  */
-#include "launch/trace.h"
+#include "launch/worker/trace.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * the steps rank zero broadcasts, and this rank's device memory that
  * executes them. Rank zero decides every step (its GPU prefix cache and the
  * store choose ids); every rank, rank zero included, fills, poisons and
- * checks its own planes with the synthetic model (launch/synth.h), so a
+ * checks its own planes with the synthetic model (launch/worker/synth.h), so a
  * restore is checked byte-exact on every rank.
  */
 #ifndef SELENE_LAUNCH_RUN_H

@@ -12,8 +12,8 @@
  * small page per rank, one at a time, and stores 32 in flight.
  */
 #include "launch/commands.h"
-#include "launch/bench_ranks.h"
-#include "launch/bench_store.h"
+#include "launch/bench/ranks.h"
+#include "launch/bench/store.h"
 #include "launch/scratch.h"
 
 #include "common/base.h"

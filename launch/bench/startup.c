@@ -23,8 +23,8 @@
  * read: the disk's random-read rate is the floor for both). A population
  * left by --keep is reused when its shape matches.
  */
-#include "launch/bench_ranks.h"
-#include "launch/bench_store.h"
+#include "launch/bench/ranks.h"
+#include "launch/bench/store.h"
 #include "launch/scratch.h"
 
 #include "common/base.h"

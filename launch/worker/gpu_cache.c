@@ -1,9 +1,9 @@
 /*
- * The worker's GPU prefix cache (launch/gpu_cache.h). Checkpoints live in an
+ * The worker's GPU prefix cache (launch/worker/gpu_cache.h). Checkpoints live in an
  * array with one entry per state slot; lookups and eviction scan it, which
  * is fine at a worker's few thousand slots and keeps the code obvious.
  */
-#include "launch/gpu_cache.h"
+#include "launch/worker/gpu_cache.h"
 
 #include "common/base.h"
 

@@ -5,7 +5,7 @@
  * measured in one run so the ratio means something on a shared machine.
  */
 #include "launch/commands.h"
-#include "launch/bench_store.h"
+#include "launch/bench/store.h"
 
 #include "common/base.h"
 #include "common/limits.h"

@@ -1,10 +1,10 @@
 /*
- * The synthetic model (launch/synth.h). Token i of a span is XXH64 of i under
+ * The synthetic model (launch/worker/synth.h). Token i of a span is XXH64 of i under
  * the span's seed, modulo the vocabulary; page hashes chain XXH64 over each
  * page's tokens; bytes come from a xorshift64 stream seeded by a hash of
  * (kind, rank, plane, prefix hash).
  */
-#include "launch/synth.h"
+#include "launch/worker/synth.h"
 
 #include <errno.h>
 #include <stdlib.h>

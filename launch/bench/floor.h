@@ -1,6 +1,6 @@
 /*
  * The disk alone, no Selene in it: the floor under `selene bench restore`
- * (launch/bench_restore.c). A thread a rank reads the bytes one restore
+ * (launch/bench/restore.c). A thread a rank reads the bytes one restore
  * reads, all ranks at once, restores back to back, through io_uring as the
  * disk thread would in that directory (O_DIRECT where it is taken; kernel
  * workers and 2 MiB requests where the disk thread uses them, as

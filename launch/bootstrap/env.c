@@ -1,5 +1,5 @@
 /* The environment bootstrap, and the choice between it and MPI (bootstrap.h). */
-#include "launch/bootstrap.h"
+#include "launch/bootstrap/bootstrap.h"
 
 #include <errno.h>
 #include <fcntl.h>

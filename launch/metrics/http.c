@@ -1,12 +1,12 @@
 /*
- * launch/metrics_http.h. One thread: poll() on the listening socket, a
+ * launch/metrics/http.h. One thread: poll() on the listening socket, a
  * stop pipe and up to METRICS_CONNECTIONS_MAX accepted connections, each
  * read (with its own deadline) until the end of its headers, then answered
  * and closed. A connection that says nothing delays no other: it is
  * closed at its deadline, or when the table is full and another arrives
  * (the oldest goes).
  */
-#include "launch/metrics_http.h"
+#include "launch/metrics/http.h"
 
 #include "common/base.h"
 

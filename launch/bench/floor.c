@@ -1,12 +1,12 @@
 /*
- * The disk alone under selene bench restore (launch/bench_floor.h): a
+ * The disk alone under selene bench restore (launch/bench/floor.h): a
  * reader and a writer thread a rank, each with its own ring; the main
  * thread starts every sample and times it. Phase, the reading flag and the
  * stop flag change under the lock with a broadcast, so a writer held back
  * (floor_hold) or a reader waiting for its next sample never misses one.
  */
-#include "launch/bench_floor.h"
-#include "launch/bench_store.h"
+#include "launch/bench/floor.h"
+#include "launch/bench/store.h"
 #include "launch/scratch.h"
 
 #include "common/base.h"

@@ -7,16 +7,16 @@
  * records, restores them one at a time with nothing else running, then
  * again while RESTORE_STORES_IN_FLIGHT stores of records of the same size
  * are kept in flight, and prints p50 and p99 of both and their ratios.
- * Before that it measures the disk alone the same way (launch/bench_floor.h),
+ * Before that it measures the disk alone the same way (launch/bench/floor.h),
  * so each run says how much of a loaded restore's extra time the disk
  * itself takes.
  */
 #include "launch/commands.h"
-#include "launch/bench_floor.h"
-#include "launch/bench_ranks.h"
-#include "launch/bench_store.h"
+#include "launch/bench/floor.h"
+#include "launch/bench/ranks.h"
+#include "launch/bench/store.h"
 #include "launch/scratch.h"
-#include "launch/run.h"
+#include "launch/worker/run.h"
 
 #include "common/base.h"
 #include "common/log.h"
@@ -340,7 +340,7 @@ static int restore_world(struct restore_run *r)
 	return ret;
 }
 
-/* The disk alone at each of the worlds (launch/bench_floor.h), before Selene. */
+/* The disk alone at each of the worlds (launch/bench/floor.h), before Selene. */
 struct restore_floors {
 	struct bench_floor_result res[2];
 	struct bench_floor_io io;

@@ -4,7 +4,7 @@
  *
  *   {"id": "chat-1", "spans": [[seed, count], ...]}
  *
- * A span is count tokens drawn deterministically from seed (launch/synth.h);
+ * A span is count tokens drawn deterministically from seed (launch/worker/synth.h);
  * the prompt is the spans in order. An optional "expect" object names what
  * the worker must find for that request, checked after it ran:
  *

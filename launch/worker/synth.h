@@ -9,7 +9,7 @@
 #ifndef SELENE_LAUNCH_SYNTH_H
 #define SELENE_LAUNCH_SYNTH_H
 
-#include "launch/trace.h"
+#include "launch/worker/trace.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
 #ifndef SELENE_LAUNCH_STEP_H
 #define SELENE_LAUNCH_STEP_H
 
-#include "launch/bootstrap.h"
+#include "launch/bootstrap/bootstrap.h"
 
 #include <stddef.h>
 #include <stdint.h>

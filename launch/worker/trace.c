@@ -1,11 +1,11 @@
 /*
- * The trace parser (launch/trace.h): a small recursive-descent JSON reader
+ * The trace parser (launch/worker/trace.h): a small recursive-descent JSON reader
  * for one line at a time, strict about what it keeps (the id, the spans,
  * the expectations) and able to skip any other value. It is not a general
  * JSON library: numbers it keeps are unsigned integers, and strings it
  * keeps are ids.
  */
-#include "launch/trace.h"
+#include "launch/worker/trace.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * socket, each peer's life in its child, and reaping them. Not a launcher:
  * selene run and selene cluster start ranks their own way.
  */
-#include "launch/bench_ranks.h"
+#include "launch/bench/ranks.h"
 
 #include "common/base.h"
 

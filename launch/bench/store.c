@@ -4,7 +4,7 @@
  * every public call while the disk thread is kept busy with stores.
  */
 #include "launch/commands.h"
-#include "launch/bench_store.h"
+#include "launch/bench/store.h"
 
 #include "common/base.h"
 #include "common/log.h"

@@ -6,8 +6,8 @@
  * what the GPU holds) and restores the hit into page ids it chose, then
  * "prefills" the rest with the synthetic model and publishes a checkpoint
  * at every span boundary. Every rank executes the device side of each step
- * on its own planes (launch/run.h) and checks every restored or reused page
- * and row byte-exact; the steps travel over MPI (launch/step.h). Rank zero
+ * on its own planes (launch/worker/run.h) and checks every restored or reused page
+ * and row byte-exact; the steps travel over MPI (launch/worker/step.h). Rank zero
  * owns the store (sel_store_open); every other rank runs a peer agent
  * (sel_peer_start) that executes the store's jobs on that rank's planes.
  *
@@ -21,13 +21,13 @@
 #include "common/base.h"
 #include "common/limits.h"
 #include "launch/args.h"
-#include "launch/bootstrap.h"
-#include "launch/gpu_cache.h"
-#include "launch/metrics_http.h"
-#include "launch/run.h"
-#include "launch/step.h"
-#include "launch/synth.h"
-#include "launch/trace.h"
+#include "launch/bootstrap/bootstrap.h"
+#include "launch/worker/gpu_cache.h"
+#include "launch/metrics/http.h"
+#include "launch/worker/run.h"
+#include "launch/worker/step.h"
+#include "launch/worker/synth.h"
+#include "launch/worker/trace.h"
 #include "shard/engine.h"
 #include "shard/slab.h"
 #include "selene/store.h"
@@ -798,7 +798,7 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		!t->wrong_units && !t->checks_failed ? "true" : "false", ok ? "true" : "false");
 }
 
-/* The page --metrics-port serves (launch/metrics_http.h), on the server's
+/* The page --metrics-port serves (launch/metrics/http.h), on the server's
  * thread: the store's exposition, then the worker's own families. */
 static int run_render_metrics(void *ctx, char *buf, size_t size)
 {

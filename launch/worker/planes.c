@@ -1,12 +1,12 @@
 /*
- * A worker rank's device memory (launch/run.h): page planes and a row plane
+ * A worker rank's device memory (launch/worker/run.h): page planes and a row plane
  * on the CUDA device or in host memory, and the fill, poison and verify
  * steps over them. Device memory goes through shard/device.h, the only place
  * that knows the CUDA driver API.
  */
-#include "launch/run.h"
+#include "launch/worker/run.h"
 
-#include "launch/synth.h"
+#include "launch/worker/synth.h"
 
 #include <errno.h>
 #include <inttypes.h>

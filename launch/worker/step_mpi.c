@@ -1,11 +1,11 @@
 /*
- * The worker's step channel (launch/step.h) over MPI, where this program was
+ * The worker's step channel (launch/worker/step.h) over MPI, where this program was
  * built with Open MPI's headers (SEL_HAVE_MPI); otherwise only a world of one.
  * Nonblocking collectives completed by polling with 50 us sleeps: a blocking
  * MPI call spins, and on a host with fewer cores than ranks a spinning peer
  * starves the store's own threads.
  */
-#include "launch/step.h"
+#include "launch/worker/step.h"
 
 #include "common/base.h"
 

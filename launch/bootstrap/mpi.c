@@ -7,7 +7,7 @@
  * peer only from the address that route gives it. Built where Open
  * MPI's headers are (SEL_HAVE_MPI); MPI is used nowhere else.
  */
-#include "launch/bootstrap.h"
+#include "launch/bootstrap/bootstrap.h"
 
 #include <errno.h>
 #include <stdio.h>
