@@ -348,6 +348,7 @@ struct scan_state {
 	size_t pending_count;
 	size_t pending_capacity;
 	struct rec_file_buffers buffers; /* the scan thread's reader buffers */
+	char ignored_names[REC_SCAN_IGNORED_NAMED][NAME_MAX + 1]; /* the first ignored */
 };
 
 /* Deletes name; a failure names the file in the scan's result. */
@@ -567,6 +568,39 @@ static int scan_move_aside(struct scan_state *s, const char *name)
 	return 0;
 }
 
+/*
+ * R-DIR-2: a file that is not Selene's, left alone. Counted, and the first
+ * few named, for the one warning scan_warn_ignored gives.
+ */
+static void scan_ignore(struct scan_state *s, const char *name)
+{
+	if (s->out->ignored < REC_SCAN_IGNORED_NAMED)
+		snprintf(s->ignored_names[s->out->ignored], sizeof(s->ignored_names[0]), "%s",
+			 name);
+	s->out->ignored++;
+}
+
+/* One warning for every ignored file: the count and the first few names. */
+static void scan_warn_ignored(const struct scan_state *s)
+{
+	char names[REC_SCAN_IGNORED_NAMED * (NAME_MAX + 3)];
+	size_t used = 0;
+
+	if (s->out->ignored == 0)
+		return;
+	names[0] = '\0';
+	for (uint64_t i = 0; i < s->out->ignored && i < REC_SCAN_IGNORED_NAMED; i++) {
+		int n = snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "",
+				 s->ignored_names[i]);
+
+		used += n > 0 ? (size_t)n : 0;
+	}
+	sel_warn("scan %s: ignoring %llu file%s that %s not record files, left in place: "
+		 "%s%s", s->dir->path, (unsigned long long)s->out->ignored,
+		 s->out->ignored == 1 ? "" : "s", s->out->ignored == 1 ? "is" : "are", names,
+		 s->out->ignored > REC_SCAN_IGNORED_NAMED ? ", ..." : "");
+}
+
 /* R-DIR-2: classifies one directory entry. */
 static int scan_entry(struct scan_state *s, const struct dirent *entry)
 {
@@ -580,8 +614,7 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	if (!is_regular(s, entry)) {
 		if (rec_file_name_parse(name, &key, &tmp))
 			return scan_move_aside(s, name);
-		sel_warn("scan %s: ignoring %s, not a regular file", s->dir->path, name);
-		s->out->ignored++;
+		scan_ignore(s, name);
 		return 0;
 	}
 	if (len > 4 && strcmp(name + len - 4, REC_TMP_SUFFIX) == 0) {
@@ -590,9 +623,7 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 				   SEL_FP_SCAN_AFTER_DELETE_TMP);
 	}
 	if (!rec_file_name_parse(name, &key, &tmp)) {
-		sel_warn("scan %s: ignoring %s, not a record file", s->dir->path,
-			 name);
-		s->out->ignored++;
+		scan_ignore(s, name);
 		return 0;
 	}
 	return scan_defer(s, name, &key);
@@ -873,6 +904,7 @@ static int scan_directory(struct scan_state *s)
 	if (!ret && errno)
 		ret = -errno;
 	closedir(listing);
+	scan_warn_ignored(s);
 	if (!ret)
 		ret = scan_read_pending(s);
 	return ret;

@@ -109,7 +109,9 @@ struct rec_scan {
 	uint64_t invalid_dropped;  /* headers or lengths that failed */
 	uint64_t orphans_dropped;  /* parent missing, and their descendants */
 	uint64_t page_only_dropped; /* page-only records left without children */
-	uint64_t ignored;          /* files that are not Selene's, left alone */
+	uint64_t ignored;          /* files that are not Selene's, left alone
+				      (one warning names the count and the
+				      first REC_SCAN_IGNORED_NAMED) */
 	uint64_t unreadable_skipped; /* records that could not be read (EACCES,
 					EIO): left in place, out of the summary */
 	uint64_t moved_aside;      /* non-regular files named like records,
@@ -124,6 +126,12 @@ struct rec_scan {
 	 */
 	char failed_delete[REC_SCAN_PATH_BYTES];
 };
+
+/*
+ * Names of ignored files the scan's one warning about them quotes: a
+ * directory of stray files costs one line per start, not one per file.
+ */
+#define REC_SCAN_IGNORED_NAMED 5
 
 /* What a non-regular file named like a record is renamed to, at the end. */
 #define REC_ASIDE_SUFFIX ".aside"

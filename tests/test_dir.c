@@ -769,6 +769,57 @@ static void test_dir_scan_record_past_scan_buffers(void **state)
 	free(g);
 }
 
+/* Warning lines, counted, and the last one kept. */
+struct counted {
+	unsigned lines;
+	char last[1024];
+};
+
+static void count_line(enum sel_log_level level, const char *message, void *user)
+{
+	struct counted *c = user;
+
+	if (level != SEL_LOG_WARN)
+		return;
+	c->lines++;
+	snprintf(c->last, sizeof(c->last), "%s", message);
+}
+
+/*
+ * R-DIR-2: thousands of stray files cost one warning per scan, with the
+ * count and the first few names, not a line each; all are left in place.
+ */
+static void test_dir_scan_warns_once_for_stray_files(void **state)
+{
+	enum { STRAYS = 3000 };
+	struct fixture *f = *state;
+	struct counted c = { 0 };
+	struct tu_record rec;
+	struct rec_scan scan;
+	char name[32];
+
+	tu_record_make(&rec, &f->g, 1, 64 * 2, NULL, 1);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	for (int i = 0; i < STRAYS; i++) {
+		snprintf(name, sizeof(name), "stray-%04d", i);
+		write_file(rec_dir_path(f->dir), name, "x");
+	}
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(count_line, &c);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(scan.record_count, 1);
+	assert_int_equal(scan.ignored, STRAYS);
+	assert_int_equal(c.lines, 1);
+	assert_non_null(strstr(c.last, "ignoring 3000 files that are not record files"));
+	assert_non_null(strstr(c.last, "stray-"));
+	assert_non_null(strstr(c.last, ", ..."));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), "-0042"), 1);
+	rec_scan_free(&scan);
+	tu_record_free(&rec);
+}
+
 /* Warnings, caught while a test looks for one. */
 struct caught {
 	char text[4096];
@@ -1344,6 +1395,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_rebuilds_index, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_warns_once_for_stray_files, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_marked_unless_all_unreadable, setup,
 						teardown),
