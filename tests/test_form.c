@@ -489,12 +489,53 @@ static void test_form_refuses_empty_rank(void **state)
 	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EMISMATCH);
 	assert_non_null(strstr(err, "rank 2's record directory is empty (0 records) while "
 				    "rank 0 holds 2"));
+	assert_non_null(strstr(err, "Forming would delete 4 records and truncate 0 rows "
+				    "(rank 0: 2 deleted, 0 rows truncated; rank 1: 2 deleted"));
 	assert_non_null(strstr(err, "rank 2: 0 records (unmarked)"));
 	assert_non_null(strstr(err, "SELENE_ACCEPT_EMPTY_RANKS=1"));
 	for (uint32_t r = 1; r < WORLD; r++) {
 		assert_int_not_equal(f->ranks[r].result, 0);
 		assert_non_null(strstr(f->ranks[r].why, "rank 2's record directory is empty"));
 	}
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+}
+
+/*
+ * A copy made with `cp -a old/<star> new/` leaves the dot-file marker
+ * behind: rank 2's directory is unmarked but holds exactly what the others
+ * hold. The agreement would delete nothing, so the cluster forms, nothing
+ * is deleted and rank 2 is marked again; before, every rank refused
+ * ("Forming would delete every rank's records"). Missing one record there,
+ * it is refused, naming what forming would delete on which rank.
+ */
+static void test_form_unmarked_copy_forms(void **state)
+{
+	struct fixture *f = *state;
+	char err[512], path[1024];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(f->ranks[2].dir),
+		 REC_CLUSTER_MARKER_NAME);
+	assert_int_equal(unlink(path), 0);
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		if (f->ranks[r].result != 0)
+			fail_msg("rank %u: %s", r, f->ranks[r].why);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+		rec_scan_free(&f->ranks[r].scan);
+	}
+	assert_int_equal(f->agreed.record_count, 2);
+	/* the copy lacks b: forming would delete b on ranks 0 and 1 */
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->b.key), 0);
+	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 2's record directory is unmarked (1 records)"));
+	assert_non_null(strstr(err, "Forming would delete 2 records and truncate 0 rows "
+				    "(rank 0: 1 deleted, 0 rows truncated; rank 1: 1 deleted"));
 	for (uint32_t r = 0; r < 2; r++)
 		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
 }
@@ -734,8 +775,9 @@ static void test_form_survives_join_storm(void **state)
 /*
  * A rank that cannot write its cluster marker (a directory holds the
  * marker's temporary name) still forms, with a warning; its directory stays
- * unmarked, so the next start refuses it as a directory that may be new
- * while the others hold records, naming the rank.
+ * unmarked. The next start forms too, since that directory holds what the
+ * others hold (nothing would be deleted); once the marker can be written,
+ * it is.
  */
 static void test_form_marker_write_fails(void **state)
 {
@@ -757,10 +799,18 @@ static void test_form_marker_write_fails(void **state)
 	assert_true(rec_dir_marked(f->ranks[2].dir));
 	for (uint32_t r = 0; r < WORLD; r++)
 		rec_scan_free(&f->ranks[r].scan);
-	assert_int_not_equal(form(f, err, sizeof(err), &limit), 0);
-	assert_non_null(strstr(err, "rank 1"));
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	assert_false(rec_dir_marked(f->ranks[1].dir));
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+		rec_scan_free(&f->ranks[r].scan);
+	}
 	rmdir(blocker);
 	free(blocker);
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	assert_true(rec_dir_marked(f->ranks[1].dir));
 }
 
 /* Out of descriptors: a child process holds a connection open on the port. */
@@ -885,6 +935,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_failure_notice_survives_idle_connections,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_unmarked_copy_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_marked_empty_rank_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
 						teardown),
