@@ -813,7 +813,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	uint64_t deadline = sel_monotonic_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 	struct cluster_joiner *joiners = calloc(world, sizeof(*joiners));
 	struct coord_rank_records *ranks = calloc(world, sizeof(*ranks));
-	struct rec_record_info **summaries = calloc(world, sizeof(*summaries));
+	struct cluster_summary *summaries = calloc(world, sizeof(*summaries));
 	struct coord_agreement agreement = { 0 };
 	struct form_watchdog watchdog = { 0 };
 	bool decided = false;
@@ -839,11 +839,14 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			sel_fail(ret, err, err_size, "welcoming a peer: %s", sel_strerror(ret));
 	}
 	times.join_ns = form_lap(&step);
-	ranks[0] = (struct coord_rank_records){ o->records, o->record_count };
+	ranks[0] = (struct coord_rank_records){ o->records, o->record_count, o->held,
+						o->held_count };
 	for (uint32_t i = 0; !ret && i < peer_count; i++) {
-		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, &summaries[i + 1],
-					   &ranks[i + 1].count, why, sizeof(why));
-		ranks[i + 1].records = summaries[i + 1];
+		struct cluster_summary *got = &summaries[i + 1];
+
+		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, got, why, sizeof(why));
+		ranks[i + 1] = (struct coord_rank_records){ got->records, got->record_count,
+							    got->held, got->held_count };
 		if (ret == SEL_ESTOPPED)
 			sel_fail(ret, err, err_size, "rank %u failed at startup: %s", peers[i].rank,
 				  why);
@@ -882,8 +885,10 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	}
 	if (!ret)
 		sel_info("cluster formed: %u ranks, %zu records agreed (%llu disagreed, %llu "
+			 "held unread and left in place, %llu "
 			 "orphaned, %llu rows dropped, %llu past records_max), disk limit %llu",
 			 world, agreement.record_count, (unsigned long long)agreement.disagreed,
+			 (unsigned long long)agreement.held,
 			 (unsigned long long)agreement.orphans_dropped,
 			 (unsigned long long)agreement.rows_dropped,
 			 (unsigned long long)agreement.capacity_dropped,
@@ -893,7 +898,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	if (decided)
 		coord_agreement_destroy(&agreement);
 	for (uint32_t i = 0; summaries && i < world; i++)
-		free(summaries[i]);
+		cluster_summary_free(&summaries[i]);
 	free(summaries);
 	free(ranks);
 	free(joiners);

@@ -39,6 +39,8 @@ struct coord_form_options {
 	struct rec_dir *dir;                 /* rank zero's directory, scanned */
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
+	const struct rec_key *held;          /* its keys held unread (R-DIR-7) */
+	size_t held_count;
 	size_t records_max;                  /* rank zero's index holds no more: the
 						agreement keeps at most these
 						(rule 6); 0: no limit */

@@ -328,8 +328,8 @@ struct scan_entry {
 	uint32_t child_count;
 	bool keep;
 	bool orphan; /* dropped because its parent is missing */
-	bool held;   /* left in place and out of the summary: unreadable, or
-			depends on a file that is */
+	bool held;   /* left in place, out of the records, summarised as held:
+			unreadable, or depends on a file that is */
 };
 
 /* A record file listed by the scan, read once the listing is done. */
@@ -501,7 +501,7 @@ static int scan_record(struct scan_state *s, const char *name,
 	if (ret) {
 		/* Never delete what could not be read: it may be good tomorrow. */
 		sel_warn("scan %s: skipping %s, cannot read it: %s; left in place and "
-			 "out of the summary", s->dir->path, name, sel_strerror(ret));
+			 "listed as held", s->dir->path, name, sel_strerror(ret));
 		s->out->unreadable_skipped++;
 		/* its key, from its name: a child must find it (R-DIR-5) and be held */
 		file = (struct rec_catalog_entry){ .info.key = *key };
@@ -702,7 +702,7 @@ static void scan_decide(struct scan_state *s)
 		if (!e->keep || e->info.row_present || e->child_count > 0)
 			continue;
 		e->keep = false;
-		/* an unreadable file may be its child: keep it, out of the summary */
+		/* an unreadable file may be its child: hold it (R-DIR-7) */
 		e->held = s->out->unreadable_skipped > 0;
 		s->out->page_only_dropped += !e->held;
 		if (e->info.parent.consumed != 0)
@@ -745,9 +745,13 @@ static int scan_collect(struct scan_state *s)
 	struct rec_scan *out = s->out;
 
 	out->records = malloc((s->count ? s->count : 1) * sizeof(*out->records));
-	if (!out->records)
+	out->held = malloc((s->count ? s->count : 1) * sizeof(*out->held));
+	if (!out->records || !out->held)
 		return -ENOMEM;
 	for (size_t i = 0; i < s->count; i++) {
+		/* entries are sorted by key (scan_decide): so is held */
+		if (s->entries[i].held)
+			out->held[out->held_count++] = s->entries[i].info.key;
 		if (!s->entries[i].keep)
 			continue;
 		out->records[out->record_count++] = s->entries[i].info;
@@ -992,14 +996,15 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 		return ret;
 	}
 	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
-		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable; "
-		 "moved %llu aside; %llu headers read, %llu from the scan cache",
+		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable "
+		 "(%zu records held); moved %llu aside; %llu headers read, %llu from the "
+		 "scan cache",
 		 dir->path, out->record_count, (unsigned long long)out->bytes,
 		 (unsigned long long)out->tmp_deleted,
 		 (unsigned long long)out->invalid_dropped,
 		 (unsigned long long)out->orphans_dropped,
 		 (unsigned long long)out->page_only_dropped,
-		 (unsigned long long)out->unreadable_skipped,
+		 (unsigned long long)out->unreadable_skipped, out->held_count,
 		 (unsigned long long)out->moved_aside,
 		 (unsigned long long)out->headers_read,
 		 (unsigned long long)out->cache_hits);
@@ -1009,8 +1014,11 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 void rec_scan_free(struct rec_scan *scan)
 {
 	free(scan->records);
+	free(scan->held);
 	scan->records = NULL;
 	scan->record_count = 0;
+	scan->held = NULL;
+	scan->held_count = 0;
 }
 
 int rec_dir_scan_failed(const struct rec_dir *dir, const struct rec_scan *scan, int ret,

@@ -546,6 +546,10 @@ static void test_dir_scan_skips_unreadable(void **state)
 	assert_int_equal(scan.record_count, 0);
 	assert_int_equal(scan.unreadable_skipped, 2);
 	assert_int_equal(scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped, 0);
+	/* both held, by key (ascending), for the summary (R-WIRE-18) */
+	assert_int_equal(scan.held_count, 2);
+	assert_true(rec_key_equal(&scan.held[0], &parent.key));
+	assert_true(rec_key_equal(&scan.held[1], &child.key));
 	rec_scan_free(&scan);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
 	/* the first file listed fails: parent or child, nothing is deleted */
@@ -555,12 +559,16 @@ static void test_dir_scan_skips_unreadable(void **state)
 	assert_int_equal(scan.unreadable_skipped, 1);
 	assert_true(scan.record_count <= 1); /* the parent alone, or nothing */
 	assert_int_equal(scan.orphans_dropped + scan.page_only_dropped, 0);
+	/* the child is held either way: unreadable, or its parent is */
+	assert_int_equal(scan.record_count + scan.held_count, 2);
+	assert_true(rec_key_equal(&scan.held[scan.held_count - 1], &child.key));
 	rec_scan_free(&scan);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
 	/* readable again: both back */
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	assert_int_equal(scan.record_count, 2);
 	assert_int_equal(scan.unreadable_skipped, 0);
+	assert_int_equal(scan.held_count, 0);
 	rec_scan_free(&scan);
 	tu_record_free(&parent);
 	tu_record_free(&child);

@@ -9,6 +9,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "cluster/summary.h"
@@ -68,7 +69,7 @@ static void confirm_wrongly(struct rank *r, int fd, const struct cluster_identit
 
 	r->result = -EINPROGRESS;
 	if (cluster_join_peer(fd, r->secret, me, &seq, &limit, r->why, sizeof(r->why)) != 0 ||
-	    cluster_summary_send(fd, &seq, NULL, 0) != 0 ||
+	    cluster_summary_send(fd, &seq, NULL, 0, NULL, 0) != 0 ||
 	    cluster_agreement_recv(fd, &seq, apply_nothing, NULL, r->why, sizeof(r->why)) != 0)
 		return;
 	r->result = r->close_for_agreed ? 0 :
@@ -123,9 +124,8 @@ static void *peer_main(void *arg)
 	else if (r->bye_for_agreed || r->close_for_agreed)
 		confirm_wrongly(r, fd, &me);
 	else
-		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, r->scan.records,
-					      r->scan.record_count, &seq, &r->limit, r->why,
-					      sizeof(r->why));
+		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, &r->scan, &seq,
+					      &r->limit, r->why, sizeof(r->why));
 	close(fd);
 	return NULL;
 }
@@ -236,6 +236,8 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &f->ranks[r].scan), 0);
 	o.records = zero->scan.records;
 	o.record_count = zero->scan.record_count;
+	o.held = zero->scan.held;
+	o.held_count = zero->scan.held_count;
 	o.marked = rec_dir_scan_marked(zero->dir, &zero->scan);
 	o.accept_empty_ranks = f->accept_empty_ranks;
 	if (f->storm_port)
@@ -538,6 +540,58 @@ static void test_form_unmarked_copy_forms(void **state)
 				    "(rank 0: 1 deleted, 0 rows truncated; rank 1: 1 deleted"));
 	for (uint32_t r = 0; r < 2; r++)
 		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+}
+
+/*
+ * Never delete what could not be read, across ranks (R-AGREE-2, R-WIRE-18):
+ * whichever rank's read fails at startup, and whichever of its two files,
+ * no rank deletes anything, what that rank could not read is not agreed,
+ * and a clean formation after it agrees both records again. Before, the
+ * record left every other rank.
+ */
+static void test_form_unreadable_on_one_rank_deletes_nowhere(void **state)
+{
+	struct fixture *f = *state;
+	char err[512], config[64];
+	uint64_t limit;
+
+	bool hit[WORLD] = { false };
+
+	form_marked_cluster(f);
+	for (int skip = 0; skip < 6 * (int)WORLD; skip++) {
+		uint64_t unreadable = 0;
+
+		/* the ranks scan in turn, a few reads a file: read skip + 1 fails */
+		if (skip)
+			snprintf(config, sizeof(config), "disk.read=%d*off->1*return(EIO)", skip);
+		else
+			snprintf(config, sizeof(config), "disk.read=1*return(EIO)");
+		assert_int_equal(sel_failpoints_configure(config), 0);
+		if (form(f, err, sizeof(err), &limit) != 0)
+			fail_msg("form: %s", err);
+		sel_failpoints_configure(NULL);
+		for (uint32_t r = 0; r < WORLD; r++) {
+			unreadable += f->ranks[r].scan.unreadable_skipped;
+			hit[r] = hit[r] || f->ranks[r].scan.unreadable_skipped > 0;
+		}
+		assert_true(unreadable <= 1);
+		assert_true(f->agreed.record_count == 2 - unreadable ||
+			    (unreadable && f->agreed.record_count == 0));
+		for (uint32_t r = 0; r < WORLD; r++) {
+			if (f->ranks[r].result != 0)
+				fail_msg("rank %u: %s", r, f->ranks[r].why);
+			assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"),
+					 2);
+			rec_scan_free(&f->ranks[r].scan);
+		}
+		if (form(f, err, sizeof(err), &limit) != 0)
+			fail_msg("form: %s", err);
+		assert_int_equal(f->agreed.record_count, 2);
+		for (uint32_t r = 0; r < WORLD; r++)
+			rec_scan_free(&f->ranks[r].scan);
+	}
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_true(hit[r]);
 }
 
 /* The same, accepted explicitly: the cluster forms and the records go everywhere. */
@@ -936,6 +990,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_unmarked_copy_forms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_unreadable_on_one_rank_deletes_nowhere,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_marked_empty_rank_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
 						teardown),
