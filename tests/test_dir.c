@@ -525,9 +525,9 @@ static void test_dir_kill_during_scan(void **state)
 }
 
 /*
- * Issue 10 item 3: a record the scan cannot read (EIO) is skipped with the
- * reason, never deleted, and left out of the summary, with whatever depends
- * on it; the next scan that can read it keeps it.
+ * R-DIR-7: a record the scan cannot read (EIO) is skipped with the reason,
+ * never deleted, and held (out of the records, listed for the summary),
+ * with whatever depends on it; the next scan that can read it keeps it.
  */
 static void test_dir_scan_skips_unreadable(void **state)
 {
