@@ -121,7 +121,8 @@ class ClusterConfig:
 @dataclass
 class StoreConfig:
     """struct sel_store_config. model_identity (32 bytes) or model_name
-    (hashed to 32 bytes with BLAKE2b) names the model whose bytes these are."""
+    (derived as model_identity(model_name) does, as the C library and the
+    selene program derive it) names the model whose bytes these are."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -139,6 +140,27 @@ class StoreConfig:
     cluster: Optional[ClusterConfig] = None
 
 
+MODEL_DOMAIN = b"selene-model-v1"  # R-KEY-1's prefix (record/FORMAT.md)
+
+
+def model_identity(model_name: str) -> bytes:
+    """The 32-byte model identity of a model name, R-KEY-1 of
+    record/FORMAT.md: BLAKE2b-256 of b"selene-model-v1" followed by the
+    name's UTF-8 bytes (no separator, no terminator), as the C library and
+    the selene program derive it, so a C engine and a Python engine given
+    the same name share their records."""
+    if not isinstance(model_name, str):
+        raise TypeError("model_name must be a str, got %s" % _kind(model_name))
+    if "\0" in model_name:
+        raise ValueError("model_name holds a NUL character: the C library's names end there")
+    return hashlib.blake2b(MODEL_DOMAIN + model_name.encode(), digest_size=32).digest()
+
+
+def _kind(value) -> str:
+    """How an error message names what it got instead."""
+    return "None" if value is None else type(value).__name__
+
+
 def _identity(config: StoreConfig) -> bytes:
     if config.model_identity is not None:
         if len(config.model_identity) != 32:
@@ -146,7 +168,7 @@ def _identity(config: StoreConfig) -> bytes:
         return bytes(config.model_identity)
     if config.model_name is None:
         raise ValueError("a store needs model_identity or model_name")
-    return hashlib.blake2b(config.model_name.encode(), digest_size=32).digest()
+    return model_identity(config.model_name)
 
 
 def _c_cluster(c: ClusterConfig, keep: list):

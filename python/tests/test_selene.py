@@ -619,3 +619,72 @@ def test_bootstrap_accept_empty_ranks():
     assert selene.bootstrap({"SELENE_ACCEPT_EMPTY_RANKS": "1"}).accept_empty_ranks is True
     with pytest.raises(selene.BootstrapError, match="0 or 1"):
         selene.bootstrap({"SELENE_ACCEPT_EMPTY_RANKS": "yes"})
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def key_vectors():
+    """tests/vectors/gen_key_vectors.py: R-KEY-* computed with hashlib."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "vectors"))
+    try:
+        import gen_key_vectors
+    finally:
+        sys.path.pop(0)
+    return gen_key_vectors
+
+
+def test_model_identity_is_r_key_1():
+    """model_name derives R-KEY-1's identity (record/FORMAT.md): the C
+    library's vector for "test-model" (tests/test_key.c) and the
+    reference generator's (tests/vectors/gen_key_vectors.py) for others."""
+    assert selene.model_identity("test-model").hex() == \
+        "01803e0724e7bc5d8e8a3bd85e3a9ce8a98cd916e5231ed0e44829335bcb378c"
+    for name in ("", "llama-8b", "torch-tp/tiny/2-ranks/seed-1/float32", "m\u00e9lange"):
+        assert selene.model_identity(name) == key_vectors().model_identity(name)
+    with pytest.raises(TypeError, match="model_name must be a str, got None"):
+        selene.model_identity(None)
+    with pytest.raises(ValueError, match="NUL"):
+        selene.model_identity("a\0b")
+
+
+def demo_tokens(count):
+    """The conversation `selene demo` stores (launch/cmd_demo.c)."""
+    state, out = 0x5E1E4E, []
+    for _ in range(count):
+        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+        out.append((state >> 33) % 151936)
+    return out
+
+
+def test_store_finds_what_the_c_program_stored(tmp_path):
+    """A Python store given the model name `selene demo` was given finds
+    and restores the records the C program wrote: one identity (R-KEY-1),
+    so one namespace directory (R-REC-2) and the same keys."""
+    program = os.environ.get("SELENE_PROGRAM", os.path.join(REPO, "build", "selene"))
+    if not os.access(program, os.X_OK):
+        pytest.skip("the selene program is not built (%s): make" % program)
+    done = subprocess.run([program, "demo", "--dir", str(tmp_path), "--model", "cross-model",
+                           "--planes", "2", "--plane-bytes", "4K", "--row-bytes", "4K",
+                           "--tokens", "1024"], env=dict(os.environ, SELENE_LOG="error"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (written,) = os.listdir(tmp_path)
+    vectors = key_vectors()
+    namespace = vectors.namespace_identity(vectors.model_identity("cross-model"), 0)
+    assert written.startswith(namespace[:8].hex() + "-")
+    k, v = (np.zeros((40, 4096), np.uint8) for _ in range(2))
+    rows = np.zeros((8, 4096), np.uint8)
+    cfg = selene.StoreConfig(
+        dir=str(tmp_path), page_tokens=64, model_name="cross-model", device="host",
+        page_planes=[selene.Plane("layer.00.key", 4096, k), selene.Plane("layer.00.value", 4096, v)],
+        row_plane=selene.Plane("state", 4096, rows), page_count=40, row_count=8)
+    with selene.Store(cfg) as store:
+        assert os.listdir(tmp_path) == [written]
+        assert store.stats().scanned_records == 5
+        hit = store.lookup(store.history(demo_tokens(1024)))
+        assert hit is not None and (hit.consumed, hit.page_count) == (1024, 16)
+        store.fetch(hit, list(range(16)), 0, 1)
+        (ev,) = wait_events(store, 1)
+        assert (ev.kind, ev.error) == (selene.EventKind.FETCHED, 0), ev
+        assert k[:16].any() and v[:16].any() and rows[0].any()
