@@ -3,7 +3,7 @@
 
 from .store import (DISK_LIMIT_AUTO, EBADHEADER, ECHECKSUM, EFAILPOINT, EGEOMETRY,
                     ELOCKED, EMISMATCH, ENOTFOUND, EPROTO, EQUEUEFULL, ESTOPPED, ETOOBIG,
-                    LIBRARY_PATH, ClusterConfig, Event, EventKind, History, Hit,
+                    LIBRARY_PATH, ClosedError, ClusterConfig, Event, EventKind, History, Hit,
                     LatencyHistogram, Outcome, Peer, Plane, SeleneError, Stats, Store,
                     StoreConfig, device_address, model_identity, strerror, version)
 from .bootstrap import BootstrapError, bootstrap, from_env, from_mpi
@@ -11,7 +11,7 @@ from .bootstrap import BootstrapError, bootstrap, from_env, from_mpi
 __all__ = [
     "DISK_LIMIT_AUTO", "EBADHEADER", "ECHECKSUM", "EFAILPOINT", "EGEOMETRY", "ELOCKED",
     "EMISMATCH", "ENOTFOUND", "EPROTO", "EQUEUEFULL", "ESTOPPED", "ETOOBIG", "LIBRARY_PATH",
-    "BootstrapError", "ClusterConfig", "Event", "EventKind", "History", "Hit",
+    "BootstrapError", "ClosedError", "ClusterConfig", "Event", "EventKind", "History", "Hit",
     "LatencyHistogram", "Outcome", "Peer", "Plane", "SeleneError", "Stats", "Store",
     "StoreConfig", "bootstrap", "device_address", "from_env", "from_mpi", "model_identity",
     "strerror", "version",

@@ -4,9 +4,11 @@ negative code the library returns raises SeleneError; nothing here waits
 for I/O that the C call would not wait for."""
 
 import array
+import contextlib
 import ctypes
 import dataclasses
 import enum
+import errno
 import hashlib
 import operator
 import threading
@@ -47,6 +49,18 @@ class SeleneError(Exception):
         self.message = strerror(code)
         self.detail = detail
         super().__init__("%s (%d)%s" % (self.message, code, ": " + detail if detail else ""))
+
+
+class ClosedError(SeleneError):
+    """A call on a store or peer that is closed (or a history closed):
+    .code is SEL_ESTOPPED, and the message says what was closed."""
+
+    def __init__(self, what: str):
+        super().__init__(ESTOPPED, what)
+        self.args = (what,)
+
+    def __str__(self):
+        return self.detail
 
 
 def _check(code: int, detail: str = "") -> int:
@@ -298,25 +312,37 @@ def _u32_array(values) -> ctypes.Array:
 
 class History:
     """A request's tokens with their block digests (sel_history_create).
-    Made by Store.history; freed by close() or when collected."""
+    Made by Store.history; freed by close() or when collected. close()
+    waits for a call of its store that is using it in another thread."""
 
-    def __init__(self, handle: int, token_count: int, owner: object = None):
+    def __init__(self, handle: int, token_count: int, owner: object = None,
+                 lock: Optional[threading.RLock] = None):
         self._handle = handle
         self.token_count = token_count
         self.owner = owner  # the Store open that made it
+        self._lock = lock   # its store's: the store's calls read it under it
 
     @property
     def handle(self):
         if not self._handle:
-            raise SeleneError(ESTOPPED, "the history was closed")
+            raise ClosedError("the history is closed")
         return self._handle
 
     def close(self):
-        if self._handle:
-            _LIB.sel_history_destroy(self._handle)
-            self._handle = None
+        if self._lock is None:
+            self._destroy()
+            return
+        with self._lock:
+            self._destroy()
 
-    __del__ = close
+    def _destroy(self):
+        handle, self._handle = self._handle, None
+        if handle:
+            _LIB.sel_history_destroy(handle)
+
+    # Collected: no call holds it any more, so nothing to wait for (and a
+    # finalizer must not wait on a lock).
+    __del__ = _destroy
 
     def __len__(self):
         return self.token_count
@@ -382,10 +408,23 @@ class Stats:
 
 
 class Store:
-    """Rank zero's store (sel_store_open). One thread calls everything but
-    stats() and metrics(). Use as a context manager, or call close()."""
+    """Rank zero's store (sel_store_open). Use as a context manager, or
+    call close().
+
+    Threads: the C library takes its calls from one thread; this object
+    may be shared between threads all the same. Its calls are serialized
+    by one lock (held while the C call runs, which never waits for I/O,
+    with the GIL released), so a call racing close() either completes
+    before the close or raises ClosedError ("the store is closed"); close()
+    waits for the call inside, and calls that come while it drains fail at
+    once. stats() and metrics() take no lock: the library answers them
+    from any thread, also while a close drains. The binding makes no
+    callback into Python, so the lock cannot deadlock with one."""
 
     def __init__(self, config: StoreConfig):
+        self._lock = threading.RLock()
+        self._closing = False
+        self._handle = None
         # a private copy: the caller may change or reuse its own
         config = dataclasses.replace(config, page_planes=tuple(config.page_planes))
         c, self._keep = _c_config(config)
@@ -400,18 +439,37 @@ class Store:
     @property
     def handle(self):
         if not self._handle:
-            raise SeleneError(ESTOPPED, "the store was closed")
+            raise ClosedError("the store is closed")
         return self._handle
+
+    @contextlib.contextmanager
+    def _using(self):
+        """The open handle, with the store's lock held until the block
+        ends: close() cannot free it under the call."""
+        if self._closing:
+            raise ClosedError("the store is closed")
+        with self._lock:
+            if not self._handle:
+                raise ClosedError("the store is closed")
+            yield self._handle
 
     def close(self, drain_timeout_ms: int = 60000):
         """Drains and frees (sel_store_close); raises SeleneError(ESTOPPED)
-        when the transport had stopped or jobs outlived the drain."""
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
+        when the transport had stopped or jobs outlived the drain. Waits
+        for a call running in another thread; later calls raise
+        ClosedError. Closing twice is fine."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            return  # the constructor failed before anything was opened
+        self._closing = True
+        with lock:
+            handle, self._handle = self._handle, None
+            if not handle:
+                return
             code = _LIB.sel_store_close(handle, drain_timeout_ms)
-            if code == ESTOPPED:
-                _UNDRAINED.append(self._keep)
-            _check(code)
+        if code == ESTOPPED:
+            _UNDRAINED.append(self._keep)
+        _check(code)
 
     def __enter__(self):
         return self
@@ -433,8 +491,9 @@ class Store:
         buf = array.array("I", tokens)
         out = ctypes.c_void_p()
         pointer = ctypes.cast(buf.buffer_info()[0], ctypes.POINTER(ctypes.c_uint32))
-        _check(_LIB.sel_history_create(self.handle, pointer, len(buf), ctypes.byref(out)))
-        return History(out.value, len(buf), self._open)
+        with self._using() as handle:
+            _check(_LIB.sel_history_create(handle, pointer, len(buf), ctypes.byref(out)))
+        return History(out.value, len(buf), self._open, self._lock)
 
     def _own(self, history: History) -> History:
         """history, when this open made it: another store's digests name
@@ -447,8 +506,9 @@ class Store:
         """The deepest restorable prefix beyond resident tokens, or None."""
         raw = _lib.Hit()
         self._own(history)
-        if not _LIB.sel_lookup(self.handle, history.handle, resident, ctypes.byref(raw)):
-            return None
+        with self._using() as handle:
+            if not _LIB.sel_lookup(handle, history.handle, resident, ctypes.byref(raw)):
+                return None
         return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw, self._open)
 
     def fetch(self, hit: Hit, page_ids: Sequence[int], state_slot: int, waiter: int) -> bool:
@@ -463,19 +523,24 @@ class Store:
         if len(set(page_ids)) != len(page_ids):
             raise ValueError("a fetch's page ids must be distinct: pages would overwrite each other")
         joined = ctypes.c_bool()
-        _check(_LIB.sel_fetch(self.handle, ctypes.byref(hit.raw), _u32_array(page_ids),
-                              state_slot, waiter, ctypes.byref(joined)))
+        ids = _u32_array(page_ids)
+        with self._using() as handle:
+            _check(_LIB.sel_fetch(handle, ctypes.byref(hit.raw), ids, state_slot, waiter,
+                                  ctypes.byref(joined)))
         return joined.value
 
     def cancel(self, waiter: int):
         """Removes a joined waiter (sel_cancel); an owner still hears. Raises
         SeleneError (SEL_ENOTFOUND) for an unknown waiter, and for one whose
         fetch already completed: its event still comes through poll."""
-        _check(_LIB.sel_cancel(self.handle, waiter))
+        with self._using() as handle:
+            _check(_LIB.sel_cancel(handle, waiter))
 
     def touch(self, history: History, consumed: int):
         """A GPU-cache hit on history's first consumed tokens (sel_touch)."""
-        _check(_LIB.sel_touch(self.handle, self._own(history).handle, consumed))
+        self._own(history)
+        with self._using() as handle:
+            _check(_LIB.sel_touch(handle, history.handle, consumed))
 
     def publish(self, checkpoint: int, history: History, consumed: int,
                 parent_consumed: int, page_ids: Sequence[int], state_slot: int) -> Outcome:
@@ -487,34 +552,51 @@ class Store:
             raise ValueError("publishing %d tokens needs %d page ids, got %d"
                              % (consumed, pages, len(page_ids)))
         ids = _u32_array(page_ids)
-        pub = _lib.Publication(checkpoint, history.handle, consumed, parent_consumed,
-                               ctypes.cast(ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)
         outcome = ctypes.c_int()
-        _check(_LIB.sel_store_publish(self.handle, ctypes.byref(pub), ctypes.byref(outcome)))
+        with self._using() as handle:
+            pub = _lib.Publication(checkpoint, history.handle, consumed, parent_consumed,
+                                   ctypes.cast(ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)
+            _check(_LIB.sel_store_publish(handle, ctypes.byref(pub), ctypes.byref(outcome)))
         return Outcome(outcome.value)
 
     def poll(self, max_events: int = 64) -> List[Event]:
         """Takes up to max_events events without waiting."""
         events = (_lib.Event * max_events)()
-        n = _LIB.sel_poll(self.handle, events, max_events)
+        with self._using() as handle:
+            n = _LIB.sel_poll(handle, events, max_events)
         return [Event(EventKind(e.kind), e.id, e.error,
                       e.why.decode(errors="replace") or strerror(e.error))
                 for e in events[:n]]
 
+    def _monitor(self, call) -> int:
+        """call(handle) without the lock (the library takes stats and
+        metrics from any thread, also while a close drains): -ESHUTDOWN,
+        or a close that ended meanwhile, is ClosedError. (A freed handle's
+        address may by then be another store's: its answer is dropped.)"""
+        handle = self._handle
+        if not handle or self._closing:
+            raise ClosedError("the store is closed")
+        code = call(handle)
+        if code == -errno.ESHUTDOWN or self._handle != handle:
+            raise ClosedError("the store is closed")
+        return code
+
     def stats(self) -> Stats:
+        """The counters (sel_store_stats); any thread, any time."""
         c = _lib.Stats()
-        _check(_LIB.sel_store_stats(self.handle, ctypes.byref(c)))
+        _check(self._monitor(lambda handle: _LIB.sel_store_stats(handle, ctypes.byref(c))))
         return Stats._from_c(c)
 
     def metrics(self) -> str:
-        """The Prometheus text exposition; the buffer grows until it fits."""
+        """The Prometheus text exposition; the buffer grows until it fits.
+        Any thread, any time."""
         size = METRICS_BYTES_FIRST
         while True:
             buf = ctypes.create_string_buffer(size)
-            n = _LIB.sel_store_metrics(self.handle, buf, size)
+            n = self._monitor(lambda handle: _LIB.sel_store_metrics(handle, buf, size))
             if n >= 0:
                 return buf.raw[:n].decode()
-            if n != -28 or size >= 1 << 26:  # -ENOSPC: grow
+            if n != -errno.ENOSPC or size >= 1 << 26:  # grow
                 _check(n)
             size *= 4
 
@@ -544,7 +626,7 @@ class Peer:
         and stop() is refused while it runs."""
         with self._lock:
             if not self._handle:
-                raise SeleneError(ESTOPPED, "the peer was stopped")
+                raise ClosedError("the peer is stopped")
             if self._waiting:
                 raise SeleneError(-16, "another thread is in wait()")
             self._waiting = True
