@@ -109,7 +109,16 @@ def device_address(obj) -> int:
 @dataclass
 class Plane:
     """One plane of a rank's cache: name, one page's (or row's) bytes, and
-    its base address (anything device_address takes)."""
+    its base address (anything device_address takes).
+
+    A tensor or array must stay the memory it was at open. The store holds
+    a tensor's storage, so a set_() cannot free it under a copy, and
+    publish() and fetch() refuse (ValueError naming the plane) once a plane
+    was re-pointed or resized (set_, resize_, numpy's resize): the store
+    would copy into memory the caller no longer sees, or that is freed. A
+    resize_() that grows a tensor frees its old memory all the same, so
+    never resize a plane while its copies run; a Peer, whose copies rank
+    zero starts, cannot check at all."""
     name: str
     unit_bytes: int
     address: object
@@ -225,14 +234,42 @@ def _plane_bytes(obj) -> Optional[int]:
     return None
 
 
+def _extent(obj) -> Optional[tuple]:
+    """(address, bytes, contiguous) of a tensor's or array's memory now,
+    or None for what cannot be re-pointed (an int, a ctypes object)."""
+    if hasattr(obj, "data_ptr"):  # a torch tensor
+        return obj.data_ptr(), obj.numel() * obj.element_size(), obj.is_contiguous()
+    if hasattr(obj, "__array_interface__") and hasattr(obj, "flags"):  # a numpy array
+        return obj.__array_interface__["data"][0], obj.nbytes, obj.flags["C_CONTIGUOUS"]
+    return None
+
+
+def _storage(obj):
+    """A torch tensor's storage, or None: held, it keeps the memory alive
+    when the tensor is pointed elsewhere (set_), as the tensor alone does
+    not."""
+    if not hasattr(obj, "data_ptr"):
+        return None
+    for name in ("untyped_storage", "storage"):  # torch 2 names the first
+        get = getattr(obj, name, None)
+        if callable(get):
+            try:
+                return get()
+            except Exception:  # not a tensor after all: nothing to hold
+                return None
+    return None
+
+
 def _first_dimension(obj) -> Optional[int]:
     """The length of a tensor's or array's first dimension, or None."""
     shape = getattr(obj, "shape", None)
     return int(shape[0]) if shape is not None and len(shape) > 0 else None
 
 
-def _c_plane(p: Plane, count: int, keep: list):
-    """The C plane of count units; keeps p's memory alive as long as keep."""
+def _c_plane(p: Plane, count: int, keep: list, extents: list):
+    """The C plane of count units; keeps p's memory alive as long as keep
+    (a tensor's storage too), and adds (name, object, address, bytes) to
+    extents for a tensor or array, whose memory can be re-pointed."""
     name = p.name.encode()
     dtype = getattr(p.address, "dtype", None)
     if getattr(dtype, "hasobject", False):  # numpy's object dtype, alone or in a record
@@ -250,7 +287,11 @@ def _c_plane(p: Plane, count: int, keep: list):
                          % (p.name, count, held // count, p.unit_bytes))
     keep.append(name)
     keep.append(p.address)
-    return _lib.Plane(name, p.unit_bytes, device_address(p.address))
+    keep.append(_storage(p.address))
+    address = device_address(p.address)
+    if _extent(p.address) is not None:
+        extents.append((p.name, p.address, address, held))
+    return _lib.Plane(name, p.unit_bytes, address)
 
 
 def _device_of(config: StoreConfig) -> str:
@@ -273,18 +314,20 @@ def _device_of(config: StoreConfig) -> str:
 
 
 def _c_config(config: StoreConfig):
-    """The C config and the Python objects its pointers need alive."""
+    """The C config, the Python objects its pointers need alive, and the
+    planes' extents at open (_c_plane)."""
     keep: list = []
+    extents: list = []
     device = _device_of(config)
     if config.cluster is not None and not 0 <= config.cluster.rank < max(1, config.cluster.world_size):
         raise ValueError("rank %d is not among %d ranks"
                          % (config.cluster.rank, config.cluster.world_size))
     planes = (_lib.Plane * max(1, len(config.page_planes)))(
-        *[_c_plane(p, config.page_count, keep) for p in config.page_planes])
+        *[_c_plane(p, config.page_count, keep, extents) for p in config.page_planes])
     out = _lib.StoreConfig(
         dir=config.dir.encode(), state_mode=config.state_mode,
         page_tokens=config.page_tokens, page_plane_count=len(config.page_planes),
-        page_planes=planes, row_plane=_c_plane(config.row_plane, config.row_count, keep),
+        page_planes=planes, row_plane=_c_plane(config.row_plane, config.row_count, keep, extents),
         page_count=config.page_count, row_count=config.row_count,
         device=device.encode(),
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
@@ -293,7 +336,25 @@ def _c_config(config: StoreConfig):
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
     keep.append(planes)
-    return out, keep
+    return out, keep, extents
+
+
+def _planes_in_place(call: str, extents: list) -> None:
+    """Raises ValueError when a plane's tensor or array no longer is the
+    memory the store was opened over: a set_() or resize_() (or numpy's
+    resize) re-pointed or resized it, and the store would copy into
+    memory that is freed or that the caller no longer sees."""
+    for name, obj, address, size in extents:
+        now = _extent(obj)
+        if now == (address, size, True):
+            continue
+        raise ValueError(
+            "%s: plane %s is no longer the memory the store was opened over: it was "
+            "0x%x (%d bytes), it is 0x%x (%d bytes%s) (re-pointed or resized by set_(), "
+            "resize_() or resize()); the store copies only to and from the memory given "
+            "at open: close it and open one over the plane as it is now"
+            % (call, name, address, size, now[0], now[1],
+               "" if now[2] else ", not contiguous"))
 
 
 def _int_list(values) -> list:
@@ -427,7 +488,7 @@ class Store:
         self._handle = None
         # a private copy: the caller may change or reuse its own
         config = dataclasses.replace(config, page_planes=tuple(config.page_planes))
-        c, self._keep = _c_config(config)
+        c, self._keep, self._extents = _c_config(config)
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
         _check(_LIB.sel_store_open(ctypes.byref(c), ctypes.byref(handle), err, len(err)),
@@ -525,6 +586,7 @@ class Store:
         joined = ctypes.c_bool()
         ids = _u32_array(page_ids)
         with self._using() as handle:
+            _planes_in_place("fetch()", self._extents)
             _check(_LIB.sel_fetch(handle, ctypes.byref(hit.raw), ids, state_slot, waiter,
                                   ctypes.byref(joined)))
         return joined.value
@@ -554,6 +616,7 @@ class Store:
         ids = _u32_array(page_ids)
         outcome = ctypes.c_int()
         with self._using() as handle:
+            _planes_in_place("publish()", self._extents)
             pub = _lib.Publication(checkpoint, history.handle, consumed, parent_consumed,
                                    ctypes.cast(ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)
             _check(_LIB.sel_store_publish(handle, ctypes.byref(pub), ctypes.byref(outcome)))
@@ -609,7 +672,7 @@ class Peer:
         if config.cluster is None or config.cluster.rank == 0:
             raise ValueError("a peer needs a cluster config with rank > 0")
         config = dataclasses.replace(config, page_planes=tuple(config.page_planes))
-        c, self._keep = _c_config(config)
+        c, self._keep, _ = _c_config(config)
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
         self._lock = threading.Lock()

@@ -839,3 +839,99 @@ def test_history_close_waits_for_a_call_using_it(tmp_path, monkeypatch):
         assert got[0] is not None and got[0].consumed == 128
         with pytest.raises(selene.ClosedError, match="^the history is closed$"):
             store.lookup(h)
+
+
+REPOINT_SCRIPT = '''
+import gc, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from test_selene import tokens, wait_events
+import selene
+kind, how, unit = sys.argv[3], sys.argv[4], int(sys.argv[5])
+PAGES, ROWS = 32, 4
+if kind == "torch":
+    import torch
+    k, rows = torch.zeros((PAGES, unit // 4)), torch.zeros((ROWS, 64))
+else:
+    k, rows = np.zeros((PAGES, unit), np.uint8), np.zeros((ROWS, 256), np.uint8)
+cfg = selene.StoreConfig(
+    dir=sys.argv[1], page_tokens=64, model_name="repoint", device="host",
+    page_planes=[selene.Plane("k", unit, k)], row_plane=selene.Plane("state", 256, rows),
+    page_count=PAGES, row_count=ROWS)
+store = selene.Store(cfg)
+h = store.history(tokens(256))
+assert store.publish(1, h, 128, 0, [0, 1], 0) == selene.Outcome.QUEUED
+wait_events(store, 1)
+hit = store.lookup(h)
+if how == "set_":
+    k.set_(torch.zeros(10))
+elif how == "grow":
+    k.resize_(PAGES * 4, unit // 4)
+elif how == "shrink":
+    k.resize_(PAGES // 2, unit // 4)
+else:
+    k.resize((PAGES * 4, unit), refcheck=False)  # numpy reallocates
+gc.collect()
+for call in (lambda: store.fetch(hit, [5, 6], 1, 1),
+             lambda: store.publish(2, h, 256, 128, [0, 1, 2, 3], 1)):
+    try:
+        call()
+    except ValueError as e:
+        assert "plane k is no longer the memory the store was opened over" in str(e), e
+    else:
+        raise SystemExit("a call on a re-pointed plane went through")
+assert store.poll() == []
+store.close()
+print("survived")
+'''
+
+
+@pytest.mark.parametrize("kind,how", [("torch", "set_"), ("torch", "grow"),
+                                      ("torch", "shrink"), ("numpy", "resize")])
+@pytest.mark.parametrize("unit", [1024, 256 * 1024])
+def test_repointed_plane_is_refused(tmp_path, kind, how, unit):
+    """A plane's tensor re-pointed (set_) or resized (resize_, numpy's
+    resize) after open: fetch and publish refuse, naming the plane,
+    instead of copying into freed memory (SIGSEGV with 256 KiB pages,
+    silent heap corruption with 1 KiB ones, before)."""
+    if kind == "torch":
+        pytest.importorskip("torch")
+    code, out = run_script(REPOINT_SCRIPT, tmp_path, os.path.dirname(__file__), kind, how, unit)
+    assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
+
+
+HELD_STORAGE_SCRIPT = '''
+import gc, sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from test_selene import tokens, wait_events
+import selene
+PAGES, unit = 32, 256 * 1024
+k, rows = torch.zeros((PAGES, unit // 4)), torch.zeros((4, 64))
+cfg = selene.StoreConfig(
+    dir=sys.argv[1], page_tokens=64, model_name="held", device="host",
+    page_planes=[selene.Plane("k", unit, k)], row_plane=selene.Plane("state", 256, rows),
+    page_count=PAGES, row_count=4)
+store = selene.Store(cfg)
+h = store.history(tokens(256))
+assert store.publish(1, h, 128, 0, [0, 1], 0) == selene.Outcome.QUEUED
+wait_events(store, 1)
+store.fetch(store.lookup(h), [5, 6], 1, 1)  # its reads sleep (failpoint)
+k.set_(torch.zeros(10))  # the tensor's memory would be freed here
+gc.collect()
+(ev,) = wait_events(store, 1)
+assert ev.kind == selene.EventKind.FETCHED, ev
+store.close()
+print("survived")
+'''
+
+
+def test_plane_storage_outlives_a_set_under_a_running_fetch(tmp_path):
+    """A fetch in flight when the plane's tensor is pointed elsewhere
+    (set_) lands in the storage the store holds, not in freed memory
+    (SIGSEGV before: the binding held the tensor, not its storage). The
+    same holding keeps a Peer's planes alive."""
+    pytest.importorskip("torch")
+    code, out = run_script(HELD_STORAGE_SCRIPT, tmp_path, os.path.dirname(__file__),
+                           env={"SELENE_FAILPOINTS": "disk.read=sleep(300)"})
+    assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
