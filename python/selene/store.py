@@ -11,6 +11,7 @@ import enum
 import errno
 import hashlib
 import operator
+import os
 import threading
 from dataclasses import dataclass, field, fields
 from typing import List, Optional, Sequence
@@ -25,6 +26,7 @@ DISK_LIMIT_AUTO = (1 << 64) - 1  # one tenth of the free space at open
 # still write the planes, so they are never freed (the C side keeps its own).
 _UNDRAINED: list = []
 METRICS_BYTES_FIRST = 1 << 16    # metrics() starts here and grows fourfold
+POLL_EVENTS_MAX = 4096           # poll()'s array: a store holds at most 1024 events
 
 # Selene's own error band (include/selene/selene.h), in order.
 EBADHEADER, ECHECKSUM, EMISMATCH, ELOCKED, EGEOMETRY, ETOOBIG, EPROTO, \
@@ -33,7 +35,7 @@ EBADHEADER, ECHECKSUM, EMISMATCH, ELOCKED, EGEOMETRY, ETOOBIG, EPROTO, \
 
 def strerror(code: int) -> str:
     """sel_strerror: the text of 0, a negative errno or a SEL_E* code."""
-    return _LIB.sel_strerror(code).decode()
+    return _LIB.sel_strerror(_int("strerror(): code", code, _lib.c_int)).decode()
 
 
 def version() -> str:
@@ -61,6 +63,15 @@ class ClosedError(SeleneError):
 
     def __str__(self):
         return self.detail
+
+
+class InvalidArgumentError(SeleneError, ValueError):
+    """An argument the library would refuse with -EINVAL, refused before
+    the call with the argument and its bound named: .code is -EINVAL, and
+    it is a ValueError too."""
+
+    def __init__(self, detail: str):
+        super().__init__(-errno.EINVAL, detail)
 
 
 def _check(code: int, detail: str = "") -> int:
@@ -94,7 +105,8 @@ class Event:
 
 def device_address(obj) -> int:
     """A plane's base address: an int, a torch tensor (data_ptr()), a numpy
-    array (its __array_interface__), or a ctypes object."""
+    array (its __array_interface__), or a ctypes object; TypeError for
+    anything else."""
     if isinstance(obj, int):
         return obj
     if hasattr(obj, "data_ptr"):
@@ -103,7 +115,8 @@ def device_address(obj) -> int:
         return obj.__array_interface__["data"][0]
     if isinstance(obj, ctypes._SimpleCData) or isinstance(obj, ctypes.Array):
         return ctypes.addressof(obj)
-    raise TypeError("cannot take a device address of %r" % type(obj).__name__)
+    raise TypeError("cannot take a device address of %s: a plane's address is a torch "
+                    "tensor, a numpy array, a ctypes object or an int" % _kind(obj))
 
 
 @dataclass
@@ -123,6 +136,9 @@ class Plane:
     unit_bytes: int
     address: object
 
+    def __post_init__(self):
+        _check_plane("Plane", self)
+
 
 @dataclass
 class ClusterConfig:
@@ -139,6 +155,9 @@ class ClusterConfig:
     job_timeout_ms: int = 60000
     accept_empty_ranks: bool = False       # rank zero: form over unmarked empty ranks (deletes)
     listener: object = field(default=None, repr=False)  # keeps listen_fd open
+
+    def __post_init__(self):
+        _check_cluster("ClusterConfig", self)
 
 
 @dataclass
@@ -162,6 +181,9 @@ class StoreConfig:
     records_max: int = 0
     cluster: Optional[ClusterConfig] = None
 
+    def __post_init__(self):
+        _check_config("StoreConfig", self)
+
 
 MODEL_DOMAIN = b"selene-model-v1"  # R-KEY-1's prefix (record/FORMAT.md)
 
@@ -184,13 +206,99 @@ def _kind(value) -> str:
     return "None" if value is None else type(value).__name__
 
 
+def _int(what: str, value, ctype) -> int:
+    """value as an int that ctype holds: TypeError for what is not an
+    integer (None included), ValueError outside ctype's range; what names
+    the argument."""
+    if not hasattr(value, "__index__"):
+        raise TypeError("%s must be an int, got %s" % (what, _kind(value)))
+    value = operator.index(value)
+    _lib.check_int(what, ctype, value)
+    return value
+
+
+def _flag(what: str, value) -> bool:
+    if not (isinstance(value, bool) or hasattr(value, "__index__")):
+        raise TypeError("%s must be a bool, got %s" % (what, _kind(value)))
+    return bool(value)
+
+
+def _str(what: str, value, optional: bool = False) -> None:
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise TypeError("%s must be a str%s, got %s"
+                        % (what, " or None" if optional else "", _kind(value)))
+
+
+def _bytes(what: str, value, optional: bool = False) -> None:
+    if not (isinstance(value, (bytes, bytearray, memoryview)) or (optional and value is None)):
+        raise TypeError("%s must be bytes%s, got %s"
+                        % (what, " or None" if optional else "", _kind(value)))
+
+
+def _check_plane(what: str, p) -> None:
+    if not isinstance(p, Plane):
+        raise TypeError("%s must be a Plane, got %s" % (what, _kind(p)))
+    _str(what + ".name", p.name)
+    _int(what + ".unit_bytes", p.unit_bytes, _lib.u64)
+    if p.address is None:
+        raise TypeError("%s.address must be a torch tensor, a numpy array, a ctypes object "
+                        "or an int, got None" % what)
+
+
+def _check_cluster(what: str, c) -> None:
+    if not isinstance(c, ClusterConfig):
+        raise TypeError("%s must be a ClusterConfig, got %s" % (what, _kind(c)))
+    for name, ctype in (("rank", _lib.u32), ("world_size", _lib.u32),
+                        ("coordinator_port", _lib.u16), ("listen_fd", _lib.c_int),
+                        ("join_timeout_ms", _lib.u32), ("silence_timeout_ms", _lib.u32),
+                        ("job_timeout_ms", _lib.u32)):
+        _int("%s.%s" % (what, name), getattr(c, name), ctype)
+    _str(what + ".coordinator_host", c.coordinator_host)
+    _bytes(what + ".secret", c.secret)
+    _flag(what + ".accept_empty_ranks", c.accept_empty_ranks)
+    if c.rank_addresses is not None:
+        if isinstance(c.rank_addresses, str):
+            raise TypeError("%s.rank_addresses must be a list of str, got str" % what)
+        for i, a in enumerate(c.rank_addresses):
+            _str("%s.rank_addresses[%d]" % (what, i), a)
+
+
+def _check_config(what: str, c) -> None:
+    """TypeError or ValueError naming the first field of c that is not
+    what struct sel_store_config can take."""
+    if not isinstance(c, StoreConfig):
+        raise TypeError("%s must be a StoreConfig, got %s" % (what, _kind(c)))
+    if not isinstance(c.dir, (str, bytes, os.PathLike)):
+        raise TypeError("StoreConfig.dir must be a path (a str or os.PathLike), got %s"
+                        % _kind(c.dir))
+    for name, ctype in (("page_tokens", _lib.u32), ("page_count", _lib.u32),
+                        ("row_count", _lib.u32), ("state_mode", _lib.u8),
+                        ("device_ordinal", _lib.c_int), ("disk_limit_bytes", _lib.u64),
+                        ("records_max", _lib.u32)):
+        _int("StoreConfig." + name, getattr(c, name), ctype)
+    if c.page_planes is None or isinstance(c.page_planes, (str, bytes, Plane)) or \
+            not hasattr(c.page_planes, "__iter__"):
+        raise TypeError("StoreConfig.page_planes must be a sequence of Plane, got %s"
+                        % _kind(c.page_planes))
+    for i, p in enumerate(c.page_planes):
+        _check_plane("StoreConfig.page_planes[%d]" % i, p)
+    _check_plane("StoreConfig.row_plane", c.row_plane)
+    _bytes("StoreConfig.model_identity", c.model_identity, optional=True)
+    _str("StoreConfig.model_name", c.model_name, optional=True)
+    _str("StoreConfig.device", c.device, optional=True)
+    _flag("StoreConfig.durable", c.durable)
+    if c.cluster is not None:
+        _check_cluster("StoreConfig.cluster", c.cluster)
+
+
 def _identity(config: StoreConfig) -> bytes:
     if config.model_identity is not None:
         if len(config.model_identity) != 32:
-            raise ValueError("model_identity must be 32 bytes")
+            raise ValueError("StoreConfig.model_identity must be 32 bytes, got %d"
+                             % len(config.model_identity))
         return bytes(config.model_identity)
     if config.model_name is None:
-        raise ValueError("a store needs model_identity or model_name")
+        raise ValueError("a store needs StoreConfig.model_identity or StoreConfig.model_name")
     return model_identity(config.model_name)
 
 
@@ -288,7 +396,10 @@ def _c_plane(p: Plane, count: int, keep: list, extents: list):
     keep.append(name)
     keep.append(p.address)
     keep.append(_storage(p.address))
-    address = device_address(p.address)
+    try:
+        address = device_address(p.address)
+    except TypeError as e:
+        raise TypeError("plane %s: %s" % (p.name, e))
     if _extent(p.address) is not None:
         extents.append((p.name, p.address, address, held))
     return _lib.Plane(name, p.unit_bytes, address)
@@ -325,7 +436,7 @@ def _c_config(config: StoreConfig):
     planes = (_lib.Plane * max(1, len(config.page_planes)))(
         *[_c_plane(p, config.page_count, keep, extents) for p in config.page_planes])
     out = _lib.StoreConfig(
-        dir=config.dir.encode(), state_mode=config.state_mode,
+        dir=os.fsencode(config.dir), state_mode=config.state_mode,
         page_tokens=config.page_tokens, page_plane_count=len(config.page_planes),
         page_planes=planes, row_plane=_c_plane(config.row_plane, config.row_count, keep, extents),
         page_count=config.page_count, row_count=config.row_count,
@@ -357,18 +468,23 @@ def _planes_in_place(call: str, extents: list) -> None:
                "" if now[2] else ", not contiguous"))
 
 
-def _int_list(values) -> list:
-    """values as Python ints (TypeError for anything else), so that ids are
-    compared by value: a tensor's elements are tensors, hashed by identity."""
-    values = values.tolist() if hasattr(values, "tolist") else values
-    return [operator.index(v) for v in values]
-
-
-def _u32_array(values) -> ctypes.Array:
-    values = list(values)
-    for i, v in enumerate(values):
-        _lib.check_int("page id %d" % i, ctypes.c_uint32, v)
-    return (ctypes.c_uint32 * max(1, len(values)))(*values)
+def _int_list(what: str, values) -> list:
+    """values (a sequence, a numpy array, a torch tensor) as Python ints
+    that a uint32_t holds, so that ids are compared by value: a tensor's
+    elements are tensors, hashed by identity. TypeError or ValueError
+    naming what, or the element."""
+    if values is None or isinstance(values, (str, bytes, bytearray)):
+        raise TypeError("%s must be a sequence of ints, got %s" % (what, _kind(values)))
+    listed = values.tolist() if hasattr(values, "tolist") else values
+    try:
+        listed = list(listed)
+    except TypeError:
+        raise TypeError("%s must be a sequence of ints, got %s" % (what, _kind(values)))
+    # the common case at once: Python ints within range
+    if all(type(v) is int for v in listed) and \
+            (not listed or (min(listed) >= 0 and max(listed) < 2**32)):
+        return listed
+    return [_int("%s[%d]" % (what, i), v, _lib.u32) for i, v in enumerate(listed)]
 
 
 class History:
@@ -486,6 +602,7 @@ class Store:
         self._lock = threading.RLock()
         self._closing = False
         self._handle = None
+        _check_config("Store(): config", config)
         # a private copy: the caller may change or reuse its own
         config = dataclasses.replace(config, page_planes=tuple(config.page_planes))
         c, self._keep, self._extents = _c_config(config)
@@ -522,6 +639,7 @@ class Store:
         lock = self.__dict__.get("_lock")
         if lock is None:
             return  # the constructor failed before anything was opened
+        drain_timeout_ms = _int("close(): drain_timeout_ms", drain_timeout_ms, _lib.u64)
         self._closing = True
         with lock:
             handle, self._handle = self._handle, None
@@ -546,27 +664,60 @@ class Store:
                 pass
 
     def history(self, tokens) -> History:
-        """A history of tokens (any sequence of ints below 2**32)."""
+        """A history of tokens (a sequence of ints in 0..2**32-1: a list,
+        an array.array, a numpy array, a torch tensor)."""
         if isinstance(tokens, (bytes, bytearray, str)):  # array() would take their bytes
-            raise ValueError("tokens are a sequence of ints, not %s" % type(tokens).__name__)
-        buf = array.array("I", tokens)
+            raise ValueError("history(): tokens are a sequence of ints, not %s" % _kind(tokens))
+        if tokens is None:
+            raise TypeError("history(): tokens must be a sequence of ints, got None")
+        if hasattr(tokens, "tolist"):
+            tokens = tokens.tolist()
+        try:
+            buf = array.array("I", tokens)
+        except OverflowError as e:
+            raise ValueError("history(): tokens must be ints in 0..%d (%s)" % (2**32 - 1, e))
+        except TypeError as e:
+            raise TypeError("history(): tokens must be a sequence of ints (%s)" % e)
         out = ctypes.c_void_p()
         pointer = ctypes.cast(buf.buffer_info()[0], ctypes.POINTER(ctypes.c_uint32))
         with self._using() as handle:
             _check(_LIB.sel_history_create(handle, pointer, len(buf), ctypes.byref(out)))
         return History(out.value, len(buf), self._open, self._lock)
 
-    def _own(self, history: History) -> History:
+    def _own(self, call: str, history) -> History:
         """history, when this open made it: another store's digests name
         another model's records."""
-        if getattr(history, "owner", None) is not getattr(self, "_open", None):
-            raise ValueError("the history is from another store, or from an earlier open of this one")
+        if not isinstance(history, History):
+            raise TypeError("%s: history must be a History from this store's history(), got %s"
+                            % (call, _kind(history)))
+        if history.owner is not self._open:
+            raise ValueError("%s: the history is from another store, or from an earlier open "
+                             "of this one" % call)
         return history
+
+    def _page_ids(self, call: str, page_ids) -> list:
+        """page_ids as ints, each a page of the device (page_count)."""
+        ids = _int_list(call + ": page_ids", page_ids)
+        count = self.config.page_count
+        if ids and (min(ids) < 0 or max(ids) >= count):
+            i, bad = next((i, v) for i, v in enumerate(ids) if not 0 <= v < count)
+            raise InvalidArgumentError("%s: page_ids[%d] is %d, past the device's last page %d "
+                                       "(page_count %d)" % (call, i, bad, count - 1, count))
+        return ids
+
+    def _state_slot(self, call: str, state_slot) -> int:
+        state_slot = _int(call + ": state_slot", state_slot, _lib.u32)
+        rows = self.config.row_count
+        if state_slot >= rows:
+            raise InvalidArgumentError("%s: state_slot %d is past the device's last row %d "
+                                       "(row_count %d)" % (call, state_slot, rows - 1, rows))
+        return state_slot
 
     def lookup(self, history: History, resident: int = 0) -> Optional[Hit]:
         """The deepest restorable prefix beyond resident tokens, or None."""
+        self._own("lookup()", history)
+        resident = _int("lookup(): resident", resident, _lib.u64)
         raw = _lib.Hit()
-        self._own(history)
         with self._using() as handle:
             if not _LIB.sel_lookup(handle, history.handle, resident, ctypes.byref(raw)):
                 return None
@@ -576,18 +727,26 @@ class Store:
         """Restores hit into page_ids (distinct ints: a sequence, a numpy
         array or a torch tensor) and state_slot; the event for waiter comes
         through poll(). Returns whether waiter joined an equal fetch."""
+        if not isinstance(hit, Hit):
+            raise TypeError("fetch(): hit must be a Hit from this store's lookup(), got %s"
+                            % _kind(hit))
         if hit.owner is not getattr(self, "_open", None):
-            raise ValueError("the hit is from another store, or from an earlier open of this one")
-        page_ids = _int_list(page_ids)
-        if len(page_ids) != hit.page_count:
-            raise ValueError("the hit needs %d page ids, got %d" % (hit.page_count, len(page_ids)))
-        if len(set(page_ids)) != len(page_ids):
-            raise ValueError("a fetch's page ids must be distinct: pages would overwrite each other")
+            raise ValueError("fetch(): the hit is from another store, or from an earlier open "
+                             "of this one")
+        ids = self._page_ids("fetch()", page_ids)
+        if len(ids) != hit.page_count:
+            raise InvalidArgumentError("fetch(): the hit needs %d page ids, got %d"
+                                       % (hit.page_count, len(ids)))
+        if len(set(ids)) != len(ids):
+            raise InvalidArgumentError("fetch(): page_ids must be distinct: pages would "
+                                       "overwrite each other")
+        state_slot = self._state_slot("fetch()", state_slot)
+        waiter = _int("fetch(): waiter", waiter, _lib.u64)
         joined = ctypes.c_bool()
-        ids = _u32_array(page_ids)
+        c_ids = (ctypes.c_uint32 * max(1, len(ids)))(*ids)
         with self._using() as handle:
             _planes_in_place("fetch()", self._extents)
-            _check(_LIB.sel_fetch(handle, ctypes.byref(hit.raw), ids, state_slot, waiter,
+            _check(_LIB.sel_fetch(handle, ctypes.byref(hit.raw), c_ids, state_slot, waiter,
                                   ctypes.byref(joined)))
         return joined.value
 
@@ -595,12 +754,17 @@ class Store:
         """Removes a joined waiter (sel_cancel); an owner still hears. Raises
         SeleneError (SEL_ENOTFOUND) for an unknown waiter, and for one whose
         fetch already completed: its event still comes through poll."""
+        waiter = _int("cancel(): waiter", waiter, _lib.u64)
         with self._using() as handle:
             _check(_LIB.sel_cancel(handle, waiter))
 
     def touch(self, history: History, consumed: int):
         """A GPU-cache hit on history's first consumed tokens (sel_touch)."""
-        self._own(history)
+        self._own("touch()", history)
+        consumed = _int("touch(): consumed", consumed, _lib.u64)
+        if not 0 < consumed <= history.token_count:
+            raise InvalidArgumentError("touch(): consumed %d is not in 1..%d, the history's "
+                                       "tokens" % (consumed, history.token_count))
         with self._using() as handle:
             _check(_LIB.sel_touch(handle, history.handle, consumed))
 
@@ -608,25 +772,45 @@ class Store:
                 parent_consumed: int, page_ids: Sequence[int], state_slot: int) -> Outcome:
         """Offers a checkpoint: page_ids are every page of the chain from
         the root (consumed // page_tokens of them)."""
-        self._own(history)
-        pages = consumed // self.config.page_tokens if consumed > 0 else 0
-        if len(page_ids) < pages:
-            raise ValueError("publishing %d tokens needs %d page ids, got %d"
-                             % (consumed, pages, len(page_ids)))
-        ids = _u32_array(page_ids)
+        call = "publish()"
+        checkpoint = _int("publish(): checkpoint", checkpoint, _lib.u64)
+        self._own(call, history)
+        consumed = _int("publish(): consumed", consumed, _lib.u64)
+        parent_consumed = _int("publish(): parent_consumed", parent_consumed, _lib.u64)
+        ids = self._page_ids(call, page_ids)
+        state_slot = self._state_slot(call, state_slot)
+        if not 0 < consumed <= history.token_count:
+            raise InvalidArgumentError("publish(): consumed %d is not in 1..%d, the history's "
+                                       "tokens" % (consumed, history.token_count))
+        if parent_consumed >= consumed:
+            raise InvalidArgumentError(
+                "publish(): parent_consumed %d is at or past consumed %d: the parent is a "
+                "shorter checkpoint of the same history (0 for none)" % (parent_consumed, consumed))
+        pages = consumed // self.config.page_tokens
+        if pages > self.config.page_count:
+            raise InvalidArgumentError("publish(): consumed %d spans %d pages, more than the "
+                                       "device's %d (page_count)"
+                                       % (consumed, pages, self.config.page_count))
+        if len(ids) < pages:
+            raise InvalidArgumentError("publish(): publishing %d tokens needs %d page ids, got %d"
+                                       % (consumed, pages, len(ids)))
+        c_ids = (ctypes.c_uint32 * max(1, len(ids)))(*ids)
         outcome = ctypes.c_int()
         with self._using() as handle:
-            _planes_in_place("publish()", self._extents)
+            _planes_in_place(call, self._extents)
             pub = _lib.Publication(checkpoint, history.handle, consumed, parent_consumed,
-                                   ctypes.cast(ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)
+                                   ctypes.cast(c_ids, ctypes.POINTER(ctypes.c_uint32)), state_slot)
             _check(_LIB.sel_store_publish(handle, ctypes.byref(pub), ctypes.byref(outcome)))
         return Outcome(outcome.value)
 
     def poll(self, max_events: int = 64) -> List[Event]:
-        """Takes up to max_events events without waiting."""
-        events = (_lib.Event * max_events)()
+        """Takes up to max_events events without waiting (0 takes the
+        engine's completions and returns none)."""
+        max_events = _int("poll(): max_events", max_events, _lib.u32)
+        count = min(max_events, POLL_EVENTS_MAX)
+        events = (_lib.Event * max(1, count))()
         with self._using() as handle:
-            n = _LIB.sel_poll(handle, events, max_events)
+            n = _LIB.sel_poll(handle, events, count)
         return [Event(EventKind(e.kind), e.id, e.error,
                       e.why.decode(errors="replace") or strerror(e.error))
                 for e in events[:n]]
@@ -669,6 +853,7 @@ class Peer:
     applied; its threads then run rank zero's jobs on this rank's planes."""
 
     def __init__(self, config: StoreConfig):
+        _check_config("Peer(): config", config)
         if config.cluster is None or config.cluster.rank == 0:
             raise ValueError("a peer needs a cluster config with rank > 0")
         config = dataclasses.replace(config, page_planes=tuple(config.page_planes))

@@ -176,6 +176,9 @@ def test_ints_out_of_range_are_refused(tmp_path):
     planes = Planes()
     cfg = planes.config(tmp_path)
     cfg.page_count = 2**32 + PAGES
+    with pytest.raises(ValueError, match="StoreConfig.page_count is 4294967328, outside"):
+        selene.Store(cfg)
+    cfg.page_count = PAGES * 2
     with pytest.raises(ValueError, match="plane k holds 32768 bytes"):
         selene.Store(cfg)  # more pages than the planes hold
     cfg = planes.config(tmp_path)
@@ -190,22 +193,22 @@ def test_ints_out_of_range_are_refused(tmp_path):
         h = store.history(tokens(600))
         with pytest.raises(ValueError, match="needs 8 page ids, got 1"):
             store.publish(1, h, 8 * PAGE_TOKENS, 0, [0], 0)
-        with pytest.raises(ValueError, match="page id 0"):
+        with pytest.raises(ValueError, match=r"publish\(\): page_ids\[0\] is 4294967301, outside"):
             store.publish(1, h, PAGE_TOKENS, 0, [2**32 + 5], 0)
         with pytest.raises(ValueError, match="checkpoint"):
             store.publish(-1, h, PAGE_TOKENS, 0, [0], 0)
         with pytest.raises(ValueError, match="state_slot"):
             store.publish(1, h, PAGE_TOKENS, 0, [0], 2**32)
-        with pytest.raises(ValueError, match="sel_lookup argument 3"):
+        with pytest.raises(ValueError, match=r"lookup\(\): resident"):
             store.lookup(h, -2**64)
-        with pytest.raises(ValueError, match="sel_cancel argument 2"):
+        with pytest.raises(ValueError, match=r"cancel\(\): waiter"):
             store.cancel(-1)
-        with pytest.raises(ValueError, match="sel_touch argument 3"):
+        with pytest.raises(ValueError, match=r"touch\(\): consumed"):
             store.touch(h, 2**64)
         assert store.poll() == []  # nothing was queued by any of them
         publish_chain(store, planes, h, points=(PAGE_TOKENS * 2,))
         hit = store.lookup(h)
-        with pytest.raises(ValueError, match="sel_fetch argument 5"):
+        with pytest.raises(ValueError, match=r"fetch\(\): waiter"):
             store.fetch(hit, [0, 1], 0, -1)
 
 
@@ -220,7 +223,7 @@ def test_binding_refuses_what_would_crash(tmp_path):
         h = store.history(tokens(600))
         with pytest.raises(ValueError, match="checkpoint"):
             store.publish(np.int64(-1), h, PAGE_TOKENS, 0, [0], 0)
-        with pytest.raises(ValueError, match="page id 0"):
+        with pytest.raises(ValueError, match=r"page_ids\[0\]"):
             store.publish(1, h, PAGE_TOKENS, 0, np.array([2**32 + 5]), 0)
         with pytest.raises(ValueError, match="state_slot"):
             store.publish(1, h, PAGE_TOKENS, 0, [0], np.int64(2**32 + 1))
@@ -501,6 +504,8 @@ def test_peer_and_store_in_one_process(tmp_path):
     waiter.join()
     peers[0].stop()
     peers[0].stop()  # twice is fine
+    with pytest.raises(selene.ClosedError, match="^the peer is stopped$"):
+        peers[0].wait()
     listener.close()
 
 
@@ -935,3 +940,153 @@ def test_plane_storage_outlives_a_set_under_a_running_fetch(tmp_path):
     code, out = run_script(HELD_STORAGE_SCRIPT, tmp_path, os.path.dirname(__file__),
                            env={"SELENE_FAILPOINTS": "disk.read=sleep(300)"})
     assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
+
+
+def test_wrong_types_name_the_python_argument(tmp_path):
+    """None (or another wrong type) where an argument or field is expected
+    raises TypeError naming it, never ctypes' ArgumentError numbered by
+    the C argument, nor an AttributeError from inside the binding."""
+    planes = Planes()
+    store = selene.Store(planes.config(tmp_path / "s"))
+    h = store.history(tokens(600))
+    publish_chain(store, planes, h, points=(128,))
+    hit = store.lookup(h)
+
+    def config(**fields):
+        cfg = planes.config(tmp_path / "c")
+        for name, value in fields.items():
+            setattr(cfg, name, value)
+        return cfg
+
+    k, v = (selene.Plane(n, UNIT, a) for n, a in (("k", planes.k), ("v", planes.v)))
+    cases = [
+        (lambda: selene.strerror(None), r"strerror\(\): code must be an int, got None"),
+        (lambda: selene.device_address(None), "cannot take a device address of None"),
+        (lambda: selene.Plane(None, UNIT, planes.k), "Plane.name must be a str, got None"),
+        (lambda: selene.Plane("k", None, planes.k), "Plane.unit_bytes must be an int, got None"),
+        (lambda: selene.Plane("k", UNIT, None), "Plane.address must be a torch tensor"),
+        (lambda: selene.Store(None), r"Store\(\): config must be a StoreConfig, got None"),
+        (lambda: selene.Peer(None), r"Peer\(\): config must be a StoreConfig, got None"),
+        (lambda: selene.StoreConfig(dir=None, page_tokens=64, page_planes=[k], row_plane=k,
+                                    page_count=1, row_count=1, model_name="m"),
+         "StoreConfig.dir must be a path"),
+        (lambda: selene.ClusterConfig(rank=None, world_size=2),
+         "ClusterConfig.rank must be an int, got None"),
+        (lambda: selene.ClusterConfig(rank=0, world_size=2, secret=None),
+         "ClusterConfig.secret must be bytes, got None"),
+    ]
+    for name in ("page_tokens", "page_count", "row_count", "state_mode", "device_ordinal",
+                 "disk_limit_bytes", "records_max"):
+        cases.append((lambda name=name: selene.Store(config(**{name: None})),
+                      "StoreConfig.%s must be an int, got None" % name))
+    cases += [
+        (lambda: selene.Store(config(dir=None)), "StoreConfig.dir must be a path"),
+        (lambda: selene.Store(config(page_planes=None)),
+         "StoreConfig.page_planes must be a sequence of Plane, got None"),
+        (lambda: selene.Store(config(page_planes=[k, None])),
+         r"StoreConfig.page_planes\[1\] must be a Plane, got None"),
+        (lambda: selene.Store(config(row_plane=None)), "StoreConfig.row_plane must be a Plane"),
+        (lambda: selene.Store(config(model_identity="x" * 32)),
+         "StoreConfig.model_identity must be bytes or None, got str"),
+        (lambda: selene.Store(config(model_name=b"m")), "StoreConfig.model_name must be a str"),
+        (lambda: selene.Store(config(durable=None)), "StoreConfig.durable must be a bool"),
+        (lambda: selene.Store(config(cluster=5)), "StoreConfig.cluster must be a ClusterConfig"),
+        (lambda: store.history(None), r"history\(\): tokens must be a sequence of ints, got None"),
+        (lambda: store.history([1, None]), r"history\(\): tokens must be a sequence of ints"),
+        (lambda: store.lookup(None), r"lookup\(\): history must be a History from this "
+                                     r"store's history\(\), got None"),
+        (lambda: store.lookup(h, None), r"lookup\(\): resident must be an int, got None"),
+        (lambda: store.fetch(None, [0, 1], 0, 1),
+         r"fetch\(\): hit must be a Hit from this store's lookup\(\), got None"),
+        (lambda: store.fetch(hit, None, 0, 1), r"fetch\(\): page_ids must be a sequence of ints"),
+        (lambda: store.fetch(hit, [None, 1], 0, 1), r"fetch\(\): page_ids\[0\] must be an int"),
+        (lambda: store.fetch(hit, [0, 1], None, 1), r"fetch\(\): state_slot must be an int"),
+        (lambda: store.fetch(hit, [0, 1], 0, None), r"fetch\(\): waiter must be an int"),
+        (lambda: store.cancel(None), r"cancel\(\): waiter must be an int, got None"),
+        (lambda: store.touch(None, 128), r"touch\(\): history must be a History"),
+        (lambda: store.touch(h, None), r"touch\(\): consumed must be an int"),
+        (lambda: store.publish(None, h, 128, 0, [0, 1], 0), r"publish\(\): checkpoint must be"),
+        (lambda: store.publish(1, None, 128, 0, [0, 1], 0), r"publish\(\): history must be"),
+        (lambda: store.publish(1, h, None, 0, [0, 1], 0), r"publish\(\): consumed must be"),
+        (lambda: store.publish(1, h, 128, None, [0, 1], 0), r"publish\(\): parent_consumed must"),
+        (lambda: store.publish(1, h, 128, 0, None, 0), r"publish\(\): page_ids must be"),
+        (lambda: store.publish(1, h, 128, 0, [0, 1], None), r"publish\(\): state_slot must be"),
+        (lambda: store.poll(None), r"poll\(\): max_events must be an int, got None"),
+        (lambda: store.close(None), r"close\(\): drain_timeout_ms must be an int, got None"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call()
+    assert store.poll() == []  # nothing was submitted by any of them
+    store.close()
+
+
+def test_refused_publication_and_fetch_say_why(tmp_path):
+    """A publication or fetch the library would refuse with -EINVAL is
+    refused first, naming the argument and its bound (an InvalidArgument-
+    Error: a SeleneError of -EINVAL and a ValueError), instead of a bare
+    "Invalid argument (-22)"; nothing is submitted."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        publish_chain(store, planes, h, points=(128,))
+        hit = store.lookup(h)
+        ids = list(range(9))
+        cases = [
+            (lambda: store.publish(1, h, 128, 0, [0, PAGES], 0),
+             r"publish\(\): page_ids\[1\] is 32, past the device's last page 31 \(page_count 32\)"),
+            (lambda: store.publish(1, h, 128, 0, [0, 1], ROWS),
+             r"publish\(\): state_slot 4 is past the device's last row 3 \(row_count 4\)"),
+            (lambda: store.publish(1, h, 700, 0, list(range(10)), 0),
+             r"publish\(\): consumed 700 is not in 1..600, the history's tokens"),
+            (lambda: store.publish(1, h, 0, 0, ids, 0), r"publish\(\): consumed 0 is not in"),
+            (lambda: store.publish(1, h, 256, 256, ids, 0),
+             r"publish\(\): parent_consumed 256 is at or past consumed 256"),
+            (lambda: store.publish(1, h, 256, 300, ids, 0),
+             r"publish\(\): parent_consumed 300 is at or past consumed 256"),
+            (lambda: store.publish(1, h, 256, 0, [0, 1], 0),
+             r"publish\(\): publishing 256 tokens needs 4 page ids, got 2"),
+            (lambda: store.fetch(hit, [PAGES, 0], 0, 1),
+             r"fetch\(\): page_ids\[0\] is 32, past the device's last page 31"),
+            (lambda: store.fetch(hit, [0, 1], ROWS, 1),
+             r"fetch\(\): state_slot 4 is past the device's last row 3"),
+            (lambda: store.fetch(hit, [0], 0, 1), r"fetch\(\): the hit needs 2 page ids, got 1"),
+            (lambda: store.touch(h, 0), r"touch\(\): consumed 0 is not in 1..600"),
+            (lambda: store.touch(h, 601), r"touch\(\): consumed 601 is not in 1..600"),
+        ]
+        for call, message in cases:
+            with pytest.raises(selene.InvalidArgumentError, match=message) as e:
+                call()
+            assert e.value.code == -22 and isinstance(e.value, ValueError)
+            assert str(e.value).startswith("Invalid argument (-22): ")
+        long = store.history(tokens(64 * (PAGES + 1)))
+        with pytest.raises(selene.InvalidArgumentError,
+                           match=r"consumed 2112 spans 33 pages, more than the device's 32"):
+            store.publish(1, long, 64 * (PAGES + 1), 0, list(range(PAGES)) * 2, 0)
+        assert store.poll() == [] and store.stats().published_queued == 1
+
+
+def test_calls_after_close_say_the_store_is_closed(tmp_path):
+    """Every call on a closed store raises ClosedError saying "the store
+    is closed" (a SeleneError of SEL_ESTOPPED), not "stopped after an
+    earlier failure"; a closed history says so too."""
+    planes = Planes()
+    store = selene.Store(planes.config(tmp_path))
+    h = store.history(tokens(600))
+    publish_chain(store, planes, h, points=(128,))
+    hit = store.lookup(h)
+    h2 = store.history(tokens(64))
+    h2.close()
+    with pytest.raises(selene.ClosedError) as e:
+        store.lookup(h2)
+    assert str(e.value) == "the history is closed"
+    store.close()
+    for call in (lambda: store.history([1, 2]), lambda: store.lookup(h),
+                 lambda: store.fetch(hit, [0, 1], 0, 1), lambda: store.cancel(1),
+                 lambda: store.touch(h, 128), lambda: store.poll(), lambda: store.stats(),
+                 lambda: store.metrics(), lambda: store.publish(1, h, 128, 0, [0, 1], 0),
+                 lambda: store.handle):
+        with pytest.raises(selene.ClosedError) as e:
+            call()
+        assert str(e.value) == "the store is closed" and e.value.code == selene.ESTOPPED
+    store.close()  # twice is fine
