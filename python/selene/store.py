@@ -83,7 +83,8 @@ def _check(code: int, detail: str = "") -> int:
 class Outcome(enum.IntEnum):
     QUEUED = 0     # copying: keep the checkpoint's pages pinned until its event
     PRESENT = 1    # a committed copy exists
-    RETRY = 2      # no room or queue space now; offer it again later
+    RETRY = 2      # no room or queue space now, or the parent still being stored:
+                   # offer it again later
     OVERSIZE = 3   # can never fit
 
 
@@ -527,10 +528,25 @@ class History:
 
 @dataclass(frozen=True)
 class Hit:
-    """sel_lookup's answer, valid for one fetch while the store lives."""
-    consumed: int       # the restored endpoint's token count
-    page_count: int     # destination page ids fetch needs
-    skip_pages: int     # leading chain pages the GPU already holds
+    """sel_lookup's answer, valid for one fetch while the store lives.
+
+    consumed: the restored endpoint's token count.
+    page_count: how many page ids fetch() takes: the pages from
+        resident // page_tokens up to consumed // page_tokens (a page
+        that resident ends inside is restored whole).
+    skip_pages: how many leading pages of the restored chain fetch()
+        leaves out because they lie within the resident tokens. The chain
+        starts after its stopping ancestor p, the deepest record of it at
+        or below resident (p = 0: the root), so skip_pages is
+        resident // page_tokens - p // page_tokens. It is not the number
+        of pages the GPU holds (resident // page_tokens): with a record
+        ending exactly at resident it is 0. The engine needs neither
+        figure to fetch; it is the C field of the same name.
+    resident: the resident count the lookup was given.
+    """
+    consumed: int
+    page_count: int
+    skip_pages: int
     resident: int
     raw: _lib.Hit = field(repr=False, compare=False)
     owner: object = field(default=None, repr=False, compare=False)  # its Store's open
@@ -714,7 +730,11 @@ class Store:
         return state_slot
 
     def lookup(self, history: History, resident: int = 0) -> Optional[Hit]:
-        """The deepest restorable prefix beyond resident tokens, or None."""
+        """The deepest restorable prefix of history beyond resident tokens
+        (the deepest ready checkpoint the GPU still holds), or None. A
+        checkpoint whose only child has committed is no longer found at
+        its own length (see publish()): a history ending between the two
+        finds an ancestor that kept its row, or nothing."""
         self._own("lookup()", history)
         resident = _int("lookup(): resident", resident, _lib.u64)
         raw = _lib.Hit()
@@ -770,8 +790,33 @@ class Store:
 
     def publish(self, checkpoint: int, history: History, consumed: int,
                 parent_consumed: int, page_ids: Sequence[int], state_slot: int) -> Outcome:
-        """Offers a checkpoint: page_ids are every page of the chain from
-        the root (consumed // page_tokens of them)."""
+        """Offers a checkpoint (sel_store_publish): history's first
+        consumed tokens, whose pages are page_ids (every page of the chain
+        from the root, consumed // page_tokens of them) and whose row is
+        state_slot. checkpoint is the engine's id, echoed in its STORED or
+        STORE_FAILED event.
+
+        parent_consumed is the consumed count of the nearest ancestor
+        checkpoint of the same history that this engine offered before,
+        0 for none; it is below consumed. The record then holds only the
+        pages from parent_consumed // page_tokens on, and a restore reads
+        the rest from the parent's record; a parent the store does not
+        hold (never offered, refused, evicted) makes it a root record
+        holding every page of its chain.
+
+        Returns QUEUED (copying: keep its pages and row pinned until its
+        event), PRESENT (a committed copy exists), RETRY (offer it again
+        later: room or queue space is short, or its parent is still being
+        stored: a child offered while its parent's copy is in flight
+        answers RETRY until the parent's STORED event) or OVERSIZE (it can
+        never fit).
+
+        Once a checkpoint's only child commits, the checkpoint stops being
+        offered at its own length: its row moves to the child (seed design
+        section 2.3: the record keeps its pages for the child's chain and
+        drops its row), so lookup() no longer finds it there. A root record
+        keeps its row. Offered again, the checkpoint has its row stored
+        again (QUEUED)."""
         call = "publish()"
         checkpoint = _int("publish(): checkpoint", checkpoint, _lib.u64)
         self._own(call, history)

@@ -1090,3 +1090,42 @@ def test_calls_after_close_say_the_store_is_closed(tmp_path):
             call()
         assert str(e.value) == "the store is closed" and e.value.code == selene.ESTOPPED
     store.close()  # twice is fine
+
+
+def test_docstrings_say_what_the_library_does(tmp_path):
+    """What publish(), lookup() and Hit say about parent_consumed, a child
+    offered while its parent is stored, the row moving to an only child,
+    and skip_pages is what the library does (skip_pages was documented as
+    the pages the GPU holds)."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        t = tokens(600)
+        h, short = store.history(t), store.history(t[:300])
+        ids = list(range(9))
+        publish_chain(store, planes, h, points=(128, 256))  # a root, then a child
+        assert store.lookup(short).consumed == 256
+        assert store.publish(3, h, 512, 256, ids, 2) == selene.Outcome.QUEUED
+        # its parent (512) is still being stored: Retry
+        assert store.publish(4, h, 576, 512, ids, 3) == selene.Outcome.RETRY
+        assert wait_events(store, 1)[0].id == 3
+        # 256's only child committed: its row moved, 300 tokens find the root
+        assert store.lookup(short).consumed == 128 and store.stats().truncations == 1
+        assert store.publish(5, h, 256, 128, ids, 1) == selene.Outcome.QUEUED  # the row again
+        assert wait_events(store, 1)[0].id == 5
+        assert store.lookup(short).consumed == 256
+        # skip_pages: resident // 64 - p // 64 for the stopping ancestor p
+        for resident, p in ((256, 256), (320, 256), (128, 128), (200, 128)):
+            hit = store.lookup(h, resident)
+            assert hit.consumed == 512 and hit.page_count == 8 - resident // 64
+            assert hit.skip_pages == resident // 64 - p // 64
+    assert "the pages from\n        resident // page_tokens" in selene.Hit.__doc__
+    assert "resident // page_tokens - p // page_tokens" in selene.Hit.__doc__
+    assert "It is not the number\n        of pages the GPU holds" in selene.Hit.__doc__
+    publish = " ".join(selene.Store.publish.__doc__.split())
+    assert "parent_consumed is the consumed count of the nearest ancestor checkpoint" in publish
+    assert "answers RETRY until the parent's STORED event" in publish
+    assert "Once a checkpoint's only child commits, the checkpoint stops being offered " \
+           "at its own length: its row moves to the child" in publish
+    assert "A root record keeps its row" in publish
+    assert "only child has committed is no longer found" in " ".join(
+        selene.Store.lookup.__doc__.split())
