@@ -4,7 +4,6 @@ negative code the library returns raises SeleneError; nothing here waits
 for I/O that the C call would not wait for."""
 
 import array
-import contextlib
 import ctypes
 import dataclasses
 import enum
@@ -343,13 +342,22 @@ def _plane_bytes(obj) -> Optional[int]:
     return None
 
 
-def _extent(obj) -> Optional[tuple]:
-    """(address, bytes, contiguous) of a tensor's or array's memory now,
-    or None for what cannot be re-pointed (an int, a ctypes object)."""
-    if hasattr(obj, "data_ptr"):  # a torch tensor
-        return obj.data_ptr(), obj.numel() * obj.element_size(), obj.is_contiguous()
-    if hasattr(obj, "__array_interface__") and hasattr(obj, "flags"):  # a numpy array
-        return obj.__array_interface__["data"][0], obj.nbytes, obj.flags["C_CONTIGUOUS"]
+def _tensor_extent(t) -> tuple:
+    return t.data_ptr(), t.numel() * t.element_size(), t.is_contiguous()
+
+
+def _array_extent(a) -> tuple:
+    return a.__array_interface__["data"][0], a.nbytes, a.flags.c_contiguous
+
+
+def _extent_of(obj):
+    """The function giving (address, bytes, contiguous) of obj's memory
+    now, for a torch tensor or a numpy array; None for what cannot be
+    re-pointed (an int, a ctypes object)."""
+    if hasattr(obj, "data_ptr"):
+        return _tensor_extent
+    if hasattr(obj, "__array_interface__") and hasattr(obj, "flags"):
+        return _array_extent
     return None
 
 
@@ -377,8 +385,9 @@ def _first_dimension(obj) -> Optional[int]:
 
 def _c_plane(p: Plane, count: int, keep: list, extents: list):
     """The C plane of count units; keeps p's memory alive as long as keep
-    (a tensor's storage too), and adds (name, object, address, bytes) to
-    extents for a tensor or array, whose memory can be re-pointed."""
+    (a tensor's storage too), and adds (name, object, its extent function,
+    its extent at open) to extents for a tensor or array, whose memory
+    can be re-pointed."""
     name = p.name.encode()
     dtype = getattr(p.address, "dtype", None)
     if getattr(dtype, "hasobject", False):  # numpy's object dtype, alone or in a record
@@ -401,8 +410,9 @@ def _c_plane(p: Plane, count: int, keep: list, extents: list):
         address = device_address(p.address)
     except TypeError as e:
         raise TypeError("plane %s: %s" % (p.name, e))
-    if _extent(p.address) is not None:
-        extents.append((p.name, p.address, address, held))
+    extent = _extent_of(p.address)
+    if extent is not None:
+        extents.append((p.name, p.address, extent, (address, held, True)))
     return _lib.Plane(name, p.unit_bytes, address)
 
 
@@ -456,10 +466,11 @@ def _planes_in_place(call: str, extents: list) -> None:
     memory the store was opened over: a set_() or resize_() (or numpy's
     resize) re-pointed or resized it, and the store would copy into
     memory that is freed or that the caller no longer sees."""
-    for name, obj, address, size in extents:
-        now = _extent(obj)
-        if now == (address, size, True):
+    for name, obj, extent, at_open in extents:
+        now = extent(obj)
+        if now == at_open:
             continue
+        address, size, _ = at_open
         raise ValueError(
             "%s: plane %s is no longer the memory the store was opened over: it was "
             "0x%x (%d bytes), it is 0x%x (%d bytes%s) (re-pointed or resized by set_(), "
@@ -600,6 +611,28 @@ class Stats:
         return cls(**values)
 
 
+class _Using:
+    """Store._using's context manager (a class: a generator's costs a
+    microsecond more a call)."""
+    __slots__ = ("store",)
+
+    def __init__(self, store: "Store"):
+        self.store = store
+
+    def __enter__(self) -> int:
+        store = self.store
+        if store._closing:  # a close is draining: no use waiting for it
+            raise ClosedError("the store is closed")
+        store._lock.acquire()
+        if not store._handle:
+            store._lock.release()
+            raise ClosedError("the store is closed")
+        return store._handle
+
+    def __exit__(self, *exc):
+        self.store._lock.release()
+
+
 class Store:
     """Rank zero's store (sel_store_open). Use as a context manager, or
     call close().
@@ -636,16 +669,11 @@ class Store:
             raise ClosedError("the store is closed")
         return self._handle
 
-    @contextlib.contextmanager
-    def _using(self):
-        """The open handle, with the store's lock held until the block
-        ends: close() cannot free it under the call."""
-        if self._closing:
-            raise ClosedError("the store is closed")
-        with self._lock:
-            if not self._handle:
-                raise ClosedError("the store is closed")
-            yield self._handle
+    def _using(self) -> "_Using":
+        """with store._using() as handle: the open handle, with the
+        store's lock held until the block ends, so close() cannot free it
+        under the call."""
+        return _Using(self)
 
     def close(self, drain_timeout_ms: int = 60000):
         """Drains and frees (sel_store_close); raises SeleneError(ESTOPPED)
