@@ -704,7 +704,7 @@ class Store:
         if getattr(self, "_handle", None):
             try:
                 self.close()
-            except SeleneError:
+            except Exception:  # a finalizer has no caller to tell
                 pass
 
     def history(self, tokens) -> History:
@@ -923,7 +923,11 @@ class Store:
 
 class Peer:
     """Every other rank (sel_peer_start): returns once the agreement is
-    applied; its threads then run rank zero's jobs on this rank's planes."""
+    applied; its threads then run rank zero's jobs on this rank's planes.
+    wait() and stop() may come from different threads: stop() is refused
+    while wait() runs, and wait() after stop() raises ClosedError. Its
+    planes' tensors (storages held) must not be resized while it runs:
+    its copies come from rank zero, with no call here to check them at."""
 
     def __init__(self, config: StoreConfig):
         _check_config("Peer(): config", config)
