@@ -3,17 +3,18 @@
 
 from .store import (DISK_LIMIT_AUTO, EBADHEADER, ECHECKSUM, EFAILPOINT, EGEOMETRY,
                     ELOCKED, EMISMATCH, ENOTFOUND, EPROTO, EQUEUEFULL, ESTOPPED, ETOOBIG,
-                    LIBRARY_PATH, ClusterConfig, Event, EventKind, History, Hit,
-                    LatencyHistogram, Outcome, Peer, Plane, SeleneError, Stats, Store,
-                    StoreConfig, device_address, strerror, version)
+                    LIBRARY_PATH, ClosedError, ClusterConfig, Event, EventKind, History, Hit,
+                    InvalidArgumentError, LatencyHistogram, Outcome, Peer, Plane, SeleneError,
+                    Stats, Store, StoreConfig, device_address, model_identity, strerror,
+                    version)
 from .bootstrap import BootstrapError, bootstrap, from_env, from_mpi
 
 __all__ = [
     "DISK_LIMIT_AUTO", "EBADHEADER", "ECHECKSUM", "EFAILPOINT", "EGEOMETRY", "ELOCKED",
     "EMISMATCH", "ENOTFOUND", "EPROTO", "EQUEUEFULL", "ESTOPPED", "ETOOBIG", "LIBRARY_PATH",
-    "BootstrapError", "ClusterConfig", "Event", "EventKind", "History", "Hit",
-    "LatencyHistogram", "Outcome", "Peer", "Plane", "SeleneError", "Stats", "Store",
-    "StoreConfig", "bootstrap", "device_address", "from_env", "from_mpi", "strerror",
-    "version",
+    "BootstrapError", "ClosedError", "ClusterConfig", "Event", "EventKind", "History", "Hit",
+    "InvalidArgumentError", "LatencyHistogram", "Outcome", "Peer", "Plane", "SeleneError",
+    "Stats", "Store", "StoreConfig", "bootstrap", "device_address", "from_env", "from_mpi",
+    "model_identity", "strerror", "version",
 ]
 __version__ = "0.1.0"

@@ -109,7 +109,7 @@ class Hit(ctypes.Structure):
                 ("resident", u64), ("endpoint", u32), ("generation", u64)]
 
 
-class Publication(Checked):
+class Publication(ctypes.Structure):  # Store.publish checks every field first
     _fields_ = [("checkpoint", u64), ("history", c_void_p), ("consumed", u64),
                 ("parent_consumed", u64), ("page_ids", ctypes.POINTER(u32)),
                 ("state_slot", u32)]

@@ -176,6 +176,9 @@ def test_ints_out_of_range_are_refused(tmp_path):
     planes = Planes()
     cfg = planes.config(tmp_path)
     cfg.page_count = 2**32 + PAGES
+    with pytest.raises(ValueError, match="StoreConfig.page_count is 4294967328, outside"):
+        selene.Store(cfg)
+    cfg.page_count = PAGES * 2
     with pytest.raises(ValueError, match="plane k holds 32768 bytes"):
         selene.Store(cfg)  # more pages than the planes hold
     cfg = planes.config(tmp_path)
@@ -190,22 +193,22 @@ def test_ints_out_of_range_are_refused(tmp_path):
         h = store.history(tokens(600))
         with pytest.raises(ValueError, match="needs 8 page ids, got 1"):
             store.publish(1, h, 8 * PAGE_TOKENS, 0, [0], 0)
-        with pytest.raises(ValueError, match="page id 0"):
+        with pytest.raises(ValueError, match=r"publish\(\): page_ids\[0\] is 4294967301, outside"):
             store.publish(1, h, PAGE_TOKENS, 0, [2**32 + 5], 0)
         with pytest.raises(ValueError, match="checkpoint"):
             store.publish(-1, h, PAGE_TOKENS, 0, [0], 0)
         with pytest.raises(ValueError, match="state_slot"):
             store.publish(1, h, PAGE_TOKENS, 0, [0], 2**32)
-        with pytest.raises(ValueError, match="sel_lookup argument 3"):
+        with pytest.raises(ValueError, match=r"lookup\(\): resident"):
             store.lookup(h, -2**64)
-        with pytest.raises(ValueError, match="sel_cancel argument 2"):
+        with pytest.raises(ValueError, match=r"cancel\(\): waiter"):
             store.cancel(-1)
-        with pytest.raises(ValueError, match="sel_touch argument 3"):
+        with pytest.raises(ValueError, match=r"touch\(\): consumed"):
             store.touch(h, 2**64)
         assert store.poll() == []  # nothing was queued by any of them
         publish_chain(store, planes, h, points=(PAGE_TOKENS * 2,))
         hit = store.lookup(h)
-        with pytest.raises(ValueError, match="sel_fetch argument 5"):
+        with pytest.raises(ValueError, match=r"fetch\(\): waiter"):
             store.fetch(hit, [0, 1], 0, -1)
 
 
@@ -220,7 +223,7 @@ def test_binding_refuses_what_would_crash(tmp_path):
         h = store.history(tokens(600))
         with pytest.raises(ValueError, match="checkpoint"):
             store.publish(np.int64(-1), h, PAGE_TOKENS, 0, [0], 0)
-        with pytest.raises(ValueError, match="page id 0"):
+        with pytest.raises(ValueError, match=r"page_ids\[0\]"):
             store.publish(1, h, PAGE_TOKENS, 0, np.array([2**32 + 5]), 0)
         with pytest.raises(ValueError, match="state_slot"):
             store.publish(1, h, PAGE_TOKENS, 0, [0], np.int64(2**32 + 1))
@@ -501,6 +504,8 @@ def test_peer_and_store_in_one_process(tmp_path):
     waiter.join()
     peers[0].stop()
     peers[0].stop()  # twice is fine
+    with pytest.raises(selene.ClosedError, match="^the peer is stopped$"):
+        peers[0].wait()
     listener.close()
 
 
@@ -619,3 +624,508 @@ def test_bootstrap_accept_empty_ranks():
     assert selene.bootstrap({"SELENE_ACCEPT_EMPTY_RANKS": "1"}).accept_empty_ranks is True
     with pytest.raises(selene.BootstrapError, match="0 or 1"):
         selene.bootstrap({"SELENE_ACCEPT_EMPTY_RANKS": "yes"})
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def key_vectors():
+    """tests/vectors/gen_key_vectors.py: R-KEY-* computed with hashlib."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "vectors"))
+    try:
+        import gen_key_vectors
+    finally:
+        sys.path.pop(0)
+    return gen_key_vectors
+
+
+def test_model_identity_is_r_key_1():
+    """model_name derives R-KEY-1's identity (record/FORMAT.md): the C
+    library's vector for "test-model" (tests/test_key.c) and the
+    reference generator's (tests/vectors/gen_key_vectors.py) for others."""
+    assert selene.model_identity("test-model").hex() == \
+        "01803e0724e7bc5d8e8a3bd85e3a9ce8a98cd916e5231ed0e44829335bcb378c"
+    for name in ("", "llama-8b", "torch-tp/tiny/2-ranks/seed-1/float32", "m\u00e9lange"):
+        assert selene.model_identity(name) == key_vectors().model_identity(name)
+    with pytest.raises(TypeError, match="model_name must be a str, got None"):
+        selene.model_identity(None)
+    with pytest.raises(ValueError, match="NUL"):
+        selene.model_identity("a\0b")
+
+
+def demo_tokens(count):
+    """The conversation `selene demo` stores (launch/cmd_demo.c)."""
+    state, out = 0x5E1E4E, []
+    for _ in range(count):
+        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+        out.append((state >> 33) % 151936)
+    return out
+
+
+def test_store_finds_what_the_c_program_stored(tmp_path):
+    """A Python store given the model name `selene demo` was given finds
+    and restores the records the C program wrote: one identity (R-KEY-1),
+    so one namespace directory (R-REC-2) and the same keys."""
+    program = os.environ.get("SELENE_PROGRAM", os.path.join(REPO, "build", "selene"))
+    if not os.access(program, os.X_OK):
+        pytest.skip("the selene program is not built (%s): make" % program)
+    done = subprocess.run([program, "demo", "--dir", str(tmp_path), "--model", "cross-model",
+                           "--planes", "2", "--plane-bytes", "4K", "--row-bytes", "4K",
+                           "--tokens", "1024"], env=dict(os.environ, SELENE_LOG="error"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (written,) = os.listdir(tmp_path)
+    vectors = key_vectors()
+    namespace = vectors.namespace_identity(vectors.model_identity("cross-model"), 0)
+    assert written.startswith(namespace[:8].hex() + "-")
+    k, v = (np.zeros((40, 4096), np.uint8) for _ in range(2))
+    rows = np.zeros((8, 4096), np.uint8)
+    cfg = selene.StoreConfig(
+        dir=str(tmp_path), page_tokens=64, model_name="cross-model", device="host",
+        page_planes=[selene.Plane("layer.00.key", 4096, k), selene.Plane("layer.00.value", 4096, v)],
+        row_plane=selene.Plane("state", 4096, rows), page_count=40, row_count=8)
+    with selene.Store(cfg) as store:
+        assert os.listdir(tmp_path) == [written]
+        assert store.stats().scanned_records == 5
+        hit = store.lookup(store.history(demo_tokens(1024)))
+        assert hit is not None and (hit.consumed, hit.page_count) == (1024, 16)
+        store.fetch(hit, list(range(16)), 0, 1)
+        (ev,) = wait_events(store, 1)
+        assert (ev.kind, ev.error) == (selene.EventKind.FETCHED, 0), ev
+        assert k[:16].any() and v[:16].any() and rows[0].any()
+
+
+CLOSE_RACE_SCRIPT = '''
+import sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from test_selene import Planes, tokens, publish_chain
+import selene, selene.store
+planes = Planes()
+store = selene.Store(planes.config(sys.argv[1]))
+h = store.history(tokens(600))
+publish_chain(store, planes, h, points=(128,))
+hit = store.lookup(h)
+calls = {
+    "sel_lookup": lambda: store.lookup(h),
+    "sel_poll": lambda: store.poll(),
+    "sel_touch": lambda: store.touch(h, 128),
+    "sel_fetch": lambda: store.fetch(hit, [5, 6], 0, 1),
+    "sel_cancel": lambda: store.cancel(1),
+    "sel_store_publish": lambda: store.publish(2, h, 256, 128, list(range(4)), 1),
+    "sel_history_create": lambda: store.history(tokens(64)),
+}
+name = sys.argv[3]
+real, entered = getattr(selene.store._LIB, name), threading.Event()
+
+def late(*args):  # a thread preempted between its checks and the C call
+    entered.set()
+    time.sleep(0.2)
+    return real(*args)
+
+setattr(selene.store._LIB, name, late)
+got = []
+
+def call():
+    try:
+        got.append(calls[name]())
+    except selene.SeleneError as e:
+        got.append(e)
+
+thread = threading.Thread(target=call)
+thread.start()
+entered.wait()
+store.close()
+thread.join()
+assert not isinstance(got[0], selene.ClosedError), got  # it ran before the close
+try:
+    calls[name]()
+except selene.ClosedError as e:
+    assert str(e) == "the store is closed" and e.code == selene.ESTOPPED, e
+else:
+    raise SystemExit("a call after close() went through")
+print("survived", got)
+'''
+
+
+def run_script(script, *args, env=None, timeout=120):
+    """Runs script in a fresh interpreter (a crash fails the test, not
+    pytest); returns (returncode, output)."""
+    env = dict(os.environ, SELENE_LOG="error", **(env or {}))
+    done = subprocess.run([sys.executable, "-c", script, *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", ["sel_lookup", "sel_poll", "sel_touch", "sel_fetch",
+                                  "sel_cancel", "sel_store_publish", "sel_history_create"])
+def test_store_close_waits_for_a_call_in_another_thread(tmp_path, name):
+    """close() while another thread is inside a call (held just before
+    the C call) waits for it rather than free the store under it (a
+    SIGSEGV before); the next call raises ClosedError."""
+    code, out = run_script(CLOSE_RACE_SCRIPT, tmp_path, os.path.dirname(__file__), name)
+    assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
+
+
+CLOSE_STRESS_SCRIPT = '''
+import os, sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from test_selene import Planes, tokens, publish_chain
+import selene
+planes, outcomes = Planes(), set()
+for cycle in range(int(sys.argv[3])):
+    store = selene.Store(planes.config(os.path.join(sys.argv[1], str(cycle)), durable=False))
+    h = store.history(tokens(600))
+    publish_chain(store, planes, h, points=(128,))
+    hit = store.lookup(h)
+
+    def work(i):
+        n = 0
+        while True:
+            try:
+                if i == 0:
+                    store.lookup(h)
+                elif i == 1:
+                    store.poll()
+                elif i == 2:
+                    store.touch(h, 128)
+                elif i == 3:
+                    store.stats()
+                else:
+                    n += 1
+                    store.fetch(hit, [10 + i, 20 + i], 0, 1000 * i + n)
+            except selene.ClosedError as e:
+                outcomes.add(str(e))
+                return
+            except selene.SeleneError as e:
+                if e.code != selene.EQUEUEFULL:
+                    raise
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.002 * (cycle % 5))
+    store.close()
+    for t in threads:
+        t.join()
+assert outcomes == {"the store is closed"}, outcomes
+print("survived")
+'''
+
+
+def test_store_close_under_threads_stress(tmp_path):
+    """Threads calling lookup, poll, touch, stats and fetch in a loop
+    while the store closes, 30 times: each call completes or raises
+    ClosedError, never a crash (12 of 270 such runs ended in SIGSEGV)."""
+    code, out = run_script(CLOSE_STRESS_SCRIPT, tmp_path, os.path.dirname(__file__), 30)
+    assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
+
+
+def test_history_close_waits_for_a_call_using_it(tmp_path, monkeypatch):
+    """History.close() in one thread while the store's lookup reads the
+    same history in another waits for the lookup (it freed the digests
+    under it before); a closed history then says so."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        publish_chain(store, planes, h, points=(128,))
+        real, entered, got = selene.store._LIB.sel_lookup, threading.Event(), []
+
+        def late(*args):
+            entered.set()
+            threading.Event().wait(0.2)
+            return real(*args)
+
+        monkeypatch.setattr(selene.store._LIB, "sel_lookup", late)
+        thread = threading.Thread(target=lambda: got.append(store.lookup(h)))
+        thread.start()
+        entered.wait()
+        h.close()
+        thread.join()
+        assert got[0] is not None and got[0].consumed == 128
+        with pytest.raises(selene.ClosedError, match="^the history is closed$"):
+            store.lookup(h)
+
+
+REPOINT_SCRIPT = '''
+import gc, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from test_selene import tokens, wait_events
+import selene
+kind, how, unit = sys.argv[3], sys.argv[4], int(sys.argv[5])
+PAGES, ROWS = 32, 4
+if kind == "torch":
+    import torch
+    k, rows = torch.zeros((PAGES, unit // 4)), torch.zeros((ROWS, 64))
+else:
+    k, rows = np.zeros((PAGES, unit), np.uint8), np.zeros((ROWS, 256), np.uint8)
+cfg = selene.StoreConfig(
+    dir=sys.argv[1], page_tokens=64, model_name="repoint", device="host",
+    page_planes=[selene.Plane("k", unit, k)], row_plane=selene.Plane("state", 256, rows),
+    page_count=PAGES, row_count=ROWS)
+store = selene.Store(cfg)
+h = store.history(tokens(256))
+assert store.publish(1, h, 128, 0, [0, 1], 0) == selene.Outcome.QUEUED
+wait_events(store, 1)
+hit = store.lookup(h)
+if how == "set_":
+    k.set_(torch.zeros(10))
+elif how == "grow":
+    k.resize_(PAGES * 4, unit // 4)
+elif how == "shrink":
+    k.resize_(PAGES // 2, unit // 4)
+else:
+    k.resize((PAGES * 4, unit), refcheck=False)  # numpy reallocates
+gc.collect()
+for call in (lambda: store.fetch(hit, [5, 6], 1, 1),
+             lambda: store.publish(2, h, 256, 128, [0, 1, 2, 3], 1)):
+    try:
+        call()
+    except ValueError as e:
+        assert "plane k is no longer the memory the store was opened over" in str(e), e
+    else:
+        raise SystemExit("a call on a re-pointed plane went through")
+assert store.poll() == []
+store.close()
+print("survived")
+'''
+
+
+@pytest.mark.parametrize("kind,how", [("torch", "set_"), ("torch", "grow"),
+                                      ("torch", "shrink"), ("numpy", "resize")])
+@pytest.mark.parametrize("unit", [1024, 256 * 1024])
+def test_repointed_plane_is_refused(tmp_path, kind, how, unit):
+    """A plane's tensor re-pointed (set_) or resized (resize_, numpy's
+    resize) after open: fetch and publish refuse, naming the plane,
+    instead of copying into freed memory (SIGSEGV with 256 KiB pages,
+    silent heap corruption with 1 KiB ones, before)."""
+    if kind == "torch":
+        pytest.importorskip("torch")
+    code, out = run_script(REPOINT_SCRIPT, tmp_path, os.path.dirname(__file__), kind, how, unit)
+    assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
+
+
+HELD_STORAGE_SCRIPT = '''
+import gc, sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from test_selene import tokens, wait_events
+import selene
+PAGES, unit = 32, 256 * 1024
+k, rows = torch.zeros((PAGES, unit // 4)), torch.zeros((4, 64))
+cfg = selene.StoreConfig(
+    dir=sys.argv[1], page_tokens=64, model_name="held", device="host",
+    page_planes=[selene.Plane("k", unit, k)], row_plane=selene.Plane("state", 256, rows),
+    page_count=PAGES, row_count=4)
+store = selene.Store(cfg)
+h = store.history(tokens(256))
+assert store.publish(1, h, 128, 0, [0, 1], 0) == selene.Outcome.QUEUED
+wait_events(store, 1)
+store.fetch(store.lookup(h), [5, 6], 1, 1)  # its reads sleep (failpoint)
+k.set_(torch.zeros(10))  # the tensor's memory would be freed here
+gc.collect()
+(ev,) = wait_events(store, 1)
+assert ev.kind == selene.EventKind.FETCHED, ev
+store.close()
+print("survived")
+'''
+
+
+def test_plane_storage_outlives_a_set_under_a_running_fetch(tmp_path):
+    """A fetch in flight when the plane's tensor is pointed elsewhere
+    (set_) lands in the storage the store holds, not in freed memory
+    (SIGSEGV before: the binding held the tensor, not its storage). The
+    same holding keeps a Peer's planes alive."""
+    pytest.importorskip("torch")
+    code, out = run_script(HELD_STORAGE_SCRIPT, tmp_path, os.path.dirname(__file__),
+                           env={"SELENE_FAILPOINTS": "disk.read=sleep(300)"})
+    assert code == 0 and "survived" in out, "exit %d: %s" % (code, out)
+
+
+def test_wrong_types_name_the_python_argument(tmp_path):
+    """None (or another wrong type) where an argument or field is expected
+    raises TypeError naming it, never ctypes' ArgumentError numbered by
+    the C argument, nor an AttributeError from inside the binding."""
+    planes = Planes()
+    store = selene.Store(planes.config(tmp_path / "s"))
+    h = store.history(tokens(600))
+    publish_chain(store, planes, h, points=(128,))
+    hit = store.lookup(h)
+
+    def config(**fields):
+        cfg = planes.config(tmp_path / "c")
+        for name, value in fields.items():
+            setattr(cfg, name, value)
+        return cfg
+
+    k, v = (selene.Plane(n, UNIT, a) for n, a in (("k", planes.k), ("v", planes.v)))
+    cases = [
+        (lambda: selene.strerror(None), r"strerror\(\): code must be an int, got None"),
+        (lambda: selene.device_address(None), "cannot take a device address of None"),
+        (lambda: selene.Plane(None, UNIT, planes.k), "Plane.name must be a str, got None"),
+        (lambda: selene.Plane("k", None, planes.k), "Plane.unit_bytes must be an int, got None"),
+        (lambda: selene.Plane("k", UNIT, None), "Plane.address must be a torch tensor"),
+        (lambda: selene.Store(None), r"Store\(\): config must be a StoreConfig, got None"),
+        (lambda: selene.Peer(None), r"Peer\(\): config must be a StoreConfig, got None"),
+        (lambda: selene.StoreConfig(dir=None, page_tokens=64, page_planes=[k], row_plane=k,
+                                    page_count=1, row_count=1, model_name="m"),
+         "StoreConfig.dir must be a path"),
+        (lambda: selene.ClusterConfig(rank=None, world_size=2),
+         "ClusterConfig.rank must be an int, got None"),
+        (lambda: selene.ClusterConfig(rank=0, world_size=2, secret=None),
+         "ClusterConfig.secret must be bytes, got None"),
+    ]
+    for name in ("page_tokens", "page_count", "row_count", "state_mode", "device_ordinal",
+                 "disk_limit_bytes", "records_max"):
+        cases.append((lambda name=name: selene.Store(config(**{name: None})),
+                      "StoreConfig.%s must be an int, got None" % name))
+    cases += [
+        (lambda: selene.Store(config(dir=None)), "StoreConfig.dir must be a path"),
+        (lambda: selene.Store(config(page_planes=None)),
+         "StoreConfig.page_planes must be a sequence of Plane, got None"),
+        (lambda: selene.Store(config(page_planes=[k, None])),
+         r"StoreConfig.page_planes\[1\] must be a Plane, got None"),
+        (lambda: selene.Store(config(row_plane=None)), "StoreConfig.row_plane must be a Plane"),
+        (lambda: selene.Store(config(model_identity="x" * 32)),
+         "StoreConfig.model_identity must be bytes or None, got str"),
+        (lambda: selene.Store(config(model_name=b"m")), "StoreConfig.model_name must be a str"),
+        (lambda: selene.Store(config(durable=None)), "StoreConfig.durable must be a bool"),
+        (lambda: selene.Store(config(cluster=5)), "StoreConfig.cluster must be a ClusterConfig"),
+        (lambda: store.history(None), r"history\(\): tokens must be a sequence of ints, got None"),
+        (lambda: store.history([1, None]), r"history\(\): tokens must be a sequence of ints"),
+        (lambda: store.lookup(None), r"lookup\(\): history must be a History from this "
+                                     r"store's history\(\), got None"),
+        (lambda: store.lookup(h, None), r"lookup\(\): resident must be an int, got None"),
+        (lambda: store.fetch(None, [0, 1], 0, 1),
+         r"fetch\(\): hit must be a Hit from this store's lookup\(\), got None"),
+        (lambda: store.fetch(hit, None, 0, 1), r"fetch\(\): page_ids must be a sequence of ints"),
+        (lambda: store.fetch(hit, [None, 1], 0, 1), r"fetch\(\): page_ids\[0\] must be an int"),
+        (lambda: store.fetch(hit, [0, 1], None, 1), r"fetch\(\): state_slot must be an int"),
+        (lambda: store.fetch(hit, [0, 1], 0, None), r"fetch\(\): waiter must be an int"),
+        (lambda: store.cancel(None), r"cancel\(\): waiter must be an int, got None"),
+        (lambda: store.touch(None, 128), r"touch\(\): history must be a History"),
+        (lambda: store.touch(h, None), r"touch\(\): consumed must be an int"),
+        (lambda: store.publish(None, h, 128, 0, [0, 1], 0), r"publish\(\): checkpoint must be"),
+        (lambda: store.publish(1, None, 128, 0, [0, 1], 0), r"publish\(\): history must be"),
+        (lambda: store.publish(1, h, None, 0, [0, 1], 0), r"publish\(\): consumed must be"),
+        (lambda: store.publish(1, h, 128, None, [0, 1], 0), r"publish\(\): parent_consumed must"),
+        (lambda: store.publish(1, h, 128, 0, None, 0), r"publish\(\): page_ids must be"),
+        (lambda: store.publish(1, h, 128, 0, [0, 1], None), r"publish\(\): state_slot must be"),
+        (lambda: store.poll(None), r"poll\(\): max_events must be an int, got None"),
+        (lambda: store.close(None), r"close\(\): drain_timeout_ms must be an int, got None"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call()
+    assert store.poll() == []  # nothing was submitted by any of them
+    store.close()
+
+
+def test_refused_publication_and_fetch_say_why(tmp_path):
+    """A publication or fetch the library would refuse with -EINVAL is
+    refused first, naming the argument and its bound (an InvalidArgument-
+    Error: a SeleneError of -EINVAL and a ValueError), instead of a bare
+    "Invalid argument (-22)"; nothing is submitted."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        publish_chain(store, planes, h, points=(128,))
+        hit = store.lookup(h)
+        ids = list(range(9))
+        cases = [
+            (lambda: store.publish(1, h, 128, 0, [0, PAGES], 0),
+             r"publish\(\): page_ids\[1\] is 32, past the device's last page 31 \(page_count 32\)"),
+            (lambda: store.publish(1, h, 128, 0, [0, 1], ROWS),
+             r"publish\(\): state_slot 4 is past the device's last row 3 \(row_count 4\)"),
+            (lambda: store.publish(1, h, 700, 0, list(range(10)), 0),
+             r"publish\(\): consumed 700 is not in 1..600, the history's tokens"),
+            (lambda: store.publish(1, h, 0, 0, ids, 0), r"publish\(\): consumed 0 is not in"),
+            (lambda: store.publish(1, h, 256, 256, ids, 0),
+             r"publish\(\): parent_consumed 256 is at or past consumed 256"),
+            (lambda: store.publish(1, h, 256, 300, ids, 0),
+             r"publish\(\): parent_consumed 300 is at or past consumed 256"),
+            (lambda: store.publish(1, h, 256, 0, [0, 1], 0),
+             r"publish\(\): publishing 256 tokens needs 4 page ids, got 2"),
+            (lambda: store.fetch(hit, [PAGES, 0], 0, 1),
+             r"fetch\(\): page_ids\[0\] is 32, past the device's last page 31"),
+            (lambda: store.fetch(hit, [0, 1], ROWS, 1),
+             r"fetch\(\): state_slot 4 is past the device's last row 3"),
+            (lambda: store.fetch(hit, [0], 0, 1), r"fetch\(\): the hit needs 2 page ids, got 1"),
+            (lambda: store.touch(h, 0), r"touch\(\): consumed 0 is not in 1..600"),
+            (lambda: store.touch(h, 601), r"touch\(\): consumed 601 is not in 1..600"),
+        ]
+        for call, message in cases:
+            with pytest.raises(selene.InvalidArgumentError, match=message) as e:
+                call()
+            assert e.value.code == -22 and isinstance(e.value, ValueError)
+            assert str(e.value).startswith("Invalid argument (-22): ")
+        long = store.history(tokens(64 * (PAGES + 1)))
+        with pytest.raises(selene.InvalidArgumentError,
+                           match=r"consumed 2112 spans 33 pages, more than the device's 32"):
+            store.publish(1, long, 64 * (PAGES + 1), 0, list(range(PAGES)) * 2, 0)
+        assert store.poll() == [] and store.stats().published_queued == 1
+
+
+def test_calls_after_close_say_the_store_is_closed(tmp_path):
+    """Every call on a closed store raises ClosedError saying "the store
+    is closed" (a SeleneError of SEL_ESTOPPED), not "stopped after an
+    earlier failure"; a closed history says so too."""
+    planes = Planes()
+    store = selene.Store(planes.config(tmp_path))
+    h = store.history(tokens(600))
+    publish_chain(store, planes, h, points=(128,))
+    hit = store.lookup(h)
+    h2 = store.history(tokens(64))
+    h2.close()
+    with pytest.raises(selene.ClosedError) as e:
+        store.lookup(h2)
+    assert str(e.value) == "the history is closed"
+    store.close()
+    for call in (lambda: store.history([1, 2]), lambda: store.lookup(h),
+                 lambda: store.fetch(hit, [0, 1], 0, 1), lambda: store.cancel(1),
+                 lambda: store.touch(h, 128), lambda: store.poll(), lambda: store.stats(),
+                 lambda: store.metrics(), lambda: store.publish(1, h, 128, 0, [0, 1], 0),
+                 lambda: store.handle):
+        with pytest.raises(selene.ClosedError) as e:
+            call()
+        assert str(e.value) == "the store is closed" and e.value.code == selene.ESTOPPED
+    store.close()  # twice is fine
+
+
+def test_docstrings_say_what_the_library_does(tmp_path):
+    """What publish(), lookup() and Hit say about parent_consumed, a child
+    offered while its parent is stored, the row moving to an only child,
+    and skip_pages is what the library does (skip_pages was documented as
+    the pages the GPU holds)."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        t = tokens(600)
+        h, short = store.history(t), store.history(t[:300])
+        ids = list(range(9))
+        publish_chain(store, planes, h, points=(128, 256))  # a root, then a child
+        assert store.lookup(short).consumed == 256
+        assert store.publish(3, h, 512, 256, ids, 2) == selene.Outcome.QUEUED
+        # its parent (512) is still being stored: Retry
+        assert store.publish(4, h, 576, 512, ids, 3) == selene.Outcome.RETRY
+        assert wait_events(store, 1)[0].id == 3
+        # 256's only child committed: its row moved, 300 tokens find the root
+        assert store.lookup(short).consumed == 128 and store.stats().truncations == 1
+        assert store.publish(5, h, 256, 128, ids, 1) == selene.Outcome.QUEUED  # the row again
+        assert wait_events(store, 1)[0].id == 5
+        assert store.lookup(short).consumed == 256
+        # skip_pages: resident // 64 - p // 64 for the stopping ancestor p
+        for resident, p in ((256, 256), (320, 256), (128, 128), (200, 128)):
+            hit = store.lookup(h, resident)
+            assert hit.consumed == 512 and hit.page_count == 8 - resident // 64
+            assert hit.skip_pages == resident // 64 - p // 64
+    assert "the pages from\n        resident // page_tokens" in selene.Hit.__doc__
+    assert "resident // page_tokens - p // page_tokens" in selene.Hit.__doc__
+    assert "It is not the number\n        of pages the GPU holds" in selene.Hit.__doc__
+    publish = " ".join(selene.Store.publish.__doc__.split())
+    assert "parent_consumed is the consumed count of the nearest ancestor checkpoint" in publish
+    assert "answers RETRY until the parent's STORED event" in publish
+    assert "Once a checkpoint's only child commits, the checkpoint stops being offered " \
+           "at its own length: its row moves to the child" in publish
+    assert "A root record keeps its row" in publish
+    assert "only child has committed is no longer found" in " ".join(
+        selene.Store.lookup.__doc__.split())
