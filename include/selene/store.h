@@ -198,7 +198,13 @@ void sel_history_destroy(sel_history *history);
 struct sel_hit {
 	uint64_t consumed;     /* the restored endpoint's token count */
 	uint32_t page_count;   /* destination page ids sel_fetch needs */
-	uint32_t skip_pages;   /* leading chain pages the GPU already holds */
+	uint32_t skip_pages;   /* leading pages of the restored chain left
+				  out because they lie within resident: the
+				  chain starts after its deepest record at
+				  or below resident (p), so this is
+				  resident / page_tokens - p / page_tokens,
+				  not the pages the GPU holds (0 when a
+				  record ends at resident); informational */
 	uint64_t resident;     /* the resident count the lookup was given */
 	uint32_t endpoint;     /* opaque */
 	uint64_t generation;   /* opaque */
