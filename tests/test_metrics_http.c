@@ -433,8 +433,8 @@ static void test_metrics_http_connection_rate(void **state)
 	}
 	took = seconds_since(&t0);
 	launch_metrics_http_counts(f->server, &counts);
-	printf("%d connections answered in %.3f s, the listener paused %llu times\n", FLOOD,
-	       took, (unsigned long long)counts.paused);
+	printf("%d connections answered in %.3f s, the listener paused %llu time%s\n", FLOOD,
+	       took, (unsigned long long)counts.paused, counts.paused == 1 ? "" : "s");
 	assert_true(counts.paused >= 1);
 	assert_true(took >= 0.9);
 }
