@@ -169,8 +169,10 @@ static int cd_rank_zero(struct cluster_demo *d, uint32_t phase)
 		fprintf(stderr, "selene cluster-demo: rank 0: %s\n", err);
 		return ret;
 	}
-	printf("rank 0: phase %u: store formed across %u ranks in %.1f ms\n", phase,
-	       d->boot.cluster.world_size, (double)(sel_monotonic_ns() - t0) / 1e6);
+	printf("rank 0: phase %u: store formed across %u %s in %.1f ms\n", phase,
+	       d->boot.cluster.world_size,
+	       launch_plural(d->boot.cluster.world_size, "rank", "ranks"),
+	       (double)(sel_monotonic_ns() - t0) / 1e6);
 	ret = sel_history_create(store, tokens, CD_TOKENS, &h);
 	if (!ret && phase == 1)
 		ret = cd_publish_all(store, h);
@@ -193,8 +195,9 @@ static int cd_rank_zero(struct cluster_demo *d, uint32_t phase)
 	restore_ns = sel_monotonic_ns() - t0;
 	sel_store_stats(store, &st);
 	if (!ret)
-		printf("rank 0: phase %u: %" PRIu64 " records on disk; %s %u tokens restored "
+		printf("rank 0: phase %u: %" PRIu64 " %s on disk; %s %u tokens restored "
 		       "on every rank in %.2f ms (%.2f MB on each rank)\n", phase, st.records,
+		       launch_plural(st.records, "record", "records"),
 		       phase == 1 ? "stored 5 checkpoints," : "after restarting every rank,",
 		       CD_TOKENS, (double)restore_ns / 1e6, (double)st.bytes_fetched / 1e6);
 	sel_history_destroy(h);
@@ -302,7 +305,8 @@ int launch_cmd_cluster_demo(int argc, char **argv)
 	if (ret) {
 		fprintf(stderr, "selene cluster-demo: %s\n", err);
 		launch_bootstrap_finish(&d.boot);
-		return LAUNCH_EXIT_USAGE;
+		/* -EINVAL: the launch's variables are wrong; else MPI failed */
+		return ret == -EINVAL ? LAUNCH_EXIT_USAGE : LAUNCH_EXIT_BAD;
 	}
 	ret = cd_setup(&d, dir);
 	for (uint32_t phase = 1; !ret && phase <= 2; phase++) {

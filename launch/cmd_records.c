@@ -29,6 +29,7 @@ struct walk {
 	int (*visit)(struct walk *w, int dirfd, const char *dir_path,
 		     const char *name, const struct rec_expect *expect);
 	bool json;
+	bool header_printed; /* ls: the column names, before the first line */
 	uint64_t now_ns;
 	uint64_t good;
 	uint64_t bad;
@@ -325,6 +326,16 @@ static void say_gone(struct walk *w, const char *dir_path, const char *name)
 		"evicted it)\n", dir_path, name);
 }
 
+/* Whose record: "RANK/WORLD", or "FIRST-LAST/WORLD" for a record of several ranks. */
+static void rank_text(char *out, size_t size, const struct rec_header *h)
+{
+	if (h->rank_count > 1)
+		snprintf(out, size, "%u-%u/%u", h->first_rank, h->first_rank + h->rank_count - 1,
+			 h->world_size);
+	else
+		snprintf(out, size, "%u/%u", h->first_rank, h->world_size);
+}
+
 static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 		    const char *name, const struct rec_expect *expect)
 {
@@ -372,6 +383,8 @@ static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 		/* every string escaped: a directory may be named anything */
 		printf("{\"dir\":");
 		json_string(stdout, dir_path);
+		printf(",\"first_rank\":%u,\"rank_count\":%u,\"world_size\":%u",
+		       r.header.first_rank, r.header.rank_count, r.header.world_size);
 		printf(",\"key\":");
 		json_string(stdout, key);
 		printf(",\"consumed\":%" PRIu64 ",\"parent\":", r.header.key.consumed);
@@ -385,9 +398,16 @@ static int visit_ls(struct walk *w, int dirfd, const char *dir_path,
 		       r.row_present ? "true" : "false", r.file_length,
 		       (double)age_ns / 1e9);
 	} else {
+		char rank[40];
+
 		format_age(age, sizeof(age), age_ns);
-		printf("%-49s %-49s %6u %6u %-3s %12" PRIu64 " %5s\n", key, parent,
-		       r.header.first_page_index, r.header.tail_page_count,
+		rank_text(rank, sizeof(rank), &r.header);
+		if (!w->header_printed)
+			printf("%-9s %-49s %-49s %6s %6s %-3s %12s %5s\n", "RANK", "KEY",
+			       "PARENT", "FIRST", "PAGES", "ROW", "BYTES", "AGE");
+		w->header_printed = true;
+		printf("%-9s %-49s %-49s %6u %6u %-3s %12" PRIu64 " %5s\n", rank, key,
+		       parent, r.header.first_page_index, r.header.tail_page_count,
 		       r.row_present ? "yes" : "no", r.file_length, age);
 	}
 	w->good++;
@@ -473,30 +493,24 @@ static bool say_if_empty(const struct walk *w, const char *dir)
 	if (w->good + w->bad + w->gone + w->temporary)
 		return false;
 	if (w->dirs)
-		fprintf(stderr, "selene: no records in %s (%" PRIu64 " record directories, "
-			"all empty)\n", dir, w->dirs);
+		fprintf(stderr, "selene: no records in %s (%" PRIu64 " record %s, %s)\n", dir,
+			w->dirs, launch_plural(w->dirs, "directory", "directories"),
+			w->dirs == 1 ? "empty" : "all empty");
 	else
 		fprintf(stderr, "selene: no records in %s: no record directory "
 			"(<namespace>-<fingerprint>) in it or up to three levels down\n", dir);
 	return true;
 }
 
-/* Whether DIR is a directory the walk can start in (else walk says why). */
-static bool walk_readable(const char *dir)
-{
-	struct stat st;
-
-	return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /*
- * The exit status of a walk: 2 when something could not be read (nothing
- * may be said of it), else 1 for a bad record or no record at all, else 0.
+ * The exit status of a walk: 1 when something could not be read (nothing
+ * may be said of it, the empty check included), for a bad record or for no
+ * record at all; else 0.
  */
 static int walk_status(const struct walk *w, const char *dir)
 {
 	if (w->unreadable)
-		return LAUNCH_EXIT_USAGE;
+		return LAUNCH_EXIT_BAD;
 	if (say_if_empty(w, dir))
 		return LAUNCH_EXIT_BAD;
 	return w->bad ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
@@ -516,19 +530,20 @@ int launch_cmd_ls(int argc, char **argv)
 			"Lists the records in DIR, a record directory\n"
 			"(<namespace>-<fingerprint>) or a directory holding them (up to\n"
 			"three levels down, such as a base per rank):\n"
-			"one line per record with its key, its parent key ('-' for a\n"
+			"one line per record with the rank that wrote it and the world's\n"
+			"size (RANK/WORLD), its key, its parent key ('-' for a\n"
 			"root record), the index of its first stored page, its page\n"
 			"count, whether it has its row, its bytes and its age (mtime).\n"
 			"Files that fail their header are named on stderr.\n\n"
+			"exit status: 0 records listed, 1 some file is invalid or could not\n"
+			"be read, DIR could not be read, or there is no record, 2 bad\n"
+			"arguments\n\n"
 			"  --json   one JSON object per line instead\n"
 			"  --help   this help\n");
 		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
 	}
-	if (!w.json && walk_readable(dir))
-		printf("%-49s %-49s %6s %6s %-3s %12s %5s\n", "KEY", "PARENT", "FIRST",
-		       "PAGES", "ROW", "BYTES", "AGE");
 	if (walk(&w, dir, 0) != 0)
-		return LAUNCH_EXIT_USAGE;
+		return LAUNCH_EXIT_BAD;
 	return walk_status(&w, dir);
 }
 
@@ -550,24 +565,28 @@ int launch_cmd_verify(int argc, char **argv)
 			"Takes no lock and changes nothing.\n\n"
 			"A record removed while it is read (a live store evicting it) is\n"
 			"reported as gone, not bad.\n\n"
-			"exit status: 0 all good, 1 some record is bad or there is no record,\n"
-			"2 could not run, or some directory or record could not be read\n\n"
+			"exit status: 0 all good, 1 some record is bad, there is no record,\n"
+			"or DIR or some directory or record in it could not be read, 2 bad\n"
+			"arguments\n\n"
 			"  --help   this help\n");
 		return out == stdout ? LAUNCH_EXIT_OK : LAUNCH_EXIT_USAGE;
 	}
 	if (walk(&w, dir, 0) != 0)
-		return LAUNCH_EXIT_USAGE;
+		return LAUNCH_EXIT_BAD;
 	if (w.good + w.bad + w.unreadable) {
-		printf("verified %" PRIu64 " records in %" PRIu64 " directories: %" PRIu64
-		       " good, %" PRIu64 " bad", w.good + w.bad, w.dirs, w.good, w.bad);
+		printf("verified %" PRIu64 " %s in %" PRIu64 " %s: %" PRIu64 " good, %" PRIu64
+		       " bad", w.good + w.bad, launch_plural(w.good + w.bad, "record", "records"),
+		       w.dirs, launch_plural(w.dirs, "directory", "directories"), w.good, w.bad);
 		if (w.gone)
 			printf(", %" PRIu64 " gone while read (evicted by a live store)",
 			       w.gone);
 		if (w.temporary)
-			printf(" (%" PRIu64 " temporary files not checked)", w.temporary);
+			printf(" (%" PRIu64 " temporary %s not checked)", w.temporary,
+			       launch_plural(w.temporary, "file", "files"));
 		if (w.unreadable)
-			printf("; %" PRIu64 " directories or records could not be read",
-			       w.unreadable);
+			printf("; %" PRIu64 " %s could not be read", w.unreadable,
+			       launch_plural(w.unreadable, "directory or record",
+					     "directories or records"));
 		printf("\n");
 	}
 	return walk_status(&w, dir);

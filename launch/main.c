@@ -58,7 +58,15 @@ static void usage(FILE *out)
 		"environment:\n"
 		"  SELENE_LOG=error|warn|info|debug   log level (default info)\n"
 		"  SELENE_FAILPOINTS=NAME=ACTION;...  arm failpoints (see 'selene failpoints')\n"
-		"  SELENE_FAILPOINTS_ALLOW_FATAL=1    let them use kill and abort\n");
+		"  SELENE_FAILPOINTS_ALLOW_FATAL=1    let them use kill and abort\n"
+		"\n"
+		"exit status, every command:\n"
+		"  0   done: everything checked was good\n"
+		"  1   the command ran and failed or found a problem: a bad record, a\n"
+		"      missing or unreadable directory or file, a failed store or restore\n"
+		"  2   usage: an unknown command, flag or operand, a malformed value, or a\n"
+		"      launch variable (SELENE_*, Open MPI's) malformed or missing;\n"
+		"      nothing was done\n");
 }
 
 int launch_expand_rank(char *out, size_t size, const char *pattern, uint32_t rank)

@@ -93,6 +93,9 @@ static void test_bootstrap_full(void **state)
 	assert_int_equal(b.cluster.secret[31], (uint8_t)(31 * 7 + 1));
 	assert_int_equal(b.cluster.listen_fd, -1);
 	assert_false(b.cluster.accept_empty_ranks);
+	/* read-only for its owner is as private as 0600 */
+	assert_int_equal(chmod(secret_path, 0400), 0);
+	assert_int_equal(boot(&b, err, sizeof(err)), 0);
 	setenv("SELENE_ACCEPT_EMPTY_RANKS", "1", 1);
 	assert_int_equal(boot(&b, err, sizeof(err)), 0);
 	assert_true(b.cluster.accept_empty_ranks);
@@ -209,6 +212,12 @@ static void test_bootstrap_refusals(void **state)
 		/* a FIFO or a directory as the secret: said, never waited on */
 		{ "1", "4", "h:1", "fifo", "is not a regular file" },
 		{ "1", "4", "h:1", "dir", "is not a regular file" },
+		/* readable or writable beyond its owner: refused, as ssh refuses a key */
+		{ "1", "4", "h:1", "mode=0644", "permissions 0644 for" },
+		{ "1", "4", "h:1", "mode=0640", "permissions 0640 for" },
+		{ "1", "4", "h:1", "mode=0604", "permissions 0604 for" },
+		{ "1", "4", "h:1", "mode=0620", "permissions 0620 for" },
+		{ "1", "4", "h:1", "mode=0602", "permissions 0602 for" },
 	};
 	char short_path[600], long_path[600];
 
@@ -240,6 +249,9 @@ static void test_bootstrap_refusals(void **state)
 		} else if (secret && strcmp(secret, "dir") == 0) {
 			secret = "short";
 			snprintf(short_path, sizeof(short_path), "%s", dir);
+		} else if (secret && strncmp(secret, "mode=", 5) == 0) {
+			assert_int_equal(chmod(secret_path, (mode_t)strtoul(secret + 5, NULL, 8)), 0);
+			secret = "ok";
 		}
 		if (secret)
 			setenv("SELENE_SECRET_FILE",

@@ -5,7 +5,9 @@
  * out of descriptors does not spin on its listener and serves again once
  * descriptors are back; stop returns with a client still connected; signals
  * for the host arriving on the server's thread mid-request are not the
- * request's end.
+ * request's end; the thread runs SCHED_BATCH at nice 10; a scrape flood is
+ * answered 503 past the render rate and served again within it; a
+ * connection flood is accepted no faster than the connection rate.
  */
 #include "tests/testutil.h"
 
@@ -13,6 +15,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -273,6 +277,172 @@ static void test_metrics_http_signals_mid_request(void **state)
 	assert_non_null(strstr(out, "selene_test 1\n"));
 }
 
+/* Where the render ran: its thread's nice value and policy. */
+struct render_seen {
+	int nice;
+	int policy;
+};
+
+static int render_noting(void *ctx, char *buf, size_t size)
+{
+	struct render_seen *seen = ctx;
+
+	errno = 0;
+	seen->nice = getpriority(PRIO_PROCESS, (id_t)gettid());
+	seen->policy = sched_getscheduler(0);
+	return render(NULL, buf, size);
+}
+
+/*
+ * The server's thread runs below the model's, as Selene's background
+ * threads: SCHED_BATCH at nice 10 (skipped where this process already runs
+ * above nice 10: a thread cannot go back).
+ */
+static void test_metrics_http_priority(void **state)
+{
+	struct launch_metrics_http *server;
+	struct render_seen seen = { .nice = -100, .policy = -1 };
+	char err[256], out[4096];
+	uint16_t port;
+
+	(void)state;
+	if (getpriority(PRIO_PROCESS, (id_t)gettid()) > 10)
+		skip();
+	if (launch_metrics_http_start(NULL, 0, render_noting, &seen, &server, &port, err,
+				      sizeof(err)) != 0)
+		fail_msg("start: %s", err);
+	ask(port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+	launch_metrics_http_stop(server);
+	assert_non_null(strstr(out, "selene_test 1\n"));
+	assert_int_equal(seen.nice, 10);
+	assert_int_equal(seen.policy, SCHED_BATCH);
+}
+
+static double seconds_since(const struct timeval *t0)
+{
+	struct timeval t1;
+
+	gettimeofday(&t1, NULL);
+	return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_usec - t0->tv_usec) / 1e6;
+}
+
+/*
+ * A scrape flood: three times the render rate back to back gets 200 for
+ * at most the bucket and what refills meanwhile, 503 with Retry-After for
+ * the rest, each counted; a second later the page is served again and
+ * says how many were refused; scrapes paced within the rate all get 200.
+ */
+static void test_metrics_http_render_rate(void **state)
+{
+	const uint32_t rate = LAUNCH_METRICS_RENDERS_PER_SECOND_MAX;
+	struct fixture *f = *state;
+	struct launch_metrics_http_counts counts;
+	uint32_t ok = 0, refused = 0;
+	char out[4096], line[128];
+	struct timeval t0;
+	double took;
+
+	gettimeofday(&t0, NULL);
+	for (uint32_t i = 0; i < 3 * rate; i++) {
+		ask(f->port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+		if (strstr(out, "HTTP/1.0 200 OK")) {
+			ok++;
+		} else {
+			if (!strstr(out, "HTTP/1.0 503 Service Unavailable") ||
+			    !strstr(out, "Retry-After: 1\r\n"))
+				fail_msg("neither 200 nor 503: %s", out);
+			refused++;
+		}
+	}
+	took = seconds_since(&t0);
+	printf("%u scrapes back to back in %.3f s: %u served, %u refused\n", 3 * rate,
+	       took, ok, refused);
+	assert_true(ok >= rate);
+	assert_true(ok <= rate + (uint32_t)(took * rate) + 1);
+	if (took < 1.5) /* else a loaded machine paced them itself */
+		assert_true(refused >= 1);
+	launch_metrics_http_counts(f->server, &counts);
+	assert_int_equal(counts.rendered, ok);
+	assert_int_equal(counts.refused, refused);
+
+	usleep(1100 * 1000); /* the bucket is full again */
+	ask(f->port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+	assert_non_null(strstr(out, "selene_test 1\n"));
+	snprintf(line, sizeof(line), "\nselene_metrics_http_refused_total %u\n", refused);
+	assert_non_null(strstr(out, line));
+
+	/* twice the bucket, paced a little slower than the rate: every one served */
+	usleep(1100 * 1000);
+	for (uint32_t i = 0; i < 2 * rate; i++) {
+		ask(f->port, "GET /metrics HTTP/1.0\r\n\r\n", out, sizeof(out));
+		if (!strstr(out, "HTTP/1.0 200 OK"))
+			fail_msg("scrape %u within the rate: %s", i, out);
+		usleep(1200 * 1000 / rate);
+	}
+	launch_metrics_http_counts(f->server, &counts);
+	assert_int_equal(counts.refused, refused);
+}
+
+/*
+ * A connection flood: more than the connection rate in one go (held by
+ * the kernel's backlog, a second's worth) are all answered, but the server
+ * accepts no more than the rate in the first second (its listener paused),
+ * so the last is answered no sooner than a second after the first. Skipped where
+ * net.core.somaxconn caps the backlog below the flood.
+ */
+static void test_metrics_http_connection_rate(void **state)
+{
+	enum { FLOOD = LAUNCH_METRICS_CONNECTIONS_PER_SECOND_MAX + 50 };
+	struct fixture *f = *state;
+	struct launch_metrics_http_counts counts;
+	static int fds[FLOOD];
+	const char request[] = "GET /elsewhere HTTP/1.0\r\n\r\n";
+	struct timeval t0;
+	char out[1024];
+	double took;
+
+	FILE *somaxconn = fopen("/proc/sys/net/core/somaxconn", "r");
+	int backlog = 0;
+
+	if (somaxconn) {
+		if (fscanf(somaxconn, "%d", &backlog) != 1)
+			backlog = 0;
+		fclose(somaxconn);
+	}
+	if (backlog < FLOOD) {
+		printf("net.core.somaxconn %d holds fewer than %d connections\n", backlog, FLOOD);
+		skip();
+	}
+	gettimeofday(&t0, NULL);
+	for (int i = 0; i < FLOOD; i++) {
+		fds[i] = connect_to(f->port);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(write(fds[i], request, sizeof(request) - 1),
+				 (ssize_t)sizeof(request) - 1);
+	}
+	for (int i = 0; i < FLOOD; i++) {
+		size_t used = 0;
+		ssize_t n;
+
+		while (used + 1 < sizeof(out) &&
+		       (n = read(fds[i], out + used, sizeof(out) - 1 - used)) > 0)
+			used += (size_t)n;
+		out[used] = '\0';
+		close(fds[i]);
+		if (!strstr(out, "404"))
+			fail_msg("connection %d: %s", i, out);
+	}
+	took = seconds_since(&t0);
+	launch_metrics_http_counts(f->server, &counts);
+	printf("%d connections answered in %.3f s, the listener paused %llu time%s\n", FLOOD,
+	       took, (unsigned long long)counts.paused, counts.paused == 1 ? "" : "s");
+	/* the bound itself; the pause is seen where the server outpaced it */
+	assert_true(took >= 0.9);
+	if (counts.paused == 0)
+		printf("the server accepted fewer than %u a second on its own\n",
+		       LAUNCH_METRICS_CONNECTIONS_PER_SECOND_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +455,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metrics_http_out_of_descriptors, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_http_stop_with_client, setup,
+						teardown),
+		cmocka_unit_test(test_metrics_http_priority),
+		cmocka_unit_test_setup_teardown(test_metrics_http_render_rate, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_http_connection_rate, setup,
 						teardown),
 	};
 

@@ -75,14 +75,21 @@ def compare(reference, phases):
     check(totals["cached_again"] > 0, "no prefix was cached by two requests")
     check(totals["retry"] > 0, "no checkpoint was offered while its parent was stored")
     check(totals["expectations_missed"] == 0, "expectations missed")
-    print("identical tokens after: %d GPU hits, %d host restores (%d after a restart of "
-          "every rank), %d recomputes after a corrupted record; %d GPU evictions, %d decode "
-          "steps overlapping a restore, %d restores checked bitwise (0 differ); %d restores "
-          "joined another, %d prefixes cached twice, %d offers answered retry" % (
-              kinds["gpu_hit"], kinds["host_restore"], kinds["restarted"],
-              kinds["recomputed_after_failure"], totals["evictions"],
-              totals["overlapped_steps"], kinds["host_restore"], totals["joined"],
-              totals["cached_again"], totals["retry"]))
+    def n(count, one, many):  # "1 GPU hit", "2 GPU hits"
+        return "%d %s" % (count, one if count == 1 else many)
+
+    print("identical tokens after: %s, %s (%d after a restart of every rank), %s after a "
+          "corrupted record; %s, %s overlapping a restore, %s checked bitwise (0 differ); "
+          "%s another, %s twice, %s retry" % (
+              n(kinds["gpu_hit"], "GPU hit", "GPU hits"),
+              n(kinds["host_restore"], "host restore", "host restores"), kinds["restarted"],
+              n(kinds["recomputed_after_failure"], "recompute", "recomputes"),
+              n(totals["evictions"], "GPU eviction", "GPU evictions"),
+              n(totals["overlapped_steps"], "decode step", "decode steps"),
+              n(kinds["host_restore"], "restore", "restores"),
+              n(totals["joined"], "restore joined", "restores joined"),
+              n(totals["cached_again"], "prefix cached", "prefixes cached"),
+              n(totals["retry"], "offer answered", "offers answered")))
     print("torch-tp: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -609,18 +609,23 @@ static void report(const char *what, const struct bench *b, const uint64_t *sele
 	}
 	qsort(ratios, rounds, sizeof(ratios[0]), compare_double);
 	printf("%s: selene %.3f GB/s, raw io_uring O_DIRECT %.3f GB/s, ratio %.3f "
-	       "(median of rounds %.3f, range %.3f-%.3f; %u rounds of %u records%s of "
-	       "%.1f MiB, %u pages of %u planes x %" PRIu64 " bytes, device %s, disk "
-	       "thread %s with %u kernel workers (raw side too), %u checksum threads, "
-	       "%u stores at once, %s)\n",
+	       "(median of rounds %.3f, range %.3f-%.3f; %u %s of %u %s%s of "
+	       "%.1f MiB, %u %s of %u %s x %" PRIu64 " bytes, device %s, disk "
+	       "thread %s with %u kernel %s (raw side too), %u checksum %s, "
+	       "%u %s at once, %s)\n",
 	       what, bytes * rounds / seconds(selene_total) / 1e9,
 	       bytes * rounds / seconds(raw_total) / 1e9,
 	       (double)raw_total / (double)selene_total, ratios[rounds / 2], ratios[0],
-	       ratios[rounds - 1], rounds, b->a.records,
+	       ratios[rounds - 1], rounds, launch_plural(rounds, "round", "rounds"),
+	       b->a.records, launch_plural(b->a.records, "record", "records"),
 	       b->a.chain && strcmp(what, "fetch") == 0 ? " (one chain, one job)" : "",
-	       (double)b->record_bytes / 1048576.0, b->a.pages, b->a.planes,
-	       b->a.plane_bytes, b->dev->ops->name, b->disk_engine,
-	       b->io_workers, b->checksum_threads, b->stores_max,
+	       (double)b->record_bytes / 1048576.0, b->a.pages,
+	       launch_plural(b->a.pages, "page", "pages"), b->a.planes,
+	       launch_plural(b->a.planes, "plane", "planes"), b->a.plane_bytes,
+	       b->dev->ops->name, b->disk_engine, b->io_workers,
+	       launch_plural(b->io_workers, "worker", "workers"), b->checksum_threads,
+	       launch_plural(b->checksum_threads, "thread", "threads"), b->stores_max,
+	       launch_plural(b->stores_max, "store", "stores"),
 	       b->a.durable ? "durable" : "not durable");
 }
 
@@ -689,7 +694,8 @@ static void report_store_time(const struct bench *b)
 	char sums[64];
 
 	shard_engine_stats(b->engine, &st);
-	snprintf(sums, sizeof(sums), "in checksum passes (%u threads)", st.checksum_threads);
+	snprintf(sums, sizeof(sums), "in checksum passes (%u %s)", st.checksum_threads,
+		 launch_plural(st.checksum_threads, "thread", "threads"));
 	report_time_split("store: the transfer thread ran stores", st.store_run_ns,
 			  w->store_run_ns,
 			  (const struct time_part[]){ { "copying from the device", st.store_copy_ns },
@@ -707,7 +713,8 @@ static void report_fetch_time(const struct bench *b)
 	char verifying[64];
 
 	shard_engine_stats(b->engine, &st);
-	snprintf(verifying, sizeof(verifying), "verifying (%u threads)", st.checksum_threads);
+	snprintf(verifying, sizeof(verifying), "verifying (%u %s)", st.checksum_threads,
+		 launch_plural(st.checksum_threads, "thread", "threads"));
 	report_time_split("fetch: the transfer thread ran fetches", st.fetch_run_ns,
 			  w->fetch_run_ns,
 			  (const struct time_part[]){

@@ -4,6 +4,7 @@
  * selene run and selene cluster start ranks their own way.
  */
 #include "launch/bench/ranks.h"
+#include "launch/commands.h"
 
 #include "common/base.h"
 
@@ -73,7 +74,7 @@ static void bench_ranks_peer_main(struct bench_ranks *b, uint32_t rank)
 		ret = sel_peer_start(&c.store, &peer, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "selene bench %s: rank %u: %s\n", b->name, rank, err);
-		_exit(2);
+		_exit(LAUNCH_EXIT_BAD);
 	}
 	if (p->started)
 		p->started(p->arg, rank, peer);
@@ -128,8 +129,8 @@ int bench_ranks_stop(struct bench_ranks *b, int ret)
 		b->pids[rank] = 0;
 	}
 	if (!ret && peer_failures) {
-		fprintf(stderr, "selene bench %s: %d peers exited with an error\n", b->name,
-			peer_failures);
+		fprintf(stderr, "selene bench %s: %d %s exited with an error\n", b->name,
+			peer_failures, launch_plural((uint64_t)peer_failures, "peer", "peers"));
 		ret = -EIO;
 	}
 	return ret;

@@ -25,6 +25,7 @@
  */
 #include "launch/bench/ranks.h"
 #include "launch/bench/store.h"
+#include "launch/commands.h"
 #include "launch/scratch.h"
 
 #include "common/base.h"
@@ -246,9 +247,10 @@ static int startup_populate(struct startup_run *r)
 	ret = startup_close(r, store, ret);
 	if (ret)
 		return ret;
-	printf("startup: made %u records on each of %u ranks in %.1f s, of which closing "
+	printf("startup: made %u %s on each of %u %s in %.1f s, of which closing "
 	       "(a syncfs of each rank's directory and its scan cache saved) %.1f ms\n",
-	       r->records, r->world, (double)(sel_monotonic_ns() - t0) / 1e9,
+	       r->records, launch_plural(r->records, "record", "records"), r->world,
+	       launch_plural(r->world, "rank", "ranks"), (double)(sel_monotonic_ns() - t0) / 1e9,
 	       ms(r->close_ns));
 	f = fopen(done_path, "w");
 	if (!f)
@@ -431,9 +433,10 @@ static int startup_round(struct startup_run *r, uint32_t round, bool cold)
 		uint64_t scan_ns = z.scan_ns > peer_scan_max ? z.scan_ns : peer_scan_max;
 
 		printf("startup: %5u  raw: the first 4 KiB of each of %" PRIu64 " record files, "
-		       "cold, on %u threads: %.1f ms (%.0f files/s); raw / slowest scan %.2f, "
+		       "cold, on %u %s: %.1f ms (%.0f files/s); raw / slowest scan %.2f, "
 		       "raw / ready %.2f\n",
-		       round, (uint64_t)r->records * r->world, raw_threads, ms(raw_ns),
+		       round, (uint64_t)r->records * r->world, raw_threads,
+		       launch_plural(raw_threads, "thread", "threads"), ms(raw_ns),
 		       (double)r->records * r->world / ((double)raw_ns / 1e9),
 		       (double)raw_ns / (double)scan_ns, (double)raw_ns / (double)ready_ns);
 	}
@@ -470,9 +473,11 @@ int bench_startup(const char *dir, uint32_t world, uint32_t records, uint32_t ro
 		ret = -errno;
 		goto out;
 	}
-	printf("startup: %u records per rank on %u ranks (forked peers on loopback, host "
-	       "device), %ld cores online; then %u restarts over the same files%s\n", records,
-	       world, sysconf(_SC_NPROCESSORS_ONLN), rounds,
+	printf("startup: %u %s per rank on %u %s (forked peers on loopback, host "
+	       "device), %ld cores online; then %u %s over the same files%s\n", records,
+	       launch_plural(records, "record", "records"), world,
+	       launch_plural(world, "rank", "ranks"), sysconf(_SC_NPROCESSORS_ONLN), rounds,
+	       launch_plural(rounds, "restart", "restarts"),
 	       cold ? ", each with their pages dropped from the page cache" : "");
 	fflush(stdout);
 	ret = startup_populate(&r);

@@ -8,7 +8,10 @@
  *   SELENE_COORDINATOR=host:port     rank zero's address ([::1]:port for an
  *                                    IPv6 address); every rank
  *   SELENE_SECRET_FILE=path          exactly 32 bytes, the launch secret;
- *                                    required when the world has >1 rank
+ *                                    required when the world has >1 rank;
+ *                                    a regular file that neither group nor
+ *                                    others may read, write or execute
+ *                                    (mode 0600 or 0400), else refused
  *   SELENE_ACCEPT_EMPTY_RANKS=1      form even when a rank's record directory
  *                                    is unmarked and empty, or unmarked
  *                                    while another is marked (also under MPI)

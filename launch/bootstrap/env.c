@@ -66,6 +66,14 @@ static int read_secret(const char *path, uint8_t secret[32], char *err, size_t e
 		snprintf(err, err_size, "SELENE_SECRET_FILE %s is not a regular file", path);
 		return -EINVAL;
 	}
+	/* as ssh with a private key: a secret others can read or change is no secret */
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		close(fd);
+		snprintf(err, err_size, "SELENE_SECRET_FILE: permissions %04o for %s are too "
+			 "open (group or others may use it); chmod 600 %s",
+			 (unsigned)(st.st_mode & 07777), path, path);
+		return -EINVAL;
+	}
 	n = read(fd, secret, 32);
 	if (n == 32 && read(fd, &extra, 1) != 0)
 		n = -2;

@@ -4,7 +4,10 @@
  * read (with its own deadline) until the end of its headers, then answered
  * and closed. A connection that says nothing delays no other: it is
  * closed at its deadline, or when the table is full and another arrives
- * (the oldest goes).
+ * (the oldest goes). The thread runs SCHED_BATCH at nice 10; renders are
+ * rationed by a token bucket (a request past it gets 503 without one), and
+ * accepts by a count per second past which the listener is not polled
+ * until the next second.
  */
 #include "launch/metrics/http.h"
 
@@ -16,6 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +50,16 @@ struct launch_metrics_http {
 	char *page;
 	size_t page_size;
 	pthread_t thread;
+	/* the render bucket as the time it is next full again (GCRA) */
+	uint64_t render_full_ns;
+	uint64_t window_start_ns;  /* the second the accepts are counted in */
+	uint32_t window_accepts;
+	uint64_t paused_until_ns;  /* 0, or when the listener is polled again */
+	atomic_uint_least64_t rendered, refused, paused;
 };
+
+#define NS_PER_SECOND 1000000000ull
+#define RENDER_INTERVAL_NS (NS_PER_SECOND / LAUNCH_METRICS_RENDERS_PER_SECOND_MAX)
 
 static void send_all(int fd, const char *data, size_t len)
 {
@@ -67,8 +80,8 @@ static void answer(int fd, const char *status, const char *type, const char *bod
 {
 	char head[256];
 	int n = snprintf(head, sizeof(head), "HTTP/1.0 %s\r\nContent-Type: %s\r\n"
-			 "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, type,
-			 body_len);
+			 "Content-Length: %zu\r\n%sConnection: close\r\n\r\n", status, type,
+			 body_len, strncmp(status, "503", 3) == 0 ? "Retry-After: 1\r\n" : "");
 
 	send_all(fd, head, (size_t)n);
 	send_all(fd, body, body_len);
@@ -105,13 +118,49 @@ static int read_more(struct metrics_conn *c)
 	return c->used >= sizeof(c->request) - 1 ? -1 : 0;
 }
 
+/*
+ * Takes a render from the bucket: true when one is left at now. The bucket
+ * holds LAUNCH_METRICS_RENDERS_PER_SECOND_MAX renders and gains one every
+ * RENDER_INTERVAL_NS.
+ */
+static bool take_render(struct launch_metrics_http *s, uint64_t now)
+{
+	const uint64_t burst_ns = (LAUNCH_METRICS_RENDERS_PER_SECOND_MAX - 1) *
+				  RENDER_INTERVAL_NS;
+
+	if (s->render_full_ns < now)
+		s->render_full_ns = now;
+	if (s->render_full_ns - now > burst_ns)
+		return false;
+	s->render_full_ns += RENDER_INTERVAL_NS;
+	return true;
+}
+
+/* The server's own family after the page: what it refused. */
+static int render_own(struct launch_metrics_http *s, char *buf, size_t size)
+{
+	int n = snprintf(buf, size,
+			 "# HELP selene_metrics_http_refused_total Scrapes answered 503: more "
+			 "than %u a second.\n"
+			 "# TYPE selene_metrics_http_refused_total counter\n"
+			 "selene_metrics_http_refused_total %llu\n",
+			 LAUNCH_METRICS_RENDERS_PER_SECOND_MAX,
+			 (unsigned long long)atomic_load(&s->refused));
+
+	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
+}
+
 /* The page, rendered into a buffer that grows until it fits. */
 static int render_page(struct launch_metrics_http *s)
 {
 	for (;;) {
-		int n = s->render(s->ctx, s->page, s->page_size);
+		int n = s->render(s->ctx, s->page, s->page_size), m;
 		char *bigger;
 
+		if (n >= 0 && (m = render_own(s, s->page + n, s->page_size - (size_t)n)) >= 0)
+			return n + m;
+		if (n >= 0)
+			n = -ENOSPC;
 		if (n != -ENOSPC || s->page_size >= METRICS_PAGE_BYTES_MAX)
 			return n;
 		bigger = realloc(s->page, s->page_size * 2);
@@ -161,9 +210,13 @@ static void serve_one(struct launch_metrics_http *s, struct metrics_conn *c, boo
 		answer_text(fd, "405 Method Not Allowed", "only GET\n");
 	} else if (strcmp(path, "/metrics") != 0 && strcmp(path, "/") != 0) {
 		answer_text(fd, "404 Not Found", "only /metrics\n");
+	} else if (!take_render(s, sel_monotonic_ns())) {
+		atomic_fetch_add(&s->refused, 1);
+		answer_text(fd, "503 Service Unavailable", "too many scrapes: try again\n");
 	} else if ((n = render_page(s)) < 0) {
 		answer_text(fd, "500 Internal Server Error", "the metrics could not be written\n");
 	} else {
+		atomic_fetch_add(&s->rendered, 1);
 		answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", s->page,
 		       strcmp(method, "HEAD") == 0 ? 0 : (size_t)n);
 	}
@@ -196,10 +249,28 @@ static void take_connection(struct launch_metrics_http *s, int fd)
 	slot->deadline_ns = sel_monotonic_ns() + LAUNCH_METRICS_REQUEST_TIMEOUT_MS * 1000000ull;
 }
 
+/*
+ * Counts an accept in the current second; the last one the second allows
+ * leaves the listener alone until the second ends.
+ */
+static void count_accept(struct launch_metrics_http *s, uint64_t now)
+{
+	if (now - s->window_start_ns >= NS_PER_SECOND) {
+		s->window_start_ns = now;
+		s->window_accepts = 0;
+	}
+	if (++s->window_accepts >= LAUNCH_METRICS_CONNECTIONS_PER_SECOND_MAX) {
+		s->paused_until_ns = s->window_start_ns + NS_PER_SECOND;
+		atomic_fetch_add(&s->paused, 1);
+	}
+}
+
 static void *serve(void *arg)
 {
 	struct launch_metrics_http *s = arg;
 
+	/* below the model's threads, as every thread Selene starts */
+	sel_thread_batch_priority("metrics");
 	for (;;) {
 		struct pollfd p[2 + METRICS_CONNECTIONS_MAX] = {
 			{ .fd = s->listen_fd, .events = POLLIN },
@@ -209,6 +280,12 @@ static void *serve(void *arg)
 		nfds_t n = 2;
 		int fd, ready;
 
+		if (s->paused_until_ns > now) {
+			p[0].fd = -1; /* past the connection rate: not polled (revents 0) */
+			wake = s->paused_until_ns;
+		} else {
+			s->paused_until_ns = 0;
+		}
 		/* Only the open ones: poll refuses more entries than RLIMIT_NOFILE. */
 		for (uint32_t i = 0; i < METRICS_CONNECTIONS_MAX; i++) {
 			if (s->conns[i].fd < 0)
@@ -247,6 +324,7 @@ static void *serve(void *arg)
 				break;
 			continue;
 		}
+		count_accept(s, now);
 		take_connection(s, fd);
 	}
 	for (uint32_t i = 0; i < METRICS_CONNECTIONS_MAX; i++)
@@ -276,7 +354,9 @@ static int listen_on(const char *address, uint16_t port, uint16_t *port_out, cha
 		if (fd < 0)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0)
+		/* the backlog holds a second's connections while the listener rests */
+		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+		    listen(fd, (int)LAUNCH_METRICS_CONNECTIONS_PER_SECOND_MAX * 2) == 0)
 			break;
 		ret = -errno;
 		close(fd);
@@ -343,6 +423,14 @@ err_free:
 	free(s->page);
 	free(s);
 	return ret;
+}
+
+void launch_metrics_http_counts(struct launch_metrics_http *s,
+				struct launch_metrics_http_counts *out)
+{
+	out->rendered = atomic_load(&s->rendered);
+	out->refused = atomic_load(&s->refused);
+	out->paused = atomic_load(&s->paused);
 }
 
 void launch_metrics_http_stop(struct launch_metrics_http *s)

@@ -6,8 +6,10 @@
  * and 400 for what is not a request line; up to 16 connections read at
  * once, each closed after its answer and each with a deadline for its
  * request, so clients that connect and say nothing delay no scrape and
- * never stop the server (past 16, the oldest is dropped). It is not a general web server: no
- * keep-alive, no TLS, no request bodies.
+ * never stop the server (past 16, the oldest is dropped). Its thread runs
+ * below the model's (SCHED_BATCH at nice 10, as Selene's background threads)
+ * and its work per second is bounded (the two rates below). It is not a
+ * general web server: no keep-alive, no TLS, no request bodies.
  */
 #ifndef SELENE_LAUNCH_METRICS_HTTP_H
 #define SELENE_LAUNCH_METRICS_HTTP_H
@@ -21,6 +23,22 @@ struct launch_metrics_http;
  * (-ENOSPC: the buffer is too small; the server doubles it up to 1 MiB). */
 typedef int (*launch_metrics_render_fn)(void *ctx, char *buf, size_t size);
 
+/*
+ * Pages rendered per second, as a token bucket of this many tokens filled
+ * at this rate: a render reads the store's counters, so a scrape flood
+ * must not take the CPU or the store from the model thread. A request
+ * beyond it is answered 503 with Retry-After, without a render, and
+ * counted (selene_metrics_http_refused_total).
+ */
+#define LAUNCH_METRICS_RENDERS_PER_SECOND_MAX 10u
+/*
+ * Connections accepted per second (each second from the first of its
+ * connections): past this the listener is left alone until the next
+ * second, so a connection flood costs this thread no more than this many
+ * accepts, reads and short answers a second; the kernel's backlog holds or
+ * refuses the rest. Counted (selene_metrics_http_paused_total).
+ */
+#define LAUNCH_METRICS_CONNECTIONS_PER_SECOND_MAX 200u
 /* A request line and headers longer than this are refused (400). */
 #define LAUNCH_METRICS_REQUEST_BYTES_MAX 8192u
 /* How long a connection may take to send its request. */
@@ -36,6 +54,15 @@ int launch_metrics_http_start(const char *address, uint16_t port,
 			      launch_metrics_render_fn render, void *ctx,
 			      struct launch_metrics_http **out, uint16_t *port_out,
 			      char *err, size_t err_size);
+
+/* What the server did so far (any thread may ask). */
+struct launch_metrics_http_counts {
+	uint64_t rendered;  /* pages rendered and answered 200 */
+	uint64_t refused;   /* requests answered 503: past the render rate */
+	uint64_t paused;    /* seconds the listener was left alone: past the connection rate */
+};
+void launch_metrics_http_counts(struct launch_metrics_http *server,
+				struct launch_metrics_http_counts *out);
 
 /* Stops serving and joins the thread: render is not called after it
  * returns. NULL is fine. */

@@ -742,8 +742,10 @@ static void run_summary(struct run *r, bool ok, double seconds)
 	double restore_s = (double)t->restore_ns / 1e9;
 	double gbps = restore_s > 0 ? (double)t->restored_bytes / restore_s / 1e9 : 0;
 
-	printf("\nselene run: %u requests on %u ranks (%s device) in %.2f s\n", t->requests,
-	       r->boot.cluster.world_size, launch_run_planes_device(&r->planes), seconds);
+	printf("\nselene run: %u %s on %u %s (%s device) in %.2f s\n", t->requests,
+	       launch_plural(t->requests, "request", "requests"), r->boot.cluster.world_size,
+	       launch_plural(r->boot.cluster.world_size, "rank", "ranks"),
+	       launch_run_planes_device(&r->planes), seconds);
 	printf("  GPU cache hits   %u (%" PRIu64 " tokens reused)\n", t->gpu_hits, t->gpu_reused);
 	printf("  host restores    %u (%" PRIu64 " tokens; %.1f MB moved to the GPUs of all "
 	       "ranks at %.2f GB/s)\n", t->host_hits, t->host_reused,
@@ -769,10 +771,14 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		printf("  verified         every reused page and row, byte-exact on every rank\n");
 	if (t->expectations_missed || t->capacity_misses || t->store_failures ||
 	    t->fetch_failures || t->offer_failures || r->stopped || r->interrupted)
-		printf("  not met          %u expectations missed, %" PRIu64 " requests without "
-		       "room on the GPU, %" PRIu64 " stores and %" PRIu64 " restores failed, %"
-		       PRIu64 " offers refused%s%s\n", t->expectations_missed, t->capacity_misses,
-		       t->store_failures, t->fetch_failures, t->offer_failures,
+		printf("  not met          %u %s missed, %" PRIu64 " %s without room on the "
+		       "GPU, %" PRIu64 " %s and %" PRIu64 " %s failed, %" PRIu64 " %s refused%s%s\n",
+		       t->expectations_missed,
+		       launch_plural(t->expectations_missed, "expectation", "expectations"),
+		       t->capacity_misses, launch_plural(t->capacity_misses, "request", "requests"),
+		       t->store_failures, launch_plural(t->store_failures, "store", "stores"),
+		       t->fetch_failures, launch_plural(t->fetch_failures, "restore", "restores"),
+		       t->offer_failures, launch_plural(t->offer_failures, "offer", "offers"),
 		       r->stopped ? "; the store stopped" : "",
 		       r->interrupted ? "; interrupted before the trace ended" : "");
 	printf("  result           %s\n", ok ? "ok" : "FAILED");
@@ -996,6 +1002,8 @@ static void run_usage(FILE *out)
 		"  --device KIND       auto (default), cuda or host\n"
 		"  --device-ordinal N  the CUDA device (default OMPI_COMM_WORLD_LOCAL_RANK)\n"
 		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n"
+		"  --event-timeout-ms N  how long rank zero waits for the next store or\n"
+		"                      restore event before it fails the run (default 120000)\n"
 		"  --accept-empty-ranks  form even when a rank's record directory is unmarked\n"
 		"                      (no .selene-cluster, or all its records unreadable)\n"
 		"                      and empty, or unmarked while another is marked, while\n"
@@ -1299,7 +1307,7 @@ static uint64_t run_prepare(struct run *r)
 	if (run_configure(r)) {
 		fprintf(stderr, "selene run: rank %u: --dir is too long (at most %zu bytes with "
 			"%%r expanded)\n", rank, sizeof(r->dir) - 12);
-		return 2;
+		return 1;
 	}
 	if (run_check_dir(r->dir, err, sizeof(err))) {
 		fprintf(stderr, "selene run: rank %u: %s\n", rank, err);
@@ -1321,12 +1329,17 @@ static uint64_t run_start(struct run *r, sel_peer **peer)
 	if (ret)
 		fprintf(stderr, "selene run: rank %u: %s\n", r->boot.cluster.rank, err);
 	else if (r->boot.cluster.rank == 0)
-		printf("selene run: %u ranks, %s device, %u page planes (%" PRIu64 " bytes a page "
-		       "per rank), %" PRIu64 "-byte rows, GPU cache of %u pages and %u rows, "
-		       "trace %s (%u requests)\n", r->boot.cluster.world_size,
-		       launch_run_planes_device(&r->planes), r->planes.plane_count, r->page_bytes,
-		       r->opt.row_bytes, r->opt.gpu_pages, r->opt.gpu_rows, r->opt.trace_path,
-		       r->trace.request_count);
+		printf("selene run: %u %s, %s device, %u page %s (%" PRIu64 " bytes a page "
+		       "per rank), %" PRIu64 "-byte rows, GPU cache of %u %s and %u %s, "
+		       "trace %s (%u %s)\n", r->boot.cluster.world_size,
+		       launch_plural(r->boot.cluster.world_size, "rank", "ranks"),
+		       launch_run_planes_device(&r->planes), r->planes.plane_count,
+		       launch_plural(r->planes.plane_count, "plane", "planes"), r->page_bytes,
+		       r->opt.row_bytes, r->opt.gpu_pages,
+		       launch_plural(r->opt.gpu_pages, "page", "pages"), r->opt.gpu_rows,
+		       launch_plural(r->opt.gpu_rows, "row", "rows"), r->opt.trace_path,
+		       r->trace.request_count,
+		       launch_plural(r->trace.request_count, "request", "requests"));
 	return ret != 0;
 }
 
@@ -1403,6 +1416,7 @@ int launch_cmd_run(int argc, char **argv)
 	struct run *r;
 	char err[512];
 	uint64_t failures;
+	int ret;
 
 	if (launch_wants_help(argc, argv)) {
 		run_usage(stdout);
@@ -1417,11 +1431,13 @@ int launch_cmd_run(int argc, char **argv)
 		free(r);
 		return LAUNCH_EXIT_USAGE;
 	}
-	if (launch_bootstrap(&r->boot, err, sizeof(err))) {
+	ret = launch_bootstrap(&r->boot, err, sizeof(err));
+	if (ret) {
 		fprintf(stderr, "selene run: %s\n", err);
 		launch_bootstrap_finish(&r->boot);
 		free(r);
-		return LAUNCH_EXIT_USAGE;
+		/* -EINVAL: the launch's variables are wrong; else MPI failed */
+		return ret == -EINVAL ? LAUNCH_EXIT_USAGE : LAUNCH_EXIT_BAD;
 	}
 	r->boot.cluster.accept_empty_ranks |= r->opt.accept_empty_ranks;
 	if (!launch_step_available(&r->boot)) {
@@ -1455,8 +1471,9 @@ int launch_cmd_run(int argc, char **argv)
 		launch_run_planes_close(&r->planes);
 	launch_bootstrap_finish(&r->boot);
 	if (failures)
-		fprintf(stderr, "selene run: rank %u: %" PRIu64 " failure(s) across the ranks\n",
-			r->boot.cluster.rank, failures);
+		fprintf(stderr, "selene run: rank %u: %" PRIu64 " %s across the ranks\n",
+			r->boot.cluster.rank, failures,
+			launch_plural(failures, "failure", "failures"));
 	pthread_mutex_destroy(&r->shown_lock);
 	free(r);
 	return failures ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;

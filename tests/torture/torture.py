@@ -721,10 +721,9 @@ def join_storm(program, root, table, rng, seconds_max=60):
     os.makedirs(base)
     secret = os.path.join(base, "secret")
     wrong = os.path.join(base, "wrong-secret")
-    with open(secret, "wb") as f:
-        f.write(os.urandom(32))
-    with open(wrong, "wb") as f:
-        f.write(os.urandom(32))
+    for path in (secret, wrong):  # mode 0600: a secret others may read is refused
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(os.urandom(32))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
