@@ -65,8 +65,15 @@ def _secret(path: str) -> bytes:
     except OSError as e:
         raise BootstrapError("SELENE_SECRET_FILE %s: %s" % (path, e.strerror)) from e
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
             raise BootstrapError("SELENE_SECRET_FILE %s is not a regular file" % path)
+        # as ssh with a private key, and as the C bootstrap: a secret others
+        # can read or change is no secret
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise BootstrapError("SELENE_SECRET_FILE: permissions %04o for %s are too open "
+                                 "(group or others may use it); chmod 600 %s"
+                                 % (stat.S_IMODE(mode), path, path))
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(33)
     except OSError as e:

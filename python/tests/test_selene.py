@@ -513,6 +513,7 @@ def test_bootstrap_from_env(tmp_path):
     assert selene.from_env({}).world_size == 1
     secret = tmp_path / "secret"
     secret.write_bytes(os.urandom(32))
+    secret.chmod(0o600)
     c = selene.from_env({"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2",
                          "SELENE_COORDINATOR": "10.0.0.1:29500",
                          "SELENE_SECRET_FILE": str(secret)})
@@ -1129,3 +1130,20 @@ def test_docstrings_say_what_the_library_does(tmp_path):
     assert "A root record keeps its row" in publish
     assert "only child has committed is no longer found" in " ".join(
         selene.Store.lookup.__doc__.split())
+
+
+def test_bootstrap_refuses_a_secret_others_may_use(tmp_path):
+    """A secret file group or others may read, write or execute is refused
+    naming its mode, as the C bootstrap and ssh do; 0600 and 0400 pass."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32))
+    env = {"SELENE_RANK": "1", "SELENE_WORLD_SIZE": "2",
+           "SELENE_COORDINATOR": "10.0.0.1:29500", "SELENE_SECRET_FILE": str(secret)}
+    for mode in (0o644, 0o640, 0o604, 0o620, 0o602, 0o610):
+        secret.chmod(mode)
+        with pytest.raises(selene.BootstrapError,
+                           match="permissions %04o for .* are too open.*chmod 600" % mode):
+            selene.from_env(env)
+    for mode in (0o600, 0o400):
+        secret.chmod(mode)
+        assert selene.from_env(env).secret == secret.read_bytes()
