@@ -168,6 +168,7 @@ int coord_index_insert(struct coord_index *ix, const struct coord_node_spec *spe
 	n->created_ns = spec->created_ns;
 	n->state = spec->state;
 	n->row_present = spec->row_present;
+	n->parent_proven = !root && spec->parent_proven;
 	n->in_use = true;
 	key_at = key_slot(ix, &n->key);
 	bucket_at = bucket_slot(ix, &n->bucket);
@@ -247,8 +248,15 @@ void coord_index_unpin(struct coord_index *ix, uint32_t id)
  * not signed: a parent link that names another conversation's record
  * would otherwise restore that conversation's pages as this one's. Fills
  * out when it is.
+ *
+ * A link is hashed once: h has candidate's key, and each node reached has
+ * h's key too (checked, or by the proven link above it), so a parent that
+ * has h's key proves the link for every history with the node's key
+ * (keys chain over every earlier block, R-KEY-5 and R-KEY-6: equal keys
+ * at a count mean equal tokens before it). The link is marked proven and
+ * the walk after that costs no hash; a link that fails is never marked.
  */
-static enum coord_chain lookup_chain(const struct coord_index *ix, const struct rec_history *h,
+static enum coord_chain lookup_chain(struct coord_index *ix, const struct rec_history *h,
 				     uint32_t candidate, uint64_t resident,
 				     struct coord_lookup *out)
 {
@@ -257,7 +265,7 @@ static enum coord_chain lookup_chain(const struct coord_index *ix, const struct 
 	uint32_t count = 0, id = candidate;
 
 	for (;;) {
-		const struct coord_node *n = &ix->nodes[id];
+		struct coord_node *n = &ix->nodes[id];
 		const struct coord_node *parent;
 		struct rec_key expect;
 
@@ -274,9 +282,12 @@ static enum coord_chain lookup_chain(const struct coord_index *ix, const struct 
 		parent = &ix->nodes[n->parent_id];
 		if (parent->key.consumed == 0 || parent->key.consumed >= n->key.consumed)
 			return COORD_CHAIN_BROKEN;
-		rec_history_key_at(h, parent->key.consumed, &expect);
-		if (!rec_key_equal(&expect, &parent->key))
-			return COORD_CHAIN_BROKEN;
+		if (!n->parent_proven) {
+			rec_history_key_at(h, parent->key.consumed, &expect);
+			if (!rec_key_equal(&expect, &parent->key))
+				return COORD_CHAIN_BROKEN;
+			n->parent_proven = true;
+		}
 		if (parent->key.consumed <= resident) {
 			stop = parent->key.consumed;
 			break;
@@ -312,7 +323,7 @@ static enum coord_chain lookup_chain(const struct coord_index *ix, const struct 
  * which is already their order by consumed count, and each endpoint's key
  * is hashed at most once however many nodes share the bucket.
  */
-static bool lookup_block(const struct coord_index *ix, const struct rec_history *h,
+static bool lookup_block(struct coord_index *ix, const struct rec_history *h,
 			 uint64_t b, uint64_t resident, struct coord_lookup *out)
 {
 	const struct rec_digest *bucket = &h->blocks[b];
@@ -360,14 +371,20 @@ static bool lookup_block(const struct coord_index *ix, const struct rec_history 
 	return false;
 }
 
-enum coord_chain coord_index_chain(const struct coord_index *ix, const struct rec_history *h,
+enum coord_chain coord_index_chain(struct coord_index *ix, const struct rec_history *h,
 				   uint32_t id, struct coord_lookup *scratch)
 {
+	struct rec_key key;
+
 	SEL_ASSERT(id < ix->nodes_max && ix->nodes[id].in_use);
+	SEL_ASSERT(ix->nodes[id].key.consumed <= h->token_count);
+	/* The walk marks links proven: only from a node that has h's key. */
+	rec_history_key_at(h, ix->nodes[id].key.consumed, &key);
+	SEL_ASSERT(rec_key_equal(&key, &ix->nodes[id].key));
 	return lookup_chain(ix, h, id, 0, scratch);
 }
 
-bool coord_index_lookup(const struct coord_index *ix, const struct rec_history *h,
+bool coord_index_lookup(struct coord_index *ix, const struct rec_history *h,
 			uint64_t resident, struct coord_lookup *out)
 {
 	uint64_t first = resident / REC_BLOCK_TOKENS;

@@ -41,6 +41,15 @@ struct coord_node {
 	uint64_t created_ns;         /* its header's creation time (R-REC-4) */
 	enum coord_state state;
 	bool row_present;
+	/*
+	 * The parent link is proven: a history whose key at this node's count
+	 * is this node's key had the parent's key at the parent's count, so
+	 * every such history has (keys chain over every block before them,
+	 * R-KEY-5 and R-KEY-6). Set by the insert of a link derived from one
+	 * history, or by the first lookup that checks it; a header's or the
+	 * scan cache's link starts unproven. Cleared by a new insert.
+	 */
+	bool parent_proven;
 	/* Links owned by the index. */
 	uint32_t hash_next;          /* key hash chain */
 	uint32_t bucket_next;        /* bucket hash chain */
@@ -72,6 +81,8 @@ struct coord_node_spec {
 	uint64_t created_ns;          /* the header's creation time */
 	enum coord_state state;
 	bool row_present;
+	bool parent_proven;           /* key and parent are one history's keys
+					 (a publication), never a header's */
 	uint64_t access_tick;         /* 0: now (the next tick) */
 };
 
@@ -125,10 +136,11 @@ enum coord_chain {
 };
 
 /*
- * The chain of node id (whose key is h's at its count) from the root,
- * checked as a lookup checks it; scratch is filled as a lookup's out.
+ * The chain of node id (whose key is h's at its count: asserted, one hash)
+ * from the root, checked as a lookup checks it, proving links as it does;
+ * scratch is filled as a lookup's out.
  */
-enum coord_chain coord_index_chain(const struct coord_index *ix, const struct rec_history *h,
+enum coord_chain coord_index_chain(struct coord_index *ix, const struct rec_history *h,
 				   uint32_t id, struct coord_lookup *scratch);
 
 /*
@@ -139,12 +151,15 @@ enum coord_chain coord_index_chain(const struct coord_index *ix, const struct re
  * consumed count c satisfies resident < c <= token_count, and
  * history.key_at(c) equals its key. It is feasible when walking its parent
  * links collects only READY nodes whose consumed count exceeds resident and
- * stops at a parent at or below resident, or at the root; the chain is
- * those nodes in ascending order, and skip_pages is
- * resident / pt - parent / pt. The first feasible candidate wins. Returns
- * true and fills out, or false when nothing qualifies. Does not touch.
+ * stops at a parent at or below resident, or at the root, and every parent
+ * reached is h's own (h's key at its count: hashed once per link, then
+ * the link is marked proven and never hashed again); the chain is those
+ * nodes in ascending order, and skip_pages is resident / pt - parent / pt.
+ * The first feasible candidate wins. Returns true and fills out, or false
+ * when nothing qualifies. Does not touch; marking links proven is its
+ * only write.
  */
-bool coord_index_lookup(const struct coord_index *ix, const struct rec_history *h,
+bool coord_index_lookup(struct coord_index *ix, const struct rec_history *h,
 			uint64_t resident, struct coord_lookup *out);
 
 /* Whether a node may be evicted or compacted now, beyond pins and state. */

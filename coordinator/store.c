@@ -436,6 +436,8 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 		.bucket = *rec_history_bucket(h, pub->consumed), .first_page_index = first,
 		.tail_page_count = tail, .bytes = need, .created_ns = sel_realtime_ns(),
 		.state = COORD_WRITING, .row_present = true,
+		/* key and parent_key are both h's: the link is genuine */
+		.parent_proven = parent != COORD_NONE,
 	};
 	struct rec_header header;
 	struct shard_store_job store = { .header = &header, .page_ids = pub->page_ids + first,

@@ -109,7 +109,7 @@ static struct coord_node *node_at(struct coord_index *ix,
 }
 
 /* Looks up the first length tokens of the sequence from seed. */
-static bool lookup_prefix(const struct coord_index *ix, uint64_t seed,
+static bool lookup_prefix(struct coord_index *ix, uint64_t seed,
 			  uint64_t length, uint64_t resident)
 {
 	struct rec_history h;
@@ -144,7 +144,7 @@ static void assert_chain(const struct coord_index *ix, uint64_t resident,
 }
 
 /* A hit over the sequence from seed, and its chain. */
-static void expect_hit(const struct coord_index *ix, uint64_t seed, uint64_t length,
+static void expect_hit(struct coord_index *ix, uint64_t seed, uint64_t length,
 		       uint64_t resident, uint64_t parent_consumed,
 		       const uint64_t *counts, uint32_t count)
 {
@@ -276,6 +276,68 @@ static void test_index_forged_parent_link(void **state)
 		assert_false(lookup_prefix(&ix, SEED_A, 1100, 660));
 		/* B's own record is still found for B */
 		expect_hit(&ix, SEED_B, 1100, 0, 0, CHAIN(650));
+		rec_history_free(&a);
+		rec_history_free(&b);
+		coord_index_destroy(&ix);
+	}
+}
+
+/*
+ * Links are hashed once, then marked proven: a lookup proves a genuine
+ * record's links and never the forged one's, however often it runs, for
+ * either conversation or a Present check; a record replaced at the same
+ * id starts unproven (a forged replacement of a proven record is still
+ * refused), and a publication's link is proven from its insert.
+ */
+static void test_index_forged_link_never_proven(void **state)
+{
+	(void)state;
+	for (size_t p = 0; p < SEL_ARRAY_SIZE(page_sizes); p++) {
+		struct coord_node_spec spec;
+		struct coord_index ix;
+		struct rec_history a, b;
+		struct rec_key parent;
+		uint32_t forged, genuine, again;
+
+		assert_int_equal(coord_index_init(&ix, 16, page_sizes[p]), 0);
+		history_make(&a, SEED_A, 1100);
+		history_make(&b, SEED_B, 1100);
+		add_ready(&ix, &a, 300, 0);
+		add_ready(&ix, &a, 650, 300);
+		add_ready(&ix, &b, 650, 0);
+		spec_make(&spec, &ix, &a, 1000, 650, &parent);
+		rec_history_key_at(&b, 650, &parent); /* the lie */
+		assert_int_equal(coord_index_insert(&ix, &spec, &forged), 0);
+		assert_false(node_at(&ix, &a, 650)->parent_proven);
+		for (int i = 0; i < 3; i++) {
+			expect_hit(&ix, SEED_A, 1100, 0, 0, CHAIN(300, 650));
+			expect_hit(&ix, SEED_B, 1100, 0, 0, CHAIN(650));
+			assert_int_equal(coord_index_chain(&ix, &a, forged, &result),
+					 COORD_CHAIN_BROKEN);
+			assert_true(node_at(&ix, &a, 650)->parent_proven);
+			assert_false(ix.nodes[forged].parent_proven);
+		}
+		/* replaced by the genuine record: unproven until a lookup proves it */
+		coord_index_remove(&ix, forged);
+		genuine = add_ready(&ix, &a, 1000, 650);
+		assert_int_equal(genuine, forged);
+		assert_false(ix.nodes[genuine].parent_proven);
+		expect_hit(&ix, SEED_A, 1100, 0, 0, CHAIN(300, 650, 1000));
+		assert_true(ix.nodes[genuine].parent_proven);
+		/* and by a forged one again: the id's proof did not stay */
+		coord_index_remove(&ix, genuine);
+		assert_int_equal(coord_index_insert(&ix, &spec, &again), 0);
+		assert_int_equal(again, genuine);
+		assert_false(ix.nodes[again].parent_proven);
+		expect_hit(&ix, SEED_A, 1100, 0, 0, CHAIN(300, 650));
+		assert_false(ix.nodes[again].parent_proven);
+		/* a publication's link (key and parent from one history) */
+		coord_index_remove(&ix, again);
+		spec_make(&spec, &ix, &a, 1000, 650, &parent);
+		spec.parent_proven = true;
+		assert_int_equal(coord_index_insert(&ix, &spec, &again), 0);
+		assert_true(ix.nodes[again].parent_proven);
+		expect_hit(&ix, SEED_A, 1100, 0, 0, CHAIN(300, 650, 1000));
 		rec_history_free(&a);
 		rec_history_free(&b);
 		coord_index_destroy(&ix);
@@ -868,7 +930,20 @@ static void unpin_first(struct coord_index *ix)
 	coord_index_unpin(ix, 0);
 }
 
-/* Removing a node with children and unpinning below zero are asserted. */
+/* A chain check from a node that is not the history's (it would prove links). */
+static void chain_of_another_history(struct coord_index *ix)
+{
+	struct rec_history other;
+
+	history_make(&other, SEED_B, 300);
+	coord_index_chain(ix, &other, 1, &result);
+	rec_history_free(&other);
+}
+
+/*
+ * Removing a node with children, unpinning below zero and a chain check
+ * from a node whose key is not the history's are asserted.
+ */
 static void test_index_programmer_errors_abort(void **state)
 {
 	struct coord_index ix;
@@ -884,6 +959,8 @@ static void test_index_programmer_errors_abort(void **state)
 	coord_index_pin(&ix, 0);
 	coord_index_unpin(&ix, 0);
 	assert_aborts(unpin_first, &ix);
+	assert_aborts(chain_of_another_history, &ix);
+	assert_int_equal(coord_index_chain(&ix, &h, 1, &result), COORD_CHAIN_OK);
 	rec_history_free(&h);
 	coord_index_destroy(&ix);
 }
@@ -945,8 +1022,37 @@ static void random_conversations(struct conversation *convs, uint64_t *rng)
 }
 
 /*
+ * A forged link under parent_c: the key at parent_c of another
+ * conversation (the same key where the two share that prefix), stored
+ * there as a root record if absent. False when that conversation is
+ * shorter or there is no room (parent is left as it was).
+ */
+static bool random_forge(struct coord_index *ix, struct conversation *convs, int i,
+			 uint64_t parent_c, uint64_t *rng, struct rec_key *parent)
+{
+	const struct rec_history *other =
+		&convs[(i + 1 + rng_next(rng) % (RANDOM_CONVERSATIONS - 1)) %
+		       RANDOM_CONVERSATIONS].h;
+	struct coord_node_spec spec;
+	struct rec_key none;
+	uint32_t id;
+	int ret;
+
+	if (other->token_count < parent_c)
+		return false;
+	spec_make(&spec, ix, other, parent_c, 0, &none);
+	ret = coord_index_insert(ix, &spec, &id);
+	if (ret != 0 && ret != -EEXIST)
+		return false;
+	*parent = spec.key;
+	return true;
+}
+
+/*
  * Nodes along each conversation, each under the previous one present (some
- * published as root records), in random states and row presence.
+ * published as root records, some under a forged link: another
+ * conversation's record at the previous one's count), in random states and
+ * row presence.
  */
 static void random_nodes(struct coord_index *ix, struct conversation *convs,
 			 uint64_t *rng)
@@ -964,6 +1070,9 @@ static void random_nodes(struct coord_index *ix, struct conversation *convs,
 			int ret;
 
 			spec_make(&spec, ix, h, c, roll < 8 ? 0 : parent_c, &parent);
+			/* where no other conversation reaches parent_c, the link stays */
+			if (roll >= 8 && roll < 16 && parent_c)
+				random_forge(ix, convs, i, parent_c, rng, &parent);
 			spec.state = roll >= 90 ? COORD_WRITING :
 				     roll >= 84 ? COORD_UNLINKING : COORD_READY;
 			spec.row_present = rng_next(rng) % 100 >= 15;
@@ -1006,11 +1115,12 @@ static uint32_t brute_find(const struct coord_index *ix, const struct rec_key *k
 }
 
 /* Feasibility by the seed's words, following parent keys rather than ids. */
-static bool brute_chain(const struct coord_index *ix, uint32_t candidate,
-			uint64_t resident, uint32_t *chain, uint32_t *count,
-			uint64_t *stop)
+static bool brute_chain(const struct coord_index *ix, const struct rec_history *h,
+			uint32_t candidate, uint64_t resident, uint32_t *chain,
+			uint32_t *count, uint64_t *stop)
 {
 	uint32_t id = candidate;
+	struct rec_key key;
 
 	*count = 0;
 	for (;;) {
@@ -1026,6 +1136,10 @@ static bool brute_chain(const struct coord_index *ix, uint32_t candidate,
 		id = brute_find(ix, &n->parent);
 		if (id == COORD_NONE)
 			return false;
+		/* hashed every time: the oracle keeps no proofs */
+		rec_history_key_at(h, n->parent.consumed, &key);
+		if (!rec_key_equal(&key, &n->parent))
+			return false;
 		if (ix->nodes[id].key.consumed <= resident) {
 			*stop = ix->nodes[id].key.consumed;
 			return true;
@@ -1034,7 +1148,7 @@ static bool brute_chain(const struct coord_index *ix, uint32_t candidate,
 }
 
 /* Compares one lookup with a search over every node, longest candidate first. */
-static void random_check_lookup(const struct coord_index *ix,
+static void random_check_lookup(struct coord_index *ix,
 				const struct rec_history *h, uint64_t resident)
 {
 	static uint32_t chain[COORD_CHAIN_MAX];
@@ -1067,7 +1181,7 @@ static void random_check_lookup(const struct coord_index *ix,
 		}
 		best = next;
 		best_c = next_c;
-		if (brute_chain(ix, best, resident, chain, &count, &stop))
+		if (brute_chain(ix, h, best, resident, chain, &count, &stop))
 			break;
 	}
 	assert_true(hit);
@@ -1175,6 +1289,15 @@ static void random_round(struct conversation *convs, uint32_t page_tokens,
 			 ix.nodes[at].key.consumed <= length)
 			resident = ix.nodes[at].key.consumed;
 
+		/*
+		 * Half way, after lookups proved links: leaves go and new nodes,
+		 * some forged, take their ids (a reused id keeps no proof).
+		 */
+		if (q == RANDOM_QUERIES / 2) {
+			random_churn(&ix, rng);
+			random_nodes(&ix, convs, rng);
+			random_check_structure(&ix);
+		}
 		assert_int_equal(rec_history_init(&h, &model, conv->tokens, length), 0);
 		random_check_lookup(&ix, &h, resident);
 		hits += result.chain_count > 0;
@@ -1225,6 +1348,7 @@ int main(void)
 		cmocka_unit_test(test_index_unaligned_endpoints),
 		cmocka_unit_test(test_index_feasible_through_resident_ancestor),
 		cmocka_unit_test(test_index_forged_parent_link),
+		cmocka_unit_test(test_index_forged_link_never_proven),
 		cmocka_unit_test(test_index_page_only_node_supplies_pages),
 		cmocka_unit_test(test_index_unready_ancestor_infeasible),
 		cmocka_unit_test(test_index_first_feasible_wins),

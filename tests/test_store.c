@@ -579,6 +579,36 @@ static void test_store_present_needs_a_restorable_chain(void **state)
 }
 
 /*
+ * Parent links are proven where the index learns them from a history: a
+ * publication's link from its insert, a scanned record's by the first
+ * check that hashes it (here the Present check); never from the header.
+ */
+static void test_store_links_proven_where_learned(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[2] = {
+		loaded_record(f, 300, 0, true, 1111),
+		loaded_record(f, 700, 300, true, 2222),
+	};
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	struct rec_key key;
+
+	assert_int_equal(coord_store_load(&f->store, loaded, 2), 0);
+	rec_history_key_at(&f->h, 700, &key);
+	assert_false(f->store.index.nodes[coord_index_find(&f->store.index, &key)].parent_proven);
+	assert_int_equal(publish(f, 1, 700, 300), SEL_PRESENT);
+	assert_true(f->store.index.nodes[coord_index_find(&f->store.index, &key)].parent_proven);
+	assert_int_equal(publish(f, 2, 900, 700), SEL_QUEUED);
+	rec_history_key_at(&f->h, 900, &key);
+	assert_true(f->store.index.nodes[coord_index_find(&f->store.index, &key)].parent_proven);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 900);
+}
+
+/*
  * R-AGREE-1: a rewrite keeps the record's creation time, so that where it
  * fails on some ranks only, the old page-only file and the new one have
  * equal headers once the undo truncates the row; a new creation time made
@@ -1687,6 +1717,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failed_row_rewrite_and_undo_drops_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_present_needs_a_restorable_chain, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_store_links_proven_where_learned, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_row_rewrite_keeps_creation_time, setup,
 						teardown),
