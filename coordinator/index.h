@@ -1,8 +1,9 @@
 /*
  * The prefix index (docs/DESIGN.md section 5, seed 2.3): rank zero's tree of
  * records keyed by prefix key, with a bucket map for lookup, pins, an LRU
- * access order, leaf-first eviction and compaction candidates. Owned by the
- * model worker thread: single writer, no locks, nothing allocated after
+ * access order, leaf-first eviction and compaction candidates. One writer at
+ * a time: it has no lock of its own, and every store API call that reaches
+ * it holds the store's mutex (coordinator/api.c). Nothing is allocated after
  * coord_index_init (every node comes from a preallocated array; the hash
  * tables are fixed-size open hashing over node ids).
  */
