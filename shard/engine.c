@@ -1562,6 +1562,21 @@ void shard_engine_warm_stats(struct shard_engine *e, struct shard_warm_stats *ou
 	shard_warm_get_stats(&e->warm, out);
 }
 
+void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
+{
+	struct shard_warm_stats ws;
+
+	shard_warm_get_stats(&e->warm, &ws);
+	if (!ws.slots_total) {
+		snprintf(out, size, "warm off");
+		return;
+	}
+	snprintf(out, size, "warm %" PRIu64 " MiB, %u slots of %" PRIu64 " KiB, registered "
+		 "in %.1f ms (%u call%s)", (e->warm.pool.slot_bytes * ws.slots_total) >> 20,
+		 ws.slots_total, e->warm.pool.slot_bytes >> 10, ws.register_ns / 1e6,
+		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
+}
+
 void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_stats *out)
 {
 	pthread_mutex_lock(&e->pool.lock);

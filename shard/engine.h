@@ -312,6 +312,12 @@ struct shard_warm_stats;
 /* The warm tier's counters (shard/warm.h); zero without one. Any thread. */
 void shard_engine_warm_stats(struct shard_engine *engine, struct shard_warm_stats *out);
 
+/*
+ * "warm 1024 MiB, 455 slots of 2304 KiB, registered in 12.3 ms (1 call)",
+ * or "warm off": for the startup lines.
+ */
+void shard_engine_describe_warm(struct shard_engine *engine, char *out, size_t size);
+
 /* Any thread, while the engine is open. */
 void shard_engine_staging_stats(struct shard_engine *engine, struct shard_staging_stats *out);
 

@@ -32,6 +32,8 @@ struct shard_device;
 #define SHARD_WARM_CHUNKS_MAX 2048u
 
 #define SHARD_WARM_NONE UINT32_MAX
+/* A warm tier's bytes at most: shard_slab_init's bound on one mapping. */
+#define SHARD_WARM_BYTES_MAX (1ull << 46)
 
 /* One record held warm. */
 struct shard_warm_entry {

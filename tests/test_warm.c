@@ -19,11 +19,19 @@
 #include "shard/engine.h"
 #include "shard/slab.h"
 #include "shard/warm.h"
+#include "selene/store.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define PAGE_BYTES 5000u
 #define ROW_BYTES 60000u
@@ -431,6 +439,443 @@ static void test_warm_pool(void **state)
 	shard_warm_destroy(&w);
 }
 
+
+/*
+ * The store API with a warm tier, on one rank and on three (forked peers
+ * over loopback, their planes in shared memory so rank zero checks every
+ * rank's bytes). Page planes of 4 KiB make 8 KiB slots; a row of 8 KiB
+ * takes one.
+ */
+#define API_UNIT 4096u
+#define API_ROW 8192u
+#define API_PAGES 64u
+#define API_ROWS 4u
+#define API_TOKENS 1024u
+#define API_SLOT 8192u
+#define API_WORLD 3u
+#define API_HISTORIES 4u
+
+struct rank_memory {
+	uint8_t planes[2][API_PAGES * API_UNIT];
+	uint8_t rows[API_ROWS * API_ROW];
+	char why[256];
+};
+
+struct api_fixture {
+	char *base;
+	uint32_t world;
+	struct rank_memory *mem; /* shared with the children */
+	pid_t children[API_WORLD];
+	int listen_fd;
+	struct sel_cluster cluster;
+	uint64_t warm_bytes;
+	uint64_t peer_warm_bytes; /* what rank 1 is configured with */
+	sel_store *store;
+	sel_history *h[API_HISTORIES];
+};
+
+static void api_config(struct api_fixture *f, uint32_t rank, struct sel_store_config *c,
+		       struct sel_plane planes[2], char *dir, size_t dir_size)
+{
+	struct rec_identity model;
+
+	tu_identities(&model, NULL);
+	snprintf(dir, dir_size, "%s/rank%u", f->base, rank);
+	for (int p = 0; p < 2; p++)
+		planes[p] = (struct sel_plane){ p ? "v" : "k", API_UNIT,
+						(uintptr_t)f->mem[rank].planes[p] };
+	*c = (struct sel_store_config){
+		.dir = dir, .page_tokens = 64, .page_plane_count = 2, .page_planes = planes,
+		.row_plane = { "state", API_ROW, (uintptr_t)f->mem[rank].rows },
+		.page_count = API_PAGES, .row_count = API_ROWS, .device = "host",
+		.disk_limit_bytes = 1ull << 30, .records_max = 1000,
+		.cluster = f->world > 1 ? &f->cluster : NULL,
+		.warm_bytes = rank == 1 ? f->peer_warm_bytes : f->warm_bytes,
+	};
+	memcpy(c->model_identity, model.bytes, 32);
+}
+
+/* A peer: file reads fail from the start, so it restores only from warm slots. */
+static void api_child(struct api_fixture *f, uint32_t rank)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512];
+	sel_peer *peer;
+	int ret;
+
+	close(f->listen_fd);
+	f->cluster.rank = rank;
+	f->cluster.listen_fd = -1;
+	api_config(f, rank, &c, planes, dir, sizeof(dir));
+	if (sel_failpoints_configure("disk.read=return(EIO)") != 0)
+		_exit(6);
+	if (sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why)) != 0)
+		_exit(2);
+	ret = sel_peer_wait(peer);
+	if (sel_peer_stop(peer) != 0)
+		_exit(4);
+	_exit(ret ? 3 : 0);
+}
+
+static void api_start(struct api_fixture *f, uint32_t world)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+
+	f->world = world;
+	if (world == 1)
+		return;
+	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(f->listen_fd, API_WORLD), 0);
+	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	f->cluster = (struct sel_cluster){
+		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
+		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
+		.join_timeout_ms = 10000, .silence_timeout_ms = 5000, .job_timeout_ms = 10000,
+	};
+	memset(f->cluster.secret, 0x5a, sizeof(f->cluster.secret));
+	for (uint32_t r = 1; r < world; r++) {
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (pid == 0)
+			api_child(f, r);
+		f->children[r] = pid;
+	}
+}
+
+static int api_open(struct api_fixture *f, char *err, size_t err_size)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512];
+	int ret;
+
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	ret = sel_store_open(&c, &f->store, err, err_size);
+	if (f->listen_fd >= 0) {
+		close(f->listen_fd);
+		f->listen_fd = -1;
+	}
+	for (uint32_t k = 0; !ret && k < API_HISTORIES; k++) {
+		uint32_t tokens[API_TOKENS];
+
+		tu_tokens(tokens, API_TOKENS, 100 + k);
+		assert_int_equal(sel_history_create(f->store, tokens, API_TOKENS, &f->h[k]), 0);
+	}
+	return ret;
+}
+
+static int api_reap(struct api_fixture *f, uint32_t r)
+{
+	int status;
+
+	if (f->children[r] <= 0)
+		return 0;
+	assert_int_equal(waitpid(f->children[r], &status, 0), f->children[r]);
+	f->children[r] = 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+static int api_setup(void **state)
+{
+	struct api_fixture *f = calloc(1, sizeof(*f));
+
+	f->base = tu_make_temp_dir("warm-api");
+	f->mem = mmap(NULL, API_WORLD * sizeof(struct rank_memory), PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(f->mem != MAP_FAILED);
+	f->listen_fd = -1;
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static void api_close(struct api_fixture *f)
+{
+	for (uint32_t k = 0; k < API_HISTORIES; k++) {
+		sel_history_destroy(f->h[k]);
+		f->h[k] = NULL;
+	}
+	if (f->store)
+		sel_store_close(f->store, 5000);
+	f->store = NULL;
+}
+
+static int api_teardown(void **state)
+{
+	struct api_fixture *f = *state;
+
+	sel_failpoints_configure(NULL);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++) {
+		if (f->children[r] > 0) {
+			kill(f->children[r], SIGKILL);
+			api_reap(f, r);
+		}
+	}
+	munmap(f->mem, API_WORLD * sizeof(struct rank_memory));
+	tu_remove_tree(f->base);
+	sel_log_set_level(SEL_LOG_INFO);
+	free(f);
+	return 0;
+}
+
+/* Page i of history k on rank r, plane p: a function of all four. */
+static uint64_t api_seed(uint32_t k, uint32_t r, uint32_t i, int p)
+{
+	return ((uint64_t)k << 40) + ((uint64_t)r << 20) + i * 8 + (uint64_t)p;
+}
+
+static struct sel_event api_event(struct api_fixture *f)
+{
+	struct sel_event ev = { .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
+
+	for (uint32_t i = 0; i < 10000; i++) {
+		if (sel_poll(f->store, &ev, 1) == 1)
+			return ev;
+		usleep(1000);
+	}
+	return ev;
+}
+
+/* Publishes history k's first consumed tokens (a root) from ids 0.. and row slot 0. */
+static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
+{
+	uint32_t ids[API_PAGES], pages = (uint32_t)(consumed / 64);
+	struct sel_publication pub = { .checkpoint = 100 + k, .history = f->h[k],
+				       .consumed = consumed, .page_ids = ids, .state_slot = 0 };
+	enum sel_outcome outcome;
+	struct sel_event ev;
+
+	for (uint32_t r = 0; r < f->world; r++) {
+		for (uint32_t i = 0; i < pages; i++)
+			for (int p = 0; p < 2; p++)
+				tu_fill(f->mem[r].planes[p] + (uint64_t)i * API_UNIT, API_UNIT,
+					api_seed(k, r, i, p));
+		tu_fill(f->mem[r].rows, API_ROW, api_seed(k, r, 999, 0));
+	}
+	for (uint32_t i = 0; i < pages; i++)
+		ids[i] = i;
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_QUEUED);
+	ev = api_event(f);
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("store of history %u: %d %s", k, ev.kind, ev.why);
+}
+
+/*
+ * Looks history k up, fetches it into ids 32.. and row slot 2 on every
+ * rank; on success checks every rank's bytes. Returns the event's error.
+ */
+static int api_fetch(struct api_fixture *f, uint32_t k)
+{
+	struct sel_hit hit;
+	uint32_t ids[API_PAGES];
+	struct sel_event ev;
+	bool joined;
+
+	for (uint32_t r = 0; r < f->world; r++) {
+		memset(f->mem[r].planes, 0xee, sizeof(f->mem[r].planes));
+		memset(f->mem[r].rows, 0xee, sizeof(f->mem[r].rows));
+	}
+	assert_true(sel_lookup(f->store, f->h[k], 0, &hit));
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 32 + i;
+	assert_int_equal(sel_fetch(f->store, &hit, ids, 2, 7, &joined), 0);
+	ev = api_event(f);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		return ev.error ? ev.error : -EIO;
+	for (uint32_t r = 0; r < f->world; r++) {
+		uint8_t expect[API_ROW];
+
+		for (uint32_t i = 0; i < hit.page_count; i++)
+			for (int p = 0; p < 2; p++) {
+				tu_fill(expect, API_UNIT, api_seed(k, r, i, p));
+				if (memcmp(expect, f->mem[r].planes[p] + (32ull + i) * API_UNIT,
+					   API_UNIT) != 0)
+					fail_msg("rank %u page %u plane %d differs", r, i, p);
+			}
+		tu_fill(expect, API_ROW, api_seed(k, r, 999, 0));
+		assert_memory_equal(f->mem[r].rows + 2 * API_ROW, expect, API_ROW);
+	}
+	return 0;
+}
+
+static void api_stats(struct api_fixture *f, struct sel_stats *st)
+{
+	struct sel_event ev;
+
+	sel_poll(f->store, &ev, 0); /* the counters are brought up to date by a poll */
+	assert_int_equal(sel_store_stats(f->store, st), 0);
+}
+
+/*
+ * One rank: a warm record restores with every file read failing, counted
+ * as a warm hit; the metrics show the tier; a restart starts it empty and
+ * restores from the disk.
+ */
+static void test_warm_api_one_rank(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512], *metrics;
+
+	f->warm_bytes = 64ull * API_SLOT;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 640);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(st.warm_slots_used, 11);
+	assert_int_equal(st.warm_slots_total, 64);
+	assert_int_equal(st.warm_bytes, 11ull * API_SLOT);
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_OPEN), 0);
+	sel_failpoints_configure(NULL);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 1);
+	metrics = malloc(SEL_METRICS_BYTES(1));
+	assert_true(sel_store_metrics(f->store, metrics, SEL_METRICS_BYTES(1)) > 0);
+	assert_non_null(strstr(metrics, "selene_warm_hits_total 1\n"));
+	assert_non_null(strstr(metrics, "selene_warm_slots 64\n"));
+	assert_non_null(strstr(metrics, "selene_warm_records 1\n"));
+	free(metrics);
+	/* A restart: the warm tier is empty, the record restores from its file. */
+	api_close(f);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 0);
+	assert_int_equal(st.warm_slots_used, 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 0);
+}
+
+/*
+ * LRU: a third record evicts the least recently used of two (a fetch is a
+ * use), which then restores from its file; a record larger than the whole
+ * tier is stored cold. With file reads failing, what is warm restores and
+ * what is not fails.
+ */
+static void test_warm_api_lru(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT; /* two records of 4 pages and a row */
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	assert_int_equal(api_fetch(f, 0), 0); /* 0 is now more recent than 1 */
+	api_publish(f, 2, 256);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(st.warm_slots_used, 10);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	assert_int_not_equal(api_fetch(f, 1), 0); /* evicted: its file is read */
+	sel_failpoints_configure(NULL);
+	assert_int_equal(api_fetch(f, 1), 0);
+	/* 12 pages and a row: more than the tier, stored cold, nothing evicted. */
+	api_publish(f, 3, 768);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(api_fetch(f, 3), 0);
+}
+
+/* Three ranks: every rank restores from its warm slots, and every rank drops the same record. */
+static void test_warm_api_three_ranks(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	/* Peers fail every file read; rank zero too now. */
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	api_publish(f, 2, 256); /* evicts 1 on every rank */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 3);
+	assert_int_equal(st.warm_evictions, 1);
+	/*
+	 * Rank zero reads files again, the peers still cannot: 1 fails (the
+	 * peers dropped it too), 0 and 2 restore from every rank's slots.
+	 */
+	assert_int_not_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_equal(api_reap(f, r), 0);
+}
+
+/* A peer whose warm tier differs is refused at the join, the reason on both sides. */
+static void test_warm_api_mismatch_refused(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->peer_warm_bytes = 16ull * API_SLOT;
+	api_start(f, API_WORLD);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "warm tier"));
+	assert_non_null(strstr(err, "every rank's is the same"));
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_not_equal(api_reap(f, r), 0);
+	assert_non_null(strstr(f->mem[1].why, "warm tier"));
+}
+
+/* A warm tier without a disk store, or past the host's memory, is refused at open. */
+static void test_warm_api_bad_config(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	uint64_t available;
+	char dir[512], err[512];
+
+	api_start(f, 1);
+	f->warm_bytes = 64ull * API_SLOT;
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.disk_limit_bytes = 0;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "warm_bytes"));
+	if (shard_slab_memory_available(&available) != 0) {
+		skip(); /* no memory figure to check against */
+		return;
+	}
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.warm_bytes = available;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "the warm tier ("));
+	assert_non_null(strstr(err, "MiB of memory available"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -440,6 +885,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_mismatch_refused, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_bad_config, api_setup, api_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
