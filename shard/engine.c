@@ -1571,8 +1571,9 @@ void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
 		snprintf(out, size, "warm off");
 		return;
 	}
-	snprintf(out, size, "warm %" PRIu64 " MiB, %u slots of %" PRIu64 " KiB, registered "
-		 "in %.1f ms (%u call%s)", (e->warm.pool.slot_bytes * ws.slots_total) >> 20,
+	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB, registered "
+		 "in %.1f ms (%u call%s)",
+		 (double)(e->warm.pool.slot_bytes * ws.slots_total) / (1 << 20),
 		 ws.slots_total, e->warm.pool.slot_bytes >> 10, ws.register_ns / 1e6,
 		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
 }
