@@ -642,14 +642,18 @@ static struct sel_event api_event(struct api_fixture *f)
 	return ev;
 }
 
-/* Publishes history k's first consumed tokens (a root) from ids 0.. and row slot 0. */
-static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
+/*
+ * Publishes history k's first consumed tokens (a child of parent_consumed,
+ * 0: a root) from ids 0.. and row slot 0; returns its event.
+ */
+static struct sel_event api_publish_at(struct api_fixture *f, uint32_t k, uint64_t consumed,
+				       uint64_t parent_consumed)
 {
 	uint32_t ids[API_PAGES], pages = (uint32_t)(consumed / 64);
 	struct sel_publication pub = { .checkpoint = 100 + k, .history = f->h[k],
-				       .consumed = consumed, .page_ids = ids, .state_slot = 0 };
+				       .consumed = consumed, .parent_consumed = parent_consumed,
+				       .page_ids = ids, .state_slot = 0 };
 	enum sel_outcome outcome;
-	struct sel_event ev;
 
 	for (uint32_t r = 0; r < f->world; r++) {
 		for (uint32_t i = 0; i < pages; i++)
@@ -662,7 +666,13 @@ static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
 		ids[i] = i;
 	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
 	assert_int_equal(outcome, SEL_QUEUED);
-	ev = api_event(f);
+	return api_event(f);
+}
+
+static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
+{
+	struct sel_event ev = api_publish_at(f, k, consumed, 0);
+
 	if (ev.kind != SEL_EVENT_STORED)
 		fail_msg("store of history %u: %d %s", k, ev.kind, ev.why);
 }
@@ -798,6 +808,64 @@ static void test_warm_api_lru(void **state)
 	assert_int_equal(api_fetch(f, 3), 0);
 }
 
+/*
+ * A chain keeps its warm pages when a parent's row is dropped; a rewrite
+ * that puts the row back stores it cold, and the chain reads its files; a
+ * warm store that fails gives its slots back. The tier is 18 slots, and
+ * the last store takes the last 6 of them warm on the engine too: a slot
+ * the engine kept that rank zero gave back would send it through staging.
+ */
+static void test_warm_api_rewrite_and_failed_store(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	struct sel_event ev;
+	char err[512];
+
+	f->warm_bytes = 18ull * API_SLOT;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	assert_int_equal(api_publish_at(f, 0, 320, 0).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 640, 320).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 960, 640).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	/* 640's row went when 960 committed: 6 + 5 + 6 slots. */
+	assert_int_equal(st.truncations, 1);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 17);
+	assert_int_equal(st.warm_bytes, 17ull * API_SLOT);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	/* 640 again: its row is put back by a rewrite, cold. */
+	ev = api_publish_at(f, 0, 640, 320);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_slots_used, 12);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_not_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(api_fetch(f, 0), 0);
+	/* A warm store whose writes fail: its slots come back. */
+	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
+	ev = api_publish_at(f, 1, 320, 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_slots_used, 12);
+	api_publish(f, 1, 320);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 18);
+	assert_int_equal(st.warm_evictions, 0);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+}
+
 /* Three ranks: every rank restores from its warm slots, and every rank drops the same record. */
 static void test_warm_api_three_ranks(void **state)
 {
@@ -887,6 +955,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_store, api_setup,
+						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_mismatch_refused, api_setup,
