@@ -949,7 +949,9 @@ static int bench_warm(struct bench *b)
 	struct shard_warm_stats ws;
 	int ret;
 
-	ret = shard_slab_init(&host, bytes, 1);
+	ret = shard_device_bind(b->dev); /* current here, as bench_copy makes it */
+	if (!ret)
+		ret = shard_slab_init(&host, bytes, 1);
 	if (!ret)
 		ret = shard_slab_register(&host, b->dev);
 	if (!ret && shard_device_is_cuda(b->dev)) {
@@ -960,8 +962,6 @@ static int bench_warm(struct bench *b)
 		if (!ret)
 			memset((void *)(uintptr_t)device, 3, (size_t)bytes);
 	}
-	if (!ret)
-		ret = shard_device_bind(b->dev);
 	for (uint32_t r = 0; !ret && r < b->a.warmup + b->a.rounds; r++) {
 		uint32_t at = r < b->a.warmup ? 0 : r - b->a.warmup, round = r;
 
