@@ -186,7 +186,7 @@ int cluster_join_check(int fd, const struct cluster_join_policy *policy,
 				     h->has_disk_store ? "has a disk store" :
 				     "has no disk store (disk limit 0)",
 				     policy->has_disk_store ? "has one" : "has none");
-	/* Rank zero decides for every rank's slots: they are the same. */
+	/* Rank zero decides for every rank's slots: they are the same (R-WIRE-15). */
 	if (h->warm_bytes != policy->warm_bytes)
 		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_WARM, why,
 				     why_size, "rank %u has a warm tier of %" PRIu64 " bytes and "

@@ -840,17 +840,20 @@ static int metrics_write(sel_store *s, char *buf, size_t size)
 	struct coord_metrics_staging staging = { 0 };
 	struct shard_staging_stats pool;
 	struct shard_engine_stats engine;
+	struct shard_warm_stats warm;
 	struct sel_stats st;
 
 	stats_copy(s, &st);
 	if (s->engine) {
 		shard_engine_staging_stats(s->engine, &pool);
 		shard_engine_stats(s->engine, &engine);
+		shard_engine_warm_stats(s->engine, &warm);
 		staging = (struct coord_metrics_staging){
 			.slots_total = pool.slots_total,
 			.slots_in_use = pool.slots_total - pool.slots_free,
 			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted,
-			.store_yields = engine.store_yields };
+			.store_yields = engine.store_yields,
+			.warm_fallbacks = warm.store_fallbacks };
 	}
 	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
 				   s->cluster.world_size);

@@ -196,6 +196,10 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	       staging->slots_intake);
 	single(o, "selene_staging_exhausted_total", "counter",
 	       "Staging allocations refused for lack of free slots.", staging->exhausted);
+	single(o, "selene_warm_store_fallbacks_total", "counter",
+	       "Stores sent warm that rank zero's engine found no warm slots for and "
+	       "staged (0 while the warm tier's count holds).",
+	       staging->warm_fallbacks);
 	single(o, "selene_store_yields_total", "counter",
 	       "Restores rank zero's engine ran inside a store: between its windows "
 	       "or while it waited for the disk.",

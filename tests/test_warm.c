@@ -14,6 +14,7 @@
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "coordinator/metrics.h"
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
@@ -757,6 +758,7 @@ static void test_warm_api_one_rank(void **state)
 	assert_non_null(strstr(metrics, "selene_warm_hits_total 1\n"));
 	assert_non_null(strstr(metrics, "selene_warm_slots 64\n"));
 	assert_non_null(strstr(metrics, "selene_warm_records 1\n"));
+	assert_non_null(strstr(metrics, "selene_warm_store_fallbacks_total 0\n"));
 	free(metrics);
 	/* A restart: the warm tier is empty, the record restores from its file. */
 	api_close(f);
@@ -944,10 +946,34 @@ static void test_warm_api_bad_config(void **state)
 	assert_non_null(strstr(err, "MiB of memory available"));
 }
 
+/*
+ * With the warm families, one rank's exposition still fits in
+ * SEL_METRICS_BYTES(1) whatever the counters hold: every counter and
+ * gauge at its widest (UINT64_MAX, 20 digits).
+ */
+static void test_warm_metrics_fit(void **state)
+{
+	static char buf[SEL_METRICS_BYTES(1)];
+	struct sel_stats st;
+	struct coord_metrics_staging staging;
+	int n;
+
+	(void)state;
+	memset(&st, 0xff, sizeof(st));
+	st.store_latency.sum_seconds = st.fetch_latency.sum_seconds = 1e300;
+	memset(&staging, 0xff, sizeof(staging));
+	n = coord_metrics_write(buf, sizeof(buf), &st, &staging, NULL, 1);
+	assert_true(n > 0);
+	assert_non_null(strstr(buf, "selene_warm_hits_total 18446744073709551615\n"));
+	assert_non_null(strstr(buf, "selene_warm_store_fallbacks_total 18446744073709551615\n"));
+	printf("worst-case exposition of one rank: %d of %u bytes\n", n, SEL_METRICS_BYTES(1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_pool),
+		cmocka_unit_test(test_warm_metrics_fit),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),

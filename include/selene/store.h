@@ -141,10 +141,12 @@ struct sel_store_config {
  * sides). In a cluster, a failure here is told to every peer (they stop at
  * once instead of at their join timeout), and so is a peer's: its reason
  * comes back in err. The shard engine's staging (host memory for its
- * copies, mapped and populated here) is refused with -ENOMEM, naming both
- * figures, when it is more than half of the memory available to the
- * process (MemAvailable, bounded by its cgroup's room; docs/DESIGN.md
- * section 6); so is a peer's, by sel_peer_start.
+ * copies, mapped and populated here) and warm tier (warm_bytes, mapped,
+ * populated and registered here) are refused with -ENOMEM, naming both
+ * figures, when together they are more than half of the memory available
+ * to the process (MemAvailable, bounded by its cgroup's room; docs/DESIGN.md
+ * section 6); so are a peer's, by sel_peer_start, and a peer whose
+ * warm_bytes differ from rank zero's is refused at the join.
  */
 int sel_store_open(const struct sel_store_config *config, sel_store **out,
 		   char *err, size_t err_size);
