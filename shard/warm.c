@@ -36,6 +36,7 @@ int shard_warm_init(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_cou
 		return -ENOMEM;
 	}
 	w->bucket_mask = buckets - 1;
+	w->register_chunk_bytes = SHARD_WARM_REGISTER_CHUNK_BYTES;
 	for (uint32_t i = 0; i < buckets; i++)
 		w->buckets[i] = SHARD_WARM_NONE;
 	for (uint32_t i = 0; i < slot_count; i++) {
@@ -72,7 +73,7 @@ void shard_warm_destroy(struct shard_warm *w)
 int shard_warm_register(struct shard_warm *w, struct shard_device *dev)
 {
 	uint64_t total = w->pool.slot_bytes * w->pool.slot_count;
-	uint64_t slots_per_chunk = SHARD_WARM_REGISTER_CHUNK_BYTES / w->pool.slot_bytes;
+	uint64_t slots_per_chunk = w->register_chunk_bytes / w->pool.slot_bytes;
 	uint64_t start = sel_monotonic_ns();
 
 	SEL_ASSERT(!w->registered && slots_per_chunk > 0);

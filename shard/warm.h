@@ -70,7 +70,9 @@ struct shard_warm {
 	uint32_t free_entry;
 	struct shard_device *registered;
 	uint32_t chunks_registered;
-	uint64_t chunk_bytes;
+	uint64_t chunk_bytes;          /* each registration's (whole slots) */
+	uint64_t register_chunk_bytes; /* at most: SHARD_WARM_REGISTER_CHUNK_BYTES
+					  (tests set less) */
 	struct shard_warm_stats stats; /* under the pool's lock for readers */
 };
 

@@ -969,11 +969,114 @@ static void test_warm_metrics_fit(void **state)
 	printf("worst-case exposition of one rank: %d of %u bytes\n", n, SEL_METRICS_BYTES(1));
 }
 
+/* A device that counts registrations and can refuse the n-th. */
+struct counting_device {
+	struct shard_device base;
+	uint32_t registered, unregistered, refuse_at;
+	uint8_t *ptrs[16];
+	uint64_t bytes[16];
+};
+
+static int counting_bind(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static int counting_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	struct counting_device *d = (struct counting_device *)dev;
+
+	if (d->registered + 1 == d->refuse_at)
+		return -ENOMEM;
+	SEL_ASSERT(d->registered < 16);
+	d->ptrs[d->registered] = ptr;
+	d->bytes[d->registered++] = bytes;
+	return 0;
+}
+
+static void counting_unregister(struct shard_device *dev, void *ptr)
+{
+	struct counting_device *d = (struct counting_device *)dev;
+	bool known = false;
+
+	for (uint32_t i = 0; i < d->registered; i++)
+		known |= d->ptrs[i] == ptr;
+	SEL_ASSERT(known);
+	d->unregistered++;
+}
+
+static int counting_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy *copies, uint32_t count)
+{
+	(void)dev;
+	shard_copy_in_memory(dir, copies, count);
+	return 0;
+}
+
+static int counting_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static void counting_close(struct shard_device *dev)
+{
+	(void)dev;
+}
+
+static const struct shard_device_ops counting_ops = {
+	.name = "counting", .bind = counting_bind, .register_host = counting_register,
+	.unregister_host = counting_unregister, .copy = counting_copy,
+	.synchronize = counting_synchronize, .close = counting_close,
+};
+
+/*
+ * Registration in chunks of whole slots, back to back over the mapping,
+ * each unregistered at destroy; a refused chunk unregisters the ones
+ * before it and fails.
+ */
+static void test_warm_register_in_chunks(void **state)
+{
+	struct counting_device d = { .base = { .ops = &counting_ops } };
+	struct shard_warm w;
+	struct shard_warm_stats ws;
+
+	(void)state;
+	assert_int_equal(shard_warm_init(&w, 3 * 4096, 10, 8, 2), 0);
+	w.register_chunk_bytes = 32768; /* two 12 KiB slots a call: 5 calls */
+	assert_int_equal(shard_warm_register(&w, &d.base), 0);
+	assert_int_equal(d.registered, 5);
+	for (uint32_t i = 0; i < 5; i++) {
+		assert_ptr_equal(d.ptrs[i], w.pool.base + 24576ull * i);
+		assert_int_equal(d.bytes[i], 24576);
+	}
+	shard_warm_get_stats(&w, &ws);
+	assert_int_equal(ws.register_chunks, 5);
+	shard_warm_destroy(&w);
+	assert_int_equal(d.unregistered, 5);
+
+	d = (struct counting_device){ .base = { .ops = &counting_ops }, .refuse_at = 3 };
+	assert_int_equal(shard_warm_init(&w, 3 * 4096, 9, 8, 2), 0);
+	w.register_chunk_bytes = 32768; /* the last chunk is one slot */
+	assert_int_equal(shard_warm_register(&w, &d.base), -ENOMEM);
+	assert_int_equal(d.registered, 2);
+	assert_int_equal(d.unregistered, 2);
+	assert_null(w.registered);
+	d.refuse_at = 0;
+	assert_int_equal(shard_warm_register(&w, &d.base), 0);
+	assert_int_equal(d.registered, 7);
+	assert_int_equal(d.bytes[6], 12288);
+	shard_warm_destroy(&w);
+	assert_int_equal(d.unregistered, 7);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_pool),
 		cmocka_unit_test(test_warm_metrics_fit),
+		cmocka_unit_test(test_warm_register_in_chunks),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
