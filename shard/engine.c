@@ -12,7 +12,9 @@
  * truncate or unlink. Up to stores_max stores run at once (run_stores),
  * each its own record file, one step of each in turn; a store window's
  * copy from the device runs while the window before it is hashed
- * (store_window, store_sum).
+ * (store_window, store_sum). A warm store's windows and row use its warm
+ * slots (stage_warm) in place of staging; a fetch of warm records skips
+ * the files altogether (run_fetch_warm).
  */
 #include "shard/engine.h"
 

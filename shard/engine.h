@@ -14,7 +14,10 @@
  * disk I/O overlap. Submission never waits; completions come back through a
  * bounded queue that shard_engine_poll drains. A job completes whole or
  * fails with a reason, and a failure is reported only after every copy and
- * I/O it started has drained. Everything is allocated at open.
+ * I/O it started has drained. Everything is allocated at open. With a warm
+ * tier (warm_bytes, shard/warm.h), a store sent warm goes through warm
+ * slots instead of staging and stays in them, and a fetch whose chain is
+ * warm copies from them to the device without reading a file.
  */
 #ifndef SELENE_SHARD_ENGINE_H
 #define SELENE_SHARD_ENGINE_H
