@@ -6,6 +6,7 @@
 #include "selene/selene.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +67,7 @@ static int peer_prove(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 		.has_disk_store = me->has_disk_store,
 		.disk_limit_bytes = me->has_disk_store ? me->disk_limit_bytes : 0,
 		.marked = me->has_disk_store && me->marked,
+		.warm_bytes = me->has_disk_store ? me->warm_bytes : 0,
 	};
 	ret = cluster_nonce_fill(hello->client_nonce);
 	if (!ret)
@@ -184,6 +186,12 @@ int cluster_join_check(int fd, const struct cluster_join_policy *policy,
 				     h->has_disk_store ? "has a disk store" :
 				     "has no disk store (disk limit 0)",
 				     policy->has_disk_store ? "has one" : "has none");
+	/* Rank zero decides for every rank's slots: they are the same (R-WIRE-15). */
+	if (h->warm_bytes != policy->warm_bytes)
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_WARM, why,
+				     why_size, "rank %u has a warm tier of %" PRIu64 " bytes and "
+				     "rank zero one of %" PRIu64 ": every rank's is the same",
+				     h->rank, h->warm_bytes, policy->warm_bytes);
 	if (policy->address_allowed &&
 	    (getpeername(fd, (struct sockaddr *)&addr, &addr_len) != 0 ||
 	     !policy->address_allowed(policy->ctx, h->rank, (struct sockaddr *)&addr,

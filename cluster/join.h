@@ -39,6 +39,7 @@ struct cluster_identity {
 	bool has_disk_store;
 	uint64_t disk_limit_bytes;
 	bool marked;   /* its record directory holds the cluster marker */
+	uint64_t warm_bytes; /* its warm tier; 0: none */
 };
 
 /*
@@ -66,6 +67,7 @@ struct cluster_join_policy {
 	uint32_t world_size;
 	struct rec_digest layout_digest;
 	bool has_disk_store;
+	uint64_t warm_bytes; /* every rank's warm tier is this size (0: none) */
 	/* Whether addr is one that rank announced; NULL accepts any. */
 	bool (*address_allowed)(void *ctx, uint32_t rank, const struct sockaddr *addr,
 				socklen_t addr_len);

@@ -58,7 +58,7 @@ _Static_assert(SUMMARY_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "summary ch
 _Static_assert(AGREEMENT_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "agreement fits");
 _Static_assert(JOB_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "largest job fits");
 _Static_assert(JOB_FETCH_BYTES_MAX == 4325401u, "PROTOCOL.md says so");
-_Static_assert(JOB_STORE_BYTES_MAX == 4198417u, "PROTOCOL.md says so");
+_Static_assert(JOB_STORE_BYTES_MAX == 4198418u, "PROTOCOL.md says so");
 /* A frame length must also fit the int that encoders return. */
 _Static_assert(CLUSTER_FRAME_PAYLOAD_BYTES_MAX <= (uint32_t)INT32_MAX, "int length");
 
@@ -482,6 +482,9 @@ static int hello_check(const struct cluster_hello *m, char *why, size_t why_size
 				  " without a disk store (R-WIRE-15)", m->disk_limit_bytes);
 	if (!m->has_disk_store && m->marked)
 		return PROTO_FAIL(why, why_size, "HELLO marked without a disk store (R-WIRE-15)");
+	if (!m->has_disk_store && m->warm_bytes != 0)
+		return PROTO_FAIL(why, why_size, "HELLO warm tier of %" PRIu64
+				  " bytes without a disk store (R-WIRE-15)", m->warm_bytes);
 	if (nonce_zero(m->client_nonce))
 		return PROTO_FAIL(why, why_size, "HELLO client nonce is zero (R-WIRE-16)");
 	return 0;
@@ -502,6 +505,7 @@ int cluster_hello_encode(const struct cluster_hello *m, uint8_t *buf, size_t buf
 	sel_put_le64(buf + CLUSTER_HELLO_OFF_DISK_LIMIT, m->disk_limit_bytes);
 	memcpy(buf + CLUSTER_HELLO_OFF_CLIENT_NONCE, m->client_nonce, CLUSTER_NONCE_BYTES);
 	buf[CLUSTER_HELLO_OFF_MARKED] = m->marked ? 1 : 0;
+	sel_put_le64(buf + CLUSTER_HELLO_OFF_WARM, m->warm_bytes);
 	return CLUSTER_HELLO_BYTES;
 }
 
@@ -527,6 +531,7 @@ int cluster_hello_decode(const uint8_t *p, uint32_t length, struct cluster_hello
 	out->disk_limit_bytes = sel_get_le64(p + CLUSTER_HELLO_OFF_DISK_LIMIT);
 	memcpy(out->client_nonce, p + CLUSTER_HELLO_OFF_CLIENT_NONCE, CLUSTER_NONCE_BYTES);
 	out->marked = p[CLUSTER_HELLO_OFF_MARKED] == 1;
+	out->warm_bytes = sel_get_le64(p + CLUSTER_HELLO_OFF_WARM);
 	return hello_check(out, why, why_size);
 }
 
@@ -1020,6 +1025,7 @@ static int job_check(const struct cluster_job *m)
 			       -EINVAL : 0;
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
+	case CLUSTER_JOB_WARM_DROP:
 		return key_valid(&m->key) ? 0 : -EINVAL;
 	case CLUSTER_JOB_NOOP:
 		return 0;
@@ -1038,6 +1044,7 @@ static uint64_t job_length(const struct cluster_job *m)
 		       CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS + 4ull * m->page_id_count;
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
+	case CLUSTER_JOB_WARM_DROP:
 		break;
 	case CLUSTER_JOB_NOOP:
 		return CLUSTER_JOB_OFF_BODY;
@@ -1070,6 +1077,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		memcpy(buf + CLUSTER_JOB_STORE_OFF_HEADER, m->record_header, REC_HEADER_BYTES);
 		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_STATE_SLOT, m->state_slot);
 		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT, m->page_id_count);
+		buf[CLUSTER_JOB_STORE_OFF_WARM] = m->warm ? 1 : 0;
 		put_page_ids(buf + CLUSTER_JOB_STORE_OFF_PAGE_IDS, m->page_ids,
 			     m->page_id_count);
 		break;
@@ -1091,6 +1099,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		break;
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
+	case CLUSTER_JOB_WARM_DROP:
 		rec_key_put(buf + CLUSTER_JOB_KEY_OFF_KEY, &m->key);
 		break;
 	case CLUSTER_JOB_NOOP:
@@ -1121,6 +1130,10 @@ static int job_store_decode(const uint8_t *p, uint32_t length,
 		return PROTO_FAIL(why, why_size, "JOB store of %" PRIu32
 				  " page ids, at most %u (R-WIRE-21)",
 				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
+	if (p[CLUSTER_JOB_STORE_OFF_WARM] > 1)
+		return PROTO_FAIL(why, why_size, "JOB store warm %u (R-WIRE-12)",
+				  p[CLUSTER_JOB_STORE_OFF_WARM]);
+	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM] == 1;
 	out->page_ids = p + CLUSTER_JOB_STORE_OFF_PAGE_IDS;
 	return check_exact("JOB store", length,
 			   CLUSTER_JOB_STORE_OFF_PAGE_IDS + 4ull * out->page_id_count,
@@ -1193,6 +1206,7 @@ int cluster_job_decode(const uint8_t *p, uint32_t length, struct cluster_job_vie
 		return job_fetch_decode(p, length, out, why, why_size);
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
+	case CLUSTER_JOB_WARM_DROP:
 		out->kind = (enum cluster_job_kind)p[CLUSTER_JOB_OFF_KIND];
 		ret = check_exact("JOB", length, CLUSTER_JOB_KEY_BYTES, why, why_size);
 		if (ret)

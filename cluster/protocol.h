@@ -83,7 +83,8 @@ enum cluster_hello_offset {
 	CLUSTER_HELLO_OFF_DISK_LIMIT = 41,
 	CLUSTER_HELLO_OFF_CLIENT_NONCE = 49,
 	CLUSTER_HELLO_OFF_MARKED = 81,
-	CLUSTER_HELLO_BYTES = 82,
+	CLUSTER_HELLO_OFF_WARM = 82,
+	CLUSTER_HELLO_BYTES = 90,
 };
 _Static_assert(CLUSTER_HELLO_OFF_LAYOUT_DIGEST ==
 		       CLUSTER_HELLO_OFF_FINGERPRINT + REC_DIGEST_BYTES, "hello");
@@ -91,7 +92,8 @@ _Static_assert(CLUSTER_HELLO_OFF_HAS_DISK_STORE ==
 		       CLUSTER_HELLO_OFF_LAYOUT_DIGEST + REC_DIGEST_BYTES, "hello");
 _Static_assert(CLUSTER_HELLO_OFF_MARKED ==
 		       CLUSTER_HELLO_OFF_CLIENT_NONCE + CLUSTER_NONCE_BYTES, "hello");
-_Static_assert(CLUSTER_HELLO_BYTES == CLUSTER_HELLO_OFF_MARKED + 1, "hello");
+_Static_assert(CLUSTER_HELLO_OFF_WARM == CLUSTER_HELLO_OFF_MARKED + 1, "hello");
+_Static_assert(CLUSTER_HELLO_BYTES == CLUSTER_HELLO_OFF_WARM + 8, "hello");
 
 enum cluster_challenge_offset {
 	CLUSTER_CHALLENGE_OFF_SERVER_NONCE = 0,
@@ -179,7 +181,8 @@ enum cluster_job_offset {
 	CLUSTER_JOB_STORE_OFF_HEADER = 9,
 	CLUSTER_JOB_STORE_OFF_STATE_SLOT = 9 + 4096,
 	CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT = 9 + 4096 + 4,
-	CLUSTER_JOB_STORE_OFF_PAGE_IDS = 9 + 4096 + 8,
+	CLUSTER_JOB_STORE_OFF_WARM = 9 + 4096 + 8,
+	CLUSTER_JOB_STORE_OFF_PAGE_IDS = 9 + 4096 + 9,
 	/* fetch: chain count, chain, then (relative to the chain's end) the tail */
 	CLUSTER_JOB_FETCH_OFF_CHAIN_COUNT = 9,
 	CLUSTER_JOB_FETCH_OFF_CHAIN = 13,
@@ -187,7 +190,7 @@ enum cluster_job_offset {
 	CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT = 4,
 	CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_ID_COUNT = 8,
 	CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS = 12,
-	/* truncate, unlink: the key */
+	/* truncate, unlink, warm drop: the key */
 	CLUSTER_JOB_KEY_OFF_KEY = 9,
 	CLUSTER_JOB_KEY_BYTES = 9 + 24,
 	/* one chain record: key, u32 first page index, u32 tail page count */
@@ -326,6 +329,7 @@ struct cluster_hello {
 	uint64_t disk_limit_bytes; /* 0 without a disk store */
 	uint8_t client_nonce[CLUSTER_NONCE_BYTES];
 	bool marked; /* its record directory holds a cluster marker */
+	uint64_t warm_bytes; /* its warm tier (0: none; only with a disk store) */
 };
 
 int cluster_hello_encode(const struct cluster_hello *msg, uint8_t *buf,
@@ -377,8 +381,9 @@ enum cluster_refuse_reason {
 	CLUSTER_REFUSE_FINGERPRINT = 7, /* fingerprint not R-KEY-4's */
 	CLUSTER_REFUSE_DISK_STORE = 8,  /* disk store on some ranks only */
 	CLUSTER_REFUSE_SHUTDOWN = 9,    /* the sender is stopping */
+	CLUSTER_REFUSE_WARM = 10,       /* warm tier size differs */
 	CLUSTER_REFUSE_REASON_FIRST = CLUSTER_REFUSE_PROTOCOL,
-	CLUSTER_REFUSE_REASON_LAST = CLUSTER_REFUSE_SHUTDOWN,
+	CLUSTER_REFUSE_REASON_LAST = CLUSTER_REFUSE_WARM,
 };
 
 /*
@@ -523,7 +528,8 @@ enum cluster_job_kind {
 	CLUSTER_JOB_TRUNCATE = 2,
 	CLUSTER_JOB_UNLINK = 3,
 	CLUSTER_JOB_NOOP = 4, /* moves no bytes: the transport's own cost */
-	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_NOOP,
+	CLUSTER_JOB_WARM_DROP = 5, /* drop a record's warm copy (version 4) */
+	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_WARM_DROP,
 };
 
 /* One record of a fetch chain (the shard engine's shard_chain_record). */
@@ -544,7 +550,8 @@ struct cluster_job {
 	uint32_t state_slot;                       /* store, fetch */
 	const uint32_t *page_ids;                  /* store, fetch */
 	uint32_t page_id_count;                    /* store, fetch */
-	struct rec_key key;                        /* truncate, unlink */
+	bool warm;                                 /* store: into the warm tier */
+	struct rec_key key;                        /* truncate, unlink, warm drop */
 };
 
 /* A decoded JOB; arrays point into the payload. Unused fields are zero. */
@@ -558,6 +565,7 @@ struct cluster_job_view {
 	uint32_t state_slot;
 	uint32_t page_id_count;
 	const uint8_t *page_ids;      /* page_id_count * 4 */
+	bool warm;
 	struct rec_key key;
 };
 

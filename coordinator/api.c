@@ -16,6 +16,7 @@
 #include "record/file.h"
 #include "shard/device.h"
 #include "shard/engine.h"
+#include "shard/warm.h"
 #include "shard/config.h"
 #include "coordinator/cluster.h"
 #include "coordinator/fanout.h"
@@ -41,6 +42,7 @@ struct sel_store {
 	struct shard_device *device;
 	struct shard_engine *engine;
 	struct sel_cluster cluster;    /* world_size 1 without one */
+	uint64_t warm_bytes;           /* the warm tier every rank must have */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	bool form_attempted;           /* the formation told the peers of any failure */
 	bool opened;                   /* sel_store_open succeeded: close says BYE */
@@ -181,6 +183,11 @@ static int jobs_unlink(void *ctx, uint64_t id, const struct rec_key *key)
 	return shard_engine_unlink(ctx, id, key);
 }
 
+static int jobs_warm_drop(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	return shard_engine_warm_drop(ctx, id, key);
+}
+
 static int jobs_noop(void *ctx, uint64_t id)
 {
 	return shard_engine_noop(ctx, id);
@@ -296,7 +303,8 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 	struct coord_form_options o = {
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
-			    .has_disk_store = *limit != 0, .address_allowed = address_allowed,
+			    .has_disk_store = *limit != 0, .warm_bytes = s->warm_bytes,
+			    .address_allowed = address_allowed,
 			    .ctx = &s->cluster },
 		.disk_limit_bytes = *limit, .dir = s->dir,
 		.records = scan ? scan->records : NULL,
@@ -439,7 +447,19 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 	engine_options.device = s->device;
 	engine_options.planes = &planes;
 	engine_options.jobs_max = COORD_JOBS_MAX;
+	engine_options.warm_bytes = c->warm_bytes;
 	ret = shard_engine_open(&engine_options, &s->engine, err, err_size);
+	if (!ret && c->warm_bytes) {
+		struct shard_warm_stats ws;
+
+		/* Rank zero's count stands for every rank's (the join agrees on it). */
+		shard_engine_warm_stats(s->engine, &ws);
+		if (coord_store_set_warm(&s->core, ws.slots_total,
+					 (uint32_t)((g->row_record_bytes + g->page_record_bytes - 1) /
+						    g->page_record_bytes),
+					 g->page_record_bytes) != 0)
+			ret = sel_fail(-ENOMEM, err, err_size, "out of memory for the warm index");
+	}
 	/* the local engine's until a fan-out takes the jobs (close polls it) */
 	s->core.jobs_ops.ctx = s->engine;
 	return ret;
@@ -456,9 +476,10 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	struct rec_scan scan = { 0 };
 	struct shard_engine_stats engine_stats;
 	uint64_t scanned, kept, step;
-	char transport[512];
+	char transport[512], warm[128];
 	int ret;
 
+	s->warm_bytes = c->warm_bytes;
 	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
 	kept = scan.record_count;
 	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
@@ -494,14 +515,15 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 		coord_fanout_jobs(s->fanout, &s->core.jobs_ops);
 	}
 	shard_engine_stats(s->engine, &engine_stats);
+	shard_engine_describe_warm(s->engine, warm, sizeof(warm));
 	/* One line that says how this store runs (docs/DESIGN.md section 9). */
 	sel_info("store: %s; device %s; I/O %s, %u kernel workers, %u checksum threads, "
 		 "%u stores at once; transport %s; staging %" PRIu64
-		 " MiB; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
+		 " MiB; %s; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
 		 " agreed; disk limit %" PRIu64 " bytes", rec_dir_path(s->dir),
 		 s->device->ops->name, engine_stats.disk_engine, engine_stats.io_workers,
 		 engine_stats.checksum_threads, engine_stats.stores_max, transport,
-		 engine_stats.staging_bytes >> 20, scanned, kept,
+		 engine_stats.staging_bytes >> 20, warm, scanned, kept,
 		 s->core.stats.scanned_records, *limit);
 	return 0;
 }
@@ -512,7 +534,8 @@ static int store_open(const struct sel_store_config *c, sel_store **out, bool no
 {
 	struct coord_jobs jobs = { .store = jobs_store, .fetch = jobs_fetch,
 				   .truncate = jobs_truncate, .unlink = jobs_unlink,
-				   .noop = jobs_noop, .poll = jobs_poll };
+				   .noop = jobs_noop, .warm_drop = jobs_warm_drop,
+				   .poll = jobs_poll };
 	struct rec_identity model;
 	struct rec_geometry *g;
 	uint64_t limit = c ? c->disk_limit_bytes : 0;
@@ -822,17 +845,20 @@ static int metrics_write(sel_store *s, char *buf, size_t size)
 	struct coord_metrics_staging staging = { 0 };
 	struct shard_staging_stats pool;
 	struct shard_engine_stats engine;
+	struct shard_warm_stats warm;
 	struct sel_stats st;
 
 	stats_copy(s, &st);
 	if (s->engine) {
 		shard_engine_staging_stats(s->engine, &pool);
 		shard_engine_stats(s->engine, &engine);
+		shard_engine_warm_stats(s->engine, &warm);
 		staging = (struct coord_metrics_staging){
 			.slots_total = pool.slots_total,
 			.slots_in_use = pool.slots_total - pool.slots_free,
 			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted,
-			.store_yields = engine.store_yields };
+			.store_yields = engine.store_yields,
+			.warm_fallbacks = warm.store_fallbacks };
 	}
 	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
 				   s->cluster.world_size);

@@ -203,7 +203,7 @@ static int fan_store(void *ctx, uint64_t job_id, const struct shard_store_job *j
 	send_all(f, p, cluster_job_encode(&(struct cluster_job){
 		.job_id = job_id, .kind = CLUSTER_JOB_STORE, .record_header = header,
 		.state_slot = job->state_slot, .page_ids = job->page_ids,
-		.page_id_count = job->header->tail_page_count }, f->frame,
+		.page_id_count = job->header->tail_page_count, .warm = job->warm }, f->frame,
 		CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
 	return 0;
 }
@@ -256,6 +256,10 @@ static int fan_key_job(struct coord_fanout *f, uint64_t job_id, const struct rec
 		wire.kind = CLUSTER_JOB_UNLINK;
 		ret = shard_engine_unlink(f->o.local, job_id, key);
 		break;
+	case COORD_JOB_WARM_DROP:
+		wire.kind = CLUSTER_JOB_WARM_DROP;
+		ret = shard_engine_warm_drop(f->o.local, job_id, key);
+		break;
 	default:
 		SEL_ASSERT(kind == COORD_JOB_NOOP && !key);
 		wire.kind = CLUSTER_JOB_NOOP;
@@ -279,6 +283,11 @@ static int fan_truncate(void *ctx, uint64_t job_id, const struct rec_key *key)
 static int fan_unlink(void *ctx, uint64_t job_id, const struct rec_key *key)
 {
 	return fan_key_job(ctx, job_id, key, COORD_JOB_UNLINK);
+}
+
+static int fan_warm_drop(void *ctx, uint64_t job_id, const struct rec_key *key)
+{
+	return fan_key_job(ctx, job_id, key, COORD_JOB_WARM_DROP);
 }
 
 static int fan_noop(void *ctx, uint64_t job_id)
@@ -415,7 +424,8 @@ void coord_fanout_jobs(struct coord_fanout *f, struct coord_jobs *jobs)
 {
 	*jobs = (struct coord_jobs){ .ctx = f, .store = fan_store, .fetch = fan_fetch,
 				     .truncate = fan_truncate, .unlink = fan_unlink,
-				     .noop = fan_noop, .poll = fan_poll, .stopped = fan_stopped };
+				     .noop = fan_noop, .warm_drop = fan_warm_drop,
+				     .poll = fan_poll, .stopped = fan_stopped };
 }
 
 int coord_fanout_open(const struct coord_fanout_options *o, struct coord_fanout **out)

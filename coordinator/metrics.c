@@ -171,6 +171,20 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	       st->disk_limit_bytes);
 	single(o, "selene_jobs_in_flight", "gauge", "Store and fetch jobs not yet completed.",
 	       st->jobs_in_flight);
+	single(o, "selene_warm_records", "gauge", "Records in every rank's warm tier.",
+	       st->warm_records);
+	single(o, "selene_warm_bytes", "gauge", "Bytes of warm slots those records hold, a rank's.",
+	       st->warm_bytes);
+	single(o, "selene_warm_slots_in_use", "gauge",
+	       "Warm slots held by warm records and warm stores in flight, a rank's.",
+	       st->warm_slots_used);
+	single(o, "selene_warm_slots", "gauge", "Warm slots on each rank (0: no warm tier).",
+	       st->warm_slots_total);
+	single(o, "selene_warm_hits_total", "counter",
+	       "Restores served from warm slots on every rank, reading no file.", st->warm_hits);
+	single(o, "selene_warm_evictions_total", "counter",
+	       "Records dropped from the warm tier to make room (their files stay).",
+	       st->warm_evictions);
 	if (!staging)
 		return;
 	single(o, "selene_staging_slots", "gauge", "Staging slots in rank zero's pool.",
@@ -182,6 +196,10 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	       staging->slots_intake);
 	single(o, "selene_staging_exhausted_total", "counter",
 	       "Staging allocations refused for lack of free slots.", staging->exhausted);
+	single(o, "selene_warm_store_fallbacks_total", "counter",
+	       "Stores sent warm that rank zero's engine found no warm slots for and "
+	       "staged (0 while the warm tier's count holds).",
+	       staging->warm_fallbacks);
 	single(o, "selene_store_yields_total", "counter",
 	       "Restores rank zero's engine ran inside a store: between its windows "
 	       "or while it waited for the disk.",

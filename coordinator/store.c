@@ -37,12 +37,24 @@ int coord_store_init(struct coord_store *s, const struct rec_geometry *geometry,
 		coord_index_destroy(&s->index);
 		return -ENOMEM;
 	}
+	coord_warm_init_off(&s->warm);
 	return 0;
+}
+
+int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
+			 uint64_t slot_bytes)
+{
+	int ret = coord_warm_init(&s->warm, s->index.nodes_max, slots_total, row_slots,
+				  slot_bytes);
+
+	s->stats.warm_slots_total = ret ? 0 : slots_total;
+	return ret;
 }
 
 void coord_store_destroy(struct coord_store *s)
 {
 	coord_index_destroy(&s->index);
+	coord_warm_destroy(&s->warm);
 	free(s->generation);
 	s->generation = NULL;
 }
@@ -192,9 +204,22 @@ int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64
 		return SEL_ENOTFOUND;
 	/* The record, then each ancestor: the root ends most recent, and
 	 * every record of the chain is newer than anything untouched. */
-	for (; id != COORD_NONE; id = coord_index_node(&s->index, id)->parent_id)
+	for (; id != COORD_NONE; id = coord_index_node(&s->index, id)->parent_id) {
 		coord_index_touch(&s->index, id);
+		coord_warm_touch(&s->warm, id);
+	}
 	return 0;
+}
+
+/*
+ * A warm use of id: it, then each ancestor, becomes the most recently
+ * used, so warm eviction takes a chain's newest records before the
+ * prefix every one of them needs (a chain is warm only when all of it is).
+ */
+static void warm_touch_chain(struct coord_store *s, uint32_t id)
+{
+	for (; id != COORD_NONE; id = coord_index_node(&s->index, id)->parent_id)
+		coord_warm_touch(&s->warm, id);
 }
 
 /* Submits an unlink (leaf) or a truncate (compaction) of victim. */
@@ -226,6 +251,11 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	}
 	/* Charged until the job finishes; no longer usable from now on. */
 	s->reclaiming_bytes += job->bytes;
+	/* Every rank gives the warm slots back when it runs the job. */
+	if (compact)
+		coord_warm_drop_row(&s->warm, victim, n->tail_page_count);
+	else
+		coord_warm_forget(&s->warm, victim);
 	if (compact) {
 		n->row_present = false;
 		n->bytes -= job->bytes;
@@ -423,6 +453,39 @@ static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent,
 	return bytes;
 }
 
+/*
+ * Frees warm slots for a store of need slots: the least recently used
+ * warm records that are on disk and unpinned are dropped on every rank
+ * (their files stay), until need slots are free. False, and the store goes
+ * through staging (not warm), when the warm tier cannot take it: larger
+ * than the tier, too few records it may drop (stores in flight hold the
+ * rest), or no job to drop one with.
+ */
+static bool make_warm_room(struct coord_store *s, uint32_t need)
+{
+	struct coord_warm *w = &s->warm;
+
+	if (!coord_warm_enabled(w) || !s->jobs_ops.warm_drop || need > w->slots_total)
+		return false;
+	while (w->slots_total - w->slots_used < need) {
+		uint32_t victim = coord_warm_victim(w, &s->index), id;
+		struct coord_job *job;
+
+		if (victim == COORD_NONE || !(job = job_take(s, &id)))
+			return false;
+		job->kind = COORD_JOB_WARM_DROP;
+		job->key = coord_index_node(&s->index, victim)->key;
+		job->bytes = 0;
+		if (s->jobs_ops.warm_drop(s->jobs_ops.ctx, id, &job->key) != 0) {
+			job_release(s, job);
+			return false;
+		}
+		coord_warm_forget(w, victim);
+		w->evictions++;
+	}
+	return true;
+}
+
 static int submit_store(struct coord_store *s, const struct rec_history *h,
 			const struct sel_publication *pub, const struct rec_key *key,
 			uint32_t parent, const struct rec_key *parent_key, uint64_t need)
@@ -463,6 +526,7 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	job->parent = parent;
 	if (parent != COORD_NONE)
 		coord_index_pin(&s->index, parent);
+	store.warm = make_warm_room(s, tail + s->warm.row_slots);
 	err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
 	if (err) {
 		if (parent != COORD_NONE)
@@ -473,6 +537,9 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 		return err == SEL_EQUEUEFULL ? SEL_RETRY : err;
 	}
 	s->used_bytes += need;
+	job->warm = store.warm;
+	if (store.warm)
+		coord_warm_charge(&s->warm, job->node, tail + s->warm.row_slots);
 	return 0;
 }
 
@@ -525,6 +592,8 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		job->node = existing;
 		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
 		if (err == 0) {
+			/* Every rank drops its warm copy as the store begins: cold now. */
+			coord_warm_forget(&s->warm, existing);
 			s->used_bytes += need;
 			*outcome = SEL_QUEUED;
 			return 0; /* the pin goes when the job completes */
@@ -715,6 +784,9 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	}
 	fetch.chain_count = job->chain_count;
 	fetch.skip_pages = skip;
+	job->warm = coord_warm_enabled(&s->warm);
+	for (uint32_t i = 0; i < job->chain_count && job->warm; i++)
+		job->warm = coord_warm_holds(&s->warm, job->chain[i]);
 	job->kind = COORD_JOB_FETCH;
 	job->node = hit->endpoint;
 	job->skip_pages = skip;
@@ -730,6 +802,7 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 		coord_index_pin(&s->index, job->chain[i]);
 		coord_index_touch(&s->index, job->chain[i]);
 	}
+	warm_touch_chain(s, job->node);
 	s->stats.fetches++;
 	return 0;
 }
@@ -893,6 +966,8 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 	if (job->parent != COORD_NONE)
 		coord_index_unpin(&s->index, job->parent);
 	if (c->result) {
+		/* Each rank's slots went back with its failure, or go with the unlink. */
+		coord_warm_forget(&s->warm, job->node);
 		unlink_failed_store(s, &coord_index_node(&s->index, job->node)->key);
 		coord_index_remove(&s->index, job->node);
 		s->stats.records = s->index.node_count;
@@ -906,6 +981,8 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 	}
 	coord_index_node(&s->index, job->node)->state = COORD_READY;
 	coord_index_touch(&s->index, job->node);
+	coord_warm_ready(&s->warm, job->node);
+	warm_touch_chain(s, job->parent);
 	s->stats.stored++;
 	s->stats.bytes_stored += c->bytes;
 	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
@@ -1024,6 +1101,8 @@ static void complete_fetch(struct coord_store *s, struct coord_job *job,
 
 	else
 		s->stats.bytes_fetched += c->bytes;
+	if (!c->result && job->warm)
+		s->warm.hits++;
 	for (uint32_t w = 0; w < job->waiter_count; w++)
 		push_event(s, c->result ? SEL_EVENT_FETCH_FAILED : SEL_EVENT_FETCHED,
 			   job->waiters[w], c->result, c->why);
@@ -1124,6 +1203,26 @@ static void observe(struct sel_latency_histogram *h, uint64_t ns)
 	h->sum_seconds += seconds;
 }
 
+/* A warm drop frees no disk; a rank that failed it has nothing to undo. */
+static void complete_warm_drop(const struct shard_completion *c)
+{
+	if (c->result)
+		sel_warn("a warm drop failed on some rank: %s",
+			 c->why[0] ? c->why : sel_strerror(c->result));
+}
+
+static void warm_stats(struct coord_store *s)
+{
+	const struct coord_warm *w = &s->warm;
+
+	s->stats.warm_records = w->records;
+	s->stats.warm_bytes = w->listed_slots * w->slot_bytes;
+	s->stats.warm_slots_used = w->slots_used;
+	s->stats.warm_slots_total = w->slots_total;
+	s->stats.warm_hits = w->hits;
+	s->stats.warm_evictions = w->evictions;
+}
+
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)
 {
 	struct shard_completion done[16];
@@ -1165,6 +1264,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_fetch(s, job, &done[i]);
 			else if (job->kind == COORD_JOB_NOOP)
 				count_noop(s, &done[i]);
+			else if (job->kind == COORD_JOB_WARM_DROP)
+				complete_warm_drop(&done[i]);
 			else
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);
@@ -1175,6 +1276,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	if (completed) /* a job slot and a queue entry freed: a refused unlink may go now */
 		drop_bare_pending(s);
 	s->stats.disk_bytes = s->used_bytes;
+	warm_stats(s);
 	while (out < max && s->event_count > 0) {
 		events[out++] = s->events[s->event_head];
 		s->event_head = (s->event_head + 1) % COORD_EVENTS_MAX;

@@ -12,6 +12,7 @@
 #define SELENE_COORDINATOR_STORE_H
 
 #include "coordinator/index.h"
+#include "coordinator/warm.h"
 #include "record/geometry.h"
 #include "record/key.h"
 #include "selene/store.h"
@@ -46,13 +47,16 @@ struct coord_jobs {
 	int (*unlink)(void *ctx, uint64_t job_id, const struct rec_key *key);
 	/* Optional: a job that moves no bytes (see shard_engine_noop). */
 	int (*noop)(void *ctx, uint64_t job_id);
+	/* With a warm tier: drops key's warm copy on every rank (shard_engine_warm_drop). */
+	int (*warm_drop)(void *ctx, uint64_t job_id, const struct rec_key *key);
 	uint32_t (*poll)(void *ctx, struct shard_completion *out, uint32_t max);
 	/* Optional: true once the transport stopped for good, with why. */
 	bool (*stopped)(void *ctx, char *why, size_t why_size);
 };
 
 enum coord_job_kind {
-	COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK, COORD_JOB_NOOP
+	COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK, COORD_JOB_NOOP,
+	COORD_JOB_WARM_DROP
 };
 
 struct coord_job {
@@ -66,6 +70,7 @@ struct coord_job {
 	uint32_t waiter_count;
 	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
 	bool rewrite;           /* a store that puts a page-only record's row back */
+	bool warm;              /* a store sent warm; a fetch of warm records only */
 	uint32_t skip_pages;    /* a fetch's skip and pages: only equal hits */
 	uint32_t page_count;    /* (same endpoint, pages and skip) join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
@@ -79,6 +84,7 @@ struct coord_store {
 	struct rec_identity model;
 	struct rec_identity namespace_id;
 	struct coord_index index;
+	struct coord_warm warm; /* the warm tier's records (off unless coord_store_set_warm) */
 	uint64_t *generation;   /* per node id, bumped on insert */
 	uint64_t next_generation;
 	struct coord_jobs jobs_ops;
@@ -110,6 +116,14 @@ int coord_store_init(struct coord_store *s, const struct rec_geometry *geometry,
 		     uint64_t limit_bytes, uint32_t records_max,
 		     const struct coord_jobs *jobs);
 void coord_store_destroy(struct coord_store *s);
+
+/*
+ * Turns the warm tier on: slots_total slots of slot_bytes on every rank,
+ * a row taking row_slots of them (shard/warm.h). Stores go warm from now
+ * on where their slots can be made free. Returns 0 or -ENOMEM.
+ */
+int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
+			 uint64_t slot_bytes);
 
 /* Adds the records a startup scan kept: parents first, LRU order by mtime. */
 int coord_store_load(struct coord_store *s, const struct rec_record_info *records,

@@ -111,7 +111,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 		return shard_engine_store(a->o->engine, v->job_id,
 					  &(struct shard_store_job){ .header = &h,
 								     .page_ids = a->page_ids,
-								     .state_slot = v->state_slot });
+								     .state_slot = v->state_slot,
+								     .warm = v->warm });
 	case CLUSTER_JOB_FETCH:
 		for (uint32_t i = 0; i < v->chain_count; i++) {
 			struct cluster_chain_record r;
@@ -131,6 +132,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 		return shard_engine_unlink(a->o->engine, v->job_id, &v->key);
 	case CLUSTER_JOB_NOOP:
 		return shard_engine_noop(a->o->engine, v->job_id);
+	case CLUSTER_JOB_WARM_DROP:
+		return shard_engine_warm_drop(a->o->engine, v->job_id, &v->key);
 	}
 	return -EINVAL;
 }

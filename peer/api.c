@@ -350,7 +350,7 @@ static int peer_open_storage(struct sel_peer *p, const struct sel_store_config *
 	shard_config_planes(c, &p->geometry, &planes);
 	return shard_engine_open(&(struct shard_engine_options){
 		.geometry = &p->geometry, .dir = p->dir, .device = p->device, .planes = &planes,
-		.register_pool = true }, &p->engine, err, err_size);
+		.register_pool = true, .warm_bytes = c->warm_bytes }, &p->engine, err, err_size);
 }
 
 /* One line that says how this peer runs (docs/DESIGN.md section 9). */
@@ -360,19 +360,20 @@ static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64
 	struct shard_engine_stats st;
 	struct sockaddr_storage addr;
 	socklen_t len = sizeof(addr);
-	char mine[INET6_ADDRSTRLEN] = "?";
+	char mine[INET6_ADDRSTRLEN] = "?", warm[128];
 
 	shard_engine_stats(p->engine, &st);
+	shard_engine_describe_warm(p->engine, warm, sizeof(warm));
 	if (getsockname(p->control_fd, (struct sockaddr *)&addr, &len) == 0)
 		sel_address_text(&addr, mine, sizeof(mine));
 	sel_info("peer: %s; rank %u of %u; device %s; I/O %s, %u kernel workers, %u checksum "
 		 "threads, %u stores at once; transport rank zero at %s:%u "
-		 "from %s; staging %llu MiB; records %llu scanned, %llu kept (agreement "
+		 "from %s; staging %llu MiB; %s; records %llu scanned, %llu kept (agreement "
 		 "applied); disk limit %llu bytes (agreed)", rec_dir_path(p->dir),
 		 p->cluster.rank, p->cluster.world_size, p->device->ops->name, st.disk_engine,
 		 st.io_workers, st.checksum_threads, st.stores_max,
 		 p->cluster.coordinator_host, p->cluster.coordinator_port, mine,
-		 (unsigned long long)(st.staging_bytes >> 20), (unsigned long long)scanned,
+		 (unsigned long long)(st.staging_bytes >> 20), warm, (unsigned long long)scanned,
 		 (unsigned long long)kept, (unsigned long long)agreed_limit);
 }
 
@@ -421,6 +422,7 @@ static int peer_start(const struct sel_store_config *c, sel_peer **out, char *er
 		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
 		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
 		.has_disk_store = has_disk_store, .disk_limit_bytes = limit,
+		.warm_bytes = c->warm_bytes,
 		.marked = p->dir && rec_dir_scan_marked(p->dir, &scan) };
 	if (ret) {
 		peer_tell_failure(p, &me, err);

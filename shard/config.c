@@ -7,6 +7,7 @@
 #include "common/base.h"
 #include "common/limits.h"
 #include "selene/selene.h"
+#include "shard/warm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -142,6 +143,14 @@ int shard_config_validate(const struct sel_store_config *c, char *err, size_t er
 				   c->device);
 	if (c->device_ordinal < 0)
 		return config_fail(err, err_size, "device_ordinal is %d", c->device_ordinal);
+	if (c->warm_bytes != 0 && c->disk_limit_bytes == 0)
+		return config_fail(err, err_size, "warm_bytes is %llu but there is no disk store "
+				   "(disk limit 0): the warm tier sits in front of one",
+				   (unsigned long long)c->warm_bytes);
+	if (c->warm_bytes > SHARD_WARM_BYTES_MAX)
+		return config_fail(err, err_size, "warm_bytes is %llu (at most %llu)",
+				   (unsigned long long)c->warm_bytes,
+				   (unsigned long long)SHARD_WARM_BYTES_MAX);
 	if (c->records_max > REC_DIR_RECORDS_MAX)
 		return config_fail(err, err_size, "records_max is %u (at most %u)", c->records_max,
 				   REC_DIR_RECORDS_MAX);

@@ -12,7 +12,9 @@
  * truncate or unlink. Up to stores_max stores run at once (run_stores),
  * each its own record file, one step of each in turn; a store window's
  * copy from the device runs while the window before it is hashed
- * (store_window, store_sum).
+ * (store_window, store_sum). A warm store's windows and row use its warm
+ * slots (stage_warm) in place of staging; a fetch of warm records skips
+ * the files altogether (run_fetch_warm).
  */
 #include "shard/engine.h"
 
@@ -24,6 +26,7 @@
 #include "shard/checksum_pool.h"
 #include "shard/device.h"
 #include "shard/slab.h"
+#include "shard/warm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -44,6 +47,7 @@ struct shard_job {
 	uint32_t chain_count;
 	uint32_t skip_pages;
 	uint32_t state_slot;
+	bool warm;          /* a store: into warm slots, where they are free */
 	struct shard_job *next;
 };
 
@@ -53,6 +57,13 @@ struct store_run;
 struct stage {
 	struct shard_slab_lease lease;
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
+	/*
+	 * The window's slots now: the stage's own staging slots, or a warm
+	 * store's warm slots (warm_slots), which the disk writes from.
+	 */
+	const struct shard_slab_pool *src;
+	const uint32_t *cur;
+	uint32_t warm_slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
 	struct store_run *owner; /* background: the store whose window it holds */
 };
@@ -106,6 +117,8 @@ struct store_run {
 	uint32_t writes;     /* its windows on the disk */
 	struct stage *held;  /* a window copied before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
+	uint32_t warm;       /* its warm entry (shard/warm.h), or SHARD_WARM_NONE */
+	uint32_t *warm_row;  /* that entry's row pieces' slots */
 	bool closing;        /* its commit or abort was sent */
 };
 
@@ -127,6 +140,8 @@ struct shard_engine {
 
 	struct shard_slab_pool pool;
 	uint32_t row_piece_count;
+	struct shard_warm warm;     /* the warm tier; pool.base NULL when off */
+	uint32_t warm_entries[SHARD_CHAIN_RECORDS_MAX]; /* a warm fetch's records */
 	struct lane lanes[LANE_COUNT];
 	struct store_run runs[SHARD_STORES_MAX];
 	uint32_t stores_max;        /* stores in progress at once */
@@ -284,7 +299,7 @@ static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct sta
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < count; i++) {
-		uint8_t *slot = shard_slab_slot(&e->pool, s->slots[i]);
+		uint8_t *slot = shard_slab_slot(s->src, s->cur[i]);
 
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
 			uint64_t unit = g->page_planes[p].unit_bytes;
@@ -330,8 +345,9 @@ static int copy_finish(struct shard_engine *e, int *stage, struct job_outcome *o
 }
 
 /* Device <-> the row slots for the row at state_slot. */
-static int copy_row(struct shard_engine *e, struct lane *l, uint32_t state_slot,
-		    enum shard_copy_direction dir, struct job_outcome *o)
+static int copy_row(struct shard_engine *e, struct lane *l,
+		    const struct shard_slab_pool *pool, const uint32_t *slots,
+		    uint32_t state_slot, enum shard_copy_direction dir, struct job_outcome *o)
 {
 	uint64_t unit = e->geometry.row_plane.unit_bytes;
 	uint64_t piece = e->pool.slot_bytes;
@@ -343,7 +359,7 @@ static int copy_row(struct shard_engine *e, struct lane *l, uint32_t state_slot,
 
 		l->copies[n++] = (struct shard_copy){
 			.device_address = e->planes.row_base + unit * state_slot + piece * k,
-			.host = shard_slab_slot(&e->pool, l->row_slots[k]),
+			.host = shard_slab_slot(pool, slots[k]),
 			.bytes = left < piece ? left : piece,
 		};
 	}
@@ -359,11 +375,24 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 	s->req.op = op;
 	s->req.first = first;
 	s->req.count = count;
+	s->src = &e->pool;
+	s->cur = s->slots;
 	for (uint32_t i = 0; i < count; i++)
 		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
 }
 
-static void stage_row(struct shard_engine *e, struct lane *l, struct rec_disk_request *req,
+/* The window's pages go through the warm entry's slots instead of staging. */
+static void stage_warm(struct shard_engine *e, struct stage *s, uint32_t entry)
+{
+	shard_warm_page_slots(&e->warm, entry, s->req.first, s->req.count, s->warm_slots);
+	s->src = &e->warm.pool;
+	s->cur = s->warm_slots;
+	for (uint32_t i = 0; i < s->req.count; i++)
+		s->req.buffers[i] = shard_slab_slot(&e->warm.pool, s->warm_slots[i]);
+}
+
+static void stage_row(struct shard_engine *e, const struct shard_slab_pool *pool,
+		      const uint32_t *slots, struct rec_disk_request *req,
 		      struct rec_disk_file *file, enum rec_disk_op op)
 {
 	req->file = file;
@@ -371,7 +400,7 @@ static void stage_row(struct shard_engine *e, struct lane *l, struct rec_disk_re
 	req->piece_count = e->row_piece_count;
 	req->piece_bytes = e->pool.slot_bytes;
 	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		req->buffers[k] = shard_slab_slot(&e->pool, l->row_slots[k]);
+		req->buffers[k] = shard_slab_slot(pool, slots[k]);
 }
 
 /* Zeroes staging after a failed read, so its padding is zero again. */
@@ -400,7 +429,7 @@ struct window_sums {
 static void sum_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
+	const uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
 
 	w->s->req.page_checksums[i] = rec_page_checksum(page, w->e->geometry.page_record_bytes,
 							w->seed, w->prefix_index + i);
@@ -410,7 +439,7 @@ static void sum_page(void *ctx, uint32_t i)
 static void verify_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	const uint8_t *page = shard_slab_slot(&w->e->pool, w->s->slots[i]);
+	const uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
 	uint32_t bad = __atomic_load_n(&w->bad, __ATOMIC_RELAXED);
 
 	if (rec_reader_page_ok(w->reader, w->first + i, page))
@@ -527,6 +556,20 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->held = NULL;
 	run->row_done = false;
 	run->closing = false;
+	/*
+	 * A warm copy of an earlier store of this key goes: the file is being
+	 * replaced, and rank zero charges warm slots from this store on. No
+	 * copy reads it: fetches run whole on this thread, between steps.
+	 */
+	shard_warm_drop(&e->warm, &job->header.key, false);
+	run->warm = SHARD_WARM_NONE;
+	if (job->warm && e->warm.pool.base) {
+		run->warm = shard_warm_reserve(&e->warm, &job->header.key,
+					       job->header.first_page_index,
+					       job->header.tail_page_count);
+		if (run->warm != SHARD_WARM_NONE)
+			shard_warm_row_slots(&e->warm, run->warm, run->warm_row);
+	}
 	run->file.header = job->header;
 	run->control_req.file = &run->file;
 	run->control_req.op = REC_DISK_CREATE;
@@ -652,6 +695,8 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	run->next_first += n;
 	s->owner = run;
 	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
+	if (run->warm != SHARD_WARM_NONE)
+		stage_warm(e, s, run->warm);
 	t = sel_monotonic_ns();
 	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
 				window_copies(e, l, s, job->page_ids + first, n));
@@ -674,20 +719,27 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	uint64_t t;
 	int failed;
 
-	if (e->row_user && e->row_user->row_req.tag)
-		return false; /* another store's row is still on its way to the disk */
+	bool warm = run->warm != SHARD_WARM_NONE;
+	const struct shard_slab_pool *pool = warm ? &e->warm.pool : &e->pool;
+	const uint32_t *slots = warm ? run->warm_row : l->row_slots;
+
+	/* Another store's row is still on its way to the disk from staging. */
+	if (!warm && e->row_user && e->row_user->row_req.tag)
+		return false;
 	run->row_done = true;
 	yield_to_restores(e);
 	store_copy_settle(e); /* the row's copy uses the device too */
 	if (run->o.result)
 		return true; /* that copy was this store's, and failed: no row */
 	t = sel_monotonic_ns();
-	failed = copy_row(e, l, run->job->state_slot, SHARD_DEVICE_TO_HOST, &run->o);
+	failed = copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
+			  &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
 	if (failed)
 		return true;
-	stage_row(e, l, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
-	e->row_user = run;
+	stage_row(e, pool, slots, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
+	if (!warm)
+		e->row_user = run;
 	disk_send(e, l, &run->row_req);
 	run->o.bytes += e->geometry.row_record_bytes;
 	return true;
@@ -706,6 +758,12 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	if (run->closing) {
 		if (!created)
 			return false;
+		/* Committed: the record stays warm; failed: its slots go back. */
+		if (run->warm != SHARD_WARM_NONE && !run->o.result)
+			shard_warm_commit(&e->warm, run->warm);
+		else if (run->warm != SHARD_WARM_NONE)
+			shard_warm_abort(&e->warm, run->warm);
+		run->warm = SHARD_WARM_NONE;
 		complete_job(e, run->job, &run->o);
 		run->job = NULL;
 		e->stores_active--;
@@ -968,7 +1026,7 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l,
 	    l->open_req[last % 2].tag)
 		return;
 	file = &l->files[last % 2];
-	stage_row(e, l, &l->row_req, file, REC_DISK_READ_ROW);
+	stage_row(e, &e->pool, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
 	disk_send(e, l, &l->row_req);
 	*row_sent = true;
 }
@@ -1032,6 +1090,77 @@ static int fetch_verify(struct shard_engine *e, struct lane *l, struct stage *s,
 			    w->first + sums.bad);
 }
 
+/*
+ * Whether every record of the chain is warm, as the index knows it (first
+ * page and tail count), with the last one's row: the fetch then reads no
+ * file. entries gets each record's entry.
+ */
+static bool fetch_is_warm(struct shard_engine *e, const struct shard_job *job,
+			  uint32_t *entries)
+{
+	if (!e->warm.pool.base)
+		return false;
+	for (uint32_t r = 0; r < job->chain_count; r++) {
+		const struct shard_chain_record *c = &job->chain[r];
+		uint32_t at = shard_warm_find(&e->warm, &c->key);
+		const struct shard_warm_entry *w;
+
+		if (at == SHARD_WARM_NONE)
+			return false;
+		w = shard_warm_at(&e->warm, at);
+		if (w->first_page_index != c->first_page_index ||
+		    w->tail_page_count != c->tail_page_count ||
+		    (r + 1 == job->chain_count && w->row_first == SHARD_WARM_NONE))
+			return false;
+		entries[r] = at;
+	}
+	return true;
+}
+
+/*
+ * A fetch of warm records (docs/DESIGN.md section 6): straight from their
+ * slots to the destination ids, in batched copies issued back to back and
+ * awaited once; no file, no staging, no pass over the bytes. The slots are
+ * trusted as staging is between its checksum pass and its copy: their
+ * checksums were computed when the bytes landed and nothing writes a warm
+ * slot after its store.
+ */
+static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
+			   const uint32_t *entries, struct job_outcome *o)
+{
+	struct lane *l = &e->lanes[LANE_RESTORE];
+	struct fetch_window cursor = { .record = UINT32_MAX };
+	struct stage s = { .src = &e->warm.pool };
+	uint32_t row[REC_DISK_BUFFERS_MAX];
+	uint64_t start = sel_monotonic_ns();
+	int ret = 0, drained;
+
+	while (!ret && next_window(e, job, &cursor)) {
+		s.cur = s.warm_slots;
+		shard_warm_page_slots(&e->warm, entries[cursor.record], cursor.first,
+				      cursor.count, s.warm_slots);
+		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
+					window_copies(e, l, &s, job->page_ids + cursor.dest,
+						      cursor.count));
+		if (!ret)
+			o->bytes += e->geometry.page_record_bytes * cursor.count;
+	}
+	/* Every copy issued has finished before anything is reported. */
+	drained = shard_device_synchronize(e->device);
+	ret = ret ? ret : drained;
+	if (ret) {
+		device_fail(o, ret, "host to device");
+	} else {
+		shard_warm_row_slots(&e->warm, entries[job->chain_count - 1], row);
+		if (!copy_row(e, l, &e->warm.pool, row, job->state_slot,
+			      SHARD_HOST_TO_DEVICE, o))
+			o->bytes += e->geometry.row_record_bytes;
+	}
+	shard_warm_note_hit(&e->warm);
+	e->fetch_clock.copy_ns += sel_monotonic_ns() - start;
+	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
+}
+
 static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
@@ -1044,6 +1173,10 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	bool more = true;
 	uint64_t start = sel_monotonic_ns(), end;
 
+	if (fetch_is_warm(e, job, e->warm_entries)) {
+		run_fetch_warm(e, job, e->warm_entries, o);
+		return;
+	}
 	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
 	/*
@@ -1101,7 +1234,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		fetch_file(e, l, job, job->chain_count - 1, o);
 		fetch_row_early(e, l, job, &row_sent, o);
 		disk_await(l, &l->row_req, o);
-		if (!o->result && !copy_row(e, l, job->state_slot, SHARD_HOST_TO_DEVICE, o))
+		if (!o->result && !copy_row(e, l, &e->pool, l->row_slots, job->state_slot,
+					    SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
 	disk_await_all(l, o);
@@ -1126,10 +1260,16 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 		run_fetch(e, job, &o);
 		break;
 	case SHARD_JOB_TRUNCATE:
+		shard_warm_drop(&e->warm, &job->key, true);
 		disk_control(e, l, &l->files[0], REC_DISK_TRUNCATE, &job->key, &o);
 		break;
 	case SHARD_JOB_UNLINK:
+		/* No copy reads warm slots here: fetches run whole on this thread. */
+		shard_warm_drop(&e->warm, &job->key, false);
 		disk_control(e, l, &l->files[0], REC_DISK_UNLINK, &job->key, &o);
+		break;
+	case SHARD_JOB_WARM_DROP:
+		shard_warm_drop(&e->warm, &job->key, false);
 		break;
 	case SHARD_JOB_NOOP:
 		break;
@@ -1257,6 +1397,7 @@ int shard_engine_store(struct shard_engine *e, uint64_t job_id,
 		.id = job_id, .kind = SHARD_JOB_STORE, .header = *h,
 		.page_ids = (uint32_t *)store->page_ids,
 		.page_id_count = h->tail_page_count, .state_slot = store->state_slot,
+		.warm = store->warm,
 	};
 
 	if (h->tail_page_count > e->geometry.page_count ||
@@ -1313,6 +1454,14 @@ int shard_engine_unlink(struct shard_engine *e, uint64_t job_id,
 			const struct rec_key *key)
 {
 	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_UNLINK, .key = *key };
+
+	return job_submit(e, &fill);
+}
+
+int shard_engine_warm_drop(struct shard_engine *e, uint64_t job_id,
+			   const struct rec_key *key)
+{
+	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_WARM_DROP, .key = *key };
 
 	return job_submit(e, &fill);
 }
@@ -1410,6 +1559,27 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
 
+void shard_engine_warm_stats(struct shard_engine *e, struct shard_warm_stats *out)
+{
+	shard_warm_get_stats(&e->warm, out);
+}
+
+void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
+{
+	struct shard_warm_stats ws;
+
+	shard_warm_get_stats(&e->warm, &ws);
+	if (!ws.slots_total) {
+		snprintf(out, size, "warm off");
+		return;
+	}
+	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB, registered "
+		 "in %.1f ms (%u call%s)",
+		 (double)(e->warm.pool.slot_bytes * ws.slots_total) / (1 << 20),
+		 ws.slots_total, e->warm.pool.slot_bytes >> 10, ws.register_ns / 1e6,
+		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
+}
+
 void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_stats *out)
 {
 	pthread_mutex_lock(&e->pool.lock);
@@ -1451,15 +1621,26 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
  * at the first copy. Refused before anything is mapped, naming both
  * figures; when the available memory cannot be read, nothing is refused.
  */
-static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, char *err,
-				size_t err_size)
+static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, uint64_t warm_bytes,
+				char *err, size_t err_size)
 {
 	uint64_t staging, available;
 
-	if (!sel_mul_u64(sel_align_up(slot_bytes, SEL_BLOCK_BYTES), slots, &staging))
+	if (!sel_mul_u64(sel_align_up(slot_bytes, SEL_BLOCK_BYTES), slots, &staging) ||
+	    staging + warm_bytes < staging)
 		return 0; /* shard_slab_init refuses it */
-	if (shard_slab_memory_available(&available) != 0 || staging <= available / 2)
+	if (shard_slab_memory_available(&available) != 0 ||
+	    staging + warm_bytes <= available / 2)
 		return 0;
+	if (warm_bytes) {
+		snprintf(err, err_size, "staging (%" PRIu64 " MiB) and the warm tier (%"
+			 PRIu64 " MiB) need %" PRIu64 " MiB, more than half of the %" PRIu64
+			 " MiB of memory available to this process (MemAvailable, bounded by "
+			 "its cgroup's room); a smaller warm_bytes needs less",
+			 staging >> 20, warm_bytes >> 20, (staging + warm_bytes) >> 20,
+			 available >> 20);
+		return -ENOMEM;
+	}
 	snprintf(err, err_size, "staging needs %" PRIu64 " MiB (%u slots of %" PRIu64
 		 " bytes), more than half of the %" PRIu64 " MiB of memory available to "
 		 "this process (MemAvailable, bounded by its cgroup's room); fewer or smaller "
@@ -1469,8 +1650,8 @@ static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, char *err,
 }
 
 /* The staging pool: each lane's windows and row, leased for the engine's life. */
-static int open_staging(struct shard_engine *e, bool register_pool, char *err,
-			size_t err_size)
+static int open_staging(struct shard_engine *e, bool register_pool, uint64_t warm_bytes,
+			char *err, size_t err_size)
 {
 	const struct rec_geometry *g = &e->geometry;
 	uint32_t row_pieces, slots;
@@ -1485,7 +1666,7 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 	}
 	slots = (e->lanes[LANE_RESTORE].stage_count + e->lanes[LANE_BACKGROUND].stage_count) *
 		e->window_pages + LANE_COUNT * row_pieces;
-	ret = check_staging_memory(g->page_record_bytes, slots, err, err_size);
+	ret = check_staging_memory(g->page_record_bytes, slots, warm_bytes, err, err_size);
 	if (ret)
 		return ret;
 	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
@@ -1508,6 +1689,52 @@ static int open_staging(struct shard_engine *e, bool register_pool, char *err,
 		if (ret)
 			snprintf(err, err_size, "cannot register %" PRIu64 " staging bytes "
 				 "with the device", g->page_record_bytes * slots);
+	}
+	return ret;
+}
+
+/*
+ * The warm tier (shard/warm.h): warm_bytes in page-record slots, mapped,
+ * populated and, with register_pool, registered now, once; its memory was
+ * checked with staging's (check_staging_memory).
+ */
+static int open_warm(struct shard_engine *e, const struct shard_engine_options *options,
+		     char *err, size_t err_size)
+{
+	const struct rec_geometry *g = &e->geometry;
+	uint64_t slots = options->warm_bytes / g->page_record_bytes;
+	int ret;
+
+	if (!options->warm_bytes)
+		return 0;
+	if (slots < 1 + (uint64_t)e->row_piece_count || slots > UINT32_MAX) {
+		snprintf(err, err_size, "a warm tier of %" PRIu64 " bytes holds %" PRIu64
+			 " slots of %" PRIu64 " bytes: from %u (one page and the row) to %u",
+			 options->warm_bytes, slots, g->page_record_bytes,
+			 1 + e->row_piece_count, UINT32_MAX);
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < SHARD_STORES_MAX; i++) {
+		e->runs[i].warm = SHARD_WARM_NONE;
+		e->runs[i].warm_row = calloc(e->row_piece_count, sizeof(uint32_t));
+		if (!e->runs[i].warm_row) {
+			snprintf(err, err_size, "out of memory for the warm tier");
+			return -ENOMEM;
+		}
+	}
+	ret = shard_warm_init(&e->warm, g->page_record_bytes, (uint32_t)slots, g->page_count,
+			      e->row_piece_count);
+	if (ret) {
+		snprintf(err, err_size, "cannot map a warm tier of %" PRIu64 " slots: %s",
+			 slots, strerror(-ret));
+		return ret;
+	}
+	if (options->register_pool) {
+		ret = shard_warm_register(&e->warm, e->device);
+		if (ret)
+			snprintf(err, err_size, "cannot register the warm tier's %" PRIu64
+				 " bytes with the device: %s",
+				 g->page_record_bytes * slots, sel_strerror(ret));
 	}
 	return ret;
 }
@@ -1665,7 +1892,10 @@ int shard_engine_open(const struct shard_engine_options *options,
 		snprintf(err, err_size, "out of memory for %u jobs", e->jobs_max);
 		goto err_close;
 	}
-	ret = open_staging(e, options->register_pool, err, err_size);
+	ret = open_staging(e, options->register_pool, options->warm_bytes, err, err_size);
+	if (ret)
+		goto err_close;
+	ret = open_warm(e, options, err, err_size);
 	if (ret)
 		goto err_close;
 	init_requests(e, &e->lanes[LANE_RESTORE], true);
@@ -1724,6 +1954,9 @@ void shard_engine_close(struct shard_engine *e)
 		shard_slab_unregister(&e->pool);
 		shard_slab_destroy(&e->pool);
 	}
+	shard_warm_destroy(&e->warm);
+	for (uint32_t i = 0; i < SHARD_STORES_MAX; i++)
+		free(e->runs[i].warm_row);
 	for (uint32_t i = 0; i < LANE_COUNT; i++) {
 		struct lane *l = &e->lanes[i];
 

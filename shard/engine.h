@@ -14,7 +14,10 @@
  * disk I/O overlap. Submission never waits; completions come back through a
  * bounded queue that shard_engine_poll drains. A job completes whole or
  * fails with a reason, and a failure is reported only after every copy and
- * I/O it started has drained. Everything is allocated at open.
+ * I/O it started has drained. Everything is allocated at open. With a warm
+ * tier (warm_bytes, shard/warm.h), a store sent warm goes through warm
+ * slots instead of staging and stays in them, and a fetch whose chain is
+ * warm copies from them to the device without reading a file.
  */
 #ifndef SELENE_SHARD_ENGINE_H
 #define SELENE_SHARD_ENGINE_H
@@ -123,6 +126,12 @@ struct shard_engine_options {
 	 * truncate, unlink or noop runs after every store queued before it.
 	 */
 	uint32_t stores_max;
+	/*
+	 * The warm tier (shard/warm.h): bytes of host memory held as page-
+	 * record slots, registered with the device (with register_pool) at
+	 * open; 0: none. At least one page and the row.
+	 */
+	uint64_t warm_bytes;
 };
 
 /*
@@ -141,6 +150,7 @@ enum shard_job_kind {
 	SHARD_JOB_TRUNCATE,
 	SHARD_JOB_UNLINK,
 	SHARD_JOB_NOOP,
+	SHARD_JOB_WARM_DROP,
 };
 
 /* Store: page ids and state slot on the device -> slots -> record file. */
@@ -148,6 +158,9 @@ struct shard_store_job {
 	const struct rec_header *header; /* from rec_header_init; copied */
 	const uint32_t *page_ids;        /* header->tail_page_count ids; copied */
 	uint32_t state_slot;
+	bool warm;                       /* into warm slots, where enough are free
+					    (else through staging, as without);
+					    the record then stays warm */
 	bool replaces;                   /* it puts a page-only record's row back:
 					    a rank that fails keeps the old file,
 					    so the fan-out does not unlink where it
@@ -248,6 +261,15 @@ int shard_engine_truncate(struct shard_engine *engine, uint64_t job_id,
 int shard_engine_unlink(struct shard_engine *engine, uint64_t job_id,
 			const struct rec_key *key);
 /*
+ * Drops key's warm copy, if this rank holds one (its file stays), once
+ * every fetch submitted before it has run. Rank zero decides which record
+ * goes; every rank drops the same. A store, a truncate (the row's slots)
+ * and an unlink drop warm copies of their key too.
+ */
+int shard_engine_warm_drop(struct shard_engine *engine, uint64_t job_id,
+			   const struct rec_key *key);
+
+/*
  * A job that moves no bytes and touches no file: it takes a job, passes the
  * queue and the transfer thread, and completes with 0, as any job does.
  * What a job costs the engine and the transport alone (selene bench fanout).
@@ -287,6 +309,17 @@ struct shard_staging_stats {
 	uint32_t slots_total, slots_free, slots_intake;
 	uint64_t exhausted; /* allocations refused for lack of slots */
 };
+
+struct shard_warm_stats;
+
+/* The warm tier's counters (shard/warm.h); zero without one. Any thread. */
+void shard_engine_warm_stats(struct shard_engine *engine, struct shard_warm_stats *out);
+
+/*
+ * "warm 1024 MiB, 455 slots of 2304 KiB, registered in 12.3 ms (1 call)",
+ * or "warm off": for the startup lines.
+ */
+void shard_engine_describe_warm(struct shard_engine *engine, char *out, size_t size);
 
 /* Any thread, while the engine is open. */
 void shard_engine_staging_stats(struct shard_engine *engine, struct shard_staging_stats *out);

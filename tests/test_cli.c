@@ -645,6 +645,20 @@ static void test_cli_run_one_rank(void **state)
 	expect(r, 1, "not met          1 expectation missed");
 	expect(r, 1, "result           FAILED");
 
+	/* a warm tier: named at startup; empty after a restart, the disk restores */
+	write_text(trace, "{\"id\": \"a.w\", \"spans\": [[1, 100], [2, 50], [3, 7]], "
+			  "\"expect\": {\"gpu_reused\": 0, \"host_reused\": 157}}\n");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "2x8K,1x4K", "--row-bytes", "12K",
+				       "--page-tokens", "16", "--gpu-pages", "40",
+				       "--gpu-rows", "4", "--results", results, "--warm", "2M",
+				       NULL });
+	expect(r, 0, "host restores    1 (157 tokens;");
+	assert_non_null(strstr(r->out, "; warm 2.0 MiB, 102 slots of 20 KiB, registered in "));
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--page-tokens", "16", "--warm", "2K", NULL });
+	expect(r, 1, "a warm tier of 2048 bytes holds 0 slots");
+
 	/* a corrupt page in the root record (the first 100 tokens, 6 pages) */
 	flip_page_byte(base, "0000000000000064");
 	write_text(trace, "{\"id\": \"a.5\", \"spans\": [[1, 100], [2, 50], [3, 7], [4, 3]]}\n");
@@ -1212,6 +1226,14 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 0, "; 2 rounds of 3 records (one chain, one job) of ");
 	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
 	assert_non_null(strstr(r->out, " of 6 records opened ahead of their first window"));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* the warm tier beside bulk copies, every fetch a warm hit */
+	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
+				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
+				       "--records", "2", "--rounds", "2", "--dir", dir, NULL });
+	expect(r, 0, "warm: restore from warm slots ");
+	assert_non_null(strstr(r->out, ", bulk host to device "));
+	assert_non_null(strstr(r->out, "\nwarm: store into warm slots (device copies) "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	/* a chain past a fetch job's records, or on a bench that fetches nothing */
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--records", "5000", "--chain", dir,

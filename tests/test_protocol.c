@@ -125,6 +125,7 @@ static void sample_hello(struct cluster_hello *m)
 	m->disk_limit_bytes = 5ull << 40;
 	tu_fill(m->client_nonce, CLUSTER_NONCE_BYTES, 3);
 	m->marked = true;
+	m->warm_bytes = 3ull << 33;
 }
 
 /* Record i of a directory: roots and children, rows on odd records. */
@@ -331,7 +332,7 @@ static void test_protocol_header_layout(void **state)
 static void test_protocol_payload_bounds(void **state)
 {
 	static const uint32_t bounds[][3] = {
-		{ CLUSTER_MSG_HELLO, 82, 82 },
+		{ CLUSTER_MSG_HELLO, 90, 90 },
 		{ CLUSTER_MSG_CHALLENGE, 32, 32 },
 		{ CLUSTER_MSG_PROOF, 32, 32 },
 		{ CLUSTER_MSG_WELCOME, 40, 40 },
@@ -616,6 +617,7 @@ static void test_protocol_round_trip_join(void **state)
 	assert_int_equal(sel_get_le64(payload + 41), 5ull << 40);
 	assert_memory_equal(payload + 49, hello.client_nonce, 32);
 	assert_int_equal(payload[81], 1);
+	assert_int_equal(sel_get_le64(payload + 82), 3ull << 33);
 	assert_int_equal(cluster_frame_write(sv[0], &wseq, CLUSTER_MSG_HELLO, payload,
 					     (uint32_t)len), 0);
 	assert_int_equal(cluster_frame_read(sv[1], buf, sizeof(buf), &rseq, &h, why,
@@ -631,6 +633,19 @@ static void test_protocol_round_trip_join(void **state)
 	assert_int_equal(hello_out.disk_limit_bytes, 5ull << 40);
 	assert_memory_equal(hello_out.client_nonce, hello.client_nonce, 32);
 	assert_true(hello_out.marked);
+	assert_int_equal(hello_out.warm_bytes, 3ull << 33);
+	/* R-WIRE-15: a warm tier without a disk store is refused both ways. */
+	hello.has_disk_store = false;
+	hello.disk_limit_bytes = 0;
+	hello.marked = false;
+	assert_int_equal(cluster_hello_encode(&hello, payload, sizeof(payload)), -EINVAL);
+	hello.warm_bytes = 0;
+	assert_int_equal(cluster_hello_encode(&hello, payload, sizeof(payload)),
+			 CLUSTER_HELLO_BYTES);
+	sel_put_le64(payload + 82, 1);
+	expect_proto(cluster_hello_decode(payload, CLUSTER_HELLO_BYTES, &hello_out, why,
+					  sizeof(why)), why, "R-WIRE-15");
+	sample_hello(&hello);
 
 	tu_fill(challenge.server_nonce, 32, 11);
 	len = cluster_challenge_encode(&challenge, payload, sizeof(payload));
@@ -904,15 +919,16 @@ static void test_protocol_round_trip_jobs(void **state)
 
 	job = (struct cluster_job){ .job_id = 17, .kind = CLUSTER_JOB_STORE,
 				    .record_header = record_header, .state_slot = 5,
-				    .page_ids = page_ids, .page_id_count = 4 };
+				    .page_ids = page_ids, .page_id_count = 4, .warm = true };
 	len = cluster_job_encode(&job, payload, sizeof(payload));
-	assert_int_equal(len, 4113 + 16);
+	assert_int_equal(len, 4114 + 16);
 	assert_int_equal(sel_get_le64(payload), 17);
 	assert_int_equal(payload[8], CLUSTER_JOB_STORE);
 	assert_memory_equal(payload + 9, record_header, REC_HEADER_BYTES);
 	assert_int_equal(sel_get_le32(payload + 4105), 5);
 	assert_int_equal(sel_get_le32(payload + 4109), 4);
-	assert_int_equal(sel_get_le32(payload + 4113 + 8), 7);
+	assert_int_equal(payload[4113], 1); /* warm */
+	assert_int_equal(sel_get_le32(payload + 4114 + 8), 7);
 	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why,
 					    sizeof(why)), 0);
 	assert_int_equal(view.job_id, 17);
@@ -920,8 +936,14 @@ static void test_protocol_round_trip_jobs(void **state)
 	assert_memory_equal(view.record_header, record_header, REC_HEADER_BYTES);
 	assert_int_equal(view.state_slot, 5);
 	assert_int_equal(view.page_id_count, 4);
+	assert_true(view.warm);
 	for (uint32_t i = 0; i < 4; i++)
 		assert_int_equal(cluster_job_view_page_id(&view, i), page_ids[i]);
+	/* R-WIRE-12: the warm flag is 0 or 1. */
+	payload[4113] = 2;
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "R-WIRE-12");
+	payload[4113] = 1;
 	/* The receiver's own check of the opaque header passes (R-REC-*). */
 	assert_int_equal(rec_header_decode(view.record_header, rh, why, sizeof(why)), 0);
 	assert_int_equal(rh->tail_page_count, view.page_id_count);
@@ -952,7 +974,9 @@ static void test_protocol_round_trip_jobs(void **state)
 	for (uint32_t i = 0; i < 5; i++)
 		assert_int_equal(cluster_job_view_page_id(&view, i), sample_page_ids[i]);
 
-	for (int kind = CLUSTER_JOB_TRUNCATE; kind <= CLUSTER_JOB_UNLINK; kind++) {
+	for (int kind = CLUSTER_JOB_TRUNCATE; kind <= CLUSTER_JOB_WARM_DROP; kind++) {
+		if (kind == CLUSTER_JOB_NOOP)
+			continue;
 		job = (struct cluster_job){ .job_id = 99, .kind = (enum cluster_job_kind)kind,
 					    .key = key };
 		len = cluster_job_encode(&job, payload, sizeof(payload));
@@ -965,7 +989,7 @@ static void test_protocol_round_trip_jobs(void **state)
 		assert_int_equal(view.page_id_count, 0);
 	}
 
-	/* A noop is the 9-byte head alone; a byte more, or kind 5, is refused. */
+	/* A noop is the 9-byte head alone; a byte more, or kind 6, is refused. */
 	job = (struct cluster_job){ .job_id = 77, .kind = CLUSTER_JOB_NOOP };
 	len = cluster_job_encode(&job, payload, sizeof(payload));
 	assert_int_equal(len, 9);
@@ -977,7 +1001,7 @@ static void test_protocol_round_trip_jobs(void **state)
 		     "JOB noop");
 	payload[8] = CLUSTER_JOB_KIND_LAST + 1;
 	expect_proto(cluster_job_decode(payload, 9, &view, why, sizeof(why)), why,
-		     "JOB kind 5 unknown");
+		     "JOB kind 6 unknown");
 	free(g);
 	free(rh);
 }
@@ -1028,7 +1052,7 @@ static void test_protocol_job_at_maxima(void **state)
 				    .page_ids = ids, .page_id_count = m };
 	memset(buf + 8000000, 0, REC_HEADER_BYTES);
 	len = cluster_job_encode(&job, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	assert_int_equal(len, 4113 + 4 * m);
+	assert_int_equal(len, 4114 + 4 * m);
 	assert_int_equal(cluster_job_decode(buf, (uint32_t)len, &view, why, sizeof(why)), 0);
 	job.page_id_count = m + 1;
 	assert_int_equal(cluster_job_encode(&job, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX),
@@ -1141,9 +1165,9 @@ static void test_protocol_rejects_counts_over_max(void **state)
 	memset(p, 0, SMALL_BYTES);
 	p[8] = CLUSTER_JOB_STORE;
 	sel_put_le32(p + 4109, CLUSTER_JOB_PAGE_IDS_MAX + 1);
-	expect_proto(cluster_job_decode(p, 4113, &job, why, sizeof(why)), why, "R-WIRE-21");
+	expect_proto(cluster_job_decode(p, 4114, &job, why, sizeof(why)), why, "R-WIRE-21");
 	sel_put_le32(p + 4109, UINT32_MAX);
-	expect_proto(cluster_job_decode(p, 4113, &job, why, sizeof(why)), why, "R-WIRE-21");
+	expect_proto(cluster_job_decode(p, 4114, &job, why, sizeof(why)), why, "R-WIRE-21");
 	memset(p, 0, SMALL_BYTES);
 	p[8] = CLUSTER_JOB_FETCH;
 	sel_put_le32(p + 9, 0);

@@ -113,6 +113,20 @@ struct sel_store_config {
 	uint64_t disk_limit_bytes;       /* SEL_DISK_LIMIT_AUTO, 0 (no disk store), or bytes */
 	bool durable;                    /* fdatasync and directory fsync per record */
 	uint32_t records_max;            /* index capacity; 0: 1 << 20 */
+	/*
+	 * The warm tier: this many bytes of each rank's host memory hold
+	 * records in page-record slots (one page of every page plane each; a
+	 * row takes several), registered with the device once at open, in
+	 * front of the disk. 0 (the default): none. Needs a disk store;
+	 * every rank the same (the join refuses a rank whose differs), and at
+	 * least one page and a row; with staging at most half of the memory
+	 * available to the process (refused with both figures otherwise).
+	 * Stores write through: copied from the GPU into warm slots, written
+	 * to disk from them, and kept there; fetches of warm records copy
+	 * from the slots to the GPU and read no file. A restart starts it
+	 * empty. docs/DESIGN.md section 6.
+	 */
+	uint64_t warm_bytes;
 	const struct sel_cluster *cluster; /* NULL: one rank; copied at open */
 };
 
@@ -127,10 +141,12 @@ struct sel_store_config {
  * sides). In a cluster, a failure here is told to every peer (they stop at
  * once instead of at their join timeout), and so is a peer's: its reason
  * comes back in err. The shard engine's staging (host memory for its
- * copies, mapped and populated here) is refused with -ENOMEM, naming both
- * figures, when it is more than half of the memory available to the
- * process (MemAvailable, bounded by its cgroup's room; docs/DESIGN.md
- * section 6); so is a peer's, by sel_peer_start.
+ * copies, mapped and populated here) and warm tier (warm_bytes, mapped,
+ * populated and registered here) are refused with -ENOMEM, naming both
+ * figures, when together they are more than half of the memory available
+ * to the process (MemAvailable, bounded by its cgroup's room; docs/DESIGN.md
+ * section 6); so are a peer's, by sel_peer_start, and a peer whose
+ * warm_bytes differ from rank zero's is refused at the join.
  */
 int sel_store_open(const struct sel_store_config *config, sel_store **out,
 		   char *err, size_t err_size);
@@ -340,6 +356,15 @@ struct sel_stats {
 	 * (or its name taken by a symlink, FIFO or other non-regular file).
 	 */
 	uint64_t records_dropped_checksum, records_dropped_header, records_dropped_missing;
+	/*
+	 * The warm tier (sel_store_config.warm_bytes), the same on every rank:
+	 * records held warm and their slots' bytes, slots in use (warm records
+	 * and warm stores in flight) and in all, fetches served from warm slots
+	 * on every rank, and records dropped from warm to make room (their
+	 * files stay).
+	 */
+	uint64_t warm_records, warm_bytes, warm_slots_used, warm_slots_total;
+	uint64_t warm_hits, warm_evictions;
 };
 
 /*

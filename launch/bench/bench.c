@@ -21,6 +21,7 @@
 #include "shard/device.h"
 #include "shard/engine.h"
 #include "shard/slab.h"
+#include "shard/warm.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -66,6 +67,7 @@ struct bench_args {
 	bool cold;        /* startup */
 	bool rounds_set;  /* --rounds given (startup's default differs) */
 	bool chain;       /* fetch: a round's records are one chain, one job */
+	uint64_t warm_bytes; /* warm: the engine's warm tier (a round's records) */
 };
 
 struct bench {
@@ -308,7 +310,8 @@ static int submit_store(struct bench *b, uint32_t round, uint32_t i, const uint3
 	struct rec_header h;
 	struct rec_key key, parent;
 	struct shard_store_job job = { .header = &h, .page_ids = ids,
-				       .state_slot = i % (uint32_t)b->device_rows };
+				       .state_slot = i % (uint32_t)b->device_rows,
+				       .warm = b->a.warm_bytes > 0 };
 	bool child = b->a.chain && i > 0;
 	int ret;
 
@@ -509,13 +512,23 @@ static int bench_open(struct bench *b)
 	struct shard_engine_options options = { .geometry = &b->g, .planes = &b->planes,
 						.register_pool = true,
 						.window_pages = b->a.window_pages,
-						.read_ahead_bytes = b->a.read_ahead };
+						.read_ahead_bytes = b->a.read_ahead,
+						.warm_bytes = b->a.warm_bytes };
 	char err[512];
 	int ret;
 
 	ret = bench_geometry(b);
 	if (ret)
 		return ret;
+	if (strcmp(b->what, "warm") == 0) {
+		/* A round's records: pages and row pieces each. */
+		uint64_t row_pieces = (b->g.row_record_bytes + b->g.page_record_bytes - 1) /
+				      b->g.page_record_bytes;
+
+		b->a.warm_bytes = (b->a.pages + row_pieces) * b->g.page_record_bytes *
+				  b->a.records;
+		options.warm_bytes = b->a.warm_bytes;
+	}
 	ret = shard_device_open(b->a.device, 0, &b->dev, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "selene bench: device %s: %s\n", b->a.device, err);
@@ -870,12 +883,158 @@ static int bench_copy(struct bench *b)
 	return ret;
 }
 
+/* Unlinks a round's records through the engine: their warm slots go too. */
+static int warm_unlink_round(struct bench *b, uint32_t round)
+{
+	struct shard_completion c;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < b->a.records; i++) {
+		struct rec_key key;
+		int submitted;
+
+		record_key(&key, b, round, i);
+		submitted = shard_engine_unlink(b->engine, i, &key);
+		if (submitted) {
+			ret = ret ? ret : submitted;
+			continue;
+		}
+		shard_engine_wait(b->engine, &c);
+		ret = ret ? ret : c.result;
+	}
+	return ret;
+}
+
+/* A bulk copy of bytes between one device range and registered host memory; ns. */
+static int bulk_copy(struct bench *b, enum shard_copy_direction dir, uint64_t device,
+		     uint8_t *host, uint64_t bytes, uint64_t *ns)
+{
+	struct shard_copy bulk = { .device_address = device, .host = host, .bytes = bytes };
+	uint64_t t0 = sel_monotonic_ns();
+	int ret = shard_device_copy(b->dev, dir, &bulk, 1);
+	int drained = shard_device_synchronize(b->dev);
+
+	*ns = sel_monotonic_ns() - t0;
+	return ret ? ret : drained;
+}
+
+static void report_warm(const char *what, const char *bulk_what, double bytes,
+			const double *selene_ns, const double *bulk_ns, uint32_t rounds)
+{
+	double selene = 0, bulk = 0, ratios[BENCH_ROUNDS_MAX];
+
+	for (uint32_t r = 0; r < rounds; r++) {
+		selene += selene_ns[r];
+		bulk += bulk_ns[r];
+		ratios[r] = bulk_ns[r] / selene_ns[r];
+	}
+	qsort(ratios, rounds, sizeof(ratios[0]), compare_double);
+	printf("%s %.2f GB/s, %s %.2f GB/s, ratio %.3f (median of rounds %.3f, "
+	       "range %.3f-%.3f)\n", what, bytes * rounds / selene, bulk_what,
+	       bytes * rounds / bulk, bulk / selene, ratios[rounds / 2], ratios[0],
+	       ratios[rounds - 1]);
+}
+
+/*
+ * The warm tier (docs/DESIGN.md section 6): each round stores its records
+ * into warm slots (and through them to their files), fetches them back
+ * from the slots, and unlinks them; beside it, one bulk copy of the same
+ * bytes each way between one device range and registered host memory.
+ * The store's side is its device copies into the slots (the engine's
+ * store copy time), the part a GPU waits for; the whole store, with its
+ * checksum pass and disk writes, is printed after.
+ */
+static int bench_warm(struct bench *b)
+{
+	static double fetch_ns[BENCH_ROUNDS_MAX], store_ns[BENCH_ROUNDS_MAX];
+	static double h2d_ns[BENCH_ROUNDS_MAX], d2h_ns[BENCH_ROUNDS_MAX];
+	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
+			  b->g.row_record_bytes) * b->a.records;
+	uint64_t device = 0, ns, copy_before, whole_ns = 0;
+	struct shard_slab_pool host = { 0 };
+	struct shard_engine_stats st;
+	struct shard_warm_stats ws;
+	int ret;
+
+	ret = shard_device_bind(b->dev); /* current here, as bench_copy makes it */
+	if (!ret)
+		ret = shard_slab_init(&host, bytes, 1);
+	if (!ret)
+		ret = shard_slab_register(&host, b->dev);
+	if (!ret && shard_device_is_cuda(b->dev)) {
+		ret = shard_device_cuda_alloc(b->dev, bytes, &device);
+	} else if (!ret) {
+		device = (uintptr_t)aligned_alloc(SEL_BLOCK_BYTES, sel_align_up(bytes, SEL_BLOCK_BYTES));
+		ret = device ? 0 : -ENOMEM;
+		if (!ret)
+			memset((void *)(uintptr_t)device, 3, (size_t)bytes);
+	}
+	for (uint32_t r = 0; !ret && r < b->a.warmup + b->a.rounds; r++) {
+		uint32_t at = r < b->a.warmup ? 0 : r - b->a.warmup, round = r;
+
+		ret = bulk_copy(b, SHARD_DEVICE_TO_HOST, device, shard_slab_slot(&host, 0), bytes,
+				&ns);
+		d2h_ns[at] = (double)ns;
+		shard_engine_stats(b->engine, &st);
+		copy_before = st.store_copy_ns;
+		if (!ret)
+			ret = selene_round(b, round, submit_store, 7, &ns);
+		shard_engine_stats(b->engine, &st);
+		store_ns[at] = (double)(st.store_copy_ns - copy_before);
+		if (r >= b->a.warmup)
+			whole_ns += ns;
+		if (!ret)
+			ret = bulk_copy(b, SHARD_HOST_TO_DEVICE, device, shard_slab_slot(&host, 0),
+					bytes, &ns);
+		h2d_ns[at] = (double)ns;
+		if (!ret)
+			ret = selene_round(b, round, submit_fetch, 11, &ns);
+		fetch_ns[at] = (double)ns;
+		if (!ret)
+			ret = warm_unlink_round(b, round);
+	}
+	shard_engine_warm_stats(b->engine, &ws);
+	if (!ret && ws.hits != (uint64_t)(b->a.warmup + b->a.rounds) * b->a.records) {
+		fprintf(stderr, "selene bench warm: %" PRIu64 " of %" PRIu64 " fetches were "
+			"served from warm slots\n", ws.hits,
+			(uint64_t)(b->a.warmup + b->a.rounds) * b->a.records);
+		ret = -EIO;
+	}
+	if (!ret) {
+		printf("warm: %u rounds of %u records of %.1f MiB (%u pages of %u planes x %"
+		       PRIu64 " bytes and a %" PRIu64 "-byte row), device %s, warm tier %.1f "
+		       "MiB registered in %.1f ms\n", b->a.rounds, b->a.records,
+		       (double)bytes / b->a.records / 1048576.0, b->a.pages, b->a.planes,
+		       b->a.plane_bytes, b->a.row_bytes, b->dev->ops->name,
+		       (double)b->a.warm_bytes / 1048576.0, ws.register_ns / 1e6);
+		report_warm("warm: restore from warm slots", "bulk host to device", (double)bytes,
+			    fetch_ns, h2d_ns, b->a.rounds);
+		report_warm("warm: store into warm slots (device copies)", "bulk device to host",
+			    (double)bytes, store_ns, d2h_ns, b->a.rounds);
+		printf("warm: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
+		       b->a.durable ? "durable" : "not durable",
+		       (double)bytes * b->a.rounds / (double)whole_ns);
+	} else {
+		fprintf(stderr, "selene bench warm: %s\n", sel_strerror(ret));
+	}
+	if (shard_device_is_cuda(b->dev) && device)
+		shard_device_cuda_free(b->dev, device);
+	else
+		free((void *)(uintptr_t)device);
+	if (host.base) {
+		shard_slab_unregister(&host);
+		shard_slab_destroy(&host);
+	}
+	return ret;
+}
+
 static void bench_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: selene bench store [options]\n"
 		"       selene bench fetch [options] DIR\n"
 		"       selene bench copy [options]\n"
+		"       selene bench warm [options]\n"
 		"       selene bench lookup\n"
 		"       selene bench api [--dir DIR]\n"
 		"       selene bench fanout [--dir DIR] [--records N]\n"
@@ -894,6 +1053,10 @@ static void bench_usage(FILE *out)
 		"  written and read back by a thread each, all at once.\n"
 		"copy: scattered page planes through batched device copies beside one\n"
 		"  bulk copy of the same bytes, both directions.\n"
+		"warm: records stored into a warm tier (device -> warm slots -> files)\n"
+		"  and restored from it (warm slots -> device, no file read), beside one\n"
+		"  bulk copy of the same bytes each way with registered host memory; the\n"
+		"  store's rate is its device copies (the engine's own time).\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
@@ -969,6 +1132,7 @@ static int bench_in_scratch(const char *scratch, void *arg)
 	ret = bench_open(b);
 	if (!ret)
 		ret = strcmp(b->what, "copy") == 0 ? bench_copy(b) :
+		      strcmp(b->what, "warm") == 0 ? bench_warm(b) :
 						     bench_store(b, strcmp(b->what, "fetch") == 0);
 	bench_close(b);
 	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
@@ -1063,7 +1227,7 @@ int launch_cmd_bench(int argc, char **argv)
 	if (strcmp(what, "fetch") == 0 && optind == argc - 1)
 		b.a.dir = argv[optind++];
 	if (optind != argc || (strcmp(what, "store") && strcmp(what, "fetch") &&
-			       strcmp(what, "copy") && strcmp(what, "api") &&
+			       strcmp(what, "copy") && strcmp(what, "api") && strcmp(what, "warm") &&
 			       strcmp(what, "fanout") && strcmp(what, "restore") &&
 			       strcmp(what, "startup"))) {
 		bench_usage(stderr);

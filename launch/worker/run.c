@@ -68,6 +68,7 @@ struct run_options {
 	int device_ordinal;      /* -1 until parsed: OMPI_COMM_WORLD_LOCAL_RANK, or 0 */
 	const char *dir;
 	uint64_t disk_limit;
+	uint64_t warm_bytes;      /* --warm: every rank's warm tier (0: none) */
 	const char *trace_path, *results_path;
 	const char *stored_log_path;
 	uint32_t event_timeout_ms;
@@ -1004,6 +1005,9 @@ static void run_usage(FILE *out)
 		"  --disk-limit SIZE   auto (a tenth of the free space, default), 0 or a size\n"
 		"  --event-timeout-ms N  how long rank zero waits for the next store or\n"
 		"                      restore event before it fails the run (default 120000)\n"
+		"  --warm SIZE         a warm tier of SIZE host memory on every rank, in\n"
+		"                      front of the disk (default 0: none; the same on\n"
+		"                      every rank)\n"
 		"  --accept-empty-ranks  form even when a rank's record directory is unmarked\n"
 		"                      (no .selene-cluster, or all its records unreadable)\n"
 		"                      and empty, or unmarked while another is marked, while\n"
@@ -1031,6 +1035,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "gpu-rows", required_argument, NULL, 'G' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "disk-limit", required_argument, NULL, 'L' },
+		{ "warm", required_argument, NULL, 'W' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
 		{ "accept-empty-ranks", no_argument, NULL, 'a' },
@@ -1078,6 +1083,8 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			     launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 0, UINT64_MAX - 1,
 					       &o->disk_limit);
 			break;
+		case 'W': ok = launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 0, 1ull << 46,
+						 &o->warm_bytes); break;
 		case 'E': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
 						 UINT32_MAX, &o->event_timeout_ms); break;
 		case 'M': {
@@ -1159,6 +1166,7 @@ static int run_configure(struct run *r)
 		.device = launch_run_planes_device(p), .device_ordinal = r->opt.device_ordinal,
 		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
+		.warm_bytes = r->opt.warm_bytes,
 	};
 	/* one synthetic model: its identity names the worker and the page size */
 	memset(r->config.model_identity, 0x5e, sizeof(r->config.model_identity));

@@ -101,7 +101,8 @@ class StoreConfig(Checked):
                 ("page_planes", ctypes.POINTER(Plane)), ("row_plane", Plane),
                 ("page_count", u32), ("row_count", u32), ("device", c_char_p),
                 ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
-                ("records_max", u32), ("cluster", ctypes.POINTER(Cluster))]
+                ("records_max", u32), ("cluster", ctypes.POINTER(Cluster)),
+                ("warm_bytes", u64)]
 
 
 class Hit(ctypes.Structure):
@@ -134,12 +135,17 @@ STATS_COUNTERS = (
     "bytes_fetched evictions truncations unlinks records disk_bytes disk_limit_bytes "
     "jobs_in_flight scanned_records").split()
 STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_missing".split()
+# The C struct's tail (include/selene/store.h), laid out so the library
+# never writes past the buffer; not yet in the Python Stats view.
+STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hits "
+              "warm_evictions").split()
 
 
 class Stats(ctypes.Structure):
     _fields_ = ([(name, u64) for name in STATS_COUNTERS] +
                 [("store_latency", LatencyHistogram), ("fetch_latency", LatencyHistogram)] +
-                [(name, u64) for name in STATS_DROPS])
+                [(name, u64) for name in STATS_DROPS] +
+                [(name, u64) for name in STATS_WARM])
 
 
 def declare(lib):

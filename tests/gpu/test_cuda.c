@@ -2,16 +2,19 @@
  * The shard engine on the cuda backend (make test-gpu): page planes and a
  * row plane in device memory; store patterns from chosen page ids, poison
  * the device planes, fetch into other ids and compare byte-exact, for a
- * chain longer than one window and for a suffix. Skips, saying why, where
- * no GPU or driver is found.
+ * chain longer than one window and for a suffix; the same through a warm
+ * tier registered with the device, with every file read failing. Skips,
+ * saying why, where no GPU or driver is found.
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
+#include "shard/warm.h"
 #include "selene/store.h"
 
 #include <errno.h>
@@ -35,13 +38,14 @@ struct fixture {
 	struct shard_engine *engine;
 	struct shard_planes planes;
 	uint8_t *host; /* staging for the test's own uploads and checks */
+	bool warm;     /* the engine has a warm tier for both records */
 };
 
-static int setup(void **state)
+static int setup_with(void **state, uint64_t warm_bytes)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct shard_engine_options options = { .geometry = &f->g, .planes = &f->planes,
-						.register_pool = true };
+						.register_pool = true, .warm_bytes = warm_bytes };
 	char why[256];
 	int ret;
 
@@ -68,14 +72,27 @@ static int setup(void **state)
 	options.device = f->dev;
 	if (shard_engine_open(&options, &f->engine, why, sizeof(why)) != 0)
 		fail_msg("engine: %s", why);
+	f->warm = warm_bytes > 0;
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_with(state, 0);
+}
+
+/* Warm slots for both records (210 pages and two rows of 2 slots each). */
+static int setup_warm(void **state)
+{
+	return setup_with(state, (210ull + 4) * PLANES * UNIT);
 }
 
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
 
+	sel_failpoints_configure(NULL);
 	if (!f)
 		return 0;
 	shard_engine_close(f->engine);
@@ -152,7 +169,10 @@ static void poison(struct fixture *f)
 							  f->host, ROW), 0);
 }
 
-/* Two records (150 and 60 pages, several windows each) round-trip. */
+/*
+ * Two records (150 and 60 pages, several windows each) round-trip; with a
+ * warm tier, stored warm and fetched with every file read failing.
+ */
 static void test_gpu_store_poison_fetch(void **state)
 {
 	struct fixture *f = *state;
@@ -163,9 +183,11 @@ static void test_gpu_store_poison_fetch(void **state)
 	struct shard_chain_record chain[2];
 	struct shard_store_job job = { .header = &h, .page_ids = ids };
 	struct shard_fetch_job fetch = { .chain = chain, .chain_count = 2, .page_ids = ids };
+	struct shard_warm_stats ws;
 
 	if (!f)
 		skip();
+	job.warm = f->warm;
 	memset(a.digest.bytes, 0xa1, 16);
 	memset(b.digest.bytes, 0xb2, 16);
 	/* a: pages 0..149 at ids 7, 9, 11, ... (scattered) */
@@ -193,6 +215,9 @@ static void test_gpu_store_poison_fetch(void **state)
 
 	chain[0] = (struct shard_chain_record){ a, 0, 150 };
 	chain[1] = (struct shard_chain_record){ b, 150, 60 };
+	if (f->warm)
+		assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+							  "disk.read=return(EIO)"), 0);
 	for (uint32_t skip = 0; skip <= 200; skip += 100) {
 		poison(f);
 		for (uint32_t i = 0; i + skip < 210; i++)
@@ -208,6 +233,18 @@ static void test_gpu_store_poison_fetch(void **state)
 				fail_msg("skip %u: page %u differs on the device", skip, skip + i);
 		assert_true(row_is(f, 3, 222));
 	}
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.hits, f->warm ? 3 : 0);
+	assert_int_equal(ws.records, f->warm ? 2 : 0);
+	assert_int_equal(ws.store_fallbacks, 0);
+	if (f->warm)
+		assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+}
+
+/* The same through a warm tier: stored warm, fetched reading no file. */
+static void test_gpu_warm_store_poison_fetch(void **state)
+{
+	test_gpu_store_poison_fetch(state);
 }
 
 /* Polls the store until one event arrives (10 s at most). */
@@ -305,6 +342,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_gpu_store_poison_fetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_warm_store_poison_fetch, setup_warm,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_store_api, setup, teardown),
 	};
 

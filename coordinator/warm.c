@@ -1,0 +1,135 @@
+/* The warm tier's policy on rank zero: see warm.h. */
+#include "coordinator/warm.h"
+
+#include "common/base.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void coord_warm_init_off(struct coord_warm *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->head = w->tail = COORD_NONE;
+}
+
+int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_total,
+		    uint32_t row_slots, uint64_t slot_bytes)
+{
+	coord_warm_init_off(w);
+	w->slots = calloc(nodes_max, sizeof(*w->slots));
+	w->prev = calloc(nodes_max, sizeof(*w->prev));
+	w->next = calloc(nodes_max, sizeof(*w->next));
+	w->listed = calloc(nodes_max, sizeof(*w->listed));
+	if (!w->slots || !w->prev || !w->next || !w->listed) {
+		coord_warm_destroy(w);
+		return -ENOMEM;
+	}
+	w->nodes_max = nodes_max;
+	w->slots_total = slots_total;
+	w->row_slots = row_slots;
+	w->slot_bytes = slot_bytes;
+	return 0;
+}
+
+void coord_warm_destroy(struct coord_warm *w)
+{
+	free(w->slots);
+	free(w->prev);
+	free(w->next);
+	free(w->listed);
+	coord_warm_init_off(w);
+}
+
+bool coord_warm_holds(const struct coord_warm *w, uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max && w->listed[id];
+}
+
+static void unlist(struct coord_warm *w, uint32_t id)
+{
+	if (!w->listed[id])
+		return;
+	if (w->prev[id] != COORD_NONE)
+		w->next[w->prev[id]] = w->next[id];
+	else
+		w->head = w->next[id];
+	if (w->next[id] != COORD_NONE)
+		w->prev[w->next[id]] = w->prev[id];
+	else
+		w->tail = w->prev[id];
+	w->listed[id] = false;
+	w->records--;
+	w->listed_slots -= w->slots[id];
+}
+
+static void list_last(struct coord_warm *w, uint32_t id)
+{
+	w->prev[id] = w->tail;
+	w->next[id] = COORD_NONE;
+	if (w->tail != COORD_NONE)
+		w->next[w->tail] = id;
+	else
+		w->head = id;
+	w->tail = id;
+	w->listed[id] = true;
+	w->records++;
+	w->listed_slots += w->slots[id];
+}
+
+void coord_warm_charge(struct coord_warm *w, uint32_t id, uint32_t slots)
+{
+	SEL_ASSERT(w->slots_total && w->slots[id] == 0 && !w->listed[id]);
+	SEL_ASSERT(w->slots_used + slots <= w->slots_total);
+	w->slots[id] = slots;
+	w->slots_used += slots;
+}
+
+void coord_warm_ready(struct coord_warm *w, uint32_t id)
+{
+	if (w->slots_total && w->slots[id] && !w->listed[id])
+		list_last(w, id);
+}
+
+void coord_warm_forget(struct coord_warm *w, uint32_t id)
+{
+	if (!w->slots_total || id >= w->nodes_max || !w->slots[id])
+		return;
+	unlist(w, id);
+	w->slots_used -= w->slots[id];
+	w->slots[id] = 0;
+}
+
+void coord_warm_drop_row(struct coord_warm *w, uint32_t id, uint32_t tail_pages)
+{
+	if (!w->slots_total || w->slots[id] != tail_pages + w->row_slots)
+		return; /* not warm, or its row is gone already */
+	/* A record of no pages is nothing without its row (shard_warm_drop). */
+	if (tail_pages == 0) {
+		coord_warm_forget(w, id);
+		return;
+	}
+	if (w->listed[id])
+		w->listed_slots -= w->row_slots;
+	w->slots[id] -= w->row_slots;
+	w->slots_used -= w->row_slots;
+}
+
+void coord_warm_touch(struct coord_warm *w, uint32_t id)
+{
+	if (!coord_warm_holds(w, id) || w->tail == id)
+		return;
+	unlist(w, id);
+	list_last(w, id);
+}
+
+uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix)
+{
+	for (uint32_t id = w->head; id != COORD_NONE; id = w->next[id]) {
+		const struct coord_node *n = &ix->nodes[id];
+
+		if (n->state == COORD_READY && n->pins == 0)
+			return id;
+	}
+	return COORD_NONE;
+}

@@ -1,0 +1,71 @@
+/*
+ * The warm tier's policy on rank zero (docs/DESIGN.md section 5, seed 2.4):
+ * which records every rank holds in warm slots (shard/warm.h), how many
+ * slots they take, and which goes first. Every rank has the same slots
+ * (warm_bytes is agreed at the join) and runs the same jobs in the same
+ * order, so one count here stands for every rank's pool: a store is sent
+ * warm only when its slots are free here, and slots are given back here
+ * when the job that frees them on the ranks (a warm drop, an unlink, a
+ * truncate of the row, a failed store, a store of the same key) is
+ * submitted, which every rank runs before any store submitted after it.
+ * Eviction is LRU of its own, apart from the disk's, and takes only
+ * records already on disk (every warm record is: stores write through)
+ * that no fetch has pinned. Single-threaded: the model worker's thread.
+ */
+#ifndef SELENE_COORDINATOR_WARM_H
+#define SELENE_COORDINATOR_WARM_H
+
+#include "coordinator/index.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct coord_warm {
+	uint32_t slots_total;  /* every rank's; 0: no warm tier */
+	uint32_t slots_used;   /* held by warm records and stores in flight */
+	uint32_t row_slots;    /* a row's pieces */
+	uint64_t slot_bytes;
+	uint32_t nodes_max;
+	uint32_t *slots;       /* per node id: the slots it holds or is charged */
+	uint32_t *prev, *next; /* the LRU list of warm records, per node id */
+	uint32_t head, tail;   /* least and most recently used, or COORD_NONE */
+	uint32_t records;      /* on the list */
+	uint64_t listed_slots; /* their slots */
+	bool *listed;
+	uint64_t hits, evictions;
+};
+
+/* No warm tier: everything zero, every call below a no-op. */
+void coord_warm_init_off(struct coord_warm *w);
+
+/* A warm tier of slots_total slots for an index of nodes_max nodes. */
+int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_total,
+		    uint32_t row_slots, uint64_t slot_bytes);
+void coord_warm_destroy(struct coord_warm *w);
+
+static inline bool coord_warm_enabled(const struct coord_warm *w)
+{
+	return w->slots_total > 0;
+}
+
+/* Whether node id is warm on every rank (its store committed warm). */
+bool coord_warm_holds(const struct coord_warm *w, uint32_t id);
+
+/* A warm store of node id was submitted: slots charged, not yet listed. */
+void coord_warm_charge(struct coord_warm *w, uint32_t id, uint32_t slots);
+/* Its store committed on every rank: listed as the most recently used. */
+void coord_warm_ready(struct coord_warm *w, uint32_t id);
+/* Its slots are given back (a drop, unlink, failed store or a new store of it). */
+void coord_warm_forget(struct coord_warm *w, uint32_t id);
+/*
+ * Its row's slots are given back (a row truncate of a record of
+ * tail_pages pages); its pages stay warm, a page-less record goes.
+ */
+void coord_warm_drop_row(struct coord_warm *w, uint32_t id, uint32_t tail_pages);
+/* A use: the most recently used, if it is warm. */
+void coord_warm_touch(struct coord_warm *w, uint32_t id);
+
+/* The least recently used warm record that is READY and unpinned, or COORD_NONE. */
+uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix);
+
+#endif

@@ -1,0 +1,314 @@
+/* A rank's warm tier: see warm.h. */
+#include "shard/warm.h"
+
+#include "common/base.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int shard_warm_init(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_count,
+		    uint32_t pages_max, uint32_t row_piece_count)
+{
+	uint32_t buckets = 1;
+	int ret;
+
+	memset(w, 0, sizeof(*w));
+	if (slot_count == 0 || slot_bytes % SEL_BLOCK_BYTES || row_piece_count == 0)
+		return -EINVAL;
+	ret = shard_slab_init(&w->pool, slot_bytes, slot_count);
+	if (ret)
+		return ret;
+	while (buckets < slot_count && buckets < (1u << 31))
+		buckets <<= 1;
+	w->row_piece_count = row_piece_count;
+	w->scratch_capacity = pages_max + row_piece_count;
+	w->next = malloc((size_t)slot_count * sizeof(*w->next));
+	w->scratch = malloc((size_t)w->scratch_capacity * sizeof(*w->scratch));
+	w->entries = calloc(slot_count, sizeof(*w->entries));
+	w->buckets = malloc((size_t)buckets * sizeof(*w->buckets));
+	if (!w->next || !w->scratch || !w->entries || !w->buckets) {
+		shard_warm_destroy(w);
+		return -ENOMEM;
+	}
+	w->bucket_mask = buckets - 1;
+	w->register_chunk_bytes = SHARD_WARM_REGISTER_CHUNK_BYTES;
+	for (uint32_t i = 0; i < buckets; i++)
+		w->buckets[i] = SHARD_WARM_NONE;
+	for (uint32_t i = 0; i < slot_count; i++) {
+		w->next[i] = SHARD_WARM_NONE;
+		w->entries[i].free_next = i + 1 < slot_count ? i + 1 : SHARD_WARM_NONE;
+	}
+	w->free_entry = 0;
+	w->stats.slots_total = slot_count;
+	return 0;
+}
+
+static void warm_unregister(struct shard_warm *w)
+{
+	for (uint32_t c = 0; c < w->chunks_registered; c++)
+		w->registered->ops->unregister_host(w->registered,
+						    w->pool.base + (uint64_t)c * w->chunk_bytes);
+	w->chunks_registered = 0;
+	w->registered = NULL;
+}
+
+void shard_warm_destroy(struct shard_warm *w)
+{
+	if (w->registered)
+		warm_unregister(w);
+	if (w->pool.base)
+		shard_slab_destroy(&w->pool);
+	free(w->next);
+	free(w->scratch);
+	free(w->entries);
+	free(w->buckets);
+	memset(w, 0, sizeof(*w));
+}
+
+int shard_warm_register(struct shard_warm *w, struct shard_device *dev)
+{
+	uint64_t total = w->pool.slot_bytes * w->pool.slot_count;
+	uint64_t slots_per_chunk = w->register_chunk_bytes / w->pool.slot_bytes;
+	uint64_t start = sel_monotonic_ns();
+
+	SEL_ASSERT(!w->registered && slots_per_chunk > 0);
+	w->chunk_bytes = slots_per_chunk * w->pool.slot_bytes;
+	w->registered = dev;
+	for (uint64_t at = 0; at < total; at += w->chunk_bytes) {
+		uint64_t bytes = total - at < w->chunk_bytes ? total - at : w->chunk_bytes;
+		int ret = dev->ops->register_host(dev, w->pool.base + at, bytes);
+
+		if (ret) {
+			warm_unregister(w);
+			return ret;
+		}
+		w->chunks_registered++;
+	}
+	w->stats.register_ns = sel_monotonic_ns() - start;
+	w->stats.register_chunks = w->chunks_registered;
+	return 0;
+}
+
+uint32_t shard_warm_slots_for(const struct shard_warm *w, uint32_t tail_pages, bool row)
+{
+	return tail_pages + (row ? w->row_piece_count : 0);
+}
+
+static uint32_t bucket_of(const struct shard_warm *w, const struct rec_key *key)
+{
+	uint32_t h;
+
+	memcpy(&h, key->digest.bytes, sizeof(h));
+	return (h ^ (uint32_t)key->consumed) & w->bucket_mask;
+}
+
+/* Links slots[0, count) into a chain; returns its head. */
+static uint32_t link_slots(struct shard_warm *w, const uint32_t *slots, uint32_t count)
+{
+	for (uint32_t i = 0; i + 1 < count; i++)
+		w->next[slots[i]] = slots[i + 1];
+	if (count)
+		w->next[slots[count - 1]] = SHARD_WARM_NONE;
+	return count ? slots[0] : SHARD_WARM_NONE;
+}
+
+/* Gives a chain's slots back to the pool. */
+static uint32_t release_chain(struct shard_warm *w, uint32_t head)
+{
+	struct shard_slab_lease lease = { .slots = w->scratch,
+					  .capacity = w->scratch_capacity };
+	uint32_t n = 0;
+
+	for (uint32_t s = head; s != SHARD_WARM_NONE; s = w->next[s]) {
+		SEL_ASSERT(lease.count < lease.capacity);
+		lease.slots[lease.count++] = s;
+	}
+	n = lease.count;
+	shard_slab_release(&w->pool, &lease);
+	return n;
+}
+
+uint32_t shard_warm_reserve(struct shard_warm *w, const struct rec_key *key,
+			    uint32_t first_page_index, uint32_t tail_pages)
+{
+	struct shard_slab_lease lease = { .slots = w->scratch,
+					  .capacity = w->scratch_capacity };
+	uint32_t need = shard_warm_slots_for(w, tail_pages, true), e;
+	struct shard_warm_entry *entry;
+
+	if (need > w->scratch_capacity || w->free_entry == SHARD_WARM_NONE ||
+	    shard_slab_alloc(&w->pool, need, &lease) != 0) {
+		pthread_mutex_lock(&w->pool.lock);
+		w->stats.store_fallbacks++;
+		pthread_mutex_unlock(&w->pool.lock);
+		return SHARD_WARM_NONE;
+	}
+	e = w->free_entry;
+	entry = &w->entries[e];
+	w->free_entry = entry->free_next;
+	*entry = (struct shard_warm_entry){
+		.key = *key, .first_page_index = first_page_index,
+		.tail_page_count = tail_pages,
+		.page_first = link_slots(w, lease.slots, tail_pages),
+		.row_first = link_slots(w, lease.slots + tail_pages, w->row_piece_count),
+		.hash_next = SHARD_WARM_NONE, .free_next = SHARD_WARM_NONE,
+	};
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.slots_used += need;
+	pthread_mutex_unlock(&w->pool.lock);
+	return e;
+}
+
+/* Frees an entry's slots and the entry (not in a bucket any more). */
+static void entry_free(struct shard_warm *w, uint32_t e)
+{
+	struct shard_warm_entry *entry = &w->entries[e];
+	uint32_t n = release_chain(w, entry->page_first) + release_chain(w, entry->row_first);
+
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.slots_used -= n;
+	if (entry->committed) {
+		w->stats.records--;
+		w->stats.bytes -= (uint64_t)n * w->pool.slot_bytes;
+	}
+	pthread_mutex_unlock(&w->pool.lock);
+	memset(entry, 0, sizeof(*entry));
+	entry->free_next = w->free_entry;
+	w->free_entry = e;
+}
+
+/* Takes key's committed entry out of its bucket; its index, or NONE. */
+static uint32_t unhash(struct shard_warm *w, const struct rec_key *key)
+{
+	uint32_t *link = &w->buckets[bucket_of(w, key)];
+
+	while (*link != SHARD_WARM_NONE) {
+		uint32_t e = *link;
+
+		if (rec_key_equal(&w->entries[e].key, key)) {
+			*link = w->entries[e].hash_next;
+			return e;
+		}
+		link = &w->entries[e].hash_next;
+	}
+	return SHARD_WARM_NONE;
+}
+
+void shard_warm_commit(struct shard_warm *w, uint32_t e)
+{
+	struct shard_warm_entry *entry = &w->entries[e];
+	uint32_t old = unhash(w, &entry->key), b = bucket_of(w, &entry->key);
+
+	if (old != SHARD_WARM_NONE)
+		entry_free(w, old);
+	entry->committed = true;
+	entry->hash_next = w->buckets[b];
+	w->buckets[b] = e;
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.records++;
+	w->stats.stores++;
+	w->stats.bytes += (uint64_t)shard_warm_slots_for(w, entry->tail_page_count,
+							 entry->row_first != SHARD_WARM_NONE) *
+			  w->pool.slot_bytes;
+	pthread_mutex_unlock(&w->pool.lock);
+}
+
+void shard_warm_abort(struct shard_warm *w, uint32_t e)
+{
+	SEL_ASSERT(!w->entries[e].committed);
+	entry_free(w, e);
+}
+
+uint32_t shard_warm_find(const struct shard_warm *w, const struct rec_key *key)
+{
+	if (!w->entries)
+		return SHARD_WARM_NONE;
+	for (uint32_t e = w->buckets[bucket_of(w, key)]; e != SHARD_WARM_NONE;
+	     e = w->entries[e].hash_next)
+		if (rec_key_equal(&w->entries[e].key, key))
+			return e;
+	return SHARD_WARM_NONE;
+}
+
+bool shard_warm_drop(struct shard_warm *w, const struct rec_key *key, bool row_only)
+{
+	uint32_t e;
+
+	if (!w->entries)
+		return false;
+	if (row_only) {
+		struct shard_warm_entry *entry;
+		uint32_t n;
+
+		e = shard_warm_find(w, key);
+		if (e == SHARD_WARM_NONE)
+			return false;
+		entry = &w->entries[e];
+		/* A record of no pages is nothing without its row. */
+		if (entry->tail_page_count > 0) {
+			n = release_chain(w, entry->row_first);
+			entry->row_first = SHARD_WARM_NONE;
+			pthread_mutex_lock(&w->pool.lock);
+			w->stats.slots_used -= n;
+			w->stats.bytes -= (uint64_t)n * w->pool.slot_bytes;
+			pthread_mutex_unlock(&w->pool.lock);
+			return true;
+		}
+	}
+	e = unhash(w, key);
+	if (e == SHARD_WARM_NONE)
+		return false;
+	entry_free(w, e);
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.drops++;
+	pthread_mutex_unlock(&w->pool.lock);
+	return true;
+}
+
+void shard_warm_page_slots(const struct shard_warm *w, uint32_t e, uint32_t first,
+			   uint32_t count, uint32_t *out)
+{
+	uint32_t s = w->entries[e].page_first;
+
+	SEL_ASSERT(first + count <= w->entries[e].tail_page_count);
+	for (uint32_t i = 0; i < first; i++)
+		s = w->next[s];
+	for (uint32_t i = 0; i < count; i++) {
+		out[i] = s;
+		s = w->next[s];
+	}
+}
+
+void shard_warm_row_slots(const struct shard_warm *w, uint32_t e, uint32_t *out)
+{
+	uint32_t s = w->entries[e].row_first;
+
+	for (uint32_t k = 0; k < w->row_piece_count; k++) {
+		SEL_ASSERT(s != SHARD_WARM_NONE);
+		out[k] = s;
+		s = w->next[s];
+	}
+}
+
+void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out)
+{
+	if (!w->pool.base) {
+		memset(out, 0, sizeof(*out));
+		return;
+	}
+	pthread_mutex_lock(&w->pool.lock);
+	*out = w->stats;
+	pthread_mutex_unlock(&w->pool.lock);
+}
+
+void shard_warm_note_hit(struct shard_warm *w)
+{
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.hits++;
+	pthread_mutex_unlock(&w->pool.lock);
+}

@@ -1,0 +1,141 @@
+/*
+ * A rank's warm tier (docs/DESIGN.md section 6, seed 2.4, 2.5): one
+ * populated mapping of equal slots, one page record each (every page
+ * plane's page, as staging), registered with the device once, in chunks of
+ * at most SHARD_WARM_REGISTER_CHUNK_BYTES, at open. A record held warm is
+ * its tail pages in slots, in order, and its row in row_piece_count slots
+ * (as staging holds a row), found by key. Allocation never blocks: a
+ * record that does not fit fails at once (SEL_EQUEUEFULL) and its store
+ * goes through staging instead. It is not the policy: rank zero decides
+ * which records are warm and which go (coordinator/warm.h); this only
+ * holds them. One thread (the engine's transfer thread) changes it; the
+ * counters may be read from any thread.
+ */
+#ifndef SELENE_SHARD_WARM_H
+#define SELENE_SHARD_WARM_H
+
+#include "record/key.h"
+#include "shard/slab.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct shard_device;
+
+/*
+ * Registration in chunks below the drivers' per-call limit (a call of 512
+ * GiB fails on R580 drivers; LMCache and vLLM register at most 64 GiB a
+ * call), each a whole number of slots so no slot spans two registrations.
+ */
+#define SHARD_WARM_REGISTER_CHUNK_BYTES (32ull << 30)
+/* Chunks of one warm mapping: 2^46 bytes (shard_slab_init's bound) / 32 GiB. */
+#define SHARD_WARM_CHUNKS_MAX 2048u
+
+#define SHARD_WARM_NONE UINT32_MAX
+/* A warm tier's bytes at most: shard_slab_init's bound on one mapping. */
+#define SHARD_WARM_BYTES_MAX (1ull << 46)
+
+/* One record held warm. */
+struct shard_warm_entry {
+	struct rec_key key;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	uint32_t page_first; /* first page's slot, then next[] in page order */
+	uint32_t row_first;  /* first row piece's slot, or SHARD_WARM_NONE */
+	bool committed;      /* findable (its store completed) */
+	uint32_t hash_next;  /* entry index in its bucket chain */
+	uint32_t free_next;
+};
+
+struct shard_warm_stats {
+	uint64_t records, bytes;       /* committed records and their slots' bytes */
+	uint32_t slots_used, slots_total;
+	uint64_t stores;               /* stores that went into warm slots */
+	uint64_t store_fallbacks;      /* warm stores that found no room: staged */
+	uint64_t hits;                 /* fetches served from warm slots */
+	uint64_t drops;                /* records dropped (by rank zero, unlink, rewrite) */
+	uint64_t register_ns;          /* what registering the mapping took */
+	uint32_t register_chunks;
+};
+
+struct shard_warm {
+	struct shard_slab_pool pool;
+	uint32_t row_piece_count;
+	uint32_t *next;            /* per slot: the next slot of its record, or NONE */
+	uint32_t *scratch;         /* a lease's array: one record's slots */
+	uint32_t scratch_capacity;
+	struct shard_warm_entry *entries; /* pool.slot_count: each holds a slot */
+	uint32_t *buckets;         /* bucket_mask + 1 heads */
+	uint32_t bucket_mask;
+	uint32_t free_entry;
+	struct shard_device *registered;
+	uint32_t chunks_registered;
+	uint64_t chunk_bytes;          /* each registration's (whole slots) */
+	uint64_t register_chunk_bytes; /* at most: SHARD_WARM_REGISTER_CHUNK_BYTES
+					  (tests set less) */
+	struct shard_warm_stats stats; /* under the pool's lock for readers */
+};
+
+/*
+ * Maps slot_count slots of slot_bytes (a page record, a multiple of 4
+ * KiB) for records of up to pages_max tail pages and rows of
+ * row_piece_count slots. Returns 0, -EINVAL, or -ENOMEM.
+ */
+int shard_warm_init(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_count,
+		    uint32_t pages_max, uint32_t row_piece_count);
+/* Unregisters (if registered) and unmaps. A zeroed w is fine. */
+void shard_warm_destroy(struct shard_warm *w);
+
+/*
+ * Registers the mapping with dev in chunks of at most
+ * SHARD_WARM_REGISTER_CHUNK_BYTES (whole slots each); on a failure, the
+ * chunks registered are unregistered again. Notes the time it took in the
+ * stats. Returns 0 or the device's error.
+ */
+int shard_warm_register(struct shard_warm *w, struct shard_device *dev);
+
+/* Slots one record takes: its tail pages and, with a row, the row's pieces. */
+uint32_t shard_warm_slots_for(const struct shard_warm *w, uint32_t tail_pages, bool row);
+
+/*
+ * Takes slots for a record about to be stored (not findable until
+ * shard_warm_commit). Returns its entry index, or SHARD_WARM_NONE when too
+ * few slots are free (counted in store_fallbacks). Never blocks.
+ */
+uint32_t shard_warm_reserve(struct shard_warm *w, const struct rec_key *key,
+			    uint32_t first_page_index, uint32_t tail_pages);
+/* Makes a reserved entry findable, dropping an older one of its key. */
+void shard_warm_commit(struct shard_warm *w, uint32_t entry);
+/* Gives a reserved entry's slots back (its store failed). */
+void shard_warm_abort(struct shard_warm *w, uint32_t entry);
+
+/* The committed entry of key, or SHARD_WARM_NONE. */
+uint32_t shard_warm_find(const struct shard_warm *w, const struct rec_key *key);
+
+/*
+ * Drops key's committed entry, or only its row (row_only), giving its
+ * slots back. The caller guarantees that no copy reads them (the transfer
+ * thread, between jobs). Returns whether an entry was there.
+ */
+bool shard_warm_drop(struct shard_warm *w, const struct rec_key *key, bool row_only);
+
+/*
+ * The slots of pages [first, first + count) of entry into out, and its
+ * row's pieces (row_first's chain) into out.
+ */
+void shard_warm_page_slots(const struct shard_warm *w, uint32_t entry, uint32_t first,
+			   uint32_t count, uint32_t *out);
+void shard_warm_row_slots(const struct shard_warm *w, uint32_t entry, uint32_t *out);
+
+void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out);
+
+/* Counts a fetch served from warm slots. */
+void shard_warm_note_hit(struct shard_warm *w);
+
+static inline struct shard_warm_entry *shard_warm_at(const struct shard_warm *w,
+						      uint32_t entry)
+{
+	return &w->entries[entry];
+}
+
+#endif

@@ -1,0 +1,1097 @@
+/*
+ * The warm tier (shard/warm.h) in a rank's shard engine on the host
+ * backend: a store goes into warm slots and writes its file from them, a
+ * fetch of warm records reads no file (proved with disk.open and disk.read
+ * failing every call), a full warm tier falls back to staging, a drop, a
+ * truncate and an unlink give slots back, a restart starts empty and the
+ * files written from warm slots restore from the disk, and a warm tier the
+ * host cannot hold is refused with both figures. The store API's side (the
+ * coordinator's tiers, LRU, one and several ranks) is in test_api.c and
+ * test_fanout.c.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "coordinator/metrics.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/engine.h"
+#include "shard/slab.h"
+#include "shard/warm.h"
+#include "selene/store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PAGE_BYTES 5000u
+#define ROW_BYTES 60000u
+#define SLOT_BYTES 24576u /* 3 planes of 5000 bytes, each padded to 8 KiB */
+#define ROW_PIECES 3u     /* a 60000-byte row in 24 KiB slots */
+
+struct fixture {
+	char *base;
+	struct rec_geometry g;
+	struct rec_identity ns;
+	struct rec_dir *dir;
+	struct shard_device *dev;
+	struct shard_engine *engine;
+	struct shard_planes planes;
+	uint8_t *plane_memory[3];
+	uint8_t *row_memory;
+	uint64_t next_job;
+};
+
+static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t err_size)
+{
+	struct shard_engine_options options = {
+		.geometry = &f->g, .dir = f->dir, .device = f->dev,
+		.planes = &f->planes, .window_pages = 4, .jobs_max = 8,
+		.checksum_threads = 2, .io_workers = SHARD_IO_WORKERS_NONE,
+		.warm_bytes = warm_bytes, .register_pool = true,
+	};
+
+	return shard_engine_open(&options, &f->engine, err, err_size);
+}
+
+static void open_engine(struct fixture *f, uint64_t warm_bytes)
+{
+	char err[256];
+
+	if (engine_open(f, warm_bytes, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct rec_scan scan;
+
+	f->base = tu_make_temp_dir("warm");
+	tu_geometry(&f->g, 64, 3, PAGE_BYTES, ROW_BYTES, 1, 2);
+	f->g.page_count = 200;
+	tu_identities(NULL, &f->ns);
+	f->dir = tu_dir_open(f->base, &f->g, true);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	rec_scan_free(&scan);
+	assert_int_equal(shard_device_open_host(&f->dev), 0);
+	for (uint32_t p = 0; p < 3; p++) {
+		f->plane_memory[p] = tu_alloc(PAGE_BYTES * 200);
+		f->planes.page_base[p] = (uintptr_t)f->plane_memory[p];
+	}
+	f->row_memory = tu_alloc((size_t)ROW_BYTES * f->g.row_count);
+	f->planes.row_base = (uintptr_t)f->row_memory;
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_failpoints_configure(NULL);
+	sel_log_set_level(SEL_LOG_INFO);
+	shard_engine_close(f->engine);
+	shard_device_close(f->dev);
+	rec_dir_close(f->dir);
+	for (uint32_t p = 0; p < 3; p++)
+		free(f->plane_memory[p]);
+	free(f->row_memory);
+	tu_remove_tree(f->base);
+	free(f);
+	return 0;
+}
+
+static void fill_page(struct fixture *f, uint32_t id, uint64_t prefix_index)
+{
+	for (uint32_t p = 0; p < 3; p++)
+		tu_fill(f->plane_memory[p] + (uint64_t)PAGE_BYTES * id, PAGE_BYTES,
+			prefix_index * 16 + p);
+}
+
+static bool page_matches(struct fixture *f, uint32_t id, uint64_t prefix_index)
+{
+	uint8_t expect[PAGE_BYTES];
+
+	for (uint32_t p = 0; p < 3; p++) {
+		tu_fill(expect, PAGE_BYTES, prefix_index * 16 + p);
+		if (memcmp(expect, f->plane_memory[p] + (uint64_t)PAGE_BYTES * id,
+			   PAGE_BYTES) != 0)
+			return false;
+	}
+	return true;
+}
+
+static bool row_matches(struct fixture *f, uint32_t slot, uint64_t consumed)
+{
+	uint8_t *expect = malloc(ROW_BYTES);
+	bool ok;
+
+	tu_fill(expect, ROW_BYTES, consumed);
+	ok = memcmp(expect, f->row_memory + (uint64_t)ROW_BYTES * slot, ROW_BYTES) == 0;
+	free(expect);
+	return ok;
+}
+
+static void poison(struct fixture *f)
+{
+	for (uint32_t p = 0; p < 3; p++)
+		memset(f->plane_memory[p], 0xee, PAGE_BYTES * 200);
+	memset(f->row_memory, 0xee, (size_t)ROW_BYTES * f->g.row_count);
+}
+
+static void make_key(struct rec_key *key, uint64_t consumed, uint8_t tag)
+{
+	key->consumed = consumed;
+	memset(key->digest.bytes, tag, sizeof(key->digest.bytes));
+	key->digest.bytes[0] = (uint8_t)consumed;
+}
+
+/* Stores pages [parent's, key's) from ids base_id + i, warm when asked. */
+static int store(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
+		 uint32_t base_id, uint32_t slot, bool warm)
+{
+	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
+	uint32_t tail = (uint32_t)(key->consumed / 64) - first, ids[200];
+	struct rec_header h;
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot,
+				       .warm = warm };
+	struct shard_completion c;
+	int ret;
+
+	for (uint32_t i = 0; i < tail; i++) {
+		ids[i] = base_id + i;
+		fill_page(f, ids[i], first + i);
+	}
+	tu_fill(f->row_memory + (uint64_t)ROW_BYTES * slot, ROW_BYTES, key->consumed);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, parent, &key->digest,
+					 first, tail, 99), 0);
+	ret = shard_engine_store(f->engine, ++f->next_job, &job);
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, &c);
+	return c.result;
+}
+
+static int fetch(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
+		 uint32_t skip, uint32_t base_id, uint32_t slot)
+{
+	uint32_t ids[200], pages = 0;
+	struct shard_fetch_job job = { .chain = chain, .chain_count = count,
+				       .skip_pages = skip, .page_ids = ids, .state_slot = slot };
+	struct shard_completion c;
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++)
+		pages += chain[i].tail_page_count;
+	for (uint32_t i = 0; i + skip < pages; i++)
+		ids[i] = base_id + i;
+	ret = shard_engine_fetch(f->engine, ++f->next_job, &job);
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, &c);
+	return c.result;
+}
+
+static int key_job(struct fixture *f, enum shard_job_kind kind, const struct rec_key *key)
+{
+	struct shard_completion c;
+	int ret = kind == SHARD_JOB_WARM_DROP ? shard_engine_warm_drop(f->engine, ++f->next_job, key) :
+		  kind == SHARD_JOB_TRUNCATE ? shard_engine_truncate(f->engine, ++f->next_job, key) :
+					       shard_engine_unlink(f->engine, ++f->next_job, key);
+
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, &c);
+	return c.result;
+}
+
+/* Every open and read of a record file fails from now on. */
+static void fail_file_reads(void)
+{
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+}
+
+static bool files_were_read(void)
+{
+	return sel_failpoint_fired(SEL_FP_DISK_OPEN) || sel_failpoint_fired(SEL_FP_DISK_READ);
+}
+
+/* A chain of two warm records restores byte-exact, suffix too, reading no file. */
+static void test_warm_fetch_reads_no_file(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	struct shard_chain_record chain[2];
+	struct shard_warm_stats ws;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12 + 3, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, &a, 17, 2, true), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 2);
+	assert_int_equal(ws.slots_used, 7 + 5 + 2 * ROW_PIECES);
+	assert_int_equal(ws.slots_total, 64);
+	assert_int_equal(ws.bytes, (7 + 5 + 2ull * ROW_PIECES) * SLOT_BYTES);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	for (uint32_t skip = 0; skip <= 12; skip += 3) {
+		poison(f);
+		fail_file_reads();
+		assert_int_equal(fetch(f, chain, 2, skip, 100, 4), 0);
+		assert_false(files_were_read());
+		sel_failpoints_configure(NULL);
+		for (uint32_t i = skip; i < 12; i++)
+			assert_true(page_matches(f, 100 + i - skip, i));
+		assert_true(row_matches(f, 4, b.consumed));
+		assert_int_equal(f->plane_memory[1][(uint64_t)PAGE_BYTES * 99], 0xee);
+		assert_int_equal(f->plane_memory[1][(uint64_t)PAGE_BYTES * (112 - skip)], 0xee);
+	}
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.hits, 5);
+	/* Without the failpoints the disk copy, written from warm slots, verifies. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &b), 0);
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+	poison(f);
+	fail_file_reads();
+	assert_int_not_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	assert_true(files_were_read());
+	sel_failpoints_configure(NULL);
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 4, b.consumed));
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 0);
+	assert_int_equal(ws.slots_used, 0);
+	assert_int_equal(ws.drops, 2);
+}
+
+/* A record that does not fit the free slots is stored through staging, and restores from disk. */
+static void test_warm_full_falls_back(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+
+	open_engine(f, (10ull + 2 * ROW_PIECES) * SLOT_BYTES);
+	make_key(&a, 64 * 6, 1);
+	make_key(&b, 64 * 6, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, NULL, 30, 2, true), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 1);
+	assert_int_equal(ws.store_fallbacks, 1);
+	assert_int_equal(ws.slots_used, 6 + ROW_PIECES);
+	poison(f);
+	fail_file_reads();
+	chain = (struct shard_chain_record){ a, 0, 6 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3), 0);
+	assert_false(files_were_read());
+	chain = (struct shard_chain_record){ b, 0, 6 };
+	assert_int_not_equal(fetch(f, &chain, 1, 0, 120, 4), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(fetch(f, &chain, 1, 0, 120, 4), 0);
+	for (uint32_t i = 0; i < 6; i++) {
+		assert_true(page_matches(f, 100 + i, i));
+		assert_true(page_matches(f, 120 + i, i));
+	}
+	assert_true(row_matches(f, 3, a.consumed));
+	assert_true(row_matches(f, 4, b.consumed));
+	/* A store not asked to be warm never is. */
+	make_key(&b, 64 * 2, 3);
+	assert_int_equal(store(f, &b, NULL, 40, 2, false), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 1);
+}
+
+/* A truncate drops a warm row, an unlink the record, a second store the older copy. */
+static void test_warm_truncate_unlink_restore(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	struct shard_chain_record chain[2];
+	struct shard_warm_stats ws;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 4, 1);
+	make_key(&b, 64 * 8, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, &a, 14, 2, true), 0);
+	assert_int_equal(key_job(f, SHARD_JOB_TRUNCATE, &a), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 2);
+	assert_int_equal(ws.slots_used, 8 + ROW_PIECES);
+	/* a's pages stay warm: the chain to b still reads no file. */
+	chain[0] = (struct shard_chain_record){ a, 0, 4 };
+	chain[1] = (struct shard_chain_record){ b, 4, 4 };
+	poison(f);
+	fail_file_reads();
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	assert_false(files_were_read());
+	/* a alone has no row any more: not warm, so its file is read (and fails). */
+	assert_int_not_equal(fetch(f, chain, 1, 0, 100, 4), 0);
+	sel_failpoints_configure(NULL);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	/* The same key stored again: one warm copy, the new one. */
+	assert_int_equal(store(f, &b, &a, 50, 2, true), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 2);
+	assert_int_equal(ws.slots_used, 8 + ROW_PIECES);
+	assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &b), 0);
+	assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 0);
+	assert_int_equal(ws.slots_used, 0);
+	/* A drop of what is not warm does nothing, and succeeds. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+}
+
+/* After a restart the warm tier is empty and the records restore from the disk. */
+static void test_warm_restart_empty(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a;
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 9 + 1, 1);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	shard_engine_close(f->engine);
+	open_engine(f, 64ull * SLOT_BYTES);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 0);
+	assert_int_equal(ws.slots_used, 0);
+	assert_int_equal(ws.slots_total, 64);
+	poison(f);
+	chain = (struct shard_chain_record){ a, 0, 9 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 2), 0);
+	for (uint32_t i = 0; i < 9; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 2, a.consumed));
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.hits, 0);
+}
+
+/* A warm tier the host cannot hold, or one too small for a record, is refused. */
+static void test_warm_bad_sizes(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t available;
+	char err[512];
+
+	assert_int_equal(engine_open(f, ROW_PIECES * SLOT_BYTES, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "warm tier"));
+	if (shard_slab_memory_available(&available) != 0) {
+		skip(); /* no memory figure to check against */
+		return;
+	}
+	assert_int_equal(engine_open(f, available, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "the warm tier ("));
+	assert_non_null(strstr(err, "MiB of memory available"));
+	open_engine(f, 0);
+}
+
+/* The slot pool alone: reserve, commit, find, drop, and no block when full. */
+static void test_warm_pool(void **state)
+{
+	struct shard_warm w;
+	struct rec_key a, b;
+	uint32_t e1, e2, slots[8];
+
+	(void)state;
+	assert_int_equal(shard_warm_init(&w, 4096, 10, 8, 2), 0);
+	make_key(&a, 64, 1);
+	make_key(&b, 128, 2);
+	e1 = shard_warm_reserve(&w, &a, 0, 5);
+	assert_int_not_equal(e1, SHARD_WARM_NONE);
+	assert_int_equal(shard_warm_find(&w, &a), SHARD_WARM_NONE); /* not yet */
+	assert_int_equal(shard_warm_reserve(&w, &b, 0, 2), SHARD_WARM_NONE); /* 7 + 4 > 10 */
+	e2 = shard_warm_reserve(&w, &b, 0, 1);
+	assert_int_not_equal(e2, SHARD_WARM_NONE);
+	shard_warm_commit(&w, e1);
+	shard_warm_abort(&w, e2);
+	assert_int_equal(shard_warm_find(&w, &a), e1);
+	shard_warm_page_slots(&w, e1, 1, 3, slots);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_true(slots[i] < 10);
+	assert_int_not_equal(slots[0], slots[1]);
+	assert_true(shard_warm_drop(&w, &a, false));
+	assert_false(shard_warm_drop(&w, &a, false));
+	assert_int_equal(w.stats.slots_used, 0);
+	assert_int_equal(w.stats.store_fallbacks, 1);
+	shard_warm_destroy(&w);
+}
+
+
+/*
+ * The store API with a warm tier, on one rank and on three (forked peers
+ * over loopback, their planes in shared memory so rank zero checks every
+ * rank's bytes). Page planes of 4 KiB make 8 KiB slots; a row of 8 KiB
+ * takes one.
+ */
+#define API_UNIT 4096u
+#define API_ROW 8192u
+#define API_PAGES 64u
+#define API_ROWS 4u
+#define API_TOKENS 1024u
+#define API_SLOT 8192u
+#define API_WORLD 3u
+#define API_HISTORIES 4u
+
+struct rank_memory {
+	uint8_t planes[2][API_PAGES * API_UNIT];
+	uint8_t rows[API_ROWS * API_ROW];
+	char why[256];
+};
+
+struct api_fixture {
+	char *base;
+	uint32_t world;
+	struct rank_memory *mem; /* shared with the children */
+	pid_t children[API_WORLD];
+	int listen_fd;
+	struct sel_cluster cluster;
+	uint64_t warm_bytes;
+	uint64_t peer_warm_bytes; /* what rank 1 is configured with */
+	sel_store *store;
+	sel_history *h[API_HISTORIES];
+};
+
+static void api_config(struct api_fixture *f, uint32_t rank, struct sel_store_config *c,
+		       struct sel_plane planes[2], char *dir, size_t dir_size)
+{
+	struct rec_identity model;
+
+	tu_identities(&model, NULL);
+	snprintf(dir, dir_size, "%s/rank%u", f->base, rank);
+	for (int p = 0; p < 2; p++)
+		planes[p] = (struct sel_plane){ p ? "v" : "k", API_UNIT,
+						(uintptr_t)f->mem[rank].planes[p] };
+	*c = (struct sel_store_config){
+		.dir = dir, .page_tokens = 64, .page_plane_count = 2, .page_planes = planes,
+		.row_plane = { "state", API_ROW, (uintptr_t)f->mem[rank].rows },
+		.page_count = API_PAGES, .row_count = API_ROWS, .device = "host",
+		.disk_limit_bytes = 1ull << 30, .records_max = 1000,
+		.cluster = f->world > 1 ? &f->cluster : NULL,
+		.warm_bytes = rank == 1 ? f->peer_warm_bytes : f->warm_bytes,
+	};
+	memcpy(c->model_identity, model.bytes, 32);
+}
+
+/* A peer: file reads fail from the start, so it restores only from warm slots. */
+static void api_child(struct api_fixture *f, uint32_t rank)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512];
+	sel_peer *peer;
+	int ret;
+
+	close(f->listen_fd);
+	f->cluster.rank = rank;
+	f->cluster.listen_fd = -1;
+	api_config(f, rank, &c, planes, dir, sizeof(dir));
+	if (sel_failpoints_configure("disk.read=return(EIO)") != 0)
+		_exit(6);
+	if (sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why)) != 0)
+		_exit(2);
+	ret = sel_peer_wait(peer);
+	if (sel_peer_stop(peer) != 0)
+		_exit(4);
+	_exit(ret ? 3 : 0);
+}
+
+static void api_start(struct api_fixture *f, uint32_t world)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+
+	f->world = world;
+	if (world == 1)
+		return;
+	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(f->listen_fd, API_WORLD), 0);
+	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	f->cluster = (struct sel_cluster){
+		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
+		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
+		.join_timeout_ms = 10000, .silence_timeout_ms = 5000, .job_timeout_ms = 10000,
+	};
+	memset(f->cluster.secret, 0x5a, sizeof(f->cluster.secret));
+	for (uint32_t r = 1; r < world; r++) {
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (pid == 0)
+			api_child(f, r);
+		f->children[r] = pid;
+	}
+}
+
+static int api_open(struct api_fixture *f, char *err, size_t err_size)
+{
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	char dir[512];
+	int ret;
+
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	ret = sel_store_open(&c, &f->store, err, err_size);
+	if (f->listen_fd >= 0) {
+		close(f->listen_fd);
+		f->listen_fd = -1;
+	}
+	for (uint32_t k = 0; !ret && k < API_HISTORIES; k++) {
+		uint32_t tokens[API_TOKENS];
+
+		tu_tokens(tokens, API_TOKENS, 100 + k);
+		assert_int_equal(sel_history_create(f->store, tokens, API_TOKENS, &f->h[k]), 0);
+	}
+	return ret;
+}
+
+static int api_reap(struct api_fixture *f, uint32_t r)
+{
+	int status;
+
+	if (f->children[r] <= 0)
+		return 0;
+	assert_int_equal(waitpid(f->children[r], &status, 0), f->children[r]);
+	f->children[r] = 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+static int api_setup(void **state)
+{
+	struct api_fixture *f = calloc(1, sizeof(*f));
+
+	f->base = tu_make_temp_dir("warm-api");
+	f->mem = mmap(NULL, API_WORLD * sizeof(struct rank_memory), PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(f->mem != MAP_FAILED);
+	f->listen_fd = -1;
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static void api_close(struct api_fixture *f)
+{
+	for (uint32_t k = 0; k < API_HISTORIES; k++) {
+		sel_history_destroy(f->h[k]);
+		f->h[k] = NULL;
+	}
+	if (f->store)
+		sel_store_close(f->store, 5000);
+	f->store = NULL;
+}
+
+static int api_teardown(void **state)
+{
+	struct api_fixture *f = *state;
+
+	sel_failpoints_configure(NULL);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++) {
+		if (f->children[r] > 0) {
+			kill(f->children[r], SIGKILL);
+			api_reap(f, r);
+		}
+	}
+	munmap(f->mem, API_WORLD * sizeof(struct rank_memory));
+	tu_remove_tree(f->base);
+	sel_log_set_level(SEL_LOG_INFO);
+	free(f);
+	return 0;
+}
+
+/* Page i of history k on rank r, plane p: a function of all four. */
+static uint64_t api_seed(uint32_t k, uint32_t r, uint32_t i, int p)
+{
+	return ((uint64_t)k << 40) + ((uint64_t)r << 20) + i * 8 + (uint64_t)p;
+}
+
+static struct sel_event api_event(struct api_fixture *f)
+{
+	struct sel_event ev = { .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
+
+	for (uint32_t i = 0; i < 10000; i++) {
+		if (sel_poll(f->store, &ev, 1) == 1)
+			return ev;
+		usleep(1000);
+	}
+	return ev;
+}
+
+/*
+ * Publishes history k's first consumed tokens (a child of parent_consumed,
+ * 0: a root) from ids 0.. and row slot 0; returns its event.
+ */
+static struct sel_event api_publish_at(struct api_fixture *f, uint32_t k, uint64_t consumed,
+				       uint64_t parent_consumed)
+{
+	uint32_t ids[API_PAGES], pages = (uint32_t)(consumed / 64);
+	struct sel_publication pub = { .checkpoint = 100 + k, .history = f->h[k],
+				       .consumed = consumed, .parent_consumed = parent_consumed,
+				       .page_ids = ids, .state_slot = 0 };
+	enum sel_outcome outcome;
+
+	for (uint32_t r = 0; r < f->world; r++) {
+		for (uint32_t i = 0; i < pages; i++)
+			for (int p = 0; p < 2; p++)
+				tu_fill(f->mem[r].planes[p] + (uint64_t)i * API_UNIT, API_UNIT,
+					api_seed(k, r, i, p));
+		tu_fill(f->mem[r].rows, API_ROW, api_seed(k, r, 999, 0));
+	}
+	for (uint32_t i = 0; i < pages; i++)
+		ids[i] = i;
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_QUEUED);
+	return api_event(f);
+}
+
+static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
+{
+	struct sel_event ev = api_publish_at(f, k, consumed, 0);
+
+	if (ev.kind != SEL_EVENT_STORED)
+		fail_msg("store of history %u: %d %s", k, ev.kind, ev.why);
+}
+
+/*
+ * Looks history k up, fetches it into ids 32.. and row slot 2 on every
+ * rank; on success checks every rank's bytes. Returns the event's error.
+ */
+static int api_fetch(struct api_fixture *f, uint32_t k)
+{
+	struct sel_hit hit;
+	uint32_t ids[API_PAGES];
+	struct sel_event ev;
+	bool joined;
+
+	for (uint32_t r = 0; r < f->world; r++) {
+		memset(f->mem[r].planes, 0xee, sizeof(f->mem[r].planes));
+		memset(f->mem[r].rows, 0xee, sizeof(f->mem[r].rows));
+	}
+	assert_true(sel_lookup(f->store, f->h[k], 0, &hit));
+	for (uint32_t i = 0; i < hit.page_count; i++)
+		ids[i] = 32 + i;
+	assert_int_equal(sel_fetch(f->store, &hit, ids, 2, 7, &joined), 0);
+	ev = api_event(f);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		return ev.error ? ev.error : -EIO;
+	for (uint32_t r = 0; r < f->world; r++) {
+		uint8_t expect[API_ROW];
+
+		for (uint32_t i = 0; i < hit.page_count; i++)
+			for (int p = 0; p < 2; p++) {
+				tu_fill(expect, API_UNIT, api_seed(k, r, i, p));
+				if (memcmp(expect, f->mem[r].planes[p] + (32ull + i) * API_UNIT,
+					   API_UNIT) != 0)
+					fail_msg("rank %u page %u plane %d differs", r, i, p);
+			}
+		tu_fill(expect, API_ROW, api_seed(k, r, 999, 0));
+		assert_memory_equal(f->mem[r].rows + 2 * API_ROW, expect, API_ROW);
+	}
+	return 0;
+}
+
+static void api_stats(struct api_fixture *f, struct sel_stats *st)
+{
+	struct sel_event ev;
+
+	sel_poll(f->store, &ev, 0); /* the counters are brought up to date by a poll */
+	assert_int_equal(sel_store_stats(f->store, st), 0);
+}
+
+/*
+ * One rank: a warm record restores with every file read failing, counted
+ * as a warm hit; the metrics show the tier; a restart starts it empty and
+ * restores from the disk.
+ */
+static void test_warm_api_one_rank(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512], *metrics;
+
+	f->warm_bytes = 64ull * API_SLOT;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 640);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(st.warm_slots_used, 11);
+	assert_int_equal(st.warm_slots_total, 64);
+	assert_int_equal(st.warm_bytes, 11ull * API_SLOT);
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_OPEN), 0);
+	sel_failpoints_configure(NULL);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 1);
+	metrics = malloc(SEL_METRICS_BYTES(1));
+	assert_true(sel_store_metrics(f->store, metrics, SEL_METRICS_BYTES(1)) > 0);
+	assert_non_null(strstr(metrics, "selene_warm_hits_total 1\n"));
+	assert_non_null(strstr(metrics, "selene_warm_slots 64\n"));
+	assert_non_null(strstr(metrics, "selene_warm_records 1\n"));
+	assert_non_null(strstr(metrics, "selene_warm_store_fallbacks_total 0\n"));
+	free(metrics);
+	/* A restart: the warm tier is empty, the record restores from its file. */
+	api_close(f);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 0);
+	assert_int_equal(st.warm_slots_used, 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 0);
+}
+
+/*
+ * LRU: a third record evicts the least recently used of two (a fetch is a
+ * use), which then restores from its file; a record larger than the whole
+ * tier is stored cold. With file reads failing, what is warm restores and
+ * what is not fails.
+ */
+static void test_warm_api_lru(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT; /* two records of 4 pages and a row */
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	assert_int_equal(api_fetch(f, 0), 0); /* 0 is now more recent than 1 */
+	api_publish(f, 2, 256);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(st.warm_slots_used, 10);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	assert_int_not_equal(api_fetch(f, 1), 0); /* evicted: its file is read */
+	sel_failpoints_configure(NULL);
+	assert_int_equal(api_fetch(f, 1), 0);
+	/* 12 pages and a row: more than the tier, stored cold, nothing evicted. */
+	api_publish(f, 3, 768);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(api_fetch(f, 3), 0);
+}
+
+/*
+ * A chain keeps its warm pages when a parent's row is dropped; a rewrite
+ * that puts the row back stores it cold, and the chain reads its files; a
+ * warm store that fails gives its slots back. The tier is 18 slots, and
+ * the last store takes the last 6 of them warm on the engine too: a slot
+ * the engine kept that rank zero gave back would send it through staging.
+ */
+static void test_warm_api_rewrite_and_failed_store(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	struct sel_event ev;
+	char err[512];
+
+	f->warm_bytes = 18ull * API_SLOT;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	assert_int_equal(api_publish_at(f, 0, 320, 0).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 640, 320).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 960, 640).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	/* 640's row went when 960 committed: 6 + 5 + 6 slots. */
+	assert_int_equal(st.truncations, 1);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 17);
+	assert_int_equal(st.warm_bytes, 17ull * API_SLOT);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	/* 640 again: its row is put back by a rewrite, cold. */
+	ev = api_publish_at(f, 0, 640, 320);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_slots_used, 12);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_not_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(api_fetch(f, 0), 0);
+	/* A warm store whose writes fail: its slots come back. */
+	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
+	ev = api_publish_at(f, 1, 320, 0);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_slots_used, 12);
+	api_publish(f, 1, 320);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 18);
+	assert_int_equal(st.warm_evictions, 0);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+}
+
+/* Three ranks: every rank restores from its warm slots, and every rank drops the same record. */
+static void test_warm_api_three_ranks(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	/* Peers fail every file read; rank zero too now. */
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	api_publish(f, 2, 256); /* evicts 1 on every rank */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 3);
+	assert_int_equal(st.warm_evictions, 1);
+	/*
+	 * Rank zero reads files again, the peers still cannot: 1 fails (the
+	 * peers dropped it too), 0 and 2 restore from every rank's slots.
+	 */
+	assert_int_not_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_equal(api_reap(f, r), 0);
+}
+
+/* A peer whose warm tier differs is refused at the join, the reason on both sides. */
+static void test_warm_api_mismatch_refused(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->peer_warm_bytes = 16ull * API_SLOT;
+	api_start(f, API_WORLD);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "warm tier"));
+	assert_non_null(strstr(err, "every rank's is the same"));
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_not_equal(api_reap(f, r), 0);
+	assert_non_null(strstr(f->mem[1].why, "warm tier"));
+}
+
+/* A warm tier without a disk store, or past the host's memory, is refused at open. */
+static void test_warm_api_bad_config(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_store_config c;
+	struct sel_plane planes[2];
+	uint64_t available;
+	char dir[512], err[512];
+
+	api_start(f, 1);
+	f->warm_bytes = 64ull * API_SLOT;
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.disk_limit_bytes = 0;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "warm_bytes"));
+	if (shard_slab_memory_available(&available) != 0) {
+		skip(); /* no memory figure to check against */
+		return;
+	}
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.warm_bytes = available;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "the warm tier ("));
+	assert_non_null(strstr(err, "MiB of memory available"));
+}
+
+/*
+ * With the warm families, one rank's exposition still fits in
+ * SEL_METRICS_BYTES(1) whatever the counters hold: every counter and
+ * gauge at its widest (UINT64_MAX, 20 digits).
+ */
+static void test_warm_metrics_fit(void **state)
+{
+	static char buf[SEL_METRICS_BYTES(1)];
+	struct sel_stats st;
+	struct coord_metrics_staging staging;
+	int n;
+
+	(void)state;
+	memset(&st, 0xff, sizeof(st));
+	st.store_latency.sum_seconds = st.fetch_latency.sum_seconds = 1e300;
+	memset(&staging, 0xff, sizeof(staging));
+	n = coord_metrics_write(buf, sizeof(buf), &st, &staging, NULL, 1);
+	assert_true(n > 0);
+	assert_non_null(strstr(buf, "selene_warm_hits_total 18446744073709551615\n"));
+	assert_non_null(strstr(buf, "selene_warm_store_fallbacks_total 18446744073709551615\n"));
+	printf("worst-case exposition of one rank: %d of %u bytes\n", n, SEL_METRICS_BYTES(1));
+}
+
+/* A device that counts registrations and can refuse the n-th. */
+struct counting_device {
+	struct shard_device base;
+	uint32_t registered, unregistered, refuse_at;
+	uint8_t *ptrs[16];
+	uint64_t bytes[16];
+};
+
+static int counting_bind(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static int counting_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	struct counting_device *d = (struct counting_device *)dev;
+
+	if (d->registered + 1 == d->refuse_at)
+		return -ENOMEM;
+	SEL_ASSERT(d->registered < 16);
+	d->ptrs[d->registered] = ptr;
+	d->bytes[d->registered++] = bytes;
+	return 0;
+}
+
+static void counting_unregister(struct shard_device *dev, void *ptr)
+{
+	struct counting_device *d = (struct counting_device *)dev;
+	bool known = false;
+
+	for (uint32_t i = 0; i < d->registered; i++)
+		known |= d->ptrs[i] == ptr;
+	SEL_ASSERT(known);
+	d->unregistered++;
+}
+
+static int counting_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy *copies, uint32_t count)
+{
+	(void)dev;
+	shard_copy_in_memory(dir, copies, count);
+	return 0;
+}
+
+static int counting_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return 0;
+}
+
+static void counting_close(struct shard_device *dev)
+{
+	(void)dev;
+}
+
+static const struct shard_device_ops counting_ops = {
+	.name = "counting", .bind = counting_bind, .register_host = counting_register,
+	.unregister_host = counting_unregister, .copy = counting_copy,
+	.synchronize = counting_synchronize, .close = counting_close,
+};
+
+/*
+ * Registration in chunks of whole slots, back to back over the mapping,
+ * each unregistered at destroy; a refused chunk unregisters the ones
+ * before it and fails.
+ */
+static void test_warm_register_in_chunks(void **state)
+{
+	struct counting_device d = { .base = { .ops = &counting_ops } };
+	struct shard_warm w;
+	struct shard_warm_stats ws;
+
+	(void)state;
+	assert_int_equal(shard_warm_init(&w, 3 * 4096, 10, 8, 2), 0);
+	w.register_chunk_bytes = 32768; /* two 12 KiB slots a call: 5 calls */
+	assert_int_equal(shard_warm_register(&w, &d.base), 0);
+	assert_int_equal(d.registered, 5);
+	for (uint32_t i = 0; i < 5; i++) {
+		assert_ptr_equal(d.ptrs[i], w.pool.base + 24576ull * i);
+		assert_int_equal(d.bytes[i], 24576);
+	}
+	shard_warm_get_stats(&w, &ws);
+	assert_int_equal(ws.register_chunks, 5);
+	shard_warm_destroy(&w);
+	assert_int_equal(d.unregistered, 5);
+
+	d = (struct counting_device){ .base = { .ops = &counting_ops }, .refuse_at = 3 };
+	assert_int_equal(shard_warm_init(&w, 3 * 4096, 9, 8, 2), 0);
+	w.register_chunk_bytes = 32768; /* the last chunk is one slot */
+	assert_int_equal(shard_warm_register(&w, &d.base), -ENOMEM);
+	assert_int_equal(d.registered, 2);
+	assert_int_equal(d.unregistered, 2);
+	assert_null(w.registered);
+	d.refuse_at = 0;
+	assert_int_equal(shard_warm_register(&w, &d.base), 0);
+	assert_int_equal(d.registered, 7);
+	assert_int_equal(d.bytes[6], 12288);
+	shard_warm_destroy(&w);
+	assert_int_equal(d.unregistered, 7);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_warm_pool),
+		cmocka_unit_test(test_warm_metrics_fit),
+		cmocka_unit_test(test_warm_register_in_chunks),
+		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_store, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_mismatch_refused, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_bad_config, api_setup, api_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
