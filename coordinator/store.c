@@ -547,7 +547,7 @@ static void condemn(struct coord_store *s, struct coord_node *n);
 static void drop_condemned(struct coord_store *s);
 
 /*
- * Issue 10 item 5: a READY record whose row was dropped (its only child
+ * A READY record whose row was dropped (its only child
  * committed) can supply pages to a chain but cannot be restored at its own
  * endpoint, so it is not Present: its publication rewrites the record
  * whole, with the same parent and pages and the row, replacing the
@@ -1045,7 +1045,7 @@ static uint64_t *drop_counter(struct coord_store *s, int result)
 }
 
 /*
- * A fetch that failed verification on some rank (R-READ-4, issue 10 item 4):
+ * A fetch that failed verification on some rank (R-READ-4):
  * condemns the record it names, and with it every record that depends on
  * it, so the next publication of that checkpoint stores it again instead
  * of answering Present over a bad copy. The engine puts the file name

@@ -1131,7 +1131,7 @@ uint32_t rec_disk_default_io_workers_for(bool memory_backed, bool direct)
 	 * inline submissions are already asynchronous: no workers. Where the
 	 * kernel copies on the CPU (tmpfs, buffered I/O), half the cores, at
 	 * most 8 (measured on the H200's 16 cores: one thread reads tmpfs at
-	 * 3.1 GB/s, eight at 15-17; issue 11 item 2).
+	 * 3.1 GB/s, eight at 15-17).
 	 */
 	if (!memory_backed && direct)
 		return 0;

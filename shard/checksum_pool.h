@@ -1,6 +1,6 @@
 /*
- * The checksum pool of a rank's shard engine (docs/DESIGN.md section 6, issue 11
- * item 2): helper threads that share a window's checksum pass with the
+ * The checksum pool of a rank's shard engine (docs/DESIGN.md section 6):
+ * helper threads that share a window's checksum pass with the
  * transfer thread, so a window of pages is hashed (store) or verified
  * (fetch) on several cores while the disk thread keeps reading or writing
  * the next windows. A pass is fork-join: shard_checksum_pool_run returns

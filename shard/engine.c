@@ -280,7 +280,7 @@ static int device_fail(struct job_outcome *o, int ret, const char *what)
  * skip the wait: the batches before it may still be running, and the
  * failure is reported only once they are done, so staging is never scrubbed
  * under a copy that reads it and page ids are never handed back while a
- * copy writes them (issue 13 item 4). Returns the first failure.
+ * copy writes them. Returns the first failure.
  */
 static int copy_drained(struct shard_engine *e, struct lane *l,
 			enum shard_copy_direction dir, uint32_t count)
@@ -1279,7 +1279,7 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 
 /*
  * Runs every queued fetch to its completion on the restore lane, while the
- * store that calls this keeps its own writes in flight (issue 11 item 1).
+ * store that calls this keeps its own writes in flight.
  */
 static void yield_to_restores(struct shard_engine *e)
 {

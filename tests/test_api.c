@@ -225,7 +225,7 @@ static void test_api_publish_evict_restore(void **state)
 }
 
 /*
- * The exposition is valid Prometheus text (issue 13 item 13): every family
+ * The exposition is valid Prometheus text: every family
  * once with # HELP and # TYPE, a build-info metric, the staging gauges; one
  * rank fits in SEL_METRICS_BYTES(1). Skips where the parser is missing.
  */

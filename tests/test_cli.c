@@ -308,7 +308,7 @@ static void test_cli_ls_ranks_and_plurals(void **state)
 }
 
 /*
- * Issue 10 item 8: verify names a directory or FIFO with a record's name
+ * Verify names a directory or FIFO with a record's name
  * for what it is, NOT A RECORD, instead of calling it BAD.
  */
 static void test_cli_verify_not_a_record(void **state)
@@ -423,7 +423,7 @@ static void test_cli_verify_not_a_record(void **state)
 }
 
 /*
- * ls and verify on a live store (issue 13 item 15): while another process
+ * ls and verify on a live store: while another process
  * evicts (unlinks) half the records and drops the rows of a quarter, every
  * run reports only good or gone records, never BAD, and exits 0; a
  * directory with no records says so and exits 1.
@@ -484,7 +484,7 @@ static void test_cli_verify_live_and_empty(void **state)
 }
 
 /*
- * ls --json escapes every string (issue 13 item 16): under a directory
+ * ls --json escapes every string: under a directory
  * named with a quote, a backslash, control bytes, UTF-8 and a byte that is
  * not UTF-8, every line is valid JSON that names the directory.
  */
@@ -640,7 +640,7 @@ static void test_cli_run_one_rank(void **state)
 			  "\"expect\": {\"host_reused\": 999}}\n");
 	run_worker(r, trace, dir, results);
 	expect(r, 1, "request \"a.4\" (line 1): expected host_reused 999, found 157");
-	/* a missed expectation is not a wrong byte: reported apart (issue 13 item 18) */
+	/* a missed expectation is not a wrong byte: reported apart */
 	expect(r, 1, "verified         every reused page and row, byte-exact on every rank");
 	expect(r, 1, "not met          1 expectation missed");
 	expect(r, 1, "result           FAILED");
@@ -772,7 +772,7 @@ static void test_cli_run_restore_timeout_and_busy_store(void **state)
 /*
  * A checkpoint the store still answers Retry when the trace ends (its
  * room is held by an eviction whose unlink is slow) is counted as refused
- * at the end, not as one that left the GPU first (issue 10 item 9).
+ * at the end, not as one that left the GPU first.
  */
 static void test_cli_run_retry_refused_at_end(void **state)
 {
@@ -813,7 +813,7 @@ static void http_get(struct run_result *r, uint16_t port, const char *request)
 
 /*
  * selene run --metrics-port 0 serves the store's and the worker's metrics
- * over HTTP while it runs (issue 13 item 13): valid exposition, 404 and
+ * over HTTP while it runs: valid exposition, 404 and
  * 405 for what it does not serve. out is the run's output file.
  */
 static void scrape_live_metrics(const char *out)
@@ -847,7 +847,7 @@ static void scrape_live_metrics(const char *out)
 }
 
 /*
- * SIGINT to selene run (issue 13 item 18): it admits no more requests,
+ * SIGINT to selene run: it admits no more requests,
  * drains what was offered, prints its summary, writes only whole results
  * lines ending with the summary, and exits 1; what it stored verifies.
  */
@@ -932,7 +932,7 @@ static void test_cli_run_interrupted(void **state)
 }
 
 /*
- * Log lines (issue 10 item 9): a file name with a newline and an escape
+ * Log lines: a file name with a newline and an escape
  * sequence is logged with them as \xNN, never raw; SELENE_LOG=bogus is
  * reported once and the default level kept.
  */
@@ -1030,12 +1030,11 @@ static void test_cli_run_bad_input(void **state)
 }
 
 /*
- * One strict number parser for every subcommand (issue 13 item 17): a
+ * One strict number parser for every subcommand: a
  * size with a suffix means what it says, junk and values past a limit are
  * refused naming the flag (exit 2), and selene run allows as many planes
  * as a record file can describe, naming that limit past it. Sizes that do
- * not fit this host's memory are refused before they are allocated
- * (issue 10 item 7).
+ * not fit this host's memory are refused before they are allocated.
  */
 static void test_cli_strict_numbers(void **state)
 {
@@ -1150,7 +1149,7 @@ static void restore_floor_fails(struct run_result *r, const char *dir, const cha
 /*
  * selene bench writes only into a scratch directory of its own and removes
  * it at the end, also when interrupted (SIGINT); a directory that does not
- * exist is refused, not made (issue 13 item 17).
+ * exist is refused, not made.
  */
 static void test_cli_bench_cleans_up(void **state)
 {

@@ -435,7 +435,7 @@ static void store_and_fetch(struct fixture *f)
 		}
 		snprintf(want, sizeof(want), "selene_link_up{rank=\"%u\"}", f->world);
 		assert_null(strstr(text, want));
-		/* link families grouped, not interleaved by peer (issue 13 item 13) */
+		/* link families grouped, not interleaved by peer */
 		assert_true(sel_store_metrics(f->store, text, SEL_METRICS_BYTES(f->world)) > 0);
 		tu_check_metrics(text, "selene_link_up selene_link_queued_bytes "
 				 "selene_link_frames selene_link_queue_full");
@@ -778,7 +778,7 @@ static void test_cluster_metrics_during_close(void **state)
 }
 
 /*
- * Issue 13 item 11: a rank with a disk limit of 0 (no disk store) where
+ * A rank with a disk limit of 0 (no disk store) where
  * rank zero has one is refused at the join, the reason on both sides.
  */
 static void test_cluster_peer_without_disk_store(void **state)
@@ -861,7 +861,7 @@ static void assert_stopped_before_join_timeout(uint64_t t0)
 }
 
 /*
- * Issue 10 item 3: a peer whose startup fails (its device) tells rank zero,
+ * A peer whose startup fails (its device) tells rank zero,
  * which fails the formation with that reason and tells the other peers:
  * every rank stops long before the join timeout (60 s here).
  */

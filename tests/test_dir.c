@@ -613,7 +613,7 @@ static void test_dir_scan_unreadable_parent_holds_child(void **state)
 }
 
 /*
- * Issue 10 item 8: a directory, FIFO or symlink named like a record is
+ * A directory, FIFO or symlink named like a record is
  * moved aside (NAME.aside), never followed nor deleted, so its key can be
  * stored again; other non-regular files are left alone.
  */

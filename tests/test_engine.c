@@ -103,15 +103,15 @@ static int setup_uring(void **state)
 	return setup_with(state, false, SHARD_IO_WORKERS_NONE, NULL);
 }
 
-/* The ring handing every I/O request to 3 kernel workers (issue 11 item 2). */
+/* The ring handing every I/O request to 3 kernel workers. */
 static int setup_workers(void **state)
 {
 	return setup_with(state, false, 3, NULL);
 }
 
 /*
- * A record directory on tmpfs with the defaults there (kernel workers;
- * issue 11 item 2). Where /dev/shm is missing, 3 workers on the usual base.
+ * A record directory on tmpfs with the defaults there (kernel workers).
+ * Where /dev/shm is missing, 3 workers on the usual base.
  */
 static int setup_memory(void **state)
 {
@@ -391,7 +391,7 @@ static void test_engine_file_cut_while_read(void **state)
 }
 
 /*
- * Issue 11 item 2: with page checksums verified on the checksum pool, a
+ * With page checksums verified on the checksum pool, a
  * corrupt page in any record of a three-record chain (windows of 4 pages,
  * so the third record's reads wait for the first's verification) fails the
  * fetch naming that page; the chain fetches again once the record is
@@ -1056,7 +1056,7 @@ static void rig_free(struct deferred_rig *r)
 }
 
 /*
- * Issue 13 item 4: a window of 9 pages x 64 planes (576 copies) goes to the
+ * A window of 9 pages x 64 planes (576 copies) goes to the
  * device in two batches; device.copy fails the second. The job's failure is
  * reported only after the first batch has completed (the device was
  * synchronized), for a store and for a fetch, and the engine works after.
@@ -1104,7 +1104,7 @@ static void test_engine_copy_failure_drains_first(void **state)
 }
 
 /*
- * Issue 11 item 2: a fetch starts a window's copy to the device and
+ * A fetch starts a window's copy to the device and
  * verifies the next window before waiting for it. On a device whose copies
  * run only at synchronize, a fetch of 20 windows through 8 stages restores
  * every byte: no stage is read into again while its copy is still queued,
@@ -1648,7 +1648,7 @@ static void stores_behind_gate(struct fixture *f, struct gated_device *g, struct
 }
 
 /*
- * Issue 11 item 1: a store is held in its first window while four more are
+ * A store is held in its first window while four more are
  * queued behind it; a fetch submitted last completes first (the running
  * stores yield to it between windows), then every store completes with
  * the right bytes: in order with one store at a time, in any order where
@@ -1813,7 +1813,7 @@ static void test_engine_failure_among_stores(void **state)
 }
 
 /*
- * Issue 11 item 1: a restore does not wait for a store's commit. The
+ * A restore does not wait for a store's commit. The
  * commit's syncs and rename run on the disk's control thread, and the
  * store's wait for it runs every fetch submitted meanwhile. The commit is
  * held 3 s at record.before_rename; a fetch submitted while it is held
@@ -1854,7 +1854,7 @@ static void test_engine_restore_during_slow_commit(void **state)
 }
 
 /*
- * Issue 11 item 1: a store that yields to a fetch and then fails (its
+ * A store that yields to a fetch and then fails (its
  * writes fail after the yield) fails as before: the fetch completes first
  * and right, the store reports the error once its writes have drained, no
  * temporary file is left, and the key stores again afterwards.
@@ -1898,7 +1898,7 @@ static void test_engine_yielded_store_failure(void **state)
 }
 
 /*
- * Issue 11 item 2: the disk thread's kernel workers when nothing says
+ * The disk thread's kernel workers when nothing says
  * otherwise: SELENE_IO_THREADS when valid (a malformed or too large value
  * keeps the default); none on a directory with O_DIRECT on a device; 1 to
  * 8 on tmpfs.

@@ -439,7 +439,7 @@ static void test_fanout_partial_store_cleaned_up(void **state)
 }
 
 /*
- * Issue 11 item 1 on three ranks: a fetch submitted while a store is being
+ * On three ranks: a fetch submitted while a store is being
  * written (each write held 30 ms by a sleep failpoint, so the store yields
  * to the fetch before its commit on every rank that sees the fetch in
  * time) restores byte-exact, and the store, refused by rank 2 at its
@@ -583,7 +583,7 @@ static struct sel_event fetch_longest(struct fixture *f, uint64_t consumed)
 }
 
 /*
- * R-READ-4: a record whose page fails its checksum on one rank (issue 10 item 4): the
+ * R-READ-4: a record whose page fails its checksum on one rank: the
  * fetch fails with SEL_ECHECKSUM, the record and the record depending on it
  * leave the index and every rank's directory, the drop is counted, the
  * same checkpoint then stores again, and restores byte-exact.
@@ -748,7 +748,7 @@ static void start_a_disk(struct fixture *f)
 }
 
 /*
- * Issue 10 item 6: every failpoint `selene failpoints` lists is reached.
+ * Every failpoint `selene failpoints` lists is reached.
  * Each is armed alone (sleep(0): counted, harmless) under a workload that
  * should reach it, and a start of a disk; the test names every one that
  * never fired. The peer.* points are sel_peer_start's, which this test's
@@ -783,7 +783,7 @@ static void test_fanout_every_failpoint_reached(void **state)
 }
 
 /*
- * Issue 13 item 6, R-WRITE-4: an eviction whose unlink fails on one rank
+ * R-WRITE-4: an eviction whose unlink fails on one rank
  * leaves that rank's file behind; storing the key again replaces it there
  * (before, EEXIST there failed every later store of that key), and the
  * restore is byte-exact on every rank.
@@ -880,7 +880,7 @@ static void test_fanout_bad_record_outranks_an_io_error_in_a_truncate(void **sta
 }
 
 /*
- * Issue 10 item 5 on every rank: the middle record of 300 -> 700 -> 900
+ * On every rank: the middle record of 300 -> 700 -> 900
  * loses its row when 900 commits; publishing 700 again rewrites it whole
  * (replacing the page-only file, R-WRITE-4), and it restores at its own
  * endpoint byte-exact, row included.

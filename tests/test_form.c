@@ -476,7 +476,7 @@ static void empty_rank_two(struct fixture *f)
 }
 
 /*
- * Issue 10 item 2: a rank whose directory is empty and unmarked while the
+ * A rank whose directory is empty and unmarked while the
  * others hold records refuses to form, naming the rank and the counts, on
  * rank zero and the peers; nothing is deleted anywhere.
  */
@@ -776,7 +776,7 @@ static void storm_start(void *arg)
 }
 
 /*
- * Issue 10 item 1: formation completes while scans, idle connections (more
+ * Formation completes while scans, idle connections (more
  * than the pending maximum), garbage, truncated HELLOs and wrong MACs hit
  * the join port; each costs rank zero a log line, never the formation.
  */

@@ -407,7 +407,7 @@ static void store_chain_of_three(struct fixture *f)
 }
 
 /*
- * Issue 10 item 5: a record whose row was dropped is not Present: its
+ * A record whose row was dropped is not Present: its
  * publication rewrites it whole with the same parent and pages plus the
  * row (Retry while that runs), and then it is Present and restorable at
  * its own endpoint.
@@ -694,7 +694,7 @@ static void test_store_oversize(void **state)
 }
 
 /*
- * Issue 13 item 9: a child that fits alone but not beside the parent it
+ * A child that fits alone but not beside the parent it
  * needs (pinned while it is written) is Oversize, not Retry forever.
  */
 static void test_store_oversize_counts_ancestors(void **state)
@@ -720,7 +720,7 @@ static void test_store_oversize_counts_ancestors(void **state)
 }
 
 /*
- * Issue 13 item 10: a full index (records_max) evicts the LRU leaf for a
+ * A full index (records_max) evicts the LRU leaf for a
  * new record, as bytes do, instead of answering Retry forever; a chain
  * longer than the index can hold is Oversize.
  */
@@ -1214,7 +1214,7 @@ static void test_store_fetch_failure(void **state)
 /*
  * A fetch failing verification drops the record its reason names, and what
  * depends on it, with unlinks on every rank; the root above it stays. A
- * failure that is not a verification (EIO) drops nothing (issue 10 item 4).
+ * failure that is not a verification (EIO) drops nothing.
  */
 static void test_store_failed_verification_drops_record(void **state)
 {

@@ -140,8 +140,8 @@ static void test_trace_skipped_values_and_ids(void **state)
 }
 
 /*
- * Every valid JSON string escape, surrogate pairs included (issue 13 item
- * 16): Python's json.dumps writes "\U0001F600" as "\\ud83d\\ude00" and
+ * Every valid JSON string escape, surrogate pairs included:
+ * Python's json.dumps writes "\U0001F600" as "\\ud83d\\ude00" and
  * the id holds the character's four UTF-8 bytes; a lone surrogate cannot
  * be an id; an unknown top-level key is refused with its line.
  */

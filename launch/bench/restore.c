@@ -1,6 +1,6 @@
 /*
  * selene bench restore: a restore's latency with the disk idle and while
- * stores keep every rank's disk thread busy (issue 11 item 1, docs/DESIGN.md
+ * stores keep every rank's disk thread busy (docs/DESIGN.md
  * section 6: restores first). For one rank, then for the requested number
  * of ranks under the fan-out (rank zero in this process through the public
  * API, every other rank a forked peer on loopback), it stores a few target

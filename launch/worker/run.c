@@ -86,7 +86,7 @@ struct run_totals {
 	uint64_t outcomes[4];    /* by enum sel_outcome */
 	uint64_t stored, store_failures, fetch_failures;
 	uint64_t retries_queued, offer_failures;
-	/* checkpoints answered Retry and never stored, by why (issue 10 item 9) */
+	/* checkpoints answered Retry and never stored, by why */
 	uint64_t retries_left_gpu;    /* evicted from the GPU before room came */
 	uint64_t retries_at_end;      /* still refused when the trace ended (full disk) */
 	uint64_t retries_unremembered; /* no memory to keep the history */
@@ -1215,7 +1215,7 @@ static bool run_mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 }
 
 /*
- * Host memory this rank may give its planes (issue 10 item 7): what the
+ * Host memory this rank may give its planes: what the
  * host has available (shard_slab_memory_available: MemAvailable within the
  * memory cgroup's room), shared by every rank on it (OMPI_COMM_WORLD_LOCAL_SIZE),
  * less what the rank needs besides its planes: its shard engine's staging

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The fault loops (issue 10, docs/DESIGN.md section 10): `make torture`.
+"""The fault loops (docs/DESIGN.md section 10): `make torture`.
 
 Runs the reference TP worker (`selene run`, 3 ranks under mpirun on
 loopback) through faults and checks, after each, what Selene promises:
