@@ -57,7 +57,7 @@ static inline void put_le16(uint8_t *p, uint16_t v)
 _Static_assert(SUMMARY_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "summary chunk fits");
 _Static_assert(AGREEMENT_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "agreement fits");
 _Static_assert(JOB_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "largest job fits");
-_Static_assert(JOB_FETCH_BYTES_MAX == 4325401u, "PROTOCOL.md says so");
+_Static_assert(JOB_FETCH_BYTES_MAX == 4325402u, "PROTOCOL.md says so");
 _Static_assert(JOB_STORE_BYTES_MAX == 4198418u, "PROTOCOL.md says so");
 /* A frame length must also fit the int that encoders return. */
 _Static_assert(CLUSTER_FRAME_PAYLOAD_BYTES_MAX <= (uint32_t)INT32_MAX, "int length");
@@ -1094,6 +1094,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		sel_put_le32(p + CLUSTER_JOB_FETCH_TAIL_OFF_SKIP_PAGES, m->skip_pages);
 		sel_put_le32(p + CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT, m->state_slot);
 		sel_put_le32(p + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_ID_COUNT, m->page_id_count);
+		p[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH] = m->read_through ? 1 : 0;
 		put_page_ids(p + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS, m->page_ids,
 			     m->page_id_count);
 		break;
@@ -1172,6 +1173,10 @@ static int job_fetch_decode(const uint8_t *p, uint32_t length,
 		return PROTO_FAIL(why, why_size, "JOB fetch of %" PRIu32
 				  " page ids, at most %u (R-WIRE-21)",
 				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
+	if (tail[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH] > 1)
+		return PROTO_FAIL(why, why_size, "JOB fetch read-through %u (R-WIRE-12)",
+				  tail[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH]);
+	out->read_through = tail[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH] == 1;
 	out->page_ids = tail + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS;
 	ret = check_exact("JOB fetch", length,
 			  tail_offset + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS +

@@ -189,7 +189,8 @@ enum cluster_job_offset {
 	CLUSTER_JOB_FETCH_TAIL_OFF_SKIP_PAGES = 0,
 	CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT = 4,
 	CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_ID_COUNT = 8,
-	CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS = 12,
+	CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH = 12,
+	CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS = 13,
 	/* truncate, unlink, warm drop: the key */
 	CLUSTER_JOB_KEY_OFF_KEY = 9,
 	CLUSTER_JOB_KEY_BYTES = 9 + 24,
@@ -551,6 +552,7 @@ struct cluster_job {
 	const uint32_t *page_ids;                  /* store, fetch */
 	uint32_t page_id_count;                    /* store, fetch */
 	bool warm;                                 /* store: into the warm tier */
+	bool read_through;                         /* fetch: into the warm tier */
 	struct rec_key key;                        /* truncate, unlink, warm drop */
 };
 
@@ -566,6 +568,7 @@ struct cluster_job_view {
 	uint32_t page_id_count;
 	const uint8_t *page_ids;      /* page_id_count * 4 */
 	bool warm;
+	bool read_through;
 	struct rec_key key;
 };
 

@@ -858,7 +858,8 @@ static int metrics_write(sel_store *s, char *buf, size_t size)
 			.slots_in_use = pool.slots_total - pool.slots_free,
 			.slots_intake = pool.slots_intake, .exhausted = pool.exhausted,
 			.store_yields = engine.store_yields,
-			.warm_fallbacks = warm.store_fallbacks };
+			.warm_fallbacks = warm.store_fallbacks,
+			.warm_read_fallbacks = warm.read_fallbacks };
 	}
 	return coord_metrics_write(buf, size, &st, s->engine ? &staging : NULL, s->fanout,
 				   s->cluster.world_size);

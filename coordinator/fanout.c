@@ -232,7 +232,8 @@ static int fan_fetch(void *ctx, uint64_t job_id, const struct shard_fetch_job *j
 		.job_id = job_id, .kind = CLUSTER_JOB_FETCH, .chain = chain,
 		.chain_count = job->chain_count, .skip_pages = job->skip_pages,
 		.state_slot = job->state_slot, .page_ids = job->page_ids,
-		.page_id_count = pages - job->skip_pages }, f->frame,
+		.page_id_count = pages - job->skip_pages,
+		.read_through = job->read_through }, f->frame,
 		CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
 	return 0;
 }

@@ -185,6 +185,18 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	single(o, "selene_warm_evictions_total", "counter",
 	       "Records dropped from the warm tier to make room (their files stay).",
 	       st->warm_evictions);
+	single(o, "selene_warm_partial_hits_total", "counter",
+	       "Restores that took some records from warm slots and read the rest from "
+	       "their files.", st->warm_partial_hits);
+	single(o, "selene_warm_read_throughs_total", "counter",
+	       "Records a restore read from their files into warm slots on every rank, "
+	       "which stayed warm.", st->warm_read_throughs);
+	single(o, "selene_warm_read_through_bytes_total", "counter",
+	       "Bytes of warm slots those read-throughs filled, a rank's.",
+	       st->warm_read_through_bytes);
+	single(o, "selene_warm_read_failures_total", "counter",
+	       "Restores reading records into warm slots that failed on some rank (the "
+	       "slots freed on every rank).", st->warm_read_failures);
 	if (!staging)
 		return;
 	single(o, "selene_staging_slots", "gauge", "Staging slots in rank zero's pool.",
@@ -200,6 +212,10 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	       "Stores sent warm that rank zero's engine found no warm slots for and "
 	       "staged (0 while the warm tier's count holds).",
 	       staging->warm_fallbacks);
+	single(o, "selene_warm_read_fallbacks_total", "counter",
+	       "Records a restore was to read into warm slots that rank zero's engine "
+	       "found no slots for and staged (0 while the warm tier's count holds).",
+	       staging->warm_read_fallbacks);
 	single(o, "selene_store_yields_total", "counter",
 	       "Restores rank zero's engine ran inside a store: between its windows "
 	       "or while it waited for the disk.",

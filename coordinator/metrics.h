@@ -22,6 +22,7 @@ struct coord_metrics_staging {
 	uint64_t exhausted; /* allocations refused for lack of slots */
 	uint64_t store_yields; /* rank zero's engine: restores run inside a store */
 	uint64_t warm_fallbacks; /* rank zero's engine: warm stores that found no slots */
+	uint64_t warm_read_fallbacks; /* and read-throughs that found none */
 };
 
 /*

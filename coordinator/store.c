@@ -461,6 +461,30 @@ static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent,
  * than the tier, too few records it may drop (stores in flight hold the
  * rest), or no job to drop one with.
  */
+/*
+ * Drops node victim's warm copy on every rank (a warm drop job; its file
+ * stays) and gives its slots back in the count. Returns 0, or why not.
+ */
+static int warm_drop_submit(struct coord_store *s, uint32_t victim)
+{
+	struct coord_job *job;
+	uint32_t id;
+	int ret;
+
+	if (!(job = job_take(s, &id)))
+		return SEL_EQUEUEFULL;
+	job->kind = COORD_JOB_WARM_DROP;
+	job->key = coord_index_node(&s->index, victim)->key;
+	job->bytes = 0;
+	ret = s->jobs_ops.warm_drop(s->jobs_ops.ctx, id, &job->key);
+	if (ret) {
+		job_release(s, job);
+		return ret;
+	}
+	coord_warm_forget(&s->warm, victim);
+	return 0;
+}
+
 static bool make_warm_room(struct coord_store *s, uint32_t need)
 {
 	struct coord_warm *w = &s->warm;
@@ -468,22 +492,106 @@ static bool make_warm_room(struct coord_store *s, uint32_t need)
 	if (!coord_warm_enabled(w) || !s->jobs_ops.warm_drop || need > w->slots_total)
 		return false;
 	while (w->slots_total - w->slots_used < need) {
-		uint32_t victim = coord_warm_victim(w, &s->index), id;
-		struct coord_job *job;
+		uint32_t victim = coord_warm_victim(w, &s->index);
 
-		if (victim == COORD_NONE || !(job = job_take(s, &id)))
+		if (victim == COORD_NONE || warm_drop_submit(s, victim) != 0)
 			return false;
-		job->kind = COORD_JOB_WARM_DROP;
-		job->key = coord_index_node(&s->index, victim)->key;
-		job->bytes = 0;
-		if (s->jobs_ops.warm_drop(s->jobs_ops.ctx, id, &job->key) != 0) {
-			job_release(s, job);
-			return false;
-		}
-		coord_warm_forget(w, victim);
 		w->evictions++;
 	}
 	return true;
+}
+
+/*
+ * The warm slots a fetch of job's chain, skipping skip pages, takes to
+ * read its cold records through (docs/DESIGN.md section 6): each record
+ * neither warm nor charged that it reads whole, its tail pages (and the
+ * last one's row). Marks them in job->read_charged.
+ */
+static uint64_t read_through_need(struct coord_store *s, struct coord_job *job, uint32_t skip)
+{
+	uint64_t before = 0, need = 0;
+
+	memset(job->read_charged, 0, sizeof(job->read_charged));
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		const struct coord_node *n = coord_index_node(&s->index, job->chain[i]);
+		bool last = i + 1 == job->chain_count;
+
+		if (!coord_warm_charged(&s->warm, job->chain[i]) && before >= skip &&
+		    (n->tail_page_count > 0 || last)) {
+			need += n->tail_page_count + (last ? s->warm.row_slots : 0);
+			job->read_charged[i / 64] |= 1ull << (i % 64);
+		}
+		before += n->tail_page_count;
+	}
+	return need;
+}
+
+static bool read_charged(const struct coord_job *job, uint32_t i)
+{
+	return job->read_charged[i / 64] >> (i % 64) & 1;
+}
+
+/*
+ * Whether a fetch of job's chain (pinned, so its own warm records are no
+ * victims) reads its cold records into warm slots: only where all of them
+ * fit, making room by the warm LRU as a store does; a chain larger than
+ * the tier, or one that only pinned or writing records would make room
+ * for, streams through staging and stays cold.
+ */
+static bool plan_read_through(struct coord_store *s, struct coord_job *job, uint32_t skip)
+{
+	uint64_t need;
+
+	if (!coord_warm_enabled(&s->warm) || job->warm)
+		return false;
+	need = read_through_need(s, job, skip);
+	if (need == 0 || need > s->warm.slots_total)
+		return false;
+	return make_warm_room(s, (uint32_t)need);
+}
+
+/* A read-through fetch was submitted: its records' slots are charged. */
+static void read_through_charge(struct coord_store *s, const struct coord_job *job)
+{
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		const struct coord_node *n;
+
+		if (!read_charged(job, i))
+			continue;
+		n = coord_index_node(&s->index, job->chain[i]);
+		coord_warm_charge(&s->warm, job->chain[i],
+				  n->tail_page_count +
+					  (i + 1 == job->chain_count ? s->warm.row_slots : 0));
+	}
+}
+
+/*
+ * A read-through fetch finished: on success its records are warm on every
+ * rank (listed, most recent); on a failure, the ranks where it succeeded
+ * hold them, so they are dropped on every rank (where no drop can be
+ * sent, listed anyway: the count then holds more than some rank does,
+ * never less).
+ */
+static void read_through_settle(struct coord_store *s, const struct coord_job *job,
+				const struct shard_completion *c)
+{
+	struct coord_warm *w = &s->warm;
+
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		uint32_t id = job->chain[i];
+
+		if (!read_charged(job, i) || !coord_warm_charged(w, id) || w->listed[id])
+			continue;
+		if (!c->result) {
+			w->read_throughs++;
+			w->read_through_bytes += (uint64_t)w->slots[id] * w->slot_bytes;
+			coord_warm_ready(w, id);
+		} else if (warm_drop_submit(s, id) != 0) {
+			coord_warm_ready(w, id);
+		}
+	}
+	if (c->result)
+		w->read_failures++;
 }
 
 static int submit_store(struct coord_store *s, const struct rec_history *h,
@@ -785,23 +893,35 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	fetch.chain_count = job->chain_count;
 	fetch.skip_pages = skip;
 	job->warm = coord_warm_enabled(&s->warm);
-	for (uint32_t i = 0; i < job->chain_count && job->warm; i++)
-		job->warm = coord_warm_holds(&s->warm, job->chain[i]);
+	job->warm_partial = false;
+	for (uint32_t i = 0; i < job->chain_count; i++) {
+		bool held = coord_warm_holds(&s->warm, job->chain[i]);
+
+		job->warm_partial = job->warm_partial || held;
+		job->warm = job->warm && held;
+	}
+	job->warm_partial = job->warm_partial && !job->warm;
 	job->kind = COORD_JOB_FETCH;
 	job->node = hit->endpoint;
 	job->skip_pages = skip;
 	job->page_count = pages;
 	job->waiters[job->waiter_count++] = waiter;
+	/* A restore is a use: pinned against eviction (warm too), and most recent. */
+	for (uint32_t i = 0; i < job->chain_count; i++)
+		coord_index_pin(&s->index, job->chain[i]);
+	job->read_through = plan_read_through(s, job, skip);
+	fetch.read_through = job->read_through;
 	ret = s->jobs_ops.fetch(s->jobs_ops.ctx, id, &fetch);
 	if (ret) {
+		for (uint32_t i = 0; i < job->chain_count; i++)
+			coord_index_unpin(&s->index, job->chain[i]);
 		job_release(s, job);
 		return ret; /* SEL_EQUEUEFULL, or why the engine refused it */
 	}
-	/* A restore is a use: pinned against eviction, and most recent. */
-	for (uint32_t i = 0; i < job->chain_count; i++) {
-		coord_index_pin(&s->index, job->chain[i]);
+	if (job->read_through)
+		read_through_charge(s, job);
+	for (uint32_t i = 0; i < job->chain_count; i++)
 		coord_index_touch(&s->index, job->chain[i]);
-	}
 	warm_touch_chain(s, job->node);
 	s->stats.fetches++;
 	return 0;
@@ -1103,6 +1223,14 @@ static void complete_fetch(struct coord_store *s, struct coord_job *job,
 		s->stats.bytes_fetched += c->bytes;
 	if (!c->result && job->warm)
 		s->warm.hits++;
+	if (!c->result && job->warm_partial)
+		s->warm.partial_hits++;
+	if (job->read_through) {
+		read_through_settle(s, job, c);
+		/* Listed now: the most recent, as the fetch made its chain. */
+		if (!c->result)
+			warm_touch_chain(s, job->node);
+	}
 	for (uint32_t w = 0; w < job->waiter_count; w++)
 		push_event(s, c->result ? SEL_EVENT_FETCH_FAILED : SEL_EVENT_FETCHED,
 			   job->waiters[w], c->result, c->why);
@@ -1221,6 +1349,10 @@ static void warm_stats(struct coord_store *s)
 	s->stats.warm_slots_total = w->slots_total;
 	s->stats.warm_hits = w->hits;
 	s->stats.warm_evictions = w->evictions;
+	s->stats.warm_partial_hits = w->partial_hits;
+	s->stats.warm_read_throughs = w->read_throughs;
+	s->stats.warm_read_through_bytes = w->read_through_bytes;
+	s->stats.warm_read_failures = w->read_failures;
 }
 
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)

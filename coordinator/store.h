@@ -71,6 +71,10 @@ struct coord_job {
 	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
 	bool rewrite;           /* a store that puts a page-only record's row back */
 	bool warm;              /* a store sent warm; a fetch of warm records only */
+	bool read_through;      /* a fetch that reads records into warm slots */
+	bool warm_partial;      /* a fetch with some records warm, not all */
+	/* a read-through fetch: the chain records (by index) it charged slots for */
+	uint64_t read_charged[COORD_CHAIN_MAX / 64];
 	uint32_t skip_pages;    /* a fetch's skip and pages: only equal hits */
 	uint32_t page_count;    /* (same endpoint, pages and skip) join */
 	uint32_t chain_count;   /* a fetch's pinned chain */

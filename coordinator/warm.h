@@ -9,8 +9,11 @@
  * truncate of the row, a failed store, a store of the same key) is
  * submitted, which every rank runs before any store submitted after it.
  * Eviction is LRU of its own, apart from the disk's, and takes only
- * records already on disk (every warm record is: stores write through)
- * that no fetch has pinned. Single-threaded: the model worker's thread.
+ * records already on disk (every warm record is: stores write through,
+ * and read-throughs read records from their files) that no fetch has
+ * pinned. A fetch's read-through charges its records' slots when it is
+ * submitted and lists them once it succeeded on every rank
+ * (coordinator/store.c). Single-threaded: the model worker's thread.
  */
 #ifndef SELENE_COORDINATOR_WARM_H
 #define SELENE_COORDINATOR_WARM_H
@@ -33,6 +36,10 @@ struct coord_warm {
 	uint64_t listed_slots; /* their slots */
 	bool *listed;
 	uint64_t hits, evictions;
+	uint64_t partial_hits;       /* fetches with some records warm, not all */
+	uint64_t read_throughs;      /* records read from disk into warm on every rank */
+	uint64_t read_through_bytes; /* their slots' bytes, a rank's */
+	uint64_t read_failures;      /* read-throughs whose fetch failed somewhere */
 };
 
 /* No warm tier: everything zero, every call below a no-op. */
@@ -51,7 +58,13 @@ static inline bool coord_warm_enabled(const struct coord_warm *w)
 /* Whether node id is warm on every rank (its store committed warm). */
 bool coord_warm_holds(const struct coord_warm *w, uint32_t id);
 
-/* A warm store of node id was submitted: slots charged, not yet listed. */
+/* Whether node id holds or is charged warm slots (warm, or on its way). */
+static inline bool coord_warm_charged(const struct coord_warm *w, uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max && w->slots[id] != 0;
+}
+
+/* A warm store (or read-through) of node id was submitted: slots charged, not yet listed. */
 void coord_warm_charge(struct coord_warm *w, uint32_t id, uint32_t slots);
 /* Its store committed on every rank: listed as the most recently used. */
 void coord_warm_ready(struct coord_warm *w, uint32_t id);

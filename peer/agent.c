@@ -125,7 +125,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 					  &(struct shard_fetch_job){
 						  .chain = a->chain, .chain_count = v->chain_count,
 						  .skip_pages = v->skip_pages, .page_ids = a->page_ids,
-						  .state_slot = v->state_slot });
+						  .state_slot = v->state_slot,
+						  .read_through = v->read_through });
 	case CLUSTER_JOB_TRUNCATE:
 		return shard_engine_truncate(a->o->engine, v->job_id, &v->key);
 	case CLUSTER_JOB_UNLINK:

@@ -48,6 +48,7 @@ struct shard_job {
 	uint32_t skip_pages;
 	uint32_t state_slot;
 	bool warm;          /* a store: into warm slots, where they are free */
+	bool read_through;  /* a fetch: cold records into warm slots (run_fetch) */
 	struct shard_job *next;
 };
 
@@ -142,6 +143,13 @@ struct shard_engine {
 	uint32_t row_piece_count;
 	struct shard_warm warm;     /* the warm tier; pool.base NULL when off */
 	uint32_t warm_entries[SHARD_CHAIN_RECORDS_MAX]; /* a warm fetch's records */
+	/*
+	 * A fetch's plan (fetch_plan): per chain record, where its pages come
+	 * from (enum fetch_tier), and whether the last record's row is warm.
+	 */
+	uint8_t fetch_tier[SHARD_CHAIN_RECORDS_MAX];
+	bool fetch_row_warm;
+	uint32_t fetch_row_slots[REC_DISK_BUFFERS_MAX]; /* a read-through's row */
 	struct lane lanes[LANE_COUNT];
 	struct store_run runs[SHARD_STORES_MAX];
 	uint32_t stores_max;        /* stores in progress at once */
@@ -894,9 +902,30 @@ struct fetch_window {
 	uint32_t dest; /* index into page_ids */
 };
 
-/* The next window after w, or false at the end of the chain. */
+/* Where a fetch takes a chain record's pages from (fetch_plan). */
+enum fetch_tier {
+	TIER_FILE,  /* its file, through staging */
+	TIER_WARM,  /* its warm slots: no file */
+	TIER_READ,  /* its file, read into warm slots it keeps (read-through) */
+};
+
+/* Which windows next_window yields. */
+enum window_filter { WINDOWS_ALL, WINDOWS_WARM, WINDOWS_FILES };
+
+static bool window_wanted(const struct shard_engine *e, enum window_filter f,
+			  uint32_t record)
+{
+	if (f == WINDOWS_ALL)
+		return true;
+	return (e->fetch_tier[record] == TIER_WARM) == (f == WINDOWS_WARM);
+}
+
+/*
+ * The next window after w of the records filter takes (every record's, the
+ * warm ones' or those read from files), or false at the end of the chain.
+ */
 static bool next_window(const struct shard_engine *e, const struct shard_job *job,
-			struct fetch_window *w)
+			enum window_filter filter, struct fetch_window *w)
 {
 	uint32_t skip = w->record == UINT32_MAX ? job->skip_pages : 0;
 
@@ -919,6 +948,13 @@ static bool next_window(const struct shard_engine *e, const struct shard_job *jo
 			continue;
 		}
 		w->first += skip;
+		skip = 0;
+		if (!window_wanted(e, filter, w->record)) {
+			w->dest += tail - w->first;
+			w->record++;
+			w->first = 0;
+			continue;
+		}
 		w->count = tail - w->first < e->window_pages ? tail - w->first :
 							       e->window_pages;
 		return true;
@@ -991,11 +1027,21 @@ static struct rec_disk_file *fetch_file(struct shard_engine *e, struct lane *l,
 	return &l->files[f];
 }
 
+/* Whether the fetch reads chain[r]'s file: its pages or its row. */
+static bool record_reads_file(const struct shard_engine *e, const struct shard_job *job,
+			      uint32_t r)
+{
+	if (r + 1 == job->chain_count && !e->fetch_row_warm)
+		return true;
+	return job->chain[r].tail_page_count > 0 && e->fetch_tier[r] != TIER_WARM;
+}
+
 /* The record after chain[record] that the fetch opens: pages or the row. */
-static uint32_t next_open_record(const struct shard_job *job, uint32_t record)
+static uint32_t next_open_record(const struct shard_engine *e, const struct shard_job *job,
+				 uint32_t record)
 {
 	for (uint32_t r = record + 1; r < job->chain_count; r++)
-		if (job->chain[r].tail_page_count > 0 || r + 1 == job->chain_count)
+		if (record_reads_file(e, job, r))
 			return r;
 	return UINT32_MAX;
 }
@@ -1011,6 +1057,9 @@ static void fetch_issue(struct shard_engine *e, struct lane *l,
 	if (o->result)
 		return;
 	stage_pages(e, s, file, REC_DISK_READ_PAGES, w->first, w->count);
+	/* A read-through reads into the record's warm slots: no staging copy. */
+	if (e->fetch_tier[w->record] == TIER_READ)
+		stage_warm(e, s, e->warm_entries[w->record]);
 	disk_send(e, l, &s->req);
 }
 
@@ -1022,11 +1071,15 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l,
 	uint32_t last = job->chain_count - 1;
 	struct rec_disk_file *file;
 
-	if (*row_sent || o->result || l->file_record[last % 2] != last ||
+	if (*row_sent || e->fetch_row_warm || o->result || l->file_record[last % 2] != last ||
 	    l->open_req[last % 2].tag)
 		return;
 	file = &l->files[last % 2];
-	stage_row(e, &e->pool, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
+	if (e->fetch_tier[last] == TIER_READ)
+		stage_row(e, &e->warm.pool, e->fetch_row_slots, &l->row_req, file,
+			  REC_DISK_READ_ROW);
+	else
+		stage_row(e, &e->pool, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
 	disk_send(e, l, &l->row_req);
 	*row_sent = true;
 }
@@ -1062,7 +1115,7 @@ static void fetch_open_ahead(struct shard_engine *e, struct lane *l,
 			     uint32_t done, uint32_t issued, const struct fetch_window *cursor,
 			     struct job_outcome *o)
 {
-	uint32_t next = next_open_record(job, cursor->record);
+	uint32_t next = next_open_record(e, job, cursor->record);
 
 	if (o->result || next == UINT32_MAX || next % 2 == cursor->record % 2 ||
 	    l->file_record[next % 2] == next || file_in_use(windows, done, issued, next))
@@ -1135,7 +1188,7 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 	uint64_t start = sel_monotonic_ns();
 	int ret = 0, drained;
 
-	while (!ret && next_window(e, job, &cursor)) {
+	while (!ret && next_window(e, job, WINDOWS_ALL, &cursor)) {
 		s.cur = s.warm_slots;
 		shard_warm_page_slots(&e->warm, entries[cursor.record], cursor.first,
 				      cursor.count, s.warm_slots);
@@ -1161,6 +1214,102 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }
 
+/*
+ * Plans a fetch that is not warm whole (docs/DESIGN.md section 6): each
+ * record whose pages are warm on this rank, as the index knows it, is
+ * copied from its slots (TIER_WARM; the last one's row too where it is
+ * warm); with read_through, each other record the fetch reads whole (none
+ * of its pages skipped; pages, or the last record's row) takes warm slots
+ * and is read into them (TIER_READ), where enough are free; the rest go
+ * through staging as without a warm tier. Returns whether any record is
+ * warm.
+ */
+static bool fetch_plan(struct shard_engine *e, const struct shard_job *job)
+{
+	uint64_t before = 0; /* pages of the records before r */
+	bool any = false;
+
+	e->fetch_row_warm = false;
+	for (uint32_t r = 0; r < job->chain_count; r++) {
+		const struct shard_chain_record *c = &job->chain[r];
+		bool last = r + 1 == job->chain_count;
+		uint32_t at = e->warm.pool.base ? shard_warm_find(&e->warm, &c->key) :
+						  SHARD_WARM_NONE;
+
+		e->fetch_tier[r] = TIER_FILE;
+		e->warm_entries[r] = SHARD_WARM_NONE;
+		if (at != SHARD_WARM_NONE) {
+			const struct shard_warm_entry *w = shard_warm_at(&e->warm, at);
+
+			if (w->first_page_index == c->first_page_index &&
+			    w->tail_page_count == c->tail_page_count) {
+				e->fetch_tier[r] = TIER_WARM;
+				e->warm_entries[r] = at;
+				if (last && w->row_first != SHARD_WARM_NONE)
+					e->fetch_row_warm = true;
+				any = any || c->tail_page_count > 0 || e->fetch_row_warm;
+			}
+		} else if (job->read_through && e->warm.pool.base && before >= job->skip_pages &&
+			   (c->tail_page_count > 0 || last)) {
+			at = shard_warm_reserve_read(&e->warm, &c->key, c->first_page_index,
+						     c->tail_page_count, last);
+			if (at != SHARD_WARM_NONE) {
+				e->fetch_tier[r] = TIER_READ;
+				e->warm_entries[r] = at;
+				if (last)
+					shard_warm_row_slots(&e->warm, at, e->fetch_row_slots);
+			}
+		}
+		before += c->tail_page_count;
+	}
+	return any;
+}
+
+/*
+ * Starts the copies of the plan's warm records' pages from their slots to
+ * the device, back to back; the fetch's first wait for a copy (or its
+ * last) synchronizes them. Returns 0 or the device's failure, after
+ * draining what was issued.
+ */
+static int fetch_warm_copies(struct shard_engine *e, struct shard_job *job,
+			     struct job_outcome *o)
+{
+	struct lane *l = &e->lanes[LANE_RESTORE];
+	struct fetch_window cursor = { .record = UINT32_MAX };
+	struct stage s = { .src = &e->warm.pool };
+	int ret;
+
+	while (next_window(e, job, WINDOWS_WARM, &cursor)) {
+		s.cur = s.warm_slots;
+		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
+				      cursor.count, s.warm_slots);
+		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
+					window_copies(e, l, &s, job->page_ids + cursor.dest,
+						      cursor.count));
+		if (ret) {
+			shard_device_synchronize(e->device);
+			return device_fail(o, ret, "host to device");
+		}
+		o->bytes += e->geometry.page_record_bytes * cursor.count;
+	}
+	return 0;
+}
+
+/* A fetch's read-throughs stay warm if it succeeded; else their slots go. */
+static void fetch_settle_reads(struct shard_engine *e, const struct shard_job *job,
+			       const struct job_outcome *o)
+{
+	for (uint32_t r = 0; r < job->chain_count; r++) {
+		if (e->fetch_tier[r] != TIER_READ)
+			continue;
+		if (o->result)
+			shard_warm_abort_read(&e->warm, e->warm_entries[r]);
+		else
+			shard_warm_commit_read(&e->warm, e->warm_entries[r]);
+		e->fetch_tier[r] = TIER_FILE;
+	}
+}
+
 static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
@@ -1170,12 +1319,17 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
-	bool more = true;
+	bool more = true, partial;
 	uint64_t start = sel_monotonic_ns(), end;
 
 	if (fetch_is_warm(e, job, e->warm_entries)) {
 		run_fetch_warm(e, job, e->warm_entries, o);
 		return;
+	}
+	partial = fetch_plan(e, job);
+	if (partial) {
+		shard_warm_note_partial(&e->warm);
+		fetch_warm_copies(e, job, o);
 	}
 	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
@@ -1188,7 +1342,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	while (!o->result && (done < issued || more)) {
 		while (!o->result && more && issued - done < ahead) {
 			if (!pending) {
-				more = next_window(e, job, &cursor);
+				more = next_window(e, job, WINDOWS_FILES, &cursor);
 				if (!more)
 					break;
 				pending = true;
@@ -1230,12 +1384,29 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	end = sel_monotonic_ns();
 	/* Also after a failure: staging is scrubbed only once no copy reads it. */
 	copy_finish(e, &copying, o);
-	if (!o->result) {
+	/* The warm records' copies, where no window's wait synchronized them. */
+	if (partial) {
+		int drained = shard_device_synchronize(e->device);
+
+		if (drained && !o->result)
+			device_fail(o, drained, "host to device");
+	}
+	if (!o->result && e->fetch_row_warm) {
+		uint32_t last = job->chain_count - 1;
+
+		shard_warm_row_slots(&e->warm, e->warm_entries[last], e->fetch_row_slots);
+		if (!copy_row(e, l, &e->warm.pool, e->fetch_row_slots, job->state_slot,
+			      SHARD_HOST_TO_DEVICE, o))
+			o->bytes += e->geometry.row_record_bytes;
+	} else if (!o->result) {
+		bool read = e->fetch_tier[job->chain_count - 1] == TIER_READ;
+
 		fetch_file(e, l, job, job->chain_count - 1, o);
 		fetch_row_early(e, l, job, &row_sent, o);
 		disk_await(l, &l->row_req, o);
-		if (!o->result && !copy_row(e, l, &e->pool, l->row_slots, job->state_slot,
-					    SHARD_HOST_TO_DEVICE, o))
+		if (!o->result && !copy_row(e, l, read ? &e->warm.pool : &e->pool,
+					    read ? e->fetch_row_slots : l->row_slots,
+					    job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
 	disk_await_all(l, o);
@@ -1243,6 +1414,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	fetch_close(e, l, 1, o);
 	if (o->result)
 		stage_scrub(e, l);
+	/* Every read and copy of the fetch is done: no slot is in use. */
+	fetch_settle_reads(e, job, o);
 	e->fetch_clock.end_ns += sel_monotonic_ns() - end;
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }
@@ -1367,14 +1540,21 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 		memcpy(ids, fill->page_ids, fill->page_id_count * sizeof(uint32_t));
 	if (fill->chain_count)
 		memcpy(chain, fill->chain, fill->chain_count * sizeof(*chain));
-	queue_push(job->kind == SHARD_JOB_FETCH ? &e->restores : &e->background, job);
+	/*
+	 * A warm drop goes with the fetches: rank zero drops records to make
+	 * room for a fetch's read-through just before it, and a fetch is taken
+	 * before every queued background job (the store it makes room for runs
+	 * after it either way).
+	 */
+	queue_push(job->kind == SHARD_JOB_FETCH || job->kind == SHARD_JOB_WARM_DROP ?
+			   &e->restores : &e->background, job);
 	e->unpolled++;
 	pthread_cond_signal(&e->work_ready);
 	/*
 	 * A store waiting for the disk runs it now (restores first). Under the
 	 * lock: once it is released the fetch may complete and the engine close.
 	 */
-	if (job->kind == SHARD_JOB_FETCH)
+	if (job->kind == SHARD_JOB_FETCH || job->kind == SHARD_JOB_WARM_DROP)
 		rec_disk_replies_poke(&e->lanes[LANE_BACKGROUND].replies);
 	pthread_mutex_unlock(&e->lock);
 	return 0;
@@ -1419,6 +1599,7 @@ int shard_engine_fetch(struct shard_engine *e, uint64_t job_id,
 		.chain = (struct shard_chain_record *)fetch->chain,
 		.chain_count = fetch->chain_count, .skip_pages = fetch->skip_pages,
 		.page_ids = (uint32_t *)fetch->page_ids, .state_slot = fetch->state_slot,
+		.read_through = fetch->read_through,
 	};
 	uint64_t pages = 0;
 

@@ -16,8 +16,10 @@
  * fails with a reason, and a failure is reported only after every copy and
  * I/O it started has drained. Everything is allocated at open. With a warm
  * tier (warm_bytes, shard/warm.h), a store sent warm goes through warm
- * slots instead of staging and stays in them, and a fetch whose chain is
- * warm copies from them to the device without reading a file.
+ * slots instead of staging and stays in them, a fetch copies the records
+ * of its chain that are warm from their slots to the device without
+ * reading their files, and a fetch sent read-through reads the others
+ * into warm slots, where they stay once it succeeds.
  */
 #ifndef SELENE_SHARD_ENGINE_H
 #define SELENE_SHARD_ENGINE_H
@@ -186,6 +188,14 @@ struct shard_fetch_job {
 	uint32_t skip_pages;
 	const uint32_t *page_ids; /* the chain's pages minus skip_pages; copied */
 	uint32_t state_slot;
+	/*
+	 * Read-through: each record not warm on this rank that the fetch reads
+	 * whole goes into warm slots, where enough are free, is verified and
+	 * copied to the device from there, and stays warm once the fetch
+	 * succeeds (else its slots go back). Records warm already are copied
+	 * from their slots either way.
+	 */
+	bool read_through;
 };
 
 struct shard_completion {
@@ -262,9 +272,12 @@ int shard_engine_unlink(struct shard_engine *engine, uint64_t job_id,
 			const struct rec_key *key);
 /*
  * Drops key's warm copy, if this rank holds one (its file stays), once
- * every fetch submitted before it has run. Rank zero decides which record
- * goes; every rank drops the same. A store, a truncate (the row's slots)
- * and an unlink drop warm copies of their key too.
+ * every fetch submitted before it has run and before every fetch
+ * submitted after it: it is queued with the fetches, so it may run before
+ * background jobs submitted earlier (rank zero drops only records no
+ * store is writing). Rank zero decides which record goes; every rank
+ * drops the same. A store, a truncate (the row's slots) and an unlink
+ * drop warm copies of their key too.
  */
 int shard_engine_warm_drop(struct shard_engine *engine, uint64_t job_id,
 			   const struct rec_key *key);

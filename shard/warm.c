@@ -133,18 +133,20 @@ static uint32_t release_chain(struct shard_warm *w, uint32_t head)
 	return n;
 }
 
-uint32_t shard_warm_reserve(struct shard_warm *w, const struct rec_key *key,
-			    uint32_t first_page_index, uint32_t tail_pages)
+/* Takes an entry and need slots for key, or NONE (counting *fallbacks). */
+static uint32_t reserve(struct shard_warm *w, const struct rec_key *key,
+			uint32_t first_page_index, uint32_t tail_pages, bool row,
+			uint64_t *fallbacks)
 {
 	struct shard_slab_lease lease = { .slots = w->scratch,
 					  .capacity = w->scratch_capacity };
-	uint32_t need = shard_warm_slots_for(w, tail_pages, true), e;
+	uint32_t need = shard_warm_slots_for(w, tail_pages, row), e;
 	struct shard_warm_entry *entry;
 
-	if (need > w->scratch_capacity || w->free_entry == SHARD_WARM_NONE ||
+	if (need == 0 || need > w->scratch_capacity || w->free_entry == SHARD_WARM_NONE ||
 	    shard_slab_alloc(&w->pool, need, &lease) != 0) {
 		pthread_mutex_lock(&w->pool.lock);
-		w->stats.store_fallbacks++;
+		(*fallbacks)++;
 		pthread_mutex_unlock(&w->pool.lock);
 		return SHARD_WARM_NONE;
 	}
@@ -155,13 +157,26 @@ uint32_t shard_warm_reserve(struct shard_warm *w, const struct rec_key *key,
 		.key = *key, .first_page_index = first_page_index,
 		.tail_page_count = tail_pages,
 		.page_first = link_slots(w, lease.slots, tail_pages),
-		.row_first = link_slots(w, lease.slots + tail_pages, w->row_piece_count),
+		.row_first = link_slots(w, lease.slots + tail_pages,
+					row ? w->row_piece_count : 0),
 		.hash_next = SHARD_WARM_NONE, .free_next = SHARD_WARM_NONE,
 	};
 	pthread_mutex_lock(&w->pool.lock);
 	w->stats.slots_used += need;
 	pthread_mutex_unlock(&w->pool.lock);
 	return e;
+}
+
+uint32_t shard_warm_reserve(struct shard_warm *w, const struct rec_key *key,
+			    uint32_t first_page_index, uint32_t tail_pages)
+{
+	return reserve(w, key, first_page_index, tail_pages, true, &w->stats.store_fallbacks);
+}
+
+uint32_t shard_warm_reserve_read(struct shard_warm *w, const struct rec_key *key,
+				 uint32_t first_page_index, uint32_t tail_pages, bool row)
+{
+	return reserve(w, key, first_page_index, tail_pages, row, &w->stats.read_fallbacks);
 }
 
 /* Frees an entry's slots and the entry (not in a bucket any more). */
@@ -199,29 +214,68 @@ static uint32_t unhash(struct shard_warm *w, const struct rec_key *key)
 	return SHARD_WARM_NONE;
 }
 
-void shard_warm_commit(struct shard_warm *w, uint32_t e)
+/* Makes entry e findable; returns the bytes of its slots. */
+static uint64_t commit(struct shard_warm *w, uint32_t e)
 {
 	struct shard_warm_entry *entry = &w->entries[e];
 	uint32_t old = unhash(w, &entry->key), b = bucket_of(w, &entry->key);
+	uint64_t bytes;
 
 	if (old != SHARD_WARM_NONE)
 		entry_free(w, old);
 	entry->committed = true;
 	entry->hash_next = w->buckets[b];
 	w->buckets[b] = e;
+	bytes = (uint64_t)shard_warm_slots_for(w, entry->tail_page_count,
+					       entry->row_first != SHARD_WARM_NONE) *
+		w->pool.slot_bytes;
 	pthread_mutex_lock(&w->pool.lock);
 	w->stats.records++;
-	w->stats.stores++;
-	w->stats.bytes += (uint64_t)shard_warm_slots_for(w, entry->tail_page_count,
-							 entry->row_first != SHARD_WARM_NONE) *
-			  w->pool.slot_bytes;
+	w->stats.bytes += bytes;
 	pthread_mutex_unlock(&w->pool.lock);
+	return bytes;
+}
+
+void shard_warm_commit(struct shard_warm *w, uint32_t e)
+{
+	commit(w, e);
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.stores++;
+	pthread_mutex_unlock(&w->pool.lock);
+}
+
+void shard_warm_commit_read(struct shard_warm *w, uint32_t e)
+{
+	uint64_t bytes = commit(w, e);
+
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.read_throughs++;
+	w->stats.read_through_bytes += bytes;
+	pthread_mutex_unlock(&w->pool.lock);
+}
+
+/* Zeroes a chain's slots: padding a failed read may have written is zero again. */
+static void scrub_chain(struct shard_warm *w, uint32_t head)
+{
+	for (uint32_t s = head; s != SHARD_WARM_NONE; s = w->next[s])
+		memset(shard_slab_slot(&w->pool, s), 0, w->pool.slot_bytes);
 }
 
 void shard_warm_abort(struct shard_warm *w, uint32_t e)
 {
 	SEL_ASSERT(!w->entries[e].committed);
 	entry_free(w, e);
+}
+
+void shard_warm_abort_read(struct shard_warm *w, uint32_t e)
+{
+	SEL_ASSERT(!w->entries[e].committed);
+	scrub_chain(w, w->entries[e].page_first);
+	scrub_chain(w, w->entries[e].row_first);
+	entry_free(w, e);
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.read_failures++;
+	pthread_mutex_unlock(&w->pool.lock);
 }
 
 uint32_t shard_warm_find(const struct shard_warm *w, const struct rec_key *key)
@@ -310,5 +364,12 @@ void shard_warm_note_hit(struct shard_warm *w)
 {
 	pthread_mutex_lock(&w->pool.lock);
 	w->stats.hits++;
+	pthread_mutex_unlock(&w->pool.lock);
+}
+
+void shard_warm_note_partial(struct shard_warm *w)
+{
+	pthread_mutex_lock(&w->pool.lock);
+	w->stats.partial_hits++;
 	pthread_mutex_unlock(&w->pool.lock);
 }

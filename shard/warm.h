@@ -52,7 +52,14 @@ struct shard_warm_stats {
 	uint32_t slots_used, slots_total;
 	uint64_t stores;               /* stores that went into warm slots */
 	uint64_t store_fallbacks;      /* warm stores that found no room: staged */
-	uint64_t hits;                 /* fetches served from warm slots */
+	uint64_t hits;                 /* fetches served from warm slots whole */
+	uint64_t partial_hits;         /* fetches with some records from warm slots,
+					  the rest from files */
+	uint64_t read_throughs;        /* records a fetch read from their files into
+					  warm slots, which then stayed warm */
+	uint64_t read_through_bytes;   /* their slots' bytes */
+	uint64_t read_fallbacks;       /* read-throughs that found no room: staged */
+	uint64_t read_failures;        /* read-throughs whose fetch failed: slots freed */
 	uint64_t drops;                /* records dropped (by rank zero, unlink, rewrite) */
 	uint64_t register_ns;          /* what registering the mapping took */
 	uint32_t register_chunks;
@@ -104,10 +111,21 @@ uint32_t shard_warm_slots_for(const struct shard_warm *w, uint32_t tail_pages, b
  */
 uint32_t shard_warm_reserve(struct shard_warm *w, const struct rec_key *key,
 			    uint32_t first_page_index, uint32_t tail_pages);
+/*
+ * Takes slots for a record a fetch reads from its file (read-through): its
+ * tail pages and, with row, its row. As shard_warm_reserve, counted in
+ * read_fallbacks when too few are free.
+ */
+uint32_t shard_warm_reserve_read(struct shard_warm *w, const struct rec_key *key,
+				 uint32_t first_page_index, uint32_t tail_pages, bool row);
 /* Makes a reserved entry findable, dropping an older one of its key. */
 void shard_warm_commit(struct shard_warm *w, uint32_t entry);
+/* The same for a read-through whose fetch succeeded (counted as one). */
+void shard_warm_commit_read(struct shard_warm *w, uint32_t entry);
 /* Gives a reserved entry's slots back (its store failed). */
 void shard_warm_abort(struct shard_warm *w, uint32_t entry);
+/* Zeroes a read-through's slots and gives them back (its fetch failed). */
+void shard_warm_abort_read(struct shard_warm *w, uint32_t entry);
 
 /* The committed entry of key, or SHARD_WARM_NONE. */
 uint32_t shard_warm_find(const struct shard_warm *w, const struct rec_key *key);
@@ -129,8 +147,9 @@ void shard_warm_row_slots(const struct shard_warm *w, uint32_t entry, uint32_t *
 
 void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out);
 
-/* Counts a fetch served from warm slots. */
+/* Counts a fetch served from warm slots whole, or in part. */
 void shard_warm_note_hit(struct shard_warm *w);
+void shard_warm_note_partial(struct shard_warm *w);
 
 static inline struct shard_warm_entry *shard_warm_at(const struct shard_warm *w,
 						      uint32_t entry)

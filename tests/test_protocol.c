@@ -340,7 +340,7 @@ static void test_protocol_payload_bounds(void **state)
 		{ CLUSTER_MSG_SUMMARY, 9, 16777132 },
 		{ CLUSTER_MSG_AGREEMENT, 9, 16777209 },
 		{ CLUSTER_MSG_AGREED, 12, 12 },
-		{ CLUSTER_MSG_JOB, 9, 4325401 },
+		{ CLUSTER_MSG_JOB, 9, 4325402 },
 		{ CLUSTER_MSG_JOB_DONE, 22, 222 },
 		{ CLUSTER_MSG_HEARTBEAT, 8, 8 },
 		{ CLUSTER_MSG_BYE, 0, 0 },
@@ -950,7 +950,7 @@ static void test_protocol_round_trip_jobs(void **state)
 
 	sample_fetch(&job);
 	len = cluster_job_encode(&job, payload, sizeof(payload));
-	assert_int_equal(len, 25 + 32 * 3 + 4 * 5);
+	assert_int_equal(len, 26 + 32 * 3 + 4 * 5);
 	assert_int_equal(sel_get_le32(payload + 9), 3);
 	assert_int_equal(sel_get_le64(payload + 13 + 32), 323);
 	assert_int_equal(sel_get_le32(payload + 13 + 32 + 24), 2);
@@ -973,6 +973,18 @@ static void test_protocol_round_trip_jobs(void **state)
 	}
 	for (uint32_t i = 0; i < 5; i++)
 		assert_int_equal(cluster_job_view_page_id(&view, i), sample_page_ids[i]);
+	/* The read-through flag travels, and is 0 or 1 (R-WIRE-12). */
+	assert_false(view.read_through);
+	job.read_through = true;
+	len = cluster_job_encode(&job, payload, sizeof(payload));
+	assert_int_equal(payload[13 + 96 + 12], 1);
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why,
+					    sizeof(why)), 0);
+	assert_true(view.read_through);
+	payload[13 + 96 + 12] = 2;
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "R-WIRE-12");
+	job.read_through = false;
 
 	for (int kind = CLUSTER_JOB_TRUNCATE; kind <= CLUSTER_JOB_WARM_DROP; kind++) {
 		if (kind == CLUSTER_JOB_NOOP)
@@ -1179,7 +1191,7 @@ static void test_protocol_rejects_counts_over_max(void **state)
 	sel_put_le32(p + 9, 1);
 	sel_put_le64(p + 13, 64);
 	sel_put_le32(p + 13 + 32 + 8, CLUSTER_JOB_PAGE_IDS_MAX + 1);
-	expect_proto(cluster_job_decode(p, 13 + 32 + 12, &job, why, sizeof(why)), why,
+	expect_proto(cluster_job_decode(p, 13 + 32 + 13, &job, why, sizeof(why)), why,
 		     "R-WIRE-21");
 	/* Texts one byte over their maximum. */
 	memset(p, 'a', SMALL_BYTES);

@@ -15,6 +15,8 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "coordinator/metrics.h"
+#include "record/format.h"
+#include "record/key.h"
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
@@ -23,6 +25,7 @@
 #include "selene/store.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -184,12 +187,14 @@ static int store(struct fixture *f, const struct rec_key *key, const struct rec_
 	return c.result;
 }
 
-static int fetch(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
-		 uint32_t skip, uint32_t base_id, uint32_t slot)
+/* Fetches chain, skipping skip pages, into ids base_id.. and slot; read-through when asked. */
+static int fetch_rt(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
+		    uint32_t skip, uint32_t base_id, uint32_t slot, bool read_through)
 {
 	uint32_t ids[200], pages = 0;
 	struct shard_fetch_job job = { .chain = chain, .chain_count = count,
-				       .skip_pages = skip, .page_ids = ids, .state_slot = slot };
+				       .skip_pages = skip, .page_ids = ids, .state_slot = slot,
+				       .read_through = read_through };
 	struct shard_completion c;
 	int ret;
 
@@ -202,6 +207,12 @@ static int fetch(struct fixture *f, const struct shard_chain_record *chain, uint
 		return ret;
 	shard_engine_wait(f->engine, &c);
 	return c.result;
+}
+
+static int fetch(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
+		 uint32_t skip, uint32_t base_id, uint32_t slot)
+{
+	return fetch_rt(f, chain, count, skip, base_id, slot, false);
 }
 
 static int key_job(struct fixture *f, enum shard_job_kind kind, const struct rec_key *key)
@@ -279,6 +290,151 @@ static void test_warm_fetch_reads_no_file(void **state)
 	assert_int_equal(ws.records, 0);
 	assert_int_equal(ws.slots_used, 0);
 	assert_int_equal(ws.drops, 2);
+}
+
+/* Pages [skip, 16) of the three-record chain at ids 100.. and c's row in slot 4. */
+static void check_chain(struct fixture *f, uint32_t skip, const struct rec_key *last)
+{
+	for (uint32_t i = skip; i < 16; i++)
+		if (!page_matches(f, 100 + i - skip, i))
+			fail_msg("page %u differs", i);
+	assert_true(row_matches(f, 4, last->consumed));
+}
+
+/*
+ * Read-through on the engine: a cold chain read with read_through lands in
+ * warm slots (pages of every record, the last one's row) and restores
+ * again with every file read failing; a chain warm in part restores its
+ * warm records from slots and the rest from files, byte-exact at every
+ * skip; a record the fetch does not read whole (pages skipped) stays cold.
+ */
+static void test_warm_read_through_engine(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, b, c;
+	struct shard_chain_record chain[3];
+	struct shard_warm_stats ws;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12, 2);
+	make_key(&c, 64 * 16 + 5, 3);
+	assert_int_equal(store(f, &a, NULL, 10, 1, false), 0);
+	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
+	assert_int_equal(store(f, &c, &b, 30, 3, false), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	chain[2] = (struct shard_chain_record){ c, 12, 4 };
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
+	check_chain(f, 0, &c);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 3);
+	assert_int_equal(ws.records, 3);
+	assert_int_equal(ws.slots_used, 16 + ROW_PIECES);
+	assert_int_equal(ws.read_through_bytes, (16ull + ROW_PIECES) * SLOT_BYTES);
+	/* Served from the slots now: no file is opened or read. */
+	poison(f);
+	fail_file_reads();
+	assert_int_equal(fetch(f, chain, 3, 0, 100, 4), 0);
+	assert_false(files_were_read());
+	sel_failpoints_configure(NULL);
+	check_chain(f, 0, &c);
+	/* b leaves the tier: a and c from slots, b from its file, at every skip. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &b), 0);
+	for (uint32_t skip = 0; skip <= 15; skip += 3) {
+		poison(f);
+		assert_int_equal(fetch(f, chain, 3, skip, 100, 4), 0);
+		check_chain(f, skip, &c);
+	}
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.partial_hits, 6);
+	assert_int_equal(ws.records, 2);
+	/* Skipping into b: b is not read whole, so it stays cold. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &c), 0);
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 3, 9, 100, 4, true), 0);
+	check_chain(f, 9, &c);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 4); /* c only */
+	assert_int_equal(ws.records, 2);
+	/* Read whole, b goes in too; then the whole chain is warm. */
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
+	check_chain(f, 0, &c);
+	poison(f);
+	fail_file_reads();
+	assert_int_equal(fetch(f, chain, 3, 0, 100, 4), 0);
+	assert_false(files_were_read());
+	sel_failpoints_configure(NULL);
+	check_chain(f, 0, &c);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 5);
+	assert_int_equal(ws.records, 3);
+	assert_int_equal(ws.slots_used, 16 + ROW_PIECES);
+}
+
+/*
+ * A read-through that fails (a page's checksum, a read's EIO) fails the
+ * fetch as without a warm tier and gives its slots back zeroed; the same
+ * records read through once the file is good again; a chain larger than
+ * the free slots streams through staging and stays cold.
+ */
+static void test_warm_read_through_fails(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	struct shard_chain_record chain[2];
+	struct shard_warm_stats ws;
+	struct rec_header h;
+	char *path;
+
+	open_engine(f, (12ull + ROW_PIECES) * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, false), 0);
+	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &b, &a, &b.digest, 7, 5, 99), 0);
+	path = tu_record_path(f->dir, &b);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 3 + 100);
+	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), SEL_ECHECKSUM);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_failures, 2);
+	assert_int_equal(ws.read_throughs, 0);
+	assert_int_equal(ws.records, 0);
+	assert_int_equal(ws.slots_used, 0);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 3 + 100);
+	free(path);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_not_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
+	sel_failpoints_configure(NULL);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_failures, 4);
+	assert_int_equal(ws.slots_used, 0);
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 4, b.consumed));
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 2);
+	assert_int_equal(ws.slots_used, 12 + ROW_PIECES);
+	/* A third record finds no slots free: it streams, cold, and restores. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &b), 0);
+	make_key(&b, 64 * 13, 4);
+	assert_int_equal(store(f, &b, &a, 40, 2, false), 0);
+	chain[1] = (struct shard_chain_record){ b, 7, 6 };
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
+	for (uint32_t i = 0; i < 13; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 4, b.consumed));
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 2);
+	assert_int_equal(ws.read_fallbacks, 1);
+	assert_int_equal(ws.records, 1);
 }
 
 /* A record that does not fit the free slots is stored through staging, and restores from disk. */
@@ -471,6 +627,7 @@ struct api_fixture {
 	struct sel_cluster cluster;
 	uint64_t warm_bytes;
 	uint64_t peer_warm_bytes; /* what rank 1 is configured with */
+	bool peer_reads;          /* peers read files (else every read fails) */
 	sel_store *store;
 	sel_history *h[API_HISTORIES];
 };
@@ -496,7 +653,10 @@ static void api_config(struct api_fixture *f, uint32_t rank, struct sel_store_co
 	memcpy(c->model_identity, model.bytes, 32);
 }
 
-/* A peer: file reads fail from the start, so it restores only from warm slots. */
+/*
+ * A peer: file reads fail from the start (unless peer_reads), so it
+ * restores only from warm slots.
+ */
 static void api_child(struct api_fixture *f, uint32_t rank)
 {
 	struct sel_store_config c;
@@ -509,7 +669,7 @@ static void api_child(struct api_fixture *f, uint32_t rank)
 	f->cluster.rank = rank;
 	f->cluster.listen_fd = -1;
 	api_config(f, rank, &c, planes, dir, sizeof(dir));
-	if (sel_failpoints_configure("disk.read=return(EIO)") != 0)
+	if (!f->peer_reads && sel_failpoints_configure("disk.read=return(EIO)") != 0)
 		_exit(6);
 	if (sel_peer_start(&c, &peer, f->mem[rank].why, sizeof(f->mem[rank].why)) != 0)
 		_exit(2);
@@ -727,7 +887,8 @@ static void api_stats(struct api_fixture *f, struct sel_stats *st)
 /*
  * One rank: a warm record restores with every file read failing, counted
  * as a warm hit; the metrics show the tier; a restart starts it empty and
- * restores from the disk.
+ * restores from the disk, reading the record into warm slots: the next
+ * restore opens and reads no file.
  */
 static void test_warm_api_one_rank(void **state)
 {
@@ -770,6 +931,18 @@ static void test_warm_api_one_rank(void **state)
 	assert_int_equal(api_fetch(f, 0), 0);
 	api_stats(f, &st);
 	assert_int_equal(st.warm_hits, 0);
+	assert_int_equal(st.warm_read_throughs, 1);
+	assert_int_equal(st.warm_read_through_bytes, 11ull * API_SLOT);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(st.warm_slots_used, 11);
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_OPEN), 0);
+	sel_failpoints_configure(NULL);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 1);
 }
 
 /*
@@ -799,23 +972,46 @@ static void test_warm_api_lru(void **state)
 	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
 	assert_int_equal(api_fetch(f, 0), 0);
 	assert_int_equal(api_fetch(f, 2), 0);
-	assert_int_not_equal(api_fetch(f, 1), 0); /* evicted: its file is read */
+	/*
+	 * Evicted: its file is read, and fails. Its read-through made room
+	 * first: 0, the least recently used, went; the failure gave 1's slots
+	 * back.
+	 */
+	assert_int_not_equal(api_fetch(f, 1), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_evictions, 2);
+	assert_int_equal(st.warm_read_failures, 1);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(st.warm_slots_used, 5);
 	sel_failpoints_configure(NULL);
-	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 1), 0); /* read through: warm again */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_read_throughs, 1);
+	assert_int_equal(st.warm_read_through_bytes, 5ull * API_SLOT);
 	/* 12 pages and a row: more than the tier, stored cold, nothing evicted. */
 	api_publish(f, 3, 768);
 	api_stats(f, &st);
 	assert_int_equal(st.warm_records, 2);
-	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(st.warm_evictions, 2);
+	/* Too large for the tier to read through: it streams and stays cold. */
 	assert_int_equal(api_fetch(f, 3), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_read_throughs, 1);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	assert_int_not_equal(api_fetch(f, 3), 0);
 }
 
 /*
  * A chain keeps its warm pages when a parent's row is dropped; a rewrite
- * that puts the row back stores it cold, and the chain reads its files; a
- * warm store that fails gives its slots back. The tier is 18 slots, and
- * the last store takes the last 6 of them warm on the engine too: a slot
- * the engine kept that rank zero gave back would send it through staging.
+ * that puts the row back stores it cold, and the chain reads that file
+ * (into warm slots: a read-through that fails gives them back, one that
+ * succeeds keeps them); a warm store that fails gives its slots back. The
+ * tier is 18 slots, and the last store takes the last 7 of them warm on
+ * the engine too: a slot the engine kept that rank zero gave back would
+ * send it through staging.
  */
 static void test_warm_api_rewrite_and_failed_store(void **state)
 {
@@ -849,20 +1045,35 @@ static void test_warm_api_rewrite_and_failed_store(void **state)
 	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
 	assert_int_not_equal(api_fetch(f, 0), 0);
 	sel_failpoints_configure(NULL);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_read_failures, 1);
+	assert_int_equal(st.warm_slots_used, 12);
+	/* 640's pages are read into warm slots (not its row: not the chain's last). */
 	assert_int_equal(api_fetch(f, 0), 0);
-	/* A warm store whose writes fail: its slots come back. */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_partial_hits, 1);
+	assert_int_equal(st.warm_read_throughs, 1);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 17);
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	/*
+	 * A warm store whose writes fail: its slots come back. It made room
+	 * by dropping 960, the chain's least recently used.
+	 */
 	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
-	ev = api_publish_at(f, 1, 320, 0);
+	ev = api_publish_at(f, 1, 384, 0);
 	sel_failpoints_configure(NULL);
 	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
 	api_stats(f, &st);
 	assert_int_equal(st.warm_records, 2);
-	assert_int_equal(st.warm_slots_used, 12);
-	api_publish(f, 1, 320);
+	assert_int_equal(st.warm_slots_used, 11);
+	api_publish(f, 1, 384);
 	api_stats(f, &st);
 	assert_int_equal(st.warm_records, 3);
 	assert_int_equal(st.warm_slots_used, 18);
-	assert_int_equal(st.warm_evictions, 0);
+	assert_int_equal(st.warm_evictions, 1);
 	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
 	assert_int_equal(api_fetch(f, 1), 0);
 	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
@@ -893,11 +1104,165 @@ static void test_warm_api_three_ranks(void **state)
 	assert_int_equal(st.warm_evictions, 1);
 	/*
 	 * Rank zero reads files again, the peers still cannot: 1 fails (the
-	 * peers dropped it too), 0 and 2 restore from every rank's slots.
+	 * peers dropped it too). Its read-through made room by dropping 0, the
+	 * least recently used, on every rank; rank zero read 1 through, and
+	 * the failure on the peers dropped it there again: 2 restores from
+	 * every rank's slots, 0 fails as 1 did.
 	 */
 	assert_int_not_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	assert_int_not_equal(api_fetch(f, 0), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_read_failures, 2);
+	assert_int_equal(st.warm_read_throughs, 0);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(st.warm_slots_used, 5);
+	/*
+	 * Rank zero's engine holds only 2 too: a record of 7 slots is stored
+	 * warm there (had it kept 1's or 0's 5 slots, it would be staged).
+	 */
+	api_publish(f, 3, 384);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_slots_used, 12);
+	{
+		char *metrics = malloc(SEL_METRICS_BYTES(API_WORLD));
+
+		assert_true(sel_store_metrics(f->store, metrics, SEL_METRICS_BYTES(API_WORLD)) > 0);
+		assert_non_null(strstr(metrics, "selene_warm_store_fallbacks_total 0\n"));
+		assert_non_null(strstr(metrics, "selene_warm_read_failures_total 2\n"));
+		free(metrics);
+	}
+	assert_int_equal(api_fetch(f, 3), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_equal(api_reap(f, r), 0);
+}
+
+/* Rank r's record directory: the one directory in its configured one. */
+static void api_record_dir(struct api_fixture *f, uint32_t r, char *out, size_t size)
+{
+	char top[512];
+	struct dirent *d;
+	DIR *dp;
+
+	snprintf(top, sizeof(top), "%s/rank%u", f->base, r);
+	dp = opendir(top);
+	assert_non_null(dp);
+	out[0] = '\0';
+	while ((d = readdir(dp)))
+		if (d->d_type == DT_DIR && d->d_name[0] != '.')
+			assert_true(snprintf(out, size, "%s/%s", top, d->d_name) < (int)size);
+	closedir(dp);
+	assert_true(out[0] != '\0');
+}
+
+/* Renames every rank's record files away (hide) or back. */
+static void api_hide_files(struct api_fixture *f, bool hide)
+{
+	for (uint32_t r = 0; r < f->world; r++) {
+		char dir[512], from[1024], to[1024 + 8];
+		struct dirent *d;
+		DIR *dp;
+		uint32_t moved = 0;
+
+		api_record_dir(f, r, dir, sizeof(dir));
+		dp = opendir(dir);
+		assert_non_null(dp);
+		while ((d = readdir(dp))) {
+			size_t n = strlen(d->d_name);
+
+			if (hide && n > 5 && strcmp(d->d_name + n - 5, ".ckpt") == 0) {
+				snprintf(from, sizeof(from), "%s/%s", dir, d->d_name);
+				snprintf(to, sizeof(to), "%s/%s.away", dir, d->d_name);
+			} else if (!hide && n > 10 && strcmp(d->d_name + n - 10, ".ckpt.away") == 0) {
+				snprintf(from, sizeof(from), "%s/%s", dir, d->d_name);
+				snprintf(to, sizeof(to), "%s/%.*s", dir, (int)(n - 5), d->d_name);
+			} else {
+				continue;
+			}
+			assert_int_equal(rename(from, to), 0);
+			moved++;
+		}
+		closedir(dp);
+		assert_true(moved > 0);
+	}
+}
+
+/* Flips a page byte of history k's record of consumed tokens in rank r's file. */
+static void api_corrupt(struct api_fixture *f, uint32_t r, uint32_t k, uint64_t consumed)
+{
+	/* sel_history's first member is its rec_history (coordinator/api.c). */
+	const struct rec_history *h = (const struct rec_history *)f->h[k];
+	char name[REC_FILE_NAME_BYTES], dir[512], path[1024];
+	uint8_t header[REC_HEADER_BYTES];
+	struct rec_key key;
+	FILE *fp;
+
+	rec_history_key_at(h, consumed, &key);
+	rec_file_name(name, &key);
+	api_record_dir(f, r, dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "rb");
+	assert_non_null(fp);
+	assert_int_equal(fread(header, 1, sizeof(header), fp), sizeof(header));
+	fclose(fp);
+	tu_flip_bit(path, sel_get_le64(header + 176) + 100); /* the page segment (R-REC-8) */
+}
+
+/*
+ * Three ranks that read their files: a disk-only record is read through
+ * on every rank and then restores with no rank holding a record file; a
+ * read-through that fails a page checksum on one rank drops the record as
+ * a failed restore does and frees its slots on every rank (a record that
+ * takes exactly the free slots is then warm everywhere).
+ */
+static void test_warm_api_read_through_three_ranks(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->peer_reads = true;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	api_publish(f, 2, 256); /* evicts 0 */
+	assert_int_equal(api_fetch(f, 0), 0); /* read through; 1 makes room */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_read_throughs, 1);
+	assert_int_equal(st.warm_evictions, 2);
+	assert_int_equal(st.warm_records, 2);
+	assert_int_equal(st.warm_slots_used, 10);
+	api_hide_files(f, true);
 	assert_int_equal(api_fetch(f, 0), 0);
 	assert_int_equal(api_fetch(f, 2), 0);
+	api_hide_files(f, false);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 2);
+	/* 1's page fails its checksum on rank 1 alone. */
+	api_corrupt(f, 1, 1, 256);
+	assert_int_not_equal(api_fetch(f, 1), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.records_dropped_checksum, 1);
+	assert_int_equal(st.warm_read_failures, 1);
+	assert_int_equal(st.warm_read_throughs, 1);
+	/* Its read-through made room first: 0 went, the least recently used. */
+	assert_int_equal(st.warm_evictions, 3);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(st.warm_slots_used, 5);
+	/* The 7 free slots, on every rank, or its restore would read a file. */
+	api_publish(f, 3, 384);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_slots_used, 12);
+	assert_int_equal(st.warm_evictions, 3);
+	api_hide_files(f, true);
+	assert_int_equal(api_fetch(f, 3), 0);
+	assert_int_equal(api_fetch(f, 2), 0);
+	api_hide_files(f, false);
 	api_close(f);
 	for (uint32_t r = 1; r < API_WORLD; r++)
 		assert_int_equal(api_reap(f, r), 0);
@@ -967,6 +1332,56 @@ static void test_warm_metrics_fit(void **state)
 	assert_non_null(strstr(buf, "selene_warm_hits_total 18446744073709551615\n"));
 	assert_non_null(strstr(buf, "selene_warm_store_fallbacks_total 18446744073709551615\n"));
 	printf("worst-case exposition of one rank: %d of %u bytes\n", n, SEL_METRICS_BYTES(1));
+}
+
+/*
+ * A read-through's entry: pages only, or pages and a row; committed it is
+ * found and counted; aborted, its slots are zero again and free.
+ */
+static void test_warm_pool_read_through(void **state)
+{
+	struct shard_warm w;
+	struct shard_warm_stats ws;
+	struct rec_key a, b;
+	uint32_t e;
+
+	(void)state;
+	assert_int_equal(shard_warm_init(&w, 4096, 10, 8, 2), 0);
+	make_key(&a, 64 * 4, 1);
+	make_key(&b, 64 * 9, 2);
+	e = shard_warm_reserve_read(&w, &a, 0, 4, false);
+	assert_int_not_equal(e, SHARD_WARM_NONE);
+	assert_int_equal(shard_warm_at(&w, e)->row_first, SHARD_WARM_NONE);
+	shard_warm_commit_read(&w, e);
+	assert_int_equal(shard_warm_find(&w, &a), e);
+	/* 5 pages and a row of 2: 7 slots, 6 free. */
+	assert_int_equal(shard_warm_reserve_read(&w, &b, 4, 5, true), SHARD_WARM_NONE);
+	e = shard_warm_reserve_read(&w, &b, 4, 4, true);
+	assert_int_not_equal(e, SHARD_WARM_NONE);
+	for (uint32_t s = 0; s < 10; s++)
+		memset(shard_slab_slot(&w.pool, s), 0xab, 4096);
+	shard_warm_abort_read(&w, e);
+	assert_int_equal(shard_warm_find(&w, &b), SHARD_WARM_NONE);
+	shard_warm_get_stats(&w, &ws);
+	assert_int_equal(ws.read_throughs, 1);
+	assert_int_equal(ws.read_through_bytes, 4 * 4096);
+	assert_int_equal(ws.read_failures, 1);
+	assert_int_equal(ws.read_fallbacks, 1);
+	assert_int_equal(ws.slots_used, 4);
+	assert_int_equal(ws.records, 1);
+	/* The 6 freed slots are the free ones: zero again. */
+	e = shard_warm_reserve_read(&w, &b, 4, 4, true);
+	assert_int_not_equal(e, SHARD_WARM_NONE);
+	{
+		uint32_t slots[6];
+		uint8_t zero[4096] = { 0 };
+
+		shard_warm_page_slots(&w, e, 0, 4, slots);
+		shard_warm_row_slots(&w, e, slots + 4);
+		for (uint32_t i = 0; i < 6; i++)
+			assert_memory_equal(shard_slab_slot(&w.pool, slots[i]), zero, 4096);
+	}
+	shard_warm_destroy(&w);
 }
 
 /* A device that counts registrations and can refuse the n-th. */
@@ -1075,10 +1490,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_pool),
+		cmocka_unit_test(test_warm_pool_read_through),
 		cmocka_unit_test(test_warm_metrics_fit),
 		cmocka_unit_test(test_warm_register_in_chunks),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
@@ -1087,6 +1505,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_store, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_read_through_three_ranks, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_mismatch_refused, api_setup,
 						api_teardown),

@@ -361,10 +361,15 @@ struct sel_stats {
 	 * records held warm and their slots' bytes, slots in use (warm records
 	 * and warm stores in flight) and in all, fetches served from warm slots
 	 * on every rank, and records dropped from warm to make room (their
-	 * files stay).
+	 * files stay); fetches that took some records from warm slots and
+	 * read the rest from files, records a fetch read from their files into
+	 * warm slots on every rank (read-through) and those slots' bytes (a
+	 * rank's), and read-through fetches that failed (their slots freed).
 	 */
 	uint64_t warm_records, warm_bytes, warm_slots_used, warm_slots_total;
 	uint64_t warm_hits, warm_evictions;
+	uint64_t warm_partial_hits, warm_read_throughs, warm_read_through_bytes;
+	uint64_t warm_read_failures;
 };
 
 /*
@@ -382,7 +387,7 @@ int sel_store_stats(sel_store *store, struct sel_stats *out);
  * enough, whatever the counters hold.
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
-#define SEL_METRICS_BYTES(world_size) (8192u + 512u * (world_size))
+#define SEL_METRICS_BYTES(world_size) (12288u + 512u * (world_size))
 
 enum sel_log_level {
 	SEL_LOG_ERROR = 0,

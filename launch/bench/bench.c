@@ -139,8 +139,14 @@ static int raw_file_io(struct io_uring *ring, int fd, uint8_t *buf, uint64_t len
 	return 0;
 }
 
-/* The raw baseline: the same number of files of the same size. */
-static int raw_round(struct bench *b, bool write, uint64_t *ns)
+static void record_key(struct rec_key *key, const struct bench *b, uint32_t round,
+		       uint32_t i);
+
+/*
+ * The raw baseline: the same number of files of the same size; with
+ * files_of a round (not UINT32_MAX), reads of that round's record files.
+ */
+static int raw_round_of(struct bench *b, bool write, uint32_t files_of, uint64_t *ns)
 {
 	struct io_uring ring;
 	char path[1200];
@@ -162,7 +168,16 @@ static int raw_round(struct bench *b, bool write, uint64_t *ns)
 	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
 		int fd;
 
-		snprintf(path, sizeof(path), "%s/raw-%u.bench", rec_dir_path(b->dir), i);
+		if (files_of != UINT32_MAX) {
+			struct rec_key key;
+			char name[REC_FILE_NAME_BYTES];
+
+			record_key(&key, b, files_of, i);
+			rec_file_name(name, &key);
+			snprintf(path, sizeof(path), "%s/%s", rec_dir_path(b->dir), name);
+		} else {
+			snprintf(path, sizeof(path), "%s/raw-%u.bench", rec_dir_path(b->dir), i);
+		}
 		fd = open(path, write ? O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT :
 					O_RDONLY | O_DIRECT, 0644);
 		if (fd < 0) {
@@ -181,6 +196,11 @@ static int raw_round(struct bench *b, bool write, uint64_t *ns)
 	*ns = sel_monotonic_ns() - t0;
 	io_uring_queue_exit(&ring);
 	return ret;
+}
+
+static int raw_round(struct bench *b, bool write, uint64_t *ns)
+{
+	return raw_round_of(b, write, UINT32_MAX, ns);
 }
 
 /*
@@ -329,6 +349,18 @@ static int submit_fetch(struct bench *b, uint32_t round, uint32_t i, const uint3
 					    .tail_page_count = b->a.pages };
 	struct shard_fetch_job job = { .chain = &chain, .chain_count = 1,
 				       .page_ids = ids, .state_slot = 0 };
+
+	record_key(&chain.key, b, round, i);
+	return shard_engine_fetch(b->engine, i, &job);
+}
+
+/* A fetch of record i that reads it from its file into warm slots (read-through). */
+static int submit_read_through(struct bench *b, uint32_t round, uint32_t i, const uint32_t *ids)
+{
+	struct shard_chain_record chain = { .first_page_index = 0,
+					    .tail_page_count = b->a.pages };
+	struct shard_fetch_job job = { .chain = &chain, .chain_count = 1,
+				       .page_ids = ids, .state_slot = 0, .read_through = true };
 
 	record_key(&chain.key, b, round, i);
 	return shard_engine_fetch(b->engine, i, &job);
@@ -883,8 +915,11 @@ static int bench_copy(struct bench *b)
 	return ret;
 }
 
-/* Unlinks a round's records through the engine: their warm slots go too. */
-static int warm_unlink_round(struct bench *b, uint32_t round)
+/*
+ * Unlinks a round's records through the engine (their warm slots go too),
+ * or with drop_only drops their warm copies (their files stay).
+ */
+static int warm_unlink_round(struct bench *b, uint32_t round, bool drop_only)
 {
 	struct shard_completion c;
 	int ret = 0;
@@ -894,7 +929,8 @@ static int warm_unlink_round(struct bench *b, uint32_t round)
 		int submitted;
 
 		record_key(&key, b, round, i);
-		submitted = shard_engine_unlink(b->engine, i, &key);
+		submitted = drop_only ? shard_engine_warm_drop(b->engine, i, &key) :
+					shard_engine_unlink(b->engine, i, &key);
 		if (submitted) {
 			ret = ret ? ret : submitted;
 			continue;
@@ -938,8 +974,11 @@ static void report_warm(const char *what, const char *bulk_what, double bytes,
 /*
  * The warm tier (docs/DESIGN.md section 6): each round stores its records
  * into warm slots (and through them to their files), fetches them back
- * from the slots, and unlinks them; beside it, one bulk copy of the same
- * bytes each way between one device range and registered host memory.
+ * from the slots, drops them from the slots and fetches them again by
+ * read-through (file -> warm slots, verified there -> device), and unlinks
+ * them; beside it, one bulk copy of the same bytes each way between one
+ * device range and registered host memory, and a raw read of the same
+ * record files (odd rounds read through first, as bench_round alternates).
  * The store's side is its device copies into the slots (the engine's
  * store copy time), the part a GPU waits for; the whole store, with its
  * checksum pass and disk writes, is printed after.
@@ -948,6 +987,7 @@ static int bench_warm(struct bench *b)
 {
 	static double fetch_ns[BENCH_ROUNDS_MAX], store_ns[BENCH_ROUNDS_MAX];
 	static double h2d_ns[BENCH_ROUNDS_MAX], d2h_ns[BENCH_ROUNDS_MAX];
+	static double read_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
 	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
 			  b->g.row_record_bytes) * b->a.records;
 	uint64_t device = 0, ns, copy_before, whole_ns = 0;
@@ -991,9 +1031,28 @@ static int bench_warm(struct bench *b)
 			ret = selene_round(b, round, submit_fetch, 11, &ns);
 		fetch_ns[at] = (double)ns;
 		if (!ret)
-			ret = warm_unlink_round(b, round);
+			ret = warm_unlink_round(b, round, true);
+		if (!ret && r % 2 == 1) {
+			ret = selene_round(b, round, submit_read_through, 11, &ns);
+			read_ns[at] = (double)ns;
+		}
+		if (!ret)
+			ret = raw_round_of(b, false, round, &ns);
+		raw_read_ns[at] = (double)ns;
+		if (!ret && r % 2 == 0) {
+			ret = selene_round(b, round, submit_read_through, 11, &ns);
+			read_ns[at] = (double)ns;
+		}
+		if (!ret)
+			ret = warm_unlink_round(b, round, false);
 	}
 	shard_engine_warm_stats(b->engine, &ws);
+	if (!ret && ws.read_throughs != (uint64_t)(b->a.warmup + b->a.rounds) * b->a.records) {
+		fprintf(stderr, "selene bench warm: %" PRIu64 " of %" PRIu64 " fetches read "
+			"through into warm slots\n", ws.read_throughs,
+			(uint64_t)(b->a.warmup + b->a.rounds) * b->a.records);
+		ret = -EIO;
+	}
 	if (!ret && ws.hits != (uint64_t)(b->a.warmup + b->a.rounds) * b->a.records) {
 		fprintf(stderr, "selene bench warm: %" PRIu64 " of %" PRIu64 " fetches were "
 			"served from warm slots\n", ws.hits,
@@ -1011,6 +1070,9 @@ static int bench_warm(struct bench *b)
 			    fetch_ns, h2d_ns, b->a.rounds);
 		report_warm("warm: store into warm slots (device copies)", "bulk device to host",
 			    (double)bytes, store_ns, d2h_ns, b->a.rounds);
+		report_warm("warm: read-through (files -> warm slots, verified -> device)",
+			    "raw read of the same files", (double)b->record_bytes * b->a.records,
+			    read_ns, raw_read_ns, b->a.rounds);
 		printf("warm: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
 		       b->a.durable ? "durable" : "not durable",
 		       (double)bytes * b->a.rounds / (double)whole_ns);
@@ -1056,7 +1118,10 @@ static void bench_usage(FILE *out)
 		"warm: records stored into a warm tier (device -> warm slots -> files)\n"
 		"  and restored from it (warm slots -> device, no file read), beside one\n"
 		"  bulk copy of the same bytes each way with registered host memory; the\n"
-		"  store's rate is its device copies (the engine's own time).\n"
+		"  store's rate is its device copies (the engine's own time). Then each\n"
+		"  round is dropped from the slots and restored by read-through (files ->\n"
+		"  warm slots, verified there -> device), beside raw O_DIRECT reads of the\n"
+		"  same record files (--dir: where; e.g. /dev/shm).\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
@@ -1084,7 +1149,7 @@ static void bench_usage(FILE *out)
 		"  join, the summary exchange, the agreement, applying it and the index\n"
 		"  build. --keep leaves the records for the next run of the same shape;\n"
 		"  --cold drops their pages from the page cache before each restart.\n\n"
-		"  --dir DIR          base directory (store, copy; default /var/tmp/selene-bench)\n"
+		"  --dir DIR          base directory (store, copy, warm; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
 		"  --plane-bytes SIZE bytes of one plane of one page (default 64K)\n"

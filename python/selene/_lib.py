@@ -138,7 +138,8 @@ STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_m
 # The C struct's tail (include/selene/store.h), laid out so the library
 # never writes past the buffer; not yet in the Python Stats view.
 STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hits "
-              "warm_evictions").split()
+              "warm_evictions warm_partial_hits warm_read_throughs "
+              "warm_read_through_bytes warm_read_failures").split()
 
 
 class Stats(ctypes.Structure):
