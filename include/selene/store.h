@@ -113,6 +113,9 @@ struct sel_store_config {
 	uint64_t disk_limit_bytes;       /* SEL_DISK_LIMIT_AUTO, 0 (no disk store), or bytes */
 	bool durable;                    /* fdatasync and directory fsync per record */
 	uint32_t records_max;            /* index capacity; 0: 1 << 20 */
+	const struct sel_cluster *cluster; /* NULL: one rank; copied at open */
+	/* new fields go last, so the layout of those above never changes
+	   (python/selene/_lib.py mirrors the struct) */
 	/*
 	 * The warm tier: this many bytes of each rank's host memory hold
 	 * records in page-record slots (one page of every page plane each; a
@@ -127,7 +130,6 @@ struct sel_store_config {
 	 * empty. docs/DESIGN.md section 6.
 	 */
 	uint64_t warm_bytes;
-	const struct sel_cluster *cluster; /* NULL: one rank; copied at open */
 };
 
 /*
