@@ -1077,7 +1077,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		memcpy(buf + CLUSTER_JOB_STORE_OFF_HEADER, m->record_header, REC_HEADER_BYTES);
 		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_STATE_SLOT, m->state_slot);
 		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT, m->page_id_count);
-		buf[CLUSTER_JOB_STORE_OFF_WARM] = m->warm ? 1 : 0;
+		buf[CLUSTER_JOB_STORE_OFF_WARM] = m->warm;
 		put_page_ids(buf + CLUSTER_JOB_STORE_OFF_PAGE_IDS, m->page_ids,
 			     m->page_id_count);
 		break;
@@ -1130,10 +1130,10 @@ static int job_store_decode(const uint8_t *p, uint32_t length,
 		return PROTO_FAIL(why, why_size, "JOB store of %" PRIu32
 				  " page ids, at most %u (R-WIRE-21)",
 				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
-	if (p[CLUSTER_JOB_STORE_OFF_WARM] > 1)
-		return PROTO_FAIL(why, why_size, "JOB store warm %u (R-WIRE-12)",
+	if (p[CLUSTER_JOB_STORE_OFF_WARM] > 3)
+		return PROTO_FAIL(why, why_size, "JOB store warm %u, 0 .. 3 (R-WIRE-12)",
 				  p[CLUSTER_JOB_STORE_OFF_WARM]);
-	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM] == 1;
+	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM];
 	out->page_ids = p + CLUSTER_JOB_STORE_OFF_PAGE_IDS;
 	return check_exact("JOB store", length,
 			   CLUSTER_JOB_STORE_OFF_PAGE_IDS + 4ull * out->page_id_count,

@@ -550,7 +550,7 @@ struct cluster_job {
 	uint32_t state_slot;                       /* store, fetch */
 	const uint32_t *page_ids;                  /* store, fetch */
 	uint32_t page_id_count;                    /* store, fetch */
-	bool warm;                                 /* store: into the warm tier */
+	uint8_t warm; /* store: enum shard_store_warm (R-WIRE-21) */
 	struct rec_key key;                        /* truncate, unlink, warm drop */
 };
 
@@ -565,7 +565,7 @@ struct cluster_job_view {
 	uint32_t state_slot;
 	uint32_t page_id_count;
 	const uint8_t *page_ids;      /* page_id_count * 4 */
-	bool warm;
+	uint8_t warm;
 	struct rec_key key;
 };
 

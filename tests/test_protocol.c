@@ -939,8 +939,12 @@ static void test_protocol_round_trip_jobs(void **state)
 	assert_true(view.warm);
 	for (uint32_t i = 0; i < 4; i++)
 		assert_int_equal(cluster_job_view_page_id(&view, i), page_ids[i]);
-	/* R-WIRE-12: the warm flag is 0 or 1. */
-	payload[4113] = 2;
+	/* R-WIRE-12: warm is an enumeration of 0 .. 3 (R-WIRE-21). */
+	payload[4113] = 3;
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why,
+					    sizeof(why)), 0);
+	assert_int_equal(view.warm, 3);
+	payload[4113] = 4;
 	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
 		     "R-WIRE-12");
 	payload[4113] = 1;
