@@ -485,6 +485,12 @@ static int hello_check(const struct cluster_hello *m, char *why, size_t why_size
 	if (!m->has_disk_store && m->warm_bytes != 0)
 		return PROTO_FAIL(why, why_size, "HELLO warm tier of %" PRIu64
 				  " bytes without a disk store (R-WIRE-15)", m->warm_bytes);
+	if (m->warm_policy > 1)
+		return PROTO_FAIL(why, why_size, "HELLO warm policy %u (R-WIRE-12)",
+				  m->warm_policy);
+	if (m->warm_bytes == 0 && m->warm_policy != 0)
+		return PROTO_FAIL(why, why_size, "HELLO warm policy %u without a warm tier "
+				  "(R-WIRE-15)", m->warm_policy);
 	if (nonce_zero(m->client_nonce))
 		return PROTO_FAIL(why, why_size, "HELLO client nonce is zero (R-WIRE-16)");
 	return 0;
@@ -506,6 +512,7 @@ int cluster_hello_encode(const struct cluster_hello *m, uint8_t *buf, size_t buf
 	memcpy(buf + CLUSTER_HELLO_OFF_CLIENT_NONCE, m->client_nonce, CLUSTER_NONCE_BYTES);
 	buf[CLUSTER_HELLO_OFF_MARKED] = m->marked ? 1 : 0;
 	sel_put_le64(buf + CLUSTER_HELLO_OFF_WARM, m->warm_bytes);
+	buf[CLUSTER_HELLO_OFF_WARM_POLICY] = m->warm_policy;
 	return CLUSTER_HELLO_BYTES;
 }
 
@@ -532,6 +539,7 @@ int cluster_hello_decode(const uint8_t *p, uint32_t length, struct cluster_hello
 	memcpy(out->client_nonce, p + CLUSTER_HELLO_OFF_CLIENT_NONCE, CLUSTER_NONCE_BYTES);
 	out->marked = p[CLUSTER_HELLO_OFF_MARKED] == 1;
 	out->warm_bytes = sel_get_le64(p + CLUSTER_HELLO_OFF_WARM);
+	out->warm_policy = p[CLUSTER_HELLO_OFF_WARM_POLICY];
 	return hello_check(out, why, why_size);
 }
 

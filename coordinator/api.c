@@ -43,6 +43,7 @@ struct sel_store {
 	struct shard_engine *engine;
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	uint64_t warm_bytes;           /* the warm tier every rank must have */
+	uint8_t warm_policy;           /* and its write policy */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	bool form_attempted;           /* the formation told the peers of any failure */
 	bool opened;                   /* sel_store_open succeeded: close says BYE */
@@ -304,6 +305,7 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
 			    .has_disk_store = *limit != 0, .warm_bytes = s->warm_bytes,
+			    .warm_policy = s->warm_bytes ? s->warm_policy : 0,
 			    .address_allowed = address_allowed,
 			    .ctx = &s->cluster },
 		.disk_limit_bytes = *limit, .dir = s->dir,
@@ -480,6 +482,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	int ret;
 
 	s->warm_bytes = c->warm_bytes;
+	s->warm_policy = c->warm_policy;
 	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
 	kept = scan.record_count;
 	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;

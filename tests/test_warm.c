@@ -1142,6 +1142,24 @@ static void test_warm_api_mismatch_refused(void **state)
 	assert_non_null(strstr(f->mem[1].why, "warm tier"));
 }
 
+/* A rank whose warm policy differs from rank zero's is refused at the join. */
+static void test_warm_api_policy_mismatch_refused(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->peer_warm_policy = SEL_WARM_WRITE_THROUGH;
+	api_start(f, API_WORLD);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "warm policy"));
+	assert_non_null(strstr(err, "rank 1"));
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_not_equal(api_reap(f, r), 0);
+	assert_non_null(strstr(f->mem[1].why, "warm policy"));
+}
+
 /* A warm tier without a disk store, or past the host's memory, is refused at open. */
 static void test_warm_api_bad_config(void **state)
 {
@@ -1157,6 +1175,10 @@ static void test_warm_api_bad_config(void **state)
 	c.disk_limit_bytes = 0;
 	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "warm_bytes"));
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.warm_policy = 2;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "warm_policy is 2"));
 	if (shard_slab_memory_available(&available) != 0) {
 		skip(); /* no memory figure to check against */
 		return;
@@ -1308,6 +1330,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_policy_mismatch_refused, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
