@@ -42,6 +42,7 @@ struct coord_warm {
 	uint8_t *dirty;        /* per node id: enum coord_warm_dirty */
 	uint32_t *dirty_below; /* per node id: dirty records under it */
 	uint64_t *checkpoint;  /* per node id: a dirty record's checkpoint id */
+	bool *row_drop_wanted; /* per node id: its row goes once it is on disk */
 	uint32_t dirty_records;
 	uint64_t dirty_slots;  /* their slots */
 };
