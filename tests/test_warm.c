@@ -1121,6 +1121,49 @@ static void test_warm_api_write_behind_chain_order(void **state)
 }
 
 /*
+ * A full disk while a record is dirty: it stays STORED and restorable
+ * from its slots, its write failed and counted; new publications answer
+ * Retry for the disk's backoff instead of waiting; the record already on
+ * disk stays; once the disk has room the dirty record's write lands and a
+ * restart restores both.
+ */
+static void test_warm_api_disk_full_while_dirty(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st = { 0 };
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256); /* on disk */
+	f->keep_dirty = true;
+	assert_int_equal(sel_failpoints_configure("disk.write=return(ENOSPC)"), 0);
+	assert_int_equal(api_publish_at(f, 1, 256, 0).kind, SEL_EVENT_STORED);
+	for (uint32_t i = 0; i < 5000 && st.warm_write_failures == 0; i++) {
+		usleep(1000);
+		api_stats(f, &st);
+	}
+	assert_true(st.warm_write_failures >= 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(api_offer(f, 2, 256), SEL_RETRY);
+	assert_int_equal(sel_failpoints_configure("disk.write=return(ENOSPC);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	assert_true(api_wait_on_disk(f, 2));
+	assert_int_equal(f->on_disk_id, 101);
+	api_close(f);
+	assert_int_equal(api_files(f, 0), 2);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+}
+
+/*
  * A drain deadline too short to write anything: the dirty records are
  * lost (said in the log), and the restart neither finds them nor restores
  * wrong bytes.
@@ -1423,6 +1466,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_write_behind, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_write_behind_chain_order, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_disk_full_while_dirty, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
 						api_teardown),
