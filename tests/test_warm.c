@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -628,6 +629,11 @@ struct api_fixture {
 	uint64_t warm_bytes;
 	uint64_t peer_warm_bytes; /* what rank 1 is configured with */
 	bool peer_reads;          /* peers read files (else every read fails) */
+	uint8_t warm_policy, peer_warm_policy;
+	uint64_t max_age_ms;
+	bool keep_dirty;          /* api_publish_at does not wait for ON_DISK */
+	uint32_t on_disk;         /* SEL_EVENT_ON_DISK events seen */
+	uint64_t on_disk_id;      /* the last one's checkpoint */
 	sel_store *store;
 	sel_history *h[API_HISTORIES];
 };
@@ -649,6 +655,8 @@ static void api_config(struct api_fixture *f, uint32_t rank, struct sel_store_co
 		.disk_limit_bytes = 1ull << 30, .records_max = 1000,
 		.cluster = f->world > 1 ? &f->cluster : NULL,
 		.warm_bytes = rank == 1 ? f->peer_warm_bytes : f->warm_bytes,
+		.warm_policy = rank == 1 ? f->peer_warm_policy : f->warm_policy,
+		.max_age_ms = f->max_age_ms,
 	};
 	memcpy(c->model_identity, model.bytes, 32);
 }
@@ -791,16 +799,40 @@ static uint64_t api_seed(uint32_t k, uint32_t r, uint32_t i, int p)
 	return ((uint64_t)k << 40) + ((uint64_t)r << 20) + i * 8 + (uint64_t)p;
 }
 
+/* The next event but ON_DISK (those are counted in f->on_disk). */
 static struct sel_event api_event(struct api_fixture *f)
 {
 	struct sel_event ev = { .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
 
 	for (uint32_t i = 0; i < 10000; i++) {
-		if (sel_poll(f->store, &ev, 1) == 1)
-			return ev;
+		if (sel_poll(f->store, &ev, 1) == 1) {
+			if (ev.kind != SEL_EVENT_ON_DISK)
+				return ev;
+			f->on_disk++;
+			f->on_disk_id = ev.id;
+			continue;
+		}
 		usleep(1000);
 	}
+	ev = (struct sel_event){ .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
 	return ev;
+}
+
+/* Polls until count ON_DISK events were seen (up to 10 s): whether they were. */
+static bool api_wait_on_disk(struct api_fixture *f, uint32_t count)
+{
+	struct sel_event ev;
+
+	for (uint32_t i = 0; i < 10000 && f->on_disk < count; i++) {
+		if (sel_poll(f->store, &ev, 1) == 1) {
+			assert_int_equal(ev.kind, SEL_EVENT_ON_DISK);
+			f->on_disk++;
+			f->on_disk_id = ev.id;
+			continue;
+		}
+		usleep(1000);
+	}
+	return f->on_disk >= count;
 }
 
 /*
@@ -815,6 +847,8 @@ static struct sel_event api_publish_at(struct api_fixture *f, uint32_t k, uint64
 				       .consumed = consumed, .parent_consumed = parent_consumed,
 				       .page_ids = ids, .state_slot = 0 };
 	enum sel_outcome outcome;
+	uint32_t on_disk = f->on_disk;
+	struct sel_event ev;
 
 	for (uint32_t r = 0; r < f->world; r++) {
 		for (uint32_t i = 0; i < pages; i++)
@@ -827,7 +861,11 @@ static struct sel_event api_publish_at(struct api_fixture *f, uint32_t k, uint64
 		ids[i] = i;
 	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
 	assert_int_equal(outcome, SEL_QUEUED);
-	return api_event(f);
+	ev = api_event(f);
+	/* Written through: on disk soon after, as the tests before policies expect. */
+	if (ev.kind == SEL_EVENT_STORED && f->warm_bytes && !f->keep_dirty)
+		assert_true(api_wait_on_disk(f, on_disk + 1));
+	return ev;
 }
 
 static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
@@ -1008,16 +1046,15 @@ static void test_warm_api_lru(void **state)
  * A chain keeps its warm pages when a parent's row is dropped; a rewrite
  * that puts the row back stores it cold, and the chain reads that file
  * (into warm slots: a read-through that fails gives them back, one that
- * succeeds keeps them); a warm store that fails gives its slots back. The
- * tier is 18 slots, and the last store takes the last 7 of them warm on
- * the engine too: a slot the engine kept that rank zero gave back would
- * send it through staging.
+ * succeeds keeps them); a warm store whose file write fails stays
+ * restorable from its slots, dirty, until a later write lands.
  */
-static void test_warm_api_rewrite_and_failed_store(void **state)
+static void test_warm_api_rewrite_and_failed_write(void **state)
 {
 	struct api_fixture *f = *state;
 	struct sel_stats st;
 	struct sel_event ev;
+	uint32_t on_disk;
 	char err[512];
 
 	f->warm_bytes = 18ull * API_SLOT;
@@ -1059,24 +1096,45 @@ static void test_warm_api_rewrite_and_failed_store(void **state)
 	assert_int_equal(api_fetch(f, 0), 0);
 	sel_failpoints_configure(NULL);
 	/*
-	 * A warm store whose writes fail: its slots come back. It made room
-	 * by dropping 960, the chain's least recently used.
+	 * A warm store whose file cannot be written: STORED, restorable from
+	 * its slots, dirty, no ON_DISK, the failures counted; once the disk
+	 * takes writes again (after the backoff) its file is written: ON_DISK.
 	 */
+	on_disk = f->on_disk;
+	f->keep_dirty = true;
 	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
-	ev = api_publish_at(f, 1, 384, 0);
-	sel_failpoints_configure(NULL);
-	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
-	api_stats(f, &st);
-	assert_int_equal(st.warm_records, 2);
-	assert_int_equal(st.warm_slots_used, 11);
-	api_publish(f, 1, 384);
-	api_stats(f, &st);
+	ev = api_publish_at(f, 1, 320, 0);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	for (uint32_t i = 0; i < 5000 && st.warm_write_failures == 0; i++) {
+		usleep(1000);
+		api_stats(f, &st);
+	}
+	assert_true(st.warm_write_failures >= 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(st.warm_dirty_bytes, 6ull * API_SLOT);
+	/* It made room by dropping 960, the chain's least recently used. */
 	assert_int_equal(st.warm_records, 3);
-	assert_int_equal(st.warm_slots_used, 18);
-	assert_int_equal(st.warm_evictions, 1);
-	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(st.warm_slots_used, 17);
+	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
 	assert_int_equal(api_fetch(f, 1), 0);
 	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	assert_int_equal(f->on_disk, on_disk);
+	sel_failpoints_configure(NULL);
+	assert_true(api_wait_on_disk(f, on_disk + 1));
+	assert_int_equal(f->on_disk_id, 101);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 0);
+	assert_int_equal(st.warm_dirty_bytes, 0);
+	assert_true(st.warm_writes >= 4);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 17);
+	assert_int_equal(st.warm_evictions, 1);
+	/* On disk: a restart restores it from its file. */
+	api_close(f);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_fetch(f, 1), 0);
 }
 
 /* Three ranks: every rank restores from its warm slots, and every rank drops the same record. */
@@ -1269,6 +1327,267 @@ static void test_warm_api_read_through_three_ranks(void **state)
 }
 
 /* A peer whose warm tier differs is refused at the join, the reason on both sides. */
+static uint32_t ckpt_files_seen;
+
+static int count_ckpt(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	size_t n = strlen(path);
+
+	(void)st;
+	(void)ftw;
+	if (type == FTW_F && n > 5 && strcmp(path + n - 5, ".ckpt") == 0)
+		ckpt_files_seen++;
+	return 0;
+}
+
+/* Record files (committed, *.ckpt) in rank r's directory. */
+static uint32_t api_files(struct api_fixture *f, uint32_t r)
+{
+	char dir[512];
+
+	snprintf(dir, sizeof(dir), "%s/rank%u", f->base, r);
+	ckpt_files_seen = 0;
+	assert_int_equal(nftw(dir, count_ckpt, 16, FTW_PHYS), 0);
+	return ckpt_files_seen;
+}
+
+/* Publishes history k's first consumed tokens as a root; returns the outcome only. */
+static enum sel_outcome api_offer(struct api_fixture *f, uint32_t k, uint64_t consumed)
+{
+	uint32_t ids[API_PAGES];
+	struct sel_publication pub = { .checkpoint = 100 + k, .history = f->h[k],
+				       .consumed = consumed, .page_ids = ids, .state_slot = 0 };
+	enum sel_outcome outcome;
+
+	for (uint32_t i = 0; i < API_PAGES; i++)
+		ids[i] = i;
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	return outcome;
+}
+
+/*
+ * Write-behind: a warm store is restorable (STORED, fetched with every
+ * file read failing) with no file written; nothing is written until a
+ * store needs dirty records' slots, which answers Retry and spills the
+ * least recently used; close's drain writes the rest, and a restart
+ * restores all three from their files.
+ */
+static void test_warm_api_write_behind(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT; /* two records of 4 pages and a row */
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	sel_failpoints_configure(NULL);
+	api_publish(f, 1, 256);
+	usleep(50000); /* no write goes out meanwhile */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 2);
+	assert_int_equal(st.warm_dirty_bytes, 10ull * API_SLOT);
+	assert_int_equal(st.warm_writes, 0);
+	assert_int_equal(f->on_disk, 0);
+	assert_int_equal(api_files(f, 0), 0);
+	/* 2 needs 5 slots, 2 are free: 0, the least recently used, is spilled. */
+	assert_int_equal(api_offer(f, 2, 256), SEL_RETRY);
+	assert_true(api_wait_on_disk(f, 1));
+	assert_int_equal(f->on_disk_id, 100);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_spills, 1);
+	assert_int_equal(st.warm_retry_dirty, 1);
+	assert_int_equal(st.warm_writes, 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(api_files(f, 0), 1);
+	api_publish(f, 2, 256); /* 0, on disk now, leaves warm */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(st.warm_dirty_records, 2);
+	/* The drain at close writes 1 and 2; a restart restores all three. */
+	api_close(f);
+	assert_int_equal(api_files(f, 0), 3);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	for (uint32_t k = 0; k < 3; k++)
+		assert_int_equal(api_fetch(f, k), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 0);
+}
+
+/*
+ * Write-behind keeps a chain's files in order: a store whose file is
+ * written at once (cold, larger than the tier) under a dirty chain answers
+ * Retry and starts the write of the chain's first dirty record, one at a
+ * time from the root (a child's file never lands before its parent's);
+ * the row of a record whose only child committed while it was dirty goes
+ * once its file is written. The chain then restores byte-exact.
+ */
+static void test_warm_api_write_behind_chain_order(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	uint32_t retries = 0, ids[API_PAGES];
+	struct sel_publication pub = { .checkpoint = 100, .consumed = 1024,
+				       .parent_consumed = 384, .page_ids = ids };
+	enum sel_outcome outcome = SEL_RETRY;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	assert_int_equal(api_publish_at(f, 0, 128, 0).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 256, 128).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 384, 256).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 3);
+	assert_int_equal(st.truncations, 0);
+	pub.history = f->h[0];
+	for (uint32_t i = 0; i < API_PAGES; i++)
+		ids[i] = i;
+	/* 1024's pages (6 .. 15) as api_publish_at fills a history's. */
+	for (uint32_t i = 6; i < 16; i++)
+		for (int p = 0; p < 2; p++)
+			tu_fill(f->mem[0].planes[p] + (uint64_t)i * API_UNIT, API_UNIT,
+				api_seed(0, 0, i, p));
+	for (uint32_t i = 0; i < 10 && outcome == SEL_RETRY; i++) {
+		assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+		if (outcome != SEL_RETRY)
+			break;
+		retries++;
+		assert_true(api_wait_on_disk(f, retries));
+		assert_int_equal(api_files(f, 0), retries);
+	}
+	assert_int_equal(outcome, SEL_QUEUED);
+	assert_int_equal(retries, 3);
+	assert_int_equal(api_event(f).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 0);
+	/* 256's row went once its file was written, 384's when 1024 committed. */
+	assert_int_equal(st.truncations, 2);
+	assert_int_equal(api_files(f, 0), 4);
+	assert_int_equal(api_fetch(f, 0), 0);
+}
+
+/*
+ * A full disk while a record is dirty: it stays STORED and restorable
+ * from its slots, its write failed and counted; new publications answer
+ * Retry for the disk's backoff instead of waiting; the record already on
+ * disk stays; once the disk has room the dirty record's write lands and a
+ * restart restores both.
+ */
+static void test_warm_api_disk_full_while_dirty(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st = { 0 };
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256); /* on disk */
+	f->keep_dirty = true;
+	assert_int_equal(sel_failpoints_configure("disk.write=return(ENOSPC)"), 0);
+	assert_int_equal(api_publish_at(f, 1, 256, 0).kind, SEL_EVENT_STORED);
+	for (uint32_t i = 0; i < 5000 && st.warm_write_failures == 0; i++) {
+		usleep(1000);
+		api_stats(f, &st);
+	}
+	assert_true(st.warm_write_failures >= 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(api_offer(f, 2, 256), SEL_RETRY);
+	assert_int_equal(sel_failpoints_configure("disk.write=return(ENOSPC);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	assert_true(api_wait_on_disk(f, 2));
+	assert_int_equal(f->on_disk_id, 101);
+	api_close(f);
+	assert_int_equal(api_files(f, 0), 2);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+}
+
+/*
+ * A drain deadline too short to write anything: the dirty records are
+ * lost (said in the log), and the restart neither finds them nor restores
+ * wrong bytes.
+ */
+static void test_warm_api_drain_deadline(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_hit hit;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	for (uint32_t k = 0; k < API_HISTORIES; k++) {
+		sel_history_destroy(f->h[k]);
+		f->h[k] = NULL;
+	}
+	assert_int_equal(sel_store_close(f->store, 0), 0);
+	f->store = NULL;
+	assert_int_equal(api_files(f, 0), 0);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_false(sel_lookup(f->store, f->h[0], 0, &hit));
+	assert_false(sel_lookup(f->store, f->h[1], 0, &hit));
+}
+
+/*
+ * Three ranks, write-behind: a record is restorable from every rank's
+ * slots before any rank has its file, and close's drain writes it on
+ * every rank.
+ */
+static void test_warm_api_three_ranks_write_behind(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = f->peer_warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 1);
+	for (uint32_t r = 0; r < API_WORLD; r++)
+		assert_int_equal(api_files(f, r), 0);
+	/* Peers fail every file read; rank zero too now. */
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_equal(api_reap(f, r), 0);
+	for (uint32_t r = 0; r < API_WORLD; r++)
+		assert_int_equal(api_files(f, r), 1);
+}
+
 static void test_warm_api_mismatch_refused(void **state)
 {
 	struct api_fixture *f = *state;
@@ -1283,6 +1602,60 @@ static void test_warm_api_mismatch_refused(void **state)
 	for (uint32_t r = 1; r < API_WORLD; r++)
 		assert_int_not_equal(api_reap(f, r), 0);
 	assert_non_null(strstr(f->mem[1].why, "warm tier"));
+}
+
+/*
+ * Max-age: a record not used for max_age_ms leaves both tiers, its warm
+ * slots and its file, on every rank; a lookup misses it then.
+ */
+static void test_warm_api_max_age(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st = { 0 };
+	struct sel_hit hit;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->max_age_ms = 200;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	for (uint32_t i = 0; i < 5000 && (st.expired == 0 || st.jobs_in_flight > 0); i++) {
+		usleep(1000);
+		api_stats(f, &st);
+	}
+	assert_int_equal(st.expired, 1);
+	assert_int_equal(st.warm_expired, 1);
+	assert_int_equal(st.evictions, 0);
+	assert_int_equal(st.warm_records, 0);
+	assert_int_equal(st.warm_slots_used, 0);
+	assert_int_equal(st.records, 0);
+	assert_false(sel_lookup(f->store, f->h[0], 0, &hit));
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++) {
+		assert_int_equal(api_reap(f, r), 0);
+		assert_int_equal(api_files(f, r), 0);
+	}
+	assert_int_equal(api_files(f, 0), 0);
+}
+
+/* A rank whose warm policy differs from rank zero's is refused at the join. */
+static void test_warm_api_policy_mismatch_refused(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->peer_warm_policy = SEL_WARM_WRITE_THROUGH;
+	api_start(f, API_WORLD);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "warm policy"));
+	assert_non_null(strstr(err, "rank 1"));
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_not_equal(api_reap(f, r), 0);
+	assert_non_null(strstr(f->mem[1].why, "warm policy"));
 }
 
 /* A warm tier without a disk store, or past the host's memory, is refused at open. */
@@ -1300,6 +1673,10 @@ static void test_warm_api_bad_config(void **state)
 	c.disk_limit_bytes = 0;
 	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "warm_bytes"));
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.warm_policy = 2;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "warm_policy is 2"));
 	if (shard_slab_memory_available(&available) != 0) {
 		skip(); /* no memory figure to check against */
 		return;
@@ -1500,9 +1877,21 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_write_behind, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_write_behind_chain_order, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_disk_full_while_dirty, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_policy_mismatch_refused, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_max_age, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
-		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_store, api_setup,
+		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_write, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
 						api_teardown),

@@ -102,7 +102,7 @@ class StoreConfig(Checked):
                 ("page_count", u32), ("row_count", u32), ("device", c_char_p),
                 ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
                 ("records_max", u32), ("cluster", ctypes.POINTER(Cluster)),
-                ("warm_bytes", u64)]
+                ("warm_bytes", u64), ("warm_policy", u8), ("max_age_ms", u64)]
 
 
 class Hit(ctypes.Structure):
@@ -139,7 +139,9 @@ STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_m
 # never writes past the buffer; not yet in the Python Stats view.
 STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hits "
               "warm_evictions warm_partial_hits warm_read_throughs "
-              "warm_read_through_bytes warm_read_failures").split()
+              "warm_read_through_bytes warm_read_failures warm_dirty_records "
+              "warm_dirty_bytes warm_writes warm_spills warm_write_failures "
+              "warm_retry_dirty warm_dirty_dropped expired warm_expired").split()
 
 
 class Stats(ctypes.Structure):

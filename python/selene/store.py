@@ -93,6 +93,7 @@ class EventKind(enum.IntEnum):
     FETCHED = 2
     FETCH_FAILED = 3
     FATAL = 4
+    ON_DISK = 5     # with a warm tier: the record's file is committed on every rank
 
 
 @dataclass(frozen=True)
