@@ -3,6 +3,7 @@ host device: planes are numpy arrays (and torch tensors where torch is
 installed). Round trips byte-exact, every error path raises SeleneError with
 the library's code, and the bootstraps match the selene program's."""
 
+import ctypes
 import gc
 import os
 import struct
@@ -66,6 +67,47 @@ def publish_chain(store, planes, history, points=(256, 512)):
         assert ev[0].kind == selene.EventKind.STORED and ev[0].id == 100 + n
         parent = consumed
     return planes.k.copy(), planes.v.copy(), planes.rows.copy()
+
+
+# Every ctypes struct of selene._lib and the C struct it mirrors.
+C_STRUCTS = {"Cluster": "sel_cluster", "Plane": "sel_plane", "StoreConfig": "sel_store_config",
+             "Hit": "sel_hit", "Publication": "sel_publication", "Event": "sel_event",
+             "LatencyHistogram": "sel_latency_histogram", "Stats": "sel_stats"}
+
+
+def test_lib_structs_match_the_header(tmp_path):
+    """Every field of the binding's structs sits at the offset, and has the
+    size, that include/selene/store.h gives it, and every struct has the C
+    size: compiled with the C compiler against the header."""
+    import shutil
+    from selene import _lib
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.skip("no C compiler (%s) to compile include/selene/store.h with" % cc)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    lines, want = [], []
+    for py, c in C_STRUCTS.items():
+        ours = getattr(_lib, py)
+        lines.append('printf("%%zu\\n", sizeof(struct %s));' % c)
+        want.append("sizeof(struct %s) %d" % (c, ctypes.sizeof(ours)))
+        for name, ctype in ours._fields_:
+            lines.append('printf("%%zu %%zu\\n", offsetof(struct %s, %s), '
+                         'sizeof(((struct %s *)0)->%s));' % (c, name, c, name))
+            want.append("%s.%s at %d size %d" % (c, name, getattr(ours, name).offset,
+                                                 ctypes.sizeof(ctype)))
+    source = tmp_path / "layout.c"
+    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"selene/store.h\"\n"
+                      "int main(void)\n{\n%s\nreturn 0;\n}\n" % "\n".join(lines))
+    binary = tmp_path / "layout"
+    subprocess.run([cc, "-I", os.path.join(root, "include"), str(source), "-o", str(binary)],
+                   check=True)
+    got = subprocess.run([str(binary)], check=True, stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout.split("\n")
+    for line, (expected, answer) in enumerate(zip(want, got)):
+        numbers = [int(x) for x in answer.split()]
+        wanted = [int(x) for x in expected.split() if x.isdigit()]
+        assert numbers == wanted, "%s, but the C header: %s" % (expected, answer)
+    assert len(got) == len(want) + 1
 
 
 def test_version_and_errors():
