@@ -164,7 +164,20 @@ class ClusterConfig:
 class StoreConfig:
     """struct sel_store_config. model_identity (32 bytes) or model_name
     (derived as model_identity(model_name) does, as the C library and the
-    selene program derive it) names the model whose bytes these are."""
+    selene program derive it) names the model whose bytes these are.
+
+    warm_bytes: the warm tier, this many bytes of each rank's host memory
+    in front of its disk (docs/DESIGN.md section 6), registered with the
+    device once at open; 0 (the default) has none. It needs a disk store
+    (disk_limit_bytes not 0), the same figure on every rank (a peer whose
+    differs is refused at the join), room for at least one page record and
+    the row, and with the engine's staging at most half of the memory
+    available to the process (the open names both figures otherwise).
+    Stores write through (device, warm slots, then the record file from
+    them) and stay warm; a restore whose records are all warm copies from
+    the slots and reads no file (Stats.warm_hits); the least recently used
+    leave the tier to make room (Stats.warm_evictions), their files
+    staying. A restart starts it empty: restores then read the disk."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -180,6 +193,7 @@ class StoreConfig:
     durable: bool = True
     records_max: int = 0
     cluster: Optional[ClusterConfig] = None
+    warm_bytes: int = 0
 
     def __post_init__(self):
         _check_config("StoreConfig", self)
@@ -274,8 +288,14 @@ def _check_config(what: str, c) -> None:
     for name, ctype in (("page_tokens", _lib.u32), ("page_count", _lib.u32),
                         ("row_count", _lib.u32), ("state_mode", _lib.u8),
                         ("device_ordinal", _lib.c_int), ("disk_limit_bytes", _lib.u64),
-                        ("records_max", _lib.u32)):
+                        ("records_max", _lib.u32), ("warm_bytes", _lib.u64)):
         _int("StoreConfig." + name, getattr(c, name), ctype)
+    if isinstance(c.warm_bytes, bool):
+        raise TypeError("StoreConfig.warm_bytes must be an int (bytes of host memory), got bool")
+    if c.warm_bytes and not c.disk_limit_bytes:
+        raise InvalidArgumentError(
+            "StoreConfig.warm_bytes is %d but StoreConfig.disk_limit_bytes is 0 (no disk "
+            "store): the warm tier holds records in front of a disk store" % c.warm_bytes)
     if c.page_planes is None or isinstance(c.page_planes, (str, bytes, Plane)) or \
             not hasattr(c.page_planes, "__iter__"):
         raise TypeError("StoreConfig.page_planes must be a sequence of Plane, got %s"
@@ -453,7 +473,8 @@ def _c_config(config: StoreConfig):
         page_count=config.page_count, row_count=config.row_count,
         device=device.encode(),
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
-        durable=config.durable, records_max=config.records_max)
+        durable=config.durable, records_max=config.records_max,
+        warm_bytes=config.warm_bytes)
     out.model_identity[:] = list(_identity(config))
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
@@ -573,6 +594,18 @@ class LatencyHistogram:
 
 @dataclass
 class Stats:
+    """sel_store_stats' counters (include/selene/store.h names each).
+
+    By tier: the disk tier is records, disk_bytes and disk_limit_bytes
+    (rank zero's index), evictions (records deleted for room) and the
+    fetches that read record files; the warm tier
+    (StoreConfig.warm_bytes) is warm_records (records held warm on every
+    rank), warm_bytes (their slots' bytes, a rank's), warm_slots_used
+    (slots held by warm records and warm stores in flight) of
+    warm_slots_total (0: no warm tier), warm_hits (fetches served from
+    warm slots, reading no file) and warm_evictions (records dropped from
+    warm for room; their files stay). fetches counts the restores of both
+    tiers: those that are not warm hits read record files."""
     lookups: int
     hits: int
     reused_tokens: int
@@ -599,6 +632,12 @@ class Stats:
     records_dropped_checksum: int
     records_dropped_header: int
     records_dropped_missing: int
+    warm_records: int
+    warm_bytes: int
+    warm_slots_used: int
+    warm_slots_total: int
+    warm_hits: int
+    warm_evictions: int
 
     @classmethod
     def _from_c(cls, c: _lib.Stats) -> "Stats":

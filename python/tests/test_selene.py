@@ -6,6 +6,7 @@ the library's code, and the bootstraps match the selene program's."""
 import ctypes
 import gc
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -79,7 +80,6 @@ def test_lib_structs_match_the_header(tmp_path):
     """Every field of the binding's structs sits at the offset, and has the
     size, that include/selene/store.h gives it, and every struct has the C
     size: compiled with the C compiler against the header."""
-    import shutil
     from selene import _lib
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
@@ -468,6 +468,75 @@ def record_files(directory):
             path = os.path.join(root, name)
             if os.path.getsize(path) > 4096:
                 yield path
+
+
+WARM = 64 * (UNIT * 2 + 4096)  # room for every page record and row of the tests' chains
+
+
+def test_warm_tier_restores_without_reading_files(tmp_path):
+    """A chain stored with a warm tier is restored byte-exact from its warm
+    slots while its record files are corrupted (no file read: a read
+    would fail by checksum), counted as a warm hit; after a restart the
+    tier is empty and the same restore reads the disk."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
+        h = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, h)
+        st = store.stats()
+        assert st.warm_records == 2 and st.warm_slots_total > 0
+        assert 0 < st.warm_slots_used <= st.warm_slots_total and st.warm_bytes > 0
+        assert (st.warm_hits, st.warm_evictions) == (0, 0)
+        for path in record_files(tmp_path):
+            with open(path, "r+b") as f:
+                f.seek(os.path.getsize(path) - 600)
+                f.write(b"\x55" * 500)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        hit = store.lookup(h)
+        store.fetch(hit, list(range(20, 28)), 3, waiter=1)
+        ev = wait_events(store, 1)[0]
+        assert ev.kind == selene.EventKind.FETCHED, ev
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.v[20:28], v[:8])
+        assert np.array_equal(planes.rows[3], rows[1])
+        st = store.stats()
+        assert (st.fetches, st.warm_hits, st.fetch_failures) == (1, 1, 0)
+        text = store.metrics()
+        assert "selene_warm_hits_total 1\n" in text and "selene_warm_records 2\n" in text
+    shutil.rmtree(tmp_path)
+    os.makedirs(tmp_path)
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
+        h = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, h)
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
+        st = store.stats()
+        assert (st.scanned_records, st.warm_records, st.warm_slots_used) == (2, 0, 0)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        h = store.history(tokens(600))
+        store.fetch(store.lookup(h), list(range(20, 28)), 3, waiter=2)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.rows[3], rows[1])
+        st = store.stats()
+        assert (st.fetches, st.warm_hits) == (1, 0)
+
+
+def test_warm_bytes_is_checked(tmp_path):
+    """warm_bytes refuses what is not a byte count, and a tier with no disk
+    store behind it, naming the argument; the library's own refusal (a
+    tier too small for a page and the row) comes back as SeleneError."""
+    planes = Planes()
+    for bad, error, words in (("1G", TypeError, "StoreConfig.warm_bytes must be an int"),
+                              (None, TypeError, "StoreConfig.warm_bytes must be an int"),
+                              (True, TypeError, "StoreConfig.warm_bytes must be an int"),
+                              (-1, ValueError, "StoreConfig.warm_bytes is -1"),
+                              (2**64, ValueError, "StoreConfig.warm_bytes is 18446744073709551616")):
+        with pytest.raises(error, match=words):
+            planes.config(tmp_path, warm_bytes=bad)
+    with pytest.raises(ValueError, match="disk_limit_bytes is 0"):
+        planes.config(tmp_path, warm_bytes=WARM, disk_limit_bytes=0)
+    with pytest.raises(selene.SeleneError, match="warm tier of 100 bytes"):
+        selene.Store(planes.config(tmp_path, warm_bytes=100))
+    with selene.Store(planes.config(tmp_path)) as store:
+        st = store.stats()
+        assert (st.warm_slots_total, st.warm_records, st.warm_hits) == (0, 0, 0)
 
 
 def test_corrupted_record_fails_by_checksum(tmp_path):
