@@ -71,9 +71,28 @@ def publish_chain(store, planes, history, points=(256, 512)):
 
 
 # Every ctypes struct of selene._lib and the C struct it mirrors.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 C_STRUCTS = {"Cluster": "sel_cluster", "Plane": "sel_plane", "StoreConfig": "sel_store_config",
              "Hit": "sel_hit", "Publication": "sel_publication", "Event": "sel_event",
              "LatencyHistogram": "sel_latency_histogram", "Stats": "sel_stats"}
+
+
+def header_program(tmp_path, statements):
+    """Compiles statements (C, one printf each) against
+    include/selene/store.h and returns their output lines; skips the test
+    without a C compiler."""
+    import shutil
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.skip("no C compiler (%s) to compile include/selene/store.h with" % cc)
+    source = tmp_path / "header.c"
+    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"selene/store.h\"\n"
+                      "int main(void)\n{\n%s\nreturn 0;\n}\n" % "\n".join(statements))
+    binary = tmp_path / "header"
+    subprocess.run([cc, "-I", os.path.join(ROOT, "include"), str(source), "-o", str(binary)],
+                   check=True)
+    return subprocess.run([str(binary)], check=True, stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout.splitlines()
 
 
 def test_lib_structs_match_the_header(tmp_path):
@@ -81,10 +100,6 @@ def test_lib_structs_match_the_header(tmp_path):
     size, that include/selene/store.h gives it, and every struct has the C
     size: compiled with the C compiler against the header."""
     from selene import _lib
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        pytest.skip("no C compiler (%s) to compile include/selene/store.h with" % cc)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     lines, want = [], []
     for py, c in C_STRUCTS.items():
         ours = getattr(_lib, py)
@@ -95,19 +110,34 @@ def test_lib_structs_match_the_header(tmp_path):
                          'sizeof(((struct %s *)0)->%s));' % (c, name, c, name))
             want.append("%s.%s at %d size %d" % (c, name, getattr(ours, name).offset,
                                                  ctypes.sizeof(ctype)))
-    source = tmp_path / "layout.c"
-    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"selene/store.h\"\n"
-                      "int main(void)\n{\n%s\nreturn 0;\n}\n" % "\n".join(lines))
-    binary = tmp_path / "layout"
-    subprocess.run([cc, "-I", os.path.join(root, "include"), str(source), "-o", str(binary)],
-                   check=True)
-    got = subprocess.run([str(binary)], check=True, stdout=subprocess.PIPE,
-                         universal_newlines=True).stdout.split("\n")
-    for line, (expected, answer) in enumerate(zip(want, got)):
+    got = header_program(tmp_path, lines)
+    for expected, answer in zip(want, got):
         numbers = [int(x) for x in answer.split()]
         wanted = [int(x) for x in expected.split() if x.isdigit()]
         assert numbers == wanted, "%s, but the C header: %s" % (expected, answer)
-    assert len(got) == len(want) + 1
+    assert len(got) == len(want)
+
+
+def test_enums_match_the_header(tmp_path):
+    """Outcome and EventKind have every constant of enum sel_outcome and
+    enum sel_event_kind, with the header's values: poll() would raise on an
+    event kind the binding does not know."""
+    import re
+    with open(os.path.join(ROOT, "include", "selene", "store.h")) as f:
+        header = f.read()
+    pairs = []
+    for c_enum, prefix, ours in (("sel_outcome", "SEL_", selene.Outcome),
+                                 ("sel_event_kind", "SEL_EVENT_", selene.EventKind)):
+        body = re.search(r"enum %s \{(.*?)\};" % c_enum, header, re.S).group(1)
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        names = re.findall(r"\b(%s[A-Z_]+)\b" % prefix, body)
+        assert names, c_enum
+        assert sorted(n[len(prefix):] for n in names) == sorted(ours.__members__), \
+            "enum %s: %s, the binding's %s: %s" % (c_enum, names, ours.__name__,
+                                                    list(ours.__members__))
+        pairs += [(ours[n[len(prefix):]], n) for n in names]
+    got = header_program(tmp_path, ['printf("%%d\\n", (int)%s);' % n for _, n in pairs])
+    assert [int(x) for x in got] == [int(member) for member, _ in pairs]
 
 
 def test_version_and_errors():
