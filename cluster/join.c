@@ -68,6 +68,7 @@ static int peer_prove(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 		.disk_limit_bytes = me->has_disk_store ? me->disk_limit_bytes : 0,
 		.marked = me->has_disk_store && me->marked,
 		.warm_bytes = me->has_disk_store ? me->warm_bytes : 0,
+		.warm_policy = me->has_disk_store && me->warm_bytes ? me->warm_policy : 0,
 	};
 	ret = cluster_nonce_fill(hello->client_nonce);
 	if (!ret)
@@ -192,6 +193,13 @@ int cluster_join_check(int fd, const struct cluster_join_policy *policy,
 				     why_size, "rank %u has a warm tier of %" PRIu64 " bytes and "
 				     "rank zero one of %" PRIu64 ": every rank's is the same",
 				     h->rank, h->warm_bytes, policy->warm_bytes);
+	/* Rank zero decides when files are written; every rank is told the same. */
+	if (h->warm_bytes && h->warm_policy != policy->warm_policy)
+		return accept_refuse(fd, &j->seq, SEL_EMISMATCH, CLUSTER_REFUSE_WARM, why,
+				     why_size, "rank %u has the warm policy %s and rank zero "
+				     "%s: every rank's warm tier is the same",
+				     h->rank, h->warm_policy ? "write-behind" : "write-through",
+				     policy->warm_policy ? "write-behind" : "write-through");
 	if (policy->address_allowed &&
 	    (getpeername(fd, (struct sockaddr *)&addr, &addr_len) != 0 ||
 	     !policy->address_allowed(policy->ctx, h->rank, (struct sockaddr *)&addr,

@@ -40,6 +40,7 @@ struct cluster_identity {
 	uint64_t disk_limit_bytes;
 	bool marked;   /* its record directory holds the cluster marker */
 	uint64_t warm_bytes; /* its warm tier; 0: none */
+	uint8_t warm_policy; /* enum sel_warm_policy (with a warm tier) */
 };
 
 /*
@@ -68,6 +69,7 @@ struct cluster_join_policy {
 	struct rec_digest layout_digest;
 	bool has_disk_store;
 	uint64_t warm_bytes; /* every rank's warm tier is this size (0: none) */
+	uint8_t warm_policy; /* and has this write policy (with a warm tier) */
 	/* Whether addr is one that rank announced; NULL accepts any. */
 	bool (*address_allowed)(void *ctx, uint32_t rank, const struct sockaddr *addr,
 				socklen_t addr_len);

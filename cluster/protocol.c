@@ -485,6 +485,12 @@ static int hello_check(const struct cluster_hello *m, char *why, size_t why_size
 	if (!m->has_disk_store && m->warm_bytes != 0)
 		return PROTO_FAIL(why, why_size, "HELLO warm tier of %" PRIu64
 				  " bytes without a disk store (R-WIRE-15)", m->warm_bytes);
+	if (m->warm_policy > 1)
+		return PROTO_FAIL(why, why_size, "HELLO warm policy %u (R-WIRE-12)",
+				  m->warm_policy);
+	if (m->warm_bytes == 0 && m->warm_policy != 0)
+		return PROTO_FAIL(why, why_size, "HELLO warm policy %u without a warm tier "
+				  "(R-WIRE-15)", m->warm_policy);
 	if (nonce_zero(m->client_nonce))
 		return PROTO_FAIL(why, why_size, "HELLO client nonce is zero (R-WIRE-16)");
 	return 0;
@@ -506,6 +512,7 @@ int cluster_hello_encode(const struct cluster_hello *m, uint8_t *buf, size_t buf
 	memcpy(buf + CLUSTER_HELLO_OFF_CLIENT_NONCE, m->client_nonce, CLUSTER_NONCE_BYTES);
 	buf[CLUSTER_HELLO_OFF_MARKED] = m->marked ? 1 : 0;
 	sel_put_le64(buf + CLUSTER_HELLO_OFF_WARM, m->warm_bytes);
+	buf[CLUSTER_HELLO_OFF_WARM_POLICY] = m->warm_policy;
 	return CLUSTER_HELLO_BYTES;
 }
 
@@ -532,6 +539,7 @@ int cluster_hello_decode(const uint8_t *p, uint32_t length, struct cluster_hello
 	memcpy(out->client_nonce, p + CLUSTER_HELLO_OFF_CLIENT_NONCE, CLUSTER_NONCE_BYTES);
 	out->marked = p[CLUSTER_HELLO_OFF_MARKED] == 1;
 	out->warm_bytes = sel_get_le64(p + CLUSTER_HELLO_OFF_WARM);
+	out->warm_policy = p[CLUSTER_HELLO_OFF_WARM_POLICY];
 	return hello_check(out, why, why_size);
 }
 
@@ -1077,7 +1085,7 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		memcpy(buf + CLUSTER_JOB_STORE_OFF_HEADER, m->record_header, REC_HEADER_BYTES);
 		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_STATE_SLOT, m->state_slot);
 		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT, m->page_id_count);
-		buf[CLUSTER_JOB_STORE_OFF_WARM] = m->warm ? 1 : 0;
+		buf[CLUSTER_JOB_STORE_OFF_WARM] = m->warm;
 		put_page_ids(buf + CLUSTER_JOB_STORE_OFF_PAGE_IDS, m->page_ids,
 			     m->page_id_count);
 		break;
@@ -1130,10 +1138,10 @@ static int job_store_decode(const uint8_t *p, uint32_t length,
 		return PROTO_FAIL(why, why_size, "JOB store of %" PRIu32
 				  " page ids, at most %u (R-WIRE-21)",
 				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
-	if (p[CLUSTER_JOB_STORE_OFF_WARM] > 1)
-		return PROTO_FAIL(why, why_size, "JOB store warm %u (R-WIRE-12)",
+	if (p[CLUSTER_JOB_STORE_OFF_WARM] > 3)
+		return PROTO_FAIL(why, why_size, "JOB store warm %u, 0 .. 3 (R-WIRE-12)",
 				  p[CLUSTER_JOB_STORE_OFF_WARM]);
-	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM] == 1;
+	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM];
 	out->page_ids = p + CLUSTER_JOB_STORE_OFF_PAGE_IDS;
 	return check_exact("JOB store", length,
 			   CLUSTER_JOB_STORE_OFF_PAGE_IDS + 4ull * out->page_id_count,

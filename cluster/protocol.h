@@ -84,7 +84,8 @@ enum cluster_hello_offset {
 	CLUSTER_HELLO_OFF_CLIENT_NONCE = 49,
 	CLUSTER_HELLO_OFF_MARKED = 81,
 	CLUSTER_HELLO_OFF_WARM = 82,
-	CLUSTER_HELLO_BYTES = 90,
+	CLUSTER_HELLO_OFF_WARM_POLICY = 90,
+	CLUSTER_HELLO_BYTES = 91,
 };
 _Static_assert(CLUSTER_HELLO_OFF_LAYOUT_DIGEST ==
 		       CLUSTER_HELLO_OFF_FINGERPRINT + REC_DIGEST_BYTES, "hello");
@@ -93,7 +94,8 @@ _Static_assert(CLUSTER_HELLO_OFF_HAS_DISK_STORE ==
 _Static_assert(CLUSTER_HELLO_OFF_MARKED ==
 		       CLUSTER_HELLO_OFF_CLIENT_NONCE + CLUSTER_NONCE_BYTES, "hello");
 _Static_assert(CLUSTER_HELLO_OFF_WARM == CLUSTER_HELLO_OFF_MARKED + 1, "hello");
-_Static_assert(CLUSTER_HELLO_BYTES == CLUSTER_HELLO_OFF_WARM + 8, "hello");
+_Static_assert(CLUSTER_HELLO_OFF_WARM_POLICY == CLUSTER_HELLO_OFF_WARM + 8, "hello");
+_Static_assert(CLUSTER_HELLO_BYTES == CLUSTER_HELLO_OFF_WARM_POLICY + 1, "hello");
 
 enum cluster_challenge_offset {
 	CLUSTER_CHALLENGE_OFF_SERVER_NONCE = 0,
@@ -330,6 +332,7 @@ struct cluster_hello {
 	uint8_t client_nonce[CLUSTER_NONCE_BYTES];
 	bool marked; /* its record directory holds a cluster marker */
 	uint64_t warm_bytes; /* its warm tier (0: none; only with a disk store) */
+	uint8_t warm_policy; /* enum sel_warm_policy; 0 without a warm tier */
 };
 
 int cluster_hello_encode(const struct cluster_hello *msg, uint8_t *buf,
@@ -550,7 +553,7 @@ struct cluster_job {
 	uint32_t state_slot;                       /* store, fetch */
 	const uint32_t *page_ids;                  /* store, fetch */
 	uint32_t page_id_count;                    /* store, fetch */
-	bool warm;                                 /* store: into the warm tier */
+	uint8_t warm; /* store: enum shard_store_warm (R-WIRE-21) */
 	struct rec_key key;                        /* truncate, unlink, warm drop */
 };
 
@@ -565,7 +568,7 @@ struct cluster_job_view {
 	uint32_t state_slot;
 	uint32_t page_id_count;
 	const uint8_t *page_ids;      /* page_id_count * 4 */
-	bool warm;
+	uint8_t warm;
 	struct rec_key key;
 };
 

@@ -43,6 +43,7 @@ struct sel_store {
 	struct shard_engine *engine;
 	struct sel_cluster cluster;    /* world_size 1 without one */
 	uint64_t warm_bytes;           /* the warm tier every rank must have */
+	uint8_t warm_policy;           /* and its write policy */
 	struct coord_peer *peers;      /* world_size - 1, until the fan-out takes them */
 	bool form_attempted;           /* the formation told the peers of any failure */
 	bool opened;                   /* sel_store_open succeeded: close says BYE */
@@ -304,6 +305,7 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.listen_fd = listen_fd, .secret = c->secret,
 		.policy = { .world_size = c->world_size, .layout_digest = g->layout_digest,
 			    .has_disk_store = *limit != 0, .warm_bytes = s->warm_bytes,
+			    .warm_policy = s->warm_bytes ? s->warm_policy : 0,
 			    .address_allowed = address_allowed,
 			    .ctx = &s->cluster },
 		.disk_limit_bytes = *limit, .dir = s->dir,
@@ -457,7 +459,7 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 		if (coord_store_set_warm(&s->core, ws.slots_total,
 					 (uint32_t)((g->row_record_bytes + g->page_record_bytes - 1) /
 						    g->page_record_bytes),
-					 g->page_record_bytes) != 0)
+					 g->page_record_bytes, c->warm_policy) != 0)
 			ret = sel_fail(-ENOMEM, err, err_size, "out of memory for the warm index");
 	}
 	/* the local engine's until a fan-out takes the jobs (close polls it) */
@@ -480,6 +482,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	int ret;
 
 	s->warm_bytes = c->warm_bytes;
+	s->warm_policy = c->warm_policy;
 	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
 	kept = scan.record_count;
 	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
@@ -644,11 +647,17 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 	open_stores_remove(s); /* stats and metrics answer -ESHUTDOWN from here */
 	deadline = drain_timeout_ms > (UINT64_MAX - now) / 1000000ull ?
 			   UINT64_MAX : now + drain_timeout_ms * 1000000ull;
-	/* Drain: completions are applied so the index and files agree. */
+	/*
+	 * Drain: completions are applied so the index and files agree, and
+	 * warm records not yet on disk are written (a parent's first) while
+	 * the deadline lasts; what is left then is lost, and said.
+	 */
 	for (;;) {
 		pthread_mutex_lock(&s->lock);
 		if (s->engine) {
 			coord_store_poll(&s->core, events, SEL_ARRAY_SIZE(events));
+			if (sel_monotonic_ns() <= deadline)
+				coord_store_write_dirty(&s->core);
 			in_flight = coord_store_jobs_in_flight(&s->core);
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -656,6 +665,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 		if (in_flight == 0 || s->core.stopped || sel_monotonic_ns() > deadline)
 			break;
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	if (s->engine && s->core.warm.dirty_records > 0) {
+		s->core.stats.warm_dirty_dropped += s->core.warm.dirty_records;
+		sel_warn("store: %u warm records (%" PRIu64 " MiB) were not written to disk by "
+			 "the close deadline (%" PRIu64 " ms) and are lost",
+			 s->core.warm.dirty_records,
+			 (s->core.warm.dirty_slots * s->core.warm.slot_bytes) >> 20,
+			 drain_timeout_ms);
 	}
 	if (in_flight > 0 && !s->core.stopped) {
 		/*

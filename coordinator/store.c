@@ -42,11 +42,20 @@ int coord_store_init(struct coord_store *s, const struct rec_geometry *geometry,
 }
 
 int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
-			 uint64_t slot_bytes)
+			 uint64_t slot_bytes, uint8_t policy)
 {
 	int ret = coord_warm_init(&s->warm, s->index.nodes_max, slots_total, row_slots,
 				  slot_bytes);
 
+	if (!ret) {
+		s->zero_ids = calloc(s->geometry.page_count ? s->geometry.page_count : 1,
+				     sizeof(*s->zero_ids));
+		if (!s->zero_ids) {
+			coord_warm_destroy(&s->warm);
+			ret = -ENOMEM;
+		}
+	}
+	s->warm_policy = policy;
 	s->stats.warm_slots_total = ret ? 0 : slots_total;
 	return ret;
 }
@@ -55,6 +64,8 @@ void coord_store_destroy(struct coord_store *s)
 {
 	coord_index_destroy(&s->index);
 	coord_warm_destroy(&s->warm);
+	free(s->zero_ids);
+	s->zero_ids = NULL;
 	free(s->generation);
 	s->generation = NULL;
 }
@@ -225,6 +236,19 @@ static void warm_touch_chain(struct coord_store *s, uint32_t id)
 /* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static void drop_bare_page_only(struct coord_store *s, uint32_t id);
 
+/*
+ * Node id's warm slots are given back (its warm copy goes with a job
+ * submitted now); a dirty record goes unwritten with them, counted.
+ */
+static void warm_forget(struct coord_store *s, uint32_t id)
+{
+	if (coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN) {
+		coord_warm_set_clean(&s->warm, &s->index, id);
+		s->stats.warm_dirty_dropped++;
+	}
+	coord_warm_forget(&s->warm, id);
+}
+
 static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 {
 	struct coord_node *n = coord_index_node(&s->index, victim);
@@ -252,10 +276,11 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	/* Charged until the job finishes; no longer usable from now on. */
 	s->reclaiming_bytes += job->bytes;
 	/* Every rank gives the warm slots back when it runs the job. */
-	if (compact)
+	if (compact) {
 		coord_warm_drop_row(&s->warm, victim, n->tail_page_count);
-	else
-		coord_warm_forget(&s->warm, victim);
+	} else {
+		warm_forget(s, victim);
+	}
 	if (compact) {
 		n->row_present = false;
 		n->bytes -= job->bytes;
@@ -318,9 +343,17 @@ static void drop_bare_pending(struct coord_store *s)
 
 static bool evictable(const struct coord_node *node, void *ctx)
 {
-	(void)node;
-	(void)ctx;
-	return true; /* the disk store evicts any unpinned ready node (seed 2.3) */
+	struct coord_store *s = ctx;
+
+	/*
+	 * The disk store evicts any unpinned ready node (seed 2.3), but for a
+	 * dirty record, whose only copy is warm, and a dirty record's
+	 * ancestor (a page-only parent's row).
+	 */
+	return !coord_warm_enabled(&s->warm) ||
+	       (coord_warm_dirty_state(&s->warm, (uint32_t)(node - s->index.nodes)) ==
+			COORD_WARM_CLEAN &&
+		s->warm.dirty_below[node - s->index.nodes] == 0);
 }
 
 /* Whether a store found a disk full less than ns ago. */
@@ -367,7 +400,7 @@ static bool make_room(struct coord_store *s, uint64_t need)
 
 	while (s->used_bytes - s->reclaiming_bytes + need > limit) {
 		bool compact = false;
-		uint32_t victim = coord_index_victim(&s->index, evictable, NULL, &compact);
+		uint32_t victim = coord_index_victim(&s->index, evictable, s, &compact);
 
 		if (victim == COORD_NONE && limit < s->limit_bytes)
 			/*
@@ -391,7 +424,7 @@ static bool make_node_room(struct coord_store *s)
 {
 	while (s->index.node_count >= s->index.nodes_max) {
 		bool compact = false;
-		uint32_t victim = coord_index_victim(&s->index, evictable, NULL, &compact);
+		uint32_t victim = coord_index_victim(&s->index, evictable, s, &compact);
 
 		if (victim == COORD_NONE || compact || reclaim(s, victim, false) != 0)
 			return false;
@@ -454,36 +487,120 @@ static uint64_t required_ancestor_bytes(struct coord_store *s, uint32_t parent,
 }
 
 /*
+ * Submits node id's write from its warm slots (a dirty record whose parent
+ * is on disk): the file is written on every rank, the warm copy stays.
+ * The record is pinned until the write completes. Returns 0 or why not.
+ */
+static int submit_warm_write(struct coord_store *s, uint32_t id)
+{
+	struct coord_node *n = coord_index_node(&s->index, id);
+	struct rec_header header;
+	struct shard_store_job store = { .header = &header, .page_ids = s->zero_ids,
+					 .warm = SHARD_STORE_WARM_WRITE,
+					 /* a rank that fails keeps its warm copy: no unlink */
+					 .replaces = true };
+	struct coord_job *job;
+	uint32_t job_id;
+	int err;
+
+	err = rec_header_init(&header, &s->geometry, &s->namespace_id, &n->key,
+			      n->parent.consumed ? &n->parent : NULL, &n->bucket,
+			      n->first_page_index, n->tail_page_count, n->created_ns);
+	if (err)
+		return err;
+	job = job_take(s, &job_id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->kind = COORD_JOB_WARM_WRITE;
+	job->node = id;
+	job->key = n->key;
+	job->bytes = 0; /* charged since its store */
+	err = s->jobs_ops.store(s->jobs_ops.ctx, job_id, &store);
+	if (err) {
+		job_release(s, job);
+		return err;
+	}
+	coord_index_pin(&s->index, id);
+	s->warm.dirty[id] = COORD_WARM_WRITING;
+	s->warm_writes_in_flight++;
+	return 0;
+}
+
+/* Whether writes from warm may be submitted now (none failed just now). */
+static bool warm_writes_allowed(const struct coord_store *s)
+{
+	return !s->stopped && s->warm_writes_in_flight < COORD_WARM_WRITES_MAX &&
+	       (s->warm_write_retry_ns == 0 || sel_monotonic_ns() >= s->warm_write_retry_ns);
+}
+
+uint32_t coord_store_write_dirty(struct coord_store *s)
+{
+	struct coord_warm *w = &s->warm;
+	uint32_t id;
+
+	while (w->dirty_records > s->warm_writes_in_flight && warm_writes_allowed(s) &&
+	       (id = coord_warm_dirty_victim(w, &s->index)) != COORD_NONE)
+		if (submit_warm_write(s, id) != 0)
+			break;
+	return w->dirty_records - s->warm_writes_in_flight;
+}
+
+enum warm_room {
+	WARM_ROOM,  /* the slots are free: the store goes warm */
+	WARM_COLD,  /* the warm tier cannot take it: through staging */
+	WARM_RETRY, /* dirty records hold the slots: writes started, Retry */
+};
+
+/*
  * Frees warm slots for a store of need slots: the least recently used
  * warm records that are on disk and unpinned are dropped on every rank
- * (their files stay), until need slots are free. False, and the store goes
- * through staging (not warm), when the warm tier cannot take it: larger
- * than the tier, too few records it may drop (stores in flight hold the
- * rest), or no job to drop one with.
+ * (their files stay), until need slots are free. Where dirty records hold
+ * what is missing, the least recently used of them are written (a spill)
+ * and the store answers Retry, so their slots can go once on disk. Cold,
+ * and the store goes through staging, when the warm tier cannot take it
+ * otherwise: larger than the tier, too few records it may drop (stores in
+ * flight hold the rest), or no job to drop one with.
  */
-static bool make_warm_room(struct coord_store *s, uint32_t need)
+static enum warm_room make_warm_room(struct coord_store *s, uint32_t need)
 {
 	struct coord_warm *w = &s->warm;
 
 	if (!coord_warm_enabled(w) || !s->jobs_ops.warm_drop || need > w->slots_total)
-		return false;
+		return WARM_COLD;
 	while (w->slots_total - w->slots_used < need) {
 		uint32_t victim = coord_warm_victim(w, &s->index), id;
 		struct coord_job *job;
 
+		if (victim == COORD_NONE && w->dirty_records > 0) {
+			uint64_t coming = 0;
+
+			/* Writes from warm already in flight free their slots first. */
+			for (uint32_t j = 0; j < COORD_JOBS_MAX; j++)
+				if (s->jobs[j].in_use && s->jobs[j].kind == COORD_JOB_WARM_WRITE)
+					coming += w->slots[s->jobs[j].node];
+			while (w->slots_total - w->slots_used + coming < need &&
+			       warm_writes_allowed(s) &&
+			       (victim = coord_warm_dirty_victim(w, &s->index)) != COORD_NONE &&
+			       submit_warm_write(s, victim) == 0) {
+				coming += w->slots[victim];
+				s->stats.warm_spills++;
+			}
+			s->stats.warm_retry_dirty++;
+			return WARM_RETRY;
+		}
 		if (victim == COORD_NONE || !(job = job_take(s, &id)))
-			return false;
+			return WARM_COLD;
 		job->kind = COORD_JOB_WARM_DROP;
 		job->key = coord_index_node(&s->index, victim)->key;
 		job->bytes = 0;
 		if (s->jobs_ops.warm_drop(s->jobs_ops.ctx, id, &job->key) != 0) {
 			job_release(s, job);
-			return false;
+			return WARM_COLD;
 		}
 		coord_warm_forget(w, victim);
 		w->evictions++;
 	}
-	return true;
+	return WARM_ROOM;
 }
 
 static int submit_store(struct coord_store *s, const struct rec_history *h,
@@ -505,6 +622,7 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	struct rec_header header;
 	struct shard_store_job store = { .header = &header, .page_ids = pub->page_ids + first,
 					 .state_slot = pub->state_slot };
+	enum warm_room room;
 	struct coord_job *job;
 	int err;
 
@@ -526,8 +644,29 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	job->parent = parent;
 	if (parent != COORD_NONE)
 		coord_index_pin(&s->index, parent);
-	store.warm = make_warm_room(s, tail + s->warm.row_slots);
-	err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
+	room = make_warm_room(s, tail + s->warm.row_slots);
+	if (room == WARM_ROOM && (parent == COORD_NONE || coord_warm_holds(&s->warm, parent)))
+		/*
+		 * Restorable once warm, its file written after (a chain with a
+		 * dirty record is warm whole: its fetch reads no file).
+		 */
+		store.warm = SHARD_STORE_WARM_ONLY;
+	else if (room == WARM_ROOM)
+		store.warm = SHARD_STORE_WARM; /* its parent is cold: file now */
+	/*
+	 * A file reaches the disk only after its parent's (R-DIR-6 deletes a
+	 * child whose parent's file is missing): a store that writes its file
+	 * now waits for a dirty parent's write, started here.
+	 */
+	if (room == WARM_RETRY ||
+	    (store.warm != SHARD_STORE_WARM_ONLY &&
+	     coord_warm_dirty_state(&s->warm, parent) != COORD_WARM_CLEAN)) {
+		if (room != WARM_RETRY)
+			coord_store_write_dirty(s);
+		err = SEL_EQUEUEFULL;
+	} else {
+		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
+	}
 	if (err) {
 		if (parent != COORD_NONE)
 			coord_index_unpin(&s->index, parent);
@@ -537,8 +676,9 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 		return err == SEL_EQUEUEFULL ? SEL_RETRY : err;
 	}
 	s->used_bytes += need;
-	job->warm = store.warm;
-	if (store.warm)
+	job->warm = store.warm != SHARD_STORE_COLD;
+	job->warm_only = store.warm == SHARD_STORE_WARM_ONLY;
+	if (job->warm)
 		coord_warm_charge(&s->warm, job->node, tail + s->warm.row_slots);
 	return 0;
 }
@@ -593,7 +733,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
 		if (err == 0) {
 			/* Every rank drops its warm copy as the store begins: cold now. */
-			coord_warm_forget(&s->warm, existing);
+			warm_forget(s, existing);
 			s->used_bytes += need;
 			*outcome = SEL_QUEUED;
 			return 0; /* the pin goes when the job completes */
@@ -840,7 +980,8 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 	 * eviction pass compacts instead.
 	 */
 	if (p->parent.consumed != 0 && p->child_count == 1 && p->row_present &&
-	    p->pins == 0 && p->state == COORD_READY)
+	    p->pins == 0 && p->state == COORD_READY &&
+	    coord_warm_dirty_state(&s->warm, parent) == COORD_WARM_CLEAN)
 		reclaim(s, parent, true);
 }
 
@@ -922,6 +1063,8 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
 	s->stats.stored++;
 	s->stats.bytes_stored += c->bytes;
 	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
+	if (coord_warm_enabled(&s->warm)) /* stored cold: on disk already */
+		push_event(s, SEL_EVENT_ON_DISK, job->checkpoint, 0, NULL);
 }
 
 /*
@@ -986,8 +1129,52 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 	s->stats.stored++;
 	s->stats.bytes_stored += c->bytes;
 	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
+	/* Warm only: dirty until its write from warm completes on every rank. */
+	if (job->warm_only)
+		coord_warm_set_dirty(&s->warm, &s->index, job->node, job->checkpoint);
+	else if (coord_warm_enabled(&s->warm)) /* without, STORED says it */
+		push_event(s, SEL_EVENT_ON_DISK, job->checkpoint, 0, NULL);
 	if (job->parent != COORD_NONE)
 		drop_parent_row(s, job->parent);
+}
+
+/*
+ * A write from warm completed: on disk on every rank (ON_DISK), or, where
+ * some rank failed, still dirty, its slots kept, tried again after a
+ * backoff (a rank whose file did commit keeps it: the next write replaces
+ * it, and the next start's agreement drops a file that is not on every
+ * rank).
+ */
+static void complete_warm_write(struct coord_store *s, struct coord_job *job,
+				const struct shard_completion *c)
+{
+	struct coord_node *n = coord_index_node(&s->index, job->node);
+
+	coord_index_unpin(&s->index, job->node);
+	s->warm_writes_in_flight--;
+	SEL_ASSERT(s->warm.dirty[job->node] == COORD_WARM_WRITING);
+	if (c->result) {
+		char name[REC_FILE_NAME_BYTES];
+
+		s->warm.dirty[job->node] = COORD_WARM_DIRTY;
+		s->stats.warm_write_failures++;
+		s->warm_write_retry_ns = sel_monotonic_ns() + COORD_WARM_WRITE_BACKOFF_NS;
+		if (c->result == -ENOSPC || c->result == -EDQUOT)
+			note_disk_full(s);
+		rec_file_name(name, &n->key);
+		sel_warn("%s: its write from warm failed (%s); it stays warm, not on disk, "
+			 "and is tried again", name, c->why[0] ? c->why : sel_strerror(c->result));
+		return;
+	}
+	s->warm_write_retry_ns = 0;
+	coord_warm_set_clean(&s->warm, &s->index, job->node);
+	s->stats.warm_writes++;
+	push_event(s, SEL_EVENT_ON_DISK, s->warm.checkpoint[job->node], 0, NULL);
+	/* A row a child's commit left for a file that was not there yet. */
+	if (n->state == COORD_READY && n->child_count > 0)
+		drop_parent_row(s, job->node);
+	else if (n->state == COORD_CONDEMNED)
+		drop_condemned(s);
 }
 
 /*
@@ -1221,6 +1408,8 @@ static void warm_stats(struct coord_store *s)
 	s->stats.warm_slots_total = w->slots_total;
 	s->stats.warm_hits = w->hits;
 	s->stats.warm_evictions = w->evictions;
+	s->stats.warm_dirty_records = w->dirty_records;
+	s->stats.warm_dirty_bytes = w->dirty_slots * w->slot_bytes;
 }
 
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)
@@ -1266,6 +1455,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				count_noop(s, &done[i]);
 			else if (job->kind == COORD_JOB_WARM_DROP)
 				complete_warm_drop(&done[i]);
+			else if (job->kind == COORD_JOB_WARM_WRITE)
+				complete_warm_write(s, job, &done[i]);
 			else
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);
@@ -1275,6 +1466,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	}
 	if (completed) /* a job slot and a queue entry freed: a refused unlink may go now */
 		drop_bare_pending(s);
+	if (s->warm_policy == SEL_WARM_WRITE_THROUGH && s->warm.dirty_records > 0)
+		coord_store_write_dirty(s);
 	s->stats.disk_bytes = s->used_bytes;
 	warm_stats(s);
 	while (out < max && s->event_count > 0) {

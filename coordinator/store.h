@@ -25,6 +25,10 @@
 #define COORD_WAITERS_MAX 16u
 /* Jobs in flight through the store at once. */
 #define COORD_JOBS_MAX 64u
+/* Writes from warm in flight at once: the rest of the job table is the model's. */
+#define COORD_WARM_WRITES_MAX (COORD_JOBS_MAX / 4)
+/* After a write from warm failed on some rank, none is tried for this long. */
+#define COORD_WARM_WRITE_BACKOFF_NS 1000000000ull
 /* Events waiting for sel_poll: one per job waiter at most. */
 #define COORD_EVENTS_MAX (COORD_JOBS_MAX * COORD_WAITERS_MAX)
 /* How long a full disk answers SEL_RETRY before a store is tried again. */
@@ -56,7 +60,8 @@ struct coord_jobs {
 
 enum coord_job_kind {
 	COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK, COORD_JOB_NOOP,
-	COORD_JOB_WARM_DROP
+	COORD_JOB_WARM_DROP,
+	COORD_JOB_WARM_WRITE, /* a warm record's file written from its slots */
 };
 
 struct coord_job {
@@ -71,6 +76,7 @@ struct coord_job {
 	bool owner_cancelled;   /* the owner still hears when its ids are quiet */
 	bool rewrite;           /* a store that puts a page-only record's row back */
 	bool warm;              /* a store sent warm; a fetch of warm records only */
+	bool warm_only;         /* a store into warm slots only: its file comes later */
 	uint32_t skip_pages;    /* a fetch's skip and pages: only equal hits */
 	uint32_t page_count;    /* (same endpoint, pages and skip) join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
@@ -85,6 +91,10 @@ struct coord_store {
 	struct rec_identity namespace_id;
 	struct coord_index index;
 	struct coord_warm warm; /* the warm tier's records (off unless coord_store_set_warm) */
+	uint8_t warm_policy;    /* enum sel_warm_policy */
+	uint32_t *zero_ids;     /* a warm write's page ids (unused): page_count zeros */
+	uint32_t warm_writes_in_flight;
+	uint64_t warm_write_retry_ns; /* a write failed: none until then (monotonic) */
 	uint64_t *generation;   /* per node id, bumped on insert */
 	uint64_t next_generation;
 	struct coord_jobs jobs_ops;
@@ -120,10 +130,11 @@ void coord_store_destroy(struct coord_store *s);
 /*
  * Turns the warm tier on: slots_total slots of slot_bytes on every rank,
  * a row taking row_slots of them (shard/warm.h). Stores go warm from now
- * on where their slots can be made free. Returns 0 or -ENOMEM.
+ * on where their slots can be made free, their files written as policy
+ * (enum sel_warm_policy) says. Returns 0 or -ENOMEM.
  */
 int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
-			 uint64_t slot_bytes);
+			 uint64_t slot_bytes, uint8_t policy);
 
 /* Adds the records a startup scan kept: parents first, LRU order by mtime. */
 int coord_store_load(struct coord_store *s, const struct rec_record_info *records,
@@ -153,6 +164,14 @@ int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64
  * without jobs_ops.noop, SEL_EQUEUEFULL or SEL_ESTOPPED.
  */
 int coord_store_noop(struct coord_store *s);
+
+/*
+ * Submits writes from warm of dirty records (a parent's first, at most
+ * COORD_WARM_WRITES_MAX in flight), as the write-through policy does after
+ * every poll and close's drain does for either policy. Returns the dirty
+ * records left without a write in flight.
+ */
+uint32_t coord_store_write_dirty(struct coord_store *s);
 
 /* Takes job completions, applies them, and hands out events. */
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max);

@@ -21,7 +21,11 @@ int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_tot
 	w->prev = calloc(nodes_max, sizeof(*w->prev));
 	w->next = calloc(nodes_max, sizeof(*w->next));
 	w->listed = calloc(nodes_max, sizeof(*w->listed));
-	if (!w->slots || !w->prev || !w->next || !w->listed) {
+	w->dirty = calloc(nodes_max, sizeof(*w->dirty));
+	w->dirty_below = calloc(nodes_max, sizeof(*w->dirty_below));
+	w->checkpoint = calloc(nodes_max, sizeof(*w->checkpoint));
+	if (!w->slots || !w->prev || !w->next || !w->listed || !w->dirty || !w->dirty_below ||
+	    !w->checkpoint) {
 		coord_warm_destroy(w);
 		return -ENOMEM;
 	}
@@ -38,6 +42,9 @@ void coord_warm_destroy(struct coord_warm *w)
 	free(w->prev);
 	free(w->next);
 	free(w->listed);
+	free(w->dirty);
+	free(w->dirty_below);
+	free(w->checkpoint);
 	coord_warm_init_off(w);
 }
 
@@ -91,10 +98,57 @@ void coord_warm_ready(struct coord_warm *w, uint32_t id)
 		list_last(w, id);
 }
 
+/* Adds delta to dirty_below of every ancestor of id. */
+static void mark_ancestors(struct coord_warm *w, const struct coord_index *ix, uint32_t id,
+			   int delta)
+{
+	for (uint32_t a = ix->nodes[id].parent_id; a != COORD_NONE; a = ix->nodes[a].parent_id) {
+		SEL_ASSERT(delta > 0 || w->dirty_below[a] > 0);
+		w->dirty_below[a] += (uint32_t)delta;
+	}
+}
+
+void coord_warm_set_dirty(struct coord_warm *w, const struct coord_index *ix, uint32_t id,
+			  uint64_t checkpoint)
+{
+	SEL_ASSERT(w->slots_total && w->slots[id]);
+	w->checkpoint[id] = checkpoint;
+	if (w->dirty[id] != COORD_WARM_CLEAN)
+		return;
+	w->dirty[id] = COORD_WARM_DIRTY;
+	w->dirty_records++;
+	w->dirty_slots += w->slots[id];
+	mark_ancestors(w, ix, id, 1);
+}
+
+void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, uint32_t id)
+{
+	if (!w->slots_total || id >= w->nodes_max || w->dirty[id] == COORD_WARM_CLEAN)
+		return;
+	w->dirty[id] = COORD_WARM_CLEAN;
+	w->dirty_records--;
+	w->dirty_slots -= w->slots[id];
+	mark_ancestors(w, ix, id, -1);
+}
+
+uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix)
+{
+	for (uint32_t id = w->head; id != COORD_NONE; id = w->next[id]) {
+		uint32_t parent = ix->nodes[id].parent_id;
+
+		if (w->dirty[id] == COORD_WARM_DIRTY && ix->nodes[id].state == COORD_READY &&
+		    (parent == COORD_NONE || w->dirty[parent] == COORD_WARM_CLEAN))
+			return id;
+	}
+	return COORD_NONE;
+}
+
 void coord_warm_forget(struct coord_warm *w, uint32_t id)
 {
 	if (!w->slots_total || id >= w->nodes_max || !w->slots[id])
 		return;
+	/* A dirty record's slots go only with it (coord_warm_set_clean first). */
+	SEL_ASSERT(w->dirty[id] == COORD_WARM_CLEAN);
 	unlist(w, id);
 	w->slots_used -= w->slots[id];
 	w->slots[id] = 0;
@@ -109,6 +163,7 @@ void coord_warm_drop_row(struct coord_warm *w, uint32_t id, uint32_t tail_pages)
 		coord_warm_forget(w, id);
 		return;
 	}
+	SEL_ASSERT(w->dirty[id] == COORD_WARM_CLEAN);
 	if (w->listed[id])
 		w->listed_slots -= w->row_slots;
 	w->slots[id] -= w->row_slots;
@@ -128,7 +183,8 @@ uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index 
 	for (uint32_t id = w->head; id != COORD_NONE; id = w->next[id]) {
 		const struct coord_node *n = &ix->nodes[id];
 
-		if (n->state == COORD_READY && n->pins == 0)
+		if (n->state == COORD_READY && n->pins == 0 && w->dirty[id] == COORD_WARM_CLEAN &&
+		    w->dirty_below[id] == 0)
 			return id;
 	}
 	return COORD_NONE;

@@ -33,6 +33,23 @@ struct coord_warm {
 	uint64_t listed_slots; /* their slots */
 	bool *listed;
 	uint64_t hits, evictions;
+	/*
+	 * Dirty records (warm on every rank, their file not yet committed on
+	 * every rank, docs/DESIGN.md section 6): never a warm victim, nor is
+	 * an ancestor of one (dirty_below), so a chain with a dirty record is
+	 * warm whole and its fetch reads no file.
+	 */
+	uint8_t *dirty;        /* per node id: enum coord_warm_dirty */
+	uint32_t *dirty_below; /* per node id: dirty records under it */
+	uint64_t *checkpoint;  /* per node id: a dirty record's checkpoint id */
+	uint32_t dirty_records;
+	uint64_t dirty_slots;  /* their slots */
+};
+
+enum coord_warm_dirty {
+	COORD_WARM_CLEAN = 0,   /* on disk, or not warm */
+	COORD_WARM_DIRTY = 1,   /* warm only: no write submitted */
+	COORD_WARM_WRITING = 2, /* its write from warm is in flight */
 };
 
 /* No warm tier: everything zero, every call below a no-op. */
@@ -65,7 +82,30 @@ void coord_warm_drop_row(struct coord_warm *w, uint32_t id, uint32_t tail_pages)
 /* A use: the most recently used, if it is warm. */
 void coord_warm_touch(struct coord_warm *w, uint32_t id);
 
-/* The least recently used warm record that is READY and unpinned, or COORD_NONE. */
+/*
+ * The least recently used warm record that is READY, unpinned, clean and
+ * no dirty record's ancestor, or COORD_NONE.
+ */
 uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix);
+
+/* Node id (warm, charged) is dirty: committed warm, its file not yet written. */
+void coord_warm_set_dirty(struct coord_warm *w, const struct coord_index *ix, uint32_t id,
+			  uint64_t checkpoint);
+/* Node id's file is committed on every rank, or it left the tier: clean. */
+void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, uint32_t id);
+
+static inline enum coord_warm_dirty coord_warm_dirty_state(const struct coord_warm *w,
+							   uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max ? (enum coord_warm_dirty)w->dirty[id] :
+						     COORD_WARM_CLEAN;
+}
+
+/*
+ * The least recently used dirty record with no write in flight whose
+ * parent is clean (a file is written only after its parent's, R-DIR-6),
+ * or COORD_NONE.
+ */
+uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix);
 
 #endif

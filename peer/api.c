@@ -422,7 +422,7 @@ static int peer_start(const struct sel_store_config *c, sel_peer **out, char *er
 		.rank = p->cluster.rank, .world_size = p->cluster.world_size,
 		.fingerprint = p->geometry.fingerprint, .layout_digest = p->geometry.layout_digest,
 		.has_disk_store = has_disk_store, .disk_limit_bytes = limit,
-		.warm_bytes = c->warm_bytes,
+		.warm_bytes = c->warm_bytes, .warm_policy = c->warm_policy,
 		.marked = p->dir && rec_dir_scan_marked(p->dir, &scan) };
 	if (ret) {
 		peer_tell_failure(p, &me, err);

@@ -147,6 +147,9 @@ int shard_config_validate(const struct sel_store_config *c, char *err, size_t er
 		return config_fail(err, err_size, "warm_bytes is %llu but there is no disk store "
 				   "(disk limit 0): the warm tier sits in front of one",
 				   (unsigned long long)c->warm_bytes);
+	if (c->warm_policy > SEL_WARM_WRITE_BEHIND)
+		return config_fail(err, err_size, "warm_policy is %u (0 write-through, 1 "
+				   "write-behind)", c->warm_policy);
 	if (c->warm_bytes > SHARD_WARM_BYTES_MAX)
 		return config_fail(err, err_size, "warm_bytes is %llu (at most %llu)",
 				   (unsigned long long)c->warm_bytes,

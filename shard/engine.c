@@ -47,7 +47,7 @@ struct shard_job {
 	uint32_t chain_count;
 	uint32_t skip_pages;
 	uint32_t state_slot;
-	bool warm;          /* a store: into warm slots, where they are free */
+	uint8_t warm;       /* a store: enum shard_store_warm */
 	struct shard_job *next;
 };
 
@@ -119,6 +119,8 @@ struct store_run {
 	bool row_done;       /* its row was sent, or its failure made it moot */
 	uint32_t warm;       /* its warm entry (shard/warm.h), or SHARD_WARM_NONE */
 	uint32_t *warm_row;  /* that entry's row pieces' slots */
+	bool warm_only;      /* SHARD_STORE_WARM_ONLY: no file, no disk request */
+	bool from_warm;      /* SHARD_STORE_WARM_WRITE: the file from warm, no copy */
 	bool closing;        /* its commit or abort was sent */
 };
 
@@ -556,19 +558,50 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->held = NULL;
 	run->row_done = false;
 	run->closing = false;
-	/*
-	 * A warm copy of an earlier store of this key goes: the file is being
-	 * replaced, and rank zero charges warm slots from this store on. No
-	 * copy reads it: fetches run whole on this thread, between steps.
-	 */
-	shard_warm_drop(&e->warm, &job->header.key, false);
 	run->warm = SHARD_WARM_NONE;
-	if (job->warm && e->warm.pool.base) {
+	run->warm_only = false;
+	run->from_warm = false;
+	if (job->warm == SHARD_STORE_WARM_WRITE) {
+		/* The file of a record already warm: its copy stays, and is read. */
+		run->warm = e->warm.pool.base ? shard_warm_find(&e->warm, &job->header.key) :
+						SHARD_WARM_NONE;
+		if (run->warm == SHARD_WARM_NONE) {
+			char name[REC_FILE_NAME_BYTES];
+
+			rec_file_name(name, &job->header.key);
+			outcome_fail(&run->o, -ENOENT, 0, "%s: no warm copy to write", name);
+			run->row_done = true;
+			run->closing = true;
+			return;
+		}
+		run->from_warm = true;
+		shard_warm_row_slots(&e->warm, run->warm, run->warm_row);
+	} else {
+		/*
+		 * A warm copy of an earlier store of this key goes: the file is
+		 * being replaced, and rank zero charges warm slots from this
+		 * store on. No copy reads it: fetches run whole on this
+		 * thread, between steps.
+		 */
+		shard_warm_drop(&e->warm, &job->header.key, false);
+	}
+	if (job->warm != SHARD_STORE_WARM_WRITE && job->warm != SHARD_STORE_COLD &&
+	    e->warm.pool.base) {
 		run->warm = shard_warm_reserve(&e->warm, &job->header.key,
 					       job->header.first_page_index,
 					       job->header.tail_page_count);
 		if (run->warm != SHARD_WARM_NONE)
 			shard_warm_row_slots(&e->warm, run->warm, run->warm_row);
+	}
+	if (job->warm == SHARD_STORE_WARM_ONLY) {
+		/* Warm only, no file: nothing goes to the disk. */
+		run->warm_only = true;
+		if (run->warm == SHARD_WARM_NONE) {
+			outcome_fail(&run->o, -ENOSPC, 0, "too few free warm slots on this rank");
+			run->row_done = true;
+			run->closing = true;
+		}
+		return;
 	}
 	run->file.header = job->header;
 	run->control_req.file = &run->file;
@@ -638,6 +671,12 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 		s->owner = NULL;
 		return;
 	}
+	if (run->warm_only) {
+		/* In its warm slots now; the file's checksums come with its write. */
+		run->o.bytes += e->geometry.page_record_bytes * s->req.count;
+		s->owner = NULL;
+		return;
+	}
 	{
 		struct window_sums w = {
 			.e = e, .s = s, .seed = run->seed,
@@ -697,6 +736,13 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
 	if (run->warm != SHARD_WARM_NONE)
 		stage_warm(e, s, run->warm);
+	if (run->from_warm) {
+		/* Already in its warm slots: no copy, its checksum pass and write. */
+		store_sum(e, l);
+		e->store_copied = s;
+		store_sum(e, l);
+		return true;
+	}
 	t = sel_monotonic_ns();
 	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
 				window_copies(e, l, s, job->page_ids + first, n));
@@ -732,11 +778,16 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	if (run->o.result)
 		return true; /* that copy was this store's, and failed: no row */
 	t = sel_monotonic_ns();
-	failed = copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
+	failed = !run->from_warm &&
+		 copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
 			  &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
 	if (failed)
 		return true;
+	if (run->warm_only) {
+		run->o.bytes += e->geometry.row_record_bytes;
+		return true;
+	}
 	stage_row(e, pool, slots, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
 	if (!warm)
 		e->row_user = run;
@@ -758,10 +809,13 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 	if (run->closing) {
 		if (!created)
 			return false;
-		/* Committed: the record stays warm; failed: its slots go back. */
-		if (run->warm != SHARD_WARM_NONE && !run->o.result)
+		/*
+		 * Committed: the record stays warm; failed: its slots go back.
+		 * A write from warm leaves the warm copy as it was.
+		 */
+		if (run->warm != SHARD_WARM_NONE && !run->from_warm && !run->o.result)
 			shard_warm_commit(&e->warm, run->warm);
-		else if (run->warm != SHARD_WARM_NONE)
+		else if (run->warm != SHARD_WARM_NONE && !run->from_warm)
 			shard_warm_abort(&e->warm, run->warm);
 		run->warm = SHARD_WARM_NONE;
 		complete_job(e, run->job, &run->o);
@@ -788,6 +842,10 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 		return created && store_row(e, l, run);
 	if (!created || run->writes || store_piped(e, run) || run->row_req.tag)
 		return false;
+	if (run->warm_only) {
+		run->closing = true; /* in its warm slots: nothing to commit */
+		return true;
+	}
 	/* Every write has drained: commit, or let the temporary file go. */
 	run->control_req.op = run->o.result ? REC_DISK_ABORT : REC_DISK_COMMIT;
 	disk_send(e, l, &run->control_req);
@@ -1363,7 +1421,7 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 	*job = *fill;
 	job->page_ids = ids;
 	job->chain = chain;
-	if (fill->page_id_count)
+	if (fill->page_id_count && fill->page_ids)
 		memcpy(ids, fill->page_ids, fill->page_id_count * sizeof(uint32_t));
 	if (fill->chain_count)
 		memcpy(chain, fill->chain, fill->chain_count * sizeof(*chain));
@@ -1401,8 +1459,9 @@ int shard_engine_store(struct shard_engine *e, uint64_t job_id,
 	};
 
 	if (h->tail_page_count > e->geometry.page_count ||
-	    store->state_slot >= e->geometry.row_count ||
-	    !page_ids_fit(e, store->page_ids, h->tail_page_count))
+	    store->state_slot >= e->geometry.row_count || store->warm > SHARD_STORE_WARM_WRITE ||
+	    (store->warm != SHARD_STORE_WARM_WRITE &&
+	     !page_ids_fit(e, store->page_ids, h->tail_page_count)))
 		return -EINVAL;
 	if (!rec_digest_equal(&h->fingerprint, &e->geometry.fingerprint) ||
 	    h->page_stride != e->geometry.page_record_bytes ||

@@ -153,14 +153,29 @@ enum shard_job_kind {
 	SHARD_JOB_WARM_DROP,
 };
 
+/*
+ * A store's use of the warm tier (the JOB store's warm field, R-WIRE-21):
+ * none (through staging to the file), through (into warm slots where
+ * enough are free, else staging; the file is written from them and the
+ * record stays warm), only (into warm slots, no file: the job completes
+ * when the bytes are in the slots; none free fails it with -ENOSPC), or
+ * write (no device copy: the file is written from the committed warm copy
+ * of the header's key, which stays warm; none fails it with -ENOENT; the
+ * page ids are not used).
+ */
+enum shard_store_warm {
+	SHARD_STORE_COLD = 0,
+	SHARD_STORE_WARM = 1,
+	SHARD_STORE_WARM_ONLY = 2,
+	SHARD_STORE_WARM_WRITE = 3,
+};
+
 /* Store: page ids and state slot on the device -> slots -> record file. */
 struct shard_store_job {
 	const struct rec_header *header; /* from rec_header_init; copied */
 	const uint32_t *page_ids;        /* header->tail_page_count ids; copied */
 	uint32_t state_slot;
-	bool warm;                       /* into warm slots, where enough are free
-					    (else through staging, as without);
-					    the record then stays warm */
+	uint8_t warm;                    /* enum shard_store_warm (true: WARM) */
 	bool replaces;                   /* it puts a page-only record's row back:
 					    a rank that fails keeps the old file,
 					    so the fan-out does not unlink where it

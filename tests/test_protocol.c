@@ -126,6 +126,7 @@ static void sample_hello(struct cluster_hello *m)
 	tu_fill(m->client_nonce, CLUSTER_NONCE_BYTES, 3);
 	m->marked = true;
 	m->warm_bytes = 3ull << 33;
+	m->warm_policy = 1;
 }
 
 /* Record i of a directory: roots and children, rows on odd records. */
@@ -332,7 +333,7 @@ static void test_protocol_header_layout(void **state)
 static void test_protocol_payload_bounds(void **state)
 {
 	static const uint32_t bounds[][3] = {
-		{ CLUSTER_MSG_HELLO, 90, 90 },
+		{ CLUSTER_MSG_HELLO, 91, 91 },
 		{ CLUSTER_MSG_CHALLENGE, 32, 32 },
 		{ CLUSTER_MSG_PROOF, 32, 32 },
 		{ CLUSTER_MSG_WELCOME, 40, 40 },
@@ -634,6 +635,17 @@ static void test_protocol_round_trip_join(void **state)
 	assert_memory_equal(hello_out.client_nonce, hello.client_nonce, 32);
 	assert_true(hello_out.marked);
 	assert_int_equal(hello_out.warm_bytes, 3ull << 33);
+	assert_int_equal(hello_out.warm_policy, 1);
+	/* R-WIRE-12: the warm policy is 0 or 1; R-WIRE-15: 0 without a warm tier. */
+	assert_int_equal(cluster_hello_encode(&hello, payload, sizeof(payload)),
+			 CLUSTER_HELLO_BYTES);
+	payload[90] = 2;
+	expect_proto(cluster_hello_decode(payload, CLUSTER_HELLO_BYTES, &hello_out, why,
+					  sizeof(why)), why, "R-WIRE-12");
+	hello.warm_bytes = 0;
+	assert_int_equal(cluster_hello_encode(&hello, payload, sizeof(payload)), -EINVAL);
+	hello.warm_bytes = 3ull << 33;
+	hello.warm_policy = 0;
 	/* R-WIRE-15: a warm tier without a disk store is refused both ways. */
 	hello.has_disk_store = false;
 	hello.disk_limit_bytes = 0;
@@ -939,8 +951,12 @@ static void test_protocol_round_trip_jobs(void **state)
 	assert_true(view.warm);
 	for (uint32_t i = 0; i < 4; i++)
 		assert_int_equal(cluster_job_view_page_id(&view, i), page_ids[i]);
-	/* R-WIRE-12: the warm flag is 0 or 1. */
-	payload[4113] = 2;
+	/* R-WIRE-12: warm is an enumeration of 0 .. 3 (R-WIRE-21). */
+	payload[4113] = 3;
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why,
+					    sizeof(why)), 0);
+	assert_int_equal(view.warm, 3);
+	payload[4113] = 4;
 	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
 		     "R-WIRE-12");
 	payload[4113] = 1;

@@ -24,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -471,6 +472,10 @@ struct api_fixture {
 	struct sel_cluster cluster;
 	uint64_t warm_bytes;
 	uint64_t peer_warm_bytes; /* what rank 1 is configured with */
+	uint8_t warm_policy, peer_warm_policy;
+	bool keep_dirty;          /* api_publish_at does not wait for ON_DISK */
+	uint32_t on_disk;         /* SEL_EVENT_ON_DISK events seen */
+	uint64_t on_disk_id;      /* the last one's checkpoint */
 	sel_store *store;
 	sel_history *h[API_HISTORIES];
 };
@@ -492,6 +497,7 @@ static void api_config(struct api_fixture *f, uint32_t rank, struct sel_store_co
 		.disk_limit_bytes = 1ull << 30, .records_max = 1000,
 		.cluster = f->world > 1 ? &f->cluster : NULL,
 		.warm_bytes = rank == 1 ? f->peer_warm_bytes : f->warm_bytes,
+		.warm_policy = rank == 1 ? f->peer_warm_policy : f->warm_policy,
 	};
 	memcpy(c->model_identity, model.bytes, 32);
 }
@@ -631,16 +637,40 @@ static uint64_t api_seed(uint32_t k, uint32_t r, uint32_t i, int p)
 	return ((uint64_t)k << 40) + ((uint64_t)r << 20) + i * 8 + (uint64_t)p;
 }
 
+/* The next event but ON_DISK (those are counted in f->on_disk). */
 static struct sel_event api_event(struct api_fixture *f)
 {
 	struct sel_event ev = { .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
 
 	for (uint32_t i = 0; i < 10000; i++) {
-		if (sel_poll(f->store, &ev, 1) == 1)
-			return ev;
+		if (sel_poll(f->store, &ev, 1) == 1) {
+			if (ev.kind != SEL_EVENT_ON_DISK)
+				return ev;
+			f->on_disk++;
+			f->on_disk_id = ev.id;
+			continue;
+		}
 		usleep(1000);
 	}
+	ev = (struct sel_event){ .kind = SEL_EVENT_STORE_FAILED, .error = -ETIMEDOUT };
 	return ev;
+}
+
+/* Polls until count ON_DISK events were seen (up to 10 s): whether they were. */
+static bool api_wait_on_disk(struct api_fixture *f, uint32_t count)
+{
+	struct sel_event ev;
+
+	for (uint32_t i = 0; i < 10000 && f->on_disk < count; i++) {
+		if (sel_poll(f->store, &ev, 1) == 1) {
+			assert_int_equal(ev.kind, SEL_EVENT_ON_DISK);
+			f->on_disk++;
+			f->on_disk_id = ev.id;
+			continue;
+		}
+		usleep(1000);
+	}
+	return f->on_disk >= count;
 }
 
 /*
@@ -655,6 +685,8 @@ static struct sel_event api_publish_at(struct api_fixture *f, uint32_t k, uint64
 				       .consumed = consumed, .parent_consumed = parent_consumed,
 				       .page_ids = ids, .state_slot = 0 };
 	enum sel_outcome outcome;
+	uint32_t on_disk = f->on_disk;
+	struct sel_event ev;
 
 	for (uint32_t r = 0; r < f->world; r++) {
 		for (uint32_t i = 0; i < pages; i++)
@@ -667,7 +699,11 @@ static struct sel_event api_publish_at(struct api_fixture *f, uint32_t k, uint64
 		ids[i] = i;
 	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
 	assert_int_equal(outcome, SEL_QUEUED);
-	return api_event(f);
+	ev = api_event(f);
+	/* Written through: on disk soon after, as the tests before policies expect. */
+	if (ev.kind == SEL_EVENT_STORED && f->warm_bytes && !f->keep_dirty)
+		assert_true(api_wait_on_disk(f, on_disk + 1));
+	return ev;
 }
 
 static void api_publish(struct api_fixture *f, uint32_t k, uint64_t consumed)
@@ -813,15 +849,17 @@ static void test_warm_api_lru(void **state)
 /*
  * A chain keeps its warm pages when a parent's row is dropped; a rewrite
  * that puts the row back stores it cold, and the chain reads its files; a
- * warm store that fails gives its slots back. The tier is 18 slots, and
- * the last store takes the last 6 of them warm on the engine too: a slot
- * the engine kept that rank zero gave back would send it through staging.
+ * warm store whose file write fails stays restorable from its slots,
+ * dirty, until a later write lands. The tier is 18 slots, and the last
+ * store takes the last 6 of them warm on the engine too: a slot the engine
+ * kept that rank zero gave back would send it through staging.
  */
-static void test_warm_api_rewrite_and_failed_store(void **state)
+static void test_warm_api_rewrite_and_failed_write(void **state)
 {
 	struct api_fixture *f = *state;
 	struct sel_stats st;
 	struct sel_event ev;
+	uint32_t on_disk;
 	char err[512];
 
 	f->warm_bytes = 18ull * API_SLOT;
@@ -850,22 +888,45 @@ static void test_warm_api_rewrite_and_failed_store(void **state)
 	assert_int_not_equal(api_fetch(f, 0), 0);
 	sel_failpoints_configure(NULL);
 	assert_int_equal(api_fetch(f, 0), 0);
-	/* A warm store whose writes fail: its slots come back. */
+	/*
+	 * A warm store whose file cannot be written: STORED, restorable from
+	 * its slots, dirty, no ON_DISK, the failures counted; once the disk
+	 * takes writes again (after the backoff) its file is written: ON_DISK.
+	 */
+	on_disk = f->on_disk;
+	f->keep_dirty = true;
 	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
 	ev = api_publish_at(f, 1, 320, 0);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	for (uint32_t i = 0; i < 5000 && st.warm_write_failures == 0; i++) {
+		usleep(1000);
+		api_stats(f, &st);
+	}
+	assert_true(st.warm_write_failures >= 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(st.warm_dirty_bytes, 6ull * API_SLOT);
+	assert_int_equal(st.warm_records, 3);
+	assert_int_equal(st.warm_slots_used, 18);
+	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 1), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	assert_int_equal(f->on_disk, on_disk);
 	sel_failpoints_configure(NULL);
-	assert_int_equal(ev.kind, SEL_EVENT_STORE_FAILED);
+	assert_true(api_wait_on_disk(f, on_disk + 1));
+	assert_int_equal(f->on_disk_id, 101);
 	api_stats(f, &st);
-	assert_int_equal(st.warm_records, 2);
-	assert_int_equal(st.warm_slots_used, 12);
-	api_publish(f, 1, 320);
-	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 0);
+	assert_int_equal(st.warm_dirty_bytes, 0);
+	assert_true(st.warm_writes >= 4);
 	assert_int_equal(st.warm_records, 3);
 	assert_int_equal(st.warm_slots_used, 18);
 	assert_int_equal(st.warm_evictions, 0);
-	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	/* On disk: a restart restores it from its file. */
+	api_close(f);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
 	assert_int_equal(api_fetch(f, 1), 0);
-	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
 }
 
 /* Three ranks: every rank restores from its warm slots, and every rank drops the same record. */
@@ -904,6 +965,167 @@ static void test_warm_api_three_ranks(void **state)
 }
 
 /* A peer whose warm tier differs is refused at the join, the reason on both sides. */
+static uint32_t ckpt_files_seen;
+
+static int count_ckpt(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	size_t n = strlen(path);
+
+	(void)st;
+	(void)ftw;
+	if (type == FTW_F && n > 5 && strcmp(path + n - 5, ".ckpt") == 0)
+		ckpt_files_seen++;
+	return 0;
+}
+
+/* Record files (committed, *.ckpt) in rank r's directory. */
+static uint32_t api_files(struct api_fixture *f, uint32_t r)
+{
+	char dir[512];
+
+	snprintf(dir, sizeof(dir), "%s/rank%u", f->base, r);
+	ckpt_files_seen = 0;
+	assert_int_equal(nftw(dir, count_ckpt, 16, FTW_PHYS), 0);
+	return ckpt_files_seen;
+}
+
+/* Publishes history k's first consumed tokens as a root; returns the outcome only. */
+static enum sel_outcome api_offer(struct api_fixture *f, uint32_t k, uint64_t consumed)
+{
+	uint32_t ids[API_PAGES];
+	struct sel_publication pub = { .checkpoint = 100 + k, .history = f->h[k],
+				       .consumed = consumed, .page_ids = ids, .state_slot = 0 };
+	enum sel_outcome outcome;
+
+	for (uint32_t i = 0; i < API_PAGES; i++)
+		ids[i] = i;
+	assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+	return outcome;
+}
+
+/*
+ * Write-behind: a warm store is restorable (STORED, fetched with every
+ * file read failing) with no file written; nothing is written until a
+ * store needs dirty records' slots, which answers Retry and spills the
+ * least recently used; close's drain writes the rest, and a restart
+ * restores all three from their files.
+ */
+static void test_warm_api_write_behind(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT; /* two records of 4 pages and a row */
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
+						  "disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	sel_failpoints_configure(NULL);
+	api_publish(f, 1, 256);
+	usleep(50000); /* no write goes out meanwhile */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 2);
+	assert_int_equal(st.warm_dirty_bytes, 10ull * API_SLOT);
+	assert_int_equal(st.warm_writes, 0);
+	assert_int_equal(f->on_disk, 0);
+	assert_int_equal(api_files(f, 0), 0);
+	/* 2 needs 5 slots, 2 are free: 0, the least recently used, is spilled. */
+	assert_int_equal(api_offer(f, 2, 256), SEL_RETRY);
+	assert_true(api_wait_on_disk(f, 1));
+	assert_int_equal(f->on_disk_id, 100);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_spills, 1);
+	assert_int_equal(st.warm_retry_dirty, 1);
+	assert_int_equal(st.warm_writes, 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(api_files(f, 0), 1);
+	api_publish(f, 2, 256); /* 0, on disk now, leaves warm */
+	api_stats(f, &st);
+	assert_int_equal(st.warm_evictions, 1);
+	assert_int_equal(st.warm_dirty_records, 2);
+	/* The drain at close writes 1 and 2; a restart restores all three. */
+	api_close(f);
+	assert_int_equal(api_files(f, 0), 3);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	for (uint32_t k = 0; k < 3; k++)
+		assert_int_equal(api_fetch(f, k), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 0);
+}
+
+/*
+ * A drain deadline too short to write anything: the dirty records are
+ * lost (said in the log), and the restart neither finds them nor restores
+ * wrong bytes.
+ */
+static void test_warm_api_drain_deadline(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_hit hit;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_publish(f, 1, 256);
+	for (uint32_t k = 0; k < API_HISTORIES; k++) {
+		sel_history_destroy(f->h[k]);
+		f->h[k] = NULL;
+	}
+	assert_int_equal(sel_store_close(f->store, 0), 0);
+	f->store = NULL;
+	assert_int_equal(api_files(f, 0), 0);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_false(sel_lookup(f->store, f->h[0], 0, &hit));
+	assert_false(sel_lookup(f->store, f->h[1], 0, &hit));
+}
+
+/*
+ * Three ranks, write-behind: a record is restorable from every rank's
+ * slots before any rank has its file, and close's drain writes it on
+ * every rank.
+ */
+static void test_warm_api_three_ranks_write_behind(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = f->peer_warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 1);
+	for (uint32_t r = 0; r < API_WORLD; r++)
+		assert_int_equal(api_files(f, r), 0);
+	/* Peers fail every file read; rank zero too now. */
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(api_fetch(f, 0), 0);
+	sel_failpoints_configure(NULL);
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_equal(api_reap(f, r), 0);
+	for (uint32_t r = 0; r < API_WORLD; r++)
+		assert_int_equal(api_files(f, r), 1);
+}
+
 static void test_warm_api_mismatch_refused(void **state)
 {
 	struct api_fixture *f = *state;
@@ -918,6 +1140,24 @@ static void test_warm_api_mismatch_refused(void **state)
 	for (uint32_t r = 1; r < API_WORLD; r++)
 		assert_int_not_equal(api_reap(f, r), 0);
 	assert_non_null(strstr(f->mem[1].why, "warm tier"));
+}
+
+/* A rank whose warm policy differs from rank zero's is refused at the join. */
+static void test_warm_api_policy_mismatch_refused(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->peer_warm_policy = SEL_WARM_WRITE_THROUGH;
+	api_start(f, API_WORLD);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "warm policy"));
+	assert_non_null(strstr(err, "rank 1"));
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_not_equal(api_reap(f, r), 0);
+	assert_non_null(strstr(f->mem[1].why, "warm policy"));
 }
 
 /* A warm tier without a disk store, or past the host's memory, is refused at open. */
@@ -935,6 +1175,10 @@ static void test_warm_api_bad_config(void **state)
 	c.disk_limit_bytes = 0;
 	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "warm_bytes"));
+	api_config(f, 0, &c, planes, dir, sizeof(dir));
+	c.warm_policy = 2;
+	assert_int_equal(sel_store_open(&c, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "warm_policy is 2"));
 	if (shard_slab_memory_available(&available) != 0) {
 		skip(); /* no memory figure to check against */
 		return;
@@ -1082,9 +1326,16 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_write_behind, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_policy_mismatch_refused, api_setup,
+						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
-		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_store, api_setup,
+		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_write, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
 						api_teardown),

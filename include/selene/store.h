@@ -98,6 +98,11 @@ struct sel_plane {
 				    address for the "host" device */
 };
 
+enum sel_warm_policy {
+	SEL_WARM_WRITE_THROUGH = 0,
+	SEL_WARM_WRITE_BEHIND = 1,
+};
+
 struct sel_store_config {
 	const char *dir;                 /* base directory; copied */
 	uint8_t model_identity[32];
@@ -121,12 +126,23 @@ struct sel_store_config {
 	 * every rank the same (the join refuses a rank whose differs), and at
 	 * least one page and a row; with staging at most half of the memory
 	 * available to the process (refused with both figures otherwise).
-	 * Stores write through: copied from the GPU into warm slots, written
-	 * to disk from them, and kept there; fetches of warm records copy
+	 * A store is copied from the GPU into warm slots and is restorable
+	 * (SEL_EVENT_STORED) once they hold it on every rank; its record
+	 * file is written from the slots after (SEL_EVENT_ON_DISK), as
+	 * warm_policy says, and it stays warm. Fetches of warm records copy
 	 * from the slots to the GPU and read no file. A restart starts it
-	 * empty. docs/DESIGN.md section 6.
+	 * empty, and loses what was warm and not yet on disk.
+	 * docs/DESIGN.md section 6.
 	 */
 	uint64_t warm_bytes;
+	/*
+	 * When a warm record's file is written (with warm_bytes; every rank
+	 * the same, the join refuses a rank whose differs):
+	 * SEL_WARM_WRITE_THROUGH (0, the default) as soon as it is warm,
+	 * SEL_WARM_WRITE_BEHIND (1) only when its slots are needed for
+	 * another record, or at sel_store_close's drain.
+	 */
+	uint8_t warm_policy;
 	const struct sel_cluster *cluster; /* NULL: one rank; copied at open */
 };
 
@@ -309,6 +325,12 @@ enum sel_event_kind {
 				   out): stop serving from the store; jobs in
 				   flight get no event, and their GPU ids may
 				   still be written by a peer, so keep them */
+	SEL_EVENT_ON_DISK,      /* with a warm tier only (warm_bytes), id:
+				   checkpoint, after its STORED: its record file
+				   is committed on every rank, so it survives a
+				   restart (right after STORED for one stored
+				   cold; never for one dropped first). Without a
+				   warm tier STORED says so itself */
 };
 
 struct sel_event {
@@ -365,6 +387,18 @@ struct sel_stats {
 	 */
 	uint64_t warm_records, warm_bytes, warm_slots_used, warm_slots_total;
 	uint64_t warm_hits, warm_evictions;
+	/*
+	 * Warm records not yet on disk on every rank (dirty: never dropped
+	 * from warm, lost by a restart) and their slots' bytes; warm records'
+	 * files written (warm_writes), of which spills: written because
+	 * their slots were needed; writes that failed on some rank (the
+	 * record stays dirty and is tried again); publications answered
+	 * Retry because dirty records held the slots they needed; dirty
+	 * records dropped unwritten (condemned, or left at close).
+	 */
+	uint64_t warm_dirty_records, warm_dirty_bytes;
+	uint64_t warm_writes, warm_spills, warm_write_failures, warm_retry_dirty;
+	uint64_t warm_dirty_dropped;
 };
 
 /*

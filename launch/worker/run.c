@@ -69,6 +69,7 @@ struct run_options {
 	const char *dir;
 	uint64_t disk_limit;
 	uint64_t warm_bytes;      /* --warm: every rank's warm tier (0: none) */
+	uint8_t warm_policy;      /* --warm-policy: enum sel_warm_policy */
 	const char *trace_path, *results_path;
 	const char *stored_log_path;
 	uint32_t event_timeout_ms;
@@ -127,6 +128,13 @@ struct run {
 	FILE *results;
 	char results_buffer[65536]; /* line-buffered: each line is one write */
 	FILE *stored_log; /* --stored-log: a line per checkpoint reported stored */
+	/* Stored, not yet reported on disk: for the stored log's on-disk lines. */
+	struct run_unwritten {
+		uint64_t store_id;
+		const struct launch_trace_request *q;
+		uint64_t consumed;
+	} *unwritten;
+	uint32_t unwritten_count, unwritten_capacity;
 	const struct launch_trace_request **slot_request; /* gpu_rows: who prefilled it */
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
@@ -204,18 +212,59 @@ static int64_t run_pages(struct run *r, enum launch_run_op op,
 
 static void run_json_string(FILE *f, const char *s);
 
-/* A line for a checkpoint the store reported stored, flushed at once, so that
- * a harness that kills this run knows what was committed before the kill. */
-static void run_log_stored(struct run *r, const struct launch_gpu_checkpoint *k)
+/*
+ * A line for a checkpoint the store reported stored, flushed at once:
+ * {"id": REQUEST, "consumed": TOKENS}; restorable from then on while the
+ * run lives. Its record file committed on every rank (SEL_EVENT_ON_DISK),
+ * a second line adds "on_disk": true: a harness that kills this run
+ * counts on those restoring after a restart.
+ */
+static void run_log_line(struct run *r, const struct launch_trace_request *q,
+			 uint64_t consumed, bool on_disk)
+{
+	fprintf(r->stored_log, "{\"id\": ");
+	run_json_string(r->stored_log, q->id);
+	fprintf(r->stored_log, ", \"consumed\": %" PRIu64 "%s}\n", consumed,
+		on_disk ? ", \"on_disk\": true" : "");
+	fflush(r->stored_log);
+}
+
+static void run_log_stored(struct run *r, const struct launch_gpu_checkpoint *k,
+			   uint64_t store_id)
 {
 	const struct launch_trace_request *q = r->slot_request[k->slot];
 
 	if (!r->stored_log || !q)
 		return;
-	fprintf(r->stored_log, "{\"id\": ");
-	run_json_string(r->stored_log, q->id);
-	fprintf(r->stored_log, ", \"consumed\": %" PRIu64 "}\n", k->consumed);
-	fflush(r->stored_log);
+	run_log_line(r, q, k->consumed, false);
+	if (!r->opt.warm_bytes) {
+		run_log_line(r, q, k->consumed, true); /* STORED: on disk already */
+		return;
+	}
+	if (r->unwritten_count == r->unwritten_capacity) {
+		uint32_t capacity = r->unwritten_capacity ? 2 * r->unwritten_capacity : 64;
+		struct run_unwritten *more = realloc(r->unwritten, capacity * sizeof(*more));
+
+		if (!more) {
+			fprintf(stderr, "selene run: out of memory for the stored log: checkpoint "
+				"%" PRIu64 " gets no on-disk line\n", store_id);
+			return;
+		}
+		r->unwritten = more;
+		r->unwritten_capacity = capacity;
+	}
+	r->unwritten[r->unwritten_count++] = (struct run_unwritten){ store_id, q, k->consumed };
+}
+
+static void run_log_on_disk(struct run *r, uint64_t store_id)
+{
+	for (uint32_t i = 0; i < r->unwritten_count; i++) {
+		if (r->unwritten[i].store_id != store_id)
+			continue;
+		run_log_line(r, r->unwritten[i].q, r->unwritten[i].consumed, true);
+		r->unwritten[i] = r->unwritten[--r->unwritten_count];
+		return;
+	}
 }
 
 /* Handles one store event; 1 when there was one, 0 none, SEL_ESTOPPED. */
@@ -238,12 +287,15 @@ static int run_poll(struct run *r)
 		if (ev.kind == SEL_EVENT_STORED) {
 			r->totals.stored++;
 			if (k)
-				run_log_stored(r, k);
+				run_log_stored(r, k, ev.id);
 			break;
 		}
 		r->totals.store_failures++;
 		fprintf(stderr, "selene run: checkpoint %" PRIu64 " was not stored: %s\n", ev.id,
 			ev.why[0] ? ev.why : sel_strerror(ev.error));
+		break;
+	case SEL_EVENT_ON_DISK:
+		run_log_on_disk(r, ev.id);
 		break;
 	case SEL_EVENT_FETCHED:
 	case SEL_EVENT_FETCH_FAILED:
@@ -994,7 +1046,9 @@ static void run_usage(FILE *out)
 		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
 		"  --results FILE      one JSON line per request, then a summary line\n"
 		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
-		"                      {\"id\": REQUEST, \"consumed\": TOKENS}\n"
+		"                      {\"id\": REQUEST, \"consumed\": TOKENS}, and once\n"
+		"                      its file is on every rank's disk the same with\n"
+		"                      \"on_disk\": true (at once without --warm)\n"
 		"  --page-tokens N     tokens per page (default 64)\n"
 		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
 		"  --row-bytes SIZE    the state row (default 128K)\n"
@@ -1008,6 +1062,9 @@ static void run_usage(FILE *out)
 		"  --warm SIZE         a warm tier of SIZE host memory on every rank, in\n"
 		"                      front of the disk (default 0: none; the same on\n"
 		"                      every rank)\n"
+		"  --warm-policy P     write-through (default: a record's file is written\n"
+		"                      as soon as it is warm) or write-behind (only when\n"
+		"                      its slots are needed, or at close); every rank the same\n"
 		"  --accept-empty-ranks  form even when a rank's record directory is unmarked\n"
 		"                      (no .selene-cluster, or all its records unreadable)\n"
 		"                      and empty, or unmarked while another is marked, while\n"
@@ -1036,6 +1093,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "device", required_argument, NULL, 'D' },
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "warm", required_argument, NULL, 'W' },
+		{ "warm-policy", required_argument, NULL, 'K' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
 		{ "accept-empty-ranks", no_argument, NULL, 'a' },
@@ -1085,6 +1143,17 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			break;
 		case 'W': ok = launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 0, 1ull << 46,
 						 &o->warm_bytes); break;
+		case 'K':
+			if (strcmp(optarg, "write-through") == 0) {
+				o->warm_policy = SEL_WARM_WRITE_THROUGH;
+			} else if (strcmp(optarg, "write-behind") == 0) {
+				o->warm_policy = SEL_WARM_WRITE_BEHIND;
+			} else {
+				fprintf(stderr, "selene run: --warm-policy %s: write-through or "
+					"write-behind\n", optarg);
+				ok = false;
+			}
+			break;
 		case 'E': ok = launch_option_u32("run", flag, optarg, LAUNCH_COUNT, 1,
 						 UINT32_MAX, &o->event_timeout_ms); break;
 		case 'M': {
@@ -1166,7 +1235,7 @@ static int run_configure(struct run *r)
 		.device = launch_run_planes_device(p), .device_ordinal = r->opt.device_ordinal,
 		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
-		.warm_bytes = r->opt.warm_bytes,
+		.warm_bytes = r->opt.warm_bytes, .warm_policy = r->opt.warm_policy,
 	};
 	/* one synthetic model: its identity names the worker and the page size */
 	memset(r->config.model_identity, 0x5e, sizeof(r->config.model_identity));
@@ -1470,6 +1539,7 @@ int launch_cmd_run(int argc, char **argv)
 		fclose(r->results);
 	if (r->stored_log)
 		fclose(r->stored_log);
+	free(r->unwritten);
 	free(r->slot_request);
 	launch_trace_free(&r->trace);
 	launch_gpu_cache_destroy(&r->cache);
