@@ -103,7 +103,7 @@ class StoreConfig(Checked):
                 ("page_planes", ctypes.POINTER(Plane)), ("row_plane", Plane),
                 ("page_count", u32), ("row_count", u32), ("device", c_char_p),
                 ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
-                ("records_max", u32), ("warm_bytes", u64),
+                ("records_max", u32), ("warm_bytes", u64), ("warm_policy", u8),
                 ("cluster", ctypes.POINTER(Cluster))]
 
 
@@ -139,7 +139,8 @@ STATS_COUNTERS = (
 STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_missing".split()
 # The warm tier's counters (sel_store_config.warm_bytes).
 STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hits "
-              "warm_evictions").split()
+              "warm_evictions warm_dirty_records warm_dirty_bytes warm_writes warm_spills "
+              "warm_write_failures warm_retry_dirty warm_dirty_dropped").split()
 
 
 class Stats(ctypes.Structure):

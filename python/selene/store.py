@@ -88,11 +88,19 @@ class Outcome(enum.IntEnum):
 
 
 class EventKind(enum.IntEnum):
-    STORED = 0
+    STORED = 0        # restorable (with a warm tier: in every rank's warm slots)
     STORE_FAILED = 1
     FETCHED = 2
     FETCH_FAILED = 3
     FATAL = 4
+    ON_DISK = 5       # warm tier only, after STORED: its record file is on every
+                      # rank's disk, so it survives a restart
+
+
+class WarmPolicy(enum.IntEnum):
+    """When a warm record's file is written (StoreConfig.warm_policy)."""
+    WRITE_THROUGH = 0  # as soon as it is warm
+    WRITE_BEHIND = 1   # only when its slots are needed, or at close()'s drain
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,16 @@ class StoreConfig:
     them) and stay warm; a restore whose records are all warm copies from
     the slots and reads no file (Stats.warm_hits); the least recently used
     leave the tier to make room (Stats.warm_evictions), their files
-    staying. A restart starts it empty: restores then read the disk."""
+    staying. A restart starts it empty: restores then read the disk.
+
+    warm_policy: when a warm record's file is written, the same on every
+    rank: WarmPolicy.WRITE_THROUGH (the default) as soon as it is warm,
+    WarmPolicy.WRITE_BEHIND only when its slots are needed for another
+    record (a spill) or at close()'s drain; also spelled "write-through"
+    and "write-behind". Either way a store's STORED event comes once
+    every rank holds it warm (restorable from then on, and its pages may
+    be unpinned), and ON_DISK once its file is committed on every rank;
+    until then a restart loses it (a miss, never wrong bytes)."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -194,6 +211,7 @@ class StoreConfig:
     records_max: int = 0
     cluster: Optional[ClusterConfig] = None
     warm_bytes: int = 0
+    warm_policy: object = WarmPolicy.WRITE_THROUGH
 
     def __post_init__(self):
         _check_config("StoreConfig", self)
@@ -292,6 +310,7 @@ def _check_config(what: str, c) -> None:
         _int("StoreConfig." + name, getattr(c, name), ctype)
     if isinstance(c.warm_bytes, bool):
         raise TypeError("StoreConfig.warm_bytes must be an int (bytes of host memory), got bool")
+    _warm_policy(c.warm_policy)
     if c.warm_bytes and not c.disk_limit_bytes:
         raise InvalidArgumentError(
             "StoreConfig.warm_bytes is %d but StoreConfig.disk_limit_bytes is 0 (no disk "
@@ -309,6 +328,28 @@ def _check_config(what: str, c) -> None:
     _flag("StoreConfig.durable", c.durable)
     if c.cluster is not None:
         _check_cluster("StoreConfig.cluster", c.cluster)
+
+
+WARM_POLICY_NAMES = {"write-through": WarmPolicy.WRITE_THROUGH,
+                     "write-behind": WarmPolicy.WRITE_BEHIND}
+
+
+def _warm_policy(value) -> WarmPolicy:
+    """StoreConfig.warm_policy as a WarmPolicy: TypeError for what is not a
+    WarmPolicy, an int or a str, ValueError for one that names none."""
+    if isinstance(value, str):
+        if value not in WARM_POLICY_NAMES:
+            raise ValueError("StoreConfig.warm_policy is %r: it is %s" % (
+                value, " or ".join(repr(n) for n in WARM_POLICY_NAMES)))
+        return WARM_POLICY_NAMES[value]
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("StoreConfig.warm_policy must be a WarmPolicy (or \"write-through\" "
+                        "or \"write-behind\"), got %s" % _kind(value))
+    try:
+        return WarmPolicy(operator.index(value))
+    except ValueError:
+        raise ValueError("StoreConfig.warm_policy is %d: it is %s" % (
+            operator.index(value), ", ".join("%d (%s)" % (int(p), p.name) for p in WarmPolicy)))
 
 
 def _identity(config: StoreConfig) -> bytes:
@@ -474,7 +515,7 @@ def _c_config(config: StoreConfig):
         device=device.encode(),
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
         durable=config.durable, records_max=config.records_max,
-        warm_bytes=config.warm_bytes)
+        warm_bytes=config.warm_bytes, warm_policy=_warm_policy(config.warm_policy))
     out.model_identity[:] = list(_identity(config))
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
@@ -605,7 +646,17 @@ class Stats:
     warm_slots_total (0: no warm tier), warm_hits (fetches served from
     warm slots, reading no file) and warm_evictions (records dropped from
     warm for room; their files stay). fetches counts the restores of both
-    tiers: those that are not warm hits read record files."""
+    tiers: those that are not warm hits read record files.
+
+    The warm tier's writes (StoreConfig.warm_policy): warm_dirty_records
+    and warm_dirty_bytes, warm records whose files are not yet on every
+    rank's disk (never dropped from warm; a restart loses them);
+    warm_writes, the files written from warm slots, of which warm_spills
+    were written because their slots were needed; warm_write_failures
+    (the record stays dirty and is tried again); warm_retry_dirty,
+    publications answered RETRY because dirty records held the slots
+    they needed; warm_dirty_dropped, dirty records dropped unwritten
+    (condemned, or left at close)."""
     lookups: int
     hits: int
     reused_tokens: int
@@ -638,6 +689,13 @@ class Stats:
     warm_slots_total: int
     warm_hits: int
     warm_evictions: int
+    warm_dirty_records: int
+    warm_dirty_bytes: int
+    warm_writes: int
+    warm_spills: int
+    warm_write_failures: int
+    warm_retry_dirty: int
+    warm_dirty_dropped: int
 
     @classmethod
     def _from_c(cls, c: _lib.Stats) -> "Stats":

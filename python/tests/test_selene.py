@@ -53,8 +53,9 @@ def wait_events(store, count, tries=5000):
     raise AssertionError("waited for %d events, got %r" % (count, got))
 
 
-def publish_chain(store, planes, history, points=(256, 512)):
-    """Fills pages and rows with random bytes, publishes a chain, waits."""
+def publish_chain(store, planes, history, points=(256, 512), on_disk=False):
+    """Fills pages and rows with random bytes, publishes a chain, waits
+    for each STORED event (and with on_disk, a warm tier's ON_DISK next)."""
     rng = np.random.default_rng(1)
     planes.k[:] = rng.integers(0, 256, planes.k.shape, dtype=np.uint8)
     planes.v[:] = rng.integers(0, 256, planes.v.shape, dtype=np.uint8)
@@ -64,8 +65,10 @@ def publish_chain(store, planes, history, points=(256, 512)):
     for n, consumed in enumerate(points):
         outcome = store.publish(100 + n, history, consumed, parent, ids, n)
         assert outcome == selene.Outcome.QUEUED
-        ev = wait_events(store, 1)
+        ev = wait_events(store, 2 if on_disk else 1)
         assert ev[0].kind == selene.EventKind.STORED and ev[0].id == 100 + n
+        if on_disk:
+            assert ev[1].kind == selene.EventKind.ON_DISK and ev[1].id == 100 + n
         parent = consumed
     return planes.k.copy(), planes.v.copy(), planes.rows.copy()
 
@@ -119,15 +122,16 @@ def test_lib_structs_match_the_header(tmp_path):
 
 
 def test_enums_match_the_header(tmp_path):
-    """Outcome and EventKind have every constant of enum sel_outcome and
-    enum sel_event_kind, with the header's values: poll() would raise on an
-    event kind the binding does not know."""
+    """Outcome, EventKind and WarmPolicy have every constant of enum
+    sel_outcome, sel_event_kind and sel_warm_policy, with the header's
+    values: poll() would raise on an event kind the binding does not know."""
     import re
     with open(os.path.join(ROOT, "include", "selene", "store.h")) as f:
         header = f.read()
     pairs = []
     for c_enum, prefix, ours in (("sel_outcome", "SEL_", selene.Outcome),
-                                 ("sel_event_kind", "SEL_EVENT_", selene.EventKind)):
+                                 ("sel_event_kind", "SEL_EVENT_", selene.EventKind),
+                                 ("sel_warm_policy", "SEL_WARM_", selene.WarmPolicy)):
         body = re.search(r"enum %s \{(.*?)\};" % c_enum, header, re.S).group(1)
         body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
         names = re.findall(r"\b(%s[A-Z_]+)\b" % prefix, body)
@@ -511,9 +515,10 @@ def test_warm_tier_restores_without_reading_files(tmp_path):
     planes = Planes()
     with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
         h = store.history(tokens(600))
-        k, v, rows = publish_chain(store, planes, h)
+        k, v, rows = publish_chain(store, planes, h, on_disk=True)
         st = store.stats()
         assert st.warm_records == 2 and st.warm_slots_total > 0
+        assert (st.warm_writes, st.warm_dirty_records) == (2, 0)
         assert 0 < st.warm_slots_used <= st.warm_slots_total and st.warm_bytes > 0
         assert (st.warm_hits, st.warm_evictions) == (0, 0)
         for path in record_files(tmp_path):
@@ -535,7 +540,7 @@ def test_warm_tier_restores_without_reading_files(tmp_path):
     os.makedirs(tmp_path)
     with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
         h = store.history(tokens(600))
-        k, v, rows = publish_chain(store, planes, h)
+        k, v, rows = publish_chain(store, planes, h, on_disk=True)
     with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
         st = store.stats()
         assert (st.scanned_records, st.warm_records, st.warm_slots_used) == (2, 0, 0)
@@ -548,9 +553,41 @@ def test_warm_tier_restores_without_reading_files(tmp_path):
         assert (st.fetches, st.warm_hits) == (1, 0)
 
 
+def test_warm_write_behind_drains_at_close(tmp_path):
+    """With WarmPolicy.WRITE_BEHIND a chain is restorable from warm slots
+    at its STORED events while no record file exists (dirty in stats);
+    close() drains it to disk, and after a restart it restores from
+    there, byte-exact."""
+    planes = Planes()
+    cfg = planes.config(tmp_path, warm_bytes=WARM, warm_policy="write-behind")
+    with selene.Store(cfg) as store:
+        h = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, h)
+        assert list(record_files(tmp_path)) == [] and store.poll() == []
+        st = store.stats()
+        assert (st.warm_records, st.warm_dirty_records, st.warm_writes) == (2, 2, 0)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        store.fetch(store.lookup(h), list(range(20, 28)), 3, waiter=1)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.rows[3], rows[1])
+        assert store.stats().warm_hits == 1
+    assert len(list(record_files(tmp_path))) == 2
+    planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM,
+                                    warm_policy=selene.WarmPolicy.WRITE_BEHIND)) as store:
+        assert store.stats().scanned_records == 2
+        h = store.history(tokens(600))
+        store.fetch(store.lookup(h), list(range(20, 28)), 3, waiter=2)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.v[20:28], v[:8])
+        assert np.array_equal(planes.rows[3], rows[1])
+        assert store.stats().warm_hits == 0
+
+
 def test_warm_bytes_is_checked(tmp_path):
     """warm_bytes refuses what is not a byte count, and a tier with no disk
-    store behind it, naming the argument; the library's own refusal (a
+    store behind it, and warm_policy what names no policy, naming the
+    argument; the library's own refusal (a
     tier too small for a page and the row) comes back as SeleneError."""
     planes = Planes()
     for bad, error, words in (("1G", TypeError, "StoreConfig.warm_bytes must be an int"),
@@ -560,6 +597,12 @@ def test_warm_bytes_is_checked(tmp_path):
                               (2**64, ValueError, "StoreConfig.warm_bytes is 18446744073709551616")):
         with pytest.raises(error, match=words):
             planes.config(tmp_path, warm_bytes=bad)
+    for bad, error, words in (("lazy", ValueError, "'write-through' or 'write-behind'"),
+                              (2, ValueError, "warm_policy is 2: it is 0 .WRITE_THROUGH."),
+                              (None, TypeError, "warm_policy must be a WarmPolicy"),
+                              (False, TypeError, "warm_policy must be a WarmPolicy")):
+        with pytest.raises(error, match=words):
+            planes.config(tmp_path, warm_bytes=WARM, warm_policy=bad)
     with pytest.raises(ValueError, match="disk_limit_bytes is 0"):
         planes.config(tmp_path, warm_bytes=WARM, disk_limit_bytes=0)
     with pytest.raises(selene.SeleneError, match="warm tier of 100 bytes"):
