@@ -155,6 +155,9 @@ def main():
             ev = wait_event(store)
             store_s = time.perf_counter() - t
             assert outcome == selene.Outcome.QUEUED and ev.kind == selene.EventKind.STORED, ev
+            if warm_bytes:  # restorable once warm: its file is written after (untimed)
+                ev = wait_event(store)
+                assert ev.kind == selene.EventKind.ON_DISK, ev
             drop_cached(directory)
             for plane in kv.k + kv.v:  # the GPU copy is gone: junk where it restores
                 plane[dest].fill_(7)

@@ -100,8 +100,10 @@ def warm(path, kind):
     """The store's counters of a run with a warm tier (engine.py --warm,
     its summary's "store"): "hits", every restore served from warm slots
     (the run sets a failpoint failing every file read, so a restore that
-    read a file would have failed); "restart", a run after a restart,
-    whose tier starts empty: every restore read the disk."""
+    read a file would have failed), and with write-behind some records
+    still only warm when the run closed (its drain writes them);
+    "restart", a run after a restart, whose tier starts empty: every
+    restore read the disk."""
     _, summary = load(path)
     st = summary.get("store", {})
     problems = []
@@ -115,14 +117,18 @@ def warm(path, kind):
     if kind == "hits" and st.get("warm_hits") != st.get("fetches"):
         problems.append("%s of %s restores served warm" % (st.get("warm_hits"),
                                                            st.get("fetches")))
+    if kind == "hits" and st.get("warm_policy") == "write-behind" and \
+            not st.get("warm_dirty_records"):
+        problems.append("write-behind, but every record was on disk before the close")
     if kind == "restart" and (st.get("warm_hits") or not st.get("scanned_records")):
         problems.append("%s restores served warm after a restart of %s scanned records" % (
             st.get("warm_hits"), st.get("scanned_records")))
     for problem in problems:
         print("FAILED: %s: %s" % (path, problem))
     if not problems:
-        print("warm %s: %d restores, %d served warm, %d records warm" % (
-            kind, st["fetches"], st["warm_hits"], st["warm_records"]))
+        print("warm %s: %d restores, %d served warm, %d records warm, %d of them only warm "
+              "(%s)" % (kind, st["fetches"], st["warm_hits"], st["warm_records"],
+                        st["warm_dirty_records"], st["warm_policy"]))
     return 1 if problems else 0
 
 

@@ -150,7 +150,8 @@ def store_config(args, model, kv, cluster, device):
         device="cuda" if device.type == "cuda" else "host",
         device_ordinal=device.index or 0, durable=False,
         disk_limit_bytes=args.disk_limit if args.disk_limit is not None else selene.DISK_LIMIT_AUTO,
-        cluster=cluster if cluster.world_size > 1 else None, warm_bytes=args.warm)
+        cluster=cluster if cluster.world_size > 1 else None, warm_bytes=args.warm,
+        warm_policy=args.warm_policy)
 
 
 def size(text):
@@ -180,6 +181,10 @@ def parse_args(argv):
     p.add_argument("--warm", type=size, default=0, metavar="SIZE",
                    help="a warm tier of SIZE host memory on every rank in front of its disk "
                         "(default 0: none)")
+    p.add_argument("--warm-policy", default="write-through",
+                   choices=["write-through", "write-behind"],
+                   help="when a warm record's file is written: as soon as it is warm "
+                        "(default), or only when its slots are needed and at the close's drain")
     p.add_argument("--rule", default="auto", choices=["auto", "fetch", "recompute"],
                    help="fetch or recompute: the seed 2.10 rule, or always one way")
     p.add_argument("--reference", action="store_true",
@@ -203,12 +208,16 @@ def report(args, sched, done, seconds, world):
         st = sched.store_stats
         summary["store"] = {k: getattr(st, k) for k in (
             "fetches", "fetch_failures", "warm_hits", "warm_records", "warm_slots_total",
-            "warm_evictions", "scanned_records", "stored")}
+            "warm_evictions", "scanned_records", "stored", "warm_dirty_records", "warm_writes",
+            "warm_spills", "warm_write_failures")}
+        summary["store"]["warm_policy"] = args.warm_policy
         if st.warm_slots_total:
-            print("torch-tp: warm tier of %d slots a rank: %d restores of %d served warm, %d "
-                  "records warm, %d dropped from warm" % (
-                      st.warm_slots_total, st.warm_hits, st.fetches, st.warm_records,
-                      st.warm_evictions), flush=True)
+            print("torch-tp: warm tier of %d slots a rank, %s: %d restores of %d served warm, "
+                  "%d records warm (%d not yet on disk), %d dropped from warm, %d files "
+                  "written from warm (%d spills)" % (
+                      st.warm_slots_total, args.warm_policy, st.warm_hits, st.fetches,
+                      st.warm_records, st.warm_dirty_records, st.warm_evictions,
+                      st.warm_writes, st.warm_spills), flush=True)
     if sched.sel is not None:
         summary["rule"] = [dict(tokens=t, fetch_s=round(f, 6), prefill_s=round(p, 6), fetched=x)
                            for t, f, p, x in sched.sel.decisions]
