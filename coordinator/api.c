@@ -483,6 +483,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 
 	s->warm_bytes = c->warm_bytes;
 	s->warm_policy = c->warm_policy;
+	s->core.max_age_ns = c->max_age_ms * 1000000ull;
 	ret = api_open_local(s, c, g, &scan, limit, err, err_size);
 	kept = scan.record_count;
 	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;

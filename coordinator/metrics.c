@@ -185,6 +185,28 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	single(o, "selene_warm_evictions_total", "counter",
 	       "Records dropped from the warm tier to make room (their files stay).",
 	       st->warm_evictions);
+	single(o, "selene_warm_dirty_records", "gauge",
+	       "Warm records not yet on disk on every rank (a restart loses them).",
+	       st->warm_dirty_records);
+	single(o, "selene_warm_dirty_bytes", "gauge", "Bytes of their warm slots, a rank's.",
+	       st->warm_dirty_bytes);
+	single(o, "selene_warm_writes_total", "counter",
+	       "Warm records' files written from their slots on every rank.", st->warm_writes);
+	single(o, "selene_warm_spills_total", "counter",
+	       "Of those, started because a store needed their slots.", st->warm_spills);
+	single(o, "selene_warm_write_failures_total", "counter",
+	       "Writes from warm that failed on some rank (the record stays dirty).",
+	       st->warm_write_failures);
+	single(o, "selene_warm_retry_dirty_total", "counter",
+	       "Publications answered Retry because dirty records held the slots.",
+	       st->warm_retry_dirty);
+	single(o, "selene_warm_dirty_dropped_total", "counter",
+	       "Dirty records dropped unwritten (condemned, or left at close).",
+	       st->warm_dirty_dropped);
+	single(o, "selene_expired_total", "counter",
+	       "Records dropped from every tier by max-age expiry.", st->expired);
+	single(o, "selene_warm_expired_total", "counter",
+	       "Of those, records that were warm.", st->warm_expired);
 	if (!staging)
 		return;
 	single(o, "selene_staging_slots", "gauge", "Staging slots in rank zero's pool.",

@@ -33,7 +33,11 @@ int coord_store_init(struct coord_store *s, const struct rec_geometry *geometry,
 	if (ret)
 		return ret;
 	s->generation = calloc(records_max, sizeof(uint64_t));
-	if (!s->generation) {
+	s->used_ns = calloc(records_max, sizeof(uint64_t));
+	if (!s->generation || !s->used_ns) {
+		free(s->generation);
+		free(s->used_ns);
+		s->generation = s->used_ns = NULL;
 		coord_index_destroy(&s->index);
 		return -ENOMEM;
 	}
@@ -67,7 +71,8 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->zero_ids);
 	s->zero_ids = NULL;
 	free(s->generation);
-	s->generation = NULL;
+	free(s->used_ns);
+	s->generation = s->used_ns = NULL;
 }
 
 static int push_event(struct coord_store *s, enum sel_event_kind kind, uint64_t id,
@@ -128,8 +133,16 @@ static uint32_t insert_node(struct coord_store *s, const struct coord_node_spec 
 	if (*err)
 		return COORD_NONE;
 	s->generation[id] = ++s->next_generation;
+	s->used_ns[id] = sel_realtime_ns();
 	s->stats.records = s->index.node_count;
 	return id;
+}
+
+/* A use of id: the most recently used, and young again for max-age. */
+static void touch(struct coord_store *s, uint32_t id)
+{
+	coord_index_touch(&s->index, id);
+	s->used_ns[id] = sel_realtime_ns();
 }
 
 static int compare_consumed(const void *a, const void *b)
@@ -173,8 +186,11 @@ int coord_store_load(struct coord_store *s, const struct rec_record_info *record
 	for (size_t i = 0; i < count; i++) {
 		uint32_t id = coord_index_find(&s->index, &records[i].key);
 
-		if (id != COORD_NONE)
+		if (id != COORD_NONE) {
 			coord_index_touch(&s->index, id);
+			/* Its last use was its last write (seed 2.5). */
+			s->used_ns[id] = records[i].mtime_ns;
+		}
 	}
 	free(order);
 	s->stats.scanned_records = count;
@@ -216,7 +232,7 @@ int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64
 	/* The record, then each ancestor: the root ends most recent, and
 	 * every record of the chain is newer than anything untouched. */
 	for (; id != COORD_NONE; id = coord_index_node(&s->index, id)->parent_id) {
-		coord_index_touch(&s->index, id);
+		touch(s, id);
 		coord_warm_touch(&s->warm, id);
 	}
 	return 0;
@@ -291,7 +307,7 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 		/* A condemned record is dropped, not evicted (drop_condemned). */
 		if (n->state == COORD_CONDEMNED)
 			s->condemned_count--;
-		else
+		else if (!s->expiring)
 			s->stats.evictions++;
 		coord_index_remove(&s->index, victim);
 		s->stats.records = s->index.node_count;
@@ -788,7 +804,7 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 
 		*outcome = chain == COORD_CHAIN_OK ? SEL_PRESENT : SEL_RETRY;
 		if (chain == COORD_CHAIN_OK)
-			coord_index_touch(&s->index, existing);
+			touch(s, existing);
 		if (chain == COORD_CHAIN_BROKEN) {
 			char name[REC_FILE_NAME_BYTES];
 
@@ -940,7 +956,7 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	/* A restore is a use: pinned against eviction, and most recent. */
 	for (uint32_t i = 0; i < job->chain_count; i++) {
 		coord_index_pin(&s->index, job->chain[i]);
-		coord_index_touch(&s->index, job->chain[i]);
+		touch(s, job->chain[i]);
 	}
 	warm_touch_chain(s, job->node);
 	s->stats.fetches++;
@@ -1059,7 +1075,7 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
 	s->used_bytes -= n->bytes; /* the page-only file it replaced */
 	n->bytes = job->bytes;
 	n->row_present = true;
-	coord_index_touch(&s->index, job->node);
+	touch(s, job->node);
 	s->stats.stored++;
 	s->stats.bytes_stored += c->bytes;
 	push_event(s, SEL_EVENT_STORED, job->checkpoint, 0, NULL);
@@ -1123,7 +1139,7 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	coord_index_node(&s->index, job->node)->state = COORD_READY;
-	coord_index_touch(&s->index, job->node);
+	touch(s, job->node);
 	coord_warm_ready(&s->warm, job->node);
 	warm_touch_chain(s, job->parent);
 	s->stats.stored++;
@@ -1412,6 +1428,52 @@ static void warm_stats(struct coord_store *s)
 	s->stats.warm_dirty_bytes = w->dirty_slots * w->slot_bytes;
 }
 
+/*
+ * Max-age expiry (seed 2.5), at most once per min(a minute, the max age):
+ * from the least recently used record, skipping records that are not
+ * leaves, pinned, not READY or not on disk on every rank (dirty), drops
+ * the expired ones (not used for max_age_ns) from every tier on every
+ * rank (an unlink: the warm copy goes with the file), at most
+ * COORD_EXPIRE_SWEEP_MAX a sweep, stopping at the first fresh leaf.
+ */
+static void expire(struct coord_store *s)
+{
+	struct coord_index *ix = &s->index;
+	uint64_t now = sel_monotonic_ns(), real, every;
+	uint32_t dropped = 0, id, next;
+
+	if (!s->max_age_ns || s->stopped)
+		return;
+	every = s->max_age_ns < COORD_EXPIRE_EVERY_NS ? s->max_age_ns : COORD_EXPIRE_EVERY_NS;
+	if (s->last_sweep_ns && now - s->last_sweep_ns < every)
+		return;
+	s->last_sweep_ns = now;
+	real = sel_realtime_ns();
+	for (id = ix->lru_head; id != COORD_NONE && dropped < COORD_EXPIRE_SWEEP_MAX; id = next) {
+		const struct coord_node *n = &ix->nodes[id];
+		bool warm = coord_warm_holds(&s->warm, id);
+
+		next = n->lru_next;
+		if (n->child_count > 0 || n->pins > 0 || n->state != COORD_READY ||
+		    coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN)
+			continue;
+		if (s->used_ns[id] + s->max_age_ns > real)
+			break; /* the first fresh leaf: the rest are younger */
+		s->expiring = true;
+		if (reclaim(s, id, false) != 0) {
+			s->expiring = false;
+			break; /* no job for it now: the next sweep */
+		}
+		s->expiring = false;
+		s->stats.expired++;
+		s->stats.warm_expired += warm;
+		dropped++;
+		/* Its page-only parent may have gone with it: start over next time. */
+		if (next != COORD_NONE && !ix->nodes[next].in_use)
+			break;
+	}
+}
+
 uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint32_t max)
 {
 	struct shard_completion done[16];
@@ -1468,6 +1530,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 		drop_bare_pending(s);
 	if (s->warm_policy == SEL_WARM_WRITE_THROUGH && s->warm.dirty_records > 0)
 		coord_store_write_dirty(s);
+	expire(s);
 	s->stats.disk_bytes = s->used_bytes;
 	warm_stats(s);
 	while (out < max && s->event_count > 0) {

@@ -25,6 +25,10 @@
 #define COORD_WAITERS_MAX 16u
 /* Jobs in flight through the store at once. */
 #define COORD_JOBS_MAX 64u
+/* Max-age sweeps: at most one per this (or per max age, if shorter), */
+#define COORD_EXPIRE_EVERY_NS (60ull * 1000000000ull)
+/* dropping at most this many records each (seed 2.5). */
+#define COORD_EXPIRE_SWEEP_MAX 64u
 /* Writes from warm in flight at once: the rest of the job table is the model's. */
 #define COORD_WARM_WRITES_MAX (COORD_JOBS_MAX / 4)
 /* After a write from warm failed on some rank, none is tried for this long. */
@@ -96,6 +100,10 @@ struct coord_store {
 	uint32_t warm_writes_in_flight;
 	uint64_t warm_write_retry_ns; /* a write failed: none until then (monotonic) */
 	uint64_t *generation;   /* per node id, bumped on insert */
+	uint64_t *used_ns;      /* per node id: last use, realtime (a loaded one's mtime) */
+	uint64_t max_age_ns;    /* sel_store_config.max_age_ms; 0: no expiry */
+	uint64_t last_sweep_ns; /* monotonic; 0: none yet */
+	bool expiring;          /* reclaim counts an expiry, not an eviction */
 	uint64_t next_generation;
 	struct coord_jobs jobs_ops;
 	struct coord_job jobs[COORD_JOBS_MAX];

@@ -150,6 +150,10 @@ int shard_config_validate(const struct sel_store_config *c, char *err, size_t er
 	if (c->warm_policy > SEL_WARM_WRITE_BEHIND)
 		return config_fail(err, err_size, "warm_policy is %u (0 write-through, 1 "
 				   "write-behind)", c->warm_policy);
+	if (c->max_age_ms > UINT64_MAX / 1000000u)
+		return config_fail(err, err_size, "max_age_ms is %llu (at most %llu)",
+				   (unsigned long long)c->max_age_ms,
+				   (unsigned long long)(UINT64_MAX / 1000000u));
 	if (c->warm_bytes > SHARD_WARM_BYTES_MAX)
 		return config_fail(err, err_size, "warm_bytes is %llu (at most %llu)",
 				   (unsigned long long)c->warm_bytes,

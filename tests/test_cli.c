@@ -710,6 +710,69 @@ static void test_cli_run_stored_log(void **state)
 }
 
 /*
+ * With a warm tier the stored log says when each record reached the disk:
+ * written through, every stored line gets an "on_disk" line before the run
+ * ends; written behind, none does (the close's drain writes them). A
+ * policy that is neither is refused.
+ */
+static void test_cli_run_stored_log_warm(void **state)
+{
+	char *base = tu_make_temp_dir("stored-log-warm");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], trace[512], log[512], text[1024] = "";
+	FILE *f;
+	size_t n;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(log, sizeof(log), "%s/stored.log", base);
+	write_text(trace, "{\"id\": \"a.1\", \"spans\": [[1, 64]]}\n"
+			  "{\"id\": \"a.2\", \"settle\": true, \"spans\": [[1, 64], [2, 32]]}\n");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "2x4K", "--row-bytes", "4K", "--page-tokens",
+				       "16", "--gpu-pages", "40", "--gpu-rows", "4",
+				       "--warm", "1M", "--stored-log", log, NULL });
+	expect(r, 0, "2 offered");
+	f = fopen(log, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	assert_non_null(strstr(text, "{\"id\": \"a.1\", \"consumed\": 64}\n"));
+	assert_non_null(strstr(text, "{\"id\": \"a.1\", \"consumed\": 64, \"on_disk\": true}\n"));
+	assert_non_null(strstr(text, "{\"id\": \"a.2\", \"consumed\": 96}\n"));
+	assert_non_null(strstr(text, "{\"id\": \"a.2\", \"consumed\": 96, \"on_disk\": true}\n"));
+	/* Stored before on disk. */
+	assert_true(strstr(text, "\"consumed\": 64}") < strstr(text, "64, \"on_disk"));
+
+	tu_remove_tree(base);
+	base = tu_make_temp_dir("stored-log-warm");
+	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(log, sizeof(log), "%s/stored.log", base);
+	write_text(trace, "{\"id\": \"a.1\", \"spans\": [[1, 64]]}\n");
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--planes", "2x4K", "--row-bytes", "4K", "--page-tokens",
+				       "16", "--gpu-pages", "40", "--gpu-rows", "4",
+				       "--warm", "1M", "--warm-policy", "write-behind",
+				       "--stored-log", log, NULL });
+	expect(r, 0, "1 offered");
+	f = fopen(log, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	assert_string_equal(text, "{\"id\": \"a.1\", \"consumed\": 64}\n");
+
+	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
+				       "--warm", "1M", "--warm-policy", "lazy", NULL });
+	expect(r, 2, "--warm-policy lazy: write-through or write-behind");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/*
  * A restore whose event does not come in time: the run stops at once and
  * never hands those page ids out again (a late copy would land in another
  * request's pages), and the record files stay good. A job table full of
@@ -1623,6 +1686,7 @@ int main(void)
 		cmocka_unit_test(test_cli_cluster_demo),
 		cmocka_unit_test(test_cli_run_one_rank),
 		cmocka_unit_test(test_cli_run_stored_log),
+		cmocka_unit_test(test_cli_run_stored_log_warm),
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),

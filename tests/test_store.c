@@ -579,6 +579,86 @@ static void test_store_present_needs_a_restorable_chain(void **state)
 }
 
 /*
+ * Max-age (seed 2.5): one sweep drops at most 64 expired leaves, oldest
+ * first, and stops at the first fresh one; the next comes only after the
+ * sweep interval (here the max age, shorter than a minute), and a
+ * record's parent is a leaf, and may expire, once its child has gone.
+ */
+static void test_store_max_age_sweeps_64_leaves(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[71];
+	struct sel_event ev[64];
+
+	/* 70 one-page roots, loaded with an ancient mtime, and one fresh. */
+	for (uint32_t i = 0; i < 71; i++) {
+		loaded[i] = loaded_record(f, 64 + i, 0, true, 1000 + i);
+		loaded[i].mtime_ns = i < 70 ? 1 + i : sel_realtime_ns();
+	}
+	assert_int_equal(coord_store_load(&f->store, loaded, 71), 0);
+	f->store.max_age_ns = 10ull * 1000000000ull;
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 64);
+	assert_int_equal(f->store.stats.evictions, 0);
+	assert_int_equal(f->store.index.node_count, 7);
+	assert_int_equal(f->stub.job_count, 64);
+	for (uint32_t i = 0; i < 64; i++) {
+		assert_int_equal(f->stub.jobs[i].kind, COORD_JOB_UNLINK);
+		assert_true(rec_key_equal(&f->stub.jobs[i].key, &loaded[i].key));
+		stub_complete(&f->stub, i, 0);
+	}
+	/* Within the interval: no sweep. */
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 64);
+	f->store.last_sweep_ns -= f->store.max_age_ns;
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 70);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_not_equal(coord_index_find(&f->store.index, &loaded[70].key), COORD_NONE);
+	for (uint32_t i = 64; i < 70; i++)
+		stub_complete(&f->stub, i, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/*
+ * A use refreshes a record for max-age (sel_touch here; a store, a
+ * Present answer and a fetch too), its ancestors with it: the touched
+ * chain stays. Expired, the leaf goes first, then its parent.
+ */
+static void test_store_max_age_touch_refreshes(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[2] = {
+		loaded_record(f, 300, 0, true, 1111),
+		loaded_record(f, 700, 300, true, 2222),
+	};
+	struct sel_event ev[64];
+
+	loaded[0].mtime_ns = loaded[1].mtime_ns = 1;
+	assert_int_equal(coord_store_load(&f->store, loaded, 2), 0);
+	f->store.max_age_ns = 10ull * 1000000000ull;
+	assert_int_equal(coord_store_touch(&f->store, &f->h, 700), 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 0);
+	assert_int_equal(f->store.index.node_count, 2);
+	/* Old again: the leaf goes, then its parent, a leaf now, after it. */
+	f->store.used_ns[coord_index_find(&f->store.index, &loaded[0].key)] = 1;
+	f->store.used_ns[coord_index_find(&f->store.index, &loaded[1].key)] = 1;
+	f->store.last_sweep_ns -= f->store.max_age_ns;
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 2);
+	assert_int_equal(f->store.index.node_count, 0);
+	assert_int_equal(f->stub.job_count, 2);
+	assert_true(rec_key_equal(&f->stub.jobs[0].key, &loaded[1].key));
+	assert_true(rec_key_equal(&f->stub.jobs[1].key, &loaded[0].key));
+	stub_complete(&f->stub, 0, 0);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/*
  * Parent links are proven where the index learns them from a history: a
  * publication's link from its insert, a scanned record's by the first
  * check that hashes it (here the Present check); never from the header.
@@ -1718,6 +1798,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_present_needs_a_restorable_chain, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_store_max_age_sweeps_64_leaves, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_max_age_touch_refreshes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_links_proven_where_learned, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_row_rewrite_keeps_creation_time, setup,

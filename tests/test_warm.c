@@ -473,6 +473,7 @@ struct api_fixture {
 	uint64_t warm_bytes;
 	uint64_t peer_warm_bytes; /* what rank 1 is configured with */
 	uint8_t warm_policy, peer_warm_policy;
+	uint64_t max_age_ms;
 	bool keep_dirty;          /* api_publish_at does not wait for ON_DISK */
 	uint32_t on_disk;         /* SEL_EVENT_ON_DISK events seen */
 	uint64_t on_disk_id;      /* the last one's checkpoint */
@@ -498,6 +499,7 @@ static void api_config(struct api_fixture *f, uint32_t rank, struct sel_store_co
 		.cluster = f->world > 1 ? &f->cluster : NULL,
 		.warm_bytes = rank == 1 ? f->peer_warm_bytes : f->warm_bytes,
 		.warm_policy = rank == 1 ? f->peer_warm_policy : f->warm_policy,
+		.max_age_ms = f->max_age_ms,
 	};
 	memcpy(c->model_identity, model.bytes, 32);
 }
@@ -1142,6 +1144,42 @@ static void test_warm_api_mismatch_refused(void **state)
 	assert_non_null(strstr(f->mem[1].why, "warm tier"));
 }
 
+/*
+ * Max-age: a record not used for max_age_ms leaves both tiers, its warm
+ * slots and its file, on every rank; a lookup misses it then.
+ */
+static void test_warm_api_max_age(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st = { 0 };
+	struct sel_hit hit;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	f->max_age_ms = 200;
+	api_start(f, API_WORLD);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	for (uint32_t i = 0; i < 5000 && (st.expired == 0 || st.jobs_in_flight > 0); i++) {
+		usleep(1000);
+		api_stats(f, &st);
+	}
+	assert_int_equal(st.expired, 1);
+	assert_int_equal(st.warm_expired, 1);
+	assert_int_equal(st.evictions, 0);
+	assert_int_equal(st.warm_records, 0);
+	assert_int_equal(st.warm_slots_used, 0);
+	assert_int_equal(st.records, 0);
+	assert_false(sel_lookup(f->store, f->h[0], 0, &hit));
+	api_close(f);
+	for (uint32_t r = 1; r < API_WORLD; r++) {
+		assert_int_equal(api_reap(f, r), 0);
+		assert_int_equal(api_files(f, r), 0);
+	}
+	assert_int_equal(api_files(f, 0), 0);
+}
+
 /* A rank whose warm policy differs from rank zero's is refused at the join. */
 static void test_warm_api_policy_mismatch_refused(void **state)
 {
@@ -1333,6 +1371,7 @@ int main(void)
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_policy_mismatch_refused, api_setup,
 						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_max_age, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_one_rank, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_lru, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_rewrite_and_failed_write, api_setup,

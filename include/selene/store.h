@@ -143,6 +143,14 @@ struct sel_store_config {
 	 * another record, or at sel_store_close's drain.
 	 */
 	uint8_t warm_policy;
+	/*
+	 * Max-age expiry (seed 2.5): a record not used (stored, found
+	 * Present, fetched, touched; a loaded one since its file's mtime)
+	 * for this many milliseconds is dropped from every tier, on every
+	 * rank, by a sweep at most once a minute (or once per max age, if
+	 * shorter) of at most 64 leaves. 0 (the default): none.
+	 */
+	uint64_t max_age_ms;
 	const struct sel_cluster *cluster; /* NULL: one rank; copied at open */
 };
 
@@ -399,6 +407,8 @@ struct sel_stats {
 	uint64_t warm_dirty_records, warm_dirty_bytes;
 	uint64_t warm_writes, warm_spills, warm_write_failures, warm_retry_dirty;
 	uint64_t warm_dirty_dropped;
+	/* Records dropped by max-age expiry, and of those, ones that were warm. */
+	uint64_t expired, warm_expired;
 };
 
 /*
@@ -416,7 +426,7 @@ int sel_store_stats(sel_store *store, struct sel_stats *out);
  * enough, whatever the counters hold.
  */
 int sel_store_metrics(sel_store *store, char *buf, size_t size);
-#define SEL_METRICS_BYTES(world_size) (8192u + 512u * (world_size))
+#define SEL_METRICS_BYTES(world_size) (12288u + 512u * (world_size))
 
 enum sel_log_level {
 	SEL_LOG_ERROR = 0,

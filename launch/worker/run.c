@@ -70,6 +70,7 @@ struct run_options {
 	uint64_t disk_limit;
 	uint64_t warm_bytes;      /* --warm: every rank's warm tier (0: none) */
 	uint8_t warm_policy;      /* --warm-policy: enum sel_warm_policy */
+	uint64_t max_age_ms;      /* --max-age-ms: 0 none */
 	const char *trace_path, *results_path;
 	const char *stored_log_path;
 	uint32_t event_timeout_ms;
@@ -214,10 +215,11 @@ static void run_json_string(FILE *f, const char *s);
 
 /*
  * A line for a checkpoint the store reported stored, flushed at once:
- * {"id": REQUEST, "consumed": TOKENS}; restorable from then on while the
- * run lives. Its record file committed on every rank (SEL_EVENT_ON_DISK),
- * a second line adds "on_disk": true: a harness that kills this run
- * counts on those restoring after a restart.
+ * {"id": REQUEST, "consumed": TOKENS}. Without a warm tier it is on disk
+ * then; with one it is restorable while the run lives, and a second line
+ * adding "on_disk": true follows once its record file committed on every
+ * rank (SEL_EVENT_ON_DISK): a harness that kills this run counts on the
+ * records of those lines restoring after a restart.
  */
 static void run_log_line(struct run *r, const struct launch_trace_request *q,
 			 uint64_t consumed, bool on_disk)
@@ -237,10 +239,8 @@ static void run_log_stored(struct run *r, const struct launch_gpu_checkpoint *k,
 	if (!r->stored_log || !q)
 		return;
 	run_log_line(r, q, k->consumed, false);
-	if (!r->opt.warm_bytes) {
-		run_log_line(r, q, k->consumed, true); /* STORED: on disk already */
-		return;
-	}
+	if (!r->opt.warm_bytes)
+		return; /* no warm tier: STORED says it is on disk */
 	if (r->unwritten_count == r->unwritten_capacity) {
 		uint32_t capacity = r->unwritten_capacity ? 2 * r->unwritten_capacity : 64;
 		struct run_unwritten *more = realloc(r->unwritten, capacity * sizeof(*more));
@@ -633,6 +633,31 @@ static int run_settle(struct run *r)
 	}
 }
 
+/*
+ * Written through, every warm record reaches the disk soon after it is
+ * stored: its ON_DISK events are taken (for the stored log) before the
+ * close, up to the event timeout. Written behind, they reach it in the
+ * close's drain, which reports no events.
+ */
+static void run_await_disk(struct run *r)
+{
+	uint64_t deadline = sel_monotonic_ns() + r->opt.event_timeout_ms * 1000000ull;
+	struct sel_stats st;
+
+	if (!r->opt.warm_bytes || r->opt.warm_policy != SEL_WARM_WRITE_THROUGH)
+		return;
+	for (;;) {
+		while (run_poll(r) == 1)
+			;
+		if (sel_store_stats(r->store, &st) != 0 || st.warm_dirty_records == 0 ||
+		    sel_monotonic_ns() > deadline)
+			break;
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	while (run_poll(r) == 1)
+		;
+}
+
 /* Prefills from resume to the prompt's end: a checkpoint at every span
  * boundary past resume, each cached and published. */
 static void run_prefill(struct run *r, const struct launch_trace_request *q,
@@ -934,6 +959,8 @@ static uint64_t run_rank_zero(struct run *r)
 	/* what was offered is stored before the ranks exit */
 	if (!r->stopped)
 		failures += run_settle(r) != 0;
+	if (!r->stopped)
+		run_await_disk(r);
 	for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
 		if (r->retries[i].pending) {
 			r->totals.retries_at_end++; /* the store had no room until the end */
@@ -1046,9 +1073,9 @@ static void run_usage(FILE *out)
 		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
 		"  --results FILE      one JSON line per request, then a summary line\n"
 		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
-		"                      {\"id\": REQUEST, \"consumed\": TOKENS}, and once\n"
-		"                      its file is on every rank's disk the same with\n"
-		"                      \"on_disk\": true (at once without --warm)\n"
+		"                      {\"id\": REQUEST, \"consumed\": TOKENS} (on disk;\n"
+		"                      with --warm restorable, and once its file is on\n"
+		"                      every rank's disk the same with \"on_disk\": true)\n"
 		"  --page-tokens N     tokens per page (default 64)\n"
 		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
 		"  --row-bytes SIZE    the state row (default 128K)\n"
@@ -1065,6 +1092,8 @@ static void run_usage(FILE *out)
 		"  --warm-policy P     write-through (default: a record's file is written\n"
 		"                      as soon as it is warm) or write-behind (only when\n"
 		"                      its slots are needed, or at close); every rank the same\n"
+		"  --max-age-ms N      drop records not used for N ms from every tier (swept\n"
+		"                      at most once a minute; default 0: never)\n"
 		"  --accept-empty-ranks  form even when a rank's record directory is unmarked\n"
 		"                      (no .selene-cluster, or all its records unreadable)\n"
 		"                      and empty, or unmarked while another is marked, while\n"
@@ -1094,6 +1123,7 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "disk-limit", required_argument, NULL, 'L' },
 		{ "warm", required_argument, NULL, 'W' },
 		{ "warm-policy", required_argument, NULL, 'K' },
+		{ "max-age-ms", required_argument, NULL, 'X' },
 		{ "device-ordinal", required_argument, NULL, 'O' },
 		{ "event-timeout-ms", required_argument, NULL, 'E' },
 		{ "accept-empty-ranks", no_argument, NULL, 'a' },
@@ -1143,6 +1173,8 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			break;
 		case 'W': ok = launch_option_u64("run", flag, optarg, LAUNCH_SIZE, 0, 1ull << 46,
 						 &o->warm_bytes); break;
+		case 'X': ok = launch_option_u64("run", flag, optarg, LAUNCH_COUNT, 0,
+						 UINT64_MAX / 1000000u, &o->max_age_ms); break;
 		case 'K':
 			if (strcmp(optarg, "write-through") == 0) {
 				o->warm_policy = SEL_WARM_WRITE_THROUGH;
@@ -1236,6 +1268,7 @@ static int run_configure(struct run *r)
 		.disk_limit_bytes = r->opt.disk_limit, .durable = true,
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
 		.warm_bytes = r->opt.warm_bytes, .warm_policy = r->opt.warm_policy,
+		.max_age_ms = r->opt.max_age_ms,
 	};
 	/* one synthetic model: its identity names the worker and the page size */
 	memset(r->config.model_identity, 0x5e, sizeof(r->config.model_identity));
