@@ -104,7 +104,7 @@ class StoreConfig(Checked):
                 ("page_count", u32), ("row_count", u32), ("device", c_char_p),
                 ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
                 ("records_max", u32), ("warm_bytes", u64), ("warm_policy", u8),
-                ("cluster", ctypes.POINTER(Cluster))]
+                ("max_age_ms", u64), ("cluster", ctypes.POINTER(Cluster))]
 
 
 class Hit(ctypes.Structure):
@@ -140,7 +140,8 @@ STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_m
 # The warm tier's counters (sel_store_config.warm_bytes).
 STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hits "
               "warm_evictions warm_dirty_records warm_dirty_bytes warm_writes warm_spills "
-              "warm_write_failures warm_retry_dirty warm_dirty_dropped").split()
+              "warm_write_failures warm_retry_dirty warm_dirty_dropped expired "
+              "warm_expired").split()
 
 
 class Stats(ctypes.Structure):

@@ -194,7 +194,14 @@ class StoreConfig:
     and "write-behind". Either way a store's STORED event comes once
     every rank holds it warm (restorable from then on, and its pages may
     be unpinned), and ON_DISK once its file is committed on every rank;
-    until then a restart loses it (a miss, never wrong bytes)."""
+    until then a restart loses it (a miss, never wrong bytes).
+
+    max_age_ms: a record not used for this many milliseconds (stored,
+    found PRESENT, fetched, touched; one found at open counts from its
+    file's time) is dropped from every tier on every rank, by a sweep
+    that poll() runs at most once a minute (or once per max age, if
+    shorter), of at most 64 leaves at a time; 0 (the default): never.
+    Counted in Stats.expired and Stats.warm_expired, not evictions."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -212,6 +219,7 @@ class StoreConfig:
     cluster: Optional[ClusterConfig] = None
     warm_bytes: int = 0
     warm_policy: object = WarmPolicy.WRITE_THROUGH
+    max_age_ms: int = 0
 
     def __post_init__(self):
         _check_config("StoreConfig", self)
@@ -306,7 +314,8 @@ def _check_config(what: str, c) -> None:
     for name, ctype in (("page_tokens", _lib.u32), ("page_count", _lib.u32),
                         ("row_count", _lib.u32), ("state_mode", _lib.u8),
                         ("device_ordinal", _lib.c_int), ("disk_limit_bytes", _lib.u64),
-                        ("records_max", _lib.u32), ("warm_bytes", _lib.u64)):
+                        ("records_max", _lib.u32), ("warm_bytes", _lib.u64),
+                        ("max_age_ms", _lib.u64)):
         _int("StoreConfig." + name, getattr(c, name), ctype)
     if isinstance(c.warm_bytes, bool):
         raise TypeError("StoreConfig.warm_bytes must be an int (bytes of host memory), got bool")
@@ -515,7 +524,8 @@ def _c_config(config: StoreConfig):
         device=device.encode(),
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
         durable=config.durable, records_max=config.records_max,
-        warm_bytes=config.warm_bytes, warm_policy=_warm_policy(config.warm_policy))
+        warm_bytes=config.warm_bytes, warm_policy=_warm_policy(config.warm_policy),
+        max_age_ms=config.max_age_ms)
     out.model_identity[:] = list(_identity(config))
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
@@ -656,7 +666,11 @@ class Stats:
     (the record stays dirty and is tried again); warm_retry_dirty,
     publications answered RETRY because dirty records held the slots
     they needed; warm_dirty_dropped, dirty records dropped unwritten
-    (condemned, or left at close)."""
+    (condemned, or left at close).
+
+    Max age (StoreConfig.max_age_ms): expired, records dropped from every
+    tier because they went unused that long, and warm_expired, those of
+    them that were warm."""
     lookups: int
     hits: int
     reused_tokens: int
@@ -696,6 +710,8 @@ class Stats:
     warm_write_failures: int
     warm_retry_dirty: int
     warm_dirty_dropped: int
+    expired: int
+    warm_expired: int
 
     @classmethod
     def _from_c(cls, c: _lib.Stats) -> "Stats":

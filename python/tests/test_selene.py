@@ -584,6 +584,31 @@ def test_warm_write_behind_drains_at_close(tmp_path):
         assert store.stats().warm_hits == 0
 
 
+def test_max_age_expires_from_both_tiers(tmp_path):
+    """A record unused for max_age_ms is dropped from the warm tier and
+    the disk by poll()'s sweep: counted as expired, not evicted, and no
+    longer found; max_age_ms refuses what a uint64_t cannot hold."""
+    with pytest.raises(ValueError, match="StoreConfig.max_age_ms is -1"):
+        Planes().config(tmp_path, max_age_ms=-1)
+    with pytest.raises(TypeError, match="StoreConfig.max_age_ms must be an int"):
+        Planes().config(tmp_path, max_age_ms=0.5)
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM, max_age_ms=200)) as store:
+        h = store.history(tokens(600))
+        publish_chain(store, planes, h, points=(256,), on_disk=True)
+        assert store.stats().warm_records == 1
+        for _ in range(2500):
+            store.poll()
+            st = store.stats()
+            if st.expired and not st.jobs_in_flight:
+                break
+            threading.Event().wait(0.002)
+        assert (st.expired, st.warm_expired, st.evictions) == (1, 1, 0)
+        assert (st.records, st.warm_records, st.warm_slots_used) == (0, 0, 0)
+        assert store.lookup(h) is None
+    assert list(record_files(tmp_path)) == []
+
+
 def test_warm_bytes_is_checked(tmp_path):
     """warm_bytes refuses what is not a byte count, and a tier with no disk
     store behind it, and warm_policy what names no policy, naming the
