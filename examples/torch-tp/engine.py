@@ -151,7 +151,7 @@ def store_config(args, model, kv, cluster, device):
         device_ordinal=device.index or 0, durable=False,
         disk_limit_bytes=args.disk_limit if args.disk_limit is not None else selene.DISK_LIMIT_AUTO,
         cluster=cluster if cluster.world_size > 1 else None, warm_bytes=args.warm,
-        warm_policy=args.warm_policy)
+        warm_policy=args.warm_policy, max_age_ms=args.max_age_ms)
 
 
 def size(text):
@@ -185,6 +185,8 @@ def parse_args(argv):
                    choices=["write-through", "write-behind"],
                    help="when a warm record's file is written: as soon as it is warm "
                         "(default), or only when its slots are needed and at the close's drain")
+    p.add_argument("--max-age-ms", type=int, default=0, metavar="MS",
+                   help="drop records unused this long from every tier (default 0: never)")
     p.add_argument("--rule", default="auto", choices=["auto", "fetch", "recompute"],
                    help="fetch or recompute: the seed 2.10 rule, or always one way")
     p.add_argument("--reference", action="store_true",
@@ -209,7 +211,7 @@ def report(args, sched, done, seconds, world):
         summary["store"] = {k: getattr(st, k) for k in (
             "fetches", "fetch_failures", "warm_hits", "warm_records", "warm_slots_total",
             "warm_evictions", "scanned_records", "stored", "warm_dirty_records", "warm_writes",
-            "warm_spills", "warm_write_failures")}
+            "warm_spills", "warm_write_failures", "expired", "warm_expired")}
         summary["store"]["warm_policy"] = args.warm_policy
         if st.warm_slots_total:
             print("torch-tp: warm tier of %d slots a rank, %s: %d restores of %d served warm, "

@@ -268,6 +268,8 @@ def test_engine_warm_size_reads_like_the_program():
     import engine
     assert engine.parse_args(["--trace", "t", "--warm", "64M"]).warm == 64 << 20
     assert engine.parse_args(["--trace", "t"]).warm == 0
+    args = engine.parse_args(["--trace", "t", "--warm-policy", "write-behind", "--max-age-ms", "5"])
+    assert (args.warm_policy, args.max_age_ms) == ("write-behind", 5)
     for text, value in (("0", 0), ("4096", 4096), ("2k", 2048), ("3GiB", 3 << 30)):
         assert engine.size(text) == value
     for text in ("", "-1", "1.5G", "1iB", "1Q", "64 M", "\u0663"):
