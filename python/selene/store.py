@@ -181,20 +181,22 @@ class StoreConfig:
     differs is refused at the join), room for at least one page record and
     the row, and with the engine's staging at most half of the memory
     available to the process (the open names both figures otherwise).
-    Stores write through (device, warm slots, then the record file from
-    them) and stay warm; a restore whose records are all warm copies from
-    the slots and reads no file (Stats.warm_hits); the least recently used
-    leave the tier to make room (Stats.warm_evictions), their files
-    staying. A restart starts it empty: restores then read the disk.
+    A store is copied from the device into warm slots, its record file
+    written from them (warm_policy says when), and stays warm; a restore
+    whose records are all warm copies from the slots and reads no file
+    (Stats.warm_hits); the least recently used leave the tier to make
+    room (Stats.warm_evictions), their files staying. A restart starts it
+    empty: restores then read the disk.
 
     warm_policy: when a warm record's file is written, the same on every
     rank: WarmPolicy.WRITE_THROUGH (the default) as soon as it is warm,
     WarmPolicy.WRITE_BEHIND only when its slots are needed for another
     record (a spill) or at close()'s drain; also spelled "write-through"
-    and "write-behind". Either way a store's STORED event comes once
-    every rank holds it warm (restorable from then on, and its pages may
-    be unpinned), and ON_DISK once its file is committed on every rank;
-    until then a restart loses it (a miss, never wrong bytes).
+    and "write-behind". Either way, with a tier, a store's STORED event
+    comes once every rank holds it warm (restorable from then on, and
+    its pages may be unpinned), and ON_DISK once its file is committed on
+    every rank; until then a restart loses it (a miss, never wrong
+    bytes).
 
     max_age_ms: a record not used for this many milliseconds (stored,
     found PRESENT, fetched, touched; one found at open counts from its

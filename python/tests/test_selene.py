@@ -619,7 +619,7 @@ def test_warm_bytes_is_checked(tmp_path):
                               (None, TypeError, "StoreConfig.warm_bytes must be an int"),
                               (True, TypeError, "StoreConfig.warm_bytes must be an int"),
                               (-1, ValueError, "StoreConfig.warm_bytes is -1"),
-                              (2**64, ValueError, "StoreConfig.warm_bytes is 18446744073709551616")):
+                              (2**64, ValueError, "warm_bytes is 18446744073709551616")):
         with pytest.raises(error, match=words):
             planes.config(tmp_path, warm_bytes=bad)
     for bad, error, words in (("lazy", ValueError, "'write-through' or 'write-behind'"),
