@@ -561,6 +561,23 @@ uint32_t coord_store_write_dirty(struct coord_store *s)
 	return w->dirty_records - s->warm_writes_in_flight;
 }
 
+/*
+ * Starts the write of id's oldest dirty ancestor-or-self whose parent is
+ * on disk (the first of the chain's files still to write), unless it is
+ * being written already.
+ */
+static void write_dirty_chain(struct coord_store *s, uint32_t id)
+{
+	uint32_t first = COORD_NONE;
+
+	for (; id != COORD_NONE && coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN;
+	     id = coord_index_node(&s->index, id)->parent_id)
+		first = id;
+	if (first != COORD_NONE && coord_warm_dirty_state(&s->warm, first) == COORD_WARM_DIRTY &&
+	    warm_writes_allowed(s) && submit_warm_write(s, first) == 0)
+		s->stats.warm_spills++;
+}
+
 enum warm_room {
 	WARM_ROOM,  /* the slots are free: the store goes warm */
 	WARM_COLD,  /* the warm tier cannot take it: through staging */
@@ -678,7 +695,7 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	    (store.warm != SHARD_STORE_WARM_ONLY &&
 	     coord_warm_dirty_state(&s->warm, parent) != COORD_WARM_CLEAN)) {
 		if (room != WARM_RETRY)
-			coord_store_write_dirty(s);
+			write_dirty_chain(s, parent);
 		err = SEL_EQUEUEFULL;
 	} else {
 		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
@@ -731,6 +748,15 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++)
 		if (s->jobs[i].in_use && s->jobs[i].rewrite && s->jobs[i].node == existing)
 			return 0;
+	/*
+	 * The rewrite goes cold, dropping its warm copy, and a chain with a
+	 * dirty record must stay warm whole: its dirty records are written
+	 * first.
+	 */
+	if (coord_warm_enabled(&s->warm) && s->warm.dirty_below[existing] > 0) {
+		coord_store_write_dirty(s);
+		return 0;
+	}
 	err = rec_header_init(&header, &s->geometry, &s->namespace_id, &n->key,
 			      n->parent.consumed ? &n->parent : NULL, &n->bucket,
 			      n->first_page_index, n->tail_page_count, n->created_ns);
@@ -832,8 +858,12 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 		    ancestors >= s->index.nodes_max)
 			*outcome = SEL_OVERSIZE;
 		else if (disk_full_within(s, COORD_DISK_FULL_BACKOFF_NS) || !make_room(s, need) ||
-			 !make_node_room(s))
+			 !make_node_room(s)) {
 			*outcome = SEL_RETRY;
+			/* Dirty records may hold the room: written, they can go. */
+			if (s->warm.dirty_records > s->warm_writes_in_flight)
+				coord_store_write_dirty(s);
+		}
 		else if ((ret = submit_store(s, h, pub, &key, parent, &parent_key, need)) == 0)
 			*outcome = SEL_QUEUED;
 		else if (ret == SEL_RETRY)
@@ -995,10 +1025,15 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 	 * conversations restore from. A full job table skips it; the next
 	 * eviction pass compacts instead.
 	 */
-	if (p->parent.consumed != 0 && p->child_count == 1 && p->row_present &&
-	    p->pins == 0 && p->state == COORD_READY &&
-	    coord_warm_dirty_state(&s->warm, parent) == COORD_WARM_CLEAN)
-		reclaim(s, parent, true);
+	if (p->parent.consumed == 0 || p->child_count != 1 || !p->row_present ||
+	    p->pins != 0 || p->state != COORD_READY)
+		return;
+	/* Its file is not written yet: the row goes once it is. */
+	if (coord_warm_dirty_state(&s->warm, parent) != COORD_WARM_CLEAN) {
+		s->warm.row_drop_wanted[parent] = true;
+		return;
+	}
+	reclaim(s, parent, true);
 }
 
 static void condemn(struct coord_store *s, struct coord_node *n)
@@ -1165,6 +1200,7 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 				const struct shard_completion *c)
 {
 	struct coord_node *n = coord_index_node(&s->index, job->node);
+	bool row_drop;
 
 	coord_index_unpin(&s->index, job->node);
 	s->warm_writes_in_flight--;
@@ -1183,14 +1219,17 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	s->warm_write_retry_ns = 0;
+	row_drop = s->warm.row_drop_wanted[job->node];
 	coord_warm_set_clean(&s->warm, &s->index, job->node);
 	s->stats.warm_writes++;
+	if (n->state == COORD_CONDEMNED) {
+		drop_condemned(s); /* it goes: no restart finds it, so no ON_DISK */
+		return;
+	}
 	push_event(s, SEL_EVENT_ON_DISK, s->warm.checkpoint[job->node], 0, NULL);
-	/* A row a child's commit left for a file that was not there yet. */
-	if (n->state == COORD_READY && n->child_count > 0)
+	/* The row its child's commit left for a file that was not there yet. */
+	if (row_drop)
 		drop_parent_row(s, job->node);
-	else if (n->state == COORD_CONDEMNED)
-		drop_condemned(s);
 }
 
 /*

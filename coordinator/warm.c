@@ -24,8 +24,9 @@ int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_tot
 	w->dirty = calloc(nodes_max, sizeof(*w->dirty));
 	w->dirty_below = calloc(nodes_max, sizeof(*w->dirty_below));
 	w->checkpoint = calloc(nodes_max, sizeof(*w->checkpoint));
+	w->row_drop_wanted = calloc(nodes_max, sizeof(*w->row_drop_wanted));
 	if (!w->slots || !w->prev || !w->next || !w->listed || !w->dirty || !w->dirty_below ||
-	    !w->checkpoint) {
+	    !w->checkpoint || !w->row_drop_wanted) {
 		coord_warm_destroy(w);
 		return -ENOMEM;
 	}
@@ -45,6 +46,7 @@ void coord_warm_destroy(struct coord_warm *w)
 	free(w->dirty);
 	free(w->dirty_below);
 	free(w->checkpoint);
+	free(w->row_drop_wanted);
 	coord_warm_init_off(w);
 }
 
@@ -126,6 +128,7 @@ void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, ui
 	if (!w->slots_total || id >= w->nodes_max || w->dirty[id] == COORD_WARM_CLEAN)
 		return;
 	w->dirty[id] = COORD_WARM_CLEAN;
+	w->row_drop_wanted[id] = false;
 	w->dirty_records--;
 	w->dirty_slots -= w->slots[id];
 	mark_ancestors(w, ix, id, -1);

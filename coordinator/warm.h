@@ -9,8 +9,10 @@
  * truncate of the row, a failed store, a store of the same key) is
  * submitted, which every rank runs before any store submitted after it.
  * Eviction is LRU of its own, apart from the disk's, and takes only
- * records already on disk (every warm record is: stores write through)
- * that no fetch has pinned. Single-threaded: the model worker's thread.
+ * records on disk on every rank (clean) that no fetch or write has pinned
+ * and no dirty record depends on; dirty records (warm only, their files
+ * still to write) are tracked here too. Single-threaded: the model
+ * worker's thread.
  */
 #ifndef SELENE_COORDINATOR_WARM_H
 #define SELENE_COORDINATOR_WARM_H
@@ -42,6 +44,7 @@ struct coord_warm {
 	uint8_t *dirty;        /* per node id: enum coord_warm_dirty */
 	uint32_t *dirty_below; /* per node id: dirty records under it */
 	uint64_t *checkpoint;  /* per node id: a dirty record's checkpoint id */
+	bool *row_drop_wanted; /* per node id: its row goes once it is on disk */
 	uint32_t dirty_records;
 	uint64_t dirty_slots;  /* their slots */
 };

@@ -597,7 +597,7 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 		/* Warm only, no file: nothing goes to the disk. */
 		run->warm_only = true;
 		if (run->warm == SHARD_WARM_NONE) {
-			outcome_fail(&run->o, -ENOSPC, 0, "too few free warm slots on this rank");
+			outcome_fail(&run->o, -ENOBUFS, 0, "too few free warm slots on this rank");
 			run->row_done = true;
 			run->closing = true;
 		}

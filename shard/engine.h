@@ -158,7 +158,7 @@ enum shard_job_kind {
  * none (through staging to the file), through (into warm slots where
  * enough are free, else staging; the file is written from them and the
  * record stays warm), only (into warm slots, no file: the job completes
- * when the bytes are in the slots; none free fails it with -ENOSPC), or
+ * when the bytes are in the slots; too few free fails it with -ENOBUFS), or
  * write (no device copy: the file is written from the committed warm copy
  * of the header's key, which stays warm; none fails it with -ENOENT; the
  * page ids are not used).

@@ -1064,6 +1064,63 @@ static void test_warm_api_write_behind(void **state)
 }
 
 /*
+ * Write-behind keeps a chain's files in order: a store whose file is
+ * written at once (cold, larger than the tier) under a dirty chain answers
+ * Retry and starts the write of the chain's first dirty record, one at a
+ * time from the root (a child's file never lands before its parent's);
+ * the row of a record whose only child committed while it was dirty goes
+ * once its file is written. The chain then restores byte-exact.
+ */
+static void test_warm_api_write_behind_chain_order(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	uint32_t retries = 0, ids[API_PAGES];
+	struct sel_publication pub = { .checkpoint = 100, .consumed = 1024,
+				       .parent_consumed = 384, .page_ids = ids };
+	enum sel_outcome outcome = SEL_RETRY;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	assert_int_equal(api_publish_at(f, 0, 128, 0).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 256, 128).kind, SEL_EVENT_STORED);
+	assert_int_equal(api_publish_at(f, 0, 384, 256).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 3);
+	assert_int_equal(st.truncations, 0);
+	pub.history = f->h[0];
+	for (uint32_t i = 0; i < API_PAGES; i++)
+		ids[i] = i;
+	/* 1024's pages (6 .. 15) as api_publish_at fills a history's. */
+	for (uint32_t i = 6; i < 16; i++)
+		for (int p = 0; p < 2; p++)
+			tu_fill(f->mem[0].planes[p] + (uint64_t)i * API_UNIT, API_UNIT,
+				api_seed(0, 0, i, p));
+	for (uint32_t i = 0; i < 10 && outcome == SEL_RETRY; i++) {
+		assert_int_equal(sel_store_publish(f->store, &pub, &outcome), 0);
+		if (outcome != SEL_RETRY)
+			break;
+		retries++;
+		assert_true(api_wait_on_disk(f, retries));
+		assert_int_equal(api_files(f, 0), retries);
+	}
+	assert_int_equal(outcome, SEL_QUEUED);
+	assert_int_equal(retries, 3);
+	assert_int_equal(api_event(f).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 0);
+	/* 256's row went once its file was written, 384's when 1024 committed. */
+	assert_int_equal(st.truncations, 2);
+	assert_int_equal(api_files(f, 0), 4);
+	assert_int_equal(api_fetch(f, 0), 0);
+}
+
+/*
  * A drain deadline too short to write anything: the dirty records are
  * lost (said in the log), and the restart neither finds them nor restores
  * wrong bytes.
@@ -1365,6 +1422,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_write_behind, api_setup, api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_write_behind_chain_order, api_setup,
+						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
