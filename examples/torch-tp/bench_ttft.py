@@ -1,6 +1,8 @@
 """Time to first token: a prompt recomputed against the same prompt restored
 from Selene, in one run, for each record directory given (the host's disk,
-/dev/shm), with the fetch-or-recompute rule's choice beside each. One rank.
+/dev/shm) and from the warm tier (a store with a warm tier in front of the
+first directory: the prompt stored, then restored while warm, reading no
+file), with the fetch-or-recompute rule's choice beside each. One rank.
 
     python3 bench_ttft.py --device cuda --model 8b --dtype bfloat16 \\
         --lengths 4096,16384,32768 --dirs /var/tmp/ttft,/dev/shm/ttft
@@ -8,10 +10,13 @@ from Selene, in one run, for each record directory given (the host's disk,
 Recomputed: the whole prompt prefilled in one chunk, then the LM head.
 Restored: lookup, fetch of every page and the row into other page ids, wait
 for the event, then the LM head on the restored row. Both end in the same
-token, and the restored pages are checked equal to the computed ones."""
+token, and the restored pages are checked equal to the computed ones; a
+warm row's restore is checked served from warm slots (Stats.warm_hits).
+--warm sizes the tier (default: room for every prompt's record)."""
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import time
@@ -57,6 +62,24 @@ def drop_cached(directory):
                 os.close(fd)
 
 
+def size(text):
+    """A byte count: digits, then an optional K, M, G or T (binary)."""
+    m = re.fullmatch(r"([0-9]+)(?:([KkMGT])(?:iB)?)?", text)
+    if m is None:
+        raise argparse.ArgumentTypeError("%r is not a size (digits, then an optional K, M, G "
+                                         "or T)" % text)
+    return int(m.group(1)) << {None: 0, "K": 10, "k": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
+
+
+def warm_bytes_for(records, plane_count, page_bytes, row_bytes):
+    """A warm tier with room for records (their page counts) and their
+    rows, none evicted: a slot holds one page of every plane (rounded up
+    to 4 KiB, and one more block for what a slot may carry beside), a row
+    takes slots of its own, and a few spare."""
+    slot = -(-plane_count * page_bytes // 4096) * 4096 + 4096
+    return (sum(records) + len(records) * (-(-row_bytes // slot) + 1) + 4) * slot
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="8b", choices=sorted(SHAPES))
@@ -65,6 +88,9 @@ def main():
     p.add_argument("--lengths", default="4096,16384,32768")
     p.add_argument("--dirs", default="/var/tmp/selene-ttft,/dev/shm/selene-ttft")
     p.add_argument("--page-tokens", type=int, default=64)
+    p.add_argument("--warm", type=size, default=None, metavar="SIZE",
+                   help="the warm rows' tier (default: room for every prompt's record; "
+                        "0: no warm rows)")
     args = p.parse_args()
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -83,7 +109,15 @@ def main():
     esize = kv.k[0].element_size()
     page_bytes = args.page_tokens * model.local_kv_heads * shape.head_dim * esize
     rows = []
-    for directory in args.dirs.split(","):
+    dirs = args.dirs.split(",")
+    warm_bytes = args.warm if args.warm is not None else warm_bytes_for(
+        [n // args.page_tokens for n in [lengths[0]] + lengths], 2 * shape.layers, page_bytes,
+        shape.hidden * esize)
+    # each directory alone, then a warm tier in front of the first
+    targets = [(d, d, 0) for d in dirs]
+    if warm_bytes:
+        targets.append(("warm (%s)" % dirs[0], dirs[0], warm_bytes))
+    for label, directory, warm_bytes in targets:
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
         config = selene.StoreConfig(
@@ -92,7 +126,8 @@ def main():
             row_plane=selene.Plane("hidden", shape.hidden * esize, kv.rows),
             page_count=pages, row_count=4,
             device="cuda" if device.type == "cuda" else "host",
-            device_ordinal=device.index or 0, disk_limit_bytes=24 << 30, durable=False)
+            device_ordinal=device.index or 0, disk_limit_bytes=24 << 30, durable=False,
+            warm_bytes=warm_bytes)
         store = selene.Store(config)
         connector = SeleneConnector(store, args.page_tokens, page_bytes * 2 * shape.layers,
                                     shape.hidden * esize, 1.6e9,
@@ -100,8 +135,8 @@ def main():
         # the first length once untimed: the kernels warm up, and the rule's
         # rates start from this device's and this directory's measurements
         for i, n in enumerate([lengths[0]] + lengths):
-            warm = i == 0
-            g = torch.Generator().manual_seed(n + (1 << 20 if warm else 0))
+            warmup = i == 0
+            g = torch.Generator().manual_seed(n + (1 << 20 if warmup else 0))
             tokens = torch.randint(0, shape.vocab, (n,), generator=g).tolist()
             chain = list(range(n // args.page_tokens))
             dest = list(range(pages // 2, pages // 2 + len(chain)))
@@ -120,11 +155,15 @@ def main():
             ev = wait_event(store)
             store_s = time.perf_counter() - t
             assert outcome == selene.Outcome.QUEUED and ev.kind == selene.EventKind.STORED, ev
+            if warm_bytes:  # restorable once warm: its file is written after (untimed)
+                ev = wait_event(store)
+                assert ev.kind == selene.EventKind.ON_DISK, ev
             drop_cached(directory)
             for plane in kv.k + kv.v:  # the GPU copy is gone: junk where it restores
                 plane[dest].fill_(7)
             kv.rows[1].fill_(7)
             sync(device)
+            warm_hits = store.stats().warm_hits
             t = time.perf_counter()
             hit = connector.lookup(history, 0)
             fetch = connector.worth_fetching(hit)
@@ -137,29 +176,33 @@ def main():
             restore_s = time.perf_counter() - t
             equal = restored_token == token and all(
                 torch.equal(p[dest], p[chain]) for p in kv.k + kv.v)
+            # a warm row's restore is served from warm slots, no other row's
+            served = store.stats().warm_hits - warm_hits == (1 if warm_bytes else 0)
             record_gib = (len(chain) * page_bytes * 2 * shape.layers) / 2**30
             history.close()
-            if warm:
+            if warmup:
                 continue
-            rows.append((directory, n, record_gib, recompute_s, restore_s, store_s,
-                         transfer_est, prefill_est, fetch, equal))
+            rows.append((label, n, record_gib, recompute_s, restore_s, store_s,
+                         transfer_est, prefill_est, fetch, equal, served))
             print("%-24s %6d tokens %6.2f GiB: recompute %8.1f ms, restore %8.1f ms "
                   "(%.2f GB/s), store %8.1f ms; rule: transfer %.0f ms vs prefill %.0f ms -> %s "
-                  "(%s); same token and pages: %s" % (
-                      directory, n, record_gib, recompute_s * 1e3, restore_s * 1e3,
+                  "(%s); same token and pages: %s%s" % (
+                      label, n, record_gib, recompute_s * 1e3, restore_s * 1e3,
                       record_gib * 2**30 / restore_s / 1e9, store_s * 1e3, transfer_est * 1e3,
                       prefill_est * 1e3, "fetch" if fetch else "recompute",
-                      "right" if fetch == (restore_s < 0.5 * recompute_s) else "WRONG", equal),
+                      "right" if fetch == (restore_s < 0.5 * recompute_s) else "WRONG", equal,
+                      "" if served else "; NOT SERVED AS EXPECTED (warm: %s)" % bool(warm_bytes)),
                   flush=True)
         store.close()
         shutil.rmtree(directory, ignore_errors=True)
     print("\n| prompt tokens | record | dir | recomputed TTFT | restored TTFT | rule chose |")
     print("| ---: | ---: | --- | ---: | ---: | --- |")
-    for d, n, gib, rc, rs, _, te, pe, fetch, eq in rows:
+    for d, n, gib, rc, rs, _, te, pe, fetch, eq, served in rows:
         print("| %d | %.2f GiB | %s | %.0f ms | %.0f ms | %s (est. %.0f vs %.0f ms)%s |" % (
             n, gib, d, rc * 1e3, rs * 1e3, "fetch" if fetch else "recompute",
-            te * 1e3, pe * 1e3, "" if eq else " NOT EQUAL"))
-    return 0 if all(r[-1] for r in rows) else 1
+            te * 1e3, pe * 1e3, ("" if eq else " NOT EQUAL") +
+            ("" if served else " NOT SERVED AS EXPECTED")))
+    return 0 if all(r[-2] and r[-1] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 tokens with the reference run's (every prompt computed in full).
 
     check.py corrupt DIR           flips one page byte in every record under DIR
-    check.py compare REF PHASE...  tokens equal per request; counts of each kind"""
+    check.py compare REF PHASE...  tokens equal per request; counts of each kind
+    check.py warm RESULTS hits     every restore of a run with --warm served warm
+    check.py warm RESULTS restart  every restore of a restarted run read the disk"""
 
 import json
 import os
@@ -94,7 +96,45 @@ def compare(reference, phases):
     return 1 if failed else 0
 
 
+def warm(path, kind):
+    """The store's counters of a run with a warm tier (engine.py --warm,
+    its summary's "store"): "hits", every restore served from warm slots
+    (the run sets a failpoint failing every file read, so a restore that
+    read a file would have failed), and with write-behind some records
+    still only warm when the run closed (its drain writes them);
+    "restart", a run after a restart, whose tier starts empty: every
+    restore read the disk."""
+    _, summary = load(path)
+    st = summary.get("store", {})
+    problems = []
+    if not st.get("warm_slots_total"):
+        problems.append("no warm tier (run engine.py with --warm)")
+    if not st.get("fetches"):
+        problems.append("no restore")
+    if st.get("fetch_failures") or summary.get("restore_failures"):
+        problems.append("%d restores failed" % max(st.get("fetch_failures", 0),
+                                                   summary.get("restore_failures", 0)))
+    if kind == "hits" and st.get("warm_hits") != st.get("fetches"):
+        problems.append("%s of %s restores served warm" % (st.get("warm_hits"),
+                                                           st.get("fetches")))
+    if kind == "hits" and st.get("warm_policy") == "write-behind" and \
+            not st.get("warm_dirty_records"):
+        problems.append("write-behind, but every record was on disk before the close")
+    if kind == "restart" and (st.get("warm_hits") or not st.get("scanned_records")):
+        problems.append("%s restores served warm after a restart of %s scanned records" % (
+            st.get("warm_hits"), st.get("scanned_records")))
+    for problem in problems:
+        print("FAILED: %s: %s" % (path, problem))
+    if not problems:
+        print("warm %s: %d restores, %d served warm, %d records warm, %d of them only warm "
+              "(%s)" % (kind, st["fetches"], st["warm_hits"], st["warm_records"],
+                        st["warm_dirty_records"], st["warm_policy"]))
+    return 1 if problems else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "warm" and sys.argv[3] in ("hits", "restart"):
+        sys.exit(warm(sys.argv[2], sys.argv[3]))
     if len(sys.argv) >= 3 and sys.argv[1] == "corrupt":
         sys.exit(corrupt(sys.argv[2]))
     if len(sys.argv) >= 4 and sys.argv[1] == "compare":

@@ -16,6 +16,7 @@ an expectation of the trace was missed or a restore was not bitwise right."""
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -149,7 +150,18 @@ def store_config(args, model, kv, cluster, device):
         device="cuda" if device.type == "cuda" else "host",
         device_ordinal=device.index or 0, durable=False,
         disk_limit_bytes=args.disk_limit if args.disk_limit is not None else selene.DISK_LIMIT_AUTO,
-        cluster=cluster if cluster.world_size > 1 else None)
+        cluster=cluster if cluster.world_size > 1 else None, warm_bytes=args.warm,
+        warm_policy=args.warm_policy, max_age_ms=args.max_age_ms)
+
+
+def size(text):
+    """A byte count: digits, then an optional K, M, G or T (or KiB, MiB,
+    ...), binary units, as the selene program reads --warm."""
+    m = re.fullmatch(r"([0-9]+)(?:([KkMGT])(?:iB)?)?", text)
+    if m is None:
+        raise argparse.ArgumentTypeError("%r is not a size (digits, then an optional K, M, G "
+                                         "or T)" % text)
+    return int(m.group(1)) << {None: 0, "K": 10, "k": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
 
 
 def parse_args(argv):
@@ -166,6 +178,15 @@ def parse_args(argv):
     p.add_argument("--decode", type=int, default=8, help="tokens per request (trace: decode)")
     p.add_argument("--max-active", type=int, default=2)
     p.add_argument("--disk-limit", type=int, default=None)
+    p.add_argument("--warm", type=size, default=0, metavar="SIZE",
+                   help="a warm tier of SIZE host memory on every rank in front of its disk "
+                        "(default 0: none)")
+    p.add_argument("--warm-policy", default="write-through",
+                   choices=["write-through", "write-behind"],
+                   help="when a warm record's file is written: as soon as it is warm "
+                        "(default), or only when its slots are needed and at the close's drain")
+    p.add_argument("--max-age-ms", type=int, default=0, metavar="MS",
+                   help="drop records unused this long from every tier (default 0: never)")
     p.add_argument("--rule", default="auto", choices=["auto", "fetch", "recompute"],
                    help="fetch or recompute: the seed 2.10 rule, or always one way")
     p.add_argument("--reference", action="store_true",
@@ -185,6 +206,20 @@ def report(args, sched, done, seconds, world):
                 print("  %s: expected %s %s, found %s" % (q.id, key, want, q.result.get(key)))
     summary = dict(requests=len(done), ranks=world, evictions=sched.cache.evictions,
                    expectations_missed=missed, seconds=round(seconds, 3), **c)
+    if getattr(sched, "store_stats", None) is not None:  # the store's own counters
+        st = sched.store_stats
+        summary["store"] = {k: getattr(st, k) for k in (
+            "fetches", "fetch_failures", "warm_hits", "warm_records", "warm_slots_total",
+            "warm_evictions", "scanned_records", "stored", "warm_dirty_records", "warm_writes",
+            "warm_spills", "warm_write_failures", "expired", "warm_expired")}
+        summary["store"]["warm_policy"] = args.warm_policy
+        if st.warm_slots_total:
+            print("torch-tp: warm tier of %d slots a rank, %s: %d restores of %d served warm, "
+                  "%d records warm (%d not yet on disk), %d dropped from warm, %d files "
+                  "written from warm (%d spills)" % (
+                      st.warm_slots_total, args.warm_policy, st.warm_hits, st.fetches,
+                      st.warm_records, st.warm_dirty_records, st.warm_evictions,
+                      st.warm_writes, st.warm_spills), flush=True)
     if sched.sel is not None:
         summary["rule"] = [dict(tokens=t, fetch_s=round(f, 6), prefill_s=round(p, 6), fetched=x)
                            for t, f, p, x in sched.sel.decisions]
@@ -272,6 +307,7 @@ def run_rank(args, model, kv, ranks, config, device):
     finally:
         ranks.end()
         if store is not None:
+            sched.store_stats = store.stats()
             store.close()
     if args.digests:
         with open(args.digests, "w") as f:

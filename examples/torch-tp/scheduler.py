@@ -64,7 +64,8 @@ class Scheduler:
         self.admitted = self.finished = 0
         self.counts = dict(gpu_hits=0, host_restores=0, restore_failures=0, recomputed=0,
                            overlapped_steps=0, published=0, stored=0, store_failures=0,
-                           retry=0, wrong_pages=0, joined=0, cached_again=0, preempted=0)
+                           retry=0, wrong_pages=0, joined=0, cached_again=0, preempted=0,
+                           on_disk=0)
 
     # -- events ---------------------------------------------------------
     def poll(self, active):
@@ -78,6 +79,8 @@ class Scheduler:
                 stored = True
                 self.counts["stored" if ev.kind == selene.EventKind.STORED else
                             "store_failures"] += 1
+            elif ev.kind == selene.EventKind.ON_DISK:  # a warm tier's file, after STORED
+                self.counts["on_disk"] += 1
             elif ev.kind in (selene.EventKind.FETCHED, selene.EventKind.FETCH_FAILED):
                 q = next(r for r in active if r.state == "inbound" and r.waiter == ev.id)
                 fetched.append((q, ev))

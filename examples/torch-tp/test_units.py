@@ -259,3 +259,19 @@ def test_scheduler_preempts_when_no_request_can_grow():
     done = run_requests(sched, make())
     assert {q.id: q.out for q in done} == alone
     assert sched.counts["preempted"] == 1 and sched.sel.clobbered == 0
+
+
+def test_engine_warm_size_reads_like_the_program():
+    """engine.py --warm takes a size as `selene run --warm` does (binary
+    K, M, G, T, optionally spelled KiB...) and refuses anything else."""
+    import argparse
+    import engine
+    assert engine.parse_args(["--trace", "t", "--warm", "64M"]).warm == 64 << 20
+    assert engine.parse_args(["--trace", "t"]).warm == 0
+    args = engine.parse_args(["--trace", "t", "--warm-policy", "write-behind", "--max-age-ms", "5"])
+    assert (args.warm_policy, args.max_age_ms) == ("write-behind", 5)
+    for text, value in (("0", 0), ("4096", 4096), ("2k", 2048), ("3GiB", 3 << 30)):
+        assert engine.size(text) == value
+    for text in ("", "-1", "1.5G", "1iB", "1Q", "64 M", "\u0663"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a size"):
+            engine.size(text)

@@ -5,8 +5,8 @@ from .store import (DISK_LIMIT_AUTO, EBADHEADER, ECHECKSUM, EFAILPOINT, EGEOMETR
                     ELOCKED, EMISMATCH, ENOTFOUND, EPROTO, EQUEUEFULL, ESTOPPED, ETOOBIG,
                     LIBRARY_PATH, ClosedError, ClusterConfig, Event, EventKind, History, Hit,
                     InvalidArgumentError, LatencyHistogram, Outcome, Peer, Plane, SeleneError,
-                    Stats, Store, StoreConfig, device_address, model_identity, strerror,
-                    version)
+                    Stats, Store, StoreConfig, WarmPolicy, device_address, model_identity,
+                    strerror, version)
 from .bootstrap import BootstrapError, bootstrap, from_env, from_mpi
 
 __all__ = [
@@ -14,7 +14,7 @@ __all__ = [
     "EMISMATCH", "ENOTFOUND", "EPROTO", "EQUEUEFULL", "ESTOPPED", "ETOOBIG", "LIBRARY_PATH",
     "BootstrapError", "ClosedError", "ClusterConfig", "Event", "EventKind", "History", "Hit",
     "InvalidArgumentError", "LatencyHistogram", "Outcome", "Peer", "Plane", "SeleneError",
-    "Stats", "Store", "StoreConfig", "bootstrap", "device_address", "from_env", "from_mpi",
-    "model_identity", "strerror", "version",
+    "Stats", "Store", "StoreConfig", "WarmPolicy", "bootstrap", "device_address", "from_env",
+    "from_mpi", "model_identity", "strerror", "version",
 ]
 __version__ = "0.1.0"

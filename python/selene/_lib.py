@@ -1,6 +1,8 @@
 """libselene.so through ctypes: finding the library, the C structs of
-include/selene/store.h mirrored field for field, and every function's
-prototype. Nothing here is public; selene.store wraps it."""
+include/selene/store.h mirrored field for field, in the header's order
+(python/tests' test_lib_structs_match_the_header compiles the header and
+compares every offset and size), and every function's prototype. Nothing
+here is public; selene.store wraps it."""
 
 import ctypes
 import operator
@@ -135,8 +137,7 @@ STATS_COUNTERS = (
     "bytes_fetched evictions truncations unlinks records disk_bytes disk_limit_bytes "
     "jobs_in_flight scanned_records").split()
 STATS_DROPS = "records_dropped_checksum records_dropped_header records_dropped_missing".split()
-# The C struct's tail (include/selene/store.h), laid out so the library
-# never writes past the buffer; not yet in the Python Stats view.
+# The warm tier's counters (sel_store_config.warm_bytes).
 STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hits "
               "warm_evictions warm_partial_hits warm_read_throughs "
               "warm_read_through_bytes warm_read_failures warm_dirty_records "

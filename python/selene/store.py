@@ -88,12 +88,19 @@ class Outcome(enum.IntEnum):
 
 
 class EventKind(enum.IntEnum):
-    STORED = 0
+    STORED = 0        # restorable (with a warm tier: in every rank's warm slots)
     STORE_FAILED = 1
     FETCHED = 2
     FETCH_FAILED = 3
     FATAL = 4
-    ON_DISK = 5     # with a warm tier: the record's file is committed on every rank
+    ON_DISK = 5       # warm tier only, after STORED: its record file is on every
+                      # rank's disk, so it survives a restart
+
+
+class WarmPolicy(enum.IntEnum):
+    """When a warm record's file is written (StoreConfig.warm_policy)."""
+    WRITE_THROUGH = 0  # as soon as it is warm
+    WRITE_BEHIND = 1   # only when its slots are needed, or at close()'s drain
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,38 @@ class ClusterConfig:
 class StoreConfig:
     """struct sel_store_config. model_identity (32 bytes) or model_name
     (derived as model_identity(model_name) does, as the C library and the
-    selene program derive it) names the model whose bytes these are."""
+    selene program derive it) names the model whose bytes these are.
+
+    warm_bytes: the warm tier, this many bytes of each rank's host memory
+    in front of its disk (docs/DESIGN.md section 6), registered with the
+    device once at open; 0 (the default) has none. It needs a disk store
+    (disk_limit_bytes not 0), the same figure on every rank (a peer whose
+    differs is refused at the join), room for at least one page record and
+    the row, and with the engine's staging at most half of the memory
+    available to the process (the open names both figures otherwise).
+    A store is copied from the device into warm slots, its record file
+    written from them (warm_policy says when), and stays warm; a restore
+    whose records are all warm copies from the slots and reads no file
+    (Stats.warm_hits); the least recently used leave the tier to make
+    room (Stats.warm_evictions), their files staying. A restart starts it
+    empty: restores then read the disk.
+
+    warm_policy: when a warm record's file is written, the same on every
+    rank: WarmPolicy.WRITE_THROUGH (the default) as soon as it is warm,
+    WarmPolicy.WRITE_BEHIND only when its slots are needed for another
+    record (a spill) or at close()'s drain; also spelled "write-through"
+    and "write-behind". Either way, with a tier, a store's STORED event
+    comes once every rank holds it warm (restorable from then on, and
+    its pages may be unpinned), and ON_DISK once its file is committed on
+    every rank; until then a restart loses it (a miss, never wrong
+    bytes).
+
+    max_age_ms: a record not used for this many milliseconds (stored,
+    found PRESENT, fetched, touched; one found at open counts from its
+    file's time) is dropped from every tier on every rank, by a sweep
+    that poll() runs at most once a minute (or once per max age, if
+    shorter), of at most 64 leaves at a time; 0 (the default): never.
+    Counted in Stats.expired and Stats.warm_expired, not evictions."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -181,6 +219,9 @@ class StoreConfig:
     durable: bool = True
     records_max: int = 0
     cluster: Optional[ClusterConfig] = None
+    warm_bytes: int = 0
+    warm_policy: object = WarmPolicy.WRITE_THROUGH
+    max_age_ms: int = 0
 
     def __post_init__(self):
         _check_config("StoreConfig", self)
@@ -275,8 +316,16 @@ def _check_config(what: str, c) -> None:
     for name, ctype in (("page_tokens", _lib.u32), ("page_count", _lib.u32),
                         ("row_count", _lib.u32), ("state_mode", _lib.u8),
                         ("device_ordinal", _lib.c_int), ("disk_limit_bytes", _lib.u64),
-                        ("records_max", _lib.u32)):
+                        ("records_max", _lib.u32), ("warm_bytes", _lib.u64),
+                        ("max_age_ms", _lib.u64)):
         _int("StoreConfig." + name, getattr(c, name), ctype)
+    if isinstance(c.warm_bytes, bool):
+        raise TypeError("StoreConfig.warm_bytes must be an int (bytes of host memory), got bool")
+    _warm_policy(c.warm_policy)
+    if c.warm_bytes and not c.disk_limit_bytes:
+        raise InvalidArgumentError(
+            "StoreConfig.warm_bytes is %d but StoreConfig.disk_limit_bytes is 0 (no disk "
+            "store): the warm tier holds records in front of a disk store" % c.warm_bytes)
     if c.page_planes is None or isinstance(c.page_planes, (str, bytes, Plane)) or \
             not hasattr(c.page_planes, "__iter__"):
         raise TypeError("StoreConfig.page_planes must be a sequence of Plane, got %s"
@@ -290,6 +339,28 @@ def _check_config(what: str, c) -> None:
     _flag("StoreConfig.durable", c.durable)
     if c.cluster is not None:
         _check_cluster("StoreConfig.cluster", c.cluster)
+
+
+WARM_POLICY_NAMES = {"write-through": WarmPolicy.WRITE_THROUGH,
+                     "write-behind": WarmPolicy.WRITE_BEHIND}
+
+
+def _warm_policy(value) -> WarmPolicy:
+    """StoreConfig.warm_policy as a WarmPolicy: TypeError for what is not a
+    WarmPolicy, an int or a str, ValueError for one that names none."""
+    if isinstance(value, str):
+        if value not in WARM_POLICY_NAMES:
+            raise ValueError("StoreConfig.warm_policy is %r: it is %s" % (
+                value, " or ".join(repr(n) for n in WARM_POLICY_NAMES)))
+        return WARM_POLICY_NAMES[value]
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("StoreConfig.warm_policy must be a WarmPolicy (or \"write-through\" "
+                        "or \"write-behind\"), got %s" % _kind(value))
+    try:
+        return WarmPolicy(operator.index(value))
+    except ValueError:
+        raise ValueError("StoreConfig.warm_policy is %d: it is %s" % (
+            operator.index(value), ", ".join("%d (%s)" % (int(p), p.name) for p in WarmPolicy)))
 
 
 def _identity(config: StoreConfig) -> bytes:
@@ -454,7 +525,9 @@ def _c_config(config: StoreConfig):
         page_count=config.page_count, row_count=config.row_count,
         device=device.encode(),
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
-        durable=config.durable, records_max=config.records_max)
+        durable=config.durable, records_max=config.records_max,
+        warm_bytes=config.warm_bytes, warm_policy=_warm_policy(config.warm_policy),
+        max_age_ms=config.max_age_ms)
     out.model_identity[:] = list(_identity(config))
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
@@ -574,6 +647,37 @@ class LatencyHistogram:
 
 @dataclass
 class Stats:
+    """sel_store_stats' counters (include/selene/store.h names each).
+
+    By tier: the disk tier is records, disk_bytes and disk_limit_bytes
+    (rank zero's index), evictions (records deleted for room) and the
+    fetches that read record files; the warm tier
+    (StoreConfig.warm_bytes) is warm_records (records held warm on every
+    rank), warm_bytes (their slots' bytes, a rank's), warm_slots_used
+    (slots held by warm records and warm stores in flight) of
+    warm_slots_total (0: no warm tier), warm_hits (fetches served from
+    warm slots, reading no file) and warm_evictions (records dropped from
+    warm for room; their files stay). fetches counts the restores of both
+    tiers: those that are not warm hits read record files. A fetch of a
+    chain warm in part counts in warm_partial_hits; records a fetch read
+    from their files into warm slots (read-through), and those slots'
+    bytes, in warm_read_throughs and warm_read_through_bytes;
+    read-through fetches that failed (their slots freed) in
+    warm_read_failures.
+
+    The warm tier's writes (StoreConfig.warm_policy): warm_dirty_records
+    and warm_dirty_bytes, warm records whose files are not yet on every
+    rank's disk (never dropped from warm; a restart loses them);
+    warm_writes, the files written from warm slots, of which warm_spills
+    were written because their slots were needed; warm_write_failures
+    (the record stays dirty and is tried again); warm_retry_dirty,
+    publications answered RETRY because dirty records held the slots
+    they needed; warm_dirty_dropped, dirty records dropped unwritten
+    (condemned, or left at close).
+
+    Max age (StoreConfig.max_age_ms): expired, records dropped from every
+    tier because they went unused that long, and warm_expired, those of
+    them that were warm."""
     lookups: int
     hits: int
     reused_tokens: int
@@ -600,6 +704,25 @@ class Stats:
     records_dropped_checksum: int
     records_dropped_header: int
     records_dropped_missing: int
+    warm_records: int
+    warm_bytes: int
+    warm_slots_used: int
+    warm_slots_total: int
+    warm_hits: int
+    warm_evictions: int
+    warm_partial_hits: int
+    warm_read_throughs: int
+    warm_read_through_bytes: int
+    warm_read_failures: int
+    warm_dirty_records: int
+    warm_dirty_bytes: int
+    warm_writes: int
+    warm_spills: int
+    warm_write_failures: int
+    warm_retry_dirty: int
+    warm_dirty_dropped: int
+    expired: int
+    warm_expired: int
 
     @classmethod
     def _from_c(cls, c: _lib.Stats) -> "Stats":

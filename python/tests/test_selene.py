@@ -3,8 +3,10 @@ host device: planes are numpy arrays (and torch tensors where torch is
 installed). Round trips byte-exact, every error path raises SeleneError with
 the library's code, and the bootstraps match the selene program's."""
 
+import ctypes
 import gc
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -51,8 +53,9 @@ def wait_events(store, count, tries=5000):
     raise AssertionError("waited for %d events, got %r" % (count, got))
 
 
-def publish_chain(store, planes, history, points=(256, 512)):
-    """Fills pages and rows with random bytes, publishes a chain, waits."""
+def publish_chain(store, planes, history, points=(256, 512), on_disk=False):
+    """Fills pages and rows with random bytes, publishes a chain, waits
+    for each STORED event (and with on_disk, a warm tier's ON_DISK next)."""
     rng = np.random.default_rng(1)
     planes.k[:] = rng.integers(0, 256, planes.k.shape, dtype=np.uint8)
     planes.v[:] = rng.integers(0, 256, planes.v.shape, dtype=np.uint8)
@@ -62,10 +65,83 @@ def publish_chain(store, planes, history, points=(256, 512)):
     for n, consumed in enumerate(points):
         outcome = store.publish(100 + n, history, consumed, parent, ids, n)
         assert outcome == selene.Outcome.QUEUED
-        ev = wait_events(store, 1)
+        ev = wait_events(store, 2 if on_disk else 1)
         assert ev[0].kind == selene.EventKind.STORED and ev[0].id == 100 + n
+        if on_disk:
+            assert ev[1].kind == selene.EventKind.ON_DISK and ev[1].id == 100 + n
         parent = consumed
     return planes.k.copy(), planes.v.copy(), planes.rows.copy()
+
+
+# Every ctypes struct of selene._lib and the C struct it mirrors.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+C_STRUCTS = {"Cluster": "sel_cluster", "Plane": "sel_plane", "StoreConfig": "sel_store_config",
+             "Hit": "sel_hit", "Publication": "sel_publication", "Event": "sel_event",
+             "LatencyHistogram": "sel_latency_histogram", "Stats": "sel_stats"}
+
+
+def header_program(tmp_path, statements):
+    """Compiles statements (C, one printf each) against
+    include/selene/store.h and returns their output lines; skips the test
+    without a C compiler."""
+    import shutil
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.skip("no C compiler (%s) to compile include/selene/store.h with" % cc)
+    source = tmp_path / "header.c"
+    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"selene/store.h\"\n"
+                      "int main(void)\n{\n%s\nreturn 0;\n}\n" % "\n".join(statements))
+    binary = tmp_path / "header"
+    subprocess.run([cc, "-I", os.path.join(ROOT, "include"), str(source), "-o", str(binary)],
+                   check=True)
+    return subprocess.run([str(binary)], check=True, stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout.splitlines()
+
+
+def test_lib_structs_match_the_header(tmp_path):
+    """Every field of the binding's structs sits at the offset, and has the
+    size, that include/selene/store.h gives it, and every struct has the C
+    size: compiled with the C compiler against the header."""
+    from selene import _lib
+    lines, want = [], []
+    for py, c in C_STRUCTS.items():
+        ours = getattr(_lib, py)
+        lines.append('printf("%%zu\\n", sizeof(struct %s));' % c)
+        want.append("sizeof(struct %s) %d" % (c, ctypes.sizeof(ours)))
+        for name, ctype in ours._fields_:
+            lines.append('printf("%%zu %%zu\\n", offsetof(struct %s, %s), '
+                         'sizeof(((struct %s *)0)->%s));' % (c, name, c, name))
+            want.append("%s.%s at %d size %d" % (c, name, getattr(ours, name).offset,
+                                                 ctypes.sizeof(ctype)))
+    got = header_program(tmp_path, lines)
+    for expected, answer in zip(want, got):
+        numbers = [int(x) for x in answer.split()]
+        wanted = [int(x) for x in expected.split() if x.isdigit()]
+        assert numbers == wanted, "%s, but the C header: %s" % (expected, answer)
+    assert len(got) == len(want)
+
+
+def test_enums_match_the_header(tmp_path):
+    """Outcome, EventKind and WarmPolicy have every constant of enum
+    sel_outcome, sel_event_kind and sel_warm_policy, with the header's
+    values: poll() would raise on an event kind the binding does not know."""
+    import re
+    with open(os.path.join(ROOT, "include", "selene", "store.h")) as f:
+        header = f.read()
+    pairs = []
+    for c_enum, prefix, ours in (("sel_outcome", "SEL_", selene.Outcome),
+                                 ("sel_event_kind", "SEL_EVENT_", selene.EventKind),
+                                 ("sel_warm_policy", "SEL_WARM_", selene.WarmPolicy)):
+        body = re.search(r"enum %s \{(.*?)\};" % c_enum, header, re.S).group(1)
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        names = re.findall(r"\b(%s[A-Z_]+)\b" % prefix, body)
+        assert names, c_enum
+        assert sorted(n[len(prefix):] for n in names) == sorted(ours.__members__), \
+            "enum %s: %s, the binding's %s: %s" % (c_enum, names, ours.__name__,
+                                                    list(ours.__members__))
+        pairs += [(ours[n[len(prefix):]], n) for n in names]
+    got = header_program(tmp_path, ['printf("%%d\\n", (int)%s);' % n for _, n in pairs])
+    assert [int(x) for x in got] == [int(member) for member, _ in pairs]
 
 
 def test_version_and_errors():
@@ -426,6 +502,139 @@ def record_files(directory):
             path = os.path.join(root, name)
             if os.path.getsize(path) > 4096:
                 yield path
+
+
+WARM = 64 * (UNIT * 2 + 4096)  # room for every page record and row of the tests' chains
+
+
+def test_warm_tier_restores_without_reading_files(tmp_path):
+    """A chain stored with a warm tier is restored byte-exact from its warm
+    slots while its record files are corrupted (no file read: a read
+    would fail by checksum), counted as a warm hit; after a restart the
+    tier is empty and the same restore reads the disk."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
+        h = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, h, on_disk=True)
+        st = store.stats()
+        assert st.warm_records == 2 and st.warm_slots_total > 0
+        assert (st.warm_writes, st.warm_dirty_records) == (2, 0)
+        assert 0 < st.warm_slots_used <= st.warm_slots_total and st.warm_bytes > 0
+        assert (st.warm_hits, st.warm_evictions) == (0, 0)
+        for path in record_files(tmp_path):
+            with open(path, "r+b") as f:
+                f.seek(os.path.getsize(path) - 600)
+                f.write(b"\x55" * 500)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        hit = store.lookup(h)
+        store.fetch(hit, list(range(20, 28)), 3, waiter=1)
+        ev = wait_events(store, 1)[0]
+        assert ev.kind == selene.EventKind.FETCHED, ev
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.v[20:28], v[:8])
+        assert np.array_equal(planes.rows[3], rows[1])
+        st = store.stats()
+        assert (st.fetches, st.warm_hits, st.fetch_failures) == (1, 1, 0)
+        text = store.metrics()
+        assert "selene_warm_hits_total 1\n" in text and "selene_warm_records 2\n" in text
+    shutil.rmtree(tmp_path)
+    os.makedirs(tmp_path)
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
+        h = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, h, on_disk=True)
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM)) as store:
+        st = store.stats()
+        assert (st.scanned_records, st.warm_records, st.warm_slots_used) == (2, 0, 0)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        h = store.history(tokens(600))
+        store.fetch(store.lookup(h), list(range(20, 28)), 3, waiter=2)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.rows[3], rows[1])
+        st = store.stats()
+        assert (st.fetches, st.warm_hits) == (1, 0)
+
+
+def test_warm_write_behind_drains_at_close(tmp_path):
+    """With WarmPolicy.WRITE_BEHIND a chain is restorable from warm slots
+    at its STORED events while no record file exists (dirty in stats);
+    close() drains it to disk, and after a restart it restores from
+    there, byte-exact."""
+    planes = Planes()
+    cfg = planes.config(tmp_path, warm_bytes=WARM, warm_policy="write-behind")
+    with selene.Store(cfg) as store:
+        h = store.history(tokens(600))
+        k, v, rows = publish_chain(store, planes, h)
+        assert list(record_files(tmp_path)) == [] and store.poll() == []
+        st = store.stats()
+        assert (st.warm_records, st.warm_dirty_records, st.warm_writes) == (2, 2, 0)
+        planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+        store.fetch(store.lookup(h), list(range(20, 28)), 3, waiter=1)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.rows[3], rows[1])
+        assert store.stats().warm_hits == 1
+    assert len(list(record_files(tmp_path))) == 2
+    planes.k[:] = planes.v[:] = planes.rows[:] = 0xEE
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM,
+                                    warm_policy=selene.WarmPolicy.WRITE_BEHIND)) as store:
+        assert store.stats().scanned_records == 2
+        h = store.history(tokens(600))
+        store.fetch(store.lookup(h), list(range(20, 28)), 3, waiter=2)
+        assert wait_events(store, 1)[0].kind == selene.EventKind.FETCHED
+        assert np.array_equal(planes.k[20:28], k[:8]) and np.array_equal(planes.v[20:28], v[:8])
+        assert np.array_equal(planes.rows[3], rows[1])
+        assert store.stats().warm_hits == 0
+
+
+def test_max_age_expires_from_both_tiers(tmp_path):
+    """A record unused for max_age_ms is dropped from the warm tier and
+    the disk by poll()'s sweep: counted as expired, not evicted, and no
+    longer found; max_age_ms refuses what a uint64_t cannot hold."""
+    with pytest.raises(ValueError, match="StoreConfig.max_age_ms is -1"):
+        Planes().config(tmp_path, max_age_ms=-1)
+    with pytest.raises(TypeError, match="StoreConfig.max_age_ms must be an int"):
+        Planes().config(tmp_path, max_age_ms=0.5)
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path, warm_bytes=WARM, max_age_ms=200)) as store:
+        h = store.history(tokens(600))
+        publish_chain(store, planes, h, points=(256,), on_disk=True)
+        assert store.stats().warm_records == 1
+        for _ in range(2500):
+            store.poll()
+            st = store.stats()
+            if st.expired and not st.jobs_in_flight:
+                break
+            threading.Event().wait(0.002)
+        assert (st.expired, st.warm_expired, st.evictions) == (1, 1, 0)
+        assert (st.records, st.warm_records, st.warm_slots_used) == (0, 0, 0)
+        assert store.lookup(h) is None
+    assert list(record_files(tmp_path)) == []
+
+
+def test_warm_bytes_is_checked(tmp_path):
+    """warm_bytes refuses what is not a byte count, and a tier with no disk
+    store behind it, and warm_policy what names no policy, naming the
+    argument; the library's own refusal (a
+    tier too small for a page and the row) comes back as SeleneError."""
+    planes = Planes()
+    for bad, error, words in (("1G", TypeError, "StoreConfig.warm_bytes must be an int"),
+                              (None, TypeError, "StoreConfig.warm_bytes must be an int"),
+                              (True, TypeError, "StoreConfig.warm_bytes must be an int"),
+                              (-1, ValueError, "StoreConfig.warm_bytes is -1"),
+                              (2**64, ValueError, "warm_bytes is 18446744073709551616")):
+        with pytest.raises(error, match=words):
+            planes.config(tmp_path, warm_bytes=bad)
+    for bad, error, words in (("lazy", ValueError, "'write-through' or 'write-behind'"),
+                              (2, ValueError, "warm_policy is 2: it is 0 .WRITE_THROUGH."),
+                              (None, TypeError, "warm_policy must be a WarmPolicy"),
+                              (False, TypeError, "warm_policy must be a WarmPolicy")):
+        with pytest.raises(error, match=words):
+            planes.config(tmp_path, warm_bytes=WARM, warm_policy=bad)
+    with pytest.raises(ValueError, match="disk_limit_bytes is 0"):
+        planes.config(tmp_path, warm_bytes=WARM, disk_limit_bytes=0)
+    with pytest.raises(selene.SeleneError, match="warm tier of 100 bytes"):
+        selene.Store(planes.config(tmp_path, warm_bytes=100))
+    with selene.Store(planes.config(tmp_path)) as store:
+        st = store.stats()
+        assert (st.warm_slots_total, st.warm_records, st.warm_hits) == (0, 0, 0)
 
 
 def test_corrupted_record_fails_by_checksum(tmp_path):
