@@ -1526,6 +1526,24 @@ static uint64_t run_stop_peer(struct run *r, sel_peer *peer)
 	return ret != 0;
 }
 
+/* With SELENE_FAILPOINTS set, says which fired here and how often, so
+ * that a fault loop knows an armed error was met. */
+static void run_report_failpoints(const struct run *r)
+{
+	const char *armed = getenv("SELENE_FAILPOINTS");
+
+	if (!armed || !armed[0])
+		return;
+	for (int i = 0; i < SEL_FAILPOINT_COUNT; i++) {
+		uint64_t fired = sel_failpoint_fired((enum sel_failpoint)i);
+
+		if (fired)
+			fprintf(stderr, "selene run: rank %u: failpoint %s fired %" PRIu64
+				" time(s)\n", r->boot.cluster.rank,
+				sel_failpoint_name((enum sel_failpoint)i), fired);
+	}
+}
+
 /* Every rank: the whole run. Returns the failures summed over every rank. */
 static uint64_t run_all(struct run *r)
 {
@@ -1549,6 +1567,7 @@ static uint64_t run_all(struct run *r)
 		fprintf(stderr, "selene run: rank %u: the other ranks did not learn of this "
 			"failure within %u ms; ending the job\n", r->boot.cluster.rank,
 			RUN_START_FAILURE_MS);
+		run_report_failpoints(r); /* the abort ends this process */
 		launch_step_abort(&r->boot, 1);
 	}
 	if (ret || total) {
@@ -1577,24 +1596,6 @@ static uint64_t run_all(struct run *r)
 	if (launch_step_sum(&r->boot, &total, 1))
 		return failed ? failed : 1;
 	return total;
-}
-
-/* With SELENE_FAILPOINTS set, says which fired here and how often, so
- * that a fault loop knows an armed error was met. */
-static void run_report_failpoints(const struct run *r)
-{
-	const char *armed = getenv("SELENE_FAILPOINTS");
-
-	if (!armed || !armed[0])
-		return;
-	for (int i = 0; i < SEL_FAILPOINT_COUNT; i++) {
-		uint64_t fired = sel_failpoint_fired((enum sel_failpoint)i);
-
-		if (fired)
-			fprintf(stderr, "selene run: rank %u: failpoint %s fired %" PRIu64
-				" time(s)\n", r->boot.cluster.rank,
-				sel_failpoint_name((enum sel_failpoint)i), fired);
-	}
 }
 
 int launch_cmd_run(int argc, char **argv)
