@@ -337,10 +337,11 @@ class Lane:
                 f.write(json.dumps(r) + "\n")
         return path
 
-    def absorb(self, stored_log, by_id, drops_expected=False):
-        """Adds the checkpoints a run reported stored to what is committed,
-        and takes out those it reported evicted (or, with drops_expected,
-        dropped after an injected error). Returns what the log said: counts,
+    def absorb(self, stored_log, by_id, drops_expected=False, also=None):
+        """Adds the checkpoints a run reported stored to what is committed
+        (and to also, a copy a check holds), and takes out those it
+        reported evicted (or, with drops_expected, dropped after an injected
+        error). Returns what the log said: counts,
         whether it ends inside a publication (a kill there may have evicted
         what no line names), and the index's last figures."""
         info = {"stored": 0, "evicted": 0, "dropped": 0, "dropped kept": 0,
@@ -373,13 +374,17 @@ class Lane:
             if at != entry["consumed"]:
                 raise Failure("stored %d tokens of %r: not a span boundary" %
                               (entry["consumed"], entry["id"]))
+            sets = [self.committed] + ([also] if also is not None and also is not self.committed
+                                       else [])
             if entry.get("evicted") or (entry.get("dropped") and drops_expected):
-                self.committed.pop(tuple(prefix), None)
+                for c in sets:
+                    c.pop(tuple(prefix), None)
                 info["evicted" if entry.get("evicted") else "dropped"] += 1
             elif entry.get("dropped"):
                 info["dropped kept"] += 1   # still committed: a loss if it is missing
             else:
-                self.committed[tuple(prefix)] = at
+                for c in sets:
+                    c[tuple(prefix)] = at
                 info["stored"] += 1
         return info
 
@@ -493,7 +498,7 @@ class Lane:
             if reused < want and not allow_missing:
                 raise Failure("%s: committed record lost: %s restored %d tokens, %d were "
                               "reported stored (spans %s)\n%s" % (why, rid, reused, want, list(p), out))
-        info = self.absorb(run.stored, by_id)
+        info = self.absorb(run.stored, by_id, also=committed)
         self.check_agreement(why, dirs, tolerate, info["index"])
         return run
 
@@ -808,12 +813,15 @@ class Lane:
                  committed_depth(committed, p)]
         refused = rc != 0 or short
         self.table.add("corrupt", ("refused " if refused else "harmless ") + kind)
-        self.absorb(run.stored, by_id)
+        self.absorb(run.stored, by_id, also=committed)
         # the next run finds the corrupted record gone and stores it again;
         # the one after restores everything
         self.restart_and_check(why + ": the run after", committed=committed,
                                allow_missing=True, prompts=prompts, tolerate=touched)
-        self.restart_and_check(why + ": stored again", committed=committed, tolerate=touched)
+        # (the same restores: one of a checkpoint on its own could read a
+        # damaged file that no restore went through, so never removed)
+        self.restart_and_check(why + ": stored again", committed=committed, prompts=prompts,
+                               tolerate=touched)
         self.table.add("corrupt", "stored again ok")
         self.fresh()  # a damaged file left unread must not meet the next kill's checks
 
