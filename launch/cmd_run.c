@@ -303,16 +303,19 @@ static void run_watch_check(struct run *r)
 	uint64_t reclaims, drops;
 	bool dropped;
 
-	if (!r->stored_log || !r->watch_count || sel_store_stats(r->store, &st))
+	if (!r->stored_log || sel_store_stats(r->store, &st))
 		return;
 	reclaims = st.evictions + st.truncations;
 	drops = st.records_dropped_checksum + st.records_dropped_header +
 		st.records_dropped_missing;
 	if (reclaims == r->watch_reclaims && drops == r->watch_drops)
 		return;
+	/* (taken even with nothing watched: an old drop must not label later lines) */
 	dropped = drops != r->watch_drops;
 	r->watch_reclaims = reclaims;
 	r->watch_drops = drops;
+	if (!r->watch_count)
+		return;
 	for (uint32_t i = 0; i < r->watch_count;) {
 		struct run_watch *w = &r->watches[i];
 		struct sel_hit hit;
