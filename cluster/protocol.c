@@ -738,12 +738,26 @@ int cluster_chunks_accept(struct cluster_chunks *c, uint32_t chunk_index, bool l
 
 /* ---- SUMMARY (R-WIRE-18) ---- */
 
+/* R-WIRE-18: a held record says its key and nothing else. */
+static bool summary_held_bare(const struct cluster_summary_record *r)
+{
+	static const struct rec_digest zero;
+
+	return r->parent.consumed == 0 && rec_digest_equal(&r->parent.digest, &zero) &&
+	       rec_digest_equal(&r->bucket, &zero) && r->first_page_index == 0 &&
+	       r->tail_page_count == 0 && !r->row_present &&
+	       rec_digest_equal(&r->header_digest, &zero);
+}
+
 static int summary_record_check(const struct cluster_summary_record *r, uint32_t index,
 				char *why, size_t why_size)
 {
 	if (!key_valid(&r->key))
 		return PROTO_FAIL(why, why_size, "SUMMARY record %" PRIu32 " key consumed %"
 				  PRIu64 " (R-WIRE-14)", index, r->key.consumed);
+	if (r->held && !summary_held_bare(r))
+		return PROTO_FAIL(why, why_size, "SUMMARY record %" PRIu32 " is held but "
+				  "has fields other than its key (R-WIRE-18)", index);
 	if (!parent_valid(&r->parent, &r->key))
 		return PROTO_FAIL(why, why_size, "SUMMARY record %" PRIu32 " parent consumed %"
 				  PRIu64 " of key %" PRIu64 " (R-WIRE-14)", index,
@@ -763,7 +777,9 @@ static void put_summary_record(uint8_t *p, const struct cluster_summary_record *
 	memcpy(p + CLUSTER_SREC_OFF_BUCKET, r->bucket.bytes, REC_DIGEST_BYTES);
 	sel_put_le32(p + CLUSTER_SREC_OFF_FIRST_PAGE, r->first_page_index);
 	sel_put_le32(p + CLUSTER_SREC_OFF_TAIL_PAGES, r->tail_page_count);
-	p[CLUSTER_SREC_OFF_ROW_PRESENT] = r->row_present ? 1 : 0;
+	p[CLUSTER_SREC_OFF_STATE] = r->held ? CLUSTER_SUMMARY_HELD :
+					      r->row_present ? CLUSTER_SUMMARY_WITH_ROW :
+							       CLUSTER_SUMMARY_PAGE_ONLY;
 	memcpy(p + CLUSTER_SREC_OFF_HEADER_DIGEST, r->header_digest.bytes,
 	       REC_DIGEST_BYTES);
 }
@@ -775,7 +791,8 @@ static void get_summary_record(const uint8_t *p, struct cluster_summary_record *
 	memcpy(r->bucket.bytes, p + CLUSTER_SREC_OFF_BUCKET, REC_DIGEST_BYTES);
 	r->first_page_index = sel_get_le32(p + CLUSTER_SREC_OFF_FIRST_PAGE);
 	r->tail_page_count = sel_get_le32(p + CLUSTER_SREC_OFF_TAIL_PAGES);
-	r->row_present = p[CLUSTER_SREC_OFF_ROW_PRESENT] == 1;
+	r->row_present = p[CLUSTER_SREC_OFF_STATE] == CLUSTER_SUMMARY_WITH_ROW;
+	r->held = p[CLUSTER_SREC_OFF_STATE] == CLUSTER_SUMMARY_HELD;
 	memcpy(r->header_digest.bytes, p + CLUSTER_SREC_OFF_HEADER_DIGEST,
 	       REC_DIGEST_BYTES);
 }
@@ -816,10 +833,10 @@ int cluster_summary_decode(const uint8_t *p, uint32_t length,
 		const uint8_t *r = out->records + (size_t)i * CLUSTER_SUMMARY_RECORD_BYTES;
 		struct cluster_summary_record record;
 
-		if (r[CLUSTER_SREC_OFF_ROW_PRESENT] > 1)
+		if (r[CLUSTER_SREC_OFF_STATE] > CLUSTER_SUMMARY_HELD)
 			return PROTO_FAIL(why, why_size, "SUMMARY record %" PRIu32
-					  " row present %u (R-WIRE-12)", i,
-					  r[CLUSTER_SREC_OFF_ROW_PRESENT]);
+					  " state %u (R-WIRE-12, R-WIRE-18)", i,
+					  r[CLUSTER_SREC_OFF_STATE]);
 		get_summary_record(r, &record);
 		ret = summary_record_check(&record, i, why, why_size);
 		if (ret)

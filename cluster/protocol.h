@@ -23,7 +23,7 @@
 #include <sys/uio.h>
 
 #define CLUSTER_MAGIC "SELN"
-#define CLUSTER_VERSION 3u
+#define CLUSTER_VERSION 4u
 
 /* Frame header offsets (R-WIRE-1). */
 enum cluster_header_offset {
@@ -134,7 +134,7 @@ enum cluster_summary_record_offset {
 	CLUSTER_SREC_OFF_BUCKET = 48,
 	CLUSTER_SREC_OFF_FIRST_PAGE = 64,
 	CLUSTER_SREC_OFF_TAIL_PAGES = 68,
-	CLUSTER_SREC_OFF_ROW_PRESENT = 72,
+	CLUSTER_SREC_OFF_STATE = 72,
 	CLUSTER_SREC_OFF_HEADER_DIGEST = 73,
 	CLUSTER_SUMMARY_RECORD_BYTES = 89,
 };
@@ -403,6 +403,13 @@ int cluster_refuse_encode(const struct cluster_refuse *msg, uint8_t *buf,
 int cluster_refuse_decode(const uint8_t *payload, uint32_t length,
 			  struct cluster_refuse *out, char *why, size_t why_size);
 
+/* A SUMMARY record's state byte (R-WIRE-18). */
+enum cluster_summary_state {
+	CLUSTER_SUMMARY_PAGE_ONLY = 0, /* summarised, its row dropped */
+	CLUSTER_SUMMARY_WITH_ROW = 1,  /* summarised, with its row */
+	CLUSTER_SUMMARY_HELD = 2,      /* held, not summarised: its key alone */
+};
+
 /* One record of a peer's scan, as SUMMARY carries it (R-WIRE-18). */
 struct cluster_summary_record {
 	struct rec_key key;
@@ -412,6 +419,12 @@ struct cluster_summary_record {
 	uint32_t tail_page_count;
 	bool row_present;
 	struct rec_digest header_digest; /* header agreement digest */
+	/*
+	 * The peer holds a file of this key that it did not summarise (its
+	 * scan could not read it, or one it depends on: R-DIR-7): every other
+	 * field is zero, and no rank may delete the key (R-WIRE-18).
+	 */
+	bool held;
 };
 
 /* A decoded SUMMARY chunk; records point into the payload. */

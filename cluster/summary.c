@@ -57,56 +57,74 @@ static int recv_frame(int fd, struct cluster_sequences *seq, uint16_t want, uint
 	return 0;
 }
 
+/* Entry i of a summary: records first, then the keys held (R-WIRE-18). */
+static struct cluster_summary_record summary_entry(const struct rec_record_info *records,
+						   size_t count, const struct rec_key *held,
+						   size_t i)
+{
+	const struct rec_record_info *r;
+
+	if (i >= count)
+		return (struct cluster_summary_record){ .key = held[i - count], .held = true };
+	r = &records[i];
+	return (struct cluster_summary_record){
+		.key = r->key, .parent = r->parent, .bucket = r->bucket,
+		.first_page_index = r->first_page_index, .tail_page_count = r->tail_page_count,
+		.row_present = r->row_present, .header_digest = r->agreement,
+	};
+}
+
 int cluster_summary_send(int fd, struct cluster_sequences *seq,
-			 const struct rec_record_info *records, size_t count)
+			 const struct rec_record_info *records, size_t count,
+			 const struct rec_key *held, size_t held_count)
 {
 	struct cluster_summary_record *chunk = malloc(CHUNK_RECORDS * sizeof(*chunk));
 	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	size_t done = 0;
+	size_t done = 0, total = count + held_count;
 	uint32_t index = 0;
 	int ret = chunk && buf ? 0 : -ENOMEM;
 
-	do {
-		uint32_t n = count - done < CHUNK_RECORDS ? (uint32_t)(count - done) : CHUNK_RECORDS;
+	while (!ret) {
+		uint32_t n = total - done < CHUNK_RECORDS ? (uint32_t)(total - done) : CHUNK_RECORDS;
 		int length;
 
-		for (uint32_t i = 0; !ret && i < n; i++) {
-			const struct rec_record_info *r = &records[done + i];
-
-			chunk[i] = (struct cluster_summary_record){
-				.key = r->key, .parent = r->parent, .bucket = r->bucket,
-				.first_page_index = r->first_page_index,
-				.tail_page_count = r->tail_page_count, .row_present = r->row_present,
-				.header_digest = r->agreement,
-			};
-		}
-		if (ret)
-			break;
+		for (uint32_t i = 0; i < n; i++)
+			chunk[i] = summary_entry(records, count, held, done + i);
 		length = cluster_summary_encode(buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX, index++,
-						done + n == count, chunk, n);
+						done + n == total, chunk, n);
 		ret = length < 0 ? length :
 				   cluster_frame_write(fd, &seq->send, CLUSTER_MSG_SUMMARY, buf,
 						       (uint32_t)length);
 		done += n;
-	} while (!ret && done < count);
+		if (done == total)
+			break;
+	}
 	free(chunk);
 	free(buf);
 	return ret;
 }
 
-int cluster_summary_recv(int fd, struct cluster_sequences *seq,
-			 struct rec_record_info **records, size_t *count, char *why,
-			 size_t why_size)
+/* Grows *array of *count elements of size bytes to room for more. */
+static int grow(void **array, size_t count, size_t more, size_t size)
+{
+	void *grown = realloc(*array, (count + more + 1) * size);
+
+	if (!grown)
+		return -ENOMEM;
+	*array = grown;
+	return 0;
+}
+
+int cluster_summary_recv(int fd, struct cluster_sequences *seq, struct cluster_summary *out,
+			 char *why, size_t why_size)
 {
 	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
 	struct cluster_chunks chunks = { 0 };
-	struct rec_record_info *out = NULL;
-	size_t n = 0;
+	struct cluster_summary got = { 0 };
 	int ret = buf ? 0 : -ENOMEM;
 
 	while (!ret && !chunks.done) {
 		struct cluster_summary_view view;
-		struct rec_record_info *grown;
 		uint32_t length;
 
 		ret = recv_frame(fd, seq, CLUSTER_MSG_SUMMARY, buf, &length, why, why_size);
@@ -116,20 +134,22 @@ int cluster_summary_recv(int fd, struct cluster_sequences *seq,
 			ret = cluster_chunks_accept(&chunks, view.chunk_index, view.last,
 						    view.record_count, REC_DIR_RECORDS_MAX, why,
 						    why_size);
-		if (ret)
-			break;
 		/* Bounded: the total was just checked against REC_DIR_RECORDS_MAX. */
-		grown = realloc(out, (n + view.record_count + 1) * sizeof(*out));
-		if (!grown) {
-			ret = -ENOMEM;
-			break;
-		}
-		out = grown;
-		for (uint32_t i = 0; i < view.record_count; i++) {
+		if (!ret)
+			ret = grow((void **)&got.records, got.record_count, view.record_count,
+				   sizeof(*got.records));
+		if (!ret)
+			ret = grow((void **)&got.held, got.held_count, view.record_count,
+				   sizeof(*got.held));
+		for (uint32_t i = 0; !ret && i < view.record_count; i++) {
 			struct cluster_summary_record r;
 
 			cluster_summary_view_record(&view, i, &r);
-			out[n++] = (struct rec_record_info){
+			if (r.held) {
+				got.held[got.held_count++] = r.key;
+				continue;
+			}
+			got.records[got.record_count++] = (struct rec_record_info){
 				.key = r.key, .parent = r.parent, .bucket = r.bucket,
 				.first_page_index = r.first_page_index,
 				.tail_page_count = r.tail_page_count, .row_present = r.row_present,
@@ -139,12 +159,18 @@ int cluster_summary_recv(int fd, struct cluster_sequences *seq,
 	}
 	free(buf);
 	if (ret) {
-		free(out);
+		cluster_summary_free(&got);
 		return ret;
 	}
-	*records = out;
-	*count = n;
+	*out = got;
 	return 0;
+}
+
+void cluster_summary_free(struct cluster_summary *summary)
+{
+	free(summary->records);
+	free(summary->held);
+	memset(summary, 0, sizeof(*summary));
 }
 
 int cluster_agreement_send(int fd, struct cluster_sequences *seq,

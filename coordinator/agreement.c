@@ -3,7 +3,8 @@
  * merged through a hash of keys, rank by rank, so each key learns whether
  * ranks 0 .. W-1 each listed it once with the same header; then the scan's
  * tree rules (R-DIR-5, R-DIR-6) over the keys held everywhere, sorted by
- * key, and the index's capacity. Not the wire summary, not applying the
+ * key, and the index's capacity; keys a rank holds unread are left in
+ * place everywhere (R-AGREE-2). Not the wire summary, not applying the
  * actions.
  */
 #include "coordinator/agreement.h"
@@ -33,6 +34,7 @@ struct agree_key {
 	bool held;                           /* so far: rank r's listing was the r-th */
 	bool row_everywhere;
 	bool row_anywhere;
+	bool protect;                        /* rule 7: left in place, unindexed */
 };
 
 /* A key held everywhere, while its fate is decided; groups sort by key. */
@@ -42,6 +44,7 @@ struct agree_group {
 	uint32_t parent; /* group index of its parent, or AGREE_NONE */
 	uint32_t child_count;
 	bool keep;
+	bool shelters; /* the parent of a key rule 7 holds */
 };
 
 /* A hash slot: a key's index and its hash's top bits, checked first. */
@@ -54,6 +57,9 @@ struct agree_state {
 	const struct coord_rank_records *ranks;
 	uint32_t world_size;
 	size_t ref_count;      /* listings in all ranks */
+	size_t held_count;     /* held keys listed by all ranks (rule 7) */
+	bool any_protect;      /* some key is held (rule 7) */
+	bool unknown_parent;   /* a held key no rank read: its parent unknown */
 	uint32_t *ref_keys;    /* each listing's key, rank-major like actions */
 	struct agree_key *keys;
 	uint32_t key_count;
@@ -180,6 +186,32 @@ static uint32_t merge_listing(struct agree_state *s, uint32_t rank,
 	return s->slots[slot].key;
 }
 
+/* Rule 7 (R-AGREE-2) for a key a rank lists as held (added when new, no listing). */
+static void merge_held(struct agree_state *s, const struct rec_key *key)
+{
+	uint32_t tag;
+	uint64_t slot = find_slot(s, key, &tag);
+
+	if (s->slots[slot].key == AGREE_NONE) {
+		s->slots[slot] = (struct agree_slot){ .key = s->key_count, .tag = tag };
+		s->keys[s->key_count] = (struct agree_key){
+			.key = *key, .file_bytes = UINT64_MAX, .group = AGREE_NONE,
+		};
+		s->key_count++;
+	}
+	s->keys[s->slots[slot].key].protect = true;
+}
+
+/* Rule 7: group g is left in place unindexed instead of kept or dropped. */
+static void protect_group(struct agree_state *s, struct agree_group *g)
+{
+	g->keep = false;
+	s->keys[g->key].protect = true;
+	s->out->held++;
+	if (g->parent != AGREE_NONE)
+		s->groups[g->parent].shelters = true;
+}
+
 /* Groups by their key. */
 static int compare_groups(const void *a, const void *b)
 {
@@ -200,8 +232,17 @@ static void agree_merge(struct agree_state *s)
 		for (size_t i = 0; i < s->ranks[r].count; i++)
 			s->ref_keys[n++] = merge_listing(s, r, &s->ranks[r].records[i]);
 	SEL_ASSERT(n == s->ref_count);
+	for (uint32_t r = 0; r < s->world_size; r++)
+		for (size_t i = 0; i < s->ranks[r].held_count; i++)
+			merge_held(s, &s->ranks[r].held[i]);
 	s->out->key_count = s->key_count;
 	for (uint32_t k = 0; k < s->key_count; k++) {
+		if (s->keys[k].protect) {
+			s->any_protect = true;
+			s->unknown_parent = s->unknown_parent || !s->keys[k].first;
+			s->out->held++;
+			continue;
+		}
 		if (!s->keys[k].held || s->keys[k].listings != s->world_size) {
 			s->keys[k].held = false;
 			s->out->disagreed++;
@@ -217,6 +258,24 @@ static void agree_merge(struct agree_state *s)
 		qsort(s->groups, s->group_count, sizeof(s->groups[0]), compare_groups);
 	for (uint32_t g = 0; g < s->group_count; g++)
 		s->keys[s->groups[g].key].group = g;
+}
+
+/*
+ * Rule 7: a kept group that is the parent of a held key shelters it, so
+ * rule 6 leaves it in place rather than deleting it.
+ */
+static void agree_shelter(struct agree_state *s)
+{
+	for (uint32_t k = 0; s->any_protect && k < s->key_count; k++) {
+		const struct agree_key *key = &s->keys[k];
+		uint32_t parent;
+
+		if (!key->protect || !key->first || key->first->parent.consumed == 0)
+			continue;
+		parent = find_key(s, &key->first->parent);
+		if (parent != AGREE_NONE && s->keys[parent].group != AGREE_NONE)
+			s->groups[s->keys[parent].group].shelters = true;
+	}
 }
 
 /*
@@ -239,6 +298,10 @@ static void agree_decide_tree(struct agree_state *s)
 		}
 		parent_key = find_key(s, &info->parent);
 		g->parent = parent_key == AGREE_NONE ? AGREE_NONE : s->keys[parent_key].group;
+		if (parent_key != AGREE_NONE && s->keys[parent_key].protect) {
+			protect_group(s, g); /* rule 7: its parent may be read tomorrow */
+			continue;
+		}
 		g->keep = g->parent != AGREE_NONE && g->parent < i && s->groups[g->parent].keep;
 		if (g->keep)
 			s->groups[g->parent].child_count++;
@@ -250,11 +313,15 @@ static void agree_decide_tree(struct agree_state *s)
 
 		if (!g->keep || s->keys[g->key].row_everywhere || g->child_count > 0)
 			continue;
+		if (s->any_protect)
+			protect_group(s, g); /* rule 7: a held key may be its child */
+		else
+			s->out->page_only_dropped++;
 		g->keep = false;
-		s->out->page_only_dropped++;
 		if (g->parent != AGREE_NONE)
 			s->groups[g->parent].child_count--;
 	}
+	agree_shelter(s);
 }
 
 /* Whether kept leaf group a was used before b (rank zero's mtime, then key). */
@@ -326,8 +393,11 @@ static int agree_fit(struct agree_state *s, size_t records_max)
 	while (kept > records_max && n > 0) {
 		uint32_t g = leaves_pop(s, heap, &n);
 
+		if (s->groups[g].shelters || s->unknown_parent)
+			protect_group(s, &s->groups[g]); /* rule 7 */
+		else
+			s->out->capacity_dropped++;
 		s->groups[g].keep = false;
-		s->out->capacity_dropped++;
 		kept--;
 		for (uint32_t p = s->groups[g].parent; p != AGREE_NONE;) {
 			struct agree_group *parent = &s->groups[p];
@@ -338,8 +408,11 @@ static int agree_fit(struct agree_state *s, size_t records_max)
 				leaves_push(s, heap, &n, p);
 				break;
 			}
+			if (s->any_protect)
+				protect_group(s, parent); /* rule 7, as rule 4 */
+			else
+				s->out->page_only_dropped++;
 			parent->keep = false;
-			s->out->page_only_dropped++;
 			kept--;
 			p = parent->parent;
 		}
@@ -359,7 +432,9 @@ static void agree_collect(struct agree_state *s)
 			const struct agree_key *k = &s->keys[s->ref_keys[n++]];
 			enum coord_action action = COORD_ACTION_DELETE;
 
-			if (k->held && s->groups[k->group].keep)
+			if (k->protect)
+				action = COORD_ACTION_KEEP; /* rule 7 */
+			else if (k->held && s->groups[k->group].keep)
 				action = !k->row_everywhere && s->ranks[r].records[i].row_present ?
 						 COORD_ACTION_TRUNCATE_ROW : COORD_ACTION_KEEP;
 			set_action(s, r, i, action);
@@ -391,23 +466,26 @@ static int agree_alloc(struct agree_state *s)
 		return -ENOMEM;
 	for (uint32_t r = 0; r < s->world_size; r++) {
 		SEL_ASSERT(s->ranks[r].records || s->ranks[r].count == 0);
-		if (s->ranks[r].count > REC_DIR_RECORDS_MAX)
+		SEL_ASSERT(s->ranks[r].held || s->ranks[r].held_count == 0);
+		if (s->ranks[r].count > REC_DIR_RECORDS_MAX ||
+		    s->ranks[r].held_count > REC_DIR_RECORDS_MAX)
 			return SEL_ETOOBIG;
 		out->action_first[r] = s->ref_count;
 		s->ref_count += s->ranks[r].count;
+		s->held_count += s->ranks[r].held_count;
 		if (r == 0 || s->ranks[r].count < s->group_max)
 			s->group_max = s->ranks[r].count;
 	}
 	out->action_first[s->world_size] = s->ref_count;
 	/* Key indices are u32, and the table keeps at least half its slots empty. */
-	if (s->ref_count >= UINT32_MAX / 2)
+	if (s->ref_count + s->held_count >= UINT32_MAX / 2)
 		return SEL_ETOOBIG;
-	while (slots < 2 * (uint64_t)s->ref_count)
+	while (slots < 2 * (uint64_t)(s->ref_count + s->held_count))
 		slots *= 2;
 	s->slot_mask = slots - 1;
 	s->hash_seed = mix64(sel_monotonic_ns() ^ (uintptr_t)s);
 	s->ref_keys = alloc_array(s->ref_count, sizeof(*s->ref_keys));
-	s->keys = alloc_array(s->ref_count, sizeof(*s->keys));
+	s->keys = alloc_array(s->ref_count + s->held_count, sizeof(*s->keys));
 	s->slots = alloc_array(slots, sizeof(*s->slots));
 	/* A key held everywhere is held by the rank with the fewest records. */
 	s->groups = alloc_array(s->group_max, sizeof(*s->groups));

@@ -26,6 +26,17 @@
  *     for good): beyond that, the least recently used leaf by rank zero's
  *     mtime goes, in turn, and with it each page-only ancestor that this
  *     leaves childless (rule 4). Decided before rule 5.
+ *  7. Never delete what could not be read (FORMAT.md R-AGREE-2: R-DIR-7
+ *     across ranks, cluster/PROTOCOL.md R-WIRE-18): a key that any rank lists as
+ *     held (its file there could not be read, or one it depends on could
+ *     not) is held everywhere: every rank's file of it is kept as it is,
+ *     and it is not an agreed record (no index may serve it while a rank
+ *     cannot). So is a record whose parent is held (a child that cannot
+ *     be restored now, and must not be taken for an orphan); while any key
+ *     is held, a record rule 4 would drop (a held key may be its child);
+ *     and a record rule 6 would drop that is the parent of a held key, or
+ *     any, while a held key's parent is unknown (no rank read its
+ *     header). A later start that reads it decides it by rules 1 to 6.
  */
 #ifndef SELENE_COORDINATOR_AGREEMENT_H
 #define SELENE_COORDINATOR_AGREEMENT_H
@@ -39,6 +50,8 @@
 struct coord_rank_records {
 	const struct rec_record_info *records; /* may be NULL when count is 0 */
 	size_t count;                          /* at most REC_DIR_RECORDS_MAX */
+	const struct rec_key *held;            /* keys it holds unread (rule 7) */
+	size_t held_count;                     /* at most REC_DIR_RECORDS_MAX */
 };
 
 /* What a rank does to one file it holds. */
@@ -57,12 +70,17 @@ struct coord_agreement {
 	 */
 	struct rec_record_info *records;
 	size_t record_count;
-	/* Every rank's actions, rank-major; see coord_agreement_actions. */
+	/*
+	 * Every rank's actions, rank-major; see coord_agreement_actions. Keys
+	 * a rank lists as held have none: they are never touched.
+	 */
 	enum coord_action *actions;
 	size_t *action_first; /* world_size + 1 offsets into actions */
 	uint32_t world_size;
 	uint64_t key_count;         /* distinct keys listed by any rank */
-	uint64_t disagreed;         /* keys not held everywhere (rule 1) */
+	uint64_t disagreed;         /* keys not held everywhere (rule 1), but
+				       those rule 7 holds */
+	uint64_t held;              /* keys left in place unindexed (rule 7) */
 	uint64_t orphans_dropped;   /* held everywhere, parent not kept (rule 3) */
 	uint64_t page_only_dropped; /* rule 4 */
 	uint64_t rows_dropped;      /* kept; some rank truncates its row */

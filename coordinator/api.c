@@ -301,6 +301,7 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
 		.disk_limit_bytes = *limit, .dir = s->dir,
 		.records = scan ? scan->records : NULL,
 		.record_count = scan ? scan->record_count : 0,
+		.held = scan ? scan->held : NULL, .held_count = scan ? scan->held_count : 0,
 		.records_max = s->core.index.nodes_max,
 		.timeout_ms = c->join_timeout_ms ? c->join_timeout_ms : 60000,
 		.marked = s->dir && (scan ? rec_dir_scan_marked(s->dir, scan) :
@@ -339,7 +340,11 @@ static int api_form(sel_store *s, const struct rec_geometry *g, struct rec_scan 
  */
 static int api_fit_scan(sel_store *s, struct rec_scan *scan, char *err, size_t err_size)
 {
-	struct coord_rank_records mine = { scan->records, scan->record_count };
+	/*
+	 * Held files (R-DIR-7) stay out: the scan left them and what depends
+	 * on them in place, and every record listed here is the index's.
+	 */
+	struct coord_rank_records mine = { scan->records, scan->record_count, NULL, 0 };
 	struct coord_agreement a;
 	const enum coord_action *actions;
 	size_t kept = 0;

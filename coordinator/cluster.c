@@ -688,22 +688,70 @@ static void rank_counts(const struct coord_form_options *o, const struct cluster
 		snprintf(out + (size > 4 ? size - 4 : 0), size > 4 ? 4 : 0, "...");
 }
 
+/* What the agreement would take from each rank: files deleted, rows truncated. */
+struct form_losses {
+	uint64_t deleted, truncated;
+	uint32_t first_rank;         /* the first rank that loses something */
+	struct rec_key first_key;    /* and its first record lost */
+};
+
+static void form_count_losses(const struct coord_form_options *o,
+			      const struct coord_rank_records *ranks,
+			      const struct coord_agreement *a, struct form_losses *out,
+			      char *text, size_t size)
+{
+	size_t used = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->first_rank = o->policy.world_size;
+	text[0] = '\0';
+	for (uint32_t r = 0; r < o->policy.world_size; r++) {
+		const enum coord_action *actions = coord_agreement_actions(a, r);
+		uint64_t deleted = 0, truncated = 0;
+		int n;
+
+		for (size_t i = 0; i < ranks[r].count; i++) {
+			if (actions[i] == COORD_ACTION_KEEP)
+				continue;
+			deleted += actions[i] == COORD_ACTION_DELETE;
+			truncated += actions[i] == COORD_ACTION_TRUNCATE_ROW;
+			if (out->first_rank == o->policy.world_size) {
+				out->first_rank = r;
+				out->first_key = ranks[r].records[i].key;
+			}
+		}
+		out->deleted += deleted;
+		out->truncated += truncated;
+		if (deleted + truncated == 0 || used + 60 >= size)
+			continue;
+		n = snprintf(text + used, size - used, "%srank %u: %llu deleted, %llu rows "
+			     "truncated", used ? "; " : "", r, (unsigned long long)deleted,
+			     (unsigned long long)truncated);
+		used += n > 0 ? (size_t)n : 0;
+	}
+}
+
 /*
  * The agreement keeps only what every rank holds: a rank whose directory is
- * unmarked and empty, or unmarked while another is marked, would make it
- * delete every rank's records, most likely over a missing mount or a wrong
- * path (a directory whose records all failed to read reports itself
- * unmarked: rec_dir_scan_marked). That is refused, naming the rank and the
- * counts, unless the operator accepted it (then the deletion is logged at
- * warning level with the counts).
+ * unmarked and empty, or unmarked while another is marked, may be a missing
+ * mount or a wrong path (a directory whose records all failed to read
+ * reports itself unmarked: rec_dir_scan_marked), and would make it delete
+ * every rank's records. Once the agreement a is decided, that is refused
+ * when it deletes a file or truncates a row on any rank, naming the rank,
+ * the counts and the losses, unless the operator accepted it (then the
+ * losses are logged at warning level). An unmarked directory that holds
+ * what the others hold (a copy that left the dot-file marker behind)
+ * loses nothing: it forms, and every rank writes its marker.
  */
 static int form_check_empty_ranks(const struct coord_form_options *o,
 				  const struct cluster_joiner *joiners,
-				  const struct coord_rank_records *ranks, char *err, size_t err_size)
+				  const struct coord_rank_records *ranks,
+				  const struct coord_agreement *a, char *err, size_t err_size)
 {
 	uint32_t world = o->policy.world_size, holder = world, suspect = world;
 	bool any_marked = o->marked;
-	char counts[400];
+	struct form_losses losses;
+	char counts[400], lost[300], name[REC_FILE_NAME_BYTES];
 
 	for (uint32_t r = 1; r < world; r++)
 		any_marked = any_marked || joiners[r - 1].hello.marked;
@@ -723,18 +771,29 @@ static int form_check_empty_ranks(const struct coord_form_options *o,
 	}
 	if (holder == world || suspect == world)
 		return 0;
+	form_count_losses(o, ranks, a, &losses, lost, sizeof(lost));
 	rank_counts(o, joiners, ranks, counts, sizeof(counts));
+	if (losses.deleted + losses.truncated == 0) {
+		sel_warn("cluster: rank %u's record directory is unmarked; it holds what the "
+			 "others hold, so the cluster forms and marks it (%s)", suspect, counts);
+		return 0;
+	}
+	rec_file_name(name, &losses.first_key);
 	if (!o->accept_empty_ranks)
 		return sel_fail(SEL_EMISMATCH, err, err_size,
 				 "rank %u's record directory is %s (%zu records) while rank %u "
 				 "holds %zu: a missing mount or a wrong path? Forming would delete "
-				 "every rank's records; to accept that, start with "
-				 "accept_empty_ranks (SELENE_ACCEPT_EMPTY_RANKS=1) (%s)", suspect,
+				 "%llu records and truncate %llu rows (%s; first %s on rank %u); to "
+				 "accept that, start with accept_empty_ranks "
+				 "(SELENE_ACCEPT_EMPTY_RANKS=1) (%s)", suspect,
 				 ranks[suspect].count ? "unmarked" : "empty", ranks[suspect].count,
-				 holder, ranks[holder].count, counts);
+				 holder, ranks[holder].count, (unsigned long long)losses.deleted,
+				 (unsigned long long)losses.truncated, lost, name,
+				 losses.first_rank, counts);
 	sel_warn("cluster: rank %u's record directory is %s and that was accepted: the "
-		 "agreement deletes, on every rank, what rank %u lacks (%s)", suspect,
-		 ranks[suspect].count ? "unmarked" : "empty", suspect, counts);
+		 "agreement deletes %llu records and truncates %llu rows (%s) (%s)", suspect,
+		 ranks[suspect].count ? "unmarked" : "empty", (unsigned long long)losses.deleted,
+		 (unsigned long long)losses.truncated, lost, counts);
 	return 0;
 }
 
@@ -754,7 +813,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	uint64_t deadline = sel_monotonic_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 	struct cluster_joiner *joiners = calloc(world, sizeof(*joiners));
 	struct coord_rank_records *ranks = calloc(world, sizeof(*ranks));
-	struct rec_record_info **summaries = calloc(world, sizeof(*summaries));
+	struct cluster_summary *summaries = calloc(world, sizeof(*summaries));
 	struct coord_agreement agreement = { 0 };
 	struct form_watchdog watchdog = { 0 };
 	bool decided = false;
@@ -780,11 +839,14 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			sel_fail(ret, err, err_size, "welcoming a peer: %s", sel_strerror(ret));
 	}
 	times.join_ns = form_lap(&step);
-	ranks[0] = (struct coord_rank_records){ o->records, o->record_count };
+	ranks[0] = (struct coord_rank_records){ o->records, o->record_count, o->held,
+						o->held_count };
 	for (uint32_t i = 0; !ret && i < peer_count; i++) {
-		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, &summaries[i + 1],
-					   &ranks[i + 1].count, why, sizeof(why));
-		ranks[i + 1].records = summaries[i + 1];
+		struct cluster_summary *got = &summaries[i + 1];
+
+		ret = cluster_summary_recv(peers[i].fd, &peers[i].seq, got, why, sizeof(why));
+		ranks[i + 1] = (struct coord_rank_records){ got->records, got->record_count,
+							    got->held, got->held_count };
 		if (ret == SEL_ESTOPPED)
 			sel_fail(ret, err, err_size, "rank %u failed at startup: %s", peers[i].rank,
 				  why);
@@ -792,8 +854,6 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			sel_fail(ret, err, err_size, "rank %u's summary: %s", peers[i].rank, why);
 	}
 	times.summary_ns = form_lap(&step);
-	if (!ret)
-		ret = form_check_empty_ranks(o, joiners, ranks, err, err_size);
 	if (!ret) {
 		ret = coord_agreement_decide(&agreement, ranks, world,
 					     o->records_max ? o->records_max : SIZE_MAX);
@@ -801,6 +861,8 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 		if (ret)
 			sel_fail(ret, err, err_size, "deciding the agreement: %s", sel_strerror(ret));
 	}
+	if (!ret)
+		ret = form_check_empty_ranks(o, joiners, ranks, &agreement, err, err_size);
 	times.agreement_ns = form_lap(&step);
 	if (!ret)
 		ret = form_distribute(o, peers, ranks, &agreement, err, err_size);
@@ -823,8 +885,10 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	}
 	if (!ret)
 		sel_info("cluster formed: %u ranks, %zu records agreed (%llu disagreed, %llu "
+			 "held unread and left in place, %llu "
 			 "orphaned, %llu rows dropped, %llu past records_max), disk limit %llu",
 			 world, agreement.record_count, (unsigned long long)agreement.disagreed,
+			 (unsigned long long)agreement.held,
 			 (unsigned long long)agreement.orphans_dropped,
 			 (unsigned long long)agreement.rows_dropped,
 			 (unsigned long long)agreement.capacity_dropped,
@@ -834,7 +898,7 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 	if (decided)
 		coord_agreement_destroy(&agreement);
 	for (uint32_t i = 0; summaries && i < world; i++)
-		free(summaries[i]);
+		cluster_summary_free(&summaries[i]);
 	free(summaries);
 	free(ranks);
 	free(joiners);

@@ -39,6 +39,8 @@ struct coord_form_options {
 	struct rec_dir *dir;                 /* rank zero's directory, scanned */
 	const struct rec_record_info *records; /* rank zero's scan */
 	size_t record_count;
+	const struct rec_key *held;          /* its keys held unread (R-DIR-7) */
+	size_t held_count;
 	size_t records_max;                  /* rank zero's index holds no more: the
 						agreement keeps at most these
 						(rule 6); 0: no limit */
@@ -48,8 +50,8 @@ struct coord_form_options {
 	bool accept_empty_ranks;             /* form even when a rank's directory is
 						unmarked and empty, or unmarked
 						while another is marked, while others
-						hold records (their records are
-						deleted) */
+						hold records that the agreement
+						deletes or truncates */
 	struct coord_form_times *times;      /* optional: filled as steps end */
 	/*
 	 * Optional: on success, the agreed records as rank zero's directory
@@ -72,7 +74,8 @@ struct coord_form_options {
  * proved the secret, a peer that reports its own startup failure or leaves,
  * the timeout, naming the missing rank, a rank whose directory is unmarked
  * and empty, or unmarked while another is marked, while another holds
- * records, unless accept_empty_ranks) returns a
+ * records and the agreement would delete a file or truncate a row on any
+ * rank, unless accept_empty_ranks) returns a
  * negative code with the reason in err, tells every joined peer why (REFUSE),
  * closes their sockets and runs coord_cluster_notify_failure.
  */

@@ -223,9 +223,8 @@ static int peer_join(struct sel_peer *p, const struct cluster_identity *me,
 		 * its own deadline: wait a little longer than it, not less */
 		peer_receive_timeout(fd, deadline + CLUSTER_FAILURE_NOTICE_MS * 1000000ull);
 		p->seq = (struct cluster_sequences){ 0 };
-		ret = peer_join_cluster(fd, p->cluster.secret, me, p->dir,
-					scan ? scan->records : NULL, scan ? scan->record_count : 0,
-					&p->seq, agreed, err, err_size);
+		ret = peer_join_cluster(fd, p->cluster.secret, me, p->dir, scan, &p->seq, agreed,
+					err, err_size);
 		if (ret == 0)
 			return fd;
 		close(fd);

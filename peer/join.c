@@ -32,19 +32,21 @@ static int apply_entry(void *ctx, const struct cluster_agreement_entry *e)
 }
 
 int peer_join_cluster(int fd, const uint8_t *secret, const struct cluster_identity *me,
-		      struct rec_dir *dir, const struct rec_record_info *records,
-		      size_t record_count, struct cluster_sequences *seq,
+		      struct rec_dir *dir, const struct rec_scan *scan,
+		      struct cluster_sequences *seq,
 		      uint64_t *agreed_disk_limit, char *why, size_t why_size)
 {
 	struct apply_state state = { .dir = dir };
 	struct cluster_agreed agreed = { 0 };
+	size_t record_count = scan ? scan->record_count : 0;
 	uint8_t buf[64];
 	int ret, length;
 
 	ret = cluster_join_peer(fd, secret, me, seq, agreed_disk_limit, why, why_size);
 	if (ret)
 		return ret;
-	ret = cluster_summary_send(fd, seq, records, record_count);
+	ret = cluster_summary_send(fd, seq, scan ? scan->records : NULL, record_count,
+				   scan ? scan->held : NULL, scan ? scan->held_count : 0);
 	if (ret) {
 		snprintf(why, why_size, "sending the summary: %s", sel_strerror(ret));
 		return ret;

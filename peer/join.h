@@ -13,13 +13,15 @@
 #include <stdint.h>
 
 /*
- * Runs the peer's side of the startup on a connected fd. Returns 0 with the
- * agreed disk limit and the frame numbers the link continues from, or a
- * negative code with the reason in why.
+ * Runs the peer's side of the startup on a connected fd, summarising scan
+ * (dir's; NULL without a disk store): its records and the keys it holds
+ * unread (R-WIRE-18). Returns 0 with the agreed disk limit and the frame
+ * numbers the link continues from, or a negative code with the reason in
+ * why.
  */
 int peer_join_cluster(int fd, const uint8_t *secret, const struct cluster_identity *me,
-		      struct rec_dir *dir, const struct rec_record_info *records,
-		      size_t record_count, struct cluster_sequences *seq,
+		      struct rec_dir *dir, const struct rec_scan *scan,
+		      struct cluster_sequences *seq,
 		      uint64_t *agreed_disk_limit, char *why, size_t why_size);
 
 #endif

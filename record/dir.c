@@ -328,8 +328,8 @@ struct scan_entry {
 	uint32_t child_count;
 	bool keep;
 	bool orphan; /* dropped because its parent is missing */
-	bool held;   /* left in place and out of the summary: unreadable, or
-			depends on a file that is */
+	bool held;   /* left in place, out of the records, summarised as held:
+			unreadable, or depends on a file that is */
 };
 
 /* A record file listed by the scan, read once the listing is done. */
@@ -348,6 +348,7 @@ struct scan_state {
 	size_t pending_count;
 	size_t pending_capacity;
 	struct rec_file_buffers buffers; /* the scan thread's reader buffers */
+	char ignored_names[REC_SCAN_IGNORED_NAMED][NAME_MAX + 1]; /* the first ignored */
 };
 
 /* Deletes name; a failure names the file in the scan's result. */
@@ -500,7 +501,7 @@ static int scan_record(struct scan_state *s, const char *name,
 	if (ret) {
 		/* Never delete what could not be read: it may be good tomorrow. */
 		sel_warn("scan %s: skipping %s, cannot read it: %s; left in place and "
-			 "out of the summary", s->dir->path, name, sel_strerror(ret));
+			 "listed as held", s->dir->path, name, sel_strerror(ret));
 		s->out->unreadable_skipped++;
 		/* its key, from its name: a child must find it (R-DIR-5) and be held */
 		file = (struct rec_catalog_entry){ .info.key = *key };
@@ -567,6 +568,39 @@ static int scan_move_aside(struct scan_state *s, const char *name)
 	return 0;
 }
 
+/*
+ * R-DIR-2: a file that is not Selene's, left alone. Counted, and the first
+ * few named, for the one warning scan_warn_ignored gives.
+ */
+static void scan_ignore(struct scan_state *s, const char *name)
+{
+	if (s->out->ignored < REC_SCAN_IGNORED_NAMED)
+		snprintf(s->ignored_names[s->out->ignored], sizeof(s->ignored_names[0]), "%s",
+			 name);
+	s->out->ignored++;
+}
+
+/* One warning for every ignored file: the count and the first few names. */
+static void scan_warn_ignored(const struct scan_state *s)
+{
+	char names[REC_SCAN_IGNORED_NAMED * (NAME_MAX + 3)];
+	size_t used = 0;
+
+	if (s->out->ignored == 0)
+		return;
+	names[0] = '\0';
+	for (uint64_t i = 0; i < s->out->ignored && i < REC_SCAN_IGNORED_NAMED; i++) {
+		int n = snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "",
+				 s->ignored_names[i]);
+
+		used += n > 0 ? (size_t)n : 0;
+	}
+	sel_warn("scan %s: ignoring %llu file%s that %s not record files, left in place: "
+		 "%s%s", s->dir->path, (unsigned long long)s->out->ignored,
+		 s->out->ignored == 1 ? "" : "s", s->out->ignored == 1 ? "is" : "are", names,
+		 s->out->ignored > REC_SCAN_IGNORED_NAMED ? ", ..." : "");
+}
+
 /* R-DIR-2: classifies one directory entry. */
 static int scan_entry(struct scan_state *s, const struct dirent *entry)
 {
@@ -580,8 +614,7 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	if (!is_regular(s, entry)) {
 		if (rec_file_name_parse(name, &key, &tmp))
 			return scan_move_aside(s, name);
-		sel_warn("scan %s: ignoring %s, not a regular file", s->dir->path, name);
-		s->out->ignored++;
+		scan_ignore(s, name);
 		return 0;
 	}
 	if (len > 4 && strcmp(name + len - 4, REC_TMP_SUFFIX) == 0) {
@@ -590,9 +623,7 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 				   SEL_FP_SCAN_AFTER_DELETE_TMP);
 	}
 	if (!rec_file_name_parse(name, &key, &tmp)) {
-		sel_warn("scan %s: ignoring %s, not a record file", s->dir->path,
-			 name);
-		s->out->ignored++;
+		scan_ignore(s, name);
 		return 0;
 	}
 	return scan_defer(s, name, &key);
@@ -671,7 +702,7 @@ static void scan_decide(struct scan_state *s)
 		if (!e->keep || e->info.row_present || e->child_count > 0)
 			continue;
 		e->keep = false;
-		/* an unreadable file may be its child: keep it, out of the summary */
+		/* an unreadable file may be its child: hold it (R-DIR-7) */
 		e->held = s->out->unreadable_skipped > 0;
 		s->out->page_only_dropped += !e->held;
 		if (e->info.parent.consumed != 0)
@@ -714,9 +745,13 @@ static int scan_collect(struct scan_state *s)
 	struct rec_scan *out = s->out;
 
 	out->records = malloc((s->count ? s->count : 1) * sizeof(*out->records));
-	if (!out->records)
+	out->held = malloc((s->count ? s->count : 1) * sizeof(*out->held));
+	if (!out->records || !out->held)
 		return -ENOMEM;
 	for (size_t i = 0; i < s->count; i++) {
+		/* entries are sorted by key (scan_decide): so is held */
+		if (s->entries[i].held)
+			out->held[out->held_count++] = s->entries[i].info.key;
 		if (!s->entries[i].keep)
 			continue;
 		out->records[out->record_count++] = s->entries[i].info;
@@ -873,6 +908,7 @@ static int scan_directory(struct scan_state *s)
 	if (!ret && errno)
 		ret = -errno;
 	closedir(listing);
+	scan_warn_ignored(s);
 	if (!ret)
 		ret = scan_read_pending(s);
 	return ret;
@@ -960,14 +996,15 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 		return ret;
 	}
 	sel_info("scan %s: %zu records kept (%llu bytes); deleted %llu temporary, "
-		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable; "
-		 "moved %llu aside; %llu headers read, %llu from the scan cache",
+		 "%llu invalid, %llu orphaned, %llu page-only; skipped %llu unreadable "
+		 "(%zu records held); moved %llu aside; %llu headers read, %llu from the "
+		 "scan cache",
 		 dir->path, out->record_count, (unsigned long long)out->bytes,
 		 (unsigned long long)out->tmp_deleted,
 		 (unsigned long long)out->invalid_dropped,
 		 (unsigned long long)out->orphans_dropped,
 		 (unsigned long long)out->page_only_dropped,
-		 (unsigned long long)out->unreadable_skipped,
+		 (unsigned long long)out->unreadable_skipped, out->held_count,
 		 (unsigned long long)out->moved_aside,
 		 (unsigned long long)out->headers_read,
 		 (unsigned long long)out->cache_hits);
@@ -977,8 +1014,11 @@ int rec_dir_scan(struct rec_dir *dir, struct rec_scan *out)
 void rec_scan_free(struct rec_scan *scan)
 {
 	free(scan->records);
+	free(scan->held);
 	scan->records = NULL;
 	scan->record_count = 0;
+	scan->held = NULL;
+	scan->held_count = 0;
 }
 
 int rec_dir_scan_failed(const struct rec_dir *dir, const struct rec_scan *scan, int ret,

@@ -104,14 +104,26 @@ struct rec_record_info {
 struct rec_scan {
 	struct rec_record_info *records; /* oldest mtime first; caller frees */
 	size_t record_count;
+	/*
+	 * The records held (R-DIR-7): left in place and out of records,
+	 * because their file could not be read or one they depend on could
+	 * not (or, while any could not, page-only without children), by key,
+	 * ascending; caller frees (rec_scan_free). The summary says so, so
+	 * that no rank deletes its copies of them (cluster/PROTOCOL.md
+	 * R-WIRE-18, coordinator/agreement.h rule 7).
+	 */
+	struct rec_key *held;
+	size_t held_count;
 	uint64_t bytes;            /* file bytes of the records kept */
 	uint64_t tmp_deleted;      /* *.tmp files removed */
 	uint64_t invalid_dropped;  /* headers or lengths that failed */
 	uint64_t orphans_dropped;  /* parent missing, and their descendants */
 	uint64_t page_only_dropped; /* page-only records left without children */
-	uint64_t ignored;          /* files that are not Selene's, left alone */
+	uint64_t ignored;          /* files that are not Selene's, left alone
+				      (one warning names the count and the
+				      first REC_SCAN_IGNORED_NAMED) */
 	uint64_t unreadable_skipped; /* records that could not be read (EACCES,
-					EIO): left in place, out of the summary */
+					EIO): left in place, held */
 	uint64_t moved_aside;      /* non-regular files named like records,
 				      renamed to NAME.aside */
 	uint64_t cache_hits;       /* record files the scan cache stood for,
@@ -125,6 +137,12 @@ struct rec_scan {
 	char failed_delete[REC_SCAN_PATH_BYTES];
 };
 
+/*
+ * Names of ignored files the scan's one warning about them quotes: a
+ * directory of stray files costs one line per start, not one per file.
+ */
+#define REC_SCAN_IGNORED_NAMED 5
+
 /* What a non-regular file named like a record is renamed to, at the end. */
 #define REC_ASIDE_SUFFIX ".aside"
 
@@ -133,8 +151,8 @@ struct rec_scan {
  * (each logged with its reason), derives row presence from length and
  * access order from mtime, deletes records whose parent is missing with
  * their descendants, and childless page-only records. A record file it
- * cannot read (EACCES, EIO) is skipped with the reason: never deleted, left
- * out of the summary with the records that depend on it (and, while any is
+ * cannot read (EACCES, EIO) is skipped with the reason: never deleted, held
+ * (out->held, for the summary) with the records that depend on it (and, while any is
  * unreadable, page-only records are not pruned: one may be its parent). A
  * directory, symlink, FIFO or socket named like a record is renamed to
  * NAME.aside and reported, so it never blocks a store of that key. A record

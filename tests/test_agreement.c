@@ -75,6 +75,7 @@ static struct rec_record_info info_make(uint64_t consumed, uint8_t tag,
 /* Every rank's summary for the small cases. */
 struct world {
 	struct rec_record_info records[WORLD_MAX][SMALL_MAX];
+	struct rec_key held[WORLD_MAX][SMALL_MAX];
 	struct coord_rank_records ranks[WORLD_MAX];
 	uint32_t world_size;
 };
@@ -90,6 +91,7 @@ static void world_fill(struct world *w, uint32_t world_size,
 		memcpy(w->records[r], records, count * sizeof(*records));
 		w->ranks[r].records = w->records[r];
 		w->ranks[r].count = count;
+		w->ranks[r].held = w->held[r];
 	}
 }
 
@@ -112,6 +114,13 @@ static void world_remove(struct world *w, uint32_t rank, const struct rec_key *k
 
 	memmove(info, info + 1, (w->ranks[rank].count - i - 1) * sizeof(*info));
 	w->ranks[rank].count--;
+}
+
+/* rank's scan could not read key (R-DIR-7): held, out of its records. */
+static void world_hold(struct world *w, uint32_t rank, const struct rec_key *key)
+{
+	world_remove(w, rank, key);
+	w->held[rank][w->ranks[rank].held_count++] = *key;
 }
 
 static void world_decide(struct world *w, struct coord_agreement *a)
@@ -283,8 +292,8 @@ static void test_agreement_scan_digests_agree(void **state)
 		assert_int_equal(tu_record_write(dir[r], &child[r], 0), 0);
 		assert_int_equal(rec_dir_scan(dir[r], &scan[r]), 0);
 		assert_int_equal(scan[r].record_count, 2);
-		ranks[r] = (struct coord_rank_records){ scan[r].records,
-							scan[r].record_count };
+		ranks[r] = (struct coord_rank_records){ .records = scan[r].records,
+							.count = scan[r].record_count };
 	}
 	for (size_t i = 0; i < 2; i++) {
 		const struct rec_record_info *x = &scan[0].records[i];
@@ -504,10 +513,135 @@ static void test_agreement_records_max(void **state)
 	coord_agreement_destroy(&a);
 }
 
+/*
+ * Rule 7 (R-AGREE-2): a record one rank could not read (each rank in turn)
+ * is neither agreed nor deleted anywhere, nor is its child (held there too,
+ * as the scan holds it) nor a grandchild that rank could read; a sibling
+ * and an unrelated record are decided as ever. Nothing is counted
+ * disagreed.
+ */
+static void test_agreement_held_on_one_rank_deletes_nowhere(void **state)
+{
+	struct rec_record_info rs[5];
+	struct coord_agreement a;
+	struct world w;
+
+	(void)state;
+	rs[0] = info_make(100, 1, NULL);   /* root A */
+	rs[1] = info_make(300, 2, &rs[0]); /* B: unreadable on rank r */
+	rs[2] = info_make(500, 3, &rs[1]); /* C, child of B: held with it there */
+	rs[3] = info_make(700, 4, &rs[2]); /* D, grandchild: read on rank r */
+	rs[4] = info_make(400, 5, NULL);   /* E, unrelated */
+	for (uint32_t r = 0; r < 3; r++) {
+		world_fill(&w, 3, rs, 5);
+		world_hold(&w, r, &rs[1].key);
+		world_hold(&w, r, &rs[2].key);
+		world_decide(&w, &a);
+		assert_int_equal(a.record_count, 2);
+		assert_non_null(agreed_find(&a, &rs[0].key));
+		assert_non_null(agreed_find(&a, &rs[4].key));
+		for (int i = 1; i <= 3; i++) {
+			assert_null(agreed_find(&a, &rs[i].key));
+			expect_everywhere(&w, &a, &rs[i].key, COORD_ACTION_KEEP);
+		}
+		expect_everywhere(&w, &a, &rs[0].key, COORD_ACTION_KEEP);
+		expect_everywhere(&w, &a, &rs[4].key, COORD_ACTION_KEEP);
+		assert_int_equal(a.key_count, 5);
+		assert_int_equal(a.held, 3);
+		assert_int_equal(a.disagreed, 0);
+		assert_int_equal(a.orphans_dropped + a.page_only_dropped, 0);
+		coord_agreement_destroy(&a);
+		/* the next start reads it everywhere: all five agreed */
+		world_fill(&w, 3, rs, 5);
+		world_decide(&w, &a);
+		assert_int_equal(a.record_count, 5);
+		coord_agreement_destroy(&a);
+	}
+}
+
+/*
+ * Rule 7 (R-AGREE-2) beside rules 1, 2 and 4: a held key that another rank
+ * lacks, or holds with another header, or without its row, is kept as it is
+ * (not deleted, not truncated); a page-only parent whose only child is held
+ * is left in place rather than dropped; a key held on every rank is left.
+ */
+static void test_agreement_held_overrides_drops(void **state)
+{
+	struct rec_record_info rs[5];
+	struct coord_agreement a;
+	struct world w;
+
+	(void)state;
+	rs[0] = info_make(100, 1, NULL);   /* P, page-only root */
+	rs[1] = info_make(300, 2, &rs[0]); /* Q, its only child: held on rank 1 */
+	rs[2] = info_make(400, 3, NULL);   /* R: held on rank 0, missing on rank 2 */
+	rs[3] = info_make(500, 4, NULL);   /* S: held on rank 2, row gone on rank 1,
+					      another header on rank 0 */
+	rs[4] = info_make(600, 5, NULL);   /* T: held on every rank */
+	set_row(&rs[0], false);
+	world_fill(&w, 3, rs, 5);
+	world_hold(&w, 1, &rs[1].key);
+	world_hold(&w, 0, &rs[2].key);
+	world_remove(&w, 2, &rs[2].key);
+	world_hold(&w, 2, &rs[3].key);
+	set_row(world_find(&w, 1, &rs[3].key), false);
+	world_find(&w, 0, &rs[3].key)->agreement.bytes[0] ^= 1;
+	for (uint32_t r = 0; r < 3; r++)
+		world_hold(&w, r, &rs[4].key);
+	world_decide(&w, &a);
+	assert_int_equal(a.record_count, 0);
+	for (int i = 0; i < 5; i++)
+		expect_everywhere(&w, &a, &rs[i].key, COORD_ACTION_KEEP);
+	assert_int_equal(a.held, 5);
+	assert_int_equal(a.disagreed + a.page_only_dropped + a.rows_dropped, 0);
+	coord_agreement_destroy(&a);
+}
+
+/*
+ * Rule 7 (R-AGREE-2) beside rule 6: past records_max, the parent of a held
+ * key is left in place rather than deleted, and so is every leaf while a
+ * held key's parent is unknown (no rank read it); other leaves go as ever.
+ */
+static void test_agreement_held_beside_records_max(void **state)
+{
+	struct rec_record_info rs[4];
+	struct coord_agreement a;
+	struct world w;
+
+	(void)state;
+	rs[0] = info_make(100, 1, NULL);   /* X, the oldest leaf once Y is held */
+	rs[1] = info_make(300, 2, &rs[0]); /* Y: held on rank 1, read on rank 0 */
+	rs[2] = info_make(400, 3, NULL);   /* Z, an older leaf than W */
+	rs[3] = info_make(500, 4, NULL);   /* W, the newest */
+	rs[0].mtime_ns = 1;
+	rs[2].mtime_ns = 2;
+	rs[3].mtime_ns = 3;
+	world_fill(&w, 2, rs, 4);
+	world_hold(&w, 1, &rs[1].key);
+	assert_int_equal(coord_agreement_decide(&a, w.ranks, 2, 1), 0);
+	assert_int_equal(a.record_count, 1);
+	assert_true(rec_key_equal(&a.records[0].key, &rs[3].key));
+	expect_everywhere(&w, &a, &rs[0].key, COORD_ACTION_KEEP); /* shelters Y */
+	expect_everywhere(&w, &a, &rs[1].key, COORD_ACTION_KEEP);
+	expect_everywhere(&w, &a, &rs[2].key, COORD_ACTION_DELETE);
+	assert_int_equal(a.capacity_dropped, 1);
+	assert_int_equal(a.held, 2);
+	coord_agreement_destroy(&a);
+	/* Y unread everywhere: its parent unknown, no leaf is deleted */
+	world_hold(&w, 0, &rs[1].key);
+	assert_int_equal(coord_agreement_decide(&a, w.ranks, 2, 1), 0);
+	assert_int_equal(a.record_count, 1);
+	for (int i = 0; i < 3; i++)
+		expect_everywhere(&w, &a, &rs[i].key, COORD_ACTION_KEEP);
+	assert_int_equal(a.capacity_dropped, 0);
+	assert_int_equal(a.held, 3);
+	coord_agreement_destroy(&a);
+}
+
 /* Every rank empty: nothing agreed, nothing to do. */
 static void test_agreement_all_ranks_empty(void **state)
 {
-	struct coord_rank_records ranks[4] = { { NULL, 0 } };
+	struct coord_rank_records ranks[4] = { { .records = NULL } };
 	struct coord_agreement a;
 
 	(void)state;
@@ -530,7 +664,7 @@ static void test_agreement_one_rank_empty(void **state)
 	rs[1] = info_make(300, 2, &rs[0]);
 	rs[2] = info_make(90, 3, NULL);
 	world_fill(&w, 3, rs, 3);
-	w.ranks[1] = (struct coord_rank_records){ NULL, 0 };
+	w.ranks[1] = (struct coord_rank_records){ .records = NULL };
 	world_decide(&w, &a);
 	assert_int_equal(a.record_count, 0);
 	for (int i = 0; i < 3; i++)
@@ -631,7 +765,8 @@ static void test_agreement_bounds(void **state)
 {
 	struct rec_record_info one = info_make(64, 1, NULL);
 	struct coord_rank_records ranks[2] = {
-		{ &one, 1 }, { &one, (size_t)REC_DIR_RECORDS_MAX + 1 },
+		{ .records = &one, .count = 1 },
+		{ .records = &one, .count = (size_t)REC_DIR_RECORDS_MAX + 1 },
 	};
 	struct coord_agreement a;
 
@@ -647,7 +782,8 @@ static void test_agreement_bounds(void **state)
 
 		assert_non_null(full);
 		for (uint32_t r = 0; r < 128; r++)
-			full[r] = (struct coord_rank_records){ &one, REC_DIR_RECORDS_MAX };
+			full[r] = (struct coord_rank_records){ .records = &one,
+								.count = REC_DIR_RECORDS_MAX };
 		assert_int_equal(coord_agreement_decide(&a, full, 128, SIZE_MAX), SEL_ETOOBIG);
 		assert_null(a.actions);
 		free(full);
@@ -932,6 +1068,9 @@ int main(void)
 		cmocka_unit_test(test_agreement_different_header_on_one_rank),
 		cmocka_unit_test(test_agreement_dropped_parent_takes_children),
 		cmocka_unit_test(test_agreement_records_max),
+		cmocka_unit_test(test_agreement_held_on_one_rank_deletes_nowhere),
+		cmocka_unit_test(test_agreement_held_overrides_drops),
+		cmocka_unit_test(test_agreement_held_beside_records_max),
 		cmocka_unit_test(test_agreement_all_ranks_empty),
 		cmocka_unit_test(test_agreement_one_rank_empty),
 		cmocka_unit_test(test_agreement_single_rank_keeps_scan),

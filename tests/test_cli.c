@@ -1341,6 +1341,61 @@ static void test_cli_run_mpirun_peer_without_sockets(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * Never delete what could not be read, across ranks (FORMAT.md R-AGREE-2):
+ * three ranks store a and b; with the scan caches gone, a start in which
+ * one rank's second header read fails (each rank in turn) leaves every
+ * rank's files in place, and a clean start restores both records whole.
+ * Before, the agreement deleted the record that rank could not read from
+ * the other ranks, and the clean start restored 0 of a's 64 tokens.
+ */
+static void test_cli_run_mpirun_unreadable_at_startup(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *base = tu_make_temp_dir("run-mpi-unreadable");
+	char path[600], cmd[2048];
+
+	(void)state;
+	if (!mpirun_built()) {
+		tu_remove_tree(base);
+		skip();
+	}
+	snprintf(path, sizeof(path), "%s/t1.jsonl", base);
+	write_text(path, "{\"id\": \"a\", \"settle\": true, \"spans\": [[1, 64]]}\n"
+			 "{\"id\": \"b\", \"settle\": true, \"spans\": [[2, 64]]}\n");
+	snprintf(path, sizeof(path), "%s/t2.jsonl", base);
+	write_text(path, "{\"id\": \"c\", \"spans\": [[7, 8]]}\n");
+	snprintf(path, sizeof(path), "%s/t3.jsonl", base);
+	write_text(path, "{\"id\": \"a3\", \"spans\": [[1, 64], [5, 16]]}\n"
+			 "{\"id\": \"b3\", \"spans\": [[2, 64], [5, 16]]}\n");
+	snprintf(path, sizeof(path), "%s/go.sh", base);
+	write_text(path,
+		   "B=$1; P=$2\n"
+		   "go() { FR=$1 FP=$2 " MPIRUN_LOOPBACK "-np 3 -x SELENE_LOG -x ASAN_OPTIONS "
+		   "-x FR -x FP bash -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = \"$FR\" ]; then "
+		   "export SELENE_FAILPOINTS=\"$FP\"; fi; exec \"$0\" \"$@\"' $P run --trace "
+		   "$B/$3.jsonl --dir $B/d/rank%r --device host --page-tokens 16 --planes 2x4K "
+		   "--row-bytes 4K --gpu-pages 64 --gpu-rows 8 --results $B/$3.results "
+		   ">> $B/out 2>&1 || { echo \"$3 failed\"; exit 1; }; }\n"
+		   "count() { ls $B/d/rank$1/*/ | grep -c 'ckpt$'; }\n"
+		   "for fr in 0 1 2; do\n"
+		   "  rm -rf $B/d; go 9 '' t1\n"
+		   "  rm -f $B/d/rank*/*/.selene-scan-cache\n"
+		   "  go $fr 'disk.read=1*off->1*return(EIO)' t2\n"
+		   "  for r in 1 2; do [ $(count $r) = $(count 0) ] || "
+		   "{ echo \"rank $r: $(count $r) files, rank 0: $(count 0)\"; exit 1; }; done\n"
+		   "  go 9 '' t3\n"
+		   "  for id in a3 b3; do grep \"\\\"id\\\": \\\"$id\\\"\" $B/t3.results | "
+		   "grep -q '\"host_reused\": 64' || { echo \"read error on rank $fr: $id lost\"; "
+		   "cat $B/t3.results; exit 1; }; done\n"
+		   "done\n");
+	snprintf(cmd, sizeof(cmd), "bash %s/go.sh %s %s >> %s/out 2>&1", base, base,
+		 program ? program : "build/selene", base);
+	if (!run_check_script(base, cmd))
+		fail_msg("a record one rank could not read at startup was lost");
+	tu_remove_tree(base);
+}
+
 /* A free loopback port (closed again: rank zero binds it with SO_REUSEADDR). */
 static uint16_t free_port(void)
 {
@@ -1491,6 +1546,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),
+		cmocka_unit_test(test_cli_run_mpirun_unreadable_at_startup),
 		cmocka_unit_test(test_cli_run_mpirun_peer_without_sockets),
 		cmocka_unit_test(test_cli_bench_fanout),
 		cmocka_unit_test(test_cli_strict_numbers),

@@ -525,9 +525,9 @@ static void test_dir_kill_during_scan(void **state)
 }
 
 /*
- * Issue 10 item 3: a record the scan cannot read (EIO) is skipped with the
- * reason, never deleted, and left out of the summary, with whatever depends
- * on it; the next scan that can read it keeps it.
+ * R-DIR-7: a record the scan cannot read (EIO) is skipped with the reason,
+ * never deleted, and held (out of the records, listed for the summary),
+ * with whatever depends on it; the next scan that can read it keeps it.
  */
 static void test_dir_scan_skips_unreadable(void **state)
 {
@@ -546,6 +546,10 @@ static void test_dir_scan_skips_unreadable(void **state)
 	assert_int_equal(scan.record_count, 0);
 	assert_int_equal(scan.unreadable_skipped, 2);
 	assert_int_equal(scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped, 0);
+	/* both held, by key (ascending), for the summary (R-WIRE-18) */
+	assert_int_equal(scan.held_count, 2);
+	assert_true(rec_key_equal(&scan.held[0], &parent.key));
+	assert_true(rec_key_equal(&scan.held[1], &child.key));
 	rec_scan_free(&scan);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
 	/* the first file listed fails: parent or child, nothing is deleted */
@@ -555,12 +559,16 @@ static void test_dir_scan_skips_unreadable(void **state)
 	assert_int_equal(scan.unreadable_skipped, 1);
 	assert_true(scan.record_count <= 1); /* the parent alone, or nothing */
 	assert_int_equal(scan.orphans_dropped + scan.page_only_dropped, 0);
+	/* the child is held either way: unreadable, or its parent is */
+	assert_int_equal(scan.record_count + scan.held_count, 2);
+	assert_true(rec_key_equal(&scan.held[scan.held_count - 1], &child.key));
 	rec_scan_free(&scan);
 	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
 	/* readable again: both back */
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	assert_int_equal(scan.record_count, 2);
 	assert_int_equal(scan.unreadable_skipped, 0);
+	assert_int_equal(scan.held_count, 0);
 	rec_scan_free(&scan);
 	tu_record_free(&parent);
 	tu_record_free(&child);
@@ -767,6 +775,57 @@ static void test_dir_scan_record_past_scan_buffers(void **state)
 	rec_dir_close(dir2);
 	tu_remove_tree(base2);
 	free(g);
+}
+
+/* Warning lines, counted, and the last one kept. */
+struct counted {
+	unsigned lines;
+	char last[1024];
+};
+
+static void count_line(enum sel_log_level level, const char *message, void *user)
+{
+	struct counted *c = user;
+
+	if (level != SEL_LOG_WARN)
+		return;
+	c->lines++;
+	snprintf(c->last, sizeof(c->last), "%s", message);
+}
+
+/*
+ * R-DIR-2: thousands of stray files cost one warning per scan, with the
+ * count and the first few names, not a line each; all are left in place.
+ */
+static void test_dir_scan_warns_once_for_stray_files(void **state)
+{
+	enum { STRAYS = 3000 };
+	struct fixture *f = *state;
+	struct counted c = { 0 };
+	struct tu_record rec;
+	struct rec_scan scan;
+	char name[32];
+
+	tu_record_make(&rec, &f->g, 1, 64 * 2, NULL, 1);
+	assert_int_equal(tu_record_write(f->dir, &rec, 0), 0);
+	for (int i = 0; i < STRAYS; i++) {
+		snprintf(name, sizeof(name), "stray-%04d", i);
+		write_file(rec_dir_path(f->dir), name, "x");
+	}
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(count_line, &c);
+	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(scan.record_count, 1);
+	assert_int_equal(scan.ignored, STRAYS);
+	assert_int_equal(c.lines, 1);
+	assert_non_null(strstr(c.last, "ignoring 3000 files that are not record files"));
+	assert_non_null(strstr(c.last, "stray-"));
+	assert_non_null(strstr(c.last, ", ..."));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), "-0042"), 1);
+	rec_scan_free(&scan);
+	tu_record_free(&rec);
 }
 
 /* Warnings, caught while a test looks for one. */
@@ -1344,6 +1403,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_scan_rebuilds_index, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_tmpfs_either_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_kill_during_scan, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_scan_warns_once_for_stray_files, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_skips_unreadable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_scan_marked_unless_all_unreadable, setup,
 						teardown),

@@ -242,8 +242,8 @@ static void *peer_main(void *arg)
 		k->result = -EIO;
 		return NULL;
 	}
-	k->result = peer_join_cluster(k->fd, secret, &me, k->dir, scan.records,
-				      scan.record_count, &seq, &limit, k->why, sizeof(k->why));
+	k->result = peer_join_cluster(k->fd, secret, &me, k->dir, &scan, &seq, &limit, k->why,
+				      sizeof(k->why));
 	rec_scan_free(&scan);
 	if (k->result)
 		return NULL;

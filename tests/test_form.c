@@ -9,6 +9,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "cluster/summary.h"
@@ -68,7 +69,7 @@ static void confirm_wrongly(struct rank *r, int fd, const struct cluster_identit
 
 	r->result = -EINPROGRESS;
 	if (cluster_join_peer(fd, r->secret, me, &seq, &limit, r->why, sizeof(r->why)) != 0 ||
-	    cluster_summary_send(fd, &seq, NULL, 0) != 0 ||
+	    cluster_summary_send(fd, &seq, NULL, 0, NULL, 0) != 0 ||
 	    cluster_agreement_recv(fd, &seq, apply_nothing, NULL, r->why, sizeof(r->why)) != 0)
 		return;
 	r->result = r->close_for_agreed ? 0 :
@@ -123,9 +124,8 @@ static void *peer_main(void *arg)
 	else if (r->bye_for_agreed || r->close_for_agreed)
 		confirm_wrongly(r, fd, &me);
 	else
-		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, r->scan.records,
-					      r->scan.record_count, &seq, &r->limit, r->why,
-					      sizeof(r->why));
+		r->result = peer_join_cluster(fd, r->secret, &me, r->dir, &r->scan, &seq,
+					      &r->limit, r->why, sizeof(r->why));
 	close(fd);
 	return NULL;
 }
@@ -236,6 +236,8 @@ static int form_within(struct fixture *f, char *err, size_t err_size, uint64_t *
 		assert_int_equal(rec_dir_scan(f->ranks[r].dir, &f->ranks[r].scan), 0);
 	o.records = zero->scan.records;
 	o.record_count = zero->scan.record_count;
+	o.held = zero->scan.held;
+	o.held_count = zero->scan.held_count;
 	o.marked = rec_dir_scan_marked(zero->dir, &zero->scan);
 	o.accept_empty_ranks = f->accept_empty_ranks;
 	if (f->storm_port)
@@ -489,6 +491,8 @@ static void test_form_refuses_empty_rank(void **state)
 	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EMISMATCH);
 	assert_non_null(strstr(err, "rank 2's record directory is empty (0 records) while "
 				    "rank 0 holds 2"));
+	assert_non_null(strstr(err, "Forming would delete 4 records and truncate 0 rows "
+				    "(rank 0: 2 deleted, 0 rows truncated; rank 1: 2 deleted"));
 	assert_non_null(strstr(err, "rank 2: 0 records (unmarked)"));
 	assert_non_null(strstr(err, "SELENE_ACCEPT_EMPTY_RANKS=1"));
 	for (uint32_t r = 1; r < WORLD; r++) {
@@ -497,6 +501,97 @@ static void test_form_refuses_empty_rank(void **state)
 	}
 	for (uint32_t r = 0; r < 2; r++)
 		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+}
+
+/*
+ * A copy made with `cp -a old/<star> new/` leaves the dot-file marker
+ * behind: rank 2's directory is unmarked but holds exactly what the others
+ * hold. The agreement would delete nothing, so the cluster forms, nothing
+ * is deleted and rank 2 is marked again; before, every rank refused
+ * ("Forming would delete every rank's records"). Missing one record there,
+ * it is refused, naming what forming would delete on which rank.
+ */
+static void test_form_unmarked_copy_forms(void **state)
+{
+	struct fixture *f = *state;
+	char err[512], path[1024];
+	uint64_t limit;
+
+	form_marked_cluster(f);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(f->ranks[2].dir),
+		 REC_CLUSTER_MARKER_NAME);
+	assert_int_equal(unlink(path), 0);
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		if (f->ranks[r].result != 0)
+			fail_msg("rank %u: %s", r, f->ranks[r].why);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+		assert_true(rec_dir_marked(f->ranks[r].dir));
+		rec_scan_free(&f->ranks[r].scan);
+	}
+	assert_int_equal(f->agreed.record_count, 2);
+	/* the copy lacks b: forming would delete b on ranks 0 and 1 */
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rec_unlink(f->ranks[2].dir, &f->b.key), 0);
+	assert_int_equal(form(f, err, sizeof(err), &limit), SEL_EMISMATCH);
+	assert_non_null(strstr(err, "rank 2's record directory is unmarked (1 records)"));
+	assert_non_null(strstr(err, "Forming would delete 2 records and truncate 0 rows "
+				    "(rank 0: 1 deleted, 0 rows truncated; rank 1: 1 deleted"));
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+}
+
+/*
+ * Never delete what could not be read, across ranks (R-AGREE-2, R-WIRE-18):
+ * whichever rank's read fails at startup, and whichever of its two files,
+ * no rank deletes anything, what that rank could not read is not agreed,
+ * and a clean formation after it agrees both records again. Before, the
+ * record left every other rank.
+ */
+static void test_form_unreadable_on_one_rank_deletes_nowhere(void **state)
+{
+	struct fixture *f = *state;
+	char err[512], config[64];
+	uint64_t limit;
+
+	bool hit[WORLD] = { false };
+
+	form_marked_cluster(f);
+	for (int skip = 0; skip < 6 * (int)WORLD; skip++) {
+		uint64_t unreadable = 0;
+
+		/* the ranks scan in turn, a few reads a file: read skip + 1 fails */
+		if (skip)
+			snprintf(config, sizeof(config), "disk.read=%d*off->1*return(EIO)", skip);
+		else
+			snprintf(config, sizeof(config), "disk.read=1*return(EIO)");
+		assert_int_equal(sel_failpoints_configure(config), 0);
+		if (form(f, err, sizeof(err), &limit) != 0)
+			fail_msg("form: %s", err);
+		sel_failpoints_configure(NULL);
+		for (uint32_t r = 0; r < WORLD; r++) {
+			unreadable += f->ranks[r].scan.unreadable_skipped;
+			hit[r] = hit[r] || f->ranks[r].scan.unreadable_skipped > 0;
+		}
+		assert_true(unreadable <= 1);
+		assert_true(f->agreed.record_count == 2 - unreadable ||
+			    (unreadable && f->agreed.record_count == 0));
+		for (uint32_t r = 0; r < WORLD; r++) {
+			if (f->ranks[r].result != 0)
+				fail_msg("rank %u: %s", r, f->ranks[r].why);
+			assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"),
+					 2);
+			rec_scan_free(&f->ranks[r].scan);
+		}
+		if (form(f, err, sizeof(err), &limit) != 0)
+			fail_msg("form: %s", err);
+		assert_int_equal(f->agreed.record_count, 2);
+		for (uint32_t r = 0; r < WORLD; r++)
+			rec_scan_free(&f->ranks[r].scan);
+	}
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_true(hit[r]);
 }
 
 /* The same, accepted explicitly: the cluster forms and the records go everywhere. */
@@ -734,8 +829,9 @@ static void test_form_survives_join_storm(void **state)
 /*
  * A rank that cannot write its cluster marker (a directory holds the
  * marker's temporary name) still forms, with a warning; its directory stays
- * unmarked, so the next start refuses it as a directory that may be new
- * while the others hold records, naming the rank.
+ * unmarked. The next start forms too, since that directory holds what the
+ * others hold (nothing would be deleted); once the marker can be written,
+ * it is.
  */
 static void test_form_marker_write_fails(void **state)
 {
@@ -757,10 +853,18 @@ static void test_form_marker_write_fails(void **state)
 	assert_true(rec_dir_marked(f->ranks[2].dir));
 	for (uint32_t r = 0; r < WORLD; r++)
 		rec_scan_free(&f->ranks[r].scan);
-	assert_int_not_equal(form(f, err, sizeof(err), &limit), 0);
-	assert_non_null(strstr(err, "rank 1"));
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	assert_false(rec_dir_marked(f->ranks[1].dir));
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->ranks[r].dir), ".ckpt"), 2);
+		rec_scan_free(&f->ranks[r].scan);
+	}
 	rmdir(blocker);
 	free(blocker);
+	if (form(f, err, sizeof(err), &limit) != 0)
+		fail_msg("form: %s", err);
+	assert_true(rec_dir_marked(f->ranks[1].dir));
 }
 
 /* Out of descriptors: a child process holds a connection open on the port. */
@@ -885,6 +989,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_form_failure_notice_survives_idle_connections,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_refuses_empty_rank, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_unmarked_copy_forms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_form_unreadable_on_one_rank_deletes_nowhere,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_marked_empty_rank_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_form_accepts_empty_rank_when_asked, setup,
 						teardown),

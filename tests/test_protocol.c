@@ -303,7 +303,7 @@ static void test_protocol_header_layout(void **state)
 	cluster_frame_header_encode(h, CLUSTER_MSG_HEARTBEAT, 0x0102030405060708ull,
 				    payload, sizeof(payload));
 	assert_memory_equal(h, "SELN", 4);
-	assert_int_equal(h[4], 3);
+	assert_int_equal(h[4], 4);
 	assert_int_equal(h[5], 0);
 	assert_int_equal(h[6], CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(h[7], 0);
@@ -313,7 +313,7 @@ static void test_protocol_header_layout(void **state)
 	assert_int_equal(sel_get_le64(h + 24), XXH3_64bits(payload, 8));
 	assert_int_equal(sel_get_le64(h + 32), XXH3_64bits(h, 32));
 	assert_int_equal(cluster_frame_header_decode(h, &d, why, sizeof(why)), 0);
-	assert_int_equal(d.version, 3);
+	assert_int_equal(d.version, 4);
 	assert_int_equal(d.type, CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(d.payload_length, 8);
 	assert_int_equal(d.sequence, 0x0102030405060708ull);
@@ -373,10 +373,10 @@ static void test_protocol_rejects_bad_magic(void **state)
 	}
 }
 
-/* R-WIRE-4: versions other than 3 are rejected, even when signed. */
+/* R-WIRE-4: versions other than 4 are rejected, even when signed. */
 static void test_protocol_rejects_wrong_version(void **state)
 {
-	static const uint16_t versions[] = { 0, 1, 2, 4, 0x0300, 0xffff };
+	static const uint16_t versions[] = { 0, 1, 2, 3, 5, 0x0400, 0xffff };
 	uint8_t frame[64], buf[64];
 	struct cluster_frame_header h;
 	char why[WHY_BYTES];
@@ -1264,6 +1264,46 @@ static void expect_edit_rejected(uint16_t type, size_t offset, uint8_t value,
 	expect_proto(decode_any(type, payload, (uint32_t)len, why), why, rule);
 }
 
+/*
+ * R-WIRE-18: a held record (state 2) is its key alone: it round-trips, and
+ * any other field set is refused by the decoder and the encoder.
+ */
+static void test_protocol_summary_held_record(void **state)
+{
+	uint8_t p[SMALL_BYTES];
+	struct cluster_summary_record r, got;
+	struct cluster_summary_view view;
+	char why[WHY_BYTES];
+	int len;
+
+	(void)state;
+	memset(&r, 0, sizeof(r));
+	r.key.consumed = 200;
+	tu_fill(r.key.digest.bytes, REC_DIGEST_BYTES, 7);
+	r.held = true;
+	len = cluster_summary_encode(p, sizeof(p), 0, true, &r, 1);
+	assert_int_equal(len, 9 + 89);
+	assert_int_equal(p[9 + 72], 2);
+	assert_int_equal(cluster_summary_decode(p, (uint32_t)len, &view, why, sizeof(why)), 0);
+	cluster_summary_view_record(&view, 0, &got);
+	assert_true(got.held);
+	assert_false(got.row_present);
+	assert_true(rec_key_equal(&got.key, &r.key));
+	for (size_t offset = 24; offset < 89; offset++) {
+		if (offset == 72)
+			continue; /* the state byte itself */
+		len = cluster_summary_encode(p, sizeof(p), 0, true, &r, 1);
+		p[9 + offset] = 1;
+		expect_proto(cluster_summary_decode(p, (uint32_t)len, &view, why, sizeof(why)),
+			     why, "R-WIRE-18");
+	}
+	r.tail_page_count = 1;
+	assert_int_equal(cluster_summary_encode(p, sizeof(p), 0, true, &r, 1), -EINVAL);
+	r.tail_page_count = 0;
+	r.row_present = true;
+	assert_int_equal(cluster_summary_encode(p, sizeof(p), 0, true, &r, 1), -EINVAL);
+}
+
 /* R-WIRE-12, R-WIRE-14, R-WIRE-15, R-WIRE-16: fields outside their values. */
 static void test_protocol_rejects_bad_fields(void **state)
 {
@@ -1277,7 +1317,8 @@ static void test_protocol_rejects_bad_fields(void **state)
 	/* Flags and enumerations. */
 	expect_edit_rejected(CLUSTER_MSG_HELLO, 40, 2, "R-WIRE-12");
 	expect_edit_rejected(CLUSTER_MSG_SUMMARY, 4, 2, "R-WIRE-12");
-	expect_edit_rejected(CLUSTER_MSG_SUMMARY, 9 + 72, 2, "R-WIRE-12");
+	expect_edit_rejected(CLUSTER_MSG_SUMMARY, 9 + 72, 3, "R-WIRE-12");
+	expect_edit_rejected(CLUSTER_MSG_SUMMARY, 9 + 72, 2, "R-WIRE-18"); /* held, a header */
 	expect_edit_rejected(CLUSTER_MSG_AGREEMENT, 4, 0xff, "R-WIRE-12");
 	expect_edit_rejected(CLUSTER_MSG_AGREEMENT, 9 + 24, 3, "R-WIRE-19");
 	expect_edit_rejected(CLUSTER_MSG_JOB, 8, CLUSTER_JOB_KIND_LAST + 1, "R-WIRE-21");
@@ -1966,6 +2007,7 @@ int main(void)
 		cmocka_unit_test(test_protocol_round_trip_join),
 		cmocka_unit_test(test_protocol_round_trip_summary_chunked),
 		cmocka_unit_test(test_protocol_summary_chunk_at_maximum),
+		cmocka_unit_test(test_protocol_summary_held_record),
 		cmocka_unit_test(test_protocol_round_trip_agreement_chunked),
 		cmocka_unit_test(test_protocol_round_trip_jobs),
 		cmocka_unit_test(test_protocol_job_at_maxima),
