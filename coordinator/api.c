@@ -500,6 +500,8 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	s->core.stats.disk_limit_bytes = *limit;
 	step = sel_monotonic_ns();
 	ret = coord_store_load(&s->core, scan.records, scan.record_count);
+	if (!ret)
+		ret = coord_store_hold(&s->core, scan.held, scan.held_count);
 	s->startup.index_ns = sel_monotonic_ns() - step;
 	rec_scan_free(&scan);
 	if (ret)

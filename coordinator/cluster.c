@@ -615,12 +615,77 @@ static int form_distribute(const struct coord_form_options *o, struct coord_peer
  * the scan checked every header against it, R-REC-12): the summaries carry
  * no peer's length, and a truncated file is page-only now.
  */
+static int key_order(const void *a, const void *b)
+{
+	const struct rec_key *x = a, *y = b;
+
+	if (x->consumed != y->consumed)
+		return x->consumed < y->consumed ? -1 : 1;
+	return memcmp(x->digest.bytes, y->digest.bytes, REC_DIGEST_BYTES);
+}
+
+/*
+ * The keys some rank keeps in place that the agreement does not index
+ * (R-AGREE-2): every rank's held keys, and every record a rank keeps
+ * (KEEP) that is not agreed (held everywhere by rule 7: a parent or child
+ * some rank could not read). Sorted, each once, into *keys (caller frees;
+ * NULL with none). Returns 0 or -ENOMEM.
+ */
+static int form_held_keys(const struct coord_rank_records *ranks, uint32_t world,
+			  const struct coord_agreement *a, struct rec_key **keys, size_t *count)
+{
+	struct rec_key *agreed = NULL, *out = NULL;
+	size_t n = 0, max = 0;
+
+	*keys = NULL;
+	*count = 0;
+	for (uint32_t r = 0; r < world; r++)
+		max += ranks[r].held_count + ranks[r].count;
+	if (max == 0)
+		return 0;
+	out = malloc(max * sizeof(*out));
+	agreed = malloc((a->record_count ? a->record_count : 1) * sizeof(*agreed));
+	if (!out || !agreed) {
+		free(out);
+		free(agreed);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < a->record_count; i++)
+		agreed[i] = a->records[i].key;
+	qsort(agreed, a->record_count, sizeof(*agreed), key_order);
+	for (uint32_t r = 0; r < world; r++) {
+		const enum coord_action *actions = coord_agreement_actions(a, r);
+
+		for (size_t i = 0; i < ranks[r].held_count; i++)
+			out[n++] = ranks[r].held[i];
+		for (size_t i = 0; i < ranks[r].count; i++)
+			if (actions[i] == COORD_ACTION_KEEP &&
+			    !bsearch(&ranks[r].records[i].key, agreed, a->record_count,
+				     sizeof(*agreed), key_order))
+				out[n++] = ranks[r].records[i].key;
+	}
+	free(agreed);
+	qsort(out, n, sizeof(*out), key_order);
+	*count = 0;
+	for (size_t i = 0; i < n; i++)
+		if (*count == 0 || key_order(&out[*count - 1], &out[i]) != 0)
+			out[(*count)++] = out[i];
+	if (*count == 0) {
+		free(out);
+		out = NULL;
+	}
+	*keys = out;
+	return 0;
+}
+
 static void form_take_agreed(const struct rec_geometry *g, struct coord_agreement *a,
-			     struct rec_scan *out)
+			     struct rec_key *held, size_t held_count, struct rec_scan *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->records = a->records;
 	out->record_count = a->record_count;
+	out->held = held;
+	out->held_count = held_count;
 	for (size_t i = 0; i < a->record_count; i++) {
 		struct rec_record_info *r = &a->records[i];
 
@@ -893,8 +958,17 @@ int coord_cluster_form(const struct coord_form_options *o, struct coord_peer *pe
 			 (unsigned long long)agreement.rows_dropped,
 			 (unsigned long long)agreement.capacity_dropped,
 			 (unsigned long long)*agreed_disk_limit);
-	if (!ret && o->agreed)
-		form_take_agreed(rec_dir_geometry(o->dir), &agreement, o->agreed);
+	if (!ret && o->agreed) {
+		struct rec_key *held;
+		size_t held_count;
+
+		ret = form_held_keys(ranks, world, &agreement, &held, &held_count);
+		if (ret)
+			sel_fail(ret, err, err_size, "out of memory listing the held records");
+		else
+			form_take_agreed(rec_dir_geometry(o->dir), &agreement, held, held_count,
+					 o->agreed);
+	}
 	if (decided)
 		coord_agreement_destroy(&agreement);
 	for (uint32_t i = 0; summaries && i < world; i++)

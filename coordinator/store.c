@@ -73,6 +73,52 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->generation);
 	free(s->used_ns);
 	s->generation = s->used_ns = NULL;
+	free(s->held_keys);
+	s->held_keys = NULL;
+	s->held_key_count = 0;
+}
+
+static int key_order(const void *a, const void *b)
+{
+	const struct rec_key *x = a, *y = b;
+
+	if (x->consumed != y->consumed)
+		return x->consumed < y->consumed ? -1 : 1;
+	return memcmp(x->digest.bytes, y->digest.bytes, REC_DIGEST_BYTES);
+}
+
+int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t count)
+{
+	struct rec_key *copy;
+
+	if (count == 0)
+		return 0;
+	copy = malloc(count * sizeof(*copy));
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, keys, count * sizeof(*copy));
+	qsort(copy, count, sizeof(*copy), key_order);
+	free(s->held_keys);
+	s->held_keys = copy;
+	s->held_key_count = count;
+	return 0;
+}
+
+static bool held_unread(struct coord_store *s, const struct rec_key *key)
+{
+	char name[REC_FILE_NAME_BYTES];
+
+	if (!s->held_key_count ||
+	    !bsearch(key, s->held_keys, s->held_key_count, sizeof(*key), key_order))
+		return false;
+	if (!s->held_warned) {
+		s->held_warned = true;
+		rec_file_name(name, key);
+		sel_warn("%s is held unread on some rank since startup (R-AGREE-2): it and the "
+			 "other %zu such records are not stored again until a start reads them "
+			 "(publications answer Retry)", name, s->held_key_count - 1);
+	}
+	return true;
 }
 
 static int push_event(struct coord_store *s, enum sel_event_kind kind, uint64_t id,
@@ -922,6 +968,8 @@ int coord_store_publish(struct coord_store *s, const struct rec_history *h,
 	existing = coord_index_find(&s->index, &key);
 	if (s->limit_bytes == 0) {
 		*outcome = SEL_OVERSIZE;
+	} else if (existing == COORD_NONE && held_unread(s, &key)) {
+		*outcome = SEL_RETRY;
 	} else if (existing != COORD_NONE &&
 		   coord_index_node(&s->index, existing)->state == COORD_READY &&
 		   !coord_index_node(&s->index, existing)->row_present) {

@@ -106,6 +106,16 @@ struct coord_store {
 	uint64_t *generation;   /* per node id, bumped on insert */
 	uint64_t *used_ns;      /* per node id: last use, realtime (a loaded one's mtime) */
 	uint64_t max_age_ns;    /* sel_store_config.max_age_ms; 0: no expiry */
+	/*
+	 * Keys some rank holds in place out of the index (R-AGREE-2: a file
+	 * a rank could not read at startup, what depends on it), sorted: a
+	 * publication of one answers Retry for the whole run, since a failed
+	 * store's unlink on every rank would delete the copies no rank could
+	 * read. The next start that reads them indexes them.
+	 */
+	struct rec_key *held_keys;
+	size_t held_key_count;
+	bool held_warned;       /* the one warning a run about them */
 	uint64_t last_sweep_ns; /* monotonic; 0: none yet */
 	bool expiring;          /* reclaim counts an expiry, not an eviction */
 	uint64_t next_generation;
@@ -147,6 +157,12 @@ void coord_store_destroy(struct coord_store *s);
  */
 int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
 			 uint64_t slot_bytes, uint8_t policy);
+
+/*
+ * The keys left in place unindexed (R-AGREE-2), copied; publications of
+ * them answer Retry. Returns 0 or -ENOMEM.
+ */
+int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t count);
 
 /* Adds the records a startup scan kept: parents first, LRU order by mtime. */
 int coord_store_load(struct coord_store *s, const struct rec_record_info *records,

@@ -1556,7 +1556,11 @@ static void test_cli_run_mpirun_peer_without_sockets(void **state)
  * one rank's second header read fails (each rank in turn) leaves every
  * rank's files in place, and a clean start restores both records whole.
  * Before, the agreement deleted the record that rank could not read from
- * the other ranks, and the clean start restored 0 of a's 64 tokens.
+ * the other ranks, and the clean start restored 0 of a's 64 tokens. Then
+ * every open failing on one rank for a whole run that publishes a and b
+ * again: those publications answer Retry (they would fail on that rank,
+ * and a failed store's unlink on every rank deleted the copies it could
+ * not read), and the clean start restores both.
  */
 static void test_cli_run_mpirun_unreadable_at_startup(void **state)
 {
@@ -1586,6 +1590,7 @@ static void test_cli_run_mpirun_unreadable_at_startup(void **state)
 		   "$B/$3.jsonl --dir $B/d/rank%r --device host --page-tokens 16 --planes 2x4K "
 		   "--row-bytes 4K --gpu-pages 64 --gpu-rows 8 --results $B/$3.results "
 		   ">> $B/out 2>&1 || { echo \"$3 failed\"; exit 1; }; }\n"
+		   "try() { go \"$@\" || true; }\n"
 		   "count() { ls $B/d/rank$1/*/ | grep -c 'ckpt$'; }\n"
 		   "for fr in 0 1 2; do\n"
 		   "  rm -rf $B/d; go 9 '' t1\n"
@@ -1596,6 +1601,16 @@ static void test_cli_run_mpirun_unreadable_at_startup(void **state)
 		   "  go 9 '' t3\n"
 		   "  for id in a3 b3; do grep \"\\\"id\\\": \\\"$id\\\"\" $B/t3.results | "
 		   "grep -q '\"host_reused\": 64' || { echo \"read error on rank $fr: $id lost\"; "
+		   "cat $B/t3.results; exit 1; }; done\n"
+		   "done\n"
+		   /* every open failing on one rank for a whole run that stores a and b again */
+		   "for fr in 0 1; do\n"
+		   "  rm -rf $B/d; go 9 '' t1\n"
+		   "  rm -f $B/d/rank*/*/.selene-scan-cache\n"
+		   "  try $fr 'disk.open=return(EIO)' t1\n"
+		   "  go 9 '' t3\n"
+		   "  for id in a3 b3; do grep \"\\\"id\\\": \\\"$id\\\"\" $B/t3.results | "
+		   "grep -q '\"host_reused\": 64' || { echo \"opens failing on rank $fr: $id lost\"; "
 		   "cat $B/t3.results; exit 1; }; done\n"
 		   "done\n");
 	snprintf(cmd, sizeof(cmd), "bash %s/go.sh %s %s >> %s/out 2>&1", base, base,
