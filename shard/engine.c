@@ -1252,28 +1252,31 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 	struct stage s = { .src = &e->warm.pool };
 	uint32_t row[REC_DISK_BUFFERS_MAX];
 	uint64_t start = sel_monotonic_ns();
-	bool first = true;
+	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
 	int ret = 0, drained;
 
 	while (!ret && next_window(e, job, WINDOWS_ALL, &cursor)) {
-		uint32_t n, lead = 0;
+		uint32_t n, at = 0;
 
 		s.cur = s.warm_slots;
 		shard_warm_page_slots(&e->warm, entries[cursor.record], cursor.first,
 				      cursor.count, s.warm_slots);
 		n = window_copies(e, l, &s, job->page_ids + cursor.dest, cursor.count);
 		/*
-		 * The job's first page goes in a call of its own, so the copy
-		 * engine starts on it while the rest of the window is issued.
+		 * The job's first call is one page, each next one twice the last
+		 * up to a window: the copy engine starts on the first page while
+		 * the driver takes in the next call's entries, and is not left
+		 * idle behind one call of thousands of entries.
 		 */
-		if (first && n > e->geometry.page_plane_count) {
-			lead = e->geometry.page_plane_count;
-			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies, lead);
+		while (!ret && at < n) {
+			uint32_t count = n - at < call_pages * planes ? n - at : call_pages * planes;
+
+			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies + at,
+						count);
+			at += count;
+			if (call_pages < e->window_pages)
+				call_pages *= 2;
 		}
-		first = false;
-		if (!ret)
-			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies + lead,
-						n - lead);
 		if (!ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;
 	}

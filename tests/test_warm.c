@@ -294,10 +294,10 @@ static void test_warm_fetch_reads_no_file(void **state)
 }
 
 /*
- * A warm fetch waits for the device once: its pages (the job's first page
- * in a call of its own) and the last record's row are issued back to back
- * on a device whose copies run only at synchronize, and one synchronize
- * restores them all byte-exact; a failed one fails the fetch.
+ * A warm fetch waits for the device once: its pages (in calls of one page,
+ * then twice as many, up to a window) and the last record's row are issued
+ * back to back on a device whose copies run only at synchronize, and one
+ * synchronize restores them all byte-exact; a failed one fails the fetch.
  */
 static void test_warm_fetch_one_wait(void **state)
 {
@@ -322,8 +322,8 @@ static void test_warm_fetch_one_wait(void **state)
 	calls = d.copy_calls;
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
 	assert_int_equal(d.synchronize_calls - syncs, 1);
-	/* windows of 4 pages (4 + 3, 4 + 1), the first page's call, the row's */
-	assert_int_equal(d.copy_calls - calls, 6);
+	/* windows of 4 pages (4 + 3, 4 + 1), the first in calls of 1, 2, 1; the row */
+	assert_int_equal(d.copy_calls - calls, 7);
 	for (uint32_t i = 0; i < 12; i++)
 		assert_true(page_matches(f, 100 + i, i));
 	assert_true(row_matches(f, 4, b.consumed));
