@@ -972,6 +972,49 @@ static void report_warm(const char *what, const char *bulk_what, double bytes,
 }
 
 /*
+ * One restore at a time from warm slots: each record's fetch timed from its
+ * submit to its completion (nothing else queued), into lat; beside it, one
+ * bulk host to device copy of a record's bytes, into bulk_lat. Their
+ * difference is what a restore costs beyond its bytes.
+ */
+static int warm_latency_round(struct bench *b, uint32_t round, uint64_t device,
+			      uint8_t *host, double *lat, double *bulk_lat)
+{
+	uint64_t one = (uint64_t)b->a.pages * b->g.page_record_bytes + b->g.row_record_bytes;
+	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t));
+	struct shard_completion c = { 0 };
+	int ret = ids ? 0 : -ENOMEM;
+
+	for (uint32_t p = 0; ids && p < b->a.pages; p++)
+		ids[p] = (p * 11) % (uint32_t)b->device_pages;
+	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
+		uint64_t t0 = sel_monotonic_ns(), ns;
+
+		ret = submit_fetch(b, round, i, ids);
+		if (!ret) {
+			shard_engine_wait(b->engine, &c);
+			ret = c.result;
+		}
+		lat[i] = (double)(sel_monotonic_ns() - t0);
+		if (!ret)
+			ret = bulk_copy(b, SHARD_HOST_TO_DEVICE, device, host, one, &ns);
+		bulk_lat[i] = (double)ns;
+	}
+	if (ret)
+		fprintf(stderr, "selene bench warm: a restore on its own failed: %s %s\n",
+			sel_strerror(ret), c.why);
+	free(ids);
+	return ret;
+}
+
+/* The median of count values (sorted in place). */
+static double median(double *v, uint64_t count)
+{
+	qsort(v, count, sizeof(v[0]), compare_double);
+	return count ? v[count / 2] : 0;
+}
+
+/*
  * The warm tier (docs/DESIGN.md section 6): each round stores its records
  * into warm slots (and through them to their files), fetches them back
  * from the slots, drops them from the slots and fetches them again by
@@ -991,12 +1034,15 @@ static int bench_warm(struct bench *b)
 	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
 			  b->g.row_record_bytes) * b->a.records;
 	uint64_t device = 0, ns, copy_before, whole_ns = 0;
+	uint64_t lat_count = (uint64_t)b->a.rounds * b->a.records;
+	double *lat = malloc(lat_count * sizeof(double));
+	double *bulk_lat = malloc(lat_count * sizeof(double));
 	struct shard_slab_pool host = { 0 };
 	struct shard_engine_stats st;
 	struct shard_warm_stats ws;
 	int ret;
 
-	ret = shard_device_bind(b->dev); /* current here, as bench_copy makes it */
+	ret = lat && bulk_lat ? shard_device_bind(b->dev) : -ENOMEM; /* current here */
 	if (!ret)
 		ret = shard_slab_init(&host, bytes, 1);
 	if (!ret)
@@ -1030,6 +1076,10 @@ static int bench_warm(struct bench *b)
 		if (!ret)
 			ret = selene_round(b, round, submit_fetch, 11, &ns);
 		fetch_ns[at] = (double)ns;
+		if (!ret && r >= b->a.warmup)
+			ret = warm_latency_round(b, round, device, shard_slab_slot(&host, 0),
+						 lat + (uint64_t)at * b->a.records,
+						 bulk_lat + (uint64_t)at * b->a.records);
 		if (!ret)
 			ret = warm_unlink_round(b, round, true);
 		if (!ret && r % 2 == 1) {
@@ -1053,10 +1103,11 @@ static int bench_warm(struct bench *b)
 			(uint64_t)(b->a.warmup + b->a.rounds) * b->a.records);
 		ret = -EIO;
 	}
-	if (!ret && ws.hits != (uint64_t)(b->a.warmup + b->a.rounds) * b->a.records) {
+	/* each round's fetches, then (timed rounds) one at a time again */
+	if (!ret && ws.hits != (uint64_t)(b->a.warmup + 2 * b->a.rounds) * b->a.records) {
 		fprintf(stderr, "selene bench warm: %" PRIu64 " of %" PRIu64 " fetches were "
 			"served from warm slots\n", ws.hits,
-			(uint64_t)(b->a.warmup + b->a.rounds) * b->a.records);
+			(uint64_t)(b->a.warmup + 2 * b->a.rounds) * b->a.records);
 		ret = -EIO;
 	}
 	if (!ret) {
@@ -1068,6 +1119,15 @@ static int bench_warm(struct bench *b)
 		       (double)b->a.warm_bytes / 1048576.0, ws.register_ns / 1e6);
 		report_warm("warm: restore from warm slots", "bulk host to device", (double)bytes,
 			    fetch_ns, h2d_ns, b->a.rounds);
+		{
+			double one = (double)bytes / b->a.records;
+			double p50 = median(lat, lat_count), bulk_p50 = median(bulk_lat, lat_count);
+
+			printf("warm: one restore at a time: p50 %.1f us (%.2f GB/s), bulk host "
+			       "to device of a record's bytes p50 %.1f us (%.2f GB/s); a restore's "
+			       "fixed cost about %.1f us\n", p50 / 1e3, one / p50, bulk_p50 / 1e3,
+			       one / bulk_p50, (p50 - bulk_p50) / 1e3);
+		}
 		report_warm("warm: store into warm slots (device copies)", "bulk device to host",
 			    (double)bytes, store_ns, d2h_ns, b->a.rounds);
 		report_warm("warm: read-through (files -> warm slots, verified -> device)",
@@ -1087,6 +1147,8 @@ static int bench_warm(struct bench *b)
 		shard_slab_unregister(&host);
 		shard_slab_destroy(&host);
 	}
+	free(lat);
+	free(bulk_lat);
 	return ret;
 }
 
