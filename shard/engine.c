@@ -354,15 +354,14 @@ static int copy_finish(struct shard_engine *e, int *stage, struct job_outcome *o
 	return ret ? device_fail(o, ret, "host to device") : 0;
 }
 
-/* Device <-> the row slots for the row at state_slot. */
-static int copy_row(struct shard_engine *e, struct lane *l,
-		    const struct shard_slab_pool *pool, const uint32_t *slots,
-		    uint32_t state_slot, enum shard_copy_direction dir, struct job_outcome *o)
+/* Fills l->copies for the row at state_slot and its slots; returns how many. */
+static uint32_t row_copies(struct shard_engine *e, struct lane *l,
+			   const struct shard_slab_pool *pool, const uint32_t *slots,
+			   uint32_t state_slot)
 {
 	uint64_t unit = e->geometry.row_plane.unit_bytes;
 	uint64_t piece = e->pool.slot_bytes;
 	uint32_t n = 0;
-	int ret;
 
 	for (uint32_t k = 0; k < e->row_piece_count && (uint64_t)k * piece < unit; k++) {
 		uint64_t left = unit - (uint64_t)k * piece;
@@ -373,7 +372,16 @@ static int copy_row(struct shard_engine *e, struct lane *l,
 			.bytes = left < piece ? left : piece,
 		};
 	}
-	ret = copy_drained(e, l, dir, n);
+	return n;
+}
+
+/* Device <-> the row slots for the row at state_slot. */
+static int copy_row(struct shard_engine *e, struct lane *l,
+		    const struct shard_slab_pool *pool, const uint32_t *slots,
+		    uint32_t state_slot, enum shard_copy_direction dir, struct job_outcome *o)
+{
+	int ret = copy_drained(e, l, dir, row_copies(e, l, pool, slots, state_slot));
+
 	return ret ? device_fail(o, ret, "of the row") : 0;
 }
 
@@ -1244,29 +1252,47 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 	struct stage s = { .src = &e->warm.pool };
 	uint32_t row[REC_DISK_BUFFERS_MAX];
 	uint64_t start = sel_monotonic_ns();
+	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
 	int ret = 0, drained;
 
 	while (!ret && next_window(e, job, WINDOWS_ALL, &cursor)) {
+		uint32_t n, at = 0;
+
 		s.cur = s.warm_slots;
 		shard_warm_page_slots(&e->warm, entries[cursor.record], cursor.first,
 				      cursor.count, s.warm_slots);
-		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
-					window_copies(e, l, &s, job->page_ids + cursor.dest,
-						      cursor.count));
+		n = window_copies(e, l, &s, job->page_ids + cursor.dest, cursor.count);
+		/*
+		 * The job's first call is one page, each next one twice the last
+		 * up to a window: the copy engine starts on the first page while
+		 * the driver takes in the next call's entries, and is not left
+		 * idle behind one call of thousands of entries.
+		 */
+		while (!ret && at < n) {
+			uint32_t count = n - at < call_pages * planes ? n - at : call_pages * planes;
+
+			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies + at,
+						count);
+			at += count;
+			if (call_pages < e->window_pages)
+				call_pages *= 2;
+		}
 		if (!ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;
+	}
+	/* The row on the same stream, behind the pages: one wait for both. */
+	if (!ret) {
+		shard_warm_row_slots(&e->warm, entries[job->chain_count - 1], row);
+		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
+					row_copies(e, l, &e->warm.pool, row, job->state_slot));
 	}
 	/* Every copy issued has finished before anything is reported. */
 	drained = shard_device_synchronize(e->device);
 	ret = ret ? ret : drained;
-	if (ret) {
+	if (ret)
 		device_fail(o, ret, "host to device");
-	} else {
-		shard_warm_row_slots(&e->warm, entries[job->chain_count - 1], row);
-		if (!copy_row(e, l, &e->warm.pool, row, job->state_slot,
-			      SHARD_HOST_TO_DEVICE, o))
-			o->bytes += e->geometry.row_record_bytes;
-	}
+	else
+		o->bytes += e->geometry.row_record_bytes;
 	shard_warm_note_hit(&e->warm);
 	e->fetch_clock.copy_ns += sel_monotonic_ns() - start;
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;

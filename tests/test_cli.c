@@ -1364,6 +1364,17 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 0, "warm: restore from warm slots ");
 	assert_non_null(strstr(r->out, ", bulk host to device "));
 	assert_non_null(strstr(r->out, "\nwarm: store into warm slots (device copies) "));
+	assert_non_null(strstr(r->out, "\nwarm: one restore at a time: p50 "));
+	assert_non_null(strstr(r->out, "; a restore's fixed cost about "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* two ranks sharing the device, each reporting */
+	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
+				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
+				       "--records", "2", "--rounds", "2", "--ranks", "2", "--dir",
+				       dir, NULL });
+	expect(r, 0, "warm rank 0 of 2: restore from warm slots ");
+	assert_non_null(strstr(r->out, "\nwarm rank 1 of 2: restore from warm slots "));
+	assert_non_null(strstr(r->out, "\nwarm rank 1 of 2: one restore at a time: p50 "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	/* a chain past a fetch job's records, or on a bench that fetches nothing */
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--records", "5000", "--chain", dir,

@@ -293,6 +293,51 @@ static void test_warm_fetch_reads_no_file(void **state)
 	assert_int_equal(ws.drops, 2);
 }
 
+/*
+ * A warm fetch waits for the device once: its pages (in calls of one page,
+ * then twice as many, up to a window) and the last record's row are issued
+ * back to back on a device whose copies run only at synchronize, and one
+ * synchronize restores them all byte-exact; a failed one fails the fetch.
+ */
+static void test_warm_fetch_one_wait(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct rec_key a, b;
+	struct shard_chain_record chain[2];
+	uint32_t syncs, calls;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12 + 3, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, &a, 17, 2, true), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	poison(f);
+	syncs = d.synchronize_calls;
+	calls = d.copy_calls;
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	assert_int_equal(d.synchronize_calls - syncs, 1);
+	/* windows of 4 pages (4 + 3, 4 + 1), the first in calls of 1, 2, 1; the row */
+	assert_int_equal(d.copy_calls - calls, 7);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 4, b.consumed));
+	poison(f);
+	d.fail_synchronize_at = d.synchronize_calls + 1;
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), -EIO);
+	assert_int_equal(f->plane_memory[0][(uint64_t)PAGE_BYTES * 100], 0xee);
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	assert_true(row_matches(f, 4, b.consumed));
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
 /* Pages [skip, 16) of the three-record chain at ids 100.. and c's row in slot 4. */
 static void check_chain(struct fixture *f, uint32_t skip, const struct rec_key *last)
 {
@@ -1871,6 +1916,7 @@ int main(void)
 		cmocka_unit_test(test_warm_metrics_fit),
 		cmocka_unit_test(test_warm_register_in_chunks),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_fetch_one_wait, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),

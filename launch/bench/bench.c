@@ -5,6 +5,7 @@
  * measured in one run so the ratio means something on a shared machine.
  */
 #include "launch/commands.h"
+#include "launch/bench/ranks.h"
 #include "launch/bench/store.h"
 
 #include "common/base.h"
@@ -32,7 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RAW_CHUNK_BYTES (8u << 20)
@@ -89,7 +93,88 @@ struct bench {
 	uint32_t checksum_threads; /* the engine's */
 	uint32_t stores_max;       /* the engine's stores at once */
 	const char *disk_engine;   /* the engine's: io_uring or pread/pwrite */
+	const char *tag;           /* warm: its lines' prefix ("warm", "warm rank 1") */
+	struct warm_barrier *barrier; /* warm --ranks: its ranks' steps in step */
 };
+
+/*
+ * warm --ranks N: the ranks (forked processes sharing the device) wait for
+ * each other before each timed step, so their copies overlap; a rank that
+ * fails breaks it and the others stop too, and a wait gives up after 120 s.
+ */
+struct warm_barrier {
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	uint32_t parties, waiting, generation;
+	bool broken;
+};
+
+#define WARM_BARRIER_TIMEOUT_S 120
+
+static struct warm_barrier *warm_barrier_new(uint32_t parties)
+{
+	struct warm_barrier *w = mmap(NULL, sizeof(*w), PROT_READ | PROT_WRITE,
+				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pthread_mutexattr_t ma;
+	pthread_condattr_t ca;
+
+	if (w == MAP_FAILED)
+		return NULL;
+	memset(w, 0, sizeof(*w));
+	w->parties = parties;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutex_init(&w->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->changed, &ca);
+	pthread_condattr_destroy(&ca);
+	return w;
+}
+
+/* Waits for every rank (none: returns 0 at once); -ECANCELED once broken. */
+static int warm_barrier_wait(struct warm_barrier *w)
+{
+	struct timespec until;
+	uint32_t generation;
+	int ret = 0;
+
+	if (!w)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += WARM_BARRIER_TIMEOUT_S;
+	pthread_mutex_lock(&w->lock);
+	generation = w->generation;
+	if (++w->waiting == w->parties) {
+		w->waiting = 0;
+		w->generation++;
+		pthread_cond_broadcast(&w->changed);
+	}
+	while (!w->broken && w->generation == generation && !ret)
+		ret = pthread_cond_timedwait(&w->changed, &w->lock, &until);
+	if (w->generation == generation) {
+		w->broken = true;
+		pthread_cond_broadcast(&w->changed);
+		ret = -ECANCELED;
+	} else {
+		ret = 0;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+/* A failed rank lets the others go. */
+static void warm_barrier_break(struct warm_barrier *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->broken = true;
+	pthread_cond_broadcast(&w->changed);
+	pthread_mutex_unlock(&w->lock);
+}
 
 static double seconds(uint64_t ns)
 {
@@ -954,8 +1039,9 @@ static int bulk_copy(struct bench *b, enum shard_copy_direction dir, uint64_t de
 	return ret ? ret : drained;
 }
 
-static void report_warm(const char *what, const char *bulk_what, double bytes,
-			const double *selene_ns, const double *bulk_ns, uint32_t rounds)
+static void report_warm(const char *tag, const char *what, const char *bulk_what,
+			double bytes, const double *selene_ns, const double *bulk_ns,
+			uint32_t rounds)
 {
 	double selene = 0, bulk = 0, ratios[BENCH_ROUNDS_MAX];
 
@@ -965,10 +1051,53 @@ static void report_warm(const char *what, const char *bulk_what, double bytes,
 		ratios[r] = bulk_ns[r] / selene_ns[r];
 	}
 	qsort(ratios, rounds, sizeof(ratios[0]), compare_double);
-	printf("%s %.2f GB/s, %s %.2f GB/s, ratio %.3f (median of rounds %.3f, "
-	       "range %.3f-%.3f)\n", what, bytes * rounds / selene, bulk_what,
+	printf("%s: %s %.2f GB/s, %s %.2f GB/s, ratio %.3f (median of rounds %.3f, "
+	       "range %.3f-%.3f)\n", tag, what, bytes * rounds / selene, bulk_what,
 	       bytes * rounds / bulk, bulk / selene, ratios[rounds / 2], ratios[0],
 	       ratios[rounds - 1]);
+}
+
+/*
+ * One restore at a time from warm slots: each record's fetch timed from its
+ * submit to its completion (nothing else queued), into lat; beside it, one
+ * bulk host to device copy of a record's bytes, into bulk_lat. Their
+ * difference is what a restore costs beyond its bytes.
+ */
+static int warm_latency_round(struct bench *b, uint32_t round, uint64_t device,
+			      uint8_t *host, double *lat, double *bulk_lat)
+{
+	uint64_t one = (uint64_t)b->a.pages * b->g.page_record_bytes + b->g.row_record_bytes;
+	uint32_t *ids = malloc(b->a.pages * sizeof(uint32_t));
+	struct shard_completion c = { 0 };
+	int ret = ids ? 0 : -ENOMEM;
+
+	for (uint32_t p = 0; ids && p < b->a.pages; p++)
+		ids[p] = (p * 11) % (uint32_t)b->device_pages;
+	for (uint32_t i = 0; !ret && i < b->a.records; i++) {
+		uint64_t t0 = sel_monotonic_ns(), ns;
+
+		ret = submit_fetch(b, round, i, ids);
+		if (!ret) {
+			shard_engine_wait(b->engine, &c);
+			ret = c.result;
+		}
+		lat[i] = (double)(sel_monotonic_ns() - t0);
+		if (!ret)
+			ret = bulk_copy(b, SHARD_HOST_TO_DEVICE, device, host, one, &ns);
+		bulk_lat[i] = (double)ns;
+	}
+	if (ret)
+		fprintf(stderr, "selene bench warm: a restore on its own failed: %s %s\n",
+			sel_strerror(ret), c.why);
+	free(ids);
+	return ret;
+}
+
+/* The median of count values (sorted in place). */
+static double median(double *v, uint64_t count)
+{
+	qsort(v, count, sizeof(v[0]), compare_double);
+	return count ? v[count / 2] : 0;
 }
 
 /*
@@ -991,12 +1120,15 @@ static int bench_warm(struct bench *b)
 	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
 			  b->g.row_record_bytes) * b->a.records;
 	uint64_t device = 0, ns, copy_before, whole_ns = 0;
+	uint64_t lat_count = (uint64_t)b->a.rounds * b->a.records;
+	double *lat = malloc(lat_count * sizeof(double));
+	double *bulk_lat = malloc(lat_count * sizeof(double));
 	struct shard_slab_pool host = { 0 };
 	struct shard_engine_stats st;
 	struct shard_warm_stats ws;
 	int ret;
 
-	ret = shard_device_bind(b->dev); /* current here, as bench_copy makes it */
+	ret = lat && bulk_lat ? shard_device_bind(b->dev) : -ENOMEM; /* current here */
 	if (!ret)
 		ret = shard_slab_init(&host, bytes, 1);
 	if (!ret)
@@ -1012,11 +1144,15 @@ static int bench_warm(struct bench *b)
 	for (uint32_t r = 0; !ret && r < b->a.warmup + b->a.rounds; r++) {
 		uint32_t at = r < b->a.warmup ? 0 : r - b->a.warmup, round = r;
 
-		ret = bulk_copy(b, SHARD_DEVICE_TO_HOST, device, shard_slab_slot(&host, 0), bytes,
-				&ns);
+		ret = warm_barrier_wait(b->barrier);
+		if (!ret)
+			ret = bulk_copy(b, SHARD_DEVICE_TO_HOST, device, shard_slab_slot(&host, 0),
+					bytes, &ns);
 		d2h_ns[at] = (double)ns;
 		shard_engine_stats(b->engine, &st);
 		copy_before = st.store_copy_ns;
+		if (!ret)
+			ret = warm_barrier_wait(b->barrier);
 		if (!ret)
 			ret = selene_round(b, round, submit_store, 7, &ns);
 		shard_engine_stats(b->engine, &st);
@@ -1024,12 +1160,22 @@ static int bench_warm(struct bench *b)
 		if (r >= b->a.warmup)
 			whole_ns += ns;
 		if (!ret)
+			ret = warm_barrier_wait(b->barrier);
+		if (!ret)
 			ret = bulk_copy(b, SHARD_HOST_TO_DEVICE, device, shard_slab_slot(&host, 0),
 					bytes, &ns);
 		h2d_ns[at] = (double)ns;
 		if (!ret)
+			ret = warm_barrier_wait(b->barrier);
+		if (!ret)
 			ret = selene_round(b, round, submit_fetch, 11, &ns);
 		fetch_ns[at] = (double)ns;
+		if (!ret)
+			ret = warm_barrier_wait(b->barrier);
+		if (!ret && r >= b->a.warmup)
+			ret = warm_latency_round(b, round, device, shard_slab_slot(&host, 0),
+						 lat + (uint64_t)at * b->a.records,
+						 bulk_lat + (uint64_t)at * b->a.records);
 		if (!ret)
 			ret = warm_unlink_round(b, round, true);
 		if (!ret && r % 2 == 1) {
@@ -1046,6 +1192,8 @@ static int bench_warm(struct bench *b)
 		if (!ret)
 			ret = warm_unlink_round(b, round, false);
 	}
+	if (ret)
+		warm_barrier_break(b->barrier);
 	shard_engine_warm_stats(b->engine, &ws);
 	if (!ret && ws.read_throughs != (uint64_t)(b->a.warmup + b->a.rounds) * b->a.records) {
 		fprintf(stderr, "selene bench warm: %" PRIu64 " of %" PRIu64 " fetches read "
@@ -1053,31 +1201,41 @@ static int bench_warm(struct bench *b)
 			(uint64_t)(b->a.warmup + b->a.rounds) * b->a.records);
 		ret = -EIO;
 	}
-	if (!ret && ws.hits != (uint64_t)(b->a.warmup + b->a.rounds) * b->a.records) {
+	/* each round's fetches, then (timed rounds) one at a time again */
+	if (!ret && ws.hits != (uint64_t)(b->a.warmup + 2 * b->a.rounds) * b->a.records) {
 		fprintf(stderr, "selene bench warm: %" PRIu64 " of %" PRIu64 " fetches were "
 			"served from warm slots\n", ws.hits,
-			(uint64_t)(b->a.warmup + b->a.rounds) * b->a.records);
+			(uint64_t)(b->a.warmup + 2 * b->a.rounds) * b->a.records);
 		ret = -EIO;
 	}
 	if (!ret) {
-		printf("warm: %u rounds of %u records of %.1f MiB (%u pages of %u planes x %"
+		printf("%s: %u rounds of %u records of %.1f MiB (%u pages of %u planes x %"
 		       PRIu64 " bytes and a %" PRIu64 "-byte row), device %s, warm tier %.1f "
-		       "MiB registered in %.1f ms\n", b->a.rounds, b->a.records,
+		       "MiB registered in %.1f ms\n", b->tag, b->a.rounds, b->a.records,
 		       (double)bytes / b->a.records / 1048576.0, b->a.pages, b->a.planes,
 		       b->a.plane_bytes, b->a.row_bytes, b->dev->ops->name,
 		       (double)b->a.warm_bytes / 1048576.0, ws.register_ns / 1e6);
-		report_warm("warm: restore from warm slots", "bulk host to device", (double)bytes,
+		report_warm(b->tag, "restore from warm slots", "bulk host to device", (double)bytes,
 			    fetch_ns, h2d_ns, b->a.rounds);
-		report_warm("warm: store into warm slots (device copies)", "bulk device to host",
+		{
+			double one = (double)bytes / b->a.records;
+			double p50 = median(lat, lat_count), bulk_p50 = median(bulk_lat, lat_count);
+
+			printf("%s: one restore at a time: p50 %.1f us (%.2f GB/s), bulk host "
+			       "to device of a record's bytes p50 %.1f us (%.2f GB/s); a restore's "
+			       "fixed cost about %.1f us\n", b->tag, p50 / 1e3, one / p50, bulk_p50 / 1e3,
+			       one / bulk_p50, (p50 - bulk_p50) / 1e3);
+		}
+		report_warm(b->tag, "store into warm slots (device copies)", "bulk device to host",
 			    (double)bytes, store_ns, d2h_ns, b->a.rounds);
-		report_warm("warm: read-through (files -> warm slots, verified -> device)",
+		report_warm(b->tag, "read-through (files -> warm slots, verified -> device)",
 			    "raw read of the same files", (double)b->record_bytes * b->a.records,
 			    read_ns, raw_read_ns, b->a.rounds);
-		printf("warm: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
-		       b->a.durable ? "durable" : "not durable",
+		printf("%s: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
+		       b->tag, b->a.durable ? "durable" : "not durable",
 		       (double)bytes * b->a.rounds / (double)whole_ns);
 	} else {
-		fprintf(stderr, "selene bench warm: %s\n", sel_strerror(ret));
+		fprintf(stderr, "selene bench %s: %s\n", b->tag, sel_strerror(ret));
 	}
 	if (shard_device_is_cuda(b->dev) && device)
 		shard_device_cuda_free(b->dev, device);
@@ -1087,6 +1245,8 @@ static int bench_warm(struct bench *b)
 		shard_slab_unregister(&host);
 		shard_slab_destroy(&host);
 	}
+	free(lat);
+	free(bulk_lat);
 	return ret;
 }
 
@@ -1121,7 +1281,10 @@ static void bench_usage(FILE *out)
 		"  store's rate is its device copies (the engine's own time). Then each\n"
 		"  round is dropped from the slots and restored by read-through (files ->\n"
 		"  warm slots, verified there -> device), beside raw O_DIRECT reads of the\n"
-		"  same record files (--dir: where; e.g. /dev/shm).\n"
+		"  same record files (--dir: where; e.g. /dev/shm). Also one restore at a\n"
+		"  time (p50, beside a bulk copy of one record's bytes: the difference is\n"
+		"  a restore's fixed cost). --ranks N: N processes on the same device\n"
+		"  (default 1), each its own engine and directory, their steps in step.\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
@@ -1176,6 +1339,83 @@ static void bench_usage(FILE *out)
 		"T (binary). Exit status: 0 done, 1 failed, 2 bad arguments.\n");
 }
 
+/* One rank of warm --ranks: the bench in its own directory; an exit status. */
+static int bench_warm_rank(struct bench *b, const char *scratch, uint32_t rank, char *tag,
+			   size_t tag_size, char *dir, size_t dir_size)
+{
+	int ret;
+
+	snprintf(tag, tag_size, "warm rank %u of %u", rank, b->a.ranks);
+	snprintf(dir, dir_size, "%s/rank-%u", scratch, rank);
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		fprintf(stderr, "selene bench warm: cannot make %s: %s\n", dir, strerror(errno));
+		warm_barrier_break(b->barrier);
+		return LAUNCH_EXIT_BAD;
+	}
+	b->tag = tag;
+	b->a.dir = dir;
+	ret = bench_open(b);
+	if (!ret)
+		ret = bench_warm(b);
+	else
+		warm_barrier_break(b->barrier);
+	bench_close(b);
+	return ret ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+}
+
+/*
+ * warm --ranks N: N processes (this one and N - 1 forked before any
+ * device call) each run the warm bench on the same device in a directory
+ * of its own, their steps in step (struct warm_barrier), as N ranks of
+ * one host share a GPU.
+ */
+static int bench_warm_ranks(struct bench *b, const char *scratch)
+{
+	pid_t pids[BENCH_RANKS_MAX] = { 0 };
+	char tag[64], dir[1100];
+	int status = LAUNCH_EXIT_OK;
+
+	b->barrier = warm_barrier_new(b->a.ranks);
+	if (!b->barrier) {
+		fprintf(stderr, "selene bench warm: cannot map the ranks' barrier\n");
+		return LAUNCH_EXIT_BAD;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	for (uint32_t r = 1; r < b->a.ranks; r++) {
+		pids[r] = fork();
+		if (pids[r] == 0) {
+			int ret = bench_warm_rank(b, scratch, r, tag, sizeof(tag), dir,
+						  sizeof(dir));
+
+			fflush(stdout);
+			fflush(stderr);
+			_exit(ret);
+		}
+		if (pids[r] < 0) {
+			fprintf(stderr, "selene bench warm: fork: %s\n", strerror(errno));
+			warm_barrier_break(b->barrier);
+			status = LAUNCH_EXIT_BAD;
+			break;
+		}
+	}
+	if (status == LAUNCH_EXIT_OK)
+		status = bench_warm_rank(b, scratch, 0, tag, sizeof(tag), dir, sizeof(dir));
+	fflush(stdout);
+	for (uint32_t r = 1; r < b->a.ranks; r++) {
+		int child;
+
+		if (pids[r] <= 0)
+			continue;
+		if (waitpid(pids[r], &child, 0) < 0 || !WIFEXITED(child) ||
+		    WEXITSTATUS(child) != LAUNCH_EXIT_OK)
+			status = LAUNCH_EXIT_BAD;
+	}
+	munmap(b->barrier, sizeof(*b->barrier));
+	b->barrier = NULL;
+	return status;
+}
+
 /* One benchmark in its scratch directory (launch/scratch.h); an exit status. */
 static int bench_in_scratch(const char *scratch, void *arg)
 {
@@ -1194,6 +1434,9 @@ static int bench_in_scratch(const char *scratch, void *arg)
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
 	if (!b->a.records)
 		b->a.records = 1;
+	b->tag = b->what;
+	if (strcmp(b->what, "warm") == 0 && b->a.ranks > 1)
+		return bench_warm_ranks(b, scratch);
 	ret = bench_open(b);
 	if (!ret)
 		ret = strcmp(b->what, "copy") == 0 ? bench_copy(b) :
