@@ -71,6 +71,7 @@ static void reencode_job(const struct cluster_job_view *v, const uint8_t *p,
 		.chain = chain_records, .chain_count = v->chain_count,
 		.skip_pages = v->skip_pages, .state_slot = v->state_slot,
 		.page_ids = page_ids, .page_id_count = v->page_id_count, .key = v->key,
+		.warm = v->warm, .read_through = v->read_through,
 	};
 
 	if (v->page_id_count > ENTRIES_CAPACITY)
