@@ -67,4 +67,11 @@ void shard_checksum_pool_run(struct shard_checksum_pool *pool, shard_checksum_fn
  */
 uint32_t shard_checksum_pool_default_helpers(void);
 
+/*
+ * Helpers for a rank's restore pool when nothing says otherwise:
+ * SELENE_CHECKSUM_THREADS as above when set and valid, else half the
+ * online cores less one, at most 7 (none under four cores).
+ */
+uint32_t shard_checksum_pool_default_verifiers(void);
+
 #endif
