@@ -141,10 +141,15 @@ uint32_t shard_checksum_pool_default_helpers(void)
 uint32_t shard_checksum_pool_default_verifiers(void)
 {
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t allowed;
 	uint32_t n;
 
 	if (sel_env_count("SELENE_CHECKSUM_THREADS", SHARD_CHECKSUM_HELPERS_MAX, &n))
 		return n;
+	/* The cores this process may run on: a launcher binding ranks splits them. */
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0 &&
+	    CPU_COUNT(&allowed) < cores)
+		cores = CPU_COUNT(&allowed);
 	/*
 	 * Half the cores less the transfer thread, at most 7: a restore's pass
 	 * then has up to 8 threads, as many as the disk thread's kernel

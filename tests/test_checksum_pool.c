@@ -144,9 +144,13 @@ static void test_checksum_pool_helper_count(void **state)
 static void test_checksum_pool_verifier_count(void **state)
 {
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t allowed;
 	uint32_t n;
 
 	(void)state;
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0 &&
+	    CPU_COUNT(&allowed) < cores)
+		cores = CPU_COUNT(&allowed);
 	unsetenv("SELENE_CHECKSUM_THREADS");
 	n = shard_checksum_pool_default_verifiers();
 	assert_in_range(n, shard_checksum_pool_default_helpers(), 7);
