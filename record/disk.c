@@ -1176,6 +1176,20 @@ struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies)
 	return next_reply(replies, false);
 }
 
+struct rec_disk_request *rec_disk_take(struct rec_disk_replies *replies)
+{
+	struct rec_disk_request *req = NULL;
+
+	pthread_mutex_lock(&replies->lock);
+	if (replies->count > 0) {
+		req = replies->queue[replies->head];
+		replies->head = (replies->head + 1) % REC_DISK_QUEUE_MAX;
+		replies->count--;
+	}
+	pthread_mutex_unlock(&replies->lock);
+	return req;
+}
+
 struct rec_disk_request *rec_disk_wait_or_poke(struct rec_disk_replies *replies)
 {
 	return next_reply(replies, true);

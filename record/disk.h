@@ -215,6 +215,9 @@ void rec_disk_replies_destroy(struct rec_disk_replies *replies);
 /* Waits for the next reply (the requester's own thread may block). */
 struct rec_disk_request *rec_disk_wait(struct rec_disk_replies *replies);
 
+/* The next reply already there, or NULL: never blocks (a poke stays). */
+struct rec_disk_request *rec_disk_take(struct rec_disk_replies *replies);
+
 /*
  * Waits for the next reply or a poke, whichever comes first: NULL for a
  * poke. A poke with no waiter is kept for the next such wait.

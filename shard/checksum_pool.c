@@ -137,3 +137,29 @@ uint32_t shard_checksum_pool_default_helpers(void)
 	cores /= 4;
 	return cores > 3 ? 3 : (uint32_t)cores;
 }
+
+uint32_t shard_checksum_pool_default_verifiers(void)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t allowed;
+	uint32_t n;
+
+	if (sel_env_count("SELENE_CHECKSUM_THREADS", SHARD_CHECKSUM_HELPERS_MAX, &n))
+		return n;
+	/* The cores this process may run on: a launcher binding ranks splits them. */
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0 &&
+	    CPU_COUNT(&allowed) < cores)
+		cores = CPU_COUNT(&allowed);
+	/*
+	 * Half the cores less the transfer thread, at most 7: a restore's pass
+	 * then has up to 8 threads, as many as the disk thread's kernel
+	 * workers, the two together within 16 cores. A restore is short and
+	 * the model waits for it, so its pool takes more of an idle host than
+	 * the stores' (which runs for as long as stores come). None under
+	 * four cores, as for the stores (see above).
+	 */
+	if (cores < 4)
+		return 0;
+	cores = cores / 2 - 1;
+	return cores > 7 ? 7 : (uint32_t)cores;
+}

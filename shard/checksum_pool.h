@@ -67,4 +67,13 @@ void shard_checksum_pool_run(struct shard_checksum_pool *pool, shard_checksum_fn
  */
 uint32_t shard_checksum_pool_default_helpers(void);
 
+/*
+ * Helpers for a rank's restore pool when nothing says otherwise:
+ * SELENE_CHECKSUM_THREADS as above when set and valid, else half the
+ * cores less one, at most 7 (none under four cores), counting the online
+ * cores this process may run on (its affinity, where a launcher binds
+ * each rank to its share).
+ */
+uint32_t shard_checksum_pool_default_verifiers(void);
+
 #endif

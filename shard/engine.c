@@ -198,6 +198,7 @@ struct shard_engine {
 	struct fetch_clock {
 		uint64_t run_ns, open_ns, wait_ns, verify_ns, copy_ns, end_ns;
 		uint64_t opens_ahead;
+		uint64_t windows, verify_passes;
 	} fetch_clock;
 };
 
@@ -235,18 +236,30 @@ static void disk_send(struct shard_engine *e, struct lane *l, struct rec_disk_re
 	SEL_ASSERT(ret == 0);
 }
 
+/* Notes a reply: its failure, if any, and that it is back (tag 0). */
+static void disk_note(struct rec_disk_request *done, struct job_outcome *o)
+{
+	if (done->result)
+		outcome_fail(o, done->result, done->tag, "%s",
+			     done->why[0] ? done->why : sel_strerror(done->result));
+	done->tag = 0;
+}
+
 /* Waits until req has come back, noting every reply's failure. */
 static void disk_await(struct lane *l, struct rec_disk_request *req,
 		       struct job_outcome *o)
 {
-	while (req->tag) {
-		struct rec_disk_request *done = rec_disk_wait(&l->replies);
+	while (req->tag)
+		disk_note(rec_disk_wait(&l->replies), o);
+}
 
-		if (done->result)
-			outcome_fail(o, done->result, done->tag, "%s",
-				     done->why[0] ? done->why : sel_strerror(done->result));
-		done->tag = 0;
-	}
+/* Notes every reply that has already come back, without waiting. */
+static void disk_reap(struct lane *l, struct job_outcome *o)
+{
+	struct rec_disk_request *done;
+
+	while ((done = rec_disk_take(&l->replies)))
+		disk_note(done, o);
 }
 
 static void disk_await_all(struct lane *l, struct job_outcome *o)
@@ -523,6 +536,8 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_copy_ns = e->fetch_clock.copy_ns;
 	e->stats.fetch_end_ns = e->fetch_clock.end_ns;
 	e->stats.fetch_opens_ahead = e->fetch_clock.opens_ahead;
+	e->stats.fetch_windows = e->fetch_clock.windows;
+	e->stats.fetch_verify_passes = e->fetch_clock.verify_passes;
 	if (c->result) {
 		e->stats.jobs_failed++;
 	} else {
@@ -1190,23 +1205,64 @@ static void fetch_open_ahead(struct shard_engine *e, struct lane *l,
 	e->fetch_clock.opens_ahead++;
 }
 
-/* Verifies window w's pages in stage s on the checksum pool (R-READ-2). */
-static int fetch_verify(struct shard_engine *e, struct lane *l, struct stage *s,
-			const struct fetch_window *w, struct job_outcome *o)
+/*
+ * A fetch's verification pass: every page of the windows [from, to), one
+ * unit a page, so that windows whose reads landed together are verified in
+ * one pass and every helper has pages to take.
+ */
+struct fetch_sums {
+	uint32_t window_count;
+	uint32_t units_before[SHARD_STAGES + 1]; /* pages of the windows before j */
+	struct window_sums w[SHARD_STAGES];
+};
+
+static void verify_unit(void *ctx, uint32_t u)
 {
-	const struct rec_reader *r = &l->files[w->record % 2].reader;
-	struct window_sums sums = { .e = e, .s = s, .reader = r, .first = w->first,
-				    .bad = UINT32_MAX };
+	struct fetch_sums *f = ctx;
+	uint32_t j = 0;
+
+	while (u >= f->units_before[j + 1])
+		j++;
+	verify_page(&f->w[j], u - f->units_before[j]);
+}
+
+/*
+ * Verifies the pages of windows [from, to) (indices into the fetch's
+ * windows, modulo SHARD_STAGES), each in its stage, on the checksum pool
+ * (R-READ-2). A failure names the first failing window's lowest page.
+ */
+static int fetch_verify(struct shard_engine *e, struct lane *l,
+			const struct fetch_window *windows, uint32_t from, uint32_t to,
+			struct job_outcome *o)
+{
+	struct fetch_sums f = { .window_count = to - from };
 	char name[REC_FILE_NAME_BYTES];
 
-	shard_checksum_pool_run(&e->verifies, verify_page, &sums, w->count);
-	if (sums.bad == UINT32_MAX)
-		return 0;
-	rec_file_name(name, &r->header.key);
-	return outcome_fail(o, SEL_ECHECKSUM, 0, "%s: page %" PRIu64 " (stored page %u) "
-			    "fails its checksum", name,
-			    (uint64_t)r->header.first_page_index + w->first + sums.bad,
-			    w->first + sums.bad);
+	SEL_ASSERT(to > from && to - from <= SHARD_STAGES);
+	for (uint32_t j = 0; j < f.window_count; j++) {
+		const struct fetch_window *w = &windows[(from + j) % SHARD_STAGES];
+
+		f.w[j] = (struct window_sums){ .e = e, .s = &l->stages[(from + j) % SHARD_STAGES],
+					       .reader = &l->files[w->record % 2].reader,
+					       .first = w->first, .bad = UINT32_MAX };
+		f.units_before[j + 1] = f.units_before[j] + w->count;
+	}
+	shard_checksum_pool_run(&e->verifies, verify_unit, &f, f.units_before[f.window_count]);
+	e->fetch_clock.windows += f.window_count;
+	e->fetch_clock.verify_passes++;
+	for (uint32_t j = 0; j < f.window_count; j++) {
+		const struct window_sums *w = &f.w[j];
+
+		if (w->bad == UINT32_MAX)
+			continue;
+		rec_file_name(name, &w->reader->header.key);
+		return outcome_fail(o, SEL_ECHECKSUM, 0, "%s: page %" PRIu64 " (stored page "
+				    "%u) fails its checksum", name,
+				    (uint64_t)w->reader->header.first_page_index + w->first +
+					    w->bad,
+				    w->first + w->bad);
+	}
+	return 0;
 }
 
 /*
@@ -1402,7 +1458,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	int copying = -1; /* the stage whose copy to the device may still run */
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
 	uint64_t stride = e->geometry.page_record_bytes;
-	uint32_t issued = 0, done = 0, ahead;
+	uint32_t issued = 0, done = 0, verified = 0, ahead;
 	bool more = true, partial;
 	uint64_t start = sel_monotonic_ns(), end;
 
@@ -1449,14 +1505,26 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		const struct fetch_window *w = &windows[done % SHARD_STAGES];
 		uint64_t t = sel_monotonic_ns(), t2;
 
-		disk_await(l, &s->req, o);
-		t2 = sel_monotonic_ns();
-		e->fetch_clock.wait_ns += t2 - t;
-		/* Verified first; the copy of the window before ran meanwhile. */
-		if (o->result || fetch_verify(e, l, s, w, o))
-			break;
-		t = sel_monotonic_ns();
-		e->fetch_clock.verify_ns += t - t2;
+		/*
+		 * Verified first; the copy of the window before ran meanwhile.
+		 * Every window after it whose read has also landed is verified
+		 * in the same pass, and copied in the turns that follow.
+		 */
+		if (verified == done) {
+			disk_await(l, &s->req, o);
+			disk_reap(l, o);
+			t2 = sel_monotonic_ns();
+			e->fetch_clock.wait_ns += t2 - t;
+			if (o->result)
+				break;
+			verified = done + 1;
+			while (verified < issued && !l->stages[verified % SHARD_STAGES].req.tag)
+				verified++;
+			if (fetch_verify(e, l, windows, done, verified, o))
+				break;
+			t = sel_monotonic_ns();
+			e->fetch_clock.verify_ns += t - t2;
+		}
 		if (copy_finish(e, &copying, o) ||
 		    copy_start(e, l, s, job->page_ids + w->dest, w->count, o))
 			break;
@@ -1821,6 +1889,7 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 	out->disk_engine = rec_disk_engine(e->disk);
 	out->io_workers = rec_disk_io_workers(e->disk);
 	out->checksum_threads = e->checksums.helper_count + 1;
+	out->verify_threads = e->verifies.helper_count + 1;
 	out->stores_max = e->stores_max;
 	out->staging_bytes = e->pool.slot_bytes * e->pool.slot_count;
 }
@@ -2078,7 +2147,7 @@ int shard_engine_open(const struct shard_engine_options *options,
 						 .no_uring = options->no_uring };
 	struct shard_engine *e = calloc(1, sizeof(*e));
 	uint64_t offset = 0;
-	uint32_t helpers;
+	uint32_t helpers, verifiers;
 	int ret = 0;
 
 	*out = NULL;
@@ -2168,15 +2237,17 @@ int shard_engine_open(const struct shard_engine_options *options,
 	init_requests(e, &e->lanes[LANE_BACKGROUND], false);
 	helpers = options->checksum_threads ? options->checksum_threads - 1 :
 					      shard_checksum_pool_default_helpers();
+	verifiers = options->checksum_threads ? options->checksum_threads - 1 :
+						shard_checksum_pool_default_verifiers();
 	ret = shard_checksum_pool_init(&e->checksums, helpers, false);
 	if (!ret) {
 		e->checksums_started = true;
-		ret = shard_checksum_pool_init(&e->verifies, helpers, true);
+		ret = shard_checksum_pool_init(&e->verifies, verifiers, true);
 		e->verifies_started = !ret;
 	}
 	if (ret) {
-		snprintf(err, err_size, "cannot start 2 x %u checksum helpers: %s", helpers,
-			 strerror(-ret));
+		snprintf(err, err_size, "cannot start %u + %u checksum helpers: %s", helpers,
+			 verifiers, strerror(-ret));
 		goto err_close;
 	}
 	ret = sel_thread_start(&e->thread, transfer_main, e);

@@ -114,7 +114,8 @@ struct shard_engine_options {
 	 * Threads that hash or verify a window's pages: the transfer thread
 	 * and checksum_threads - 1 helpers (shard/checksum_pool.h), from the
 	 * stores' pool or the restores' (each that many); 0 means
-	 * shard_checksum_pool_default_helpers() helpers.
+	 * shard_checksum_pool_default_helpers() helpers for the stores and
+	 * shard_checksum_pool_default_verifiers() for the restores.
 	 */
 	uint32_t checksum_threads;
 	/*
@@ -255,9 +256,16 @@ struct shard_engine_stats {
 	 * their first window was issued.
 	 */
 	uint64_t fetch_opens_ahead;
+	/*
+	 * Windows read from files and verified, and the checksum passes that
+	 * verified them: a pass takes every window whose read has landed.
+	 */
+	uint64_t fetch_windows;
+	uint64_t fetch_verify_passes;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
-	uint32_t checksum_threads; /* a pass's: the transfer thread and one pool's helpers */
+	uint32_t checksum_threads; /* a store's pass: the transfer thread and its pool's helpers */
+	uint32_t verify_threads;   /* a restore's pass: likewise, the restore pool's */
 	uint32_t stores_max;       /* stores in progress at once */
 	uint64_t staging_bytes;  /* the staging pool's size */
 };

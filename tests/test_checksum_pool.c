@@ -136,11 +136,39 @@ static void test_checksum_pool_helper_count(void **state)
 	unsetenv("SELENE_CHECKSUM_THREADS");
 }
 
+/*
+ * The restore pool's default: at least the stores' pool's, at most 7 (a
+ * pass of 8 threads), none under four cores; SELENE_CHECKSUM_THREADS sets
+ * both pools.
+ */
+static void test_checksum_pool_verifier_count(void **state)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t allowed;
+	uint32_t n;
+
+	(void)state;
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0 &&
+	    CPU_COUNT(&allowed) < cores)
+		cores = CPU_COUNT(&allowed);
+	unsetenv("SELENE_CHECKSUM_THREADS");
+	n = shard_checksum_pool_default_verifiers();
+	assert_in_range(n, shard_checksum_pool_default_helpers(), 7);
+	if (cores < 4)
+		assert_int_equal(n, 0);
+	else
+		assert_int_equal(n, cores / 2 - 1 > 7 ? 7 : (uint32_t)(cores / 2 - 1));
+	setenv("SELENE_CHECKSUM_THREADS", "5", 1);
+	assert_int_equal(shard_checksum_pool_default_verifiers(), 5);
+	unsetenv("SELENE_CHECKSUM_THREADS");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_checksum_pool_every_unit_once),
 		cmocka_unit_test(test_checksum_pool_helper_count),
+		cmocka_unit_test(test_checksum_pool_verifier_count),
 		cmocka_unit_test(test_checksum_pool_priority),
 	};
 

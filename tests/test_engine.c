@@ -19,6 +19,7 @@
 #include "shard/engine.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
@@ -438,6 +439,54 @@ static void test_engine_chain_corrupt_page(void **state)
 	for (uint32_t i = 0; i < 19; i++)
 		assert_true(page_matches(f, 120 + i, i));
 	assert_true(row_matches(f, 7, d.consumed));
+}
+
+/*
+ * Windows whose reads landed while the transfer thread was busy (window
+ * 0's copy to the device held 300 ms) are verified together in one pass:
+ * twenty one-page windows take at most fourteen passes, every byte
+ * arrives, and a corrupt page in such a batch fails the fetch naming it.
+ */
+static void test_engine_fetch_verifies_landed_windows_together(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct shard_engine_stats before, after;
+	struct shard_chain_record chain;
+	struct rec_header h;
+	struct rec_key key;
+	char *path;
+
+	shard_engine_close(f->engine);
+	open_engine(f, 1);
+	make_key(&key, 64 * 20, 40);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	chain = (struct shard_chain_record){ key, 0, 20 };
+	shard_engine_stats(f->engine, &before);
+	poison(f);
+	assert_int_equal(sel_failpoints_configure("device.copy=1*sleep(300)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	sel_failpoints_configure(NULL);
+	for (uint32_t i = 0; i < 20; i++)
+		if (!page_matches(f, 100 + i, i))
+			fail_msg("page %u differs", i);
+	assert_true(row_matches(f, 3, key.consumed));
+	shard_engine_stats(f->engine, &after);
+	assert_int_equal(after.fetch_windows - before.fetch_windows, 20);
+	if (after.fetch_verify_passes - before.fetch_verify_passes > 14)
+		fail_msg("%" PRIu64 " passes for 20 windows",
+			 after.fetch_verify_passes - before.fetch_verify_passes);
+
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 20, 99), 0);
+	path = tu_record_path(f->dir, &key);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 5 + 100);
+	free(path);
+	assert_int_equal(sel_failpoints_configure("device.copy=1*sleep(300)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), SEL_ECHECKSUM);
+	sel_failpoints_configure(NULL);
+	if (!strstr(c.why, "page 5 (stored page 5) fails its checksum"))
+		fail_msg("why: %s", c.why);
 }
 
 /*
@@ -1118,6 +1167,7 @@ static void test_engine_fetch_copies_overlap(void **state)
 	struct rec_key key;
 	struct rec_header h;
 	uint32_t ids[40], dest[40];
+	uint8_t ee[4096];
 	struct shard_store_job store_job = { .header = &h, .page_ids = ids };
 	struct shard_chain_record chain;
 	struct shard_fetch_job fetch_job = { .chain = &chain, .chain_count = 1,
@@ -1154,8 +1204,11 @@ static void test_engine_fetch_copies_overlap(void **state)
 		assert_memory_equal(r.row + 4096, r.row, 4096);
 
 		/*
-		 * A corrupt page in window 3 fails the fetch while window 2's copy is
-		 * still queued: the failure is reported only after that copy ran.
+		 * A corrupt page in window 3 fails the fetch while the copy of a
+		 * window before it may still be queued: the failure is reported
+		 * only after every copy started ran. A window verified in the
+		 * same pass as window 3 is not copied at all, so each window
+		 * before it arrived whole or not at all, and none after it.
 		 */
 		{
 			char *path = tu_record_path(r.dir, &key);
@@ -1168,10 +1221,24 @@ static void test_engine_fetch_copies_overlap(void **state)
 		assert_int_equal(deferred_run(&r.d, shard_engine_fetch(r.engine, 3, &fetch_job)),
 				 SEL_ECHECKSUM);
 		assert_int_equal(r.d.batches_at_completion, 0);
-		for (uint32_t p = 0; p < 8; p++)
-			for (uint32_t i = 0; i < 6; i++)
-				assert_memory_equal(r.memory[p] + 4096 * dest[i],
-						    r.memory[p] + 4096 * i, 4096);
+		memset(ee, 0xee, sizeof(ee));
+		for (uint32_t i = 0; i < 40; i++) {
+			bool copied = i < 6 && memcmp(r.memory[0] + 4096 * dest[i],
+						      r.memory[0] + 4096 * i, 4096) == 0;
+
+			if (i % 2 == 1 && i < 6 &&
+			    copied != (memcmp(r.memory[0] + 4096 * dest[i - 1],
+					      r.memory[0] + 4096 * (i - 1), 4096) == 0))
+				fail_msg("window %u arrived in part", i / 2);
+			for (uint32_t p = 0; p < 8; p++) {
+				if (copied)
+					assert_memory_equal(r.memory[p] + 4096 * dest[i],
+							    r.memory[p] + 4096 * i, 4096);
+				else
+					assert_memory_equal(r.memory[p] + 4096 * dest[i], ee,
+							    4096);
+			}
+		}
 		rig_close(&r);
 	}
 	rig_free(&r);
@@ -2030,6 +2097,7 @@ int main(void)
 		BOTH(test_engine_file_cut_while_read),
 		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_chain_opens_ahead),
+		BOTH(test_engine_fetch_verifies_landed_windows_together),
 		BOTH(test_engine_failed_open_ahead_never_dropped),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),

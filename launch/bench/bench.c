@@ -843,8 +843,8 @@ static void report_fetch_time(const struct bench *b)
 	char verifying[64];
 
 	shard_engine_stats(b->engine, &st);
-	snprintf(verifying, sizeof(verifying), "verifying (%u %s)", st.checksum_threads,
-		 launch_plural(st.checksum_threads, "thread", "threads"));
+	snprintf(verifying, sizeof(verifying), "verifying (%u %s)", st.verify_threads,
+		 launch_plural(st.verify_threads, "thread", "threads"));
 	report_time_split("fetch: the transfer thread ran fetches", st.fetch_run_ns,
 			  w->fetch_run_ns,
 			  (const struct time_part[]){
@@ -860,6 +860,10 @@ static void report_fetch_time(const struct bench *b)
 	       "window (a chain's next record, while the one before was read)\n",
 	       st.fetch_opens_ahead - w->fetch_opens_ahead,
 	       (uint64_t)b->a.rounds * b->a.records);
+	printf("fetch: %" PRIu64 " windows verified in %" PRIu64 " passes of %u threads "
+	       "(a pass takes every window whose read has landed)\n",
+	       st.fetch_windows - w->fetch_windows,
+	       st.fetch_verify_passes - w->fetch_verify_passes, st.verify_threads);
 }
 
 /*
