@@ -201,10 +201,13 @@ fuzz-run-%:
 		build-fuzz/corpus-$* tests/fuzz/corpus-$*
 
 # The fault loops (tests/torture/torture.py): kill -9 of ranks and mpirun,
-# every failpoint on rank zero and on a peer, corrupted records, a storm on
-# the join port, and the fuzz targets; a table of tries and outcomes. About
-# 10 minutes on 2 cores; TORTURE_QUICK=1 for 2-3 minutes. Knobs:
-# TORTURE_SEED, TORTURE_JOBS, TORTURE_FUZZ_SECONDS, TORTURE_SKIP_STORM=1.
+# on a plain workload and on one that evicts and compacts all the time,
+# every failpoint on rank zero and on a peer (the unlink and truncate ones
+# on each rank of the evicting workload), a read error at startup on each
+# rank, corrupted records, a storm on the join port, and the fuzz targets;
+# a table of tries and outcomes. About 11 minutes on 2 cores;
+# TORTURE_QUICK=1 for 3-5 minutes. Knobs: TORTURE_SEED, TORTURE_JOBS,
+# TORTURE_FUZZ_SECONDS, TORTURE_SKIP_STORM=1, TORTURE_EVICT_KILLS.
 torture:
 	$(Q)scripts/install-deps build fuzz
 	$(Q)$(MAKE) --no-print-directory all fuzz-build

@@ -668,19 +668,41 @@ static void test_cli_run_one_rank(void **state)
 	tu_remove_tree(base);
 }
 
+/* The lines of a --stored-log that name checkpoints (no markers, no index). */
+static void read_stored_log(const char *path, char *text, size_t size, uint32_t *markers,
+			    char *index, size_t index_size)
+{
+	char line[512];
+	FILE *f = fopen(path, "r");
+
+	assert_non_null(f);
+	text[0] = '\0';
+	*markers = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "{\"publish", 9) == 0)
+			(*markers)++;
+		else if (strncmp(line, "{\"index\"", 8) == 0)
+			snprintf(index, index_size, "%s", line);
+		else
+			strncat(text, line, size - strlen(text) - 1);
+	}
+	fclose(f);
+}
+
 /*
  * --stored-log: one flushed JSON line per checkpoint reported stored, naming
  * the request that prefilled it and its tokens (tests/torture reads it to
- * know what was committed before it kills a run); a checkpoint already
- * stored is not logged again, and an unwritable log path fails the run.
+ * know what was committed before it kills a run), a line before and after
+ * each publication, and the index's figures at the close; a checkpoint
+ * already stored is not logged again, and an unwritable log path fails the
+ * run.
  */
 static void test_cli_run_stored_log(void **state)
 {
 	char *base = tu_make_temp_dir("stored-log");
 	struct run_result *r = malloc(sizeof(*r));
-	char dir[512], trace[512], log[512], text[1024] = "";
-	FILE *f;
-	size_t n;
+	char dir[512], trace[512], log[512], text[1024] = "", index[512] = "";
+	uint32_t markers;
 
 	(void)state;
 	snprintf(dir, sizeof(dir), "%s/rank%%r", base);
@@ -694,13 +716,11 @@ static void test_cli_run_stored_log(void **state)
 				       "16", "--gpu-pages", "40", "--gpu-rows", "4",
 				       "--stored-log", log, NULL });
 	expect(r, 0, "2 offered");
-	f = fopen(log, "r");
-	assert_non_null(f);
-	n = fread(text, 1, sizeof(text) - 1, f);
-	text[n] = '\0';
-	fclose(f);
+	read_stored_log(log, text, sizeof(text), &markers, index, sizeof(index));
 	assert_string_equal(text, "{\"id\": \"a.1\", \"consumed\": 64}\n"
 				  "{\"id\": \"a\\\"2\", \"consumed\": 96}\n");
+	assert_int_equal(markers, 4);
+	assert_non_null(strstr(index, "\"records\": 2,"));
 
 	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
 				       "--stored-log", "/proc/no-such/stored.log", NULL });
@@ -719,7 +739,8 @@ static void test_cli_run_stored_log_warm(void **state)
 {
 	char *base = tu_make_temp_dir("stored-log-warm");
 	struct run_result *r = malloc(sizeof(*r));
-	char dir[512], trace[512], log[512], text[1024] = "";
+	char dir[512], trace[512], log[512], text[1024] = "", index[512] = "";
+	uint32_t markers;
 	FILE *f;
 	size_t n;
 
@@ -758,16 +779,58 @@ static void test_cli_run_stored_log_warm(void **state)
 				       "--warm", "1M", "--warm-policy", "write-behind",
 				       "--stored-log", log, NULL });
 	expect(r, 0, "1 offered");
-	f = fopen(log, "r");
-	assert_non_null(f);
-	n = fread(text, 1, sizeof(text) - 1, f);
-	text[n] = '\0';
-	fclose(f);
+	read_stored_log(log, text, sizeof(text), &markers, index, sizeof(index));
 	assert_string_equal(text, "{\"id\": \"a.1\", \"consumed\": 64}\n");
 
 	run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device", "host",
 				       "--warm", "1M", "--warm-policy", "lazy", NULL });
 	expect(r, 2, "--warm-policy lazy: write-through or write-behind");
+	free(r);
+	tu_remove_tree(base);
+}
+
+/*
+ * --stored-log under a disk limit one record fills: a second conversation
+ * evicts the first, and the log says so (the torture's evicting loop takes
+ * it out of what must restore); a checkpoint a run restored is watched the
+ * same way as one it stored.
+ */
+static void test_cli_run_stored_log_evictions(void **state)
+{
+	char *base = tu_make_temp_dir("stored-log-evict");
+	struct run_result *r = malloc(sizeof(*r));
+	char dir[512], dir2[512], trace[512], log[512], text[1024] = "", index[512] = "";
+	const char *limit[] = { "--disk-limit", "60K", NULL };
+	uint32_t markers;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/a%%r", base);
+	snprintf(dir2, sizeof(dir2), "%s/b%%r", base);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+	snprintf(log, sizeof(log), "%s/stored.log", base);
+	for (int part = 0; part < 3; part++) {
+		write_text(trace, part == 0 ? "{\"id\": \"x\", \"settle\": true, \"spans\": [[1, 64]]}\n"
+					      "{\"id\": \"y\", \"settle\": true, \"spans\": [[2, 64]]}\n" :
+				  part == 1 ? "{\"id\": \"x\", \"spans\": [[1, 64]]}\n" :
+					      "{\"id\": \"x2\", \"settle\": true, \"spans\": [[1, 64]]}\n"
+					      "{\"id\": \"y\", \"settle\": true, \"spans\": [[2, 64]]}\n");
+		run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", part ? dir2 : dir,
+					       "--device", "host", "--planes", "2x4K", "--row-bytes",
+					       "4K", "--page-tokens", "16", "--gpu-pages", "40",
+					       "--gpu-rows", "4", "--stored-log", log,
+					       limit[part == 1 ? 2 : 0], limit[1], NULL });
+		expect(r, 0, "result           ok");
+		read_stored_log(log, text, sizeof(text), &markers, index, sizeof(index));
+		if (part == 0) {
+			/* y waits for x's unlink, and the trace ends first */
+			assert_string_equal(text, "{\"id\": \"x\", \"consumed\": 64}\n"
+						  "{\"id\": \"x\", \"consumed\": 64, \"evicted\": true}\n");
+			assert_non_null(strstr(index, "\"records\": 0,"));
+			assert_non_null(strstr(index, "\"evictions\": 1,"));
+		} else if (part == 2) {
+			assert_string_equal(text, "{\"id\": \"x2\", \"consumed\": 64, \"evicted\": true}\n");
+		}
+	}
 	free(r);
 	tu_remove_tree(base);
 }
@@ -1686,6 +1749,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_one_rank),
 		cmocka_unit_test(test_cli_run_stored_log),
 		cmocka_unit_test(test_cli_run_stored_log_warm),
+		cmocka_unit_test(test_cli_run_stored_log_evictions),
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),

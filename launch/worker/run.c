@@ -19,6 +19,7 @@
 #include "launch/commands.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "launch/args.h"
 #include "launch/bootstrap/bootstrap.h"
@@ -114,6 +115,14 @@ struct run_retry {
 	sel_history *history; /* the prompt through consumed */
 };
 
+/* --stored-log: a checkpoint this run stored or restored, watched so that
+ * the log also says when the store evicts it or drops its row. */
+struct run_watch {
+	char *id;             /* the request's id */
+	uint64_t consumed, prefix_hash;
+	sel_history *history; /* the prompt through consumed */
+};
+
 struct run {
 	struct run_options opt;
 	struct launch_bootstrap boot;
@@ -136,6 +145,9 @@ struct run {
 		uint64_t consumed;
 	} *unwritten;
 	uint32_t unwritten_count, unwritten_capacity;
+	struct run_watch *watches; /* --stored-log: what may yet be evicted */
+	uint32_t watch_count, watch_max;
+	uint64_t watch_reclaims, watch_drops; /* the stats when last looked at */
 	const struct launch_trace_request **slot_request; /* gpu_rows: who prefilled it */
 	uint64_t next_store_id, next_waiter, fetch_waiter;
 	int fetch_state; /* 0 in flight, 1 done, negative failed */
@@ -267,13 +279,148 @@ static void run_log_on_disk(struct run *r, uint64_t store_id)
 	}
 }
 
+/* A line for a watched checkpoint the store no longer restores whole. */
+static void run_log_gone(struct run *r, const struct run_watch *w, bool dropped)
+{
+	fprintf(r->stored_log, "{\"id\": ");
+	run_json_string(r->stored_log, w->id);
+	fprintf(r->stored_log, ", \"consumed\": %" PRIu64 ", \"%s\": true}\n", w->consumed,
+		dropped ? "dropped" : "evicted");
+}
+
+/*
+ * Watches the checkpoint of q's prompt through consumed (stored or restored
+ * by this run) for --stored-log; a checkpoint already watched is
+ * left as it is. Returns 0 or -ENOMEM.
+ */
+static int run_watch_add(struct run *r, const struct launch_trace_request *q,
+			 const struct launch_synth_prompt *prompt, uint64_t consumed)
+{
+	uint64_t hash = launch_synth_prefix_hash(prompt, consumed);
+	struct run_watch *w;
+
+	if (!r->stored_log)
+		return 0;
+	for (uint32_t i = 0; i < r->watch_count; i++)
+		if (r->watches[i].consumed == consumed && r->watches[i].prefix_hash == hash)
+			return 0;
+	/* at most one store per span boundary and one restore per request */
+	SEL_ASSERT(r->watch_count < r->watch_max);
+	w = &r->watches[r->watch_count];
+	w->id = strdup(q->id);
+	if (!w->id)
+		return -ENOMEM;
+	if (sel_history_create(r->store, prompt->tokens, consumed, &w->history)) {
+		free(w->id);
+		return -ENOMEM;
+	}
+	w->consumed = consumed;
+	w->prefix_hash = hash;
+	r->watch_count++;
+	return 0;
+}
+
+/* The watch of a checkpoint whose STORED event came: its prompt is rebuilt
+ * from the request that prefilled it. */
+static void run_watch_stored(struct run *r, const struct launch_trace_request *q,
+			     uint64_t consumed)
+{
+	struct launch_synth_prompt prompt;
+
+	if (!r->stored_log || launch_synth_prompt_build(&prompt, q->spans, q->span_count,
+							r->opt.page_tokens)) {
+		if (r->stored_log)
+			fprintf(stderr, "selene run: out of memory watching a checkpoint; "
+				"--stored-log may miss its eviction\n");
+		return;
+	}
+	if (run_watch_add(r, q, &prompt, consumed))
+		fprintf(stderr, "selene run: out of memory watching a checkpoint; "
+			"--stored-log may miss its eviction\n");
+	launch_synth_prompt_free(&prompt);
+}
+
+/*
+ * After the store evicted, compacted or dropped records (its counters
+ * moved), logs each watched checkpoint that a lookup no longer reaches
+ * whole and stops watching it. A drop (a record found bad, or a failed
+ * truncate) is told apart from the policy's evictions only when nothing
+ * else moved in between; otherwise the lines say "dropped".
+ */
+static void run_watch_check(struct run *r)
+{
+	struct sel_stats st;
+	uint64_t reclaims, drops;
+	bool dropped;
+
+	if (!r->stored_log || sel_store_stats(r->store, &st))
+		return;
+	reclaims = st.evictions + st.truncations;
+	drops = st.records_dropped_checksum + st.records_dropped_header +
+		st.records_dropped_missing;
+	if (reclaims == r->watch_reclaims && drops == r->watch_drops)
+		return;
+	/* (taken even with nothing watched: an old drop must not label later lines) */
+	dropped = drops != r->watch_drops;
+	r->watch_reclaims = reclaims;
+	r->watch_drops = drops;
+	if (!r->watch_count)
+		return;
+	for (uint32_t i = 0; i < r->watch_count;) {
+		struct run_watch *w = &r->watches[i];
+		struct sel_hit hit;
+
+		if (sel_lookup(r->store, w->history, 0, &hit) && hit.consumed >= w->consumed) {
+			i++;
+			continue;
+		}
+		run_log_gone(r, w, dropped);
+		free(w->id);
+		sel_history_destroy(w->history);
+		*w = r->watches[--r->watch_count];
+	}
+	fflush(r->stored_log);
+}
+
+/*
+ * --stored-log's last line: what the index holds as the store closes, so
+ * that a harness can hold every rank's record files against it (the
+ * unlinks still in flight finish before the close returns).
+ */
+static void run_log_index(struct run *r)
+{
+	struct sel_stats st;
+
+	if (!r->stored_log || sel_store_stats(r->store, &st))
+		return;
+	run_watch_check(r);
+	fprintf(r->stored_log, "{\"index\": {\"records\": %" PRIu64 ", \"disk_bytes\": %"
+		PRIu64 ", \"scanned_records\": %" PRIu64 ", \"evictions\": %" PRIu64
+		", \"truncations\": %" PRIu64 ", \"unlinks\": %" PRIu64 "}}\n", st.records,
+		st.disk_bytes, st.scanned_records, st.evictions, st.truncations, st.unlinks);
+	fflush(r->stored_log);
+}
+
+static void run_watch_free(struct run *r)
+{
+	for (uint32_t i = 0; i < r->watch_count; i++) {
+		free(r->watches[i].id);
+		sel_history_destroy(r->watches[i].history);
+	}
+	free(r->watches);
+	r->watches = NULL;
+	r->watch_count = 0;
+}
+
 /* Handles one store event; 1 when there was one, 0 none, SEL_ESTOPPED. */
 static int run_poll(struct run *r)
 {
 	struct sel_event ev;
 	struct launch_gpu_checkpoint *k;
+	uint32_t got = sel_poll(r->store, &ev, 1);
 
-	if (sel_poll(r->store, &ev, 1) == 0)
+	run_watch_check(r); /* a commit drops its parent's row (seed 2.3) */
+	if (got == 0)
 		return 0;
 	switch (ev.kind) {
 	case SEL_EVENT_STORED:
@@ -286,8 +433,11 @@ static int run_poll(struct run *r)
 		r->progress = true;
 		if (ev.kind == SEL_EVENT_STORED) {
 			r->totals.stored++;
-			if (k)
+			if (k) {
 				run_log_stored(r, k, ev.id);
+				if (r->slot_request[k->slot])
+					run_watch_stored(r, r->slot_request[k->slot], k->consumed);
+			}
 			break;
 		}
 		r->totals.store_failures++;
@@ -510,6 +660,9 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 	}
 	res->wrong_units += (uint64_t)wrong;
 	res->host_reused = hit.consumed - resident;
+	if (run_watch_add(r, q, prompt, hit.consumed))
+		fprintf(stderr, "selene run: out of memory watching a checkpoint; "
+			"--stored-log may miss its eviction\n");
 	r->totals.restored_bytes += ((uint64_t)hit.page_count * r->page_bytes +
 				     r->opt.row_bytes) * r->boot.cluster.world_size;
 	if (!launch_gpu_cache_insert(&r->cache, hit.consumed,
@@ -528,8 +681,23 @@ static int run_offer(struct run *r, struct launch_gpu_checkpoint *k, const sel_h
 	struct sel_publication pub = {
 		.checkpoint = id, .history = h, .consumed = k->consumed,
 		.parent_consumed = parent, .page_ids = k->page_ids, .state_slot = k->slot };
-	int ret = sel_store_publish(r->store, &pub, outcome);
+	int ret;
 
+	/*
+	 * A publication may evict or compact (seed 2.3): a harness that kills
+	 * this run between the two lines cannot know what went, and a line
+	 * for each watched checkpoint that went comes between them.
+	 */
+	if (r->stored_log) {
+		fprintf(r->stored_log, "{\"publishing\": true}\n");
+		fflush(r->stored_log);
+	}
+	ret = sel_store_publish(r->store, &pub, outcome);
+	run_watch_check(r);
+	if (r->stored_log) {
+		fprintf(r->stored_log, "{\"published\": true}\n");
+		fflush(r->stored_log);
+	}
 	if (ret) {
 		fprintf(stderr, "selene run: publishing %" PRIu64 " tokens failed: %s\n",
 			k->consumed, sel_strerror(ret));
@@ -968,6 +1136,8 @@ static uint64_t run_rank_zero(struct run *r)
 		}
 	launch_metrics_http_stop(r->metrics); /* it reads the store */
 	r->metrics = NULL;
+	run_log_index(r);
+	run_watch_free(r);
 	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
 	r->store = NULL;
 	if (closed) {
@@ -1075,7 +1245,11 @@ static void run_usage(FILE *out)
 		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
 		"                      {\"id\": REQUEST, \"consumed\": TOKENS} (on disk;\n"
 		"                      with --warm restorable, and once its file is on\n"
-		"                      every rank's disk the same with \"on_disk\": true)\n"
+		"                      every rank's disk the same with \"on_disk\": true);\n"
+		"                      one with \"evicted\": true (or \"dropped\": true)\n"
+		"                      when one this run stored or restored no longer\n"
+		"                      restores whole; {\"publishing\": true} and\n"
+		"                      {\"published\": true} around each publication\n"
 		"  --page-tokens N     tokens per page (default 64)\n"
 		"  --planes LIST       page planes, COUNTxBYTES[,...] (default 8x32K)\n"
 		"  --row-bytes SIZE    the state row (default 128K)\n"
@@ -1407,6 +1581,16 @@ static uint64_t run_prepare(struct run *r)
 				r->opt.stored_log_path, strerror(errno));
 			return 1;
 		}
+		if (r->stored_log) {
+			/* a store per span boundary and a restore per request */
+			for (uint32_t i = 0; i < r->trace.request_count; i++)
+				r->watch_max += r->trace.requests[i].span_count + 1;
+			r->watches = calloc(r->watch_max ? r->watch_max : 1, sizeof(*r->watches));
+			if (!r->watches) {
+				fprintf(stderr, "selene run: out of memory for --stored-log\n");
+				return 1;
+			}
+		}
 	}
 	if (launch_run_planes_open(&r->planes, rank, r->opt.device, r->opt.device_ordinal,
 				   r->opt.specs, r->opt.spec_count, r->opt.gpu_pages, r->opt.row_bytes,
@@ -1468,6 +1652,24 @@ static uint64_t run_stop_peer(struct run *r, sel_peer *peer)
 	return ret != 0;
 }
 
+/* With SELENE_FAILPOINTS set, says which fired here and how often, so
+ * that a fault loop knows an armed error was met. */
+static void run_report_failpoints(const struct run *r)
+{
+	const char *armed = getenv("SELENE_FAILPOINTS");
+
+	if (!armed || !armed[0])
+		return;
+	for (int i = 0; i < SEL_FAILPOINT_COUNT; i++) {
+		uint64_t fired = sel_failpoint_fired((enum sel_failpoint)i);
+
+		if (fired)
+			fprintf(stderr, "selene run: rank %u: failpoint %s fired %" PRIu64
+				" time(s)\n", r->boot.cluster.rank,
+				sel_failpoint_name((enum sel_failpoint)i), fired);
+	}
+}
+
 /* Every rank: the whole run. Returns the failures summed over every rank. */
 static uint64_t run_all(struct run *r)
 {
@@ -1491,6 +1693,7 @@ static uint64_t run_all(struct run *r)
 		fprintf(stderr, "selene run: rank %u: the other ranks did not learn of this "
 			"failure within %u ms; ending the job\n", r->boot.cluster.rank,
 			RUN_START_FAILURE_MS);
+		run_report_failpoints(r); /* the abort ends this process */
 		launch_step_abort(&r->boot, 1);
 	}
 	if (ret || total) {
@@ -1568,6 +1771,8 @@ int launch_cmd_run(int argc, char **argv)
 		sigaction(SIGTERM, &on_signal, NULL);
 	}
 	failures = run_all(r);
+	run_report_failpoints(r);
+	run_watch_free(r);
 	if (r->results)
 		fclose(r->results);
 	if (r->stored_log)
