@@ -6,11 +6,26 @@ loopback) through faults and checks, after each, what Selene promises:
 
   kill       kill -9 of a random rank or of mpirun at a random moment of a
              workload that stores and restores; then a restart that restores
-             every checkpoint reported stored before the kill (the worker
-             checks every byte on every rank), every rank holding the same
-             record files, and `selene verify` passing on each.
+             every checkpoint reported stored before the kill and not
+             evicted since, each on its own (the worker checks every byte
+             on every rank), every rank holding the same record files, as
+             many as the index knew at the close, and `selene verify`
+             passing on each.
+  kill-evict the same under a disk limit a few records fill (EVICT_DISK_LIMIT):
+             nearly every publication evicts or compacts, and commits drop
+             their parents' rows, so kills land while unlinks and truncates
+             are in flight. Each run opens with a restore of every committed
+             checkpoint, and `selene run --stored-log` names those the
+             policy evicted or compacted since, which then need not restore.
   failpoint  every failpoint `selene failpoints` lists, with kill and with an
              error, on rank zero and on a peer; then the same restart checks.
+  fp-evict   the unlink and truncate failpoints (EVICT_POINTS), with kill and
+             with an error, on each rank of the evicting workload. Over both
+             failpoint loops, an armed failpoint that never fires is a
+             failure (CANNOT_FIRE lists the ones that cannot, and why).
+  read-eio   the scan caches deleted, the 1st, 2nd, ... read of a start fails
+             once with EIO on one rank; the clean start after must restore
+             every committed checkpoint.
   corrupt    random bit flips, copied pages, swapped names, truncations and
              zeroed blocks in one rank's records, then restores: each refused
              or harmless, never a wrong byte; the refused record is removed
@@ -20,16 +35,23 @@ loopback) through faults and checks, after each, what Selene promises:
   storm      cluster formation (selene cluster-demo, 3 ranks) while port
              scans, idle connections, garbage and bad MACs hit the join port.
   fuzz       the libFuzzer targets (make fuzz-build) for a fixed time each.
+  LOOP+wt, LOOP+wb  kill, kill-evict, failpoint, fp-evict, read-eio and
+             corrupt again, fewer times (warm_tasks), with a warm tier on
+             every rank written through (wt) or behind (wb): a checkpoint
+             is committed once the stored log says it is on disk, or its
+             run closed cleanly (the close's drain wrote it).
 
 A wrong byte, a lost committed record, ranks that disagree, a crash or a
 hang fails the run, naming the seed that reproduces it. Prints a table of
 tries and outcomes. Debian's python3, standard library only.
 
-Knobs (environment): TORTURE_QUICK=1 (2-3 minutes), TORTURE_SEED,
+Knobs (environment): TORTURE_QUICK=1 (3-5 minutes), TORTURE_SEED,
 TORTURE_JOBS (parallel lanes, default 2), TORTURE_FUZZ_SECONDS,
 TORTURE_SKIP_STORM=1, TORTURE_KEEP=1 (keep the work directory), and for
-narrower runs TORTURE_ONLY=kill,failpoint,corrupt,header,storm,fuzz,
-TORTURE_KILLS, TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, and
+narrower runs TORTURE_ONLY=kill,kill-evict,failpoint,fp-evict,read-eio,
+corrupt,header,storm,fuzz, TORTURE_KILLS, TORTURE_EVICT_KILLS,
+TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, TORTURE_WARM=0 (no warm
+loops), TORTURE_WARM_KILLS, TORTURE_WARM_EVICT_KILLS (per policy), and
 TORTURE_REPLAY=KIND:...:SEED (one try, as a failure names it).
 """
 import argparse
@@ -59,6 +81,36 @@ MPI_ARGS = ["--oversubscribe", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_
 LAUNCH_TIMEOUT_S = 60      # a launch past this is a hang
 KILL_WAIT_S = 20           # mpirun's own teardown after a kill
 CYCLE_KILLS = 8            # kills on one set of directories, then fresh ones
+# The evicting workload: a disk limit a few records fill, so that nearly
+# every publication evicts or compacts (tens of evictions a second).
+EVICT_DISK_LIMIT = "2M"
+# The warm lanes' tier on every rank: 1 MiB holds 128 slots, a few
+# conversations, so stores spill (write-behind) and evict warm records, and
+# restores read through from the disk. Each write policy gets its lanes.
+WARM_BYTES = "1M"
+WARM_POLICIES = {"write-through": "wt", "write-behind": "wb"}
+# The failpoints met only while records are evicted, compacted or dropped:
+# armed on the evicting workload (the seeded one never reaches them), with
+# kill and with an error, on each rank.
+EVICT_POINTS = ("record.before_truncate", "record.after_truncate", "record.before_unlink",
+                "record.after_unlink", "disk.truncate", "disk.unlink")
+# The read-eio loop fails the 1st, 2nd, ... 12th read of a start on each
+# rank in turn (the scan caches deleted, so the scan reads every header):
+# a seeded directory holds 14 record files, so the error meets records of
+# every kind (roots, parents, children, page-only ones, the bait).
+READ_EIO_READS = 12
+# (failpoint, action or "*", role) that no try can fire, and why. Any other
+# one tried and never fired fails the run: the loop did not test it.
+CANNOT_FIRE = {
+    ("warm.register", "*", "rank0"): "the plain loops run no warm tier (the warm ones fire it)",
+    ("warm.register", "*", "peer"): "the plain loops run no warm tier (the warm ones fire it)",
+    ("peer.socket", "*", "rank0"): "rank zero runs no peer agent",
+    ("peer.dup", "*", "rank0"): "rank zero runs no peer agent",
+    ("peer.resolve", "*", "rank0"): "rank zero runs no peer agent",
+    ("peer.resolve", "*", "peer"): "under mpirun a peer is given rank zero's numeric "
+                                   "address, which getaddrinfo takes without the helper "
+                                   "thread the point is on (tests/test_resolve.c fires it)",
+}
 CRASH_WORDS = ("AddressSanitizer", "Segmentation fault", "Assertion", "assertion failed",
                "core dumped", "SEL_ASSERT")
 
@@ -80,6 +132,12 @@ class Table:
         self.counts = collections.OrderedDict()
         self.notes = collections.defaultdict(list)
         self.failures = []
+        self.fired = {}   # (failpoint, action, role) -> fired in some try
+
+    def mark_fired(self, name, action, role, fired):
+        with self.lock:
+            key = (name, action, role)
+            self.fired[key] = self.fired.get(key, False) or fired
 
     def add(self, section, outcome, n=1):
         with self.lock:
@@ -116,12 +174,15 @@ class Table:
 class Launch:
     """One mpirun of `selene run`, in its own process group."""
 
-    def __init__(self, program, work, argv, log_path, rank_env=None):
+    def __init__(self, program, work, argv, log_path, rank_env=None, every_rank_env=None):
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    SELENE_LOG=os.environ.get("TORTURE_LOG", "warn"))
         for name in ("SELENE_COORDINATOR", "SELENE_RANK", "SELENE_WORLD_SIZE", "SELENE_FAILPOINTS"):
             env.pop(name, None)
         cmd = ["mpirun"] + MPI_ARGS + ["-np", str(RANKS), "-x", "SELENE_LOG"]
+        for name, value in sorted((every_rank_env or {}).items()):
+            env[name] = value
+            cmd += ["-x", name]
         if rank_env:
             rank, value = rank_env
             # the failpoint on one rank only, as tests/qualify does; kill is
@@ -207,15 +268,17 @@ def shell_quote(text):
 class Lane:
     """One worker: its own directories, workloads and committed records."""
 
-    def __init__(self, index, program, root, seed, table):
+    def __init__(self, index, program, root, seed, table, disk_limit=None):
         self.index = index
         self.program = program
-        self.root = os.path.join(root, "lane%d" % index)
+        self.disk_limit = disk_limit  # --disk-limit of every run but the checks'
+        self.root = os.path.join(root, "lane%d%s" % (index, "-evict" if disk_limit else ""))
         self.table = table
         self.rng = random.Random(seed)
         self.launches = 0
         self.cycle_kills = CYCLE_KILLS
         self.duration_s = 0.7   # a workload's run time after startup, learned
+        self.section = "kill"   # the table's line the try in hand counts on
         os.makedirs(self.root)
         self.fresh()
 
@@ -264,6 +327,22 @@ class Lane:
             lines.append(request)
         return lines, by_id
 
+    def restores_first(self, lines, by_id):
+        """With a disk limit, the trace opens with a restore of every
+        committed checkpoint: the run then watches each, and logs it when
+        the policy evicts it or drops its row (the run can only watch what
+        it stored or restored itself)."""
+        if not self.disk_limit:
+            return lines, by_id
+        keys = sorted(self.committed)
+        self.rng.shuffle(keys)
+        first = []
+        for i, key in enumerate(keys):
+            rid = "r%d.%d" % (self.launches + 1, i)
+            by_id[rid] = key
+            first.append({"id": rid, "spans": [list(s) for s in key]})
+        return first + lines, by_id
+
     def write_trace(self, requests, name):
         path = os.path.join(self.root, name)
         with open(path, "w") as f:
@@ -271,19 +350,31 @@ class Lane:
                 f.write(json.dumps(r) + "\n")
         return path
 
-    def absorb(self, stored_log, by_id):
-        """Adds the checkpoints a run reported stored to what is committed."""
-        added = 0
+    def absorb(self, stored_log, by_id, drops_expected=False, also=None):
+        """Adds the checkpoints a run reported stored to what is committed
+        (and to also, a copy a check holds), and takes out those it
+        reported evicted (or, with drops_expected, dropped after an injected
+        error). Returns what the log said: counts,
+        whether it ends inside a publication (a kill there may have evicted
+        what no line names), and the index's last figures."""
+        info = {"stored": 0, "evicted": 0, "dropped": 0, "dropped kept": 0,
+                "in_publish": False, "index": None}
         try:
             with open(stored_log) as f:
                 lines = f.read().splitlines()
         except FileNotFoundError:
-            return 0
+            return info
         for line in lines:
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue      # the last line of a killed run, cut short
+            if "publishing" in entry or "published" in entry:
+                info["in_publish"] = "publishing" in entry
+                continue
+            if "index" in entry:
+                info["index"] = entry["index"]
+                continue
             spans = by_id.get(entry["id"])
             if spans is None:
                 raise Failure("stored log names unknown request %r" % entry["id"])
@@ -296,9 +387,19 @@ class Lane:
             if at != entry["consumed"]:
                 raise Failure("stored %d tokens of %r: not a span boundary" %
                               (entry["consumed"], entry["id"]))
-            self.committed[tuple(prefix)] = at
-            added += 1
-        return added
+            sets = [self.committed] + ([also] if also is not None and also is not self.committed
+                                       else [])
+            if entry.get("evicted") or (entry.get("dropped") and drops_expected):
+                for c in sets:
+                    c.pop(tuple(prefix), None)
+                info["evicted" if entry.get("evicted") else "dropped"] += 1
+            elif entry.get("dropped"):
+                info["dropped kept"] += 1   # still committed: a loss if it is missing
+            else:
+                for c in sets:
+                    c[tuple(prefix)] = at
+                info["stored"] += 1
+        return info
 
     def expected(self, prompt):
         """The tokens a restore of prompt must reach: its deepest committed prefix."""
@@ -326,7 +427,12 @@ class Lane:
         return prompts
 
     # ---- one launch, and the checks after a restart
-    def launch(self, trace, extra=(), rank_env=None, dirs=None):
+    def launch(self, trace, extra=(), rank_env=None, dirs=None, check=False,
+               every_rank_env=None):
+        """A run of trace; the lane's disk limit applies unless it is a
+        check's (those evict nothing, so a shortfall is a loss)."""
+        if self.disk_limit and not check:
+            extra = ["--disk-limit", self.disk_limit] + list(extra)
         self.launches += 1
         tag = "l%d" % self.launches
         log = os.path.join(self.root, tag + ".out")
@@ -334,17 +440,29 @@ class Lane:
         results = os.path.join(self.root, tag + ".results")
         argv = ["--trace", trace, "--dir", self.base_arg(dirs), "--stored-log", stored,
                 "--results", results] + RUN_ARGS + list(extra)
-        run = Launch(self.program, self.root, argv, log, rank_env)
+        run = Launch(self.program, self.root, argv, log, rank_env, every_rank_env)
         run.stored, run.results = stored, results
         return run
 
     def restart_and_check(self, why, committed=None, dirs=None, allow_missing=False,
-                          prompts=None, tolerate=()):
+                          prompts=None, tolerate=(), gone_ok=False, killed=False):
         """A restart restoring every committed checkpoint, byte-exact on every
-        rank; then the ranks' files agree and verify. Returns the launch."""
+        rank: each on its own, longest first (so that the GPU cache holds
+        none of its prefix and all of it comes from the disk), then the
+        longest prompt through each deepest one; then the ranks' files agree
+        and verify, and hold no record the index does not know.
+
+        With gone_ok (the killed run's log ended inside a publication, which
+        may have evicted what no line names) a shortfall takes the
+        checkpoints out of what is committed, counted. With killed (a rank
+        or mpirun was killed), a checkpoint whose row alone is gone, while a
+        deeper record through it restores, is counted and taken out too: a
+        child that committed as the kill landed drops its parent's row
+        (seed 2.3) before the log could say so. Returns the launch."""
         committed = self.committed if committed is None else committed
         if prompts is None:
-            prompts = self.verification(committed)
+            keys = sorted(committed, key=lambda k: (-committed[k], k))
+            prompts = keys + self.verification(committed)
         by_id, requests = {}, []
         for i, p in enumerate(prompts):
             rid = "v%d.%d" % (self.launches + 1, i)
@@ -355,7 +473,7 @@ class Lane:
             by_id["v-empty"] = ((7, 32),)
             self.prompts.add(((7, 32),))
         trace = self.write_trace(requests, "verify%d.jsonl" % (self.launches + 1))
-        run = self.launch(trace, dirs=dirs)
+        run = self.launch(trace, dirs=dirs, check=True)
         rc = run.wait(LAUNCH_TIMEOUT_S)
         out = run.output()
         if rc is None:
@@ -364,6 +482,11 @@ class Lane:
         if rc != 0:
             raise Failure("%s: the restart failed (exit %d):\n%s" % (why, rc, out))
         results = read_results(run.results)
+        reached = {}
+        for rid, p in by_id.items():
+            got = results.get(rid)
+            if got is not None:
+                reached[p] = max(reached.get(p, 0), got["gpu_reused"] + got["host_reused"])
         for rid, p in by_id.items():
             got = results.get(rid)
             want = committed_depth(committed, p)
@@ -372,19 +495,36 @@ class Lane:
             if not got["verified"]:
                 raise Failure("%s: %s not verified:\n%s" % (why, rid, out))
             reused = got["gpu_reused"] + got["host_reused"]
+            key = next((k for k in committed if committed[k] == want and
+                        p[:len(k)] == k), None)
+            if (reused < want and killed and key is not None and len(key) >= 2 and
+                    any(q[:len(key)] == key and r > want for q, r in reached.items())):
+                del committed[key]
+                self.table.add(self.section, "row gone with a child the kill left unlogged")
+                continue
+            if reused < want and gone_ok:
+                for key in [k for k in committed if len(k) <= len(p) and p[:len(k)] == k and
+                            committed[k] > reused]:
+                    del committed[key]
+                    self.table.add(self.section, "gone inside the killed publication")
+                continue
             if reused < want and not allow_missing:
                 raise Failure("%s: committed record lost: %s restored %d tokens, %d were "
                               "reported stored (spans %s)\n%s" % (why, rid, reused, want, list(p), out))
-        self.absorb(run.stored, by_id)
-        self.check_agreement(why, dirs, tolerate)
+        info = self.absorb(run.stored, by_id, also=committed)
+        self.check_agreement(why, dirs, tolerate, info["index"])
         return run
 
-    def check_agreement(self, why, dirs=None, tolerate=()):
+    def check_agreement(self, why, dirs=None, tolerate=(), index=None):
         """Every rank holds the same record names and lengths and each
         verifies, except the files in tolerate (damaged on purpose and never
-        read since: no restore went through them)."""
+        read since: no restore went through them); and, given the index's
+        figures at a clean close, as many records as it knew."""
         dirs = dirs or self.dirs
         listings = [listing(os.path.join(dirs, "rank%d" % r)) for r in range(RANKS)]
+        if index is not None and index["records"] != len(listings[0]):
+            raise Failure("%s: rank 0 holds %d record files, the index knew %d at the close"
+                          % (why, len(listings[0]), index["records"]))
         for r in range(1, RANKS):
             if listings[r] != listings[0]:
                 only0 = sorted(set(listings[0].items()) - set(listings[r].items()))[:5]
@@ -407,10 +547,11 @@ class Lane:
 
     # ---- kill -9
     def kill_try(self, seed):
+        self.section = "kill-evict" if self.disk_limit else "kill"
         if self.kills >= self.cycle_kills:
             self.fresh()
         self.kills += 1
-        lines, by_id = self.workload(self.rng.randint(12, 24))
+        lines, by_id = self.restores_first(*self.workload(self.rng.randint(12, 24)))
         trace = self.write_trace(lines, "work%d.jsonl" % (self.launches + 1))
         target = self.rng.choice(["rank0", "rank1", "rank2", "mpirun"])
         # mostly while it stores and restores (after its first store was
@@ -449,13 +590,22 @@ class Lane:
                               % (seed, rc, out))
         if "WRONG BYTES" in out:
             raise Failure("kill seed %d: wrong bytes before the kill:\n%s" % (seed, out))
-        self.absorb(run.stored, by_id)
-        self.table.add("kill", "tries")
-        self.table.add("kill", ("killed %s%s" % (target, " at startup" if at_startup else ""))
+        info = self.absorb(run.stored, by_id)
+        section = self.section
+        self.table.add(section, "tries")
+        self.table.add(section, ("killed %s%s" % (target, " at startup" if at_startup else ""))
                        if landed else "finished first")
-        self.restart_and_check("kill seed %d (%s, %.2f s after %s)" % (
-            seed, target, delay, "launch" if at_startup else "its first store"))
-        self.table.add("kill", "restarts ok")
+        if self.disk_limit:
+            self.table.add(section, "evicted or compacted (logged)", info["evicted"])
+            if landed and info["evicted"]:
+                self.table.add(section, "killed after evictions")
+            if landed and info["in_publish"]:
+                self.table.add(section, "killed inside a publication")
+        self.restart_and_check("kill seed %d (%s, %.2f s after %s%s)" % (
+            seed, target, delay, "launch" if at_startup else "its first store",
+            ", disk limit %s" % self.disk_limit if self.disk_limit else ""),
+            gone_ok=landed and info["in_publish"], killed=landed)
+        self.table.add(section, "restarts ok")
 
     # ---- failpoints
     def seeded_dirs(self, seed):
@@ -507,6 +657,7 @@ class Lane:
                 f.write(b"\0" * 8192)
 
     def failpoint_try(self, seed, name, action, role):
+        self.section = "failpoint"
         self.seeded_dirs(seed)
         lines, by_id = self.workload(16)
         trace = self.write_trace(lines, "fp%d.jsonl" % (self.launches + 1))
@@ -514,7 +665,10 @@ class Lane:
                            "1*off->2*return(EIO)" if name.startswith("cluster.") else
                            "return(EIO)")
         rank = 0 if role == "rank0" else self.rng.randint(1, RANKS - 1)
-        run = self.launch(trace, rank_env=(rank, value))
+        # the disk bounds its kernel workers only where it has some: where
+        # the kernel copies on the CPU (tmpfs, buffered I/O), or when told
+        workers = {"SELENE_IO_THREADS": "2"} if name == "disk.io_workers" else None
+        run = self.launch(trace, rank_env=(rank, value), every_rank_env=workers)
         rc = run.wait(LAUNCH_TIMEOUT_S)
         out = run.output()
         why = "failpoint seed %d (%s on rank %d)" % (seed, value, rank)
@@ -525,13 +679,112 @@ class Lane:
             raise Failure("%s: wrong bytes:\n%s" % (why, out))
         if action == "error":
             check_no_crash(out, why)
-        self.absorb(run.stored, by_id)
+        info = self.absorb(run.stored, by_id, drops_expected=action == "error")
         # a kill that fired ends the run; an error may be recovered from
         self.table.add("failpoint", "%s: run %s" % (action, "failed" if rc else "passed"))
-        if rc == 0 and action == "kill":
-            self.table.note("failpoint", "%s=kill on %s never fired" % (name, role))
-        self.restart_and_check(why)
+        hit = failpoint_fired(run.output(1 << 22), rc, name, action, rank)
+        self.table.mark_fired(name, action, role, hit)
+        self.table.add("failpoint", "fired" if hit else "not fired")
+        self.restart_and_check(why, gone_ok=action == "kill" and info["in_publish"],
+                               killed=action == "kill" and rc != 0)
         self.table.add("failpoint", "restarts ok")
+        self.fresh()
+
+    # ---- failpoints of eviction and compaction, on a store kept full
+    def seeded_full_dirs(self, seed):
+        """Fresh directories whose records fill the lane's disk limit, so
+        that the next publication evicts or compacts; made once per lane
+        and copied for each try."""
+        snapshot = os.path.join(self.root, "seeded-full")
+        if not os.path.isdir(snapshot):
+            self.fresh()
+            for _ in range(2):
+                lines, by_id = self.restores_first(*self.workload(24))
+                run = self.launch(self.write_trace(lines, "full%d.jsonl" % (self.launches + 1)))
+                rc = run.wait(LAUNCH_TIMEOUT_S)
+                if rc != 0:
+                    raise Failure("seed %d: filling the store failed (exit %s):\n%s" %
+                                  (seed, rc, run.output()))
+                self.absorb(run.stored, by_id)
+            shutil.copytree(self.dirs, snapshot, symlinks=True)
+            self.seeded_full = (dict(self.committed), set(self.prompts),
+                                [list(c) for c in self.conversations])
+        self.fresh()
+        os.rmdir(self.dirs)
+        shutil.copytree(snapshot, self.dirs, symlinks=True)
+        committed, prompts, conversations = self.seeded_full
+        self.committed = dict(committed)
+        self.prompts = set(prompts)
+        self.conversations = [list(c) for c in conversations]
+
+    def evict_failpoint_try(self, seed, name, action, rank):
+        """name armed with kill or an error on one rank while the store
+        evicts and compacts; then the restart's checks."""
+        self.section = "fp-evict"
+        self.seeded_full_dirs(seed)
+        lines, by_id = self.restores_first(*self.workload(20))
+        trace = self.write_trace(lines, "fpe%d.jsonl" % (self.launches + 1))
+        value = "%s=%s" % (name, "kill" if action == "kill" else "return(EIO)")
+        run = self.launch(trace, rank_env=(rank, value))
+        rc = run.wait(LAUNCH_TIMEOUT_S)
+        out = run.output()
+        why = "evicting failpoint seed %d (%s on rank %d, disk limit %s)" % (
+            seed, value, rank, self.disk_limit)
+        self.table.add(self.section, "tries")
+        if rc is None:
+            raise Failure("%s: the run hung (over %d s):\n%s" % (why, LAUNCH_TIMEOUT_S, out))
+        if "WRONG BYTES" in out:
+            raise Failure("%s: wrong bytes:\n%s" % (why, out))
+        if action == "error":
+            check_no_crash(out, why)
+        info = self.absorb(run.stored, by_id, drops_expected=action == "error")
+        hit = failpoint_fired(run.output(1 << 22), rc, name, action, rank)
+        self.table.mark_fired(name, action, "rank%d" % rank, hit)
+        self.table.add(self.section, "%s on rank %d %s" % (
+            action, rank, "fired" if hit else "NOT FIRED"))
+        self.table.add(self.section, "evicted or compacted (logged)", info["evicted"])
+        self.table.add(self.section, "dropped after the error (logged)", info["dropped"])
+        self.restart_and_check(why, gone_ok=action == "kill" and info["in_publish"],
+                               killed=action == "kill" and rc != 0)
+        self.table.add(self.section, "restarts ok")
+        self.fresh()
+
+    # ---- a transient read error in the startup scan, then a clean start
+    def read_eio_try(self, seed, rank, skip):
+        """The scan caches deleted (so that the scan reads every header),
+        one read of the startup on one rank fails once with EIO; the run
+        may fail, but the clean start after it restores every committed
+        checkpoint: a transient error loses nothing."""
+        self.section = "read-eio"
+        self.seeded_dirs(seed)
+        for r in range(RANKS):
+            for top, _, names in os.walk(os.path.join(self.dirs, "rank%d" % r)):
+                if ".selene-scan-cache" in names:
+                    os.unlink(os.path.join(top, ".selene-scan-cache"))
+        prompts = self.verification()
+        requests, by_id = [], {}
+        for i, p in enumerate(prompts):
+            rid = "e%d.%d" % (self.launches + 1, i)
+            by_id[rid] = p
+            requests.append({"id": rid, "spans": [list(s) for s in p]})
+        trace = self.write_trace(requests, "eio%d.jsonl" % (self.launches + 1))
+        value = "disk.read=%sreturn(EIO)" % ("%d*off->1*" % skip if skip else "1*")
+        run = self.launch(trace, rank_env=(rank, value))
+        rc = run.wait(LAUNCH_TIMEOUT_S)
+        out = run.output()
+        why = "read-eio seed %d (%s on rank %d at startup)" % (seed, value, rank)
+        self.table.add(self.section, "tries")
+        if rc is None:
+            raise Failure("%s: the run hung (over %d s):\n%s" % (why, LAUNCH_TIMEOUT_S, out))
+        check_no_crash(out, why)
+        if "WRONG BYTES" in out:
+            raise Failure("%s: wrong bytes:\n%s" % (why, out))
+        if not failpoint_fired(run.output(1 << 22), rc, "disk.read", "error", rank):
+            raise Failure("%s: the read error never fired:\n%s" % (why, out))
+        self.table.add(self.section, "rank %d: run %s" % (rank, "failed" if rc else "passed"))
+        self.absorb(run.stored, by_id)
+        self.restart_and_check(why + ": the clean start")
+        self.table.add(self.section, "clean start restored all")
         self.fresh()
 
     # ---- corruption of records, then restores
@@ -573,14 +826,194 @@ class Lane:
                  committed_depth(committed, p)]
         refused = rc != 0 or short
         self.table.add("corrupt", ("refused " if refused else "harmless ") + kind)
-        self.absorb(run.stored, by_id)
+        self.absorb(run.stored, by_id, also=committed)
         # the next run finds the corrupted record gone and stores it again;
         # the one after restores everything
         self.restart_and_check(why + ": the run after", committed=committed,
                                allow_missing=True, prompts=prompts, tolerate=touched)
-        self.restart_and_check(why + ": stored again", committed=committed, tolerate=touched)
+        # (the same restores: one of a checkpoint on its own could read a
+        # damaged file that no restore went through, so never removed)
+        self.restart_and_check(why + ": stored again", committed=committed, prompts=prompts,
+                               tolerate=touched)
         self.table.add("corrupt", "stored again ok")
         self.fresh()  # a damaged file left unread must not meet the next kill's checks
+
+
+class SectionTable:
+    """The table as a warm lane sees it: every section it counts on gets
+    the lane's suffix (its own lines), and a failpoint it arms does not
+    join the plain loops' fired-or-not bookkeeping (a warm pass draws one
+    action and role per failpoint; its fired count is on its own line)."""
+
+    def __init__(self, table, suffix):
+        self.table, self.suffix = table, suffix
+
+    def add(self, section, outcome, n=1):
+        self.table.add(section + self.suffix, outcome, n)
+
+    def note(self, section, text):
+        self.table.note(section + self.suffix, text)
+
+    def fail(self, section, text):
+        self.table.fail(section + self.suffix, text)
+
+    def mark_fired(self, name, action, role, fired):
+        pass
+
+
+class WarmLane(Lane):
+    """A lane whose every run has a warm tier (WARM_BYTES on every rank,
+    the given write policy), small enough that stores spill and evict
+    warm records and restores read through from the disk. A checkpoint is
+    committed once the stored log says it reached the disk ("on_disk"),
+    or once a run that stored it ended cleanly with nothing lost in the
+    close's drain (a write-behind run's records reach the disk there, and
+    the drain reports no events); a STORED line alone (restorable from
+    warm slots) need not survive a kill."""
+
+    def __init__(self, index, program, root, seed, table, policy, disk_limit=None):
+        self.policy = policy
+        self.runs = {}   # stored log -> its launch, for absorb
+        super().__init__(index, program, os.path.join(root, "warm-" + WARM_POLICIES[policy]),
+                         seed, SectionTable(table, "+" + WARM_POLICIES[policy]), disk_limit)
+
+    def launch(self, trace, extra=(), **kw):
+        run = super().launch(trace, ["--warm", WARM_BYTES, "--warm-policy", self.policy] +
+                             list(extra), **kw)
+        self.runs[run.stored] = run
+        return run
+
+    def absorb(self, stored_log, by_id, drops_expected=False, also=None):
+        run = self.runs.pop(stored_log, None)
+        clean = (run is not None and run.proc.returncode == 0 and
+                 "are lost" not in run.output(1 << 22))
+        try:
+            with open(stored_log) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        kept, warm_only, on_disk, late, gone = [], 0, 0, 0, set()
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue      # the last line of a killed run, cut short
+            key = (entry.get("id"), entry.get("consumed"))
+            if entry.get("evicted") or entry.get("dropped"):
+                gone.add(key)
+            elif "id" in entry and not entry.get("on_disk"):
+                gone.discard(key)   # stored again
+                if not clean:
+                    warm_only += 1
+                    continue
+            elif entry.get("on_disk"):
+                # A dirty record whose row a child's commit dropped (or
+                # which the policy evicted) is logged gone, then written:
+                # its file is on disk, but it no longer restores whole.
+                if key in gone:
+                    late += 1
+                    continue
+                on_disk += 1
+            kept.append(line)
+        self.table.add(self.section, "on-disk lines", on_disk)
+        self.table.add(self.section, "on disk after its evicted line", late)
+        self.table.add(self.section, "stored, not on disk at the kill (not committed)", warm_only)
+        path = stored_log + ".on-disk"
+        with open(path, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+        info = super().absorb(path, by_id, drops_expected, also)
+        if clean:
+            self.drained_row_drops(kept, by_id, also)
+        return info
+
+    def drained_row_drops(self, kept, by_id, also):
+        """A record written in the close's drain drops its parent's row
+        there, after the run's last look for rows gone (the stored log
+        cannot say so): the deepest committed checkpoint through which a
+        record of this run was stored no longer restores whole, only its
+        child does (which stays committed, and whose restore reads the
+        parent's pages)."""
+        stored = set()
+        for line in kept:
+            entry = json.loads(line)
+            spans = by_id.get(entry.get("id"))
+            if spans is None or entry.get("evicted") or entry.get("dropped"):
+                continue
+            at, prefix = 0, []
+            for s in spans:
+                if at >= entry["consumed"]:
+                    break
+                prefix.append(s)
+                at += s[1]
+            stored.add(tuple(prefix))
+        for c in [self.committed] + ([also] if also is not None and also is not self.committed
+                                     else []):
+            parents = set()
+            for p in stored:
+                through = [k for k in c if len(k) < len(p) and p[:len(k)] == k]
+                if through:
+                    parents.add(max(through, key=len))
+            for k in parents:
+                del c[k]
+                if c is self.committed:
+                    self.table.add(self.section, "row dropped in the close's drain")
+
+    def failpoint_try(self, seed, name, action, role):
+        self.section = "failpoint"
+        super().failpoint_try(seed, name, action, role)
+
+    def corrupt_try(self, seed, kind):
+        self.section = "corrupt"
+        super().corrupt_try(seed, kind)
+
+
+def warm_tasks(rng, quick, plain_points):
+    """The warm variants of the fault loops, for each write policy: a
+    fraction of the kills, one pass over the failpoints (action and role
+    drawn), the evicting points once each, a read error at startup on
+    each rank and two corruptions (TORTURE_WARM=0: none;
+    TORTURE_WARM_KILLS, TORTURE_WARM_EVICT_KILLS per policy)."""
+    if os.environ.get("TORTURE_WARM", "") == "0":
+        return []
+    kills = env_int("TORTURE_WARM_KILLS", 3 if quick else 12)
+    evict_kills = env_int("TORTURE_WARM_EVICT_KILLS", 2 if quick else 6)
+    tasks = []
+    for short in WARM_POLICIES.values():
+        points = rng.sample(plain_points, (len(plain_points) + 3) // 4) if quick else plain_points
+        evict = rng.sample(EVICT_POINTS, 2) if quick else EVICT_POINTS
+        tasks += [("kill+" + short, None)] * kills
+        tasks += [("kill-evict+" + short, None)] * evict_kills
+        tasks += [("failpoint+" + short, (n, rng.choice(("kill", "error")),
+                                          rng.choice(("rank0", "peer")))) for n in points]
+        tasks += [("fp-evict+" + short, (n, rng.choice(("kill", "error")),
+                                         str(rng.randrange(RANKS)))) for n in evict]
+        tasks += [("read-eio+" + short, (str(r), str(rng.randrange(READ_EIO_READS))))
+                  for r in (range(RANKS) if not quick else [rng.randrange(RANKS)])]
+        tasks += [("corrupt+" + short, rng.choice(CORRUPTIONS)) for _ in range(1 if quick else 2)]
+    return tasks
+
+
+def warm_lane_for(lanes, kind, index, program, root, seed, table):
+    """The lane a warm task (kind "LOOP+wt" or "LOOP+wb") runs on, made on
+    first use: one per policy and workload (plain or evicting) per lane."""
+    loop, short = kind.split("+")
+    policy = next(p for p, s in WARM_POLICIES.items() if s == short)
+    evicting = loop in ("kill-evict", "fp-evict")
+    key = (short, evicting)
+    if key not in lanes:
+        lanes[key] = WarmLane(index, program, root, seed * 1000 + (700 if evicting else 600) +
+                              10 * len(lanes) + index, table, policy,
+                              disk_limit=EVICT_DISK_LIMIT if evicting else None)
+    return lanes[key], loop
+
+
+def failpoint_fired(out, rc, name, action, rank):
+    """Whether an armed failpoint was met: a kill ends its rank by SIGKILL
+    (mpirun says so); an error is counted by the rank's `selene run`, which
+    names what fired as it ends."""
+    if action == "kill":
+        return rc not in (0, None) and "exited on signal 9" in out
+    return re.search(r"rank %d: failpoint %s fired" % (rank, re.escape(name)), out) is not None
 
 
 def committed_depth(committed, prompt):
@@ -876,28 +1309,43 @@ def main():
 
     names = subprocess.run([program, "failpoints"], stdout=subprocess.PIPE, check=True)
     names = [line.split()[0] for line in names.stdout.decode().splitlines() if line.strip()]
-    trials = [(n, a, r) for n in names for a in ("kill", "error") for r in ("rank0", "peer")]
+    evict_kills = env_int("TORTURE_EVICT_KILLS", 10 if quick else 50)
+    plain = [n for n in names if n not in EVICT_POINTS]
+    trials = [(n, a, r) for n in plain for a in ("kill", "error") for r in ("rank0", "peer")]
+    evict_trials = [(n, a, str(r)) for n in EVICT_POINTS for a in ("kill", "error")
+                    for r in range(RANKS)]
+    eio_trials = [(str(r), str(skip)) for r in range(RANKS) for skip in range(READ_EIO_READS)]
     if quick:  # half the failpoints once, action and role drawn by the seed
         trials = [(n, rng.choice(("kill", "error")), rng.choice(("rank0", "peer")))
-                  for n in rng.sample(names, (len(names) + 1) // 2)]
+                  for n in rng.sample(plain, (len(plain) + 1) // 2)]
+        evict_trials = [(n, a, str(rng.randrange(RANKS))) for n in EVICT_POINTS
+                        for a in ("kill", "error")]
+        eio_trials = [(str(r), str(skip)) for r in range(RANKS)
+                      for skip in rng.sample(range(READ_EIO_READS), 4)]
     cap = env_int("TORTURE_FAILPOINT_TRIALS", 0)   # a sample of them, for a narrower run
     if cap:
         trials = rng.sample(trials, min(cap, len(trials)))
     tasks = [("kill", None)] * kills
+    tasks += [("kill-evict", None)] * evict_kills
     tasks += [("failpoint", t) for t in trials]
+    tasks += [("fp-evict", t) for t in evict_trials]
+    tasks += [("read-eio", t) for t in eio_trials]
     tasks += [("corrupt", CORRUPTIONS[i % len(CORRUPTIONS)]) for i in range(corruptions)]
+    tasks += warm_tasks(rng, quick, plain)
     tasks = [(kind, arg, rng.randrange(1, 1 << 31)) for kind, arg in tasks]
     only = os.environ.get("TORTURE_ONLY", "")   # e.g. "kill,corrupt": a narrower run
 
     def wanted(kind):
-        return not only or kind in only.split(",")
+        return not only or kind in only.split(",") or kind.split("+")[0] in only.split(",")
 
     tasks = [t for t in tasks if wanted(t[0])]
     replay = os.environ.get("TORTURE_REPLAY", "")  # one try, as a failure names it
     if replay:
         parts = replay.split(":")
-        arg = (None if parts[0] == "kill" else parts[1] if parts[0] == "corrupt"
-               else tuple(parts[1:4]))
+        arg = (None if len(parts) == 2 else parts[1] if parts[0] == "corrupt"
+               else tuple(parts[1:-1]))
+        if parts[0].startswith("corrupt") and isinstance(arg, tuple):
+            arg = arg[0]
         tasks = [(parts[0], arg, int(parts[-1]))]
         only = "none"
     rng.shuffle(tasks)
@@ -906,18 +1354,29 @@ def main():
     stop = threading.Event()
 
     def lane_main(index):
-        lane = Lane(index, program, root, seed * 1000 + index, table)
+        plain = Lane(index, program, root, seed * 1000 + index, table)
+        evicting = Lane(index, program, root, seed * 1000 + 500 + index, table,
+                        disk_limit=EVICT_DISK_LIMIT)
+        warm_lanes = {}
         while not stop.is_set():
             with qlock:
                 if not queue:
                     return
                 kind, arg, task_seed = queue.popleft()
+            lane = evicting if kind in ("kill-evict", "fp-evict") else plain
+            loop = kind
+            if "+" in kind:
+                lane, loop = warm_lane_for(warm_lanes, kind, index, program, root, seed, table)
             lane.rng.seed(task_seed)
             try:
-                if kind == "kill":
+                if loop in ("kill", "kill-evict"):
                     lane.kill_try(task_seed)
-                elif kind == "failpoint":
+                elif loop == "failpoint":
                     lane.failpoint_try(task_seed, *arg)
+                elif loop == "fp-evict":
+                    lane.evict_failpoint_try(task_seed, arg[0], arg[1], int(arg[2]))
+                elif loop == "read-eio":
+                    lane.read_eio_try(task_seed, int(arg[0]), int(arg[1]))
                 else:
                     lane.corrupt_try(task_seed, arg)
             except Exception as e:  # a harness bug is a failure too
@@ -943,6 +1402,16 @@ def main():
     for t in lanes:
         t.join()
     progress_stop.set()
+    never = sorted(key for key, fired in table.fired.items() if not fired and
+                   (key[0], key[1], key[2]) not in CANNOT_FIRE and
+                   (key[0], "*", key[2]) not in CANNOT_FIRE)
+    for name, action, role in never:
+        table.fail("failpoint", "%s armed with %s on %s never fired in any loop (the loop "
+                   "did not test it; TORTURE_SEED=%d)" % (name, action, role, seed))
+    for (name, action, role), reason in sorted(CANNOT_FIRE.items()):
+        if any(k[0] == name and k[2] == role for k in table.fired):
+            table.note("failpoint", "%s%s on %s cannot fire: %s" % (
+                name, "" if action == "*" else " (%s)" % action, role, reason))
 
     try:  # a small record's header, every bit (quick: a seeded eighth)
         if not wanted("header"):
