@@ -104,7 +104,10 @@
 	X(THREAD_START, "thread.start",                                      \
 	  "before every thread the library starts (return refuses it)")     \
 	X(DISK_IO_WORKERS, "disk.io_workers",                                \
-	  "when the disk bounds its io_uring kernel workers (return: refused)")
+	  "when the disk bounds its io_uring kernel workers (return: refused)") \
+	X(WARM_REGISTER, "warm.register",                                    \
+	  "before each chunk of the warm tier is registered with the device " \
+	  "(return: the driver refuses it)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

@@ -2,6 +2,7 @@
 #include "shard/warm.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "selene/selene.h"
@@ -81,7 +82,10 @@ int shard_warm_register(struct shard_warm *w, struct shard_device *dev)
 	w->registered = dev;
 	for (uint64_t at = 0; at < total; at += w->chunk_bytes) {
 		uint64_t bytes = total - at < w->chunk_bytes ? total - at : w->chunk_bytes;
-		int ret = dev->ops->register_host(dev, w->pool.base + at, bytes);
+		int ret = SEL_FAILPOINT(SEL_FP_WARM_REGISTER);
+
+		if (ret >= 0)
+			ret = dev->ops->register_host(dev, w->pool.base + at, bytes);
 
 		if (ret) {
 			warm_unregister(w);

@@ -1703,6 +1703,44 @@ static void test_warm_api_policy_mismatch_refused(void **state)
 	assert_non_null(strstr(f->mem[1].why, "warm policy"));
 }
 
+/*
+ * The driver refusing the warm tier's registration, on rank zero or on a
+ * peer: the open fails and says so, and what the refused open took is
+ * given back (a second open of the same directory, the driver willing,
+ * stores and restores; the ASan build finds any leak).
+ */
+static void test_warm_api_register_refused(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = f->peer_warm_bytes = 12ull * API_SLOT;
+	api_start(f, 1);
+	assert_int_equal(sel_failpoints_configure("warm.register=return(ENOMEM)"), 0);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_null(f->store);
+	assert_non_null(strstr(err, "cannot register the warm tier's"));
+	assert_true(sel_failpoint_fired(SEL_FP_WARM_REGISTER) >= 1);
+	sel_failpoints_configure(NULL);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open with the driver willing: %s", err);
+	api_publish(f, 0, 256);
+	assert_int_equal(api_fetch(f, 0), 0);
+	api_close(f);
+
+	/* a peer's driver refuses: the peer fails its start, the join says so */
+	f->peer_reads = true; /* (the children keep the point armed) */
+	assert_int_equal(sel_failpoints_configure("warm.register=return(ENOMEM)"), 0);
+	api_start(f, API_WORLD);
+	sel_failpoints_configure(NULL);
+	assert_int_not_equal(api_open(f, err, sizeof(err)), 0);
+	assert_null(f->store);
+	for (uint32_t r = 1; r < API_WORLD; r++)
+		assert_int_not_equal(api_reap(f, r), 0);
+	assert_non_null(strstr(f->mem[1].why, "cannot register the warm tier's"));
+	assert_non_null(strstr(err, "failed at startup: cannot register the warm tier's"));
+}
+
 /* A warm tier without a disk store, or past the host's memory, is refused at open. */
 static void test_warm_api_bad_config(void **state)
 {
@@ -1942,6 +1980,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_read_through_three_ranks, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_register_refused, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_mismatch_refused, api_setup,
 						api_teardown),

@@ -145,6 +145,9 @@ struct run {
 		uint64_t consumed;
 	} *unwritten;
 	uint32_t unwritten_count, unwritten_capacity;
+	/* --warm: the store's warm figures as the run ends, for the summary */
+	struct sel_stats warm_end;
+	bool warm_end_taken;
 	struct run_watch *watches; /* --stored-log: what may yet be evicted */
 	uint32_t watch_count, watch_max;
 	uint64_t watch_reclaims, watch_drops; /* the stats when last looked at */
@@ -1027,6 +1030,11 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		       t->offer_failures, launch_plural(t->offer_failures, "offer", "offers"),
 		       r->stopped ? "; the store stopped" : "",
 		       r->interrupted ? "; interrupted before the trace ended" : "");
+	if (r->warm_end_taken)
+		printf("  warm tier        %" PRIu64 " restores from warm slots, %" PRIu64
+		       " partly, %" PRIu64 " records read through; %" PRIu64 " written from "
+		       "warm\n", r->warm_end.warm_hits, r->warm_end.warm_partial_hits,
+		       r->warm_end.warm_read_throughs, r->warm_end.warm_writes);
 	printf("  result           %s\n", ok ? "ok" : "FAILED");
 	fflush(stdout);
 	if (!r->results)
@@ -1039,7 +1047,7 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		", \"fetch_failures\": %" PRIu64 ", \"retries_left_gpu\": %" PRIu64
 		", \"retries_refused_at_end\": %" PRIu64 ", \"wrong_units\": %" PRIu64
 		", \"expectations_missed\": %u, \"capacity_misses\": %" PRIu64
-		", \"interrupted\": %s, \"verified\": %s, \"ok\": %s}}\n", t->requests,
+		", \"interrupted\": %s, \"verified\": %s, \"ok\": %s", t->requests,
 		r->boot.cluster.world_size, t->gpu_hits, t->gpu_reused, t->host_hits,
 		t->host_reused, t->prefilled, t->restored_bytes, (double)t->restore_ns / 1e6,
 		gbps, t->outcomes[SEL_QUEUED] + t->outcomes[SEL_PRESENT] +
@@ -1048,6 +1056,13 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		t->wrong_units, t->expectations_missed, t->capacity_misses,
 		r->interrupted ? "true" : "false",
 		!t->wrong_units && !t->checks_failed ? "true" : "false", ok ? "true" : "false");
+	if (r->warm_end_taken)
+		fprintf(r->results, ", \"warm\": {\"hits\": %" PRIu64 ", \"partial_hits\": %"
+			PRIu64 ", \"read_throughs\": %" PRIu64 ", \"writes\": %" PRIu64
+			", \"dirty_at_close\": %" PRIu64 "}", r->warm_end.warm_hits,
+			r->warm_end.warm_partial_hits, r->warm_end.warm_read_throughs,
+			r->warm_end.warm_writes, r->warm_end.warm_dirty_records);
+	fputs("}}\n", r->results);
 }
 
 /* The page --metrics-port serves (launch/metrics/http.h), on the server's
@@ -1136,6 +1151,7 @@ static uint64_t run_rank_zero(struct run *r)
 		}
 	launch_metrics_http_stop(r->metrics); /* it reads the store */
 	r->metrics = NULL;
+	r->warm_end_taken = r->opt.warm_bytes && sel_store_stats(r->store, &r->warm_end) == 0;
 	run_log_index(r);
 	run_watch_free(r);
 	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
@@ -1242,6 +1258,8 @@ static void run_usage(FILE *out)
 		"                      \"prefilled\": N}} (expect optional)\n"
 		"  --dir BASE          the store's base directory; %%r becomes the rank\n"
 		"  --results FILE      one JSON line per request, then a summary line\n"
+		"                      (with --warm its \"warm\" figures: hits, partial_hits,\n"
+		"                      read_throughs, writes, dirty_at_close)\n"
 		"  --stored-log FILE   a JSON line per checkpoint reported stored, flushed:\n"
 		"                      {\"id\": REQUEST, \"consumed\": TOKENS} (on disk;\n"
 		"                      with --warm restorable, and once its file is on\n"

@@ -6,7 +6,15 @@
 #   2. a host restore after the GPU copies were evicted;
 #   3. a restore after restarting every rank (a new mpirun);
 #   4. a store whose disk writes fail on one rank (a failpoint armed there
-#      only): the run fails and says so, and no rank keeps a file of it.
+#      only): the run fails and says so, and no rank keeps a file of it;
+#   5. a warm tier on every rank (fresh directories, written through): a
+#      restore after the GPU copies were evicted is served from warm
+#      slots, reading no file (the results' warm figures say so);
+#   6. a restart of every rank with a smaller warm tier, written behind:
+#      warm starts empty, so the first restore reads its records through
+#      from the disk into warm; the documents stored after fill warm, and
+#      the last restore takes its chain from warm or the disk, whichever
+#      holds it then (the spills' timing decides; both byte-exact).
 #
 # Every phase checks every reused page and row byte-exact on every rank and
 # its "expect" lines (tests/qualify/phase-*.jsonl); after every phase, every
@@ -118,13 +126,14 @@ listing() {
 }
 
 check_agreement() {
-	listing "$work/rank0" > "$work/expect"
+	local base=${1:-$work/rank}
+	listing "${base}0" > "$work/expect"
 	[ -s "$work/expect" ] || { echo "no records on rank 0" >&2; exit 1; }
 	for r in $(seq 0 $((ranks - 1))); do
-		"$program" verify "$work/rank$r" > /dev/null
-		if ! listing "$work/rank$r" | cmp -s - "$work/expect"; then
+		"$program" verify "$base$r" > /dev/null
+		if ! listing "$base$r" | cmp -s - "$work/expect"; then
 			echo "rank $r's record files differ from rank 0's:" >&2
-			listing "$work/rank$r" | diff "$work/expect" - >&2 || true
+			listing "$base$r" | diff "$work/expect" - >&2 || true
 			exit 1
 		fi
 	done
@@ -198,9 +207,34 @@ run_failing_phase() {
 	fi
 }
 
+# run_warm_phase N WHAT SIZE POLICY CHECK: a phase on the warm directories
+# with a warm tier of SIZE on every rank; CHECK, a Python expression over w
+# (the results summary's "warm" figures), must hold.
+run_warm_phase() {
+	local phase=$1 what=$2 size=$3 policy=$4 check=$5
+	echo
+	echo "== phase $phase: $what"
+	launch "$program" run --trace "$here/phase-$phase.jsonl" --dir "$work/warm%r" \
+		--device "${SELENE_QUALIFY_DEVICE:-host}" --device-ordinal 0 --gpu-pages 64 \
+		--gpu-rows 8 --warm "$size" --warm-policy "$policy" \
+		--results "$work/phase-$phase.json"
+	python3 - "$work/phase-$phase.json" "$check" <<'PY'
+import json, sys
+w = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]["summary"]["warm"]
+print("-- warm tier: %s" % ", ".join("%s %d" % kv for kv in sorted(w.items())))
+if not eval(sys.argv[2], {"w": w}):
+    sys.exit("the warm figures do not meet %s" % sys.argv[2])
+PY
+	check_agreement "$work/warm"
+}
+
 run_phase 1 "a GPU-cache hit with no host hit"
 run_phase 2 "a host restore after the GPU copies were evicted"
 run_phase 3 "a restore after restarting every rank"
 run_failing_phase
+run_warm_phase 5 "a warm tier on every rank: a restore from warm slots" 64M write-through \
+	"w['hits'] >= 1 and w['read_throughs'] == 0 and w['dirty_at_close'] == 0"
+run_warm_phase 6 "a restart: warm empty, restores read through from the disk" 8M write-behind \
+	"w['read_throughs'] >= 2"
 echo
-echo "== multihost $mode: qualified ($ranks ranks, 4 phases)"
+echo "== multihost $mode: qualified ($ranks ranks, 6 phases)"

@@ -35,6 +35,11 @@ loopback) through faults and checks, after each, what Selene promises:
   storm      cluster formation (selene cluster-demo, 3 ranks) while port
              scans, idle connections, garbage and bad MACs hit the join port.
   fuzz       the libFuzzer targets (make fuzz-build) for a fixed time each.
+  LOOP+wt, LOOP+wb  kill, kill-evict, failpoint, fp-evict, read-eio and
+             corrupt again, fewer times (warm_tasks), with a warm tier on
+             every rank written through (wt) or behind (wb): a checkpoint
+             is committed once the stored log says it is on disk, or its
+             run closed cleanly (the close's drain wrote it).
 
 A wrong byte, a lost committed record, ranks that disagree, a crash or a
 hang fails the run, naming the seed that reproduces it. Prints a table of
@@ -45,7 +50,8 @@ TORTURE_JOBS (parallel lanes, default 2), TORTURE_FUZZ_SECONDS,
 TORTURE_SKIP_STORM=1, TORTURE_KEEP=1 (keep the work directory), and for
 narrower runs TORTURE_ONLY=kill,kill-evict,failpoint,fp-evict,read-eio,
 corrupt,header,storm,fuzz, TORTURE_KILLS, TORTURE_EVICT_KILLS,
-TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, and
+TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, TORTURE_WARM=0 (no warm
+loops), TORTURE_WARM_KILLS, TORTURE_WARM_EVICT_KILLS (per policy), and
 TORTURE_REPLAY=KIND:...:SEED (one try, as a failure names it).
 """
 import argparse
@@ -78,6 +84,11 @@ CYCLE_KILLS = 8            # kills on one set of directories, then fresh ones
 # The evicting workload: a disk limit a few records fill, so that nearly
 # every publication evicts or compacts (tens of evictions a second).
 EVICT_DISK_LIMIT = "2M"
+# The warm lanes' tier on every rank: 1 MiB holds 128 slots, a few
+# conversations, so stores spill (write-behind) and evict warm records, and
+# restores read through from the disk. Each write policy gets its lanes.
+WARM_BYTES = "1M"
+WARM_POLICIES = {"write-through": "wt", "write-behind": "wb"}
 # The failpoints met only while records are evicted, compacted or dropped:
 # armed on the evicting workload (the seeded one never reaches them), with
 # kill and with an error, on each rank.
@@ -91,6 +102,8 @@ READ_EIO_READS = 12
 # (failpoint, action or "*", role) that no try can fire, and why. Any other
 # one tried and never fired fails the run: the loop did not test it.
 CANNOT_FIRE = {
+    ("warm.register", "*", "rank0"): "the plain loops run no warm tier (the warm ones fire it)",
+    ("warm.register", "*", "peer"): "the plain loops run no warm tier (the warm ones fire it)",
     ("peer.socket", "*", "rank0"): "rank zero runs no peer agent",
     ("peer.dup", "*", "rank0"): "rank zero runs no peer agent",
     ("peer.resolve", "*", "rank0"): "rank zero runs no peer agent",
@@ -834,6 +847,174 @@ class Lane:
         self.fresh()  # a damaged file left unread must not meet the next kill's checks
 
 
+class SectionTable:
+    """The table as a warm lane sees it: every section it counts on gets
+    the lane's suffix (its own lines), and a failpoint it arms does not
+    join the plain loops' fired-or-not bookkeeping (a warm pass draws one
+    action and role per failpoint; its fired count is on its own line)."""
+
+    def __init__(self, table, suffix):
+        self.table, self.suffix = table, suffix
+
+    def add(self, section, outcome, n=1):
+        self.table.add(section + self.suffix, outcome, n)
+
+    def note(self, section, text):
+        self.table.note(section + self.suffix, text)
+
+    def fail(self, section, text):
+        self.table.fail(section + self.suffix, text)
+
+    def mark_fired(self, name, action, role, fired):
+        pass
+
+
+class WarmLane(Lane):
+    """A lane whose every run has a warm tier (WARM_BYTES on every rank,
+    the given write policy), small enough that stores spill and evict
+    warm records and restores read through from the disk. A checkpoint is
+    committed once the stored log says it reached the disk ("on_disk"),
+    or once a run that stored it ended cleanly with nothing lost in the
+    close's drain (a write-behind run's records reach the disk there, and
+    the drain reports no events); a STORED line alone (restorable from
+    warm slots) need not survive a kill."""
+
+    def __init__(self, index, program, root, seed, table, policy, disk_limit=None):
+        self.policy = policy
+        self.runs = {}   # stored log -> its launch, for absorb
+        super().__init__(index, program, os.path.join(root, "warm-" + WARM_POLICIES[policy]),
+                         seed, SectionTable(table, "+" + WARM_POLICIES[policy]), disk_limit)
+
+    def launch(self, trace, extra=(), **kw):
+        run = super().launch(trace, ["--warm", WARM_BYTES, "--warm-policy", self.policy] +
+                             list(extra), **kw)
+        self.runs[run.stored] = run
+        return run
+
+    def absorb(self, stored_log, by_id, drops_expected=False, also=None):
+        run = self.runs.pop(stored_log, None)
+        clean = (run is not None and run.proc.returncode == 0 and
+                 "are lost" not in run.output(1 << 22))
+        try:
+            with open(stored_log) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        kept, warm_only, on_disk, late, gone = [], 0, 0, 0, set()
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue      # the last line of a killed run, cut short
+            key = (entry.get("id"), entry.get("consumed"))
+            if entry.get("evicted") or entry.get("dropped"):
+                gone.add(key)
+            elif "id" in entry and not entry.get("on_disk"):
+                gone.discard(key)   # stored again
+                if not clean:
+                    warm_only += 1
+                    continue
+            elif entry.get("on_disk"):
+                # A dirty record whose row a child's commit dropped (or
+                # which the policy evicted) is logged gone, then written:
+                # its file is on disk, but it no longer restores whole.
+                if key in gone:
+                    late += 1
+                    continue
+                on_disk += 1
+            kept.append(line)
+        self.table.add(self.section, "on-disk lines", on_disk)
+        self.table.add(self.section, "on disk after its evicted line", late)
+        self.table.add(self.section, "stored, not on disk at the kill (not committed)", warm_only)
+        path = stored_log + ".on-disk"
+        with open(path, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+        info = super().absorb(path, by_id, drops_expected, also)
+        if clean:
+            self.drained_row_drops(kept, by_id, also)
+        return info
+
+    def drained_row_drops(self, kept, by_id, also):
+        """A record written in the close's drain drops its parent's row
+        there, after the run's last look for rows gone (the stored log
+        cannot say so): the deepest committed checkpoint through which a
+        record of this run was stored no longer restores whole, only its
+        child does (which stays committed, and whose restore reads the
+        parent's pages)."""
+        stored = set()
+        for line in kept:
+            entry = json.loads(line)
+            spans = by_id.get(entry.get("id"))
+            if spans is None or entry.get("evicted") or entry.get("dropped"):
+                continue
+            at, prefix = 0, []
+            for s in spans:
+                if at >= entry["consumed"]:
+                    break
+                prefix.append(s)
+                at += s[1]
+            stored.add(tuple(prefix))
+        for c in [self.committed] + ([also] if also is not None and also is not self.committed
+                                     else []):
+            parents = set()
+            for p in stored:
+                through = [k for k in c if len(k) < len(p) and p[:len(k)] == k]
+                if through:
+                    parents.add(max(through, key=len))
+            for k in parents:
+                del c[k]
+                if c is self.committed:
+                    self.table.add(self.section, "row dropped in the close's drain")
+
+    def failpoint_try(self, seed, name, action, role):
+        self.section = "failpoint"
+        super().failpoint_try(seed, name, action, role)
+
+    def corrupt_try(self, seed, kind):
+        self.section = "corrupt"
+        super().corrupt_try(seed, kind)
+
+
+def warm_tasks(rng, quick, plain_points):
+    """The warm variants of the fault loops, for each write policy: a
+    fraction of the kills, one pass over the failpoints (action and role
+    drawn), the evicting points once each, a read error at startup on
+    each rank and two corruptions (TORTURE_WARM=0: none;
+    TORTURE_WARM_KILLS, TORTURE_WARM_EVICT_KILLS per policy)."""
+    if os.environ.get("TORTURE_WARM", "") == "0":
+        return []
+    kills = env_int("TORTURE_WARM_KILLS", 3 if quick else 12)
+    evict_kills = env_int("TORTURE_WARM_EVICT_KILLS", 2 if quick else 6)
+    tasks = []
+    for short in WARM_POLICIES.values():
+        points = rng.sample(plain_points, (len(plain_points) + 3) // 4) if quick else plain_points
+        evict = rng.sample(EVICT_POINTS, 2) if quick else EVICT_POINTS
+        tasks += [("kill+" + short, None)] * kills
+        tasks += [("kill-evict+" + short, None)] * evict_kills
+        tasks += [("failpoint+" + short, (n, rng.choice(("kill", "error")),
+                                          rng.choice(("rank0", "peer")))) for n in points]
+        tasks += [("fp-evict+" + short, (n, rng.choice(("kill", "error")),
+                                         str(rng.randrange(RANKS)))) for n in evict]
+        tasks += [("read-eio+" + short, (str(r), str(rng.randrange(READ_EIO_READS))))
+                  for r in (range(RANKS) if not quick else [rng.randrange(RANKS)])]
+        tasks += [("corrupt+" + short, rng.choice(CORRUPTIONS)) for _ in range(1 if quick else 2)]
+    return tasks
+
+
+def warm_lane_for(lanes, kind, index, program, root, seed, table):
+    """The lane a warm task (kind "LOOP+wt" or "LOOP+wb") runs on, made on
+    first use: one per policy and workload (plain or evicting) per lane."""
+    loop, short = kind.split("+")
+    policy = next(p for p, s in WARM_POLICIES.items() if s == short)
+    evicting = loop in ("kill-evict", "fp-evict")
+    key = (short, evicting)
+    if key not in lanes:
+        lanes[key] = WarmLane(index, program, root, seed * 1000 + (700 if evicting else 600) +
+                              10 * len(lanes) + index, table, policy,
+                              disk_limit=EVICT_DISK_LIMIT if evicting else None)
+    return lanes[key], loop
+
+
 def failpoint_fired(out, rc, name, action, rank):
     """Whether an armed failpoint was met: a kill ends its rank by SIGKILL
     (mpirun says so); an error is counted by the rank's `selene run`, which
@@ -1158,11 +1339,12 @@ def main():
     tasks += [("fp-evict", t) for t in evict_trials]
     tasks += [("read-eio", t) for t in eio_trials]
     tasks += [("corrupt", CORRUPTIONS[i % len(CORRUPTIONS)]) for i in range(corruptions)]
+    tasks += warm_tasks(rng, quick, plain)
     tasks = [(kind, arg, rng.randrange(1, 1 << 31)) for kind, arg in tasks]
     only = os.environ.get("TORTURE_ONLY", "")   # e.g. "kill,corrupt": a narrower run
 
     def wanted(kind):
-        return not only or kind in only.split(",")
+        return not only or kind in only.split(",") or kind.split("+")[0] in only.split(",")
 
     tasks = [t for t in tasks if wanted(t[0])]
     replay = os.environ.get("TORTURE_REPLAY", "")  # one try, as a failure names it
@@ -1170,6 +1352,8 @@ def main():
         parts = replay.split(":")
         arg = (None if len(parts) == 2 else parts[1] if parts[0] == "corrupt"
                else tuple(parts[1:-1]))
+        if parts[0].startswith("corrupt") and isinstance(arg, tuple):
+            arg = arg[0]
         tasks = [(parts[0], arg, int(parts[-1]))]
         only = "none"
     rng.shuffle(tasks)
@@ -1181,21 +1365,25 @@ def main():
         plain = Lane(index, program, root, seed * 1000 + index, table)
         evicting = Lane(index, program, root, seed * 1000 + 500 + index, table,
                         disk_limit=EVICT_DISK_LIMIT)
+        warm_lanes = {}
         while not stop.is_set():
             with qlock:
                 if not queue:
                     return
                 kind, arg, task_seed = queue.popleft()
             lane = evicting if kind in ("kill-evict", "fp-evict") else plain
+            loop = kind
+            if "+" in kind:
+                lane, loop = warm_lane_for(warm_lanes, kind, index, program, root, seed, table)
             lane.rng.seed(task_seed)
             try:
-                if kind in ("kill", "kill-evict"):
+                if loop in ("kill", "kill-evict"):
                     lane.kill_try(task_seed)
-                elif kind == "failpoint":
+                elif loop == "failpoint":
                     lane.failpoint_try(task_seed, *arg)
-                elif kind == "fp-evict":
+                elif loop == "fp-evict":
                     lane.evict_failpoint_try(task_seed, arg[0], arg[1], int(arg[2]))
-                elif kind == "read-eio":
+                elif loop == "read-eio":
                     lane.read_eio_try(task_seed, int(arg[0]), int(arg[1]))
                 else:
                     lane.corrupt_try(task_seed, arg)
