@@ -72,13 +72,6 @@ struct agree_state {
 	struct coord_agreement *out;
 };
 
-static int compare_keys(const struct rec_key *a, const struct rec_key *b)
-{
-	if (a->consumed != b->consumed)
-		return a->consumed < b->consumed ? -1 : 1;
-	return memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES);
-}
-
 /* R-DIR-4 as the scan orders its records: oldest mtime first, then key. */
 static int compare_access(const void *a, const void *b)
 {
@@ -86,7 +79,7 @@ static int compare_access(const void *a, const void *b)
 
 	if (x->mtime_ns != y->mtime_ns)
 		return x->mtime_ns < y->mtime_ns ? -1 : 1;
-	return compare_keys(&x->key, &y->key);
+	return rec_key_compare(&x->key, &y->key);
 }
 
 static void *alloc_array(size_t count, size_t size)
@@ -215,7 +208,7 @@ static void protect_group(struct agree_state *s, struct agree_group *g)
 /* Groups by their key. */
 static int compare_groups(const void *a, const void *b)
 {
-	return compare_keys(((const struct agree_group *)a)->sort_key,
+	return rec_key_compare(((const struct agree_group *)a)->sort_key,
 			    ((const struct agree_group *)b)->sort_key);
 }
 

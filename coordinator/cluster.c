@@ -615,13 +615,10 @@ static int form_distribute(const struct coord_form_options *o, struct coord_peer
  * the scan checked every header against it, R-REC-12): the summaries carry
  * no peer's length, and a truncated file is page-only now.
  */
+/* rec_key_compare for qsort and bsearch */
 static int key_order(const void *a, const void *b)
 {
-	const struct rec_key *x = a, *y = b;
-
-	if (x->consumed != y->consumed)
-		return x->consumed < y->consumed ? -1 : 1;
-	return memcmp(x->digest.bytes, y->digest.bytes, REC_DIGEST_BYTES);
+	return rec_key_compare(a, b);
 }
 
 /*

@@ -78,13 +78,10 @@ void coord_store_destroy(struct coord_store *s)
 	s->held_key_count = 0;
 }
 
+/* rec_key_compare for qsort and bsearch */
 static int key_order(const void *a, const void *b)
 {
-	const struct rec_key *x = a, *y = b;
-
-	if (x->consumed != y->consumed)
-		return x->consumed < y->consumed ? -1 : 1;
-	return memcmp(x->digest.bytes, y->digest.bytes, REC_DIGEST_BYTES);
+	return rec_key_compare(a, b);
 }
 
 int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t count)

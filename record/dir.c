@@ -629,16 +629,9 @@ static int scan_entry(struct scan_state *s, const struct dirent *entry)
 	return scan_defer(s, name, &key);
 }
 
-static int compare_keys(const struct rec_key *a, const struct rec_key *b)
-{
-	if (a->consumed != b->consumed)
-		return a->consumed < b->consumed ? -1 : 1;
-	return memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES);
-}
-
 static int compare_entry_keys(const void *a, const void *b)
 {
-	return compare_keys(&((const struct scan_entry *)a)->info.key,
+	return rec_key_compare(&((const struct scan_entry *)a)->info.key,
 			    &((const struct scan_entry *)b)->info.key);
 }
 
@@ -649,7 +642,7 @@ static struct scan_entry *find_entry(struct scan_state *s,
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = compare_keys(&s->entries[mid].info.key, key);
+		int c = rec_key_compare(&s->entries[mid].info.key, key);
 
 		if (c == 0)
 			return &s->entries[mid];
@@ -737,7 +730,7 @@ static int compare_access(const void *a, const void *b)
 
 	if (x->mtime_ns != y->mtime_ns)
 		return x->mtime_ns < y->mtime_ns ? -1 : 1;
-	return compare_keys(&x->key, &y->key);
+	return rec_key_compare(&x->key, &y->key);
 }
 
 static int scan_collect(struct scan_state *s)

@@ -101,6 +101,13 @@ void rec_key_get(const uint8_t *in, struct rec_key *key)
 	memcpy(key->digest.bytes, in + 8, REC_DIGEST_BYTES);
 }
 
+int rec_key_compare(const struct rec_key *a, const struct rec_key *b)
+{
+	if (a->consumed != b->consumed)
+		return a->consumed < b->consumed ? -1 : 1;
+	return memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES);
+}
+
 bool rec_key_equal(const struct rec_key *a, const struct rec_key *b)
 {
 	return a->consumed == b->consumed && rec_digest_equal(&a->digest, &b->digest);

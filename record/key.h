@@ -57,6 +57,8 @@ void rec_key_from_block(struct rec_key *out, const struct rec_identity *model,
 			const uint32_t *tail, uint32_t tail_count);
 
 bool rec_key_equal(const struct rec_key *a, const struct rec_key *b);
+/* Keys' order: by consumed, then digest bytes; <0, 0 or >0 as memcmp. */
+int rec_key_compare(const struct rec_key *a, const struct rec_key *b);
 
 /*
  * A key as bytes, as every layout that holds one lays it out (the wire's

@@ -191,9 +191,27 @@ static void test_key_empty_history(void **state)
 	rec_history_free(&h);
 }
 
+/* Keys order by token count first, then by digest bytes; equal keys are 0. */
+static void test_key_compare_orders_count_then_digest(void **state)
+{
+	struct rec_key a = { .consumed = 64 }, b = { .consumed = 128 };
+
+	(void)state;
+	a.digest.bytes[0] = 0xff;
+	assert_true(rec_key_compare(&a, &b) < 0);
+	assert_true(rec_key_compare(&b, &a) > 0);
+	b.consumed = 64;
+	assert_true(rec_key_compare(&a, &b) > 0);
+	b.digest.bytes[0] = 0xff;
+	assert_int_equal(rec_key_compare(&a, &b), 0);
+	b.digest.bytes[REC_DIGEST_BYTES - 1] = 1;
+	assert_true(rec_key_compare(&a, &b) < 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_key_compare_orders_count_then_digest),
 		cmocka_unit_test(test_key_identity_vectors),
 		cmocka_unit_test(test_key_history_vectors),
 		cmocka_unit_test(test_key_equal_prefixes_equal_keys),
