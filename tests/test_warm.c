@@ -241,6 +241,24 @@ static bool files_were_read(void)
 	return sel_failpoint_fired(SEL_FP_DISK_OPEN) || sel_failpoint_fired(SEL_FP_DISK_READ);
 }
 
+/* Fetches chain with every file open and read failing; none may be tried. */
+static void fetch_reading_no_file(struct fixture *f, const struct shard_chain_record *chain,
+				  uint32_t count, uint32_t skip)
+{
+	fail_file_reads();
+	assert_int_equal(fetch(f, chain, count, skip, 100, 4), 0);
+	assert_false(files_were_read());
+	sel_failpoints_configure(NULL);
+}
+
+/* Pages [0, pages) at ids 100.. and the row of consumed in slot are restored. */
+static void check_restored(struct fixture *f, uint32_t pages, uint32_t slot, uint64_t consumed)
+{
+	for (uint32_t i = 0; i < pages; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, slot, consumed));
+}
+
 /* A chain of two warm records restores byte-exact, suffix too, reading no file. */
 static void test_warm_fetch_reads_no_file(void **state)
 {
@@ -263,10 +281,7 @@ static void test_warm_fetch_reads_no_file(void **state)
 	chain[1] = (struct shard_chain_record){ b, 7, 5 };
 	for (uint32_t skip = 0; skip <= 12; skip += 3) {
 		poison(f);
-		fail_file_reads();
-		assert_int_equal(fetch(f, chain, 2, skip, 100, 4), 0);
-		assert_false(files_were_read());
-		sel_failpoints_configure(NULL);
+		fetch_reading_no_file(f, chain, 2, skip);
 		for (uint32_t i = skip; i < 12; i++)
 			assert_true(page_matches(f, 100 + i - skip, i));
 		assert_true(row_matches(f, 4, b.consumed));
@@ -284,9 +299,7 @@ static void test_warm_fetch_reads_no_file(void **state)
 	assert_true(files_were_read());
 	sel_failpoints_configure(NULL);
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
-	for (uint32_t i = 0; i < 12; i++)
-		assert_true(page_matches(f, 100 + i, i));
-	assert_true(row_matches(f, 4, b.consumed));
+	check_restored(f, 12, 4, b.consumed);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.records, 0);
 	assert_int_equal(ws.slots_used, 0);
@@ -324,9 +337,7 @@ static void test_warm_fetch_one_wait(void **state)
 	assert_int_equal(d.synchronize_calls - syncs, 1);
 	/* windows of 4 pages (4 + 3, 4 + 1), the first in calls of 1, 2, 1; the row */
 	assert_int_equal(d.copy_calls - calls, 7);
-	for (uint32_t i = 0; i < 12; i++)
-		assert_true(page_matches(f, 100 + i, i));
-	assert_true(row_matches(f, 4, b.consumed));
+	check_restored(f, 12, 4, b.consumed);
 	poison(f);
 	d.fail_synchronize_at = d.synchronize_calls + 1;
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), -EIO);
@@ -381,10 +392,7 @@ static void test_warm_read_through_engine(void **state)
 	assert_int_equal(ws.read_through_bytes, (16ull + ROW_PIECES) * SLOT_BYTES);
 	/* Served from the slots now: no file is opened or read. */
 	poison(f);
-	fail_file_reads();
-	assert_int_equal(fetch(f, chain, 3, 0, 100, 4), 0);
-	assert_false(files_were_read());
-	sel_failpoints_configure(NULL);
+	fetch_reading_no_file(f, chain, 3, 0);
 	check_chain(f, 0, &c);
 	/* b leaves the tier: a and c from slots, b from its file, at every skip. */
 	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &b), 0);
@@ -409,10 +417,7 @@ static void test_warm_read_through_engine(void **state)
 	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
 	check_chain(f, 0, &c);
 	poison(f);
-	fail_file_reads();
-	assert_int_equal(fetch(f, chain, 3, 0, 100, 4), 0);
-	assert_false(files_were_read());
-	sel_failpoints_configure(NULL);
+	fetch_reading_no_file(f, chain, 3, 0);
 	check_chain(f, 0, &c);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.read_throughs, 5);
@@ -461,9 +466,7 @@ static void test_warm_read_through_fails(void **state)
 	assert_int_equal(ws.slots_used, 0);
 	poison(f);
 	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
-	for (uint32_t i = 0; i < 12; i++)
-		assert_true(page_matches(f, 100 + i, i));
-	assert_true(row_matches(f, 4, b.consumed));
+	check_restored(f, 12, 4, b.consumed);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.read_throughs, 2);
 	assert_int_equal(ws.slots_used, 12 + ROW_PIECES);
@@ -474,9 +477,7 @@ static void test_warm_read_through_fails(void **state)
 	chain[1] = (struct shard_chain_record){ b, 7, 6 };
 	poison(f);
 	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
-	for (uint32_t i = 0; i < 13; i++)
-		assert_true(page_matches(f, 100 + i, i));
-	assert_true(row_matches(f, 4, b.consumed));
+	check_restored(f, 13, 4, b.consumed);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.read_throughs, 2);
 	assert_int_equal(ws.read_fallbacks, 1);
@@ -585,9 +586,7 @@ static void test_warm_restart_empty(void **state)
 	poison(f);
 	chain = (struct shard_chain_record){ a, 0, 9 };
 	assert_int_equal(fetch(f, &chain, 1, 0, 100, 2), 0);
-	for (uint32_t i = 0; i < 9; i++)
-		assert_true(page_matches(f, 100 + i, i));
-	assert_true(row_matches(f, 2, a.consumed));
+	check_restored(f, 9, 2, a.consumed);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.hits, 0);
 }
