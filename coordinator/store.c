@@ -295,7 +295,6 @@ static void warm_touch_chain(struct coord_store *s, uint32_t id)
 		coord_warm_touch(&s->warm, id);
 }
 
-/* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static void drop_bare_page_only(struct coord_store *s, uint32_t id);
 
 /*
@@ -311,6 +310,7 @@ static void warm_forget(struct coord_store *s, uint32_t id)
 	coord_warm_forget(&s->warm, id);
 }
 
+/* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 {
 	struct coord_node *n = coord_index_node(&s->index, victim);
@@ -340,16 +340,14 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	/* Every rank gives the warm slots back when it runs the job. */
 	if (compact) {
 		coord_warm_drop_row(&s->warm, victim, n->tail_page_count);
-	} else {
-		warm_forget(s, victim);
-	}
-	if (compact) {
 		n->row_present = false;
 		n->bytes -= job->bytes;
 		s->stats.truncations++;
 	} else {
 		uint32_t parent = n->parent_id;
 
+		/* Before the node goes: a dirty one's ancestors are walked. */
+		warm_forget(s, victim);
 		/* A condemned record is dropped, not evicted (drop_condemned). */
 		if (n->state == COORD_CONDEMNED)
 			s->condemned_count--;
