@@ -629,16 +629,6 @@ enum warm_room {
 };
 
 /*
- * Frees warm slots for a store of need slots: the least recently used
- * warm records that are on disk and unpinned are dropped on every rank
- * (their files stay), until need slots are free. Where dirty records hold
- * what is missing, the least recently used of them are written (a spill)
- * and the store answers Retry, so their slots can go once on disk. Cold,
- * and the store goes through staging, when the warm tier cannot take it
- * otherwise: larger than the tier, too few records it may drop (stores in
- * flight hold the rest), or no job to drop one with.
- */
-/*
  * Drops node victim's warm copy on every rank (a warm drop job; its file
  * stays) and gives its slots back in the count. Returns 0, or why not.
  */
@@ -663,6 +653,15 @@ static int warm_drop_submit(struct coord_store *s, uint32_t victim)
 }
 
 /*
+ * Frees warm slots for a store of need slots: the least recently used
+ * warm records that are on disk and unpinned are dropped on every rank
+ * (their files stay), until need slots are free. Where dirty records hold
+ * what is missing, the least recently used of them are written (a spill)
+ * and the store answers Retry, so their slots can go once on disk. Cold,
+ * and the store goes through staging, when the warm tier cannot take it
+ * otherwise: larger than the tier, too few records it may drop (stores in
+ * flight hold the rest), or no job to drop one with.
+ *
  * for_store: a store's room, which may start spills of dirty records and
  * answer Retry; a fetch's read-through (false) only drops clean records
  * and otherwise streams cold.
