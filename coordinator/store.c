@@ -699,11 +699,20 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 	return WARM_ROOM;
 }
 
+/* The warm slots record i of job's chain takes: its tail pages, the last one's row. */
+static uint32_t read_slots(struct coord_store *s, const struct coord_job *job, uint32_t i)
+{
+	bool last = i + 1 == job->chain_count;
+
+	return coord_index_node(&s->index, job->chain[i])->tail_page_count +
+	       (last ? s->warm.row_slots : 0);
+}
+
 /*
  * The warm slots a fetch of job's chain, skipping skip pages, takes to
  * read its cold records through (docs/DESIGN.md section 6): each record
- * neither warm nor charged that it reads whole, its tail pages (and the
- * last one's row). Marks them in job->read_charged.
+ * neither warm nor charged that it reads whole, its read_slots. Marks
+ * them in job->read_charged.
  */
 static uint64_t read_through_need(struct coord_store *s, struct coord_job *job, uint32_t skip)
 {
@@ -716,7 +725,7 @@ static uint64_t read_through_need(struct coord_store *s, struct coord_job *job, 
 
 		if (!coord_warm_charged(&s->warm, job->chain[i]) && before >= skip &&
 		    (n->tail_page_count > 0 || last)) {
-			need += n->tail_page_count + (last ? s->warm.row_slots : 0);
+			need += read_slots(s, job, i);
 			job->read_charged[i / 64] |= 1ull << (i % 64);
 		}
 		before += n->tail_page_count;
@@ -751,16 +760,9 @@ static bool plan_read_through(struct coord_store *s, struct coord_job *job, uint
 /* A read-through fetch was submitted: its records' slots are charged. */
 static void read_through_charge(struct coord_store *s, const struct coord_job *job)
 {
-	for (uint32_t i = 0; i < job->chain_count; i++) {
-		const struct coord_node *n;
-
-		if (!read_charged(job, i))
-			continue;
-		n = coord_index_node(&s->index, job->chain[i]);
-		coord_warm_charge(&s->warm, job->chain[i],
-				  n->tail_page_count +
-					  (i + 1 == job->chain_count ? s->warm.row_slots : 0));
-	}
+	for (uint32_t i = 0; i < job->chain_count; i++)
+		if (read_charged(job, i))
+			coord_warm_charge(&s->warm, job->chain[i], read_slots(s, job, i));
 }
 
 /*
