@@ -292,7 +292,6 @@ static void warm_touch_chain(struct coord_store *s, uint32_t id)
 		coord_warm_touch(&s->warm, id);
 }
 
-/* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static void drop_bare_page_only(struct coord_store *s, uint32_t id);
 
 /*
@@ -308,6 +307,7 @@ static void warm_forget(struct coord_store *s, uint32_t id)
 	coord_warm_forget(&s->warm, id);
 }
 
+/* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 {
 	struct coord_node *n = coord_index_node(&s->index, victim);
@@ -337,16 +337,14 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	/* Every rank gives the warm slots back when it runs the job. */
 	if (compact) {
 		coord_warm_drop_row(&s->warm, victim, n->tail_page_count);
-	} else {
-		warm_forget(s, victim);
-	}
-	if (compact) {
 		n->row_present = false;
 		n->bytes -= job->bytes;
 		s->stats.truncations++;
 	} else {
 		uint32_t parent = n->parent_id;
 
+		/* Before the node goes: a dirty one's ancestors are walked. */
+		warm_forget(s, victim);
 		/* A condemned record is dropped, not evicted (drop_condemned). */
 		if (n->state == COORD_CONDEMNED)
 			s->condemned_count--;
@@ -628,16 +626,6 @@ enum warm_room {
 };
 
 /*
- * Frees warm slots for a store of need slots: the least recently used
- * warm records that are on disk and unpinned are dropped on every rank
- * (their files stay), until need slots are free. Where dirty records hold
- * what is missing, the least recently used of them are written (a spill)
- * and the store answers Retry, so their slots can go once on disk. Cold,
- * and the store goes through staging, when the warm tier cannot take it
- * otherwise: larger than the tier, too few records it may drop (stores in
- * flight hold the rest), or no job to drop one with.
- */
-/*
  * Drops node victim's warm copy on every rank (a warm drop job; its file
  * stays) and gives its slots back in the count. Returns 0, or why not.
  */
@@ -662,6 +650,15 @@ static int warm_drop_submit(struct coord_store *s, uint32_t victim)
 }
 
 /*
+ * Frees warm slots for a store of need slots: the least recently used
+ * warm records that are on disk and unpinned are dropped on every rank
+ * (their files stay), until need slots are free. Where dirty records hold
+ * what is missing, the least recently used of them are written (a spill)
+ * and the store answers Retry, so their slots can go once on disk. Cold,
+ * and the store goes through staging, when the warm tier cannot take it
+ * otherwise: larger than the tier, too few records it may drop (stores in
+ * flight hold the rest), or no job to drop one with.
+ *
  * for_store: a store's room, which may start spills of dirty records and
  * answer Retry; a fetch's read-through (false) only drops clean records
  * and otherwise streams cold.
@@ -699,11 +696,20 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 	return WARM_ROOM;
 }
 
+/* The warm slots record i of job's chain takes: its tail pages, the last one's row. */
+static uint32_t read_slots(struct coord_store *s, const struct coord_job *job, uint32_t i)
+{
+	bool last = i + 1 == job->chain_count;
+
+	return coord_index_node(&s->index, job->chain[i])->tail_page_count +
+	       (last ? s->warm.row_slots : 0);
+}
+
 /*
  * The warm slots a fetch of job's chain, skipping skip pages, takes to
  * read its cold records through (docs/DESIGN.md section 6): each record
- * neither warm nor charged that it reads whole, its tail pages (and the
- * last one's row). Marks them in job->read_charged.
+ * neither warm nor charged that it reads whole, its read_slots. Marks
+ * them in job->read_charged.
  */
 static uint64_t read_through_need(struct coord_store *s, struct coord_job *job, uint32_t skip)
 {
@@ -716,7 +722,7 @@ static uint64_t read_through_need(struct coord_store *s, struct coord_job *job, 
 
 		if (!coord_warm_charged(&s->warm, job->chain[i]) && before >= skip &&
 		    (n->tail_page_count > 0 || last)) {
-			need += n->tail_page_count + (last ? s->warm.row_slots : 0);
+			need += read_slots(s, job, i);
 			job->read_charged[i / 64] |= 1ull << (i % 64);
 		}
 		before += n->tail_page_count;
@@ -751,16 +757,9 @@ static bool plan_read_through(struct coord_store *s, struct coord_job *job, uint
 /* A read-through fetch was submitted: its records' slots are charged. */
 static void read_through_charge(struct coord_store *s, const struct coord_job *job)
 {
-	for (uint32_t i = 0; i < job->chain_count; i++) {
-		const struct coord_node *n;
-
-		if (!read_charged(job, i))
-			continue;
-		n = coord_index_node(&s->index, job->chain[i]);
-		coord_warm_charge(&s->warm, job->chain[i],
-				  n->tail_page_count +
-					  (i + 1 == job->chain_count ? s->warm.row_slots : 0));
-	}
+	for (uint32_t i = 0; i < job->chain_count; i++)
+		if (read_charged(job, i))
+			coord_warm_charge(&s->warm, job->chain[i], read_slots(s, job, i));
 }
 
 /*
