@@ -593,12 +593,15 @@ static bool warm_writes_allowed(const struct coord_store *s)
 uint32_t coord_store_write_dirty(struct coord_store *s)
 {
 	struct coord_warm *w = &s->warm;
-	uint32_t id;
+	uint32_t id, from = w->head;
 
+	/* A write keeps its record listed: go on after it, not from the head. */
 	while (w->dirty_records > s->warm_writes_in_flight && warm_writes_allowed(s) &&
-	       (id = coord_warm_dirty_victim(w, &s->index)) != COORD_NONE)
+	       (id = coord_warm_dirty_victim(w, &s->index, from)) != COORD_NONE) {
+		from = w->next[id];
 		if (submit_warm_write(s, id) != 0)
 			break;
+	}
 	return w->dirty_records - s->warm_writes_in_flight;
 }
 
@@ -669,8 +672,15 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 
 	if (!coord_warm_enabled(w) || !s->jobs_ops.warm_drop || need > w->slots_total)
 		return WARM_COLD;
+	/*
+	 * Victims are taken in list order, each pass going on after the last
+	 * (records it passed over stay unfit while it runs), so a store
+	 * walks the list once, however many it drops.
+	 */
+	uint32_t from = w->head;
+
 	while (w->slots_total - w->slots_used < need) {
-		uint32_t victim = coord_warm_victim(w, &s->index);
+		uint32_t victim = coord_warm_victim(w, &s->index, from);
 
 		if (victim == COORD_NONE && w->dirty_records > 0 && for_store) {
 			uint64_t coming = 0;
@@ -679,17 +689,21 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 			for (uint32_t j = 0; j < COORD_JOBS_MAX; j++)
 				if (s->jobs[j].in_use && s->jobs[j].kind == COORD_JOB_WARM_WRITE)
 					coming += w->slots[s->jobs[j].node];
+			from = w->head;
 			while (w->slots_total - w->slots_used + coming < need &&
 			       warm_writes_allowed(s) &&
-			       (victim = coord_warm_dirty_victim(w, &s->index)) != COORD_NONE &&
-			       submit_warm_write(s, victim) == 0) {
+			       (victim = coord_warm_dirty_victim(w, &s->index, from)) != COORD_NONE &&
+			       (from = w->next[victim], submit_warm_write(s, victim) == 0)) {
 				coming += w->slots[victim];
 				s->stats.warm_spills++;
 			}
 			s->stats.warm_retry_dirty++;
 			return WARM_RETRY;
 		}
-		if (victim == COORD_NONE || warm_drop_submit(s, victim) != 0)
+		if (victim == COORD_NONE)
+			return WARM_COLD;
+		from = w->next[victim]; /* before the drop unlists it */
+		if (warm_drop_submit(s, victim) != 0)
 			return WARM_COLD;
 		w->evictions++;
 	}

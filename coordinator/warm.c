@@ -134,9 +134,10 @@ void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, ui
 	mark_ancestors(w, ix, id, -1);
 }
 
-uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix)
+uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix,
+				 uint32_t from)
 {
-	for (uint32_t id = w->head; id != COORD_NONE; id = w->next[id]) {
+	for (uint32_t id = from; id != COORD_NONE; id = w->next[id]) {
 		uint32_t parent = ix->nodes[id].parent_id;
 
 		if (w->dirty[id] == COORD_WARM_DIRTY && ix->nodes[id].state == COORD_READY &&
@@ -181,9 +182,10 @@ void coord_warm_touch(struct coord_warm *w, uint32_t id)
 	list_last(w, id);
 }
 
-uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix)
+uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix,
+			   uint32_t from)
 {
-	for (uint32_t id = w->head; id != COORD_NONE; id = w->next[id]) {
+	for (uint32_t id = from; id != COORD_NONE; id = w->next[id]) {
 		const struct coord_node *n = &ix->nodes[id];
 
 		if (n->state == COORD_READY && n->pins == 0 && w->dirty[id] == COORD_WARM_CLEAN &&

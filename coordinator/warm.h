@@ -99,9 +99,13 @@ void coord_warm_touch(struct coord_warm *w, uint32_t id);
 
 /*
  * The least recently used warm record that is READY, unpinned, clean and
- * no dirty record's ancestor, or COORD_NONE.
+ * no dirty record's ancestor, from list position from on (w->head: the
+ * whole list; a caller that takes several victims passes the position
+ * after the last one, so that one pass walks the list once), or
+ * COORD_NONE.
  */
-uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix);
+uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix,
+			   uint32_t from);
 
 /* Node id (warm, charged) is dirty: committed warm, its file not yet written. */
 void coord_warm_set_dirty(struct coord_warm *w, const struct coord_index *ix, uint32_t id,
@@ -119,8 +123,9 @@ static inline enum coord_warm_dirty coord_warm_dirty_state(const struct coord_wa
 /*
  * The least recently used dirty record with no write in flight whose
  * parent is clean (a file is written only after its parent's, R-DIR-6),
- * or COORD_NONE.
+ * from list position from on (as coord_warm_victim), or COORD_NONE.
  */
-uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix);
+uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix,
+				 uint32_t from);
 
 #endif
