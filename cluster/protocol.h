@@ -385,7 +385,7 @@ enum cluster_refuse_reason {
 	CLUSTER_REFUSE_FINGERPRINT = 7, /* fingerprint not R-KEY-4's */
 	CLUSTER_REFUSE_DISK_STORE = 8,  /* disk store on some ranks only */
 	CLUSTER_REFUSE_SHUTDOWN = 9,    /* the sender is stopping */
-	CLUSTER_REFUSE_WARM = 10,       /* warm tier size differs */
+	CLUSTER_REFUSE_WARM = 10,       /* warm tier size or policy differs */
 	CLUSTER_REFUSE_REASON_FIRST = CLUSTER_REFUSE_PROTOCOL,
 	CLUSTER_REFUSE_REASON_LAST = CLUSTER_REFUSE_WARM,
 };
