@@ -1017,6 +1017,9 @@ static int job_check(const struct cluster_job *m)
 	case CLUSTER_JOB_STORE:
 		if (m->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
 			return SEL_ETOOBIG;
+		/* The decoder refuses any other warm (R-WIRE-12): never send one. */
+		if (m->warm > CLUSTER_JOB_STORE_WARM_LAST)
+			return -EINVAL;
 		return m->record_header && (m->page_ids || !m->page_id_count) ? 0 : -EINVAL;
 	case CLUSTER_JOB_FETCH:
 		if (m->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX ||
@@ -1139,7 +1142,7 @@ static int job_store_decode(const uint8_t *p, uint32_t length,
 		return PROTO_FAIL(why, why_size, "JOB store of %" PRIu32
 				  " page ids, at most %u (R-WIRE-21)",
 				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
-	if (p[CLUSTER_JOB_STORE_OFF_WARM] > 3)
+	if (p[CLUSTER_JOB_STORE_OFF_WARM] > CLUSTER_JOB_STORE_WARM_LAST)
 		return PROTO_FAIL(why, why_size, "JOB store warm %u, 0 .. 3 (R-WIRE-12)",
 				  p[CLUSTER_JOB_STORE_OFF_WARM]);
 	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM];

@@ -385,7 +385,7 @@ enum cluster_refuse_reason {
 	CLUSTER_REFUSE_FINGERPRINT = 7, /* fingerprint not R-KEY-4's */
 	CLUSTER_REFUSE_DISK_STORE = 8,  /* disk store on some ranks only */
 	CLUSTER_REFUSE_SHUTDOWN = 9,    /* the sender is stopping */
-	CLUSTER_REFUSE_WARM = 10,       /* warm tier size differs */
+	CLUSTER_REFUSE_WARM = 10,       /* warm tier size or policy differs */
 	CLUSTER_REFUSE_REASON_FIRST = CLUSTER_REFUSE_PROTOCOL,
 	CLUSTER_REFUSE_REASON_LAST = CLUSTER_REFUSE_WARM,
 };
@@ -536,6 +536,9 @@ enum cluster_job_kind {
 	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_WARM_DROP,
 };
 
+/* A store's warm field is 0 .. this (enum shard_store_warm, R-WIRE-21). */
+#define CLUSTER_JOB_STORE_WARM_LAST 3u
+
 /* One record of a fetch chain (the shard engine's shard_chain_record). */
 struct cluster_chain_record {
 	struct rec_key key;
@@ -554,7 +557,7 @@ struct cluster_job {
 	uint32_t state_slot;                       /* store, fetch */
 	const uint32_t *page_ids;                  /* store, fetch */
 	uint32_t page_id_count;                    /* store, fetch */
-	uint8_t warm; /* store: enum shard_store_warm (R-WIRE-21) */
+	uint8_t warm; /* store: enum shard_store_warm, 0 .. 3 (R-WIRE-21) */
 	bool read_through;                         /* fetch: into the warm tier */
 	struct rec_key key;                        /* truncate, unlink, warm drop */
 };

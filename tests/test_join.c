@@ -263,6 +263,27 @@ static void test_join_disk_store_mismatch(void **state)
 	expect_refused(f, SEL_EMISMATCH, "has no disk store");
 }
 
+/* R-WIRE-15: a warm tier unlike rank zero's is refused (reason 10). */
+static void test_join_warm_size_mismatch(void **state)
+{
+	struct fixture *f = *state;
+
+	f->policy.warm_bytes = 1u << 20;
+	f->peer.me.warm_bytes = 2u << 20;
+	expect_refused(f, SEL_EMISMATCH, "has a warm tier of 2097152 bytes");
+}
+
+/* R-WIRE-15: with a warm tier, a warm policy unlike rank zero's too. */
+static void test_join_warm_policy_mismatch(void **state)
+{
+	struct fixture *f = *state;
+
+	f->policy.warm_bytes = 1u << 20;
+	f->peer.me.warm_bytes = 1u << 20;
+	f->peer.me.warm_policy = 1;
+	expect_refused(f, SEL_EMISMATCH, "has the warm policy write-behind");
+}
+
 /* An address the rank did not announce. */
 static void test_join_wrong_address(void **state)
 {
@@ -341,6 +362,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_fingerprint_of_another_rank, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_different_geometry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_disk_store_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_warm_size_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_warm_policy_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_wrong_address, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_impostor_rank_zero, setup, teardown),
 		cmocka_unit_test(test_join_reset_says_why),

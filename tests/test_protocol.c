@@ -960,6 +960,10 @@ static void test_protocol_round_trip_jobs(void **state)
 	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
 		     "R-WIRE-12");
 	payload[4113] = 1;
+	/* The encoder refuses what the decoder would (R-WIRE-11). */
+	job.warm = 4;
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
+	job.warm = 1;
 	/* The receiver's own check of the opaque header passes (R-REC-*). */
 	assert_int_equal(rec_header_decode(view.record_header, rh, why, sizeof(why)), 0);
 	assert_int_equal(rh->tail_page_count, view.page_id_count);
