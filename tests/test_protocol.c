@@ -1663,7 +1663,16 @@ struct frame_reader {
 static void *frame_reader_main(void *arg)
 {
 	struct frame_reader *r = arg;
+	struct timespec pause = { 0, 1000000 };
 
+	/*
+	 * Reads only once a signal has landed somewhere: until then the
+	 * writer is blocked on a full socket, so however the threads are
+	 * scheduled (a loaded machine), signals meet a blocked write and
+	 * then the reads. At most 10 s, then it reads anyway.
+	 */
+	for (int i = 0; i < 10000 && !__atomic_load_n(&signals_seen, __ATOMIC_RELAXED); i++)
+		nanosleep(&pause, NULL);
 	r->result = cluster_frame_read(r->fd, r->buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX, NULL,
 				       &r->header, r->why, sizeof(r->why));
 	return NULL;
