@@ -45,6 +45,7 @@ int shard_warm_init(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_cou
 		w->entries[i].free_next = i + 1 < slot_count ? i + 1 : SHARD_WARM_NONE;
 	}
 	w->free_entry = 0;
+	w->walk_entry = SHARD_WARM_NONE;
 	w->stats.slots_total = slot_count;
 	return 0;
 }
@@ -196,6 +197,8 @@ static void entry_free(struct shard_warm *w, uint32_t e)
 		w->stats.bytes -= (uint64_t)n * w->pool.slot_bytes;
 	}
 	pthread_mutex_unlock(&w->pool.lock);
+	if (w->walk_entry == e)
+		w->walk_entry = SHARD_WARM_NONE;
 	memset(entry, 0, sizeof(*entry));
 	entry->free_next = w->free_entry;
 	w->free_entry = e;
@@ -328,18 +331,30 @@ bool shard_warm_drop(struct shard_warm *w, const struct rec_key *key, bool row_o
 	return true;
 }
 
-void shard_warm_page_slots(const struct shard_warm *w, uint32_t e, uint32_t first,
+void shard_warm_page_slots(struct shard_warm *w, uint32_t e, uint32_t first,
 			   uint32_t count, uint32_t *out)
 {
-	uint32_t s = w->entries[e].page_first;
+	uint32_t s = w->entries[e].page_first, at = 0;
 
 	SEL_ASSERT(first + count <= w->entries[e].tail_page_count);
-	for (uint32_t i = 0; i < first; i++)
+	/*
+	 * A record's windows come in page order: go on from where the last
+	 * call stopped rather than walking the chain from its head for each
+	 * window (quadratic in the record's pages).
+	 */
+	if (w->walk_entry == e && w->walk_page <= first) {
+		s = w->walk_slot;
+		at = w->walk_page;
+	}
+	for (; at < first; at++)
 		s = w->next[s];
 	for (uint32_t i = 0; i < count; i++) {
 		out[i] = s;
 		s = w->next[s];
 	}
+	w->walk_entry = e;
+	w->walk_page = first + count;
+	w->walk_slot = s;
 }
 
 void shard_warm_row_slots(const struct shard_warm *w, uint32_t e, uint32_t *out)

@@ -75,6 +75,8 @@ struct shard_warm {
 	uint32_t *buckets;         /* bucket_mask + 1 heads */
 	uint32_t bucket_mask;
 	uint32_t free_entry;
+	/* Where shard_warm_page_slots stopped: entry (or NONE), page, slot. */
+	uint32_t walk_entry, walk_page, walk_slot;
 	struct shard_device *registered;
 	uint32_t chunks_registered;
 	uint64_t chunk_bytes;          /* each registration's (whole slots) */
@@ -139,9 +141,11 @@ bool shard_warm_drop(struct shard_warm *w, const struct rec_key *key, bool row_o
 
 /*
  * The slots of pages [first, first + count) of entry into out, and its
- * row's pieces (row_first's chain) into out.
+ * row's pieces (row_first's chain) into out. Page slots go on from where
+ * the last call stopped when it was the same entry, so calls in page
+ * order walk the chain once.
  */
-void shard_warm_page_slots(const struct shard_warm *w, uint32_t entry, uint32_t first,
+void shard_warm_page_slots(struct shard_warm *w, uint32_t entry, uint32_t first,
 			   uint32_t count, uint32_t *out);
 void shard_warm_row_slots(const struct shard_warm *w, uint32_t entry, uint32_t *out);
 
