@@ -1345,11 +1345,12 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 	/* Every copy issued has finished before anything is reported. */
 	drained = shard_device_synchronize(e->device);
 	ret = ret ? ret : drained;
-	if (ret)
+	if (ret) {
 		device_fail(o, ret, "host to device");
-	else
+	} else {
 		o->bytes += e->geometry.row_record_bytes;
-	shard_warm_note_hit(&e->warm);
+		shard_warm_note_hit(&e->warm); /* a hit is a restore served */
+	}
 	e->fetch_clock.copy_ns += sel_monotonic_ns() - start;
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }

@@ -151,7 +151,7 @@ void shard_warm_row_slots(const struct shard_warm *w, uint32_t entry, uint32_t *
 
 void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out);
 
-/* Counts a fetch served from warm slots whole, or in part. */
+/* Counts a fetch served (it succeeded) from warm slots whole, or in part. */
 void shard_warm_note_hit(struct shard_warm *w);
 void shard_warm_note_partial(struct shard_warm *w);
 

@@ -319,7 +319,9 @@ static void test_warm_fetch_one_wait(void **state)
 	struct tu_deferred_device d;
 	struct rec_key a, b;
 	struct shard_chain_record chain[2];
+	struct shard_warm_stats ws;
 	uint32_t syncs, calls;
+	uint64_t hits;
 
 	tu_deferred_device_init(&d);
 	f->dev = &d.base;
@@ -340,8 +342,12 @@ static void test_warm_fetch_one_wait(void **state)
 	check_restored(f, 12, 4, b.consumed);
 	poison(f);
 	d.fail_synchronize_at = d.synchronize_calls + 1;
+	shard_engine_warm_stats(f->engine, &ws);
+	hits = ws.hits;
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), -EIO);
 	assert_int_equal(f->plane_memory[0][(uint64_t)PAGE_BYTES * 100], 0xee);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.hits, hits); /* a failed restore is no hit */
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
 	assert_true(row_matches(f, 4, b.consumed));
 	shard_engine_close(f->engine);
