@@ -456,9 +456,7 @@ static int api_open_local(sel_store *s, const struct sel_store_config *c,
 
 		/* Rank zero's count stands for every rank's (the join agrees on it). */
 		shard_engine_warm_stats(s->engine, &ws);
-		if (coord_store_set_warm(&s->core, ws.slots_total,
-					 (uint32_t)((g->row_record_bytes + g->page_record_bytes - 1) /
-						    g->page_record_bytes),
+		if (coord_store_set_warm(&s->core, ws.slots_total, ws.row_slots,
 					 g->page_record_bytes, c->warm_policy) != 0)
 			ret = sel_fail(-ENOMEM, err, err_size, "out of memory for the warm index");
 	}

@@ -377,6 +377,7 @@ void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out)
 	pthread_mutex_lock(&w->pool.lock);
 	*out = w->stats;
 	pthread_mutex_unlock(&w->pool.lock);
+	out->row_slots = w->row_piece_count;
 }
 
 void shard_warm_note_hit(struct shard_warm *w)

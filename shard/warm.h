@@ -50,6 +50,7 @@ struct shard_warm_entry {
 struct shard_warm_stats {
 	uint64_t records, bytes;       /* committed records and their slots' bytes */
 	uint32_t slots_used, slots_total;
+	uint32_t row_slots;            /* slots a row takes (row_piece_count) */
 	uint64_t stores;               /* stores that went into warm slots */
 	uint64_t store_fallbacks;      /* warm stores that found no room: staged */
 	uint64_t hits;                 /* fetches served from warm slots whole */
