@@ -78,7 +78,7 @@ from model import SHAPES, TensorParallelLlama  # noqa: E402
 # few minutes (cuda), or runs in seconds on a shared CPU
 DEFAULTS = {
     "cuda": dict(model="8b", dtype="bfloat16", page_tokens=64, batch=4, context=4096,
-                 steps=48, publish_tokens=512, prompt_tokens=32768, prompts=3,
+                 steps=32, publish_tokens=512, prompt_tokens=32768, prompts=3,
                  restore_tokens=32768, rounds=3, warm=16 << 30, disk_limit=24 << 30,
                  dir="/var/tmp/selene-iso", shm_dir="/dev/shm/selene-iso"),
     "cpu": dict(model="tiny", dtype="float32", page_tokens=16, batch=2, context=64,
@@ -448,10 +448,14 @@ class Report:
 
     def __init__(self):
         self.lines, self.failures = [], []
+        self.t = time.perf_counter()
 
     def workload(self, ratios, did, problems):
         """ratios: a function giving the ratio lines; did: what each side
         did; problems: why the with-side measured nothing or was wrong."""
+        now = time.perf_counter()
+        did += " (%.1f s, drains and setup included)" % (now - self.t)
+        self.t = now
         lines = ([] if problems else ratios()) + [did]
         lines += ["  FAILED: " + p for p in problems]
         self.failures += problems
@@ -572,7 +576,7 @@ def run_workloads(args, bench, report):
         if warm and warm_hits != did["restores"]:
             problems.append("%s: %d of %d restores served warm" % (name, warm_hits,
                                                                    did["restores"]))
-        if not warm and file_reads != did["restores"]:
+        if not warm and file_reads < did["restores"]:
             problems.append("%s: %d of %d restores read files" % (name, file_reads,
                                                                   did["restores"]))
         if did["restores"] and not (torch.equal(bench.kv.rows[3], bench.kv.rows[1]) and all(
