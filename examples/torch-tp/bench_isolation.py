@@ -40,6 +40,8 @@ workloads:
    between decode steps, a new one as soon as the last one's event came),
    from the warm tier, then from a store with no warm tier on --shm-dir.
    Per-token p50 and p99.
+--workloads runs some of them (decode, prefill, restore-warm,
+restore-dir), to measure a noisy one again.
 
 Every step's time includes the Selene calls it made on the model thread
 (history, publish, poll, lookup, fetch) and, in workload 2, the
@@ -86,6 +88,7 @@ DEFAULTS = {
                 restore_tokens=256, rounds=2, warm=32 << 20, disk_limit=1 << 30,
                 dir="/var/tmp/selene-iso", shm_dir="/dev/shm/selene-iso"),
 }
+WORKLOADS = ("decode", "prefill", "restore-warm", "restore-dir")
 TARGET = 0.02       # each within 2% of without Selene
 DRAIN_S = 600       # between sides: the with-side's copies and writes end by then
 
@@ -123,6 +126,8 @@ def parse_args(argv):
                    "selene-isolation is made in it and removed after)")
     p.add_argument("--shm-dir", help="the directory workload 3 also restores from "
                    "(a store with no warm tier; a subdirectory as for --dir)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="which to run, comma-separated (default all): " + ", ".join(WORKLOADS))
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args(argv)
     kind = "cuda" if args.device.startswith("cuda") else "cpu"
@@ -137,6 +142,10 @@ def parse_args(argv):
         if getattr(args, key) % args.page_tokens:
             p.error("--%s (%d) must be a multiple of --page-tokens (%d): a checkpoint holds "
                     "whole pages" % (key.replace("_", "-"), getattr(args, key), args.page_tokens))
+    args.workloads = args.workloads.split(",")
+    for w in args.workloads:
+        if w not in WORKLOADS:
+            p.error("--workloads: %r is none of %s" % (w, ", ".join(WORKLOADS)))
     if args.warm <= 0:
         p.error("--warm must be above 0: workloads 1 to 3 copy out into the warm tier")
     return args
@@ -498,7 +507,17 @@ def run_workloads(args, bench, report):
           "%s" % (bench.root["warm"], human(args.warm), st.warm_slots_total,
                   args.warm_policy, opened_s, human(args.disk_limit)), flush=True)
 
-    # 1. decode under copy-out
+    if "decode" in args.workloads:
+        decode_under_copy_out(args, bench, report, sel)
+    if "prefill" in args.workloads:
+        prefill_under_copy_out(args, bench, report, sel)
+    sources = [s for s in ("restore-warm", "restore-dir") if s in args.workloads]
+    if sources:
+        sel = decode_under_restore(args, bench, report, sel, sources)
+    bench.close(sel, "shm" if "restore-dir" in sources else "warm")
+
+
+def decode_under_copy_out(args, bench, report, sel):
     bench.calls.workload = "decode under copy-out"
     before = dict(sel.count)
     out = bench.alternate(lambda x: bench.decode_side(x, args.steps, publish=True), sel)
@@ -514,7 +533,9 @@ def run_workloads(args, bench, report):
         [] if did["stored"] and did["bytes_out"] else
         ["decode under copy-out: no publication was copied out"])
 
-    # 2. prefill under copy-out
+
+
+def prefill_under_copy_out(args, bench, report, sel):
     bench.calls.workload = "prefill under copy-out"
     before = dict(sel.count)
     out = bench.alternate(bench.prefill_side, sel)
@@ -533,8 +554,12 @@ def run_workloads(args, bench, report):
         [] if did["stored"] and did["bytes_out"] else
         ["prefill under copy-out: no publication was copied out"])
 
-    # 3. decode under restore: the prefix stored once (untimed), then restored
-    # again and again during the with-sides' decode steps
+
+
+def decode_under_restore(args, bench, report, sel, sources):
+    """The prefix stored once (untimed), then restored again and again
+    during the with-sides' decode steps, from each source; returns the
+    store open at the end."""
     prefix = bench.tokens(args.restore_tokens)
     chain = args.restore_tokens // args.page_tokens
     src, dest = bench.sets[0][:chain], bench.sets[1][:chain]
@@ -544,6 +569,8 @@ def run_workloads(args, bench, report):
     nbytes = bench.record_bytes(args.restore_tokens)
     for label, directory, warm in (("the warm tier", args.dir, True),
                                    ("%s (no warm tier)" % args.shm_dir, args.shm_dir, False)):
+        if ("restore-warm" if warm else "restore-dir") not in sources:
+            continue
         if not warm:
             bench.close(sel, "warm")
             sel, _ = bench.open(directory, 0, "shm")
@@ -594,7 +621,7 @@ def run_workloads(args, bench, report):
         bench.kv.rows[3].zero_()
         for p in bench.kv.k + bench.kv.v:
             p[dest] = 0
-    bench.close(sel, "shm")
+    return sel
 
 
 if __name__ == "__main__":
