@@ -38,10 +38,13 @@ workloads:
 3. decode under restore: workload 1's decode while a restore of a
    --restore-tokens prefix runs (looked up and fetched through the store
    between decode steps, a new one as soon as the last one's event came),
-   from the warm tier, then from a store with no warm tier on --shm-dir.
+   from the warm tier (restore-warm), then from a store with no warm tier
+   on --dir (restore-disk: the seed's "decode latency under inbound"
+   reads from the disk) and on --shm-dir (restore-shm: memory-backed
+   files, every byte read and verified on the CPU at memory speed).
    Per-token p50 and p99.
 --workloads runs some of them (decode, prefill, restore-warm,
-restore-dir), to measure a noisy one again.
+restore-disk, restore-shm), to measure a noisy one again.
 
 Every step's time includes the Selene calls it made on the model thread
 (history, publish, poll, lookup, fetch) and, in workload 2, the
@@ -88,7 +91,8 @@ DEFAULTS = {
                 restore_tokens=256, rounds=2, warm=32 << 20, disk_limit=1 << 30,
                 dir="/var/tmp/selene-iso", shm_dir="/dev/shm/selene-iso"),
 }
-WORKLOADS = ("decode", "prefill", "restore-warm", "restore-dir")
+PUBLISH_TRIES = 5  # offers of the restored prefix, the store drained between
+WORKLOADS = ("decode", "prefill", "restore-warm", "restore-disk", "restore-shm")
 TARGET = 0.02       # each within 2% of without Selene
 DRAIN_S = 600       # between sides: the with-side's copies and writes end by then
 
@@ -511,10 +515,12 @@ def run_workloads(args, bench, report):
         decode_under_copy_out(args, bench, report, sel)
     if "prefill" in args.workloads:
         prefill_under_copy_out(args, bench, report, sel)
-    sources = [s for s in ("restore-warm", "restore-dir") if s in args.workloads]
+    sources = [s for s in WORKLOADS if s.startswith("restore-") and s in args.workloads]
     if sources:
-        sel = decode_under_restore(args, bench, report, sel, sources)
-    bench.close(sel, "shm" if "restore-dir" in sources else "warm")
+        sel, label = decode_under_restore(args, bench, report, sel, sources)
+    else:
+        label = "warm"
+    bench.close(sel, label)
 
 
 def decode_under_copy_out(args, bench, report, sel):
@@ -567,21 +573,32 @@ def decode_under_restore(args, bench, report, sel, sources):
     bench.kv.rows[1] = hidden
     sync(bench.device)
     nbytes = bench.record_bytes(args.restore_tokens)
-    for label, directory, warm in (("the warm tier", args.dir, True),
-                                   ("%s (no warm tier)" % args.shm_dir, args.shm_dir, False)):
-        if ("restore-warm" if warm else "restore-dir") not in sources:
+    open_label = "warm"
+    for workload, label, directory, warm in (
+            ("restore-warm", "the warm tier", args.dir, True),
+            ("restore-disk", "%s (no warm tier)" % args.dir, args.dir, False),
+            ("restore-shm", "%s (no warm tier)" % args.shm_dir, args.shm_dir, False)):
+        if workload not in sources:
             continue
         if not warm:
-            bench.close(sel, "warm")
-            sel, _ = bench.open(directory, 0, "shm")
-        name = "decode under restore from %s" % ("warm" if warm else "dir")
+            bench.close(sel, open_label)
+            open_label = workload
+            sel, _ = bench.open(directory, 0, open_label)
+        name = "decode under restore from %s" % workload[len("restore-"):]
         stored = sel.count["stored"]
         bench.calls.workload = "storing the restored prefix"
-        outcome = sel.publish(prefix, src, 1, nbytes)
+        # Copy-out before may hold every warm slot dirty: a publication
+        # answers Retry until the files are written; offer again once idle.
         sel.drain(args.warm_policy)
+        for _ in range(PUBLISH_TRIES):
+            outcome = sel.publish(prefix, src, 1, nbytes)
+            sel.drain(args.warm_policy)
+            if outcome != selene.Outcome.RETRY:
+                break
         if outcome != selene.Outcome.QUEUED or sel.count["stored"] == stored:
-            report.workload(None, "  restore from %s: the prefix offered (%s) was not stored"
-                            % (label, outcome.name), [name + ": the prefix was not stored"])
+            report.workload(None, "  restore from %s: the prefix offered (%s, %d tries) was "
+                            "not stored" % (label, outcome.name, PUBLISH_TRIES),
+                            [name + ": the prefix was not stored"])
             continue
         bench.calls.workload = name
         history = sel.store.history(prefix)
@@ -621,7 +638,7 @@ def decode_under_restore(args, bench, report, sel, sources):
         bench.kv.rows[3].zero_()
         for p in bench.kv.k + bench.kv.v:
             p[dest] = 0
-    return sel
+    return sel, open_label
 
 
 if __name__ == "__main__":

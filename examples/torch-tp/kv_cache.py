@@ -44,10 +44,16 @@ class PagedKV:
             self.v[layer][page, offset:offset + n] = v[at:at + n]
             at += n
 
-    def read(self, layer, pages, count):
-        """K and V of positions 0..count-1, [count, kv_heads, head_dim]."""
-        ids = torch.as_tensor(pages[:(count + self.page_tokens - 1) // self.page_tokens],
-                              device=self.k[layer].device)
+    def page_ids(self, pages, count):
+        """The ids of the pages holding positions 0..count-1, on the device:
+        made once per forward and read by every layer (an upload per layer
+        would put one synchronous copy a layer on the link)."""
+        return torch.as_tensor(pages[:(count + self.page_tokens - 1) // self.page_tokens],
+                               device=self.rows.device)
+
+    def read(self, layer, ids, count):
+        """K and V of positions 0..count-1, [count, kv_heads, head_dim], from
+        the pages page_ids gave."""
         k = self.k[layer][ids].flatten(0, 1)[:count]
         v = self.v[layer][ids].flatten(0, 1)[:count]
         return k, v

@@ -167,13 +167,14 @@ class TensorParallelLlama:
         ids = torch.as_tensor(tokens, device=self.device, dtype=torch.long)
         positions = torch.arange(start, start + t, device=self.device)
         x = self.embed[ids]
+        page_ids = cache.page_ids(pages, start + t)
         for li, w in enumerate(self.layers):
             h = self.rms_norm(x, w["attn_norm"])
             q = self.rotary((h @ w["wq"].t()).view(t, self.local_heads, hd), positions)
             k = self.rotary((h @ w["wk"].t()).view(t, self.local_kv_heads, hd), positions)
             v = (h @ w["wv"].t()).view(t, self.local_kv_heads, hd)
             cache.write(li, pages, start, k, v)
-            keys, values = cache.read(li, pages, start + t)
+            keys, values = cache.read(li, page_ids, start + t)
             attn = self.attention(q, keys, values, start)
             x = x + all_reduce(attn @ w["wo"].t(), self.world)
             h = self.rms_norm(x, w["mlp_norm"])
