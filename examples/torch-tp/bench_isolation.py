@@ -361,15 +361,20 @@ class Bench:
     # -- workload bodies: sel is None for the side without Selene -------
     def decode_side(self, sel, steps, publish=False, restore=None):
         """steps decode steps of the batch from its prompts; returns
-        (per-step seconds, steps that overlapped a restore)."""
+        (per-step seconds, steps that overlapped a restore, per-step
+        seconds of a small upload and read-back of the tokens)."""
         a = self.args
         pubs = [self.tokens(a.publish_tokens) for _ in range(steps)] if publish else []
         nbytes = self.record_bytes(a.publish_tokens)
         tok = list(self.first)
-        times, overlapped = [], 0
+        times, overlapped, probes = [], 0, []
         sync(self.device)
         for i in range(steps):
             t = time.perf_counter()
+            # the probe: what the link gives the engine's own small copies
+            # (the tokens up from pageable memory, back down), timed alone
+            torch.as_tensor(tok, device=self.device).cpu()
+            probes.append(time.perf_counter() - t)
             if sel is not None:
                 sel.poll()
                 if publish:
@@ -383,7 +388,7 @@ class Bench:
                     self.model.forward([tok[s]], a.context + i, pages, self.kv))
             sync(self.device)
             times.append(time.perf_counter() - t)
-        return times, overlapped
+        return times, overlapped, probes
 
     def prefill_side(self, sel):
         """--prompts prompts back to back; returns (seconds, waited s)."""
@@ -451,6 +456,11 @@ def decode_lines(name, out, batch):
         lines.append(ratio_line(name + ": tokens/s", w[0], wo[0], "tok/s", True))
     lines.append(ratio_line(name + ": per-token p50", w[1], wo[1], "ms", False))
     lines.append(ratio_line(name + ": per-token p99", w[2], wo[2], "ms", False))
+    probe = {key: [t for run in out[key] for t in run[2]] for key in (True, False)}
+    lines.append("  (a step's small upload and read-back of its tokens: p50/p99 %.0f/%.0f us "
+                 "with, %.0f/%.0f us without)" % (
+                     percentile(probe[True], 50) * 1e6, percentile(probe[True], 99) * 1e6,
+                     percentile(probe[False], 50) * 1e6, percentile(probe[False], 99) * 1e6))
     return lines
 
 
