@@ -1468,10 +1468,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		return;
 	}
 	partial = fetch_plan(e, job);
-	if (partial) {
-		shard_warm_note_partial(&e->warm);
+	if (partial)
 		fetch_warm_copies(e, job, o);
-	}
 	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
 	/*
@@ -1569,6 +1567,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		stage_scrub(e, l);
 	/* Every read and copy of the fetch is done: no slot is in use. */
 	fetch_settle_reads(e, job, o);
+	if (partial && !o->result)
+		shard_warm_note_partial(&e->warm); /* a partial hit is a restore served */
 	e->fetch_clock.end_ns += sel_monotonic_ns() - end;
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }

@@ -490,6 +490,52 @@ static void test_warm_read_through_fails(void **state)
 	assert_int_equal(ws.records, 1);
 }
 
+/*
+ * A chain warm in part whose device copy fails (the first, of a warm
+ * record's slots, or a later one, of a window read from a file) fails the
+ * fetch with the reason, counts no partial hit, gives the read-through's
+ * slots back and keeps the warm record; the same fetch then restores.
+ */
+static void test_warm_partial_fetch_copy_fails(void **state)
+{
+	static const char *const faults[] = { "device.copy=1*return(EIO)",
+					      "device.copy=1*off->1*return(EIO)" };
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	struct shard_chain_record chain[2];
+	struct shard_warm_stats ws;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	for (uint32_t i = 0; i < 2; i++) {
+		poison(f);
+		assert_int_equal(sel_failpoints_configure(faults[i]), 0);
+		assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), -EIO);
+		sel_failpoints_configure(NULL);
+		shard_engine_warm_stats(f->engine, &ws);
+		assert_int_equal(ws.partial_hits, 0);
+		assert_int_equal(ws.read_failures, i + 1);
+		assert_int_equal(ws.read_throughs, 0);
+		assert_int_equal(ws.records, 1);
+		assert_int_equal(ws.slots_used, 7 + ROW_PIECES);
+	}
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
+	check_restored(f, 12, 4, b.consumed);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.partial_hits, 1);
+	assert_int_equal(ws.read_throughs, 1);
+	assert_int_equal(ws.records, 2);
+	poison(f);
+	fetch_reading_no_file(f, chain, 2, 0);
+	check_restored(f, 12, 4, b.consumed);
+}
+
 /* A record that does not fit the free slots is stored through staging, and restores from disk. */
 static void test_warm_full_falls_back(void **state)
 {
@@ -1963,6 +2009,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
