@@ -162,15 +162,15 @@ static void make_key(struct rec_key *key, uint64_t consumed, uint8_t tag)
 	key->digest.bytes[0] = (uint8_t)consumed;
 }
 
-/* Stores pages [parent's, key's) from ids base_id + i, warm when asked. */
-static int store(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
-		 uint32_t base_id, uint32_t slot, bool warm)
+/* Stores pages [parent's, key's) from ids base_id + i as mode (enum shard_store_warm) says. */
+static int store_as(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
+		    uint32_t base_id, uint32_t slot, uint8_t mode)
 {
 	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
 	uint32_t tail = (uint32_t)(key->consumed / 64) - first, ids[200];
 	struct rec_header h;
 	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot,
-				       .warm = warm };
+				       .warm = mode };
 	struct shard_completion c;
 	int ret;
 
@@ -186,6 +186,14 @@ static int store(struct fixture *f, const struct rec_key *key, const struct rec_
 		return ret;
 	shard_engine_wait(f->engine, &c);
 	return c.result;
+}
+
+/* Stores pages [parent's, key's) from ids base_id + i, warm (its file too) when asked. */
+static int store(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
+		 uint32_t base_id, uint32_t slot, bool warm)
+{
+	return store_as(f, key, parent, base_id, slot,
+			warm ? SHARD_STORE_WARM : SHARD_STORE_COLD);
 }
 
 /* Fetches chain, skipping skip pages, into ids base_id.. and slot; read-through when asked. */
@@ -534,6 +542,55 @@ static void test_warm_partial_fetch_copy_fails(void **state)
 	poison(f);
 	fetch_reading_no_file(f, chain, 2, 0);
 	check_restored(f, 12, 4, b.consumed);
+}
+
+/*
+ * A warm store (its file too, or warm only) whose device copy fails (its
+ * pages', or its row's) fails with EIO, holds no slot, leaves no
+ * file and is not found; the same store then succeeds, warm, and restores
+ * reading no file.
+ */
+static void test_warm_store_copy_fails(void **state)
+{
+	static const char *const faults[] = { "device.copy=1*return(EIO)",
+					      "device.copy=1*off->1*return(EIO)" };
+	static const uint8_t modes[] = { SHARD_STORE_WARM, SHARD_STORE_WARM_ONLY };
+	struct fixture *f = *state;
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+	struct rec_key a;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 3, 1);
+	chain = (struct shard_chain_record){ a, 0, 3 };
+	for (uint32_t m = 0; m < 2; m++) {
+		for (uint32_t i = 0; i < 2; i++) {
+			assert_int_equal(sel_failpoints_configure(faults[i]), 0);
+			assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), -EIO);
+			sel_failpoints_configure(NULL);
+			shard_engine_warm_stats(f->engine, &ws);
+			assert_int_equal(ws.records, 0);
+			assert_int_equal(ws.slots_used, 0);
+			assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+			assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+			assert_int_not_equal(fetch(f, &chain, 1, 0, 100, 4), 0);
+		}
+		assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), 0);
+		shard_engine_warm_stats(f->engine, &ws);
+		assert_int_equal(ws.records, 1);
+		assert_int_equal(ws.slots_used, 3 + ROW_PIECES);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"),
+				 modes[m] == SHARD_STORE_WARM);
+		poison(f);
+		fetch_reading_no_file(f, &chain, 1, 0);
+		check_restored(f, 3, 4, a.consumed);
+		assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+		if (modes[m] == SHARD_STORE_WARM)
+			assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+	}
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.stores, 2);
+	assert_int_equal(ws.slots_used, 0);
 }
 
 /* A record that does not fit the free slots is stored through staging, and restores from disk. */
@@ -2009,6 +2066,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
