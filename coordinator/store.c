@@ -98,7 +98,27 @@ int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t c
 	free(s->held_keys);
 	s->held_keys = copy;
 	s->held_key_count = count;
+	s->held_consumed_max = 0;
+	for (size_t i = 0; i < count; i++)
+		if (copy[i].consumed > s->held_consumed_max)
+			s->held_consumed_max = copy[i].consumed;
+	sel_info("%zu records held unread since startup (R-AGREE-2): records of fewer than "
+		 "%llu tokens may be their parents and are not evicted until a start reads "
+		 "them", count, (unsigned long long)s->held_consumed_max);
 	return 0;
+}
+
+/*
+ * Whether n may be the parent of a key held unread (R-AGREE-2): a parent
+ * has fewer tokens than its child (R-REC-6), and a held key's parent may
+ * be known to no rank, so every record of fewer tokens than the longest
+ * held key counts. Unlinking one would orphan the held key at the next
+ * start that reads it (R-DIR-5), as the agreement's rule 7 keeps such
+ * parents at startup.
+ */
+static bool may_parent_held(const struct coord_store *s, const struct coord_node *n)
+{
+	return n->key.consumed < s->held_consumed_max;
 }
 
 static bool held_unread(struct coord_store *s, const struct rec_key *key)
@@ -358,10 +378,10 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	return 0;
 }
 
-static bool bare_page_only(const struct coord_node *n)
+static bool bare_page_only(const struct coord_store *s, const struct coord_node *n)
 {
 	return n->child_count == 0 && !n->row_present && n->pins == 0 &&
-	       n->state == COORD_READY;
+	       n->state == COORD_READY && !may_parent_held(s, n);
 }
 
 /*
@@ -374,7 +394,7 @@ static bool bare_page_only(const struct coord_node *n)
  */
 static void drop_bare_page_only(struct coord_store *s, uint32_t id)
 {
-	if (id != COORD_NONE && bare_page_only(coord_index_node(&s->index, id)) &&
+	if (id != COORD_NONE && bare_page_only(s, coord_index_node(&s->index, id)) &&
 	    reclaim(s, id, false) != 0)
 		s->bare_pending = true;
 }
@@ -392,7 +412,7 @@ static void drop_bare_pending(struct coord_store *s)
 	if (!s->bare_pending || s->stopped)
 		return;
 	for (uint32_t i = 0; i < ix->nodes_max; i++)
-		if (ix->nodes[i].in_use && bare_page_only(&ix->nodes[i]) &&
+		if (ix->nodes[i].in_use && bare_page_only(s, &ix->nodes[i]) &&
 		    reclaim(s, i, false) != 0)
 			return;
 	s->bare_pending = false;
@@ -404,9 +424,12 @@ static bool evictable(const struct coord_node *node, void *ctx)
 
 	/*
 	 * The disk store evicts any unpinned ready node (seed 2.3), but for a
-	 * dirty record, whose only copy is warm, and a dirty record's
-	 * ancestor (a page-only parent's row).
+	 * leaf that may be a held key's parent (compacting one unlinks
+	 * nothing), a dirty record, whose only copy is warm, and a dirty
+	 * record's ancestor (a page-only parent's row).
 	 */
+	if (node->child_count == 0 && may_parent_held(s, node))
+		return false;
 	return !coord_warm_enabled(&s->warm) ||
 	       (coord_warm_dirty_state(&s->warm, (uint32_t)(node - s->index.nodes)) ==
 			COORD_WARM_CLEAN &&
@@ -1665,7 +1688,8 @@ static void warm_stats(struct coord_store *s)
 /*
  * Max-age expiry (seed 2.5), at most once per min(a minute, the max age):
  * from the least recently used record, skipping records that are not
- * leaves, pinned, not READY or not on disk on every rank (dirty), drops
+ * leaves, pinned, not READY, not on disk on every rank (dirty) or that
+ * may be a held key's parent (may_parent_held), drops
  * the expired ones (not used for max_age_ns) from every tier on every
  * rank (an unlink: the warm copy goes with the file), at most
  * COORD_EXPIRE_SWEEP_MAX a sweep, stopping at the first fresh leaf.
@@ -1689,7 +1713,8 @@ static void expire(struct coord_store *s)
 
 		next = n->lru_next;
 		if (n->child_count > 0 || n->pins > 0 || n->state != COORD_READY ||
-		    coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN)
+		    coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN ||
+		    may_parent_held(s, n))
 			continue;
 		if (s->used_ns[id] + s->max_age_ns > real)
 			break; /* the first fresh leaf: the rest are younger */

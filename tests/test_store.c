@@ -875,6 +875,81 @@ static void test_store_eviction_under_limit(void **state)
 }
 
 /*
+ * R-AGREE-2: a record that may be the parent of a key held unread since
+ * startup (fewer tokens than it) is not evicted, though the least
+ * recently used: the next leaf goes instead, so the next start that reads
+ * the held key does not find it orphaned.
+ */
+static void test_store_held_parent_not_evicted(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_key held, second;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(publish(f, 2, 310, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	second = f->stub.jobs[1].header.key;
+	poll_events(f, ev);
+	rec_history_key_at(&f->h, 305, &held);
+	assert_int_equal(coord_store_hold(&f->store, &held, 1), 0);
+	/* a third does not fit: 300 is the least recent, but may be 305's parent */
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY);
+	assert_int_equal(f->stub.job_count, 3);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &second));
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	/* with only 300 left to evict, nothing goes */
+	assert_int_equal(publish(f, 3, 320, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 4, 330, 0), SEL_RETRY);
+	assert_int_equal(f->stub.jobs[4].kind, COORD_JOB_UNLINK);
+	assert_int_not_equal(rec_key_compare(&f->stub.jobs[4].key, &f->stub.jobs[0].header.key),
+			     0);
+	stub_complete(&f->stub, 4, 0);
+	poll_events(f, ev);
+	assert_int_not_equal(coord_index_find(&f->store.index, &f->stub.jobs[0].header.key),
+			     COORD_NONE);
+	assert_balanced(f);
+}
+
+/*
+ * R-AGREE-2: max-age expiry skips records that may be a held key's parent,
+ * and a page-only record among them stays when its last child expires.
+ */
+static void test_store_held_parent_not_expired(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[3];
+	struct sel_event ev[64];
+	struct rec_key held;
+
+	loaded[0] = loaded_record(f, 128, 0, false, 1000);  /* page-only */
+	loaded[1] = loaded_record(f, 256, 128, true, 1001); /* its child */
+	loaded[2] = loaded_record(f, 320, 0, true, 1002);
+	for (uint32_t i = 0; i < 3; i++)
+		loaded[i].mtime_ns = 1 + i;
+	assert_int_equal(coord_store_load(&f->store, loaded, 3), 0);
+	rec_history_key_at(&f->h, 200, &held);
+	assert_int_equal(coord_store_hold(&f->store, &held, 1), 0);
+	f->store.max_age_ns = 10ull * 1000000000ull;
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 2);
+	assert_int_equal(f->stub.job_count, 2);
+	assert_true(rec_key_equal(&f->stub.jobs[0].key, &loaded[1].key));
+	assert_true(rec_key_equal(&f->stub.jobs[1].key, &loaded[2].key));
+	for (uint32_t i = 0; i < 2; i++)
+		stub_complete(&f->stub, i, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_not_equal(coord_index_find(&f->store.index, &loaded[0].key), COORD_NONE);
+	assert_balanced(f);
+}
+
+/*
  * Seed 2.10: sel_touch on a GPU-cache hit makes the record the most
  * recently used, so the other one is evicted instead; a key never stored,
  * a record still being written, and a count of 0 or past the history are
@@ -1879,6 +1954,9 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_max_age_sweeps_64_leaves, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_max_age_touch_refreshes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_held_parent_not_expired, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_held_parent_not_evicted, setup_small,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_links_proven_where_learned, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_row_rewrite_keeps_creation_time, setup,
