@@ -421,6 +421,7 @@ static void drop_bare_pending(struct coord_store *s)
 static bool evictable(const struct coord_node *node, void *ctx)
 {
 	struct coord_store *s = ctx;
+	uint32_t id = (uint32_t)(node - s->index.nodes);
 
 	/*
 	 * The disk store evicts any unpinned ready node (seed 2.3), but for a
@@ -430,10 +431,8 @@ static bool evictable(const struct coord_node *node, void *ctx)
 	 */
 	if (node->child_count == 0 && may_parent_held(s, node))
 		return false;
-	return !coord_warm_enabled(&s->warm) ||
-	       (coord_warm_dirty_state(&s->warm, (uint32_t)(node - s->index.nodes)) ==
-			COORD_WARM_CLEAN &&
-		s->warm.dirty_below[node - s->index.nodes] == 0);
+	return coord_warm_dirty_state(&s->warm, id) == COORD_WARM_CLEAN &&
+	       coord_warm_dirty_below(&s->warm, id) == 0;
 }
 
 /* Whether a store found a disk full less than ns ago. */
@@ -601,7 +600,7 @@ static int submit_warm_write(struct coord_store *s, uint32_t id)
 		return err;
 	}
 	coord_index_pin(&s->index, id);
-	s->warm.dirty[id] = COORD_WARM_WRITING;
+	coord_warm_set_writing(&s->warm, id);
 	s->warm_writes_in_flight++;
 	return 0;
 }
@@ -945,7 +944,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 	 * dirty record must stay warm whole: its dirty records are written
 	 * first.
 	 */
-	if (coord_warm_enabled(&s->warm) && s->warm.dirty_below[existing] > 0) {
+	if (coord_warm_dirty_below(&s->warm, existing) > 0) {
 		coord_store_write_dirty(s);
 		return 0;
 	}
@@ -1236,7 +1235,7 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 		return;
 	/* Its file is not written yet: the row goes once it is. */
 	if (coord_warm_dirty_state(&s->warm, parent) != COORD_WARM_CLEAN) {
-		s->warm.row_drop_wanted[parent] = true;
+		coord_warm_want_row_drop(&s->warm, parent);
 		return;
 	}
 	reclaim(s, parent, true);
@@ -1410,11 +1409,11 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 
 	coord_index_unpin(&s->index, job->node);
 	s->warm_writes_in_flight--;
-	SEL_ASSERT(s->warm.dirty[job->node] == COORD_WARM_WRITING);
+	SEL_ASSERT(coord_warm_dirty_state(&s->warm, job->node) == COORD_WARM_WRITING);
 	if (c->result) {
 		char name[REC_FILE_NAME_BYTES];
 
-		s->warm.dirty[job->node] = COORD_WARM_DIRTY;
+		coord_warm_write_failed(&s->warm, job->node);
 		s->stats.warm_write_failures++;
 		s->warm_write_retry_ns = sel_monotonic_ns() + COORD_WARM_WRITE_BACKOFF_NS;
 		if (c->result == -ENOSPC || c->result == -EDQUOT)
@@ -1425,7 +1424,7 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	s->warm_write_retry_ns = 0;
-	row_drop = s->warm.row_drop_wanted[job->node];
+	row_drop = coord_warm_row_drop_wanted(&s->warm, job->node);
 	coord_warm_set_clean(&s->warm, &s->index, job->node);
 	s->stats.warm_writes++;
 	if (n->state == COORD_CONDEMNED) {

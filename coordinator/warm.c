@@ -134,6 +134,24 @@ void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, ui
 	mark_ancestors(w, ix, id, -1);
 }
 
+void coord_warm_set_writing(struct coord_warm *w, uint32_t id)
+{
+	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] == COORD_WARM_DIRTY);
+	w->dirty[id] = COORD_WARM_WRITING;
+}
+
+void coord_warm_write_failed(struct coord_warm *w, uint32_t id)
+{
+	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] == COORD_WARM_WRITING);
+	w->dirty[id] = COORD_WARM_DIRTY;
+}
+
+void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id)
+{
+	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] != COORD_WARM_CLEAN);
+	w->row_drop_wanted[id] = true;
+}
+
 uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix,
 				 uint32_t from)
 {

@@ -112,6 +112,23 @@ void coord_warm_set_dirty(struct coord_warm *w, const struct coord_index *ix, ui
 			  uint64_t checkpoint);
 /* Node id's file is committed on every rank, or it left the tier: clean. */
 void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, uint32_t id);
+/* Node id (dirty) has its write from warm submitted: no dirty victim while it runs. */
+void coord_warm_set_writing(struct coord_warm *w, uint32_t id);
+/* Node id's write from warm failed on some rank: dirty again, to be written again. */
+void coord_warm_write_failed(struct coord_warm *w, uint32_t id);
+/* Node id (not clean) drops its row once its file is on disk (coord_warm_set_clean clears it). */
+void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id);
+
+static inline bool coord_warm_row_drop_wanted(const struct coord_warm *w, uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max && w->row_drop_wanted[id];
+}
+
+/* The dirty records under node id (0 without a warm tier). */
+static inline uint32_t coord_warm_dirty_below(const struct coord_warm *w, uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max ? w->dirty_below[id] : 0;
+}
 
 static inline enum coord_warm_dirty coord_warm_dirty_state(const struct coord_warm *w,
 							   uint32_t id)

@@ -15,6 +15,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "coordinator/metrics.h"
+#include "coordinator/warm.h"
 #include "record/format.h"
 #include "record/key.h"
 #include "selene/selene.h"
@@ -717,6 +718,59 @@ static void test_warm_bad_sizes(void **state)
 	assert_non_null(strstr(err, "the warm tier ("));
 	assert_non_null(strstr(err, "MiB of memory available"));
 	open_engine(f, 0);
+}
+
+/*
+ * Rank zero's dirty states through coordinator/warm.h: a dirty child makes
+ * its parent no victim; while its write runs it is no dirty victim, a
+ * failed write makes it one again, and clean it frees its parent and
+ * forgets a row drop it wanted.
+ */
+static void test_warm_policy_write_states(void **state)
+{
+	struct coord_index ix;
+	struct coord_warm w;
+	struct rec_key pk, ck;
+	uint32_t parent, child;
+
+	(void)state;
+	make_key(&pk, 64, 1);
+	make_key(&ck, 128, 2);
+	assert_int_equal(coord_index_init(&ix, 8, 64), 0);
+	assert_int_equal(coord_index_insert(&ix, &(struct coord_node_spec){
+		.key = pk, .tail_page_count = 1, .state = COORD_READY, .row_present = true },
+		&parent), 0);
+	assert_int_equal(coord_index_insert(&ix, &(struct coord_node_spec){
+		.key = ck, .parent = &pk, .first_page_index = 1, .tail_page_count = 1,
+		.state = COORD_READY, .row_present = true }, &child), 0);
+	assert_int_equal(coord_warm_init(&w, 8, 8, 1, 4096), 0);
+	coord_warm_charge(&w, parent, 2);
+	coord_warm_ready(&w, parent);
+	coord_warm_charge(&w, child, 2);
+	coord_warm_ready(&w, child);
+	coord_warm_set_dirty(&w, &ix, child, 7);
+	coord_warm_want_row_drop(&w, child);
+	assert_int_equal(coord_warm_dirty_below(&w, parent), 1);
+	assert_int_equal(coord_warm_victim(&w, &ix, w.head), COORD_NONE);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.head), child);
+	coord_warm_set_writing(&w, child);
+	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_WRITING);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.head), COORD_NONE);
+	assert_int_equal(w.dirty_records, 1);
+	coord_warm_write_failed(&w, child);
+	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_DIRTY);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.head), child);
+	assert_true(coord_warm_row_drop_wanted(&w, child));
+	coord_warm_set_writing(&w, child);
+	coord_warm_set_clean(&w, &ix, child);
+	assert_false(coord_warm_row_drop_wanted(&w, child));
+	assert_int_equal(w.dirty_records, 0);
+	assert_int_equal(w.dirty_slots, 0);
+	assert_int_equal(coord_warm_dirty_below(&w, parent), 0);
+	assert_int_equal(coord_warm_victim(&w, &ix, w.head), parent);
+	coord_warm_destroy(&w);
+	assert_int_equal(coord_warm_dirty_below(&w, parent), 0); /* off: no tier */
+	coord_index_destroy(&ix);
 }
 
 /* The slot pool alone: reserve, commit, find, drop, and no block when full. */
@@ -2058,6 +2112,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_pool),
+		cmocka_unit_test(test_warm_policy_write_states),
 		cmocka_unit_test(test_warm_pool_read_through),
 		cmocka_unit_test(test_warm_metrics_fit),
 		cmocka_unit_test(test_warm_register_in_chunks),
