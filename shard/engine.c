@@ -73,6 +73,12 @@ struct stage {
 struct lane {
 	struct stage stages[SHARD_STORE_STAGES_MAX];
 	uint32_t stage_count; /* restore: SHARD_STAGES; background: see open_staging */
+	/*
+	 * Background: stage_count stages with no staging of their own, for
+	 * the windows of warm stores, which go through their warm slots
+	 * (stage_warm), so a warm store leaves the staging to cold ones.
+	 */
+	struct stage warm_stages[SHARD_STORE_STAGES_MAX];
 	struct shard_slab_lease row_lease;
 	uint32_t *row_slots;
 	struct rec_disk_request row_req;
@@ -264,15 +270,17 @@ static void disk_reap(struct lane *l, struct job_outcome *o)
 
 static void disk_await_all(struct lane *l, struct job_outcome *o)
 {
-	for (uint32_t b = 0; b < l->stage_count; b++)
+	for (uint32_t b = 0; b < l->stage_count; b++) {
 		disk_await(l, &l->stages[b].req, o);
+		disk_await(l, &l->warm_stages[b].req, o);
+	}
 	disk_await(l, &l->row_req, o);
 	disk_await(l, &l->control_req, o);
 	disk_await(l, &l->open_req[0], o);
 	disk_await(l, &l->open_req[1], o);
 }
 
-_Static_assert(SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 4 <=
+_Static_assert(2 * SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 4 <=
 		       REC_DISK_QUEUE_MAX, "disk_queue_room");
 
 /* Runs one control request on file to its reply. */
@@ -640,12 +648,26 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	disk_send(e, l, &run->control_req);
 }
 
-/* A background stage holding no window (neither on the disk nor held). */
-static struct stage *free_stage(struct lane *l)
+/*
+ * A background stage holding no window (neither on the disk nor held):
+ * for a warm store's window, one without staging.
+ */
+static struct stage *free_stage(struct lane *l, bool warm)
+{
+	struct stage *stages = warm ? l->warm_stages : l->stages;
+
+	for (uint32_t b = 0; b < l->stage_count; b++)
+		if (!stages[b].owner)
+			return &stages[b];
+	return NULL;
+}
+
+/* The background stage whose request done is, or NULL. */
+static struct stage *stage_of(struct lane *l, struct rec_disk_request *done)
 {
 	for (uint32_t b = 0; b < l->stage_count; b++)
-		if (!l->stages[b].owner)
-			return &l->stages[b];
+		if (done == &l->stages[b].req || done == &l->warm_stages[b].req)
+			return (struct stage *)((char *)done - offsetof(struct stage, req));
 	return NULL;
 }
 
@@ -744,16 +766,17 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	int ret;
 
 	/*
-	 * Each store holds its share of the staging at most: the first store
-	 * would otherwise take every stage as it comes back, and the others'
-	 * files would wait while its file's writes queue behind one another.
+	 * Each store holds its share of the stages at most (a warm store of
+	 * the warm ones): the first store would otherwise take every stage
+	 * as it comes back, and the others' files would wait while its
+	 * file's writes queue behind one another.
 	 */
 	if (run->writes + piped + (run->held != NULL) >= l->stage_count / e->stores_active)
 		return false;
 	/* Before its create has come back, a store copies one window (held). */
 	if (run->control_req.tag && (piped || run->held))
 		return false;
-	s = free_stage(l);
+	s = free_stage(l, run->warm != SHARD_WARM_NONE);
 	if (!s)
 		return false;
 	/* No copy of a store goes before a fetch submitted earlier. */
@@ -888,10 +911,9 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 static void store_reply(struct shard_engine *e, struct lane *l, struct rec_disk_request *done)
 {
 	struct store_run *run = NULL;
+	struct stage *s = stage_of(l, done);
 
-	if (done >= &l->stages[0].req && done <= &l->stages[l->stage_count - 1].req) {
-		struct stage *s = (struct stage *)((char *)done - offsetof(struct stage, req));
-
+	if (s) {
 		run = s->owner;
 		s->owner = NULL;
 		run->writes--;
@@ -2112,11 +2134,15 @@ uint32_t shard_default_stores_max(uint32_t io_workers)
 static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 {
 	for (uint32_t b = 0; b < l->stage_count; b++) {
-		l->stages[b].req.file = &l->files[0];
-		l->stages[b].req.replies = &l->replies;
-		l->stages[b].req.urgent = urgent;
-		/* Page checksums are this engine's, on the checksum pool. */
-		l->stages[b].req.requester_checksums = true;
+		struct stage *both[2] = { &l->stages[b], &l->warm_stages[b] };
+
+		for (uint32_t k = 0; k < 2; k++) {
+			both[k]->req.file = &l->files[0];
+			both[k]->req.replies = &l->replies;
+			both[k]->req.urgent = urgent;
+			/* Page checksums are this engine's, on the checksum pool. */
+			both[k]->req.requester_checksums = true;
+		}
 	}
 	l->row_req.file = &l->files[0];
 	l->row_req.replies = &l->replies;

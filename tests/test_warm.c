@@ -55,6 +55,7 @@ struct fixture {
 	uint8_t *plane_memory[3];
 	uint8_t *row_memory;
 	uint64_t next_job;
+	uint32_t stores_max; /* 0: the engine's default */
 };
 
 static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t err_size)
@@ -63,7 +64,7 @@ static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t
 		.geometry = &f->g, .dir = f->dir, .device = f->dev,
 		.planes = &f->planes, .window_pages = 4, .jobs_max = 8,
 		.checksum_threads = 2, .io_workers = SHARD_IO_WORKERS_NONE,
-		.warm_bytes = warm_bytes, .register_pool = true,
+		.warm_bytes = warm_bytes, .register_pool = true, .stores_max = f->stores_max,
 	};
 
 	return shard_engine_open(&options, &f->engine, err, err_size);
@@ -592,6 +593,84 @@ static void test_warm_store_copy_fails(void **state)
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.stores, 2);
 	assert_int_equal(ws.slots_used, 0);
+}
+
+/* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
+static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint64_t deadline_ns)
+{
+	while (__atomic_load_n(&d->copy_calls, __ATOMIC_RELAXED) < count) {
+		if (sel_monotonic_ns() > deadline_ns)
+			return false;
+		usleep(1000);
+	}
+	return true;
+}
+
+/*
+ * A warm store's windows take no staging: with its file's writes held on
+ * the disk (the first one sleeps 5 s) and every stage of its share full,
+ * a cold store begun beside it still copies its first window at once; both
+ * then complete and restore byte-exact.
+ */
+static void test_warm_store_leaves_staging(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct rec_key a, b, none;
+	uint32_t ids_a[40], ids_b[8];
+	struct rec_header ha, hb;
+	struct shard_store_job ja = { .header = &ha, .page_ids = ids_a, .state_slot = 1,
+				      .warm = SHARD_STORE_WARM };
+	struct shard_store_job jb = { .header = &hb, .page_ids = ids_b, .state_slot = 2 };
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	bool alone, beside;
+	uint64_t start;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	f->stores_max = 2;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 40, 1);
+	make_key(&b, 64 * 8, 2);
+	make_key(&none, 64, 3);
+	for (uint32_t i = 0; i < 40; i++)
+		fill_page(f, ids_a[i] = 10 + i, i);
+	for (uint32_t i = 0; i < 8; i++)
+		fill_page(f, ids_b[i] = 60 + i, i);
+	tu_fill(f->row_memory + (uint64_t)ROW_BYTES, ROW_BYTES, a.consumed);
+	tu_fill(f->row_memory + 2ull * ROW_BYTES, ROW_BYTES, b.consumed);
+	assert_int_equal(rec_header_init(&ha, &f->g, &f->ns, &a, NULL, &a.digest, 0, 40, 99), 0);
+	assert_int_equal(rec_header_init(&hb, &f->g, &f->ns, &b, NULL, &b.digest, 0, 8, 99), 0);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*sleep(5000)"), 0);
+	start = sel_monotonic_ns();
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &ja), 0);
+	/* Alone, it takes its share: every one of the 8 stages. */
+	alone = copy_calls_reach(&d, 8, start + 4000000000ull);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jb), 0);
+	/* A job on the restore queue wakes the transfer thread's wait for the disk. */
+	assert_int_equal(shard_engine_warm_drop(f->engine, ++f->next_job, &none), 0);
+	beside = copy_calls_reach(&d, 9, start + 4000000000ull);
+	/* Every job done before any check: the device is this function's. */
+	for (uint32_t i = 0; i < 3; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_int_equal(c.result, 0);
+	}
+	sel_failpoints_configure(NULL);
+	assert_true(alone);
+	assert_true(beside);
+	poison(f);
+	chain = (struct shard_chain_record){ a, 0, 40 };
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 40, 4, a.consumed);
+	poison(f);
+	chain = (struct shard_chain_record){ b, 0, 8 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 4), 0);
+	check_restored(f, 8, 4, b.consumed);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
 }
 
 /* A record that does not fit the free slots is stored through staging, and restores from disk. */
@@ -2122,6 +2201,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
