@@ -1315,29 +1315,26 @@ static bool fetch_is_warm(struct shard_engine *e, const struct shard_job *job,
 }
 
 /*
- * A fetch of warm records (docs/DESIGN.md section 6): straight from their
- * slots to the destination ids, in batched copies issued back to back and
- * awaited once; no file, no staging, no pass over the bytes. The slots are
- * trusted as staging is between its checksum pass and its copy: their
- * checksums were computed when the bytes landed and nothing writes a warm
- * slot after its store.
+ * Issues the copies of the windows filter takes (every record's, or the
+ * warm ones') from their records' warm slots (e->warm_entries) to the
+ * destination ids, back to back, without waiting for any. Returns 0 or the
+ * device's failure; what was issued may still run (the caller
+ * synchronizes).
  */
-static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
-			   const uint32_t *entries, struct job_outcome *o)
+static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
+			     enum window_filter filter, struct job_outcome *o)
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	struct fetch_window cursor = { .record = UINT32_MAX };
 	struct stage s = { .src = &e->warm.pool };
-	uint32_t row[REC_DISK_BUFFERS_MAX];
-	uint64_t start = sel_monotonic_ns();
 	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
-	int ret = 0, drained;
+	int ret = 0;
 
-	while (!ret && next_window(e, job, WINDOWS_ALL, &cursor)) {
+	while (!ret && next_window(e, job, filter, &cursor)) {
 		uint32_t n, at = 0;
 
 		s.cur = s.warm_slots;
-		shard_warm_page_slots(&e->warm, entries[cursor.record], cursor.first,
+		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
 				      cursor.count, s.warm_slots);
 		n = window_copies(e, l, &s, job->page_ids + cursor.dest, cursor.count);
 		/*
@@ -1358,9 +1355,29 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 		if (!ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;
 	}
+	return ret;
+}
+
+/*
+ * A fetch of warm records (docs/DESIGN.md section 6): straight from their
+ * slots (e->warm_entries) to the destination ids, in batched copies issued
+ * back to back and awaited once; no file, no staging, no pass over the
+ * bytes. The slots are trusted as staging is between its checksum pass and
+ * its copy: their checksums were computed when the bytes landed and
+ * nothing writes a warm slot after its store.
+ */
+static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
+			   struct job_outcome *o)
+{
+	struct lane *l = &e->lanes[LANE_RESTORE];
+	uint32_t row[REC_DISK_BUFFERS_MAX];
+	uint64_t start = sel_monotonic_ns();
+	int ret, drained;
+
+	ret = warm_copies_issue(e, job, WINDOWS_ALL, o);
 	/* The row on the same stream, behind the pages: one wait for both. */
 	if (!ret) {
-		shard_warm_row_slots(&e->warm, entries[job->chain_count - 1], row);
+		shard_warm_row_slots(&e->warm, e->warm_entries[job->chain_count - 1], row);
 		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
 					row_copies(e, l, &e->warm.pool, row, job->state_slot));
 	}
@@ -1437,23 +1454,11 @@ static bool fetch_plan(struct shard_engine *e, const struct shard_job *job)
 static int fetch_warm_copies(struct shard_engine *e, struct shard_job *job,
 			     struct job_outcome *o)
 {
-	struct lane *l = &e->lanes[LANE_RESTORE];
-	struct fetch_window cursor = { .record = UINT32_MAX };
-	struct stage s = { .src = &e->warm.pool };
-	int ret;
+	int ret = warm_copies_issue(e, job, WINDOWS_WARM, o);
 
-	while (next_window(e, job, WINDOWS_WARM, &cursor)) {
-		s.cur = s.warm_slots;
-		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
-				      cursor.count, s.warm_slots);
-		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
-					window_copies(e, l, &s, job->page_ids + cursor.dest,
-						      cursor.count));
-		if (ret) {
-			shard_device_synchronize(e->device);
-			return device_fail(o, ret, "host to device");
-		}
-		o->bytes += e->geometry.page_record_bytes * cursor.count;
+	if (ret) {
+		shard_device_synchronize(e->device);
+		return device_fail(o, ret, "host to device");
 	}
 	return 0;
 }
@@ -1486,7 +1491,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	uint64_t start = sel_monotonic_ns(), end;
 
 	if (fetch_is_warm(e, job, e->warm_entries)) {
-		run_fetch_warm(e, job, e->warm_entries, o);
+		run_fetch_warm(e, job, o);
 		return;
 	}
 	partial = fetch_plan(e, job);

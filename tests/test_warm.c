@@ -321,6 +321,7 @@ static void test_warm_fetch_reads_no_file(void **state)
  * then twice as many, up to a window) and the last record's row are issued
  * back to back on a device whose copies run only at synchronize, and one
  * synchronize restores them all byte-exact; a failed one fails the fetch.
+ * A fetch warm in part issues its warm pages in the same growing calls.
  */
 static void test_warm_fetch_one_wait(void **state)
 {
@@ -360,6 +361,14 @@ static void test_warm_fetch_one_wait(void **state)
 	assert_int_equal(ws.hits, hits); /* a failed restore is no hit */
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
 	assert_true(row_matches(f, 4, b.consumed));
+	/* Warm in part: a's pages go in calls of 1, 2, 1 and 3 pages as well. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &b), 0);
+	poison(f);
+	calls = d.copy_calls;
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	/* and b's windows (4 + 1 pages) from staging, then its row */
+	assert_int_equal(d.copy_calls - calls, 4 + 2 + 1);
+	check_restored(f, 12, 4, b.consumed);
 	shard_engine_close(f->engine);
 	f->engine = NULL;
 	f->dev = host;
