@@ -615,12 +615,12 @@ static bool warm_writes_allowed(const struct coord_store *s)
 uint32_t coord_store_write_dirty(struct coord_store *s)
 {
 	struct coord_warm *w = &s->warm;
-	uint32_t id, from = w->head;
+	uint32_t id, from = w->list.head;
 
 	/* A write keeps its record listed: go on after it, not from the head. */
 	while (w->dirty_records > s->warm_writes_in_flight && warm_writes_allowed(s) &&
 	       (id = coord_warm_dirty_victim(w, &s->index, from)) != COORD_NONE) {
-		from = w->next[id];
+		from = w->links[id].next;
 		if (submit_warm_write(s, id) != 0)
 			break;
 	}
@@ -699,7 +699,7 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 	 * (records it passed over stay unfit while it runs), so a store
 	 * walks the list once, however many it drops.
 	 */
-	uint32_t from = w->head;
+	uint32_t from = w->list.head;
 
 	while (w->slots_total - w->slots_used < need) {
 		uint32_t victim = coord_warm_victim(w, &s->index, from);
@@ -711,11 +711,11 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 			for (uint32_t j = 0; j < COORD_JOBS_MAX; j++)
 				if (s->jobs[j].in_use && s->jobs[j].kind == COORD_JOB_WARM_WRITE)
 					coming += w->slots[s->jobs[j].node];
-			from = w->head;
+			from = w->list.head;
 			while (w->slots_total - w->slots_used + coming < need &&
 			       warm_writes_allowed(s) &&
 			       (victim = coord_warm_dirty_victim(w, &s->index, from)) != COORD_NONE &&
-			       (from = w->next[victim], submit_warm_write(s, victim) == 0)) {
+			       (from = w->links[victim].next, submit_warm_write(s, victim) == 0)) {
 				coming += w->slots[victim];
 				s->stats.warm_spills++;
 			}
@@ -724,7 +724,7 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 		}
 		if (victim == COORD_NONE)
 			return WARM_COLD;
-		from = w->next[victim]; /* before the drop unlists it */
+		from = w->links[victim].next; /* before the drop unlists it */
 		if (warm_drop_submit(s, victim) != 0)
 			return WARM_COLD;
 		w->evictions++;
@@ -1706,11 +1706,11 @@ static void expire(struct coord_store *s)
 		return;
 	s->last_sweep_ns = now;
 	real = sel_realtime_ns();
-	for (id = ix->lru_head; id != COORD_NONE && dropped < COORD_EXPIRE_SWEEP_MAX; id = next) {
+	for (id = ix->lru.head; id != COORD_NONE && dropped < COORD_EXPIRE_SWEEP_MAX; id = next) {
 		const struct coord_node *n = &ix->nodes[id];
 		bool warm = coord_warm_holds(&s->warm, id);
 
-		next = n->lru_next;
+		next = n->lru.next;
 		if (n->child_count > 0 || n->pins > 0 || n->state != COORD_READY ||
 		    coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN ||
 		    may_parent_held(s, n))

@@ -19,6 +19,7 @@
 #ifndef SELENE_COORDINATOR_WARM_H
 #define SELENE_COORDINATOR_WARM_H
 
+#include "common/idlist.h"
 #include "coordinator/index.h"
 
 #include <stdbool.h>
@@ -31,8 +32,8 @@ struct coord_warm {
 	uint64_t slot_bytes;
 	uint32_t nodes_max;
 	uint32_t *slots;       /* per node id: the slots it holds or is charged */
-	uint32_t *prev, *next; /* the LRU list of warm records, per node id */
-	uint32_t head, tail;   /* least and most recently used, or COORD_NONE */
+	struct sel_idlink *links; /* per node id: its place on the list */
+	struct sel_idlist list;   /* warm records, least recently used at the head */
 	uint32_t records;      /* on the list */
 	uint64_t listed_slots; /* their slots */
 	bool *listed;
@@ -99,7 +100,7 @@ void coord_warm_touch(struct coord_warm *w, uint32_t id);
 
 /*
  * The least recently used warm record that is READY, unpinned, clean and
- * no dirty record's ancestor, from list position from on (w->head: the
+ * no dirty record's ancestor, from list position from on (w->list.head: the
  * whole list; a caller that takes several victims passes the position
  * after the last one, so that one pass walks the list once), or
  * COORD_NONE.

@@ -1009,8 +1009,8 @@ static void test_store_touch_refreshes_ancestors(void **state)
 	rec_history_key_at(&f->h, 700, &key);
 	child = coord_index_find(&f->store.index, &key);
 	assert_int_equal(coord_store_touch(&f->store, &f->h, 700), 0);
-	assert_int_equal(f->store.index.lru_tail, root);
-	assert_int_equal(f->store.index.nodes[root].lru_prev, child);
+	assert_int_equal(f->store.index.lru.tail, root);
+	assert_int_equal(f->store.index.nodes[root].lru.prev, child);
 	assert_balanced(f);
 }
 

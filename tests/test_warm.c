@@ -839,15 +839,15 @@ static void test_warm_policy_write_states(void **state)
 	coord_warm_set_dirty(&w, &ix, child, 7);
 	coord_warm_want_row_drop(&w, child);
 	assert_int_equal(coord_warm_dirty_below(&w, parent), 1);
-	assert_int_equal(coord_warm_victim(&w, &ix, w.head), COORD_NONE);
-	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.head), child);
+	assert_int_equal(coord_warm_victim(&w, &ix, w.list.head), COORD_NONE);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), child);
 	coord_warm_set_writing(&w, child);
 	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_WRITING);
-	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.head), COORD_NONE);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), COORD_NONE);
 	assert_int_equal(w.dirty_records, 1);
 	coord_warm_write_failed(&w, child);
 	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_DIRTY);
-	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.head), child);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), child);
 	assert_true(coord_warm_row_drop_wanted(&w, child));
 	coord_warm_set_writing(&w, child);
 	coord_warm_set_clean(&w, &ix, child);
@@ -855,7 +855,7 @@ static void test_warm_policy_write_states(void **state)
 	assert_int_equal(w.dirty_records, 0);
 	assert_int_equal(w.dirty_slots, 0);
 	assert_int_equal(coord_warm_dirty_below(&w, parent), 0);
-	assert_int_equal(coord_warm_victim(&w, &ix, w.head), parent);
+	assert_int_equal(coord_warm_victim(&w, &ix, w.list.head), parent);
 	coord_warm_destroy(&w);
 	assert_int_equal(coord_warm_dirty_below(&w, parent), 0); /* off: no tier */
 	coord_index_destroy(&ix);
