@@ -984,20 +984,15 @@ static void api_child(struct api_fixture *f, uint32_t rank)
 
 static void api_start(struct api_fixture *f, uint32_t world)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
+	uint16_t port;
 
 	f->world = world;
 	if (world == 1)
 		return;
-	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	assert_int_equal(listen(f->listen_fd, API_WORLD), 0);
-	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	f->listen_fd = tu_listen_loopback(API_WORLD, &port);
 	f->cluster = (struct sel_cluster){
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
-		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
+		.coordinator_port = port, .listen_fd = f->listen_fd,
 		.join_timeout_ms = 10000, .silence_timeout_ms = 5000, .job_timeout_ms = 10000,
 	};
 	memset(f->cluster.secret, 0x5a, sizeof(f->cluster.secret));
@@ -1035,13 +1030,7 @@ static int api_open(struct api_fixture *f, char *err, size_t err_size)
 
 static int api_reap(struct api_fixture *f, uint32_t r)
 {
-	int status;
-
-	if (f->children[r] <= 0)
-		return 0;
-	assert_int_equal(waitpid(f->children[r], &status, 0), f->children[r]);
-	f->children[r] = 0;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+	return tu_reap(&f->children[r]);
 }
 
 static int api_setup(void **state)
