@@ -115,6 +115,20 @@ static int grow(void **array, size_t count, size_t more, size_t size)
 	return 0;
 }
 
+/* The held entries of a chunk (R-WIRE-18): each entry is a record or a held key. */
+static uint32_t chunk_held_count(const struct cluster_summary_view *view)
+{
+	uint32_t held = 0;
+
+	for (uint32_t i = 0; i < view->record_count; i++) {
+		struct cluster_summary_record r;
+
+		cluster_summary_view_record(view, i, &r);
+		held += r.held;
+	}
+	return held;
+}
+
 int cluster_summary_recv(int fd, struct cluster_sequences *seq, struct cluster_summary *out,
 			 char *why, size_t why_size)
 {
@@ -125,7 +139,7 @@ int cluster_summary_recv(int fd, struct cluster_sequences *seq, struct cluster_s
 
 	while (!ret && !chunks.done) {
 		struct cluster_summary_view view;
-		uint32_t length;
+		uint32_t length, held = 0;
 
 		ret = recv_frame(fd, seq, CLUSTER_MSG_SUMMARY, buf, &length, why, why_size);
 		if (!ret)
@@ -134,13 +148,17 @@ int cluster_summary_recv(int fd, struct cluster_sequences *seq, struct cluster_s
 			ret = cluster_chunks_accept(&chunks, view.chunk_index, view.last,
 						    view.record_count, REC_DIR_RECORDS_MAX, why,
 						    why_size);
-		/* Bounded: the total was just checked against REC_DIR_RECORDS_MAX. */
+		/*
+		 * Bounded: the total was just checked against REC_DIR_RECORDS_MAX.
+		 * Each entry goes to one array: each grows by its own share.
+		 */
 		if (!ret)
-			ret = grow((void **)&got.records, got.record_count, view.record_count,
+			held = chunk_held_count(&view);
+		if (!ret)
+			ret = grow((void **)&got.records, got.record_count, view.record_count - held,
 				   sizeof(*got.records));
 		if (!ret)
-			ret = grow((void **)&got.held, got.held_count, view.record_count,
-				   sizeof(*got.held));
+			ret = grow((void **)&got.held, got.held_count, held, sizeof(*got.held));
 		for (uint32_t i = 0; !ret && i < view.record_count; i++) {
 			struct cluster_summary_record r;
 

@@ -2,7 +2,7 @@
  * The startup agreement (coordinator/agreement.h): every rank's listings
  * merged through a hash of keys, rank by rank, so each key learns whether
  * ranks 0 .. W-1 each listed it once with the same header; then the scan's
- * tree rules (R-DIR-5, R-DIR-6) over the keys held everywhere, sorted by
+ * tree rules (R-DIR-5, R-DIR-6) over the keys listed everywhere, sorted by
  * key, and the index's capacity; keys a rank holds unread are left in
  * place everywhere (R-AGREE-2). Not the wire summary, not applying the
  * actions.
@@ -21,23 +21,23 @@
 
 /*
  * One distinct key among every rank's listings, while they are merged.
- * Listings arrive rank by rank, so the key is held everywhere exactly when
+ * Listings arrive rank by rank, so the key is listed everywhere exactly when
  * the r-th listing of it comes from rank r, for r = 0 .. world_size - 1,
  * each with rank zero's header.
  */
 struct agree_key {
 	struct rec_key key;                  /* a copy: probes read no listing */
-	const struct rec_record_info *first; /* the first listing: rank zero's when held */
+	const struct rec_record_info *first; /* the first listing: rank zero's when everywhere */
 	uint64_t file_bytes;                 /* the smallest among its listings */
 	uint32_t listings;
-	uint32_t group;                      /* its group once held; AGREE_NONE before */
-	bool held;                           /* so far: rank r's listing was the r-th */
+	uint32_t group;                      /* its group once everywhere; AGREE_NONE before */
+	bool everywhere;                     /* so far: rank r's listing was the r-th */
 	bool row_everywhere;
 	bool row_anywhere;
 	bool protect;                        /* rule 7: left in place, unindexed */
 };
 
-/* A key held everywhere, while its fate is decided; groups sort by key. */
+/* A key listed everywhere, while its fate is decided; groups sort by key. */
 struct agree_group {
 	const struct rec_key *sort_key; /* its key, rank zero's listing's */
 	uint32_t key;    /* index into keys */
@@ -57,7 +57,7 @@ struct agree_state {
 	const struct coord_rank_records *ranks;
 	uint32_t world_size;
 	size_t ref_count;      /* listings in all ranks */
-	size_t held_count;     /* held keys listed by all ranks (rule 7) */
+	size_t held_count;     /* keys held unread, every rank's together (rule 7) */
 	bool any_protect;      /* some key is held (rule 7) */
 	bool unknown_parent;   /* a held key no rank read: its parent unknown */
 	uint32_t *ref_keys;    /* each listing's key, rank-major like actions */
@@ -164,12 +164,12 @@ static uint32_t merge_listing(struct agree_state *s, uint32_t rank,
 		s->slots[slot] = (struct agree_slot){ .key = s->key_count, .tag = tag };
 		s->keys[s->key_count] = (struct agree_key){
 			.key = info->key, .first = info, .file_bytes = UINT64_MAX,
-			.group = AGREE_NONE, .held = true, .row_everywhere = true,
+			.group = AGREE_NONE, .everywhere = true, .row_everywhere = true,
 		};
 		s->key_count++;
 	}
 	k = &s->keys[s->slots[slot].key];
-	k->held = k->held && k->listings == rank &&
+	k->everywhere = k->everywhere && k->listings == rank &&
 		  (rank == 0 || same_header(k->first, info));
 	k->listings++;
 	k->row_everywhere = k->row_everywhere && info->row_present;
@@ -214,7 +214,7 @@ static int compare_groups(const void *a, const void *b)
 
 /*
  * Every listing into the hash of keys (expected O(1) each), then one group
- * per key held everywhere, sorted by key so that rules 3 and 4 meet a
+ * per key listed everywhere, sorted by key so that rules 3 and 4 meet a
  * parent before its children.
  */
 static void agree_merge(struct agree_state *s)
@@ -236,8 +236,8 @@ static void agree_merge(struct agree_state *s)
 			s->out->held++;
 			continue;
 		}
-		if (!s->keys[k].held || s->keys[k].listings != s->world_size) {
-			s->keys[k].held = false;
+		if (!s->keys[k].everywhere || s->keys[k].listings != s->world_size) {
+			s->keys[k].everywhere = false;
 			s->out->disagreed++;
 			continue;
 		}
@@ -427,7 +427,7 @@ static void agree_collect(struct agree_state *s)
 
 			if (k->protect)
 				action = COORD_ACTION_KEEP; /* rule 7 */
-			else if (k->held && s->groups[k->group].keep)
+			else if (k->everywhere && s->groups[k->group].keep)
 				action = !k->row_everywhere && s->ranks[r].records[i].row_present ?
 						 COORD_ACTION_TRUNCATE_ROW : COORD_ACTION_KEEP;
 			set_action(s, r, i, action);
@@ -480,7 +480,7 @@ static int agree_alloc(struct agree_state *s)
 	s->ref_keys = alloc_array(s->ref_count, sizeof(*s->ref_keys));
 	s->keys = alloc_array(s->ref_count + s->held_count, sizeof(*s->keys));
 	s->slots = alloc_array(slots, sizeof(*s->slots));
-	/* A key held everywhere is held by the rank with the fewest records. */
+	/* A key listed everywhere is listed by the rank with the fewest records. */
 	s->groups = alloc_array(s->group_max, sizeof(*s->groups));
 	out->actions = alloc_array(s->ref_count, sizeof(*out->actions));
 	out->records = alloc_array(s->group_max, sizeof(*out->records));

@@ -6,15 +6,15 @@
  * the wire form of a summary belongs to cluster/).
  *
  * The rules, for a world of W ranks:
- *  1. A key is held everywhere when each of the W ranks lists it exactly
+ *  1. A key is listed everywhere when each of the W ranks lists it exactly
  *     once and every listing has the same header: equal agreement digests
  *     (FORMAT.md R-AGREE-1) and equal parent, bucket, first page, page count
  *     and creation time. A key that is not is deleted on every rank that
  *     lists it (a rank listing a key twice sent a malformed summary; the key
- *     is not held everywhere).
+ *     is not listed everywhere).
  *  2. Its row is kept only when every rank's file has its row.
- *  3. A root record (parent consumed 0) held everywhere is kept. Any other
- *     record held everywhere is kept only when its parent is kept (R-DIR-5
+ *  3. A root record (parent consumed 0) listed everywhere is kept. Any other
+ *     record listed everywhere is kept only when its parent is kept (R-DIR-5
  *     over the agreed set): dropping a record drops its descendants.
  *  4. A kept record without its row and with no kept child is dropped, and
  *     so, in turn, is a page-only ancestor that this leaves childless
@@ -29,7 +29,7 @@
  *  7. Never delete what could not be read (FORMAT.md R-AGREE-2: R-DIR-7
  *     across ranks, cluster/PROTOCOL.md R-WIRE-18): a key that any rank lists as
  *     held (its file there could not be read, or one it depends on could
- *     not) is held everywhere: every rank's file of it is kept as it is,
+ *     not) is held on every rank: every rank's file of it is kept as it is,
  *     and it is not an agreed record (no index may serve it while a rank
  *     cannot). So is a record whose parent is held (a child that cannot
  *     be restored now, and must not be taken for an orphan); while any key
@@ -78,10 +78,10 @@ struct coord_agreement {
 	size_t *action_first; /* world_size + 1 offsets into actions */
 	uint32_t world_size;
 	uint64_t key_count;         /* distinct keys listed by any rank */
-	uint64_t disagreed;         /* keys not held everywhere (rule 1), but
+	uint64_t disagreed;         /* keys not listed everywhere (rule 1), but
 				       those rule 7 holds */
 	uint64_t held;              /* keys left in place unindexed (rule 7) */
-	uint64_t orphans_dropped;   /* held everywhere, parent not kept (rule 3) */
+	uint64_t orphans_dropped;   /* listed everywhere, parent not kept (rule 3) */
 	uint64_t page_only_dropped; /* rule 4 */
 	uint64_t rows_dropped;      /* kept; some rank truncates its row */
 	uint64_t capacity_dropped;  /* leaves past records_max (rule 6) */
@@ -92,7 +92,7 @@ struct coord_agreement {
  * keeping at most records_max records (SIZE_MAX: no limit); ranks[r] is
  * rank r's summary, read only during the call. Allocates a
  * few arrays sized from the input counts, nothing per record, and runs in
- * expected O(n + k log k) for n records in all and k keys held everywhere
+ * expected O(n + k log k) for n records in all and k keys listed everywhere
  * (a hash of keys, seeded afresh each call, so no summary can make it
  * quadratic). Returns 0 and fills out (free with coord_agreement_destroy),
  * SEL_ETOOBIG when world_size or a rank's count is past its maximum or the

@@ -624,7 +624,7 @@ static int key_order(const void *a, const void *b)
 /*
  * The keys some rank keeps in place that the agreement does not index
  * (R-AGREE-2): every rank's held keys, and every record a rank keeps
- * (KEEP) that is not agreed (held everywhere by rule 7: a parent or child
+ * (KEEP) that is not agreed (held on every rank by rule 7: a parent or child
  * some rank could not read). Sorted, each once, into *keys (caller frees;
  * NULL with none). Returns 0 or -ENOMEM.
  */

@@ -47,7 +47,8 @@ int coord_index_init(struct coord_index *ix, uint32_t nodes_max,
 	uint32_t slots = 1;
 
 	memset(ix, 0, sizeof(*ix));
-	ix->free_head = ix->lru_head = ix->lru_tail = COORD_NONE;
+	ix->free_head = COORD_NONE;
+	sel_idlist_init(&ix->lru, NULL, 0);
 	if (nodes_max == 0 || nodes_max > COORD_NODES_MAX || page_tokens == 0 ||
 	    page_tokens > REC_PAGE_TOKENS_MAX)
 		return -EINVAL;
@@ -67,6 +68,7 @@ int coord_index_init(struct coord_index *ix, uint32_t nodes_max,
 		ix->nodes[i].hash_next = ix->free_head;
 		ix->free_head = i;
 	}
+	sel_idlist_init(&ix->lru, &ix->nodes[0].lru, sizeof(ix->nodes[0]));
 	ix->nodes_max = nodes_max;
 	ix->slots = slots;
 	ix->page_tokens = page_tokens;
@@ -79,7 +81,8 @@ void coord_index_destroy(struct coord_index *ix)
 	free(ix->key_heads);
 	free(ix->bucket_heads);
 	memset(ix, 0, sizeof(*ix));
-	ix->free_head = ix->lru_head = ix->lru_tail = COORD_NONE;
+	ix->free_head = COORD_NONE;
+	sel_idlist_init(&ix->lru, NULL, 0);
 }
 
 uint32_t coord_index_find(const struct coord_index *ix, const struct rec_key *key)
@@ -91,21 +94,6 @@ uint32_t coord_index_find(const struct coord_index *ix, const struct rec_key *ke
 	return id;
 }
 
-static void lru_unlink(struct coord_index *ix, uint32_t id)
-{
-	struct coord_node *n = &ix->nodes[id];
-
-	if (n->lru_prev != COORD_NONE)
-		ix->nodes[n->lru_prev].lru_next = n->lru_next;
-	else
-		ix->lru_head = n->lru_next;
-	if (n->lru_next != COORD_NONE)
-		ix->nodes[n->lru_next].lru_prev = n->lru_prev;
-	else
-		ix->lru_tail = n->lru_prev;
-	n->lru_prev = n->lru_next = COORD_NONE;
-}
-
 /*
  * Links id into the access order after every node whose tick is at most
  * its own, and advances the clock to it. A fresh tick is past every other,
@@ -114,22 +102,12 @@ static void lru_unlink(struct coord_index *ix, uint32_t id)
  */
 static void lru_place(struct coord_index *ix, uint32_t id, uint64_t access_tick)
 {
-	struct coord_node *n = &ix->nodes[id];
-	uint32_t after = ix->lru_tail;
+	uint32_t after = ix->lru.tail;
 
 	while (after != COORD_NONE && ix->nodes[after].access_tick > access_tick)
-		after = ix->nodes[after].lru_prev;
-	n->access_tick = access_tick;
-	n->lru_prev = after;
-	n->lru_next = after == COORD_NONE ? ix->lru_head : ix->nodes[after].lru_next;
-	if (after == COORD_NONE)
-		ix->lru_head = id;
-	else
-		ix->nodes[after].lru_next = id;
-	if (n->lru_next == COORD_NONE)
-		ix->lru_tail = id;
-	else
-		ix->nodes[n->lru_next].lru_prev = id;
+		after = ix->nodes[after].lru.prev;
+	ix->nodes[id].access_tick = access_tick;
+	sel_idlist_insert_after(&ix->lru, after, id);
 	if (access_tick > ix->tick)
 		ix->tick = access_tick;
 }
@@ -206,7 +184,7 @@ void coord_index_remove(struct coord_index *ix, uint32_t id)
 	SEL_ASSERT(n->child_count == 0);
 	chain_unlink(ix, &ix->key_heads[key_slot(ix, &n->key)], id, false);
 	chain_unlink(ix, &ix->bucket_heads[bucket_slot(ix, &n->bucket)], id, true);
-	lru_unlink(ix, id);
+	sel_idlist_remove(&ix->lru, id);
 	if (n->parent_id != COORD_NONE) {
 		SEL_ASSERT(ix->nodes[n->parent_id].child_count > 0);
 		ix->nodes[n->parent_id].child_count--;
@@ -221,7 +199,7 @@ void coord_index_remove(struct coord_index *ix, uint32_t id)
 void coord_index_touch(struct coord_index *ix, uint32_t id)
 {
 	SEL_ASSERT(id < ix->nodes_max && ix->nodes[id].in_use);
-	lru_unlink(ix, id);
+	sel_idlist_remove(&ix->lru, id);
 	lru_place(ix, id, ix->tick + 1);
 }
 
@@ -403,7 +381,7 @@ bool coord_index_lookup(struct coord_index *ix, const struct rec_history *h,
 static uint32_t victim_pass(const struct coord_index *ix, uint32_t child_count,
 			    bool need_row, coord_evictable_fn evictable, void *ctx)
 {
-	for (uint32_t id = ix->lru_head; id != COORD_NONE; id = ix->nodes[id].lru_next) {
+	for (uint32_t id = ix->lru.head; id != COORD_NONE; id = ix->nodes[id].lru.next) {
 		const struct coord_node *n = &ix->nodes[id];
 
 		if (n->child_count != child_count || n->pins || n->state != COORD_READY ||

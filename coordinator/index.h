@@ -10,13 +10,14 @@
 #ifndef SELENE_COORDINATOR_INDEX_H
 #define SELENE_COORDINATOR_INDEX_H
 
+#include "common/idlist.h"
 #include "record/key.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define COORD_NONE UINT32_MAX
+#define COORD_NONE SEL_IDLIST_NONE
 /* Records in one lookup chain (SHARD_CHAIN_RECORDS_MAX matches). */
 #define COORD_CHAIN_MAX 4096u
 
@@ -54,7 +55,7 @@ struct coord_node {
 	/* Links owned by the index. */
 	uint32_t hash_next;          /* key hash chain */
 	uint32_t bucket_next;        /* bucket hash chain */
-	uint32_t lru_prev, lru_next; /* access order, least recent at the head */
+	struct sel_idlink lru;       /* access order (coord_index.lru) */
 	bool in_use;
 };
 
@@ -66,7 +67,7 @@ struct coord_index {
 	uint32_t *key_heads;         /* key hash table, key_slots entries */
 	uint32_t *bucket_heads;      /* bucket hash table, same size */
 	uint32_t slots;              /* a power of two >= 2 * nodes_max */
-	uint32_t lru_head, lru_tail;
+	struct sel_idlist lru;       /* access order, least recent at the head */
 	uint64_t tick;
 	uint32_t page_tokens;
 };

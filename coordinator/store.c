@@ -98,7 +98,27 @@ int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t c
 	free(s->held_keys);
 	s->held_keys = copy;
 	s->held_key_count = count;
+	s->held_consumed_max = 0;
+	for (size_t i = 0; i < count; i++)
+		if (copy[i].consumed > s->held_consumed_max)
+			s->held_consumed_max = copy[i].consumed;
+	sel_info("%zu records held unread since startup (R-AGREE-2): records of fewer than "
+		 "%llu tokens may be their parents and are not evicted until a start reads "
+		 "them", count, (unsigned long long)s->held_consumed_max);
 	return 0;
+}
+
+/*
+ * Whether n may be the parent of a key held unread (R-AGREE-2): a parent
+ * has fewer tokens than its child (R-REC-6), and a held key's parent may
+ * be known to no rank, so every record of fewer tokens than the longest
+ * held key counts. Unlinking one would orphan the held key at the next
+ * start that reads it (R-DIR-5), as the agreement's rule 7 keeps such
+ * parents at startup.
+ */
+static bool may_parent_held(const struct coord_store *s, const struct coord_node *n)
+{
+	return n->key.consumed < s->held_consumed_max;
 }
 
 static bool held_unread(struct coord_store *s, const struct rec_key *key)
@@ -358,10 +378,10 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	return 0;
 }
 
-static bool bare_page_only(const struct coord_node *n)
+static bool bare_page_only(const struct coord_store *s, const struct coord_node *n)
 {
 	return n->child_count == 0 && !n->row_present && n->pins == 0 &&
-	       n->state == COORD_READY;
+	       n->state == COORD_READY && !may_parent_held(s, n);
 }
 
 /*
@@ -374,7 +394,7 @@ static bool bare_page_only(const struct coord_node *n)
  */
 static void drop_bare_page_only(struct coord_store *s, uint32_t id)
 {
-	if (id != COORD_NONE && bare_page_only(coord_index_node(&s->index, id)) &&
+	if (id != COORD_NONE && bare_page_only(s, coord_index_node(&s->index, id)) &&
 	    reclaim(s, id, false) != 0)
 		s->bare_pending = true;
 }
@@ -392,7 +412,7 @@ static void drop_bare_pending(struct coord_store *s)
 	if (!s->bare_pending || s->stopped)
 		return;
 	for (uint32_t i = 0; i < ix->nodes_max; i++)
-		if (ix->nodes[i].in_use && bare_page_only(&ix->nodes[i]) &&
+		if (ix->nodes[i].in_use && bare_page_only(s, &ix->nodes[i]) &&
 		    reclaim(s, i, false) != 0)
 			return;
 	s->bare_pending = false;
@@ -401,16 +421,18 @@ static void drop_bare_pending(struct coord_store *s)
 static bool evictable(const struct coord_node *node, void *ctx)
 {
 	struct coord_store *s = ctx;
+	uint32_t id = (uint32_t)(node - s->index.nodes);
 
 	/*
 	 * The disk store evicts any unpinned ready node (seed 2.3), but for a
-	 * dirty record, whose only copy is warm, and a dirty record's
-	 * ancestor (a page-only parent's row).
+	 * leaf that may be a held key's parent (compacting one unlinks
+	 * nothing), a dirty record, whose only copy is warm, and a dirty
+	 * record's ancestor (a page-only parent's row).
 	 */
-	return !coord_warm_enabled(&s->warm) ||
-	       (coord_warm_dirty_state(&s->warm, (uint32_t)(node - s->index.nodes)) ==
-			COORD_WARM_CLEAN &&
-		s->warm.dirty_below[node - s->index.nodes] == 0);
+	if (node->child_count == 0 && may_parent_held(s, node))
+		return false;
+	return coord_warm_dirty_state(&s->warm, id) == COORD_WARM_CLEAN &&
+	       coord_warm_dirty_below(&s->warm, id) == 0;
 }
 
 /* Whether a store found a disk full less than ns ago. */
@@ -578,7 +600,7 @@ static int submit_warm_write(struct coord_store *s, uint32_t id)
 		return err;
 	}
 	coord_index_pin(&s->index, id);
-	s->warm.dirty[id] = COORD_WARM_WRITING;
+	coord_warm_set_writing(&s->warm, id);
 	s->warm_writes_in_flight++;
 	return 0;
 }
@@ -593,12 +615,12 @@ static bool warm_writes_allowed(const struct coord_store *s)
 uint32_t coord_store_write_dirty(struct coord_store *s)
 {
 	struct coord_warm *w = &s->warm;
-	uint32_t id, from = w->head;
+	uint32_t id, from = w->list.head;
 
 	/* A write keeps its record listed: go on after it, not from the head. */
 	while (w->dirty_records > s->warm_writes_in_flight && warm_writes_allowed(s) &&
 	       (id = coord_warm_dirty_victim(w, &s->index, from)) != COORD_NONE) {
-		from = w->next[id];
+		from = w->links[id].next;
 		if (submit_warm_write(s, id) != 0)
 			break;
 	}
@@ -677,7 +699,7 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 	 * (records it passed over stay unfit while it runs), so a store
 	 * walks the list once, however many it drops.
 	 */
-	uint32_t from = w->head;
+	uint32_t from = w->list.head;
 
 	while (w->slots_total - w->slots_used < need) {
 		uint32_t victim = coord_warm_victim(w, &s->index, from);
@@ -689,11 +711,11 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 			for (uint32_t j = 0; j < COORD_JOBS_MAX; j++)
 				if (s->jobs[j].in_use && s->jobs[j].kind == COORD_JOB_WARM_WRITE)
 					coming += w->slots[s->jobs[j].node];
-			from = w->head;
+			from = w->list.head;
 			while (w->slots_total - w->slots_used + coming < need &&
 			       warm_writes_allowed(s) &&
 			       (victim = coord_warm_dirty_victim(w, &s->index, from)) != COORD_NONE &&
-			       (from = w->next[victim], submit_warm_write(s, victim) == 0)) {
+			       (from = w->links[victim].next, submit_warm_write(s, victim) == 0)) {
 				coming += w->slots[victim];
 				s->stats.warm_spills++;
 			}
@@ -702,7 +724,7 @@ static enum warm_room make_warm_room(struct coord_store *s, uint32_t need, bool 
 		}
 		if (victim == COORD_NONE)
 			return WARM_COLD;
-		from = w->next[victim]; /* before the drop unlists it */
+		from = w->links[victim].next; /* before the drop unlists it */
 		if (warm_drop_submit(s, victim) != 0)
 			return WARM_COLD;
 		w->evictions++;
@@ -922,7 +944,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 	 * dirty record must stay warm whole: its dirty records are written
 	 * first.
 	 */
-	if (coord_warm_enabled(&s->warm) && s->warm.dirty_below[existing] > 0) {
+	if (coord_warm_dirty_below(&s->warm, existing) > 0) {
 		coord_store_write_dirty(s);
 		return 0;
 	}
@@ -1213,7 +1235,7 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 		return;
 	/* Its file is not written yet: the row goes once it is. */
 	if (coord_warm_dirty_state(&s->warm, parent) != COORD_WARM_CLEAN) {
-		s->warm.row_drop_wanted[parent] = true;
+		coord_warm_want_row_drop(&s->warm, parent);
 		return;
 	}
 	reclaim(s, parent, true);
@@ -1387,11 +1409,11 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 
 	coord_index_unpin(&s->index, job->node);
 	s->warm_writes_in_flight--;
-	SEL_ASSERT(s->warm.dirty[job->node] == COORD_WARM_WRITING);
+	SEL_ASSERT(coord_warm_dirty_state(&s->warm, job->node) == COORD_WARM_WRITING);
 	if (c->result) {
 		char name[REC_FILE_NAME_BYTES];
 
-		s->warm.dirty[job->node] = COORD_WARM_DIRTY;
+		coord_warm_write_failed(&s->warm, job->node);
 		s->stats.warm_write_failures++;
 		s->warm_write_retry_ns = sel_monotonic_ns() + COORD_WARM_WRITE_BACKOFF_NS;
 		if (c->result == -ENOSPC || c->result == -EDQUOT)
@@ -1402,7 +1424,7 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	s->warm_write_retry_ns = 0;
-	row_drop = s->warm.row_drop_wanted[job->node];
+	row_drop = coord_warm_row_drop_wanted(&s->warm, job->node);
 	coord_warm_set_clean(&s->warm, &s->index, job->node);
 	s->stats.warm_writes++;
 	if (n->state == COORD_CONDEMNED) {
@@ -1665,7 +1687,8 @@ static void warm_stats(struct coord_store *s)
 /*
  * Max-age expiry (seed 2.5), at most once per min(a minute, the max age):
  * from the least recently used record, skipping records that are not
- * leaves, pinned, not READY or not on disk on every rank (dirty), drops
+ * leaves, pinned, not READY, not on disk on every rank (dirty) or that
+ * may be a held key's parent (may_parent_held), drops
  * the expired ones (not used for max_age_ns) from every tier on every
  * rank (an unlink: the warm copy goes with the file), at most
  * COORD_EXPIRE_SWEEP_MAX a sweep, stopping at the first fresh leaf.
@@ -1683,13 +1706,14 @@ static void expire(struct coord_store *s)
 		return;
 	s->last_sweep_ns = now;
 	real = sel_realtime_ns();
-	for (id = ix->lru_head; id != COORD_NONE && dropped < COORD_EXPIRE_SWEEP_MAX; id = next) {
+	for (id = ix->lru.head; id != COORD_NONE && dropped < COORD_EXPIRE_SWEEP_MAX; id = next) {
 		const struct coord_node *n = &ix->nodes[id];
 		bool warm = coord_warm_holds(&s->warm, id);
 
-		next = n->lru_next;
+		next = n->lru.next;
 		if (n->child_count > 0 || n->pins > 0 || n->state != COORD_READY ||
-		    coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN)
+		    coord_warm_dirty_state(&s->warm, id) != COORD_WARM_CLEAN ||
+		    may_parent_held(s, n))
 			continue;
 		if (s->used_ns[id] + s->max_age_ns > real)
 			break; /* the first fresh leaf: the rest are younger */

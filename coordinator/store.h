@@ -116,6 +116,13 @@ struct coord_store {
 	struct rec_key *held_keys;
 	size_t held_key_count;
 	bool held_warned;       /* the one warning a run about them */
+	/*
+	 * The most tokens of a held key: an indexed record of fewer may be a
+	 * held key's parent (whose parent no rank may have read), and is
+	 * never evicted, expired or dropped as a bare page-only record, so
+	 * the next start does not orphan the held key (R-AGREE-2).
+	 */
+	uint64_t held_consumed_max;
 	uint64_t last_sweep_ns; /* monotonic; 0: none yet */
 	bool expiring;          /* reclaim counts an expiry, not an eviction */
 	uint64_t next_generation;
@@ -160,7 +167,8 @@ int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t r
 
 /*
  * The keys left in place unindexed (R-AGREE-2), copied; publications of
- * them answer Retry. Returns 0 or -ENOMEM.
+ * them answer Retry, and records that may be their parents (fewer tokens
+ * than the longest) are not evicted. Returns 0 or -ENOMEM.
  */
 int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t count);
 

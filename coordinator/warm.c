@@ -10,7 +10,7 @@
 void coord_warm_init_off(struct coord_warm *w)
 {
 	memset(w, 0, sizeof(*w));
-	w->head = w->tail = COORD_NONE;
+	sel_idlist_init(&w->list, NULL, 0);
 }
 
 int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_total,
@@ -18,18 +18,18 @@ int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_tot
 {
 	coord_warm_init_off(w);
 	w->slots = calloc(nodes_max, sizeof(*w->slots));
-	w->prev = calloc(nodes_max, sizeof(*w->prev));
-	w->next = calloc(nodes_max, sizeof(*w->next));
+	w->links = calloc(nodes_max, sizeof(*w->links));
 	w->listed = calloc(nodes_max, sizeof(*w->listed));
 	w->dirty = calloc(nodes_max, sizeof(*w->dirty));
 	w->dirty_below = calloc(nodes_max, sizeof(*w->dirty_below));
 	w->checkpoint = calloc(nodes_max, sizeof(*w->checkpoint));
 	w->row_drop_wanted = calloc(nodes_max, sizeof(*w->row_drop_wanted));
-	if (!w->slots || !w->prev || !w->next || !w->listed || !w->dirty || !w->dirty_below ||
+	if (!w->slots || !w->links || !w->listed || !w->dirty || !w->dirty_below ||
 	    !w->checkpoint || !w->row_drop_wanted) {
 		coord_warm_destroy(w);
 		return -ENOMEM;
 	}
+	sel_idlist_init(&w->list, w->links, sizeof(*w->links));
 	w->nodes_max = nodes_max;
 	w->slots_total = slots_total;
 	w->row_slots = row_slots;
@@ -40,8 +40,7 @@ int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_tot
 void coord_warm_destroy(struct coord_warm *w)
 {
 	free(w->slots);
-	free(w->prev);
-	free(w->next);
+	free(w->links);
 	free(w->listed);
 	free(w->dirty);
 	free(w->dirty_below);
@@ -59,14 +58,7 @@ static void unlist(struct coord_warm *w, uint32_t id)
 {
 	if (!w->listed[id])
 		return;
-	if (w->prev[id] != COORD_NONE)
-		w->next[w->prev[id]] = w->next[id];
-	else
-		w->head = w->next[id];
-	if (w->next[id] != COORD_NONE)
-		w->prev[w->next[id]] = w->prev[id];
-	else
-		w->tail = w->prev[id];
+	sel_idlist_remove(&w->list, id);
 	w->listed[id] = false;
 	w->records--;
 	w->listed_slots -= w->slots[id];
@@ -74,13 +66,7 @@ static void unlist(struct coord_warm *w, uint32_t id)
 
 static void list_last(struct coord_warm *w, uint32_t id)
 {
-	w->prev[id] = w->tail;
-	w->next[id] = COORD_NONE;
-	if (w->tail != COORD_NONE)
-		w->next[w->tail] = id;
-	else
-		w->head = id;
-	w->tail = id;
+	sel_idlist_push_tail(&w->list, id);
 	w->listed[id] = true;
 	w->records++;
 	w->listed_slots += w->slots[id];
@@ -134,10 +120,28 @@ void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, ui
 	mark_ancestors(w, ix, id, -1);
 }
 
+void coord_warm_set_writing(struct coord_warm *w, uint32_t id)
+{
+	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] == COORD_WARM_DIRTY);
+	w->dirty[id] = COORD_WARM_WRITING;
+}
+
+void coord_warm_write_failed(struct coord_warm *w, uint32_t id)
+{
+	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] == COORD_WARM_WRITING);
+	w->dirty[id] = COORD_WARM_DIRTY;
+}
+
+void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id)
+{
+	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] != COORD_WARM_CLEAN);
+	w->row_drop_wanted[id] = true;
+}
+
 uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix,
 				 uint32_t from)
 {
-	for (uint32_t id = from; id != COORD_NONE; id = w->next[id]) {
+	for (uint32_t id = from; id != COORD_NONE; id = w->links[id].next) {
 		uint32_t parent = ix->nodes[id].parent_id;
 
 		if (w->dirty[id] == COORD_WARM_DIRTY && ix->nodes[id].state == COORD_READY &&
@@ -176,7 +180,7 @@ void coord_warm_drop_row(struct coord_warm *w, uint32_t id, uint32_t tail_pages)
 
 void coord_warm_touch(struct coord_warm *w, uint32_t id)
 {
-	if (!coord_warm_holds(w, id) || w->tail == id)
+	if (!coord_warm_holds(w, id) || w->list.tail == id)
 		return;
 	unlist(w, id);
 	list_last(w, id);
@@ -185,7 +189,7 @@ void coord_warm_touch(struct coord_warm *w, uint32_t id)
 uint32_t coord_warm_victim(const struct coord_warm *w, const struct coord_index *ix,
 			   uint32_t from)
 {
-	for (uint32_t id = from; id != COORD_NONE; id = w->next[id]) {
+	for (uint32_t id = from; id != COORD_NONE; id = w->links[id].next) {
 		const struct coord_node *n = &ix->nodes[id];
 
 		if (n->state == COORD_READY && n->pins == 0 && w->dirty[id] == COORD_WARM_CLEAN &&

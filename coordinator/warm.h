@@ -19,6 +19,7 @@
 #ifndef SELENE_COORDINATOR_WARM_H
 #define SELENE_COORDINATOR_WARM_H
 
+#include "common/idlist.h"
 #include "coordinator/index.h"
 
 #include <stdbool.h>
@@ -31,8 +32,8 @@ struct coord_warm {
 	uint64_t slot_bytes;
 	uint32_t nodes_max;
 	uint32_t *slots;       /* per node id: the slots it holds or is charged */
-	uint32_t *prev, *next; /* the LRU list of warm records, per node id */
-	uint32_t head, tail;   /* least and most recently used, or COORD_NONE */
+	struct sel_idlink *links; /* per node id: its place on the list */
+	struct sel_idlist list;   /* warm records, least recently used at the head */
 	uint32_t records;      /* on the list */
 	uint64_t listed_slots; /* their slots */
 	bool *listed;
@@ -99,7 +100,7 @@ void coord_warm_touch(struct coord_warm *w, uint32_t id);
 
 /*
  * The least recently used warm record that is READY, unpinned, clean and
- * no dirty record's ancestor, from list position from on (w->head: the
+ * no dirty record's ancestor, from list position from on (w->list.head: the
  * whole list; a caller that takes several victims passes the position
  * after the last one, so that one pass walks the list once), or
  * COORD_NONE.
@@ -112,6 +113,23 @@ void coord_warm_set_dirty(struct coord_warm *w, const struct coord_index *ix, ui
 			  uint64_t checkpoint);
 /* Node id's file is committed on every rank, or it left the tier: clean. */
 void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, uint32_t id);
+/* Node id (dirty) has its write from warm submitted: no dirty victim while it runs. */
+void coord_warm_set_writing(struct coord_warm *w, uint32_t id);
+/* Node id's write from warm failed on some rank: dirty again, to be written again. */
+void coord_warm_write_failed(struct coord_warm *w, uint32_t id);
+/* Node id (not clean) drops its row once its file is on disk (coord_warm_set_clean clears it). */
+void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id);
+
+static inline bool coord_warm_row_drop_wanted(const struct coord_warm *w, uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max && w->row_drop_wanted[id];
+}
+
+/* The dirty records under node id (0 without a warm tier). */
+static inline uint32_t coord_warm_dirty_below(const struct coord_warm *w, uint32_t id)
+{
+	return w->slots_total && id < w->nodes_max ? w->dirty_below[id] : 0;
+}
 
 static inline enum coord_warm_dirty coord_warm_dirty_state(const struct coord_warm *w,
 							   uint32_t id)

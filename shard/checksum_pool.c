@@ -120,46 +120,58 @@ void shard_checksum_pool_run(struct shard_checksum_pool *p, shard_checksum_fn fn
 	pthread_mutex_unlock(&p->lock);
 }
 
-uint32_t shard_checksum_pool_default_helpers(void)
-{
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	uint32_t n;
-
-	if (sel_env_count("SELENE_CHECKSUM_THREADS", SHARD_CHECKSUM_HELPERS_MAX, &n))
-		return n;
-	/*
-	 * A quarter of the cores, at most 3. None on a machine of under four:
-	 * helpers run below the model's threads, so on a busy small machine a
-	 * helper that claimed a page can be kept off the CPU while the
-	 * transfer thread waits for it (measured on the 2-core VM under load:
-	 * store at 0.45-0.72 of raw with one helper, 0.92-1.00 without).
-	 */
-	cores /= 4;
-	return cores > 3 ? 3 : (uint32_t)cores;
-}
-
-uint32_t shard_checksum_pool_default_verifiers(void)
+uint32_t shard_checksum_pool_cores(void)
 {
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	cpu_set_t allowed;
-	uint32_t n;
 
-	if (sel_env_count("SELENE_CHECKSUM_THREADS", SHARD_CHECKSUM_HELPERS_MAX, &n))
-		return n;
 	/* The cores this process may run on: a launcher binding ranks splits them. */
 	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0 &&
 	    CPU_COUNT(&allowed) < cores)
 		cores = CPU_COUNT(&allowed);
+	return cores < 1 ? 1 : (uint32_t)cores;
+}
+
+uint32_t shard_checksum_pool_helpers_for(uint32_t cores, bool restore)
+{
 	/*
-	 * Half the cores less the transfer thread, at most 7: a restore's pass
-	 * then has up to 8 threads, as many as the disk thread's kernel
-	 * workers, the two together within 16 cores. A restore is short and
-	 * the model waits for it, so its pool takes more of an idle host than
-	 * the stores' (which runs for as long as stores come). None under
-	 * four cores, as for the stores (see above).
+	 * None on a machine of under four: helpers run below the model's
+	 * threads, so on a busy small machine a helper that claimed a page
+	 * can be kept off the CPU while the transfer thread waits for it
+	 * (measured on the 2-core VM under load: store at 0.45-0.72 of raw
+	 * with one helper, 0.92-1.00 without).
 	 */
 	if (cores < 4)
 		return 0;
-	cores = cores / 2 - 1;
-	return cores > 7 ? 7 : (uint32_t)cores;
+	/*
+	 * A restore's: half the cores less the transfer thread, at most 7: a
+	 * restore's pass then has up to 8 threads, as many as the disk
+	 * thread's kernel workers, the two together within 16 cores. A
+	 * restore is short and the model waits for it, so its pool takes
+	 * more of an idle host than the stores', which runs for as long as
+	 * stores come: a quarter of the cores, at most 3.
+	 */
+	if (restore)
+		return cores / 2 - 1 > 7 ? 7 : cores / 2 - 1;
+	return cores / 4 > 3 ? 3 : cores / 4;
+}
+
+/* SELENE_CHECKSUM_THREADS when set and valid, else the rule for the usable cores. */
+static uint32_t default_helpers(bool restore)
+{
+	uint32_t n;
+
+	if (sel_env_count("SELENE_CHECKSUM_THREADS", SHARD_CHECKSUM_HELPERS_MAX, &n))
+		return n;
+	return shard_checksum_pool_helpers_for(shard_checksum_pool_cores(), restore);
+}
+
+uint32_t shard_checksum_pool_default_helpers(void)
+{
+	return default_helpers(false);
+}
+
+uint32_t shard_checksum_pool_default_verifiers(void)
+{
+	return default_helpers(true);
 }

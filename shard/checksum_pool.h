@@ -61,19 +61,27 @@ void shard_checksum_pool_run(struct shard_checksum_pool *pool, shard_checksum_fn
 			     void *ctx, uint32_t count);
 
 /*
- * Helpers for a rank when nothing says otherwise: SELENE_CHECKSUM_THREADS
- * (helper threads, 0 to SHARD_CHECKSUM_HELPERS_MAX) when set and valid,
- * else a quarter of the online cores, at most 3 (none under four cores).
+ * The online cores this process may run on (its affinity, where a
+ * launcher binds each rank to its share), at least 1.
+ */
+uint32_t shard_checksum_pool_cores(void);
+
+/*
+ * Helpers for a pool on cores usable cores: none under four cores; else
+ * for the stores' pool a quarter of them, at most 3, for a restore pool
+ * (restore) half of them less one, at most 7.
+ */
+uint32_t shard_checksum_pool_helpers_for(uint32_t cores, bool restore);
+
+/*
+ * Helpers for a rank's stores' pool when nothing says otherwise:
+ * SELENE_CHECKSUM_THREADS (helper threads, 0 to SHARD_CHECKSUM_HELPERS_MAX)
+ * when set and valid, else shard_checksum_pool_helpers_for the cores
+ * shard_checksum_pool_cores counts.
  */
 uint32_t shard_checksum_pool_default_helpers(void);
 
-/*
- * Helpers for a rank's restore pool when nothing says otherwise:
- * SELENE_CHECKSUM_THREADS as above when set and valid, else half the
- * cores less one, at most 7 (none under four cores), counting the online
- * cores this process may run on (its affinity, where a launcher binds
- * each rank to its share).
- */
+/* The same for a rank's restore pool (restore set). */
 uint32_t shard_checksum_pool_default_verifiers(void);
 
 #endif

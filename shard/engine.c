@@ -73,6 +73,12 @@ struct stage {
 struct lane {
 	struct stage stages[SHARD_STORE_STAGES_MAX];
 	uint32_t stage_count; /* restore: SHARD_STAGES; background: see open_staging */
+	/*
+	 * Background: stage_count stages with no staging of their own, for
+	 * the windows of warm stores, which go through their warm slots
+	 * (stage_warm), so a warm store leaves the staging to cold ones.
+	 */
+	struct stage warm_stages[SHARD_STORE_STAGES_MAX];
 	struct shard_slab_lease row_lease;
 	uint32_t *row_slots;
 	struct rec_disk_request row_req;
@@ -264,15 +270,17 @@ static void disk_reap(struct lane *l, struct job_outcome *o)
 
 static void disk_await_all(struct lane *l, struct job_outcome *o)
 {
-	for (uint32_t b = 0; b < l->stage_count; b++)
+	for (uint32_t b = 0; b < l->stage_count; b++) {
 		disk_await(l, &l->stages[b].req, o);
+		disk_await(l, &l->warm_stages[b].req, o);
+	}
 	disk_await(l, &l->row_req, o);
 	disk_await(l, &l->control_req, o);
 	disk_await(l, &l->open_req[0], o);
 	disk_await(l, &l->open_req[1], o);
 }
 
-_Static_assert(SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 4 <=
+_Static_assert(2 * SHARD_STORE_STAGES_MAX + 1 + SHARD_STORES_MAX + SHARD_STAGES + 4 <=
 		       REC_DISK_QUEUE_MAX, "disk_queue_room");
 
 /* Runs one control request on file to its reply. */
@@ -640,12 +648,26 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	disk_send(e, l, &run->control_req);
 }
 
-/* A background stage holding no window (neither on the disk nor held). */
-static struct stage *free_stage(struct lane *l)
+/*
+ * A background stage holding no window (neither on the disk nor held):
+ * for a warm store's window, one without staging.
+ */
+static struct stage *free_stage(struct lane *l, bool warm)
+{
+	struct stage *stages = warm ? l->warm_stages : l->stages;
+
+	for (uint32_t b = 0; b < l->stage_count; b++)
+		if (!stages[b].owner)
+			return &stages[b];
+	return NULL;
+}
+
+/* The background stage whose request done is, or NULL. */
+static struct stage *stage_of(struct lane *l, struct rec_disk_request *done)
 {
 	for (uint32_t b = 0; b < l->stage_count; b++)
-		if (!l->stages[b].owner)
-			return &l->stages[b];
+		if (done == &l->stages[b].req || done == &l->warm_stages[b].req)
+			return (struct stage *)((char *)done - offsetof(struct stage, req));
 	return NULL;
 }
 
@@ -744,16 +766,17 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	int ret;
 
 	/*
-	 * Each store holds its share of the staging at most: the first store
-	 * would otherwise take every stage as it comes back, and the others'
-	 * files would wait while its file's writes queue behind one another.
+	 * Each store holds its share of the stages at most (a warm store of
+	 * the warm ones): the first store would otherwise take every stage
+	 * as it comes back, and the others' files would wait while its
+	 * file's writes queue behind one another.
 	 */
 	if (run->writes + piped + (run->held != NULL) >= l->stage_count / e->stores_active)
 		return false;
 	/* Before its create has come back, a store copies one window (held). */
 	if (run->control_req.tag && (piped || run->held))
 		return false;
-	s = free_stage(l);
+	s = free_stage(l, run->warm != SHARD_WARM_NONE);
 	if (!s)
 		return false;
 	/* No copy of a store goes before a fetch submitted earlier. */
@@ -888,10 +911,9 @@ static bool store_step(struct shard_engine *e, struct lane *l, struct store_run 
 static void store_reply(struct shard_engine *e, struct lane *l, struct rec_disk_request *done)
 {
 	struct store_run *run = NULL;
+	struct stage *s = stage_of(l, done);
 
-	if (done >= &l->stages[0].req && done <= &l->stages[l->stage_count - 1].req) {
-		struct stage *s = (struct stage *)((char *)done - offsetof(struct stage, req));
-
+	if (s) {
 		run = s->owner;
 		s->owner = NULL;
 		run->writes--;
@@ -1293,29 +1315,26 @@ static bool fetch_is_warm(struct shard_engine *e, const struct shard_job *job,
 }
 
 /*
- * A fetch of warm records (docs/DESIGN.md section 6): straight from their
- * slots to the destination ids, in batched copies issued back to back and
- * awaited once; no file, no staging, no pass over the bytes. The slots are
- * trusted as staging is between its checksum pass and its copy: their
- * checksums were computed when the bytes landed and nothing writes a warm
- * slot after its store.
+ * Issues the copies of the windows filter takes (every record's, or the
+ * warm ones') from their records' warm slots (e->warm_entries) to the
+ * destination ids, back to back, without waiting for any. Returns 0 or the
+ * device's failure; what was issued may still run (the caller
+ * synchronizes).
  */
-static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
-			   const uint32_t *entries, struct job_outcome *o)
+static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
+			     enum window_filter filter, struct job_outcome *o)
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	struct fetch_window cursor = { .record = UINT32_MAX };
 	struct stage s = { .src = &e->warm.pool };
-	uint32_t row[REC_DISK_BUFFERS_MAX];
-	uint64_t start = sel_monotonic_ns();
 	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
-	int ret = 0, drained;
+	int ret = 0;
 
-	while (!ret && next_window(e, job, WINDOWS_ALL, &cursor)) {
+	while (!ret && next_window(e, job, filter, &cursor)) {
 		uint32_t n, at = 0;
 
 		s.cur = s.warm_slots;
-		shard_warm_page_slots(&e->warm, entries[cursor.record], cursor.first,
+		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
 				      cursor.count, s.warm_slots);
 		n = window_copies(e, l, &s, job->page_ids + cursor.dest, cursor.count);
 		/*
@@ -1336,9 +1355,29 @@ static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
 		if (!ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;
 	}
+	return ret;
+}
+
+/*
+ * A fetch of warm records (docs/DESIGN.md section 6): straight from their
+ * slots (e->warm_entries) to the destination ids, in batched copies issued
+ * back to back and awaited once; no file, no staging, no pass over the
+ * bytes. The slots are trusted as staging is between its checksum pass and
+ * its copy: their checksums were computed when the bytes landed and
+ * nothing writes a warm slot after its store.
+ */
+static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
+			   struct job_outcome *o)
+{
+	struct lane *l = &e->lanes[LANE_RESTORE];
+	uint32_t row[REC_DISK_BUFFERS_MAX];
+	uint64_t start = sel_monotonic_ns();
+	int ret, drained;
+
+	ret = warm_copies_issue(e, job, WINDOWS_ALL, o);
 	/* The row on the same stream, behind the pages: one wait for both. */
 	if (!ret) {
-		shard_warm_row_slots(&e->warm, entries[job->chain_count - 1], row);
+		shard_warm_row_slots(&e->warm, e->warm_entries[job->chain_count - 1], row);
 		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
 					row_copies(e, l, &e->warm.pool, row, job->state_slot));
 	}
@@ -1415,23 +1454,11 @@ static bool fetch_plan(struct shard_engine *e, const struct shard_job *job)
 static int fetch_warm_copies(struct shard_engine *e, struct shard_job *job,
 			     struct job_outcome *o)
 {
-	struct lane *l = &e->lanes[LANE_RESTORE];
-	struct fetch_window cursor = { .record = UINT32_MAX };
-	struct stage s = { .src = &e->warm.pool };
-	int ret;
+	int ret = warm_copies_issue(e, job, WINDOWS_WARM, o);
 
-	while (next_window(e, job, WINDOWS_WARM, &cursor)) {
-		s.cur = s.warm_slots;
-		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
-				      cursor.count, s.warm_slots);
-		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
-					window_copies(e, l, &s, job->page_ids + cursor.dest,
-						      cursor.count));
-		if (ret) {
-			shard_device_synchronize(e->device);
-			return device_fail(o, ret, "host to device");
-		}
-		o->bytes += e->geometry.page_record_bytes * cursor.count;
+	if (ret) {
+		shard_device_synchronize(e->device);
+		return device_fail(o, ret, "host to device");
 	}
 	return 0;
 }
@@ -1464,14 +1491,12 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	uint64_t start = sel_monotonic_ns(), end;
 
 	if (fetch_is_warm(e, job, e->warm_entries)) {
-		run_fetch_warm(e, job, e->warm_entries, o);
+		run_fetch_warm(e, job, o);
 		return;
 	}
 	partial = fetch_plan(e, job);
-	if (partial) {
-		shard_warm_note_partial(&e->warm);
+	if (partial)
 		fetch_warm_copies(e, job, o);
-	}
 	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
 	/*
@@ -1569,6 +1594,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		stage_scrub(e, l);
 	/* Every read and copy of the fetch is done: no slot is in use. */
 	fetch_settle_reads(e, job, o);
+	if (partial && !o->result)
+		shard_warm_note_partial(&e->warm); /* a partial hit is a restore served */
 	e->fetch_clock.end_ns += sel_monotonic_ns() - end;
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }
@@ -2112,11 +2139,15 @@ uint32_t shard_default_stores_max(uint32_t io_workers)
 static void init_requests(struct shard_engine *e, struct lane *l, bool urgent)
 {
 	for (uint32_t b = 0; b < l->stage_count; b++) {
-		l->stages[b].req.file = &l->files[0];
-		l->stages[b].req.replies = &l->replies;
-		l->stages[b].req.urgent = urgent;
-		/* Page checksums are this engine's, on the checksum pool. */
-		l->stages[b].req.requester_checksums = true;
+		struct stage *both[2] = { &l->stages[b], &l->warm_stages[b] };
+
+		for (uint32_t k = 0; k < 2; k++) {
+			both[k]->req.file = &l->files[0];
+			both[k]->req.replies = &l->replies;
+			both[k]->req.urgent = urgent;
+			/* Page checksums are this engine's, on the checksum pool. */
+			both[k]->req.requester_checksums = true;
+		}
 	}
 	l->row_req.file = &l->files[0];
 	l->row_req.replies = &l->replies;

@@ -809,7 +809,7 @@ struct random_world {
 /* The reference's verdict on one key. */
 struct random_expect {
 	uint32_t listings[RANDOM_RANKS];
-	bool listed, held, row_all, row_some, alive_tree, alive;
+	bool listed, everywhere, row_all, row_some, alive_tree, alive;
 	uint64_t min_bytes;
 };
 
@@ -905,13 +905,13 @@ static void random_generate(struct random_world *w, uint64_t *rng)
 	}
 }
 
-/* Held everywhere: one listing per rank, each with rank zero's header. */
-static void reference_held(const struct random_world *w, struct random_expect *e)
+/* Listed everywhere: one listing per rank, each with rank zero's header. */
+static void reference_everywhere(const struct random_world *w, struct random_expect *e)
 {
 	const struct rec_record_info *first[RANDOM_RANKS] = { NULL };
 
 	for (size_t u = 0; u < w->universe_count; u++)
-		e[u] = (struct random_expect){ .held = true, .row_all = true,
+		e[u] = (struct random_expect){ .everywhere = true, .row_all = true,
 					       .min_bytes = UINT64_MAX };
 	for (uint32_t r = 0; r < RANDOM_RANKS; r++)
 		for (size_t i = 0; i < w->ranks[r].count; i++) {
@@ -933,11 +933,11 @@ static void reference_held(const struct random_world *w, struct random_expect *e
 					first[r] = &w->records[r][i];
 		}
 		for (uint32_t r = 0; r < RANDOM_RANKS; r++)
-			e[u].held = e[u].held && e[u].listings[r] == 1 &&
+			e[u].everywhere = e[u].everywhere && e[u].listings[r] == 1 &&
 				    memcmp(&first[r]->agreement, &first[0]->agreement,
 					   REC_DIGEST_BYTES) == 0 &&
 				    rec_key_equal(&first[r]->parent, &first[0]->parent);
-		e[u].row_all = e[u].row_all && e[u].held;
+		e[u].row_all = e[u].row_all && e[u].everywhere;
 	}
 }
 
@@ -947,12 +947,12 @@ static void reference_tree(const struct random_world *w, struct random_expect *e
 	bool changed = true;
 
 	for (size_t u = 0; u < w->universe_count; u++)
-		e[u].alive_tree = e[u].held;
+		e[u].alive_tree = e[u].everywhere;
 	while (changed) {
 		changed = false;
 		for (size_t u = 0; u < w->universe_count; u++) {
 			size_t p = w->parent[u];
-			bool alive = e[u].held && (p == SIZE_MAX || e[p].alive_tree);
+			bool alive = e[u].everywhere && (p == SIZE_MAX || e[p].alive_tree);
 
 			changed = changed || alive != e[u].alive_tree;
 			e[u].alive_tree = alive;
@@ -985,8 +985,8 @@ static void random_check(const struct random_world *w, const struct random_expec
 
 	for (size_t u = 0; u < w->universe_count; u++) {
 		keys += e[u].listed;
-		disagreed += e[u].listed && !e[u].held;
-		orphans += e[u].held && !e[u].alive_tree;
+		disagreed += e[u].listed && !e[u].everywhere;
+		orphans += e[u].everywhere && !e[u].alive_tree;
 		page_only += e[u].alive_tree && !e[u].alive;
 		alive += e[u].alive;
 		rows += e[u].alive && !e[u].row_all && e[u].row_some;
@@ -1041,7 +1041,7 @@ static void test_agreement_random_matches_brute_force(void **state)
 	for (int round = 0; round < 2; round++) {
 		random_generate(w, &rng);
 		assert_int_equal(coord_agreement_decide(&a, w->ranks, RANDOM_RANKS, SIZE_MAX), 0);
-		reference_held(w, e);
+		reference_everywhere(w, e);
 		reference_tree(w, e);
 		random_check(w, e, &a);
 		printf("round %d: %zu keys, %zu agreed, %llu disagreed, %llu orphaned, "

@@ -3,7 +3,8 @@
  * exactly once, with no helpers and with several, pass after pass; the
  * caller owns the context again when run returns; a stores' pool's helpers
  * run SCHED_BATCH at nice 10 and a restores' pool's at nice 1; the default
- * helper count follows SELENE_CHECKSUM_THREADS and ignores a malformed value.
+ * helper count follows SELENE_CHECKSUM_THREADS and ignores a malformed value,
+ * and otherwise one rule by the cores the process may run on, for both pools.
  */
 #include "tests/testutil.h"
 
@@ -163,12 +164,64 @@ static void test_checksum_pool_verifier_count(void **state)
 	unsetenv("SELENE_CHECKSUM_THREADS");
 }
 
+/* Both pools' rule by usable cores: none under four, a quarter (3 most), half less one (7 most). */
+static void test_checksum_pool_rule_by_cores(void **state)
+{
+	static const uint32_t cores[] = { 1, 3, 4, 8, 12, 16, 17, 64 };
+	static const uint32_t stores[] = { 0, 0, 1, 2, 3, 3, 3, 3 };
+	static const uint32_t restores[] = { 0, 0, 1, 3, 5, 7, 7, 7 };
+
+	(void)state;
+	for (uint32_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++) {
+		assert_int_equal(shard_checksum_pool_helpers_for(cores[i], false), stores[i]);
+		assert_int_equal(shard_checksum_pool_helpers_for(cores[i], true), restores[i]);
+	}
+}
+
+/*
+ * Both pools count the cores this process may run on: bound to 4 of 8 or
+ * more, the stores' pool takes 1 helper and the restore pool 1, whatever
+ * the machine has online. Skipped under 8 usable cores, where the online
+ * count and the affinity give the same figures.
+ */
+static void test_checksum_pool_follows_affinity(void **state)
+{
+	cpu_set_t before, four;
+	uint32_t taken = 0;
+
+	(void)state;
+	unsetenv("SELENE_CHECKSUM_THREADS");
+	assert_int_equal(sched_getaffinity(0, sizeof(before), &before), 0);
+	assert_int_equal(shard_checksum_pool_default_helpers(),
+			 shard_checksum_pool_helpers_for(shard_checksum_pool_cores(), false));
+	assert_int_equal(shard_checksum_pool_default_verifiers(),
+			 shard_checksum_pool_helpers_for(shard_checksum_pool_cores(), true));
+	if (CPU_COUNT(&before) < 8) {
+		print_message("skipped: %d usable cores, under 8: binding to 4 changes no figure\n",
+			      CPU_COUNT(&before));
+		skip();
+	}
+	CPU_ZERO(&four);
+	for (int c = 0; c < CPU_SETSIZE && taken < 4; c++)
+		if (CPU_ISSET(c, &before)) {
+			CPU_SET(c, &four);
+			taken++;
+		}
+	assert_int_equal(sched_setaffinity(0, sizeof(four), &four), 0);
+	assert_int_equal(shard_checksum_pool_cores(), 4);
+	taken = shard_checksum_pool_default_helpers() * 10 + shard_checksum_pool_default_verifiers();
+	assert_int_equal(sched_setaffinity(0, sizeof(before), &before), 0);
+	assert_int_equal(taken, 11);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_checksum_pool_every_unit_once),
 		cmocka_unit_test(test_checksum_pool_helper_count),
 		cmocka_unit_test(test_checksum_pool_verifier_count),
+		cmocka_unit_test(test_checksum_pool_rule_by_cores),
+		cmocka_unit_test(test_checksum_pool_follows_affinity),
 		cmocka_unit_test(test_checksum_pool_priority),
 	};
 

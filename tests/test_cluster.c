@@ -206,15 +206,10 @@ static void child_main(struct fixture *f, uint32_t rank, enum child_fault fault,
 static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum child_fault fault,
 		       int full_rank)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
+	uint16_t port;
 
 	f->world = world;
-	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	assert_int_equal(listen(f->listen_fd, WORLD_MAX), 0);
-	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	f->listen_fd = tu_listen_loopback(WORLD_MAX, &port);
 	if (f->own_listener) {
 		/* rank zero binds the port itself; the peers retry until it does */
 		close(f->listen_fd);
@@ -222,7 +217,7 @@ static void start_with(struct fixture *f, uint32_t world, int fault_rank, enum c
 	}
 	f->cluster = (struct sel_cluster){
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
-		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
+		.coordinator_port = port, .listen_fd = f->listen_fd,
 		.join_timeout_ms = f->join_timeout_ms ? f->join_timeout_ms : 10000,
 		.silence_timeout_ms = 1500 * time_scale(),
 		.job_timeout_ms = f->job_timeout_ms ? f->job_timeout_ms : 10000,
@@ -248,13 +243,7 @@ static void start(struct fixture *f, uint32_t world, int wrong_secret_rank, int 
 /* Waits for every child; returns the exit status of rank r (or -signal). */
 static int reap(struct fixture *f, uint32_t r)
 {
-	int status;
-
-	if (f->children[r] <= 0)
-		return 0;
-	assert_int_equal(waitpid(f->children[r], &status, 0), f->children[r]);
-	f->children[r] = 0;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+	return tu_reap(&f->children[r]);
 }
 
 static int open_rank_zero(struct fixture *f, char *err, size_t err_size)

@@ -267,25 +267,20 @@ static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct coord_peer peers[WORLD - 1];
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
 	struct rec_scan scan;
 	struct coord_jobs jobs;
 	struct rec_identity model;
 	uint32_t tokens[2000];
 	uint64_t limit;
 	char err[256];
+	uint16_t port;
 	int listener;
 
 	sel_log_set_level(SEL_LOG_ERROR);
 	memset(f->secret, 0x33, sizeof(f->secret));
 	for (uint32_t r = 0; r < WORLD; r++)
 		rank_open(&f->ranks[r], r);
-	listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	assert_int_equal(listen(listener, WORLD), 0);
-	assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+	listener = tu_listen_loopback(WORLD, &port);
 	f->ranks[2].rogue_answers = rogue_answers;
 	f->ranks[2].rogue_twice = rogue_twice;
 	f->ranks[2].verdict = verdict;
@@ -294,7 +289,7 @@ static int setup(void **state)
 	verdict = false;
 	durable_dirs = false;
 	for (uint32_t r = 1; r < WORLD; r++) {
-		f->ranks[r].port = ntohs(addr.sin_port);
+		f->ranks[r].port = port;
 		assert_int_equal(pthread_create(&f->ranks[r].thread, NULL, peer_main,
 						&f->ranks[r]), 0);
 	}

@@ -173,7 +173,7 @@ static void test_index_init_sizes(void **state)
 		assert_true(ix.slots >= 2 * n && (ix.slots & (ix.slots - 1)) == 0);
 		assert_true(ix.slots < 4 * n || ix.slots == 2);
 		assert_int_equal(ix.node_count, 0);
-		assert_int_equal(ix.lru_head, COORD_NONE);
+		assert_int_equal(ix.lru.head, COORD_NONE);
 		coord_index_destroy(&ix);
 	}
 	coord_index_destroy(&ix);
@@ -611,8 +611,8 @@ static void test_index_remove_reuses_ids(void **state)
 		coord_index_remove(&ix, coord_index_victim(&ix, NULL, NULL, &compact));
 		assert_false(compact);
 	}
-	assert_int_equal(ix.lru_head, COORD_NONE);
-	assert_int_equal(ix.lru_tail, COORD_NONE);
+	assert_int_equal(ix.lru.head, COORD_NONE);
+	assert_int_equal(ix.lru.tail, COORD_NONE);
 	for (uint32_t i = 0; i < ix.nodes_max; i++)
 		add_ready(&ix, &h, 1 + i, i);
 	assert_int_equal(ix.node_count, ix.nodes_max);
@@ -639,14 +639,14 @@ static void test_index_lru_order(void **state)
 	mid = add_ready(&ix, &h, 300, 100);
 	leaf1 = add_ready(&ix, &h, 517, 300);
 	leaf2 = add_ready(&ix, &g, 600, 300);
-	assert_int_equal(ix.lru_head, root);
-	assert_int_equal(ix.lru_tail, leaf2);
+	assert_int_equal(ix.lru.head, root);
+	assert_int_equal(ix.lru.tail, leaf2);
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), leaf1);
 	assert_false(compact);
 	tick = ix.tick;
 	coord_index_touch(&ix, leaf1);
 	assert_int_equal(ix.nodes[leaf1].access_tick, tick + 1);
-	assert_int_equal(ix.lru_tail, leaf1);
+	assert_int_equal(ix.lru.tail, leaf1);
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), leaf2);
 	coord_index_touch(&ix, leaf2);
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), leaf1);
@@ -659,7 +659,7 @@ static void test_index_lru_order(void **state)
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), mid);
 	coord_index_touch(&ix, mid);
 	coord_index_touch(&ix, root);
-	assert_int_equal(ix.lru_head, mid);
+	assert_int_equal(ix.lru.head, mid);
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), mid);
 	coord_index_remove(&ix, mid);
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), root);
@@ -672,17 +672,17 @@ static void test_index_lru_order(void **state)
 static void assert_lru(const struct coord_index *ix, const uint64_t *ticks,
 		       uint32_t count)
 {
-	uint32_t id = ix->lru_head, prev = COORD_NONE;
+	uint32_t id = ix->lru.head, prev = COORD_NONE;
 
 	for (uint32_t i = 0; i < count; i++) {
 		assert_int_not_equal(id, COORD_NONE);
-		assert_int_equal(ix->nodes[id].lru_prev, prev);
+		assert_int_equal(ix->nodes[id].lru.prev, prev);
 		assert_int_equal(ix->nodes[id].access_tick, ticks[i]);
 		prev = id;
-		id = ix->nodes[id].lru_next;
+		id = ix->nodes[id].lru.next;
 	}
 	assert_int_equal(id, COORD_NONE);
-	assert_int_equal(ix->lru_tail, prev);
+	assert_int_equal(ix->lru.tail, prev);
 }
 
 /* Explicit access ticks (a rebuild) place nodes by tick; the clock follows. */
@@ -713,9 +713,9 @@ static void test_index_access_tick_places_nodes(void **state)
 	assert_int_equal(coord_index_insert(&ix, &spec, &id), 0);
 	assert_int_equal(ix.tick, 500);
 	assert_lru(&ix, CHAIN(100, 300, 300, 500));
-	assert_int_equal(ix.lru_head, child);
-	assert_int_equal(ix.lru_tail, ix.nodes[child].parent_id);
-	assert_int_equal(ix.nodes[ix.nodes[child].lru_next].key.consumed, 50);
+	assert_int_equal(ix.lru.head, child);
+	assert_int_equal(ix.lru.tail, ix.nodes[child].parent_id);
+	assert_int_equal(ix.nodes[ix.nodes[child].lru.next].key.consumed, 50);
 	spec_make(&spec, &ix, &h, 400, 300, &parent);
 	assert_int_equal(coord_index_insert(&ix, &spec, &id), 0);
 	assert_int_equal(ix.nodes[id].access_tick, 501);
@@ -723,7 +723,7 @@ static void test_index_access_tick_places_nodes(void **state)
 	spec.access_tick = 1;
 	assert_int_equal(coord_index_insert(&ix, &spec, &id), 0);
 	assert_int_equal(ix.tick, 501);
-	assert_int_equal(ix.lru_head, id);
+	assert_int_equal(ix.lru.head, id);
 	coord_index_touch(&ix, child);
 	assert_lru(&ix, CHAIN(1, 300, 300, 500, 501, 502));
 	assert_int_equal(coord_index_victim(&ix, NULL, NULL, &compact), id);
@@ -1233,7 +1233,7 @@ static void random_check_structure(const struct coord_index *ix)
 	uint32_t lru_count = 0, free_count = 0, used = 0;
 	uint64_t tick = 0;
 
-	for (uint32_t id = ix->lru_head; id != COORD_NONE; id = ix->nodes[id].lru_next) {
+	for (uint32_t id = ix->lru.head; id != COORD_NONE; id = ix->nodes[id].lru.next) {
 		assert_true(ix->nodes[id].in_use);
 		assert_true(ix->nodes[id].access_tick > tick);
 		tick = ix->nodes[id].access_tick;
@@ -1341,9 +1341,62 @@ static void test_index_random_matches_brute_force(void **state)
 	free(convs);
 }
 
+/* Element ids of l from head to tail, checking each link back; returns the count. */
+static uint32_t idlist_walk(const struct sel_idlist *l, uint32_t *out)
+{
+	uint32_t n = 0, prev = SEL_IDLIST_NONE;
+
+	for (uint32_t id = l->head; id != SEL_IDLIST_NONE; id = sel_idlist_next(l, id)) {
+		assert_int_equal(sel_idlist_prev(l, id), prev);
+		out[n++] = prev = id;
+	}
+	assert_int_equal(l->tail, prev);
+	return n;
+}
+
+/*
+ * The id list the index's LRU and the warm tier's share (common/idlist.h):
+ * links inside structs and links alone, insert first, after and last,
+ * removal at the head, middle and tail.
+ */
+static void test_index_idlist_both_layouts(void **state)
+{
+	struct elem {
+		uint64_t payload;
+		struct sel_idlink link;
+	} elems[4];
+	struct sel_idlink links[4];
+	struct sel_idlist lists[2];
+	uint32_t got[4];
+
+	(void)state;
+	sel_idlist_init(&lists[0], &elems[0].link, sizeof(elems[0]));
+	sel_idlist_init(&lists[1], links, sizeof(links[0]));
+	for (uint32_t k = 0; k < 2; k++) {
+		struct sel_idlist *l = &lists[k];
+
+		assert_int_equal(idlist_walk(l, got), 0);
+		sel_idlist_push_tail(l, 2);
+		sel_idlist_insert_after(l, SEL_IDLIST_NONE, 0); /* first */
+		sel_idlist_insert_after(l, 0, 1);
+		sel_idlist_push_tail(l, 3);
+		assert_int_equal(idlist_walk(l, got), 4);
+		for (uint32_t i = 0; i < 4; i++)
+			assert_int_equal(got[i], i);
+		sel_idlist_remove(l, 1);
+		sel_idlist_remove(l, 0);
+		sel_idlist_remove(l, 3);
+		assert_int_equal(idlist_walk(l, got), 1);
+		assert_int_equal(got[0], 2);
+		sel_idlist_remove(l, 2);
+		assert_int_equal(idlist_walk(l, got), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_index_idlist_both_layouts),
 		cmocka_unit_test(test_index_init_sizes),
 		cmocka_unit_test(test_index_unaligned_endpoints),
 		cmocka_unit_test(test_index_feasible_through_resident_ancestor),

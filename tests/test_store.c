@@ -28,7 +28,8 @@ struct stub_job {
 	uint32_t page_count;
 	uint32_t chain_count;        /* fetch */
 	uint32_t skip_pages;
-	struct rec_key key;          /* truncate, unlink */
+	bool read_through;
+	struct rec_key key;          /* truncate, unlink, warm drop */
 	bool done;
 };
 
@@ -39,6 +40,7 @@ struct stub {
 	uint32_t done_count;
 	bool refuse;                 /* the engine's queue is full */
 	bool refuse_unlinks;         /* for unlinks only */
+	bool refuse_warm_drops;      /* for warm drops only */
 	int refuse_error;            /* what refusing returns (SEL_EQUEUEFULL if 0) */
 };
 
@@ -78,6 +80,7 @@ static int stub_fetch(void *ctx, uint64_t id, const struct shard_fetch_job *job)
 	j = stub_add(st, COORD_JOB_FETCH, id);
 	j->chain_count = job->chain_count;
 	j->skip_pages = job->skip_pages;
+	j->read_through = job->read_through;
 	return 0;
 }
 
@@ -98,6 +101,16 @@ static int stub_unlink(void *ctx, uint64_t id, const struct rec_key *key)
 	if (st->refuse || st->refuse_unlinks)
 		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
 	stub_add(st, COORD_JOB_UNLINK, id)->key = *key;
+	return 0;
+}
+
+static int stub_warm_drop(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	struct stub *st = ctx;
+
+	if (st->refuse || st->refuse_warm_drops)
+		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
+	stub_add(st, COORD_JOB_WARM_DROP, id)->key = *key;
 	return 0;
 }
 
@@ -161,7 +174,8 @@ static int setup_with(void **state, uint64_t limit, uint32_t records_max)
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
 				   .truncate = stub_truncate, .unlink = stub_unlink,
-				   .noop = stub_noop, .poll = stub_poll };
+				   .noop = stub_noop, .warm_drop = stub_warm_drop,
+				   .poll = stub_poll };
 	struct rec_identity model;
 	uint32_t tokens[2000];
 
@@ -861,6 +875,81 @@ static void test_store_eviction_under_limit(void **state)
 }
 
 /*
+ * R-AGREE-2: a record that may be the parent of a key held unread since
+ * startup (fewer tokens than it) is not evicted, though the least
+ * recently used: the next leaf goes instead, so the next start that reads
+ * the held key does not find it orphaned.
+ */
+static void test_store_held_parent_not_evicted(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev[64];
+	struct rec_key held, second;
+
+	assert_int_equal(publish(f, 1, 300, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(publish(f, 2, 310, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 1, 0);
+	second = f->stub.jobs[1].header.key;
+	poll_events(f, ev);
+	rec_history_key_at(&f->h, 305, &held);
+	assert_int_equal(coord_store_hold(&f->store, &held, 1), 0);
+	/* a third does not fit: 300 is the least recent, but may be 305's parent */
+	assert_int_equal(publish(f, 3, 320, 0), SEL_RETRY);
+	assert_int_equal(f->stub.job_count, 3);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_UNLINK);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &second));
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	/* with only 300 left to evict, nothing goes */
+	assert_int_equal(publish(f, 3, 320, 0), SEL_QUEUED);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_int_equal(publish(f, 4, 330, 0), SEL_RETRY);
+	assert_int_equal(f->stub.jobs[4].kind, COORD_JOB_UNLINK);
+	assert_int_not_equal(rec_key_compare(&f->stub.jobs[4].key, &f->stub.jobs[0].header.key),
+			     0);
+	stub_complete(&f->stub, 4, 0);
+	poll_events(f, ev);
+	assert_int_not_equal(coord_index_find(&f->store.index, &f->stub.jobs[0].header.key),
+			     COORD_NONE);
+	assert_balanced(f);
+}
+
+/*
+ * R-AGREE-2: max-age expiry skips records that may be a held key's parent,
+ * and a page-only record among them stays when its last child expires.
+ */
+static void test_store_held_parent_not_expired(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[3];
+	struct sel_event ev[64];
+	struct rec_key held;
+
+	loaded[0] = loaded_record(f, 128, 0, false, 1000);  /* page-only */
+	loaded[1] = loaded_record(f, 256, 128, true, 1001); /* its child */
+	loaded[2] = loaded_record(f, 320, 0, true, 1002);
+	for (uint32_t i = 0; i < 3; i++)
+		loaded[i].mtime_ns = 1 + i;
+	assert_int_equal(coord_store_load(&f->store, loaded, 3), 0);
+	rec_history_key_at(&f->h, 200, &held);
+	assert_int_equal(coord_store_hold(&f->store, &held, 1), 0);
+	f->store.max_age_ns = 10ull * 1000000000ull;
+	poll_events(f, ev);
+	assert_int_equal(f->store.stats.expired, 2);
+	assert_int_equal(f->stub.job_count, 2);
+	assert_true(rec_key_equal(&f->stub.jobs[0].key, &loaded[1].key));
+	assert_true(rec_key_equal(&f->stub.jobs[1].key, &loaded[2].key));
+	for (uint32_t i = 0; i < 2; i++)
+		stub_complete(&f->stub, i, 0);
+	poll_events(f, ev);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_not_equal(coord_index_find(&f->store.index, &loaded[0].key), COORD_NONE);
+	assert_balanced(f);
+}
+
+/*
  * Seed 2.10: sel_touch on a GPU-cache hit makes the record the most
  * recently used, so the other one is evicted instead; a key never stored,
  * a record still being written, and a count of 0 or past the history are
@@ -920,8 +1009,8 @@ static void test_store_touch_refreshes_ancestors(void **state)
 	rec_history_key_at(&f->h, 700, &key);
 	child = coord_index_find(&f->store.index, &key);
 	assert_int_equal(coord_store_touch(&f->store, &f->h, 700), 0);
-	assert_int_equal(f->store.index.lru_tail, root);
-	assert_int_equal(f->store.index.nodes[root].lru_prev, child);
+	assert_int_equal(f->store.index.lru.tail, root);
+	assert_int_equal(f->store.index.nodes[root].lru.prev, child);
 	assert_balanced(f);
 }
 
@@ -1288,6 +1377,71 @@ static void test_store_fetch_failure(void **state)
 	assert_int_equal(f->stub.job_count, 2);
 	assert_int_equal(f->store.index.node_count, 1);
 	assert_int_equal(f->store.stats.records_dropped_checksum, 0);
+	assert_balanced(f);
+}
+
+/*
+ * A read-through fetch that fails drops its records' warm copies on every
+ * rank; where those drops cannot be submitted it lists them warm instead
+ * (the count then holds more than a rank does, never less), counted as a
+ * read failure and not a read-through; a later fetch of the chain is then
+ * a warm one, and pins, jobs and bytes balance throughout.
+ */
+static void test_store_read_through_failed_drop_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[2];
+	struct coord_warm *w = &f->store.warm;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	uint32_t ids[2];
+	bool joined;
+
+	loaded[0] = loaded_record(f, 256, 0, true, 1);
+	loaded[1] = loaded_record(f, 512, 256, true, 2);
+	assert_int_equal(coord_store_load(&f->store, loaded, 2), 0);
+	assert_int_equal(coord_store_set_warm(&f->store, 64, 1, 8192, SEL_WARM_WRITE_THROUGH),
+			 0);
+	for (uint32_t i = 0; i < 2; i++)
+		ids[i] = coord_index_find(&f->store.index, &loaded[i].key);
+	/* Dropped where the drops go out: nothing stays charged. */
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 512);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 20, &joined), 0);
+	assert_true(f->stub.jobs[0].read_through);
+	assert_int_equal(w->slots_used, 8 + 1);
+	stub_complete(&f->stub, 0, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->stub.job_count, 3);
+	for (uint32_t i = 1; i < 3; i++) {
+		assert_int_equal(f->stub.jobs[i].kind, COORD_JOB_WARM_DROP);
+		stub_complete(&f->stub, i, 0);
+	}
+	poll_events(f, ev);
+	assert_int_equal(w->slots_used, 0);
+	assert_false(coord_warm_holds(w, ids[0]) || coord_warm_holds(w, ids[1]));
+	/* Listed where they cannot: warm in the count, not read through. */
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 21, &joined), 0);
+	assert_true(f->stub.jobs[3].read_through);
+	f->stub.refuse_warm_drops = true;
+	stub_complete(&f->stub, 3, -EIO);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCH_FAILED);
+	f->stub.refuse_warm_drops = false;
+	assert_int_equal(f->stub.job_count, 4);
+	assert_true(coord_warm_holds(w, ids[0]) && coord_warm_holds(w, ids[1]));
+	assert_int_equal(w->slots_used, 8 + 1);
+	assert_int_equal(w->listed_slots, 8 + 1);
+	assert_int_equal(w->read_failures, 2);
+	assert_int_equal(w->read_throughs, 0);
+	/* The next fetch is warm whole: no read-through, a warm hit. */
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 22, &joined), 0);
+	assert_false(f->stub.jobs[4].read_through);
+	stub_complete(&f->stub, 4, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(w->hits, 1);
 	assert_balanced(f);
 }
 
@@ -1800,6 +1954,9 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_max_age_sweeps_64_leaves, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_max_age_touch_refreshes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_held_parent_not_expired, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_held_parent_not_evicted, setup_small,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_links_proven_where_learned, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_row_rewrite_keeps_creation_time, setup,
@@ -1832,6 +1989,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failed_truncate_condemns_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_read_through_failed_drop_refused, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_full_disk_retry, setup, teardown),

@@ -12,6 +12,7 @@
 #include "selene/selene.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -93,7 +94,8 @@ static void test_summary_other_message_between_chunks(void **state)
 
 /*
  * R-WIRE-18: records and the keys a peer holds unread (R-DIR-7) arrive
- * apart, whole, over more than one chunk; a held key carries no header.
+ * apart, whole, over more than one chunk; a held key carries no header;
+ * each array reserves room for its own entries, not for every entry.
  */
 static void test_summary_held_keys_arrive(void **state)
 {
@@ -142,6 +144,8 @@ static void test_summary_held_keys_arrive(void **state)
 	}
 	for (uint32_t i = 0; i < HELD; i++)
 		assert_true(rec_key_equal(&got.held[i], &held[i]));
+	assert_true(malloc_usable_size(got.records) < (RECORDS + 64) * sizeof(*got.records));
+	assert_true(malloc_usable_size(got.held) < (HELD + 64) * sizeof(*got.held));
 	cluster_summary_free(&got);
 	free(records);
 	free(held);

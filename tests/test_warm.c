@@ -15,6 +15,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "coordinator/metrics.h"
+#include "coordinator/warm.h"
 #include "record/format.h"
 #include "record/key.h"
 #include "selene/selene.h"
@@ -54,6 +55,7 @@ struct fixture {
 	uint8_t *plane_memory[3];
 	uint8_t *row_memory;
 	uint64_t next_job;
+	uint32_t stores_max; /* 0: the engine's default */
 };
 
 static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t err_size)
@@ -62,7 +64,7 @@ static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t
 		.geometry = &f->g, .dir = f->dir, .device = f->dev,
 		.planes = &f->planes, .window_pages = 4, .jobs_max = 8,
 		.checksum_threads = 2, .io_workers = SHARD_IO_WORKERS_NONE,
-		.warm_bytes = warm_bytes, .register_pool = true,
+		.warm_bytes = warm_bytes, .register_pool = true, .stores_max = f->stores_max,
 	};
 
 	return shard_engine_open(&options, &f->engine, err, err_size);
@@ -162,15 +164,15 @@ static void make_key(struct rec_key *key, uint64_t consumed, uint8_t tag)
 	key->digest.bytes[0] = (uint8_t)consumed;
 }
 
-/* Stores pages [parent's, key's) from ids base_id + i, warm when asked. */
-static int store(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
-		 uint32_t base_id, uint32_t slot, bool warm)
+/* Stores pages [parent's, key's) from ids base_id + i as mode (enum shard_store_warm) says. */
+static int store_as(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
+		    uint32_t base_id, uint32_t slot, uint8_t mode)
 {
 	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
 	uint32_t tail = (uint32_t)(key->consumed / 64) - first, ids[200];
 	struct rec_header h;
 	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot,
-				       .warm = warm };
+				       .warm = mode };
 	struct shard_completion c;
 	int ret;
 
@@ -186,6 +188,14 @@ static int store(struct fixture *f, const struct rec_key *key, const struct rec_
 		return ret;
 	shard_engine_wait(f->engine, &c);
 	return c.result;
+}
+
+/* Stores pages [parent's, key's) from ids base_id + i, warm (its file too) when asked. */
+static int store(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
+		 uint32_t base_id, uint32_t slot, bool warm)
+{
+	return store_as(f, key, parent, base_id, slot,
+			warm ? SHARD_STORE_WARM : SHARD_STORE_COLD);
 }
 
 /* Fetches chain, skipping skip pages, into ids base_id.. and slot; read-through when asked. */
@@ -311,6 +321,7 @@ static void test_warm_fetch_reads_no_file(void **state)
  * then twice as many, up to a window) and the last record's row are issued
  * back to back on a device whose copies run only at synchronize, and one
  * synchronize restores them all byte-exact; a failed one fails the fetch.
+ * A fetch warm in part issues its warm pages in the same growing calls.
  */
 static void test_warm_fetch_one_wait(void **state)
 {
@@ -350,6 +361,14 @@ static void test_warm_fetch_one_wait(void **state)
 	assert_int_equal(ws.hits, hits); /* a failed restore is no hit */
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
 	assert_true(row_matches(f, 4, b.consumed));
+	/* Warm in part: a's pages go in calls of 1, 2, 1 and 3 pages as well. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &b), 0);
+	poison(f);
+	calls = d.copy_calls;
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	/* and b's windows (4 + 1 pages) from staging, then its row */
+	assert_int_equal(d.copy_calls - calls, 4 + 2 + 1);
+	check_restored(f, 12, 4, b.consumed);
 	shard_engine_close(f->engine);
 	f->engine = NULL;
 	f->dev = host;
@@ -490,6 +509,179 @@ static void test_warm_read_through_fails(void **state)
 	assert_int_equal(ws.records, 1);
 }
 
+/*
+ * A chain warm in part whose device copy fails (the first, of a warm
+ * record's slots, or a later one, of a window read from a file) fails the
+ * fetch with the reason, counts no partial hit, gives the read-through's
+ * slots back and keeps the warm record; the same fetch then restores.
+ */
+static void test_warm_partial_fetch_copy_fails(void **state)
+{
+	static const char *const faults[] = { "device.copy=1*return(EIO)",
+					      "device.copy=1*off->1*return(EIO)" };
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	struct shard_chain_record chain[2];
+	struct shard_warm_stats ws;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12, 2);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	for (uint32_t i = 0; i < 2; i++) {
+		poison(f);
+		assert_int_equal(sel_failpoints_configure(faults[i]), 0);
+		assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), -EIO);
+		sel_failpoints_configure(NULL);
+		shard_engine_warm_stats(f->engine, &ws);
+		assert_int_equal(ws.partial_hits, 0);
+		assert_int_equal(ws.read_failures, i + 1);
+		assert_int_equal(ws.read_throughs, 0);
+		assert_int_equal(ws.records, 1);
+		assert_int_equal(ws.slots_used, 7 + ROW_PIECES);
+	}
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
+	check_restored(f, 12, 4, b.consumed);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.partial_hits, 1);
+	assert_int_equal(ws.read_throughs, 1);
+	assert_int_equal(ws.records, 2);
+	poison(f);
+	fetch_reading_no_file(f, chain, 2, 0);
+	check_restored(f, 12, 4, b.consumed);
+}
+
+/*
+ * A warm store (its file too, or warm only) whose device copy fails (its
+ * pages', or its row's) fails with EIO, holds no slot, leaves no
+ * file and is not found; the same store then succeeds, warm, and restores
+ * reading no file.
+ */
+static void test_warm_store_copy_fails(void **state)
+{
+	static const char *const faults[] = { "device.copy=1*return(EIO)",
+					      "device.copy=1*off->1*return(EIO)" };
+	static const uint8_t modes[] = { SHARD_STORE_WARM, SHARD_STORE_WARM_ONLY };
+	struct fixture *f = *state;
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+	struct rec_key a;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 3, 1);
+	chain = (struct shard_chain_record){ a, 0, 3 };
+	for (uint32_t m = 0; m < 2; m++) {
+		for (uint32_t i = 0; i < 2; i++) {
+			assert_int_equal(sel_failpoints_configure(faults[i]), 0);
+			assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), -EIO);
+			sel_failpoints_configure(NULL);
+			shard_engine_warm_stats(f->engine, &ws);
+			assert_int_equal(ws.records, 0);
+			assert_int_equal(ws.slots_used, 0);
+			assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+			assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+			assert_int_not_equal(fetch(f, &chain, 1, 0, 100, 4), 0);
+		}
+		assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), 0);
+		shard_engine_warm_stats(f->engine, &ws);
+		assert_int_equal(ws.records, 1);
+		assert_int_equal(ws.slots_used, 3 + ROW_PIECES);
+		assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"),
+				 modes[m] == SHARD_STORE_WARM);
+		poison(f);
+		fetch_reading_no_file(f, &chain, 1, 0);
+		check_restored(f, 3, 4, a.consumed);
+		assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+		if (modes[m] == SHARD_STORE_WARM)
+			assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+	}
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.stores, 2);
+	assert_int_equal(ws.slots_used, 0);
+}
+
+/* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
+static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint64_t deadline_ns)
+{
+	while (__atomic_load_n(&d->copy_calls, __ATOMIC_RELAXED) < count) {
+		if (sel_monotonic_ns() > deadline_ns)
+			return false;
+		usleep(1000);
+	}
+	return true;
+}
+
+/*
+ * A warm store's windows take no staging: with its file's writes held on
+ * the disk (the first one sleeps 5 s) and every stage of its share full,
+ * a cold store begun beside it still copies its first window at once; both
+ * then complete and restore byte-exact.
+ */
+static void test_warm_store_leaves_staging(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct rec_key a, b, none;
+	uint32_t ids_a[40], ids_b[8];
+	struct rec_header ha, hb;
+	struct shard_store_job ja = { .header = &ha, .page_ids = ids_a, .state_slot = 1,
+				      .warm = SHARD_STORE_WARM };
+	struct shard_store_job jb = { .header = &hb, .page_ids = ids_b, .state_slot = 2 };
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	bool alone, beside;
+	uint64_t start;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	f->stores_max = 2;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 40, 1);
+	make_key(&b, 64 * 8, 2);
+	make_key(&none, 64, 3);
+	for (uint32_t i = 0; i < 40; i++)
+		fill_page(f, ids_a[i] = 10 + i, i);
+	for (uint32_t i = 0; i < 8; i++)
+		fill_page(f, ids_b[i] = 60 + i, i);
+	tu_fill(f->row_memory + (uint64_t)ROW_BYTES, ROW_BYTES, a.consumed);
+	tu_fill(f->row_memory + 2ull * ROW_BYTES, ROW_BYTES, b.consumed);
+	assert_int_equal(rec_header_init(&ha, &f->g, &f->ns, &a, NULL, &a.digest, 0, 40, 99), 0);
+	assert_int_equal(rec_header_init(&hb, &f->g, &f->ns, &b, NULL, &b.digest, 0, 8, 99), 0);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*sleep(5000)"), 0);
+	start = sel_monotonic_ns();
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &ja), 0);
+	/* Alone, it takes its share: every one of the 8 stages. */
+	alone = copy_calls_reach(&d, 8, start + 4000000000ull);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jb), 0);
+	/* A job on the restore queue wakes the transfer thread's wait for the disk. */
+	assert_int_equal(shard_engine_warm_drop(f->engine, ++f->next_job, &none), 0);
+	beside = copy_calls_reach(&d, 9, start + 4000000000ull);
+	/* Every job done before any check: the device is this function's. */
+	for (uint32_t i = 0; i < 3; i++) {
+		shard_engine_wait(f->engine, &c);
+		assert_int_equal(c.result, 0);
+	}
+	sel_failpoints_configure(NULL);
+	assert_true(alone);
+	assert_true(beside);
+	poison(f);
+	chain = (struct shard_chain_record){ a, 0, 40 };
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 40, 4, a.consumed);
+	poison(f);
+	chain = (struct shard_chain_record){ b, 0, 8 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 4), 0);
+	check_restored(f, 8, 4, b.consumed);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
 /* A record that does not fit the free slots is stored through staging, and restores from disk. */
 static void test_warm_full_falls_back(void **state)
 {
@@ -616,6 +808,59 @@ static void test_warm_bad_sizes(void **state)
 	open_engine(f, 0);
 }
 
+/*
+ * Rank zero's dirty states through coordinator/warm.h: a dirty child makes
+ * its parent no victim; while its write runs it is no dirty victim, a
+ * failed write makes it one again, and clean it frees its parent and
+ * forgets a row drop it wanted.
+ */
+static void test_warm_policy_write_states(void **state)
+{
+	struct coord_index ix;
+	struct coord_warm w;
+	struct rec_key pk, ck;
+	uint32_t parent, child;
+
+	(void)state;
+	make_key(&pk, 64, 1);
+	make_key(&ck, 128, 2);
+	assert_int_equal(coord_index_init(&ix, 8, 64), 0);
+	assert_int_equal(coord_index_insert(&ix, &(struct coord_node_spec){
+		.key = pk, .tail_page_count = 1, .state = COORD_READY, .row_present = true },
+		&parent), 0);
+	assert_int_equal(coord_index_insert(&ix, &(struct coord_node_spec){
+		.key = ck, .parent = &pk, .first_page_index = 1, .tail_page_count = 1,
+		.state = COORD_READY, .row_present = true }, &child), 0);
+	assert_int_equal(coord_warm_init(&w, 8, 8, 1, 4096), 0);
+	coord_warm_charge(&w, parent, 2);
+	coord_warm_ready(&w, parent);
+	coord_warm_charge(&w, child, 2);
+	coord_warm_ready(&w, child);
+	coord_warm_set_dirty(&w, &ix, child, 7);
+	coord_warm_want_row_drop(&w, child);
+	assert_int_equal(coord_warm_dirty_below(&w, parent), 1);
+	assert_int_equal(coord_warm_victim(&w, &ix, w.list.head), COORD_NONE);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), child);
+	coord_warm_set_writing(&w, child);
+	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_WRITING);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), COORD_NONE);
+	assert_int_equal(w.dirty_records, 1);
+	coord_warm_write_failed(&w, child);
+	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_DIRTY);
+	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), child);
+	assert_true(coord_warm_row_drop_wanted(&w, child));
+	coord_warm_set_writing(&w, child);
+	coord_warm_set_clean(&w, &ix, child);
+	assert_false(coord_warm_row_drop_wanted(&w, child));
+	assert_int_equal(w.dirty_records, 0);
+	assert_int_equal(w.dirty_slots, 0);
+	assert_int_equal(coord_warm_dirty_below(&w, parent), 0);
+	assert_int_equal(coord_warm_victim(&w, &ix, w.list.head), parent);
+	coord_warm_destroy(&w);
+	assert_int_equal(coord_warm_dirty_below(&w, parent), 0); /* off: no tier */
+	coord_index_destroy(&ix);
+}
+
 /* The slot pool alone: reserve, commit, find, drop, and no block when full. */
 static void test_warm_pool(void **state)
 {
@@ -739,20 +984,15 @@ static void api_child(struct api_fixture *f, uint32_t rank)
 
 static void api_start(struct api_fixture *f, uint32_t world)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof(addr);
+	uint16_t port;
 
 	f->world = world;
 	if (world == 1)
 		return;
-	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	assert_int_equal(listen(f->listen_fd, API_WORLD), 0);
-	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&addr, &len), 0);
+	f->listen_fd = tu_listen_loopback(API_WORLD, &port);
 	f->cluster = (struct sel_cluster){
 		.rank = 0, .world_size = world, .coordinator_host = "127.0.0.1",
-		.coordinator_port = ntohs(addr.sin_port), .listen_fd = f->listen_fd,
+		.coordinator_port = port, .listen_fd = f->listen_fd,
 		.join_timeout_ms = 10000, .silence_timeout_ms = 5000, .job_timeout_ms = 10000,
 	};
 	memset(f->cluster.secret, 0x5a, sizeof(f->cluster.secret));
@@ -790,13 +1030,7 @@ static int api_open(struct api_fixture *f, char *err, size_t err_size)
 
 static int api_reap(struct api_fixture *f, uint32_t r)
 {
-	int status;
-
-	if (f->children[r] <= 0)
-		return 0;
-	assert_int_equal(waitpid(f->children[r], &status, 0), f->children[r]);
-	f->children[r] = 0;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+	return tu_reap(&f->children[r]);
 }
 
 static int api_setup(void **state)
@@ -1955,6 +2189,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_pool),
+		cmocka_unit_test(test_warm_policy_write_states),
 		cmocka_unit_test(test_warm_pool_read_through),
 		cmocka_unit_test(test_warm_metrics_fit),
 		cmocka_unit_test(test_warm_register_in_chunks),
@@ -1963,6 +2198,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),

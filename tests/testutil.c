@@ -5,15 +5,18 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -430,4 +433,30 @@ void tu_deferred_gate_wait(struct tu_deferred_device *d)
 	while (!__atomic_load_n(&d->gate_blocked, __ATOMIC_ACQUIRE))
 		usleep(200);
 	alarm(0);
+}
+
+int tu_listen_loopback(int backlog, uint16_t *port)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(fd, backlog), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
+	*port = ntohs(addr.sin_port);
+	return fd;
+}
+
+int tu_reap(pid_t *pid)
+{
+	int status;
+
+	if (*pid <= 0)
+		return 0;
+	assert_int_equal(waitpid(*pid, &status, 0), *pid);
+	*pid = 0;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }

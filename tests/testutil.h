@@ -1,6 +1,7 @@
 /*
  * Helpers shared by the CMocka test binaries: temporary directories,
- * geometries, deterministic payloads, and writing a record in one call.
+ * geometries, deterministic payloads, writing a record in one call, and a
+ * loopback listener and reaping for tests that fork or thread ranks.
  * Test code only; it asserts with CMocka and aborts on setup failures.
  */
 #ifndef SELENE_TESTS_TESTUTIL_H
@@ -10,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <cmocka.h>
 
 #include "record/dir.h"
@@ -27,6 +29,18 @@ void tu_failpoints_may_kill(void);
 
 /* rm -rf path, then frees it. */
 void tu_remove_tree(char *path);
+
+/*
+ * A TCP listener on 127.0.0.1 at a port the kernel picks, with backlog;
+ * returns its descriptor (close-on-exec), *port its port (host order).
+ */
+int tu_listen_loopback(int backlog, uint16_t *port);
+
+/*
+ * Waits for the forked child *pid (nothing when it is 0 or less), then
+ * zeroes *pid; returns its exit status, or minus the signal that ended it.
+ */
+int tu_reap(pid_t *pid);
 
 /*
  * A geometry of plane_count page planes of unit_bytes each (names
