@@ -200,6 +200,7 @@ struct shard_engine {
 		uint64_t opens_ahead;
 		uint64_t windows, verify_passes;
 		uint64_t hash_ns, bytes_verified, verify_groups_max;
+		uint64_t end_copy_ns, end_row_ns, end_close_ns;
 	} fetch_clock;
 };
 
@@ -542,6 +543,9 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_hash_ns = e->fetch_clock.hash_ns;
 	e->stats.fetch_bytes_verified = e->fetch_clock.bytes_verified;
 	e->stats.fetch_verify_groups_max = e->fetch_clock.verify_groups_max;
+	e->stats.fetch_end_copy_ns = e->fetch_clock.end_copy_ns;
+	e->stats.fetch_end_row_ns = e->fetch_clock.end_row_ns;
+	e->stats.fetch_end_close_ns = e->fetch_clock.end_close_ns;
 	if (c->result) {
 		e->stats.jobs_failed++;
 	} else {
@@ -1523,7 +1527,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
 	bool more = true, partial;
-	uint64_t start = sel_monotonic_ns(), end;
+	uint64_t start = sel_monotonic_ns(), end, row, close;
 
 	if (fetch_is_warm(e, job, e->warm_entries)) {
 		run_fetch_warm(e, job, e->warm_entries, o);
@@ -1617,6 +1621,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		if (drained && !o->result)
 			device_fail(o, drained, "host to device");
 	}
+	row = sel_monotonic_ns();
+	e->fetch_clock.end_copy_ns += row - end;
 	if (!o->result && e->fetch_row_warm) {
 		uint32_t last = job->chain_count - 1;
 
@@ -1635,9 +1641,12 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 					    job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
+	close = sel_monotonic_ns();
+	e->fetch_clock.end_row_ns += close - row;
 	disk_await_all(l, o);
 	fetch_close(e, l, 0, o);
 	fetch_close(e, l, 1, o);
+	e->fetch_clock.end_close_ns += sel_monotonic_ns() - close;
 	if (o->result)
 		stage_scrub(e, l);
 	/* Every read and copy of the fetch is done: no slot is in use. */

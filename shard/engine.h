@@ -252,6 +252,13 @@ struct shard_engine_stats {
 	uint64_t fetch_run_ns, fetch_open_ns, fetch_wait_ns, fetch_verify_ns,
 		fetch_copy_ns, fetch_end_ns;
 	/*
+	 * fetch_end_ns in parts: waiting for the last window's copy (and the
+	 * warm records' copies), the row (waiting for its read, copying it),
+	 * and closing the files (with every reply still out); the rest of it
+	 * is scrubbing staging after a failure and settling read-throughs.
+	 */
+	uint64_t fetch_end_copy_ns, fetch_end_row_ns, fetch_end_close_ns;
+	/*
 	 * Records whose open a fetch sent ahead, while windows of records
 	 * before them were still to be issued or verified, instead of when
 	 * their first window was issued.

@@ -1379,7 +1379,8 @@ static void rig_restore_right(struct deferred_rig *r, const struct rec_key *key,
  * them, all complete right: every window was summed after its copy ran,
  * and every byte restores. The engine's split of the stores' time
  * accounts for the held create as waiting for the disk, and the fetches'
- * split a held open and a held read apart.
+ * split a held open and a held read apart, and a fetch's end into its
+ * last copy, its row and closing its files.
  */
 static void test_engine_stores_on_deferred_device(void **state)
 {
@@ -1441,6 +1442,10 @@ static void test_engine_stores_on_deferred_device(void **state)
 	assert_true(stats.fetch_run_ns >= stats.fetch_open_ns + stats.fetch_wait_ns +
 					  stats.fetch_verify_ns + stats.fetch_copy_ns +
 					  stats.fetch_end_ns);
+	/* A fetch's end splits into its last copy, its row and its closes. */
+	assert_true(stats.fetch_end_row_ns > 0 && stats.fetch_end_close_ns > 0);
+	assert_true(stats.fetch_end_ns >= stats.fetch_end_copy_ns + stats.fetch_end_row_ns +
+						   stats.fetch_end_close_ns);
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	rig_close(&r);
 	rig_free(&r);

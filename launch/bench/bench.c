@@ -863,6 +863,15 @@ static void report_fetch_split(const char *tag, const struct shard_engine_stats 
 			  (const uint64_t[]){ w->fetch_open_ns, w->fetch_wait_ns, w->fetch_verify_ns,
 					      w->fetch_copy_ns, w->fetch_end_ns },
 			  5);
+	if (st->fetch_end_ns > w->fetch_end_ns)
+		printf("%s: the ends of fetches: %.1f%% waiting for the last window's copy, "
+		       "%.1f%% the row (its read and copy), %.1f%% closing files\n", tag,
+		       100.0 * (double)(st->fetch_end_copy_ns - w->fetch_end_copy_ns) /
+			       (double)(st->fetch_end_ns - w->fetch_end_ns),
+		       100.0 * (double)(st->fetch_end_row_ns - w->fetch_end_row_ns) /
+			       (double)(st->fetch_end_ns - w->fetch_end_ns),
+		       100.0 * (double)(st->fetch_end_close_ns - w->fetch_end_close_ns) /
+			       (double)(st->fetch_end_ns - w->fetch_end_ns));
 	printf("%s: %" PRIu64 " of %" PRIu64 " records opened ahead of their first "
 	       "window (a chain's next record, while the one before was read)\n", tag,
 	       st->fetch_opens_ahead - w->fetch_opens_ahead, records);
@@ -1134,6 +1143,9 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
 	sum->fetch_verify_ns += after->fetch_verify_ns - before->fetch_verify_ns;
 	sum->fetch_copy_ns += after->fetch_copy_ns - before->fetch_copy_ns;
 	sum->fetch_end_ns += after->fetch_end_ns - before->fetch_end_ns;
+	sum->fetch_end_copy_ns += after->fetch_end_copy_ns - before->fetch_end_copy_ns;
+	sum->fetch_end_row_ns += after->fetch_end_row_ns - before->fetch_end_row_ns;
+	sum->fetch_end_close_ns += after->fetch_end_close_ns - before->fetch_end_close_ns;
 	sum->fetch_opens_ahead += after->fetch_opens_ahead - before->fetch_opens_ahead;
 	sum->fetch_windows += after->fetch_windows - before->fetch_windows;
 	sum->fetch_verify_passes += after->fetch_verify_passes - before->fetch_verify_passes;
