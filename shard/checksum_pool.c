@@ -117,8 +117,12 @@ void shard_checksum_pool_submit(struct shard_checksum_pool *p,
 	else
 		p->head = batch;
 	p->tail = batch;
-	if (p->helper_count > 0)
+	/* As many helpers as it has units (a page-long batch wakes one). */
+	if (count >= p->helper_count)
 		pthread_cond_broadcast(&p->work_ready);
+	else
+		for (uint32_t i = 0; i < count; i++)
+			pthread_cond_signal(&p->work_ready);
 	pthread_mutex_unlock(&p->lock);
 }
 
