@@ -30,7 +30,8 @@ typedef void (*shard_checksum_fn)(void *ctx, uint32_t index);
 
 /*
  * A batch of units, owned by its submitter; the pool's fields are under
- * the pool's lock from submit until the batch is done.
+ * the pool's lock from submit until the batch is done. A zeroed batch (or
+ * one of no units) is done: waiting for it returns at once.
  */
 struct shard_checksum_batch {
 	shard_checksum_fn fn;

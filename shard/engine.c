@@ -1225,6 +1225,7 @@ struct fetch_group {
 	uint32_t units_before[SHARD_STAGES + 1]; /* pages of the windows before j */
 	struct window_sums w[SHARD_STAGES];
 	uint64_t hash_ns; /* the units' time, summed over threads */
+	bool alone;       /* one page, verified by fetch_check itself */
 };
 
 static void verify_unit(void *ctx, uint32_t u)
@@ -1276,8 +1277,18 @@ static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
 						.first = w->first, .bad = UINT32_MAX };
 		g->units_before[j + 1] = g->units_before[j] + w->count;
 	}
-	shard_checksum_pool_submit(&e->verifies, &g->batch, verify_unit, g,
-				   g->units_before[g->window_count]);
+	/*
+	 * One page, the one the transfer thread waits for next: fetch_check
+	 * verifies it there, waking no helper (a small record's restore pays
+	 * no wake-up, as with a one-page pass); a zeroed batch is done.
+	 */
+	g->alone = g->units_before[g->window_count] == 1 && from == c->verified;
+	if (g->alone) {
+		g->batch = (struct shard_checksum_batch){ 0 };
+	} else {
+		shard_checksum_pool_submit(&e->verifies, &g->batch, verify_unit, g,
+					   g->units_before[g->window_count]);
+	}
 	c->submitted = to;
 	e->fetch_clock.verify_passes++;
 	for (uint32_t j = c->verified; j < c->submitted;
@@ -1298,6 +1309,8 @@ static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct jo
 	char name[REC_FILE_NAME_BYTES];
 
 	SEL_ASSERT(c->submitted > c->verified);
+	if (g->alone)
+		verify_unit(g, 0);
 	shard_checksum_pool_wait(&e->verifies, &g->batch);
 	c->verified += g->window_count;
 	e->fetch_clock.windows += g->window_count;

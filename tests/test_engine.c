@@ -332,6 +332,19 @@ static void test_engine_corrupt_page(void **state)
 	/* the engine still works afterwards */
 	assert_int_equal(fetch(f, &chain, 1, 5, 50, 1, &c), 0);
 	assert_true(page_matches(f, 50, 5));
+
+	/* A one-page record's page, verified by the transfer thread alone. */
+	make_key(&key, 64, 6);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 1, 99), 0);
+	path = tu_record_path(f->dir, &key);
+	tu_flip_bit(path, h.page_offset + 100);
+	free(path);
+	chain = (struct shard_chain_record){ key, 0, 1 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 50, 1, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 0 (stored page 0) fails its checksum"))
+		fail_msg("why: %s", c.why);
 }
 
 struct truncator {
