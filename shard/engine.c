@@ -1540,7 +1540,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
 	bool more = true, partial;
-	uint64_t start = sel_monotonic_ns(), end, row, close;
+	uint64_t start = sel_monotonic_ns(), end, row_at, close_at;
 
 	if (fetch_is_warm(e, job, e->warm_entries)) {
 		run_fetch_warm(e, job, e->warm_entries, o);
@@ -1634,8 +1634,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		if (drained && !o->result)
 			device_fail(o, drained, "host to device");
 	}
-	row = sel_monotonic_ns();
-	e->fetch_clock.end_copy_ns += row - end;
+	row_at = sel_monotonic_ns();
+	e->fetch_clock.end_copy_ns += row_at - end;
 	if (!o->result && e->fetch_row_warm) {
 		uint32_t last = job->chain_count - 1;
 
@@ -1654,12 +1654,12 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 					    job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
-	close = sel_monotonic_ns();
-	e->fetch_clock.end_row_ns += close - row;
+	close_at = sel_monotonic_ns();
+	e->fetch_clock.end_row_ns += close_at - row_at;
 	disk_await_all(l, o);
 	fetch_close(e, l, 0, o);
 	fetch_close(e, l, 1, o);
-	e->fetch_clock.end_close_ns += sel_monotonic_ns() - close;
+	e->fetch_clock.end_close_ns += sel_monotonic_ns() - close_at;
 	if (o->result)
 		stage_scrub(e, l);
 	/* Every read and copy of the fetch is done: no slot is in use. */
