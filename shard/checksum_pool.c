@@ -15,29 +15,40 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-/* Claims and runs units of the current pass until none is left. */
-static void run_units(struct shard_checksum_pool *p)
+/*
+ * Claims the oldest queued batch's next unit, runs it without the lock and
+ * accounts it; false when no batch has a unit to claim. Under the lock.
+ */
+static bool run_one(struct shard_checksum_pool *p)
 {
-	for (;;) {
-		shard_checksum_fn fn = p->fn;
-		void *ctx = p->ctx;
-		uint32_t i;
+	struct shard_checksum_batch *b = p->head;
+	shard_checksum_fn fn;
+	void *ctx;
+	uint32_t i;
 
-		if (p->next >= p->count)
-			return;
-		i = p->next++;
-		pthread_mutex_unlock(&p->lock);
-		fn(ctx, i);
-		pthread_mutex_lock(&p->lock);
-		if (++p->done == p->count)
-			pthread_cond_broadcast(&p->pass_done);
+	if (!b)
+		return false;
+	fn = b->fn;
+	ctx = b->ctx;
+	i = b->next++;
+	if (b->next == b->count) {
+		/* Every unit claimed: off the queue, so nobody claims past it. */
+		p->head = b->queued;
+		if (!p->head)
+			p->tail = NULL;
 	}
+	pthread_mutex_unlock(&p->lock);
+	fn(ctx, i);
+	pthread_mutex_lock(&p->lock);
+	/* The last touch of b: its waiter may free it once it sees done. */
+	if (++b->done == b->count)
+		pthread_cond_broadcast(&p->batch_done);
+	return true;
 }
 
 static void *helper_main(void *arg)
 {
 	struct shard_checksum_pool *p = arg;
-	uint64_t seen = 0;
 
 	/* Below the model's threads (seed 2.12); no lock: set before the start. */
 	if (p->restore)
@@ -46,12 +57,11 @@ static void *helper_main(void *arg)
 		sel_thread_batch_priority("checksum helper");
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!p->stopping && p->pass == seen)
+		while (!p->stopping && !p->head)
 			pthread_cond_wait(&p->work_ready, &p->lock);
 		if (p->stopping)
 			break;
-		seen = p->pass;
-		run_units(p);
+		run_one(p);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -65,7 +75,7 @@ int shard_checksum_pool_init(struct shard_checksum_pool *p, uint32_t helper_coun
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work_ready, NULL);
-	pthread_cond_init(&p->pass_done, NULL);
+	pthread_cond_init(&p->batch_done, NULL);
 	p->restore = restore;
 	if (helper_count > SHARD_CHECKSUM_HELPERS_MAX)
 		helper_count = SHARD_CHECKSUM_HELPERS_MAX;
@@ -89,35 +99,57 @@ void shard_checksum_pool_destroy(struct shard_checksum_pool *p)
 	for (uint32_t i = 0; i < p->helper_count; i++)
 		pthread_join(p->helpers[i], NULL);
 	p->helper_count = 0;
-	pthread_cond_destroy(&p->pass_done);
+	pthread_cond_destroy(&p->batch_done);
 	pthread_cond_destroy(&p->work_ready);
 	pthread_mutex_destroy(&p->lock);
+}
+
+void shard_checksum_pool_submit(struct shard_checksum_pool *p,
+				struct shard_checksum_batch *batch, shard_checksum_fn fn,
+				void *ctx, uint32_t count)
+{
+	*batch = (struct shard_checksum_batch){ .fn = fn, .ctx = ctx, .count = count };
+	if (count == 0)
+		return;
+	pthread_mutex_lock(&p->lock);
+	if (p->tail)
+		p->tail->queued = batch;
+	else
+		p->head = batch;
+	p->tail = batch;
+	/* As many helpers as it has units (a page-long batch wakes one). */
+	if (count >= p->helper_count)
+		pthread_cond_broadcast(&p->work_ready);
+	else
+		for (uint32_t i = 0; i < count; i++)
+			pthread_cond_signal(&p->work_ready);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void shard_checksum_pool_wait(struct shard_checksum_pool *p, struct shard_checksum_batch *batch)
+{
+	pthread_mutex_lock(&p->lock);
+	while (batch->done < batch->count)
+		if (!run_one(p))
+			pthread_cond_wait(&p->batch_done, &p->lock);
+	pthread_mutex_unlock(&p->lock);
 }
 
 void shard_checksum_pool_run(struct shard_checksum_pool *p, shard_checksum_fn fn,
 			     void *ctx, uint32_t count)
 {
+	struct shard_checksum_batch batch;
+
 	if (count == 0)
 		return;
+	/* Alone, or a single unit: no lock, no wake-ups. */
 	if (p->helper_count == 0 || count == 1) {
 		for (uint32_t i = 0; i < count; i++)
 			fn(ctx, i);
 		return;
 	}
-	pthread_mutex_lock(&p->lock);
-	p->fn = fn;
-	p->ctx = ctx;
-	p->count = count;
-	p->next = 0;
-	p->done = 0;
-	p->pass++;
-	pthread_cond_broadcast(&p->work_ready);
-	run_units(p);
-	while (p->done < p->count)
-		pthread_cond_wait(&p->pass_done, &p->lock);
-	/* No helper may touch ctx after this: every unit is claimed and done. */
-	p->count = 0;
-	pthread_mutex_unlock(&p->lock);
+	shard_checksum_pool_submit(p, &batch, fn, ctx, count);
+	shard_checksum_pool_wait(p, &batch);
 }
 
 uint32_t shard_checksum_pool_cores(void)

@@ -1,15 +1,19 @@
 /*
  * The checksum pool of a rank's shard engine (docs/DESIGN.md section 6):
- * helper threads that share a window's checksum pass with the
- * transfer thread, so a window of pages is hashed (store) or verified
- * (fetch) on several cores while the disk thread keeps reading or writing
- * the next windows. A pass is fork-join: shard_checksum_pool_run returns
- * once every unit is done, so the caller owns the window again. Every
- * helper runs below the model's threads (seed 2.12): a background pool's
- * (stores) SCHED_BATCH at nice 10, a restore pool's at nice 1, as the
- * transfer thread, so a restore's verification is not kept waiting by the
- * stores' kernel workers and hashing, at nice 10 (restores first). With no
- * helpers the caller does every unit itself.
+ * helper threads that share checksum work with the transfer thread, so
+ * pages are hashed (store) or verified (fetch) on several cores while the
+ * disk thread keeps reading or writing. Work comes in batches of units (a
+ * unit is a page): a store's window is one batch run fork-join
+ * (shard_checksum_pool_run); a fetch submits each group of windows as soon
+ * as their reads land (shard_checksum_pool_submit) and waits for the oldest
+ * (shard_checksum_pool_wait), so several windows are verified at once, on
+ * as many threads as they have pages, while the transfer thread copies
+ * verified windows to the device and reaps reads. Units are claimed oldest
+ * batch first. Every helper runs below the model's threads (seed 2.12): a
+ * background pool's (stores) SCHED_BATCH at nice 10, a restore pool's at
+ * nice 1, as the transfer thread, so a restore's verification is not kept
+ * waiting by the stores' kernel workers and hashing, at nice 10 (restores
+ * first). With no helpers the waiting thread does every unit itself.
  */
 #ifndef SELENE_SHARD_CHECKSUM_POOL_H
 #define SELENE_SHARD_CHECKSUM_POOL_H
@@ -21,22 +25,31 @@
 /* Helper threads a rank's pool may have (a compile-time ceiling). */
 #define SHARD_CHECKSUM_HELPERS_MAX 15u
 
-/* One unit of a pass: the checksum work for unit index of ctx. */
+/* One unit of a batch: the checksum work for unit index of ctx. */
 typedef void (*shard_checksum_fn)(void *ctx, uint32_t index);
+
+/*
+ * A batch of units, owned by its submitter; the pool's fields are under
+ * the pool's lock from submit until the batch is done. A zeroed batch (or
+ * one of no units) is done: waiting for it returns at once.
+ */
+struct shard_checksum_batch {
+	shard_checksum_fn fn;
+	void *ctx;
+	uint32_t count;
+	uint32_t next; /* next unit to claim */
+	uint32_t done; /* units finished */
+	struct shard_checksum_batch *queued; /* the next batch with units to claim */
+};
 
 struct shard_checksum_pool {
 	pthread_t helpers[SHARD_CHECKSUM_HELPERS_MAX];
 	uint32_t helper_count;
 	pthread_mutex_t lock;
-	pthread_cond_t work_ready; /* a pass started, or stop */
-	pthread_cond_t pass_done;
-	/* The running pass (one at a time: the transfer thread's). */
-	shard_checksum_fn fn;
-	void *ctx;
-	uint32_t count;
-	uint32_t next;       /* next unit to claim */
-	uint32_t done;       /* units finished */
-	uint64_t pass;       /* pass number, so a helper joins each pass once */
+	pthread_cond_t work_ready; /* a batch submitted, or stop */
+	pthread_cond_t batch_done;
+	/* Batches with units left to claim, oldest first (one submitter). */
+	struct shard_checksum_batch *head, *tail;
 	bool restore;        /* helpers at nice 1, else SCHED_BATCH at nice 10 */
 	bool stopping;
 };
@@ -55,10 +68,29 @@ void shard_checksum_pool_destroy(struct shard_checksum_pool *pool);
 /*
  * Runs fn(ctx, i) for every i in [0, count) on the caller and the helpers;
  * returns when all have returned. fn must be safe to run concurrently for
- * different i. Called by one thread at a time.
+ * different i. Called by one thread at a time (the pool's submitter).
  */
 void shard_checksum_pool_run(struct shard_checksum_pool *pool, shard_checksum_fn fn,
 			     void *ctx, uint32_t count);
+
+/*
+ * Queues batch: fn(ctx, i) for every i in [0, count), taken by the helpers
+ * at once and by shard_checksum_pool_wait. batch and ctx stay the
+ * caller's to keep alive, untouched, until a wait for batch returns.
+ */
+void shard_checksum_pool_submit(struct shard_checksum_pool *pool,
+				struct shard_checksum_batch *batch, shard_checksum_fn fn,
+				void *ctx, uint32_t count);
+
+/*
+ * Returns once every unit of batch is done; meanwhile the caller runs
+ * units itself, oldest batch first: batch's own, those of a batch
+ * submitted before it, and once every unit of batch is claimed, those of
+ * later batches (it then returns after at most one more unit). No helper
+ * touches batch or its ctx after.
+ */
+void shard_checksum_pool_wait(struct shard_checksum_pool *pool,
+			      struct shard_checksum_batch *batch);
 
 /*
  * The online cores this process may run on (its affinity, where a

@@ -205,6 +205,8 @@ struct shard_engine {
 		uint64_t run_ns, open_ns, wait_ns, verify_ns, copy_ns, end_ns;
 		uint64_t opens_ahead;
 		uint64_t windows, verify_passes;
+		uint64_t hash_ns, bytes_verified, verify_groups_max;
+		uint64_t end_copy_ns, end_row_ns, end_close_ns;
 	} fetch_clock;
 };
 
@@ -546,6 +548,12 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_opens_ahead = e->fetch_clock.opens_ahead;
 	e->stats.fetch_windows = e->fetch_clock.windows;
 	e->stats.fetch_verify_passes = e->fetch_clock.verify_passes;
+	e->stats.fetch_hash_ns = e->fetch_clock.hash_ns;
+	e->stats.fetch_bytes_verified = e->fetch_clock.bytes_verified;
+	e->stats.fetch_verify_groups_max = e->fetch_clock.verify_groups_max;
+	e->stats.fetch_end_copy_ns = e->fetch_clock.end_copy_ns;
+	e->stats.fetch_end_row_ns = e->fetch_clock.end_row_ns;
+	e->stats.fetch_end_close_ns = e->fetch_clock.end_close_ns;
 	if (c->result) {
 		e->stats.jobs_failed++;
 	} else {
@@ -1228,52 +1236,111 @@ static void fetch_open_ahead(struct shard_engine *e, struct lane *l,
 }
 
 /*
- * A fetch's verification pass: every page of the windows [from, to), one
- * unit a page, so that windows whose reads landed together are verified in
- * one pass and every helper has pages to take.
+ * A group of a fetch's windows whose reads landed together, verified as
+ * one batch on the checksum pool, one unit a page, while the transfer
+ * thread goes on: several groups are verified at once, each window on as
+ * many threads as it has pages, and every helper has pages to take.
  */
-struct fetch_sums {
+struct fetch_group {
+	struct shard_checksum_batch batch;
 	uint32_t window_count;
 	uint32_t units_before[SHARD_STAGES + 1]; /* pages of the windows before j */
 	struct window_sums w[SHARD_STAGES];
+	uint64_t hash_ns; /* the units' time, summed over threads */
+	bool alone;       /* one page, verified by fetch_check itself */
 };
 
 static void verify_unit(void *ctx, uint32_t u)
 {
-	struct fetch_sums *f = ctx;
+	struct fetch_group *g = ctx;
+	uint64_t t = sel_monotonic_ns();
 	uint32_t j = 0;
 
-	while (u >= f->units_before[j + 1])
+	while (u >= g->units_before[j + 1])
 		j++;
-	verify_page(&f->w[j], u - f->units_before[j]);
+	verify_page(&g->w[j], u - g->units_before[j]);
+	__atomic_fetch_add(&g->hash_ns, sel_monotonic_ns() - t, __ATOMIC_RELAXED);
 }
 
 /*
- * Verifies the pages of windows [from, to) (indices into the fetch's
- * windows, modulo SHARD_STAGES), each in its stage, on the checksum pool
- * (R-READ-2). A failure names the first failing window's lowest page.
+ * A fetch's verification in flight: groups[j % SHARD_STAGES] is the group
+ * whose first window is j. Windows [done, verified) are verified,
+ * [verified, submitted) queued on the pool in groups, [submitted, issued)
+ * still reading (R-READ-2: no byte reaches the device unverified).
  */
-static int fetch_verify(struct shard_engine *e, struct lane *l,
-			const struct fetch_window *windows, uint32_t from, uint32_t to,
-			struct job_outcome *o)
-{
-	struct fetch_sums f = { .window_count = to - from };
-	char name[REC_FILE_NAME_BYTES];
+struct fetch_checks {
+	struct fetch_group groups[SHARD_STAGES];
+	uint32_t verified, submitted;
+};
 
-	SEL_ASSERT(to > from && to - from <= SHARD_STAGES);
-	for (uint32_t j = 0; j < f.window_count; j++) {
+/*
+ * Queues the verification of the windows after the last one queued whose
+ * reads have landed (in order: the first still reading ends the group).
+ */
+static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
+				const struct fetch_window *windows, uint32_t issued,
+				struct fetch_checks *c)
+{
+	uint32_t from = c->submitted, to = from, queued = 0;
+	struct fetch_group *g = &c->groups[from % SHARD_STAGES];
+
+	while (to < issued && !l->stages[to % SHARD_STAGES].req.tag)
+		to++;
+	if (to == from)
+		return;
+	g->window_count = to - from;
+	g->units_before[0] = 0;
+	g->hash_ns = 0;
+	for (uint32_t j = 0; j < g->window_count; j++) {
 		const struct fetch_window *w = &windows[(from + j) % SHARD_STAGES];
 
-		f.w[j] = (struct window_sums){ .e = e, .s = &l->stages[(from + j) % SHARD_STAGES],
-					       .reader = &l->files[w->record % 2].reader,
-					       .first = w->first, .bad = UINT32_MAX };
-		f.units_before[j + 1] = f.units_before[j] + w->count;
+		g->w[j] = (struct window_sums){ .e = e, .s = &l->stages[(from + j) % SHARD_STAGES],
+						.reader = &l->files[w->record % 2].reader,
+						.first = w->first, .bad = UINT32_MAX };
+		g->units_before[j + 1] = g->units_before[j] + w->count;
 	}
-	shard_checksum_pool_run(&e->verifies, verify_unit, &f, f.units_before[f.window_count]);
-	e->fetch_clock.windows += f.window_count;
+	/*
+	 * One page, the one the transfer thread waits for next: fetch_check
+	 * verifies it there, waking no helper (a small record's restore pays
+	 * no wake-up, as with a one-page pass); a zeroed batch is done.
+	 */
+	g->alone = g->units_before[g->window_count] == 1 && from == c->verified;
+	if (g->alone) {
+		g->batch = (struct shard_checksum_batch){ 0 };
+	} else {
+		shard_checksum_pool_submit(&e->verifies, &g->batch, verify_unit, g,
+					   g->units_before[g->window_count]);
+	}
+	c->submitted = to;
 	e->fetch_clock.verify_passes++;
-	for (uint32_t j = 0; j < f.window_count; j++) {
-		const struct window_sums *w = &f.w[j];
+	for (uint32_t j = c->verified; j < c->submitted;
+	     j += c->groups[j % SHARD_STAGES].window_count)
+		queued++;
+	if (queued > e->fetch_clock.verify_groups_max)
+		e->fetch_clock.verify_groups_max = queued;
+}
+
+/*
+ * Waits for the group that starts at window verified (helping with its
+ * pages) and takes its result: its windows are verified, or the fetch
+ * fails naming the first failing window's lowest page.
+ */
+static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct job_outcome *o)
+{
+	struct fetch_group *g = &c->groups[c->verified % SHARD_STAGES];
+	char name[REC_FILE_NAME_BYTES];
+
+	SEL_ASSERT(c->submitted > c->verified);
+	if (g->alone)
+		verify_unit(g, 0);
+	shard_checksum_pool_wait(&e->verifies, &g->batch);
+	c->verified += g->window_count;
+	e->fetch_clock.windows += g->window_count;
+	e->fetch_clock.bytes_verified +=
+		(uint64_t)g->units_before[g->window_count] * e->geometry.page_record_bytes;
+	e->fetch_clock.hash_ns += __atomic_load_n(&g->hash_ns, __ATOMIC_RELAXED);
+	for (uint32_t j = 0; j < g->window_count; j++) {
+		const struct window_sums *w = &g->w[j];
 
 		if (w->bad == UINT32_MAX)
 			continue;
@@ -1285,6 +1352,17 @@ static int fetch_verify(struct shard_engine *e, struct lane *l,
 				    w->first + w->bad);
 	}
 	return 0;
+}
+
+/* Waits for every group still queued: no helper reads staging after. */
+static void fetch_checks_drain(struct shard_engine *e, struct fetch_checks *c)
+{
+	while (c->verified < c->submitted) {
+		struct fetch_group *g = &c->groups[c->verified % SHARD_STAGES];
+
+		shard_checksum_pool_wait(&e->verifies, &g->batch);
+		c->verified += g->window_count;
+	}
 }
 
 /*
@@ -1485,10 +1563,11 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	bool row_sent = false, pending = false;
 	int copying = -1; /* the stage whose copy to the device may still run */
 	struct fetch_window windows[SHARD_STAGES], cursor = { .record = UINT32_MAX };
+	struct fetch_checks checks, *c = &checks;
 	uint64_t stride = e->geometry.page_record_bytes;
-	uint32_t issued = 0, done = 0, verified = 0, ahead;
+	uint32_t issued = 0, done = 0, ahead;
 	bool more = true, partial;
-	uint64_t start = sel_monotonic_ns(), end;
+	uint64_t start = sel_monotonic_ns(), end, row_at, close_at;
 
 	if (fetch_is_warm(e, job, e->warm_entries)) {
 		run_fetch_warm(e, job, o);
@@ -1499,11 +1578,14 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		fetch_warm_copies(e, job, o);
 	ahead = (uint32_t)(e->read_ahead_bytes / (stride * e->window_pages));
 	ahead = ahead < 2 ? 2 : ahead > SHARD_STAGES ? SHARD_STAGES : ahead;
+	c->verified = 0;
+	c->submitted = 0;
 	/*
-	 * Keep up to STAGES windows reading while one is verified and the one
-	 * before it is copied to the device; a window waits (pending) while its
-	 * file still serves windows not yet verified, and a stage is read into
-	 * again only once its copy is done.
+	 * Keep up to STAGES windows reading while those whose reads landed are
+	 * verified on the checksum pool, as they land, and the oldest verified
+	 * one is copied to the device; a window waits (pending) while its file
+	 * still serves windows not yet verified, and a stage is read into again
+	 * only once its copy is done.
 	 */
 	while (!o->result && (done < issued || more)) {
 		while (!o->result && more && issued - done < ahead) {
@@ -1531,25 +1613,31 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		const struct fetch_window *w = &windows[done % SHARD_STAGES];
 		uint64_t t = sel_monotonic_ns(), t2;
 
-		/*
-		 * Verified first; the copy of the window before ran meanwhile.
-		 * Every window after it whose read has also landed is verified
-		 * in the same pass, and copied in the turns that follow.
-		 */
-		if (verified == done) {
-			disk_await(l, &s->req, o);
-			disk_reap(l, o);
+		/* Every window whose read landed is queued for verification. */
+		disk_reap(l, o);
+		if (o->result)
+			break;
+		fetch_submit_landed(e, l, windows, issued, c);
+		if (c->verified == done) {
+			/* Verified first; the copy of the window before ran meanwhile. */
+			if (c->submitted == done) {
+				disk_await(l, &s->req, o);
+				disk_reap(l, o);
+				if (o->result)
+					break;
+				fetch_submit_landed(e, l, windows, issued, c);
+			}
 			t2 = sel_monotonic_ns();
 			e->fetch_clock.wait_ns += t2 - t;
-			if (o->result)
-				break;
-			verified = done + 1;
-			while (verified < issued && !l->stages[verified % SHARD_STAGES].req.tag)
-				verified++;
-			if (fetch_verify(e, l, windows, done, verified, o))
+			if (fetch_check(e, c, o))
 				break;
 			t = sel_monotonic_ns();
 			e->fetch_clock.verify_ns += t - t2;
+			/* What landed meanwhile is verified while this window copies. */
+			disk_reap(l, o);
+			if (o->result)
+				break;
+			fetch_submit_landed(e, l, windows, issued, c);
 		}
 		if (copy_finish(e, &copying, o) ||
 		    copy_start(e, l, s, job->page_ids + w->dest, w->count, o))
@@ -1559,6 +1647,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		o->bytes += stride * w->count;
 		done++;
 	}
+	/* After a failure, no helper may still read a stage or a file's table. */
+	fetch_checks_drain(e, c);
 	end = sel_monotonic_ns();
 	/* Also after a failure: staging is scrubbed only once no copy reads it. */
 	copy_finish(e, &copying, o);
@@ -1569,6 +1659,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		if (drained && !o->result)
 			device_fail(o, drained, "host to device");
 	}
+	row_at = sel_monotonic_ns();
+	e->fetch_clock.end_copy_ns += row_at - end;
 	if (!o->result && e->fetch_row_warm) {
 		uint32_t last = job->chain_count - 1;
 
@@ -1587,9 +1679,12 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 					    job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	}
+	close_at = sel_monotonic_ns();
+	e->fetch_clock.end_row_ns += close_at - row_at;
 	disk_await_all(l, o);
 	fetch_close(e, l, 0, o);
 	fetch_close(e, l, 1, o);
+	e->fetch_clock.end_close_ns += sel_monotonic_ns() - close_at;
 	if (o->result)
 		stage_scrub(e, l);
 	/* Every read and copy of the fetch is done: no slot is in use. */

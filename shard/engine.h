@@ -243,13 +243,21 @@ struct shard_engine_stats {
 	 * sum of their runs): opening records (header and checksum table:
 	 * closing the file's last record, sending the open, and waiting for
 	 * its reply where it was not sent ahead or is not back yet), waiting
-	 * for a window's reads, verifying windows,
-	 * starting and waiting for their device copies, and the end of each
+	 * for the oldest window's reads, waiting for its verification (which
+	 * started on the restore pool as its read landed; the transfer thread
+	 * verifies pages meanwhile), starting and waiting for their device copies, and the end of each
 	 * fetch after its last window was verified (its last copy, the row,
 	 * closing its files) while no read of it was in flight.
 	 */
 	uint64_t fetch_run_ns, fetch_open_ns, fetch_wait_ns, fetch_verify_ns,
 		fetch_copy_ns, fetch_end_ns;
+	/*
+	 * fetch_end_ns in parts: waiting for the last window's copy (and the
+	 * warm records' copies), the row (waiting for its read, copying it),
+	 * and closing the files (with every reply still out); the rest of it
+	 * is scrubbing staging after a failure and settling read-throughs.
+	 */
+	uint64_t fetch_end_copy_ns, fetch_end_row_ns, fetch_end_close_ns;
 	/*
 	 * Records whose open a fetch sent ahead, while windows of records
 	 * before them were still to be issued or verified, instead of when
@@ -257,11 +265,24 @@ struct shard_engine_stats {
 	 */
 	uint64_t fetch_opens_ahead;
 	/*
-	 * Windows read from files and verified, and the checksum passes that
-	 * verified them: a pass takes every window whose read has landed.
+	 * Windows read from files and verified, and the groups that verified
+	 * them: a group takes every window whose read has landed since the
+	 * last group, and is verified while later windows read and earlier
+	 * ones copy.
 	 */
 	uint64_t fetch_windows;
 	uint64_t fetch_verify_passes;
+	/*
+	 * The verification itself, on every thread of the restore pool: the
+	 * time its units took, summed over threads (a page each), the page
+	 * bytes verified, and the most groups of windows queued or being verified at
+	 * once. fetch_verify_ns is only the transfer thread's wait for the
+	 * oldest window's group (helping with pages meanwhile); bytes over
+	 * hash_ns is one thread's rate.
+	 */
+	uint64_t fetch_hash_ns;
+	uint64_t fetch_bytes_verified;
+	uint64_t fetch_verify_groups_max;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
 	uint32_t checksum_threads; /* a store's pass: the transfer thread and its pool's helpers */

@@ -1,7 +1,9 @@
 /*
  * The checksum pool (shard/checksum_pool.h): every unit of a pass runs
  * exactly once, with no helpers and with several, pass after pass; the
- * caller owns the context again when run returns; a stores' pool's helpers
+ * caller owns the context again when run returns; batches submitted
+ * without waiting run on the helpers meanwhile, several queued at once,
+ * each unit once, every wait returning with its batch done; a stores' pool's helpers
  * run SCHED_BATCH at nice 10 and a restores' pool's at nice 1; the default
  * helper count follows SELENE_CHECKSUM_THREADS and ignores a malformed value,
  * and otherwise one rule by the cores the process may run on, for both pools.
@@ -53,6 +55,77 @@ static void test_checksum_pool_every_unit_once(void **state)
 						 helpers[h], round, i, p.runs[i]);
 		}
 		shard_checksum_pool_run(&pool, count_unit, NULL, 0); /* nothing to do */
+		shard_checksum_pool_destroy(&pool);
+	}
+}
+
+/*
+ * A submitted batch runs on the helpers while its submitter does not wait
+ * (as a fetch's verification runs while the transfer thread copies): with
+ * one helper, every unit of a batch is done before the wait is called.
+ */
+static void test_checksum_pool_batch_runs_without_wait(void **state)
+{
+	struct shard_checksum_pool pool;
+	struct shard_checksum_batch batch;
+	struct pass p;
+	uint32_t done = 0;
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	assert_int_equal(shard_checksum_pool_init(&pool, 1, true), 0);
+	shard_checksum_pool_submit(&pool, &batch, count_unit, &p, 16);
+	/* Up to 10 s for a helper to be scheduled on a busy machine. */
+	for (uint32_t i = 0; i < 10000 && done < 16; i++) {
+		done = 0;
+		for (uint32_t u = 0; u < 16; u++)
+			done += __atomic_load_n(&p.runs[u], __ATOMIC_RELAXED);
+		if (done < 16)
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	assert_int_equal(done, 16);
+	shard_checksum_pool_wait(&pool, &batch);
+	for (uint32_t u = 0; u < 257; u++)
+		assert_int_equal(p.runs[u], u < 16 ? 1 : 0);
+	shard_checksum_pool_destroy(&pool);
+}
+
+/*
+ * Eight batches queued at once, waited for oldest first, then again in
+ * reverse: each wait returns with its batch whole, every unit of every
+ * batch ran once, with 0, 1 and 3 helpers (none: the waits run them all).
+ */
+static void test_checksum_pool_batches_queued_together(void **state)
+{
+	static const uint32_t helpers[] = { 0, 1, 3 };
+
+	(void)state;
+	for (size_t h = 0; h < sizeof(helpers) / sizeof(helpers[0]); h++) {
+		struct shard_checksum_pool pool;
+		struct shard_checksum_batch batch[8];
+		struct pass p[8];
+
+		assert_int_equal(shard_checksum_pool_init(&pool, helpers[h], true), 0);
+		for (uint32_t round = 0; round < 50; round++) {
+			bool reverse = round % 2;
+
+			memset(p, 0, sizeof(p));
+			for (uint32_t b = 0; b < 8; b++)
+				shard_checksum_pool_submit(&pool, &batch[b], count_unit, &p[b],
+							   (round * 7 + b * 31) % 257);
+			for (uint32_t k = 0; k < 8; k++) {
+				uint32_t b = reverse ? 7 - k : k;
+				uint32_t count = (round * 7 + b * 31) % 257;
+
+				shard_checksum_pool_wait(&pool, &batch[b]);
+				for (uint32_t u = 0; u < 257; u++)
+					if (__atomic_load_n(&p[b].runs[u], __ATOMIC_RELAXED) !=
+					    (u < count ? 1u : 0u))
+						fail_msg("helpers %u, round %u, batch %u: unit %u "
+							 "ran %u times", helpers[h], round, b, u,
+							 p[b].runs[u]);
+			}
+		}
 		shard_checksum_pool_destroy(&pool);
 	}
 }
@@ -218,6 +291,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_checksum_pool_every_unit_once),
+		cmocka_unit_test(test_checksum_pool_batch_runs_without_wait),
+		cmocka_unit_test(test_checksum_pool_batches_queued_together),
 		cmocka_unit_test(test_checksum_pool_helper_count),
 		cmocka_unit_test(test_checksum_pool_verifier_count),
 		cmocka_unit_test(test_checksum_pool_rule_by_cores),

@@ -332,6 +332,19 @@ static void test_engine_corrupt_page(void **state)
 	/* the engine still works afterwards */
 	assert_int_equal(fetch(f, &chain, 1, 5, 50, 1, &c), 0);
 	assert_true(page_matches(f, 50, 5));
+
+	/* A one-page record's page, verified by the transfer thread alone. */
+	make_key(&key, 64, 6);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 1, 99), 0);
+	path = tu_record_path(f->dir, &key);
+	tu_flip_bit(path, h.page_offset + 100);
+	free(path);
+	chain = (struct shard_chain_record){ key, 0, 1 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 50, 1, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 0 (stored page 0) fails its checksum"))
+		fail_msg("why: %s", c.why);
 }
 
 struct truncator {
@@ -677,6 +690,73 @@ static void test_engine_injected_errors(void **state)
 	poison(f);
 	assert_int_equal(fetch(f, &chain, 1, 0, 60, 0, &c), 0);
 	assert_true(page_matches(f, 60, 0));
+}
+
+/*
+ * Windows are verified on the restore pool as their reads land, in groups
+ * queued while the transfer thread waits for a device copy (the first one
+ * held 300 ms): every page arrives, every window and page is verified
+ * once, a corrupt page in a later group fails the fetch naming it, and a
+ * read that fails while groups are queued fails it with the read's error;
+ * a clean fetch after either restores every byte (staging scrubbed, no
+ * helper left reading it).
+ */
+static void test_engine_fetch_verifies_groups_in_flight(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct shard_engine_stats before, after;
+	struct shard_chain_record chain;
+	struct rec_header h;
+	struct rec_key key;
+	char *path;
+
+	shard_engine_close(f->engine);
+	open_engine(f, 1);
+	make_key(&key, 64 * 24, 41);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	chain = (struct shard_chain_record){ key, 0, 24 };
+	shard_engine_stats(f->engine, &before);
+	poison(f);
+	assert_int_equal(sel_failpoints_configure("device.copy=1*sleep(300)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	sel_failpoints_configure(NULL);
+	for (uint32_t i = 0; i < 24; i++)
+		if (!page_matches(f, 100 + i, i))
+			fail_msg("page %u differs", i);
+	assert_true(row_matches(f, 3, key.consumed));
+	shard_engine_stats(f->engine, &after);
+	assert_int_equal(after.fetch_windows - before.fetch_windows, 24);
+	assert_int_equal(after.fetch_bytes_verified - before.fetch_bytes_verified,
+			 24 * f->g.page_record_bytes);
+	assert_in_range(after.fetch_verify_passes - before.fetch_verify_passes, 1, 24);
+	assert_in_range(after.fetch_verify_groups_max, 1, SHARD_STAGES);
+	assert_true(after.fetch_hash_ns > before.fetch_hash_ns);
+
+	/* A read failing while earlier windows' groups are queued. */
+	assert_int_equal(sel_failpoints_configure("device.copy=1*sleep(300);"
+						  "disk.read=6*off->return(EIO)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), -EIO);
+	sel_failpoints_configure(NULL);
+
+	/* A corrupt page in a group verified while the first copy is held. */
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 24, 99), 0);
+	path = tu_record_path(f->dir, &key);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 13 + 7);
+	assert_int_equal(sel_failpoints_configure("device.copy=1*sleep(300)"), 0);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), SEL_ECHECKSUM);
+	sel_failpoints_configure(NULL);
+	if (!strstr(c.why, "page 13 (stored page 13) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 13 + 7);
+	free(path);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	for (uint32_t i = 0; i < 24; i++)
+		if (!page_matches(f, 100 + i, i))
+			fail_msg("page %u differs after the failures", i);
+	assert_true(row_matches(f, 3, key.consumed));
 }
 
 /* Bad submissions are refused at once; a full job pool says so. */
@@ -1312,7 +1392,8 @@ static void rig_restore_right(struct deferred_rig *r, const struct rec_key *key,
  * them, all complete right: every window was summed after its copy ran,
  * and every byte restores. The engine's split of the stores' time
  * accounts for the held create as waiting for the disk, and the fetches'
- * split a held open and a held read apart.
+ * split a held open and a held read apart, and a fetch's end into its
+ * last copy, its row and closing its files.
  */
 static void test_engine_stores_on_deferred_device(void **state)
 {
@@ -1374,6 +1455,10 @@ static void test_engine_stores_on_deferred_device(void **state)
 	assert_true(stats.fetch_run_ns >= stats.fetch_open_ns + stats.fetch_wait_ns +
 					  stats.fetch_verify_ns + stats.fetch_copy_ns +
 					  stats.fetch_end_ns);
+	/* A fetch's end splits into its last copy, its row and its closes. */
+	assert_true(stats.fetch_end_row_ns > 0 && stats.fetch_end_close_ns > 0);
+	assert_true(stats.fetch_end_ns >= stats.fetch_end_copy_ns + stats.fetch_end_row_ns +
+						   stats.fetch_end_close_ns);
 	assert_int_equal(tu_count_suffix(rec_dir_path(r.dir), ".tmp"), 0);
 	rig_close(&r);
 	rig_free(&r);
@@ -2098,6 +2183,7 @@ int main(void)
 		BOTH(test_engine_chain_corrupt_page),
 		BOTH(test_engine_chain_opens_ahead),
 		BOTH(test_engine_fetch_verifies_landed_windows_together),
+		BOTH(test_engine_fetch_verifies_groups_in_flight),
 		BOTH(test_engine_failed_open_ahead_never_dropped),
 		BOTH(test_engine_fetch_mismatch),
 		BOTH(test_engine_injected_errors),

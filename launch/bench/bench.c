@@ -835,35 +835,64 @@ static void report_store_time(const struct bench *b)
 			  3);
 }
 
-/* Where the transfer thread's time went in the fetches (engine stats). */
-static void report_fetch_time(const struct bench *b)
+/*
+ * Where the transfer thread's time went in fetches (the engine stats of
+ * after less those of before), and how the verification ran on the
+ * restore pool: what bounds a fetch is the part that dominates, and a
+ * thread's hash rate well under xxh3's in-cache rate says its pages came
+ * from memory (or that the cores were shared). records: the fetches' records.
+ */
+static void report_fetch_split(const char *tag, const struct shard_engine_stats *w,
+			       const struct shard_engine_stats *st, uint64_t records)
 {
-	const struct shard_engine_stats *w = &b->warm_stats;
-	struct shard_engine_stats st;
-	char verifying[64];
+	char lead[96], verifying[96];
+	double hash_ns = (double)(st->fetch_hash_ns - w->fetch_hash_ns);
+	double run_ns = (double)(st->fetch_run_ns - w->fetch_run_ns);
+	double hashed = (double)(st->fetch_bytes_verified - w->fetch_bytes_verified);
 
-	shard_engine_stats(b->engine, &st);
-	snprintf(verifying, sizeof(verifying), "verifying (%u %s)", st.verify_threads,
-		 launch_plural(st.verify_threads, "thread", "threads"));
-	report_time_split("fetch: the transfer thread ran fetches", st.fetch_run_ns,
-			  w->fetch_run_ns,
+	snprintf(lead, sizeof(lead), "%s: the transfer thread ran fetches", tag);
+	snprintf(verifying, sizeof(verifying), "waiting for verification (%u %s)",
+		 st->verify_threads, launch_plural(st->verify_threads, "thread", "threads"));
+	report_time_split(lead, st->fetch_run_ns, w->fetch_run_ns,
 			  (const struct time_part[]){
-				  { "opening records", st.fetch_open_ns },
-				  { "waiting for reads", st.fetch_wait_ns },
-				  { verifying, st.fetch_verify_ns },
-				  { "device copies", st.fetch_copy_ns },
-				  { "ending fetches after their last window", st.fetch_end_ns } },
+				  { "opening records", st->fetch_open_ns },
+				  { "waiting for reads", st->fetch_wait_ns },
+				  { verifying, st->fetch_verify_ns },
+				  { "device copies", st->fetch_copy_ns },
+				  { "ending fetches after their last window", st->fetch_end_ns } },
 			  (const uint64_t[]){ w->fetch_open_ns, w->fetch_wait_ns, w->fetch_verify_ns,
 					      w->fetch_copy_ns, w->fetch_end_ns },
 			  5);
-	printf("fetch: %" PRIu64 " of %" PRIu64 " records opened ahead of their first "
-	       "window (a chain's next record, while the one before was read)\n",
-	       st.fetch_opens_ahead - w->fetch_opens_ahead,
-	       (uint64_t)b->a.rounds * b->a.records);
-	printf("fetch: %" PRIu64 " windows verified in %" PRIu64 " passes of %u threads "
-	       "(a pass takes every window whose read has landed)\n",
-	       st.fetch_windows - w->fetch_windows,
-	       st.fetch_verify_passes - w->fetch_verify_passes, st.verify_threads);
+	if (st->fetch_end_ns > w->fetch_end_ns)
+		printf("%s: the ends of fetches: %.1f%% waiting for the last window's copy, "
+		       "%.1f%% the row (its read and copy), %.1f%% closing files\n", tag,
+		       100.0 * (double)(st->fetch_end_copy_ns - w->fetch_end_copy_ns) /
+			       (double)(st->fetch_end_ns - w->fetch_end_ns),
+		       100.0 * (double)(st->fetch_end_row_ns - w->fetch_end_row_ns) /
+			       (double)(st->fetch_end_ns - w->fetch_end_ns),
+		       100.0 * (double)(st->fetch_end_close_ns - w->fetch_end_close_ns) /
+			       (double)(st->fetch_end_ns - w->fetch_end_ns));
+	printf("%s: %" PRIu64 " of %" PRIu64 " records opened ahead of their first "
+	       "window (a chain's next record, while the one before was read)\n", tag,
+	       st->fetch_opens_ahead - w->fetch_opens_ahead, records);
+	printf("%s: %" PRIu64 " windows verified in %" PRIu64 " groups (a group takes "
+	       "every window whose read has landed; up to %" PRIu64 " queued at once), "
+	       "on %u %s\n", tag, st->fetch_windows - w->fetch_windows,
+	       st->fetch_verify_passes - w->fetch_verify_passes, st->fetch_verify_groups_max,
+	       st->verify_threads, launch_plural(st->verify_threads, "thread", "threads"));
+	if (hash_ns > 0 && run_ns > 0)
+		printf("%s: verification hashed %.2f GB in %.3f thread-seconds: %.2f GB/s a "
+		       "thread, %.2f threads busy hashing on average while fetches ran\n",
+		       tag, hashed / 1e9, hash_ns / 1e9, hashed / hash_ns, hash_ns / run_ns);
+}
+
+/* Where the transfer thread's time went in the fetches (engine stats). */
+static void report_fetch_time(const struct bench *b)
+{
+	struct shard_engine_stats st;
+
+	shard_engine_stats(b->engine, &st);
+	report_fetch_split("fetch", &b->warm_stats, &st, (uint64_t)b->a.rounds * b->a.records);
 }
 
 /*
@@ -1104,6 +1133,28 @@ static double median(double *v, uint64_t count)
 	return count ? v[count / 2] : 0;
 }
 
+/* Adds the fetch_* stats that a step moved (after less before) to sum. */
+static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_engine_stats *before,
+			    const struct shard_engine_stats *after)
+{
+	sum->fetch_run_ns += after->fetch_run_ns - before->fetch_run_ns;
+	sum->fetch_open_ns += after->fetch_open_ns - before->fetch_open_ns;
+	sum->fetch_wait_ns += after->fetch_wait_ns - before->fetch_wait_ns;
+	sum->fetch_verify_ns += after->fetch_verify_ns - before->fetch_verify_ns;
+	sum->fetch_copy_ns += after->fetch_copy_ns - before->fetch_copy_ns;
+	sum->fetch_end_ns += after->fetch_end_ns - before->fetch_end_ns;
+	sum->fetch_end_copy_ns += after->fetch_end_copy_ns - before->fetch_end_copy_ns;
+	sum->fetch_end_row_ns += after->fetch_end_row_ns - before->fetch_end_row_ns;
+	sum->fetch_end_close_ns += after->fetch_end_close_ns - before->fetch_end_close_ns;
+	sum->fetch_opens_ahead += after->fetch_opens_ahead - before->fetch_opens_ahead;
+	sum->fetch_windows += after->fetch_windows - before->fetch_windows;
+	sum->fetch_verify_passes += after->fetch_verify_passes - before->fetch_verify_passes;
+	sum->fetch_hash_ns += after->fetch_hash_ns - before->fetch_hash_ns;
+	sum->fetch_bytes_verified += after->fetch_bytes_verified - before->fetch_bytes_verified;
+	sum->fetch_verify_groups_max = after->fetch_verify_groups_max;
+	sum->verify_threads = after->verify_threads;
+}
+
 /*
  * The warm tier (docs/DESIGN.md section 6): each round stores its records
  * into warm slots (and through them to their files), fetches them back
@@ -1128,7 +1179,7 @@ static int bench_warm(struct bench *b)
 	double *lat = malloc(lat_count * sizeof(double));
 	double *bulk_lat = malloc(lat_count * sizeof(double));
 	struct shard_slab_pool host = { 0 };
-	struct shard_engine_stats st;
+	struct shard_engine_stats st, rt_before, rt = { 0 }, none = { 0 };
 	struct shard_warm_stats ws;
 	int ret;
 
@@ -1182,6 +1233,7 @@ static int bench_warm(struct bench *b)
 						 bulk_lat + (uint64_t)at * b->a.records);
 		if (!ret)
 			ret = warm_unlink_round(b, round, true);
+		shard_engine_stats(b->engine, &rt_before);
 		if (!ret && r % 2 == 1) {
 			ret = selene_round(b, round, submit_read_through, 11, &ns);
 			read_ns[at] = (double)ns;
@@ -1193,6 +1245,10 @@ static int bench_warm(struct bench *b)
 			ret = selene_round(b, round, submit_read_through, 11, &ns);
 			read_ns[at] = (double)ns;
 		}
+		/* The read-throughs' share of the engine's fetch stats (timed rounds). */
+		shard_engine_stats(b->engine, &st);
+		if (r >= b->a.warmup)
+			add_fetch_stats(&rt, &rt_before, &st);
 		if (!ret)
 			ret = warm_unlink_round(b, round, false);
 	}
@@ -1235,6 +1291,8 @@ static int bench_warm(struct bench *b)
 		report_warm(b->tag, "read-through (files -> warm slots, verified -> device)",
 			    "raw read of the same files", (double)b->record_bytes * b->a.records,
 			    read_ns, raw_read_ns, b->a.rounds);
+		report_fetch_split("read-through", &none, &rt,
+				   (uint64_t)b->a.rounds * b->a.records);
 		printf("%s: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
 		       b->tag, b->a.durable ? "durable" : "not durable",
 		       (double)bytes * b->a.rounds / (double)whole_ns);
