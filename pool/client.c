@@ -239,7 +239,8 @@ static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, con
 	}
 	pool_frame_build(c->kc, POOL_TO_MANAGER, c->tx_seq++, type, body, body_length, data,
 			 data_length, it->bytes, it->tag);
-	memcpy(it->bytes + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
+	if (body_length)
+		memcpy(it->bytes + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
 	it->length = CLUSTER_FRAME_HEADER_BYTES + body_length;
 	it->data = data;
 	it->data_length = data_length;
