@@ -173,12 +173,13 @@ test-gpu:
 # corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
 # build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := header frame trace config catalog
+FUZZ_TARGETS := header frame trace config catalog pool
 FUZZ_MAX_LEN_header := 4096
 FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
 FUZZ_MAX_LEN_catalog := 8192
+FUZZ_MAX_LEN_pool := 65536
 FUZZ_OBJS_trace := build-fuzz/launch/worker/trace.o
 fuzz-build:
 	$(Q)scripts/install-deps build fuzz
