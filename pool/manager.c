@@ -406,6 +406,8 @@ static void put_fail(struct pool_manager *m, struct put *p, int result, const ch
 	if (in->ranks[0])
 		send_put_end(in->ranks[0], p->id, result, false);
 	put_unlink(m, p);
+	if (p->rec->parent)
+		p->rec->parent->pins--; /* pinned at PUT_BEGIN */
 	record_free(m, p->rec);
 	free(p->rx);
 	free(p);
@@ -1381,7 +1383,7 @@ static void conn_read(struct pool_manager *m, struct conn *c, uint64_t now)
 }
 
 /* Writes what is queued; 0, or -1 when the connection is to go. */
-static int conn_write(struct conn *c)
+static int conn_write(struct conn *c, uint64_t now)
 {
 	while (c->out_sent < c->out_used) {
 		ssize_t n = send(c->fd, c->out + c->out_sent, c->out_used - c->out_sent,
@@ -1394,6 +1396,9 @@ static int conn_write(struct conn *c)
 		if (n <= 0)
 			return -1;
 		c->out_sent += (size_t)n;
+		/* R-POOL-35: any byte the rank takes is progress of its streams */
+		for (uint32_t k = 0; k < c->stream_count; k++)
+			c->streams[k].progress_ns = now;
 	}
 	c->out_sent = c->out_used = 0;
 	return 0;
@@ -1467,7 +1472,7 @@ int pool_manager_run(struct pool_manager *m)
 			for (uint32_t i = 0; i < m->conn_count; i++)
 				if (m->conns[i]->keyed) {
 					send_frame(m->conns[i], POOL_MSG_BYE, NULL, 0, NULL, 0);
-					conn_write(m->conns[i]);
+					conn_write(m->conns[i], now);
 				}
 			return 0;
 		}
@@ -1513,7 +1518,7 @@ int pool_manager_run(struct pool_manager *m)
 				conn_read(m, c, now);
 			if (c->state == C_SERVING)
 				streams_fill(m, c, now);
-			if (conn_write(c) < 0) {
+			if (conn_write(c, now) < 0) {
 				c->closing = true;
 				c->out_used = c->out_sent = 0;
 			}

@@ -667,15 +667,28 @@ static void test_pool_expiry_and_lru(void **state)
 	manager_start(&r, 1 << 20, 300);
 	open_instance(a, &r, 0xa, 0);
 	case_make(&cases[0], 100, 64, NULL, 1);
+	case_make(&cases[1], 100, 128, &cases[0], 2);
 	assert_int_equal(put_whole(a, &cases[0]), 0);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 1);
+	/* an abandoned put of a child leaves its parent unpinned */
+	{
+		struct pool_put_end e = { .commit = false };
+		uint8_t buf[POOL_PUT_END_BYTES];
+
+		assert_int_equal(put_begin(&a[0], &cases[1], &e.put_id), 0);
+		tsend(&a[0], POOL_MSG_PUT_END, buf, pool_put_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(put_end_read(&a[0], e.put_id, NULL), -ECANCELED);
+	}
 	usleep(600 * 1000);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.expired, 1);
+	assert_int_equal(st.arena_used_bytes, 0);
 	close_instance(a);
 	manager_stop(&r);
 	case_free(&cases[0]);
+	case_free(&cases[1]);
 
 	manager_start(&r, 1 << 20, 0); /* about 6 of these 160 KiB records */
 	open_instance(a, &r, 0xa, 0);
