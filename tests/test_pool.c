@@ -47,16 +47,22 @@ static void *run_thread(void *arg)
 
 static const uint8_t secret[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 
-static void manager_start(struct running *r, uint64_t memory, uint64_t max_age_ms)
+static void manager_start_in(struct running *r, uint64_t memory, uint64_t max_age_ms,
+			     const char *dir, const char *name)
 {
-	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = name,
 					 .memory_bytes = memory, .max_age_ms = max_age_ms,
-					 .window_bytes = 64 << 10 };
+					 .window_bytes = 64 << 10, .dir = dir };
 	char why[WHY_BYTES];
 
 	memcpy(c.secret, secret, 32);
 	assert_int_equal(pool_manager_open(&c, &r->m, why, sizeof(why)), 0);
 	assert_int_equal(pthread_create(&r->thread, NULL, run_thread, r->m), 0);
+}
+
+static void manager_start(struct running *r, uint64_t memory, uint64_t max_age_ms)
+{
+	manager_start_in(r, memory, max_age_ms, NULL, "test-pool");
 }
 
 static void manager_stop(struct running *r)
@@ -728,6 +734,84 @@ static void test_pool_stop_says_bye(void **state)
 	close_instance(a);
 }
 
+/* Claims key's chain on the session; CLAIMED's result. */
+static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
+{
+	struct pool_claim q = { .claim_id = id, .key = *key };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	uint8_t buf[64];
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	return cd.result;
+}
+
+/* The arena spills to the disk tier and claims bring records back; a restart finds them, a renamed pool does not, a corrupt file is dropped. */
+static void test_pool_disk_tier_and_restart(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[12];
+	struct put_case *one[1];
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk"), path[512], hex[65], name[REC_FILE_NAME_BYTES];
+
+	(void)state;
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool"); /* about 6 of these records */
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 12; i++) {
+		case_make(&cases[i], 300 + i, 128, NULL, 40 + i);
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	}
+	pool_manager_stats(r.m, &st);
+	assert_true(st.spilled >= 6);
+	assert_int_equal(st.evicted, 0);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_int_equal(lookup(&a[0], &cases[i].rec.key, 1, NULL), 1);
+	/* the oldest lies on disk: a claim brings it back, byte-exact */
+	one[0] = &cases[0];
+	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), 0);
+	claim_stream_check(&a[1], 1, one, 1, 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.loaded >= 1);
+	sel_hex_encode(hex, a[0].attached.scope, 32);
+	close_instance(a);
+	manager_stop(&r); /* what the arena held moves to disk */
+
+	/* a restart on the same directory finds every record */
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 12);
+	one[0] = &cases[11];
+	assert_int_equal(claim(&a[0], 2, &cases[11].rec.key), 0);
+	claim_stream_check(&a[1], 2, one, 1, 0);
+	/* a share file with a flipped byte: the claim fails, the record goes */
+	rec_file_name(name, &cases[5].rec.key);
+	snprintf(path, sizeof(path), "%s/%s/1/%s", dir, hex, name);
+	tu_flip_bit(path, 4096 * 3 + 100);
+	assert_int_equal(claim(&a[0], 3, &cases[5].rec.key), -ENOENT);
+	assert_int_equal(lookup(&a[0], &cases[5].rec.key, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.disk_failures, 1);
+	close_instance(a);
+	manager_stop(&r);
+
+	/* another name on the same directory starts cold (R-POOL-16) */
+	manager_start_in(&r, 1 << 20, 0, dir, "other-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 0);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 12; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
 /* ---- Through pool/client.h ---- */
 
 static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
@@ -944,6 +1028,7 @@ int main(void)
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_client_end_to_end),
+		cmocka_unit_test(test_pool_disk_tier_and_restart),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
