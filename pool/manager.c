@@ -149,6 +149,8 @@ struct pool_manager {
 	uint64_t next_put_id;
 	struct record lru; /* sentinel: lru_next is the least recently used */
 	bool draining;
+	uint64_t log_second;  /* refusals logged in this second, at most 5 */
+	uint32_t log_count;
 	pthread_mutex_t stats_lock;
 	struct pool_manager_stats stats;
 };
@@ -546,7 +548,18 @@ static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, cons
 	vsnprintf(r.text, sizeof(r.text), fmt, ap);
 	va_end(ap);
 	cluster_text_make_printable(r.text);
-	sel_warn("pool: refusing a connection (%s): %s", pool_refuse_reason_name(reason), r.text);
+	{
+		/* a storm of strangers costs a few lines a second (the counters keep all) */
+		uint64_t second = sel_monotonic_ns() / 1000000000ull;
+
+		if (second != m->log_second) {
+			m->log_second = second;
+			m->log_count = 0;
+		}
+		if (m->log_count++ < CLUSTER_JOIN_LOG_PER_SECOND)
+			sel_warn("pool: refusing a connection (%s): %s",
+				 pool_refuse_reason_name(reason), r.text);
+	}
 	n = pool_refuse_encode(&r, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
 	send_frame(c, POOL_MSG_REFUSE, buf, (uint32_t)n, NULL, 0);
@@ -1517,7 +1530,21 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 		c = calloc(1, sizeof(*c));
 		if (c)
 			c->body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
-		if (!c || !c->body || m->conn_count == POOL_CONNECTIONS_MAX || m->draining) {
+		if (m->conn_count == m->config.connections_max) {
+			/* full: the oldest connection still in its handshake makes room */
+			uint32_t oldest = UINT32_MAX;
+
+			for (uint32_t i = 0; i < m->conn_count; i++)
+				if (m->conns[i]->state != C_SERVING &&
+				    (oldest == UINT32_MAX ||
+				     m->conns[i]->deadline_ns < m->conns[oldest]->deadline_ns))
+					oldest = i;
+			if (oldest != UINT32_MAX) {
+				m->stats.refused++;
+				conn_free(m, oldest);
+			}
+		}
+		if (!c || !c->body || m->conn_count == m->config.connections_max || m->draining) {
 			if (c)
 				free(c->body);
 			free(c);
@@ -2156,6 +2183,8 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->config = *config;
 	if (!m->config.window_bytes)
 		m->config.window_bytes = POOL_WINDOW_BYTES_DEFAULT;
+	if (!m->config.connections_max || m->config.connections_max > POOL_CONNECTIONS_MAX)
+		m->config.connections_max = POOL_CONNECTIONS_MAX;
 	if (!m->config.claim_setup_ms)
 		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS;
 	if (m->config.claim_setup_ms > POOL_CLAIM_SETUP_MS_MAX)

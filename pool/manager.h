@@ -36,6 +36,8 @@ struct pool_manager_config {
 	 * and are found again when a manager of the same name starts on it.
 	 */
 	const char *dir;
+	/* Connections served at once, 0: POOL_CONNECTIONS_MAX (at most that). */
+	uint32_t connections_max;
 };
 
 /* Counters, for logs, tests and metrics. */

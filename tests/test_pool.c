@@ -549,6 +549,33 @@ static void test_pool_put_then_claim_byte_exact(void **state)
 	case_free(&child);
 }
 
+/* With every connection taken by strangers mid-handshake, a real rank still gets in: the oldest stranger makes room. */
+static void test_pool_strangers_make_room(void **state)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 1 << 20, .connections_max = 4 };
+	struct running r;
+	struct trank t;
+	struct pool_manager_stats st;
+	char why[WHY_BYTES];
+	int idle[4];
+
+	(void)state;
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
+	for (int i = 0; i < 4; i++)
+		idle[i] = tconnect(pool_manager_port(r.m)); /* connect, say nothing */
+	usleep(200 * 1000);
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xa, 0), 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.refused >= 1);
+	trank_close(&t);
+	for (int i = 0; i < 4; i++)
+		close(idle[i]);
+	manager_stop(&r);
+}
+
 /* Another layout's scope never matches, even with the same keys (R-POOL-16). */
 static void test_pool_other_scope_never_matches(void **state)
 {
@@ -1024,6 +1051,7 @@ int main(void)
 		cmocka_unit_test(test_pool_put_then_claim_byte_exact),
 		cmocka_unit_test(test_pool_other_scope_never_matches),
 		cmocka_unit_test(test_pool_strangers_refused),
+		cmocka_unit_test(test_pool_strangers_make_room),
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_stop_says_bye),
