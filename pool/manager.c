@@ -147,7 +147,7 @@ struct pool_manager {
 	struct put *puts;
 	struct claim *claims;
 	uint64_t next_put_id;
-	struct record lru; /* sentinel: lru_next is the least recently used */
+	struct record *lru_head, *lru_tail; /* least and most recently used */
 	bool draining;
 	uint64_t log_second;  /* refusals logged in this second, at most 5 */
 	uint32_t log_count;
@@ -230,25 +230,34 @@ static struct record *record_find(struct scope *s, const struct rec_key *k)
 	return NULL;
 }
 
-static void lru_unlink(struct record *r)
+static void lru_unlink(struct pool_manager *m, struct record *r)
 {
-	r->lru_prev->lru_next = r->lru_next;
-	r->lru_next->lru_prev = r->lru_prev;
+	if (r->lru_prev)
+		r->lru_prev->lru_next = r->lru_next;
+	else
+		m->lru_head = r->lru_next;
+	if (r->lru_next)
+		r->lru_next->lru_prev = r->lru_prev;
+	else
+		m->lru_tail = r->lru_prev;
 	r->lru_prev = r->lru_next = NULL;
 }
 
 static void lru_push(struct pool_manager *m, struct record *r)
 {
-	r->lru_prev = m->lru.lru_prev;
-	r->lru_next = &m->lru;
-	m->lru.lru_prev->lru_next = r;
-	m->lru.lru_prev = r;
+	r->lru_prev = m->lru_tail;
+	r->lru_next = NULL;
+	if (m->lru_tail)
+		m->lru_tail->lru_next = r;
+	else
+		m->lru_head = r;
+	m->lru_tail = r;
 }
 
 static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
 {
 	r->used_ns = now;
-	lru_unlink(r);
+	lru_unlink(m, r);
 	lru_push(m, r);
 }
 
@@ -269,7 +278,7 @@ static void record_free(struct pool_manager *m, struct record *r)
 		while (*p != r)
 			p = &(*p)->hash_next;
 		*p = r->hash_next;
-		lru_unlink(r);
+		lru_unlink(m, r);
 		if (r->parent)
 			r->parent->children--;
 		r->scope->records--;
@@ -444,8 +453,7 @@ err_free:
  */
 static bool evict_one(struct pool_manager *m)
 {
-	for (struct record *r = m->lru.lru_next; m->dir_fd >= 0 && r != &m->lru;
-	     r = r->lru_next) {
+	for (struct record *r = m->lru_head; m->dir_fd >= 0 && r; r = r->lru_next) {
 		int ret;
 
 		if (r->pins || r->on_disk || r->scope->dir_fd < 0)
@@ -462,7 +470,7 @@ static bool evict_one(struct pool_manager *m)
 		m->stats.spilled++;
 		return true;
 	}
-	for (struct record *r = m->lru.lru_next; r != &m->lru; r = r->lru_next) {
+	for (struct record *r = m->lru_head; r; r = r->lru_next) {
 		if (r->children || r->pins || r->on_disk)
 			continue;
 		record_free(m, r);
@@ -1750,7 +1758,7 @@ static void timers(struct pool_manager *m, uint64_t now)
 
 		while (again) {
 			again = false;
-			for (struct record *r = m->lru.lru_next; r != &m->lru; r = r->lru_next)
+			for (struct record *r = m->lru_head; r; r = r->lru_next)
 				if (!r->children && !r->pins && now - r->created_ns > age_ns) {
 					record_free(m, r);
 					m->stats.expired++;
@@ -2195,7 +2203,6 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->listen_fd = -1;
 	m->dir_fd = -1;
 	m->next_put_id = 1;
-	m->lru.lru_next = m->lru.lru_prev = &m->lru;
 	pthread_mutex_init(&m->stats_lock, NULL);
 	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (m->stop_fd < 0) {
@@ -2247,19 +2254,19 @@ void pool_manager_close(struct pool_manager *m)
 		put_fail(m, m->puts, -ESHUTDOWN, "the manager closed");
 	while (m->claims)
 		claim_end(m, m->claims);
-	while (m->lru.lru_next != &m->lru)
+	while (m->lru_head)
 		if (!evict_one(m))
 			break;
 	/* records on disk stay there for the next start: drop only the index */
-	while (m->lru.lru_next != &m->lru) {
-		struct record *r = m->lru.lru_next;
+	while (m->lru_head) {
+		struct record *r = m->lru_head;
 
 		if (!r->on_disk)
 			break; /* arena records were evicted above where they could be */
 		r->on_disk = false; /* forget, do not unlink */
 		for (uint32_t i = 0; i < r->world_size; i++)
 			r->shares[i].bytes = 0;
-		lru_unlink(r);
+		lru_unlink(m, r);
 		free(r);
 	}
 	for (struct scope *s = m->scopes, *next; s; s = next) {
