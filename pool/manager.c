@@ -609,8 +609,11 @@ static void put_fail(struct pool_manager *m, struct put *p, int result, const ch
 	for (uint32_t r = 0; r < p->rec->world_size; r++) {
 		struct conn *c = in->ranks[r];
 
-		if (c && c->rx_put == p)
-			c->rx_put = NULL; /* the rest of its window is dropped */
+		if (c && c->rx_put == p) {
+			/* the rest of its window is dropped, not written to freed bytes */
+			c->rx_put = NULL;
+			c->rx.data = NULL;
+		}
 		if (c && r != 0 && p->rx[r].received && !p->rx[r].verified)
 			send_put_end(c, p->id, result, false);
 	}

@@ -778,6 +778,78 @@ static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
 	return cd.result;
 }
 
+/* A window half read when its put fails never lands in arena bytes given to another put (R-POOL-43). */
+static void test_pool_failed_put_window_goes_nowhere(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct put_case p, q, *one[1] = { &q };
+	uint8_t header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+	uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
+	struct pool_put_window w;
+	uint64_t p_id, q_id = 0;
+	const uint32_t data_len = 8192;
+
+	(void)state;
+	manager_start(&r, 1 << 20, 0);
+	case_make(&p, 20, 64, NULL, 5);
+	case_make(&q, 21, 64, NULL, 6);
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	assert_int_equal(put_begin(&a[0], &p, &p_id), 0);
+	/* rank 1 of A: its first window's header, head and half its data */
+	w = (struct pool_put_window){ p_id, 0 };
+	pool_put_window_encode(&w, head, sizeof(head));
+	pool_frame_build(a[1].kc, POOL_TO_MANAGER, a[1].seq, POOL_MSG_PUT_WINDOW, head,
+			 sizeof(head), p.img[1].bytes, data_len, header, tag);
+	assert_int_equal(write(a[1].fd, header, sizeof(header)), (ssize_t)sizeof(header));
+	assert_int_equal(write(a[1].fd, head, sizeof(head)), (ssize_t)sizeof(head));
+	assert_int_equal(write(a[1].fd, p.img[1].bytes, data_len / 2), (ssize_t)data_len / 2);
+	usleep(100 * 1000);
+	/* rank 0 of A sends a share that fails: the put ends, its arena bytes are free */
+	p.img[0].bytes[8192 + 5] ^= 1;
+	put_share(&a[0], p_id, &p.img[0], p.img[0].length);
+	assert_int_equal(put_end_read(&a[0], p_id, NULL), SEL_ECHECKSUM);
+	/* B puts a record of the same size: first fit gives it the same bytes */
+	assert_int_equal(put_whole(b, &q), 0);
+	(void)q_id;
+	/* A's rank 1 finishes its window: it must go nowhere */
+	assert_int_equal(write(a[1].fd, p.img[1].bytes + data_len / 2, data_len / 2),
+			 (ssize_t)data_len / 2);
+	assert_int_equal(write(a[1].fd, tag, sizeof(tag)), (ssize_t)sizeof(tag));
+	a[1].seq++;
+	usleep(100 * 1000);
+	/* B's record is intact in the arena (places) and by stream */
+	{
+		struct pool_claim_pull pull = { .claim_id = 7, .mode = 1 };
+		struct pool_places_view pv;
+		struct pool_place pl;
+		uint8_t buf[64];
+		char why[WHY_BYTES];
+		int fd = open(b[1].welcome.arena_path, O_RDONLY | O_CLOEXEC);
+		const uint8_t *arena = mmap(NULL, b[1].welcome.arena_bytes, PROT_READ, MAP_SHARED,
+					    fd, 0);
+
+		assert_true(arena != MAP_FAILED);
+		assert_int_equal(claim(&b[0], 7, &q.rec.key), 0);
+		tsend(&b[1], POOL_MSG_CLAIM_PULL, buf,
+		      pool_claim_pull_encode(&pull, buf, sizeof(buf)), NULL, 0);
+		assert_int_equal(trecv(&b[1]), 1);
+		assert_int_equal(pool_claim_places_decode(b[1].body, b[1].rx.body_length, &pv, why,
+							  sizeof(why)), 0);
+		pool_places_view_place(&pv, 0, &pl);
+		assert_memory_equal(arena + pl.offset, q.img[1].bytes, q.img[1].length);
+		munmap((void *)arena, b[1].welcome.arena_bytes);
+		close(fd);
+	}
+	claim_stream_check(&b[1], 7, one, 1, 0);
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	case_free(&p);
+	case_free(&q);
+}
+
 /* The arena spills to the disk tier and claims bring records back; a restart finds them, a renamed pool does not, a corrupt file is dropped. */
 static void test_pool_disk_tier_and_restart(void **state)
 {
@@ -1053,6 +1125,7 @@ int main(void)
 		cmocka_unit_test(test_pool_strangers_refused),
 		cmocka_unit_test(test_pool_strangers_make_room),
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
+		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_client_end_to_end),
