@@ -1650,10 +1650,16 @@ int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, con
 		while (!it->done && !c->failure && !ret)
 			ret = wait_locked(c, deadline);
 		if (!it->done) {
-			/* the I/O thread still holds it: it owns the item now */
+			/*
+			 * The I/O thread still holds it and could read the caller's
+			 * buffer after we return: the connection is poisoned instead,
+			 * so it writes nothing more (it checks under this lock).
+			 */
 			it->waited = false;
 			if (!ret)
 				ret = c->failure;
+			fail_locked(c, ret, "a put window did not leave in time; the "
+				    "connection is unusable");
 			break;
 		}
 		item_free(it);

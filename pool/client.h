@@ -352,7 +352,8 @@ int pool_put_outcome(struct pool_client *c, uint64_t put_id);
  * returns 0: every byte was handed to the socket). Windows larger than
  * the manager's window bytes are cut. Returns 0, -ETIMEDOUT, the put's
  * end when the manager already ended it (its PUT_END result), or the
- * connection's failure.
+ * connection's failure. A timeout poisons the connection (data may have
+ * been half sent; nothing more is, so data is the caller's again at once).
  */
 int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, const void *data,
 		    size_t bytes, int timeout_ms);

@@ -1108,6 +1108,13 @@ static void test_pool_client_end_to_end(void **state)
 	manager_start(&r, 8 << 20, 0);
 	assert_int_equal(client_open(&r, 0, 0xa, secret, &x, why), 0);
 	assert_int_equal(pool_client_facts(x)->scope_records, 0);
+	/*
+	 * a put window that cannot leave in time poisons the connection, so the
+	 * caller's buffer is never read after the call returns
+	 */
+	assert_int_equal(pool_put_window(x, 1, 0, root.img[0].bytes, root.img[0].length, 0),
+			 -ETIMEDOUT);
+	assert_int_equal(pool_client_status(x, why, sizeof(why)), -ETIMEDOUT);
 	pool_client_close(x);
 	for (uint32_t k = 0; k < WORLD; k++) {
 		pool_client_close(a[k]);
