@@ -149,6 +149,13 @@ struct pool_manager {
 	uint64_t next_put_id;
 	struct record *lru_head, *lru_tail; /* least and most recently used */
 	bool draining;
+	/* scratch of the loop's thread (one manager, one thread: no sharing) */
+	struct record *chain_buf[POOL_CHAIN_RECORDS_MAX];
+	struct pool_chain_entry entry_buf[POOL_CHAIN_RECORDS_MAX];
+	struct pool_attach attach;
+	uint8_t attach_body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
+	uint8_t block[REC_HEADER_BYTES];
+	struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
 	uint64_t log_second;  /* refusals logged in this second, at most 5 */
 	uint32_t log_count;
 	pthread_mutex_t stats_lock;
@@ -723,6 +730,17 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 		ready.result = SEL_EQUEUEFULL;
 		goto answer;
 	}
+	{
+		/* a record the whole arena cannot hold evicts nothing */
+		uint64_t total = 0;
+
+		for (uint32_t i = 0; i < b.world_size; i++)
+			total += sel_align_up(pool_put_begin_share_bytes(&b, i), 4096);
+		if (total > m->arena_bytes - POOL_ARENA_HEADER_BYTES) {
+			ready.result = -ENOSPC;
+			goto answer;
+		}
+	}
 	r = calloc(1, sizeof(*r) + b.world_size * sizeof(r->shares[0]));
 	p = calloc(1, sizeof(*p));
 	if (p)
@@ -979,8 +997,6 @@ static void chain_entries(struct record **chain, uint32_t n, struct pool_chain_e
 						    i + 1 == n ? true : chain[i]->row };
 }
 
-static struct record *chain_buf[POOL_CHAIN_RECORDS_MAX];
-static struct pool_chain_entry entry_buf[POOL_CHAIN_RECORDS_MAX];
 
 static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *body,
 		      uint32_t length, uint64_t now)
@@ -1003,18 +1019,18 @@ static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		r = record_find(c->inst->scope, &k);
 		if (!r || !r->row)
 			continue;
-		n = chain_of(r, chain_buf);
-		if (chain_buf[0]->parent || n == POOL_CHAIN_RECORDS_MAX) {
+		n = chain_of(r, m->chain_buf);
+		if (m->chain_buf[0]->parent || n == POOL_CHAIN_RECORDS_MAX) {
 			n = 0;
 			continue;
 		}
 		for (uint32_t j = 0; j < n; j++)
-			record_touch(m, chain_buf[j], now);
+			record_touch(m, m->chain_buf[j], now);
 		m->stats.lookup_hits++;
 		break;
 	}
-	chain_entries(chain_buf, n, entry_buf);
-	len = pool_answer_encode(v.ticket, entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
+	chain_entries(m->chain_buf, n, m->entry_buf);
+	len = pool_answer_encode(v.ticket, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
 	send_frame(c, POOL_MSG_ANSWER, c->body, (uint32_t)len, NULL, 0);
 }
@@ -1065,7 +1081,7 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		a.result = -EEXIST;
 	else if (c->inst->claims >= POOL_CLAIMS_MAX)
 		a.result = SEL_EQUEUEFULL;
-	else if (!r || !r->row || (n = chain_of(r, chain_buf), chain_buf[0]->parent))
+	else if (!r || !r->row || (n = chain_of(r, m->chain_buf), m->chain_buf[0]->parent))
 		a.result = -ENOENT;
 	else if (!(cl = calloc(1, sizeof(*cl))) || !(cl->chain = calloc(n, sizeof(*cl->chain))))
 		a.result = -ENOMEM;
@@ -1079,23 +1095,23 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		cl->inst = c->inst;
 		cl->count = n;
 		for (uint32_t i = 0; i < n; i++) {
-			cl->chain[i] = chain_buf[i];
-			chain_buf[i]->pins++;
-			record_touch(m, chain_buf[i], now);
-			for (uint32_t k = 0; k < chain_buf[i]->world_size; k++)
-				bytes += chain_buf[i]->shares[k].bytes;
+			cl->chain[i] = m->chain_buf[i];
+			m->chain_buf[i]->pins++;
+			record_touch(m, m->chain_buf[i], now);
+			for (uint32_t k = 0; k < m->chain_buf[i]->world_size; k++)
+				bytes += m->chain_buf[i]->shares[k].bytes;
 		}
 		/* a chain partly on disk comes back into the arena, verified */
 		for (uint32_t i = 0; i < n && !a.result; i++)
-			if (chain_buf[i]->on_disk)
-				a.result = disk_load(m, chain_buf[i]);
+			if (m->chain_buf[i]->on_disk)
+				a.result = disk_load(m, m->chain_buf[i]);
 		if (a.result) {
 			struct record *bad = NULL;
 
 			for (uint32_t i = 0; i < n; i++) {
-				chain_buf[i]->pins--;
-				if (!bad && chain_buf[i]->on_disk)
-					bad = chain_buf[i];
+				m->chain_buf[i]->pins--;
+				if (!bad && m->chain_buf[i]->on_disk)
+					bad = m->chain_buf[i];
 			}
 			if (a.result != -ENOSPC && bad) {
 				m->stats.disk_failures++;
@@ -1117,8 +1133,8 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		m->stats.claims_granted++;
 	}
 answer:
-	chain_entries(chain_buf, n, entry_buf);
-	len = pool_claimed_encode(&a, entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
+	chain_entries(m->chain_buf, n, m->entry_buf);
+	len = pool_claimed_encode(&a, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
 	send_frame(c, POOL_MSG_CLAIMED, c->body, (uint32_t)len, NULL, 0);
 }
@@ -1411,7 +1427,7 @@ static struct scope *scope_get(struct pool_manager *m, const uint8_t id[POOL_SCO
 static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *body,
 		      uint32_t length)
 {
-	static struct pool_attach a;
+	struct pool_attach *ap = &m->attach;
 	struct pool_attached reply = { 0 };
 	struct instance *in;
 	struct scope *s;
@@ -1419,61 +1435,61 @@ static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *bod
 	char why[256];
 	int n;
 
-	if (pool_attach_decode(body, length, &a, why, sizeof(why))) {
+	if (pool_attach_decode(body, length, ap, why, sizeof(why))) {
 		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
 		return;
 	}
 	/* R-POOL-15: whole pages and rows of 4 KiB multiples, each within a window */
-	for (uint32_t i = 0; i < a.world_size; i++)
-		if (!a.page_bytes[i] || !a.row_bytes[i] || !sel_is_aligned(a.page_bytes[i], 4096) ||
-		    !sel_is_aligned(a.row_bytes[i], 4096) ||
-		    a.page_bytes[i] > m->config.window_bytes ||
-		    a.row_bytes[i] > m->config.window_bytes) {
+	for (uint32_t i = 0; i < ap->world_size; i++)
+		if (!ap->page_bytes[i] || !ap->row_bytes[i] || !sel_is_aligned(ap->page_bytes[i], 4096) ||
+		    !sel_is_aligned(ap->row_bytes[i], 4096) ||
+		    ap->page_bytes[i] > m->config.window_bytes ||
+		    ap->row_bytes[i] > m->config.window_bytes) {
 			refuse(m, c, POOL_REFUSE_SCOPE, "rank %" PRIu32 "'s page of %" PRIu64
 			       " or row of %" PRIu64 " bytes cannot be pooled with windows of %"
-			       PRIu32 " (R-POOL-15)", i, a.page_bytes[i], a.row_bytes[i],
+			       PRIu32 " (R-POOL-15)", i, ap->page_bytes[i], ap->row_bytes[i],
 			       m->config.window_bytes);
 			return;
 		}
 	for (in = m->instances; in; in = in->next)
-		if (memcmp(in->id, a.instance_id, POOL_INSTANCE_ID_BYTES) == 0)
+		if (memcmp(in->id, ap->instance_id, POOL_INSTANCE_ID_BYTES) == 0)
 			break;
 	pool_scope_of_attach(m->name, body, length, reply.scope);
 	if (in && memcmp(in->scope->id, reply.scope, POOL_SCOPE_BYTES) != 0) {
 		refuse(m, c, POOL_REFUSE_SCOPE, "rank %" PRIu32 "'s scope parts differ from its "
-		       "instance's (R-POOL-14)", a.rank);
+		       "instance's (R-POOL-14)", ap->rank);
 		return;
 	}
-	if (in && in->ranks[a.rank]) {
+	if (in && in->ranks[ap->rank]) {
 		refuse(m, c, POOL_REFUSE_WORLD, "rank %" PRIu32 " of this instance is attached "
-		       "already (R-POOL-18)", a.rank);
+		       "already (R-POOL-18)", ap->rank);
 		return;
 	}
 	if (!in) {
-		s = scope_get(m, reply.scope, &a, body, length);
+		s = scope_get(m, reply.scope, ap, body, length);
 		in = calloc(1, sizeof(*in));
-		if (!s || !in || !(in->ranks = calloc(a.world_size, sizeof(in->ranks[0])))) {
+		if (!s || !in || !(in->ranks = calloc(ap->world_size, sizeof(in->ranks[0])))) {
 			free(in);
 			c->closing = true;
 			return;
 		}
-		memcpy(in->id, a.instance_id, POOL_INSTANCE_ID_BYTES);
+		memcpy(in->id, ap->instance_id, POOL_INSTANCE_ID_BYTES);
 		in->scope = s;
 		s->instances++;
 		in->next = m->instances;
 		m->instances = in;
 	}
-	in->ranks[a.rank] = c;
+	in->ranks[ap->rank] = c;
 	in->attached++;
 	c->inst = in;
-	c->rank = a.rank;
+	c->rank = ap->rank;
 	c->state = C_SERVING;
 	reply.scope_records = in->scope->records;
 	n = pool_attached_encode(&reply, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
 	send_frame(c, POOL_MSG_ATTACHED, buf, (uint32_t)n, NULL, 0);
 	sel_info("pool: rank %" PRIu32 " of an instance of %" PRIu32 " attached (scope holds %"
-		 PRIu64 " records)", a.rank, a.world_size, reply.scope_records);
+		 PRIu64 " records)", ap->rank, ap->world_size, reply.scope_records);
 }
 
 /* ---- Connections ---- */
@@ -1782,9 +1798,10 @@ static int cmp_consumed(const void *a, const void *b)
 }
 
 /* Reads the header of rank 0's file of key into r (parent, pages, row). */
-static int disk_record_read(struct scope *s, struct record *r, struct rec_key *parent)
+static int disk_record_read(struct pool_manager *m, struct scope *s, struct record *r,
+			    struct rec_key *parent)
 {
-	static uint8_t block[REC_HEADER_BYTES];
+	uint8_t *block = m->block;
 	char name[96], why[256];
 	struct rec_header h;
 	bool row = false;
@@ -1798,11 +1815,11 @@ static int disk_record_read(struct scope *s, struct record *r, struct rec_key *p
 		r->shares[i].bytes = (uint64_t)st.st_size;
 		if (i == 0) {
 			int fd = openat(s->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-			ssize_t n = fd < 0 ? -1 : pread(fd, block, sizeof(block), 0);
+			ssize_t n = fd < 0 ? -1 : pread(fd, block, REC_HEADER_BYTES, 0);
 
 			if (fd >= 0)
 				close(fd);
-			if (n != (ssize_t)sizeof(block) || rec_header_decode(block, &h, why, sizeof(why)) ||
+			if (n != (ssize_t)REC_HEADER_BYTES || rec_header_decode(block, &h, why, sizeof(why)) ||
 			    rec_header_check_length(&h, (uint64_t)st.st_size, &row, why, sizeof(why)) ||
 			    h.world_size != r->world_size)
 				return SEL_EBADHEADER;
@@ -1851,7 +1868,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		r->key = key;
 		r->world_size = s->parts.world_size;
 		r->on_disk = true;
-		if (disk_record_read(s, r, &parent)) {
+		if (disk_record_read(m, s, r, &parent)) {
 			disk_unlink(r); /* a share missing or unreadable: the record goes */
 			free(r);
 			continue;
@@ -1894,8 +1911,8 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
  */
 static void disk_scan(struct pool_manager *m)
 {
-	static struct pool_attach a;
-	static uint8_t body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
+	struct pool_attach *a = &m->attach;
+	uint8_t *body = m->attach_body;
 	int fd = dup(m->dir_fd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 
@@ -1916,12 +1933,12 @@ static void disk_scan(struct pool_manager *m)
 			continue;
 		sd = openat(m->dir_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		f = sd < 0 ? -1 : openat(sd, "scope", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		n = f < 0 ? -1 : pread(f, body, sizeof(body), 0);
+		n = f < 0 ? -1 : pread(f, body, sizeof(m->attach_body), 0);
 		if (f >= 0)
 			close(f);
 		if (sd >= 0)
 			close(sd);
-		if (n < 0 || pool_attach_decode(body, (uint32_t)n, &a, why, sizeof(why)))
+		if (n < 0 || pool_attach_decode(body, (uint32_t)n, a, why, sizeof(why)))
 			continue;
 		{
 			uint8_t computed[POOL_SCOPE_BYTES];
@@ -1930,7 +1947,7 @@ static void disk_scan(struct pool_manager *m)
 			if (memcmp(computed, id, POOL_SCOPE_BYTES))
 				continue; /* another pool name's, or not a scope */
 		}
-		s = scope_get(m, id, &a, NULL, 0);
+		s = scope_get(m, id, a, NULL, 0);
 		if (s && s->dir_fd >= 0)
 			disk_scan_scope(m, s);
 	}
@@ -1943,7 +1960,7 @@ static void disk_scan(struct pool_manager *m)
 
 int pool_manager_run(struct pool_manager *m)
 {
-	static struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
+	struct pollfd *fds = m->fds;
 	uint64_t drain_until = 0;
 
 	for (;;) {

@@ -736,6 +736,30 @@ static void test_pool_expiry_and_lru(void **state)
 	assert_int_equal(held, 12 - st.evicted);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
 	assert_int_equal(lookup(&a[0], &cases[11].rec.key, 1, NULL), 1);
+	/* a record larger than the whole arena is refused without evicting anything */
+	{
+		struct pool_put_begin big = { .request_id = 99, .key = { .consumed = 16000 },
+					      .tail_page_count = 1000, .row = true,
+					      .world_size = WORLD };
+		struct pool_put_ready ready;
+		uint64_t sizes[WORLD];
+		uint8_t buf[256];
+		char why[WHY_BYTES];
+		uint64_t evicted = st.evicted;
+
+		for (uint32_t k = 0; k < WORLD; k++)
+			sizes[k] = 4096 + sel_align_up(8 * 1000, 4096) +
+				   1000 * geometry[k].page_record_bytes + geometry[k].row_record_bytes;
+		tsend(&a[0], POOL_MSG_PUT_BEGIN, buf,
+		      pool_put_begin_encode(&big, sizes, buf, sizeof(buf)), NULL, 0);
+		assert_int_equal(trecv(&a[0]), 1);
+		assert_int_equal(pool_put_ready_decode(a[0].body, a[0].rx.body_length, &ready, why,
+						       sizeof(why)), 0);
+		assert_int_equal(ready.result, -ENOSPC);
+		pool_manager_stats(r.m, &st);
+		assert_int_equal(st.evicted, evicted);
+		assert_int_equal(lookup(&a[0], &cases[11].rec.key, 1, NULL), 1);
+	}
 	close_instance(a);
 	manager_stop(&r);
 	for (uint32_t i = 0; i < 12; i++)
