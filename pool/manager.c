@@ -1544,6 +1544,31 @@ static void conn_free(struct pool_manager *m, uint32_t index)
 	m->conns[index] = m->conns[--m->conn_count];
 }
 
+/*
+ * Says REFUSE on a connection the manager will not take (R-POOL-9), with
+ * one non-blocking send: best effort, and never a wait.
+ */
+static void refuse_at_once(int fd, uint32_t reason)
+{
+	struct pool_refuse r = { .reason = reason };
+	uint8_t frame[CLUSTER_FRAME_HEADER_BYTES + POOL_REFUSE_FIXED_BYTES + 64];
+	uint8_t tag[POOL_TAG_BYTES];
+	int n;
+
+	snprintf(r.text, sizeof(r.text), "%s", reason == POOL_REFUSE_SHUTDOWN
+						   ? "the manager is draining"
+						   : "the manager holds all the connections it may");
+	n = pool_refuse_encode(&r, frame + CLUSTER_FRAME_HEADER_BYTES,
+			       sizeof(frame) - CLUSTER_FRAME_HEADER_BYTES);
+	SEL_ASSERT(n > 0);
+	pool_frame_build(NULL, POOL_TO_RANK, 0, POOL_MSG_REFUSE, frame + CLUSTER_FRAME_HEADER_BYTES,
+			 (uint32_t)n, NULL, 0, frame, tag);
+	if (send(fd, frame, CLUSTER_FRAME_HEADER_BYTES + (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) <
+	    0) {
+		/* best effort: the connection closes either way */
+	}
+}
+
 static void accept_all(struct pool_manager *m, uint64_t now)
 {
 	for (;;) {
@@ -1576,7 +1601,8 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 				free(c->body);
 			free(c);
 			m->stats.refused++;
-			close(fd); /* busy or draining: no room to say so politely */
+			refuse_at_once(fd, m->draining ? POOL_REFUSE_SHUTDOWN : POOL_REFUSE_BUSY);
+			close(fd);
 			continue;
 		}
 		c->fd = fd;
@@ -1982,7 +2008,7 @@ int pool_manager_run(struct pool_manager *m)
 				}
 			return 0;
 		}
-		fds[0] = (struct pollfd){ .fd = m->draining ? -1 : m->listen_fd, .events = POLLIN };
+		fds[0] = (struct pollfd){ .fd = m->listen_fd, .events = POLLIN };
 		fds[1] = (struct pollfd){ .fd = m->stop_fd, .events = POLLIN };
 		for (uint32_t i = 0; i < m->conn_count; i++) {
 			struct conn *c = m->conns[i];

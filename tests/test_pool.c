@@ -570,9 +570,26 @@ static void test_pool_strangers_make_room(void **state)
 	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xa, 0), 0);
 	pool_manager_stats(r.m, &st);
 	assert_true(st.refused >= 1);
-	trank_close(&t);
 	for (int i = 0; i < 4; i++)
 		close(idle[i]);
+	/* full of served connections: a new one hears REFUSE busy at once (R-POOL-9) */
+	{
+		struct trank more[3], extra = { 0 };
+
+		for (uint32_t k = 0; k < 3; k++)
+			assert_int_equal(trank_open(&more[k], pool_manager_port(r.m), secret,
+						    k % WORLD, (uint8_t)(0xc + k / WORLD), 0), 0);
+		extra.body = tu_alloc(POOL_CONTROL_BODY_BYTES_MAX);
+		pool_rx_init(&extra.rx, extra.body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
+		extra.fd = tconnect(pool_manager_port(r.m));
+		assert_int_equal(trecv(&extra), 1);
+		assert_int_equal(extra.rx.header.type, POOL_MSG_REFUSE);
+		assert_int_equal(extra.refused.reason, POOL_REFUSE_BUSY);
+		trank_close(&extra);
+		for (uint32_t k = 0; k < 3; k++)
+			trank_close(&more[k]);
+	}
+	trank_close(&t);
 	manager_stop(&r);
 }
 
