@@ -36,6 +36,13 @@ CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 SEL_CFLAGS += -DSEL_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
 endif
+# RDMA for pool claims needs libibverbs' infiniband/verbs.h for types only;
+# libibverbs.so.1 is loaded at run time with dlopen (pool/rdma.c), so hosts
+# without it (the GPU host) build, link and run with claims on TCP.
+VERBS_H ?= /usr/include/infiniband/verbs.h
+ifneq ($(wildcard $(VERBS_H)),)
+$(BUILD)/pool/rdma.o: SEL_CFLAGS += -DSEL_HAVE_VERBS_H
+endif
 # The selene program's MPI bootstrap and the worker's step channel, where
 # Open MPI's headers are.
 # Without pkg-config (the GPU host), Open MPI's compiler wrapper says.
@@ -67,6 +74,7 @@ LIB_SRCS := $(sort \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
+	pool/rdma.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c shard/warm.c)
 PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
@@ -76,7 +84,7 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
-TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index protocol resolve store summary metrics_http warm)
+TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index protocol resolve store summary metrics_http warm rdma)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -166,17 +174,18 @@ test-gpu:
 
 # libFuzzer targets (clang): the record header decoder, the cluster frame
 # and message decoders, the trace parser, the failpoint configuration
-# parser and the scan cache decoder. `make fuzz-build` builds them in
+# parser, the scan cache decoder and the RDMA endpoint decoder. `make fuzz-build` builds them in
 # build-fuzz/; `make fuzz` runs each for FUZZ_SECONDS, starting from its
 # corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
 # build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := header frame trace config catalog
+FUZZ_TARGETS := header frame trace config catalog rdma
 FUZZ_MAX_LEN_header := 4096
 FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
 FUZZ_MAX_LEN_catalog := 8192
+FUZZ_MAX_LEN_rdma := 1024
 FUZZ_OBJS_trace := build-fuzz/launch/worker/trace.o
 fuzz-build:
 	$(Q)scripts/install-deps build fuzz

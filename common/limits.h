@@ -121,4 +121,26 @@
 /* A failed job's reason: the shard engine's completion why[200] holds less. */
 #define CLUSTER_JOB_REASON_BYTES_MAX 200u
 
+/* RDMA for pool claims (pool/rdma.h). */
+
+/* A verbs device's name: IBV_SYSFS_NAME_MAX is 64 with its NUL. */
+#define POOL_RDMA_DEVICE_NAME_BYTES 64u
+
+/* One lent slot: a claim window; 1 GiB is far above any window and keeps
+ * a single RDMA WRITE under the 2 GiB message limit of every device. */
+#define POOL_RDMA_SLOT_BYTES_MAX (1ull << 30)
+
+/* Slots one rank lends: bounds the plan's arithmetic and the slot map. */
+#define POOL_RDMA_SLOTS_MAX 4096u
+
+/* Memory regions one lender splits its slots over when a device's largest
+ * region is smaller than the whole (each region is one rkey on the wire). */
+#define POOL_RDMA_REGIONS_MAX 16u
+
+/* An encoded endpoint: 56 fixed bytes and 24 per region (pool/rdma.c). */
+#define POOL_RDMA_ENDPOINT_BYTES_MAX (56u + 24u * POOL_RDMA_REGIONS_MAX)
+
+/* RDMA WRITEs one link has posted and not polled: the send queue's depth. */
+#define POOL_RDMA_WRITES_IN_FLIGHT_MAX 64u
+
 #endif

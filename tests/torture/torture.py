@@ -1265,7 +1265,7 @@ def join_storm(program, root, table, rng, seconds_max=60):
 
 # ---- libFuzzer
 FUZZ_MAX_LEN = {"header": 4096, "frame": 65536, "trace": 8192, "config": 4096,
-               "catalog": 8192}
+               "catalog": 8192, "rdma": 1024}
 
 
 def fuzz(repo, table, seconds, seed):
