@@ -41,7 +41,7 @@ endif
 # without it (the GPU host) build, link and run with claims on TCP.
 VERBS_H ?= /usr/include/infiniband/verbs.h
 ifneq ($(wildcard $(VERBS_H)),)
-$(BUILD)/pool/rdma.o: SEL_CFLAGS += -DSEL_HAVE_VERBS_H
+$(BUILD)/pool/rdma.o $(BUILD)/tests/test_rdma.o: SEL_CFLAGS += -DSEL_HAVE_VERBS_H
 endif
 # The selene program's MPI bootstrap and the worker's step channel, where
 # Open MPI's headers are.

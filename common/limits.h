@@ -196,4 +196,8 @@
 /* RDMA WRITEs one link has posted and not polled: the send queue's depth. */
 #define POOL_RDMA_WRITES_IN_FLIGHT_MAX 64u
 
+/* Scatter entries of one RDMA WRITE: a source crossing regions of the
+ * writer's memory; every device offers at least 4 a send. */
+#define POOL_RDMA_WRITE_SGES_MAX 4u
+
 #endif

@@ -430,38 +430,12 @@ void pool_rdma_link_close(struct pool_rdma_link *link)
 
 #else
 
+#include "pool/rdma_verbs.h"
+
 #include <dlfcn.h>
-#include <infiniband/verbs.h>
 
-/*
- * The exported functions Selene calls. ibv_post_send and ibv_poll_cq are
- * inline in verbs.h (they call through the context's ops) and need no
- * symbol; ibv_query_port is inline too but falls back to its exported
- * compat symbol on old providers, so that symbol is here.
- */
-struct verbs_api {
-	struct ibv_device **(*get_device_list)(int *);
-	void (*free_device_list)(struct ibv_device **);
-	const char *(*get_device_name)(struct ibv_device *);
-	struct ibv_context *(*open_device)(struct ibv_device *);
-	int (*close_device)(struct ibv_context *);
-	int (*query_device)(struct ibv_context *, struct ibv_device_attr *);
-	int (*query_port_compat)(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *);
-	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
-	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
-	int (*dealloc_pd)(struct ibv_pd *);
-	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
-	int (*dereg_mr)(struct ibv_mr *);
-	struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *,
-				    struct ibv_comp_channel *, int);
-	int (*destroy_cq)(struct ibv_cq *);
-	struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
-	int (*destroy_qp)(struct ibv_qp *);
-	int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
-	const char *(*wc_status_str)(enum ibv_wc_status);
-};
-
-static struct verbs_api api;
+static struct pool_rdma_verbs api;
+static struct pool_rdma_verbs api_loaded; /* what api_load found, for an override's undo */
 static char api_error[256];
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
@@ -469,7 +443,7 @@ static const struct {
 	const char *symbol;
 	size_t offset;
 } api_symbols[] = {
-#define SYMBOL(field, name) { name, offsetof(struct verbs_api, field) }
+#define SYMBOL(field, name) { name, offsetof(struct pool_rdma_verbs, field) }
 	SYMBOL(get_device_list, "ibv_get_device_list"),
 	SYMBOL(free_device_list, "ibv_free_device_list"),
 	SYMBOL(get_device_name, "ibv_get_device_name"),
@@ -511,6 +485,13 @@ static void api_load(void)
 		}
 		memcpy((uint8_t *)&api + api_symbols[i].offset, &fn, sizeof(fn));
 	}
+	api_loaded = api;
+}
+
+void pool_rdma_verbs_override(const struct pool_rdma_verbs *fake)
+{
+	pthread_once(&api_once, api_load);
+	api = fake ? *fake : api_loaded;
 }
 
 static bool api_ready(char *why, size_t why_size)
@@ -667,6 +648,7 @@ struct pool_rdma_link {
 	struct pool_rdma_plan plan;
 	struct ibv_mr *mrs[POOL_RDMA_REGIONS_MAX];
 	uint32_t mr_count;
+	uint64_t region_bytes; /* every region but the last is this long */
 	uint32_t psn;
 	struct pool_rdma_endpoint remote;
 	bool connected;
@@ -695,14 +677,31 @@ static int link_fail(struct pool_rdma_link *link, int err, const char *fmt, ...)
 static int link_register(struct pool_rdma_link *link, char *why, size_t why_size)
 {
 	int access = IBV_ACCESS_LOCAL_WRITE;
-	uint64_t region_bytes = link->bytes;
-	uint32_t regions = 1;
+	uint64_t region_bytes;
+	uint64_t regions;
 
 	if (link->role == POOL_RDMA_LENDER) {
 		access |= IBV_ACCESS_REMOTE_WRITE;
 		region_bytes = link->plan.slot_bytes * link->plan.slots_per_region;
 		regions = link->plan.region_count;
+	} else {
+		/* A writer's memory (the manager's arena) in regions as large as
+		 * the device allows; a write whose source crosses one takes a
+		 * scatter entry per region. */
+		region_bytes = link->device.max_mr_bytes & ~(uint64_t)(SEL_BLOCK_BYTES - 1);
+		if (region_bytes == 0 || region_bytes > link->bytes)
+			region_bytes = link->bytes;
+		regions = (link->bytes + region_bytes - 1) / region_bytes;
+		if (regions > POOL_RDMA_REGIONS_MAX) {
+			say(why, why_size,
+			    "%" PRIu64 " bytes need %" PRIu64 " memory regions of at most %" PRIu64
+			    " bytes on %s; at most %u are allowed",
+			    link->bytes, regions, region_bytes, link->device.device_name,
+			    POOL_RDMA_REGIONS_MAX);
+			return SEL_ETOOBIG;
+		}
 	}
+	link->region_bytes = region_bytes;
 	for (uint32_t i = 0; i < regions; i++) {
 		uint64_t offset = region_bytes * i;
 		uint64_t len = link->bytes - offset < region_bytes ? link->bytes - offset
@@ -804,7 +803,7 @@ int pool_rdma_link_open(const struct pool_rdma_probe *device,
 	qp_attr.sq_sig_all = 1;
 	qp_attr.cap.max_send_wr = POOL_RDMA_WRITES_IN_FLIGHT_MAX;
 	qp_attr.cap.max_recv_wr = 1;
-	qp_attr.cap.max_send_sge = 1;
+	qp_attr.cap.max_send_sge = POOL_RDMA_WRITE_SGES_MAX;
 	qp_attr.cap.max_recv_sge = 1;
 	link->qp = api.create_qp(link->pd, &qp_attr);
 	if (!link->qp) {
@@ -951,7 +950,7 @@ int pool_rdma_link_write(struct pool_rdma_link *link, uint64_t source_offset,
 {
 	const struct pool_rdma_region *region;
 	struct ibv_send_wr wr = { 0 }, *bad = NULL;
-	struct ibv_sge sge;
+	struct ibv_sge sge[POOL_RDMA_WRITE_SGES_MAX];
 	uint64_t region_offset = 0;
 	int rc;
 
@@ -967,12 +966,22 @@ int pool_rdma_link_write(struct pool_rdma_link *link, uint64_t source_offset,
 		return SEL_EQUEUEFULL;
 	region = remote_slot(link, slot, &region_offset);
 	SEL_ASSERT(region); /* decode proved the regions hold every slot */
-	sge.addr = (uintptr_t)(link->memory + source_offset);
-	sge.length = (uint32_t)bytes; /* at most POOL_RDMA_SLOT_BYTES_MAX */
-	sge.lkey = link->mrs[0]->lkey;
+	/* One scatter entry per local region the source lies in. */
+	for (uint64_t at = source_offset, left = bytes; left > 0; wr.num_sge++) {
+		uint64_t local = at / link->region_bytes;
+		uint64_t n = (local + 1) * link->region_bytes - at;
+
+		if (wr.num_sge == POOL_RDMA_WRITE_SGES_MAX)
+			return -EINVAL;
+		n = n < left ? n : left;
+		sge[wr.num_sge].addr = (uintptr_t)(link->memory + at);
+		sge[wr.num_sge].length = (uint32_t)n; /* at most POOL_RDMA_SLOT_BYTES_MAX */
+		sge[wr.num_sge].lkey = link->mrs[local]->lkey;
+		at += n;
+		left -= n;
+	}
 	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
+	wr.sg_list = sge;
 	wr.opcode = IBV_WR_RDMA_WRITE;
 	wr.send_flags = IBV_SEND_SIGNALED;
 	wr.wr.rdma.remote_addr = region->address + region_offset + slot_offset;

@@ -131,7 +131,8 @@ struct pool_rdma_link;
 
 /*
  * Opens the probed device, registers memory (bytes long; for a lender,
- * laid out as plan says, plan->total_bytes long), and makes a
+ * laid out as plan says, plan->total_bytes long; for a writer, in regions
+ * of the device's largest, at most POOL_RDMA_REGIONS_MAX), and makes a
  * reliable-connected queue pair in INIT. memory stays the caller's and must
  * outlive the link. plan is required for a lender, ignored for a writer.
  * Returns 0 with *out, or a negative errno with why (-ENODEV: no device).
@@ -159,7 +160,9 @@ int pool_rdma_link_connect(struct pool_rdma_link *link,
  * link's memory into slot at slot_offset of the far end's slots (the write
  * must lie inside that slot). wr_id comes back from pool_rdma_link_poll.
  * Returns 0; SEL_EQUEUEFULL with POOL_RDMA_WRITES_IN_FLIGHT_MAX posted and
- * not yet polled; -EINVAL for a write outside the memory or the slot;
+ * not yet polled; -EINVAL for a write outside the memory or the slot, or
+ * whose source spans more than POOL_RDMA_WRITE_SGES_MAX of the writer's
+ * memory regions;
  * SEL_ESTOPPED once the link failed.
  */
 int pool_rdma_link_write(struct pool_rdma_link *link, uint64_t source_offset,
