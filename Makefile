@@ -69,7 +69,7 @@ endif
 
 LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/resolve.c cluster/summary.c \
-	pool/wire.c \
+	pool/manager.c pool/wire.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
 	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/store.c coordinator/warm.c \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
@@ -85,7 +85,9 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
-TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool_wire protocol resolve store summary metrics_http warm rdma)
+TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_wire protocol resolve store summary metrics_http warm)
+# The pool's edges (RDMA, hostile connections), on a line of their own.
+TEST_NAMES := $(sort $(TEST_NAMES) rdma)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
