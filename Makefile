@@ -77,7 +77,8 @@ LIB_SRCS := $(sort \
 	peer/agent.c peer/api.c peer/join.c \
 	pool/rdma.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c shard/warm.c)
-PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_records.c \
+PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_pool.c \
+	launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
 	launch/bench/bench.c launch/bench/fanout.c launch/bench/floor.c launch/bench/pool.c launch/bench/ranks.c \
 	launch/bench/restore.c launch/bench/startup.c launch/bench/store.c \
