@@ -217,7 +217,8 @@ fuzz-run-%:
 # on a plain workload and on one that evicts and compacts all the time,
 # every failpoint on rank zero and on a peer (the unlink and truncate ones
 # on each rank of the evicting workload), a read error at startup on each
-# rank, corrupted records, a storm on the join port, and the fuzz targets;
+# rank, corrupted records, a storm on the join port, a pool manager under
+# hostile connections and kills mid-claim, and the fuzz targets;
 # a table of tries and outcomes. About 14 minutes on 2 cores;
 # TORTURE_QUICK=1 for 3-5 minutes. Knobs: TORTURE_SEED, TORTURE_JOBS,
 # TORTURE_FUZZ_SECONDS, TORTURE_SKIP_STORM=1, TORTURE_EVICT_KILLS.
