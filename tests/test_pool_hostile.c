@@ -485,6 +485,122 @@ static void test_pool_hostile_oversized_frame(void **state)
 	honest_rank_served(f);
 }
 
+/* Sends a keyed frame on h, its tag flipped when flip is set; the sequence moves on. */
+static void keyed_frame(struct honest *h, uint16_t type, const uint8_t *body, uint32_t length,
+			const uint8_t *data, uint32_t data_length, bool flip)
+{
+	uint8_t header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+
+	pool_frame_build(h->kc, POOL_TO_MANAGER, h->seq++, type, body, length, data, data_length,
+			 header, tag);
+	if (flip) {
+		/* As a forger would: the checksums (not secret) made right again,
+		 * so that only the tag is wrong. */
+		XXH3_state_t *x = XXH3_createState();
+
+		tag[3] ^= 0x10;
+		XXH3_64bits_reset(x);
+		XXH3_64bits_update(x, body, length);
+		XXH3_64bits_update(x, data, data_length);
+		XXH3_64bits_update(x, tag, sizeof(tag));
+		sel_put_le64(header + 24, XXH3_64bits_digest(x));
+		sel_put_le64(header + 32, XXH3_64bits(header, 32));
+		XXH3_freeState(x);
+	}
+	send_bytes(h->fd, header, sizeof(header));
+	send_bytes(h->fd, body, length);
+	if (data_length)
+		send_bytes(h->fd, data, data_length);
+	send_bytes(h->fd, tag, sizeof(tag));
+}
+
+/* After WELCOME, the connection is refused and closed; the manager answers nothing else. */
+static void expect_ended(struct honest *h, uint32_t reason)
+{
+	struct seen s = { 0 };
+
+	h->refused.reason = 0;
+	if (honest_recv(h) == 1) {
+		assert_int_equal(h->rx.header.type, POOL_MSG_REFUSE);
+		assert_int_equal(h->refused.reason, reason);
+	}
+	read_frames(dup(h->fd), now_ms() + CLOSED_MS, false, &s);
+	assert_true(s.closed);
+	honest_close(h);
+}
+
+/*
+ * R-POOL-6, R-POOL-12: a rank that proved the secret and then sends a
+ * frame whose tag fails (an injected or altered frame), a frame replayed
+ * with an old sequence number, a LOOKUP that breaks R-POOL-20, or a window
+ * of a put the manager never gave, loses that connection only: another
+ * instance's session is answered before and after, and never sees a frame
+ * of the other's.
+ */
+static void test_pool_hostile_after_welcome(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t body[64], header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+	struct pool_manager_stats before, after;
+	struct rec_key keys[2];
+	struct honest h;
+	int n;
+
+	memset(keys, 0, sizeof(keys));
+	keys[0].consumed = 128;
+	keys[1].consumed = 64;
+	pool_manager_stats(f->manager, &before);
+
+	/* An altered tag: refused (auth). */
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	n = pool_lookup_encode(1, keys, 2, body, sizeof(body));
+	assert_true(n > 0);
+	keyed_frame(&h, POOL_MSG_LOOKUP, body, (uint32_t)n, NULL, 0, true);
+	expect_ended(&h, POOL_REFUSE_AUTH);
+	honest_rank_served(f);
+
+	/* A replay: the same frame, its sequence number used already. */
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	pool_frame_build(h.kc, POOL_TO_MANAGER, h.seq, POOL_MSG_LOOKUP, body, (uint32_t)n, NULL, 0,
+			 header, tag);
+	for (int i = 0; i < 2; i++) {
+		send_bytes(h.fd, header, sizeof(header));
+		send_bytes(h.fd, body, (size_t)n);
+		send_bytes(h.fd, tag, sizeof(tag));
+	}
+	assert_int_equal(honest_recv(&h), 1);
+	assert_int_equal(h.rx.header.type, POOL_MSG_ANSWER); /* the first is served */
+	read_frames(dup(h.fd), now_ms() + CLOSED_MS, false, &(struct seen){ 0 });
+	honest_close(&h);
+	honest_rank_served(f);
+
+	/* Keys not longest first (R-POOL-20): refused (protocol). */
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	sel_put_le64(body, 2);
+	sel_put_le32(body + 8, 2);
+	rec_key_put(body + 12, &keys[1]);
+	rec_key_put(body + 12 + REC_KEY_BYTES, &keys[0]);
+	keyed_frame(&h, POOL_MSG_LOOKUP, body, 12 + 2 * REC_KEY_BYTES, NULL, 0, false);
+	expect_ended(&h, POOL_REFUSE_PROTOCOL);
+	honest_rank_served(f);
+
+	/* A window of a put never given: the connection ends (R-POOL-41). */
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	{
+		struct pool_put_window w = { .put_id = 0x5eed, .offset = 0 };
+		uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES], data[4096] = { 7 };
+
+		pool_put_window_encode(&w, head, sizeof(head));
+		keyed_frame(&h, POOL_MSG_PUT_WINDOW, head, sizeof(head), data, sizeof(data), false);
+	}
+	expect_ended(&h, POOL_REFUSE_PROTOCOL);
+	honest_rank_served(f);
+
+	pool_manager_stats(f->manager, &after);
+	assert_true(after.auth_failures >= before.auth_failures + 1);
+	assert_int_equal(after.records, 0);
+}
+
 #define SLOWLORIS_CONNECTIONS 48
 
 /* 48 connections trickling a HELLO a byte at a time: honest ranks are served meanwhile, and each is dropped by its deadline. */
@@ -540,6 +656,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_hostile_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_wrong_scope, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_oversized_frame, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_hostile_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_slowloris, setup, teardown),
 	};
 
