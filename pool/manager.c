@@ -330,7 +330,8 @@ static void send_frame(struct conn *c, uint16_t type, const uint8_t *body, uint3
 			 data_length, header, tag);
 	memcpy(c->out + c->out_used, header, sizeof(header));
 	c->out_used += sizeof(header);
-	memcpy(c->out + c->out_used, body, body_length);
+	if (body_length)
+		memcpy(c->out + c->out_used, body, body_length);
 	c->out_used += body_length;
 	if (data_length)
 		memcpy(c->out + c->out_used, data, data_length);

@@ -10,6 +10,7 @@
 
 #include "common/base.h"
 #include "common/log.h"
+#include "pool/client.h"
 #include "pool/manager.h"
 #include "pool/wire.h"
 #include "record/format.h"
@@ -714,6 +715,212 @@ static void test_pool_stop_says_bye(void **state)
 	close_instance(a);
 }
 
+/* ---- Through pool/client.h ---- */
+
+static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
+
+static int client_open(struct running *r, uint32_t rank, uint8_t instance, const uint8_t *key,
+		       struct pool_client **out, char *why)
+{
+	char address[64];
+	struct pool_client_config cfg = { .address = address, .secret = key, .rank = rank,
+					  .geometry = &geometry[rank], .deadline_ms = 5000 };
+
+	snprintf(address, sizeof(address), "127.0.0.1:%u", pool_manager_port(r->m));
+	memset(cfg.instance_id, instance, sizeof(cfg.instance_id));
+	for (uint32_t i = 0; i < WORLD; i++) {
+		page_bytes_of[i] = geometry[i].page_record_bytes;
+		row_bytes_of[i] = geometry[i].row_record_bytes;
+	}
+	cfg.scope = (struct pool_scope_parts){ .world_size = WORLD, .namespace_id = namespace_id,
+					       .layout_digest = geometry[0].layout_digest,
+					       .page_tokens = PAGE_TOKENS,
+					       .plane_count = geometry[0].page_plane_count,
+					       .page_bytes = page_bytes_of, .row_bytes = row_bytes_of };
+	return pool_client_open(&cfg, out, why, WHY_BYTES);
+}
+
+struct rank_job {
+	struct pool_client *c;
+	uint32_t rank;
+	uint64_t id; /* put id, or claim id */
+	struct put_case **chain;
+	uint32_t count;
+	struct pool_chain_entry entries[4];
+	uint32_t windows, verified_bytes;
+	int result;
+};
+
+static void *put_share_thread(void *arg)
+{
+	struct rank_job *j = arg;
+	const struct image *img = &j->chain[0]->img[j->rank];
+
+	/* in two pieces, to cross a window boundary the caller chose */
+	j->result = pool_put_window(j->c, j->id, 0, img->bytes, img->length / 3, 5000);
+	if (!j->result)
+		j->result = pool_put_window(j->c, j->id, img->length / 3,
+					    img->bytes + img->length / 3,
+					    img->length - img->length / 3, 5000);
+	if (!j->result)
+		j->result = pool_put_share_wait(j->c, j->id, 5000);
+	return NULL;
+}
+
+static int check_window(void *ctx, const struct pool_window *w)
+{
+	struct rank_job *j = ctx;
+	const struct image *img = &j->chain[w->chain_index]->img[j->rank];
+	struct rec_header h;
+	struct rec_layout l;
+	uint64_t off;
+	char why[WHY_BYTES];
+
+	assert_int_equal(rec_header_decode(img->bytes, &h, why, sizeof(why)), 0);
+	assert_int_equal(rec_layout_from_header(&h, &l), 0);
+	off = w->section == POOL_SECTION_HEADER	     ? w->first
+	      : w->section == POOL_SECTION_CHECKSUMS ? l.checksum_offset + w->first
+	      : w->section == POOL_SECTION_PAGES     ? l.page_offset + (uint64_t)w->first * l.page_stride
+						     : l.row_offset;
+	/* byte-exact against this rank's own image (R-POOL-33) */
+	assert_memory_equal(w->data, img->bytes + off, w->bytes);
+	j->windows++;
+	j->verified_bytes += (uint32_t)w->bytes;
+	return 0;
+}
+
+static void *claim_share_thread(void *arg)
+{
+	struct rank_job *j = arg;
+	size_t slot_bytes = pool_client_slot_bytes(j->c);
+	void *slots[2] = { tu_alloc(slot_bytes), tu_alloc(slot_bytes) };
+
+	j->result = pool_share_claim(j->c, j->id, j->entries, j->count, 0, slots, 2, slot_bytes,
+				     check_window, j, 10000);
+	free(slots[0]);
+	free(slots[1]);
+	return NULL;
+}
+
+/* Polls a never-waiting call until it answers or 5 s pass. */
+#define POLL_UNTIL(expr, result)                                   \
+	do {                                                       \
+		for (int tries_ = 0; tries_ < 5000; tries_++) {    \
+			(result) = (expr);                         \
+			if ((result) != 0)                         \
+				break;                             \
+			usleep(1000);                              \
+		}                                                  \
+	} while (0)
+
+/* Two instances of two ranks, each rank on its own thread, put and claim byte-exact through the client; a wrong secret and a stopped manager fail cleanly. */
+static void test_pool_client_end_to_end(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD], *x;
+	struct put_case root, *chain[1] = { &root };
+	struct rank_job jobs[WORLD];
+	pthread_t threads[WORLD];
+	uint64_t request, put_id = 0, ticket, claim_id, shares[WORLD];
+	struct pool_put_spec spec = { 0 };
+	struct pool_chain_entry found[4];
+	struct pool_claim_grant grant;
+	uint32_t count = 0;
+	uint8_t wrong[32] = { 7 };
+	char why[WHY_BYTES];
+	int ret;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
+		assert_int_equal(client_open(&r, k, 0xb, secret, &b[k], why), 0);
+	}
+	assert_string_equal(pool_client_facts(a[0])->name, "test-pool");
+	assert_true(pool_client_facts(a[0])->arena_bytes > 0);
+	/* the put: the session opens it, every rank sends its share, the session commits */
+	spec.key = root.rec.key;
+	spec.first_page_index = 0;
+	spec.tail_page_count = root.rec.tail_page_count;
+	spec.row = true;
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = root.img[k].length;
+	spec.share_bytes = shares;
+	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
+	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
+		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
+	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
+	assert_int_equal(ret, 1);
+	/* B looks up and claims; each rank streams its share on its own thread */
+	assert_int_equal(pool_lookup_begin(b[0], &root.rec.key, 1, &ticket), 0);
+	POLL_UNTIL(pool_lookup_poll(b[0], ticket, found, 4, &count), ret);
+	assert_int_equal(ret, 1);
+	assert_int_equal(count, 1);
+	assert_true(pool_client_rtt_us(b[0]) > 0);
+	assert_int_equal(pool_claim_begin(b[0], &root.rec.key, &claim_id), 0);
+	POLL_UNTIL(pool_claim_poll(b[0], claim_id, &grant, found, 4, &count), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = b[k], .rank = k, .id = claim_id, .chain = chain,
+					     .count = count };
+		memcpy(jobs[k].entries, found, sizeof(found));
+		assert_int_equal(pthread_create(&threads[k], NULL, claim_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+		assert_true(jobs[k].windows >= 4);
+		/* every byte but the checksum segment's padding (R-POOL-33) */
+		assert_int_equal(jobs[k].verified_bytes,
+				 root.img[k].length - 4096 + 8 * root.rec.tail_page_count);
+	}
+	/* rank 1 from the arena, on this host */
+	{
+		const uint8_t *arena;
+		uint64_t bytes;
+		struct pool_place place;
+
+		assert_int_equal(pool_arena_map(b[1], &arena, &bytes, why, sizeof(why)), 0);
+		assert_int_equal(pool_share_pull(b[1], claim_id, found, count, 0, true), 0);
+		assert_int_equal(pool_share_places(b[1], claim_id, &place, 1, 5000), 0);
+		assert_int_equal(place.bytes, root.img[1].length);
+		assert_memory_equal(arena + place.offset, root.img[1].bytes, place.bytes);
+		assert_int_equal(pool_share_end(b[1], claim_id), 0);
+	}
+	assert_int_equal(pool_claim_end(b[0], claim_id, 0), 0);
+	/* a wrong secret: refused, and said so */
+	assert_int_equal(client_open(&r, 0, 0xc, wrong, &x, why), -EACCES);
+	assert_non_null(strstr(why, "auth"));
+	/* the manager stops: every client learns it */
+	manager_stop(&r);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_status(a[k], why, sizeof(why)), ret);
+		assert_true(ret < 0);
+	}
+	assert_int_equal(pool_lookup_begin(a[0], &root.rec.key, 1, &ticket), ret);
+	/* a restarted manager: a new connection attaches; its arena starts empty */
+	manager_start(&r, 8 << 20, 0);
+	assert_int_equal(client_open(&r, 0, 0xa, secret, &x, why), 0);
+	assert_int_equal(pool_client_facts(x)->scope_records, 0);
+	pool_client_close(x);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -723,6 +930,7 @@ int main(void)
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_stop_says_bye),
+		cmocka_unit_test(test_pool_client_end_to_end),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
