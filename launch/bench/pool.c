@@ -4,24 +4,22 @@
  * stream). A manager runs in this process on 127.0.0.1 with a fresh secret
  * (or --manager names a running one); one rank (world size 1) puts one
  * record of --pages pages, then claims it --rounds times. Each claim's
- * windows are read into a slot, verified as R-POOL-33 asks (the header,
- * then each page against its checksum entry and the row against the row
- * checksum) and copied to a destination, as a restore copies them to the
- * GPU. Between claims, the same number of bytes crosses a plain loopback
+ * windows are read into a slot and verified by the client as R-POOL-33
+ * asks (the header, then each page against its checksum entry and the row
+ * against the row checksum), then copied to a destination, as a restore
+ * copies them to the GPU. Between claims, the same number of bytes crosses a plain loopback
  * TCP connection in writes of the window size, read into a slot of that
  * size and copied to the same destination. Rounds alternate, so both sides
  * see the same machine.
  *
- * The rank speaks the pool wire itself (pool/wire.h), one frame at a time
- * on a blocking socket, as the client library's I/O thread would.
+ * The rank is the client library (pool/client.h), as an instance's rank
+ * uses it: pool_share_claim with 4 slots, the copy in its callback.
  */
 #include "launch/bench/pool.h"
 
 #include "common/base.h"
 #include "common/log.h"
-#include "cluster/join.h"
-#include "pool/wire.h"
-#include "cluster/protocol.h"
+#include "pool/client.h"
 #include "pool/manager.h"
 #include "record/dir.h"
 #include "record/file.h"
@@ -34,7 +32,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -70,14 +67,8 @@ struct pool_bench {
 	uint8_t secret[POOL_SECRET_BYTES];
 	struct pool_manager *manager;
 	char address[300];
-	/* the rank's connection */
-	int fd;
-	bool keyed;
-	uint8_t kc[POOL_KEY_BYTES];
-	uint64_t seq;
-	struct pool_rx rx;
-	uint8_t *body;
-	struct pool_welcome welcome;
+	struct pool_client *client;
+	struct pool_chain_entry chain[POOL_CHAIN_RECORDS_MAX];
 	size_t slot_bytes;
 	uint8_t *slots[BENCH_POOL_SLOTS];
 	uint8_t *destination; /* image_bytes: where claimed bytes are copied */
@@ -198,372 +189,142 @@ out_free:
 	return ret;
 }
 
-/* ---- The rank, over the wire ------------------------------------------- */
+/* ---- The rank, through the client library ------------------------------ */
 
-static int rank_fail(struct pool_bench *b, int ret, const char *what, const char *why)
+/* Waits for a poll function of the client to answer (1) or fail. */
+#define POLL_UNTIL(expr)                                                              \
+	({                                                                            \
+		double until_ = now_s() + BENCH_POOL_WAIT_MS / 1000.0;                \
+		int rc_;                                                              \
+		while ((rc_ = (expr)) == 0 && now_s() < until_)                       \
+			usleep(50);                                                   \
+		rc_ == 0 ? -ETIMEDOUT : rc_;                                          \
+	})
+
+static int rank_fail(struct pool_bench *b, int ret, const char *what)
 {
+	char why[256] = "";
+
+	if (b->client)
+		pool_client_status(b->client, why, sizeof(why));
 	fprintf(stderr, "selene bench pool: %s: %s%s%s\n", what, sel_strerror(ret),
-		why && why[0] ? ": " : "", why ? why : "");
-	(void)b;
+		why[0] ? ": " : "", why);
 	return ret;
 }
 
-static int rank_send(struct pool_bench *b, uint16_t type, const uint8_t *body, int length,
-		     const uint8_t *data, uint32_t data_length)
-{
-	if (length < 0)
-		return length;
-	return pool_frame_write(b->fd, b->keyed ? b->kc : NULL, POOL_TO_MANAGER, &b->seq, type,
-				body, (uint32_t)length, data, data_length);
-}
-
-/* One control frame of type want; a REFUSE or another type is a failure. */
-static int rank_recv(struct pool_bench *b, uint16_t want, char *why, size_t why_size)
-{
-	int ret = pool_rx_read_frame(&b->rx, b->fd, why, why_size);
-
-	if (ret == 0)
-		return -ECONNRESET;
-	if (ret < 0)
-		return ret;
-	if (b->rx.header.type == POOL_MSG_REFUSE) {
-		struct pool_refuse r;
-
-		if (pool_refuse_decode(b->body, b->rx.body_length, &r, why, why_size) == 0)
-			snprintf(why, why_size, "refused (%s): %.200s", pool_refuse_reason_name(r.reason),
-				 r.text);
-		return -EACCES;
-	}
-	if (b->rx.header.type != want) {
-		snprintf(why, why_size, "%s where %s was due",
-			 cluster_grammar_msg_name(&pool_grammar, b->rx.header.type),
-			 cluster_grammar_msg_name(&pool_grammar, want));
-		return SEL_EPROTO;
-	}
-	return 0;
-}
-
-static int rank_connect(struct pool_bench *b, char *why, size_t why_size)
-{
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
-	struct addrinfo *res = NULL;
-	char host[256];
-	const char *port = strrchr(b->address, ':');
-	struct timeval tv = { .tv_sec = BENCH_POOL_WAIT_MS / 1000 };
-	int one = 1, ret;
-
-	if (!port || (size_t)(port - b->address) >= sizeof(host)) {
-		snprintf(why, why_size, "%.160s is not host:port", b->address);
-		return -EINVAL;
-	}
-	memcpy(host, b->address, (size_t)(port - b->address));
-	host[port - b->address] = '\0';
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	ret = getaddrinfo(host, port + 1, &hints, &res);
-	if (ret) {
-		snprintf(why, why_size, "%.160s: %s", b->address, gai_strerror(ret));
-		return -EHOSTUNREACH;
-	}
-	b->fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (b->fd < 0 || connect(b->fd, res->ai_addr, res->ai_addrlen) != 0) {
-		ret = -errno;
-		snprintf(why, why_size, "connecting to %.160s: %s", b->address, strerror(errno));
-		freeaddrinfo(res);
-		return ret;
-	}
-	freeaddrinfo(res);
-	setsockopt(b->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(b->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(b->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	return 0;
-}
-
-/* Connects, proves the secret both ways (R-POOL-10) and attaches (R-POOL-14). */
 static int rank_open(struct pool_bench *b)
 {
-	uint8_t cn[POOL_NONCE_BYTES], sn[POOL_NONCE_BYTES], mac[POOL_MAC_BYTES];
-	uint8_t want[POOL_MAC_BYTES];
-	struct pool_attach *a = calloc(1, sizeof(*a));
+	uint64_t page_bytes = b->g.page_record_bytes, row_bytes = b->g.row_record_bytes;
+	struct pool_client_config c = {
+		.address = b->address,
+		.secret = b->secret,
+		.rank = 0,
+		.scope = {
+			.world_size = 1, .namespace_id = b->ns, .layout_digest = b->g.layout_digest,
+			.page_tokens = b->g.page_tokens, .plane_count = b->g.page_plane_count,
+			.page_bytes = &page_bytes, .row_bytes = &row_bytes,
+		},
+		.geometry = &b->g,
+	};
 	char why[256] = "";
 	int ret;
 
-	b->fd = -1;
-	b->body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
-	if (!a || !b->body) {
-		free(a);
-		return -ENOMEM;
-	}
-	pool_rx_init(&b->rx, b->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
-	ret = rank_connect(b, why, sizeof(why));
-	if (!ret)
-		ret = cluster_nonce_fill(cn);
-	if (!ret)
-		ret = rank_send(b, POOL_MSG_HELLO, cn, POOL_NONCE_BYTES, NULL, 0);
-	if (!ret)
-		ret = rank_recv(b, POOL_MSG_CHALLENGE, why, sizeof(why));
-	if (!ret) {
-		memcpy(sn, b->body, POOL_NONCE_BYTES);
-		pool_proof_mac(b->secret, sn, cn, mac);
-		ret = rank_send(b, POOL_MSG_PROOF, mac, POOL_MAC_BYTES, NULL, 0);
-	}
-	if (!ret)
-		ret = rank_recv(b, POOL_MSG_WELCOME, why, sizeof(why));
-	if (!ret)
-		ret = pool_welcome_decode(b->body, b->rx.body_length, &b->welcome, why, sizeof(why));
-	if (!ret) {
-		pool_welcome_mac(b->secret, cn, sn, b->body + POOL_MAC_BYTES,
-				 b->rx.body_length - POOL_MAC_BYTES, want);
-		if (!pool_tag_equal(want, b->welcome.mac) ||
-		    !pool_tag_equal(want + 16, b->welcome.mac + 16)) {
-			snprintf(why, sizeof(why), "the manager did not prove the secret");
-			ret = -EACCES;
-		}
-	}
-	if (!ret) {
-		pool_connection_key(b->secret, cn, sn, b->kc);
-		b->keyed = true;
-		b->rx.key = b->kc;
-		a->rank = 0;
-		a->world_size = 1;
-		ret = getrandom(a->instance_id, sizeof(a->instance_id), 0) ==
-				      (ssize_t)sizeof(a->instance_id) ? 0 : -EIO;
-		a->instance_id[0] |= 1; /* never all zero (R-POOL-14) */
-		a->namespace_id = b->ns;
-		a->layout_digest = b->g.layout_digest;
-		a->page_tokens = b->g.page_tokens;
-		a->plane_count = b->g.page_plane_count;
-		a->page_bytes[0] = b->g.page_record_bytes;
-		a->row_bytes[0] = b->g.row_record_bytes;
-	}
-	if (!ret)
-		ret = rank_send(b, POOL_MSG_ATTACH, b->body,
-				pool_attach_encode(a, b->body, POOL_CONTROL_BODY_BYTES_MAX), NULL, 0);
-	if (!ret)
-		ret = rank_recv(b, POOL_MSG_ATTACHED, why, sizeof(why));
-	free(a);
-	return ret ? rank_fail(b, ret, "attaching", why) : 0;
-}
-
-static void rank_close(struct pool_bench *b)
-{
-	if (b->fd >= 0)
-		close(b->fd);
-	free(b->body);
-}
-
-/* Reads a PUT_END of put_id: its result and commit flag. */
-static int put_end_read(struct pool_bench *b, uint64_t put_id, bool *commit, char *why,
-			size_t why_size)
-{
-	struct pool_put_end e;
-	int ret = rank_recv(b, POOL_MSG_PUT_END, why, why_size);
-
-	if (!ret)
-		ret = pool_put_end_decode(b->body, b->rx.body_length, &e, why, why_size);
-	if (!ret && e.put_id != put_id)
-		ret = SEL_EPROTO;
+	if (getrandom(c.instance_id, sizeof(c.instance_id), 0) != (ssize_t)sizeof(c.instance_id))
+		return -EIO;
+	c.instance_id[0] |= 1; /* never all zero (R-POOL-14) */
+	ret = pool_client_open(&c, &b->client, why, sizeof(why));
 	if (ret)
-		return ret;
-	*commit = e.commit;
-	return e.result;
+		fprintf(stderr, "selene bench pool: attaching to %s: %s: %s\n", b->address,
+			sel_strerror(ret), why);
+	return ret;
 }
 
-/* Puts the record: PUT_BEGIN, its one share in windows, the commit (R-POOL-40 .. 43). */
+/* Puts the record: PUT_BEGIN, its one share, the commit (R-POOL-40 .. 43). */
 static int put_record(struct pool_bench *b, const uint8_t *image)
 {
-	struct pool_put_begin begin = {
-		.request_id = 1, .key = b->key, .first_page_index = 0,
-		.tail_page_count = b->pages, .row = true, .world_size = 1,
+	struct pool_put_spec spec = {
+		.key = b->key, .first_page_index = 0, .tail_page_count = b->pages, .row = true,
+		.share_bytes = &b->image_bytes,
 	};
-	struct pool_put_ready ready;
-	struct pool_put_end end = { 0 };
-	uint8_t buf[256];
-	char why[256] = "";
-	bool commit = false;
+	uint64_t request = 0, put_id = 0;
 	int ret;
 
-	ret = rank_send(b, POOL_MSG_PUT_BEGIN, buf,
-			pool_put_begin_encode(&begin, &b->image_bytes, buf, sizeof(buf)), NULL, 0);
+	ret = pool_put_begin(b->client, &spec, &request);
 	if (!ret)
-		ret = rank_recv(b, POOL_MSG_PUT_READY, why, sizeof(why));
-	if (!ret)
-		ret = pool_put_ready_decode(b->body, b->rx.body_length, &ready, why, sizeof(why));
-	if (ret)
-		return rank_fail(b, ret, "the put", why);
-	if (ready.result == -EEXIST)
+		ret = POLL_UNTIL(pool_put_poll(b->client, request, &put_id));
+	if (ret == -EEXIST)
 		return 0; /* the manager holds it from an earlier run */
-	if (ready.result)
-		return rank_fail(b, ready.result, "the manager refused the put", NULL);
-	for (uint64_t off = 0; off < b->image_bytes && !ret;) {
-		uint64_t n = b->image_bytes - off;
-		struct pool_put_window w = { ready.put_id, off };
-		uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
-
-		n = n < b->welcome.window_bytes ? n : b->welcome.window_bytes;
-		pool_put_window_encode(&w, head, sizeof(head));
-		ret = rank_send(b, POOL_MSG_PUT_WINDOW, head, sizeof(head), image + off, (uint32_t)n);
-		off += n;
-	}
+	if (ret != 1)
+		return rank_fail(b, ret, "the put");
+	ret = pool_put_window(b->client, put_id, 0, image, b->image_bytes, BENCH_POOL_WAIT_MS);
 	if (!ret)
-		ret = put_end_read(b, ready.put_id, &commit, why, sizeof(why));
-	if (!ret) {
-		end.put_id = ready.put_id;
-		end.commit = true;
-		ret = rank_send(b, POOL_MSG_PUT_END, buf, pool_put_end_encode(&end, buf, sizeof(buf)),
-				NULL, 0);
-	}
+		ret = pool_put_share_wait(b->client, put_id, BENCH_POOL_WAIT_MS);
 	if (!ret)
-		ret = put_end_read(b, ready.put_id, &commit, why, sizeof(why));
-	if (!ret && !commit)
-		ret = -EAGAIN;
-	return ret ? rank_fail(b, ret, "the put", why) : 0;
+		ret = pool_put_commit(b->client, put_id, true);
+	if (!ret)
+		ret = POLL_UNTIL(pool_put_outcome(b->client, put_id));
+	return ret == 1 ? 0 : rank_fail(b, ret, "the put");
 }
 
-/* Reads the rest of a frame whose head came: its data into where. */
-static int rx_finish(struct pool_bench *b, uint8_t *where, char *why, size_t why_size)
-{
-	bool eof = false;
-	int ret;
-
-	b->rx.data = where;
-	do
-		ret = pool_rx_feed(&b->rx, b->fd, &eof, why, why_size);
-	while (ret == POOL_RX_MORE && !eof);
-	if (eof)
-		return -ECONNRESET;
-	return ret == POOL_RX_FRAME ? 0 : ret < 0 ? ret : SEL_EPROTO;
-}
+struct copy_ctx {
+	struct pool_bench *b;
+	uint64_t copied;
+};
 
 /*
- * One window in the slot: checked against the record's header, checksum
- * entries and row checksum as they arrive (R-POOL-33), then copied to
- * where its bytes lie in the record image.
+ * A claim's window, verified by the client (R-POOL-33), as a restore uses
+ * it: copied out of its slot to where its bytes lie in the record image.
  */
-static int window_take(struct pool_bench *b, const struct pool_claim_window *w,
-		       const uint8_t *data, uint32_t bytes, struct rec_header *h,
-		       uint64_t *copied, char *why, size_t why_size)
+static int copy_window(void *ctx, const struct pool_window *window)
 {
-	const struct rec_layout *l = &b->layout;
-	uint64_t at, seed = rec_checksum_seed(&b->key);
+	struct copy_ctx *c = ctx;
+	const struct rec_layout *l = &c->b->layout;
+	uint64_t at;
 
-	switch (w->section) {
-	case POOL_SECTION_HEADER:
-		at = w->first;
-		break;
-	case POOL_SECTION_CHECKSUMS:
-		at = l->checksum_offset + w->first;
-		break;
-	case POOL_SECTION_PAGES:
-		at = l->page_offset + (uint64_t)w->first * l->page_stride;
-		for (uint32_t k = 0; k < w->count; k++) {
-			uint64_t want = sel_get_le64(b->destination + l->checksum_offset +
-						     8ull * (w->first + k));
-
-			if (rec_page_checksum(data + k * l->page_stride, l->page_stride, seed,
-					      h->first_page_index + w->first + k) != want) {
-				snprintf(why, why_size, "page %u failed its checksum", w->first + k);
-				return SEL_ECHECKSUM;
-			}
-		}
-		break;
-	case POOL_SECTION_ROW:
-		at = l->row_offset + w->first;
-		if (w->first != 0 || bytes != l->row_length ||
-		    rec_row_checksum(data, bytes, seed) != h->row_checksum) {
-			snprintf(why, why_size, "the row failed its checksum");
-			return SEL_ECHECKSUM;
-		}
-		break;
-	default:
-		return SEL_EPROTO;
+	switch (window->section) {
+	case POOL_SECTION_HEADER: at = window->first; break;
+	case POOL_SECTION_CHECKSUMS: at = l->checksum_offset + window->first; break;
+	case POOL_SECTION_PAGES: at = l->page_offset + (uint64_t)window->first * l->page_stride; break;
+	case POOL_SECTION_ROW: at = l->row_offset + window->first; break;
+	default: return SEL_EPROTO;
 	}
-	if (at > b->image_bytes || bytes > b->image_bytes - at)
+	if (at > c->b->image_bytes || window->bytes > c->b->image_bytes - at)
 		return SEL_EPROTO;
-	memcpy(b->destination + at, data, bytes);
-	*copied += bytes;
-	if (w->section == POOL_SECTION_HEADER && w->first + bytes == REC_HEADER_BYTES) {
-		int ret = rec_header_decode(b->destination, h, why, why_size);
-
-		if (!ret && !rec_key_equal(&h->key, &b->key))
-			ret = SEL_EBADHEADER;
-		return ret;
-	}
+	memcpy(c->b->destination + at, window->data, window->bytes);
+	c->copied += window->bytes;
 	return 0;
 }
 
 /* One claim of the record, start to last window copied; seconds in *s. */
-static int claim_once(struct pool_bench *b, uint64_t claim_id, double *s)
+static int claim_once(struct pool_bench *b, double *s)
 {
-	struct pool_claim claim = { .claim_id = claim_id, .key = b->key };
-	struct pool_claim_pull pull = { .claim_id = claim_id };
-	struct pool_claim_end end = { .claim_id = claim_id };
-	struct pool_claimed granted;
-	struct pool_chain_view chain;
-	struct rec_header h;
-	uint8_t buf[64];
-	uint64_t copied = 0;
-	char why[256] = "";
+	struct pool_chain_entry *chain = b->chain;
+	struct pool_claim_grant grant;
+	struct copy_ctx ctx = { .b = b };
+	uint64_t claim_id = 0;
+	uint32_t count = 0;
 	double start = now_s();
-	int ret;
+	int ret, end;
 
-	memset(&h, 0, sizeof(h));
-	ret = rank_send(b, POOL_MSG_CLAIM, buf, pool_claim_encode(&claim, buf, sizeof(buf)), NULL, 0);
-	if (!ret)
-		ret = rank_recv(b, POOL_MSG_CLAIMED, why, sizeof(why));
-	if (!ret)
-		ret = pool_claimed_decode(b->body, b->rx.body_length, &granted, &chain, why,
-					  sizeof(why));
-	if (!ret && granted.result)
-		ret = granted.result;
-	if (!ret)
-		ret = rank_send(b, POOL_MSG_CLAIM_PULL, buf,
-				pool_claim_pull_encode(&pull, buf, sizeof(buf)), NULL, 0);
-	while (!ret) {
-		struct pool_claim_window w;
-		bool eof = false;
-
-		do
-			ret = pool_rx_feed(&b->rx, b->fd, &eof, why, sizeof(why));
-		while (ret == POOL_RX_MORE && !eof);
-		if (eof) {
-			ret = -ECONNRESET;
-			break;
-		}
-		if (ret == POOL_RX_FRAME && b->rx.header.type == POOL_MSG_CLAIM_END) {
-			struct pool_claim_end e;
-
-			ret = pool_claim_end_decode(b->body, b->rx.body_length, &e, why, sizeof(why));
-			if (!ret)
-				ret = e.result;
-			break;
-		}
-		if (ret != POOL_RX_HEAD || b->rx.header.type != POOL_MSG_CLAIM_WINDOW) {
-			ret = ret < 0 ? ret : SEL_EPROTO;
-			break;
-		}
-		ret = pool_claim_window_decode(b->body, b->rx.body_length, b->rx.data_length, &w,
-					       why, sizeof(why));
-		if (!ret && b->rx.data_length > b->slot_bytes)
-			ret = SEL_EPROTO;
-		if (!ret)
-			ret = rx_finish(b, b->slots[0], why, sizeof(why));
-		if (!ret)
-			ret = window_take(b, &w, b->slots[0], b->rx.data_length, &h, &copied, why,
-					  sizeof(why));
-	}
-	*s = now_s() - start;
-	end.result = ret;
-	if (rank_send(b, POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&end, buf, sizeof(buf)),
-		      NULL, 0) != 0 && !ret)
-		ret = -ECONNRESET;
+	ret = pool_claim_begin(b->client, &b->key, &claim_id);
 	if (ret)
-		return rank_fail(b, ret, "a claim", why);
-	if (copied != b->claim_bytes) {
+		return rank_fail(b, ret, "a claim");
+	ret = POLL_UNTIL(pool_claim_poll(b->client, claim_id, &grant, chain,
+					 POOL_CHAIN_RECORDS_MAX, &count));
+	if (ret != 1)
+		return rank_fail(b, ret, "a claim");
+	ret = pool_share_claim(b->client, claim_id, chain, count, 0, (void *const *)b->slots,
+			       BENCH_POOL_SLOTS, b->slot_bytes, copy_window, &ctx,
+			       BENCH_POOL_WAIT_MS);
+	*s = now_s() - start;
+	end = pool_claim_end(b->client, claim_id, ret);
+	if (!ret)
+		ret = end;
+	if (ret)
+		return rank_fail(b, ret, "a claim");
+	if (ctx.copied != b->claim_bytes) {
 		fprintf(stderr, "selene bench pool: a claim delivered %" PRIu64 " of %" PRIu64
-				" bytes\n", copied, b->claim_bytes);
+				" bytes\n", ctx.copied, b->claim_bytes);
 		return -EIO;
 	}
 	return 0;
@@ -744,13 +505,13 @@ static bool claim_matches(const struct pool_bench *b, const uint8_t *image)
 
 static int run_rounds(struct pool_bench *b, const uint8_t *image)
 {
-	size_t window = b->welcome.window_bytes;
+	size_t window = pool_client_facts(b->client)->window_bytes;
 	double claim_mid, raw_mid, gb = (double)b->claim_bytes / 1e9;
 	int ret;
 
 	for (uint32_t r = 0; r < b->rounds; r++) {
 		memset(b->destination, 0, b->image_bytes);
-		ret = claim_once(b, r + 1, &b->claim_s[r]);
+		ret = claim_once(b, &b->claim_s[r]);
 		if (ret)
 			return ret;
 		if (!claim_matches(b, image)) {
@@ -804,8 +565,7 @@ static int bench_pool_run(struct pool_bench *b)
 	}
 	if (b->manager_address) {
 		snprintf(b->address, sizeof(b->address), "%s", b->manager_address);
-		ret = cluster_secret_load(b->secret_file, "--pool-secret", b->secret, why,
-					  sizeof(why));
+		ret = pool_secret_load(b->secret_file, b->secret, why, sizeof(why));
 		if (ret) {
 			fprintf(stderr, "selene bench pool: %s\n", why);
 			return ret;
@@ -842,7 +602,7 @@ static int bench_pool_attached(struct pool_bench *b)
 	ret = rank_open(b);
 	if (ret)
 		goto out_close_rank;
-	b->slot_bytes = b->welcome.window_bytes;
+	b->slot_bytes = pool_client_slot_bytes(b->client);
 	image = read_image(b);
 	b->destination = malloc(b->image_bytes);
 	b->claim_s = calloc(b->rounds, sizeof(double));
@@ -868,7 +628,7 @@ out_free:
 	free(b->destination);
 	free(image);
 out_close_rank:
-	rank_close(b);
+	pool_client_close(b->client);
 	return ret;
 }
 
