@@ -183,12 +183,13 @@ test-gpu:
 # corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
 # build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := header frame trace config catalog rdma
+FUZZ_TARGETS := header frame trace config catalog pool rdma
 FUZZ_MAX_LEN_header := 4096
 FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
 FUZZ_MAX_LEN_catalog := 8192
+FUZZ_MAX_LEN_pool := 65536
 FUZZ_MAX_LEN_rdma := 1024
 FUZZ_OBJS_trace := build-fuzz/launch/worker/trace.o
 fuzz-build:
@@ -234,7 +235,7 @@ check-asan:
 
 # The thread-heavy tests, then three ranks of the program (tests/tsan-ranks.sh),
 # under ThreadSanitizer (build-tsan/); any report fails the run.
-TSAN_TESTS := $(sort api cluster dir disk engine engine_stress failpoint fanout join link protocol store warm)
+TSAN_TESTS := $(sort api cluster dir disk engine engine_stress failpoint fanout join link pool protocol store warm)
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 check-tsan:
 	$(Q)scripts/install-deps test

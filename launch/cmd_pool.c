@@ -53,7 +53,9 @@ static void usage(FILE *out)
 		"  --window SIZE        the largest window sent (64K .. 16M, default 4M)\n"
 		"  --metrics-port N     serve Prometheus metrics on 127.0.0.1:N\n"
 		"  --rdma               accepted; claims use TCP until the RDMA path lands\n"
-		"  --dir DIR            a disk tier: not built yet, refused\n"
+		"  --dir DIR            a disk tier below the arena: evicted records move\n"
+		"                       there as record files and are found again when\n"
+		"                       a pool of the same name starts on it\n"
 		"  -h, --help           this text\n");
 }
 
@@ -154,9 +156,8 @@ int launch_cmd_pool(int argc, char **argv)
 			rdma = true;
 			break;
 		case 'd':
-			fprintf(stderr, "selene pool: --dir: the pool's disk tier is not built "
-				"yet\n");
-			return LAUNCH_EXIT_USAGE;
+			config.dir = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return LAUNCH_EXIT_OK;

@@ -21,9 +21,11 @@
  *
  * Threads. A client owns one I/O thread that does all socket reads and
  * writes. Every function is safe to call from any thread. Functions marked
- * "never waits" only queue a frame or read client state under a mutex held
- * for no I/O; they fit the model thread, and return SEL_EQUEUEFULL rather
- * than wait when a bounded queue is full. Functions that take timeout_ms
+ * "never waits" only queue a frame or read client state under the client's
+ * mutex, which the I/O thread holds across non-blocking socket calls only
+ * (one read or sendmsg of at most what the socket buffer holds); they fit
+ * the model thread, and return SEL_EQUEUEFULL rather than wait when a
+ * bounded queue is full. Functions that take timeout_ms
  * block the calling thread (a transfer thread) up to that long; timeout_ms
  * < 0 waits without limit, 0 does not wait.
  *

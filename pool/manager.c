@@ -12,6 +12,7 @@
 #include "record/geometry.h"
 #include "selene/selene.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -46,8 +47,10 @@ struct record {
 	struct scope *scope;
 	struct record *parent;
 	struct rec_key key;
+	struct rec_key parent_key; /* while a disk scan links records */
 	uint32_t first_page_index, tail_page_count;
 	bool row, committed;
+	bool on_disk; /* its shares are files in the scope's directory, not in the arena */
 	uint32_t children, pins;
 	uint64_t used_ns, created_ns;
 	uint32_t world_size;
@@ -61,6 +64,7 @@ struct scope {
 	struct record *buckets[SCOPE_BUCKETS];
 	uint64_t records;
 	uint32_t instances;
+	int dir_fd; /* <dir>/<scope hex>, or -1 without a disk tier */
 };
 
 struct instance {
@@ -128,6 +132,7 @@ struct pool_manager {
 	struct pool_manager_config config;
 	char name[POOL_NAME_BYTES_MAX + 1];
 	int listen_fd, stop_fd;
+	int dir_fd; /* --dir, or -1 */
 	uint16_t port;
 	char arena_path[POOL_ARENA_PATH_BYTES_MAX + 1];
 	uint8_t arena_id[POOL_ARENA_ID_BYTES];
@@ -142,8 +147,10 @@ struct pool_manager {
 	struct put *puts;
 	struct claim *claims;
 	uint64_t next_put_id;
-	struct record lru; /* sentinel: lru_next is the least recently used */
+	struct record *lru_head, *lru_tail; /* least and most recently used */
 	bool draining;
+	uint64_t log_second;  /* refusals logged in this second, at most 5 */
+	uint32_t log_count;
 	pthread_mutex_t stats_lock;
 	struct pool_manager_stats stats;
 };
@@ -223,32 +230,45 @@ static struct record *record_find(struct scope *s, const struct rec_key *k)
 	return NULL;
 }
 
-static void lru_unlink(struct record *r)
+static void lru_unlink(struct pool_manager *m, struct record *r)
 {
-	r->lru_prev->lru_next = r->lru_next;
-	r->lru_next->lru_prev = r->lru_prev;
+	if (r->lru_prev)
+		r->lru_prev->lru_next = r->lru_next;
+	else
+		m->lru_head = r->lru_next;
+	if (r->lru_next)
+		r->lru_next->lru_prev = r->lru_prev;
+	else
+		m->lru_tail = r->lru_prev;
 	r->lru_prev = r->lru_next = NULL;
 }
 
 static void lru_push(struct pool_manager *m, struct record *r)
 {
-	r->lru_prev = m->lru.lru_prev;
-	r->lru_next = &m->lru;
-	m->lru.lru_prev->lru_next = r;
-	m->lru.lru_prev = r;
+	r->lru_prev = m->lru_tail;
+	r->lru_next = NULL;
+	if (m->lru_tail)
+		m->lru_tail->lru_next = r;
+	else
+		m->lru_head = r;
+	m->lru_tail = r;
 }
 
 static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
 {
 	r->used_ns = now;
-	lru_unlink(r);
+	lru_unlink(m, r);
 	lru_push(m, r);
 }
 
 /* Frees an uncommitted record's shares, or drops a committed leaf. */
+static void disk_unlink(struct record *r);
+
 static void record_free(struct pool_manager *m, struct record *r)
 {
-	for (uint32_t i = 0; i < r->world_size; i++)
+	if (r->on_disk)
+		disk_unlink(r);
+	for (uint32_t i = 0; i < r->world_size && !r->on_disk; i++)
 		if (r->shares[i].bytes)
 			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
 	if (r->committed) {
@@ -258,7 +278,7 @@ static void record_free(struct pool_manager *m, struct record *r)
 		while (*p != r)
 			p = &(*p)->hash_next;
 		*p = r->hash_next;
-		lru_unlink(r);
+		lru_unlink(m, r);
 		if (r->parent)
 			r->parent->children--;
 		r->scope->records--;
@@ -267,11 +287,191 @@ static void record_free(struct pool_manager *m, struct record *r)
 	free(r);
 }
 
-/* Evicts the least recently used unpinned leaf; false when none is. */
+/* ---- The disk tier: a share is its record file, as it is ---- */
+
+static void share_name(char *out, size_t size, uint32_t rank, const struct rec_key *key,
+		       bool tmp)
+{
+	char name[REC_FILE_NAME_BYTES];
+
+	rec_file_name(name, key);
+	snprintf(out, size, "%" PRIu32 "/%s%s", rank, name, tmp ? REC_TMP_SUFFIX : "");
+}
+
+static void disk_unlink(struct record *r)
+{
+	char path[96];
+
+	for (uint32_t i = 0; i < r->world_size; i++) {
+		share_name(path, sizeof(path), i, &r->key, false);
+		unlinkat(r->scope->dir_fd, path, 0);
+	}
+}
+
+static int write_all_at(int fd, const uint8_t *p, uint64_t n)
+{
+	uint64_t done = 0;
+
+	while (done < n) {
+		ssize_t k = pwrite(fd, p + done, n - done > (1u << 30) ? 1u << 30 : n - done,
+				   (off_t)done);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		done += (uint64_t)k;
+	}
+	return 0;
+}
+
+/* Writes every share of r from the arena to its file (R-WRITE-1 .. -4's shape). */
+static int disk_write(struct pool_manager *m, struct record *r)
+{
+	char tmp[96], name[96];
+	int ret = 0;
+
+	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
+		int fd;
+
+		share_name(tmp, sizeof(tmp), i, &r->key, true);
+		share_name(name, sizeof(name), i, &r->key, false);
+		fd = openat(r->scope->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			ret = -errno;
+			break;
+		}
+		ret = write_all_at(fd, m->arena + r->shares[i].offset, r->shares[i].bytes);
+		close(fd);
+		if (!ret && renameat(r->scope->dir_fd, tmp, r->scope->dir_fd, name))
+			ret = -errno;
+		if (ret)
+			unlinkat(r->scope->dir_fd, tmp, 0);
+	}
+	if (ret)
+		disk_unlink(r);
+	return ret;
+}
+
+/*
+ * Verifies one share image: header (key, parent, pages, rank), length,
+ * every page and the row (R-READ-1 .. R-READ-3).
+ */
+static int image_verify(const struct record *r, uint32_t rank, const uint8_t *image,
+			uint64_t length, char *why, size_t why_size)
+{
+	struct rec_header h;
+	uint64_t seed;
+	bool row;
+	int ret = rec_header_decode(image, &h, why, why_size);
+
+	if (!ret)
+		ret = rec_header_check_length(&h, length, &row, why, why_size);
+	if (ret)
+		return ret;
+	if (!key_equal(&h.key, &r->key) || h.first_rank != rank || h.rank_count != 1 ||
+	    h.first_page_index != r->first_page_index ||
+	    h.tail_page_count != r->tail_page_count || row != r->row)
+		return sel_fail(SEL_EMISMATCH, why, why_size, "a share file of another record");
+	seed = rec_checksum_seed(&h.key);
+	for (uint32_t j = 0; j < h.tail_page_count; j++)
+		if (rec_page_checksum(image + h.page_offset + (uint64_t)j * h.page_stride,
+				      h.page_stride, seed, h.first_page_index + j) !=
+		    sel_get_le64(image + h.checksum_offset + 8ull * j))
+			return sel_fail(SEL_ECHECKSUM, why, why_size, "page %" PRIu32 " fails its "
+					"checksum", j);
+	if (row && rec_row_checksum(image + h.row_offset, h.row_length, seed) != h.row_checksum)
+		return sel_fail(SEL_ECHECKSUM, why, why_size, "the row fails its checksum");
+	return 0;
+}
+
+static bool evict_one(struct pool_manager *m);
+
+/* Reads r's files back into the arena, verified; r must be pinned. */
+static int disk_load(struct pool_manager *m, struct record *r)
+{
+	char name[96], why[256];
+	uint32_t placed = 0;
+	int ret = 0;
+
+	SEL_ASSERT(r->on_disk && r->pins);
+	for (; placed < r->world_size; placed++) {
+		uint64_t at;
+
+		while (arena_alloc(m, r->shares[placed].bytes, &at))
+			if (!evict_one(m)) {
+				ret = -ENOSPC;
+				goto err_free;
+			}
+		r->shares[placed].offset = at;
+	}
+	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
+		uint8_t *dst = m->arena + r->shares[i].offset;
+		uint64_t done = 0;
+		int fd;
+
+		share_name(name, sizeof(name), i, &r->key, false);
+		fd = openat(r->scope->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			ret = -errno;
+			break;
+		}
+		while (done < r->shares[i].bytes) {
+			ssize_t k = pread(fd, dst + done, r->shares[i].bytes - done, (off_t)done);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				ret = k < 0 ? -errno : -EIO;
+				break;
+			}
+			done += (uint64_t)k;
+		}
+		close(fd);
+		if (!ret)
+			ret = image_verify(r, i, dst, r->shares[i].bytes, why, sizeof(why));
+		if (ret)
+			sel_warn("pool: share %" PRIu32 " of record %" PRIu64 " on disk: %s", i,
+				 r->key.consumed, ret == -ENOENT ? "missing" : why);
+	}
+	if (ret)
+		goto err_free;
+	disk_unlink(r);
+	r->on_disk = false;
+	m->stats.loaded++;
+	return 0;
+err_free:
+	for (uint32_t i = 0; i < placed; i++)
+		arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+	return ret;
+}
+
+/*
+ * Makes room in the arena: with a disk tier, moves the least recently used
+ * unpinned record there; without one (or when its write fails), drops the
+ * least recently used unpinned leaf. False when nothing can go.
+ */
 static bool evict_one(struct pool_manager *m)
 {
-	for (struct record *r = m->lru.lru_next; r != &m->lru; r = r->lru_next) {
-		if (r->children || r->pins)
+	for (struct record *r = m->lru_head; m->dir_fd >= 0 && r; r = r->lru_next) {
+		int ret;
+
+		if (r->pins || r->on_disk || r->scope->dir_fd < 0)
+			continue;
+		ret = disk_write(m, r);
+		if (ret) {
+			sel_warn("pool: spilling record %" PRIu64 " to disk: %s", r->key.consumed,
+				 strerror(-ret));
+			break;
+		}
+		for (uint32_t i = 0; i < r->world_size; i++)
+			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+		r->on_disk = true;
+		m->stats.spilled++;
+		return true;
+	}
+	for (struct record *r = m->lru_head; r; r = r->lru_next) {
+		if (r->children || r->pins || r->on_disk)
 			continue;
 		record_free(m, r);
 		m->stats.evicted++;
@@ -356,7 +556,18 @@ static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, cons
 	vsnprintf(r.text, sizeof(r.text), fmt, ap);
 	va_end(ap);
 	cluster_text_make_printable(r.text);
-	sel_warn("pool: refusing a connection (%s): %s", pool_refuse_reason_name(reason), r.text);
+	{
+		/* a storm of strangers costs a few lines a second (the counters keep all) */
+		uint64_t second = sel_monotonic_ns() / 1000000000ull;
+
+		if (second != m->log_second) {
+			m->log_second = second;
+			m->log_count = 0;
+		}
+		if (m->log_count++ < CLUSTER_JOIN_LOG_PER_SECOND)
+			sel_warn("pool: refusing a connection (%s): %s",
+				 pool_refuse_reason_name(reason), r.text);
+	}
 	n = pool_refuse_encode(&r, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
 	send_frame(c, POOL_MSG_REFUSE, buf, (uint32_t)n, NULL, 0);
@@ -398,14 +609,19 @@ static void put_fail(struct pool_manager *m, struct put *p, int result, const ch
 	for (uint32_t r = 0; r < p->rec->world_size; r++) {
 		struct conn *c = in->ranks[r];
 
-		if (c && c->rx_put == p)
-			c->rx_put = NULL; /* the rest of its window is dropped */
+		if (c && c->rx_put == p) {
+			/* the rest of its window is dropped, not written to freed bytes */
+			c->rx_put = NULL;
+			c->rx.data = NULL;
+		}
 		if (c && r != 0 && p->rx[r].received && !p->rx[r].verified)
 			send_put_end(c, p->id, result, false);
 	}
 	if (in->ranks[0])
 		send_put_end(in->ranks[0], p->id, result, false);
 	put_unlink(m, p);
+	if (p->rec->parent)
+		p->rec->parent->pins--; /* pinned at PUT_BEGIN */
 	record_free(m, p->rec);
 	free(p->rx);
 	free(p);
@@ -716,6 +932,29 @@ static void on_put_end(struct pool_manager *m, struct conn *c, const uint8_t *bo
 
 /* ---- Lookups and claims ---- */
 
+/* Drops r and every record that extends it, where none is pinned. */
+static void drop_tree(struct pool_manager *m, struct record *r)
+{
+	struct scope *s = r->scope;
+	bool progress = true;
+
+	/* one child at a time: dropping it may free others in the same bucket */
+	while (r->children && progress) {
+		struct record *child = NULL;
+		uint32_t before = r->children;
+
+		for (uint32_t b = 0; b < SCOPE_BUCKETS && !child; b++)
+			for (struct record *q = s->buckets[b]; q && !child; q = q->hash_next)
+				if (q->parent == r && !q->pins)
+					child = q;
+		if (child)
+			drop_tree(m, child);
+		progress = child && r->children < before;
+	}
+	if (!r->children && !r->pins)
+		record_free(m, r);
+}
+
 /* The chain ending at r, root first, into out; its length. */
 static uint32_t chain_of(struct record *r, struct record **out)
 {
@@ -846,6 +1085,29 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 			for (uint32_t k = 0; k < chain_buf[i]->world_size; k++)
 				bytes += chain_buf[i]->shares[k].bytes;
 		}
+		/* a chain partly on disk comes back into the arena, verified */
+		for (uint32_t i = 0; i < n && !a.result; i++)
+			if (chain_buf[i]->on_disk)
+				a.result = disk_load(m, chain_buf[i]);
+		if (a.result) {
+			struct record *bad = NULL;
+
+			for (uint32_t i = 0; i < n; i++) {
+				chain_buf[i]->pins--;
+				if (!bad && chain_buf[i]->on_disk)
+					bad = chain_buf[i];
+			}
+			if (a.result != -ENOSPC && bad) {
+				m->stats.disk_failures++;
+				drop_tree(m, bad);
+			}
+			a.result = a.result == -ENOSPC ? -ENOSPC : -ENOENT;
+			free(cl->chain);
+			free(cl);
+			m->stats.claims_refused++;
+			n = 0;
+			goto answer;
+		}
 		a.deadline_ms = m->config.claim_setup_ms +
 				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
 		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
@@ -854,6 +1116,7 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		c->inst->claims++;
 		m->stats.claims_granted++;
 	}
+answer:
 	chain_entries(chain_buf, n, entry_buf);
 	len = pool_claimed_encode(&a, entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
@@ -1080,8 +1343,47 @@ static int send_welcome(struct pool_manager *m, struct conn *c)
 	return 0;
 }
 
+/*
+ * The disk tier's directory of a scope: <dir>/<scope hex>/ with one
+ * directory per rank and the file "scope" holding the ATTACH body that
+ * defines it (rank 0), so a restart can recompute and check the scope.
+ */
+static int scope_dir_open(struct pool_manager *m, struct scope *s, const uint8_t *body,
+			  uint32_t length)
+{
+	char hex[2 * POOL_SCOPE_BYTES + 1], name[16];
+	int fd, ret = 0;
+
+	sel_hex_encode(hex, s->id, POOL_SCOPE_BYTES);
+	if (mkdirat(m->dir_fd, hex, 0700) && errno != EEXIST)
+		return -errno;
+	fd = openat(m->dir_fd, hex, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (uint32_t i = 0; i < s->parts.world_size && !ret; i++) {
+		snprintf(name, sizeof(name), "%" PRIu32, i);
+		if (mkdirat(fd, name, 0700) && errno != EEXIST)
+			ret = -errno;
+	}
+	if (!ret && body) {
+		int f = openat(fd, "scope.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		ret = f < 0 ? -errno : write_all_at(f, body, length);
+		if (f >= 0)
+			close(f);
+		if (!ret && renameat(fd, "scope.tmp", fd, "scope"))
+			ret = -errno;
+	}
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	s->dir_fd = fd;
+	return 0;
+}
+
 static struct scope *scope_get(struct pool_manager *m, const uint8_t id[POOL_SCOPE_BYTES],
-			       const struct pool_attach *a)
+			       const struct pool_attach *a, const uint8_t *body, uint32_t length)
 {
 	struct scope *s;
 
@@ -1093,6 +1395,14 @@ static struct scope *scope_get(struct pool_manager *m, const uint8_t id[POOL_SCO
 		return NULL;
 	memcpy(s->id, id, POOL_SCOPE_BYTES);
 	s->parts = *a;
+	s->dir_fd = -1;
+	if (m->dir_fd >= 0) {
+		int ret = scope_dir_open(m, s, body, length);
+
+		if (ret)
+			sel_warn("pool: the disk tier of a scope: %s; its records stay in memory",
+				 strerror(-ret));
+	}
 	s->next = m->scopes;
 	m->scopes = s;
 	return s;
@@ -1140,7 +1450,7 @@ static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		return;
 	}
 	if (!in) {
-		s = scope_get(m, reply.scope, &a);
+		s = scope_get(m, reply.scope, &a, body, length);
 		in = calloc(1, sizeof(*in));
 		if (!s || !in || !(in->ranks = calloc(a.world_size, sizeof(in->ranks[0])))) {
 			free(in);
@@ -1231,7 +1541,21 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 		c = calloc(1, sizeof(*c));
 		if (c)
 			c->body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
-		if (!c || !c->body || m->conn_count == POOL_CONNECTIONS_MAX || m->draining) {
+		if (m->conn_count == m->config.connections_max) {
+			/* full: the oldest connection still in its handshake makes room */
+			uint32_t oldest = UINT32_MAX;
+
+			for (uint32_t i = 0; i < m->conn_count; i++)
+				if (m->conns[i]->state != C_SERVING &&
+				    (oldest == UINT32_MAX ||
+				     m->conns[i]->deadline_ns < m->conns[oldest]->deadline_ns))
+					oldest = i;
+			if (oldest != UINT32_MAX) {
+				m->stats.refused++;
+				conn_free(m, oldest);
+			}
+		}
+		if (!c || !c->body || m->conn_count == m->config.connections_max || m->draining) {
 			if (c)
 				free(c->body);
 			free(c);
@@ -1381,7 +1705,7 @@ static void conn_read(struct pool_manager *m, struct conn *c, uint64_t now)
 }
 
 /* Writes what is queued; 0, or -1 when the connection is to go. */
-static int conn_write(struct conn *c)
+static int conn_write(struct conn *c, uint64_t now)
 {
 	while (c->out_sent < c->out_used) {
 		ssize_t n = send(c->fd, c->out + c->out_sent, c->out_used - c->out_sent,
@@ -1394,6 +1718,9 @@ static int conn_write(struct conn *c)
 		if (n <= 0)
 			return -1;
 		c->out_sent += (size_t)n;
+		/* R-POOL-35: any byte the rank takes is progress of its streams */
+		for (uint32_t k = 0; k < c->stream_count; k++)
+			c->streams[k].progress_ns = now;
 	}
 	c->out_sent = c->out_used = 0;
 	return 0;
@@ -1434,7 +1761,7 @@ static void timers(struct pool_manager *m, uint64_t now)
 
 		while (again) {
 			again = false;
-			for (struct record *r = m->lru.lru_next; r != &m->lru; r = r->lru_next)
+			for (struct record *r = m->lru_head; r; r = r->lru_next)
 				if (!r->children && !r->pins && now - r->created_ns > age_ns) {
 					record_free(m, r);
 					m->stats.expired++;
@@ -1443,6 +1770,173 @@ static void timers(struct pool_manager *m, uint64_t now)
 				}
 		}
 	}
+}
+
+/* ---- The disk tier at start ---- */
+
+static int cmp_consumed(const void *a, const void *b)
+{
+	const struct record *x = *(struct record *const *)a, *y = *(struct record *const *)b;
+
+	return x->key.consumed < y->key.consumed ? -1 : x->key.consumed > y->key.consumed;
+}
+
+/* Reads the header of rank 0's file of key into r (parent, pages, row). */
+static int disk_record_read(struct scope *s, struct record *r, struct rec_key *parent)
+{
+	static uint8_t block[REC_HEADER_BYTES];
+	char name[96], why[256];
+	struct rec_header h;
+	bool row = false;
+
+	for (uint32_t i = 0; i < r->world_size; i++) {
+		struct stat st;
+
+		share_name(name, sizeof(name), i, &r->key, false);
+		if (fstatat(s->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+			return -ENOENT;
+		r->shares[i].bytes = (uint64_t)st.st_size;
+		if (i == 0) {
+			int fd = openat(s->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			ssize_t n = fd < 0 ? -1 : pread(fd, block, sizeof(block), 0);
+
+			if (fd >= 0)
+				close(fd);
+			if (n != (ssize_t)sizeof(block) || rec_header_decode(block, &h, why, sizeof(why)) ||
+			    rec_header_check_length(&h, (uint64_t)st.st_size, &row, why, sizeof(why)) ||
+			    h.world_size != r->world_size)
+				return SEL_EBADHEADER;
+			*parent = h.parent;
+			r->first_page_index = h.first_page_index;
+			r->tail_page_count = h.tail_page_count;
+			r->row = row;
+			r->created_ns = h.created_ns;
+		}
+	}
+	return 0;
+}
+
+/* Indexes one scope directory's records; bad or orphaned ones are deleted. */
+static void disk_scan_scope(struct pool_manager *m, struct scope *s)
+{
+	struct record **found = NULL;
+	size_t count = 0, cap = 0;
+	uint64_t now = sel_monotonic_ns();
+	DIR *d;
+	int fd = openat(s->dir_fd, "0", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		struct rec_key key, parent;
+		struct record *r;
+		bool tmp;
+
+		if (!rec_file_name_parse(e->d_name, &key, &tmp))
+			continue;
+		if (tmp) {
+			unlinkat(fd, e->d_name, 0);
+			continue;
+		}
+		r = calloc(1, sizeof(*r) + s->parts.world_size * sizeof(r->shares[0]));
+		if (!r || (count == cap && !(found = realloc(found, (cap = cap ? 2 * cap : 64) *
+								    sizeof(*found))))) {
+			free(r);
+			break;
+		}
+		r->scope = s;
+		r->key = key;
+		r->world_size = s->parts.world_size;
+		r->on_disk = true;
+		if (disk_record_read(s, r, &parent)) {
+			disk_unlink(r); /* a share missing or unreadable: the record goes */
+			free(r);
+			continue;
+		}
+		r->parent_key = parent;
+		found[count++] = r;
+	}
+	closedir(d);
+	/* parents first, then each record links to its parent or goes */
+	qsort(found, count, sizeof(*found), cmp_consumed);
+	for (size_t i = 0; i < count; i++) {
+		struct record *r = found[i];
+
+		if (r->parent_key.consumed) {
+			r->parent = record_find(s, &r->parent_key);
+			if (!r->parent) {
+				disk_unlink(r);
+				free(r);
+				continue;
+			}
+		}
+		r->committed = true;
+		r->created_ns = now; /* ages count from this start */
+		r->used_ns = now;
+		r->hash_next = s->buckets[key_bucket(&r->key)];
+		s->buckets[key_bucket(&r->key)] = r;
+		if (r->parent)
+			r->parent->children++;
+		lru_push(m, r);
+		s->records++;
+		m->stats.records++;
+	}
+	free(found);
+}
+
+/*
+ * Finds the scopes of a previous start on the disk tier: each directory
+ * whose "scope" file, under this manager's name, hashes to the
+ * directory's name (R-POOL-16). Another name's scopes are left alone.
+ */
+static void disk_scan(struct pool_manager *m)
+{
+	static struct pool_attach a;
+	static uint8_t body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
+	int fd = dup(m->dir_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		char why[256];
+		uint8_t id[POOL_SCOPE_BYTES];
+		struct scope *s;
+		ssize_t n;
+		int f, sd;
+
+		if (strlen(e->d_name) != 2 * POOL_SCOPE_BYTES ||
+		    !sel_hex_decode(id, e->d_name, POOL_SCOPE_BYTES))
+			continue;
+		sd = openat(m->dir_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		f = sd < 0 ? -1 : openat(sd, "scope", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		n = f < 0 ? -1 : pread(f, body, sizeof(body), 0);
+		if (f >= 0)
+			close(f);
+		if (sd >= 0)
+			close(sd);
+		if (n < 0 || pool_attach_decode(body, (uint32_t)n, &a, why, sizeof(why)))
+			continue;
+		{
+			uint8_t computed[POOL_SCOPE_BYTES];
+
+			pool_scope_of_attach(m->name, body, (uint32_t)n, computed);
+			if (memcmp(computed, id, POOL_SCOPE_BYTES))
+				continue; /* another pool name's, or not a scope */
+		}
+		s = scope_get(m, id, &a, NULL, 0);
+		if (s && s->dir_fd >= 0)
+			disk_scan_scope(m, s);
+	}
+	closedir(d);
+	if (m->stats.records)
+		sel_info("pool: the disk tier holds %" PRIu64 " records", m->stats.records);
 }
 
 /* ---- The loop ---- */
@@ -1467,7 +1961,7 @@ int pool_manager_run(struct pool_manager *m)
 			for (uint32_t i = 0; i < m->conn_count; i++)
 				if (m->conns[i]->keyed) {
 					send_frame(m->conns[i], POOL_MSG_BYE, NULL, 0, NULL, 0);
-					conn_write(m->conns[i]);
+					conn_write(m->conns[i], now);
 				}
 			return 0;
 		}
@@ -1513,7 +2007,7 @@ int pool_manager_run(struct pool_manager *m)
 				conn_read(m, c, now);
 			if (c->state == C_SERVING)
 				streams_fill(m, c, now);
-			if (conn_write(c) < 0) {
+			if (conn_write(c, now) < 0) {
 				c->closing = true;
 				c->out_used = c->out_sent = 0;
 			}
@@ -1700,6 +2194,8 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->config = *config;
 	if (!m->config.window_bytes)
 		m->config.window_bytes = POOL_WINDOW_BYTES_DEFAULT;
+	if (!m->config.connections_max || m->config.connections_max > POOL_CONNECTIONS_MAX)
+		m->config.connections_max = POOL_CONNECTIONS_MAX;
 	if (!m->config.claim_setup_ms)
 		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS;
 	if (m->config.claim_setup_ms > POOL_CLAIM_SETUP_MS_MAX)
@@ -1708,8 +2204,8 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->config.name = NULL;
 	memcpy(m->name, config->name, name_len + 1);
 	m->listen_fd = -1;
+	m->dir_fd = -1;
 	m->next_put_id = 1;
-	m->lru.lru_next = m->lru.lru_prev = &m->lru;
 	pthread_mutex_init(&m->stats_lock, NULL);
 	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (m->stop_fd < 0) {
@@ -1722,8 +2218,25 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	ret = arena_create(m, why, why_size);
 	if (ret)
 		goto err_close_listen;
+	if (config->dir) {
+		if (mkdir(config->dir, 0700) && errno != EEXIST) {
+			ret = sel_fail(-errno, why, why_size, "--dir %s: %s", config->dir,
+				       strerror(errno));
+			goto err_close_arena;
+		}
+		m->dir_fd = open(config->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (m->dir_fd < 0) {
+			ret = sel_fail(-errno, why, why_size, "--dir %s: %s", config->dir,
+				       strerror(errno));
+			goto err_close_arena;
+		}
+		disk_scan(m);
+	}
 	*out = m;
 	return 0;
+err_close_arena:
+	munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
+	unlink(m->arena_path);
 err_close_listen:
 	close(m->listen_fd);
 err_close_stop:
@@ -1744,13 +2257,29 @@ void pool_manager_close(struct pool_manager *m)
 		put_fail(m, m->puts, -ESHUTDOWN, "the manager closed");
 	while (m->claims)
 		claim_end(m, m->claims);
-	while (m->lru.lru_next != &m->lru)
+	while (m->lru_head)
 		if (!evict_one(m))
 			break;
+	/* records on disk stay there for the next start: drop only the index */
+	while (m->lru_head) {
+		struct record *r = m->lru_head;
+
+		if (!r->on_disk)
+			break; /* arena records were evicted above where they could be */
+		r->on_disk = false; /* forget, do not unlink */
+		for (uint32_t i = 0; i < r->world_size; i++)
+			r->shares[i].bytes = 0;
+		lru_unlink(m, r);
+		free(r);
+	}
 	for (struct scope *s = m->scopes, *next; s; s = next) {
 		next = s->next;
+		if (s->dir_fd >= 0)
+			close(s->dir_fd);
 		free(s);
 	}
+	if (m->dir_fd >= 0)
+		close(m->dir_fd);
 	if (m->arena) {
 		munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 		unlink(m->arena_path);

@@ -8,8 +8,9 @@
  * commit only when every share verified, and claims that pin chains until
  * they end or their deadline passes.
  *
- * Not here: the disk tier (--dir) and the metrics endpoint; the manager
- * accepts neither yet (pool_manager_open refuses a directory).
+ * The disk tier (config.dir) is read and written on the loop's thread:
+ * a spill or a claim of a record on disk stalls the other connections for
+ * that file I/O. The metrics endpoint is the program's (launch/cmd_pool.c).
  */
 #ifndef SELENE_POOL_MANAGER_H
 #define SELENE_POOL_MANAGER_H
@@ -29,6 +30,14 @@ struct pool_manager_config {
 	uint64_t max_age_ms;    /* 0: records never expire */
 	uint32_t window_bytes;  /* 0: POOL_WINDOW_BYTES_DEFAULT */
 	uint32_t claim_setup_ms; /* 0: POOL_CLAIM_SETUP_MS */
+	/*
+	 * The disk tier, or NULL: records the arena evicts move here as record
+	 * files (one directory per scope, one per rank), come back for a claim,
+	 * and are found again when a manager of the same name starts on it.
+	 */
+	const char *dir;
+	/* Connections served at once, 0: POOL_CONNECTIONS_MAX (at most that). */
+	uint32_t connections_max;
 };
 
 /* Counters, for logs, tests and metrics. */
@@ -44,8 +53,11 @@ struct pool_manager_stats {
 	uint64_t claims_refused;
 	uint64_t lookups;
 	uint64_t lookup_hits;
-	uint64_t evicted;
+	uint64_t evicted;          /* dropped for room */
 	uint64_t expired;
+	uint64_t spilled;          /* moved from the arena to the disk tier */
+	uint64_t loaded;           /* moved back from the disk tier for a claim */
+	uint64_t disk_failures;    /* a share file unreadable or failing its checks */
 };
 
 /*

@@ -47,16 +47,22 @@ static void *run_thread(void *arg)
 
 static const uint8_t secret[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 
-static void manager_start(struct running *r, uint64_t memory, uint64_t max_age_ms)
+static void manager_start_in(struct running *r, uint64_t memory, uint64_t max_age_ms,
+			     const char *dir, const char *name)
 {
-	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = name,
 					 .memory_bytes = memory, .max_age_ms = max_age_ms,
-					 .window_bytes = 64 << 10 };
+					 .window_bytes = 64 << 10, .dir = dir };
 	char why[WHY_BYTES];
 
 	memcpy(c.secret, secret, 32);
 	assert_int_equal(pool_manager_open(&c, &r->m, why, sizeof(why)), 0);
 	assert_int_equal(pthread_create(&r->thread, NULL, run_thread, r->m), 0);
+}
+
+static void manager_start(struct running *r, uint64_t memory, uint64_t max_age_ms)
+{
+	manager_start_in(r, memory, max_age_ms, NULL, "test-pool");
 }
 
 static void manager_stop(struct running *r)
@@ -543,6 +549,33 @@ static void test_pool_put_then_claim_byte_exact(void **state)
 	case_free(&child);
 }
 
+/* With every connection taken by strangers mid-handshake, a real rank still gets in: the oldest stranger makes room. */
+static void test_pool_strangers_make_room(void **state)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 1 << 20, .connections_max = 4 };
+	struct running r;
+	struct trank t;
+	struct pool_manager_stats st;
+	char why[WHY_BYTES];
+	int idle[4];
+
+	(void)state;
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
+	for (int i = 0; i < 4; i++)
+		idle[i] = tconnect(pool_manager_port(r.m)); /* connect, say nothing */
+	usleep(200 * 1000);
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xa, 0), 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.refused >= 1);
+	trank_close(&t);
+	for (int i = 0; i < 4; i++)
+		close(idle[i]);
+	manager_stop(&r);
+}
+
 /* Another layout's scope never matches, even with the same keys (R-POOL-16). */
 static void test_pool_other_scope_never_matches(void **state)
 {
@@ -667,15 +700,28 @@ static void test_pool_expiry_and_lru(void **state)
 	manager_start(&r, 1 << 20, 300);
 	open_instance(a, &r, 0xa, 0);
 	case_make(&cases[0], 100, 64, NULL, 1);
+	case_make(&cases[1], 100, 128, &cases[0], 2);
 	assert_int_equal(put_whole(a, &cases[0]), 0);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 1);
+	/* an abandoned put of a child leaves its parent unpinned */
+	{
+		struct pool_put_end e = { .commit = false };
+		uint8_t buf[POOL_PUT_END_BYTES];
+
+		assert_int_equal(put_begin(&a[0], &cases[1], &e.put_id), 0);
+		tsend(&a[0], POOL_MSG_PUT_END, buf, pool_put_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(put_end_read(&a[0], e.put_id, NULL), -ECANCELED);
+	}
 	usleep(600 * 1000);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.expired, 1);
+	assert_int_equal(st.arena_used_bytes, 0);
 	close_instance(a);
 	manager_stop(&r);
 	case_free(&cases[0]);
+	case_free(&cases[1]);
 
 	manager_start(&r, 1 << 20, 0); /* about 6 of these 160 KiB records */
 	open_instance(a, &r, 0xa, 0);
@@ -713,6 +759,156 @@ static void test_pool_stop_says_bye(void **state)
 	assert_int_equal(a[0].rx.header.type, POOL_MSG_BYE);
 	pool_manager_close(r.m);
 	close_instance(a);
+}
+
+/* Claims key's chain on the session; CLAIMED's result. */
+static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
+{
+	struct pool_claim q = { .claim_id = id, .key = *key };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	uint8_t buf[64];
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	return cd.result;
+}
+
+/* A window half read when its put fails never lands in arena bytes given to another put (R-POOL-43). */
+static void test_pool_failed_put_window_goes_nowhere(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct put_case p, q, *one[1] = { &q };
+	uint8_t header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+	uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
+	struct pool_put_window w;
+	uint64_t p_id, q_id = 0;
+	const uint32_t data_len = 8192;
+
+	(void)state;
+	manager_start(&r, 1 << 20, 0);
+	case_make(&p, 20, 64, NULL, 5);
+	case_make(&q, 21, 64, NULL, 6);
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	assert_int_equal(put_begin(&a[0], &p, &p_id), 0);
+	/* rank 1 of A: its first window's header, head and half its data */
+	w = (struct pool_put_window){ p_id, 0 };
+	pool_put_window_encode(&w, head, sizeof(head));
+	pool_frame_build(a[1].kc, POOL_TO_MANAGER, a[1].seq, POOL_MSG_PUT_WINDOW, head,
+			 sizeof(head), p.img[1].bytes, data_len, header, tag);
+	assert_int_equal(write(a[1].fd, header, sizeof(header)), (ssize_t)sizeof(header));
+	assert_int_equal(write(a[1].fd, head, sizeof(head)), (ssize_t)sizeof(head));
+	assert_int_equal(write(a[1].fd, p.img[1].bytes, data_len / 2), (ssize_t)data_len / 2);
+	usleep(100 * 1000);
+	/* rank 0 of A sends a share that fails: the put ends, its arena bytes are free */
+	p.img[0].bytes[8192 + 5] ^= 1;
+	put_share(&a[0], p_id, &p.img[0], p.img[0].length);
+	assert_int_equal(put_end_read(&a[0], p_id, NULL), SEL_ECHECKSUM);
+	/* B puts a record of the same size: first fit gives it the same bytes */
+	assert_int_equal(put_whole(b, &q), 0);
+	(void)q_id;
+	/* A's rank 1 finishes its window: it must go nowhere */
+	assert_int_equal(write(a[1].fd, p.img[1].bytes + data_len / 2, data_len / 2),
+			 (ssize_t)data_len / 2);
+	assert_int_equal(write(a[1].fd, tag, sizeof(tag)), (ssize_t)sizeof(tag));
+	a[1].seq++;
+	usleep(100 * 1000);
+	/* B's record is intact in the arena (places) and by stream */
+	{
+		struct pool_claim_pull pull = { .claim_id = 7, .mode = 1 };
+		struct pool_places_view pv;
+		struct pool_place pl;
+		uint8_t buf[64];
+		char why[WHY_BYTES];
+		int fd = open(b[1].welcome.arena_path, O_RDONLY | O_CLOEXEC);
+		const uint8_t *arena = mmap(NULL, b[1].welcome.arena_bytes, PROT_READ, MAP_SHARED,
+					    fd, 0);
+
+		assert_true(arena != MAP_FAILED);
+		assert_int_equal(claim(&b[0], 7, &q.rec.key), 0);
+		tsend(&b[1], POOL_MSG_CLAIM_PULL, buf,
+		      pool_claim_pull_encode(&pull, buf, sizeof(buf)), NULL, 0);
+		assert_int_equal(trecv(&b[1]), 1);
+		assert_int_equal(pool_claim_places_decode(b[1].body, b[1].rx.body_length, &pv, why,
+							  sizeof(why)), 0);
+		pool_places_view_place(&pv, 0, &pl);
+		assert_memory_equal(arena + pl.offset, q.img[1].bytes, q.img[1].length);
+		munmap((void *)arena, b[1].welcome.arena_bytes);
+		close(fd);
+	}
+	claim_stream_check(&b[1], 7, one, 1, 0);
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	case_free(&p);
+	case_free(&q);
+}
+
+/* The arena spills to the disk tier and claims bring records back; a restart finds them, a renamed pool does not, a corrupt file is dropped. */
+static void test_pool_disk_tier_and_restart(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[12];
+	struct put_case *one[1];
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk"), path[512], hex[65], name[REC_FILE_NAME_BYTES];
+
+	(void)state;
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool"); /* about 6 of these records */
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 12; i++) {
+		case_make(&cases[i], 300 + i, 128, NULL, 40 + i);
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	}
+	pool_manager_stats(r.m, &st);
+	assert_true(st.spilled >= 6);
+	assert_int_equal(st.evicted, 0);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_int_equal(lookup(&a[0], &cases[i].rec.key, 1, NULL), 1);
+	/* the oldest lies on disk: a claim brings it back, byte-exact */
+	one[0] = &cases[0];
+	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), 0);
+	claim_stream_check(&a[1], 1, one, 1, 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.loaded >= 1);
+	sel_hex_encode(hex, a[0].attached.scope, 32);
+	close_instance(a);
+	manager_stop(&r); /* what the arena held moves to disk */
+
+	/* a restart on the same directory finds every record */
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 12);
+	one[0] = &cases[11];
+	assert_int_equal(claim(&a[0], 2, &cases[11].rec.key), 0);
+	claim_stream_check(&a[1], 2, one, 1, 0);
+	/* a share file with a flipped byte: the claim fails, the record goes */
+	rec_file_name(name, &cases[5].rec.key);
+	snprintf(path, sizeof(path), "%s/%s/1/%s", dir, hex, name);
+	tu_flip_bit(path, 4096 * 3 + 100);
+	assert_int_equal(claim(&a[0], 3, &cases[5].rec.key), -ENOENT);
+	assert_int_equal(lookup(&a[0], &cases[5].rec.key, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.disk_failures, 1);
+	close_instance(a);
+	manager_stop(&r);
+
+	/* another name on the same directory starts cold (R-POOL-16) */
+	manager_start_in(&r, 1 << 20, 0, dir, "other-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 0);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 12; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
 }
 
 /* ---- Through pool/client.h ---- */
@@ -927,10 +1123,13 @@ int main(void)
 		cmocka_unit_test(test_pool_put_then_claim_byte_exact),
 		cmocka_unit_test(test_pool_other_scope_never_matches),
 		cmocka_unit_test(test_pool_strangers_refused),
+		cmocka_unit_test(test_pool_strangers_make_room),
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
+		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_client_end_to_end),
+		cmocka_unit_test(test_pool_disk_tier_and_restart),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
