@@ -178,9 +178,10 @@ test-gpu:
 
 # libFuzzer targets (clang): the record header decoder, the cluster frame
 # and message decoders, the trace parser, the failpoint configuration
-# parser, the scan cache decoder and the RDMA endpoint decoder. `make fuzz-build` builds them in
-# build-fuzz/; `make fuzz` runs each for FUZZ_SECONDS, starting from its
-# corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
+# parser, the scan cache decoder, the pool wire protocol and the RDMA
+# endpoint decoder. `make fuzz-build` builds them in build-fuzz/; `make
+# fuzz` runs each for FUZZ_SECONDS, starting from its corpus in
+# tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
 # build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := header frame trace config catalog pool rdma

@@ -1340,7 +1340,7 @@ class PoolManager:
     def records(self):
         found = []
         for d, _, names in os.walk(self.disk):
-            found += [os.path.join(d, n) for n in names if n.endswith(".rec")]
+            found += [os.path.join(d, n) for n in names if n.endswith(".ckpt")]
         return sorted(found)
 
 
@@ -1517,7 +1517,9 @@ def pool_faults(program, root, table, rng, quick):
                 f.write(bytes(4096))
         table.add("pool", "corrupt " + how)
         m.start()
-        pool_bench_wait(pool_bench(m, base, 2), "corrupt %s" % how)
+        rc, out = pool_bench_wait(pool_bench(m, base, 2), "corrupt %s" % how)
+        table.add("pool", "corrupt: the next claims %s" % ("passed" if rc == 0 else
+                                                           "failed cleanly"))
         rc, out = pool_bench_wait(pool_bench(m, base, 2), "after corrupt %s" % how)
         if rc != 0:
             raise Failure("pool: claims failed after a corrupt record (%s):\n%s" % (how, out[-3000:]))
@@ -1527,7 +1529,7 @@ def pool_faults(program, root, table, rng, quick):
 
 # ---- libFuzzer
 FUZZ_MAX_LEN = {"header": 4096, "frame": 65536, "trace": 8192, "config": 4096,
-               "catalog": 8192, "rdma": 1024}
+               "catalog": 8192, "pool": 65536, "rdma": 1024}
 
 
 def fuzz(repo, table, seconds, seed):
