@@ -1439,7 +1439,8 @@ def pool_faults(program, root, table, rng, quick):
 
     # Hostile connections: honest claims and a wrong secret meanwhile.
     stop, counts, idle = threading.Event(), collections.Counter(), []
-    storm = threading.Thread(target=pool_hostile, args=(m, rng, stop, counts, idle))
+    storm_rng = random.Random(rng.randrange(1 << 31))  # its own: the draws below stay seeded
+    storm = threading.Thread(target=pool_hostile, args=(m, storm_rng, stop, counts, idle))
     storm.start()
     try:
         time.sleep(0.3)
