@@ -36,6 +36,13 @@ CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 SEL_CFLAGS += -DSEL_HAVE_CUDA_H -isystem $(CUDA_HOME)/include
 endif
+# RDMA for pool claims needs libibverbs' infiniband/verbs.h for types only;
+# libibverbs.so.1 is loaded at run time with dlopen (pool/rdma.c), so hosts
+# without it (the GPU host) build, link and run with claims on TCP.
+VERBS_H ?= /usr/include/infiniband/verbs.h
+ifneq ($(wildcard $(VERBS_H)),)
+$(BUILD)/pool/rdma.o $(BUILD)/tests/test_rdma.o: SEL_CFLAGS += -DSEL_HAVE_VERBS_H
+endif
 # The selene program's MPI bootstrap and the worker's step channel, where
 # Open MPI's headers are.
 # Without pkg-config (the GPU host), Open MPI's compiler wrapper says.
@@ -68,17 +75,20 @@ LIB_SRCS := $(sort \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
+	pool/rdma.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c shard/warm.c)
 PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_pool.c \
 	launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
-	launch/bench/bench.c launch/bench/fanout.c launch/bench/floor.c launch/bench/ranks.c \
+	launch/bench/bench.c launch/bench/fanout.c launch/bench/floor.c launch/bench/pool.c launch/bench/ranks.c \
 	launch/bench/restore.c launch/bench/startup.c launch/bench/store.c \
 	launch/bootstrap/env.c launch/bootstrap/mpi.c \
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
 TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_wire protocol resolve store summary metrics_http warm)
+# The pool's edges (RDMA, hostile connections), on a line of their own.
+TEST_NAMES := $(sort $(TEST_NAMES) pool_hostile rdma)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -168,18 +178,20 @@ test-gpu:
 
 # libFuzzer targets (clang): the record header decoder, the cluster frame
 # and message decoders, the trace parser, the failpoint configuration
-# parser and the scan cache decoder. `make fuzz-build` builds them in
-# build-fuzz/; `make fuzz` runs each for FUZZ_SECONDS, starting from its
-# corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
+# parser, the scan cache decoder, the pool wire protocol and the RDMA
+# endpoint decoder. `make fuzz-build` builds them in build-fuzz/; `make
+# fuzz` runs each for FUZZ_SECONDS, starting from its corpus in
+# tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
 # build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := header frame trace config catalog pool
+FUZZ_TARGETS := header frame trace config catalog pool rdma
 FUZZ_MAX_LEN_header := 4096
 FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
 FUZZ_MAX_LEN_catalog := 8192
 FUZZ_MAX_LEN_pool := 65536
+FUZZ_MAX_LEN_rdma := 1024
 FUZZ_OBJS_trace := build-fuzz/launch/worker/trace.o
 fuzz-build:
 	$(Q)scripts/install-deps build fuzz
@@ -207,7 +219,8 @@ fuzz-run-%:
 # on a plain workload and on one that evicts and compacts all the time,
 # every failpoint on rank zero and on a peer (the unlink and truncate ones
 # on each rank of the evicting workload), a read error at startup on each
-# rank, corrupted records, a storm on the join port, and the fuzz targets;
+# rank, corrupted records, a storm on the join port, a pool manager under
+# hostile connections and kills mid-claim, and the fuzz targets;
 # a table of tries and outcomes. About 14 minutes on 2 cores;
 # TORTURE_QUICK=1 for 3-5 minutes. Knobs: TORTURE_SEED, TORTURE_JOBS,
 # TORTURE_FUZZ_SECONDS, TORTURE_SKIP_STORM=1, TORTURE_EVICT_KILLS.

@@ -174,4 +174,30 @@
 #define POOL_IDLE_MS 30000u
 #define POOL_HEARTBEAT_MS 5000u
 
+/* RDMA for pool claims (pool/rdma.h). */
+
+/* A verbs device's name: IBV_SYSFS_NAME_MAX is 64 with its NUL. */
+#define POOL_RDMA_DEVICE_NAME_BYTES 64u
+
+/* One lent slot: a claim window; 1 GiB is far above any window and keeps
+ * a single RDMA WRITE under the 2 GiB message limit of every device. */
+#define POOL_RDMA_SLOT_BYTES_MAX (1ull << 30)
+
+/* Slots one rank lends: bounds the plan's arithmetic and the slot map. */
+#define POOL_RDMA_SLOTS_MAX 4096u
+
+/* Memory regions one lender splits its slots over when a device's largest
+ * region is smaller than the whole (each region is one rkey on the wire). */
+#define POOL_RDMA_REGIONS_MAX 16u
+
+/* An encoded endpoint: 56 fixed bytes and 24 per region (pool/rdma.c). */
+#define POOL_RDMA_ENDPOINT_BYTES_MAX (56u + 24u * POOL_RDMA_REGIONS_MAX)
+
+/* RDMA WRITEs one link has posted and not polled: the send queue's depth. */
+#define POOL_RDMA_WRITES_IN_FLIGHT_MAX 64u
+
+/* Scatter entries of one RDMA WRITE: a source crossing regions of the
+ * writer's memory; every device offers at least 4 a send. */
+#define POOL_RDMA_WRITE_SGES_MAX 4u
+
 #endif

@@ -5,6 +5,7 @@
  * measured in one run so the ratio means something on a shared machine.
  */
 #include "launch/commands.h"
+#include "launch/bench/pool.h"
 #include "launch/bench/ranks.h"
 #include "launch/bench/store.h"
 
@@ -72,6 +73,8 @@ struct bench_args {
 	bool rounds_set;  /* --rounds given (startup's default differs) */
 	bool chain;       /* fetch: a round's records are one chain, one job */
 	uint64_t warm_bytes; /* warm: the engine's warm tier (a round's records) */
+	const char *pool_manager; /* pool: a running manager, or NULL */
+	const char *pool_secret;  /* pool: its secret file */
 };
 
 struct bench {
@@ -1325,7 +1328,9 @@ static void bench_usage(FILE *out)
 		"       selene bench restore [--dir DIR] [--ranks N] [--device KIND] [--records N]\n"
 		"                            [--warmup N]\n"
 		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
-		"                            [--keep] [--cold]\n\n"
+		"                            [--keep] [--cold]\n"
+		"       selene bench pool [--dir DIR] [--pages N] [--rounds N]\n"
+		"                         [--manager HOST:PORT --pool-secret FILE]\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating; where\n"
@@ -1373,7 +1378,14 @@ static void bench_usage(FILE *out)
 		"  fork of the peers to a store ready to serve, split into the scan, the\n"
 		"  join, the summary exchange, the agreement, applying it and the index\n"
 		"  build. --keep leaves the records for the next run of the same shape;\n"
-		"  --cold drops their pages from the page cache before each restart.\n\n"
+		"  --cold drops their pages from the page cache before each restart.\n"
+		"pool: claims over TCP on loopback from a pool manager in this process:\n"
+		"  one record of --pages pages of 4 planes of 64K (default 64: 16 MiB)\n"
+		"  put once, then claimed --rounds times (default 12), each window\n"
+		"  verified and copied out, beside a raw TCP stream of the same bytes in\n"
+		"  the same windows, alternating; prints both and their ratio. With\n"
+		"  --manager, a running manager (selene pool) instead, whose secret file\n"
+		"  --pool-secret names; a record it holds already is claimed as it is.\n\n"
 		"  --dir DIR          base directory (store, copy, warm; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -1490,6 +1502,14 @@ static int bench_in_scratch(const char *scratch, void *arg)
 	if (strcmp(b->what, "fanout") == 0) /* --records: jobs per phase */
 		return bench_fanout(scratch, b->a.records ? b->a.records : 2000) ?
 			       LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	if (strcmp(b->what, "pool") == 0) {
+		struct bench_pool_options o = {
+			.pages = b->a.pages, .rounds = b->a.rounds,
+			.manager = b->a.pool_manager, .secret_file = b->a.pool_secret,
+		};
+
+		return bench_pool(scratch, &o) ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;
+	}
 	if (strcmp(b->what, "restore") == 0) /* --records: restores per phase */
 		return bench_restore(scratch, b->a.device, b->a.ranks ? b->a.ranks : 2,
 				     b->a.records ? b->a.records : 40, b->a.warmup) ?
@@ -1527,6 +1547,8 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "keep", no_argument, NULL, 'K' },
 		{ "cold", no_argument, NULL, 'C' },
 		{ "chain", no_argument, NULL, 'H' },
+		{ "manager", required_argument, NULL, 'M' },
+		{ "pool-secret", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
@@ -1588,6 +1610,8 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'K': b.a.keep = true; break;
 		case 'C': b.a.cold = true; break;
 		case 'H': b.a.chain = true; break;
+		case 'M': b.a.pool_manager = optarg; break;
+		case 'S': b.a.pool_secret = optarg; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
 		}
 		if (!ok)
@@ -1599,8 +1623,14 @@ int launch_cmd_bench(int argc, char **argv)
 	if (optind != argc || (strcmp(what, "store") && strcmp(what, "fetch") &&
 			       strcmp(what, "copy") && strcmp(what, "api") && strcmp(what, "warm") &&
 			       strcmp(what, "fanout") && strcmp(what, "restore") &&
-			       strcmp(what, "startup"))) {
+			       strcmp(what, "startup") && strcmp(what, "pool"))) {
 		bench_usage(stderr);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if ((b.a.pool_manager || b.a.pool_secret) &&
+	    (strcmp(what, "pool") != 0 || !b.a.pool_manager || !b.a.pool_secret)) {
+		fprintf(stderr, "selene %s: --manager and --pool-secret go together, with bench "
+			"pool\n", cmd);
 		return LAUNCH_EXIT_USAGE;
 	}
 	/* one chain is one fetch job: its records and pages within a job's */

@@ -34,6 +34,15 @@ loopback) through faults and checks, after each, what Selene promises:
              `selene verify` refuses each copy.
   storm      cluster formation (selene cluster-demo, 3 ranks) while port
              scans, idle connections, garbage and bad MACs hit the join port.
+  pool       a pool manager (selene pool, with a disk tier) under hostile
+             connections on its port (garbage, truncated and oversized
+             frames, cluster frames, idle and half-handshake connections,
+             a slowloris) while honest claims (selene bench pool --manager)
+             succeed and a wrong secret is refused; killed -9 mid-claim
+             (the claims fail cleanly, never a wrong byte) and restarted,
+             counting the arena files the killed ones left in /dev/shm;
+             with a disk tier (selene pool --dir), its record files
+             corrupted between runs (refused or harmless).
   fuzz       the libFuzzer targets (make fuzz-build) for a fixed time each.
   LOOP+wt, LOOP+wb  kill, kill-evict, failpoint, fp-evict, read-eio and
              corrupt again, fewer times (warm_tasks), with a warm tier on
@@ -49,7 +58,7 @@ Knobs (environment): TORTURE_QUICK=1 (3-5 minutes), TORTURE_SEED,
 TORTURE_JOBS (parallel lanes, default 2), TORTURE_FUZZ_SECONDS,
 TORTURE_SKIP_STORM=1, TORTURE_KEEP=1 (keep the work directory), and for
 narrower runs TORTURE_ONLY=kill,kill-evict,failpoint,fp-evict,read-eio,
-corrupt,header,storm,fuzz, TORTURE_KILLS, TORTURE_EVICT_KILLS,
+corrupt,header,storm,pool,fuzz, TORTURE_KILLS, TORTURE_EVICT_KILLS,
 TORTURE_CORRUPTIONS, TORTURE_FAILPOINT_TRIALS, TORTURE_WARM=0 (no warm
 loops), TORTURE_WARM_KILLS, TORTURE_WARM_EVICT_KILLS (per policy), and
 TORTURE_REPLAY=KIND:...:SEED (one try, as a failure names it).
@@ -1263,9 +1272,265 @@ def join_storm(program, root, table, rng, seconds_max=60):
     table.add("storm", "formed")
 
 
+# ---- The pool: faults of a pool manager (selene pool) and its clients
+POOL_PAGES = 16            # one bench record: 16 pages of 4 planes of 64 KiB, 4 MiB
+POOL_BENCH_S = 120         # a bench run past this is a hang
+POOL_WRONG = "wrong bytes"  # what `selene bench pool` says of a claim that differs
+
+
+class PoolManager:
+    """One `selene pool` process on loopback with a disk tier, restartable."""
+
+    def __init__(self, program, base, secret):
+        self.program, self.base, self.secret = program, base, secret
+        self.disk = os.path.join(base, "disk")
+        os.makedirs(self.disk, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.address = "127.0.0.1:%d" % self.port
+        self.proc, self.starts = None, 0
+        self.disk_tier = pool_has_disk_tier(program)
+
+    def start(self):
+        self.starts += 1
+        self.log = open(os.path.join(self.base, "manager%d.out" % self.starts), "wb")
+        self.proc = subprocess.Popen(pool_manager_argv(self), stdout=self.log,
+                                     stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, SELENE_LOG="info"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise Failure("pool: the manager exited at start (%s):\n%s" %
+                              (self.proc.returncode, self.output()))
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise Failure("pool: the manager did not listen within 20 s:\n" + self.output())
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise Failure("pool: the manager did not drain within 30 s of SIGTERM")
+        self.log.close()
+        if self.proc.returncode != 0:
+            raise Failure("pool: the manager exited %s on SIGTERM:\n%s" %
+                          (self.proc.returncode, self.output()))
+
+    def output(self):
+        self.log.flush()
+        with open(self.log.name, "rb") as f:
+            return f.read()[-3000:].decode("utf-8", "replace")
+
+    def records(self):
+        found = []
+        for d, _, names in os.walk(self.disk):
+            found += [os.path.join(d, n) for n in names if n.endswith(".ckpt")]
+        return sorted(found)
+
+
+def pool_manager_argv(m):
+    argv = [m.program, "pool", "--listen", m.address, "--name", "torture",
+            "--secret", m.secret, "--memory", "64M"]
+    return argv + (["--dir", m.disk] if m.disk_tier else [])
+
+
+def pool_has_disk_tier(program):
+    """Whether `selene pool` takes --dir (its disk tier) in this build."""
+    text = subprocess.run([program, "pool", "--help"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT).stdout.decode("utf-8", "replace")
+    return "--dir" in text and "not built" not in text
+
+
+def pool_bench(m, base, rounds, secret=None):
+    """Starts `selene bench pool` against m; returns the process."""
+    log = open(os.path.join(base, "bench-%d.out" % random.getrandbits(32)), "w+b")
+    p = subprocess.Popen([m.program, "bench", "pool", "--dir", base, "--pages", str(POOL_PAGES),
+                          "--rounds", str(rounds), "--manager", m.address,
+                          "--pool-secret", secret or m.secret],
+                         stdout=log, stderr=subprocess.STDOUT)
+    p.log = log
+    return p
+
+
+def pool_bench_wait(p, what):
+    """Waits for a bench; returns (exit status, output); a hang, a crash or a wrong byte fails."""
+    try:
+        p.wait(POOL_BENCH_S)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise Failure("pool: %s: selene bench pool hung past %d s" % (what, POOL_BENCH_S))
+    p.log.seek(0)
+    out = p.log.read().decode("utf-8", "replace")
+    p.log.close()
+    if POOL_WRONG in out or p.returncode < 0 or any(w in out for w in CRASH_WORDS):
+        raise Failure("pool: %s: exit %s:\n%s" % (what, p.returncode, out[-3000:]))
+    return p.returncode, out
+
+
+def pool_hostile(m, rng, stop, counts, idle):
+    """Hostile connections on the pool port until stop is set."""
+    def frame_head(type_, length):  # SELP, version 1, a type, any length; checksums wrong
+        return (b"SELP" + (1).to_bytes(2, "little") + type_.to_bytes(2, "little") +
+                length.to_bytes(4, "little") + bytes(28))
+
+    while not stop.is_set():
+        kind = rng.choice(["scan", "idle", "garbage", "truncated", "oversized", "hello-only",
+                           "slowloris", "cluster"])
+        try:
+            c = socket.create_connection(("127.0.0.1", m.port), timeout=1)
+        except OSError:
+            time.sleep(0.01)
+            continue
+        counts[kind] += 1
+        try:
+            if kind in ("idle", "hello-only", "slowloris") and len(idle) < 48:
+                if kind == "hello-only":
+                    c.sendall(frame_head(1, 32)[:rng.randint(1, 40)])
+                idle.append((kind, c))
+                continue
+            if kind == "garbage":
+                c.sendall(os.urandom(rng.randint(1, 65536)))
+            elif kind == "truncated":
+                c.sendall(b"SELP" + os.urandom(rng.randint(0, 30)))
+            elif kind == "oversized":
+                c.sendall(frame_head(rng.choice([1, 6, 13, 18]), rng.choice([1 << 30, 0xffffffff])))
+            elif kind == "cluster":
+                c.sendall(b"SELN" + os.urandom(36 + 32))
+        except OSError:
+            pass
+        c.close()
+        time.sleep(0.005)
+        for kind_, c in list(idle):  # a byte now and then from each slowloris
+            if kind_ == "slowloris":
+                try:
+                    c.send(b"S")
+                except OSError:
+                    idle.remove((kind_, c))
+                    c.close()
+
+
+def pool_faults(program, root, table, rng, quick):
+    """The pool's fault loops: hostile connections, kills mid-claim, corrupted records."""
+    base = os.path.join(root, "pool")
+    os.makedirs(base)
+    secret, wrong = os.path.join(base, "secret"), os.path.join(base, "wrong-secret")
+    for path in (secret, wrong):
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(os.urandom(32))
+    m = PoolManager(program, base, secret)
+    m.start()
+
+    # Hostile connections: honest claims and a wrong secret meanwhile.
+    stop, counts, idle = threading.Event(), collections.Counter(), []
+    storm_rng = random.Random(rng.randrange(1 << 31))  # its own: the draws below stay seeded
+    storm = threading.Thread(target=pool_hostile, args=(m, storm_rng, stop, counts, idle))
+    storm.start()
+    try:
+        time.sleep(0.3)
+        until = time.monotonic() + (4 if quick else 20)
+        while time.monotonic() < until:  # honest claims, again and again, in the storm
+            rc, out = pool_bench_wait(pool_bench(m, base, 10), "under hostile connections")
+            if rc != 0:
+                raise Failure("pool: honest claims failed under hostile connections:\n" +
+                              out[-3000:])
+            table.add("pool", "honest runs in the storm")
+        rc, out = pool_bench_wait(pool_bench(m, base, 1, wrong), "wrong secret")
+        if rc == 0:
+            raise Failure("pool: a wrong secret was served:\n" + out[-3000:])
+        table.add("pool", "wrong secret refused")
+    finally:
+        stop.set()
+        storm.join()
+        for _, c in idle:
+            c.close()
+    for kind, n in sorted(counts.items()):
+        table.add("pool", "hostile " + kind, n)
+    if not m.alive():
+        raise Failure("pool: the manager died under hostile connections:\n" + m.output())
+
+    # Kills of the manager mid-claim: the bench fails cleanly, never a wrong
+    # byte; the restarted manager (its disk tier kept) serves again.
+    landed = 0
+    for i in range(3 if quick else 10):
+        p = pool_bench(m, base, 1000)  # about 15 s of claims: the kill lands mid-run
+        time.sleep(rng.uniform(0.3, 2.0))
+        m.kill()
+        rc, out = pool_bench_wait(p, "manager killed mid-claim")
+        table.add("pool", "manager kills")
+        if rc != 0:
+            landed += 1
+            table.add("pool", "kill: claims failed cleanly")
+        m.start()
+        rc, out = pool_bench_wait(pool_bench(m, base, 2), "after a restart")
+        if rc != 0:
+            raise Failure("pool: claims failed after the manager restarted:\n" + out[-3000:])
+    if landed == 0:
+        raise Failure("pool: no kill landed while claims ran (the loop tested nothing)")
+    # A manager killed -9 cannot unlink its arena; say how many were left
+    # behind in /dev/shm (each up to --memory bytes once written).
+    left = [n for n in os.listdir("/dev/shm") if n.startswith("selene-pool-torture-") and
+            not os.path.exists("/proc/%s" % n.split("-")[3])]
+    table.add("pool", "arena files left by killed managers", len(left))
+    for n in left:
+        os.unlink(os.path.join("/dev/shm", n))
+
+    # Corrupted records on the manager's disk tier: refused or harmless,
+    # never a wrong byte; the manager starts and serves.
+    if not m.disk_tier:
+        table.add("pool", "corrupt: skipped (selene pool has no disk tier yet)")
+    for i in range(0 if not m.disk_tier else 3 if quick else 8):
+        m.stop()
+        files = m.records()
+        if not files:
+            table.add("pool", "corrupt: no record on disk")
+            m.start()
+            break
+        path = rng.choice(files)
+        size = os.path.getsize(path)
+        how = rng.choice(["flip", "truncate", "zero-header"])
+        with open(path, "r+b") as f:
+            if how == "flip":
+                at = rng.randrange(size)
+                f.seek(at)
+                b = f.read(1)
+                f.seek(at)
+                f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+            elif how == "truncate":
+                f.truncate(rng.randrange(size))
+            else:
+                f.write(bytes(4096))
+        table.add("pool", "corrupt " + how)
+        m.start()
+        rc, out = pool_bench_wait(pool_bench(m, base, 2), "corrupt %s" % how)
+        table.add("pool", "corrupt: the next claims %s" % ("passed" if rc == 0 else
+                                                           "failed cleanly"))
+        rc, out = pool_bench_wait(pool_bench(m, base, 2), "after corrupt %s" % how)
+        if rc != 0:
+            raise Failure("pool: claims failed after a corrupt record (%s):\n%s" % (how, out[-3000:]))
+    m.stop()
+    table.add("pool", "tries")
+
+
 # ---- libFuzzer
 FUZZ_MAX_LEN = {"header": 4096, "frame": 65536, "trace": 8192, "config": 4096,
-               "catalog": 8192}
+               "catalog": 8192, "pool": 65536, "rdma": 1024}
 
 
 def fuzz(repo, table, seconds, seed):
@@ -1447,6 +1712,11 @@ def main():
             join_storm(program, root, table, random.Random(seed))
         except Failure as e:
             table.fail("storm", "%s (TORTURE_SEED=%d)" % (e, seed))
+    try:
+        if wanted("pool"):
+            pool_faults(program, root, table, random.Random(seed), quick)
+    except Failure as e:
+        table.fail("pool", "%s (TORTURE_SEED=%d)" % (e, seed))
     try:
         if wanted("fuzz"):
             fuzz(repo, table, fuzz_seconds, seed)

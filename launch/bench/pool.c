@@ -1,0 +1,646 @@
+/*
+ * selene bench pool: claims over TCP on loopback beside a raw TCP stream of
+ * the same bytes in the same run (issue target: claims >= 0.8 of the raw
+ * stream). A manager runs in this process on 127.0.0.1 with a fresh secret
+ * (or --manager names a running one); one rank (world size 1) puts one
+ * record of --pages pages, then claims it --rounds times. Each claim's
+ * windows are read into a slot and verified by the client as R-POOL-33
+ * asks (the header, then each page against its checksum entry and the row
+ * against the row checksum), then copied to a destination, as a restore
+ * copies them to the GPU. Between claims, the same number of bytes crosses a plain loopback
+ * TCP connection in writes of the window size, read into a slot of that
+ * size and copied to the same destination. Rounds alternate, so both sides
+ * see the same machine.
+ *
+ * The rank is the client library (pool/client.h), as an instance's rank
+ * uses it: pool_share_claim with 4 slots, the copy in its callback.
+ */
+#include "launch/bench/pool.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "pool/client.h"
+#include "pool/manager.h"
+#include "record/dir.h"
+#include "record/file.h"
+#include "record/format.h"
+#include "record/geometry.h"
+#include "record/key.h"
+#include "selene/selene.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_POOL_PLANES 4u
+#define BENCH_POOL_UNIT_BYTES (64u << 10)
+#define BENCH_POOL_ROW_BYTES (64u << 10)
+#define BENCH_POOL_PAGE_TOKENS 16u
+#define BENCH_POOL_SLOTS 4u
+#define BENCH_POOL_WAIT_MS 60000
+
+struct pool_bench {
+	const char *scratch;
+	const char *manager_address; /* NULL: a manager in this process */
+	const char *secret_file;
+	uint32_t pages;
+	uint32_t rounds;
+	struct rec_geometry g;
+	struct rec_identity ns;
+	struct rec_key key;
+	char record_path[512];
+	uint64_t image_bytes;  /* the record file */
+	uint64_t claim_bytes;  /* what a claim's windows carry: its sections, no padding */
+	struct rec_layout layout;
+	uint8_t secret[POOL_SECRET_BYTES];
+	struct pool_manager *manager;
+	char address[300];
+	struct pool_client *client;
+	struct pool_chain_entry chain[POOL_CHAIN_RECORDS_MAX];
+	size_t slot_bytes;
+	uint8_t *slots[BENCH_POOL_SLOTS];
+	uint8_t *destination; /* image_bytes: where claimed bytes are copied */
+	double *claim_s, *raw_s;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, uint32_t n)
+{
+	qsort(v, n, sizeof(*v), compare_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int make_geometry(struct pool_bench *b)
+{
+	struct rec_plane planes[BENCH_POOL_PLANES];
+	struct rec_geometry_spec spec = {
+		.page_tokens = BENCH_POOL_PAGE_TOKENS,
+		.page_plane_count = BENCH_POOL_PLANES,
+		.page_planes = planes,
+		.page_count = b->pages,
+		.row_count = 1,
+		.rank = 0,
+		.world_size = 1,
+	};
+	struct rec_identity model;
+	char why[256];
+
+	memset(planes, 0, sizeof(planes));
+	for (uint32_t i = 0; i < BENCH_POOL_PLANES; i++) {
+		snprintf(planes[i].name, sizeof(planes[i].name), "layer.%u", i);
+		planes[i].unit_bytes = BENCH_POOL_UNIT_BYTES;
+	}
+	snprintf(spec.row_plane.name, sizeof(spec.row_plane.name), "state");
+	spec.row_plane.unit_bytes = BENCH_POOL_ROW_BYTES;
+	if (rec_geometry_init(&b->g, &spec, why, sizeof(why)) != 0) {
+		fprintf(stderr, "selene bench pool: geometry: %s\n", why);
+		return -EINVAL;
+	}
+	rec_model_identity_from_name(&model, "selene-bench-pool");
+	rec_namespace_identity(&b->ns, &model, REC_STATE_ORDINARY);
+	return 0;
+}
+
+/* Writes the one record a claim moves, as a record file under the scratch. */
+static int write_record(struct pool_bench *b)
+{
+	struct rec_dir_options options = {
+		.base_path = b->scratch, .namespace_id = &b->ns, .geometry = &b->g,
+		.no_direct = true, /* one small file, written once: the page cache is fine */
+	};
+	struct rec_dir *dir = NULL;
+	struct rec_header h;
+	struct rec_writer w;
+	struct rec_digest bucket;
+	char why[256], name[REC_FILE_NAME_BYTES];
+	uint8_t *pages, *row;
+	struct stat st;
+	int ret;
+
+	/* The key depends only on the page count, so a manager that kept the
+	 * record (its disk tier, across a restart) is claimed from as it is. */
+	b->key.consumed = (uint64_t)b->pages * BENCH_POOL_PAGE_TOKENS;
+	for (size_t i = 0; i < sizeof(b->key.digest.bytes); i++)
+		b->key.digest.bytes[i] = (uint8_t)(0xb7 ^ (i * 29) ^ b->pages);
+	memset(&bucket, 0xb5, sizeof(bucket));
+	ret = rec_dir_open(&options, &dir, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "selene bench pool: %s\n", why);
+		return ret;
+	}
+	pages = malloc((size_t)b->g.page_record_bytes * b->pages);
+	row = calloc(1, b->g.row_record_bytes);
+	ret = -ENOMEM;
+	if (!pages || !row)
+		goto out_free;
+	for (size_t i = 0; i < (size_t)b->g.page_record_bytes * b->pages; i++)
+		pages[i] = (uint8_t)(i * 131 + (i >> 12));
+	ret = rec_header_init(&h, &b->g, &b->ns, &b->key, NULL, &bucket, 0, b->pages,
+			      1700000000000000000ull);
+	if (ret)
+		goto out_free;
+	ret = rec_writer_begin(&w, dir, &h);
+	if (ret)
+		goto out_free;
+	ret = rec_writer_put_pages(&w, 0, b->pages, pages);
+	if (!ret)
+		ret = rec_writer_put_row(&w, row);
+	if (ret) {
+		rec_writer_abort(&w);
+		goto out_free;
+	}
+	ret = rec_writer_commit(&w);
+	if (ret)
+		goto out_free;
+	rec_file_name(name, &b->key);
+	snprintf(b->record_path, sizeof(b->record_path), "%s/%s", rec_dir_path(dir), name);
+	ret = stat(b->record_path, &st) == 0 ? 0 : -errno;
+	b->image_bytes = (uint64_t)st.st_size;
+out_free:
+	free(pages);
+	free(row);
+	rec_dir_close(dir);
+	return ret;
+}
+
+/* ---- The rank, through the client library ------------------------------ */
+
+/* Waits for a poll function of the client to answer (1) or fail. */
+#define POLL_UNTIL(expr)                                                              \
+	({                                                                            \
+		double until_ = now_s() + BENCH_POOL_WAIT_MS / 1000.0;                \
+		int rc_;                                                              \
+		while ((rc_ = (expr)) == 0 && now_s() < until_)                       \
+			usleep(50);                                                   \
+		rc_ == 0 ? -ETIMEDOUT : rc_;                                          \
+	})
+
+static int rank_fail(struct pool_bench *b, int ret, const char *what)
+{
+	char why[256] = "";
+
+	if (b->client)
+		pool_client_status(b->client, why, sizeof(why));
+	fprintf(stderr, "selene bench pool: %s: %s%s%s\n", what, sel_strerror(ret),
+		why[0] ? ": " : "", why);
+	return ret;
+}
+
+static int rank_open(struct pool_bench *b)
+{
+	uint64_t page_bytes = b->g.page_record_bytes, row_bytes = b->g.row_record_bytes;
+	struct pool_client_config c = {
+		.address = b->address,
+		.secret = b->secret,
+		.rank = 0,
+		.scope = {
+			.world_size = 1, .namespace_id = b->ns, .layout_digest = b->g.layout_digest,
+			.page_tokens = b->g.page_tokens, .plane_count = b->g.page_plane_count,
+			.page_bytes = &page_bytes, .row_bytes = &row_bytes,
+		},
+		.geometry = &b->g,
+	};
+	char why[256] = "";
+	int ret;
+
+	if (getrandom(c.instance_id, sizeof(c.instance_id), 0) != (ssize_t)sizeof(c.instance_id))
+		return -EIO;
+	c.instance_id[0] |= 1; /* never all zero (R-POOL-14) */
+	ret = pool_client_open(&c, &b->client, why, sizeof(why));
+	if (ret)
+		fprintf(stderr, "selene bench pool: attaching to %s: %s: %s\n", b->address,
+			sel_strerror(ret), why);
+	return ret;
+}
+
+/* Puts the record: PUT_BEGIN, its one share, the commit (R-POOL-40 .. 43). */
+static int put_record(struct pool_bench *b, const uint8_t *image)
+{
+	struct pool_put_spec spec = {
+		.key = b->key, .first_page_index = 0, .tail_page_count = b->pages, .row = true,
+		.share_bytes = &b->image_bytes,
+	};
+	uint64_t request = 0, put_id = 0;
+	int ret;
+
+	ret = pool_put_begin(b->client, &spec, &request);
+	if (!ret)
+		ret = POLL_UNTIL(pool_put_poll(b->client, request, &put_id));
+	if (ret == -EEXIST)
+		return 0; /* the manager holds it from an earlier run */
+	if (ret != 1)
+		return rank_fail(b, ret, "the put");
+	ret = pool_put_window(b->client, put_id, 0, image, b->image_bytes, BENCH_POOL_WAIT_MS);
+	if (!ret)
+		ret = pool_put_share_wait(b->client, put_id, BENCH_POOL_WAIT_MS);
+	if (!ret)
+		ret = pool_put_commit(b->client, put_id, true);
+	if (!ret)
+		ret = POLL_UNTIL(pool_put_outcome(b->client, put_id));
+	return ret == 1 ? 0 : rank_fail(b, ret, "the put");
+}
+
+struct copy_ctx {
+	struct pool_bench *b;
+	uint64_t copied;
+};
+
+/*
+ * A claim's window, verified by the client (R-POOL-33), as a restore uses
+ * it: copied out of its slot to where its bytes lie in the record image.
+ */
+static int copy_window(void *ctx, const struct pool_window *window)
+{
+	struct copy_ctx *c = ctx;
+	const struct rec_layout *l = &c->b->layout;
+	uint64_t at;
+
+	switch (window->section) {
+	case POOL_SECTION_HEADER: at = window->first; break;
+	case POOL_SECTION_CHECKSUMS: at = l->checksum_offset + window->first; break;
+	case POOL_SECTION_PAGES: at = l->page_offset + (uint64_t)window->first * l->page_stride; break;
+	case POOL_SECTION_ROW: at = l->row_offset + window->first; break;
+	default: return SEL_EPROTO;
+	}
+	if (at > c->b->image_bytes || window->bytes > c->b->image_bytes - at)
+		return SEL_EPROTO;
+	memcpy(c->b->destination + at, window->data, window->bytes);
+	c->copied += window->bytes;
+	return 0;
+}
+
+/* One claim of the record, start to last window copied; seconds in *s. */
+static int claim_once(struct pool_bench *b, double *s)
+{
+	struct pool_chain_entry *chain = b->chain;
+	struct pool_claim_grant grant;
+	struct copy_ctx ctx = { .b = b };
+	uint64_t claim_id = 0;
+	uint32_t count = 0;
+	double start = now_s();
+	int ret, end;
+
+	ret = pool_claim_begin(b->client, &b->key, &claim_id);
+	if (ret)
+		return rank_fail(b, ret, "a claim");
+	ret = POLL_UNTIL(pool_claim_poll(b->client, claim_id, &grant, chain,
+					 POOL_CHAIN_RECORDS_MAX, &count));
+	if (ret != 1)
+		return rank_fail(b, ret, "a claim");
+	ret = pool_share_claim(b->client, claim_id, chain, count, 0, (void *const *)b->slots,
+			       BENCH_POOL_SLOTS, b->slot_bytes, copy_window, &ctx,
+			       BENCH_POOL_WAIT_MS);
+	*s = now_s() - start;
+	end = pool_claim_end(b->client, claim_id, ret);
+	if (!ret)
+		ret = end;
+	if (ret)
+		return rank_fail(b, ret, "a claim");
+	if (ctx.copied != b->claim_bytes) {
+		fprintf(stderr, "selene bench pool: a claim delivered %" PRIu64 " of %" PRIu64
+				" bytes\n", ctx.copied, b->claim_bytes);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* ---- The raw stream ---------------------------------------------------- */
+
+struct raw_sender {
+	int fd;
+	const uint8_t *data;
+	uint64_t bytes;
+	size_t chunk;
+	int result;
+};
+
+static void *raw_send(void *arg)
+{
+	struct raw_sender *s = arg;
+	uint64_t done = 0;
+
+	while (done < s->bytes) {
+		size_t n = s->bytes - done < s->chunk ? (size_t)(s->bytes - done) : s->chunk;
+		ssize_t w = send(s->fd, s->data + done, n, MSG_NOSIGNAL);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			s->result = -errno;
+			return NULL;
+		}
+		done += (uint64_t)w;
+	}
+	return NULL;
+}
+
+/* A loopback TCP connection: *a sends, *b receives. */
+static int raw_pair(int *a, int *b)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int one = 1, listener, ret = 0;
+
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (listener < 0)
+		return -errno;
+	if (bind(listener, (struct sockaddr *)&addr, sizeof(addr)) || listen(listener, 1) ||
+	    getsockname(listener, (struct sockaddr *)&addr, &len)) {
+		ret = -errno;
+		goto out_close_listener;
+	}
+	*a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*a < 0 || connect(*a, (struct sockaddr *)&addr, sizeof(addr))) {
+		ret = -errno;
+		goto out_close_listener;
+	}
+	*b = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+	if (*b < 0)
+		ret = -errno;
+	setsockopt(*a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(*b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+out_close_listener:
+	close(listener);
+	return ret;
+}
+
+/*
+ * The same bytes as a claim over a plain loopback connection: written in
+ * window-sized sends from the record image, read into one slot of the
+ * claim's slot size and copied to the destination; seconds in *s
+ * (connection set-up excluded, as the claim's connection is open already).
+ */
+static int raw_once(struct pool_bench *b, const uint8_t *image, size_t window, double *s)
+{
+	struct raw_sender sender = { .data = image, .bytes = b->claim_bytes, .chunk = window };
+	pthread_t thread;
+	uint64_t done = 0;
+	int rx = -1, ret;
+	double start;
+
+	ret = raw_pair(&sender.fd, &rx);
+	if (ret)
+		return ret;
+	start = now_s();
+	ret = -pthread_create(&thread, NULL, raw_send, &sender);
+	if (ret)
+		goto out_close;
+	while (done < b->claim_bytes) {
+		size_t want = b->claim_bytes - done < b->slot_bytes ?
+				      (size_t)(b->claim_bytes - done) : b->slot_bytes;
+		size_t got = 0;
+
+		while (got < want) {
+			ssize_t n = recv(rx, b->slots[0] + got, want - got, 0);
+
+			if (n <= 0) {
+				ret = n == 0 ? -ECONNRESET : -errno;
+				break;
+			}
+			got += (size_t)n;
+		}
+		if (ret)
+			break;
+		memcpy(b->destination + done, b->slots[0], got);
+		done += got;
+	}
+	*s = now_s() - start;
+	if (ret)
+		shutdown(rx, SHUT_RDWR);
+	pthread_join(thread, NULL);
+	if (!ret)
+		ret = sender.result;
+out_close:
+	close(sender.fd);
+	close(rx);
+	return ret;
+}
+
+static uint8_t *read_image(const struct pool_bench *b)
+{
+	uint8_t *image = malloc(b->image_bytes);
+	int fd = open(b->record_path, O_RDONLY | O_CLOEXEC);
+	uint64_t done = 0;
+
+	if (!image || fd < 0)
+		goto err;
+	while (done < b->image_bytes) {
+		ssize_t n = pread(fd, image + done, b->image_bytes - done, (off_t)done);
+
+		if (n <= 0)
+			goto err;
+		done += (uint64_t)n;
+	}
+	close(fd);
+	return image;
+err:
+	if (fd >= 0)
+		close(fd);
+	free(image);
+	return NULL;
+}
+
+/* The record's layout from its header, and the bytes a claim carries. */
+static int image_layout(struct pool_bench *b, const uint8_t *image)
+{
+	struct rec_header h;
+	char why[256] = "its sizes do not make a layout";
+	int ret;
+
+	ret = rec_header_decode(image, &h, why, sizeof(why));
+	if (!ret)
+		ret = rec_layout_from_header(&h, &b->layout);
+	if (ret) {
+		fprintf(stderr, "selene bench pool: the record's header: %s\n", why);
+		return ret;
+	}
+	b->claim_bytes = REC_HEADER_BYTES + 8ull * b->pages + b->layout.page_stride * b->pages +
+			 b->layout.row_length;
+	return 0;
+}
+
+/* The claimed sections equal the record's: header, checksum entries, pages, row. */
+static bool claim_matches(const struct pool_bench *b, const uint8_t *image)
+{
+	const struct rec_layout *l = &b->layout;
+	const uint64_t ranges[4][2] = {
+		{ 0, REC_HEADER_BYTES },
+		{ l->checksum_offset, 8ull * b->pages },
+		{ l->page_offset, l->page_stride * b->pages },
+		{ l->row_offset, l->row_length },
+	};
+
+	for (int i = 0; i < 4; i++)
+		if (memcmp(b->destination + ranges[i][0], image + ranges[i][0], ranges[i][1]) != 0)
+			return false;
+	return true;
+}
+
+static int run_rounds(struct pool_bench *b, const uint8_t *image)
+{
+	size_t window = pool_client_facts(b->client)->window_bytes;
+	double claim_mid, raw_mid, gb = (double)b->claim_bytes / 1e9;
+	int ret;
+
+	for (uint32_t r = 0; r < b->rounds; r++) {
+		memset(b->destination, 0, b->image_bytes);
+		ret = claim_once(b, &b->claim_s[r]);
+		if (ret)
+			return ret;
+		if (!claim_matches(b, image)) {
+			fprintf(stderr, "selene bench pool: claim %u delivered wrong bytes\n", r);
+			return -EIO;
+		}
+		ret = raw_once(b, image, window, &b->raw_s[r]);
+		if (ret) {
+			fprintf(stderr, "selene bench pool: raw stream %u failed: %s\n", r,
+				sel_strerror(ret));
+			return ret;
+		}
+	}
+	claim_mid = median(b->claim_s, b->rounds);
+	raw_mid = median(b->raw_s, b->rounds);
+	printf("pool: %u claims of one record (%" PRIu64 " bytes in windows of %zu bytes: %u "
+	       "pages of %" PRIu64 " bytes, its header, checksums and row) over TCP on "
+	       "loopback, each verified and copied out\n",
+	       b->rounds, b->claim_bytes, window, b->pages, b->g.page_record_bytes);
+	printf("pool claim over TCP: p50 %.1f ms, %.2f GB/s\n", claim_mid * 1e3, gb / claim_mid);
+	printf("raw TCP stream of the same bytes: p50 %.1f ms, %.2f GB/s\n", raw_mid * 1e3,
+	       gb / raw_mid);
+	printf("pool claim / raw TCP stream: %.2f (target >= 0.80)\n", raw_mid / claim_mid);
+	return 0;
+}
+
+static int bench_pool_attached(struct pool_bench *b);
+
+static void *manager_thread(void *arg)
+{
+	pool_manager_run(arg);
+	return NULL;
+}
+
+static int bench_pool_run(struct pool_bench *b)
+{
+	struct pool_manager_config mc = {
+		.listen = "127.0.0.1:0",
+		.name = "bench",
+	};
+	pthread_t thread;
+	char why[256] = "";
+	int ret;
+
+	ret = make_geometry(b);
+	if (!ret)
+		ret = write_record(b);
+	if (ret) {
+		fprintf(stderr, "selene bench pool: writing the record: %s\n", sel_strerror(ret));
+		return ret;
+	}
+	if (b->manager_address) {
+		snprintf(b->address, sizeof(b->address), "%s", b->manager_address);
+		ret = pool_secret_load(b->secret_file, b->secret, why, sizeof(why));
+		if (ret) {
+			fprintf(stderr, "selene bench pool: %s\n", why);
+			return ret;
+		}
+		return bench_pool_attached(b);
+	}
+	if (getrandom(b->secret, sizeof(b->secret), 0) < 0)
+		return -errno;
+	memcpy(mc.secret, b->secret, sizeof(mc.secret));
+	mc.memory_bytes = sel_align_up(2 * b->image_bytes + (16u << 20), SEL_BLOCK_BYTES);
+	ret = pool_manager_open(&mc, &b->manager, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "selene bench pool: manager: %s\n", why);
+		return ret;
+	}
+	ret = -pthread_create(&thread, NULL, manager_thread, b->manager);
+	if (ret)
+		goto out_close_manager;
+	snprintf(b->address, sizeof(b->address), "127.0.0.1:%u", pool_manager_port(b->manager));
+	ret = bench_pool_attached(b);
+	pool_manager_stop(b->manager);
+	pthread_join(thread, NULL);
+out_close_manager:
+	pool_manager_close(b->manager);
+	return ret;
+}
+
+/* Attached to the manager at b->address: the put, then the rounds. */
+static int bench_pool_attached(struct pool_bench *b)
+{
+	uint8_t *image = NULL;
+	int ret;
+
+	ret = rank_open(b);
+	if (ret)
+		goto out_close_rank;
+	b->slot_bytes = pool_client_slot_bytes(b->client);
+	image = read_image(b);
+	b->destination = malloc(b->image_bytes);
+	b->claim_s = calloc(b->rounds, sizeof(double));
+	b->raw_s = calloc(b->rounds, sizeof(double));
+	ret = -ENOMEM;
+	for (uint32_t i = 0; i < BENCH_POOL_SLOTS; i++)
+		if (!(b->slots[i] = aligned_alloc(4096, sel_align_up(b->slot_bytes, 4096))))
+			goto out_free;
+	if (!image || !b->destination || !b->claim_s || !b->raw_s)
+		goto out_free;
+	ret = image_layout(b, image);
+	if (ret)
+		goto out_free;
+	ret = put_record(b, image);
+	if (ret)
+		goto out_free;
+	ret = run_rounds(b, image);
+out_free:
+	for (uint32_t i = 0; i < BENCH_POOL_SLOTS; i++)
+		free(b->slots[i]);
+	free(b->claim_s);
+	free(b->raw_s);
+	free(b->destination);
+	free(image);
+out_close_rank:
+	pool_client_close(b->client);
+	return ret;
+}
+
+int bench_pool(const char *scratch, const struct bench_pool_options *o)
+{
+	struct pool_bench b = {
+		.scratch = scratch,
+		.pages = o->pages ? o->pages : 64,
+		.rounds = o->rounds ? o->rounds : 12,
+		.manager_address = o->manager,
+		.secret_file = o->secret_file,
+	};
+
+	return bench_pool_run(&b) ? 1 : 0;
+}
