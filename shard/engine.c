@@ -1273,6 +1273,12 @@ struct fetch_checks {
 	uint32_t verified, submitted;
 };
 
+/* A group is verified: the transfer thread's wait (fetch_check) wakes. */
+static void fetch_group_done(void *replies)
+{
+	rec_disk_replies_poke(replies);
+}
+
 /*
  * Queues the verification of the windows after the last one queued whose
  * reads have landed (in order: the first still reading ends the group).
@@ -1308,8 +1314,9 @@ static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
 	if (g->alone) {
 		g->batch = (struct shard_checksum_batch){ 0 };
 	} else {
-		shard_checksum_pool_submit(&e->verifies, &g->batch, verify_unit, g,
-					   g->units_before[g->window_count]);
+		shard_checksum_pool_submit_told(&e->verifies, &g->batch, verify_unit, g,
+						g->units_before[g->window_count],
+						fetch_group_done, &l->replies);
 	}
 	c->submitted = to;
 	e->fetch_clock.verify_passes++;
@@ -1323,9 +1330,14 @@ static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
 /*
  * Waits for the group that starts at window verified (helping with its
  * pages) and takes its result: its windows are verified, or the fetch
- * fails naming the first failing window's lowest page.
+ * fails naming the first failing window's lowest page. While the helpers
+ * finish its last pages it waits for disk replies instead, and queues
+ * each window whose read lands meanwhile, so the helpers never idle with
+ * landed pages that no one queued (the group's end pokes the wait).
  */
-static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct job_outcome *o)
+static int fetch_check(struct shard_engine *e, struct lane *l,
+		       const struct fetch_window *windows, uint32_t issued,
+		       struct fetch_checks *c, struct job_outcome *o)
 {
 	struct fetch_group *g = &c->groups[c->verified % SHARD_STAGES];
 	char name[REC_FILE_NAME_BYTES];
@@ -1333,7 +1345,16 @@ static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct jo
 	SEL_ASSERT(c->submitted > c->verified);
 	if (g->alone)
 		verify_unit(g, 0);
-	shard_checksum_pool_wait(&e->verifies, &g->batch);
+	while (!shard_checksum_pool_help(&e->verifies, &g->batch)) {
+		struct rec_disk_request *done = rec_disk_wait_or_poke(&l->replies);
+
+		if (!done)
+			continue;
+		disk_note(done, o);
+		disk_reap(l, o);
+		if (!o->result)
+			fetch_submit_landed(e, l, windows, issued, c);
+	}
 	c->verified += g->window_count;
 	e->fetch_clock.windows += g->window_count;
 	e->fetch_clock.bytes_verified +=
@@ -1629,7 +1650,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 			}
 			t2 = sel_monotonic_ns();
 			e->fetch_clock.wait_ns += t2 - t;
-			if (fetch_check(e, c, o))
+			if (fetch_check(e, l, windows, issued, c, o))
 				break;
 			t = sel_monotonic_ns();
 			e->fetch_clock.verify_ns += t - t2;
