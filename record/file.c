@@ -459,6 +459,35 @@ bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
 	       sel_get_le64((const uint8_t *)&r->checksums[index]);
 }
 
+int rec_reader_read_page_ok(const struct rec_reader *r, uint32_t index, void *page,
+			    uint64_t chunk_bytes, bool *ok)
+{
+	uint64_t stride = r->header.page_stride;
+	uint64_t at = r->header.page_offset + stride * index;
+	int injected = SEL_FAILPOINT(SEL_FP_DISK_READ);
+	XXH3_state_t state;
+	uint64_t n;
+
+	SEL_ASSERT(index < r->header.tail_page_count && chunk_bytes > 0);
+	*ok = false;
+	if (injected < 0)
+		return injected;
+	xxh3_stack_state_init(&state);
+	XXH3_64bits_reset_withSeed(&state, r->seed ^ ((uint64_t)r->header.first_page_index +
+						      index));
+	for (uint64_t off = 0; off < stride; off += n) {
+		int ret;
+
+		n = stride - off < chunk_bytes ? stride - off : chunk_bytes;
+		ret = rec_io_read_full(r->fd, (uint8_t *)page + off, n, at + off);
+		if (ret)
+			return ret;
+		XXH3_64bits_update(&state, (uint8_t *)page + off, (size_t)n);
+	}
+	*ok = XXH3_64bits_digest(&state) == sel_get_le64((const uint8_t *)&r->checksums[index]);
+	return 0;
+}
+
 bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
 		       const uint64_t *piece_bytes, uint32_t piece_count)
 {

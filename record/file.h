@@ -131,6 +131,17 @@ int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
 bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
 			const void *page);
 
+/*
+ * Reads stored page index into page (page_stride bytes) in chunks of
+ * chunk_bytes (a multiple of 4 KiB), hashing each as soon as it is read,
+ * while it is still in this core's cache, and says in *ok whether the
+ * page matches its checksum (R-READ-2). Returns 0, or a negative errno
+ * from the read (-ENODATA where the file ends first; disk.read can inject
+ * one). Safe on one reader from several threads at once.
+ */
+int rec_reader_read_page_ok(const struct rec_reader *r, uint32_t index, void *page,
+			    uint64_t chunk_bytes, bool *ok);
+
 /* Whether the row segment, in pieces, matches the row checksum (R-READ-3). */
 bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
 		       const uint64_t *piece_bytes, uint32_t piece_count);

@@ -41,8 +41,11 @@ static bool run_one(struct shard_checksum_pool *p)
 	fn(ctx, i);
 	pthread_mutex_lock(&p->lock);
 	/* The last touch of b: its waiter may free it once it sees done. */
-	if (++b->done == b->count)
+	if (++b->done == b->count) {
+		if (b->on_done)
+			b->on_done(b->on_done_arg);
 		pthread_cond_broadcast(&p->batch_done);
+	}
 	return true;
 }
 
@@ -108,7 +111,16 @@ void shard_checksum_pool_submit(struct shard_checksum_pool *p,
 				struct shard_checksum_batch *batch, shard_checksum_fn fn,
 				void *ctx, uint32_t count)
 {
-	*batch = (struct shard_checksum_batch){ .fn = fn, .ctx = ctx, .count = count };
+	shard_checksum_pool_submit_told(p, batch, fn, ctx, count, NULL, NULL);
+}
+
+void shard_checksum_pool_submit_told(struct shard_checksum_pool *p,
+				     struct shard_checksum_batch *batch, shard_checksum_fn fn,
+				     void *ctx, uint32_t count, shard_checksum_done_fn on_done,
+				     void *on_done_arg)
+{
+	*batch = (struct shard_checksum_batch){ .fn = fn, .ctx = ctx, .count = count,
+						.on_done = on_done, .on_done_arg = on_done_arg };
 	if (count == 0)
 		return;
 	pthread_mutex_lock(&p->lock);
@@ -124,6 +136,22 @@ void shard_checksum_pool_submit(struct shard_checksum_pool *p,
 		for (uint32_t i = 0; i < count; i++)
 			pthread_cond_signal(&p->work_ready);
 	pthread_mutex_unlock(&p->lock);
+}
+
+bool shard_checksum_pool_help(struct shard_checksum_pool *p, struct shard_checksum_batch *batch)
+{
+	bool done;
+
+	pthread_mutex_lock(&p->lock);
+	/* Its own units (and those of batches before it) while any is unclaimed. */
+	while (batch->next < batch->count && run_one(p))
+		;
+	done = batch->done == batch->count;
+	/* Then one more, as a wait would, while the helpers finish its last. */
+	if (!done && run_one(p))
+		done = batch->done == batch->count;
+	pthread_mutex_unlock(&p->lock);
+	return done;
 }
 
 void shard_checksum_pool_wait(struct shard_checksum_pool *p, struct shard_checksum_batch *batch)

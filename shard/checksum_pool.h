@@ -29,6 +29,13 @@
 typedef void (*shard_checksum_fn)(void *ctx, uint32_t index);
 
 /*
+ * Told once a batch's last unit is done, under the pool's lock, by the
+ * thread that finished it (a fetch pokes its transfer thread's wait for
+ * disk replies). It must not call into the pool.
+ */
+typedef void (*shard_checksum_done_fn)(void *arg);
+
+/*
  * A batch of units, owned by its submitter; the pool's fields are under
  * the pool's lock from submit until the batch is done. A zeroed batch (or
  * one of no units) is done: waiting for it returns at once.
@@ -40,6 +47,8 @@ struct shard_checksum_batch {
 	uint32_t next; /* next unit to claim */
 	uint32_t done; /* units finished */
 	struct shard_checksum_batch *queued; /* the next batch with units to claim */
+	shard_checksum_done_fn on_done;      /* NULL, or told when done */
+	void *on_done_arg;
 };
 
 struct shard_checksum_pool {
@@ -81,6 +90,26 @@ void shard_checksum_pool_run(struct shard_checksum_pool *pool, shard_checksum_fn
 void shard_checksum_pool_submit(struct shard_checksum_pool *pool,
 				struct shard_checksum_batch *batch, shard_checksum_fn fn,
 				void *ctx, uint32_t count);
+
+/*
+ * shard_checksum_pool_submit, and on_done(on_done_arg) once the batch's
+ * last unit is done (a batch of no units is done at once: never told).
+ */
+void shard_checksum_pool_submit_told(struct shard_checksum_pool *pool,
+				     struct shard_checksum_batch *batch, shard_checksum_fn fn,
+				     void *ctx, uint32_t count, shard_checksum_done_fn on_done,
+				     void *on_done_arg);
+
+/*
+ * Never sleeps: runs units (oldest batch first, as shard_checksum_pool_wait)
+ * until every unit of batch is claimed, then at most one more, and says
+ * whether batch is done. False means the helpers hold its last units: a
+ * caller that sleeps until on_done tells it (shard_checksum_pool_submit_told)
+ * can wait for something else meanwhile. With no helpers it is always
+ * true. No helper touches batch or its ctx once it returned true.
+ */
+bool shard_checksum_pool_help(struct shard_checksum_pool *pool,
+			      struct shard_checksum_batch *batch);
 
 /*
  * Returns once every unit of batch is done; meanwhile the caller runs

@@ -67,6 +67,7 @@ struct stage {
 	uint32_t warm_slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
 	struct store_run *owner; /* background: the store whose window it holds */
+	bool read_here; /* fetch: read by its verifying threads, not the disk's */
 };
 
 /* One lane's staging buffers and disk requests (see the top of this file). */
@@ -141,6 +142,12 @@ struct shard_engine {
 	struct shard_planes planes;
 	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
 	struct rec_dir *dir;
+	/*
+	 * A fetch's windows of a memory-backed directory are read by the
+	 * threads that verify them (fetch_issue), where the restores' pool
+	 * has helpers.
+	 */
+	bool fetch_reads_here;
 	struct shard_device *device;
 	struct rec_disk *disk;
 	uint32_t window_pages;
@@ -207,6 +214,7 @@ struct shard_engine {
 		uint64_t windows, verify_passes;
 		uint64_t hash_ns, bytes_verified, verify_groups_max;
 		uint64_t end_copy_ns, end_row_ns, end_close_ns;
+		uint64_t windows_read_here;
 	} fetch_clock;
 };
 
@@ -464,7 +472,15 @@ struct window_sums {
 	uint64_t prefix_index;           /* store: the window's first page in the prefix */
 	uint32_t first;                  /* fetch: the window's first stored page */
 	uint32_t bad;                    /* fetch: lowest failing page, or UINT32_MAX */
+	int read_err;                    /* fetch, read here: a read's failure, or 0 */
 };
+
+/*
+ * A page read by its verifying thread goes in chunks this large, each
+ * hashed at once while it is still in that core's cache (256 KiB: well
+ * within a core's L2).
+ */
+#define FETCH_READ_CHUNK_BYTES (256ull << 10)
 
 /* Store: page i's R-REC-9 checksum, for the disk thread to note. */
 static void sum_page(void *ctx, uint32_t i)
@@ -480,11 +496,23 @@ static void sum_page(void *ctx, uint32_t i)
 static void verify_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	const uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
+	uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
 	uint32_t bad = __atomic_load_n(&w->bad, __ATOMIC_RELAXED);
+	int err = 0;
 
-	if (rec_reader_page_ok(w->reader, w->first + i, page))
+	if (w->s->read_here) {
+		bool ok;
+		int ret = rec_reader_read_page_ok(w->reader, w->first + i, page,
+						  FETCH_READ_CHUNK_BYTES, &ok);
+
+		if (ret)
+			__atomic_compare_exchange_n(&w->read_err, &err, ret, false,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		else if (ok)
+			return;
+	} else if (rec_reader_page_ok(w->reader, w->first + i, page)) {
 		return;
+	}
 	while (i < bad && !__atomic_compare_exchange_n(&w->bad, &bad, i, false,
 						       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		;
@@ -551,6 +579,7 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_hash_ns = e->fetch_clock.hash_ns;
 	e->stats.fetch_bytes_verified = e->fetch_clock.bytes_verified;
 	e->stats.fetch_verify_groups_max = e->fetch_clock.verify_groups_max;
+	e->stats.fetch_windows_read_here = e->fetch_clock.windows_read_here;
 	e->stats.fetch_end_copy_ns = e->fetch_clock.end_copy_ns;
 	e->stats.fetch_end_row_ns = e->fetch_clock.end_row_ns;
 	e->stats.fetch_end_close_ns = e->fetch_clock.end_close_ns;
@@ -1171,6 +1200,19 @@ static void fetch_issue(struct shard_engine *e, struct lane *l,
 	/* A read-through reads into the record's warm slots: no staging copy. */
 	if (e->fetch_tier[w->record] == TIER_READ)
 		stage_warm(e, s, e->warm_entries[w->record]);
+	/*
+	 * Memory-backed: the verifying threads read it, each page in chunks
+	 * hashed while still in cache (verify_page), instead of the kernel
+	 * workers copying it and the hash reading it again from memory. It
+	 * counts as landed at once (no tag), so it is queued at the next look.
+	 * With O_DIRECT (tmpfs takes it) every chunk stays 4 KiB-aligned:
+	 * slots are, and a page's stride is a multiple of 4 KiB (R-REC-7).
+	 */
+	s->read_here = e->fetch_reads_here;
+	if (s->read_here) {
+		e->fetch_clock.windows_read_here++;
+		return;
+	}
 	disk_send(e, l, &s->req);
 }
 
@@ -1273,21 +1315,34 @@ struct fetch_checks {
 	uint32_t verified, submitted;
 };
 
+/* A group is verified: the transfer thread's wait (fetch_check) wakes. */
+static void fetch_group_done(void *replies)
+{
+	rec_disk_replies_poke(replies);
+}
+
 /*
  * Queues the verification of the windows after the last one queued whose
  * reads have landed (in order: the first still reading ends the group).
  */
-static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
-				const struct fetch_window *windows, uint32_t issued,
-				struct fetch_checks *c)
+static bool fetch_submit_group(struct shard_engine *e, struct lane *l,
+			       const struct fetch_window *windows, uint32_t issued,
+			       struct fetch_checks *c)
 {
 	uint32_t from = c->submitted, to = from, queued = 0;
 	struct fetch_group *g = &c->groups[from % SHARD_STAGES];
 
-	while (to < issued && !l->stages[to % SHARD_STAGES].req.tag)
+	/*
+	 * A window its verifying threads read is a group of its own: it is
+	 * queued as soon as it is issued, and the transfer thread waits for
+	 * one window's pages, not for every window issued with it.
+	 */
+	while (to < issued && !l->stages[to % SHARD_STAGES].req.tag &&
+	       (to == from || (!l->stages[to % SHARD_STAGES].read_here &&
+			       !l->stages[(to - 1) % SHARD_STAGES].read_here)))
 		to++;
 	if (to == from)
-		return;
+		return false;
 	g->window_count = to - from;
 	g->units_before[0] = 0;
 	g->hash_ns = 0;
@@ -1296,7 +1351,8 @@ static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
 
 		g->w[j] = (struct window_sums){ .e = e, .s = &l->stages[(from + j) % SHARD_STAGES],
 						.reader = &l->files[w->record % 2].reader,
-						.first = w->first, .bad = UINT32_MAX };
+						.first = w->first, .bad = UINT32_MAX,
+						.read_err = 0 };
 		g->units_before[j + 1] = g->units_before[j] + w->count;
 	}
 	/*
@@ -1308,8 +1364,9 @@ static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
 	if (g->alone) {
 		g->batch = (struct shard_checksum_batch){ 0 };
 	} else {
-		shard_checksum_pool_submit(&e->verifies, &g->batch, verify_unit, g,
-					   g->units_before[g->window_count]);
+		shard_checksum_pool_submit_told(&e->verifies, &g->batch, verify_unit, g,
+						g->units_before[g->window_count],
+						fetch_group_done, &l->replies);
 	}
 	c->submitted = to;
 	e->fetch_clock.verify_passes++;
@@ -1318,14 +1375,29 @@ static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
 		queued++;
 	if (queued > e->fetch_clock.verify_groups_max)
 		e->fetch_clock.verify_groups_max = queued;
+	return true;
+}
+
+/* Queues every window whose read has landed, in groups (fetch_submit_group). */
+static void fetch_submit_landed(struct shard_engine *e, struct lane *l,
+				const struct fetch_window *windows, uint32_t issued,
+				struct fetch_checks *c)
+{
+	while (fetch_submit_group(e, l, windows, issued, c))
+		;
 }
 
 /*
  * Waits for the group that starts at window verified (helping with its
  * pages) and takes its result: its windows are verified, or the fetch
- * fails naming the first failing window's lowest page.
+ * fails naming the first failing window's lowest page. While the helpers
+ * finish its last pages it waits for disk replies instead, and queues
+ * each window whose read lands meanwhile, so the helpers never idle with
+ * landed pages that no one queued (the group's end pokes the wait).
  */
-static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct job_outcome *o)
+static int fetch_check(struct shard_engine *e, struct lane *l,
+		       const struct fetch_window *windows, uint32_t issued,
+		       struct fetch_checks *c, struct job_outcome *o)
 {
 	struct fetch_group *g = &c->groups[c->verified % SHARD_STAGES];
 	char name[REC_FILE_NAME_BYTES];
@@ -1333,7 +1405,16 @@ static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct jo
 	SEL_ASSERT(c->submitted > c->verified);
 	if (g->alone)
 		verify_unit(g, 0);
-	shard_checksum_pool_wait(&e->verifies, &g->batch);
+	while (!shard_checksum_pool_help(&e->verifies, &g->batch)) {
+		struct rec_disk_request *done = rec_disk_wait_or_poke(&l->replies);
+
+		if (!done)
+			continue;
+		disk_note(done, o);
+		disk_reap(l, o);
+		if (!o->result)
+			fetch_submit_landed(e, l, windows, issued, c);
+	}
 	c->verified += g->window_count;
 	e->fetch_clock.windows += g->window_count;
 	e->fetch_clock.bytes_verified +=
@@ -1345,6 +1426,18 @@ static int fetch_check(struct shard_engine *e, struct fetch_checks *c, struct jo
 		if (w->bad == UINT32_MAX)
 			continue;
 		rec_file_name(name, &w->reader->header.key);
+		/*
+		 * Read here and the file ended first: cut short since it was
+		 * opened, a length check's failure naming the file first, as
+		 * the disk thread's read reports it (R-READ-1, R-READ-4).
+		 */
+		if (w->read_err == -ENODATA)
+			return outcome_fail(o, SEL_EBADHEADER, 0, "%s: the file ends before "
+					    "stored page %u ends, before its header's length "
+					    "(cut short while open)", name, w->first + w->bad);
+		if (w->read_err)
+			return outcome_fail(o, w->read_err, 0, "%s: reading stored page %u: %s",
+					    name, w->first + w->bad, sel_strerror(w->read_err));
 		return outcome_fail(o, SEL_ECHECKSUM, 0, "%s: page %" PRIu64 " (stored page "
 				    "%u) fails its checksum", name,
 				    (uint64_t)w->reader->header.first_page_index + w->first +
@@ -1629,7 +1722,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 			}
 			t2 = sel_monotonic_ns();
 			e->fetch_clock.wait_ns += t2 - t;
-			if (fetch_check(e, c, o))
+			if (fetch_check(e, l, windows, issued, c, o))
 				break;
 			t = sel_monotonic_ns();
 			e->fetch_clock.verify_ns += t - t2;
@@ -2371,6 +2464,20 @@ int shard_engine_open(const struct shard_engine_options *options,
 		e->checksums_started = true;
 		ret = shard_checksum_pool_init(&e->verifies, verifiers, true);
 		e->verifies_started = !ret;
+	}
+	/*
+	 * Memory-backed files are read by their verifying threads where there
+	 * are helpers (alone, the transfer thread would read and hash every
+	 * page itself, with no read overlapping it); SELENE_FETCH_READS_HERE=0
+	 * leaves every read to the disk thread.
+	 */
+	{
+		uint32_t here = 1;
+
+		if (!sel_env_count("SELENE_FETCH_READS_HERE", 1, &here))
+			here = 1;
+		e->fetch_reads_here = here && !ret && e->verifies.helper_count > 0 &&
+				      rec_dir_memory_backed(e->dir);
 	}
 	if (ret) {
 		snprintf(err, err_size, "cannot start %u + %u checksum helpers: %s", helpers,

@@ -283,6 +283,11 @@ struct shard_engine_stats {
 	uint64_t fetch_hash_ns;
 	uint64_t fetch_bytes_verified;
 	uint64_t fetch_verify_groups_max;
+	/*
+	 * Of fetch_windows, those its verifying threads read themselves (a
+	 * memory-backed directory), each page in chunks hashed while in cache.
+	 */
+	uint64_t fetch_windows_read_here;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
 	uint32_t checksum_threads; /* a store's pass: the transfer thread and its pool's helpers */

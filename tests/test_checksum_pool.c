@@ -3,7 +3,8 @@
  * exactly once, with no helpers and with several, pass after pass; the
  * caller owns the context again when run returns; batches submitted
  * without waiting run on the helpers meanwhile, several queued at once,
- * each unit once, every wait returning with its batch done; a stores' pool's helpers
+ * each unit once, every wait returning with its batch done; help never
+ * waits and a batch's on_done is told once; a stores' pool's helpers
  * run SCHED_BATCH at nice 10 and a restores' pool's at nice 1; the default
  * helper count follows SELENE_CHECKSUM_THREADS and ignores a malformed value,
  * and otherwise one rule by the cores the process may run on, for both pools.
@@ -125,6 +126,46 @@ static void test_checksum_pool_batches_queued_together(void **state)
 							 "ran %u times", helpers[h], round, b, u,
 							 p[b].runs[u]);
 			}
+		}
+		shard_checksum_pool_destroy(&pool);
+	}
+}
+
+static void count_told(void *arg)
+{
+	__atomic_add_fetch((uint32_t *)arg, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * shard_checksum_pool_help never sleeps: with no helpers its first call
+ * runs every unit and says the batch is done; with 2 helpers calls return
+ * until it is; either way on_done is told exactly once, before help says
+ * done, and every unit ran once (a fetch sleeps on its disk replies
+ * between calls, poked by on_done).
+ */
+static void test_checksum_pool_help_and_told(void **state)
+{
+	(void)state;
+	for (uint32_t helpers = 0; helpers < 3; helpers += 2) {
+		struct shard_checksum_pool pool;
+
+		assert_int_equal(shard_checksum_pool_init(&pool, helpers, true), 0);
+		for (uint32_t round = 0; round < 50; round++) {
+			struct shard_checksum_batch batch;
+			struct pass p;
+			uint32_t told = 0, calls = 0;
+
+			memset(&p, 0, sizeof(p));
+			shard_checksum_pool_submit_told(&pool, &batch, count_unit, &p, 16,
+							count_told, &told);
+			while (!shard_checksum_pool_help(&pool, &batch))
+				calls++;
+			if (helpers == 0)
+				assert_int_equal(calls, 0);
+			assert_int_equal(__atomic_load_n(&told, __ATOMIC_RELAXED), 1);
+			assert_true(shard_checksum_pool_help(&pool, &batch));
+			for (uint32_t u = 0; u < 257; u++)
+				assert_int_equal(p.runs[u], u < 16 ? 1 : 0);
 		}
 		shard_checksum_pool_destroy(&pool);
 	}
@@ -293,6 +334,7 @@ int main(void)
 		cmocka_unit_test(test_checksum_pool_every_unit_once),
 		cmocka_unit_test(test_checksum_pool_batch_runs_without_wait),
 		cmocka_unit_test(test_checksum_pool_batches_queued_together),
+		cmocka_unit_test(test_checksum_pool_help_and_told),
 		cmocka_unit_test(test_checksum_pool_helper_count),
 		cmocka_unit_test(test_checksum_pool_verifier_count),
 		cmocka_unit_test(test_checksum_pool_rule_by_cores),

@@ -459,6 +459,8 @@ static void test_engine_chain_corrupt_page(void **state)
  * 0's copy to the device held 300 ms) are verified together in one pass:
  * twenty one-page windows take at most fourteen passes, every byte
  * arrives, and a corrupt page in such a batch fails the fetch naming it.
+ * The disk thread reads them (SELENE_FETCH_READS_HERE=0): in a
+ * memory-backed directory the verifying threads would, a group a window.
  */
 static void test_engine_fetch_verifies_landed_windows_together(void **state)
 {
@@ -471,7 +473,9 @@ static void test_engine_fetch_verifies_landed_windows_together(void **state)
 	char *path;
 
 	shard_engine_close(f->engine);
+	setenv("SELENE_FETCH_READS_HERE", "0", 1);
 	open_engine(f, 1);
+	unsetenv("SELENE_FETCH_READS_HERE");
 	make_key(&key, 64 * 20, 40);
 	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
 	chain = (struct shard_chain_record){ key, 0, 20 };
@@ -500,6 +504,67 @@ static void test_engine_fetch_verifies_landed_windows_together(void **state)
 	sel_failpoints_configure(NULL);
 	if (!strstr(c.why, "page 5 (stored page 5) fails its checksum"))
 		fail_msg("why: %s", c.why);
+}
+
+/*
+ * In a memory-backed directory, with verifying helpers, a fetch's windows
+ * are read by the threads that verify them: all five windows of a
+ * 20-page record, every byte and the row arrive, and a corrupt page fails
+ * the fetch naming it; with SELENE_FETCH_READS_HERE=0 the disk thread
+ * reads every window. Skipped where the directory is not memory-backed.
+ */
+static void test_engine_fetch_reads_memory_backed_here(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_completion c;
+	struct shard_engine_stats before, after;
+	struct shard_chain_record chain;
+	struct rec_header h;
+	struct rec_key key;
+	char *path;
+
+	if (!rec_dir_memory_backed(f->dir)) {
+		print_message("skipped: %s is not memory-backed\n", f->base);
+		skip();
+	}
+	shard_engine_close(f->engine);
+	open_engine(f, 4);
+	make_key(&key, 64 * 20, 41);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+	chain = (struct shard_chain_record){ key, 0, 20 };
+	shard_engine_stats(f->engine, &before);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	for (uint32_t i = 0; i < 20; i++)
+		if (!page_matches(f, 100 + i, i))
+			fail_msg("page %u differs", i);
+	assert_true(row_matches(f, 3, key.consumed));
+	shard_engine_stats(f->engine, &after);
+	assert_int_equal(after.fetch_windows - before.fetch_windows, 5);
+	assert_int_equal(after.fetch_windows_read_here - before.fetch_windows_read_here, 5);
+
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
+					 0, 20, 99), 0);
+	path = tu_record_path(f->dir, &key);
+	tu_flip_bit(path, h.page_offset + h.page_stride * 13 + 4097);
+	free(path);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), SEL_ECHECKSUM);
+	if (!strstr(c.why, "page 13 (stored page 13) fails its checksum"))
+		fail_msg("why: %s", c.why);
+	assert_int_equal(store(f, &key, NULL, 0, 0, &c), 0);
+
+	shard_engine_close(f->engine);
+	setenv("SELENE_FETCH_READS_HERE", "0", 1);
+	open_engine(f, 4);
+	unsetenv("SELENE_FETCH_READS_HERE");
+	shard_engine_stats(f->engine, &before);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	for (uint32_t i = 0; i < 20; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	shard_engine_stats(f->engine, &after);
+	assert_int_equal(after.fetch_windows - before.fetch_windows, 5);
+	assert_int_equal(after.fetch_windows_read_here - before.fetch_windows_read_here, 0);
 }
 
 /*
@@ -2198,6 +2263,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_workers, teardown),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_memory, teardown),
 		BOTH(test_engine_copy_failure_drains_first),
+		BOTH(test_engine_fetch_reads_memory_backed_here),
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
 		BOTH(test_engine_restore_during_slow_commit),

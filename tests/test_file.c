@@ -165,6 +165,51 @@ static void test_file_suffix_reads(void **state)
 	tu_record_free(&rec);
 }
 
+/*
+ * R-READ-2, a page read and hashed in chunks: every page of a 10-page
+ * record reads back byte-exact and checks out, in chunks of 4 KiB, of 12
+ * KiB (not dividing the stride) and larger than the page; a flipped bit
+ * says not ok; a file cut short says -ENODATA; disk.read's failure is
+ * returned.
+ */
+static void test_file_read_page_ok_in_chunks(void **state)
+{
+	static const uint64_t chunks[] = { 4096, 3 * 4096, 1u << 20 };
+	struct fixture *f = *state;
+	struct tu_record rec;
+	struct rec_reader r;
+	uint8_t *page;
+	char why[256], *path;
+	bool ok;
+
+	tu_record_make(&rec, &f->g, 1, 64 * 10, NULL, 5);
+	assert_int_equal(tu_record_write(f->dir, &rec, 3), 0);
+	page = tu_alloc(rec.stride);
+	assert_int_equal(open_reader(f, &rec.key, &r, why, sizeof(why)), 0);
+	for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++)
+		for (uint32_t i = 0; i < rec.tail_page_count; i++) {
+			memset(page, 0xa5, rec.stride);
+			assert_int_equal(rec_reader_read_page_ok(&r, i, page, chunks[c], &ok), 0);
+			assert_true(ok);
+			assert_memory_equal(page, rec.pages + rec.stride * i, rec.stride);
+		}
+	assert_int_equal(sel_failpoints_configure("disk.read=return(EIO)"), 0);
+	assert_int_equal(rec_reader_read_page_ok(&r, 0, page, 4096, &ok), -EIO);
+	assert_false(ok);
+	sel_failpoints_configure(NULL);
+	path = tu_record_path(f->dir, &rec.key);
+	tu_flip_bit(path, r.header.page_offset + rec.stride * 4 + 5000);
+	assert_int_equal(rec_reader_read_page_ok(&r, 4, page, 4096, &ok), 0);
+	assert_false(ok);
+	assert_int_equal(truncate(path, (off_t)(r.header.page_offset + rec.stride * 7 + 4096)), 0);
+	assert_int_equal(rec_reader_read_page_ok(&r, 8, page, 4096, &ok), -ENODATA);
+	assert_false(ok);
+	rec_reader_close(&r);
+	free(path);
+	free(page);
+	tu_record_free(&rec);
+}
+
 /* Flips one bit at offset in a fresh copy of rec; returns what reading said. */
 static int read_after_flip(struct fixture *f, const struct tu_record *rec,
 			   uint64_t offset, int *stage)
@@ -672,6 +717,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_file_round_trip_geometries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_suffix_reads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_read_page_ok_in_chunks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_flipped_bit_each_segment, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_page_in_wrong_place, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_truncate_row, setup, teardown),

@@ -883,6 +883,11 @@ static void report_fetch_split(const char *tag, const struct shard_engine_stats 
 	       "on %u %s\n", tag, st->fetch_windows - w->fetch_windows,
 	       st->fetch_verify_passes - w->fetch_verify_passes, st->fetch_verify_groups_max,
 	       st->verify_threads, launch_plural(st->verify_threads, "thread", "threads"));
+	if (st->fetch_windows_read_here > w->fetch_windows_read_here)
+		printf("%s: %" PRIu64 " windows read by their verifying threads (memory-backed "
+		       "files: each page read in chunks and hashed while in cache; its reads "
+		       "count as verification)\n", tag,
+		       st->fetch_windows_read_here - w->fetch_windows_read_here);
 	if (hash_ns > 0 && run_ns > 0)
 		printf("%s: verification hashed %.2f GB in %.3f thread-seconds: %.2f GB/s a "
 		       "thread, %.2f threads busy hashing on average while fetches ran\n",
@@ -1155,6 +1160,8 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
 	sum->fetch_hash_ns += after->fetch_hash_ns - before->fetch_hash_ns;
 	sum->fetch_bytes_verified += after->fetch_bytes_verified - before->fetch_bytes_verified;
 	sum->fetch_verify_groups_max = after->fetch_verify_groups_max;
+	sum->fetch_windows_read_here +=
+		after->fetch_windows_read_here - before->fetch_windows_read_here;
 	sum->verify_threads = after->verify_threads;
 }
 
