@@ -7,6 +7,7 @@
 #include "pool/wire.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/xxh.h"
 #include "selene/selene.h"
 
@@ -367,6 +368,15 @@ static XXH3_state_t *rx_state(struct pool_rx *rx)
 	return (XXH3_state_t *)(void *)rx->xxh;
 }
 
+/* The next byte read is a window's data. */
+static bool at_data(const struct pool_rx *rx)
+{
+	uint64_t at = rx->done;
+
+	return at >= CLUSTER_FRAME_HEADER_BYTES + rx->body_length &&
+	       at - CLUSTER_FRAME_HEADER_BYTES - rx->body_length < rx->data_length;
+}
+
 int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_size)
 {
 	XXH3_state_t *st = rx_state(rx);
@@ -398,6 +408,8 @@ int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_si
 			return POOL_RX_HEAD;
 		}
 		to = rx_target(rx, &want);
+		if (rx->data && at_data(rx))
+			SEL_FAILPOINT(SEL_FP_POOL_RX_DATA);
 		n = read(fd, to, want);
 		if (n < 0 && errno == EINTR)
 			continue;
