@@ -107,7 +107,10 @@
 	  "when the disk bounds its io_uring kernel workers (return: refused)") \
 	X(WARM_REGISTER, "warm.register",                                    \
 	  "before each chunk of the warm tier is registered with the device " \
-	  "(return: the driver refuses it)")
+	  "(return: the driver refuses it)")                                 \
+	X(POOL_RX_DATA, "pool.rx_data",                                      \
+	  "before each read of a pool window's data into its slot or place " \
+	  "(sleep: a read that takes long)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

@@ -138,6 +138,16 @@ struct pool_client {
 	struct put_state puts[PUTS_TRACKED_MAX];
 	struct share *reading; /* the share the window being read belongs to */
 	struct slot reading_slot;
+	/*
+	 * The I/O thread reads the socket (pool_rx_feed: into rx and the
+	 * reading slot, and the frame's checksum) without the lock, so callers
+	 * take delivered windows and post slots meanwhile. rx and the reading
+	 * slot are the I/O thread's alone then; pool_share_end of the share
+	 * being read waits for the read to end (rx_end_waits) before it hands
+	 * the slot back.
+	 */
+	bool rx_unlocked;
+	bool rx_end_waits;
 	const uint8_t *arena;
 	uint64_t arena_bytes;
 };
@@ -680,7 +690,15 @@ static bool read_locked(struct pool_client *c)
 			if (ret == 1)
 				return true;
 		}
+		c->rx_unlocked = true;
+		pthread_mutex_unlock(&c->lock);
 		ret = pool_rx_feed(&c->rx, c->fd, &eof, why, sizeof(why));
+		pthread_mutex_lock(&c->lock);
+		c->rx_unlocked = false;
+		if (c->rx_end_waits) {
+			c->rx_end_waits = false;
+			pthread_cond_broadcast(&c->changed);
+		}
 		if (eof) {
 			fail_locked(c, -ECONNRESET, "the manager closed the connection");
 			return false;
@@ -1450,6 +1468,11 @@ int pool_share_end(struct pool_client *c, uint64_t claim_id)
 	int ret = 0;
 
 	pthread_mutex_lock(&c->lock);
+	/* a read into this share's slot is under way: it ends within one read */
+	while (c->rx_unlocked && c->reading && c->reading->claim_id == claim_id) {
+		c->rx_end_waits = true;
+		pthread_cond_wait(&c->changed, &c->lock);
+	}
 	s = share_find(c, claim_id);
 	if (!s) {
 		ret = -ENOENT;

@@ -283,9 +283,11 @@ int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_plac
 		      uint32_t chain_count, int timeout_ms);
 
 /*
- * Never waits. This rank is done with claim_id: returns every posted slot
- * it did not deliver and forgets the claim (the pins are the session's to
- * end). Returns 0, or -ENOENT when the claim is not pulled here.
+ * Never waits for the manager (only, at most, for the one non-blocking
+ * read into one of the claim's slots that the I/O thread may be doing).
+ * This rank is done with claim_id: returns every posted slot it did not
+ * deliver and forgets the claim (the pins are the session's to end).
+ * Returns 0, or -ENOENT when the claim is not pulled here.
  */
 int pool_share_end(struct pool_client *c, uint64_t claim_id);
 

@@ -29,6 +29,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -121,6 +122,15 @@ struct conn {
 	uint64_t tx_seq;
 	uint8_t *out;
 	size_t out_used, out_sent, out_cap;
+	/*
+	 * A claim window's data is written from the arena, not copied into out:
+	 * out holds its header and head up to out_split, then its tag and any
+	 * later frames; the data goes between (conn_write). Its record is
+	 * pinned until the last byte is written, so the bytes cannot move.
+	 */
+	const uint8_t *out_data; /* NULL: none */
+	size_t out_data_length, out_data_sent, out_split;
+	struct record *out_pin;
 	struct instance *inst;
 	uint32_t rank;
 	struct stream streams[POOL_SHARES_LIVE_MAX];
@@ -498,6 +508,8 @@ static int out_reserve(struct conn *c, size_t more)
 	if (c->out_sent) {
 		memmove(c->out, c->out + c->out_sent, c->out_used - c->out_sent);
 		c->out_used -= c->out_sent;
+		if (c->out_data)
+			c->out_split -= c->out_sent;
 		c->out_sent = 0;
 		need = c->out_used + more;
 		if (need <= c->out_cap)
@@ -518,6 +530,55 @@ static int out_reserve(struct conn *c, size_t more)
 	return 0;
 }
 
+/* Anything left to write on c. */
+static bool out_pending(const struct conn *c)
+{
+	return c->out_sent < c->out_used || c->out_data;
+}
+
+/* Forgets what c has left to write (the connection ends) and its pin. */
+static void out_drop(struct conn *c)
+{
+	c->out_used = c->out_sent = 0;
+	if (c->out_pin)
+		c->out_pin->pins--;
+	c->out_pin = NULL;
+	c->out_data = NULL;
+}
+
+/*
+ * Queues one claim window whose data stays in r's arena bytes: its header
+ * and head are copied, the data is written from where it lies (conn_write),
+ * and r stays pinned until it is. Only on an empty output (streams_fill).
+ */
+static void send_window(struct conn *c, struct record *r, const uint8_t *head,
+			uint32_t head_length, const uint8_t *data, uint32_t data_length)
+{
+	uint8_t header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+
+	SEL_ASSERT(c->keyed && !out_pending(c));
+	if (c->closing)
+		return;
+	if (out_reserve(c, sizeof(header) + head_length + POOL_TAG_BYTES)) {
+		c->closing = true;
+		out_drop(c);
+		return;
+	}
+	pool_frame_build(c->kc, POOL_TO_RANK, c->tx_seq++, POOL_MSG_CLAIM_WINDOW, head,
+			 head_length, data, data_length, header, tag);
+	c->out_used = c->out_sent = 0;
+	memcpy(c->out, header, sizeof(header));
+	memcpy(c->out + sizeof(header), head, head_length);
+	c->out_split = sizeof(header) + head_length;
+	memcpy(c->out + c->out_split, tag, POOL_TAG_BYTES);
+	c->out_used = c->out_split + POOL_TAG_BYTES;
+	c->out_data = data;
+	c->out_data_length = data_length;
+	c->out_data_sent = 0;
+	c->out_pin = r;
+	r->pins++;
+}
+
 /* Queues one frame; tagged once the connection is keyed (R-POOL-12). */
 static void send_frame(struct conn *c, uint16_t type, const uint8_t *body, uint32_t body_length,
 		       const uint8_t *data, uint32_t data_length)
@@ -530,7 +591,7 @@ static void send_frame(struct conn *c, uint16_t type, const uint8_t *body, uint3
 		return;
 	if (out_reserve(c, total)) {
 		c->closing = true; /* no memory for a frame: this connection ends */
-		c->out_used = c->out_sent = 0;
+		out_drop(c);
 		return;
 	}
 	pool_frame_build(key, POOL_TO_RANK, c->tx_seq++, type, body, body_length, data,
@@ -1232,7 +1293,7 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 			len = REC_HEADER_BYTES;
 			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
 			SEL_ASSERT(n > 0);
-			send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n, image, (uint32_t)len);
+			send_window(c, r, head, (uint32_t)n, image, (uint32_t)len);
 			s->section = POOL_SECTION_CHECKSUMS;
 			s->pos = 0;
 			return true;
@@ -1252,7 +1313,7 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 			w.count = (uint32_t)len;
 			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
 			SEL_ASSERT(n > 0);
-			send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n,
+			send_window(c, r, head, (uint32_t)n,
 				   image + ck_off + s->pos, (uint32_t)len);
 			s->pos += len;
 			return true;
@@ -1279,7 +1340,7 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 			len = count * stride;
 			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
 			SEL_ASSERT(n > 0);
-			send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n,
+			send_window(c, r, head, (uint32_t)n,
 				   image + pg_off + s->pos * stride, (uint32_t)len);
 			s->pos += count;
 			return true;
@@ -1294,7 +1355,7 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 		w.count = (uint32_t)len;
 		n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
 		SEL_ASSERT(n > 0);
-		send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n,
+		send_window(c, r, head, (uint32_t)n,
 			   image + pg_off + (uint64_t)r->tail_page_count * stride, (uint32_t)len);
 		s->pos = len;
 		return true;
@@ -1304,7 +1365,7 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 /* Fills an empty output with the next window of the oldest stream. */
 static void streams_fill(struct pool_manager *m, struct conn *c, uint64_t now)
 {
-	while (c->stream_count && c->out_sent == c->out_used && !c->closing) {
+	while (c->stream_count && !out_pending(c) && !c->closing) {
 		struct stream *s = &c->streams[0];
 
 		if (stream_next(m, c, s)) {
@@ -1536,6 +1597,7 @@ static void conn_free(struct pool_manager *m, uint32_t index)
 {
 	struct conn *c = m->conns[index];
 
+	out_drop(c); /* its window's pin */
 	conn_detach(m, c);
 	close(c->fd);
 	free(c->body);
@@ -1720,7 +1782,7 @@ static void conn_read(struct pool_manager *m, struct conn *c, uint64_t now)
 			return;
 		if (eof) {
 			c->closing = true;
-			c->out_used = c->out_sent = 0;
+			out_drop(c);
 			return;
 		}
 		if (ret < 0) {
@@ -1746,19 +1808,50 @@ static void conn_read(struct pool_manager *m, struct conn *c, uint64_t now)
 	}
 }
 
-/* Writes what is queued; 0, or -1 when the connection is to go. */
+/*
+ * Writes what is queued, a window's data from where it lies between its
+ * head and the rest (send_window); 0, or -1 when the connection is to go.
+ */
 static int conn_write(struct conn *c, uint64_t now)
 {
-	while (c->out_sent < c->out_used) {
-		ssize_t n = send(c->fd, c->out + c->out_sent, c->out_used - c->out_sent,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (out_pending(c)) {
+		struct iovec iov[3];
+		struct msghdr msg = { .msg_iov = iov };
+		size_t split = c->out_data ? c->out_split : c->out_used, n0, n1;
+		ssize_t n;
 
+		if (c->out_sent < split)
+			iov[msg.msg_iovlen++] = (struct iovec){ c->out + c->out_sent,
+								split - c->out_sent };
+		if (c->out_data)
+			iov[msg.msg_iovlen++] = (struct iovec){
+				(void *)(uintptr_t)(c->out_data + c->out_data_sent),
+				c->out_data_length - c->out_data_sent };
+		if (c->out_used > split)
+			iov[msg.msg_iovlen++] = (struct iovec){ c->out + split,
+								c->out_used - split };
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		if (n <= 0)
 			return -1;
+		/* the bytes written, in the order of the pieces above */
+		n0 = split - c->out_sent < (size_t)n ? split - c->out_sent : (size_t)n;
+		c->out_sent += n0;
+		n -= (ssize_t)n0;
+		if (c->out_data) {
+			n1 = c->out_data_length - c->out_data_sent < (size_t)n
+				     ? c->out_data_length - c->out_data_sent : (size_t)n;
+			c->out_data_sent += n1;
+			n -= (ssize_t)n1;
+			if (c->out_data_sent == c->out_data_length) {
+				c->out_pin->pins--;
+				c->out_pin = NULL;
+				c->out_data = NULL;
+			}
+		}
 		c->out_sent += (size_t)n;
 		/* R-POOL-35: any byte the rank takes is progress of its streams */
 		for (uint32_t k = 0; k < c->stream_count; k++)
@@ -2016,7 +2109,7 @@ int pool_manager_run(struct pool_manager *m)
 			fds[count++] = (struct pollfd){
 				.fd = c->fd,
 				.events = (short)((c->closing ? 0 : POLLIN) |
-						  (c->out_sent < c->out_used ? POLLOUT : 0)) };
+						  (out_pending(c) ? POLLOUT : 0)) };
 		}
 		n = poll(fds, count, TICK_MS);
 		if (n < 0 && errno != EINTR)
@@ -2059,13 +2152,13 @@ int pool_manager_run(struct pool_manager *m)
 				streams_fill(m, c, now);
 			if (conn_write(c, now) < 0) {
 				c->closing = true;
-				c->out_used = c->out_sent = 0;
+				out_drop(c);
 			}
 		}
 		for (uint32_t i = 0; i < m->conn_count;) {
 			struct conn *c = m->conns[i];
 
-			if (c->closing && c->out_sent == c->out_used) {
+			if (c->closing && !out_pending(c)) {
 				conn_free(m, i);
 				continue;
 			}

@@ -7,6 +7,8 @@
 #include "pool/wire.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
+#include "common/xxh.h"
 #include "selene/selene.h"
 
 #include <blake2.h>
@@ -17,7 +19,6 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define PROTO_FAIL(why, why_size, ...) sel_fail(SEL_EPROTO, why, why_size, __VA_ARGS__)
 #define TAG POOL_TAG_BYTES
@@ -226,11 +227,11 @@ void pool_frame_build(const uint8_t *key, enum pool_direction direction, uint64_
 		pool_frame_tag(key, direction, header, body, body_length, tag);
 	XXH3_64bits_reset(&st);
 	if (body_length)
-		XXH3_64bits_update(&st, body, body_length);
+		sel_xxh3_update(&st, body, body_length);
 	if (data_length)
-		XXH3_64bits_update(&st, data, data_length);
+		sel_xxh3_update(&st, data, data_length);
 	if (key)
-		XXH3_64bits_update(&st, tag, TAG);
+		sel_xxh3_update(&st, tag, TAG);
 	sel_put_le64(header + CLUSTER_OFF_PAYLOAD_CHECKSUM, XXH3_64bits_digest(&st));
 	sel_put_le64(header + CLUSTER_OFF_HEADER_CHECKSUM,
 		     XXH3_64bits(header, CLUSTER_OFF_HEADER_CHECKSUM));
@@ -367,6 +368,15 @@ static XXH3_state_t *rx_state(struct pool_rx *rx)
 	return (XXH3_state_t *)(void *)rx->xxh;
 }
 
+/* The next byte read is a window's data. */
+static bool at_data(const struct pool_rx *rx)
+{
+	uint64_t at = rx->done;
+
+	return at >= CLUSTER_FRAME_HEADER_BYTES + rx->body_length &&
+	       at - CLUSTER_FRAME_HEADER_BYTES - rx->body_length < rx->data_length;
+}
+
 int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_size)
 {
 	XXH3_state_t *st = rx_state(rx);
@@ -398,6 +408,8 @@ int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_si
 			return POOL_RX_HEAD;
 		}
 		to = rx_target(rx, &want);
+		if (rx->data && at_data(rx))
+			SEL_FAILPOINT(SEL_FP_POOL_RX_DATA);
 		n = read(fd, to, want);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -414,7 +426,7 @@ int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_si
 			return PROTO_FAIL(why, why_size, "end of file inside a frame (R-WIRE-9)");
 		}
 		if (rx->done >= CLUSTER_FRAME_HEADER_BYTES)
-			XXH3_64bits_update(st, to, (size_t)n);
+			sel_xxh3_update(st, to, (size_t)n);
 		rx->done += (uint64_t)n;
 		if (rx->done == CLUSTER_FRAME_HEADER_BYTES) {
 			ret = rx_header(rx, why, why_size);

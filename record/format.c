@@ -5,6 +5,7 @@
 #include "record/format.h"
 
 #include "common/base.h"
+#include "common/xxh.h"
 #include "selene/selene.h"
 
 #include <blake2.h>
@@ -22,13 +23,13 @@ uint64_t rec_checksum_seed(const struct rec_key *key)
 uint64_t rec_page_checksum(const void *page, uint64_t stride, uint64_t seed,
 			   uint64_t prefix_index)
 {
-	return XXH3_64bits_withSeed(page, (size_t)stride, seed ^ prefix_index);
+	return sel_xxh3_seeded(page, (size_t)stride, seed ^ prefix_index);
 }
 
 uint64_t rec_row_checksum(const void *row_segment, uint64_t length,
 			  uint64_t seed)
 {
-	return XXH3_64bits_withSeed(row_segment, (size_t)length, seed);
+	return sel_xxh3_seeded(row_segment, (size_t)length, seed);
 }
 
 int rec_layout_from_header(const struct rec_header *h, struct rec_layout *out)

@@ -5,6 +5,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/xxh.h"
 #include "selene/selene.h"
 
 #include <stdio.h>
@@ -340,6 +341,46 @@ static void test_format_init_checks_pages(void **state)
 					 &key.digest, 4, 0, 1), SEL_EBADHEADER);
 }
 
+/* The checksums through the vector dispatcher equal libxxhash's plain XXH3 (R-REC-11). */
+static void test_format_checksums_equal_plain_xxh3(void **state)
+{
+	const size_t bytes = (4u << 20) + 4096 + 77;
+	uint8_t *buf = malloc(bytes);
+	XXH3_state_t *st = XXH3_createState();
+	const uint64_t seed = 0x9e3779b97f4a7c15ull;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(st);
+	for (size_t i = 0; i < bytes; i++)
+		buf[i] = (uint8_t)(i * 131 + (i >> 9));
+	print_message("xxh3 dispatcher %s\n", sel_xxh3_dispatched() ? "present" : "absent");
+	/* every small length, odd offsets, and the large lengths a window has */
+	for (size_t len = 0; len < bytes; len = len < 2048 ? len + 1 : len * 3 + 4095) {
+		for (size_t at = 0; at < 3 && at + len <= bytes; at++) {
+			const uint8_t *p = buf + at;
+
+			assert_true(sel_xxh3(p, len) == XXH3_64bits(p, len));
+			assert_true(sel_xxh3_seeded(p, len, seed) == XXH3_64bits_withSeed(p, len, seed));
+			assert_true(rec_page_checksum(p, len, seed, 7) ==
+				    XXH3_64bits_withSeed(p, len, seed ^ 7));
+			assert_true(rec_row_checksum(p, len, seed) ==
+				    XXH3_64bits_withSeed(p, len, seed));
+			/* streamed in uneven pieces */
+			XXH3_64bits_reset(st);
+			for (size_t done = 0, piece = 1; done < len; piece = piece * 2 + 5) {
+				size_t n = len - done < piece ? len - done : piece;
+
+				sel_xxh3_update(st, p + done, n);
+				done += n;
+			}
+			assert_true(XXH3_64bits_digest(st) == XXH3_64bits(p, len));
+		}
+	}
+	XXH3_freeState(st);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -351,6 +392,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_alignment_every_geometry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_init_checks_pages, setup, teardown),
+		cmocka_unit_test(test_format_checksums_equal_plain_xxh3),
 	};
 
 	return cmocka_run_group_tests_name("format", tests, NULL, NULL);

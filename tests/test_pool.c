@@ -9,6 +9,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "pool/client.h"
 #include "pool/manager.h"
@@ -1207,6 +1208,110 @@ static void test_pool_client_end_to_end(void **state)
 	case_free(&root);
 }
 
+/*
+ * A share ended mid-stream hands its slots back at once: the I/O thread,
+ * which reads the socket without the client's lock, never writes a slot
+ * after pool_share_end returns, and the connection serves the next claim.
+ */
+static void test_pool_share_end_mid_stream_returns_slots(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct rank_job jobs[WORLD];
+	pthread_t threads[WORLD];
+	uint64_t request, put_id = 0, claim_id, shares[WORLD];
+	struct pool_put_spec spec = { 0 };
+	struct pool_chain_entry found[4];
+	struct pool_claim_grant grant;
+	uint32_t count = 0;
+	char why[WHY_BYTES];
+	int ret;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 11, 96, NULL, 91);
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(client_open(&r, k, 0xd, secret, &a[k], why), 0);
+	spec.key = root.rec.key;
+	spec.tail_page_count = root.rec.tail_page_count;
+	spec.row = true;
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = root.img[k].length;
+	spec.share_bytes = shares;
+	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
+	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
+		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
+	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
+	assert_int_equal(ret, 1);
+	/*
+	 * rank 1 ends its share after 0, 1, 2 ... windows, at varying moments,
+	 * while each read of window data takes 3 ms (the I/O thread holds a
+	 * slot's address in a read without the lock)
+	 */
+	assert_int_equal(sel_failpoints_configure("pool.rx_data=sleep(3)"), 0);
+	for (uint32_t round = 0; round < 12; round++) {
+		size_t slot_bytes = pool_client_slot_bytes(a[1]);
+		uint8_t *slots[2] = { tu_alloc(slot_bytes), tu_alloc(slot_bytes) };
+		struct pool_window w;
+
+		assert_int_equal(pool_claim_begin(a[0], &root.rec.key, &claim_id), 0);
+		POLL_UNTIL(pool_claim_poll(a[0], claim_id, &grant, found, 4, &count), ret);
+		assert_int_equal(ret, 1);
+		assert_int_equal(pool_share_pull(a[1], claim_id, found, count, 0, false), 0);
+		for (uint32_t i = 0; i < 2; i++)
+			assert_int_equal(pool_share_post(a[1], claim_id, slots[i], slot_bytes,
+							 slots[i]), 0);
+		for (uint32_t taken = 0; taken < round % 5; taken++) {
+			ret = pool_share_next(a[1], claim_id, &w, 5000);
+			if (ret != 1)
+				break;
+			assert_int_equal(pool_share_post(a[1], claim_id, (void *)w.data, slot_bytes,
+							 w.slot_ctx), 0);
+		}
+		usleep(500 * (round % 4));
+		assert_int_equal(pool_share_end(a[1], claim_id), 0);
+		/* the slots are the caller's again: nothing writes them any more */
+		memset(slots[0], 0x5a, slot_bytes);
+		memset(slots[1], 0x5a, slot_bytes);
+		usleep(10000);
+		for (uint32_t i = 0; i < 2; i++)
+			for (size_t b = 0; b < slot_bytes; b++)
+				if (slots[i][b] != 0x5a)
+					fail_msg("slot %u written at %zu after pool_share_end", i, b);
+		free(slots[0]);
+		free(slots[1]);
+		assert_int_equal(pool_claim_end(a[0], claim_id, 0), 0);
+	}
+	assert_true(sel_failpoint_fired(SEL_FP_POOL_RX_DATA) >= 1);
+	assert_int_equal(sel_failpoints_configure(NULL), 0);
+	/* the connection carries a whole claim afterwards, byte-exact */
+	assert_int_equal(pool_claim_begin(a[0], &root.rec.key, &claim_id), 0);
+	POLL_UNTIL(pool_claim_poll(a[0], claim_id, &grant, found, 4, &count), ret);
+	assert_int_equal(ret, 1);
+	jobs[1] = (struct rank_job){ .c = a[1], .rank = 1, .id = claim_id, .chain = chain,
+				     .count = count };
+	memcpy(jobs[1].entries, found, sizeof(found));
+	claim_share_thread(&jobs[1]);
+	assert_int_equal(jobs[1].result, 0);
+	assert_int_equal(jobs[1].verified_bytes,
+			 root.img[1].length - 4096 + 8 * root.rec.tail_page_count);
+	assert_int_equal(pool_claim_end(a[0], claim_id, 0), 0);
+	for (uint32_t k = 0; k < WORLD; k++)
+		pool_client_close(a[k]);
+	manager_stop(&r);
+	case_free(&root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1220,6 +1325,7 @@ int main(void)
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
+		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 	};
 
