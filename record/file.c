@@ -8,6 +8,7 @@
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/xxh.h"
 #include "record/io.h"
 #include "selene/selene.h"
 
@@ -182,7 +183,7 @@ void rec_writer_note_row(struct rec_writer *w, const void *const *pieces,
 	xxh3_stack_state_init(&state);
 	XXH3_64bits_reset_withSeed(&state, w->seed);
 	for (uint32_t i = 0; i < piece_count; i++) {
-		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
+		sel_xxh3_update(&state, pieces[i], (size_t)piece_bytes[i]);
 		total += piece_bytes[i];
 	}
 	SEL_ASSERT(total == w->layout.row_length);
@@ -482,7 +483,7 @@ int rec_reader_read_page_ok(const struct rec_reader *r, uint32_t index, void *pa
 		ret = rec_io_read_full(r->fd, (uint8_t *)page + off, n, at + off);
 		if (ret)
 			return ret;
-		XXH3_64bits_update(&state, (uint8_t *)page + off, (size_t)n);
+		sel_xxh3_update(&state, (uint8_t *)page + off, (size_t)n);
 	}
 	*ok = XXH3_64bits_digest(&state) == sel_get_le64((const uint8_t *)&r->checksums[index]);
 	return 0;
@@ -497,7 +498,7 @@ bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,
 	xxh3_stack_state_init(&state);
 	XXH3_64bits_reset_withSeed(&state, r->seed);
 	for (uint32_t i = 0; i < piece_count; i++) {
-		XXH3_64bits_update(&state, pieces[i], (size_t)piece_bytes[i]);
+		sel_xxh3_update(&state, pieces[i], (size_t)piece_bytes[i]);
 		total += piece_bytes[i];
 	}
 	return total == r->header.row_length &&
@@ -530,7 +531,7 @@ int rec_reader_verify_streaming(struct rec_reader *r, void *buf, uint64_t buf_by
 			ret = rec_io_read_full(r->fd, buf, n, offset + done);
 			if (ret)
 				return ret;
-			XXH3_64bits_update(&state, buf, (size_t)n);
+			sel_xxh3_update(&state, buf, (size_t)n);
 			done += n;
 		}
 		if (XXH3_64bits_digest(&state) != expected)
