@@ -801,6 +801,29 @@ static void test_cli_run_stored_log_warm(void **state)
 	tu_remove_tree(base);
 }
 
+/* --pool and --pool-secret go together, and the address is checked before any rank starts. */
+static void test_cli_run_pool_arguments(void **state)
+{
+	struct run_result *r = malloc(sizeof(*r));
+
+	(void)state;
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool",
+				       "127.0.0.1:7000", NULL });
+	expect(r, 2, "--pool needs --pool-secret FILE");
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool-secret",
+				       "s", NULL });
+	expect(r, 2, "--pool-secret needs --pool ADDR");
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool",
+				       "127.0.0.1", "--pool-secret", "s", NULL });
+	expect(r, 2, "--pool: pool '127.0.0.1' is not host:port");
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool",
+				       "[::1]:70000", "--pool-secret", "s", NULL });
+	expect(r, 2, "the port must be 1-65535");
+	run(r, NULL, (const char *[]){ "run", "--help", NULL });
+	expect(r, 0, "--pool-secret FILE");
+	free(r);
+}
+
 /*
  * --stored-log under a disk limit one record fills: a second conversation
  * evicts the first, and the log says so (the torture's evicting loop takes
@@ -1788,6 +1811,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_stored_log),
 		cmocka_unit_test(test_cli_run_stored_log_warm),
 		cmocka_unit_test(test_cli_run_stored_log_evictions),
+		cmocka_unit_test(test_cli_run_pool_arguments),
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),

@@ -154,6 +154,28 @@ struct sel_store_config {
 	 * shorter) of at most 64 leaves. 0 (the default): none.
 	 */
 	uint64_t max_age_ms;
+	/*
+	 * The pool (docs/DESIGN.md section 12): a pool manager's address,
+	 * "host:port" ("[IPv6]:port" for an IPv6 literal), that this
+	 * instance attaches to at open, sharing records with other instances
+	 * of an identical scope (pool name, model_identity, layout, world
+	 * size and every rank's plane sizes). NULL (the default): no pool,
+	 * and none of the pool's code runs. Copied at open; rank zero's
+	 * counts (peers attach to the address rank zero gives them).
+	 * At open rank zero waits up to 10 s for the manager's hello: a
+	 * manager that does not answer, or refuses a rank, leaves the store
+	 * on its local tiers with one warning saying why (the open still
+	 * succeeds), and it never attaches later; an attached instance
+	 * reconnects after a lost connection.
+	 */
+	const char *pool;
+	/*
+	 * The pool secret: a regular file of exactly 32 bytes that neither
+	 * group nor others may read or write (refused otherwise, as the
+	 * cluster's launch secret), proven to the manager and never sent.
+	 * Required with pool; read by every rank at open.
+	 */
+	const char *pool_secret_file;
 };
 
 /*

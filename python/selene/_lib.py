@@ -104,7 +104,8 @@ class StoreConfig(Checked):
                 ("page_count", u32), ("row_count", u32), ("device", c_char_p),
                 ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
                 ("records_max", u32), ("cluster", ctypes.POINTER(Cluster)),
-                ("warm_bytes", u64), ("warm_policy", u8), ("max_age_ms", u64)]
+                ("warm_bytes", u64), ("warm_policy", u8), ("max_age_ms", u64),
+                ("pool", c_char_p), ("pool_secret_file", c_char_p)]
 
 
 class Hit(ctypes.Structure):

@@ -203,7 +203,17 @@ class StoreConfig:
     file's time) is dropped from every tier on every rank, by a sweep
     that poll() runs at most once a minute (or once per max age, if
     shorter), of at most 64 leaves at a time; 0 (the default): never.
-    Counted in Stats.expired and Stats.warm_expired, not evictions."""
+    Counted in Stats.expired and Stats.warm_expired, not evictions.
+
+    pool: a pool manager's address, "host:port" ("[IPv6]:port"), that
+    the store attaches to at open to share records with other instances
+    of the same model and layout (docs/DESIGN.md section 12); None (the
+    default): no pool. A manager that does not answer within 10 s, or
+    refuses a rank, leaves the store on its local tiers with one warning
+    (the open still succeeds); it never attaches later.
+
+    pool_secret_file: with pool, the path of the pool secret (exactly 32
+    bytes, mode 600 or stricter), proven to the manager, never sent."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -222,6 +232,8 @@ class StoreConfig:
     warm_bytes: int = 0
     warm_policy: object = WarmPolicy.WRITE_THROUGH
     max_age_ms: int = 0
+    pool: Optional[str] = None
+    pool_secret_file: Optional[object] = None
 
     def __post_init__(self):
         _check_config("StoreConfig", self)
@@ -337,6 +349,15 @@ def _check_config(what: str, c) -> None:
     _str("StoreConfig.model_name", c.model_name, optional=True)
     _str("StoreConfig.device", c.device, optional=True)
     _flag("StoreConfig.durable", c.durable)
+    _str("StoreConfig.pool", c.pool, optional=True)
+    if c.pool_secret_file is not None and \
+            not isinstance(c.pool_secret_file, (str, bytes, os.PathLike)):
+        raise TypeError("StoreConfig.pool_secret_file must be a path (a str or "
+                        "os.PathLike) or None, got %s" % _kind(c.pool_secret_file))
+    if (c.pool is None) != (c.pool_secret_file is None):
+        raise InvalidArgumentError(
+            "StoreConfig.pool and StoreConfig.pool_secret_file go together: pool is %r, "
+            "pool_secret_file is %r" % (c.pool, c.pool_secret_file))
     if c.cluster is not None:
         _check_cluster("StoreConfig.cluster", c.cluster)
 
@@ -527,7 +548,10 @@ def _c_config(config: StoreConfig):
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
         durable=config.durable, records_max=config.records_max,
         warm_bytes=config.warm_bytes, warm_policy=_warm_policy(config.warm_policy),
-        max_age_ms=config.max_age_ms)
+        max_age_ms=config.max_age_ms,
+        pool=config.pool.encode() if config.pool is not None else None,
+        pool_secret_file=os.fsencode(config.pool_secret_file)
+        if config.pool_secret_file is not None else None)
     out.model_identity[:] = list(_identity(config))
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
