@@ -226,7 +226,8 @@ static void test_api_publish_evict_restore(void **state)
 
 /*
  * The exposition is valid Prometheus text: every family
- * once with # HELP and # TYPE, a build-info metric, the staging gauges; one
+ * once with # HELP and # TYPE, a build-info metric, the staging gauges, the
+ * pool's families (zero without a pool); one
  * rank fits in SEL_METRICS_BYTES(1). Skips where the parser is missing.
  */
 static void test_api_metrics_exposition(void **state)
@@ -248,8 +249,13 @@ static void test_api_metrics_exposition(void **state)
 	assert_non_null(strstr(metrics, "selene_staging_slots_intake "));
 	assert_non_null(strstr(metrics, "# TYPE selene_store_yields_total counter"));
 	assert_non_null(strstr(metrics, "selene_store_yields_total 0"));
+	/* the pool's families are there, zero, without a pool */
+	assert_non_null(strstr(metrics, "\nselene_pool_attached 0\n"));
+	assert_non_null(strstr(metrics, "# TYPE selene_pool_claim_bytes_total counter"));
+	assert_non_null(strstr(metrics, "\nselene_pool_refusals_total 0\n"));
 	if (tu_check_metrics(metrics, "selene_build_info selene_staging_slots "
-			     "selene_records selene_records_dropped selene_job_seconds") == 77)
+			     "selene_records selene_records_dropped selene_job_seconds "
+			     "selene_pool_attached selene_pool_puts selene_pool_hits") == 77)
 		skip();
 }
 

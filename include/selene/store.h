@@ -438,6 +438,21 @@ struct sel_stats {
 	uint64_t warm_dirty_dropped;
 	/* Records dropped by max-age expiry, and of those, ones that were warm. */
 	uint64_t expired, warm_expired;
+	/*
+	 * The pool (sel_store_config.pool): 1 while the instance is attached
+	 * (every rank's connection up), else 0; records put to the pool as
+	 * they left the local tiers, accepted with every rank's share
+	 * (pool_puts), and those the manager refused or that failed on some
+	 * rank (pool_put_failures: dropped as without a pool); lookups
+	 * answered from the pool (pool_hits); restores claimed from the pool
+	 * that completed on every rank (pool_claims) and their bytes, a
+	 * rank's (pool_claim_bytes), and claims that failed (the fetch
+	 * failed: the caller recomputes); refusals by the manager of any
+	 * kind, the attach's included (pool_refusals).
+	 */
+	uint64_t pool_attached;
+	uint64_t pool_puts, pool_put_failures, pool_hits;
+	uint64_t pool_claims, pool_claim_bytes, pool_claim_failures, pool_refusals;
 };
 
 /*

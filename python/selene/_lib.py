@@ -144,13 +144,17 @@ STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hit
               "warm_read_through_bytes warm_read_failures warm_dirty_records "
               "warm_dirty_bytes warm_writes warm_spills warm_write_failures "
               "warm_retry_dirty warm_dirty_dropped expired warm_expired").split()
+# The pool's counters (sel_store_config.pool).
+STATS_POOL = ("pool_attached pool_puts pool_put_failures pool_hits pool_claims "
+              "pool_claim_bytes pool_claim_failures pool_refusals").split()
 
 
 class Stats(ctypes.Structure):
     _fields_ = ([(name, u64) for name in STATS_COUNTERS] +
                 [("store_latency", LatencyHistogram), ("fetch_latency", LatencyHistogram)] +
                 [(name, u64) for name in STATS_DROPS] +
-                [(name, u64) for name in STATS_WARM])
+                [(name, u64) for name in STATS_WARM] +
+                [(name, u64) for name in STATS_POOL])
 
 
 def declare(lib):

@@ -701,7 +701,15 @@ class Stats:
 
     Max age (StoreConfig.max_age_ms): expired, records dropped from every
     tier because they went unused that long, and warm_expired, those of
-    them that were warm."""
+    them that were warm.
+
+    The pool (StoreConfig.pool): pool_attached, 1 while every rank is
+    attached; pool_puts, records put as they left the local tiers and
+    accepted with every rank's share, and pool_put_failures (dropped as
+    without a pool); pool_hits, lookups answered from the pool;
+    pool_claims, restores claimed from the pool, their bytes (a rank's,
+    pool_claim_bytes) and pool_claim_failures (the restore failed);
+    pool_refusals, the manager's refusals of any kind."""
     lookups: int
     hits: int
     reused_tokens: int
@@ -747,6 +755,14 @@ class Stats:
     warm_dirty_dropped: int
     expired: int
     warm_expired: int
+    pool_attached: int
+    pool_puts: int
+    pool_put_failures: int
+    pool_hits: int
+    pool_claims: int
+    pool_claim_bytes: int
+    pool_claim_failures: int
+    pool_refusals: int
 
     @classmethod
     def _from_c(cls, c: _lib.Stats) -> "Stats":
