@@ -135,6 +135,16 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 		return shard_engine_noop(a->o->engine, v->job_id);
 	case CLUSTER_JOB_WARM_DROP:
 		return shard_engine_warm_drop(a->o->engine, v->job_id, &v->key);
+	case CLUSTER_JOB_POOL_ATTACH:
+	case CLUSTER_JOB_POOL_PUT:
+	case CLUSTER_JOB_POOL_CLAIM:
+		/*
+		 * A rank with no pool connection refuses every pool job; rank
+		 * zero, refused at the attach, disables the pool for the
+		 * instance with this reason (R-WIRE-21).
+		 */
+		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool connection",
+				g->rank);
 	}
 	return -EINVAL;
 }
