@@ -6,6 +6,9 @@
 #include "selene/selene.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -341,4 +344,38 @@ int cluster_frame_in_read(int fd, struct cluster_frame_in *in, uint64_t *next_se
 				 (unsigned long long)*next_sequence);
 	++*next_sequence;
 	return 1;
+}
+
+int cluster_secret_load(const char *path, const char *what,
+			uint8_t secret[CLUSTER_SECRET_BYTES], char *why, size_t why_size)
+{
+	uint8_t extra;
+	/* never blocks: a FIFO would wait for a writer forever */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		return sel_fail(-EINVAL, why, why_size, "%s %s: %s", what, path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sel_fail(-EINVAL, why, why_size, "%s %s is not a regular file", what,
+				path);
+	}
+	/* as ssh with a private key: a secret others can read or change is no secret */
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		close(fd);
+		return sel_fail(-EINVAL, why, why_size,
+				"%s: permissions %04o for %s are too open (group or others "
+				"may use it); chmod 600 %s", what,
+				(unsigned)(st.st_mode & 07777), path, path);
+	}
+	n = read(fd, secret, CLUSTER_SECRET_BYTES);
+	if (n == CLUSTER_SECRET_BYTES && read(fd, &extra, 1) != 0)
+		n = -2;
+	close(fd);
+	if (n != CLUSTER_SECRET_BYTES)
+		return sel_fail(-EINVAL, why, why_size, "%s %s must hold exactly 32 bytes", what,
+				path);
+	return 0;
 }

@@ -149,4 +149,13 @@ int cluster_join_welcome(int fd, const uint8_t secret[CLUSTER_SECRET_BYTES],
 int cluster_join_refuse(int fd, struct cluster_sequences *seq, uint32_t reason,
 			const char *text);
 
+/*
+ * Loads a secret file (the launch secret, a pool secret): exactly 32 bytes in
+ * a regular file that neither group nor others may read or write, opened
+ * without blocking (a FIFO is refused, not waited on). what names it in the
+ * reason ("SELENE_SECRET_FILE"). Returns 0, or -EINVAL with the reason.
+ */
+int cluster_secret_load(const char *path, const char *what,
+			uint8_t secret[CLUSTER_SECRET_BYTES], char *why, size_t why_size);
+
 #endif

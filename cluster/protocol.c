@@ -69,13 +69,7 @@ _Static_assert(JOB_STORE_BYTES_MAX == 4198418u, "PROTOCOL.md says so");
 /* A frame length must also fit the int that encoders return. */
 _Static_assert(CLUSTER_FRAME_PAYLOAD_BYTES_MAX <= (uint32_t)INT32_MAX, "int length");
 
-struct type_info {
-	const char *name;
-	uint32_t bytes_min;
-	uint32_t bytes_max;
-};
-
-static const struct type_info type_table[CLUSTER_MSG_TYPE_LAST + 1] = {
+static const struct cluster_msg_info type_table[CLUSTER_MSG_TYPE_LAST + 1] = {
 	[CLUSTER_MSG_HELLO] = { "HELLO", CLUSTER_HELLO_BYTES, CLUSTER_HELLO_BYTES },
 	[CLUSTER_MSG_CHALLENGE] = { "CHALLENGE", CLUSTER_CHALLENGE_BYTES,
 				    CLUSTER_CHALLENGE_BYTES },
@@ -96,14 +90,31 @@ static const struct type_info type_table[CLUSTER_MSG_TYPE_LAST + 1] = {
 	[CLUSTER_MSG_BYE] = { "BYE", 0, 0 },
 };
 
+const struct cluster_grammar cluster_wire_grammar = {
+	.magic = CLUSTER_MAGIC,
+	.version = CLUSTER_VERSION,
+	.type_last = CLUSTER_MSG_TYPE_LAST,
+	.types = type_table,
+};
+
+static bool grammar_type_known(const struct cluster_grammar *g, uint32_t type)
+{
+	return type >= 1 && type <= g->type_last;
+}
+
 static bool type_known(uint32_t type)
 {
-	return type >= CLUSTER_MSG_TYPE_FIRST && type <= CLUSTER_MSG_TYPE_LAST;
+	return grammar_type_known(&cluster_wire_grammar, type);
+}
+
+const char *cluster_grammar_msg_name(const struct cluster_grammar *g, uint32_t type)
+{
+	return grammar_type_known(g, type) ? g->types[type].name : "unknown";
 }
 
 const char *cluster_msg_name(uint32_t type)
 {
-	return type_known(type) ? type_table[type].name : "unknown";
+	return cluster_grammar_msg_name(&cluster_wire_grammar, type);
 }
 
 uint32_t cluster_payload_bytes_min(uint16_t type)
@@ -120,20 +131,28 @@ uint32_t cluster_payload_bytes_max(uint16_t type)
 
 /* ---- Frame header (R-WIRE-1 .. R-WIRE-7) ---- */
 
-void cluster_frame_header_encode(uint8_t out[CLUSTER_FRAME_HEADER_BYTES],
-				 uint16_t type, uint64_t sequence,
-				 const uint8_t *payload, uint32_t payload_length)
+void cluster_frame_header_prefix(const struct cluster_grammar *g,
+				 uint8_t out[CLUSTER_OFF_PAYLOAD_CHECKSUM], uint16_t type,
+				 uint64_t sequence, uint32_t payload_length)
 {
-	SEL_ASSERT(type_known(type));
-	SEL_ASSERT(payload_length >= type_table[type].bytes_min &&
-		   payload_length <= type_table[type].bytes_max);
-	SEL_ASSERT(payload || payload_length == 0);
-	memcpy(out + CLUSTER_OFF_MAGIC, CLUSTER_MAGIC, 4);
-	put_le16(out + CLUSTER_OFF_VERSION, CLUSTER_VERSION);
+	SEL_ASSERT(grammar_type_known(g, type));
+	SEL_ASSERT(payload_length >= g->types[type].bytes_min &&
+		   payload_length <= g->types[type].bytes_max);
+	memcpy(out + CLUSTER_OFF_MAGIC, g->magic, 4);
+	put_le16(out + CLUSTER_OFF_VERSION, g->version);
 	put_le16(out + CLUSTER_OFF_TYPE, type);
 	sel_put_le32(out + CLUSTER_OFF_PAYLOAD_LENGTH, payload_length);
 	sel_put_le32(out + CLUSTER_OFF_RESERVED, 0);
 	sel_put_le64(out + CLUSTER_OFF_SEQUENCE, sequence);
+}
+
+void cluster_frame_header_encode_in(const struct cluster_grammar *g,
+				    uint8_t out[CLUSTER_FRAME_HEADER_BYTES], uint16_t type,
+				    uint64_t sequence, const uint8_t *payload,
+				    uint32_t payload_length)
+{
+	SEL_ASSERT(payload || payload_length == 0);
+	cluster_frame_header_prefix(g, out, type, sequence, payload_length);
 	/* R-WIRE-7: the empty payload's checksum is XXH3 of zero bytes. */
 	sel_put_le64(out + CLUSTER_OFF_PAYLOAD_CHECKSUM,
 		     XXH3_64bits(payload_length ? payload : out, payload_length));
@@ -141,14 +160,23 @@ void cluster_frame_header_encode(uint8_t out[CLUSTER_FRAME_HEADER_BYTES],
 		     XXH3_64bits(out, CLUSTER_OFF_HEADER_CHECKSUM));
 }
 
-int cluster_frame_header_decode(const uint8_t in[CLUSTER_FRAME_HEADER_BYTES],
-				struct cluster_frame_header *out, char *why,
-				size_t why_size)
+void cluster_frame_header_encode(uint8_t out[CLUSTER_FRAME_HEADER_BYTES],
+				 uint16_t type, uint64_t sequence,
+				 const uint8_t *payload, uint32_t payload_length)
+{
+	cluster_frame_header_encode_in(&cluster_wire_grammar, out, type, sequence, payload,
+				       payload_length);
+}
+
+int cluster_frame_header_decode_in(const struct cluster_grammar *g,
+				   const uint8_t in[CLUSTER_FRAME_HEADER_BYTES],
+				   struct cluster_frame_header *out, char *why,
+				   size_t why_size)
 {
 	uint64_t sum;
 	uint32_t reserved;
 
-	if (memcmp(in + CLUSTER_OFF_MAGIC, CLUSTER_MAGIC, 4) != 0)
+	if (memcmp(in + CLUSTER_OFF_MAGIC, g->magic, 4) != 0)
 		return PROTO_FAIL(why, why_size, "bad magic %02x%02x%02x%02x (R-WIRE-2)",
 				  in[0], in[1], in[2], in[3]);
 	/* R-WIRE-3: no other field is trusted before the header checksum. */
@@ -163,28 +191,36 @@ int cluster_frame_header_decode(const uint8_t in[CLUSTER_FRAME_HEADER_BYTES],
 	out->sequence = sel_get_le64(in + CLUSTER_OFF_SEQUENCE);
 	out->payload_checksum = sel_get_le64(in + CLUSTER_OFF_PAYLOAD_CHECKSUM);
 	reserved = sel_get_le32(in + CLUSTER_OFF_RESERVED);
-	if (out->version != CLUSTER_VERSION)
+	if (out->version != g->version)
 		return PROTO_FAIL(why, why_size, "version %u, expected %u (R-WIRE-4)",
-				  out->version, CLUSTER_VERSION);
-	if (!type_known(out->type))
+				  out->version, g->version);
+	if (!grammar_type_known(g, out->type))
 		return PROTO_FAIL(why, why_size, "unknown message type %u (R-WIRE-4)",
 				  out->type);
 	if (reserved != 0)
 		return PROTO_FAIL(why, why_size, "reserved field %08" PRIx32 " (R-WIRE-5)",
 				  reserved);
-	if (out->payload_length < type_table[out->type].bytes_min ||
-	    out->payload_length > type_table[out->type].bytes_max)
+	if (out->payload_length < g->types[out->type].bytes_min ||
+	    out->payload_length > g->types[out->type].bytes_max)
 		return PROTO_FAIL(why, why_size,
 				  "%s payload of %" PRIu32 " bytes, allowed %" PRIu32
 				  " .. %" PRIu32 " (R-WIRE-6)",
-				  type_table[out->type].name, out->payload_length,
-				  type_table[out->type].bytes_min,
-				  type_table[out->type].bytes_max);
+				  g->types[out->type].name, out->payload_length,
+				  g->types[out->type].bytes_min,
+				  g->types[out->type].bytes_max);
 	return 0;
 }
 
-int cluster_frame_payload_check(const struct cluster_frame_header *header,
-				const uint8_t *payload, char *why, size_t why_size)
+int cluster_frame_header_decode(const uint8_t in[CLUSTER_FRAME_HEADER_BYTES],
+				struct cluster_frame_header *out, char *why,
+				size_t why_size)
+{
+	return cluster_frame_header_decode_in(&cluster_wire_grammar, in, out, why, why_size);
+}
+
+int cluster_frame_payload_check_in(const struct cluster_grammar *g,
+				   const struct cluster_frame_header *header,
+				   const uint8_t *payload, char *why, size_t why_size)
 {
 	static const uint8_t empty[1];
 	uint64_t sum = XXH3_64bits(header->payload_length ? payload : empty,
@@ -193,9 +229,16 @@ int cluster_frame_payload_check(const struct cluster_frame_header *header,
 	if (sum != header->payload_checksum)
 		return PROTO_FAIL(why, why_size,
 				  "%s payload checksum %016" PRIx64 " != %016" PRIx64
-				  " (R-WIRE-7)", cluster_msg_name(header->type),
+				  " (R-WIRE-7)", cluster_grammar_msg_name(g, header->type),
 				  header->payload_checksum, sum);
 	return 0;
+}
+
+int cluster_frame_payload_check(const struct cluster_frame_header *header,
+				const uint8_t *payload, char *why, size_t why_size)
+{
+	return cluster_frame_payload_check_in(&cluster_wire_grammar, header, payload, why,
+					      why_size);
 }
 
 /* ---- Blocking frame I/O (R-WIRE-8, R-WIRE-9) ---- */

@@ -254,6 +254,52 @@ struct cluster_frame_header {
 	uint64_t payload_checksum;
 };
 
+/*
+ * A frame grammar: R-WIRE-1's header with a protocol's own magic, version
+ * and type table. The cluster links have one (cluster_wire_grammar), the
+ * pool connections another (pool/wire.h, R-POOL-2); one header parser
+ * serves both.
+ */
+struct cluster_msg_info {
+	const char *name;
+	uint32_t bytes_min;
+	uint32_t bytes_max;
+};
+
+struct cluster_grammar {
+	char magic[4];
+	uint16_t version;
+	uint16_t type_last; /* types are 1 .. type_last */
+	const struct cluster_msg_info *types; /* type_last + 1 entries; [0] unused */
+};
+
+extern const struct cluster_grammar cluster_wire_grammar;
+
+/* A type's name in g ("HELLO"), or "unknown"; a static string. */
+const char *cluster_grammar_msg_name(const struct cluster_grammar *g, uint32_t type);
+
+/*
+ * Header bytes 0 .. 23 of a frame of g (magic .. sequence), what the pool's
+ * frame tags cover (R-POOL-12). The type must be known and the length within
+ * its bounds (asserted).
+ */
+void cluster_frame_header_prefix(const struct cluster_grammar *g,
+				 uint8_t out[CLUSTER_OFF_PAYLOAD_CHECKSUM], uint16_t type,
+				 uint64_t sequence, uint32_t payload_length);
+
+/* cluster_frame_header_encode, _decode and _payload_check in grammar g. */
+void cluster_frame_header_encode_in(const struct cluster_grammar *g,
+				    uint8_t out[CLUSTER_FRAME_HEADER_BYTES], uint16_t type,
+				    uint64_t sequence, const uint8_t *payload,
+				    uint32_t payload_length);
+int cluster_frame_header_decode_in(const struct cluster_grammar *g,
+				   const uint8_t in[CLUSTER_FRAME_HEADER_BYTES],
+				   struct cluster_frame_header *out, char *why,
+				   size_t why_size);
+int cluster_frame_payload_check_in(const struct cluster_grammar *g,
+				   const struct cluster_frame_header *header,
+				   const uint8_t *payload, char *why, size_t why_size);
+
 /* The name of a message type ("HELLO"), or "unknown"; a static string. */
 const char *cluster_msg_name(uint32_t type);
 

@@ -124,4 +124,57 @@
 /* A failed job's reason: the shard engine's completion why[200] holds less. */
 #define CLUSTER_JOB_REASON_BYTES_MAX 200u
 
+/*
+ * The pool (pool/PROTOCOL.md). A window is the unit of record bytes on a
+ * pool connection: 4 MiB by default keeps a claim's staging small (the seed's
+ * 16 windows in flight are 64 MiB) while a syscall moves megabytes; the
+ * 16 MiB ceiling keeps one frame within the cluster's frame size.
+ */
+#define POOL_WINDOW_BYTES_MIN (64u << 10)
+#define POOL_WINDOW_BYTES_DEFAULT (4u << 20)
+#define POOL_WINDOW_BYTES_MAX (16u << 20)
+
+/* One pool frame's payload: the largest window with its head and tag. */
+#define POOL_FRAME_PAYLOAD_BYTES_MAX (POOL_WINDOW_BYTES_MAX + 64u)
+
+/* The manager's --name: a word for logs and the scope, not a document. */
+#define POOL_NAME_BYTES_MAX 64u
+
+/* The arena's path under /dev/shm, as a file name may be long. */
+#define POOL_ARENA_PATH_BYTES_MAX 255u
+
+/* Candidate keys in one LOOKUP: one per 64 tokens of a 256K-token history. */
+#define POOL_LOOKUP_KEYS_MAX 4096u
+
+/* Records in one chain the pool answers: the shard engine's fetch chain. */
+#define POOL_CHAIN_RECORDS_MAX CLUSTER_JOB_CHAIN_RECORDS_MAX
+
+/* Lookup tickets one client holds unanswered: the model thread's queue. */
+#define POOL_LOOKUPS_LIVE_MAX 256u
+
+/* Claims one rank's connection streams at once. */
+#define POOL_SHARES_LIVE_MAX 64u
+
+/* Claims and open puts a session may hold (WELCOME's maxima are at most). */
+#define POOL_CLAIMS_MAX 1024u
+#define POOL_PUTS_MAX 1024u
+
+/* Connections a manager serves; past it a new one is refused (busy). */
+#define POOL_CONNECTIONS_MAX 1024u
+
+/* A pool connection's handshake and attach, from accept (or connect). */
+#define POOL_HANDSHAKE_MS 5000u
+
+/* Seed 2.15: a claim's setup allowance (clamped to the max), its bytes at
+ * 8 MiB/s on top, and the manager's no-progress timeout of a transfer. */
+#define POOL_CLAIM_SETUP_MS 10000u
+#define POOL_CLAIM_SETUP_MS_MAX 30000u
+#define POOL_TRANSFER_BYTES_PER_S (8u << 20)
+#define POOL_NO_PROGRESS_MS 3000u
+
+/* A connection silent this long is closed; an idle rank heartbeats at a
+ * sixth of it, so one lost heartbeat never closes it. */
+#define POOL_IDLE_MS 30000u
+#define POOL_HEARTBEAT_MS 5000u
+
 #endif

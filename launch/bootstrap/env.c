@@ -1,6 +1,8 @@
 /* The environment bootstrap, and the choice between it and MPI (bootstrap.h). */
 #include "launch/bootstrap/bootstrap.h"
 
+#include "cluster/join.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -47,42 +49,6 @@ static bool env_number(const char *name, uint32_t max, uint32_t *out, bool *set)
 		return false;
 	*out = (uint32_t)n;
 	return true;
-}
-
-static int read_secret(const char *path, uint8_t secret[32], char *err, size_t err_size)
-{
-	uint8_t extra;
-	/* never blocks: a FIFO would wait for a writer forever */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	struct stat st;
-	ssize_t n;
-
-	if (fd < 0) {
-		snprintf(err, err_size, "SELENE_SECRET_FILE %s: %s", path, strerror(errno));
-		return -EINVAL;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		snprintf(err, err_size, "SELENE_SECRET_FILE %s is not a regular file", path);
-		return -EINVAL;
-	}
-	/* as ssh with a private key: a secret others can read or change is no secret */
-	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		close(fd);
-		snprintf(err, err_size, "SELENE_SECRET_FILE: permissions %04o for %s are too "
-			 "open (group or others may use it); chmod 600 %s",
-			 (unsigned)(st.st_mode & 07777), path, path);
-		return -EINVAL;
-	}
-	n = read(fd, secret, 32);
-	if (n == 32 && read(fd, &extra, 1) != 0)
-		n = -2;
-	close(fd);
-	if (n != 32) {
-		snprintf(err, err_size, "SELENE_SECRET_FILE %s must hold exactly 32 bytes", path);
-		return -EINVAL;
-	}
-	return 0;
 }
 
 /*
@@ -200,7 +166,7 @@ int launch_bootstrap_from_env(struct launch_bootstrap *b, char *err, size_t err_
 			 "world of %u", world);
 		return -EINVAL;
 	}
-	return read_secret(secret, b->cluster.secret, err, err_size);
+	return cluster_secret_load(secret, "SELENE_SECRET_FILE", b->cluster.secret, err, err_size);
 }
 
 int launch_bootstrap(struct launch_bootstrap *b, char *err, size_t err_size)
