@@ -73,6 +73,8 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->generation);
 	free(s->used_ns);
 	s->generation = s->used_ns = NULL;
+	free(s->pool_state);
+	s->pool_state = NULL;
 	free(s->held_keys);
 	s->held_keys = NULL;
 	s->held_key_count = 0;
@@ -177,6 +179,8 @@ static uint32_t insert_node(struct coord_store *s, const struct coord_node_spec 
 		return COORD_NONE;
 	s->generation[id] = ++s->next_generation;
 	s->used_ns[id] = sel_realtime_ns();
+	if (s->pool_state)
+		s->pool_state[id] = COORD_POOL_NONE;
 	s->stats.records = s->index.node_count;
 	return id;
 }
@@ -1594,6 +1598,144 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 		 c->why[0] ? c->why : sel_strerror(c->result));
 }
 
+int coord_store_set_pool(struct coord_store *s, bool on)
+{
+	if (on && !s->jobs_ops.pool_put)
+		return -ENOTSUP;
+	if (on && !s->pool_state) {
+		s->pool_state = calloc(s->index.nodes_max, sizeof(*s->pool_state));
+		if (!s->pool_state)
+			return -ENOMEM;
+	}
+	/* Puts in flight keep their PUTTING state (and pins) until they complete. */
+	for (uint32_t i = 0; on && i < s->index.nodes_max; i++)
+		if (s->pool_state[i] != COORD_POOL_PUTTING)
+			s->pool_state[i] = COORD_POOL_NONE;
+	s->pool_on = on;
+	s->stats.pool_attached = on;
+	return 0;
+}
+
+/*
+ * Whether the records take more than the limit less the cascade's headroom,
+ * not counting those already leaving: unlinks in flight, and puts in flight
+ * of records dropped once accepted.
+ */
+static bool cascade_due(const struct coord_store *s)
+{
+	const struct coord_index *ix = &s->index;
+	uint64_t keep = s->limit_bytes - s->limit_bytes / COORD_POOL_HEADROOM_DIVISOR;
+
+	return s->used_bytes - s->reclaiming_bytes - s->pool_putting_bytes > keep ||
+	       ix->node_count > ix->nodes_max - ix->nodes_max / COORD_POOL_HEADROOM_DIVISOR;
+}
+
+static int submit_pool_put(struct coord_store *s, uint32_t id, bool victim)
+{
+	struct coord_node *n = coord_index_node(&s->index, id);
+	struct coord_pool_put put = {
+		.key = n->key, .parent = n->parent, .first_page_index = n->first_page_index,
+		.tail_page_count = n->tail_page_count, .row = n->row_present,
+		.share_bytes = rec_geometry_file_bytes(&s->geometry, n->tail_page_count,
+						       n->row_present),
+	};
+	struct coord_job *job;
+	uint32_t job_id;
+	int ret;
+
+	job = job_take(s, &job_id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->kind = COORD_JOB_POOL_PUT;
+	job->node = id;
+	/* An ancestor put first stays on disk: only the victim's bytes are leaving. */
+	job->bytes = victim ? n->bytes : 0;
+	ret = s->jobs_ops.pool_put(s->jobs_ops.ctx, job_id, &put);
+	if (ret) {
+		job_release(s, job);
+		return ret;
+	}
+	/* Its files are read on every rank: neither evicted nor compacted meanwhile. */
+	coord_index_pin(&s->index, id);
+	s->pool_state[id] = COORD_POOL_PUTTING;
+	s->pool_puts_in_flight++;
+	s->pool_putting_bytes += job->bytes;
+	return 0;
+}
+
+/*
+ * What the cascade does for victim: COORD_NONE to drop it now (the pool
+ * holds it, or cannot take it: its put or an ancestor's failed), victim's
+ * own id or an ancestor's to put first (the root-most one the pool does not
+ * hold), or *wait when an ancestor is being put or is not ready.
+ */
+static uint32_t cascade_next(struct coord_store *s, uint32_t victim, bool *wait)
+{
+	uint32_t next = victim;
+
+	*wait = false;
+	for (uint32_t id = victim; id != COORD_NONE;
+	     id = coord_index_node(&s->index, id)->parent_id) {
+		const struct coord_node *n = coord_index_node(&s->index, id);
+
+		if (s->pool_state[id] == COORD_POOL_HELD)
+			break;
+		if (s->pool_state[id] == COORD_POOL_FAILED)
+			return COORD_NONE;
+		if (s->pool_state[id] == COORD_POOL_PUTTING || n->state != COORD_READY) {
+			*wait = true;
+			return COORD_NONE;
+		}
+		next = id;
+	}
+	return s->pool_state[victim] == COORD_POOL_HELD ? COORD_NONE : next;
+}
+
+void coord_store_cascade(struct coord_store *s)
+{
+	while (s->pool_on && !s->stopped && s->limit_bytes && cascade_due(s)) {
+		bool compact = false, wait;
+		uint32_t victim = coord_index_victim(&s->index, evictable, s, &compact);
+		uint32_t next;
+
+		if (victim == COORD_NONE)
+			return;
+		next = cascade_next(s, victim, &wait);
+		if (wait)
+			return;
+		if (next == COORD_NONE) {
+			/* In the pool, or refused: it leaves the disk as an eviction does. */
+			if (reclaim(s, victim, compact) != 0)
+				return;
+			continue;
+		}
+		if (s->pool_puts_in_flight >= COORD_POOL_PUTS_MAX ||
+		    submit_pool_put(s, next, next == victim) != 0)
+			return;
+	}
+}
+
+static void complete_pool_put(struct coord_store *s, struct coord_job *job,
+			      const struct shard_completion *c)
+{
+	uint32_t id = job->node;
+
+	coord_index_unpin(&s->index, id);
+	s->pool_puts_in_flight--;
+	s->pool_putting_bytes -= job->bytes;
+	if (c->result == 0 || c->result == -EEXIST) {
+		s->pool_state[id] = COORD_POOL_HELD;
+		s->stats.pool_puts += c->result == 0;
+	} else {
+		s->pool_state[id] = COORD_POOL_FAILED;
+		s->stats.pool_put_failures++;
+		sel_debug("pool: the put of %" PRIu64 " tokens failed (%s): it is dropped as "
+			  "without a pool", coord_index_node(&s->index, id)->key.consumed,
+			  c->why[0] ? c->why : sel_strerror(c->result));
+	}
+	drop_bare_page_only(s, id);
+}
+
 int coord_store_noop(struct coord_store *s)
 {
 	struct coord_job *job;
@@ -1753,6 +1895,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_warm_drop(&done[i]);
 			else if (job->kind == COORD_JOB_WARM_WRITE)
 				complete_warm_write(s, job, &done[i]);
+			else if (job->kind == COORD_JOB_POOL_PUT)
+				complete_pool_put(s, job, &done[i]);
 			else
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);
@@ -1765,6 +1909,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	if (s->warm_policy == SEL_WARM_WRITE_THROUGH && s->warm.dirty_records > 0)
 		coord_store_write_dirty(s);
 	expire(s);
+	coord_store_cascade(s);
 	s->stats.disk_bytes = s->used_bytes;
 	warm_stats(s);
 	while (out < max && s->event_count > 0) {

@@ -46,6 +46,41 @@
  */
 #define COORD_DISK_FULL_HOLD_NS (60000000000ull)
 
+/*
+ * Pool puts in flight at once (the cascade, docs/DESIGN.md section 12):
+ * the rest of the job table is the model's.
+ */
+#define COORD_POOL_PUTS_MAX (COORD_JOBS_MAX / 16)
+/*
+ * With a pool, the cascade keeps 1/COORD_POOL_HEADROOM_DIVISOR of the disk
+ * limit (and of the index) free: records past it are put to the pool, then
+ * dropped, before a publication has to evict one synchronously (which
+ * drops it without a put, as without a pool).
+ */
+#define COORD_POOL_HEADROOM_DIVISOR 8u
+
+/*
+ * A record put to the pool from every rank (seed 2.15; cluster/PROTOCOL.md
+ * R-WIRE-21's pool put): its chain position and each rank's share length,
+ * equal on every rank (the join compares layouts).
+ */
+struct coord_pool_put {
+	struct rec_key key;
+	struct rec_key parent;      /* consumed 0: a root record */
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
+	uint64_t share_bytes;       /* the record file's length on each rank */
+};
+
+/* Where a record stands with the pool (coord_store.pool_state, per node id). */
+enum coord_pool_state {
+	COORD_POOL_NONE = 0,    /* not known to the pool */
+	COORD_POOL_PUTTING = 1, /* a put is in flight (the node is pinned) */
+	COORD_POOL_HELD = 2,    /* the pool accepted it (or held it already) */
+	COORD_POOL_FAILED = 3,  /* its put was refused or failed: dropped as without one */
+};
+
 /* Where jobs go: the shard engine, or a test's stub. */
 struct coord_jobs {
 	void *ctx;
@@ -60,12 +95,20 @@ struct coord_jobs {
 	uint32_t (*poll)(void *ctx, struct shard_completion *out, uint32_t max);
 	/* Optional: true once the transport stopped for good, with why. */
 	bool (*stopped)(void *ctx, char *why, size_t why_size);
+	/*
+	 * With a pool: puts a committed record's shares from every rank
+	 * (its files stay until the completion); the completion's result is
+	 * 0 once the pool accepted it, -EEXIST when the pool held it already,
+	 * or why it was refused or failed.
+	 */
+	int (*pool_put)(void *ctx, uint64_t job_id, const struct coord_pool_put *put);
 };
 
 enum coord_job_kind {
 	COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK, COORD_JOB_NOOP,
 	COORD_JOB_WARM_DROP,
 	COORD_JOB_WARM_WRITE, /* a warm record's file written from its slots */
+	COORD_JOB_POOL_PUT,   /* a record's shares put to the pool (the cascade) */
 };
 
 struct coord_job {
@@ -132,6 +175,10 @@ struct coord_store {
 	bool bare_pending;      /* a childless page-only record whose unlink could
 				   not be submitted may be left: swept at poll */
 	bool stopped;           /* the transport stopped: no new jobs (FATAL sent) */
+	bool pool_on;           /* attached: the cascade runs (coord_store_set_pool) */
+	uint8_t *pool_state;    /* per node id: enum coord_pool_state */
+	uint32_t pool_puts_in_flight;
+	uint64_t pool_putting_bytes; /* of records whose accepted put drops them */
 	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */
 	uint64_t noops_failed;  /* of those, answered with an error somewhere */
 	struct sel_stats stats;
@@ -157,6 +204,27 @@ void coord_store_destroy(struct coord_store *s);
  */
 int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
 			 uint64_t slot_bytes, uint8_t policy);
+
+/*
+ * Turns the cascade on (an attached pool, jobs_ops.pool_put set) or off
+ * (the pool was disabled or lost: records are dropped as without one).
+ * Turning it on forgets what the pool was known to hold (a manager
+ * attached again may have lost it). Returns 0, -ENOTSUP without
+ * jobs_ops.pool_put, or -ENOMEM.
+ */
+int coord_store_set_pool(struct coord_store *s, bool on);
+
+/*
+ * The cascade (docs/DESIGN.md section 12): while the records take more than
+ * the limit less its headroom, the least recently used record the disk
+ * store would evict is put to the pool (its ancestors the pool does not
+ * hold first, root side first: the pool takes a record only after its
+ * parent), then dropped once the pool accepted it; a record whose put was
+ * refused or failed is dropped as without a pool. At most
+ * COORD_POOL_PUTS_MAX puts in flight; never waits. coord_store_poll runs
+ * it; without a pool it does nothing.
+ */
+void coord_store_cascade(struct coord_store *s);
 
 /*
  * The keys left in place unindexed (R-AGREE-2), copied; publications of

@@ -1,0 +1,455 @@
+/*
+ * The instance side of the pool, rank zero's policy (coordinator/store.h,
+ * docs/DESIGN.md section 12), with a stub in place of the shard engine and
+ * the pool session: every job is recorded and completed by the test. Covers
+ * the cascade: records past the headroom are put (ancestors first, root
+ * side first), kept and pinned until the pool answers, then dropped; a
+ * refused put drops as without a pool, and so do its descendants; puts in
+ * flight stay bounded; no pool means no pool job and no pool state.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "coordinator/store.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STUB_JOBS_MAX 1024
+#define HISTORIES 8
+
+struct stub_job {
+	enum coord_job_kind kind;
+	uint64_t id;
+	struct rec_key key;          /* store (its header's), truncate, unlink, put */
+	struct coord_pool_put put;   /* put */
+	bool done;
+};
+
+struct stub {
+	struct stub_job jobs[STUB_JOBS_MAX];
+	uint32_t job_count;
+	struct shard_completion done[STUB_JOBS_MAX];
+	uint32_t done_count;
+};
+
+static struct stub_job *stub_add(struct stub *st, enum coord_job_kind kind, uint64_t id)
+{
+	struct stub_job *j;
+
+	SEL_ASSERT(st->job_count < STUB_JOBS_MAX);
+	j = &st->jobs[st->job_count++];
+	memset(j, 0, sizeof(*j));
+	j->kind = kind;
+	j->id = id;
+	return j;
+}
+
+static int stub_store(void *ctx, uint64_t id, const struct shard_store_job *job)
+{
+	stub_add(ctx, COORD_JOB_STORE, id)->key = job->header->key;
+	return 0;
+}
+
+static int stub_fetch(void *ctx, uint64_t id, const struct shard_fetch_job *job)
+{
+	(void)job;
+	stub_add(ctx, COORD_JOB_FETCH, id);
+	return 0;
+}
+
+static int stub_truncate(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	stub_add(ctx, COORD_JOB_TRUNCATE, id)->key = *key;
+	return 0;
+}
+
+static int stub_unlink(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	stub_add(ctx, COORD_JOB_UNLINK, id)->key = *key;
+	return 0;
+}
+
+static int stub_pool_put(void *ctx, uint64_t id, const struct coord_pool_put *put)
+{
+	struct stub_job *j = stub_add(ctx, COORD_JOB_POOL_PUT, id);
+
+	j->key = put->key;
+	j->put = *put;
+	return 0;
+}
+
+static uint32_t stub_poll(void *ctx, struct shard_completion *out, uint32_t max)
+{
+	struct stub *st = ctx;
+	uint32_t n = st->done_count < max ? st->done_count : max;
+
+	memcpy(out, st->done, n * sizeof(*out));
+	memmove(st->done, st->done + n, (st->done_count - n) * sizeof(*out));
+	st->done_count -= n;
+	return n;
+}
+
+static void stub_complete(struct stub *st, uint32_t i, int result)
+{
+	struct stub_job *j = &st->jobs[i];
+
+	SEL_ASSERT(i < st->job_count && !j->done);
+	j->done = true;
+	st->done[st->done_count++] = (struct shard_completion){ .job_id = j->id,
+								.result = result };
+	if (result)
+		snprintf(st->done[st->done_count - 1].why, 200, "stub failure %d", result);
+}
+
+/* The index of the first job of kind not yet completed, or -1. */
+static int stub_pending(const struct stub *st, enum coord_job_kind kind)
+{
+	for (uint32_t i = 0; i < st->job_count; i++)
+		if (st->jobs[i].kind == kind && !st->jobs[i].done)
+			return (int)i;
+	return -1;
+}
+
+static uint32_t stub_pending_count(const struct stub *st, enum coord_job_kind kind)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < st->job_count; i++)
+		n += st->jobs[i].kind == kind && !st->jobs[i].done;
+	return n;
+}
+
+struct fixture {
+	struct stub stub;
+	struct coord_store store;
+	struct rec_geometry g;
+	struct rec_history h[HISTORIES]; /* unrelated conversations of 2000 tokens */
+	uint32_t ids[64];
+	uint64_t record_bytes;           /* one record of 4 pages with its row */
+	struct sel_event events[64];
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
+				   .truncate = stub_truncate, .unlink = stub_unlink,
+				   .poll = stub_poll, .pool_put = stub_pool_put };
+	struct rec_identity model;
+	uint32_t tokens[2000];
+
+	tu_geometry(&f->g, 64, 2, 4096, 4096, 0, 1);
+	tu_identities(&model, NULL);
+	assert_int_equal(coord_store_init(&f->store, &f->g, &model, REC_STATE_ORDINARY,
+					  1ull << 30, 1000, &jobs), 0);
+	for (uint32_t i = 0; i < HISTORIES; i++) {
+		tu_tokens(tokens, 2000, 77 + i);
+		assert_int_equal(rec_history_init(&f->h[i], &model, tokens, 2000), 0);
+	}
+	for (uint32_t i = 0; i < 64; i++)
+		f->ids[i] = 100 + i;
+	f->record_bytes = rec_geometry_file_bytes(&f->g, 4, true);
+	sel_log_set_level(SEL_LOG_ERROR);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	sel_log_set_level(SEL_LOG_INFO);
+	for (uint32_t i = 0; i < HISTORIES; i++)
+		rec_history_free(&f->h[i]);
+	coord_store_destroy(&f->store);
+	free(f);
+	return 0;
+}
+
+static uint32_t poll_all(struct fixture *f)
+{
+	return coord_store_poll(&f->store, f->events, 64);
+}
+
+/* Completes every pending unlink and truncate. */
+static void complete_reclaims(struct fixture *f)
+{
+	int job;
+
+	while ((job = stub_pending(&f->stub, COORD_JOB_UNLINK)) >= 0 ||
+	       (job = stub_pending(&f->stub, COORD_JOB_TRUNCATE)) >= 0)
+		stub_complete(&f->stub, (uint32_t)job, 0);
+	poll_all(f);
+}
+
+/* Publishes history i's checkpoint at consumed (4 pages past parent) and stores it. */
+static void store_record(struct fixture *f, uint32_t i, uint64_t consumed, uint64_t parent)
+{
+	struct sel_publication pub = { .checkpoint = consumed, .consumed = consumed,
+				       .parent_consumed = parent, .page_ids = f->ids };
+	enum sel_outcome outcome;
+	int job;
+
+	assert_int_equal(coord_store_publish(&f->store, &f->h[i], &pub, &outcome), 0);
+	assert_int_equal(outcome, SEL_QUEUED);
+	job = stub_pending(&f->stub, COORD_JOB_STORE);
+	assert_true(job >= 0);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	poll_all(f);
+	complete_reclaims(f); /* the parent's row, dropped once its child committed */
+}
+
+static bool indexed(struct fixture *f, uint32_t i, uint64_t consumed)
+{
+	struct rec_key key;
+
+	rec_history_key_at(&f->h[i], consumed, &key);
+	return coord_index_find(&f->store.index, &key) != COORD_NONE;
+}
+
+/* The limit that holds n records of 4 pages below the cascade's headroom, and no more. */
+static uint64_t limit_for(const struct fixture *f, uint32_t n)
+{
+	/* keep = limit - limit / 8 must hold n records and not n + 1 */
+	return (f->record_bytes * n + f->record_bytes / 2) * COORD_POOL_HEADROOM_DIVISOR /
+	       (COORD_POOL_HEADROOM_DIVISOR - 1);
+}
+
+/*
+ * A chain of four records past the headroom: its leaf is the victim, and
+ * the pool takes a record only after its parent, so the root is put
+ * first, then each child, one at a time, each pinned while its put is in
+ * flight; once the leaf is accepted it is unlinked, and its ancestors
+ * stay on disk, known to the pool (never put again).
+ */
+static void test_pool_store_cascade_puts_ancestors_first(void **state)
+{
+	struct fixture *f = *state;
+	static const uint64_t points[4] = { 256, 512, 768, 1024 };
+	const struct coord_node *node;
+	uint32_t jobs;
+	int job;
+
+	for (uint32_t i = 0; i < 4; i++)
+		store_record(f, 0, points[i], i ? points[i - 1] : 0);
+	/* dropping the leaf (the only one, with its row) fits the headroom */
+	f->store.limit_bytes = (f->store.used_bytes - f->record_bytes / 2) *
+			       COORD_POOL_HEADROOM_DIVISOR / (COORD_POOL_HEADROOM_DIVISOR - 1);
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	assert_int_equal(f->store.stats.pool_attached, 1);
+	for (uint32_t i = 0; i < 4; i++) {
+		poll_all(f);
+		assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 1);
+		job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+		assert_int_equal(f->stub.jobs[job].put.key.consumed, points[i]);
+		assert_int_equal(f->stub.jobs[job].put.parent.consumed, i ? points[i - 1] : 0);
+		assert_int_equal(f->stub.jobs[job].put.tail_page_count, 4);
+		/* as the record is on disk: a parent's row may have been dropped */
+		node = &f->store.index.nodes[coord_index_find(&f->store.index,
+							      &f->stub.jobs[job].key)];
+		assert_int_equal(f->stub.jobs[job].put.row, node->row_present);
+		assert_true(i < 3 || node->row_present);
+		assert_int_equal(f->stub.jobs[job].put.share_bytes,
+				 rec_geometry_file_bytes(&f->g, 4, node->row_present));
+		assert_int_equal(node->bytes, f->stub.jobs[job].put.share_bytes);
+		/* kept, pinned, until the pool answers: nothing is unlinked yet */
+		assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_UNLINK), 0);
+		assert_int_equal(node->pins, 1);
+		stub_complete(&f->stub, (uint32_t)job, 0);
+	}
+	poll_all(f);
+	assert_int_equal(f->store.stats.pool_puts, 4);
+	job = stub_pending(&f->stub, COORD_JOB_UNLINK);
+	assert_true(job >= 0);
+	assert_int_equal(f->stub.jobs[job].key.consumed, 1024);
+	complete_reclaims(f);
+	assert_false(indexed(f, 0, 1024));
+	/*
+	 * Page-only ancestors left without a child go as without a pool (no
+	 * lookup can match them); the rest stay on disk, known to the pool.
+	 */
+	assert_true(indexed(f, 0, 256));
+	assert_true(f->store.index.node_count >= 1);
+	for (uint32_t i = 0; i < f->store.index.nodes_max; i++)
+		if (f->store.index.nodes[i].in_use)
+			assert_int_equal(f->store.pool_state[i], COORD_POOL_HELD);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	assert_int_equal(f->store.stats.evictions, 4 - f->store.index.node_count);
+	/* Under the headroom now: nothing more goes. */
+	jobs = f->stub.job_count;
+	poll_all(f);
+	assert_int_equal(f->stub.job_count, jobs);
+	/* The next to go is already in the pool: dropped without a second put. */
+	f->store.limit_bytes = (f->store.used_bytes - 1) * COORD_POOL_HEADROOM_DIVISOR /
+			       (COORD_POOL_HEADROOM_DIVISOR - 1);
+	poll_all(f);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	job = stub_pending(&f->stub, COORD_JOB_UNLINK);
+	if (job < 0)
+		job = stub_pending(&f->stub, COORD_JOB_TRUNCATE);
+	assert_true(job >= 0);
+	assert_true(indexed(f, 0, f->stub.jobs[job].key.consumed) ||
+		    f->stub.jobs[job].kind == COORD_JOB_UNLINK);
+	complete_reclaims(f);
+	assert_int_equal(f->store.stats.pool_puts, 4);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * Unrelated records past the headroom go least recently used first, at
+ * most COORD_POOL_PUTS_MAX puts in flight; each is dropped once accepted,
+ * and the cascade stops when the records fit the headroom again.
+ */
+static void test_pool_store_cascade_bounded_in_flight(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t accepted = 0;
+	int job;
+
+	for (uint32_t i = 0; i < HISTORIES; i++)
+		store_record(f, i, 256, 0);
+	f->store.limit_bytes = limit_for(f, 2);
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	poll_all(f);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), COORD_POOL_PUTS_MAX);
+	/* the oldest first */
+	job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+	{
+		struct rec_key oldest;
+
+		rec_history_key_at(&f->h[0], 256, &oldest);
+		assert_true(rec_key_equal(&f->stub.jobs[job].key, &oldest));
+	}
+	while ((job = stub_pending(&f->stub, COORD_JOB_POOL_PUT)) >= 0) {
+		assert_true(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT) <= COORD_POOL_PUTS_MAX);
+		stub_complete(&f->stub, (uint32_t)job, accepted % 2 ? -EEXIST : 0);
+		accepted++;
+		poll_all(f);
+		complete_reclaims(f);
+	}
+	assert_int_equal(accepted, HISTORIES - 2);
+	assert_int_equal(f->store.stats.pool_puts, (HISTORIES - 2) / 2);
+	assert_int_equal(f->store.stats.pool_put_failures, 0);
+	assert_int_equal(f->store.index.node_count, 2);
+	assert_true(indexed(f, HISTORIES - 1, 256) && indexed(f, HISTORIES - 2, 256));
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * A put the pool refuses (or that fails on a rank) drops its record as
+ * without a pool, counted; a descendant of a refused record cannot go to
+ * the pool (its parent is not there) and is dropped without a put.
+ */
+static void test_pool_store_refused_put_drops_as_without(void **state)
+{
+	struct fixture *f = *state;
+	int job;
+
+	store_record(f, 0, 256, 0);
+	store_record(f, 0, 512, 256);
+	f->store.limit_bytes = limit_for(f, 1);
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+	assert_int_equal(f->stub.jobs[job].key.consumed, 256);
+	stub_complete(&f->stub, (uint32_t)job, -ENOSPC);
+	poll_all(f);
+	assert_int_equal(f->store.stats.pool_put_failures, 1);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	job = stub_pending(&f->stub, COORD_JOB_UNLINK);
+	assert_true(job >= 0);
+	assert_int_equal(f->stub.jobs[job].key.consumed, 512);
+	complete_reclaims(f);
+	assert_true(indexed(f, 0, 256));
+	assert_false(indexed(f, 0, 512));
+	assert_int_equal(f->store.stats.pool_puts, 0);
+	assert_int_equal(f->store.stats.pool_put_failures, 1);
+	assert_int_equal(f->store.stats.evictions, 1);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * A record whose put is in flight is pinned: a publication that needs
+ * room evicts around it, never the record whose files every rank reads.
+ */
+static void test_pool_store_put_in_flight_is_not_evicted(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_publication pub = { .checkpoint = 9, .consumed = 256, .page_ids = f->ids };
+	enum sel_outcome outcome;
+	struct rec_key first;
+	int job;
+
+	store_record(f, 0, 256, 0);
+	store_record(f, 1, 256, 0);
+	f->store.limit_bytes = limit_for(f, 1);
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+	rec_history_key_at(&f->h[0], 256, &first);
+	assert_true(rec_key_equal(&f->stub.jobs[job].key, &first));
+	/* Room for a third record is made by evicting the second, not the first. */
+	f->store.limit_bytes = 2 * f->record_bytes;
+	assert_int_equal(coord_store_publish(&f->store, &f->h[2], &pub, &outcome), 0);
+	assert_true(indexed(f, 0, 256));
+	assert_false(indexed(f, 1, 256));
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	poll_all(f);
+	complete_reclaims(f);
+	while ((job = stub_pending(&f->stub, COORD_JOB_STORE)) >= 0)
+		stub_complete(&f->stub, (uint32_t)job, 0);
+	poll_all(f);
+	complete_reclaims(f);
+	assert_int_equal(f->store.stats.pool_puts, 1);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * Without a pool the cascade does nothing: no pool job, no pool state,
+ * records past the headroom stay until a publication needs their room;
+ * a store whose jobs cannot put refuses to turn the pool on; turned off,
+ * the cascade stops at once.
+ */
+static void test_pool_store_no_pool_no_work(void **state)
+{
+	struct fixture *f = *state;
+
+	for (uint32_t i = 0; i < 4; i++)
+		store_record(f, i, 256, 0);
+	f->store.limit_bytes = limit_for(f, 2);
+	poll_all(f);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_UNLINK), 0);
+	assert_null(f->store.pool_state);
+	assert_int_equal(f->store.stats.pool_attached, 0);
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	assert_int_equal(coord_store_set_pool(&f->store, false), 0);
+	poll_all(f);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	assert_int_equal(f->store.stats.pool_attached, 0);
+	f->store.jobs_ops.pool_put = NULL;
+	assert_int_equal(coord_store_set_pool(&f->store, true), -ENOTSUP);
+	assert_int_equal(f->store.index.node_count, 4);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_pool_store_cascade_puts_ancestors_first, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_cascade_bounded_in_flight, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_refused_put_drops_as_without, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_put_in_flight_is_not_evicted, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_no_pool_no_work, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("pool_store", tests, NULL, NULL);
+}
