@@ -162,6 +162,7 @@ static void monitor_leave(sel_store *s)
 
 struct sel_history {
 	struct rec_history history;
+	struct coord_pool_ticket ticket; /* its pool lookup (zero: none asked) */
 };
 
 static int jobs_store(void *ctx, uint64_t id, const struct shard_store_job *job)
@@ -727,7 +728,7 @@ int sel_history_create(sel_store *s, const uint32_t *tokens, uint64_t count,
 		return -EINVAL;
 	if (api_forked(s))
 		return -ECHILD;
-	h = malloc(sizeof(*h));
+	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	ret = rec_history_init(&h->history, &s->core.model, tokens, count);
@@ -755,9 +756,29 @@ bool sel_lookup(sel_store *s, const sel_history *h, uint64_t resident,
 	if (!s || !h || !hit || api_forked(s))
 		return false;
 	pthread_mutex_lock(&s->lock);
-	found = coord_store_lookup(&s->core, &h->history, resident, hit);
+	/*
+	 * The ticket is the history's own, written under the store's lock:
+	 * sel_lookup takes a const history as it always has, and an engine
+	 * calls it from its one model thread.
+	 */
+	found = s->core.pool_on ?
+			coord_store_lookup_pool(&s->core, &h->history, resident,
+						&((sel_history *)h)->ticket, hit) :
+			coord_store_lookup(&s->core, &h->history, resident, hit);
 	pthread_mutex_unlock(&s->lock);
 	return found;
+}
+
+bool sel_lookup_pending(sel_store *s, const sel_history *h)
+{
+	bool pending;
+
+	if (!s || !h || api_forked(s))
+		return false;
+	pthread_mutex_lock(&s->lock);
+	pending = coord_store_lookup_pending(&s->core, &h->ticket);
+	pthread_mutex_unlock(&s->lock);
+	return pending;
 }
 
 int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,

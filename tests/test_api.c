@@ -259,6 +259,25 @@ static void test_api_metrics_exposition(void **state)
 		skip();
 }
 
+/*
+ * Without a pool, sel_lookup_pending is false before and after a lookup
+ * (hit or miss), and for NULL handles; the lookup is the local one.
+ */
+static void test_api_lookup_pending_without_pool(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_hit hit;
+
+	open_store(f);
+	publish_conversation(f);
+	assert_false(sel_lookup_pending(f->store, f->history));
+	assert_true(sel_lookup(f->store, f->history, 0, &hit));
+	assert_int_equal(hit.consumed, 1000);
+	assert_false(sel_lookup_pending(f->store, f->history));
+	assert_false(sel_lookup_pending(NULL, f->history));
+	assert_false(sel_lookup_pending(f->store, NULL));
+}
+
 /* sel_touch through the public API: a committed record and its ancestors
  * (0), a count where nothing ends (SEL_ENOTFOUND), bad counts (-EINVAL). */
 static void test_api_touch(void **state)
@@ -933,6 +952,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_symlink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_fifo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_lookup_pending_without_pool, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_err_with_size, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_calls_from_forked_child, setup, teardown),

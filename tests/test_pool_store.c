@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STUB_JOBS_MAX 1024
 #define HISTORIES 8
@@ -35,6 +36,17 @@ struct stub {
 	uint32_t job_count;
 	struct shard_completion done[STUB_JOBS_MAX];
 	uint32_t done_count;
+	/* the session's lookups */
+	struct rec_key keys[COORD_POOL_CANDIDATES_MAX]; /* the last lookup's */
+	uint32_t key_count;
+	uint32_t lookups, forgotten;
+	uint64_t next_ticket;
+	int answer_result;             /* 0: not yet; 1: answer below; < 0: failed */
+	struct coord_pool_record answer[8];
+	uint32_t answer_count;
+	struct coord_pool_claim claim; /* the last claim (chain copied) */
+	struct coord_pool_record claim_chain[8];
+	uint32_t claim_pages[64];
 };
 
 static struct stub_job *stub_add(struct stub *st, enum coord_job_kind kind, uint64_t id)
@@ -81,6 +93,49 @@ static int stub_pool_put(void *ctx, uint64_t id, const struct coord_pool_put *pu
 	j->key = put->key;
 	j->put = *put;
 	return 0;
+}
+
+static int stub_pool_claim(void *ctx, uint64_t id, const struct coord_pool_claim *claim)
+{
+	struct stub *st = ctx;
+
+	SEL_ASSERT(claim->chain_count <= 8 && claim->page_id_count <= 64);
+	stub_add(st, COORD_JOB_POOL_CLAIM, id)->key = claim->key;
+	st->claim = *claim;
+	memcpy(st->claim_chain, claim->chain, claim->chain_count * sizeof(*claim->chain));
+	memcpy(st->claim_pages, claim->page_ids, claim->page_id_count * sizeof(uint32_t));
+	return 0;
+}
+
+static int stub_lookup(void *ctx, const struct rec_key *keys, uint32_t count, uint64_t *ticket)
+{
+	struct stub *st = ctx;
+
+	memcpy(st->keys, keys, count * sizeof(*keys));
+	st->key_count = count;
+	st->lookups++;
+	*ticket = ++st->next_ticket;
+	return 0;
+}
+
+static int stub_answer(void *ctx, uint64_t ticket, struct coord_pool_record *chain, uint32_t max,
+		       uint32_t *count)
+{
+	struct stub *st = ctx;
+
+	(void)ticket;
+	if (st->answer_result != 1)
+		return st->answer_result;
+	SEL_ASSERT(st->answer_count <= max);
+	memcpy(chain, st->answer, st->answer_count * sizeof(*chain));
+	*count = st->answer_count;
+	return 1;
+}
+
+static void stub_forget(void *ctx, uint64_t ticket)
+{
+	(void)ticket;
+	((struct stub *)ctx)->forgotten++;
 }
 
 static uint32_t stub_poll(void *ctx, struct shard_completion *out, uint32_t max)
@@ -139,7 +194,8 @@ static int setup(void **state)
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct coord_jobs jobs = { .ctx = &f->stub, .store = stub_store, .fetch = stub_fetch,
 				   .truncate = stub_truncate, .unlink = stub_unlink,
-				   .poll = stub_poll, .pool_put = stub_pool_put };
+				   .poll = stub_poll, .pool_put = stub_pool_put,
+				   .pool_claim = stub_pool_claim };
 	struct rec_identity model;
 	uint32_t tokens[2000];
 
@@ -437,6 +493,236 @@ static void test_pool_store_no_pool_no_work(void **state)
 	assert_int_equal(f->store.index.node_count, 4);
 }
 
+/* Pool lookups on, with a grace period of grace_ms. */
+static void lookups_on(struct fixture *f, uint64_t grace_ms)
+{
+	struct coord_pool_ops ops = { .ctx = &f->stub, .lookup = stub_lookup,
+				      .answer = stub_answer, .forget = stub_forget };
+
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	assert_int_equal(coord_store_set_pool_lookups(&f->store, &ops, grace_ms * 1000000ull), 0);
+}
+
+/* The pool answers history i's chain: a page-only root at 512, then 1024 with its row. */
+static void answer_chain(struct fixture *f, uint32_t i)
+{
+	f->stub.answer_result = 1;
+	f->stub.answer_count = 2;
+	f->stub.answer[0] = (struct coord_pool_record){ .first_page_index = 0,
+							.tail_page_count = 8, .row = false };
+	rec_history_key_at(&f->h[i], 512, &f->stub.answer[0].key);
+	f->stub.answer[1] = (struct coord_pool_record){ .first_page_index = 8,
+							.tail_page_count = 8, .row = true };
+	rec_history_key_at(&f->h[i], 1024, &f->stub.answer[1].key);
+}
+
+/*
+ * A lookup never waits for the pool: the first sends the history's
+ * candidate keys (its length, then each page boundary, longest first) and
+ * answers from the local index; while the answer has not come the lookup
+ * is pending and asks nothing more; once it has, the next lookup answers
+ * with the pool's chain (a pool hit), counted once.
+ */
+static void test_pool_store_lookup_ticket(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ticket t = { 0 };
+	struct sel_hit hit;
+
+	lookups_on(f, 250);
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(f->stub.lookups, 1);
+	assert_int_equal(f->stub.key_count, 1 + 1984 / 64);
+	assert_int_equal(f->stub.keys[0].consumed, 2000);
+	assert_int_equal(f->stub.keys[1].consumed, 1984);
+	assert_int_equal(f->stub.keys[f->stub.key_count - 1].consumed, 64);
+	for (uint32_t i = 0; i < f->stub.key_count; i++) {
+		struct rec_key want;
+
+		rec_history_key_at(&f->h[0], f->stub.keys[i].consumed, &want);
+		assert_true(rec_key_equal(&want, &f->stub.keys[i]));
+	}
+	assert_true(coord_store_lookup_pending(&f->store, &t));
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(f->stub.lookups, 1);
+	answer_chain(f, 0);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(hit.consumed, 1024);
+	assert_int_equal(hit.page_count, 16);
+	assert_int_equal(hit.skip_pages, 0);
+	assert_true(hit.endpoint & COORD_POOL_HIT_BIT);
+	assert_false(coord_store_lookup_pending(&f->store, &t));
+	assert_int_equal(f->store.stats.lookups, 3);
+	assert_int_equal(f->store.stats.hits, 1);
+	assert_int_equal(f->store.stats.pool_hits, 1);
+	assert_int_equal(f->store.stats.reused_tokens, 1024);
+	/* answered: later lookups of the history are the local index's alone */
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(f->stub.lookups, 1);
+}
+
+/*
+ * Local tiers first: the pool is asked only for keys longer than the
+ * local hit, and a pool chain no longer than it leaves the local answer;
+ * a longer one replaces it, its tokens counted once.
+ */
+static void test_pool_store_lookup_local_first(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct sel_hit hit;
+
+	store_record(f, 0, 1024, 0);
+	lookups_on(f, 250);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(hit.consumed, 1024);
+	assert_false(hit.endpoint & COORD_POOL_HIT_BIT);
+	assert_int_equal(f->stub.keys[f->stub.key_count - 1].consumed, 1088);
+	answer_chain(f, 0); /* ends at 1024: nothing beyond the local hit */
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_false(hit.endpoint & COORD_POOL_HIT_BIT);
+	assert_int_equal(f->store.stats.pool_hits, 0);
+	/* another history, whose local hit is shorter than the pool's chain */
+	f->stub.answer_result = 0;
+	store_record(f, 1, 512, 0);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_int_equal(hit.consumed, 512);
+	answer_chain(f, 1);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_int_equal(hit.consumed, 1024);
+	assert_true(hit.endpoint & COORD_POOL_HIT_BIT);
+	assert_int_equal(f->store.stats.pool_hits, 1);
+	assert_int_equal(f->store.stats.reused_tokens, 1024 + 1024 + 512 + 1024);
+}
+
+/*
+ * A lookup whose answer does not come within the grace period stops
+ * waiting: a poll makes the session forget it, it is no longer pending,
+ * and its history's lookups answer from the local index. A failed ticket
+ * does the same at once.
+ */
+static void test_pool_store_lookup_grace_period(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct sel_hit hit;
+
+	lookups_on(f, 1);
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_true(coord_store_lookup_pending(&f->store, &t));
+	usleep(3000);
+	assert_false(coord_store_lookup_pending(&f->store, &t));
+	poll_all(f);
+	assert_int_equal(f->stub.forgotten, 1);
+	answer_chain(f, 0); /* too late */
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(f->store.stats.pool_hits, 0);
+	f->stub.answer_result = -ECONNRESET;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_false(coord_store_lookup_pending(&f->store, &t2));
+	assert_int_equal(f->stub.lookups, 2);
+}
+
+/*
+ * sel_fetch of a pool hit claims its chain (from the first record past
+ * resident, skipping the pages resident holds) into the caller's page
+ * ids; its completion is FETCHED through poll, counted as a pool claim
+ * with its bytes. A hit is claimed once; a failed claim is FETCH_FAILED.
+ */
+static void test_pool_store_claim(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct sel_hit hit;
+	bool joined;
+	int job;
+
+	lookups_on(f, 250);
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	answer_chain(f, 0);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	/* the root at 512 lies within resident: the chain starts after it */
+	assert_int_equal(hit.skip_pages, 600 / 64 - 512 / 64);
+	assert_int_equal(hit.page_count, 8 - 1);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 77, &joined), 0);
+	assert_false(joined);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	assert_int_equal(f->stub.claim.chain_count, 1);
+	assert_int_equal(f->stub.claim_chain[0].key.consumed, 1024);
+	assert_true(rec_key_equal(&f->stub.claim.key, &f->stub.answer[1].key));
+	assert_int_equal(f->stub.claim.skip_pages, 1);
+	assert_int_equal(f->stub.claim.page_id_count, 7);
+	assert_int_equal(f->stub.claim_pages[6], 106);
+	assert_int_equal(f->stub.claim.state_slot, 2);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 78, &joined),
+			 SEL_ENOTFOUND);
+	f->stub.done[f->stub.done_count++] = (struct shard_completion){
+		.job_id = f->stub.jobs[job].id, .result = 0, .bytes = 7 * 8192 + 4096 };
+	f->stub.jobs[job].done = true;
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(f->events[0].id, 77);
+	assert_int_equal(f->store.stats.pool_claims, 1);
+	assert_int_equal(f->store.stats.pool_claim_bytes, 7 * 8192 + 4096);
+	assert_int_equal(f->store.stats.fetches, 1);
+	/* a claim that fails on some rank fails the fetch: the caller recomputes */
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	answer_chain(f, 1);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 0, 79, &joined), 0);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	stub_complete(&f->stub, (uint32_t)job, SEL_ECHECKSUM);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, SEL_ECHECKSUM);
+	assert_int_equal(f->store.stats.pool_claim_failures, 1);
+	assert_int_equal(f->store.stats.fetch_failures, 1);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * Answers that cannot be restored are not hits: a last record without its
+ * row, or a chain whose first record past resident does not start where
+ * the record it follows ends.
+ */
+static void test_pool_store_unusable_answers(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct sel_hit hit;
+
+	lookups_on(f, 250);
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	answer_chain(f, 0);
+	f->stub.answer[1].row = false;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	answer_chain(f, 1);
+	f->stub.answer[0].first_page_index = 1;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_int_equal(f->store.stats.pool_hits, 0);
+	assert_int_equal(f->store.stats.hits, 0);
+}
+
+/* Without a pool, a lookup with a ticket is the local lookup: no request, no state. */
+static void test_pool_store_lookup_without_pool(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ticket t = { 0 };
+	struct sel_hit hit;
+
+	store_record(f, 0, 512, 0);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 0, &t, &hit));
+	assert_int_equal(hit.consumed, 512);
+	assert_int_equal(t.state, COORD_TICKET_NONE);
+	assert_false(coord_store_lookup_pending(&f->store, &t));
+	assert_int_equal(f->stub.lookups, 0);
+	assert_null(f->store.pool_keys);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -449,6 +735,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_store_put_in_flight_is_not_evicted, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_store_no_pool_no_work, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_lookup_ticket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_lookup_local_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_lookup_grace_period, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_claim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_unusable_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_lookup_without_pool, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool_store", tests, NULL, NULL);

@@ -278,9 +278,31 @@ struct sel_hit {
  * Finds the deepest stored prefix of history beyond resident tokens (the
  * deepest ready GPU checkpoint's count) that can be restored (seed 2.3).
  * Returns true and fills hit, or false on a miss.
+ *
+ * With a pool (sel_store_config.pool, attached), a lookup never waits for
+ * the manager either. The first lookup of a history answers from the local
+ * tiers as without a pool and sends the history's longer candidates (its
+ * whole length, then each page boundary, longest first, at most 256) to
+ * the manager; its answer is kept with the history. A later sel_lookup of
+ * the same history, once the answer came, returns the pool's chain
+ * instead when it is longer than the local hit (a pool hit: sel_fetch
+ * claims it from the pool; local tiers first otherwise). Each history
+ * asks once. Without a pool nothing of this runs.
  */
 bool sel_lookup(sel_store *store, const sel_history *history, uint64_t resident,
 		struct sel_hit *hit);
+
+/*
+ * Whether the pool may still answer history's lookup: true while its
+ * candidates were sent and the answer has not come within the grace
+ * period (2 ms with the manager on this host, four control round trips
+ * with a remote one, at most 250 ms). An engine that can hold the request
+ * a step calls sel_lookup again later (never waiting in between); false
+ * means sel_lookup's answer is final. Always false without a pool, before
+ * the history's first lookup, and after its answer came or its grace
+ * period ran out. Never waits.
+ */
+bool sel_lookup_pending(sel_store *store, const sel_history *history);
 
 /*
  * Restores a hit into page_ids (hit->page_count ids, copied) and

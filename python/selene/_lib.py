@@ -171,6 +171,7 @@ def declare(lib):
         "sel_history_create": (c_int, [c_void_p, p(u32), u64, p(c_void_p)]),
         "sel_history_destroy": (None, [c_void_p]),
         "sel_lookup": (c_bool, [c_void_p, c_void_p, u64, p(Hit)]),
+        "sel_lookup_pending": (c_bool, [c_void_p, c_void_p]),
         "sel_fetch": (c_int, [c_void_p, p(Hit), p(u32), u32, u64, p(c_bool)]),
         "sel_cancel": (c_int, [c_void_p, u64]),
         "sel_touch": (c_int, [c_void_p, c_void_p, u64]),

@@ -935,6 +935,16 @@ class Store:
                 return None
         return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw, self._open)
 
+    def lookup_pending(self, history: History) -> bool:
+        """sel_lookup_pending: whether the pool may still answer history's
+        lookup within its grace period, so that calling lookup() again later
+        (never waiting in between) may find a longer prefix. False without a
+        pool, before the history's first lookup, and once the answer came
+        or the grace period ran out."""
+        self._own("lookup_pending()", history)
+        with self._using() as handle:
+            return bool(_LIB.sel_lookup_pending(handle, history.handle))
+
     def fetch(self, hit: Hit, page_ids: Sequence[int], state_slot: int, waiter: int) -> bool:
         """Restores hit into page_ids (distinct ints: a sequence, a numpy
         array or a torch tensor) and state_slot; the event for waiter comes

@@ -658,6 +658,17 @@ def test_pool_fields_are_checked(tmp_path):
         selene.Store(planes.config(tmp_path, pool="nowhere", pool_secret_file="secret"))
 
 
+def test_lookup_pending_without_pool(tmp_path):
+    """Without a pool no lookup waits on anything: lookup_pending() is False
+    before and after a lookup, hit or miss."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        assert store.lookup_pending(h) is False
+        assert store.lookup(h) is None
+        assert store.lookup_pending(h) is False
+
+
 def test_corrupted_record_fails_by_checksum(tmp_path):
     planes = Planes()
     with selene.Store(planes.config(tmp_path)) as store:
