@@ -67,7 +67,7 @@ LIB_SRCS := $(sort \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
-	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c shard/warm.c)
+	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/pool_share.c shard/slab.c shard/warm.c)
 PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
 	launch/bench/bench.c launch/bench/fanout.c launch/bench/floor.c launch/bench/ranks.c \
@@ -76,7 +76,7 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
-TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool_store protocol resolve store summary metrics_http warm)
+TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool_share pool_store protocol resolve store summary metrics_http warm)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
