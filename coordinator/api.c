@@ -7,6 +7,7 @@
  */
 #include "selene/store.h"
 
+#include "cluster/join.h"
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -535,6 +536,24 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	return 0;
 }
 
+/*
+ * The pool secret file is the caller's configuration, read before anything
+ * else opens: missing, too open or not 32 bytes fails the open, naming it
+ * (a manager that refuses the secret only disables the pool).
+ */
+static int api_pool_secret(const struct sel_store_config *c, char *err, size_t err_size)
+{
+	uint8_t secret[CLUSTER_SECRET_BYTES];
+	int ret;
+
+	if (!c->pool)
+		return 0;
+	ret = cluster_secret_load(c->pool_secret_file, "pool_secret_file", secret, err,
+				  err_size);
+	explicit_bzero(secret, sizeof(secret)); /* only checked here */
+	return ret;
+}
+
 /* sel_store_open's work, with a reason buffer of at least 256 bytes. */
 static int store_open(const struct sel_store_config *c, sel_store **out, bool no_err_buffer,
 		      char *err, size_t err_size)
@@ -594,6 +613,9 @@ static int store_open(const struct sel_store_config *c, sel_store **out, bool no
 	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
 	if (ret)
 		goto err_close;
+	ret = api_pool_secret(c, err, err_size);
+	if (ret)
+		goto err_close;
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	ret = coord_store_init(&s->core, g, &model, (enum rec_state_mode)c->state_mode,
 			       limit == SEL_DISK_LIMIT_AUTO ? 0 : limit,
@@ -615,6 +637,10 @@ static int store_open(const struct sel_store_config *c, sel_store **out, bool no
 			goto err_close;
 	}
 	free(g);
+	if (c->pool)
+		/* docs/DESIGN.md section 12: the session over pool/client.h is not built yet */
+		sel_warn("pool %s: not attached: this library has no pool client yet; the store "
+			 "runs on its local tiers", c->pool);
 	s->startup.open_ns = sel_monotonic_ns() - s->startup.open_ns;
 	s->opened = true;
 	open_stores_add(s);
