@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "record/format.h"
 #include "selene/selene.h"
+#include "shard/pool_share.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@ struct agent {
 	struct cluster_link *link;
 	uint32_t *page_ids;                       /* geometry.page_count entries */
 	struct shard_chain_record *chain;         /* SHARD_CHAIN_RECORDS_MAX */
+	struct shard_pool_record *pool_chain;     /* SHARD_CHAIN_RECORDS_MAX */
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* closed, or the last job in flight answered */
 	bool closed;
@@ -98,7 +100,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 					"page id %u is past this rank's %u pages (page_count must "
 					"be the same on every rank)", a->page_ids[i], g->page_count);
 	}
-	if ((v->kind == CLUSTER_JOB_STORE || v->kind == CLUSTER_JOB_FETCH) &&
+	if ((v->kind == CLUSTER_JOB_STORE || v->kind == CLUSTER_JOB_FETCH ||
+	     v->kind == CLUSTER_JOB_POOL_CLAIM) &&
 	    v->state_slot >= g->row_count)
 		return sel_fail(-EINVAL, why, why_size,
 				"state slot %u is past this rank's %u rows (row_count must be "
@@ -135,13 +138,32 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 		return shard_engine_noop(a->o->engine, v->job_id);
 	case CLUSTER_JOB_WARM_DROP:
 		return shard_engine_warm_drop(a->o->engine, v->job_id, &v->key);
-	case CLUSTER_JOB_POOL_ATTACH:
 	case CLUSTER_JOB_POOL_PUT:
+		/* the engine answers -ENOTSUP without a pool connection (R-WIRE-21) */
+		return shard_engine_pool_put(a->o->engine, v->job_id, &v->key, v->pool_id,
+					     v->share_bytes);
 	case CLUSTER_JOB_POOL_CLAIM:
+		for (uint32_t i = 0; i < v->chain_count; i++) {
+			struct cluster_pool_chain_record r;
+
+			cluster_job_view_pool_chain_record(v, i, &r);
+			a->pool_chain[i] = (struct shard_pool_record){
+				.key = r.key, .first_page_index = r.first_page_index,
+				.tail_page_count = r.tail_page_count, .row = r.row };
+		}
+		return shard_engine_pool_claim(a->o->engine, v->job_id,
+					       &(struct shard_pool_claim_job){
+						       .claim_id = v->pool_id,
+						       .chain = a->pool_chain,
+						       .chain_count = v->chain_count,
+						       .skip_pages = v->skip_pages,
+						       .page_ids = a->page_ids,
+						       .state_slot = v->state_slot });
+	case CLUSTER_JOB_POOL_ATTACH:
 		/*
-		 * A rank with no pool connection refuses every pool job; rank
-		 * zero, refused at the attach, disables the pool for the
-		 * instance with this reason (R-WIRE-21).
+		 * This library opens no pool connection yet (docs/DESIGN.md
+		 * section 12): the rank refuses, and rank zero disables the
+		 * pool for the instance with this reason (R-WIRE-21).
 		 */
 		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool connection",
 				g->rank);
@@ -287,7 +309,8 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 	pthread_cond_init(&a.changed, NULL);
 	a.page_ids = calloc(o->geometry->page_count, sizeof(uint32_t));
 	a.chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.chain));
-	if (!a.page_ids || !a.chain) {
+	a.pool_chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.pool_chain));
+	if (!a.page_ids || !a.chain || !a.pool_chain) {
 		close(o->fd); /* owned here until the link takes it */
 		ret = -ENOMEM;
 		goto out;
@@ -348,6 +371,7 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 out:
 	free(a.page_ids);
 	free(a.chain);
+	free(a.pool_chain);
 	pthread_cond_destroy(&a.changed);
 	pthread_mutex_destroy(&a.lock);
 	return ret;
