@@ -63,7 +63,7 @@ endif
 LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/resolve.c cluster/summary.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/store.c coordinator/warm.c \
+	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/pool.c coordinator/store.c coordinator/warm.c \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \

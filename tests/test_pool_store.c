@@ -11,7 +11,9 @@
 
 #include "common/base.h"
 #include "common/log.h"
+#include "coordinator/pool.h"
 #include "coordinator/store.h"
+#include "shard/pool_share.h"
 #include "selene/selene.h"
 
 #include <errno.h>
@@ -179,7 +181,27 @@ static uint32_t stub_pending_count(const struct stub *st, enum coord_job_kind ki
 	return n;
 }
 
+/* The pool session, as rank zero's client would answer it (pool/client.h). */
+struct session {
+	uint32_t begun, commits, commit_false, claims, ended;
+	struct coord_pool_put put;      /* the last put begun */
+	uint32_t world_size;
+	int ready;                      /* put_ready: 0 pending, 1 ready, < 0 refused */
+	int outcome;                    /* put_outcome's answer */
+	int granted;                    /* claim_granted: 0 pending, 1 granted, < 0 refused */
+	struct coord_pool_record grant[8];
+	uint32_t grant_count;
+	struct rec_key claimed;         /* the last claim's key */
+	int end_result;                 /* the last claim_end's */
+	/* what every rank was asked */
+	uint64_t rank_put_id, rank_claim_id;
+	struct shard_pool_record rank_chain[8];
+	uint32_t rank_chain_count, rank_skip, rank_pages[64], rank_page_count;
+};
+
 struct fixture {
+	struct session session;
+	struct coord_pool *driver;
 	struct stub stub;
 	struct coord_store store;
 	struct rec_geometry g;
@@ -723,6 +745,308 @@ static void test_pool_store_lookup_without_pool(void **state)
 	assert_null(f->store.pool_keys);
 }
 
+static int session_put_begin(void *ctx, const struct coord_pool_put *put, uint32_t world_size,
+			     uint64_t *request)
+{
+	struct session *ss = ctx;
+
+	ss->put = *put;
+	ss->world_size = world_size;
+	*request = 1000 + ++ss->begun;
+	return 0;
+}
+
+static int session_put_ready(void *ctx, uint64_t request, uint64_t *put_id)
+{
+	struct session *ss = ctx;
+
+	(void)request;
+	*put_id = 77;
+	return ss->ready;
+}
+
+static int session_put_commit(void *ctx, uint64_t put_id, bool commit)
+{
+	struct session *ss = ctx;
+
+	assert_int_equal(put_id, 77);
+	ss->commits++;
+	ss->commit_false += !commit;
+	return 0;
+}
+
+static int session_put_outcome(void *ctx, uint64_t put_id)
+{
+	(void)put_id;
+	return ((struct session *)ctx)->outcome;
+}
+
+static int session_claim_begin(void *ctx, const struct rec_key *key, uint64_t *claim_id)
+{
+	struct session *ss = ctx;
+
+	ss->claimed = *key;
+	*claim_id = 500 + ++ss->claims;
+	return 0;
+}
+
+static int session_claim_granted(void *ctx, uint64_t claim_id, struct coord_pool_record *chain,
+				 uint32_t max, uint32_t *count)
+{
+	struct session *ss = ctx;
+
+	(void)claim_id;
+	if (ss->granted != 1)
+		return ss->granted;
+	SEL_ASSERT(ss->grant_count <= max);
+	memcpy(chain, ss->grant, ss->grant_count * sizeof(*chain));
+	*count = ss->grant_count;
+	return 1;
+}
+
+static void session_claim_end(void *ctx, uint64_t claim_id, int result)
+{
+	struct session *ss = ctx;
+
+	(void)claim_id;
+	ss->ended++;
+	ss->end_result = result;
+}
+
+/* Every rank's share: a job in the stub engine, completed by the test. */
+static int ranks_put(void *ctx, uint64_t job_id, const struct rec_key *key, uint64_t put_id,
+		     uint64_t share_bytes)
+{
+	struct fixture *f = ctx;
+
+	(void)share_bytes;
+	stub_add(&f->stub, COORD_JOB_POOL_PUT, job_id)->key = *key;
+	f->session.rank_put_id = put_id;
+	return 0;
+}
+
+static int ranks_claim(void *ctx, uint64_t job_id, const struct shard_pool_claim_job *claim,
+		       uint32_t page_id_count)
+{
+	struct fixture *f = ctx;
+	struct session *ss = &f->session;
+
+	SEL_ASSERT(claim->chain_count <= 8 && page_id_count <= 64);
+	stub_add(&f->stub, COORD_JOB_POOL_CLAIM, job_id);
+	ss->rank_claim_id = claim->claim_id;
+	memcpy(ss->rank_chain, claim->chain, claim->chain_count * sizeof(*claim->chain));
+	ss->rank_chain_count = claim->chain_count;
+	ss->rank_skip = claim->skip_pages;
+	memcpy(ss->rank_pages, claim->page_ids, page_id_count * sizeof(uint32_t));
+	ss->rank_page_count = page_id_count;
+	return 0;
+}
+
+/* The store's jobs go through the session driver, over the stub engine. */
+static int setup_driver(void **state)
+{
+	struct fixture *f;
+	struct coord_jobs inner, jobs;
+	struct coord_pool_ops ops;
+
+	setup(state);
+	f = *state;
+	inner = f->store.jobs_ops;
+	inner.pool_put = NULL;
+	inner.pool_claim = NULL;
+	assert_int_equal(coord_pool_open(&inner, &(struct coord_pool_session){
+		.ctx = &f->session, .put_begin = session_put_begin,
+		.put_ready = session_put_ready, .put_commit = session_put_commit,
+		.put_outcome = session_put_outcome, .claim_begin = session_claim_begin,
+		.claim_granted = session_claim_granted, .claim_end = session_claim_end },
+		&(struct coord_pool_ranks){ .ctx = f, .put = ranks_put, .claim = ranks_claim },
+		2, f->g.page_count, &f->store.stats.pool_refusals, &f->driver), 0);
+	coord_pool_jobs(f->driver, &jobs);
+	f->store.jobs_ops = jobs;
+	ops = (struct coord_pool_ops){ .ctx = &f->stub, .lookup = stub_lookup,
+				       .answer = stub_answer, .forget = stub_forget };
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	assert_int_equal(coord_store_set_pool_lookups(&f->store, &ops, 250000000ull), 0);
+	return 0;
+}
+
+static int teardown_driver(void **state)
+{
+	struct fixture *f = *state;
+
+	coord_pool_close(f->driver);
+	return teardown(state);
+}
+
+/*
+ * A cascade's put through the session: begun with the record's place and
+ * share length for every rank, sent to every rank once the manager gave a
+ * put id, committed once every rank's share went, and complete (the
+ * record dropped) once the pool said it committed.
+ */
+static void test_pool_store_driver_put(void **state)
+{
+	struct fixture *f = *state;
+	struct session *ss = &f->session;
+	int job;
+
+	store_record(f, 0, 256, 0);
+	store_record(f, 1, 256, 0);
+	f->store.limit_bytes = limit_for(f, 1);
+	poll_all(f);
+	assert_int_equal(ss->begun, 1);
+	assert_int_equal(ss->world_size, 2);
+	assert_int_equal(ss->put.key.consumed, 256);
+	assert_int_equal(ss->put.share_bytes, f->record_bytes);
+	poll_all(f); /* the manager has not answered: nothing moves */
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	ss->ready = 1;
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+	assert_true(job >= 0);
+	assert_int_equal(ss->rank_put_id, 77);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	poll_all(f);
+	assert_int_equal(ss->commits, 1);
+	assert_int_equal(ss->commit_false, 0);
+	assert_int_equal(f->store.stats.pool_puts, 0); /* not visible until committed */
+	ss->outcome = 1;
+	poll_all(f);
+	assert_int_equal(f->store.stats.pool_puts, 1);
+	job = stub_pending(&f->stub, COORD_JOB_UNLINK);
+	assert_true(job >= 0);
+	complete_reclaims(f);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * A put the manager refuses is a refusal (counted) and a failed put; one
+ * whose share fails on a rank is abandoned (commit 0) and fails with the
+ * rank's reason once the manager ends it: either way the record drops as
+ * without a pool.
+ */
+static void test_pool_store_driver_put_failures(void **state)
+{
+	struct fixture *f = *state;
+	struct session *ss = &f->session;
+	int job;
+
+	store_record(f, 0, 256, 0);
+	store_record(f, 1, 256, 0);
+	store_record(f, 2, 256, 0);
+	f->store.limit_bytes = limit_for(f, 1);
+	ss->ready = -ENOSPC;
+	poll_all(f);
+	poll_all(f);
+	/* two had to go: both put, both refused, both dropped */
+	assert_int_equal(ss->begun, 2);
+	assert_int_equal(f->store.stats.pool_refusals, 2);
+	assert_int_equal(f->store.stats.pool_put_failures, 2);
+	complete_reclaims(f);
+	assert_int_equal(f->store.index.node_count, 1);
+	f->store.limit_bytes = 1ull << 30;
+	store_record(f, 3, 256, 0);
+	f->store.limit_bytes = limit_for(f, 1);
+	ss->ready = 1;
+	poll_all(f); /* the put begins */
+	poll_all(f); /* its put id came: every rank sends its share */
+	job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+	assert_true(job >= 0);
+	stub_complete(&f->stub, (uint32_t)job, -EIO);
+	poll_all(f);
+	assert_int_equal(ss->commit_false, 1);
+	assert_int_equal(f->store.stats.pool_put_failures, 2);
+	ss->outcome = -ECANCELED;
+	poll_all(f);
+	assert_int_equal(f->store.stats.pool_put_failures, 3);
+	assert_int_equal(f->store.stats.pool_refusals, 2);
+	complete_reclaims(f);
+	assert_int_equal(f->store.index.node_count, 1);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * A claim through the session: begun for the hit's endpoint, and once
+ * granted sent to every rank with the whole chain the pool pinned (the
+ * records within resident counted in the skip) and the caller's page ids;
+ * FETCHED once every rank copied, the claim ended with 0. A grant whose
+ * chain no longer holds the hit's records fails the fetch; so does a
+ * rank's failure (a manager killed mid-claim), the claim ended with it.
+ */
+static void test_pool_store_driver_claim(void **state)
+{
+	struct fixture *f = *state;
+	struct session *ss = &f->session;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 }, t3 = { 0 };
+	struct sel_hit hit;
+	bool joined;
+	int job;
+
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	answer_chain(f, 0);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 77, &joined), 0);
+	assert_int_equal(ss->claims, 1);
+	assert_true(rec_key_equal(&ss->claimed, &f->stub.answer[1].key));
+	poll_all(f);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
+	ss->granted = 1;
+	ss->grant_count = 2;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	assert_int_equal(poll_all(f), 0);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	assert_int_equal(ss->rank_claim_id, 501);
+	assert_int_equal(ss->rank_chain_count, 2);
+	assert_int_equal(ss->rank_skip, 8 + 1);
+	assert_int_equal(ss->rank_page_count, 7);
+	assert_int_equal(ss->rank_pages[0], 100);
+	assert_true(ss->rank_chain[1].row && !ss->rank_chain[0].row);
+	f->stub.done[f->stub.done_count++] = (struct shard_completion){
+		.job_id = f->stub.jobs[job].id, .bytes = 1234 };
+	f->stub.jobs[job].done = true;
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(ss->ended, 1);
+	assert_int_equal(ss->end_result, 0);
+	assert_int_equal(f->store.stats.pool_claim_bytes, 1234);
+
+	/* the pool's chain changed since the lookup */
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	answer_chain(f, 1);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 78, &joined), 0);
+	ss->grant_count = 1;
+	ss->grant[0] = f->stub.answer[1];
+	ss->grant[0].first_page_index = 0;
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, SEL_ENOTFOUND);
+	assert_int_equal(ss->ended, 2);
+
+	/* a rank fails mid-claim */
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[2], 0, &t3, &hit));
+	answer_chain(f, 2);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[2], 0, &t3, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 79, &joined), 0);
+	ss->grant_count = 2;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	assert_int_equal(ss->rank_skip, 0);
+	stub_complete(&f->stub, (uint32_t)job, -ECONNRESET);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, -ECONNRESET);
+	assert_int_equal(ss->end_result, -ECONNRESET);
+	assert_int_equal(f->store.stats.pool_claim_failures, 2);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -743,6 +1067,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_store_unusable_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_store_lookup_without_pool, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_driver_put, setup_driver,
+						teardown_driver),
+		cmocka_unit_test_setup_teardown(test_pool_store_driver_put_failures, setup_driver,
+						teardown_driver),
+		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim, setup_driver,
+						teardown_driver),
 	};
 
 	return cmocka_run_group_tests_name("pool_store", tests, NULL, NULL);
