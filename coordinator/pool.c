@@ -51,6 +51,15 @@ struct coord_pool {
 	uint32_t done_count;
 };
 
+uint64_t coord_pool_grace_ns(bool same_host, uint32_t rtt_us)
+{
+	uint64_t remote = (uint64_t)rtt_us * 1000u * COORD_POOL_GRACE_ROUND_TRIPS;
+
+	if (same_host)
+		return COORD_POOL_GRACE_LOCAL_NS;
+	return rtt_us == 0 || remote > COORD_POOL_GRACE_MAX_NS ? COORD_POOL_GRACE_MAX_NS : remote;
+}
+
 static void finish(struct coord_pool *p, uint64_t job_id, int result, uint64_t bytes,
 		   const char *why)
 {

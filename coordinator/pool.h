@@ -52,6 +52,21 @@ struct coord_pool_ranks {
 		     uint32_t page_id_count);
 };
 
+/* A lookup's grace period (seed 2.15): on the manager's host, */
+#define COORD_POOL_GRACE_LOCAL_NS 2000000ull
+/* elsewhere this many control round trips, */
+#define COORD_POOL_GRACE_ROUND_TRIPS 4u
+/* and never more than this (also while no round trip was measured yet). */
+#define COORD_POOL_GRACE_MAX_NS 250000000ull
+
+/*
+ * How long a lookup waits for the pool's answer (coord_store_set_pool_lookups):
+ * 2 ms with the manager on this host (its arena maps here), else four of
+ * the session's smoothed round trips (rtt_us; 0: not measured yet), at
+ * most 250 ms.
+ */
+uint64_t coord_pool_grace_ns(bool same_host, uint32_t rtt_us);
+
 struct coord_pool;
 
 /*

@@ -1047,6 +1047,23 @@ static void test_pool_store_driver_claim(void **state)
 	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
 }
 
+/*
+ * The grace period: 2 ms on the manager's host, four round trips
+ * elsewhere, at most 250 ms (also before a round trip was measured).
+ */
+static void test_pool_store_grace_period_figures(void **state)
+{
+	(void)state;
+	assert_int_equal(coord_pool_grace_ns(true, 0), 2000000);
+	assert_int_equal(coord_pool_grace_ns(true, 90000), 2000000);
+	assert_int_equal(coord_pool_grace_ns(false, 500), 2000000);
+	assert_int_equal(coord_pool_grace_ns(false, 10000), 40000000);
+	assert_int_equal(coord_pool_grace_ns(false, 62500), 250000000);
+	assert_int_equal(coord_pool_grace_ns(false, 90000), 250000000);
+	assert_int_equal(coord_pool_grace_ns(false, 0), 250000000);
+	assert_int_equal(coord_pool_grace_ns(false, UINT32_MAX), 250000000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1073,6 +1090,7 @@ int main(void)
 						teardown_driver),
 		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim, setup_driver,
 						teardown_driver),
+		cmocka_unit_test(test_pool_store_grace_period_figures),
 	};
 
 	return cmocka_run_group_tests_name("pool_store", tests, NULL, NULL);
