@@ -62,13 +62,15 @@ endif
 
 LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/resolve.c cluster/summary.c \
+	pool/client.c pool/manager.c pool/wire.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
 	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/pool.c coordinator/store.c coordinator/warm.c \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/pool_share.c shard/slab.c shard/warm.c)
-PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_records.c \
+PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_pool.c \
+	launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
 	launch/bench/bench.c launch/bench/fanout.c launch/bench/floor.c launch/bench/ranks.c \
 	launch/bench/restore.c launch/bench/startup.c launch/bench/store.c \
@@ -76,7 +78,7 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
-TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool_share pool_store protocol resolve store summary metrics_http warm)
+TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_share pool_store pool_wire protocol resolve store summary metrics_http warm)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -171,12 +173,13 @@ test-gpu:
 # corpus in tests/fuzz/corpus-NAME (read only: what libFuzzer finds goes to
 # build-fuzz/corpus-NAME).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := header frame trace config catalog
+FUZZ_TARGETS := header frame trace config catalog pool
 FUZZ_MAX_LEN_header := 4096
 FUZZ_MAX_LEN_frame := 65536
 FUZZ_MAX_LEN_trace := 8192
 FUZZ_MAX_LEN_config := 4096
 FUZZ_MAX_LEN_catalog := 8192
+FUZZ_MAX_LEN_pool := 65536
 FUZZ_OBJS_trace := build-fuzz/launch/worker/trace.o
 fuzz-build:
 	$(Q)scripts/install-deps build fuzz
@@ -220,7 +223,7 @@ check-asan:
 
 # The thread-heavy tests, then three ranks of the program (tests/tsan-ranks.sh),
 # under ThreadSanitizer (build-tsan/); any report fails the run.
-TSAN_TESTS := $(sort api cluster dir disk engine engine_stress failpoint fanout join link protocol store warm)
+TSAN_TESTS := $(sort api cluster dir disk engine engine_stress failpoint fanout join link pool protocol store warm)
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 check-tsan:
 	$(Q)scripts/install-deps test

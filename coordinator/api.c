@@ -638,7 +638,7 @@ static int store_open(const struct sel_store_config *c, sel_store **out, bool no
 	}
 	free(g);
 	if (c->pool)
-		/* docs/DESIGN.md section 12: the session over pool/client.h is not built yet */
+		/* docs/DESIGN.md section 13: the session over pool/client.h is not built yet */
 		sel_warn("pool %s: not attached: this library has no pool client yet; the store "
 			 "runs on its local tiers", c->pool);
 	s->startup.open_ns = sel_monotonic_ns() - s->startup.open_ns;

@@ -1,5 +1,5 @@
 /*
- * Rank zero's pool session driver (docs/DESIGN.md section 12): it sits
+ * Rank zero's pool session driver (docs/DESIGN.md section 13): it sits
  * between the store's policy and its jobs. The policy asks for a record's
  * put or a hit's claim as one job (struct coord_jobs' pool_put and
  * pool_claim); this layer turns each into the session's steps (put begin,

@@ -47,7 +47,7 @@
 #define COORD_DISK_FULL_HOLD_NS (60000000000ull)
 
 /*
- * Pool puts in flight at once (the cascade, docs/DESIGN.md section 12):
+ * Pool puts in flight at once (the cascade, docs/DESIGN.md section 13):
  * the rest of the job table is the model's.
  */
 #define COORD_POOL_PUTS_MAX (COORD_JOBS_MAX / 16)
@@ -321,7 +321,7 @@ bool coord_store_lookup_pending(const struct coord_store *s,
 				const struct coord_pool_ticket *ticket);
 
 /*
- * The cascade (docs/DESIGN.md section 12): while the records take more than
+ * The cascade (docs/DESIGN.md section 13): while the records take more than
  * the limit less its headroom, the least recently used record the disk
  * store would evict is put to the pool (its ancestors the pool does not
  * hold first, root side first: the pool takes a record only after its

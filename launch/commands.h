@@ -15,6 +15,7 @@ int launch_cmd_demo(int argc, char **argv);
 int launch_cmd_bench(int argc, char **argv);
 int launch_cmd_cluster_demo(int argc, char **argv);
 int launch_cmd_run(int argc, char **argv);
+int launch_cmd_pool(int argc, char **argv);
 
 /*
  * Exit statuses shared by every subcommand (the top-level --help says

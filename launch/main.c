@@ -31,6 +31,8 @@ static const struct command commands[] = {
 	{ "failpoints", launch_cmd_failpoints,
 	  "list the failpoints SELENE_FAILPOINTS can arm" },
 	{ "ls", launch_cmd_ls, "list the records in a record or base directory" },
+	{ "pool", launch_cmd_pool,
+	  "a pool manager: instances share prefix-cache records through it" },
 	{ "run", launch_cmd_run,
 	  "one rank of the reference TP worker: a trace through GPU cache and store" },
 	{ "verify", launch_cmd_verify,

@@ -162,7 +162,7 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 	case CLUSTER_JOB_POOL_ATTACH:
 		/*
 		 * This library opens no pool connection yet (docs/DESIGN.md
-		 * section 12): the rank refuses, and rank zero disables the
+		 * section 13): the rank refuses, and rank zero disables the
 		 * pool for the instance with this reason (R-WIRE-21).
 		 */
 		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool connection",

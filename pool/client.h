@@ -16,11 +16,16 @@
  * call returns the failure (pool_client_status says why), and the caller
  * closes it and opens a new one.
  *
+ * Chains (struct pool_chain_entry), sections (enum pool_section) and arena
+ * places (struct pool_place) are the wire's (pool/wire.h).
+ *
  * Threads. A client owns one I/O thread that does all socket reads and
  * writes. Every function is safe to call from any thread. Functions marked
- * "never waits" only queue a frame or read client state under a mutex held
- * for no I/O; they fit the model thread, and return SEL_EQUEUEFULL rather
- * than wait when a bounded queue is full. Functions that take timeout_ms
+ * "never waits" only queue a frame or read client state under the client's
+ * mutex, which the I/O thread holds across non-blocking socket calls only
+ * (one read or sendmsg of at most what the socket buffer holds); they fit
+ * the model thread, and return SEL_EQUEUEFULL rather than wait when a
+ * bounded queue is full. Functions that take timeout_ms
  * block the calling thread (a transfer thread) up to that long; timeout_ms
  * < 0 waits without limit, 0 does not wait.
  *
@@ -31,17 +36,13 @@
 #define SELENE_POOL_CLIENT_H
 
 #include "common/limits.h"
+#include "pool/wire.h"
 #include "record/geometry.h"
 #include "record/key.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define POOL_SECRET_BYTES 32u
-#define POOL_INSTANCE_ID_BYTES 16u
-#define POOL_SCOPE_BYTES 32u
-#define POOL_ARENA_ID_BYTES 16u
 
 struct pool_client;
 
@@ -146,14 +147,6 @@ size_t pool_client_slot_bytes(const struct pool_client *c);
 
 /* ---- Lookups (session only: rank zero's client) ---- */
 
-/* One record of a chain, root first (R-POOL-21). */
-struct pool_chain_entry {
-	struct rec_key key;
-	uint32_t first_page_index;
-	uint32_t tail_page_count;
-	bool row;
-};
-
 /*
  * Never waits. Sends a LOOKUP of key_count keys (1 .. POOL_LOOKUP_KEYS_MAX,
  * strictly decreasing consumed counts: the candidates of one history,
@@ -211,14 +204,6 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 int pool_claim_end(struct pool_client *c, uint64_t claim_id, int result);
 
 /* ---- Claims: every rank's part, on its own connection ---- */
-
-/* A window's part of the record image (R-POOL-33). */
-enum pool_section {
-	POOL_SECTION_HEADER = 0,    /* the 4096-byte record header */
-	POOL_SECTION_CHECKSUMS = 1, /* page checksum entries, 8 bytes each */
-	POOL_SECTION_PAGES = 2,     /* whole stored pages */
-	POOL_SECTION_ROW = 3,       /* the row segment (the chain's last record) */
-};
 
 /* One delivered window: its bytes lie in a slot the caller posted. */
 struct pool_window {
@@ -287,12 +272,6 @@ int pool_share_claim(struct pool_client *c, uint64_t claim_id,
 		     const struct pool_chain_entry *chain, uint32_t chain_count,
 		     uint32_t skip_pages, void *const *slots, uint32_t slot_count,
 		     size_t slot_bytes, pool_window_fn fn, void *ctx, int deadline_ms);
-
-/* Where this rank's share image of one chain record lies in the arena. */
-struct pool_place {
-	uint64_t offset; /* from the arena's first byte, 4096-aligned */
-	uint64_t bytes;
-};
 
 /*
  * Waits up to timeout_ms for a places claim's CLAIM_PLACES (R-POOL-34):
@@ -373,7 +352,8 @@ int pool_put_outcome(struct pool_client *c, uint64_t put_id);
  * returns 0: every byte was handed to the socket). Windows larger than
  * the manager's window bytes are cut. Returns 0, -ETIMEDOUT, the put's
  * end when the manager already ended it (its PUT_END result), or the
- * connection's failure.
+ * connection's failure. A timeout poisons the connection (data may have
+ * been half sent; nothing more is, so data is the caller's again at once).
  */
 int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, const void *data,
 		    size_t bytes, int timeout_ms);

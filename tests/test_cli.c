@@ -80,7 +80,7 @@ static void expect(const struct run_result *r, int status, const char *needle)
 static void test_cli_help(void **state)
 {
 	static const char *const commands[] = { "ls", "verify", "failpoints", "demo",
-						"cluster-demo", "run" };
+						"cluster-demo", "run", "pool" };
 	struct run_result *r = malloc(sizeof(*r));
 
 	(void)state;
@@ -98,6 +98,25 @@ static void test_cli_help(void **state)
 	}
 	run(r, NULL, (const char *[]){ "frobnicate", NULL });
 	expect(r, 2, "unknown command 'frobnicate'");
+	/* selene pool: its secret and memory are required, the secret kept private */
+	run(r, NULL, (const char *[]){ "pool", "--memory", "4M", NULL });
+	expect(r, 2, "--secret and --memory are required");
+	{
+		char *dir = tu_make_temp_dir("cli-pool"), path[512];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/secret", dir);
+		f = fopen(path, "w");
+		assert_non_null(f);
+		fputs("0123456789abcdef0123456789abcdef", f);
+		fclose(f);
+		assert_int_equal(chmod(path, 0644), 0);
+		run(r, NULL, (const char *[]){ "pool", "--secret", path, "--memory", "4M", NULL });
+		expect(r, 2, "too open");
+		run(r, NULL, (const char *[]){ "pool", "--secret", path, "--memory", "1K", NULL });
+		expect(r, 2, "--memory");
+		tu_remove_tree(dir);
+	}
 	run(r, NULL, (const char *[]){ "verify", NULL });
 	expect(r, 2, "usage: selene verify DIR");
 	/* a directory that is missing is met while running: 1, not a usage error */

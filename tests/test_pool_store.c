@@ -1,6 +1,6 @@
 /*
  * The instance side of the pool, rank zero's policy (coordinator/store.h,
- * docs/DESIGN.md section 12), with a stub in place of the shard engine and
+ * docs/DESIGN.md section 13), with a stub in place of the shard engine and
  * the pool session: every job is recorded and completed by the test. Covers
  * the cascade: records past the headroom are put (ancestors first, root
  * side first), kept and pinned until the pool answers, then dropped; a

@@ -155,7 +155,7 @@ struct sel_store_config {
 	 */
 	uint64_t max_age_ms;
 	/*
-	 * The pool (docs/DESIGN.md section 12): a pool manager's address,
+	 * The pool (docs/DESIGN.md section 13): a pool manager's address,
 	 * "host:port" ("[IPv6]:port" for an IPv6 literal), that this
 	 * instance attaches to at open, sharing records with other instances
 	 * of an identical scope (pool name, model_identity, layout, world

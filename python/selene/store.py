@@ -207,7 +207,7 @@ class StoreConfig:
 
     pool: a pool manager's address, "host:port" ("[IPv6]:port"), that
     the store attaches to at open to share records with other instances
-    of the same model and layout (docs/DESIGN.md section 12); None (the
+    of the same model and layout (docs/DESIGN.md section 13); None (the
     default): no pool. A manager that does not answer within 10 s, or
     refuses a rank, leaves the store on its local tiers with one warning
     (the open still succeeds); it never attaches later.

@@ -1,0 +1,219 @@
+/*
+ * `selene pool`: the pool manager (pool/manager.h) as a foreground daemon.
+ * It logs to stderr, serves until SIGTERM or SIGINT, then drains (live
+ * claims and puts finish until their deadlines, R-POOL-45) and exits 0.
+ * Metrics over HTTP as `selene run --metrics-port` serves them. This file
+ * only reads the command line and wires signals; the manager is library
+ * code.
+ */
+#include "cluster/join.h"
+#include "common/base.h"
+#include "common/log.h"
+#include "launch/args.h"
+#include "launch/commands.h"
+#include "launch/metrics/http.h"
+#include "pool/manager.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct pool_manager *signal_manager;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (signal_manager)
+		pool_manager_stop(signal_manager); /* a write(2) to an eventfd */
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: selene pool --secret FILE --memory SIZE [options]\n"
+		"\n"
+		"Runs a pool manager in the foreground: Selene instances attach to it\n"
+		"(selene run --pool ADDR) and share prefix-cache records through it\n"
+		"(pool/PROTOCOL.md). Logs go to stderr; SIGTERM or SIGINT drains and exits.\n"
+		"\n"
+		"  --listen ADDR:PORT   where to listen (default :7400, every address;\n"
+		"                       [v6]:port for IPv6)\n"
+		"  --name NAME          the pool's name; it salts every scope, so a\n"
+		"                       renamed pool starts cold (default \"selene\")\n"
+		"  --secret FILE        the pool secret: exactly 32 bytes, mode 0600;\n"
+		"                       every connection proves it (required)\n"
+		"  --memory SIZE        the shared-memory arena in /dev/shm (K, M, G, T;\n"
+		"                       at least 1M; required)\n"
+		"  --max-age-ms N       drop records older than N ms (default 0: never)\n"
+		"  --window SIZE        the largest window sent (64K .. 16M, default 4M)\n"
+		"  --metrics-port N     serve Prometheus metrics on 127.0.0.1:N\n"
+		"  --rdma               accepted; claims use TCP until the RDMA path lands\n"
+		"  --dir DIR            a disk tier below the arena: evicted records move\n"
+		"                       there as record files and are found again when\n"
+		"                       a pool of the same name starts on it\n"
+		"  -h, --help           this text\n");
+}
+
+static int render_metrics(void *ctx, char *buf, size_t size)
+{
+	struct pool_manager_stats s;
+	int n;
+
+	pool_manager_stats(ctx, &s);
+	n = snprintf(buf, size,
+		     "# TYPE selene_pool_records gauge\nselene_pool_records %" PRIu64 "\n"
+		     "# TYPE selene_pool_arena_used_bytes gauge\n"
+		     "selene_pool_arena_used_bytes %" PRIu64 "\n"
+		     "# TYPE selene_pool_connections_total counter\n"
+		     "selene_pool_connections_total %" PRIu64 "\n"
+		     "# TYPE selene_pool_refused_total counter\n"
+		     "selene_pool_refused_total %" PRIu64 "\n"
+		     "# TYPE selene_pool_auth_failures_total counter\n"
+		     "selene_pool_auth_failures_total %" PRIu64 "\n"
+		     "# TYPE selene_pool_puts_total counter\n"
+		     "selene_pool_puts_total{outcome=\"committed\"} %" PRIu64 "\n"
+		     "selene_pool_puts_total{outcome=\"failed\"} %" PRIu64 "\n"
+		     "# TYPE selene_pool_claims_total counter\n"
+		     "selene_pool_claims_total{outcome=\"granted\"} %" PRIu64 "\n"
+		     "selene_pool_claims_total{outcome=\"refused\"} %" PRIu64 "\n"
+		     "# TYPE selene_pool_lookups_total counter\n"
+		     "selene_pool_lookups_total %" PRIu64 "\n"
+		     "# TYPE selene_pool_lookup_hits_total counter\n"
+		     "selene_pool_lookup_hits_total %" PRIu64 "\n"
+		     "# TYPE selene_pool_records_dropped_total counter\n"
+		     "selene_pool_records_dropped_total{reason=\"evicted\"} %" PRIu64 "\n"
+		     "selene_pool_records_dropped_total{reason=\"expired\"} %" PRIu64 "\n",
+		     s.records, s.arena_used_bytes, s.connections, s.refused, s.auth_failures,
+		     s.puts_committed, s.puts_failed, s.claims_granted, s.claims_refused,
+		     s.lookups, s.lookup_hits, s.evicted, s.expired);
+	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
+}
+
+int launch_cmd_pool(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "name", required_argument, NULL, 'n' },
+		{ "secret", required_argument, NULL, 's' },
+		{ "memory", required_argument, NULL, 'm' },
+		{ "max-age-ms", required_argument, NULL, 'a' },
+		{ "window", required_argument, NULL, 'w' },
+		{ "metrics-port", required_argument, NULL, 'p' },
+		{ "rdma", no_argument, NULL, 'r' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct pool_manager_config config = { .listen = ":7400", .name = "selene" };
+	struct launch_metrics_http *metrics = NULL;
+	struct pool_manager *m = NULL;
+	struct sigaction sa = { .sa_handler = on_signal };
+	const char *secret_path = NULL;
+	uint32_t metrics_port = 0, window = 0;
+	bool has_metrics = false, rdma = false;
+	char why[512];
+	int opt, ret;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'l':
+			config.listen = optarg;
+			break;
+		case 'n':
+			config.name = optarg;
+			break;
+		case 's':
+			secret_path = optarg;
+			break;
+		case 'm':
+			if (!launch_option_u64("pool", "memory", optarg, LAUNCH_SIZE, 1u << 20,
+					       UINT64_MAX / 2, &config.memory_bytes))
+				return LAUNCH_EXIT_USAGE;
+			break;
+		case 'a':
+			if (!launch_option_u64("pool", "max-age-ms", optarg, LAUNCH_COUNT, 0,
+					       UINT64_MAX / 1000000, &config.max_age_ms))
+				return LAUNCH_EXIT_USAGE;
+			break;
+		case 'w':
+			if (!launch_option_u32("pool", "window", optarg, LAUNCH_SIZE,
+					       POOL_WINDOW_BYTES_MIN, POOL_WINDOW_BYTES_MAX, &window))
+				return LAUNCH_EXIT_USAGE;
+			break;
+		case 'p':
+			if (!launch_option_u32("pool", "metrics-port", optarg, LAUNCH_COUNT, 0, 65535,
+					       &metrics_port))
+				return LAUNCH_EXIT_USAGE;
+			has_metrics = true;
+			break;
+		case 'r':
+			rdma = true;
+			break;
+		case 'd':
+			config.dir = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return LAUNCH_EXIT_OK;
+		default:
+			usage(stderr);
+			return LAUNCH_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "selene pool: unexpected operand %s\n", argv[optind]);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (!secret_path || !config.memory_bytes) {
+		fprintf(stderr, "selene pool: --secret and --memory are required (see --help)\n");
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (cluster_secret_load(secret_path, "--secret", config.secret, why, sizeof(why))) {
+		fprintf(stderr, "selene pool: %s\n", why);
+		return LAUNCH_EXIT_USAGE;
+	}
+	config.window_bytes = window;
+	ret = pool_manager_open(&config, &m, why, sizeof(why));
+	explicit_bzero(config.secret, sizeof(config.secret));
+	if (ret) {
+		fprintf(stderr, "selene pool: %s\n", why);
+		return LAUNCH_EXIT_BAD;
+	}
+	if (rdma)
+		sel_warn("pool: --rdma: no RDMA path in this build; claims use TCP");
+	if (has_metrics) {
+		uint16_t bound = 0;
+
+		ret = launch_metrics_http_start(NULL, (uint16_t)metrics_port, render_metrics, m,
+						&metrics, &bound, why, sizeof(why));
+		if (ret) {
+			fprintf(stderr, "selene pool: --metrics-port %u: %s\n", metrics_port, why);
+			pool_manager_close(m);
+			return LAUNCH_EXIT_BAD;
+		}
+		sel_info("pool: metrics on http://127.0.0.1:%u/metrics", bound);
+	}
+	signal_manager = m;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sel_info("pool: \"%s\" listening on port %u, arena %s (%" PRIu64 " bytes)",
+		 config.name, pool_manager_port(m), pool_manager_arena_path(m),
+		 config.memory_bytes);
+	ret = pool_manager_run(m);
+	signal_manager = NULL;
+	launch_metrics_http_stop(metrics);
+	pool_manager_close(m);
+	if (ret) {
+		fprintf(stderr, "selene pool: %s\n", sel_strerror(ret));
+		return LAUNCH_EXIT_BAD;
+	}
+	sel_info("pool: stopped");
+	return LAUNCH_EXIT_OK;
+}

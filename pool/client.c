@@ -1,0 +1,1741 @@
+/*
+ * The pool client: see client.h. One I/O thread per client owns the socket
+ * once the handshake is done: it writes queued frames in order and reads
+ * every frame, filing answers under their ids for the polling calls and
+ * reading claim windows straight into posted slots, verified against the
+ * record's checksums (R-POOL-33) before they are handed over.
+ */
+#include "pool/client.h"
+
+#include "cluster/join.h"
+#include "cluster/resolve.h"
+#include "common/base.h"
+#include "common/log.h"
+#include "record/format.h"
+#include "selene/selene.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <time.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Bytes of control frames queued before a never-waiting call says full. */
+#define OUT_QUEUE_BYTES_MAX (4u << 20)
+#define SLOTS_PER_SHARE_MAX 64u
+#define PUTS_TRACKED_MAX 1024u
+
+/* One frame waiting to be written: its own bytes, then a caller's data. */
+struct out_item {
+	struct out_item *next;
+	uint8_t *bytes; /* header and body */
+	size_t length, sent;
+	const uint8_t *data; /* a put window's data (caller-owned), or NULL */
+	size_t data_length;
+	uint8_t tag[POOL_TAG_BYTES];
+	bool tagged;
+	bool done; /* all written (the caller of pool_put_window waits on it) */
+	bool waited; /* a caller waits on done and frees it */
+};
+
+struct lookup {
+	uint64_t ticket;
+	bool answered;
+	uint32_t count;
+	struct pool_chain_entry *chain;
+	uint64_t sent_ns;
+};
+
+struct claim_req {
+	uint64_t id;
+	bool answered;
+	int result;
+	struct pool_claim_grant grant;
+	struct pool_chain_entry *chain;
+};
+
+struct slot {
+	uint8_t *bytes;
+	size_t size;
+	void *ctx;
+};
+
+struct share {
+	uint64_t claim_id;
+	struct pool_chain_entry *chain;
+	uint32_t chain_count;
+	uint32_t skip;
+	bool places_mode;
+	struct slot posted[SLOTS_PER_SHARE_MAX];
+	uint32_t posted_count;
+	struct pool_window ready[SLOTS_PER_SHARE_MAX];
+	uint32_t ready_count;
+	struct pool_place *places;
+	bool places_in;
+	bool ended;
+	int result;
+	/* verification state of the record being read */
+	struct rec_header h;
+	bool header_ok;
+	uint32_t header_index;
+	uint8_t *checksums;
+	uint64_t checksum_bytes;
+};
+
+struct put_req {
+	uint64_t request_id;
+	bool answered;
+	int result;
+	uint64_t put_id;
+};
+
+struct put_state {
+	uint64_t put_id;
+	int share_result; /* 1: pending */
+	int outcome;      /* 1: pending */
+};
+
+struct pool_client {
+	int fd, wake_fd;
+	uint32_t rank;
+	struct pool_facts facts;
+	struct rec_geometry geometry;
+	struct rec_identity namespace_id;
+	uint8_t kc[POOL_KEY_BYTES];
+	uint64_t tx_seq;
+	struct pool_rx rx;
+	uint8_t *body;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	bool stop;
+	int failure;
+	char failure_why[256];
+	struct out_item *out_head, *out_tail;
+	size_t out_bytes;
+	uint64_t next_id;
+	uint32_t rtt_us;
+	uint64_t last_sent_ns;
+	struct lookup lookups[POOL_LOOKUPS_LIVE_MAX];
+	struct claim_req claims[POOL_LOOKUPS_LIVE_MAX];
+	struct share shares[POOL_SHARES_LIVE_MAX];
+	struct put_req put_reqs[POOL_LOOKUPS_LIVE_MAX];
+	struct put_state puts[PUTS_TRACKED_MAX];
+	struct share *reading; /* the share the window being read belongs to */
+	struct slot reading_slot;
+	const uint8_t *arena;
+	uint64_t arena_bytes;
+};
+
+int pool_secret_load(const char *path, uint8_t secret[POOL_SECRET_BYTES], char *why,
+		     size_t why_size)
+{
+	return cluster_secret_load(path, "pool secret file", secret, why, why_size);
+}
+
+static void parts_to_attach(const struct pool_scope_parts *p, struct pool_attach *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->world_size = p->world_size;
+	a->namespace_id = p->namespace_id;
+	a->layout_digest = p->layout_digest;
+	a->page_tokens = p->page_tokens;
+	a->plane_count = p->plane_count;
+	for (uint32_t i = 0; i < p->world_size && i < REC_WORLD_SIZE_MAX; i++) {
+		a->page_bytes[i] = p->page_bytes[i];
+		a->row_bytes[i] = p->row_bytes[i];
+	}
+	memset(a->instance_id, 1, sizeof(a->instance_id));
+}
+
+void pool_scope_compute(const char *pool_name, const struct pool_scope_parts *parts,
+			uint8_t out[POOL_SCOPE_BYTES])
+{
+	static struct pool_attach a;
+	static uint8_t buf[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	int n;
+
+	pthread_mutex_lock(&lock);
+	parts_to_attach(parts, &a);
+	n = pool_attach_encode(&a, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	pool_scope_of_attach(pool_name, buf, (uint32_t)n, out);
+	pthread_mutex_unlock(&lock);
+}
+
+/* ---- Failure ---- */
+
+static void fail_locked(struct pool_client *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fail_locked(struct pool_client *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->failure)
+		return;
+	c->failure = err;
+	va_start(ap, fmt);
+	vsnprintf(c->failure_why, sizeof(c->failure_why), fmt, ap);
+	va_end(ap);
+	pthread_cond_broadcast(&c->changed);
+}
+
+int pool_client_status(const struct pool_client *cc, char *why, size_t why_size)
+{
+	struct pool_client *c = (struct pool_client *)cc;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	ret = c->failure;
+	if (ret && why && why_size)
+		snprintf(why, why_size, "%s", c->failure_why);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+/* ---- Output ---- */
+
+static void wake(struct pool_client *c)
+{
+	uint64_t one = 1;
+
+	if (write(c->wake_fd, &one, sizeof(one)) < 0) {
+		/* saturated: the thread is woken already */
+	}
+}
+
+/* Queues a frame (lock held). data is borrowed until the item is done. */
+static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
+				       uint32_t body_length, const uint8_t *data,
+				       uint32_t data_length, bool bounded)
+{
+	struct out_item *it;
+
+	if (bounded && c->out_bytes + body_length > OUT_QUEUE_BYTES_MAX)
+		return NULL;
+	it = calloc(1, sizeof(*it));
+	if (!it)
+		return NULL;
+	it->bytes = malloc(CLUSTER_FRAME_HEADER_BYTES + body_length);
+	if (!it->bytes) {
+		free(it);
+		return NULL;
+	}
+	pool_frame_build(c->kc, POOL_TO_MANAGER, c->tx_seq++, type, body, body_length, data,
+			 data_length, it->bytes, it->tag);
+	if (body_length)
+		memcpy(it->bytes + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
+	it->length = CLUSTER_FRAME_HEADER_BYTES + body_length;
+	it->data = data;
+	it->data_length = data_length;
+	it->tagged = true;
+	if (c->out_tail)
+		c->out_tail->next = it;
+	else
+		c->out_head = it;
+	c->out_tail = it;
+	c->out_bytes += it->length;
+	wake(c);
+	return it;
+}
+
+/* Queues a control frame; SEL_EQUEUEFULL, -ENOMEM, or the failure. */
+static int send_control(struct pool_client *c, uint16_t type, const uint8_t *body, int length)
+{
+	SEL_ASSERT(length > 0);
+	if (c->failure)
+		return c->failure;
+	if (!enqueue_locked(c, type, body, (uint32_t)length, NULL, 0, true))
+		return SEL_EQUEUEFULL;
+	return 0;
+}
+
+static void item_free(struct out_item *it)
+{
+	free(it->bytes);
+	free(it);
+}
+
+/* Writes what it can of the queue (I/O thread, lock held). */
+static int flush_locked(struct pool_client *c)
+{
+	while (c->out_head) {
+		struct out_item *it = c->out_head;
+		struct iovec iov[3];
+		int count = 0;
+		size_t at = it->sent, total = it->length + it->data_length + POOL_TAG_BYTES;
+		ssize_t n;
+
+		if (at < it->length)
+			iov[count++] = (struct iovec){ it->bytes + at, it->length - at };
+		if (it->data_length && at < it->length + it->data_length) {
+			size_t off = at > it->length ? at - it->length : 0;
+
+			iov[count++] = (struct iovec){ (void *)(it->data + off), it->data_length - off };
+		}
+		{
+			size_t tag_at = it->length + it->data_length;
+			size_t off = at > tag_at ? at - tag_at : 0;
+
+			iov[count++] = (struct iovec){ it->tag + off, POOL_TAG_BYTES - off };
+		}
+		{
+			struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)count };
+
+			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0)
+			return -errno ? -errno : -EPIPE;
+		it->sent += (size_t)n;
+		c->last_sent_ns = sel_monotonic_ns();
+		if (it->sent < total)
+			continue;
+		c->out_head = it->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		c->out_bytes -= it->length;
+		it->done = true;
+		if (it->waited)
+			pthread_cond_broadcast(&c->changed);
+		else
+			item_free(it);
+	}
+	return 0;
+}
+
+/* ---- Lookups, claims, puts: the tables ---- */
+
+static struct lookup *lookup_find(struct pool_client *c, uint64_t ticket)
+{
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++)
+		if (c->lookups[i].ticket == ticket && ticket)
+			return &c->lookups[i];
+	return NULL;
+}
+
+static struct claim_req *claim_find(struct pool_client *c, uint64_t id)
+{
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++)
+		if (c->claims[i].id == id && id)
+			return &c->claims[i];
+	return NULL;
+}
+
+static struct share *share_find(struct pool_client *c, uint64_t id)
+{
+	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX; i++)
+		if (c->shares[i].claim_id == id && id)
+			return &c->shares[i];
+	return NULL;
+}
+
+static struct put_req *put_req_find(struct pool_client *c, uint64_t id)
+{
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++)
+		if (c->put_reqs[i].request_id == id && id)
+			return &c->put_reqs[i];
+	return NULL;
+}
+
+static struct put_state *put_state_get(struct pool_client *c, uint64_t put_id, bool create)
+{
+	struct put_state *free_one = NULL;
+
+	for (uint32_t i = 0; i < PUTS_TRACKED_MAX; i++) {
+		if (c->puts[i].put_id == put_id)
+			return &c->puts[i];
+		if (!c->puts[i].put_id && !free_one)
+			free_one = &c->puts[i];
+	}
+	if (!create || !free_one)
+		return NULL;
+	*free_one = (struct put_state){ .put_id = put_id, .share_result = 1, .outcome = 1 };
+	return free_one;
+}
+
+static void chain_copy(const struct pool_chain_view *v, struct pool_chain_entry **out)
+{
+	*out = v->count ? calloc(v->count, sizeof(**out)) : NULL;
+	for (uint32_t i = 0; *out && i < v->count; i++)
+		pool_chain_view_entry(v, i, &(*out)[i]);
+}
+
+/* ---- Reading (I/O thread, lock held) ---- */
+
+static void share_end(struct share *s, int result)
+{
+	if (!s->ended) {
+		s->ended = true;
+		s->result = result;
+	}
+}
+
+/* R-POOL-33: checks one window of s in slot data; 0 or the failure. */
+static int window_verify(struct pool_client *c, struct share *s, const struct pool_claim_window *w,
+			 const uint8_t *data, uint32_t length, char *why, size_t why_size)
+{
+	const struct pool_chain_entry *e;
+	uint64_t seed;
+
+	if (w->chain_index >= s->chain_count)
+		return sel_fail(SEL_EPROTO, why, why_size, "window of record %" PRIu32 " in a "
+				"chain of %" PRIu32 " (R-POOL-33)", w->chain_index, s->chain_count);
+	e = &s->chain[w->chain_index];
+	if (w->section == POOL_SECTION_HEADER) {
+		struct rec_expect x = { .namespace_id = &c->namespace_id,
+					.fingerprint = &c->geometry.fingerprint,
+					.geometry = &c->geometry, .key = &e->key };
+		int ret;
+
+		if (w->first != 0 || length != REC_HEADER_BYTES)
+			return sel_fail(SEL_EPROTO, why, why_size, "a header window of %" PRIu32
+					" bytes (R-POOL-33)", length);
+		ret = rec_header_decode(data, &s->h, why, why_size);
+		if (!ret)
+			ret = rec_header_check_expected(&s->h, &x, why, why_size);
+		if (ret)
+			return ret;
+		if (s->h.first_page_index != e->first_page_index ||
+		    s->h.tail_page_count != e->tail_page_count)
+			return sel_fail(SEL_EMISMATCH, why, why_size, "record %" PRIu32 "'s header "
+					"differs from its chain entry", w->chain_index);
+		s->header_ok = true;
+		s->header_index = w->chain_index;
+		free(s->checksums);
+		s->checksum_bytes = 8ull * s->h.tail_page_count;
+		s->checksums = s->checksum_bytes ? malloc(s->checksum_bytes) : NULL;
+		if (s->checksum_bytes && !s->checksums)
+			return -ENOMEM;
+		return 0;
+	}
+	if (!s->header_ok || s->header_index != w->chain_index)
+		return sel_fail(SEL_EPROTO, why, why_size, "a window before its record's header "
+				"(R-POOL-33)");
+	seed = rec_checksum_seed(&s->h.key);
+	if (w->section == POOL_SECTION_CHECKSUMS) {
+		if ((uint64_t)w->first + length > s->checksum_bytes || w->first % 8 || length % 8)
+			return sel_fail(SEL_EPROTO, why, why_size, "checksum window past the "
+					"record's %" PRIu64 " bytes (R-POOL-33)", s->checksum_bytes);
+		memcpy(s->checksums + w->first, data, length);
+		return 0;
+	}
+	if (w->section == POOL_SECTION_PAGES) {
+		if ((uint64_t)w->count * s->h.page_stride != length ||
+		    (uint64_t)w->first + w->count > s->h.tail_page_count)
+			return sel_fail(SEL_EPROTO, why, why_size, "page window of %" PRIu32
+					" pages at %" PRIu32 " (R-POOL-33)", w->count, w->first);
+		for (uint32_t k = 0; k < w->count; k++) {
+			uint32_t j = w->first + k;
+
+			if (rec_page_checksum(data + (uint64_t)k * s->h.page_stride, s->h.page_stride,
+					      seed, s->h.first_page_index + j) !=
+			    sel_get_le64(s->checksums + 8ull * j))
+				return sel_fail(SEL_ECHECKSUM, why, why_size, "record %" PRIu32
+						"'s page %" PRIu32 " fails its checksum (R-POOL-33)",
+						w->chain_index, j);
+		}
+		return 0;
+	}
+	if (w->first != 0 || length != s->h.row_length ||
+	    rec_row_checksum(data, length, seed) != s->h.row_checksum)
+		return sel_fail(SEL_ECHECKSUM, why, why_size, "record %" PRIu32 "'s row fails its "
+				"checksum (R-POOL-33)", w->chain_index);
+	return 0;
+}
+
+/* A CLAIM_WINDOW's head is in: finds its slot, or waits for one (returns 1). */
+static int on_window_head(struct pool_client *c)
+{
+	struct pool_claim_window w;
+	struct share *s;
+	char why[256];
+	int ret = pool_claim_window_decode(c->rx.body, c->rx.body_length, c->rx.data_length, &w,
+					   why, sizeof(why));
+
+	if (ret) {
+		fail_locked(c, ret, "%s", why);
+		return ret;
+	}
+	s = share_find(c, w.claim_id);
+	c->reading = NULL;
+	if (!s || s->ended)
+		return 0; /* dropped */
+	if (!s->posted_count)
+		return 1; /* wait for a slot */
+	if (s->posted[0].size < c->rx.data_length) {
+		share_end(s, SEL_ETOOBIG);
+		pthread_cond_broadcast(&c->changed);
+		return 0;
+	}
+	c->reading_slot = s->posted[0];
+	memmove(&s->posted[0], &s->posted[1], (s->posted_count - 1) * sizeof(s->posted[0]));
+	s->posted_count--;
+	c->reading = s;
+	c->rx.data = c->reading_slot.bytes;
+	return 0;
+}
+
+static void on_window(struct pool_client *c)
+{
+	struct share *s = c->reading;
+	struct pool_claim_window w;
+	char why[256];
+	int ret;
+
+	c->reading = NULL;
+	if (!s)
+		return;
+	pool_claim_window_decode(c->rx.body, c->rx.body_length, c->rx.data_length, &w, why,
+				 sizeof(why));
+	if (s->ended || s->claim_id != w.claim_id)
+		return;
+	ret = window_verify(c, s, &w, c->reading_slot.bytes, c->rx.data_length, why, sizeof(why));
+	if (ret) {
+		sel_warn("pool: claim %" PRIu64 ": %s", s->claim_id, why);
+		share_end(s, ret);
+		/* the slot goes back to the caller through pool_share_end */
+		s->posted[s->posted_count++] = c->reading_slot;
+		pthread_cond_broadcast(&c->changed);
+		return;
+	}
+	s->ready[s->ready_count++] = (struct pool_window){
+		.chain_index = w.chain_index, .section = (enum pool_section)w.section,
+		.first = w.first, .count = w.count, .data = c->reading_slot.bytes,
+		.bytes = c->rx.data_length, .slot_ctx = c->reading_slot.ctx };
+	pthread_cond_broadcast(&c->changed);
+}
+
+static void on_frame(struct pool_client *c)
+{
+	const uint8_t *body = c->rx.body;
+	uint32_t length = c->rx.body_length;
+	char why[256];
+	int ret = 0;
+
+	switch (c->rx.header.type) {
+	case POOL_MSG_ANSWER: {
+		struct pool_chain_view v;
+		uint64_t ticket;
+		struct lookup *l;
+
+		ret = pool_answer_decode(body, length, &ticket, &v, why, sizeof(why));
+		if (ret)
+			break;
+		l = lookup_find(c, ticket);
+		if (l) {
+			uint64_t rtt = (sel_monotonic_ns() - l->sent_ns) / 1000;
+
+			c->rtt_us = c->rtt_us ? (uint32_t)((7ull * c->rtt_us + rtt) / 8) : (uint32_t)rtt;
+			chain_copy(&v, &l->chain);
+			l->count = l->chain ? v.count : 0;
+			l->answered = true;
+		}
+		break;
+	}
+	case POOL_MSG_CLAIMED: {
+		struct pool_claimed cd;
+		struct pool_chain_view v;
+		struct claim_req *q;
+
+		ret = pool_claimed_decode(body, length, &cd, &v, why, sizeof(why));
+		if (ret)
+			break;
+		q = claim_find(c, cd.claim_id);
+		if (q) {
+			q->result = cd.result;
+			q->grant.deadline_ms = cd.deadline_ms;
+			q->grant.deadline_ns = sel_monotonic_ns() + cd.deadline_ms * 1000000ull;
+			q->grant.chain_count = v.count;
+			chain_copy(&v, &q->chain);
+			q->answered = true;
+		}
+		break;
+	}
+	case POOL_MSG_CLAIM_END: {
+		struct pool_claim_end e;
+		struct share *s;
+
+		ret = pool_claim_end_decode(body, length, &e, why, sizeof(why));
+		if (ret)
+			break;
+		s = share_find(c, e.claim_id);
+		if (s)
+			share_end(s, e.result);
+		break;
+	}
+	case POOL_MSG_CLAIM_PLACES: {
+		struct pool_places_view v;
+		struct share *s;
+
+		ret = pool_claim_places_decode(body, length, &v, why, sizeof(why));
+		if (ret)
+			break;
+		s = share_find(c, v.claim_id);
+		if (s && s->places_mode && v.count == s->chain_count) {
+			s->places = calloc(v.count ? v.count : 1, sizeof(*s->places));
+			for (uint32_t i = 0; s->places && i < v.count; i++) {
+				pool_places_view_place(&v, i, &s->places[i]);
+				if (s->places[i].offset + s->places[i].bytes > c->facts.arena_bytes)
+					s->places[i].bytes = 0;
+			}
+			s->places_in = true;
+		}
+		break;
+	}
+	case POOL_MSG_PUT_READY: {
+		struct pool_put_ready r;
+		struct put_req *q;
+
+		ret = pool_put_ready_decode(body, length, &r, why, sizeof(why));
+		if (ret)
+			break;
+		q = put_req_find(c, r.request_id);
+		if (q) {
+			q->result = r.result;
+			q->put_id = r.put_id;
+			q->answered = true;
+			if (!r.result)
+				put_state_get(c, r.put_id, true);
+		}
+		break;
+	}
+	case POOL_MSG_PUT_END: {
+		struct pool_put_end e;
+		struct put_state *p;
+
+		ret = pool_put_end_decode(body, length, &e, why, sizeof(why));
+		if (ret)
+			break;
+		p = put_state_get(c, e.put_id, true);
+		if (!p)
+			break;
+		/* R-POOL-42: on the session, result 0 without commit is its own share's */
+		if (e.result == 0 && !e.commit) {
+			p->share_result = 0;
+		} else if (c->rank == 0) {
+			p->outcome = e.result;
+			if (p->share_result == 1)
+				p->share_result = e.result;
+		} else {
+			p->share_result = e.result;
+		}
+		break;
+	}
+	case POOL_MSG_HEARTBEAT:
+		break;
+	case POOL_MSG_BYE:
+		fail_locked(c, -ESHUTDOWN, "the manager said BYE");
+		return;
+	case POOL_MSG_REFUSE: {
+		struct pool_refuse r;
+
+		if (!pool_refuse_decode(body, length, &r, why, sizeof(why)))
+			fail_locked(c, r.reason == POOL_REFUSE_SHUTDOWN ? -ESHUTDOWN : SEL_EPROTO,
+				    "the manager refused (%s): %s", pool_refuse_reason_name(r.reason),
+				    r.text);
+		return;
+	}
+	default:
+		ret = sel_fail(SEL_EPROTO, why, sizeof(why), "%s out of place (R-POOL-6)",
+			       cluster_grammar_msg_name(&pool_grammar, c->rx.header.type));
+	}
+	if (ret)
+		fail_locked(c, ret, "%s", why);
+	pthread_cond_broadcast(&c->changed);
+}
+
+/* Reads what the socket has; true when it waits for a slot. */
+static bool read_locked(struct pool_client *c)
+{
+	char why[256];
+
+	for (;;) {
+		bool eof;
+		int ret;
+
+		if (c->rx.head_given && !c->rx.data && c->reading == NULL && c->rx.data_length &&
+		    c->rx.done == CLUSTER_FRAME_HEADER_BYTES + c->rx.body_length) {
+			/* a head waiting for a slot */
+			ret = on_window_head(c);
+			if (ret == 1)
+				return true;
+		}
+		ret = pool_rx_feed(&c->rx, c->fd, &eof, why, sizeof(why));
+		if (eof) {
+			fail_locked(c, -ECONNRESET, "the manager closed the connection");
+			return false;
+		}
+		if (ret == POOL_RX_MORE)
+			return false;
+		if (ret < 0) {
+			fail_locked(c, ret, "%s", why);
+			return false;
+		}
+		if (ret == POOL_RX_HEAD) {
+			if (c->rx.header.type != POOL_MSG_CLAIM_WINDOW) {
+				fail_locked(c, SEL_EPROTO, "%s out of place (R-POOL-6)",
+					    cluster_grammar_msg_name(&pool_grammar,
+								     c->rx.header.type));
+				return false;
+			}
+			ret = on_window_head(c);
+			if (ret == 1)
+				return true;
+			continue;
+		}
+		if (c->rx.header.type == POOL_MSG_CLAIM_WINDOW)
+			on_window(c);
+		else
+			on_frame(c);
+		if (c->failure)
+			return false;
+	}
+}
+
+static void *io_thread(void *arg)
+{
+	struct pool_client *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stop && !c->failure) {
+		bool waiting_slot;
+		struct pollfd p[2];
+		int ret;
+
+		waiting_slot = read_locked(c);
+		if (c->failure)
+			break;
+		ret = flush_locked(c);
+		if (ret) {
+			fail_locked(c, ret, "writing to the manager: %s", strerror(-ret));
+			break;
+		}
+		if (!c->out_head && sel_monotonic_ns() - c->last_sent_ns >
+					    POOL_HEARTBEAT_MS * 1000000ull) {
+			uint8_t hb[POOL_HEARTBEAT_BYTES];
+
+			enqueue_locked(c, POOL_MSG_HEARTBEAT, hb,
+				       (uint32_t)pool_heartbeat_encode(sel_monotonic_ns(), hb,
+								       sizeof(hb)),
+				       NULL, 0, false);
+			continue;
+		}
+		p[0] = (struct pollfd){ .fd = c->fd,
+					.events = (short)((waiting_slot ? 0 : POLLIN) |
+							  (c->out_head ? POLLOUT : 0)) };
+		p[1] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
+		pthread_mutex_unlock(&c->lock);
+		poll(p, 2, 1000);
+		if (p[1].revents & POLLIN) {
+			uint64_t v;
+
+			if (read(c->wake_fd, &v, sizeof(v)) < 0) {
+				/* nothing was pending */
+			}
+		}
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_cond_broadcast(&c->changed);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---- Open and close ---- */
+
+static int split_address(const char *text, char *host, size_t host_size, char *port,
+			 size_t port_size)
+{
+	const char *colon = strrchr(text, ':');
+	size_t host_len;
+
+	if (!colon || !colon[1] || strlen(colon + 1) >= port_size)
+		return -EINVAL;
+	host_len = (size_t)(colon - text);
+	if (host_len && text[0] == '[') {
+		if (host_len < 2 || text[host_len - 1] != ']')
+			return -EINVAL;
+		text++;
+		host_len -= 2;
+	}
+	if (host_len == 0 || host_len >= host_size)
+		return -EINVAL;
+	memcpy(host, text, host_len);
+	host[host_len] = '\0';
+	snprintf(port, port_size, "%s", colon + 1);
+	return 0;
+}
+
+static int connect_by(const char *address, uint64_t deadline, char *why, size_t why_size)
+{
+	struct addrinfo *res = NULL;
+	char host[256], port[16];
+	int fd = -1, ret;
+
+	if (split_address(address, host, sizeof(host), port, sizeof(port)))
+		return sel_fail(-EINVAL, why, why_size, "pool address %s is not host:port", address);
+	ret = cluster_resolve(host, port, deadline, &res, why, why_size);
+	if (ret)
+		return ret;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		struct pollfd p;
+		socklen_t len = sizeof(ret);
+		uint64_t now = sel_monotonic_ns();
+
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			continue;
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS)
+			goto next;
+		p = (struct pollfd){ .fd = fd, .events = POLLOUT };
+		if (now >= deadline || poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) != 1)
+			goto next;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &ret, &len) || ret)
+			goto next;
+		freeaddrinfo(res);
+		return fd;
+next:
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return sel_fail(-ECONNREFUSED, why, why_size, "pool manager %s does not answer",
+			address);
+}
+
+static void set_timeouts(int fd, uint64_t deadline)
+{
+	uint64_t now = sel_monotonic_ns(), left = deadline > now ? deadline - now : 1000;
+	struct timeval tv = { .tv_sec = (time_t)(left / 1000000000ull),
+			      .tv_usec = (suseconds_t)(left % 1000000000ull / 1000) };
+
+	if (!tv.tv_sec && !tv.tv_usec)
+		tv.tv_usec = 1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* Reads one handshake frame of type want, or a REFUSE (its reason in why). */
+static int expect_frame(struct pool_client *c, uint16_t want, char *why, size_t why_size)
+{
+	int ret = pool_rx_read_frame(&c->rx, c->fd, why, why_size);
+
+	if (ret == 0)
+		return sel_fail(-ECONNRESET, why, why_size, "the manager closed the connection");
+	if (ret < 0)
+		return ret;
+	if (c->rx.header.type == POOL_MSG_REFUSE) {
+		struct pool_refuse r;
+
+		ret = pool_refuse_decode(c->rx.body, c->rx.body_length, &r, why, why_size);
+		if (ret)
+			return ret;
+		ret = r.reason == POOL_REFUSE_AUTH	   ? -EACCES
+		      : r.reason == POOL_REFUSE_SHUTDOWN ? -ESHUTDOWN
+		      : r.reason == POOL_REFUSE_BUSY	   ? SEL_EQUEUEFULL
+		      : r.reason == POOL_REFUSE_DEADLINE ? -ETIMEDOUT
+		      : r.reason == POOL_REFUSE_PROTOCOL ? SEL_EPROTO
+							 : SEL_EMISMATCH;
+		return sel_fail(ret, why, why_size, "the pool manager refused (%s): %s",
+				pool_refuse_reason_name(r.reason), r.text);
+	}
+	if (c->rx.header.type != want)
+		return sel_fail(SEL_EPROTO, why, why_size, "expected %s, got %s (R-POOL-6)",
+				cluster_grammar_msg_name(&pool_grammar, want),
+				cluster_grammar_msg_name(&pool_grammar, c->rx.header.type));
+	return 0;
+}
+
+static int handshake(struct pool_client *c, const struct pool_client_config *cfg, char *why,
+		     size_t why_size)
+{
+	static __thread struct pool_attach a;
+	uint8_t cn[POOL_NONCE_BYTES], sn[POOL_NONCE_BYTES], mac[POOL_MAC_BYTES];
+	struct pool_welcome w;
+	struct pool_attached at;
+	int ret, n;
+
+	ret = cluster_nonce_fill(cn);
+	if (ret)
+		return sel_fail(ret, why, why_size, "no nonce: %s", strerror(-ret));
+	ret = pool_frame_write(c->fd, NULL, POOL_TO_MANAGER, &c->tx_seq, POOL_MSG_HELLO, cn,
+			       POOL_NONCE_BYTES, NULL, 0);
+	if (!ret)
+		ret = expect_frame(c, POOL_MSG_CHALLENGE, why, why_size);
+	if (!ret)
+		ret = pool_nonce_decode(POOL_MSG_CHALLENGE, c->rx.body, c->rx.body_length, sn, why,
+					why_size);
+	if (ret)
+		return ret;
+	pool_proof_mac(cfg->secret, sn, cn, mac);
+	ret = pool_frame_write(c->fd, NULL, POOL_TO_MANAGER, &c->tx_seq, POOL_MSG_PROOF, mac,
+			       POOL_MAC_BYTES, NULL, 0);
+	if (!ret)
+		ret = expect_frame(c, POOL_MSG_WELCOME, why, why_size);
+	if (!ret)
+		ret = pool_welcome_decode(c->rx.body, c->rx.body_length, &w, why, why_size);
+	if (ret)
+		return ret;
+	pool_welcome_mac(cfg->secret, cn, sn, c->rx.body + POOL_MAC_BYTES,
+			 c->rx.body_length - POOL_MAC_BYTES, mac);
+	if (!cluster_mac_equal(mac, w.mac))
+		return sel_fail(-EACCES, why, why_size, "the pool manager did not prove the pool "
+				"secret (R-POOL-10)");
+	pool_connection_key(cfg->secret, cn, sn, c->kc);
+	c->rx.key = c->kc;
+	parts_to_attach(&cfg->scope, &a);
+	a.rank = cfg->rank;
+	memcpy(a.instance_id, cfg->instance_id, POOL_INSTANCE_ID_BYTES);
+	n = pool_attach_encode(&a, c->body, POOL_CONTROL_BODY_BYTES_MAX);
+	if (n < 0)
+		return sel_fail(-EINVAL, why, why_size, "the scope parts are invalid (R-POOL-14)");
+	ret = pool_frame_write(c->fd, c->kc, POOL_TO_MANAGER, &c->tx_seq, POOL_MSG_ATTACH, c->body,
+			       (uint32_t)n, NULL, 0);
+	if (!ret) {
+		uint8_t scope[POOL_SCOPE_BYTES];
+
+		pool_scope_of_attach(w.name, c->body, (uint32_t)n, scope);
+		ret = expect_frame(c, POOL_MSG_ATTACHED, why, why_size);
+		if (!ret)
+			ret = pool_attached_decode(c->rx.body, c->rx.body_length, &at, why, why_size);
+		if (!ret && memcmp(scope, at.scope, POOL_SCOPE_BYTES))
+			ret = sel_fail(SEL_EMISMATCH, why, why_size, "the manager's scope is not "
+				       "ours (R-POOL-17)");
+	}
+	if (ret)
+		return ret;
+	snprintf(c->facts.name, sizeof(c->facts.name), "%s", w.name);
+	snprintf(c->facts.arena_path, sizeof(c->facts.arena_path), "%s", w.arena_path);
+	memcpy(c->facts.arena_id, w.arena_id, POOL_ARENA_ID_BYTES);
+	c->facts.arena_generation = w.arena_generation;
+	c->facts.arena_bytes = w.arena_bytes;
+	c->facts.window_bytes = w.window_bytes;
+	c->facts.claims_max = w.claims_max;
+	c->facts.puts_max = w.puts_max;
+	c->facts.claim_setup_ms = w.claim_setup_ms;
+	memcpy(c->facts.scope, at.scope, POOL_SCOPE_BYTES);
+	c->facts.scope_records = at.scope_records;
+	return 0;
+}
+
+int pool_client_open(const struct pool_client_config *cfg, struct pool_client **out,
+		     char *why, size_t why_size)
+{
+	uint64_t deadline = sel_monotonic_ns() +
+			    (uint64_t)(cfg->deadline_ms ? cfg->deadline_ms : POOL_HANDSHAKE_MS) *
+				    1000000ull;
+	struct pool_client *c;
+	int ret, one = 1;
+
+	if (!cfg->address || !cfg->secret || !cfg->geometry || cfg->rank >= cfg->scope.world_size ||
+	    !cfg->scope.page_bytes || !cfg->scope.row_bytes)
+		return sel_fail(-EINVAL, why, why_size, "pool client: incomplete configuration");
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
+	if (!c->body) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	c->rank = cfg->rank;
+	c->geometry = *cfg->geometry;
+	c->namespace_id = cfg->scope.namespace_id;
+	c->next_id = 1;
+	pool_rx_init(&c->rx, c->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
+	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->wake_fd < 0) {
+		ret = sel_fail(-errno, why, why_size, "eventfd: %s", strerror(errno));
+		goto err_free;
+	}
+	ret = c->fd = connect_by(cfg->address, deadline, why, why_size);
+	if (ret < 0)
+		goto err_close_wake;
+	ret = fcntl(c->fd, F_SETFL, 0); /* blocking for the handshake, under timeouts */
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	set_timeouts(c->fd, deadline);
+	ret = handshake(c, cfg, why, why_size);
+	if (ret)
+		goto err_close_fd;
+	fcntl(c->fd, F_SETFL, O_NONBLOCK);
+	c->last_sent_ns = sel_monotonic_ns();
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->changed, NULL);
+	ret = -pthread_create(&c->thread, NULL, io_thread, c);
+	if (ret) {
+		sel_fail(ret, why, why_size, "pool client thread: %s", strerror(-ret));
+		goto err_destroy;
+	}
+	*out = c;
+	return 0;
+err_destroy:
+	pthread_cond_destroy(&c->changed);
+	pthread_mutex_destroy(&c->lock);
+err_close_fd:
+	close(c->fd);
+err_close_wake:
+	close(c->wake_fd);
+err_free:
+	free(c->body);
+	free(c);
+	return ret;
+}
+
+void pool_client_close(struct pool_client *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (!c->failure)
+		enqueue_locked(c, POOL_MSG_BYE, NULL, 0, NULL, 0, false);
+	pthread_mutex_unlock(&c->lock);
+	/* give the BYE a moment to leave, never long */
+	for (int i = 0; i < 50; i++) {
+		bool empty;
+
+		pthread_mutex_lock(&c->lock);
+		empty = !c->out_head || c->failure;
+		pthread_mutex_unlock(&c->lock);
+		if (empty)
+			break;
+		usleep(1000);
+	}
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	wake(c);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+	while (c->out_head) {
+		struct out_item *it = c->out_head;
+
+		c->out_head = it->next;
+		item_free(it);
+	}
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++) {
+		free(c->lookups[i].chain);
+		free(c->claims[i].chain);
+	}
+	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX; i++) {
+		free(c->shares[i].chain);
+		free(c->shares[i].places);
+		free(c->shares[i].checksums);
+	}
+	if (c->arena)
+		munmap((void *)c->arena, c->arena_bytes);
+	shutdown(c->fd, SHUT_RDWR);
+	close(c->fd);
+	close(c->wake_fd);
+	pthread_cond_destroy(&c->changed);
+	pthread_mutex_destroy(&c->lock);
+	free(c->body);
+	free(c);
+}
+
+const struct pool_facts *pool_client_facts(const struct pool_client *c)
+{
+	return &c->facts;
+}
+
+uint32_t pool_client_rtt_us(const struct pool_client *cc)
+{
+	struct pool_client *c = (struct pool_client *)cc;
+	uint32_t v;
+
+	pthread_mutex_lock(&c->lock);
+	v = c->rtt_us;
+	pthread_mutex_unlock(&c->lock);
+	return v;
+}
+
+size_t pool_client_slot_bytes(const struct pool_client *c)
+{
+	size_t n = c->facts.window_bytes;
+
+	if (c->geometry.page_record_bytes > n)
+		n = c->geometry.page_record_bytes;
+	if (c->geometry.row_record_bytes > n)
+		n = c->geometry.row_record_bytes;
+	return n < REC_HEADER_BYTES ? REC_HEADER_BYTES : n;
+}
+
+/* ---- Lookups ---- */
+
+int pool_lookup_begin(struct pool_client *c, const struct rec_key *keys, uint32_t key_count,
+		      uint64_t *ticket)
+{
+	struct lookup *l = NULL;
+	int ret, n;
+
+	if (c->rank != 0)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX && !l; i++)
+		if (!c->lookups[i].ticket)
+			l = &c->lookups[i];
+	ret = c->failure ? c->failure : !l ? SEL_EQUEUEFULL : 0;
+	if (ret)
+		goto out_unlock;
+	*l = (struct lookup){ .ticket = c->next_id++, .sent_ns = sel_monotonic_ns() };
+	{
+		/* encode into a buffer of its own: c->body is the reader's */
+		size_t size = POOL_LOOKUP_FIXED_BYTES + (size_t)POOL_WIRE_KEY_BYTES * key_count;
+		uint8_t *buf = key_count <= POOL_LOOKUP_KEYS_MAX ? malloc(size) : NULL;
+
+		n = buf ? pool_lookup_encode(l->ticket, keys, key_count, buf, size) : -EINVAL;
+		if (n < 0) {
+			free(buf);
+			l->ticket = 0;
+			ret = n == -ENOSPC ? -ENOMEM : -EINVAL;
+			goto out_unlock;
+		}
+		ret = send_control(c, POOL_MSG_LOOKUP, buf, n);
+		free(buf);
+	}
+	if (ret)
+		l->ticket = 0;
+	else
+		*ticket = l->ticket;
+out_unlock:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_lookup_poll(struct pool_client *c, uint64_t ticket, struct pool_chain_entry *entries,
+		     uint32_t entries_max, uint32_t *count)
+{
+	struct lookup *l;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	l = lookup_find(c, ticket);
+	if (!l) {
+		ret = -ENOENT;
+	} else if (l->answered) {
+		if (l->count > entries_max) {
+			ret = -ENOSPC;
+		} else {
+			memcpy(entries, l->chain, l->count * sizeof(*entries));
+			*count = l->count;
+			free(l->chain);
+			*l = (struct lookup){ 0 };
+			ret = 1;
+		}
+	} else if (c->failure) {
+		ret = c->failure;
+		*l = (struct lookup){ 0 };
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+void pool_lookup_cancel(struct pool_client *c, uint64_t ticket)
+{
+	struct lookup *l;
+
+	pthread_mutex_lock(&c->lock);
+	l = lookup_find(c, ticket);
+	if (l) {
+		free(l->chain);
+		/* an answer still to come finds no ticket and is dropped */
+		*l = (struct lookup){ 0 };
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- Claims: the session ---- */
+
+int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t *claim_id)
+{
+	struct claim_req *q = NULL;
+	struct pool_claim m = { .key = *key };
+	uint8_t buf[POOL_CLAIM_BYTES];
+	int ret;
+
+	if (c->rank != 0)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX && !q; i++)
+		if (!c->claims[i].id)
+			q = &c->claims[i];
+	ret = c->failure ? c->failure : !q ? SEL_EQUEUEFULL : 0;
+	if (!ret) {
+		m.claim_id = c->next_id++;
+		ret = pool_claim_encode(&m, buf, sizeof(buf));
+		ret = ret < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM, buf, ret);
+	}
+	if (!ret) {
+		*q = (struct claim_req){ .id = m.claim_id };
+		*claim_id = m.claim_id;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_grant *grant,
+		    struct pool_chain_entry *entries, uint32_t entries_max, uint32_t *count)
+{
+	struct claim_req *q;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	q = claim_find(c, claim_id);
+	if (!q) {
+		ret = -ENOENT;
+	} else if (q->answered) {
+		if (q->result) {
+			ret = q->result;
+			free(q->chain);
+			*q = (struct claim_req){ 0 };
+		} else if (q->grant.chain_count > entries_max) {
+			ret = -ENOSPC;
+		} else {
+			*grant = q->grant;
+			memcpy(entries, q->chain, q->grant.chain_count * sizeof(*entries));
+			*count = q->grant.chain_count;
+			ret = 1;
+		}
+	} else if (c->failure) {
+		ret = c->failure;
+		*q = (struct claim_req){ 0 };
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_claim_end(struct pool_client *c, uint64_t claim_id, int result)
+{
+	struct pool_claim_end e = { .claim_id = claim_id, .result = result };
+	struct claim_req *q;
+	uint8_t buf[POOL_CLAIM_END_BYTES];
+	int ret = 0, n;
+
+	pthread_mutex_lock(&c->lock);
+	q = claim_find(c, claim_id);
+	if (q) {
+		free(q->chain);
+		*q = (struct claim_req){ 0 };
+		n = pool_claim_end_encode(&e, buf, sizeof(buf));
+		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_END, buf, n);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+/* ---- Claims: a rank's share ---- */
+
+int pool_share_pull(struct pool_client *c, uint64_t claim_id,
+		    const struct pool_chain_entry *chain, uint32_t chain_count,
+		    uint32_t skip_pages, bool places)
+{
+	struct pool_claim_pull p = { .claim_id = claim_id, .skip_pages = skip_pages,
+				     .mode = places ? 1 : 0 };
+	struct share *s = NULL;
+	uint8_t buf[POOL_CLAIM_PULL_BYTES];
+	int ret, n;
+
+	if (!chain_count || chain_count > POOL_CHAIN_RECORDS_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX && !s; i++)
+		if (!c->shares[i].claim_id)
+			s = &c->shares[i];
+	ret = c->failure ? c->failure : !s ? SEL_EQUEUEFULL : share_find(c, claim_id) ? -EEXIST : 0;
+	if (!ret) {
+		memset(s, 0, sizeof(*s));
+		s->chain = malloc(chain_count * sizeof(*chain));
+		ret = s->chain ? 0 : -ENOMEM;
+	}
+	if (!ret) {
+		memcpy(s->chain, chain, chain_count * sizeof(*chain));
+		s->chain_count = chain_count;
+		s->skip = skip_pages;
+		s->places_mode = places;
+		s->claim_id = claim_id;
+		n = pool_claim_pull_encode(&p, buf, sizeof(buf));
+		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_PULL, buf, n);
+		if (ret) {
+			free(s->chain);
+			memset(s, 0, sizeof(*s));
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_share_post(struct pool_client *c, uint64_t claim_id, void *slot, size_t slot_bytes,
+		    void *slot_ctx)
+{
+	struct share *s;
+	int ret = 0;
+
+	if (slot_bytes < pool_client_slot_bytes(c))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	s = share_find(c, claim_id);
+	if (!s)
+		ret = -ENOENT;
+	else if (s->posted_count + s->ready_count >= SLOTS_PER_SHARE_MAX)
+		ret = SEL_EQUEUEFULL;
+	else
+		s->posted[s->posted_count++] = (struct slot){ slot, slot_bytes, slot_ctx };
+	if (!ret)
+		wake(c);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+static int wait_locked(struct pool_client *c, uint64_t deadline_ns)
+{
+	struct timespec ts;
+	uint64_t now = sel_monotonic_ns(), left;
+
+	if (deadline_ns == UINT64_MAX) {
+		pthread_cond_wait(&c->changed, &c->lock);
+		return 0;
+	}
+	if (now >= deadline_ns)
+		return -ETIMEDOUT;
+	left = deadline_ns - now;
+	if (left > 100000000ull)
+		left = 100000000ull; /* re-check at least every 100 ms */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)(left / 1000000000ull);
+	ts.tv_nsec += (long)(left % 1000000000ull);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&c->changed, &c->lock, &ts);
+	return 0;
+}
+
+static uint64_t deadline_of(int timeout_ms)
+{
+	return timeout_ms < 0 ? UINT64_MAX : sel_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+int pool_share_next(struct pool_client *c, uint64_t claim_id, struct pool_window *out,
+		    int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	struct share *s;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		s = share_find(c, claim_id);
+		if (!s) {
+			ret = -ENOENT;
+			break;
+		}
+		if (s->ready_count) {
+			*out = s->ready[0];
+			memmove(&s->ready[0], &s->ready[1], (s->ready_count - 1) * sizeof(*out));
+			s->ready_count--;
+			out->last = s->ended && s->result == 0 && s->ready_count == 0;
+			ret = 1;
+			break;
+		}
+		if (s->ended) {
+			ret = s->result;
+			break;
+		}
+		if (c->failure) {
+			ret = c->failure;
+			break;
+		}
+		if (wait_locked(c, deadline)) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_share_claim(struct pool_client *c, uint64_t claim_id,
+		     const struct pool_chain_entry *chain, uint32_t chain_count,
+		     uint32_t skip_pages, void *const *slots, uint32_t slot_count,
+		     size_t slot_bytes, pool_window_fn fn, void *ctx, int deadline_ms)
+{
+	uint64_t deadline = deadline_of(deadline_ms);
+	int ret = pool_share_pull(c, claim_id, chain, chain_count, skip_pages, false);
+
+	for (uint32_t i = 0; !ret && i < slot_count; i++)
+		ret = pool_share_post(c, claim_id, slots[i], slot_bytes, slots[i]);
+	while (!ret) {
+		struct pool_window w;
+		uint64_t now = sel_monotonic_ns();
+		int left = deadline == UINT64_MAX ? -1
+			   : now >= deadline	  ? 0
+						  : (int)((deadline - now) / 1000000);
+
+		ret = pool_share_next(c, claim_id, &w, left);
+		if (ret == 0)
+			break;
+		if (ret < 0)
+			break;
+		ret = fn(ctx, &w);
+		if (!ret)
+			ret = pool_share_post(c, claim_id, (void *)w.data, slot_bytes, w.slot_ctx);
+	}
+	pool_share_end(c, claim_id);
+	return ret;
+}
+
+int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_place *places,
+		      uint32_t chain_count, int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	struct share *s;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		s = share_find(c, claim_id);
+		if (!s || !s->places_mode) {
+			ret = -ENOENT;
+			break;
+		}
+		if (s->places_in) {
+			ret = 0;
+			if (chain_count != s->chain_count || !s->places)
+				ret = -EINVAL;
+			for (uint32_t i = 0; !ret && i < chain_count; i++)
+				if (!s->places[i].bytes)
+					ret = SEL_EPROTO; /* past the arena (R-POOL-34) */
+			if (!ret)
+				memcpy(places, s->places, chain_count * sizeof(*places));
+			break;
+		}
+		if (s->ended) {
+			ret = s->result ? s->result : -ENOENT;
+			break;
+		}
+		if (c->failure) {
+			ret = c->failure;
+			break;
+		}
+		if (wait_locked(c, deadline)) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_share_end(struct pool_client *c, uint64_t claim_id)
+{
+	struct share *s;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	s = share_find(c, claim_id);
+	if (!s) {
+		ret = -ENOENT;
+	} else {
+		if (c->reading == s) {
+			/* the window being read goes nowhere: its slot is the caller's again */
+			c->reading = NULL;
+			c->rx.data = NULL;
+		}
+		free(s->chain);
+		free(s->places);
+		free(s->checksums);
+		memset(s, 0, sizeof(*s));
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_arena_map(struct pool_client *c, const uint8_t **base, uint64_t *bytes, char *why,
+		   size_t why_size)
+{
+	uint8_t id[POOL_ARENA_ID_BYTES];
+	uint64_t generation, size;
+	const uint8_t *p;
+	struct stat st;
+	int fd, ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->arena)
+		goto out;
+	if (!c->facts.arena_bytes) {
+		ret = sel_fail(-ENOENT, why, why_size, "the manager has no arena");
+		goto out_unlock;
+	}
+	fd = open(c->facts.arena_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		ret = sel_fail(-ENOENT, why, why_size, "arena %s: %s (another host?)",
+			       c->facts.arena_path, strerror(errno));
+		goto out_unlock;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != c->facts.arena_bytes) {
+		close(fd);
+		ret = sel_fail(SEL_EMISMATCH, why, why_size, "%s is not the manager's arena",
+			       c->facts.arena_path);
+		goto out_unlock;
+	}
+	p = mmap(NULL, c->facts.arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		ret = sel_fail(-errno, why, why_size, "mapping %s: %s", c->facts.arena_path,
+			       strerror(errno));
+		goto out_unlock;
+	}
+	ret = pool_arena_header_decode(p, id, &generation, &size, why, why_size);
+	if (!ret && (memcmp(id, c->facts.arena_id, POOL_ARENA_ID_BYTES) ||
+		     generation != c->facts.arena_generation || size != c->facts.arena_bytes))
+		ret = sel_fail(SEL_EMISMATCH, why, why_size, "%s is another arena (R-POOL-50)",
+			       c->facts.arena_path);
+	if (ret) {
+		munmap((void *)p, c->facts.arena_bytes);
+		goto out_unlock;
+	}
+	c->arena = p;
+	c->arena_bytes = c->facts.arena_bytes;
+out:
+	*base = c->arena;
+	*bytes = c->arena_bytes;
+out_unlock:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+/* ---- Puts ---- */
+
+int pool_put_begin(struct pool_client *c, const struct pool_put_spec *spec,
+		   uint64_t *request_id)
+{
+	struct pool_put_begin b = { .key = spec->key, .parent = spec->parent,
+				    .first_page_index = spec->first_page_index,
+				    .tail_page_count = spec->tail_page_count, .row = spec->row };
+	struct put_req *q = NULL;
+	uint8_t *buf;
+	size_t size;
+	int ret, n;
+
+	if (c->rank != 0)
+		return -EINVAL;
+	b.world_size = c->geometry.world_size;
+	size = POOL_PUT_BEGIN_FIXED_BYTES + 8ull * b.world_size;
+	buf = malloc(size);
+	if (!buf)
+		return -ENOMEM;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX && !q; i++)
+		if (!c->put_reqs[i].request_id)
+			q = &c->put_reqs[i];
+	ret = c->failure ? c->failure : !q ? SEL_EQUEUEFULL : 0;
+	if (!ret) {
+		b.request_id = c->next_id++;
+		n = pool_put_begin_encode(&b, spec->share_bytes, buf, size);
+		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_PUT_BEGIN, buf, n);
+	}
+	if (!ret) {
+		*q = (struct put_req){ .request_id = b.request_id };
+		*request_id = b.request_id;
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(buf);
+	return ret;
+}
+
+int pool_put_poll(struct pool_client *c, uint64_t request_id, uint64_t *put_id)
+{
+	struct put_req *q;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	q = put_req_find(c, request_id);
+	if (!q) {
+		ret = -ENOENT;
+	} else if (q->answered) {
+		ret = q->result ? q->result : 1;
+		if (!q->result)
+			*put_id = q->put_id;
+		*q = (struct put_req){ 0 };
+	} else if (c->failure) {
+		ret = c->failure;
+		*q = (struct put_req){ 0 };
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_put_commit(struct pool_client *c, uint64_t put_id, bool commit)
+{
+	struct pool_put_end e = { .put_id = put_id, .commit = commit };
+	uint8_t buf[POOL_PUT_END_BYTES];
+	int ret, n;
+
+	if (c->rank != 0)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	n = pool_put_end_encode(&e, buf, sizeof(buf));
+	ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_PUT_END, buf, n);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_put_outcome(struct pool_client *c, uint64_t put_id)
+{
+	struct put_state *p;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	p = put_state_get(c, put_id, false);
+	if (!p)
+		ret = c->failure ? c->failure : -ENOENT;
+	else if (p->outcome == 1)
+		ret = c->failure ? c->failure : 0;
+	else
+		ret = p->outcome == 0 ? 1 : p->outcome;
+	if (p && ret != 0)
+		*p = (struct put_state){ 0 };
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, const void *data,
+		    size_t bytes, int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	const uint8_t *p = data;
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	while (bytes && !ret) {
+		struct pool_put_window w = { .put_id = put_id, .offset = offset };
+		uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
+		struct put_state *ps = put_state_get(c, put_id, false);
+		uint32_t len = bytes > c->facts.window_bytes ? c->facts.window_bytes : (uint32_t)bytes;
+		struct out_item *it;
+
+		if (c->failure) {
+			ret = c->failure;
+			break;
+		}
+		if (ps && ps->share_result != 1 && ps->share_result != 0) {
+			ret = ps->share_result; /* the manager ended the put */
+			break;
+		}
+		pool_put_window_encode(&w, head, sizeof(head));
+		it = enqueue_locked(c, POOL_MSG_PUT_WINDOW, head, sizeof(head), p, len, false);
+		if (!it) {
+			ret = -ENOMEM;
+			break;
+		}
+		it->waited = true;
+		while (!it->done && !c->failure && !ret)
+			ret = wait_locked(c, deadline);
+		if (!it->done) {
+			/*
+			 * The I/O thread still holds it and could read the caller's
+			 * buffer after we return: the connection is poisoned instead,
+			 * so it writes nothing more (it checks under this lock).
+			 */
+			it->waited = false;
+			if (!ret)
+				ret = c->failure;
+			fail_locked(c, ret, "a put window did not leave in time; the "
+				    "connection is unusable");
+			break;
+		}
+		item_free(it);
+		p += len;
+		offset += len;
+		bytes -= len;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_put_share_wait(struct pool_client *c, uint64_t put_id, int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct put_state *p = put_state_get(c, put_id, true);
+
+		if (p && p->share_result != 1) {
+			ret = p->share_result;
+			if (c->rank != 0 || p->outcome != 1)
+				*p = (struct put_state){ 0 };
+			break;
+		}
+		if (c->failure) {
+			ret = c->failure;
+			break;
+		}
+		if (wait_locked(c, deadline)) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_put_share_fd(struct pool_client *c, uint64_t put_id, int fd, uint64_t length,
+		      int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	size_t chunk = c->facts.window_bytes;
+	uint8_t *buf = malloc(chunk);
+	uint64_t off = 0;
+	int ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (off < length && !ret) {
+		size_t want = length - off > chunk ? chunk : (size_t)(length - off);
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+		uint64_t now = sel_monotonic_ns();
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			break;
+		}
+		ret = pool_put_window(c, put_id, off, buf, (size_t)n,
+				      deadline == UINT64_MAX ? -1
+				      : now >= deadline	     ? 0
+							     : (int)((deadline - now) / 1000000));
+		off += (uint64_t)n;
+	}
+	free(buf);
+	if (ret)
+		return ret;
+	{
+		uint64_t now = sel_monotonic_ns();
+
+		return pool_put_share_wait(c, put_id,
+					   deadline == UINT64_MAX ? -1
+					   : now >= deadline	  ? 0
+								  : (int)((deadline - now) / 1000000));
+	}
+}

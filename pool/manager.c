@@ -1,0 +1,2335 @@
+/*
+ * The pool manager: see manager.h. One thread, one poll loop; every socket
+ * is non-blocking and every connection's failure ends that connection only
+ * (R-POOL-6). Each check cites its rule in pool/PROTOCOL.md.
+ */
+#include "pool/manager.h"
+
+#include "cluster/protocol.h"
+#include "common/base.h"
+#include "common/log.h"
+#include "record/format.h"
+#include "record/geometry.h"
+#include "selene/selene.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SCOPE_BUCKETS 4096u
+#define EXTENTS_MAX 65536u
+#define TICK_MS 100
+
+enum conn_state { C_HELLO, C_PROOF, C_ATTACH, C_SERVING };
+
+struct scope;
+struct conn;
+
+struct record {
+	struct record *hash_next;
+	struct record *lru_prev, *lru_next;
+	struct scope *scope;
+	struct record *parent;
+	struct rec_key key;
+	struct rec_key parent_key; /* while a disk scan links records */
+	uint32_t first_page_index, tail_page_count;
+	bool row, committed;
+	bool on_disk; /* its shares are files in the scope's directory, not in the arena */
+	uint32_t children, pins;
+	uint64_t used_ns, created_ns;
+	uint32_t world_size;
+	struct pool_place shares[]; /* world_size */
+};
+
+struct scope {
+	struct scope *next;
+	uint8_t id[POOL_SCOPE_BYTES];
+	struct pool_attach parts; /* rank unused */
+	struct record *buckets[SCOPE_BUCKETS];
+	uint64_t records;
+	uint32_t instances;
+	int dir_fd; /* <dir>/<scope hex>, or -1 without a disk tier */
+};
+
+struct instance {
+	struct instance *next;
+	uint8_t id[POOL_INSTANCE_ID_BYTES];
+	struct scope *scope;
+	struct conn **ranks;
+	uint32_t attached;
+	uint32_t claims, puts;
+};
+
+struct share_rx {
+	uint64_t received;
+	bool header_ok, verified;
+	uint32_t pages_verified;
+	struct rec_header h;
+};
+
+struct put {
+	struct put *next;
+	uint64_t id, request_id;
+	struct instance *inst;
+	struct record *rec;
+	uint64_t deadline_ns;
+	struct share_rx *rx; /* world_size */
+};
+
+struct claim {
+	struct claim *next;
+	uint64_t id;
+	struct instance *inst;
+	uint32_t count;
+	struct record **chain;
+	uint64_t deadline_ns;
+};
+
+struct stream {
+	uint64_t claim_id;
+	uint32_t skip;
+	uint32_t index;
+	uint8_t section;
+	uint64_t pos; /* bytes (header, checksums, row) or page index (pages) */
+	uint64_t progress_ns;
+};
+
+struct conn {
+	int fd;
+	enum conn_state state;
+	bool keyed, closing;
+	uint64_t deadline_ns, heard_ns;
+	uint8_t cn[POOL_NONCE_BYTES], sn[POOL_NONCE_BYTES], kc[POOL_KEY_BYTES];
+	struct pool_rx rx;
+	uint8_t *body;
+	uint64_t tx_seq;
+	uint8_t *out;
+	size_t out_used, out_sent, out_cap;
+	struct instance *inst;
+	uint32_t rank;
+	struct stream streams[POOL_SHARES_LIVE_MAX];
+	uint32_t stream_count;
+	struct put *rx_put; /* the put the window being read belongs to */
+};
+
+struct pool_manager {
+	struct pool_manager_config config;
+	char name[POOL_NAME_BYTES_MAX + 1];
+	int listen_fd, stop_fd;
+	int dir_fd; /* --dir, or -1 */
+	uint16_t port;
+	char arena_path[POOL_ARENA_PATH_BYTES_MAX + 1];
+	uint8_t arena_id[POOL_ARENA_ID_BYTES];
+	uint64_t arena_bytes; /* the file, header included */
+	uint8_t *arena;
+	struct pool_place *free_list; /* sorted by offset */
+	uint32_t free_count;
+	struct conn *conns[POOL_CONNECTIONS_MAX];
+	uint32_t conn_count;
+	struct scope *scopes;
+	struct instance *instances;
+	struct put *puts;
+	struct claim *claims;
+	uint64_t next_put_id;
+	struct record *lru_head, *lru_tail; /* least and most recently used */
+	bool draining;
+	/* scratch of the loop's thread (one manager, one thread: no sharing) */
+	struct record *chain_buf[POOL_CHAIN_RECORDS_MAX];
+	struct pool_chain_entry entry_buf[POOL_CHAIN_RECORDS_MAX];
+	struct pool_attach attach;
+	uint8_t attach_body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
+	uint8_t block[REC_HEADER_BYTES];
+	struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
+	uint64_t log_second;  /* refusals logged in this second, at most 5 */
+	uint32_t log_count;
+	pthread_mutex_t stats_lock;
+	struct pool_manager_stats stats;
+};
+
+/* ---- Arena allocator: first fit over a sorted free list ---- */
+
+static int arena_alloc(struct pool_manager *m, uint64_t bytes, uint64_t *offset)
+{
+	bytes = sel_align_up(bytes, 4096);
+	for (uint32_t i = 0; i < m->free_count; i++) {
+		struct pool_place *e = &m->free_list[i];
+
+		if (e->bytes < bytes)
+			continue;
+		*offset = e->offset;
+		e->offset += bytes;
+		e->bytes -= bytes;
+		if (e->bytes == 0) {
+			memmove(e, e + 1, (m->free_count - i - 1) * sizeof(*e));
+			m->free_count--;
+		}
+		m->stats.arena_used_bytes += bytes;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+static void arena_free(struct pool_manager *m, uint64_t offset, uint64_t bytes)
+{
+	uint32_t i = 0;
+
+	bytes = sel_align_up(bytes, 4096);
+	m->stats.arena_used_bytes -= bytes;
+	while (i < m->free_count && m->free_list[i].offset < offset)
+		i++;
+	/* merge with the neighbour before, after, or both */
+	if (i > 0 && m->free_list[i - 1].offset + m->free_list[i - 1].bytes == offset) {
+		m->free_list[i - 1].bytes += bytes;
+		if (i < m->free_count && offset + bytes == m->free_list[i].offset) {
+			m->free_list[i - 1].bytes += m->free_list[i].bytes;
+			memmove(&m->free_list[i], &m->free_list[i + 1],
+				(m->free_count - i - 1) * sizeof(m->free_list[0]));
+			m->free_count--;
+		}
+		return;
+	}
+	if (i < m->free_count && offset + bytes == m->free_list[i].offset) {
+		m->free_list[i].offset = offset;
+		m->free_list[i].bytes += bytes;
+		return;
+	}
+	SEL_ASSERT(m->free_count < EXTENTS_MAX);
+	memmove(&m->free_list[i + 1], &m->free_list[i],
+		(m->free_count - i) * sizeof(m->free_list[0]));
+	m->free_list[i] = (struct pool_place){ offset, bytes };
+	m->free_count++;
+}
+
+/* ---- Records and scopes ---- */
+
+static uint32_t key_bucket(const struct rec_key *k)
+{
+	return (uint32_t)(sel_get_le64(k->digest.bytes) ^ k->consumed) % SCOPE_BUCKETS;
+}
+
+static bool key_equal(const struct rec_key *a, const struct rec_key *b)
+{
+	return a->consumed == b->consumed &&
+	       memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES) == 0;
+}
+
+static struct record *record_find(struct scope *s, const struct rec_key *k)
+{
+	for (struct record *r = s->buckets[key_bucket(k)]; r; r = r->hash_next)
+		if (key_equal(&r->key, k))
+			return r;
+	return NULL;
+}
+
+static void lru_unlink(struct pool_manager *m, struct record *r)
+{
+	if (r->lru_prev)
+		r->lru_prev->lru_next = r->lru_next;
+	else
+		m->lru_head = r->lru_next;
+	if (r->lru_next)
+		r->lru_next->lru_prev = r->lru_prev;
+	else
+		m->lru_tail = r->lru_prev;
+	r->lru_prev = r->lru_next = NULL;
+}
+
+static void lru_push(struct pool_manager *m, struct record *r)
+{
+	r->lru_prev = m->lru_tail;
+	r->lru_next = NULL;
+	if (m->lru_tail)
+		m->lru_tail->lru_next = r;
+	else
+		m->lru_head = r;
+	m->lru_tail = r;
+}
+
+static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
+{
+	r->used_ns = now;
+	lru_unlink(m, r);
+	lru_push(m, r);
+}
+
+/* Frees an uncommitted record's shares, or drops a committed leaf. */
+static void disk_unlink(struct record *r);
+
+static void record_free(struct pool_manager *m, struct record *r)
+{
+	if (r->on_disk)
+		disk_unlink(r);
+	for (uint32_t i = 0; i < r->world_size && !r->on_disk; i++)
+		if (r->shares[i].bytes)
+			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+	if (r->committed) {
+		struct record **p = &r->scope->buckets[key_bucket(&r->key)];
+
+		SEL_ASSERT(r->children == 0 && r->pins == 0);
+		while (*p != r)
+			p = &(*p)->hash_next;
+		*p = r->hash_next;
+		lru_unlink(m, r);
+		if (r->parent)
+			r->parent->children--;
+		r->scope->records--;
+		m->stats.records--;
+	}
+	free(r);
+}
+
+/* ---- The disk tier: a share is its record file, as it is ---- */
+
+static void share_name(char *out, size_t size, uint32_t rank, const struct rec_key *key,
+		       bool tmp)
+{
+	char name[REC_FILE_NAME_BYTES];
+
+	rec_file_name(name, key);
+	snprintf(out, size, "%" PRIu32 "/%s%s", rank, name, tmp ? REC_TMP_SUFFIX : "");
+}
+
+static void disk_unlink(struct record *r)
+{
+	char path[96];
+
+	for (uint32_t i = 0; i < r->world_size; i++) {
+		share_name(path, sizeof(path), i, &r->key, false);
+		unlinkat(r->scope->dir_fd, path, 0);
+	}
+}
+
+static int write_all_at(int fd, const uint8_t *p, uint64_t n)
+{
+	uint64_t done = 0;
+
+	while (done < n) {
+		ssize_t k = pwrite(fd, p + done, n - done > (1u << 30) ? 1u << 30 : n - done,
+				   (off_t)done);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		done += (uint64_t)k;
+	}
+	return 0;
+}
+
+/* Writes every share of r from the arena to its file (R-WRITE-1 .. -4's shape). */
+static int disk_write(struct pool_manager *m, struct record *r)
+{
+	char tmp[96], name[96];
+	int ret = 0;
+
+	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
+		int fd;
+
+		share_name(tmp, sizeof(tmp), i, &r->key, true);
+		share_name(name, sizeof(name), i, &r->key, false);
+		fd = openat(r->scope->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			ret = -errno;
+			break;
+		}
+		ret = write_all_at(fd, m->arena + r->shares[i].offset, r->shares[i].bytes);
+		close(fd);
+		if (!ret && renameat(r->scope->dir_fd, tmp, r->scope->dir_fd, name))
+			ret = -errno;
+		if (ret)
+			unlinkat(r->scope->dir_fd, tmp, 0);
+	}
+	if (ret)
+		disk_unlink(r);
+	return ret;
+}
+
+/*
+ * Verifies one share image: header (key, parent, pages, rank), length,
+ * every page and the row (R-READ-1 .. R-READ-3).
+ */
+static int image_verify(const struct record *r, uint32_t rank, const uint8_t *image,
+			uint64_t length, char *why, size_t why_size)
+{
+	struct rec_header h;
+	uint64_t seed;
+	bool row;
+	int ret = rec_header_decode(image, &h, why, why_size);
+
+	if (!ret)
+		ret = rec_header_check_length(&h, length, &row, why, why_size);
+	if (ret)
+		return ret;
+	if (!key_equal(&h.key, &r->key) || h.first_rank != rank || h.rank_count != 1 ||
+	    h.first_page_index != r->first_page_index ||
+	    h.tail_page_count != r->tail_page_count || row != r->row)
+		return sel_fail(SEL_EMISMATCH, why, why_size, "a share file of another record");
+	seed = rec_checksum_seed(&h.key);
+	for (uint32_t j = 0; j < h.tail_page_count; j++)
+		if (rec_page_checksum(image + h.page_offset + (uint64_t)j * h.page_stride,
+				      h.page_stride, seed, h.first_page_index + j) !=
+		    sel_get_le64(image + h.checksum_offset + 8ull * j))
+			return sel_fail(SEL_ECHECKSUM, why, why_size, "page %" PRIu32 " fails its "
+					"checksum", j);
+	if (row && rec_row_checksum(image + h.row_offset, h.row_length, seed) != h.row_checksum)
+		return sel_fail(SEL_ECHECKSUM, why, why_size, "the row fails its checksum");
+	return 0;
+}
+
+static bool evict_one(struct pool_manager *m);
+
+/* Reads r's files back into the arena, verified; r must be pinned. */
+static int disk_load(struct pool_manager *m, struct record *r)
+{
+	char name[96], why[256];
+	uint32_t placed = 0;
+	int ret = 0;
+
+	SEL_ASSERT(r->on_disk && r->pins);
+	for (; placed < r->world_size; placed++) {
+		uint64_t at;
+
+		while (arena_alloc(m, r->shares[placed].bytes, &at))
+			if (!evict_one(m)) {
+				ret = -ENOSPC;
+				goto err_free;
+			}
+		r->shares[placed].offset = at;
+	}
+	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
+		uint8_t *dst = m->arena + r->shares[i].offset;
+		uint64_t done = 0;
+		int fd;
+
+		share_name(name, sizeof(name), i, &r->key, false);
+		fd = openat(r->scope->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			ret = -errno;
+			break;
+		}
+		while (done < r->shares[i].bytes) {
+			ssize_t k = pread(fd, dst + done, r->shares[i].bytes - done, (off_t)done);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				ret = k < 0 ? -errno : -EIO;
+				break;
+			}
+			done += (uint64_t)k;
+		}
+		close(fd);
+		if (!ret)
+			ret = image_verify(r, i, dst, r->shares[i].bytes, why, sizeof(why));
+		if (ret)
+			sel_warn("pool: share %" PRIu32 " of record %" PRIu64 " on disk: %s", i,
+				 r->key.consumed, ret == -ENOENT ? "missing" : why);
+	}
+	if (ret)
+		goto err_free;
+	disk_unlink(r);
+	r->on_disk = false;
+	m->stats.loaded++;
+	return 0;
+err_free:
+	for (uint32_t i = 0; i < placed; i++)
+		arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+	return ret;
+}
+
+/*
+ * Makes room in the arena: with a disk tier, moves the least recently used
+ * unpinned record there; without one (or when its write fails), drops the
+ * least recently used unpinned leaf. False when nothing can go.
+ */
+static bool evict_one(struct pool_manager *m)
+{
+	for (struct record *r = m->lru_head; m->dir_fd >= 0 && r; r = r->lru_next) {
+		int ret;
+
+		if (r->pins || r->on_disk || r->scope->dir_fd < 0)
+			continue;
+		ret = disk_write(m, r);
+		if (ret) {
+			sel_warn("pool: spilling record %" PRIu64 " to disk: %s", r->key.consumed,
+				 strerror(-ret));
+			break;
+		}
+		for (uint32_t i = 0; i < r->world_size; i++)
+			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+		r->on_disk = true;
+		m->stats.spilled++;
+		return true;
+	}
+	for (struct record *r = m->lru_head; r; r = r->lru_next) {
+		if (r->children || r->pins || r->on_disk)
+			continue;
+		record_free(m, r);
+		m->stats.evicted++;
+		return true;
+	}
+	return false;
+}
+
+/* ---- Output ---- */
+
+static int out_reserve(struct conn *c, size_t more)
+{
+	size_t need = c->out_used + more;
+
+	if (need <= c->out_cap)
+		return 0;
+	if (c->out_sent) {
+		memmove(c->out, c->out + c->out_sent, c->out_used - c->out_sent);
+		c->out_used -= c->out_sent;
+		c->out_sent = 0;
+		need = c->out_used + more;
+		if (need <= c->out_cap)
+			return 0;
+	}
+	{
+		size_t cap = c->out_cap ? c->out_cap : 65536;
+		uint8_t *p;
+
+		while (cap < need)
+			cap *= 2;
+		p = realloc(c->out, cap);
+		if (!p)
+			return -ENOMEM;
+		c->out = p;
+		c->out_cap = cap;
+	}
+	return 0;
+}
+
+/* Queues one frame; tagged once the connection is keyed (R-POOL-12). */
+static void send_frame(struct conn *c, uint16_t type, const uint8_t *body, uint32_t body_length,
+		       const uint8_t *data, uint32_t data_length)
+{
+	uint8_t header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+	size_t total = sizeof(header) + body_length + data_length + (c->keyed ? POOL_TAG_BYTES : 0);
+	const uint8_t *key = c->keyed ? c->kc : NULL;
+
+	if (c->closing)
+		return;
+	if (out_reserve(c, total)) {
+		c->closing = true; /* no memory for a frame: this connection ends */
+		c->out_used = c->out_sent = 0;
+		return;
+	}
+	pool_frame_build(key, POOL_TO_RANK, c->tx_seq++, type, body, body_length, data,
+			 data_length, header, tag);
+	memcpy(c->out + c->out_used, header, sizeof(header));
+	c->out_used += sizeof(header);
+	if (body_length)
+		memcpy(c->out + c->out_used, body, body_length);
+	c->out_used += body_length;
+	if (data_length)
+		memcpy(c->out + c->out_used, data, data_length);
+	c->out_used += data_length;
+	if (key) {
+		memcpy(c->out + c->out_used, tag, POOL_TAG_BYTES);
+		c->out_used += POOL_TAG_BYTES;
+	}
+}
+
+/* Sends REFUSE and closes once it is written (R-POOL-9). */
+static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, const char *fmt, ...)
+{
+	struct pool_refuse r = { .reason = reason };
+	uint8_t buf[POOL_REFUSE_FIXED_BYTES + CLUSTER_REFUSE_TEXT_BYTES_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	vsnprintf(r.text, sizeof(r.text), fmt, ap);
+	va_end(ap);
+	cluster_text_make_printable(r.text);
+	{
+		/* a storm of strangers costs a few lines a second (the counters keep all) */
+		uint64_t second = sel_monotonic_ns() / 1000000000ull;
+
+		if (second != m->log_second) {
+			m->log_second = second;
+			m->log_count = 0;
+		}
+		if (m->log_count++ < CLUSTER_JOIN_LOG_PER_SECOND)
+			sel_warn("pool: refusing a connection (%s): %s",
+				 pool_refuse_reason_name(reason), r.text);
+	}
+	n = pool_refuse_encode(&r, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	send_frame(c, POOL_MSG_REFUSE, buf, (uint32_t)n, NULL, 0);
+	c->closing = true;
+	m->stats.refused++;
+	if (reason == POOL_REFUSE_AUTH)
+		m->stats.auth_failures++;
+}
+
+/* ---- Puts ---- */
+
+static void put_unlink(struct pool_manager *m, struct put *p)
+{
+	struct put **pp = &m->puts;
+
+	while (*pp != p)
+		pp = &(*pp)->next;
+	*pp = p->next;
+	p->inst->puts--;
+}
+
+static void send_put_end(struct conn *c, uint64_t put_id, int result, bool commit)
+{
+	struct pool_put_end e = { .put_id = put_id, .result = result, .commit = commit };
+	uint8_t buf[POOL_PUT_END_BYTES];
+	int n = pool_put_end_encode(&e, buf, sizeof(buf));
+
+	SEL_ASSERT(n > 0);
+	send_frame(c, POOL_MSG_PUT_END, buf, (uint32_t)n, NULL, 0);
+}
+
+/* Ends a put that will not commit: nothing of it is kept (R-POOL-43). */
+static void put_fail(struct pool_manager *m, struct put *p, int result, const char *why)
+{
+	struct instance *in = p->inst;
+
+	sel_info("pool: put %" PRIu64 " of key %" PRIu64 " failed: %s", p->id,
+		 p->rec->key.consumed, why);
+	for (uint32_t r = 0; r < p->rec->world_size; r++) {
+		struct conn *c = in->ranks[r];
+
+		if (c && c->rx_put == p) {
+			/* the rest of its window is dropped, not written to freed bytes */
+			c->rx_put = NULL;
+			c->rx.data = NULL;
+		}
+		if (c && r != 0 && p->rx[r].received && !p->rx[r].verified)
+			send_put_end(c, p->id, result, false);
+	}
+	if (in->ranks[0])
+		send_put_end(in->ranks[0], p->id, result, false);
+	put_unlink(m, p);
+	if (p->rec->parent)
+		p->rec->parent->pins--; /* pinned at PUT_BEGIN */
+	record_free(m, p->rec);
+	free(p->rx);
+	free(p);
+	m->stats.puts_failed++;
+}
+
+static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
+{
+	struct record *r = p->rec;
+	struct scope *s = r->scope;
+	uint32_t b = key_bucket(&r->key);
+
+	r->committed = true;
+	r->created_ns = r->used_ns = now;
+	r->hash_next = s->buckets[b];
+	s->buckets[b] = r;
+	if (r->parent)
+		r->parent->children++;
+	lru_push(m, r);
+	s->records++;
+	m->stats.records++;
+	m->stats.puts_committed++;
+	if (p->inst->ranks[0])
+		send_put_end(p->inst->ranks[0], p->id, 0, true);
+	put_unlink(m, p);
+	if (r->parent)
+		r->parent->pins--;
+	free(p->rx);
+	free(p);
+}
+
+static struct put *put_find(struct pool_manager *m, uint64_t id)
+{
+	for (struct put *p = m->puts; p; p = p->next)
+		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+/* The image length of rank r's share of a record (R-REC-8, R-REC-10). */
+static uint64_t share_length(const struct pool_attach *parts, uint32_t r, uint32_t pages,
+			     bool row)
+{
+	uint64_t n = REC_HEADER_BYTES + sel_align_up(8ull * pages, 4096) +
+		     (uint64_t)pages * parts->page_bytes[r];
+
+	return row ? n + parts->row_bytes[r] : n;
+}
+
+static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *body,
+			 uint32_t length, uint64_t now)
+{
+	struct instance *in = c->inst;
+	struct scope *s = in->scope;
+	struct pool_put_begin b;
+	struct pool_put_ready ready = { 0 };
+	struct record *parent = NULL, *r = NULL;
+	struct put *p = NULL;
+	uint8_t buf[POOL_PUT_READY_BYTES];
+	char why[256];
+	int n;
+
+	if (pool_put_begin_decode(body, length, &b, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	ready.request_id = b.request_id;
+	if (m->draining) {
+		ready.result = -ESHUTDOWN;
+		goto answer;
+	}
+	if (b.world_size != s->parts.world_size) {
+		ready.result = -EINVAL;
+		goto answer;
+	}
+	for (uint32_t i = 0; i < b.world_size; i++)
+		if (pool_put_begin_share_bytes(&b, i) !=
+		    share_length(&s->parts, i, b.tail_page_count, b.row)) {
+			ready.result = -EINVAL;
+			goto answer;
+		}
+	if (record_find(s, &b.key)) {
+		ready.result = -EEXIST;
+		goto answer;
+	}
+	for (struct put *q = m->puts; q; q = q->next)
+		if (q->rec->scope == s && key_equal(&q->rec->key, &b.key)) {
+			ready.result = -EEXIST; /* another instance is putting it now */
+			goto answer;
+		}
+	if (b.parent.consumed) {
+		parent = record_find(s, &b.parent);
+		if (!parent) {
+			ready.result = -ENOENT;
+			goto answer;
+		}
+	}
+	if (in->puts >= POOL_PUTS_MAX) {
+		ready.result = SEL_EQUEUEFULL;
+		goto answer;
+	}
+	{
+		/* a record the whole arena cannot hold evicts nothing */
+		uint64_t total = 0;
+
+		for (uint32_t i = 0; i < b.world_size; i++)
+			total += sel_align_up(pool_put_begin_share_bytes(&b, i), 4096);
+		if (total > m->arena_bytes - POOL_ARENA_HEADER_BYTES) {
+			ready.result = -ENOSPC;
+			goto answer;
+		}
+	}
+	r = calloc(1, sizeof(*r) + b.world_size * sizeof(r->shares[0]));
+	p = calloc(1, sizeof(*p));
+	if (p)
+		p->rx = calloc(b.world_size, sizeof(p->rx[0]));
+	if (!r || !p || !p->rx) {
+		ready.result = -ENOMEM;
+		goto answer;
+	}
+	r->scope = s;
+	r->parent = parent;
+	r->key = b.key;
+	r->first_page_index = b.first_page_index;
+	r->tail_page_count = b.tail_page_count;
+	r->row = b.row;
+	r->world_size = b.world_size;
+	/* the parent must stay while the put is open: pin it */
+	if (parent)
+		parent->pins++;
+	for (uint32_t i = 0; i < b.world_size; i++) {
+		uint64_t bytes = pool_put_begin_share_bytes(&b, i);
+
+		while (arena_alloc(m, bytes, &r->shares[i].offset))
+			if (!evict_one(m)) {
+				ready.result = -ENOSPC;
+				if (parent)
+					parent->pins--;
+				goto answer;
+			}
+		r->shares[i].bytes = bytes;
+	}
+	p->id = m->next_put_id++;
+	p->request_id = b.request_id;
+	p->inst = in;
+	p->rec = r;
+	p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
+			 (pool_put_begin_share_bytes(&b, 0) * b.world_size) * 1000000000ull /
+				 POOL_TRANSFER_BYTES_PER_S;
+	p->next = m->puts;
+	m->puts = p;
+	in->puts++;
+	ready.put_id = p->id;
+	r = NULL;
+	p = NULL;
+answer:
+	if (r)
+		record_free(m, r);
+	if (p) {
+		free(p->rx);
+		free(p);
+	}
+	n = pool_put_ready_encode(&ready, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	send_frame(c, POOL_MSG_PUT_READY, buf, (uint32_t)n, NULL, 0);
+}
+
+/* Checks a share's header against its put and scope (R-POOL-41, R-READ-1). */
+static int share_header_check(struct put *p, uint32_t rank, const uint8_t *image, char *why,
+			      size_t why_size)
+{
+	struct share_rx *x = &p->rx[rank];
+	const struct pool_attach *parts = &p->rec->scope->parts;
+	struct rec_digest fp;
+	bool row;
+	int ret = rec_header_decode(image, &x->h, why, why_size);
+
+	if (ret)
+		return ret;
+	rec_shard_fingerprint(&fp, &parts->layout_digest, rank, parts->world_size);
+	if (memcmp(x->h.namespace_id.bytes, parts->namespace_id.bytes, REC_IDENTITY_BYTES) ||
+	    memcmp(x->h.fingerprint.bytes, fp.bytes, REC_DIGEST_BYTES) ||
+	    !key_equal(&x->h.key, &p->rec->key) ||
+	    (p->rec->parent ? !key_equal(&x->h.parent, &p->rec->parent->key)
+			    : x->h.parent.consumed != 0) ||
+	    x->h.first_page_index != p->rec->first_page_index ||
+	    x->h.tail_page_count != p->rec->tail_page_count ||
+	    x->h.page_tokens != parts->page_tokens || x->h.world_size != parts->world_size ||
+	    x->h.rank_count != 1 || x->h.first_rank != rank ||
+	    x->h.plane_count != parts->plane_count ||
+	    x->h.page_stride != parts->page_bytes[rank] ||
+	    x->h.row_length != parts->row_bytes[rank])
+		return sel_fail(SEL_EMISMATCH, why, why_size,
+				"rank %" PRIu32 "'s share header does not match its put or "
+				"scope (R-POOL-41)", rank);
+	ret = rec_header_check_length(&x->h, p->rec->shares[rank].bytes, &row, why, why_size);
+	if (ret)
+		return ret;
+	if (row != p->rec->row)
+		return sel_fail(SEL_EMISMATCH, why, why_size, "share row presence differs");
+	x->header_ok = true;
+	return 0;
+}
+
+/* Verifies what newly arrived of a share: header, whole pages, the row. */
+static int share_verify(struct pool_manager *m, struct put *p, uint32_t rank, char *why,
+			size_t why_size)
+{
+	struct share_rx *x = &p->rx[rank];
+	const uint8_t *image = m->arena + p->rec->shares[rank].offset;
+	uint64_t seed;
+
+	if (!x->header_ok) {
+		if (x->received < REC_HEADER_BYTES)
+			return 0;
+		int ret = share_header_check(p, rank, image, why, why_size);
+
+		if (ret)
+			return ret;
+	}
+	seed = rec_checksum_seed(&x->h.key);
+	while (x->pages_verified < x->h.tail_page_count &&
+	       x->received >= x->h.page_offset + (uint64_t)(x->pages_verified + 1) *
+							 x->h.page_stride) {
+		uint32_t j = x->pages_verified;
+		uint64_t want = sel_get_le64(image + x->h.checksum_offset + 8ull * j);
+
+		if (rec_page_checksum(image + x->h.page_offset + (uint64_t)j * x->h.page_stride,
+				      x->h.page_stride, seed, x->h.first_page_index + j) != want)
+			return sel_fail(SEL_ECHECKSUM, why, why_size,
+					"rank %" PRIu32 "'s page %" PRIu32 " fails its checksum "
+					"(R-POOL-41)", rank, j);
+		x->pages_verified++;
+	}
+	if (x->received == p->rec->shares[rank].bytes) {
+		if (p->rec->row && rec_row_checksum(image + x->h.row_offset, x->h.row_length, seed) !=
+					   x->h.row_checksum)
+			return sel_fail(SEL_ECHECKSUM, why, why_size,
+					"rank %" PRIu32 "'s row fails its checksum (R-POOL-41)",
+					rank);
+		x->verified = true;
+	}
+	return 0;
+}
+
+static void on_put_window_head(struct pool_manager *m, struct conn *c)
+{
+	struct pool_put_window w;
+	struct put *p;
+	char why[256];
+
+	c->rx_put = NULL;
+	if (pool_put_window_decode(c->rx.body, c->rx.body_length, c->rx.data_length, &w, why,
+				   sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	if (w.put_id >= m->next_put_id) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "PUT_WINDOW of put %" PRIu64 " never opened "
+		       "(R-POOL-41)", w.put_id);
+		return;
+	}
+	p = put_find(m, w.put_id);
+	if (!p || p->inst != c->inst)
+		return; /* an ended put (or another instance's): drop the data */
+	if (w.offset != p->rx[c->rank].received ||
+	    w.offset + c->rx.data_length > p->rec->shares[c->rank].bytes) {
+		put_fail(m, p, -EINVAL, "a window out of order or past the share");
+		return;
+	}
+	c->rx.data = m->arena + p->rec->shares[c->rank].offset + w.offset;
+	c->rx_put = p;
+}
+
+static void on_put_window(struct pool_manager *m, struct conn *c)
+{
+	struct put *p = c->rx_put;
+	char why[256];
+	int ret;
+
+	c->rx_put = NULL;
+	if (!p)
+		return;
+	p->rx[c->rank].received += c->rx.data_length;
+	ret = share_verify(m, p, c->rank, why, sizeof(why));
+	if (ret) {
+		put_fail(m, p, ret, why);
+		return;
+	}
+	if (p->rx[c->rank].verified)
+		send_put_end(c, p->id, 0, false);
+}
+
+static void on_put_end(struct pool_manager *m, struct conn *c, const uint8_t *body,
+		       uint32_t length, uint64_t now)
+{
+	struct pool_put_end e;
+	struct put *p;
+	char why[256];
+
+	if (pool_put_end_decode(body, length, &e, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	p = put_find(m, e.put_id);
+	if (!p || p->inst != c->inst)
+		return; /* already ended: its outcome was sent */
+	if (!e.commit) {
+		put_fail(m, p, -ECANCELED, "abandoned by the instance");
+		return;
+	}
+	for (uint32_t r = 0; r < p->rec->world_size; r++)
+		if (!p->rx[r].verified) {
+			put_fail(m, p, -EAGAIN, "commit before every share verified");
+			return;
+		}
+	put_commit(m, p, now);
+}
+
+/* ---- Lookups and claims ---- */
+
+/* Drops r and every record that extends it, where none is pinned. */
+static void drop_tree(struct pool_manager *m, struct record *r)
+{
+	struct scope *s = r->scope;
+	bool progress = true;
+
+	/* one child at a time: dropping it may free others in the same bucket */
+	while (r->children && progress) {
+		struct record *child = NULL;
+		uint32_t before = r->children;
+
+		for (uint32_t b = 0; b < SCOPE_BUCKETS && !child; b++)
+			for (struct record *q = s->buckets[b]; q && !child; q = q->hash_next)
+				if (q->parent == r && !q->pins)
+					child = q;
+		if (child)
+			drop_tree(m, child);
+		progress = child && r->children < before;
+	}
+	if (!r->children && !r->pins)
+		record_free(m, r);
+}
+
+/* The chain ending at r, root first, into out; its length. */
+static uint32_t chain_of(struct record *r, struct record **out)
+{
+	uint32_t n = 0;
+
+	for (struct record *q = r; q && n < POOL_CHAIN_RECORDS_MAX; q = q->parent)
+		out[n++] = q;
+	for (uint32_t i = 0; i < n / 2; i++) {
+		struct record *t = out[i];
+
+		out[i] = out[n - 1 - i];
+		out[n - 1 - i] = t;
+	}
+	return n;
+}
+
+static void chain_entries(struct record **chain, uint32_t n, struct pool_chain_entry *out)
+{
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = (struct pool_chain_entry){ chain[i]->key, chain[i]->first_page_index,
+						    chain[i]->tail_page_count,
+						    i + 1 == n ? true : chain[i]->row };
+}
+
+
+static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *body,
+		      uint32_t length, uint64_t now)
+{
+	struct pool_lookup_view v;
+	uint32_t n = 0;
+	char why[256];
+	int len;
+
+	if (pool_lookup_decode(body, length, &v, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	m->stats.lookups++;
+	for (uint32_t i = 0; i < v.key_count && !m->draining; i++) {
+		struct rec_key k;
+		struct record *r;
+
+		pool_lookup_view_key(&v, i, &k);
+		r = record_find(c->inst->scope, &k);
+		if (!r || !r->row)
+			continue;
+		n = chain_of(r, m->chain_buf);
+		if (m->chain_buf[0]->parent || n == POOL_CHAIN_RECORDS_MAX) {
+			n = 0;
+			continue;
+		}
+		for (uint32_t j = 0; j < n; j++)
+			record_touch(m, m->chain_buf[j], now);
+		m->stats.lookup_hits++;
+		break;
+	}
+	chain_entries(m->chain_buf, n, m->entry_buf);
+	len = pool_answer_encode(v.ticket, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
+	SEL_ASSERT(len > 0);
+	send_frame(c, POOL_MSG_ANSWER, c->body, (uint32_t)len, NULL, 0);
+}
+
+static struct claim *claim_find(struct pool_manager *m, struct instance *in, uint64_t id)
+{
+	for (struct claim *cl = m->claims; cl; cl = cl->next)
+		if (cl->inst == in && cl->id == id)
+			return cl;
+	return NULL;
+}
+
+static void claim_end(struct pool_manager *m, struct claim *cl)
+{
+	struct claim **pp = &m->claims;
+
+	while (*pp != cl)
+		pp = &(*pp)->next;
+	*pp = cl->next;
+	for (uint32_t i = 0; i < cl->count; i++)
+		cl->chain[i]->pins--;
+	cl->inst->claims--;
+	free(cl->chain);
+	free(cl);
+}
+
+static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body,
+		     uint32_t length, uint64_t now)
+{
+	struct pool_claim q;
+	struct pool_claimed a = { 0 };
+	struct claim *cl = NULL;
+	struct record *r;
+	uint64_t bytes = 0;
+	uint32_t n = 0;
+	char why[256];
+	int len;
+
+	if (pool_claim_decode(body, length, &q, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	a.claim_id = q.claim_id;
+	r = record_find(c->inst->scope, &q.key);
+	if (m->draining)
+		a.result = -ESHUTDOWN;
+	else if (claim_find(m, c->inst, q.claim_id))
+		a.result = -EEXIST;
+	else if (c->inst->claims >= POOL_CLAIMS_MAX)
+		a.result = SEL_EQUEUEFULL;
+	else if (!r || !r->row || (n = chain_of(r, m->chain_buf), m->chain_buf[0]->parent))
+		a.result = -ENOENT;
+	else if (!(cl = calloc(1, sizeof(*cl))) || !(cl->chain = calloc(n, sizeof(*cl->chain))))
+		a.result = -ENOMEM;
+	if (a.result) {
+		if (cl)
+			free(cl);
+		m->stats.claims_refused++;
+		n = 0;
+	} else {
+		cl->id = q.claim_id;
+		cl->inst = c->inst;
+		cl->count = n;
+		for (uint32_t i = 0; i < n; i++) {
+			cl->chain[i] = m->chain_buf[i];
+			m->chain_buf[i]->pins++;
+			record_touch(m, m->chain_buf[i], now);
+			for (uint32_t k = 0; k < m->chain_buf[i]->world_size; k++)
+				bytes += m->chain_buf[i]->shares[k].bytes;
+		}
+		/* a chain partly on disk comes back into the arena, verified */
+		for (uint32_t i = 0; i < n && !a.result; i++)
+			if (m->chain_buf[i]->on_disk)
+				a.result = disk_load(m, m->chain_buf[i]);
+		if (a.result) {
+			struct record *bad = NULL;
+
+			for (uint32_t i = 0; i < n; i++) {
+				m->chain_buf[i]->pins--;
+				if (!bad && m->chain_buf[i]->on_disk)
+					bad = m->chain_buf[i];
+			}
+			if (a.result != -ENOSPC && bad) {
+				m->stats.disk_failures++;
+				drop_tree(m, bad);
+			}
+			a.result = a.result == -ENOSPC ? -ENOSPC : -ENOENT;
+			free(cl->chain);
+			free(cl);
+			m->stats.claims_refused++;
+			n = 0;
+			goto answer;
+		}
+		a.deadline_ms = m->config.claim_setup_ms +
+				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
+		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
+		cl->next = m->claims;
+		m->claims = cl;
+		c->inst->claims++;
+		m->stats.claims_granted++;
+	}
+answer:
+	chain_entries(m->chain_buf, n, m->entry_buf);
+	len = pool_claimed_encode(&a, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
+	SEL_ASSERT(len > 0);
+	send_frame(c, POOL_MSG_CLAIMED, c->body, (uint32_t)len, NULL, 0);
+}
+
+static void send_claim_end(struct conn *c, uint64_t id, int result)
+{
+	struct pool_claim_end e = { .claim_id = id, .result = result };
+	uint8_t buf[POOL_CLAIM_END_BYTES];
+	int n = pool_claim_end_encode(&e, buf, sizeof(buf));
+
+	SEL_ASSERT(n > 0);
+	send_frame(c, POOL_MSG_CLAIM_END, buf, (uint32_t)n, NULL, 0);
+}
+
+static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t *body,
+			  uint32_t length, uint64_t now)
+{
+	struct pool_claim_pull q;
+	struct claim *cl;
+	char why[256];
+
+	if (pool_claim_pull_decode(body, length, &q, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	cl = claim_find(m, c->inst, q.claim_id);
+	if (!cl) {
+		send_claim_end(c, q.claim_id, -ENOENT);
+		return;
+	}
+	if (q.mode == 1) {
+		struct pool_place places[POOL_CHAIN_RECORDS_MAX];
+		int len;
+
+		for (uint32_t i = 0; i < cl->count; i++)
+			places[i] = (struct pool_place){
+				POOL_ARENA_HEADER_BYTES + cl->chain[i]->shares[c->rank].offset,
+				cl->chain[i]->shares[c->rank].bytes };
+		len = pool_claim_places_encode(cl->id, places, cl->count, c->body,
+					       POOL_CONTROL_BODY_BYTES_MAX);
+		SEL_ASSERT(len > 0);
+		send_frame(c, POOL_MSG_CLAIM_PLACES, c->body, (uint32_t)len, NULL, 0);
+		return;
+	}
+	if (c->stream_count == POOL_SHARES_LIVE_MAX) {
+		send_claim_end(c, q.claim_id, SEL_EQUEUEFULL);
+		return;
+	}
+	c->streams[c->stream_count++] = (struct stream){ .claim_id = q.claim_id,
+							 .skip = q.skip_pages,
+							 .progress_ns = now };
+}
+
+/*
+ * Queues the next window of stream s (R-POOL-33); false when the stream is
+ * complete or ended (its CLAIM_END queued).
+ */
+static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s)
+{
+	struct claim *cl = claim_find(m, c->inst, s->claim_id);
+	const struct pool_attach *parts = &c->inst->scope->parts;
+	uint8_t head[POOL_CLAIM_WINDOW_HEAD_BYTES];
+
+	if (!cl) {
+		send_claim_end(c, s->claim_id, -ENOENT);
+		return false;
+	}
+	for (;;) {
+		struct record *r;
+		struct pool_claim_window w = { .claim_id = cl->id };
+		const uint8_t *image;
+		uint64_t stride = parts->page_bytes[c->rank], len, ck_off, pg_off;
+		uint32_t first_page;
+		int n;
+
+		if (s->index >= cl->count) {
+			send_claim_end(c, s->claim_id, 0);
+			return false;
+		}
+		r = cl->chain[s->index];
+		image = m->arena + r->shares[c->rank].offset;
+		ck_off = REC_HEADER_BYTES;
+		pg_off = ck_off + sel_align_up(8ull * r->tail_page_count, 4096);
+		first_page = s->skip > r->first_page_index ? s->skip - r->first_page_index : 0;
+		if (s->section == 0 && s->pos == 0 && s->index + 1 < cl->count &&
+		    first_page >= r->tail_page_count) {
+			s->index++; /* every page of this record is skipped */
+			continue;
+		}
+		w.chain_index = s->index;
+		w.section = s->section;
+		if (s->section == POOL_SECTION_HEADER) {
+			w.first = 0;
+			w.count = REC_HEADER_BYTES;
+			len = REC_HEADER_BYTES;
+			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
+			SEL_ASSERT(n > 0);
+			send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n, image, (uint32_t)len);
+			s->section = POOL_SECTION_CHECKSUMS;
+			s->pos = 0;
+			return true;
+		}
+		if (s->section == POOL_SECTION_CHECKSUMS) {
+			uint64_t total = 8ull * r->tail_page_count;
+
+			if (s->pos >= total) {
+				s->section = POOL_SECTION_PAGES;
+				s->pos = first_page;
+				continue;
+			}
+			len = total - s->pos;
+			if (len > (m->config.window_bytes & ~7u))
+				len = m->config.window_bytes & ~7u;
+			w.first = (uint32_t)s->pos;
+			w.count = (uint32_t)len;
+			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
+			SEL_ASSERT(n > 0);
+			send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n,
+				   image + ck_off + s->pos, (uint32_t)len);
+			s->pos += len;
+			return true;
+		}
+		if (s->section == POOL_SECTION_PAGES) {
+			uint64_t per = m->config.window_bytes / stride, count;
+
+			if (s->pos >= r->tail_page_count) {
+				if (s->index + 1 == cl->count && r->row) {
+					s->section = POOL_SECTION_ROW;
+					s->pos = 0;
+				} else {
+					s->index++;
+					s->section = POOL_SECTION_HEADER;
+					s->pos = 0;
+				}
+				continue;
+			}
+			count = r->tail_page_count - s->pos;
+			if (count > per)
+				count = per;
+			w.first = (uint32_t)s->pos;
+			w.count = (uint32_t)count;
+			len = count * stride;
+			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
+			SEL_ASSERT(n > 0);
+			send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n,
+				   image + pg_off + s->pos * stride, (uint32_t)len);
+			s->pos += count;
+			return true;
+		}
+		/* the row, one window (R-POOL-15 bounds it) */
+		if (s->pos > 0) {
+			s->index++;
+			continue;
+		}
+		len = parts->row_bytes[c->rank];
+		w.first = 0;
+		w.count = (uint32_t)len;
+		n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
+		SEL_ASSERT(n > 0);
+		send_frame(c, POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n,
+			   image + pg_off + (uint64_t)r->tail_page_count * stride, (uint32_t)len);
+		s->pos = len;
+		return true;
+	}
+}
+
+/* Fills an empty output with the next window of the oldest stream. */
+static void streams_fill(struct pool_manager *m, struct conn *c, uint64_t now)
+{
+	while (c->stream_count && c->out_sent == c->out_used && !c->closing) {
+		struct stream *s = &c->streams[0];
+
+		if (stream_next(m, c, s)) {
+			s->progress_ns = now;
+			return;
+		}
+		memmove(&c->streams[0], &c->streams[1], (c->stream_count - 1) * sizeof(*s));
+		c->stream_count--;
+	}
+}
+
+static void on_claim_end(struct pool_manager *m, struct conn *c, const uint8_t *body,
+			 uint32_t length)
+{
+	struct pool_claim_end e;
+	struct claim *cl;
+	char why[256];
+
+	if (pool_claim_end_decode(body, length, &e, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	cl = claim_find(m, c->inst, e.claim_id);
+	if (cl)
+		claim_end(m, cl);
+}
+
+/* ---- Handshake and attach ---- */
+
+static int send_welcome(struct pool_manager *m, struct conn *c)
+{
+	struct pool_welcome w = { .arena_generation = 1,
+				  .arena_bytes = m->arena_bytes,
+				  .window_bytes = m->config.window_bytes,
+				  .claims_max = POOL_CLAIMS_MAX,
+				  .puts_max = POOL_PUTS_MAX,
+				  .claim_setup_ms = m->config.claim_setup_ms };
+	uint8_t buf[POOL_WELCOME_FIXED_BYTES + POOL_NAME_BYTES_MAX + POOL_ARENA_PATH_BYTES_MAX];
+	int n;
+
+	memcpy(w.arena_id, m->arena_id, POOL_ARENA_ID_BYTES);
+	snprintf(w.name, sizeof(w.name), "%s", m->name);
+	snprintf(w.arena_path, sizeof(w.arena_path), "%s", m->arena_path);
+	n = pool_welcome_encode(&w, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	pool_welcome_mac(m->config.secret, c->cn, c->sn, buf + POOL_MAC_BYTES,
+			 (size_t)n - POOL_MAC_BYTES, buf);
+	send_frame(c, POOL_MSG_WELCOME, buf, (uint32_t)n, NULL, 0);
+	pool_connection_key(m->config.secret, c->cn, c->sn, c->kc);
+	c->keyed = true;
+	c->rx.key = c->kc;
+	return 0;
+}
+
+/*
+ * The disk tier's directory of a scope: <dir>/<scope hex>/ with one
+ * directory per rank and the file "scope" holding the ATTACH body that
+ * defines it (rank 0), so a restart can recompute and check the scope.
+ */
+static int scope_dir_open(struct pool_manager *m, struct scope *s, const uint8_t *body,
+			  uint32_t length)
+{
+	char hex[2 * POOL_SCOPE_BYTES + 1], name[16];
+	int fd, ret = 0;
+
+	sel_hex_encode(hex, s->id, POOL_SCOPE_BYTES);
+	if (mkdirat(m->dir_fd, hex, 0700) && errno != EEXIST)
+		return -errno;
+	fd = openat(m->dir_fd, hex, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (uint32_t i = 0; i < s->parts.world_size && !ret; i++) {
+		snprintf(name, sizeof(name), "%" PRIu32, i);
+		if (mkdirat(fd, name, 0700) && errno != EEXIST)
+			ret = -errno;
+	}
+	if (!ret && body) {
+		int f = openat(fd, "scope.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		ret = f < 0 ? -errno : write_all_at(f, body, length);
+		if (f >= 0)
+			close(f);
+		if (!ret && renameat(fd, "scope.tmp", fd, "scope"))
+			ret = -errno;
+	}
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	s->dir_fd = fd;
+	return 0;
+}
+
+static struct scope *scope_get(struct pool_manager *m, const uint8_t id[POOL_SCOPE_BYTES],
+			       const struct pool_attach *a, const uint8_t *body, uint32_t length)
+{
+	struct scope *s;
+
+	for (s = m->scopes; s; s = s->next)
+		if (memcmp(s->id, id, POOL_SCOPE_BYTES) == 0)
+			return s;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	memcpy(s->id, id, POOL_SCOPE_BYTES);
+	s->parts = *a;
+	s->dir_fd = -1;
+	if (m->dir_fd >= 0) {
+		int ret = scope_dir_open(m, s, body, length);
+
+		if (ret)
+			sel_warn("pool: the disk tier of a scope: %s; its records stay in memory",
+				 strerror(-ret));
+	}
+	s->next = m->scopes;
+	m->scopes = s;
+	return s;
+}
+
+static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *body,
+		      uint32_t length)
+{
+	struct pool_attach *ap = &m->attach;
+	struct pool_attached reply = { 0 };
+	struct instance *in;
+	struct scope *s;
+	uint8_t buf[POOL_ATTACHED_BYTES];
+	char why[256];
+	int n;
+
+	if (pool_attach_decode(body, length, ap, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	/* R-POOL-15: whole pages and rows of 4 KiB multiples, each within a window */
+	for (uint32_t i = 0; i < ap->world_size; i++)
+		if (!ap->page_bytes[i] || !ap->row_bytes[i] || !sel_is_aligned(ap->page_bytes[i], 4096) ||
+		    !sel_is_aligned(ap->row_bytes[i], 4096) ||
+		    ap->page_bytes[i] > m->config.window_bytes ||
+		    ap->row_bytes[i] > m->config.window_bytes) {
+			refuse(m, c, POOL_REFUSE_SCOPE, "rank %" PRIu32 "'s page of %" PRIu64
+			       " or row of %" PRIu64 " bytes cannot be pooled with windows of %"
+			       PRIu32 " (R-POOL-15)", i, ap->page_bytes[i], ap->row_bytes[i],
+			       m->config.window_bytes);
+			return;
+		}
+	for (in = m->instances; in; in = in->next)
+		if (memcmp(in->id, ap->instance_id, POOL_INSTANCE_ID_BYTES) == 0)
+			break;
+	pool_scope_of_attach(m->name, body, length, reply.scope);
+	if (in && memcmp(in->scope->id, reply.scope, POOL_SCOPE_BYTES) != 0) {
+		refuse(m, c, POOL_REFUSE_SCOPE, "rank %" PRIu32 "'s scope parts differ from its "
+		       "instance's (R-POOL-14)", ap->rank);
+		return;
+	}
+	if (in && in->ranks[ap->rank]) {
+		refuse(m, c, POOL_REFUSE_WORLD, "rank %" PRIu32 " of this instance is attached "
+		       "already (R-POOL-18)", ap->rank);
+		return;
+	}
+	if (!in) {
+		s = scope_get(m, reply.scope, ap, body, length);
+		in = calloc(1, sizeof(*in));
+		if (!s || !in || !(in->ranks = calloc(ap->world_size, sizeof(in->ranks[0])))) {
+			free(in);
+			c->closing = true;
+			return;
+		}
+		memcpy(in->id, ap->instance_id, POOL_INSTANCE_ID_BYTES);
+		in->scope = s;
+		s->instances++;
+		in->next = m->instances;
+		m->instances = in;
+	}
+	in->ranks[ap->rank] = c;
+	in->attached++;
+	c->inst = in;
+	c->rank = ap->rank;
+	c->state = C_SERVING;
+	reply.scope_records = in->scope->records;
+	n = pool_attached_encode(&reply, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	send_frame(c, POOL_MSG_ATTACHED, buf, (uint32_t)n, NULL, 0);
+	sel_info("pool: rank %" PRIu32 " of an instance of %" PRIu32 " attached (scope holds %"
+		 PRIu64 " records)", ap->rank, ap->world_size, reply.scope_records);
+}
+
+/* ---- Connections ---- */
+
+static void conn_detach(struct pool_manager *m, struct conn *c)
+{
+	struct instance *in = c->inst;
+
+	if (!in)
+		return;
+	/* R-POOL-43: an open put of this instance fails when any of its ranks goes */
+	for (struct put *p = m->puts, *next; p; p = next) {
+		next = p->next;
+		if (p->inst == in)
+			put_fail(m, p, -ECONNRESET, "a rank's connection ended mid-put");
+	}
+	/* R-POOL-30: the session's end ends its claims */
+	if (c->rank == 0)
+		for (struct claim *cl = m->claims, *next; cl; cl = next) {
+			next = cl->next;
+			if (cl->inst == in)
+				claim_end(m, cl);
+		}
+	in->ranks[c->rank] = NULL;
+	c->inst = NULL;
+	if (--in->attached == 0) {
+		struct instance **pp = &m->instances;
+
+		for (struct claim *cl = m->claims, *next; cl; cl = next) {
+			next = cl->next;
+			if (cl->inst == in)
+				claim_end(m, cl);
+		}
+		while (*pp != in)
+			pp = &(*pp)->next;
+		*pp = in->next;
+		in->scope->instances--;
+		free(in->ranks);
+		free(in);
+	}
+}
+
+static void conn_free(struct pool_manager *m, uint32_t index)
+{
+	struct conn *c = m->conns[index];
+
+	conn_detach(m, c);
+	close(c->fd);
+	free(c->body);
+	free(c->out);
+	free(c);
+	m->conns[index] = m->conns[--m->conn_count];
+}
+
+/*
+ * Says REFUSE on a connection the manager will not take (R-POOL-9), with
+ * one non-blocking send: best effort, and never a wait.
+ */
+static void refuse_at_once(int fd, uint32_t reason)
+{
+	struct pool_refuse r = { .reason = reason };
+	uint8_t frame[CLUSTER_FRAME_HEADER_BYTES + POOL_REFUSE_FIXED_BYTES + 64];
+	uint8_t tag[POOL_TAG_BYTES];
+	int n;
+
+	snprintf(r.text, sizeof(r.text), "%s", reason == POOL_REFUSE_SHUTDOWN
+						   ? "the manager is draining"
+						   : "the manager holds all the connections it may");
+	n = pool_refuse_encode(&r, frame + CLUSTER_FRAME_HEADER_BYTES,
+			       sizeof(frame) - CLUSTER_FRAME_HEADER_BYTES);
+	SEL_ASSERT(n > 0);
+	pool_frame_build(NULL, POOL_TO_RANK, 0, POOL_MSG_REFUSE, frame + CLUSTER_FRAME_HEADER_BYTES,
+			 (uint32_t)n, NULL, 0, frame, tag);
+	if (send(fd, frame, CLUSTER_FRAME_HEADER_BYTES + (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) <
+	    0) {
+		/* best effort: the connection closes either way */
+	}
+}
+
+static void accept_all(struct pool_manager *m, uint64_t now)
+{
+	for (;;) {
+		int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), one = 1;
+		struct conn *c;
+
+		if (fd < 0)
+			return;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		m->stats.connections++;
+		c = calloc(1, sizeof(*c));
+		if (c)
+			c->body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
+		if (m->conn_count == m->config.connections_max) {
+			/* full: the oldest connection still in its handshake makes room */
+			uint32_t oldest = UINT32_MAX;
+
+			for (uint32_t i = 0; i < m->conn_count; i++)
+				if (m->conns[i]->state != C_SERVING &&
+				    (oldest == UINT32_MAX ||
+				     m->conns[i]->deadline_ns < m->conns[oldest]->deadline_ns))
+					oldest = i;
+			if (oldest != UINT32_MAX) {
+				m->stats.refused++;
+				conn_free(m, oldest);
+			}
+		}
+		if (!c || !c->body || m->conn_count == m->config.connections_max || m->draining) {
+			if (c)
+				free(c->body);
+			free(c);
+			m->stats.refused++;
+			refuse_at_once(fd, m->draining ? POOL_REFUSE_SHUTDOWN : POOL_REFUSE_BUSY);
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->state = C_HELLO;
+		c->deadline_ns = now + POOL_HANDSHAKE_MS * 1000000ull;
+		c->heard_ns = now;
+		pool_rx_init(&c->rx, c->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_MANAGER);
+		m->conns[m->conn_count++] = c;
+	}
+}
+
+static void on_frame(struct pool_manager *m, struct conn *c, uint64_t now)
+{
+	uint16_t type = c->rx.header.type;
+	const uint8_t *body = c->rx.body;
+	uint32_t length = c->rx.body_length;
+	char why[256];
+
+	switch (c->state) {
+	case C_HELLO:
+		if (type != POOL_MSG_HELLO ||
+		    pool_nonce_decode(type, body, length, c->cn, why, sizeof(why))) {
+			refuse(m, c, POOL_REFUSE_PROTOCOL, "expected HELLO (R-POOL-10)");
+			return;
+		}
+		if (cluster_nonce_fill(c->sn)) {
+			c->closing = true;
+			return;
+		}
+		send_frame(c, POOL_MSG_CHALLENGE, c->sn, POOL_NONCE_BYTES, NULL, 0);
+		c->state = C_PROOF;
+		return;
+	case C_PROOF: {
+		uint8_t got[POOL_MAC_BYTES], want[POOL_MAC_BYTES];
+
+		if (type != POOL_MSG_PROOF || length != POOL_MAC_BYTES) {
+			refuse(m, c, POOL_REFUSE_PROTOCOL, "expected PROOF (R-POOL-10)");
+			return;
+		}
+		memcpy(got, body, POOL_MAC_BYTES);
+		pool_proof_mac(m->config.secret, c->sn, c->cn, want);
+		if (!cluster_mac_equal(got, want)) {
+			refuse(m, c, POOL_REFUSE_AUTH, "the proof of the pool secret does not "
+			       "verify (R-POOL-10)");
+			return;
+		}
+		if (m->draining) {
+			refuse(m, c, POOL_REFUSE_SHUTDOWN, "the manager is draining");
+			return;
+		}
+		send_welcome(m, c);
+		c->state = C_ATTACH;
+		return;
+	}
+	case C_ATTACH:
+		if (type != POOL_MSG_ATTACH) {
+			refuse(m, c, POOL_REFUSE_PROTOCOL, "expected ATTACH (R-POOL-14)");
+			return;
+		}
+		on_attach(m, c, body, length);
+		return;
+	case C_SERVING:
+		break;
+	}
+	if (type == POOL_MSG_HEARTBEAT)
+		return;
+	if (type == POOL_MSG_BYE) {
+		c->closing = true;
+		return;
+	}
+	if (type == POOL_MSG_PUT_WINDOW) {
+		on_put_window(m, c);
+		return;
+	}
+	if (type == POOL_MSG_CLAIM_PULL) {
+		on_claim_pull(m, c, body, length, now);
+		return;
+	}
+	if (c->rank != 0) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s on a connection that is not the "
+		       "session (R-POOL-1)", cluster_grammar_msg_name(&pool_grammar, type));
+		return;
+	}
+	switch (type) {
+	case POOL_MSG_LOOKUP:
+		on_lookup(m, c, body, length, now);
+		return;
+	case POOL_MSG_CLAIM:
+		on_claim(m, c, body, length, now);
+		return;
+	case POOL_MSG_CLAIM_END:
+		on_claim_end(m, c, body, length);
+		return;
+	case POOL_MSG_PUT_BEGIN:
+		on_put_begin(m, c, body, length, now);
+		return;
+	case POOL_MSG_PUT_END:
+		on_put_end(m, c, body, length, now);
+		return;
+	default:
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s out of place (R-POOL-6)",
+		       cluster_grammar_msg_name(&pool_grammar, type));
+	}
+}
+
+static void conn_read(struct pool_manager *m, struct conn *c, uint64_t now)
+{
+	char why[256];
+
+	while (!c->closing) {
+		bool eof;
+		int ret = pool_rx_feed(&c->rx, c->fd, &eof, why, sizeof(why));
+
+		if (ret == POOL_RX_MORE && !eof)
+			return;
+		if (eof) {
+			c->closing = true;
+			c->out_used = c->out_sent = 0;
+			return;
+		}
+		if (ret < 0) {
+			if (ret == -EACCES || ret == SEL_EPROTO || ret == SEL_ETOOBIG)
+				refuse(m, c, ret == -EACCES ? POOL_REFUSE_AUTH : POOL_REFUSE_PROTOCOL,
+				       "%s", why);
+			else
+				c->closing = true;
+			return;
+		}
+		c->heard_ns = now;
+		if (ret == POOL_RX_HEAD) {
+			if (c->state != C_SERVING || c->rx.header.type != POOL_MSG_PUT_WINDOW) {
+				refuse(m, c, POOL_REFUSE_PROTOCOL, "%s out of place (R-POOL-6)",
+				       cluster_grammar_msg_name(&pool_grammar,
+								c->rx.header.type));
+				return;
+			}
+			on_put_window_head(m, c);
+			continue;
+		}
+		on_frame(m, c, now);
+	}
+}
+
+/* Writes what is queued; 0, or -1 when the connection is to go. */
+static int conn_write(struct conn *c, uint64_t now)
+{
+	while (c->out_sent < c->out_used) {
+		ssize_t n = send(c->fd, c->out + c->out_sent, c->out_used - c->out_sent,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0)
+			return -1;
+		c->out_sent += (size_t)n;
+		/* R-POOL-35: any byte the rank takes is progress of its streams */
+		for (uint32_t k = 0; k < c->stream_count; k++)
+			c->streams[k].progress_ns = now;
+	}
+	c->out_sent = c->out_used = 0;
+	return 0;
+}
+
+static void timers(struct pool_manager *m, uint64_t now)
+{
+	for (uint32_t i = 0; i < m->conn_count; i++) {
+		struct conn *c = m->conns[i];
+
+		if (c->state != C_SERVING && now > c->deadline_ns && !c->closing)
+			refuse(m, c, POOL_REFUSE_DEADLINE, "the handshake took more than %u ms",
+			       POOL_HANDSHAKE_MS);
+		if (c->state == C_SERVING && now - c->heard_ns > POOL_IDLE_MS * 1000000ull)
+			c->closing = true;
+		for (uint32_t k = 0; k < c->stream_count; k++)
+			if (now - c->streams[k].progress_ns > POOL_NO_PROGRESS_MS * 1000000ull) {
+				/* R-POOL-35: the rank stopped reading; the stream stops */
+				c->closing = true;
+			}
+	}
+	for (struct put *p = m->puts, *next; p; p = next) {
+		next = p->next;
+		if (now > p->deadline_ns)
+			put_fail(m, p, -ETIMEDOUT, "its deadline passed");
+	}
+	for (struct claim *cl = m->claims, *next; cl; cl = next) {
+		next = cl->next;
+		if (now > cl->deadline_ns) {
+			if (cl->inst->ranks[0])
+				send_claim_end(cl->inst->ranks[0], cl->id, -ETIMEDOUT);
+			claim_end(m, cl);
+		}
+	}
+	if (m->config.max_age_ms) {
+		uint64_t age_ns = m->config.max_age_ms * 1000000ull;
+		bool again = true;
+
+		while (again) {
+			again = false;
+			for (struct record *r = m->lru_head; r; r = r->lru_next)
+				if (!r->children && !r->pins && now - r->created_ns > age_ns) {
+					record_free(m, r);
+					m->stats.expired++;
+					again = true;
+					break;
+				}
+		}
+	}
+}
+
+/* ---- The disk tier at start ---- */
+
+static int cmp_consumed(const void *a, const void *b)
+{
+	const struct record *x = *(struct record *const *)a, *y = *(struct record *const *)b;
+
+	return x->key.consumed < y->key.consumed ? -1 : x->key.consumed > y->key.consumed;
+}
+
+/* Reads the header of rank 0's file of key into r (parent, pages, row). */
+static int disk_record_read(struct pool_manager *m, struct scope *s, struct record *r,
+			    struct rec_key *parent)
+{
+	uint8_t *block = m->block;
+	char name[96], why[256];
+	struct rec_header h;
+	bool row = false;
+
+	for (uint32_t i = 0; i < r->world_size; i++) {
+		struct stat st;
+
+		share_name(name, sizeof(name), i, &r->key, false);
+		if (fstatat(s->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+			return -ENOENT;
+		r->shares[i].bytes = (uint64_t)st.st_size;
+		if (i == 0) {
+			int fd = openat(s->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			ssize_t n = fd < 0 ? -1 : pread(fd, block, REC_HEADER_BYTES, 0);
+
+			if (fd >= 0)
+				close(fd);
+			if (n != (ssize_t)REC_HEADER_BYTES || rec_header_decode(block, &h, why, sizeof(why)) ||
+			    rec_header_check_length(&h, (uint64_t)st.st_size, &row, why, sizeof(why)) ||
+			    h.world_size != r->world_size)
+				return SEL_EBADHEADER;
+			*parent = h.parent;
+			r->first_page_index = h.first_page_index;
+			r->tail_page_count = h.tail_page_count;
+			r->row = row;
+			r->created_ns = h.created_ns;
+		}
+	}
+	return 0;
+}
+
+/* Indexes one scope directory's records; bad or orphaned ones are deleted. */
+static void disk_scan_scope(struct pool_manager *m, struct scope *s)
+{
+	struct record **found = NULL;
+	size_t count = 0, cap = 0;
+	uint64_t now = sel_monotonic_ns();
+	DIR *d;
+	int fd = openat(s->dir_fd, "0", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		struct rec_key key, parent;
+		struct record *r;
+		bool tmp;
+
+		if (!rec_file_name_parse(e->d_name, &key, &tmp))
+			continue;
+		if (tmp) {
+			unlinkat(fd, e->d_name, 0);
+			continue;
+		}
+		r = calloc(1, sizeof(*r) + s->parts.world_size * sizeof(r->shares[0]));
+		if (!r || (count == cap && !(found = realloc(found, (cap = cap ? 2 * cap : 64) *
+								    sizeof(*found))))) {
+			free(r);
+			break;
+		}
+		r->scope = s;
+		r->key = key;
+		r->world_size = s->parts.world_size;
+		r->on_disk = true;
+		if (disk_record_read(m, s, r, &parent)) {
+			disk_unlink(r); /* a share missing or unreadable: the record goes */
+			free(r);
+			continue;
+		}
+		r->parent_key = parent;
+		found[count++] = r;
+	}
+	closedir(d);
+	/* parents first, then each record links to its parent or goes */
+	qsort(found, count, sizeof(*found), cmp_consumed);
+	for (size_t i = 0; i < count; i++) {
+		struct record *r = found[i];
+
+		if (r->parent_key.consumed) {
+			r->parent = record_find(s, &r->parent_key);
+			if (!r->parent) {
+				disk_unlink(r);
+				free(r);
+				continue;
+			}
+		}
+		r->committed = true;
+		r->created_ns = now; /* ages count from this start */
+		r->used_ns = now;
+		r->hash_next = s->buckets[key_bucket(&r->key)];
+		s->buckets[key_bucket(&r->key)] = r;
+		if (r->parent)
+			r->parent->children++;
+		lru_push(m, r);
+		s->records++;
+		m->stats.records++;
+	}
+	free(found);
+}
+
+/*
+ * Finds the scopes of a previous start on the disk tier: each directory
+ * whose "scope" file, under this manager's name, hashes to the
+ * directory's name (R-POOL-16). Another name's scopes are left alone.
+ */
+static void disk_scan(struct pool_manager *m)
+{
+	struct pool_attach *a = &m->attach;
+	uint8_t *body = m->attach_body;
+	int fd = dup(m->dir_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	for (struct dirent *e; (e = readdir(d));) {
+		char why[256];
+		uint8_t id[POOL_SCOPE_BYTES];
+		struct scope *s;
+		ssize_t n;
+		int f, sd;
+
+		if (strlen(e->d_name) != 2 * POOL_SCOPE_BYTES ||
+		    !sel_hex_decode(id, e->d_name, POOL_SCOPE_BYTES))
+			continue;
+		sd = openat(m->dir_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		f = sd < 0 ? -1 : openat(sd, "scope", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		n = f < 0 ? -1 : pread(f, body, sizeof(m->attach_body), 0);
+		if (f >= 0)
+			close(f);
+		if (sd >= 0)
+			close(sd);
+		if (n < 0 || pool_attach_decode(body, (uint32_t)n, a, why, sizeof(why)))
+			continue;
+		{
+			uint8_t computed[POOL_SCOPE_BYTES];
+
+			pool_scope_of_attach(m->name, body, (uint32_t)n, computed);
+			if (memcmp(computed, id, POOL_SCOPE_BYTES))
+				continue; /* another pool name's, or not a scope */
+		}
+		s = scope_get(m, id, a, NULL, 0);
+		if (s && s->dir_fd >= 0)
+			disk_scan_scope(m, s);
+	}
+	closedir(d);
+	if (m->stats.records)
+		sel_info("pool: the disk tier holds %" PRIu64 " records", m->stats.records);
+}
+
+/* ---- The loop ---- */
+
+int pool_manager_run(struct pool_manager *m)
+{
+	struct pollfd *fds = m->fds;
+	uint64_t drain_until = 0;
+
+	for (;;) {
+		uint64_t now = sel_monotonic_ns();
+		nfds_t count = 2;
+		int n;
+
+		pthread_mutex_lock(&m->stats_lock);
+		timers(m, now);
+		for (uint32_t i = 0; i < m->conn_count; i++)
+			if (m->conns[i]->state == C_SERVING)
+				streams_fill(m, m->conns[i], now);
+		pthread_mutex_unlock(&m->stats_lock);
+		if (m->draining && (!m->puts && !m->claims ? true : now > drain_until)) {
+			for (uint32_t i = 0; i < m->conn_count; i++)
+				if (m->conns[i]->keyed) {
+					send_frame(m->conns[i], POOL_MSG_BYE, NULL, 0, NULL, 0);
+					conn_write(m->conns[i], now);
+				}
+			return 0;
+		}
+		fds[0] = (struct pollfd){ .fd = m->listen_fd, .events = POLLIN };
+		fds[1] = (struct pollfd){ .fd = m->stop_fd, .events = POLLIN };
+		for (uint32_t i = 0; i < m->conn_count; i++) {
+			struct conn *c = m->conns[i];
+
+			fds[count++] = (struct pollfd){
+				.fd = c->fd,
+				.events = (short)((c->closing ? 0 : POLLIN) |
+						  (c->out_sent < c->out_used ? POLLOUT : 0)) };
+		}
+		n = poll(fds, count, TICK_MS);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		now = sel_monotonic_ns();
+		pthread_mutex_lock(&m->stats_lock);
+		if (fds[1].revents & POLLIN) {
+			uint64_t v;
+
+			if (read(m->stop_fd, &v, sizeof(v)) < 0) {
+				/* nothing to drain: the flag below is what counts */
+			}
+			if (!m->draining) {
+				sel_info("pool: draining (R-POOL-45)");
+				m->draining = true;
+				drain_until = now + (uint64_t)m->config.claim_setup_ms * 1000000ull;
+			}
+		}
+		if (fds[0].revents & POLLIN)
+			accept_all(m, now);
+		/* connections only: those accepted just now are polled next time */
+		for (nfds_t k = 2; k < count; k++) {
+			struct conn *c = NULL;
+
+			for (uint32_t i = 0; i < m->conn_count; i++)
+				if (m->conns[i]->fd == fds[k].fd)
+					c = m->conns[i];
+			if (!c)
+				continue;
+			if (fds[k].revents & (POLLIN | POLLHUP | POLLERR))
+				conn_read(m, c, now);
+			if (c->state == C_SERVING)
+				streams_fill(m, c, now);
+			if (conn_write(c, now) < 0) {
+				c->closing = true;
+				c->out_used = c->out_sent = 0;
+			}
+		}
+		for (uint32_t i = 0; i < m->conn_count;) {
+			struct conn *c = m->conns[i];
+
+			if (c->closing && c->out_sent == c->out_used) {
+				conn_free(m, i);
+				continue;
+			}
+			i++;
+		}
+		pthread_mutex_unlock(&m->stats_lock);
+	}
+}
+
+void pool_manager_stop(struct pool_manager *m)
+{
+	uint64_t one = 1;
+
+	if (write(m->stop_fd, &one, sizeof(one)) < 0) {
+		/* the counter is saturated: a stop is pending already */
+	}
+}
+
+void pool_manager_stats(struct pool_manager *m, struct pool_manager_stats *out)
+{
+	pthread_mutex_lock(&m->stats_lock);
+	*out = m->stats;
+	pthread_mutex_unlock(&m->stats_lock);
+}
+
+uint16_t pool_manager_port(const struct pool_manager *m)
+{
+	return m->port;
+}
+
+const char *pool_manager_arena_path(const struct pool_manager *m)
+{
+	return m->arena_path;
+}
+
+/* Splits "host:port", "[v6]:port" or ":port"; host "" binds every address. */
+static int split_address(const char *text, char *host, size_t host_size, char *port,
+			 size_t port_size)
+{
+	const char *colon = strrchr(text, ':');
+	size_t host_len;
+
+	if (!colon || !colon[1] || strlen(colon + 1) >= port_size)
+		return -EINVAL;
+	host_len = (size_t)(colon - text);
+	if (host_len && text[0] == '[') {
+		if (text[host_len - 1] != ']')
+			return -EINVAL;
+		text++;
+		host_len -= 2;
+	}
+	if (host_len >= host_size)
+		return -EINVAL;
+	memcpy(host, text, host_len);
+	host[host_len] = '\0';
+	snprintf(port, port_size, "%s", colon + 1);
+	return 0;
+}
+
+static int listen_on(struct pool_manager *m, const char *address, char *why, size_t why_size)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *res = NULL;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char host[256], port[16];
+	int fd = -1, one = 1, ret;
+
+	if (split_address(address, host, sizeof(host), port, sizeof(port)))
+		return sel_fail(-EINVAL, why, why_size, "--listen %s: expected host:port", address);
+	ret = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+	if (ret)
+		return sel_fail(-EINVAL, why, why_size, "--listen %s: %s", address,
+				gai_strerror(ret));
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		ret = -errno;
+		goto err_free;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 128) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len)) {
+		ret = -errno;
+		goto err_close;
+	}
+	m->listen_fd = fd;
+	m->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						 : ((struct sockaddr_in *)&ss)->sin_port);
+	freeaddrinfo(res);
+	return 0;
+err_close:
+	close(fd);
+err_free:
+	freeaddrinfo(res);
+	return sel_fail(ret, why, why_size, "--listen %s: %s", address, strerror(-ret));
+}
+
+static int arena_create(struct pool_manager *m, char *why, size_t why_size)
+{
+	static atomic_uint counter;
+	uint8_t header[POOL_ARENA_HEADER_BYTES];
+	int fd, ret;
+
+	snprintf(m->arena_path, sizeof(m->arena_path), "/dev/shm/selene-pool-%s-%d-%u", m->name,
+		 (int)getpid(), atomic_fetch_add(&counter, 1));
+	for (char *p = m->arena_path + 9; *p; p++)
+		if (*p == '/')
+			*p = '_';
+	{
+		uint8_t nonce[CLUSTER_NONCE_BYTES];
+
+		if (cluster_nonce_fill(nonce) && cluster_nonce_fill(nonce))
+			return sel_fail(-EIO, why, why_size, "no random bytes for the arena id");
+		memcpy(m->arena_id, nonce, POOL_ARENA_ID_BYTES);
+	}
+	m->arena_bytes = POOL_ARENA_HEADER_BYTES + sel_align_up(m->config.memory_bytes, 4096);
+	fd = open(m->arena_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sel_fail(-errno, why, why_size, "arena %s: %s", m->arena_path,
+				strerror(errno));
+	if (ftruncate(fd, (off_t)m->arena_bytes)) {
+		ret = -errno;
+		goto err_unlink;
+	}
+	m->arena = mmap(NULL, m->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m->arena == MAP_FAILED) {
+		m->arena = NULL;
+		ret = -errno;
+		goto err_unlink;
+	}
+	close(fd);
+	pool_arena_header_encode(header, m->arena_id, 1, m->arena_bytes);
+	memcpy(m->arena, header, sizeof(header));
+	/* shares are placed past the header: offsets below count from there */
+	m->arena += POOL_ARENA_HEADER_BYTES;
+	m->free_list[0] = (struct pool_place){ 0, m->arena_bytes - POOL_ARENA_HEADER_BYTES };
+	m->free_count = 1;
+	return 0;
+err_unlink:
+	close(fd);
+	unlink(m->arena_path);
+	return sel_fail(ret, why, why_size, "arena %s of %" PRIu64 " bytes: %s", m->arena_path,
+			m->arena_bytes, strerror(-ret));
+}
+
+int pool_manager_open(const struct pool_manager_config *config, struct pool_manager **out,
+		      char *why, size_t why_size)
+{
+	struct pool_manager *m;
+	size_t name_len = config->name ? strlen(config->name) : 0;
+	int ret;
+
+	if (name_len < 1 || name_len > POOL_NAME_BYTES_MAX)
+		return sel_fail(-EINVAL, why, why_size, "--name must be 1 .. %u bytes",
+				POOL_NAME_BYTES_MAX);
+	for (size_t i = 0; i < name_len; i++)
+		if (config->name[i] < 0x21 || config->name[i] > 0x7e)
+			return sel_fail(-EINVAL, why, why_size,
+					"--name must be printable ASCII without spaces");
+	if (config->memory_bytes < (1u << 20))
+		return sel_fail(-EINVAL, why, why_size, "--memory must be at least 1 MiB");
+	if (config->window_bytes && (config->window_bytes < POOL_WINDOW_BYTES_MIN ||
+				     config->window_bytes > POOL_WINDOW_BYTES_MAX ||
+				     !sel_is_aligned(config->window_bytes, 4096)))
+		return sel_fail(-EINVAL, why, why_size, "window bytes %u out of range",
+				config->window_bytes);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->free_list = calloc(EXTENTS_MAX, sizeof(m->free_list[0]));
+	if (!m->free_list) {
+		free(m);
+		return -ENOMEM;
+	}
+	m->config = *config;
+	if (!m->config.window_bytes)
+		m->config.window_bytes = POOL_WINDOW_BYTES_DEFAULT;
+	if (!m->config.connections_max || m->config.connections_max > POOL_CONNECTIONS_MAX)
+		m->config.connections_max = POOL_CONNECTIONS_MAX;
+	if (!m->config.claim_setup_ms)
+		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS;
+	if (m->config.claim_setup_ms > POOL_CLAIM_SETUP_MS_MAX)
+		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS_MAX;
+	m->config.listen = NULL;
+	m->config.name = NULL;
+	memcpy(m->name, config->name, name_len + 1);
+	m->listen_fd = -1;
+	m->dir_fd = -1;
+	m->next_put_id = 1;
+	pthread_mutex_init(&m->stats_lock, NULL);
+	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (m->stop_fd < 0) {
+		ret = sel_fail(-errno, why, why_size, "eventfd: %s", strerror(errno));
+		goto err_free;
+	}
+	ret = listen_on(m, config->listen ? config->listen : ":0", why, why_size);
+	if (ret)
+		goto err_close_stop;
+	ret = arena_create(m, why, why_size);
+	if (ret)
+		goto err_close_listen;
+	if (config->dir) {
+		if (mkdir(config->dir, 0700) && errno != EEXIST) {
+			ret = sel_fail(-errno, why, why_size, "--dir %s: %s", config->dir,
+				       strerror(errno));
+			goto err_close_arena;
+		}
+		m->dir_fd = open(config->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (m->dir_fd < 0) {
+			ret = sel_fail(-errno, why, why_size, "--dir %s: %s", config->dir,
+				       strerror(errno));
+			goto err_close_arena;
+		}
+		disk_scan(m);
+	}
+	*out = m;
+	return 0;
+err_close_arena:
+	munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
+	unlink(m->arena_path);
+err_close_listen:
+	close(m->listen_fd);
+err_close_stop:
+	close(m->stop_fd);
+err_free:
+	free(m->free_list);
+	free(m);
+	return ret;
+}
+
+void pool_manager_close(struct pool_manager *m)
+{
+	if (!m)
+		return;
+	while (m->conn_count)
+		conn_free(m, 0);
+	while (m->puts)
+		put_fail(m, m->puts, -ESHUTDOWN, "the manager closed");
+	while (m->claims)
+		claim_end(m, m->claims);
+	while (m->lru_head)
+		if (!evict_one(m))
+			break;
+	/* records on disk stay there for the next start: drop only the index */
+	while (m->lru_head) {
+		struct record *r = m->lru_head;
+
+		if (!r->on_disk)
+			break; /* arena records were evicted above where they could be */
+		r->on_disk = false; /* forget, do not unlink */
+		for (uint32_t i = 0; i < r->world_size; i++)
+			r->shares[i].bytes = 0;
+		lru_unlink(m, r);
+		free(r);
+	}
+	for (struct scope *s = m->scopes, *next; s; s = next) {
+		next = s->next;
+		if (s->dir_fd >= 0)
+			close(s->dir_fd);
+		free(s);
+	}
+	if (m->dir_fd >= 0)
+		close(m->dir_fd);
+	if (m->arena) {
+		munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
+		unlink(m->arena_path);
+	}
+	close(m->listen_fd);
+	close(m->stop_fd);
+	pthread_mutex_destroy(&m->stats_lock);
+	free(m->free_list);
+	free(m);
+}

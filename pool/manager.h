@@ -1,0 +1,93 @@
+/*
+ * The pool manager (pool/PROTOCOL.md; docs/DESIGN.md, "The pool manager"):
+ * library code that `selene pool` (launch/cmd_pool.c) drives and tests run
+ * in-process. One thread runs a poll loop over a listener and every
+ * connection (non-blocking sockets): the handshake and ATTACH, per-instance
+ * sessions, an index of records per scope, an arena in one /dev/shm file
+ * with a first-fit allocator, LRU eviction and max-age expiry, puts that
+ * commit only when every share verified, and claims that pin chains until
+ * they end or their deadline passes.
+ *
+ * The disk tier (config.dir) is read and written on the loop's thread:
+ * a spill or a claim of a record on disk stalls the other connections for
+ * that file I/O. The metrics endpoint is the program's (launch/cmd_pool.c).
+ */
+#ifndef SELENE_POOL_MANAGER_H
+#define SELENE_POOL_MANAGER_H
+
+#include "pool/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct pool_manager;
+
+struct pool_manager_config {
+	const char *listen;  /* "host:port", "[v6]:port" or ":port"; port 0 picks one */
+	const char *name;    /* 1 .. POOL_NAME_BYTES_MAX printable bytes */
+	uint8_t secret[POOL_SECRET_BYTES];
+	uint64_t memory_bytes;  /* the arena, past its 4096-byte header */
+	uint64_t max_age_ms;    /* 0: records never expire */
+	uint32_t window_bytes;  /* 0: POOL_WINDOW_BYTES_DEFAULT */
+	uint32_t claim_setup_ms; /* 0: POOL_CLAIM_SETUP_MS */
+	/*
+	 * The disk tier, or NULL: records the arena evicts move here as record
+	 * files (one directory per scope, one per rank), come back for a claim,
+	 * and are found again when a manager of the same name starts on it.
+	 */
+	const char *dir;
+	/* Connections served at once, 0: POOL_CONNECTIONS_MAX (at most that). */
+	uint32_t connections_max;
+};
+
+/* Counters, for logs, tests and metrics. */
+struct pool_manager_stats {
+	uint64_t connections;      /* accepted */
+	uint64_t refused;          /* connections refused (any reason) */
+	uint64_t auth_failures;    /* a MAC or tag that did not verify */
+	uint64_t records;          /* committed, all scopes */
+	uint64_t arena_used_bytes;
+	uint64_t puts_committed;
+	uint64_t puts_failed;
+	uint64_t claims_granted;
+	uint64_t claims_refused;
+	uint64_t lookups;
+	uint64_t lookup_hits;
+	uint64_t evicted;          /* dropped for room */
+	uint64_t expired;
+	uint64_t spilled;          /* moved from the arena to the disk tier */
+	uint64_t loaded;           /* moved back from the disk tier for a claim */
+	uint64_t disk_failures;    /* a share file unreadable or failing its checks */
+};
+
+/*
+ * Binds the listener, creates the arena file (/dev/shm/selene-pool-<name>-
+ * <pid>-<n>, mode 0600) and maps it. Returns 0 and *out, or a negative
+ * errno with the reason in why. Nothing is served until pool_manager_run.
+ */
+int pool_manager_open(const struct pool_manager_config *config, struct pool_manager **out,
+		      char *why, size_t why_size);
+
+/* The port the listener is bound to. */
+uint16_t pool_manager_port(const struct pool_manager *m);
+
+/* The arena file's path. */
+const char *pool_manager_arena_path(const struct pool_manager *m);
+
+/*
+ * Serves until pool_manager_stop: then drains (R-POOL-45: refuses new
+ * connections and requests, lets live claims and puts finish until their
+ * deadlines), sends BYE everywhere and returns 0. Call from one thread.
+ */
+int pool_manager_run(struct pool_manager *m);
+
+/* Asks the loop to drain and return; async-signal-safe, any thread. */
+void pool_manager_stop(struct pool_manager *m);
+
+/* A copy of the counters, from any thread. */
+void pool_manager_stats(struct pool_manager *m, struct pool_manager_stats *out);
+
+/* Closes every connection, unlinks the arena and frees m. NULL does nothing. */
+void pool_manager_close(struct pool_manager *m);
+
+#endif

@@ -1,0 +1,487 @@
+/*
+ * The pool wire protocol (pool/PROTOCOL.md, rules R-POOL-*): the frame
+ * grammar (the cluster's header with magic SELP, R-POOL-2), the handshake
+ * MACs, the connection key and frame tags (R-POOL-10 .. R-POOL-12), every
+ * message's encoder and decoder, and a frame receiver that a poll loop (the
+ * manager) or a blocking reader (the client) drives.
+ *
+ * Bytes and validation only: no sockets are made here, no threads, and
+ * nothing is allocated. Encoders write a message's body (the payload
+ * without its tag) into the caller's buffer and return its length, or
+ * -ENOSPC, SEL_ETOOBIG, -EINVAL as R-WIRE-11; decoders take a body whose
+ * frame, checksum and tag were verified, and return 0 or SEL_EPROTO with
+ * the reason (citing its rule). Decoded arrays are views into the body,
+ * read with the accessors; every entry was validated by the decoder.
+ */
+#ifndef SELENE_POOL_WIRE_H
+#define SELENE_POOL_WIRE_H
+
+#include "cluster/protocol.h"
+#include "common/limits.h"
+#include "record/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define POOL_MAGIC "SELP"
+#define POOL_VERSION 1u
+#define POOL_NONCE_BYTES 32u
+#define POOL_MAC_BYTES 32u
+#define POOL_KEY_BYTES 32u  /* the connection key Kc */
+#define POOL_TAG_BYTES 16u
+#define POOL_SECRET_BYTES 32u
+#define POOL_INSTANCE_ID_BYTES 16u
+#define POOL_SCOPE_BYTES 32u
+#define POOL_ARENA_ID_BYTES 16u
+#define POOL_ARENA_HEADER_BYTES 4096u
+#define POOL_ARENA_MAGIC "SELPOOLA"
+
+/* Message types (R-POOL-3). */
+enum pool_msg_type {
+	POOL_MSG_HELLO = 1,
+	POOL_MSG_CHALLENGE = 2,
+	POOL_MSG_PROOF = 3,
+	POOL_MSG_WELCOME = 4,
+	POOL_MSG_REFUSE = 5,
+	POOL_MSG_ATTACH = 6,
+	POOL_MSG_ATTACHED = 7,
+	POOL_MSG_LOOKUP = 8,
+	POOL_MSG_ANSWER = 9,
+	POOL_MSG_CLAIM = 10,
+	POOL_MSG_CLAIMED = 11,
+	POOL_MSG_CLAIM_PULL = 12,
+	POOL_MSG_CLAIM_WINDOW = 13,
+	POOL_MSG_CLAIM_PLACES = 14,
+	POOL_MSG_CLAIM_END = 15,
+	POOL_MSG_PUT_BEGIN = 16,
+	POOL_MSG_PUT_READY = 17,
+	POOL_MSG_PUT_WINDOW = 18,
+	POOL_MSG_PUT_END = 19,
+	POOL_MSG_HEARTBEAT = 20,
+	POOL_MSG_BYE = 21,
+	POOL_MSG_TYPE_LAST = POOL_MSG_BYE,
+};
+
+/* The pool's frame grammar (R-POOL-2 .. R-POOL-4). */
+extern const struct cluster_grammar pool_grammar;
+
+/* Fixed sizes of bodies (payloads without their tag). */
+enum pool_body_bytes {
+	POOL_WELCOME_FIXED_BYTES = 84, /* plus name and arena path */
+	POOL_WELCOME_OFF_NAME_LENGTH = 80,
+	POOL_REFUSE_FIXED_BYTES = 6,
+	POOL_ATTACH_FIXED_BYTES = 84, /* plus 16 per rank */
+	POOL_ATTACH_RANK_BYTES = 16,
+	POOL_ATTACHED_BYTES = 40,
+	POOL_LOOKUP_FIXED_BYTES = 12, /* plus 24 per key */
+	POOL_WIRE_KEY_BYTES = 24,
+	POOL_ANSWER_FIXED_BYTES = 12, /* plus 33 per chain entry */
+	POOL_CHAIN_ENTRY_BYTES = 33,
+	POOL_CLAIM_BYTES = 32,
+	POOL_CLAIMED_FIXED_BYTES = 20, /* plus 33 per chain entry */
+	POOL_CLAIM_PULL_BYTES = 13,
+	POOL_CLAIM_WINDOW_HEAD_BYTES = 21, /* plus data */
+	POOL_CLAIM_PLACES_FIXED_BYTES = 12, /* plus 16 per record */
+	POOL_PLACE_BYTES = 16,
+	POOL_CLAIM_END_BYTES = 12,
+	POOL_PUT_BEGIN_FIXED_BYTES = 65, /* plus 8 per rank */
+	POOL_PUT_READY_BYTES = 20,
+	POOL_PUT_WINDOW_HEAD_BYTES = 16, /* plus data */
+	POOL_PUT_END_BYTES = 13,
+	POOL_HEARTBEAT_BYTES = 8,
+};
+
+/* The largest control body (not a window): a LOOKUP or ANSWER of 4096. */
+#define POOL_CONTROL_BODY_BYTES_MAX                                        \
+	(POOL_CLAIMED_FIXED_BYTES + POOL_CHAIN_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX)
+
+/* Why a connection was refused (R-POOL-9). */
+enum pool_refuse_reason {
+	POOL_REFUSE_PROTOCOL = 1,
+	POOL_REFUSE_AUTH = 2,
+	POOL_REFUSE_SCOPE = 3,
+	POOL_REFUSE_WORLD = 4,
+	POOL_REFUSE_BUSY = 5,
+	POOL_REFUSE_SHUTDOWN = 6,
+	POOL_REFUSE_DEADLINE = 7,
+	POOL_REFUSE_REASON_LAST = POOL_REFUSE_DEADLINE,
+};
+
+/* The name of a reason ("auth"), or "unknown". */
+const char *pool_refuse_reason_name(uint32_t reason);
+
+/* Directions, as the frame tags name them (R-POOL-12). */
+enum pool_direction {
+	POOL_TO_MANAGER = 0,
+	POOL_TO_RANK = 1,
+};
+
+/* A window's part of a record image (R-POOL-33). */
+enum pool_section {
+	POOL_SECTION_HEADER = 0,
+	POOL_SECTION_CHECKSUMS = 1,
+	POOL_SECTION_PAGES = 2,
+	POOL_SECTION_ROW = 3,
+};
+
+/* One record of a chain, root first (R-POOL-21). */
+struct pool_chain_entry {
+	struct rec_key key;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
+};
+
+/* ---- MACs, the connection key, tags (R-POOL-10 .. R-POOL-12) ---- */
+
+/* The rank's PROOF MAC. */
+void pool_proof_mac(const uint8_t secret[POOL_SECRET_BYTES],
+		    const uint8_t server_nonce[POOL_NONCE_BYTES],
+		    const uint8_t client_nonce[POOL_NONCE_BYTES], uint8_t out[POOL_MAC_BYTES]);
+
+/* The manager's WELCOME MAC over the nonces and WELCOME's bytes 32 .. end. */
+void pool_welcome_mac(const uint8_t secret[POOL_SECRET_BYTES],
+		      const uint8_t client_nonce[POOL_NONCE_BYTES],
+		      const uint8_t server_nonce[POOL_NONCE_BYTES], const uint8_t *facts,
+		      size_t facts_length, uint8_t out[POOL_MAC_BYTES]);
+
+/* The connection key Kc. */
+void pool_connection_key(const uint8_t secret[POOL_SECRET_BYTES],
+			 const uint8_t client_nonce[POOL_NONCE_BYTES],
+			 const uint8_t server_nonce[POOL_NONCE_BYTES],
+			 uint8_t out[POOL_KEY_BYTES]);
+
+/* Whether type's frames carry a tag when sent after WELCOME. */
+bool pool_type_tagged(uint16_t type);
+
+/* The head of a window type (21, 16), or 0 for any other type. */
+uint32_t pool_window_head_bytes(uint16_t type);
+
+/*
+ * The tag of a frame: prefix is header bytes 0 .. 23
+ * (cluster_frame_header_prefix), covered the bytes R-POOL-12 names (the
+ * whole body, or a window's head).
+ */
+void pool_frame_tag(const uint8_t key[POOL_KEY_BYTES], enum pool_direction direction,
+		    const uint8_t prefix[CLUSTER_OFF_PAYLOAD_CHECKSUM], const uint8_t *covered,
+		    size_t covered_length, uint8_t out[POOL_TAG_BYTES]);
+
+/* Compares two tags in time that does not depend on where they differ. */
+bool pool_tag_equal(const uint8_t a[POOL_TAG_BYTES], const uint8_t b[POOL_TAG_BYTES]);
+
+/*
+ * Builds a frame's header (and, with key, its tag): body is the message's
+ * body (a window's head), data a window's data (NULL and 0 for other
+ * frames). With key NULL the frame has no tag (handshake frames). The
+ * frame on the wire is header, body, data, then the tag when keyed.
+ * Asserts the length is within the type's bounds.
+ */
+void pool_frame_build(const uint8_t *key, enum pool_direction direction, uint64_t sequence,
+		      uint16_t type, const uint8_t *body, uint32_t body_length,
+		      const uint8_t *data, uint32_t data_length,
+		      uint8_t header[CLUSTER_FRAME_HEADER_BYTES], uint8_t tag[POOL_TAG_BYTES]);
+
+/* ---- The frame receiver ---- */
+
+/* What pool_rx_feed reports. */
+enum pool_rx_event {
+	POOL_RX_MORE = 0,  /* give it more bytes */
+	POOL_RX_HEAD = 1,  /* a window's head is in rx->body: set rx->data, feed on */
+	POOL_RX_FRAME = 2, /* a whole frame is in and verified */
+};
+
+/*
+ * One direction of a connection being read, a frame at a time: the header
+ * (checked on its own, R-WIRE-2 .. R-WIRE-6, and its sequence, R-POOL-5),
+ * the body into body (control frames, and a window's head), a window's data
+ * straight to rx->data (set by the caller on POOL_RX_HEAD), then the tag.
+ * The payload checksum (R-WIRE-7) and the tag (R-POOL-12) are checked when
+ * the frame is whole. Initialise with pool_rx_init.
+ */
+struct pool_rx {
+	uint8_t *body;         /* caller-owned, body_size bytes */
+	uint32_t body_size;    /* at least POOL_CONTROL_BODY_BYTES_MAX */
+	const uint8_t *key;    /* Kc once WELCOME passed; NULL before */
+	enum pool_direction direction; /* of the frames read */
+	uint64_t next_sequence;
+	/* the frame being read */
+	struct cluster_frame_header header;
+	uint32_t body_length;  /* the body's (window: head's) length */
+	uint32_t data_length;  /* a window's data; 0 otherwise */
+	uint8_t *data;         /* where a window's data goes (caller sets) */
+	/* progress, private */
+	uint8_t raw[CLUSTER_FRAME_HEADER_BYTES];
+	uint8_t tag[POOL_TAG_BYTES];
+	uint64_t done;         /* bytes of this frame consumed */
+	uint64_t frames;       /* frames read */
+	bool head_given;       /* POOL_RX_HEAD was returned for this frame */
+	_Alignas(64) unsigned char xxh[640]; /* the payload's XXH3 state */
+};
+
+void pool_rx_init(struct pool_rx *rx, uint8_t *body, uint32_t body_size,
+		  enum pool_direction direction);
+
+/*
+ * Reads from fd what it has for the current frame (without waiting when fd
+ * is non-blocking; a blocking fd reads until it has the frame or its head).
+ * Returns a pool_rx_event, or: 0 with *eof set when fd is at end of file
+ * between frames; SEL_EPROTO (malformed, bad checksum, bad tag: why says
+ * which, -EACCES for a tag), SEL_ETOOBIG (a body over body_size), or a
+ * negative errno. After POOL_RX_FRAME the next call starts a new frame.
+ */
+int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_size);
+
+/*
+ * Blocking read of one whole control frame (a window is a protocol error
+ * here), within the socket's timeouts. Returns 1 with the frame in rx, 0
+ * at end of file between frames, or a failure as pool_rx_feed.
+ */
+int pool_rx_read_frame(struct pool_rx *rx, int fd, char *why, size_t why_size);
+
+/*
+ * Blocking write of one frame (pool_frame_build), incrementing *sequence
+ * once it is all written. Returns 0 or a negative errno.
+ */
+int pool_frame_write(int fd, const uint8_t *key, enum pool_direction direction,
+		     uint64_t *sequence, uint16_t type, const uint8_t *body,
+		     uint32_t body_length, const uint8_t *data, uint32_t data_length);
+
+/* ---- Messages ---- */
+
+/* HELLO, CHALLENGE, PROOF (R-POOL-10): 32 bytes each, never all zero. */
+int pool_bytes32_encode(const uint8_t in[32], uint8_t *buf, size_t buf_size);
+int pool_nonce_decode(uint16_t type, const uint8_t *body, uint32_t length, uint8_t out[32],
+		      char *why, size_t why_size);
+
+/* WELCOME (R-POOL-13). */
+struct pool_welcome {
+	uint8_t mac[POOL_MAC_BYTES];
+	uint8_t arena_id[POOL_ARENA_ID_BYTES];
+	uint64_t arena_generation;
+	uint64_t arena_bytes;
+	uint32_t window_bytes;
+	uint32_t claims_max;
+	uint32_t puts_max;
+	uint32_t claim_setup_ms;
+	char name[POOL_NAME_BYTES_MAX + 1];
+	char arena_path[POOL_ARENA_PATH_BYTES_MAX + 1];
+};
+
+int pool_welcome_encode(const struct pool_welcome *m, uint8_t *buf, size_t buf_size);
+int pool_welcome_decode(const uint8_t *body, uint32_t length, struct pool_welcome *out,
+			char *why, size_t why_size);
+
+/* REFUSE (R-POOL-9). */
+struct pool_refuse {
+	uint32_t reason;
+	char text[CLUSTER_REFUSE_TEXT_BYTES_MAX + 1];
+};
+
+int pool_refuse_encode(const struct pool_refuse *m, uint8_t *buf, size_t buf_size);
+int pool_refuse_decode(const uint8_t *body, uint32_t length, struct pool_refuse *out,
+		       char *why, size_t why_size);
+
+/* ATTACH (R-POOL-14): the scope parts by value. */
+struct pool_attach {
+	uint32_t rank;
+	uint32_t world_size;
+	uint8_t instance_id[POOL_INSTANCE_ID_BYTES];
+	struct rec_identity namespace_id;
+	struct rec_digest layout_digest;
+	uint32_t page_tokens;
+	uint32_t plane_count;
+	uint64_t page_bytes[REC_WORLD_SIZE_MAX];
+	uint64_t row_bytes[REC_WORLD_SIZE_MAX];
+};
+
+int pool_attach_encode(const struct pool_attach *m, uint8_t *buf, size_t buf_size);
+int pool_attach_decode(const uint8_t *body, uint32_t length, struct pool_attach *out,
+		       char *why, size_t why_size);
+
+/* R-POOL-16: the scope of an encoded ATTACH body under pool name. */
+void pool_scope_of_attach(const char *name, const uint8_t *attach_body, uint32_t length,
+			  uint8_t out[POOL_SCOPE_BYTES]);
+
+/* ATTACHED (R-POOL-17). */
+struct pool_attached {
+	uint8_t scope[POOL_SCOPE_BYTES];
+	uint64_t scope_records;
+};
+
+int pool_attached_encode(const struct pool_attached *m, uint8_t *buf, size_t buf_size);
+int pool_attached_decode(const uint8_t *body, uint32_t length, struct pool_attached *out,
+			 char *why, size_t why_size);
+
+/* LOOKUP (R-POOL-20): keys point into the body. */
+struct pool_lookup_view {
+	uint64_t ticket;
+	uint32_t key_count;
+	const uint8_t *keys;
+};
+
+int pool_lookup_encode(uint64_t ticket, const struct rec_key *keys, uint32_t key_count,
+		       uint8_t *buf, size_t buf_size);
+int pool_lookup_decode(const uint8_t *body, uint32_t length, struct pool_lookup_view *out,
+		       char *why, size_t why_size);
+void pool_lookup_view_key(const struct pool_lookup_view *v, uint32_t index,
+			  struct rec_key *out);
+
+/* A chain as ANSWER and CLAIMED carry it; entries point into the body. */
+struct pool_chain_view {
+	uint32_t count;
+	const uint8_t *entries;
+};
+
+void pool_chain_view_entry(const struct pool_chain_view *v, uint32_t index,
+			   struct pool_chain_entry *out);
+
+/* ANSWER (R-POOL-21). */
+int pool_answer_encode(uint64_t ticket, const struct pool_chain_entry *chain,
+		       uint32_t count, uint8_t *buf, size_t buf_size);
+int pool_answer_decode(const uint8_t *body, uint32_t length, uint64_t *ticket,
+		       struct pool_chain_view *chain, char *why, size_t why_size);
+
+/* CLAIM (R-POOL-30). */
+struct pool_claim {
+	uint64_t claim_id;
+	struct rec_key key;
+};
+
+int pool_claim_encode(const struct pool_claim *m, uint8_t *buf, size_t buf_size);
+int pool_claim_decode(const uint8_t *body, uint32_t length, struct pool_claim *out,
+		      char *why, size_t why_size);
+
+/* CLAIMED (R-POOL-31). */
+struct pool_claimed {
+	uint64_t claim_id;
+	int32_t result;
+	uint32_t deadline_ms;
+};
+
+int pool_claimed_encode(const struct pool_claimed *m, const struct pool_chain_entry *chain,
+			uint32_t count, uint8_t *buf, size_t buf_size);
+int pool_claimed_decode(const uint8_t *body, uint32_t length, struct pool_claimed *out,
+			struct pool_chain_view *chain, char *why, size_t why_size);
+
+/* CLAIM_PULL (R-POOL-32). */
+struct pool_claim_pull {
+	uint64_t claim_id;
+	uint32_t skip_pages;
+	uint8_t mode; /* 0 stream, 1 places */
+};
+
+int pool_claim_pull_encode(const struct pool_claim_pull *m, uint8_t *buf, size_t buf_size);
+int pool_claim_pull_decode(const uint8_t *body, uint32_t length, struct pool_claim_pull *out,
+			   char *why, size_t why_size);
+
+/* CLAIM_WINDOW's head (R-POOL-33); data_length is the frame's data. */
+struct pool_claim_window {
+	uint64_t claim_id;
+	uint32_t chain_index;
+	uint8_t section; /* enum pool_section */
+	uint32_t first;
+	uint32_t count;
+};
+
+int pool_claim_window_encode(const struct pool_claim_window *m, uint32_t data_length,
+			     uint8_t *buf, size_t buf_size);
+int pool_claim_window_decode(const uint8_t *head, uint32_t head_length,
+			     uint32_t data_length, struct pool_claim_window *out, char *why,
+			     size_t why_size);
+
+/* CLAIM_PLACES (R-POOL-34). */
+struct pool_place {
+	uint64_t offset;
+	uint64_t bytes;
+};
+
+struct pool_places_view {
+	uint64_t claim_id;
+	uint32_t count;
+	const uint8_t *places;
+};
+
+int pool_claim_places_encode(uint64_t claim_id, const struct pool_place *places,
+			     uint32_t count, uint8_t *buf, size_t buf_size);
+int pool_claim_places_decode(const uint8_t *body, uint32_t length,
+			     struct pool_places_view *out, char *why, size_t why_size);
+void pool_places_view_place(const struct pool_places_view *v, uint32_t index,
+			    struct pool_place *out);
+
+/* CLAIM_END (R-POOL-35). */
+struct pool_claim_end {
+	uint64_t claim_id;
+	int32_t result;
+};
+
+int pool_claim_end_encode(const struct pool_claim_end *m, uint8_t *buf, size_t buf_size);
+int pool_claim_end_decode(const uint8_t *body, uint32_t length, struct pool_claim_end *out,
+			  char *why, size_t why_size);
+
+/* PUT_BEGIN (R-POOL-40): share_bytes point into the body. */
+struct pool_put_begin {
+	uint64_t request_id;
+	struct rec_key key;
+	struct rec_key parent;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
+	uint32_t world_size;
+	const uint8_t *share_bytes; /* world_size u64s (decode); see encode */
+};
+
+/* Encodes m with share_bytes[world_size] taken from shares. */
+int pool_put_begin_encode(const struct pool_put_begin *m, const uint64_t *shares,
+			  uint8_t *buf, size_t buf_size);
+int pool_put_begin_decode(const uint8_t *body, uint32_t length, struct pool_put_begin *out,
+			  char *why, size_t why_size);
+uint64_t pool_put_begin_share_bytes(const struct pool_put_begin *m, uint32_t rank);
+
+/* PUT_READY (R-POOL-40). */
+struct pool_put_ready {
+	uint64_t request_id;
+	int32_t result;
+	uint64_t put_id; /* 0 unless result is 0 */
+};
+
+int pool_put_ready_encode(const struct pool_put_ready *m, uint8_t *buf, size_t buf_size);
+int pool_put_ready_decode(const uint8_t *body, uint32_t length, struct pool_put_ready *out,
+			  char *why, size_t why_size);
+
+/* PUT_WINDOW's head (R-POOL-41). */
+struct pool_put_window {
+	uint64_t put_id;
+	uint64_t offset;
+};
+
+int pool_put_window_encode(const struct pool_put_window *m, uint8_t *buf, size_t buf_size);
+int pool_put_window_decode(const uint8_t *head, uint32_t head_length, uint32_t data_length,
+			   struct pool_put_window *out, char *why, size_t why_size);
+
+/* PUT_END (R-POOL-42). */
+struct pool_put_end {
+	uint64_t put_id;
+	int32_t result;
+	bool commit;
+};
+
+int pool_put_end_encode(const struct pool_put_end *m, uint8_t *buf, size_t buf_size);
+int pool_put_end_decode(const uint8_t *body, uint32_t length, struct pool_put_end *out,
+			char *why, size_t why_size);
+
+/* HEARTBEAT and BYE (R-POOL-45). */
+int pool_heartbeat_encode(uint64_t monotonic_ns, uint8_t *buf, size_t buf_size);
+int pool_heartbeat_decode(const uint8_t *body, uint32_t length, uint64_t *monotonic_ns,
+			  char *why, size_t why_size);
+int pool_bye_decode(const uint8_t *body, uint32_t length, char *why, size_t why_size);
+
+/* The arena header (R-POOL-50). */
+void pool_arena_header_encode(uint8_t out[POOL_ARENA_HEADER_BYTES],
+			      const uint8_t id[POOL_ARENA_ID_BYTES], uint64_t generation,
+			      uint64_t bytes);
+int pool_arena_header_decode(const uint8_t in[POOL_ARENA_HEADER_BYTES],
+			     uint8_t id[POOL_ARENA_ID_BYTES], uint64_t *generation,
+			     uint64_t *bytes, char *why, size_t why_size);
+
+#endif

@@ -1,0 +1,1184 @@
+/*
+ * The pool manager (pool/manager.h) on loopback, driven by test ranks that
+ * speak pool/PROTOCOL.md with pool/wire.h: two instances of two ranks put
+ * and claim records byte-exact (by stream and from the arena), another
+ * scope never matches, a wrong secret and garbage are refused, a rank lost
+ * mid-put or a corrupt share leaves nothing, max-age expiry, LRU eviction,
+ * and a drain on stop.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "pool/client.h"
+#include "pool/manager.h"
+#include "pool/wire.h"
+#include "record/format.h"
+#include "record/geometry.h"
+#include "selene/selene.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WHY_BYTES 256
+#define WORLD 2u
+#define PAGE_TOKENS 16u
+
+struct running {
+	struct pool_manager *m;
+	pthread_t thread;
+};
+
+static void *run_thread(void *arg)
+{
+	return (void *)(intptr_t)pool_manager_run(arg);
+}
+
+static const uint8_t secret[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+
+static void manager_start_in(struct running *r, uint64_t memory, uint64_t max_age_ms,
+			     const char *dir, const char *name)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = name,
+					 .memory_bytes = memory, .max_age_ms = max_age_ms,
+					 .window_bytes = 64 << 10, .dir = dir };
+	char why[WHY_BYTES];
+
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r->m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r->thread, NULL, run_thread, r->m), 0);
+}
+
+static void manager_start(struct running *r, uint64_t memory, uint64_t max_age_ms)
+{
+	manager_start_in(r, memory, max_age_ms, NULL, "test-pool");
+}
+
+static void manager_stop(struct running *r)
+{
+	void *ret;
+
+	pool_manager_stop(r->m);
+	pthread_join(r->thread, &ret);
+	assert_int_equal((intptr_t)ret, 0);
+	pool_manager_close(r->m);
+}
+
+/* A test rank: one connection, blocking with a 5 s timeout. */
+struct trank {
+	int fd;
+	uint8_t kc[32];
+	uint64_t seq;
+	struct pool_rx rx;
+	uint8_t *body;
+	struct pool_welcome welcome;
+	struct pool_attached attached;
+	struct pool_refuse refused;
+};
+
+static struct rec_geometry geometry[WORLD];
+static struct rec_identity model, namespace_id;
+
+static void attach_parts(struct pool_attach *a, uint32_t rank, uint8_t instance,
+			 uint8_t layout_flip)
+{
+	memset(a, 0, sizeof(*a));
+	a->rank = rank;
+	a->world_size = WORLD;
+	memset(a->instance_id, instance, 16);
+	a->namespace_id = namespace_id;
+	a->layout_digest = geometry[0].layout_digest;
+	a->layout_digest.bytes[0] ^= layout_flip;
+	a->page_tokens = PAGE_TOKENS;
+	a->plane_count = geometry[0].page_plane_count;
+	for (uint32_t i = 0; i < WORLD; i++) {
+		a->page_bytes[i] = geometry[i].page_record_bytes;
+		a->row_bytes[i] = geometry[i].row_record_bytes;
+	}
+}
+
+static int tconnect(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct timeval tv = { .tv_sec = 5 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* Reads one frame; 1, 0 at end of file, or the failure. */
+static int trecv(struct trank *t)
+{
+	char why[WHY_BYTES];
+	int ret = pool_rx_read_frame(&t->rx, t->fd, why, sizeof(why));
+
+	if (ret == 1 && t->rx.header.type == POOL_MSG_REFUSE)
+		assert_int_equal(pool_refuse_decode(t->rx.body, t->rx.body_length, &t->refused,
+						    why, sizeof(why)), 0);
+	return ret;
+}
+
+static void tsend(struct trank *t, uint16_t type, const uint8_t *body, int length,
+		  const uint8_t *data, uint32_t data_length)
+{
+	assert_true(length >= 0);
+	assert_int_equal(pool_frame_write(t->fd, t->kc[0] || t->kc[1] ? t->kc : NULL,
+					  POOL_TO_MANAGER, &t->seq, type, body, (uint32_t)length,
+					  data, data_length), 0);
+}
+
+/*
+ * Connects, proves key, attaches. Returns 0, or the REFUSE reason (t->refused)
+ * or -1 when the connection just closed.
+ */
+static int trank_open(struct trank *t, uint16_t port, const uint8_t *key, uint32_t rank,
+		      uint8_t instance, uint8_t layout_flip)
+{
+	static struct pool_attach a;
+	uint8_t cn[32], sn[32], mac[32], want[32], buf[POOL_CONTROL_BODY_BYTES_MAX];
+	char why[WHY_BYTES];
+	int n;
+
+	memset(t, 0, sizeof(*t));
+	t->body = tu_alloc(POOL_CONTROL_BODY_BYTES_MAX);
+	pool_rx_init(&t->rx, t->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
+	t->fd = tconnect(port);
+	assert_int_equal(cluster_nonce_fill(cn), 0);
+	tsend(t, POOL_MSG_HELLO, cn, 32, NULL, 0);
+	assert_int_equal(trecv(t), 1);
+	assert_int_equal(t->rx.header.type, POOL_MSG_CHALLENGE);
+	memcpy(sn, t->body, 32);
+	pool_proof_mac(key, sn, cn, mac);
+	tsend(t, POOL_MSG_PROOF, mac, 32, NULL, 0);
+	n = trecv(t);
+	if (n != 1)
+		return -1;
+	if (t->rx.header.type == POOL_MSG_REFUSE)
+		return (int)t->refused.reason;
+	assert_int_equal(t->rx.header.type, POOL_MSG_WELCOME);
+	assert_int_equal(pool_welcome_decode(t->body, t->rx.body_length, &t->welcome, why,
+					     sizeof(why)), 0);
+	pool_welcome_mac(key, cn, sn, t->body + 32, t->rx.body_length - 32, want);
+	assert_memory_equal(t->welcome.mac, want, 32);
+	pool_connection_key(key, cn, sn, t->kc);
+	t->rx.key = t->kc;
+	attach_parts(&a, rank, instance, layout_flip);
+	n = pool_attach_encode(&a, buf, sizeof(buf));
+	tsend(t, POOL_MSG_ATTACH, buf, n, NULL, 0);
+	n = trecv(t);
+	if (n != 1)
+		return -1;
+	if (t->rx.header.type == POOL_MSG_REFUSE)
+		return (int)t->refused.reason;
+	assert_int_equal(t->rx.header.type, POOL_MSG_ATTACHED);
+	assert_int_equal(pool_attached_decode(t->body, t->rx.body_length, &t->attached, why,
+					      sizeof(why)), 0);
+	return 0;
+}
+
+static void trank_close(struct trank *t)
+{
+	close(t->fd);
+	free(t->body);
+}
+
+/* One rank's record image (record/FORMAT.md) of rec. */
+struct image {
+	uint8_t *bytes;
+	uint64_t length;
+};
+
+static void image_make(struct image *img, uint32_t rank, const struct tu_record *rec)
+{
+	const struct rec_geometry *g = &geometry[rank];
+	struct rec_header h;
+	struct rec_layout l;
+	uint64_t seed = rec_checksum_seed(&rec->key);
+
+	assert_int_equal(rec_header_init(&h, g, &namespace_id, &rec->key,
+					 rec->has_parent ? &rec->parent : NULL, &rec->key.digest,
+					 rec->first_page_index, rec->tail_page_count, 1), 0);
+	assert_int_equal(rec_layout_from_header(&h, &l), 0);
+	img->length = l.file_length;
+	img->bytes = tu_alloc(l.file_length);
+	memcpy(img->bytes + l.page_offset, rec->pages, rec->stride * rec->tail_page_count);
+	/* every rank's bytes differ */
+	for (uint64_t i = 0; i < rec->stride * rec->tail_page_count; i += 4096)
+		img->bytes[l.page_offset + i] ^= (uint8_t)rank;
+	for (uint32_t j = 0; j < rec->tail_page_count; j++)
+		sel_put_le64(img->bytes + l.checksum_offset + 8ull * j,
+			     rec_page_checksum(img->bytes + l.page_offset + j * l.page_stride,
+					       l.page_stride, seed, rec->first_page_index + j));
+	memcpy(img->bytes + l.row_offset, rec->row, rec->row_length);
+	img->bytes[l.row_offset] ^= (uint8_t)rank;
+	h.row_checksum = rec_row_checksum(img->bytes + l.row_offset, l.row_length, seed);
+	rec_header_encode(&h, img->bytes);
+}
+
+struct put_case {
+	struct tu_record rec;
+	struct image img[WORLD];
+};
+
+static void case_make(struct put_case *pc, uint64_t history, uint64_t consumed,
+		      const struct put_case *parent, uint64_t payload)
+{
+	tu_record_make(&pc->rec, &geometry[0], history, consumed, parent ? &parent->rec : NULL,
+		       payload);
+	for (uint32_t r = 0; r < WORLD; r++)
+		image_make(&pc->img[r], r, &pc->rec);
+}
+
+static void case_free(struct put_case *pc)
+{
+	for (uint32_t r = 0; r < WORLD; r++)
+		free(pc->img[r].bytes);
+	tu_record_free(&pc->rec);
+}
+
+static uint64_t next_request = 1;
+
+/* PUT_BEGIN on the session; the PUT_READY result and *put_id. */
+static int put_begin(struct trank *s, const struct put_case *pc, uint64_t *put_id)
+{
+	struct pool_put_begin b = { .request_id = next_request++, .key = pc->rec.key,
+				    .first_page_index = pc->rec.first_page_index,
+				    .tail_page_count = pc->rec.tail_page_count, .row = true,
+				    .world_size = WORLD };
+	struct pool_put_ready ready;
+	uint64_t shares[WORLD];
+	uint8_t buf[256];
+	char why[WHY_BYTES];
+
+	if (pc->rec.has_parent)
+		b.parent = pc->rec.parent;
+	for (uint32_t r = 0; r < WORLD; r++)
+		shares[r] = pc->img[r].length;
+	tsend(s, POOL_MSG_PUT_BEGIN, buf, pool_put_begin_encode(&b, shares, buf, sizeof(buf)),
+	      NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_PUT_READY);
+	assert_int_equal(pool_put_ready_decode(s->body, s->rx.body_length, &ready, why,
+					       sizeof(why)), 0);
+	assert_int_equal(ready.request_id, b.request_id);
+	*put_id = ready.put_id;
+	return ready.result;
+}
+
+/* Sends a rank's share in windows of 10000 bytes (not page-aligned on purpose). */
+static void put_share(struct trank *t, uint64_t put_id, const struct image *img, uint64_t upto)
+{
+	uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
+
+	for (uint64_t off = 0; off < upto;) {
+		uint64_t len = upto - off > 10000 ? 10000 : upto - off;
+		struct pool_put_window w = { put_id, off };
+
+		pool_put_window_encode(&w, head, sizeof(head));
+		tsend(t, POOL_MSG_PUT_WINDOW, head, POOL_PUT_WINDOW_HEAD_BYTES, img->bytes + off,
+		      (uint32_t)len);
+		off += len;
+	}
+}
+
+/* Reads a PUT_END; its result. */
+static int put_end_read(struct trank *t, uint64_t put_id, bool *commit)
+{
+	struct pool_put_end e;
+	char why[WHY_BYTES];
+
+	assert_int_equal(trecv(t), 1);
+	assert_int_equal(t->rx.header.type, POOL_MSG_PUT_END);
+	assert_int_equal(pool_put_end_decode(t->body, t->rx.body_length, &e, why, sizeof(why)), 0);
+	assert_int_equal(e.put_id, put_id);
+	if (commit)
+		*commit = e.commit;
+	return e.result;
+}
+
+/* A whole put by instance ranks[]; the session's outcome. */
+static int put_whole(struct trank *ranks, const struct put_case *pc)
+{
+	struct pool_put_end e = { 0 };
+	uint8_t buf[POOL_PUT_END_BYTES];
+	uint64_t put_id;
+	bool commit;
+	int ret = put_begin(&ranks[0], pc, &put_id);
+
+	if (ret)
+		return ret;
+	for (uint32_t r = 0; r < WORLD; r++) {
+		put_share(&ranks[r], put_id, &pc->img[r], pc->img[r].length);
+		assert_int_equal(put_end_read(&ranks[r], put_id, NULL), 0);
+	}
+	e.put_id = put_id;
+	e.commit = true;
+	tsend(&ranks[0], POOL_MSG_PUT_END, buf, pool_put_end_encode(&e, buf, sizeof(buf)), NULL,
+	      0);
+	ret = put_end_read(&ranks[0], put_id, &commit);
+	assert_true(ret != 0 || commit);
+	return ret;
+}
+
+/* LOOKUP of keys on the session; the chain's length (0: no match). */
+static uint32_t lookup(struct trank *s, const struct rec_key *keys, uint32_t count,
+		       struct pool_chain_entry *out)
+{
+	struct pool_chain_view v;
+	uint64_t ticket;
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_LOOKUP, s->body,
+	      pool_lookup_encode(42, keys, count, s->body, POOL_CONTROL_BODY_BYTES_MAX), NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_ANSWER);
+	assert_int_equal(pool_answer_decode(s->body, s->rx.body_length, &ticket, &v, why,
+					    sizeof(why)), 0);
+	assert_int_equal(ticket, 42);
+	for (uint32_t i = 0; i < v.count && out; i++)
+		pool_chain_view_entry(&v, i, &out[i]);
+	return v.count;
+}
+
+static void open_instance(struct trank *ranks, struct running *r, uint8_t id, uint8_t flip)
+{
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(trank_open(&ranks[k], pool_manager_port(r->m), secret, k, id, flip),
+				 0);
+}
+
+static void close_instance(struct trank *ranks)
+{
+	for (uint32_t k = 0; k < WORLD; k++)
+		trank_close(&ranks[k]);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	for (uint32_t r = 0; r < WORLD; r++)
+		tu_geometry(&geometry[r], PAGE_TOKENS, 2, 4096, 8192, r, WORLD);
+	tu_identities(&model, &namespace_id);
+	sel_log_set_level(SEL_LOG_WARN);
+	return 0;
+}
+
+/* Reads rank t's stream of a claim and checks every window against img (R-POOL-33). */
+static void claim_stream_check(struct trank *t, uint64_t claim_id, struct put_case **chain,
+			       uint32_t count, uint32_t skip)
+{
+	uint8_t buf[POOL_CLAIM_PULL_BYTES];
+	struct pool_claim_pull p = { .claim_id = claim_id, .skip_pages = skip };
+	uint64_t windows = 0, page_bytes = 0;
+	char why[WHY_BYTES];
+	static uint8_t data[1 << 20];
+
+	tsend(t, POOL_MSG_CLAIM_PULL, buf, pool_claim_pull_encode(&p, buf, sizeof(buf)), NULL, 0);
+	for (;;) {
+		struct pool_claim_window w;
+		struct rec_header h;
+		struct rec_layout l;
+		bool eof;
+		int ret;
+
+		do
+			ret = pool_rx_feed(&t->rx, t->fd, &eof, why, sizeof(why));
+		while (ret == POOL_RX_MORE && !eof);
+		assert_false(eof);
+		if (ret == POOL_RX_FRAME && t->rx.header.type == POOL_MSG_CLAIM_END) {
+			struct pool_claim_end e;
+
+			assert_int_equal(pool_claim_end_decode(t->body, t->rx.body_length, &e, why,
+							       sizeof(why)), 0);
+			assert_int_equal(e.result, 0);
+			break;
+		}
+		assert_int_equal(ret, POOL_RX_HEAD);
+		assert_int_equal(t->rx.header.type, POOL_MSG_CLAIM_WINDOW);
+		assert_int_equal(pool_claim_window_decode(t->body, t->rx.body_length,
+							  t->rx.data_length, &w, why, sizeof(why)),
+				 0);
+		assert_true(t->rx.data_length <= sizeof(data));
+		t->rx.data = data;
+		do
+			ret = pool_rx_feed(&t->rx, t->fd, &eof, why, sizeof(why));
+		while (ret == POOL_RX_MORE && !eof);
+		assert_int_equal(ret, POOL_RX_FRAME);
+		assert_true(w.chain_index < count);
+		assert_int_equal(rec_header_decode(chain[w.chain_index]->img[0].bytes, &h, why,
+						   sizeof(why)), 0);
+		assert_int_equal(rec_layout_from_header(&h, &l), 0);
+		{
+			/* the window's bytes are one rank's image's, at its place */
+			bool found = false;
+
+			for (uint32_t r = 0; r < WORLD; r++) {
+				const uint8_t *base = chain[w.chain_index]->img[r].bytes;
+				uint64_t off = w.section == POOL_SECTION_HEADER ? w.first
+					       : w.section == POOL_SECTION_CHECKSUMS
+						       ? l.checksum_offset + w.first
+					       : w.section == POOL_SECTION_PAGES
+						       ? l.page_offset + (uint64_t)w.first * l.page_stride
+						       : l.row_offset + w.first;
+
+				if (memcmp(base + off, data, t->rx.data_length) == 0)
+					found = true;
+			}
+			assert_true(found);
+		}
+		if (w.section == POOL_SECTION_PAGES)
+			page_bytes += t->rx.data_length;
+		windows++;
+	}
+	assert_true(windows >= 4);
+	assert_true(page_bytes > 0);
+}
+
+/* A puts two records; B (another instance, same scope) finds and claims them byte-exact. */
+static void test_pool_put_then_claim_byte_exact(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct put_case root, child, *chain[2] = { &root, &child };
+	struct pool_chain_entry found[4];
+	struct rec_key keys[2];
+	struct pool_claim q = { .claim_id = 5 };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	struct pool_manager_stats st;
+	uint8_t buf[POOL_CONTROL_BODY_BYTES_MAX];
+	char why[WHY_BYTES];
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 1, 64, NULL, 10);
+	case_make(&child, 1, 160, &root, 11);
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(put_whole(a, &root), 0);
+	assert_int_equal(put_whole(a, &child), 0);
+	/* the same key again is refused, nothing to do (R-POOL-40) */
+	{
+		uint64_t id;
+
+		assert_int_equal(put_begin(&a[0], &child, &id), -EEXIST);
+	}
+	open_instance(b, &r, 0xb, 0);
+	assert_int_equal(b[0].attached.scope_records, 2);
+	keys[0] = child.rec.key;
+	keys[1] = root.rec.key;
+	assert_int_equal(lookup(&b[0], keys, 2, found), 2);
+	assert_memory_equal(&found[0].key, &root.rec.key, sizeof(root.rec.key));
+	assert_memory_equal(&found[1].key, &child.rec.key, sizeof(child.rec.key));
+	assert_int_equal(found[1].first_page_index, root.rec.tail_page_count);
+	q.key = child.rec.key;
+	tsend(&b[0], POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(&b[0]), 1);
+	assert_int_equal(b[0].rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(b[0].body, b[0].rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	assert_int_equal(cd.result, 0);
+	assert_int_equal(v.count, 2);
+	assert_true(cd.deadline_ms >= POOL_CLAIM_SETUP_MS);
+	/* rank 1 by stream, skipping the root's pages; rank 0 all of it */
+	claim_stream_check(&b[1], 5, chain, 2, root.rec.tail_page_count);
+	claim_stream_check(&b[0], 5, chain, 2, 0);
+	/* rank 1 again from the arena, on this host (R-POOL-34, R-POOL-50) */
+	{
+		struct pool_claim_pull p = { .claim_id = 5, .mode = 1 };
+		struct pool_places_view pv;
+		struct pool_place pl;
+		int fd = open(b[1].welcome.arena_path, O_RDONLY | O_CLOEXEC);
+		const uint8_t *arena;
+
+		assert_true(fd >= 0);
+		arena = mmap(NULL, b[1].welcome.arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
+		assert_true(arena != MAP_FAILED);
+		tsend(&b[1], POOL_MSG_CLAIM_PULL, buf, pool_claim_pull_encode(&p, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(trecv(&b[1]), 1);
+		assert_int_equal(b[1].rx.header.type, POOL_MSG_CLAIM_PLACES);
+		assert_int_equal(pool_claim_places_decode(b[1].body, b[1].rx.body_length, &pv, why,
+							  sizeof(why)), 0);
+		assert_int_equal(pv.count, 2);
+		for (uint32_t i = 0; i < 2; i++) {
+			pool_places_view_place(&pv, i, &pl);
+			assert_int_equal(pl.bytes, chain[i]->img[1].length);
+			assert_memory_equal(arena + pl.offset, chain[i]->img[1].bytes, pl.bytes);
+		}
+		munmap((void *)arena, b[1].welcome.arena_bytes);
+		close(fd);
+	}
+	{
+		struct pool_claim_end e = { .claim_id = 5 };
+
+		tsend(&b[0], POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+	}
+	/* a claim of a key the pool lacks is refused (R-POOL-31) */
+	q.claim_id = 6;
+	q.key.consumed = 999;
+	tsend(&b[0], POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(&b[0]), 1);
+	assert_int_equal(pool_claimed_decode(b[0].body, b[0].rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	assert_int_equal(cd.result, -ENOENT);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.records, 2);
+	assert_int_equal(st.puts_committed, 2);
+	assert_int_equal(st.claims_granted, 1);
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	case_free(&root);
+	case_free(&child);
+}
+
+/* With every connection taken by strangers mid-handshake, a real rank still gets in: the oldest stranger makes room. */
+static void test_pool_strangers_make_room(void **state)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 1 << 20, .connections_max = 4 };
+	struct running r;
+	struct trank t;
+	struct pool_manager_stats st;
+	char why[WHY_BYTES];
+	int idle[4];
+
+	(void)state;
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
+	for (int i = 0; i < 4; i++)
+		idle[i] = tconnect(pool_manager_port(r.m)); /* connect, say nothing */
+	usleep(200 * 1000);
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xa, 0), 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.refused >= 1);
+	for (int i = 0; i < 4; i++)
+		close(idle[i]);
+	/* full of served connections: a new one hears REFUSE busy at once (R-POOL-9) */
+	{
+		struct trank more[3], extra = { 0 };
+
+		for (uint32_t k = 0; k < 3; k++)
+			assert_int_equal(trank_open(&more[k], pool_manager_port(r.m), secret,
+						    k % WORLD, (uint8_t)(0xc + k / WORLD), 0), 0);
+		extra.body = tu_alloc(POOL_CONTROL_BODY_BYTES_MAX);
+		pool_rx_init(&extra.rx, extra.body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
+		extra.fd = tconnect(pool_manager_port(r.m));
+		assert_int_equal(trecv(&extra), 1);
+		assert_int_equal(extra.rx.header.type, POOL_MSG_REFUSE);
+		assert_int_equal(extra.refused.reason, POOL_REFUSE_BUSY);
+		trank_close(&extra);
+		for (uint32_t k = 0; k < 3; k++)
+			trank_close(&more[k]);
+	}
+	trank_close(&t);
+	manager_stop(&r);
+}
+
+/* Another layout's scope never matches, even with the same keys (R-POOL-16). */
+static void test_pool_other_scope_never_matches(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], c[WORLD];
+	struct put_case root;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 2, 64, NULL, 20);
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(put_whole(a, &root), 0);
+	open_instance(c, &r, 0xc, 1);
+	assert_int_equal(c[0].attached.scope_records, 0);
+	assert_memory_not_equal(a[0].attached.scope, c[0].attached.scope, 32);
+	assert_int_equal(lookup(&c[0], &root.rec.key, 1, NULL), 0);
+	assert_int_equal(lookup(&a[0], &root.rec.key, 1, NULL), 1);
+	close_instance(a);
+	close_instance(c);
+	manager_stop(&r);
+	case_free(&root);
+}
+
+/* A wrong secret is refused (auth), garbage and a non-session LOOKUP end only that connection (R-POOL-6, R-POOL-10). */
+static void test_pool_strangers_refused(void **state)
+{
+	struct running r;
+	struct trank t, a[WORLD];
+	struct pool_manager_stats st;
+	uint8_t wrong[32] = { 9 };
+	struct rec_key k = { .consumed = 64 };
+	int fd;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), wrong, 0, 0xa, 0),
+			 POOL_REFUSE_AUTH);
+	assert_non_null(strstr(t.refused.text, "R-POOL-10"));
+	assert_int_equal(trecv(&t), 0); /* then the manager closes */
+	trank_close(&t);
+	/* garbage bytes: the manager closes, and is still serving */
+	fd = tconnect(pool_manager_port(r.m));
+	assert_int_equal(write(fd, "GET / HTTP/1.0\r\n\r\n0123456789012345678901234567890", 50),
+			 50);
+	{
+		char c;
+
+		while (read(fd, &c, 1) > 0)
+			;
+	}
+	close(fd);
+	/* a LOOKUP on a rank that is not the session is refused (R-POOL-1) */
+	open_instance(a, &r, 0xa, 0);
+	tsend(&a[1], POOL_MSG_LOOKUP, a[1].body,
+	      pool_lookup_encode(1, &k, 1, a[1].body, POOL_CONTROL_BODY_BYTES_MAX), NULL, 0);
+	assert_int_equal(trecv(&a[1]), 1);
+	assert_int_equal(a[1].rx.header.type, POOL_MSG_REFUSE);
+	assert_int_equal(a[1].refused.reason, POOL_REFUSE_PROTOCOL);
+	/* the session is unharmed */
+	assert_int_equal(lookup(&a[0], &k, 1, NULL), 0);
+	/* a second connection for a live rank is refused (R-POOL-18) */
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xa, 0),
+			 POOL_REFUSE_WORLD);
+	trank_close(&t);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.auth_failures >= 1);
+	assert_true(st.refused >= 3);
+	close_instance(a);
+	manager_stop(&r);
+}
+
+/* A rank lost mid-put, or a share failing its checksum, leaves nothing (R-POOL-41, R-POOL-43). */
+static void test_pool_failed_puts_leave_nothing(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct put_case root;
+	struct pool_manager_stats st;
+	uint64_t put_id;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 3, 64, NULL, 30);
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(put_begin(&a[0], &root, &put_id), 0);
+	put_share(&a[0], put_id, &root.img[0], root.img[0].length);
+	assert_int_equal(put_end_read(&a[0], put_id, NULL), 0);
+	put_share(&a[1], put_id, &root.img[1], root.img[1].length / 2);
+	trank_close(&a[1]); /* killed mid-put */
+	assert_int_equal(put_end_read(&a[0], put_id, NULL), -ECONNRESET);
+	open_instance(b, &r, 0xb, 0);
+	assert_int_equal(lookup(&b[0], &root.rec.key, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.records, 0);
+	assert_int_equal(st.arena_used_bytes, 0);
+	/* a flipped page byte: the share fails its checksum, the put ends */
+	root.img[1].bytes[root.img[1].length - 8192 - 4096 + 7] ^= 1;
+	assert_int_equal(put_begin(&b[0], &root, &put_id), 0);
+	put_share(&b[1], put_id, &root.img[1], root.img[1].length);
+	assert_int_equal(put_end_read(&b[1], put_id, NULL), SEL_ECHECKSUM);
+	assert_int_equal(put_end_read(&b[0], put_id, NULL), SEL_ECHECKSUM);
+	assert_int_equal(lookup(&b[0], &root.rec.key, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.records, 0);
+	assert_int_equal(st.arena_used_bytes, 0);
+	trank_close(&a[0]);
+	close_instance(b);
+	manager_stop(&r);
+	case_free(&root);
+}
+
+/* Records expire after max-age; LRU evicts the oldest leaf when the arena is full. */
+static void test_pool_expiry_and_lru(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	struct put_case cases[12];
+	struct pool_manager_stats st;
+	uint32_t held = 0;
+
+	(void)state;
+	manager_start(&r, 1 << 20, 300);
+	open_instance(a, &r, 0xa, 0);
+	case_make(&cases[0], 100, 64, NULL, 1);
+	case_make(&cases[1], 100, 128, &cases[0], 2);
+	assert_int_equal(put_whole(a, &cases[0]), 0);
+	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 1);
+	/* an abandoned put of a child leaves its parent unpinned */
+	{
+		struct pool_put_end e = { .commit = false };
+		uint8_t buf[POOL_PUT_END_BYTES];
+
+		assert_int_equal(put_begin(&a[0], &cases[1], &e.put_id), 0);
+		tsend(&a[0], POOL_MSG_PUT_END, buf, pool_put_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(put_end_read(&a[0], e.put_id, NULL), -ECANCELED);
+	}
+	usleep(600 * 1000);
+	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.expired, 1);
+	assert_int_equal(st.arena_used_bytes, 0);
+	close_instance(a);
+	manager_stop(&r);
+	case_free(&cases[0]);
+	case_free(&cases[1]);
+
+	manager_start(&r, 1 << 20, 0); /* about 6 of these 160 KiB records */
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 12; i++) {
+		case_make(&cases[i], 200 + i, 128, NULL, i);
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	}
+	for (uint32_t i = 0; i < 12; i++)
+		held += lookup(&a[0], &cases[i].rec.key, 1, NULL) ? 1 : 0;
+	pool_manager_stats(r.m, &st);
+	assert_true(st.evicted > 0);
+	assert_int_equal(held, 12 - st.evicted);
+	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
+	assert_int_equal(lookup(&a[0], &cases[11].rec.key, 1, NULL), 1);
+	/* a record larger than the whole arena is refused without evicting anything */
+	{
+		struct pool_put_begin big = { .request_id = 99, .key = { .consumed = 16000 },
+					      .tail_page_count = 1000, .row = true,
+					      .world_size = WORLD };
+		struct pool_put_ready ready;
+		uint64_t sizes[WORLD];
+		uint8_t buf[256];
+		char why[WHY_BYTES];
+		uint64_t evicted = st.evicted;
+
+		for (uint32_t k = 0; k < WORLD; k++)
+			sizes[k] = 4096 + sel_align_up(8 * 1000, 4096) +
+				   1000 * geometry[k].page_record_bytes + geometry[k].row_record_bytes;
+		tsend(&a[0], POOL_MSG_PUT_BEGIN, buf,
+		      pool_put_begin_encode(&big, sizes, buf, sizeof(buf)), NULL, 0);
+		assert_int_equal(trecv(&a[0]), 1);
+		assert_int_equal(pool_put_ready_decode(a[0].body, a[0].rx.body_length, &ready, why,
+						       sizeof(why)), 0);
+		assert_int_equal(ready.result, -ENOSPC);
+		pool_manager_stats(r.m, &st);
+		assert_int_equal(st.evicted, evicted);
+		assert_int_equal(lookup(&a[0], &cases[11].rec.key, 1, NULL), 1);
+	}
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 12; i++)
+		case_free(&cases[i]);
+}
+
+/* Stop drains: attached ranks get BYE, the loop returns (R-POOL-45). */
+static void test_pool_stop_says_bye(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	void *ret;
+
+	(void)state;
+	manager_start(&r, 1 << 20, 0);
+	open_instance(a, &r, 0xa, 0);
+	pool_manager_stop(r.m);
+	pthread_join(r.thread, &ret);
+	assert_int_equal((intptr_t)ret, 0);
+	assert_int_equal(trecv(&a[0]), 1);
+	assert_int_equal(a[0].rx.header.type, POOL_MSG_BYE);
+	pool_manager_close(r.m);
+	close_instance(a);
+}
+
+/* Claims key's chain on the session; CLAIMED's result. */
+static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
+{
+	struct pool_claim q = { .claim_id = id, .key = *key };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	uint8_t buf[64];
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	return cd.result;
+}
+
+/* A window half read when its put fails never lands in arena bytes given to another put (R-POOL-43). */
+static void test_pool_failed_put_window_goes_nowhere(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct put_case p, q, *one[1] = { &q };
+	uint8_t header[CLUSTER_FRAME_HEADER_BYTES], tag[POOL_TAG_BYTES];
+	uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
+	struct pool_put_window w;
+	uint64_t p_id, q_id = 0;
+	const uint32_t data_len = 8192;
+
+	(void)state;
+	manager_start(&r, 1 << 20, 0);
+	case_make(&p, 20, 64, NULL, 5);
+	case_make(&q, 21, 64, NULL, 6);
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	assert_int_equal(put_begin(&a[0], &p, &p_id), 0);
+	/* rank 1 of A: its first window's header, head and half its data */
+	w = (struct pool_put_window){ p_id, 0 };
+	pool_put_window_encode(&w, head, sizeof(head));
+	pool_frame_build(a[1].kc, POOL_TO_MANAGER, a[1].seq, POOL_MSG_PUT_WINDOW, head,
+			 sizeof(head), p.img[1].bytes, data_len, header, tag);
+	assert_int_equal(write(a[1].fd, header, sizeof(header)), (ssize_t)sizeof(header));
+	assert_int_equal(write(a[1].fd, head, sizeof(head)), (ssize_t)sizeof(head));
+	assert_int_equal(write(a[1].fd, p.img[1].bytes, data_len / 2), (ssize_t)data_len / 2);
+	usleep(100 * 1000);
+	/* rank 0 of A sends a share that fails: the put ends, its arena bytes are free */
+	p.img[0].bytes[8192 + 5] ^= 1;
+	put_share(&a[0], p_id, &p.img[0], p.img[0].length);
+	assert_int_equal(put_end_read(&a[0], p_id, NULL), SEL_ECHECKSUM);
+	/* B puts a record of the same size: first fit gives it the same bytes */
+	assert_int_equal(put_whole(b, &q), 0);
+	(void)q_id;
+	/* A's rank 1 finishes its window: it must go nowhere */
+	assert_int_equal(write(a[1].fd, p.img[1].bytes + data_len / 2, data_len / 2),
+			 (ssize_t)data_len / 2);
+	assert_int_equal(write(a[1].fd, tag, sizeof(tag)), (ssize_t)sizeof(tag));
+	a[1].seq++;
+	usleep(100 * 1000);
+	/* B's record is intact in the arena (places) and by stream */
+	{
+		struct pool_claim_pull pull = { .claim_id = 7, .mode = 1 };
+		struct pool_places_view pv;
+		struct pool_place pl;
+		uint8_t buf[64];
+		char why[WHY_BYTES];
+		int fd = open(b[1].welcome.arena_path, O_RDONLY | O_CLOEXEC);
+		const uint8_t *arena = mmap(NULL, b[1].welcome.arena_bytes, PROT_READ, MAP_SHARED,
+					    fd, 0);
+
+		assert_true(arena != MAP_FAILED);
+		assert_int_equal(claim(&b[0], 7, &q.rec.key), 0);
+		tsend(&b[1], POOL_MSG_CLAIM_PULL, buf,
+		      pool_claim_pull_encode(&pull, buf, sizeof(buf)), NULL, 0);
+		assert_int_equal(trecv(&b[1]), 1);
+		assert_int_equal(pool_claim_places_decode(b[1].body, b[1].rx.body_length, &pv, why,
+							  sizeof(why)), 0);
+		pool_places_view_place(&pv, 0, &pl);
+		assert_memory_equal(arena + pl.offset, q.img[1].bytes, q.img[1].length);
+		munmap((void *)arena, b[1].welcome.arena_bytes);
+		close(fd);
+	}
+	claim_stream_check(&b[1], 7, one, 1, 0);
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	case_free(&p);
+	case_free(&q);
+}
+
+/* The arena spills to the disk tier and claims bring records back; a restart finds them, a renamed pool does not, a corrupt file is dropped. */
+static void test_pool_disk_tier_and_restart(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[12];
+	struct put_case *one[1];
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk"), path[512], hex[65], name[REC_FILE_NAME_BYTES];
+
+	(void)state;
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool"); /* about 6 of these records */
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 12; i++) {
+		case_make(&cases[i], 300 + i, 128, NULL, 40 + i);
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	}
+	pool_manager_stats(r.m, &st);
+	assert_true(st.spilled >= 6);
+	assert_int_equal(st.evicted, 0);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_int_equal(lookup(&a[0], &cases[i].rec.key, 1, NULL), 1);
+	/* the oldest lies on disk: a claim brings it back, byte-exact */
+	one[0] = &cases[0];
+	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), 0);
+	claim_stream_check(&a[1], 1, one, 1, 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.loaded >= 1);
+	sel_hex_encode(hex, a[0].attached.scope, 32);
+	close_instance(a);
+	manager_stop(&r); /* what the arena held moves to disk */
+
+	/* a restart on the same directory finds every record */
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 12);
+	one[0] = &cases[11];
+	assert_int_equal(claim(&a[0], 2, &cases[11].rec.key), 0);
+	claim_stream_check(&a[1], 2, one, 1, 0);
+	/* a share file with a flipped byte: the claim fails, the record goes */
+	rec_file_name(name, &cases[5].rec.key);
+	snprintf(path, sizeof(path), "%s/%s/1/%s", dir, hex, name);
+	tu_flip_bit(path, 4096 * 3 + 100);
+	assert_int_equal(claim(&a[0], 3, &cases[5].rec.key), -ENOENT);
+	assert_int_equal(lookup(&a[0], &cases[5].rec.key, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.disk_failures, 1);
+	close_instance(a);
+	manager_stop(&r);
+
+	/* another name on the same directory starts cold (R-POOL-16) */
+	manager_start_in(&r, 1 << 20, 0, dir, "other-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 0);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 12; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
+/* ---- Through pool/client.h ---- */
+
+static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
+
+static int client_open(struct running *r, uint32_t rank, uint8_t instance, const uint8_t *key,
+		       struct pool_client **out, char *why)
+{
+	char address[64];
+	struct pool_client_config cfg = { .address = address, .secret = key, .rank = rank,
+					  .geometry = &geometry[rank], .deadline_ms = 5000 };
+
+	snprintf(address, sizeof(address), "127.0.0.1:%u", pool_manager_port(r->m));
+	memset(cfg.instance_id, instance, sizeof(cfg.instance_id));
+	for (uint32_t i = 0; i < WORLD; i++) {
+		page_bytes_of[i] = geometry[i].page_record_bytes;
+		row_bytes_of[i] = geometry[i].row_record_bytes;
+	}
+	cfg.scope = (struct pool_scope_parts){ .world_size = WORLD, .namespace_id = namespace_id,
+					       .layout_digest = geometry[0].layout_digest,
+					       .page_tokens = PAGE_TOKENS,
+					       .plane_count = geometry[0].page_plane_count,
+					       .page_bytes = page_bytes_of, .row_bytes = row_bytes_of };
+	return pool_client_open(&cfg, out, why, WHY_BYTES);
+}
+
+struct rank_job {
+	struct pool_client *c;
+	uint32_t rank;
+	uint64_t id; /* put id, or claim id */
+	struct put_case **chain;
+	uint32_t count;
+	struct pool_chain_entry entries[4];
+	uint32_t windows, verified_bytes;
+	int result;
+};
+
+static void *put_share_thread(void *arg)
+{
+	struct rank_job *j = arg;
+	const struct image *img = &j->chain[0]->img[j->rank];
+
+	/* in two pieces, to cross a window boundary the caller chose */
+	j->result = pool_put_window(j->c, j->id, 0, img->bytes, img->length / 3, 5000);
+	if (!j->result)
+		j->result = pool_put_window(j->c, j->id, img->length / 3,
+					    img->bytes + img->length / 3,
+					    img->length - img->length / 3, 5000);
+	if (!j->result)
+		j->result = pool_put_share_wait(j->c, j->id, 5000);
+	return NULL;
+}
+
+static int check_window(void *ctx, const struct pool_window *w)
+{
+	struct rank_job *j = ctx;
+	const struct image *img = &j->chain[w->chain_index]->img[j->rank];
+	struct rec_header h;
+	struct rec_layout l;
+	uint64_t off;
+	char why[WHY_BYTES];
+
+	assert_int_equal(rec_header_decode(img->bytes, &h, why, sizeof(why)), 0);
+	assert_int_equal(rec_layout_from_header(&h, &l), 0);
+	off = w->section == POOL_SECTION_HEADER	     ? w->first
+	      : w->section == POOL_SECTION_CHECKSUMS ? l.checksum_offset + w->first
+	      : w->section == POOL_SECTION_PAGES     ? l.page_offset + (uint64_t)w->first * l.page_stride
+						     : l.row_offset;
+	/* byte-exact against this rank's own image (R-POOL-33) */
+	assert_memory_equal(w->data, img->bytes + off, w->bytes);
+	j->windows++;
+	j->verified_bytes += (uint32_t)w->bytes;
+	return 0;
+}
+
+static void *claim_share_thread(void *arg)
+{
+	struct rank_job *j = arg;
+	size_t slot_bytes = pool_client_slot_bytes(j->c);
+	void *slots[2] = { tu_alloc(slot_bytes), tu_alloc(slot_bytes) };
+
+	j->result = pool_share_claim(j->c, j->id, j->entries, j->count, 0, slots, 2, slot_bytes,
+				     check_window, j, 10000);
+	free(slots[0]);
+	free(slots[1]);
+	return NULL;
+}
+
+/* Polls a never-waiting call until it answers or 5 s pass. */
+#define POLL_UNTIL(expr, result)                                   \
+	do {                                                       \
+		for (int tries_ = 0; tries_ < 5000; tries_++) {    \
+			(result) = (expr);                         \
+			if ((result) != 0)                         \
+				break;                             \
+			usleep(1000);                              \
+		}                                                  \
+	} while (0)
+
+/* Two instances of two ranks, each rank on its own thread, put and claim byte-exact through the client; a wrong secret and a stopped manager fail cleanly. */
+static void test_pool_client_end_to_end(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD], *x;
+	struct put_case root, *chain[1] = { &root };
+	struct rank_job jobs[WORLD];
+	pthread_t threads[WORLD];
+	uint64_t request, put_id = 0, ticket, claim_id, shares[WORLD];
+	struct pool_put_spec spec = { 0 };
+	struct pool_chain_entry found[4];
+	struct pool_claim_grant grant;
+	uint32_t count = 0;
+	uint8_t wrong[32] = { 7 };
+	char why[WHY_BYTES];
+	int ret;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
+		assert_int_equal(client_open(&r, k, 0xb, secret, &b[k], why), 0);
+	}
+	assert_string_equal(pool_client_facts(a[0])->name, "test-pool");
+	assert_true(pool_client_facts(a[0])->arena_bytes > 0);
+	/* the put: the session opens it, every rank sends its share, the session commits */
+	spec.key = root.rec.key;
+	spec.first_page_index = 0;
+	spec.tail_page_count = root.rec.tail_page_count;
+	spec.row = true;
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = root.img[k].length;
+	spec.share_bytes = shares;
+	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
+	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
+		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
+	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
+	assert_int_equal(ret, 1);
+	/* B looks up and claims; each rank streams its share on its own thread */
+	assert_int_equal(pool_lookup_begin(b[0], &root.rec.key, 1, &ticket), 0);
+	POLL_UNTIL(pool_lookup_poll(b[0], ticket, found, 4, &count), ret);
+	assert_int_equal(ret, 1);
+	assert_int_equal(count, 1);
+	assert_true(pool_client_rtt_us(b[0]) > 0);
+	assert_int_equal(pool_claim_begin(b[0], &root.rec.key, &claim_id), 0);
+	POLL_UNTIL(pool_claim_poll(b[0], claim_id, &grant, found, 4, &count), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = b[k], .rank = k, .id = claim_id, .chain = chain,
+					     .count = count };
+		memcpy(jobs[k].entries, found, sizeof(found));
+		assert_int_equal(pthread_create(&threads[k], NULL, claim_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+		assert_true(jobs[k].windows >= 4);
+		/* every byte but the checksum segment's padding (R-POOL-33) */
+		assert_int_equal(jobs[k].verified_bytes,
+				 root.img[k].length - 4096 + 8 * root.rec.tail_page_count);
+	}
+	/* rank 1 from the arena, on this host */
+	{
+		const uint8_t *arena;
+		uint64_t bytes;
+		struct pool_place place;
+
+		assert_int_equal(pool_arena_map(b[1], &arena, &bytes, why, sizeof(why)), 0);
+		assert_int_equal(pool_share_pull(b[1], claim_id, found, count, 0, true), 0);
+		assert_int_equal(pool_share_places(b[1], claim_id, &place, 1, 5000), 0);
+		assert_int_equal(place.bytes, root.img[1].length);
+		assert_memory_equal(arena + place.offset, root.img[1].bytes, place.bytes);
+		assert_int_equal(pool_share_end(b[1], claim_id), 0);
+	}
+	assert_int_equal(pool_claim_end(b[0], claim_id, 0), 0);
+	/* a wrong secret: refused, and said so */
+	assert_int_equal(client_open(&r, 0, 0xc, wrong, &x, why), -EACCES);
+	assert_non_null(strstr(why, "auth"));
+	/* the manager stops: every client learns it */
+	manager_stop(&r);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_status(a[k], why, sizeof(why)), ret);
+		assert_true(ret < 0);
+	}
+	assert_int_equal(pool_lookup_begin(a[0], &root.rec.key, 1, &ticket), ret);
+	/* a restarted manager: a new connection attaches; its arena starts empty */
+	manager_start(&r, 8 << 20, 0);
+	assert_int_equal(client_open(&r, 0, 0xa, secret, &x, why), 0);
+	assert_int_equal(pool_client_facts(x)->scope_records, 0);
+	/*
+	 * a put window that cannot leave in time poisons the connection, so the
+	 * caller's buffer is never read after the call returns
+	 */
+	assert_int_equal(pool_put_window(x, 1, 0, root.img[0].bytes, root.img[0].length, 0),
+			 -ETIMEDOUT);
+	assert_int_equal(pool_client_status(x, why, sizeof(why)), -ETIMEDOUT);
+	pool_client_close(x);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_pool_put_then_claim_byte_exact),
+		cmocka_unit_test(test_pool_other_scope_never_matches),
+		cmocka_unit_test(test_pool_strangers_refused),
+		cmocka_unit_test(test_pool_strangers_make_room),
+		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
+		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
+		cmocka_unit_test(test_pool_expiry_and_lru),
+		cmocka_unit_test(test_pool_stop_says_bye),
+		cmocka_unit_test(test_pool_client_end_to_end),
+		cmocka_unit_test(test_pool_disk_tier_and_restart),
+	};
+
+	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
+}
