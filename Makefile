@@ -64,11 +64,11 @@ LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/resolve.c cluster/summary.c \
 	pool/client.c pool/manager.c pool/wire.c \
 	common/base.c common/error.c common/failpoint.c common/log.c \
-	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/pool.c coordinator/store.c coordinator/warm.c \
+	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/pool.c coordinator/pool_session.c coordinator/store.c coordinator/warm.c \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
-	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/pool_share.c shard/slab.c shard/warm.c)
+	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/pool_link.c shard/pool_share.c shard/slab.c shard/warm.c)
 PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_pool.c \
 	launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
