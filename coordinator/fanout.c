@@ -298,6 +298,26 @@ static int fan_noop(void *ctx, uint64_t job_id)
 	return fan_key_job(ctx, job_id, NULL, COORD_JOB_NOOP);
 }
 
+int coord_fanout_pool_attach(struct coord_fanout *f, uint64_t job_id,
+			     const uint8_t *instance_id, const char *address)
+{
+	struct cluster_job job = { .job_id = job_id, .kind = CLUSTER_JOB_POOL_ATTACH,
+				   .pool_address = address };
+	struct pending *p;
+
+	if (is_stopped(f))
+		return SEL_ESTOPPED;
+	memcpy(job.instance_id, instance_id, sizeof(job.instance_id));
+	p = begin(f, job_id, COORD_JOB_NOOP);
+	p->answered[0] = true; /* rank zero attached itself */
+	p->remaining--;
+	send_all(f, p, cluster_job_encode(&job, f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+	if (p->remaining > 0)
+		return 0;
+	p->active = false;
+	return p->result;
+}
+
 int coord_fanout_pool_put(struct coord_fanout *f, uint64_t job_id, const struct rec_key *key,
 			  uint64_t put_id, uint64_t share_bytes)
 {

@@ -35,7 +35,38 @@ struct agent {
 	int close_reason;
 	char close_why[256];
 	uint64_t in_flight;
+	struct shard_pool_link *pool_link; /* this rank's, once rank zero asked */
 };
+
+/*
+ * R-WIRE-21's pool attach: this rank's own connection, given to the engine
+ * (a second attach replaces the first: rank zero sends it with no pool job
+ * in flight). The answer comes as the noop's completion.
+ */
+static int pool_attach(struct agent *a, const struct cluster_job_view *v, char *why,
+		       size_t why_size)
+{
+	struct shard_pool_conn conn;
+	struct shard_pool_link *link;
+	int ret;
+
+	if (!a->o->pool_plan)
+		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool configured",
+				a->o->geometry->rank);
+	ret = shard_pool_link_open(a->o->pool_plan, v->pool_address, v->instance_id,
+				   POOL_HANDSHAKE_MS, &link, why, why_size);
+	if (ret)
+		return ret;
+	shard_engine_set_pool(a->o->engine, NULL, NULL);
+	shard_pool_link_close(a->pool_link);
+	a->pool_link = link;
+	shard_pool_link_conn(link, &conn);
+	ret = shard_engine_set_pool(a->o->engine, &conn, a->o->namespace_id);
+	if (ret)
+		return sel_fail(ret, why, why_size, "rank %u: out of memory for the pool",
+				a->o->geometry->rank);
+	return shard_engine_noop(a->o->engine, v->job_id);
+}
 
 static void reply(struct agent *a, uint64_t job_id, int result, uint64_t bytes,
 		  const char *reason)
@@ -160,13 +191,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 						       .page_ids = a->page_ids,
 						       .state_slot = v->state_slot });
 	case CLUSTER_JOB_POOL_ATTACH:
-		/*
-		 * This library opens no pool connection yet (docs/DESIGN.md
-		 * section 13): the rank refuses, and rank zero disables the
-		 * pool for the instance with this reason (R-WIRE-21).
-		 */
-		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool connection",
-				g->rank);
+		/* a refusal here disables the pool for the instance (R-WIRE-21) */
+		return pool_attach(a, v, why, why_size);
 	}
 	return -EINVAL;
 }
@@ -368,6 +394,11 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 	/* no answer may start on a link being closed */
 	shard_engine_set_completion_hook(o->engine, NULL, NULL);
 	cluster_link_close(a.link, 0);
+	if (!*undrained) {
+		/* no transfer runs on it any more */
+		shard_engine_set_pool(o->engine, NULL, NULL);
+		shard_pool_link_close(a.pool_link);
+	}
 out:
 	free(a.page_ids);
 	free(a.chain);
