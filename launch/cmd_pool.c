@@ -59,39 +59,68 @@ static void usage(FILE *out)
 		"  -h, --help           this text\n");
 }
 
+/* Appends one family (HELP, TYPE, samples) to buf at *used. */
+static int family(char *buf, size_t size, size_t *used, const char *name, const char *type,
+		  const char *help, const char *samples)
+{
+	int n = snprintf(buf + *used, size - *used, "# HELP %s %s\n# TYPE %s %s\n%s", name, help,
+			 name, type, samples);
+
+	if (n < 0 || (size_t)n >= size - *used)
+		return -ENOSPC;
+	*used += (size_t)n;
+	return 0;
+}
+
 static int render_metrics(void *ctx, char *buf, size_t size)
 {
 	struct pool_manager_stats s;
-	int n;
+	char v[512];
+	size_t used = 0;
+	int ret = 0;
 
 	pool_manager_stats(ctx, &s);
-	n = snprintf(buf, size,
-		     "# TYPE selene_pool_records gauge\nselene_pool_records %" PRIu64 "\n"
-		     "# TYPE selene_pool_arena_used_bytes gauge\n"
-		     "selene_pool_arena_used_bytes %" PRIu64 "\n"
-		     "# TYPE selene_pool_connections_total counter\n"
-		     "selene_pool_connections_total %" PRIu64 "\n"
-		     "# TYPE selene_pool_refused_total counter\n"
-		     "selene_pool_refused_total %" PRIu64 "\n"
-		     "# TYPE selene_pool_auth_failures_total counter\n"
-		     "selene_pool_auth_failures_total %" PRIu64 "\n"
-		     "# TYPE selene_pool_puts_total counter\n"
-		     "selene_pool_puts_total{outcome=\"committed\"} %" PRIu64 "\n"
-		     "selene_pool_puts_total{outcome=\"failed\"} %" PRIu64 "\n"
-		     "# TYPE selene_pool_claims_total counter\n"
-		     "selene_pool_claims_total{outcome=\"granted\"} %" PRIu64 "\n"
-		     "selene_pool_claims_total{outcome=\"refused\"} %" PRIu64 "\n"
-		     "# TYPE selene_pool_lookups_total counter\n"
-		     "selene_pool_lookups_total %" PRIu64 "\n"
-		     "# TYPE selene_pool_lookup_hits_total counter\n"
-		     "selene_pool_lookup_hits_total %" PRIu64 "\n"
-		     "# TYPE selene_pool_records_dropped_total counter\n"
-		     "selene_pool_records_dropped_total{reason=\"evicted\"} %" PRIu64 "\n"
-		     "selene_pool_records_dropped_total{reason=\"expired\"} %" PRIu64 "\n",
-		     s.records, s.arena_used_bytes, s.connections, s.refused, s.auth_failures,
-		     s.puts_committed, s.puts_failed, s.claims_granted, s.claims_refused,
-		     s.lookups, s.lookup_hits, s.evicted, s.expired);
-	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
+#define ONE(name, type, help, fmt, ...)                                              \
+	do {                                                                         \
+		snprintf(v, sizeof(v), fmt, __VA_ARGS__);                            \
+		if (!ret)                                                            \
+			ret = family(buf, size, &used, name, type, help, v);         \
+	} while (0)
+	ONE("selene_pool_records", "gauge", "Records the pool holds, every scope and tier.",
+	    "selene_pool_records %" PRIu64 "\n", s.records);
+	ONE("selene_pool_arena_used_bytes", "gauge", "Bytes of the arena that records use.",
+	    "selene_pool_arena_used_bytes %" PRIu64 "\n", s.arena_used_bytes);
+	ONE("selene_pool_connections_total", "counter", "Connections accepted.",
+	    "selene_pool_connections_total %" PRIu64 "\n", s.connections);
+	ONE("selene_pool_refused_total", "counter", "Connections refused, for any reason.",
+	    "selene_pool_refused_total %" PRIu64 "\n", s.refused);
+	ONE("selene_pool_auth_failures_total", "counter",
+	    "Proofs or frame tags that did not verify.",
+	    "selene_pool_auth_failures_total %" PRIu64 "\n", s.auth_failures);
+	ONE("selene_pool_puts_total", "counter", "Puts ended, by outcome.",
+	    "selene_pool_puts_total{outcome=\"committed\"} %" PRIu64 "\n"
+	    "selene_pool_puts_total{outcome=\"failed\"} %" PRIu64 "\n",
+	    s.puts_committed, s.puts_failed);
+	ONE("selene_pool_claims_total", "counter", "Claims answered, by outcome.",
+	    "selene_pool_claims_total{outcome=\"granted\"} %" PRIu64 "\n"
+	    "selene_pool_claims_total{outcome=\"refused\"} %" PRIu64 "\n",
+	    s.claims_granted, s.claims_refused);
+	ONE("selene_pool_lookups_total", "counter", "Lookups answered.",
+	    "selene_pool_lookups_total %" PRIu64 "\n", s.lookups);
+	ONE("selene_pool_lookup_hits_total", "counter", "Lookups that matched a chain.",
+	    "selene_pool_lookup_hits_total %" PRIu64 "\n", s.lookup_hits);
+	ONE("selene_pool_records_dropped_total", "counter", "Records dropped, by reason.",
+	    "selene_pool_records_dropped_total{reason=\"evicted\"} %" PRIu64 "\n"
+	    "selene_pool_records_dropped_total{reason=\"expired\"} %" PRIu64 "\n"
+	    "selene_pool_records_dropped_total{reason=\"disk_failure\"} %" PRIu64 "\n",
+	    s.evicted, s.expired, s.disk_failures);
+	ONE("selene_pool_disk_moves_total", "counter",
+	    "Records moved between the arena and the disk tier, by direction.",
+	    "selene_pool_disk_moves_total{direction=\"spilled\"} %" PRIu64 "\n"
+	    "selene_pool_disk_moves_total{direction=\"loaded\"} %" PRIu64 "\n",
+	    s.spilled, s.loaded);
+#undef ONE
+	return ret ? ret : (int)used;
 }
 
 int launch_cmd_pool(int argc, char **argv)

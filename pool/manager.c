@@ -2032,7 +2032,14 @@ int pool_manager_run(struct pool_manager *m)
 			if (!m->draining) {
 				sel_info("pool: draining (R-POOL-45)");
 				m->draining = true;
-				drain_until = now + (uint64_t)m->config.claim_setup_ms * 1000000ull;
+				/* R-POOL-45: live claims and puts have until their deadlines */
+				drain_until = now;
+				for (struct put *p = m->puts; p; p = p->next)
+					if (p->deadline_ns > drain_until)
+						drain_until = p->deadline_ns;
+				for (struct claim *cl = m->claims; cl; cl = cl->next)
+					if (cl->deadline_ns > drain_until)
+						drain_until = cl->deadline_ns;
 			}
 		}
 		if (fds[0].revents & POLLIN)

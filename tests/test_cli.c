@@ -1060,6 +1060,72 @@ static void scrape_live_metrics(const char *out)
 }
 
 /*
+ * selene pool as a daemon: it logs where it listens and its arena, serves
+ * valid metrics, and on SIGTERM drains, exits 0 and removes its arena.
+ */
+static void test_cli_pool_daemon(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *base = tu_make_temp_dir("cli-pool-daemon");
+	struct run_result *r = malloc(sizeof(*r));
+	char secret[512], out[512], text[4096] = "", arena[256] = "", *at, *body;
+	unsigned port = 0;
+	int status = 0;
+	pid_t pid;
+	FILE *f;
+
+	(void)state;
+	snprintf(secret, sizeof(secret), "%s/secret", base);
+	snprintf(out, sizeof(out), "%s/out", base);
+	f = fopen(secret, "w");
+	assert_non_null(f);
+	fputs("0123456789abcdef0123456789abcdef", f);
+	fclose(f);
+	assert_int_equal(chmod(secret, 0600), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(program ? program : "build/selene", "selene", "pool", "--secret", secret,
+		      "--memory", "4M", "--listen", "127.0.0.1:0", "--name", "cli",
+		      "--metrics-port", "0", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 500 && !strstr(text, "listening on port"); i++) {
+		usleep(10000);
+		f = fopen(out, "r");
+		if (f) {
+			text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+			fclose(f);
+		}
+	}
+	at = strstr(text, "metrics on http://127.0.0.1:");
+	assert_non_null(at);
+	assert_int_equal(sscanf(at, "metrics on http://127.0.0.1:%u/metrics", &port), 1);
+	at = strstr(text, "arena /dev/shm/");
+	assert_non_null(at);
+	assert_int_equal(sscanf(at, "arena %255s", arena), 1);
+	assert_int_equal(access(arena, F_OK), 0);
+	http_get(r, (uint16_t)port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+	assert_non_null(strstr(r->out, "HTTP/1.0 200 OK\r\n"));
+	body = strstr(r->out, "\r\n\r\n");
+	assert_non_null(body);
+	tu_check_metrics(body + 4, "selene_pool_records selene_pool_arena_used_bytes "
+			 "selene_pool_puts_total selene_pool_claims_total "
+			 "selene_pool_records_dropped_total");
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(access(arena, F_OK), -1); /* the arena is gone with it */
+	free(r);
+	tu_remove_tree(base);
+}
+
+/*
  * SIGINT to selene run: it admits no more requests,
  * drains what was offered, prints its summary, writes only whole results
  * lines ending with the summary, and exits 1; what it stored verifies.
@@ -1874,6 +1940,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_retry_refused_at_end),
 		cmocka_unit_test(test_cli_log_escapes_and_bad_level),
 		cmocka_unit_test(test_cli_run_interrupted),
+		cmocka_unit_test(test_cli_pool_daemon),
 		cmocka_unit_test(test_cli_bench_cleans_up),
 		cmocka_unit_test(test_cli_bench_startup),
 	};

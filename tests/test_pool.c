@@ -891,6 +891,48 @@ static void test_pool_failed_put_window_goes_nowhere(void **state)
 	case_free(&q);
 }
 
+/* A drain refuses newcomers and new work, serves live claims until they end, then says BYE (R-POOL-45). */
+static void test_pool_drain_waits_for_claims(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], extra = { 0 };
+	struct put_case root;
+	struct pool_claim_end e = { .claim_id = 4 };
+	uint8_t buf[64];
+	void *ret;
+
+	(void)state;
+	manager_start(&r, 1 << 20, 0);
+	case_make(&root, 50, 64, NULL, 1);
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(put_whole(a, &root), 0);
+	assert_int_equal(claim(&a[0], 4, &root.rec.key), 0);
+	pool_manager_stop(r.m);
+	usleep(200 * 1000);
+	extra.body = tu_alloc(POOL_CONTROL_BODY_BYTES_MAX);
+	pool_rx_init(&extra.rx, extra.body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
+	extra.fd = tconnect(pool_manager_port(r.m));
+	assert_int_equal(trecv(&extra), 1);
+	assert_int_equal(extra.refused.reason, POOL_REFUSE_SHUTDOWN);
+	trank_close(&extra);
+	assert_int_equal(lookup(&a[0], &root.rec.key, 1, NULL), 0); /* no new work */
+	assert_int_equal(claim(&a[0], 5, &root.rec.key), -ESHUTDOWN);
+	/* the live claim is still served */
+	{
+		struct put_case *one[1] = { &root };
+
+		claim_stream_check(&a[1], 4, one, 1, 0);
+	}
+	tsend(&a[0], POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&e, buf, sizeof(buf)), NULL, 0);
+	pthread_join(r.thread, &ret);
+	assert_int_equal((intptr_t)ret, 0);
+	assert_int_equal(trecv(&a[0]), 1);
+	assert_int_equal(a[0].rx.header.type, POOL_MSG_BYE);
+	pool_manager_close(r.m);
+	close_instance(a);
+	case_free(&root);
+}
+
 /* The arena spills to the disk tier and claims bring records back; a restart finds them, a renamed pool does not, a corrupt file is dropped. */
 static void test_pool_disk_tier_and_restart(void **state)
 {
@@ -1176,6 +1218,7 @@ int main(void)
 		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_stop_says_bye),
+		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 	};
