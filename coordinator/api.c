@@ -55,6 +55,7 @@ struct sel_store {
 	struct coord_fanout *fanout;
 	/* the pool (docs/DESIGN.md section 13): all NULL while not attached */
 	struct shard_pool_link *pool_link;   /* rank zero's connection */
+	char pool_address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 1]; /* for its warnings */
 	struct coord_pool_client_session pool_session;
 	struct coord_pool *pool_driver;
 	struct sel_bench_startup startup; /* where sel_store_open spent its time */
@@ -728,6 +729,7 @@ static int api_pool_attach(sel_store *s, const struct sel_store_config *c,
 		api_pool_detach(s, true);
 		ret = 0;
 	} else {
+		snprintf(s->pool_address, sizeof(s->pool_address), "%s", c->pool);
 		sel_info("pool %s: attached as \"%s\" (%u ranks)", c->pool,
 			 pool_client_facts(shard_pool_link_client(s->pool_link))->name,
 			 s->cluster.world_size);
@@ -1056,6 +1058,23 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 	return ret;
 }
 
+/*
+ * A session whose connection was lost turns the pool off, with one warning:
+ * the store runs on its local tiers from then on (it does not reconnect).
+ * Puts and claims in flight end through the driver with the connection's
+ * failure. Never waits: the client's status is read under its mutex.
+ */
+static void api_pool_check(sel_store *s)
+{
+	char why[200] = "";
+
+	if (pool_client_status(shard_pool_link_client(s->pool_link), why, sizeof(why)) == 0)
+		return;
+	coord_store_set_pool(&s->core, false);
+	sel_warn("pool %s: connection lost: %s; the store runs on its local tiers",
+		 s->pool_address, why[0] ? why : "no reason given");
+}
+
 uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 {
 	uint32_t n = 0;
@@ -1063,6 +1082,8 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 	if (!s || (!events && max > 0) || api_forked(s))
 		return 0;
 	pthread_mutex_lock(&s->lock);
+	if (s->core.pool_on)
+		api_pool_check(s);
 	if (s->engine)
 		n = coord_store_poll(&s->core, events, max);
 	pthread_mutex_unlock(&s->lock);

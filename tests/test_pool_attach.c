@@ -566,6 +566,7 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 {
 	struct fixture *f = *state;
 	struct sel_event ev;
+	struct warn_catch wc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct sel_hit hit, local;
 	struct sel_stats st;
 	uint32_t ids[PAGES];
@@ -582,12 +583,23 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 		ids[p] = 20 + p;
 	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
 	usleep(100000);
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(catch_warning, &wc);
 	manager_kill(f);
 	ev = next_event(f->inst[1].store, 30000);
 	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
 	assert_int_equal(st.pool_claim_failures, 1);
 	assert_int_equal(st.pool_claims, 0);
+	/* the lost connection turned the pool off, said once */
+	for (int i = 0; i < 100; i++)
+		sel_poll(f->inst[1].store, &ev, 0);
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
+	assert_int_equal(st.pool_attached, 0);
+	assert_int_equal(wc.pool_warnings, 1);
+	assert_non_null(strstr(wc.last, "connection lost"));
 	/* the local tiers still store and restore (a new history: no pool answer) */
 	fill(f, 1);
 	publish_chain(f, 1, 10);
