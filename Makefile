@@ -71,12 +71,12 @@ LIB_SRCS := $(sort \
 	cluster/join.c cluster/link.c cluster/protocol.c cluster/resolve.c cluster/summary.c \
 	pool/client.c pool/manager.c pool/wire.c \
 	common/base.c common/error.c common/failpoint.c common/log.c common/xxh.c \
-	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/store.c coordinator/warm.c \
+	coordinator/agreement.c coordinator/api.c coordinator/cluster.c coordinator/fanout.c coordinator/index.c coordinator/metrics.c coordinator/pool.c coordinator/pool_session.c coordinator/store.c coordinator/warm.c \
 	record/catalog.c record/dir.c record/disk.c record/file.c record/format.c record/geometry.c \
 	record/io.c record/key.c \
 	peer/agent.c peer/api.c peer/join.c \
 	pool/rdma.c \
-	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/slab.c shard/warm.c)
+	shard/checksum_pool.c shard/config.c shard/device.c shard/device_cuda.c shard/engine.c shard/pool_link.c shard/pool_share.c shard/slab.c shard/warm.c)
 PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/cmd_pool.c \
 	launch/cmd_records.c \
 	launch/main.c launch/scratch.c \
@@ -86,7 +86,7 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
-TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_wire protocol resolve store summary metrics_http warm)
+TEST_NAMES := $(sort agreement api args bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_attach pool_share pool_store pool_wire protocol resolve store summary metrics_http warm)
 # The pool's edges (RDMA, hostile connections), on a line of their own.
 TEST_NAMES := $(sort $(TEST_NAMES) pool_hostile rdma)
 

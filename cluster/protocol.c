@@ -51,8 +51,15 @@ static inline void put_le16(uint8_t *p, uint16_t v)
 	(CLUSTER_JOB_FETCH_OFF_CHAIN +                                        \
 	 (uint64_t)CLUSTER_CHAIN_RECORD_BYTES * CLUSTER_JOB_CHAIN_RECORDS_MAX + \
 	 CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS + 4ull * CLUSTER_JOB_PAGE_IDS_MAX)
-#define JOB_BYTES_MAX \
-	(JOB_FETCH_BYTES_MAX > JOB_STORE_BYTES_MAX ? JOB_FETCH_BYTES_MAX : JOB_STORE_BYTES_MAX)
+#define JOB_CLAIM_BYTES_MAX                                                        \
+	(CLUSTER_JOB_CLAIM_OFF_CHAIN +                                             \
+	 (uint64_t)CLUSTER_POOL_CHAIN_RECORD_BYTES * CLUSTER_JOB_CHAIN_RECORDS_MAX + \
+	 CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS + 4ull * CLUSTER_JOB_PAGE_IDS_MAX)
+/* The largest job is a pool claim's (R-WIRE-21): above a fetch and a store. */
+#define JOB_BYTES_MAX JOB_CLAIM_BYTES_MAX
+_Static_assert(JOB_CLAIM_BYTES_MAX > JOB_FETCH_BYTES_MAX &&
+		       JOB_CLAIM_BYTES_MAX > JOB_STORE_BYTES_MAX, "the claim is the largest job");
+_Static_assert(JOB_CLAIM_BYTES_MAX == 4329505u, "PROTOCOL.md says so");
 
 _Static_assert(SUMMARY_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "summary chunk fits");
 _Static_assert(AGREEMENT_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "agreement fits");
@@ -1051,6 +1058,55 @@ static int fetch_pages_check(uint64_t pages, uint32_t skip_pages,
 	return 0;
 }
 
+static bool instance_id_zero(const uint8_t id[16])
+{
+	uint8_t any = 0;
+
+	for (uint32_t i = 0; i < 16; i++)
+		any |= id[i];
+	return any == 0;
+}
+
+/* R-WIRE-21: a pool attach names an instance (not all zero) and a printable address. */
+static int pool_attach_check(const struct cluster_job *m)
+{
+	size_t len;
+	int ret;
+
+	if (!m->pool_address || instance_id_zero(m->instance_id))
+		return -EINVAL;
+	ret = text_check(m->pool_address, CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX, &len);
+	return ret ? ret : len == 0 ? -EINVAL : 0;
+}
+
+static void pool_chain_as_chain(const struct cluster_pool_chain_record *in,
+				struct cluster_chain_record *out)
+{
+	*out = (struct cluster_chain_record){ .key = in->key,
+					      .first_page_index = in->first_page_index,
+					      .tail_page_count = in->tail_page_count };
+}
+
+/* R-WIRE-21: a pool claim's chain follows a fetch's rules. */
+static int pool_claim_check(const struct cluster_job *m)
+{
+	struct cluster_chain_record record, previous;
+	uint64_t pages = 0;
+
+	if (m->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX ||
+	    m->chain_count > CLUSTER_JOB_CHAIN_RECORDS_MAX)
+		return SEL_ETOOBIG;
+	if (m->chain_count == 0 || !m->pool_chain || (!m->page_ids && m->page_id_count))
+		return -EINVAL;
+	for (uint32_t i = 0; i < m->chain_count; i++) {
+		pool_chain_as_chain(&m->pool_chain[i], &record);
+		if (chain_check(&record, i, i ? &previous : NULL, &pages, NULL, 0))
+			return -EINVAL;
+		previous = record;
+	}
+	return fetch_pages_check(pages, m->skip_pages, m->page_id_count, NULL, 0) ? -EINVAL : 0;
+}
+
 static int job_check(const struct cluster_job *m)
 {
 	const struct cluster_chain_record *previous = NULL;
@@ -1083,6 +1139,12 @@ static int job_check(const struct cluster_job *m)
 		return key_valid(&m->key) ? 0 : -EINVAL;
 	case CLUSTER_JOB_NOOP:
 		return 0;
+	case CLUSTER_JOB_POOL_ATTACH:
+		return pool_attach_check(m);
+	case CLUSTER_JOB_POOL_PUT:
+		return key_valid(&m->key) && m->share_bytes >= REC_HEADER_BYTES ? 0 : -EINVAL;
+	case CLUSTER_JOB_POOL_CLAIM:
+		return pool_claim_check(m);
 	}
 	return -EINVAL;
 }
@@ -1102,6 +1164,14 @@ static uint64_t job_length(const struct cluster_job *m)
 		break;
 	case CLUSTER_JOB_NOOP:
 		return CLUSTER_JOB_OFF_BODY;
+	case CLUSTER_JOB_POOL_ATTACH:
+		return CLUSTER_JOB_ATTACH_BYTES_MIN + strlen(m->pool_address);
+	case CLUSTER_JOB_POOL_PUT:
+		return CLUSTER_JOB_PUT_BYTES;
+	case CLUSTER_JOB_POOL_CLAIM:
+		return CLUSTER_JOB_CLAIM_OFF_CHAIN +
+		       (uint64_t)CLUSTER_POOL_CHAIN_RECORD_BYTES * m->chain_count +
+		       CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS + 4ull * m->page_id_count;
 	}
 	return CLUSTER_JOB_KEY_BYTES;
 }
@@ -1110,6 +1180,24 @@ static void put_page_ids(uint8_t *p, const uint32_t *ids, uint32_t count)
 {
 	for (uint32_t i = 0; i < count; i++)
 		sel_put_le32(p + 4 * (size_t)i, ids[i]);
+}
+
+static void pool_claim_encode(const struct cluster_job *m, uint8_t *buf)
+{
+	uint8_t *p = buf + CLUSTER_JOB_CLAIM_OFF_CHAIN;
+
+	sel_put_le64(buf + CLUSTER_JOB_CLAIM_OFF_CLAIM_ID, m->pool_id);
+	sel_put_le32(buf + CLUSTER_JOB_CLAIM_OFF_CHAIN_COUNT, m->chain_count);
+	for (uint32_t i = 0; i < m->chain_count; i++, p += CLUSTER_POOL_CHAIN_RECORD_BYTES) {
+		rec_key_put(p + CLUSTER_CHAIN_OFF_KEY, &m->pool_chain[i].key);
+		sel_put_le32(p + CLUSTER_CHAIN_OFF_FIRST_PAGE, m->pool_chain[i].first_page_index);
+		sel_put_le32(p + CLUSTER_CHAIN_OFF_TAIL_PAGES, m->pool_chain[i].tail_page_count);
+		p[CLUSTER_POOL_CHAIN_OFF_ROW] = m->pool_chain[i].row ? 1 : 0;
+	}
+	sel_put_le32(p + CLUSTER_JOB_CLAIM_TAIL_OFF_SKIP_PAGES, m->skip_pages);
+	sel_put_le32(p + CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT, m->state_slot);
+	sel_put_le32(p + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT, m->page_id_count);
+	put_page_ids(p + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, m->page_ids, m->page_id_count);
 }
 
 int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_size)
@@ -1158,6 +1246,19 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		rec_key_put(buf + CLUSTER_JOB_KEY_OFF_KEY, &m->key);
 		break;
 	case CLUSTER_JOB_NOOP:
+		break;
+	case CLUSTER_JOB_POOL_ATTACH:
+		memcpy(buf + CLUSTER_JOB_ATTACH_OFF_INSTANCE_ID, m->instance_id, 16);
+		put_text(buf + CLUSTER_JOB_ATTACH_OFF_ADDRESS, m->pool_address,
+			 strlen(m->pool_address));
+		break;
+	case CLUSTER_JOB_POOL_PUT:
+		sel_put_le64(buf + CLUSTER_JOB_PUT_OFF_PUT_ID, m->pool_id);
+		rec_key_put(buf + CLUSTER_JOB_PUT_OFF_KEY, &m->key);
+		sel_put_le64(buf + CLUSTER_JOB_PUT_OFF_SHARE_BYTES, m->share_bytes);
+		break;
+	case CLUSTER_JOB_POOL_CLAIM:
+		pool_claim_encode(m, buf);
 		break;
 	}
 	return (int)length;
@@ -1247,6 +1348,102 @@ static int job_fetch_decode(const uint8_t *p, uint32_t length,
 	return fetch_pages_check(pages, out->skip_pages, out->page_id_count, why, why_size);
 }
 
+static int job_attach_decode(const uint8_t *p, uint32_t length,
+			     struct cluster_job_view *out, char *why, size_t why_size)
+{
+	int ret = check_at_least("JOB pool attach", length, CLUSTER_JOB_ATTACH_BYTES_MIN, why,
+				 why_size);
+
+	if (ret)
+		return ret;
+	memcpy(out->instance_id, p + CLUSTER_JOB_ATTACH_OFF_INSTANCE_ID, 16);
+	if (instance_id_zero(out->instance_id))
+		return PROTO_FAIL(why, why_size, "JOB pool attach instance id is all zero "
+				  "(R-WIRE-21)");
+	ret = get_text("JOB pool attach", p, length, CLUSTER_JOB_ATTACH_OFF_ADDRESS,
+		       CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX, out->pool_address, why, why_size);
+	if (ret)
+		return ret;
+	if (!out->pool_address[0])
+		return PROTO_FAIL(why, why_size, "JOB pool attach address is empty (R-WIRE-21)");
+	return 0;
+}
+
+static int job_put_decode(const uint8_t *p, uint32_t length, struct cluster_job_view *out,
+			  char *why, size_t why_size)
+{
+	int ret = check_exact("JOB pool put", length, CLUSTER_JOB_PUT_BYTES, why, why_size);
+
+	if (ret)
+		return ret;
+	out->pool_id = sel_get_le64(p + CLUSTER_JOB_PUT_OFF_PUT_ID);
+	rec_key_get(p + CLUSTER_JOB_PUT_OFF_KEY, &out->key);
+	out->share_bytes = sel_get_le64(p + CLUSTER_JOB_PUT_OFF_SHARE_BYTES);
+	if (!key_valid(&out->key))
+		return PROTO_FAIL(why, why_size, "JOB pool put key consumed %" PRIu64
+				  " (R-WIRE-14)", out->key.consumed);
+	if (out->share_bytes < REC_HEADER_BYTES)
+		return PROTO_FAIL(why, why_size, "JOB pool put share of %" PRIu64 " bytes, "
+				  "less than a record header (R-WIRE-21)", out->share_bytes);
+	return 0;
+}
+
+static int job_claim_decode(const uint8_t *p, uint32_t length, struct cluster_job_view *out,
+			    char *why, size_t why_size)
+{
+	struct cluster_pool_chain_record record;
+	struct cluster_chain_record as_chain, previous;
+	const uint8_t *tail;
+	uint64_t pages = 0, tail_offset;
+	int ret = check_at_least("JOB pool claim", length, CLUSTER_JOB_CLAIM_OFF_CHAIN, why,
+				 why_size);
+
+	if (ret)
+		return ret;
+	out->pool_id = sel_get_le64(p + CLUSTER_JOB_CLAIM_OFF_CLAIM_ID);
+	out->chain_count = sel_get_le32(p + CLUSTER_JOB_CLAIM_OFF_CHAIN_COUNT);
+	if (out->chain_count == 0 || out->chain_count > CLUSTER_JOB_CHAIN_RECORDS_MAX)
+		return PROTO_FAIL(why, why_size, "JOB pool claim chain of %" PRIu32
+				  " records, allowed 1 .. %u (R-WIRE-21)",
+				  out->chain_count, CLUSTER_JOB_CHAIN_RECORDS_MAX);
+	tail_offset = CLUSTER_JOB_CLAIM_OFF_CHAIN +
+		      (uint64_t)CLUSTER_POOL_CHAIN_RECORD_BYTES * out->chain_count;
+	ret = check_at_least("JOB pool claim", length,
+			     (uint32_t)tail_offset + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, why,
+			     why_size);
+	if (ret)
+		return ret;
+	out->pool_chain = p + CLUSTER_JOB_CLAIM_OFF_CHAIN;
+	tail = p + tail_offset;
+	out->skip_pages = sel_get_le32(tail + CLUSTER_JOB_CLAIM_TAIL_OFF_SKIP_PAGES);
+	out->state_slot = sel_get_le32(tail + CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT);
+	out->page_id_count = sel_get_le32(tail + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT);
+	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
+		return PROTO_FAIL(why, why_size, "JOB pool claim of %" PRIu32
+				  " page ids, at most %u (R-WIRE-21)",
+				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
+	out->page_ids = tail + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS;
+	ret = check_exact("JOB pool claim", length,
+			  tail_offset + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS +
+				  4ull * out->page_id_count, why, why_size);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < out->chain_count; i++) {
+		const uint8_t *r = out->pool_chain + (size_t)i * CLUSTER_POOL_CHAIN_RECORD_BYTES;
+
+		if (r[CLUSTER_POOL_CHAIN_OFF_ROW] > 1)
+			return PROTO_FAIL(why, why_size, "JOB pool claim chain record %" PRIu32
+					  " row %u (R-WIRE-12)", i, r[CLUSTER_POOL_CHAIN_OFF_ROW]);
+		cluster_job_view_pool_chain_record(out, i, &record);
+		pool_chain_as_chain(&record, &as_chain);
+		ret = chain_check(&as_chain, i, i ? &previous : NULL, &pages, why, why_size);
+		if (ret)
+			return ret;
+		previous = as_chain;
+	}
+	return fetch_pages_check(pages, out->skip_pages, out->page_id_count, why, why_size);
+}
+
 int cluster_job_decode(const uint8_t *p, uint32_t length, struct cluster_job_view *out,
 		       char *why, size_t why_size)
 {
@@ -1278,6 +1475,15 @@ int cluster_job_decode(const uint8_t *p, uint32_t length, struct cluster_job_vie
 	case CLUSTER_JOB_NOOP:
 		out->kind = CLUSTER_JOB_NOOP;
 		return check_exact("JOB noop", length, CLUSTER_JOB_OFF_BODY, why, why_size);
+	case CLUSTER_JOB_POOL_ATTACH:
+		out->kind = CLUSTER_JOB_POOL_ATTACH;
+		return job_attach_decode(p, length, out, why, why_size);
+	case CLUSTER_JOB_POOL_PUT:
+		out->kind = CLUSTER_JOB_POOL_PUT;
+		return job_put_decode(p, length, out, why, why_size);
+	case CLUSTER_JOB_POOL_CLAIM:
+		out->kind = CLUSTER_JOB_POOL_CLAIM;
+		return job_claim_decode(p, length, out, why, why_size);
 	}
 	return PROTO_FAIL(why, why_size, "JOB kind %u unknown (R-WIRE-21)",
 			  p[CLUSTER_JOB_OFF_KIND]);
@@ -1294,6 +1500,19 @@ void cluster_job_view_chain_record(const struct cluster_job_view *view, uint32_t
 {
 	SEL_ASSERT(index < view->chain_count);
 	get_chain_record(view->chain + (size_t)index * CLUSTER_CHAIN_RECORD_BYTES, out);
+}
+
+void cluster_job_view_pool_chain_record(const struct cluster_job_view *view, uint32_t index,
+					struct cluster_pool_chain_record *out)
+{
+	const uint8_t *p;
+
+	SEL_ASSERT(view->kind == CLUSTER_JOB_POOL_CLAIM && index < view->chain_count);
+	p = view->pool_chain + (size_t)index * CLUSTER_POOL_CHAIN_RECORD_BYTES;
+	rec_key_get(p + CLUSTER_CHAIN_OFF_KEY, &out->key);
+	out->first_page_index = sel_get_le32(p + CLUSTER_CHAIN_OFF_FIRST_PAGE);
+	out->tail_page_count = sel_get_le32(p + CLUSTER_CHAIN_OFF_TAIL_PAGES);
+	out->row = p[CLUSTER_POOL_CHAIN_OFF_ROW] != 0;
 }
 
 /* ---- JOB_DONE (R-WIRE-22) ---- */

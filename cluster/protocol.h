@@ -23,7 +23,7 @@
 #include <sys/uio.h>
 
 #define CLUSTER_MAGIC "SELN"
-#define CLUSTER_VERSION 4u
+#define CLUSTER_VERSION 5u
 
 /* Frame header offsets (R-WIRE-1). */
 enum cluster_header_offset {
@@ -196,6 +196,26 @@ enum cluster_job_offset {
 	/* truncate, unlink, warm drop: the key */
 	CLUSTER_JOB_KEY_OFF_KEY = 9,
 	CLUSTER_JOB_KEY_BYTES = 9 + 24,
+	/* pool attach: instance id, then the manager's address as a text */
+	CLUSTER_JOB_ATTACH_OFF_INSTANCE_ID = 9,
+	CLUSTER_JOB_ATTACH_OFF_ADDRESS = 9 + 16,
+	CLUSTER_JOB_ATTACH_BYTES_MIN = 9 + 16 + 2,
+	/* pool put: put id, key, share bytes */
+	CLUSTER_JOB_PUT_OFF_PUT_ID = 9,
+	CLUSTER_JOB_PUT_OFF_KEY = 9 + 8,
+	CLUSTER_JOB_PUT_OFF_SHARE_BYTES = 9 + 8 + 24,
+	CLUSTER_JOB_PUT_BYTES = 9 + 8 + 24 + 8,
+	/* pool claim: claim id, chain count, pool chain, then the fetch's tail */
+	CLUSTER_JOB_CLAIM_OFF_CLAIM_ID = 9,
+	CLUSTER_JOB_CLAIM_OFF_CHAIN_COUNT = 9 + 8,
+	CLUSTER_JOB_CLAIM_OFF_CHAIN = 9 + 8 + 4,
+	CLUSTER_JOB_CLAIM_TAIL_OFF_SKIP_PAGES = 0,
+	CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT = 4,
+	CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT = 8,
+	CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS = 12,
+	/* one pool chain record: a chain record, then u8 row */
+	CLUSTER_POOL_CHAIN_OFF_ROW = 32,
+	CLUSTER_POOL_CHAIN_RECORD_BYTES = 33,
 	/* one chain record: key, u32 first page index, u32 tail page count */
 	CLUSTER_CHAIN_OFF_KEY = 0,
 	CLUSTER_CHAIN_OFF_FIRST_PAGE = 24,
@@ -207,6 +227,9 @@ _Static_assert(CLUSTER_JOB_STORE_OFF_STATE_SLOT ==
 _Static_assert(CLUSTER_JOB_KEY_BYTES == CLUSTER_JOB_KEY_OFF_KEY + CLUSTER_KEY_BYTES,
 	       "job key");
 _Static_assert(CLUSTER_CHAIN_OFF_FIRST_PAGE == CLUSTER_KEY_BYTES, "chain record");
+_Static_assert(CLUSTER_POOL_CHAIN_OFF_ROW == CLUSTER_CHAIN_RECORD_BYTES, "pool chain record");
+_Static_assert(CLUSTER_JOB_PUT_OFF_SHARE_BYTES == CLUSTER_JOB_PUT_OFF_KEY + CLUSTER_KEY_BYTES,
+	       "job put");
 
 enum cluster_job_done_offset {
 	CLUSTER_JOB_DONE_OFF_JOB_ID = 0,
@@ -579,7 +602,10 @@ enum cluster_job_kind {
 	CLUSTER_JOB_UNLINK = 3,
 	CLUSTER_JOB_NOOP = 4, /* moves no bytes: the transport's own cost */
 	CLUSTER_JOB_WARM_DROP = 5, /* drop a record's warm copy (version 4) */
-	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_WARM_DROP,
+	CLUSTER_JOB_POOL_ATTACH = 6, /* open this rank's pool connection (version 5) */
+	CLUSTER_JOB_POOL_PUT = 7,    /* send this rank's share of a put (version 5) */
+	CLUSTER_JOB_POOL_CLAIM = 8,  /* receive this rank's share of a claim (version 5) */
+	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_POOL_CLAIM,
 };
 
 /* A store's warm field is 0 .. this (enum shard_store_warm, R-WIRE-21). */
@@ -590,6 +616,14 @@ struct cluster_chain_record {
 	struct rec_key key;
 	uint32_t first_page_index;
 	uint32_t tail_page_count;
+};
+
+/* One record of a pool claim's chain: a chain record and whether its share holds the row. */
+struct cluster_pool_chain_record {
+	struct rec_key key;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
 };
 
 /* A JOB to encode: native arrays, borrowed for the call. */
@@ -605,7 +639,12 @@ struct cluster_job {
 	uint32_t page_id_count;                    /* store, fetch */
 	uint8_t warm; /* store: enum shard_store_warm, 0 .. 3 (R-WIRE-21) */
 	bool read_through;                         /* fetch: into the warm tier */
-	struct rec_key key;                        /* truncate, unlink, warm drop */
+	struct rec_key key;                        /* truncate, unlink, warm drop, put */
+	uint8_t instance_id[16];                   /* pool attach: not all zero */
+	const char *pool_address;                  /* pool attach: printable, 1 .. max */
+	uint64_t pool_id;                          /* pool put: put id; claim: claim id */
+	uint64_t share_bytes;                      /* pool put: the rank's image length */
+	const struct cluster_pool_chain_record *pool_chain; /* pool claim */
 };
 
 /* A decoded JOB; arrays point into the payload. Unused fields are zero. */
@@ -622,6 +661,11 @@ struct cluster_job_view {
 	uint8_t warm;
 	bool read_through;
 	struct rec_key key;
+	uint8_t instance_id[16];
+	char pool_address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 1];
+	uint64_t pool_id;
+	uint64_t share_bytes;
+	const uint8_t *pool_chain;    /* chain_count * CLUSTER_POOL_CHAIN_RECORD_BYTES */
 };
 
 /*
@@ -640,6 +684,10 @@ uint32_t cluster_job_view_page_id(const struct cluster_job_view *view,
 /* Chain record index (< chain_count, asserted) of a decoded fetch. */
 void cluster_job_view_chain_record(const struct cluster_job_view *view,
 				   uint32_t index, struct cluster_chain_record *out);
+
+/* Chain record index (< chain_count, asserted) of a decoded pool claim. */
+void cluster_job_view_pool_chain_record(const struct cluster_job_view *view,
+					uint32_t index, struct cluster_pool_chain_record *out);
 
 /* JOB_DONE (R-WIRE-22): reason is NUL-terminated printable ASCII. */
 struct cluster_job_done {

@@ -90,6 +90,9 @@
 /* Records in one fetch chain: the shard engine's SHARD_CHAIN_RECORDS_MAX. */
 #define CLUSTER_JOB_CHAIN_RECORDS_MAX 4096u
 
+/* A pool attach job's manager address: host:port, a DNS name's 253 and a port. */
+#define CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX 260u
+
 /* A refusal's text: one sentence naming what differs, for the log. */
 #define CLUSTER_REFUSE_TEXT_BYTES_MAX 256u
 

@@ -7,6 +7,7 @@
  */
 #include "selene/store.h"
 
+#include "cluster/join.h"
 #include "common/base.h"
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -22,6 +23,9 @@
 #include "coordinator/fanout.h"
 #include "coordinator/metrics.h"
 #include "coordinator/bench.h"
+#include "coordinator/pool.h"
+#include "coordinator/pool_session.h"
+#include "shard/pool_link.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -34,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/statvfs.h>
 
 struct sel_store {
@@ -48,6 +53,11 @@ struct sel_store {
 	bool form_attempted;           /* the formation told the peers of any failure */
 	bool opened;                   /* sel_store_open succeeded: close says BYE */
 	struct coord_fanout *fanout;
+	/* the pool (docs/DESIGN.md section 13): all NULL while not attached */
+	struct shard_pool_link *pool_link;   /* rank zero's connection */
+	char pool_address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 1]; /* for its warnings */
+	struct coord_pool_client_session pool_session;
+	struct coord_pool *pool_driver;
 	struct sel_bench_startup startup; /* where sel_store_open spent its time */
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
@@ -162,6 +172,7 @@ static void monitor_leave(sel_store *s)
 
 struct sel_history {
 	struct rec_history history;
+	struct coord_pool_ticket ticket; /* its pool lookup (zero: none asked) */
 };
 
 static int jobs_store(void *ctx, uint64_t id, const struct shard_store_job *job)
@@ -534,6 +545,198 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	return 0;
 }
 
+/*
+ * The pool secret file is the caller's configuration, read before anything
+ * else opens: missing, too open or not 32 bytes fails the open, naming it
+ * (a manager that refuses the secret only disables the pool).
+ */
+static int api_pool_secret(const struct sel_store_config *c, char *err, size_t err_size)
+{
+	uint8_t secret[CLUSTER_SECRET_BYTES];
+	int ret;
+
+	if (!c->pool)
+		return 0;
+	ret = cluster_secret_load(c->pool_secret_file, "pool_secret_file", secret, err,
+				  err_size);
+	explicit_bzero(secret, sizeof(secret)); /* only checked here */
+	return ret;
+}
+
+/* How long rank zero waits for the manager at open (the pool's fixed decision 7). */
+#define API_POOL_WAIT_MS 10000u
+
+/* Every rank's share of a pool put or claim: the fan-out's, or rank zero's engine alone. */
+static int pool_ranks_fan_put(void *ctx, uint64_t job_id, const struct rec_key *key,
+			      uint64_t put_id, uint64_t share_bytes)
+{
+	return coord_fanout_pool_put(ctx, job_id, key, put_id, share_bytes);
+}
+
+static int pool_ranks_fan_claim(void *ctx, uint64_t job_id,
+				const struct shard_pool_claim_job *claim, uint32_t page_id_count)
+{
+	return coord_fanout_pool_claim(ctx, job_id, claim, page_id_count);
+}
+
+static int pool_ranks_engine_put(void *ctx, uint64_t job_id, const struct rec_key *key,
+				 uint64_t put_id, uint64_t share_bytes)
+{
+	return shard_engine_pool_put(ctx, job_id, key, put_id, share_bytes);
+}
+
+static int pool_ranks_engine_claim(void *ctx, uint64_t job_id,
+				   const struct shard_pool_claim_job *claim, uint32_t page_id_count)
+{
+	(void)page_id_count;
+	return shard_engine_pool_claim(ctx, job_id, claim);
+}
+
+/*
+ * Every peer opens its own connection (R-WIRE-21's pool attach); waits for
+ * their answers, each bounded by its own connect deadline, or for the
+ * fan-out to stop (a peer that never answers outlives the job timeout).
+ * The fan-out has no other job in flight yet: job id 0 is free.
+ */
+static int api_pool_attach_peers(sel_store *s, const uint8_t *instance_id, const char *address,
+				 char *why, size_t why_size)
+{
+	struct shard_completion done;
+	int ret;
+
+	ret = coord_fanout_pool_attach(s->fanout, 0, instance_id, address);
+	if (ret)
+		return sel_fail(ret, why, why_size, "the peers could not be asked to attach: %s",
+				sel_strerror(ret));
+	while (s->core.jobs_ops.poll(s->core.jobs_ops.ctx, &done, 1) == 0) {
+		if (s->core.jobs_ops.stopped(s->core.jobs_ops.ctx, why, why_size))
+			return SEL_ESTOPPED;
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	if (done.result)
+		return sel_fail(done.result, why, why_size, "%s", done.why);
+	return 0;
+}
+
+/* The driver between the policy and its jobs, and the store's lookups, over the session. */
+static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
+{
+	struct coord_pool_ranks ranks = s->fanout ?
+		(struct coord_pool_ranks){ .ctx = s->fanout, .put = pool_ranks_fan_put,
+					   .claim = pool_ranks_fan_claim } :
+		(struct coord_pool_ranks){ .ctx = s->engine, .put = pool_ranks_engine_put,
+					   .claim = pool_ranks_engine_claim };
+	struct pool_client *client = shard_pool_link_client(s->pool_link);
+	struct coord_pool_session session;
+	struct coord_pool_ops ops;
+	const uint8_t *arena;
+	uint64_t arena_bytes;
+	char ignored[200];
+	int ret;
+
+	ret = coord_pool_client_session_init(&s->pool_session, client, s->cluster.world_size);
+	if (ret)
+		return ret;
+	coord_pool_client_session_fill(&s->pool_session, &session, &ops);
+	ret = coord_pool_open(&s->core.jobs_ops, &session, &ranks, s->cluster.world_size,
+			      g->page_count, &s->core.stats.pool_refusals, &s->pool_driver);
+	if (ret)
+		return ret;
+	coord_pool_jobs(s->pool_driver, &s->core.jobs_ops);
+	ret = coord_store_set_pool(&s->core, true);
+	if (!ret) {
+		/* the manager's host maps its arena: the grace period is local */
+		bool same_host = pool_arena_map(client, &arena, &arena_bytes, ignored,
+						sizeof(ignored)) == 0;
+
+		ret = coord_store_set_pool_lookups(&s->core, &ops,
+						   coord_pool_grace_ns(same_host,
+								       pool_client_rtt_us(client)));
+	}
+	return ret;
+}
+
+/*
+ * Undoes api_pool_attach once no job runs (engine_open: the engine still
+ * holds the connection): the links before the session.
+ */
+static void api_pool_detach(sel_store *s, bool engine_open)
+{
+	if (s->pool_link && engine_open)
+		shard_engine_set_pool(s->engine, NULL, NULL);
+	shard_pool_link_close(s->pool_link);
+	s->pool_link = NULL;
+	coord_pool_close(s->pool_driver);
+	s->pool_driver = NULL;
+	coord_pool_client_session_destroy(&s->pool_session);
+}
+
+/*
+ * Attaches the store to the pool manager at c->pool (the pool's fixed
+ * decision 7): rank zero waits up to API_POOL_WAIT_MS for the manager,
+ * then every peer attaches. A manager that does not answer or refuses a
+ * rank leaves the store on its local tiers with one warning saying why;
+ * it never fails the open.
+ */
+static int api_pool_attach(sel_store *s, const struct sel_store_config *c,
+			   const struct rec_geometry *g, char *err, size_t err_size)
+{
+	struct coord_jobs inner = s->core.jobs_ops;
+	struct shard_pool_plan *plan;
+	struct shard_pool_conn conn;
+	uint8_t instance_id[POOL_INSTANCE_ID_BYTES] = { 0 };
+	char why[256] = "";
+	int ret;
+
+	if (!s->engine) {
+		sel_warn("pool %s: not attached: the store has no disk tier (disk_limit_bytes "
+			 "0), so nothing cascades; it runs on its local tiers", c->pool);
+		return 0;
+	}
+	plan = malloc(sizeof(*plan));
+	if (!plan)
+		return sel_fail(-ENOMEM, err, err_size, "out of memory");
+	ret = shard_pool_plan_init(plan, c, 0, s->cluster.world_size, &s->core.namespace_id);
+	if (ret) {
+		/* api_pool_secret checked the file: only a geometry or memory is left */
+		ret = sel_fail(ret, err, err_size, "pool: %s", plan->why);
+		goto out_free_plan;
+	}
+	while (getrandom(instance_id, sizeof(instance_id), 0) != sizeof(instance_id) ||
+	       !instance_id[0])
+		;
+	ret = shard_pool_link_open(plan, c->pool, instance_id, API_POOL_WAIT_MS, &s->pool_link,
+				   why, sizeof(why));
+	if (!ret && s->fanout)
+		ret = api_pool_attach_peers(s, instance_id, c->pool, why, sizeof(why));
+	if (!ret) {
+		shard_pool_link_conn(s->pool_link, &conn);
+		ret = shard_engine_set_pool(s->engine, &conn, &s->core.namespace_id);
+	}
+	if (!ret)
+		ret = api_pool_drive(s, g);
+	if (ret) {
+		if (!why[0])
+			snprintf(why, sizeof(why), "%s", sel_strerror(ret));
+		sel_warn("pool %s: not attached: %s; the store runs on its local tiers",
+			 c->pool, why);
+		if (s->core.pool_on)
+			coord_store_set_pool(&s->core, false);
+		s->core.jobs_ops = inner;
+		api_pool_detach(s, true);
+		ret = 0;
+	} else {
+		snprintf(s->pool_address, sizeof(s->pool_address), "%s", c->pool);
+		sel_info("pool %s: attached as \"%s\" (%u ranks)", c->pool,
+			 pool_client_facts(shard_pool_link_client(s->pool_link))->name,
+			 s->cluster.world_size);
+	}
+out_free_plan:
+	shard_pool_plan_destroy(plan);
+	free(plan);
+	return ret;
+}
+
 /* sel_store_open's work, with a reason buffer of at least 256 bytes. */
 static int store_open(const struct sel_store_config *c, sel_store **out, bool no_err_buffer,
 		      char *err, size_t err_size)
@@ -593,6 +796,9 @@ static int store_open(const struct sel_store_config *c, sel_store **out, bool no
 	ret = shard_config_geometry(c, 0, s->cluster.world_size, g, err, err_size);
 	if (ret)
 		goto err_close;
+	ret = api_pool_secret(c, err, err_size);
+	if (ret)
+		goto err_close;
 	memcpy(model.bytes, c->model_identity, sizeof(model.bytes));
 	ret = coord_store_init(&s->core, g, &model, (enum rec_state_mode)c->state_mode,
 			       limit == SEL_DISK_LIMIT_AUTO ? 0 : limit,
@@ -610,6 +816,11 @@ static int store_open(const struct sel_store_config *c, sel_store **out, bool no
 	} else if (s->cluster.world_size > 1) {
 		/* no disk store here: the join checks that no rank has one */
 		ret = api_form(s, g, NULL, &limit, err, err_size);
+		if (ret)
+			goto err_close;
+	}
+	if (c->pool) {
+		ret = api_pool_attach(s, c, g, err, err_size);
 		if (ret)
 			goto err_close;
 	}
@@ -704,6 +915,7 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 	}
 	free(s->peers);
 	shard_engine_close(s->engine);
+	api_pool_detach(s, false); /* the engine no longer runs a transfer on the links */
 	shard_device_close(s->device);
 	rec_dir_close(s->dir);
 	in_flight = s->core.stopped; /* report a stopped transport to the caller */
@@ -727,7 +939,7 @@ int sel_history_create(sel_store *s, const uint32_t *tokens, uint64_t count,
 		return -EINVAL;
 	if (api_forked(s))
 		return -ECHILD;
-	h = malloc(sizeof(*h));
+	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	ret = rec_history_init(&h->history, &s->core.model, tokens, count);
@@ -755,9 +967,29 @@ bool sel_lookup(sel_store *s, const sel_history *h, uint64_t resident,
 	if (!s || !h || !hit || api_forked(s))
 		return false;
 	pthread_mutex_lock(&s->lock);
-	found = coord_store_lookup(&s->core, &h->history, resident, hit);
+	/*
+	 * The ticket is the history's own, written under the store's lock:
+	 * sel_lookup takes a const history as it always has, and an engine
+	 * calls it from its one model thread.
+	 */
+	found = s->core.pool_on ?
+			coord_store_lookup_pool(&s->core, &h->history, resident,
+						&((sel_history *)h)->ticket, hit) :
+			coord_store_lookup(&s->core, &h->history, resident, hit);
 	pthread_mutex_unlock(&s->lock);
 	return found;
+}
+
+bool sel_lookup_pending(sel_store *s, const sel_history *h)
+{
+	bool pending;
+
+	if (!s || !h || api_forked(s))
+		return false;
+	pthread_mutex_lock(&s->lock);
+	pending = coord_store_lookup_pending(&s->core, &h->ticket);
+	pthread_mutex_unlock(&s->lock);
+	return pending;
 }
 
 int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
@@ -823,6 +1055,23 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 	return ret;
 }
 
+/*
+ * A session whose connection was lost turns the pool off, with one warning:
+ * the store runs on its local tiers from then on (it does not reconnect).
+ * Puts and claims in flight end through the driver with the connection's
+ * failure. Never waits: the client's status is read under its mutex.
+ */
+static void api_pool_check(sel_store *s)
+{
+	char why[200] = "";
+
+	if (pool_client_status(shard_pool_link_client(s->pool_link), why, sizeof(why)) == 0)
+		return;
+	coord_store_set_pool(&s->core, false);
+	sel_warn("pool %s: connection lost: %s; the store runs on its local tiers",
+		 s->pool_address, why[0] ? why : "no reason given");
+}
+
 uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 {
 	uint32_t n = 0;
@@ -830,6 +1079,8 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 	if (!s || (!events && max > 0) || api_forked(s))
 		return 0;
 	pthread_mutex_lock(&s->lock);
+	if (s->core.pool_on)
+		api_pool_check(s);
 	if (s->engine)
 		n = coord_store_poll(&s->core, events, max);
 	pthread_mutex_unlock(&s->lock);

@@ -4,6 +4,7 @@
  * answers (under a mutex) for the next poll to apply.
  */
 #include "coordinator/fanout.h"
+#include "shard/pool_share.h"
 
 #include "cluster/link.h"
 #include "common/base.h"
@@ -55,6 +56,7 @@ struct coord_fanout {
 	struct pending pending[COORD_JOBS_MAX];
 	uint8_t *frame;                 /* one encoded JOB */
 	struct cluster_chain_record chain[COORD_CHAIN_MAX]; /* a fetch's, for encoding */
+	struct cluster_pool_chain_record pool_chain[COORD_CHAIN_MAX]; /* a pool claim's */
 	pthread_mutex_t lock;           /* answers and stop */
 	struct answer *answers;         /* ring of answers_max */
 	uint32_t answers_max, answer_head, answer_count;
@@ -294,6 +296,71 @@ static int fan_warm_drop(void *ctx, uint64_t job_id, const struct rec_key *key)
 static int fan_noop(void *ctx, uint64_t job_id)
 {
 	return fan_key_job(ctx, job_id, NULL, COORD_JOB_NOOP);
+}
+
+int coord_fanout_pool_attach(struct coord_fanout *f, uint64_t job_id,
+			     const uint8_t *instance_id, const char *address)
+{
+	struct cluster_job job = { .job_id = job_id, .kind = CLUSTER_JOB_POOL_ATTACH,
+				   .pool_address = address };
+	struct pending *p;
+
+	if (is_stopped(f))
+		return SEL_ESTOPPED;
+	memcpy(job.instance_id, instance_id, sizeof(job.instance_id));
+	p = begin(f, job_id, COORD_JOB_NOOP);
+	p->answered[0] = true; /* rank zero attached itself */
+	p->remaining--;
+	send_all(f, p, cluster_job_encode(&job, f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+	if (p->remaining > 0)
+		return 0;
+	p->active = false;
+	return p->result;
+}
+
+int coord_fanout_pool_put(struct coord_fanout *f, uint64_t job_id, const struct rec_key *key,
+			  uint64_t put_id, uint64_t share_bytes)
+{
+	struct pending *p;
+	int ret;
+
+	if (is_stopped(f))
+		return SEL_ESTOPPED;
+	ret = shard_engine_pool_put(f->o.local, job_id, key, put_id, share_bytes);
+	if (ret)
+		return ret;
+	p = begin(f, job_id, COORD_JOB_POOL_PUT);
+	send_all(f, p, cluster_job_encode(&(struct cluster_job){
+		.job_id = job_id, .kind = CLUSTER_JOB_POOL_PUT, .key = *key, .pool_id = put_id,
+		.share_bytes = share_bytes }, f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+	return 0;
+}
+
+int coord_fanout_pool_claim(struct coord_fanout *f, uint64_t job_id,
+			    const struct shard_pool_claim_job *claim, uint32_t page_id_count)
+{
+	struct pending *p;
+	int ret;
+
+	if (is_stopped(f))
+		return SEL_ESTOPPED;
+	if (claim->chain_count > COORD_CHAIN_MAX)
+		return -EINVAL;
+	ret = shard_engine_pool_claim(f->o.local, job_id, claim);
+	if (ret)
+		return ret;
+	p = begin(f, job_id, COORD_JOB_POOL_CLAIM);
+	for (uint32_t i = 0; i < claim->chain_count; i++)
+		f->pool_chain[i] = (struct cluster_pool_chain_record){
+			.key = claim->chain[i].key, .first_page_index = claim->chain[i].first_page_index,
+			.tail_page_count = claim->chain[i].tail_page_count, .row = claim->chain[i].row };
+	send_all(f, p, cluster_job_encode(&(struct cluster_job){
+		.job_id = job_id, .kind = CLUSTER_JOB_POOL_CLAIM, .pool_id = claim->claim_id,
+		.pool_chain = f->pool_chain, .chain_count = claim->chain_count,
+		.skip_pages = claim->skip_pages, .state_slot = claim->state_slot,
+		.page_ids = claim->page_ids, .page_id_count = page_id_count }, f->frame,
+		CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+	return 0;
 }
 
 /* A failed store: unlink it where it was written, then report (seed 2.14). */

@@ -50,6 +50,33 @@ void coord_fanout_close(struct coord_fanout *fanout);
 bool coord_fanout_link_stats(struct coord_fanout *fanout, uint32_t rank,
 			     struct cluster_link_stats *out, bool *alive);
 
+/*
+ * Asks every peer to open its own pool connection (R-WIRE-21's pool
+ * attach) to address as a member of instance_id (16 bytes); rank zero's
+ * connection is the caller's. Completes through the jobs' poll once every
+ * peer answered, with the first failure and its rank; a job no peer could
+ * be sent fails here at once.
+ */
+int coord_fanout_pool_attach(struct coord_fanout *fanout, uint64_t job_id,
+			     const uint8_t *instance_id, const char *address);
+
+/*
+ * Every rank's share of a pool put (R-WIRE-21): rank zero's engine, then a
+ * JOB to every peer; the job completes, through the jobs' poll, once every
+ * rank sent its share (0) or one failed (the first failure, with its
+ * rank). Returns 0, SEL_ESTOPPED or rank zero's engine's refusal.
+ */
+int coord_fanout_pool_put(struct coord_fanout *fanout, uint64_t job_id,
+			  const struct rec_key *key, uint64_t put_id, uint64_t share_bytes);
+
+/*
+ * Every rank's share of a pool claim (R-WIRE-21), into the same page ids
+ * and state slot on every rank (page_id_count: the chain's pages after
+ * skip); completes as a fetch does.
+ */
+int coord_fanout_pool_claim(struct coord_fanout *fanout, uint64_t job_id,
+			    const struct shard_pool_claim_job *claim, uint32_t page_id_count);
+
 /* The table of functions the store policy drives jobs through. */
 void coord_fanout_jobs(struct coord_fanout *fanout, struct coord_jobs *jobs);
 

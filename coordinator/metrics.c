@@ -219,6 +219,26 @@ static void gauges(struct metrics_out *o, const struct sel_stats *st,
 	       "Records dropped from every tier by max-age expiry.", st->expired);
 	single(o, "selene_warm_expired_total", "counter",
 	       "Of those, records that were warm.", st->warm_expired);
+	single(o, "selene_pool_attached", "gauge",
+	       "1 while every rank is attached to the pool manager, else 0.", st->pool_attached);
+	single(o, "selene_pool_puts_total", "counter",
+	       "Records put to the pool as they left the local tiers, accepted with every "
+	       "rank's share.", st->pool_puts);
+	single(o, "selene_pool_put_failures_total", "counter",
+	       "Puts refused or failed on some rank (the record dropped as without a pool).",
+	       st->pool_put_failures);
+	single(o, "selene_pool_hits_total", "counter", "Lookups answered from the pool.",
+	       st->pool_hits);
+	single(o, "selene_pool_claims_total", "counter",
+	       "Restores claimed from the pool, completed on every rank.", st->pool_claims);
+	single(o, "selene_pool_claim_bytes_total", "counter",
+	       "Bytes those claims moved, a rank's.", st->pool_claim_bytes);
+	single(o, "selene_pool_claim_failures_total", "counter",
+	       "Claims that failed on some rank (the restore failed; nothing written is used).",
+	       st->pool_claim_failures);
+	single(o, "selene_pool_refusals_total", "counter",
+	       "Refusals by the pool manager, of an attach, a put or a claim.",
+	       st->pool_refusals);
 	if (!staging)
 		return;
 	single(o, "selene_staging_slots", "gauge", "Staging slots in rank zero's pool.",

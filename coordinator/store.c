@@ -73,6 +73,16 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->generation);
 	free(s->used_ns);
 	s->generation = s->used_ns = NULL;
+	free(s->pool_state);
+	s->pool_state = NULL;
+	for (uint32_t i = 0; i < COORD_POOL_HITS_MAX; i++) {
+		free(s->pool_hits[i].chain);
+		s->pool_hits[i].chain = NULL;
+	}
+	free(s->pool_keys);
+	free(s->pool_answer);
+	s->pool_keys = NULL;
+	s->pool_answer = NULL;
 	free(s->held_keys);
 	s->held_keys = NULL;
 	s->held_key_count = 0;
@@ -197,6 +207,8 @@ static uint32_t insert_node(struct coord_store *s, const struct coord_node_spec 
 		return COORD_NONE;
 	s->generation[id] = ++s->next_generation;
 	s->used_ns[id] = sel_realtime_ns();
+	if (s->pool_state)
+		s->pool_state[id] = COORD_POOL_NONE;
 	s->stats.records = s->index.node_count;
 	return id;
 }
@@ -279,6 +291,165 @@ bool coord_store_lookup(struct coord_store *s, const struct rec_history *h,
 	s->stats.hits++;
 	s->stats.reused_tokens += lk->consumed - resident;
 	return true;
+}
+
+int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_ops *ops,
+				 uint64_t grace_ns)
+{
+	bool allocated;
+
+	/* What a failure leaves allocated goes with the store (coord_store_destroy). */
+	if (!s->pool_keys)
+		s->pool_keys = calloc(COORD_POOL_CANDIDATES_MAX, sizeof(*s->pool_keys));
+	if (!s->pool_answer)
+		s->pool_answer = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*s->pool_answer));
+	allocated = s->pool_keys && s->pool_answer;
+	for (uint32_t i = 0; i < COORD_POOL_HITS_MAX; i++) {
+		if (!s->pool_hits[i].chain)
+			s->pool_hits[i].chain = calloc(POOL_CHAIN_RECORDS_MAX,
+						       sizeof(*s->pool_hits[i].chain));
+		allocated = allocated && s->pool_hits[i].chain;
+	}
+	if (!allocated)
+		return -ENOMEM;
+	s->pool_ops = *ops;
+	s->pool_grace_ns = grace_ns;
+	return 0;
+}
+
+/*
+ * Sends h's candidate keys longer than floor to the pool, longest first:
+ * its whole length, then each page boundary (where engines publish), at
+ * most COORD_POOL_CANDIDATES_MAX. Leaves the ticket NONE when there is no
+ * candidate or no room for another ticket (a later lookup asks again).
+ */
+static void pool_ask(struct coord_store *s, const struct rec_history *h, uint64_t floor,
+		     struct coord_pool_ticket *t)
+{
+	uint64_t pt = s->geometry.page_tokens, c = h->token_count;
+	uint32_t count = 0, slot;
+
+	for (slot = 0; slot < COORD_POOL_TICKETS_MAX && s->pool_tickets[slot].live; slot++)
+		;
+	if (slot == COORD_POOL_TICKETS_MAX)
+		return;
+	while (c > floor && count < COORD_POOL_CANDIDATES_MAX) {
+		rec_history_key_at(h, c, &s->pool_keys[count++]);
+		c = c % pt ? c - c % pt : c - pt;
+	}
+	if (count == 0 || s->pool_ops.lookup(s->pool_ops.ctx, s->pool_keys, count, &t->id) != 0)
+		return;
+	s->pool_tickets[slot].id = t->id;
+	s->pool_tickets[slot].asked_ns = sel_monotonic_ns();
+	s->pool_tickets[slot].live = true;
+	t->slot = slot;
+	t->state = COORD_TICKET_ASKED;
+}
+
+/* Lookups past their grace period stop waiting: the session forgets them. */
+static void pool_reap_tickets(struct coord_store *s)
+{
+	uint64_t now;
+
+	if (!s->pool_ops.lookup)
+		return;
+	now = sel_monotonic_ns();
+	for (uint32_t i = 0; i < COORD_POOL_TICKETS_MAX; i++) {
+		if (s->pool_tickets[i].live &&
+		    now - s->pool_tickets[i].asked_ns > s->pool_grace_ns) {
+			s->pool_ops.forget(s->pool_ops.ctx, s->pool_tickets[i].id);
+			s->pool_tickets[i].live = false;
+		}
+	}
+}
+
+/*
+ * The pool's chain (count records, root first, in s->pool_answer) as a hit
+ * past resident, remembered for sel_fetch; false when it restores nothing
+ * beyond floor or does not fit (a last record without its row, pages that
+ * do not follow).
+ */
+static bool pool_hit(struct coord_store *s, uint32_t count, uint64_t resident, uint64_t floor,
+		     struct sel_hit *hit)
+{
+	const struct coord_pool_record *chain = s->pool_answer;
+	uint64_t pt = s->geometry.page_tokens, stop = 0, total = 0;
+	uint32_t start = 0, slot;
+
+	if (count == 0 || chain[count - 1].key.consumed <= floor || !chain[count - 1].row)
+		return false;
+	for (uint32_t i = 0; i < count; i++) {
+		if (chain[i].key.consumed <= resident) {
+			start = i + 1;
+			stop = chain[i].key.consumed;
+		}
+	}
+	if (chain[start].first_page_index != stop / pt)
+		return false;
+	for (uint32_t i = start; i < count; i++)
+		total += chain[i].tail_page_count;
+	if (total < resident / pt - stop / pt || total > UINT32_MAX)
+		return false;
+	slot = s->pool_hit_next++ % COORD_POOL_HITS_MAX;
+	s->pool_hits[slot].generation = ++s->next_generation;
+	s->pool_hits[slot].chain_count = count - start;
+	memcpy(s->pool_hits[slot].chain, chain + start, (count - start) * sizeof(*chain));
+	*hit = (struct sel_hit){
+		.consumed = chain[count - 1].key.consumed, .resident = resident,
+		.skip_pages = (uint32_t)(resident / pt - stop / pt),
+		.endpoint = COORD_POOL_HIT_BIT | slot,
+		.generation = s->pool_hits[slot].generation,
+	};
+	hit->page_count = (uint32_t)total - hit->skip_pages;
+	return true;
+}
+
+bool coord_store_lookup_pool(struct coord_store *s, const struct rec_history *h,
+			     uint64_t resident, struct coord_pool_ticket *t, struct sel_hit *hit)
+{
+	bool local = coord_store_lookup(s, h, resident, hit);
+	uint64_t floor = local ? hit->consumed : resident;
+	struct sel_hit found;
+	uint32_t count = 0;
+	int ret;
+
+	if (!s->pool_on || !s->pool_ops.lookup || s->stopped)
+		return local;
+	if (t->state == COORD_TICKET_NONE) {
+		pool_ask(s, h, floor, t);
+		return local;
+	}
+	if (t->state != COORD_TICKET_ASKED)
+		return local;
+	/* Reaped past its grace period, or its slot taken since: no longer waited for. */
+	if (!s->pool_tickets[t->slot].live || s->pool_tickets[t->slot].id != t->id) {
+		t->state = COORD_TICKET_DONE;
+		return local;
+	}
+	ret = s->pool_ops.answer(s->pool_ops.ctx, t->id, s->pool_answer, POOL_CHAIN_RECORDS_MAX,
+				 &count);
+	if (ret == 0)
+		return local;
+	s->pool_tickets[t->slot].live = false;
+	t->state = COORD_TICKET_DONE;
+	if (ret < 0 || !pool_hit(s, count, resident, floor, &found))
+		return local;
+	/* Counted once: as the pool's hit, in place of the local one. */
+	if (local)
+		s->stats.reused_tokens -= hit->consumed - resident;
+	else
+		s->stats.hits++;
+	s->stats.reused_tokens += found.consumed - resident;
+	s->stats.pool_hits++;
+	*hit = found;
+	return true;
+}
+
+bool coord_store_lookup_pending(const struct coord_store *s, const struct coord_pool_ticket *t)
+{
+	return t->state == COORD_TICKET_ASKED && s->pool_on && t->slot < COORD_POOL_TICKETS_MAX &&
+	       s->pool_tickets[t->slot].live && s->pool_tickets[t->slot].id == t->id &&
+	       sel_monotonic_ns() - s->pool_tickets[t->slot].asked_ns <= s->pool_grace_ns;
 }
 
 int coord_store_touch(struct coord_store *s, const struct rec_history *h, uint64_t consumed)
@@ -1111,6 +1282,60 @@ static uint32_t hit_chain(struct coord_store *s, const struct sel_hit *hit,
 	return *pages == hit->page_count && *skip == hit->skip_pages ? count : 0;
 }
 
+/* sel_fetch of a pool hit: a claim of its chain, restored on every rank. */
+static int pool_fetch(struct coord_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
+		      uint32_t state_slot, uint64_t waiter)
+{
+	uint32_t slot = hit->endpoint & ~COORD_POOL_HIT_BIT, id;
+	struct coord_pool_claim claim;
+	struct coord_job *job;
+	int ret;
+
+	if (slot >= COORD_POOL_HITS_MAX || !s->pool_on || !s->jobs_ops.pool_claim ||
+	    !s->pool_hits[slot].generation || s->pool_hits[slot].generation != hit->generation)
+		return SEL_ENOTFOUND;
+	if (state_slot >= s->geometry.row_count)
+		return -EINVAL;
+	claim = (struct coord_pool_claim){
+		.key = s->pool_hits[slot].chain[s->pool_hits[slot].chain_count - 1].key,
+		.chain = s->pool_hits[slot].chain, .chain_count = s->pool_hits[slot].chain_count,
+		.skip_pages = hit->skip_pages, .page_ids = page_ids,
+		.page_id_count = hit->page_count, .state_slot = state_slot,
+	};
+	job = job_take(s, &id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->kind = COORD_JOB_POOL_CLAIM;
+	job->skip_pages = hit->skip_pages;
+	job->page_count = hit->page_count;
+	job->waiters[job->waiter_count++] = waiter;
+	ret = s->jobs_ops.pool_claim(s->jobs_ops.ctx, id, &claim);
+	if (ret) {
+		job_release(s, job);
+		return ret;
+	}
+	/* One fetch per answer: a second would claim what this one holds. */
+	s->pool_hits[slot].generation = 0;
+	s->stats.fetches++;
+	return 0;
+}
+
+static void complete_pool_claim(struct coord_store *s, struct coord_job *job,
+				const struct shard_completion *c)
+{
+	if (c->result) {
+		s->stats.fetch_failures++;
+		s->stats.pool_claim_failures++;
+	} else {
+		s->stats.bytes_fetched += c->bytes;
+		s->stats.pool_claims++;
+		s->stats.pool_claim_bytes += c->bytes;
+	}
+	for (uint32_t w = 0; w < job->waiter_count; w++)
+		push_event(s, c->result ? SEL_EVENT_FETCH_FAILED : SEL_EVENT_FETCHED,
+			   job->waiters[w], c->result, c->why);
+}
+
 int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 		      const uint32_t *page_ids, uint32_t state_slot, uint64_t waiter,
 		      bool *joined)
@@ -1125,6 +1350,8 @@ int coord_store_fetch(struct coord_store *s, const struct sel_hit *hit,
 	*joined = false;
 	if (s->stopped)
 		return SEL_ESTOPPED;
+	if (hit->endpoint & COORD_POOL_HIT_BIT)
+		return pool_fetch(s, hit, page_ids, state_slot, waiter);
 	/* An inbound key already in flight gets another waiter. */
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
 		struct coord_job *j = &s->jobs[i];
@@ -1203,7 +1430,7 @@ int coord_store_cancel(struct coord_store *s, uint64_t waiter)
 	for (uint32_t i = 0; i < COORD_JOBS_MAX; i++) {
 		struct coord_job *j = &s->jobs[i];
 
-		if (!j->in_use || j->kind != COORD_JOB_FETCH)
+		if (!j->in_use || (j->kind != COORD_JOB_FETCH && j->kind != COORD_JOB_POOL_CLAIM))
 			continue;
 		/* The owner's destination is being written: it keeps its event. */
 		if (j->waiter_count > 0 && j->waiters[0] == waiter && !j->owner_cancelled) {
@@ -1616,6 +1843,144 @@ static void complete_reclaim(struct coord_store *s, struct coord_job *job,
 		 c->why[0] ? c->why : sel_strerror(c->result));
 }
 
+int coord_store_set_pool(struct coord_store *s, bool on)
+{
+	if (on && !s->jobs_ops.pool_put)
+		return -ENOTSUP;
+	if (on && !s->pool_state) {
+		s->pool_state = calloc(s->index.nodes_max, sizeof(*s->pool_state));
+		if (!s->pool_state)
+			return -ENOMEM;
+	}
+	/* Puts in flight keep their PUTTING state (and pins) until they complete. */
+	for (uint32_t i = 0; on && i < s->index.nodes_max; i++)
+		if (s->pool_state[i] != COORD_POOL_PUTTING)
+			s->pool_state[i] = COORD_POOL_NONE;
+	s->pool_on = on;
+	s->stats.pool_attached = on;
+	return 0;
+}
+
+/*
+ * Whether the records take more than the limit less the cascade's headroom,
+ * not counting those already leaving: unlinks in flight, and puts in flight
+ * of records dropped once accepted.
+ */
+static bool cascade_due(const struct coord_store *s)
+{
+	const struct coord_index *ix = &s->index;
+	uint64_t keep = s->limit_bytes - s->limit_bytes / COORD_POOL_HEADROOM_DIVISOR;
+
+	return s->used_bytes - s->reclaiming_bytes - s->pool_putting_bytes > keep ||
+	       ix->node_count > ix->nodes_max - ix->nodes_max / COORD_POOL_HEADROOM_DIVISOR;
+}
+
+static int submit_pool_put(struct coord_store *s, uint32_t id, bool victim)
+{
+	struct coord_node *n = coord_index_node(&s->index, id);
+	struct coord_pool_put put = {
+		.key = n->key, .parent = n->parent, .first_page_index = n->first_page_index,
+		.tail_page_count = n->tail_page_count, .row = n->row_present,
+		.share_bytes = rec_geometry_file_bytes(&s->geometry, n->tail_page_count,
+						       n->row_present),
+	};
+	struct coord_job *job;
+	uint32_t job_id;
+	int ret;
+
+	job = job_take(s, &job_id);
+	if (!job)
+		return SEL_EQUEUEFULL;
+	job->kind = COORD_JOB_POOL_PUT;
+	job->node = id;
+	/* An ancestor put first stays on disk: only the victim's bytes are leaving. */
+	job->bytes = victim ? n->bytes : 0;
+	ret = s->jobs_ops.pool_put(s->jobs_ops.ctx, job_id, &put);
+	if (ret) {
+		job_release(s, job);
+		return ret;
+	}
+	/* Its files are read on every rank: neither evicted nor compacted meanwhile. */
+	coord_index_pin(&s->index, id);
+	s->pool_state[id] = COORD_POOL_PUTTING;
+	s->pool_puts_in_flight++;
+	s->pool_putting_bytes += job->bytes;
+	return 0;
+}
+
+/*
+ * What the cascade does for victim: COORD_NONE to drop it now (the pool
+ * holds it, or cannot take it: its put or an ancestor's failed), victim's
+ * own id or an ancestor's to put first (the root-most one the pool does not
+ * hold), or *wait when an ancestor is being put or is not ready.
+ */
+static uint32_t cascade_next(struct coord_store *s, uint32_t victim, bool *wait)
+{
+	uint32_t next = victim;
+
+	*wait = false;
+	for (uint32_t id = victim; id != COORD_NONE;
+	     id = coord_index_node(&s->index, id)->parent_id) {
+		const struct coord_node *n = coord_index_node(&s->index, id);
+
+		if (s->pool_state[id] == COORD_POOL_HELD)
+			break;
+		if (s->pool_state[id] == COORD_POOL_FAILED)
+			return COORD_NONE;
+		if (s->pool_state[id] == COORD_POOL_PUTTING || n->state != COORD_READY) {
+			*wait = true;
+			return COORD_NONE;
+		}
+		next = id;
+	}
+	return s->pool_state[victim] == COORD_POOL_HELD ? COORD_NONE : next;
+}
+
+void coord_store_cascade(struct coord_store *s)
+{
+	while (s->pool_on && !s->stopped && s->limit_bytes && cascade_due(s)) {
+		bool compact = false, wait;
+		uint32_t victim = coord_index_victim(&s->index, evictable, s, &compact);
+		uint32_t next;
+
+		if (victim == COORD_NONE)
+			return;
+		next = cascade_next(s, victim, &wait);
+		if (wait)
+			return;
+		if (next == COORD_NONE) {
+			/* In the pool, or refused: it leaves the disk as an eviction does. */
+			if (reclaim(s, victim, compact) != 0)
+				return;
+			continue;
+		}
+		if (s->pool_puts_in_flight >= COORD_POOL_PUTS_MAX ||
+		    submit_pool_put(s, next, next == victim) != 0)
+			return;
+	}
+}
+
+static void complete_pool_put(struct coord_store *s, struct coord_job *job,
+			      const struct shard_completion *c)
+{
+	uint32_t id = job->node;
+
+	coord_index_unpin(&s->index, id);
+	s->pool_puts_in_flight--;
+	s->pool_putting_bytes -= job->bytes;
+	if (c->result == 0 || c->result == -EEXIST) {
+		s->pool_state[id] = COORD_POOL_HELD;
+		s->stats.pool_puts += c->result == 0;
+	} else {
+		s->pool_state[id] = COORD_POOL_FAILED;
+		s->stats.pool_put_failures++;
+		sel_debug("pool: the put of %" PRIu64 " tokens failed (%s): it is dropped as "
+			  "without a pool", coord_index_node(&s->index, id)->key.consumed,
+			  c->why[0] ? c->why : sel_strerror(c->result));
+	}
+	drop_bare_page_only(s, id);
+}
+
 int coord_store_noop(struct coord_store *s)
 {
 	struct coord_job *job;
@@ -1765,7 +2130,7 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 			SEL_ASSERT(done[i].job_id < COORD_JOBS_MAX && job->in_use);
 			if (job->kind == COORD_JOB_STORE)
 				observe(&s->stats.store_latency, sel_monotonic_ns() - job->submitted_ns);
-			if (job->kind == COORD_JOB_FETCH)
+			if (job->kind == COORD_JOB_FETCH || job->kind == COORD_JOB_POOL_CLAIM)
 				observe(&s->stats.fetch_latency, sel_monotonic_ns() - job->submitted_ns);
 			if (job->kind == COORD_JOB_STORE)
 				complete_store(s, job, &done[i]);
@@ -1777,6 +2142,10 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_warm_drop(&done[i]);
 			else if (job->kind == COORD_JOB_WARM_WRITE)
 				complete_warm_write(s, job, &done[i]);
+			else if (job->kind == COORD_JOB_POOL_PUT)
+				complete_pool_put(s, job, &done[i]);
+			else if (job->kind == COORD_JOB_POOL_CLAIM)
+				complete_pool_claim(s, job, &done[i]);
 			else
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);
@@ -1789,6 +2158,10 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	if (s->warm_policy == SEL_WARM_WRITE_THROUGH && s->warm.dirty_records > 0)
 		coord_store_write_dirty(s);
 	expire(s);
+	if (s->pool_on) {
+		pool_reap_tickets(s);
+		coord_store_cascade(s);
+	}
 	s->stats.disk_bytes = s->used_bytes;
 	warm_stats(s);
 	while (out < max && s->event_count > 0) {

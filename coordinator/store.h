@@ -46,6 +46,96 @@
  */
 #define COORD_DISK_FULL_HOLD_NS (60000000000ull)
 
+/*
+ * Pool puts in flight at once (the cascade, docs/DESIGN.md section 13):
+ * the rest of the job table is the model's.
+ */
+#define COORD_POOL_PUTS_MAX (COORD_JOBS_MAX / 16)
+/*
+ * With a pool, the cascade keeps 1/COORD_POOL_HEADROOM_DIVISOR of the disk
+ * limit (and of the index) free: records past it are put to the pool, then
+ * dropped, before a publication has to evict one synchronously (which
+ * drops it without a put, as without a pool).
+ */
+#define COORD_POOL_HEADROOM_DIVISOR 8u
+
+/*
+ * A record put to the pool from every rank (seed 2.15; cluster/PROTOCOL.md
+ * R-WIRE-21's pool put): its chain position and each rank's share length,
+ * equal on every rank (the join compares layouts).
+ */
+struct coord_pool_put {
+	struct rec_key key;
+	struct rec_key parent;      /* consumed 0: a root record */
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
+	uint64_t share_bytes;       /* the record file's length on each rank */
+};
+
+/* Where a record stands with the pool (coord_store.pool_state, per node id). */
+enum coord_pool_state {
+	COORD_POOL_NONE = 0,    /* not known to the pool */
+	COORD_POOL_PUTTING = 1, /* a put is in flight (the node is pinned) */
+	COORD_POOL_HELD = 2,    /* the pool accepted it (or held it already) */
+	COORD_POOL_FAILED = 3,  /* its put was refused or failed: dropped as without one */
+};
+
+/* Pool answers a store remembers for sel_fetch (a pool hit names one). */
+#define COORD_POOL_HITS_MAX 16u
+/* Pool lookups in flight at once; past it a lookup asks nothing. */
+#define COORD_POOL_TICKETS_MAX 64u
+/*
+ * Candidate keys one lookup sends, longest first: each is a hash over at
+ * most 63 tokens on the model thread (about a microsecond), so a lookup's
+ * pool request costs at most a few hundred of them.
+ */
+#define COORD_POOL_CANDIDATES_MAX 256u
+/* A pool hit's endpoint: this bit, then the slot of its answer. */
+#define COORD_POOL_HIT_BIT 0x80000000u
+
+/* One record of a chain the pool answered (R-POOL-21), root side first. */
+struct coord_pool_record {
+	struct rec_key key;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
+};
+
+/* A claim of a chain the pool holds into the device (R-WIRE-21's pool claim). */
+struct coord_pool_claim {
+	struct rec_key key;                     /* the endpoint */
+	const struct coord_pool_record *chain;  /* from the first record past resident */
+	uint32_t chain_count;
+	uint32_t skip_pages;
+	const uint32_t *page_ids;               /* page_id_count */
+	uint32_t page_id_count;
+	uint32_t state_slot;
+};
+
+/*
+ * The session's lookups (rank zero's pool client, or a test's stub); none
+ * waits. lookup sends count candidate keys (longest first) and sets
+ * *ticket; answer returns 0 while the answer has not come, 1 with the
+ * matched chain (*count 0: no candidate matched), or a failure (the ticket
+ * ends on 1 and on failure); forget drops a ticket.
+ */
+struct coord_pool_ops {
+	void *ctx;
+	int (*lookup)(void *ctx, const struct rec_key *keys, uint32_t count, uint64_t *ticket);
+	int (*answer)(void *ctx, uint64_t ticket, struct coord_pool_record *chain,
+		      uint32_t max, uint32_t *count);
+	void (*forget)(void *ctx, uint64_t ticket);
+};
+
+/* A history's pool lookup (in its sel_history): zeroed at creation. */
+enum coord_ticket_state { COORD_TICKET_NONE, COORD_TICKET_ASKED, COORD_TICKET_DONE };
+struct coord_pool_ticket {
+	enum coord_ticket_state state;
+	uint32_t slot;     /* in coord_store.pool_tickets */
+	uint64_t id;       /* the session's ticket */
+};
+
 /* Where jobs go: the shard engine, or a test's stub. */
 struct coord_jobs {
 	void *ctx;
@@ -60,12 +150,28 @@ struct coord_jobs {
 	uint32_t (*poll)(void *ctx, struct shard_completion *out, uint32_t max);
 	/* Optional: true once the transport stopped for good, with why. */
 	bool (*stopped)(void *ctx, char *why, size_t why_size);
+	/*
+	 * With a pool: puts a committed record's shares from every rank
+	 * (its files stay until the completion); the completion's result is
+	 * 0 once the pool accepted it, -EEXIST when the pool held it already,
+	 * or why it was refused or failed.
+	 */
+	int (*pool_put)(void *ctx, uint64_t job_id, const struct coord_pool_put *put);
+	/*
+	 * With a pool: claims a chain and restores it on every rank (each
+	 * rank's share verified before its device copy); the completion is
+	 * 0 once every rank copied, or why it failed (the destination is to
+	 * be discarded).
+	 */
+	int (*pool_claim)(void *ctx, uint64_t job_id, const struct coord_pool_claim *claim);
 };
 
 enum coord_job_kind {
 	COORD_JOB_STORE, COORD_JOB_FETCH, COORD_JOB_TRUNCATE, COORD_JOB_UNLINK, COORD_JOB_NOOP,
 	COORD_JOB_WARM_DROP,
 	COORD_JOB_WARM_WRITE, /* a warm record's file written from its slots */
+	COORD_JOB_POOL_PUT,   /* a record's shares put to the pool (the cascade) */
+	COORD_JOB_POOL_CLAIM, /* a pool hit restored from the pool */
 };
 
 struct coord_job {
@@ -139,6 +245,25 @@ struct coord_store {
 	bool bare_pending;      /* a childless page-only record whose unlink could
 				   not be submitted may be left: swept at poll */
 	bool stopped;           /* the transport stopped: no new jobs (FATAL sent) */
+	bool pool_on;           /* attached: the cascade runs (coord_store_set_pool) */
+	uint8_t *pool_state;    /* per node id: enum coord_pool_state */
+	uint32_t pool_puts_in_flight;
+	uint64_t pool_putting_bytes; /* of records whose accepted put drops them */
+	struct coord_pool_ops pool_ops; /* lookups: none without coord_store_set_pool_lookups */
+	uint64_t pool_grace_ns;     /* how long a lookup may wait for its answer */
+	struct {
+		uint64_t id;
+		uint64_t asked_ns;
+		bool live;
+	} pool_tickets[COORD_POOL_TICKETS_MAX];
+	struct {
+		uint64_t generation;   /* 0: free */
+		uint32_t chain_count;
+		struct coord_pool_record *chain; /* POOL chain max, allocated once */
+	} pool_hits[COORD_POOL_HITS_MAX];
+	uint32_t pool_hit_next;
+	struct rec_key *pool_keys;             /* a lookup's candidates (scratch) */
+	struct coord_pool_record *pool_answer; /* an answer (scratch) */
 	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */
 	uint64_t noops_failed;  /* of those, answered with an error somewhere */
 	struct sel_stats stats;
@@ -164,6 +289,55 @@ void coord_store_destroy(struct coord_store *s);
  */
 int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t row_slots,
 			 uint64_t slot_bytes, uint8_t policy);
+
+/*
+ * Turns the cascade on (an attached pool, jobs_ops.pool_put set) or off
+ * (the pool was disabled or lost: records are dropped as without one).
+ * Turning it on forgets what the pool was known to hold (a manager
+ * attached again may have lost it). Returns 0, -ENOTSUP without
+ * jobs_ops.pool_put, or -ENOMEM.
+ */
+int coord_store_set_pool(struct coord_store *s, bool on);
+
+/*
+ * Turns pool lookups on (ops copied) with their grace period: how long a
+ * lookup's answer may take before the store stops waiting for it (seed
+ * 2.15: 2 ms on the manager's host, four round trips elsewhere, at most
+ * 250 ms). Allocates the answers' room once. Returns 0 or -ENOMEM.
+ */
+int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_ops *ops,
+				 uint64_t grace_ns);
+
+/*
+ * coord_store_lookup, and the pool: a history's first lookup with a pool
+ * sends the keys of h longer than what the local index found (and than
+ * resident) to the pool and answers from the local index; a later lookup
+ * of the same history whose ticket has its answer answers with the pool's
+ * chain instead when it is longer (a pool hit: sel_fetch claims it).
+ * Never waits; without a pool it is coord_store_lookup.
+ */
+bool coord_store_lookup_pool(struct coord_store *s, const struct rec_history *h,
+			     uint64_t resident, struct coord_pool_ticket *ticket,
+			     struct sel_hit *hit);
+
+/*
+ * Whether ticket still waits for the pool's answer within the grace
+ * period: a lookup of its history may find more if made again.
+ */
+bool coord_store_lookup_pending(const struct coord_store *s,
+				const struct coord_pool_ticket *ticket);
+
+/*
+ * The cascade (docs/DESIGN.md section 13): while the records take more than
+ * the limit less its headroom, the least recently used record the disk
+ * store would evict is put to the pool (its ancestors the pool does not
+ * hold first, root side first: the pool takes a record only after its
+ * parent), then dropped once the pool accepted it; a record whose put was
+ * refused or failed is dropped as without a pool. At most
+ * COORD_POOL_PUTS_MAX puts in flight; never waits. coord_store_poll runs
+ * it; without a pool it does nothing.
+ */
+void coord_store_cascade(struct coord_store *s);
 
 /*
  * The keys left in place unindexed (R-AGREE-2), copied; publications of

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "record/format.h"
 #include "selene/selene.h"
+#include "shard/pool_share.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@ struct agent {
 	struct cluster_link *link;
 	uint32_t *page_ids;                       /* geometry.page_count entries */
 	struct shard_chain_record *chain;         /* SHARD_CHAIN_RECORDS_MAX */
+	struct shard_pool_record *pool_chain;     /* SHARD_CHAIN_RECORDS_MAX */
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* closed, or the last job in flight answered */
 	bool closed;
@@ -33,7 +35,38 @@ struct agent {
 	int close_reason;
 	char close_why[256];
 	uint64_t in_flight;
+	struct shard_pool_link *pool_link; /* this rank's, once rank zero asked */
 };
+
+/*
+ * R-WIRE-21's pool attach: this rank's own connection, given to the engine
+ * (a second attach replaces the first: rank zero sends it with no pool job
+ * in flight). The answer comes as the noop's completion.
+ */
+static int pool_attach(struct agent *a, const struct cluster_job_view *v, char *why,
+		       size_t why_size)
+{
+	struct shard_pool_conn conn;
+	struct shard_pool_link *link;
+	int ret;
+
+	if (!a->o->pool_plan)
+		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool configured",
+				a->o->geometry->rank);
+	ret = shard_pool_link_open(a->o->pool_plan, v->pool_address, v->instance_id,
+				   POOL_HANDSHAKE_MS, &link, why, why_size);
+	if (ret)
+		return ret;
+	shard_engine_set_pool(a->o->engine, NULL, NULL);
+	shard_pool_link_close(a->pool_link);
+	a->pool_link = link;
+	shard_pool_link_conn(link, &conn);
+	ret = shard_engine_set_pool(a->o->engine, &conn, a->o->namespace_id);
+	if (ret)
+		return sel_fail(ret, why, why_size, "rank %u: out of memory for the pool",
+				a->o->geometry->rank);
+	return shard_engine_noop(a->o->engine, v->job_id);
+}
 
 static void reply(struct agent *a, uint64_t job_id, int result, uint64_t bytes,
 		  const char *reason)
@@ -98,7 +131,8 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 					"page id %u is past this rank's %u pages (page_count must "
 					"be the same on every rank)", a->page_ids[i], g->page_count);
 	}
-	if ((v->kind == CLUSTER_JOB_STORE || v->kind == CLUSTER_JOB_FETCH) &&
+	if ((v->kind == CLUSTER_JOB_STORE || v->kind == CLUSTER_JOB_FETCH ||
+	     v->kind == CLUSTER_JOB_POOL_CLAIM) &&
 	    v->state_slot >= g->row_count)
 		return sel_fail(-EINVAL, why, why_size,
 				"state slot %u is past this rank's %u rows (row_count must be "
@@ -135,6 +169,30 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 		return shard_engine_noop(a->o->engine, v->job_id);
 	case CLUSTER_JOB_WARM_DROP:
 		return shard_engine_warm_drop(a->o->engine, v->job_id, &v->key);
+	case CLUSTER_JOB_POOL_PUT:
+		/* the engine answers -ENOTSUP without a pool connection (R-WIRE-21) */
+		return shard_engine_pool_put(a->o->engine, v->job_id, &v->key, v->pool_id,
+					     v->share_bytes);
+	case CLUSTER_JOB_POOL_CLAIM:
+		for (uint32_t i = 0; i < v->chain_count; i++) {
+			struct cluster_pool_chain_record r;
+
+			cluster_job_view_pool_chain_record(v, i, &r);
+			a->pool_chain[i] = (struct shard_pool_record){
+				.key = r.key, .first_page_index = r.first_page_index,
+				.tail_page_count = r.tail_page_count, .row = r.row };
+		}
+		return shard_engine_pool_claim(a->o->engine, v->job_id,
+					       &(struct shard_pool_claim_job){
+						       .claim_id = v->pool_id,
+						       .chain = a->pool_chain,
+						       .chain_count = v->chain_count,
+						       .skip_pages = v->skip_pages,
+						       .page_ids = a->page_ids,
+						       .state_slot = v->state_slot });
+	case CLUSTER_JOB_POOL_ATTACH:
+		/* a refusal here disables the pool for the instance (R-WIRE-21) */
+		return pool_attach(a, v, why, why_size);
 	}
 	return -EINVAL;
 }
@@ -277,7 +335,8 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 	pthread_cond_init(&a.changed, NULL);
 	a.page_ids = calloc(o->geometry->page_count, sizeof(uint32_t));
 	a.chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.chain));
-	if (!a.page_ids || !a.chain) {
+	a.pool_chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*a.pool_chain));
+	if (!a.page_ids || !a.chain || !a.pool_chain) {
 		close(o->fd); /* owned here until the link takes it */
 		ret = -ENOMEM;
 		goto out;
@@ -335,9 +394,15 @@ int peer_agent_run(const struct peer_agent_options *o, bool *undrained, char *wh
 	/* no answer may start on a link being closed */
 	shard_engine_set_completion_hook(o->engine, NULL, NULL);
 	cluster_link_close(a.link, 0);
+	if (!*undrained) {
+		/* no transfer runs on it any more */
+		shard_engine_set_pool(o->engine, NULL, NULL);
+		shard_pool_link_close(a.pool_link);
+	}
 out:
 	free(a.page_ids);
 	free(a.chain);
+	free(a.pool_chain);
 	pthread_cond_destroy(&a.changed);
 	pthread_mutex_destroy(&a.lock);
 	return ret;

@@ -12,6 +12,7 @@
 #include "record/geometry.h"
 #include "record/key.h"
 #include "shard/engine.h"
+#include "shard/pool_link.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,6 +27,8 @@ struct peer_agent_options {
 	uint32_t silence_timeout_ms;
 	uint64_t queue_bytes_max;             /* the link's writer queue */
 	uint32_t drain_timeout_ms;            /* after the link ends; 0: 60000 */
+	/* what a pool attach needs (shard/pool_link.h); NULL: no pool configured */
+	const struct shard_pool_plan *pool_plan;
 };
 
 /*

@@ -37,6 +37,7 @@ struct sel_peer {
 	struct sel_cluster cluster;
 	struct rec_geometry geometry;
 	struct rec_identity namespace_id;
+	struct shard_pool_plan *pool_plan; /* with a pool configured and a disk store */
 	struct rec_dir *dir;
 	struct shard_device *device;
 	struct shard_engine *engine;
@@ -303,7 +304,8 @@ static void *peer_main(void *arg)
 		.fd = p->agent_fd, .seq = p->seq, .engine = p->engine, .geometry = &p->geometry,
 		.namespace_id = &p->namespace_id, .heartbeat_ms = silence / 4,
 		.silence_timeout_ms = silence,
-		.drain_timeout_ms = p->cluster.job_timeout_ms }, &p->undrained, p->why,
+		.drain_timeout_ms = p->cluster.job_timeout_ms, .pool_plan = p->pool_plan },
+		&p->undrained, p->why,
 		sizeof(p->why));
 	if (p->result)
 		sel_error("rank %u: the link to rank zero ended: %s", p->cluster.rank, p->why);
@@ -416,6 +418,15 @@ static int peer_start(const struct sel_store_config *c, sel_peer **out, char *er
 		goto err_stop; /* without a geometry this rank cannot prove who it is */
 	if (has_disk_store)
 		ret = peer_open_storage(p, c, &scan, &limit, err, err_size);
+	if (!ret && has_disk_store && c->pool) {
+		/* a plan that failed is kept: the attach answers its reason (R-WIRE-21) */
+		p->pool_plan = malloc(sizeof(*p->pool_plan));
+		if (!p->pool_plan)
+			ret = sel_fail(-ENOMEM, err, err_size, "out of memory");
+		else
+			shard_pool_plan_init(p->pool_plan, c, p->cluster.rank,
+					     p->cluster.world_size, &p->namespace_id);
+	}
 	kept = scan.record_count;
 	scanned = kept + scan.invalid_dropped + scan.orphans_dropped + scan.page_only_dropped;
 	me = (struct cluster_identity){
@@ -516,6 +527,9 @@ int sel_peer_stop(sel_peer *p)
 	shard_engine_close(p->engine);
 	shard_device_close(p->device);
 	rec_dir_close(p->dir);
+	if (p->pool_plan)
+		shard_pool_plan_destroy(p->pool_plan);
+	free(p->pool_plan);
 	free(p);
 	return 0;
 }

@@ -100,6 +100,69 @@ int shard_config_check_cluster(const struct sel_cluster *cl, char *err, size_t e
 	return 0;
 }
 
+int shard_config_pool_address(const char *address, char *host, size_t host_size,
+			      uint16_t *port, char *err, size_t err_size)
+{
+	const char *start = address, *end_host, *colon;
+	unsigned long n;
+	char *end;
+	size_t length;
+
+	if (!address || !address[0])
+		return config_fail(err, err_size, "pool is %s (host:port)",
+				   address ? "empty" : "NULL");
+	length = strnlen(address, SHARD_POOL_ADDRESS_BYTES_MAX + 1);
+	if (length > SHARD_POOL_ADDRESS_BYTES_MAX)
+		return config_fail(err, err_size, "pool is longer than %u bytes",
+				   SHARD_POOL_ADDRESS_BYTES_MAX);
+	if (address[0] == '[') {
+		end_host = strchr(address, ']');
+		if (!end_host || end_host[1] != ':')
+			return config_fail(err, err_size, "pool '%s' is not [IPv6 address]:port",
+					   address);
+		start = address + 1;
+		colon = end_host + 1;
+	} else {
+		colon = strrchr(address, ':');
+		if (!colon || strchr(address, ':') != colon)
+			return config_fail(err, err_size, "pool '%s' is not host:port (an IPv6 "
+					   "address goes in brackets: [::1]:port)", address);
+		end_host = colon;
+	}
+	if (end_host == start)
+		return config_fail(err, err_size, "pool '%s' has no host", address);
+	if ((size_t)(end_host - start) + 1 > host_size)
+		return config_fail(err, err_size, "pool '%s': the host is longer than %zu bytes",
+				   address, host_size ? host_size - 1 : 0);
+	errno = 0;
+	n = strtoul(colon + 1, &end, 10);
+	if (!colon[1] || colon[1] == '-' || colon[1] == '+' || errno || *end || n == 0 ||
+	    n > 65535)
+		return config_fail(err, err_size, "pool '%s': the port must be 1-65535", address);
+	memcpy(host, start, (size_t)(end_host - start));
+	host[end_host - start] = '\0';
+	*port = (uint16_t)n;
+	return 0;
+}
+
+/* pool and pool_secret_file: present together, and an address of the right shape. */
+static int config_check_pool(const struct sel_store_config *c, char *err, size_t err_size)
+{
+	char host[SHARD_POOL_ADDRESS_BYTES_MAX + 1];
+	uint16_t port;
+
+	if (!c->pool && !c->pool_secret_file)
+		return 0;
+	if (!c->pool)
+		return config_fail(err, err_size, "pool_secret_file is set but pool is NULL (no "
+				   "pool to prove it to)");
+	if (!c->pool_secret_file || !c->pool_secret_file[0])
+		return config_fail(err, err_size, "pool is '%.64s' but pool_secret_file is %s: "
+				   "every pool connection proves a secret", c->pool,
+				   c->pool_secret_file ? "empty" : "NULL");
+	return shard_config_pool_address(c->pool, host, sizeof(host), &port, err, err_size);
+}
+
 int shard_config_validate(const struct sel_store_config *c, char *err, size_t err_size)
 {
 	int ret;
@@ -161,6 +224,9 @@ int shard_config_validate(const struct sel_store_config *c, char *err, size_t er
 	if (c->records_max > REC_DIR_RECORDS_MAX)
 		return config_fail(err, err_size, "records_max is %u (at most %u)", c->records_max,
 				   REC_DIR_RECORDS_MAX);
+	ret = config_check_pool(c, err, err_size);
+	if (ret)
+		return ret;
 	return c->cluster ? shard_config_check_cluster(c->cluster, err, err_size) : 0;
 }
 

@@ -23,6 +23,19 @@
  */
 int shard_config_validate(const struct sel_store_config *c, char *err, size_t err_size);
 
+/* The longest pool address ("host:port") a configuration may give: a DNS name's 253 and a port. */
+#define SHARD_POOL_ADDRESS_BYTES_MAX 260u
+
+/*
+ * Splits a pool address, "host:port" or "[IPv6 literal]:port", into host
+ * (without brackets, NUL-terminated, at most host_size bytes with its NUL)
+ * and port. Returns 0, or -EINVAL with a message in err saying what is
+ * wrong with it (empty, too long, no port, a port outside 1-65535, an
+ * unclosed bracket, a host too long for host_size). Pure.
+ */
+int shard_config_pool_address(const char *address, char *host, size_t host_size,
+			      uint16_t *port, char *err, size_t err_size);
+
 /* The shortest silence_timeout_ms a cluster may set (0 takes the default). */
 #define SHARD_SILENCE_TIMEOUT_MIN_MS 100u
 

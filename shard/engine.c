@@ -17,10 +17,13 @@
  * the files altogether (run_fetch_warm).
  */
 #include "shard/engine.h"
+#include "shard/pool_share.h"
 
 #include "common/base.h"
 #include "common/log.h"
+#include "record/dir.h"
 #include "record/disk.h"
+#include "record/format.h"
 #include "record/file.h"
 #include "selene/selene.h"
 #include "shard/checksum_pool.h"
@@ -29,12 +32,16 @@
 #include "shard/warm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct shard_job {
 	uint64_t id;
@@ -49,6 +56,9 @@ struct shard_job {
 	uint32_t state_slot;
 	uint8_t warm;       /* a store: enum shard_store_warm */
 	bool read_through;  /* a fetch: cold records into warm slots (run_fetch) */
+	uint64_t pool_id;   /* a pool put's put id, a pool claim's claim id */
+	uint64_t share_bytes; /* a pool put's file length */
+	uint64_t rows[SHARD_CHAIN_RECORDS_MAX / 64]; /* a pool claim's row flags */
 	struct shard_job *next;
 };
 
@@ -139,6 +149,10 @@ struct job_queue {
 
 struct shard_engine {
 	struct rec_geometry geometry;
+	bool pool_on;                       /* shard_engine_set_pool */
+	struct shard_pool_conn pool_conn;
+	struct shard_pool_share pool_share; /* the claim the transfer thread runs */
+	struct shard_pool_record *pool_chain; /* its chain (SHARD_CHAIN_RECORDS_MAX) */
 	struct shard_planes planes;
 	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
 	struct rec_dir *dir;
@@ -1788,6 +1802,81 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
 }
 
+/* This rank's record file of the key, sent as its share of a pool put. */
+static void run_pool_put(struct shard_engine *e, struct shard_job *job, struct job_outcome *o)
+{
+	char name[REC_FILE_NAME_BYTES], why[200] = "";
+	uint8_t head[REC_HEADER_BYTES];
+	struct rec_header h;
+	struct stat st;
+	int fd, ret;
+
+	if (!e->pool_on) {
+		outcome_fail(o, -ENOTSUP, 0, "rank %u has no pool connection", e->geometry.rank);
+		return;
+	}
+	rec_file_name(name, &job->key);
+	fd = openat(rec_dir_fd(e->dir), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		outcome_fail(o, -errno, 0, "%s: %s", name, strerror(errno));
+		return;
+	}
+	/* The manager checks every byte; a file of another length or key is not sent. */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != job->share_bytes)
+		ret = outcome_fail(o, SEL_EMISMATCH, 0, "%s is %lld bytes, the put's share %llu",
+				   name, (long long)st.st_size,
+				   (unsigned long long)job->share_bytes);
+	else if (pread(fd, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
+		 rec_header_decode(head, &h, why, sizeof(why)) != 0 ||
+		 !rec_key_equal(&h.key, &job->key))
+		ret = outcome_fail(o, SEL_EBADHEADER, 0, "%s: %s", name,
+				   why[0] ? why : "its header names another record");
+	else
+		ret = e->pool_conn.put_share(e->pool_conn.ctx, job->pool_id, fd, job->share_bytes,
+					     why, sizeof(why));
+	close(fd);
+	if (ret && !o->result)
+		outcome_fail(o, ret, 0, "pool put of %s: %s", name, why[0] ? why : sel_strerror(ret));
+	if (!ret)
+		o->bytes = job->share_bytes;
+}
+
+/* This rank's share of a pool claim into the job's page ids and state slot. */
+static void run_pool_claim(struct shard_engine *e, struct shard_job *job, struct job_outcome *o)
+{
+	uint64_t bytes = 0;
+	char why[200] = "";
+	int ret;
+
+	if (!e->pool_on) {
+		outcome_fail(o, -ENOTSUP, 0, "rank %u has no pool connection", e->geometry.rank);
+		return;
+	}
+	for (uint32_t i = 0; i < job->chain_count; i++)
+		e->pool_chain[i] = (struct shard_pool_record){
+			.key = job->chain[i].key, .first_page_index = job->chain[i].first_page_index,
+			.tail_page_count = job->chain[i].tail_page_count,
+			.row = (job->rows[i / 64] >> (i % 64)) & 1 };
+	ret = shard_pool_share_begin(&e->pool_share, e->pool_chain, job->chain_count,
+				     job->skip_pages, job->page_ids, job->page_id_count,
+				     job->state_slot, why, sizeof(why));
+	if (!ret) {
+		ret = e->pool_conn.claim_share(e->pool_conn.ctx, job->pool_id, e->pool_chain,
+					       job->chain_count, job->skip_pages, &e->pool_share,
+					       why, sizeof(why));
+		/* finish always: it releases the claim; a failure before it says why */
+		if (!ret)
+			ret = shard_pool_share_finish(&e->pool_share, &bytes, why, sizeof(why));
+		else
+			shard_pool_share_finish(&e->pool_share, &bytes, NULL, 0);
+	}
+	if (ret)
+		outcome_fail(o, ret, 0, "pool claim: %s", why[0] ? why : sel_strerror(ret));
+	else
+		o->bytes = bytes;
+}
+
 static void run_job(struct shard_engine *e, struct shard_job *job)
 {
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
@@ -1813,6 +1902,12 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 		shard_warm_drop(&e->warm, &job->key, false);
 		break;
 	case SHARD_JOB_NOOP:
+		break;
+	case SHARD_JOB_POOL_PUT:
+		run_pool_put(e, job, &o);
+		break;
+	case SHARD_JOB_POOL_CLAIM:
+		run_pool_claim(e, job, &o);
 		break;
 	}
 	complete_job(e, job, &o);
@@ -1886,7 +1981,16 @@ static struct shard_job *job_take(struct shard_engine *e, int *err)
 	return job;
 }
 
-static int job_submit(struct shard_engine *e, struct shard_job *fill)
+/* Restores go first: fetches, warm drops (see job_submit_from) and pool claims. */
+static bool restore_lane(enum shard_job_kind kind)
+{
+	return kind == SHARD_JOB_FETCH || kind == SHARD_JOB_WARM_DROP ||
+	       kind == SHARD_JOB_POOL_CLAIM;
+}
+
+/* fill's chain is pool_chain's (a pool claim's) when given, else fill->chain. */
+static int job_submit_from(struct shard_engine *e, struct shard_job *fill,
+			   const struct shard_pool_record *pool_chain)
 {
 	struct shard_job *job;
 	uint32_t *ids;
@@ -1906,7 +2010,11 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 	job->chain = chain;
 	if (fill->page_id_count && fill->page_ids)
 		memcpy(ids, fill->page_ids, fill->page_id_count * sizeof(uint32_t));
-	if (fill->chain_count)
+	for (uint32_t i = 0; pool_chain && i < fill->chain_count; i++)
+		chain[i] = (struct shard_chain_record){ pool_chain[i].key,
+							pool_chain[i].first_page_index,
+							pool_chain[i].tail_page_count };
+	if (fill->chain_count && !pool_chain)
 		memcpy(chain, fill->chain, fill->chain_count * sizeof(*chain));
 	/*
 	 * A warm drop goes with the fetches: rank zero drops records to make
@@ -1914,18 +2022,22 @@ static int job_submit(struct shard_engine *e, struct shard_job *fill)
 	 * before every queued background job (the store it makes room for runs
 	 * after it either way).
 	 */
-	queue_push(job->kind == SHARD_JOB_FETCH || job->kind == SHARD_JOB_WARM_DROP ?
-			   &e->restores : &e->background, job);
+	queue_push(restore_lane(job->kind) ? &e->restores : &e->background, job);
 	e->unpolled++;
 	pthread_cond_signal(&e->work_ready);
 	/*
 	 * A store waiting for the disk runs it now (restores first). Under the
 	 * lock: once it is released the fetch may complete and the engine close.
 	 */
-	if (job->kind == SHARD_JOB_FETCH || job->kind == SHARD_JOB_WARM_DROP)
+	if (restore_lane(job->kind))
 		rec_disk_replies_poke(&e->lanes[LANE_BACKGROUND].replies);
 	pthread_mutex_unlock(&e->lock);
 	return 0;
+}
+
+static int job_submit(struct shard_engine *e, struct shard_job *fill)
+{
+	return job_submit_from(e, fill, NULL);
 }
 
 static bool page_ids_fit(const struct shard_engine *e, const uint32_t *ids,
@@ -2014,6 +2126,71 @@ int shard_engine_warm_drop(struct shard_engine *e, uint64_t job_id,
 	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_WARM_DROP, .key = *key };
 
 	return job_submit(e, &fill);
+}
+
+int shard_engine_set_pool(struct shard_engine *e, const struct shard_pool_conn *conn,
+			  const struct rec_identity *namespace_id)
+{
+	int ret;
+
+	if (!conn) {
+		e->pool_on = false;
+		return 0;
+	}
+	if (!e->pool_chain) {
+		e->pool_chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*e->pool_chain));
+		if (!e->pool_chain)
+			return -ENOMEM;
+		ret = shard_pool_share_init(&e->pool_share, &e->geometry, namespace_id, &e->planes,
+					    e->device);
+		if (ret) {
+			free(e->pool_chain);
+			e->pool_chain = NULL;
+			return ret;
+		}
+	}
+	e->pool_conn = *conn;
+	e->pool_on = true;
+	return 0;
+}
+
+int shard_engine_pool_put(struct shard_engine *e, uint64_t job_id, const struct rec_key *key,
+			  uint64_t put_id, uint64_t share_bytes)
+{
+	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_POOL_PUT, .key = *key,
+				  .pool_id = put_id, .share_bytes = share_bytes };
+
+	return job_submit(e, &fill);
+}
+
+int shard_engine_pool_claim(struct shard_engine *e, uint64_t job_id,
+			    const struct shard_pool_claim_job *claim)
+{
+	struct shard_job fill = {
+		.id = job_id, .kind = SHARD_JOB_POOL_CLAIM, .pool_id = claim->claim_id,
+		.chain_count = claim->chain_count, .skip_pages = claim->skip_pages,
+		.page_ids = (uint32_t *)claim->page_ids, .state_slot = claim->state_slot,
+	};
+	uint64_t pages = 0;
+
+	if (claim->chain_count == 0 || claim->chain_count > SHARD_CHAIN_RECORDS_MAX ||
+	    claim->state_slot >= e->geometry.row_count)
+		return -EINVAL;
+	for (uint32_t i = 0; i < claim->chain_count; i++) {
+		if (i > 0 && claim->chain[i].first_page_index !=
+				     claim->chain[i - 1].first_page_index +
+					     claim->chain[i - 1].tail_page_count)
+			return SEL_EMISMATCH;
+		pages += claim->chain[i].tail_page_count;
+		if (claim->chain[i].row)
+			fill.rows[i / 64] |= 1ull << (i % 64);
+	}
+	if (claim->skip_pages > pages || pages - claim->skip_pages > e->geometry.page_count)
+		return -EINVAL;
+	fill.page_id_count = (uint32_t)(pages - claim->skip_pages);
+	if (!page_ids_fit(e, claim->page_ids, fill.page_id_count))
+		return -EINVAL;
+	return job_submit_from(e, &fill, claim->chain);
 }
 
 int shard_engine_noop(struct shard_engine *e, uint64_t job_id)
@@ -2547,6 +2724,9 @@ void shard_engine_close(struct shard_engine *e)
 	}
 	free(e->jobs);
 	free(e->completions);
+	if (e->pool_chain)
+		shard_pool_share_destroy(&e->pool_share);
+	free(e->pool_chain);
 	pthread_cond_destroy(&e->completion_ready);
 	pthread_cond_destroy(&e->hook_idle);
 	pthread_cond_destroy(&e->work_ready);

@@ -154,6 +154,8 @@ enum shard_job_kind {
 	SHARD_JOB_UNLINK,
 	SHARD_JOB_NOOP,
 	SHARD_JOB_WARM_DROP,
+	SHARD_JOB_POOL_PUT,   /* this rank's share of a pool put (R-WIRE-21) */
+	SHARD_JOB_POOL_CLAIM, /* this rank's share of a pool claim (R-WIRE-21) */
 };
 
 /*
@@ -337,6 +339,65 @@ int shard_engine_warm_drop(struct shard_engine *engine, uint64_t job_id,
  * What a job costs the engine and the transport alone (selene bench fanout).
  */
 int shard_engine_noop(struct shard_engine *engine, uint64_t job_id);
+
+struct shard_pool_share;
+struct shard_pool_record;
+
+/*
+ * A rank's connection to the pool manager as the engine uses it (over
+ * pool/client.h, or a test's): each call blocks the transfer thread for
+ * one share's transfer, bounded by the pool's deadlines. put_share sends
+ * the share image of put_id held in fd (length bytes, a record file) and
+ * returns once the manager verified it; claim_share pulls claim_id's share
+ * of chain (skipping skip_pages pages) and hands every window, or arena
+ * place, to share (shard/pool_share.h), stopping at its first failure.
+ * Both return 0 or the failure with why.
+ */
+struct shard_pool_conn {
+	void *ctx;
+	int (*put_share)(void *ctx, uint64_t put_id, int fd, uint64_t length, char *why,
+			 size_t why_size);
+	int (*claim_share)(void *ctx, uint64_t claim_id, const struct shard_pool_record *chain,
+			   uint32_t chain_count, uint32_t skip_pages,
+			   struct shard_pool_share *share, char *why, size_t why_size);
+};
+
+/*
+ * Gives the engine this rank's pool connection (conn copied; namespace_id
+ * borrowed while the engine lives), or takes it away (NULL), before any
+ * pool job is submitted and after every one completed. Returns 0 or
+ * -ENOMEM (the claim's copy list and page bitmap).
+ */
+int shard_engine_set_pool(struct shard_engine *engine, const struct shard_pool_conn *conn,
+			  const struct rec_identity *namespace_id);
+
+/*
+ * Pool put: this rank's record file of key, whose length must be
+ * share_bytes (else SEL_EMISMATCH; a missing file -ENOENT), sent as the
+ * share of put_id. Runs with the background jobs; without a pool
+ * connection it fails with -ENOTSUP.
+ */
+int shard_engine_pool_put(struct shard_engine *engine, uint64_t job_id,
+			  const struct rec_key *key, uint64_t put_id, uint64_t share_bytes);
+
+/* Pool claim: a chain the pool holds, into page ids and a state slot. */
+struct shard_pool_claim_job {
+	uint64_t claim_id;
+	const struct shard_pool_record *chain; /* root side first; copied */
+	uint32_t chain_count;
+	uint32_t skip_pages;
+	const uint32_t *page_ids;              /* the chain's pages after skip; copied */
+	uint32_t state_slot;
+};
+
+/*
+ * Runs with the fetches (restores first); its share verified window by
+ * window before any device copy, and a claim that ends short fails: the
+ * destination is then to be discarded. Without a pool connection it fails
+ * with -ENOTSUP.
+ */
+int shard_engine_pool_claim(struct shard_engine *engine, uint64_t job_id,
+			    const struct shard_pool_claim_job *claim);
 
 /* Takes up to max completions without waiting; returns how many. */
 uint32_t shard_engine_poll(struct shard_engine *engine,

@@ -19,6 +19,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -226,7 +227,8 @@ static void test_api_publish_evict_restore(void **state)
 
 /*
  * The exposition is valid Prometheus text: every family
- * once with # HELP and # TYPE, a build-info metric, the staging gauges; one
+ * once with # HELP and # TYPE, a build-info metric, the staging gauges, the
+ * pool's families (zero without a pool); one
  * rank fits in SEL_METRICS_BYTES(1). Skips where the parser is missing.
  */
 static void test_api_metrics_exposition(void **state)
@@ -248,9 +250,33 @@ static void test_api_metrics_exposition(void **state)
 	assert_non_null(strstr(metrics, "selene_staging_slots_intake "));
 	assert_non_null(strstr(metrics, "# TYPE selene_store_yields_total counter"));
 	assert_non_null(strstr(metrics, "selene_store_yields_total 0"));
+	/* the pool's families are there, zero, without a pool */
+	assert_non_null(strstr(metrics, "\nselene_pool_attached 0\n"));
+	assert_non_null(strstr(metrics, "# TYPE selene_pool_claim_bytes_total counter"));
+	assert_non_null(strstr(metrics, "\nselene_pool_refusals_total 0\n"));
 	if (tu_check_metrics(metrics, "selene_build_info selene_staging_slots "
-			     "selene_records selene_records_dropped selene_job_seconds") == 77)
+			     "selene_records selene_records_dropped selene_job_seconds "
+			     "selene_pool_attached selene_pool_puts selene_pool_hits") == 77)
 		skip();
+}
+
+/*
+ * Without a pool, sel_lookup_pending is false before and after a lookup
+ * (hit or miss), and for NULL handles; the lookup is the local one.
+ */
+static void test_api_lookup_pending_without_pool(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_hit hit;
+
+	open_store(f);
+	publish_conversation(f);
+	assert_false(sel_lookup_pending(f->store, f->history));
+	assert_true(sel_lookup(f->store, f->history, 0, &hit));
+	assert_int_equal(hit.consumed, 1000);
+	assert_false(sel_lookup_pending(f->store, f->history));
+	assert_false(sel_lookup_pending(NULL, f->history));
+	assert_false(sel_lookup_pending(f->store, NULL));
 }
 
 /* sel_touch through the public API: a committed record and its ancestors
@@ -878,6 +904,74 @@ static void catch_line(enum sel_log_level level, const char *message, void *user
 	pthread_mutex_unlock(&lc->lock);
 }
 
+struct warn_catch {
+	pthread_mutex_t lock;
+	uint32_t warnings;
+	char last[256];
+};
+
+static void catch_warning(enum sel_log_level level, const char *message, void *user)
+{
+	struct warn_catch *wc = user;
+
+	if (level != SEL_LOG_WARN)
+		return;
+	pthread_mutex_lock(&wc->lock);
+	wc->warnings++;
+	snprintf(wc->last, sizeof(wc->last), "%s", message);
+	pthread_mutex_unlock(&wc->lock);
+}
+
+/* A 32-byte secret file at path with mode. */
+static void write_secret(const char *path, mode_t mode)
+{
+	uint8_t secret[32];
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	memset(secret, 0x5c, sizeof(secret));
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, secret, sizeof(secret)), (ssize_t)sizeof(secret));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/*
+ * A pool secret file that is missing, too open or not 32 bytes fails the
+ * open, naming pool_secret_file; a good one opens the store on its local
+ * tiers with one warning that it is not attached (pool_attached 0).
+ */
+static void test_api_pool_config_at_open(void **state)
+{
+	struct fixture *f = *state;
+	struct warn_catch wc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct sel_stats st;
+	char path[512], err[512] = "";
+
+	snprintf(path, sizeof(path), "%s/pool.secret", f->base);
+	f->config.pool = "127.0.0.1:9";
+	f->config.pool_secret_file = path;
+	assert_int_equal(sel_store_open(&f->config, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "pool_secret_file"));
+	write_secret(path, 0644);
+	assert_int_equal(sel_store_open(&f->config, &f->store, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "pool_secret_file: permissions 0644"));
+	write_secret(path, 0600);
+	sel_log_set_callback(catch_warning, &wc);
+	open_store(f);
+	sel_log_set_callback(NULL, NULL);
+	assert_int_equal(wc.warnings, 1);
+	assert_non_null(strstr(wc.last, "pool 127.0.0.1:9: not attached"));
+	assert_int_equal(sel_store_stats(f->store, &st), 0);
+	assert_int_equal(st.pool_attached, 0);
+	publish_conversation(f);
+	{
+		struct sel_hit hit;
+
+		assert_true(sel_lookup(f->store, f->history, 0, &hit));
+		assert_false(sel_lookup_pending(f->store, f->history));
+	}
+}
+
 /*
  * sel_log_set_callback takes every line (level, message without prefix or
  * newline) from the store's threads; NULL restores stderr, whose lines
@@ -927,6 +1021,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_symlink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_record_replaced_by_fifo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_touch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_lookup_pending_without_pool, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_api_pool_config_at_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_null_err_with_size, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_calls_from_forked_child, setup, teardown),

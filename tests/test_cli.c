@@ -820,6 +820,62 @@ static void test_cli_run_stored_log_warm(void **state)
 	tu_remove_tree(base);
 }
 
+/* --pool and --pool-secret go together, and the address is checked before any rank starts. */
+static void test_cli_run_pool_arguments(void **state)
+{
+	struct run_result *r = malloc(sizeof(*r));
+
+	(void)state;
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool",
+				       "127.0.0.1:7000", NULL });
+	expect(r, 2, "--pool needs --pool-secret FILE");
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool-secret",
+				       "s", NULL });
+	expect(r, 2, "--pool-secret needs --pool ADDR");
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool",
+				       "127.0.0.1", "--pool-secret", "s", NULL });
+	expect(r, 2, "--pool: pool '127.0.0.1' is not host:port");
+	run(r, NULL, (const char *[]){ "run", "--trace", "t", "--dir", "d", "--pool",
+				       "[::1]:70000", "--pool-secret", "s", NULL });
+	expect(r, 2, "the port must be 1-65535");
+	run(r, NULL, (const char *[]){ "run", "--help", NULL });
+	expect(r, 0, "--pool-secret FILE");
+	{
+		char *base = tu_make_temp_dir("run-pool");
+		char dir[512], trace[512], secret[512];
+		int fd;
+
+		snprintf(dir, sizeof(dir), "%s/rank%%r", base);
+		snprintf(trace, sizeof(trace), "%s/trace.jsonl", base);
+		snprintf(secret, sizeof(secret), "%s/pool.secret", base);
+		write_text(trace, "{\"id\": \"a.1\", \"spans\": [[1, 64]]}\n");
+		write_text(secret, "0123456789abcdef0123456789abcdef");
+		/* group-readable: refused before any rank starts, naming the file */
+		chmod(secret, 0640);
+		run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device",
+					       "host", "--planes", "2x4K", "--row-bytes", "4K",
+					       "--page-tokens", "16", "--gpu-pages", "40",
+					       "--gpu-rows", "4", "--pool", "127.0.0.1:9",
+					       "--pool-secret", secret, NULL });
+		assert_int_not_equal(r->status, 0);
+		assert_non_null(strstr(r->out, "pool_secret_file: permissions 0640"));
+		fd = open(secret, O_RDONLY);
+		assert_true(fd >= 0);
+		assert_int_equal(fchmod(fd, 0600), 0);
+		close(fd);
+		/* not attached: one warning, and the run is served by its local tiers */
+		run(r, NULL, (const char *[]){ "run", "--trace", trace, "--dir", dir, "--device",
+					       "host", "--planes", "2x4K", "--row-bytes", "4K",
+					       "--page-tokens", "16", "--gpu-pages", "40",
+					       "--gpu-rows", "4", "--pool", "127.0.0.1:9",
+					       "--pool-secret", secret, NULL });
+		expect(r, 0, "pool 127.0.0.1:9: not attached");
+		assert_non_null(strstr(r->out, "1 offered"));
+		tu_remove_tree(base);
+	}
+	free(r);
+}
+
 /*
  * --stored-log under a disk limit one record fills: a second conversation
  * evicts the first, and the log says so (the torture's evicting loop takes
@@ -1873,6 +1929,7 @@ int main(void)
 		cmocka_unit_test(test_cli_run_stored_log),
 		cmocka_unit_test(test_cli_run_stored_log_warm),
 		cmocka_unit_test(test_cli_run_stored_log_evictions),
+		cmocka_unit_test(test_cli_run_pool_arguments),
 		cmocka_unit_test(test_cli_run_bad_input),
 		cmocka_unit_test(test_cli_run_restore_timeout_and_busy_store),
 		cmocka_unit_test(test_cli_run_mpirun),

@@ -479,6 +479,78 @@ static void test_config_auto_limit_full_disk(void **state)
 	assert_non_null(strstr(err, "cannot tell the free space of /nonexistent/selene"));
 }
 
+/*
+ * pool and pool_secret_file are refused, naming the field, unless both are
+ * given and the address is host:port or [IPv6]:port with a port 1-65535
+ * (checked before anything opens).
+ */
+static void test_config_pool_fields(void **state)
+{
+	struct fixture *f = *state;
+	static char long_address[SHARD_POOL_ADDRESS_BYTES_MAX + 8];
+	static const struct {
+		const char *address, *words;
+	} bad[] = {
+		{ "", "pool is empty" },
+		{ "host", "is not host:port" },
+		{ "::1:9000", "is not host:port" },
+		{ "[::1]9000", "is not [IPv6 address]:port" },
+		{ "[::1", "is not [IPv6 address]:port" },
+		{ ":9000", "has no host" },
+		{ "[]:9000", "has no host" },
+		{ "host:", "the port must be 1-65535" },
+		{ "host:0", "the port must be 1-65535" },
+		{ "host:65536", "the port must be 1-65535" },
+		{ "host:-1", "the port must be 1-65535" },
+		{ "host:+80", "the port must be 1-65535" },
+		{ "host:80x", "the port must be 1-65535" },
+	};
+	char host[64], err[256];
+	uint16_t port = 0;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		fixture_reset(f);
+		f->config.pool = bad[i].address;
+		f->config.pool_secret_file = "/nonexistent/secret";
+		err[0] = '\0';
+		assert_int_equal(shard_config_validate(&f->config, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, bad[i].words))
+			fail_msg("pool '%s': message '%s' lacks '%s'", bad[i].address, err,
+				 bad[i].words);
+	}
+	memset(long_address, 'h', sizeof(long_address) - 1);
+	fixture_reset(f);
+	f->config.pool = long_address;
+	f->config.pool_secret_file = "s";
+	expect_open(f, "pool is longer than");
+	fixture_reset(f);
+	f->config.pool = "127.0.0.1:9000";
+	expect_open(f, "pool_secret_file is NULL");
+	fixture_reset(f);
+	f->config.pool = "127.0.0.1:9000";
+	f->config.pool_secret_file = "";
+	expect_open(f, "pool_secret_file is empty");
+	fixture_reset(f);
+	f->config.pool_secret_file = "/some/secret";
+	expect_open(f, "pool_secret_file is set but pool is NULL");
+	/* the shapes that are accepted, and what they split into */
+	assert_int_equal(shard_config_pool_address("pool.example:7000", host, sizeof(host), &port,
+						   err, sizeof(err)), 0);
+	assert_string_equal(host, "pool.example");
+	assert_int_equal(port, 7000);
+	assert_int_equal(shard_config_pool_address("[fe80::1]:65535", host, sizeof(host), &port,
+						   err, sizeof(err)), 0);
+	assert_string_equal(host, "fe80::1");
+	assert_int_equal(port, 65535);
+	assert_int_equal(shard_config_pool_address("a.b:1", host, 3, &port, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "the host is longer than 2 bytes"));
+	fixture_reset(f);
+	f->config.pool = "127.0.0.1:9000";
+	f->config.pool_secret_file = "/some/secret";
+	assert_int_equal(shard_config_validate(&f->config, err, sizeof(err)), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -491,6 +563,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_config_random_broken_never_crash, setup,
 						teardown),
 		cmocka_unit_test(test_config_auto_limit_full_disk),
+		cmocka_unit_test_setup_teardown(test_config_pool_fields, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("config", tests, NULL, NULL);

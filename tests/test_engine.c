@@ -17,6 +17,8 @@
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/engine.h"
+#include "shard/pool_share.h"
+#include "record/format.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -2234,6 +2236,241 @@ static void test_engine_default_io_workers(void **state)
 	}
 }
 
+/*
+ * A pool in memory, as a rank's connection would see it: a put keeps the
+ * share image read from the record file; a claim streams each record's
+ * image back as windows (header, checksums, pages three at a time from
+ * skip, the row in two), as the client hands them over, and may stop after
+ * fail_after windows as a manager killed mid-claim.
+ */
+struct fake_pool {
+	uint8_t *images[4];
+	uint64_t lengths[4];
+	uint64_t put_ids[4];
+	uint32_t count;
+	int fail_after;        /* windows before the claim fails; < 0: never */
+	bool stop_early;       /* end the stream after the first record, "complete" */
+};
+
+static int fake_put_share(void *ctx, uint64_t put_id, int fd, uint64_t length, char *why,
+			  size_t why_size)
+{
+	struct fake_pool *fp = ctx;
+
+	(void)why;
+	(void)why_size;
+	SEL_ASSERT(fp->count < 4);
+	fp->images[fp->count] = malloc(length);
+	assert_int_equal(pread(fd, fp->images[fp->count], length, 0), (ssize_t)length);
+	fp->lengths[fp->count] = length;
+	fp->put_ids[fp->count++] = put_id;
+	return 0;
+}
+
+static int fake_claim_share(void *ctx, uint64_t claim_id, const struct shard_pool_record *chain,
+			    uint32_t chain_count, uint32_t skip_pages,
+			    struct shard_pool_share *share, char *why, size_t why_size)
+{
+	struct fake_pool *fp = ctx;
+	uint64_t start = chain[0].first_page_index + skip_pages;
+	int windows = 0, ret = 0;
+
+	(void)claim_id;
+	for (uint32_t i = 0; !ret && i < chain_count; i++) {
+		const uint8_t *image = NULL;
+		struct rec_header h;
+
+		for (uint32_t k = 0; k < fp->count; k++)
+			if (rec_header_decode(fp->images[k], &h, NULL, 0) == 0 &&
+			    rec_key_equal(&h.key, &chain[i].key))
+				image = fp->images[k];
+		assert_non_null(image);
+		assert_int_equal(rec_header_decode(image, &h, NULL, 0), 0);
+#define WINDOW(section, first, count, data, bytes)                                          \
+	do {                                                                                 \
+		if (fp->fail_after >= 0 && windows++ >= fp->fail_after)                      \
+			return sel_fail(-ECONNRESET, why, why_size, "the manager went away"); \
+		ret = shard_pool_share_window(share, i, section, first, count, data, bytes, why,  \
+					      why_size);                                     \
+	} while (0)
+		WINDOW(SHARD_POOL_SECTION_HEADER, 0, 4096, image, 4096);
+		/* the pages from skip on, three to a window */
+		for (uint32_t j = 0; !ret && j < h.tail_page_count;) {
+			uint32_t n = h.tail_page_count - j < 3 ? h.tail_page_count - j : 3;
+
+			if (chain[i].first_page_index + j < start) {
+				j++;
+				continue;
+			}
+			WINDOW(SHARD_POOL_SECTION_PAGES, j, n, image + h.page_offset +
+			       h.page_stride * j, h.page_stride * n);
+			j += n;
+		}
+		if (!ret && i + 1 == chain_count) {
+			WINDOW(SHARD_POOL_SECTION_ROW, 0, 4096, image + h.row_offset, 4096);
+			if (!ret)
+				WINDOW(SHARD_POOL_SECTION_ROW, 4096, (uint32_t)(h.row_length - 4096),
+				       image + h.row_offset + 4096, h.row_length - 4096);
+		}
+#undef WINDOW
+		if (fp->stop_early)
+			break;
+	}
+	return ret;
+}
+
+static void fake_pool_free(struct fake_pool *fp)
+{
+	for (uint32_t i = 0; i < fp->count; i++)
+		free(fp->images[i]);
+}
+
+static void pool_on(struct fixture *f, struct fake_pool *fp)
+{
+	struct shard_pool_conn conn = { .ctx = fp, .put_share = fake_put_share,
+					.claim_share = fake_claim_share };
+
+	assert_int_equal(shard_engine_set_pool(f->engine, &conn, &f->ns), 0);
+}
+
+static int pool_claim(struct fixture *f, const struct shard_pool_record *chain, uint32_t count,
+		      uint32_t skip, uint32_t base_id, uint32_t slot, struct shard_completion *c)
+{
+	uint32_t ids[200], pages = 0;
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++)
+		pages += chain[i].tail_page_count;
+	for (uint32_t i = 0; i + skip < pages; i++)
+		ids[i] = base_id + i;
+	ret = shard_engine_pool_claim(f->engine, ++f->next_job, &(struct shard_pool_claim_job){
+		.claim_id = 7, .chain = chain, .chain_count = count, .skip_pages = skip,
+		.page_ids = ids, .state_slot = slot });
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, c);
+	return c->result;
+}
+
+/*
+ * A pool put sends this rank's record file as its share, byte for byte;
+ * a claim of the chain from the pool, skipping a page, restores every
+ * page and the row byte-exact into other page ids and another slot.
+ */
+static void test_engine_pool_put_and_claim(void **state)
+{
+	struct fixture *f = *state;
+	struct fake_pool fp = { .fail_after = -1 };
+	struct shard_completion c;
+	struct rec_key root, child;
+	struct shard_pool_record chain[2];
+	uint64_t bytes[2] = { rec_geometry_file_bytes(&f->g, 4, true),
+			      rec_geometry_file_bytes(&f->g, 4, true) };
+
+	make_key(&root, 256, 1);
+	make_key(&child, 512, 1);
+	assert_int_equal(store(f, &root, NULL, 10, 0, &c), 0);
+	assert_int_equal(store(f, &child, &root, 20, 1, &c), 0);
+	pool_on(f, &fp);
+	assert_int_equal(shard_engine_pool_put(f->engine, ++f->next_job, &root, 41, bytes[0]), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(c.kind, SHARD_JOB_POOL_PUT);
+	assert_int_equal(c.bytes, bytes[0]);
+	assert_int_equal(shard_engine_pool_put(f->engine, ++f->next_job, &child, 42, bytes[1]), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(fp.count, 2);
+	assert_int_equal(fp.put_ids[1], 42);
+	assert_int_equal(fp.lengths[1], bytes[1]);
+	poison(f);
+	chain[0] = (struct shard_pool_record){ root, 0, 4, true };
+	chain[1] = (struct shard_pool_record){ child, 4, 4, true };
+	assert_int_equal(pool_claim(f, chain, 2, 1, 100, 2, &c), 0);
+	assert_int_equal(c.kind, SHARD_JOB_POOL_CLAIM);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(page_matches(f, 100 + i, 1 + i));
+	assert_true(row_matches(f, 2, 512));
+	assert_int_equal(c.bytes, 7ull * 3 * 5000 + 60000);
+	fake_pool_free(&fp);
+}
+
+/*
+ * A put whose share length is not the file's, or of a key this rank does
+ * not hold, fails and sends nothing; without a pool connection every pool
+ * job fails with -ENOTSUP, saying so.
+ */
+static void test_engine_pool_put_refusals(void **state)
+{
+	struct fixture *f = *state;
+	struct fake_pool fp = { .fail_after = -1 };
+	struct shard_completion c;
+	struct shard_pool_record chain;
+	struct rec_key root, missing;
+
+	make_key(&root, 256, 2);
+	make_key(&missing, 320, 2);
+	assert_int_equal(store(f, &root, NULL, 10, 0, &c), 0);
+	assert_int_equal(shard_engine_pool_put(f->engine, ++f->next_job, &root, 1, 4096), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, -ENOTSUP);
+	assert_non_null(strstr(c.why, "has no pool connection"));
+	chain = (struct shard_pool_record){ root, 0, 4, true };
+	assert_int_equal(pool_claim(f, &chain, 1, 0, 100, 2, &c), -ENOTSUP);
+	pool_on(f, &fp);
+	assert_int_equal(shard_engine_pool_put(f->engine, ++f->next_job, &root, 1, 4096), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, SEL_EMISMATCH);
+	assert_non_null(strstr(c.why, "the put's share 4096"));
+	assert_int_equal(shard_engine_pool_put(f->engine, ++f->next_job, &missing, 1, 4096), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, -ENOENT);
+	assert_int_equal(fp.count, 0);
+}
+
+/*
+ * A claim that fails midway (the manager killed) fails the job with the
+ * connection's reason; one whose stream ends short fails at the end: no
+ * claim reports success with a page or the row missing.
+ */
+static void test_engine_pool_claim_fails_whole(void **state)
+{
+	struct fixture *f = *state;
+	struct fake_pool fp = { .fail_after = -1 };
+	struct shard_completion c;
+	struct rec_key root, child;
+	struct shard_pool_record chain[2];
+	uint64_t bytes = rec_geometry_file_bytes(&f->g, 4, true);
+
+	make_key(&root, 256, 3);
+	make_key(&child, 512, 3);
+	assert_int_equal(store(f, &root, NULL, 10, 0, &c), 0);
+	assert_int_equal(store(f, &child, &root, 20, 1, &c), 0);
+	pool_on(f, &fp);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(shard_engine_pool_put(f->engine, ++f->next_job, k ? &child : &root,
+						       (uint64_t)k, bytes), 0);
+		shard_engine_wait(f->engine, &c);
+		assert_int_equal(c.result, 0);
+	}
+	chain[0] = (struct shard_pool_record){ root, 0, 4, true };
+	chain[1] = (struct shard_pool_record){ child, 4, 4, true };
+	for (int after = 0; after < 6; after++) {
+		fp.fail_after = after;
+		assert_int_equal(pool_claim(f, chain, 2, 0, 100, 2, &c), -ECONNRESET);
+		assert_non_null(strstr(c.why, "the manager went away"));
+	}
+	fp.fail_after = -1;
+	fp.stop_early = true;
+	assert_int_equal(pool_claim(f, chain, 2, 0, 100, 2, &c), SEL_EMISMATCH);
+	assert_non_null(strstr(c.why, "4 of 8 pages"));
+	fp.stop_early = false;
+	assert_int_equal(pool_claim(f, chain, 2, 0, 100, 2, &c), 0);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	fake_pool_free(&fp);
+}
+
 int main(void)
 {
 #define BOTH(test)                                                      \
@@ -2258,6 +2495,9 @@ int main(void)
 		BOTH(test_engine_full_filesystem),
 		BOTH(test_engine_many_small_jobs),
 		BOTH(test_engine_noop),
+		BOTH(test_engine_pool_put_and_claim),
+		BOTH(test_engine_pool_put_refusals),
+		BOTH(test_engine_pool_claim_fails_whole),
 		cmocka_unit_test_setup_teardown(test_engine_two_waiters, setup_uring, teardown),
 		BOTH(test_engine_completion_hook),
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_uring, teardown),

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "coordinator/cluster.h"
 #include "coordinator/fanout.h"
+#include "shard/pool_share.h"
 #include "coordinator/store.h"
 #include "peer/agent.h"
 #include "peer/join.h"
@@ -405,6 +406,143 @@ static void test_fanout_store_and_fetch(void **state)
 				fail_msg("rank %u page %u differs", r, i);
 		tu_fill(expect, ROW, 1000 + r);
 		assert_memory_equal(f->ranks[r].rows + 3 * ROW, expect, ROW);
+	}
+}
+
+/* One rank's pool in memory: a put keeps its share image; a claim streams it back. */
+struct rank_pool {
+	uint8_t *image;
+	uint64_t length;
+	uint64_t put_id;
+	bool fail;            /* the connection fails (a manager killed mid-claim) */
+};
+
+static int rank_put_share(void *ctx, uint64_t put_id, int fd, uint64_t length, char *why,
+			  size_t why_size)
+{
+	struct rank_pool *rp = ctx;
+
+	(void)why;
+	(void)why_size;
+	free(rp->image);
+	rp->image = malloc(length);
+	assert_int_equal(pread(fd, rp->image, length, 0), (ssize_t)length);
+	rp->length = length;
+	rp->put_id = put_id;
+	return 0;
+}
+
+/* The whole record in one window of pages from skip, then its row. */
+static int rank_claim_share(void *ctx, uint64_t claim_id, const struct shard_pool_record *chain,
+			    uint32_t chain_count, uint32_t skip_pages,
+			    struct shard_pool_share *share, char *why, size_t why_size)
+{
+	struct rank_pool *rp = ctx;
+	struct rec_header h;
+	int ret;
+
+	(void)claim_id;
+	if (rp->fail)
+		return sel_fail(-ECONNRESET, why, why_size, "the manager went away");
+	assert_int_equal(chain_count, 1);
+	assert_int_equal(rec_header_decode(rp->image, &h, NULL, 0), 0);
+	assert_true(rec_key_equal(&h.key, &chain[0].key));
+	ret = shard_pool_share_window(share, 0, SHARD_POOL_SECTION_PAGES, skip_pages,
+				      h.tail_page_count - skip_pages,
+				      rp->image + h.page_offset + h.page_stride * skip_pages,
+				      h.page_stride * (h.tail_page_count - skip_pages), why,
+				      why_size);
+	return ret ? ret : shard_pool_share_window(share, 0, SHARD_POOL_SECTION_ROW, 0,
+						   (uint32_t)h.row_length,
+						   rp->image + h.row_offset, h.row_length, why,
+						   why_size);
+}
+
+/* Polls the fan-out's own jobs table until job_id completes. */
+static struct shard_completion wait_job(struct fixture *f, uint64_t job_id)
+{
+	struct shard_completion c = { .result = -ETIMEDOUT };
+	struct coord_jobs jobs;
+
+	coord_fanout_jobs(f->fanout, &jobs);
+	for (int i = 0; i < 10000; i++) {
+		if (jobs.poll(jobs.ctx, &c, 1) == 1) {
+			assert_int_equal(c.job_id, job_id);
+			return c;
+		}
+		usleep(1000);
+	}
+	fail_msg("job %llu never completed", (unsigned long long)job_id);
+	return c;
+}
+
+/*
+ * A pool put reaches every rank (rank zero's engine and a JOB to each
+ * peer), each sending its own record file as its share; a pool claim
+ * restores every rank's share byte-exact into other page ids; a claim
+ * that fails on one rank fails the job, naming the rank; and a rank
+ * without a pool connection answers -ENOTSUP.
+ */
+static void test_fanout_pool_share_jobs(void **state)
+{
+	struct fixture *f = *state;
+	struct rank_pool pools[WORLD] = { 0 };
+	struct shard_pool_record chain;
+	struct shard_completion c;
+	struct rec_key key;
+	struct sel_event ev;
+	uint32_t ids[PAGES];
+	uint64_t share = rec_geometry_file_bytes(&f->ranks[0].g, 1000 / 64, true);
+
+	publish(f, 7, 1000);
+	ev = wait_event(f);
+	assert_int_equal(ev.kind, SEL_EVENT_STORED);
+	rec_history_key_at(&f->h, 1000, &key);
+	/* no rank has a connection yet */
+	assert_int_equal(coord_fanout_pool_put(f->fanout, 63, &key, 5, share), 0);
+	c = wait_job(f, 63);
+	assert_int_equal(c.result, -ENOTSUP);
+	assert_non_null(strstr(c.why, "has no pool connection"));
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_int_equal(shard_engine_set_pool(f->ranks[r].engine, &(struct shard_pool_conn){
+			.ctx = &pools[r], .put_share = rank_put_share,
+			.claim_share = rank_claim_share }, &f->ranks[r].ns), 0);
+	assert_int_equal(coord_fanout_pool_put(f->fanout, 63, &key, 5, share), 0);
+	c = wait_job(f, 63);
+	assert_int_equal(c.result, 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(pools[r].length, share);
+		assert_int_equal(pools[r].put_id, 5);
+		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+	}
+	chain = (struct shard_pool_record){ key, 0, 1000 / 64, true };
+	for (uint32_t i = 0; i < 1000 / 64 - 2; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(coord_fanout_pool_claim(f->fanout, 62, &(struct shard_pool_claim_job){
+		.claim_id = 9, .chain = &chain, .chain_count = 1, .skip_pages = 2,
+		.page_ids = ids, .state_slot = 3 }, 1000 / 64 - 2), 0);
+	c = wait_job(f, 62);
+	assert_int_equal(c.result, 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		uint8_t expect[ROW];
+
+		for (uint32_t i = 0; i < 1000 / 64 - 2; i++)
+			if (!page_is(&f->ranks[r], 40 + i, 2 + i))
+				fail_msg("rank %u page %u differs", r, i);
+		tu_fill(expect, ROW, 1000 + r);
+		assert_memory_equal(f->ranks[r].rows + 3 * ROW, expect, ROW);
+	}
+	pools[2].fail = true;
+	assert_int_equal(coord_fanout_pool_claim(f->fanout, 62, &(struct shard_pool_claim_job){
+		.claim_id = 10, .chain = &chain, .chain_count = 1, .skip_pages = 2,
+		.page_ids = ids, .state_slot = 3 }, 1000 / 64 - 2), 0);
+	c = wait_job(f, 62);
+	assert_int_equal(c.result, -ECONNRESET);
+	assert_non_null(strstr(c.why, "rank 2: pool claim: the manager went away"));
+	for (uint32_t r = 0; r < WORLD; r++) {
+		shard_engine_set_pool(f->ranks[r].engine, NULL, NULL);
+		free(pools[r].image);
 	}
 }
 
@@ -1044,6 +1182,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_partial_store_cleaned_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_dead_peer_is_fatal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_noop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_pool_share_jobs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_corrupt_record_dropped_and_stored_again,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_every_failpoint_reached, setup_durable,

@@ -305,7 +305,7 @@ static void test_protocol_header_layout(void **state)
 	cluster_frame_header_encode(h, CLUSTER_MSG_HEARTBEAT, 0x0102030405060708ull,
 				    payload, sizeof(payload));
 	assert_memory_equal(h, "SELN", 4);
-	assert_int_equal(h[4], 4);
+	assert_int_equal(h[4], 5);
 	assert_int_equal(h[5], 0);
 	assert_int_equal(h[6], CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(h[7], 0);
@@ -315,7 +315,7 @@ static void test_protocol_header_layout(void **state)
 	assert_int_equal(sel_get_le64(h + 24), XXH3_64bits(payload, 8));
 	assert_int_equal(sel_get_le64(h + 32), XXH3_64bits(h, 32));
 	assert_int_equal(cluster_frame_header_decode(h, &d, why, sizeof(why)), 0);
-	assert_int_equal(d.version, 4);
+	assert_int_equal(d.version, 5);
 	assert_int_equal(d.type, CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(d.payload_length, 8);
 	assert_int_equal(d.sequence, 0x0102030405060708ull);
@@ -341,7 +341,7 @@ static void test_protocol_payload_bounds(void **state)
 		{ CLUSTER_MSG_SUMMARY, 9, 16777132 },
 		{ CLUSTER_MSG_AGREEMENT, 9, 16777209 },
 		{ CLUSTER_MSG_AGREED, 12, 12 },
-		{ CLUSTER_MSG_JOB, 9, 4325402 },
+		{ CLUSTER_MSG_JOB, 9, 4329505 },
 		{ CLUSTER_MSG_JOB_DONE, 22, 222 },
 		{ CLUSTER_MSG_HEARTBEAT, 8, 8 },
 		{ CLUSTER_MSG_BYE, 0, 0 },
@@ -375,10 +375,10 @@ static void test_protocol_rejects_bad_magic(void **state)
 	}
 }
 
-/* R-WIRE-4: versions other than 4 are rejected, even when signed. */
+/* R-WIRE-4: versions other than 5 are rejected, even when signed. */
 static void test_protocol_rejects_wrong_version(void **state)
 {
-	static const uint16_t versions[] = { 0, 1, 2, 3, 5, 0x0400, 0xffff };
+	static const uint16_t versions[] = { 0, 1, 2, 3, 4, 6, 0x0500, 0xffff };
 	uint8_t frame[64], buf[64];
 	struct cluster_frame_header h;
 	char why[WHY_BYTES];
@@ -1033,12 +1033,163 @@ static void test_protocol_round_trip_jobs(void **state)
 		     "JOB noop");
 	payload[8] = CLUSTER_JOB_KIND_LAST + 1;
 	expect_proto(cluster_job_decode(payload, 9, &view, why, sizeof(why)), why,
-		     "JOB kind 6 unknown");
+		     "JOB kind 9 unknown");
 	free(g);
 	free(rh);
 }
 
-/* R-WIRE-21: a fetch of 4096 records and 2^20 page ids is the JOB maximum. */
+/*
+ * R-WIRE-21: the pool jobs (version 5). An attach carries a non-zero
+ * instance id and a printable, non-empty address; a put its put id, key
+ * and share length (at least a header); a claim its claim id and a chain
+ * of 33-byte records whose row flag is 0 or 1, under a fetch's rules.
+ */
+static void test_protocol_job_pool_kinds(void **state)
+{
+	static const struct cluster_pool_chain_record chain[2] = {
+		{ .key = { .consumed = 128 }, .first_page_index = 0, .tail_page_count = 2,
+		  .row = false },
+		{ .key = { .consumed = 256 }, .first_page_index = 2, .tail_page_count = 2,
+		  .row = true },
+	};
+	static const uint32_t ids[3] = { 7, 8, 9 };
+	struct cluster_job job = { .job_id = 41, .kind = CLUSTER_JOB_POOL_ATTACH,
+				   .pool_address = "pool.example:7070" };
+	struct cluster_pool_chain_record r;
+	struct cluster_job_view view;
+	uint8_t payload[1024];
+	char why[WHY_BYTES], long_address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 2];
+	int len;
+
+	(void)state;
+	/* attach */
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
+	memset(job.instance_id, 0xab, sizeof(job.instance_id));
+	len = cluster_job_encode(&job, payload, sizeof(payload));
+	assert_int_equal(len, 9 + 16 + 2 + 17);
+	assert_int_equal(payload[8], 6);
+	assert_int_equal(payload[9], 0xab);
+	assert_int_equal(payload[25], 17);
+	assert_memory_equal(payload + 27, "pool.example:7070", 17);
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), 0);
+	assert_int_equal(view.kind, CLUSTER_JOB_POOL_ATTACH);
+	assert_int_equal(view.job_id, 41);
+	assert_memory_equal(view.instance_id, job.instance_id, 16);
+	assert_string_equal(view.pool_address, "pool.example:7070");
+	expect_proto(cluster_job_decode(payload, (uint32_t)len - 1, &view, why, sizeof(why)), why,
+		     "R-WIRE-10");
+	payload[30] = '\n';
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "R-WIRE-13");
+	memset(payload + 9, 0, 16);
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "instance id is all zero");
+	job.pool_address = "";
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
+	memset(long_address, 'a', sizeof(long_address) - 1);
+	long_address[sizeof(long_address) - 1] = '\0';
+	job.pool_address = long_address;
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), SEL_ETOOBIG);
+
+	/* put */
+	job = (struct cluster_job){ .job_id = 42, .kind = CLUSTER_JOB_POOL_PUT, .pool_id = 1ull << 40,
+				    .key = { .consumed = 256 }, .share_bytes = 4096 + 8192 };
+	job.key.digest.bytes[0] = 0x11;
+	len = cluster_job_encode(&job, payload, sizeof(payload));
+	assert_int_equal(len, 49);
+	assert_int_equal(payload[8], 7);
+	assert_int_equal(sel_get_le64(payload + 9), 1ull << 40);
+	assert_int_equal(sel_get_le64(payload + 17), 256);
+	assert_int_equal(sel_get_le64(payload + 41), 4096 + 8192);
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), 0);
+	assert_int_equal(view.pool_id, 1ull << 40);
+	assert_true(rec_key_equal(&view.key, &job.key));
+	assert_int_equal(view.share_bytes, 4096 + 8192);
+	expect_proto(cluster_job_decode(payload, 50, &view, why, sizeof(why)), why, "R-WIRE-10");
+	sel_put_le64(payload + 41, 4095);
+	expect_proto(cluster_job_decode(payload, 49, &view, why, sizeof(why)), why,
+		     "less than a record header");
+	sel_put_le64(payload + 17, 0);
+	expect_proto(cluster_job_decode(payload, 49, &view, why, sizeof(why)), why, "R-WIRE-14");
+	job.share_bytes = 100;
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
+
+	/* claim: 21 + 33 k + 12 + 4 m */
+	job = (struct cluster_job){ .job_id = 43, .kind = CLUSTER_JOB_POOL_CLAIM, .pool_id = 9,
+				    .pool_chain = chain, .chain_count = 2, .skip_pages = 1,
+				    .state_slot = 3, .page_ids = ids, .page_id_count = 3 };
+	len = cluster_job_encode(&job, payload, sizeof(payload));
+	assert_int_equal(len, 21 + 33 * 2 + 12 + 4 * 3);
+	assert_int_equal(payload[8], 8);
+	assert_int_equal(sel_get_le64(payload + 9), 9);
+	assert_int_equal(sel_get_le32(payload + 17), 2);
+	assert_int_equal(payload[21 + 32], 0);
+	assert_int_equal(payload[21 + 33 + 32], 1);
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), 0);
+	assert_int_equal(view.kind, CLUSTER_JOB_POOL_CLAIM);
+	assert_int_equal(view.pool_id, 9);
+	assert_int_equal(view.chain_count, 2);
+	assert_int_equal(view.skip_pages, 1);
+	assert_int_equal(view.state_slot, 3);
+	for (uint32_t i = 0; i < 2; i++) {
+		cluster_job_view_pool_chain_record(&view, i, &r);
+		assert_true(rec_key_equal(&r.key, &chain[i].key));
+		assert_int_equal(r.first_page_index, chain[i].first_page_index);
+		assert_int_equal(r.tail_page_count, chain[i].tail_page_count);
+		assert_int_equal(r.row, chain[i].row);
+	}
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(cluster_job_view_page_id(&view, i), ids[i]);
+	payload[21 + 32] = 2;
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "R-WIRE-12");
+	payload[21 + 32] = 0;
+	sel_put_le32(payload + 21 + 33 + 24, 3); /* record 1 no longer follows record 0 */
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "does not follow");
+	job.page_id_count = 2; /* 4 pages skipping 1 need 3 ids */
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
+	job.page_id_count = 3;
+	job.chain_count = 0;
+	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
+	expect_proto(cluster_job_decode(payload, 21, &view, why, sizeof(why)), why, "R-WIRE-10");
+}
+
+/* R-WIRE-21: a pool claim of 4096 records and 2^20 page ids is the JOB maximum. */
+static void test_protocol_job_claim_at_maxima(void **state)
+{
+	uint32_t k = CLUSTER_JOB_CHAIN_RECORDS_MAX, m = CLUSTER_JOB_PAGE_IDS_MAX;
+	struct cluster_pool_chain_record *chain = calloc(k, sizeof(*chain));
+	uint32_t *ids = calloc(m, sizeof(*ids));
+	uint8_t *buf = malloc(CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	struct cluster_job job = { .job_id = 1, .kind = CLUSTER_JOB_POOL_CLAIM,
+				   .pool_chain = chain, .chain_count = k, .page_ids = ids,
+				   .page_id_count = m };
+	struct cluster_job_view view;
+	char why[WHY_BYTES];
+	int len;
+
+	(void)state;
+	assert_non_null(chain);
+	assert_non_null(ids);
+	assert_non_null(buf);
+	for (uint32_t i = 0; i < k; i++)
+		chain[i] = (struct cluster_pool_chain_record){
+			.key = { .consumed = 64ull * 256 * (i + 1) }, .first_page_index = 256 * i,
+			.tail_page_count = 256, .row = i + 1 == k };
+	len = cluster_job_encode(&job, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
+	assert_int_equal(len, 4329505);
+	assert_int_equal(len, cluster_payload_bytes_max(CLUSTER_MSG_JOB));
+	assert_int_equal(cluster_job_decode(buf, (uint32_t)len, &view, why, sizeof(why)), 0);
+	job.chain_count = k + 1;
+	assert_int_equal(cluster_job_encode(&job, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX),
+			 SEL_ETOOBIG);
+	free(chain);
+	free(ids);
+	free(buf);
+}
+
+/* R-WIRE-21: a fetch of 4096 records and 2^20 page ids fits a JOB. */
 static void test_protocol_job_at_maxima(void **state)
 {
 	uint32_t k = CLUSTER_JOB_CHAIN_RECORDS_MAX, m = CLUSTER_JOB_PAGE_IDS_MAX;
@@ -1066,7 +1217,7 @@ static void test_protocol_job_at_maxima(void **state)
 	job.page_ids = ids;
 	job.page_id_count = m;
 	len = cluster_job_encode(&job, buf, CLUSTER_FRAME_PAYLOAD_BYTES_MAX);
-	assert_int_equal(len, cluster_payload_bytes_max(CLUSTER_MSG_JOB));
+	assert_int_equal(len, 4325402);
 	assert_int_equal(cluster_job_decode(buf, (uint32_t)len, &view, why, sizeof(why)), 0);
 	assert_int_equal(cluster_job_view_page_id(&view, m - 1), (m - 1) ^ 0x5a5a);
 	/* One more of either is refused by the encoder. */
@@ -2061,6 +2212,8 @@ int main(void)
 		cmocka_unit_test(test_protocol_payload_bounds),
 		cmocka_unit_test(test_protocol_rejects_bad_magic),
 		cmocka_unit_test(test_protocol_rejects_wrong_version),
+		cmocka_unit_test(test_protocol_job_pool_kinds),
+		cmocka_unit_test(test_protocol_job_claim_at_maxima),
 		cmocka_unit_test(test_protocol_rejects_unknown_type),
 		cmocka_unit_test(test_protocol_rejects_nonzero_reserved),
 		cmocka_unit_test(test_protocol_rejects_header_checksum),

@@ -154,6 +154,28 @@ struct sel_store_config {
 	 * shorter) of at most 64 leaves. 0 (the default): none.
 	 */
 	uint64_t max_age_ms;
+	/*
+	 * The pool (docs/DESIGN.md section 13): a pool manager's address,
+	 * "host:port" ("[IPv6]:port" for an IPv6 literal), that this
+	 * instance attaches to at open, sharing records with other instances
+	 * of an identical scope (pool name, model_identity, layout, world
+	 * size and every rank's plane sizes). NULL (the default): no pool,
+	 * and none of the pool's code runs. Copied at open; rank zero's
+	 * counts (peers attach to the address rank zero gives them).
+	 * At open rank zero waits up to 10 s for the manager's hello: a
+	 * manager that does not answer, or refuses a rank, leaves the store
+	 * on its local tiers with one warning saying why (the open still
+	 * succeeds), and it never attaches later; an attached instance
+	 * reconnects after a lost connection.
+	 */
+	const char *pool;
+	/*
+	 * The pool secret: a regular file of exactly 32 bytes that neither
+	 * group nor others may read or write (refused otherwise, as the
+	 * cluster's launch secret), proven to the manager and never sent.
+	 * Required with pool; read by every rank at open.
+	 */
+	const char *pool_secret_file;
 };
 
 /*
@@ -256,9 +278,31 @@ struct sel_hit {
  * Finds the deepest stored prefix of history beyond resident tokens (the
  * deepest ready GPU checkpoint's count) that can be restored (seed 2.3).
  * Returns true and fills hit, or false on a miss.
+ *
+ * With a pool (sel_store_config.pool, attached), a lookup never waits for
+ * the manager either. The first lookup of a history answers from the local
+ * tiers as without a pool and sends the history's longer candidates (its
+ * whole length, then each page boundary, longest first, at most 256) to
+ * the manager; its answer is kept with the history. A later sel_lookup of
+ * the same history, once the answer came, returns the pool's chain
+ * instead when it is longer than the local hit (a pool hit: sel_fetch
+ * claims it from the pool; local tiers first otherwise). Each history
+ * asks once. Without a pool nothing of this runs.
  */
 bool sel_lookup(sel_store *store, const sel_history *history, uint64_t resident,
 		struct sel_hit *hit);
+
+/*
+ * Whether the pool may still answer history's lookup: true while its
+ * candidates were sent and the answer has not come within the grace
+ * period (2 ms with the manager on this host, four control round trips
+ * with a remote one, at most 250 ms). An engine that can hold the request
+ * a step calls sel_lookup again later (never waiting in between); false
+ * means sel_lookup's answer is final. Always false without a pool, before
+ * the history's first lookup, and after its answer came or its grace
+ * period ran out. Never waits.
+ */
+bool sel_lookup_pending(sel_store *store, const sel_history *history);
 
 /*
  * Restores a hit into page_ids (hit->page_count ids, copied) and
@@ -416,6 +460,21 @@ struct sel_stats {
 	uint64_t warm_dirty_dropped;
 	/* Records dropped by max-age expiry, and of those, ones that were warm. */
 	uint64_t expired, warm_expired;
+	/*
+	 * The pool (sel_store_config.pool): 1 while the instance is attached
+	 * (every rank's connection up), else 0; records put to the pool as
+	 * they left the local tiers, accepted with every rank's share
+	 * (pool_puts), and those the manager refused or that failed on some
+	 * rank (pool_put_failures: dropped as without a pool); lookups
+	 * answered from the pool (pool_hits); restores claimed from the pool
+	 * that completed on every rank (pool_claims) and their bytes, a
+	 * rank's (pool_claim_bytes), and claims that failed (the fetch
+	 * failed: the caller recomputes); refusals by the manager of any
+	 * kind, the attach's included (pool_refusals).
+	 */
+	uint64_t pool_attached;
+	uint64_t pool_puts, pool_put_failures, pool_hits;
+	uint64_t pool_claims, pool_claim_bytes, pool_claim_failures, pool_refusals;
 };
 
 /*

@@ -29,6 +29,7 @@
 #include "launch/worker/step.h"
 #include "launch/worker/synth.h"
 #include "launch/worker/trace.h"
+#include "shard/config.h"
 #include "shard/engine.h"
 #include "shard/slab.h"
 #include "selene/store.h"
@@ -72,6 +73,8 @@ struct run_options {
 	uint64_t warm_bytes;      /* --warm: every rank's warm tier (0: none) */
 	uint8_t warm_policy;      /* --warm-policy: enum sel_warm_policy */
 	uint64_t max_age_ms;      /* --max-age-ms: 0 none */
+	const char *pool;         /* --pool: the pool manager's host:port, or NULL */
+	const char *pool_secret;  /* --pool-secret: its secret file */
 	const char *trace_path, *results_path;
 	const char *stored_log_path;
 	uint32_t event_timeout_ms;
@@ -1287,6 +1290,12 @@ static void run_usage(FILE *out)
 		"                      its slots are needed, or at close); every rank the same\n"
 		"  --max-age-ms N      drop records not used for N ms from every tier (swept\n"
 		"                      at most once a minute; default 0: never)\n"
+		"  --pool ADDR         attach to the pool manager at host:port ([IPv6]:port):\n"
+		"                      records evicted from the local tiers go to the pool,\n"
+		"                      and lookups find what other instances of the same\n"
+		"                      model and layout put there; a manager that does not\n"
+		"                      answer within 10 s leaves the run local (one warning)\n"
+		"  --pool-secret FILE  the pool's 32-byte secret (mode 600); needs --pool\n"
 		"  --accept-empty-ranks  form even when a rank's record directory is unmarked\n"
 		"                      (no .selene-cluster, or all its records unreadable)\n"
 		"                      and empty, or unmarked while another is marked, while\n"
@@ -1323,6 +1332,8 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 		{ "metrics-port", required_argument, NULL, 'M' },
 		{ "metrics-address", required_argument, NULL, 'A' },
 		{ "stored-log", required_argument, NULL, 'S' },
+		{ "pool", required_argument, NULL, 'Q' },
+		{ "pool-secret", required_argument, NULL, 'q' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, which = 0;
@@ -1390,6 +1401,8 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 			break;
 		}
 		case 'A': o->metrics_address = optarg; break;
+		case 'Q': o->pool = optarg; break;
+		case 'q': o->pool_secret = optarg; break;
 		case 'a': o->accept_empty_ranks = true; break;
 		case 'O': {
 			uint32_t v = 0;
@@ -1405,6 +1418,20 @@ static int run_parse_args(struct run_options *o, int argc, char **argv)
 	if (ok && (!o->trace_path || !o->dir || optind != argc)) {
 		fprintf(stderr, "selene run: --trace and --dir are required\n");
 		ok = false;
+	}
+	if (ok && (!o->pool != !o->pool_secret)) {
+		fprintf(stderr, "selene run: %s\n", o->pool ? "--pool needs --pool-secret FILE" :
+			"--pool-secret needs --pool ADDR");
+		ok = false;
+	}
+	if (ok && o->pool) {
+		char host[SHARD_POOL_ADDRESS_BYTES_MAX + 1], why[256];
+		uint16_t port;
+
+		ok = shard_config_pool_address(o->pool, host, sizeof(host), &port, why,
+					       sizeof(why)) == 0;
+		if (!ok)
+			fprintf(stderr, "selene run: --pool: %s\n", why);
 	}
 	if (ok && o->metrics_address && !o->metrics) {
 		fprintf(stderr, "selene run: --metrics-address needs --metrics-port\n");
@@ -1462,6 +1489,7 @@ static int run_configure(struct run *r)
 		.cluster = r->boot.cluster.world_size > 1 ? &r->boot.cluster : NULL,
 		.warm_bytes = r->opt.warm_bytes, .warm_policy = r->opt.warm_policy,
 		.max_age_ms = r->opt.max_age_ms,
+		.pool = r->opt.pool, .pool_secret_file = r->opt.pool_secret,
 	};
 	/* one synthetic model: its identity names the worker and the page size */
 	memset(r->config.model_identity, 0x5e, sizeof(r->config.model_identity));

@@ -104,7 +104,8 @@ class StoreConfig(Checked):
                 ("page_count", u32), ("row_count", u32), ("device", c_char_p),
                 ("device_ordinal", c_int), ("disk_limit_bytes", u64), ("durable", c_bool),
                 ("records_max", u32), ("cluster", ctypes.POINTER(Cluster)),
-                ("warm_bytes", u64), ("warm_policy", u8), ("max_age_ms", u64)]
+                ("warm_bytes", u64), ("warm_policy", u8), ("max_age_ms", u64),
+                ("pool", c_char_p), ("pool_secret_file", c_char_p)]
 
 
 class Hit(ctypes.Structure):
@@ -143,13 +144,17 @@ STATS_WARM = ("warm_records warm_bytes warm_slots_used warm_slots_total warm_hit
               "warm_read_through_bytes warm_read_failures warm_dirty_records "
               "warm_dirty_bytes warm_writes warm_spills warm_write_failures "
               "warm_retry_dirty warm_dirty_dropped expired warm_expired").split()
+# The pool's counters (sel_store_config.pool).
+STATS_POOL = ("pool_attached pool_puts pool_put_failures pool_hits pool_claims "
+              "pool_claim_bytes pool_claim_failures pool_refusals").split()
 
 
 class Stats(ctypes.Structure):
     _fields_ = ([(name, u64) for name in STATS_COUNTERS] +
                 [("store_latency", LatencyHistogram), ("fetch_latency", LatencyHistogram)] +
                 [(name, u64) for name in STATS_DROPS] +
-                [(name, u64) for name in STATS_WARM])
+                [(name, u64) for name in STATS_WARM] +
+                [(name, u64) for name in STATS_POOL])
 
 
 def declare(lib):
@@ -166,6 +171,7 @@ def declare(lib):
         "sel_history_create": (c_int, [c_void_p, p(u32), u64, p(c_void_p)]),
         "sel_history_destroy": (None, [c_void_p]),
         "sel_lookup": (c_bool, [c_void_p, c_void_p, u64, p(Hit)]),
+        "sel_lookup_pending": (c_bool, [c_void_p, c_void_p]),
         "sel_fetch": (c_int, [c_void_p, p(Hit), p(u32), u32, u64, p(c_bool)]),
         "sel_cancel": (c_int, [c_void_p, u64]),
         "sel_touch": (c_int, [c_void_p, c_void_p, u64]),

@@ -203,7 +203,17 @@ class StoreConfig:
     file's time) is dropped from every tier on every rank, by a sweep
     that poll() runs at most once a minute (or once per max age, if
     shorter), of at most 64 leaves at a time; 0 (the default): never.
-    Counted in Stats.expired and Stats.warm_expired, not evictions."""
+    Counted in Stats.expired and Stats.warm_expired, not evictions.
+
+    pool: a pool manager's address, "host:port" ("[IPv6]:port"), that
+    the store attaches to at open to share records with other instances
+    of the same model and layout (docs/DESIGN.md section 13); None (the
+    default): no pool. A manager that does not answer within 10 s, or
+    refuses a rank, leaves the store on its local tiers with one warning
+    (the open still succeeds); it never attaches later.
+
+    pool_secret_file: with pool, the path of the pool secret (exactly 32
+    bytes, mode 600 or stricter), proven to the manager, never sent."""
     dir: str
     page_tokens: int
     page_planes: Sequence[Plane]
@@ -222,6 +232,8 @@ class StoreConfig:
     warm_bytes: int = 0
     warm_policy: object = WarmPolicy.WRITE_THROUGH
     max_age_ms: int = 0
+    pool: Optional[str] = None
+    pool_secret_file: Optional[object] = None
 
     def __post_init__(self):
         _check_config("StoreConfig", self)
@@ -337,6 +349,15 @@ def _check_config(what: str, c) -> None:
     _str("StoreConfig.model_name", c.model_name, optional=True)
     _str("StoreConfig.device", c.device, optional=True)
     _flag("StoreConfig.durable", c.durable)
+    _str("StoreConfig.pool", c.pool, optional=True)
+    if c.pool_secret_file is not None and \
+            not isinstance(c.pool_secret_file, (str, bytes, os.PathLike)):
+        raise TypeError("StoreConfig.pool_secret_file must be a path (a str or "
+                        "os.PathLike) or None, got %s" % _kind(c.pool_secret_file))
+    if (c.pool is None) != (c.pool_secret_file is None):
+        raise InvalidArgumentError(
+            "StoreConfig.pool and StoreConfig.pool_secret_file go together: pool is %r, "
+            "pool_secret_file is %r" % (c.pool, c.pool_secret_file))
     if c.cluster is not None:
         _check_cluster("StoreConfig.cluster", c.cluster)
 
@@ -527,7 +548,10 @@ def _c_config(config: StoreConfig):
         device_ordinal=config.device_ordinal, disk_limit_bytes=config.disk_limit_bytes,
         durable=config.durable, records_max=config.records_max,
         warm_bytes=config.warm_bytes, warm_policy=_warm_policy(config.warm_policy),
-        max_age_ms=config.max_age_ms)
+        max_age_ms=config.max_age_ms,
+        pool=config.pool.encode() if config.pool is not None else None,
+        pool_secret_file=os.fsencode(config.pool_secret_file)
+        if config.pool_secret_file is not None else None)
     out.model_identity[:] = list(_identity(config))
     if config.cluster is not None and config.cluster.world_size > 1:
         out.cluster = ctypes.pointer(_c_cluster(config.cluster, keep))
@@ -677,7 +701,15 @@ class Stats:
 
     Max age (StoreConfig.max_age_ms): expired, records dropped from every
     tier because they went unused that long, and warm_expired, those of
-    them that were warm."""
+    them that were warm.
+
+    The pool (StoreConfig.pool): pool_attached, 1 while every rank is
+    attached; pool_puts, records put as they left the local tiers and
+    accepted with every rank's share, and pool_put_failures (dropped as
+    without a pool); pool_hits, lookups answered from the pool;
+    pool_claims, restores claimed from the pool, their bytes (a rank's,
+    pool_claim_bytes) and pool_claim_failures (the restore failed);
+    pool_refusals, the manager's refusals of any kind."""
     lookups: int
     hits: int
     reused_tokens: int
@@ -723,6 +755,14 @@ class Stats:
     warm_dirty_dropped: int
     expired: int
     warm_expired: int
+    pool_attached: int
+    pool_puts: int
+    pool_put_failures: int
+    pool_hits: int
+    pool_claims: int
+    pool_claim_bytes: int
+    pool_claim_failures: int
+    pool_refusals: int
 
     @classmethod
     def _from_c(cls, c: _lib.Stats) -> "Stats":
@@ -894,6 +934,16 @@ class Store:
             if not _LIB.sel_lookup(handle, history.handle, resident, ctypes.byref(raw)):
                 return None
         return Hit(raw.consumed, raw.page_count, raw.skip_pages, raw.resident, raw, self._open)
+
+    def lookup_pending(self, history: History) -> bool:
+        """sel_lookup_pending: whether the pool may still answer history's
+        lookup within its grace period, so that calling lookup() again later
+        (never waiting in between) may find a longer prefix. False without a
+        pool, before the history's first lookup, and once the answer came
+        or the grace period ran out."""
+        self._own("lookup_pending()", history)
+        with self._using() as handle:
+            return bool(_LIB.sel_lookup_pending(handle, history.handle))
 
     def fetch(self, hit: Hit, page_ids: Sequence[int], state_slot: int, waiter: int) -> bool:
         """Restores hit into page_ids (distinct ints: a sequence, a numpy

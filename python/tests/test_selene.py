@@ -637,6 +637,38 @@ def test_warm_bytes_is_checked(tmp_path):
         assert (st.warm_slots_total, st.warm_records, st.warm_hits) == (0, 0, 0)
 
 
+def test_pool_fields_are_checked(tmp_path):
+    """pool and pool_secret_file go together and take a str (and a path),
+    naming the argument; the library refuses a malformed address with its
+    own reason, before anything opens."""
+    planes = Planes()
+    for kwargs, error, words in (
+            (dict(pool=7000, pool_secret_file="s"), TypeError,
+             "StoreConfig.pool must be a str or None, got int"),
+            (dict(pool="h:1", pool_secret_file=32), TypeError,
+             "StoreConfig.pool_secret_file must be a path"),
+            (dict(pool="h:1"), ValueError, "pool_secret_file go together"),
+            (dict(pool_secret_file="s"), ValueError, "pool_secret_file go together")):
+        with pytest.raises(error, match=words):
+            planes.config(tmp_path, **kwargs)
+    with pytest.raises(selene.SeleneError, match="the port must be 1-65535"):
+        selene.Store(planes.config(tmp_path, pool="127.0.0.1:0",
+                                   pool_secret_file=tmp_path / "secret"))
+    with pytest.raises(selene.SeleneError, match="is not host:port"):
+        selene.Store(planes.config(tmp_path, pool="nowhere", pool_secret_file="secret"))
+
+
+def test_lookup_pending_without_pool(tmp_path):
+    """Without a pool no lookup waits on anything: lookup_pending() is False
+    before and after a lookup, hit or miss."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        assert store.lookup_pending(h) is False
+        assert store.lookup(h) is None
+        assert store.lookup_pending(h) is False
+
+
 def test_corrupted_record_fails_by_checksum(tmp_path):
     planes = Planes()
     with selene.Store(planes.config(tmp_path)) as store:

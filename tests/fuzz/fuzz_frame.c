@@ -28,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct cluster_summary_record summary_records[ENTRIES_CAPACITY];
 static struct cluster_agreement_entry agreement_entries[ENTRIES_CAPACITY];
 static struct cluster_chain_record chain_records[CLUSTER_JOB_CHAIN_RECORDS_MAX];
+static struct cluster_pool_chain_record pool_chain_records[CLUSTER_JOB_CHAIN_RECORDS_MAX];
 static uint32_t page_ids[ENTRIES_CAPACITY];
 static uint8_t encoded[CLUSTER_FRAME_PAYLOAD_BYTES_MAX];
 static uint8_t read_buffer[READ_BUFFER_BYTES];
@@ -72,12 +73,19 @@ static void reencode_job(const struct cluster_job_view *v, const uint8_t *p,
 		.skip_pages = v->skip_pages, .state_slot = v->state_slot,
 		.page_ids = page_ids, .page_id_count = v->page_id_count, .key = v->key,
 		.warm = v->warm, .read_through = v->read_through,
+		.pool_address = v->pool_address, .pool_id = v->pool_id,
+		.share_bytes = v->share_bytes, .pool_chain = pool_chain_records,
 	};
 
+	memcpy(job.instance_id, v->instance_id, sizeof(job.instance_id));
 	if (v->page_id_count > ENTRIES_CAPACITY)
 		return;
-	for (uint32_t i = 0; i < v->chain_count; i++)
-		cluster_job_view_chain_record(v, i, &chain_records[i]);
+	for (uint32_t i = 0; i < v->chain_count; i++) {
+		if (v->kind == CLUSTER_JOB_POOL_CLAIM)
+			cluster_job_view_pool_chain_record(v, i, &pool_chain_records[i]);
+		else
+			cluster_job_view_chain_record(v, i, &chain_records[i]);
+	}
 	for (uint32_t i = 0; i < v->page_id_count; i++)
 		page_ids[i] = cluster_job_view_page_id(v, i);
 	expect_same(cluster_job_encode(&job, encoded, sizeof(encoded)), p, length);

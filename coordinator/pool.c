@@ -1,0 +1,375 @@
+/*
+ * Rank zero's pool session driver: see pool.h.
+ */
+#include "coordinator/pool.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "selene/selene.h"
+#include "shard/pool_share.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum step {
+	STEP_NONE,          /* not a pool job: the inner jobs' */
+	STEP_PUT_ASKED,     /* put begun, waiting for the manager's put id */
+	STEP_PUT_SHARES,    /* every rank sends its share */
+	STEP_PUT_OUTCOME,   /* committed or abandoned, waiting for the outcome */
+	STEP_CLAIM_ASKED,   /* claim begun, waiting for its grant */
+	STEP_CLAIM_SHARES,  /* every rank receives its share */
+};
+
+struct pool_job {
+	enum step step;
+	uint64_t request;       /* put request, put id, or claim id */
+	int failure;            /* a failed put's, reported once its outcome came */
+	char why[200];
+	struct coord_pool_put put;
+	/* a claim's request, kept until its grant */
+	uint32_t claim_slot;    /* in claims[] */
+	struct rec_key first_key;  /* the first record past resident */
+	uint32_t first_page_index;
+	uint32_t skip_pages, page_id_count, state_slot;
+};
+
+struct coord_pool {
+	struct coord_jobs inner;
+	struct coord_pool_session session;
+	struct coord_pool_ranks ranks;
+	uint32_t world_size;
+	uint64_t *refusals;
+	struct pool_job jobs[COORD_JOBS_MAX];
+	uint32_t *claim_ids[COORD_POOL_CLAIMS_MAX]; /* each page_count page ids */
+	bool claim_used[COORD_POOL_CLAIMS_MAX];
+	struct coord_pool_record *chain;            /* a grant's (scratch) */
+	struct shard_pool_record *share_chain;      /* the same, for the ranks */
+	struct shard_completion done[COORD_JOBS_MAX]; /* pool jobs ended, for poll */
+	uint32_t done_count;
+};
+
+uint64_t coord_pool_grace_ns(bool same_host, uint32_t rtt_us)
+{
+	uint64_t remote = (uint64_t)rtt_us * 1000u * COORD_POOL_GRACE_ROUND_TRIPS;
+
+	if (same_host)
+		return COORD_POOL_GRACE_LOCAL_NS;
+	return rtt_us == 0 || remote > COORD_POOL_GRACE_MAX_NS ? COORD_POOL_GRACE_MAX_NS : remote;
+}
+
+static void finish(struct coord_pool *p, uint64_t job_id, int result, uint64_t bytes,
+		   const char *why)
+{
+	struct pool_job *j = &p->jobs[job_id];
+
+	SEL_ASSERT(p->done_count < COORD_JOBS_MAX);
+	if (j->step == STEP_CLAIM_ASKED || j->step == STEP_CLAIM_SHARES)
+		p->claim_used[j->claim_slot] = false;
+	j->step = STEP_NONE;
+	p->done[p->done_count++] = (struct shard_completion){
+		.job_id = job_id, .result = result, .bytes = result ? 0 : bytes };
+	if (result)
+		snprintf(p->done[p->done_count - 1].why, sizeof(p->done[0].why), "%s",
+			 why && why[0] ? why : sel_strerror(result));
+}
+
+/* A refusal by the manager (not a failure of the connection or of a rank). */
+static void count_refusal(struct coord_pool *p, int result)
+{
+	if (result == -EEXIST || result == -ENOENT || result == -ENOSPC ||
+	    result == SEL_EQUEUEFULL || result == -EINVAL || result == -ESHUTDOWN)
+		(*p->refusals)++;
+}
+
+static int pool_put(void *ctx, uint64_t job_id, const struct coord_pool_put *put)
+{
+	struct coord_pool *p = ctx;
+	struct pool_job *j = &p->jobs[job_id];
+	int ret;
+
+	SEL_ASSERT(job_id < COORD_JOBS_MAX && j->step == STEP_NONE);
+	ret = p->session.put_begin(p->session.ctx, put, p->world_size, &j->request);
+	if (ret)
+		return ret;
+	j->step = STEP_PUT_ASKED;
+	j->put = *put;
+	j->failure = 0;
+	return 0;
+}
+
+static int pool_claim(void *ctx, uint64_t job_id, const struct coord_pool_claim *claim)
+{
+	struct coord_pool *p = ctx;
+	struct pool_job *j = &p->jobs[job_id];
+	uint32_t slot;
+	int ret;
+
+	SEL_ASSERT(job_id < COORD_JOBS_MAX && j->step == STEP_NONE && claim->chain_count > 0);
+	for (slot = 0; slot < COORD_POOL_CLAIMS_MAX && p->claim_used[slot]; slot++)
+		;
+	if (slot == COORD_POOL_CLAIMS_MAX)
+		return SEL_EQUEUEFULL;
+	ret = p->session.claim_begin(p->session.ctx, &claim->key, &j->request);
+	if (ret)
+		return ret;
+	p->claim_used[slot] = true;
+	memcpy(p->claim_ids[slot], claim->page_ids, claim->page_id_count * sizeof(uint32_t));
+	j->step = STEP_CLAIM_ASKED;
+	j->claim_slot = slot;
+	j->first_key = claim->chain[0].key;
+	j->first_page_index = claim->chain[0].first_page_index;
+	j->skip_pages = claim->skip_pages;
+	j->page_id_count = claim->page_id_count;
+	j->state_slot = claim->state_slot;
+	return 0;
+}
+
+/*
+ * A grant of count records (p->chain, root first): the claim goes to every
+ * rank with the whole chain, its skip counting the records at or below
+ * resident, when the chain still holds the hit's records; otherwise the
+ * pool changed since the lookup and the claim fails (the caller
+ * recomputes).
+ */
+static void claim_granted(struct coord_pool *p, uint64_t job_id, uint32_t count)
+{
+	struct pool_job *j = &p->jobs[job_id];
+	uint64_t pages = 0, before = 0;
+	uint32_t first = count;
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++) {
+		if (rec_key_equal(&p->chain[i].key, &j->first_key) &&
+		    p->chain[i].first_page_index == j->first_page_index)
+			first = i;
+		if (first == count)
+			before += p->chain[i].tail_page_count;
+		pages += p->chain[i].tail_page_count;
+		p->share_chain[i] = (struct shard_pool_record){
+			.key = p->chain[i].key, .first_page_index = p->chain[i].first_page_index,
+			.tail_page_count = p->chain[i].tail_page_count, .row = p->chain[i].row };
+	}
+	if (first == count || before + j->skip_pages > pages ||
+	    pages - before - j->skip_pages != j->page_id_count) {
+		p->session.claim_end(p->session.ctx, j->request, SEL_ENOTFOUND);
+		finish(p, job_id, SEL_ENOTFOUND, 0, "the pool's chain changed since the lookup");
+		return;
+	}
+	ret = p->ranks.claim(p->ranks.ctx, job_id, &(struct shard_pool_claim_job){
+		.claim_id = j->request, .chain = p->share_chain, .chain_count = count,
+		.skip_pages = (uint32_t)(before + j->skip_pages),
+		.page_ids = p->claim_ids[j->claim_slot], .state_slot = j->state_slot },
+		j->page_id_count);
+	if (ret) {
+		p->session.claim_end(p->session.ctx, j->request, ret);
+		finish(p, job_id, ret, 0, "the claim could not reach every rank");
+		return;
+	}
+	j->step = STEP_CLAIM_SHARES;
+}
+
+/* Moves every pool job waiting on the session one step, where its answer came. */
+static void advance(struct coord_pool *p)
+{
+	for (uint64_t id = 0; id < COORD_JOBS_MAX; id++) {
+		struct pool_job *j = &p->jobs[id];
+		uint64_t put_id;
+		uint32_t count;
+		int ret;
+
+		switch (j->step) {
+		case STEP_PUT_ASKED:
+			ret = p->session.put_ready(p->session.ctx, j->request, &put_id);
+			if (ret == 0)
+				break;
+			if (ret < 0) {
+				count_refusal(p, ret);
+				finish(p, id, ret, 0, "the pool refused the put");
+				break;
+			}
+			j->request = put_id;
+			ret = p->ranks.put(p->ranks.ctx, id, &j->put.key, put_id, j->put.share_bytes);
+			if (ret) {
+				/* the put is abandoned; its outcome ends it */
+				p->session.put_commit(p->session.ctx, put_id, false);
+				j->failure = ret;
+				snprintf(j->why, sizeof(j->why), "the put could not reach every rank");
+				j->step = STEP_PUT_OUTCOME;
+				break;
+			}
+			j->step = STEP_PUT_SHARES;
+			break;
+		case STEP_PUT_OUTCOME:
+			ret = p->session.put_outcome(p->session.ctx, j->request);
+			if (ret == 0)
+				break;
+			if (j->failure)
+				finish(p, id, j->failure, 0, j->why);
+			else
+				finish(p, id, ret == 1 ? 0 : ret, j->put.share_bytes,
+				       "the pool did not commit the put");
+			break;
+		case STEP_CLAIM_ASKED:
+			ret = p->session.claim_granted(p->session.ctx, j->request, p->chain,
+						       POOL_CHAIN_RECORDS_MAX, &count);
+			if (ret == 0)
+				break;
+			if (ret < 0) {
+				count_refusal(p, ret);
+				finish(p, id, ret, 0, "the pool refused the claim");
+				break;
+			}
+			claim_granted(p, id, count);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* A rank job of a pool job ended on every rank: its next step. */
+static void shares_done(struct coord_pool *p, const struct shard_completion *c)
+{
+	struct pool_job *j = &p->jobs[c->job_id];
+
+	if (j->step == STEP_CLAIM_SHARES) {
+		p->session.claim_end(p->session.ctx, j->request, c->result);
+		finish(p, c->job_id, c->result, c->bytes, c->why);
+		return;
+	}
+	SEL_ASSERT(j->step == STEP_PUT_SHARES);
+	p->session.put_commit(p->session.ctx, j->request, c->result == 0);
+	if (c->result) {
+		j->failure = c->result;
+		snprintf(j->why, sizeof(j->why), "%s", c->why);
+	}
+	j->step = STEP_PUT_OUTCOME;
+}
+
+static uint32_t pool_poll(void *ctx, struct shard_completion *out, uint32_t max)
+{
+	struct coord_pool *p = ctx;
+	struct shard_completion c;
+	uint32_t n = 0;
+
+	advance(p);
+	/* One at a time: a rank job of a pool job is taken here, never handed out. */
+	while (n < max && p->inner.poll(p->inner.ctx, &c, 1) == 1) {
+		if (c.job_id < COORD_JOBS_MAX &&
+		    (p->jobs[c.job_id].step == STEP_PUT_SHARES ||
+		     p->jobs[c.job_id].step == STEP_CLAIM_SHARES))
+			shares_done(p, &c);
+		else
+			out[n++] = c;
+	}
+	advance(p);
+	while (n < max && p->done_count > 0) {
+		out[n++] = p->done[0];
+		memmove(p->done, p->done + 1, --p->done_count * sizeof(p->done[0]));
+	}
+	return n;
+}
+
+static int fwd_store(void *ctx, uint64_t id, const struct shard_store_job *job)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.store(p->inner.ctx, id, job);
+}
+
+static int fwd_fetch(void *ctx, uint64_t id, const struct shard_fetch_job *job)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.fetch(p->inner.ctx, id, job);
+}
+
+static int fwd_truncate(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.truncate(p->inner.ctx, id, key);
+}
+
+static int fwd_unlink(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.unlink(p->inner.ctx, id, key);
+}
+
+static int fwd_noop(void *ctx, uint64_t id)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.noop ? p->inner.noop(p->inner.ctx, id) : -ENOTSUP;
+}
+
+static int fwd_warm_drop(void *ctx, uint64_t id, const struct rec_key *key)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.warm_drop ? p->inner.warm_drop(p->inner.ctx, id, key) : -ENOTSUP;
+}
+
+static bool fwd_stopped(void *ctx, char *why, size_t why_size)
+{
+	struct coord_pool *p = ctx;
+
+	return p->inner.stopped && p->inner.stopped(p->inner.ctx, why, why_size);
+}
+
+void coord_pool_jobs(struct coord_pool *p, struct coord_jobs *jobs)
+{
+	*jobs = (struct coord_jobs){
+		.ctx = p, .store = fwd_store, .fetch = fwd_fetch, .truncate = fwd_truncate,
+		.unlink = fwd_unlink, .noop = p->inner.noop ? fwd_noop : NULL,
+		.warm_drop = p->inner.warm_drop ? fwd_warm_drop : NULL, .poll = pool_poll,
+		.stopped = p->inner.stopped ? fwd_stopped : NULL,
+		.pool_put = pool_put, .pool_claim = pool_claim,
+	};
+}
+
+int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_session *session,
+		    const struct coord_pool_ranks *ranks, uint32_t world_size,
+		    uint32_t page_count, uint64_t *refusals, struct coord_pool **out)
+{
+	struct coord_pool *p = calloc(1, sizeof(*p));
+	bool allocated = p != NULL;
+
+	*out = NULL;
+	if (p) {
+		p->inner = *inner;
+		p->session = *session;
+		p->ranks = *ranks;
+		p->world_size = world_size;
+		p->refusals = refusals;
+		p->chain = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*p->chain));
+		p->share_chain = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*p->share_chain));
+		allocated = p->chain && p->share_chain;
+		for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++) {
+			p->claim_ids[i] = calloc(page_count ? page_count : 1, sizeof(uint32_t));
+			allocated = allocated && p->claim_ids[i];
+		}
+	}
+	if (!allocated) {
+		coord_pool_close(p);
+		return -ENOMEM;
+	}
+	*out = p;
+	return 0;
+}
+
+void coord_pool_close(struct coord_pool *p)
+{
+	if (!p)
+		return;
+	for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++)
+		free(p->claim_ids[i]);
+	free(p->chain);
+	free(p->share_chain);
+	free(p);
+}

@@ -1,0 +1,85 @@
+/*
+ * A rank's connection to a pool manager (docs/DESIGN.md section 13): one
+ * pool/client.h client opened for this rank of an instance, with its scope
+ * computed from the store's configuration (every rank's geometry), and the
+ * engine's struct shard_pool_conn over it: a put sends the rank's record
+ * file as its share, a claim pulls the rank's share window by window into
+ * slots of its own and hands each verified window to shard/pool_share.c.
+ * Each blocks the transfer thread within the seed's deadline: 10 s plus
+ * the share's bytes at 8 MiB/s.
+ *
+ * What it is not: it decides nothing (rank zero's session does) and does
+ * not reconnect: after a lost connection every transfer fails with the
+ * connection's reason until the link is closed and another opened.
+ * Opening blocks the caller up to its deadline; the transfers are safe
+ * from the transfer thread while another thread uses the client's
+ * never-waiting calls (rank zero's session).
+ */
+#ifndef SELENE_SHARD_POOL_LINK_H
+#define SELENE_SHARD_POOL_LINK_H
+
+#include "pool/client.h"
+#include "selene/store.h"
+#include "shard/engine.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The seed's transfer deadline (2.15): this much setup, */
+#define SHARD_POOL_SETUP_MS 10000u
+/* then the share's bytes at this rate. */
+#define SHARD_POOL_BYTES_PER_S (8ull << 20)
+
+struct shard_pool_link;
+
+/*
+ * What a rank needs to attach, prepared when the store or the peer starts
+ * (the configuration is the caller's only for that call): the secret, this
+ * rank's geometry and every rank's scope parts (R-POOL-16).
+ */
+struct shard_pool_plan {
+	int failure; /* 0, or why this rank cannot attach (why says) */
+	char why[200];
+	uint8_t secret[POOL_SECRET_BYTES];
+	struct rec_identity namespace_id;
+	struct rec_geometry geometry; /* this rank's */
+	uint32_t world_size;
+	uint64_t page_bytes[REC_WORLD_SIZE_MAX];
+	uint64_t row_bytes[REC_WORLD_SIZE_MAX];
+};
+
+/*
+ * Prepares plan for rank of world_size from store (pool_secret_file and the
+ * planes). A failure (a secret file missing or too open, a geometry) is
+ * kept in plan->failure and why, and also returned: the attach answers it.
+ */
+int shard_pool_plan_init(struct shard_pool_plan *plan, const struct sel_store_config *store,
+			 uint32_t rank, uint32_t world_size,
+			 const struct rec_identity *namespace_id);
+
+/* Forgets the secret. */
+void shard_pool_plan_destroy(struct shard_pool_plan *plan);
+
+/*
+ * Opens the client to address as a member of instance_id
+ * (POOL_INSTANCE_ID_BYTES, equal on every rank), within deadline_ms for
+ * connect, handshake and attach (pool_client_open). Returns 0 and *out,
+ * or the plan's or the client's failure (or -ENOMEM) with why.
+ */
+int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
+			 const uint8_t *instance_id, uint32_t deadline_ms,
+			 struct shard_pool_link **out, char *why, size_t why_size);
+
+/* Closes the client and frees the link; NULL does nothing. */
+void shard_pool_link_close(struct shard_pool_link *link);
+
+/* The client (rank zero's session uses it too). */
+struct pool_client *shard_pool_link_client(struct shard_pool_link *link);
+
+/* The engine's connection over the link (shard_engine_set_pool). */
+void shard_pool_link_conn(struct shard_pool_link *link, struct shard_pool_conn *conn);
+
+/* The deadline of a transfer of bytes (SHARD_POOL_SETUP_MS plus 8 MiB/s). */
+int shard_pool_link_deadline_ms(uint64_t bytes);
+
+#endif

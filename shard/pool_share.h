@@ -1,0 +1,126 @@
+/*
+ * A rank's share of a pool claim, into the device (docs/DESIGN.md section
+ * 12; cluster/PROTOCOL.md R-WIRE-21's pool claim): where each stored page
+ * and the row of a claimed chain go among the claim's page ids and state
+ * slot, and the batched device copies that put them there, from windows a
+ * pool connection delivered (already verified against the record's
+ * checksums by the client, pool/client.h) or from record images in the
+ * manager's shared-memory arena on this host (verified when put; their
+ * headers are checked again here). It checks that every destination page
+ * and the row arrived exactly once before it calls a claim complete, so a
+ * claim that stopped early is a failure, never a half-written success.
+ *
+ * What it is not: it opens no connection and reads no socket (the caller
+ * feeds it windows), and it decides nothing about the chain (rank zero did).
+ * One claim at a time per struct, on one thread (the caller's transfer
+ * thread), which owns the device while it copies.
+ */
+#ifndef SELENE_SHARD_POOL_SHARE_H
+#define SELENE_SHARD_POOL_SHARE_H
+
+#include "record/geometry.h"
+#include "record/key.h"
+#include "shard/device.h"
+#include "shard/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A window's part of a record image (pool/PROTOCOL.md R-POOL-33's sections). */
+enum shard_pool_section {
+	SHARD_POOL_SECTION_HEADER = 0,
+	SHARD_POOL_SECTION_CHECKSUMS = 1,
+	SHARD_POOL_SECTION_PAGES = 2,
+	SHARD_POOL_SECTION_ROW = 3,
+};
+
+/* One record of the claimed chain, root side first, as rank zero sent it. */
+struct shard_pool_record {
+	struct rec_key key;
+	uint32_t first_page_index;
+	uint32_t tail_page_count;
+	bool row;
+};
+
+struct shard_pool_share {
+	const struct rec_geometry *geometry;    /* this rank's; borrowed */
+	const struct rec_identity *namespace_id; /* borrowed */
+	struct shard_planes planes;              /* device bases, copied */
+	struct shard_device *device;            /* borrowed; bound by the caller */
+	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a stored page */
+	struct shard_copy *copies;    /* SHARD_WINDOW_PAGES_MAX * planes + row pieces */
+	uint32_t copies_max;
+	uint64_t *arrived;            /* a bit per destination page (geometry page count) */
+	/* the claim in progress */
+	const struct shard_pool_record *chain; /* borrowed for the claim */
+	uint32_t chain_count;
+	uint32_t skip_pages;
+	const uint32_t *page_ids;     /* page_id_count; borrowed for the claim */
+	uint32_t page_id_count;
+	uint32_t state_slot;
+	uint32_t pages_arrived;
+	uint64_t row_bytes_arrived;   /* of the row unit, from offset 0, in order */
+	uint64_t bytes_copied;
+};
+
+/*
+ * Allocates the copy list and the page bitmap for geometry (borrowed, as
+ * are namespace_id and device; planes is copied). Returns 0 or -ENOMEM.
+ * Release with shard_pool_share_destroy.
+ */
+int shard_pool_share_init(struct shard_pool_share *p, const struct rec_geometry *geometry,
+			  const struct rec_identity *namespace_id,
+			  const struct shard_planes *planes, struct shard_device *device);
+void shard_pool_share_destroy(struct shard_pool_share *p);
+
+/*
+ * Starts a claim: chain (chain_count records, root side first, contiguous:
+ * each record's first page index the previous one's end), whose first
+ * skip_pages pages are resident, into page_ids (the chain's pages after
+ * skip, page_id_count of them, each below the geometry's page count) and
+ * state_slot (the last record's row, which it must hold). Everything is
+ * borrowed until shard_pool_share_finish. Returns 0, or -EINVAL with the
+ * reason in why (a chain that does not follow, counts that do not match,
+ * an id or slot past the device).
+ */
+int shard_pool_share_begin(struct shard_pool_share *p, const struct shard_pool_record *chain,
+			   uint32_t chain_count, uint32_t skip_pages, const uint32_t *page_ids,
+			   uint32_t page_id_count, uint32_t state_slot, char *why,
+			   size_t why_size);
+
+/*
+ * Copies one delivered window into the device and waits for the copies:
+ * pages (first: stored page index in record chain_index, count whole
+ * pages of data, each the geometry's page_record_bytes) to their page ids;
+ * the last record's row (first: byte offset in the row segment, in order)
+ * to the state slot; header and checksum windows move nothing. Returns 0,
+ * SEL_EMISMATCH with why for a window the claim does not expect (a record
+ * outside the chain, pages before skip or past a record's end, a page that
+ * arrived already, a row out of order or of another record, a size that is
+ * not whole pages), or the device's failure.
+ */
+int shard_pool_share_window(struct shard_pool_share *p, uint32_t chain_index,
+			    enum shard_pool_section section, uint32_t first, uint32_t count,
+			    const uint8_t *data, size_t bytes, char *why, size_t why_size);
+
+/*
+ * Copies record chain_index from its share image in the manager's arena
+ * (image, bytes: header, checksums, pages, row as record/FORMAT.md lays
+ * them out), after checking its header against the chain and this rank's
+ * geometry and namespace (R-REC-12) and its length (R-REC-10). Returns 0,
+ * SEL_EBADHEADER or SEL_EMISMATCH with why, or the device's failure.
+ */
+int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
+			   const uint8_t *image, uint64_t bytes, char *why, size_t why_size);
+
+/*
+ * Ends the claim: 0 when every destination page and the whole row arrived
+ * (*bytes: what was copied to the device), SEL_EMISMATCH with why when
+ * something is missing. Either way the claim's borrowed pointers are
+ * released.
+ */
+int shard_pool_share_finish(struct shard_pool_share *p, uint64_t *bytes, char *why,
+			    size_t why_size);
+
+#endif
