@@ -1151,7 +1151,8 @@ int pool_lookup_poll(struct pool_client *c, uint64_t ticket, struct pool_chain_e
 		if (l->count > entries_max) {
 			ret = -ENOSPC;
 		} else {
-			memcpy(entries, l->chain, l->count * sizeof(*entries));
+			if (l->count) /* an empty answer has no chain */
+				memcpy(entries, l->chain, l->count * sizeof(*entries));
 			*count = l->count;
 			free(l->chain);
 			*l = (struct lookup){ 0 };
@@ -1227,7 +1228,8 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 			ret = -ENOSPC;
 		} else {
 			*grant = q->grant;
-			memcpy(entries, q->chain, q->grant.chain_count * sizeof(*entries));
+			if (q->grant.chain_count)
+				memcpy(entries, q->chain, q->grant.chain_count * sizeof(*entries));
 			*count = q->grant.chain_count;
 			ret = 1;
 		}
