@@ -35,11 +35,20 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/statvfs.h>
+
+/* Rank zero's pool connection, seen from the model thread's polls. */
+enum api_pool_state {
+	API_POOL_ATTACHED,   /* attached, or never (pool_link NULL) */
+	API_POOL_WAIT,       /* lost: waiting for the backoff and no put or claim in flight */
+	API_POOL_CONNECTING, /* a thread opens rank zero's new connection */
+	API_POOL_RANKS,      /* every peer reattaches (the fan-out's reserved job) */
+};
 
 struct sel_store {
 	pthread_mutex_t lock;
@@ -58,6 +67,18 @@ struct sel_store {
 	char pool_address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 1]; /* for its warnings */
 	struct coord_pool_client_session pool_session;
 	struct coord_pool *pool_driver;
+	/* reconnect after a lost session (docs/DESIGN.md section 13) */
+	struct shard_pool_plan *pool_plan;   /* kept for the reconnects */
+	uint8_t pool_instance_id[POOL_INSTANCE_ID_BYTES];
+	enum api_pool_state pool_state;
+	uint64_t pool_retry_ns;              /* next try, while API_POOL_WAIT */
+	uint32_t pool_backoff_ms;
+	uint32_t pool_attach_job;            /* the ranks' reattach, while API_POOL_RANKS */
+	pthread_t pool_thread;               /* the connect, while API_POOL_CONNECTING */
+	_Atomic bool pool_thread_done;
+	struct shard_pool_link *pool_new_link; /* the thread's */
+	int pool_new_result;
+	char pool_new_why[256];
 	struct sel_bench_startup startup; /* where sel_store_open spent its time */
 	struct coord_store core; /* large: the index scratch and job table */
 	sel_store *next_open;    /* open_stores' list */
@@ -662,6 +683,19 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
  */
 static void api_pool_detach(sel_store *s, bool engine_open)
 {
+	if (s->pool_state == API_POOL_CONNECTING) {
+		pthread_join(s->pool_thread, NULL); /* bounded by its connect deadline */
+		shard_pool_link_close(s->pool_new_link);
+		s->pool_new_link = NULL;
+	}
+	if (s->pool_state == API_POOL_RANKS && s->core.generation)
+		coord_store_job_unreserve(&s->core, s->pool_attach_job);
+	s->pool_state = API_POOL_ATTACHED;
+	if (s->pool_plan) {
+		shard_pool_plan_destroy(s->pool_plan);
+		free(s->pool_plan);
+		s->pool_plan = NULL;
+	}
 	if (s->pool_link && engine_open)
 		shard_engine_set_pool(s->engine, NULL, NULL);
 	shard_pool_link_close(s->pool_link);
@@ -730,6 +764,9 @@ static int api_pool_attach(sel_store *s, const struct sel_store_config *c,
 		sel_info("pool %s: attached as \"%s\" (%u ranks)", c->pool,
 			 pool_client_facts(shard_pool_link_client(s->pool_link))->name,
 			 s->cluster.world_size);
+		memcpy(s->pool_instance_id, instance_id, sizeof(instance_id));
+		s->pool_plan = plan; /* the reconnects open with it */
+		return 0;
 	}
 out_free_plan:
 	shard_pool_plan_destroy(plan);
@@ -1055,21 +1092,169 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 	return ret;
 }
 
+/* First wait after a lost session, and the most the doubling backoff waits. */
+#define API_POOL_BACKOFF_MIN_MS 100u
+#define API_POOL_BACKOFF_MAX_MS 5000u
+/* How long one reconnect waits for the manager's answer (off the model thread). */
+#define API_POOL_RECONNECT_MS 2000u
+
+/* The reconnect thread: opens rank zero's new connection, which may wait its deadline. */
+static void *api_pool_connect(void *arg)
+{
+	sel_store *s = arg;
+
+	s->pool_new_result = shard_pool_link_open(s->pool_plan, s->pool_address,
+						  s->pool_instance_id, API_POOL_RECONNECT_MS,
+						  &s->pool_new_link, s->pool_new_why,
+						  sizeof(s->pool_new_why));
+	atomic_store(&s->pool_thread_done, true);
+	return NULL;
+}
+
+/* The next try after the backoff, which doubles up to its maximum. */
+static void api_pool_retry_later(sel_store *s)
+{
+	s->pool_retry_ns = sel_monotonic_ns() + (uint64_t)s->pool_backoff_ms * 1000000ull;
+	s->pool_backoff_ms = s->pool_backoff_ms * 2 > API_POOL_BACKOFF_MAX_MS ?
+				     API_POOL_BACKOFF_MAX_MS : s->pool_backoff_ms * 2;
+	s->pool_state = API_POOL_WAIT;
+}
+
+/* Every rank reattached: the pool serves again, knowing nothing of what it held. */
+static void api_pool_resume(sel_store *s)
+{
+	struct pool_client *client = shard_pool_link_client(s->pool_link);
+	struct coord_pool_session session;
+	struct coord_pool_ops ops;
+	const uint8_t *arena;
+	uint64_t arena_bytes;
+	char ignored[200];
+	bool same_host = pool_arena_map(client, &arena, &arena_bytes, ignored,
+					sizeof(ignored)) == 0;
+	int ret;
+
+	coord_pool_client_session_fill(&s->pool_session, &session, &ops);
+	ret = coord_store_set_pool(&s->core, true);
+	if (!ret)
+		ret = coord_store_set_pool_lookups(&s->core, &ops,
+						   coord_pool_grace_ns(same_host,
+								       pool_client_rtt_us(client)));
+	if (ret) {
+		coord_store_set_pool(&s->core, false);
+		sel_warn("pool %s: reattached but could not resume: %s", s->pool_address,
+			 sel_strerror(ret));
+		api_pool_retry_later(s);
+		return;
+	}
+	s->pool_state = API_POOL_ATTACHED;
+	s->pool_backoff_ms = API_POOL_BACKOFF_MIN_MS;
+	sel_info("pool %s: reattached as \"%s\" (%u ranks)", s->pool_address,
+		 pool_client_facts(client)->name, s->cluster.world_size);
+}
+
 /*
- * A session whose connection was lost turns the pool off, with one warning:
- * the store runs on its local tiers from then on (it does not reconnect).
- * Puts and claims in flight end through the driver with the connection's
- * failure. Never waits: the client's status is read under its mutex.
+ * Rank zero's new connection is open: it replaces the lost one (no put or
+ * claim is in flight, so no transfer uses either), then every peer
+ * reattaches through the fan-out (R-WIRE-21: a second attach replaces a
+ * peer's connection), answered through a later poll.
+ */
+static void api_pool_swap(sel_store *s)
+{
+	struct shard_pool_conn conn;
+	int ret;
+
+	shard_pool_link_conn(s->pool_new_link, &conn);
+	shard_engine_set_pool(s->engine, NULL, NULL);
+	ret = shard_engine_set_pool(s->engine, &conn, &s->core.namespace_id);
+	SEL_ASSERT(ret == 0); /* the engine's pool state exists since the first attach */
+	shard_pool_link_close(s->pool_link);
+	s->pool_link = s->pool_new_link;
+	s->pool_new_link = NULL;
+	s->pool_session.client = shard_pool_link_client(s->pool_link);
+	if (!s->fanout) {
+		api_pool_resume(s);
+		return;
+	}
+	if (coord_store_job_reserve(&s->core, &s->pool_attach_job) != 0) {
+		api_pool_retry_later(s); /* every job id taken: the next try */
+		return;
+	}
+	coord_pool_expect_attach(s->pool_driver, s->pool_attach_job);
+	ret = coord_fanout_pool_attach(s->fanout, s->pool_attach_job, s->pool_instance_id,
+				       s->pool_address);
+	if (ret) {
+		/* its completion never comes: the reserved id is free again */
+		coord_pool_attach_result(s->pool_driver, &ret, s->pool_new_why,
+					 sizeof(s->pool_new_why));
+		coord_store_job_unreserve(&s->core, s->pool_attach_job);
+		api_pool_retry_later(s);
+		return;
+	}
+	s->pool_state = API_POOL_RANKS;
+}
+
+/*
+ * A session whose connection was lost turns the pool off, with one
+ * warning, and reconnects in the background: puts and claims in flight end
+ * through the driver with the connection's failure, the local tiers serve,
+ * and once none is in flight a thread opens rank zero's new connection
+ * (backoff from 100 ms doubling to 5 s between tries), then every peer
+ * reattaches. The model thread never waits: it only reads the client's
+ * status and the thread's flag.
  */
 static void api_pool_check(sel_store *s)
 {
-	char why[200] = "";
+	char why[256] = "";
+	int result;
 
-	if (pool_client_status(shard_pool_link_client(s->pool_link), why, sizeof(why)) == 0)
+	switch (s->pool_state) {
+	case API_POOL_ATTACHED:
+		if (!s->core.pool_on ||
+		    pool_client_status(shard_pool_link_client(s->pool_link), why,
+				       sizeof(why)) == 0)
+			return;
+		coord_store_set_pool(&s->core, false);
+		sel_warn("pool %s: connection lost: %s; the store runs on its local tiers and "
+			 "reconnects", s->pool_address, why[0] ? why : "no reason given");
+		s->pool_backoff_ms = API_POOL_BACKOFF_MIN_MS;
+		api_pool_retry_later(s);
 		return;
-	coord_store_set_pool(&s->core, false);
-	sel_warn("pool %s: connection lost: %s; the store runs on its local tiers",
-		 s->pool_address, why[0] ? why : "no reason given");
+	case API_POOL_WAIT:
+		if (sel_monotonic_ns() < s->pool_retry_ns || coord_pool_busy(s->pool_driver))
+			return;
+		atomic_store(&s->pool_thread_done, false);
+		s->pool_new_link = NULL;
+		s->pool_new_why[0] = '\0';
+		if (pthread_create(&s->pool_thread, NULL, api_pool_connect, s) != 0) {
+			api_pool_retry_later(s);
+			return;
+		}
+		s->pool_state = API_POOL_CONNECTING;
+		return;
+	case API_POOL_CONNECTING:
+		if (!atomic_load(&s->pool_thread_done))
+			return;
+		pthread_join(s->pool_thread, NULL);
+		if (s->pool_new_result) {
+			sel_debug("pool %s: reconnect failed: %s", s->pool_address,
+				  s->pool_new_why);
+			api_pool_retry_later(s);
+			return;
+		}
+		api_pool_swap(s);
+		return;
+	case API_POOL_RANKS:
+		if (coord_pool_attach_result(s->pool_driver, &result, why, sizeof(why)) == 0)
+			return;
+		coord_store_job_unreserve(&s->core, s->pool_attach_job);
+		if (result) {
+			sel_debug("pool %s: a peer did not reattach: %s", s->pool_address, why);
+			api_pool_retry_later(s);
+			return;
+		}
+		api_pool_resume(s);
+		return;
+	}
 }
 
 uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
@@ -1079,7 +1264,7 @@ uint32_t sel_poll(sel_store *s, struct sel_event *events, uint32_t max)
 	if (!s || (!events && max > 0) || api_forked(s))
 		return 0;
 	pthread_mutex_lock(&s->lock);
-	if (s->core.pool_on)
+	if (s->pool_link)
 		api_pool_check(s);
 	if (s->engine)
 		n = coord_store_poll(&s->core, events, max);

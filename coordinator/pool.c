@@ -21,6 +21,7 @@ enum step {
 	STEP_PUT_OUTCOME,   /* committed or abandoned, waiting for the outcome */
 	STEP_CLAIM_ASKED,   /* claim begun, waiting for its grant */
 	STEP_CLAIM_SHARES,  /* every rank receives its share */
+	STEP_ATTACH,        /* every rank reattaches (a reconnect) */
 };
 
 struct pool_job {
@@ -49,6 +50,9 @@ struct coord_pool {
 	struct shard_pool_record *share_chain;      /* the same, for the ranks */
 	struct shard_completion done[COORD_JOBS_MAX]; /* pool jobs ended, for poll */
 	uint32_t done_count;
+	bool attach_done;      /* the reattach job's completion came */
+	int attach_result;
+	char attach_why[200];
 };
 
 uint64_t coord_pool_grace_ns(bool same_host, uint32_t rtt_us)
@@ -258,7 +262,12 @@ static uint32_t pool_poll(void *ctx, struct shard_completion *out, uint32_t max)
 	advance(p);
 	/* One at a time: a rank job of a pool job is taken here, never handed out. */
 	while (n < max && p->inner.poll(p->inner.ctx, &c, 1) == 1) {
-		if (c.job_id < COORD_JOBS_MAX &&
+		if (c.job_id < COORD_JOBS_MAX && p->jobs[c.job_id].step == STEP_ATTACH) {
+			p->jobs[c.job_id].step = STEP_NONE;
+			p->attach_done = true;
+			p->attach_result = c.result;
+			snprintf(p->attach_why, sizeof(p->attach_why), "%s", c.why);
+		} else if (c.job_id < COORD_JOBS_MAX &&
 		    (p->jobs[c.job_id].step == STEP_PUT_SHARES ||
 		     p->jobs[c.job_id].step == STEP_CLAIM_SHARES))
 			shares_done(p, &c);
@@ -320,6 +329,31 @@ static bool fwd_stopped(void *ctx, char *why, size_t why_size)
 	struct coord_pool *p = ctx;
 
 	return p->inner.stopped && p->inner.stopped(p->inner.ctx, why, why_size);
+}
+
+bool coord_pool_busy(const struct coord_pool *p)
+{
+	for (uint32_t id = 0; id < COORD_JOBS_MAX; id++)
+		if (p->jobs[id].step != STEP_NONE && p->jobs[id].step != STEP_ATTACH)
+			return true;
+	return p->done_count > 0;
+}
+
+void coord_pool_expect_attach(struct coord_pool *p, uint64_t job_id)
+{
+	SEL_ASSERT(job_id < COORD_JOBS_MAX && p->jobs[job_id].step == STEP_NONE);
+	p->jobs[job_id].step = STEP_ATTACH;
+	p->attach_done = false;
+}
+
+int coord_pool_attach_result(struct coord_pool *p, int *result, char *why, size_t why_size)
+{
+	if (!p->attach_done)
+		return 0;
+	p->attach_done = false;
+	*result = p->attach_result;
+	snprintf(why, why_size, "%s", p->attach_why);
+	return 1;
 }
 
 void coord_pool_jobs(struct coord_pool *p, struct coord_jobs *jobs)

@@ -83,4 +83,16 @@ void coord_pool_close(struct coord_pool *pool);
 /* The jobs table for the policy: inner's, with pool_put, pool_claim and poll its own. */
 void coord_pool_jobs(struct coord_pool *pool, struct coord_jobs *jobs);
 
+/* Whether a put or claim is in flight (a reconnect swaps connections only when none is). */
+bool coord_pool_busy(const struct coord_pool *pool);
+
+/*
+ * The ranks' reattach job job_id (a reserved id, coord_store_job_reserve)
+ * was sent: its completion is taken by the driver's poll, not handed out.
+ * coord_pool_attach_result answers 0 while it runs, then 1 once with
+ * *result (0 or a negative errno) and why.
+ */
+void coord_pool_expect_attach(struct coord_pool *pool, uint64_t job_id);
+int coord_pool_attach_result(struct coord_pool *pool, int *result, char *why, size_t why_size);
+
 #endif

@@ -197,6 +197,24 @@ uint32_t coord_store_jobs_in_flight(const struct coord_store *s)
 	return (uint32_t)s->stats.jobs_in_flight;
 }
 
+int coord_store_job_reserve(struct coord_store *s, uint32_t *id)
+{
+	struct coord_job *job = job_take(s, id);
+
+	if (!job)
+		return -EBUSY;
+	job->kind = COORD_JOB_NOOP;
+	s->stats.jobs_in_flight--; /* not the store's: a drain does not wait for it */
+	return 0;
+}
+
+void coord_store_job_unreserve(struct coord_store *s, uint32_t id)
+{
+	SEL_ASSERT(id < COORD_JOBS_MAX && s->jobs[id].in_use &&
+		   s->jobs[id].kind == COORD_JOB_NOOP);
+	s->jobs[id].in_use = false;
+}
+
 static uint32_t insert_node(struct coord_store *s, const struct coord_node_spec *spec,
 			    int *err)
 {

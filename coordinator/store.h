@@ -389,4 +389,12 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 /* Jobs not yet completed. */
 uint32_t coord_store_jobs_in_flight(const struct coord_store *s);
 
+/*
+ * Takes a job id for work outside the store (the pool's reattach of every
+ * rank), not counted in flight: 0 and *id, or -EBUSY when every id is
+ * taken. coord_store_job_unreserve gives it back.
+ */
+int coord_store_job_reserve(struct coord_store *s, uint32_t *id);
+void coord_store_job_unreserve(struct coord_store *s, uint32_t id);
+
 #endif

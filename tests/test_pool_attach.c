@@ -9,7 +9,8 @@
  * restores them byte-exact on both ranks; an instance of another layout
  * finds nothing; a manager absent at open, a rank with the wrong secret,
  * and a manager killed while a claim waits each leave the store local with
- * one warning or a failed fetch, never a wrong byte.
+ * one warning or a failed fetch, never a wrong byte; a manager restarted
+ * on the same address gets the instance back, both ranks reattached.
  */
 #include "tests/testutil.h"
 
@@ -99,17 +100,19 @@ static void write_secret(const char *path, uint8_t byte)
 	close(fd);
 }
 
-/* The manager as a child process: its port comes back through a pipe. */
-static void manager_start(struct fixture *f)
+/* The manager as a child process on port (0: any); its port comes back through a pipe. */
+static void manager_start_on(struct fixture *f, uint16_t port)
 {
+	char listen[32];
 	int fds[2];
-	uint16_t port = 0;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
 
 	assert_int_equal(pipe(fds), 0);
 	f->manager = fork();
 	assert_true(f->manager >= 0);
 	if (f->manager == 0) {
-		struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "attach-test",
+		struct pool_manager_config c = { .listen = listen, .name = "attach-test",
 						 .memory_bytes = 64u << 20 };
 		struct pool_manager *m;
 		char why[256];
@@ -132,6 +135,11 @@ static void manager_start(struct fixture *f)
 	close(fds[0]);
 	f->manager_port = port;
 	snprintf(f->pool, sizeof(f->pool), "127.0.0.1:%u", port);
+}
+
+static void manager_start(struct fixture *f)
+{
+	manager_start_on(f, 0);
 }
 
 static void manager_kill(struct fixture *f)
@@ -618,6 +626,71 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	instance_close(f, 1);
 }
 
+/* Polls until the store's pool_attached is want or ms pass; whether it is. */
+static bool poll_attached(sel_store *s, uint64_t want, uint32_t ms)
+{
+	struct sel_stats st;
+	struct sel_event ev;
+
+	for (uint32_t i = 0; i < ms; i++) {
+		sel_poll(s, &ev, 0);
+		assert_int_equal(sel_store_stats(s, &st), 0);
+		if (st.pool_attached == want)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/*
+ * The manager is killed and another starts on the same address: instance
+ * A reattaches (both ranks) on its own, a later cascade reaches the new
+ * manager and instance B restores it byte-exact from there.
+ */
+static void test_pool_attach_reattaches_after_manager_restart(void **state)
+{
+	struct fixture *f = *state;
+	uint16_t port;
+	struct sel_stats st;
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+
+	manager_start(f);
+	port = f->manager_port;
+	instance_open(f, 0, &small_disk);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	assert_int_equal(st.pool_attached, 1);
+	manager_kill(f);
+	if (!poll_attached(f->inst[0].store, 0, 10000))
+		fail_msg("instance A did not see its session end");
+	manager_start_on(f, port);
+	if (!poll_attached(f->inst[0].store, 1, 20000))
+		fail_msg("instance A did not reattach to the restarted manager");
+	fill(f, 0);
+	publish_chain(f, 0, 30);
+	settle(f->inst[0].store, 1);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	if (st.pool_puts == 0)
+		fail_msg("no pool put after the reattach (failures %llu, refusals %llu)",
+			 (unsigned long long)st.pool_put_failures,
+			 (unsigned long long)st.pool_refusals);
+	assert_int_equal(st.pool_put_failures, 0);
+	instance_close(f, 0);
+	instance_open(f, 1, &big_disk);
+	if (!lookup_pool(f, &f->inst[1], &hit))
+		fail_msg("instance B found nothing in the restarted pool");
+	for (uint32_t p = 0; p < hit.page_count; p++)
+		ids[p] = 20 + p;
+	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
+	ev = next_event(f->inst[1].store, 20000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("pool fetch after the restart: %d %s", ev.kind, ev.why);
+	check_restored(f, 1, &hit, 20, 3);
+	instance_close(f, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -631,6 +704,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_manager_killed_mid_claim, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_reattaches_after_manager_restart,
+						setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
