@@ -598,22 +598,55 @@ static int run_fetch(struct run *r, const struct sel_hit *hit, const uint32_t *i
 	return r->fetch_state < 0 ? r->fetch_state : 0;
 }
 
-/* The store's deepest prefix beyond resident: restored into new ids and a
- * slot, checked on every rank, cached. Returns the tokens now held. */
-static uint64_t run_host_restore(struct run *r, const struct launch_trace_request *q,
-				 const struct launch_synth_prompt *prompt, const sel_history *h,
-				 uint64_t resident, uint32_t *chain, uint32_t *chain_len,
-				 struct run_request_result *res)
+/* Fresh histories asked of the pool before a request goes without it. */
+#define RUN_POOL_LOOKUP_TRIES 20
+
+/*
+ * The store's deepest prefix beyond resident. With a pool, a lookup that
+ * missed is asked again while its answer may still come (as an engine that
+ * holds the request a step); an answer that came past its grace period is
+ * dropped, so each further try asks with a fresh history of the same tokens
+ * (*asked, destroyed by the caller once the hit was restored).
+ */
+static bool run_lookup(struct run *r, const struct launch_synth_prompt *prompt,
+		       const sel_history *h, uint64_t resident, sel_history **asked,
+		       struct sel_hit *hit)
 {
-	struct sel_hit hit;
+	const sel_history *cur = h;
+
+	for (int tries = 0;; tries++) {
+		for (;;) {
+			if (sel_lookup(r->store, cur, resident, hit) && hit->consumed > resident)
+				return true;
+			if (!r->opt.pool || !sel_lookup_pending(r->store, cur))
+				break;
+			run_poll(r);
+			usleep(100);
+		}
+		if (!r->opt.pool || tries + 1 >= RUN_POOL_LOOKUP_TRIES)
+			return false;
+		sel_history_destroy(*asked);
+		*asked = NULL;
+		if (sel_history_create(r->store, prompt->tokens, prompt->token_count, asked))
+			return false;
+		cur = *asked;
+	}
+}
+
+/* A hit beyond resident restored into new ids and a slot, checked on every
+ * rank, cached. Returns the tokens now held. */
+static uint64_t run_restore_hit(struct run *r, const struct launch_trace_request *q,
+				const struct launch_synth_prompt *prompt, const struct sel_hit *found,
+				uint64_t resident, uint32_t *chain, uint32_t *chain_len,
+				struct run_request_result *res)
+{
+	struct sel_hit hit = *found;
 	uint32_t slot, first = *chain_len;
 	uint64_t t0;
 	int64_t wrong;
 	bool unsafe = false;
 	int ret;
 
-	if (!sel_lookup(r->store, h, resident, &hit) || hit.consumed <= resident)
-		return resident;
 	SEL_ASSERT(first + hit.page_count == hit.consumed / r->opt.page_tokens);
 	ret = run_alloc(r, hit.page_count, chain + first, NULL);
 	if (!ret) {
@@ -677,6 +710,22 @@ static uint64_t run_host_restore(struct run *r, const struct launch_trace_reques
 		return resident;
 	}
 	return hit.consumed;
+}
+
+/* The store's deepest prefix beyond resident, restored (run_restore_hit). */
+static uint64_t run_host_restore(struct run *r, const struct launch_trace_request *q,
+				 const struct launch_synth_prompt *prompt, const sel_history *h,
+				 uint64_t resident, uint32_t *chain, uint32_t *chain_len,
+				 struct run_request_result *res)
+{
+	sel_history *asked = NULL; /* a pool lookup's fresh history, while its hit is used */
+	struct sel_hit hit;
+	uint64_t held = resident;
+
+	if (run_lookup(r, prompt, h, resident, &asked, &hit))
+		held = run_restore_hit(r, q, prompt, &hit, resident, chain, chain_len, res);
+	sel_history_destroy(asked);
+	return held;
 }
 
 /* Offers checkpoint k to the store; pins it while it is copied. */

@@ -15,6 +15,13 @@
 #      from the disk into warm; the documents stored after fill warm, and
 #      the last restore takes its chain from warm or the disk, whichever
 #      holds it then (the spills' timing decides; both byte-exact).
+#   7. a pool: a manager (`selene pool`) on the first host, two instances
+#      of two ranks each on the others (loopback: all here); instance A
+#      cascades records under a small disk limit, instance B (fresh
+#      directories) restores them byte-exact from the pool; then the
+#      manager is killed while a third instance's claim streams (each
+#      window read held back by a failpoint on that instance only): its
+#      restore fails and says so, and no byte is taken as restored.
 #
 # Every phase checks every reused page and row byte-exact on every rank and
 # its "expect" lines (tests/qualify/phase-*.jsonl); after every phase, every
@@ -29,6 +36,7 @@
 #
 # usage: tests/qualify/multihost.sh loopback|netns [PROGRAM] [RANKS]
 # SELENE_QUALIFY_DEVICE=cuda runs every rank on CUDA device 0 (default host).
+# SELENE_QUALIFY_ONLY=pool runs the pool phase (7) alone.
 set -euo pipefail
 mode=${1:?usage: multihost.sh loopback|netns [PROGRAM] [RANKS]}
 program=$(realpath "${2:-build/selene}")
@@ -46,6 +54,7 @@ cleanup() {
 		done
 		ip link del "$bridge" 2>/dev/null || true
 	fi
+	[ -z "${pool_pid:-}" ] || kill -9 "$pool_pid" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -228,6 +237,87 @@ PY
 	check_agreement "$work/warm"
 }
 
+# The pool phase (7): see the top. Instances run two ranks on the hosts
+# after the first; the manager runs on the first.
+run_pool_phase() {
+	local t0=$SECONDS mgr_host=127.0.0.1 enter=() port=$((7400 + id % 500))
+	local mport=$((9400 + id % 500)) inst=() before claims rc a
+	echo
+	echo "== phase 7: a pool manager; instance A cascades, B restores from the pool"
+	if [ "$mode" = netns ]; then
+		mgr_host=198.18.$net.11
+		enter=(ip netns exec "sel$id-h1")
+		sed -n '2,3p' "$work/hostfile" > "$work/hostfile-pool"
+	fi
+	for a in "${mpi_args[@]}"; do # the instances' hosts: all but the first
+		[ "$a" = "$work/hostfile" ] && a=$work/hostfile-pool
+		inst+=("$a")
+	done
+	head -c 32 /dev/urandom > "$work/pool.secret"
+	chmod 600 "$work/pool.secret"
+	"${enter[@]}" "$program" pool --listen "$mgr_host:$port" --secret "$work/pool.secret" \
+		--memory 64M --name qualify --metrics-port "$mport" 2> "$work/pool.log" &
+	pool_pid=$!
+	pool_metric() {
+		"${enter[@]}" curl -s "http://127.0.0.1:$mport/metrics" |
+			awk -v m="$1" 'index($0, m) == 1 { print $2 }'
+	}
+	for _ in $(seq 100); do
+		[ -n "$(pool_metric selene_pool_records 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	pool_instance() { # NAME DIR TRACE DISK_LIMIT [MPIRUN ARGS...]
+		local name=$1 dir=$2 trace=$3 limit=$4
+		shift 4
+		mpirun "${inst[@]}" -np 2 -x SELENE_LOG "$@" \
+			"$program" run --trace "$here/$trace" --dir "$work/$dir%r" \
+			--device "${SELENE_QUALIFY_DEVICE:-host}" --device-ordinal 0 \
+			--gpu-pages 64 --gpu-rows 8 --planes 2x4K --row-bytes 16K \
+			--disk-limit "$limit" \
+			--pool "$mgr_host:$port" --pool-secret "$work/pool.secret" \
+			--results "$work/pool-$name.json"
+	}
+	pool_instance a poolA phase-pool-a.jsonl 2M > "$work/pool-a.out" 2>&1 ||
+		{ cat "$work/pool-a.out" "$work/pool.log"; echo "phase 7: instance A failed" >&2; exit 1; }
+	echo "-- instance A: $(pool_metric 'selene_pool_puts_total{outcome="committed"}') records" \
+		"committed to the pool"
+	pool_instance b poolB phase-pool-b.jsonl 64M > "$work/pool-b.out" 2>&1 ||
+		{ cat "$work/pool-b.out"; echo "phase 7: instance B did not restore from the pool" >&2
+		  exit 1; }
+	grep '"doc-x"' "$work/pool-b.json" | head -1
+	before=$(pool_metric 'selene_pool_claims_total{outcome="granted"}')
+	echo "-- instance B restored doc-x from the pool byte-exact ($before claims granted)"
+	SELENE_FAILPOINTS="pool.rx_data=sleep(3000)" pool_instance c poolC phase-pool-b.jsonl \
+		64M -x SELENE_FAILPOINTS > "$work/pool-c.out" 2>&1 &
+	local c_pid=$!
+	for _ in $(seq 400); do
+		claims=$(pool_metric 'selene_pool_claims_total{outcome="granted"}')
+		[ "${claims:-0}" -gt "$before" ] && break
+		sleep 0.05
+	done
+	[ "${claims:-0}" -gt "$before" ] ||
+		{ kill "$c_pid"; cat "$work/pool-c.out"; echo "phase 7: no claim began" >&2; exit 1; }
+	kill -9 "$pool_pid"
+	wait "$pool_pid" 2>/dev/null || true
+	rc=0
+	wait "$c_pid" || rc=$?
+	if [ "$rc" = 0 ] || ! grep -q "restore of 1536 tokens failed" "$work/pool-c.out"; then
+		cat "$work/pool-c.out"
+		echo "phase 7: the claim cut by the manager's death did not fail (rc $rc)" >&2
+		exit 1
+	fi
+	if grep -q '"host_reused": [1-9]' "$work/pool-c.json"; then
+		echo "phase 7: a restore counted bytes from a dead manager" >&2
+		exit 1
+	fi
+	grep "restore of 1536 tokens failed" "$work/pool-c.out" | head -1
+	echo "-- phase 7 took $((SECONDS - t0)) s"
+}
+
+if [ "${SELENE_QUALIFY_ONLY:-}" = pool ]; then
+	run_pool_phase
+	exit 0
+fi
 run_phase 1 "a GPU-cache hit with no host hit"
 run_phase 2 "a host restore after the GPU copies were evicted"
 run_phase 3 "a restore after restarting every rank"
@@ -236,5 +326,6 @@ run_warm_phase 5 "a warm tier on every rank: a restore from warm slots" 64M writ
 	"w['hits'] >= 1 and w['read_throughs'] == 0 and w['dirty_at_close'] == 0"
 run_warm_phase 6 "a restart: warm empty, restores read through from the disk" 8M write-behind \
 	"w['read_throughs'] >= 2"
+run_pool_phase
 echo
-echo "== multihost $mode: qualified ($ranks ranks, 6 phases)"
+echo "== multihost $mode: qualified ($ranks ranks, 7 phases)"
