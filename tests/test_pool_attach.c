@@ -100,11 +100,14 @@ static void write_secret(const char *path, uint8_t byte)
 	close(fd);
 }
 
-/* The manager as a child process on port (0: any); its port comes back through a pipe. */
-static void manager_start_on(struct fixture *f, uint16_t port)
+/*
+ * The manager as a child process on port (0: any); its port comes back
+ * through a pipe. False when it could not listen there (the port taken).
+ */
+static bool manager_try_start(struct fixture *f, uint16_t port)
 {
 	char listen[32];
-	int fds[2];
+	int fds[2], status;
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
 
@@ -131,15 +134,38 @@ static void manager_start_on(struct fixture *f, uint16_t port)
 		_exit(0);
 	}
 	close(fds[1]);
-	assert_int_equal(read(fds[0], &port, sizeof(port)), (ssize_t)sizeof(port));
+	if (read(fds[0], &port, sizeof(port)) != (ssize_t)sizeof(port)) {
+		close(fds[0]);
+		waitpid(f->manager, &status, 0);
+		f->manager = 0;
+		return false;
+	}
 	close(fds[0]);
 	f->manager_port = port;
 	snprintf(f->pool, sizeof(f->pool), "127.0.0.1:%u", port);
+	return true;
 }
 
 static void manager_start(struct fixture *f)
 {
-	manager_start_on(f, 0);
+	assert_true(manager_try_start(f, 0));
+}
+
+/*
+ * A manager on a port below the ephemeral range (32768 up), so that no
+ * connection of another test on this host takes it as its local port
+ * while the test restarts a manager there: the port it listens on.
+ */
+static uint16_t manager_start_fixed(struct fixture *f)
+{
+	for (uint32_t i = 0; i < 64; i++) {
+		uint16_t port = (uint16_t)(20000 + (getpid() * 64 + i) % 12000);
+
+		if (manager_try_start(f, port))
+			return port;
+	}
+	fail_msg("no free port for the manager below the ephemeral range");
+	return 0;
 }
 
 static void manager_kill(struct fixture *f)
@@ -657,15 +683,16 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
 	uint32_t ids[PAGES];
 	bool joined;
 
-	manager_start(f);
-	port = f->manager_port;
+	port = manager_start_fixed(f);
 	instance_open(f, 0, &small_disk);
 	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
 	assert_int_equal(st.pool_attached, 1);
 	manager_kill(f);
 	if (!poll_attached(f->inst[0].store, 0, 10000))
 		fail_msg("instance A did not see its session end");
-	manager_start_on(f, port);
+	/* the port stays free: below the ephemeral range, and A's tries only connect */
+	if (!manager_try_start(f, port))
+		fail_msg("the manager could not listen on port %u again", port);
 	if (!poll_attached(f->inst[0].store, 1, 20000))
 		fail_msg("instance A did not reattach to the restarted manager");
 	fill(f, 0);
