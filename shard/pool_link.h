@@ -72,7 +72,12 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 			 const uint8_t *instance_id, uint32_t deadline_ms,
 			 struct shard_pool_link **out, char *why, size_t why_size);
 
-/* Closes the client and frees the link; NULL does nothing. */
+/*
+ * Closes the client and frees the link; NULL does nothing. A link whose
+ * claims registered the manager's arena with a device undoes that (making
+ * the device current on the calling thread): close it before that device,
+ * with no transfer running on it.
+ */
 void shard_pool_link_close(struct shard_pool_link *link);
 
 /* The client (rank zero's session uses it too). */
