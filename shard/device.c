@@ -100,6 +100,13 @@ static void host_unregister(struct shard_device *dev, void *ptr)
 	(void)ptr;
 }
 
+int shard_device_register_read_only(struct shard_device *dev, const void *ptr, uint64_t bytes)
+{
+	if (dev->ops->register_read_only)
+		return dev->ops->register_read_only(dev, ptr, bytes);
+	return dev->ops->register_host(dev, (void *)ptr, bytes);
+}
+
 void shard_copy_in_memory(enum shard_copy_direction dir, const struct shard_copy *copies,
 			  uint32_t count)
 {

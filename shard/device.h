@@ -42,6 +42,11 @@ struct shard_device_ops {
 	/* Waits until every issued copy finished; reports the first failure. */
 	int (*synchronize)(struct shard_device *dev);
 	void (*close)(struct shard_device *dev);
+	/*
+	 * Registers memory mapped read-only (PROT_READ), which the device only
+	 * reads from; NULL: register_host serves (shard_device_register_read_only).
+	 */
+	int (*register_read_only)(struct shard_device *dev, const void *ptr, uint64_t bytes);
 };
 
 struct shard_device {
@@ -101,6 +106,13 @@ int shard_device_cuda_alloc(struct shard_device *dev, uint64_t bytes,
 void shard_device_cuda_free(struct shard_device *dev, uint64_t address);
 int shard_device_cuda_memcpy(struct shard_device *dev, enum shard_copy_direction dir,
 			     uint64_t address, void *host, uint64_t bytes);
+
+/*
+ * Registers ptr (bytes, mapped read-only) for host-to-device copies: the
+ * device's register_read_only, else its register_host. Undo with
+ * ops->unregister_host. Returns 0 or the device's refusal.
+ */
+int shard_device_register_read_only(struct shard_device *dev, const void *ptr, uint64_t bytes);
 
 bool shard_device_is_cuda(const struct shard_device *dev);
 

@@ -205,6 +205,17 @@ static int cuda_register(struct shard_device *dev, void *ptr, uint64_t bytes)
 			  "cuMemHostRegister");
 }
 
+/* A read-only mapping (the pool's arena) needs the READ_ONLY flag: the GPU only reads it. */
+static int cuda_register_read_only(struct shard_device *dev, const void *ptr, uint64_t bytes)
+{
+	struct cuda_device *cd = to_cuda(dev);
+
+	return cuda_check(cd, api.mem_host_register((void *)ptr, (size_t)bytes,
+						    CU_MEMHOSTREGISTER_PORTABLE |
+						    CU_MEMHOSTREGISTER_READ_ONLY),
+			  "cuMemHostRegister(READ_ONLY)");
+}
+
 static void cuda_unregister(struct shard_device *dev, void *ptr)
 {
 	cuda_check(to_cuda(dev), api.mem_host_unregister(ptr), "cuMemHostUnregister");
@@ -290,6 +301,7 @@ static const struct shard_device_ops cuda_ops = {
 	.copy = cuda_copy,
 	.synchronize = cuda_synchronize,
 	.close = cuda_close,
+	.register_read_only = cuda_register_read_only,
 };
 
 bool shard_device_is_cuda(const struct shard_device *dev)

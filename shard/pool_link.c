@@ -4,11 +4,14 @@
 #include "shard/pool_link.h"
 
 #include "common/base.h"
+#include "common/log.h"
 #include "selene/selene.h"
 #include "shard/config.h"
 #include "shard/pool_share.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +19,40 @@
 /* Slots a claim keeps posted: the I/O thread reads one while the device copies another. */
 #define LINK_SLOTS 4u
 
+/* A link's use of the manager's arena (same-host claims, DESIGN section 13). */
+enum link_arena_state {
+	LINK_ARENA_UNTRIED = 0, /* the first claim maps and registers it */
+	LINK_ARENA_ON,          /* mapped and registered: claims copy from it */
+	LINK_ARENA_OFF,         /* another host, or refused: claims stream */
+};
+
 struct shard_pool_link {
 	struct pool_client *client;
+	enum link_arena_state arena_state;
+	const uint8_t *arena;             /* the client's mapping (valid until its close) */
+	uint64_t arena_bytes;
+	struct shard_device *arena_device; /* registered with; NULL when not */
+	struct pool_place *places;        /* a claim's, POOL_CHAIN_RECORDS_MAX (scratch) */
 	struct rec_geometry geometry; /* this rank's */
 	void *slots[LINK_SLOTS];
 	size_t slot_bytes;
 	struct pool_chain_entry *chain; /* a claim's, for the client (scratch) */
 };
+
+/* Process-wide counts (shard_pool_link_counts). */
+static _Atomic uint64_t count_arena_claims, count_arena_records, count_stream_claims,
+	count_stream_windows, count_arena_refusals;
+
+void shard_pool_link_counts(struct shard_pool_link_counts *out)
+{
+	*out = (struct shard_pool_link_counts){
+		.arena_claims = atomic_load(&count_arena_claims),
+		.arena_records = atomic_load(&count_arena_records),
+		.stream_claims = atomic_load(&count_stream_claims),
+		.stream_windows = atomic_load(&count_stream_windows),
+		.arena_refusals = atomic_load(&count_arena_refusals),
+	};
+}
 
 int shard_pool_link_deadline_ms(uint64_t bytes)
 {
@@ -92,7 +122,8 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 		return sel_fail(-ENOMEM, why, why_size, "out of memory");
 	link->geometry = *g;
 	link->chain = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->chain));
-	if (!link->chain) {
+	link->places = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->places));
+	if (!link->chain || !link->places) {
 		ret = sel_fail(-ENOMEM, why, why_size, "out of memory");
 		goto err_free_link;
 	}
@@ -114,6 +145,7 @@ err_close_link:
 	shard_pool_link_close(link);
 	return ret;
 err_free_link:
+	free(link->places);
 	free(link->chain);
 	free(link);
 	return ret;
@@ -123,9 +155,13 @@ void shard_pool_link_close(struct shard_pool_link *link)
 {
 	if (!link)
 		return;
-	pool_client_close(link->client);
+	/* no transfer runs on the link now: the closing thread may make the device current */
+	if (link->arena_device && shard_device_bind(link->arena_device) == 0)
+		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
+	pool_client_close(link->client); /* unmaps the arena */
 	for (uint32_t i = 0; i < LINK_SLOTS; i++)
 		free(link->slots[i]);
+	free(link->places);
 	free(link->chain);
 	free(link);
 }
@@ -158,9 +194,92 @@ static int link_window(void *ctx, const struct pool_window *w)
 {
 	struct link_claim *lc = ctx;
 
+	atomic_fetch_add(&count_stream_windows, 1);
 	return shard_pool_share_window(lc->share, w->chain_index,
 				       (enum shard_pool_section)w->section, w->first, w->count,
 				       w->data, w->bytes, lc->why, lc->why_size);
+}
+
+/*
+ * On the first claim, on the transfer thread: maps the manager's arena
+ * when this rank is on its host and registers it with the claim's device
+ * once, logging what the registration cost. Another host: claims stream,
+ * said at info level; a mapping or registration refused: claims stream,
+ * with one warning.
+ */
+static void link_arena_setup(struct shard_pool_link *link, struct shard_device *device)
+{
+	char why[200];
+	uint64_t start;
+	int ret;
+
+	link->arena_state = LINK_ARENA_OFF;
+	ret = pool_arena_map(link->client, &link->arena, &link->arena_bytes, why, sizeof(why));
+	if (ret == -ENOENT) {
+		sel_info("pool: rank %u is not on the manager's host (%s): claims stream",
+			 link->geometry.rank, why);
+		return;
+	}
+	if (ret) {
+		atomic_fetch_add(&count_arena_refusals, 1);
+		sel_warn("pool: rank %u cannot map the manager's arena: %s; claims stream",
+			 link->geometry.rank, why);
+		return;
+	}
+	start = sel_monotonic_ns();
+	ret = shard_device_register_read_only(device, link->arena, link->arena_bytes);
+	if (ret) {
+		atomic_fetch_add(&count_arena_refusals, 1);
+		sel_warn("pool: rank %u: the %s device refused to register the manager's arena "
+			 "(%" PRIu64 " bytes): %s; claims stream", link->geometry.rank,
+			 device->ops->name, link->arena_bytes, sel_strerror(ret));
+		return;
+	}
+	sel_info("pool: rank %u registered the manager's arena (%" PRIu64 " bytes) with the "
+		 "%s device in %.1f ms", link->geometry.rank, link->arena_bytes,
+		 device->ops->name, (double)(sel_monotonic_ns() - start) / 1e6);
+	link->arena_device = device;
+	link->arena_state = LINK_ARENA_ON;
+}
+
+/*
+ * A same-host claim: the manager names where each record's share image
+ * lies in its arena (R-POOL-34) and share copies it to the device with
+ * batched copies; no CPU pass over the bytes. The manager verified every
+ * share when it was put, only it writes the arena, and the session's claim
+ * pins the chain until every rank is done: the headers are checked again
+ * (shard_pool_share_place), the pages and row are not.
+ */
+static int link_claim_places(struct shard_pool_link *link, uint64_t claim_id,
+			     uint32_t chain_count, uint32_t skip_pages,
+			     struct shard_pool_share *share, int deadline_ms, char *why,
+			     size_t why_size)
+{
+	int ret = pool_share_pull(link->client, claim_id, link->chain, chain_count, skip_pages,
+				  true);
+
+	if (ret)
+		return ret;
+	ret = pool_share_places(link->client, claim_id, link->places, chain_count, deadline_ms);
+	for (uint32_t i = 0; !ret && i < chain_count; i++) {
+		const struct pool_place *pl = &link->places[i];
+
+		if (pl->offset > link->arena_bytes || pl->bytes > link->arena_bytes - pl->offset) {
+			ret = sel_fail(SEL_EPROTO, why, why_size, "claim %" PRIu64 " record %u: "
+				       "%" PRIu64 " bytes at %" PRIu64 " past the %" PRIu64
+				       "-byte arena", claim_id, i, pl->bytes, pl->offset,
+				       link->arena_bytes);
+			break;
+		}
+		ret = shard_pool_share_place(share, i, link->arena + pl->offset, pl->bytes, why,
+					     why_size);
+		if (!ret)
+			atomic_fetch_add(&count_arena_records, 1);
+	}
+	pool_share_end(link->client, claim_id);
+	if (!ret)
+		atomic_fetch_add(&count_arena_claims, 1);
+	return ret;
 }
 
 static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_pool_record *chain,
@@ -181,9 +300,18 @@ static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 						 chain[i].row);
 	}
 	why[0] = '\0';
+	if (link->arena_state == LINK_ARENA_UNTRIED)
+		link_arena_setup(link, share->device);
+	if (link->arena_state == LINK_ARENA_ON && link->arena_device == share->device) {
+		ret = link_claim_places(link, claim_id, chain_count, skip_pages, share,
+					shard_pool_link_deadline_ms(bytes), why, why_size);
+		goto out;
+	}
+	atomic_fetch_add(&count_stream_claims, 1);
 	ret = pool_share_claim(link->client, claim_id, link->chain, chain_count, skip_pages,
 			       link->slots, LINK_SLOTS, link->slot_bytes, link_window, &lc,
 			       shard_pool_link_deadline_ms(bytes));
+out:
 	if (ret && !why[0] && pool_client_status(link->client, why, why_size) == 0)
 		snprintf(why, why_size, "claim %llu: %s", (unsigned long long)claim_id,
 			 sel_strerror(ret));

@@ -4,7 +4,9 @@
  * computed from the store's configuration (every rank's geometry), and the
  * engine's struct shard_pool_conn over it: a put sends the rank's record
  * file as its share, a claim pulls the rank's share window by window into
- * slots of its own and hands each verified window to shard/pool_share.c.
+ * slots of its own and hands each verified window to shard/pool_share.c,
+ * or, on the manager's host, copies the share from the manager's arena
+ * (mapped read-only and registered with the device on the first claim).
  * Each blocks the transfer thread within the seed's deadline: 10 s plus
  * the share's bytes at 8 MiB/s.
  *
@@ -70,7 +72,12 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 			 const uint8_t *instance_id, uint32_t deadline_ms,
 			 struct shard_pool_link **out, char *why, size_t why_size);
 
-/* Closes the client and frees the link; NULL does nothing. */
+/*
+ * Closes the client and frees the link; NULL does nothing. A link whose
+ * claims registered the manager's arena with a device undoes that (making
+ * the device current on the calling thread): close it before that device,
+ * with no transfer running on it.
+ */
 void shard_pool_link_close(struct shard_pool_link *link);
 
 /* The client (rank zero's session uses it too). */
@@ -78,6 +85,22 @@ struct pool_client *shard_pool_link_client(struct shard_pool_link *link);
 
 /* The engine's connection over the link (shard_engine_set_pool). */
 void shard_pool_link_conn(struct shard_pool_link *link, struct shard_pool_conn *conn);
+
+/*
+ * What this process's links did (every link together; tests and bench read
+ * them): claims copied from the manager's arena and their records, claims
+ * streamed and their windows, arenas that could not be mapped or
+ * registered (each also warned once).
+ */
+struct shard_pool_link_counts {
+	uint64_t arena_claims;
+	uint64_t arena_records;
+	uint64_t stream_claims;
+	uint64_t stream_windows;
+	uint64_t arena_refusals;
+};
+
+void shard_pool_link_counts(struct shard_pool_link_counts *out);
 
 /* The deadline of a transfer of bytes (SHARD_POOL_SETUP_MS plus 8 MiB/s). */
 int shard_pool_link_deadline_ms(uint64_t bytes);

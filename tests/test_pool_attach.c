@@ -10,7 +10,10 @@
  * finds nothing; a manager absent at open, a rank with the wrong secret,
  * and a manager killed while a claim waits each leave the store local with
  * one warning or a failed fetch, never a wrong byte; a manager restarted
- * on the same address gets the instance back, both ranks reattached.
+ * on the same address gets the instance back, both ranks reattached. Every
+ * rank is on the manager's host, so claims copy from the manager's arena
+ * (counted: no stream window is read); a manager restarted with another
+ * arena serves a new instance from the new arena, byte-exact.
  */
 #include "tests/testutil.h"
 
@@ -18,6 +21,7 @@
 #include "common/log.h"
 #include "pool/manager.h"
 #include "selene/store.h"
+#include "shard/pool_link.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,6 +51,7 @@ struct rank_memory {
 	uint8_t planes[2][PAGES * UNIT];
 	uint8_t rows[ROWS * ROW];
 	char why[256];
+	struct shard_pool_link_counts counts; /* a peer's, when it stopped */
 };
 
 struct instance {
@@ -210,12 +215,14 @@ static void config_for(struct fixture *f, struct instance *in, uint32_t rank,
 
 static void peer_main(struct fixture *f, struct instance *in, const struct variant *v)
 {
+	struct shard_pool_link_counts before, after, *counts = &f->mem[in->index * WORLD + 1].counts;
 	struct sel_store_config c;
 	struct sel_plane planes[2];
 	char dir[512];
 	sel_peer *peer;
 	int ret;
 
+	shard_pool_link_counts(&before);
 	close(in->listen_fd);
 	in->cluster.rank = 1;
 	in->cluster.listen_fd = -1;
@@ -224,6 +231,14 @@ static void peer_main(struct fixture *f, struct instance *in, const struct varia
 			   sizeof(f->mem[0].why)) != 0)
 		_exit(2);
 	ret = sel_peer_wait(peer);
+	shard_pool_link_counts(&after);
+	/* this child inherited this process's counts at fork: its own are the difference */
+	*counts = (struct shard_pool_link_counts){
+		.arena_claims = after.arena_claims - before.arena_claims,
+		.arena_records = after.arena_records - before.arena_records,
+		.stream_claims = after.stream_claims - before.stream_claims,
+		.stream_windows = after.stream_windows - before.stream_windows,
+		.arena_refusals = after.arena_refusals - before.arena_refusals };
 	if (sel_peer_stop(peer) != 0)
 		_exit(4);
 	_exit(ret ? 3 : 0);
@@ -511,6 +526,112 @@ static void test_pool_attach_cascade_then_restore_elsewhere(void **state)
 	instance_close(f, 1);
 }
 
+/*
+ * Instance i finds the chain in the pool and restores it byte-exact on both
+ * ranks, from the manager's arena: rank zero (this process) and rank one
+ * (counted when its peer stops, at instance_close) read no stream window.
+ */
+static void claim_from_arena(struct fixture *f, uint32_t i)
+{
+	struct shard_pool_link_counts before, after;
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+
+	for (uint32_t r = 0; r < WORLD; r++)
+		memset(&f->mem[i * WORLD + r], 0xee, offsetof(struct rank_memory, why));
+	shard_pool_link_counts(&before);
+	if (!lookup_pool(f, &f->inst[i], &hit))
+		fail_msg("instance %u found nothing in the pool", i);
+	for (uint32_t p = 0; p < hit.page_count; p++)
+		ids[p] = 20 + p;
+	assert_int_equal(sel_fetch(f->inst[i].store, &hit, ids, 3, 7, &joined), 0);
+	ev = next_event(f->inst[i].store, 20000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("pool fetch: %d %s", ev.kind, ev.why);
+	check_restored(f, i, &hit, 20, 3);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.arena_claims, before.arena_claims + 1);
+	assert_true(after.arena_records > before.arena_records);
+	assert_int_equal(after.stream_windows, before.stream_windows);
+	assert_int_equal(after.stream_claims, before.stream_claims);
+	assert_int_equal(after.arena_refusals, before.arena_refusals);
+}
+
+/* Rank one of instance i (stopped) claimed from the arena and streamed nothing. */
+static void peer_claimed_from_arena(struct fixture *f, uint32_t i, uint64_t claims)
+{
+	const struct shard_pool_link_counts *c = &f->mem[i * WORLD + 1].counts;
+
+	assert_int_equal(c->arena_claims, claims);
+	assert_int_equal(c->stream_windows, 0);
+	assert_int_equal(c->arena_refusals, 0);
+}
+
+/*
+ * Same host: B's claim copies each rank's share from the manager's arena
+ * into the device (the host device: memory), byte-exact, reading no stream
+ * window on either rank.
+ */
+static void test_pool_attach_same_host_claims_from_arena(void **state)
+{
+	struct fixture *f = *state;
+
+	manager_start(f);
+	cascade_from_a(f);
+	instance_close(f, 0);
+	instance_open(f, 1, &big_disk);
+	claim_from_arena(f, 1);
+	instance_close(f, 1);
+	peer_claimed_from_arena(f, 1, 1);
+}
+
+/*
+ * The manager is restarted: a new arena (another file, id and generation).
+ * The instance attached to the old one loses its pool and finds nothing
+ * (never the old arena's bytes); a new instance claims from the new arena,
+ * byte-exact, after A put the chain there again.
+ */
+static void test_pool_attach_restarted_manager_new_arena(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_stats st;
+	struct sel_event ev;
+	struct sel_hit hit;
+
+	manager_start(f);
+	cascade_from_a(f);
+	instance_close(f, 0);
+	instance_open(f, 1, &big_disk);
+	claim_from_arena(f, 1);
+	manager_kill(f);
+	manager_start(f);
+	/* B's connection is gone: its pool turns off and answers nothing */
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
+		if (!st.pool_attached)
+			break;
+		sel_poll(f->inst[1].store, &ev, 10);
+	}
+	assert_int_equal(st.pool_attached, 0);
+	sel_history_destroy(f->inst[1].h);
+	assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, TOKENS, &f->inst[1].h),
+			 0);
+	assert_false(sel_lookup(f->inst[1].store, f->inst[1].h, 0, &hit));
+	assert_false(sel_lookup_pending(f->inst[1].store, f->inst[1].h));
+	instance_close(f, 1);
+	peer_claimed_from_arena(f, 1, 1);
+	/* the new manager's arena serves, once A (its disk emptied) put the chain again */
+	tu_remove_tree(strdup(f->inst[0].dir));
+	cascade_from_a(f);
+	instance_close(f, 0);
+	instance_open(f, 2, &big_disk);
+	claim_from_arena(f, 2);
+	instance_close(f, 2);
+	peer_claimed_from_arena(f, 2, 1);
+}
+
 /* An instance of another layout (a larger row) attaches and never matches A's records. */
 static void test_pool_attach_other_layout_never_matches(void **state)
 {
@@ -722,6 +843,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pool_attach_cascade_then_restore_elsewhere,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_same_host_claims_from_arena,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_restarted_manager_new_arena,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_other_layout_never_matches,
 						setup, teardown),

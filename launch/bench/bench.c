@@ -1336,8 +1336,9 @@ static void bench_usage(FILE *out)
 		"                            [--warmup N]\n"
 		"       selene bench startup [--dir DIR] [--ranks N] [--records N] [--rounds N]\n"
 		"                            [--keep] [--cold]\n"
-		"       selene bench pool [--dir DIR] [--pages N] [--rounds N]\n"
-		"                         [--manager HOST:PORT --pool-secret FILE]\n\n"
+		"       selene bench pool [--dir DIR] [--pages N] [--rounds N] [--device KIND]\n"
+		"                         [--manager HOST:PORT --pool-secret FILE]\n"
+		"         (on the GPU: selene bench pool --device cuda --pages 256)\n\n"
 		"store: Selene's staged store (device -> slots -> record files) beside\n"
 		"  raw io_uring O_DIRECT writes of the same bytes (8 MiB requests, 8 in\n"
 		"  flight, one file per record) in the same directory, alternating; where\n"
@@ -1392,7 +1393,13 @@ static void bench_usage(FILE *out)
 		"  verified and copied out, beside a raw TCP stream of the same bytes in\n"
 		"  the same windows, alternating; prints both and their ratio. With\n"
 		"  --manager, a running manager (selene pool) instead, whose secret file\n"
-		"  --pool-secret names; a record it holds already is claimed as it is.\n\n"
+		"  --pool-secret names; a record it holds already is claimed as it is.\n"
+		"  Then, when the manager is on this host, the same-host claim: the\n"
+		"  manager's arena mapped read-only and registered with --device once\n"
+		"  (the cost printed), each claim's pages and row copied arena -> device\n"
+		"  page ids in batched copies, beside one bulk host-to-device copy of the\n"
+		"  same bytes from registered memory; prints both and their ratio\n"
+		"  (target >= 0.80 on the GPU).\n\n"
 		"  --dir DIR          base directory (store, copy, warm; default /var/tmp/selene-bench)\n"
 		"  --device KIND      auto, cuda or host (default auto)\n"
 		"  --planes N         page planes (default 36)\n"
@@ -1513,6 +1520,7 @@ static int bench_in_scratch(const char *scratch, void *arg)
 		struct bench_pool_options o = {
 			.pages = b->a.pages, .rounds = b->a.rounds,
 			.manager = b->a.pool_manager, .secret_file = b->a.pool_secret,
+			.device = b->a.device,
 		};
 
 		return bench_pool(scratch, &o) ? LAUNCH_EXIT_BAD : LAUNCH_EXIT_OK;

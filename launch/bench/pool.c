@@ -14,6 +14,15 @@
  *
  * The rank is the client library (pool/client.h), as an instance's rank
  * uses it: pool_share_claim with 4 slots, the copy in its callback.
+ *
+ * Then, with the manager on this host, the same-host claim as a rank runs
+ * it (shard/pool_link.c): the arena mapped read-only and registered with
+ * --device once (its cost printed), each claim's places (R-POOL-34) copied
+ * arena -> device page ids (in reverse order) and a state slot by
+ * shard/pool_share.c's batched copies; beside it one bulk host-to-device
+ * copy of the same bytes (the pages' units and the row) from registered
+ * host memory to device memory. Rounds alternate; the first claim's
+ * device bytes are read back and compared with the record.
  */
 #include "launch/bench/pool.h"
 
@@ -27,6 +36,8 @@
 #include "record/geometry.h"
 #include "record/key.h"
 #include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/pool_share.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -55,6 +66,7 @@ struct pool_bench {
 	const char *scratch;
 	const char *manager_address; /* NULL: a manager in this process */
 	const char *secret_file;
+	const char *device_kind;
 	uint32_t pages;
 	uint32_t rounds;
 	struct rec_geometry g;
@@ -538,6 +550,301 @@ static int run_rounds(struct pool_bench *b, const uint8_t *image)
 	return 0;
 }
 
+/* ---- The same-host claim ------------------------------------------------ */
+
+struct shm_bench {
+	struct pool_bench *b;
+	struct shard_device *dev;
+	bool cuda;
+	struct shard_planes planes;      /* device memory of the claim's pages and row */
+	uint64_t bulk_device;            /* payload bytes of device memory */
+	uint8_t *bulk_host;              /* payload bytes, registered */
+	bool bulk_registered;
+	uint64_t payload;                /* what a claim copies: the pages' units, the row */
+	uint32_t *page_ids;
+	const uint8_t *arena;
+	uint64_t arena_bytes;
+	bool arena_registered;
+	struct shard_pool_share share;
+	bool share_ready;
+	struct pool_place places[POOL_CHAIN_RECORDS_MAX];
+	struct shard_pool_record records[POOL_CHAIN_RECORDS_MAX];
+	double *claim_s, *copy_s, *bulk_s;
+};
+
+static int shm_alloc(struct shm_bench *m, uint64_t bytes, uint64_t *address)
+{
+	void *p;
+
+	if (m->cuda)
+		return shard_device_cuda_alloc(m->dev, bytes, address);
+	p = calloc(1, bytes);
+	*address = (uint64_t)(uintptr_t)p;
+	return p ? 0 : -ENOMEM;
+}
+
+static void shm_free(struct shm_bench *m, uint64_t address)
+{
+	if (!address)
+		return;
+	if (m->cuda)
+		shard_device_cuda_free(m->dev, address);
+	else
+		free((void *)(uintptr_t)address);
+}
+
+/* The device bytes of the claim equal the record's pages and row (page j at id pages-1-j). */
+static int shm_check(struct shm_bench *m, const uint8_t *image)
+{
+	struct pool_bench *b = m->b;
+	const struct rec_geometry *g = &b->g;
+	uint32_t n = 0, count = b->pages * g->page_plane_count + 1;
+	struct shard_copy *copies = calloc(count, sizeof(*copies));
+	uint8_t *back = malloc(m->payload), *at = back;
+	int ret = -ENOMEM;
+
+	if (!copies || !back)
+		goto out;
+	for (uint32_t j = 0; j < b->pages; j++)
+		for (uint32_t k = 0; k < g->page_plane_count; k++) {
+			uint64_t unit = g->page_planes[k].unit_bytes;
+
+			copies[n++] = (struct shard_copy){
+				.device_address = m->planes.page_base[k] + unit * m->page_ids[j],
+				.host = at, .bytes = unit };
+			at += unit;
+		}
+	copies[n++] = (struct shard_copy){ .device_address = m->planes.row_base, .host = at,
+					   .bytes = g->row_plane.unit_bytes };
+	ret = shard_device_copy(m->dev, SHARD_DEVICE_TO_HOST, copies, n);
+	ret = ret ? ret : shard_device_synchronize(m->dev);
+	if (ret)
+		goto out;
+	at = back;
+	for (uint32_t j = 0; j < b->pages && !ret; j++)
+		for (uint32_t k = 0; k < g->page_plane_count && !ret; k++) {
+			uint64_t unit = g->page_planes[k].unit_bytes;
+
+			if (memcmp(at, image + b->layout.page_offset + b->layout.page_stride * j +
+					       m->share.plane_offset[k], unit) != 0)
+				ret = -EIO;
+			at += unit;
+		}
+	if (!ret && memcmp(at, image + b->layout.row_offset, g->row_plane.unit_bytes) != 0)
+		ret = -EIO;
+out:
+	free(copies);
+	free(back);
+	return ret;
+}
+
+/* One same-host claim: CLAIM, its places, the copies; seconds in *s and *copy_s. */
+static int shm_claim_once(struct shm_bench *m, double *s, double *copy_s)
+{
+	struct pool_bench *b = m->b;
+	struct pool_claim_grant grant;
+	uint64_t claim_id = 0, bytes = 0;
+	uint32_t count = 0;
+	char why[256] = "";
+	double start = now_s(), copy_start;
+	int ret, end;
+
+	ret = pool_claim_begin(b->client, &b->key, &claim_id);
+	if (ret)
+		return rank_fail(b, ret, "a same-host claim");
+	ret = POLL_UNTIL(pool_claim_poll(b->client, claim_id, &grant, b->chain,
+					 POOL_CHAIN_RECORDS_MAX, &count));
+	if (ret != 1)
+		return rank_fail(b, ret, "a same-host claim");
+	ret = pool_share_pull(b->client, claim_id, b->chain, count, 0, true);
+	if (!ret)
+		ret = pool_share_places(b->client, claim_id, m->places, count, BENCH_POOL_WAIT_MS);
+	copy_start = now_s();
+	for (uint32_t i = 0; !ret && i < count; i++)
+		m->records[i] = (struct shard_pool_record){
+			.key = b->chain[i].key, .first_page_index = b->chain[i].first_page_index,
+			.tail_page_count = b->chain[i].tail_page_count, .row = b->chain[i].row };
+	if (!ret)
+		ret = shard_pool_share_begin(&m->share, m->records, count, 0, m->page_ids,
+					     b->pages, 0, why, sizeof(why));
+	for (uint32_t i = 0; !ret && i < count; i++) {
+		const struct pool_place *pl = &m->places[i];
+
+		if (pl->offset > m->arena_bytes || pl->bytes > m->arena_bytes - pl->offset)
+			ret = SEL_EPROTO;
+		else
+			ret = shard_pool_share_place(&m->share, i, m->arena + pl->offset, pl->bytes,
+						     why, sizeof(why));
+	}
+	if (m->share.chain)
+		ret = ret ? (shard_pool_share_finish(&m->share, &bytes, NULL, 0), ret) :
+			    shard_pool_share_finish(&m->share, &bytes, why, sizeof(why));
+	*s = now_s() - start;
+	*copy_s = now_s() - copy_start;
+	pool_share_end(b->client, claim_id);
+	end = pool_claim_end(b->client, claim_id, ret);
+	if (!ret)
+		ret = end;
+	if (ret) {
+		fprintf(stderr, "selene bench pool: a same-host claim: %s%s%s\n",
+			sel_strerror(ret), why[0] ? ": " : "", why);
+		return ret;
+	}
+	if (bytes != m->payload) {
+		fprintf(stderr, "selene bench pool: a same-host claim copied %" PRIu64 " of %"
+				PRIu64 " bytes\n", bytes, m->payload);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* One bulk host-to-device copy of the payload from registered memory; seconds in *s. */
+static int shm_bulk_once(struct shm_bench *m, double *s)
+{
+	struct shard_copy c = { .device_address = m->bulk_device, .host = m->bulk_host,
+				.bytes = m->payload };
+	double start = now_s();
+	int ret = shard_device_copy(m->dev, SHARD_HOST_TO_DEVICE, &c, 1);
+	int drained = shard_device_synchronize(m->dev);
+
+	*s = now_s() - start;
+	return ret ? ret : drained;
+}
+
+static int shm_rounds(struct shm_bench *m, const uint8_t *image)
+{
+	struct pool_bench *b = m->b;
+	double claim_mid, copy_mid, bulk_mid, gb = (double)m->payload / 1e9;
+	int ret;
+
+	for (uint32_t r = 0; r < b->rounds; r++) {
+		ret = shm_claim_once(m, &m->claim_s[r], &m->copy_s[r]);
+		if (!ret && r == 0 && shm_check(m, image) != 0) {
+			fprintf(stderr, "selene bench pool: the same-host claim put wrong bytes on "
+					"the device\n");
+			return -EIO;
+		}
+		if (!ret)
+			ret = shm_bulk_once(m, &m->bulk_s[r]);
+		if (ret) {
+			fprintf(stderr, "selene bench pool: same-host round %u: %s\n", r,
+				sel_strerror(ret));
+			return ret;
+		}
+	}
+	claim_mid = median(m->claim_s, b->rounds);
+	copy_mid = median(m->copy_s, b->rounds);
+	bulk_mid = median(m->bulk_s, b->rounds);
+	printf("same-host claim (arena -> %s device page ids, %" PRIu64 " bytes: %u pages "
+	       "in %u copies each and the row): p50 %.2f ms, %.2f GB/s (copies alone p50 "
+	       "%.2f ms, %.2f GB/s)\n", m->dev->ops->name, m->payload, b->pages,
+	       b->g.page_plane_count, claim_mid * 1e3, gb / claim_mid, copy_mid * 1e3,
+	       gb / copy_mid);
+	printf("bulk host-to-device copy of the same bytes from registered memory: p50 "
+	       "%.2f ms, %.2f GB/s\n", bulk_mid * 1e3, gb / bulk_mid);
+	printf("same-host claim / bulk copy: %.2f (target >= 0.80 on the GPU)\n",
+	       bulk_mid / claim_mid);
+	return 0;
+}
+
+/* The same-host claim line; a manager on another host skips it (said). */
+static int shm_bench(struct pool_bench *b, const uint8_t *image)
+{
+	struct shm_bench m = { .b = b };
+	const struct rec_geometry *g = &b->g;
+	char why[256] = "";
+	double start;
+	int ret;
+
+	ret = pool_arena_map(b->client, &m.arena, &m.arena_bytes, why, sizeof(why));
+	if (ret == -ENOENT) {
+		printf("same-host claim: skipped, the manager is not on this host (%s)\n", why);
+		return 0;
+	}
+	if (ret) {
+		fprintf(stderr, "selene bench pool: the manager's arena: %s\n", why);
+		return ret;
+	}
+	ret = shard_device_open(b->device_kind, 0, &m.dev, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "selene bench pool: device %s: %s\n", b->device_kind, why);
+		return ret;
+	}
+	m.cuda = shard_device_is_cuda(m.dev);
+	ret = shard_device_bind(m.dev);
+	if (ret)
+		goto out_close_device;
+	m.payload = g->row_plane.unit_bytes;
+	for (uint32_t k = 0; k < g->page_plane_count; k++) {
+		m.payload += (uint64_t)g->page_planes[k].unit_bytes * b->pages;
+		if (!ret)
+			ret = shm_alloc(&m, (uint64_t)g->page_planes[k].unit_bytes * b->pages,
+					&m.planes.page_base[k]);
+	}
+	if (!ret)
+		ret = shm_alloc(&m, g->row_plane.unit_bytes, &m.planes.row_base);
+	if (!ret)
+		ret = shm_alloc(&m, m.payload, &m.bulk_device);
+	m.bulk_host = aligned_alloc(4096, sel_align_up(m.payload, 4096));
+	m.page_ids = calloc(b->pages, sizeof(*m.page_ids));
+	m.claim_s = calloc(b->rounds, sizeof(double));
+	m.copy_s = calloc(b->rounds, sizeof(double));
+	m.bulk_s = calloc(b->rounds, sizeof(double));
+	if (!ret && (!m.bulk_host || !m.page_ids || !m.claim_s || !m.copy_s || !m.bulk_s))
+		ret = -ENOMEM;
+	if (ret) {
+		fprintf(stderr, "selene bench pool: device memory for the same-host claim: %s\n",
+			sel_strerror(ret));
+		goto out_free;
+	}
+	for (uint32_t j = 0; j < b->pages; j++)
+		m.page_ids[j] = b->pages - 1 - j;
+	for (uint64_t i = 0; i < m.payload; i++)
+		m.bulk_host[i] = image[b->layout.page_offset + i % (b->layout.page_stride * b->pages)];
+	ret = m.dev->ops->register_host(m.dev, m.bulk_host, sel_align_up(m.payload, 4096));
+	if (ret) {
+		fprintf(stderr, "selene bench pool: registering the bulk copy's memory: %s\n",
+			sel_strerror(ret));
+		goto out_free;
+	}
+	m.bulk_registered = true;
+	start = now_s();
+	ret = shard_device_register_read_only(m.dev, m.arena, m.arena_bytes);
+	if (ret) {
+		fprintf(stderr, "selene bench pool: the %s device refused the arena: %s\n",
+			m.dev->ops->name, sel_strerror(ret));
+		goto out_free;
+	}
+	m.arena_registered = true;
+	printf("same-host claim: the manager's arena (%" PRIu64 " bytes) mapped read-only and "
+	       "registered with the %s device in %.2f ms\n", m.arena_bytes, m.dev->ops->name,
+	       (now_s() - start) * 1e3);
+	ret = shard_pool_share_init(&m.share, g, &b->ns, &m.planes, m.dev);
+	if (ret)
+		goto out_free;
+	m.share_ready = true;
+	ret = shm_rounds(&m, image);
+out_free:
+	if (m.share_ready)
+		shard_pool_share_destroy(&m.share);
+	if (m.arena_registered)
+		m.dev->ops->unregister_host(m.dev, (void *)m.arena);
+	if (m.bulk_registered)
+		m.dev->ops->unregister_host(m.dev, m.bulk_host);
+	free(m.claim_s);
+	free(m.copy_s);
+	free(m.bulk_s);
+	free(m.page_ids);
+	free(m.bulk_host);
+	shm_free(&m, m.bulk_device);
+	shm_free(&m, m.planes.row_base);
+	for (uint32_t k = 0; k < g->page_plane_count; k++)
+		shm_free(&m, m.planes.page_base[k]);
+out_close_device:
+	shard_device_close(m.dev);
+	return ret;
+}
+
 static int bench_pool_attached(struct pool_bench *b);
 
 static void *manager_thread(void *arg)
@@ -620,6 +927,8 @@ static int bench_pool_attached(struct pool_bench *b)
 	if (ret)
 		goto out_free;
 	ret = run_rounds(b, image);
+	if (!ret)
+		ret = shm_bench(b, image);
 out_free:
 	for (uint32_t i = 0; i < BENCH_POOL_SLOTS; i++)
 		free(b->slots[i]);
@@ -640,6 +949,7 @@ int bench_pool(const char *scratch, const struct bench_pool_options *o)
 		.rounds = o->rounds ? o->rounds : 12,
 		.manager_address = o->manager,
 		.secret_file = o->secret_file,
+		.device_kind = o->device ? o->device : "auto",
 	};
 
 	return bench_pool_run(&b) ? 1 : 0;

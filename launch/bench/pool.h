@@ -14,6 +14,8 @@ struct bench_pool_options {
 	 * this process with a fresh secret. */
 	const char *manager;
 	const char *secret_file;
+	/* The device of the same-host claim line: "auto", "cuda" or "host"; NULL: "auto". */
+	const char *device;
 };
 
 /*

@@ -1,0 +1,312 @@
+/*
+ * A rank's pool link (shard/pool_link.h) on the manager's host, with a
+ * manager in this process: a device that refuses to register the arena
+ * makes claims stream (byte-exact) with one warning for the link's life;
+ * the host device claims from the arena, reading no stream window.
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "common/log.h"
+#include "pool/manager.h"
+#include "record/dir.h"
+#include "record/file.h"
+#include "record/format.h"
+#include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/pool_link.h"
+#include "shard/pool_share.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define UNIT 4096u
+#define ROW 6000u
+#define PLANES 2u
+#define PAGES 8u
+
+struct fixture {
+	char *base;
+	struct pool_manager *manager;
+	pthread_t thread;
+	struct shard_pool_plan plan;
+	struct shard_pool_link *link;
+	struct shard_pool_conn conn;
+	struct rec_key key;
+	char record_path[600];
+	uint64_t record_bytes;
+	uint8_t *pages;          /* the record's pages, stored page order */
+	uint8_t *row;
+	uint8_t *device_planes[PLANES];
+	uint8_t *device_rows;
+	struct shard_planes bases;
+	struct shard_pool_record chain[1];
+	uint32_t page_ids[PAGES];
+	struct shard_device *device; /* the test's; closed after the link, which registered with it */
+	int warnings;
+	char last[512];
+};
+
+static void *manager_thread(void *arg)
+{
+	pool_manager_run(arg);
+	return NULL;
+}
+
+static void catch_warning(enum sel_log_level level, const char *message, void *user)
+{
+	struct fixture *f = user;
+
+	if (level == SEL_LOG_WARN && strstr(message, "pool:")) {
+		f->warnings++;
+		snprintf(f->last, sizeof(f->last), "%s", message);
+	}
+}
+
+/* Writes the record (PAGES pages and the row) as a record file under the base. */
+static void write_record(struct fixture *f)
+{
+	const struct rec_geometry *g = &f->plan.geometry;
+	struct rec_dir_options o = { .base_path = f->base, .namespace_id = &f->plan.namespace_id,
+				     .geometry = g, .no_direct = true };
+	struct rec_digest bucket = { { 0 } };
+	char why[256], name[REC_FILE_NAME_BYTES];
+	struct rec_dir *dir;
+	struct rec_header h;
+	struct rec_writer w;
+	struct stat st;
+
+	f->key.consumed = (uint64_t)PAGES * g->page_tokens;
+	f->key.digest.bytes[0] = 0x51;
+	f->pages = tu_alloc((size_t)g->page_record_bytes * PAGES);
+	f->row = tu_alloc(g->row_record_bytes);
+	tu_fill(f->pages, (size_t)g->page_record_bytes * PAGES, 77);
+	tu_fill(f->row, ROW, 78);
+	if (rec_dir_open(&o, &dir, why, sizeof(why)) != 0)
+		fail_msg("dir: %s", why);
+	assert_int_equal(rec_header_init(&h, g, &f->plan.namespace_id, &f->key, NULL, &bucket, 0,
+					 PAGES, 1), 0);
+	assert_int_equal(rec_writer_begin(&w, dir, &h), 0);
+	assert_int_equal(rec_writer_put_pages(&w, 0, PAGES, f->pages), 0);
+	assert_int_equal(rec_writer_put_row(&w, f->row), 0);
+	assert_int_equal(rec_writer_commit(&w), 0);
+	rec_file_name(name, &f->key);
+	snprintf(f->record_path, sizeof(f->record_path), "%s/%s", rec_dir_path(dir), name);
+	assert_int_equal(stat(f->record_path, &st), 0);
+	f->record_bytes = (uint64_t)st.st_size;
+	rec_dir_close(dir);
+}
+
+/* Polls fn until it answers (not 0), 10 s at most. */
+#define POLL(expr)                                                                    \
+	({                                                                            \
+		int rc_ = 0;                                                          \
+		for (int i_ = 0; i_ < 100000 && (rc_ = (expr)) == 0; i_++)            \
+			usleep(100);                                                  \
+		rc_;                                                                  \
+	})
+
+/* The link's session puts the record: its one share sent by the engine's put_share. */
+static void put_record(struct fixture *f)
+{
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_put_spec spec = { .key = f->key, .first_page_index = 0,
+				      .tail_page_count = PAGES, .row = true,
+				      .share_bytes = &f->record_bytes };
+	uint64_t request = 0, put_id = 0;
+	char why[256] = "";
+	int fd;
+
+	assert_int_equal(pool_put_begin(c, &spec, &request), 0);
+	assert_int_equal(POLL(pool_put_poll(c, request, &put_id)), 1);
+	fd = open(f->record_path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	if (f->conn.put_share(f->conn.ctx, put_id, fd, f->record_bytes, why, sizeof(why)) != 0)
+		fail_msg("put: %s", why);
+	close(fd);
+	assert_int_equal(pool_put_commit(c, put_id, true), 0);
+	assert_int_equal(POLL(pool_put_outcome(c, put_id)), 1);
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct pool_manager_config mc = { .listen = "127.0.0.1:0", .name = "link-test",
+					   .memory_bytes = 16u << 20 };
+	struct rec_identity model;
+	uint8_t instance[POOL_INSTANCE_ID_BYTES];
+	char address[64], why[256] = "";
+
+	f->base = tu_make_temp_dir("pool-link");
+	tu_geometry(&f->plan.geometry, 16, PLANES, UNIT, ROW, 0, 1);
+	tu_identities(&model, &f->plan.namespace_id);
+	f->plan.world_size = 1;
+	f->plan.page_bytes[0] = f->plan.geometry.page_record_bytes;
+	f->plan.row_bytes[0] = f->plan.geometry.row_record_bytes;
+	assert_int_equal(getrandom(f->plan.secret, sizeof(f->plan.secret), 0),
+			 sizeof(f->plan.secret));
+	memcpy(mc.secret, f->plan.secret, sizeof(mc.secret));
+	if (pool_manager_open(&mc, &f->manager, why, sizeof(why)) != 0)
+		fail_msg("manager: %s", why);
+	assert_int_equal(pthread_create(&f->thread, NULL, manager_thread, f->manager), 0);
+	snprintf(address, sizeof(address), "127.0.0.1:%u", pool_manager_port(f->manager));
+	memset(instance, 0x3c, sizeof(instance));
+	if (shard_pool_link_open(&f->plan, address, instance, 10000, &f->link, why,
+				 sizeof(why)) != 0)
+		fail_msg("link: %s", why);
+	shard_pool_link_conn(f->link, &f->conn);
+	write_record(f);
+	put_record(f);
+	for (uint32_t p = 0; p < PLANES; p++) {
+		f->device_planes[p] = tu_alloc((size_t)UNIT * f->plan.geometry.page_count);
+		f->bases.page_base[p] = (uintptr_t)f->device_planes[p];
+	}
+	f->device_rows = tu_alloc((size_t)ROW * f->plan.geometry.row_count);
+	f->bases.row_base = (uintptr_t)f->device_rows;
+	f->chain[0] = (struct shard_pool_record){ .key = f->key, .first_page_index = 0,
+						  .tail_page_count = PAGES, .row = true };
+	for (uint32_t j = 0; j < PAGES; j++)
+		f->page_ids[j] = 40 - j; /* other page ids, in reverse */
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	shard_pool_link_close(f->link);
+	if (f->device)
+		shard_device_close(f->device);
+	pool_manager_stop(f->manager);
+	pthread_join(f->thread, NULL);
+	pool_manager_close(f->manager);
+	for (uint32_t p = 0; p < PLANES; p++)
+		free(f->device_planes[p]);
+	free(f->device_rows);
+	free(f->pages);
+	free(f->row);
+	tu_remove_tree(f->base);
+	shard_pool_plan_destroy(&f->plan);
+	free(f);
+	return 0;
+}
+
+/* One claim of the record into page ids 40 .. 33 and slot 2 on device; its bytes checked. */
+static void claim(struct fixture *f, struct shard_device *device)
+{
+	const struct rec_geometry *g = &f->plan.geometry;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry entries[4];
+	struct pool_claim_grant grant;
+	struct shard_pool_share share;
+	uint64_t claim_id = 0, bytes = 0;
+	uint32_t count = 0;
+	char why[256] = "";
+
+	for (uint32_t p = 0; p < PLANES; p++)
+		memset(f->device_planes[p], 0xee, (size_t)UNIT * g->page_count);
+	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
+	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)), 1);
+	assert_int_equal(count, 1);
+	assert_int_equal(shard_pool_share_init(&share, g, &f->plan.namespace_id, &f->bases,
+					       device), 0);
+	assert_int_equal(shard_pool_share_begin(&share, f->chain, 1, 0, f->page_ids, PAGES, 2,
+						why, sizeof(why)), 0);
+	if (f->conn.claim_share(f->conn.ctx, claim_id, f->chain, 1, 0, &share, why,
+				sizeof(why)) != 0)
+		fail_msg("claim: %s", why);
+	assert_int_equal(shard_pool_share_finish(&share, &bytes, why, sizeof(why)), 0);
+	shard_pool_share_destroy(&share);
+	assert_int_equal(pool_claim_end(c, claim_id, 0), 0);
+	for (uint32_t j = 0; j < PAGES; j++)
+		for (uint32_t k = 0; k < PLANES; k++)
+			if (memcmp(f->device_planes[k] + (size_t)UNIT * f->page_ids[j],
+				   f->pages + g->page_record_bytes * j + share.plane_offset[k],
+				   UNIT) != 0)
+				fail_msg("page %u plane %u differs", j, k);
+	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
+}
+
+static int refusing_register(struct shard_device *dev, const void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	return -EPERM;
+}
+
+/* The host device, its read-only registration refused. */
+static const struct shard_device_ops *refusing_ops(const struct shard_device *host)
+{
+	static struct shard_device_ops ops;
+
+	ops = *host->ops;
+	ops.name = "refusing";
+	ops.register_read_only = refusing_register;
+	return &ops;
+}
+
+/* A device that refuses the arena: claims stream, byte-exact, one warning for the link. */
+static void test_pool_link_refused_registration_streams(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	struct shard_device *dev;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	dev = f->device;
+	dev->ops = refusing_ops(dev);
+	shard_pool_link_counts(&before);
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(catch_warning, f);
+	claim(f, dev);
+	claim(f, dev);
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.arena_refusals, before.arena_refusals + 1);
+	assert_int_equal(after.stream_claims, before.stream_claims + 2);
+	assert_true(after.stream_windows > before.stream_windows);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	assert_int_equal(f->warnings, 1);
+	assert_non_null(strstr(f->last, "refused to register"));
+}
+
+/* The host device: claims copy from the arena and read no stream window. */
+static void test_pool_link_claims_from_arena(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	struct shard_device *dev;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	dev = f->device;
+	shard_pool_link_counts(&before);
+	claim(f, dev);
+	claim(f, dev);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.arena_claims, before.arena_claims + 2);
+	assert_int_equal(after.arena_records, before.arena_records + 2);
+	assert_int_equal(after.stream_windows, before.stream_windows);
+	assert_int_equal(after.arena_refusals, before.arena_refusals);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_pool_link_refused_registration_streams, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_claims_from_arena, setup, teardown),
+	};
+
+	sel_log_set_level(SEL_LOG_ERROR);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
