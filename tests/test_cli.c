@@ -1826,6 +1826,7 @@ static void test_cli_run_pool_two_launches(void **state)
 
 		dup2(fd, 1);
 		dup2(fd, 2);
+		setenv("SELENE_LOG", "info", 1); /* it says its port at info */
 		execl(program ? program : "build/selene", "selene", "pool", "--secret", path,
 		      "--memory", "8M", "--listen", "127.0.0.1:0", "--name", "cli-run",
 		      (char *)NULL);
