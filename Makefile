@@ -166,7 +166,7 @@ test-python:
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider \
 		python/tests examples/torch-tp/test_units.py
-	$(Q)if [ -x examples/torch-tp/run-tests ]; then PYTHON=$(PYTHON) examples/torch-tp/run-tests; fi
+	$(Q)if [ -x examples/torch-tp/run-tests ]; then PYTHON=$(PYTHON) SELENE=$(abspath $(PROGRAM)) examples/torch-tp/run-tests; fi
 
 # The cuda backend on a GPU: the round trip, then the copy, store and fetch
 # benchmarks. Logs go to $(BUILD)/test-gpu.log and $(BUILD)/bench-gpu.log;

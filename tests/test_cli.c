@@ -1779,6 +1779,111 @@ static void test_cli_run_mpirun_unreadable_at_startup(void **state)
 	tu_remove_tree(base);
 }
 
+/*
+ * selene run --pool across two launches: a selene pool process on
+ * loopback; instance A (mpirun, two ranks, a disk limit under four
+ * records) cascades records to it; instance B (another mpirun, its own
+ * empty directories) restores them from the pool on both ranks, every page
+ * and row checked byte-exact against what A prefilled (the same spans
+ * make the same bytes). On its host the pool answers within a 2 ms grace,
+ * which a busy machine can miss: B is launched again, fresh, up to three
+ * times.
+ */
+static void test_cli_run_pool_two_launches(void **state)
+{
+	const char *program = getenv("SELENE_PROGRAM");
+	char *base = tu_make_temp_dir("run-pool-two");
+	char path[512], script[4096], text[4096] = "", *at;
+	unsigned port = 0;
+	int status = 0, checked;
+	pid_t pid;
+	FILE *f;
+
+	(void)state;
+	if (!mpirun_built()) {
+		tu_remove_tree(base);
+		skip();
+	}
+	snprintf(path, sizeof(path), "%s/secret", base);
+	write_text(path, "0123456789abcdef0123456789abcdef");
+	assert_int_equal(chmod(path, 0600), 0);
+	/* eight conversations of 64 tokens: 44 KiB a rank's record */
+	f = fopen(strcat(strcpy(script, base), "/a.jsonl"), "w");
+	assert_non_null(f);
+	for (int i = 1; i <= 8; i++)
+		fprintf(f, "{\"id\": \"c%d\", \"settle\": true, \"spans\": [[%d, 64]]}\n", i, i);
+	fclose(f);
+	f = fopen(strcat(strcpy(script, base), "/b.jsonl"), "w");
+	assert_non_null(f);
+	for (int i = 1; i <= 8; i++)
+		fprintf(f, "{\"id\": \"d%d\", \"spans\": [[%d, 64], [99, 5]]}\n", i, i);
+	fclose(f);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(strcat(strcpy(script, base), "/pool.out"),
+			      O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("SELENE_LOG", "info", 1); /* it says its port at info */
+		execl(program ? program : "build/selene", "selene", "pool", "--secret", path,
+		      "--memory", "8M", "--listen", "127.0.0.1:0", "--name", "cli-run",
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000 && !strstr(text, "listening on port"); i++) {
+		usleep(10000);
+		f = fopen(strcat(strcpy(script, base), "/pool.out"), "r");
+		if (f) {
+			text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+			fclose(f);
+		}
+	}
+	at = strstr(text, "listening on port ");
+	assert_non_null(at);
+	assert_int_equal(sscanf(at, "listening on port %u", &port), 1);
+	/*
+	 * A: 140K holds three records, the cascade puts past 122.5K, and the
+	 * run offers refused checkpoints again while the cascade makes room.
+	 * B: its first 64 tokens come from the pool, the rest prefilled.
+	 */
+	snprintf(script, sizeof(script),
+		 "prog=$(realpath %s) || exit 1\n"
+		 "sr() { " MPIRUN_LOOPBACK "-np 2 -x SELENE_LOG -x ASAN_OPTIONS \"$prog\" run "
+		 "--device host --planes 2x4K --row-bytes 4K --page-tokens 16 --gpu-pages 40 "
+		 "--gpu-rows 4 --pool 127.0.0.1:%u --pool-secret %s \"$@\"; }\n"
+		 "cd %s || exit 1\n"
+		 "sr --trace a.jsonl --dir a%%r --disk-limit 140K --results a.res > out 2>&1 || exit 1\n"
+		 "grep -q '\"pool\": {\"attached\": true, .*\"puts\": [1-9]' a.res || exit 1\n"
+		 "for try in 1 2 3; do\n"
+		 "  rm -rf b0 b1\n"
+		 "  sr --trace b.jsonl --dir b%%r --results b.res >> out 2>&1 || exit 1\n"
+		 "  grep -q '\"wrong_units\": 0, .*\"verified\": true, \"ok\": true, "
+		 "\"pool\": {\"attached\": true, \"hits\": [1-9][0-9]*, \"claims\": [1-9]' b.res &&\n"
+		 "  grep -q '\"host_reused\": 64, .*\"verified\": true, \"ok\": true}' b.res &&\n"
+		 "  grep -q '  pool             attached; [1-9][0-9]* hits*, ' out && exit 0\n"
+		 "done\n"
+		 "exit 1\n",
+		 program ? program : "build/selene", port, path, base);
+	write_text(strcat(strcpy(text, base), "/check.sh"), script);
+	snprintf(script, sizeof(script), "bash %s/check.sh", base);
+	checked = system(script);
+	if (checked != 0) {
+		snprintf(script, sizeof(script), "cat %s/out %s/*.res %s/pool.out", base, base,
+			 base);
+		if (system(script) != 0)
+			print_message("(the output could not be shown)\n");
+	}
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(checked, 0);
+	/* the manager drains and exits 0 with instances gone */
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	tu_remove_tree(base);
+}
+
 /* A free loopback port (closed again: rank zero binds it with SO_REUSEADDR). */
 static uint16_t free_port(void)
 {
@@ -1941,6 +2046,7 @@ int main(void)
 		cmocka_unit_test(test_cli_log_escapes_and_bad_level),
 		cmocka_unit_test(test_cli_run_interrupted),
 		cmocka_unit_test(test_cli_pool_daemon),
+		cmocka_unit_test(test_cli_run_pool_two_launches),
 		cmocka_unit_test(test_cli_bench_cleans_up),
 		cmocka_unit_test(test_cli_bench_startup),
 	};

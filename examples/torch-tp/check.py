@@ -4,7 +4,9 @@ tokens with the reference run's (every prompt computed in full).
     check.py corrupt DIR           flips one page byte in every record under DIR
     check.py compare REF PHASE...  tokens equal per request; counts of each kind
     check.py warm RESULTS hits     every restore of a run with --warm served warm
-    check.py warm RESULTS restart  every restore of a restarted run read the disk"""
+    check.py warm RESULTS restart  every restore of a restarted run read the disk
+    check.py pool PUT CLAIM        one instance put records to a pool, another restored
+                                   them from it, bitwise equal"""
 
 import json
 import os
@@ -132,7 +134,38 @@ def warm(path, kind):
     return 1 if problems else 0
 
 
+def pool(put_path, claim_path):
+    """Two instances sharing one selene pool (engine.py --pool): the first
+    put records to it (its disk limit made them leave), the second,
+    separate and with empty directories, restored prefixes from it, every
+    restored page and row equal to the digests the first recorded."""
+    _, put = load(put_path)
+    results, claim = load(claim_path)
+    a, b = put.get("store", {}), claim.get("store", {})
+    problems = []
+    if not a.get("pool_attached") or not b.get("pool_attached"):
+        problems.append("an instance was not attached to the pool")
+    if not a.get("pool_puts"):
+        problems.append("%s put no record to the pool" % put_path)
+    if not b.get("pool_claims"):
+        problems.append("%s restored nothing from the pool" % claim_path)
+    if b.get("pool_claim_failures") or claim.get("restore_failures"):
+        problems.append("%d restores from the pool failed" % b.get("pool_claim_failures", 0))
+    if claim.get("wrong_pages") or not all(r.get("verified") for r in results.values()):
+        problems.append("a restore from the pool was not bitwise the pages stored")
+    for problem in problems:
+        print("FAILED: %s" % problem)
+    if not problems:
+        print("pool: %d records put by the first instance, %d restores from the pool by the "
+              "second, %d tokens, every page and row bitwise equal" % (
+                  a["pool_puts"], b["pool_claims"],
+                  sum(r.get("host_reused", 0) for r in results.values())))
+    return 1 if problems else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "pool":
+        sys.exit(pool(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == "warm" and sys.argv[3] in ("hits", "restart"):
         sys.exit(warm(sys.argv[2], sys.argv[3]))
     if len(sys.argv) >= 3 and sys.argv[1] == "corrupt":

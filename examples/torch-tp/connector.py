@@ -57,6 +57,11 @@ class SeleneConnector:
         hit = self.store.lookup(history, resident)
         return hit if hit is not None and hit.consumed > resident else None
 
+    def lookup_pending(self, history) -> bool:
+        """Whether the pool may still answer history's lookup (within its
+        grace period): an engine holds the request and looks up again."""
+        return self.store.lookup_pending(history)
+
     def estimate(self, hit):
         """(transfer s, prefill s) of restoring hit against recomputing it,
         per rank (ranks move and compute their shares at once)."""

@@ -151,7 +151,8 @@ def store_config(args, model, kv, cluster, device):
         device_ordinal=device.index or 0, durable=False,
         disk_limit_bytes=args.disk_limit if args.disk_limit is not None else selene.DISK_LIMIT_AUTO,
         cluster=cluster if cluster.world_size > 1 else None, warm_bytes=args.warm,
-        warm_policy=args.warm_policy, max_age_ms=args.max_age_ms)
+        warm_policy=args.warm_policy, max_age_ms=args.max_age_ms, pool=args.pool,
+        pool_secret_file=args.pool_secret)
 
 
 def size(text):
@@ -191,9 +192,15 @@ def parse_args(argv):
                    help="fetch or recompute: the seed 2.10 rule, or always one way")
     p.add_argument("--reference", action="store_true",
                    help="no GPU cache reuse and no Selene: every prompt computed in full")
+    p.add_argument("--pool", metavar="ADDR", help="a pool manager (selene pool) at host:port: "
+                   "records leaving the disk go there, lookups ask it")
+    p.add_argument("--pool-secret", metavar="FILE", help="the pool's 32-byte secret (mode 600)")
     p.add_argument("--results", help="JSON lines: a line per request, then a summary")
     p.add_argument("--digests", help="file keeping the stored pages' digests across runs")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.pool is None) != (args.pool_secret is None):
+        p.error("--pool and --pool-secret go together")
+    return args
 
 
 def report(args, sched, done, seconds, world):
@@ -211,7 +218,8 @@ def report(args, sched, done, seconds, world):
         summary["store"] = {k: getattr(st, k) for k in (
             "fetches", "fetch_failures", "warm_hits", "warm_records", "warm_slots_total",
             "warm_evictions", "scanned_records", "stored", "warm_dirty_records", "warm_writes",
-            "warm_spills", "warm_write_failures", "expired", "warm_expired")}
+            "warm_spills", "warm_write_failures", "expired", "warm_expired", "pool_attached",
+            "pool_puts", "pool_put_failures", "pool_hits", "pool_claims", "pool_claim_failures")}
         summary["store"]["warm_policy"] = args.warm_policy
         if st.warm_slots_total:
             print("torch-tp: warm tier of %d slots a rank, %s: %d restores of %d served warm, "
@@ -220,6 +228,13 @@ def report(args, sched, done, seconds, world):
                       st.warm_slots_total, args.warm_policy, st.warm_hits, st.fetches,
                       st.warm_records, st.warm_dirty_records, st.warm_evictions,
                       st.warm_writes, st.warm_spills), flush=True)
+    if args.pool and getattr(sched, "store_stats", None) is not None:
+        st = sched.store_stats
+        print("torch-tp: pool %s, %s: %d records put (%d failed), %d lookups answered, "
+              "%d restores from it (%d failed)" % (
+                  args.pool, "attached" if st.pool_attached else "not attached", st.pool_puts,
+                  st.pool_put_failures, st.pool_hits, st.pool_claims, st.pool_claim_failures),
+              flush=True)
     if sched.sel is not None:
         summary["rule"] = [dict(tokens=t, fetch_s=round(f, 6), prefill_s=round(p, 6), fetched=x)
                            for t, f, p, x in sched.sel.decisions]

@@ -172,6 +172,10 @@ class Scheduler:
             self.sel.touch(q.history, k.consumed)
         if q.position < len(q.tokens) and self.sel is not None and self.try_restore(q):
             return
+        if q.position < len(q.tokens) and self.sel is not None and \
+                self.sel.lookup_pending(q.history):
+            q.state = "lookup"  # the pool may still answer: asked again next steps
+            return
         if q.position == len(q.tokens):
             self.start_prefill_or_decode(q, k.row)
         else:
@@ -202,6 +206,15 @@ class Scheduler:
         q.hit, q.dest, q.row, q.state = hit, dest, row, "inbound"
         q.restore_t0 = time.perf_counter()
         return True
+
+    def lookup_again(self, q):
+        """A request held while the pool's answer may come (at most the
+        grace period, sel_lookup_pending): restored when it came with a
+        longer prefix, prefilled once the answer is final."""
+        if self.try_restore(q):
+            return
+        if not self.sel.lookup_pending(q.history):
+            q.state = "prefill"
 
     def start_prefill_or_decode(self, q, row):
         if q.position < len(q.tokens):
@@ -363,12 +376,15 @@ class Scheduler:
                 waiting.pop(0)
                 active.append(q)
                 self.admit(q)
+            for q in [r for r in active if r.state == "lookup"]:
+                self.lookup_again(q)
             runnable = [q for q in active if q.state in ("prefill", "decode")]
             inbound = any(q.state == "inbound" for q in active)
             # the first in turn whose next step finds its pages
             q = next((r for r in runnable if self.grow(r)), None)
             if q is None:
-                if runnable and not (self.stores or self.deferred or inbound):
+                looking = any(r.state == "lookup" for r in active)
+                if runnable and not (self.stores or self.deferred or inbound or looking):
                     self.preempt(runnable, waiting, active)  # else none ever steps again
                     continue
                 # restores in flight, or stores copying the pages a step

@@ -63,6 +63,9 @@ class FakeConnector:
     def lookup(self, history, resident):
         return None
 
+    def lookup_pending(self, history):
+        return False  # no pool
+
     def worth_fetching(self, hit):
         return False  # never reached: lookup finds nothing
 
@@ -236,6 +239,36 @@ def test_scheduler_waits_for_pages_its_stores_copy():
     assert [q.id for q in done] == ["first", "second"]
     assert sched.sel.stored == 3 and sched.sel.clobbered == 0
     assert sched.cache.evictions >= 1
+
+
+class PendingConnector(FakeConnector):
+    """A pool whose answer may come for the first `pending` asks of each
+    history, then is final and finds nothing."""
+
+    def __init__(self, ranks, store_polls, pending):
+        super().__init__(ranks, store_polls)
+        self.pending, self.asked = pending, {}
+
+    def lookup(self, history, resident):
+        self.asked[id(history)] = self.asked.get(id(history), 0) + 1
+        return None
+
+    def lookup_pending(self, history):
+        return self.asked.get(id(history), 0) <= self.pending
+
+
+def test_scheduler_holds_a_request_while_the_pool_may_answer():
+    """A request whose lookup may still be answered by the pool waits in the
+    lookup state, asked again each step, while another request runs; once
+    the answer is final it prefills (before, it prefilled at once and a
+    pool's answer was never asked for again)."""
+    sched = scheduler(max_active=2)
+    sched.sel = PendingConnector(sched.ranks, store_polls=1, pending=5)
+    done = run_requests(sched, [request("first", 32, decode=4),
+                                request("second", 32, decode=2, seed=1)], seconds=5)
+    assert sorted(q.id for q in done) == ["first", "second"]
+    assert sorted(sched.sel.asked.values()) == [6, 6]  # asked until pending was false
+    assert all(q.result["prefilled"] == 32 for q in done)
 
 
 def test_scheduler_preempts_when_no_request_can_grow():

@@ -48,6 +48,7 @@
 
 #define RUN_EVENT_WAIT_MS 120000u /* default: a store or fetch event */
 #define RUN_CLOSE_DRAIN_MS 60000u
+#define RUN_POOL_QUIET_MS 1000u /* see run_pool_offer_until_quiet */
 #define RUN_START_FAILURE_MS 10000u /* a failed start waits this long for the rest */
 
 /* SIGINT or SIGTERM: rank zero admits no more requests, drains and ends
@@ -620,7 +621,10 @@ static bool run_lookup(struct run *r, const struct launch_synth_prompt *prompt,
 				return true;
 			if (!r->opt.pool || !sel_lookup_pending(r->store, cur))
 				break;
-			run_poll(r);
+			if (run_poll(r) < 0)
+				return false;
+			if (r->progress) /* the cascade freed room: refused offers again */
+				run_offer_again(r);
 			usleep(100);
 		}
 		if (!r->opt.pool || tries + 1 >= RUN_POOL_LOOKUP_TRIES)
@@ -857,6 +861,41 @@ static int run_settle(struct run *r)
 }
 
 /*
+ * Attached to a pool, checkpoints the store refused for room are offered
+ * again while its cascade puts records to the pool and so makes room, as
+ * a serving engine would go on offering them: until none is left, the
+ * store stops, or the pool's puts and the store's evictions stand still
+ * for RUN_POOL_QUIET_MS (then they stay refused, as without a pool).
+ */
+static void run_pool_offer_until_quiet(struct run *r)
+{
+	struct sel_stats st;
+	uint64_t moved = UINT64_MAX, quiet_since = sel_monotonic_ns();
+
+	if (!r->opt.pool)
+		return;
+	while (r->retry_count && !r->stopped) {
+		uint64_t now;
+
+		if (sel_store_stats(r->store, &st) || !st.pool_attached)
+			return;
+		now = sel_monotonic_ns();
+		if (st.pool_puts + st.pool_put_failures + st.evictions != moved) {
+			moved = st.pool_puts + st.pool_put_failures + st.evictions;
+			quiet_since = now;
+		} else if (now - quiet_since > RUN_POOL_QUIET_MS * 1000000ull) {
+			return;
+		}
+		while (run_poll(r) > 0)
+			;
+		run_offer_again(r);
+		if (run_settle(r))
+			return;
+		usleep(500);
+	}
+}
+
+/*
  * Written through, every warm record reaches the disk soon after it is
  * stored: its ON_DISK events are taken (for the stored log) before the
  * close, up to the event timeout. Written behind, they reach it in the
@@ -1082,7 +1121,16 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		       t->offer_failures, launch_plural(t->offer_failures, "offer", "offers"),
 		       r->stopped ? "; the store stopped" : "",
 		       r->interrupted ? "; interrupted before the trace ended" : "");
-	if (r->warm_end_taken)
+	if (r->warm_end_taken && r->opt.pool)
+		printf("  pool             %s; %" PRIu64 " %s, %" PRIu64 " %s restored (%"
+		       PRIu64 " failed), %" PRIu64 " records put (%" PRIu64 " failed), %"
+		       PRIu64 " refusals\n", r->warm_end.pool_attached ? "attached" : "not attached",
+		       r->warm_end.pool_hits, launch_plural(r->warm_end.pool_hits, "hit", "hits"),
+		       r->warm_end.pool_claims,
+		       launch_plural(r->warm_end.pool_claims, "claim", "claims"),
+		       r->warm_end.pool_claim_failures, r->warm_end.pool_puts,
+		       r->warm_end.pool_put_failures, r->warm_end.pool_refusals);
+	if (r->warm_end_taken && r->opt.warm_bytes)
 		printf("  warm tier        %" PRIu64 " restores from warm slots, %" PRIu64
 		       " partly, %" PRIu64 " records read through; %" PRIu64 " written from "
 		       "warm\n", r->warm_end.warm_hits, r->warm_end.warm_partial_hits,
@@ -1108,7 +1156,16 @@ static void run_summary(struct run *r, bool ok, double seconds)
 		t->wrong_units, t->expectations_missed, t->capacity_misses,
 		r->interrupted ? "true" : "false",
 		!t->wrong_units && !t->checks_failed ? "true" : "false", ok ? "true" : "false");
-	if (r->warm_end_taken)
+	if (r->warm_end_taken && r->opt.pool)
+		fprintf(r->results, ", \"pool\": {\"attached\": %s, \"hits\": %" PRIu64
+			", \"claims\": %" PRIu64 ", \"claim_bytes\": %" PRIu64
+			", \"claim_failures\": %" PRIu64 ", \"puts\": %" PRIu64
+			", \"put_failures\": %" PRIu64 ", \"refusals\": %" PRIu64 "}",
+			r->warm_end.pool_attached ? "true" : "false", r->warm_end.pool_hits,
+			r->warm_end.pool_claims, r->warm_end.pool_claim_bytes,
+			r->warm_end.pool_claim_failures, r->warm_end.pool_puts,
+			r->warm_end.pool_put_failures, r->warm_end.pool_refusals);
+	if (r->warm_end_taken && r->opt.warm_bytes)
 		fprintf(r->results, ", \"warm\": {\"hits\": %" PRIu64 ", \"partial_hits\": %"
 			PRIu64 ", \"read_throughs\": %" PRIu64 ", \"writes\": %" PRIu64
 			", \"dirty_at_close\": %" PRIu64 "}", r->warm_end.warm_hits,
@@ -1194,6 +1251,7 @@ static uint64_t run_rank_zero(struct run *r)
 	/* what was offered is stored before the ranks exit */
 	if (!r->stopped)
 		failures += run_settle(r) != 0;
+	run_pool_offer_until_quiet(r);
 	if (!r->stopped)
 		run_await_disk(r);
 	for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
@@ -1203,7 +1261,8 @@ static uint64_t run_rank_zero(struct run *r)
 		}
 	launch_metrics_http_stop(r->metrics); /* it reads the store */
 	r->metrics = NULL;
-	r->warm_end_taken = r->opt.warm_bytes && sel_store_stats(r->store, &r->warm_end) == 0;
+	r->warm_end_taken = (r->opt.warm_bytes || r->opt.pool) &&
+			    sel_store_stats(r->store, &r->warm_end) == 0;
 	run_log_index(r);
 	run_watch_free(r);
 	closed = sel_store_close(r->store, RUN_CLOSE_DRAIN_MS);
