@@ -21,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -2257,6 +2258,46 @@ err_free:
 	return sel_fail(ret, why, why_size, "--listen %s: %s", address, strerror(-ret));
 }
 
+/*
+ * Removes the arenas that managers of this name left behind when they were
+ * killed (a kill -9 cannot unlink; each such file holds its size of memory
+ * in /dev/shm until removed): every "<prefix><pid>-<n>" whose pid no longer
+ * runs. A live pid, one this user may not signal, or a name of another
+ * shape is left alone.
+ */
+static void arena_sweep_stale(const char *prefix)
+{
+	size_t len = strlen(prefix);
+	struct dirent *e;
+	DIR *d = opendir("/dev/shm");
+	uint32_t removed = 0;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		const char *at = e->d_name + len;
+		char *end;
+		long pid;
+
+		if (strncmp(e->d_name, prefix, len) != 0 || *at < '0' || *at > '9')
+			continue;
+		pid = strtol(at, &end, 10);
+		if (*end != '-' || end[1] < '0' || end[1] > '9')
+			continue;
+		(void)strtoul(end + 1, &end, 10);
+		if (*end || pid <= 0 || pid == (long)getpid())
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+			removed++;
+	}
+	closedir(d);
+	if (removed)
+		sel_info("pool: removed %u arena%s of managers of this name that no longer run",
+			 removed, removed == 1 ? "" : "s");
+}
+
 static int arena_create(struct pool_manager *m, char *why, size_t why_size)
 {
 	static atomic_uint counter;
@@ -2268,6 +2309,17 @@ static int arena_create(struct pool_manager *m, char *why, size_t why_size)
 	for (char *p = m->arena_path + 9; *p; p++)
 		if (*p == '/')
 			*p = '_';
+	{
+		/* the path's part before "<pid>-<n>": "selene-pool-<name>-" */
+		char prefix[sizeof(m->arena_path)];
+		const char *pid_at = strrchr(m->arena_path, '-');
+
+		while (pid_at > m->arena_path && pid_at[-1] != '-')
+			pid_at--;
+		snprintf(prefix, sizeof(prefix), "%.*s", (int)(pid_at - (m->arena_path + 9)),
+			 m->arena_path + 9);
+		arena_sweep_stale(prefix);
+	}
 	{
 		uint8_t nonce[CLUSTER_NONCE_BYTES];
 

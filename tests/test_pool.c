@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define WHY_BYTES 256
@@ -592,6 +593,44 @@ static void test_pool_strangers_make_room(void **state)
 	}
 	trank_close(&t);
 	manager_stop(&r);
+}
+
+/*
+ * A manager removes the arenas that managers of its name left when they
+ * were killed (their pid no longer runs), and no other file: not one of a
+ * manager that runs, nor one of another name.
+ */
+static void test_pool_stale_arenas_removed(void **state)
+{
+	char dead[128], alive[128], other[128];
+	struct running r;
+	pid_t gone = fork();
+	int fd;
+
+	(void)state;
+	assert_true(gone >= 0);
+	if (gone == 0)
+		_exit(0);
+	assert_int_equal(waitpid(gone, NULL, 0), gone);
+	snprintf(dead, sizeof(dead), "/dev/shm/selene-pool-test-stale-%d-0", (int)gone);
+	snprintf(alive, sizeof(alive), "/dev/shm/selene-pool-test-stale-%d-0", (int)getppid());
+	snprintf(other, sizeof(other), "/dev/shm/selene-pool-test-stale-x-%d-0", (int)gone);
+	fd = open(dead, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	fd = open(alive, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	fd = open(other, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	manager_start_in(&r, 1 << 20, 0, NULL, "test-stale");
+	assert_int_equal(access(dead, F_OK), -1);
+	assert_int_equal(access(alive, F_OK), 0);
+	assert_int_equal(access(other, F_OK), 0);
+	manager_stop(&r);
+	unlink(alive);
+	unlink(other);
 }
 
 /* Another layout's scope never matches, even with the same keys (R-POOL-16). */
@@ -1319,6 +1358,7 @@ int main(void)
 		cmocka_unit_test(test_pool_other_scope_never_matches),
 		cmocka_unit_test(test_pool_strangers_refused),
 		cmocka_unit_test(test_pool_strangers_make_room),
+		cmocka_unit_test(test_pool_stale_arenas_removed),
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
 		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
