@@ -13,6 +13,7 @@
 #include "launch/commands.h"
 #include "launch/metrics/http.h"
 #include "pool/manager.h"
+#include "pool/rdma.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -52,7 +53,8 @@ static void usage(FILE *out)
 		"  --max-age-ms N       drop records older than N ms (default 0: never)\n"
 		"  --window SIZE        the largest window sent (64K .. 16M, default 4M)\n"
 		"  --metrics-port N     serve Prometheus metrics on 127.0.0.1:N\n"
-		"  --rdma               accepted; claims use TCP until the RDMA path lands\n"
+		"  --rdma               probe for a verbs device and say what it found; claims\n"
+		"                       use TCP (the protocol carries no RDMA claims yet)\n"
 		"  --dir DIR            a disk tier below the arena: evicted records move\n"
 		"                       there as record files and are found again when\n"
 		"                       a pool of the same name starts on it\n"
@@ -214,8 +216,17 @@ int launch_cmd_pool(int argc, char **argv)
 		fprintf(stderr, "selene pool: %s\n", why);
 		return LAUNCH_EXIT_BAD;
 	}
-	if (rdma)
-		sel_warn("pool: --rdma: no RDMA path in this build; claims use TCP");
+	if (rdma) {
+		struct pool_rdma_probe probe;
+
+		pool_rdma_probe(NULL, &probe);
+		if (probe.available)
+			sel_warn("pool: --rdma: verbs device %s port %u found, but the pool "
+				 "protocol carries no RDMA claims yet: claims use TCP",
+				 probe.device_name, probe.port_num);
+		else
+			sel_warn("pool: --rdma: %s; claims use TCP", probe.why);
+	}
 	if (has_metrics) {
 		uint16_t bound = 0;
 
