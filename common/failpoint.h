@@ -110,7 +110,10 @@
 	  "(return: the driver refuses it)")                                 \
 	X(POOL_RX_DATA, "pool.rx_data",                                      \
 	  "before each read of a pool window's data into its slot or place " \
-	  "(sleep: a read that takes long)")
+	  "(sleep: a read that takes long)")                                 \
+	X(POOL_ARENA_MAP, "pool.arena_map",                                  \
+	  "before a rank maps its manager's arena for same-host claims "     \
+	  "(return: the mapping fails; the rank's claims stream)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

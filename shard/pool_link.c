@@ -4,6 +4,7 @@
 #include "shard/pool_link.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "selene/selene.h"
 #include "shard/config.h"
@@ -214,7 +215,12 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 	int ret;
 
 	link->arena_state = LINK_ARENA_OFF;
-	ret = pool_arena_map(link->client, &link->arena, &link->arena_bytes, why, sizeof(why));
+	ret = SEL_FAILPOINT(SEL_FP_POOL_ARENA_MAP);
+	if (ret)
+		snprintf(why, sizeof(why), "failpoint pool.arena_map: %s", sel_strerror(ret));
+	else
+		ret = pool_arena_map(link->client, &link->arena, &link->arena_bytes, why,
+				     sizeof(why));
 	if (ret == -ENOENT) {
 		sel_info("pool: rank %u is not on the manager's host (%s): claims stream",
 			 link->geometry.rank, why);

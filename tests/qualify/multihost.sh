@@ -287,7 +287,10 @@ run_pool_phase() {
 	grep '"doc-x"' "$work/pool-b.json" | head -1
 	before=$(pool_metric 'selene_pool_claims_total{outcome="granted"}')
 	echo "-- instance B restored doc-x from the pool byte-exact ($before claims granted)"
-	SELENE_FAILPOINTS="pool.rx_data=sleep(3000)" pool_instance c poolC phase-pool-b.jsonl \
+	# its ranks stream the claim (on one host they would copy it from the
+	# manager's arena at once), each window held 3 s: the kill lands mid-claim
+	SELENE_FAILPOINTS="pool.arena_map=return(EIO);pool.rx_data=sleep(3000)" \
+		pool_instance c poolC phase-pool-b.jsonl \
 		64M -x SELENE_FAILPOINTS > "$work/pool-c.out" 2>&1 &
 	local c_pid=$!
 	for _ in $(seq 400); do

@@ -115,6 +115,8 @@ CANNOT_FIRE = {
     ("warm.register", "*", "peer"): "the plain loops run no warm tier (the warm ones fire it)",
     ("pool.rx_data", "*", "rank0"): "the loops attach no pool (tests/test_pool.c fires it)",
     ("pool.rx_data", "*", "peer"): "the loops attach no pool (tests/test_pool.c fires it)",
+    ("pool.arena_map", "*", "rank0"): "the loops attach no pool (make qualify's pool phase fires it)",
+    ("pool.arena_map", "*", "peer"): "the loops attach no pool (make qualify's pool phase fires it)",
     ("peer.socket", "*", "rank0"): "rank zero runs no peer agent",
     ("peer.dup", "*", "rank0"): "rank zero runs no peer agent",
     ("peer.resolve", "*", "rank0"): "rank zero runs no peer agent",
