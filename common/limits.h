@@ -176,6 +176,14 @@
  * sixth of it, so one lost heartbeat never closes it. */
 #define POOL_IDLE_MS 30000u
 #define POOL_HEARTBEAT_MS 5000u
+/* Keys one HOLDS frame carries (R-POOL-70). */
+#define POOL_HOLDS_KEYS_MAX 1024u
+/* (key, instance) announcements the manager keeps per scope (R-POOL-72). */
+#define POOL_HOLDS_SCOPE_MAX 65536u
+/* Exports a holder is asked for at once (R-POOL-73). */
+#define POOL_EXPORTS_LIVE_MAX 4u
+/* How long the manager keeps an export it asked for (R-POOL-74). */
+#define POOL_EXPORT_MS 30000u
 
 /* RDMA for pool claims (pool/rdma.h). */
 

@@ -135,6 +135,39 @@ static void session_forget(void *ctx, uint64_t ticket)
 	pool_lookup_cancel(s->client, ticket);
 }
 
+_Static_assert((int)COORD_POOL_HOLD_ADD == (int)POOL_HOLDS_ADD &&
+		       (int)COORD_POOL_HOLD_WITHDRAW == (int)POOL_HOLDS_WITHDRAW &&
+		       (int)COORD_POOL_HOLD_RESET == (int)POOL_HOLDS_RESET,
+	       "the store's hold ops are R-POOL-70's");
+
+static int session_hold(void *ctx, uint8_t op, const struct rec_key *keys, uint32_t count)
+{
+	struct coord_pool_client_session *s = ctx;
+
+	return pool_holds_send(s->client, (enum pool_holds_op)op, keys, count);
+}
+
+static int session_export_next(void *ctx, uint64_t *id, struct rec_key *key)
+{
+	struct coord_pool_client_session *s = ctx;
+	struct pool_export x;
+	int ret = pool_export_next(s->client, &x);
+
+	if (ret == 1) {
+		*id = x.export_id;
+		*key = x.key;
+	}
+	return ret;
+}
+
+static void session_export_end(void *ctx, uint64_t id, int result)
+{
+	struct coord_pool_client_session *s = ctx;
+
+	/* a lost connection ends the export on the manager's side too */
+	pool_export_end(s->client, id, result);
+}
+
 void coord_pool_client_session_fill(struct coord_pool_client_session *s,
 				    struct coord_pool_session *session,
 				    struct coord_pool_ops *ops)
@@ -145,5 +178,7 @@ void coord_pool_client_session_fill(struct coord_pool_client_session *s,
 		.claim_begin = session_claim_begin, .claim_granted = session_claim_granted,
 		.claim_end = session_claim_end };
 	*ops = (struct coord_pool_ops){ .ctx = s, .lookup = session_lookup,
-					.answer = session_answer, .forget = session_forget };
+					.answer = session_answer, .forget = session_forget,
+					.hold = session_hold, .export_next = session_export_next,
+					.export_end = session_export_end };
 }

@@ -83,6 +83,10 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->pool_answer);
 	s->pool_keys = NULL;
 	s->pool_answer = NULL;
+	free(s->pool_holds);
+	free(s->pool_hold_keys);
+	s->pool_holds = NULL;
+	s->pool_hold_keys = NULL;
 	free(s->held_keys);
 	s->held_keys = NULL;
 	s->held_key_count = 0;
@@ -328,11 +332,104 @@ int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_
 						       sizeof(*s->pool_hits[i].chain));
 		allocated = allocated && s->pool_hits[i].chain;
 	}
-	if (!allocated)
+	if (ops->hold && !s->pool_holds)
+		s->pool_holds = calloc(COORD_POOL_HOLDS_QUEUE_MAX, sizeof(*s->pool_holds));
+	if (ops->hold && !s->pool_hold_keys)
+		s->pool_hold_keys = calloc(POOL_HOLDS_KEYS_MAX, sizeof(*s->pool_hold_keys));
+	if (!allocated || (ops->hold && (!s->pool_holds || !s->pool_hold_keys)))
 		return -ENOMEM;
 	s->pool_ops = *ops;
 	s->pool_grace_ns = grace_ns;
+	/* R-POOL-71: a session (re)attached knows nothing of this instance */
+	s->pool_holds_count = 0;
+	s->pool_holds_resync = ops->hold != NULL;
+	s->pool_holds_reset_sent = false;
+	s->pool_holds_cursor = 0;
 	return 0;
+}
+
+/*
+ * Notes that node id (a committed record with its row) is held (add) or
+ * no longer (withdraw), for the session's next HOLDS (R-POOL-71). A full
+ * queue gives way to a re-announce of every record.
+ */
+static void pool_hold_note(struct coord_store *s, uint32_t id, bool add)
+{
+	uint32_t at;
+
+	if (!s->pool_on || !s->pool_ops.hold || s->pool_holds_resync)
+		return;
+	if (s->pool_holds_count == COORD_POOL_HOLDS_QUEUE_MAX) {
+		s->pool_holds_count = 0;
+		s->pool_holds_resync = true;
+		s->pool_holds_reset_sent = false;
+		s->pool_holds_cursor = 0;
+		return;
+	}
+	at = (s->pool_holds_head + s->pool_holds_count++) % COORD_POOL_HOLDS_QUEUE_MAX;
+	s->pool_holds[at].key = coord_index_node(&s->index, id)->key;
+	s->pool_holds[at].op = add ? COORD_POOL_HOLD_ADD : COORD_POOL_HOLD_WITHDRAW;
+}
+
+/* Whether node n is announced: committed, with its row (R-POOL-71). */
+static bool pool_holdable(const struct coord_node *n)
+{
+	return n->in_use && n->state == COORD_READY && n->row_present;
+}
+
+/*
+ * Sends what changed since the last HOLDS, at most
+ * COORD_POOL_HOLDS_FRAMES_PER_POLL frames: a re-announce first (reset,
+ * then every holdable record from the cursor on), then the queue in order.
+ * A frame the session cannot take now is sent again at the next poll.
+ */
+static void pool_holds_flush(struct coord_store *s)
+{
+	struct coord_index *ix = &s->index;
+	uint32_t frames = 0;
+
+	if (!s->pool_ops.hold)
+		return;
+	if (s->pool_holds_resync) {
+		if (!s->pool_holds_reset_sent) {
+			if (s->pool_ops.hold(s->pool_ops.ctx, COORD_POOL_HOLD_RESET, NULL, 0) != 0)
+				return;
+			s->pool_holds_reset_sent = true;
+			frames++;
+		}
+		while (frames < COORD_POOL_HOLDS_FRAMES_PER_POLL && s->pool_holds_cursor < ix->nodes_max) {
+			uint32_t n = 0, next = s->pool_holds_cursor;
+
+			for (; next < ix->nodes_max && n < POOL_HOLDS_KEYS_MAX; next++)
+				if (pool_holdable(&ix->nodes[next]))
+					s->pool_hold_keys[n++] = ix->nodes[next].key;
+			if (n && s->pool_ops.hold(s->pool_ops.ctx, COORD_POOL_HOLD_ADD, s->pool_hold_keys,
+						  n) != 0)
+				return;
+			s->pool_holds_cursor = next;
+			frames++;
+		}
+		if (s->pool_holds_cursor < ix->nodes_max)
+			return;
+		s->pool_holds_resync = false;
+	}
+	while (frames < COORD_POOL_HOLDS_FRAMES_PER_POLL && s->pool_holds_count) {
+		uint8_t op = s->pool_holds[s->pool_holds_head].op;
+		uint32_t n = 0;
+
+		/* a run of one op, in queue order */
+		while (n < s->pool_holds_count && n < POOL_HOLDS_KEYS_MAX &&
+		       s->pool_holds[(s->pool_holds_head + n) % COORD_POOL_HOLDS_QUEUE_MAX].op == op) {
+			s->pool_hold_keys[n] =
+				s->pool_holds[(s->pool_holds_head + n) % COORD_POOL_HOLDS_QUEUE_MAX].key;
+			n++;
+		}
+		if (s->pool_ops.hold(s->pool_ops.ctx, op, s->pool_hold_keys, n) != 0)
+			return;
+		s->pool_holds_head = (s->pool_holds_head + n) % COORD_POOL_HOLDS_QUEUE_MAX;
+		s->pool_holds_count -= n;
+		frames++;
+	}
 }
 
 /*
@@ -543,6 +640,8 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	}
 	/* Charged until the job finishes; no longer usable from now on. */
 	s->reclaiming_bytes += job->bytes;
+	if (pool_holdable(n))
+		pool_hold_note(s, victim, false); /* its row or the whole record goes */
 	/* Every rank gives the warm slots back when it runs the job. */
 	if (compact) {
 		coord_warm_drop_row(&s->warm, victim, n->tail_page_count);
@@ -1560,6 +1659,8 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
 	s->used_bytes -= n->bytes; /* the page-only file it replaced */
 	n->bytes = job->bytes;
 	n->row_present = true;
+	if (pool_holdable(n))
+		pool_hold_note(s, job->node, true);
 	touch(s, job->node);
 	s->stats.stored++;
 	s->stats.bytes_stored += c->bytes;
@@ -1624,6 +1725,8 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	coord_index_node(&s->index, job->node)->state = COORD_READY;
+	if (pool_holdable(coord_index_node(&s->index, job->node)))
+		pool_hold_note(s, job->node, true);
 	touch(s, job->node);
 	coord_warm_ready(&s->warm, job->node);
 	warm_touch_chain(s, job->parent);
@@ -1876,6 +1979,10 @@ int coord_store_set_pool(struct coord_store *s, bool on)
 			s->pool_state[i] = COORD_POOL_NONE;
 	s->pool_on = on;
 	s->stats.pool_attached = on;
+	/* the exports asked of a session that ended are forgotten (R-POOL-75) */
+	for (uint32_t i = 0; i < COORD_POOL_EXPORTS_MAX; i++)
+		s->pool_exports[i].id = 0;
+	s->pool_holds_count = 0;
 	return 0;
 }
 
@@ -1975,6 +2082,88 @@ void coord_store_cascade(struct coord_store *s)
 		if (s->pool_puts_in_flight >= COORD_POOL_PUTS_MAX ||
 		    submit_pool_put(s, next, next == victim) != 0)
 			return;
+	}
+}
+
+/* Answers export slot i and frees it. */
+static void pool_export_end(struct coord_store *s, uint32_t i, int result)
+{
+	sel_debug("pool: export of %" PRIu64 " tokens ended: %s", s->pool_exports[i].key.consumed,
+		  result ? sel_strerror(result) : "its chain is in the pool");
+	s->pool_ops.export_end(s->pool_ops.ctx, s->pool_exports[i].id, result);
+	s->pool_exports[i].id = 0;
+}
+
+/*
+ * The exports the manager asked of this instance (R-POOL-74): each is the
+ * key's chain put as the cascade puts, the ancestors the pool does not
+ * hold first, root side first, with the records staying where they are
+ * (a put that is not the victim's drops nothing). Never waits: one step
+ * per export and poll, within the cascade's puts in flight.
+ */
+static void pool_exports_drive(struct coord_store *s)
+{
+	uint64_t now = sel_monotonic_ns();
+
+	if (!s->pool_ops.export_next)
+		return;
+	for (uint32_t i = 0; i < COORD_POOL_EXPORTS_MAX; i++) {
+		uint32_t id;
+
+		if (!s->pool_exports[i].id) {
+			if (s->pool_ops.export_next(s->pool_ops.ctx, &s->pool_exports[i].id,
+						    &s->pool_exports[i].key) != 1) {
+				s->pool_exports[i].id = 0;
+				continue;
+			}
+			s->pool_exports[i].asked_ns = now;
+		}
+		id = coord_index_find(&s->index, &s->pool_exports[i].key);
+		if (id == COORD_NONE || !pool_holdable(coord_index_node(&s->index, id))) {
+			/* R-POOL-75: not held (any more), with its row: a refusal */
+			pool_export_end(s, i, -ENOENT);
+			continue;
+		}
+		if (now - s->pool_exports[i].asked_ns > POOL_EXPORT_MS * 1000000ull) {
+			pool_export_end(s, i, -ETIMEDOUT);
+			continue;
+		}
+		if (s->pool_state[id] == COORD_POOL_HELD) {
+			pool_export_end(s, i, 0);
+			continue;
+		}
+		{
+			uint32_t next = COORD_NONE;
+			bool wait = false, failed = false;
+
+			for (uint32_t a = id; a != COORD_NONE;
+			     a = coord_index_node(&s->index, a)->parent_id) {
+				const struct coord_node *n = coord_index_node(&s->index, a);
+
+				if (s->pool_state[a] == COORD_POOL_HELD)
+					break;
+				if (s->pool_state[a] == COORD_POOL_FAILED) {
+					failed = true;
+					break;
+				}
+				if (s->pool_state[a] == COORD_POOL_PUTTING || n->state != COORD_READY) {
+					wait = true;
+					break;
+				}
+				if (coord_warm_dirty_state(&s->warm, a) != COORD_WARM_CLEAN) {
+					/* only warm so far: its file is written first */
+					write_dirty_chain(s, a);
+					wait = true;
+					break;
+				}
+				next = a;
+			}
+			if (failed)
+				pool_export_end(s, i, -ECANCELED);
+			else if (!wait && next != COORD_NONE &&
+				 s->pool_puts_in_flight < COORD_POOL_PUTS_MAX)
+				submit_pool_put(s, next, false);
+		}
 	}
 }
 
@@ -2178,6 +2367,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 	expire(s);
 	if (s->pool_on) {
 		pool_reap_tickets(s);
+		pool_holds_flush(s);
+		pool_exports_drive(s);
 		coord_store_cascade(s);
 	}
 	s->stats.disk_bytes = s->used_bytes;

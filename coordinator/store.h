@@ -11,6 +11,7 @@
 #ifndef SELENE_COORDINATOR_STORE_H
 #define SELENE_COORDINATOR_STORE_H
 
+#include "common/limits.h"
 #include "coordinator/index.h"
 #include "coordinator/warm.h"
 #include "record/geometry.h"
@@ -126,7 +127,31 @@ struct coord_pool_ops {
 	int (*answer)(void *ctx, uint64_t ticket, struct coord_pool_record *chain,
 		      uint32_t max, uint32_t *count);
 	void (*forget)(void *ctx, uint64_t ticket);
+	/*
+	 * Holders and exports (pool/PROTOCOL.md R-POOL-70 .. R-POOL-75), NULL
+	 * for none: hold announces (op 0), withdraws (1) count keys
+	 * (1 .. POOL_HOLDS_KEYS_MAX) or resets (2, no key), SEL_EQUEUEFULL when
+	 * it cannot now; export_next takes the manager's next export request
+	 * (1 and *id, *key; 0: none); export_end answers one.
+	 */
+	int (*hold)(void *ctx, uint8_t op, const struct rec_key *keys, uint32_t count);
+	int (*export_next)(void *ctx, uint64_t *id, struct rec_key *key);
+	void (*export_end)(void *ctx, uint64_t id, int result);
 };
+
+/* The ops of coord_pool_ops.hold: R-POOL-70's. */
+enum coord_pool_hold_op {
+	COORD_POOL_HOLD_ADD = 0,
+	COORD_POOL_HOLD_WITHDRAW = 1,
+	COORD_POOL_HOLD_RESET = 2,
+};
+
+/* Announcements (adds, withdrawals) queued before a full re-announce instead. */
+#define COORD_POOL_HOLDS_QUEUE_MAX 4096u
+/* HOLDS frames one poll sends at most (a re-announce goes on at the next). */
+#define COORD_POOL_HOLDS_FRAMES_PER_POLL 4u
+/* Exports the store runs at once (the manager asks at most this many). */
+#define COORD_POOL_EXPORTS_MAX POOL_EXPORTS_LIVE_MAX
 
 /* A history's pool lookup (in its sel_history): zeroed at creation. */
 enum coord_ticket_state { COORD_TICKET_NONE, COORD_TICKET_ASKED, COORD_TICKET_DONE };
@@ -262,6 +287,22 @@ struct coord_store {
 		struct coord_pool_record *chain; /* POOL chain max, allocated once */
 	} pool_hits[COORD_POOL_HITS_MAX];
 	uint32_t pool_hit_next;
+	/* what the session announced it holds (R-POOL-71): a ring of changes */
+	struct {
+		struct rec_key key;
+		uint8_t op; /* 0 add, 1 withdraw */
+	} *pool_holds;                          /* COORD_POOL_HOLDS_QUEUE_MAX */
+	uint32_t pool_holds_head, pool_holds_count;
+	bool pool_holds_resync;  /* reset, then announce every record from the cursor */
+	bool pool_holds_reset_sent;
+	uint32_t pool_holds_cursor;
+	struct rec_key *pool_hold_keys;         /* one HOLDS frame's keys (scratch) */
+	/* exports the manager asked of this instance (R-POOL-74) */
+	struct {
+		uint64_t id;     /* 0: free */
+		struct rec_key key;
+		uint64_t asked_ns;
+	} pool_exports[COORD_POOL_EXPORTS_MAX];
 	struct rec_key *pool_keys;             /* a lookup's candidates (scratch) */
 	struct coord_pool_record *pool_answer; /* an answer (scratch) */
 	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */

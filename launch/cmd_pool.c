@@ -121,6 +121,18 @@ static int render_metrics(void *ctx, char *buf, size_t size)
 	    "selene_pool_disk_moves_total{direction=\"spilled\"} %" PRIu64 "\n"
 	    "selene_pool_disk_moves_total{direction=\"loaded\"} %" PRIu64 "\n",
 	    s.spilled, s.loaded);
+	ONE("selene_pool_holds", "gauge",
+	    "Records instances announced they hold in their own tiers, every scope.",
+	    "selene_pool_holds %" PRIu64 "\n", s.holds);
+	ONE("selene_pool_holds_dropped_total", "counter",
+	    "Announcements dropped past a scope's bound.",
+	    "selene_pool_holds_dropped_total %" PRIu64 "\n", s.holds_dropped);
+	ONE("selene_pool_exports_total", "counter", "Exports asked of holders, by outcome.",
+	    "selene_pool_exports_total{outcome=\"requested\"} %" PRIu64 "\n"
+	    "selene_pool_exports_total{outcome=\"completed\"} %" PRIu64 "\n"
+	    "selene_pool_exports_total{outcome=\"refused\"} %" PRIu64 "\n"
+	    "selene_pool_exports_total{outcome=\"failed\"} %" PRIu64 "\n",
+	    s.exports_requested, s.exports_completed, s.exports_refused, s.exports_failed);
 #undef ONE
 	return ret ? ret : (int)used;
 }

@@ -39,6 +39,8 @@
 #define OUT_QUEUE_BYTES_MAX (4u << 20)
 #define SLOTS_PER_SHARE_MAX 64u
 #define PUTS_TRACKED_MAX 1024u
+/* EXPORTs received and not yet taken (pool_export_next); past it: refused busy. */
+#define EXPORTS_QUEUED_MAX (4u * POOL_EXPORTS_LIVE_MAX)
 
 /* One frame waiting to be written: its own bytes, then a caller's data. */
 struct out_item {
@@ -150,6 +152,8 @@ struct pool_client {
 	bool rx_end_waits;
 	const uint8_t *arena;
 	uint64_t arena_bytes;
+	struct pool_export exports[EXPORTS_QUEUED_MAX]; /* a ring */
+	uint32_t export_head, export_count;
 };
 
 int pool_secret_load(const char *path, uint8_t secret[POOL_SECRET_BYTES], char *why,
@@ -649,6 +653,31 @@ static void on_frame(struct pool_client *c)
 		} else {
 			p->share_result = e.result;
 		}
+		break;
+	}
+	case POOL_MSG_EXPORT: {
+		struct pool_export x;
+
+		ret = pool_export_decode(body, length, &x, why, sizeof(why));
+		if (ret)
+			break;
+		if (c->rank != 0) {
+			ret = sel_fail(SEL_EPROTO, why, sizeof(why), "EXPORT on a connection that "
+				       "is not the session (R-POOL-74)");
+			break;
+		}
+		if (c->export_count == EXPORTS_QUEUED_MAX) {
+			/* R-POOL-75: answered at once, busy */
+			struct pool_export_end e = { .export_id = x.export_id,
+						     .result = SEL_EQUEUEFULL };
+			uint8_t buf[POOL_EXPORT_END_BYTES];
+			int n = pool_export_end_encode(&e, buf, sizeof(buf));
+
+			SEL_ASSERT(n > 0);
+			enqueue_locked(c, POOL_MSG_EXPORT_END, buf, (uint32_t)n, NULL, 0, false);
+			break;
+		}
+		c->exports[(c->export_head + c->export_count++) % EXPORTS_QUEUED_MAX] = x;
 		break;
 	}
 	case POOL_MSG_HEARTBEAT:
@@ -1178,6 +1207,60 @@ void pool_lookup_cancel(struct pool_client *c, uint64_t ticket)
 		*l = (struct lookup){ 0 };
 	}
 	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- Holders and exports: the session ---- */
+
+int pool_holds_send(struct pool_client *c, enum pool_holds_op op, const struct rec_key *keys,
+		    uint32_t key_count)
+{
+	size_t size = POOL_HOLDS_FIXED_BYTES + (size_t)POOL_WIRE_KEY_BYTES * key_count;
+	uint8_t *buf;
+	int ret, n;
+
+	if (c->rank != 0 || key_count > POOL_HOLDS_KEYS_MAX)
+		return -EINVAL;
+	buf = malloc(size);
+	if (!buf)
+		return -ENOMEM;
+	n = pool_holds_encode(op, keys, key_count, buf, size);
+	pthread_mutex_lock(&c->lock);
+	ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_HOLDS, buf, n);
+	pthread_mutex_unlock(&c->lock);
+	free(buf);
+	return ret;
+}
+
+int pool_export_next(struct pool_client *c, struct pool_export *out)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->export_count) {
+		*out = c->exports[c->export_head];
+		c->export_head = (c->export_head + 1) % EXPORTS_QUEUED_MAX;
+		c->export_count--;
+		ret = 1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_export_end(struct pool_client *c, uint64_t export_id, int result)
+{
+	struct pool_export_end e = { .export_id = export_id, .result = result };
+	uint8_t buf[POOL_EXPORT_END_BYTES];
+	int ret, n = pool_export_end_encode(&e, buf, sizeof(buf));
+
+	if (c->rank != 0 || n < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	/* unbounded: one small frame per export the manager asked for */
+	ret = c->failure ? c->failure
+			 : enqueue_locked(c, POOL_MSG_EXPORT_END, buf, (uint32_t)n, NULL, 0, false)
+				   ? 0 : -ENOMEM;
+	pthread_mutex_unlock(&c->lock);
+	return ret;
 }
 
 /* ---- Claims: the session ---- */

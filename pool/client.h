@@ -171,6 +171,34 @@ int pool_lookup_poll(struct pool_client *c, uint64_t ticket, struct pool_chain_e
 /* Never waits. Forgets a ticket (its answer, when it comes, is dropped). */
 void pool_lookup_cancel(struct pool_client *c, uint64_t ticket);
 
+/* ---- Holders and exports (session only: rank zero's client) ---- */
+
+/*
+ * Never waits. Announces (op add), withdraws (op withdraw) key_count keys
+ * (1 .. POOL_HOLDS_KEYS_MAX) of records this instance holds with their
+ * row in its own tiers, or (op reset, no key) forgets every announcement
+ * (R-POOL-70, R-POOL-71). SEL_EQUEUEFULL when the queue is full (the
+ * caller re-announces in full later), -EINVAL on a rank other than zero
+ * or bad keys, or the connection's failure.
+ */
+int pool_holds_send(struct pool_client *c, enum pool_holds_op op, const struct rec_key *keys,
+		    uint32_t key_count);
+
+/*
+ * Never waits. 1 and *out: the manager asks this instance to export out->key
+ * (R-POOL-74), to be answered once with pool_export_end; 0 when none is
+ * waiting. Exports past a small queue are answered SEL_EQUEUEFULL by the
+ * client itself.
+ */
+int pool_export_next(struct pool_client *c, struct pool_export *out);
+
+/*
+ * Never waits. Answers export_id (R-POOL-75): 0 once its chain is in the
+ * pool, -ENOENT when this instance does not hold the key with its row, or
+ * the failure.
+ */
+int pool_export_end(struct pool_client *c, uint64_t export_id, int result);
+
 /* ---- Claims: the session's part (rank zero) ---- */
 
 /*

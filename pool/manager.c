@@ -59,11 +59,35 @@ struct record {
 	struct pool_place shares[]; /* world_size */
 };
 
+/*
+ * An instance's announcement that it holds key in its own tiers
+ * (R-POOL-70 .. R-POOL-72): apart from the records, in its scope's holders
+ * index and on its instance's list.
+ */
+struct hold {
+	struct hold *hash_next;
+	struct hold *inst_prev, *inst_next;
+	struct instance *inst;
+	struct rec_key key;
+};
+
+/* An export asked of a holder (R-POOL-73 .. R-POOL-75). */
+struct export {
+	struct export *next;
+	uint64_t id;
+	struct scope *scope;
+	struct instance *holder;
+	struct rec_key key;
+	uint64_t deadline_ns;
+};
+
 struct scope {
 	struct scope *next;
 	uint8_t id[POOL_SCOPE_BYTES];
 	struct pool_attach parts; /* rank unused */
 	struct record *buckets[SCOPE_BUCKETS];
+	struct hold **hold_buckets; /* SCOPE_BUCKETS, made at the first hold */
+	uint32_t holds;
 	uint64_t records;
 	uint32_t instances;
 	int dir_fd; /* <dir>/<scope hex>, or -1 without a disk tier */
@@ -76,6 +100,8 @@ struct instance {
 	struct conn **ranks;
 	uint32_t attached;
 	uint32_t claims, puts;
+	struct hold *holds; /* what its session announced */
+	uint32_t exports;   /* exports asked of it, live */
 };
 
 struct share_rx {
@@ -157,7 +183,9 @@ struct pool_manager {
 	struct instance *instances;
 	struct put *puts;
 	struct claim *claims;
+	struct export *exports;
 	uint64_t next_put_id;
+	uint64_t next_export_id;
 	struct record *lru_head, *lru_tail; /* least and most recently used */
 	bool draining;
 	/* scratch of the loop's thread (one manager, one thread: no sharing) */
@@ -1060,11 +1088,235 @@ static void chain_entries(struct record **chain, uint32_t n, struct pool_chain_e
 }
 
 
+/* ---- Holders and exports (R-POOL-70 .. R-POOL-76) ---- */
+
+static struct hold *hold_find(struct scope *s, const struct rec_key *k,
+			      const struct instance *in)
+{
+	if (!s->hold_buckets)
+		return NULL;
+	for (struct hold *h = s->hold_buckets[key_bucket(k)]; h; h = h->hash_next)
+		if (key_equal(&h->key, k) && (!in || h->inst == in))
+			return h;
+	return NULL;
+}
+
+/* R-POOL-72: an add past the scope's bound is dropped, counted. */
+static void hold_add(struct pool_manager *m, struct instance *in, const struct rec_key *k)
+{
+	struct scope *s = in->scope;
+	struct hold *h;
+	uint32_t b = key_bucket(k);
+
+	if (hold_find(s, k, in))
+		return;
+	if (s->holds >= POOL_HOLDS_SCOPE_MAX) {
+		m->stats.holds_dropped++;
+		return;
+	}
+	if (!s->hold_buckets)
+		s->hold_buckets = calloc(SCOPE_BUCKETS, sizeof(s->hold_buckets[0]));
+	h = s->hold_buckets ? calloc(1, sizeof(*h)) : NULL;
+	if (!h) {
+		m->stats.holds_dropped++;
+		return;
+	}
+	h->inst = in;
+	h->key = *k;
+	h->hash_next = s->hold_buckets[b];
+	s->hold_buckets[b] = h;
+	h->inst_next = in->holds;
+	if (in->holds)
+		in->holds->inst_prev = h;
+	in->holds = h;
+	s->holds++;
+	m->stats.holds++;
+}
+
+static void hold_remove(struct pool_manager *m, struct hold *h)
+{
+	struct scope *s = h->inst->scope;
+	struct hold **pp = &s->hold_buckets[key_bucket(&h->key)];
+
+	while (*pp != h)
+		pp = &(*pp)->hash_next;
+	*pp = h->hash_next;
+	if (h->inst_prev)
+		h->inst_prev->inst_next = h->inst_next;
+	else
+		h->inst->holds = h->inst_next;
+	if (h->inst_next)
+		h->inst_next->inst_prev = h->inst_prev;
+	s->holds--;
+	m->stats.holds--;
+	free(h);
+}
+
+static void holds_forget(struct pool_manager *m, struct instance *in)
+{
+	while (in->holds)
+		hold_remove(m, in->holds);
+}
+
+static void on_holds(struct pool_manager *m, struct conn *c, const uint8_t *body,
+		     uint32_t length)
+{
+	struct pool_holds_view v;
+	char why[256];
+
+	if (pool_holds_decode(body, length, &v, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	if (v.op == POOL_HOLDS_RESET) {
+		holds_forget(m, c->inst);
+		return;
+	}
+	for (uint32_t i = 0; i < v.key_count; i++) {
+		struct rec_key k;
+		struct hold *h;
+
+		pool_holds_view_key(&v, i, &k);
+		if (v.op == POOL_HOLDS_ADD)
+			hold_add(m, c->inst, &k);
+		else if ((h = hold_find(c->inst->scope, &k, c->inst)))
+			hold_remove(m, h);
+	}
+}
+
+static void export_end(struct pool_manager *m, struct export *x)
+{
+	struct export **pp = &m->exports;
+
+	while (*pp != x)
+		pp = &(*pp)->next;
+	*pp = x->next;
+	x->holder->exports--;
+	free(x);
+}
+
+static struct export *export_of_key(struct pool_manager *m, const struct scope *s,
+				    const struct rec_key *k)
+{
+	for (struct export *x = m->exports; x; x = x->next)
+		if (x->scope == s && key_equal(&x->key, k))
+			return x;
+	return NULL;
+}
+
+/*
+ * R-POOL-73: among the LOOKUP's candidates longer than the answered chain
+ * (indices below first_answered), the longest that another attached
+ * instance of the scope announced; its holder (one with room) in *holder.
+ * Read before the answer is encoded: the candidates are in the body the
+ * answer overwrites.
+ */
+static bool export_pick(struct pool_manager *m, struct conn *c,
+			const struct pool_lookup_view *v, uint32_t first_answered,
+			struct rec_key *key, struct instance **holder)
+{
+	struct scope *s = c->inst->scope;
+	bool found = false;
+
+	*holder = NULL;
+	if (!s->holds || m->draining)
+		return false;
+	for (uint32_t i = 0; i < first_answered && !found; i++) {
+		pool_lookup_view_key(v, i, key);
+		for (struct hold *h = s->hold_buckets[key_bucket(key)]; h && !found;
+		     h = h->hash_next)
+			found = key_equal(&h->key, key) && h->inst != c->inst;
+	}
+	if (!found || export_of_key(m, s, key))
+		return false;
+	for (struct hold *h = s->hold_buckets[key_bucket(key)]; h && !*holder; h = h->hash_next)
+		if (key_equal(&h->key, key) && h->inst != c->inst && h->inst->ranks[0] &&
+		    h->inst->exports < POOL_EXPORTS_LIVE_MAX)
+			*holder = h->inst;
+	return *holder != NULL;
+}
+
+/* Asks holder's session to export key (R-POOL-74). */
+static void export_ask(struct pool_manager *m, struct instance *holder, const struct rec_key *key,
+		       uint64_t now)
+{
+	struct pool_export q = { .deadline_ms = POOL_EXPORT_MS, .key = *key };
+	uint8_t buf[POOL_EXPORT_BYTES];
+	struct export *x = calloc(1, sizeof(*x));
+	int n;
+
+	if (!x)
+		return;
+	*x = (struct export){ .next = m->exports, .id = m->next_export_id++,
+			      .scope = holder->scope, .holder = holder, .key = *key,
+			      .deadline_ns = now + POOL_EXPORT_MS * 1000000ull };
+	m->exports = x;
+	holder->exports++;
+	q.export_id = x->id;
+	n = pool_export_encode(&q, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	send_frame(holder->ranks[0], POOL_MSG_EXPORT, buf, (uint32_t)n, NULL, 0);
+	m->stats.exports_requested++;
+	sel_debug("pool: export %" PRIu64 " of key %" PRIu64 " asked of a holder", x->id,
+		  x->key.consumed);
+}
+
+/* R-POOL-75: the holder's answer; one it no longer may give is ignored. */
+static void on_export_end(struct pool_manager *m, struct conn *c, const uint8_t *body,
+			  uint32_t length)
+{
+	struct pool_export_end e;
+	struct export *x;
+	struct record *r;
+	char why[256];
+
+	if (pool_export_end_decode(body, length, &e, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	for (x = m->exports; x; x = x->next)
+		if (x->id == e.export_id && x->holder == c->inst)
+			break;
+	if (!x)
+		return;
+	if (e.result == 0 && (r = record_find(x->scope, &x->key)) && r->committed) {
+		m->stats.exports_completed++;
+	} else if (e.result == -ENOENT) {
+		struct hold *h = hold_find(x->scope, &x->key, x->holder);
+
+		/* the holder does not hold it: forget its announcement */
+		if (h)
+			hold_remove(m, h);
+		m->stats.exports_refused++;
+	} else {
+		m->stats.exports_failed++;
+	}
+	sel_debug("pool: export %" PRIu64 " of key %" PRIu64 " ended: %s", x->id,
+		  x->key.consumed, e.result ? sel_strerror(e.result) : "held");
+	export_end(m, x);
+}
+
+/* The session of in ended: its announcements and the exports asked of it go. */
+static void holder_gone(struct pool_manager *m, struct instance *in)
+{
+	holds_forget(m, in);
+	for (struct export *x = m->exports, *next; x; x = next) {
+		next = x->next;
+		if (x->holder == in) {
+			m->stats.exports_failed++;
+			export_end(m, x);
+		}
+	}
+}
+
 static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *body,
 		      uint32_t length, uint64_t now)
 {
 	struct pool_lookup_view v;
-	uint32_t n = 0;
+	struct instance *holder;
+	struct rec_key export_key;
+	uint32_t n = 0, i;
+	bool export;
 	char why[256];
 	int len;
 
@@ -1073,7 +1325,7 @@ static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		return;
 	}
 	m->stats.lookups++;
-	for (uint32_t i = 0; i < v.key_count && !m->draining; i++) {
+	for (i = 0; i < v.key_count && !m->draining; i++) {
 		struct rec_key k;
 		struct record *r;
 
@@ -1091,10 +1343,14 @@ static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		m->stats.lookup_hits++;
 		break;
 	}
+	export = export_pick(m, c, &v, i, &export_key, &holder);
 	chain_entries(m->chain_buf, n, m->entry_buf);
 	len = pool_answer_encode(v.ticket, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
 	send_frame(c, POOL_MSG_ANSWER, c->body, (uint32_t)len, NULL, 0);
+	/* after the answer: the asker never waits for an export (R-POOL-73) */
+	if (export)
+		export_ask(m, holder, &export_key, now);
 }
 
 static struct claim *claim_find(struct pool_manager *m, struct instance *in, uint64_t id)
@@ -1575,6 +1831,9 @@ static void conn_detach(struct pool_manager *m, struct conn *c)
 			if (cl->inst == in)
 				claim_end(m, cl);
 		}
+	/* R-POOL-71, R-POOL-75: and its announcements and exports */
+	if (c->rank == 0)
+		holder_gone(m, in);
 	in->ranks[c->rank] = NULL;
 	c->inst = NULL;
 	if (--in->attached == 0) {
@@ -1765,6 +2024,12 @@ static void on_frame(struct pool_manager *m, struct conn *c, uint64_t now)
 	case POOL_MSG_PUT_END:
 		on_put_end(m, c, body, length, now);
 		return;
+	case POOL_MSG_HOLDS:
+		on_holds(m, c, body, length);
+		return;
+	case POOL_MSG_EXPORT_END:
+		on_export_end(m, c, body, length);
+		return;
 	default:
 		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s out of place (R-POOL-6)",
 		       cluster_grammar_msg_name(&pool_grammar, type));
@@ -1889,6 +2154,13 @@ static void timers(struct pool_manager *m, uint64_t now)
 			if (cl->inst->ranks[0])
 				send_claim_end(cl->inst->ranks[0], cl->id, -ETIMEDOUT);
 			claim_end(m, cl);
+		}
+	}
+	for (struct export *x = m->exports, *next; x; x = next) {
+		next = x->next;
+		if (now > x->deadline_ns) {
+			m->stats.exports_failed++;
+			export_end(m, x);
 		}
 	}
 	if (m->config.max_age_ms) {
@@ -2401,6 +2673,7 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->listen_fd = -1;
 	m->dir_fd = -1;
 	m->next_put_id = 1;
+	m->next_export_id = 1;
 	pthread_mutex_init(&m->stats_lock, NULL);
 	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (m->stop_fd < 0) {
@@ -2471,6 +2744,8 @@ void pool_manager_close(struct pool_manager *m)
 		next = s->next;
 		if (s->dir_fd >= 0)
 			close(s->dir_fd);
+		SEL_ASSERT(s->holds == 0); /* every session ended above */
+		free(s->hold_buckets);
 		free(s);
 	}
 	if (m->dir_fd >= 0)

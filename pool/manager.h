@@ -58,6 +58,13 @@ struct pool_manager_stats {
 	uint64_t spilled;          /* moved from the arena to the disk tier */
 	uint64_t loaded;           /* moved back from the disk tier for a claim */
 	uint64_t disk_failures;    /* a share file unreadable or failing its checks */
+	/* holders and exports (R-POOL-70 .. R-POOL-75) */
+	uint64_t holds;            /* (key, instance) announcements kept, all scopes */
+	uint64_t holds_dropped;    /* adds past a scope's POOL_HOLDS_SCOPE_MAX */
+	uint64_t exports_requested;
+	uint64_t exports_completed; /* EXPORT_END 0 and the record held */
+	uint64_t exports_refused;   /* EXPORT_END -ENOENT: the holder lost the record */
+	uint64_t exports_failed;    /* any other end, the deadline, or the holder gone */
 };
 
 /*

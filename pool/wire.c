@@ -86,6 +86,12 @@ static const struct cluster_msg_info pool_types[POOL_MSG_TYPE_LAST + 1] = {
 	[POOL_MSG_HEARTBEAT] = { "HEARTBEAT", POOL_HEARTBEAT_BYTES + TAG,
 				 POOL_HEARTBEAT_BYTES + TAG },
 	[POOL_MSG_BYE] = { "BYE", TAG, TAG },
+	[POOL_MSG_HOLDS] = { "HOLDS", POOL_HOLDS_FIXED_BYTES + TAG,
+			     POOL_HOLDS_FIXED_BYTES + POOL_WIRE_KEY_BYTES * POOL_HOLDS_KEYS_MAX +
+				     TAG },
+	[POOL_MSG_EXPORT] = { "EXPORT", POOL_EXPORT_BYTES + TAG, POOL_EXPORT_BYTES + TAG },
+	[POOL_MSG_EXPORT_END] = { "EXPORT_END", POOL_EXPORT_END_BYTES + TAG,
+				  POOL_EXPORT_END_BYTES + TAG },
 };
 
 const struct cluster_grammar pool_grammar = {
@@ -97,6 +103,8 @@ const struct cluster_grammar pool_grammar = {
 
 _Static_assert(POOL_CONTROL_BODY_BYTES_MAX >= POOL_ATTACH_FIXED_BYTES +
 		       POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX, "attach fits a body");
+_Static_assert(POOL_CONTROL_BODY_BYTES_MAX >= POOL_HOLDS_FIXED_BYTES +
+		       POOL_WIRE_KEY_BYTES * POOL_HOLDS_KEYS_MAX, "holds fit a body");
 _Static_assert(POOL_CONTROL_BODY_BYTES_MAX >= POOL_LOOKUP_FIXED_BYTES +
 		       POOL_WIRE_KEY_BYTES * POOL_LOOKUP_KEYS_MAX, "lookup fits a body");
 
@@ -114,7 +122,7 @@ const char *pool_refuse_reason_name(uint32_t reason)
 
 bool pool_type_tagged(uint16_t type)
 {
-	return type >= POOL_MSG_REFUSE && type <= POOL_MSG_TYPE_LAST;
+	return type >= POOL_MSG_REFUSE && type <= POOL_MSG_TYPE_LAST && pool_types[type].name;
 }
 
 uint32_t pool_window_head_bytes(uint16_t type)
@@ -1255,6 +1263,129 @@ int pool_claim_end_decode(const uint8_t *body, uint32_t length, struct pool_clai
 		return PROTO_FAIL(why, why_size, "CLAIM_END id 0 (R-POOL-8)");
 	if (!result_valid(out->result))
 		return PROTO_FAIL(why, why_size, "CLAIM_END result %" PRId32 " (R-WIRE-12)",
+				  out->result);
+	return 0;
+}
+
+/* ---- Holders and exports (R-POOL-70, R-POOL-74, R-POOL-75) ---- */
+
+int pool_holds_encode(enum pool_holds_op op, const struct rec_key *keys, uint32_t key_count,
+		      uint8_t *buf, size_t buf_size)
+{
+	size_t length = POOL_HOLDS_FIXED_BYTES + (size_t)POOL_WIRE_KEY_BYTES * key_count;
+
+	if (key_count > POOL_HOLDS_KEYS_MAX)
+		return SEL_ETOOBIG;
+	if (op > POOL_HOLDS_RESET || (op == POOL_HOLDS_RESET) != (key_count == 0))
+		return -EINVAL;
+	for (uint32_t i = 0; i < key_count; i++)
+		if (!key_valid(&keys[i]))
+			return -EINVAL;
+	if (buf_size < length)
+		return -ENOSPC;
+	sel_put_le32(buf, key_count);
+	buf[4] = (uint8_t)op;
+	for (uint32_t i = 0; i < key_count; i++)
+		put_key(buf + POOL_HOLDS_FIXED_BYTES + POOL_WIRE_KEY_BYTES * i, &keys[i]);
+	return (int)length;
+}
+
+int pool_holds_decode(const uint8_t *body, uint32_t length, struct pool_holds_view *out,
+		      char *why, size_t why_size)
+{
+	struct rec_key key;
+	int ret;
+
+	if (length < POOL_HOLDS_FIXED_BYTES)
+		return PROTO_FAIL(why, why_size, "HOLDS body of %" PRIu32 " bytes (R-WIRE-10)",
+				  length);
+	out->key_count = sel_get_le32(body);
+	out->op = body[4];
+	out->keys = body + POOL_HOLDS_FIXED_BYTES;
+	if (out->op > POOL_HOLDS_RESET)
+		return PROTO_FAIL(why, why_size, "HOLDS op %u (R-POOL-70)", out->op);
+	if (out->key_count > POOL_HOLDS_KEYS_MAX)
+		return PROTO_FAIL(why, why_size, "HOLDS of %" PRIu32 " keys, at most %u "
+				  "(R-POOL-70)", out->key_count, POOL_HOLDS_KEYS_MAX);
+	if ((out->op == POOL_HOLDS_RESET) != (out->key_count == 0))
+		return PROTO_FAIL(why, why_size, "HOLDS op %u with %" PRIu32 " keys (R-POOL-70)",
+				  out->op, out->key_count);
+	ret = check_length("HOLDS", length,
+			   POOL_HOLDS_FIXED_BYTES + (uint64_t)POOL_WIRE_KEY_BYTES * out->key_count,
+			   why, why_size);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < out->key_count; i++) {
+		get_key(out->keys + POOL_WIRE_KEY_BYTES * i, &key);
+		if (!key_valid(&key))
+			return PROTO_FAIL(why, why_size, "HOLDS key %" PRIu32 " consumes %" PRIu64
+					  " (R-WIRE-14)", i, key.consumed);
+	}
+	return 0;
+}
+
+void pool_holds_view_key(const struct pool_holds_view *v, uint32_t index, struct rec_key *out)
+{
+	SEL_ASSERT(index < v->key_count);
+	get_key(v->keys + POOL_WIRE_KEY_BYTES * index, out);
+}
+
+int pool_export_encode(const struct pool_export *m, uint8_t *buf, size_t buf_size)
+{
+	if (m->export_id == 0 || m->deadline_ms == 0 || !key_valid(&m->key))
+		return -EINVAL;
+	if (buf_size < POOL_EXPORT_BYTES)
+		return -ENOSPC;
+	sel_put_le64(buf, m->export_id);
+	sel_put_le32(buf + 8, m->deadline_ms);
+	put_key(buf + 12, &m->key);
+	return POOL_EXPORT_BYTES;
+}
+
+int pool_export_decode(const uint8_t *body, uint32_t length, struct pool_export *out,
+		       char *why, size_t why_size)
+{
+	int ret = check_length("EXPORT", length, POOL_EXPORT_BYTES, why, why_size);
+
+	if (ret)
+		return ret;
+	out->export_id = sel_get_le64(body);
+	out->deadline_ms = sel_get_le32(body + 8);
+	get_key(body + 12, &out->key);
+	if (out->export_id == 0)
+		return PROTO_FAIL(why, why_size, "EXPORT id 0 (R-POOL-74)");
+	if (out->deadline_ms == 0)
+		return PROTO_FAIL(why, why_size, "EXPORT deadline 0 ms (R-POOL-74)");
+	if (!key_valid(&out->key))
+		return PROTO_FAIL(why, why_size, "EXPORT key consumes %" PRIu64 " (R-WIRE-14)",
+				  out->key.consumed);
+	return 0;
+}
+
+int pool_export_end_encode(const struct pool_export_end *m, uint8_t *buf, size_t buf_size)
+{
+	if (m->export_id == 0 || !result_valid(m->result))
+		return -EINVAL;
+	if (buf_size < POOL_EXPORT_END_BYTES)
+		return -ENOSPC;
+	sel_put_le64(buf, m->export_id);
+	sel_put_le32(buf + 8, (uint32_t)m->result);
+	return POOL_EXPORT_END_BYTES;
+}
+
+int pool_export_end_decode(const uint8_t *body, uint32_t length, struct pool_export_end *out,
+			   char *why, size_t why_size)
+{
+	int ret = check_length("EXPORT_END", length, POOL_EXPORT_END_BYTES, why, why_size);
+
+	if (ret)
+		return ret;
+	out->export_id = sel_get_le64(body);
+	out->result = (int32_t)sel_get_le32(body + 8);
+	if (out->export_id == 0)
+		return PROTO_FAIL(why, why_size, "EXPORT_END id 0 (R-POOL-75)");
+	if (!result_valid(out->result))
+		return PROTO_FAIL(why, why_size, "EXPORT_END result %" PRId32 " (R-WIRE-12)",
 				  out->result);
 	return 0;
 }

@@ -60,7 +60,11 @@ enum pool_msg_type {
 	POOL_MSG_PUT_END = 19,
 	POOL_MSG_HEARTBEAT = 20,
 	POOL_MSG_BYE = 21,
-	POOL_MSG_TYPE_LAST = POOL_MSG_BYE,
+	/* 22 .. 39 are not types (R-POOL-3) */
+	POOL_MSG_HOLDS = 40,
+	POOL_MSG_EXPORT = 41,
+	POOL_MSG_EXPORT_END = 42,
+	POOL_MSG_TYPE_LAST = POOL_MSG_EXPORT_END,
 };
 
 /* The pool's frame grammar (R-POOL-2 .. R-POOL-4). */
@@ -90,6 +94,9 @@ enum pool_body_bytes {
 	POOL_PUT_WINDOW_HEAD_BYTES = 16, /* plus data */
 	POOL_PUT_END_BYTES = 13,
 	POOL_HEARTBEAT_BYTES = 8,
+	POOL_HOLDS_FIXED_BYTES = 5, /* plus 24 per key */
+	POOL_EXPORT_BYTES = 36,
+	POOL_EXPORT_END_BYTES = 12,
 };
 
 /* The largest control body (not a window): a LOOKUP or ANSWER of 4096. */
@@ -475,6 +482,47 @@ int pool_heartbeat_encode(uint64_t monotonic_ns, uint8_t *buf, size_t buf_size);
 int pool_heartbeat_decode(const uint8_t *body, uint32_t length, uint64_t *monotonic_ns,
 			  char *why, size_t why_size);
 int pool_bye_decode(const uint8_t *body, uint32_t length, char *why, size_t why_size);
+
+/* HOLDS (R-POOL-70): what an instance holds in its own tiers. */
+enum pool_holds_op {
+	POOL_HOLDS_ADD = 0,
+	POOL_HOLDS_WITHDRAW = 1,
+	POOL_HOLDS_RESET = 2,
+};
+
+struct pool_holds_view {
+	uint8_t op; /* enum pool_holds_op */
+	uint32_t key_count;
+	const uint8_t *keys;
+};
+
+/* key_count 0 only with POOL_HOLDS_RESET (keys may then be NULL). */
+int pool_holds_encode(enum pool_holds_op op, const struct rec_key *keys, uint32_t key_count,
+		      uint8_t *buf, size_t buf_size);
+int pool_holds_decode(const uint8_t *body, uint32_t length, struct pool_holds_view *out,
+		      char *why, size_t why_size);
+void pool_holds_view_key(const struct pool_holds_view *v, uint32_t index, struct rec_key *out);
+
+/* EXPORT (R-POOL-74). */
+struct pool_export {
+	uint64_t export_id;
+	uint32_t deadline_ms;
+	struct rec_key key;
+};
+
+int pool_export_encode(const struct pool_export *m, uint8_t *buf, size_t buf_size);
+int pool_export_decode(const uint8_t *body, uint32_t length, struct pool_export *out,
+		       char *why, size_t why_size);
+
+/* EXPORT_END (R-POOL-75). */
+struct pool_export_end {
+	uint64_t export_id;
+	int32_t result;
+};
+
+int pool_export_end_encode(const struct pool_export_end *m, uint8_t *buf, size_t buf_size);
+int pool_export_end_decode(const uint8_t *body, uint32_t length, struct pool_export_end *out,
+			   char *why, size_t why_size);
 
 /* The arena header (R-POOL-50). */
 void pool_arena_header_encode(uint8_t out[POOL_ARENA_HEADER_BYTES],

@@ -1115,7 +1115,9 @@ static void test_cli_pool_daemon(void **state)
 	assert_non_null(body);
 	tu_check_metrics(body + 4, "selene_pool_records selene_pool_arena_used_bytes "
 			 "selene_pool_puts_total selene_pool_claims_total "
-			 "selene_pool_records_dropped_total");
+			 "selene_pool_records_dropped_total selene_pool_holds "
+			 "selene_pool_exports_total");
+	assert_non_null(strstr(body, "selene_pool_exports_total{outcome=\"refused\"} 0\n"));
 	kill(pid, SIGTERM);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));

@@ -656,6 +656,151 @@ static void test_pool_other_scope_never_matches(void **state)
 	case_free(&root);
 }
 
+/* HOLDS of op with keys on s (R-POOL-70). */
+static void holds(struct trank *s, enum pool_holds_op op, const struct rec_key *keys,
+		  uint32_t count)
+{
+	tsend(s, POOL_MSG_HOLDS, s->body,
+	      pool_holds_encode(op, keys, count, s->body, POOL_CONTROL_BODY_BYTES_MAX), NULL, 0);
+}
+
+/* Reads the EXPORT the holder's session is asked; its id, after checking its key. */
+static uint64_t export_read(struct trank *s, const struct rec_key *key)
+{
+	struct pool_export x;
+	char why[WHY_BYTES];
+
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_EXPORT);
+	assert_int_equal(pool_export_decode(s->body, s->rx.body_length, &x, why, sizeof(why)), 0);
+	if (!rec_key_equal(&x.key, key))
+		fail_msg("EXPORT of key %llu, expected %llu", (unsigned long long)x.key.consumed,
+			 (unsigned long long)key->consumed);
+	assert_int_equal(x.deadline_ms, POOL_EXPORT_MS);
+	return x.export_id;
+}
+
+static void export_end_send(struct trank *s, uint64_t id, int result)
+{
+	struct pool_export_end e = { .export_id = id, .result = result };
+	uint8_t buf[POOL_EXPORT_END_BYTES];
+
+	tsend(s, POOL_MSG_EXPORT_END, buf, pool_export_end_encode(&e, buf, sizeof(buf)), NULL, 0);
+}
+
+/* Waits until the manager's stats satisfy want (the loop is another thread). */
+static void stats_wait(struct running *r, struct pool_manager_stats *st,
+		       bool (*want)(const struct pool_manager_stats *))
+{
+	for (int i = 0; i < 5000; i++) {
+		pool_manager_stats(r->m, st);
+		if (want(st))
+			return;
+		usleep(1000);
+	}
+	fail_msg("the manager's counters never reached what the test waits for");
+}
+
+static bool holds_3(const struct pool_manager_stats *st) { return st->holds == 3; }
+static bool holds_2(const struct pool_manager_stats *st) { return st->holds == 2; }
+static bool holds_1(const struct pool_manager_stats *st) { return st->holds == 1; }
+static bool holds_0(const struct pool_manager_stats *st) { return st->holds == 0; }
+static bool completed_1(const struct pool_manager_stats *st) { return st->exports_completed == 1; }
+static bool refused_1(const struct pool_manager_stats *st) { return st->exports_refused == 1; }
+
+/*
+ * Holders and exports (R-POOL-70 .. R-POOL-76): A announces what it holds;
+ * B's lookup that misses the manager's records is answered at once (0)
+ * and makes the manager ask A, once; A puts the record and ends the export,
+ * after which B finds it. A holder that lost a record refuses and its
+ * announcement goes; an instance of another scope, and B itself, trigger
+ * nothing; HOLDS off the session is refused; a session's end forgets its
+ * announcements.
+ */
+static void test_pool_exports_asked_of_holders(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD], c[WORLD];
+	struct pool_manager_stats st;
+	struct put_case root, child;
+	struct rec_key both[2];
+	uint64_t id;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 7, 64, NULL, 20);
+	case_make(&child, 7, 128, &root, 21);
+	both[0] = child.rec.key;
+	both[1] = root.rec.key;
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	open_instance(c, &r, 0xc, 1);
+	holds(&a[0], POOL_HOLDS_ADD, both, 2);
+	holds(&a[0], POOL_HOLDS_ADD, both, 2); /* again: changes nothing */
+	stats_wait(&r, &st, holds_2);
+	/* another scope, and the holder itself, ask nothing of A */
+	assert_int_equal(lookup(&c[0], both, 2, NULL), 0);
+	assert_int_equal(lookup(&a[0], both, 2, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.exports_requested, 0);
+	/* B misses: answered 0 at once; A is asked for the longest key, once */
+	assert_int_equal(lookup(&b[0], both, 2, NULL), 0);
+	id = export_read(&a[0], &child.rec.key);
+	assert_int_equal(lookup(&b[0], both, 2, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.exports_requested, 1);
+	/* A puts the chain through the ordinary put path, then ends the export */
+	assert_int_equal(put_whole(a, &root), 0);
+	assert_int_equal(put_whole(a, &child), 0);
+	export_end_send(&a[0], id, 0);
+	stats_wait(&r, &st, completed_1);
+	assert_int_equal(st.exports_refused + st.exports_failed, 0);
+	assert_int_equal(lookup(&b[0], both, 2, NULL), 2);
+	/* a key the manager holds itself is never asked of a holder */
+	assert_int_equal(st.exports_requested, 1);
+	/* A lost a longer record it announced: it refuses, and its announcement goes */
+	{
+		struct put_case grand;
+		struct rec_key three[3];
+
+		case_make(&grand, 7, 192, &child, 22);
+		three[0] = grand.rec.key;
+		three[1] = child.rec.key;
+		three[2] = root.rec.key;
+		holds(&a[0], POOL_HOLDS_ADD, three, 1);
+		stats_wait(&r, &st, holds_3);
+		assert_int_equal(lookup(&b[0], three, 3, NULL), 2); /* what it holds, now */
+		id = export_read(&a[0], &grand.rec.key);
+		export_end_send(&a[0], id, -ENOENT);
+		stats_wait(&r, &st, refused_1);
+		assert_int_equal(st.holds, 2);
+		assert_int_equal(lookup(&b[0], three, 3, NULL), 2);
+		pool_manager_stats(r.m, &st);
+		assert_int_equal(st.exports_requested, 2);
+		case_free(&grand);
+	}
+	/* withdraw, then reset */
+	holds(&a[0], POOL_HOLDS_WITHDRAW, &root.rec.key, 1);
+	stats_wait(&r, &st, holds_1);
+	holds(&a[0], POOL_HOLDS_RESET, NULL, 0);
+	stats_wait(&r, &st, holds_0);
+	/* a session's end forgets what it announced */
+	holds(&a[0], POOL_HOLDS_ADD, both, 2);
+	stats_wait(&r, &st, holds_2);
+	/* HOLDS off the session is refused (R-POOL-76) */
+	holds(&a[1], POOL_HOLDS_ADD, both, 1);
+	assert_int_equal(trecv(&a[1]), 1);
+	assert_int_equal(a[1].rx.header.type, POOL_MSG_REFUSE);
+	assert_int_equal(a[1].refused.reason, POOL_REFUSE_PROTOCOL);
+	close_instance(a);
+	stats_wait(&r, &st, holds_0);
+	close_instance(b);
+	close_instance(c);
+	manager_stop(&r);
+	case_free(&child);
+	case_free(&root);
+}
+
 /* A wrong secret is refused (auth), garbage and a non-session LOOKUP end only that connection (R-POOL-6, R-POOL-10). */
 static void test_pool_strangers_refused(void **state)
 {
@@ -1365,6 +1510,7 @@ int main(void)
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
+		cmocka_unit_test(test_pool_exports_asked_of_holders),
 		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 	};

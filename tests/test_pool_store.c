@@ -49,6 +49,19 @@ struct stub {
 	struct coord_pool_claim claim; /* the last claim (chain copied) */
 	struct coord_pool_record claim_chain[8];
 	uint32_t claim_pages[64];
+	/* holders and exports: every HOLDS sent, in order; exports to hand out; their ends */
+	struct {
+		uint8_t op;
+		uint32_t count;
+		struct rec_key first;
+	} holds[64];
+	uint32_t hold_count;
+	uint64_t export_ids[8];
+	struct rec_key export_keys[8];
+	uint32_t exports_queued, exports_taken;
+	uint64_t ended_ids[8];
+	int ended_results[8];
+	uint32_t ended_count;
 };
 
 static struct stub_job *stub_add(struct stub *st, enum coord_job_kind kind, uint64_t id)
@@ -138,6 +151,39 @@ static void stub_forget(void *ctx, uint64_t ticket)
 {
 	(void)ticket;
 	((struct stub *)ctx)->forgotten++;
+}
+
+static int stub_hold(void *ctx, uint8_t op, const struct rec_key *keys, uint32_t count)
+{
+	struct stub *st = ctx;
+
+	SEL_ASSERT(st->hold_count < 64);
+	st->holds[st->hold_count].op = op;
+	st->holds[st->hold_count].count = count;
+	if (count)
+		st->holds[st->hold_count].first = keys[0];
+	st->hold_count++;
+	return 0;
+}
+
+static int stub_export_next(void *ctx, uint64_t *id, struct rec_key *key)
+{
+	struct stub *st = ctx;
+
+	if (st->exports_taken == st->exports_queued)
+		return 0;
+	*id = st->export_ids[st->exports_taken];
+	*key = st->export_keys[st->exports_taken++];
+	return 1;
+}
+
+static void stub_export_end(void *ctx, uint64_t id, int result)
+{
+	struct stub *st = ctx;
+
+	SEL_ASSERT(st->ended_count < 8);
+	st->ended_ids[st->ended_count] = id;
+	st->ended_results[st->ended_count++] = result;
 }
 
 static uint32_t stub_poll(void *ctx, struct shard_completion *out, uint32_t max)
@@ -513,6 +559,106 @@ static void test_pool_store_no_pool_no_work(void **state)
 	f->store.jobs_ops.pool_put = NULL;
 	assert_int_equal(coord_store_set_pool(&f->store, true), -ENOTSUP);
 	assert_int_equal(f->store.index.node_count, 4);
+}
+
+/* The manager asks the instance to export history i's record at consumed, as id. */
+static void ask_export(struct fixture *f, uint64_t id, uint32_t i, uint64_t consumed)
+{
+	struct stub *st = &f->stub;
+
+	st->export_ids[st->exports_queued] = id;
+	rec_history_key_at(&f->h[i], consumed, &st->export_keys[st->exports_queued++]);
+}
+
+/*
+ * Holders and exports (R-POOL-71, R-POOL-74, R-POOL-75): attaching resets
+ * the session's announcements and announces every committed record with
+ * its row (not a page-only one); a record committed later is announced as
+ * it commits. An export puts the chain root side first, each put not the
+ * victim's (nothing is dropped: the records stay indexed), and ends 0 once
+ * the record is held; an export of a key the store does not hold, or holds
+ * page-only, is refused with -ENOENT at once.
+ */
+static void test_pool_store_exports_and_holds(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ops ops = { .ctx = &f->stub, .lookup = stub_lookup,
+				      .answer = stub_answer, .forget = stub_forget,
+				      .hold = stub_hold, .export_next = stub_export_next,
+				      .export_end = stub_export_end };
+	int job;
+
+	store_record(f, 0, 256, 0);
+	store_record(f, 0, 512, 256);
+	store_record(f, 0, 768, 512); /* 512 keeps its pages only (a root keeps its row) */
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	assert_int_equal(coord_store_set_pool_lookups(&f->store, &ops, 2000000), 0);
+	poll_all(f);
+	assert_int_equal(f->stub.hold_count, 2);
+	assert_int_equal(f->stub.holds[0].op, COORD_POOL_HOLD_RESET);
+	assert_int_equal(f->stub.holds[1].op, COORD_POOL_HOLD_ADD);
+	assert_int_equal(f->stub.holds[1].count, 2); /* 256 and 768 */
+	/* a record committed now is announced as it commits */
+	store_record(f, 1, 256, 0);
+	assert_int_equal(f->stub.hold_count, 3);
+	assert_int_equal(f->stub.holds[2].op, COORD_POOL_HOLD_ADD);
+	assert_int_equal(f->stub.holds[2].count, 1);
+	assert_true(indexed(f, 1, 256));
+
+	/* the export of 768: its ancestors first, root side first, then itself */
+	ask_export(f, 7, 0, 768);
+	for (uint64_t consumed = 256; consumed <= 768; consumed += 256) {
+		poll_all(f);
+		job = stub_pending(&f->stub, COORD_JOB_POOL_PUT);
+		assert_true(job >= 0);
+		assert_int_equal(f->stub.jobs[job].key.consumed, consumed);
+		assert_int_equal(f->stub.jobs[job].put.row, consumed != 512);
+		assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 1);
+		assert_int_equal(f->stub.ended_count, 0);
+		stub_complete(&f->stub, (uint32_t)job, 0);
+	}
+	poll_all(f);
+	poll_all(f);
+	assert_int_equal(f->stub.ended_count, 1);
+	assert_int_equal(f->stub.ended_ids[0], 7);
+	assert_int_equal(f->stub.ended_results[0], 0);
+	/* the holder's copy is untouched: the records stay, nothing is unlinked */
+	assert_true(indexed(f, 0, 256));
+	assert_true(indexed(f, 0, 512));
+	assert_true(indexed(f, 0, 768));
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_UNLINK), 0);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_TRUNCATE), 0);
+	assert_int_equal(f->store.stats.pool_puts, 3);
+
+	/* refusals: a key never held, and a page-only record */
+	ask_export(f, 8, 2, 256);
+	ask_export(f, 9, 0, 512);
+	poll_all(f);
+	assert_int_equal(f->stub.ended_count, 3);
+	assert_int_equal(f->stub.ended_ids[1], 8);
+	assert_int_equal(f->stub.ended_results[1], -ENOENT);
+	assert_int_equal(f->stub.ended_ids[2], 9);
+	assert_int_equal(f->stub.ended_results[2], -ENOENT);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_PUT), 0);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+
+	/* records the cascade drops are withdrawn */
+	{
+		uint32_t withdrawn = 0;
+
+		f->store.limit_bytes = limit_for(f, 1);
+		for (int i = 0; i < 20; i++) {
+			poll_all(f);
+			while ((job = stub_pending(&f->stub, COORD_JOB_POOL_PUT)) >= 0)
+				stub_complete(&f->stub, (uint32_t)job, 0);
+			complete_reclaims(f);
+		}
+		for (uint32_t i = 3; i < f->stub.hold_count; i++)
+			if (f->stub.holds[i].op == COORD_POOL_HOLD_WITHDRAW)
+				withdrawn += f->stub.holds[i].count;
+		assert_false(indexed(f, 0, 768));
+		assert_true(withdrawn >= 1);
+	}
 }
 
 /* Pool lookups on, with a grace period of grace_ms. */
@@ -1077,6 +1223,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_store_no_pool_no_work, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_store_lookup_ticket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_exports_and_holds, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_store_lookup_local_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_store_lookup_grace_period, setup,
 						teardown),

@@ -78,6 +78,18 @@ static void test_pool_wire_grammar(void **state)
 	assert_non_null(strstr(why, "unknown message type"));
 	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_CLAIM_WINDOW),
 			    "CLAIM_WINDOW");
+	/* the numbers between BYE and HOLDS are not types (R-POOL-3) */
+	for (uint16_t t = POOL_MSG_BYE + 1; t < POOL_MSG_HOLDS; t++) {
+		header[6] = (uint8_t)t;
+		sel_put_le64(header + 32, XXH3_64bits(header, 32));
+		assert_int_equal(cluster_frame_header_decode_in(&pool_grammar, header, &h, why,
+								sizeof(why)), SEL_EPROTO);
+		assert_non_null(strstr(why, "unknown message type"));
+		assert_false(pool_type_tagged(t));
+		assert_string_equal(cluster_grammar_msg_name(&pool_grammar, t), "unknown");
+	}
+	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_EXPORT), "EXPORT");
+	assert_true(pool_type_tagged(POOL_MSG_EXPORT_END));
 }
 
 /* Payload bounds are checked on the header alone (R-POOL-4). */
@@ -91,6 +103,8 @@ static void test_pool_wire_bounds(void **state)
 	for (uint16_t t = 1; t <= POOL_MSG_TYPE_LAST; t++) {
 		const struct cluster_msg_info *info = &pool_grammar.types[t];
 
+		if (!info->name)
+			continue; /* a gap (R-POOL-3) */
 		assert_true(info->bytes_min <= info->bytes_max);
 		assert_true(info->bytes_max <= POOL_FRAME_PAYLOAD_BYTES_MAX);
 		cluster_frame_header_prefix(&pool_grammar, header, t, 0, info->bytes_max);
@@ -460,6 +474,83 @@ static void test_pool_wire_claim_messages(void **state)
 	assert_int_equal(eout.result, -ETIMEDOUT);
 }
 
+/* HOLDS, EXPORT, EXPORT_END round trip and reject what R-POOL-70 .. R-POOL-75 forbid. */
+static void test_pool_wire_holders_and_exports(void **state)
+{
+	struct rec_key keys[3] = { key_of(64, 1), key_of(640, 2), key_of(128, 3) }, k;
+	struct pool_export x = { .export_id = 5, .deadline_ms = POOL_EXPORT_MS,
+				 .key = key_of(320, 4) }, xout;
+	struct pool_export_end e = { .export_id = 5, .result = -ENOENT }, eout;
+	struct pool_holds_view v;
+	uint8_t *buf = body_buf;
+	char why[WHY_BYTES];
+	int n;
+
+	(void)state;
+	/* any order of keys: a set, not a chain */
+	n = pool_holds_encode(POOL_HOLDS_ADD, keys, 3, buf, sizeof(body_buf));
+	assert_int_equal(n, POOL_HOLDS_FIXED_BYTES + 3 * POOL_WIRE_KEY_BYTES);
+	assert_int_equal(pool_holds_decode(buf, (uint32_t)n, &v, why, sizeof(why)), 0);
+	assert_int_equal(v.op, POOL_HOLDS_ADD);
+	assert_int_equal(v.key_count, 3);
+	pool_holds_view_key(&v, 2, &k);
+	assert_true(rec_key_equal(&k, &keys[2]));
+	/* a length other than the count's */
+	assert_int_equal(pool_holds_decode(buf, (uint32_t)n - 1, &v, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-WIRE-10"));
+	/* an unknown op */
+	buf[4] = 3;
+	assert_int_equal(pool_holds_decode(buf, (uint32_t)n, &v, why, sizeof(why)), SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-70"));
+	/* a key of no token */
+	buf[4] = POOL_HOLDS_WITHDRAW;
+	sel_put_le64(buf + POOL_HOLDS_FIXED_BYTES, 0);
+	assert_int_equal(pool_holds_decode(buf, (uint32_t)n, &v, why, sizeof(why)), SEL_EPROTO);
+	assert_non_null(strstr(why, "R-WIRE-14"));
+	/* reset carries no key, and only reset carries none */
+	n = pool_holds_encode(POOL_HOLDS_RESET, NULL, 0, buf, sizeof(body_buf));
+	assert_int_equal(n, POOL_HOLDS_FIXED_BYTES);
+	assert_int_equal(pool_holds_decode(buf, (uint32_t)n, &v, why, sizeof(why)), 0);
+	assert_int_equal(v.op, POOL_HOLDS_RESET);
+	buf[4] = POOL_HOLDS_ADD;
+	assert_int_equal(pool_holds_decode(buf, (uint32_t)n, &v, why, sizeof(why)), SEL_EPROTO);
+	assert_int_equal(pool_holds_encode(POOL_HOLDS_ADD, keys, 0, buf, sizeof(body_buf)),
+			 -EINVAL);
+	assert_int_equal(pool_holds_encode(POOL_HOLDS_RESET, keys, 1, buf, sizeof(body_buf)),
+			 -EINVAL);
+	assert_int_equal(pool_holds_encode(POOL_HOLDS_ADD, keys, POOL_HOLDS_KEYS_MAX + 1, buf,
+					   sizeof(body_buf)), SEL_ETOOBIG);
+	sel_put_le32(buf, POOL_HOLDS_KEYS_MAX + 1);
+	assert_int_equal(pool_holds_decode(buf, POOL_HOLDS_FIXED_BYTES, &v, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "at most"));
+
+	n = pool_export_encode(&x, buf, sizeof(body_buf));
+	assert_int_equal(n, POOL_EXPORT_BYTES);
+	assert_int_equal(pool_export_decode(buf, (uint32_t)n, &xout, why, sizeof(why)), 0);
+	assert_int_equal(xout.export_id, 5);
+	assert_int_equal(xout.deadline_ms, POOL_EXPORT_MS);
+	assert_true(rec_key_equal(&xout.key, &x.key));
+	sel_put_le32(buf + 8, 0);
+	assert_int_equal(pool_export_decode(buf, (uint32_t)n, &xout, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-74"));
+	x.export_id = 0;
+	assert_int_equal(pool_export_encode(&x, buf, sizeof(body_buf)), -EINVAL);
+
+	n = pool_export_end_encode(&e, buf, sizeof(body_buf));
+	assert_int_equal(n, POOL_EXPORT_END_BYTES);
+	assert_int_equal(pool_export_end_decode(buf, (uint32_t)n, &eout, why, sizeof(why)), 0);
+	assert_int_equal(eout.result, -ENOENT);
+	sel_put_le32(buf + 8, (uint32_t)INT32_MIN);
+	assert_int_equal(pool_export_end_decode(buf, (uint32_t)n, &eout, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-WIRE-12"));
+	assert_int_equal(pool_export_end_decode(buf, (uint32_t)n + 1, &eout, why, sizeof(why)),
+			 SEL_EPROTO);
+}
+
 /* Puts: PUT_BEGIN, PUT_READY, PUT_WINDOW, PUT_END (R-POOL-40 .. R-POOL-42). */
 static void test_pool_wire_put_messages(void **state)
 {
@@ -748,6 +839,7 @@ int main(void)
 		cmocka_unit_test(test_pool_wire_chains),
 		cmocka_unit_test(test_pool_wire_claim_messages),
 		cmocka_unit_test(test_pool_wire_put_messages),
+		cmocka_unit_test(test_pool_wire_holders_and_exports),
 		cmocka_unit_test(test_pool_wire_receiver_pieces),
 		cmocka_unit_test(test_pool_wire_receiver_rejects),
 		cmocka_unit_test(test_pool_wire_arena_header),

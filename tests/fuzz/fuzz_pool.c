@@ -194,6 +194,31 @@ static void decode(uint16_t type, const uint8_t *p, uint32_t n)
 	case POOL_MSG_BYE:
 		pool_bye_decode(p, n, why, sizeof(why));
 		return;
+	case POOL_MSG_HOLDS: {
+		struct pool_holds_view v;
+
+		if (pool_holds_decode(p, n, &v, why, sizeof(why)))
+			return;
+		for (uint32_t i = 0; i < v.key_count; i++)
+			pool_holds_view_key(&v, i, &keys[i]);
+		expect_same(pool_holds_encode((enum pool_holds_op)v.op, keys, v.key_count, encoded,
+					      sizeof(encoded)), p, n);
+		return;
+	}
+	case POOL_MSG_EXPORT: {
+		struct pool_export e;
+
+		if (!pool_export_decode(p, n, &e, why, sizeof(why)))
+			expect_same(pool_export_encode(&e, encoded, sizeof(encoded)), p, n);
+		return;
+	}
+	case POOL_MSG_EXPORT_END: {
+		struct pool_export_end e;
+
+		if (!pool_export_end_decode(p, n, &e, why, sizeof(why)))
+			expect_same(pool_export_end_encode(&e, encoded, sizeof(encoded)), p, n);
+		return;
+	}
 	}
 }
 
@@ -239,19 +264,23 @@ static int read_stream(const uint8_t *bytes, size_t len, bool keyed)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t tag[POOL_TAG_BYTES];
-	uint32_t length;
+	uint16_t tagged[POOL_MSG_TYPE_LAST + 1];
+	uint32_t length, tagged_count = 0;
 	uint16_t type;
 
 	if (size > INPUT_BYTES_MAX)
 		return 0;
-	for (type = 1; type <= POOL_MSG_TYPE_LAST; type++)
+	for (type = 1; type <= POOL_MSG_TYPE_LAST; type++) {
 		decode(type, data, (uint32_t)size);
+		if (pool_type_tagged(type))
+			tagged[tagged_count++] = type;
+	}
 	read_stream(data, size, false);
 	read_stream(data, size, true);
 	if (size == 0)
 		return 0;
 	/* the rest as the body of a tagged frame of the type byte 0 picks */
-	type = (uint16_t)(POOL_MSG_REFUSE + data[0] % (POOL_MSG_TYPE_LAST - POOL_MSG_REFUSE + 1));
+	type = tagged[data[0] % tagged_count]; /* the numbers have gaps (R-POOL-3) */
 	length = (uint32_t)(size - 1);
 	if (pool_window_head_bytes(type)) {
 		uint32_t head = pool_window_head_bytes(type);
