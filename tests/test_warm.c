@@ -2143,6 +2143,8 @@ static const struct shard_device_ops counting_ops = {
 	.name = "counting", .bind = counting_bind, .register_host = counting_register,
 	.unregister_host = counting_unregister, .copy = counting_copy,
 	.synchronize = counting_synchronize, .close = counting_close,
+	.mark = tu_device_mark_none, .wait_mark = tu_device_mark_none,
+	.copies_synchronous = true,
 };
 
 /*
