@@ -136,6 +136,7 @@ struct store_run {
 	uint32_t writes;     /* its windows on the disk */
 	struct stage *held;  /* a window copied before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
+	bool row_copied;     /* its row's copy went behind its last window's (warm) */
 	uint32_t warm;       /* its warm entry (shard/warm.h), or SHARD_WARM_NONE */
 	uint32_t *warm_row;  /* that entry's row pieces' slots */
 	bool warm_only;      /* SHARD_STORE_WARM_ONLY: no file, no disk request */
@@ -650,6 +651,7 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->writes = 0;
 	run->held = NULL;
 	run->row_done = false;
+	run->row_copied = false;
 	run->closing = false;
 	run->warm = SHARD_WARM_NONE;
 	run->warm_only = false;
@@ -805,9 +807,10 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 }
 
 /*
- * Starts copying run's next window from the device to a free stage, then
- * runs the checksum pass of the window copied before it (any store's)
- * while the copy runs (store_sum). False when no stage is free.
+ * Starts copying run's next window (a warm store's last one with its row)
+ * from the device to a free stage, then runs the checksum pass of the
+ * window copied before it (any store's) while the copy runs (store_sum).
+ * False when no stage is free.
  */
 static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
@@ -854,6 +857,17 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	t = sel_monotonic_ns();
 	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
 				window_copies(e, l, s, job->page_ids + first, n));
+	/*
+	 * A warm store's row goes into its own warm slots, which nothing else
+	 * uses: its copy goes behind the last window's on the same stream and
+	 * is settled with it, no synchronization of its own (store_row).
+	 */
+	if (!ret && run->warm != SHARD_WARM_NONE && run->next_first == tail) {
+		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+					row_copies(e, l, &e->warm.pool, run->warm_row,
+						   job->state_slot));
+		run->row_copied = ret == 0;
+	}
 	if (ret) {
 		/* What was issued may still run (see copy_drained). */
 		shard_device_synchronize(e->device);
@@ -886,7 +900,8 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	if (run->o.result)
 		return true; /* that copy was this store's, and failed: no row */
 	t = sel_monotonic_ns();
-	failed = !run->from_warm &&
+	/* Settled above, where it went with the last window's copy. */
+	failed = !run->from_warm && !run->row_copied &&
 		 copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
 			  &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;

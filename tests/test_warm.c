@@ -604,6 +604,60 @@ static void test_warm_store_copy_fails(void **state)
 	assert_int_equal(ws.slots_used, 0);
 }
 
+/*
+ * A warm store's row is copied behind its last window's pages and settled
+ * with them: on a device whose copies run only when awaited, one wait per
+ * window and none for the row alone, and the row in its slots and its
+ * file is the device's; a failed wait for the last window and the row
+ * fails the store, which then holds no slot and leaves no file.
+ */
+static void test_warm_store_row_with_last_window(void **state)
+{
+	static const uint8_t modes[] = { SHARD_STORE_WARM, SHARD_STORE_WARM_ONLY };
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+	struct rec_key a;
+	uint32_t syncs;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	for (uint32_t m = 0; m < 2; m++) {
+		syncs = d.synchronize_calls;
+		assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), 0);
+		/* windows of 4 and 3 pages, the row behind the second */
+		assert_int_equal(d.synchronize_calls - syncs, 2);
+		poison(f);
+		fetch_reading_no_file(f, &chain, 1, 0);
+		check_restored(f, 7, 4, a.consumed);
+		assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+		if (modes[m] == SHARD_STORE_WARM) {
+			poison(f);
+			assert_int_equal(fetch(f, &chain, 1, 0, 100, 4), 0); /* from its file */
+			check_restored(f, 7, 4, a.consumed);
+			assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+		}
+	}
+	d.fail_synchronize_at = d.synchronize_calls + 2;
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM), -EIO);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.slots_used, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM), 0);
+	poison(f);
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 7, 4, a.consumed);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
 /* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
 static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint64_t deadline_ns)
 {
@@ -2429,6 +2483,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_row_with_last_window, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),
