@@ -16,6 +16,8 @@
 /* At most this much and this many entries in one batched copy call. */
 #define SHARD_COPY_BATCH_BYTES_MAX (16ull << 20)
 #define SHARD_COPY_BATCH_ENTRIES_MAX 4096u
+/* Marks a device keeps (shard_device_mark's numbers: 0 to this less one). */
+#define SHARD_DEVICE_MARKS 4u
 
 enum shard_copy_direction {
 	SHARD_DEVICE_TO_HOST,
@@ -47,6 +49,23 @@ struct shard_device_ops {
 	 * reads from; NULL: register_host serves (shard_device_register_read_only).
 	 */
 	int (*register_read_only)(struct shard_device *dev, const void *ptr, uint64_t bytes);
+	/*
+	 * Records mark number mark (below SHARD_DEVICE_MARKS) behind every
+	 * copy issued so far; recording a number again replaces it. NULL:
+	 * nothing is recorded (shard_device_mark).
+	 */
+	int (*mark)(struct shard_device *dev, uint32_t mark);
+	/*
+	 * Waits until every copy issued before mark was recorded finished, and
+	 * reports the first failure among them; copies issued after it may
+	 * still run. NULL: synchronize serves (shard_device_wait_mark).
+	 */
+	int (*wait_mark)(struct shard_device *dev, uint32_t mark);
+	/*
+	 * copy returns only once its copies finished (the host backend): a
+	 * caller has nothing to overlap with them.
+	 */
+	bool copies_synchronous;
 };
 
 struct shard_device {
@@ -91,6 +110,22 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 static inline int shard_device_synchronize(struct shard_device *dev)
 {
 	return dev->ops->synchronize(dev);
+}
+
+/*
+ * Marks: a caller that issues several jobs' copies back to back records a
+ * mark behind each job's and waits for one job's alone (the engine's
+ * pipelined warm fetches, docs/DESIGN.md section 6).
+ */
+static inline int shard_device_mark(struct shard_device *dev, uint32_t mark)
+{
+	return dev->ops->mark ? dev->ops->mark(dev, mark) : 0;
+}
+
+static inline int shard_device_wait_mark(struct shard_device *dev, uint32_t mark)
+{
+	return dev->ops->wait_mark ? dev->ops->wait_mark(dev, mark) :
+				     dev->ops->synchronize(dev);
 }
 
 static inline int shard_device_bind(struct shard_device *dev)

@@ -171,6 +171,9 @@ struct cuda_device {
 	CUcontext context;
 	CUstream stream;
 	CUevent event;
+	CUevent marks[SHARD_DEVICE_MARKS];
+	/* the device was poisoned already when the mark was recorded */
+	bool mark_poisoned[SHARD_DEVICE_MARKS];
 	int first_error; /* poisoned after a failed copy (CUresult) */
 };
 
@@ -278,12 +281,40 @@ static int cuda_synchronize(struct shard_device *dev)
 	return cd->first_error ? -EIO : ret;
 }
 
+/*
+ * Records the mark's event behind the copies issued so far. A device
+ * poisoned before it fails its wait; one poisoned after it (a later
+ * job's copy) does not: the copies it covers ran before.
+ */
+static int cuda_mark(struct shard_device *dev, uint32_t mark)
+{
+	struct cuda_device *cd = to_cuda(dev);
+
+	SEL_ASSERT(mark < SHARD_DEVICE_MARKS);
+	cd->mark_poisoned[mark] = cd->first_error != 0;
+	return cuda_check(cd, api.event_record(cd->marks[mark], cd->stream), "cuEventRecord");
+}
+
+/* Sleeps on the mark's event (blocking sync), as cuda_synchronize does. */
+static int cuda_wait_mark(struct shard_device *dev, uint32_t mark)
+{
+	struct cuda_device *cd = to_cuda(dev);
+	int ret;
+
+	SEL_ASSERT(mark < SHARD_DEVICE_MARKS);
+	ret = cuda_check(cd, api.event_synchronize(cd->marks[mark]), "cuEventSynchronize");
+	return cd->mark_poisoned[mark] ? -EIO : ret;
+}
+
 static void cuda_close(struct shard_device *dev)
 {
 	struct cuda_device *cd = to_cuda(dev);
 
 	if (cd->context)
 		api.ctx_set_current(cd->context);
+	for (uint32_t m = 0; m < SHARD_DEVICE_MARKS; m++)
+		if (cd->marks[m])
+			api.event_destroy(cd->marks[m]);
 	if (cd->event)
 		api.event_destroy(cd->event);
 	if (cd->stream)
@@ -302,6 +333,8 @@ static const struct shard_device_ops cuda_ops = {
 	.synchronize = cuda_synchronize,
 	.close = cuda_close,
 	.register_read_only = cuda_register_read_only,
+	.mark = cuda_mark,
+	.wait_mark = cuda_wait_mark,
 };
 
 bool shard_device_is_cuda(const struct shard_device *dev)
@@ -337,6 +370,9 @@ static int cuda_setup(struct cuda_device *cd, int ordinal, char *why,
 	if (result == CUDA_SUCCESS)
 		result = api.event_create(&cd->event, CU_EVENT_BLOCKING_SYNC |
 							      CU_EVENT_DISABLE_TIMING);
+	for (uint32_t m = 0; m < SHARD_DEVICE_MARKS && result == CUDA_SUCCESS; m++)
+		result = api.event_create(&cd->marks[m], CU_EVENT_BLOCKING_SYNC |
+							     CU_EVENT_DISABLE_TIMING);
 	if (result != CUDA_SUCCESS) {
 		snprintf(why, why_size, "CUDA setup on device %d failed: %s", ordinal,
 			 cuda_error_name(result));

@@ -14,7 +14,8 @@
  * copy from the device runs while the window before it is hashed
  * (store_window, store_sum). A warm store's windows and row use its warm
  * slots (stage_warm) in place of staging; a fetch of warm records skips
- * the files altogether (run_fetch_warm).
+ * the files altogether, pipelined with the fetches of warm records queued
+ * behind it (run_fetches_warm).
  */
 #include "shard/engine.h"
 #include "shard/pool_share.h"
@@ -135,6 +136,7 @@ struct store_run {
 	uint32_t writes;     /* its windows on the disk */
 	struct stage *held;  /* a window copied before its create came back */
 	bool row_done;       /* its row was sent, or its failure made it moot */
+	bool row_copied;     /* its row's copy went behind its last window's (warm) */
 	uint32_t warm;       /* its warm entry (shard/warm.h), or SHARD_WARM_NONE */
 	uint32_t *warm_row;  /* that entry's row pieces' slots */
 	bool warm_only;      /* SHARD_STORE_WARM_ONLY: no file, no disk request */
@@ -229,6 +231,7 @@ struct shard_engine {
 		uint64_t hash_ns, bytes_verified, verify_groups_max;
 		uint64_t end_copy_ns, end_row_ns, end_close_ns;
 		uint64_t windows_read_here;
+		uint64_t warm_pipelined;
 	} fetch_clock;
 };
 
@@ -594,6 +597,7 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_bytes_verified = e->fetch_clock.bytes_verified;
 	e->stats.fetch_verify_groups_max = e->fetch_clock.verify_groups_max;
 	e->stats.fetch_windows_read_here = e->fetch_clock.windows_read_here;
+	e->stats.fetch_warm_pipelined = e->fetch_clock.warm_pipelined;
 	e->stats.fetch_end_copy_ns = e->fetch_clock.end_copy_ns;
 	e->stats.fetch_end_row_ns = e->fetch_clock.end_row_ns;
 	e->stats.fetch_end_close_ns = e->fetch_clock.end_close_ns;
@@ -647,6 +651,7 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 	run->writes = 0;
 	run->held = NULL;
 	run->row_done = false;
+	run->row_copied = false;
 	run->closing = false;
 	run->warm = SHARD_WARM_NONE;
 	run->warm_only = false;
@@ -802,9 +807,10 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 }
 
 /*
- * Starts copying run's next window from the device to a free stage, then
- * runs the checksum pass of the window copied before it (any store's)
- * while the copy runs (store_sum). False when no stage is free.
+ * Starts copying run's next window (a warm store's last one with its row)
+ * from the device to a free stage, then runs the checksum pass of the
+ * window copied before it (any store's) while the copy runs (store_sum).
+ * False when no stage is free.
  */
 static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
@@ -851,6 +857,17 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	t = sel_monotonic_ns();
 	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
 				window_copies(e, l, s, job->page_ids + first, n));
+	/*
+	 * A warm store's row goes into its own warm slots, which nothing else
+	 * uses: its copy goes behind the last window's on the same stream and
+	 * is settled with it, no synchronization of its own (store_row).
+	 */
+	if (!ret && run->warm != SHARD_WARM_NONE && run->next_first == tail) {
+		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+					row_copies(e, l, &e->warm.pool, run->warm_row,
+						   job->state_slot));
+		run->row_copied = ret == 0;
+	}
 	if (ret) {
 		/* What was issued may still run (see copy_drained). */
 		shard_device_synchronize(e->device);
@@ -883,7 +900,8 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	if (run->o.result)
 		return true; /* that copy was this store's, and failed: no row */
 	t = sel_monotonic_ns();
-	failed = !run->from_warm &&
+	/* Settled above, where it went with the last window's copy. */
+	failed = !run->from_warm && !run->row_copied &&
 		 copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
 			  &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
@@ -1544,39 +1562,130 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 }
 
 /*
- * A fetch of warm records (docs/DESIGN.md section 6): straight from their
- * slots (e->warm_entries) to the destination ids, in batched copies issued
- * back to back and awaited once; no file, no staging, no pass over the
- * bytes. The slots are trusted as staging is between its checksum pass and
- * its copy: their checksums were computed when the bytes landed and
- * nothing writes a warm slot after its store.
+ * A fetch of warm records whose copies were issued (warm_fetch_issue) and
+ * not yet awaited: its job, its outcome and the device mark behind its
+ * copies.
  */
-static void run_fetch_warm(struct shard_engine *e, struct shard_job *job,
-			   struct job_outcome *o)
+struct warm_flight {
+	struct shard_job *job;
+	struct job_outcome o;
+	uint32_t mark;
+	bool marked; /* its mark was recorded: else a synchronize waits for it */
+};
+
+/*
+ * Issues a fetch of warm records (docs/DESIGN.md section 6): straight from
+ * their slots (e->warm_entries) to the destination ids, in batched copies
+ * issued back to back, the last record's row behind the pages on the same
+ * stream, and the flight's mark behind them all; no file, no staging, no
+ * pass over the bytes. The slots are trusted as staging is between its
+ * checksum pass and its copy: their checksums were computed when the bytes
+ * landed and nothing writes a warm slot after its store. A failure is
+ * noted; what was issued may still run (warm_fetch_finish waits for it).
+ */
+static void warm_fetch_issue(struct shard_engine *e, struct warm_flight *f)
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
+	struct shard_job *job = f->job;
 	uint32_t row[REC_DISK_BUFFERS_MAX];
-	uint64_t start = sel_monotonic_ns();
-	int ret, drained;
+	int ret;
 
-	ret = warm_copies_issue(e, job, WINDOWS_ALL, o);
-	/* The row on the same stream, behind the pages: one wait for both. */
+	ret = warm_copies_issue(e, job, WINDOWS_ALL, &f->o);
 	if (!ret) {
 		shard_warm_row_slots(&e->warm, e->warm_entries[job->chain_count - 1], row);
 		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
 					row_copies(e, l, &e->warm.pool, row, job->state_slot));
 	}
-	/* Every copy issued has finished before anything is reported. */
-	drained = shard_device_synchronize(e->device);
-	ret = ret ? ret : drained;
-	if (ret) {
-		device_fail(o, ret, "host to device");
-	} else {
-		o->bytes += e->geometry.row_record_bytes;
+	if (ret)
+		device_fail(&f->o, ret, "host to device");
+	f->marked = shard_device_mark(e->device, f->mark) == 0;
+}
+
+/*
+ * Waits for the flight's own copies (its mark), then reports it: a
+ * failure of its copies fails it alone; copies issued after its mark may
+ * still run.
+ */
+static void warm_fetch_finish(struct shard_engine *e, struct warm_flight *f)
+{
+	int ret = f->marked ? shard_device_wait_mark(e->device, f->mark) :
+			      shard_device_synchronize(e->device);
+
+	if (ret && !f->o.result)
+		device_fail(&f->o, ret, "host to device");
+	if (!f->o.result) {
+		f->o.bytes += e->geometry.row_record_bytes;
 		shard_warm_note_hit(&e->warm); /* a hit is a restore served */
 	}
-	e->fetch_clock.copy_ns += sel_monotonic_ns() - start;
-	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
+	complete_job(e, f->job, &f->o);
+}
+
+/*
+ * The restore queue's head when it is a fetch of warm records whole (its
+ * entries in e->warm_entries), taken; else NULL and the queue as it was.
+ * Only the transfer thread takes jobs, and a queued job does not change,
+ * so the head seen under the lock is still the head after it.
+ */
+static struct shard_job *take_warm_fetch(struct shard_engine *e)
+{
+	struct shard_job *job, *taken;
+
+	pthread_mutex_lock(&e->lock);
+	job = e->restores.head;
+	pthread_mutex_unlock(&e->lock);
+	if (!job || job->kind != SHARD_JOB_FETCH || !fetch_is_warm(e, job, e->warm_entries))
+		return NULL;
+	pthread_mutex_lock(&e->lock);
+	taken = queue_pop(&e->restores);
+	SEL_ASSERT(taken == job);
+	if (e->stores_active)
+		e->stats.store_yields++;
+	pthread_mutex_unlock(&e->lock);
+	return job;
+}
+
+/*
+ * Runs the fetch of warm records job (e->warm_entries) and every fetch of
+ * warm records queued right behind it, pipelined (docs/DESIGN.md section
+ * 6): once a fetch's copies are issued, the next one's are issued too
+ * before the first is awaited, so the copy engine runs the second's while
+ * the transfer thread wakes, reports the first and takes the third. Each
+ * is awaited by its own mark and reported only once its own copies
+ * finished; at most two are in flight. Any other job at the queue's head
+ * (a fetch not warm whole, a warm drop, a pool claim), an empty queue, a
+ * failed issue or mark, or a device whose copies finish as they are
+ * issued drains the pipeline first, so nothing that frees warm slots runs
+ * while a copy reads them.
+ */
+static void run_fetches_warm(struct shard_engine *e, struct shard_job *job)
+{
+	struct warm_flight flights[2] = { { .job = job, .mark = 0 }, { .mark = 1 } };
+	bool pipelined = !e->device->ops->copies_synchronous;
+	uint64_t since = sel_monotonic_ns(), now;
+	uint32_t cur = 0;
+
+	warm_fetch_issue(e, &flights[0]);
+	for (;;) {
+		struct warm_flight *f = &flights[cur], *n = &flights[cur ^ 1];
+		struct shard_job *next = NULL;
+
+		if (pipelined && !f->o.result && f->marked)
+			next = take_warm_fetch(e);
+		if (next) {
+			*n = (struct warm_flight){ .job = next, .mark = cur ^ 1 };
+			warm_fetch_issue(e, n);
+			e->fetch_clock.warm_pipelined++;
+		}
+		warm_fetch_finish(e, f);
+		/* The transfer thread's time, each moment counted once. */
+		now = sel_monotonic_ns();
+		e->fetch_clock.copy_ns += now - since;
+		e->fetch_clock.run_ns += now - since;
+		since = now;
+		if (!next)
+			return;
+		cur ^= 1;
+	}
 }
 
 /*
@@ -1663,6 +1772,7 @@ static void fetch_settle_reads(struct shard_engine *e, const struct shard_job *j
 	}
 }
 
+/* A fetch not warm whole; one warm whole goes to run_fetches_warm (run_job). */
 static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		      struct job_outcome *o)
 {
@@ -1676,10 +1786,6 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	bool more = true, partial;
 	uint64_t start = sel_monotonic_ns(), end, row_at, close_at;
 
-	if (fetch_is_warm(e, job, e->warm_entries)) {
-		run_fetch_warm(e, job, o);
-		return;
-	}
 	partial = fetch_plan(e, job);
 	if (partial)
 		fetch_warm_copies(e, job, o);
@@ -1887,6 +1993,10 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 		run_stores(e, job);
 		return;
 	case SHARD_JOB_FETCH:
+		if (fetch_is_warm(e, job, e->warm_entries)) {
+			run_fetches_warm(e, job); /* it reports them */
+			return;
+		}
 		run_fetch(e, job, &o);
 		break;
 	case SHARD_JOB_TRUNCATE:

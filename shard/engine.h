@@ -290,6 +290,11 @@ struct shard_engine_stats {
 	 * memory-backed directory), each page in chunks hashed while in cache.
 	 */
 	uint64_t fetch_windows_read_here;
+	/*
+	 * Fetches of warm records whose copies were issued while the fetch
+	 * before them was still in flight (pipelined, docs/DESIGN.md section 6).
+	 */
+	uint64_t fetch_warm_pipelined;
 	const char *disk_engine; /* "io_uring" or "pread/pwrite" */
 	uint32_t io_workers;       /* the disk thread's kernel workers (0: inline) */
 	uint32_t checksum_threads; /* a store's pass: the transfer thread and its pool's helpers */

@@ -1724,6 +1724,9 @@ static const struct shard_device_ops gated_ops = {
 	.copy = gated_copy,
 	.synchronize = gated_synchronize,
 	.close = tu_device_close,
+	.mark = tu_device_mark_none,
+	.wait_mark = tu_device_mark_none,
+	.copies_synchronous = true,
 };
 
 /* Blocks the copy call after the next `after` calls; waits until it blocks. */

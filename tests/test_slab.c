@@ -158,6 +158,70 @@ static void test_slab_device_copy_splits(void **state)
 	free(host);
 }
 
+static uint32_t counted_synchronizes;
+
+static int counted_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	counted_synchronizes++;
+	return -EIO;
+}
+
+/*
+ * Marks: on the deferred device a mark's wait runs the copies issued
+ * before it and leaves later ones queued; the host device's copies are
+ * done when issued (its marks wait for nothing); a device without marks
+ * waits for a mark by synchronizing, and its failure is the wait's.
+ */
+static void test_slab_device_marks(void **state)
+{
+	struct tu_deferred_device d;
+	struct shard_device *host, plain;
+	struct shard_device_ops plain_ops;
+	uint8_t device[3][64], copied[3][64];
+	struct shard_copy copies[3];
+
+	(void)state;
+	tu_deferred_device_init(&d);
+	for (int i = 0; i < 3; i++) {
+		tu_fill(device[i], sizeof(device[i]), 40 + (uint64_t)i);
+		memset(copied[i], 0, sizeof(copied[i]));
+		copies[i] = (struct shard_copy){ .device_address = (uintptr_t)device[i],
+						 .host = copied[i], .bytes = 64 };
+	}
+	assert_int_equal(shard_device_copy(&d.base, SHARD_DEVICE_TO_HOST, &copies[0], 1), 0);
+	assert_int_equal(shard_device_mark(&d.base, 0), 0);
+	assert_int_equal(shard_device_copy(&d.base, SHARD_DEVICE_TO_HOST, &copies[1], 2), 0);
+	assert_int_equal(shard_device_mark(&d.base, 1), 0);
+	assert_int_equal(shard_device_wait_mark(&d.base, 0), 0);
+	assert_memory_equal(copied[0], device[0], 64);
+	assert_int_equal(copied[1][0], 0);
+	assert_int_equal(d.queued_count, 2);
+	assert_int_equal(d.queued_batches, 1);
+	d.fail_synchronize_at = d.synchronize_calls + 1;
+	assert_int_equal(shard_device_wait_mark(&d.base, 1), -EIO);
+	assert_int_equal(copied[1][0], 0); /* a failed wait ran none of its copies */
+	assert_int_equal(d.queued_count, 0);
+	assert_int_equal(shard_device_wait_mark(&d.base, 0), 0); /* long done */
+
+	assert_int_equal(shard_device_open_host(&host), 0);
+	assert_true(host->ops->copies_synchronous);
+	assert_int_equal(shard_device_copy(host, SHARD_DEVICE_TO_HOST, &copies[2], 1), 0);
+	assert_int_equal(shard_device_mark(host, SHARD_DEVICE_MARKS - 1), 0);
+	assert_memory_equal(copied[2], device[2], 64);
+	assert_int_equal(shard_device_wait_mark(host, SHARD_DEVICE_MARKS - 1), 0);
+
+	plain_ops = *host->ops;
+	plain_ops.mark = NULL;
+	plain_ops.wait_mark = NULL;
+	plain_ops.synchronize = counted_synchronize;
+	plain = (struct shard_device){ .ops = &plain_ops };
+	assert_int_equal(shard_device_mark(&plain, 0), 0);
+	assert_int_equal(shard_device_wait_mark(&plain, 0), -EIO);
+	assert_int_equal(counted_synchronizes, 1);
+	shard_device_close(host);
+}
+
 /* Writes text to dir/name, making the directories on the way. */
 static void write_file(const char *dir, const char *name, const char *text)
 {
@@ -289,6 +353,7 @@ int main(void)
 		cmocka_unit_test(test_slab_intake_reservation),
 		cmocka_unit_test(test_slab_register_host),
 		cmocka_unit_test(test_slab_device_copy_splits),
+		cmocka_unit_test(test_slab_device_marks),
 		cmocka_unit_test(test_slab_memory_available_cgroup_v2),
 		cmocka_unit_test(test_slab_memory_available_cgroup_v1),
 		cmocka_unit_test(test_slab_memory_available_here),

@@ -604,6 +604,60 @@ static void test_warm_store_copy_fails(void **state)
 	assert_int_equal(ws.slots_used, 0);
 }
 
+/*
+ * A warm store's row is copied behind its last window's pages and settled
+ * with them: on a device whose copies run only when awaited, one wait per
+ * window and none for the row alone, and the row in its slots and its
+ * file is the device's; a failed wait for the last window and the row
+ * fails the store, which then holds no slot and leaves no file.
+ */
+static void test_warm_store_row_with_last_window(void **state)
+{
+	static const uint8_t modes[] = { SHARD_STORE_WARM, SHARD_STORE_WARM_ONLY };
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+	struct rec_key a;
+	uint32_t syncs;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	for (uint32_t m = 0; m < 2; m++) {
+		syncs = d.synchronize_calls;
+		assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), 0);
+		/* windows of 4 and 3 pages, the row behind the second */
+		assert_int_equal(d.synchronize_calls - syncs, 2);
+		poison(f);
+		fetch_reading_no_file(f, &chain, 1, 0);
+		check_restored(f, 7, 4, a.consumed);
+		assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+		if (modes[m] == SHARD_STORE_WARM) {
+			poison(f);
+			assert_int_equal(fetch(f, &chain, 1, 0, 100, 4), 0); /* from its file */
+			check_restored(f, 7, 4, a.consumed);
+			assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+		}
+	}
+	d.fail_synchronize_at = d.synchronize_calls + 2;
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM), -EIO);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.slots_used, 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 0);
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM), 0);
+	poison(f);
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 7, 4, a.consumed);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
 /* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
 static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint64_t deadline_ns)
 {
@@ -680,6 +734,231 @@ static void test_warm_store_leaves_staging(void **state)
 	shard_engine_close(f->engine);
 	f->engine = NULL;
 	f->dev = host;
+}
+
+/* Job ids of the pipelined fetches' tests (pipe_submit and friends). */
+#define PIPE_JOB0 1000u
+#define PIPE_JOBS 8u
+
+/*
+ * What the completion hook saw of each job, in completion order: its id,
+ * result and reason, the copies still queued on the deferred device then,
+ * and whether a fetch's own pages and row were in place then.
+ */
+struct pipe_log {
+	struct fixture *f;
+	struct tu_deferred_device *d;
+	uint32_t count;
+	uint64_t job_id[PIPE_JOBS];
+	int result[PIPE_JOBS];
+	char why[PIPE_JOBS][200];
+	uint32_t queued[PIPE_JOBS];
+	bool restored[PIPE_JOBS];
+	/* by job id less PIPE_JOB0: what a fetch restores where */
+	struct pipe_want {
+		bool fetch;
+		uint32_t base_id, first, pages, slot;
+		uint64_t consumed;
+	} want[PIPE_JOBS];
+};
+
+/* Runs on the transfer thread, as the job is reported. */
+static void pipe_hook(void *ctx, const struct shard_completion *c)
+{
+	struct pipe_log *log = ctx;
+	const struct pipe_want *w = &log->want[c->job_id - PIPE_JOB0];
+	uint32_t n = log->count;
+	bool ok = true;
+
+	SEL_ASSERT(n < PIPE_JOBS && c->job_id - PIPE_JOB0 < PIPE_JOBS);
+	for (uint32_t i = 0; w->fetch && i < w->pages; i++)
+		ok = ok && page_matches(log->f, w->base_id + i, w->first + i);
+	if (w->fetch)
+		ok = ok && row_matches(log->f, w->slot, w->consumed);
+	log->job_id[n] = c->job_id;
+	log->result[n] = c->result;
+	snprintf(log->why[n], sizeof(log->why[n]), "%s", c->why);
+	log->queued[n] = log->d->queued_count;
+	log->restored[n] = ok;
+	__atomic_store_n(&log->count, n + 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * Submits fetch job id of chain[0, count), its pages from skip on, into
+ * ids base_id.. and slot, without waiting; notes what it restores.
+ */
+static void pipe_fetch(struct pipe_log *log, uint64_t id, const struct shard_chain_record *chain,
+		       uint32_t count, uint32_t skip, uint32_t base_id, uint32_t slot)
+{
+	uint32_t ids[200], pages = 0;
+	struct shard_fetch_job job = { .chain = chain, .chain_count = count, .skip_pages = skip,
+				       .page_ids = ids, .state_slot = slot };
+
+	for (uint32_t i = 0; i < count; i++)
+		pages += chain[i].tail_page_count;
+	for (uint32_t i = 0; i + skip < pages; i++)
+		ids[i] = base_id + i;
+	log->want[id - PIPE_JOB0] = (struct pipe_want){
+		.fetch = true, .base_id = base_id, .first = skip, .pages = pages - skip,
+		.slot = slot, .consumed = chain[count - 1].key.consumed,
+	};
+	assert_int_equal(shard_engine_fetch(log->f->engine, id, &job), 0);
+}
+
+/* Waits (60 s at most) until count jobs were reported. */
+static void pipe_wait(struct pipe_log *log, uint32_t count)
+{
+	alarm(60);
+	while (__atomic_load_n(&log->count, __ATOMIC_ACQUIRE) < count)
+		usleep(1000);
+	alarm(0);
+}
+
+/*
+ * A chain a (pages 0-6), b (7-11), c (12-15), warm, on a deferred device,
+ * the hook logging; the transfer thread then held at the next copy call
+ * (the first fetch's), so the jobs submitted next queue behind it.
+ */
+static void pipe_setup(struct fixture *f, struct tu_deferred_device *d, struct pipe_log *log,
+		       struct shard_chain_record *chain)
+{
+	struct rec_key a, b, c;
+
+	tu_deferred_device_init(d);
+	f->dev = &d->base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12, 2);
+	make_key(&c, 64 * 16, 3);
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(store(f, &b, &a, 20, 2, true), 0);
+	assert_int_equal(store(f, &c, &b, 30, 3, true), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	chain[2] = (struct shard_chain_record){ c, 12, 4 };
+	poison(f);
+	memset(log, 0, sizeof(*log));
+	log->f = f;
+	log->d = d;
+	shard_engine_set_completion_hook(f->engine, pipe_hook, log);
+	__atomic_store_n(&d->gate_at, d->copy_calls + 1, __ATOMIC_RELEASE);
+}
+
+static void pipe_teardown(struct fixture *f, struct shard_device *host)
+{
+	shard_engine_set_completion_hook(f->engine, NULL, NULL);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
+/*
+ * Fetches of warm records queued back to back are pipelined: the next
+ * one's copies are issued before the one before is reported, and each is
+ * reported only once its own copies ran (waited for by its own mark). A
+ * warm drop at the queue's head drains the pipeline before it runs (the
+ * fetch before it reported with no copy queued), a fetch it left warm in
+ * part restores from the file, and an unlink queued behind them all runs
+ * last, with nothing queued on the device.
+ */
+static void test_warm_fetches_pipelined(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct shard_chain_record chain[3];
+	struct shard_warm_stats ws;
+	struct shard_engine_stats st;
+	struct pipe_log log;
+	uint32_t waits;
+
+	pipe_setup(f, &d, &log, chain);
+	waits = d.mark_waits;
+	pipe_fetch(&log, PIPE_JOB0, chain, 1, 0, 100, 4);
+	tu_deferred_gate_wait(&d);
+	pipe_fetch(&log, PIPE_JOB0 + 1, chain, 2, 7, 120, 5);
+	pipe_fetch(&log, PIPE_JOB0 + 2, chain, 3, 12, 140, 6);
+	assert_int_equal(shard_engine_warm_drop(f->engine, PIPE_JOB0 + 3, &chain[2].key), 0);
+	pipe_fetch(&log, PIPE_JOB0 + 4, chain, 3, 12, 160, 7);
+	assert_int_equal(shard_engine_unlink(f->engine, PIPE_JOB0 + 5, &chain[1].key), 0);
+	__atomic_store_n(&d.gate_at, 0, __ATOMIC_RELEASE);
+	pipe_wait(&log, 6);
+	for (uint32_t i = 0; i < 6; i++) {
+		if (log.result[i] != 0)
+			fail_msg("job %u failed: %s", i, log.why[i]);
+		assert_int_equal(log.job_id[i], PIPE_JOB0 + i);
+		if (log.want[i].fetch && !log.restored[i])
+			fail_msg("fetch %u reported before its copies ran", i);
+	}
+	/* The second and third fetches' copies were queued as the one before was reported. */
+	assert_true(log.queued[0] > 0);
+	assert_true(log.queued[1] > 0);
+	/* The drop stopped the pipeline; the fetch after it read c's file. */
+	assert_int_equal(log.queued[2], 0);
+	assert_int_equal(log.queued[3], 0);
+	assert_int_equal(log.queued[4], 0);
+	assert_int_equal(log.queued[5], 0);
+	assert_int_equal(d.mark_waits - waits, 3);
+	shard_engine_stats(f->engine, &st);
+	assert_int_equal(st.fetch_warm_pipelined, 2);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.hits, 3);
+	assert_int_equal(ws.partial_hits, 1);
+	assert_int_equal(ws.records, 1); /* a: b unlinked, c dropped */
+	pipe_teardown(f, host);
+}
+
+/*
+ * A pipelined fetch whose copies fail (its mark's wait, or the issue of
+ * its second copy call) fails alone, with the reason, only once every copy
+ * it issued is done; the fetch before it and the one after restore.
+ */
+static void test_warm_pipeline_failure_is_its_own(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct shard_chain_record chain[3];
+	struct shard_warm_stats ws;
+	struct pipe_log log;
+
+	for (int issue = 0; issue < 2; issue++) {
+		pipe_setup(f, &d, &log, chain);
+		if (issue) {
+			/* the first fetch: a's 7 pages in calls of 1, 2, 1, 3 and the row */
+			assert_int_equal(sel_failpoints_configure("device.copy=6*off->1*return(EIO)"),
+					 0);
+		} else {
+			d.fail_synchronize_at = d.synchronize_calls + 2;
+		}
+		pipe_fetch(&log, PIPE_JOB0, chain, 1, 0, 100, 4);
+		tu_deferred_gate_wait(&d);
+		pipe_fetch(&log, PIPE_JOB0 + 1, chain, 2, 7, 120, 5);
+		pipe_fetch(&log, PIPE_JOB0 + 2, chain, 3, 12, 140, 6);
+		__atomic_store_n(&d.gate_at, 0, __ATOMIC_RELEASE);
+		pipe_wait(&log, 3);
+		sel_failpoints_configure(NULL);
+		for (uint32_t i = 0; i < 3; i++)
+			assert_int_equal(log.job_id[i], PIPE_JOB0 + i);
+		assert_int_equal(log.result[0], 0);
+		assert_true(log.restored[0]);
+		assert_true(log.queued[0] > 0);
+		assert_int_equal(log.result[1], -EIO);
+		assert_false(log.restored[1]);
+		assert_non_null(strstr(log.why[1], "device copy host to device failed"));
+		/* After a failed issue nothing more was taken: its copies drained alone. */
+		if (issue)
+			assert_int_equal(log.queued[1], 0);
+		else
+			assert_true(log.queued[1] > 0);
+		assert_int_equal(log.result[2], 0);
+		assert_true(log.restored[2]);
+		assert_int_equal(log.queued[2], 0);
+		shard_engine_warm_stats(f->engine, &ws);
+		assert_int_equal(ws.hits, 2); /* a failed restore is no hit */
+		assert_int_equal(ws.records, 3);
+		pipe_teardown(f, host);
+	}
 }
 
 /* A record that does not fit the free slots is stored through staging, and restores from disk. */
@@ -2143,6 +2422,8 @@ static const struct shard_device_ops counting_ops = {
 	.name = "counting", .bind = counting_bind, .register_host = counting_register,
 	.unregister_host = counting_unregister, .copy = counting_copy,
 	.synchronize = counting_synchronize, .close = counting_close,
+	.mark = tu_device_mark_none, .wait_mark = tu_device_mark_none,
+	.copies_synchronous = true,
 };
 
 /*
@@ -2195,10 +2476,15 @@ int main(void)
 		cmocka_unit_test(test_warm_register_in_chunks),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_one_wait, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_fetches_pipelined, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_pipeline_failure_is_its_own, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_row_with_last_window, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),

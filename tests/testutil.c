@@ -376,14 +376,22 @@ void tu_device_close(struct shard_device *dev)
 	(void)dev;
 }
 
+int tu_device_mark_none(struct shard_device *dev, uint32_t mark)
+{
+	(void)dev;
+	SEL_ASSERT(mark < SHARD_DEVICE_MARKS);
+	return 0;
+}
+
 static int deferred_copy(struct shard_device *dev, enum shard_copy_direction direction,
 			 const struct shard_copy *copies, uint32_t count)
 {
 	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
+	uint32_t call;
 
 	SEL_ASSERT(d->queued_count + count <= SEL_ARRAY_SIZE(d->queued));
-	if (__atomic_add_fetch(&d->copy_calls, 1, __ATOMIC_RELAXED) ==
-	    __atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE)) {
+	call = __atomic_add_fetch(&d->copy_calls, 1, __ATOMIC_RELAXED);
+	if (call == __atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE)) {
 		__atomic_store_n(&d->gate_blocked, 1, __ATOMIC_RELEASE);
 		while (__atomic_load_n(&d->gate_at, __ATOMIC_ACQUIRE))
 			usleep(200);
@@ -391,24 +399,60 @@ static int deferred_copy(struct shard_device *dev, enum shard_copy_direction dir
 	}
 	for (uint32_t i = 0; i < count; i++) {
 		d->directions[d->queued_count] = direction;
+		d->batch_of[d->queued_count] = call;
 		d->queued[d->queued_count++] = copies[i];
 	}
 	d->queued_batches++;
 	return 0;
 }
 
-static int deferred_synchronize(struct shard_device *dev)
+/*
+ * Runs the first n queued copies (none when this wait is the one to fail)
+ * and drops them from the queue. Returns 0 or -EIO.
+ */
+static int deferred_drain(struct tu_deferred_device *d, uint32_t n)
 {
-	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
 	bool fail = __atomic_add_fetch(&d->synchronize_calls, 1, __ATOMIC_RELAXED) ==
 		    __atomic_load_n(&d->fail_synchronize_at, __ATOMIC_RELAXED);
 
 	/* A failed stream ran none of its copies. */
-	for (uint32_t i = 0; i < d->queued_count && !fail; i++)
+	for (uint32_t i = 0; i < n && !fail; i++)
 		shard_copy_in_memory(d->directions[i], &d->queued[i], 1);
-	d->queued_count = 0;
-	d->queued_batches = 0;
+	memmove(d->directions, d->directions + n, (d->queued_count - n) * sizeof(d->directions[0]));
+	memmove(d->queued, d->queued + n, (d->queued_count - n) * sizeof(d->queued[0]));
+	memmove(d->batch_of, d->batch_of + n, (d->queued_count - n) * sizeof(d->batch_of[0]));
+	d->queued_count -= n;
+	d->consumed += n;
+	d->queued_batches = d->queued_count ?
+		d->batch_of[d->queued_count - 1] - d->batch_of[0] + 1 : 0;
 	return fail ? -EIO : 0;
+}
+
+static int deferred_synchronize(struct shard_device *dev)
+{
+	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
+
+	return deferred_drain(d, d->queued_count);
+}
+
+static int deferred_mark(struct shard_device *dev, uint32_t mark)
+{
+	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
+
+	SEL_ASSERT(mark < SHARD_DEVICE_MARKS);
+	d->marks[mark] = d->consumed + d->queued_count;
+	d->mark_calls++;
+	return 0;
+}
+
+static int deferred_wait_mark(struct shard_device *dev, uint32_t mark)
+{
+	struct tu_deferred_device *d = (struct tu_deferred_device *)dev;
+
+	SEL_ASSERT(mark < SHARD_DEVICE_MARKS);
+	d->mark_waits++;
+	return deferred_drain(d, d->marks[mark] > d->consumed ?
+				       (uint32_t)(d->marks[mark] - d->consumed) : 0);
 }
 
 static const struct shard_device_ops deferred_ops = {
@@ -419,6 +463,8 @@ static const struct shard_device_ops deferred_ops = {
 	.copy = deferred_copy,
 	.synchronize = deferred_synchronize,
 	.close = tu_device_close,
+	.mark = deferred_mark,
+	.wait_mark = deferred_wait_mark,
 };
 
 void tu_deferred_device_init(struct tu_deferred_device *d)

@@ -125,10 +125,12 @@ int tu_check_metrics(const char *text, const char *required);
 
 /*
  * A test device whose copies run only when it is synchronized, in order, as
- * a GPU stream's do (host addresses on both sides). The synchronize call
- * numbered fail_synchronize_at (1..; 0: none) fails with -EIO and runs
- * none of the queued copies, as a failed stream; the copy call numbered
- * gate_at (1..; 0: none) waits until the test sets gate_at to 0 again,
+ * a GPU stream's do (host addresses on both sides), or when a mark
+ * recorded behind them is waited for (those before the mark run; later
+ * ones stay queued). The wait (synchronize or mark) numbered
+ * fail_synchronize_at (1..; 0: none) fails with -EIO and runs none of the
+ * copies it waits for, as a failed stream; the copy call numbered gate_at
+ * (1..; 0: none) waits until the test sets gate_at to 0 again,
  * gate_blocked saying it waits. Used by one transfer thread; the test
  * reads and sets the knobs between jobs, the gate with atomics.
  */
@@ -136,9 +138,14 @@ struct tu_deferred_device {
 	struct shard_device base;
 	enum shard_copy_direction directions[4096];
 	struct shard_copy queued[4096];
+	uint32_t batch_of[4096]; /* each queued copy's copy call (copy_calls then) */
 	uint32_t queued_count;
-	uint32_t queued_batches; /* copy calls since the last synchronize */
-	uint32_t synchronize_calls;
+	uint32_t queued_batches; /* copy calls whose copies are still queued */
+	uint64_t consumed;       /* copies run or dropped so far */
+	uint64_t marks[SHARD_DEVICE_MARKS]; /* consumed + queued_count when recorded */
+	uint32_t mark_calls;     /* marks recorded */
+	uint32_t mark_waits;     /* waits for a mark */
+	uint32_t synchronize_calls; /* waits: synchronize and mark waits */
 	uint32_t fail_synchronize_at;
 	uint32_t copy_calls;
 	uint32_t gate_at;
@@ -155,5 +162,7 @@ int tu_device_bind(struct shard_device *dev);
 int tu_device_register(struct shard_device *dev, void *ptr, uint64_t bytes);
 void tu_device_unregister(struct shard_device *dev, void *ptr);
 void tu_device_close(struct shard_device *dev);
+/* A mark and its wait for test devices whose copies finish as they are issued. */
+int tu_device_mark_none(struct shard_device *dev, uint32_t mark);
 
 #endif

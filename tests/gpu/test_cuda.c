@@ -18,6 +18,7 @@
 #include "selene/store.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -170,49 +171,60 @@ static void poison(struct fixture *f)
 }
 
 /*
+ * Stores a (pages 0..149 from ids 7, 9, 11, ..., scattered; row 111 from
+ * slot 1) and its child b (pages 150..209 from ids 310..; row 222 from
+ * slot 2), warm where the engine has a warm tier.
+ */
+static void store_two(struct fixture *f, struct rec_key *a, struct rec_key *b)
+{
+	uint32_t ids[PAGES];
+	struct rec_header h;
+	struct shard_completion c;
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .warm = f->warm };
+
+	*a = (struct rec_key){ .consumed = 64 * 150 + 3 };
+	*b = (struct rec_key){ .consumed = 64 * 210 + 9 };
+	memset(a->digest.bytes, 0xa1, 16);
+	memset(b->digest.bytes, 0xb2, 16);
+	for (uint32_t i = 0; i < 150; i++) {
+		ids[i] = 7 + 2 * i;
+		put_page(f, ids[i], i);
+	}
+	put_row(f, 1, 111);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, a, NULL, &a->digest, 0, 150, 5), 0);
+	job.state_slot = 1;
+	assert_int_equal(shard_engine_store(f->engine, 1, &job), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	for (uint32_t i = 0; i < 60; i++) {
+		ids[i] = 310 + i;
+		put_page(f, ids[i], 150 + i);
+	}
+	put_row(f, 2, 222);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, b, a, &b->digest, 150, 60, 5), 0);
+	job.state_slot = 2;
+	assert_int_equal(shard_engine_store(f->engine, 2, &job), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+}
+
+/*
  * Two records (150 and 60 pages, several windows each) round-trip; with a
  * warm tier, stored warm and fetched with every file read failing.
  */
 static void test_gpu_store_poison_fetch(void **state)
 {
 	struct fixture *f = *state;
-	struct rec_key a = { .consumed = 64 * 150 + 3 }, b = { .consumed = 64 * 210 + 9 };
+	struct rec_key a, b;
 	uint32_t ids[PAGES];
-	struct rec_header h;
 	struct shard_completion c;
 	struct shard_chain_record chain[2];
-	struct shard_store_job job = { .header = &h, .page_ids = ids };
 	struct shard_fetch_job fetch = { .chain = chain, .chain_count = 2, .page_ids = ids };
 	struct shard_warm_stats ws;
 
 	if (!f)
 		skip();
-	job.warm = f->warm;
-	memset(a.digest.bytes, 0xa1, 16);
-	memset(b.digest.bytes, 0xb2, 16);
-	/* a: pages 0..149 at ids 7, 9, 11, ... (scattered) */
-	for (uint32_t i = 0; i < 150; i++) {
-		ids[i] = 7 + 2 * i;
-		put_page(f, ids[i], i);
-	}
-	put_row(f, 1, 111);
-	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &a, NULL, &a.digest, 0, 150, 5), 0);
-	job.state_slot = 1;
-	assert_int_equal(shard_engine_store(f->engine, 1, &job), 0);
-	shard_engine_wait(f->engine, &c);
-	assert_int_equal(c.result, 0);
-	/* b: pages 150..209 at ids 310.. */
-	for (uint32_t i = 0; i < 60; i++) {
-		ids[i] = 310 + i;
-		put_page(f, ids[i], 150 + i);
-	}
-	put_row(f, 2, 222);
-	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &b, &a, &b.digest, 150, 60, 5), 0);
-	job.state_slot = 2;
-	assert_int_equal(shard_engine_store(f->engine, 2, &job), 0);
-	shard_engine_wait(f->engine, &c);
-	assert_int_equal(c.result, 0);
-
+	store_two(f, &a, &b);
 	chain[0] = (struct shard_chain_record){ a, 0, 150 };
 	chain[1] = (struct shard_chain_record){ b, 150, 60 };
 	if (f->warm)
@@ -245,6 +257,54 @@ static void test_gpu_store_poison_fetch(void **state)
 static void test_gpu_warm_store_poison_fetch(void **state)
 {
 	test_gpu_store_poison_fetch(state);
+}
+
+/*
+ * Fetches of warm records submitted back to back (pipelined: each one's
+ * copies issued while the one before is in flight, each reported after
+ * its own copies) all restore byte-exact into their own ids, reading no
+ * file.
+ */
+static void test_gpu_warm_fetches_pipelined(void **state)
+{
+	static const uint32_t skips[] = { 0, 100, 200 };
+	static const uint32_t bases[] = { 0, 210, 320 }; /* ids 0..329, disjoint */
+	struct fixture *f = *state;
+	struct rec_key a, b;
+	uint32_t ids[PAGES];
+	struct shard_completion c;
+	struct shard_chain_record chain[2];
+	struct shard_fetch_job fetch = { .chain = chain, .chain_count = 2, .page_ids = ids,
+					 .state_slot = 3 };
+	struct shard_engine_stats st;
+
+	if (!f)
+		skip();
+	store_two(f, &a, &b);
+	chain[0] = (struct shard_chain_record){ a, 0, 150 };
+	chain[1] = (struct shard_chain_record){ b, 150, 60 };
+	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);disk.read=return(EIO)"),
+			 0);
+	poison(f);
+	for (uint32_t j = 0; j < 3; j++) {
+		for (uint32_t i = 0; i + skips[j] < 210; i++)
+			ids[i] = bases[j] + i;
+		fetch.skip_pages = skips[j];
+		assert_int_equal(shard_engine_fetch(f->engine, 10 + j, &fetch), 0);
+	}
+	for (uint32_t j = 0; j < 3; j++) {
+		shard_engine_wait(f->engine, &c);
+		if (c.result)
+			fail_msg("fetch %" PRIu64 ": %s", c.job_id, c.why);
+	}
+	for (uint32_t j = 0; j < 3; j++)
+		for (uint32_t i = 0; i + skips[j] < 210; i++)
+			if (!page_is(f, bases[j] + i, skips[j] + i))
+				fail_msg("fetch %u: page %u differs on the device", j, skips[j] + i);
+	assert_true(row_is(f, 3, 222));
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 0);
+	shard_engine_stats(f->engine, &st);
+	fprintf(stderr, "%" PRIu64 " of 3 fetches pipelined\n", st.fetch_warm_pipelined);
 }
 
 /* Polls the store until one event arrives (10 s at most). */
@@ -342,6 +402,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_gpu_store_poison_fetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_warm_fetches_pipelined, setup_warm,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_warm_store_poison_fetch, setup_warm,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_store_api, setup, teardown),
