@@ -280,6 +280,81 @@ static void test_pool_link_refused_registration_streams(void **state)
 	assert_non_null(strstr(f->last, "refused to register"));
 }
 
+static int synchronizes;
+static int (*host_synchronize)(struct shard_device *dev);
+
+static int counting_synchronize(struct shard_device *dev)
+{
+	synchronizes++;
+	return host_synchronize(dev);
+}
+
+/* The host device, its synchronizations counted. */
+static const struct shard_device_ops *counting_ops(const struct shard_device *host)
+{
+	static struct shard_device_ops ops;
+
+	ops = *host->ops;
+	host_synchronize = host->ops->synchronize;
+	ops.synchronize = counting_synchronize;
+	return &ops;
+}
+
+/* A claim from the arena waits for the device once, not once per record or row. */
+static void test_pool_link_arena_claim_waits_once(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *dev;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	dev = f->device;
+	dev->ops = counting_ops(dev);
+	claim(f, dev); /* maps and registers the arena */
+	synchronizes = 0;
+	claim(f, dev);
+	assert_int_equal(synchronizes, 1);
+}
+
+static int failing_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return -EIO;
+}
+
+/* A claim from the arena whose device copies fail is no success: finish says so. */
+static void test_pool_link_arena_claim_copy_failure_fails(void **state)
+{
+	struct fixture *f = *state;
+	const struct rec_geometry *g = &f->plan.geometry;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry entries[4];
+	struct pool_claim_grant grant;
+	struct shard_pool_share share;
+	struct shard_device_ops *ops;
+	uint64_t claim_id = 0, bytes = 0;
+	uint32_t count = 0;
+	char why[256] = "";
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	f->device->ops = counting_ops(f->device);
+	claim(f, f->device); /* maps and registers the arena */
+	ops = (struct shard_device_ops *)f->device->ops;
+	ops->synchronize = failing_synchronize;
+	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
+	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)), 1);
+	assert_int_equal(shard_pool_share_init(&share, g, &f->plan.namespace_id, &f->bases,
+					       f->device), 0);
+	assert_int_equal(shard_pool_share_begin(&share, f->chain, 1, 0, f->page_ids, PAGES, 2,
+						why, sizeof(why)), 0);
+	assert_int_equal(f->conn.claim_share(f->conn.ctx, claim_id, f->chain, 1, 0, &share, why,
+					     sizeof(why)), 0);
+	assert_int_equal(shard_pool_share_finish(&share, &bytes, why, sizeof(why)), -EIO);
+	assert_non_null(strstr(why, "device copies"));
+	shard_pool_share_destroy(&share);
+	assert_int_equal(pool_claim_end(c, claim_id, -EIO), 0);
+	ops->synchronize = counting_synchronize;
+}
+
 /* The host device: claims copy from the arena and read no stream window. */
 static void test_pool_link_claims_from_arena(void **state)
 {
@@ -305,6 +380,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_link_refused_registration_streams, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_claims_from_arena, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_waits_once, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_copy_failure_fails,
+						setup, teardown),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR);
