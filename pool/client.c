@@ -63,10 +63,13 @@ struct lookup {
 
 struct claim_req {
 	uint64_t id;
-	bool answered;
+	bool local;    /* sent as CLAIM_LOCAL: a grant comes with places (R-POOL-51) */
+	bool claimed;  /* CLAIMED came */
+	bool answered; /* CLAIMED came, and a local grant's places */
 	int result;
 	struct pool_claim_grant grant;
 	struct pool_chain_entry *chain;
+	struct pool_place *places; /* a local grant's, grant.chain_count of them */
 };
 
 struct slot {
@@ -150,6 +153,8 @@ struct pool_client {
 	bool rx_end_waits;
 	const uint8_t *arena;
 	uint64_t arena_bytes;
+	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
+	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
 };
 
 int pool_secret_load(const char *path, uint8_t secret[POOL_SECRET_BYTES], char *why,
@@ -249,6 +254,7 @@ static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, con
 	}
 	pool_frame_build(c->kc, POOL_TO_MANAGER, c->tx_seq++, type, body, body_length, data,
 			 data_length, it->bytes, it->tag);
+	c->sent[type]++;
 	if (body_length)
 		memcpy(it->bytes + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
 	it->length = CLUSTER_FRAME_HEADER_BYTES + body_length;
@@ -535,6 +541,36 @@ static void on_window(struct pool_client *c)
 	pthread_cond_broadcast(&c->changed);
 }
 
+/*
+ * R-POOL-51: CLAIM_PLACES right after a local claim's CLAIMED belongs to
+ * the grant. True when v was the grant's (*ret: 0, or SEL_EPROTO for places
+ * that do not match the chain); false when it is for a rank's pull.
+ */
+static bool grant_places(struct pool_client *c, const struct pool_places_view *v, char *why,
+			 size_t why_size, int *ret)
+{
+	struct claim_req *q = claim_find(c, v->claim_id);
+
+	*ret = 0;
+	if (!q || !q->local || !q->claimed || q->answered)
+		return false;
+	if (v->count != q->grant.chain_count) {
+		*ret = sel_fail(SEL_EPROTO, why, why_size, "CLAIM_PLACES of claim %" PRIu64
+				" names %u records of a chain of %u (R-POOL-51)", v->claim_id,
+				v->count, q->grant.chain_count);
+		return true;
+	}
+	q->places = calloc(v->count ? v->count : 1, sizeof(*q->places));
+	for (uint32_t i = 0; q->places && i < v->count; i++) {
+		pool_places_view_place(v, i, &q->places[i]);
+		if (q->places[i].offset > c->facts.arena_bytes ||
+		    q->places[i].bytes > c->facts.arena_bytes - q->places[i].offset)
+			q->places[i].bytes = 0; /* past the arena: refused when pulled */
+	}
+	q->answered = true;
+	return true;
+}
+
 static void on_frame(struct pool_client *c)
 {
 	const uint8_t *body = c->rx.body;
@@ -571,13 +607,15 @@ static void on_frame(struct pool_client *c)
 		if (ret)
 			break;
 		q = claim_find(c, cd.claim_id);
-		if (q) {
+		if (q && !q->claimed) {
 			q->result = cd.result;
 			q->grant.deadline_ms = cd.deadline_ms;
 			q->grant.deadline_ns = sel_monotonic_ns() + cd.deadline_ms * 1000000ull;
 			q->grant.chain_count = v.count;
 			chain_copy(&v, &q->chain);
-			q->answered = true;
+			q->claimed = true;
+			/* R-POOL-51: a local grant is whole with its places, the next frame */
+			q->answered = !q->local || cd.result != 0;
 		}
 		break;
 	}
@@ -599,6 +637,8 @@ static void on_frame(struct pool_client *c)
 
 		ret = pool_claim_places_decode(body, length, &v, why, sizeof(why));
 		if (ret)
+			break;
+		if (grant_places(c, &v, why, sizeof(why), &ret) || ret)
 			break;
 		s = share_find(c, v.claim_id);
 		if (s && s->places_mode && v.count == s->chain_count) {
@@ -1051,6 +1091,7 @@ void pool_client_close(struct pool_client *c)
 	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++) {
 		free(c->lookups[i].chain);
 		free(c->claims[i].chain);
+		free(c->claims[i].places);
 	}
 	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX; i++) {
 		free(c->shares[i].chain);
@@ -1093,6 +1134,25 @@ size_t pool_client_slot_bytes(const struct pool_client *c)
 	if (c->geometry.row_record_bytes > n)
 		n = c->geometry.row_record_bytes;
 	return n < REC_HEADER_BYTES ? REC_HEADER_BYTES : n;
+}
+
+void pool_client_claim_local(struct pool_client *c, bool on)
+{
+	pthread_mutex_lock(&c->lock);
+	c->claim_local = on;
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t pool_client_frames_sent(const struct pool_client *cc, uint16_t type)
+{
+	struct pool_client *c = (struct pool_client *)cc;
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (type <= POOL_MSG_TYPE_LAST)
+		n = c->sent[type];
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }
 
 /* ---- Lookups ---- */
@@ -1199,10 +1259,12 @@ int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t 
 	if (!ret) {
 		m.claim_id = c->next_id++;
 		ret = pool_claim_encode(&m, buf, sizeof(buf));
-		ret = ret < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM, buf, ret);
+		ret = ret < 0 ? -EINVAL
+			      : send_control(c, c->claim_local ? POOL_MSG_CLAIM_LOCAL
+								: POOL_MSG_CLAIM, buf, ret);
 	}
 	if (!ret) {
-		*q = (struct claim_req){ .id = m.claim_id };
+		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local };
 		*claim_id = m.claim_id;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1223,6 +1285,7 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 		if (q->result) {
 			ret = q->result;
 			free(q->chain);
+			free(q->places);
 			*q = (struct claim_req){ 0 };
 		} else if (q->grant.chain_count > entries_max) {
 			ret = -ENOSPC;
@@ -1252,6 +1315,7 @@ int pool_claim_end(struct pool_client *c, uint64_t claim_id, int result)
 	q = claim_find(c, claim_id);
 	if (q) {
 		free(q->chain);
+		free(q->places);
 		*q = (struct claim_req){ 0 };
 		n = pool_claim_end_encode(&e, buf, sizeof(buf));
 		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_END, buf, n);
@@ -1269,12 +1333,16 @@ int pool_share_pull(struct pool_client *c, uint64_t claim_id,
 	struct pool_claim_pull p = { .claim_id = claim_id, .skip_pages = skip_pages,
 				     .mode = places ? 1 : 0 };
 	struct share *s = NULL;
+	struct claim_req *q;
 	uint8_t buf[POOL_CLAIM_PULL_BYTES];
 	int ret, n;
 
 	if (!chain_count || chain_count > POOL_CHAIN_RECORDS_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
+	q = places ? claim_find(c, claim_id) : NULL;
+	if (q && (!q->places || q->grant.chain_count != chain_count))
+		q = NULL;
 	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX && !s; i++)
 		if (!c->shares[i].claim_id)
 			s = &c->shares[i];
@@ -1290,9 +1358,19 @@ int pool_share_pull(struct pool_client *c, uint64_t claim_id,
 		s->skip = skip_pages;
 		s->places_mode = places;
 		s->claim_id = claim_id;
-		n = pool_claim_pull_encode(&p, buf, sizeof(buf));
-		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_PULL, buf, n);
+		if (q) {
+			/* R-POOL-51: the grant brought this rank's places; nothing to ask */
+			s->places = malloc(chain_count * sizeof(*s->places));
+			ret = s->places ? 0 : -ENOMEM;
+			if (!ret)
+				memcpy(s->places, q->places, chain_count * sizeof(*s->places));
+			s->places_in = true;
+		} else {
+			n = pool_claim_pull_encode(&p, buf, sizeof(buf));
+			ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_PULL, buf, n);
+		}
 		if (ret) {
+			free(s->places);
 			free(s->chain);
 			memset(s, 0, sizeof(*s));
 		}

@@ -86,6 +86,8 @@ static const struct cluster_msg_info pool_types[POOL_MSG_TYPE_LAST + 1] = {
 	[POOL_MSG_HEARTBEAT] = { "HEARTBEAT", POOL_HEARTBEAT_BYTES + TAG,
 				 POOL_HEARTBEAT_BYTES + TAG },
 	[POOL_MSG_BYE] = { "BYE", TAG, TAG },
+	[POOL_MSG_CLAIM_LOCAL] = { "CLAIM_LOCAL", POOL_CLAIM_BYTES + TAG,
+				   POOL_CLAIM_BYTES + TAG },
 };
 
 const struct cluster_grammar pool_grammar = {

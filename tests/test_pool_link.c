@@ -355,6 +355,32 @@ static void test_pool_link_arena_claim_copy_failure_fails(void **state)
 	ops->synchronize = counting_synchronize;
 }
 
+/* The control frames a claim sent that wait for the manager's answer. */
+static uint64_t requests_sent(struct pool_client *c)
+{
+	return pool_client_frames_sent(c, POOL_MSG_CLAIM) +
+	       pool_client_frames_sent(c, POOL_MSG_CLAIM_LOCAL) +
+	       pool_client_frames_sent(c, POOL_MSG_CLAIM_PULL);
+}
+
+/* R-POOL-51: a same-host claim is one round trip (its grant brings the places) and one end. */
+static void test_pool_link_arena_claim_one_round_trip(void **state)
+{
+	struct fixture *f = *state;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	uint64_t requests, ends;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	claim(f, f->device); /* maps and registers the arena: a claim and a pull */
+	requests = requests_sent(c);
+	ends = pool_client_frames_sent(c, POOL_MSG_CLAIM_END);
+	claim(f, f->device);
+	claim(f, f->device);
+	assert_int_equal(requests_sent(c) - requests, 2);
+	assert_int_equal(pool_client_frames_sent(c, POOL_MSG_CLAIM_LOCAL), 2);
+	assert_int_equal(pool_client_frames_sent(c, POOL_MSG_CLAIM_END) - ends, 2);
+}
+
 /* The host device: claims copy from the arena and read no stream window. */
 static void test_pool_link_claims_from_arena(void **state)
 {
@@ -381,6 +407,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_claims_from_arena, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_waits_once, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_one_round_trip, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_copy_failure_fails,
 						setup, teardown),

@@ -408,6 +408,22 @@ static void test_pool_wire_chains(void **state)
 			 SEL_EPROTO);
 }
 
+/* CLAIM_LOCAL is type 22, a session request as long as CLAIM, tagged (R-POOL-51). */
+static void test_pool_wire_claim_local(void **state)
+{
+	const struct cluster_msg_info *local = &pool_grammar.types[POOL_MSG_CLAIM_LOCAL];
+	const struct cluster_msg_info *claim = &pool_grammar.types[POOL_MSG_CLAIM];
+
+	(void)state;
+	assert_int_equal(POOL_MSG_CLAIM_LOCAL, 22);
+	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_CLAIM_LOCAL),
+			    "CLAIM_LOCAL");
+	assert_int_equal(local->bytes_min, POOL_CLAIM_BYTES + POOL_TAG_BYTES);
+	assert_int_equal(local->bytes_max, claim->bytes_max);
+	assert_true(pool_type_tagged(POOL_MSG_CLAIM_LOCAL));
+	assert_int_equal(pool_window_head_bytes(POOL_MSG_CLAIM_LOCAL), 0);
+}
+
 /* Claims: CLAIM, CLAIM_PULL, windows, places, ends (R-POOL-30 .. R-POOL-35). */
 static void test_pool_wire_claim_messages(void **state)
 {
@@ -746,6 +762,7 @@ int main(void)
 		cmocka_unit_test(test_pool_wire_attach_and_scope),
 		cmocka_unit_test(test_pool_wire_lookup),
 		cmocka_unit_test(test_pool_wire_chains),
+		cmocka_unit_test(test_pool_wire_claim_local),
 		cmocka_unit_test(test_pool_wire_claim_messages),
 		cmocka_unit_test(test_pool_wire_put_messages),
 		cmocka_unit_test(test_pool_wire_receiver_pieces),
