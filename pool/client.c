@@ -63,6 +63,7 @@ struct lookup {
 
 struct claim_req {
 	uint64_t id;
+	uint64_t sent_ns; /* when CLAIM was queued (R-POOL-52) */
 	bool local;    /* sent as CLAIM_LOCAL: a grant comes with places (R-POOL-51) */
 	bool claimed;  /* CLAIMED came */
 	bool answered; /* CLAIMED came, and a local grant's places */
@@ -154,6 +155,7 @@ struct pool_client {
 	const uint8_t *arena;
 	uint64_t arena_bytes;
 	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
+	uint64_t last_rx_ns; /* when a byte last came from the manager (R-POOL-52) */
 	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
 };
 
@@ -209,6 +211,24 @@ static void fail_locked(struct pool_client *c, int err, const char *fmt, ...)
 	vsnprintf(c->failure_why, sizeof(c->failure_why), fmt, ap);
 	va_end(ap);
 	pthread_cond_broadcast(&c->changed);
+}
+
+/*
+ * R-POOL-52: a rank waiting for the manager since since_ns (a grant, its
+ * places, a window it has slots for) that heard nothing from it for
+ * POOL_NO_PROGRESS_MS ends the connection. True when it did (lock held).
+ */
+static bool stalled_locked(struct pool_client *c, uint64_t since_ns, const char *waiting,
+			   uint64_t claim_id)
+{
+	uint64_t last = c->last_rx_ns > since_ns ? c->last_rx_ns : since_ns;
+
+	if (c->failure || sel_monotonic_ns() - last <= POOL_NO_PROGRESS_MS * 1000000ull)
+		return false;
+	fail_locked(c, -ETIMEDOUT, "the manager sent nothing for %u ms while claim %" PRIu64
+		    " waited for %s (no progress, R-POOL-52)", POOL_NO_PROGRESS_MS, claim_id,
+		    waiting);
+	return true;
 }
 
 int pool_client_status(const struct pool_client *cc, char *why, size_t why_size)
@@ -730,11 +750,15 @@ static bool read_locked(struct pool_client *c)
 			if (ret == 1)
 				return true;
 		}
+		uint64_t done_before = c->rx.done;
+
 		c->rx_unlocked = true;
 		pthread_mutex_unlock(&c->lock);
 		ret = pool_rx_feed(&c->rx, c->fd, &eof, why, sizeof(why));
 		pthread_mutex_lock(&c->lock);
 		c->rx_unlocked = false;
+		if (ret != POOL_RX_MORE || c->rx.done != done_before)
+			c->last_rx_ns = sel_monotonic_ns();
 		if (c->rx_end_waits) {
 			c->rx_end_waits = false;
 			pthread_cond_broadcast(&c->changed);
@@ -1264,7 +1288,8 @@ int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t 
 								: POOL_MSG_CLAIM, buf, ret);
 	}
 	if (!ret) {
-		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local };
+		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local,
+					 .sent_ns = sel_monotonic_ns() };
 		*claim_id = m.claim_id;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1296,8 +1321,9 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 			*count = q->grant.chain_count;
 			ret = 1;
 		}
-	} else if (c->failure) {
+	} else if (c->failure || stalled_locked(c, q->sent_ns, "its grant", claim_id)) {
 		ret = c->failure;
+		free(q->chain);
 		*q = (struct claim_req){ 0 };
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1431,10 +1457,29 @@ static uint64_t deadline_of(int timeout_ms)
 	return timeout_ms < 0 ? UINT64_MAX : sel_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
+/*
+ * Waits a while (at most 100 ms, never past deadline_ns) for the manager on
+ * claim_id's behalf, which it has waited for since since_ns: -ETIMEDOUT at
+ * the deadline, the connection's failure when the manager stalled while
+ * expected to send (R-POOL-52), else 0 (look again).
+ */
+static int wait_manager_locked(struct pool_client *c, uint64_t deadline_ns, uint64_t since_ns,
+			       bool expected, const char *waiting, uint64_t claim_id)
+{
+	uint64_t step = sel_monotonic_ns() + 100000000ull;
+
+	if (expected && stalled_locked(c, since_ns, waiting, claim_id))
+		return c->failure;
+	if (wait_locked(c, deadline_ns < step ? deadline_ns : step) &&
+	    sel_monotonic_ns() >= deadline_ns)
+		return -ETIMEDOUT;
+	return 0;
+}
+
 int pool_share_next(struct pool_client *c, uint64_t claim_id, struct pool_window *out,
 		    int timeout_ms)
 {
-	uint64_t deadline = deadline_of(timeout_ms);
+	uint64_t deadline = deadline_of(timeout_ms), since = sel_monotonic_ns();
 	struct share *s;
 	int ret;
 
@@ -1461,10 +1506,11 @@ int pool_share_next(struct pool_client *c, uint64_t claim_id, struct pool_window
 			ret = c->failure;
 			break;
 		}
-		if (wait_locked(c, deadline)) {
-			ret = -ETIMEDOUT;
+		/* with no slot posted the I/O thread reads nothing: not the manager's stall */
+		ret = wait_manager_locked(c, deadline, since, s->posted_count > 0,
+					  "a window of its stream", claim_id);
+		if (ret)
 			break;
-		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
@@ -1503,7 +1549,7 @@ int pool_share_claim(struct pool_client *c, uint64_t claim_id,
 int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_place *places,
 		      uint32_t chain_count, int timeout_ms)
 {
-	uint64_t deadline = deadline_of(timeout_ms);
+	uint64_t deadline = deadline_of(timeout_ms), since = sel_monotonic_ns();
 	struct share *s;
 	int ret;
 
@@ -1533,10 +1579,9 @@ int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_plac
 			ret = c->failure;
 			break;
 		}
-		if (wait_locked(c, deadline)) {
-			ret = -ETIMEDOUT;
+		ret = wait_manager_locked(c, deadline, since, true, "its places", claim_id);
+		if (ret)
 			break;
-		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
