@@ -223,7 +223,9 @@ static bool stalled_locked(struct pool_client *c, uint64_t since_ns, const char 
 {
 	uint64_t last = c->last_rx_ns > since_ns ? c->last_rx_ns : since_ns;
 
-	if (c->failure || sel_monotonic_ns() - last <= POOL_NO_PROGRESS_MS * 1000000ull)
+	/* a read under way is this side's time (a slow copy, failpoint pool.rx_data) */
+	if (c->failure || c->rx_unlocked ||
+	    sel_monotonic_ns() - last <= POOL_NO_PROGRESS_MS * 1000000ull)
 		return false;
 	fail_locked(c, -ETIMEDOUT, "the manager sent nothing for %u ms while claim %" PRIu64
 		    " waited for %s (no progress, R-POOL-52)", POOL_NO_PROGRESS_MS, claim_id,
