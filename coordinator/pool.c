@@ -175,6 +175,25 @@ static void claim_granted(struct coord_pool *p, uint64_t job_id, uint32_t count)
 	j->step = STEP_CLAIM_SHARES;
 }
 
+/*
+ * Why a claim got no grant: a refusal, or the session's connection failed
+ * meanwhile; a manager that sent nothing for POOL_NO_PROGRESS_MS while the
+ * grant was awaited ended it (R-POOL-52, -ETIMEDOUT), so the claim never
+ * waits longer than that for a silent manager.
+ */
+static const char *claim_failure_why(int result, char *why, size_t why_size)
+{
+	if (result == -ETIMEDOUT)
+		snprintf(why, why_size, "the pool manager sent nothing for %u ms while the claim "
+			 "waited for its grant (no progress)", POOL_NO_PROGRESS_MS);
+	else if (result == -EEXIST || result == -ENOENT || result == -ENOSPC ||
+		 result == SEL_EQUEUEFULL || result == -EINVAL || result == -ESHUTDOWN)
+		snprintf(why, why_size, "the pool refused the claim");
+	else
+		snprintf(why, why_size, "the pool connection failed before the claim's grant");
+	return why;
+}
+
 /* Moves every pool job waiting on the session one step, where its answer came. */
 static void advance(struct coord_pool *p)
 {
@@ -223,7 +242,7 @@ static void advance(struct coord_pool *p)
 				break;
 			if (ret < 0) {
 				count_refusal(p, ret);
-				finish(p, id, ret, 0, "the pool refused the claim");
+				finish(p, id, ret, 0, claim_failure_why(ret, j->why, sizeof(j->why)));
 				break;
 			}
 			claim_granted(p, id, count);

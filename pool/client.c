@@ -65,10 +65,14 @@ struct lookup {
 
 struct claim_req {
 	uint64_t id;
-	bool answered;
+	uint64_t sent_ns; /* when CLAIM was queued (R-POOL-52) */
+	bool local;    /* sent as CLAIM_LOCAL: a grant comes with places (R-POOL-51) */
+	bool claimed;  /* CLAIMED came */
+	bool answered; /* CLAIMED came, and a local grant's places */
 	int result;
 	struct pool_claim_grant grant;
 	struct pool_chain_entry *chain;
+	struct pool_place *places; /* a local grant's, grant.chain_count of them */
 };
 
 struct slot {
@@ -154,6 +158,9 @@ struct pool_client {
 	uint64_t arena_bytes;
 	struct pool_export exports[EXPORTS_QUEUED_MAX]; /* a ring */
 	uint32_t export_head, export_count;
+	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
+	uint64_t last_rx_ns; /* when a byte last came from the manager (R-POOL-52) */
+	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
 };
 
 int pool_secret_load(const char *path, uint8_t secret[POOL_SECRET_BYTES], char *why,
@@ -210,6 +217,26 @@ static void fail_locked(struct pool_client *c, int err, const char *fmt, ...)
 	pthread_cond_broadcast(&c->changed);
 }
 
+/*
+ * R-POOL-52: a rank waiting for the manager since since_ns (a grant, its
+ * places, a window it has slots for) that heard nothing from it for
+ * POOL_NO_PROGRESS_MS ends the connection. True when it did (lock held).
+ */
+static bool stalled_locked(struct pool_client *c, uint64_t since_ns, const char *waiting,
+			   uint64_t claim_id)
+{
+	uint64_t last = c->last_rx_ns > since_ns ? c->last_rx_ns : since_ns;
+
+	/* a read under way is this side's time (a slow copy, failpoint pool.rx_data) */
+	if (c->failure || c->rx_unlocked ||
+	    sel_monotonic_ns() - last <= POOL_NO_PROGRESS_MS * 1000000ull)
+		return false;
+	fail_locked(c, -ETIMEDOUT, "the manager sent nothing for %u ms while claim %" PRIu64
+		    " waited for %s (no progress, R-POOL-52)", POOL_NO_PROGRESS_MS, claim_id,
+		    waiting);
+	return true;
+}
+
 int pool_client_status(const struct pool_client *cc, char *why, size_t why_size)
 {
 	struct pool_client *c = (struct pool_client *)cc;
@@ -253,6 +280,7 @@ static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, con
 	}
 	pool_frame_build(c->kc, POOL_TO_MANAGER, c->tx_seq++, type, body, body_length, data,
 			 data_length, it->bytes, it->tag);
+	c->sent[type]++;
 	if (body_length)
 		memcpy(it->bytes + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
 	it->length = CLUSTER_FRAME_HEADER_BYTES + body_length;
@@ -539,6 +567,36 @@ static void on_window(struct pool_client *c)
 	pthread_cond_broadcast(&c->changed);
 }
 
+/*
+ * R-POOL-51: CLAIM_PLACES right after a local claim's CLAIMED belongs to
+ * the grant. True when v was the grant's (*ret: 0, or SEL_EPROTO for places
+ * that do not match the chain); false when it is for a rank's pull.
+ */
+static bool grant_places(struct pool_client *c, const struct pool_places_view *v, char *why,
+			 size_t why_size, int *ret)
+{
+	struct claim_req *q = claim_find(c, v->claim_id);
+
+	*ret = 0;
+	if (!q || !q->local || !q->claimed || q->answered)
+		return false;
+	if (v->count != q->grant.chain_count) {
+		*ret = sel_fail(SEL_EPROTO, why, why_size, "CLAIM_PLACES of claim %" PRIu64
+				" names %u records of a chain of %u (R-POOL-51)", v->claim_id,
+				v->count, q->grant.chain_count);
+		return true;
+	}
+	q->places = calloc(v->count ? v->count : 1, sizeof(*q->places));
+	for (uint32_t i = 0; q->places && i < v->count; i++) {
+		pool_places_view_place(v, i, &q->places[i]);
+		if (q->places[i].offset > c->facts.arena_bytes ||
+		    q->places[i].bytes > c->facts.arena_bytes - q->places[i].offset)
+			q->places[i].bytes = 0; /* past the arena: refused when pulled */
+	}
+	q->answered = true;
+	return true;
+}
+
 static void on_frame(struct pool_client *c)
 {
 	const uint8_t *body = c->rx.body;
@@ -575,13 +633,15 @@ static void on_frame(struct pool_client *c)
 		if (ret)
 			break;
 		q = claim_find(c, cd.claim_id);
-		if (q) {
+		if (q && !q->claimed) {
 			q->result = cd.result;
 			q->grant.deadline_ms = cd.deadline_ms;
 			q->grant.deadline_ns = sel_monotonic_ns() + cd.deadline_ms * 1000000ull;
 			q->grant.chain_count = v.count;
 			chain_copy(&v, &q->chain);
-			q->answered = true;
+			q->claimed = true;
+			/* R-POOL-51: a local grant is whole with its places, the next frame */
+			q->answered = !q->local || cd.result != 0;
 		}
 		break;
 	}
@@ -603,6 +663,8 @@ static void on_frame(struct pool_client *c)
 
 		ret = pool_claim_places_decode(body, length, &v, why, sizeof(why));
 		if (ret)
+			break;
+		if (grant_places(c, &v, why, sizeof(why), &ret) || ret)
 			break;
 		s = share_find(c, v.claim_id);
 		if (s && s->places_mode && v.count == s->chain_count) {
@@ -719,11 +781,15 @@ static bool read_locked(struct pool_client *c)
 			if (ret == 1)
 				return true;
 		}
+		uint64_t done_before = c->rx.done;
+
 		c->rx_unlocked = true;
 		pthread_mutex_unlock(&c->lock);
 		ret = pool_rx_feed(&c->rx, c->fd, &eof, why, sizeof(why));
 		pthread_mutex_lock(&c->lock);
 		c->rx_unlocked = false;
+		if (ret != POOL_RX_MORE || c->rx.done != done_before)
+			c->last_rx_ns = sel_monotonic_ns();
 		if (c->rx_end_waits) {
 			c->rx_end_waits = false;
 			pthread_cond_broadcast(&c->changed);
@@ -1080,6 +1146,7 @@ void pool_client_close(struct pool_client *c)
 	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++) {
 		free(c->lookups[i].chain);
 		free(c->claims[i].chain);
+		free(c->claims[i].places);
 	}
 	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX; i++) {
 		free(c->shares[i].chain);
@@ -1122,6 +1189,25 @@ size_t pool_client_slot_bytes(const struct pool_client *c)
 	if (c->geometry.row_record_bytes > n)
 		n = c->geometry.row_record_bytes;
 	return n < REC_HEADER_BYTES ? REC_HEADER_BYTES : n;
+}
+
+void pool_client_claim_local(struct pool_client *c, bool on)
+{
+	pthread_mutex_lock(&c->lock);
+	c->claim_local = on;
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t pool_client_frames_sent(const struct pool_client *cc, uint16_t type)
+{
+	struct pool_client *c = (struct pool_client *)cc;
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (type <= POOL_MSG_TYPE_LAST)
+		n = c->sent[type];
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }
 
 /* ---- Lookups ---- */
@@ -1282,10 +1368,13 @@ int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t 
 	if (!ret) {
 		m.claim_id = c->next_id++;
 		ret = pool_claim_encode(&m, buf, sizeof(buf));
-		ret = ret < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM, buf, ret);
+		ret = ret < 0 ? -EINVAL
+			      : send_control(c, c->claim_local ? POOL_MSG_CLAIM_LOCAL
+								: POOL_MSG_CLAIM, buf, ret);
 	}
 	if (!ret) {
-		*q = (struct claim_req){ .id = m.claim_id };
+		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local,
+					 .sent_ns = sel_monotonic_ns() };
 		*claim_id = m.claim_id;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1306,6 +1395,7 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 		if (q->result) {
 			ret = q->result;
 			free(q->chain);
+			free(q->places);
 			*q = (struct claim_req){ 0 };
 		} else if (q->grant.chain_count > entries_max) {
 			ret = -ENOSPC;
@@ -1316,8 +1406,9 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 			*count = q->grant.chain_count;
 			ret = 1;
 		}
-	} else if (c->failure) {
+	} else if (c->failure || stalled_locked(c, q->sent_ns, "its grant", claim_id)) {
 		ret = c->failure;
+		free(q->chain);
 		*q = (struct claim_req){ 0 };
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1335,6 +1426,7 @@ int pool_claim_end(struct pool_client *c, uint64_t claim_id, int result)
 	q = claim_find(c, claim_id);
 	if (q) {
 		free(q->chain);
+		free(q->places);
 		*q = (struct claim_req){ 0 };
 		n = pool_claim_end_encode(&e, buf, sizeof(buf));
 		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_END, buf, n);
@@ -1352,12 +1444,16 @@ int pool_share_pull(struct pool_client *c, uint64_t claim_id,
 	struct pool_claim_pull p = { .claim_id = claim_id, .skip_pages = skip_pages,
 				     .mode = places ? 1 : 0 };
 	struct share *s = NULL;
+	struct claim_req *q;
 	uint8_t buf[POOL_CLAIM_PULL_BYTES];
 	int ret, n;
 
 	if (!chain_count || chain_count > POOL_CHAIN_RECORDS_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
+	q = places ? claim_find(c, claim_id) : NULL;
+	if (q && (!q->places || q->grant.chain_count != chain_count))
+		q = NULL;
 	for (uint32_t i = 0; i < POOL_SHARES_LIVE_MAX && !s; i++)
 		if (!c->shares[i].claim_id)
 			s = &c->shares[i];
@@ -1373,9 +1469,19 @@ int pool_share_pull(struct pool_client *c, uint64_t claim_id,
 		s->skip = skip_pages;
 		s->places_mode = places;
 		s->claim_id = claim_id;
-		n = pool_claim_pull_encode(&p, buf, sizeof(buf));
-		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_PULL, buf, n);
+		if (q) {
+			/* R-POOL-51: the grant brought this rank's places; nothing to ask */
+			s->places = malloc(chain_count * sizeof(*s->places));
+			ret = s->places ? 0 : -ENOMEM;
+			if (!ret)
+				memcpy(s->places, q->places, chain_count * sizeof(*s->places));
+			s->places_in = true;
+		} else {
+			n = pool_claim_pull_encode(&p, buf, sizeof(buf));
+			ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_PULL, buf, n);
+		}
 		if (ret) {
+			free(s->places);
 			free(s->chain);
 			memset(s, 0, sizeof(*s));
 		}
@@ -1436,10 +1542,29 @@ static uint64_t deadline_of(int timeout_ms)
 	return timeout_ms < 0 ? UINT64_MAX : sel_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
+/*
+ * Waits a while (at most 100 ms, never past deadline_ns) for the manager on
+ * claim_id's behalf, which it has waited for since since_ns: -ETIMEDOUT at
+ * the deadline, the connection's failure when the manager stalled while
+ * expected to send (R-POOL-52), else 0 (look again).
+ */
+static int wait_manager_locked(struct pool_client *c, uint64_t deadline_ns, uint64_t since_ns,
+			       bool expected, const char *waiting, uint64_t claim_id)
+{
+	uint64_t step = sel_monotonic_ns() + 100000000ull;
+
+	if (expected && stalled_locked(c, since_ns, waiting, claim_id))
+		return c->failure;
+	if (wait_locked(c, deadline_ns < step ? deadline_ns : step) &&
+	    sel_monotonic_ns() >= deadline_ns)
+		return -ETIMEDOUT;
+	return 0;
+}
+
 int pool_share_next(struct pool_client *c, uint64_t claim_id, struct pool_window *out,
 		    int timeout_ms)
 {
-	uint64_t deadline = deadline_of(timeout_ms);
+	uint64_t deadline = deadline_of(timeout_ms), since = sel_monotonic_ns();
 	struct share *s;
 	int ret;
 
@@ -1466,10 +1591,11 @@ int pool_share_next(struct pool_client *c, uint64_t claim_id, struct pool_window
 			ret = c->failure;
 			break;
 		}
-		if (wait_locked(c, deadline)) {
-			ret = -ETIMEDOUT;
+		/* with no slot posted the I/O thread reads nothing: not the manager's stall */
+		ret = wait_manager_locked(c, deadline, since, s->posted_count > 0,
+					  "a window of its stream", claim_id);
+		if (ret)
 			break;
-		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
@@ -1508,7 +1634,7 @@ int pool_share_claim(struct pool_client *c, uint64_t claim_id,
 int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_place *places,
 		      uint32_t chain_count, int timeout_ms)
 {
-	uint64_t deadline = deadline_of(timeout_ms);
+	uint64_t deadline = deadline_of(timeout_ms), since = sel_monotonic_ns();
 	struct share *s;
 	int ret;
 
@@ -1538,10 +1664,9 @@ int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_plac
 			ret = c->failure;
 			break;
 		}
-		if (wait_locked(c, deadline)) {
-			ret = -ETIMEDOUT;
+		ret = wait_manager_locked(c, deadline, since, true, "its places", claim_id);
+		if (ret)
 			break;
-		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;

@@ -145,6 +145,23 @@ uint32_t pool_client_rtt_us(const struct pool_client *c);
  */
 size_t pool_client_slot_bytes(const struct pool_client *c);
 
+/*
+ * Never waits. With on, this client's later claims (pool_claim_begin) are
+ * local (CLAIM_LOCAL, R-POOL-51): each grant brings this rank's places in
+ * the arena, so a places pull of the claim (pool_share_pull) asks the
+ * manager nothing. Turn it on only where the arena is mapped and usable
+ * (shard/pool_link.c: registered with the device); a grant's places are
+ * also dropped unused when the rank streams instead.
+ */
+void pool_client_claim_local(struct pool_client *c, bool on);
+
+/*
+ * Never waits. Frames of type this client queued to the manager since it
+ * opened (HELLO and PROOF of the handshake not counted): tests count the
+ * round trips of a claim with it.
+ */
+uint64_t pool_client_frames_sent(const struct pool_client *c, uint16_t type);
+
 /* ---- Lookups (session only: rank zero's client) ---- */
 
 /*
@@ -202,8 +219,10 @@ int pool_export_end(struct pool_client *c, uint64_t export_id, int result);
 /* ---- Claims: the session's part (rank zero) ---- */
 
 /*
- * Never waits. Sends a CLAIM of key's chain (R-POOL-30) and sets
- * *claim_id; poll for CLAIMED with pool_claim_poll.
+ * Never waits. Sends a CLAIM of key's chain (R-POOL-30), or a CLAIM_LOCAL
+ * (R-POOL-51) when pool_client_claim_local is on, and sets *claim_id; poll
+ * for the grant with pool_claim_poll (a local grant is whole once its
+ * places came too, in the same write of the manager).
  */
 int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t *claim_id);
 
@@ -250,7 +269,9 @@ struct pool_window {
  * the chain as CLAIMED gave it (copied; rank zero passes it on), skipping
  * its first skip_pages pages. places true asks for arena places
  * (pool_share_places) instead of a stream; only for a rank on the
- * manager's host (pool_arena_map succeeded). At most
+ * manager's host (pool_arena_map succeeded). A places pull of a local
+ * claim this client was granted (R-POOL-51) sends nothing: the grant's
+ * places serve it. At most
  * POOL_SHARES_LIVE_MAX claims per connection (SEL_EQUEUEFULL).
  */
 int pool_share_pull(struct pool_client *c, uint64_t claim_id,

@@ -1375,8 +1375,28 @@ static void claim_end(struct pool_manager *m, struct claim *cl)
 	free(cl);
 }
 
+/* R-POOL-34: where each record of cl lies in the arena, the share of rank. */
+static void send_claim_places(struct conn *c, const struct claim *cl, uint32_t rank)
+{
+	struct pool_place places[POOL_CHAIN_RECORDS_MAX];
+	int len;
+
+	for (uint32_t i = 0; i < cl->count; i++)
+		places[i] = (struct pool_place){
+			POOL_ARENA_HEADER_BYTES + cl->chain[i]->shares[rank].offset,
+			cl->chain[i]->shares[rank].bytes };
+	len = pool_claim_places_encode(cl->id, places, cl->count, c->body,
+				       POOL_CONTROL_BODY_BYTES_MAX);
+	SEL_ASSERT(len > 0);
+	send_frame(c, POOL_MSG_CLAIM_PLACES, c->body, (uint32_t)len, NULL, 0);
+}
+
+/*
+ * CLAIM (R-POOL-30) or, local, CLAIM_LOCAL (R-POOL-51): a granted local
+ * claim's CLAIMED is followed at once by the session rank's places.
+ */
 static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body,
-		     uint32_t length, uint64_t now)
+		     uint32_t length, uint64_t now, bool local)
 {
 	struct pool_claim q;
 	struct pool_claimed a = { 0 };
@@ -1455,6 +1475,8 @@ answer:
 	len = pool_claimed_encode(&a, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
 	send_frame(c, POOL_MSG_CLAIMED, c->body, (uint32_t)len, NULL, 0);
+	if (local && a.result == 0)
+		send_claim_places(c, cl, c->rank);
 }
 
 static void send_claim_end(struct conn *c, uint64_t id, int result)
@@ -1484,17 +1506,7 @@ static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t 
 		return;
 	}
 	if (q.mode == 1) {
-		struct pool_place places[POOL_CHAIN_RECORDS_MAX];
-		int len;
-
-		for (uint32_t i = 0; i < cl->count; i++)
-			places[i] = (struct pool_place){
-				POOL_ARENA_HEADER_BYTES + cl->chain[i]->shares[c->rank].offset,
-				cl->chain[i]->shares[c->rank].bytes };
-		len = pool_claim_places_encode(cl->id, places, cl->count, c->body,
-					       POOL_CONTROL_BODY_BYTES_MAX);
-		SEL_ASSERT(len > 0);
-		send_frame(c, POOL_MSG_CLAIM_PLACES, c->body, (uint32_t)len, NULL, 0);
+		send_claim_places(c, cl, c->rank);
 		return;
 	}
 	if (c->stream_count == POOL_SHARES_LIVE_MAX) {
@@ -2013,7 +2025,8 @@ static void on_frame(struct pool_manager *m, struct conn *c, uint64_t now)
 		on_lookup(m, c, body, length, now);
 		return;
 	case POOL_MSG_CLAIM:
-		on_claim(m, c, body, length, now);
+	case POOL_MSG_CLAIM_LOCAL:
+		on_claim(m, c, body, length, now, type == POOL_MSG_CLAIM_LOCAL);
 		return;
 	case POOL_MSG_CLAIM_END:
 		on_claim_end(m, c, body, length);

@@ -60,7 +60,8 @@ enum pool_msg_type {
 	POOL_MSG_PUT_END = 19,
 	POOL_MSG_HEARTBEAT = 20,
 	POOL_MSG_BYE = 21,
-	/* 22 .. 39 are not types (R-POOL-3) */
+	POOL_MSG_CLAIM_LOCAL = 22,
+	/* 23 .. 39 are not types (R-POOL-3) */
 	POOL_MSG_HOLDS = 40,
 	POOL_MSG_EXPORT = 41,
 	POOL_MSG_EXPORT_END = 42,
@@ -349,7 +350,7 @@ int pool_answer_encode(uint64_t ticket, const struct pool_chain_entry *chain,
 int pool_answer_decode(const uint8_t *body, uint32_t length, uint64_t *ticket,
 		       struct pool_chain_view *chain, char *why, size_t why_size);
 
-/* CLAIM (R-POOL-30). */
+/* CLAIM (R-POOL-30) and CLAIM_LOCAL (R-POOL-51): the same payload. */
 struct pool_claim {
 	uint64_t claim_id;
 	struct rec_key key;

@@ -246,12 +246,16 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 		 device->ops->name, (double)(sel_monotonic_ns() - start) / 1e6);
 	link->arena_device = device;
 	link->arena_state = LINK_ARENA_ON;
+	/* rank zero's later grants bring its places (R-POOL-51): no pull to wait for */
+	pool_client_claim_local(link->client, true);
 }
 
 /*
  * A same-host claim: the manager names where each record's share image
- * lies in its arena (R-POOL-34) and share copies it to the device with
- * batched copies; no CPU pass over the bytes. The manager verified every
+ * lies in its arena (R-POOL-34; on rank zero, the grant named them already,
+ * R-POOL-51, and the pull asks nothing) and share copies it to the device
+ * with batched copies, waited for once when the engine finishes the claim;
+ * no CPU pass over the bytes. The manager verified every
  * share when it was put, only it writes the arena, and the session's claim
  * pins the chain until every rank is done: the headers are checked again
  * (shard_pool_share_place), the pages and row are not.

@@ -87,6 +87,7 @@ int shard_pool_share_begin(struct shard_pool_share *p, const struct shard_pool_r
 	p->pages_arrived = 0;
 	p->row_bytes_arrived = 0;
 	p->bytes_copied = 0;
+	p->unsynced = false;
 	return 0;
 }
 
@@ -108,17 +109,30 @@ static int share_sync(struct shard_pool_share *p, int issued)
 {
 	int drained = shard_device_synchronize(p->device);
 
+	p->unsynced = false;
 	return issued ? issued : drained;
 }
 
 /*
+ * After copies out of the arena: they read bytes the claim pins, which stay
+ * put until every rank ended it, so the wait is left to
+ * shard_pool_share_finish (once per claim, as warm fetches do).
+ */
+static int share_defer(struct shard_pool_share *p, int issued)
+{
+	p->unsynced = true;
+	return issued;
+}
+
+/*
  * Copies count stored pages of record i, from stored page first, whose
- * bytes start at src with stride bytes between pages; pages before the
- * claim's skip are passed over when skip_ok (an arena image holds them),
- * else refused. Waits for the copies.
+ * bytes start at src with stride bytes between pages. From a window (arena
+ * false) pages before the claim's skip are refused and the copies are
+ * waited for; from an arena image (arena true) they are passed over (the
+ * image holds them) and the wait is deferred to the claim's finish.
  */
 static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, uint32_t count,
-		       const uint8_t *src, uint64_t stride, bool skip_ok, char *why,
+		       const uint8_t *src, uint64_t stride, bool arena, char *why,
 		       size_t why_size)
 {
 	const struct rec_geometry *g = p->geometry;
@@ -134,7 +148,7 @@ static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, u
 		uint64_t q = (uint64_t)p->chain[i].first_page_index + j, d = q - start;
 
 		if (q < start) {
-			if (skip_ok)
+			if (arena)
 				continue;
 			ret = sel_fail(SEL_EMISMATCH, why, why_size, "claim record %u: page %u "
 				       "lies within the %u pages skipped", i, j, p->skip_pages);
@@ -163,12 +177,16 @@ static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, u
 	}
 	if (!ret)
 		ret = share_issue(p, n);
-	return share_sync(p, ret);
+	return arena ? share_defer(p, ret) : share_sync(p, ret);
 }
 
-/* Bytes [offset, offset + bytes) of the last record's row segment, in order. */
+/*
+ * Bytes [offset, offset + bytes) of the last record's row segment, in
+ * order; waited for as share_pages says.
+ */
 static int share_row(struct shard_pool_share *p, uint32_t i, uint64_t offset,
-		     const uint8_t *data, uint64_t bytes, char *why, size_t why_size)
+		     const uint8_t *data, uint64_t bytes, bool arena, char *why,
+		     size_t why_size)
 {
 	uint64_t unit = p->geometry->row_plane.unit_bytes;
 	uint32_t n = 0;
@@ -185,7 +203,7 @@ static int share_row(struct shard_pool_share *p, uint32_t i, uint64_t offset,
 			.host = (void *)data,
 			.bytes = offset + bytes < unit ? bytes : unit - offset,
 		};
-	return share_sync(p, share_issue(p, n));
+	return arena ? share_defer(p, share_issue(p, n)) : share_sync(p, share_issue(p, n));
 }
 
 int shard_pool_share_window(struct shard_pool_share *p, uint32_t chain_index,
@@ -212,7 +230,7 @@ int shard_pool_share_window(struct shard_pool_share *p, uint32_t chain_index,
 		if (bytes != count)
 			return sel_fail(SEL_EMISMATCH, why, why_size, "a row window of %u bytes "
 					"holds %zu", count, bytes);
-		return share_row(p, chain_index, first, data, bytes, why, why_size);
+		return share_row(p, chain_index, first, data, bytes, false, why, why_size);
 	}
 	return sel_fail(SEL_EMISMATCH, why, why_size, "a window of section %d", (int)section);
 }
@@ -254,7 +272,7 @@ int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
 	if (chain_index + 1 < p->chain_count)
 		return 0;
 	return share_row(p, chain_index, 0, image + h.row_offset, p->geometry->row_record_bytes,
-			 why, why_size);
+			 true, why, why_size);
 }
 
 int shard_pool_share_finish(struct shard_pool_share *p, uint64_t *bytes, char *why,
@@ -262,7 +280,13 @@ int shard_pool_share_finish(struct shard_pool_share *p, uint64_t *bytes, char *w
 {
 	int ret = 0;
 
-	if (p->pages_arrived != p->page_id_count ||
+	/* every copy out of the arena has finished before anything is reported */
+	if (p->unsynced)
+		ret = share_sync(p, 0);
+	if (ret)
+		sel_fail(ret, why, why_size, "the device copies of the claim failed: %s",
+			 sel_strerror(ret));
+	else if (p->pages_arrived != p->page_id_count ||
 	    p->row_bytes_arrived < p->geometry->row_plane.unit_bytes)
 		ret = sel_fail(SEL_EMISMATCH, why, why_size, "the claim ended with %u of %u pages "
 			       "and %" PRIu64 " of %" PRIu64 " row bytes", p->pages_arrived,

@@ -62,6 +62,7 @@ struct shard_pool_share {
 	uint32_t pages_arrived;
 	uint64_t row_bytes_arrived;   /* of the row unit, from offset 0, in order */
 	uint64_t bytes_copied;
+	bool unsynced;                /* arena copies issued, not yet waited for */
 };
 
 /*
@@ -108,17 +109,23 @@ int shard_pool_share_window(struct shard_pool_share *p, uint32_t chain_index,
  * Copies record chain_index from its share image in the manager's arena
  * (image, bytes: header, checksums, pages, row as record/FORMAT.md lays
  * them out), after checking its header against the chain and this rank's
- * geometry and namespace (R-REC-12) and its length (R-REC-10). Returns 0,
- * SEL_EBADHEADER or SEL_EMISMATCH with why, or the device's failure.
+ * geometry and namespace (R-REC-12) and its length (R-REC-10). The copies
+ * are issued, not waited for: the image must stay put (the claim pins it)
+ * until shard_pool_share_finish, which waits once for every record's
+ * copies. Returns 0, SEL_EBADHEADER or SEL_EMISMATCH with why, or the
+ * device's failure.
  */
 int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
 			   const uint8_t *image, uint64_t bytes, char *why, size_t why_size);
 
 /*
- * Ends the claim: 0 when every destination page and the whole row arrived
- * (*bytes: what was copied to the device), SEL_EMISMATCH with why when
- * something is missing. Either way the claim's borrowed pointers are
- * released.
+ * Ends the claim: waits for copies out of the arena still in flight, then
+ * returns 0 when they finished and every destination page and the whole
+ * row arrived (*bytes: what was copied to the device), the device's
+ * failure, or SEL_EMISMATCH with why when something is missing. Either way
+ * no copy of the claim is in flight on return and the claim's borrowed
+ * pointers are released: call it on every claim begun, failed or not,
+ * before the images it read from may move.
  */
 int shard_pool_share_finish(struct shard_pool_share *p, uint64_t *bytes, char *why,
 			    size_t why_size);

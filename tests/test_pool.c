@@ -551,6 +551,90 @@ static void test_pool_put_then_claim_byte_exact(void **state)
 	case_free(&child);
 }
 
+/* A granted CLAIM_LOCAL's CLAIMED is followed by the session rank's places; a refused one's is not (R-POOL-51). */
+static void test_pool_local_claim_grant_brings_places(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct put_case root, child, *chain[2] = { &root, &child };
+	struct pool_claim q = { .claim_id = 7 };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	struct pool_places_view pv;
+	struct pool_place pl;
+	uint8_t buf[POOL_CONTROL_BODY_BYTES_MAX];
+	char why[WHY_BYTES];
+	const uint8_t *arena;
+	int fd;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&root, 1, 64, NULL, 20);
+	case_make(&child, 1, 160, &root, 21);
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(put_whole(a, &root), 0);
+	assert_int_equal(put_whole(a, &child), 0);
+	open_instance(b, &r, 0xb, 0);
+	/* a key the pool lacks: CLAIMED refuses, and no places follow */
+	q.key = child.rec.key;
+	q.key.consumed = 999;
+	tsend(&b[0], POOL_MSG_CLAIM_LOCAL, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	q.claim_id = 8;
+	q.key = child.rec.key;
+	tsend(&b[0], POOL_MSG_CLAIM_LOCAL, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(&b[0]), 1);
+	assert_int_equal(b[0].rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(b[0].body, b[0].rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	assert_int_equal(cd.claim_id, 7);
+	assert_int_equal(cd.result, -ENOENT);
+	/* the chain: CLAIMED, then at once the places of rank 0's shares */
+	assert_int_equal(trecv(&b[0]), 1);
+	assert_int_equal(b[0].rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(b[0].body, b[0].rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	assert_int_equal(cd.claim_id, 8);
+	assert_int_equal(cd.result, 0);
+	assert_int_equal(v.count, 2);
+	assert_int_equal(trecv(&b[0]), 1);
+	assert_int_equal(b[0].rx.header.type, POOL_MSG_CLAIM_PLACES);
+	assert_int_equal(pool_claim_places_decode(b[0].body, b[0].rx.body_length, &pv, why,
+						  sizeof(why)), 0);
+	assert_int_equal(pv.claim_id, 8);
+	assert_int_equal(pv.count, 2);
+	fd = open(b[0].welcome.arena_path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	arena = mmap(NULL, b[0].welcome.arena_bytes, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(arena != MAP_FAILED);
+	for (uint32_t i = 0; i < 2; i++) {
+		pool_places_view_place(&pv, i, &pl);
+		assert_int_equal(pl.bytes, chain[i]->img[0].length);
+		assert_memory_equal(arena + pl.offset, chain[i]->img[0].bytes, pl.bytes);
+	}
+	munmap((void *)arena, b[0].welcome.arena_bytes);
+	close(fd);
+	/* rank 1 still pulls its own places (R-POOL-32) */
+	{
+		struct pool_claim_pull p = { .claim_id = 8, .mode = 1 };
+
+		tsend(&b[1], POOL_MSG_CLAIM_PULL, buf, pool_claim_pull_encode(&p, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(trecv(&b[1]), 1);
+		assert_int_equal(b[1].rx.header.type, POOL_MSG_CLAIM_PLACES);
+	}
+	/* CLAIM_LOCAL is the session's: on rank 1's connection it ends it (R-POOL-1) */
+	q.claim_id = 9;
+	tsend(&b[1], POOL_MSG_CLAIM_LOCAL, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(&b[1]), 1);
+	assert_int_equal(b[1].rx.header.type, POOL_MSG_REFUSE);
+	assert_int_equal(b[1].refused.reason, POOL_REFUSE_PROTOCOL);
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	case_free(&root);
+	case_free(&child);
+}
+
 /* With every connection taken by strangers mid-handshake, a real rank still gets in: the oldest stranger makes room. */
 static void test_pool_strangers_make_room(void **state)
 {
@@ -1500,6 +1584,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pool_put_then_claim_byte_exact),
+		cmocka_unit_test(test_pool_local_claim_grant_brings_places),
 		cmocka_unit_test(test_pool_other_scope_never_matches),
 		cmocka_unit_test(test_pool_strangers_refused),
 		cmocka_unit_test(test_pool_strangers_make_room),

@@ -773,6 +773,45 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	instance_close(f, 1);
 }
 
+/*
+ * R-POOL-52: the manager stops answering (stopped, not killed: its
+ * connections stay open) once B asked for a claim: the fetch fails within
+ * the no-progress timeout, saying the manager sent nothing, not at a
+ * deadline of seconds more or never.
+ */
+static void test_pool_attach_silent_manager_fails_claim(void **state)
+{
+	struct fixture *f = *state;
+	struct sel_event ev;
+	struct sel_hit hit;
+	struct sel_stats st;
+	uint32_t ids[PAGES];
+	uint64_t start;
+	bool joined;
+
+	manager_start(f);
+	cascade_from_a(f);
+	instance_close(f, 0);
+	instance_open(f, 1, &big_disk);
+	if (!lookup_pool(f, &f->inst[1], &hit))
+		fail_msg("instance B found nothing in the pool");
+	kill(f->manager, SIGSTOP);
+	for (uint32_t p = 0; p < hit.page_count; p++)
+		ids[p] = 20 + p;
+	start = sel_monotonic_ns();
+	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
+	ev = next_event(f->inst[1].store, 30000);
+	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
+	assert_true(sel_monotonic_ns() - start < (POOL_NO_PROGRESS_MS + 2000ull) * 1000000ull);
+	if (!strstr(ev.why, "sent nothing"))
+		fail_msg("the failed claim says: %s", ev.why);
+	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
+	assert_int_equal(st.pool_claim_failures, 1);
+	assert_int_equal(st.pool_claims, 0);
+	manager_kill(f);
+	instance_close(f, 1);
+}
+
 /* Polls until the store's pool_attached is want or ms pass; whether it is. */
 static bool poll_attached(sel_store *s, uint64_t want, uint32_t ms)
 {
@@ -855,6 +894,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_attach_wrong_secret_on_a_peer, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_manager_killed_mid_claim, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_silent_manager_fails_claim, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_reattaches_after_manager_restart,
 						setup, teardown),

@@ -20,11 +20,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define UNIT 4096u
@@ -50,6 +52,8 @@ struct fixture {
 	struct shard_pool_record chain[1];
 	uint32_t page_ids[PAGES];
 	struct shard_device *device; /* the test's; closed after the link, which registered with it */
+	pid_t child;                 /* a manager in a child process (setup_child), or 0 */
+	int child_stop;              /* written to stop the child's manager */
 	int warnings;
 	char last[512];
 };
@@ -135,15 +139,13 @@ static void put_record(struct fixture *f)
 	assert_int_equal(POLL(pool_put_outcome(c, put_id)), 1);
 }
 
-static int setup(void **state)
+/* The fixture's plan (one rank) and a manager's configuration with its secret. */
+static struct fixture *fixture_new(struct pool_manager_config *mc)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	struct pool_manager_config mc = { .listen = "127.0.0.1:0", .name = "link-test",
-					   .memory_bytes = 16u << 20 };
 	struct rec_identity model;
-	uint8_t instance[POOL_INSTANCE_ID_BYTES];
-	char address[64], why[256] = "";
 
+	assert_non_null(f);
 	f->base = tu_make_temp_dir("pool-link");
 	tu_geometry(&f->plan.geometry, 16, PLANES, UNIT, ROW, 0, 1);
 	tu_identities(&model, &f->plan.namespace_id);
@@ -152,11 +154,19 @@ static int setup(void **state)
 	f->plan.row_bytes[0] = f->plan.geometry.row_record_bytes;
 	assert_int_equal(getrandom(f->plan.secret, sizeof(f->plan.secret), 0),
 			 sizeof(f->plan.secret));
-	memcpy(mc.secret, f->plan.secret, sizeof(mc.secret));
-	if (pool_manager_open(&mc, &f->manager, why, sizeof(why)) != 0)
-		fail_msg("manager: %s", why);
-	assert_int_equal(pthread_create(&f->thread, NULL, manager_thread, f->manager), 0);
-	snprintf(address, sizeof(address), "127.0.0.1:%u", pool_manager_port(f->manager));
+	*mc = (struct pool_manager_config){ .listen = "127.0.0.1:0", .name = "link-test",
+					    .memory_bytes = 16u << 20 };
+	memcpy(mc->secret, f->plan.secret, sizeof(mc->secret));
+	return f;
+}
+
+/* Opens the link to the manager at port, puts the record, prepares the device memory. */
+static void fixture_attach(struct fixture *f, uint16_t port)
+{
+	uint8_t instance[POOL_INSTANCE_ID_BYTES];
+	char address[64], why[256] = "";
+
+	snprintf(address, sizeof(address), "127.0.0.1:%u", port);
 	memset(instance, 0x3c, sizeof(instance));
 	if (shard_pool_link_open(&f->plan, address, instance, 10000, &f->link, why,
 				 sizeof(why)) != 0)
@@ -174,6 +184,64 @@ static int setup(void **state)
 						  .tail_page_count = PAGES, .row = true };
 	for (uint32_t j = 0; j < PAGES; j++)
 		f->page_ids[j] = 40 - j; /* other page ids, in reverse */
+}
+
+static int setup(void **state)
+{
+	struct pool_manager_config mc;
+	struct fixture *f = fixture_new(&mc);
+	char why[256] = "";
+
+	if (pool_manager_open(&mc, &f->manager, why, sizeof(why)) != 0)
+		fail_msg("manager: %s", why);
+	assert_int_equal(pthread_create(&f->thread, NULL, manager_thread, f->manager), 0);
+	fixture_attach(f, pool_manager_port(f->manager));
+	*state = f;
+	return 0;
+}
+
+/*
+ * The manager in a child process, so a test can stop it (SIGSTOP) as a
+ * hung manager: its connections stay open and it answers nothing. The
+ * child stops its manager cleanly (its arena file removed) when the
+ * parent writes to child_stop.
+ */
+static int setup_child(void **state)
+{
+	struct pool_manager_config mc;
+	struct fixture *f = fixture_new(&mc);
+	int to_parent[2], to_child[2];
+	uint16_t port = 0;
+
+	assert_int_equal(pipe(to_parent), 0);
+	assert_int_equal(pipe(to_child), 0);
+	f->child = fork();
+	assert_true(f->child >= 0);
+	if (f->child == 0) {
+		char why[256], byte;
+		int ok;
+
+		close(to_parent[0]);
+		close(to_child[1]);
+		ok = pool_manager_open(&mc, &f->manager, why, sizeof(why)) == 0 &&
+		     pthread_create(&f->thread, NULL, manager_thread, f->manager) == 0;
+		port = ok ? pool_manager_port(f->manager) : 0;
+		if (write(to_parent[1], &port, sizeof(port)) != sizeof(port) || !ok)
+			_exit(1);
+		if (read(to_child[0], &byte, 1) < 0)
+			byte = 0;
+		pool_manager_stop(f->manager);
+		pthread_join(f->thread, NULL);
+		pool_manager_close(f->manager);
+		_exit(0);
+	}
+	close(to_parent[1]);
+	close(to_child[0]);
+	f->child_stop = to_child[1];
+	assert_int_equal(read(to_parent[0], &port, sizeof(port)), sizeof(port));
+	close(to_parent[0]);
+	assert_true(port != 0);
+	fixture_attach(f, port);
 	*state = f;
 	return 0;
 }
@@ -185,9 +253,19 @@ static int teardown(void **state)
 	shard_pool_link_close(f->link);
 	if (f->device)
 		shard_device_close(f->device);
-	pool_manager_stop(f->manager);
-	pthread_join(f->thread, NULL);
-	pool_manager_close(f->manager);
+	if (f->child) {
+		int status = 0;
+
+		kill(f->child, SIGCONT);
+		assert_int_equal(write(f->child_stop, "", 1), 1);
+		close(f->child_stop);
+		assert_int_equal(waitpid(f->child, &status, 0), f->child);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	} else {
+		pool_manager_stop(f->manager);
+		pthread_join(f->thread, NULL);
+		pool_manager_close(f->manager);
+	}
 	for (uint32_t p = 0; p < PLANES; p++)
 		free(f->device_planes[p]);
 	free(f->device_rows);
@@ -280,6 +358,185 @@ static void test_pool_link_refused_registration_streams(void **state)
 	assert_non_null(strstr(f->last, "refused to register"));
 }
 
+static int synchronizes;
+static int (*host_synchronize)(struct shard_device *dev);
+
+static int counting_synchronize(struct shard_device *dev)
+{
+	synchronizes++;
+	return host_synchronize(dev);
+}
+
+/* The host device, its synchronizations counted. */
+static const struct shard_device_ops *counting_ops(const struct shard_device *host)
+{
+	static struct shard_device_ops ops;
+
+	ops = *host->ops;
+	host_synchronize = host->ops->synchronize;
+	ops.synchronize = counting_synchronize;
+	return &ops;
+}
+
+/* A claim from the arena waits for the device once, not once per record or row. */
+static void test_pool_link_arena_claim_waits_once(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *dev;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	dev = f->device;
+	dev->ops = counting_ops(dev);
+	claim(f, dev); /* maps and registers the arena */
+	synchronizes = 0;
+	claim(f, dev);
+	assert_int_equal(synchronizes, 1);
+}
+
+static int failing_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return -EIO;
+}
+
+/* A claim from the arena whose device copies fail is no success: finish says so. */
+static void test_pool_link_arena_claim_copy_failure_fails(void **state)
+{
+	struct fixture *f = *state;
+	const struct rec_geometry *g = &f->plan.geometry;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry entries[4];
+	struct pool_claim_grant grant;
+	struct shard_pool_share share;
+	struct shard_device_ops *ops;
+	uint64_t claim_id = 0, bytes = 0;
+	uint32_t count = 0;
+	char why[256] = "";
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	f->device->ops = counting_ops(f->device);
+	claim(f, f->device); /* maps and registers the arena */
+	ops = (struct shard_device_ops *)f->device->ops;
+	ops->synchronize = failing_synchronize;
+	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
+	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)), 1);
+	assert_int_equal(shard_pool_share_init(&share, g, &f->plan.namespace_id, &f->bases,
+					       f->device), 0);
+	assert_int_equal(shard_pool_share_begin(&share, f->chain, 1, 0, f->page_ids, PAGES, 2,
+						why, sizeof(why)), 0);
+	assert_int_equal(f->conn.claim_share(f->conn.ctx, claim_id, f->chain, 1, 0, &share, why,
+					     sizeof(why)), 0);
+	assert_int_equal(shard_pool_share_finish(&share, &bytes, why, sizeof(why)), -EIO);
+	assert_non_null(strstr(why, "device copies"));
+	shard_pool_share_destroy(&share);
+	assert_int_equal(pool_claim_end(c, claim_id, -EIO), 0);
+	ops->synchronize = counting_synchronize;
+}
+
+/* The control frames a claim sent that wait for the manager's answer. */
+static uint64_t requests_sent(struct pool_client *c)
+{
+	return pool_client_frames_sent(c, POOL_MSG_CLAIM) +
+	       pool_client_frames_sent(c, POOL_MSG_CLAIM_LOCAL) +
+	       pool_client_frames_sent(c, POOL_MSG_CLAIM_PULL);
+}
+
+/* R-POOL-51: a same-host claim is one round trip (its grant brings the places) and one end. */
+static void test_pool_link_arena_claim_one_round_trip(void **state)
+{
+	struct fixture *f = *state;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	uint64_t requests, ends;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	claim(f, f->device); /* maps and registers the arena: a claim and a pull */
+	requests = requests_sent(c);
+	ends = pool_client_frames_sent(c, POOL_MSG_CLAIM_END);
+	claim(f, f->device);
+	claim(f, f->device);
+	assert_int_equal(requests_sent(c) - requests, 2);
+	assert_int_equal(pool_client_frames_sent(c, POOL_MSG_CLAIM_LOCAL), 2);
+	assert_int_equal(pool_client_frames_sent(c, POOL_MSG_CLAIM_END) - ends, 2);
+}
+
+/* Milliseconds since start_ns. */
+static uint64_t ms_since(uint64_t start_ns)
+{
+	return (sel_monotonic_ns() - start_ns) / 1000000u;
+}
+
+/* R-POOL-52: a manager that stops answering fails the session's wait for a grant in 3 s, saying why. */
+static void test_pool_link_silent_manager_fails_grant(void **state)
+{
+	struct fixture *f = *state;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry entries[4];
+	struct pool_claim_grant grant;
+	uint64_t claim_id = 0, start;
+	uint32_t count = 0;
+	char why[256] = "";
+
+	assert_int_equal(kill(f->child, SIGSTOP), 0);
+	start = sel_monotonic_ns();
+	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
+	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)),
+			 -ETIMEDOUT);
+	assert_true(ms_since(start) >= POOL_NO_PROGRESS_MS);
+	assert_true(ms_since(start) < POOL_NO_PROGRESS_MS + 2000u);
+	assert_int_equal(pool_client_status(c, why, sizeof(why)), -ETIMEDOUT);
+	assert_non_null(strstr(why, "sent nothing"));
+	assert_non_null(strstr(why, "its grant"));
+}
+
+/* Grants a claim of the record, then stops the manager; the rank's share must fail within 3 s, saying why. */
+static void silent_after_grant(struct fixture *f, const char *waiting)
+{
+	const struct rec_geometry *g = &f->plan.geometry;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry entries[4];
+	struct pool_claim_grant grant;
+	struct shard_pool_share share;
+	uint64_t claim_id = 0, bytes = 0, start;
+	uint32_t count = 0;
+	char why[256] = "";
+
+	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
+	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)), 1);
+	assert_int_equal(kill(f->child, SIGSTOP), 0);
+	assert_int_equal(shard_pool_share_init(&share, g, &f->plan.namespace_id, &f->bases,
+					       f->device), 0);
+	assert_int_equal(shard_pool_share_begin(&share, f->chain, 1, 0, f->page_ids, PAGES, 2,
+						why, sizeof(why)), 0);
+	start = sel_monotonic_ns();
+	assert_int_equal(f->conn.claim_share(f->conn.ctx, claim_id, f->chain, 1, 0, &share, why,
+					     sizeof(why)), -ETIMEDOUT);
+	assert_true(ms_since(start) >= POOL_NO_PROGRESS_MS);
+	assert_true(ms_since(start) < POOL_NO_PROGRESS_MS + 2000u);
+	assert_non_null(strstr(why, "sent nothing"));
+	assert_non_null(strstr(why, waiting));
+	assert_int_equal(shard_pool_share_finish(&share, &bytes, NULL, 0), SEL_EMISMATCH);
+	shard_pool_share_destroy(&share);
+}
+
+/* R-POOL-52: a rank streaming a claim from a manager that stops answering fails in 3 s, not at the claim's deadline. */
+static void test_pool_link_silent_manager_fails_stream(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	f->device->ops = refusing_ops(f->device);
+	silent_after_grant(f, "a window of its stream");
+}
+
+/* R-POOL-52: a same-host rank waiting for its places from a manager that stops answering fails in 3 s. */
+static void test_pool_link_silent_manager_fails_places(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	silent_after_grant(f, "its places");
+}
+
 /* The host device: claims copy from the arena and read no stream window. */
 static void test_pool_link_claims_from_arena(void **state)
 {
@@ -305,6 +562,18 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_link_refused_registration_streams, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_claims_from_arena, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_waits_once, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_one_round_trip, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_copy_failure_fails,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_silent_manager_fails_grant,
+						setup_child, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_silent_manager_fails_stream,
+						setup_child, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_silent_manager_fails_places,
+						setup_child, teardown),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR);

@@ -78,8 +78,8 @@ static void test_pool_wire_grammar(void **state)
 	assert_non_null(strstr(why, "unknown message type"));
 	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_CLAIM_WINDOW),
 			    "CLAIM_WINDOW");
-	/* the numbers between BYE and HOLDS are not types (R-POOL-3) */
-	for (uint16_t t = POOL_MSG_BYE + 1; t < POOL_MSG_HOLDS; t++) {
+	/* the numbers between CLAIM_LOCAL and HOLDS are not types (R-POOL-3) */
+	for (uint16_t t = POOL_MSG_CLAIM_LOCAL + 1; t < POOL_MSG_HOLDS; t++) {
 		header[6] = (uint8_t)t;
 		sel_put_le64(header + 32, XXH3_64bits(header, 32));
 		assert_int_equal(cluster_frame_header_decode_in(&pool_grammar, header, &h, why,
@@ -420,6 +420,22 @@ static void test_pool_wire_chains(void **state)
 	sel_put_le32(buf + 8, (uint32_t)-5000); /* not an errno, not SEL_E* */
 	assert_int_equal(pool_claimed_decode(buf, (uint32_t)n, &cout, &v, why, sizeof(why)),
 			 SEL_EPROTO);
+}
+
+/* CLAIM_LOCAL is type 22, a session request as long as CLAIM, tagged (R-POOL-51). */
+static void test_pool_wire_claim_local(void **state)
+{
+	const struct cluster_msg_info *local = &pool_grammar.types[POOL_MSG_CLAIM_LOCAL];
+	const struct cluster_msg_info *claim = &pool_grammar.types[POOL_MSG_CLAIM];
+
+	(void)state;
+	assert_int_equal(POOL_MSG_CLAIM_LOCAL, 22);
+	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_CLAIM_LOCAL),
+			    "CLAIM_LOCAL");
+	assert_int_equal(local->bytes_min, POOL_CLAIM_BYTES + POOL_TAG_BYTES);
+	assert_int_equal(local->bytes_max, claim->bytes_max);
+	assert_true(pool_type_tagged(POOL_MSG_CLAIM_LOCAL));
+	assert_int_equal(pool_window_head_bytes(POOL_MSG_CLAIM_LOCAL), 0);
 }
 
 /* Claims: CLAIM, CLAIM_PULL, windows, places, ends (R-POOL-30 .. R-POOL-35). */
@@ -837,6 +853,7 @@ int main(void)
 		cmocka_unit_test(test_pool_wire_attach_and_scope),
 		cmocka_unit_test(test_pool_wire_lookup),
 		cmocka_unit_test(test_pool_wire_chains),
+		cmocka_unit_test(test_pool_wire_claim_local),
 		cmocka_unit_test(test_pool_wire_claim_messages),
 		cmocka_unit_test(test_pool_wire_put_messages),
 		cmocka_unit_test(test_pool_wire_holders_and_exports),

@@ -17,9 +17,10 @@
  *
  * Then, with the manager on this host, the same-host claim as a rank runs
  * it (shard/pool_link.c): the arena mapped read-only and registered with
- * --device once (its cost printed), each claim's places (R-POOL-34) copied
- * arena -> device page ids (in reverse order) and a state slot by
- * shard/pool_share.c's batched copies; beside it one bulk host-to-device
+ * --device once (its cost printed), each claim's places (R-POOL-34, given
+ * with its grant, R-POOL-51) copied arena -> device page ids (in reverse
+ * order) and a state slot by shard/pool_share.c's batched copies, waited
+ * for once; the round trips a claim made are printed. Beside it one bulk host-to-device
  * copy of the same bytes (the pages' units and the row) from registered
  * host memory to device memory. Rounds alternate; the first claim's
  * device bytes are read back and compared with the record.
@@ -638,7 +639,11 @@ out:
 	return ret;
 }
 
-/* One same-host claim: CLAIM, its places, the copies; seconds in *s and *copy_s. */
+/*
+ * One same-host claim as rank zero's link makes it: CLAIM_LOCAL, whose grant
+ * brings the places (R-POOL-51), the copies, one wait; seconds in *s and
+ * *copy_s.
+ */
 static int shm_claim_once(struct shm_bench *m, double *s, double *copy_s)
 {
 	struct pool_bench *b = m->b;
@@ -711,10 +716,20 @@ static int shm_bulk_once(struct shm_bench *m, double *s)
 	return ret ? ret : drained;
 }
 
+/* Frames a claim sent that wait for the manager's answer: its round trips. */
+static uint64_t shm_requests(struct pool_client *c)
+{
+	return pool_client_frames_sent(c, POOL_MSG_CLAIM) +
+	       pool_client_frames_sent(c, POOL_MSG_CLAIM_LOCAL) +
+	       pool_client_frames_sent(c, POOL_MSG_CLAIM_PULL);
+}
+
 static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 {
 	struct pool_bench *b = m->b;
 	double claim_mid, copy_mid, bulk_mid, gb = (double)m->payload / 1e9;
+	uint64_t asked = shm_requests(b->client), ended = pool_client_frames_sent(b->client,
+										  POOL_MSG_CLAIM_END);
 	int ret;
 
 	for (uint32_t r = 0; r < b->rounds; r++) {
@@ -744,6 +759,10 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	       "%.2f ms, %.2f GB/s\n", bulk_mid * 1e3, gb / bulk_mid);
 	printf("same-host claim / bulk copy: %.2f (target >= 0.80 on the GPU)\n",
 	       bulk_mid / claim_mid);
+	printf("same-host claim: %.1f round trips to the manager a claim, and %.1f ends sent "
+	       "without waiting\n", (double)(shm_requests(b->client) - asked) / b->rounds,
+	       (double)(pool_client_frames_sent(b->client, POOL_MSG_CLAIM_END) - ended) /
+		       b->rounds);
 	return 0;
 }
 
@@ -816,6 +835,8 @@ static int shm_bench(struct pool_bench *b, const uint8_t *image)
 		goto out_free;
 	}
 	m.arena_registered = true;
+	/* as shard/pool_link.c does once registered: grants bring the places (R-POOL-51) */
+	pool_client_claim_local(b->client, true);
 	printf("same-host claim: the manager's arena (%" PRIu64 " bytes) mapped read-only and "
 	       "registered with the %s device in %.2f ms\n", m.arena_bytes, m.dev->ops->name,
 	       (now_s() - start) * 1e3);

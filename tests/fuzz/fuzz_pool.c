@@ -100,7 +100,8 @@ static void decode(uint16_t type, const uint8_t *p, uint32_t n)
 			    n);
 		return;
 	}
-	case POOL_MSG_CLAIM: {
+	case POOL_MSG_CLAIM:
+	case POOL_MSG_CLAIM_LOCAL: {
 		struct pool_claim c;
 
 		if (!pool_claim_decode(p, n, &c, why, sizeof(why)))
