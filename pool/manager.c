@@ -198,6 +198,7 @@ struct pool_manager {
 	struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
 	struct pool_rdma_probe rdma_device;
 	bool rdma_on; /* --rdma and a device: connections are offered RDMA claims */
+	struct pool_rdma_memory *rdma_arena; /* the arena, registered once for every link */
 	struct pool_rdma_fallback rdma_fallback;
 	uint64_t log_second;  /* refusals logged in this second, at most 5 */
 	uint32_t log_count;
@@ -1807,9 +1808,7 @@ static void rdma_offer(struct pool_manager *m, struct conn *c)
 	c->rdma = calloc(1, sizeof(*c->rdma));
 	if (!c->rdma)
 		return;
-	if (pool_rdma_link_open(&m->rdma_device, POOL_RDMA_WRITER, m->arena,
-				m->arena_bytes - POOL_ARENA_HEADER_BYTES, NULL, &c->rdma->link, why,
-				sizeof(why))) {
+	if (pool_rdma_link_open_on(m->rdma_arena, &c->rdma->link, why, sizeof(why))) {
 		pool_rdma_fallback_note(&m->rdma_fallback, why);
 		rdma_conn_free(c);
 		return;
@@ -2762,10 +2761,6 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 		/* R-POOL-90: no device is the stream path, said once */
 		pool_rdma_probe(config->rdma_device, &m->rdma_device);
 		m->rdma_on = pool_rdma_fallback_probe(&m->rdma_fallback, &m->rdma_device);
-		if (m->rdma_on)
-			sel_info("pool: RDMA claims through %s port %u (%s)",
-				 m->rdma_device.device_name, m->rdma_device.port_num,
-				 m->rdma_device.ethernet ? "RoCE" : "InfiniBand");
 	}
 	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (m->stop_fd < 0) {
@@ -2778,6 +2773,21 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	ret = arena_create(m, why, why_size);
 	if (ret)
 		goto err_close_listen;
+	if (m->rdma_on) {
+		char reason[256];
+
+		/* R-RDMA-4: the writer's memory, registered once for every connection */
+		if (pool_rdma_memory_open(&m->rdma_device, POOL_RDMA_WRITER, m->arena,
+					  m->arena_bytes - POOL_ARENA_HEADER_BYTES, NULL,
+					  &m->rdma_arena, reason, sizeof(reason))) {
+			pool_rdma_fallback_note(&m->rdma_fallback, reason);
+			m->rdma_on = false;
+		} else {
+			sel_info("pool: RDMA claims through %s port %u (%s), the arena registered",
+				 m->rdma_device.device_name, m->rdma_device.port_num,
+				 m->rdma_device.ethernet ? "RoCE" : "InfiniBand");
+		}
+	}
 	if (config->dir) {
 		if (mkdir(config->dir, 0700) && errno != EEXIST) {
 			ret = sel_fail(-errno, why, why_size, "--dir %s: %s", config->dir,
@@ -2795,6 +2805,7 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	*out = m;
 	return 0;
 err_close_arena:
+	pool_rdma_memory_close(m->rdma_arena);
 	munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 	unlink(m->arena_path);
 err_close_listen:
@@ -2841,6 +2852,7 @@ void pool_manager_close(struct pool_manager *m)
 	}
 	if (m->dir_fd >= 0)
 		close(m->dir_fd);
+	pool_rdma_memory_close(m->rdma_arena); /* after every connection's link */
 	if (m->arena) {
 		munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 		unlink(m->arena_path);

@@ -1530,9 +1530,17 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
 	}
 	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(a[k]), active);
+		assert_true(active);
 		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
 		assert_true(active);
 	}
+	/*
+	 * verbs objects: the manager's arena registered once (context, domain,
+	 * region) and a completion queue and queue pair per connection; each
+	 * client its own five
+	 */
+	assert_int_equal(fake_verbs_live(), 3 + 2 * 2 * WORLD + 5 * 2 * WORLD);
 	rdma_put(a, &root);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_windows, 0); /* puts stay on TCP */

@@ -760,6 +760,65 @@ static void test_rdma_fake_open_unwinds(void **state)
 	free(slots);
 }
 
+/* R-RDMA-4 on the fake: one writer memory, registered once, serves two links to two lenders; each write lands in its own lender's slot. */
+static void test_rdma_fake_shared_memory(void **state)
+{
+	struct pool_rdma_probe p;
+	struct pool_rdma_plan plan;
+	struct pool_rdma_memory *mem = NULL;
+	struct pool_rdma_link *writers[2] = { NULL, NULL }, *lenders[2] = { NULL, NULL };
+	struct pool_rdma_endpoint le, we;
+	uint8_t *slots[2] = { tu_alloc(2u << 16), tu_alloc(2u << 16) };
+	uint8_t *source = tu_alloc(1u << 20);
+	uint64_t done[2];
+	char why[256] = "";
+
+	(void)state;
+	tu_fill(source, 1u << 20, 5);
+	assert_int_equal(pool_rdma_probe(NULL, &p), 0);
+	assert_int_equal(pool_rdma_plan(&p, 64u << 10, 2, 1ull << 30, UINT64_MAX, &plan, why,
+					sizeof(why)),
+			 0);
+	assert_int_equal(pool_rdma_memory_open(&p, POOL_RDMA_WRITER, source, 1u << 20, NULL, &mem,
+					       why, sizeof(why)),
+			 0);
+	assert_int_equal(fake.live, 3); /* a context, a domain, one region */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pool_rdma_link_open_on(mem, &writers[i], why, sizeof(why)), 0);
+		assert_int_equal(pool_rdma_link_open(&p, POOL_RDMA_LENDER, slots[i],
+						     plan.total_bytes, &plan, &lenders[i], why,
+						     sizeof(why)),
+				 0);
+		pool_rdma_link_endpoint(lenders[i], &le);
+		pool_rdma_link_endpoint(writers[i], &we);
+		assert_int_equal(pool_rdma_link_connect(writers[i], &le, why, sizeof(why)), 0);
+		assert_int_equal(pool_rdma_link_connect(lenders[i], &we, why, sizeof(why)), 0);
+	}
+	/* the writers add a completion queue and a queue pair each, no region */
+	assert_int_equal(fake.live, 3 + 2 * 2 + 2 * 5);
+	assert_int_equal(pool_rdma_link_write(writers[0], 4096, 1, 0, 8192, 1), 0);
+	assert_int_equal(pool_rdma_link_write(writers[1], 65536, 0, 4096, 8192, 2), 0);
+	for (int i = 0; i < 2; i++) {
+		int n = 0;
+
+		for (int tries = 0; tries < 100 && n == 0; tries++)
+			n = pool_rdma_link_poll(writers[i], done, 2, 10);
+		assert_int_equal(n, 1);
+		assert_int_equal(done[0], (uint64_t)i + 1);
+	}
+	assert_memory_equal(slots[0] + (64u << 10), source + 4096, 8192);
+	assert_memory_equal(slots[1] + 4096, source + 65536, 8192);
+	for (int i = 0; i < 2; i++) {
+		pool_rdma_link_close(writers[i]);
+		pool_rdma_link_close(lenders[i]);
+	}
+	assert_int_equal(fake.live, 3); /* the memory outlives its links */
+	pool_rdma_memory_close(mem);
+	pool_rdma_memory_close(NULL);
+	for (int i = 0; i < 2; i++)
+		free(slots[i]);
+	free(source);
+}
 #endif
 
 int main(void)
@@ -780,6 +839,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rdma_fake_loopback_write, fake_setup,
 						fake_teardown),
 		cmocka_unit_test_setup_teardown(test_rdma_fake_regions, fake_setup, fake_teardown),
+		cmocka_unit_test_setup_teardown(test_rdma_fake_shared_memory, fake_setup,
+						fake_teardown),
 		cmocka_unit_test_setup_teardown(test_rdma_fake_queue_full, fake_setup, fake_teardown),
 		cmocka_unit_test_setup_teardown(test_rdma_fake_refusals, fake_setup, fake_teardown),
 		cmocka_unit_test_setup_teardown(test_rdma_fake_open_unwinds, fake_setup,
