@@ -594,6 +594,8 @@ static int on_rdma_offer(struct pool_client *c, const uint8_t *body, uint32_t le
 	struct pool_rdma_probe probe;
 	struct pool_rdma_plan plan;
 	uint8_t buf[POOL_RDMA_ENDPOINT_BYTES_MAX];
+	uint64_t slot_bytes, memlock, fits;
+	uint32_t slots;
 	char reason[256];
 	int n, ret = pool_rdma_offer_decode(body, length, &writer, why, why_size);
 
@@ -606,9 +608,16 @@ static int on_rdma_offer(struct pool_client *c, const uint8_t *body, uint32_t le
 	pool_rdma_probe(c->rdma_device[0] ? c->rdma_device : NULL, &probe);
 	if (!pool_rdma_fallback_probe(&c->rdma_fallback, &probe))
 		return 0;
-	ret = pool_rdma_plan(&probe, sel_align_up(pool_client_slot_bytes(c), 4096),
-			     c->rdma_slots_want, c->rdma_memory_bytes, pool_rdma_memlock_bytes(),
-			     &plan, reason, sizeof(reason));
+	slot_bytes = sel_align_up(pool_client_slot_bytes(c), 4096);
+	memlock = pool_rdma_memlock_bytes();
+	/* as many of the slots asked for as the budget and RLIMIT_MEMLOCK hold,
+	 * at least one (the plan says why when not even that fits) */
+	fits = (memlock < c->rdma_memory_bytes ? memlock : c->rdma_memory_bytes) / slot_bytes;
+	slots = fits < c->rdma_slots_want ? (uint32_t)fits : c->rdma_slots_want;
+	if (slots == 0)
+		slots = 1;
+	ret = pool_rdma_plan(&probe, slot_bytes, slots, c->rdma_memory_bytes, memlock, &plan,
+			     reason, sizeof(reason));
 	if (ret)
 		goto err_note;
 	c->rdma_slots = mmap(NULL, plan.total_bytes, PROT_READ | PROT_WRITE,

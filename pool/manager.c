@@ -2776,10 +2776,20 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	if (m->rdma_on) {
 		char reason[256];
 
-		/* R-RDMA-4: the writer's memory, registered once for every connection */
-		if (pool_rdma_memory_open(&m->rdma_device, POOL_RDMA_WRITER, m->arena,
-					  m->arena_bytes - POOL_ARENA_HEADER_BYTES, NULL,
-					  &m->rdma_arena, reason, sizeof(reason))) {
+		uint64_t memlock = pool_rdma_memlock_bytes();
+
+		/* R-RDMA-4: the writer's memory, registered once for every connection;
+		 * registration pins it, so RLIMIT_MEMLOCK must hold it (R-RDMA-3) */
+		if (m->arena_bytes - POOL_ARENA_HEADER_BYTES > memlock) {
+			snprintf(reason, sizeof(reason), "registering the arena's %" PRIu64
+				 " bytes pins them; RLIMIT_MEMLOCK allows %" PRIu64 " (raise it: "
+				 "ulimit -l, or LimitMEMLOCK= in a unit)",
+				 m->arena_bytes - POOL_ARENA_HEADER_BYTES, memlock);
+			pool_rdma_fallback_note(&m->rdma_fallback, reason);
+			m->rdma_on = false;
+		} else if (pool_rdma_memory_open(&m->rdma_device, POOL_RDMA_WRITER, m->arena,
+						 m->arena_bytes - POOL_ARENA_HEADER_BYTES, NULL,
+						 &m->rdma_arena, reason, sizeof(reason))) {
 			pool_rdma_fallback_note(&m->rdma_fallback, reason);
 			m->rdma_on = false;
 		} else {

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -1888,6 +1889,76 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 #endif
 }
 
+/* R-POOL-90, R-POOL-92 under RLIMIT_MEMLOCK: a manager whose arena it cannot hold says so once and offers nothing; a rank lends as many slots as it holds. */
+static void test_pool_rdma_memlock(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct pool_manager_stats st;
+	struct rank_job jobs[WORLD];
+	struct rlimit saved, low;
+	char first[512];
+	bool active;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
+	low = saved;
+	/* the manager's 8 MiB arena does not fit */
+	low.rlim_cur = 1u << 20;
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+	manager_start_rdma(&r, true, NULL);
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 1);
+	assert_non_null(strstr(first, "RLIMIT_MEMLOCK"));
+	client_open_rdma(&r, 0, 0xa, NULL, &a[0]);
+	usleep(100 * 1000);
+	assert_false(pool_client_rdma_active(a[0]));
+	assert_int_equal(fake_verbs_live(), 0); /* nothing registered, nothing offered */
+	pool_client_close(a[0]);
+	manager_stop(&r);
+	rdma_end();
+	/* the ranks hold two slots' worth of 64 KiB (of the four asked for) */
+	assert_true(rdma_begin());
+	manager_start_rdma(&r, true, NULL);
+	low.rlim_cur = 2 * (64u << 10);
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
+		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
+		assert_true(active);
+	}
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+	rdma_put(a, &root);
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_windows, jobs[0].windows + jobs[1].windows);
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+	rdma_end();
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1909,6 +1980,7 @@ int main(void)
 		cmocka_unit_test(test_pool_rdma_no_device_streams),
 		cmocka_unit_test(test_pool_rdma_corrupt_slot_never_delivered),
 		cmocka_unit_test(test_pool_rdma_out_of_place_refused),
+		cmocka_unit_test(test_pool_rdma_memlock),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
