@@ -41,7 +41,8 @@ endif
 # without it (the GPU host) build, link and run with claims on TCP.
 VERBS_H ?= /usr/include/infiniband/verbs.h
 ifneq ($(wildcard $(VERBS_H)),)
-$(BUILD)/pool/rdma.o $(BUILD)/tests/test_rdma.o: SEL_CFLAGS += -DSEL_HAVE_VERBS_H
+$(BUILD)/pool/rdma.o $(BUILD)/tests/test_rdma.o $(BUILD)/tests/test_pool.o \
+		$(BUILD)/tests/fake_verbs.o: SEL_CFLAGS += -DSEL_HAVE_VERBS_H
 endif
 # The selene program's MPI bootstrap and the worker's step channel, where
 # Open MPI's headers are.
@@ -125,6 +126,14 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testutil.o $(STATI
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC_LIB) \
 		$(LDLIBS) $(TEST_LDLIBS)
+
+# The fake verbs device (tests/fake_verbs.c) runs RDMA where no device exists.
+$(BUILD)/tests/test_rdma $(BUILD)/tests/test_pool: $(BUILD)/tests/test_%: \
+		$(BUILD)/tests/test_%.o $(BUILD)/tests/fake_verbs.o $(BUILD)/tests/testutil.o \
+		$(STATIC_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/fake_verbs.o \
+		$(BUILD)/tests/testutil.o $(STATIC_LIB) $(LDLIBS) $(TEST_LDLIBS)
 
 # The launch layer's bootstrap is not in the library.
 $(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/bootstrap/env.o \
@@ -283,4 +292,5 @@ clean:
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \
+	$(BUILD)/tests/fake_verbs.d \
 	$(BUILD)/tests/gpu/test_cuda.d

@@ -97,6 +97,7 @@ const struct cluster_grammar cluster_wire_grammar = {
 	.types = type_table,
 };
 
+/* A grammar's table may have gaps (numbers no message has): those are unknown. */
 static bool grammar_type_known(const struct cluster_grammar *g, uint32_t type)
 {
 	/* a grammar's numbers may leave gaps (R-POOL-3): those are not types */

@@ -204,6 +204,10 @@
 /* An encoded endpoint: 56 fixed bytes and 24 per region (pool/rdma.c). */
 #define POOL_RDMA_ENDPOINT_BYTES_MAX (56u + 24u * POOL_RDMA_REGIONS_MAX)
 
+/* Slots a pool client lends by default, and the memory they may take. */
+#define POOL_RDMA_CLIENT_SLOTS_DEFAULT 4u
+#define POOL_RDMA_CLIENT_MEMORY_DEFAULT (256ull << 20)
+
 /* RDMA WRITEs one link has posted and not polled: the send queue's depth. */
 #define POOL_RDMA_WRITES_IN_FLIGHT_MAX 64u
 

@@ -13,7 +13,6 @@
 #include "launch/commands.h"
 #include "launch/metrics/http.h"
 #include "pool/manager.h"
-#include "pool/rdma.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -53,8 +52,11 @@ static void usage(FILE *out)
 		"  --max-age-ms N       drop records older than N ms (default 0: never)\n"
 		"  --window SIZE        the largest window sent (64K .. 16M, default 4M)\n"
 		"  --metrics-port N     serve Prometheus metrics on 127.0.0.1:N\n"
-		"  --rdma               probe for a verbs device and say what it found; claims\n"
-		"                       use TCP (the protocol carries no RDMA claims yet)\n"
+		"  --rdma               claims by RDMA WRITEs into slots the instances\n"
+		"                       lend, where a verbs device is on both ends; without\n"
+		"                       one, one warning and claims use TCP\n"
+		"  --rdma-device NAME   the verbs device (default: the first with an active\n"
+		"                       port); implies --rdma\n"
 		"  --dir DIR            a disk tier below the arena: evicted records move\n"
 		"                       there as record files and are found again when\n"
 		"                       a pool of the same name starts on it\n"
@@ -133,6 +135,14 @@ static int render_metrics(void *ctx, char *buf, size_t size)
 	    "selene_pool_exports_total{outcome=\"refused\"} %" PRIu64 "\n"
 	    "selene_pool_exports_total{outcome=\"failed\"} %" PRIu64 "\n",
 	    s.exports_requested, s.exports_completed, s.exports_refused, s.exports_failed);
+	ONE("selene_pool_rdma_connections_total", "counter",
+	    "Rank connections whose lent slots the manager connected to (--rdma).",
+	    "selene_pool_rdma_connections_total %" PRIu64 "\n", s.rdma_connections);
+	ONE("selene_pool_rdma_windows_total", "counter", "Claim windows written by RDMA.",
+	    "selene_pool_rdma_windows_total %" PRIu64 "\n", s.rdma_windows);
+	ONE("selene_pool_rdma_failures_total", "counter",
+	    "RDMA transfers or connects that failed (the first turns RDMA off).",
+	    "selene_pool_rdma_failures_total %" PRIu64 "\n", s.rdma_failures);
 #undef ONE
 	return ret ? ret : (int)used;
 }
@@ -148,6 +158,7 @@ int launch_cmd_pool(int argc, char **argv)
 		{ "window", required_argument, NULL, 'w' },
 		{ "metrics-port", required_argument, NULL, 'p' },
 		{ "rdma", no_argument, NULL, 'r' },
+		{ "rdma-device", required_argument, NULL, 'R' },
 		{ "dir", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -158,7 +169,7 @@ int launch_cmd_pool(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	const char *secret_path = NULL;
 	uint32_t metrics_port = 0, window = 0;
-	bool has_metrics = false, rdma = false;
+	bool has_metrics = false;
 	char why[512];
 	int opt, ret;
 
@@ -196,7 +207,11 @@ int launch_cmd_pool(int argc, char **argv)
 			has_metrics = true;
 			break;
 		case 'r':
-			rdma = true;
+			config.rdma = true;
+			break;
+		case 'R':
+			config.rdma = true;
+			config.rdma_device = optarg;
 			break;
 		case 'd':
 			config.dir = optarg;
@@ -227,17 +242,6 @@ int launch_cmd_pool(int argc, char **argv)
 	if (ret) {
 		fprintf(stderr, "selene pool: %s\n", why);
 		return LAUNCH_EXIT_BAD;
-	}
-	if (rdma) {
-		struct pool_rdma_probe probe;
-
-		pool_rdma_probe(NULL, &probe);
-		if (probe.available)
-			sel_warn("pool: --rdma: verbs device %s port %u found, but the pool "
-				 "protocol carries no RDMA claims yet: claims use TCP",
-				 probe.device_name, probe.port_num);
-		else
-			sel_warn("pool: --rdma: %s; claims use TCP", probe.why);
 	}
 	if (has_metrics) {
 		uint16_t bound = 0;

@@ -11,6 +11,8 @@
 #include "cluster/resolve.h"
 #include "common/base.h"
 #include "common/log.h"
+#include "common/xxh.h"
+#include "pool/rdma.h"
 #include "record/format.h"
 #include "selene/selene.h"
 
@@ -87,6 +89,10 @@ struct share {
 	uint32_t chain_count;
 	uint32_t skip;
 	bool places_mode;
+	bool rdma_mode; /* pulled in RDMA mode (R-POOL-93) */
+	/* CLAIM_END came while windows of it wait for a posted slot: said after them */
+	bool end_deferred;
+	int end_deferred_result;
 	struct slot posted[SLOTS_PER_SHARE_MAX];
 	uint32_t posted_count;
 	struct pool_window ready[SLOTS_PER_SHARE_MAX];
@@ -161,6 +167,25 @@ struct pool_client {
 	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
 	uint64_t last_rx_ns; /* when a byte last came from the manager (R-POOL-52) */
 	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
+	/*
+	 * RDMA claims (R-POOL-90 ..): the slots this rank lends (registered,
+	 * rdma_slot_count of rdma_slot_bytes), which of them the manager wrote
+	 * and the rank has not freed, and the windows in them that wait for a
+	 * posted slot (a ring, in the order the manager said them).
+	 */
+	bool rdma_off;
+	char rdma_device[POOL_RDMA_DEVICE_NAME_BYTES];
+	uint32_t rdma_slots_want;
+	uint64_t rdma_memory_bytes;
+	struct pool_rdma_fallback rdma_fallback;
+	struct pool_rdma_link *rdma_link;
+	bool rdma_lent;
+	uint8_t *rdma_slots;
+	uint64_t rdma_slot_bytes, rdma_total_bytes;
+	uint32_t rdma_slot_count;
+	uint8_t *rdma_held;
+	struct pool_rdma_window *rdma_waiting;
+	uint32_t rdma_waiting_head, rdma_waiting_count;
 };
 
 int pool_secret_load(const char *path, uint8_t secret[POOL_SECRET_BYTES], char *why,
@@ -597,6 +622,213 @@ static bool grant_places(struct pool_client *c, const struct pool_places_view *v
 	return true;
 }
 
+/* ---- RDMA claims (R-POOL-90 ..) ---- */
+
+static bool rdma_active_locked(struct pool_client *c)
+{
+	return c->rdma_lent && pool_rdma_fallback_allows(&c->rdma_fallback);
+}
+
+static void rdma_release(struct pool_client *c)
+{
+	pool_rdma_link_close(c->rdma_link);
+	c->rdma_link = NULL;
+	c->rdma_lent = false;
+	if (c->rdma_slots)
+		munmap(c->rdma_slots, c->rdma_total_bytes);
+	c->rdma_slots = NULL;
+	free(c->rdma_held);
+	c->rdma_held = NULL;
+	free(c->rdma_waiting);
+	c->rdma_waiting = NULL;
+	c->rdma_waiting_count = 0;
+}
+
+/*
+ * R-POOL-92: the manager offers RDMA claims. With a device here and a plan
+ * that fits, this rank lends its slots (RDMA_LEND); otherwise it sends
+ * nothing and says why once (R-POOL-97).
+ */
+static int on_rdma_offer(struct pool_client *c, const uint8_t *body, uint32_t length, char *why,
+			 size_t why_size)
+{
+	struct pool_rdma_endpoint writer, mine;
+	struct pool_rdma_probe probe;
+	struct pool_rdma_plan plan;
+	uint8_t buf[POOL_RDMA_ENDPOINT_BYTES_MAX];
+	uint64_t slot_bytes, memlock, fits;
+	uint32_t slots;
+	char reason[256];
+	int n, ret = pool_rdma_offer_decode(body, length, &writer, why, why_size);
+
+	if (ret)
+		return ret;
+	if (c->rdma_slots || c->rdma_link)
+		return sel_fail(SEL_EPROTO, why, why_size, "RDMA_OFFER twice (R-POOL-91)");
+	if (c->rdma_off)
+		return 0;
+	pool_rdma_probe(c->rdma_device[0] ? c->rdma_device : NULL, &probe);
+	if (!pool_rdma_fallback_probe(&c->rdma_fallback, &probe))
+		return 0;
+	slot_bytes = sel_align_up(pool_client_slot_bytes(c), 4096);
+	memlock = pool_rdma_memlock_bytes();
+	/* as many of the slots asked for as the budget and RLIMIT_MEMLOCK hold,
+	 * at least one (the plan says why when not even that fits) */
+	fits = (memlock < c->rdma_memory_bytes ? memlock : c->rdma_memory_bytes) / slot_bytes;
+	slots = fits < c->rdma_slots_want ? (uint32_t)fits : c->rdma_slots_want;
+	if (slots == 0)
+		slots = 1;
+	ret = pool_rdma_plan(&probe, slot_bytes, slots, c->rdma_memory_bytes, memlock, &plan,
+			     reason, sizeof(reason));
+	if (ret)
+		goto err_note;
+	c->rdma_slots = mmap(NULL, plan.total_bytes, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c->rdma_slots == MAP_FAILED) {
+		c->rdma_slots = NULL;
+		snprintf(reason, sizeof(reason), "no memory for %" PRIu64 " bytes of slots",
+			 plan.total_bytes);
+		goto err_note;
+	}
+	c->rdma_total_bytes = plan.total_bytes;
+	c->rdma_slot_bytes = plan.slot_bytes;
+	c->rdma_slot_count = plan.slot_count;
+	c->rdma_held = calloc(plan.slot_count, 1);
+	c->rdma_waiting = calloc(plan.slot_count, sizeof(*c->rdma_waiting));
+	if (!c->rdma_held || !c->rdma_waiting) {
+		snprintf(reason, sizeof(reason), "no memory for the slot map");
+		goto err_release;
+	}
+	ret = pool_rdma_link_open(&probe, POOL_RDMA_LENDER, c->rdma_slots, plan.total_bytes, &plan,
+				  &c->rdma_link, reason, sizeof(reason));
+	if (ret)
+		goto err_release;
+	ret = pool_rdma_link_connect(c->rdma_link, &writer, reason, sizeof(reason));
+	if (ret)
+		goto err_release;
+	pool_rdma_link_endpoint(c->rdma_link, &mine);
+	n = pool_rdma_lend_encode(&mine, buf, sizeof(buf));
+	SEL_ASSERT(n > 0);
+	if (!enqueue_locked(c, POOL_MSG_RDMA_LEND, buf, (uint32_t)n, NULL, 0, false)) {
+		snprintf(reason, sizeof(reason), "no memory for RDMA_LEND");
+		goto err_release;
+	}
+	c->rdma_lent = true;
+	return 0;
+err_release:
+	rdma_release(c);
+err_note:
+	pool_rdma_fallback_note(&c->rdma_fallback, reason);
+	return 0;
+}
+
+static bool rdma_waiting_for(const struct pool_client *c, uint64_t claim_id)
+{
+	for (uint32_t i = 0; i < c->rdma_waiting_count; i++)
+		if (c->rdma_waiting[(c->rdma_waiting_head + i) % c->rdma_slot_count].w.claim_id ==
+		    claim_id)
+			return true;
+	return false;
+}
+
+/* R-POOL-95: the slot's bytes were copied out; the manager may write it again. */
+static void rdma_slot_free(struct pool_client *c, uint32_t slot)
+{
+	uint8_t buf[POOL_RDMA_FREE_FIXED_BYTES + 4];
+	int n = pool_rdma_free_encode(&slot, 1, buf, sizeof(buf));
+
+	SEL_ASSERT(n > 0);
+	c->rdma_held[slot] = 0;
+	if (!enqueue_locked(c, POOL_MSG_RDMA_FREE, buf, (uint32_t)n, NULL, 0, false))
+		fail_locked(c, -ENOMEM, "no memory for RDMA_FREE");
+}
+
+/*
+ * Hands waiting RDMA windows to their shares (I/O thread, lock held): each
+ * is copied from its lent slot into the share's next posted slot, then
+ * verified there (R-POOL-96: the window's xxh3, then R-POOL-33's checks),
+ * so no byte the far end may still write is ever what the caller gets.
+ */
+static void rdma_drain(struct pool_client *c)
+{
+	while (c->rdma_waiting_count && !c->failure) {
+		struct pool_rdma_window *x = &c->rdma_waiting[c->rdma_waiting_head];
+		struct share *s = share_find(c, x->w.claim_id);
+		const uint8_t *src = c->rdma_slots + (uint64_t)x->slot * c->rdma_slot_bytes;
+		char why[256];
+		int ret;
+
+		if (s && !s->ended) {
+			struct slot dst;
+
+			if (!s->posted_count)
+				return; /* waits for pool_share_post */
+			dst = s->posted[0];
+			memmove(&s->posted[0], &s->posted[1],
+				(s->posted_count - 1) * sizeof(s->posted[0]));
+			s->posted_count--;
+			ret = 0;
+			if (dst.size < x->data_length)
+				ret = sel_fail(SEL_ETOOBIG, why, sizeof(why), "a posted slot of %zu "
+					       "bytes holds no window of %" PRIu32, dst.size,
+					       x->data_length);
+			if (!ret) {
+				memcpy(dst.bytes, src, x->data_length);
+				if (XXH3_64bits(dst.bytes, x->data_length) != x->data_xxh3)
+					ret = sel_fail(SEL_ECHECKSUM, why, sizeof(why), "the window "
+						       "in lent slot %" PRIu32 " is not what the "
+						       "manager wrote (R-POOL-96)", x->slot);
+			}
+			if (!ret)
+				ret = window_verify(c, s, &x->w, dst.bytes, x->data_length, why,
+						    sizeof(why));
+			if (ret) {
+				sel_warn("pool: claim %" PRIu64 ": %s", s->claim_id, why);
+				share_end(s, ret);
+				s->posted[s->posted_count++] = dst;
+			} else {
+				s->ready[s->ready_count++] = (struct pool_window){
+					.chain_index = x->w.chain_index,
+					.section = (enum pool_section)x->w.section,
+					.first = x->w.first, .count = x->w.count, .data = dst.bytes,
+					.bytes = x->data_length, .slot_ctx = dst.ctx };
+			}
+		}
+		rdma_slot_free(c, x->slot);
+		c->rdma_waiting_head = (c->rdma_waiting_head + 1) % c->rdma_slot_count;
+		c->rdma_waiting_count--;
+		if (s && s->end_deferred && !rdma_waiting_for(c, s->claim_id)) {
+			s->end_deferred = false;
+			share_end(s, s->end_deferred_result);
+		}
+		pthread_cond_broadcast(&c->changed);
+	}
+}
+
+/* R-POOL-94: a window the manager wrote into a lent slot. */
+static int on_rdma_window(struct pool_client *c, const uint8_t *body, uint32_t length, char *why,
+			  size_t why_size)
+{
+	struct pool_rdma_window x;
+	int ret = pool_rdma_window_decode(body, length, &x, why, why_size);
+
+	if (ret)
+		return ret;
+	if (!c->rdma_lent)
+		return sel_fail(SEL_EPROTO, why, why_size, "RDMA_WINDOW without lent slots "
+				"(R-POOL-94)");
+	if (x.slot >= c->rdma_slot_count || c->rdma_held[x.slot] ||
+	    x.data_length > c->rdma_slot_bytes)
+		return sel_fail(SEL_EPROTO, why, why_size, "RDMA_WINDOW of %" PRIu32 " bytes in "
+				"slot %" PRIu32 ", which is not the manager's to write (R-POOL-94)",
+				x.data_length, x.slot);
+	c->rdma_held[x.slot] = 1;
+	c->rdma_waiting[(c->rdma_waiting_head + c->rdma_waiting_count) % c->rdma_slot_count] = x;
+	c->rdma_waiting_count++;
+	rdma_drain(c);
+	return 0;
+}
+
 static void on_frame(struct pool_client *c)
 {
 	const uint8_t *body = c->rx.body;
@@ -653,10 +885,23 @@ static void on_frame(struct pool_client *c)
 		if (ret)
 			break;
 		s = share_find(c, e.claim_id);
-		if (s)
+		if (s && s->rdma_mode && e.result == -EIO)
+			pool_rdma_fallback_note(&c->rdma_fallback, "the manager's RDMA transfer of "
+						"a claim failed (R-POOL-97)");
+		if (s && !s->ended && rdma_waiting_for(c, s->claim_id)) {
+			s->end_deferred = true;
+			s->end_deferred_result = e.result;
+		} else if (s) {
 			share_end(s, e.result);
+		}
 		break;
 	}
+	case POOL_MSG_RDMA_OFFER:
+		ret = on_rdma_offer(c, body, length, why, sizeof(why));
+		break;
+	case POOL_MSG_RDMA_WINDOW:
+		ret = on_rdma_window(c, body, length, why, sizeof(why));
+		break;
 	case POOL_MSG_CLAIM_PLACES: {
 		struct pool_places_view v;
 		struct share *s;
@@ -835,6 +1080,7 @@ static void *io_thread(void *arg)
 		struct pollfd p[2];
 		int ret;
 
+		rdma_drain(c);
 		waiting_slot = read_locked(c);
 		if (c->failure)
 			break;
@@ -1074,6 +1320,13 @@ int pool_client_open(const struct pool_client_config *cfg, struct pool_client **
 	c->geometry = *cfg->geometry;
 	c->namespace_id = cfg->scope.namespace_id;
 	c->next_id = 1;
+	c->rdma_off = cfg->rdma_off;
+	if (cfg->rdma_device)
+		snprintf(c->rdma_device, sizeof(c->rdma_device), "%s", cfg->rdma_device);
+	c->rdma_slots_want = cfg->rdma_slots ? cfg->rdma_slots : POOL_RDMA_CLIENT_SLOTS_DEFAULT;
+	c->rdma_memory_bytes = cfg->rdma_memory_bytes ? cfg->rdma_memory_bytes
+						      : POOL_RDMA_CLIENT_MEMORY_DEFAULT;
+	pool_rdma_fallback_init(&c->rdma_fallback);
 	pool_rx_init(&c->rx, c->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_RANK);
 	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->wake_fd < 0) {
@@ -1108,6 +1361,7 @@ err_close_fd:
 err_close_wake:
 	close(c->wake_fd);
 err_free:
+	pool_rdma_fallback_destroy(&c->rdma_fallback);
 	free(c->body);
 	free(c);
 	return ret;
@@ -1137,6 +1391,8 @@ void pool_client_close(struct pool_client *c)
 	wake(c);
 	pthread_mutex_unlock(&c->lock);
 	pthread_join(c->thread, NULL);
+	rdma_release(c); /* the queue pair first: no write lands after the slots go */
+	pool_rdma_fallback_destroy(&c->rdma_fallback);
 	while (c->out_head) {
 		struct out_item *it = c->out_head;
 
@@ -1176,6 +1432,17 @@ uint32_t pool_client_rtt_us(const struct pool_client *cc)
 
 	pthread_mutex_lock(&c->lock);
 	v = c->rtt_us;
+	pthread_mutex_unlock(&c->lock);
+	return v;
+}
+
+bool pool_client_rdma_active(const struct pool_client *cc)
+{
+	struct pool_client *c = (struct pool_client *)cc;
+	bool v;
+
+	pthread_mutex_lock(&c->lock);
+	v = rdma_active_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return v;
 }
@@ -1442,7 +1709,7 @@ int pool_share_pull(struct pool_client *c, uint64_t claim_id,
 		    uint32_t skip_pages, bool places)
 {
 	struct pool_claim_pull p = { .claim_id = claim_id, .skip_pages = skip_pages,
-				     .mode = places ? 1 : 0 };
+				     .mode = places ? POOL_PULL_PLACES : POOL_PULL_STREAM };
 	struct share *s = NULL;
 	struct claim_req *q;
 	uint8_t buf[POOL_CLAIM_PULL_BYTES];
@@ -1477,6 +1744,10 @@ int pool_share_pull(struct pool_client *c, uint64_t claim_id,
 				memcpy(s->places, q->places, chain_count * sizeof(*s->places));
 			s->places_in = true;
 		} else {
+			/* R-POOL-93: a stream by RDMA while this connection lent its slots */
+			if (!places && rdma_active_locked(c))
+				p.mode = POOL_PULL_RDMA;
+			s->rdma_mode = p.mode == POOL_PULL_RDMA;
 			n = pool_claim_pull_encode(&p, buf, sizeof(buf));
 			ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_CLAIM_PULL, buf, n);
 		}
@@ -1696,6 +1967,7 @@ int pool_share_end(struct pool_client *c, uint64_t claim_id)
 		free(s->places);
 		free(s->checksums);
 		memset(s, 0, sizeof(*s));
+		wake(c); /* its waiting RDMA windows' slots go back (rdma_drain) */
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;

@@ -84,6 +84,18 @@ struct pool_client_config {
 	const struct rec_geometry *geometry;
 	/* Connect, handshake and attach must finish by then; 0: POOL_HANDSHAKE_MS. */
 	uint32_t deadline_ms;
+	/*
+	 * RDMA claims (pool/PROTOCOL.md, R-POOL-90 ..): when the manager offers
+	 * them and this host has a verbs device (rdma_device, NULL: the first
+	 * with an active port), the client lends rdma_slots slots (0:
+	 * POOL_RDMA_CLIENT_SLOTS_DEFAULT) of pool_client_slot_bytes, registered,
+	 * within rdma_memory_bytes (0: POOL_RDMA_CLIENT_MEMORY_DEFAULT), and
+	 * pulls in RDMA mode. rdma_off: never (no RDMA message is sent).
+	 */
+	bool rdma_off;
+	const char *rdma_device;
+	uint32_t rdma_slots;
+	uint64_t rdma_memory_bytes;
 };
 
 /*
@@ -138,6 +150,12 @@ int pool_client_status(const struct pool_client *c, char *why, size_t why_size);
  * The store's lookup grace period is four of them (seed 2.15).
  */
 uint32_t pool_client_rtt_us(const struct pool_client *c);
+
+/*
+ * Never waits. True while this connection's claims are pulled in RDMA mode
+ * (slots lent and connected, and RDMA not turned off: R-POOL-97).
+ */
+bool pool_client_rdma_active(const struct pool_client *c);
 
 /*
  * Bytes a claim slot must hold (pool_share_post): the window bytes, at
@@ -271,7 +289,10 @@ struct pool_window {
  * (pool_share_places) instead of a stream; only for a rank on the
  * manager's host (pool_arena_map succeeded). A places pull of a local
  * claim this client was granted (R-POOL-51) sends nothing: the grant's
- * places serve it. At most
+ * places serve it. A stream is pulled in RDMA
+ * mode while pool_client_rdma_active: its windows land in the client's
+ * lent slots and are copied into the posted slots, then verified as
+ * stream windows are; the caller sees no difference. At most
  * POOL_SHARES_LIVE_MAX claims per connection (SEL_EQUEUEFULL).
  */
 int pool_share_pull(struct pool_client *c, uint64_t claim_id,

@@ -8,6 +8,8 @@
 #include "cluster/protocol.h"
 #include "common/base.h"
 #include "common/log.h"
+#include "common/xxh.h"
+#include "pool/rdma.h"
 #include "record/format.h"
 #include "record/geometry.h"
 #include "selene/selene.h"
@@ -131,6 +133,10 @@ struct claim {
 
 struct stream {
 	uint64_t claim_id;
+	bool rdma;          /* pulled in RDMA mode (R-POOL-93) */
+	bool rdma_started;  /* a window of it was posted */
+	bool rdma_produced; /* every window was posted; CLAIM_END waits for their completions */
+	int rdma_result;    /* what that CLAIM_END says */
 	uint32_t skip;
 	uint32_t index;
 	uint8_t section;
@@ -138,8 +144,31 @@ struct stream {
 	uint64_t progress_ns;
 };
 
+/* A lent slot's state on the manager's side (R-POOL-94, R-POOL-95). */
+enum rslot { RSLOT_FREE = 0, RSLOT_WRITING, RSLOT_RANK };
+
+/* A posted RDMA WRITE: the window it carries, said once it completes. */
+struct rdma_posted {
+	struct pool_rdma_window win;
+	struct record *pin;
+	uint64_t wr_id;
+};
+
+/* One connection's RDMA (R-POOL-90 ..): the writer link and the rank's slots. */
+struct conn_rdma {
+	struct pool_rdma_link *link;
+	bool lent; /* RDMA_LEND came and the link connected */
+	uint32_t slot_count;
+	uint64_t slot_bytes;
+	uint8_t *slots; /* enum rslot, slot_count */
+	struct rdma_posted posted[POOL_RDMA_WRITES_IN_FLIGHT_MAX]; /* a ring, in post order */
+	uint32_t posted_head, posted_count;
+	uint64_t next_wr;
+};
+
 struct conn {
 	int fd;
+	struct conn_rdma *rdma; /* NULL: no RDMA_OFFER was sent */
 	enum conn_state state;
 	bool keyed, closing;
 	uint64_t deadline_ns, heard_ns;
@@ -195,6 +224,10 @@ struct pool_manager {
 	uint8_t attach_body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
 	uint8_t block[REC_HEADER_BYTES];
 	struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
+	struct pool_rdma_probe rdma_device;
+	bool rdma_on; /* --rdma and a device: connections are offered RDMA claims */
+	struct pool_rdma_memory *rdma_arena; /* the arena, registered once for every link */
+	struct pool_rdma_fallback rdma_fallback;
 	uint64_t log_second;  /* refusals logged in this second, at most 5 */
 	uint32_t log_count;
 	pthread_mutex_t stats_lock;
@@ -1479,6 +1512,9 @@ answer:
 		send_claim_places(c, cl, c->rank);
 }
 
+static bool rdma_usable(struct pool_manager *m, const struct conn *c);
+static void rdma_offer(struct pool_manager *m, struct conn *c);
+
 static void send_claim_end(struct conn *c, uint64_t id, int result)
 {
 	struct pool_claim_end e = { .claim_id = id, .result = result };
@@ -1505,7 +1541,7 @@ static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t 
 		send_claim_end(c, q.claim_id, -ENOENT);
 		return;
 	}
-	if (q.mode == 1) {
+	if (q.mode == POOL_PULL_PLACES) {
 		send_claim_places(c, cl, c->rank);
 		return;
 	}
@@ -1515,35 +1551,34 @@ static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t 
 	}
 	c->streams[c->stream_count++] = (struct stream){ .claim_id = q.claim_id,
 							 .skip = q.skip_pages,
+							 .rdma = q.mode == POOL_PULL_RDMA &&
+								 rdma_usable(m, c),
 							 .progress_ns = now };
 }
 
 /*
- * Queues the next window of stream s (R-POOL-33); false when the stream is
- * complete or ended (its CLAIM_END queued).
+ * Steps stream s to its next window (R-POOL-33): 1 with the window's head,
+ * its data in the arena and its record; 0 when the stream is complete;
+ * -ENOENT when the claim ended. Sends nothing.
  */
-static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s)
+static int stream_step(struct pool_manager *m, struct conn *c, struct stream *s,
+		       struct pool_claim_window *wout, const uint8_t **data, uint32_t *data_length,
+		       struct record **rec)
 {
 	struct claim *cl = claim_find(m, c->inst, s->claim_id);
 	const struct pool_attach *parts = &c->inst->scope->parts;
-	uint8_t head[POOL_CLAIM_WINDOW_HEAD_BYTES];
 
-	if (!cl) {
-		send_claim_end(c, s->claim_id, -ENOENT);
-		return false;
-	}
+	if (!cl)
+		return -ENOENT;
 	for (;;) {
 		struct record *r;
 		struct pool_claim_window w = { .claim_id = cl->id };
 		const uint8_t *image;
 		uint64_t stride = parts->page_bytes[c->rank], len, ck_off, pg_off;
 		uint32_t first_page;
-		int n;
 
-		if (s->index >= cl->count) {
-			send_claim_end(c, s->claim_id, 0);
-			return false;
-		}
+		if (s->index >= cl->count)
+			return 0;
 		r = cl->chain[s->index];
 		image = m->arena + r->shares[c->rank].offset;
 		ck_off = REC_HEADER_BYTES;
@@ -1560,12 +1595,10 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 			w.first = 0;
 			w.count = REC_HEADER_BYTES;
 			len = REC_HEADER_BYTES;
-			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
-			SEL_ASSERT(n > 0);
-			send_window(c, r, head, (uint32_t)n, image, (uint32_t)len);
+			*data = image;
 			s->section = POOL_SECTION_CHECKSUMS;
 			s->pos = 0;
-			return true;
+			goto window;
 		}
 		if (s->section == POOL_SECTION_CHECKSUMS) {
 			uint64_t total = 8ull * r->tail_page_count;
@@ -1580,12 +1613,9 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 				len = m->config.window_bytes & ~7u;
 			w.first = (uint32_t)s->pos;
 			w.count = (uint32_t)len;
-			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
-			SEL_ASSERT(n > 0);
-			send_window(c, r, head, (uint32_t)n,
-				   image + ck_off + s->pos, (uint32_t)len);
+			*data = image + ck_off + s->pos;
 			s->pos += len;
-			return true;
+			goto window;
 		}
 		if (s->section == POOL_SECTION_PAGES) {
 			uint64_t per = m->config.window_bytes / stride, count;
@@ -1607,12 +1637,9 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 			w.first = (uint32_t)s->pos;
 			w.count = (uint32_t)count;
 			len = count * stride;
-			n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
-			SEL_ASSERT(n > 0);
-			send_window(c, r, head, (uint32_t)n,
-				   image + pg_off + s->pos * stride, (uint32_t)len);
+			*data = image + pg_off + s->pos * stride;
 			s->pos += count;
-			return true;
+			goto window;
 		}
 		/* the row, one window (R-POOL-15 bounds it) */
 		if (s->pos > 0) {
@@ -1622,21 +1649,230 @@ static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s
 		len = parts->row_bytes[c->rank];
 		w.first = 0;
 		w.count = (uint32_t)len;
-		n = pool_claim_window_encode(&w, (uint32_t)len, head, sizeof(head));
-		SEL_ASSERT(n > 0);
-		send_window(c, r, head, (uint32_t)n,
-			   image + pg_off + (uint64_t)r->tail_page_count * stride, (uint32_t)len);
+		*data = image + pg_off + (uint64_t)r->tail_page_count * stride;
 		s->pos = len;
-		return true;
+window:
+		*wout = w;
+		*data_length = (uint32_t)len;
+		*rec = r;
+		return 1;
 	}
 }
 
-/* Fills an empty output with the next window of the oldest stream. */
+/*
+ * Queues the next window of stream s by TCP (R-POOL-33); false when the
+ * stream is complete or ended (its CLAIM_END queued).
+ */
+static bool stream_next(struct pool_manager *m, struct conn *c, struct stream *s)
+{
+	uint8_t head[POOL_CLAIM_WINDOW_HEAD_BYTES];
+	struct pool_claim_window w;
+	const uint8_t *data;
+	struct record *r;
+	uint32_t len;
+	int n, ret = stream_step(m, c, s, &w, &data, &len, &r);
+
+	if (ret <= 0) {
+		send_claim_end(c, s->claim_id, ret);
+		return false;
+	}
+	n = pool_claim_window_encode(&w, len, head, sizeof(head));
+	SEL_ASSERT(n > 0);
+	send_window(c, r, head, (uint32_t)n, data, len);
+	return true;
+}
+
+/* ---- RDMA claims (R-POOL-90 ..; pool/RDMA.md) ---- */
+
+static bool rdma_usable(struct pool_manager *m, const struct conn *c)
+{
+	return c->rdma && c->rdma->lent && c->rdma->link &&
+	       pool_rdma_fallback_allows(&m->rdma_fallback);
+}
+
+/* Forgets c's posted writes (unpinning their records) and closes its link. */
+static void rdma_conn_drop(struct conn *c)
+{
+	struct conn_rdma *x = c->rdma;
+
+	if (!x)
+		return;
+	for (uint32_t i = 0; i < x->posted_count; i++) {
+		struct rdma_posted *p = &x->posted[(x->posted_head + i) %
+						   POOL_RDMA_WRITES_IN_FLIGHT_MAX];
+
+		p->pin->pins--;
+		x->slots[p->win.slot] = RSLOT_FREE;
+	}
+	x->posted_count = 0;
+	pool_rdma_link_close(x->link);
+	x->link = NULL;
+	x->lent = false;
+}
+
+static void rdma_conn_free(struct conn *c)
+{
+	if (!c->rdma)
+		return;
+	rdma_conn_drop(c);
+	free(c->rdma->slots);
+	free(c->rdma);
+	c->rdma = NULL;
+}
+
+/*
+ * R-POOL-97: an RDMA transfer failed on c. RDMA is off for the manager
+ * (logged once), the claims whose windows were in flight end on this rank
+ * (CLAIM_END -EIO: the rank discards them and the request recomputes),
+ * and every later stream goes by TCP.
+ */
+static void rdma_fail(struct pool_manager *m, struct conn *c, const char *what)
+{
+	char reason[320];
+	uint8_t byte;
+	ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (c->closing || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+				     errno != EINTR)) {
+		/* the rank is gone (BYE, or its end closed): its queue pair went with
+		 * it, which says nothing of RDMA; the connection ends (R-POOL-97) */
+		rdma_conn_drop(c);
+		c->closing = true;
+		return;
+	}
+	snprintf(reason, sizeof(reason), "%s (rank %" PRIu32 ")", what, c->rank);
+	pool_rdma_fallback_note(&m->rdma_fallback, reason);
+	m->stats.rdma_failures++;
+	rdma_conn_drop(c);
+	for (uint32_t k = 0; k < c->stream_count; k++)
+		if (c->streams[k].rdma && c->streams[k].rdma_started) {
+			/* started by RDMA: its windows so far went nowhere the rank may keep */
+			send_claim_end(c, c->streams[k].claim_id, -EIO);
+			memmove(&c->streams[k], &c->streams[k + 1],
+				(c->stream_count - k - 1) * sizeof(c->streams[0]));
+			c->stream_count--;
+			k--;
+		}
+}
+
+/* Collects completed writes and says each one's window (RDMA_WINDOW), in order. */
+static void rdma_poll(struct pool_manager *m, struct conn *c)
+{
+	struct conn_rdma *x = c->rdma;
+	uint64_t done[POOL_RDMA_WRITES_IN_FLIGHT_MAX];
+	int n;
+
+	if (!x || !x->link || !x->posted_count)
+		return;
+	n = pool_rdma_link_poll(x->link, done, POOL_RDMA_WRITES_IN_FLIGHT_MAX, 0);
+	if (n < 0) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "an RDMA WRITE failed: %s",
+			 pool_rdma_link_why(x->link));
+		rdma_fail(m, c, what);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		struct rdma_posted *p = &x->posted[x->posted_head];
+		uint8_t body[POOL_RDMA_WINDOW_BYTES];
+		int len;
+
+		/* a reliable connection completes its writes in the order posted */
+		if (!x->posted_count || done[i] != p->wr_id) {
+			rdma_fail(m, c, "an RDMA completion out of order");
+			return;
+		}
+		len = pool_rdma_window_encode(&p->win, body, sizeof(body));
+		SEL_ASSERT(len > 0);
+		send_frame(c, POOL_MSG_RDMA_WINDOW, body, (uint32_t)len, NULL, 0);
+		x->slots[p->win.slot] = RSLOT_RANK;
+		p->pin->pins--;
+		x->posted_head = (x->posted_head + 1) % POOL_RDMA_WRITES_IN_FLIGHT_MAX;
+		x->posted_count--;
+		m->stats.rdma_windows++;
+	}
+}
+
+/*
+ * Posts the next windows of stream s into free lent slots (R-POOL-94);
+ * false when the stream is over (its CLAIM_END queued: the caller takes it
+ * off c), true while it goes on or when a failure took it off already.
+ */
+static bool rdma_stream_next(struct pool_manager *m, struct conn *c, struct stream *s,
+			     uint64_t now)
+{
+	struct conn_rdma *x = c->rdma;
+
+	SEL_ASSERT(x && x->link); /* rdma_fail ends the streams it started */
+	while (!s->rdma_produced && x->posted_count < POOL_RDMA_WRITES_IN_FLIGHT_MAX) {
+		struct pool_claim_window w;
+		const uint8_t *data;
+		struct record *r;
+		struct rdma_posted *p;
+		uint32_t len, slot = 0;
+		int ret;
+
+		while (slot < x->slot_count && x->slots[slot] != RSLOT_FREE)
+			slot++;
+		if (slot == x->slot_count)
+			break; /* the rank holds every slot: wait for RDMA_FREE */
+		ret = stream_step(m, c, s, &w, &data, &len, &r);
+		if (ret <= 0) {
+			s->rdma_produced = true;
+			s->rdma_result = ret;
+			break;
+		}
+		ret = pool_rdma_link_write(x->link, (uint64_t)(data - m->arena), slot, 0, len,
+					   ++x->next_wr);
+		if (ret) {
+			char what[300];
+
+			snprintf(what, sizeof(what), "posting an RDMA WRITE failed: %s",
+				 ret == -EIO ? pool_rdma_link_why(x->link) : strerror(-ret));
+			s->rdma_started = true; /* so that rdma_fail ends it */
+			rdma_fail(m, c, what);
+			return true; /* rdma_fail took the stream off c, or c ends */
+		}
+		p = &x->posted[(x->posted_head + x->posted_count) % POOL_RDMA_WRITES_IN_FLIGHT_MAX];
+		p->win = (struct pool_rdma_window){ .w = w, .slot = slot, .data_length = len,
+						    .data_xxh3 = XXH3_64bits(data, len) };
+		p->pin = r;
+		p->wr_id = x->next_wr;
+		r->pins++;
+		x->slots[slot] = RSLOT_WRITING;
+		x->posted_count++;
+		s->rdma_started = true;
+		s->progress_ns = now;
+	}
+	if (s->rdma_produced && x->posted_count == 0) {
+		send_claim_end(c, s->claim_id, s->rdma_result);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Fills an empty output with the next window of the oldest stream, or posts
+ * its next RDMA WRITEs (R-POOL-93: RDMA while this connection may use it).
+ */
 static void streams_fill(struct pool_manager *m, struct conn *c, uint64_t now)
 {
-	while (c->stream_count && !out_pending(c) && !c->closing) {
+	rdma_poll(m, c);
+	while (c->stream_count && !c->closing) {
 		struct stream *s = &c->streams[0];
 
+		if (s->rdma && !s->rdma_started && !rdma_usable(m, c))
+			s->rdma = false; /* R-POOL-97: not started by RDMA, so by TCP whole */
+		if (s->rdma) {
+			if (rdma_stream_next(m, c, s, now))
+				return;
+			memmove(&c->streams[0], &c->streams[1], (c->stream_count - 1) * sizeof(*s));
+			c->stream_count--;
+			continue;
+		}
+		if (out_pending(c))
+			return;
 		if (stream_next(m, c, s)) {
 			s->progress_ns = now;
 			return;
@@ -1820,6 +2056,106 @@ static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *bod
 	send_frame(c, POOL_MSG_ATTACHED, buf, (uint32_t)n, NULL, 0);
 	sel_info("pool: rank %" PRIu32 " of an instance of %" PRIu32 " attached (scope holds %"
 		 PRIu64 " records)", ap->rank, ap->world_size, reply.scope_records);
+	rdma_offer(m, c);
+}
+
+/*
+ * R-POOL-91: with --rdma, a device and RDMA not turned off, a connection
+ * that attached is offered RDMA claims: a writer link over the arena, its
+ * endpoint in RDMA_OFFER. Anything that fails leaves the connection on TCP.
+ */
+static void rdma_offer(struct pool_manager *m, struct conn *c)
+{
+	struct pool_rdma_endpoint e;
+	uint8_t body[POOL_RDMA_ENDPOINT_BYTES_MAX];
+	char why[256];
+	int n;
+
+	if (!m->rdma_on || !pool_rdma_fallback_allows(&m->rdma_fallback))
+		return;
+	c->rdma = calloc(1, sizeof(*c->rdma));
+	if (!c->rdma)
+		return;
+	if (pool_rdma_link_open_on(m->rdma_arena, &c->rdma->link, why, sizeof(why))) {
+		pool_rdma_fallback_note(&m->rdma_fallback, why);
+		rdma_conn_free(c);
+		return;
+	}
+	pool_rdma_link_endpoint(c->rdma->link, &e);
+	n = pool_rdma_offer_encode(&e, body, sizeof(body));
+	SEL_ASSERT(n > 0);
+	send_frame(c, POOL_MSG_RDMA_OFFER, body, (uint32_t)n, NULL, 0);
+}
+
+/* R-POOL-92: the rank lends its slots; the writer connects to them. */
+static void on_rdma_lend(struct pool_manager *m, struct conn *c, const uint8_t *body,
+			 uint32_t length)
+{
+	struct pool_rdma_endpoint e;
+	char why[256];
+
+	if (!c->rdma || c->rdma->lent || c->rdma->slots) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "RDMA_LEND %s (R-POOL-92)",
+		       c->rdma ? "sent twice" : "without an RDMA_OFFER");
+		return;
+	}
+	if (pool_rdma_lend_decode(body, length, &e, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	if (e.slot_bytes < m->config.window_bytes) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "RDMA_LEND slots of %" PRIu64 " bytes hold no "
+		       "window of %u (R-POOL-92)", e.slot_bytes, m->config.window_bytes);
+		return;
+	}
+	c->rdma->slots = calloc(e.slot_count, 1);
+	if (!c->rdma->slots) {
+		rdma_conn_drop(c);
+		return;
+	}
+	c->rdma->slot_count = e.slot_count;
+	c->rdma->slot_bytes = e.slot_bytes;
+	if (!c->rdma->link)
+		return; /* RDMA went off since the offer: this connection claims by TCP */
+	if (pool_rdma_link_connect(c->rdma->link, &e, why, sizeof(why))) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "connecting to rank %" PRIu32 "'s slots: %s",
+			 c->rank, why);
+		pool_rdma_fallback_note(&m->rdma_fallback, what);
+		m->stats.rdma_failures++;
+		rdma_conn_drop(c);
+		return;
+	}
+	c->rdma->lent = true;
+	m->stats.rdma_connections++;
+}
+
+/* R-POOL-95: slots the rank copied out are free for the next windows. */
+static void on_rdma_free(struct pool_manager *m, struct conn *c, const uint8_t *body,
+			 uint32_t length, uint64_t now)
+{
+	const uint8_t *slots;
+	uint32_t count;
+	char why[256];
+
+	if (pool_rdma_free_decode(body, length, &count, &slots, why, sizeof(why))) {
+		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
+		return;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t k = sel_get_le32(slots + 4 * i);
+
+		if (!c->rdma || !c->rdma->slots || k >= c->rdma->slot_count ||
+		    c->rdma->slots[k] != RSLOT_RANK) {
+			refuse(m, c, POOL_REFUSE_PROTOCOL, "RDMA_FREE of slot %" PRIu32 ", which "
+			       "the rank does not hold (R-POOL-95)", k);
+			return;
+		}
+		c->rdma->slots[k] = RSLOT_FREE;
+	}
+	for (uint32_t k = 0; k < c->stream_count; k++)
+		c->streams[k].progress_ns = now;
 }
 
 /* ---- Connections ---- */
@@ -1870,6 +2206,7 @@ static void conn_free(struct pool_manager *m, uint32_t index)
 	struct conn *c = m->conns[index];
 
 	out_drop(c); /* its window's pin */
+	rdma_conn_free(c); /* its posted writes' pins, its queue pair */
 	conn_detach(m, c);
 	close(c->fd);
 	free(c->body);
@@ -2013,6 +2350,14 @@ static void on_frame(struct pool_manager *m, struct conn *c, uint64_t now)
 	}
 	if (type == POOL_MSG_CLAIM_PULL) {
 		on_claim_pull(m, c, body, length, now);
+		return;
+	}
+	if (type == POOL_MSG_RDMA_LEND) {
+		on_rdma_lend(m, c, body, length);
+		return;
+	}
+	if (type == POOL_MSG_RDMA_FREE) {
+		on_rdma_free(m, c, body, length, now);
 		return;
 	}
 	if (c->rank != 0) {
@@ -2363,6 +2708,15 @@ static void disk_scan(struct pool_manager *m)
 
 /* ---- The loop ---- */
 
+/* Any RDMA WRITE posted and not yet completed: the loop polls for it. */
+static bool rdma_in_flight(const struct pool_manager *m)
+{
+	for (uint32_t i = 0; i < m->conn_count; i++)
+		if (m->conns[i]->rdma && m->conns[i]->rdma->posted_count)
+			return true;
+	return false;
+}
+
 int pool_manager_run(struct pool_manager *m)
 {
 	struct pollfd *fds = m->fds;
@@ -2397,7 +2751,7 @@ int pool_manager_run(struct pool_manager *m)
 				.events = (short)((c->closing ? 0 : POLLIN) |
 						  (out_pending(c) ? POLLOUT : 0)) };
 		}
-		n = poll(fds, count, TICK_MS);
+		n = poll(fds, count, rdma_in_flight(m) ? 0 : TICK_MS);
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();
@@ -2688,6 +3042,12 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->next_put_id = 1;
 	m->next_export_id = 1;
 	pthread_mutex_init(&m->stats_lock, NULL);
+	pool_rdma_fallback_init(&m->rdma_fallback);
+	if (config->rdma) {
+		/* R-POOL-90: no device is the stream path, said once */
+		pool_rdma_probe(config->rdma_device, &m->rdma_device);
+		m->rdma_on = pool_rdma_fallback_probe(&m->rdma_fallback, &m->rdma_device);
+	}
 	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (m->stop_fd < 0) {
 		ret = sel_fail(-errno, why, why_size, "eventfd: %s", strerror(errno));
@@ -2699,6 +3059,31 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	ret = arena_create(m, why, why_size);
 	if (ret)
 		goto err_close_listen;
+	if (m->rdma_on) {
+		char reason[256];
+
+		uint64_t memlock = pool_rdma_memlock_bytes();
+
+		/* R-RDMA-4: the writer's memory, registered once for every connection;
+		 * registration pins it, so RLIMIT_MEMLOCK must hold it (R-RDMA-3) */
+		if (m->arena_bytes - POOL_ARENA_HEADER_BYTES > memlock) {
+			snprintf(reason, sizeof(reason), "registering the arena's %" PRIu64
+				 " bytes pins them; RLIMIT_MEMLOCK allows %" PRIu64 " (raise it: "
+				 "ulimit -l, or LimitMEMLOCK= in a unit)",
+				 m->arena_bytes - POOL_ARENA_HEADER_BYTES, memlock);
+			pool_rdma_fallback_note(&m->rdma_fallback, reason);
+			m->rdma_on = false;
+		} else if (pool_rdma_memory_open(&m->rdma_device, POOL_RDMA_WRITER, m->arena,
+						 m->arena_bytes - POOL_ARENA_HEADER_BYTES, NULL,
+						 &m->rdma_arena, reason, sizeof(reason))) {
+			pool_rdma_fallback_note(&m->rdma_fallback, reason);
+			m->rdma_on = false;
+		} else {
+			sel_info("pool: RDMA claims through %s port %u (%s), the arena registered",
+				 m->rdma_device.device_name, m->rdma_device.port_num,
+				 m->rdma_device.ethernet ? "RoCE" : "InfiniBand");
+		}
+	}
 	if (config->dir) {
 		if (mkdir(config->dir, 0700) && errno != EEXIST) {
 			ret = sel_fail(-errno, why, why_size, "--dir %s: %s", config->dir,
@@ -2716,6 +3101,7 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	*out = m;
 	return 0;
 err_close_arena:
+	pool_rdma_memory_close(m->rdma_arena);
 	munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 	unlink(m->arena_path);
 err_close_listen:
@@ -2723,6 +3109,7 @@ err_close_listen:
 err_close_stop:
 	close(m->stop_fd);
 err_free:
+	pool_rdma_fallback_destroy(&m->rdma_fallback);
 	free(m->free_list);
 	free(m);
 	return ret;
@@ -2763,6 +3150,7 @@ void pool_manager_close(struct pool_manager *m)
 	}
 	if (m->dir_fd >= 0)
 		close(m->dir_fd);
+	pool_rdma_memory_close(m->rdma_arena); /* after every connection's link */
 	if (m->arena) {
 		munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 		unlink(m->arena_path);
@@ -2770,6 +3158,7 @@ void pool_manager_close(struct pool_manager *m)
 	close(m->listen_fd);
 	close(m->stop_fd);
 	pthread_mutex_destroy(&m->stats_lock);
+	pool_rdma_fallback_destroy(&m->rdma_fallback);
 	free(m->free_list);
 	free(m);
 }

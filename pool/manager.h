@@ -6,7 +6,9 @@
  * sessions, an index of records per scope, an arena in one /dev/shm file
  * with a first-fit allocator, LRU eviction and max-age expiry, puts that
  * commit only when every share verified, and claims that pin chains until
- * they end or their deadline passes.
+ * they end or their deadline passes. With config.rdma and a verbs device,
+ * claim windows go by RDMA WRITEs into slots the ranks lend (R-POOL-90 ..;
+ * pool/rdma.h), and the loop does not sleep while a WRITE is in flight.
  *
  * The disk tier (config.dir) is read and written on the loop's thread:
  * a spill or a claim of a record on disk stalls the other connections for
@@ -16,6 +18,8 @@
 #define SELENE_POOL_MANAGER_H
 
 #include "pool/wire.h"
+
+#include <stdbool.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +42,13 @@ struct pool_manager_config {
 	const char *dir;
 	/* Connections served at once, 0: POOL_CONNECTIONS_MAX (at most that). */
 	uint32_t connections_max;
+	/*
+	 * --rdma: offer RDMA claims (pool/PROTOCOL.md, R-POOL-90 ..) through the
+	 * verbs device named rdma_device (NULL: the first with an active port).
+	 * Without a device, one warning and every claim streams by TCP.
+	 */
+	bool rdma;
+	const char *rdma_device;
 };
 
 /* Counters, for logs, tests and metrics. */
@@ -65,6 +76,9 @@ struct pool_manager_stats {
 	uint64_t exports_completed; /* EXPORT_END 0 and the record held */
 	uint64_t exports_refused;   /* EXPORT_END -ENOENT: the holder lost the record */
 	uint64_t exports_failed;    /* any other end, the deadline, or the holder gone */
+	uint64_t rdma_connections; /* connections whose lent slots were connected (R-POOL-92) */
+	uint64_t rdma_windows;     /* claim windows written by RDMA (R-POOL-94) */
+	uint64_t rdma_failures;    /* RDMA transfers or connects that failed (R-POOL-97) */
 };
 
 /*

@@ -371,6 +371,34 @@ int pool_rdma_link_open(const struct pool_rdma_probe *device,
 	return -ENODEV;
 }
 
+int pool_rdma_memory_open(const struct pool_rdma_probe *device, enum pool_rdma_role role,
+			  void *memory, uint64_t bytes, const struct pool_rdma_plan *plan,
+			  struct pool_rdma_memory **out, char *why, size_t why_size)
+{
+	(void)device;
+	(void)role;
+	(void)memory;
+	(void)bytes;
+	(void)plan;
+	*out = NULL;
+	say(why, why_size, "RDMA was not built (no infiniband/verbs.h at build time)");
+	return -ENODEV;
+}
+
+void pool_rdma_memory_close(struct pool_rdma_memory *mem)
+{
+	(void)mem;
+}
+
+int pool_rdma_link_open_on(struct pool_rdma_memory *mem, struct pool_rdma_link **out,
+			   char *why, size_t why_size)
+{
+	(void)mem;
+	*out = NULL;
+	say(why, why_size, "RDMA was not built (no infiniband/verbs.h at build time)");
+	return -ENODEV;
+}
+
 void pool_rdma_link_endpoint(const struct pool_rdma_link *link,
 			     struct pool_rdma_endpoint *out)
 {
@@ -636,19 +664,26 @@ int pool_rdma_probe(const char *device_name, struct pool_rdma_probe *out)
 	return 0;
 }
 
-struct pool_rdma_link {
+/* An open device with memory registered on it, shared by the links opened on it. */
+struct pool_rdma_memory {
 	enum pool_rdma_role role;
 	struct pool_rdma_probe device;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
 	uint8_t *memory;
 	uint64_t bytes;
 	struct pool_rdma_plan plan;
 	struct ibv_mr *mrs[POOL_RDMA_REGIONS_MAX];
 	uint32_t mr_count;
 	uint64_t region_bytes; /* every region but the last is this long */
+	uint32_t links;        /* open links on it */
+};
+
+struct pool_rdma_link {
+	struct pool_rdma_memory *mem;
+	bool owns_mem; /* opened by pool_rdma_link_open: closed with the link */
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
 	uint32_t psn;
 	struct pool_rdma_endpoint remote;
 	bool connected;
@@ -673,79 +708,57 @@ static int link_fail(struct pool_rdma_link *link, int err, const char *fmt, ...)
 	return err;
 }
 
-/* Registers the memory: one region for a writer, the plan's regions for a lender. */
-static int link_register(struct pool_rdma_link *link, char *why, size_t why_size)
+/* Registers the memory: the plan's regions for a lender, the device's largest for a writer. */
+static int memory_register(struct pool_rdma_memory *mem, char *why, size_t why_size)
 {
 	int access = IBV_ACCESS_LOCAL_WRITE;
 	uint64_t region_bytes;
 	uint64_t regions;
 
-	if (link->role == POOL_RDMA_LENDER) {
+	if (mem->role == POOL_RDMA_LENDER) {
 		access |= IBV_ACCESS_REMOTE_WRITE;
-		region_bytes = link->plan.slot_bytes * link->plan.slots_per_region;
-		regions = link->plan.region_count;
+		region_bytes = mem->plan.slot_bytes * mem->plan.slots_per_region;
+		regions = mem->plan.region_count;
 	} else {
 		/* A writer's memory (the manager's arena) in regions as large as
 		 * the device allows; a write whose source crosses one takes a
 		 * scatter entry per region. */
-		region_bytes = link->device.max_mr_bytes & ~(uint64_t)(SEL_BLOCK_BYTES - 1);
-		if (region_bytes == 0 || region_bytes > link->bytes)
-			region_bytes = link->bytes;
-		regions = (link->bytes + region_bytes - 1) / region_bytes;
+		region_bytes = mem->device.max_mr_bytes & ~(uint64_t)(SEL_BLOCK_BYTES - 1);
+		if (region_bytes == 0 || region_bytes > mem->bytes)
+			region_bytes = mem->bytes;
+		regions = (mem->bytes + region_bytes - 1) / region_bytes;
 		if (regions > POOL_RDMA_REGIONS_MAX) {
 			say(why, why_size,
 			    "%" PRIu64 " bytes need %" PRIu64 " memory regions of at most %" PRIu64
 			    " bytes on %s; at most %u are allowed",
-			    link->bytes, regions, region_bytes, link->device.device_name,
+			    mem->bytes, regions, region_bytes, mem->device.device_name,
 			    POOL_RDMA_REGIONS_MAX);
 			return SEL_ETOOBIG;
 		}
 	}
-	link->region_bytes = region_bytes;
+	mem->region_bytes = region_bytes;
 	for (uint32_t i = 0; i < regions; i++) {
 		uint64_t offset = region_bytes * i;
-		uint64_t len = link->bytes - offset < region_bytes ? link->bytes - offset
-								   : region_bytes;
+		uint64_t len = mem->bytes - offset < region_bytes ? mem->bytes - offset
+								  : region_bytes;
 
-		link->mrs[i] = api.reg_mr(link->pd, link->memory + offset, len, access);
-		if (!link->mrs[i]) {
+		mem->mrs[i] = api.reg_mr(mem->pd, mem->memory + offset, len, access);
+		if (!mem->mrs[i]) {
 			say(why, why_size, "%s: registering %" PRIu64 " bytes failed: %s",
-			    link->device.device_name, len, strerror(errno));
+			    mem->device.device_name, len, strerror(errno));
 			return errno ? -errno : -ENOMEM;
 		}
-		link->mr_count++;
+		mem->mr_count++;
 	}
 	return 0;
 }
 
-static int link_to_init(struct pool_rdma_link *link, char *why, size_t why_size)
+int pool_rdma_memory_open(const struct pool_rdma_probe *device, enum pool_rdma_role role,
+			  void *memory, uint64_t bytes, const struct pool_rdma_plan *plan,
+			  struct pool_rdma_memory **out, char *why, size_t why_size)
 {
-	struct ibv_qp_attr attr = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = link->device.port_num,
-		.qp_access_flags = link->role == POOL_RDMA_LENDER ? IBV_ACCESS_REMOTE_WRITE : 0,
-	};
-	int rc = api.modify_qp(link->qp, &attr,
-			       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_ACCESS_FLAGS);
-
-	if (rc) {
-		say(why, why_size, "%s: queue pair to INIT failed: %s",
-		    link->device.device_name, strerror(rc));
-		return -rc;
-	}
-	return 0;
-}
-
-int pool_rdma_link_open(const struct pool_rdma_probe *device,
-			enum pool_rdma_role role, void *memory, uint64_t bytes,
-			const struct pool_rdma_plan *plan,
-			struct pool_rdma_link **out, char *why, size_t why_size)
-{
-	struct ibv_qp_init_attr qp_attr = { 0 };
 	struct ibv_device **list = NULL;
-	struct pool_rdma_link *link;
+	struct pool_rdma_memory *mem;
 	int count = 0, rc;
 
 	SEL_ASSERT(device && memory && out);
@@ -761,41 +774,100 @@ int pool_rdma_link_open(const struct pool_rdma_probe *device,
 		    plan ? plan->total_bytes : 0);
 		return -EINVAL;
 	}
-	link = calloc(1, sizeof(*link));
-	if (!link)
+	mem = calloc(1, sizeof(*mem));
+	if (!mem)
 		return -ENOMEM;
-	link->role = role;
-	link->device = *device;
-	link->memory = memory;
-	link->bytes = bytes;
+	mem->role = role;
+	mem->device = *device;
+	mem->memory = memory;
+	mem->bytes = bytes;
 	if (plan)
-		link->plan = *plan;
+		mem->plan = *plan;
 	list = api.get_device_list(&count);
-	for (int i = 0; list && i < count && !link->ctx; i++)
+	for (int i = 0; list && i < count && !mem->ctx; i++)
 		if (strcmp(api.get_device_name(list[i]), device->device_name) == 0)
-			link->ctx = api.open_device(list[i]);
+			mem->ctx = api.open_device(list[i]);
 	if (list)
 		api.free_device_list(list);
-	if (!link->ctx) {
+	if (!mem->ctx) {
 		say(why, why_size, "%s: cannot open the device", device->device_name);
 		rc = -ENODEV;
-		goto err_free_link;
+		goto err_free_mem;
 	}
-	link->pd = api.alloc_pd(link->ctx);
-	if (!link->pd) {
+	mem->pd = api.alloc_pd(mem->ctx);
+	if (!mem->pd) {
 		say(why, why_size, "%s: ibv_alloc_pd failed", device->device_name);
 		rc = -ENOMEM;
 		goto err_close_device;
 	}
-	rc = link_register(link, why, why_size);
+	rc = memory_register(mem, why, why_size);
 	if (rc)
 		goto err_deregister;
-	link->cq = api.create_cq(link->ctx, (int)POOL_RDMA_WRITES_IN_FLIGHT_MAX, NULL, NULL, 0);
+	*out = mem;
+	return 0;
+
+err_deregister:
+	for (uint32_t i = 0; i < mem->mr_count; i++)
+		api.dereg_mr(mem->mrs[i]);
+	api.dealloc_pd(mem->pd);
+err_close_device:
+	api.close_device(mem->ctx);
+err_free_mem:
+	free(mem);
+	return rc;
+}
+
+void pool_rdma_memory_close(struct pool_rdma_memory *mem)
+{
+	if (!mem)
+		return;
+	SEL_ASSERT(mem->links == 0); /* its links close first */
+	for (uint32_t i = 0; i < mem->mr_count; i++)
+		api.dereg_mr(mem->mrs[i]);
+	api.dealloc_pd(mem->pd);
+	api.close_device(mem->ctx);
+	free(mem);
+}
+
+static int link_to_init(struct pool_rdma_link *link, char *why, size_t why_size)
+{
+	struct ibv_qp_attr attr = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = link->mem->device.port_num,
+		.qp_access_flags = link->mem->role == POOL_RDMA_LENDER ? IBV_ACCESS_REMOTE_WRITE : 0,
+	};
+	int rc = api.modify_qp(link->qp, &attr,
+			       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_ACCESS_FLAGS);
+
+	if (rc) {
+		say(why, why_size, "%s: queue pair to INIT failed: %s",
+		    link->mem->device.device_name, strerror(rc));
+		return -rc;
+	}
+	return 0;
+}
+
+int pool_rdma_link_open_on(struct pool_rdma_memory *mem, struct pool_rdma_link **out,
+			   char *why, size_t why_size)
+{
+	struct ibv_qp_init_attr qp_attr = { 0 };
+	struct pool_rdma_link *link;
+	int rc;
+
+	SEL_ASSERT(mem && out);
+	*out = NULL;
+	link = calloc(1, sizeof(*link));
+	if (!link)
+		return -ENOMEM;
+	link->mem = mem;
+	link->cq = api.create_cq(mem->ctx, (int)POOL_RDMA_WRITES_IN_FLIGHT_MAX, NULL, NULL, 0);
 	if (!link->cq) {
-		say(why, why_size, "%s: ibv_create_cq failed: %s", device->device_name,
+		say(why, why_size, "%s: ibv_create_cq failed: %s", mem->device.device_name,
 		    strerror(errno));
 		rc = -ENOMEM;
-		goto err_deregister;
+		goto err_free_link;
 	}
 	qp_attr.send_cq = link->cq;
 	qp_attr.recv_cq = link->cq;
@@ -805,9 +877,9 @@ int pool_rdma_link_open(const struct pool_rdma_probe *device,
 	qp_attr.cap.max_recv_wr = 1;
 	qp_attr.cap.max_send_sge = POOL_RDMA_WRITE_SGES_MAX;
 	qp_attr.cap.max_recv_sge = 1;
-	link->qp = api.create_qp(link->pd, &qp_attr);
+	link->qp = api.create_qp(mem->pd, &qp_attr);
 	if (!link->qp) {
-		say(why, why_size, "%s: ibv_create_qp failed: %s", device->device_name,
+		say(why, why_size, "%s: ibv_create_qp failed: %s", mem->device.device_name,
 		    strerror(errno));
 		rc = -ENOMEM;
 		goto err_destroy_cq;
@@ -818,6 +890,7 @@ int pool_rdma_link_open(const struct pool_rdma_probe *device,
 	/* Any 24-bit start works; a varied one keeps stale packets of an
 	 * earlier queue pair with the same number from matching. */
 	link->psn = (uint32_t)((uintptr_t)link ^ (uint64_t)time(NULL)) & PSN_MASK;
+	mem->links++;
 	*out = link;
 	return 0;
 
@@ -825,15 +898,29 @@ err_destroy_qp:
 	api.destroy_qp(link->qp);
 err_destroy_cq:
 	api.destroy_cq(link->cq);
-err_deregister:
-	for (uint32_t i = 0; i < link->mr_count; i++)
-		api.dereg_mr(link->mrs[i]);
-	api.dealloc_pd(link->pd);
-err_close_device:
-	api.close_device(link->ctx);
 err_free_link:
 	free(link);
 	return rc;
+}
+
+int pool_rdma_link_open(const struct pool_rdma_probe *device,
+			enum pool_rdma_role role, void *memory, uint64_t bytes,
+			const struct pool_rdma_plan *plan,
+			struct pool_rdma_link **out, char *why, size_t why_size)
+{
+	struct pool_rdma_memory *mem;
+	int rc = pool_rdma_memory_open(device, role, memory, bytes, plan, &mem, why, why_size);
+
+	*out = NULL;
+	if (rc)
+		return rc;
+	rc = pool_rdma_link_open_on(mem, out, why, why_size);
+	if (rc) {
+		pool_rdma_memory_close(mem);
+		return rc;
+	}
+	(*out)->owns_mem = true;
+	return 0;
 }
 
 void pool_rdma_link_endpoint(const struct pool_rdma_link *link,
@@ -842,19 +929,19 @@ void pool_rdma_link_endpoint(const struct pool_rdma_link *link,
 	memset(out, 0, sizeof(*out));
 	out->qp_num = link->qp->qp_num;
 	out->psn = link->psn;
-	out->lid = link->device.lid;
-	out->ethernet = link->device.ethernet;
-	out->mtu_bytes = link->device.mtu_bytes;
-	memcpy(out->gid, link->device.gid, 16);
-	if (link->role != POOL_RDMA_LENDER)
+	out->lid = link->mem->device.lid;
+	out->ethernet = link->mem->device.ethernet;
+	out->mtu_bytes = link->mem->device.mtu_bytes;
+	memcpy(out->gid, link->mem->device.gid, 16);
+	if (link->mem->role != POOL_RDMA_LENDER)
 		return;
-	out->slot_bytes = link->plan.slot_bytes;
-	out->slot_count = link->plan.slot_count;
-	out->region_count = link->mr_count;
-	for (uint32_t i = 0; i < link->mr_count; i++) {
-		out->regions[i].address = (uintptr_t)link->mrs[i]->addr;
-		out->regions[i].bytes = link->mrs[i]->length;
-		out->regions[i].rkey = link->mrs[i]->rkey;
+	out->slot_bytes = link->mem->plan.slot_bytes;
+	out->slot_count = link->mem->plan.slot_count;
+	out->region_count = link->mem->mr_count;
+	for (uint32_t i = 0; i < link->mem->mr_count; i++) {
+		out->regions[i].address = (uintptr_t)link->mem->mrs[i]->addr;
+		out->regions[i].bytes = link->mem->mrs[i]->length;
+		out->regions[i].rkey = link->mem->mrs[i]->rkey;
 	}
 }
 
@@ -862,8 +949,8 @@ int pool_rdma_link_connect(struct pool_rdma_link *link,
 			   const struct pool_rdma_endpoint *remote, char *why,
 			   size_t why_size)
 {
-	uint32_t mtu = remote->mtu_bytes < link->device.mtu_bytes ? remote->mtu_bytes
-								   : link->device.mtu_bytes;
+	uint32_t mtu = remote->mtu_bytes < link->mem->device.mtu_bytes ? remote->mtu_bytes
+								   : link->mem->device.mtu_bytes;
 	struct ibv_qp_attr attr = { 0 };
 	int rc;
 
@@ -871,15 +958,15 @@ int pool_rdma_link_connect(struct pool_rdma_link *link,
 		say(why, why_size, "link is %s", link->failed ? "failed" : "already connected");
 		return SEL_ESTOPPED;
 	}
-	if ((link->role == POOL_RDMA_WRITER) != (remote->slot_count > 0)) {
+	if ((link->mem->role == POOL_RDMA_WRITER) != (remote->slot_count > 0)) {
 		say(why, why_size, "a %s must connect to a %s",
-		    link->role == POOL_RDMA_WRITER ? "writer" : "lender",
-		    link->role == POOL_RDMA_WRITER ? "lender" : "writer");
+		    link->mem->role == POOL_RDMA_WRITER ? "writer" : "lender",
+		    link->mem->role == POOL_RDMA_WRITER ? "lender" : "writer");
 		return -EINVAL;
 	}
-	if (remote->ethernet != link->device.ethernet) {
+	if (remote->ethernet != link->mem->device.ethernet) {
 		say(why, why_size, "link layers differ (this end %s, the far end %s)",
-		    link->device.ethernet ? "Ethernet" : "InfiniBand",
+		    link->mem->device.ethernet ? "Ethernet" : "InfiniBand",
 		    remote->ethernet ? "Ethernet" : "InfiniBand");
 		return -EINVAL;
 	}
@@ -889,12 +976,12 @@ int pool_rdma_link_connect(struct pool_rdma_link *link,
 	attr.rq_psn = remote->psn;
 	attr.max_dest_rd_atomic = 1;
 	attr.min_rnr_timer = 12;
-	attr.ah_attr.port_num = link->device.port_num;
+	attr.ah_attr.port_num = link->mem->device.port_num;
 	attr.ah_attr.dlid = remote->lid;
 	if (remote->ethernet) {
 		attr.ah_attr.is_global = 1;
 		memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, 16);
-		attr.ah_attr.grh.sgid_index = (uint8_t)link->device.gid_index;
+		attr.ah_attr.grh.sgid_index = (uint8_t)link->mem->device.gid_index;
 		attr.ah_attr.grh.hop_limit = 64;
 	}
 	rc = api.modify_qp(link->qp, &attr,
@@ -954,13 +1041,13 @@ int pool_rdma_link_write(struct pool_rdma_link *link, uint64_t source_offset,
 	uint64_t region_offset = 0;
 	int rc;
 
-	SEL_ASSERT(link->role == POOL_RDMA_WRITER);
+	SEL_ASSERT(link->mem->role == POOL_RDMA_WRITER);
 	if (link->failed || !link->connected)
 		return SEL_ESTOPPED;
 	if (bytes == 0 || slot >= link->remote.slot_count ||
 	    slot_offset > link->remote.slot_bytes ||
-	    bytes > link->remote.slot_bytes - slot_offset || source_offset > link->bytes ||
-	    bytes > link->bytes - source_offset)
+	    bytes > link->remote.slot_bytes - slot_offset || source_offset > link->mem->bytes ||
+	    bytes > link->mem->bytes - source_offset)
 		return -EINVAL;
 	if (link->in_flight >= POOL_RDMA_WRITES_IN_FLIGHT_MAX)
 		return SEL_EQUEUEFULL;
@@ -968,15 +1055,15 @@ int pool_rdma_link_write(struct pool_rdma_link *link, uint64_t source_offset,
 	SEL_ASSERT(region); /* decode proved the regions hold every slot */
 	/* One scatter entry per local region the source lies in. */
 	for (uint64_t at = source_offset, left = bytes; left > 0; wr.num_sge++) {
-		uint64_t local = at / link->region_bytes;
-		uint64_t n = (local + 1) * link->region_bytes - at;
+		uint64_t local = at / link->mem->region_bytes;
+		uint64_t n = (local + 1) * link->mem->region_bytes - at;
 
 		if (wr.num_sge == POOL_RDMA_WRITE_SGES_MAX)
 			return -EINVAL;
 		n = n < left ? n : left;
-		sge[wr.num_sge].addr = (uintptr_t)(link->memory + at);
+		sge[wr.num_sge].addr = (uintptr_t)(link->mem->memory + at);
 		sge[wr.num_sge].length = (uint32_t)n; /* at most POOL_RDMA_SLOT_BYTES_MAX */
-		sge[wr.num_sge].lkey = link->mrs[local]->lkey;
+		sge[wr.num_sge].lkey = link->mem->mrs[local]->lkey;
 		at += n;
 		left -= n;
 	}
@@ -1048,10 +1135,9 @@ void pool_rdma_link_close(struct pool_rdma_link *link)
 		return;
 	api.destroy_qp(link->qp);
 	api.destroy_cq(link->cq);
-	for (uint32_t i = 0; i < link->mr_count; i++)
-		api.dereg_mr(link->mrs[i]);
-	api.dealloc_pd(link->pd);
-	api.close_device(link->ctx);
+	link->mem->links--;
+	if (link->owns_mem)
+		pool_rdma_memory_close(link->mem);
 	free(link);
 }
 

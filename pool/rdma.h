@@ -127,15 +127,36 @@ enum pool_rdma_role {
 	POOL_RDMA_WRITER, /* memory is the source the writes read from */
 };
 
+struct pool_rdma_memory;
 struct pool_rdma_link;
 
 /*
- * Opens the probed device, registers memory (bytes long; for a lender,
- * laid out as plan says, plan->total_bytes long; for a writer, in regions
- * of the device's largest, at most POOL_RDMA_REGIONS_MAX), and makes a
- * reliable-connected queue pair in INIT. memory stays the caller's and must
- * outlive the link. plan is required for a lender, ignored for a writer.
+ * Opens the probed device and registers memory on it (bytes long; for a
+ * lender, laid out as plan says, plan->total_bytes long; for a writer, in
+ * regions of the device's largest, at most POOL_RDMA_REGIONS_MAX), once,
+ * for any number of links (pool_rdma_link_open_on): a manager registers
+ * its arena once, not per connection. memory stays the caller's and must
+ * outlive it. plan is required for a lender, ignored for a writer.
  * Returns 0 with *out, or a negative errno with why (-ENODEV: no device).
+ * Not safe to share between threads.
+ */
+int pool_rdma_memory_open(const struct pool_rdma_probe *device, enum pool_rdma_role role,
+			  void *memory, uint64_t bytes, const struct pool_rdma_plan *plan,
+			  struct pool_rdma_memory **out, char *why, size_t why_size);
+
+/* Deregisters and closes the device; every link on it closed first. NULL: nothing. */
+void pool_rdma_memory_close(struct pool_rdma_memory *mem);
+
+/*
+ * Makes a reliable-connected queue pair in INIT on mem, for the role mem
+ * was opened with. Returns 0 with *out, or a negative errno with why.
+ */
+int pool_rdma_link_open_on(struct pool_rdma_memory *mem, struct pool_rdma_link **out,
+			   char *why, size_t why_size);
+
+/*
+ * pool_rdma_memory_open and pool_rdma_link_open_on in one: a link with
+ * memory of its own, deregistered when the link closes.
  */
 int pool_rdma_link_open(const struct pool_rdma_probe *device,
 			enum pool_rdma_role role, void *memory, uint64_t bytes,
@@ -184,7 +205,10 @@ uint32_t pool_rdma_link_in_flight(const struct pool_rdma_link *link);
 /* Why the link failed ("" while it has not); valid until the link closes. */
 const char *pool_rdma_link_why(const struct pool_rdma_link *link);
 
-/* Destroys the queue pair, deregisters, closes the device. NULL: nothing. */
+/*
+ * Destroys the queue pair (and, for pool_rdma_link_open's, deregisters and
+ * closes the device). NULL: nothing.
+ */
 void pool_rdma_link_close(struct pool_rdma_link *link);
 
 /*

@@ -23,6 +23,9 @@
 #define PROTO_FAIL(why, why_size, ...) sel_fail(SEL_EPROTO, why, why_size, __VA_ARGS__)
 #define TAG POOL_TAG_BYTES
 #define KEY_MAX_CONSUMED (1ull << 40)
+/* An RDMA endpoint's fixed part and one region (pool/RDMA.md, R-RDMA-5). */
+#define RDMA_ENDPOINT_FIXED 56u
+#define RDMA_ENDPOINT_REGION 24u
 
 static inline uint16_t get_le16(const uint8_t *p)
 {
@@ -94,6 +97,14 @@ static const struct cluster_msg_info pool_types[POOL_MSG_TYPE_LAST + 1] = {
 	[POOL_MSG_EXPORT] = { "EXPORT", POOL_EXPORT_BYTES + TAG, POOL_EXPORT_BYTES + TAG },
 	[POOL_MSG_EXPORT_END] = { "EXPORT_END", POOL_EXPORT_END_BYTES + TAG,
 				  POOL_EXPORT_END_BYTES + TAG },
+	[POOL_MSG_RDMA_OFFER] = { "RDMA_OFFER", RDMA_ENDPOINT_FIXED + TAG,
+				  RDMA_ENDPOINT_FIXED + TAG },
+	[POOL_MSG_RDMA_LEND] = { "RDMA_LEND", RDMA_ENDPOINT_FIXED + RDMA_ENDPOINT_REGION + TAG,
+				 POOL_RDMA_ENDPOINT_BYTES_MAX + TAG },
+	[POOL_MSG_RDMA_WINDOW] = { "RDMA_WINDOW", POOL_RDMA_WINDOW_BYTES + TAG,
+				   POOL_RDMA_WINDOW_BYTES + TAG },
+	[POOL_MSG_RDMA_FREE] = { "RDMA_FREE", POOL_RDMA_FREE_FIXED_BYTES + 4 + TAG,
+				 POOL_RDMA_FREE_FIXED_BYTES + 4 * POOL_RDMA_SLOTS_MAX + TAG },
 };
 
 const struct cluster_grammar pool_grammar = {
@@ -1101,7 +1112,7 @@ int pool_claimed_decode(const uint8_t *body, uint32_t length, struct pool_claime
 
 int pool_claim_pull_encode(const struct pool_claim_pull *m, uint8_t *buf, size_t buf_size)
 {
-	if (m->claim_id == 0 || m->mode > 1)
+	if (m->claim_id == 0 || m->mode > POOL_PULL_RDMA)
 		return -EINVAL;
 	if (buf_size < POOL_CLAIM_PULL_BYTES)
 		return -ENOSPC;
@@ -1123,8 +1134,9 @@ int pool_claim_pull_decode(const uint8_t *body, uint32_t length, struct pool_cla
 	out->mode = body[12];
 	if (out->claim_id == 0)
 		return PROTO_FAIL(why, why_size, "CLAIM_PULL id 0 (R-POOL-8)");
-	if (out->mode > 1)
-		return PROTO_FAIL(why, why_size, "CLAIM_PULL mode %u (R-POOL-32)", out->mode);
+	if (out->mode > POOL_PULL_RDMA)
+		return PROTO_FAIL(why, why_size, "CLAIM_PULL mode %u (R-POOL-32, R-POOL-93)",
+				  out->mode);
 	return 0;
 }
 
@@ -1176,6 +1188,142 @@ int pool_claim_window_decode(const uint8_t *head, uint32_t head_length,
 	out->first = sel_get_le32(head + 13);
 	out->count = sel_get_le32(head + 17);
 	return claim_window_check(out, data_length, why, why_size);
+}
+
+/* ---- RDMA_OFFER, RDMA_LEND, RDMA_WINDOW, RDMA_FREE (R-POOL-90 ..) ---- */
+
+static int rdma_endpoint_encode(const struct pool_rdma_endpoint *e, bool lender, uint8_t *buf,
+				size_t buf_size)
+{
+	if ((e->slot_count > 0) != lender)
+		return -EINVAL;
+	if (buf_size < RDMA_ENDPOINT_FIXED + (size_t)RDMA_ENDPOINT_REGION * e->region_count)
+		return -ENOSPC;
+	return pool_rdma_endpoint_encode(e, buf, buf_size);
+}
+
+static int rdma_endpoint_decode(const char *name, const uint8_t *body, uint32_t length,
+				bool lender, struct pool_rdma_endpoint *out, char *why,
+				size_t why_size)
+{
+	char reason[256];
+
+	if (pool_rdma_endpoint_decode(body, length, out, reason, sizeof(reason)))
+		return PROTO_FAIL(why, why_size, "%s: %s (R-POOL-%s)", name, reason,
+				  lender ? "92" : "91");
+	if ((out->slot_count > 0) != lender)
+		return PROTO_FAIL(why, why_size, "%s carries a %s endpoint (R-POOL-%s)", name,
+				  lender ? "writer's" : "lender's", lender ? "92" : "91");
+	return 0;
+}
+
+int pool_rdma_offer_encode(const struct pool_rdma_endpoint *writer, uint8_t *buf,
+			   size_t buf_size)
+{
+	return rdma_endpoint_encode(writer, false, buf, buf_size);
+}
+
+int pool_rdma_offer_decode(const uint8_t *body, uint32_t length,
+			   struct pool_rdma_endpoint *out, char *why, size_t why_size)
+{
+	return rdma_endpoint_decode("RDMA_OFFER", body, length, false, out, why, why_size);
+}
+
+int pool_rdma_lend_encode(const struct pool_rdma_endpoint *lender, uint8_t *buf,
+			  size_t buf_size)
+{
+	return rdma_endpoint_encode(lender, true, buf, buf_size);
+}
+
+int pool_rdma_lend_decode(const uint8_t *body, uint32_t length,
+			  struct pool_rdma_endpoint *out, char *why, size_t why_size)
+{
+	return rdma_endpoint_decode("RDMA_LEND", body, length, true, out, why, why_size);
+}
+
+static int rdma_window_check(const struct pool_rdma_window *m, char *why, size_t why_size)
+{
+	int ret = claim_window_check(&m->w, m->data_length, why, why_size);
+
+	if (ret)
+		return ret;
+	if (m->slot >= POOL_RDMA_SLOTS_MAX)
+		return PROTO_FAIL(why, why_size, "RDMA_WINDOW slot %" PRIu32 " (R-POOL-94)",
+				  m->slot);
+	return 0;
+}
+
+int pool_rdma_window_encode(const struct pool_rdma_window *m, uint8_t *buf, size_t buf_size)
+{
+	if (rdma_window_check(m, NULL, 0))
+		return -EINVAL;
+	if (buf_size < POOL_RDMA_WINDOW_BYTES)
+		return -ENOSPC;
+	pool_claim_window_encode(&m->w, m->data_length, buf, buf_size);
+	sel_put_le32(buf + POOL_CLAIM_WINDOW_HEAD_BYTES, m->slot);
+	sel_put_le32(buf + POOL_CLAIM_WINDOW_HEAD_BYTES + 4, m->data_length);
+	sel_put_le64(buf + POOL_CLAIM_WINDOW_HEAD_BYTES + 8, m->data_xxh3);
+	return POOL_RDMA_WINDOW_BYTES;
+}
+
+int pool_rdma_window_decode(const uint8_t *body, uint32_t length, struct pool_rdma_window *out,
+			    char *why, size_t why_size)
+{
+	int ret = check_length("RDMA_WINDOW", length, POOL_RDMA_WINDOW_BYTES, why, why_size);
+
+	if (ret)
+		return ret;
+	out->w.claim_id = sel_get_le64(body);
+	out->w.chain_index = sel_get_le32(body + 8);
+	out->w.section = body[12];
+	out->w.first = sel_get_le32(body + 13);
+	out->w.count = sel_get_le32(body + 17);
+	out->slot = sel_get_le32(body + POOL_CLAIM_WINDOW_HEAD_BYTES);
+	out->data_length = sel_get_le32(body + POOL_CLAIM_WINDOW_HEAD_BYTES + 4);
+	out->data_xxh3 = sel_get_le64(body + POOL_CLAIM_WINDOW_HEAD_BYTES + 8);
+	return rdma_window_check(out, why, why_size);
+}
+
+int pool_rdma_free_encode(const uint32_t *slots, uint32_t count, uint8_t *buf, size_t buf_size)
+{
+	size_t length = POOL_RDMA_FREE_FIXED_BYTES + 4ull * count;
+
+	if (count == 0 || count > POOL_RDMA_SLOTS_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < count; i++)
+		if (slots[i] >= POOL_RDMA_SLOTS_MAX)
+			return -EINVAL;
+	if (buf_size < length)
+		return -ENOSPC;
+	sel_put_le32(buf, count);
+	for (uint32_t i = 0; i < count; i++)
+		sel_put_le32(buf + POOL_RDMA_FREE_FIXED_BYTES + 4 * i, slots[i]);
+	return (int)length;
+}
+
+int pool_rdma_free_decode(const uint8_t *body, uint32_t length, uint32_t *count,
+			  const uint8_t **slots, char *why, size_t why_size)
+{
+	uint32_t n;
+	int ret;
+
+	if (length < POOL_RDMA_FREE_FIXED_BYTES)
+		return PROTO_FAIL(why, why_size, "RDMA_FREE of %" PRIu32 " bytes (R-POOL-95)",
+				  length);
+	n = sel_get_le32(body);
+	if (n == 0 || n > POOL_RDMA_SLOTS_MAX)
+		return PROTO_FAIL(why, why_size, "RDMA_FREE of %" PRIu32 " slots (R-POOL-95)", n);
+	ret = check_length("RDMA_FREE", length, POOL_RDMA_FREE_FIXED_BYTES + 4ull * n, why,
+			   why_size);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < n; i++)
+		if (sel_get_le32(body + POOL_RDMA_FREE_FIXED_BYTES + 4 * i) >= POOL_RDMA_SLOTS_MAX)
+			return PROTO_FAIL(why, why_size, "RDMA_FREE slot %" PRIu32 " (R-POOL-95)",
+					  sel_get_le32(body + POOL_RDMA_FREE_FIXED_BYTES + 4 * i));
+	*count = n;
+	*slots = body + POOL_RDMA_FREE_FIXED_BYTES;
+	return 0;
 }
 
 int pool_claim_places_encode(uint64_t claim_id, const struct pool_place *places,

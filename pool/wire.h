@@ -18,6 +18,7 @@
 
 #include "cluster/protocol.h"
 #include "common/limits.h"
+#include "pool/rdma.h"
 #include "record/key.h"
 
 #include <stdbool.h>
@@ -65,7 +66,12 @@ enum pool_msg_type {
 	POOL_MSG_HOLDS = 40,
 	POOL_MSG_EXPORT = 41,
 	POOL_MSG_EXPORT_END = 42,
-	POOL_MSG_TYPE_LAST = POOL_MSG_EXPORT_END,
+	/* 43 .. 59 are not types; RDMA claims (R-POOL-90 .. R-POOL-99) */
+	POOL_MSG_RDMA_OFFER = 60,
+	POOL_MSG_RDMA_LEND = 61,
+	POOL_MSG_RDMA_WINDOW = 62,
+	POOL_MSG_RDMA_FREE = 63,
+	POOL_MSG_TYPE_LAST = POOL_MSG_RDMA_FREE,
 };
 
 /* The pool's frame grammar (R-POOL-2 .. R-POOL-4). */
@@ -98,6 +104,8 @@ enum pool_body_bytes {
 	POOL_HOLDS_FIXED_BYTES = 5, /* plus 24 per key */
 	POOL_EXPORT_BYTES = 36,
 	POOL_EXPORT_END_BYTES = 12,
+	POOL_RDMA_WINDOW_BYTES = 37, /* a CLAIM_WINDOW head, slot, length, xxh3 */
+	POOL_RDMA_FREE_FIXED_BYTES = 4, /* plus 4 per slot */
 };
 
 /* The largest control body (not a window): a LOOKUP or ANSWER of 4096. */
@@ -376,7 +384,14 @@ int pool_claimed_decode(const uint8_t *body, uint32_t length, struct pool_claime
 struct pool_claim_pull {
 	uint64_t claim_id;
 	uint32_t skip_pages;
-	uint8_t mode; /* 0 stream, 1 places */
+	uint8_t mode; /* enum pool_pull_mode */
+};
+
+/* CLAIM_PULL's modes (R-POOL-32, R-POOL-93). */
+enum pool_pull_mode {
+	POOL_PULL_STREAM = 0,
+	POOL_PULL_PLACES = 1,
+	POOL_PULL_RDMA = 2, /* stream, by RDMA WRITEs where the connection lent slots */
 };
 
 int pool_claim_pull_encode(const struct pool_claim_pull *m, uint8_t *buf, size_t buf_size);
@@ -477,6 +492,40 @@ struct pool_put_end {
 int pool_put_end_encode(const struct pool_put_end *m, uint8_t *buf, size_t buf_size);
 int pool_put_end_decode(const uint8_t *body, uint32_t length, struct pool_put_end *out,
 			char *why, size_t why_size);
+
+/*
+ * RDMA_OFFER and RDMA_LEND (R-POOL-91, R-POOL-92): an RDMA endpoint
+ * (pool/RDMA.md, R-RDMA-5) as the body. OFFER carries a writer's (no
+ * slots), LEND a lender's (at least one slot). Encode returns the body's
+ * length or -EINVAL (the wrong role, or an endpoint R-RDMA-6 refuses).
+ */
+int pool_rdma_offer_encode(const struct pool_rdma_endpoint *writer, uint8_t *buf,
+			   size_t buf_size);
+int pool_rdma_offer_decode(const uint8_t *body, uint32_t length,
+			   struct pool_rdma_endpoint *out, char *why, size_t why_size);
+int pool_rdma_lend_encode(const struct pool_rdma_endpoint *lender, uint8_t *buf,
+			  size_t buf_size);
+int pool_rdma_lend_decode(const uint8_t *body, uint32_t length,
+			  struct pool_rdma_endpoint *out, char *why, size_t why_size);
+
+/* RDMA_WINDOW (R-POOL-94): a window that an RDMA WRITE put into a lent slot. */
+struct pool_rdma_window {
+	struct pool_claim_window w; /* as CLAIM_WINDOW's head */
+	uint32_t slot;
+	uint32_t data_length; /* the window's bytes, from the slot's first */
+	uint64_t data_xxh3;   /* XXH3_64bits of those bytes */
+};
+
+int pool_rdma_window_encode(const struct pool_rdma_window *m, uint8_t *buf, size_t buf_size);
+int pool_rdma_window_decode(const uint8_t *body, uint32_t length, struct pool_rdma_window *out,
+			    char *why, size_t why_size);
+
+/* RDMA_FREE (R-POOL-95): slots the rank gives back; count 1 .. POOL_RDMA_SLOTS_MAX. */
+int pool_rdma_free_encode(const uint32_t *slots, uint32_t count, uint8_t *buf,
+			  size_t buf_size);
+/* Sets *count and *slots (a view into body: read with sel_get_le32). */
+int pool_rdma_free_decode(const uint8_t *body, uint32_t length, uint32_t *count,
+			  const uint8_t **slots, char *why, size_t why_size);
 
 /* HEARTBEAT and BYE (R-POOL-45). */
 int pool_heartbeat_encode(uint64_t monotonic_ns, uint8_t *buf, size_t buf_size);

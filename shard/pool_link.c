@@ -42,7 +42,7 @@ struct shard_pool_link {
 
 /* Process-wide counts (shard_pool_link_counts). */
 static _Atomic uint64_t count_arena_claims, count_arena_records, count_stream_claims,
-	count_stream_windows, count_arena_refusals;
+	count_rdma_claims, count_stream_windows, count_arena_refusals;
 
 void shard_pool_link_counts(struct shard_pool_link_counts *out)
 {
@@ -50,6 +50,7 @@ void shard_pool_link_counts(struct shard_pool_link_counts *out)
 		.arena_claims = atomic_load(&count_arena_claims),
 		.arena_records = atomic_load(&count_arena_records),
 		.stream_claims = atomic_load(&count_stream_claims),
+		.rdma_claims = atomic_load(&count_rdma_claims),
 		.stream_windows = atomic_load(&count_stream_windows),
 		.arena_refusals = atomic_load(&count_arena_refusals),
 	};
@@ -222,8 +223,10 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 		ret = pool_arena_map(link->client, &link->arena, &link->arena_bytes, why,
 				     sizeof(why));
 	if (ret == -ENOENT) {
-		sel_info("pool: rank %u is not on the manager's host (%s): claims stream",
-			 link->geometry.rank, why);
+		sel_info("pool: rank %u is not on the manager's host (%s): claims stream%s",
+			 link->geometry.rank, why,
+			 pool_client_rdma_active(link->client)
+				 ? ", by RDMA WRITEs into this rank's lent slots" : "");
 		return;
 	}
 	if (ret) {
@@ -318,6 +321,9 @@ static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 		goto out;
 	}
 	atomic_fetch_add(&count_stream_claims, 1);
+	/* the client pulls in RDMA mode while its slots are lent (R-POOL-93) */
+	if (pool_client_rdma_active(link->client))
+		atomic_fetch_add(&count_rdma_claims, 1);
 	ret = pool_share_claim(link->client, claim_id, link->chain, chain_count, skip_pages,
 			       link->slots, LINK_SLOTS, link->slot_bytes, link_window, &lc,
 			       shard_pool_link_deadline_ms(bytes));

@@ -95,7 +95,8 @@ void shard_pool_link_conn(struct shard_pool_link *link, struct shard_pool_conn *
 struct shard_pool_link_counts {
 	uint64_t arena_claims;
 	uint64_t arena_records;
-	uint64_t stream_claims;
+	uint64_t stream_claims;  /* by TCP or by RDMA */
+	uint64_t rdma_claims;    /* of those, pulled by RDMA (pool/PROTOCOL.md, R-POOL-93) */
 	uint64_t stream_windows;
 	uint64_t arena_refusals;
 };

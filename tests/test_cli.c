@@ -1062,6 +1062,8 @@ static void scrape_live_metrics(const char *out)
 /*
  * selene pool as a daemon: it logs where it listens and its arena, serves
  * valid metrics, and on SIGTERM drains, exits 0 and removes its arena.
+ * With --rdma and no verbs device here, it says why once and serves claims
+ * by TCP (pool/PROTOCOL.md, R-POOL-90).
  */
 static void test_cli_pool_daemon(void **state)
 {
@@ -1091,7 +1093,7 @@ static void test_cli_pool_daemon(void **state)
 		dup2(fd, 2);
 		execl(program ? program : "build/selene", "selene", "pool", "--secret", secret,
 		      "--memory", "4M", "--listen", "127.0.0.1:0", "--name", "cli",
-		      "--metrics-port", "0", (char *)NULL);
+		      "--metrics-port", "0", "--rdma", (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500 && !strstr(text, "listening on port"); i++) {
@@ -1105,6 +1107,13 @@ static void test_cli_pool_daemon(void **state)
 	at = strstr(text, "metrics on http://127.0.0.1:");
 	assert_non_null(at);
 	assert_int_equal(sscanf(at, "metrics on http://127.0.0.1:%u/metrics", &port), 1);
+	if (strstr(text, "RDMA claims through")) {
+		print_message("this host has a verbs device: the --rdma fallback is not checked\n");
+	} else {
+		at = strstr(text, "RDMA is off, claims use the TCP stream: ");
+		assert_non_null(at);
+		assert_null(strstr(at + 1, "RDMA is off")); /* said once */
+	}
 	at = strstr(text, "arena /dev/shm/");
 	assert_non_null(at);
 	assert_int_equal(sscanf(at, "arena %255s", arena), 1);
@@ -1116,7 +1125,8 @@ static void test_cli_pool_daemon(void **state)
 	tu_check_metrics(body + 4, "selene_pool_records selene_pool_arena_used_bytes "
 			 "selene_pool_puts_total selene_pool_claims_total "
 			 "selene_pool_records_dropped_total selene_pool_holds "
-			 "selene_pool_exports_total");
+			 "selene_pool_exports_total selene_pool_rdma_windows_total "
+			 "selene_pool_rdma_failures_total");
 	assert_non_null(strstr(body, "selene_pool_exports_total{outcome=\"refused\"} 0\n"));
 	kill(pid, SIGTERM);
 	assert_int_equal(waitpid(pid, &status, 0), pid);

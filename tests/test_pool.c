@@ -13,10 +13,12 @@
 #include "common/log.h"
 #include "pool/client.h"
 #include "pool/manager.h"
+#include "pool/rdma.h"
 #include "pool/wire.h"
 #include "record/format.h"
 #include "record/geometry.h"
 #include "selene/selene.h"
+#include "tests/fake_verbs.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -1580,6 +1583,611 @@ static void test_pool_share_end_mid_stream_returns_slots(void **state)
 	case_free(&root);
 }
 
+/* ---- RDMA claims on the fake verbs device (R-POOL-90 ..) ---- */
+
+#ifdef SEL_HAVE_VERBS_H
+struct rdma_log {
+	pthread_mutex_t lock;
+	int warnings;
+	char first[512];
+};
+
+static struct rdma_log rdma_log = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Counts "RDMA is off" warnings, from the manager's and the clients' threads. */
+static void rdma_log_line(enum sel_log_level level, const char *message, void *user)
+{
+	struct rdma_log *lg = user;
+
+	if (level != SEL_LOG_WARN || !strstr(message, "RDMA is off"))
+		return;
+	pthread_mutex_lock(&lg->lock);
+	if (lg->warnings++ == 0)
+		snprintf(lg->first, sizeof(lg->first), "%s", message);
+	pthread_mutex_unlock(&lg->lock);
+}
+
+static int rdma_warnings(char *first, size_t size)
+{
+	int n;
+
+	pthread_mutex_lock(&rdma_log.lock);
+	n = rdma_log.warnings;
+	snprintf(first, size, "%s", rdma_log.first);
+	pthread_mutex_unlock(&rdma_log.lock);
+	return n;
+}
+
+/* A fake device in place of libibverbs, the warning counter reset; false (skip) where memlock is too small. */
+static bool rdma_begin(void)
+{
+	if (pool_rdma_memlock_bytes() < POOL_RDMA_CLIENT_SLOTS_DEFAULT * (64u << 10)) {
+		print_message("skipped: RLIMIT_MEMLOCK is below 4 slots of 64 KiB\n");
+		return false;
+	}
+	fake_verbs_install();
+	pthread_mutex_lock(&rdma_log.lock);
+	rdma_log.warnings = 0;
+	rdma_log.first[0] = '\0';
+	pthread_mutex_unlock(&rdma_log.lock);
+	sel_log_set_callback(rdma_log_line, &rdma_log);
+	return true;
+}
+
+static void rdma_end(void)
+{
+	sel_log_set_callback(NULL, NULL);
+	assert_int_equal(fake_verbs_remove(), 0); /* every queue pair and region was freed */
+}
+
+static void manager_start_rdma(struct running *r, bool rdma, const char *device)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 8 << 20, .window_bytes = 64 << 10,
+					 .rdma = rdma, .rdma_device = device };
+	char why[WHY_BYTES];
+
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r->m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r->thread, NULL, run_thread, r->m), 0);
+}
+
+static void client_open_rdma(struct running *r, uint32_t rank, uint8_t instance,
+			     const char *device, struct pool_client **out)
+{
+	char address[64], why[WHY_BYTES];
+	struct pool_client_config cfg = { .address = address, .secret = secret, .rank = rank,
+					  .geometry = &geometry[rank], .deadline_ms = 5000,
+					  .rdma_device = device };
+
+	snprintf(address, sizeof(address), "127.0.0.1:%u", pool_manager_port(r->m));
+	memset(cfg.instance_id, instance, sizeof(cfg.instance_id));
+	for (uint32_t i = 0; i < WORLD; i++) {
+		page_bytes_of[i] = geometry[i].page_record_bytes;
+		row_bytes_of[i] = geometry[i].row_record_bytes;
+	}
+	cfg.scope = (struct pool_scope_parts){ .world_size = WORLD, .namespace_id = namespace_id,
+					       .layout_digest = geometry[0].layout_digest,
+					       .page_tokens = PAGE_TOKENS,
+					       .plane_count = geometry[0].page_plane_count,
+					       .page_bytes = page_bytes_of, .row_bytes = row_bytes_of };
+	assert_int_equal(pool_client_open(&cfg, out, why, WHY_BYTES), 0);
+}
+
+/* Instance A puts root through its clients (puts stay on TCP). */
+static void rdma_put(struct pool_client **a, struct put_case *root)
+{
+	struct put_case *chain[1] = { root };
+	struct pool_put_spec spec = { 0 };
+	struct rank_job jobs[WORLD];
+	pthread_t threads[WORLD];
+	uint64_t request, put_id = 0, shares[WORLD];
+	int ret;
+
+	spec.key = root->rec.key;
+	spec.tail_page_count = root->rec.tail_page_count;
+	spec.row = true;
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = root->img[k].length;
+	spec.share_bytes = shares;
+	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
+	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
+		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
+	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
+	assert_int_equal(ret, 1);
+}
+
+/* Instance B claims root, each rank on its own thread; jobs[k] says how each went. */
+static void rdma_claim(struct pool_client **b, struct put_case *root, struct put_case **chain,
+		       struct rank_job *jobs)
+{
+	struct pool_chain_entry found[4];
+	struct pool_claim_grant grant;
+	pthread_t threads[WORLD];
+	uint64_t claim_id;
+	uint32_t count = 0;
+	int ret;
+
+	assert_int_equal(pool_claim_begin(b[0], &root->rec.key, &claim_id), 0);
+	POLL_UNTIL(pool_claim_poll(b[0], claim_id, &grant, found, 4, &count), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = b[k], .rank = k, .id = claim_id, .chain = chain,
+					     .count = count };
+		memcpy(jobs[k].entries, found, sizeof(found));
+		assert_int_equal(pthread_create(&threads[k], NULL, claim_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++)
+		pthread_join(threads[k], NULL);
+	assert_int_equal(pool_claim_end(b[0], claim_id, 0), 0);
+}
+
+static uint32_t whole_share(const struct put_case *root, uint32_t k)
+{
+	/* every byte but the checksum segment's padding (R-POOL-33) */
+	return (uint32_t)(root->img[k].length - 4096 + 8 * root->rec.tail_page_count);
+}
+#endif
+
+/* R-POOL-91 .. R-POOL-96: with --rdma and a device on both ends, every rank's claim windows arrive by RDMA WRITEs into its lent slots, byte-exact. */
+static void test_pool_rdma_claim_byte_exact(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct pool_manager_stats st;
+	struct rank_job jobs[WORLD];
+	char first[512];
+	bool active;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	manager_start_rdma(&r, true, NULL);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
+		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(a[k]), active);
+		assert_true(active);
+		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
+		assert_true(active);
+	}
+	/*
+	 * verbs objects: the manager's arena registered once (context, domain,
+	 * region) and a completion queue and queue pair per connection; each
+	 * client its own five
+	 */
+	assert_int_equal(fake_verbs_live(), 3 + 2 * 2 * WORLD + 5 * 2 * WORLD);
+	rdma_put(a, &root);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_windows, 0); /* puts stay on TCP */
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_true(jobs[k].windows >= 4);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_connections, 2 * WORLD);
+	assert_int_equal(st.rdma_windows, jobs[0].windows + jobs[1].windows);
+	assert_int_equal(st.rdma_failures, 0);
+	assert_int_equal(fake_verbs_writes(), (int)st.rdma_windows);
+	/* a second claim on the same slots, byte-exact again */
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	/*
+	 * one posted slot, taken late: the manager fills every lent slot and
+	 * says CLAIM_END while windows still wait for the caller's slot; each
+	 * is delivered before the end (R-POOL-96)
+	 */
+	{
+		struct pool_chain_entry found[4];
+		struct pool_claim_grant grant;
+		struct rank_job j = { .c = b[1], .rank = 1, .chain = chain };
+		size_t slot_bytes = pool_client_slot_bytes(b[1]);
+		uint8_t *slot = tu_alloc(slot_bytes);
+		uint32_t count = 0;
+		uint64_t claim_id;
+		struct pool_window w;
+		int ret;
+
+		assert_int_equal(pool_claim_begin(b[0], &root.rec.key, &claim_id), 0);
+		POLL_UNTIL(pool_claim_poll(b[0], claim_id, &grant, found, 4, &count), ret);
+		assert_int_equal(ret, 1);
+		assert_int_equal(pool_share_pull(b[1], claim_id, found, count, 0, false), 0);
+		assert_int_equal(pool_share_post(b[1], claim_id, slot, slot_bytes, NULL), 0);
+		usleep(300 * 1000);
+		while ((ret = pool_share_next(b[1], claim_id, &w, 5000)) == 1) {
+			check_window(&j, &w);
+			assert_int_equal(pool_share_post(b[1], claim_id, slot, slot_bytes, NULL),
+					 0);
+		}
+		assert_int_equal(ret, 0);
+		assert_int_equal(j.windows, jobs[1].windows);
+		assert_int_equal(j.verified_bytes, whole_share(&root, 1));
+		assert_int_equal(pool_share_end(b[1], claim_id), 0);
+		assert_int_equal(pool_claim_end(b[0], claim_id, 0), 0);
+		free(slot);
+	}
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+	rdma_end();
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
+#ifdef SEL_HAVE_VERBS_H
+/* A failed WRITE, by its completion (post_fails false) or its post, on the third window. */
+static void rdma_failed_write(bool post_fails)
+{
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct pool_manager_stats st;
+	struct rank_job jobs[WORLD];
+	char first[512];
+	uint64_t windows;
+	bool active;
+	int failed = 0;
+
+	if (!rdma_begin())
+		skip();
+	manager_start_rdma(&r, true, NULL);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
+		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
+		assert_true(active);
+	}
+	rdma_put(a, &root);
+	if (post_fails)
+		fake_verbs_post_fail_at(3); /* the third post fails */
+	else
+		fake_verbs_fail_write_at(3); /* the third WRITE half lands, then fails */
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		if (jobs[k].result == -EIO)
+			failed++;
+		else
+			assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(failed, 1);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_failures, 1);
+	windows = st.rdma_windows;
+	/* the next claim: every rank by TCP, byte-exact, no more WRITEs */
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_windows, windows);
+	/* said once by the manager and once by the rank that lost its claim */
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 2);
+	assert_non_null(strstr(first, "claims use the TCP stream"));
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+	rdma_end();
+}
+#endif
+
+/* R-POOL-97: a WRITE that fails midway (its completion, or its post) ends that claim on its rank (the rank recomputes), says why once, and the next claim streams by TCP byte-exact. */
+static void test_pool_rdma_failed_write_falls_back(void **state)
+{
+	(void)state;
+#ifdef SEL_HAVE_VERBS_H
+	rdma_failed_write(false);
+	rdma_failed_write(true);
+#else
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
+/* R-POOL-90, R-POOL-92: without a device at the instance it lends nothing (one warning); without one at the manager, or without --rdma, nothing is offered; claims stream byte-exact. */
+static void test_pool_rdma_no_device_streams(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	(void)state;
+	/* 0: no device at the instance; 1: none at the manager; 2: a manager without --rdma */
+	for (int i = 0; i < 3; i++) {
+		struct running r;
+		struct pool_client *a[WORLD], *b[WORLD];
+		struct put_case root, *chain[1] = { &root };
+		struct pool_manager_stats st;
+		struct rank_job jobs[WORLD];
+		char first[512];
+
+		if (!rdma_begin())
+			skip();
+		/* a device name no host has stands for "no device" at that end */
+		manager_start_rdma(&r, i != 2, i == 1 ? "mlx5_9" : NULL);
+		case_make(&root, 9, 96, NULL, 90);
+		for (uint32_t k = 0; k < WORLD; k++) {
+			client_open_rdma(&r, k, 0xa, i == 0 ? "mlx5_9" : NULL, &a[k]);
+			client_open_rdma(&r, k, 0xb, i == 0 ? "mlx5_9" : NULL, &b[k]);
+		}
+		rdma_put(a, &root);
+		rdma_claim(b, &root, chain, jobs);
+		for (uint32_t k = 0; k < WORLD; k++) {
+			assert_int_equal(jobs[k].result, 0);
+			assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+			assert_false(pool_client_rdma_active(b[k]));
+		}
+		pool_manager_stats(r.m, &st);
+		assert_int_equal(st.rdma_connections, 0); /* no RDMA_LEND arrived */
+		assert_int_equal(st.rdma_windows, 0);
+		assert_int_equal(fake_verbs_writes(), 0);
+		if (i == 0) {
+			/* offered: each client said once why it lends nothing */
+			assert_int_equal(rdma_warnings(first, sizeof(first)), 2 * WORLD);
+			assert_non_null(strstr(first, "mlx5_9"));
+		} else if (i == 1) {
+			/* the manager said once; no offer, so the clients said nothing */
+			assert_int_equal(rdma_warnings(first, sizeof(first)), 1);
+			assert_non_null(strstr(first, "mlx5_9"));
+		} else {
+			/* never offered: no queue pair, region or context was made anywhere */
+			assert_int_equal(fake_verbs_live(), 0);
+			assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
+		}
+		for (uint32_t k = 0; k < WORLD; k++) {
+			pool_client_close(a[k]);
+			pool_client_close(b[k]);
+		}
+		manager_stop(&r);
+		case_free(&root);
+		rdma_end();
+	}
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
+/* R-POOL-92, R-POOL-95: RDMA_LEND without an offer, twice, or of slots too small for a window, and RDMA_FREE of a slot the rank does not hold, end only that connection. */
+static void test_pool_rdma_out_of_place_refused(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct pool_rdma_endpoint lend = { .qp_num = 0x99, .psn = 1, .ethernet = true,
+					   .mtu_bytes = 4096, .slot_bytes = 64u << 10,
+					   .slot_count = 2, .region_count = 1 };
+	struct pool_rdma_endpoint offer;
+	struct running r;
+	struct trank t;
+	uint8_t buf[POOL_RDMA_ENDPOINT_BYTES_MAX];
+	uint32_t slot = 0;
+	char why[WHY_BYTES];
+	int n;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	lend.gid[10] = lend.gid[11] = 0xff;
+	lend.gid[15] = 3;
+	lend.regions[0] = (struct pool_rdma_region){ 0x10000, 128u << 10, 0x80000001 };
+	/* a manager without --rdma offers nothing, and a lend is out of place */
+	manager_start_rdma(&r, false, NULL);
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xa, 0), 0);
+	n = pool_rdma_lend_encode(&lend, buf, sizeof(buf));
+	tsend(&t, POOL_MSG_RDMA_LEND, buf, n, NULL, 0);
+	assert_int_equal(trecv(&t), 1);
+	assert_int_equal(t.rx.header.type, POOL_MSG_REFUSE);
+	assert_int_equal(t.refused.reason, POOL_REFUSE_PROTOCOL);
+	assert_non_null(strstr(t.refused.text, "without an RDMA_OFFER"));
+	trank_close(&t);
+	manager_stop(&r);
+	/* with --rdma: the offer follows ATTACHED */
+	manager_start_rdma(&r, true, NULL);
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xb, 0), 0);
+	assert_int_equal(trecv(&t), 1);
+	assert_int_equal(t.rx.header.type, POOL_MSG_RDMA_OFFER);
+	assert_int_equal(pool_rdma_offer_decode(t.body, t.rx.body_length, &offer, why,
+						sizeof(why)), 0);
+	/* a slot the rank does not hold */
+	n = pool_rdma_free_encode(&slot, 1, buf, sizeof(buf));
+	tsend(&t, POOL_MSG_RDMA_FREE, buf, n, NULL, 0);
+	assert_int_equal(trecv(&t), 1);
+	assert_int_equal(t.refused.reason, POOL_REFUSE_PROTOCOL);
+	assert_non_null(strstr(t.refused.text, "R-POOL-95"));
+	trank_close(&t);
+	/* slots that hold no window */
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xc, 0), 0);
+	assert_int_equal(trecv(&t), 1);
+	assert_int_equal(t.rx.header.type, POOL_MSG_RDMA_OFFER);
+	lend.slot_bytes = 4096;
+	lend.regions[0].bytes = 8192;
+	n = pool_rdma_lend_encode(&lend, buf, sizeof(buf));
+	tsend(&t, POOL_MSG_RDMA_LEND, buf, n, NULL, 0);
+	assert_int_equal(trecv(&t), 1);
+	assert_int_equal(t.refused.reason, POOL_REFUSE_PROTOCOL);
+	assert_non_null(strstr(t.refused.text, "R-POOL-92"));
+	trank_close(&t);
+	/* a lend, then a second one */
+	assert_int_equal(trank_open(&t, pool_manager_port(r.m), secret, 0, 0xd, 0), 0);
+	assert_int_equal(trecv(&t), 1);
+	lend.slot_bytes = 64u << 10;
+	lend.regions[0].bytes = 128u << 10;
+	n = pool_rdma_lend_encode(&lend, buf, sizeof(buf));
+	tsend(&t, POOL_MSG_RDMA_LEND, buf, n, NULL, 0);
+	tsend(&t, POOL_MSG_RDMA_LEND, buf, n, NULL, 0);
+	assert_int_equal(trecv(&t), 1);
+	assert_int_equal(t.refused.reason, POOL_REFUSE_PROTOCOL);
+	assert_non_null(strstr(t.refused.text, "sent twice"));
+	trank_close(&t);
+	manager_stop(&r);
+	rdma_end();
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
+/* R-POOL-96: a window whose lent slot holds other bytes than the manager wrote is never delivered: that rank's claim fails, the other's is byte-exact, RDMA stays on. */
+static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct pool_manager_stats st;
+	struct rank_job jobs[WORLD];
+	char first[512];
+	bool active;
+	int failed = 0;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	manager_start_rdma(&r, true, NULL);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
+		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
+		assert_true(active);
+	}
+	rdma_put(a, &root);
+	fake_verbs_corrupt_at(3);
+	/* check_window asserts every delivered byte against the image */
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		if (jobs[k].result == SEL_ECHECKSUM)
+			failed++;
+		else
+			assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(failed, 1);
+	/* not a failed transfer: RDMA stays on, and the next claim is whole */
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+		assert_true(pool_client_rdma_active(b[k]));
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_failures, 0);
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+	rdma_end();
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
+/* R-POOL-90, R-POOL-92 under RLIMIT_MEMLOCK: a manager whose arena it cannot hold says so once and offers nothing; a rank lends as many slots as it holds. */
+static void test_pool_rdma_memlock(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct pool_manager_stats st;
+	struct rank_job jobs[WORLD];
+	struct rlimit saved, low;
+	char first[512];
+	bool active;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
+	low = saved;
+	/* the manager's 8 MiB arena does not fit */
+	low.rlim_cur = 1u << 20;
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+	manager_start_rdma(&r, true, NULL);
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 1);
+	assert_non_null(strstr(first, "RLIMIT_MEMLOCK"));
+	client_open_rdma(&r, 0, 0xa, NULL, &a[0]);
+	usleep(100 * 1000);
+	assert_false(pool_client_rdma_active(a[0]));
+	assert_int_equal(fake_verbs_live(), 0); /* nothing registered, nothing offered */
+	pool_client_close(a[0]);
+	manager_stop(&r);
+	rdma_end();
+	/* the ranks hold two slots' worth of 64 KiB (of the four asked for) */
+	assert_true(rdma_begin());
+	manager_start_rdma(&r, true, NULL);
+	low.rlim_cur = 2 * (64u << 10);
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+	case_make(&root, 9, 96, NULL, 90);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
+		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
+		assert_true(active);
+	}
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+	rdma_put(a, &root);
+	rdma_claim(b, &root, chain, jobs);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.rdma_windows, jobs[0].windows + jobs[1].windows);
+	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(&r);
+	case_free(&root);
+	rdma_end();
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1598,6 +2206,12 @@ int main(void)
 		cmocka_unit_test(test_pool_exports_asked_of_holders),
 		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
+		cmocka_unit_test(test_pool_rdma_claim_byte_exact),
+		cmocka_unit_test(test_pool_rdma_failed_write_falls_back),
+		cmocka_unit_test(test_pool_rdma_no_device_streams),
+		cmocka_unit_test(test_pool_rdma_corrupt_slot_never_delivered),
+		cmocka_unit_test(test_pool_rdma_out_of_place_refused),
+		cmocka_unit_test(test_pool_rdma_memlock),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);

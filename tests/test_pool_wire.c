@@ -90,6 +90,16 @@ static void test_pool_wire_grammar(void **state)
 	}
 	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_EXPORT), "EXPORT");
 	assert_true(pool_type_tagged(POOL_MSG_EXPORT_END));
+	/* nor those between EXPORT_END and the RDMA messages */
+	for (uint16_t t = POOL_MSG_EXPORT_END + 1; t < POOL_MSG_RDMA_OFFER; t++) {
+		header[6] = (uint8_t)t;
+		sel_put_le64(header + 32, XXH3_64bits(header, 32));
+		assert_int_equal(cluster_frame_header_decode_in(&pool_grammar, header, &h, why,
+								sizeof(why)), SEL_EPROTO);
+		assert_false(pool_type_tagged(t));
+	}
+	assert_string_equal(cluster_grammar_msg_name(&pool_grammar, POOL_MSG_RDMA_WINDOW),
+			    "RDMA_WINDOW");
 }
 
 /* Payload bounds are checked on the header alone (R-POOL-4). */
@@ -462,7 +472,10 @@ static void test_pool_wire_claim_messages(void **state)
 	n = pool_claim_pull_encode(&p, buf, sizeof(buf));
 	assert_int_equal(pool_claim_pull_decode(buf, (uint32_t)n, &pout, why, sizeof(why)), 0);
 	assert_int_equal(pout.skip_pages, 3);
-	buf[12] = 2;
+	buf[12] = POOL_PULL_RDMA; /* R-POOL-93 */
+	assert_int_equal(pool_claim_pull_decode(buf, (uint32_t)n, &pout, why, sizeof(why)), 0);
+	assert_int_equal(pout.mode, POOL_PULL_RDMA);
+	buf[12] = 3;
 	assert_int_equal(pool_claim_pull_decode(buf, (uint32_t)n, &pout, why, sizeof(why)),
 			 SEL_EPROTO);
 	n = pool_claim_window_encode(&w, 2 * 8192, buf, sizeof(buf));
@@ -565,6 +578,127 @@ static void test_pool_wire_holders_and_exports(void **state)
 	assert_non_null(strstr(why, "R-WIRE-12"));
 	assert_int_equal(pool_export_end_decode(buf, (uint32_t)n + 1, &eout, why, sizeof(why)),
 			 SEL_EPROTO);
+}
+
+/* Puts: PUT_BEGIN, PUT_READY, PUT_WINDOW, PUT_END (R-POOL-40 .. R-POOL-42). */
+static void rdma_endpoint_make(struct pool_rdma_endpoint *e, bool lender)
+{
+	memset(e, 0, sizeof(*e));
+	e->qp_num = 0x1234;
+	e->psn = 0x55aa;
+	e->ethernet = true;
+	e->mtu_bytes = 4096;
+	e->gid[10] = 0xff;
+	e->gid[11] = 0xff;
+	e->gid[15] = 7;
+	if (!lender)
+		return;
+	e->slot_bytes = 1u << 20;
+	e->slot_count = 4;
+	e->region_count = 1;
+	e->regions[0] = (struct pool_rdma_region){ 0x7f0000000000ull, 4u << 20, 0x8000abcd };
+}
+
+/* RDMA_OFFER carries a writer's endpoint and RDMA_LEND a lender's, each refused in the other's place (R-POOL-91, R-POOL-92). */
+static void test_pool_wire_rdma_endpoints(void **state)
+{
+	struct pool_rdma_endpoint w, l, out;
+	uint8_t buf[POOL_RDMA_ENDPOINT_BYTES_MAX];
+	char why[WHY_BYTES];
+	int n;
+
+	(void)state;
+	rdma_endpoint_make(&w, false);
+	rdma_endpoint_make(&l, true);
+	n = pool_rdma_offer_encode(&w, buf, sizeof(buf));
+	assert_int_equal(n, 56);
+	assert_int_equal(pool_rdma_offer_decode(buf, (uint32_t)n, &out, why, sizeof(why)), 0);
+	assert_int_equal(out.qp_num, 0x1234);
+	assert_int_equal(out.slot_count, 0);
+	/* a writer's endpoint is no lend */
+	assert_int_equal(pool_rdma_lend_decode(buf, (uint32_t)n, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-92"));
+	assert_int_equal(pool_rdma_lend_encode(&w, buf, sizeof(buf)), -EINVAL);
+	n = pool_rdma_lend_encode(&l, buf, sizeof(buf));
+	assert_int_equal(n, 56 + 24);
+	assert_int_equal(pool_rdma_lend_decode(buf, (uint32_t)n, &out, why, sizeof(why)), 0);
+	assert_int_equal(out.slot_count, 4);
+	assert_int_equal(out.regions[0].rkey, 0x8000abcd);
+	assert_int_equal(pool_rdma_offer_decode(buf, (uint32_t)n, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-91"));
+	assert_int_equal(pool_rdma_offer_encode(&l, buf, sizeof(buf)), -EINVAL);
+	/* R-RDMA-6 applies inside: regions that do not hold the slots */
+	n = pool_rdma_lend_encode(&l, buf, sizeof(buf));
+	sel_put_le64(buf + 56 + 8, 3u << 20);
+	assert_int_equal(pool_rdma_lend_decode(buf, (uint32_t)n, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "regions"));
+	assert_int_equal(pool_rdma_lend_encode(&l, buf, 60), -ENOSPC);
+}
+
+/* RDMA_WINDOW names a slot and the window's head, length and xxh3; RDMA_FREE lists slots (R-POOL-94, R-POOL-95). */
+static void test_pool_wire_rdma_windows(void **state)
+{
+	struct pool_rdma_window x = { .w = { .claim_id = 9, .chain_index = 1,
+					     .section = POOL_SECTION_PAGES, .first = 2,
+					     .count = 3 },
+				      .slot = 5, .data_length = 3 * 8192,
+				      .data_xxh3 = 0x0123456789abcdefull },
+				out;
+	uint32_t slots[3] = { 0, 7, POOL_RDMA_SLOTS_MAX - 1 }, count;
+	const uint8_t *view;
+	uint8_t buf[64];
+	char why[WHY_BYTES];
+	int n;
+
+	(void)state;
+	n = pool_rdma_window_encode(&x, buf, sizeof(buf));
+	assert_int_equal(n, POOL_RDMA_WINDOW_BYTES);
+	assert_int_equal(pool_rdma_window_decode(buf, (uint32_t)n, &out, why, sizeof(why)), 0);
+	assert_int_equal(out.w.claim_id, 9);
+	assert_int_equal(out.w.chain_index, 1);
+	assert_int_equal(out.w.section, POOL_SECTION_PAGES);
+	assert_int_equal(out.w.first, 2);
+	assert_int_equal(out.w.count, 3);
+	assert_int_equal(out.slot, 5);
+	assert_int_equal(out.data_length, 3 * 8192);
+	assert_int_equal(out.data_xxh3, 0x0123456789abcdefull);
+	/* the head's rules are CLAIM_WINDOW's (R-POOL-33) */
+	sel_put_le32(buf + 25, 3 * 8192 + 1);
+	assert_int_equal(pool_rdma_window_decode(buf, (uint32_t)n, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	sel_put_le32(buf + 25, 0);
+	assert_int_equal(pool_rdma_window_decode(buf, (uint32_t)n, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	sel_put_le32(buf + 25, 3 * 8192);
+	sel_put_le32(buf + 21, POOL_RDMA_SLOTS_MAX);
+	assert_int_equal(pool_rdma_window_decode(buf, (uint32_t)n, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-94"));
+	assert_int_equal(pool_rdma_window_decode(buf, (uint32_t)n - 1, &out, why, sizeof(why)),
+			 SEL_EPROTO);
+	x.w.claim_id = 0;
+	assert_int_equal(pool_rdma_window_encode(&x, buf, sizeof(buf)), -EINVAL);
+	/* RDMA_FREE */
+	n = pool_rdma_free_encode(slots, 3, buf, sizeof(buf));
+	assert_int_equal(n, 4 + 12);
+	assert_int_equal(pool_rdma_free_decode(buf, (uint32_t)n, &count, &view, why, sizeof(why)),
+			 0);
+	assert_int_equal(count, 3);
+	assert_int_equal(sel_get_le32(view + 4), 7);
+	assert_int_equal(pool_rdma_free_decode(buf, (uint32_t)n - 4, &count, &view, why,
+					       sizeof(why)), SEL_EPROTO);
+	sel_put_le32(buf + 8, POOL_RDMA_SLOTS_MAX);
+	assert_int_equal(pool_rdma_free_decode(buf, (uint32_t)n, &count, &view, why, sizeof(why)),
+			 SEL_EPROTO);
+	sel_put_le32(buf, 0);
+	assert_int_equal(pool_rdma_free_decode(buf, 4, &count, &view, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_int_equal(pool_rdma_free_encode(slots, 0, buf, sizeof(buf)), -EINVAL);
+	slots[0] = POOL_RDMA_SLOTS_MAX;
+	assert_int_equal(pool_rdma_free_encode(slots, 3, buf, sizeof(buf)), -EINVAL);
 }
 
 /* Puts: PUT_BEGIN, PUT_READY, PUT_WINDOW, PUT_END (R-POOL-40 .. R-POOL-42). */
@@ -855,6 +989,8 @@ int main(void)
 		cmocka_unit_test(test_pool_wire_chains),
 		cmocka_unit_test(test_pool_wire_claim_local),
 		cmocka_unit_test(test_pool_wire_claim_messages),
+		cmocka_unit_test(test_pool_wire_rdma_endpoints),
+		cmocka_unit_test(test_pool_wire_rdma_windows),
 		cmocka_unit_test(test_pool_wire_put_messages),
 		cmocka_unit_test(test_pool_wire_holders_and_exports),
 		cmocka_unit_test(test_pool_wire_receiver_pieces),

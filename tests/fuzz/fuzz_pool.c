@@ -3,7 +3,8 @@
  * given to every message decoder as a body, and to the frame receiver as a
  * stream both before WELCOME (untagged) and after (tagged with a fixed
  * key); then the same bytes as the body of a correctly built, tagged frame
- * of the type byte 0 picks, which the receiver must read whole. Every body
+ * of the type byte 0 picks, which the receiver must read whole (numbers
+ * no message has are skipped). Every body
  * a decoder accepts must encode back to the same bytes (R-WIRE-11).
  * Build and run with `make fuzz` (clang).
  */
@@ -31,6 +32,7 @@ static struct pool_chain_entry chain[POOL_CHAIN_RECORDS_MAX];
 static struct rec_key keys[POOL_LOOKUP_KEYS_MAX];
 static struct pool_place places[POOL_CHAIN_RECORDS_MAX];
 static uint64_t shares[REC_WORLD_SIZE_MAX];
+static uint32_t slots[POOL_RDMA_SLOTS_MAX];
 static struct pool_attach attach;
 static const uint8_t key[POOL_KEY_BYTES] = { 1, 2, 3 };
 
@@ -218,6 +220,38 @@ static void decode(uint16_t type, const uint8_t *p, uint32_t n)
 
 		if (!pool_export_end_decode(p, n, &e, why, sizeof(why)))
 			expect_same(pool_export_end_encode(&e, encoded, sizeof(encoded)), p, n);
+		return;
+	}
+	case POOL_MSG_RDMA_OFFER: {
+		struct pool_rdma_endpoint e;
+
+		if (!pool_rdma_offer_decode(p, n, &e, why, sizeof(why)))
+			expect_same(pool_rdma_offer_encode(&e, encoded, sizeof(encoded)), p, n);
+		return;
+	}
+	case POOL_MSG_RDMA_LEND: {
+		struct pool_rdma_endpoint e;
+
+		if (!pool_rdma_lend_decode(p, n, &e, why, sizeof(why)))
+			expect_same(pool_rdma_lend_encode(&e, encoded, sizeof(encoded)), p, n);
+		return;
+	}
+	case POOL_MSG_RDMA_WINDOW: {
+		struct pool_rdma_window w;
+
+		if (!pool_rdma_window_decode(p, n, &w, why, sizeof(why)))
+			expect_same(pool_rdma_window_encode(&w, encoded, sizeof(encoded)), p, n);
+		return;
+	}
+	case POOL_MSG_RDMA_FREE: {
+		const uint8_t *view;
+		uint32_t count;
+
+		if (pool_rdma_free_decode(p, n, &count, &view, why, sizeof(why)))
+			return;
+		for (uint32_t i = 0; i < count; i++)
+			slots[i] = sel_get_le32(view + 4 * i);
+		expect_same(pool_rdma_free_encode(slots, count, encoded, sizeof(encoded)), p, n);
 		return;
 	}
 	}
