@@ -2346,7 +2346,8 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
  * Staging is mapped and populated at open (shard/slab.h): more than half
  * of the memory this process could take (shard_slab_memory_available)
  * would leave the host or its cgroup to the OOM killer, at the mapping or
- * at the first copy. Refused before anything is mapped, naming both
+ * at the first copy (shard_slab_memory_fits, the budget a pool link's
+ * claims are held to too). Refused before anything is mapped, naming both
  * figures; when the available memory cannot be read, nothing is refused.
  */
 static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, uint64_t warm_bytes,
@@ -2357,8 +2358,7 @@ static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, uint64_t wa
 	if (!sel_mul_u64(sel_align_up(slot_bytes, SEL_BLOCK_BYTES), slots, &staging) ||
 	    staging + warm_bytes < staging)
 		return 0; /* shard_slab_init refuses it */
-	if (shard_slab_memory_available(&available) != 0 ||
-	    staging + warm_bytes <= available / 2)
+	if (shard_slab_memory_fits(staging + warm_bytes, &available))
 		return 0;
 	if (warm_bytes) {
 		snprintf(err, err_size, "staging (%" PRIu64 " MiB) and the warm tier (%"

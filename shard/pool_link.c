@@ -9,6 +9,7 @@
 #include "selene/selene.h"
 #include "shard/config.h"
 #include "shard/pool_share.h"
+#include "shard/slab.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -100,6 +101,24 @@ void shard_pool_plan_destroy(struct shard_pool_plan *plan)
 	explicit_bzero(plan->secret, sizeof(plan->secret));
 }
 
+/*
+ * The claim slots are checked against the memory budget (shard_slab_memory_fits)
+ * before one is allocated: a link that cannot hold them is refused, and
+ * its rank's refusal leaves the instance on its local tiers.
+ */
+static int link_check_staging(struct shard_pool_link *link, char *why, size_t why_size)
+{
+	uint64_t staging = (uint64_t)LINK_SLOTS * link->slot_bytes, available;
+
+	if (shard_slab_memory_fits(staging, &available))
+		return 0;
+	return sel_fail(-ENOMEM, why, why_size, "rank %u: the pool's claim staging needs %"
+			PRIu64 " MiB (%u slots of %zu bytes), more than half of the %" PRIu64
+			" MiB of memory available to this process (MemAvailable, bounded by "
+			"its cgroup's room); nothing was registered", link->geometry.rank,
+			staging >> 20, LINK_SLOTS, link->slot_bytes, available >> 20);
+}
+
 int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
 			 const uint8_t *instance_id, uint32_t deadline_ms,
 			 struct shard_pool_link **out, char *why, size_t why_size)
@@ -133,6 +152,9 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 	if (ret)
 		goto err_free_link;
 	link->slot_bytes = pool_client_slot_bytes(link->client);
+	ret = link_check_staging(link, why, why_size);
+	if (ret)
+		goto err_close_link;
 	for (uint32_t i = 0; i < LINK_SLOTS; i++) {
 		link->slots[i] = malloc(link->slot_bytes);
 		if (!link->slots[i]) {
@@ -205,13 +227,15 @@ static int link_window(void *ctx, const struct pool_window *w)
  * On the first claim, on the transfer thread: maps the manager's arena
  * when this rank is on its host and registers it with the claim's device
  * once, logging what the registration cost. Another host: claims stream,
- * said at info level; a mapping or registration refused: claims stream,
- * with one warning.
+ * said at info level; a mapping or registration refused, or an arena that
+ * with the claim staging does not fit the memory budget
+ * (shard_slab_memory_fits, checked before anything is registered): claims
+ * stream, with one warning naming the figures.
  */
 static void link_arena_setup(struct shard_pool_link *link, struct shard_device *device)
 {
+	uint64_t start, staging, available;
 	char why[200];
-	uint64_t start;
 	int ret;
 
 	link->arena_state = LINK_ARENA_OFF;
@@ -230,6 +254,18 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 		atomic_fetch_add(&count_arena_refusals, 1);
 		sel_warn("pool: rank %u cannot map the manager's arena: %s; claims stream",
 			 link->geometry.rank, why);
+		return;
+	}
+	/* the budget first: registering pins the whole arena */
+	staging = (uint64_t)LINK_SLOTS * link->slot_bytes;
+	if (!shard_slab_memory_fits(link->arena_bytes + staging, &available)) {
+		atomic_fetch_add(&count_arena_refusals, 1);
+		sel_warn("pool: rank %u does not register the manager's arena: it and the "
+			 "claim staging need %" PRIu64 " MiB (arena %" PRIu64 " MiB, staging %"
+			 PRIu64 " MiB), more than half of the %" PRIu64 " MiB of memory "
+			 "available to this process; claims stream", link->geometry.rank,
+			 (link->arena_bytes + staging) >> 20, link->arena_bytes >> 20,
+			 staging >> 20, available >> 20);
 		return;
 	}
 	start = sel_monotonic_ns();

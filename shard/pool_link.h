@@ -66,7 +66,11 @@ void shard_pool_plan_destroy(struct shard_pool_plan *plan);
  * Opens the client to address as a member of instance_id
  * (POOL_INSTANCE_ID_BYTES, equal on every rank), within deadline_ms for
  * connect, handshake and attach (pool_client_open). Returns 0 and *out,
- * or the plan's or the client's failure (or -ENOMEM) with why.
+ * or the plan's or the client's failure with why; -ENOMEM also when the
+ * claim staging does not fit the memory budget (shard_slab_memory_fits),
+ * checked before it is allocated. The manager's arena is held to the same
+ * budget at the first claim: one that does not fit is never registered
+ * and claims stream.
  */
 int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
 			 const uint8_t *instance_id, uint32_t deadline_ms,
