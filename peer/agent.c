@@ -58,7 +58,10 @@ static int pool_attach(struct agent *a, const struct cluster_job_view *v, char *
 	if (ret)
 		return ret;
 	shard_engine_set_pool(a->o->engine, NULL, NULL);
-	shard_pool_link_close(a->pool_link);
+	/* the replaced link closes on the transfer thread, which owns the device */
+	if (a->pool_link &&
+	    shard_engine_retire(a->o->engine, shard_pool_link_close_ctx, a->pool_link) != 0)
+		shard_pool_link_close(a->pool_link);
 	a->pool_link = link;
 	shard_pool_link_conn(link, &conn);
 	ret = shard_engine_set_pool(a->o->engine, &conn, a->o->namespace_id);

@@ -215,6 +215,13 @@ struct shard_engine {
 	uint32_t hook_calls;        /* hook calls running (outside the lock) */
 	pthread_cond_t hook_idle;
 	bool stopping;
+	/* closings for the transfer thread (shard_engine_retire), oldest first */
+	struct {
+		void (*close)(void *ctx);
+		void *ctx;
+	} retires[SHARD_RETIRES_MAX];
+	uint32_t retire_count;   /* waiting in retires */
+	uint32_t retire_running; /* taken by the transfer thread, not finished */
 	struct shard_engine_stats stats;
 	/* The store_*_ns stats, kept by the transfer thread; stats copies them. */
 	struct store_clock {
@@ -1935,6 +1942,59 @@ static void yield_to_restores(struct shard_engine *e)
 	}
 }
 
+/*
+ * Runs the oldest closing handed to shard_engine_retire, if one waits: the
+ * lock is held on entry and, when it ran one (true), released on return.
+ */
+static bool retire_next(struct shard_engine *e)
+{
+	void (*close)(void *ctx);
+	void *ctx;
+
+	if (!e->retire_count)
+		return false;
+	close = e->retires[0].close;
+	ctx = e->retires[0].ctx;
+	e->retire_count--;
+	memmove(&e->retires[0], &e->retires[1], e->retire_count * sizeof(e->retires[0]));
+	e->retire_running++;
+	pthread_mutex_unlock(&e->lock);
+	close(ctx);
+	pthread_mutex_lock(&e->lock);
+	e->retire_running--;
+	pthread_mutex_unlock(&e->lock);
+	return true;
+}
+
+int shard_engine_retire(struct shard_engine *e, void (*close)(void *ctx), void *ctx)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&e->lock);
+	if (e->stopping || !e->thread_started)
+		ret = SEL_ESTOPPED;
+	else if (e->retire_count == SHARD_RETIRES_MAX)
+		ret = SEL_EQUEUEFULL;
+	if (!ret) {
+		e->retires[e->retire_count].close = close;
+		e->retires[e->retire_count].ctx = ctx;
+		e->retire_count++;
+		pthread_cond_signal(&e->work_ready);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return ret;
+}
+
+uint32_t shard_engine_retiring(struct shard_engine *e)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&e->lock);
+	n = e->retire_count + e->retire_running;
+	pthread_mutex_unlock(&e->lock);
+	return n;
+}
+
 static void *transfer_main(void *arg)
 {
 	struct shard_engine *e = arg;
@@ -1947,8 +2007,11 @@ static void *transfer_main(void *arg)
 		struct shard_job *job;
 
 		pthread_mutex_lock(&e->lock);
-		while (!e->restores.head && !e->background.head && !e->stopping)
+		while (!e->restores.head && !e->background.head && !e->retire_count &&
+		       !e->stopping)
 			pthread_cond_wait(&e->work_ready, &e->lock);
+		if (retire_next(e))
+			continue; /* it took and released the lock */
 		/* A fetch goes before every queued background job. */
 		job = queue_pop(&e->restores);
 		if (!job)
@@ -2685,6 +2748,11 @@ void shard_engine_close(struct shard_engine *e)
 	pthread_mutex_unlock(&e->lock);
 	if (e->thread_started)
 		pthread_join(e->thread, NULL);
+	/* closings the transfer thread did not reach run here, as it has stopped */
+	pthread_mutex_lock(&e->lock);
+	while (retire_next(e))
+		pthread_mutex_lock(&e->lock);
+	pthread_mutex_unlock(&e->lock);
 	if (e->checksums_started)
 		shard_checksum_pool_destroy(&e->checksums);
 	if (e->verifies_started)

@@ -178,6 +178,7 @@ void shard_pool_link_close(struct shard_pool_link *link)
 {
 	if (!link)
 		return;
+	SEL_FAILPOINT(SEL_FP_POOL_LINK_CLOSE);
 	/* no transfer runs on the link now: the closing thread may make the device current */
 	if (link->arena_device && shard_device_bind(link->arena_device) == 0)
 		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
@@ -187,6 +188,11 @@ void shard_pool_link_close(struct shard_pool_link *link)
 	free(link->places);
 	free(link->chain);
 	free(link);
+}
+
+void shard_pool_link_close_ctx(void *link)
+{
+	shard_pool_link_close(link);
 }
 
 struct pool_client *shard_pool_link_client(struct shard_pool_link *link)

@@ -84,6 +84,13 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
  */
 void shard_pool_link_close(struct shard_pool_link *link);
 
+/*
+ * shard_pool_link_close as shard_engine_retire takes it: a replaced link
+ * is closed on the transfer thread, which owns the device, never on the
+ * model thread (its unregistration of the arena can take long).
+ */
+void shard_pool_link_close_ctx(void *link);
+
 /* The client (rank zero's session uses it too). */
 struct pool_client *shard_pool_link_client(struct shard_pool_link *link);
 

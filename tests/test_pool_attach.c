@@ -18,6 +18,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "pool/manager.h"
 #include "selene/store.h"
@@ -839,6 +840,72 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
 	instance_close(f, 1);
 }
 
+/* Where pool.link_close's print was logged: the model thread (this one) or another. */
+struct close_catch {
+	pthread_mutex_t lock;
+	pthread_t model;
+	uint32_t on_model, elsewhere;
+};
+
+static void catch_close(enum sel_log_level level, const char *message, void *user)
+{
+	struct close_catch *cc = user;
+
+	(void)level;
+	if (!strstr(message, "failpoint pool.link_close reached"))
+		return;
+	pthread_mutex_lock(&cc->lock);
+	if (pthread_equal(pthread_self(), cc->model))
+		cc->on_model++;
+	else
+		cc->elsewhere++;
+	pthread_mutex_unlock(&cc->lock);
+}
+
+/*
+ * A reattach swaps rank zero's link without closing the old one on the
+ * model thread: the old link (its arena registration, its I/O thread) is
+ * closed on the transfer thread, and the poll that swapped it never did it.
+ */
+static void test_pool_attach_swap_closes_off_the_model_thread(void **state)
+{
+	struct fixture *f = *state;
+	struct close_catch cc = { .lock = PTHREAD_MUTEX_INITIALIZER, .model = pthread_self() };
+	struct sel_stats st;
+	struct sel_event ev;
+	uint32_t closed = 0;
+	uint16_t port;
+
+	port = manager_start_fixed(f);
+	instance_open(f, 0, &small_disk);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	assert_int_equal(st.pool_attached, 1);
+	/* after the peer's fork: only this process's links log it */
+	assert_int_equal(sel_failpoints_configure("pool.link_close=print"), 0);
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_log_set_callback(catch_close, &cc);
+	manager_kill(f);
+	if (!poll_attached(f->inst[0].store, 0, 10000))
+		fail_msg("instance A did not see its session end");
+	if (!manager_try_start(f, port))
+		fail_msg("the manager could not listen on port %u again", port);
+	if (!poll_attached(f->inst[0].store, 1, 20000))
+		fail_msg("instance A did not reattach to the restarted manager");
+	for (uint32_t i = 0; i < 5000 && closed == 0; i++) {
+		sel_poll(f->inst[0].store, &ev, 0);
+		pthread_mutex_lock(&cc.lock);
+		closed = cc.on_model + cc.elsewhere;
+		pthread_mutex_unlock(&cc.lock);
+		usleep(1000);
+	}
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	assert_int_equal(cc.on_model, 0);
+	assert_int_equal(cc.elsewhere, 1);
+	instance_close(f, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -856,6 +923,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_manager_killed_mid_claim, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_swap_closes_off_the_model_thread,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_reattaches_after_manager_restart,
 						setup, teardown),
 	};
