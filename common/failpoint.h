@@ -117,7 +117,10 @@
 	X(POOL_LINK_CLOSE, "pool.link_close",                                \
 	  "when a rank's pool link closes, before it undoes its registration " \
 	  "of the manager's arena (print: logs on the closing thread; sleep: " \
-	  "a slow unregistration)")
+	  "a slow unregistration)")                                         \
+	X(POOL_LINK_CUT, "pool.link_cut",                                    \
+	  "before each share a rank's pool link moves (return: its "         \
+	  "connection is cut first, as a network fault would)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

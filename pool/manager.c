@@ -1568,7 +1568,7 @@ static void conn_detach(struct pool_manager *m, struct conn *c)
 		if (p->inst == in)
 			put_fail(m, p, -ECONNRESET, "a rank's connection ended mid-put");
 	}
-	/* R-POOL-30: the session's end ends its claims */
+	/* R-POOL-30: the session's end ends its claims; another rank's does not (R-POOL-110) */
 	if (c->rank == 0)
 		for (struct claim *cl = m->claims, *next; cl; cl = next) {
 			next = cl->next;
