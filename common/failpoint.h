@@ -120,7 +120,10 @@
 	  "a slow unregistration)")                                         \
 	X(POOL_LINK_CUT, "pool.link_cut",                                    \
 	  "before each share a rank's pool link moves (return: its "         \
-	  "connection is cut first, as a network fault would)")
+	  "connection is cut first, as a network fault would)")             \
+	X(POOL_DISK_SYNC, "pool.disk_sync",                                  \
+	  "before each sync of the pool manager's disk tier: a share file "  \
+	  "before its rename, its directory after (return: the sync fails)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,
