@@ -229,6 +229,12 @@ void shard_pool_link_close(struct shard_pool_link *link)
 	free(link);
 }
 
+void shard_pool_link_cut(struct shard_pool_link *link, const char *why)
+{
+	if (link && link->client)
+		pool_client_cut(link->client, why);
+}
+
 void shard_pool_link_close_ctx(void *link)
 {
 	shard_pool_link_close(link);

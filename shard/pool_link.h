@@ -89,6 +89,13 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 void shard_pool_link_close(struct shard_pool_link *link);
 
 /*
+ * Never waits. Ends the link's connection now (pool_client_cut), so the
+ * manager frees the rank's place before a replacing link attaches
+ * (R-POOL-18); the link is still to be closed. NULL does nothing.
+ */
+void shard_pool_link_cut(struct shard_pool_link *link, const char *why);
+
+/*
  * shard_pool_link_close as shard_engine_retire takes it: a replaced link
  * is closed on the transfer thread, which owns the device, never on the
  * model thread (its unregistration of the arena can take long).

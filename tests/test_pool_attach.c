@@ -905,6 +905,58 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 	instance_close(f, 1);
 }
 
+/*
+ * Rank zero's own connection (the session) is cut before a share while the
+ * manager and rank one's connection live: the instance reattaches every
+ * rank (rank one's old connection ends before its new ATTACH, R-POOL-18),
+ * and puts reach the manager again.
+ */
+static void catch_reattached(enum sel_log_level level, const char *message, void *user)
+{
+	(void)level;
+	if (strstr(message, "reattached as"))
+		__atomic_add_fetch((uint32_t *)user, 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool_attach_session_cut_reattaches(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t reattached = 0;
+	struct sel_stats st;
+	struct sel_event ev;
+	uint64_t puts;
+
+	manager_start(f);
+	instance_open(f, 0, &small_disk);
+	fill(f, 0);
+	/* after the peer's fork: rank zero's link only */
+	assert_int_equal(sel_failpoints_configure("pool.link_cut=1*return"), 0);
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_log_set_callback(catch_reattached, &reattached);
+	publish_chain(f, 0, 30);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_POOL_LINK_CUT), 1);
+	for (uint32_t i = 0; i < 20000 && !__atomic_load_n(&reattached, __ATOMIC_RELAXED); i++) {
+		sel_poll(f->inst[0].store, &ev, 0);
+		usleep(1000);
+	}
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	if (!reattached)
+		fail_msg("the instance did not reattach while the manager lived");
+	if (!poll_attached(f->inst[0].store, 1, 1000))
+		fail_msg("reattached but not attached");
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	puts = st.pool_puts;
+	publish_chain(f, 0, 30);
+	settle(f->inst[0].store, puts + 1);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	if (st.pool_puts <= puts)
+		fail_msg("no pool put after the reattach (failures %llu)",
+			 (unsigned long long)st.pool_put_failures);
+	instance_close(f, 0);
+}
+
 /* Where pool.link_close's print was logged: the model thread (this one) or another. */
 struct close_catch {
 	pthread_mutex_t lock;
@@ -989,6 +1041,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_attach_manager_killed_mid_claim, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_peer_reconnects_alone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_session_cut_reattaches, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_swap_closes_off_the_model_thread,
 						setup, teardown),
