@@ -218,7 +218,8 @@ int launch_cmd_pool(int argc, char **argv)
 		return LAUNCH_EXIT_USAGE;
 	}
 	if (config.disk_limit_bytes && !config.dir) {
-		fprintf(stderr, "selene pool: --disk-limit limits the --dir tier: give --dir too\n");
+		fprintf(stderr,
+			"selene pool: --disk-limit limits the --dir tier: give --dir too\n");
 		return LAUNCH_EXIT_USAGE;
 	}
 	if (cluster_secret_load(secret_path, "--secret", config.secret, why, sizeof(why))) {

@@ -121,9 +121,10 @@ void shard_pool_plan_destroy(struct shard_pool_plan *plan)
 }
 
 /*
- * The claim slots are checked against the memory budget (shard_slab_memory_fits)
- * before one is allocated: a link that cannot hold them is refused, and
- * its rank's refusal leaves the instance on its local tiers.
+ * The claim slots are checked against the memory budget
+ * (shard_slab_memory_fits) before one is allocated: a link that cannot
+ * hold them is refused, and its rank's refusal leaves the instance on its
+ * local tiers.
  */
 static int link_check_staging(struct shard_pool_link *link, char *why, size_t why_size)
 {
@@ -131,11 +132,11 @@ static int link_check_staging(struct shard_pool_link *link, char *why, size_t wh
 
 	if (shard_slab_memory_fits(staging, &available))
 		return 0;
-	return sel_fail(-ENOMEM, why, why_size, "rank %u: the pool's claim staging needs %"
-			PRIu64 " MiB (%u slots of %zu bytes), more than half of the %" PRIu64
-			" MiB of memory available to this process (MemAvailable, bounded by "
-			"its cgroup's room); nothing was registered", link->geometry.rank,
-			staging >> 20, LINK_SLOTS, link->slot_bytes, available >> 20);
+	/* short: a peer's reason travels in a JOB_DONE (CLUSTER_JOB_REASON_BYTES_MAX) */
+	return sel_fail(-ENOMEM, why, why_size, "rank %u: pool claim staging needs %" PRIu64
+			" MiB (%u slots of %zu bytes), more than half of the %" PRIu64
+			" MiB of memory available", link->geometry.rank, staging >> 20,
+			LINK_SLOTS, link->slot_bytes, available >> 20);
 }
 
 /* Opens a client of plan's rank to address as a member of instance_id. */
@@ -268,9 +269,9 @@ static void link_drop_client(struct shard_pool_link *link)
  * passed: the first try at once, then from LINK_BACKOFF_MIN_MS doubling to
  * LINK_BACKOFF_MAX_MS, each waiting LINK_RECONNECT_MS at most (a fresh
  * handshake and ATTACH with the instance's id: R-POOL-18, R-POOL-110),
- * warned about once per loss. The lost connection is closed first, so the manager frees
- * the rank's place before the new ATTACH. Otherwise the loss's failure,
- * with why: the share fails as it always did.
+ * warned about once per loss. The lost connection is closed first, so the
+ * manager frees the rank's place before the new ATTACH. Otherwise the
+ * loss's failure, with why: the share fails as it always did.
  */
 static int link_ready(struct shard_pool_link *link, char *why, size_t why_size)
 {
