@@ -113,7 +113,17 @@
 	  "(sleep: a read that takes long)")                                 \
 	X(POOL_ARENA_MAP, "pool.arena_map",                                  \
 	  "before a rank maps its manager's arena for same-host claims "     \
-	  "(return: the mapping fails; the rank's claims stream)")
+	  "(return: the mapping fails; the rank's claims stream)")           \
+	X(POOL_LINK_CLOSE, "pool.link_close",                                \
+	  "when a rank's pool link closes, before it undoes its registration " \
+	  "of the manager's arena (print: logs on the closing thread; sleep: " \
+	  "a slow unregistration)")                                         \
+	X(POOL_LINK_CUT, "pool.link_cut",                                    \
+	  "before each share a rank's pool link moves (return: its "         \
+	  "connection is cut first, as a network fault would)")             \
+	X(POOL_DISK_SYNC, "pool.disk_sync",                                  \
+	  "before each sync of the pool manager's disk tier: a share file "  \
+	  "before its rename, its directory after (return: the sync fails)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

@@ -1167,7 +1167,15 @@ static void api_pool_swap(sel_store *s)
 	shard_engine_set_pool(s->engine, NULL, NULL);
 	ret = shard_engine_set_pool(s->engine, &conn, &s->core.namespace_id);
 	SEL_ASSERT(ret == 0); /* the engine's pool state exists since the first attach */
-	shard_pool_link_close(s->pool_link);
+	/*
+	 * The old link closes on the transfer thread: undoing its arena's
+	 * registration (cuMemHostUnregister) and joining its I/O thread must
+	 * not hold up the model thread. The reconnect waited for the last
+	 * retired link to close, so there is room; were there none, closing
+	 * here is still correct, only slower.
+	 */
+	if (shard_engine_retire(s->engine, shard_pool_link_close_ctx, s->pool_link) != 0)
+		shard_pool_link_close(s->pool_link);
 	s->pool_link = s->pool_new_link;
 	s->pool_new_link = NULL;
 	s->pool_session.client = shard_pool_link_client(s->pool_link);
@@ -1220,7 +1228,8 @@ static void api_pool_check(sel_store *s)
 		api_pool_retry_later(s);
 		return;
 	case API_POOL_WAIT:
-		if (sel_monotonic_ns() < s->pool_retry_ns || coord_pool_busy(s->pool_driver))
+		if (sel_monotonic_ns() < s->pool_retry_ns || coord_pool_busy(s->pool_driver) ||
+		    shard_engine_retiring(s->engine))
 			return;
 		atomic_store(&s->pool_thread_done, false);
 		s->pool_new_link = NULL;

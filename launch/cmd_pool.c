@@ -60,6 +60,9 @@ static void usage(FILE *out)
 		"  --dir DIR            a disk tier below the arena: evicted records move\n"
 		"                       there as record files and are found again when\n"
 		"                       a pool of the same name starts on it\n"
+		"  --disk-limit SIZE    the most the --dir tier's files may take (K, M, G,\n"
+		"                       T; at least 1M); past it the least recently used\n"
+		"                       records there are deleted (default: no limit)\n"
 		"  -h, --help           this text\n");
 }
 
@@ -113,11 +116,14 @@ static int render_metrics(void *ctx, char *buf, size_t size)
 	    "selene_pool_lookups_total %" PRIu64 "\n", s.lookups);
 	ONE("selene_pool_lookup_hits_total", "counter", "Lookups that matched a chain.",
 	    "selene_pool_lookup_hits_total %" PRIu64 "\n", s.lookup_hits);
+	ONE("selene_pool_disk_used_bytes", "gauge", "Bytes of the disk tier's record files.",
+	    "selene_pool_disk_used_bytes %" PRIu64 "\n", s.disk_used_bytes);
 	ONE("selene_pool_records_dropped_total", "counter", "Records dropped, by reason.",
 	    "selene_pool_records_dropped_total{reason=\"evicted\"} %" PRIu64 "\n"
 	    "selene_pool_records_dropped_total{reason=\"expired\"} %" PRIu64 "\n"
-	    "selene_pool_records_dropped_total{reason=\"disk_failure\"} %" PRIu64 "\n",
-	    s.evicted, s.expired, s.disk_failures);
+	    "selene_pool_records_dropped_total{reason=\"disk_failure\"} %" PRIu64 "\n"
+	    "selene_pool_records_dropped_total{reason=\"disk_limit\"} %" PRIu64 "\n",
+	    s.evicted, s.expired, s.disk_failures, s.disk_evicted);
 	ONE("selene_pool_disk_moves_total", "counter",
 	    "Records moved between the arena and the disk tier, by direction.",
 	    "selene_pool_disk_moves_total{direction=\"spilled\"} %" PRIu64 "\n"
@@ -160,6 +166,7 @@ int launch_cmd_pool(int argc, char **argv)
 		{ "rdma", no_argument, NULL, 'r' },
 		{ "rdma-device", required_argument, NULL, 'R' },
 		{ "dir", required_argument, NULL, 'd' },
+		{ "disk-limit", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -216,6 +223,11 @@ int launch_cmd_pool(int argc, char **argv)
 		case 'd':
 			config.dir = optarg;
 			break;
+		case 'D':
+			if (!launch_option_u64("pool", "disk-limit", optarg, LAUNCH_SIZE, 1u << 20,
+					       UINT64_MAX / 2, &config.disk_limit_bytes))
+				return LAUNCH_EXIT_USAGE;
+			break;
 		case 'h':
 			usage(stdout);
 			return LAUNCH_EXIT_OK;
@@ -230,6 +242,11 @@ int launch_cmd_pool(int argc, char **argv)
 	}
 	if (!secret_path || !config.memory_bytes) {
 		fprintf(stderr, "selene pool: --secret and --memory are required (see --help)\n");
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (config.disk_limit_bytes && !config.dir) {
+		fprintf(stderr,
+			"selene pool: --disk-limit limits the --dir tier: give --dir too\n");
 		return LAUNCH_EXIT_USAGE;
 	}
 	if (cluster_secret_load(secret_path, "--secret", config.secret, why, sizeof(why))) {

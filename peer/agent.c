@@ -53,12 +53,21 @@ static int pool_attach(struct agent *a, const struct cluster_job_view *v, char *
 	if (!a->o->pool_plan)
 		return sel_fail(-ENOTSUP, why, why_size, "rank %u has no pool configured",
 				a->o->geometry->rank);
+	/*
+	 * A reattach after rank zero's session was lost: this rank's old
+	 * connection may still be attached, and the manager refuses a second
+	 * one of the same rank (R-POOL-18). It ends first.
+	 */
+	shard_pool_link_cut(a->pool_link, "replaced by rank zero's reattach");
 	ret = shard_pool_link_open(a->o->pool_plan, v->pool_address, v->instance_id,
 				   POOL_HANDSHAKE_MS, &link, why, why_size);
 	if (ret)
 		return ret;
 	shard_engine_set_pool(a->o->engine, NULL, NULL);
-	shard_pool_link_close(a->pool_link);
+	/* the replaced link closes on the transfer thread, which owns the device */
+	if (a->pool_link &&
+	    shard_engine_retire(a->o->engine, shard_pool_link_close_ctx, a->pool_link) != 0)
+		shard_pool_link_close(a->pool_link);
 	a->pool_link = link;
 	shard_pool_link_conn(link, &conn);
 	ret = shard_engine_set_pool(a->o->engine, &conn, a->o->namespace_id);

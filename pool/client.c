@@ -275,6 +275,17 @@ int pool_client_status(const struct pool_client *cc, char *why, size_t why_size)
 	return ret;
 }
 
+static void wake(struct pool_client *c);
+
+void pool_client_cut(struct pool_client *c, const char *why)
+{
+	pthread_mutex_lock(&c->lock);
+	fail_locked(c, -ECONNRESET, "%s", why);
+	shutdown(c->fd, SHUT_RDWR);
+	wake(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
 /* ---- Output ---- */
 
 static void wake(struct pool_client *c)

@@ -145,6 +145,14 @@ const struct pool_facts *pool_client_facts(const struct pool_client *c);
 int pool_client_status(const struct pool_client *c, char *why, size_t why_size);
 
 /*
+ * Never waits. Ends the connection now, as a network fault would: the
+ * client is poisoned with -ECONNRESET and why, and its socket shut down
+ * both ways, so the manager sees the close (fault injection: the
+ * pool.link_cut failpoint).
+ */
+void pool_client_cut(struct pool_client *c, const char *why);
+
+/*
  * Never waits. The smoothed round trip of this connection's control frames
  * (LOOKUP to ANSWER, HEARTBEAT), in microseconds; 0 before one was measured.
  * The store's lookup grace period is four of them (seed 2.15).

@@ -7,6 +7,7 @@
 
 #include "cluster/protocol.h"
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/xxh.h"
 #include "pool/rdma.h"
@@ -343,10 +344,22 @@ static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
 /* Frees an uncommitted record's shares, or drops a committed leaf. */
 static void disk_unlink(struct record *r);
 
+/* Every rank's share of r together: what it takes in the arena or on disk. */
+static uint64_t record_bytes(const struct record *r)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t i = 0; i < r->world_size; i++)
+		bytes += r->shares[i].bytes;
+	return bytes;
+}
+
 static void record_free(struct pool_manager *m, struct record *r)
 {
-	if (r->on_disk)
+	if (r->on_disk) {
 		disk_unlink(r);
+		m->stats.disk_used_bytes -= record_bytes(r);
+	}
 	for (uint32_t i = 0; i < r->world_size && !r->on_disk; i++)
 		if (r->shares[i].bytes)
 			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
@@ -404,10 +417,44 @@ static int write_all_at(int fd, const uint8_t *p, uint64_t n)
 	return 0;
 }
 
-/* Writes every share of r from the arena to its file (R-WRITE-1 .. -4's shape). */
+/*
+ * Makes what was written to fd (a share file, or a directory after a
+ * rename or mkdir in it) durable, as record/ does for a durable store:
+ * fdatasync for a file, fsync for a directory. Failpoint pool.disk_sync.
+ */
+static int disk_sync(int fd, bool directory)
+{
+	int ret = SEL_FAILPOINT(SEL_FP_POOL_DISK_SYNC);
+
+	if (ret)
+		return ret;
+	if ((directory ? fsync(fd) : fdatasync(fd)) != 0)
+		return -errno;
+	return 0;
+}
+
+/* Syncs the directory name under dir_fd (a rank's, after a rename in it). */
+static int disk_sync_dir_at(int dir_fd, const char *name)
+{
+	int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = disk_sync(fd, true);
+	close(fd);
+	return ret;
+}
+
+/*
+ * Writes every share of r from the arena to its file in R-WRITE-1 .. -4's
+ * shape: a temporary file, written and synced, renamed into place, and
+ * the rank's directory synced, so a committed share file survives a crash
+ * of the manager's host whole or not at all.
+ */
 static int disk_write(struct pool_manager *m, struct record *r)
 {
-	char tmp[96], name[96];
+	char tmp[96], name[96], rank_dir[16];
 	int ret = 0;
 
 	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
@@ -415,15 +462,20 @@ static int disk_write(struct pool_manager *m, struct record *r)
 
 		share_name(tmp, sizeof(tmp), i, &r->key, true);
 		share_name(name, sizeof(name), i, &r->key, false);
+		snprintf(rank_dir, sizeof(rank_dir), "%" PRIu32, i);
 		fd = openat(r->scope->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd < 0) {
 			ret = -errno;
 			break;
 		}
 		ret = write_all_at(fd, m->arena + r->shares[i].offset, r->shares[i].bytes);
+		if (!ret)
+			ret = disk_sync(fd, false);
 		close(fd);
 		if (!ret && renameat(r->scope->dir_fd, tmp, r->scope->dir_fd, name))
 			ret = -errno;
+		if (!ret)
+			ret = disk_sync_dir_at(r->scope->dir_fd, rank_dir);
 		if (ret)
 			unlinkat(r->scope->dir_fd, tmp, 0);
 	}
@@ -517,6 +569,7 @@ static int disk_load(struct pool_manager *m, struct record *r)
 		goto err_free;
 	disk_unlink(r);
 	r->on_disk = false;
+	m->stats.disk_used_bytes -= record_bytes(r);
 	m->stats.loaded++;
 	return 0;
 err_free:
@@ -530,6 +583,32 @@ err_free:
  * unpinned record there; without one (or when its write fails), drops the
  * least recently used unpinned leaf. False when nothing can go.
  */
+/*
+ * Makes room for bytes more on the disk tier under its limit: deletes the
+ * least recently used records there that no claim pins and no record
+ * extends. False when that cannot make enough.
+ */
+static bool disk_make_room(struct pool_manager *m, uint64_t bytes)
+{
+	uint64_t limit = m->config.disk_limit_bytes;
+
+	if (!limit)
+		return true;
+	if (bytes > limit)
+		return false;
+	while (m->stats.disk_used_bytes + bytes > limit) {
+		struct record *r = m->lru_head;
+
+		while (r && (!r->on_disk || r->pins || r->children))
+			r = r->lru_next;
+		if (!r)
+			return false;
+		record_free(m, r);
+		m->stats.disk_evicted++;
+	}
+	return true;
+}
+
 static bool evict_one(struct pool_manager *m)
 {
 	for (struct record *r = m->lru_head; m->dir_fd >= 0 && r; r = r->lru_next) {
@@ -537,6 +616,9 @@ static bool evict_one(struct pool_manager *m)
 
 		if (r->pins || r->on_disk || r->scope->dir_fd < 0)
 			continue;
+		/* past the disk limit, and nothing on disk can go for it: dropped below */
+		if (!disk_make_room(m, record_bytes(r)))
+			break;
 		ret = disk_write(m, r);
 		if (ret) {
 			sel_warn("pool: spilling record %" PRIu64 " to disk: %s", r->key.consumed,
@@ -546,6 +628,7 @@ static bool evict_one(struct pool_manager *m)
 		for (uint32_t i = 0; i < r->world_size; i++)
 			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
 		r->on_disk = true;
+		m->stats.disk_used_bytes += record_bytes(r);
 		m->stats.spilled++;
 		return true;
 	}
@@ -1951,11 +2034,18 @@ static int scope_dir_open(struct pool_manager *m, struct scope *s, const uint8_t
 		int f = openat(fd, "scope.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
 		ret = f < 0 ? -errno : write_all_at(f, body, length);
+		if (!ret)
+			ret = disk_sync(f, false);
 		if (f >= 0)
 			close(f);
 		if (!ret && renameat(fd, "scope.tmp", fd, "scope"))
 			ret = -errno;
 	}
+	/* the rank directories and the scope file in it, and it in --dir */
+	if (!ret && body)
+		ret = disk_sync(fd, true);
+	if (!ret && body)
+		ret = disk_sync(m->dir_fd, true);
 	if (ret) {
 		close(fd);
 		return ret;
@@ -2172,7 +2262,7 @@ static void conn_detach(struct pool_manager *m, struct conn *c)
 		if (p->inst == in)
 			put_fail(m, p, -ECONNRESET, "a rank's connection ended mid-put");
 	}
-	/* R-POOL-30: the session's end ends its claims */
+	/* R-POOL-30: the session's end ends its claims; another rank's does not (R-POOL-110) */
 	if (c->rank == 0)
 		for (struct claim *cl = m->claims, *next; cl; cl = next) {
 			next = cl->next;
@@ -2641,6 +2731,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 			}
 		}
 		r->committed = true;
+		m->stats.disk_used_bytes += record_bytes(r);
 		r->created_ns = now; /* ages count from this start */
 		r->used_ns = now;
 		r->hash_next = s->buckets[key_bucket(&r->key)];
@@ -2702,8 +2793,11 @@ static void disk_scan(struct pool_manager *m)
 			disk_scan_scope(m, s);
 	}
 	closedir(d);
+	/* a smaller --disk-limit than the last start's: the least recently found go */
+	disk_make_room(m, 0);
 	if (m->stats.records)
-		sel_info("pool: the disk tier holds %" PRIu64 " records", m->stats.records);
+		sel_info("pool: the disk tier holds %" PRIu64 " records (%" PRIu64 " bytes)",
+			 m->stats.records, m->stats.disk_used_bytes);
 }
 
 /* ---- The loop ---- */

@@ -12,7 +12,10 @@
  *
  * The disk tier (config.dir) is read and written on the loop's thread:
  * a spill or a claim of a record on disk stalls the other connections for
- * that file I/O. The metrics endpoint is the program's (launch/cmd_pool.c).
+ * that file I/O, each share file synced before its rename and its
+ * directory after (about one record's bytes at the disk's write rate,
+ * plus two syncs per share, per spill). The metrics endpoint is the
+ * program's (launch/cmd_pool.c).
  */
 #ifndef SELENE_POOL_MANAGER_H
 #define SELENE_POOL_MANAGER_H
@@ -40,6 +43,13 @@ struct pool_manager_config {
 	 * and are found again when a manager of the same name starts on it.
 	 */
 	const char *dir;
+	/*
+	 * The most bytes the disk tier's share files may take, 0: no limit.
+	 * Past it the least recently used record on disk that no claim pins
+	 * and no record extends is deleted to make room for a spill; a record
+	 * larger than the limit is dropped instead of spilled.
+	 */
+	uint64_t disk_limit_bytes;
 	/* Connections served at once, 0: POOL_CONNECTIONS_MAX (at most that). */
 	uint32_t connections_max;
 	/*
@@ -79,6 +89,8 @@ struct pool_manager_stats {
 	uint64_t rdma_connections; /* connections whose lent slots were connected (R-POOL-92) */
 	uint64_t rdma_windows;     /* claim windows written by RDMA (R-POOL-94) */
 	uint64_t rdma_failures;    /* RDMA transfers or connects that failed (R-POOL-97) */
+	uint64_t disk_used_bytes;  /* share files the disk tier holds */
+	uint64_t disk_evicted;     /* deleted from the disk tier for room (disk_limit_bytes) */
 };
 
 /*

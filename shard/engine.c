@@ -217,6 +217,13 @@ struct shard_engine {
 	uint32_t hook_calls;        /* hook calls running (outside the lock) */
 	pthread_cond_t hook_idle;
 	bool stopping;
+	/* closings for the transfer thread (shard_engine_retire), oldest first */
+	struct {
+		void (*close)(void *ctx);
+		void *ctx;
+	} retires[SHARD_RETIRES_MAX];
+	uint32_t retire_count;   /* waiting in retires */
+	uint32_t retire_running; /* taken by the transfer thread, not finished */
 	struct shard_engine_stats stats;
 	/* The store_*_ns stats, kept by the transfer thread; stats copies them. */
 	struct store_clock {
@@ -2045,6 +2052,59 @@ static void yield_to_restores(struct shard_engine *e)
 	}
 }
 
+/*
+ * Runs the oldest closing handed to shard_engine_retire, if one waits: the
+ * lock is held on entry and, when it ran one (true), released on return.
+ */
+static bool retire_next(struct shard_engine *e)
+{
+	void (*close)(void *ctx);
+	void *ctx;
+
+	if (!e->retire_count)
+		return false;
+	close = e->retires[0].close;
+	ctx = e->retires[0].ctx;
+	e->retire_count--;
+	memmove(&e->retires[0], &e->retires[1], e->retire_count * sizeof(e->retires[0]));
+	e->retire_running++;
+	pthread_mutex_unlock(&e->lock);
+	close(ctx);
+	pthread_mutex_lock(&e->lock);
+	e->retire_running--;
+	pthread_mutex_unlock(&e->lock);
+	return true;
+}
+
+int shard_engine_retire(struct shard_engine *e, void (*close)(void *ctx), void *ctx)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&e->lock);
+	if (e->stopping || !e->thread_started)
+		ret = SEL_ESTOPPED;
+	else if (e->retire_count == SHARD_RETIRES_MAX)
+		ret = SEL_EQUEUEFULL;
+	if (!ret) {
+		e->retires[e->retire_count].close = close;
+		e->retires[e->retire_count].ctx = ctx;
+		e->retire_count++;
+		pthread_cond_signal(&e->work_ready);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return ret;
+}
+
+uint32_t shard_engine_retiring(struct shard_engine *e)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&e->lock);
+	n = e->retire_count + e->retire_running;
+	pthread_mutex_unlock(&e->lock);
+	return n;
+}
+
 static void *transfer_main(void *arg)
 {
 	struct shard_engine *e = arg;
@@ -2057,8 +2117,11 @@ static void *transfer_main(void *arg)
 		struct shard_job *job;
 
 		pthread_mutex_lock(&e->lock);
-		while (!e->restores.head && !e->background.head && !e->stopping)
+		while (!e->restores.head && !e->background.head && !e->retire_count &&
+		       !e->stopping)
 			pthread_cond_wait(&e->work_ready, &e->lock);
+		if (retire_next(e))
+			continue; /* it took and released the lock */
 		/* A fetch goes before every queued background job. */
 		job = queue_pop(&e->restores);
 		if (!job)
@@ -2456,7 +2519,8 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
  * Staging is mapped and populated at open (shard/slab.h): more than half
  * of the memory this process could take (shard_slab_memory_available)
  * would leave the host or its cgroup to the OOM killer, at the mapping or
- * at the first copy. Refused before anything is mapped, naming both
+ * at the first copy (shard_slab_memory_fits, the budget a pool link's
+ * claims are held to too). Refused before anything is mapped, naming both
  * figures; when the available memory cannot be read, nothing is refused.
  */
 static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, uint64_t warm_bytes,
@@ -2467,8 +2531,7 @@ static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, uint64_t wa
 	if (!sel_mul_u64(sel_align_up(slot_bytes, SEL_BLOCK_BYTES), slots, &staging) ||
 	    staging + warm_bytes < staging)
 		return 0; /* shard_slab_init refuses it */
-	if (shard_slab_memory_available(&available) != 0 ||
-	    staging + warm_bytes <= available / 2)
+	if (shard_slab_memory_fits(staging + warm_bytes, &available))
 		return 0;
 	if (warm_bytes) {
 		snprintf(err, err_size, "staging (%" PRIu64 " MiB) and the warm tier (%"
@@ -2795,6 +2858,11 @@ void shard_engine_close(struct shard_engine *e)
 	pthread_mutex_unlock(&e->lock);
 	if (e->thread_started)
 		pthread_join(e->thread, NULL);
+	/* closings the transfer thread did not reach run here, as it has stopped */
+	pthread_mutex_lock(&e->lock);
+	while (retire_next(e))
+		pthread_mutex_lock(&e->lock);
+	pthread_mutex_unlock(&e->lock);
 	if (e->checksums_started)
 		shard_checksum_pool_destroy(&e->checksums);
 	if (e->verifies_started)

@@ -90,6 +90,12 @@ _Static_assert(SHARD_STAGES <= SHARD_STORE_STAGES_MAX, "the lanes' staging");
 #define SHARD_CHAIN_RECORDS_MAX 4096u
 /* Jobs submitted and not yet polled. */
 #define SHARD_JOBS_MAX 256u
+/*
+ * Closings handed to the transfer thread at once (shard_engine_retire): a
+ * replaced pool connection waits there for the transfer running now; rank
+ * zero hands one at a time, a peer one per reattach.
+ */
+#define SHARD_RETIRES_MAX 4u
 
 struct shard_device;
 struct shard_engine;
@@ -375,6 +381,21 @@ struct shard_pool_conn {
  */
 int shard_engine_set_pool(struct shard_engine *engine, const struct shard_pool_conn *conn,
 			  const struct rec_identity *namespace_id);
+
+/*
+ * Hands close(ctx) to the transfer thread, which runs it after the job it
+ * runs now and before the next, with the device current on it; the engine's
+ * close runs what is left on its caller's thread, once the transfer thread
+ * stopped. For what must not run on the model thread and must not run
+ * under a transfer: closing a replaced pool connection (its registration
+ * of the manager's arena, its I/O thread). Never waits. Returns 0,
+ * SEL_EQUEUEFULL with SHARD_RETIRES_MAX waiting, or SEL_ESTOPPED once the
+ * engine stops; then nothing was taken and the caller closes it.
+ */
+int shard_engine_retire(struct shard_engine *engine, void (*close)(void *ctx), void *ctx);
+
+/* Never waits. Closings handed to shard_engine_retire that have not finished. */
+uint32_t shard_engine_retiring(struct shard_engine *engine);
 
 /*
  * Pool put: this rank's record file of key, whose length must be

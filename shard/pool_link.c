@@ -9,6 +9,7 @@
 #include "selene/selene.h"
 #include "shard/config.h"
 #include "shard/pool_share.h"
+#include "shard/slab.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -27,8 +28,18 @@ enum link_arena_state {
 	LINK_ARENA_OFF,         /* another host, or refused: claims stream */
 };
 
+/*
+ * A peer rank's own connection lost (rank zero's session up): the first try
+ * to open it again comes at once, later ones after this, doubling,
+ */
+#define LINK_BACKOFF_MIN_MS 100u
+/* up to this, */
+#define LINK_BACKOFF_MAX_MS 5000u
+/* each waiting this long at most for the manager (on the transfer thread). */
+#define LINK_RECONNECT_MS 2000u
+
 struct shard_pool_link {
-	struct pool_client *client;
+	struct pool_client *client; /* NULL after a reconnect failed to open one */
 	enum link_arena_state arena_state;
 	const uint8_t *arena;             /* the client's mapping (valid until its close) */
 	uint64_t arena_bytes;
@@ -38,6 +49,15 @@ struct shard_pool_link {
 	void *slots[LINK_SLOTS];
 	size_t slot_bytes;
 	struct pool_chain_entry *chain; /* a claim's, for the client (scratch) */
+	/* reconnects (a peer rank's link only; rank zero's is the session's) */
+	const struct shard_pool_plan *plan; /* the opener's, valid until the close */
+	char address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 1];
+	uint8_t instance_id[POOL_INSTANCE_ID_BYTES];
+	bool reconnects;
+	bool lost;            /* the loss was warned about; cleared by a reconnect */
+	char lost_why[200];   /* why the connection was lost, while client is NULL */
+	uint64_t retry_ns;    /* the next try, on CLOCK_MONOTONIC */
+	uint32_t backoff_ms;
 };
 
 /* Process-wide counts (shard_pool_link_counts). */
@@ -101,9 +121,29 @@ void shard_pool_plan_destroy(struct shard_pool_plan *plan)
 	explicit_bzero(plan->secret, sizeof(plan->secret));
 }
 
-int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
-			 const uint8_t *instance_id, uint32_t deadline_ms,
-			 struct shard_pool_link **out, char *why, size_t why_size)
+/*
+ * The claim slots are checked against the memory budget
+ * (shard_slab_memory_fits) before one is allocated: a link that cannot
+ * hold them is refused, and its rank's refusal leaves the instance on its
+ * local tiers.
+ */
+static int link_check_staging(struct shard_pool_link *link, char *why, size_t why_size)
+{
+	uint64_t staging = (uint64_t)LINK_SLOTS * link->slot_bytes, available;
+
+	if (shard_slab_memory_fits(staging, &available))
+		return 0;
+	/* short: a peer's reason travels in a JOB_DONE (CLUSTER_JOB_REASON_BYTES_MAX) */
+	return sel_fail(-ENOMEM, why, why_size, "rank %u: pool claim staging needs %" PRIu64
+			" MiB (%u slots of %zu bytes), more than half of the %" PRIu64
+			" MiB of memory available", link->geometry.rank, staging >> 20,
+			LINK_SLOTS, link->slot_bytes, available >> 20);
+}
+
+/* Opens a client of plan's rank to address as a member of instance_id. */
+static int link_client_open(const struct shard_pool_plan *plan, const char *address,
+			    const uint8_t *instance_id, uint32_t deadline_ms,
+			    struct pool_client **out, char *why, size_t why_size)
 {
 	const struct rec_geometry *g = &plan->geometry;
 	struct pool_client_config cc = {
@@ -113,6 +153,16 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 			   .plane_count = g->page_plane_count, .page_bytes = plan->page_bytes,
 			   .row_bytes = plan->row_bytes },
 		.geometry = g, .deadline_ms = deadline_ms };
+
+	memcpy(cc.instance_id, instance_id, sizeof(cc.instance_id));
+	return pool_client_open(&cc, out, why, why_size);
+}
+
+int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
+			 const uint8_t *instance_id, uint32_t deadline_ms,
+			 struct shard_pool_link **out, char *why, size_t why_size)
+{
+	const struct rec_geometry *g = &plan->geometry;
 	struct shard_pool_link *link;
 	int ret;
 
@@ -129,11 +179,23 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 		ret = sel_fail(-ENOMEM, why, why_size, "out of memory");
 		goto err_free_link;
 	}
-	memcpy(cc.instance_id, instance_id, sizeof(cc.instance_id));
-	ret = pool_client_open(&cc, &link->client, why, why_size);
+	if (strlen(address) >= sizeof(link->address)) {
+		ret = sel_fail(-EINVAL, why, why_size, "pool address too long");
+		goto err_free_link;
+	}
+	snprintf(link->address, sizeof(link->address), "%s", address);
+	memcpy(link->instance_id, instance_id, sizeof(link->instance_id));
+	link->plan = plan;
+	link->reconnects = g->rank != 0;
+	link->backoff_ms = LINK_BACKOFF_MIN_MS;
+	ret = link_client_open(plan, address, instance_id, deadline_ms, &link->client, why,
+			       why_size);
 	if (ret)
 		goto err_free_link;
 	link->slot_bytes = pool_client_slot_bytes(link->client);
+	ret = link_check_staging(link, why, why_size);
+	if (ret)
+		goto err_close_link;
 	for (uint32_t i = 0; i < LINK_SLOTS; i++) {
 		link->slots[i] = malloc(link->slot_bytes);
 		if (!link->slots[i]) {
@@ -157,10 +219,11 @@ void shard_pool_link_close(struct shard_pool_link *link)
 {
 	if (!link)
 		return;
+	SEL_FAILPOINT(SEL_FP_POOL_LINK_CLOSE);
 	/* no transfer runs on the link now: the closing thread may make the device current */
 	if (link->arena_device && shard_device_bind(link->arena_device) == 0)
 		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
-	pool_client_close(link->client); /* unmaps the arena */
+	pool_client_close(link->client); /* unmaps the arena; NULL does nothing */
 	for (uint32_t i = 0; i < LINK_SLOTS; i++)
 		free(link->slots[i]);
 	free(link->places);
@@ -168,17 +231,117 @@ void shard_pool_link_close(struct shard_pool_link *link)
 	free(link);
 }
 
+void shard_pool_link_cut(struct shard_pool_link *link, const char *why)
+{
+	if (link && link->client)
+		pool_client_cut(link->client, why);
+}
+
+void shard_pool_link_close_ctx(void *link)
+{
+	shard_pool_link_close(link);
+}
+
 struct pool_client *shard_pool_link_client(struct shard_pool_link *link)
 {
 	return link->client;
+}
+
+/*
+ * Drops the lost client, on the transfer thread: its arena's registration
+ * is undone (the device is current here) before the client unmaps it.
+ */
+static void link_drop_client(struct shard_pool_link *link)
+{
+	if (link->arena_device)
+		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
+	link->arena_device = NULL;
+	link->arena = NULL;
+	link->arena_bytes = 0;
+	link->arena_state = LINK_ARENA_UNTRIED;
+	pool_client_close(link->client);
+	link->client = NULL;
+}
+
+/*
+ * Before each share, on the transfer thread: 0 when the connection is up.
+ * A peer rank's connection lost on its own (rank zero's session up, so its
+ * puts and claims still come) is opened again here, once the backoff
+ * passed: the first try at once, then from LINK_BACKOFF_MIN_MS doubling to
+ * LINK_BACKOFF_MAX_MS, each waiting LINK_RECONNECT_MS at most (a fresh
+ * handshake and ATTACH with the instance's id: R-POOL-18, R-POOL-110),
+ * warned about once per loss. The lost connection is closed first, so the
+ * manager frees the rank's place before the new ATTACH. Otherwise the
+ * loss's failure, with why: the share fails as it always did.
+ */
+static int link_ready(struct shard_pool_link *link, char *why, size_t why_size)
+{
+	char open_why[200];
+	uint64_t now;
+	int ret = link->client ? pool_client_status(link->client, why, why_size) : -ECONNRESET;
+
+	if (!ret)
+		return 0;
+	if (!link->client)
+		snprintf(why, why_size, "%s", link->lost_why);
+	if (!link->reconnects)
+		return ret;
+	if (!link->lost) {
+		link->lost = true;
+		snprintf(link->lost_why, sizeof(link->lost_why), "%s", why);
+		sel_warn("pool: rank %u lost its connection to the manager (%s); it reconnects",
+			 link->geometry.rank, why);
+	}
+	now = sel_monotonic_ns();
+	if (now < link->retry_ns)
+		return ret;
+	if (link->client)
+		link_drop_client(link);
+	ret = link_client_open(link->plan, link->address, link->instance_id, LINK_RECONNECT_MS,
+			       &link->client, open_why, sizeof(open_why));
+	if (!ret && pool_client_slot_bytes(link->client) > link->slot_bytes) {
+		/* another manager on the address, with larger windows */
+		pool_client_close(link->client);
+		link->client = NULL;
+		ret = sel_fail(SEL_EMISMATCH, open_why, sizeof(open_why), "the manager's "
+			       "windows grew past this link's claim slots");
+	}
+	if (ret) {
+		link->client = NULL;
+		link->retry_ns = now + (uint64_t)link->backoff_ms * 1000000ull;
+		link->backoff_ms = link->backoff_ms * 2 > LINK_BACKOFF_MAX_MS ?
+					   LINK_BACKOFF_MAX_MS : link->backoff_ms * 2;
+		sel_debug("pool: rank %u could not reconnect: %s", link->geometry.rank,
+			  open_why);
+		snprintf(why, why_size, "%s; reconnecting failed: %s", link->lost_why, open_why);
+		return ret;
+	}
+	sel_info("pool: rank %u reconnected to the manager", link->geometry.rank);
+	link->lost = false;
+	link->retry_ns = 0;
+	link->backoff_ms = LINK_BACKOFF_MIN_MS;
+	return 0;
+}
+
+/* The failpoint pool.link_cut: ends the connection before a share, as a network fault. */
+static void link_cut_point(struct shard_pool_link *link)
+{
+	if (SEL_FAILPOINT(SEL_FP_POOL_LINK_CUT) && link->client)
+		pool_client_cut(link->client, "the connection was cut (failpoint pool.link_cut)");
 }
 
 static int link_put_share(void *ctx, uint64_t put_id, int fd, uint64_t length, char *why,
 			  size_t why_size)
 {
 	struct shard_pool_link *link = ctx;
-	int ret = pool_put_share_fd(link->client, put_id, fd, length,
-				    shard_pool_link_deadline_ms(length));
+	int ret;
+
+	link_cut_point(link);
+	ret = link_ready(link, why, why_size);
+	if (ret)
+		return ret;
+	ret = pool_put_share_fd(link->client, put_id, fd, length,
+				shard_pool_link_deadline_ms(length));
 
 	if (ret && pool_client_status(link->client, why, why_size) == 0)
 		snprintf(why, why_size, "the manager did not take the share: %s",
@@ -206,13 +369,15 @@ static int link_window(void *ctx, const struct pool_window *w)
  * On the first claim, on the transfer thread: maps the manager's arena
  * when this rank is on its host and registers it with the claim's device
  * once, logging what the registration cost. Another host: claims stream,
- * said at info level; a mapping or registration refused: claims stream,
- * with one warning.
+ * said at info level; a mapping or registration refused, or an arena that
+ * with the claim staging does not fit the memory budget
+ * (shard_slab_memory_fits, checked before anything is registered): claims
+ * stream, with one warning naming the figures.
  */
 static void link_arena_setup(struct shard_pool_link *link, struct shard_device *device)
 {
+	uint64_t start, staging, available;
 	char why[200];
-	uint64_t start;
 	int ret;
 
 	link->arena_state = LINK_ARENA_OFF;
@@ -233,6 +398,18 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 		atomic_fetch_add(&count_arena_refusals, 1);
 		sel_warn("pool: rank %u cannot map the manager's arena: %s; claims stream",
 			 link->geometry.rank, why);
+		return;
+	}
+	/* the budget first: registering pins the whole arena */
+	staging = (uint64_t)LINK_SLOTS * link->slot_bytes;
+	if (!shard_slab_memory_fits(link->arena_bytes + staging, &available)) {
+		atomic_fetch_add(&count_arena_refusals, 1);
+		sel_warn("pool: rank %u does not register the manager's arena: it and the "
+			 "claim staging need %" PRIu64 " MiB (arena %" PRIu64 " MiB, staging %"
+			 PRIu64 " MiB), more than half of the %" PRIu64 " MiB of memory "
+			 "available to this process; claims stream", link->geometry.rank,
+			 (link->arena_bytes + staging) >> 20, link->arena_bytes >> 20,
+			 staging >> 20, available >> 20);
 		return;
 	}
 	start = sel_monotonic_ns();
@@ -305,6 +482,10 @@ static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 	int ret;
 
 	SEL_ASSERT(chain_count >= 1 && chain_count <= POOL_CHAIN_RECORDS_MAX);
+	link_cut_point(link);
+	ret = link_ready(link, why, why_size);
+	if (ret)
+		return ret;
 	for (uint32_t i = 0; i < chain_count; i++) {
 		link->chain[i] = (struct pool_chain_entry){
 			.key = chain[i].key, .first_page_index = chain[i].first_page_index,

@@ -10,9 +10,12 @@
  * Each blocks the transfer thread within the seed's deadline: 10 s plus
  * the share's bytes at 8 MiB/s.
  *
- * What it is not: it decides nothing (rank zero's session does) and does
- * not reconnect: after a lost connection every transfer fails with the
- * connection's reason until the link is closed and another opened.
+ * What it is not: it decides nothing (rank zero's session does). Rank
+ * zero's link does not reconnect (its client is the session, which the
+ * store reopens): after a lost connection every transfer fails with the
+ * connection's reason until the link is closed and another opened. A peer
+ * rank's link whose own connection was lost opens it again before its next
+ * share, with backoff, on the transfer thread (DESIGN section 13).
  * Opening blocks the caller up to its deadline; the transfers are safe
  * from the transfer thread while another thread uses the client's
  * never-waiting calls (rank zero's session).
@@ -63,10 +66,15 @@ int shard_pool_plan_init(struct shard_pool_plan *plan, const struct sel_store_co
 void shard_pool_plan_destroy(struct shard_pool_plan *plan);
 
 /*
- * Opens the client to address as a member of instance_id
+ * Opens the client to address as a member of instance_id (plan is
+ * borrowed until the link closes: a peer rank's reconnects use it)
  * (POOL_INSTANCE_ID_BYTES, equal on every rank), within deadline_ms for
  * connect, handshake and attach (pool_client_open). Returns 0 and *out,
- * or the plan's or the client's failure (or -ENOMEM) with why.
+ * or the plan's or the client's failure with why; -ENOMEM also when the
+ * claim staging does not fit the memory budget (shard_slab_memory_fits),
+ * checked before it is allocated. The manager's arena is held to the same
+ * budget at the first claim: one that does not fit is never registered
+ * and claims stream.
  */
 int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
 			 const uint8_t *instance_id, uint32_t deadline_ms,
@@ -80,7 +88,21 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
  */
 void shard_pool_link_close(struct shard_pool_link *link);
 
-/* The client (rank zero's session uses it too). */
+/*
+ * Never waits. Ends the link's connection now (pool_client_cut), so the
+ * manager frees the rank's place before a replacing link attaches
+ * (R-POOL-18); the link is still to be closed. NULL does nothing.
+ */
+void shard_pool_link_cut(struct shard_pool_link *link, const char *why);
+
+/*
+ * shard_pool_link_close as shard_engine_retire takes it: a replaced link
+ * is closed on the transfer thread, which owns the device, never on the
+ * model thread (its unregistration of the arena can take long).
+ */
+void shard_pool_link_close_ctx(void *link);
+
+/* The client (rank zero's session uses it too); NULL while a peer's reconnect waits. */
 struct pool_client *shard_pool_link_client(struct shard_pool_link *link);
 
 /* The engine's connection over the link (shard_engine_set_pool). */

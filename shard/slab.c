@@ -385,3 +385,13 @@ int shard_slab_memory_available(uint64_t *bytes)
 	return shard_slab_memory_available_at("/proc/meminfo", "/proc/self/cgroup",
 					      "/sys/fs/cgroup", bytes);
 }
+
+bool shard_slab_memory_fits(uint64_t bytes, uint64_t *available)
+{
+	*available = 0;
+	if (shard_slab_memory_available(available) != 0) {
+		*available = 0;
+		return true;
+	}
+	return bytes <= *available / 2;
+}

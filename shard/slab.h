@@ -96,6 +96,16 @@ uint32_t shard_slab_free_count(struct shard_slab_pool *pool);
 int shard_slab_memory_available(uint64_t *bytes);
 
 /*
+ * The one budget for host memory a rank pins: bytes more fit when they are
+ * at most half of what this process could take now
+ * (shard_slab_memory_available). Staging, the warm tier, a pool link's
+ * claim staging and the pool manager's arena are each held to it before
+ * anything is mapped or registered. Sets *available (0 when it cannot be
+ * read, and then everything fits).
+ */
+bool shard_slab_memory_fits(uint64_t bytes, uint64_t *available);
+
+/*
  * The same from other files, for tests: meminfo_path in /proc/meminfo's
  * format, self_cgroup_path in /proc/self/cgroup's, and cgroup_root where
  * the cgroup hierarchy is mounted (v1 controllers under cgroup_root/memory).

@@ -115,6 +115,14 @@ static void test_cli_help(void **state)
 		expect(r, 2, "too open");
 		run(r, NULL, (const char *[]){ "pool", "--secret", path, "--memory", "1K", NULL });
 		expect(r, 2, "--memory");
+		/* a disk limit needs the disk tier it limits */
+		assert_int_equal(chmod(path, 0600), 0);
+		run(r, NULL, (const char *[]){ "pool", "--secret", path, "--memory", "4M",
+					       "--disk-limit", "8M", NULL });
+		expect(r, 2, "--disk-limit limits the --dir tier");
+		run(r, NULL, (const char *[]){ "pool", "--secret", path, "--memory", "4M",
+					       "--dir", dir, "--disk-limit", "1K", NULL });
+		expect(r, 2, "--disk-limit");
 		tu_remove_tree(dir);
 	}
 	run(r, NULL, (const char *[]){ "verify", NULL });
@@ -1060,10 +1068,10 @@ static void scrape_live_metrics(const char *out)
 }
 
 /*
- * selene pool as a daemon: it logs where it listens and its arena, serves
- * valid metrics, and on SIGTERM drains, exits 0 and removes its arena.
- * With --rdma and no verbs device here, it says why once and serves claims
- * by TCP (pool/PROTOCOL.md, R-POOL-90).
+ * selene pool as a daemon (with a limited disk tier): it logs where it
+ * listens and its arena, serves valid metrics, and on SIGTERM drains, exits
+ * 0 and removes its arena. With --rdma and no verbs device here, it says
+ * why once and serves claims by TCP (pool/PROTOCOL.md, R-POOL-90).
  */
 static void test_cli_pool_daemon(void **state)
 {
@@ -1093,7 +1101,8 @@ static void test_cli_pool_daemon(void **state)
 		dup2(fd, 2);
 		execl(program ? program : "build/selene", "selene", "pool", "--secret", secret,
 		      "--memory", "4M", "--listen", "127.0.0.1:0", "--name", "cli",
-		      "--metrics-port", "0", "--rdma", (char *)NULL);
+		      "--metrics-port", "0", "--rdma", "--dir", base, "--disk-limit", "8M",
+		      (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500 && !strstr(text, "listening on port"); i++) {
@@ -1126,7 +1135,7 @@ static void test_cli_pool_daemon(void **state)
 			 "selene_pool_puts_total selene_pool_claims_total "
 			 "selene_pool_records_dropped_total selene_pool_holds "
 			 "selene_pool_exports_total selene_pool_rdma_windows_total "
-			 "selene_pool_rdma_failures_total");
+			 "selene_pool_rdma_failures_total selene_pool_disk_used_bytes");
 	assert_non_null(strstr(body, "selene_pool_exports_total{outcome=\"refused\"} 0\n"));
 	kill(pid, SIGTERM);
 	assert_int_equal(waitpid(pid, &status, 0), pid);

@@ -1023,6 +1023,69 @@ static void test_engine_two_waiters(void **state)
 	}
 }
 
+/* What a retired closing saw: the thread it ran on and whether its gate was open. */
+struct retire_note {
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	bool open;      /* the gate: the closing waits for it */
+	uint32_t ran;
+	pthread_t thread;
+};
+
+static void retire_close(void *ctx)
+{
+	struct retire_note *n = ctx;
+
+	pthread_mutex_lock(&n->lock);
+	while (!n->open)
+		pthread_cond_wait(&n->changed, &n->lock);
+	n->thread = pthread_self();
+	n->ran++;
+	pthread_cond_broadcast(&n->changed);
+	pthread_mutex_unlock(&n->lock);
+}
+
+/*
+ * A closing handed to shard_engine_retire runs on the transfer thread, not
+ * the caller's (which returns while it waits), and the engine's close runs
+ * those the thread never reached.
+ */
+static void test_engine_retire_runs_on_the_transfer_thread(void **state)
+{
+	struct fixture *f = *state;
+	struct retire_note n = { .lock = PTHREAD_MUTEX_INITIALIZER,
+				 .changed = PTHREAD_COND_INITIALIZER };
+	struct retire_note later[SHARD_RETIRES_MAX - 1];
+	uint32_t i;
+
+	assert_int_equal(shard_engine_retire(f->engine, retire_close, &n), 0);
+	/* returned with its closing still held at the gate */
+	pthread_mutex_lock(&n.lock);
+	assert_int_equal(n.ran, 0);
+	pthread_mutex_unlock(&n.lock);
+	for (i = 0; i < SHARD_RETIRES_MAX - 1; i++) {
+		later[i] = (struct retire_note){ .lock = PTHREAD_MUTEX_INITIALIZER,
+						 .changed = PTHREAD_COND_INITIALIZER,
+						 .open = true };
+		assert_int_equal(shard_engine_retire(f->engine, retire_close, &later[i]), 0);
+	}
+	/* the first waits at its gate, running or not yet taken: none is lost */
+	assert_int_equal(shard_engine_retiring(f->engine), SHARD_RETIRES_MAX);
+	pthread_mutex_lock(&n.lock);
+	n.open = true;
+	pthread_cond_broadcast(&n.changed);
+	while (n.ran == 0)
+		pthread_cond_wait(&n.changed, &n.lock);
+	pthread_mutex_unlock(&n.lock);
+	assert_false(pthread_equal(n.thread, pthread_self()));
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	assert_int_equal(n.ran, 1);
+	for (i = 0; i < SHARD_RETIRES_MAX - 1; i++)
+		assert_int_equal(later[i].ran, 1);
+	open_engine(f, 4);
+}
+
 static void test_engine_noop(void **state)
 {
 	struct fixture *f = *state;
@@ -2507,6 +2570,7 @@ int main(void)
 		BOTH(test_engine_full_filesystem),
 		BOTH(test_engine_many_small_jobs),
 		BOTH(test_engine_noop),
+		BOTH(test_engine_retire_runs_on_the_transfer_thread),
 		BOTH(test_engine_pool_put_and_claim),
 		BOTH(test_engine_pool_put_refusals),
 		BOTH(test_engine_pool_claim_fails_whole),

@@ -1266,6 +1266,143 @@ static void test_pool_disk_tier_and_restart(void **state)
 	tu_remove_tree(dir);
 }
 
+static void manager_start_limited(struct running *r, const char *dir, uint64_t disk_limit)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 1 << 20, .window_bytes = 64 << 10,
+					 .dir = dir, .disk_limit_bytes = disk_limit };
+	char why[WHY_BYTES];
+
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r->m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r->thread, NULL, run_thread, r->m), 0);
+}
+
+/* Bytes of every rank's share of pc: what it takes on disk. */
+static uint64_t case_bytes(const struct put_case *pc)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t i = 0; i < WORLD; i++)
+		bytes += pc->img[i].length;
+	return bytes;
+}
+
+/*
+ * The disk tier keeps to its limit: spills past it delete the least
+ * recently used records on disk (counted), the newest stay claimable, and
+ * a restart under a smaller limit deletes the oldest it found.
+ */
+static void test_pool_disk_limit_evicts_lru(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[12];
+	struct put_case *one[1];
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk-limit");
+	uint64_t each, limit;
+	uint32_t found;
+
+	(void)state;
+	for (uint32_t i = 0; i < 12; i++)
+		case_make(&cases[i], 300 + i, 128, NULL, 40 + i);
+	each = case_bytes(&cases[0]);
+	limit = 3 * each + each / 2; /* three records on disk */
+	manager_start_limited(&r, dir, limit);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 12; i++)
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.spilled >= 6);
+	assert_true(st.disk_used_bytes <= limit);
+	assert_int_equal(st.disk_used_bytes, 3 * each);
+	assert_int_equal(st.disk_evicted, st.spilled - 3);
+	/* the oldest left the disk; the newest is held */
+	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
+	assert_int_equal(lookup(&a[0], &cases[11].rec.key, 1, NULL), 1);
+	/* the most recent on disk comes back, byte-exact */
+	for (uint32_t i = 11; i-- > 0;)
+		if (lookup(&a[0], &cases[i].rec.key, 1, NULL) == 1 &&
+		    lookup(&a[0], &cases[i - 1].rec.key, 1, NULL) == 0) {
+			one[0] = &cases[i];
+			assert_int_equal(claim(&a[0], 1, &cases[i].rec.key), 0);
+			claim_stream_check(&a[1], 1, one, 1, 0);
+			break;
+		}
+	close_instance(a);
+	manager_stop(&r); /* the arena's records spill, past the limit: the oldest go */
+	/* a smaller limit: the scan keeps two (found in no order of use: any two) */
+	manager_start_limited(&r, dir, 2 * each);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.disk_used_bytes <= 2 * each);
+	assert_int_equal(st.records, 2);
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 2);
+	found = 0;
+	for (uint32_t i = 0; i < 12; i++)
+		found += (uint32_t)lookup(&a[0], &cases[i].rec.key, 1, NULL);
+	assert_int_equal(found, 2);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 12; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
+/*
+ * A spill syncs each share file before its rename and the rank's
+ * directory after (two syncs a share); a sync that fails spills nothing,
+ * and the record is dropped as without a disk tier.
+ */
+static void test_pool_disk_spill_syncs(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[8];
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk-sync");
+	uint64_t before;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8; i++)
+		case_make(&cases[i], 500 + i, 128, NULL, 60 + i);
+	assert_int_equal(sel_failpoints_configure("pool.disk_sync=off"), 0);
+	manager_start_limited(&r, dir, 0);
+	open_instance(a, &r, 0xa, 0);
+	before = sel_failpoint_evaluations(SEL_FP_POOL_DISK_SYNC);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.spilled >= 1);
+	assert_int_equal(sel_failpoint_evaluations(SEL_FP_POOL_DISK_SYNC) - before,
+			 2 * WORLD * st.spilled);
+	close_instance(a);
+	manager_stop(&r);
+	tu_remove_tree(dir);
+	/*
+	 * Every record's sync fails (the scope's three, its file and the two
+	 * directories, pass): nothing reaches the disk, the arena drops instead.
+	 */
+	dir = tu_make_temp_dir("pool-disk-sync");
+	assert_int_equal(sel_failpoints_configure("pool.disk_sync=3*off->return(EIO)"), 0);
+	manager_start_limited(&r, dir, 0);
+	open_instance(a, &r, 0xb, 0);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(put_whole(a, &cases[i]), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.spilled, 0);
+	assert_int_equal(st.disk_used_bytes, 0);
+	assert_true(st.evicted >= 1);
+	assert_true(sel_failpoint_fired(SEL_FP_POOL_DISK_SYNC) >= 1);
+	close_instance(a);
+	manager_stop(&r);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	for (uint32_t i = 0; i < 8; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
 /* ---- Through pool/client.h ---- */
 
 static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
@@ -2212,6 +2349,8 @@ int main(void)
 		cmocka_unit_test(test_pool_rdma_corrupt_slot_never_delivered),
 		cmocka_unit_test(test_pool_rdma_out_of_place_refused),
 		cmocka_unit_test(test_pool_rdma_memlock),
+		cmocka_unit_test(test_pool_disk_limit_evicts_lru),
+		cmocka_unit_test(test_pool_disk_spill_syncs),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);

@@ -13,11 +13,14 @@
  * on the same address gets the instance back, both ranks reattached. Every
  * rank is on the manager's host, so claims copy from the manager's arena
  * (counted: no stream window is read); a manager restarted with another
- * arena serves a new instance from the new arena, byte-exact.
+ * arena serves a new instance from the new arena, byte-exact. A peer rank
+ * whose own connection is cut reconnects alone (R-POOL-110), and a
+ * reattach closes rank zero's old link off the model thread.
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "pool/manager.h"
 #include "selene/store.h"
@@ -189,6 +192,7 @@ struct variant {
 	uint32_t row_bytes;       /* ROW, or another layout */
 	uint64_t disk_limit;
 	bool wrong_secret_peer;   /* rank one proves another secret */
+	const char *peer_failpoints; /* armed in rank one's process only */
 };
 
 static void config_for(struct fixture *f, struct instance *in, uint32_t rank,
@@ -227,6 +231,8 @@ static void peer_main(struct fixture *f, struct instance *in, const struct varia
 	in->cluster.rank = 1;
 	in->cluster.listen_fd = -1;
 	config_for(f, in, 1, v, &c, planes, dir, sizeof(dir));
+	if (v->peer_failpoints && sel_failpoints_configure(v->peer_failpoints) != 0)
+		_exit(5);
 	if (sel_peer_start(&c, &peer, f->mem[in->index * WORLD + 1].why,
 			   sizeof(f->mem[0].why)) != 0)
 		_exit(2);
@@ -878,6 +884,184 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
 	instance_close(f, 1);
 }
 
+/*
+ * R-POOL-110: rank one's own connection is cut (failpoint pool.link_cut,
+ * in its process only) before its first share on instance A, and again
+ * before its first on instance B, while rank zero's session stays up: each
+ * time the rank reconnects and the instance keeps using the pool. A's puts
+ * after the cut reach the manager, and B's claim, its rank one cut just
+ * before its share, restores them byte-exact on both ranks.
+ */
+static void test_pool_attach_peer_reconnects_alone(void **state)
+{
+	static const struct variant cut_small = { .row_bytes = ROW, .disk_limit = 320u << 10,
+						   .peer_failpoints = "pool.link_cut=1*return" };
+	static const struct variant cut_big = { .row_bytes = ROW, .disk_limit = 64u << 20,
+						 .peer_failpoints = "pool.link_cut=1*return" };
+	struct fixture *f = *state;
+	struct sel_stats st;
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES];
+	bool joined;
+
+	manager_start(f);
+	instance_open(f, 0, &cut_small);
+	fill(f, 0);
+	publish_chain(f, 0, 30);
+	settle(f->inst[0].store, 1);
+	/*
+	 * The put whose share met the cut may fail, dropping its record and
+	 * what extends it: the chain is published again, and goes through.
+	 */
+	publish_chain(f, 0, 30);
+	settle(f->inst[0].store, 2);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	print_message("puts %llu, failures %llu\n", (unsigned long long)st.pool_puts,
+		      (unsigned long long)st.pool_put_failures);
+	assert_int_equal(st.pool_attached, 1);
+	assert_true(st.pool_put_failures <= 1);
+	if (st.pool_puts < 1)
+		fail_msg("%llu pool puts after rank one's cut (failures %llu)",
+			 (unsigned long long)st.pool_puts,
+			 (unsigned long long)st.pool_put_failures);
+	instance_close(f, 0);
+	instance_open(f, 1, &cut_big);
+	for (uint32_t r = 0; r < WORLD; r++)
+		memset(&f->mem[1 * WORLD + r], 0xee, offsetof(struct rank_memory, why));
+	if (!lookup_pool(f, &f->inst[1], &hit))
+		fail_msg("instance B found nothing in the pool");
+	for (uint32_t p = 0; p < hit.page_count; p++)
+		ids[p] = 20 + p;
+	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
+	ev = next_event(f->inst[1].store, 20000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("pool fetch after rank one's cut: %d %s", ev.kind, ev.why);
+	check_restored(f, 1, &hit, 20, 3);
+	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
+	assert_int_equal(st.pool_attached, 1);
+	assert_int_equal(st.pool_claim_failures, 0);
+	instance_close(f, 1);
+}
+
+/*
+ * Rank zero's own connection (the session) is cut before a share while the
+ * manager and rank one's connection live: the instance reattaches every
+ * rank (rank one's old connection ends before its new ATTACH, R-POOL-18),
+ * and puts reach the manager again.
+ */
+static void catch_reattached(enum sel_log_level level, const char *message, void *user)
+{
+	(void)level;
+	if (strstr(message, "reattached as"))
+		__atomic_add_fetch((uint32_t *)user, 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool_attach_session_cut_reattaches(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t reattached = 0;
+	struct sel_stats st;
+	struct sel_event ev;
+	uint64_t puts;
+
+	manager_start(f);
+	instance_open(f, 0, &small_disk);
+	fill(f, 0);
+	/* after the peer's fork: rank zero's link only */
+	assert_int_equal(sel_failpoints_configure("pool.link_cut=1*return"), 0);
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_log_set_callback(catch_reattached, &reattached);
+	publish_chain(f, 0, 30);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_POOL_LINK_CUT), 1);
+	for (uint32_t i = 0; i < 20000 && !__atomic_load_n(&reattached, __ATOMIC_RELAXED); i++) {
+		sel_poll(f->inst[0].store, &ev, 0);
+		usleep(1000);
+	}
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	if (!reattached)
+		fail_msg("the instance did not reattach while the manager lived");
+	if (!poll_attached(f->inst[0].store, 1, 1000))
+		fail_msg("reattached but not attached");
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	puts = st.pool_puts;
+	publish_chain(f, 0, 30);
+	settle(f->inst[0].store, puts + 1);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	if (st.pool_puts <= puts)
+		fail_msg("no pool put after the reattach (failures %llu)",
+			 (unsigned long long)st.pool_put_failures);
+	instance_close(f, 0);
+}
+
+/* Where pool.link_close's print was logged: the model thread (this one) or another. */
+struct close_catch {
+	pthread_mutex_t lock;
+	pthread_t model;
+	uint32_t on_model, elsewhere;
+};
+
+static void catch_close(enum sel_log_level level, const char *message, void *user)
+{
+	struct close_catch *cc = user;
+
+	(void)level;
+	if (!strstr(message, "failpoint pool.link_close reached"))
+		return;
+	pthread_mutex_lock(&cc->lock);
+	if (pthread_equal(pthread_self(), cc->model))
+		cc->on_model++;
+	else
+		cc->elsewhere++;
+	pthread_mutex_unlock(&cc->lock);
+}
+
+/*
+ * A reattach swaps rank zero's link without closing the old one on the
+ * model thread: the old link (its arena registration, its I/O thread) is
+ * closed on the transfer thread, and the poll that swapped it never did it.
+ */
+static void test_pool_attach_swap_closes_off_the_model_thread(void **state)
+{
+	struct fixture *f = *state;
+	struct close_catch cc = { .lock = PTHREAD_MUTEX_INITIALIZER, .model = pthread_self() };
+	struct sel_stats st;
+	struct sel_event ev;
+	uint32_t closed = 0;
+	uint16_t port;
+
+	port = manager_start_fixed(f);
+	instance_open(f, 0, &small_disk);
+	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+	assert_int_equal(st.pool_attached, 1);
+	/* after the peer's fork: only this process's links log it */
+	assert_int_equal(sel_failpoints_configure("pool.link_close=print"), 0);
+	sel_log_set_level(SEL_LOG_INFO);
+	sel_log_set_callback(catch_close, &cc);
+	manager_kill(f);
+	if (!poll_attached(f->inst[0].store, 0, 10000))
+		fail_msg("instance A did not see its session end");
+	if (!manager_try_start(f, port))
+		fail_msg("the manager could not listen on port %u again", port);
+	if (!poll_attached(f->inst[0].store, 1, 20000))
+		fail_msg("instance A did not reattach to the restarted manager");
+	for (uint32_t i = 0; i < 5000 && closed == 0; i++) {
+		sel_poll(f->inst[0].store, &ev, 0);
+		pthread_mutex_lock(&cc.lock);
+		closed = cc.on_model + cc.elsewhere;
+		pthread_mutex_unlock(&cc.lock);
+		usleep(1000);
+	}
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	assert_int_equal(cc.on_model, 0);
+	assert_int_equal(cc.elsewhere, 1);
+	instance_close(f, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -897,6 +1081,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_silent_manager_fails_claim, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_peer_reconnects_alone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_session_cut_reattaches, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_swap_closes_off_the_model_thread,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_reattaches_after_manager_restart,
 						setup, teardown),
 	};

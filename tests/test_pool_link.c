@@ -2,7 +2,8 @@
  * A rank's pool link (shard/pool_link.h) on the manager's host, with a
  * manager in this process: a device that refuses to register the arena
  * makes claims stream (byte-exact) with one warning for the link's life;
- * the host device claims from the arena, reading no stream window.
+ * the host device claims from the arena, reading no stream window; an
+ * arena over the memory budget is never registered and claims stream.
  */
 #include "tests/testutil.h"
 
@@ -15,6 +16,7 @@
 #include "selene/selene.h"
 #include "shard/device.h"
 #include "shard/pool_link.h"
+#include "shard/slab.h"
 #include "shard/pool_share.h"
 
 #include <errno.h>
@@ -140,7 +142,7 @@ static void put_record(struct fixture *f)
 }
 
 /* The fixture's plan (one rank) and a manager's configuration with its secret. */
-static struct fixture *fixture_new(struct pool_manager_config *mc)
+static struct fixture *fixture_new(struct pool_manager_config *mc, uint64_t arena_bytes)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct rec_identity model;
@@ -155,7 +157,7 @@ static struct fixture *fixture_new(struct pool_manager_config *mc)
 	assert_int_equal(getrandom(f->plan.secret, sizeof(f->plan.secret), 0),
 			 sizeof(f->plan.secret));
 	*mc = (struct pool_manager_config){ .listen = "127.0.0.1:0", .name = "link-test",
-					    .memory_bytes = 16u << 20 };
+					    .memory_bytes = arena_bytes };
 	memcpy(mc->secret, f->plan.secret, sizeof(mc->secret));
 	return f;
 }
@@ -186,18 +188,50 @@ static void fixture_attach(struct fixture *f, uint16_t port)
 		f->page_ids[j] = 40 - j; /* other page ids, in reverse */
 }
 
-static int setup(void **state)
+/* A manager of arena_bytes in this process, the link attached, the record put. */
+static int setup_arena(void **state, uint64_t arena_bytes)
 {
 	struct pool_manager_config mc;
-	struct fixture *f = fixture_new(&mc);
+	struct fixture *f = fixture_new(&mc, arena_bytes);
 	char why[256] = "";
 
-	if (pool_manager_open(&mc, &f->manager, why, sizeof(why)) != 0)
+	if (pool_manager_open(&mc, &f->manager, why, sizeof(why)) != 0) {
+		if (arena_bytes > (16u << 20)) {
+			/* /dev/shm too small for even a sparse file of that size */
+			print_message("skipped: no arena of %llu bytes: %s\n",
+				      (unsigned long long)arena_bytes, why);
+			tu_remove_tree(f->base);
+			shard_pool_plan_destroy(&f->plan);
+			free(f);
+			*state = NULL;
+			return 0;
+		}
 		fail_msg("manager: %s", why);
+	}
 	assert_int_equal(pthread_create(&f->thread, NULL, manager_thread, f->manager), 0);
 	fixture_attach(f, pool_manager_port(f->manager));
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_arena(state, 16u << 20);
+}
+
+/*
+ * An arena as large as the memory this process could take (a sparse file:
+ * nothing but the record is ever written), so it and the claim staging
+ * need more than the budget allows.
+ */
+static int setup_huge(void **state)
+{
+	uint64_t available;
+
+	*state = NULL;
+	if (shard_slab_memory_available(&available) != 0)
+		return 0; /* the test skips: no figure to exceed */
+	return setup_arena(state, sel_align_up(available, 4096));
 }
 
 /*
@@ -209,7 +243,7 @@ static int setup(void **state)
 static int setup_child(void **state)
 {
 	struct pool_manager_config mc;
-	struct fixture *f = fixture_new(&mc);
+	struct fixture *f = fixture_new(&mc, 16u << 20);
 	int to_parent[2], to_child[2];
 	uint16_t port = 0;
 
@@ -249,6 +283,9 @@ static int setup_child(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
+
+	if (!f)
+		return 0;
 
 	shard_pool_link_close(f->link);
 	if (f->device)
@@ -556,12 +593,66 @@ static void test_pool_link_claims_from_arena(void **state)
 	assert_int_equal(after.arena_refusals, before.arena_refusals);
 }
 
+static int registrations;
+
+static int counting_register(struct shard_device *dev, const void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	registrations++;
+	return 0;
+}
+
+/*
+ * An arena that with the claim staging needs more than half of the memory
+ * available is never registered: claims stream, byte-exact, and one
+ * warning names both figures.
+ */
+static void test_pool_link_arena_over_budget_streams(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	static struct shard_device_ops ops;
+	struct shard_device *dev;
+
+	if (!f) {
+		skip(); /* no memory figure, or /dev/shm cannot hold the sparse arena */
+		return;
+	}
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	dev = f->device;
+	ops = *dev->ops;
+	ops.name = "counting";
+	ops.register_read_only = counting_register;
+	dev->ops = &ops;
+	registrations = 0;
+	shard_pool_link_counts(&before);
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(catch_warning, f);
+	claim(f, dev);
+	claim(f, dev);
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+	shard_pool_link_counts(&after);
+	assert_int_equal(registrations, 0);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	assert_int_equal(after.stream_claims, before.stream_claims + 2);
+	assert_int_equal(after.arena_refusals, before.arena_refusals + 1);
+	assert_int_equal(f->warnings, 1);
+	print_message("%s\n", f->last);
+	assert_non_null(strstr(f->last, "MiB of memory available"));
+	assert_non_null(strstr(f->last, "does not register the manager's arena"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pool_link_refused_registration_streams, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_claims_from_arena, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_arena_over_budget_streams,
+						setup_huge, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_waits_once, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_one_round_trip, setup,
