@@ -502,6 +502,20 @@ static uint64_t ms_since(uint64_t start_ns)
 	return (sel_monotonic_ns() - start_ns) / 1000000u;
 }
 
+/*
+ * Stops the manager's process and returns once it has stopped: kill alone
+ * returns before the signal reaches every thread, and a busy machine can
+ * let the manager answer one more request meanwhile.
+ */
+static void stop_child(struct fixture *f)
+{
+	int status = 0;
+
+	assert_int_equal(kill(f->child, SIGSTOP), 0);
+	assert_int_equal(waitpid(f->child, &status, WUNTRACED), f->child);
+	assert_true(WIFSTOPPED(status));
+}
+
 /* R-POOL-52: a manager that stops answering fails the session's wait for a grant in 3 s, saying why. */
 static void test_pool_link_silent_manager_fails_grant(void **state)
 {
@@ -513,7 +527,7 @@ static void test_pool_link_silent_manager_fails_grant(void **state)
 	uint32_t count = 0;
 	char why[256] = "";
 
-	assert_int_equal(kill(f->child, SIGSTOP), 0);
+	stop_child(f);
 	start = sel_monotonic_ns();
 	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
 	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)),
@@ -539,7 +553,7 @@ static void silent_after_grant(struct fixture *f, const char *waiting)
 
 	assert_int_equal(pool_claim_begin(c, &f->key, &claim_id), 0);
 	assert_int_equal(POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count)), 1);
-	assert_int_equal(kill(f->child, SIGSTOP), 0);
+	stop_child(f);
 	assert_int_equal(shard_pool_share_init(&share, g, &f->plan.namespace_id, &f->bases,
 					       f->device), 0);
 	assert_int_equal(shard_pool_share_begin(&share, f->chain, 1, 0, f->page_ids, PAGES, 2,
