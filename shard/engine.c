@@ -2388,6 +2388,8 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 {
 	pthread_mutex_lock(&e->lock);
 	*out = e->stats;
+	/* Unpolled less completed (with a hook, completions are never polled). */
+	out->jobs_in_flight = e->unpolled - e->completion_count;
 	pthread_mutex_unlock(&e->lock);
 	out->disk_engine = rec_disk_engine(e->disk);
 	out->io_workers = rec_disk_io_workers(e->disk);

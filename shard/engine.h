@@ -227,6 +227,12 @@ struct shard_completion {
 struct shard_engine_stats {
 	uint64_t jobs_done;
 	uint64_t jobs_failed;
+	/*
+	 * Jobs submitted and not yet completed (queued or running) when the
+	 * stats were taken: 0 means the engine is idle, every copy and disk
+	 * request of its jobs done (a job completes only after them).
+	 */
+	uint32_t jobs_in_flight;
 	uint64_t bytes_stored;
 	uint64_t bytes_fetched;
 	uint64_t queue_full;

@@ -1099,6 +1099,47 @@ static void report_warm(const char *tag, const char *what, const char *bulk_what
 }
 
 /*
+ * The quiet pause before each timed read of a round's files, on either
+ * side: both start from a host that has run nothing for as long (the
+ * first read follows the GPU steps, the second the first read).
+ */
+#define WARM_READ_SETTLE_MS 50u
+/*
+ * Untimed reads of a round's files before either timed one: the first
+ * read of a freshly written tmpfs file is slower than the next (about 20%
+ * for dd on the VM), so without them whichever side went first paid it
+ * (on the VM the read-through's ratio was 0.45 over its rounds first
+ * against 1.18 over those raw first); after two, a third read runs as
+ * the second did, so both timed sides meet the same page cache.
+ */
+#define WARM_PRE_READS 2
+
+/*
+ * The read-through's ratio over the rounds that read through first (odd
+ * timed rounds, with no warm-up: the round number's parity) and over those
+ * that read raw first: a side that pays for going first shows here.
+ */
+static void report_warm_order(const struct bench *b, const double *read_ns,
+			      const double *raw_read_ns)
+{
+	double sel[2] = { 0, 0 }, raw[2] = { 0, 0 };
+	uint32_t n[2] = { 0, 0 };
+
+	for (uint32_t at = 0; at < b->a.rounds; at++) {
+		int first = (at + b->a.warmup) % 2 == 1; /* 1: read-through first */
+
+		sel[first] += read_ns[at];
+		raw[first] += raw_read_ns[at];
+		n[first]++;
+	}
+	printf("%s: read-through ratio by order: %.3f over %u %s read-through first, "
+	       "%.3f over %u raw read first (the files read %u times untimed first; each "
+	       "side after the same %u ms pause, Selene idle)\n", b->tag,
+	       n[1] ? raw[1] / sel[1] : 0.0, n[1], launch_plural(n[1], "round", "rounds"),
+	       n[0] ? raw[0] / sel[0] : 0.0, n[0], WARM_PRE_READS, WARM_READ_SETTLE_MS);
+}
+
+/*
  * One restore at a time from warm slots: each record's fetch timed from its
  * submit to its completion (nothing else queued), into lat; beside it, one
  * bulk host to device copy of a record's bytes, into bulk_lat. Their
@@ -1132,6 +1173,54 @@ static int warm_latency_round(struct bench *b, uint32_t round, uint64_t device,
 			sel_strerror(ret), c.why);
 	free(ids);
 	return ret;
+}
+
+/*
+ * Before each timed read of round's files: the engine idle (no job queued
+ * or running: every store has committed its file, every drop has run),
+ * before a read-through (through) no record warm (it reads every file), and
+ * each record file whole on the disk; then the quiet pause. -EBUSY (and a
+ * line saying what) when the engine is not idle, -EIO when a file is not
+ * whole; a bench that fails here measured nothing.
+ */
+static int warm_read_settle(struct bench *b, uint32_t round, bool through)
+{
+	struct shard_engine_stats st;
+	struct shard_warm_stats ws;
+	struct timespec pause = { .tv_sec = WARM_READ_SETTLE_MS / 1000,
+				  .tv_nsec = (long)(WARM_READ_SETTLE_MS % 1000) * 1000000L };
+
+	shard_engine_stats(b->engine, &st);
+	if (st.jobs_in_flight) {
+		fprintf(stderr, "selene bench %s: %u engine %s still in flight before a timed "
+			"read\n", b->tag, st.jobs_in_flight,
+			launch_plural(st.jobs_in_flight, "job", "jobs"));
+		return -EBUSY;
+	}
+	shard_engine_warm_stats(b->engine, &ws);
+	if (through && ws.records) {
+		fprintf(stderr, "selene bench %s: %" PRIu64 " records still warm before a timed "
+			"read-through\n", b->tag, ws.records);
+		return -EBUSY;
+	}
+	for (uint32_t i = 0; i < b->a.records; i++) {
+		struct rec_key key;
+		struct stat sb;
+		char name[REC_FILE_NAME_BYTES], path[1200];
+
+		record_key(&key, b, round, i);
+		rec_file_name(name, &key);
+		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(b->dir), name);
+		errno = 0;
+		if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != b->record_bytes) {
+			fprintf(stderr, "selene bench %s: %s is not whole before a timed read "
+				"(%s)\n", b->tag, path, errno ? strerror(errno) : "short");
+			return -EIO;
+		}
+	}
+	while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
+		;
+	return 0;
 }
 
 /* The median of count values (sorted in place). */
@@ -1182,6 +1271,7 @@ static int bench_warm(struct bench *b)
 	static double fetch_ns[BENCH_ROUNDS_MAX], store_ns[BENCH_ROUNDS_MAX];
 	static double h2d_ns[BENCH_ROUNDS_MAX], d2h_ns[BENCH_ROUNDS_MAX];
 	static double read_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
+	static double busy[BENCH_ROUNDS_MAX];
 	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
 			  b->g.row_record_bytes) * b->a.records;
 	uint64_t device = 0, ns, copy_before, whole_ns = 0;
@@ -1243,22 +1333,37 @@ static int bench_warm(struct bench *b)
 						 bulk_lat + (uint64_t)at * b->a.records);
 		if (!ret)
 			ret = warm_unlink_round(b, round, true);
-		shard_engine_stats(b->engine, &rt_before);
-		if (!ret && r % 2 == 1) {
-			ret = selene_round(b, round, submit_read_through, 11, &ns);
-			read_ns[at] = (double)ns;
+		/*
+		 * Read-through and raw read of the same files, each after the
+		 * same settling (warm_read_settle), odd rounds read-through first.
+		 */
+		for (int pre = 0; !ret && pre < WARM_PRE_READS; pre++)
+			ret = raw_round_of(b, false, round, &ns); /* untimed */
+		for (int side = 0; !ret && side < 2; side++) {
+			bool through = (side == 0) == (r % 2 == 1);
+
+			ret = warm_read_settle(b, round, through);
+			if (!ret && through) {
+				shard_engine_stats(b->engine, &rt_before);
+				ret = selene_round(b, round, submit_read_through, 11, &ns);
+				read_ns[at] = (double)ns;
+				/* The read-throughs' share of the fetch stats (timed rounds). */
+				shard_engine_stats(b->engine, &st);
+				if (r >= b->a.warmup) {
+					add_fetch_stats(&rt, &rt_before, &st);
+					busy[at] = (double)(st.fetch_hash_ns - rt_before.fetch_hash_ns) /
+						   (double)(st.fetch_run_ns - rt_before.fetch_run_ns + 1);
+				}
+			} else if (!ret) {
+				ret = raw_round_of(b, false, round, &ns);
+				raw_read_ns[at] = (double)ns;
+			}
 		}
-		if (!ret)
-			ret = raw_round_of(b, false, round, &ns);
-		raw_read_ns[at] = (double)ns;
-		if (!ret && r % 2 == 0) {
-			ret = selene_round(b, round, submit_read_through, 11, &ns);
-			read_ns[at] = (double)ns;
-		}
-		/* The read-throughs' share of the engine's fetch stats (timed rounds). */
-		shard_engine_stats(b->engine, &st);
-		if (r >= b->a.warmup)
-			add_fetch_stats(&rt, &rt_before, &st);
+		if (!ret && r >= b->a.warmup)
+			printf("%s: round %u, %s first: read-through %.2f ms (%.2f threads busy "
+			       "verifying), raw read %.2f ms, ratio %.3f\n", b->tag, at,
+			       r % 2 == 1 ? "read-through" : "raw read", read_ns[at] / 1e6,
+			       busy[at], raw_read_ns[at] / 1e6, raw_read_ns[at] / read_ns[at]);
 		if (!ret)
 			ret = warm_unlink_round(b, round, false);
 	}
@@ -1301,6 +1406,7 @@ static int bench_warm(struct bench *b)
 		report_warm(b->tag, "read-through (files -> warm slots, verified -> device)",
 			    "raw read of the same files", (double)b->record_bytes * b->a.records,
 			    read_ns, raw_read_ns, b->a.rounds);
+		report_warm_order(b, read_ns, raw_read_ns);
 		report_fetch_split("read-through", &none, &rt,
 				   (uint64_t)b->a.rounds * b->a.records);
 		printf("%s: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
@@ -1356,10 +1462,14 @@ static void bench_usage(FILE *out)
 		"  store's rate is its device copies (the engine's own time). Then each\n"
 		"  round is dropped from the slots and restored by read-through (files ->\n"
 		"  warm slots, verified there -> device), beside raw O_DIRECT reads of the\n"
-		"  same record files (--dir: where; e.g. /dev/shm). Also one restore at a\n"
-		"  time (p50, beside a bulk copy of one record's bytes: the difference is\n"
-		"  a restore's fixed cost). --ranks N: N processes on the same device\n"
-		"  (default 1), each its own engine and directory, their steps in step.\n"
+		"  same record files (--dir: where; e.g. /dev/shm), both after two\n"
+		"  untimed reads of the files, each after the engine is idle (no job in\n"
+		"  flight, every file whole) and a 50 ms pause, either side first in\n"
+		"  turn; a line a round, and the ratio by order.\n"
+		"  Also one restore at a time (p50, beside a bulk copy of one record's\n"
+		"  bytes: the difference is a restore's fixed cost). --ranks N: N\n"
+		"  processes on the same device (default 1), each its own engine and\n"
+		"  directory, their steps in step.\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
