@@ -892,6 +892,19 @@ static void report_fetch_split(const char *tag, const struct shard_engine_stats 
 		printf("%s: verification hashed %.2f GB in %.3f thread-seconds: %.2f GB/s a "
 		       "thread, %.2f threads busy hashing on average while fetches ran\n",
 		       tag, hashed / 1e9, hash_ns / 1e9, hashed / hash_ns, hash_ns / run_ns);
+	{
+		double before = (double)(st->fetch_verify_lead_ns - w->fetch_verify_lead_ns);
+		double span = (double)(st->fetch_verify_span_ns - w->fetch_verify_span_ns);
+		double tail = (double)(st->fetch_verify_tail_ns - w->fetch_verify_tail_ns);
+
+		if (span > 0 && run_ns > 0)
+			printf("%s: of the fetches' time, %.1f%% before their first page's "
+			       "verification (plan, open, first reads, wake-ups), %.1f%% from it "
+			       "to their last page's end (%.2f of %u threads busy then), %.1f%% "
+			       "after it (last copy, row, closes)\n", tag, 100.0 * before / run_ns,
+			       100.0 * span / run_ns, hash_ns / span, st->verify_threads,
+			       100.0 * tail / run_ns);
+	}
 }
 
 /* Where the transfer thread's time went in the fetches (engine stats). */
@@ -1251,6 +1264,9 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
 	sum->fetch_verify_groups_max = after->fetch_verify_groups_max;
 	sum->fetch_windows_read_here +=
 		after->fetch_windows_read_here - before->fetch_windows_read_here;
+	sum->fetch_verify_lead_ns += after->fetch_verify_lead_ns - before->fetch_verify_lead_ns;
+	sum->fetch_verify_span_ns += after->fetch_verify_span_ns - before->fetch_verify_span_ns;
+	sum->fetch_verify_tail_ns += after->fetch_verify_tail_ns - before->fetch_verify_tail_ns;
 	sum->verify_threads = after->verify_threads;
 }
 
@@ -1271,7 +1287,6 @@ static int bench_warm(struct bench *b)
 	static double fetch_ns[BENCH_ROUNDS_MAX], store_ns[BENCH_ROUNDS_MAX];
 	static double h2d_ns[BENCH_ROUNDS_MAX], d2h_ns[BENCH_ROUNDS_MAX];
 	static double read_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
-	static double busy[BENCH_ROUNDS_MAX];
 	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
 			  b->g.row_record_bytes) * b->a.records;
 	uint64_t device = 0, ns, copy_before, whole_ns = 0;
@@ -1279,7 +1294,7 @@ static int bench_warm(struct bench *b)
 	double *lat = malloc(lat_count * sizeof(double));
 	double *bulk_lat = malloc(lat_count * sizeof(double));
 	struct shard_slab_pool host = { 0 };
-	struct shard_engine_stats st, rt_before, rt = { 0 }, none = { 0 };
+	struct shard_engine_stats st, rt_before, rt = { 0 }, none = { 0 }, round_rt = { 0 };
 	struct shard_warm_stats ws;
 	int ret;
 
@@ -1349,21 +1364,34 @@ static int bench_warm(struct bench *b)
 				read_ns[at] = (double)ns;
 				/* The read-throughs' share of the fetch stats (timed rounds). */
 				shard_engine_stats(b->engine, &st);
-				if (r >= b->a.warmup) {
+				round_rt = (struct shard_engine_stats){ 0 };
+				add_fetch_stats(&round_rt, &rt_before, &st);
+				if (r >= b->a.warmup)
 					add_fetch_stats(&rt, &rt_before, &st);
-					busy[at] = (double)(st.fetch_hash_ns - rt_before.fetch_hash_ns) /
-						   (double)(st.fetch_run_ns - rt_before.fetch_run_ns + 1);
-				}
 			} else if (!ret) {
 				ret = raw_round_of(b, false, round, &ns);
 				raw_read_ns[at] = (double)ns;
 			}
 		}
+		/*
+		 * Each round's read-through: its time, the verification's threads
+		 * busy over it, and its fetches' time before their first page's
+		 * verification, from it to their last page's end (threads busy
+		 * then) and after it: what makes a slow round slow.
+		 */
 		if (!ret && r >= b->a.warmup)
 			printf("%s: round %u, %s first: read-through %.2f ms (%.2f threads busy "
-			       "verifying), raw read %.2f ms, ratio %.3f\n", b->tag, at,
+			       "verifying; fetches %.2f ms before the first page, %.2f ms to the "
+			       "last page's end with %.2f busy, %.2f ms after), raw read %.2f ms, "
+			       "ratio %.3f\n", b->tag, at,
 			       r % 2 == 1 ? "read-through" : "raw read", read_ns[at] / 1e6,
-			       busy[at], raw_read_ns[at] / 1e6, raw_read_ns[at] / read_ns[at]);
+			       (double)round_rt.fetch_hash_ns / (double)(round_rt.fetch_run_ns + 1),
+			       (double)round_rt.fetch_verify_lead_ns / 1e6,
+			       (double)round_rt.fetch_verify_span_ns / 1e6,
+			       (double)round_rt.fetch_hash_ns /
+				       (double)(round_rt.fetch_verify_span_ns + 1),
+			       (double)round_rt.fetch_verify_tail_ns / 1e6, raw_read_ns[at] / 1e6,
+			       raw_read_ns[at] / read_ns[at]);
 		if (!ret)
 			ret = warm_unlink_round(b, round, false);
 	}
