@@ -1516,6 +1516,10 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "\nwarm: store into warm slots (device copies) "));
 	assert_non_null(strstr(r->out, "\nwarm: one restore at a time: p50 "));
 	assert_non_null(strstr(r->out, "; a restore's fixed cost about "));
+	/* each round's read-through beside its raw read, each side first in turn */
+	assert_non_null(strstr(r->out, "warm: round 0, raw read first: read-through "));
+	assert_non_null(strstr(r->out, "\nwarm: round 1, read-through first: read-through "));
+	assert_non_null(strstr(r->out, "\nwarm: read-through ratio by order: "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	/* two ranks sharing the device, each reporting */
 	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
