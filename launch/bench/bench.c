@@ -67,6 +67,8 @@ struct bench_args {
 	uint32_t window_pages;
 	uint64_t read_ahead;
 	uint32_t ranks;   /* restore, startup */
+	uint32_t pre_reads; /* warm: untimed reads of a round's files (WARM_PRE_READS) */
+	bool pre_reads_set; /* --pre-reads given */
 	bool durable;
 	bool keep;        /* startup */
 	bool cold;        /* startup */
@@ -1123,9 +1125,10 @@ static void report_warm(const char *tag, const char *what, const char *bulk_what
  * for dd on the VM), so without them whichever side went first paid it
  * (on the VM the read-through's ratio was 0.45 over its rounds first
  * against 1.18 over those raw first); after two, a third read runs as
- * the second did, so both timed sides meet the same page cache.
+ * the second did, so both timed sides meet the same page cache
+ * (--pre-reads N sets it, 0 to see the difference).
  */
-#define WARM_PRE_READS 2
+#define WARM_PRE_READS 2u
 
 /*
  * The read-through's ratio over the rounds that read through first (odd
@@ -1149,7 +1152,7 @@ static void report_warm_order(const struct bench *b, const double *read_ns,
 	       "%.3f over %u raw read first (the files read %u times untimed first; each "
 	       "side after the same %u ms pause, Selene idle)\n", b->tag,
 	       n[1] ? raw[1] / sel[1] : 0.0, n[1], launch_plural(n[1], "round", "rounds"),
-	       n[0] ? raw[0] / sel[0] : 0.0, n[0], WARM_PRE_READS, WARM_READ_SETTLE_MS);
+	       n[0] ? raw[0] / sel[0] : 0.0, n[0], b->a.pre_reads, WARM_READ_SETTLE_MS);
 }
 
 /*
@@ -1352,7 +1355,7 @@ static int bench_warm(struct bench *b)
 		 * Read-through and raw read of the same files, each after the
 		 * same settling (warm_read_settle), odd rounds read-through first.
 		 */
-		for (int pre = 0; !ret && pre < WARM_PRE_READS; pre++)
+		for (uint32_t pre = 0; !ret && pre < b->a.pre_reads; pre++)
 			ret = raw_round_of(b, false, round, &ns); /* untimed */
 		for (int side = 0; !ret && side < 2; side++) {
 			bool through = (side == 0) == (r % 2 == 1);
@@ -1490,10 +1493,10 @@ static void bench_usage(FILE *out)
 		"  store's rate is its device copies (the engine's own time). Then each\n"
 		"  round is dropped from the slots and restored by read-through (files ->\n"
 		"  warm slots, verified there -> device), beside raw O_DIRECT reads of the\n"
-		"  same record files (--dir: where; e.g. /dev/shm), both after two\n"
-		"  untimed reads of the files, each after the engine is idle (no job in\n"
-		"  flight, every file whole) and a 50 ms pause, either side first in\n"
-		"  turn; a line a round, and the ratio by order.\n"
+		"  same record files (--dir: where; e.g. /dev/shm), both after\n"
+		"  --pre-reads untimed reads of the files, each after the engine is idle\n"
+		"  (no job in flight, every file whole) and a 50 ms pause, either side\n"
+		"  first in turn; a line a round, and the ratio by order.\n"
 		"  Also one restore at a time (p50, beside a bulk copy of one record's\n"
 		"  bytes: the difference is a restore's fixed cost). --ranks N: N\n"
 		"  processes on the same device (default 1), each its own engine and\n"
@@ -1556,6 +1559,10 @@ static void bench_usage(FILE *out)
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
 		"  --read-ahead SIZE  bytes a fetch keeps reading ahead (default: the engine's)\n"
+		"  --pre-reads N      warm: untimed reads of a round's files before its\n"
+		"                     timed read-through and raw read (default 2, 0 to 8;\n"
+		"                     the first read of a freshly written tmpfs file is\n"
+		"                     the slowest)\n"
 		"  --chain            fetch: each round's records are one chain (record i\n"
 		"                     the parent of i + 1) restored as one job, as a long\n"
 		"                     prefix is, instead of one job a record\n"
@@ -1700,13 +1707,15 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "keep", no_argument, NULL, 'K' },
 		{ "cold", no_argument, NULL, 'C' },
 		{ "chain", no_argument, NULL, 'H' },
+		{ "pre-reads", required_argument, NULL, 'P' },
 		{ "manager", required_argument, NULL, 'M' },
 		{ "pool-secret", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
 				  .planes = 36, .plane_bytes = 65536, .row_bytes = 1 << 20,
-				  .pages = 64, .rounds = 12, .durable = true } };
+				  .pages = 64, .rounds = 12, .durable = true,
+				  .pre_reads = WARM_PRE_READS } };
 	const char *what;
 	char cmd[48];
 	int opt, which = 0;
@@ -1763,6 +1772,10 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'K': b.a.keep = true; break;
 		case 'C': b.a.cold = true; break;
 		case 'H': b.a.chain = true; break;
+		case 'P': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 0, 8,
+						 &b.a.pre_reads);
+			b.a.pre_reads_set = true;
+			break;
 		case 'M': b.a.pool_manager = optarg; break;
 		case 'S': b.a.pool_secret = optarg; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
@@ -1784,6 +1797,10 @@ int launch_cmd_bench(int argc, char **argv)
 	    (strcmp(what, "pool") != 0 || !b.a.pool_manager || !b.a.pool_secret)) {
 		fprintf(stderr, "selene %s: --manager and --pool-secret go together, with bench "
 			"pool\n", cmd);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (b.a.pre_reads_set && strcmp(what, "warm") != 0) {
+		fprintf(stderr, "selene %s: --pre-reads is for bench warm\n", cmd);
 		return LAUNCH_EXIT_USAGE;
 	}
 	/* one chain is one fetch job: its records and pages within a job's */
