@@ -239,6 +239,13 @@ struct shard_engine {
 		uint64_t end_copy_ns, end_row_ns, end_close_ns;
 		uint64_t windows_read_here;
 		uint64_t warm_pipelined;
+		uint64_t lead_ns, span_ns, tail_ns;
+		/*
+		 * The running fetch's first page verification's start and last
+		 * one's end (verify_unit, on any verifying thread), or
+		 * UINT64_MAX and 0 before any.
+		 */
+		uint64_t unit_first, unit_last;
 	} fetch_clock;
 };
 
@@ -604,6 +611,9 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.fetch_bytes_verified = e->fetch_clock.bytes_verified;
 	e->stats.fetch_verify_groups_max = e->fetch_clock.verify_groups_max;
 	e->stats.fetch_windows_read_here = e->fetch_clock.windows_read_here;
+	e->stats.fetch_verify_lead_ns = e->fetch_clock.lead_ns;
+	e->stats.fetch_verify_span_ns = e->fetch_clock.span_ns;
+	e->stats.fetch_verify_tail_ns = e->fetch_clock.tail_ns;
 	e->stats.fetch_warm_pipelined = e->fetch_clock.warm_pipelined;
 	e->stats.fetch_end_copy_ns = e->fetch_clock.end_copy_ns;
 	e->stats.fetch_end_row_ns = e->fetch_clock.end_row_ns;
@@ -1334,13 +1344,24 @@ struct fetch_group {
 static void verify_unit(void *ctx, uint32_t u)
 {
 	struct fetch_group *g = ctx;
-	uint64_t t = sel_monotonic_ns();
+	struct fetch_clock *clock = &g->w[0].e->fetch_clock;
+	uint64_t t = sel_monotonic_ns(), end, seen;
 	uint32_t j = 0;
 
 	while (u >= g->units_before[j + 1])
 		j++;
 	verify_page(&g->w[j], u - g->units_before[j]);
-	__atomic_fetch_add(&g->hash_ns, sel_monotonic_ns() - t, __ATOMIC_RELAXED);
+	end = sel_monotonic_ns();
+	__atomic_fetch_add(&g->hash_ns, end - t, __ATOMIC_RELAXED);
+	/* The fetch's verification span (run_fetch adds it up). */
+	seen = __atomic_load_n(&clock->unit_first, __ATOMIC_RELAXED);
+	while (t < seen && !__atomic_compare_exchange_n(&clock->unit_first, &seen, t, false,
+							__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	seen = __atomic_load_n(&clock->unit_last, __ATOMIC_RELAXED);
+	while (end > seen && !__atomic_compare_exchange_n(&clock->unit_last, &seen, end, false,
+							  __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
 }
 
 /*
@@ -1793,6 +1814,8 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	bool more = true, partial;
 	uint64_t start = sel_monotonic_ns(), end, row_at, close_at;
 
+	__atomic_store_n(&e->fetch_clock.unit_first, UINT64_MAX, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->fetch_clock.unit_last, 0, __ATOMIC_RELAXED);
 	partial = fetch_plan(e, job);
 	if (partial)
 		fetch_warm_copies(e, job, o);
@@ -1911,8 +1934,20 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	fetch_settle_reads(e, job, o);
 	if (partial && !o->result)
 		shard_warm_note_partial(&e->warm); /* a partial hit is a restore served */
-	e->fetch_clock.end_ns += sel_monotonic_ns() - end;
-	e->fetch_clock.run_ns += sel_monotonic_ns() - start;
+	close_at = sel_monotonic_ns();
+	e->fetch_clock.end_ns += close_at - end;
+	e->fetch_clock.run_ns += close_at - start;
+	{
+		/* Every group is done (fetch_checks_drain): no unit runs now. */
+		uint64_t first = __atomic_load_n(&e->fetch_clock.unit_first, __ATOMIC_RELAXED);
+		uint64_t last = __atomic_load_n(&e->fetch_clock.unit_last, __ATOMIC_RELAXED);
+
+		if (first != UINT64_MAX && first >= start && last >= first && close_at >= last) {
+			e->fetch_clock.lead_ns += first - start;
+			e->fetch_clock.span_ns += last - first;
+			e->fetch_clock.tail_ns += close_at - last;
+		}
+	}
 }
 
 /* This rank's record file of the key, sent as its share of a pool put. */
@@ -2451,6 +2486,8 @@ void shard_engine_stats(struct shard_engine *e, struct shard_engine_stats *out)
 {
 	pthread_mutex_lock(&e->lock);
 	*out = e->stats;
+	/* Unpolled less completed (with a hook, completions are never polled). */
+	out->jobs_in_flight = e->unpolled - e->completion_count;
 	pthread_mutex_unlock(&e->lock);
 	out->disk_engine = rec_disk_engine(e->disk);
 	out->io_workers = rec_disk_io_workers(e->disk);

@@ -233,6 +233,12 @@ struct shard_completion {
 struct shard_engine_stats {
 	uint64_t jobs_done;
 	uint64_t jobs_failed;
+	/*
+	 * Jobs submitted and not yet completed (queued or running) when the
+	 * stats were taken: 0 means the engine is idle, every copy and disk
+	 * request of its jobs done (a job completes only after them).
+	 */
+	uint32_t jobs_in_flight;
 	uint64_t bytes_stored;
 	uint64_t bytes_fetched;
 	uint64_t queue_full;
@@ -296,6 +302,17 @@ struct shard_engine_stats {
 	 * memory-backed directory), each page in chunks hashed while in cache.
 	 */
 	uint64_t fetch_windows_read_here;
+	/*
+	 * Where the verifying threads' idle time falls, summed over the
+	 * fetches that verified pages: from a fetch's start to its first
+	 * page's verification (the plan, the first open, the first windows
+	 * issued, a helper's wake-up: no thread verifies), from its first
+	 * page's start to its last page's end (the span: fetch_hash_ns over
+	 * it is how many threads were busy while there was verification to
+	 * do), and from its last page's end to the fetch's end (its last
+	 * copy, the row, the closes).
+	 */
+	uint64_t fetch_verify_lead_ns, fetch_verify_span_ns, fetch_verify_tail_ns;
 	/*
 	 * Fetches of warm records whose copies were issued while the fetch
 	 * before them was still in flight (pipelined, docs/DESIGN.md section 6).

@@ -1529,12 +1529,18 @@ static void test_cli_bench_cleans_up(void **state)
 	/* the warm tier beside bulk copies, every fetch a warm hit */
 	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
 				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
-				       "--records", "2", "--rounds", "2", "--dir", dir, NULL });
+				       "--records", "2", "--rounds", "2", "--pre-reads", "0", "--dir",
+				       dir, NULL });
 	expect(r, 0, "warm: restore from warm slots ");
 	assert_non_null(strstr(r->out, ", bulk host to device "));
 	assert_non_null(strstr(r->out, "\nwarm: store into warm slots (device copies) "));
 	assert_non_null(strstr(r->out, "\nwarm: one restore at a time: p50 "));
 	assert_non_null(strstr(r->out, "; a restore's fixed cost about "));
+	/* each round's read-through beside its raw read, each side first in turn */
+	assert_non_null(strstr(r->out, "warm: round 0, raw read first: read-through "));
+	assert_non_null(strstr(r->out, "\nwarm: round 1, read-through first: read-through "));
+	assert_non_null(strstr(r->out, "\nwarm: read-through ratio by order: "));
+	assert_non_null(strstr(r->out, "(the files read 0 times untimed first; "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	/* two ranks sharing the device, each reporting */
 	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
@@ -1551,6 +1557,8 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 2, "--chain is for bench fetch, with at most 4096 records");
 	run(r, NULL, (const char *[]){ "bench", "store", "--chain", "--dir", dir, NULL });
 	expect(r, 2, "--chain is for bench fetch");
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--pre-reads", "0", dir, NULL });
+	expect(r, 2, "--pre-reads is for bench warm");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");

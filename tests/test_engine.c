@@ -523,7 +523,9 @@ static void test_engine_fetch_verifies_landed_windows_together(void **state)
  * are read by the threads that verify them: all five windows of a
  * 20-page record, every byte and the row arrive, and a corrupt page fails
  * the fetch naming it; with SELENE_FETCH_READS_HERE=0 the disk thread
- * reads every window. Skipped where the directory is not memory-backed.
+ * reads every window. The fetch's run splits into the time before its
+ * first page's verification, its span and the time after its last
+ * (fetch_verify_*_ns). Skipped where the directory is not memory-backed.
  */
 static void test_engine_fetch_reads_memory_backed_here(void **state)
 {
@@ -554,6 +556,12 @@ static void test_engine_fetch_reads_memory_backed_here(void **state)
 	shard_engine_stats(f->engine, &after);
 	assert_int_equal(after.fetch_windows - before.fetch_windows, 5);
 	assert_int_equal(after.fetch_windows_read_here - before.fetch_windows_read_here, 5);
+	/* Its time before, during and after its pages' verification is its run. */
+	assert_true(after.fetch_verify_span_ns > before.fetch_verify_span_ns);
+	assert_int_equal(after.fetch_verify_lead_ns - before.fetch_verify_lead_ns +
+				 after.fetch_verify_span_ns - before.fetch_verify_span_ns +
+				 after.fetch_verify_tail_ns - before.fetch_verify_tail_ns,
+			 after.fetch_run_ns - before.fetch_run_ns);
 
 	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest,
 					 0, 20, 99), 0);

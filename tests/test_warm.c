@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -734,6 +735,59 @@ static void test_warm_store_leaves_staging(void **state)
 	shard_engine_close(f->engine);
 	f->engine = NULL;
 	f->dev = host;
+}
+
+/*
+ * A warm store that writes its file completes only once the file is
+ * committed, its first write held on the disk meanwhile: until then it is
+ * a job in flight (jobs_in_flight), at its completion the file is whole
+ * and nothing is in flight; a job completed and not yet polled is not in
+ * flight either.
+ */
+static void test_warm_store_done_with_its_file(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_engine_stats st;
+	struct shard_completion c;
+	struct rec_key a;
+	struct rec_header h;
+	uint32_t ids[7];
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = 1,
+				       .warm = SHARD_STORE_WARM };
+	char name[REC_FILE_NAME_BYTES], path[1200];
+	struct stat sb;
+	uint32_t in_flight = 1;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	for (uint32_t i = 0; i < 7; i++)
+		fill_page(f, ids[i] = 10 + i, i);
+	tu_fill(f->row_memory + (uint64_t)ROW_BYTES, ROW_BYTES, a.consumed);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &a, NULL, &a.digest, 0, 7, 99), 0);
+	rec_file_name(name, &a);
+	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(f->dir), name);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*sleep(300)"), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &job), 0);
+	shard_engine_stats(f->engine, &st);
+	assert_int_equal(st.jobs_in_flight, 1);
+	shard_engine_wait(f->engine, &c);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(c.result, 0);
+	shard_engine_stats(f->engine, &st);
+	assert_int_equal(st.jobs_in_flight, 0);
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal((uint64_t)sb.st_size, rec_geometry_file_bytes(&f->g, 7, true));
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".tmp"), 0);
+	assert_int_equal(shard_engine_noop(f->engine, ++f->next_job), 0);
+	for (int i = 0; i < 5000 && in_flight; i++) {
+		shard_engine_stats(f->engine, &st);
+		in_flight = st.jobs_in_flight;
+		if (in_flight)
+			usleep(1000);
+	}
+	assert_int_equal(in_flight, 0);
+	assert_int_equal(shard_engine_poll(f->engine, &c, 1), 1);
+	assert_int_equal(c.result, 0);
 }
 
 /* Job ids of the pipelined fetches' tests (pipe_submit and friends). */
@@ -2486,6 +2540,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_store_row_with_last_window, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_done_with_its_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),

@@ -67,6 +67,8 @@ struct bench_args {
 	uint32_t window_pages;
 	uint64_t read_ahead;
 	uint32_t ranks;   /* restore, startup */
+	uint32_t pre_reads; /* warm: untimed reads of a round's files (WARM_PRE_READS) */
+	bool pre_reads_set; /* --pre-reads given */
 	bool durable;
 	bool keep;        /* startup */
 	bool cold;        /* startup */
@@ -892,6 +894,19 @@ static void report_fetch_split(const char *tag, const struct shard_engine_stats 
 		printf("%s: verification hashed %.2f GB in %.3f thread-seconds: %.2f GB/s a "
 		       "thread, %.2f threads busy hashing on average while fetches ran\n",
 		       tag, hashed / 1e9, hash_ns / 1e9, hashed / hash_ns, hash_ns / run_ns);
+	{
+		double before = (double)(st->fetch_verify_lead_ns - w->fetch_verify_lead_ns);
+		double span = (double)(st->fetch_verify_span_ns - w->fetch_verify_span_ns);
+		double tail = (double)(st->fetch_verify_tail_ns - w->fetch_verify_tail_ns);
+
+		if (span > 0 && run_ns > 0)
+			printf("%s: of the fetches' time, %.1f%% before their first page's "
+			       "verification (plan, open, first reads, wake-ups), %.1f%% from it "
+			       "to their last page's end (%.2f of %u threads busy then), %.1f%% "
+			       "after it (last copy, row, closes)\n", tag, 100.0 * before / run_ns,
+			       100.0 * span / run_ns, hash_ns / span, st->verify_threads,
+			       100.0 * tail / run_ns);
+	}
 }
 
 /* Where the transfer thread's time went in the fetches (engine stats). */
@@ -1099,6 +1114,48 @@ static void report_warm(const char *tag, const char *what, const char *bulk_what
 }
 
 /*
+ * The quiet pause before each timed read of a round's files, on either
+ * side: both start from a host that has run nothing for as long (the
+ * first read follows the GPU steps, the second the first read).
+ */
+#define WARM_READ_SETTLE_MS 50u
+/*
+ * Untimed reads of a round's files before either timed one: the first
+ * read of a freshly written tmpfs file is slower than the next (about 20%
+ * for dd on the VM), so without them whichever side went first paid it
+ * (on the VM the read-through's ratio was 0.45 over its rounds first
+ * against 1.18 over those raw first); after two, a third read runs as
+ * the second did, so both timed sides meet the same page cache
+ * (--pre-reads N sets it, 0 to see the difference).
+ */
+#define WARM_PRE_READS 2u
+
+/*
+ * The read-through's ratio over the rounds that read through first (odd
+ * timed rounds, with no warm-up: the round number's parity) and over those
+ * that read raw first: a side that pays for going first shows here.
+ */
+static void report_warm_order(const struct bench *b, const double *read_ns,
+			      const double *raw_read_ns)
+{
+	double sel[2] = { 0, 0 }, raw[2] = { 0, 0 };
+	uint32_t n[2] = { 0, 0 };
+
+	for (uint32_t at = 0; at < b->a.rounds; at++) {
+		int first = (at + b->a.warmup) % 2 == 1; /* 1: read-through first */
+
+		sel[first] += read_ns[at];
+		raw[first] += raw_read_ns[at];
+		n[first]++;
+	}
+	printf("%s: read-through ratio by order: %.3f over %u %s read-through first, "
+	       "%.3f over %u raw read first (the files read %u times untimed first; each "
+	       "side after the same %u ms pause, Selene idle)\n", b->tag,
+	       n[1] ? raw[1] / sel[1] : 0.0, n[1], launch_plural(n[1], "round", "rounds"),
+	       n[0] ? raw[0] / sel[0] : 0.0, n[0], b->a.pre_reads, WARM_READ_SETTLE_MS);
+}
+
+/*
  * One restore at a time from warm slots: each record's fetch timed from its
  * submit to its completion (nothing else queued), into lat; beside it, one
  * bulk host to device copy of a record's bytes, into bulk_lat. Their
@@ -1134,6 +1191,54 @@ static int warm_latency_round(struct bench *b, uint32_t round, uint64_t device,
 	return ret;
 }
 
+/*
+ * Before each timed read of round's files: the engine idle (no job queued
+ * or running: every store has committed its file, every drop has run),
+ * before a read-through (through) no record warm (it reads every file), and
+ * each record file whole on the disk; then the quiet pause. -EBUSY (and a
+ * line saying what) when the engine is not idle, -EIO when a file is not
+ * whole; a bench that fails here measured nothing.
+ */
+static int warm_read_settle(struct bench *b, uint32_t round, bool through)
+{
+	struct shard_engine_stats st;
+	struct shard_warm_stats ws;
+	struct timespec pause = { .tv_sec = WARM_READ_SETTLE_MS / 1000,
+				  .tv_nsec = (long)(WARM_READ_SETTLE_MS % 1000) * 1000000L };
+
+	shard_engine_stats(b->engine, &st);
+	if (st.jobs_in_flight) {
+		fprintf(stderr, "selene bench %s: %u engine %s still in flight before a timed "
+			"read\n", b->tag, st.jobs_in_flight,
+			launch_plural(st.jobs_in_flight, "job", "jobs"));
+		return -EBUSY;
+	}
+	shard_engine_warm_stats(b->engine, &ws);
+	if (through && ws.records) {
+		fprintf(stderr, "selene bench %s: %" PRIu64 " records still warm before a timed "
+			"read-through\n", b->tag, ws.records);
+		return -EBUSY;
+	}
+	for (uint32_t i = 0; i < b->a.records; i++) {
+		struct rec_key key;
+		struct stat sb;
+		char name[REC_FILE_NAME_BYTES], path[1200];
+
+		record_key(&key, b, round, i);
+		rec_file_name(name, &key);
+		snprintf(path, sizeof(path), "%s/%s", rec_dir_path(b->dir), name);
+		errno = 0;
+		if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != b->record_bytes) {
+			fprintf(stderr, "selene bench %s: %s is not whole before a timed read "
+				"(%s)\n", b->tag, path, errno ? strerror(errno) : "short");
+			return -EIO;
+		}
+	}
+	while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
+		;
+	return 0;
+}
+
 /* The median of count values (sorted in place). */
 static double median(double *v, uint64_t count)
 {
@@ -1162,6 +1267,9 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
 	sum->fetch_verify_groups_max = after->fetch_verify_groups_max;
 	sum->fetch_windows_read_here +=
 		after->fetch_windows_read_here - before->fetch_windows_read_here;
+	sum->fetch_verify_lead_ns += after->fetch_verify_lead_ns - before->fetch_verify_lead_ns;
+	sum->fetch_verify_span_ns += after->fetch_verify_span_ns - before->fetch_verify_span_ns;
+	sum->fetch_verify_tail_ns += after->fetch_verify_tail_ns - before->fetch_verify_tail_ns;
 	sum->verify_threads = after->verify_threads;
 }
 
@@ -1189,7 +1297,7 @@ static int bench_warm(struct bench *b)
 	double *lat = malloc(lat_count * sizeof(double));
 	double *bulk_lat = malloc(lat_count * sizeof(double));
 	struct shard_slab_pool host = { 0 };
-	struct shard_engine_stats st, rt_before, rt = { 0 }, none = { 0 };
+	struct shard_engine_stats st, rt_before, rt = { 0 }, none = { 0 }, round_rt = { 0 };
 	struct shard_warm_stats ws;
 	int ret;
 
@@ -1243,22 +1351,50 @@ static int bench_warm(struct bench *b)
 						 bulk_lat + (uint64_t)at * b->a.records);
 		if (!ret)
 			ret = warm_unlink_round(b, round, true);
-		shard_engine_stats(b->engine, &rt_before);
-		if (!ret && r % 2 == 1) {
-			ret = selene_round(b, round, submit_read_through, 11, &ns);
-			read_ns[at] = (double)ns;
+		/*
+		 * Read-through and raw read of the same files, each after the
+		 * same settling (warm_read_settle), odd rounds read-through first.
+		 */
+		for (uint32_t pre = 0; !ret && pre < b->a.pre_reads; pre++)
+			ret = raw_round_of(b, false, round, &ns); /* untimed */
+		for (int side = 0; !ret && side < 2; side++) {
+			bool through = (side == 0) == (r % 2 == 1);
+
+			ret = warm_read_settle(b, round, through);
+			if (!ret && through) {
+				shard_engine_stats(b->engine, &rt_before);
+				ret = selene_round(b, round, submit_read_through, 11, &ns);
+				read_ns[at] = (double)ns;
+				/* The read-throughs' share of the fetch stats (timed rounds). */
+				shard_engine_stats(b->engine, &st);
+				round_rt = (struct shard_engine_stats){ 0 };
+				add_fetch_stats(&round_rt, &rt_before, &st);
+				if (r >= b->a.warmup)
+					add_fetch_stats(&rt, &rt_before, &st);
+			} else if (!ret) {
+				ret = raw_round_of(b, false, round, &ns);
+				raw_read_ns[at] = (double)ns;
+			}
 		}
-		if (!ret)
-			ret = raw_round_of(b, false, round, &ns);
-		raw_read_ns[at] = (double)ns;
-		if (!ret && r % 2 == 0) {
-			ret = selene_round(b, round, submit_read_through, 11, &ns);
-			read_ns[at] = (double)ns;
-		}
-		/* The read-throughs' share of the engine's fetch stats (timed rounds). */
-		shard_engine_stats(b->engine, &st);
-		if (r >= b->a.warmup)
-			add_fetch_stats(&rt, &rt_before, &st);
+		/*
+		 * Each round's read-through: its time, the verification's threads
+		 * busy over it, and its fetches' time before their first page's
+		 * verification, from it to their last page's end (threads busy
+		 * then) and after it: what makes a slow round slow.
+		 */
+		if (!ret && r >= b->a.warmup)
+			printf("%s: round %u, %s first: read-through %.2f ms (%.2f threads busy "
+			       "verifying; fetches %.2f ms before the first page, %.2f ms to the "
+			       "last page's end with %.2f busy, %.2f ms after), raw read %.2f ms, "
+			       "ratio %.3f\n", b->tag, at,
+			       r % 2 == 1 ? "read-through" : "raw read", read_ns[at] / 1e6,
+			       (double)round_rt.fetch_hash_ns / (double)(round_rt.fetch_run_ns + 1),
+			       (double)round_rt.fetch_verify_lead_ns / 1e6,
+			       (double)round_rt.fetch_verify_span_ns / 1e6,
+			       (double)round_rt.fetch_hash_ns /
+				       (double)(round_rt.fetch_verify_span_ns + 1),
+			       (double)round_rt.fetch_verify_tail_ns / 1e6, raw_read_ns[at] / 1e6,
+			       raw_read_ns[at] / read_ns[at]);
 		if (!ret)
 			ret = warm_unlink_round(b, round, false);
 	}
@@ -1301,6 +1437,7 @@ static int bench_warm(struct bench *b)
 		report_warm(b->tag, "read-through (files -> warm slots, verified -> device)",
 			    "raw read of the same files", (double)b->record_bytes * b->a.records,
 			    read_ns, raw_read_ns, b->a.rounds);
+		report_warm_order(b, read_ns, raw_read_ns);
 		report_fetch_split("read-through", &none, &rt,
 				   (uint64_t)b->a.rounds * b->a.records);
 		printf("%s: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
@@ -1356,10 +1493,14 @@ static void bench_usage(FILE *out)
 		"  store's rate is its device copies (the engine's own time). Then each\n"
 		"  round is dropped from the slots and restored by read-through (files ->\n"
 		"  warm slots, verified there -> device), beside raw O_DIRECT reads of the\n"
-		"  same record files (--dir: where; e.g. /dev/shm). Also one restore at a\n"
-		"  time (p50, beside a bulk copy of one record's bytes: the difference is\n"
-		"  a restore's fixed cost). --ranks N: N processes on the same device\n"
-		"  (default 1), each its own engine and directory, their steps in step.\n"
+		"  same record files (--dir: where; e.g. /dev/shm), both after\n"
+		"  --pre-reads untimed reads of the files, each after the engine is idle\n"
+		"  (no job in flight, every file whole) and a 50 ms pause, either side\n"
+		"  first in turn; a line a round, and the ratio by order.\n"
+		"  Also one restore at a time (p50, beside a bulk copy of one record's\n"
+		"  bytes: the difference is a restore's fixed cost). --ranks N: N\n"
+		"  processes on the same device (default 1), each its own engine and\n"
+		"  directory, their steps in step.\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
@@ -1418,6 +1559,10 @@ static void bench_usage(FILE *out)
 		"  --no-durable       skip fdatasync and directory fsync on both sides\n"
 		"  --window-pages N   pages per staging window (default: the engine's)\n"
 		"  --read-ahead SIZE  bytes a fetch keeps reading ahead (default: the engine's)\n"
+		"  --pre-reads N      warm: untimed reads of a round's files before its\n"
+		"                     timed read-through and raw read (default 2, 0 to 8;\n"
+		"                     the first read of a freshly written tmpfs file is\n"
+		"                     the slowest)\n"
 		"  --chain            fetch: each round's records are one chain (record i\n"
 		"                     the parent of i + 1) restored as one job, as a long\n"
 		"                     prefix is, instead of one job a record\n"
@@ -1562,13 +1707,15 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "keep", no_argument, NULL, 'K' },
 		{ "cold", no_argument, NULL, 'C' },
 		{ "chain", no_argument, NULL, 'H' },
+		{ "pre-reads", required_argument, NULL, 'P' },
 		{ "manager", required_argument, NULL, 'M' },
 		{ "pool-secret", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bench b = { .a = { .dir = BENCH_DIR_DEFAULT, .device = "auto",
 				  .planes = 36, .plane_bytes = 65536, .row_bytes = 1 << 20,
-				  .pages = 64, .rounds = 12, .durable = true } };
+				  .pages = 64, .rounds = 12, .durable = true,
+				  .pre_reads = WARM_PRE_READS } };
 	const char *what;
 	char cmd[48];
 	int opt, which = 0;
@@ -1625,6 +1772,10 @@ int launch_cmd_bench(int argc, char **argv)
 		case 'K': b.a.keep = true; break;
 		case 'C': b.a.cold = true; break;
 		case 'H': b.a.chain = true; break;
+		case 'P': ok = launch_option_u32(cmd, flag, optarg, LAUNCH_COUNT, 0, 8,
+						 &b.a.pre_reads);
+			b.a.pre_reads_set = true;
+			break;
 		case 'M': b.a.pool_manager = optarg; break;
 		case 'S': b.a.pool_secret = optarg; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
@@ -1646,6 +1797,10 @@ int launch_cmd_bench(int argc, char **argv)
 	    (strcmp(what, "pool") != 0 || !b.a.pool_manager || !b.a.pool_secret)) {
 		fprintf(stderr, "selene %s: --manager and --pool-secret go together, with bench "
 			"pool\n", cmd);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (b.a.pre_reads_set && strcmp(what, "warm") != 0) {
+		fprintf(stderr, "selene %s: --pre-reads is for bench warm\n", cmd);
 		return LAUNCH_EXIT_USAGE;
 	}
 	/* one chain is one fetch job: its records and pages within a job's */
