@@ -1811,7 +1811,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	struct fetch_checks checks, *c = &checks;
 	uint64_t stride = e->geometry.page_record_bytes;
 	uint32_t issued = 0, done = 0, ahead;
-	bool more = true, partial;
+	bool more = true, partial, into_warm, copies_unawaited = false;
 	uint64_t start = sel_monotonic_ns(), end, row_at, close_at;
 
 	__atomic_store_n(&e->fetch_clock.unit_first, UINT64_MAX, __ATOMIC_RELAXED);
@@ -1882,11 +1882,22 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 				break;
 			fetch_submit_landed(e, l, windows, issued, c);
 		}
-		if (copy_finish(e, &copying, o) ||
+		/*
+		 * A window read through into warm slots is copied from those
+		 * slots, not from its stage, and nothing writes them until the
+		 * fetch ends: its copy is not waited for here (the stage may be
+		 * read into again while it runs), and the fetch waits for all
+		 * of them once, before it settles or reports anything.
+		 */
+		into_warm = e->fetch_tier[w->record] == TIER_READ;
+		if ((!into_warm && copy_finish(e, &copying, o)) ||
 		    copy_start(e, l, s, job->page_ids + w->dest, w->count, o))
 			break;
 		e->fetch_clock.copy_ns += sel_monotonic_ns() - t;
-		copying = (int)(done % SHARD_STAGES);
+		if (into_warm)
+			copies_unawaited = true;
+		else
+			copying = (int)(done % SHARD_STAGES);
 		o->bytes += stride * w->count;
 		done++;
 	}
@@ -1895,8 +1906,11 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 	end = sel_monotonic_ns();
 	/* Also after a failure: staging is scrubbed only once no copy reads it. */
 	copy_finish(e, &copying, o);
-	/* The warm records' copies, where no window's wait synchronized them. */
-	if (partial) {
+	/*
+	 * The warm records' copies and the read-through windows', where no
+	 * window's wait synchronized them.
+	 */
+	if (partial || copies_unawaited) {
 		int drained = shard_device_synchronize(e->device);
 
 		if (drained && !o->result)

@@ -385,6 +385,47 @@ static void check_chain(struct fixture *f, uint32_t skip, const struct rec_key *
 }
 
 /*
+ * A read-through copies each window from the warm slots it was read into
+ * without waiting for that copy: on a device whose copies run only at a
+ * synchronize, a chain of five windows read through is waited for once
+ * for its pages (and once for its row), and restores byte-exact.
+ */
+static void test_warm_read_through_waits_once(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct rec_key a, b, c;
+	struct shard_chain_record chain[3];
+	struct shard_warm_stats ws;
+	uint32_t syncs;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12, 2);
+	make_key(&c, 64 * 16 + 5, 3);
+	assert_int_equal(store(f, &a, NULL, 10, 1, false), 0);
+	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
+	assert_int_equal(store(f, &c, &b, 30, 3, false), 0);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	chain[2] = (struct shard_chain_record){ c, 12, 4 };
+	poison(f);
+	syncs = d.synchronize_calls;
+	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
+	/* windows of 4 pages: 4 + 3, 4 + 1, 4; then the row's copy */
+	assert_int_equal(d.synchronize_calls - syncs, 2);
+	check_chain(f, 0, &c);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 3);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
+/*
  * Read-through on the engine: a cold chain read with read_through lands in
  * warm slots (pages of every record, the last one's row) and restores
  * again with every file read failing; a chain warm in part restores its
@@ -2535,6 +2576,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_read_through_waits_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_row_with_last_window, setup,
