@@ -113,7 +113,10 @@
 	  "(sleep: a read that takes long)")                                 \
 	X(POOL_ARENA_MAP, "pool.arena_map",                                  \
 	  "before a rank maps its manager's arena for same-host claims "     \
-	  "(return: the mapping fails; the rank's claims stream)")
+	  "(return: the mapping fails; the rank's claims stream)")           \
+	X(POOL_EXPORT_COPY, "pool.export_copy",                              \
+	  "before a rank builds its share of a GPU checkpoint's export "     \
+	  "(return: the share fails; sleep: a copy that takes long)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

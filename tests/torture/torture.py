@@ -117,6 +117,8 @@ CANNOT_FIRE = {
     ("pool.rx_data", "*", "peer"): "the loops attach no pool (tests/test_pool.c fires it)",
     ("pool.arena_map", "*", "rank0"): "the loops attach no pool (make qualify's pool phase fires it)",
     ("pool.arena_map", "*", "peer"): "the loops attach no pool (make qualify's pool phase fires it)",
+    ("pool.export_copy", "*", "rank0"): "the loops attach no pool (tests/test_pool_gpu_export.c fires it)",
+    ("pool.export_copy", "*", "peer"): "the loops attach no pool (tests/test_pool_gpu_export.c fires it)",
     ("peer.socket", "*", "rank0"): "rank zero runs no peer agent",
     ("peer.dup", "*", "rank0"): "rank zero runs no peer agent",
     ("peer.resolve", "*", "rank0"): "rank zero runs no peer agent",
