@@ -606,6 +606,12 @@ static int pool_ranks_engine_put(void *ctx, uint64_t job_id, const struct rec_ke
 	return shard_engine_pool_put(ctx, job_id, key, put_id, share_bytes);
 }
 
+static int pool_ranks_fan_export(void *ctx, uint64_t job_id,
+				 const struct shard_pool_export_job *export)
+{
+	return coord_fanout_pool_export(ctx, job_id, export);
+}
+
 static int pool_ranks_engine_export(void *ctx, uint64_t job_id,
 				    const struct shard_pool_export_job *export)
 {
@@ -650,7 +656,8 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
 {
 	struct coord_pool_ranks ranks = s->fanout ?
 		(struct coord_pool_ranks){ .ctx = s->fanout, .put = pool_ranks_fan_put,
-					   .claim = pool_ranks_fan_claim } :
+					   .claim = pool_ranks_fan_claim,
+					   .export = pool_ranks_fan_export } :
 		(struct coord_pool_ranks){ .ctx = s->engine, .put = pool_ranks_engine_put,
 					   .claim = pool_ranks_engine_claim,
 					   .export = pool_ranks_engine_export };
@@ -681,7 +688,7 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
 						   coord_pool_grace_ns(same_host,
 								       pool_client_rtt_us(client)));
 	}
-	/* GPU checkpoint exports: one rank's engine only (the fan-out has none) */
+	/* GPU checkpoint exports: every rank's engine builds its own share */
 	coord_store_gpu_exports(&s->core, !ret && s->core.jobs_ops.pool_export != NULL);
 	return ret;
 }

@@ -453,9 +453,10 @@ uint32_t sel_poll(sel_store *store, struct sel_event *events, uint32_t max);
  * consumed count of 0, past the history, or shorter than one page;
  * -EEXIST for a checkpoint id already offered; SEL_EQUEUEFULL when
  * POOL_GPU_HOLDS_MAX (4096) are offered; -ENOTSUP for a store without a
- * pool, or with more than one rank (GPU exports are built for one rank
- * only). Offers made while the pool is detached are announced when it
- * attaches again.
+ * pool (or whose pool did not attach at open). Offers made while the pool
+ * is detached (a lost connection) are announced when it attaches again.
+ * Every rank copies its own share from its own device: the same page ids
+ * and slot on every rank, as for sel_store_publish.
  */
 int sel_gpu_hold(sel_store *store, uint64_t checkpoint, const sel_history *history,
 		 uint64_t consumed);

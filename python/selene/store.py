@@ -1078,7 +1078,7 @@ class Store:
         tokens: pages 0 .. consumed // page_tokens - 1 and a row) for export
         through the pool (sel_gpu_hold). Raises SeleneError: -EEXIST for an
         id offered already, EQUEUEFULL past 4096 offers, -ENOTSUP without an
-        attached pool or with more than one rank."""
+        attached pool."""
         checkpoint = _int("gpu_hold(): checkpoint", checkpoint, _lib.u64)
         self._own("gpu_hold()", history)
         consumed = _int("gpu_hold(): consumed", consumed, _lib.u64)
