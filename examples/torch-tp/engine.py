@@ -231,10 +231,11 @@ def report(args, sched, done, seconds, world):
     if args.pool and getattr(sched, "store_stats", None) is not None:
         st = sched.store_stats
         print("torch-tp: pool %s, %s: %d records put (%d failed), %d lookups answered, "
-              "%d restores from it (%d failed)" % (
-                  args.pool, "attached" if st.pool_attached else "not attached", st.pool_puts,
-                  st.pool_put_failures, st.pool_hits, st.pool_claims, st.pool_claim_failures),
-              flush=True)
+              "%d restores from it (%d failed), %d GPU exports pinned (%d ended, %d refused)"
+              % (args.pool, "attached" if st.pool_attached else "not attached", st.pool_puts,
+                 st.pool_put_failures, st.pool_hits, st.pool_claims, st.pool_claim_failures,
+                 sched.counts["exports"], sched.counts["exports_ended"],
+                 sched.counts["exports_refused"]), flush=True)
     if sched.sel is not None:
         summary["rule"] = [dict(tokens=t, fetch_s=round(f, 6), prefill_s=round(p, 6), fetched=x)
                            for t, f, p, x in sched.sel.decisions]
