@@ -1990,17 +1990,17 @@ static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 	if (ftruncate(fd, (off_t)layout.file_length) != 0) {
 		outcome_fail(o, -errno, 0, "a %" PRIu64 "-byte export image: %s",
 			     layout.file_length, strerror(errno));
-		goto close_fd;
+		goto out_close_fd;
 	}
 	image = mmap(NULL, layout.file_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (image == MAP_FAILED) {
 		outcome_fail(o, -errno, 0, "mapping the export image: %s", strerror(errno));
-		goto close_fd;
+		goto out_close_fd;
 	}
 	copies = calloc((size_t)pages * g->page_plane_count + 1, sizeof(*copies));
 	if (!copies) {
 		outcome_fail(o, -ENOMEM, 0, "the export's copy list");
-		goto unmap;
+		goto out_unmap;
 	}
 	for (uint32_t i = 0; i < pages; i++)
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
@@ -2027,7 +2027,7 @@ static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 	}
 	if (ret) {
 		device_fail(o, ret, "device to host (export)");
-		goto free_copies;
+		goto out_free_copies;
 	}
 	for (uint32_t i = 0; i < pages; i++)
 		sel_put_le64(image + layout.checksum_offset + 8ull * i,
@@ -2042,11 +2042,11 @@ static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 			     why[0] ? why : sel_strerror(ret));
 	else
 		o->bytes = layout.file_length;
-free_copies:
+out_free_copies:
 	free(copies);
-unmap:
+out_unmap:
 	munmap(image, layout.file_length);
-close_fd:
+out_close_fd:
 	close(fd);
 }
 
