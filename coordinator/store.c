@@ -354,13 +354,13 @@ int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_
 	return 0;
 }
 
-/*
- * Notes that node id (a committed record with its row) is held (add) or
- * no longer (withdraw), for the session's next HOLDS (R-POOL-71). A full
- * queue gives way to a re-announce of every record.
- */
 static uint32_t gpu_hold_find_key(const struct coord_store *s, const struct rec_key *key);
 
+/*
+ * Queues key as held (add) or no longer (withdraw) for the session's next
+ * HOLDS (R-POOL-71, R-POOL-77). A full queue gives way to a re-announce of
+ * every record and offer.
+ */
 static void pool_hold_key(struct coord_store *s, const struct rec_key *key, bool add)
 {
 	uint32_t at;
@@ -380,6 +380,10 @@ static void pool_hold_key(struct coord_store *s, const struct rec_key *key, bool
 	s->pool_holds[at].op = add ? COORD_POOL_HOLD_ADD : COORD_POOL_HOLD_WITHDRAW;
 }
 
+/*
+ * Notes that node id (a committed record with its row) is held (add) or
+ * no longer (withdraw).
+ */
 static void pool_hold_note(struct coord_store *s, uint32_t id, bool add)
 {
 	const struct rec_key *key = &coord_index_node(&s->index, id)->key;
