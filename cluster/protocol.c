@@ -55,10 +55,14 @@ static inline void put_le16(uint8_t *p, uint16_t v)
 	(CLUSTER_JOB_CLAIM_OFF_CHAIN +                                             \
 	 (uint64_t)CLUSTER_POOL_CHAIN_RECORD_BYTES * CLUSTER_JOB_CHAIN_RECORDS_MAX + \
 	 CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS + 4ull * CLUSTER_JOB_PAGE_IDS_MAX)
-/* The largest job is a pool claim's (R-WIRE-21): above a fetch and a store. */
+#define JOB_EXPORT_BYTES_MAX \
+	(CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 4ull * CLUSTER_JOB_PAGE_IDS_MAX)
+/* The largest job is a pool claim's (R-WIRE-21): above a fetch, a store and an export. */
 #define JOB_BYTES_MAX JOB_CLAIM_BYTES_MAX
 _Static_assert(JOB_CLAIM_BYTES_MAX > JOB_FETCH_BYTES_MAX &&
-		       JOB_CLAIM_BYTES_MAX > JOB_STORE_BYTES_MAX, "the claim is the largest job");
+		       JOB_CLAIM_BYTES_MAX > JOB_STORE_BYTES_MAX &&
+		       JOB_CLAIM_BYTES_MAX > JOB_EXPORT_BYTES_MAX, "the claim is the largest job");
+_Static_assert(JOB_EXPORT_BYTES_MAX == 4198425u, "PROTOCOL.md says so");
 _Static_assert(JOB_CLAIM_BYTES_MAX == 4329505u, "PROTOCOL.md says so");
 
 _Static_assert(SUMMARY_BYTES_MAX <= CLUSTER_FRAME_PAYLOAD_BYTES_MAX, "summary chunk fits");
@@ -1147,6 +1151,10 @@ static int job_check(const struct cluster_job *m)
 		return key_valid(&m->key) && m->share_bytes >= REC_HEADER_BYTES ? 0 : -EINVAL;
 	case CLUSTER_JOB_POOL_CLAIM:
 		return pool_claim_check(m);
+	case CLUSTER_JOB_POOL_EXPORT:
+		if (m->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
+			return SEL_ETOOBIG;
+		return m->record_header && (m->page_ids || !m->page_id_count) ? 0 : -EINVAL;
 	}
 	return -EINVAL;
 }
@@ -1170,6 +1178,8 @@ static uint64_t job_length(const struct cluster_job *m)
 		return CLUSTER_JOB_ATTACH_BYTES_MIN + strlen(m->pool_address);
 	case CLUSTER_JOB_POOL_PUT:
 		return CLUSTER_JOB_PUT_BYTES;
+	case CLUSTER_JOB_POOL_EXPORT:
+		return CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 4ull * m->page_id_count;
 	case CLUSTER_JOB_POOL_CLAIM:
 		return CLUSTER_JOB_CLAIM_OFF_CHAIN +
 		       (uint64_t)CLUSTER_POOL_CHAIN_RECORD_BYTES * m->chain_count +
@@ -1261,6 +1271,13 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 		break;
 	case CLUSTER_JOB_POOL_CLAIM:
 		pool_claim_encode(m, buf);
+		break;
+	case CLUSTER_JOB_POOL_EXPORT:
+		sel_put_le64(buf + CLUSTER_JOB_EXPORT_OFF_PUT_ID, m->pool_id);
+		memcpy(buf + CLUSTER_JOB_EXPORT_OFF_HEADER, m->record_header, REC_HEADER_BYTES);
+		sel_put_le32(buf + CLUSTER_JOB_EXPORT_OFF_STATE_SLOT, m->state_slot);
+		sel_put_le32(buf + CLUSTER_JOB_EXPORT_OFF_PAGE_ID_COUNT, m->page_id_count);
+		put_page_ids(buf + CLUSTER_JOB_EXPORT_OFF_PAGE_IDS, m->page_ids, m->page_id_count);
 		break;
 	}
 	return (int)length;
@@ -1390,6 +1407,28 @@ static int job_put_decode(const uint8_t *p, uint32_t length, struct cluster_job_
 	return 0;
 }
 
+static int job_export_decode(const uint8_t *p, uint32_t length,
+			     struct cluster_job_view *out, char *why, size_t why_size)
+{
+	int ret = check_at_least("JOB pool export", length, CLUSTER_JOB_EXPORT_OFF_PAGE_IDS,
+				 why, why_size);
+
+	if (ret)
+		return ret;
+	out->pool_id = sel_get_le64(p + CLUSTER_JOB_EXPORT_OFF_PUT_ID);
+	out->record_header = p + CLUSTER_JOB_EXPORT_OFF_HEADER;
+	out->state_slot = sel_get_le32(p + CLUSTER_JOB_EXPORT_OFF_STATE_SLOT);
+	out->page_id_count = sel_get_le32(p + CLUSTER_JOB_EXPORT_OFF_PAGE_ID_COUNT);
+	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
+		return PROTO_FAIL(why, why_size, "JOB pool export of %" PRIu32
+				  " page ids, at most %u (R-WIRE-21)",
+				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
+	out->page_ids = p + CLUSTER_JOB_EXPORT_OFF_PAGE_IDS;
+	return check_exact("JOB pool export", length,
+			   CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 4ull * out->page_id_count,
+			   why, why_size);
+}
+
 static int job_claim_decode(const uint8_t *p, uint32_t length, struct cluster_job_view *out,
 			    char *why, size_t why_size)
 {
@@ -1486,6 +1525,9 @@ int cluster_job_decode(const uint8_t *p, uint32_t length, struct cluster_job_vie
 	case CLUSTER_JOB_POOL_CLAIM:
 		out->kind = CLUSTER_JOB_POOL_CLAIM;
 		return job_claim_decode(p, length, out, why, why_size);
+	case CLUSTER_JOB_POOL_EXPORT:
+		out->kind = CLUSTER_JOB_POOL_EXPORT;
+		return job_export_decode(p, length, out, why, why_size);
 	}
 	return PROTO_FAIL(why, why_size, "JOB kind %u unknown (R-WIRE-21)",
 			  p[CLUSTER_JOB_OFF_KIND]);

@@ -23,7 +23,7 @@
 #include <sys/uio.h>
 
 #define CLUSTER_MAGIC "SELN"
-#define CLUSTER_VERSION 5u
+#define CLUSTER_VERSION 6u
 
 /* Frame header offsets (R-WIRE-1). */
 enum cluster_header_offset {
@@ -213,6 +213,12 @@ enum cluster_job_offset {
 	CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT = 4,
 	CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT = 8,
 	CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS = 12,
+	/* pool export: put id, then a store's record header, state slot, page ids */
+	CLUSTER_JOB_EXPORT_OFF_PUT_ID = 9,
+	CLUSTER_JOB_EXPORT_OFF_HEADER = 9 + 8,
+	CLUSTER_JOB_EXPORT_OFF_STATE_SLOT = 9 + 8 + 4096,
+	CLUSTER_JOB_EXPORT_OFF_PAGE_ID_COUNT = 9 + 8 + 4096 + 4,
+	CLUSTER_JOB_EXPORT_OFF_PAGE_IDS = 9 + 8 + 4096 + 8,
 	/* one pool chain record: a chain record, then u8 row */
 	CLUSTER_POOL_CHAIN_OFF_ROW = 32,
 	CLUSTER_POOL_CHAIN_RECORD_BYTES = 33,
@@ -605,7 +611,8 @@ enum cluster_job_kind {
 	CLUSTER_JOB_POOL_ATTACH = 6, /* open this rank's pool connection (version 5) */
 	CLUSTER_JOB_POOL_PUT = 7,    /* send this rank's share of a put (version 5) */
 	CLUSTER_JOB_POOL_CLAIM = 8,  /* receive this rank's share of a claim (version 5) */
-	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_POOL_CLAIM,
+	CLUSTER_JOB_POOL_EXPORT = 9, /* send a GPU checkpoint's share of a put (version 6) */
+	CLUSTER_JOB_KIND_LAST = CLUSTER_JOB_POOL_EXPORT,
 };
 
 /* A store's warm field is 0 .. this (enum shard_store_warm, R-WIRE-21). */
@@ -630,7 +637,7 @@ struct cluster_pool_chain_record {
 struct cluster_job {
 	uint64_t job_id;
 	enum cluster_job_kind kind;
-	const uint8_t *record_header;              /* store: REC_HEADER_BYTES */
+	const uint8_t *record_header;              /* store, export: REC_HEADER_BYTES */
 	const struct cluster_chain_record *chain;  /* fetch */
 	uint32_t chain_count;                      /* fetch: 1 .. max */
 	uint32_t skip_pages;                       /* fetch */
@@ -642,7 +649,7 @@ struct cluster_job {
 	struct rec_key key;                        /* truncate, unlink, warm drop, put */
 	uint8_t instance_id[16];                   /* pool attach: not all zero */
 	const char *pool_address;                  /* pool attach: printable, 1 .. max */
-	uint64_t pool_id;                          /* pool put: put id; claim: claim id */
+	uint64_t pool_id;                          /* pool put, export: put id; claim: claim id */
 	uint64_t share_bytes;                      /* pool put: the rank's image length */
 	const struct cluster_pool_chain_record *pool_chain; /* pool claim */
 };

@@ -123,7 +123,10 @@
 	  "connection is cut first, as a network fault would)")             \
 	X(POOL_DISK_SYNC, "pool.disk_sync",                                  \
 	  "before each sync of the pool manager's disk tier: a share file "  \
-	  "before its rename, its directory after (return: the sync fails)")
+	  "before its rename, its directory after (return: the sync fails)") \
+	X(POOL_EXPORT_COPY, "pool.export_copy",                              \
+	  "before a rank builds its share of a GPU checkpoint's export "     \
+	  "(return: the share fails; sleep: a copy that takes long)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

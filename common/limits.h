@@ -184,6 +184,13 @@
 #define POOL_EXPORTS_LIVE_MAX 4u
 /* How long the manager keeps an export it asked for (R-POOL-74). */
 #define POOL_EXPORT_MS 30000u
+/*
+ * A GPU checkpoint's export share (R-POOL-78) is built whole in host
+ * memory before it is sent: at most this many bytes a rank.
+ */
+#define POOL_GPU_EXPORT_SHARE_BYTES_MAX (1ull << 30)
+/* GPU checkpoints an engine may offer for export at once (sel_gpu_hold). */
+#define POOL_GPU_HOLDS_MAX 4096u
 
 /* RDMA for pool claims (pool/rdma.h). */
 

@@ -606,6 +606,18 @@ static int pool_ranks_engine_put(void *ctx, uint64_t job_id, const struct rec_ke
 	return shard_engine_pool_put(ctx, job_id, key, put_id, share_bytes);
 }
 
+static int pool_ranks_fan_export(void *ctx, uint64_t job_id,
+				 const struct shard_pool_export_job *export)
+{
+	return coord_fanout_pool_export(ctx, job_id, export);
+}
+
+static int pool_ranks_engine_export(void *ctx, uint64_t job_id,
+				    const struct shard_pool_export_job *export)
+{
+	return shard_engine_pool_export(ctx, job_id, export);
+}
+
 static int pool_ranks_engine_claim(void *ctx, uint64_t job_id,
 				   const struct shard_pool_claim_job *claim, uint32_t page_id_count)
 {
@@ -644,9 +656,11 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
 {
 	struct coord_pool_ranks ranks = s->fanout ?
 		(struct coord_pool_ranks){ .ctx = s->fanout, .put = pool_ranks_fan_put,
-					   .claim = pool_ranks_fan_claim } :
+					   .claim = pool_ranks_fan_claim,
+					   .export = pool_ranks_fan_export } :
 		(struct coord_pool_ranks){ .ctx = s->engine, .put = pool_ranks_engine_put,
-					   .claim = pool_ranks_engine_claim };
+					   .claim = pool_ranks_engine_claim,
+					   .export = pool_ranks_engine_export };
 	struct pool_client *client = shard_pool_link_client(s->pool_link);
 	struct coord_pool_session session;
 	struct coord_pool_ops ops;
@@ -674,6 +688,8 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
 						   coord_pool_grace_ns(same_host,
 								       pool_client_rtt_us(client)));
 	}
+	/* GPU checkpoint exports: every rank's engine builds its own share */
+	coord_store_gpu_exports(&s->core, !ret && s->core.jobs_ops.pool_export != NULL);
 	return ret;
 }
 
@@ -1073,6 +1089,77 @@ int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
 		return -ECHILD;
 	pthread_mutex_lock(&s->lock);
 	ret = coord_store_touch(&s->core, &h->history, consumed);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int sel_gpu_hold(sel_store *s, uint64_t checkpoint, const sel_history *h, uint64_t consumed)
+{
+	int ret;
+
+	if (!s || !h)
+		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_gpu_hold(&s->core, checkpoint, &h->history, consumed);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int sel_gpu_evicted(sel_store *s, uint64_t checkpoint)
+{
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_gpu_evicted(&s->core, checkpoint);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int sel_gpu_evictions_lost(sel_store *s)
+{
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_gpu_evictions_lost(&s->core);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int sel_export_pinned(sel_store *s, uint64_t export_id, const uint32_t *page_ids,
+		      uint32_t page_count, uint32_t state_slot)
+{
+	int ret;
+
+	if (!s || (!page_ids && page_count > 0))
+		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_export_pinned(&s->core, export_id, page_ids, page_count, state_slot);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int sel_export_refuse(sel_store *s, uint64_t export_id, int reason)
+{
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
+	pthread_mutex_lock(&s->lock);
+	ret = coord_store_export_refuse(&s->core, export_id, reason);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }

@@ -336,6 +336,29 @@ int coord_fanout_pool_put(struct coord_fanout *f, uint64_t job_id, const struct 
 	return 0;
 }
 
+int coord_fanout_pool_export(struct coord_fanout *f, uint64_t job_id,
+			     const struct shard_pool_export_job *export)
+{
+	uint8_t header[REC_HEADER_BYTES];
+	struct pending *p;
+	int ret;
+
+	if (is_stopped(f))
+		return SEL_ESTOPPED;
+	ret = shard_engine_pool_export(f->o.local, job_id, export);
+	if (ret)
+		return ret;
+	/* a put's kind: a failure leaves no file to clean up */
+	p = begin(f, job_id, COORD_JOB_POOL_PUT);
+	rec_header_encode(export->header, header);
+	send_all(f, p, cluster_job_encode(&(struct cluster_job){
+		.job_id = job_id, .kind = CLUSTER_JOB_POOL_EXPORT, .pool_id = export->put_id,
+		.record_header = header, .state_slot = export->state_slot,
+		.page_ids = export->page_ids, .page_id_count = export->header->tail_page_count },
+		f->frame, CLUSTER_FRAME_PAYLOAD_BYTES_MAX));
+	return 0;
+}
+
 int coord_fanout_pool_claim(struct coord_fanout *f, uint64_t job_id,
 			    const struct shard_pool_claim_job *claim, uint32_t page_id_count)
 {

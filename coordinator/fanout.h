@@ -70,6 +70,15 @@ int coord_fanout_pool_put(struct coord_fanout *fanout, uint64_t job_id,
 			  const struct rec_key *key, uint64_t put_id, uint64_t share_bytes);
 
 /*
+ * Every rank's share of a GPU checkpoint's export (R-WIRE-21's pool
+ * export, pool/PROTOCOL.md R-POOL-78): rank zero's engine, then a JOB
+ * with the header, page ids and state slot to every peer, whose share is
+ * built from its own device; completes as a put does.
+ */
+int coord_fanout_pool_export(struct coord_fanout *fanout, uint64_t job_id,
+			     const struct shard_pool_export_job *export);
+
+/*
  * Every rank's share of a pool claim (R-WIRE-21), into the same page ids
  * and state slot on every rank (page_id_count: the chain's pages after
  * skip); completes as a fetch does.

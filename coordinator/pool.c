@@ -35,6 +35,9 @@ struct pool_job {
 	struct rec_key first_key;  /* the first record past resident */
 	uint32_t first_page_index;
 	uint32_t skip_pages, page_id_count, state_slot;
+	/* a GPU export's (a put whose shares come from the devices) */
+	bool exporting;
+	uint32_t export_slot;   /* in export_ids[] */
 };
 
 struct coord_pool {
@@ -42,10 +45,15 @@ struct coord_pool {
 	struct coord_pool_session session;
 	struct coord_pool_ranks ranks;
 	uint32_t world_size;
+	uint32_t page_count;
 	uint64_t *refusals;
 	struct pool_job jobs[COORD_JOBS_MAX];
 	uint32_t *claim_ids[COORD_POOL_CLAIMS_MAX]; /* each page_count page ids */
 	bool claim_used[COORD_POOL_CLAIMS_MAX];
+	uint32_t *export_ids[COORD_POOL_GPU_EXPORTS_MAX]; /* each page_count page ids */
+	struct rec_header export_header[COORD_POOL_GPU_EXPORTS_MAX];
+	uint32_t export_state_slot[COORD_POOL_GPU_EXPORTS_MAX];
+	bool export_used[COORD_POOL_GPU_EXPORTS_MAX];
 	struct coord_pool_record *chain;            /* a grant's (scratch) */
 	struct shard_pool_record *share_chain;      /* the same, for the ranks */
 	struct shard_completion done[COORD_JOBS_MAX]; /* pool jobs ended, for poll */
@@ -72,6 +80,9 @@ static void finish(struct coord_pool *p, uint64_t job_id, int result, uint64_t b
 	SEL_ASSERT(p->done_count < COORD_JOBS_MAX);
 	if (j->step == STEP_CLAIM_ASKED || j->step == STEP_CLAIM_SHARES)
 		p->claim_used[j->claim_slot] = false;
+	if (j->exporting)
+		p->export_used[j->export_slot] = false;
+	j->exporting = false;
 	j->step = STEP_NONE;
 	p->done[p->done_count++] = (struct shard_completion){
 		.job_id = job_id, .result = result, .bytes = result ? 0 : bytes };
@@ -101,7 +112,48 @@ static int pool_put(void *ctx, uint64_t job_id, const struct coord_pool_put *put
 	j->step = STEP_PUT_ASKED;
 	j->put = *put;
 	j->failure = 0;
+	j->exporting = false;
 	return 0;
+}
+
+/* A GPU export: a put whose shares every rank builds from its device. */
+static int pool_export(void *ctx, uint64_t job_id, const struct coord_pool_put *put,
+		       const struct shard_pool_export_job *export)
+{
+	struct coord_pool *p = ctx;
+	struct pool_job *j = &p->jobs[job_id];
+	uint32_t slot;
+	int ret;
+
+	SEL_ASSERT(job_id < COORD_JOBS_MAX && j->step == STEP_NONE);
+	for (slot = 0; slot < COORD_POOL_GPU_EXPORTS_MAX && p->export_used[slot]; slot++)
+		;
+	if (slot == COORD_POOL_GPU_EXPORTS_MAX)
+		return SEL_EQUEUEFULL;
+	if (export->header->tail_page_count > p->page_count)
+		return -EINVAL;
+	ret = pool_put(ctx, job_id, put);
+	if (ret)
+		return ret;
+	p->export_used[slot] = true;
+	memcpy(p->export_ids[slot], export->page_ids,
+	       export->header->tail_page_count * sizeof(uint32_t));
+	p->export_header[slot] = *export->header;
+	p->export_state_slot[slot] = export->state_slot;
+	j->exporting = true;
+	j->export_slot = slot;
+	return 0;
+}
+
+/* Every rank's share of put job j (put_id): from its files, or its device. */
+static int put_shares(struct coord_pool *p, uint64_t id, struct pool_job *j, uint64_t put_id)
+{
+	if (!j->exporting)
+		return p->ranks.put(p->ranks.ctx, id, &j->put.key, put_id, j->put.share_bytes);
+	return p->ranks.export(p->ranks.ctx, id, &(struct shard_pool_export_job){
+		.header = &p->export_header[j->export_slot],
+		.page_ids = p->export_ids[j->export_slot],
+		.state_slot = p->export_state_slot[j->export_slot], .put_id = put_id });
 }
 
 static int pool_claim(void *ctx, uint64_t job_id, const struct coord_pool_claim *claim)
@@ -214,7 +266,7 @@ static void advance(struct coord_pool *p)
 				break;
 			}
 			j->request = put_id;
-			ret = p->ranks.put(p->ranks.ctx, id, &j->put.key, put_id, j->put.share_bytes);
+			ret = put_shares(p, id, j, put_id);
 			if (ret) {
 				/* the put is abandoned; its outcome ends it */
 				p->session.put_commit(p->session.ctx, put_id, false);
@@ -383,6 +435,7 @@ void coord_pool_jobs(struct coord_pool *p, struct coord_jobs *jobs)
 		.warm_drop = p->inner.warm_drop ? fwd_warm_drop : NULL, .poll = pool_poll,
 		.stopped = p->inner.stopped ? fwd_stopped : NULL,
 		.pool_put = pool_put, .pool_claim = pool_claim,
+		.pool_export = p->ranks.export ? pool_export : NULL,
 	};
 }
 
@@ -399,6 +452,7 @@ int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_sess
 		p->session = *session;
 		p->ranks = *ranks;
 		p->world_size = world_size;
+		p->page_count = page_count;
 		p->refusals = refusals;
 		p->chain = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*p->chain));
 		p->share_chain = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*p->share_chain));
@@ -406,6 +460,10 @@ int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_sess
 		for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++) {
 			p->claim_ids[i] = calloc(page_count ? page_count : 1, sizeof(uint32_t));
 			allocated = allocated && p->claim_ids[i];
+		}
+		for (uint32_t i = 0; i < COORD_POOL_GPU_EXPORTS_MAX; i++) {
+			p->export_ids[i] = calloc(page_count ? page_count : 1, sizeof(uint32_t));
+			allocated = allocated && p->export_ids[i];
 		}
 	}
 	if (!allocated) {
@@ -422,6 +480,8 @@ void coord_pool_close(struct coord_pool *p)
 		return;
 	for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++)
 		free(p->claim_ids[i]);
+	for (uint32_t i = 0; i < COORD_POOL_GPU_EXPORTS_MAX; i++)
+		free(p->export_ids[i]);
 	free(p->chain);
 	free(p->share_chain);
 	free(p);

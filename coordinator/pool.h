@@ -50,7 +50,12 @@ struct coord_pool_ranks {
 		   uint64_t share_bytes);
 	int (*claim)(void *ctx, uint64_t job_id, const struct shard_pool_claim_job *claim,
 		     uint32_t page_id_count);
+	/* Optional (NULL: no GPU exports): a GPU checkpoint's share on every rank. */
+	int (*export)(void *ctx, uint64_t job_id, const struct shard_pool_export_job *export);
 };
+
+/* GPU exports between their request and their end at once: each keeps its page ids. */
+#define COORD_POOL_GPU_EXPORTS_MAX COORD_POOL_EXPORTS_MAX
 
 /* A lookup's grace period (seed 2.15): on the manager's host, */
 #define COORD_POOL_GRACE_LOCAL_NS 2000000ull
@@ -80,7 +85,10 @@ int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_sess
 		    uint32_t page_count, uint64_t *refusals, struct coord_pool **out);
 void coord_pool_close(struct coord_pool *pool);
 
-/* The jobs table for the policy: inner's, with pool_put, pool_claim and poll its own. */
+/*
+ * The jobs table for the policy: inner's, with pool_put, pool_claim, poll
+ * and (where the ranks can export) pool_export its own.
+ */
 void coord_pool_jobs(struct coord_pool *pool, struct coord_jobs *jobs);
 
 /* Whether a put or claim is in flight (a reconnect swaps connections only when none is). */

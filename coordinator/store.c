@@ -90,6 +90,9 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->held_keys);
 	s->held_keys = NULL;
 	s->held_key_count = 0;
+	free(s->gpu_holds);
+	s->gpu_holds = NULL;
+	s->gpu_hold_count = 0;
 }
 
 /* rec_key_compare for qsort and bsearch */
@@ -168,6 +171,8 @@ static int push_event(struct coord_store *s, enum sel_event_kind kind, uint64_t 
 	e->id = id;
 	e->error = error;
 	snprintf(e->why, sizeof(e->why), "%s", why ? why : "");
+	e->checkpoint = 0;
+	e->tokens = 0;
 	return 0;
 }
 
@@ -345,15 +350,18 @@ int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_
 	s->pool_holds_resync = ops->hold != NULL;
 	s->pool_holds_reset_sent = false;
 	s->pool_holds_cursor = 0;
+	s->gpu_holds_cursor = 0;
 	return 0;
 }
 
+static uint32_t gpu_hold_find_key(const struct coord_store *s, const struct rec_key *key);
+
 /*
- * Notes that node id (a committed record with its row) is held (add) or
- * no longer (withdraw), for the session's next HOLDS (R-POOL-71). A full
- * queue gives way to a re-announce of every record.
+ * Queues key as held (add) or no longer (withdraw) for the session's next
+ * HOLDS (R-POOL-71, R-POOL-77). A full queue gives way to a re-announce of
+ * every record and offer.
  */
-static void pool_hold_note(struct coord_store *s, uint32_t id, bool add)
+static void pool_hold_key(struct coord_store *s, const struct rec_key *key, bool add)
 {
 	uint32_t at;
 
@@ -364,11 +372,26 @@ static void pool_hold_note(struct coord_store *s, uint32_t id, bool add)
 		s->pool_holds_resync = true;
 		s->pool_holds_reset_sent = false;
 		s->pool_holds_cursor = 0;
+		s->gpu_holds_cursor = 0;
 		return;
 	}
 	at = (s->pool_holds_head + s->pool_holds_count++) % COORD_POOL_HOLDS_QUEUE_MAX;
-	s->pool_holds[at].key = coord_index_node(&s->index, id)->key;
+	s->pool_holds[at].key = *key;
 	s->pool_holds[at].op = add ? COORD_POOL_HOLD_ADD : COORD_POOL_HOLD_WITHDRAW;
+}
+
+/*
+ * Notes that node id (a committed record with its row) is held (add) or
+ * no longer (withdraw).
+ */
+static void pool_hold_note(struct coord_store *s, uint32_t id, bool add)
+{
+	const struct rec_key *key = &coord_index_node(&s->index, id)->key;
+
+	/* R-POOL-77: a key an offered GPU checkpoint holds stays announced */
+	if (!add && gpu_hold_find_key(s, key) != COORD_NONE)
+		return;
+	pool_hold_key(s, key, add);
 }
 
 /* Whether node n is announced: committed, with its row (R-POOL-71). */
@@ -410,6 +433,22 @@ static void pool_holds_flush(struct coord_store *s)
 			frames++;
 		}
 		if (s->pool_holds_cursor < ix->nodes_max)
+			return;
+		/* then the GPU checkpoints the engine offered (R-POOL-77) */
+		while (frames < COORD_POOL_HOLDS_FRAMES_PER_POLL && s->gpu_holds &&
+		       s->gpu_holds_cursor < POOL_GPU_HOLDS_MAX) {
+			uint32_t n = 0, next = s->gpu_holds_cursor;
+
+			for (; next < POOL_GPU_HOLDS_MAX && n < POOL_HOLDS_KEYS_MAX; next++)
+				if (s->gpu_holds[next].used)
+					s->pool_hold_keys[n++] = s->gpu_holds[next].key;
+			if (n && s->pool_ops.hold(s->pool_ops.ctx, COORD_POOL_HOLD_ADD, s->pool_hold_keys,
+						  n) != 0)
+				return;
+			s->gpu_holds_cursor = next;
+			frames++;
+		}
+		if (s->gpu_holds && s->gpu_holds_cursor < POOL_GPU_HOLDS_MAX)
 			return;
 		s->pool_holds_resync = false;
 	}
@@ -1980,8 +2019,10 @@ int coord_store_set_pool(struct coord_store *s, bool on)
 	s->pool_on = on;
 	s->stats.pool_attached = on;
 	/* the exports asked of a session that ended are forgotten (R-POOL-75) */
-	for (uint32_t i = 0; i < COORD_POOL_EXPORTS_MAX; i++)
+	for (uint32_t i = 0; i < COORD_POOL_EXPORTS_MAX; i++) {
 		s->pool_exports[i].id = 0;
+		s->pool_exports[i].gpu = COORD_GPU_EXPORT_NONE;
+	}
 	s->pool_holds_count = 0;
 	return 0;
 }
@@ -2092,6 +2133,270 @@ static void pool_export_end(struct coord_store *s, uint32_t i, int result)
 		  result ? sel_strerror(result) : "its chain is in the pool");
 	s->pool_ops.export_end(s->pool_ops.ctx, s->pool_exports[i].id, result);
 	s->pool_exports[i].id = 0;
+	s->pool_exports[i].gpu = COORD_GPU_EXPORT_NONE;
+}
+
+static uint32_t gpu_hold_find_key(const struct coord_store *s, const struct rec_key *key)
+{
+	for (uint32_t i = 0, seen = 0; s->gpu_holds && seen < s->gpu_hold_count; i++) {
+		if (!s->gpu_holds[i].used)
+			continue;
+		seen++;
+		if (rec_key_equal(&s->gpu_holds[i].key, key))
+			return i;
+	}
+	return COORD_NONE;
+}
+
+static uint32_t gpu_hold_find(const struct coord_store *s, uint64_t checkpoint)
+{
+	for (uint32_t i = 0, seen = 0; s->gpu_holds && seen < s->gpu_hold_count; i++) {
+		if (!s->gpu_holds[i].used)
+			continue;
+		seen++;
+		if (s->gpu_holds[i].checkpoint == checkpoint)
+			return i;
+	}
+	return COORD_NONE;
+}
+
+/* Whether the host tiers hold key with its row (announced as a record). */
+static bool host_holds(struct coord_store *s, const struct rec_key *key)
+{
+	uint32_t id = coord_index_find(&s->index, key);
+
+	return id != COORD_NONE && pool_holdable(coord_index_node(&s->index, id));
+}
+
+/* The share a GPU export of key would put on each rank (R-POOL-78). */
+static uint64_t gpu_export_share_bytes(const struct coord_store *s, const struct rec_key *key)
+{
+	return rec_geometry_file_bytes(&s->geometry,
+				       (uint32_t)(key->consumed / s->geometry.page_tokens), true);
+}
+
+/*
+ * Export slot i's key is no host record: false when no offered GPU
+ * checkpoint holds it (a refusal follows); else true, the engine asked
+ * (SEL_EVENT_EXPORT_REQUESTED), or asked at a later poll when the event
+ * ring is full now, or the export ended here when too large to build.
+ */
+static bool gpu_export_ask(struct coord_store *s, uint32_t i)
+{
+	uint32_t hold;
+	struct sel_event *e;
+
+	if (!s->gpu_holds_on || !s->jobs_ops.pool_export)
+		return false;
+	hold = gpu_hold_find_key(s, &s->pool_exports[i].key);
+	if (hold == COORD_NONE)
+		return false;
+	if (gpu_export_share_bytes(s, &s->pool_exports[i].key) > POOL_GPU_EXPORT_SHARE_BYTES_MAX) {
+		pool_export_end(s, i, SEL_ETOOBIG); /* R-POOL-79: before anything is pinned */
+		return true;
+	}
+	/* one slot stays for FATAL; the request waits for the next poll */
+	if (s->event_count + 1 >= COORD_EVENTS_MAX)
+		return true;
+	s->pool_exports[i].gpu = COORD_GPU_EXPORT_ASKED;
+	s->pool_exports[i].export_id = ++s->next_export_id;
+	s->pool_exports[i].checkpoint = s->gpu_holds[hold].checkpoint;
+	s->pool_exports[i].bucket = s->gpu_holds[hold].bucket;
+	push_event(s, SEL_EVENT_EXPORT_REQUESTED, s->pool_exports[i].export_id, 0,
+		   "the pool asks for this GPU checkpoint");
+	e = &s->events[(s->event_head + s->event_count - 1) % COORD_EVENTS_MAX];
+	e->checkpoint = s->pool_exports[i].checkpoint;
+	e->tokens = s->pool_exports[i].key.consumed;
+	return true;
+}
+
+/* A GPU export waiting for the engine's answer, or for its job. */
+static void gpu_export_drive(struct coord_store *s, uint32_t i, uint64_t now)
+{
+	/* R-POOL-79: an engine that never answers ends it at the deadline */
+	if (s->pool_exports[i].gpu == COORD_GPU_EXPORT_ASKED &&
+	    now - s->pool_exports[i].asked_ns > POOL_EXPORT_MS * 1000000ull) {
+		sel_warn("pool: the engine did not answer the export of checkpoint %" PRIu64
+			 " within %u ms", s->pool_exports[i].checkpoint,
+			 POOL_EXPORT_MS);
+		pool_export_end(s, i, -ETIMEDOUT);
+	}
+}
+
+static uint32_t gpu_export_slot(const struct coord_store *s, uint64_t export_id,
+				enum coord_gpu_export state)
+{
+	for (uint32_t i = 0; export_id && i < COORD_POOL_EXPORTS_MAX; i++)
+		if (s->pool_exports[i].id && s->pool_exports[i].gpu == state &&
+		    s->pool_exports[i].export_id == export_id)
+			return i;
+	return COORD_NONE;
+}
+
+void coord_store_gpu_exports(struct coord_store *s, bool on)
+{
+	s->gpu_holds_on = on;
+}
+
+int coord_store_gpu_hold(struct coord_store *s, uint64_t checkpoint,
+			 const struct rec_history *h, uint64_t consumed)
+{
+	uint32_t i;
+
+	if (!s->gpu_holds_on)
+		return -ENOTSUP;
+	if (consumed == 0 || consumed > h->token_count || consumed < s->geometry.page_tokens)
+		return -EINVAL;
+	if (gpu_hold_find(s, checkpoint) != COORD_NONE)
+		return -EEXIST;
+	if (s->gpu_hold_count == POOL_GPU_HOLDS_MAX)
+		return SEL_EQUEUEFULL;
+	if (!s->gpu_holds) {
+		s->gpu_holds = calloc(POOL_GPU_HOLDS_MAX, sizeof(*s->gpu_holds));
+		if (!s->gpu_holds)
+			return -ENOMEM;
+	}
+	for (i = 0; s->gpu_holds[i].used; i++)
+		;
+	s->gpu_holds[i].used = true;
+	s->gpu_holds[i].checkpoint = checkpoint;
+	rec_history_key_at(h, consumed, &s->gpu_holds[i].key);
+	s->gpu_holds[i].bucket = *rec_history_bucket(h, consumed);
+	s->gpu_hold_count++;
+	/* R-POOL-77: announced as any held key (a second add changes nothing) */
+	pool_hold_key(s, &s->gpu_holds[i].key, true);
+	return 0;
+}
+
+int coord_store_gpu_evicted(struct coord_store *s, uint64_t checkpoint)
+{
+	uint32_t i;
+	struct rec_key key;
+
+	if (!s->gpu_holds_on)
+		return -ENOTSUP;
+	i = gpu_hold_find(s, checkpoint);
+	if (i == COORD_NONE)
+		return SEL_ENOTFOUND;
+	key = s->gpu_holds[i].key;
+	s->gpu_holds[i].used = false;
+	s->gpu_hold_count--;
+	/* withdrawn once neither the host tiers nor another offer hold it */
+	if (!host_holds(s, &key) && gpu_hold_find_key(s, &key) == COORD_NONE)
+		pool_hold_key(s, &key, false);
+	return 0;
+}
+
+int coord_store_gpu_evictions_lost(struct coord_store *s)
+{
+	if (!s->gpu_holds_on)
+		return -ENOTSUP;
+	for (uint32_t i = 0; s->gpu_holds && i < POOL_GPU_HOLDS_MAX; i++)
+		s->gpu_holds[i].used = false;
+	s->gpu_hold_count = 0;
+	/* R-POOL-77: a reset, then the host records; the engine offers again */
+	if (s->pool_on && s->pool_ops.hold) {
+		s->pool_holds_count = 0;
+		s->pool_holds_resync = true;
+		s->pool_holds_reset_sent = false;
+		s->pool_holds_cursor = 0;
+		s->gpu_holds_cursor = 0;
+	}
+	return 0;
+}
+
+int coord_store_export_pinned(struct coord_store *s, uint64_t export_id,
+			      const uint32_t *page_ids, uint32_t page_count,
+			      uint32_t state_slot)
+{
+	const struct rec_geometry *g = &s->geometry;
+	uint32_t i = gpu_export_slot(s, export_id, COORD_GPU_EXPORT_ASKED), job_id;
+	struct rec_header header;
+	struct coord_pool_put put;
+	struct coord_job *job;
+	int ret;
+
+	if (i == COORD_NONE)
+		return SEL_ENOTFOUND;
+	put = (struct coord_pool_put){
+		.key = s->pool_exports[i].key, .first_page_index = 0,
+		.tail_page_count = (uint32_t)(s->pool_exports[i].key.consumed / g->page_tokens),
+		.row = true, .share_bytes = gpu_export_share_bytes(s, &s->pool_exports[i].key),
+	};
+	ret = page_count != put.tail_page_count || state_slot >= g->row_count ? -EINVAL : 0;
+	for (uint32_t p = 0; !ret && p < page_count; p++)
+		if (page_ids[p] >= g->page_count)
+			ret = -EINVAL;
+	if (!ret && s->stopped)
+		ret = SEL_ESTOPPED;
+	if (!ret)
+		ret = rec_header_init(&header, g, &s->namespace_id, &put.key, NULL,
+				      &s->pool_exports[i].bucket, 0,
+				      put.tail_page_count, sel_realtime_ns());
+	job = ret ? NULL : job_take(s, &job_id);
+	if (!ret && !job)
+		ret = SEL_EQUEUEFULL;
+	if (!ret) {
+		job->kind = COORD_JOB_POOL_EXPORT;
+		job->node = COORD_NONE;
+		job->checkpoint = s->pool_exports[i].checkpoint;
+		job->export_id = export_id;
+		ret = s->jobs_ops.pool_export(s->jobs_ops.ctx, job_id, &put,
+					      &(struct shard_pool_export_job){
+						      .header = &header, .page_ids = page_ids,
+						      .state_slot = state_slot });
+		if (ret)
+			job_release(s, job);
+	}
+	if (ret) {
+		/* over at once: the engine unpins, and no event comes */
+		sel_debug("pool: the export of %" PRIu64 " tokens from the GPU was not taken: %s",
+			  put.key.consumed, sel_strerror(ret));
+		pool_export_end(s, i, -ECANCELED);
+		return ret;
+	}
+	s->pool_exports[i].gpu = COORD_GPU_EXPORT_PUTTING;
+	return 0;
+}
+
+int coord_store_export_refuse(struct coord_store *s, uint64_t export_id, int reason)
+{
+	uint32_t i = gpu_export_slot(s, export_id, COORD_GPU_EXPORT_ASKED);
+
+	if (i == COORD_NONE)
+		return SEL_ENOTFOUND;
+	if (reason != SEL_ENOTFOUND && reason != -ENOSPC)
+		return -EINVAL;
+	if (reason == SEL_ENOTFOUND) {
+		/* R-POOL-79: the engine no longer holds it: its offer goes too */
+		if (gpu_hold_find(s, s->pool_exports[i].checkpoint) != COORD_NONE)
+			coord_store_gpu_evicted(s, s->pool_exports[i].checkpoint);
+		pool_export_end(s, i, -ENOENT);
+	} else {
+		pool_export_end(s, i, -EBUSY);
+	}
+	return 0;
+}
+
+/* A GPU export's put ended on every rank: the engine may unpin (exactly once). */
+static void complete_pool_export(struct coord_store *s, struct coord_job *job,
+				 const struct shard_completion *c)
+{
+	int result = c->result == -EEXIST ? 0 : c->result;
+	uint32_t i = gpu_export_slot(s, job->export_id, COORD_GPU_EXPORT_PUTTING);
+	struct sel_event *e;
+
+	push_event(s, SEL_EVENT_EXPORT_ENDED, job->export_id, result,
+		   result ? (c->why[0] ? c->why : sel_strerror(result)) : "");
+	e = &s->events[(s->event_head + s->event_count - 1) % COORD_EVENTS_MAX];
+	e->checkpoint = job->checkpoint;
+	if (result)
+		s->stats.pool_put_failures++;
+	else
+		s->stats.pool_puts += c->result == 0;
+	/* the manager's session may have ended meanwhile: then nobody waits */
+	if (i != COORD_NONE)
+		pool_export_end(s, i, result ? -ECANCELED : 0);
 }
 
 /*
@@ -2117,9 +2422,17 @@ static void pool_exports_drive(struct coord_store *s)
 				continue;
 			}
 			s->pool_exports[i].asked_ns = now;
+			s->pool_exports[i].gpu = COORD_GPU_EXPORT_NONE;
+		}
+		if (s->pool_exports[i].gpu != COORD_GPU_EXPORT_NONE) {
+			gpu_export_drive(s, i, now);
+			continue;
 		}
 		id = coord_index_find(&s->index, &s->pool_exports[i].key);
 		if (id == COORD_NONE || !pool_holdable(coord_index_node(&s->index, id))) {
+			/* R-POOL-78: not in the host tiers; an offered GPU checkpoint? */
+			if (gpu_export_ask(s, i))
+				continue;
 			/* R-POOL-75: not held (any more), with its row: a refusal */
 			pool_export_end(s, i, -ENOENT);
 			continue;
@@ -2353,6 +2666,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 				complete_pool_put(s, job, &done[i]);
 			else if (job->kind == COORD_JOB_POOL_CLAIM)
 				complete_pool_claim(s, job, &done[i]);
+			else if (job->kind == COORD_JOB_POOL_EXPORT)
+				complete_pool_export(s, job, &done[i]);
 			else
 				complete_reclaim(s, job, &done[i]);
 			job_release(s, job);

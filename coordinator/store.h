@@ -153,6 +153,21 @@ enum coord_pool_hold_op {
 /* Exports the store runs at once (the manager asks at most this many). */
 #define COORD_POOL_EXPORTS_MAX POOL_EXPORTS_LIVE_MAX
 
+/* A GPU checkpoint the engine offered (sel_gpu_hold). */
+struct coord_gpu_hold {
+	bool used;
+	uint64_t checkpoint;
+	struct rec_key key;
+	struct rec_digest bucket;
+};
+
+/* Where an export of the manager's stands with the engine (R-POOL-78). */
+enum coord_gpu_export {
+	COORD_GPU_EXPORT_NONE = 0,   /* a host record's export, or none */
+	COORD_GPU_EXPORT_ASKED = 1,  /* EXPORT_REQUESTED is out: the engine answers */
+	COORD_GPU_EXPORT_PUTTING = 2, /* its job runs; EXPORT_ENDED comes at its end */
+};
+
 /* A history's pool lookup (in its sel_history): zeroed at creation. */
 enum coord_ticket_state { COORD_TICKET_NONE, COORD_TICKET_ASKED, COORD_TICKET_DONE };
 struct coord_pool_ticket {
@@ -189,6 +204,14 @@ struct coord_jobs {
 	 * be discarded).
 	 */
 	int (*pool_claim)(void *ctx, uint64_t job_id, const struct coord_pool_claim *claim);
+	/*
+	 * With a pool, optional: puts a GPU checkpoint as put describes (a
+	 * root record with its row, R-POOL-78), every rank's share built from
+	 * its device pages and row as export says (its put id unused); the
+	 * completion as pool_put's.
+	 */
+	int (*pool_export)(void *ctx, uint64_t job_id, const struct coord_pool_put *put,
+			   const struct shard_pool_export_job *export);
 };
 
 enum coord_job_kind {
@@ -197,6 +220,7 @@ enum coord_job_kind {
 	COORD_JOB_WARM_WRITE, /* a warm record's file written from its slots */
 	COORD_JOB_POOL_PUT,   /* a record's shares put to the pool (the cascade) */
 	COORD_JOB_POOL_CLAIM, /* a pool hit restored from the pool */
+	COORD_JOB_POOL_EXPORT, /* a GPU checkpoint put to the pool (R-POOL-78) */
 };
 
 struct coord_job {
@@ -221,6 +245,7 @@ struct coord_job {
 	uint32_t chain_count;   /* a fetch's pinned chain */
 	uint32_t chain[COORD_CHAIN_MAX];
 	struct rec_key key;     /* a truncate's or unlink's record */
+	uint64_t export_id;     /* a GPU export's (the engine's id) */
 	uint64_t submitted_ns;  /* for the latency histograms */
 };
 
@@ -302,7 +327,17 @@ struct coord_store {
 		uint64_t id;     /* 0: free */
 		struct rec_key key;
 		uint64_t asked_ns;
+		uint8_t gpu;     /* enum coord_gpu_export */
+		uint64_t export_id; /* a GPU export's, the engine's */
+		uint64_t checkpoint; /* a GPU export's offer (it may go meanwhile) */
+		struct rec_digest bucket;
 	} pool_exports[COORD_POOL_EXPORTS_MAX];
+	/* GPU checkpoints the engine offered for export (sel_gpu_hold) */
+	struct coord_gpu_hold *gpu_holds;      /* POOL_GPU_HOLDS_MAX, once offered */
+	uint32_t gpu_hold_count;
+	bool gpu_holds_on;       /* the engine may be asked (a pool, one rank) */
+	uint32_t gpu_holds_cursor; /* a re-announce's, past the index's */
+	uint64_t next_export_id;
 	struct rec_key *pool_keys;             /* a lookup's candidates (scratch) */
 	struct coord_pool_record *pool_answer; /* an answer (scratch) */
 	uint64_t noops_done;    /* noops answered by every rank (coord_store_noop) */
@@ -386,6 +421,22 @@ void coord_store_cascade(struct coord_store *s);
  * than the longest) are not evicted. Returns 0 or -ENOMEM.
  */
 int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t count);
+
+/*
+ * GPU checkpoint exports (include/selene/store.h, sel_gpu_hold and on;
+ * docs/DESIGN.md section 13): coord_store_gpu_exports turns them on (a
+ * pool whose jobs have pool_export: offers are taken); the rest answer as
+ * the public calls say, -ENOTSUP while they are off.
+ */
+void coord_store_gpu_exports(struct coord_store *s, bool on);
+int coord_store_gpu_hold(struct coord_store *s, uint64_t checkpoint,
+			 const struct rec_history *h, uint64_t consumed);
+int coord_store_gpu_evicted(struct coord_store *s, uint64_t checkpoint);
+int coord_store_gpu_evictions_lost(struct coord_store *s);
+int coord_store_export_pinned(struct coord_store *s, uint64_t export_id,
+			      const uint32_t *page_ids, uint32_t page_count,
+			      uint32_t state_slot);
+int coord_store_export_refuse(struct coord_store *s, uint64_t export_id, int reason);
 
 /* Adds the records a startup scan kept: parents first, LRU order by mtime. */
 int coord_store_load(struct coord_store *s, const struct rec_record_info *records,

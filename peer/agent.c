@@ -141,7 +141,7 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 					"be the same on every rank)", a->page_ids[i], g->page_count);
 	}
 	if ((v->kind == CLUSTER_JOB_STORE || v->kind == CLUSTER_JOB_FETCH ||
-	     v->kind == CLUSTER_JOB_POOL_CLAIM) &&
+	     v->kind == CLUSTER_JOB_POOL_CLAIM || v->kind == CLUSTER_JOB_POOL_EXPORT) &&
 	    v->state_slot >= g->row_count)
 		return sel_fail(-EINVAL, why, why_size,
 				"state slot %u is past this rank's %u rows (row_count must be "
@@ -199,6 +199,16 @@ static int submit(struct agent *a, const struct cluster_job_view *v, char *why,
 						       .skip_pages = v->skip_pages,
 						       .page_ids = a->page_ids,
 						       .state_slot = v->state_slot });
+	case CLUSTER_JOB_POOL_EXPORT:
+		/* rank zero's header, made this rank's, as a store's (R-WIRE-21) */
+		ret = store_header(a, v, &h, why, why_size);
+		if (ret)
+			return ret;
+		return shard_engine_pool_export(a->o->engine, v->job_id,
+						&(struct shard_pool_export_job){
+							.header = &h, .page_ids = a->page_ids,
+							.state_slot = v->state_slot,
+							.put_id = v->pool_id });
 	case CLUSTER_JOB_POOL_ATTACH:
 		/* a refusal here disables the pool for the instance (R-WIRE-21) */
 		return pool_attach(a, v, why, why_size);

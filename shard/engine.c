@@ -21,6 +21,7 @@
 #include "shard/pool_share.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "record/dir.h"
 #include "record/disk.h"
@@ -40,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -2004,6 +2006,106 @@ static void run_pool_put(struct shard_engine *e, struct shard_job *job, struct j
 		o->bytes = job->share_bytes;
 }
 
+/*
+ * This rank's share of a GPU checkpoint's export (R-POOL-78): the record
+ * image built in an anonymous file (the header, the checksums, the pages
+ * copied from the device, the row), then sent as any put's share.
+ */
+static void run_pool_export(struct shard_engine *e, struct shard_job *job,
+			    struct job_outcome *o)
+{
+	const struct rec_geometry *g = &e->geometry;
+	struct rec_header h = job->header;
+	struct rec_layout layout;
+	struct shard_copy *copies = NULL;
+	uint64_t seed = rec_checksum_seed(&h.key);
+	uint32_t pages = h.tail_page_count, n = 0;
+	char why[200] = "";
+	uint8_t *image;
+	int fd, ret;
+
+	if (!e->pool_on) {
+		outcome_fail(o, -ENOTSUP, 0, "rank %u has no pool connection", g->rank);
+		return;
+	}
+	ret = SEL_FAILPOINT(SEL_FP_POOL_EXPORT_COPY);
+	if (ret < 0) {
+		outcome_fail(o, ret, 0, "failpoint pool.export_copy: %s", sel_strerror(ret));
+		return;
+	}
+	ret = rec_layout_from_header(&h, &layout);
+	if (ret) {
+		outcome_fail(o, ret, 0, "the export's header has no layout");
+		return;
+	}
+	fd = memfd_create("selene-export", MFD_CLOEXEC);
+	if (fd < 0) {
+		outcome_fail(o, -errno, 0, "memfd_create: %s", strerror(errno));
+		return;
+	}
+	if (ftruncate(fd, (off_t)layout.file_length) != 0) {
+		outcome_fail(o, -errno, 0, "a %" PRIu64 "-byte export image: %s",
+			     layout.file_length, strerror(errno));
+		goto out_close_fd;
+	}
+	image = mmap(NULL, layout.file_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (image == MAP_FAILED) {
+		outcome_fail(o, -errno, 0, "mapping the export image: %s", strerror(errno));
+		goto out_close_fd;
+	}
+	copies = calloc((size_t)pages * g->page_plane_count + 1, sizeof(*copies));
+	if (!copies) {
+		outcome_fail(o, -ENOMEM, 0, "the export's copy list");
+		goto out_unmap;
+	}
+	for (uint32_t i = 0; i < pages; i++)
+		for (uint32_t p = 0; p < g->page_plane_count; p++) {
+			uint64_t unit = g->page_planes[p].unit_bytes;
+
+			copies[n++] = (struct shard_copy){
+				.device_address = e->planes.page_base[p] + unit * job->page_ids[i],
+				.host = image + layout.page_offset + layout.page_stride * i +
+					e->plane_offset[p],
+				.bytes = unit,
+			};
+		}
+	copies[n++] = (struct shard_copy){
+		.device_address = e->planes.row_base + g->row_plane.unit_bytes * job->state_slot,
+		.host = image + layout.row_offset, .bytes = g->row_plane.unit_bytes };
+	/* Copies issued before (a store's) have drained: the device is this job's. */
+	ret = shard_device_synchronize(e->device);
+	if (!ret)
+		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, copies, n);
+	{
+		int done = shard_device_synchronize(e->device);
+
+		ret = ret ? ret : done;
+	}
+	if (ret) {
+		device_fail(o, ret, "device to host (export)");
+		goto out_free_copies;
+	}
+	for (uint32_t i = 0; i < pages; i++)
+		sel_put_le64(image + layout.checksum_offset + 8ull * i,
+			     rec_page_checksum(image + layout.page_offset + layout.page_stride * i,
+					       layout.page_stride, seed, i));
+	h.row_checksum = rec_row_checksum(image + layout.row_offset, layout.row_length, seed);
+	rec_header_encode(&h, image);
+	ret = e->pool_conn.put_share(e->pool_conn.ctx, job->pool_id, fd, layout.file_length,
+				     why, sizeof(why));
+	if (ret)
+		outcome_fail(o, ret, 0, "pool export of %" PRIu64 " tokens: %s", h.key.consumed,
+			     why[0] ? why : sel_strerror(ret));
+	else
+		o->bytes = layout.file_length;
+out_free_copies:
+	free(copies);
+out_unmap:
+	munmap(image, layout.file_length);
+out_close_fd:
+	close(fd);
+}
+
 /* This rank's share of a pool claim into the job's page ids and state slot. */
 static void run_pool_claim(struct shard_engine *e, struct shard_job *job, struct job_outcome *o)
 {
@@ -2074,6 +2176,9 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 		break;
 	case SHARD_JOB_POOL_CLAIM:
 		run_pool_claim(e, job, &o);
+		break;
+	case SHARD_JOB_POOL_EXPORT:
+		run_pool_export(e, job, &o);
 		break;
 	}
 	complete_job(e, job, &o);
@@ -2382,6 +2487,31 @@ int shard_engine_pool_put(struct shard_engine *e, uint64_t job_id, const struct 
 	struct shard_job fill = { .id = job_id, .kind = SHARD_JOB_POOL_PUT, .key = *key,
 				  .pool_id = put_id, .share_bytes = share_bytes };
 
+	return job_submit(e, &fill);
+}
+
+int shard_engine_pool_export(struct shard_engine *e, uint64_t job_id,
+			     const struct shard_pool_export_job *export)
+{
+	const struct rec_header *h = export->header;
+	struct shard_job fill = {
+		.id = job_id, .kind = SHARD_JOB_POOL_EXPORT, .header = *h, .key = h->key,
+		.page_ids = (uint32_t *)export->page_ids, .page_id_count = h->tail_page_count,
+		.state_slot = export->state_slot, .pool_id = export->put_id,
+	};
+
+	if (h->parent.consumed != 0 || h->first_page_index != 0 ||
+	    h->tail_page_count > e->geometry.page_count ||
+	    export->state_slot >= e->geometry.row_count ||
+	    !page_ids_fit(e, export->page_ids, h->tail_page_count))
+		return -EINVAL;
+	if (!rec_digest_equal(&h->fingerprint, &e->geometry.fingerprint) ||
+	    h->page_stride != e->geometry.page_record_bytes ||
+	    h->row_length != e->geometry.row_record_bytes)
+		return SEL_EMISMATCH;
+	fill.share_bytes = rec_geometry_file_bytes(&e->geometry, h->tail_page_count, true);
+	if (fill.share_bytes > POOL_GPU_EXPORT_SHARE_BYTES_MAX)
+		return SEL_ETOOBIG;
 	return job_submit(e, &fill);
 }
 

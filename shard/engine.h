@@ -162,6 +162,7 @@ enum shard_job_kind {
 	SHARD_JOB_WARM_DROP,
 	SHARD_JOB_POOL_PUT,   /* this rank's share of a pool put (R-WIRE-21) */
 	SHARD_JOB_POOL_CLAIM, /* this rank's share of a pool claim (R-WIRE-21) */
+	SHARD_JOB_POOL_EXPORT, /* a put's share built from device pages (R-POOL-78) */
 };
 
 /*
@@ -422,6 +423,30 @@ uint32_t shard_engine_retiring(struct shard_engine *engine);
  */
 int shard_engine_pool_put(struct shard_engine *engine, uint64_t job_id,
 			  const struct rec_key *key, uint64_t put_id, uint64_t share_bytes);
+
+/*
+ * Pool export of a GPU checkpoint (pool/PROTOCOL.md R-POOL-78): this rank's
+ * share of put_id is the record header describes (a root record: first
+ * page 0, with its row), its pages copied from page_ids (the header's tail
+ * page count of them) and its row from state_slot on this rank's device,
+ * its page and row checksums computed from those bytes, and sent as any
+ * put's share, verified by the manager. The page ids and slot must stay
+ * pinned by the engine's owner until the completion. Runs with the
+ * background jobs. Returns 0, -EINVAL for ids outside the device or a
+ * header that is not a root record with its row, SEL_EMISMATCH for one of
+ * another geometry, or SEL_ETOOBIG for a share past
+ * POOL_GPU_EXPORT_SHARE_BYTES_MAX; without a pool connection the job fails
+ * with -ENOTSUP.
+ */
+struct shard_pool_export_job {
+	const struct rec_header *header; /* from rec_header_init; copied */
+	const uint32_t *page_ids;        /* header->tail_page_count ids; copied */
+	uint32_t state_slot;
+	uint64_t put_id;
+};
+
+int shard_engine_pool_export(struct shard_engine *engine, uint64_t job_id,
+			     const struct shard_pool_export_job *job);
 
 /* Pool claim: a chain the pool holds, into page ids and a state slot. */
 struct shard_pool_claim_job {

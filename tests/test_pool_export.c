@@ -10,7 +10,8 @@
  * every record; B then finds the chain and restores it byte-exact into
  * other page ids on both ranks. An instance of another layout never
  * triggers an export, and a stranger without the secret is refused before
- * it can.
+ * it can. A GPU checkpoint A only offers (never stored) reaches B too, each
+ * of A's ranks copying its own share from its own device.
  */
 #include "tests/testutil.h"
 
@@ -550,6 +551,107 @@ static void test_pool_export_restores_a_holders_records(void **state)
 }
 
 /*
+ * Holder i's engine answers its export requests (pinning pages 0 .. n - 1
+ * and row slot 0, where fill put them) and counts the ends; 1 when it
+ * took an event.
+ */
+static int gpu_engine_poll(struct fixture *f, uint32_t i, uint32_t *pinned, uint32_t *ended,
+			   int *ended_error)
+{
+	struct sel_event ev;
+	uint32_t ids[PAGES];
+
+	if (sel_poll(f->inst[i].store, &ev, 1) != 1)
+		return 0;
+	if (ev.kind == SEL_EVENT_EXPORT_REQUESTED) {
+		assert_int_equal(ev.checkpoint, 77);
+		for (uint32_t p = 0; p < ev.tokens / PAGE_TOKENS; p++)
+			ids[p] = p;
+		if (sel_export_pinned(f->inst[i].store, ev.id, ids,
+				      (uint32_t)(ev.tokens / PAGE_TOKENS), 0) == 0)
+			(*pinned)++;
+	} else if (ev.kind == SEL_EVENT_EXPORT_ENDED) {
+		assert_true(*ended < *pinned); /* never an end without a pin */
+		(*ended)++;
+		*ended_error = ev.error;
+	} else {
+		fail_msg("holder: unexpected event %d (%s)", ev.kind, ev.why);
+	}
+	return 1;
+}
+
+/*
+ * A GPU checkpoint of a two-rank instance (R-POOL-77 .. R-POOL-79): A
+ * stores nothing and offers a checkpoint its "GPUs" hold; B's lookup makes
+ * the manager ask A; A's engine pins and answers; each of A's ranks builds
+ * its own share from its own device (rank one through the pool export
+ * JOB, R-WIRE-21); the end comes once; B restores every rank's bytes into
+ * other page ids and another row slot.
+ */
+static void test_pool_export_gpu_checkpoint_of_two_ranks(void **state)
+{
+	struct fixture *f = *state;
+	struct instance *a, *b;
+	struct sel_event ev;
+	struct sel_hit hit;
+	uint32_t ids[PAGES], pinned = 0, ended = 0;
+	int ended_error = -1;
+	uint64_t end;
+	bool found = false, joined;
+
+	manager_start(f);
+	instance_open(f, 0, &big_disk);
+	instance_open(f, 1, &big_disk);
+	a = &f->inst[0];
+	b = &f->inst[1];
+	fill(f, 0);
+	for (uint32_t r = 0; r < WORLD; r++)
+		memset(&f->mem[1 * WORLD + r], 0xee, offsetof(struct rank_memory, why));
+	assert_int_equal(sel_gpu_hold(a->store, 77, a->h, 20 * PAGE_TOKENS), 0);
+	wait_holds(f, 0, 1);
+	end = sel_monotonic_ns() + 20000000000ull;
+	while (!found && sel_monotonic_ns() < end) {
+		sel_history_destroy(b->h);
+		assert_int_equal(sel_history_create(b->store, f->tokens, TOKENS, &b->h), 0);
+		for (;;) {
+			found = sel_lookup(b->store, b->h, 0, &hit);
+			if (found || !sel_lookup_pending(b->store, b->h))
+				break;
+			usleep(100);
+			sel_poll(b->store, &ev, 0);
+		}
+		for (int i = 0; !found && i < 10; i++) {
+			while (gpu_engine_poll(f, 0, &pinned, &ended, &ended_error))
+				;
+			sel_poll(b->store, &ev, 0);
+			usleep(1000);
+		}
+	}
+	if (!found)
+		fail_msg("B never found A's GPU checkpoint (pinned %u, ended %u, failed %llu)",
+			 pinned, ended, (unsigned long long)manager_stats(f).exports_failed);
+	assert_int_equal(hit.consumed, 20 * PAGE_TOKENS);
+	for (int k = 0; k < 5000 && ended < pinned; k++) {
+		gpu_engine_poll(f, 0, &pinned, &ended, &ended_error);
+		usleep(1000);
+	}
+	assert_int_equal(pinned, 1);
+	assert_int_equal(ended, 1);
+	assert_int_equal(ended_error, 0);
+	for (uint32_t p = 0; p < hit.page_count; p++)
+		ids[p] = 30 + p;
+	assert_int_equal(sel_fetch(b->store, &hit, ids, 3, 9, &joined), 0);
+	ev = next_event(b->store, 20000);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("pool fetch: %d %s", ev.kind, ev.why);
+	check_restored(f, 1, &hit, 30, 3);
+	assert_int_equal(sel_gpu_evicted(a->store, 77), 0);
+	wait_holds(f, 0, 0);
+	instance_close(f, 1);
+	instance_close(f, 0);
+}
+
+/*
  * A stranger (the wrong secret) is refused before it can announce or ask
  * anything: the manager requests no export for it and counts an
  * authentication failure.
@@ -599,6 +701,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_export_restores_a_holders_records, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_export_stranger_refused, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_export_gpu_checkpoint_of_two_ranks, setup,
 						teardown),
 	};
 

@@ -305,7 +305,7 @@ static void test_protocol_header_layout(void **state)
 	cluster_frame_header_encode(h, CLUSTER_MSG_HEARTBEAT, 0x0102030405060708ull,
 				    payload, sizeof(payload));
 	assert_memory_equal(h, "SELN", 4);
-	assert_int_equal(h[4], 5);
+	assert_int_equal(h[4], 6);
 	assert_int_equal(h[5], 0);
 	assert_int_equal(h[6], CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(h[7], 0);
@@ -315,7 +315,7 @@ static void test_protocol_header_layout(void **state)
 	assert_int_equal(sel_get_le64(h + 24), XXH3_64bits(payload, 8));
 	assert_int_equal(sel_get_le64(h + 32), XXH3_64bits(h, 32));
 	assert_int_equal(cluster_frame_header_decode(h, &d, why, sizeof(why)), 0);
-	assert_int_equal(d.version, 5);
+	assert_int_equal(d.version, 6);
 	assert_int_equal(d.type, CLUSTER_MSG_HEARTBEAT);
 	assert_int_equal(d.payload_length, 8);
 	assert_int_equal(d.sequence, 0x0102030405060708ull);
@@ -375,10 +375,10 @@ static void test_protocol_rejects_bad_magic(void **state)
 	}
 }
 
-/* R-WIRE-4: versions other than 5 are rejected, even when signed. */
+/* R-WIRE-4: versions other than 6 are rejected, even when signed. */
 static void test_protocol_rejects_wrong_version(void **state)
 {
-	static const uint16_t versions[] = { 0, 1, 2, 3, 4, 6, 0x0500, 0xffff };
+	static const uint16_t versions[] = { 0, 1, 2, 3, 4, 5, 7, 0x0600, 0xffff };
 	uint8_t frame[64], buf[64];
 	struct cluster_frame_header h;
 	char why[WHY_BYTES];
@@ -1033,7 +1033,7 @@ static void test_protocol_round_trip_jobs(void **state)
 		     "JOB noop");
 	payload[8] = CLUSTER_JOB_KIND_LAST + 1;
 	expect_proto(cluster_job_decode(payload, 9, &view, why, sizeof(why)), why,
-		     "JOB kind 9 unknown");
+		     "JOB kind 10 unknown");
 	free(g);
 	free(rh);
 }
@@ -1153,6 +1153,59 @@ static void test_protocol_job_pool_kinds(void **state)
 	job.chain_count = 0;
 	assert_int_equal(cluster_job_encode(&job, payload, sizeof(payload)), -EINVAL);
 	expect_proto(cluster_job_decode(payload, 21, &view, why, sizeof(why)), why, "R-WIRE-10");
+}
+
+/*
+ * R-WIRE-21: the pool export (version 6) carries a put id, a store's record
+ * header, a state slot and page ids, its length exact; too many ids are
+ * refused on both sides.
+ */
+static void test_protocol_job_pool_export(void **state)
+{
+	static const uint32_t ids[3] = { 4, 5, 6 };
+	uint8_t header[REC_HEADER_BYTES], *payload = malloc(CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 64);
+	struct cluster_job job = { .job_id = 43, .kind = CLUSTER_JOB_POOL_EXPORT,
+				   .pool_id = 1ull << 41, .record_header = header,
+				   .state_slot = 2, .page_ids = ids, .page_id_count = 3 };
+	struct cluster_job_view view;
+	char why[WHY_BYTES];
+	int len;
+
+	(void)state;
+	assert_non_null(payload);
+	for (uint32_t i = 0; i < sizeof(header); i++)
+		header[i] = (uint8_t)(i * 7);
+	len = cluster_job_encode(&job, payload, CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 64);
+	assert_int_equal(len, 9 + 8 + 4096 + 8 + 12);
+	assert_int_equal(payload[8], 9);
+	assert_int_equal(sel_get_le64(payload + 9), 1ull << 41);
+	assert_memory_equal(payload + 17, header, sizeof(header));
+	assert_int_equal(sel_get_le32(payload + 17 + 4096), 2);
+	assert_int_equal(sel_get_le32(payload + 17 + 4096 + 4), 3);
+	assert_int_equal(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), 0);
+	assert_int_equal(view.kind, CLUSTER_JOB_POOL_EXPORT);
+	assert_int_equal(view.job_id, 43);
+	assert_int_equal(view.pool_id, 1ull << 41);
+	assert_memory_equal(view.record_header, header, sizeof(header));
+	assert_int_equal(view.state_slot, 2);
+	assert_int_equal(view.page_id_count, 3);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(cluster_job_view_page_id(&view, i), ids[i]);
+	expect_proto(cluster_job_decode(payload, (uint32_t)len - 1, &view, why, sizeof(why)), why,
+		     "R-WIRE-10");
+	expect_proto(cluster_job_decode(payload, 9 + 8 + 4096, &view, why, sizeof(why)), why,
+		     "R-WIRE-10");
+	sel_put_le32(payload + 17 + 4096 + 4, CLUSTER_JOB_PAGE_IDS_MAX + 1);
+	expect_proto(cluster_job_decode(payload, (uint32_t)len, &view, why, sizeof(why)), why,
+		     "R-WIRE-21");
+	job.page_id_count = CLUSTER_JOB_PAGE_IDS_MAX + 1;
+	assert_int_equal(cluster_job_encode(&job, payload, CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 64),
+			 SEL_ETOOBIG);
+	job.page_id_count = 3;
+	job.record_header = NULL;
+	assert_int_equal(cluster_job_encode(&job, payload, CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 64),
+			 -EINVAL);
+	free(payload);
 }
 
 /* R-WIRE-21: a pool claim of 4096 records and 2^20 page ids is the JOB maximum. */
@@ -2213,6 +2266,7 @@ int main(void)
 		cmocka_unit_test(test_protocol_rejects_bad_magic),
 		cmocka_unit_test(test_protocol_rejects_wrong_version),
 		cmocka_unit_test(test_protocol_job_pool_kinds),
+		cmocka_unit_test(test_protocol_job_pool_export),
 		cmocka_unit_test(test_protocol_job_claim_at_maxima),
 		cmocka_unit_test(test_protocol_rejects_unknown_type),
 		cmocka_unit_test(test_protocol_rejects_nonzero_reserved),

@@ -6,6 +6,9 @@ tokens with the reference run's (every prompt computed in full).
     check.py warm RESULTS hits     every restore of a run with --warm served warm
     check.py warm RESULTS restart  every restore of a restarted run read the disk
     check.py pool PUT CLAIM        one instance put records to a pool, another restored
+                                   them from it, bitwise equal
+    check.py gpu-pool HOLD CLAIM   one instance stored nothing and exported its GPU
+                                   checkpoints through the pool; another restored
                                    them from it, bitwise equal"""
 
 import json
@@ -163,7 +166,31 @@ def pool(put_path, claim_path):
     return 1 if problems else 0
 
 
+def gpu_pool(hold_path, claim_path):
+    """The first instance kept its checkpoints on the GPU only (its disk
+    took none) and exported them when the pool asked (engine.py
+    --serve-exports-until); the second restored them from the pool."""
+    _, hold = load(hold_path)
+    a = hold.get("store", {})
+    problems = []
+    if a.get("stored"):
+        problems.append("%s stored %d records: its exports need not be GPU-only"
+                        % (hold_path, a["stored"]))
+    if not hold.get("exports") or hold.get("exports_ended") != hold.get("exports"):
+        problems.append("%s pinned %d GPU exports, %d ended" % (
+            hold_path, hold.get("exports", 0), hold.get("exports_ended", 0)))
+    for problem in problems:
+        print("FAILED: %s" % problem)
+    if problems:
+        return 1
+    print("gpu-pool: %d GPU checkpoints exported (%d requests refused)"
+          % (hold["exports"], hold.get("exports_refused", 0)))
+    return pool(hold_path, claim_path)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "gpu-pool":
+        sys.exit(gpu_pool(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == "pool":
         sys.exit(pool(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == "warm" and sys.argv[3] in ("hits", "restart"):

@@ -12,6 +12,7 @@ Fetch or recompute: fetch only when the estimated transfer time is below
 half the estimated prefill time of the same tokens. Both estimates start
 from stated rates and follow the median of the last three measurements."""
 
+import errno
 import statistics
 import time
 from collections import deque
@@ -42,6 +43,7 @@ class SeleneConnector:
         self.page_bytes, self.row_bytes = unit_bytes_per_page, row_bytes
         self.fetch_rate, self.prefill_rate = Rate(fetch_bytes_per_s), Rate(prefill_tokens_per_s)
         self.rule = rule                     # auto, or always fetch / recompute (tests)
+        self.gpu_exports = store is not None and store.config.pool is not None
         self.next_id = 0
         self.fetches = {}                    # waiter -> (bytes, submit time)
         self.decisions = []                  # (tokens, estimated fetch s, prefill s, fetched)
@@ -96,6 +98,48 @@ class SeleneConnector:
         checkpoint = self._id()
         return self.store.publish(checkpoint, history, consumed, parent_consumed,
                                   pages, row), checkpoint
+
+    # GPU checkpoint exports through the pool (Store.gpu_hold on): with a
+    # pool, the scheduler offers what its GPU cache holds, answers each
+    # EXPORT_REQUESTED by pinning the checkpoint, and unpins at EXPORT_ENDED.
+
+    def gpu_hold(self, history, consumed) -> int:
+        """Offers a cached checkpoint for export; its id, or 0 when the
+        store takes no offer (no pool attached, or 4096 offered)."""
+        if not self.gpu_exports:
+            return 0
+        offer = self._id()
+        try:
+            self.store.gpu_hold(offer, history, consumed)
+        except selene.SeleneError as e:
+            if e.code not in (-errno.ENOTSUP, selene.EQUEUEFULL):
+                raise
+            self.gpu_exports = e.code != -errno.ENOTSUP  # no pool: never ask again
+            return 0
+        return offer
+
+    def gpu_evicted(self, offer: int):
+        try:
+            self.store.gpu_evicted(offer)
+        except selene.SeleneError as e:
+            if e.code != selene.ENOTFOUND:
+                raise
+
+    def export_pinned(self, export_id, pages, row) -> bool:
+        """True: the store took the export (keep the pin until its
+        EXPORT_ENDED); False: it is over (unpin now)."""
+        try:
+            self.store.export_pinned(export_id, pages, row)
+            return True
+        except selene.SeleneError:
+            return False
+
+    def export_refuse(self, export_id, reason):
+        try:
+            self.store.export_refuse(export_id, reason)
+        except selene.SeleneError as e:
+            if e.code != selene.ENOTFOUND:  # forgotten meanwhile: nothing to answer
+                raise
 
     def touch(self, history, consumed):
         try:

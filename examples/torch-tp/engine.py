@@ -195,11 +195,16 @@ def parse_args(argv):
     p.add_argument("--pool", metavar="ADDR", help="a pool manager (selene pool) at host:port: "
                    "records leaving the disk go there, lookups ask it")
     p.add_argument("--pool-secret", metavar="FILE", help="the pool's 32-byte secret (mode 600)")
+    p.add_argument("--serve-exports-until", metavar="FILE",
+                   help="with --pool: after the trace, keep answering the pool's export "
+                        "requests from the GPU cache until FILE exists (at most 300 s)")
     p.add_argument("--results", help="JSON lines: a line per request, then a summary")
     p.add_argument("--digests", help="file keeping the stored pages' digests across runs")
     args = p.parse_args(argv)
     if (args.pool is None) != (args.pool_secret is None):
         p.error("--pool and --pool-secret go together")
+    if args.serve_exports_until and not args.pool:
+        p.error("--serve-exports-until needs --pool")
     return args
 
 
@@ -231,10 +236,11 @@ def report(args, sched, done, seconds, world):
     if args.pool and getattr(sched, "store_stats", None) is not None:
         st = sched.store_stats
         print("torch-tp: pool %s, %s: %d records put (%d failed), %d lookups answered, "
-              "%d restores from it (%d failed)" % (
-                  args.pool, "attached" if st.pool_attached else "not attached", st.pool_puts,
-                  st.pool_put_failures, st.pool_hits, st.pool_claims, st.pool_claim_failures),
-              flush=True)
+              "%d restores from it (%d failed), %d GPU exports pinned (%d ended, %d refused)"
+              % (args.pool, "attached" if st.pool_attached else "not attached", st.pool_puts,
+                 st.pool_put_failures, st.pool_hits, st.pool_claims, st.pool_claim_failures,
+                 sched.counts["exports"], sched.counts["exports_ended"],
+                 sched.counts["exports_refused"]), flush=True)
     if sched.sel is not None:
         summary["rule"] = [dict(tokens=t, fetch_s=round(f, 6), prefill_s=round(p, 6), fetched=x)
                            for t, f, p, x in sched.sel.decisions]
@@ -280,6 +286,20 @@ def main(argv=None):
     return status
 
 
+def serve_exports(sched, until):
+    """Answers the pool's export requests from the GPU cache as the trace
+    left it (every rank's agent still serves its share) until the file
+    until exists, then until the exports pinned ended."""
+    print("torch-tp: serving exports until %s exists" % until, flush=True)
+    deadline = time.monotonic() + 300
+    while not os.path.exists(until) and time.monotonic() < deadline:
+        sched.poll([])
+        time.sleep(0.001)
+    while sched.exports:
+        sched.poll([])
+        time.sleep(0.001)
+
+
 def run_rank(args, model, kv, ranks, config, device):
     if ranks.rank != 0:
         peer = selene.Peer(config) if config is not None else None
@@ -319,6 +339,8 @@ def run_rank(args, model, kv, ranks, config, device):
     t0 = time.perf_counter()
     try:
         sched.run(requests, on_done)
+        if args.serve_exports_until and store is not None:
+            serve_exports(sched, args.serve_exports_until)
     finally:
         ranks.end()
         if store is not None:

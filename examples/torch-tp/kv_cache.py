@@ -88,8 +88,9 @@ class Checkpoint:
     pages: List[int]         # the chain from the root
     row: int
     users: int = 0           # requests reading it now
-    pins: int = 0            # store copies in flight
+    pins: int = 0            # store copies and exports in flight
     store_id: int = 0
+    offer_id: int = 0        # offered to the pool for export (0: not)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class PrefixCache:
     free_rows: List[int] = field(default_factory=list)
     lru: "OrderedDict[bytes, Checkpoint]" = field(default_factory=OrderedDict)
     evictions: int = 0
+    evicted: List[Checkpoint] = field(default_factory=list)  # since the owner last took them
 
     def __post_init__(self):
         self.refs = [0] * self.pages
@@ -125,6 +127,7 @@ class PrefixCache:
                 self.release(k.pages)
                 self.free_rows.append(k.row)
                 self.evictions += 1
+                self.evicted.append(k)  # its offer for export is withdrawn
                 return True
         return False
 

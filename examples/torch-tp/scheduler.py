@@ -9,7 +9,13 @@ their events come): a restoring request sits in the inbound state while the
 others prefill and decode, and is admitted when its event comes. A failed restore frees its destination pages and row only after
 its event (until then Selene may still write them) and the request
 recomputes. Prefill always runs span by span, so a prefix restored and a
-prefix recomputed are the same computation and decode to the same tokens."""
+prefix recomputed are the same computation and decode to the same tokens.
+
+With a pool, every checkpoint cached is offered for export
+(Store.gpu_hold) and every eviction withdrawn at the next poll; an
+EXPORT_REQUESTED is answered in the poll that takes it: the checkpoint is
+pinned (as a store's copy pins it) and its pages and row handed over, or
+refused when no longer cached; its EXPORT_ENDED unpins it."""
 
 import time
 from dataclasses import dataclass, field
@@ -58,6 +64,8 @@ class Scheduler:
         self.ranks, self.cache, self.sel = ranks, cache, connector
         self.pt, self.max_active, self.verify = page_tokens, max_active, verify
         self.stores = {}        # checkpoint id -> cached Checkpoint (pinned)
+        self.offers = {}        # offer id -> cached Checkpoint offered for export
+        self.exports = {}       # export id -> cached Checkpoint (pinned until its end)
         self.deferred = []      # checkpoints Selene answered RETRY for (pinned)
         self.next_offer = 0.0   # with no store in flight, offers wait this long apart
         self.digests = {}       # prefix key hex -> every rank's digest at publish
@@ -65,12 +73,13 @@ class Scheduler:
         self.counts = dict(gpu_hits=0, host_restores=0, restore_failures=0, recomputed=0,
                            overlapped_steps=0, published=0, stored=0, store_failures=0,
                            retry=0, wrong_pages=0, joined=0, cached_again=0, preempted=0,
-                           on_disk=0)
+                           on_disk=0, exports=0, exports_refused=0, exports_ended=0)
 
     # -- events ---------------------------------------------------------
     def poll(self, active):
         if self.sel is None:
             return
+        self.withdraw_evicted()
         fetched, stored = [], False
         for ev in self.sel.poll():
             if ev.kind in (selene.EventKind.STORED, selene.EventKind.STORE_FAILED):
@@ -84,6 +93,11 @@ class Scheduler:
             elif ev.kind in (selene.EventKind.FETCHED, selene.EventKind.FETCH_FAILED):
                 q = next(r for r in active if r.state == "inbound" and r.waiter == ev.id)
                 fetched.append((q, ev))
+            elif ev.kind == selene.EventKind.EXPORT_REQUESTED:
+                self.export_requested(ev)
+            elif ev.kind == selene.EventKind.EXPORT_ENDED:
+                self.exports.pop(ev.id).pins -= 1  # the only release
+                self.counts["exports_ended"] += 1
             else:
                 raise RuntimeError("Selene stopped: %s" % ev.why)
         # a fetch's owner first: a request that joined it takes what it cached
@@ -95,6 +109,40 @@ class Scheduler:
                                          time.perf_counter() >= self.next_offer)):
             self.offer_deferred()
             self.next_offer = time.perf_counter() + 0.01
+
+    def withdraw_evicted(self):
+        """The checkpoints the cache evicted since the last poll leave the
+        pool's view (before any export request is answered)."""
+        evicted, self.cache.evicted = self.cache.evicted, []
+        for k in evicted:
+            if k.offer_id:
+                del self.offers[k.offer_id]
+                self.sel.gpu_evicted(k.offer_id)
+                k.offer_id = 0
+
+    def offer_for_export(self, q, k, consumed):
+        """A checkpoint just cached: the pool may ask this instance for it."""
+        offer = getattr(self.sel, "gpu_hold", None)
+        k.offer_id = offer(q.history, consumed) if offer else 0
+        if k.offer_id:
+            self.offers[k.offer_id] = k
+
+    def export_requested(self, ev):
+        """Pins the checkpoint the pool asks for and hands its pages and
+        row over, in this same step (nothing evicts it meanwhile: eviction
+        runs on this thread too); one no longer cached is refused."""
+        self.withdraw_evicted()
+        k = self.offers.get(ev.checkpoint)
+        if k is None or self.cache.lru.get(k.key) is not k:
+            self.sel.export_refuse(ev.id, selene.ENOTFOUND)
+            self.counts["exports_refused"] += 1
+            return
+        k.pins += 1
+        if self.sel.export_pinned(ev.id, k.pages, k.row):
+            self.exports[ev.id] = k
+            self.counts["exports"] += 1
+        else:
+            k.pins -= 1  # not taken: no end event will come
 
     def restored(self, q, ev):
         q.result["restore_ms"] += (time.perf_counter() - q.restore_t0) * 1e3
@@ -274,6 +322,7 @@ class Scheduler:
             return
         if self.verify:
             self.digests[key.hex()] = self.ranks.digest(chain, row)
+        self.offer_for_export(q, k, consumed)
         q.result["checkpoints"] += 1
         self.counts["published"] += 1
         self.offer(q, k, consumed, parent, 0)
@@ -384,7 +433,8 @@ class Scheduler:
             q = next((r for r in runnable if self.grow(r)), None)
             if q is None:
                 looking = any(r.state == "lookup" for r in active)
-                if runnable and not (self.stores or self.deferred or inbound or looking):
+                if runnable and not (self.stores or self.deferred or self.exports or inbound or
+                                     looking):
                     self.preempt(runnable, waiting, active)  # else none ever steps again
                     continue
                 # restores in flight, or stores copying the pages a step
@@ -404,6 +454,6 @@ class Scheduler:
             else:  # round robin
                 active.remove(q)
                 active.append(q)
-        while self.stores or self.deferred:
+        while self.stores or self.deferred or self.exports:
             self.poll(active)
             time.sleep(0.001)

@@ -308,3 +308,65 @@ def test_engine_warm_size_reads_like_the_program():
     for text in ("", "-1", "1.5G", "1iB", "1Q", "64 M", "\u0663"):
         with pytest.raises(argparse.ArgumentTypeError, match="not a size"):
             engine.size(text)
+
+
+class ExportConnector(FakeConnector):
+    """A pool that asks for the first checkpoint offered, once, after
+    `ask_after` polls, and ends the export `end_after` polls later; an
+    export counts as clobbered when its pages changed while pinned."""
+
+    def __init__(self, ranks, store_polls, ask_after, end_after):
+        super().__init__(ranks, store_polls)
+        self.ask_after, self.end_after = ask_after, end_after
+        self.offered, self.withdrawn, self.polls = {}, [], 0
+        self.pinned, self.asked, self.ended = None, False, 0
+
+    def gpu_hold(self, history, consumed):
+        self.next_id += 1
+        self.offered[self.next_id] = consumed
+        return self.next_id
+
+    def gpu_evicted(self, offer):
+        assert offer in self.offered and offer not in self.withdrawn
+        self.withdrawn.append(offer)
+
+    def export_pinned(self, export_id, pages, row):
+        assert export_id == 999 and self.pinned is None
+        self.pinned = [self.end_after, list(pages), self.pages(pages)]
+        return True
+
+    def export_refuse(self, export_id, reason):
+        raise AssertionError("refused an export of a checkpoint it holds")
+
+    def poll(self):
+        events = super().poll()
+        self.polls += 1
+        if not self.asked and self.offered and self.polls >= self.ask_after:
+            self.asked = True
+            first = min(self.offered)
+            events.append(SimpleNamespace(kind=selene.EventKind.EXPORT_REQUESTED, id=999,
+                                          checkpoint=first, tokens=self.offered[first]))
+        if self.pinned is not None:
+            self.pinned[0] -= 1
+            if self.pinned[0] == 0:
+                self.clobbered += self.pages(self.pinned[1]) != self.pinned[2]
+                self.pinned, self.ended = None, self.ended + 1
+                events.append(SimpleNamespace(kind=selene.EventKind.EXPORT_ENDED, id=999,
+                                              checkpoint=0, error=0))
+        return events
+
+
+def test_scheduler_answers_an_export_and_unpins_at_its_end():
+    """Every cached checkpoint is offered; the pool's request is answered
+    with the checkpoint's pages and row, pinned: no page changes until its
+    end, which unpins it (the run finishes, so it was released), and the
+    checkpoints evicted meanwhile are withdrawn."""
+    sched = scheduler(pages=4, max_active=1)
+    sched.sel = ExportConnector(sched.ranks, store_polls=1, ask_after=3, end_after=40)
+    done = run_requests(sched, [request("first", 64, [32, 64], decode=1),
+                                request("second", 48, [32, 48], decode=2, seed=1)])
+    assert [q.id for q in done] == ["first", "second"]
+    assert sched.sel.asked and sched.sel.ended == 1 and sched.sel.clobbered == 0
+    assert sched.counts["exports"] == 1 and sched.counts["exports_ended"] == 1
+    assert not sched.exports and all(k.pins == 0 for k in sched.cache.lru.values())
+    assert sched.cache.evictions >= 1 and sched.sel.withdrawn

@@ -385,6 +385,15 @@ enum sel_event_kind {
 				   restart (right after STORED for one stored
 				   cold; never for one dropped first). Without a
 				   warm tier STORED says so itself */
+	SEL_EVENT_EXPORT_REQUESTED, /* id: an export (below); checkpoint and
+				   tokens: the offered GPU checkpoint the pool
+				   asks for. Answer it with sel_export_pinned
+				   or sel_export_refuse, in the same iteration
+				   where the engine can */
+	SEL_EVENT_EXPORT_ENDED, /* id: an export sel_export_pinned took;
+				   checkpoint: its checkpoint; error 0 when the
+				   pool holds it now, else why not. The pin
+				   may go: exactly once per accepted export */
 };
 
 struct sel_event {
@@ -392,6 +401,8 @@ struct sel_event {
 	uint64_t id;
 	int error;
 	char why[200];
+	uint64_t checkpoint;   /* the export events' checkpoint, else 0 */
+	uint64_t tokens;       /* EXPORT_REQUESTED: the checkpoint's tokens, else 0 */
 };
 
 /*
@@ -401,6 +412,94 @@ struct sel_event {
  * SEL_EQUEUEFULL, never lost events.
  */
 uint32_t sel_poll(sel_store *store, struct sel_event *events, uint32_t max);
+
+/*
+ * Exports of GPU checkpoints through the pool (docs/DESIGN.md section 13,
+ * pool/PROTOCOL.md R-POOL-77 .. R-POOL-79). An attached instance tells the
+ * manager which records it holds so that another instance's lookup can
+ * make it put them (an export). Its host tiers' records are exported
+ * without the engine; a checkpoint the engine keeps only in its GPU cache
+ * is exported with its help, through the calls below, all made on the
+ * model thread and none waiting for anything:
+ *
+ *   1. sel_gpu_hold offers a checkpoint the engine holds on its GPU
+ *      (any it published, whatever the outcome); sel_gpu_evicted
+ *      withdraws it when the engine evicts it (and sel_gpu_evictions_lost
+ *      withdraws every one, when the engine lost track of its evictions:
+ *      it then offers again what it holds).
+ *   2. A request comes as SEL_EVENT_EXPORT_REQUESTED through sel_poll:
+ *      the export's id, the checkpoint and its tokens. The engine pins
+ *      the checkpoint's pages (tokens / page_tokens of them, the chain
+ *      from page 0) and row so that nothing evicts or rewrites them, and
+ *      calls sel_export_pinned with them; or it refuses with
+ *      sel_export_refuse (SEL_ENOTFOUND: it no longer holds it; -ENOSPC:
+ *      no headroom to pin it now).
+ *   3. The store copies the pinned pages and row from the device of
+ *      every rank into a put to the manager, which verifies every byte.
+ *   4. SEL_EVENT_EXPORT_ENDED comes exactly once for every export that
+ *      sel_export_pinned accepted (returned 0), whatever happened: the
+ *      put committed, failed, or the manager went away. Only then may the
+ *      engine unpin. An export sel_export_pinned did not accept is over
+ *      at once (the engine unpins; no event comes).
+ *
+ * Only a store opened with a pool runs any of this; an engine that never
+ * calls sel_gpu_hold sees no export event.
+ */
+
+/*
+ * Offers checkpoint (the engine's id, unique among those offered) whose
+ * history's first consumed tokens the engine holds on its GPU: pages
+ * 0 .. consumed / page_tokens - 1 and a row. Returns 0; -EINVAL for a
+ * consumed count of 0, past the history, or shorter than one page;
+ * -EEXIST for a checkpoint id already offered; SEL_EQUEUEFULL when
+ * POOL_GPU_HOLDS_MAX (4096) are offered; -ENOTSUP for a store without a
+ * pool (or whose pool did not attach at open). Offers made while the pool
+ * is detached (a lost connection) are announced when it attaches again.
+ * Every rank copies its own share from its own device: the same page ids
+ * and slot on every rank, as for sel_store_publish.
+ */
+int sel_gpu_hold(sel_store *store, uint64_t checkpoint, const sel_history *history,
+		 uint64_t consumed);
+
+/*
+ * The engine evicted (or will no longer export) checkpoint. Returns 0, or
+ * SEL_ENOTFOUND for one not offered. An export of it in flight (accepted
+ * by sel_export_pinned) goes on: its pages stay pinned until its end.
+ */
+int sel_gpu_evicted(sel_store *store, uint64_t checkpoint);
+
+/*
+ * The engine lost its record of evictions: every offered checkpoint is
+ * withdrawn (the manager hears a reset and the host records again); the
+ * engine offers again those it holds. Returns 0, or -ENOTSUP as
+ * sel_gpu_hold.
+ */
+int sel_gpu_evictions_lost(sel_store *store);
+
+/*
+ * Answers export export_id (from SEL_EVENT_EXPORT_REQUESTED): the engine
+ * pinned page_count page ids (the checkpoint's tokens / page_tokens,
+ * copied) and state_slot. Returns 0: the store took the export, and
+ * SEL_EVENT_EXPORT_ENDED will come for it exactly once (keep the pin
+ * until then). Any failure means the export is over and no event will
+ * come: SEL_ENOTFOUND for an export id not waiting for an answer
+ * (unknown, answered already, or forgotten: past its deadline, or the
+ * manager's session ended); -EINVAL for a page count other than the
+ * checkpoint's, ids outside the device or a slot past row_count;
+ * SEL_EQUEUEFULL when no job can take it now; SEL_ESTOPPED after the
+ * transport stopped.
+ */
+int sel_export_pinned(sel_store *store, uint64_t export_id, const uint32_t *page_ids,
+		      uint32_t page_count, uint32_t state_slot);
+
+/*
+ * Refuses export export_id: reason SEL_ENOTFOUND (the engine no longer
+ * holds the checkpoint: its offer is withdrawn too) or -ENOSPC (it cannot
+ * pin it now without starving its running requests; the offer stays).
+ * Returns 0, SEL_ENOTFOUND for an export id not waiting for an answer,
+ * or -EINVAL for another reason (the export still waits).
+ */
+int sel_export_refuse(sel_store *store, uint64_t export_id, int reason);
 
 /* Upper bounds, in seconds, of the job latency histograms' buckets. */
 #define SEL_LATENCY_BUCKETS 12

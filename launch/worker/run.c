@@ -463,6 +463,12 @@ static int run_poll(struct run *r)
 			fprintf(stderr, "selene run: a restore failed: %s\n",
 				ev.why[0] ? ev.why : sel_strerror(ev.error));
 		break;
+	case SEL_EVENT_EXPORT_REQUESTED:
+		/* this worker offers no GPU checkpoint (sel_gpu_hold): none to pin */
+		sel_export_refuse(r->store, ev.id, SEL_ENOTFOUND);
+		break;
+	case SEL_EVENT_EXPORT_ENDED:
+		break; /* only for exports it pinned: none */
 	case SEL_EVENT_FATAL:
 		r->stopped = true;
 		fprintf(stderr, "selene run: the store stopped: %s\n",

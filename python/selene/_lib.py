@@ -120,7 +120,8 @@ class Publication(ctypes.Structure):  # Store.publish checks every field first
 
 
 class Event(ctypes.Structure):
-    _fields_ = [("kind", c_int), ("id", u64), ("error", c_int), ("why", ctypes.c_char * 200)]
+    _fields_ = [("kind", c_int), ("id", u64), ("error", c_int), ("why", ctypes.c_char * 200),
+                ("checkpoint", u64), ("tokens", u64)]
 
 
 LATENCY_BUCKETS = 12
@@ -177,6 +178,11 @@ def declare(lib):
         "sel_touch": (c_int, [c_void_p, c_void_p, u64]),
         "sel_store_publish": (c_int, [c_void_p, p(Publication), p(c_int)]),
         "sel_poll": (u32, [c_void_p, p(Event), u32]),
+        "sel_gpu_hold": (c_int, [c_void_p, u64, c_void_p, u64]),
+        "sel_gpu_evicted": (c_int, [c_void_p, u64]),
+        "sel_gpu_evictions_lost": (c_int, [c_void_p]),
+        "sel_export_pinned": (c_int, [c_void_p, u64, p(u32), u32, u32]),
+        "sel_export_refuse": (c_int, [c_void_p, u64, c_int]),
         "sel_store_stats": (c_int, [c_void_p, p(Stats)]),
         "sel_store_metrics": (c_int, [c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
     }

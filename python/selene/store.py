@@ -95,6 +95,10 @@ class EventKind(enum.IntEnum):
     FATAL = 4
     ON_DISK = 5       # warm tier only, after STORED: its record file is on every
                       # rank's disk, so it survives a restart
+    EXPORT_REQUESTED = 6  # id: an export; checkpoint, tokens: the offered GPU
+                          # checkpoint the pool asks for (export_pinned or
+                          # export_refuse answer it)
+    EXPORT_ENDED = 7      # id: an export export_pinned took; its pin may go (once)
 
 
 class WarmPolicy(enum.IntEnum):
@@ -109,6 +113,8 @@ class Event:
     id: int         # the checkpoint (store events) or the waiter (fetch events)
     error: int      # 0, or why it failed (a code for strerror)
     why: str        # the library's sentence, or sel_strerror's text
+    checkpoint: int = 0  # the export events' checkpoint
+    tokens: int = 0      # EXPORT_REQUESTED: the checkpoint's tokens
 
 
 def device_address(obj) -> int:
@@ -1059,8 +1065,77 @@ class Store:
         with self._using() as handle:
             n = _LIB.sel_poll(handle, events, count)
         return [Event(EventKind(e.kind), e.id, e.error,
-                      e.why.decode(errors="replace") or strerror(e.error))
+                      e.why.decode(errors="replace") or strerror(e.error),
+                      e.checkpoint, e.tokens)
                 for e in events[:n]]
+
+    # Exports of GPU checkpoints (include/selene/store.h, sel_gpu_hold on):
+    # offer what the GPU cache holds, answer EXPORT_REQUESTED in the same
+    # iteration, unpin at EXPORT_ENDED. None of these waits.
+
+    def gpu_hold(self, checkpoint: int, history: History, consumed: int):
+        """Offers a checkpoint the GPU cache holds (history's first consumed
+        tokens: pages 0 .. consumed // page_tokens - 1 and a row) for export
+        through the pool (sel_gpu_hold). Raises SeleneError: -EEXIST for an
+        id offered already, EQUEUEFULL past 4096 offers, -ENOTSUP without an
+        attached pool."""
+        checkpoint = _int("gpu_hold(): checkpoint", checkpoint, _lib.u64)
+        self._own("gpu_hold()", history)
+        consumed = _int("gpu_hold(): consumed", consumed, _lib.u64)
+        if not self.config.page_tokens <= consumed <= history.token_count:
+            raise InvalidArgumentError("gpu_hold(): consumed %d is not in %d..%d (a page at "
+                                       "least, the history's tokens at most)"
+                                       % (consumed, self.config.page_tokens,
+                                          history.token_count))
+        with self._using() as handle:
+            _check(_LIB.sel_gpu_hold(handle, checkpoint, history.handle, consumed))
+
+    def gpu_evicted(self, checkpoint: int):
+        """The GPU cache evicted checkpoint (sel_gpu_evicted); SeleneError
+        (ENOTFOUND) for one not offered."""
+        checkpoint = _int("gpu_evicted(): checkpoint", checkpoint, _lib.u64)
+        with self._using() as handle:
+            _check(_LIB.sel_gpu_evicted(handle, checkpoint))
+
+    def gpu_evictions_lost(self):
+        """Every offer withdrawn (sel_gpu_evictions_lost): the engine lost
+        track of its evictions and offers again what it holds."""
+        with self._using() as handle:
+            _check(_LIB.sel_gpu_evictions_lost(handle))
+
+    def export_pinned(self, export_id: int, page_ids: Sequence[int], state_slot: int):
+        """Answers EXPORT_REQUESTED export_id: page_ids (the checkpoint's
+        tokens // page_tokens of them) and state_slot are pinned
+        (sel_export_pinned). Returns once the store took the export: its
+        EXPORT_ENDED comes exactly once, and only then may the pin go.
+        Raises SeleneError when it did not (the export is over, no event
+        comes: unpin at once): ENOTFOUND for an export not waiting for an
+        answer, -EINVAL for ids that do not fit, EQUEUEFULL, ESTOPPED."""
+        export_id = _int("export_pinned(): export_id", export_id, _lib.u64)
+        try:
+            ids = self._page_ids("export_pinned()", page_ids)
+            state_slot = self._state_slot("export_pinned()", state_slot)
+        except (InvalidArgumentError, TypeError, ValueError):
+            # over, as the library's own -EINVAL: no pin to keep, no event
+            with self._using() as handle:
+                _LIB.sel_export_pinned(handle, export_id, None, 0, 0)
+            raise
+        c_ids = (ctypes.c_uint32 * max(1, len(ids)))(*ids)
+        with self._using() as handle:
+            _check(_LIB.sel_export_pinned(handle, export_id,
+                                          ctypes.cast(c_ids, ctypes.POINTER(ctypes.c_uint32)),
+                                          len(ids), state_slot))
+
+    def export_refuse(self, export_id: int, reason: int):
+        """Refuses EXPORT_REQUESTED export_id (sel_export_refuse): reason
+        ENOTFOUND (the GPU cache no longer holds it: its offer goes too) or
+        -errno.ENOSPC (no headroom to pin it now)."""
+        export_id = _int("export_refuse(): export_id", export_id, _lib.u64)
+        if reason not in (ENOTFOUND, -errno.ENOSPC):
+            raise InvalidArgumentError("export_refuse(): reason %r is neither ENOTFOUND nor "
+                                       "-errno.ENOSPC" % (reason,))
+        with self._using() as handle:
+            _check(_LIB.sel_export_refuse(handle, export_id, reason))
 
     def _monitor(self, call) -> int:
         """call(handle) without the lock (the library takes stats and

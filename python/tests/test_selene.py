@@ -4,6 +4,7 @@ installed). Round trips byte-exact, every error path raises SeleneError with
 the library's code, and the bootstraps match the selene program's."""
 
 import ctypes
+import errno
 import gc
 import os
 import shutil
@@ -1388,3 +1389,88 @@ def test_bootstrap_refuses_a_secret_others_may_use(tmp_path):
     for mode in (0o600, 0o400):
         secret.chmod(mode)
         assert selene.from_env(env).secret == secret.read_bytes()
+
+
+def test_gpu_export_without_pool_is_refused(tmp_path):
+    """Without a pool the GPU export calls raise the library's -ENOTSUP
+    (offers) or ENOTFOUND (answers), and a reason the API does not know is
+    refused before the library is called."""
+    planes = Planes()
+    with selene.Store(planes.config(tmp_path)) as store:
+        h = store.history(tokens(600))
+        with pytest.raises(selene.SeleneError) as info:
+            store.gpu_hold(1, h, 256)
+        assert info.value.code == -errno.ENOTSUP
+        with pytest.raises(selene.SeleneError) as info:
+            store.export_pinned(1, [0, 1, 2, 3], 0)
+        assert info.value.code == selene.ENOTFOUND
+        with pytest.raises(selene.InvalidArgumentError, match="neither ENOTFOUND"):
+            store.export_refuse(1, -5)
+        with pytest.raises(selene.InvalidArgumentError, match="consumed 10 is not in"):
+            store.gpu_hold(1, h, 10)
+
+
+def test_gpu_export_through_a_pool(tmp_path):
+    """A checkpoint offered from A's GPU (never stored) reaches B through a
+    `selene pool` manager: A's engine answers EXPORT_REQUESTED with the
+    pages it pins, EXPORT_ENDED comes once, and B restores the bytes into
+    other page ids."""
+    program = os.environ.get("SELENE_PROGRAM", os.path.join(REPO, "build", "selene"))
+    if not os.access(program, os.X_OK):
+        pytest.skip("the selene program is not built (%s): make" % program)
+    import socket
+    import time
+    secret = tmp_path / "pool.secret"
+    secret.write_bytes(b"\x42" * 32)
+    os.chmod(secret, 0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    manager = subprocess.Popen([program, "pool", "--listen", "127.0.0.1:%d" % port,
+                                "--secret", str(secret), "--memory", "8M",
+                                "--name", "py-gpu-export"],
+                               env=dict(os.environ, SELENE_LOG="error"))
+    try:
+        for _ in range(500):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.01)
+        a_planes, b_planes = Planes(), Planes()
+        rng = np.random.default_rng(5)
+        a_planes.k[:] = rng.integers(0, 256, a_planes.k.shape, dtype=np.uint8)
+        a_planes.v[:] = rng.integers(0, 256, a_planes.v.shape, dtype=np.uint8)
+        a_planes.rows[2] = rng.integers(0, 256, ROW, dtype=np.uint8)
+        pool = dict(pool="127.0.0.1:%d" % port, pool_secret_file=str(secret))
+        with selene.Store(a_planes.config(tmp_path / "a", **pool)) as a, \
+                selene.Store(b_planes.config(tmp_path / "b", **pool)) as b:
+            ha = a.history(tokens(600))
+            a.gpu_hold(9, ha, 512)  # 8 pages, in pages 20..27 of A, row 2
+            ended, hit = [], None
+            for _ in range(2000):
+                for ev in a.poll():
+                    if ev.kind == selene.EventKind.EXPORT_REQUESTED:
+                        assert (ev.checkpoint, ev.tokens) == (9, 512)
+                        a.export_pinned(ev.id, list(range(20, 28)), 2)
+                    elif ev.kind == selene.EventKind.EXPORT_ENDED:
+                        ended.append(ev)
+                hb = b.history(tokens(600))
+                hit = b.lookup(hb)
+                while hit is None and b.lookup_pending(hb):
+                    time.sleep(0.0005)
+                    hit = b.lookup(hb)
+                if hit is not None and hit.consumed == 512 and ended:
+                    break
+                time.sleep(0.005)
+            assert hit is not None and hit.consumed == 512
+            assert len(ended) == 1 and ended[0].error == 0 and ended[0].checkpoint == 9
+            assert b.fetch(hit, list(range(4, 12)), 1, 77) is False
+            (ev,) = wait_events(b, 1)
+            assert ev.kind == selene.EventKind.FETCHED
+            assert np.array_equal(b_planes.k[4:12], a_planes.k[20:28])
+            assert np.array_equal(b_planes.v[4:12], a_planes.v[20:28])
+            assert np.array_equal(b_planes.rows[1], a_planes.rows[2])
+            a.gpu_evicted(9)
+    finally:
+        manager.terminate()
+        manager.wait(timeout=30)
