@@ -268,22 +268,22 @@ static void test_checksum_pool_verifier_count(void **state)
 		cores = CPU_COUNT(&allowed);
 	unsetenv("SELENE_CHECKSUM_THREADS");
 	n = shard_checksum_pool_default_verifiers();
-	assert_in_range(n, shard_checksum_pool_default_helpers(), 7);
+	assert_in_range(n, shard_checksum_pool_default_helpers(), 11);
 	if (cores < 4)
 		assert_int_equal(n, 0);
 	else
-		assert_int_equal(n, cores / 2 - 1 > 7 ? 7 : (uint32_t)(cores / 2 - 1));
+		assert_int_equal(n, cores * 3 / 4 - 1 > 11 ? 11 : (uint32_t)(cores * 3 / 4 - 1));
 	setenv("SELENE_CHECKSUM_THREADS", "5", 1);
 	assert_int_equal(shard_checksum_pool_default_verifiers(), 5);
 	unsetenv("SELENE_CHECKSUM_THREADS");
 }
 
-/* Both pools' rule by usable cores: none under four, a quarter (3 most), half less one (7 most). */
+/* Both pools' rule by usable cores: none under four, a quarter (3 most), three quarters less one (11 most). */
 static void test_checksum_pool_rule_by_cores(void **state)
 {
 	static const uint32_t cores[] = { 1, 3, 4, 8, 12, 16, 17, 64 };
 	static const uint32_t stores[] = { 0, 0, 1, 2, 3, 3, 3, 3 };
-	static const uint32_t restores[] = { 0, 0, 1, 3, 5, 7, 7, 7 };
+	static const uint32_t restores[] = { 0, 0, 2, 5, 8, 11, 11, 11 };
 
 	(void)state;
 	for (uint32_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++) {
