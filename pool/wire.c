@@ -504,6 +504,54 @@ static bool result_valid(int32_t result)
 	       (result >= SEL_ERROR_FIRST && result <= SEL_ERROR_LAST);
 }
 
+/*
+ * CLAIMED, CLAIM_END, EXPORT_END, PUT_READY and PUT_END open with the same
+ * head: a u64 id at offset 0 that is never 0 and an i32 result at offset 8
+ * (R-WIRE-12). id_result_check checks a decoded head; its messages name the
+ * message what, the id id_name and the rule id_rule that a zero id breaks.
+ */
+static int id_result_check(const char *what, const char *id_name, const char *id_rule,
+			   uint64_t id, int32_t result, char *why, size_t why_size)
+{
+	if (id == 0)
+		return PROTO_FAIL(why, why_size, "%s %s 0 (%s)", what, id_name, id_rule);
+	if (!result_valid(result))
+		return PROTO_FAIL(why, why_size, "%s result %" PRId32 " (R-WIRE-12)", what,
+				  result);
+	return 0;
+}
+
+/*
+ * Writes the head into a message of bytes bytes and returns bytes; -EINVAL
+ * for a zero id or a result outside R-WIRE-12, -ENOSPC when buf_size is less
+ * than bytes. The caller writes what follows offset 12.
+ */
+static int id_result_encode(uint64_t id, int32_t result, size_t bytes, uint8_t *buf,
+			    size_t buf_size)
+{
+	if (id == 0 || !result_valid(result))
+		return -EINVAL;
+	if (buf_size < bytes)
+		return -ENOSPC;
+	sel_put_le64(buf, id);
+	sel_put_le32(buf + 8, (uint32_t)result);
+	return (int)bytes;
+}
+
+/* Checks that a body is exactly bytes long, then reads and checks its head. */
+static int id_result_decode(const char *what, const char *id_name, const char *id_rule,
+			    const uint8_t *body, uint32_t length, uint32_t bytes, uint64_t *id,
+			    int32_t *result, char *why, size_t why_size)
+{
+	int ret = check_length(what, length, bytes, why, why_size);
+
+	if (ret)
+		return ret;
+	*id = sel_get_le64(body);
+	*result = (int32_t)sel_get_le32(body + 8);
+	return id_result_check(what, id_name, id_rule, *id, *result, why, why_size);
+}
+
 static bool text_printable(const uint8_t *text, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
@@ -1062,20 +1110,20 @@ int pool_claimed_encode(const struct pool_claimed *m, const struct pool_chain_en
 			uint32_t count, uint8_t *buf, size_t buf_size)
 {
 	size_t length = POOL_CLAIMED_FIXED_BYTES + (size_t)POOL_CHAIN_ENTRY_BYTES * count;
+	int ret;
 
 	if (count > POOL_CHAIN_RECORDS_MAX)
 		return SEL_ETOOBIG;
-	if (m->claim_id == 0 || !result_valid(m->result) || (m->result == 0) != (count > 0))
+	if ((m->result == 0) != (count > 0))
 		return -EINVAL;
-	if (buf_size < length)
-		return -ENOSPC;
-	sel_put_le64(buf, m->claim_id);
-	sel_put_le32(buf + 8, (uint32_t)m->result);
+	ret = id_result_encode(m->claim_id, m->result, length, buf, buf_size);
+	if (ret < 0)
+		return ret;
 	sel_put_le32(buf + 12, m->deadline_ms);
 	sel_put_le32(buf + 16, count);
 	if (chain_encode("CLAIMED", chain, count, buf + POOL_CLAIMED_FIXED_BYTES))
 		return -EINVAL;
-	return (int)length;
+	return ret;
 }
 
 int pool_claimed_decode(const uint8_t *body, uint32_t length, struct pool_claimed *out,
@@ -1091,11 +1139,10 @@ int pool_claimed_decode(const uint8_t *body, uint32_t length, struct pool_claime
 	out->result = (int32_t)sel_get_le32(body + 8);
 	out->deadline_ms = sel_get_le32(body + 12);
 	count = sel_get_le32(body + 16);
-	if (out->claim_id == 0)
-		return PROTO_FAIL(why, why_size, "CLAIMED id 0 (R-POOL-8)");
-	if (!result_valid(out->result))
-		return PROTO_FAIL(why, why_size, "CLAIMED result %" PRId32 " (R-WIRE-12)",
-				  out->result);
+	ret = id_result_check("CLAIMED", "id", "R-POOL-8", out->claim_id, out->result, why,
+			      why_size);
+	if (ret)
+		return ret;
 	if (count > POOL_CHAIN_RECORDS_MAX || (out->result == 0) != (count > 0))
 		return PROTO_FAIL(why, why_size, "CLAIMED chain of %" PRIu32 " records with "
 				  "result %" PRId32 " (R-POOL-31)", count, out->result);
@@ -1391,30 +1438,14 @@ void pool_places_view_place(const struct pool_places_view *v, uint32_t index,
 
 int pool_claim_end_encode(const struct pool_claim_end *m, uint8_t *buf, size_t buf_size)
 {
-	if (m->claim_id == 0 || !result_valid(m->result))
-		return -EINVAL;
-	if (buf_size < POOL_CLAIM_END_BYTES)
-		return -ENOSPC;
-	sel_put_le64(buf, m->claim_id);
-	sel_put_le32(buf + 8, (uint32_t)m->result);
-	return POOL_CLAIM_END_BYTES;
+	return id_result_encode(m->claim_id, m->result, POOL_CLAIM_END_BYTES, buf, buf_size);
 }
 
 int pool_claim_end_decode(const uint8_t *body, uint32_t length, struct pool_claim_end *out,
 			  char *why, size_t why_size)
 {
-	int ret = check_length("CLAIM_END", length, POOL_CLAIM_END_BYTES, why, why_size);
-
-	if (ret)
-		return ret;
-	out->claim_id = sel_get_le64(body);
-	out->result = (int32_t)sel_get_le32(body + 8);
-	if (out->claim_id == 0)
-		return PROTO_FAIL(why, why_size, "CLAIM_END id 0 (R-POOL-8)");
-	if (!result_valid(out->result))
-		return PROTO_FAIL(why, why_size, "CLAIM_END result %" PRId32 " (R-WIRE-12)",
-				  out->result);
-	return 0;
+	return id_result_decode("CLAIM_END", "id", "R-POOL-8", body, length, POOL_CLAIM_END_BYTES,
+				&out->claim_id, &out->result, why, why_size);
 }
 
 /* ---- Holders and exports (R-POOL-70, R-POOL-74, R-POOL-75) ---- */
@@ -1514,30 +1545,14 @@ int pool_export_decode(const uint8_t *body, uint32_t length, struct pool_export 
 
 int pool_export_end_encode(const struct pool_export_end *m, uint8_t *buf, size_t buf_size)
 {
-	if (m->export_id == 0 || !result_valid(m->result))
-		return -EINVAL;
-	if (buf_size < POOL_EXPORT_END_BYTES)
-		return -ENOSPC;
-	sel_put_le64(buf, m->export_id);
-	sel_put_le32(buf + 8, (uint32_t)m->result);
-	return POOL_EXPORT_END_BYTES;
+	return id_result_encode(m->export_id, m->result, POOL_EXPORT_END_BYTES, buf, buf_size);
 }
 
 int pool_export_end_decode(const uint8_t *body, uint32_t length, struct pool_export_end *out,
 			   char *why, size_t why_size)
 {
-	int ret = check_length("EXPORT_END", length, POOL_EXPORT_END_BYTES, why, why_size);
-
-	if (ret)
-		return ret;
-	out->export_id = sel_get_le64(body);
-	out->result = (int32_t)sel_get_le32(body + 8);
-	if (out->export_id == 0)
-		return PROTO_FAIL(why, why_size, "EXPORT_END id 0 (R-POOL-75)");
-	if (!result_valid(out->result))
-		return PROTO_FAIL(why, why_size, "EXPORT_END result %" PRId32 " (R-WIRE-12)",
-				  out->result);
-	return 0;
+	return id_result_decode("EXPORT_END", "id", "R-POOL-75", body, length,
+				POOL_EXPORT_END_BYTES, &out->export_id, &out->result, why, why_size);
 }
 
 /* ---- Puts (R-POOL-40 .. R-POOL-42) ---- */
@@ -1608,32 +1623,27 @@ uint64_t pool_put_begin_share_bytes(const struct pool_put_begin *m, uint32_t ran
 
 int pool_put_ready_encode(const struct pool_put_ready *m, uint8_t *buf, size_t buf_size)
 {
-	if (m->request_id == 0 || !result_valid(m->result) ||
-	    (m->result == 0) != (m->put_id != 0))
+	int ret;
+
+	if ((m->result == 0) != (m->put_id != 0))
 		return -EINVAL;
-	if (buf_size < POOL_PUT_READY_BYTES)
-		return -ENOSPC;
-	sel_put_le64(buf, m->request_id);
-	sel_put_le32(buf + 8, (uint32_t)m->result);
+	ret = id_result_encode(m->request_id, m->result, POOL_PUT_READY_BYTES, buf, buf_size);
+	if (ret < 0)
+		return ret;
 	sel_put_le64(buf + 12, m->put_id);
-	return POOL_PUT_READY_BYTES;
+	return ret;
 }
 
 int pool_put_ready_decode(const uint8_t *body, uint32_t length, struct pool_put_ready *out,
 			  char *why, size_t why_size)
 {
-	int ret = check_length("PUT_READY", length, POOL_PUT_READY_BYTES, why, why_size);
+	int ret = id_result_decode("PUT_READY", "request id", "R-POOL-8", body, length,
+				   POOL_PUT_READY_BYTES, &out->request_id, &out->result, why,
+				   why_size);
 
 	if (ret)
 		return ret;
-	out->request_id = sel_get_le64(body);
-	out->result = (int32_t)sel_get_le32(body + 8);
 	out->put_id = sel_get_le64(body + 12);
-	if (out->request_id == 0)
-		return PROTO_FAIL(why, why_size, "PUT_READY request id 0 (R-POOL-8)");
-	if (!result_valid(out->result))
-		return PROTO_FAIL(why, why_size, "PUT_READY result %" PRId32 " (R-WIRE-12)",
-				  out->result);
 	if ((out->result == 0) != (out->put_id != 0))
 		return PROTO_FAIL(why, why_size, "PUT_READY put id %" PRIu64 " with result %"
 				  PRId32 " (R-POOL-40)", out->put_id, out->result);
@@ -1674,30 +1684,22 @@ int pool_put_window_decode(const uint8_t *head, uint32_t head_length, uint32_t d
 
 int pool_put_end_encode(const struct pool_put_end *m, uint8_t *buf, size_t buf_size)
 {
-	if (m->put_id == 0 || !result_valid(m->result))
-		return -EINVAL;
-	if (buf_size < POOL_PUT_END_BYTES)
-		return -ENOSPC;
-	sel_put_le64(buf, m->put_id);
-	sel_put_le32(buf + 8, (uint32_t)m->result);
+	int ret = id_result_encode(m->put_id, m->result, POOL_PUT_END_BYTES, buf, buf_size);
+
+	if (ret < 0)
+		return ret;
 	buf[12] = m->commit ? 1 : 0;
-	return POOL_PUT_END_BYTES;
+	return ret;
 }
 
 int pool_put_end_decode(const uint8_t *body, uint32_t length, struct pool_put_end *out,
 			char *why, size_t why_size)
 {
-	int ret = check_length("PUT_END", length, POOL_PUT_END_BYTES, why, why_size);
+	int ret = id_result_decode("PUT_END", "put id", "R-POOL-8", body, length,
+				   POOL_PUT_END_BYTES, &out->put_id, &out->result, why, why_size);
 
 	if (ret)
 		return ret;
-	out->put_id = sel_get_le64(body);
-	out->result = (int32_t)sel_get_le32(body + 8);
-	if (out->put_id == 0)
-		return PROTO_FAIL(why, why_size, "PUT_END put id 0 (R-POOL-8)");
-	if (!result_valid(out->result))
-		return PROTO_FAIL(why, why_size, "PUT_END result %" PRId32 " (R-WIRE-12)",
-				  out->result);
 	if (body[12] > 1)
 		return PROTO_FAIL(why, why_size, "PUT_END commit flag %u (R-POOL-7)", body[12]);
 	out->commit = body[12] == 1;
