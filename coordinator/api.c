@@ -97,6 +97,21 @@ static bool api_forked(const sel_store *s)
 }
 
 /*
+ * The way into an entry point that works under the store's lock: -EINVAL
+ * for a NULL s, -ECHILD in a forked child (api_forked), else 0 with
+ * s->lock held, which the caller unlocks.
+ */
+static int api_lock(sel_store *s)
+{
+	if (!s)
+		return -EINVAL;
+	if (api_forked(s))
+		return -ECHILD;
+	pthread_mutex_lock(&s->lock);
+	return 0;
+}
+
+/*
  * The open stores. sel_store_stats and sel_store_metrics may come from any
  * thread, also while (or after) the worker thread closes the store: each
  * finds its handle here and counts itself in under open_stores_lock, and
@@ -1053,11 +1068,11 @@ int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
 	if (!joined)
 		return -EINVAL;
 	*joined = false;
-	if (!s || !hit || !page_ids)
+	if (!hit || !page_ids)
 		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = s->engine ? coord_store_fetch(&s->core, hit, page_ids, state_slot, waiter,
 					    joined) :
 			  SEL_ENOTFOUND;
@@ -1069,11 +1084,9 @@ int sel_cancel(sel_store *s, uint64_t waiter)
 {
 	int ret;
 
-	if (!s)
-		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_cancel(&s->core, waiter);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1083,11 +1096,11 @@ int sel_touch(sel_store *s, const sel_history *h, uint64_t consumed)
 {
 	int ret;
 
-	if (!s || !h)
+	if (!h)
 		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_touch(&s->core, &h->history, consumed);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1097,11 +1110,11 @@ int sel_gpu_hold(sel_store *s, uint64_t checkpoint, const sel_history *h, uint64
 {
 	int ret;
 
-	if (!s || !h)
+	if (!h)
 		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_gpu_hold(&s->core, checkpoint, &h->history, consumed);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1111,11 +1124,9 @@ int sel_gpu_evicted(sel_store *s, uint64_t checkpoint)
 {
 	int ret;
 
-	if (!s)
-		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_gpu_evicted(&s->core, checkpoint);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1125,11 +1136,9 @@ int sel_gpu_evictions_lost(sel_store *s)
 {
 	int ret;
 
-	if (!s)
-		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_gpu_evictions_lost(&s->core);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1140,11 +1149,11 @@ int sel_export_pinned(sel_store *s, uint64_t export_id, const uint32_t *page_ids
 {
 	int ret;
 
-	if (!s || (!page_ids && page_count > 0))
+	if (!page_ids && page_count > 0)
 		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_export_pinned(&s->core, export_id, page_ids, page_count, state_slot);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1154,11 +1163,9 @@ int sel_export_refuse(sel_store *s, uint64_t export_id, int reason)
 {
 	int ret;
 
-	if (!s)
-		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_export_refuse(&s->core, export_id, reason);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -1169,11 +1176,11 @@ int sel_store_publish(sel_store *s, const struct sel_publication *pub,
 {
 	int ret;
 
-	if (!s || !pub || !pub->history || !outcome)
+	if (!pub || !pub->history || !outcome)
 		return -EINVAL;
-	if (api_forked(s))
-		return -ECHILD;
-	pthread_mutex_lock(&s->lock);
+	ret = api_lock(s);
+	if (ret)
+		return ret;
 	ret = coord_store_publish(&s->core, &pub->history->history, pub, outcome);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
