@@ -1188,10 +1188,49 @@ static uint64_t job_length(const struct cluster_job *m)
 	return CLUSTER_JOB_KEY_BYTES;
 }
 
-static void put_page_ids(uint8_t *p, const uint32_t *ids, uint32_t count)
+/*
+ * Store, fetch, pool claim and pool export jobs end with the same tail: a
+ * u32 state slot, a u32 page id count right after it, and the page ids at
+ * ids (a store and a fetch put a flag byte between, which the caller
+ * writes). page_ids_put writes it from m; page_id_count_get and
+ * page_ids_get read it back (R-WIRE-21).
+ */
+_Static_assert(CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT == CLUSTER_JOB_STORE_OFF_STATE_SLOT + 4 &&
+		       CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_ID_COUNT ==
+			       CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT + 4 &&
+		       CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT ==
+			       CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT + 4 &&
+		       CLUSTER_JOB_EXPORT_OFF_PAGE_ID_COUNT ==
+			       CLUSTER_JOB_EXPORT_OFF_STATE_SLOT + 4,
+	       "a page id count follows its state slot");
+
+static void page_ids_put(uint8_t *slot, uint8_t *ids, const struct cluster_job *m)
 {
-	for (uint32_t i = 0; i < count; i++)
-		sel_put_le32(p + 4 * (size_t)i, ids[i]);
+	sel_put_le32(slot, m->state_slot);
+	sel_put_le32(slot + 4, m->page_id_count);
+	for (uint32_t i = 0; i < m->page_id_count; i++)
+		sel_put_le32(ids + 4 * (size_t)i, m->page_ids[i]);
+}
+
+/* Reads the state slot and the page id count at slot; what names the job in errors. */
+static int page_id_count_get(const char *what, const uint8_t *slot, struct cluster_job_view *out,
+			     char *why, size_t why_size)
+{
+	out->state_slot = sel_get_le32(slot);
+	out->page_id_count = sel_get_le32(slot + 4);
+	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
+		return PROTO_FAIL(why, why_size, "%s of %" PRIu32 " page ids, at most %u "
+				  "(R-WIRE-21)", what, out->page_id_count,
+				  CLUSTER_JOB_PAGE_IDS_MAX);
+	return 0;
+}
+
+/* Points out->page_ids at offset ids_offset of body p and checks that the body ends with them. */
+static int page_ids_get(const char *what, const uint8_t *p, uint32_t length, uint64_t ids_offset,
+			struct cluster_job_view *out, char *why, size_t why_size)
+{
+	out->page_ids = p + ids_offset;
+	return check_exact(what, length, ids_offset + 4ull * out->page_id_count, why, why_size);
 }
 
 static void pool_claim_encode(const struct cluster_job *m, uint8_t *buf)
@@ -1207,9 +1246,8 @@ static void pool_claim_encode(const struct cluster_job *m, uint8_t *buf)
 		p[CLUSTER_POOL_CHAIN_OFF_ROW] = m->pool_chain[i].row ? 1 : 0;
 	}
 	sel_put_le32(p + CLUSTER_JOB_CLAIM_TAIL_OFF_SKIP_PAGES, m->skip_pages);
-	sel_put_le32(p + CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT, m->state_slot);
-	sel_put_le32(p + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT, m->page_id_count);
-	put_page_ids(p + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, m->page_ids, m->page_id_count);
+	page_ids_put(p + CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT,
+		     p + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, m);
 }
 
 int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_size)
@@ -1229,11 +1267,9 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 	switch (m->kind) {
 	case CLUSTER_JOB_STORE:
 		memcpy(buf + CLUSTER_JOB_STORE_OFF_HEADER, m->record_header, REC_HEADER_BYTES);
-		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_STATE_SLOT, m->state_slot);
-		sel_put_le32(buf + CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT, m->page_id_count);
+		page_ids_put(buf + CLUSTER_JOB_STORE_OFF_STATE_SLOT,
+			     buf + CLUSTER_JOB_STORE_OFF_PAGE_IDS, m);
 		buf[CLUSTER_JOB_STORE_OFF_WARM] = m->warm;
-		put_page_ids(buf + CLUSTER_JOB_STORE_OFF_PAGE_IDS, m->page_ids,
-			     m->page_id_count);
 		break;
 	case CLUSTER_JOB_FETCH:
 		sel_put_le32(buf + CLUSTER_JOB_FETCH_OFF_CHAIN_COUNT, m->chain_count);
@@ -1246,11 +1282,9 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 				     m->chain[i].tail_page_count);
 		}
 		sel_put_le32(p + CLUSTER_JOB_FETCH_TAIL_OFF_SKIP_PAGES, m->skip_pages);
-		sel_put_le32(p + CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT, m->state_slot);
-		sel_put_le32(p + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_ID_COUNT, m->page_id_count);
+		page_ids_put(p + CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT,
+			     p + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS, m);
 		p[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH] = m->read_through ? 1 : 0;
-		put_page_ids(p + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS, m->page_ids,
-			     m->page_id_count);
 		break;
 	case CLUSTER_JOB_TRUNCATE:
 	case CLUSTER_JOB_UNLINK:
@@ -1275,9 +1309,8 @@ int cluster_job_encode(const struct cluster_job *m, uint8_t *buf, size_t buf_siz
 	case CLUSTER_JOB_POOL_EXPORT:
 		sel_put_le64(buf + CLUSTER_JOB_EXPORT_OFF_PUT_ID, m->pool_id);
 		memcpy(buf + CLUSTER_JOB_EXPORT_OFF_HEADER, m->record_header, REC_HEADER_BYTES);
-		sel_put_le32(buf + CLUSTER_JOB_EXPORT_OFF_STATE_SLOT, m->state_slot);
-		sel_put_le32(buf + CLUSTER_JOB_EXPORT_OFF_PAGE_ID_COUNT, m->page_id_count);
-		put_page_ids(buf + CLUSTER_JOB_EXPORT_OFF_PAGE_IDS, m->page_ids, m->page_id_count);
+		page_ids_put(buf + CLUSTER_JOB_EXPORT_OFF_STATE_SLOT,
+			     buf + CLUSTER_JOB_EXPORT_OFF_PAGE_IDS, m);
 		break;
 	}
 	return (int)length;
@@ -1299,20 +1332,16 @@ static int job_store_decode(const uint8_t *p, uint32_t length,
 	if (ret)
 		return ret;
 	out->record_header = p + CLUSTER_JOB_STORE_OFF_HEADER;
-	out->state_slot = sel_get_le32(p + CLUSTER_JOB_STORE_OFF_STATE_SLOT);
-	out->page_id_count = sel_get_le32(p + CLUSTER_JOB_STORE_OFF_PAGE_ID_COUNT);
-	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
-		return PROTO_FAIL(why, why_size, "JOB store of %" PRIu32
-				  " page ids, at most %u (R-WIRE-21)",
-				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
+	ret = page_id_count_get("JOB store", p + CLUSTER_JOB_STORE_OFF_STATE_SLOT, out, why,
+				why_size);
+	if (ret)
+		return ret;
 	if (p[CLUSTER_JOB_STORE_OFF_WARM] > CLUSTER_JOB_STORE_WARM_LAST)
 		return PROTO_FAIL(why, why_size, "JOB store warm %u, 0 .. 3 (R-WIRE-12)",
 				  p[CLUSTER_JOB_STORE_OFF_WARM]);
 	out->warm = p[CLUSTER_JOB_STORE_OFF_WARM];
-	out->page_ids = p + CLUSTER_JOB_STORE_OFF_PAGE_IDS;
-	return check_exact("JOB store", length,
-			   CLUSTER_JOB_STORE_OFF_PAGE_IDS + 4ull * out->page_id_count,
-			   why, why_size);
+	return page_ids_get("JOB store", p, length, CLUSTER_JOB_STORE_OFF_PAGE_IDS, out, why,
+			    why_size);
 }
 
 static int job_fetch_decode(const uint8_t *p, uint32_t length,
@@ -1341,20 +1370,16 @@ static int job_fetch_decode(const uint8_t *p, uint32_t length,
 	out->chain = p + CLUSTER_JOB_FETCH_OFF_CHAIN;
 	tail = p + tail_offset;
 	out->skip_pages = sel_get_le32(tail + CLUSTER_JOB_FETCH_TAIL_OFF_SKIP_PAGES);
-	out->state_slot = sel_get_le32(tail + CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT);
-	out->page_id_count = sel_get_le32(tail + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_ID_COUNT);
-	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
-		return PROTO_FAIL(why, why_size, "JOB fetch of %" PRIu32
-				  " page ids, at most %u (R-WIRE-21)",
-				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
+	ret = page_id_count_get("JOB fetch", tail + CLUSTER_JOB_FETCH_TAIL_OFF_STATE_SLOT, out,
+				why, why_size);
+	if (ret)
+		return ret;
 	if (tail[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH] > 1)
 		return PROTO_FAIL(why, why_size, "JOB fetch read-through %u (R-WIRE-12)",
 				  tail[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH]);
 	out->read_through = tail[CLUSTER_JOB_FETCH_TAIL_OFF_READ_THROUGH] == 1;
-	out->page_ids = tail + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS;
-	ret = check_exact("JOB fetch", length,
-			  tail_offset + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS +
-				  4ull * out->page_id_count, why, why_size);
+	ret = page_ids_get("JOB fetch", p, length,
+			   tail_offset + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS, out, why, why_size);
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < out->chain_count; i++) {
@@ -1417,16 +1442,12 @@ static int job_export_decode(const uint8_t *p, uint32_t length,
 		return ret;
 	out->pool_id = sel_get_le64(p + CLUSTER_JOB_EXPORT_OFF_PUT_ID);
 	out->record_header = p + CLUSTER_JOB_EXPORT_OFF_HEADER;
-	out->state_slot = sel_get_le32(p + CLUSTER_JOB_EXPORT_OFF_STATE_SLOT);
-	out->page_id_count = sel_get_le32(p + CLUSTER_JOB_EXPORT_OFF_PAGE_ID_COUNT);
-	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
-		return PROTO_FAIL(why, why_size, "JOB pool export of %" PRIu32
-				  " page ids, at most %u (R-WIRE-21)",
-				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
-	out->page_ids = p + CLUSTER_JOB_EXPORT_OFF_PAGE_IDS;
-	return check_exact("JOB pool export", length,
-			   CLUSTER_JOB_EXPORT_OFF_PAGE_IDS + 4ull * out->page_id_count,
-			   why, why_size);
+	ret = page_id_count_get("JOB pool export", p + CLUSTER_JOB_EXPORT_OFF_STATE_SLOT, out,
+				why, why_size);
+	if (ret)
+		return ret;
+	return page_ids_get("JOB pool export", p, length, CLUSTER_JOB_EXPORT_OFF_PAGE_IDS, out,
+			    why, why_size);
 }
 
 static int job_claim_decode(const uint8_t *p, uint32_t length, struct cluster_job_view *out,
@@ -1457,16 +1478,12 @@ static int job_claim_decode(const uint8_t *p, uint32_t length, struct cluster_jo
 	out->pool_chain = p + CLUSTER_JOB_CLAIM_OFF_CHAIN;
 	tail = p + tail_offset;
 	out->skip_pages = sel_get_le32(tail + CLUSTER_JOB_CLAIM_TAIL_OFF_SKIP_PAGES);
-	out->state_slot = sel_get_le32(tail + CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT);
-	out->page_id_count = sel_get_le32(tail + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_ID_COUNT);
-	if (out->page_id_count > CLUSTER_JOB_PAGE_IDS_MAX)
-		return PROTO_FAIL(why, why_size, "JOB pool claim of %" PRIu32
-				  " page ids, at most %u (R-WIRE-21)",
-				  out->page_id_count, CLUSTER_JOB_PAGE_IDS_MAX);
-	out->page_ids = tail + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS;
-	ret = check_exact("JOB pool claim", length,
-			  tail_offset + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS +
-				  4ull * out->page_id_count, why, why_size);
+	ret = page_id_count_get("JOB pool claim", tail + CLUSTER_JOB_CLAIM_TAIL_OFF_STATE_SLOT,
+				out, why, why_size);
+	if (ret)
+		return ret;
+	ret = page_ids_get("JOB pool claim", p, length,
+			   tail_offset + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, out, why, why_size);
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < out->chain_count; i++) {
