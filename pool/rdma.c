@@ -347,12 +347,20 @@ bool pool_rdma_fallback_probe(struct pool_rdma_fallback *fb,
 
 #ifndef SEL_HAVE_VERBS_H
 
+#define RDMA_NOT_BUILT "RDMA was not built (no infiniband/verbs.h at build time)"
+
+/* What each opening call of a build without libibverbs's header answers. */
+static int rdma_not_built(char *why, size_t why_size)
+{
+	say(why, why_size, RDMA_NOT_BUILT);
+	return -ENODEV;
+}
+
 int pool_rdma_probe(const char *device_name, struct pool_rdma_probe *out)
 {
 	(void)device_name;
 	memset(out, 0, sizeof(*out));
-	say(out->why, sizeof(out->why),
-	    "RDMA was not built (no infiniband/verbs.h at build time)");
+	say(out->why, sizeof(out->why), RDMA_NOT_BUILT);
 	return 0;
 }
 
@@ -367,8 +375,7 @@ int pool_rdma_link_open(const struct pool_rdma_probe *device,
 	(void)bytes;
 	(void)plan;
 	*out = NULL;
-	say(why, why_size, "RDMA was not built (no infiniband/verbs.h at build time)");
-	return -ENODEV;
+	return rdma_not_built(why, why_size);
 }
 
 int pool_rdma_memory_open(const struct pool_rdma_probe *device, enum pool_rdma_role role,
@@ -381,8 +388,7 @@ int pool_rdma_memory_open(const struct pool_rdma_probe *device, enum pool_rdma_r
 	(void)bytes;
 	(void)plan;
 	*out = NULL;
-	say(why, why_size, "RDMA was not built (no infiniband/verbs.h at build time)");
-	return -ENODEV;
+	return rdma_not_built(why, why_size);
 }
 
 void pool_rdma_memory_close(struct pool_rdma_memory *mem)
@@ -395,8 +401,7 @@ int pool_rdma_link_open_on(struct pool_rdma_memory *mem, struct pool_rdma_link *
 {
 	(void)mem;
 	*out = NULL;
-	say(why, why_size, "RDMA was not built (no infiniband/verbs.h at build time)");
-	return -ENODEV;
+	return rdma_not_built(why, why_size);
 }
 
 void pool_rdma_link_endpoint(const struct pool_rdma_link *link,
