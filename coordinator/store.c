@@ -400,6 +400,49 @@ static bool pool_holdable(const struct coord_node *n)
 	return n->in_use && n->state == COORD_READY && n->row_present;
 }
 
+/* The key node i announces in a re-announce, or NULL (pool_holds_sweep). */
+static const struct rec_key *node_hold_key(const struct coord_store *s, uint32_t i)
+{
+	const struct coord_node *n = &s->index.nodes[i];
+
+	return pool_holdable(n) ? &n->key : NULL;
+}
+
+/* The key offered GPU checkpoint slot i announces, or NULL (R-POOL-77). */
+static const struct rec_key *gpu_hold_key(const struct coord_store *s, uint32_t i)
+{
+	return s->gpu_holds[i].used ? &s->gpu_holds[i].key : NULL;
+}
+
+/*
+ * One re-announce pass over a table of end entries, from *cursor on: HOLDS
+ * add frames of the keys key_at finds, while *frames is under
+ * COORD_POOL_HOLDS_FRAMES_PER_POLL. Returns true once the pass reached end;
+ * false while there is more, or when the session could not take a frame
+ * (the same frame goes again at the next poll).
+ */
+static bool pool_holds_sweep(struct coord_store *s, uint32_t *cursor, uint32_t end,
+			     const struct rec_key *(*key_at)(const struct coord_store *, uint32_t),
+			     uint32_t *frames)
+{
+	while (*frames < COORD_POOL_HOLDS_FRAMES_PER_POLL && *cursor < end) {
+		uint32_t n = 0, next = *cursor;
+
+		for (; next < end && n < POOL_HOLDS_KEYS_MAX; next++) {
+			const struct rec_key *key = key_at(s, next);
+
+			if (key)
+				s->pool_hold_keys[n++] = *key;
+		}
+		if (n && s->pool_ops.hold(s->pool_ops.ctx, COORD_POOL_HOLD_ADD, s->pool_hold_keys,
+					  n) != 0)
+			return false;
+		*cursor = next;
+		(*frames)++;
+	}
+	return *cursor >= end;
+}
+
 /*
  * Sends what changed since the last HOLDS, at most
  * COORD_POOL_HOLDS_FRAMES_PER_POLL frames: a re-announce first (reset,
@@ -420,35 +463,12 @@ static void pool_holds_flush(struct coord_store *s)
 			s->pool_holds_reset_sent = true;
 			frames++;
 		}
-		while (frames < COORD_POOL_HOLDS_FRAMES_PER_POLL && s->pool_holds_cursor < ix->nodes_max) {
-			uint32_t n = 0, next = s->pool_holds_cursor;
-
-			for (; next < ix->nodes_max && n < POOL_HOLDS_KEYS_MAX; next++)
-				if (pool_holdable(&ix->nodes[next]))
-					s->pool_hold_keys[n++] = ix->nodes[next].key;
-			if (n && s->pool_ops.hold(s->pool_ops.ctx, COORD_POOL_HOLD_ADD, s->pool_hold_keys,
-						  n) != 0)
-				return;
-			s->pool_holds_cursor = next;
-			frames++;
-		}
-		if (s->pool_holds_cursor < ix->nodes_max)
+		if (!pool_holds_sweep(s, &s->pool_holds_cursor, ix->nodes_max, node_hold_key,
+				      &frames))
 			return;
 		/* then the GPU checkpoints the engine offered (R-POOL-77) */
-		while (frames < COORD_POOL_HOLDS_FRAMES_PER_POLL && s->gpu_holds &&
-		       s->gpu_holds_cursor < POOL_GPU_HOLDS_MAX) {
-			uint32_t n = 0, next = s->gpu_holds_cursor;
-
-			for (; next < POOL_GPU_HOLDS_MAX && n < POOL_HOLDS_KEYS_MAX; next++)
-				if (s->gpu_holds[next].used)
-					s->pool_hold_keys[n++] = s->gpu_holds[next].key;
-			if (n && s->pool_ops.hold(s->pool_ops.ctx, COORD_POOL_HOLD_ADD, s->pool_hold_keys,
-						  n) != 0)
-				return;
-			s->gpu_holds_cursor = next;
-			frames++;
-		}
-		if (s->gpu_holds && s->gpu_holds_cursor < POOL_GPU_HOLDS_MAX)
+		if (s->gpu_holds && !pool_holds_sweep(s, &s->gpu_holds_cursor, POOL_GPU_HOLDS_MAX,
+						      gpu_hold_key, &frames))
 			return;
 		s->pool_holds_resync = false;
 	}
