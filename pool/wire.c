@@ -893,6 +893,54 @@ int pool_attached_decode(const uint8_t *body, uint32_t length, struct pool_attac
 	return 0;
 }
 
+/* ---- Key lists: LOOKUP, HOLDS (R-POOL-20, R-POOL-70) ---- */
+
+/*
+ * Whether count keys are each valid (R-WIRE-14) and, where descending,
+ * each shorter than the one before (R-POOL-20).
+ */
+static bool keys_valid(const struct rec_key *keys, uint32_t count, bool descending)
+{
+	for (uint32_t i = 0; i < count; i++)
+		if (!key_valid(&keys[i]) ||
+		    (descending && i && keys[i].consumed >= keys[i - 1].consumed))
+			return false;
+	return true;
+}
+
+static void keys_put(uint8_t *p, const struct rec_key *keys, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++)
+		put_key(p + POOL_WIRE_KEY_BYTES * i, &keys[i]);
+}
+
+/*
+ * Checks that a body of length bytes is its fixed bytes and then count
+ * keys, and that the keys at keys pass what keys_valid asks; what names
+ * the message in errors.
+ */
+static int keys_get(const char *what, uint32_t length, uint32_t fixed, const uint8_t *keys,
+		    uint32_t count, bool descending, char *why, size_t why_size)
+{
+	struct rec_key prev = { 0 }, key;
+	int ret = check_length(what, length, fixed + (uint64_t)POOL_WIRE_KEY_BYTES * count, why,
+			       why_size);
+
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < count; i++) {
+		get_key(keys + POOL_WIRE_KEY_BYTES * i, &key);
+		if (!key_valid(&key))
+			return PROTO_FAIL(why, why_size, "%s key %" PRIu32 " consumes %" PRIu64
+					  " (R-WIRE-14)", what, i, key.consumed);
+		if (descending && i && key.consumed >= prev.consumed)
+			return PROTO_FAIL(why, why_size, "%s key %" PRIu32 " is not shorter "
+					  "than the one before (R-POOL-20)", what, i);
+		prev = key;
+	}
+	return 0;
+}
+
 /* ---- LOOKUP (R-POOL-20) ---- */
 
 int pool_lookup_encode(uint64_t ticket, const struct rec_key *keys, uint32_t key_count,
@@ -902,26 +950,19 @@ int pool_lookup_encode(uint64_t ticket, const struct rec_key *keys, uint32_t key
 
 	if (key_count > POOL_LOOKUP_KEYS_MAX)
 		return SEL_ETOOBIG;
-	if (ticket == 0 || key_count == 0)
+	if (ticket == 0 || key_count == 0 || !keys_valid(keys, key_count, true))
 		return -EINVAL;
-	for (uint32_t i = 0; i < key_count; i++)
-		if (!key_valid(&keys[i]) || (i && keys[i].consumed >= keys[i - 1].consumed))
-			return -EINVAL;
 	if (buf_size < length)
 		return -ENOSPC;
 	sel_put_le64(buf, ticket);
 	sel_put_le32(buf + 8, key_count);
-	for (uint32_t i = 0; i < key_count; i++)
-		put_key(buf + POOL_LOOKUP_FIXED_BYTES + POOL_WIRE_KEY_BYTES * i, &keys[i]);
+	keys_put(buf + POOL_LOOKUP_FIXED_BYTES, keys, key_count);
 	return (int)length;
 }
 
 int pool_lookup_decode(const uint8_t *body, uint32_t length, struct pool_lookup_view *out,
 		       char *why, size_t why_size)
 {
-	struct rec_key prev = { 0 }, key;
-	int ret;
-
 	if (length < POOL_LOOKUP_FIXED_BYTES)
 		return PROTO_FAIL(why, why_size, "LOOKUP body of %" PRIu32 " bytes (R-WIRE-10)",
 				  length);
@@ -933,22 +974,8 @@ int pool_lookup_decode(const uint8_t *body, uint32_t length, struct pool_lookup_
 	if (out->key_count < 1 || out->key_count > POOL_LOOKUP_KEYS_MAX)
 		return PROTO_FAIL(why, why_size, "LOOKUP of %" PRIu32 " keys, allowed 1 .. %u "
 				  "(R-POOL-20)", out->key_count, POOL_LOOKUP_KEYS_MAX);
-	ret = check_length("LOOKUP", length,
-			   POOL_LOOKUP_FIXED_BYTES + (uint64_t)POOL_WIRE_KEY_BYTES * out->key_count,
-			   why, why_size);
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < out->key_count; i++) {
-		get_key(out->keys + POOL_WIRE_KEY_BYTES * i, &key);
-		if (!key_valid(&key))
-			return PROTO_FAIL(why, why_size, "LOOKUP key %" PRIu32 " consumes %" PRIu64
-					  " (R-WIRE-14)", i, key.consumed);
-		if (i && key.consumed >= prev.consumed)
-			return PROTO_FAIL(why, why_size, "LOOKUP key %" PRIu32 " is not shorter "
-					  "than the one before (R-POOL-20)", i);
-		prev = key;
-	}
-	return 0;
+	return keys_get("LOOKUP", length, POOL_LOOKUP_FIXED_BYTES, out->keys, out->key_count,
+			true, why, why_size);
 }
 
 void pool_lookup_view_key(const struct pool_lookup_view *v, uint32_t index, struct rec_key *out)
@@ -1457,26 +1484,20 @@ int pool_holds_encode(enum pool_holds_op op, const struct rec_key *keys, uint32_
 
 	if (key_count > POOL_HOLDS_KEYS_MAX)
 		return SEL_ETOOBIG;
-	if (op > POOL_HOLDS_RESET || (op == POOL_HOLDS_RESET) != (key_count == 0))
+	if (op > POOL_HOLDS_RESET || (op == POOL_HOLDS_RESET) != (key_count == 0) ||
+	    !keys_valid(keys, key_count, false))
 		return -EINVAL;
-	for (uint32_t i = 0; i < key_count; i++)
-		if (!key_valid(&keys[i]))
-			return -EINVAL;
 	if (buf_size < length)
 		return -ENOSPC;
 	sel_put_le32(buf, key_count);
 	buf[4] = (uint8_t)op;
-	for (uint32_t i = 0; i < key_count; i++)
-		put_key(buf + POOL_HOLDS_FIXED_BYTES + POOL_WIRE_KEY_BYTES * i, &keys[i]);
+	keys_put(buf + POOL_HOLDS_FIXED_BYTES, keys, key_count);
 	return (int)length;
 }
 
 int pool_holds_decode(const uint8_t *body, uint32_t length, struct pool_holds_view *out,
 		      char *why, size_t why_size)
 {
-	struct rec_key key;
-	int ret;
-
 	if (length < POOL_HOLDS_FIXED_BYTES)
 		return PROTO_FAIL(why, why_size, "HOLDS body of %" PRIu32 " bytes (R-WIRE-10)",
 				  length);
@@ -1491,18 +1512,8 @@ int pool_holds_decode(const uint8_t *body, uint32_t length, struct pool_holds_vi
 	if ((out->op == POOL_HOLDS_RESET) != (out->key_count == 0))
 		return PROTO_FAIL(why, why_size, "HOLDS op %u with %" PRIu32 " keys (R-POOL-70)",
 				  out->op, out->key_count);
-	ret = check_length("HOLDS", length,
-			   POOL_HOLDS_FIXED_BYTES + (uint64_t)POOL_WIRE_KEY_BYTES * out->key_count,
-			   why, why_size);
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < out->key_count; i++) {
-		get_key(out->keys + POOL_WIRE_KEY_BYTES * i, &key);
-		if (!key_valid(&key))
-			return PROTO_FAIL(why, why_size, "HOLDS key %" PRIu32 " consumes %" PRIu64
-					  " (R-WIRE-14)", i, key.consumed);
-	}
-	return 0;
+	return keys_get("HOLDS", length, POOL_HOLDS_FIXED_BYTES, out->keys, out->key_count,
+			false, why, why_size);
 }
 
 void pool_holds_view_key(const struct pool_holds_view *v, uint32_t index, struct rec_key *out)
@@ -1552,7 +1563,8 @@ int pool_export_end_decode(const uint8_t *body, uint32_t length, struct pool_exp
 			   char *why, size_t why_size)
 {
 	return id_result_decode("EXPORT_END", "id", "R-POOL-75", body, length,
-				POOL_EXPORT_END_BYTES, &out->export_id, &out->result, why, why_size);
+				POOL_EXPORT_END_BYTES, &out->export_id, &out->result, why,
+				why_size);
 }
 
 /* ---- Puts (R-POOL-40 .. R-POOL-42) ---- */
