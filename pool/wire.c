@@ -1247,6 +1247,16 @@ int pool_claim_window_encode(const struct pool_claim_window *m, uint32_t data_le
 	return POOL_CLAIM_WINDOW_HEAD_BYTES;
 }
 
+/* Reads the head pool_claim_window_encode writes; CLAIM_WINDOW and RDMA_WINDOW open with it. */
+static void claim_window_get(const uint8_t *head, struct pool_claim_window *out)
+{
+	out->claim_id = sel_get_le64(head);
+	out->chain_index = sel_get_le32(head + 8);
+	out->section = head[12];
+	out->first = sel_get_le32(head + 13);
+	out->count = sel_get_le32(head + 17);
+}
+
 int pool_claim_window_decode(const uint8_t *head, uint32_t head_length,
 			     uint32_t data_length, struct pool_claim_window *out, char *why,
 			     size_t why_size)
@@ -1256,11 +1266,7 @@ int pool_claim_window_decode(const uint8_t *head, uint32_t head_length,
 
 	if (ret)
 		return ret;
-	out->claim_id = sel_get_le64(head);
-	out->chain_index = sel_get_le32(head + 8);
-	out->section = head[12];
-	out->first = sel_get_le32(head + 13);
-	out->count = sel_get_le32(head + 17);
+	claim_window_get(head, out);
 	return claim_window_check(out, data_length, why, why_size);
 }
 
@@ -1347,11 +1353,7 @@ int pool_rdma_window_decode(const uint8_t *body, uint32_t length, struct pool_rd
 
 	if (ret)
 		return ret;
-	out->w.claim_id = sel_get_le64(body);
-	out->w.chain_index = sel_get_le32(body + 8);
-	out->w.section = body[12];
-	out->w.first = sel_get_le32(body + 13);
-	out->w.count = sel_get_le32(body + 17);
+	claim_window_get(body, &out->w);
 	out->slot = sel_get_le32(body + POOL_CLAIM_WINDOW_HEAD_BYTES);
 	out->data_length = sel_get_le32(body + POOL_CLAIM_WINDOW_HEAD_BYTES + 4);
 	out->data_xxh3 = sel_get_le64(body + POOL_CLAIM_WINDOW_HEAD_BYTES + 8);
