@@ -1082,9 +1082,8 @@ int sel_fetch(sel_store *s, const struct sel_hit *hit, const uint32_t *page_ids,
 
 int sel_cancel(sel_store *s, uint64_t waiter)
 {
-	int ret;
+	int ret = api_lock(s);
 
-	ret = api_lock(s);
 	if (ret)
 		return ret;
 	ret = coord_store_cancel(&s->core, waiter);
@@ -1122,9 +1121,8 @@ int sel_gpu_hold(sel_store *s, uint64_t checkpoint, const sel_history *h, uint64
 
 int sel_gpu_evicted(sel_store *s, uint64_t checkpoint)
 {
-	int ret;
+	int ret = api_lock(s);
 
-	ret = api_lock(s);
 	if (ret)
 		return ret;
 	ret = coord_store_gpu_evicted(&s->core, checkpoint);
@@ -1134,9 +1132,8 @@ int sel_gpu_evicted(sel_store *s, uint64_t checkpoint)
 
 int sel_gpu_evictions_lost(sel_store *s)
 {
-	int ret;
+	int ret = api_lock(s);
 
-	ret = api_lock(s);
 	if (ret)
 		return ret;
 	ret = coord_store_gpu_evictions_lost(&s->core);
@@ -1161,9 +1158,8 @@ int sel_export_pinned(sel_store *s, uint64_t export_id, const uint32_t *page_ids
 
 int sel_export_refuse(sel_store *s, uint64_t export_id, int reason)
 {
-	int ret;
+	int ret = api_lock(s);
 
-	ret = api_lock(s);
 	if (ret)
 		return ret;
 	ret = coord_store_export_refuse(&s->core, export_id, reason);
