@@ -1344,6 +1344,27 @@ static int job_store_decode(const uint8_t *p, uint32_t length,
 			    why_size);
 }
 
+/*
+ * Fetch and pool claim jobs carry a chain: a u32 record count at count_off,
+ * then that many records of record_bytes from chain_off, then a tail of at
+ * least tail_min bytes. Reads and bounds the count (R-WIRE-21), sets
+ * *tail_offset to where the tail starts and checks the body reaches past
+ * tail_min; what names the job in errors.
+ */
+static int chain_count_get(const char *what, const uint8_t *p, uint32_t length,
+			   uint32_t count_off, uint32_t chain_off, uint32_t record_bytes,
+			   uint32_t tail_min, struct cluster_job_view *out, uint64_t *tail_offset,
+			   char *why, size_t why_size)
+{
+	out->chain_count = sel_get_le32(p + count_off);
+	if (out->chain_count == 0 || out->chain_count > CLUSTER_JOB_CHAIN_RECORDS_MAX)
+		return PROTO_FAIL(why, why_size, "%s chain of %" PRIu32
+				  " records, allowed 1 .. %u (R-WIRE-21)", what,
+				  out->chain_count, CLUSTER_JOB_CHAIN_RECORDS_MAX);
+	*tail_offset = chain_off + (uint64_t)record_bytes * out->chain_count;
+	return check_at_least(what, length, (uint32_t)*tail_offset + tail_min, why, why_size);
+}
+
 static int job_fetch_decode(const uint8_t *p, uint32_t length,
 			    struct cluster_job_view *out, char *why, size_t why_size)
 {
@@ -1355,16 +1376,10 @@ static int job_fetch_decode(const uint8_t *p, uint32_t length,
 
 	if (ret)
 		return ret;
-	out->chain_count = sel_get_le32(p + CLUSTER_JOB_FETCH_OFF_CHAIN_COUNT);
-	if (out->chain_count == 0 || out->chain_count > CLUSTER_JOB_CHAIN_RECORDS_MAX)
-		return PROTO_FAIL(why, why_size, "JOB fetch chain of %" PRIu32
-				  " records, allowed 1 .. %u (R-WIRE-21)",
-				  out->chain_count, CLUSTER_JOB_CHAIN_RECORDS_MAX);
-	tail_offset = CLUSTER_JOB_FETCH_OFF_CHAIN +
-		      (uint64_t)CLUSTER_CHAIN_RECORD_BYTES * out->chain_count;
-	ret = check_at_least("JOB fetch", length,
-			     (uint32_t)tail_offset + CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS,
-			     why, why_size);
+	ret = chain_count_get("JOB fetch", p, length, CLUSTER_JOB_FETCH_OFF_CHAIN_COUNT,
+			      CLUSTER_JOB_FETCH_OFF_CHAIN, CLUSTER_CHAIN_RECORD_BYTES,
+			      CLUSTER_JOB_FETCH_TAIL_OFF_PAGE_IDS, out, &tail_offset, why,
+			      why_size);
 	if (ret)
 		return ret;
 	out->chain = p + CLUSTER_JOB_FETCH_OFF_CHAIN;
@@ -1463,16 +1478,10 @@ static int job_claim_decode(const uint8_t *p, uint32_t length, struct cluster_jo
 	if (ret)
 		return ret;
 	out->pool_id = sel_get_le64(p + CLUSTER_JOB_CLAIM_OFF_CLAIM_ID);
-	out->chain_count = sel_get_le32(p + CLUSTER_JOB_CLAIM_OFF_CHAIN_COUNT);
-	if (out->chain_count == 0 || out->chain_count > CLUSTER_JOB_CHAIN_RECORDS_MAX)
-		return PROTO_FAIL(why, why_size, "JOB pool claim chain of %" PRIu32
-				  " records, allowed 1 .. %u (R-WIRE-21)",
-				  out->chain_count, CLUSTER_JOB_CHAIN_RECORDS_MAX);
-	tail_offset = CLUSTER_JOB_CLAIM_OFF_CHAIN +
-		      (uint64_t)CLUSTER_POOL_CHAIN_RECORD_BYTES * out->chain_count;
-	ret = check_at_least("JOB pool claim", length,
-			     (uint32_t)tail_offset + CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, why,
-			     why_size);
+	ret = chain_count_get("JOB pool claim", p, length, CLUSTER_JOB_CLAIM_OFF_CHAIN_COUNT,
+			      CLUSTER_JOB_CLAIM_OFF_CHAIN, CLUSTER_POOL_CHAIN_RECORD_BYTES,
+			      CLUSTER_JOB_CLAIM_TAIL_OFF_PAGE_IDS, out, &tail_offset, why,
+			      why_size);
 	if (ret)
 		return ret;
 	out->pool_chain = p + CLUSTER_JOB_CLAIM_OFF_CHAIN;
