@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +356,37 @@ void pf_check_restored(struct pf_fixture *f, uint32_t i, const struct sel_hit *h
 		if (memcmp(expect, m->rows + slot * PF_ROW, PF_ROW) != 0)
 			fail_msg("rank %u row differs", r);
 	}
+}
+
+void pf_wipe(struct pf_fixture *f, uint32_t i)
+{
+	for (uint32_t r = 0; r < PF_WORLD; r++)
+		memset(&f->mem[i * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+}
+
+void pf_fetch(struct pf_fixture *f, uint32_t i, const struct sel_hit *hit, uint32_t first,
+	      uint32_t slot, uint64_t waiter)
+{
+	uint32_t ids[PF_PAGES];
+	bool joined;
+
+	SEL_ASSERT(hit->page_count <= PF_PAGES);
+	for (uint32_t p = 0; p < hit->page_count; p++)
+		ids[p] = first + p;
+	assert_int_equal(sel_fetch(f->inst[i].store, hit, ids, slot, waiter, &joined), 0);
+}
+
+void pf_fetch_restores(struct pf_fixture *f, uint32_t i, const struct sel_hit *hit,
+		       uint32_t first, uint32_t slot, uint64_t waiter, uint32_t ms,
+		       const char *what)
+{
+	struct sel_event ev;
+
+	pf_fetch(f, i, hit, first, slot, waiter);
+	ev = pf_next_event(f->inst[i].store, ms);
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("%s: %d %s", what, ev.kind, ev.why);
+	pf_check_restored(f, i, hit, first, slot);
 }
 
 struct sel_event pf_next_event(sel_store *s, uint32_t ms)

@@ -137,6 +137,24 @@ void pf_fill(struct pf_fixture *f, uint32_t i);
 void pf_check_restored(struct pf_fixture *f, uint32_t i, const struct sel_hit *hit,
 		       uint32_t first, uint32_t slot);
 
+/* Overwrites every rank's device planes and rows of instance i with 0xee. */
+void pf_wipe(struct pf_fixture *f, uint32_t i);
+
+/*
+ * Asks instance i to fetch hit into its pages from id first on and row
+ * slot, for waiter; asserts the fetch was taken.
+ */
+void pf_fetch(struct pf_fixture *f, uint32_t i, const struct sel_hit *hit, uint32_t first,
+	      uint32_t slot, uint64_t waiter);
+
+/*
+ * pf_fetch, then waits up to ms for FETCHED (failing with what and the
+ * event otherwise) and checks every rank's restored bytes.
+ */
+void pf_fetch_restores(struct pf_fixture *f, uint32_t i, const struct sel_hit *hit,
+		       uint32_t first, uint32_t slot, uint64_t waiter, uint32_t ms,
+		       const char *what);
+
 /* The next event of s within ms; STORE_FAILED with -ETIMEDOUT when none came. */
 struct sel_event pf_next_event(sel_store *s, uint32_t ms);
 

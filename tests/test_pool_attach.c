@@ -134,27 +134,17 @@ static void test_pool_attach_cascade_then_restore_elsewhere(void **state)
 {
 	struct pf_fixture *f = *state;
 	struct sel_stats st;
-	struct sel_event ev;
 	struct sel_hit hit;
-	uint32_t ids[PF_PAGES];
-	bool joined;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	cascade_from_a(f);
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &big_disk);
-	for (uint32_t r = 0; r < PF_WORLD; r++)
-		memset(&f->mem[1 * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+	pf_wipe(f, 1);
 	if (!lookup_pool(f, &f->inst[1], &hit))
 		fail_msg("instance B found nothing in the pool");
 	assert_true(hit.consumed >= 5 * PF_PAGE_TOKENS);
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
-	ev = pf_next_event(f->inst[1].store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("pool fetch: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 1, &hit, 20, 3);
+	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch");
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
 	assert_int_equal(st.pool_hits, 1);
 	assert_int_equal(st.pool_claims, 1);
@@ -170,23 +160,13 @@ static void test_pool_attach_cascade_then_restore_elsewhere(void **state)
 static void claim_from_arena(struct pf_fixture *f, uint32_t i)
 {
 	struct shard_pool_link_counts before, after;
-	struct sel_event ev;
 	struct sel_hit hit;
-	uint32_t ids[PF_PAGES];
-	bool joined;
 
-	for (uint32_t r = 0; r < PF_WORLD; r++)
-		memset(&f->mem[i * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+	pf_wipe(f, i);
 	shard_pool_link_counts(&before);
 	if (!lookup_pool(f, &f->inst[i], &hit))
 		fail_msg("instance %u found nothing in the pool", i);
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[i].store, &hit, ids, 3, 7, &joined), 0);
-	ev = pf_next_event(f->inst[i].store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("pool fetch: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, i, &hit, 20, 3);
+	pf_fetch_restores(f, i, &hit, 20, 3, 7, 20000, "pool fetch");
 	shard_pool_link_counts(&after);
 	assert_int_equal(after.arena_claims, before.arena_claims + 1);
 	assert_true(after.arena_records > before.arena_records);
@@ -360,8 +340,6 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	struct warn_catch wc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct sel_hit hit, local;
 	struct sel_stats st;
-	uint32_t ids[PF_PAGES];
-	bool joined;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	cascade_from_a(f);
@@ -370,9 +348,7 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	if (!lookup_pool(f, &f->inst[1], &hit))
 		fail_msg("instance B found nothing in the pool");
 	kill(f->manager.pid, SIGSTOP);
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
+	pf_fetch(f, 1, &hit, 20, 3, 7);
 	usleep(100000);
 	sel_log_set_level(SEL_LOG_WARN);
 	sel_log_set_callback(catch_warning, &wc);
@@ -399,13 +375,7 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 			 0);
 	assert_true(sel_lookup(f->inst[1].store, f->inst[1].h, 0, &local));
 	assert_int_equal(local.consumed, 10 * PF_PAGE_TOKENS);
-	for (uint32_t p = 0; p < local.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[1].store, &local, ids, 1, 8, &joined), 0);
-	ev = pf_next_event(f->inst[1].store, 10000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("local fetch: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 1, &local, 20, 1);
+	pf_fetch_restores(f, 1, &local, 20, 1, 8, 10000, "local fetch");
 	pf_instance_close(f, 1);
 }
 
@@ -421,9 +391,7 @@ static void test_pool_attach_silent_manager_fails_claim(void **state)
 	struct sel_event ev;
 	struct sel_hit hit;
 	struct sel_stats st;
-	uint32_t ids[PF_PAGES];
 	uint64_t start;
-	bool joined;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	cascade_from_a(f);
@@ -432,10 +400,8 @@ static void test_pool_attach_silent_manager_fails_claim(void **state)
 	if (!lookup_pool(f, &f->inst[1], &hit))
 		fail_msg("instance B found nothing in the pool");
 	kill(f->manager.pid, SIGSTOP);
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
 	start = sel_monotonic_ns();
-	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
+	pf_fetch(f, 1, &hit, 20, 3, 7);
 	ev = pf_next_event(f->inst[1].store, 30000);
 	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
 	assert_true(sel_monotonic_ns() - start < (POOL_NO_PROGRESS_MS + 2000ull) * 1000000ull);
@@ -474,10 +440,7 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
 	struct pf_fixture *f = *state;
 	uint16_t port;
 	struct sel_stats st;
-	struct sel_event ev;
 	struct sel_hit hit;
-	uint32_t ids[PF_PAGES];
-	bool joined;
 
 	port = pf_manager_start_fixed(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	pf_instance_open(f, 0, &small_disk);
@@ -504,13 +467,7 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
 	pf_instance_open(f, 1, &big_disk);
 	if (!lookup_pool(f, &f->inst[1], &hit))
 		fail_msg("instance B found nothing in the restarted pool");
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
-	ev = pf_next_event(f->inst[1].store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("pool fetch after the restart: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 1, &hit, 20, 3);
+	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch after the restart");
 	pf_instance_close(f, 1);
 }
 
@@ -530,10 +487,7 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 						 .peer_failpoints = "pool.link_cut=1*return" };
 	struct pf_fixture *f = *state;
 	struct sel_stats st;
-	struct sel_event ev;
 	struct sel_hit hit;
-	uint32_t ids[PF_PAGES];
-	bool joined;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	pf_instance_open(f, 0, &cut_small);
@@ -557,17 +511,10 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 			 (unsigned long long)st.pool_put_failures);
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &cut_big);
-	for (uint32_t r = 0; r < PF_WORLD; r++)
-		memset(&f->mem[1 * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+	pf_wipe(f, 1);
 	if (!lookup_pool(f, &f->inst[1], &hit))
 		fail_msg("instance B found nothing in the pool");
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
-	ev = pf_next_event(f->inst[1].store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("pool fetch after rank one's cut: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 1, &hit, 20, 3);
+	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch after rank one's cut");
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
 	assert_int_equal(st.pool_attached, 1);
 	assert_int_equal(st.pool_claim_failures, 0);

@@ -98,8 +98,6 @@ static void test_pool_export_restores_a_holders_records(void **state)
 	struct sel_stats a_before, a_after, st;
 	struct sel_event ev;
 	struct sel_hit hit;
-	uint32_t ids[PF_PAGES];
-	bool joined;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	pf_instance_open(f, 0, &big_disk);
@@ -120,8 +118,7 @@ static void test_pool_export_restores_a_holders_records(void **state)
 
 	/* B: not yet, at once; then the chain A exported */
 	pf_instance_open(f, 1, &big_disk);
-	for (uint32_t r = 0; r < PF_WORLD; r++)
-		memset(&f->mem[1 * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+	pf_wipe(f, 1);
 	sel_history_destroy(f->inst[1].h);
 	assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, PF_TOKENS, &f->inst[1].h),
 			 0);
@@ -131,13 +128,7 @@ static void test_pool_export_restores_a_holders_records(void **state)
 			 (unsigned long long)pf_manager_stats(&f->manager).exports_refused,
 			 (unsigned long long)pf_manager_stats(&f->manager).exports_failed);
 	assert_int_equal(hit.consumed, 30 * PF_PAGE_TOKENS);
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 20 + p;
-	assert_int_equal(sel_fetch(f->inst[1].store, &hit, ids, 3, 7, &joined), 0);
-	ev = pf_next_event(f->inst[1].store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("pool fetch: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 1, &hit, 20, 3);
+	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch");
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
 	assert_int_equal(st.pool_hits, 1);
 	assert_int_equal(st.pool_claims, 1);
@@ -156,18 +147,13 @@ static void test_pool_export_restores_a_holders_records(void **state)
 	assert_int_equal(a_after.pool_put_failures, 0);
 	assert_int_equal(a_after.records, a_before.records);
 	assert_int_equal(a_after.evictions, a_before.evictions);
-	for (uint32_t r = 0; r < PF_WORLD; r++)
-		memset(&f->mem[0 * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+	pf_wipe(f, 0);
 	sel_history_destroy(f->inst[0].h);
 	assert_int_equal(sel_history_create(f->inst[0].store, f->tokens, PF_TOKENS, &f->inst[0].h),
 			 0);
 	assert_true(sel_lookup(f->inst[0].store, f->inst[0].h, 0, &hit));
 	assert_int_equal(hit.consumed, 30 * PF_PAGE_TOKENS);
-	assert_int_equal(sel_fetch(f->inst[0].store, &hit, ids, 2, 7, &joined), 0);
-	ev = pf_next_event(f->inst[0].store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("A's local fetch: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 0, &hit, 20, 2);
+	pf_fetch_restores(f, 0, &hit, 20, 2, 7, 20000, "A's local fetch");
 	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
 	assert_int_equal(st.pool_hits, 0); /* its own disk, not the pool */
 	pf_instance_close(f, 1);
@@ -222,10 +208,10 @@ static void test_pool_export_gpu_checkpoint_of_two_ranks(void **state)
 	struct pf_instance *a, *b;
 	struct sel_event ev;
 	struct sel_hit hit;
-	uint32_t ids[PF_PAGES], pinned = 0, ended = 0;
+	uint32_t pinned = 0, ended = 0;
 	int ended_error = -1;
 	uint64_t end;
-	bool found = false, joined;
+	bool found = false;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	pf_instance_open(f, 0, &big_disk);
@@ -233,8 +219,7 @@ static void test_pool_export_gpu_checkpoint_of_two_ranks(void **state)
 	a = &f->inst[0];
 	b = &f->inst[1];
 	pf_fill(f, 0);
-	for (uint32_t r = 0; r < PF_WORLD; r++)
-		memset(&f->mem[1 * PF_WORLD + r], 0xee, offsetof(struct pf_rank_memory, why));
+	pf_wipe(f, 1);
 	assert_int_equal(sel_gpu_hold(a->store, 77, a->h, 20 * PF_PAGE_TOKENS), 0);
 	wait_holds(f, 0, 1);
 	end = sel_monotonic_ns() + 20000000000ull;
@@ -266,13 +251,7 @@ static void test_pool_export_gpu_checkpoint_of_two_ranks(void **state)
 	assert_int_equal(pinned, 1);
 	assert_int_equal(ended, 1);
 	assert_int_equal(ended_error, 0);
-	for (uint32_t p = 0; p < hit.page_count; p++)
-		ids[p] = 30 + p;
-	assert_int_equal(sel_fetch(b->store, &hit, ids, 3, 9, &joined), 0);
-	ev = pf_next_event(b->store, 20000);
-	if (ev.kind != SEL_EVENT_FETCHED)
-		fail_msg("pool fetch: %d %s", ev.kind, ev.why);
-	pf_check_restored(f, 1, &hit, 30, 3);
+	pf_fetch_restores(f, 1, &hit, 30, 3, 9, 20000, "pool fetch");
 	assert_int_equal(sel_gpu_evicted(a->store, 77), 0);
 	wait_holds(f, 0, 0);
 	pf_instance_close(f, 1);
