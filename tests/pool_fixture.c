@@ -358,6 +358,32 @@ void pf_check_restored(struct pf_fixture *f, uint32_t i, const struct sel_hit *h
 	}
 }
 
+void pf_history_renew(struct pf_fixture *f, uint32_t i)
+{
+	struct pf_instance *in = &f->inst[i];
+
+	sel_history_destroy(in->h);
+	in->h = NULL;
+	assert_int_equal(sel_history_create(in->store, f->tokens, PF_TOKENS, &in->h), 0);
+}
+
+bool pf_lookup_fresh(struct pf_fixture *f, uint32_t i, struct sel_hit *hit)
+{
+	struct pf_instance *in = &f->inst[i];
+	struct sel_event ev;
+
+	pf_history_renew(f, i);
+	/* an engine asks again while the answer may still come */
+	for (;;) {
+		if (sel_lookup(in->store, in->h, 0, hit))
+			return true;
+		if (!sel_lookup_pending(in->store, in->h))
+			return false;
+		usleep(100);
+		sel_poll(in->store, &ev, 0);
+	}
+}
+
 void pf_wipe(struct pf_fixture *f, uint32_t i)
 {
 	for (uint32_t r = 0; r < PF_WORLD; r++)

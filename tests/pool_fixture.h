@@ -137,6 +137,16 @@ void pf_fill(struct pf_fixture *f, uint32_t i);
 void pf_check_restored(struct pf_fixture *f, uint32_t i, const struct sel_hit *hit,
 		       uint32_t first, uint32_t slot);
 
+/* Replaces instance i's history with a fresh one of f->tokens. */
+void pf_history_renew(struct pf_fixture *f, uint32_t i);
+
+/*
+ * Looks f->tokens up on instance i with a fresh history, asking again
+ * (polling between) while the pool's answer may still come: true with
+ * *hit on a hit, false when the lookup settled without one.
+ */
+bool pf_lookup_fresh(struct pf_fixture *f, uint32_t i, struct sel_hit *hit);
+
 /* Overwrites every rank's device planes and rows of instance i with 0xee. */
 void pf_wipe(struct pf_fixture *f, uint32_t i);
 

@@ -79,25 +79,14 @@ static void settle(sel_store *s, uint64_t puts_min)
  * Asks the pool until its answer came within the grace period: the hit, or
  * false with none. On the manager's host the grace is 2 ms, which a busy
  * test machine can miss; an answer that came late is dropped, so each try
- * asks again with a fresh history of the same tokens (in->h replaced).
+ * asks again with a fresh history of the same tokens (instance i's
+ * history replaced).
  */
-static bool lookup_pool(struct pf_fixture *f, struct pf_instance *in, struct sel_hit *hit)
+static bool lookup_pool(struct pf_fixture *f, uint32_t i, struct sel_hit *hit)
 {
-	struct sel_event ev;
-
-	for (int tries = 0; tries < 50; tries++) {
-		sel_history_destroy(in->h);
-		assert_int_equal(sel_history_create(in->store, f->tokens, PF_TOKENS, &in->h), 0);
-		/* an engine asks again while the answer may still come */
-		for (;;) {
-			if (sel_lookup(in->store, in->h, 0, hit))
-				return true;
-			if (!sel_lookup_pending(in->store, in->h))
-				break;
-			usleep(100);
-			sel_poll(in->store, &ev, 0);
-		}
-	}
+	for (int tries = 0; tries < 50; tries++)
+		if (pf_lookup_fresh(f, i, hit))
+			return true;
 	return false;
 }
 
@@ -141,7 +130,7 @@ static void test_pool_attach_cascade_then_restore_elsewhere(void **state)
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &big_disk);
 	pf_wipe(f, 1);
-	if (!lookup_pool(f, &f->inst[1], &hit))
+	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
 	assert_true(hit.consumed >= 5 * PF_PAGE_TOKENS);
 	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch");
@@ -164,7 +153,7 @@ static void claim_from_arena(struct pf_fixture *f, uint32_t i)
 
 	pf_wipe(f, i);
 	shard_pool_link_counts(&before);
-	if (!lookup_pool(f, &f->inst[i], &hit))
+	if (!lookup_pool(f, i, &hit))
 		fail_msg("instance %u found nothing in the pool", i);
 	pf_fetch_restores(f, i, &hit, 20, 3, 7, 20000, "pool fetch");
 	shard_pool_link_counts(&after);
@@ -231,9 +220,7 @@ static void test_pool_attach_restarted_manager_new_arena(void **state)
 		sel_poll(f->inst[1].store, &ev, 10);
 	}
 	assert_int_equal(st.pool_attached, 0);
-	sel_history_destroy(f->inst[1].h);
-	assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, PF_TOKENS, &f->inst[1].h),
-			 0);
+	pf_history_renew(f, 1);
 	assert_false(sel_lookup(f->inst[1].store, f->inst[1].h, 0, &hit));
 	assert_false(sel_lookup_pending(f->inst[1].store, f->inst[1].h));
 	pf_instance_close(f, 1);
@@ -263,7 +250,7 @@ static void test_pool_attach_other_layout_never_matches(void **state)
 	pf_instance_open(f, 2, &other);
 	assert_int_equal(sel_store_stats(f->inst[2].store, &st), 0);
 	assert_int_equal(st.pool_attached, 1); /* attached, to a scope of its own */
-	assert_false(lookup_pool(f, &f->inst[2], &hit));
+	assert_false(lookup_pool(f, 2, &hit));
 	pf_instance_close(f, 2);
 }
 
@@ -345,7 +332,7 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	cascade_from_a(f);
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &big_disk);
-	if (!lookup_pool(f, &f->inst[1], &hit))
+	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
 	kill(f->manager.pid, SIGSTOP);
 	pf_fetch(f, 1, &hit, 20, 3, 7);
@@ -370,9 +357,7 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	/* the local tiers still store and restore (a new history: no pool answer) */
 	pf_fill(f, 1);
 	pf_publish_chain(f, 1, 10, true);
-	sel_history_destroy(f->inst[1].h);
-	assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, PF_TOKENS, &f->inst[1].h),
-			 0);
+	pf_history_renew(f, 1);
 	assert_true(sel_lookup(f->inst[1].store, f->inst[1].h, 0, &local));
 	assert_int_equal(local.consumed, 10 * PF_PAGE_TOKENS);
 	pf_fetch_restores(f, 1, &local, 20, 1, 8, 10000, "local fetch");
@@ -397,7 +382,7 @@ static void test_pool_attach_silent_manager_fails_claim(void **state)
 	cascade_from_a(f);
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &big_disk);
-	if (!lookup_pool(f, &f->inst[1], &hit))
+	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
 	kill(f->manager.pid, SIGSTOP);
 	start = sel_monotonic_ns();
@@ -465,7 +450,7 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
 	assert_int_equal(st.pool_put_failures, 0);
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &big_disk);
-	if (!lookup_pool(f, &f->inst[1], &hit))
+	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the restarted pool");
 	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch after the restart");
 	pf_instance_close(f, 1);
@@ -512,7 +497,7 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 	pf_instance_close(f, 0);
 	pf_instance_open(f, 1, &cut_big);
 	pf_wipe(f, 1);
-	if (!lookup_pool(f, &f->inst[1], &hit))
+	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
 	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch after rank one's cut");
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);

@@ -50,16 +50,8 @@ static bool lookup_while_holder_polls(struct pf_fixture *f, uint32_t asker, uint
 	struct sel_event ev;
 
 	while (sel_monotonic_ns() < end) {
-		sel_history_destroy(in->h);
-		assert_int_equal(sel_history_create(in->store, f->tokens, PF_TOKENS, &in->h), 0);
-		for (;;) {
-			if (sel_lookup(in->store, in->h, 0, hit))
-				return true;
-			if (!sel_lookup_pending(in->store, in->h))
-				break;
-			usleep(100);
-			sel_poll(in->store, &ev, 0);
-		}
+		if (pf_lookup_fresh(f, asker, hit))
+			return true;
 		for (int i = 0; i < 10; i++) {
 			sel_poll(f->inst[holder].store, &ev, 0);
 			sel_poll(in->store, &ev, 0);
@@ -119,9 +111,7 @@ static void test_pool_export_restores_a_holders_records(void **state)
 	/* B: not yet, at once; then the chain A exported */
 	pf_instance_open(f, 1, &big_disk);
 	pf_wipe(f, 1);
-	sel_history_destroy(f->inst[1].h);
-	assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, PF_TOKENS, &f->inst[1].h),
-			 0);
+	pf_history_renew(f, 1);
 	if (!lookup_while_holder_polls(f, 1, 0, &hit, 20000))
 		fail_msg("instance B never found A's chain (exports asked %llu, refused %llu, "
 			 "failed %llu)", (unsigned long long)pf_manager_stats(&f->manager).exports_requested,
@@ -148,9 +138,7 @@ static void test_pool_export_restores_a_holders_records(void **state)
 	assert_int_equal(a_after.records, a_before.records);
 	assert_int_equal(a_after.evictions, a_before.evictions);
 	pf_wipe(f, 0);
-	sel_history_destroy(f->inst[0].h);
-	assert_int_equal(sel_history_create(f->inst[0].store, f->tokens, PF_TOKENS, &f->inst[0].h),
-			 0);
+	pf_history_renew(f, 0);
 	assert_true(sel_lookup(f->inst[0].store, f->inst[0].h, 0, &hit));
 	assert_int_equal(hit.consumed, 30 * PF_PAGE_TOKENS);
 	pf_fetch_restores(f, 0, &hit, 20, 2, 7, 20000, "A's local fetch");
@@ -224,15 +212,7 @@ static void test_pool_export_gpu_checkpoint_of_two_ranks(void **state)
 	wait_holds(f, 0, 1);
 	end = sel_monotonic_ns() + 20000000000ull;
 	while (!found && sel_monotonic_ns() < end) {
-		sel_history_destroy(b->h);
-		assert_int_equal(sel_history_create(b->store, f->tokens, PF_TOKENS, &b->h), 0);
-		for (;;) {
-			found = sel_lookup(b->store, b->h, 0, &hit);
-			if (found || !sel_lookup_pending(b->store, b->h))
-				break;
-			usleep(100);
-			sel_poll(b->store, &ev, 0);
-		}
+		found = pf_lookup_fresh(f, 1, &hit);
 		for (int i = 0; !found && i < 10; i++) {
 			while (gpu_engine_poll(f, 0, &pinned, &ended, &ended_error))
 				;
