@@ -113,6 +113,14 @@ static uint64_t cascade_from_a(struct pf_fixture *f)
 	return st.pool_puts;
 }
 
+/* Instance A cascades its chain to the pool and closes; instance i opens as v. */
+static void cascade_then_open(struct pf_fixture *f, uint32_t i, const struct pf_variant *v)
+{
+	cascade_from_a(f);
+	pf_instance_close(f, 0);
+	pf_instance_open(f, i, v);
+}
+
 /*
  * Instance A (two ranks, a 320 KiB disk limit) puts the records leaving its
  * disk to the manager; instance B (other directories) finds them through a
@@ -126,9 +134,7 @@ static void test_pool_attach_cascade_then_restore_elsewhere(void **state)
 	struct sel_hit hit;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
-	pf_instance_open(f, 1, &big_disk);
+	cascade_then_open(f, 1, &big_disk);
 	pf_wipe(f, 1);
 	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
@@ -184,9 +190,7 @@ static void test_pool_attach_same_host_claims_from_arena(void **state)
 	struct pf_fixture *f = *state;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
-	pf_instance_open(f, 1, &big_disk);
+	cascade_then_open(f, 1, &big_disk);
 	claim_from_arena(f, 1);
 	pf_instance_close(f, 1);
 	peer_claimed_from_arena(f, 1, 1);
@@ -206,9 +210,7 @@ static void test_pool_attach_restarted_manager_new_arena(void **state)
 	struct sel_hit hit;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
-	pf_instance_open(f, 1, &big_disk);
+	cascade_then_open(f, 1, &big_disk);
 	claim_from_arena(f, 1);
 	pf_manager_kill(&f->manager);
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
@@ -227,9 +229,7 @@ static void test_pool_attach_restarted_manager_new_arena(void **state)
 	peer_claimed_from_arena(f, 1, 1);
 	/* the new manager's arena serves, once A (its disk emptied) put the chain again */
 	tu_remove_tree(strdup(f->inst[0].dir));
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
-	pf_instance_open(f, 2, &big_disk);
+	cascade_then_open(f, 2, &big_disk);
 	claim_from_arena(f, 2);
 	pf_instance_close(f, 2);
 	peer_claimed_from_arena(f, 2, 1);
@@ -243,11 +243,9 @@ static void test_pool_attach_other_layout_never_matches(void **state)
 	struct sel_stats st;
 	struct sel_hit hit;
 
-	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
 	other.row_bytes = 2 * PF_ROW;
-	pf_instance_open(f, 2, &other);
+	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
+	cascade_then_open(f, 2, &other);
 	assert_int_equal(sel_store_stats(f->inst[2].store, &st), 0);
 	assert_int_equal(st.pool_attached, 1); /* attached, to a scope of its own */
 	assert_false(lookup_pool(f, 2, &hit));
@@ -329,9 +327,7 @@ static void test_pool_attach_manager_killed_mid_claim(void **state)
 	struct sel_stats st;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
-	pf_instance_open(f, 1, &big_disk);
+	cascade_then_open(f, 1, &big_disk);
 	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
 	kill(f->manager.pid, SIGSTOP);
@@ -379,9 +375,7 @@ static void test_pool_attach_silent_manager_fails_claim(void **state)
 	uint64_t start;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
-	cascade_from_a(f);
-	pf_instance_close(f, 0);
-	pf_instance_open(f, 1, &big_disk);
+	cascade_then_open(f, 1, &big_disk);
 	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
 	kill(f->manager.pid, SIGSTOP);
