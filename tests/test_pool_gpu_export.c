@@ -292,6 +292,33 @@ static void offer(struct fixture *f, uint32_t pages)
 }
 
 /*
+ * Takes A's next export request by hand: B asks again with a fresh
+ * history every 2 ms while A is polled, for up to ms. With strict, any
+ * other event A takes fails the test; without, it is passed over.
+ */
+static struct sel_event take_request_by_hand(struct fixture *f, uint32_t ms, bool strict)
+{
+	struct instance *b = &f->inst[1];
+	uint64_t end = sel_monotonic_ns() + ms * 1000000ull;
+	struct sel_event ev;
+	struct sel_hit hit;
+
+	for (;;) {
+		assert_true(sel_monotonic_ns() < end);
+		sel_history_destroy(b->h);
+		assert_int_equal(sel_history_create(b->store, f->tokens, TOKENS, &b->h), 0);
+		(void)sel_lookup(b->store, b->h, 0, &hit);
+		usleep(2000);
+		if (sel_poll(f->inst[0].store, &ev, 1) != 1)
+			continue;
+		if (strict)
+			assert_int_equal(ev.kind, SEL_EVENT_EXPORT_REQUESTED);
+		if (ev.kind == SEL_EVENT_EXPORT_REQUESTED)
+			return ev;
+	}
+}
+
+/*
  * A GPU checkpoint A offered, and never stored, reaches B: A's engine
  * sees the request through sel_poll, pins and answers; the store copies
  * the pinned pages and row into a put; EXPORT_ENDED comes once, with the
@@ -392,7 +419,6 @@ static void test_pool_gpu_export_refusals(void **state)
 {
 	struct fixture *f = *state;
 	struct instance *a;
-	struct sel_hit hit;
 	uint32_t ids[PAGES];
 	uint64_t failed;
 
@@ -414,23 +440,9 @@ static void test_pool_gpu_export_refusals(void **state)
 	f->engine.answer = 0;
 	f->engine.requested = 0;
 	{
-		struct sel_event ev;
-		uint64_t end = sel_monotonic_ns() + 10000000000ull;
-
 		/* take the next request by hand */
-		for (;;) {
-			assert_true(sel_monotonic_ns() < end);
-			/* B asks again */
-			sel_history_destroy(f->inst[1].h);
-			assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, TOKENS,
-							    &f->inst[1].h), 0);
-			(void)sel_lookup(f->inst[1].store, f->inst[1].h, 0, &hit);
-			usleep(2000);
-			if (sel_poll(a->store, &ev, 1) == 1) {
-				assert_int_equal(ev.kind, SEL_EVENT_EXPORT_REQUESTED);
-				break;
-			}
-		}
+		struct sel_event ev = take_request_by_hand(f, 10000, true);
+
 		failed = pf_manager_stats(&f->manager).exports_failed;
 		assert_int_equal(sel_export_refuse(a->store, ev.id, -EIO), -EINVAL);
 		for (uint32_t p = 0; p < PAGES; p++)
@@ -526,22 +538,9 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 	assert_int_equal(sel_failpoints_configure("pool.export_copy=sleep(1500)"), 0);
 	memset(&f->engine, 0, sizeof(f->engine));
 	{
-		struct sel_hit hit;
-		struct sel_event ev;
+		struct sel_event ev = take_request_by_hand(f, 20000, false);
 		uint32_t ids[PAGES];
-		uint64_t end = sel_monotonic_ns() + 20000000000ull;
 
-		for (;;) {
-			assert_true(sel_monotonic_ns() < end);
-			sel_history_destroy(f->inst[1].h);
-			assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, TOKENS,
-							    &f->inst[1].h), 0);
-			(void)sel_lookup(f->inst[1].store, f->inst[1].h, 0, &hit);
-			usleep(2000);
-			if (sel_poll(f->inst[0].store, &ev, 1) == 1 &&
-			    ev.kind == SEL_EVENT_EXPORT_REQUESTED)
-				break;
-		}
 		for (uint32_t p = 0; p < CKPT_PAGES; p++)
 			ids[p] = 10 + p;
 		assert_int_equal(sel_export_pinned(f->inst[0].store, ev.id, ids, CKPT_PAGES, 1), 0);
