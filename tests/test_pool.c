@@ -1811,6 +1811,40 @@ static void client_open_rdma(struct running *r, uint32_t rank, uint8_t instance,
 	assert_int_equal(pool_client_open(&cfg, out, why, WHY_BYTES), 0);
 }
 
+/* Instances A (0xa) and B (0xb): a client per rank each, lending on device (NULL: any). */
+static void rdma_clients_open(struct running *r, const char *device, struct pool_client **a,
+			      struct pool_client **b)
+{
+	for (uint32_t k = 0; k < WORLD; k++) {
+		client_open_rdma(r, k, 0xa, device, &a[k]);
+		client_open_rdma(r, k, 0xb, device, &b[k]);
+	}
+}
+
+/* Asserts each rank's client of an instance comes to lend its slots (RDMA active). */
+static void rdma_wait_active(struct pool_client **c)
+{
+	bool active;
+
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(c[k]), active);
+		assert_true(active);
+	}
+}
+
+/* Closes A's and B's clients, stops the manager, frees root and removes the fake device. */
+static void rdma_finish(struct running *r, struct pool_client **a, struct pool_client **b,
+			struct put_case *root)
+{
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(r);
+	case_free(root);
+	rdma_end();
+}
+
 /* Instance A puts root through its clients (puts stay on TCP). */
 static void rdma_put(struct pool_client **a, struct put_case *root)
 {
@@ -1885,23 +1919,15 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 	struct pool_manager_stats st;
 	struct rank_job jobs[WORLD];
 	char first[512];
-	bool active;
 
 	(void)state;
 	if (!rdma_begin())
 		skip();
 	manager_start_rdma(&r, true, NULL);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(a[k]), active);
-		assert_true(active);
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(a);
+	rdma_wait_active(b);
 	/*
 	 * verbs objects: the manager's arena registered once (context, domain,
 	 * region) and a completion queue and queue pair per connection; each
@@ -1963,13 +1989,7 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 		free(slot);
 	}
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 #else
 	(void)state;
 	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
@@ -1988,21 +2008,14 @@ static void rdma_failed_write(bool post_fails)
 	struct rank_job jobs[WORLD];
 	char first[512];
 	uint64_t windows;
-	bool active;
 	int failed = 0;
 
 	if (!rdma_begin())
 		skip();
 	manager_start_rdma(&r, true, NULL);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(b);
 	rdma_put(a, &root);
 	if (post_fails)
 		fake_verbs_post_fail_at(3); /* the third post fails */
@@ -2030,13 +2043,7 @@ static void rdma_failed_write(bool post_fails)
 	/* said once by the manager and once by the rank that lost its claim */
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 2);
 	assert_non_null(strstr(first, "claims use the TCP stream"));
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 }
 #endif
 
@@ -2072,10 +2079,7 @@ static void test_pool_rdma_no_device_streams(void **state)
 		/* a device name no host has stands for "no device" at that end */
 		manager_start_rdma(&r, i != 2, i == 1 ? "mlx5_9" : NULL);
 		case_make(&root, 9, 96, NULL, 90);
-		for (uint32_t k = 0; k < WORLD; k++) {
-			client_open_rdma(&r, k, 0xa, i == 0 ? "mlx5_9" : NULL, &a[k]);
-			client_open_rdma(&r, k, 0xb, i == 0 ? "mlx5_9" : NULL, &b[k]);
-		}
+		rdma_clients_open(&r, i == 0 ? "mlx5_9" : NULL, a, b);
 		rdma_put(a, &root);
 		rdma_claim(b, &root, chain, jobs);
 		for (uint32_t k = 0; k < WORLD; k++) {
@@ -2100,13 +2104,7 @@ static void test_pool_rdma_no_device_streams(void **state)
 			assert_int_equal(fake_verbs_live(), 0);
 			assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
 		}
-		for (uint32_t k = 0; k < WORLD; k++) {
-			pool_client_close(a[k]);
-			pool_client_close(b[k]);
-		}
-		manager_stop(&r);
-		case_free(&root);
-		rdma_end();
+		rdma_finish(&r, a, b, &root);
 	}
 #else
 	(void)state;
@@ -2204,7 +2202,6 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 	struct pool_manager_stats st;
 	struct rank_job jobs[WORLD];
 	char first[512];
-	bool active;
 	int failed = 0;
 
 	(void)state;
@@ -2212,14 +2209,8 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 		skip();
 	manager_start_rdma(&r, true, NULL);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(b);
 	rdma_put(a, &root);
 	fake_verbs_corrupt_at(3);
 	/* check_window asserts every delivered byte against the image */
@@ -2241,13 +2232,7 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_failures, 0);
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 #else
 	(void)state;
 	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
@@ -2266,7 +2251,6 @@ static void test_pool_rdma_memlock(void **state)
 	struct rank_job jobs[WORLD];
 	struct rlimit saved, low;
 	char first[512];
-	bool active;
 
 	(void)state;
 	if (!rdma_begin())
@@ -2293,14 +2277,8 @@ static void test_pool_rdma_memlock(void **state)
 	low.rlim_cur = 2 * (64u << 10);
 	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(b);
 	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
 	rdma_put(a, &root);
 	rdma_claim(b, &root, chain, jobs);
@@ -2311,13 +2289,7 @@ static void test_pool_rdma_memlock(void **state)
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_windows, jobs[0].windows + jobs[1].windows);
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 #else
 	(void)state;
 	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
