@@ -1501,6 +1501,38 @@ static void *claim_share_thread(void *arg)
 		}                                                  \
 	} while (0)
 
+/* Instance A puts root through its clients, each rank's share on its own thread. */
+static void put_root(struct pool_client **a, struct put_case *root)
+{
+	struct put_case *chain[1] = { root };
+	struct pool_put_spec spec = { 0 };
+	struct rank_job jobs[WORLD];
+	pthread_t threads[WORLD];
+	uint64_t request, put_id = 0, shares[WORLD];
+	int ret;
+
+	spec.key = root->rec.key;
+	spec.tail_page_count = root->rec.tail_page_count;
+	spec.row = true;
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = root->img[k].length;
+	spec.share_bytes = shares;
+	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
+	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
+		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
+	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
+	assert_int_equal(ret, 1);
+}
+
 /* Two instances of two ranks, each rank on its own thread, put and claim byte-exact through the client; a wrong secret and a stopped manager fail cleanly. */
 static void test_pool_client_end_to_end(void **state)
 {
@@ -1509,8 +1541,7 @@ static void test_pool_client_end_to_end(void **state)
 	struct put_case root, *chain[1] = { &root };
 	struct rank_job jobs[WORLD];
 	pthread_t threads[WORLD];
-	uint64_t request, put_id = 0, ticket, claim_id, shares[WORLD];
-	struct pool_put_spec spec = { 0 };
+	uint64_t ticket, claim_id;
 	struct pool_chain_entry found[4];
 	struct pool_claim_grant grant;
 	uint32_t count = 0;
@@ -1528,27 +1559,7 @@ static void test_pool_client_end_to_end(void **state)
 	assert_string_equal(pool_client_facts(a[0])->name, "test-pool");
 	assert_true(pool_client_facts(a[0])->arena_bytes > 0);
 	/* the put: the session opens it, every rank sends its share, the session commits */
-	spec.key = root.rec.key;
-	spec.first_page_index = 0;
-	spec.tail_page_count = root.rec.tail_page_count;
-	spec.row = true;
-	for (uint32_t k = 0; k < WORLD; k++)
-		shares[k] = root.img[k].length;
-	spec.share_bytes = shares;
-	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
-	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
-	assert_int_equal(ret, 1);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
-		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pthread_join(threads[k], NULL);
-		assert_int_equal(jobs[k].result, 0);
-	}
-	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
-	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
-	assert_int_equal(ret, 1);
+	put_root(a, &root);
 	/* B looks up and claims; each rank streams its share on its own thread */
 	assert_int_equal(pool_lookup_begin(b[0], &root.rec.key, 1, &ticket), 0);
 	POLL_UNTIL(pool_lookup_poll(b[0], ticket, found, 4, &count), ret);
@@ -1845,37 +1856,6 @@ static void rdma_finish(struct running *r, struct pool_client **a, struct pool_c
 	rdma_end();
 }
 
-/* Instance A puts root through its clients (puts stay on TCP). */
-static void rdma_put(struct pool_client **a, struct put_case *root)
-{
-	struct put_case *chain[1] = { root };
-	struct pool_put_spec spec = { 0 };
-	struct rank_job jobs[WORLD];
-	pthread_t threads[WORLD];
-	uint64_t request, put_id = 0, shares[WORLD];
-	int ret;
-
-	spec.key = root->rec.key;
-	spec.tail_page_count = root->rec.tail_page_count;
-	spec.row = true;
-	for (uint32_t k = 0; k < WORLD; k++)
-		shares[k] = root->img[k].length;
-	spec.share_bytes = shares;
-	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
-	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
-	assert_int_equal(ret, 1);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
-		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pthread_join(threads[k], NULL);
-		assert_int_equal(jobs[k].result, 0);
-	}
-	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
-	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
-	assert_int_equal(ret, 1);
-}
 
 /* Instance B claims root, each rank on its own thread; jobs[k] says how each went. */
 static void rdma_claim(struct pool_client **b, struct put_case *root, struct put_case **chain,
@@ -1934,7 +1914,7 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 	 * client its own five
 	 */
 	assert_int_equal(fake_verbs_live(), 3 + 2 * 2 * WORLD + 5 * 2 * WORLD);
-	rdma_put(a, &root);
+	put_root(a, &root);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_windows, 0); /* puts stay on TCP */
 	rdma_claim(b, &root, chain, jobs);
@@ -2016,7 +1996,7 @@ static void rdma_failed_write(bool post_fails)
 	case_make(&root, 9, 96, NULL, 90);
 	rdma_clients_open(&r, NULL, a, b);
 	rdma_wait_active(b);
-	rdma_put(a, &root);
+	put_root(a, &root);
 	if (post_fails)
 		fake_verbs_post_fail_at(3); /* the third post fails */
 	else
@@ -2080,7 +2060,7 @@ static void test_pool_rdma_no_device_streams(void **state)
 		manager_start_rdma(&r, i != 2, i == 1 ? "mlx5_9" : NULL);
 		case_make(&root, 9, 96, NULL, 90);
 		rdma_clients_open(&r, i == 0 ? "mlx5_9" : NULL, a, b);
-		rdma_put(a, &root);
+		put_root(a, &root);
 		rdma_claim(b, &root, chain, jobs);
 		for (uint32_t k = 0; k < WORLD; k++) {
 			assert_int_equal(jobs[k].result, 0);
@@ -2211,7 +2191,7 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 	case_make(&root, 9, 96, NULL, 90);
 	rdma_clients_open(&r, NULL, a, b);
 	rdma_wait_active(b);
-	rdma_put(a, &root);
+	put_root(a, &root);
 	fake_verbs_corrupt_at(3);
 	/* check_window asserts every delivered byte against the image */
 	rdma_claim(b, &root, chain, jobs);
@@ -2280,7 +2260,7 @@ static void test_pool_rdma_memlock(void **state)
 	rdma_clients_open(&r, NULL, a, b);
 	rdma_wait_active(b);
 	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
-	rdma_put(a, &root);
+	put_root(a, &root);
 	rdma_claim(b, &root, chain, jobs);
 	for (uint32_t k = 0; k < WORLD; k++) {
 		assert_int_equal(jobs[k].result, 0);
