@@ -1638,9 +1638,7 @@ static void test_pool_share_end_mid_stream_returns_slots(void **state)
 	struct pool_client *a[WORLD];
 	struct put_case root, *chain[1] = { &root };
 	struct rank_job jobs[WORLD];
-	pthread_t threads[WORLD];
-	uint64_t request, put_id = 0, claim_id, shares[WORLD];
-	struct pool_put_spec spec = { 0 };
+	uint64_t claim_id;
 	struct pool_chain_entry found[4];
 	struct pool_claim_grant grant;
 	uint32_t count = 0;
@@ -1652,26 +1650,7 @@ static void test_pool_share_end_mid_stream_returns_slots(void **state)
 	case_make(&root, 11, 96, NULL, 91);
 	for (uint32_t k = 0; k < WORLD; k++)
 		assert_int_equal(client_open(&r, k, 0xd, secret, &a[k], why), 0);
-	spec.key = root.rec.key;
-	spec.tail_page_count = root.rec.tail_page_count;
-	spec.row = true;
-	for (uint32_t k = 0; k < WORLD; k++)
-		shares[k] = root.img[k].length;
-	spec.share_bytes = shares;
-	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
-	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
-	assert_int_equal(ret, 1);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
-		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pthread_join(threads[k], NULL);
-		assert_int_equal(jobs[k].result, 0);
-	}
-	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
-	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
-	assert_int_equal(ret, 1);
+	put_root(a, &root);
 	/*
 	 * rank 1 ends its share after 0, 1, 2 ... windows, at varying moments,
 	 * while each read of window data takes 3 ms (the I/O thread holds a
