@@ -292,6 +292,22 @@ static void offer(struct fixture *f, uint32_t pages)
 }
 
 /*
+ * Polls A until every export whose pin it took has ended, or 5 s: at
+ * least one was taken, each ended, none well, the last with error.
+ */
+static void wait_failed_ends(struct fixture *f, int error)
+{
+	for (int k = 0; k < 5000 && f->engine.ended < f->engine.pins_taken; k++) {
+		engine_poll(f);
+		usleep(1000);
+	}
+	assert_true(f->engine.pins_taken >= 1);
+	assert_int_equal(f->engine.ended, f->engine.pins_taken);
+	assert_int_equal(f->engine.ended_ok, 0);
+	assert_int_equal(f->engine.ended_error, error);
+}
+
+/*
  * Takes A's next export request by hand: B asks again with a fresh
  * history every 2 ms while A is polled, for up to ms. With strict, any
  * other event A takes fails the test; without, it is passed over.
@@ -494,14 +510,7 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 	a = &f->inst[0];
 	offer(f, 80);
 	wait_requests(f, 1, 10000);
-	for (int k = 0; k < 5000 && f->engine.ended < f->engine.pins_taken; k++) {
-		engine_poll(f);
-		usleep(1000);
-	}
-	assert_true(f->engine.pins_taken >= 1);
-	assert_int_equal(f->engine.ended, f->engine.pins_taken);
-	assert_int_equal(f->engine.ended_ok, 0);
-	assert_int_equal(f->engine.ended_error, -ENOSPC);
+	wait_failed_ends(f, -ENOSPC);
 	assert_int_equal(f->engine.pins, 0);
 	holder_polls(f, 300);
 	assert_int_equal(f->engine.ended, f->engine.pins_taken); /* each once */
@@ -522,14 +531,7 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 	offer(f, CKPT_PAGES);
 	assert_int_equal(sel_failpoints_configure("pool.export_copy=return(EIO)"), 0);
 	wait_requests(f, 1, 10000);
-	for (int k = 0; k < 5000 && f->engine.ended < f->engine.pins_taken; k++) {
-		engine_poll(f);
-		usleep(1000);
-	}
-	assert_true(f->engine.pins_taken >= 1);
-	assert_int_equal(f->engine.ended, f->engine.pins_taken);
-	assert_int_equal(f->engine.ended_ok, 0);
-	assert_int_equal(f->engine.ended_error, -EIO);
+	wait_failed_ends(f, -EIO);
 	holder_polls(f, 300);
 	assert_int_equal(f->engine.ended, f->engine.pins_taken);
 	assert_int_equal(pf_manager_stats(&f->manager).records, 0); /* nothing partial kept */
