@@ -135,6 +135,15 @@ $(BUILD)/tests/test_rdma $(BUILD)/tests/test_pool: $(BUILD)/tests/test_%: \
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/fake_verbs.o \
 		$(BUILD)/tests/testutil.o $(STATIC_LIB) $(LDLIBS) $(TEST_LDLIBS)
 
+# The pool instance tests share their manager and instances (tests/pool_fixture.c).
+$(BUILD)/tests/test_pool_attach $(BUILD)/tests/test_pool_export \
+		$(BUILD)/tests/test_pool_gpu_export: $(BUILD)/tests/test_%: \
+		$(BUILD)/tests/test_%.o $(BUILD)/tests/pool_fixture.o $(BUILD)/tests/testutil.o \
+		$(STATIC_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \
+		$(LDLIBS) $(TEST_LDLIBS)
+
 # The launch layer's bootstrap is not in the library.
 $(BUILD)/tests/test_bootstrap: $(BUILD)/tests/test_bootstrap.o $(BUILD)/launch/bootstrap/env.o \
 		$(BUILD)/launch/bootstrap/mpi.o $(BUILD)/tests/testutil.o $(STATIC_LIB)
@@ -292,5 +301,5 @@ clean:
 .SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(PROG_OBJS:.o=.d) $(TEST_BINS:=.d) $(BUILD)/tests/testutil.d \
-	$(BUILD)/tests/fake_verbs.d \
+	$(BUILD)/tests/fake_verbs.d $(BUILD)/tests/pool_fixture.d \
 	$(BUILD)/tests/gpu/test_cuda.d

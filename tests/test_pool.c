@@ -1501,6 +1501,38 @@ static void *claim_share_thread(void *arg)
 		}                                                  \
 	} while (0)
 
+/* Instance A puts root through its clients, each rank's share on its own thread. */
+static void put_root(struct pool_client **a, struct put_case *root)
+{
+	struct put_case *chain[1] = { root };
+	struct pool_put_spec spec = { 0 };
+	struct rank_job jobs[WORLD];
+	pthread_t threads[WORLD];
+	uint64_t request, put_id = 0, shares[WORLD];
+	int ret;
+
+	spec.key = root->rec.key;
+	spec.tail_page_count = root->rec.tail_page_count;
+	spec.row = true;
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = root->img[k].length;
+	spec.share_bytes = shares;
+	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
+	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
+	assert_int_equal(ret, 1);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
+		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+	}
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pthread_join(threads[k], NULL);
+		assert_int_equal(jobs[k].result, 0);
+	}
+	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
+	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
+	assert_int_equal(ret, 1);
+}
+
 /* Two instances of two ranks, each rank on its own thread, put and claim byte-exact through the client; a wrong secret and a stopped manager fail cleanly. */
 static void test_pool_client_end_to_end(void **state)
 {
@@ -1509,8 +1541,7 @@ static void test_pool_client_end_to_end(void **state)
 	struct put_case root, *chain[1] = { &root };
 	struct rank_job jobs[WORLD];
 	pthread_t threads[WORLD];
-	uint64_t request, put_id = 0, ticket, claim_id, shares[WORLD];
-	struct pool_put_spec spec = { 0 };
+	uint64_t ticket, claim_id;
 	struct pool_chain_entry found[4];
 	struct pool_claim_grant grant;
 	uint32_t count = 0;
@@ -1528,27 +1559,7 @@ static void test_pool_client_end_to_end(void **state)
 	assert_string_equal(pool_client_facts(a[0])->name, "test-pool");
 	assert_true(pool_client_facts(a[0])->arena_bytes > 0);
 	/* the put: the session opens it, every rank sends its share, the session commits */
-	spec.key = root.rec.key;
-	spec.first_page_index = 0;
-	spec.tail_page_count = root.rec.tail_page_count;
-	spec.row = true;
-	for (uint32_t k = 0; k < WORLD; k++)
-		shares[k] = root.img[k].length;
-	spec.share_bytes = shares;
-	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
-	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
-	assert_int_equal(ret, 1);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
-		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pthread_join(threads[k], NULL);
-		assert_int_equal(jobs[k].result, 0);
-	}
-	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
-	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
-	assert_int_equal(ret, 1);
+	put_root(a, &root);
 	/* B looks up and claims; each rank streams its share on its own thread */
 	assert_int_equal(pool_lookup_begin(b[0], &root.rec.key, 1, &ticket), 0);
 	POLL_UNTIL(pool_lookup_poll(b[0], ticket, found, 4, &count), ret);
@@ -1627,9 +1638,7 @@ static void test_pool_share_end_mid_stream_returns_slots(void **state)
 	struct pool_client *a[WORLD];
 	struct put_case root, *chain[1] = { &root };
 	struct rank_job jobs[WORLD];
-	pthread_t threads[WORLD];
-	uint64_t request, put_id = 0, claim_id, shares[WORLD];
-	struct pool_put_spec spec = { 0 };
+	uint64_t claim_id;
 	struct pool_chain_entry found[4];
 	struct pool_claim_grant grant;
 	uint32_t count = 0;
@@ -1641,26 +1650,7 @@ static void test_pool_share_end_mid_stream_returns_slots(void **state)
 	case_make(&root, 11, 96, NULL, 91);
 	for (uint32_t k = 0; k < WORLD; k++)
 		assert_int_equal(client_open(&r, k, 0xd, secret, &a[k], why), 0);
-	spec.key = root.rec.key;
-	spec.tail_page_count = root.rec.tail_page_count;
-	spec.row = true;
-	for (uint32_t k = 0; k < WORLD; k++)
-		shares[k] = root.img[k].length;
-	spec.share_bytes = shares;
-	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
-	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
-	assert_int_equal(ret, 1);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
-		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pthread_join(threads[k], NULL);
-		assert_int_equal(jobs[k].result, 0);
-	}
-	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
-	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
-	assert_int_equal(ret, 1);
+	put_root(a, &root);
 	/*
 	 * rank 1 ends its share after 0, 1, 2 ... windows, at varying moments,
 	 * while each read of window data takes 3 ms (the I/O thread holds a
@@ -1811,37 +1801,40 @@ static void client_open_rdma(struct running *r, uint32_t rank, uint8_t instance,
 	assert_int_equal(pool_client_open(&cfg, out, why, WHY_BYTES), 0);
 }
 
-/* Instance A puts root through its clients (puts stay on TCP). */
-static void rdma_put(struct pool_client **a, struct put_case *root)
+/* Instances A (0xa) and B (0xb): a client per rank each, lending on device (NULL: any). */
+static void rdma_clients_open(struct running *r, const char *device, struct pool_client **a,
+			      struct pool_client **b)
 {
-	struct put_case *chain[1] = { root };
-	struct pool_put_spec spec = { 0 };
-	struct rank_job jobs[WORLD];
-	pthread_t threads[WORLD];
-	uint64_t request, put_id = 0, shares[WORLD];
-	int ret;
-
-	spec.key = root->rec.key;
-	spec.tail_page_count = root->rec.tail_page_count;
-	spec.row = true;
-	for (uint32_t k = 0; k < WORLD; k++)
-		shares[k] = root->img[k].length;
-	spec.share_bytes = shares;
-	assert_int_equal(pool_put_begin(a[0], &spec, &request), 0);
-	POLL_UNTIL(pool_put_poll(a[0], request, &put_id), ret);
-	assert_int_equal(ret, 1);
 	for (uint32_t k = 0; k < WORLD; k++) {
-		jobs[k] = (struct rank_job){ .c = a[k], .rank = k, .id = put_id, .chain = chain };
-		assert_int_equal(pthread_create(&threads[k], NULL, put_share_thread, &jobs[k]), 0);
+		client_open_rdma(r, k, 0xa, device, &a[k]);
+		client_open_rdma(r, k, 0xb, device, &b[k]);
 	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pthread_join(threads[k], NULL);
-		assert_int_equal(jobs[k].result, 0);
-	}
-	assert_int_equal(pool_put_commit(a[0], put_id, true), 0);
-	POLL_UNTIL(pool_put_outcome(a[0], put_id), ret);
-	assert_int_equal(ret, 1);
 }
+
+/* Asserts each rank's client of an instance comes to lend its slots (RDMA active). */
+static void rdma_wait_active(struct pool_client **c)
+{
+	bool active;
+
+	for (uint32_t k = 0; k < WORLD; k++) {
+		POLL_UNTIL(pool_client_rdma_active(c[k]), active);
+		assert_true(active);
+	}
+}
+
+/* Closes A's and B's clients, stops the manager, frees root and removes the fake device. */
+static void rdma_finish(struct running *r, struct pool_client **a, struct pool_client **b,
+			struct put_case *root)
+{
+	for (uint32_t k = 0; k < WORLD; k++) {
+		pool_client_close(a[k]);
+		pool_client_close(b[k]);
+	}
+	manager_stop(r);
+	case_free(root);
+	rdma_end();
+}
+
 
 /* Instance B claims root, each rank on its own thread; jobs[k] says how each went. */
 static void rdma_claim(struct pool_client **b, struct put_case *root, struct put_case **chain,
@@ -1885,30 +1878,22 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 	struct pool_manager_stats st;
 	struct rank_job jobs[WORLD];
 	char first[512];
-	bool active;
 
 	(void)state;
 	if (!rdma_begin())
 		skip();
 	manager_start_rdma(&r, true, NULL);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(a[k]), active);
-		assert_true(active);
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(a);
+	rdma_wait_active(b);
 	/*
 	 * verbs objects: the manager's arena registered once (context, domain,
 	 * region) and a completion queue and queue pair per connection; each
 	 * client its own five
 	 */
 	assert_int_equal(fake_verbs_live(), 3 + 2 * 2 * WORLD + 5 * 2 * WORLD);
-	rdma_put(a, &root);
+	put_root(a, &root);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_windows, 0); /* puts stay on TCP */
 	rdma_claim(b, &root, chain, jobs);
@@ -1963,13 +1948,7 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 		free(slot);
 	}
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 #else
 	(void)state;
 	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
@@ -1988,22 +1967,15 @@ static void rdma_failed_write(bool post_fails)
 	struct rank_job jobs[WORLD];
 	char first[512];
 	uint64_t windows;
-	bool active;
 	int failed = 0;
 
 	if (!rdma_begin())
 		skip();
 	manager_start_rdma(&r, true, NULL);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
-	rdma_put(a, &root);
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(b);
+	put_root(a, &root);
 	if (post_fails)
 		fake_verbs_post_fail_at(3); /* the third post fails */
 	else
@@ -2030,13 +2002,7 @@ static void rdma_failed_write(bool post_fails)
 	/* said once by the manager and once by the rank that lost its claim */
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 2);
 	assert_non_null(strstr(first, "claims use the TCP stream"));
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 }
 #endif
 
@@ -2072,11 +2038,8 @@ static void test_pool_rdma_no_device_streams(void **state)
 		/* a device name no host has stands for "no device" at that end */
 		manager_start_rdma(&r, i != 2, i == 1 ? "mlx5_9" : NULL);
 		case_make(&root, 9, 96, NULL, 90);
-		for (uint32_t k = 0; k < WORLD; k++) {
-			client_open_rdma(&r, k, 0xa, i == 0 ? "mlx5_9" : NULL, &a[k]);
-			client_open_rdma(&r, k, 0xb, i == 0 ? "mlx5_9" : NULL, &b[k]);
-		}
-		rdma_put(a, &root);
+		rdma_clients_open(&r, i == 0 ? "mlx5_9" : NULL, a, b);
+		put_root(a, &root);
 		rdma_claim(b, &root, chain, jobs);
 		for (uint32_t k = 0; k < WORLD; k++) {
 			assert_int_equal(jobs[k].result, 0);
@@ -2100,13 +2063,7 @@ static void test_pool_rdma_no_device_streams(void **state)
 			assert_int_equal(fake_verbs_live(), 0);
 			assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
 		}
-		for (uint32_t k = 0; k < WORLD; k++) {
-			pool_client_close(a[k]);
-			pool_client_close(b[k]);
-		}
-		manager_stop(&r);
-		case_free(&root);
-		rdma_end();
+		rdma_finish(&r, a, b, &root);
 	}
 #else
 	(void)state;
@@ -2204,7 +2161,6 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 	struct pool_manager_stats st;
 	struct rank_job jobs[WORLD];
 	char first[512];
-	bool active;
 	int failed = 0;
 
 	(void)state;
@@ -2212,15 +2168,9 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 		skip();
 	manager_start_rdma(&r, true, NULL);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
-	rdma_put(a, &root);
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(b);
+	put_root(a, &root);
 	fake_verbs_corrupt_at(3);
 	/* check_window asserts every delivered byte against the image */
 	rdma_claim(b, &root, chain, jobs);
@@ -2241,13 +2191,7 @@ static void test_pool_rdma_corrupt_slot_never_delivered(void **state)
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_failures, 0);
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 #else
 	(void)state;
 	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
@@ -2266,7 +2210,6 @@ static void test_pool_rdma_memlock(void **state)
 	struct rank_job jobs[WORLD];
 	struct rlimit saved, low;
 	char first[512];
-	bool active;
 
 	(void)state;
 	if (!rdma_begin())
@@ -2293,16 +2236,10 @@ static void test_pool_rdma_memlock(void **state)
 	low.rlim_cur = 2 * (64u << 10);
 	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
 	case_make(&root, 9, 96, NULL, 90);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		client_open_rdma(&r, k, 0xa, NULL, &a[k]);
-		client_open_rdma(&r, k, 0xb, NULL, &b[k]);
-	}
-	for (uint32_t k = 0; k < WORLD; k++) {
-		POLL_UNTIL(pool_client_rdma_active(b[k]), active);
-		assert_true(active);
-	}
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(b);
 	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
-	rdma_put(a, &root);
+	put_root(a, &root);
 	rdma_claim(b, &root, chain, jobs);
 	for (uint32_t k = 0; k < WORLD; k++) {
 		assert_int_equal(jobs[k].result, 0);
@@ -2311,13 +2248,7 @@ static void test_pool_rdma_memlock(void **state)
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.rdma_windows, jobs[0].windows + jobs[1].windows);
 	assert_int_equal(rdma_warnings(first, sizeof(first)), 0);
-	for (uint32_t k = 0; k < WORLD; k++) {
-		pool_client_close(a[k]);
-		pool_client_close(b[k]);
-	}
-	manager_stop(&r);
-	case_free(&root);
-	rdma_end();
+	rdma_finish(&r, a, b, &root);
 #else
 	(void)state;
 	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");

@@ -11,7 +11,7 @@
  * put the manager refuses and a manager killed mid-export each end the
  * export once, never with a second release.
  */
-#include "tests/testutil.h"
+#include "tests/pool_fixture.h"
 
 #include "common/base.h"
 #include "common/failpoint.h"
@@ -20,15 +20,11 @@
 #include "selene/store.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +37,7 @@
 #define PAGE_TOKENS 64u
 #define CKPT_PAGES 40u /* the offered checkpoint: 40 pages, 40 * 16 KiB */
 #define CKPT 4242u     /* its id */
+#define MANAGER_NAME "gpu-export-test"
 
 struct rank_memory {
 	uint8_t planes[2][PAGES * UNIT];
@@ -52,12 +49,6 @@ struct instance {
 	struct rank_memory *mem;
 	sel_store *store;
 	sel_history *h;
-};
-
-/* The manager child's counters, copied every millisecond. */
-struct manager_view {
-	pthread_mutex_t lock; /* process-shared */
-	struct pool_manager_stats stats;
 };
 
 /* What the test's "engine" saw of A's exports. */
@@ -73,93 +64,12 @@ struct engine {
 
 struct fixture {
 	char *base;
-	struct manager_view *view; /* shared with the manager child */
-	pid_t manager;
-	char pool[64];
+	struct pf_manager manager; /* its counters copied */
 	char secret[512];
 	uint32_t tokens[TOKENS];
 	struct instance inst[2];
 	struct engine engine;
 };
-
-static void write_secret(const char *path, uint8_t byte)
-{
-	uint8_t secret[32];
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-	memset(secret, byte, sizeof(secret));
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, secret, sizeof(secret)), (ssize_t)sizeof(secret));
-	close(fd);
-}
-
-static void *manager_loop(void *arg)
-{
-	pool_manager_run(arg);
-	return NULL;
-}
-
-/* The manager as a child process with an arena of memory_bytes. */
-static void manager_start(struct fixture *f, uint64_t memory_bytes)
-{
-	int fds[2];
-	uint16_t port;
-
-	assert_int_equal(pipe(fds), 0);
-	f->manager = fork();
-	assert_true(f->manager >= 0);
-	if (f->manager == 0) {
-		struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "gpu-export-test",
-						 .memory_bytes = memory_bytes };
-		struct pool_manager *m;
-		pthread_t loop;
-		char why[256];
-
-		close(fds[0]);
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a crashed test */
-		memset(c.secret, 0x5a, sizeof(c.secret));
-		if (pool_manager_open(&c, &m, why, sizeof(why)) != 0)
-			_exit(2);
-		port = pool_manager_port(m);
-		if (write(fds[1], &port, sizeof(port)) != sizeof(port))
-			_exit(3);
-		close(fds[1]);
-		if (pthread_create(&loop, NULL, manager_loop, m) != 0)
-			_exit(4);
-		for (;;) {
-			struct pool_manager_stats st;
-
-			pool_manager_stats(m, &st);
-			pthread_mutex_lock(&f->view->lock);
-			f->view->stats = st;
-			pthread_mutex_unlock(&f->view->lock);
-			usleep(1000);
-		}
-	}
-	close(fds[1]);
-	assert_int_equal(read(fds[0], &port, sizeof(port)), (ssize_t)sizeof(port));
-	close(fds[0]);
-	snprintf(f->pool, sizeof(f->pool), "127.0.0.1:%u", port);
-}
-
-static void manager_kill(struct fixture *f)
-{
-	if (f->manager <= 0)
-		return;
-	kill(f->manager, SIGKILL);
-	waitpid(f->manager, NULL, 0);
-	f->manager = 0;
-}
-
-static struct pool_manager_stats manager_stats(struct fixture *f)
-{
-	struct pool_manager_stats st;
-
-	pthread_mutex_lock(&f->view->lock);
-	st = f->view->stats;
-	pthread_mutex_unlock(&f->view->lock);
-	return st;
-}
 
 static uint8_t page_byte(uint32_t page, int plane)
 {
@@ -186,7 +96,7 @@ static void instance_open(struct fixture *f, uint32_t i)
 		.page_planes = planes, .row_plane = { "state", ROW, (uintptr_t)in->mem->rows },
 		.page_count = PAGES, .row_count = ROWS, .device = "host",
 		.disk_limit_bytes = 64u << 20, .durable = false, .records_max = 1000,
-		.pool = f->pool, .pool_secret_file = f->secret,
+		.pool = f->manager.address, .pool_secret_file = f->secret,
 	};
 	memcpy(c.model_identity, model.bytes, 32);
 	if (sel_store_open(&c, &in->store, err, sizeof(err)) != 0)
@@ -210,20 +120,13 @@ static void instance_close(struct fixture *f, uint32_t i)
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	pthread_mutexattr_t attr;
 
 	f->base = tu_make_temp_dir("pool-gpu-export");
 	assert_true(strlen(f->base) < 300);
-	f->view = mmap(NULL, sizeof(*f->view), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-		       -1, 0);
-	assert_true(f->view != MAP_FAILED);
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-	pthread_mutex_init(&f->view->lock, &attr);
-	pthread_mutexattr_destroy(&attr);
+	pf_manager_view_open(&f->manager);
 	tu_tokens(f->tokens, TOKENS, 31337);
 	snprintf(f->secret, sizeof(f->secret), "%s/pool.secret", f->base);
-	write_secret(f->secret, 0x5a);
+	pf_write_secret(f->secret, 0x5a);
 	sel_log_set_level(SEL_LOG_ERROR);
 	*state = f;
 	return 0;
@@ -239,10 +142,9 @@ static int teardown(void **state)
 			sel_store_close(f->inst[i].store, 5000);
 		free(f->inst[i].mem);
 	}
-	manager_kill(f);
+	pf_manager_kill(&f->manager);
 	sel_failpoints_configure(NULL);
-	pthread_mutex_destroy(&f->view->lock);
-	munmap(f->view, sizeof(*f->view));
+	pf_manager_view_close(&f->manager);
 	tu_remove_tree(f->base);
 	sel_log_set_level(SEL_LOG_INFO);
 	free(f);
@@ -330,11 +232,11 @@ static void holder_polls(struct fixture *f, uint32_t ms)
 /* Polls A until the manager holds want announcements, or 10 s. */
 static void wait_holds(struct fixture *f, uint64_t want)
 {
-	for (int k = 0; k < 10000 && manager_stats(f).holds != want; k++) {
+	for (int k = 0; k < 10000 && pf_manager_stats(&f->manager).holds != want; k++) {
 		engine_poll(f);
 		usleep(1000);
 	}
-	assert_int_equal(manager_stats(f).holds, want);
+	assert_int_equal(pf_manager_stats(&f->manager).holds, want);
 }
 
 /*
@@ -390,6 +292,49 @@ static void offer(struct fixture *f, uint32_t pages)
 }
 
 /*
+ * Polls A until every export whose pin it took has ended, or 5 s: at
+ * least one was taken, each ended, none well, the last with error.
+ */
+static void wait_failed_ends(struct fixture *f, int error)
+{
+	for (int k = 0; k < 5000 && f->engine.ended < f->engine.pins_taken; k++) {
+		engine_poll(f);
+		usleep(1000);
+	}
+	assert_true(f->engine.pins_taken >= 1);
+	assert_int_equal(f->engine.ended, f->engine.pins_taken);
+	assert_int_equal(f->engine.ended_ok, 0);
+	assert_int_equal(f->engine.ended_error, error);
+}
+
+/*
+ * Takes A's next export request by hand: B asks again with a fresh
+ * history every 2 ms while A is polled, for up to ms. With strict, any
+ * other event A takes fails the test; without, it is passed over.
+ */
+static struct sel_event take_request_by_hand(struct fixture *f, uint32_t ms, bool strict)
+{
+	struct instance *b = &f->inst[1];
+	uint64_t end = sel_monotonic_ns() + ms * 1000000ull;
+	struct sel_event ev;
+	struct sel_hit hit;
+
+	for (;;) {
+		assert_true(sel_monotonic_ns() < end);
+		sel_history_destroy(b->h);
+		assert_int_equal(sel_history_create(b->store, f->tokens, TOKENS, &b->h), 0);
+		(void)sel_lookup(b->store, b->h, 0, &hit);
+		usleep(2000);
+		if (sel_poll(f->inst[0].store, &ev, 1) != 1)
+			continue;
+		if (strict)
+			assert_int_equal(ev.kind, SEL_EVENT_EXPORT_REQUESTED);
+		if (ev.kind == SEL_EVENT_EXPORT_REQUESTED)
+			return ev;
+	}
+}
+
+/*
  * A GPU checkpoint A offered, and never stored, reaches B: A's engine
  * sees the request through sel_poll, pins and answers; the store copies
  * the pinned pages and row into a put; EXPORT_ENDED comes once, with the
@@ -407,7 +352,7 @@ static void test_pool_gpu_export_restores_an_offered_checkpoint(void **state)
 	uint32_t ids[PAGES];
 	bool joined;
 
-	manager_start(f, 16u << 20);
+	pf_manager_start(&f->manager, MANAGER_NAME, 16u << 20);
 	instance_open(f, 0);
 	instance_open(f, 1);
 	a = &f->inst[0];
@@ -424,7 +369,7 @@ static void test_pool_gpu_export_restores_an_offered_checkpoint(void **state)
 	if (!lookup_while_holder_polls(f, &hit, 20000))
 		fail_msg("B never found A's checkpoint (asked %u, ended %u, manager failed %llu)",
 			 f->engine.requested, f->engine.ended,
-			 (unsigned long long)manager_stats(f).exports_failed);
+			 (unsigned long long)pf_manager_stats(&f->manager).exports_failed);
 	assert_int_equal(hit.consumed, CKPT_PAGES * PAGE_TOKENS);
 	assert_int_equal(f->engine.requested, 1);
 	assert_int_equal(f->engine.requested_tokens, CKPT_PAGES * PAGE_TOKENS);
@@ -490,11 +435,10 @@ static void test_pool_gpu_export_refusals(void **state)
 {
 	struct fixture *f = *state;
 	struct instance *a;
-	struct sel_hit hit;
 	uint32_t ids[PAGES];
 	uint64_t failed;
 
-	manager_start(f, 16u << 20);
+	pf_manager_start(&f->manager, MANAGER_NAME, 16u << 20);
 	instance_open(f, 0);
 	instance_open(f, 1);
 	a = &f->inst[0];
@@ -502,34 +446,20 @@ static void test_pool_gpu_export_refusals(void **state)
 
 	f->engine.answer = -ENOSPC;
 	wait_requests(f, 1, 10000);
-	for (int k = 0; k < 5000 && manager_stats(f).exports_failed == 0; k++)
+	for (int k = 0; k < 5000 && pf_manager_stats(&f->manager).exports_failed == 0; k++)
 		usleep(1000);
-	assert_true(manager_stats(f).exports_failed >= 1);
-	assert_int_equal(manager_stats(f).exports_refused, 0);
-	assert_int_equal(manager_stats(f).holds, 1); /* still offered */
+	assert_true(pf_manager_stats(&f->manager).exports_failed >= 1);
+	assert_int_equal(pf_manager_stats(&f->manager).exports_refused, 0);
+	assert_int_equal(pf_manager_stats(&f->manager).holds, 1); /* still offered */
 
 	/* a bad answer: a reason the API does not know; then a page count that is wrong */
 	f->engine.answer = 0;
 	f->engine.requested = 0;
 	{
-		struct sel_event ev;
-		uint64_t end = sel_monotonic_ns() + 10000000000ull;
-
 		/* take the next request by hand */
-		for (;;) {
-			assert_true(sel_monotonic_ns() < end);
-			/* B asks again */
-			sel_history_destroy(f->inst[1].h);
-			assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, TOKENS,
-							    &f->inst[1].h), 0);
-			(void)sel_lookup(f->inst[1].store, f->inst[1].h, 0, &hit);
-			usleep(2000);
-			if (sel_poll(a->store, &ev, 1) == 1) {
-				assert_int_equal(ev.kind, SEL_EVENT_EXPORT_REQUESTED);
-				break;
-			}
-		}
-		failed = manager_stats(f).exports_failed;
+		struct sel_event ev = take_request_by_hand(f, 10000, true);
+
+		failed = pf_manager_stats(&f->manager).exports_failed;
 		assert_int_equal(sel_export_refuse(a->store, ev.id, -EIO), -EINVAL);
 		for (uint32_t p = 0; p < PAGES; p++)
 			ids[p] = p;
@@ -543,17 +473,17 @@ static void test_pool_gpu_export_refusals(void **state)
 			usleep(1000);
 		}
 	}
-	for (int k = 0; k < 5000 && manager_stats(f).exports_failed <= failed; k++)
+	for (int k = 0; k < 5000 && pf_manager_stats(&f->manager).exports_failed <= failed; k++)
 		usleep(1000);
-	assert_int_equal(manager_stats(f).exports_failed, failed + 1);
+	assert_int_equal(pf_manager_stats(&f->manager).exports_failed, failed + 1);
 
 	/* not found: the offer goes with it */
 	f->engine.answer = SEL_ENOTFOUND;
 	f->engine.requested = 0;
 	wait_requests(f, 1, 10000);
-	for (int k = 0; k < 5000 && manager_stats(f).exports_refused == 0; k++)
+	for (int k = 0; k < 5000 && pf_manager_stats(&f->manager).exports_refused == 0; k++)
 		usleep(1000);
-	assert_int_equal(manager_stats(f).exports_refused, 1);
+	assert_int_equal(pf_manager_stats(&f->manager).exports_refused, 1);
 	wait_holds(f, 0);
 	assert_int_equal(sel_gpu_evicted(a->store, CKPT), SEL_ENOTFOUND);
 	assert_int_equal(f->engine.ended, 0);
@@ -574,20 +504,13 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 	struct instance *a;
 
 	/* 1 MiB of arena; the share is 80 pages of 16 KiB and more */
-	manager_start(f, 1u << 20);
+	pf_manager_start(&f->manager, MANAGER_NAME, 1u << 20);
 	instance_open(f, 0);
 	instance_open(f, 1);
 	a = &f->inst[0];
 	offer(f, 80);
 	wait_requests(f, 1, 10000);
-	for (int k = 0; k < 5000 && f->engine.ended < f->engine.pins_taken; k++) {
-		engine_poll(f);
-		usleep(1000);
-	}
-	assert_true(f->engine.pins_taken >= 1);
-	assert_int_equal(f->engine.ended, f->engine.pins_taken);
-	assert_int_equal(f->engine.ended_ok, 0);
-	assert_int_equal(f->engine.ended_error, -ENOSPC);
+	wait_failed_ends(f, -ENOSPC);
 	assert_int_equal(f->engine.pins, 0);
 	holder_polls(f, 300);
 	assert_int_equal(f->engine.ended, f->engine.pins_taken); /* each once */
@@ -598,48 +521,28 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 	assert_int_equal(sel_gpu_evicted(a->store, CKPT), SEL_ENOTFOUND);
 	instance_close(f, 1);
 	instance_close(f, 0);
-	manager_kill(f);
+	pf_manager_kill(&f->manager);
 
 	/* a rank's share fails (the copy): the put is abandoned, the end comes once */
 	memset(&f->engine, 0, sizeof(f->engine));
-	manager_start(f, 16u << 20);
+	pf_manager_start(&f->manager, MANAGER_NAME, 16u << 20);
 	instance_open(f, 0);
 	instance_open(f, 1);
 	offer(f, CKPT_PAGES);
 	assert_int_equal(sel_failpoints_configure("pool.export_copy=return(EIO)"), 0);
 	wait_requests(f, 1, 10000);
-	for (int k = 0; k < 5000 && f->engine.ended < f->engine.pins_taken; k++) {
-		engine_poll(f);
-		usleep(1000);
-	}
-	assert_true(f->engine.pins_taken >= 1);
-	assert_int_equal(f->engine.ended, f->engine.pins_taken);
-	assert_int_equal(f->engine.ended_ok, 0);
-	assert_int_equal(f->engine.ended_error, -EIO);
+	wait_failed_ends(f, -EIO);
 	holder_polls(f, 300);
 	assert_int_equal(f->engine.ended, f->engine.pins_taken);
-	assert_int_equal(manager_stats(f).records, 0); /* nothing partial kept */
+	assert_int_equal(pf_manager_stats(&f->manager).records, 0); /* nothing partial kept */
 
 	/* the manager dies while the export's copy runs: the end still comes, once */
 	assert_int_equal(sel_failpoints_configure("pool.export_copy=sleep(1500)"), 0);
 	memset(&f->engine, 0, sizeof(f->engine));
 	{
-		struct sel_hit hit;
-		struct sel_event ev;
+		struct sel_event ev = take_request_by_hand(f, 20000, false);
 		uint32_t ids[PAGES];
-		uint64_t end = sel_monotonic_ns() + 20000000000ull;
 
-		for (;;) {
-			assert_true(sel_monotonic_ns() < end);
-			sel_history_destroy(f->inst[1].h);
-			assert_int_equal(sel_history_create(f->inst[1].store, f->tokens, TOKENS,
-							    &f->inst[1].h), 0);
-			(void)sel_lookup(f->inst[1].store, f->inst[1].h, 0, &hit);
-			usleep(2000);
-			if (sel_poll(f->inst[0].store, &ev, 1) == 1 &&
-			    ev.kind == SEL_EVENT_EXPORT_REQUESTED)
-				break;
-		}
 		for (uint32_t p = 0; p < CKPT_PAGES; p++)
 			ids[p] = 10 + p;
 		assert_int_equal(sel_export_pinned(f->inst[0].store, ev.id, ids, CKPT_PAGES, 1), 0);
@@ -648,7 +551,7 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 		for (int k = 0; k < 300 && sel_failpoint_fired(SEL_FP_POOL_EXPORT_COPY) == 0; k++)
 			holder_polls(f, 10);
 		assert_true(sel_failpoint_fired(SEL_FP_POOL_EXPORT_COPY) >= 1);
-		manager_kill(f);
+		pf_manager_kill(&f->manager);
 		for (int k = 0; k < 15000 && f->engine.ended == 0; k++) {
 			engine_poll(f);
 			usleep(1000);

@@ -350,6 +350,17 @@ static void claim(struct fixture *f, struct shard_device *device)
 	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
 }
 
+/* Two claims on device, the warnings they log caught by catch_warning. */
+static void claim_twice_warnings_caught(struct fixture *f, struct shard_device *device)
+{
+	sel_log_set_level(SEL_LOG_WARN);
+	sel_log_set_callback(catch_warning, f);
+	claim(f, device);
+	claim(f, device);
+	sel_log_set_callback(NULL, NULL);
+	sel_log_set_level(SEL_LOG_ERROR);
+}
+
 static int refusing_register(struct shard_device *dev, const void *ptr, uint64_t bytes)
 {
 	(void)dev;
@@ -380,12 +391,7 @@ static void test_pool_link_refused_registration_streams(void **state)
 	dev = f->device;
 	dev->ops = refusing_ops(dev);
 	shard_pool_link_counts(&before);
-	sel_log_set_level(SEL_LOG_WARN);
-	sel_log_set_callback(catch_warning, f);
-	claim(f, dev);
-	claim(f, dev);
-	sel_log_set_callback(NULL, NULL);
-	sel_log_set_level(SEL_LOG_ERROR);
+	claim_twice_warnings_caught(f, dev);
 	shard_pool_link_counts(&after);
 	assert_int_equal(after.arena_refusals, before.arena_refusals + 1);
 	assert_int_equal(after.stream_claims, before.stream_claims + 2);
@@ -642,12 +648,7 @@ static void test_pool_link_arena_over_budget_streams(void **state)
 	dev->ops = &ops;
 	registrations = 0;
 	shard_pool_link_counts(&before);
-	sel_log_set_level(SEL_LOG_WARN);
-	sel_log_set_callback(catch_warning, f);
-	claim(f, dev);
-	claim(f, dev);
-	sel_log_set_callback(NULL, NULL);
-	sel_log_set_level(SEL_LOG_ERROR);
+	claim_twice_warnings_caught(f, dev);
 	shard_pool_link_counts(&after);
 	assert_int_equal(registrations, 0);
 	assert_int_equal(after.arena_claims, before.arena_claims);

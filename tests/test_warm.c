@@ -199,6 +199,24 @@ static int store(struct fixture *f, const struct rec_key *key, const struct rec_
 			warm ? SHARD_STORE_WARM : SHARD_STORE_COLD);
 }
 
+/*
+ * Stores a cold chain of three: a (7 pages), b (5 more), c (4 more and a
+ * partial one); chain says where each starts and how long it is.
+ */
+static void store_cold_chain(struct fixture *f, struct rec_key *a, struct rec_key *b,
+			     struct rec_key *c, struct shard_chain_record chain[3])
+{
+	make_key(a, 64 * 7, 1);
+	make_key(b, 64 * 12, 2);
+	make_key(c, 64 * 16 + 5, 3);
+	assert_int_equal(store(f, a, NULL, 10, 1, false), 0);
+	assert_int_equal(store(f, b, a, 20, 2, false), 0);
+	assert_int_equal(store(f, c, b, 30, 3, false), 0);
+	chain[0] = (struct shard_chain_record){ *a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ *b, 7, 5 };
+	chain[2] = (struct shard_chain_record){ *c, 12, 4 };
+}
+
 /* Fetches chain, skipping skip pages, into ids base_id.. and slot; read-through when asked. */
 static int fetch_rt(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
 		    uint32_t skip, uint32_t base_id, uint32_t slot, bool read_through)
@@ -403,15 +421,7 @@ static void test_warm_read_through_waits_once(void **state)
 	tu_deferred_device_init(&d);
 	f->dev = &d.base;
 	open_engine(f, 64ull * SLOT_BYTES);
-	make_key(&a, 64 * 7, 1);
-	make_key(&b, 64 * 12, 2);
-	make_key(&c, 64 * 16 + 5, 3);
-	assert_int_equal(store(f, &a, NULL, 10, 1, false), 0);
-	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
-	assert_int_equal(store(f, &c, &b, 30, 3, false), 0);
-	chain[0] = (struct shard_chain_record){ a, 0, 7 };
-	chain[1] = (struct shard_chain_record){ b, 7, 5 };
-	chain[2] = (struct shard_chain_record){ c, 12, 4 };
+	store_cold_chain(f, &a, &b, &c, chain);
 	poison(f);
 	syncs = d.synchronize_calls;
 	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
@@ -440,15 +450,7 @@ static void test_warm_read_through_engine(void **state)
 	struct shard_warm_stats ws;
 
 	open_engine(f, 64ull * SLOT_BYTES);
-	make_key(&a, 64 * 7, 1);
-	make_key(&b, 64 * 12, 2);
-	make_key(&c, 64 * 16 + 5, 3);
-	assert_int_equal(store(f, &a, NULL, 10, 1, false), 0);
-	assert_int_equal(store(f, &b, &a, 20, 2, false), 0);
-	assert_int_equal(store(f, &c, &b, 30, 3, false), 0);
-	chain[0] = (struct shard_chain_record){ a, 0, 7 };
-	chain[1] = (struct shard_chain_record){ b, 7, 5 };
-	chain[2] = (struct shard_chain_record){ c, 12, 4 };
+	store_cold_chain(f, &a, &b, &c, chain);
 	poison(f);
 	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
 	check_chain(f, 0, &c);
