@@ -300,6 +300,44 @@ static void test_pool_share_place_byte_exact(void **state)
 	free(image[1]);
 }
 
+/* A device whose synchronize fails, as a CUDA stream's error surfaces. */
+static int failing_synchronize(struct shard_device *dev)
+{
+	(void)dev;
+	return -EIO;
+}
+
+/*
+ * Same host: the arena copies are waited for once, at the claim's finish;
+ * a failure there fails the claim with the device's error, not success.
+ */
+static void test_pool_share_place_sync_failure(void **state)
+{
+	struct fixture *f = *state;
+	/* static: a failed assertion's teardown still closes through it */
+	static struct shard_device_ops ops;
+	uint32_t ids[6] = { 9, 8, 7, 6, 5, 4 };
+	uint64_t bytes[2], copied;
+	uint8_t *image[2];
+
+	image[0] = make_image(f, 0, false, &bytes[0]);
+	image[1] = make_image(f, 1, true, &bytes[1]);
+	ops = *f->device->ops;
+	ops.synchronize = failing_synchronize;
+	f->device->ops = &ops;
+	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
+						sizeof(f->why)), 0);
+	assert_int_equal(shard_pool_share_place(&f->share, 0, image[0], bytes[0], f->why,
+						sizeof(f->why)), 0);
+	assert_int_equal(shard_pool_share_place(&f->share, 1, image[1], bytes[1], f->why,
+						sizeof(f->why)), 0);
+	assert_int_equal(shard_pool_share_finish(&f->share, &copied, f->why, sizeof(f->why)),
+			 -EIO);
+	assert_non_null(strstr(f->why, "the device copies of the claim failed"));
+	free(image[0]);
+	free(image[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -309,6 +347,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_share_short_claim_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_share_begin_checks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_share_place_byte_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_share_place_sync_failure, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool_share", tests, NULL, NULL);
