@@ -40,6 +40,8 @@
 #define SCOPE_BUCKETS 4096u
 #define EXTENTS_MAX 65536u
 #define TICK_MS 100
+/* Answer bytes queued to a rank before the manager stops reading it (R-POOL-8). */
+#define OUT_BACKLOG_BYTES_MAX (1u << 20)
 
 enum conn_state { C_HELLO, C_PROOF, C_ATTACH, C_SERVING };
 
@@ -679,6 +681,12 @@ static int out_reserve(struct conn *c, size_t more)
 static bool out_pending(const struct conn *c)
 {
 	return c->out_sent < c->out_used || c->out_data;
+}
+
+/* c's queued answers are past the bound: read nothing more from it until they drain. */
+static bool out_backlogged(const struct conn *c)
+{
+	return c->out_used - c->out_sent > OUT_BACKLOG_BYTES_MAX;
 }
 
 /* Forgets what c has left to write (the connection ends) and its pin. */
@@ -2488,7 +2496,7 @@ static void conn_read(struct pool_manager *m, struct conn *c, uint64_t now)
 {
 	char why[256];
 
-	while (!c->closing) {
+	while (!c->closing && !out_backlogged(c)) {
 		bool eof;
 		int ret = pool_rx_feed(&c->rx, c->fd, &eof, why, sizeof(why));
 
@@ -2842,7 +2850,7 @@ int pool_manager_run(struct pool_manager *m)
 
 			fds[count++] = (struct pollfd){
 				.fd = c->fd,
-				.events = (short)((c->closing ? 0 : POLLIN) |
+				.events = (short)((c->closing || out_backlogged(c) ? 0 : POLLIN) |
 						  (out_pending(c) ? POLLOUT : 0)) };
 		}
 		n = poll(fds, count, rdma_in_flight(m) ? 0 : TICK_MS);

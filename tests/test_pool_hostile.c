@@ -648,6 +648,55 @@ static void test_pool_hostile_slowloris(void **state)
 	honest_rank_served(f);
 }
 
+/* A rank that sends lookups and never reads the answers is stopped being read (R-POOL-8); others go on. */
+static void test_pool_hostile_unread_answers(void **state)
+{
+	enum { FRAMES = 300000 };
+	const struct fixture *f = *state;
+	const size_t frame = CLUSTER_FRAME_HEADER_BYTES + POOL_LOOKUP_FIXED_BYTES +
+			     POOL_WIRE_KEY_BYTES + POOL_TAG_BYTES;
+	uint8_t *frames = tu_alloc((size_t)FRAMES * frame);
+	size_t sent = 0, total = (size_t)FRAMES * frame;
+	struct honest h;
+	struct rec_key key;
+	int small = 4096;
+
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	setsockopt(h.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	memset(&key, 0, sizeof(key));
+	key.consumed = 64;
+	tu_fill(key.digest.bytes, sizeof(key.digest.bytes), 9);
+	for (size_t i = 0; i < FRAMES; i++) {
+		uint8_t *p = frames + i * frame;
+		uint32_t n = (uint32_t)pool_lookup_encode(i + 1, &key, 1,
+							  p + CLUSTER_FRAME_HEADER_BYTES,
+							  frame - CLUSTER_FRAME_HEADER_BYTES);
+
+		assert_int_equal(CLUSTER_FRAME_HEADER_BYTES + n + POOL_TAG_BYTES, frame);
+		pool_frame_build(h.kc, POOL_TO_MANAGER, h.seq++, POOL_MSG_LOOKUP,
+				 p + CLUSTER_FRAME_HEADER_BYTES, n, NULL, 0, p,
+				 p + CLUSTER_FRAME_HEADER_BYTES + n);
+	}
+	while (sent < total) {
+		ssize_t n = send(h.fd, frames + sent, total - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+		struct pollfd pfd = { .fd = h.fd, .events = POLLOUT };
+
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+		if (poll(&pfd, 1, 2000) == 0)
+			break; /* the manager stopped reading this rank */
+	}
+	if (sent == total)
+		fail_msg("the manager read all %zu bytes of lookups whose answers went unread",
+			 total);
+	honest_rank_served(f);
+	honest_close(&h);
+	free(frames);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -658,6 +707,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_hostile_oversized_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_slowloris, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_hostile_unread_answers, setup, teardown),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR); /* each refusal is a warning, expected here */
