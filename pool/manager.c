@@ -2707,8 +2707,17 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 			continue;
 		}
 		r = calloc(1, sizeof(*r) + s->parts.world_size * sizeof(r->shares[0]));
-		if (!r || (count == cap && !(found = realloc(found, (cap = cap ? 2 * cap : 64) *
-								    sizeof(*found))))) {
+		if (r && count == cap) {
+			/* out of memory: the records found so far are loaded, the rest wait */
+			size_t want = cap ? 2 * cap : 64;
+			struct record **grown = realloc(found, want * sizeof(*found));
+
+			if (grown) {
+				found = grown;
+				cap = want;
+			}
+		}
+		if (!r || count == cap) {
 			free(r);
 			break;
 		}
