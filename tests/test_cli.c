@@ -584,6 +584,22 @@ static void write_text(const char *path, const char *text)
 	fclose(f);
 }
 
+/* Reads path into text (size bytes) every 10 ms until it holds needle or
+ * tries reads are done; text holds the last read. */
+static void read_until(const char *path, const char *needle, char *text, size_t size, int tries)
+{
+	for (int i = 0; i < tries && !strstr(text, needle); i++) {
+		FILE *f;
+
+		usleep(10000);
+		f = fopen(path, "r");
+		if (f) {
+			text[fread(text, 1, size - 1, f)] = '\0';
+			fclose(f);
+		}
+	}
+}
+
 /* The run's arguments: trace, dir, results; small planes and cache. */
 static void run_worker(struct run_result *r, const char *trace, const char *dir,
 		       const char *results)
@@ -1105,14 +1121,7 @@ static void test_cli_pool_daemon(void **state)
 		      (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 500 && !strstr(text, "listening on port"); i++) {
-		usleep(10000);
-		f = fopen(out, "r");
-		if (f) {
-			text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
-			fclose(f);
-		}
-	}
+	read_until(out, "listening on port", text, sizeof(text), 500);
 	at = strstr(text, "metrics on http://127.0.0.1:");
 	assert_non_null(at);
 	assert_int_equal(sscanf(at, "metrics on http://127.0.0.1:%u/metrics", &port), 1);
@@ -1861,14 +1870,8 @@ static void test_cli_run_pool_two_launches(void **state)
 		      (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 1000 && !strstr(text, "listening on port"); i++) {
-		usleep(10000);
-		f = fopen(strcat(strcpy(script, base), "/pool.out"), "r");
-		if (f) {
-			text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
-			fclose(f);
-		}
-	}
+	read_until(strcat(strcpy(script, base), "/pool.out"), "listening on port", text,
+		   sizeof(text), 1000);
 	at = strstr(text, "listening on port ");
 	assert_non_null(at);
 	assert_int_equal(sscanf(at, "listening on port %u", &port), 1);

@@ -64,7 +64,6 @@ exit status."""
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import time
@@ -76,6 +75,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import selene  # noqa: E402
 from connector import SeleneConnector  # noqa: E402
+from engine import size  # noqa: E402
 from kv_cache import PagedKV  # noqa: E402
 from model import SHAPES, TensorParallelLlama  # noqa: E402
 
@@ -95,15 +95,6 @@ PUBLISH_TRIES = 5  # offers of the restored prefix, the store drained between
 WORKLOADS = ("decode", "prefill", "restore-warm", "restore-disk", "restore-shm")
 TARGET = 0.02       # each within 2% of without Selene
 DRAIN_S = 600       # between sides: the with-side's copies and writes end by then
-
-
-def size(text):
-    """A byte count: digits, then an optional K, M, G or T (binary)."""
-    m = re.fullmatch(r"([0-9]+)(?:([KkMGT])(?:iB)?)?", text)
-    if m is None:
-        raise argparse.ArgumentTypeError("%r is not a size (digits, then an optional K, M, G "
-                                         "or T)" % text)
-    return int(m.group(1)) << {None: 0, "K": 10, "k": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
 
 
 def parse_args(argv):

@@ -16,7 +16,6 @@ warm row's restore is checked served from warm slots (Stats.warm_hits).
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import time
@@ -28,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import selene  # noqa: E402
 from connector import SeleneConnector  # noqa: E402
+from engine import size  # noqa: E402
 from kv_cache import PagedKV  # noqa: E402
 from model import SHAPES, TensorParallelLlama  # noqa: E402
 
@@ -60,15 +60,6 @@ def drop_cached(directory):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-
-
-def size(text):
-    """A byte count: digits, then an optional K, M, G or T (binary)."""
-    m = re.fullmatch(r"([0-9]+)(?:([KkMGT])(?:iB)?)?", text)
-    if m is None:
-        raise argparse.ArgumentTypeError("%r is not a size (digits, then an optional K, M, G "
-                                         "or T)" % text)
-    return int(m.group(1)) << {None: 0, "K": 10, "k": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
 
 
 def warm_bytes_for(records, plane_count, page_bytes, row_bytes):
