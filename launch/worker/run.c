@@ -872,33 +872,37 @@ static int run_settle(struct run *r)
  * a serving engine would go on offering them: until none is left, the
  * store stops, or the pool's puts and the store's evictions stand still
  * for RUN_POOL_QUIET_MS (then they stay refused, as without a pool).
+ * Returns 0, or the failure of a wait for a store that never ended.
  */
-static void run_pool_offer_until_quiet(struct run *r)
+static int run_pool_offer_until_quiet(struct run *r)
 {
 	struct sel_stats st;
 	uint64_t moved = UINT64_MAX, quiet_since = sel_monotonic_ns();
+	int ret;
 
 	if (!r->opt.pool)
-		return;
+		return 0;
 	while (r->retry_count && !r->stopped) {
 		uint64_t now;
 
 		if (sel_store_stats(r->store, &st) || !st.pool_attached)
-			return;
+			return 0;
 		now = sel_monotonic_ns();
 		if (st.pool_puts + st.pool_put_failures + st.evictions != moved) {
 			moved = st.pool_puts + st.pool_put_failures + st.evictions;
 			quiet_since = now;
 		} else if (now - quiet_since > RUN_POOL_QUIET_MS * 1000000ull) {
-			return;
+			return 0;
 		}
 		while (run_poll(r) > 0)
 			;
 		run_offer_again(r);
-		if (run_settle(r))
-			return;
+		ret = run_settle(r);
+		if (ret)
+			return ret; /* a store that never ended: the run fails */
 		usleep(500);
 	}
+	return 0;
 }
 
 /*
@@ -1257,7 +1261,8 @@ static uint64_t run_rank_zero(struct run *r)
 	/* what was offered is stored before the ranks exit */
 	if (!r->stopped)
 		failures += run_settle(r) != 0;
-	run_pool_offer_until_quiet(r);
+	if (!r->stopped)
+		failures += run_pool_offer_until_quiet(r) != 0;
 	if (!r->stopped)
 		run_await_disk(r);
 	for (uint32_t i = 0; i < r->opt.gpu_rows; i++)
