@@ -1264,7 +1264,8 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
 	sum->fetch_verify_passes += after->fetch_verify_passes - before->fetch_verify_passes;
 	sum->fetch_hash_ns += after->fetch_hash_ns - before->fetch_hash_ns;
 	sum->fetch_bytes_verified += after->fetch_bytes_verified - before->fetch_bytes_verified;
-	sum->fetch_verify_groups_max = after->fetch_verify_groups_max;
+	if (after->fetch_verify_groups_max > sum->fetch_verify_groups_max)
+		sum->fetch_verify_groups_max = after->fetch_verify_groups_max;
 	sum->fetch_windows_read_here +=
 		after->fetch_windows_read_here - before->fetch_windows_read_here;
 	sum->fetch_verify_lead_ns += after->fetch_verify_lead_ns - before->fetch_verify_lead_ns;
