@@ -320,6 +320,19 @@ bool coord_store_lookup(struct coord_store *s, const struct rec_history *h,
 	return true;
 }
 
+/*
+ * Drops the queued HOLDS changes and starts a re-announce (R-POOL-71): a
+ * reset, then every holdable record and offered GPU checkpoint.
+ */
+static void pool_holds_resync_start(struct coord_store *s)
+{
+	s->pool_holds_count = 0;
+	s->pool_holds_resync = true;
+	s->pool_holds_reset_sent = false;
+	s->pool_holds_cursor = 0;
+	s->gpu_holds_cursor = 0;
+}
+
 int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_ops *ops,
 				 uint64_t grace_ns)
 {
@@ -346,11 +359,8 @@ int coord_store_set_pool_lookups(struct coord_store *s, const struct coord_pool_
 	s->pool_ops = *ops;
 	s->pool_grace_ns = grace_ns;
 	/* R-POOL-71: a session (re)attached knows nothing of this instance */
-	s->pool_holds_count = 0;
+	pool_holds_resync_start(s);
 	s->pool_holds_resync = ops->hold != NULL;
-	s->pool_holds_reset_sent = false;
-	s->pool_holds_cursor = 0;
-	s->gpu_holds_cursor = 0;
 	return 0;
 }
 
@@ -368,11 +378,7 @@ static void pool_hold_key(struct coord_store *s, const struct rec_key *key, bool
 	if (!s->pool_on || !s->pool_ops.hold || s->pool_holds_resync)
 		return;
 	if (s->pool_holds_count == COORD_POOL_HOLDS_QUEUE_MAX) {
-		s->pool_holds_count = 0;
-		s->pool_holds_resync = true;
-		s->pool_holds_reset_sent = false;
-		s->pool_holds_cursor = 0;
-		s->gpu_holds_cursor = 0;
+		pool_holds_resync_start(s);
 		return;
 	}
 	at = (s->pool_holds_head + s->pool_holds_count++) % COORD_POOL_HOLDS_QUEUE_MAX;
@@ -2315,13 +2321,8 @@ int coord_store_gpu_evictions_lost(struct coord_store *s)
 		s->gpu_holds[i].used = false;
 	s->gpu_hold_count = 0;
 	/* R-POOL-77: a reset, then the host records; the engine offers again */
-	if (s->pool_on && s->pool_ops.hold) {
-		s->pool_holds_count = 0;
-		s->pool_holds_resync = true;
-		s->pool_holds_reset_sent = false;
-		s->pool_holds_cursor = 0;
-		s->gpu_holds_cursor = 0;
-	}
+	if (s->pool_on && s->pool_ops.hold)
+		pool_holds_resync_start(s);
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/base.h"
 #include "common/failpoint.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "pool/manager.h"
 #include "selene/store.h"
@@ -361,6 +362,7 @@ static void test_pool_gpu_export_restores_an_offered_checkpoint(void **state)
 	/* bad offers change nothing */
 	assert_int_equal(sel_gpu_hold(a->store, 1, a->h, 0), -EINVAL);
 	assert_int_equal(sel_gpu_hold(a->store, 1, a->h, TOKENS + 1), -EINVAL);
+	assert_int_equal(sel_gpu_hold(a->store, 1, a->h, PAGE_TOKENS - 1), -EINVAL);
 	assert_int_equal(sel_gpu_hold(NULL, 1, a->h, 64), -EINVAL);
 	assert_int_equal(sel_gpu_evicted(a->store, 99), SEL_ENOTFOUND);
 	offer(f, CKPT_PAGES);
@@ -496,7 +498,8 @@ static void test_pool_gpu_export_refusals(void **state)
  * arena cannot take the share (PUT_READY -ENOSPC), a rank's copy fails
  * (failpoint pool.export_copy: the manager keeps nothing), and a manager
  * is killed while the copy runs. The engine's pin is released by the end
- * event only; evictions lost withdraw every offer.
+ * event only; evictions lost withdraw every offer,
+ * and offers past POOL_GPU_HOLDS_MAX are refused.
  */
 static void test_pool_gpu_export_failed_put_ends_once(void **state)
 {
@@ -519,6 +522,16 @@ static void test_pool_gpu_export_failed_put_ends_once(void **state)
 	assert_int_equal(sel_gpu_evictions_lost(a->store), 0);
 	wait_holds(f, 0);
 	assert_int_equal(sel_gpu_evicted(a->store, CKPT), SEL_ENOTFOUND);
+	/* offers are bounded: the one past POOL_GPU_HOLDS_MAX is refused */
+	for (uint64_t ckpt = 1; ckpt <= POOL_GPU_HOLDS_MAX; ckpt++)
+		assert_int_equal(sel_gpu_hold(a->store, ckpt, a->h, PAGE_TOKENS), 0);
+	assert_int_equal(sel_gpu_hold(a->store, 0, a->h, PAGE_TOKENS), SEL_EQUEUEFULL);
+	assert_int_equal(sel_gpu_evicted(a->store, POOL_GPU_HOLDS_MAX), 0);
+	/* unpolled, this add finds the HOLDS queue full: a re-announce follows */
+	assert_int_equal(sel_gpu_hold(a->store, 0, a->h, PAGE_TOKENS), 0);
+	wait_holds(f, 1); /* one key, offered many times */
+	assert_int_equal(sel_gpu_evictions_lost(a->store), 0);
+	wait_holds(f, 0);
 	instance_close(f, 1);
 	instance_close(f, 0);
 	pf_manager_kill(&f->manager);
