@@ -13,6 +13,9 @@ Loads (--loads, comma-separated; default all that the device allows):
                       the same bytes host to device in cuMemcpyBatchAsync
                       calls of 128 KiB or 2 MiB entries (how a paged cache
                       moves: one entry a page plane), through libcuda
+  --duty F            a copy load busy a fraction F of the time: after each
+                      GiB it rests (1 - F) / F of what the GiB took (a
+                      restore's or a copy-out's duty, not the link's)
   spin                --procs processes running Python loops (CPU only)
   memcpy              --procs processes copying 256 MiB buffers (CPU and
                       host memory only)
@@ -48,8 +51,9 @@ class ThreadLoad:
     """A load on a thread of this process; body() runs until stop is set.
     Its waits (event synchronisations) release the GIL."""
 
-    def __init__(self):
+    def __init__(self, duty=1.0):
         self.stop = threading.Event()
+        self.duty = duty
         self.moved = 0
         self.calls = 0
         self.error = None
@@ -69,10 +73,15 @@ class ThreadLoad:
         self.stop.set()
         self.thread.join()
 
+    def rest(self, busy_s):
+        """Rests after busy_s seconds of copying, as --duty asks."""
+        if self.duty < 1.0:
+            self.stop.wait(busy_s * (1.0 - self.duty) / self.duty)
+
 
 class Bulk(ThreadLoad):
-    def __init__(self, device, to_device):
-        super().__init__()
+    def __init__(self, device, to_device, duty):
+        super().__init__(duty)
         self.device, self.to_device = device, to_device
         self.host = torch.empty(GIB, dtype=torch.uint8).pin_memory()
         self.gpu = torch.empty(GIB, dtype=torch.uint8, device=device)
@@ -83,6 +92,7 @@ class Bulk(ThreadLoad):
         done = torch.cuda.Event(blocking=True)
         chunk = 512 << 20
         while not self.stop.is_set():
+            began = time.perf_counter()
             with torch.cuda.stream(stream):
                 for at in range(0, GIB, chunk):
                     dst, src = ((self.gpu, self.host) if self.to_device else
@@ -92,6 +102,7 @@ class Bulk(ThreadLoad):
             done.record(stream)
             done.synchronize()
             self.moved += GIB
+            self.rest(time.perf_counter() - began)
 
 
 class MemcpyAttributes(ctypes.Structure):
@@ -104,8 +115,8 @@ class MemcpyAttributes(ctypes.Structure):
 class Entries(ThreadLoad):
     """1 GiB host to device in batched calls of entry-byte entries."""
 
-    def __init__(self, device, entry):
-        super().__init__()
+    def __init__(self, device, entry, duty):
+        super().__init__(duty)
         self.device = device
         self.host = torch.empty(GIB, dtype=torch.uint8).pin_memory()
         self.gpu = torch.empty(GIB, dtype=torch.uint8, device=device)
@@ -131,6 +142,7 @@ class Entries(ThreadLoad):
         done = torch.cuda.Event(blocking=True)
         handle = ctypes.c_void_p(stream.cuda_stream)
         while not self.stop.is_set():
+            began = time.perf_counter()
             for dsts, srcs, sizes, k in self.calls_args:
                 result = self.batch(dsts, srcs, sizes, ctypes.c_size_t(k),
                                     ctypes.byref(self.attributes), self.first_index,
@@ -141,6 +153,7 @@ class Entries(ThreadLoad):
             done.record(stream)
             done.synchronize()
             self.moved += GIB
+            self.rest(time.perf_counter() - began)
 
 
 def spin(stop):
@@ -178,13 +191,13 @@ class ProcessLoad:
                 self.error = "a load process exited with %d" % p.exitcode
 
 
-def make_load(name, device, procs):
+def make_load(name, device, procs, duty):
     if name == "bulk-in":
-        return Bulk(device, True)
+        return Bulk(device, True, duty)
     if name == "bulk-out":
-        return Bulk(device, False)
+        return Bulk(device, False, duty)
     if name.startswith("entries-in-"):
-        return Entries(device, iso.size(name[len("entries-in-"):]))
+        return Entries(device, iso.size(name[len("entries-in-"):]), duty)
     return ProcessLoad(spin if name == "spin" else copy_buffers, procs)
 
 
@@ -192,6 +205,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--loads", help="comma-separated, of " + ", ".join(LOADS))
     p.add_argument("--procs", type=int, default=4, help="processes of spin and memcpy")
+    p.add_argument("--duty", type=float, default=1.0,
+                   help="fraction of the time a copy load copies (0 < F <= 1)")
     p.add_argument("--settle-ms", type=float, default=200,
                    help="a load runs this long before its side starts")
     args, rest = p.parse_known_args(argv)
@@ -206,6 +221,8 @@ def parse_args(argv):
             p.error("--loads %s copies to a GPU: it needs --device cuda" % name)
     if args.procs < 1:
         p.error("--procs must be at least 1")
+    if not 0.0 < args.duty <= 1.0:
+        p.error("--duty must be above 0 and at most 1")
     return args, bench_args
 
 
@@ -227,13 +244,14 @@ def main(argv=None):
     name = (torch.cuda.get_device_name(bench.device) if bench.device.type == "cuda" else
             "host CPU")
     print("device %s (%s), %d cores; model %s, batch %d at %d tokens of context, %d rounds x "
-          "%d steps a side" % (bench.device, name, os.cpu_count(), a.model, a.batch, a.context,
-                               a.rounds, a.steps), flush=True)
+          "%d steps a side; copy loads busy %.0f%% of the time" % (
+              bench.device, name, os.cpu_count(), a.model, a.batch, a.context, a.rounds,
+              a.steps, args.duty * 100), flush=True)
     bench.setup()
     failures = []
     for load_name in args.loads:
         try:
-            load = make_load(load_name, bench.device, args.procs)
+            load = make_load(load_name, bench.device, args.procs, args.duty)
         except RuntimeError as e:
             failures.append("%s: %s" % (load_name, e))
             print("%-16s FAILED: %s" % (load_name, e), flush=True)
