@@ -231,6 +231,9 @@ struct shard_engine {
 	struct store_clock {
 		uint64_t run_ns, copy_ns, sum_ns, wait_ns;
 		uint64_t since; /* while run_stores runs: when run_ns was last added to */
+		uint64_t copies, overlapped, issue_ns, wait_copy_ns, gap_ns;
+		uint64_t issued_at;  /* store_copying's issue ended then */
+		bool summed_beside;  /* a checksum pass ran beside store_copying */
 	} store_clock;
 	/* The fetch_* stats, kept by the transfer thread; stats copies them. */
 	struct fetch_clock {
@@ -600,6 +603,11 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.store_copy_ns = e->store_clock.copy_ns;
 	e->stats.store_sum_ns = e->store_clock.sum_ns;
 	e->stats.store_wait_ns = e->store_clock.wait_ns;
+	e->stats.store_copies = e->store_clock.copies;
+	e->stats.store_copies_overlapped = e->store_clock.overlapped;
+	e->stats.store_copy_issue_ns = e->store_clock.issue_ns;
+	e->stats.store_copy_wait_ns = e->store_clock.wait_copy_ns;
+	e->stats.store_copy_gap_ns = e->store_clock.gap_ns;
 	e->stats.fetch_run_ns = e->fetch_clock.run_ns;
 	e->stats.fetch_open_ns = e->fetch_clock.open_ns;
 	e->stats.fetch_wait_ns = e->fetch_clock.wait_ns;
@@ -768,8 +776,13 @@ static void store_copy_settle(struct shard_engine *e)
 	SEL_ASSERT(!e->store_copied);
 	e->store_copying = NULL;
 	t = sel_monotonic_ns();
+	e->store_clock.copies++;
+	e->store_clock.overlapped += e->store_clock.summed_beside;
+	e->store_clock.gap_ns += t - e->store_clock.issued_at;
 	ret = shard_device_synchronize(e->device);
-	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	t = sel_monotonic_ns() - t;
+	e->store_clock.copy_ns += t;
+	e->store_clock.wait_copy_ns += t;
 	if (ret) {
 		device_fail(&s->owner->o, ret, "device to host");
 		s->owner = NULL;
@@ -814,6 +827,8 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 
 		shard_checksum_pool_run(&e->checksums, sum_page, &w, s->req.count);
 		e->store_clock.sum_ns += sel_monotonic_ns() - t;
+		if (e->store_copying)
+			e->store_clock.summed_beside = true;
 	}
 	run->o.bytes += e->geometry.page_record_bytes * s->req.count;
 	if (run->control_req.tag) {
@@ -895,7 +910,14 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	} else {
 		e->store_copying = s;
 	}
-	e->store_clock.copy_ns += sel_monotonic_ns() - t;
+	{
+		uint64_t now = sel_monotonic_ns();
+
+		e->store_clock.copy_ns += now - t;
+		e->store_clock.issue_ns += now - t;
+		e->store_clock.issued_at = now;
+		e->store_clock.summed_beside = false;
+	}
 	store_sum(e, l);
 	return true;
 }

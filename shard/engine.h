@@ -254,6 +254,23 @@ struct shard_engine_stats {
 	 */
 	uint64_t store_run_ns, store_copy_ns, store_sum_ns, store_wait_ns;
 	/*
+	 * The stores' window copies from the device (store_copy_ns less the
+	 * rows copied through staging): how many, the time issuing them and
+	 * the time waiting for them, and between each one's issue and its
+	 * wait, the transfer thread's other work while it ran (gap: a
+	 * checksum pass of the window before it, other stores' steps). A copy
+	 * overlapped is one a checksum pass ran beside; the rest were waited
+	 * for right after their issue, so their wait holds the whole copy and
+	 * the device's completion wake-up. issue + gap + wait of a copy is at
+	 * least its time on the device: a copy time per window well above a
+	 * bulk copy of a window's bytes with its own wait says the copies
+	 * themselves ran slower (the link, host memory, the transfer thread
+	 * waiting for a core), one near it that each window paid its own
+	 * wait.
+	 */
+	uint64_t store_copies, store_copies_overlapped;
+	uint64_t store_copy_issue_ns, store_copy_wait_ns, store_copy_gap_ns;
+	/*
 	 * Where the transfer thread's time went in fetches (fetch_run_ns, the
 	 * sum of their runs): opening records (header and checksum table:
 	 * closing the file's last record, sending the open, and waiting for

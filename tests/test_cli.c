@@ -1550,6 +1550,23 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "\nwarm: round 1, read-through first: read-through "));
 	assert_non_null(strstr(r->out, "\nwarm: read-through ratio by order: "));
 	assert_non_null(strstr(r->out, "(the files read 0 times untimed first; "));
+	/* the stores' copies split per window, beside a window's bulk copy */
+	assert_non_null(strstr(r->out, "\nwarm: round 1, store: device copies "));
+	assert_non_null(strstr(r->out, "\nwarm: store copies: 4 windows of "));
+	assert_non_null(strstr(r->out, "; a bulk device to host copy of a window's bytes with "
+				       "its own wait, p50 of 32: "));
+	assert_non_null(strstr(r->out, "\nwarm: the same bulk copy of a window's bytes while "));
+	assert_non_null(strstr(r->out, "\nwarm: 4 stores into warm slots, 0 found too few free "));
+	assert_int_equal(tu_count_suffix(dir, ""), 2);
+	/* stores into warm slots only, then their files written from warm */
+	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
+				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
+				       "--records", "2", "--rounds", "2", "--warm-only", "--dir",
+				       dir, NULL });
+	expect(r, 0, "\nwarm: store into warm slots only (whole jobs, submit to completion) ");
+	assert_non_null(strstr(r->out, ", 0 overlapped by a checksum pass, 4 waited for right "
+				       "after their issue; "));
+	assert_non_null(strstr(r->out, "; their writes from warm (checksums, "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	/* two ranks sharing the device, each reporting */
 	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
@@ -1568,6 +1585,8 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 2, "--chain is for bench fetch");
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--pre-reads", "0", dir, NULL });
 	expect(r, 2, "--pre-reads is for bench warm");
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--warm-only", dir, NULL });
+	expect(r, 2, "--warm-only is for bench warm");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");

@@ -702,6 +702,54 @@ static void test_warm_store_row_with_last_window(void **state)
 	f->dev = host;
 }
 
+/*
+ * The stores' window copies are counted apart (store_copies, issue, wait,
+ * and those a checksum pass overlapped): a warm-only store of 5 windows,
+ * which hashes nothing, copies 5 windows none of them overlapped; a
+ * store that writes its file alone hashes each window while the next one
+ * copies, so some of its copies are overlapped, never its first; issue
+ * and wait are parts of the copy time.
+ */
+static void test_warm_store_copies_counted(void **state)
+{
+	static const uint8_t modes[] = { SHARD_STORE_WARM_ONLY, SHARD_STORE_WARM };
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct tu_deferred_device d;
+	struct shard_engine_stats before, after;
+	struct rec_key a;
+
+	tu_deferred_device_init(&d);
+	f->dev = &d.base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 20, 1); /* windows of 4 pages: 5 */
+	for (uint32_t m = 0; m < 2; m++) {
+		uint64_t copies, overlapped;
+
+		shard_engine_stats(f->engine, &before);
+		assert_int_equal(store_as(f, &a, NULL, 10, 1, modes[m]), 0);
+		shard_engine_stats(f->engine, &after);
+		copies = after.store_copies - before.store_copies;
+		overlapped = after.store_copies_overlapped - before.store_copies_overlapped;
+		assert_int_equal(copies, 5);
+		if (modes[m] == SHARD_STORE_WARM_ONLY)
+			assert_int_equal(overlapped, 0);
+		else
+			assert_true(overlapped >= 1 && overlapped < copies);
+		assert_true(after.store_copy_wait_ns > before.store_copy_wait_ns);
+		assert_true(after.store_copy_issue_ns + after.store_copy_wait_ns -
+				    before.store_copy_issue_ns - before.store_copy_wait_ns <=
+			    after.store_copy_ns - before.store_copy_ns);
+		assert_true(after.store_copy_gap_ns >= before.store_copy_gap_ns);
+		assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+		if (modes[m] == SHARD_STORE_WARM)
+			assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+	}
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
 /* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
 static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint64_t deadline_ns)
 {
@@ -2583,6 +2631,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_store_copy_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_row_with_last_window, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_copies_counted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_done_with_its_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,

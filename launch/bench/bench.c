@@ -74,6 +74,7 @@ struct bench_args {
 	bool cold;        /* startup */
 	bool rounds_set;  /* --rounds given (startup's default differs) */
 	bool chain;       /* fetch: a round's records are one chain, one job */
+	bool warm_only;   /* warm: stores into warm slots only, files written after */
 	uint64_t warm_bytes; /* warm: the engine's warm tier (a round's records) */
 	const char *pool_manager; /* pool: a running manager, or NULL */
 	const char *pool_secret;  /* pool: its secret file */
@@ -356,10 +357,10 @@ static uint32_t raw_spread_files(void)
 	return cores < 1 ? 1 : cores > RAW_SPREAD_FILES ? RAW_SPREAD_FILES : (uint32_t)cores;
 }
 
-static int raw_spread_round(struct bench *b, bool write, uint64_t *ns)
+/* A round's bytes as files files (at most RAW_SPREAD_FILES) at once. */
+static int raw_spread_round_of(struct bench *b, bool write, uint32_t files, uint64_t *ns)
 {
 	struct raw_spread threads[RAW_SPREAD_FILES];
-	uint32_t files = raw_spread_files();
 	uint64_t total = b->record_bytes * b->a.records, t0;
 	uint64_t share = (total / files + SEL_BLOCK_BYTES - 1) / SEL_BLOCK_BYTES *
 			 SEL_BLOCK_BYTES;
@@ -400,6 +401,22 @@ static int raw_spread_round(struct bench *b, bool write, uint64_t *ns)
 	return ret;
 }
 
+static int raw_spread_round(struct bench *b, bool write, uint64_t *ns)
+{
+	return raw_spread_round_of(b, write, raw_spread_files(), ns);
+}
+
+/* Removes what raw_spread_round_of(files) wrote. */
+static void raw_spread_remove(struct bench *b, uint32_t files)
+{
+	char path[1200];
+
+	for (uint32_t i = 0; i < files; i++) {
+		snprintf(path, sizeof(path), "%s/spread-%u.bench", rec_dir_path(b->dir), i);
+		unlink(path);
+	}
+}
+
 /* Record i of a round: a root, or with --chain the child of record i - 1. */
 static void record_key(struct rec_key *key, const struct bench *b, uint32_t round,
 		       uint32_t i)
@@ -421,7 +438,9 @@ static int submit_store(struct bench *b, uint32_t round, uint32_t i, const uint3
 	struct rec_key key, parent;
 	struct shard_store_job job = { .header = &h, .page_ids = ids,
 				       .state_slot = i % (uint32_t)b->device_rows,
-				       .warm = b->a.warm_bytes > 0 };
+				       .warm = b->a.warm_bytes == 0 ? SHARD_STORE_COLD :
+					       b->a.warm_only ? SHARD_STORE_WARM_ONLY :
+								SHARD_STORE_WARM };
 	bool child = b->a.chain && i > 0;
 	int ret;
 
@@ -430,6 +449,24 @@ static int submit_store(struct bench *b, uint32_t round, uint32_t i, const uint3
 		record_key(&parent, b, round, i - 1);
 	ret = rec_header_init(&h, &b->g, &b->ns, &key, child ? &parent : NULL, &key.digest,
 			      child ? i * b->a.pages : 0, b->a.pages, sel_realtime_ns());
+	return ret ? ret : shard_engine_store(b->engine, i, &job);
+}
+
+/*
+ * warm --warm-only: record i's file written from its warm copy (a write
+ * from warm, as rank zero sends once the record is warm; no device copy).
+ */
+static int submit_warm_write(struct bench *b, uint32_t round, uint32_t i, const uint32_t *ids)
+{
+	struct rec_header h;
+	struct rec_key key;
+	struct shard_store_job job = { .header = &h, .page_ids = ids,
+				       .warm = SHARD_STORE_WARM_WRITE };
+	int ret;
+
+	record_key(&key, b, round, i);
+	ret = rec_header_init(&h, &b->g, &b->ns, &key, NULL, &key.digest, 0, b->a.pages,
+			      sel_realtime_ns());
 	return ret ? ret : shard_engine_store(b->engine, i, &job);
 }
 
@@ -496,7 +533,9 @@ static int selene_round(struct bench *b, uint32_t round, bench_submit_fn submit,
 	*ns = sel_monotonic_ns() - t0;
 	if (ret)
 		fprintf(stderr, "selene bench: %s failed: %s %s\n",
-			submit == submit_store ? "store" : "fetch", sel_strerror(ret), c.why);
+			submit == submit_store ? "store" :
+			submit == submit_warm_write ? "write from warm" : "fetch",
+			sel_strerror(ret), c.why);
 	free(ids);
 	return ret;
 }
@@ -1275,6 +1314,178 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
 }
 
 /*
+ * The stores' window copies over the timed rounds (the engine's store_copy
+ * stats), and the warm tier's stores and fallbacks to staging: what says
+ * why the stores' copies ran below the bulk copy (docs/PERFORMANCE.md).
+ */
+struct warm_store_copies {
+	uint64_t copies, overlapped, issue_ns, wait_ns, gap_ns;
+	uint64_t stores, fallbacks, stores_at_once;
+};
+
+static void warm_store_copies_add(struct warm_store_copies *c,
+				  const struct shard_engine_stats *before,
+				  const struct shard_engine_stats *after,
+				  const struct shard_warm_stats *warm_before,
+				  const struct shard_warm_stats *warm_after)
+{
+	c->copies += after->store_copies - before->store_copies;
+	c->overlapped += after->store_copies_overlapped - before->store_copies_overlapped;
+	c->issue_ns += after->store_copy_issue_ns - before->store_copy_issue_ns;
+	c->wait_ns += after->store_copy_wait_ns - before->store_copy_wait_ns;
+	c->gap_ns += after->store_copy_gap_ns - before->store_copy_gap_ns;
+	c->stores += warm_after->stores - warm_before->stores;
+	c->fallbacks += warm_after->store_fallbacks - warm_before->store_fallbacks;
+	c->stores_at_once = after->stores_at_once;
+}
+
+/* A timed round's store: its copies' time, how many were overlapped, its ratio. */
+static void warm_store_round_line(const struct bench *b, uint32_t at,
+				  const struct shard_engine_stats *before,
+				  const struct shard_engine_stats *after, double copy_ns,
+				  double bulk_ns, double whole_ns)
+{
+	uint64_t copies = after->store_copies - before->store_copies;
+
+	printf("%s: round %u, store: device copies %.2f ms (%" PRIu64 " windows, %" PRIu64
+	       " overlapped by a checksum pass; waits %.2f ms), bulk %.2f ms, ratio %.3f; "
+	       "the stores' jobs %.2f ms\n", b->tag, at, copy_ns / 1e6, copies,
+	       after->store_copies_overlapped - before->store_copies_overlapped,
+	       (double)(after->store_copy_wait_ns - before->store_copy_wait_ns) / 1e6,
+	       bulk_ns / 1e6, bulk_ns / copy_ns, whole_ns / 1e6);
+}
+
+/*
+ * The stores' copies per window beside a bulk device-to-host copy of a
+ * window's bytes (the rounds' bytes over their copies) with its own wait,
+ * p50 of WARM_WINDOW_BULK_COPIES, timed with the engine idle: per window,
+ * issue + wait near the bulk one says each window paid its own wait (the
+ * fewer copies a checksum pass overlapped, the more of the copies' time
+ * shows); well above it, that the copies ran slower beside the stores'
+ * hashing and writes. Then the warm stores and their fallbacks.
+ */
+#define WARM_WINDOW_BULK_COPIES 32u
+/* The most window copies timed beside the raw writers. */
+#define WARM_WINDOW_LOADED_COPIES 4096u
+
+/* The raw writers the window copies are timed beside: files at once. */
+struct warm_writers {
+	struct bench *b;
+	uint32_t files;
+	int result;
+	uint64_t ns;
+	int done;
+};
+
+static void *warm_writers_main(void *arg)
+{
+	struct warm_writers *w = arg;
+
+	w->result = raw_spread_round_of(w->b, true, w->files, &w->ns);
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * Bulk device-to-host copies of len bytes, each with its own wait, each at
+ * the next window's place in the round's bytes (as the stores' are), until
+ * count are done or, with writers, they have written (one at least);
+ * lat[i] each, *done how many. Returns 0 or the first failure.
+ */
+static int window_bulk_copies(struct bench *b, uint64_t device, uint8_t *host, uint64_t bytes,
+			      uint64_t len, double *lat, uint32_t count,
+			      const struct warm_writers *writers, uint32_t *done)
+{
+	int ret = 0;
+
+	*done = 0;
+	for (uint32_t k = 0; !ret && *done < count; k++) {
+		uint64_t ns = 0;
+
+		/* one at least: a round small enough is written before it */
+		if (writers && *done && __atomic_load_n(&writers->done, __ATOMIC_ACQUIRE))
+			break;
+		if ((k + 1) * len > bytes)
+			k = 0;
+		ret = bulk_copy(b, SHARD_DEVICE_TO_HOST, device + k * len, host + k * len, len, &ns);
+		lat[(*done)++] = (double)ns;
+	}
+	return ret;
+}
+
+static int report_warm_store_copies(struct bench *b, const struct warm_store_copies *c,
+				    uint64_t device, uint8_t *host, uint64_t bytes)
+{
+	double lat[WARM_WINDOW_BULK_COPIES], window, n = (double)c->copies;
+	double *loaded = malloc(WARM_WINDOW_LOADED_COPIES * sizeof(double));
+	struct warm_writers writers = { .b = b };
+	uint32_t idle = 0, under = 0;
+	uint64_t len;
+	pthread_t thread;
+	int ret = loaded ? 0 : -ENOMEM;
+
+	if (!c->copies) {
+		free(loaded);
+		return 0;
+	}
+	window = (double)bytes * b->a.rounds / n;
+	len = (uint64_t)window / SEL_BLOCK_BYTES * SEL_BLOCK_BYTES;
+	len = len ? len : SEL_BLOCK_BYTES; /* a round's bytes are a page record at least */
+	if (!ret)
+		ret = window_bulk_copies(b, device, host, bytes, len, lat, WARM_WINDOW_BULK_COPIES,
+					 NULL, &idle);
+	/*
+	 * The same beside the load the stores' writes put on the host: a
+	 * round's bytes written by as many threads as stores ran at once,
+	 * each its own file (raw pwrite), with no copy of Selene's running.
+	 */
+	writers.files = (uint32_t)(c->stores_at_once < b->a.records ? c->stores_at_once :
+								      b->a.records);
+	writers.files = writers.files < 1 ? 1 : writers.files > RAW_SPREAD_FILES ?
+			RAW_SPREAD_FILES : writers.files;
+	if (!ret && pthread_create(&thread, NULL, warm_writers_main, &writers) != 0)
+		ret = -EAGAIN;
+	else if (!ret) {
+		ret = window_bulk_copies(b, device, host, bytes, len, loaded,
+					 WARM_WINDOW_LOADED_COPIES, &writers, &under);
+		pthread_join(thread, NULL);
+		raw_spread_remove(b, writers.files);
+		ret = ret ? ret : writers.result;
+	}
+	if (ret) {
+		fprintf(stderr, "selene bench %s: a bulk copy of a window's bytes failed: %s\n",
+			b->tag, sel_strerror(ret));
+		free(loaded);
+		return ret;
+	}
+	printf("%s: store copies: %" PRIu64 " windows of %.2f MiB (%" PRIu64 " at once at "
+	       "most), %" PRIu64 " overlapped by a checksum pass, %" PRIu64 " waited for "
+	       "right after their issue; a window: issue %.1f us, other work while it ran "
+	       "%.1f us, wait %.1f us (issue + wait %.1f us: %.2f GB/s); a bulk device to "
+	       "host copy of a window's bytes with its own wait, p50 of %u: %.1f us (%.2f "
+	       "GB/s)\n", b->tag, c->copies, window / 1048576.0, c->stores_at_once,
+	       c->overlapped, c->copies - c->overlapped, (double)c->issue_ns / n / 1e3,
+	       (double)c->gap_ns / n / 1e3, (double)c->wait_ns / n / 1e3,
+	       (double)(c->issue_ns + c->wait_ns) / n / 1e3,
+	       window * n / (double)(c->issue_ns + c->wait_ns),
+	       idle, median(lat, idle) / 1e3, (double)len / median(lat, idle));
+	if (under)
+		printf("%s: the same bulk copy of a window's bytes while %u %s wrote a "
+		       "round's bytes, a file each (raw pwrite, as the stores' writes; %.2f "
+		       "GB/s): p50 of %u: %.1f us (%.2f GB/s)\n", b->tag, writers.files,
+		       launch_plural(writers.files, "thread", "threads"),
+		       (double)b->record_bytes * b->a.records / (double)writers.ns, under,
+		       median(loaded, under) / 1e3, (double)len / median(loaded, under));
+	free(loaded);
+	printf("%s: %" PRIu64 " stores into warm slots, %" PRIu64 " found too few free and "
+	       "went through staging (the bench drives the engine itself: no Retry; %s)\n",
+	       b->tag, c->stores, c->fallbacks,
+	       b->a.warm_only ? "the writes from warm run after each round's stores" :
+				"each store writes its own file in its job, warm field 1");
+	return 0;
+}
+
+/*
  * The warm tier (docs/DESIGN.md section 6): each round stores its records
  * into warm slots (and through them to their files), fetches them back
  * from the slots, drops them from the slots and fetches them again by
@@ -1291,15 +1502,18 @@ static int bench_warm(struct bench *b)
 	static double fetch_ns[BENCH_ROUNDS_MAX], store_ns[BENCH_ROUNDS_MAX];
 	static double h2d_ns[BENCH_ROUNDS_MAX], d2h_ns[BENCH_ROUNDS_MAX];
 	static double read_ns[BENCH_ROUNDS_MAX], raw_read_ns[BENCH_ROUNDS_MAX];
+	static double whole_store_ns[BENCH_ROUNDS_MAX];
 	uint64_t bytes = ((uint64_t)b->a.pages * b->g.page_record_bytes +
 			  b->g.row_record_bytes) * b->a.records;
-	uint64_t device = 0, ns, copy_before, whole_ns = 0;
+	uint64_t device = 0, ns, whole_ns = 0, write_ns = 0;
+	struct warm_store_copies copies = { 0 };
 	uint64_t lat_count = (uint64_t)b->a.rounds * b->a.records;
 	double *lat = malloc(lat_count * sizeof(double));
 	double *bulk_lat = malloc(lat_count * sizeof(double));
 	struct shard_slab_pool host = { 0 };
 	struct shard_engine_stats st, rt_before, rt = { 0 }, none = { 0 }, round_rt = { 0 };
-	struct shard_warm_stats ws;
+	struct shard_engine_stats store_before;
+	struct shard_warm_stats ws, ws_before;
 	int ret;
 
 	ret = lat && bulk_lat ? shard_device_bind(b->dev) : -ENOMEM; /* current here */
@@ -1323,16 +1537,28 @@ static int bench_warm(struct bench *b)
 			ret = bulk_copy(b, SHARD_DEVICE_TO_HOST, device, shard_slab_slot(&host, 0),
 					bytes, &ns);
 		d2h_ns[at] = (double)ns;
-		shard_engine_stats(b->engine, &st);
-		copy_before = st.store_copy_ns;
+		shard_engine_stats(b->engine, &store_before);
+		shard_engine_warm_stats(b->engine, &ws_before);
 		if (!ret)
 			ret = warm_barrier_wait(b->barrier);
 		if (!ret)
 			ret = selene_round(b, round, submit_store, 7, &ns);
 		shard_engine_stats(b->engine, &st);
-		store_ns[at] = (double)(st.store_copy_ns - copy_before);
-		if (r >= b->a.warmup)
+		shard_engine_warm_stats(b->engine, &ws);
+		store_ns[at] = (double)(st.store_copy_ns - store_before.store_copy_ns);
+		whole_store_ns[at] = (double)ns;
+		if (r >= b->a.warmup) {
 			whole_ns += ns;
+			warm_store_copies_add(&copies, &store_before, &st, &ws_before, &ws);
+			warm_store_round_line(b, at, &store_before, &st, store_ns[at], d2h_ns[at],
+					      whole_store_ns[at]);
+		}
+		/* --warm-only: each file written from its warm copy, as rank zero does. */
+		if (!ret && b->a.warm_only) {
+			ret = selene_round(b, round, submit_warm_write, 7, &ns);
+			if (r >= b->a.warmup)
+				write_ns += ns;
+		}
 		if (!ret)
 			ret = warm_barrier_wait(b->barrier);
 		if (!ret)
@@ -1435,15 +1661,30 @@ static int bench_warm(struct bench *b)
 		}
 		report_warm(b->tag, "store into warm slots (device copies)", "bulk device to host",
 			    (double)bytes, store_ns, d2h_ns, b->a.rounds);
+		if (b->a.warm_only)
+			report_warm(b->tag, "store into warm slots only (whole jobs, submit to "
+				    "completion)", "bulk device to host", (double)bytes,
+				    whole_store_ns, d2h_ns, b->a.rounds);
+		ret = report_warm_store_copies(b, &copies, device, shard_slab_slot(&host, 0),
+					       bytes);
+	}
+	if (!ret) {
 		report_warm(b->tag, "read-through (files -> warm slots, verified -> device)",
 			    "raw read of the same files", (double)b->record_bytes * b->a.records,
 			    read_ns, raw_read_ns, b->a.rounds);
 		report_warm_order(b, read_ns, raw_read_ns);
 		report_fetch_split("read-through", &none, &rt,
 				   (uint64_t)b->a.rounds * b->a.records);
-		printf("%s: the whole store (copies, checksums, %s writes to disk) %.2f GB/s\n",
-		       b->tag, b->a.durable ? "durable" : "not durable",
-		       (double)bytes * b->a.rounds / (double)whole_ns);
+		if (b->a.warm_only)
+			printf("%s: the stores into warm slots only %.2f GB/s; their writes from "
+			       "warm (checksums, %s writes to disk) %.2f GB/s\n", b->tag,
+			       (double)bytes * b->a.rounds / (double)whole_ns,
+			       b->a.durable ? "durable" : "not durable",
+			       (double)bytes * b->a.rounds / (double)write_ns);
+		else
+			printf("%s: the whole store (copies, checksums, %s writes to disk) "
+			       "%.2f GB/s\n", b->tag, b->a.durable ? "durable" : "not durable",
+			       (double)bytes * b->a.rounds / (double)whole_ns);
 	} else {
 		fprintf(stderr, "selene bench %s: %s\n", b->tag, sel_strerror(ret));
 	}
@@ -1502,6 +1743,13 @@ static void bench_usage(FILE *out)
 		"  bytes: the difference is a restore's fixed cost). --ranks N: N\n"
 		"  processes on the same device (default 1), each its own engine and\n"
 		"  directory, their steps in step.\n"
+		"  The stores' copies are split per window (issued, waited for, and\n"
+		"  how many a checksum pass overlapped) beside a bulk copy of a\n"
+		"  window's bytes with its own wait, with a line a round.\n"
+		"  --warm-only: each store goes into warm slots only and completes\n"
+		"  there (as rank zero stores a record whose parent is warm or none),\n"
+		"  then each file is written from the slots by a write from warm; the\n"
+		"  stores' whole jobs are timed beside the bulk copy too.\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
@@ -1709,6 +1957,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "cold", no_argument, NULL, 'C' },
 		{ "chain", no_argument, NULL, 'H' },
 		{ "pre-reads", required_argument, NULL, 'P' },
+		{ "warm-only", no_argument, NULL, 'O' },
 		{ "manager", required_argument, NULL, 'M' },
 		{ "pool-secret", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
@@ -1777,6 +2026,7 @@ int launch_cmd_bench(int argc, char **argv)
 						 &b.a.pre_reads);
 			b.a.pre_reads_set = true;
 			break;
+		case 'O': b.a.warm_only = true; break;
 		case 'M': b.a.pool_manager = optarg; break;
 		case 'S': b.a.pool_secret = optarg; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
@@ -1802,6 +2052,10 @@ int launch_cmd_bench(int argc, char **argv)
 	}
 	if (b.a.pre_reads_set && strcmp(what, "warm") != 0) {
 		fprintf(stderr, "selene %s: --pre-reads is for bench warm\n", cmd);
+		return LAUNCH_EXIT_USAGE;
+	}
+	if (b.a.warm_only && strcmp(what, "warm") != 0) {
+		fprintf(stderr, "selene %s: --warm-only is for bench warm\n", cmd);
 		return LAUNCH_EXIT_USAGE;
 	}
 	/* one chain is one fetch job: its records and pages within a job's */
