@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <time.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -46,6 +47,12 @@
  * measures the manager, not the disk queue it waits behind.
  */
 #define LOAD_BEAT_MS 1000u
+/*
+ * While an RDMA WRITE is in flight the loop polls its completions this
+ * often, sleeping in ppoll between (sockets still wake it at once): a
+ * completion is seen at most this late, and the loop no longer spins.
+ */
+#define RDMA_POLL_US 100u
 /* Answer bytes queued to a rank before the manager stops reading it (R-POOL-8). */
 #define OUT_BACKLOG_BYTES_MAX (1u << 20)
 
@@ -3381,7 +3388,13 @@ int pool_manager_run(struct pool_manager *m)
 				.events = (short)((c->closing || out_backlogged(c) ? 0 : POLLIN) |
 						  (out_pending(c) ? POLLOUT : 0)) };
 		}
-		n = poll(fds, count, rdma_in_flight(m) ? 0 : TICK_MS);
+		if (rdma_in_flight(m)) {
+			struct timespec wait = { .tv_nsec = RDMA_POLL_US * 1000l };
+
+			n = ppoll(fds, count, &wait, NULL);
+		} else {
+			n = poll(fds, count, TICK_MS);
+		}
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();

@@ -8,7 +8,8 @@
  * commit only when every share verified, and claims that pin chains until
  * they end or their deadline passes. With config.rdma and a verbs device,
  * claim windows go by RDMA WRITEs into slots the ranks lend (R-POOL-90 ..;
- * pool/rdma.h), and the loop does not sleep while a WRITE is in flight.
+ * pool/rdma.h), and while a WRITE is in flight the loop polls its
+ * completions every 100 us at most, sleeping between, never spinning.
  *
  * The disk tier (config.dir) is read and written on a thread of its own
  * with a bounded queue (POOL_DISK_JOBS_MAX jobs, POOL_DISK_QUEUE_BYTES_MAX

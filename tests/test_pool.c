@@ -2066,6 +2066,58 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 #endif
 }
 
+/*
+ * While RDMA WRITEs are in flight (completions held 100 ms by the fake
+ * device) the manager's loop polls their completions at most once per
+ * RDMA_POLL_US (100 us) per connection, sleeping between, instead of
+ * spinning; the claim is byte-exact as ever.
+ */
+static void test_pool_rdma_waits_without_spinning(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct rank_job jobs[WORLD];
+	uint64_t polls, start, elapsed_us, bound;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	manager_start_rdma(&r, true, NULL);
+	case_make(&root, 9, 96, NULL, 90);
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(a);
+	rdma_wait_active(b);
+	put_root(a, &root);
+	fake_verbs_delay_completions(100);
+	polls = fake_verbs_polls();
+	start = sel_monotonic_ns();
+	rdma_claim(b, &root, chain, jobs);
+	elapsed_us = (sel_monotonic_ns() - start) / 1000u;
+	polls = fake_verbs_polls() - polls;
+	fake_verbs_delay_completions(0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	/* two connections' writes in flight, one poll each per 100 us, and a wake per frame */
+	bound = 2 * (elapsed_us / 100u) + 2000u;
+	print_message("%llu completion polls in %llu ms (at most %llu)\n",
+		      (unsigned long long)polls, (unsigned long long)(elapsed_us / 1000u),
+		      (unsigned long long)bound);
+	assert_true(elapsed_us >= 100000u);
+	if (polls > bound)
+		fail_msg("the manager polled %llu times in %llu ms: it spins",
+			 (unsigned long long)polls, (unsigned long long)(elapsed_us / 1000u));
+	rdma_finish(&r, a, b, &root);
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
 #ifdef SEL_HAVE_VERBS_H
 /* A failed WRITE, by its completion (post_fails false) or its post, on the third window. */
 static void rdma_failed_write(bool post_fails)
@@ -2385,6 +2437,7 @@ int main(void)
 		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 		cmocka_unit_test(test_pool_rdma_claim_byte_exact),
+		cmocka_unit_test(test_pool_rdma_waits_without_spinning),
 		cmocka_unit_test(test_pool_rdma_failed_write_falls_back),
 		cmocka_unit_test(test_pool_rdma_no_device_streams),
 		cmocka_unit_test(test_pool_rdma_corrupt_slot_never_delivered),
