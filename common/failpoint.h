@@ -124,6 +124,10 @@
 	X(POOL_DISK_SYNC, "pool.disk_sync",                                  \
 	  "before each sync of the pool manager's disk tier: a share file "  \
 	  "before its rename, its directory after (return: the sync fails)") \
+	X(POOL_DISK_IO, "pool.disk_io",                                      \
+	  "before each spill or load of the pool manager's disk tier, on "   \
+	  "its disk thread (sleep: a slow disk; return: the write or read "  \
+	  "fails)")                                                          \
 	X(POOL_EXPORT_COPY, "pool.export_copy",                              \
 	  "before a rank builds its share of a GPU checkpoint's export "     \
 	  "(return: the share fails; sleep: a copy that takes long)")

@@ -189,6 +189,18 @@
  * memory before it is sent: at most this many bytes a rank.
  */
 #define POOL_GPU_EXPORT_SHARE_BYTES_MAX (1ull << 30)
+/*
+ * Jobs the pool manager's disk thread holds at once (spills, loads and
+ * unlinks, queued, running or done and not yet taken by the loop): past it
+ * a spill is refused (backpressure) and an unlink runs on the loop.
+ */
+#define POOL_DISK_JOBS_MAX 1024u
+/*
+ * Bytes of spill copies queued to the disk thread: a spill copies its
+ * record out of the arena so the room is free at once; past this the
+ * spill is refused and the put or claim that needed room with it.
+ */
+#define POOL_DISK_QUEUE_BYTES_MAX (256ull << 20)
 /* GPU checkpoints an engine may offer for export at once (sel_gpu_hold). */
 #define POOL_GPU_HOLDS_MAX 4096u
 

@@ -118,6 +118,12 @@ static int render_metrics(void *ctx, char *buf, size_t size)
 	    "selene_pool_lookup_hits_total %" PRIu64 "\n", s.lookup_hits);
 	ONE("selene_pool_disk_used_bytes", "gauge", "Bytes of the disk tier's record files.",
 	    "selene_pool_disk_used_bytes %" PRIu64 "\n", s.disk_used_bytes);
+	ONE("selene_pool_disk_queue_jobs", "gauge",
+	    "Jobs the disk tier's thread holds: spills, loads and deletions.",
+	    "selene_pool_disk_queue_jobs %" PRIu64 "\n", s.disk_queued);
+	ONE("selene_pool_disk_queue_full_total", "counter",
+	    "Spills refused because the disk thread's queue was full (backpressure).",
+	    "selene_pool_disk_queue_full_total %" PRIu64 "\n", s.disk_queue_full);
 	ONE("selene_pool_records_dropped_total", "counter", "Records dropped, by reason.",
 	    "selene_pool_records_dropped_total{reason=\"evicted\"} %" PRIu64 "\n"
 	    "selene_pool_records_dropped_total{reason=\"expired\"} %" PRIu64 "\n"

@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <time.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -40,6 +41,18 @@
 #define SCOPE_BUCKETS 4096u
 #define EXTENTS_MAX 65536u
 #define TICK_MS 100
+/*
+ * A session whose CLAIMED waits for loads from the disk tier hears a
+ * HEARTBEAT this often, so its no-progress timeout (R-POOL-52, 3 s)
+ * measures the manager, not the disk queue it waits behind.
+ */
+#define LOAD_BEAT_MS 1000u
+/*
+ * While an RDMA WRITE is in flight the loop polls its completions this
+ * often, sleeping in ppoll between (sockets still wake it at once): a
+ * completion is seen at most this late, and the loop no longer spins.
+ */
+#define RDMA_POLL_US 100u
 /* Answer bytes queued to a rank before the manager stops reading it (R-POOL-8). */
 #define OUT_BACKLOG_BYTES_MAX (1u << 20)
 
@@ -58,6 +71,8 @@ struct record {
 	uint32_t first_page_index, tail_page_count;
 	bool row, committed;
 	bool on_disk; /* its shares are files in the scope's directory, not in the arena */
+	bool loading; /* on disk, a load into the arena queued (its job pins it) */
+	uint64_t disk_job; /* on disk, the spill writing its files (0: written) */
 	uint32_t children, pins;
 	uint64_t used_ns, created_ns;
 	uint32_t world_size;
@@ -132,6 +147,50 @@ struct claim {
 	uint32_t count;
 	struct record **chain;
 	uint64_t deadline_ns;
+	/* CLAIMED waits for these loads from the disk tier (disk thread) */
+	uint32_t loads_waiting;
+	uint64_t beat_ns; /* the last HEARTBEAT the session heard while it waits */
+	bool load_failed;
+	bool local; /* CLAIM_LOCAL: the places follow CLAIMED */
+};
+
+/* What the disk thread does (docs/DESIGN.md section 12). */
+enum disk_op { DISK_SPILL, DISK_LOAD, DISK_UNLINK };
+
+/*
+ * One job of the disk thread. It names its record by scope and key, never
+ * by pointer: the loop may drop a record whose spill runs, and finds it
+ * again (with the same disk_job id) when the job is done.
+ */
+struct disk_job {
+	struct disk_job *next;
+	enum disk_op op;
+	uint64_t id;
+	struct scope *scope; /* scopes live until the manager closes */
+	int dir_fd;          /* the scope's directory */
+	struct rec_key key;
+	uint32_t first_page_index, tail_page_count, world_size;
+	bool row;
+	uint8_t *base;        /* a spill's copy (owned), a load's destination (the arena) */
+	uint64_t copy_bytes;  /* a spill's copy */
+	int result;
+	char why[200];
+	struct pool_place shares[]; /* world_size: where each share lies in base */
+};
+
+/* The disk thread and its bounded queue: the loop submits, the thread runs in order. */
+struct disk_thread {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct disk_job *todo_head, *todo_tail; /* in submission order */
+	struct disk_job *done_head, *done_tail;
+	uint32_t jobs;      /* queued, running, or done and not yet taken */
+	uint64_t bytes;     /* the spill copies those jobs hold */
+	uint64_t next_id;   /* the loop's */
+	int done_fd;        /* eventfd the loop polls; -1 while not running */
+	bool running, stop;
+	bool refused;       /* a spill was refused since the loop last cleared it */
 };
 
 struct stream {
@@ -226,13 +285,15 @@ struct pool_manager {
 	struct pool_attach attach;
 	uint8_t attach_body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
 	uint8_t block[REC_HEADER_BYTES];
-	struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
+	struct pollfd fds[3 + POOL_CONNECTIONS_MAX];
 	struct pool_rdma_probe rdma_device;
 	bool rdma_on; /* --rdma and a device: connections are offered RDMA claims */
 	struct pool_rdma_memory *rdma_arena; /* the arena, registered once for every link */
 	struct pool_rdma_fallback rdma_fallback;
 	uint64_t log_second;  /* refusals logged in this second, at most 5 */
 	uint32_t log_count;
+	struct disk_thread disk; /* with --dir */
+	uint8_t *disk_body; /* POOL_CONTROL_BODY_BYTES_MAX: answers of claims that waited for loads */
 	pthread_mutex_t stats_lock;
 	struct pool_manager_stats stats;
 };
@@ -344,7 +405,7 @@ static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
 }
 
 /* Frees an uncommitted record's shares, or drops a committed leaf. */
-static void disk_unlink(struct record *r);
+static void disk_unlink(struct pool_manager *m, struct record *r);
 
 /* Every rank's share of r together: what it takes in the arena or on disk. */
 static uint64_t record_bytes(const struct record *r)
@@ -359,7 +420,7 @@ static uint64_t record_bytes(const struct record *r)
 static void record_free(struct pool_manager *m, struct record *r)
 {
 	if (r->on_disk) {
-		disk_unlink(r);
+		disk_unlink(m, r);
 		m->stats.disk_used_bytes -= record_bytes(r);
 	}
 	for (uint32_t i = 0; i < r->world_size && !r->on_disk; i++)
@@ -392,13 +453,13 @@ static void share_name(char *out, size_t size, uint32_t rank, const struct rec_k
 	snprintf(out, size, "%" PRIu32 "/%s%s", rank, name, tmp ? REC_TMP_SUFFIX : "");
 }
 
-static void disk_unlink(struct record *r)
+static void disk_unlink_key(int dir_fd, const struct rec_key *key, uint32_t world_size)
 {
 	char path[96];
 
-	for (uint32_t i = 0; i < r->world_size; i++) {
-		share_name(path, sizeof(path), i, &r->key, false);
-		unlinkat(r->scope->dir_fd, path, 0);
+	for (uint32_t i = 0; i < world_size; i++) {
+		share_name(path, sizeof(path), i, key, false);
+		unlinkat(dir_fd, path, 0);
 	}
 }
 
@@ -449,48 +510,58 @@ static int disk_sync_dir_at(int dir_fd, const char *name)
 }
 
 /*
- * Writes every share of r from the arena to its file in R-WRITE-1 .. -4's
- * shape: a temporary file, written and synced, renamed into place, and
- * the rank's directory synced, so a committed share file survives a crash
- * of the manager's host whole or not at all.
+ * Writes every share of key (world_size of them, share i's bytes at base +
+ * shares[i].offset) to its file under dir_fd in R-WRITE-1 .. -4's shape: a
+ * temporary file, written and synced, renamed into place, and the rank's
+ * directory synced, so a committed share file survives a crash of the
+ * manager's host whole or not at all. A failure leaves none of the files.
+ * On the disk thread, or on the loop where none runs (open, close).
  */
-static int disk_write(struct pool_manager *m, struct record *r)
+static int disk_shares_write(int dir_fd, const struct rec_key *key, uint32_t world_size,
+			     const uint8_t *base, const struct pool_place *shares)
 {
 	char tmp[96], name[96], rank_dir[16];
-	int ret = 0;
+	int ret = SEL_FAILPOINT(SEL_FP_POOL_DISK_IO);
 
-	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
+	for (uint32_t i = 0; i < world_size && !ret; i++) {
 		int fd;
 
-		share_name(tmp, sizeof(tmp), i, &r->key, true);
-		share_name(name, sizeof(name), i, &r->key, false);
+		share_name(tmp, sizeof(tmp), i, key, true);
+		share_name(name, sizeof(name), i, key, false);
 		snprintf(rank_dir, sizeof(rank_dir), "%" PRIu32, i);
-		fd = openat(r->scope->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd < 0) {
 			ret = -errno;
 			break;
 		}
-		ret = write_all_at(fd, m->arena + r->shares[i].offset, r->shares[i].bytes);
+		ret = write_all_at(fd, base + shares[i].offset, shares[i].bytes);
 		if (!ret)
 			ret = disk_sync(fd, false);
 		close(fd);
-		if (!ret && renameat(r->scope->dir_fd, tmp, r->scope->dir_fd, name))
+		if (!ret && renameat(dir_fd, tmp, dir_fd, name))
 			ret = -errno;
 		if (!ret)
-			ret = disk_sync_dir_at(r->scope->dir_fd, rank_dir);
+			ret = disk_sync_dir_at(dir_fd, rank_dir);
 		if (ret)
-			unlinkat(r->scope->dir_fd, tmp, 0);
+			unlinkat(dir_fd, tmp, 0);
 	}
 	if (ret)
-		disk_unlink(r);
+		disk_unlink_key(dir_fd, key, world_size);
 	return ret;
 }
+
+/* What a share image must be: its record's key, pages and row. */
+struct share_expect {
+	struct rec_key key;
+	uint32_t first_page_index, tail_page_count;
+	bool row;
+};
 
 /*
  * Verifies one share image: header (key, parent, pages, rank), length,
  * every page and the row (R-READ-1 .. R-READ-3).
  */
-static int image_verify(const struct record *r, uint32_t rank, const uint8_t *image,
+static int image_verify(const struct share_expect *x, uint32_t rank, const uint8_t *image,
 			uint64_t length, char *why, size_t why_size)
 {
 	struct rec_header h;
@@ -502,9 +573,9 @@ static int image_verify(const struct record *r, uint32_t rank, const uint8_t *im
 		ret = rec_header_check_length(&h, length, &row, why, why_size);
 	if (ret)
 		return ret;
-	if (!key_equal(&h.key, &r->key) || h.first_rank != rank || h.rank_count != 1 ||
-	    h.first_page_index != r->first_page_index ||
-	    h.tail_page_count != r->tail_page_count || row != r->row)
+	if (!key_equal(&h.key, &x->key) || h.first_rank != rank || h.rank_count != 1 ||
+	    h.first_page_index != x->first_page_index ||
+	    h.tail_page_count != x->tail_page_count || row != x->row)
 		return sel_fail(SEL_EMISMATCH, why, why_size, "a share file of another record");
 	seed = rec_checksum_seed(&h.key);
 	for (uint32_t j = 0; j < h.tail_page_count; j++)
@@ -518,12 +589,217 @@ static int image_verify(const struct record *r, uint32_t rank, const uint8_t *im
 	return 0;
 }
 
+/*
+ * Reads every share file of x->key under dir_fd into base + shares[i].offset
+ * and verifies it (image_verify). Returns 0, or the failure with why naming
+ * the share. On the disk thread, or on the loop where none runs.
+ */
+static int disk_shares_read(int dir_fd, const struct share_expect *x, uint32_t world_size,
+			    uint8_t *base, const struct pool_place *shares, char *why,
+			    size_t why_size)
+{
+	char name[96], detail[160] = "";
+	int ret = SEL_FAILPOINT(SEL_FP_POOL_DISK_IO);
+
+	if (ret)
+		snprintf(detail, sizeof(detail), "failpoint pool.disk_io");
+	for (uint32_t i = 0; i < world_size && !ret; i++) {
+		uint8_t *dst = base + shares[i].offset;
+		uint64_t done = 0;
+		int fd;
+
+		share_name(name, sizeof(name), i, &x->key, false);
+		fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			ret = -errno;
+			snprintf(detail, sizeof(detail), "share %" PRIu32 ": %s", i,
+				 ret == -ENOENT ? "missing" : strerror(-ret));
+			break;
+		}
+		while (done < shares[i].bytes) {
+			ssize_t k = pread(fd, dst + done, shares[i].bytes - done, (off_t)done);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				ret = k < 0 ? -errno : -EIO;
+				break;
+			}
+			done += (uint64_t)k;
+		}
+		close(fd);
+		if (ret) {
+			snprintf(detail, sizeof(detail), "share %" PRIu32 ": %s", i, strerror(-ret));
+		} else {
+			char v[128] = "";
+
+			ret = image_verify(x, i, dst, shares[i].bytes, v, sizeof(v));
+			if (ret)
+				snprintf(detail, sizeof(detail), "share %" PRIu32 ": %s", i, v);
+		}
+	}
+	if (ret)
+		snprintf(why, why_size, "%s", detail);
+	return ret;
+}
+
+static struct share_expect expect_of(const struct record *r)
+{
+	return (struct share_expect){ .key = r->key, .first_page_index = r->first_page_index,
+				      .tail_page_count = r->tail_page_count, .row = r->row };
+}
+
+/* ---- The disk thread ---- */
+
+static void *disk_thread_main(void *arg)
+{
+	struct disk_thread *d = arg;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		struct disk_job *j;
+
+		while (!d->todo_head && !d->stop)
+			pthread_cond_wait(&d->wake, &d->lock);
+		j = d->todo_head;
+		if (!j)
+			break; /* stopped, and every job ran */
+		d->todo_head = j->next;
+		if (!d->todo_head)
+			d->todo_tail = NULL;
+		pthread_mutex_unlock(&d->lock);
+		if (j->op == DISK_SPILL) {
+			j->result = disk_shares_write(j->dir_fd, &j->key, j->world_size,
+						      j->base, j->shares);
+			if (j->result)
+				snprintf(j->why, sizeof(j->why), "%s", strerror(-j->result));
+		} else if (j->op == DISK_LOAD) {
+			struct share_expect x = { .key = j->key,
+						  .first_page_index = j->first_page_index,
+						  .tail_page_count = j->tail_page_count,
+						  .row = j->row };
+
+			j->result = disk_shares_read(j->dir_fd, &x, j->world_size, j->base,
+						     j->shares, j->why, sizeof(j->why));
+		} else {
+			disk_unlink_key(j->dir_fd, &j->key, j->world_size);
+		}
+		pthread_mutex_lock(&d->lock);
+		j->next = NULL;
+		if (d->done_tail)
+			d->done_tail->next = j;
+		else
+			d->done_head = j;
+		d->done_tail = j;
+		if (write(d->done_fd, &one, sizeof(one)) < 0) {
+			/* the counter is saturated: the loop is woken already */
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+/* Starts the disk thread; false (the loop does the I/O itself) when it cannot. */
+static bool disk_thread_start(struct pool_manager *m)
+{
+	struct disk_thread *d = &m->disk;
+
+	d->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (d->done_fd < 0)
+		return false;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->wake, NULL);
+	if (pthread_create(&d->thread, NULL, disk_thread_main, d) != 0) {
+		pthread_cond_destroy(&d->wake);
+		pthread_mutex_destroy(&d->lock);
+		close(d->done_fd);
+		d->done_fd = -1;
+		return false;
+	}
+	d->running = true;
+	return true;
+}
+
+/* Room in the queue for one more job holding bytes of copy. */
+static bool disk_room(struct pool_manager *m, uint64_t bytes)
+{
+	struct disk_thread *d = &m->disk;
+	bool room;
+
+	pthread_mutex_lock(&d->lock);
+	room = d->jobs < POOL_DISK_JOBS_MAX && d->bytes + bytes <= POOL_DISK_QUEUE_BYTES_MAX;
+	pthread_mutex_unlock(&d->lock);
+	return room;
+}
+
+/* A job for r's key and shares (their bytes; the places are the caller's to set). */
+static struct disk_job *disk_job_new(struct pool_manager *m, enum disk_op op,
+				     const struct record *r)
+{
+	struct disk_job *j = calloc(1, sizeof(*j) + r->world_size * sizeof(j->shares[0]));
+
+	if (!j)
+		return NULL;
+	j->op = op;
+	j->id = ++m->disk.next_id;
+	j->scope = r->scope;
+	j->dir_fd = r->scope->dir_fd;
+	j->key = r->key;
+	j->first_page_index = r->first_page_index;
+	j->tail_page_count = r->tail_page_count;
+	j->row = r->row;
+	j->world_size = r->world_size;
+	for (uint32_t i = 0; i < r->world_size; i++)
+		j->shares[i].bytes = r->shares[i].bytes;
+	return j;
+}
+
+static void disk_submit(struct pool_manager *m, struct disk_job *j)
+{
+	struct disk_thread *d = &m->disk;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->todo_tail)
+		d->todo_tail->next = j;
+	else
+		d->todo_head = j;
+	d->todo_tail = j;
+	d->jobs++;
+	d->bytes += j->copy_bytes;
+	m->stats.disk_queued = d->jobs;
+	pthread_cond_signal(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * Deletes r's share files: queued behind the disk thread's jobs where it
+ * runs (in order, so after a spill of the same key that is still
+ * writing), here where it does not or its queue is full. A record whose
+ * spill is still queued is always queued behind it, past the bound if
+ * need be (at most one such deletion a spill, and spills are bounded):
+ * deleted here, its files would be written after.
+ */
+static void disk_unlink(struct pool_manager *m, struct record *r)
+{
+	struct disk_job *j = NULL;
+
+	if (m->disk.running && (r->disk_job || disk_room(m, 0)))
+		j = disk_job_new(m, DISK_UNLINK, r);
+	if (!j) {
+		disk_unlink_key(r->scope->dir_fd, &r->key, r->world_size);
+		return;
+	}
+	disk_submit(m, j);
+}
+
 static bool evict_one(struct pool_manager *m);
 
-/* Reads r's files back into the arena, verified; r must be pinned. */
+/* Reads r's files back into the arena, verified, on the loop; r must be pinned. */
 static int disk_load(struct pool_manager *m, struct record *r)
 {
-	char name[96], why[256];
+	struct share_expect x = expect_of(r);
+	char why[256] = "";
 	uint32_t placed = 0;
 	int ret = 0;
 
@@ -538,38 +814,13 @@ static int disk_load(struct pool_manager *m, struct record *r)
 			}
 		r->shares[placed].offset = at;
 	}
-	for (uint32_t i = 0; i < r->world_size && !ret; i++) {
-		uint8_t *dst = m->arena + r->shares[i].offset;
-		uint64_t done = 0;
-		int fd;
-
-		share_name(name, sizeof(name), i, &r->key, false);
-		fd = openat(r->scope->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0) {
-			ret = -errno;
-			break;
-		}
-		while (done < r->shares[i].bytes) {
-			ssize_t k = pread(fd, dst + done, r->shares[i].bytes - done, (off_t)done);
-
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k <= 0) {
-				ret = k < 0 ? -errno : -EIO;
-				break;
-			}
-			done += (uint64_t)k;
-		}
-		close(fd);
-		if (!ret)
-			ret = image_verify(r, i, dst, r->shares[i].bytes, why, sizeof(why));
-		if (ret)
-			sel_warn("pool: share %" PRIu32 " of record %" PRIu64 " on disk: %s", i,
-				 r->key.consumed, ret == -ENOENT ? "missing" : why);
-	}
-	if (ret)
+	ret = disk_shares_read(r->scope->dir_fd, &x, r->world_size, m->arena, r->shares, why,
+			       sizeof(why));
+	if (ret) {
+		sel_warn("pool: record %" PRIu64 " on disk: %s", r->key.consumed, why);
 		goto err_free;
-	disk_unlink(r);
+	}
+	disk_unlink(m, r);
 	r->on_disk = false;
 	m->stats.disk_used_bytes -= record_bytes(r);
 	m->stats.loaded++;
@@ -578,6 +829,88 @@ err_free:
 	for (uint32_t i = 0; i < placed; i++)
 		arena_free(m, r->shares[i].offset, r->shares[i].bytes);
 	return ret;
+}
+
+/*
+ * Queues the load of r (on disk, pinned by cl) for cl, whose CLAIMED waits
+ * for it: the arena's room is taken now (evicting as a put does) and the
+ * job pins r until it is done; a load already queued by another claim is
+ * waited for instead. Returns 0, -ENOSPC (no room), or SEL_EQUEUEFULL (the
+ * disk thread's queue is full).
+ */
+static int disk_load_begin(struct pool_manager *m, struct claim *cl, struct record *r)
+{
+	struct disk_job *j;
+	uint32_t placed = 0;
+
+	SEL_ASSERT(r->on_disk && r->pins);
+	if (r->loading) {
+		cl->loads_waiting++;
+		return 0;
+	}
+	if (!disk_room(m, 0))
+		return SEL_EQUEUEFULL;
+	m->disk.refused = false;
+	j = disk_job_new(m, DISK_LOAD, r);
+	if (!j)
+		return -ENOMEM;
+	for (; placed < r->world_size; placed++) {
+		uint64_t at;
+
+		while (arena_alloc(m, r->shares[placed].bytes, &at))
+			if (!evict_one(m)) {
+				for (uint32_t i = 0; i < placed; i++)
+					arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+				free(j);
+				return m->disk.refused ? SEL_EQUEUEFULL : -ENOSPC;
+			}
+		r->shares[placed].offset = at;
+		j->shares[placed].offset = at;
+	}
+	j->base = m->arena;
+	r->loading = true;
+	r->pins++;
+	cl->loads_waiting++;
+	disk_submit(m, j);
+	return 0;
+}
+
+/*
+ * Moves r's shares to the disk thread: copied out of the arena (whose room
+ * is free at once) and written there. False when the queue has no room
+ * for the copy (counted): the caller's put or claim is refused rather than
+ * wait for the disk.
+ */
+static bool disk_spill_begin(struct pool_manager *m, struct record *r)
+{
+	uint64_t bytes = record_bytes(r), at = 0;
+	struct disk_job *j;
+
+	if (!disk_room(m, bytes)) {
+		m->stats.disk_queue_full++;
+		m->disk.refused = true;
+		return false;
+	}
+	j = disk_job_new(m, DISK_SPILL, r);
+	if (j)
+		j->base = malloc(bytes ? bytes : 1);
+	if (!j || !j->base) {
+		free(j);
+		return false;
+	}
+	j->copy_bytes = bytes;
+	for (uint32_t i = 0; i < r->world_size; i++) {
+		memcpy(j->base + at, m->arena + r->shares[i].offset, r->shares[i].bytes);
+		j->shares[i].offset = at;
+		at += r->shares[i].bytes;
+		arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+	}
+	r->on_disk = true;
+	r->disk_job = j->id;
+	m->stats.disk_used_bytes += bytes;
+	m->stats.spilled++;
+	disk_submit(m, j);
+	return true;
 }
 
 /*
@@ -621,7 +954,10 @@ static bool evict_one(struct pool_manager *m)
 		/* past the disk limit, and nothing on disk can go for it: dropped below */
 		if (!disk_make_room(m, record_bytes(r)))
 			break;
-		ret = disk_write(m, r);
+		if (m->disk.running)
+			return disk_spill_begin(m, r);
+		ret = disk_shares_write(r->scope->dir_fd, &r->key, r->world_size, m->arena,
+					r->shares);
 		if (ret) {
 			sel_warn("pool: spilling record %" PRIu64 " to disk: %s", r->key.consumed,
 				 strerror(-ret));
@@ -973,12 +1309,14 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 	/* the parent must stay while the put is open: pin it */
 	if (parent)
 		parent->pins++;
+	m->disk.refused = false;
 	for (uint32_t i = 0; i < b.world_size; i++) {
 		uint64_t bytes = pool_put_begin_share_bytes(&b, i);
 
 		while (arena_alloc(m, bytes, &r->shares[i].offset))
 			if (!evict_one(m)) {
-				ready.result = -ENOSPC;
+				/* a spill the disk thread had no room for: backpressure */
+				ready.result = m->disk.refused ? SEL_EQUEUEFULL : -ENOSPC;
 				if (parent)
 					parent->pins--;
 				goto answer;
@@ -1500,7 +1838,8 @@ static void claim_end(struct pool_manager *m, struct claim *cl)
 }
 
 /* R-POOL-34: where each record of cl lies in the arena, the share of rank. */
-static void send_claim_places(struct conn *c, const struct claim *cl, uint32_t rank)
+static void send_claim_places_in(struct conn *c, const struct claim *cl, uint32_t rank,
+				 uint8_t *body)
 {
 	struct pool_place places[POOL_CHAIN_RECORDS_MAX];
 	int len;
@@ -1509,10 +1848,16 @@ static void send_claim_places(struct conn *c, const struct claim *cl, uint32_t r
 		places[i] = (struct pool_place){
 			POOL_ARENA_HEADER_BYTES + cl->chain[i]->shares[rank].offset,
 			cl->chain[i]->shares[rank].bytes };
-	len = pool_claim_places_encode(cl->id, places, cl->count, c->body,
+	len = pool_claim_places_encode(cl->id, places, cl->count, body,
 				       POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
-	send_frame(c, POOL_MSG_CLAIM_PLACES, c->body, (uint32_t)len, NULL, 0);
+	send_frame(c, POOL_MSG_CLAIM_PLACES, body, (uint32_t)len, NULL, 0);
+}
+
+/* The same, encoded in c's body buffer: only while c's frame being read is the one answered. */
+static void send_claim_places(struct conn *c, const struct claim *cl, uint32_t rank)
+{
+	send_claim_places_in(c, cl, rank, c->body);
 }
 
 /*
@@ -1563,10 +1908,15 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 			for (uint32_t k = 0; k < m->chain_buf[i]->world_size; k++)
 				bytes += m->chain_buf[i]->shares[k].bytes;
 		}
-		/* a chain partly on disk comes back into the arena, verified */
+		/*
+		 * A chain partly on disk comes back into the arena, verified: on
+		 * the disk thread, CLAIMED waiting for it (disk_done), or here
+		 * where no disk thread runs.
+		 */
 		for (uint32_t i = 0; i < n && !a.result; i++)
 			if (m->chain_buf[i]->on_disk)
-				a.result = disk_load(m, m->chain_buf[i]);
+				a.result = m->disk.running ? disk_load_begin(m, cl, m->chain_buf[i])
+							   : disk_load(m, m->chain_buf[i]);
 		if (a.result) {
 			struct record *bad = NULL;
 
@@ -1575,11 +1925,13 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 				if (!bad && m->chain_buf[i]->on_disk)
 					bad = m->chain_buf[i];
 			}
-			if (a.result != -ENOSPC && bad) {
+			/* a load that failed here read a bad file; a queued one failed for room */
+			if (a.result != -ENOSPC && !m->disk.running && bad) {
 				m->stats.disk_failures++;
 				drop_tree(m, bad);
 			}
-			a.result = a.result == -ENOSPC ? -ENOSPC : -ENOENT;
+			a.result = a.result == -ENOSPC || a.result == SEL_EQUEUEFULL ? a.result
+										     : -ENOENT;
 			free(cl->chain);
 			free(cl);
 			m->stats.claims_refused++;
@@ -1592,6 +1944,11 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		cl->next = m->claims;
 		m->claims = cl;
 		c->inst->claims++;
+		if (cl->loads_waiting) {
+			cl->local = local;
+			cl->beat_ns = now;
+			return; /* CLAIMED once the loads are done (disk_done) */
+		}
 		m->stats.claims_granted++;
 	}
 answer:
@@ -1628,7 +1985,7 @@ static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t 
 		return;
 	}
 	cl = claim_find(m, c->inst, q.claim_id);
-	if (!cl) {
+	if (!cl || cl->loads_waiting) { /* not granted yet: not live for a pull */
 		send_claim_end(c, q.claim_id, -ENOENT);
 		return;
 	}
@@ -2583,6 +2940,157 @@ static int conn_write(struct conn *c, uint64_t now)
 	return 0;
 }
 
+/*
+ * A claim whose loads are all done is answered: CLAIMED with its chain
+ * (its deadline counted from now) and, for CLAIM_LOCAL, the places; or
+ * -ENOENT when a load failed, ending the claim. Encoded in the manager's
+ * own buffer: the session's may hold a frame being read.
+ */
+static void claim_answer_loaded(struct pool_manager *m, struct claim *cl, uint64_t now)
+{
+	struct pool_claimed a = { .claim_id = cl->id };
+	struct conn *c = cl->inst->ranks[0];
+	uint64_t bytes = 0;
+	uint32_t n = cl->count;
+	int len;
+
+	if (cl->load_failed || !c) {
+		a.result = -ENOENT;
+		n = 0;
+		m->stats.claims_refused++;
+	} else {
+		for (uint32_t i = 0; i < cl->count; i++)
+			bytes += record_bytes(cl->chain[i]);
+		a.deadline_ms = m->config.claim_setup_ms +
+				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
+		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
+		m->stats.claims_granted++;
+	}
+	if (c) {
+		chain_entries(cl->chain, n, m->entry_buf);
+		len = pool_claimed_encode(&a, m->entry_buf, n, m->disk_body,
+					  POOL_CONTROL_BODY_BYTES_MAX);
+		SEL_ASSERT(len > 0);
+		send_frame(c, POOL_MSG_CLAIMED, m->disk_body, (uint32_t)len, NULL, 0);
+		if (!a.result && cl->local)
+			send_claim_places_in(c, cl, c->rank, m->disk_body);
+	}
+	if (a.result)
+		claim_end(m, cl);
+}
+
+/* A spill is done: a record whose files could not be written is dropped. */
+static void spill_done(struct pool_manager *m, const struct disk_job *j)
+{
+	struct record *r = record_find(j->scope, &j->key);
+
+	/* dropped meanwhile, or another record of the key: its unlink is queued after */
+	if (!r || r->disk_job != j->id)
+		return;
+	r->disk_job = 0;
+	if (!j->result)
+		return;
+	sel_warn("pool: spilling record %" PRIu64 " to disk: %s", j->key.consumed, j->why);
+	m->stats.spilled--;
+	m->stats.evicted++;
+	drop_tree(m, r); /* as without a disk tier; a pinned one goes when its load fails */
+}
+
+/*
+ * A load is done: the record is in the arena (its files deleted), or its
+ * room is free again and it is dropped with what extends it, once the
+ * claims that waited for it are answered.
+ */
+static void load_done(struct pool_manager *m, const struct disk_job *j, uint64_t now)
+{
+	struct record *r = record_find(j->scope, &j->key);
+
+	SEL_ASSERT(r && r->loading && r->pins); /* the job pinned it */
+	r->pins--;
+	r->loading = false;
+	if (!j->result) {
+		r->on_disk = false;
+		disk_unlink(m, r);
+		m->stats.disk_used_bytes -= record_bytes(r);
+		m->stats.loaded++;
+	} else {
+		sel_warn("pool: record %" PRIu64 " on disk: %s", j->key.consumed, j->why);
+		for (uint32_t i = 0; i < r->world_size; i++)
+			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
+		m->stats.disk_failures++;
+	}
+	for (struct claim *cl = m->claims, *next; cl; cl = next) {
+		bool waits = false;
+
+		next = cl->next;
+		for (uint32_t i = 0; cl->loads_waiting && i < cl->count && !waits; i++)
+			waits = cl->chain[i] == r;
+		if (!waits)
+			continue;
+		cl->load_failed |= j->result != 0;
+		if (--cl->loads_waiting == 0)
+			claim_answer_loaded(m, cl, now);
+	}
+	if (j->result)
+		drop_tree(m, r);
+}
+
+/* Takes the disk thread's finished jobs (the loop, under the stats lock). */
+static void disk_done(struct pool_manager *m, uint64_t now)
+{
+	struct disk_thread *d = &m->disk;
+	struct disk_job *j, *next;
+	uint64_t v;
+
+	if (read(d->done_fd, &v, sizeof(v)) < 0) {
+		/* nothing new: the list below says */
+	}
+	pthread_mutex_lock(&d->lock);
+	j = d->done_head;
+	d->done_head = d->done_tail = NULL;
+	pthread_mutex_unlock(&d->lock);
+	for (; j; j = next) {
+		next = j->next;
+		if (j->op == DISK_SPILL)
+			spill_done(m, j);
+		else if (j->op == DISK_LOAD)
+			load_done(m, j, now);
+		pthread_mutex_lock(&d->lock);
+		d->jobs--;
+		d->bytes -= j->copy_bytes;
+		m->stats.disk_queued = d->jobs;
+		pthread_mutex_unlock(&d->lock);
+		if (j->op == DISK_SPILL)
+			free(j->base);
+		free(j);
+	}
+}
+
+/*
+ * Stops the disk thread once every queued job ran and takes their
+ * results; later disk I/O runs on the calling thread (a closing manager
+ * spills its arena there).
+ */
+static void disk_thread_stop(struct pool_manager *m)
+{
+	struct disk_thread *d = &m->disk;
+
+	if (!d->running)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->stop = true;
+	pthread_cond_signal(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	pthread_join(d->thread, NULL);
+	disk_done(m, sel_monotonic_ns());
+	d->running = false;
+	SEL_ASSERT(d->jobs == 0);
+	pthread_cond_destroy(&d->wake);
+	pthread_mutex_destroy(&d->lock);
+	close(d->done_fd);
+	d->done_fd = -1;
+}
+
 static void timers(struct pool_manager *m, uint64_t now)
 {
 	for (uint32_t i = 0; i < m->conn_count; i++) {
@@ -2606,11 +3114,28 @@ static void timers(struct pool_manager *m, uint64_t now)
 	}
 	for (struct claim *cl = m->claims, *next; cl; cl = next) {
 		next = cl->next;
+		if (now > cl->deadline_ns && cl->loads_waiting) {
+			/* never granted: its loads did not finish in time (R-POOL-31) */
+			cl->load_failed = true;
+			cl->loads_waiting = 0;
+			claim_answer_loaded(m, cl, now);
+			continue;
+		}
 		if (now > cl->deadline_ns) {
 			if (cl->inst->ranks[0])
 				send_claim_end(cl->inst->ranks[0], cl->id, -ETIMEDOUT);
 			claim_end(m, cl);
 		}
+	}
+	for (struct claim *cl = m->claims; cl; cl = cl->next) {
+		uint8_t beat[POOL_HEARTBEAT_BYTES];
+
+		if (!cl->loads_waiting || !cl->inst->ranks[0] ||
+		    now - cl->beat_ns < LOAD_BEAT_MS * 1000000ull)
+			continue;
+		cl->beat_ns = now;
+		sel_put_le64(beat, now);
+		send_frame(cl->inst->ranks[0], POOL_MSG_HEARTBEAT, beat, sizeof(beat), NULL, 0);
 	}
 	for (struct export *x = m->exports, *next; x; x = next) {
 		next = x->next;
@@ -2726,7 +3251,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		r->world_size = s->parts.world_size;
 		r->on_disk = true;
 		if (disk_record_read(m, s, r, &parent)) {
-			disk_unlink(r); /* a share missing or unreadable: the record goes */
+			disk_unlink(m, r); /* a share missing or unreadable: the record goes */
 			free(r);
 			continue;
 		}
@@ -2742,7 +3267,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		if (r->parent_key.consumed) {
 			r->parent = record_find(s, &r->parent_key);
 			if (!r->parent) {
-				disk_unlink(r);
+				disk_unlink(m, r);
 				free(r);
 				continue;
 			}
@@ -2835,7 +3360,7 @@ int pool_manager_run(struct pool_manager *m)
 
 	for (;;) {
 		uint64_t now = sel_monotonic_ns();
-		nfds_t count = 2;
+		nfds_t count = 3;
 		int n;
 
 		pthread_mutex_lock(&m->stats_lock);
@@ -2854,6 +3379,7 @@ int pool_manager_run(struct pool_manager *m)
 		}
 		fds[0] = (struct pollfd){ .fd = m->listen_fd, .events = POLLIN };
 		fds[1] = (struct pollfd){ .fd = m->stop_fd, .events = POLLIN };
+		fds[2] = (struct pollfd){ .fd = m->disk.done_fd, .events = POLLIN }; /* -1: none */
 		for (uint32_t i = 0; i < m->conn_count; i++) {
 			struct conn *c = m->conns[i];
 
@@ -2862,7 +3388,13 @@ int pool_manager_run(struct pool_manager *m)
 				.events = (short)((c->closing || out_backlogged(c) ? 0 : POLLIN) |
 						  (out_pending(c) ? POLLOUT : 0)) };
 		}
-		n = poll(fds, count, rdma_in_flight(m) ? 0 : TICK_MS);
+		if (rdma_in_flight(m)) {
+			struct timespec wait = { .tv_nsec = RDMA_POLL_US * 1000l };
+
+			n = ppoll(fds, count, &wait, NULL);
+		} else {
+			n = poll(fds, count, TICK_MS);
+		}
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();
@@ -2886,10 +3418,12 @@ int pool_manager_run(struct pool_manager *m)
 						drain_until = cl->deadline_ns;
 			}
 		}
+		if (fds[2].revents & POLLIN)
+			disk_done(m, now);
 		if (fds[0].revents & POLLIN)
 			accept_all(m, now);
 		/* connections only: those accepted just now are polled next time */
-		for (nfds_t k = 2; k < count; k++) {
+		for (nfds_t k = 3; k < count; k++) {
 			struct conn *c = NULL;
 
 			for (uint32_t i = 0; i < m->conn_count; i++)
@@ -3137,6 +3671,7 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 		return -ENOMEM;
 	}
 	m->config = *config;
+	m->disk.done_fd = -1;
 	if (!m->config.window_bytes)
 		m->config.window_bytes = POOL_WINDOW_BYTES_DEFAULT;
 	if (!m->config.connections_max || m->config.connections_max > POOL_CONNECTIONS_MAX)
@@ -3208,6 +3743,10 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 			goto err_close_arena;
 		}
 		disk_scan(m);
+		m->disk_body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
+		if (!m->disk_body || !disk_thread_start(m))
+			sel_warn("pool: no disk thread (out of memory or threads): the disk "
+				 "tier's I/O runs on the loop's thread");
 	}
 	*out = m;
 	return 0;
@@ -3236,6 +3775,7 @@ void pool_manager_close(struct pool_manager *m)
 		put_fail(m, m->puts, -ESHUTDOWN, "the manager closed");
 	while (m->claims)
 		claim_end(m, m->claims);
+	disk_thread_stop(m); /* its queue runs out first; the spills below run here */
 	while (m->lru_head)
 		if (!evict_one(m))
 			break;
@@ -3270,6 +3810,7 @@ void pool_manager_close(struct pool_manager *m)
 	close(m->stop_fd);
 	pthread_mutex_destroy(&m->stats_lock);
 	pool_rdma_fallback_destroy(&m->rdma_fallback);
+	free(m->disk_body);
 	free(m->free_list);
 	free(m);
 }

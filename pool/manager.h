@@ -8,14 +8,18 @@
  * commit only when every share verified, and claims that pin chains until
  * they end or their deadline passes. With config.rdma and a verbs device,
  * claim windows go by RDMA WRITEs into slots the ranks lend (R-POOL-90 ..;
- * pool/rdma.h), and the loop does not sleep while a WRITE is in flight.
+ * pool/rdma.h), and while a WRITE is in flight the loop polls its
+ * completions every 100 us at most, sleeping between, never spinning.
  *
- * The disk tier (config.dir) is read and written on the loop's thread:
- * a spill or a claim of a record on disk stalls the other connections for
- * that file I/O, each share file synced before its rename and its
- * directory after (about one record's bytes at the disk's write rate,
- * plus two syncs per share, per spill). The metrics endpoint is the
- * program's (launch/cmd_pool.c).
+ * The disk tier (config.dir) is read and written on a thread of its own
+ * with a bounded queue (POOL_DISK_JOBS_MAX jobs, POOL_DISK_QUEUE_BYTES_MAX
+ * bytes of spill copies): a spill copies its record out of the arena and
+ * queues the write (each share file synced before its rename and its
+ * directory after), a claim of a record on disk is answered once its
+ * load read and verified it, and the loop never waits for the disk; a
+ * spill that cannot be queued is refused, and the put or claim that
+ * needed its room with it. The metrics endpoint is the program's
+ * (launch/cmd_pool.c).
  */
 #ifndef SELENE_POOL_MANAGER_H
 #define SELENE_POOL_MANAGER_H
@@ -91,6 +95,8 @@ struct pool_manager_stats {
 	uint64_t rdma_failures;    /* RDMA transfers or connects that failed (R-POOL-97) */
 	uint64_t disk_used_bytes;  /* share files the disk tier holds */
 	uint64_t disk_evicted;     /* deleted from the disk tier for room (disk_limit_bytes) */
+	uint64_t disk_queued;      /* jobs the disk thread holds now (POOL_DISK_JOBS_MAX) */
+	uint64_t disk_queue_full;  /* spills refused: the disk thread's queue was full */
 };
 
 /*

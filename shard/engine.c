@@ -2028,10 +2028,84 @@ static void run_pool_put(struct shard_engine *e, struct shard_job *job, struct j
 		o->bytes = job->share_bytes;
 }
 
+/* Copies a staged export window's planes (pages [first, first + count)) into the image. */
+static void export_unstage(struct shard_engine *e, const struct stage *s, uint8_t *image,
+			   const struct rec_layout *layout, uint32_t first, uint32_t count)
+{
+	const struct rec_geometry *g = &e->geometry;
+
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *slot = shard_slab_slot(&e->pool, s->slots[i]);
+		uint8_t *page = image + layout->page_offset + layout->page_stride * (first + i);
+
+		for (uint32_t p = 0; p < g->page_plane_count; p++)
+			memcpy(page + e->plane_offset[p], slot + e->plane_offset[p],
+			       g->page_planes[p].unit_bytes);
+	}
+}
+
+/*
+ * An export's pages and row, device to host through the background lane's
+ * staging, which is registered with the device at open (register_pool),
+ * so the DMA runs at pinned speed rather than through pageable memory;
+ * each window's planes are then copied into the image while the next
+ * window's DMA runs (two stages, marks 0 and 1). Exports run between
+ * store batches (run_stores returns with no store active), so the lane's
+ * stages and row slots are free. Returns 0 or the device's failure, every
+ * copy issued having finished either way.
+ */
+static int export_copy(struct shard_engine *e, struct shard_job *job, uint8_t *image,
+		       const struct rec_layout *layout)
+{
+	struct lane *l = &e->lanes[LANE_BACKGROUND];
+	uint32_t pages = job->header.tail_page_count, width = e->window_pages;
+	uint32_t windows = (pages + width - 1) / width, count_before = 0;
+	uint64_t unit = e->geometry.row_plane.unit_bytes, piece = e->pool.slot_bytes;
+	int ret, done;
+
+	SEL_ASSERT(l->stage_count >= 2 && SHARD_DEVICE_MARKS >= 2);
+	/* Copies issued before (a store's) have drained: the device is this job's. */
+	ret = shard_device_synchronize(e->device);
+	for (uint32_t k = 0; !ret && k <= windows; k++) {
+		uint32_t first = k * width, count = k < windows && pages - first < width ?
+							    pages - first : width;
+
+		if (k < windows) {
+			struct stage *s = &l->stages[k % 2];
+
+			s->src = &e->pool;
+			s->cur = s->slots;
+			ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+						window_copies(e, l, s, job->page_ids + first,
+							      count));
+			if (!ret)
+				ret = shard_device_mark(e->device, k % 2);
+		}
+		if (!ret && k > 0)
+			ret = shard_device_wait_mark(e->device, (k - 1) % 2);
+		if (!ret && k > 0)
+			export_unstage(e, &l->stages[(k - 1) % 2], image, layout,
+				       (k - 1) * width, count_before);
+		count_before = count;
+	}
+	if (!ret)
+		ret = copy_drained(e, l, SHARD_DEVICE_TO_HOST,
+				   row_copies(e, l, &e->pool, l->row_slots, job->state_slot));
+	for (uint32_t k = 0; !ret && (uint64_t)k * piece < unit; k++) {
+		uint64_t left = unit - (uint64_t)k * piece;
+
+		memcpy(image + layout->row_offset + piece * k,
+		       shard_slab_slot(&e->pool, l->row_slots[k]), left < piece ? left : piece);
+	}
+	done = shard_device_synchronize(e->device);
+	return ret ? ret : done;
+}
+
 /*
  * This rank's share of a GPU checkpoint's export (R-POOL-78): the record
  * image built in an anonymous file (the header, the checksums, the pages
- * copied from the device, the row), then sent as any put's share.
+ * and row copied from the device through staging, export_copy), then sent
+ * as any put's share.
  */
 static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 			    struct job_outcome *o)
@@ -2039,9 +2113,8 @@ static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 	const struct rec_geometry *g = &e->geometry;
 	struct rec_header h = job->header;
 	struct rec_layout layout;
-	struct shard_copy *copies = NULL;
 	uint64_t seed = rec_checksum_seed(&h.key);
-	uint32_t pages = h.tail_page_count, n = 0;
+	uint32_t pages = h.tail_page_count;
 	char why[200] = "";
 	uint8_t *image;
 	int fd, ret;
@@ -2075,37 +2148,10 @@ static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 		outcome_fail(o, -errno, 0, "mapping the export image: %s", strerror(errno));
 		goto out_close_fd;
 	}
-	copies = calloc((size_t)pages * g->page_plane_count + 1, sizeof(*copies));
-	if (!copies) {
-		outcome_fail(o, -ENOMEM, 0, "the export's copy list");
-		goto out_unmap;
-	}
-	for (uint32_t i = 0; i < pages; i++)
-		for (uint32_t p = 0; p < g->page_plane_count; p++) {
-			uint64_t unit = g->page_planes[p].unit_bytes;
-
-			copies[n++] = (struct shard_copy){
-				.device_address = e->planes.page_base[p] + unit * job->page_ids[i],
-				.host = image + layout.page_offset + layout.page_stride * i +
-					e->plane_offset[p],
-				.bytes = unit,
-			};
-		}
-	copies[n++] = (struct shard_copy){
-		.device_address = e->planes.row_base + g->row_plane.unit_bytes * job->state_slot,
-		.host = image + layout.row_offset, .bytes = g->row_plane.unit_bytes };
-	/* Copies issued before (a store's) have drained: the device is this job's. */
-	ret = shard_device_synchronize(e->device);
-	if (!ret)
-		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, copies, n);
-	{
-		int done = shard_device_synchronize(e->device);
-
-		ret = ret ? ret : done;
-	}
+	ret = export_copy(e, job, image, &layout);
 	if (ret) {
 		device_fail(o, ret, "device to host (export)");
-		goto out_free_copies;
+		goto out_unmap;
 	}
 	for (uint32_t i = 0; i < pages; i++)
 		sel_put_le64(image + layout.checksum_offset + 8ull * i,
@@ -2120,8 +2166,6 @@ static void run_pool_export(struct shard_engine *e, struct shard_job *job,
 			     why[0] ? why : sel_strerror(ret));
 	else
 		o->bytes = layout.file_length;
-out_free_copies:
-	free(copies);
 out_unmap:
 	munmap(image, layout.file_length);
 out_close_fd:

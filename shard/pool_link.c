@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ enum link_arena_state {
 #define LINK_BACKOFF_MIN_MS 100u
 /* up to this, */
 #define LINK_BACKOFF_MAX_MS 5000u
-/* each waiting this long at most for the manager (on the transfer thread). */
+/* each waiting this long at most for the manager (on the link's connect thread). */
 #define LINK_RECONNECT_MS 2000u
 
 struct shard_pool_link {
@@ -55,10 +56,25 @@ struct shard_pool_link {
 	uint8_t instance_id[POOL_INSTANCE_ID_BYTES];
 	bool reconnects;
 	bool lost;            /* the loss was warned about; cleared by a reconnect */
+	int lost_result;      /* the loss's failure, while lost */
 	char lost_why[200];   /* why the connection was lost, while client is NULL */
 	uint64_t retry_ns;    /* the next try, on CLOCK_MONOTONIC */
 	uint32_t backoff_ms;
+	/*
+	 * A try runs on a thread of its own (link_connect_thread), so the
+	 * transfer thread never waits for the manager: connecting says one
+	 * was started and not yet joined; the thread writes new_* and then
+	 * sets connect_done, after which the transfer thread joins it.
+	 */
+	bool connecting;
+	pthread_t connect_thread;
+	atomic_bool connect_done;
+	int new_result;
+	struct pool_client *new_client;
+	char new_why[200];
 };
+
+static void link_connect_abandon(struct shard_pool_link *link);
 
 /* Process-wide counts (shard_pool_link_counts). */
 static _Atomic uint64_t count_arena_claims, count_arena_records, count_stream_claims,
@@ -220,6 +236,7 @@ void shard_pool_link_close(struct shard_pool_link *link)
 	if (!link)
 		return;
 	SEL_FAILPOINT(SEL_FP_POOL_LINK_CLOSE);
+	link_connect_abandon(link);
 	/* no transfer runs on the link now: the closing thread may make the device current */
 	if (link->arena_device && shard_device_bind(link->arena_device) == 0)
 		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
@@ -264,22 +281,96 @@ static void link_drop_client(struct shard_pool_link *link)
 }
 
 /*
- * Before each share, on the transfer thread: 0 when the connection is up.
- * A peer rank's connection lost on its own (rank zero's session up, so its
- * puts and claims still come) is opened again here, once the backoff
- * passed: the first try at once, then from LINK_BACKOFF_MIN_MS doubling to
- * LINK_BACKOFF_MAX_MS, each waiting LINK_RECONNECT_MS at most (a fresh
- * handshake and ATTACH with the instance's id: R-POOL-18, R-POOL-110),
- * warned about once per loss. The lost connection is closed first, so the
- * manager frees the rank's place before the new ATTACH. Otherwise the
- * loss's failure, with why: the share fails as it always did.
+ * One reconnect try, on the link's connect thread (never the transfer
+ * thread): a fresh handshake and ATTACH with the instance's id (R-POOL-18,
+ * R-POOL-110), LINK_RECONNECT_MS at most.
+ */
+static void *link_connect_thread(void *arg)
+{
+	struct shard_pool_link *link = arg;
+
+	link->new_result = link_client_open(link->plan, link->address, link->instance_id,
+					    LINK_RECONNECT_MS, &link->new_client, link->new_why,
+					    sizeof(link->new_why));
+	if (!link->new_result && pool_client_slot_bytes(link->new_client) > link->slot_bytes) {
+		/* another manager on the address, with larger windows */
+		pool_client_close(link->new_client);
+		link->new_client = NULL;
+		link->new_result = sel_fail(SEL_EMISMATCH, link->new_why, sizeof(link->new_why),
+					    "the manager's windows grew past this link's "
+					    "claim slots");
+	}
+	if (link->new_result)
+		link->new_client = NULL;
+	atomic_store(&link->connect_done, true);
+	return NULL;
+}
+
+/* The next try after the backoff, which doubles up to LINK_BACKOFF_MAX_MS. */
+static void link_retry_later(struct shard_pool_link *link)
+{
+	link->retry_ns = sel_monotonic_ns() + (uint64_t)link->backoff_ms * 1000000ull;
+	link->backoff_ms = link->backoff_ms * 2 > LINK_BACKOFF_MAX_MS ? LINK_BACKOFF_MAX_MS
+								     : link->backoff_ms * 2;
+}
+
+/* Joins the finished try: 0 and the new client, or its failure with why. */
+static int link_connect_finish(struct shard_pool_link *link, char *why, size_t why_size)
+{
+	pthread_join(link->connect_thread, NULL);
+	link->connecting = false;
+	if (link->new_result) {
+		link_retry_later(link);
+		sel_debug("pool: rank %u could not reconnect: %s", link->geometry.rank,
+			  link->new_why);
+		snprintf(why, why_size, "%s; reconnecting failed: %s", link->lost_why,
+			 link->new_why);
+		return link->new_result;
+	}
+	link->client = link->new_client;
+	link->new_client = NULL;
+	sel_info("pool: rank %u reconnected to the manager", link->geometry.rank);
+	link->lost = false;
+	link->retry_ns = 0;
+	link->backoff_ms = LINK_BACKOFF_MIN_MS;
+	return 0;
+}
+
+/* Waits for a try still running (the link's close): LINK_RECONNECT_MS at most. */
+static void link_connect_abandon(struct shard_pool_link *link)
+{
+	if (!link->connecting)
+		return;
+	pthread_join(link->connect_thread, NULL);
+	link->connecting = false;
+	pool_client_close(link->new_client); /* NULL does nothing */
+	link->new_client = NULL;
+}
+
+/*
+ * Before each share, on the transfer thread, never waiting for the
+ * manager: 0 when the connection is up. A peer rank's connection lost on
+ * its own (rank zero's session up, so its puts and claims still come) is
+ * opened again by a try on a thread of its own, started here once the
+ * backoff passed: the first try at once, then from LINK_BACKOFF_MIN_MS
+ * doubling to LINK_BACKOFF_MAX_MS, each waiting LINK_RECONNECT_MS at most
+ * (R-POOL-18, R-POOL-110), warned about once per loss. The lost connection
+ * is closed first, so the manager frees the rank's place before the new
+ * ATTACH. Until a try succeeded, the loss's failure, with why: the share
+ * fails at once as it always did, and the transfer thread goes on to its
+ * next job (a restore from the local tiers does not wait for the manager).
  */
 static int link_ready(struct shard_pool_link *link, char *why, size_t why_size)
 {
-	char open_why[200];
-	uint64_t now;
-	int ret = link->client ? pool_client_status(link->client, why, why_size) : -ECONNRESET;
+	int ret;
 
+	if (link->connecting) {
+		if (atomic_load(&link->connect_done))
+			return link_connect_finish(link, why, why_size);
+		return sel_fail(link->lost_result, why, why_size, "%s; reconnecting",
+				link->lost_why);
+	}
+	ret = link->client ? pool_client_status(link->client, why, why_size) : link->lost_result;
 	if (!ret)
 		return 0;
 	if (!link->client)
@@ -288,39 +379,25 @@ static int link_ready(struct shard_pool_link *link, char *why, size_t why_size)
 		return ret;
 	if (!link->lost) {
 		link->lost = true;
+		link->lost_result = ret;
 		snprintf(link->lost_why, sizeof(link->lost_why), "%s", why);
 		sel_warn("pool: rank %u lost its connection to the manager (%s); it reconnects",
 			 link->geometry.rank, why);
 	}
-	now = sel_monotonic_ns();
-	if (now < link->retry_ns)
+	if (sel_monotonic_ns() < link->retry_ns)
 		return ret;
 	if (link->client)
 		link_drop_client(link);
-	ret = link_client_open(link->plan, link->address, link->instance_id, LINK_RECONNECT_MS,
-			       &link->client, open_why, sizeof(open_why));
-	if (!ret && pool_client_slot_bytes(link->client) > link->slot_bytes) {
-		/* another manager on the address, with larger windows */
-		pool_client_close(link->client);
-		link->client = NULL;
-		ret = sel_fail(SEL_EMISMATCH, open_why, sizeof(open_why), "the manager's "
-			       "windows grew past this link's claim slots");
+	atomic_store(&link->connect_done, false);
+	link->new_client = NULL;
+	link->new_result = 0;
+	link->new_why[0] = '\0';
+	if (pthread_create(&link->connect_thread, NULL, link_connect_thread, link) != 0) {
+		link_retry_later(link);
+		return sel_fail(ret, why, why_size, "%s; no thread to reconnect", link->lost_why);
 	}
-	if (ret) {
-		link->client = NULL;
-		link->retry_ns = now + (uint64_t)link->backoff_ms * 1000000ull;
-		link->backoff_ms = link->backoff_ms * 2 > LINK_BACKOFF_MAX_MS ?
-					   LINK_BACKOFF_MAX_MS : link->backoff_ms * 2;
-		sel_debug("pool: rank %u could not reconnect: %s", link->geometry.rank,
-			  open_why);
-		snprintf(why, why_size, "%s; reconnecting failed: %s", link->lost_why, open_why);
-		return ret;
-	}
-	sel_info("pool: rank %u reconnected to the manager", link->geometry.rank);
-	link->lost = false;
-	link->retry_ns = 0;
-	link->backoff_ms = LINK_BACKOFF_MIN_MS;
-	return 0;
+	link->connecting = true;
+	return sel_fail(ret, why, why_size, "%s; reconnecting", link->lost_why);
 }
 
 /* The failpoint pool.link_cut: ends the connection before a share, as a network fault. */

@@ -14,9 +14,12 @@
  * zero's link does not reconnect (its client is the session, which the
  * store reopens): after a lost connection every transfer fails with the
  * connection's reason until the link is closed and another opened. A peer
- * rank's link whose own connection was lost opens it again before its next
- * share, with backoff, on the transfer thread (DESIGN section 13).
- * Opening blocks the caller up to its deadline; the transfers are safe
+ * rank's link whose own connection was lost opens it again, with backoff,
+ * on a thread of its own started by the share that met the loss; shares
+ * fail at once until it succeeded, so the transfer thread never waits for
+ * the manager (DESIGN section 13). Opening blocks the caller up to its
+ * deadline, and closing waits for a reconnect try still running (2 s at
+ * most); the transfers are safe
  * from the transfer thread while another thread uses the client's
  * never-waiting calls (rank zero's session).
  */

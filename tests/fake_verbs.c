@@ -46,6 +46,7 @@ struct fake_qp {
 struct fake_cq {
 	struct ibv_cq cq;
 	struct ibv_wc wc[FAKE_CQ_DEPTH];
+	uint64_t visible_ns[FAKE_CQ_DEPTH]; /* when each completion may be polled */
 	uint32_t head, tail;
 };
 
@@ -394,6 +395,8 @@ static int fake_post_send_unlocked(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			*bad = wr;
 			return EIO; /* the send queue broke: nothing posted */
 		}
+		cq->visible_ns[cq->tail % FAKE_CQ_DEPTH] =
+			sel_monotonic_ns() + (uint64_t)fake.completion_delay_ms * 1000000ull;
 		wc = &cq->wc[cq->tail++ % FAKE_CQ_DEPTH];
 		memset(wc, 0, sizeof(*wc));
 		wc->wr_id = wr->wr_id;
@@ -407,9 +410,11 @@ static int fake_post_send_unlocked(struct ibv_qp *qp, struct ibv_send_wr *wr,
 static int fake_poll_cq_unlocked(struct ibv_cq *cq, int entries, struct ibv_wc *wc)
 {
 	struct fake_cq *c = (struct fake_cq *)cq;
+	uint64_t now = sel_monotonic_ns();
 	int n = 0;
 
-	while (n < entries && c->head != c->tail)
+	fake.polls++;
+	while (n < entries && c->head != c->tail && c->visible_ns[c->head % FAKE_CQ_DEPTH] <= now)
 		wc[n++] = c->wc[c->head++ % FAKE_CQ_DEPTH];
 	return n;
 }
@@ -615,6 +620,23 @@ void fake_verbs_corrupt_at(int n)
 	pthread_mutex_lock(&fake_lock);
 	fake.corrupt_at = n;
 	pthread_mutex_unlock(&fake_lock);
+}
+
+void fake_verbs_delay_completions(uint32_t ms)
+{
+	pthread_mutex_lock(&fake_lock);
+	fake.completion_delay_ms = ms;
+	pthread_mutex_unlock(&fake_lock);
+}
+
+uint64_t fake_verbs_polls(void)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&fake_lock);
+	n = fake.polls;
+	pthread_mutex_unlock(&fake_lock);
+	return n;
 }
 
 int fake_verbs_writes(void)

@@ -36,6 +36,8 @@ struct fake_verbs_state {
 	int corrupt_at;    /* that write lands with its first byte flipped, and succeeds (0: none) */
 	int posts;         /* posts, counted */
 	int post_fail_at;  /* that post fails at once (0: none) */
+	uint32_t completion_delay_ms; /* a write's completion is polled this long after its post */
+	uint64_t polls;    /* completion queue polls, counted */
 };
 
 extern struct fake_verbs_state fake;
@@ -51,6 +53,8 @@ void fake_verbs_fail_write_at(int n); /* fake.write_fail_at */
 void fake_verbs_corrupt_at(int n);    /* fake.corrupt_at */
 void fake_verbs_post_fail_at(int n);  /* fake.post_fail_at */
 int fake_verbs_writes(void);          /* fake.writes */
+void fake_verbs_delay_completions(uint32_t ms); /* fake.completion_delay_ms */
+uint64_t fake_verbs_polls(void);      /* fake.polls */
 int fake_verbs_live(void);            /* fake.live */
 
 #endif

@@ -2435,6 +2435,145 @@ static int pool_claim(struct fixture *f, const struct shard_pool_record *chain, 
 	return c->result;
 }
 
+/* A host device that records what it registered and where its device-to-host copies land. */
+struct recording_device {
+	struct shard_device base;
+	struct {
+		const uint8_t *ptr;
+		uint64_t bytes;
+	} registered[8];
+	uint32_t registered_count;
+	uint64_t to_host_entries, to_host_registered; /* entries, and those inside a registration */
+};
+
+static int recording_register(struct shard_device *dev, void *ptr, uint64_t bytes)
+{
+	struct recording_device *r = (struct recording_device *)dev;
+
+	SEL_ASSERT(r->registered_count < 8);
+	r->registered[r->registered_count].ptr = ptr;
+	r->registered[r->registered_count++].bytes = bytes;
+	return 0;
+}
+
+static void recording_unregister(struct shard_device *dev, void *ptr)
+{
+	struct recording_device *r = (struct recording_device *)dev;
+
+	for (uint32_t i = 0; i < r->registered_count; i++)
+		if (r->registered[i].ptr == ptr)
+			r->registered[i] = r->registered[--r->registered_count];
+}
+
+static int recording_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			  const struct shard_copy *copies, uint32_t count)
+{
+	struct recording_device *r = (struct recording_device *)dev;
+
+	for (uint32_t k = 0; dir == SHARD_DEVICE_TO_HOST && k < count; k++) {
+		const uint8_t *h = copies[k].host;
+
+		r->to_host_entries++;
+		for (uint32_t i = 0; i < r->registered_count; i++)
+			if (h >= r->registered[i].ptr &&
+			    h + copies[k].bytes <= r->registered[i].ptr + r->registered[i].bytes) {
+				r->to_host_registered++;
+				break;
+			}
+	}
+	shard_copy_in_memory(dir, copies, count);
+	return 0;
+}
+
+static const struct shard_device_ops recording_ops = {
+	.name = "recording",
+	.bind = tu_device_bind,
+	.register_host = recording_register,
+	.unregister_host = recording_unregister,
+	.copy = recording_copy,
+	.synchronize = gated_synchronize,
+	.close = tu_device_close,
+	.mark = tu_device_mark_none,
+	.wait_mark = tu_device_mark_none,
+	.copies_synchronous = true,
+};
+
+/*
+ * R-POOL-78: a GPU checkpoint's export copies its pages and row from the
+ * device only into the registered staging (pinned speed on a GPU), never
+ * into pageable memory, and the share is the record image byte-exact:
+ * ten pages (three windows of four, the last partial) from reversed page
+ * ids, the row, and checksums that hold.
+ */
+static void test_engine_pool_export_copies_into_registered_staging(void **state)
+{
+	struct fixture *f = *state;
+	static struct recording_device rd; /* outlives a failed test's engine until teardown */
+	struct shard_device *host = f->dev;
+	struct fake_pool fp = { .fail_after = -1 };
+	struct shard_engine_options options = {
+		.geometry = &f->g, .dir = f->dir, .device = &rd.base, .planes = &f->planes,
+		.window_pages = 4, .jobs_max = 16, .no_uring = f->no_uring,
+		.io_workers = f->io_workers, .checksum_threads = 3, .register_pool = true };
+	uint32_t ids[10], slot = 5;
+	struct shard_completion c;
+	struct rec_layout layout;
+	struct rec_header h, got;
+	struct rec_key key;
+	char err[256];
+	uint64_t seed;
+
+	rd = (struct recording_device){ .base.ops = &recording_ops };
+	shard_engine_close(f->engine);
+	if (shard_engine_open(&options, &f->engine, err, sizeof(err)) != 0)
+		fail_msg("engine: %s", err);
+	assert_true(rd.registered_count >= 1);
+	make_key(&key, 640, 3);
+	for (uint32_t i = 0; i < 10; i++) {
+		ids[i] = 150 - i;
+		fill_page(f, ids[i], 300 + i);
+	}
+	tu_fill(f->row_memory + 60000ull * slot, 60000, 4242);
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &key, NULL, &key.digest, 0, 10, 99),
+			 0);
+	pool_on(f, &fp);
+	assert_int_equal(shard_engine_pool_export(f->engine, ++f->next_job,
+						  &(struct shard_pool_export_job){
+							  .header = &h, .page_ids = ids,
+							  .state_slot = slot, .put_id = 77 }),
+			 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(c.kind, SHARD_JOB_POOL_EXPORT);
+	/* every plane of every page, and the row's pieces: all into registered memory */
+	assert_true(rd.to_host_entries >= 10 * 3 + 1);
+	assert_int_equal(rd.to_host_registered, rd.to_host_entries);
+	assert_int_equal(fp.count, 1);
+	assert_int_equal(fp.put_ids[0], 77);
+	assert_int_equal(rec_header_decode(fp.images[0], &got, NULL, 0), 0);
+	assert_int_equal(rec_layout_from_header(&got, &layout), 0);
+	assert_int_equal(fp.lengths[0], layout.file_length);
+	seed = rec_checksum_seed(&got.key);
+	for (uint32_t i = 0; i < 10; i++) {
+		const uint8_t *page = fp.images[0] + layout.page_offset + layout.page_stride * i;
+
+		for (uint32_t p = 0; p < 3; p++)
+			assert_memory_equal(page + 8192u * p, f->plane_memory[p] + 5000ull * ids[i],
+					    5000);
+		assert_true(sel_get_le64(fp.images[0] + layout.checksum_offset + 8ull * i) ==
+			    rec_page_checksum(page, layout.page_stride, seed, i));
+	}
+	assert_memory_equal(fp.images[0] + layout.row_offset, f->row_memory + 60000ull * slot,
+			    60000);
+	assert_true(got.row_checksum ==
+		    rec_row_checksum(fp.images[0] + layout.row_offset, layout.row_length, seed));
+	fake_pool_free(&fp);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+	open_engine(f, 4);
+}
+
 /*
  * A pool put sends this rank's record file as its share, byte for byte;
  * a claim of the chain from the pool, skipping a page, restores every
@@ -2580,6 +2719,7 @@ int main(void)
 		BOTH(test_engine_noop),
 		BOTH(test_engine_retire_runs_on_the_transfer_thread),
 		BOTH(test_engine_pool_put_and_claim),
+		BOTH(test_engine_pool_export_copies_into_registered_staging),
 		BOTH(test_engine_pool_put_refusals),
 		BOTH(test_engine_pool_claim_fails_whole),
 		cmocka_unit_test_setup_teardown(test_engine_two_waiters, setup_uring, teardown),

@@ -1074,6 +1074,9 @@ static void test_pool_stop_says_bye(void **state)
 	close_instance(a);
 }
 
+/* HEARTBEATs the session heard while a claim waited for its CLAIMED (R-POOL-31). */
+static uint32_t claim_heartbeats;
+
 /* Claims key's chain on the session; CLAIMED's result. */
 static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
 {
@@ -1084,7 +1087,10 @@ static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
 	char why[WHY_BYTES];
 
 	tsend(s, POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
-	assert_int_equal(trecv(s), 1);
+	do {
+		assert_int_equal(trecv(s), 1);
+		claim_heartbeats += s->rx.header.type == POOL_MSG_HEARTBEAT;
+	} while (s->rx.header.type == POOL_MSG_HEARTBEAT);
 	assert_int_equal(s->rx.header.type, POOL_MSG_CLAIMED);
 	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
 					     sizeof(why)), 0);
@@ -1350,6 +1356,20 @@ static void test_pool_disk_limit_evicts_lru(void **state)
 	tu_remove_tree(dir);
 }
 
+/* Polls until the disk thread holds no job (each answered by the loop), 10 s at most. */
+static void disk_settle(struct running *r)
+{
+	struct pool_manager_stats st;
+
+	for (int i = 0; i < 10000; i++) {
+		pool_manager_stats(r->m, &st);
+		if (st.disk_queued == 0)
+			return;
+		usleep(1000);
+	}
+	fail_msg("the disk thread still holds %llu jobs", (unsigned long long)st.disk_queued);
+}
+
 /*
  * A spill syncs each share file before its rename and the rank's
  * directory after (two syncs a share); a sync that fails spills nothing,
@@ -1373,6 +1393,7 @@ static void test_pool_disk_spill_syncs(void **state)
 	before = sel_failpoint_evaluations(SEL_FP_POOL_DISK_SYNC);
 	for (uint32_t i = 0; i < 8; i++)
 		assert_int_equal(put_whole(a, &cases[i]), 0);
+	disk_settle(&r);
 	pool_manager_stats(r.m, &st);
 	assert_true(st.spilled >= 1);
 	assert_int_equal(sel_failpoint_evaluations(SEL_FP_POOL_DISK_SYNC) - before,
@@ -1390,6 +1411,7 @@ static void test_pool_disk_spill_syncs(void **state)
 	open_instance(a, &r, 0xb, 0);
 	for (uint32_t i = 0; i < 8; i++)
 		assert_int_equal(put_whole(a, &cases[i]), 0);
+	disk_settle(&r);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.spilled, 0);
 	assert_int_equal(st.disk_used_bytes, 0);
@@ -1399,6 +1421,94 @@ static void test_pool_disk_spill_syncs(void **state)
 	manager_stop(&r);
 	assert_int_equal(sel_failpoints_configure(""), 0);
 	for (uint32_t i = 0; i < 8; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
+/* Milliseconds since start_ns. */
+static uint64_t ms_since(uint64_t start_ns)
+{
+	return (sel_monotonic_ns() - start_ns) / 1000000u;
+}
+
+/* SELENE_TEST_TIME_SCALE (make check-tsan sets it): how much slower this build runs. */
+static uint32_t time_scale(void)
+{
+	const char *env = getenv("SELENE_TEST_TIME_SCALE");
+	int scale = env ? atoi(env) : 1;
+
+	return scale >= 1 ? (uint32_t)scale : 1;
+}
+
+/*
+ * The disk tier's I/O runs on a thread of its own: while a spill's write
+ * is held there (failpoint pool.disk_io sleeping 1.5 s, twice), the put
+ * that needed its room is answered at once, another instance's handshake,
+ * ATTACH and LOOKUP are answered, and a claim of the record on disk is
+ * answered once its load ran (behind the writes), byte-exact.
+ */
+static void test_pool_disk_thread_keeps_loop_answering(void **state)
+{
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	static struct put_case cases[16];
+	struct put_case *one[1] = { &cases[0] };
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk-thread");
+	uint32_t used = 0, bound_ms = 1000 * time_scale();
+	uint64_t start, ms;
+
+	(void)state;
+	for (uint32_t i = 0; i < 16; i++)
+		case_make(&cases[i], 700 + i, 128, NULL, 90 + i);
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0);
+	/* fill the arena until a put spilled: the next one needs a spill too */
+	do {
+		assert_true(used < 14);
+		assert_int_equal(put_whole(a, &cases[used++]), 0);
+		disk_settle(&r);
+		pool_manager_stats(r.m, &st);
+	} while (st.spilled == 0);
+	assert_int_equal(sel_failpoints_configure("pool.disk_io=2*sleep(1500)->off"), 0);
+	start = sel_monotonic_ns();
+	assert_int_equal(put_whole(a, &cases[used++]), 0);
+	ms = ms_since(start);
+	pool_manager_stats(r.m, &st);
+	print_message("put needing a spill answered in %llu ms, %llu disk jobs held\n",
+		      (unsigned long long)ms, (unsigned long long)st.disk_queued);
+	if (ms >= bound_ms)
+		fail_msg("the put waited %llu ms for the disk", (unsigned long long)ms);
+	assert_true(st.spilled >= 2);
+	start = sel_monotonic_ns();
+	open_instance(b, &r, 0xb, 0);
+	assert_int_equal(lookup(&b[0], &cases[used - 1].rec.key, 1, NULL), 1);
+	ms = ms_since(start);
+	pool_manager_stats(r.m, &st);
+	print_message("handshake, attach and lookup in %llu ms, %llu disk jobs held\n",
+		      (unsigned long long)ms, (unsigned long long)st.disk_queued);
+	if (ms >= bound_ms)
+		fail_msg("another instance waited %llu ms for the disk", (unsigned long long)ms);
+	if (time_scale() == 1)
+		assert_true(st.disk_queued >= 1); /* the write was still held throughout */
+	/*
+	 * The oldest went to disk first: its claim waits for the load (behind
+	 * the held write and the spill that makes its room), hearing a
+	 * HEARTBEAT each second meanwhile, not for the loop.
+	 */
+	claim_heartbeats = 0;
+	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), 0);
+	assert_true(claim_heartbeats >= 1);
+	claim_stream_check(&a[1], 1, one, 1, 0);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	disk_settle(&r);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.loaded >= 1);
+	assert_int_equal(st.disk_failures, 0);
+	close_instance(b);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 16; i++)
 		case_free(&cases[i]);
 	tu_remove_tree(dir);
 }
@@ -1956,6 +2066,58 @@ static void test_pool_rdma_claim_byte_exact(void **state)
 #endif
 }
 
+/*
+ * While RDMA WRITEs are in flight (completions held 100 ms by the fake
+ * device) the manager's loop polls their completions at most once per
+ * RDMA_POLL_US (100 us) per connection, sleeping between, instead of
+ * spinning; the claim is byte-exact as ever.
+ */
+static void test_pool_rdma_waits_without_spinning(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct rank_job jobs[WORLD];
+	uint64_t polls, start, elapsed_us, bound;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	manager_start_rdma(&r, true, NULL);
+	case_make(&root, 9, 96, NULL, 90);
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(a);
+	rdma_wait_active(b);
+	put_root(a, &root);
+	fake_verbs_delay_completions(100);
+	polls = fake_verbs_polls();
+	start = sel_monotonic_ns();
+	rdma_claim(b, &root, chain, jobs);
+	elapsed_us = (sel_monotonic_ns() - start) / 1000u;
+	polls = fake_verbs_polls() - polls;
+	fake_verbs_delay_completions(0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	/* two connections' writes in flight, one poll each per 100 us, and a wake per frame */
+	bound = 2 * (elapsed_us / 100u) + 2000u;
+	print_message("%llu completion polls in %llu ms (at most %llu)\n",
+		      (unsigned long long)polls, (unsigned long long)(elapsed_us / 1000u),
+		      (unsigned long long)bound);
+	assert_true(elapsed_us >= 100000u);
+	if (polls > bound)
+		fail_msg("the manager polled %llu times in %llu ms: it spins",
+			 (unsigned long long)polls, (unsigned long long)(elapsed_us / 1000u));
+	rdma_finish(&r, a, b, &root);
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
 #ifdef SEL_HAVE_VERBS_H
 /* A failed WRITE, by its completion (post_fails false) or its post, on the third window. */
 static void rdma_failed_write(bool post_fails)
@@ -2275,6 +2437,7 @@ int main(void)
 		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 		cmocka_unit_test(test_pool_rdma_claim_byte_exact),
+		cmocka_unit_test(test_pool_rdma_waits_without_spinning),
 		cmocka_unit_test(test_pool_rdma_failed_write_falls_back),
 		cmocka_unit_test(test_pool_rdma_no_device_streams),
 		cmocka_unit_test(test_pool_rdma_corrupt_slot_never_delivered),
@@ -2282,6 +2445,7 @@ int main(void)
 		cmocka_unit_test(test_pool_rdma_memlock),
 		cmocka_unit_test(test_pool_disk_limit_evicts_lru),
 		cmocka_unit_test(test_pool_disk_spill_syncs),
+		cmocka_unit_test(test_pool_disk_thread_keeps_loop_answering),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);

@@ -455,8 +455,9 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
  * in its process only) before its first share on instance A, and again
  * before its first on instance B, while rank zero's session stays up: each
  * time the rank reconnects and the instance keeps using the pool. A's puts
- * after the cut reach the manager, and B's claim, its rank one cut just
- * before its share, restores them byte-exact on both ranks.
+ * after the cut reach the manager, and B's claims, its rank one cut just
+ * before its first share (which fails without waiting for the reconnect),
+ * restore them byte-exact on both ranks.
  */
 static void test_pool_attach_peer_reconnects_alone(void **state)
 {
@@ -466,6 +467,7 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 						 .peer_failpoints = "pool.link_cut=1*return" };
 	struct pf_fixture *f = *state;
 	struct sel_stats st;
+	struct sel_event ev;
 	struct sel_hit hit;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
@@ -493,10 +495,28 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 	pf_wipe(f, 1);
 	if (!lookup_pool(f, 1, &hit))
 		fail_msg("instance B found nothing in the pool");
-	pf_fetch_restores(f, 1, &hit, 20, 3, 7, 20000, "pool fetch after rank one's cut");
+	/*
+	 * Rank one meets the cut and fails its share at once, reconnecting
+	 * meanwhile on a thread of its own (its transfer thread never waits
+	 * for the manager): the claim fails and the request would recompute.
+	 * The next fetch of the chain finds the rank reconnected.
+	 */
+	pf_fetch(f, 1, &hit, 20, 3, 7);
+	ev = pf_next_event(f->inst[1].store, 20000);
+	if (ev.kind == SEL_EVENT_FETCH_FAILED) {
+		assert_non_null(strstr(ev.why, "pool.link_cut"));
+		pf_wipe(f, 1);
+		if (!lookup_pool(f, 1, &hit))
+			fail_msg("instance B found nothing in the pool after rank one's cut");
+		pf_fetch_restores(f, 1, &hit, 20, 3, 8, 20000, "pool fetch after rank one's cut");
+	} else {
+		if (ev.kind != SEL_EVENT_FETCHED)
+			fail_msg("pool fetch across rank one's cut: %d %s", ev.kind, ev.why);
+		pf_check_restored(f, 1, &hit, 20, 3);
+	}
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
 	assert_int_equal(st.pool_attached, 1);
-	assert_int_equal(st.pool_claim_failures, 0);
+	assert_true(st.pool_claim_failures <= 1);
 	pf_instance_close(f, 1);
 }
 

@@ -56,6 +56,7 @@ struct fixture {
 	struct shard_device *device; /* the test's; closed after the link, which registered with it */
 	pid_t child;                 /* a manager in a child process (setup_child), or 0 */
 	int child_stop;              /* written to stop the child's manager */
+	uint16_t port;               /* the manager's */
 	int warnings;
 	char last[512];
 };
@@ -168,6 +169,7 @@ static void fixture_attach(struct fixture *f, uint16_t port)
 	uint8_t instance[POOL_INSTANCE_ID_BYTES];
 	char address[64], why[256] = "";
 
+	f->port = port;
 	snprintf(address, sizeof(address), "127.0.0.1:%u", port);
 	memset(instance, 0x3c, sizeof(instance));
 	if (shard_pool_link_open(&f->plan, address, instance, 10000, &f->link, why,
@@ -594,6 +596,72 @@ static void test_pool_link_silent_manager_fails_places(void **state)
 	silent_after_grant(f, "its places");
 }
 
+/*
+ * A share of rank one's link: fd -1, so a connection that is up answers
+ * -EBADF from reading the file (nothing is sent); a lost one, the loss's
+ * failure. Returns it and how long the call took in *ms.
+ */
+static int peer_share(struct shard_pool_conn *conn, uint64_t *ms)
+{
+	char why[256] = "";
+	uint64_t start = sel_monotonic_ns();
+	int ret = conn->put_share(conn->ctx, 1, -1, 4096, why, sizeof(why));
+
+	*ms = ms_since(start);
+	return ret;
+}
+
+/*
+ * R-POOL-110: a peer rank's reconnect to a manager that accepts
+ * connections and answers nothing (stopped) never holds up its transfer
+ * thread: each share fails at once while the try waits on a thread of its
+ * own, and once the manager answers, the link is up again.
+ */
+static void test_pool_link_peer_reconnect_never_waits(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_plan plan = f->plan;
+	uint8_t instance[POOL_INSTANCE_ID_BYTES];
+	struct shard_pool_link *link = NULL;
+	struct shard_pool_conn conn;
+	char address[64], why[256] = "";
+	uint64_t ms = 0;
+	int ret = 0, reconnected = 0;
+
+	tu_geometry(&plan.geometry, 16, PLANES, UNIT, ROW, 1, 2);
+	plan.world_size = 2;
+	plan.page_bytes[1] = plan.geometry.page_record_bytes;
+	plan.row_bytes[1] = plan.geometry.row_record_bytes;
+	memset(instance, 0x5d, sizeof(instance)); /* another instance: rank one of two */
+	snprintf(address, sizeof(address), "127.0.0.1:%u", f->port);
+	if (shard_pool_link_open(&plan, address, instance, 10000, &link, why, sizeof(why)) != 0)
+		fail_msg("rank one's link: %s", why);
+	shard_pool_link_conn(link, &conn);
+	assert_int_equal(peer_share(&conn, &ms), -EBADF);
+	stop_child(f);
+	shard_pool_link_cut(link, "cut by the test");
+	for (int i = 0; i < 5; i++) {
+		ret = peer_share(&conn, &ms);
+		assert_true(ret != 0 && ret != -EBADF);
+		if (ms >= 500)
+			fail_msg("share %d waited %llu ms for a manager that answers nothing", i,
+				 (unsigned long long)ms);
+		usleep(50000);
+	}
+	assert_int_equal(kill(f->child, SIGCONT), 0);
+	for (int i = 0; i < 1000 && !reconnected; i++) {
+		ret = peer_share(&conn, &ms);
+		assert_true(ms < 500);
+		reconnected = ret == -EBADF;
+		usleep(10000);
+	}
+	if (!reconnected)
+		fail_msg("rank one did not reconnect once the manager answered: %s",
+			 sel_strerror(ret));
+	shard_pool_link_close(link);
+	shard_pool_plan_destroy(&plan);
+}
+
 /* The host device: claims copy from the arena and read no stream window. */
 static void test_pool_link_claims_from_arena(void **state)
 {
@@ -677,6 +745,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_link_silent_manager_fails_grant,
 						setup_child, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_silent_manager_fails_stream,
+						setup_child, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_peer_reconnect_never_waits,
 						setup_child, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_silent_manager_fails_places,
 						setup_child, teardown),
