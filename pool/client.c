@@ -604,6 +604,24 @@ static void on_window(struct pool_client *c)
 }
 
 /*
+ * Copies v's places into out (v->count of them). R-POOL-34: every range lies
+ * inside the arena WELCOME announced; one that does not (past its end, or
+ * an offset and length whose sum wraps) keeps 0 bytes, so that the pull
+ * it answers fails (SEL_EPROTO) instead of handing out a place no mapping
+ * holds.
+ */
+static void places_copy(const struct pool_client *c, const struct pool_places_view *v,
+			struct pool_place *out)
+{
+	for (uint32_t i = 0; i < v->count; i++) {
+		pool_places_view_place(v, i, &out[i]);
+		if (out[i].offset > c->facts.arena_bytes ||
+		    out[i].bytes > c->facts.arena_bytes - out[i].offset)
+			out[i].bytes = 0;
+	}
+}
+
+/*
  * R-POOL-51: CLAIM_PLACES right after a local claim's CLAIMED belongs to
  * the grant. True when v was the grant's (*ret: 0, or SEL_EPROTO for places
  * that do not match the chain); false when it is for a rank's pull.
@@ -623,12 +641,8 @@ static bool grant_places(struct pool_client *c, const struct pool_places_view *v
 		return true;
 	}
 	q->places = calloc(v->count ? v->count : 1, sizeof(*q->places));
-	for (uint32_t i = 0; q->places && i < v->count; i++) {
-		pool_places_view_place(v, i, &q->places[i]);
-		if (q->places[i].offset > c->facts.arena_bytes ||
-		    q->places[i].bytes > c->facts.arena_bytes - q->places[i].offset)
-			q->places[i].bytes = 0; /* past the arena: refused when pulled */
-	}
+	if (q->places)
+		places_copy(c, v, q->places);
 	q->answered = true;
 	return true;
 }
@@ -925,11 +939,8 @@ static void on_frame(struct pool_client *c)
 		s = share_find(c, v.claim_id);
 		if (s && s->places_mode && v.count == s->chain_count) {
 			s->places = calloc(v.count ? v.count : 1, sizeof(*s->places));
-			for (uint32_t i = 0; s->places && i < v.count; i++) {
-				pool_places_view_place(&v, i, &s->places[i]);
-				if (s->places[i].offset + s->places[i].bytes > c->facts.arena_bytes)
-					s->places[i].bytes = 0;
-			}
+			if (s->places)
+				places_copy(c, &v, s->places);
 			s->places_in = true;
 		}
 		break;

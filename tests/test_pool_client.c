@@ -1,0 +1,298 @@
+/*
+ * A pool client (pool/client.h) against a scripted manager: one that
+ * speaks the handshake honestly and then answers with values that decode
+ * but are wrong (pool/PROTOCOL.md R-POOL-9, R-POOL-34, R-POOL-51): places
+ * past the arena's end or whose offset and length overflow, a REFUSE with a
+ * reason no version defines. For each the client must fail the claim or
+ * the open with a clear error and never hand out a place it cannot map.
+ * What it is not: the manager's own tests (test_pool.c, test_pool_hostile.c).
+ */
+#include "tests/testutil.h"
+
+#include "common/base.h"
+#include "pool/client.h"
+#include "pool/wire.h"
+#include "record/key.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define WHY_BYTES 256
+/* The arena the scripted manager announces (no file: only its size counts). */
+#define FAKE_ARENA_BYTES (64ull << 20)
+#define FAKE_NAME "scripted"
+#define FAKE_PLACES_MAX 4u
+
+/* What the scripted manager does after accepting one connection. */
+struct fake {
+	int listen_fd;
+	uint16_t port;
+	pthread_t thread;
+	uint8_t secret[POOL_SECRET_BYTES];
+	uint32_t refuse_reason;  /* nonzero: REFUSE this (raw) reason after HELLO */
+	struct pool_place places[FAKE_PLACES_MAX]; /* sent for a CLAIM_PULL */
+	uint32_t place_count;
+	uint32_t pulls;          /* CLAIM_PULLs seen */
+	struct rec_geometry g;
+	struct rec_identity model, ns;
+};
+
+static void fake_send(int fd, const uint8_t *key, uint64_t *seq, uint16_t type,
+		      const uint8_t *body, uint32_t length)
+{
+	assert_int_equal(pool_frame_write(fd, key, POOL_TO_RANK, seq, type, body, length, NULL, 0),
+			 0);
+}
+
+/* The manager's side of R-POOL-10 .. R-POOL-17 on fd; false after a REFUSE. */
+static bool fake_handshake(struct fake *f, int fd, struct pool_rx *rx, uint64_t *seq,
+			   uint8_t kc[POOL_KEY_BYTES])
+{
+	static uint8_t buf[POOL_CONTROL_BODY_BYTES_MAX];
+	uint8_t cn[POOL_NONCE_BYTES], sn[POOL_NONCE_BYTES];
+	struct pool_welcome w = { .arena_generation = 1, .arena_bytes = FAKE_ARENA_BYTES,
+				  .window_bytes = 1u << 20, .claims_max = 4, .puts_max = 4,
+				  .claim_setup_ms = 10000 };
+	struct pool_attached at = { 0 };
+	char why[WHY_BYTES];
+	int n;
+
+	assert_int_equal(pool_rx_read_frame(rx, fd, why, sizeof(why)), 1);
+	assert_int_equal(rx->header.type, POOL_MSG_HELLO);
+	memcpy(cn, rx->body, POOL_NONCE_BYTES);
+	if (f->refuse_reason) {
+		/* raw bytes: the encoder would not write an unknown reason */
+		sel_put_le32(buf, f->refuse_reason);
+		buf[4] = 3; /* u16 text length, little-endian */
+		buf[5] = 0;
+		memcpy(buf + 6, "odd", 3);
+		fake_send(fd, NULL, seq, POOL_MSG_REFUSE, buf, 9);
+		return false;
+	}
+	assert_int_equal(cluster_nonce_fill(sn), 0);
+	fake_send(fd, NULL, seq, POOL_MSG_CHALLENGE, sn, POOL_NONCE_BYTES);
+	assert_int_equal(pool_rx_read_frame(rx, fd, why, sizeof(why)), 1);
+	assert_int_equal(rx->header.type, POOL_MSG_PROOF);
+	memset(w.arena_id, 0x5a, sizeof(w.arena_id));
+	snprintf(w.name, sizeof(w.name), "%s", FAKE_NAME);
+	snprintf(w.arena_path, sizeof(w.arena_path), "/dev/shm/selene-test-scripted-none");
+	n = pool_welcome_encode(&w, buf, sizeof(buf));
+	assert_true(n > 0);
+	pool_welcome_mac(f->secret, cn, sn, buf + POOL_MAC_BYTES, (size_t)n - POOL_MAC_BYTES, buf);
+	fake_send(fd, NULL, seq, POOL_MSG_WELCOME, buf, (uint32_t)n);
+	pool_connection_key(f->secret, cn, sn, kc);
+	rx->key = kc;
+	assert_int_equal(pool_rx_read_frame(rx, fd, why, sizeof(why)), 1);
+	assert_int_equal(rx->header.type, POOL_MSG_ATTACH);
+	pool_scope_of_attach(FAKE_NAME, rx->body, rx->body_length, at.scope);
+	n = pool_attached_encode(&at, buf, sizeof(buf));
+	assert_true(n > 0);
+	fake_send(fd, kc, seq, POOL_MSG_ATTACHED, buf, (uint32_t)n);
+	return true;
+}
+
+/* Serves one connection: the handshake, then places for every CLAIM_PULL. */
+static void *fake_thread(void *arg)
+{
+	static uint8_t body[POOL_CONTROL_BODY_BYTES_MAX], buf[POOL_CONTROL_BODY_BYTES_MAX];
+	struct fake *f = arg;
+	struct timeval tv = { .tv_sec = 5 };
+	uint8_t kc[POOL_KEY_BYTES];
+	struct pool_rx rx;
+	uint64_t seq = 0;
+	char why[WHY_BYTES];
+	int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	pool_rx_init(&rx, body, sizeof(body), POOL_TO_MANAGER);
+	if (!fake_handshake(f, fd, &rx, &seq, kc))
+		goto out_close;
+	while (pool_rx_read_frame(&rx, fd, why, sizeof(why)) == 1) {
+		struct pool_claim_pull pull;
+		int n;
+
+		if (rx.header.type == POOL_MSG_BYE)
+			break;
+		if (rx.header.type != POOL_MSG_CLAIM_PULL)
+			continue;
+		assert_int_equal(pool_claim_pull_decode(rx.body, rx.body_length, &pull, why,
+							sizeof(why)),
+				 0);
+		f->pulls++;
+		n = pool_claim_places_encode(pull.claim_id, f->places, f->place_count, buf,
+					     sizeof(buf));
+		assert_true(n > 0);
+		fake_send(fd, kc, &seq, POOL_MSG_CLAIM_PLACES, buf, (uint32_t)n);
+	}
+out_close:
+	close(fd);
+	return NULL;
+}
+
+static void fake_start(struct fake *f)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->listen_fd >= 0);
+	assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(f->listen_fd, 4), 0);
+	assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&a, &len), 0);
+	f->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&f->thread, NULL, fake_thread, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	pthread_join(f->thread, NULL);
+	close(f->listen_fd);
+}
+
+static int setup(void **state)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	memset(f->secret, 0x33, sizeof(f->secret));
+	tu_geometry(&f->g, 16, 2, 4096, 4096, 0, 1);
+	tu_identities(&f->model, &f->ns);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	free(*state);
+	return 0;
+}
+
+/* Opens rank zero of a one-rank instance on the scripted manager. */
+static int client_open(struct fake *f, struct pool_client **out, char *why)
+{
+	static uint64_t page_bytes[1], row_bytes[1];
+	char address[64];
+	struct pool_client_config cfg = { .address = address, .secret = f->secret, .rank = 0,
+					  .geometry = &f->g, .deadline_ms = 5000, .rdma_off = true };
+
+	snprintf(address, sizeof(address), "127.0.0.1:%u", f->port);
+	memset(cfg.instance_id, 0x1c, sizeof(cfg.instance_id));
+	page_bytes[0] = f->g.page_record_bytes;
+	row_bytes[0] = f->g.row_record_bytes;
+	cfg.scope = (struct pool_scope_parts){ .world_size = 1, .namespace_id = f->ns,
+					       .layout_digest = f->g.layout_digest,
+					       .page_tokens = f->g.page_tokens,
+					       .plane_count = f->g.page_plane_count,
+					       .page_bytes = page_bytes, .row_bytes = row_bytes };
+	return pool_client_open(&cfg, out, why, WHY_BYTES);
+}
+
+/* A places pull of a one-record chain: what pool_share_places returns. */
+static int pull_places(struct pool_client *c, struct pool_place *got)
+{
+	struct pool_chain_entry e = { .tail_page_count = 1, .row = true };
+	int ret;
+
+	e.key.consumed = 16;
+	tu_fill(e.key.digest.bytes, sizeof(e.key.digest.bytes), 9);
+	assert_int_equal(pool_share_pull(c, 41, &e, 1, 0, true), 0);
+	ret = pool_share_places(c, 41, got, 1, 5000);
+	assert_int_equal(pool_share_end(c, 41), 0);
+	return ret;
+}
+
+/* R-POOL-34: a place whose offset plus length wraps past 2^64 is refused, never handed out. */
+static void test_pool_client_places_overflow_refused(void **state)
+{
+	struct fake *f = *state;
+	struct pool_client *c = NULL;
+	struct pool_place got = { 0 };
+	char why[WHY_BYTES] = "";
+
+	f->places[0] = (struct pool_place){ .offset = UINT64_MAX - 4095, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	assert_int_equal(pull_places(c, &got), SEL_EPROTO);
+	assert_int_equal(f->pulls, 1);
+	assert_int_equal(got.bytes, 0);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/* R-POOL-34: a place that starts inside the arena and overlaps its end is refused. */
+static void test_pool_client_places_past_arena_refused(void **state)
+{
+	struct fake *f = *state;
+	struct pool_client *c = NULL;
+	struct pool_place got = { 0 };
+	char why[WHY_BYTES] = "";
+
+	f->places[0] = (struct pool_place){ .offset = FAKE_ARENA_BYTES - 4096, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	assert_int_equal(pull_places(c, &got), SEL_EPROTO);
+	assert_int_equal(got.bytes, 0);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/* R-POOL-34: a place wholly inside the arena is handed out as sent. */
+static void test_pool_client_places_inside_arena_given(void **state)
+{
+	struct fake *f = *state;
+	struct pool_client *c = NULL;
+	struct pool_place got = { 0 };
+	char why[WHY_BYTES] = "";
+
+	f->places[0] = (struct pool_place){ .offset = FAKE_ARENA_BYTES - 8192, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	assert_int_equal(pull_places(c, &got), 0);
+	assert_int_equal(got.offset, FAKE_ARENA_BYTES - 8192);
+	assert_int_equal(got.bytes, 8192);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/* R-POOL-9: a REFUSE with a reason no version defines fails the open with a reason, no crash. */
+static void test_pool_client_unknown_refuse_reason(void **state)
+{
+	struct fake *f = *state;
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+
+	f->refuse_reason = 99;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), SEL_EPROTO);
+	assert_null(c);
+	assert_non_null(strstr(why, "REFUSE reason 99"));
+	fake_stop(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_pool_client_places_overflow_refused, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_places_past_arena_refused, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_places_inside_arena_given, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_unknown_refuse_reason, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
