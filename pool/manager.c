@@ -1364,7 +1364,7 @@ static bool export_pick(struct pool_manager *m, struct conn *c,
 static void export_ask(struct pool_manager *m, struct instance *holder, const struct rec_key *key,
 		       uint64_t now)
 {
-	struct pool_export q = { .deadline_ms = POOL_EXPORT_MS, .key = *key };
+	struct pool_export q = { .deadline_ms = m->config.export_ms, .key = *key };
 	uint8_t buf[POOL_EXPORT_BYTES];
 	struct export *x = calloc(1, sizeof(*x));
 	int n;
@@ -1373,7 +1373,7 @@ static void export_ask(struct pool_manager *m, struct instance *holder, const st
 		return;
 	*x = (struct export){ .next = m->exports, .id = m->next_export_id++,
 			      .scope = holder->scope, .holder = holder, .key = *key,
-			      .deadline_ns = now + POOL_EXPORT_MS * 1000000ull };
+			      .deadline_ns = now + m->config.export_ms * 1000000ull };
 	m->exports = x;
 	holder->exports++;
 	q.export_id = x->id;
@@ -3143,6 +3143,8 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 		m->config.connections_max = POOL_CONNECTIONS_MAX;
 	if (!m->config.claim_setup_ms)
 		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS;
+	if (!m->config.export_ms || m->config.export_ms > POOL_EXPORT_MS)
+		m->config.export_ms = POOL_EXPORT_MS;
 	if (m->config.claim_setup_ms > POOL_CLAIM_SETUP_MS_MAX)
 		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS_MAX;
 	m->config.listen = NULL;

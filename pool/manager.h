@@ -38,6 +38,12 @@ struct pool_manager_config {
 	uint32_t window_bytes;  /* 0: POOL_WINDOW_BYTES_DEFAULT */
 	uint32_t claim_setup_ms; /* 0: POOL_CLAIM_SETUP_MS */
 	/*
+	 * How long an export may stay unanswered before the manager forgets it
+	 * and counts it failed (R-POOL-74); 0: POOL_EXPORT_MS, which is also
+	 * the most. Tests shorten it.
+	 */
+	uint32_t export_ms;
+	/*
 	 * The disk tier, or NULL: records the arena evicts move here as record
 	 * files (one directory per scope, one per rank), come back for a claim,
 	 * and are found again when a manager of the same name starts on it.
