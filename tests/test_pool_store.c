@@ -1210,6 +1210,64 @@ static void test_pool_store_grace_period_figures(void **state)
 	assert_int_equal(coord_pool_grace_ns(false, UINT32_MAX), 250000000);
 }
 
+/*
+ * R rounds of an offer of a new checkpoint, the same offer again (-EEXIST)
+ * and its eviction, with the table already holding what it holds: the
+ * fastest of 5 runs, in ns.
+ */
+static uint64_t gpu_hold_rounds_ns(struct fixture *f, uint64_t first_checkpoint, uint32_t rounds)
+{
+	uint64_t best = UINT64_MAX;
+
+	for (int run = 0; run < 5; run++) {
+		uint64_t start = sel_monotonic_ns();
+
+		for (uint32_t k = 0; k < rounds; k++) {
+			uint64_t ckpt = first_checkpoint + k;
+
+			assert_int_equal(coord_store_gpu_hold(&f->store, ckpt, &f->h[1], 128), 0);
+			assert_int_equal(coord_store_gpu_hold(&f->store, ckpt, &f->h[1], 128),
+					 -EEXIST);
+			assert_int_equal(coord_store_gpu_evicted(&f->store, ckpt), 0);
+		}
+		if (sel_monotonic_ns() - start < best)
+			best = sel_monotonic_ns() - start;
+	}
+	return best;
+}
+
+/*
+ * The model thread's offer calls (sel_gpu_hold, sel_gpu_evicted) cost the
+ * same with POOL_GPU_HOLDS_MAX - 1 offers held as with 16: no call scans
+ * the table (docs/DESIGN.md section 13).
+ */
+static void test_pool_store_gpu_holds_constant_time(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t few_ns, full_ns;
+
+	assert_int_equal(coord_store_gpu_exports(&f->store, true), 0);
+	for (uint64_t c = 1; c <= 16; c++)
+		assert_int_equal(coord_store_gpu_hold(&f->store, c, &f->h[0], 64 * (1 + c % 31)), 0);
+	few_ns = gpu_hold_rounds_ns(f, 1u << 20, 2000);
+	for (uint64_t c = 17; c < POOL_GPU_HOLDS_MAX; c++)
+		assert_int_equal(coord_store_gpu_hold(&f->store, c, &f->h[c % HISTORIES],
+						      64 * (1 + c % 31)), 0);
+	assert_int_equal(coord_store_gpu_hold(&f->store, 1u << 30, &f->h[0], 64), 0);
+	assert_int_equal(coord_store_gpu_hold(&f->store, 1u << 31, &f->h[0], 64), SEL_EQUEUEFULL);
+	assert_int_equal(coord_store_gpu_evicted(&f->store, 1u << 30), 0);
+	full_ns = gpu_hold_rounds_ns(f, 1u << 21, 2000);
+	print_message("2000 rounds: %.2f ms with 16 offers, %.2f ms with %u\n", few_ns / 1e6,
+		      full_ns / 1e6, POOL_GPU_HOLDS_MAX - 1);
+	if (full_ns > 8 * few_ns + 2000000)
+		fail_msg("offers cost %.1fx as much with a full table", (double)full_ns / few_ns);
+	/* every offer is still found: each evicts once */
+	for (uint64_t c = 1; c < POOL_GPU_HOLDS_MAX; c++)
+		assert_int_equal(coord_store_gpu_evicted(&f->store, c), 0);
+	assert_int_equal(coord_store_gpu_evicted(&f->store, 1), SEL_ENOTFOUND);
+	assert_int_equal(f->store.gpu_hold_count, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1239,6 +1297,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim, setup_driver,
 						teardown_driver),
 		cmocka_unit_test(test_pool_store_grace_period_figures),
+		cmocka_unit_test_setup_teardown(test_pool_store_gpu_holds_constant_time, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool_store", tests, NULL, NULL);
