@@ -195,6 +195,7 @@ struct conn {
 	struct stream streams[POOL_SHARES_LIVE_MAX];
 	uint32_t stream_count;
 	struct put *rx_put; /* the put the window being read belongs to */
+	uint32_t poll_slot; /* its pollfd in this turn of the loop; 0: none (new) */
 };
 
 struct pool_manager {
@@ -2857,6 +2858,7 @@ int pool_manager_run(struct pool_manager *m)
 		for (uint32_t i = 0; i < m->conn_count; i++) {
 			struct conn *c = m->conns[i];
 
+			c->poll_slot = (uint32_t)count;
 			fds[count++] = (struct pollfd){
 				.fd = c->fd,
 				.events = (short)((c->closing || out_backlogged(c) ? 0 : POLLIN) |
@@ -2888,15 +2890,20 @@ int pool_manager_run(struct pool_manager *m)
 		}
 		if (fds[0].revents & POLLIN)
 			accept_all(m, now);
-		/* connections only: those accepted just now are polled next time */
-		for (nfds_t k = 2; k < count; k++) {
-			struct conn *c = NULL;
+		/*
+		 * Connections only, each through its own pollfd (no scan per
+		 * event): those accepted just now have none and are polled next
+		 * time; one accept_all freed is no longer in conns, and a new one
+		 * given its fd number is not confused with it.
+		 */
+		for (uint32_t i = 0; i < m->conn_count; i++) {
+			struct conn *c = m->conns[i];
+			uint32_t k = c->poll_slot;
 
-			for (uint32_t i = 0; i < m->conn_count; i++)
-				if (m->conns[i]->fd == fds[k].fd)
-					c = m->conns[i];
-			if (!c)
+			if (!k)
 				continue;
+			c->poll_slot = 0;
+			SEL_ASSERT(k < count && fds[k].fd == c->fd);
 			if (fds[k].revents & (POLLIN | POLLHUP | POLLERR))
 				conn_read(m, c, now);
 			if (c->state == C_SERVING)

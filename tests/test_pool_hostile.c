@@ -697,6 +697,62 @@ static void test_pool_hostile_unread_answers(void **state)
 	free(frames);
 }
 
+#define CROWD_CONNECTIONS 1000
+#define CROWD_LOOKUPS 200
+
+/* The ms CROWD_LOOKUPS lookups of h take, one after another. */
+static double lookups_ms(struct honest *h)
+{
+	struct rec_key key;
+	uint64_t start = sel_monotonic_ns();
+
+	memset(&key, 0, sizeof(key));
+	key.consumed = 64;
+	tu_fill(key.digest.bytes, sizeof(key.digest.bytes), 5);
+	for (int i = 0; i < CROWD_LOOKUPS; i++) {
+		honest_send(h, POOL_MSG_LOOKUP, h->body,
+			    pool_lookup_encode(7, &key, 1, h->body, POOL_CONTROL_BODY_BYTES_MAX));
+		assert_int_equal(honest_recv(h), 1);
+		assert_int_equal(h->rx.header.type, POOL_MSG_ANSWER);
+	}
+	return (double)(sel_monotonic_ns() - start) / 1e6;
+}
+
+/*
+ * 1000 connections that stay silent in their handshake cost the loop O(1)
+ * each per turn, not a scan of every connection per polled one: an honest
+ * rank's lookups among them take at most 5 times as long as alone (plus
+ * 100 ms of slack), what poll(2) over 1001 descriptors costs.
+ */
+static void test_pool_hostile_idle_crowd(void **state)
+{
+	struct fixture *f = *state;
+	static int fds[CROWD_CONNECTIONS];
+	struct pool_manager_stats st;
+	double alone_ms, crowd_ms;
+	struct honest h;
+
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	alone_ms = lookups_ms(&h);
+	for (int i = 0; i < CROWD_CONNECTIONS; i++)
+		fds[i] = connect_manager(f);
+	for (int i = 0; i < 2000; i++) {
+		pool_manager_stats(f->manager, &st);
+		if (st.connections >= CROWD_CONNECTIONS + 1)
+			break;
+		usleep(1000);
+	}
+	assert_true(st.connections >= CROWD_CONNECTIONS + 1);
+	crowd_ms = lookups_ms(&h);
+	print_message("%d lookups: %.2f ms alone, %.2f ms among %d idle connections\n",
+		      CROWD_LOOKUPS, alone_ms, crowd_ms, CROWD_CONNECTIONS);
+	for (int i = 0; i < CROWD_CONNECTIONS; i++)
+		close(fds[i]);
+	honest_close(&h);
+	if (crowd_ms > 5 * alone_ms + 100)
+		fail_msg("lookups took %.1fx as long among idle connections", crowd_ms / alone_ms);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -708,6 +764,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_hostile_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_slowloris, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_unread_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_hostile_idle_crowd, setup, teardown),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR); /* each refusal is a warning, expected here */
