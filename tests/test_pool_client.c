@@ -5,6 +5,9 @@
  * past the arena's end or whose offset and length overflow, a REFUSE with a
  * reason no version defines. For each the client must fail the claim or
  * the open with a clear error and never hand out a place it cannot map.
+ * And the client's never-waiting calls (the model thread's) allocate
+ * nothing after open: a manager that stops reading fills the send queue,
+ * which then says SEL_EQUEUEFULL.
  * What it is not: the manager's own tests (test_pool.c, test_pool_hostile.c).
  */
 #include "tests/testutil.h"
@@ -16,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +27,40 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/*
+ * Allocations counted on the thread that sets counting: malloc, calloc and
+ * realloc of this program go through here to glibc's own. Sanitizers
+ * interpose these themselves, so their builds count nothing (and skip).
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define COUNT_ALLOCATIONS 0
+#else
+#define COUNT_ALLOCATIONS 1
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t count, size_t size);
+extern void *__libc_realloc(void *p, size_t size);
+static __thread bool counting;
+static __thread uint64_t allocations;
+
+void *malloc(size_t size)
+{
+	allocations += counting;
+	return __libc_malloc(size);
+}
+
+void *calloc(size_t count, size_t size)
+{
+	allocations += counting;
+	return __libc_calloc(count, size);
+}
+
+void *realloc(void *p, size_t size)
+{
+	allocations += counting;
+	return __libc_realloc(p, size);
+}
+#endif
 
 #define WHY_BYTES 256
 /* The arena the scripted manager announces (no file: only its size counts). */
@@ -40,6 +78,8 @@ struct fake {
 	struct pool_place places[FAKE_PLACES_MAX]; /* sent for a CLAIM_PULL */
 	uint32_t place_count;
 	uint32_t pulls;          /* CLAIM_PULLs seen */
+	_Atomic bool silent;     /* after the handshake, read nothing until released */
+	_Atomic bool released;
 	struct rec_geometry g;
 	struct rec_identity model, ns;
 };
@@ -115,6 +155,8 @@ static void *fake_thread(void *arg)
 	pool_rx_init(&rx, body, sizeof(body), POOL_TO_MANAGER);
 	if (!fake_handshake(f, fd, &rx, &seq, kc))
 		goto out_close;
+	while (f->silent && !f->released)
+		usleep(1000);
 	while (pool_rx_read_frame(&rx, fd, why, sizeof(why)) == 1) {
 		struct pool_claim_pull pull;
 		int n;
@@ -281,6 +323,94 @@ static void test_pool_client_unknown_refuse_reason(void **state)
 	fake_stop(f);
 }
 
+#define KEYS 1024u
+
+/* keys[KEYS], each distinct, longest first (a LOOKUP's order, R-POOL-20). */
+static void keys_fill(struct rec_key *keys)
+{
+	for (uint32_t i = 0; i < KEYS; i++) {
+		memset(&keys[i], 0, sizeof(keys[i]));
+		keys[i].consumed = 16ull * (KEYS - i);
+		tu_fill(keys[i].digest.bytes, sizeof(keys[i].digest.bytes), i);
+	}
+}
+
+/*
+ * The session's never-waiting calls (lookups, holds, claims, puts begun,
+ * export answers: the model thread's) allocate nothing once the client is
+ * open; their frames go to a send queue allocated at open.
+ */
+static void test_pool_client_never_waiting_calls_allocate_nothing(void **state)
+{
+	struct fake *f = *state;
+	static struct rec_key keys[KEYS];
+	struct pool_client *c = NULL;
+	uint64_t share_bytes[1] = { 1u << 20 }, id;
+	struct pool_put_spec put = { .tail_page_count = 1, .row = true,
+				     .share_bytes = share_bytes };
+	char why[WHY_BYTES] = "";
+	uint64_t counted;
+
+	if (!COUNT_ALLOCATIONS) {
+		print_message("skipped: allocations are not counted under a sanitizer\n");
+		skip();
+	}
+	keys_fill(keys);
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+#if COUNT_ALLOCATIONS
+	counting = true;
+#endif
+	for (uint32_t i = 0; i < 200; i++) {
+		uint64_t ticket;
+
+		assert_int_equal(pool_lookup_begin(c, keys, 256, &ticket), 0);
+		pool_lookup_cancel(c, ticket);
+		assert_int_equal(pool_holds_send(c, POOL_HOLDS_ADD, keys, 1 + i % KEYS), 0);
+		assert_int_equal(pool_export_end(c, 1 + i, -ENOENT), 0);
+	}
+	assert_int_equal(pool_claim_begin(c, &keys[0], &id), 0);
+	put.key = keys[KEYS - 1]; /* one page of 16 tokens */
+	assert_int_equal(pool_put_begin(c, &put, &id), 0);
+#if COUNT_ALLOCATIONS
+	counting = false;
+	counted = allocations;
+#else
+	counted = 0;
+#endif
+	pool_client_close(c);
+	fake_stop(f);
+	if (counted)
+		fail_msg("%" PRIu64 " allocations in never-waiting calls after open", counted);
+}
+
+/* A manager that reads nothing fills the send queue: calls say SEL_EQUEUEFULL, the connection stays up. */
+static void test_pool_client_full_queue_refuses(void **state)
+{
+	struct fake *f = *state;
+	static struct rec_key keys[KEYS];
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint32_t sent = 0;
+	int ret = 0;
+
+	keys_fill(keys);
+	f->silent = true;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	/* 24 KiB a frame: the socket's buffers take some, the queue 4 MiB */
+	while (sent < 100000 && (ret = pool_holds_send(c, POOL_HOLDS_ADD, keys, KEYS)) == 0)
+		sent++;
+	assert_int_equal(ret, SEL_EQUEUEFULL);
+	assert_true(sent >= 100);
+	assert_int_equal(pool_client_status(c, why, sizeof(why)), 0);
+	/* an export's answer is not bounded so: the ring's reserve takes it */
+	assert_int_equal(pool_export_end(c, 1, -ENOENT), 0);
+	f->released = true;
+	pool_client_close(c);
+	fake_stop(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -291,6 +421,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_client_places_inside_arena_given, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_unknown_refuse_reason, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_never_waiting_calls_allocate_nothing,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_full_queue_refuses, setup,
 						teardown),
 	};
 
