@@ -138,6 +138,37 @@ static bool fake_handshake(struct fake *f, int fd, struct pool_rx *rx, uint64_t 
 	return true;
 }
 
+/* The one-record chain the scripted manager grants, and the client pulls. */
+static struct pool_chain_entry fake_chain(void)
+{
+	struct pool_chain_entry e = { .tail_page_count = 1, .row = true };
+
+	e.key.consumed = 16;
+	tu_fill(e.key.digest.bytes, sizeof(e.key.digest.bytes), 9);
+	return e;
+}
+
+/* R-POOL-51: grants a CLAIM_LOCAL, its places the next frame. */
+static void fake_local_grant(struct fake *f, int fd, struct pool_rx *rx, uint64_t *seq,
+			     const uint8_t *kc)
+{
+	static uint8_t buf[POOL_CONTROL_BODY_BYTES_MAX];
+	struct pool_chain_entry e = fake_chain();
+	struct pool_claim q;
+	struct pool_claimed cd = { .result = 0, .deadline_ms = 10000 };
+	char why[WHY_BYTES];
+	int n;
+
+	assert_int_equal(pool_claim_decode(rx->body, rx->body_length, &q, why, sizeof(why)), 0);
+	cd.claim_id = q.claim_id;
+	n = pool_claimed_encode(&cd, &e, 1, buf, sizeof(buf));
+	assert_true(n > 0);
+	fake_send(fd, kc, seq, POOL_MSG_CLAIMED, buf, (uint32_t)n);
+	n = pool_claim_places_encode(q.claim_id, f->places, f->place_count, buf, sizeof(buf));
+	assert_true(n > 0);
+	fake_send(fd, kc, seq, POOL_MSG_CLAIM_PLACES, buf, (uint32_t)n);
+}
+
 /* Serves one connection: the handshake, then places for every CLAIM_PULL. */
 static void *fake_thread(void *arg)
 {
@@ -163,6 +194,10 @@ static void *fake_thread(void *arg)
 
 		if (rx.header.type == POOL_MSG_BYE)
 			break;
+		if (rx.header.type == POOL_MSG_CLAIM_LOCAL) {
+			fake_local_grant(f, fd, &rx, &seq, kc);
+			continue;
+		}
 		if (rx.header.type != POOL_MSG_CLAIM_PULL)
 			continue;
 		assert_int_equal(pool_claim_pull_decode(rx.body, rx.body_length, &pull, why,
@@ -241,11 +276,9 @@ static int client_open(struct fake *f, struct pool_client **out, char *why)
 /* A places pull of a one-record chain: what pool_share_places returns. */
 static int pull_places(struct pool_client *c, struct pool_place *got)
 {
-	struct pool_chain_entry e = { .tail_page_count = 1, .row = true };
+	struct pool_chain_entry e = fake_chain();
 	int ret;
 
-	e.key.consumed = 16;
-	tu_fill(e.key.digest.bytes, sizeof(e.key.digest.bytes), 9);
 	assert_int_equal(pool_share_pull(c, 41, &e, 1, 0, true), 0);
 	ret = pool_share_places(c, 41, got, 1, 5000);
 	assert_int_equal(pool_share_end(c, 41), 0);
@@ -304,6 +337,43 @@ static void test_pool_client_places_inside_arena_given(void **state)
 	assert_int_equal(pull_places(c, &got), 0);
 	assert_int_equal(got.offset, FAKE_ARENA_BYTES - 8192);
 	assert_int_equal(got.bytes, 8192);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/* R-POOL-51, R-POOL-34: a local grant whose place overlaps the arena's end fails when pulled; nothing is asked of the manager. */
+static void test_pool_client_local_grant_past_arena_refused(void **state)
+{
+	struct fake *f = *state;
+	struct pool_chain_entry e = fake_chain(), got_chain[1];
+	struct pool_claim_grant grant;
+	struct pool_client *c = NULL;
+	struct pool_place got = { 0 };
+	char why[WHY_BYTES] = "";
+	uint64_t id;
+	uint32_t count = 0;
+	int ret = 0;
+
+	f->places[0] = (struct pool_place){ .offset = FAKE_ARENA_BYTES - 4096,
+					    .bytes = UINT64_MAX - 8191 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
+	for (int i = 0; i < 5000 && ret == 0; i++) {
+		ret = pool_claim_poll(c, id, &grant, got_chain, 1, &count);
+		if (!ret)
+			usleep(1000);
+	}
+	assert_int_equal(ret, 1);
+	assert_int_equal(count, 1);
+	assert_int_equal(pool_share_pull(c, id, &e, 1, 0, true), 0);
+	assert_int_equal(pool_share_places(c, id, &got, 1, 5000), SEL_EPROTO);
+	assert_int_equal(got.bytes, 0);
+	assert_int_equal(pool_share_end(c, id), 0);
+	assert_int_equal(pool_claim_end(c, id, SEL_EPROTO), 0);
+	assert_int_equal(f->pulls, 0);
 	pool_client_close(c);
 	fake_stop(f);
 }
@@ -420,6 +490,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_places_inside_arena_given, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_local_grant_past_arena_refused,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_unknown_refuse_reason, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_never_waiting_calls_allocate_nothing,
