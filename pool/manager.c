@@ -1,5 +1,5 @@
 /*
- * The pool manager: see manager.h. One thread, one poll loop; every socket
+ * The pool manager: see manager.h. One thread, one epoll loop; every socket
  * is non-blocking and every connection's failure ends that connection only
  * (R-POOL-6). Each check cites its rule in pool/PROTOCOL.md.
  */
@@ -22,7 +22,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -30,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -195,7 +195,7 @@ struct conn {
 	struct stream streams[POOL_SHARES_LIVE_MAX];
 	uint32_t stream_count;
 	struct put *rx_put; /* the put the window being read belongs to */
-	uint32_t poll_slot; /* its pollfd in this turn of the loop; 0: none (new) */
+	uint32_t events_set; /* EPOLLIN, EPOLLOUT: what epoll_fd watches for */
 };
 
 struct pool_manager {
@@ -227,7 +227,13 @@ struct pool_manager {
 	struct pool_attach attach;
 	uint8_t attach_body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
 	uint8_t block[REC_HEADER_BYTES];
-	struct pollfd fds[2 + POOL_CONNECTIONS_MAX];
+	/*
+	 * The loop waits on epoll_fd: the listener, stop_fd and every
+	 * connection, each connection's event naming it (data.ptr), so a turn
+	 * costs what is ready, not every connection.
+	 */
+	int epoll_fd;
+	struct epoll_event events[2 + POOL_CONNECTIONS_MAX];
 	struct pool_rdma_probe rdma_device;
 	bool rdma_on; /* --rdma and a device: connections are offered RDMA claims */
 	struct pool_rdma_memory *rdma_arena; /* the arena, registered once for every link */
@@ -2307,6 +2313,7 @@ static void conn_free(struct pool_manager *m, uint32_t index)
 	out_drop(c); /* its window's pin */
 	rdma_conn_free(c); /* its posted writes' pins, its queue pair */
 	conn_detach(m, c);
+	epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	free(c->body);
 	free(c->out);
@@ -2366,7 +2373,16 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 				conn_free(m, oldest);
 			}
 		}
-		if (!c || !c->body || m->conn_count == m->config.connections_max || m->draining) {
+		if (c && c->body && m->conn_count < m->config.connections_max && !m->draining) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+
+			if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0)
+				c->events_set = EPOLLIN;
+			else
+				sel_warn("pool: epoll_ctl: %s; the connection is refused",
+					 strerror(errno));
+		}
+		if (!c || !c->events_set) {
 			if (c)
 				free(c->body);
 			free(c);
@@ -2829,14 +2845,54 @@ static bool rdma_in_flight(const struct pool_manager *m)
 	return false;
 }
 
+/* stop_fd was written: the manager drains (R-POOL-45). */
+static void stop_read(struct pool_manager *m, uint64_t now, uint64_t *drain_until)
+{
+	uint64_t v;
+
+	if (read(m->stop_fd, &v, sizeof(v)) < 0) {
+		/* nothing to drain: the flag below is what counts */
+	}
+	if (m->draining)
+		return;
+	sel_info("pool: draining (R-POOL-45)");
+	m->draining = true;
+	/* R-POOL-45: live claims and puts have until their deadlines */
+	*drain_until = now;
+	for (struct put *p = m->puts; p; p = p->next)
+		if (p->deadline_ns > *drain_until)
+			*drain_until = p->deadline_ns;
+	for (struct claim *cl = m->claims; cl; cl = cl->next)
+		if (cl->deadline_ns > *drain_until)
+			*drain_until = cl->deadline_ns;
+}
+
+/* What c's connection is watched for: reads unless closing or backlogged, writes while any wait. */
+static void conn_watch(struct pool_manager *m, struct conn *c)
+{
+	uint32_t want = (c->closing || out_backlogged(c) ? 0 : EPOLLIN) |
+			(out_pending(c) ? EPOLLOUT : 0);
+	struct epoll_event ev = { .events = want, .data.ptr = c };
+
+	if (want == c->events_set)
+		return;
+	if (epoll_ctl(m->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev)) {
+		/* not watched as it should be: the connection ends (R-POOL-6) */
+		sel_warn("pool: epoll_ctl: %s; a connection ends", strerror(errno));
+		c->closing = true;
+		out_drop(c);
+		return;
+	}
+	c->events_set = want;
+}
+
 int pool_manager_run(struct pool_manager *m)
 {
-	struct pollfd *fds = m->fds;
 	uint64_t drain_until = 0;
 
 	for (;;) {
 		uint64_t now = sel_monotonic_ns();
-		nfds_t count = 2;
+		bool accepting = false;
 		int n;
 
 		pthread_mutex_lock(&m->stats_lock);
@@ -2853,58 +2909,33 @@ int pool_manager_run(struct pool_manager *m)
 				}
 			return 0;
 		}
-		fds[0] = (struct pollfd){ .fd = m->listen_fd, .events = POLLIN };
-		fds[1] = (struct pollfd){ .fd = m->stop_fd, .events = POLLIN };
-		for (uint32_t i = 0; i < m->conn_count; i++) {
-			struct conn *c = m->conns[i];
-
-			c->poll_slot = (uint32_t)count;
-			fds[count++] = (struct pollfd){
-				.fd = c->fd,
-				.events = (short)((c->closing || out_backlogged(c) ? 0 : POLLIN) |
-						  (out_pending(c) ? POLLOUT : 0)) };
-		}
-		n = poll(fds, count, rdma_in_flight(m) ? 0 : TICK_MS);
+		for (uint32_t i = 0; i < m->conn_count; i++)
+			conn_watch(m, m->conns[i]);
+		n = epoll_wait(m->epoll_fd, m->events, (int)(2 + m->conn_count),
+			       rdma_in_flight(m) ? 0 : TICK_MS);
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();
 		pthread_mutex_lock(&m->stats_lock);
-		if (fds[1].revents & POLLIN) {
-			uint64_t v;
-
-			if (read(m->stop_fd, &v, sizeof(v)) < 0) {
-				/* nothing to drain: the flag below is what counts */
-			}
-			if (!m->draining) {
-				sel_info("pool: draining (R-POOL-45)");
-				m->draining = true;
-				/* R-POOL-45: live claims and puts have until their deadlines */
-				drain_until = now;
-				for (struct put *p = m->puts; p; p = p->next)
-					if (p->deadline_ns > drain_until)
-						drain_until = p->deadline_ns;
-				for (struct claim *cl = m->claims; cl; cl = cl->next)
-					if (cl->deadline_ns > drain_until)
-						drain_until = cl->deadline_ns;
-			}
-		}
-		if (fds[0].revents & POLLIN)
-			accept_all(m, now);
 		/*
-		 * Connections only, each through its own pollfd (no scan per
-		 * event): those accepted just now have none and are polled next
-		 * time; one accept_all freed is no longer in conns, and a new one
-		 * given its fd number is not confused with it.
+		 * The ready connections first, each named by its event: none is
+		 * freed before the end of the turn, and accept_all (which may free
+		 * one for room) runs after them. Those accepted now are served
+		 * from the next turn.
 		 */
-		for (uint32_t i = 0; i < m->conn_count; i++) {
-			struct conn *c = m->conns[i];
-			uint32_t k = c->poll_slot;
+		for (int k = 0; k < n; k++) {
+			struct conn *c = m->events[k].data.ptr;
+			uint32_t ev = m->events[k].events;
 
-			if (!k)
+			if (c == (void *)&m->listen_fd) {
+				accepting = true;
 				continue;
-			c->poll_slot = 0;
-			SEL_ASSERT(k < count && fds[k].fd == c->fd);
-			if (fds[k].revents & (POLLIN | POLLHUP | POLLERR))
+			}
+			if (c == (void *)&m->stop_fd) {
+				stop_read(m, now, &drain_until);
+				continue;
+			}
+			if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				conn_read(m, c, now);
 			if (c->state == C_SERVING)
 				streams_fill(m, c, now);
@@ -2913,6 +2944,8 @@ int pool_manager_run(struct pool_manager *m)
 				out_drop(c);
 			}
 		}
+		if (accepting)
+			accept_all(m, now);
 		for (uint32_t i = 0; i < m->conn_count;) {
 			struct conn *c = m->conns[i];
 
@@ -3176,9 +3209,24 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	ret = listen_on(m, config->listen ? config->listen : ":0", why, why_size);
 	if (ret)
 		goto err_close_stop;
+	m->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (m->epoll_fd < 0) {
+		ret = sel_fail(-errno, why, why_size, "epoll_create1: %s", strerror(errno));
+		goto err_close_listen;
+	}
+	{
+		struct epoll_event listener = { .events = EPOLLIN, .data.ptr = &m->listen_fd };
+		struct epoll_event stopper = { .events = EPOLLIN, .data.ptr = &m->stop_fd };
+
+		if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->listen_fd, &listener) ||
+		    epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->stop_fd, &stopper)) {
+			ret = sel_fail(-errno, why, why_size, "epoll_ctl: %s", strerror(errno));
+			goto err_close_epoll;
+		}
+	}
 	ret = arena_create(m, why, why_size);
 	if (ret)
-		goto err_close_listen;
+		goto err_close_epoll;
 	if (m->rdma_on) {
 		char reason[256];
 
@@ -3224,6 +3272,8 @@ err_close_arena:
 	pool_rdma_memory_close(m->rdma_arena);
 	munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 	unlink(m->arena_path);
+err_close_epoll:
+	close(m->epoll_fd);
 err_close_listen:
 	close(m->listen_fd);
 err_close_stop:
@@ -3275,6 +3325,7 @@ void pool_manager_close(struct pool_manager *m)
 		munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 		unlink(m->arena_path);
 	}
+	close(m->epoll_fd);
 	close(m->listen_fd);
 	close(m->stop_fd);
 	pthread_mutex_destroy(&m->stats_lock);

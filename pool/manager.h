@@ -1,7 +1,7 @@
 /*
  * The pool manager (pool/PROTOCOL.md; docs/DESIGN.md, "The pool manager"):
  * library code that `selene pool` (launch/cmd_pool.c) drives and tests run
- * in-process. One thread runs a poll loop over a listener and every
+ * in-process. One thread runs an epoll loop over a listener and every
  * connection (non-blocking sockets): the handshake and ATTACH, per-instance
  * sessions, an index of records per scope, an arena in one /dev/shm file
  * with a first-fit allocator, LRU eviction and max-age expiry, puts that

@@ -719,10 +719,10 @@ static double lookups_ms(struct honest *h)
 }
 
 /*
- * 1000 connections that stay silent in their handshake cost the loop O(1)
- * each per turn, not a scan of every connection per polled one: an honest
- * rank's lookups among them take at most 5 times as long as alone (plus
- * 100 ms of slack), what poll(2) over 1001 descriptors costs.
+ * 1000 connections that stay silent in their handshake cost the loop
+ * nothing it waits on (epoll reports what is ready) and no scan per ready
+ * one: an honest rank's lookups among them take at most 4 times as long
+ * as alone, plus 20 ms of slack for a loaded machine.
  */
 static void test_pool_hostile_idle_crowd(void **state)
 {
@@ -749,7 +749,7 @@ static void test_pool_hostile_idle_crowd(void **state)
 	for (int i = 0; i < CROWD_CONNECTIONS; i++)
 		close(fds[i]);
 	honest_close(&h);
-	if (crowd_ms > 5 * alone_ms + 100)
+	if (crowd_ms > 4 * alone_ms + 20)
 		fail_msg("lookups took %.1fx as long among idle connections", crowd_ms / alone_ms);
 }
 
