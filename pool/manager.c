@@ -899,6 +899,16 @@ static uint64_t share_length(const struct pool_attach *parts, uint32_t r, uint32
 	return row ? n + parts->row_bytes[r] : n;
 }
 
+/*
+ * How long bytes take at POOL_TRANSFER_BYTES_PER_S, in ns (R-POOL-31,
+ * R-POOL-40), without the overflow of bytes * 10^9 past 18.4 GB.
+ */
+static uint64_t transfer_ns(uint64_t bytes)
+{
+	return bytes / POOL_TRANSFER_BYTES_PER_S * 1000000000ull +
+	       bytes % POOL_TRANSFER_BYTES_PER_S * 1000000000ull / POOL_TRANSFER_BYTES_PER_S;
+}
+
 static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *body,
 			 uint32_t length, uint64_t now)
 {
@@ -996,9 +1006,14 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 	p->request_id = b.request_id;
 	p->inst = in;
 	p->rec = r;
-	p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
-			 (pool_put_begin_share_bytes(&b, 0) * b.world_size) * 1000000000ull /
-				 POOL_TRANSFER_BYTES_PER_S;
+	{
+		uint64_t bytes = 0;
+
+		for (uint32_t i = 0; i < b.world_size; i++)
+			bytes += r->shares[i].bytes;
+		p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
+				 transfer_ns(bytes);
+	}
 	p->next = m->puts;
 	m->puts = p;
 	in->puts++;
