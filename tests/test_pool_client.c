@@ -80,6 +80,10 @@ struct fake {
 	uint32_t pulls;          /* CLAIM_PULLs seen */
 	_Atomic bool silent;     /* after the handshake, read nothing until released */
 	_Atomic bool released;
+	/* HOLDS frames read whole (checksum and tag verified), and those whose
+	 * key count or last key were not the ones the test sends next */
+	_Atomic uint32_t holds_seen, holds_wrong;
+	uint32_t slow_us;        /* a pause after each HOLDS: the queue stays full */
 	struct rec_geometry g;
 	struct rec_identity model, ns;
 };
@@ -169,6 +173,31 @@ static void fake_local_grant(struct fake *f, int fd, struct pool_rx *rx, uint64_
 	fake_send(fd, kc, seq, POOL_MSG_CLAIM_PLACES, buf, (uint32_t)n);
 }
 
+/* The key count of the test's HOLDS frame i, 1 .. 1024 keys (29 bytes .. 24 KiB). */
+static uint32_t holds_count_of(uint32_t i)
+{
+	return 1 + (i * 389u) % 1024u;
+}
+
+/* HOLDS frame number holds_seen must be the one the test sent as that number. */
+static void fake_holds_check(struct fake *f, const struct pool_rx *rx)
+{
+	struct pool_holds_view v;
+	struct rec_key last;
+	char why[WHY_BYTES];
+	uint32_t i = f->holds_seen;
+
+	if (pool_holds_decode(rx->body, rx->body_length, &v, why, sizeof(why)) ||
+	    v.key_count != holds_count_of(i)) {
+		f->holds_wrong++;
+	} else {
+		pool_holds_view_key(&v, v.key_count - 1, &last);
+		if (last.consumed != 16ull * (1024u - (v.key_count - 1)))
+			f->holds_wrong++;
+	}
+	f->holds_seen++;
+}
+
 /* Serves one connection: the handshake, then places for every CLAIM_PULL. */
 static void *fake_thread(void *arg)
 {
@@ -194,6 +223,12 @@ static void *fake_thread(void *arg)
 
 		if (rx.header.type == POOL_MSG_BYE)
 			break;
+		if (rx.header.type == POOL_MSG_HOLDS) {
+			fake_holds_check(f, &rx);
+			if (f->slow_us)
+				usleep(f->slow_us);
+			continue;
+		}
 		if (rx.header.type == POOL_MSG_CLAIM_LOCAL) {
 			fake_local_grant(f, fd, &rx, &seq, kc);
 			continue;
@@ -481,6 +516,46 @@ static void test_pool_client_full_queue_refuses(void **state)
 	fake_stop(f);
 }
 
+/*
+ * 3000 HOLDS frames of 29 bytes to 24 KiB (about 37 MiB) pass through the
+ * send queue's ring, which wraps several times: each arrives whole, in
+ * order, with its checksum and tag (the reader verifies both) and its own
+ * keys. The reader pauses after each, so the queue stays full and its
+ * ring's ends move round; a full queue is waited out and retried, as a
+ * caller does.
+ */
+static void test_pool_client_queue_ring_wraps_intact(void **state)
+{
+	struct fake *f = *state;
+	static struct rec_key keys[KEYS];
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint32_t full = 0;
+
+	keys_fill(keys);
+	f->slow_us = 50;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	for (uint32_t i = 0; i < 3000; i++) {
+		int ret;
+
+		while ((ret = pool_holds_send(c, POOL_HOLDS_ADD, keys, holds_count_of(i))) ==
+		       SEL_EQUEUEFULL) {
+			full++;
+			usleep(200);
+		}
+		assert_int_equal(ret, 0);
+	}
+	for (int i = 0; i < 10000 && f->holds_seen < 3000; i++)
+		usleep(1000);
+	print_message("3000 frames through the ring, SEL_EQUEUEFULL %u times\n", full);
+	assert_int_equal(f->holds_seen, 3000);
+	assert_int_equal(f->holds_wrong, 0);
+	assert_int_equal(pool_client_status(c, why, sizeof(why)), 0);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -497,6 +572,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_client_never_waiting_calls_allocate_nothing,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_full_queue_refuses, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_queue_ring_wraps_intact, setup,
 						teardown),
 	};
 
