@@ -767,22 +767,31 @@ static void test_pool_hostile_unread_answers(void **state)
 #define CROWD_CONNECTIONS 1000
 #define CROWD_LOOKUPS 200
 
-/* The ms CROWD_LOOKUPS lookups of h take, one after another. */
+/* The ms CROWD_LOOKUPS lookups of h take, one after another: the least of 3 runs. */
 static double lookups_ms(struct honest *h)
 {
 	struct rec_key key;
-	uint64_t start = sel_monotonic_ns();
+	double best = 1e9;
 
 	memset(&key, 0, sizeof(key));
 	key.consumed = 64;
 	tu_fill(key.digest.bytes, sizeof(key.digest.bytes), 5);
-	for (int i = 0; i < CROWD_LOOKUPS; i++) {
-		honest_send(h, POOL_MSG_LOOKUP, h->body,
-			    pool_lookup_encode(7, &key, 1, h->body, POOL_CONTROL_BODY_BYTES_MAX));
-		assert_int_equal(honest_recv(h), 1);
-		assert_int_equal(h->rx.header.type, POOL_MSG_ANSWER);
+	for (int run = 0; run < 3; run++) {
+		uint64_t start = sel_monotonic_ns();
+		double ms;
+
+		for (int i = 0; i < CROWD_LOOKUPS; i++) {
+			honest_send(h, POOL_MSG_LOOKUP, h->body,
+				    pool_lookup_encode(7, &key, 1, h->body,
+						       POOL_CONTROL_BODY_BYTES_MAX));
+			assert_int_equal(honest_recv(h), 1);
+			assert_int_equal(h->rx.header.type, POOL_MSG_ANSWER);
+		}
+		ms = (double)(sel_monotonic_ns() - start) / 1e6;
+		if (ms < best)
+			best = ms;
 	}
-	return (double)(sel_monotonic_ns() - start) / 1e6;
+	return best;
 }
 
 /*
