@@ -324,7 +324,6 @@ static void wake(struct pool_client *c)
 	}
 }
 
-/* Queues a frame (lock held). data is borrowed until the item is done. */
 /*
  * Takes length contiguous bytes of the ring: their offset in *offset and
  * the ring bytes they hold (with an end skipped to fit) in *span. False
@@ -356,10 +355,11 @@ static bool ring_take(struct pool_client *c, size_t length, size_t *offset, size
 }
 
 /*
- * Queues a frame (never waits, allocates nothing): NULL when the queue is
- * full, which for a bounded frame is OUT_QUEUE_BYTES_MAX of control frames
- * or all but OUT_ITEMS_RESERVE items; an unbounded frame may take the
- * reserve. Its number is c->out_queued after the call.
+ * Queues a frame (lock held; never waits, allocates nothing): NULL when
+ * the queue is full, which for a bounded frame is OUT_QUEUE_BYTES_MAX of
+ * control frames or all but OUT_ITEMS_RESERVE items; an unbounded frame
+ * may take the reserve. Its number is c->out_queued after the call; data
+ * is borrowed until out_written reaches it.
  */
 static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
 				       uint32_t body_length, const uint8_t *data,
