@@ -704,7 +704,8 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
 								       pool_client_rtt_us(client)));
 	}
 	/* GPU checkpoint exports: every rank's engine builds its own share */
-	coord_store_gpu_exports(&s->core, !ret && s->core.jobs_ops.pool_export != NULL);
+	if (coord_store_gpu_exports(&s->core, !ret && s->core.jobs_ops.pool_export != NULL))
+		sel_warn("pool: no memory for the GPU checkpoints' offers: none is exported");
 	return ret;
 }
 

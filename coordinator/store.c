@@ -91,7 +91,11 @@ void coord_store_destroy(struct coord_store *s)
 	s->held_keys = NULL;
 	s->held_key_count = 0;
 	free(s->gpu_holds);
+	free(s->gpu_hold_by_checkpoint);
+	free(s->gpu_hold_by_key);
 	s->gpu_holds = NULL;
+	s->gpu_hold_by_checkpoint = NULL;
+	s->gpu_hold_by_key = NULL;
 	s->gpu_hold_count = 0;
 }
 
@@ -2162,28 +2166,111 @@ static void pool_export_end(struct coord_store *s, uint32_t i, int result)
 	s->pool_exports[i].gpu = COORD_GPU_EXPORT_NONE;
 }
 
+static uint32_t gpu_hold_checkpoint_bucket(uint64_t checkpoint)
+{
+	return (uint32_t)((checkpoint * 0x9e3779b97f4a7c15ull) >> 32) &
+	       (COORD_GPU_HOLD_BUCKETS - 1);
+}
+
+static uint32_t gpu_hold_key_bucket(const struct rec_key *key)
+{
+	/* the digest is BLAKE2b output already: its first bytes are uniform */
+	uint64_t d = sel_get_le64(key->digest.bytes);
+
+	return gpu_hold_checkpoint_bucket(d ^ key->consumed);
+}
+
+/* The offer of key (the first on its chain), or COORD_NONE; constant time. */
 static uint32_t gpu_hold_find_key(const struct coord_store *s, const struct rec_key *key)
 {
-	for (uint32_t i = 0, seen = 0; s->gpu_holds && seen < s->gpu_hold_count; i++) {
-		if (!s->gpu_holds[i].used)
-			continue;
-		seen++;
+	if (!s->gpu_hold_by_key)
+		return COORD_NONE;
+	for (uint32_t i = s->gpu_hold_by_key[gpu_hold_key_bucket(key)]; i != COORD_NONE;
+	     i = s->gpu_holds[i].key_next)
 		if (rec_key_equal(&s->gpu_holds[i].key, key))
 			return i;
-	}
 	return COORD_NONE;
 }
 
+/* The offer of checkpoint, or COORD_NONE; constant time. */
 static uint32_t gpu_hold_find(const struct coord_store *s, uint64_t checkpoint)
 {
-	for (uint32_t i = 0, seen = 0; s->gpu_holds && seen < s->gpu_hold_count; i++) {
-		if (!s->gpu_holds[i].used)
-			continue;
-		seen++;
+	if (!s->gpu_hold_by_checkpoint)
+		return COORD_NONE;
+	for (uint32_t i = s->gpu_hold_by_checkpoint[gpu_hold_checkpoint_bucket(checkpoint)];
+	     i != COORD_NONE; i = s->gpu_holds[i].checkpoint_next)
 		if (s->gpu_holds[i].checkpoint == checkpoint)
 			return i;
-	}
 	return COORD_NONE;
+}
+
+/* Every offer forgotten: the chains empty, every entry on the free list. */
+static void gpu_holds_clear(struct coord_store *s)
+{
+	for (uint32_t b = 0; b < COORD_GPU_HOLD_BUCKETS; b++) {
+		s->gpu_hold_by_checkpoint[b] = COORD_NONE;
+		s->gpu_hold_by_key[b] = COORD_NONE;
+	}
+	for (uint32_t i = 0; i < POOL_GPU_HOLDS_MAX; i++) {
+		s->gpu_holds[i].used = false;
+		s->gpu_holds[i].checkpoint_next = i + 1 < POOL_GPU_HOLDS_MAX ? i + 1 : COORD_NONE;
+	}
+	s->gpu_hold_free = 0;
+	s->gpu_hold_count = 0;
+}
+
+/* Takes a free entry onto both chains; the table must not be full. */
+static uint32_t gpu_hold_link(struct coord_store *s, uint64_t checkpoint,
+			      const struct rec_key *key)
+{
+	uint32_t i = s->gpu_hold_free, *head;
+	struct coord_gpu_hold *g;
+
+	SEL_ASSERT(i != COORD_NONE);
+	g = &s->gpu_holds[i];
+	s->gpu_hold_free = g->checkpoint_next;
+	g->used = true;
+	g->checkpoint = checkpoint;
+	g->key = *key;
+	head = &s->gpu_hold_by_checkpoint[gpu_hold_checkpoint_bucket(checkpoint)];
+	g->checkpoint_prev = COORD_NONE;
+	g->checkpoint_next = *head;
+	if (*head != COORD_NONE)
+		s->gpu_holds[*head].checkpoint_prev = i;
+	*head = i;
+	head = &s->gpu_hold_by_key[gpu_hold_key_bucket(key)];
+	g->key_prev = COORD_NONE;
+	g->key_next = *head;
+	if (*head != COORD_NONE)
+		s->gpu_holds[*head].key_prev = i;
+	*head = i;
+	s->gpu_hold_count++;
+	return i;
+}
+
+/* Takes entry i off both chains onto the free list. */
+static void gpu_hold_unlink(struct coord_store *s, uint32_t i)
+{
+	struct coord_gpu_hold *g = &s->gpu_holds[i];
+
+	SEL_ASSERT(g->used);
+	if (g->checkpoint_prev != COORD_NONE)
+		s->gpu_holds[g->checkpoint_prev].checkpoint_next = g->checkpoint_next;
+	else
+		s->gpu_hold_by_checkpoint[gpu_hold_checkpoint_bucket(g->checkpoint)] =
+			g->checkpoint_next;
+	if (g->checkpoint_next != COORD_NONE)
+		s->gpu_holds[g->checkpoint_next].checkpoint_prev = g->checkpoint_prev;
+	if (g->key_prev != COORD_NONE)
+		s->gpu_holds[g->key_prev].key_next = g->key_next;
+	else
+		s->gpu_hold_by_key[gpu_hold_key_bucket(&g->key)] = g->key_next;
+	if (g->key_next != COORD_NONE)
+		s->gpu_holds[g->key_next].key_prev = g->key_prev;
+	g->used = false;
+	g->checkpoint_next = s->gpu_hold_free;
+	s->gpu_hold_free = i;
+	s->gpu_hold_count--;
 }
 
 /* Whether the host tiers hold key with its row (announced as a record). */
@@ -2259,14 +2346,33 @@ static uint32_t gpu_export_slot(const struct coord_store *s, uint64_t export_id,
 	return COORD_NONE;
 }
 
-void coord_store_gpu_exports(struct coord_store *s, bool on)
+int coord_store_gpu_exports(struct coord_store *s, bool on)
 {
+	if (on && !s->gpu_holds) {
+		s->gpu_holds = calloc(POOL_GPU_HOLDS_MAX, sizeof(*s->gpu_holds));
+		s->gpu_hold_by_checkpoint =
+			malloc(COORD_GPU_HOLD_BUCKETS * sizeof(*s->gpu_hold_by_checkpoint));
+		s->gpu_hold_by_key = malloc(COORD_GPU_HOLD_BUCKETS * sizeof(*s->gpu_hold_by_key));
+		if (!s->gpu_holds || !s->gpu_hold_by_checkpoint || !s->gpu_hold_by_key) {
+			free(s->gpu_holds);
+			free(s->gpu_hold_by_checkpoint);
+			free(s->gpu_hold_by_key);
+			s->gpu_holds = NULL;
+			s->gpu_hold_by_checkpoint = NULL;
+			s->gpu_hold_by_key = NULL;
+			s->gpu_holds_on = false;
+			return -ENOMEM;
+		}
+		gpu_holds_clear(s);
+	}
 	s->gpu_holds_on = on;
+	return 0;
 }
 
 int coord_store_gpu_hold(struct coord_store *s, uint64_t checkpoint,
 			 const struct rec_history *h, uint64_t consumed)
 {
+	struct rec_key key;
 	uint32_t i;
 
 	if (!s->gpu_holds_on)
@@ -2277,18 +2383,9 @@ int coord_store_gpu_hold(struct coord_store *s, uint64_t checkpoint,
 		return -EEXIST;
 	if (s->gpu_hold_count == POOL_GPU_HOLDS_MAX)
 		return SEL_EQUEUEFULL;
-	if (!s->gpu_holds) {
-		s->gpu_holds = calloc(POOL_GPU_HOLDS_MAX, sizeof(*s->gpu_holds));
-		if (!s->gpu_holds)
-			return -ENOMEM;
-	}
-	for (i = 0; s->gpu_holds[i].used; i++)
-		;
-	s->gpu_holds[i].used = true;
-	s->gpu_holds[i].checkpoint = checkpoint;
-	rec_history_key_at(h, consumed, &s->gpu_holds[i].key);
+	rec_history_key_at(h, consumed, &key);
+	i = gpu_hold_link(s, checkpoint, &key);
 	s->gpu_holds[i].bucket = *rec_history_bucket(h, consumed);
-	s->gpu_hold_count++;
 	/* R-POOL-77: announced as any held key (a second add changes nothing) */
 	pool_hold_key(s, &s->gpu_holds[i].key, true);
 	return 0;
@@ -2305,8 +2402,7 @@ int coord_store_gpu_evicted(struct coord_store *s, uint64_t checkpoint)
 	if (i == COORD_NONE)
 		return SEL_ENOTFOUND;
 	key = s->gpu_holds[i].key;
-	s->gpu_holds[i].used = false;
-	s->gpu_hold_count--;
+	gpu_hold_unlink(s, i);
 	/* withdrawn once neither the host tiers nor another offer hold it */
 	if (!host_holds(s, &key) && gpu_hold_find_key(s, &key) == COORD_NONE)
 		pool_hold_key(s, &key, false);
@@ -2317,9 +2413,7 @@ int coord_store_gpu_evictions_lost(struct coord_store *s)
 {
 	if (!s->gpu_holds_on)
 		return -ENOTSUP;
-	for (uint32_t i = 0; s->gpu_holds && i < POOL_GPU_HOLDS_MAX; i++)
-		s->gpu_holds[i].used = false;
-	s->gpu_hold_count = 0;
+	gpu_holds_clear(s);
 	/* R-POOL-77: a reset, then the host records; the engine offers again */
 	if (s->pool_on && s->pool_ops.hold)
 		pool_holds_resync_start(s);

@@ -153,12 +153,24 @@ enum coord_pool_hold_op {
 /* Exports the store runs at once (the manager asks at most this many). */
 #define COORD_POOL_EXPORTS_MAX POOL_EXPORTS_LIVE_MAX
 
+/*
+ * Hash chains over the offers, one by checkpoint and one by key, so that no
+ * call on the model thread scans the table (a power of two, twice the
+ * offers: chains of about one).
+ */
+#define COORD_GPU_HOLD_BUCKETS (2u * POOL_GPU_HOLDS_MAX)
+_Static_assert((COORD_GPU_HOLD_BUCKETS & (COORD_GPU_HOLD_BUCKETS - 1)) == 0,
+	       "COORD_GPU_HOLD_BUCKETS is a power of two");
+
 /* A GPU checkpoint the engine offered (sel_gpu_hold). */
 struct coord_gpu_hold {
 	bool used;
 	uint64_t checkpoint;
 	struct rec_key key;
 	struct rec_digest bucket;
+	/* the chains it is on (COORD_NONE ends one); an unused entry's next free */
+	uint32_t checkpoint_prev, checkpoint_next;
+	uint32_t key_prev, key_next;
 };
 
 /* Where an export of the manager's stands with the engine (R-POOL-78). */
@@ -333,7 +345,10 @@ struct coord_store {
 		struct rec_digest bucket;
 	} pool_exports[COORD_POOL_EXPORTS_MAX];
 	/* GPU checkpoints the engine offered for export (sel_gpu_hold) */
-	struct coord_gpu_hold *gpu_holds;      /* POOL_GPU_HOLDS_MAX, once offered */
+	struct coord_gpu_hold *gpu_holds;      /* POOL_GPU_HOLDS_MAX, from gpu_exports on */
+	uint32_t *gpu_hold_by_checkpoint;      /* COORD_GPU_HOLD_BUCKETS chain heads */
+	uint32_t *gpu_hold_by_key;             /* COORD_GPU_HOLD_BUCKETS chain heads */
+	uint32_t gpu_hold_free;                /* first unused entry, or COORD_NONE */
 	uint32_t gpu_hold_count;
 	bool gpu_holds_on;       /* the engine may be asked (a pool, one rank) */
 	uint32_t gpu_holds_cursor; /* a re-announce's, past the index's */
@@ -425,10 +440,12 @@ int coord_store_hold(struct coord_store *s, const struct rec_key *keys, size_t c
 /*
  * GPU checkpoint exports (include/selene/store.h, sel_gpu_hold and on;
  * docs/DESIGN.md section 13): coord_store_gpu_exports turns them on (a
- * pool whose jobs have pool_export: offers are taken); the rest answer as
- * the public calls say, -ENOTSUP while they are off.
+ * pool whose jobs have pool_export: offers are taken) and allocates the
+ * offers' table the first time, so that no offer allocates; it returns 0,
+ * or -ENOMEM with them left off. The rest answer as the public calls say,
+ * -ENOTSUP while they are off, and take constant time.
  */
-void coord_store_gpu_exports(struct coord_store *s, bool on);
+int coord_store_gpu_exports(struct coord_store *s, bool on);
 int coord_store_gpu_hold(struct coord_store *s, uint64_t checkpoint,
 			 const struct rec_history *h, uint64_t consumed);
 int coord_store_gpu_evicted(struct coord_store *s, uint64_t checkpoint);

@@ -39,6 +39,22 @@
 
 /* Bytes of control frames queued before a never-waiting call says full. */
 #define OUT_QUEUE_BYTES_MAX (4u << 20)
+/*
+ * The send queue is allocated at open and never grows: frames' bytes in a
+ * ring of OUT_QUEUE_BYTES_MAX plus this reserve, for the frames that are
+ * not bounded by it (the I/O thread's heartbeat, BYE, EXPORT_END, RDMA_LEND
+ * and RDMA_FREE, and put window heads, one per transfer thread waiting) and
+ * for the end of the ring a frame that does not fit there leaves unused (at
+ * most one control frame, POOL_CONTROL_BODY_BYTES_MAX).
+ */
+#define OUT_RING_RESERVE_BYTES (1u << 20)
+#define OUT_RING_BYTES (OUT_QUEUE_BYTES_MAX + OUT_RING_RESERVE_BYTES)
+_Static_assert(OUT_RING_RESERVE_BYTES >= 4 * (CLUSTER_FRAME_HEADER_BYTES +
+					      POOL_CONTROL_BODY_BYTES_MAX),
+	       "the reserve holds a wasted end and the unbounded frames");
+/* Frames queued at once; the last OUT_ITEMS_RESERVE only for unbounded ones. */
+#define OUT_ITEMS_MAX 16384u
+#define OUT_ITEMS_RESERVE 1024u
 #define SLOTS_PER_SHARE_MAX 64u
 #define PUTS_TRACKED_MAX 1024u
 /* EXPORTs received and not yet taken (pool_export_next); past it: refused busy. */
@@ -46,15 +62,13 @@
 
 /* One frame waiting to be written: its own bytes, then a caller's data. */
 struct out_item {
-	struct out_item *next;
-	uint8_t *bytes; /* header and body */
+	size_t offset;  /* its header and body in out_ring */
+	size_t span;    /* ring bytes it holds: length, and the end it skipped */
 	size_t length, sent;
 	const uint8_t *data; /* a put window's data (caller-owned), or NULL */
 	size_t data_length;
 	uint8_t tag[POOL_TAG_BYTES];
 	bool tagged;
-	bool done; /* all written (the caller of pool_put_window waits on it) */
-	bool waited; /* a caller waits on done and frees it */
 };
 
 struct lookup {
@@ -138,8 +152,21 @@ struct pool_client {
 	bool stop;
 	int failure;
 	char failure_why[256];
-	struct out_item *out_head, *out_tail;
+	/*
+	 * The send queue, allocated at open: items in a ring of OUT_ITEMS_MAX
+	 * from out_item_head, their bytes in out_ring from out_ring_head to
+	 * out_ring_tail (out_ring_used of them). out_queued numbers frames as
+	 * they are queued, out_written counts those written whole, so a caller
+	 * waits for its frame by number.
+	 */
+	struct out_item *out_items;
+	uint32_t out_item_head, out_item_count;
+	uint8_t *out_ring;
+	size_t out_ring_head, out_ring_tail, out_ring_used;
+	uint64_t out_queued, out_written;
 	size_t out_bytes;
+	/* where a caller encodes a control body under the lock (body is the reader's) */
+	uint8_t *scratch; /* POOL_CONTROL_BODY_BYTES_MAX */
 	uint64_t next_id;
 	uint32_t rtt_us;
 	uint64_t last_sent_ns;
@@ -297,43 +324,70 @@ static void wake(struct pool_client *c)
 	}
 }
 
-/* Queues a frame (lock held). data is borrowed until the item is done. */
+/*
+ * Takes length contiguous bytes of the ring: their offset in *offset and
+ * the ring bytes they hold (with an end skipped to fit) in *span. False
+ * when the ring has no such room.
+ */
+static bool ring_take(struct pool_client *c, size_t length, size_t *offset, size_t *span)
+{
+	if (!c->out_ring_used)
+		c->out_ring_head = c->out_ring_tail = 0;
+	if (c->out_ring_used && c->out_ring_tail <= c->out_ring_head) {
+		/* wrapped: the room is between tail and head */
+		if (c->out_ring_head - c->out_ring_tail < length)
+			return false;
+		*offset = c->out_ring_tail;
+		*span = length;
+	} else if (OUT_RING_BYTES - c->out_ring_tail >= length) {
+		*offset = c->out_ring_tail;
+		*span = length;
+	} else if (c->out_ring_head >= length) {
+		/* the end is too short: skip it, start again at 0 */
+		*offset = 0;
+		*span = OUT_RING_BYTES - c->out_ring_tail + length;
+	} else {
+		return false;
+	}
+	c->out_ring_tail = *offset + length;
+	c->out_ring_used += *span;
+	return true;
+}
+
+/*
+ * Queues a frame (lock held; never waits, allocates nothing): NULL when
+ * the queue is full, which for a bounded frame is OUT_QUEUE_BYTES_MAX of
+ * control frames or all but OUT_ITEMS_RESERVE items; an unbounded frame
+ * may take the reserve. Its number is c->out_queued after the call; data
+ * is borrowed until out_written reaches it.
+ */
 static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
 				       uint32_t body_length, const uint8_t *data,
 				       uint32_t data_length, bool bounded)
 {
+	size_t length = CLUSTER_FRAME_HEADER_BYTES + body_length, offset, span;
 	struct out_item *it;
 
-	if (bounded && c->out_bytes + body_length > OUT_QUEUE_BYTES_MAX)
+	if (bounded && (c->out_bytes + body_length > OUT_QUEUE_BYTES_MAX ||
+			c->out_item_count >= OUT_ITEMS_MAX - OUT_ITEMS_RESERVE))
 		return NULL;
-	it = calloc(1, sizeof(*it));
-	if (!it)
+	if (c->out_item_count == OUT_ITEMS_MAX || !ring_take(c, length, &offset, &span))
 		return NULL;
-	it->bytes = malloc(CLUSTER_FRAME_HEADER_BYTES + body_length);
-	if (!it->bytes) {
-		free(it);
-		return NULL;
-	}
+	it = &c->out_items[(c->out_item_head + c->out_item_count++) % OUT_ITEMS_MAX];
+	*it = (struct out_item){ .offset = offset, .span = span, .length = length, .data = data,
+				 .data_length = data_length, .tagged = true };
 	pool_frame_build(c->kc, POOL_TO_MANAGER, c->tx_seq++, type, body, body_length, data,
-			 data_length, it->bytes, it->tag);
+			 data_length, c->out_ring + offset, it->tag);
 	c->sent[type]++;
 	if (body_length)
-		memcpy(it->bytes + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
-	it->length = CLUSTER_FRAME_HEADER_BYTES + body_length;
-	it->data = data;
-	it->data_length = data_length;
-	it->tagged = true;
-	if (c->out_tail)
-		c->out_tail->next = it;
-	else
-		c->out_head = it;
-	c->out_tail = it;
+		memcpy(c->out_ring + offset + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
+	c->out_queued++;
 	c->out_bytes += it->length;
 	wake(c);
 	return it;
 }
 
-/* Queues a control frame; SEL_EQUEUEFULL, -ENOMEM, or the failure. */
+/* Queues a control frame; SEL_EQUEUEFULL, or the failure. */
 static int send_control(struct pool_client *c, uint16_t type, const uint8_t *body, int length)
 {
 	SEL_ASSERT(length > 0);
@@ -344,24 +398,31 @@ static int send_control(struct pool_client *c, uint16_t type, const uint8_t *bod
 	return 0;
 }
 
-static void item_free(struct out_item *it)
+/* The oldest queued frame is written whole: its item and ring bytes go. */
+static void dequeue_locked(struct pool_client *c)
 {
-	free(it->bytes);
-	free(it);
+	struct out_item *it = &c->out_items[c->out_item_head];
+
+	c->out_ring_head = it->offset + it->length;
+	c->out_ring_used -= it->span;
+	c->out_bytes -= it->length;
+	c->out_item_head = (c->out_item_head + 1) % OUT_ITEMS_MAX;
+	c->out_item_count--;
+	c->out_written++;
 }
 
 /* Writes what it can of the queue (I/O thread, lock held). */
 static int flush_locked(struct pool_client *c)
 {
-	while (c->out_head) {
-		struct out_item *it = c->out_head;
+	while (c->out_item_count) {
+		struct out_item *it = &c->out_items[c->out_item_head];
 		struct iovec iov[3];
 		int count = 0;
 		size_t at = it->sent, total = it->length + it->data_length + POOL_TAG_BYTES;
 		ssize_t n;
 
 		if (at < it->length)
-			iov[count++] = (struct iovec){ it->bytes + at, it->length - at };
+			iov[count++] = (struct iovec){ c->out_ring + it->offset + at, it->length - at };
 		if (it->data_length && at < it->length + it->data_length) {
 			size_t off = at > it->length ? at - it->length : 0;
 
@@ -388,15 +449,9 @@ static int flush_locked(struct pool_client *c)
 		c->last_sent_ns = sel_monotonic_ns();
 		if (it->sent < total)
 			continue;
-		c->out_head = it->next;
-		if (!c->out_head)
-			c->out_tail = NULL;
-		c->out_bytes -= it->length;
-		it->done = true;
-		if (it->waited)
-			pthread_cond_broadcast(&c->changed);
-		else
-			item_free(it);
+		dequeue_locked(c);
+		/* a put window's caller waits for its frame's number */
+		pthread_cond_broadcast(&c->changed);
 	}
 	return 0;
 }
@@ -604,6 +659,24 @@ static void on_window(struct pool_client *c)
 }
 
 /*
+ * Copies v's places into out (v->count of them). R-POOL-34: every range lies
+ * inside the arena WELCOME announced; one that does not (past its end, or
+ * an offset and length whose sum wraps) keeps 0 bytes, so that the pull
+ * it answers fails (SEL_EPROTO) instead of handing out a place no mapping
+ * holds.
+ */
+static void places_copy(const struct pool_client *c, const struct pool_places_view *v,
+			struct pool_place *out)
+{
+	for (uint32_t i = 0; i < v->count; i++) {
+		pool_places_view_place(v, i, &out[i]);
+		if (out[i].offset > c->facts.arena_bytes ||
+		    out[i].bytes > c->facts.arena_bytes - out[i].offset)
+			out[i].bytes = 0;
+	}
+}
+
+/*
  * R-POOL-51: CLAIM_PLACES right after a local claim's CLAIMED belongs to
  * the grant. True when v was the grant's (*ret: 0, or SEL_EPROTO for places
  * that do not match the chain); false when it is for a rank's pull.
@@ -623,12 +696,8 @@ static bool grant_places(struct pool_client *c, const struct pool_places_view *v
 		return true;
 	}
 	q->places = calloc(v->count ? v->count : 1, sizeof(*q->places));
-	for (uint32_t i = 0; q->places && i < v->count; i++) {
-		pool_places_view_place(v, i, &q->places[i]);
-		if (q->places[i].offset > c->facts.arena_bytes ||
-		    q->places[i].bytes > c->facts.arena_bytes - q->places[i].offset)
-			q->places[i].bytes = 0; /* past the arena: refused when pulled */
-	}
+	if (q->places)
+		places_copy(c, v, q->places);
 	q->answered = true;
 	return true;
 }
@@ -721,7 +790,7 @@ static int on_rdma_offer(struct pool_client *c, const uint8_t *body, uint32_t le
 	n = pool_rdma_lend_encode(&mine, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
 	if (!enqueue_locked(c, POOL_MSG_RDMA_LEND, buf, (uint32_t)n, NULL, 0, false)) {
-		snprintf(reason, sizeof(reason), "no memory for RDMA_LEND");
+		snprintf(reason, sizeof(reason), "the send queue is full for RDMA_LEND");
 		goto err_release;
 	}
 	c->rdma_lent = true;
@@ -751,7 +820,7 @@ static void rdma_slot_free(struct pool_client *c, uint32_t slot)
 	SEL_ASSERT(n > 0);
 	c->rdma_held[slot] = 0;
 	if (!enqueue_locked(c, POOL_MSG_RDMA_FREE, buf, (uint32_t)n, NULL, 0, false))
-		fail_locked(c, -ENOMEM, "no memory for RDMA_FREE");
+		fail_locked(c, SEL_EQUEUEFULL, "the send queue is full for RDMA_FREE");
 }
 
 /*
@@ -925,11 +994,8 @@ static void on_frame(struct pool_client *c)
 		s = share_find(c, v.claim_id);
 		if (s && s->places_mode && v.count == s->chain_count) {
 			s->places = calloc(v.count ? v.count : 1, sizeof(*s->places));
-			for (uint32_t i = 0; s->places && i < v.count; i++) {
-				pool_places_view_place(&v, i, &s->places[i]);
-				if (s->places[i].offset + s->places[i].bytes > c->facts.arena_bytes)
-					s->places[i].bytes = 0;
-			}
+			if (s->places)
+				places_copy(c, &v, s->places);
 			s->places_in = true;
 		}
 		break;
@@ -1100,7 +1166,7 @@ static void *io_thread(void *arg)
 			fail_locked(c, ret, "writing to the manager: %s", strerror(-ret));
 			break;
 		}
-		if (!c->out_head && sel_monotonic_ns() - c->last_sent_ns >
+		if (!c->out_item_count && sel_monotonic_ns() - c->last_sent_ns >
 					    POOL_HEARTBEAT_MS * 1000000ull) {
 			uint8_t hb[POOL_HEARTBEAT_BYTES];
 
@@ -1112,7 +1178,7 @@ static void *io_thread(void *arg)
 		}
 		p[0] = (struct pollfd){ .fd = c->fd,
 					.events = (short)((waiting_slot ? 0 : POLLIN) |
-							  (c->out_head ? POLLOUT : 0)) };
+							  (c->out_item_count ? POLLOUT : 0)) };
 		p[1] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
 		pthread_mutex_unlock(&c->lock);
 		poll(p, 2, 1000);
@@ -1323,7 +1389,11 @@ int pool_client_open(const struct pool_client_config *cfg, struct pool_client **
 	if (!c)
 		return -ENOMEM;
 	c->body = malloc(POOL_CONTROL_BODY_BYTES_MAX);
-	if (!c->body) {
+	/* the send queue, whole: nothing a frame is queued with allocates */
+	c->out_items = calloc(OUT_ITEMS_MAX, sizeof(*c->out_items));
+	c->out_ring = malloc(OUT_RING_BYTES);
+	c->scratch = malloc(POOL_CONTROL_BODY_BYTES_MAX);
+	if (!c->body || !c->out_items || !c->out_ring || !c->scratch) {
 		ret = -ENOMEM;
 		goto err_free;
 	}
@@ -1373,6 +1443,9 @@ err_close_wake:
 	close(c->wake_fd);
 err_free:
 	pool_rdma_fallback_destroy(&c->rdma_fallback);
+	free(c->scratch);
+	free(c->out_ring);
+	free(c->out_items);
 	free(c->body);
 	free(c);
 	return ret;
@@ -1391,7 +1464,7 @@ void pool_client_close(struct pool_client *c)
 		bool empty;
 
 		pthread_mutex_lock(&c->lock);
-		empty = !c->out_head || c->failure;
+		empty = !c->out_item_count || c->failure;
 		pthread_mutex_unlock(&c->lock);
 		if (empty)
 			break;
@@ -1404,12 +1477,9 @@ void pool_client_close(struct pool_client *c)
 	pthread_join(c->thread, NULL);
 	rdma_release(c); /* the queue pair first: no write lands after the slots go */
 	pool_rdma_fallback_destroy(&c->rdma_fallback);
-	while (c->out_head) {
-		struct out_item *it = c->out_head;
-
-		c->out_head = it->next;
-		item_free(it);
-	}
+	free(c->out_items);
+	free(c->out_ring);
+	free(c->scratch);
 	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX; i++) {
 		free(c->lookups[i].chain);
 		free(c->claims[i].chain);
@@ -1506,21 +1576,16 @@ int pool_lookup_begin(struct pool_client *c, const struct rec_key *keys, uint32_
 	if (ret)
 		goto out_unlock;
 	*l = (struct lookup){ .ticket = c->next_id++, .sent_ns = sel_monotonic_ns() };
-	{
-		/* encode into a buffer of its own: c->body is the reader's */
-		size_t size = POOL_LOOKUP_FIXED_BYTES + (size_t)POOL_WIRE_KEY_BYTES * key_count;
-		uint8_t *buf = key_count <= POOL_LOOKUP_KEYS_MAX ? malloc(size) : NULL;
-
-		n = buf ? pool_lookup_encode(l->ticket, keys, key_count, buf, size) : -EINVAL;
-		if (n < 0) {
-			free(buf);
-			l->ticket = 0;
-			ret = n == -ENOSPC ? -ENOMEM : -EINVAL;
-			goto out_unlock;
-		}
-		ret = send_control(c, POOL_MSG_LOOKUP, buf, n);
-		free(buf);
+	n = key_count <= POOL_LOOKUP_KEYS_MAX
+		    ? pool_lookup_encode(l->ticket, keys, key_count, c->scratch,
+					 POOL_CONTROL_BODY_BYTES_MAX)
+		    : -EINVAL;
+	if (n < 0) {
+		l->ticket = 0;
+		ret = -EINVAL;
+		goto out_unlock;
 	}
+	ret = send_control(c, POOL_MSG_LOOKUP, c->scratch, n);
 	if (ret)
 		l->ticket = 0;
 	else
@@ -1578,20 +1643,14 @@ void pool_lookup_cancel(struct pool_client *c, uint64_t ticket)
 int pool_holds_send(struct pool_client *c, enum pool_holds_op op, const struct rec_key *keys,
 		    uint32_t key_count)
 {
-	size_t size = POOL_HOLDS_FIXED_BYTES + (size_t)POOL_WIRE_KEY_BYTES * key_count;
-	uint8_t *buf;
 	int ret, n;
 
 	if (c->rank != 0 || key_count > POOL_HOLDS_KEYS_MAX)
 		return -EINVAL;
-	buf = malloc(size);
-	if (!buf)
-		return -ENOMEM;
-	n = pool_holds_encode(op, keys, key_count, buf, size);
 	pthread_mutex_lock(&c->lock);
-	ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_HOLDS, buf, n);
+	n = pool_holds_encode(op, keys, key_count, c->scratch, POOL_CONTROL_BODY_BYTES_MAX);
+	ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_HOLDS, c->scratch, n);
 	pthread_mutex_unlock(&c->lock);
-	free(buf);
 	return ret;
 }
 
@@ -1622,7 +1681,7 @@ int pool_export_end(struct pool_client *c, uint64_t export_id, int result)
 	/* unbounded: one small frame per export the manager asked for */
 	ret = c->failure ? c->failure
 			 : enqueue_locked(c, POOL_MSG_EXPORT_END, buf, (uint32_t)n, NULL, 0, false)
-				   ? 0 : -ENOMEM;
+				   ? 0 : SEL_EQUEUEFULL;
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -2047,17 +2106,11 @@ int pool_put_begin(struct pool_client *c, const struct pool_put_spec *spec,
 				    .first_page_index = spec->first_page_index,
 				    .tail_page_count = spec->tail_page_count, .row = spec->row };
 	struct put_req *q = NULL;
-	uint8_t *buf;
-	size_t size;
 	int ret, n;
 
 	if (c->rank != 0)
 		return -EINVAL;
 	b.world_size = c->geometry.world_size;
-	size = POOL_PUT_BEGIN_FIXED_BYTES + 8ull * b.world_size;
-	buf = malloc(size);
-	if (!buf)
-		return -ENOMEM;
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < POOL_LOOKUPS_LIVE_MAX && !q; i++)
 		if (!c->put_reqs[i].request_id)
@@ -2065,15 +2118,15 @@ int pool_put_begin(struct pool_client *c, const struct pool_put_spec *spec,
 	ret = c->failure ? c->failure : !q ? SEL_EQUEUEFULL : 0;
 	if (!ret) {
 		b.request_id = c->next_id++;
-		n = pool_put_begin_encode(&b, spec->share_bytes, buf, size);
-		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_PUT_BEGIN, buf, n);
+		n = pool_put_begin_encode(&b, spec->share_bytes, c->scratch,
+					  POOL_CONTROL_BODY_BYTES_MAX);
+		ret = n < 0 ? -EINVAL : send_control(c, POOL_MSG_PUT_BEGIN, c->scratch, n);
 	}
 	if (!ret) {
 		*q = (struct put_req){ .request_id = b.request_id };
 		*request_id = b.request_id;
 	}
 	pthread_mutex_unlock(&c->lock);
-	free(buf);
 	return ret;
 }
 
@@ -2146,7 +2199,7 @@ int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, con
 		uint8_t head[POOL_PUT_WINDOW_HEAD_BYTES];
 		struct put_state *ps = put_state_get(c, put_id, false);
 		uint32_t len = bytes > c->facts.window_bytes ? c->facts.window_bytes : (uint32_t)bytes;
-		struct out_item *it;
+		uint64_t number;
 
 		if (c->failure) {
 			ret = c->failure;
@@ -2157,28 +2210,25 @@ int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, con
 			break;
 		}
 		pool_put_window_encode(&w, head, sizeof(head));
-		it = enqueue_locked(c, POOL_MSG_PUT_WINDOW, head, sizeof(head), p, len, false);
-		if (!it) {
-			ret = -ENOMEM;
+		if (!enqueue_locked(c, POOL_MSG_PUT_WINDOW, head, sizeof(head), p, len, false)) {
+			ret = SEL_EQUEUEFULL;
 			break;
 		}
-		it->waited = true;
-		while (!it->done && !c->failure && !ret)
+		number = c->out_queued;
+		while (c->out_written < number && !c->failure && !ret)
 			ret = wait_locked(c, deadline);
-		if (!it->done) {
+		if (c->out_written < number) {
 			/*
 			 * The I/O thread still holds it and could read the caller's
 			 * buffer after we return: the connection is poisoned instead,
 			 * so it writes nothing more (it checks under this lock).
 			 */
-			it->waited = false;
 			if (!ret)
 				ret = c->failure;
 			fail_locked(c, ret, "a put window did not leave in time; the "
 				    "connection is unusable");
 			break;
 		}
-		item_free(it);
 		p += len;
 		offset += len;
 		bytes -= len;

@@ -238,7 +238,8 @@ int pool_export_next(struct pool_client *c, struct pool_export *out);
 /*
  * Never waits. Answers export_id (R-POOL-75): 0 once its chain is in the
  * pool, -ENOENT when this instance does not hold the key with its row, or
- * the failure.
+ * the failure. Returns 0, SEL_EQUEUEFULL when the send queue (allocated at
+ * open, never grown) has no room, or the connection's failure.
  */
 int pool_export_end(struct pool_client *c, uint64_t export_id, int result);
 
@@ -431,8 +432,9 @@ int pool_put_outcome(struct pool_client *c, uint64_t put_id);
  * contiguous from 0), from data (caller-owned; it may be reused once this
  * returns 0: every byte was handed to the socket). Windows larger than
  * the manager's window bytes are cut. Returns 0, -ETIMEDOUT, the put's
- * end when the manager already ended it (its PUT_END result), or the
- * connection's failure. A timeout poisons the connection (data may have
+ * end when the manager already ended it (its PUT_END result),
+ * SEL_EQUEUEFULL when the send queue has no room for the window's head,
+ * or the connection's failure. A timeout poisons the connection (data may have
  * been half sent; nothing more is, so data is the caller's again at once).
  */
 int pool_put_window(struct pool_client *c, uint64_t put_id, uint64_t offset, const void *data,

@@ -1,5 +1,5 @@
 /*
- * The pool manager: see manager.h. One thread, one poll loop; every socket
+ * The pool manager: see manager.h. One thread, one epoll loop; every socket
  * is non-blocking and every connection's failure ends that connection only
  * (R-POOL-6). Each check cites its rule in pool/PROTOCOL.md.
  */
@@ -22,7 +22,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <time.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -254,6 +254,7 @@ struct conn {
 	struct stream streams[POOL_SHARES_LIVE_MAX];
 	uint32_t stream_count;
 	struct put *rx_put; /* the put the window being read belongs to */
+	uint32_t events_set; /* EPOLLIN, EPOLLOUT: what epoll_fd watches for */
 };
 
 struct pool_manager {
@@ -285,7 +286,14 @@ struct pool_manager {
 	struct pool_attach attach;
 	uint8_t attach_body[POOL_ATTACH_FIXED_BYTES + POOL_ATTACH_RANK_BYTES * REC_WORLD_SIZE_MAX];
 	uint8_t block[REC_HEADER_BYTES];
-	struct pollfd fds[3 + POOL_CONNECTIONS_MAX];
+	/*
+	 * The loop waits on epoll_fd: the listener, stop_fd, the disk
+	 * thread's done_fd and every connection, each connection's event
+	 * naming it (data.ptr), so a turn costs what is ready, not every
+	 * connection.
+	 */
+	int epoll_fd;
+	struct epoll_event events[3 + POOL_CONNECTIONS_MAX];
 	struct pool_rdma_probe rdma_device;
 	bool rdma_on; /* --rdma and a device: connections are offered RDMA claims */
 	struct pool_rdma_memory *rdma_arena; /* the arena, registered once for every link */
@@ -705,14 +713,22 @@ static bool disk_thread_start(struct pool_manager *m)
 {
 	struct disk_thread *d = &m->disk;
 
+	struct epoll_event done = { .events = EPOLLIN, .data.ptr = &d->done_fd };
+
 	d->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (d->done_fd < 0)
 		return false;
+	if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, d->done_fd, &done)) {
+		close(d->done_fd);
+		d->done_fd = -1;
+		return false;
+	}
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
 	if (pthread_create(&d->thread, NULL, disk_thread_main, d) != 0) {
 		pthread_cond_destroy(&d->wake);
 		pthread_mutex_destroy(&d->lock);
+		epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, d->done_fd, NULL);
 		close(d->done_fd);
 		d->done_fd = -1;
 		return false;
@@ -1228,6 +1244,16 @@ static uint64_t share_length(const struct pool_attach *parts, uint32_t r, uint32
 	return row ? n + parts->row_bytes[r] : n;
 }
 
+/*
+ * How long bytes take at POOL_TRANSFER_BYTES_PER_S, in ns (R-POOL-31,
+ * R-POOL-40), without the overflow of bytes * 10^9 past 18.4 GB.
+ */
+static uint64_t transfer_ns(uint64_t bytes)
+{
+	return bytes / POOL_TRANSFER_BYTES_PER_S * 1000000000ull +
+	       bytes % POOL_TRANSFER_BYTES_PER_S * 1000000000ull / POOL_TRANSFER_BYTES_PER_S;
+}
+
 static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *body,
 			 uint32_t length, uint64_t now)
 {
@@ -1327,9 +1353,14 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 	p->request_id = b.request_id;
 	p->inst = in;
 	p->rec = r;
-	p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
-			 (pool_put_begin_share_bytes(&b, 0) * b.world_size) * 1000000000ull /
-				 POOL_TRANSFER_BYTES_PER_S;
+	{
+		uint64_t bytes = 0;
+
+		for (uint32_t i = 0; i < b.world_size; i++)
+			bytes += r->shares[i].bytes;
+		p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
+				 transfer_ns(bytes);
+	}
 	p->next = m->puts;
 	m->puts = p;
 	in->puts++;
@@ -1702,7 +1733,7 @@ static bool export_pick(struct pool_manager *m, struct conn *c,
 static void export_ask(struct pool_manager *m, struct instance *holder, const struct rec_key *key,
 		       uint64_t now)
 {
-	struct pool_export q = { .deadline_ms = POOL_EXPORT_MS, .key = *key };
+	struct pool_export q = { .deadline_ms = m->config.export_ms, .key = *key };
 	uint8_t buf[POOL_EXPORT_BYTES];
 	struct export *x = calloc(1, sizeof(*x));
 	int n;
@@ -1711,7 +1742,7 @@ static void export_ask(struct pool_manager *m, struct instance *holder, const st
 		return;
 	*x = (struct export){ .next = m->exports, .id = m->next_export_id++,
 			      .scope = holder->scope, .holder = holder, .key = *key,
-			      .deadline_ns = now + POOL_EXPORT_MS * 1000000ull };
+			      .deadline_ns = now + m->config.export_ms * 1000000ull };
 	m->exports = x;
 	holder->exports++;
 	q.export_id = x->id;
@@ -2663,6 +2694,7 @@ static void conn_free(struct pool_manager *m, uint32_t index)
 	out_drop(c); /* its window's pin */
 	rdma_conn_free(c); /* its posted writes' pins, its queue pair */
 	conn_detach(m, c);
+	epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	free(c->body);
 	free(c->out);
@@ -2722,7 +2754,16 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 				conn_free(m, oldest);
 			}
 		}
-		if (!c || !c->body || m->conn_count == m->config.connections_max || m->draining) {
+		if (c && c->body && m->conn_count < m->config.connections_max && !m->draining) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+
+			if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0)
+				c->events_set = EPOLLIN;
+			else
+				sel_warn("pool: epoll_ctl: %s; the connection is refused",
+					 strerror(errno));
+		}
+		if (!c || !c->events_set) {
 			if (c)
 				free(c->body);
 			free(c);
@@ -3087,6 +3128,7 @@ static void disk_thread_stop(struct pool_manager *m)
 	SEL_ASSERT(d->jobs == 0);
 	pthread_cond_destroy(&d->wake);
 	pthread_mutex_destroy(&d->lock);
+	epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, d->done_fd, NULL);
 	close(d->done_fd);
 	d->done_fd = -1;
 }
@@ -3353,14 +3395,54 @@ static bool rdma_in_flight(const struct pool_manager *m)
 	return false;
 }
 
+/* stop_fd was written: the manager drains (R-POOL-45). */
+static void stop_read(struct pool_manager *m, uint64_t now, uint64_t *drain_until)
+{
+	uint64_t v;
+
+	if (read(m->stop_fd, &v, sizeof(v)) < 0) {
+		/* nothing to drain: the flag below is what counts */
+	}
+	if (m->draining)
+		return;
+	sel_info("pool: draining (R-POOL-45)");
+	m->draining = true;
+	/* R-POOL-45: live claims and puts have until their deadlines */
+	*drain_until = now;
+	for (struct put *p = m->puts; p; p = p->next)
+		if (p->deadline_ns > *drain_until)
+			*drain_until = p->deadline_ns;
+	for (struct claim *cl = m->claims; cl; cl = cl->next)
+		if (cl->deadline_ns > *drain_until)
+			*drain_until = cl->deadline_ns;
+}
+
+/* What c's connection is watched for: reads unless closing or backlogged, writes while any wait. */
+static void conn_watch(struct pool_manager *m, struct conn *c)
+{
+	uint32_t want = (c->closing || out_backlogged(c) ? 0 : EPOLLIN) |
+			(out_pending(c) ? EPOLLOUT : 0);
+	struct epoll_event ev = { .events = want, .data.ptr = c };
+
+	if (want == c->events_set)
+		return;
+	if (epoll_ctl(m->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev)) {
+		/* not watched as it should be: the connection ends (R-POOL-6) */
+		sel_warn("pool: epoll_ctl: %s; a connection ends", strerror(errno));
+		c->closing = true;
+		out_drop(c);
+		return;
+	}
+	c->events_set = want;
+}
+
 int pool_manager_run(struct pool_manager *m)
 {
-	struct pollfd *fds = m->fds;
 	uint64_t drain_until = 0;
 
 	for (;;) {
 		uint64_t now = sel_monotonic_ns();
-		nfds_t count = 3;
+		bool accepting = false;
 		int n;
 
 		pthread_mutex_lock(&m->stats_lock);
@@ -3377,61 +3459,44 @@ int pool_manager_run(struct pool_manager *m)
 				}
 			return 0;
 		}
-		fds[0] = (struct pollfd){ .fd = m->listen_fd, .events = POLLIN };
-		fds[1] = (struct pollfd){ .fd = m->stop_fd, .events = POLLIN };
-		fds[2] = (struct pollfd){ .fd = m->disk.done_fd, .events = POLLIN }; /* -1: none */
-		for (uint32_t i = 0; i < m->conn_count; i++) {
-			struct conn *c = m->conns[i];
-
-			fds[count++] = (struct pollfd){
-				.fd = c->fd,
-				.events = (short)((c->closing || out_backlogged(c) ? 0 : POLLIN) |
-						  (out_pending(c) ? POLLOUT : 0)) };
-		}
+		for (uint32_t i = 0; i < m->conn_count; i++)
+			conn_watch(m, m->conns[i]);
 		if (rdma_in_flight(m)) {
+			/* a write in flight: its completion is polled every RDMA_POLL_US */
 			struct timespec wait = { .tv_nsec = RDMA_POLL_US * 1000l };
 
-			n = ppoll(fds, count, &wait, NULL);
+			n = epoll_pwait2(m->epoll_fd, m->events, (int)(3 + m->conn_count), &wait,
+					 NULL);
 		} else {
-			n = poll(fds, count, TICK_MS);
+			n = epoll_wait(m->epoll_fd, m->events, (int)(3 + m->conn_count), TICK_MS);
 		}
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();
 		pthread_mutex_lock(&m->stats_lock);
-		if (fds[1].revents & POLLIN) {
-			uint64_t v;
+		/*
+		 * The ready connections first, each named by its event: none is
+		 * freed before the end of the turn, and accept_all (which may free
+		 * one for room) runs after them. Those accepted now are served
+		 * from the next turn.
+		 */
+		for (int k = 0; k < n; k++) {
+			struct conn *c = m->events[k].data.ptr;
+			uint32_t ev = m->events[k].events;
 
-			if (read(m->stop_fd, &v, sizeof(v)) < 0) {
-				/* nothing to drain: the flag below is what counts */
-			}
-			if (!m->draining) {
-				sel_info("pool: draining (R-POOL-45)");
-				m->draining = true;
-				/* R-POOL-45: live claims and puts have until their deadlines */
-				drain_until = now;
-				for (struct put *p = m->puts; p; p = p->next)
-					if (p->deadline_ns > drain_until)
-						drain_until = p->deadline_ns;
-				for (struct claim *cl = m->claims; cl; cl = cl->next)
-					if (cl->deadline_ns > drain_until)
-						drain_until = cl->deadline_ns;
-			}
-		}
-		if (fds[2].revents & POLLIN)
-			disk_done(m, now);
-		if (fds[0].revents & POLLIN)
-			accept_all(m, now);
-		/* connections only: those accepted just now are polled next time */
-		for (nfds_t k = 3; k < count; k++) {
-			struct conn *c = NULL;
-
-			for (uint32_t i = 0; i < m->conn_count; i++)
-				if (m->conns[i]->fd == fds[k].fd)
-					c = m->conns[i];
-			if (!c)
+			if (c == (void *)&m->listen_fd) {
+				accepting = true;
 				continue;
-			if (fds[k].revents & (POLLIN | POLLHUP | POLLERR))
+			}
+			if (c == (void *)&m->disk.done_fd) {
+				disk_done(m, now);
+				continue;
+			}
+			if (c == (void *)&m->stop_fd) {
+				stop_read(m, now, &drain_until);
+				continue;
+			}
+			if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR))
 				conn_read(m, c, now);
 			if (c->state == C_SERVING)
 				streams_fill(m, c, now);
@@ -3440,6 +3505,8 @@ int pool_manager_run(struct pool_manager *m)
 				out_drop(c);
 			}
 		}
+		if (accepting)
+			accept_all(m, now);
 		for (uint32_t i = 0; i < m->conn_count;) {
 			struct conn *c = m->conns[i];
 
@@ -3678,6 +3745,8 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 		m->config.connections_max = POOL_CONNECTIONS_MAX;
 	if (!m->config.claim_setup_ms)
 		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS;
+	if (!m->config.export_ms || m->config.export_ms > POOL_EXPORT_MS)
+		m->config.export_ms = POOL_EXPORT_MS;
 	if (m->config.claim_setup_ms > POOL_CLAIM_SETUP_MS_MAX)
 		m->config.claim_setup_ms = POOL_CLAIM_SETUP_MS_MAX;
 	m->config.listen = NULL;
@@ -3702,9 +3771,24 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	ret = listen_on(m, config->listen ? config->listen : ":0", why, why_size);
 	if (ret)
 		goto err_close_stop;
+	m->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (m->epoll_fd < 0) {
+		ret = sel_fail(-errno, why, why_size, "epoll_create1: %s", strerror(errno));
+		goto err_close_listen;
+	}
+	{
+		struct epoll_event listener = { .events = EPOLLIN, .data.ptr = &m->listen_fd };
+		struct epoll_event stopper = { .events = EPOLLIN, .data.ptr = &m->stop_fd };
+
+		if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->listen_fd, &listener) ||
+		    epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->stop_fd, &stopper)) {
+			ret = sel_fail(-errno, why, why_size, "epoll_ctl: %s", strerror(errno));
+			goto err_close_epoll;
+		}
+	}
 	ret = arena_create(m, why, why_size);
 	if (ret)
-		goto err_close_listen;
+		goto err_close_epoll;
 	if (m->rdma_on) {
 		char reason[256];
 
@@ -3754,6 +3838,8 @@ err_close_arena:
 	pool_rdma_memory_close(m->rdma_arena);
 	munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 	unlink(m->arena_path);
+err_close_epoll:
+	close(m->epoll_fd);
 err_close_listen:
 	close(m->listen_fd);
 err_close_stop:
@@ -3806,6 +3892,7 @@ void pool_manager_close(struct pool_manager *m)
 		munmap(m->arena - POOL_ARENA_HEADER_BYTES, m->arena_bytes);
 		unlink(m->arena_path);
 	}
+	close(m->epoll_fd);
 	close(m->listen_fd);
 	close(m->stop_fd);
 	pthread_mutex_destroy(&m->stats_lock);

@@ -1,7 +1,7 @@
 /*
  * The pool manager (pool/PROTOCOL.md; docs/DESIGN.md, "The pool manager"):
  * library code that `selene pool` (launch/cmd_pool.c) drives and tests run
- * in-process. One thread runs a poll loop over a listener and every
+ * in-process. One thread runs an epoll loop over a listener and every
  * connection (non-blocking sockets): the handshake and ATTACH, per-instance
  * sessions, an index of records per scope, an arena in one /dev/shm file
  * with a first-fit allocator, LRU eviction and max-age expiry, puts that
@@ -41,6 +41,12 @@ struct pool_manager_config {
 	uint64_t max_age_ms;    /* 0: records never expire */
 	uint32_t window_bytes;  /* 0: POOL_WINDOW_BYTES_DEFAULT */
 	uint32_t claim_setup_ms; /* 0: POOL_CLAIM_SETUP_MS */
+	/*
+	 * How long an export may stay unanswered before the manager forgets it
+	 * and counts it failed (R-POOL-74); 0: POOL_EXPORT_MS, which is also
+	 * the most. Tests shorten it.
+	 */
+	uint32_t export_ms;
 	/*
 	 * The disk tier, or NULL: records the arena evicts move here as record
 	 * files (one directory per scope, one per rank), come back for a claim,

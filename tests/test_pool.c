@@ -751,8 +751,8 @@ static void holds(struct trank *s, enum pool_holds_op op, const struct rec_key *
 	      pool_holds_encode(op, keys, count, s->body, POOL_CONTROL_BODY_BYTES_MAX), NULL, 0);
 }
 
-/* Reads the EXPORT the holder's session is asked; its id, after checking its key. */
-static uint64_t export_read(struct trank *s, const struct rec_key *key)
+/* Reads the EXPORT the holder's session is asked; its id, after checking its key and deadline. */
+static uint64_t export_read(struct trank *s, const struct rec_key *key, uint32_t deadline_ms)
 {
 	struct pool_export x;
 	char why[WHY_BYTES];
@@ -763,7 +763,7 @@ static uint64_t export_read(struct trank *s, const struct rec_key *key)
 	if (!rec_key_equal(&x.key, key))
 		fail_msg("EXPORT of key %llu, expected %llu", (unsigned long long)x.key.consumed,
 			 (unsigned long long)key->consumed);
-	assert_int_equal(x.deadline_ms, POOL_EXPORT_MS);
+	assert_int_equal(x.deadline_ms, deadline_ms);
 	return x.export_id;
 }
 
@@ -832,7 +832,7 @@ static void test_pool_exports_asked_of_holders(void **state)
 	assert_int_equal(st.exports_requested, 0);
 	/* B misses: answered 0 at once; A is asked for the longest key, once */
 	assert_int_equal(lookup(&b[0], both, 2, NULL), 0);
-	id = export_read(&a[0], &child.rec.key);
+	id = export_read(&a[0], &child.rec.key, POOL_EXPORT_MS);
 	assert_int_equal(lookup(&b[0], both, 2, NULL), 0);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.exports_requested, 1);
@@ -857,7 +857,7 @@ static void test_pool_exports_asked_of_holders(void **state)
 		holds(&a[0], POOL_HOLDS_ADD, three, 1);
 		stats_wait(&r, &st, holds_3);
 		assert_int_equal(lookup(&b[0], three, 3, NULL), 2); /* what it holds, now */
-		id = export_read(&a[0], &grand.rec.key);
+		id = export_read(&a[0], &grand.rec.key, POOL_EXPORT_MS);
 		export_end_send(&a[0], id, -ENOENT);
 		stats_wait(&r, &st, refused_1);
 		assert_int_equal(st.holds, 2);
@@ -885,6 +885,113 @@ static void test_pool_exports_asked_of_holders(void **state)
 	close_instance(c);
 	manager_stop(&r);
 	case_free(&child);
+	case_free(&root);
+}
+
+static bool holds_5(const struct pool_manager_stats *st) { return st->holds == 5; }
+static bool failed_4(const struct pool_manager_stats *st) { return st->exports_failed == 4; }
+
+/* PUT_BEGIN of a root record of T pages with the given share lengths; PUT_READY's result. */
+static int put_begin_raw(struct trank *s, const struct rec_key *key, uint32_t tail_page_count,
+			 const uint64_t *shares, uint64_t *put_id)
+{
+	struct pool_put_begin b = { .request_id = next_request++, .key = *key,
+				    .tail_page_count = tail_page_count, .row = true,
+				    .world_size = WORLD };
+	struct pool_put_ready ready;
+	uint8_t buf[256];
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_PUT_BEGIN, buf, pool_put_begin_encode(&b, shares, buf, sizeof(buf)),
+	      NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_PUT_READY);
+	assert_int_equal(pool_put_ready_decode(s->body, s->rx.body_length, &ready, why,
+					       sizeof(why)), 0);
+	assert_int_equal(ready.request_id, b.request_id);
+	*put_id = ready.put_id;
+	return ready.result;
+}
+
+/*
+ * R-POOL-73 .. R-POOL-75, R-POOL-40: exports the holder never answers are
+ * forgotten at their deadline and counted failed, and free the holder's
+ * places for new ones (POOL_EXPORTS_LIVE_MAX are live at most); a late
+ * answer is ignored. The record the holder then puts is larger than the
+ * whole arena: refused (-ENOSPC) at once, evicting nothing; share lengths
+ * no record of the scope has are refused (-EINVAL).
+ */
+static void test_pool_export_unanswered_forgotten(void **state)
+{
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 8 << 20, .window_bytes = 64 << 10,
+					 .export_ms = 300 };
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct pool_manager_stats st;
+	struct put_case root;
+	struct rec_key keys[POOL_EXPORTS_LIVE_MAX + 1], big = { 0 };
+	uint64_t ids[POOL_EXPORTS_LIVE_MAX], id, put_id = 1, shares[WORLD];
+	uint32_t tail = 4096;
+	char why[WHY_BYTES];
+
+	(void)state;
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
+	for (uint32_t i = 0; i <= POOL_EXPORTS_LIVE_MAX; i++) {
+		memset(&keys[i], 0, sizeof(keys[i]));
+		keys[i].consumed = 64;
+		tu_fill(keys[i].digest.bytes, sizeof(keys[i].digest.bytes), 30 + i);
+	}
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	holds(&a[0], POOL_HOLDS_ADD, keys, POOL_EXPORTS_LIVE_MAX + 1);
+	stats_wait(&r, &st, holds_5);
+	/* B misses each key; A is asked for the first four, the fifth waits */
+	for (uint32_t i = 0; i <= POOL_EXPORTS_LIVE_MAX; i++)
+		assert_int_equal(lookup(&b[0], &keys[i], 1, NULL), 0);
+	for (uint32_t i = 0; i < POOL_EXPORTS_LIVE_MAX; i++)
+		ids[i] = export_read(&a[0], &keys[i], 300);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.exports_requested, POOL_EXPORTS_LIVE_MAX);
+	/* A answers none: each is forgotten at 300 ms and counted failed */
+	stats_wait(&r, &st, failed_4);
+	assert_int_equal(st.exports_completed + st.exports_refused, 0);
+	/* a late answer is ignored, and A's session stays served */
+	export_end_send(&a[0], ids[0], 0);
+	assert_int_equal(lookup(&a[0], keys, 1, NULL), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.exports_completed, 0);
+	/* A's places are free: the fifth key is asked now, under a new id */
+	assert_int_equal(lookup(&b[0], &keys[POOL_EXPORTS_LIVE_MAX], 1, NULL), 0);
+	id = export_read(&a[0], &keys[POOL_EXPORTS_LIVE_MAX], 300);
+	for (uint32_t i = 0; i < POOL_EXPORTS_LIVE_MAX; i++)
+		assert_true(id != ids[i]);
+	/* A holds one record; the export's record is larger than the arena */
+	case_make(&root, 7, 64, NULL, 20);
+	assert_int_equal(put_whole(a, &root), 0);
+	big.consumed = (uint64_t)tail * PAGE_TOKENS;
+	tu_fill(big.digest.bytes, sizeof(big.digest.bytes), 77);
+	for (uint32_t k = 0; k < WORLD; k++)
+		shares[k] = REC_HEADER_BYTES + sel_align_up(8ull * tail, 4096) +
+			    (uint64_t)tail * geometry[k].page_record_bytes +
+			    geometry[k].row_record_bytes;
+	assert_true(shares[0] > (8u << 20));
+	assert_int_equal(put_begin_raw(&a[0], &big, tail, shares, &put_id), -ENOSPC);
+	assert_int_equal(put_id, 0);
+	/* lengths of no record of the scope, one that would overflow a sum */
+	shares[1] = UINT64_MAX;
+	assert_int_equal(put_begin_raw(&a[0], &big, tail, shares, &put_id), -EINVAL);
+	export_end_send(&a[0], id, -ENOSPC);
+	/* nothing was evicted for them: B still finds A's record */
+	assert_int_equal(lookup(&b[0], &root.rec.key, 1, NULL), 1);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.evicted, 0);
+	assert_int_equal(st.records, 1);
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
 	case_free(&root);
 }
 
@@ -2434,6 +2541,7 @@ int main(void)
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
 		cmocka_unit_test(test_pool_exports_asked_of_holders),
+		cmocka_unit_test(test_pool_export_unanswered_forgotten),
 		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 		cmocka_unit_test(test_pool_rdma_claim_byte_exact),

@@ -453,6 +453,73 @@ static void test_pool_hostile_wrong_scope(void **state)
 	honest_rank_served(f);
 }
 
+/*
+ * R-POOL-40: a put's deadline is the claim setup plus its bytes at 8 MiB/s.
+ * A share of 18446749696 bytes (1099 pages of 16 MiB and a row of 8572928
+ * bytes), just past 2^64 / 10^9, has about 2199 s; a manager whose
+ * arithmetic wraps gives it the setup alone and fails it with -ETIMEDOUT.
+ * The arena is a sparse file: nothing of it is written.
+ */
+static void test_pool_hostile_huge_put_deadline(void **state)
+{
+	const struct fixture *f = *state;
+	const uint32_t pages = 1099, page_bytes = 16u << 20, row_bytes = 8572928;
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "hostile",
+					 .memory_bytes = 18447000000ull,
+					 .window_bytes = 16u << 20, .claim_setup_ms = 200 };
+	struct fixture big = *f;
+	struct pool_put_begin b = { .request_id = 1, .tail_page_count = pages, .row = true,
+				    .world_size = 1 };
+	struct pool_put_ready ready;
+	struct pool_attach a;
+	struct honest h;
+	uint64_t share = REC_HEADER_BYTES + sel_align_up(8ull * pages, 4096) +
+			 (uint64_t)pages * page_bytes + row_bytes;
+	uint8_t buf[256];
+	char why[256];
+	int ret;
+
+	assert_int_equal(share, 18446749696ull);
+	assert_true(share > UINT64_MAX / 1000000000ull);
+	memcpy(c.secret, f->secret, sizeof(c.secret));
+	ret = pool_manager_open(&c, &big.manager, why, sizeof(why));
+	if (ret) {
+		print_message("skipped: a sparse arena of 18.4 GB: %s\n", why);
+		skip();
+	}
+	big.port = pool_manager_port(big.manager);
+	assert_int_equal(pthread_create(&big.thread, NULL, manager_thread, big.manager), 0);
+	attach_parts(&big, &a);
+	a.page_bytes[0] = page_bytes;
+	a.row_bytes[0] = row_bytes;
+	assert_int_equal(honest_open(&big, &h, big.secret, &a), 0);
+	b.key.consumed = (uint64_t)pages * big.g.page_tokens;
+	tu_fill(b.key.digest.bytes, sizeof(b.key.digest.bytes), 3);
+	honest_send(&h, POOL_MSG_PUT_BEGIN, buf, pool_put_begin_encode(&b, &share, buf, sizeof(buf)));
+	assert_int_equal(honest_recv(&h), 1);
+	assert_int_equal(h.rx.header.type, POOL_MSG_PUT_READY);
+	assert_int_equal(pool_put_ready_decode(h.body, h.rx.body_length, &ready, why, sizeof(why)),
+			 0);
+	assert_int_equal(ready.result, 0);
+	/* well past the setup's 200 ms: the put is still open, nothing ended it */
+	usleep(1000000);
+	honest_send(&h, POOL_MSG_LOOKUP, h.body,
+		    pool_lookup_encode(7, &b.key, 1, h.body, POOL_CONTROL_BODY_BYTES_MAX));
+	assert_int_equal(honest_recv(&h), 1);
+	if (h.rx.header.type == POOL_MSG_PUT_END) {
+		struct pool_put_end e;
+
+		assert_int_equal(pool_put_end_decode(h.body, h.rx.body_length, &e, why,
+						     sizeof(why)), 0);
+		fail_msg("the put ended after 1 s with %d: its deadline wrapped", e.result);
+	}
+	assert_int_equal(h.rx.header.type, POOL_MSG_ANSWER);
+	honest_close(&h);
+	pool_manager_stop(big.manager);
+	pthread_join(big.thread, NULL);
+	pool_manager_close(big.manager);
+}
+
 /* A header claiming a huge payload, or a frame out of place, ends that connection only. */
 static void test_pool_hostile_oversized_frame(void **state)
 {
@@ -697,6 +764,71 @@ static void test_pool_hostile_unread_answers(void **state)
 	free(frames);
 }
 
+#define CROWD_CONNECTIONS 1000
+#define CROWD_LOOKUPS 200
+
+/* The ms CROWD_LOOKUPS lookups of h take, one after another: the least of 3 runs. */
+static double lookups_ms(struct honest *h)
+{
+	struct rec_key key;
+	double best = 1e9;
+
+	memset(&key, 0, sizeof(key));
+	key.consumed = 64;
+	tu_fill(key.digest.bytes, sizeof(key.digest.bytes), 5);
+	for (int run = 0; run < 3; run++) {
+		uint64_t start = sel_monotonic_ns();
+		double ms;
+
+		for (int i = 0; i < CROWD_LOOKUPS; i++) {
+			honest_send(h, POOL_MSG_LOOKUP, h->body,
+				    pool_lookup_encode(7, &key, 1, h->body,
+						       POOL_CONTROL_BODY_BYTES_MAX));
+			assert_int_equal(honest_recv(h), 1);
+			assert_int_equal(h->rx.header.type, POOL_MSG_ANSWER);
+		}
+		ms = (double)(sel_monotonic_ns() - start) / 1e6;
+		if (ms < best)
+			best = ms;
+	}
+	return best;
+}
+
+/*
+ * 1000 connections that stay silent in their handshake cost the loop
+ * nothing it waits on (epoll reports what is ready) and no scan per ready
+ * one: an honest rank's lookups among them take at most 4 times as long
+ * as alone, plus 20 ms of slack for a loaded machine.
+ */
+static void test_pool_hostile_idle_crowd(void **state)
+{
+	struct fixture *f = *state;
+	static int fds[CROWD_CONNECTIONS];
+	struct pool_manager_stats st;
+	double alone_ms, crowd_ms;
+	struct honest h;
+
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	alone_ms = lookups_ms(&h);
+	for (int i = 0; i < CROWD_CONNECTIONS; i++)
+		fds[i] = connect_manager(f);
+	for (int i = 0; i < 2000; i++) {
+		pool_manager_stats(f->manager, &st);
+		if (st.connections >= CROWD_CONNECTIONS + 1)
+			break;
+		usleep(1000);
+	}
+	assert_true(st.connections >= CROWD_CONNECTIONS + 1);
+	crowd_ms = lookups_ms(&h);
+	print_message("%d lookups: %.2f ms alone, %.2f ms among %d idle connections\n",
+		      CROWD_LOOKUPS, alone_ms, crowd_ms, CROWD_CONNECTIONS);
+	for (int i = 0; i < CROWD_CONNECTIONS; i++)
+		close(fds[i]);
+	honest_close(&h);
+	if (crowd_ms > 4 * alone_ms + 20)
+		fail_msg("lookups took %.1fx as long among idle connections", crowd_ms / alone_ms);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -704,10 +836,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_hostile_half_handshake, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_wrong_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_wrong_scope, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_hostile_huge_put_deadline, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_oversized_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_slowloris, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_unread_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_hostile_idle_crowd, setup, teardown),
 	};
 
 	sel_log_set_level(SEL_LOG_ERROR); /* each refusal is a warning, expected here */

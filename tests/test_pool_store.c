@@ -1210,6 +1210,132 @@ static void test_pool_store_grace_period_figures(void **state)
 	assert_int_equal(coord_pool_grace_ns(false, UINT32_MAX), 250000000);
 }
 
+/* A pool export job that must not run: no test here answers the engine's request. */
+static int stub_pool_export_unused(void *ctx, uint64_t job_id, const struct coord_pool_put *put,
+				   const struct shard_pool_export_job *export)
+{
+	(void)ctx;
+	(void)job_id;
+	(void)put;
+	(void)export;
+	fail_msg("a GPU export's job ran though the engine never pinned it");
+	return -EIO;
+}
+
+/*
+ * R-POOL-79: a GPU export the engine never answers is ended -ETIMEDOUT
+ * at POOL_EXPORT_MS (its ask is aged here, not waited for), frees its
+ * export slot, and a later answer finds nothing; the manager's next ask of
+ * the same key reaches the engine again.
+ */
+static void test_pool_store_gpu_export_unanswered_ends(void **state)
+{
+	struct fixture *f = *state;
+	struct coord_pool_ops ops = { .ctx = &f->stub, .lookup = stub_lookup,
+				      .answer = stub_answer, .forget = stub_forget,
+				      .hold = stub_hold, .export_next = stub_export_next,
+				      .export_end = stub_export_end };
+	uint64_t first = 0, second = 0;
+	uint32_t ids[4] = { 1, 2, 3, 4 }, n;
+
+	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
+	assert_int_equal(coord_store_set_pool_lookups(&f->store, &ops, 2000000), 0);
+	f->store.jobs_ops.pool_export = stub_pool_export_unused;
+	assert_int_equal(coord_store_gpu_exports(&f->store, true), 0);
+	assert_int_equal(coord_store_gpu_hold(&f->store, 7, &f->h[2], 256), 0);
+	ask_export(f, 99, 2, 256);
+	n = poll_all(f);
+	for (uint32_t k = 0; k < n; k++)
+		if (f->events[k].kind == SEL_EVENT_EXPORT_REQUESTED) {
+			assert_int_equal(f->events[k].checkpoint, 7);
+			first = f->events[k].id;
+		}
+	assert_true(first != 0);
+	/* the engine says nothing: POOL_EXPORT_MS later the export ends */
+	for (uint32_t i = 0; i < COORD_POOL_EXPORTS_MAX; i++)
+		if (f->store.pool_exports[i].id == 99)
+			f->store.pool_exports[i].asked_ns -= (POOL_EXPORT_MS + 1) * 1000000ull;
+	poll_all(f);
+	assert_int_equal(f->stub.ended_count, 1);
+	assert_int_equal(f->stub.ended_ids[0], 99);
+	assert_int_equal(f->stub.ended_results[0], -ETIMEDOUT);
+	for (uint32_t i = 0; i < COORD_POOL_EXPORTS_MAX; i++)
+		assert_true(f->store.pool_exports[i].id == 0);
+	/* a late answer finds nothing, pins nothing */
+	assert_int_equal(coord_store_export_pinned(&f->store, first, ids, 4, 0), SEL_ENOTFOUND);
+	assert_int_equal(coord_store_export_refuse(&f->store, first, -ENOSPC), SEL_ENOTFOUND);
+	/* the offer stays: the manager's next ask reaches the engine, under a new id */
+	ask_export(f, 100, 2, 256);
+	n = poll_all(f);
+	for (uint32_t k = 0; k < n; k++)
+		if (f->events[k].kind == SEL_EVENT_EXPORT_REQUESTED)
+			second = f->events[k].id;
+	assert_true(second != 0 && second != first);
+	assert_int_equal(coord_store_export_refuse(&f->store, second, SEL_ENOTFOUND), 0);
+	poll_all(f);
+	assert_int_equal(f->stub.ended_count, 2);
+	assert_int_equal(f->stub.ended_results[1], -ENOENT);
+	assert_int_equal(f->store.gpu_hold_count, 0); /* gone with the refusal */
+}
+
+/*
+ * R rounds of an offer of a new checkpoint, the same offer again (-EEXIST)
+ * and its eviction, with the table already holding what it holds: the
+ * fastest of 5 runs, in ns.
+ */
+static uint64_t gpu_hold_rounds_ns(struct fixture *f, uint64_t first_checkpoint, uint32_t rounds)
+{
+	uint64_t best = UINT64_MAX;
+
+	for (int run = 0; run < 5; run++) {
+		uint64_t start = sel_monotonic_ns();
+
+		for (uint32_t k = 0; k < rounds; k++) {
+			uint64_t ckpt = first_checkpoint + k;
+
+			assert_int_equal(coord_store_gpu_hold(&f->store, ckpt, &f->h[1], 128), 0);
+			assert_int_equal(coord_store_gpu_hold(&f->store, ckpt, &f->h[1], 128),
+					 -EEXIST);
+			assert_int_equal(coord_store_gpu_evicted(&f->store, ckpt), 0);
+		}
+		if (sel_monotonic_ns() - start < best)
+			best = sel_monotonic_ns() - start;
+	}
+	return best;
+}
+
+/*
+ * The model thread's offer calls (sel_gpu_hold, sel_gpu_evicted) cost the
+ * same with POOL_GPU_HOLDS_MAX - 1 offers held as with 16: no call scans
+ * the table (docs/DESIGN.md section 13).
+ */
+static void test_pool_store_gpu_holds_constant_time(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t few_ns, full_ns;
+
+	assert_int_equal(coord_store_gpu_exports(&f->store, true), 0);
+	for (uint64_t c = 1; c <= 16; c++)
+		assert_int_equal(coord_store_gpu_hold(&f->store, c, &f->h[0], 64 * (1 + c % 31)), 0);
+	few_ns = gpu_hold_rounds_ns(f, 1u << 20, 2000);
+	for (uint64_t c = 17; c < POOL_GPU_HOLDS_MAX; c++)
+		assert_int_equal(coord_store_gpu_hold(&f->store, c, &f->h[c % HISTORIES],
+						      64 * (1 + c % 31)), 0);
+	assert_int_equal(coord_store_gpu_hold(&f->store, 1u << 30, &f->h[0], 64), 0);
+	assert_int_equal(coord_store_gpu_hold(&f->store, 1u << 31, &f->h[0], 64), SEL_EQUEUEFULL);
+	assert_int_equal(coord_store_gpu_evicted(&f->store, 1u << 30), 0);
+	full_ns = gpu_hold_rounds_ns(f, 1u << 21, 2000);
+	print_message("2000 rounds: %.2f ms with 16 offers, %.2f ms with %u\n", few_ns / 1e6,
+		      full_ns / 1e6, POOL_GPU_HOLDS_MAX - 1);
+	if (full_ns > 8 * few_ns + 2000000)
+		fail_msg("offers cost %.1fx as much with a full table", (double)full_ns / few_ns);
+	/* every offer is still found: each evicts once */
+	for (uint64_t c = 1; c < POOL_GPU_HOLDS_MAX; c++)
+		assert_int_equal(coord_store_gpu_evicted(&f->store, c), 0);
+	assert_int_equal(coord_store_gpu_evicted(&f->store, 1), SEL_ENOTFOUND);
+	assert_int_equal(f->store.gpu_hold_count, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1239,6 +1365,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim, setup_driver,
 						teardown_driver),
 		cmocka_unit_test(test_pool_store_grace_period_figures),
+		cmocka_unit_test_setup_teardown(test_pool_store_gpu_holds_constant_time, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_store_gpu_export_unanswered_ends, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool_store", tests, NULL, NULL);
