@@ -72,10 +72,11 @@ struct stage {
 	struct shard_slab_lease lease;
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
 	/*
-	 * The window's slots now: the stage's own staging slots, or a warm
-	 * store's warm slots (warm_slots), which the disk writes from.
+	 * The window's slots now: the stage's own staging slots, or (warm) a
+	 * warm record's slots (warm_slots), which the disk writes from or
+	 * reads into, laid out as req.spread says.
 	 */
-	const struct shard_slab_pool *src;
+	bool warm;
 	const uint32_t *cur;
 	uint32_t warm_slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
@@ -365,6 +366,22 @@ static int copy_drained(struct shard_engine *e, struct lane *l,
 	return ret ? ret : drained;
 }
 
+/* Where plane p of the window's page i lies in host memory. */
+static uint8_t *stage_plane(const struct shard_engine *e, const struct stage *s, uint32_t i,
+			    uint32_t p)
+{
+	if (s->warm)
+		return shard_warm_plane(&e->warm, s->cur[i], p);
+	return shard_slab_slot(&e->pool, s->cur[i]) + e->plane_offset[p];
+}
+
+/* Where the window's page i begins (laid out as s->req.spread says). */
+static uint8_t *stage_page(const struct shard_engine *e, const struct stage *s, uint32_t i)
+{
+	return s->warm ? shard_warm_page(&e->warm, s->cur[i]) :
+			 shard_slab_slot(&e->pool, s->cur[i]);
+}
+
 /* Fills l->copies for the window's slots and pages[0, count); returns how many. */
 static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct stage *s,
 			      const uint32_t *page_ids, uint32_t count)
@@ -373,14 +390,12 @@ static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct sta
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < count; i++) {
-		uint8_t *slot = shard_slab_slot(s->src, s->cur[i]);
-
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
 			uint64_t unit = g->page_planes[p].unit_bytes;
 
 			l->copies[n++] = (struct shard_copy){
 				.device_address = e->planes.page_base[p] + unit * page_ids[i],
-				.host = slot + e->plane_offset[p],
+				.host = stage_plane(e, s, i, p),
 				.bytes = unit,
 			};
 		}
@@ -418,21 +433,36 @@ static int copy_finish(struct shard_engine *e, int *stage, struct job_outcome *o
 	return ret ? device_fail(o, ret, "host to device") : 0;
 }
 
-/* Fills l->copies for the row at state_slot and its slots; returns how many. */
-static uint32_t row_copies(struct shard_engine *e, struct lane *l,
-			   const struct shard_slab_pool *pool, const uint32_t *slots,
-			   uint32_t state_slot)
+/*
+ * A row's pieces: staging's row slots, slot_bytes each, or (warm) a warm
+ * entry's row slots as shard_warm_row_buffers lays them out. Fills pieces
+ * (REC_DISK_BUFFERS_MAX) and *piece_bytes; returns the count.
+ */
+static uint32_t row_buffers(const struct shard_engine *e, bool warm, const uint32_t *slots,
+			    void **pieces, uint64_t *piece_bytes)
 {
-	uint64_t unit = e->geometry.row_plane.unit_bytes;
-	uint64_t piece = e->pool.slot_bytes;
-	uint32_t n = 0;
+	if (warm)
+		return shard_warm_row_buffers(&e->warm, slots, pieces, piece_bytes);
+	for (uint32_t k = 0; k < e->row_piece_count; k++)
+		pieces[k] = shard_slab_slot(&e->pool, slots[k]);
+	*piece_bytes = e->pool.slot_bytes;
+	return e->row_piece_count;
+}
 
-	for (uint32_t k = 0; k < e->row_piece_count && (uint64_t)k * piece < unit; k++) {
+/* Fills l->copies for the row at state_slot and its slots; returns how many. */
+static uint32_t row_copies(struct shard_engine *e, struct lane *l, bool warm,
+			   const uint32_t *slots, uint32_t state_slot)
+{
+	uint64_t unit = e->geometry.row_plane.unit_bytes, piece;
+	void *pieces[REC_DISK_BUFFERS_MAX];
+	uint32_t count = row_buffers(e, warm, slots, pieces, &piece), n = 0;
+
+	for (uint32_t k = 0; k < count && (uint64_t)k * piece < unit; k++) {
 		uint64_t left = unit - (uint64_t)k * piece;
 
 		l->copies[n++] = (struct shard_copy){
 			.device_address = e->planes.row_base + unit * state_slot + piece * k,
-			.host = shard_slab_slot(pool, slots[k]),
+			.host = pieces[k],
 			.bytes = left < piece ? left : piece,
 		};
 	}
@@ -440,11 +470,10 @@ static uint32_t row_copies(struct shard_engine *e, struct lane *l,
 }
 
 /* Device <-> the row slots for the row at state_slot. */
-static int copy_row(struct shard_engine *e, struct lane *l,
-		    const struct shard_slab_pool *pool, const uint32_t *slots,
+static int copy_row(struct shard_engine *e, struct lane *l, bool warm, const uint32_t *slots,
 		    uint32_t state_slot, enum shard_copy_direction dir, struct job_outcome *o)
 {
-	int ret = copy_drained(e, l, dir, row_copies(e, l, pool, slots, state_slot));
+	int ret = copy_drained(e, l, dir, row_copies(e, l, warm, slots, state_slot));
 
 	return ret ? device_fail(o, ret, "of the row") : 0;
 }
@@ -457,7 +486,8 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 	s->req.op = op;
 	s->req.first = first;
 	s->req.count = count;
-	s->src = &e->pool;
+	s->req.spread = (struct rec_page_spread){ 0 };
+	s->warm = false;
 	s->cur = s->slots;
 	for (uint32_t i = 0; i < count; i++)
 		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
@@ -467,22 +497,20 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 static void stage_warm(struct shard_engine *e, struct stage *s, uint32_t entry)
 {
 	shard_warm_page_slots(&e->warm, entry, s->req.first, s->req.count, s->warm_slots);
-	s->src = &e->warm.pool;
+	s->warm = true;
 	s->cur = s->warm_slots;
+	shard_warm_spread(&e->warm, &s->req.spread);
 	for (uint32_t i = 0; i < s->req.count; i++)
-		s->req.buffers[i] = shard_slab_slot(&e->warm.pool, s->warm_slots[i]);
+		s->req.buffers[i] = shard_warm_page(&e->warm, s->warm_slots[i]);
 }
 
-static void stage_row(struct shard_engine *e, const struct shard_slab_pool *pool,
-		      const uint32_t *slots, struct rec_disk_request *req,
-		      struct rec_disk_file *file, enum rec_disk_op op)
+static void stage_row(struct shard_engine *e, bool warm, const uint32_t *slots,
+		      struct rec_disk_request *req, struct rec_disk_file *file,
+		      enum rec_disk_op op)
 {
 	req->file = file;
 	req->op = op;
-	req->piece_count = e->row_piece_count;
-	req->piece_bytes = e->pool.slot_bytes;
-	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		req->buffers[k] = shard_slab_slot(pool, slots[k]);
+	req->piece_count = row_buffers(e, warm, slots, req->buffers, &req->piece_bytes);
 }
 
 /* Zeroes staging after a failed read, so its padding is zero again. */
@@ -519,31 +547,33 @@ struct window_sums {
 static void sum_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	const uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
+	const uint8_t *page = stage_page(w->e, w->s, i);
 
-	w->s->req.page_checksums[i] = rec_page_checksum(page, w->e->geometry.page_record_bytes,
-							w->seed, w->prefix_index + i);
+	w->s->req.page_checksums[i] =
+		rec_page_checksum_spread(page, &w->s->req.spread, w->e->geometry.page_record_bytes,
+					 w->seed, w->prefix_index + i);
 }
 
 /* Fetch: page i against the record's checksum table (R-READ-2). */
 static void verify_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
+	uint8_t *page = stage_page(w->e, w->s, i);
 	uint32_t bad = __atomic_load_n(&w->bad, __ATOMIC_RELAXED);
 	int err = 0;
 
 	if (w->s->read_here) {
 		bool ok;
-		int ret = rec_reader_read_page_ok(w->reader, w->first + i, page,
-						  FETCH_READ_CHUNK_BYTES, &ok);
+		int ret = rec_reader_read_page_ok_spread(w->reader, w->first + i, page,
+							 &w->s->req.spread,
+							 FETCH_READ_CHUNK_BYTES, &ok);
 
 		if (ret)
 			__atomic_compare_exchange_n(&w->read_err, &err, ret, false,
 						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 		else if (ok)
 			return;
-	} else if (rec_reader_page_ok(w->reader, w->first + i, page)) {
+	} else if (rec_reader_page_ok_spread(w->reader, w->first + i, page, &w->s->req.spread)) {
 		return;
 	}
 	while (i < bad && !__atomic_compare_exchange_n(&w->bad, &bad, i, false,
@@ -883,8 +913,7 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	 */
 	if (!ret && run->warm != SHARD_WARM_NONE && run->next_first == tail) {
 		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
-					row_copies(e, l, &e->warm.pool, run->warm_row,
-						   job->state_slot));
+					row_copies(e, l, true, run->warm_row, job->state_slot));
 		run->row_copied = ret == 0;
 	}
 	if (ret) {
@@ -907,7 +936,6 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	int failed;
 
 	bool warm = run->warm != SHARD_WARM_NONE;
-	const struct shard_slab_pool *pool = warm ? &e->warm.pool : &e->pool;
 	const uint32_t *slots = warm ? run->warm_row : l->row_slots;
 
 	/* Another store's row is still on its way to the disk from staging. */
@@ -921,7 +949,7 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	t = sel_monotonic_ns();
 	/* Settled above, where it went with the last window's copy. */
 	failed = !run->from_warm && !run->row_copied &&
-		 copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
+		 copy_row(e, l, warm, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
 			  &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
 	if (failed)
@@ -930,7 +958,7 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 		run->o.bytes += e->geometry.row_record_bytes;
 		return true;
 	}
-	stage_row(e, pool, slots, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
+	stage_row(e, warm, slots, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
 	if (!warm)
 		e->row_user = run;
 	disk_send(e, l, &run->row_req);
@@ -1280,10 +1308,9 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l,
 		return;
 	file = &l->files[last % 2];
 	if (e->fetch_tier[last] == TIER_READ)
-		stage_row(e, &e->warm.pool, e->fetch_row_slots, &l->row_req, file,
-			  REC_DISK_READ_ROW);
+		stage_row(e, true, e->fetch_row_slots, &l->row_req, file, REC_DISK_READ_ROW);
 	else
-		stage_row(e, &e->pool, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
+		stage_row(e, false, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
 	disk_send(e, l, &l->row_req);
 	*row_sent = true;
 }
@@ -1559,7 +1586,7 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	struct fetch_window cursor = { .record = UINT32_MAX };
-	struct stage s = { .src = &e->warm.pool };
+	struct stage s = { .warm = true };
 	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
 	int ret = 0;
 
@@ -1624,7 +1651,7 @@ static void warm_fetch_issue(struct shard_engine *e, struct warm_flight *f)
 	if (!ret) {
 		shard_warm_row_slots(&e->warm, e->warm_entries[job->chain_count - 1], row);
 		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
-					row_copies(e, l, &e->warm.pool, row, job->state_slot));
+					row_copies(e, l, true, row, job->state_slot));
 	}
 	if (ret)
 		device_fail(&f->o, ret, "host to device");
@@ -1924,7 +1951,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		uint32_t last = job->chain_count - 1;
 
 		shard_warm_row_slots(&e->warm, e->warm_entries[last], e->fetch_row_slots);
-		if (!copy_row(e, l, &e->warm.pool, e->fetch_row_slots, job->state_slot,
+		if (!copy_row(e, l, true, e->fetch_row_slots, job->state_slot,
 			      SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	} else if (!o->result) {
@@ -1933,7 +1960,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		fetch_file(e, l, job, job->chain_count - 1, o);
 		fetch_row_early(e, l, job, &row_sent, o);
 		disk_await(l, &l->row_req, o);
-		if (!o->result && !copy_row(e, l, read ? &e->warm.pool : &e->pool,
+		if (!o->result && !copy_row(e, l, read,
 					    read ? e->fetch_row_slots : l->row_slots,
 					    job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
@@ -2649,16 +2676,19 @@ void shard_engine_warm_stats(struct shard_engine *e, struct shard_warm_stats *ou
 void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
 {
 	struct shard_warm_stats ws;
+	char groups[48] = "";
 
 	shard_warm_get_stats(&e->warm, &ws);
 	if (!ws.slots_total) {
 		snprintf(out, size, "warm off");
 		return;
 	}
-	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB, registered "
+	if (e->warm.group_slots > 1)
+		snprintf(groups, sizeof(groups), " in groups of %u by plane", e->warm.group_slots);
+	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB%s, registered "
 		 "in %.1f ms (%u call%s)",
 		 (double)(e->warm.pool.slot_bytes * ws.slots_total) / (1 << 20),
-		 ws.slots_total, e->warm.pool.slot_bytes >> 10, ws.register_ns / 1e6,
+		 ws.slots_total, e->warm.pool.slot_bytes >> 10, groups, ws.register_ns / 1e6,
 		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
 }
 
@@ -2679,7 +2709,8 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
 	int ret = 0;
 
 	l->row_slots = calloc(e->row_piece_count, sizeof(uint32_t));
-	l->copies = calloc((size_t)e->window_pages * g->page_plane_count + e->row_piece_count,
+	/* A window's planes, or a row's pieces (a warm row's may be its slots' planes). */
+	l->copies = calloc((size_t)e->window_pages * g->page_plane_count + REC_DISK_BUFFERS_MAX,
 			   sizeof(*l->copies));
 	if (!l->row_slots || !l->copies)
 		return -ENOMEM;
@@ -2785,6 +2816,7 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 {
 	const struct rec_geometry *g = &e->geometry;
 	uint64_t slots = options->warm_bytes / g->page_record_bytes;
+	uint64_t plane_bytes[REC_PAGE_PLANES_MAX];
 	int ret;
 
 	if (!options->warm_bytes)
@@ -2804,12 +2836,31 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 			return -ENOMEM;
 		}
 	}
-	ret = shard_warm_init(&e->warm, g->page_record_bytes, (uint32_t)slots, g->page_count,
-			      e->row_piece_count);
+	for (uint32_t p = 0; p < g->page_plane_count; p++)
+		plane_bytes[p] = g->page_planes[p].unit_bytes;
+	ret = shard_warm_init(&e->warm, &(struct shard_warm_shape){
+					.plane_bytes = plane_bytes,
+					.plane_count = g->page_plane_count,
+					.row_bytes = g->row_record_bytes,
+					.slot_count = (uint32_t)slots,
+					.pages_max = g->page_count,
+					.group_slots_max = options->warm_group_slots_max ?
+								   options->warm_group_slots_max :
+								   SHARD_WARM_GROUP_SLOTS });
 	if (ret) {
 		snprintf(err, err_size, "cannot map a warm tier of %" PRIu64 " slots: %s",
 			 slots, strerror(-ret));
 		return ret;
+	}
+	SEL_ASSERT(e->warm.pool.slot_bytes == g->page_record_bytes &&
+		   e->warm.row_piece_count == e->row_piece_count);
+	/* Whole groups: a tier of a few groups may hold less than it was given. */
+	slots = e->warm.pool.slot_count;
+	if (slots < 1 + (uint64_t)e->row_piece_count) {
+		snprintf(err, err_size, "a warm tier of %" PRIu64 " bytes holds %" PRIu64
+			 " slots in groups of %u: fewer than %u (one page and the row)",
+			 options->warm_bytes, slots, e->warm.group_slots, 1 + e->row_piece_count);
+		return -EINVAL;
 	}
 	if (options->register_pool) {
 		ret = shard_warm_register(&e->warm, e->device);
