@@ -382,21 +382,31 @@ static uint8_t *stage_page(const struct shard_engine *e, const struct stage *s, 
 			 shard_slab_slot(&e->pool, s->cur[i]);
 }
 
-/* Fills l->copies for the window's slots and pages[0, count); returns how many. */
+/*
+ * Fills l->copies for the window's slots and pages[0, count); returns how
+ * many. A run of warm slots whose planes follow one another
+ * (shard_warm_follows) going to consecutive page ids is one entry per
+ * plane: plane p of those pages is one range on both sides (warm slots are
+ * grouped only where a plane has no padding, shard/warm.h).
+ */
 static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct stage *s,
 			      const uint32_t *page_ids, uint32_t count)
 {
 	const struct rec_geometry *g = &e->geometry;
-	uint32_t n = 0;
+	uint32_t n = 0, end;
 
-	for (uint32_t i = 0; i < count; i++) {
+	for (uint32_t i = 0; i < count; i = end) {
+		end = i + 1;
+		while (s->warm && end < count && page_ids[end] == page_ids[end - 1] + 1 &&
+		       shard_warm_follows(&e->warm, s->cur[end - 1], s->cur[end]))
+			end++;
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
 			uint64_t unit = g->page_planes[p].unit_bytes;
 
 			l->copies[n++] = (struct shard_copy){
 				.device_address = e->planes.page_base[p] + unit * page_ids[i],
 				.host = stage_plane(e, s, i, p),
-				.bytes = unit,
+				.bytes = unit * (end - i),
 			};
 		}
 	}
