@@ -383,30 +383,84 @@ static uint8_t *stage_page(const struct shard_engine *e, const struct stage *s, 
 }
 
 /*
+ * A run of warm slots whose planes follow one another (shard_warm_follows)
+ * going to consecutive page ids: plane p of its pages is one range on both
+ * sides (warm slots are grouped only where a plane has no padding,
+ * shard/warm.h), so it is one copy entry per plane.
+ */
+struct warm_run {
+	uint32_t slot;    /* its first page's */
+	uint32_t page_id; /* its first page's */
+	uint32_t pages;   /* 0: no run */
+};
+
+/* Whether slot going to page_id extends r. */
+static bool run_extends(const struct shard_engine *e, const struct warm_run *r, uint32_t slot,
+			uint32_t page_id)
+{
+	return r->pages && page_id == r->page_id + r->pages &&
+	       shard_warm_follows(&e->warm, r->slot + r->pages - 1, slot);
+}
+
+/* Fills copies with r's entries, one per plane; returns how many. */
+static uint32_t run_copies(const struct shard_engine *e, const struct warm_run *r,
+			   struct shard_copy *copies)
+{
+	const struct rec_geometry *g = &e->geometry;
+
+	for (uint32_t p = 0; p < g->page_plane_count; p++) {
+		uint64_t unit = g->page_planes[p].unit_bytes;
+
+		copies[p] = (struct shard_copy){
+			.device_address = e->planes.page_base[p] + unit * r->page_id,
+			.host = shard_warm_plane(&e->warm, r->slot, p),
+			.bytes = unit * r->pages,
+		};
+	}
+	return g->page_plane_count;
+}
+
+/* Adds slot going to page_id to *r, filling copies with the run it ends; returns how many. */
+static uint32_t run_add(const struct shard_engine *e, struct warm_run *r, uint32_t slot,
+			uint32_t page_id, struct shard_copy *copies)
+{
+	uint32_t n = 0;
+
+	if (run_extends(e, r, slot, page_id)) {
+		r->pages++;
+		return 0;
+	}
+	if (r->pages)
+		n = run_copies(e, r, copies);
+	*r = (struct warm_run){ .slot = slot, .page_id = page_id, .pages = 1 };
+	return n;
+}
+
+/*
  * Fills l->copies for the window's slots and pages[0, count); returns how
- * many. A run of warm slots whose planes follow one another
- * (shard_warm_follows) going to consecutive page ids is one entry per
- * plane: plane p of those pages is one range on both sides (warm slots are
- * grouped only where a plane has no padding, shard/warm.h).
+ * many: for staging one entry per page and plane, for warm slots one per
+ * plane for each run (struct warm_run; with G = 1 every run is a page).
  */
 static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct stage *s,
 			      const uint32_t *page_ids, uint32_t count)
 {
 	const struct rec_geometry *g = &e->geometry;
-	uint32_t n = 0, end;
+	struct warm_run r = { 0 };
+	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < count; i = end) {
-		end = i + 1;
-		while (s->warm && end < count && page_ids[end] == page_ids[end - 1] + 1 &&
-		       shard_warm_follows(&e->warm, s->cur[end - 1], s->cur[end]))
-			end++;
+	if (s->warm) {
+		for (uint32_t i = 0; i < count; i++)
+			n += run_add(e, &r, s->cur[i], page_ids[i], l->copies + n);
+		return r.pages ? n + run_copies(e, &r, l->copies + n) : n;
+	}
+	for (uint32_t i = 0; i < count; i++) {
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
 			uint64_t unit = g->page_planes[p].unit_bytes;
 
 			l->copies[n++] = (struct shard_copy){
 				.device_address = e->planes.page_base[p] + unit * page_ids[i],
 				.host = stage_plane(e, s, i, p),
-				.bytes = unit * (end - i),
+				.bytes = unit,
 			};
 		}
 	}
@@ -1596,33 +1650,46 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	struct fetch_window cursor = { .record = UINT32_MAX };
-	struct stage s = { .warm = true };
-	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
+	uint32_t planes = e->geometry.page_plane_count, call = planes, n = 0;
+	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
+	/*
+	 * Grouped slots: a run goes on past a window's end (nothing is read
+	 * here, windows only pace the calls), up to a group's end, and the
+	 * next record's pages may extend it too. With G = 1 no run does:
+	 * each window's entries go at once.
+	 */
+	bool carry = e->warm.group_slots > 1, more = true;
+	struct warm_run r = { 0 };
 	int ret = 0;
 
-	while (!ret && next_window(e, job, filter, &cursor)) {
-		uint32_t n, at = 0;
-
-		s.cur = s.warm_slots;
-		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
-				      cursor.count, s.warm_slots);
-		n = window_copies(e, l, &s, job->page_ids + cursor.dest, cursor.count);
-		/*
-		 * The job's first call is one page, each next one twice the last
-		 * up to a window: the copy engine starts on the first page while
-		 * the driver takes in the next call's entries, and is not left
-		 * idle behind one call of thousands of entries.
-		 */
-		while (!ret && at < n) {
-			uint32_t count = n - at < call_pages * planes ? n - at : call_pages * planes;
-
-			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies + at,
-						count);
-			at += count;
-			if (call_pages < e->window_pages)
-				call_pages *= 2;
+	while (!ret && more) {
+		more = next_window(e, job, filter, &cursor);
+		if (more)
+			shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record],
+					      cursor.first, cursor.count, slots);
+		for (uint32_t i = 0; more && i < cursor.count; i++)
+			n += run_add(e, &r, slots[i], job->page_ids[cursor.dest + i], l->copies + n);
+		if ((!more || !carry) && r.pages) {
+			n += run_copies(e, &r, l->copies + n);
+			r.pages = 0;
 		}
-		if (!ret)
+		/*
+		 * The job's first call is one page's entries, each next one
+		 * twice the last up to a window's: the copy engine starts on the
+		 * first entries while the driver takes in the next call's, and
+		 * is not left idle behind one call of thousands of entries.
+		 * Entries wait for a full call while a run is open.
+		 */
+		while (!ret && n > 0 && (n >= call || !more || !carry)) {
+			uint32_t count = n < call ? n : call;
+
+			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies, count);
+			n -= count;
+			memmove(l->copies, l->copies + count, n * sizeof(*l->copies));
+			if (call < e->window_pages * planes)
+				call *= 2;
+		}
+		if (more && !ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;
 	}
 	return ret;
@@ -2719,8 +2786,12 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
 	int ret = 0;
 
 	l->row_slots = calloc(e->row_piece_count, sizeof(uint32_t));
-	/* A window's planes, or a row's pieces (a warm row's may be its slots' planes). */
-	l->copies = calloc((size_t)e->window_pages * g->page_plane_count + REC_DISK_BUFFERS_MAX,
+	/*
+	 * A window's planes, or a row's pieces (a warm row's may be its slots'
+	 * planes); a warm fetch holds up to a call's entries back while a
+	 * run is open, and adds a window's (warm_copies_issue).
+	 */
+	l->copies = calloc(2ull * e->window_pages * g->page_plane_count + REC_DISK_BUFFERS_MAX,
 			   sizeof(*l->copies));
 	if (!l->row_slots || !l->copies)
 		return -ENOMEM;

@@ -2844,10 +2844,12 @@ static int fetch_to(struct fixture *f, const struct shard_chain_record *chain, u
  * Warm copies are one entry per plane for each run of consecutive warm
  * slots going to consecutive page ids, with warm slots grouped (before:
  * one per plane and page, as still with G = 1): a warm store of 7 pages
- * in windows of 4 and 3 copies 2 runs x 3 planes, its warm fetch the
- * same, one to ids with a gap 3 runs, and a read-through of it after a
- * drop (the same slots again, in order) 2 runs; the row is its pieces
- * (grouped: its slots' 8 KiB planes). Byte-exact each time.
+ * in windows of 4 and 3 copies 2 runs x 3 planes (a run ends with its
+ * window there), its warm fetch 1 run (a fetch's runs go on past its
+ * windows), one to ids with a gap 2 runs, and a read-through of it after
+ * a drop (the same slots again, in order) uploads 2 (one a window), and
+ * a run ends at its group's end; the row is its pieces (grouped: its
+ * slots' 8 KiB planes). Byte-exact each time.
  */
 static void test_warm_copy_entries_per_run(void **state)
 {
@@ -2857,10 +2859,10 @@ static void test_warm_copy_entries_per_run(void **state)
 	uint32_t ids[7] = { 100, 101, 102, 150, 151, 152, 153 };
 	struct shard_chain_record chain;
 	struct shard_warm_stats ws;
-	struct rec_key a;
+	struct rec_key a, x;
 
 	count_entries(f);
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine(f, 128ull * SLOT_BYTES); /* two groups */
 	make_key(&a, 64 * 7, 1);
 	chain = (struct shard_chain_record){ a, 0, 7 };
 	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
@@ -2869,14 +2871,14 @@ static void test_warm_copy_entries_per_run(void **state)
 	entries_to_device = 0;
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 7, 4, a.consumed);
-	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+	assert_int_equal(entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
 	poison(f);
 	entries_to_device = 0;
 	assert_int_equal(fetch_to(f, &chain, 1, ids, 4), 0);
 	for (uint32_t i = 0; i < 7; i++)
 		assert_true(page_matches(f, ids[i], i));
 	assert_true(row_matches(f, 4, a.consumed));
-	assert_int_equal(entries_to_device, (grouped ? 3 * 3 : 7 * 3) + row);
+	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
 	/* Read through from its file into the slots it had, in order. */
 	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
 	poison(f);
@@ -2886,6 +2888,16 @@ static void test_warm_copy_entries_per_run(void **state)
 	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.read_throughs, 1);
+	poison(f);
+	entries_to_device = 0;
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 7, 4, a.consumed);
+	assert_int_equal(entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
+	/* A run ends at its group's end: a's pages in slots 63 | 64..69. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+	make_key(&x, 64 * 60, 9);
+	assert_int_equal(store(f, &x, NULL, 20, 2, true), 0); /* slots 0..62 */
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
 	poison(f);
 	entries_to_device = 0;
 	fetch_reading_no_file(f, &chain, 1, 0);
