@@ -2898,6 +2898,7 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 	const struct rec_geometry *g = &e->geometry;
 	uint64_t slots = options->warm_bytes / g->page_record_bytes;
 	uint64_t plane_bytes[REC_PAGE_PLANES_MAX];
+	uint32_t group_max;
 	int ret;
 
 	if (!options->warm_bytes)
@@ -2919,15 +2920,19 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 	}
 	for (uint32_t p = 0; p < g->page_plane_count; p++)
 		plane_bytes[p] = g->page_planes[p].unit_bytes;
+	group_max = options->warm_group_slots_max;
+	/* SELENE_WARM_GROUP_SLOTS=1 lays the tier out as staging, to compare. */
+	if (!group_max && sel_env_count("SELENE_WARM_GROUP_SLOTS", SHARD_WARM_GROUP_SLOTS,
+					&group_max) && group_max == 0)
+		group_max = 1;
 	ret = shard_warm_init(&e->warm, &(struct shard_warm_shape){
 					.plane_bytes = plane_bytes,
 					.plane_count = g->page_plane_count,
 					.row_bytes = g->row_record_bytes,
 					.slot_count = (uint32_t)slots,
 					.pages_max = g->page_count,
-					.group_slots_max = options->warm_group_slots_max ?
-								   options->warm_group_slots_max :
-								   SHARD_WARM_GROUP_SLOTS });
+					.group_slots_max = group_max ? group_max :
+								       SHARD_WARM_GROUP_SLOTS });
 	if (ret) {
 		snprintf(err, err_size, "cannot map a warm tier of %" PRIu64 " slots: %s",
 			 slots, strerror(-ret));

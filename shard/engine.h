@@ -143,8 +143,9 @@ struct shard_engine_options {
 	uint64_t warm_bytes;
 	/*
 	 * The warm tier's groups of plane-major slots at most (shard/warm.h);
-	 * 0: SHARD_WARM_GROUP_SLOTS. 1 lays every slot out as one page
-	 * record, as staging (tests compare the two).
+	 * 0: SELENE_WARM_GROUP_SLOTS where set (1 to SHARD_WARM_GROUP_SLOTS;
+	 * 0 reads as 1), else SHARD_WARM_GROUP_SLOTS. 1 lays every slot out
+	 * as one page record, as staging, so the two can be compared.
 	 */
 	uint32_t warm_group_slots_max;
 };

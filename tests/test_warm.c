@@ -2905,6 +2905,49 @@ static void test_warm_copy_entries_per_run(void **state)
 	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
 }
 
+/*
+ * SELENE_WARM_GROUP_SLOTS caps G: 1 (or 0) lays the tier out as page
+ * records in one piece (named so at startup, a warm fetch one entry a
+ * page and plane), 8 groups of 8, unset 64; a malformed value is the
+ * default.
+ */
+static void test_warm_group_slots_from_env(void **state)
+{
+	static const char *const values[] = { "1", "0", "8", "x", NULL };
+	static const char *const lines[] = { "24 KiB, registered", "24 KiB, registered",
+					     "in groups of 8 by plane", "in groups of 64 by plane",
+					     "in groups of 64 by plane" };
+	struct fixture *f = *state;
+	struct shard_chain_record chain;
+	struct rec_key a;
+	char line[256];
+
+	make_key(&a, 64 * 7, 1);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	count_entries(f);
+	for (uint32_t i = 0; i < 5; i++) {
+		if (values[i])
+			setenv("SELENE_WARM_GROUP_SLOTS", values[i], 1);
+		else
+			unsetenv("SELENE_WARM_GROUP_SLOTS");
+		open_engine(f, 64ull * SLOT_BYTES);
+		unsetenv("SELENE_WARM_GROUP_SLOTS");
+		shard_engine_describe_warm(f->engine, line, sizeof(line));
+		if (!strstr(line, lines[i]))
+			fail_msg("SELENE_WARM_GROUP_SLOTS=%s: %s", values[i] ? values[i] : "(unset)",
+				 line);
+		assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+		poison(f);
+		entries_to_device = 0;
+		fetch_reading_no_file(f, &chain, 1, 0);
+		check_restored(f, 7, 4, a.consumed);
+		assert_int_equal(entries_to_device, (i < 2 ? 7 * 3 + ROW_PIECES : 3 + 8));
+		assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+		shard_engine_close(f->engine);
+		f->engine = NULL;
+	}
+}
+
 /* Stores key's record warm only, then its file from its warm slots (no device copy). */
 static void store_then_write_from_warm(struct fixture *f, const struct rec_key *key,
 				       const struct rec_key *parent, uint32_t base_id,
@@ -2997,6 +3040,7 @@ int main(void)
 		cmocka_unit_test(test_warm_slots_in_order),
 		cmocka_unit_test_setup_teardown(test_warm_copy_entries_per_run, setup, teardown),
 		GROUPED(test_warm_copy_entries_per_run),
+		GROUPED(test_warm_group_slots_from_env),
 		cmocka_unit_test_setup_teardown(test_warm_round_trip_every_layout, setup,
 						teardown),
 		{ "test_warm_round_trip_every_layout (uneven)", test_warm_round_trip_every_layout,
