@@ -150,7 +150,9 @@ static void payload_shape(const struct rec_disk_request *req, uint32_t *count,
 
 	*fd = write ? f->writer.fd : f->reader.fd;
 	if (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES) {
-		*count = req->count;
+		/* A split page is its segments, each a buffer of its own here. */
+		*count = req->count * (rec_page_spread_split(&req->spread) ?
+					       req->spread.segment_count : 1);
 		*offset = h->page_offset + h->page_stride * req->first;
 	} else {
 		*count = req->piece_count;
@@ -165,10 +167,22 @@ static uint64_t buffer_bytes(const struct rec_disk_request *req, uint32_t i)
 	const struct rec_header *h = write ? &f->writer.header : &f->reader.header;
 
 	if (req->op == REC_DISK_WRITE_PAGES || req->op == REC_DISK_READ_PAGES)
-		return h->page_stride;
+		return rec_page_spread_split(&req->spread) ? req->spread.segment_bytes :
+							     h->page_stride;
 	if (i + 1 < req->piece_count)
 		return req->piece_bytes;
 	return h->row_length - req->piece_bytes * (req->piece_count - 1);
+}
+
+/* Where buffer i of payload_shape's count begins (a split page's segment). */
+static uint8_t *buffer_at(const struct rec_disk_request *req, uint32_t i)
+{
+	uint32_t segments = req->spread.segment_count;
+
+	if ((req->op != REC_DISK_WRITE_PAGES && req->op != REC_DISK_READ_PAGES) ||
+	    !rec_page_spread_split(&req->spread))
+		return req->buffers[i];
+	return (uint8_t *)req->buffers[i / segments] + req->spread.pitch_bytes * (i % segments);
 }
 
 /* Checks a payload request against its file before any I/O (R-READ-1). */
@@ -186,6 +200,14 @@ static int payload_check(struct rec_disk_request *req)
 			return req_fail(req, SEL_ETOOBIG,
 					"pages %u..+%u are outside the record's %u",
 					req->first, req->count, h->tail_page_count);
+		if (!rec_page_spread_valid(&req->spread, h->page_stride) ||
+		    (uint64_t)req->count * (rec_page_spread_split(&req->spread) ?
+						    req->spread.segment_count : 1) > UINT32_MAX)
+			return req_fail(req, -EINVAL,
+					"%u segments of %" PRIu64 " bytes do not hold a "
+					"%" PRIu64 "-byte page",
+					req->spread.segment_count, req->spread.segment_bytes,
+					h->page_stride);
 		return 0;
 	}
 	if (req->op == REC_DISK_READ_ROW && !f->reader.row_present)
@@ -308,8 +330,8 @@ static bool build_op(const struct rec_disk *disk, struct rec_disk_request *req,
 
 		if (n > chunk - bytes)
 			n = chunk - bytes;
-		op->iov[op->iov_count].iov_base =
-			(uint8_t *)req->buffers[req->next_buffer] + req->next_offset;
+		op->iov[op->iov_count].iov_base = buffer_at(req, req->next_buffer) +
+						  req->next_offset;
 		op->iov[op->iov_count++].iov_len = (size_t)n;
 		bytes += n;
 		req->next_offset += n;
@@ -529,14 +551,19 @@ static void sum_one(struct rec_disk_request *req)
 			rec_writer_note_page_checksum(&req->file->writer, req->first + i,
 						      req->page_checksums[i]);
 		else
-			rec_writer_note_page(&req->file->writer, req->first + i,
-					     req->buffers[i]);
+			rec_writer_note_page_checksum(
+				&req->file->writer, req->first + i,
+				rec_page_checksum_spread(
+					req->buffers[i], &req->spread,
+					req->file->writer.layout.page_stride, req->file->writer.seed,
+					(uint64_t)req->file->writer.header.first_page_index +
+						req->first + i));
 		return;
 	}
 	if (req->op == REC_DISK_READ_PAGES) {
 		struct rec_reader *r = &req->file->reader;
 
-		if (rec_reader_page_ok(r, req->first + i, req->buffers[i]))
+		if (rec_reader_page_ok_spread(r, req->first + i, req->buffers[i], &req->spread))
 			return;
 		rec_file_name(name, &r->header.key);
 		req_fail(req, SEL_ECHECKSUM, "%s: page %" PRIu64 " (stored page %u) fails "

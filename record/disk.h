@@ -105,6 +105,13 @@ struct rec_disk_request {
 	uint32_t piece_count;       /* row: buffers holding the row in order */
 	uint64_t piece_bytes;       /* row: bytes of each piece but the last */
 	void *buffers[REC_DISK_BUFFERS_MAX];
+	/*
+	 * PAGES: how each buffer holds its page record (a warm slot's planes,
+	 * shard/warm.h); zeroed: in one piece, page_stride bytes. A split
+	 * page's segments are written from, or read into, in file order, and
+	 * its checksum is streamed over them (rec_page_checksum_spread).
+	 */
+	struct rec_page_spread spread;
 	struct rec_disk_replies *replies;
 	uint64_t tag;               /* the requester's, untouched */
 	/*

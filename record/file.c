@@ -454,36 +454,57 @@ int rec_reader_read_pages(struct rec_reader *r, uint32_t first, uint32_t count,
 bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
 			const void *page)
 {
+	return rec_reader_page_ok_spread(r, index, page, NULL);
+}
+
+bool rec_reader_page_ok_spread(const struct rec_reader *r, uint32_t index,
+			       const void *page, const struct rec_page_spread *spread)
+{
 	SEL_ASSERT(index < r->header.tail_page_count);
-	return rec_page_checksum(page, r->header.page_stride, r->seed,
-				 (uint64_t)r->header.first_page_index + index) ==
+	return rec_page_checksum_spread(page, spread, r->header.page_stride, r->seed,
+					(uint64_t)r->header.first_page_index + index) ==
 	       sel_get_le64((const uint8_t *)&r->checksums[index]);
 }
 
 int rec_reader_read_page_ok(const struct rec_reader *r, uint32_t index, void *page,
 			    uint64_t chunk_bytes, bool *ok)
 {
+	return rec_reader_read_page_ok_spread(r, index, page, NULL, chunk_bytes, ok);
+}
+
+int rec_reader_read_page_ok_spread(const struct rec_reader *r, uint32_t index, void *page,
+				   const struct rec_page_spread *spread, uint64_t chunk_bytes,
+				   bool *ok)
+{
 	uint64_t stride = r->header.page_stride;
 	uint64_t at = r->header.page_offset + stride * index;
+	bool split = rec_page_spread_split(spread);
+	uint64_t segment = split ? spread->segment_bytes : stride;
+	uint32_t segments = split ? spread->segment_count : 1;
 	int injected = SEL_FAILPOINT(SEL_FP_DISK_READ);
 	XXH3_state_t state;
 	uint64_t n;
 
 	SEL_ASSERT(index < r->header.tail_page_count && chunk_bytes > 0);
+	SEL_ASSERT(rec_page_spread_valid(spread, stride));
 	*ok = false;
 	if (injected < 0)
 		return injected;
 	xxh3_stack_state_init(&state);
 	XXH3_64bits_reset_withSeed(&state, r->seed ^ ((uint64_t)r->header.first_page_index +
 						      index));
-	for (uint64_t off = 0; off < stride; off += n) {
-		int ret;
+	for (uint32_t k = 0; k < segments; k++) {
+		uint8_t *to = (uint8_t *)page + (split ? spread->pitch_bytes * k : 0);
 
-		n = stride - off < chunk_bytes ? stride - off : chunk_bytes;
-		ret = rec_io_read_full(r->fd, (uint8_t *)page + off, n, at + off);
-		if (ret)
-			return ret;
-		sel_xxh3_update(&state, (uint8_t *)page + off, (size_t)n);
+		for (uint64_t off = 0; off < segment; off += n) {
+			int ret;
+
+			n = segment - off < chunk_bytes ? segment - off : chunk_bytes;
+			ret = rec_io_read_full(r->fd, to + off, n, at + segment * k + off);
+			if (ret)
+				return ret;
+			sel_xxh3_update(&state, to + off, (size_t)n);
+		}
 	}
 	*ok = XXH3_64bits_digest(&state) == sel_get_le64((const uint8_t *)&r->checksums[index]);
 	return 0;

@@ -131,6 +131,10 @@ int rec_reader_open_with(struct rec_reader *r, int dirfd, const char *name,
 bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
 			const void *page);
 
+/* The same for a page laid out as spread says (NULL: in one piece). */
+bool rec_reader_page_ok_spread(const struct rec_reader *r, uint32_t index,
+			       const void *page, const struct rec_page_spread *spread);
+
 /*
  * Reads stored page index into page (page_stride bytes) in chunks of
  * chunk_bytes (a multiple of 4 KiB), hashing each as soon as it is read,
@@ -141,6 +145,14 @@ bool rec_reader_page_ok(const struct rec_reader *r, uint32_t index,
  */
 int rec_reader_read_page_ok(const struct rec_reader *r, uint32_t index, void *page,
 			    uint64_t chunk_bytes, bool *ok);
+/*
+ * The same into a page laid out as spread says (NULL: in one piece): each
+ * segment in chunks of at most chunk_bytes, the hash streamed over them in
+ * file order.
+ */
+int rec_reader_read_page_ok_spread(const struct rec_reader *r, uint32_t index, void *page,
+				   const struct rec_page_spread *spread, uint64_t chunk_bytes,
+				   bool *ok);
 
 /* Whether the row segment, in pieces, matches the row checksum (R-READ-3). */
 bool rec_reader_row_ok(const struct rec_reader *r, const void *const *pieces,

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
 #include <xxhash.h>
 
 uint64_t rec_checksum_seed(const struct rec_key *key)
@@ -24,6 +25,36 @@ uint64_t rec_page_checksum(const void *page, uint64_t stride, uint64_t seed,
 			   uint64_t prefix_index)
 {
 	return sel_xxh3_seeded(page, (size_t)stride, seed ^ prefix_index);
+}
+
+bool rec_page_spread_valid(const struct rec_page_spread *spread, uint64_t stride)
+{
+	uint64_t total;
+
+	if (!rec_page_spread_split(spread))
+		return true;
+	return spread->segment_bytes > 0 &&
+	       sel_is_aligned(spread->segment_bytes, SEL_BLOCK_BYTES) &&
+	       spread->pitch_bytes >= spread->segment_bytes &&
+	       sel_mul_u64(spread->segment_bytes, spread->segment_count, &total) &&
+	       total == stride;
+}
+
+uint64_t rec_page_checksum_spread(const void *page, const struct rec_page_spread *spread,
+				  uint64_t stride, uint64_t seed, uint64_t prefix_index)
+{
+	XXH3_state_t state;
+
+	if (!rec_page_spread_split(spread))
+		return rec_page_checksum(page, stride, seed, prefix_index);
+	SEL_ASSERT(rec_page_spread_valid(spread, stride));
+	/* Initialised before its reset: see xxh3_stack_state_init in file.c. */
+	XXH3_INITSTATE(&state);
+	XXH3_64bits_reset_withSeed(&state, seed ^ prefix_index);
+	for (uint32_t k = 0; k < spread->segment_count; k++)
+		sel_xxh3_update(&state, (const uint8_t *)page + spread->pitch_bytes * k,
+				(size_t)spread->segment_bytes);
+	return XXH3_64bits_digest(&state);
 }
 
 uint64_t rec_row_checksum(const void *row_segment, uint64_t length,

@@ -103,6 +103,36 @@ uint64_t rec_checksum_seed(const struct rec_key *key);
 uint64_t rec_page_checksum(const void *page, uint64_t stride, uint64_t seed,
 			   uint64_t prefix_index);
 
+/*
+ * Where one page record lies in memory (a warm slot, docs/DESIGN.md section
+ * 6): its bytes in file order are segment_count segments of segment_bytes
+ * each, segment k at page + k * pitch_bytes. A zeroed spread, or one of
+ * one segment, is a page record in one piece, page_stride bytes at page.
+ * The file's layout is the same either way (R-REC-7).
+ */
+struct rec_page_spread {
+	uint32_t segment_count;
+	uint64_t segment_bytes;
+	uint64_t pitch_bytes;
+};
+
+/* Whether spread splits a page into segments (NULL does not). */
+static inline bool rec_page_spread_split(const struct rec_page_spread *spread)
+{
+	return spread && spread->segment_count > 1;
+}
+
+/* Whether spread can hold a page record of stride bytes. */
+bool rec_page_spread_valid(const struct rec_page_spread *spread, uint64_t stride);
+
+/*
+ * rec_page_checksum of the page record laid out as spread says (NULL: in
+ * one piece), streamed over its segments: the same value for the same
+ * bytes in file order.
+ */
+uint64_t rec_page_checksum_spread(const void *page, const struct rec_page_spread *spread,
+				  uint64_t stride, uint64_t seed, uint64_t prefix_index);
+
 /* R-REC-11: xxh3 of the row segment as stored, seeded with s. */
 uint64_t rec_row_checksum(const void *row_segment, uint64_t length,
 			  uint64_t seed);

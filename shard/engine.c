@@ -72,10 +72,11 @@ struct stage {
 	struct shard_slab_lease lease;
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
 	/*
-	 * The window's slots now: the stage's own staging slots, or a warm
-	 * store's warm slots (warm_slots), which the disk writes from.
+	 * The window's slots now: the stage's own staging slots, or (warm) a
+	 * warm record's slots (warm_slots), which the disk writes from or
+	 * reads into, laid out as req.spread says.
 	 */
-	const struct shard_slab_pool *src;
+	bool warm;
 	const uint32_t *cur;
 	uint32_t warm_slots[SHARD_WINDOW_PAGES_MAX];
 	struct rec_disk_request req;
@@ -368,22 +369,100 @@ static int copy_drained(struct shard_engine *e, struct lane *l,
 	return ret ? ret : drained;
 }
 
-/* Fills l->copies for the window's slots and pages[0, count); returns how many. */
+/* Where plane p of the window's page i lies in host memory. */
+static uint8_t *stage_plane(const struct shard_engine *e, const struct stage *s, uint32_t i,
+			    uint32_t p)
+{
+	if (s->warm)
+		return shard_warm_plane(&e->warm, s->cur[i], p);
+	return shard_slab_slot(&e->pool, s->cur[i]) + e->plane_offset[p];
+}
+
+/* Where the window's page i begins (laid out as s->req.spread says). */
+static uint8_t *stage_page(const struct shard_engine *e, const struct stage *s, uint32_t i)
+{
+	return s->warm ? shard_warm_page(&e->warm, s->cur[i]) :
+			 shard_slab_slot(&e->pool, s->cur[i]);
+}
+
+/*
+ * A run of warm slots whose planes follow one another (shard_warm_follows)
+ * going to consecutive page ids: plane p of its pages is one range on both
+ * sides (warm slots are grouped only where a plane has no padding,
+ * shard/warm.h), so it is one copy entry per plane.
+ */
+struct warm_run {
+	uint32_t slot;    /* its first page's */
+	uint32_t page_id; /* its first page's */
+	uint32_t pages;   /* 0: no run */
+};
+
+/* Whether slot going to page_id extends r. */
+static bool run_extends(const struct shard_engine *e, const struct warm_run *r, uint32_t slot,
+			uint32_t page_id)
+{
+	return r->pages && page_id == r->page_id + r->pages &&
+	       shard_warm_follows(&e->warm, r->slot + r->pages - 1, slot);
+}
+
+/* Fills copies with r's entries, one per plane; returns how many. */
+static uint32_t run_copies(const struct shard_engine *e, const struct warm_run *r,
+			   struct shard_copy *copies)
+{
+	const struct rec_geometry *g = &e->geometry;
+
+	for (uint32_t p = 0; p < g->page_plane_count; p++) {
+		uint64_t unit = g->page_planes[p].unit_bytes;
+
+		copies[p] = (struct shard_copy){
+			.device_address = e->planes.page_base[p] + unit * r->page_id,
+			.host = shard_warm_plane(&e->warm, r->slot, p),
+			.bytes = unit * r->pages,
+		};
+	}
+	return g->page_plane_count;
+}
+
+/* Adds slot going to page_id to *r, filling copies with the run it ends; returns how many. */
+static uint32_t run_add(const struct shard_engine *e, struct warm_run *r, uint32_t slot,
+			uint32_t page_id, struct shard_copy *copies)
+{
+	uint32_t n = 0;
+
+	if (run_extends(e, r, slot, page_id)) {
+		r->pages++;
+		return 0;
+	}
+	if (r->pages)
+		n = run_copies(e, r, copies);
+	*r = (struct warm_run){ .slot = slot, .page_id = page_id, .pages = 1 };
+	return n;
+}
+
+/*
+ * Fills l->copies for the window's slots and pages[0, count); returns how
+ * many: for staging one entry per page and plane, for warm slots one per
+ * plane for each run (struct warm_run; with G = 1 every run is a page).
+ */
 static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct stage *s,
 			      const uint32_t *page_ids, uint32_t count)
 {
 	const struct rec_geometry *g = &e->geometry;
+	struct warm_run r = { 0 };
 	uint32_t n = 0;
 
+	if (s->warm) {
+		for (uint32_t i = 0; i < count; i++)
+			n += run_add(e, &r, s->cur[i], page_ids[i], l->copies + n);
+		return r.pages ? n + run_copies(e, &r, l->copies + n) : n;
+	}
 	for (uint32_t i = 0; i < count; i++) {
-		uint8_t *slot = shard_slab_slot(s->src, s->cur[i]);
-
 		for (uint32_t p = 0; p < g->page_plane_count; p++) {
 			uint64_t unit = g->page_planes[p].unit_bytes;
 
 			l->copies[n++] = (struct shard_copy){
 				.device_address = e->planes.page_base[p] + unit * page_ids[i],
-				.host = slot + e->plane_offset[p],
+				.host = stage_plane(e, s, i, p),
 				.bytes = unit,
 			};
 		}
@@ -421,21 +500,36 @@ static int copy_finish(struct shard_engine *e, int *stage, struct job_outcome *o
 	return ret ? device_fail(o, ret, "host to device") : 0;
 }
 
-/* Fills l->copies for the row at state_slot and its slots; returns how many. */
-static uint32_t row_copies(struct shard_engine *e, struct lane *l,
-			   const struct shard_slab_pool *pool, const uint32_t *slots,
-			   uint32_t state_slot)
+/*
+ * A row's pieces: staging's row slots, slot_bytes each, or (warm) a warm
+ * entry's row slots as shard_warm_row_buffers lays them out. Fills pieces
+ * (REC_DISK_BUFFERS_MAX) and *piece_bytes; returns the count.
+ */
+static uint32_t row_buffers(const struct shard_engine *e, bool warm, const uint32_t *slots,
+			    void **pieces, uint64_t *piece_bytes)
 {
-	uint64_t unit = e->geometry.row_plane.unit_bytes;
-	uint64_t piece = e->pool.slot_bytes;
-	uint32_t n = 0;
+	if (warm)
+		return shard_warm_row_buffers(&e->warm, slots, pieces, piece_bytes);
+	for (uint32_t k = 0; k < e->row_piece_count; k++)
+		pieces[k] = shard_slab_slot(&e->pool, slots[k]);
+	*piece_bytes = e->pool.slot_bytes;
+	return e->row_piece_count;
+}
 
-	for (uint32_t k = 0; k < e->row_piece_count && (uint64_t)k * piece < unit; k++) {
+/* Fills l->copies for the row at state_slot and its slots; returns how many. */
+static uint32_t row_copies(struct shard_engine *e, struct lane *l, bool warm,
+			   const uint32_t *slots, uint32_t state_slot)
+{
+	uint64_t unit = e->geometry.row_plane.unit_bytes, piece;
+	void *pieces[REC_DISK_BUFFERS_MAX];
+	uint32_t count = row_buffers(e, warm, slots, pieces, &piece), n = 0;
+
+	for (uint32_t k = 0; k < count && (uint64_t)k * piece < unit; k++) {
 		uint64_t left = unit - (uint64_t)k * piece;
 
 		l->copies[n++] = (struct shard_copy){
 			.device_address = e->planes.row_base + unit * state_slot + piece * k,
-			.host = shard_slab_slot(pool, slots[k]),
+			.host = pieces[k],
 			.bytes = left < piece ? left : piece,
 		};
 	}
@@ -443,11 +537,10 @@ static uint32_t row_copies(struct shard_engine *e, struct lane *l,
 }
 
 /* Device <-> the row slots for the row at state_slot. */
-static int copy_row(struct shard_engine *e, struct lane *l,
-		    const struct shard_slab_pool *pool, const uint32_t *slots,
+static int copy_row(struct shard_engine *e, struct lane *l, bool warm, const uint32_t *slots,
 		    uint32_t state_slot, enum shard_copy_direction dir, struct job_outcome *o)
 {
-	int ret = copy_drained(e, l, dir, row_copies(e, l, pool, slots, state_slot));
+	int ret = copy_drained(e, l, dir, row_copies(e, l, warm, slots, state_slot));
 
 	return ret ? device_fail(o, ret, "of the row") : 0;
 }
@@ -460,7 +553,8 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 	s->req.op = op;
 	s->req.first = first;
 	s->req.count = count;
-	s->src = &e->pool;
+	s->req.spread = (struct rec_page_spread){ 0 };
+	s->warm = false;
 	s->cur = s->slots;
 	for (uint32_t i = 0; i < count; i++)
 		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
@@ -470,22 +564,20 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 static void stage_warm(struct shard_engine *e, struct stage *s, uint32_t entry)
 {
 	shard_warm_page_slots(&e->warm, entry, s->req.first, s->req.count, s->warm_slots);
-	s->src = &e->warm.pool;
+	s->warm = true;
 	s->cur = s->warm_slots;
+	shard_warm_spread(&e->warm, &s->req.spread);
 	for (uint32_t i = 0; i < s->req.count; i++)
-		s->req.buffers[i] = shard_slab_slot(&e->warm.pool, s->warm_slots[i]);
+		s->req.buffers[i] = shard_warm_page(&e->warm, s->warm_slots[i]);
 }
 
-static void stage_row(struct shard_engine *e, const struct shard_slab_pool *pool,
-		      const uint32_t *slots, struct rec_disk_request *req,
-		      struct rec_disk_file *file, enum rec_disk_op op)
+static void stage_row(struct shard_engine *e, bool warm, const uint32_t *slots,
+		      struct rec_disk_request *req, struct rec_disk_file *file,
+		      enum rec_disk_op op)
 {
 	req->file = file;
 	req->op = op;
-	req->piece_count = e->row_piece_count;
-	req->piece_bytes = e->pool.slot_bytes;
-	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		req->buffers[k] = shard_slab_slot(pool, slots[k]);
+	req->piece_count = row_buffers(e, warm, slots, req->buffers, &req->piece_bytes);
 }
 
 /* Zeroes staging after a failed read, so its padding is zero again. */
@@ -522,31 +614,33 @@ struct window_sums {
 static void sum_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	const uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
+	const uint8_t *page = stage_page(w->e, w->s, i);
 
-	w->s->req.page_checksums[i] = rec_page_checksum(page, w->e->geometry.page_record_bytes,
-							w->seed, w->prefix_index + i);
+	w->s->req.page_checksums[i] =
+		rec_page_checksum_spread(page, &w->s->req.spread, w->e->geometry.page_record_bytes,
+					 w->seed, w->prefix_index + i);
 }
 
 /* Fetch: page i against the record's checksum table (R-READ-2). */
 static void verify_page(void *ctx, uint32_t i)
 {
 	struct window_sums *w = ctx;
-	uint8_t *page = shard_slab_slot(w->s->src, w->s->cur[i]);
+	uint8_t *page = stage_page(w->e, w->s, i);
 	uint32_t bad = __atomic_load_n(&w->bad, __ATOMIC_RELAXED);
 	int err = 0;
 
 	if (w->s->read_here) {
 		bool ok;
-		int ret = rec_reader_read_page_ok(w->reader, w->first + i, page,
-						  FETCH_READ_CHUNK_BYTES, &ok);
+		int ret = rec_reader_read_page_ok_spread(w->reader, w->first + i, page,
+							 &w->s->req.spread,
+							 FETCH_READ_CHUNK_BYTES, &ok);
 
 		if (ret)
 			__atomic_compare_exchange_n(&w->read_err, &err, ret, false,
 						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 		else if (ok)
 			return;
-	} else if (rec_reader_page_ok(w->reader, w->first + i, page)) {
+	} else if (rec_reader_page_ok_spread(w->reader, w->first + i, page, &w->s->req.spread)) {
 		return;
 	}
 	while (i < bad && !__atomic_compare_exchange_n(&w->bad, &bad, i, false,
@@ -898,8 +992,7 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	 */
 	if (!ret && run->warm != SHARD_WARM_NONE && run->next_first == tail) {
 		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
-					row_copies(e, l, &e->warm.pool, run->warm_row,
-						   job->state_slot));
+					row_copies(e, l, true, run->warm_row, job->state_slot));
 		run->row_copied = ret == 0;
 	}
 	if (ret) {
@@ -929,7 +1022,6 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	int failed;
 
 	bool warm = run->warm != SHARD_WARM_NONE;
-	const struct shard_slab_pool *pool = warm ? &e->warm.pool : &e->pool;
 	const uint32_t *slots = warm ? run->warm_row : l->row_slots;
 
 	/* Another store's row is still on its way to the disk from staging. */
@@ -943,7 +1035,7 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 	t = sel_monotonic_ns();
 	/* Settled above, where it went with the last window's copy. */
 	failed = !run->from_warm && !run->row_copied &&
-		 copy_row(e, l, pool, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
+		 copy_row(e, l, warm, slots, run->job->state_slot, SHARD_DEVICE_TO_HOST,
 			  &run->o);
 	e->store_clock.copy_ns += sel_monotonic_ns() - t;
 	if (failed)
@@ -952,7 +1044,7 @@ static bool store_row(struct shard_engine *e, struct lane *l, struct store_run *
 		run->o.bytes += e->geometry.row_record_bytes;
 		return true;
 	}
-	stage_row(e, pool, slots, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
+	stage_row(e, warm, slots, &run->row_req, &run->file, REC_DISK_WRITE_ROW);
 	if (!warm)
 		e->row_user = run;
 	disk_send(e, l, &run->row_req);
@@ -1302,10 +1394,9 @@ static void fetch_row_early(struct shard_engine *e, struct lane *l,
 		return;
 	file = &l->files[last % 2];
 	if (e->fetch_tier[last] == TIER_READ)
-		stage_row(e, &e->warm.pool, e->fetch_row_slots, &l->row_req, file,
-			  REC_DISK_READ_ROW);
+		stage_row(e, true, e->fetch_row_slots, &l->row_req, file, REC_DISK_READ_ROW);
 	else
-		stage_row(e, &e->pool, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
+		stage_row(e, false, l->row_slots, &l->row_req, file, REC_DISK_READ_ROW);
 	disk_send(e, l, &l->row_req);
 	*row_sent = true;
 }
@@ -1581,33 +1672,46 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 {
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	struct fetch_window cursor = { .record = UINT32_MAX };
-	struct stage s = { .src = &e->warm.pool };
-	uint32_t planes = e->geometry.page_plane_count, call_pages = 1;
+	uint32_t planes = e->geometry.page_plane_count, call = planes, n = 0;
+	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
+	/*
+	 * Grouped slots: a run goes on past a window's end (nothing is read
+	 * here, windows only pace the calls), up to a group's end, and the
+	 * next record's pages may extend it too. With G = 1 no run does:
+	 * each window's entries go at once.
+	 */
+	bool carry = e->warm.group_slots > 1, more = true;
+	struct warm_run r = { 0 };
 	int ret = 0;
 
-	while (!ret && next_window(e, job, filter, &cursor)) {
-		uint32_t n, at = 0;
-
-		s.cur = s.warm_slots;
-		shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record], cursor.first,
-				      cursor.count, s.warm_slots);
-		n = window_copies(e, l, &s, job->page_ids + cursor.dest, cursor.count);
-		/*
-		 * The job's first call is one page, each next one twice the last
-		 * up to a window: the copy engine starts on the first page while
-		 * the driver takes in the next call's entries, and is not left
-		 * idle behind one call of thousands of entries.
-		 */
-		while (!ret && at < n) {
-			uint32_t count = n - at < call_pages * planes ? n - at : call_pages * planes;
-
-			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies + at,
-						count);
-			at += count;
-			if (call_pages < e->window_pages)
-				call_pages *= 2;
+	while (!ret && more) {
+		more = next_window(e, job, filter, &cursor);
+		if (more)
+			shard_warm_page_slots(&e->warm, e->warm_entries[cursor.record],
+					      cursor.first, cursor.count, slots);
+		for (uint32_t i = 0; more && i < cursor.count; i++)
+			n += run_add(e, &r, slots[i], job->page_ids[cursor.dest + i], l->copies + n);
+		if ((!more || !carry) && r.pages) {
+			n += run_copies(e, &r, l->copies + n);
+			r.pages = 0;
 		}
-		if (!ret)
+		/*
+		 * The job's first call is one page's entries, each next one
+		 * twice the last up to a window's: the copy engine starts on the
+		 * first entries while the driver takes in the next call's, and
+		 * is not left idle behind one call of thousands of entries.
+		 * Entries wait for a full call while a run is open.
+		 */
+		while (!ret && n > 0 && (n >= call || !more || !carry)) {
+			uint32_t count = n < call ? n : call;
+
+			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies, count);
+			n -= count;
+			memmove(l->copies, l->copies + count, n * sizeof(*l->copies));
+			if (call < e->window_pages * planes)
+				call *= 2;
+		}
+		if (more && !ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;
 	}
 	return ret;
@@ -1646,7 +1750,7 @@ static void warm_fetch_issue(struct shard_engine *e, struct warm_flight *f)
 	if (!ret) {
 		shard_warm_row_slots(&e->warm, e->warm_entries[job->chain_count - 1], row);
 		ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies,
-					row_copies(e, l, &e->warm.pool, row, job->state_slot));
+					row_copies(e, l, true, row, job->state_slot));
 	}
 	if (ret)
 		device_fail(&f->o, ret, "host to device");
@@ -1946,7 +2050,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		uint32_t last = job->chain_count - 1;
 
 		shard_warm_row_slots(&e->warm, e->warm_entries[last], e->fetch_row_slots);
-		if (!copy_row(e, l, &e->warm.pool, e->fetch_row_slots, job->state_slot,
+		if (!copy_row(e, l, true, e->fetch_row_slots, job->state_slot,
 			      SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
 	} else if (!o->result) {
@@ -1955,7 +2059,7 @@ static void run_fetch(struct shard_engine *e, struct shard_job *job,
 		fetch_file(e, l, job, job->chain_count - 1, o);
 		fetch_row_early(e, l, job, &row_sent, o);
 		disk_await(l, &l->row_req, o);
-		if (!o->result && !copy_row(e, l, read ? &e->warm.pool : &e->pool,
+		if (!o->result && !copy_row(e, l, read,
 					    read ? e->fetch_row_slots : l->row_slots,
 					    job->state_slot, SHARD_HOST_TO_DEVICE, o))
 			o->bytes += e->geometry.row_record_bytes;
@@ -2715,16 +2819,19 @@ void shard_engine_warm_stats(struct shard_engine *e, struct shard_warm_stats *ou
 void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
 {
 	struct shard_warm_stats ws;
+	char groups[48] = "";
 
 	shard_warm_get_stats(&e->warm, &ws);
 	if (!ws.slots_total) {
 		snprintf(out, size, "warm off");
 		return;
 	}
-	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB, registered "
+	if (e->warm.group_slots > 1)
+		snprintf(groups, sizeof(groups), " in groups of %u by plane", e->warm.group_slots);
+	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB%s, registered "
 		 "in %.1f ms (%u call%s)",
 		 (double)(e->warm.pool.slot_bytes * ws.slots_total) / (1 << 20),
-		 ws.slots_total, e->warm.pool.slot_bytes >> 10, ws.register_ns / 1e6,
+		 ws.slots_total, e->warm.pool.slot_bytes >> 10, groups, ws.register_ns / 1e6,
 		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
 }
 
@@ -2745,7 +2852,12 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
 	int ret = 0;
 
 	l->row_slots = calloc(e->row_piece_count, sizeof(uint32_t));
-	l->copies = calloc((size_t)e->window_pages * g->page_plane_count + e->row_piece_count,
+	/*
+	 * A window's planes, or a row's pieces (a warm row's may be its slots'
+	 * planes); a warm fetch holds up to a call's entries back while a
+	 * run is open, and adds a window's (warm_copies_issue).
+	 */
+	l->copies = calloc(2ull * e->window_pages * g->page_plane_count + REC_DISK_BUFFERS_MAX,
 			   sizeof(*l->copies));
 	if (!l->row_slots || !l->copies)
 		return -ENOMEM;
@@ -2851,6 +2963,8 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 {
 	const struct rec_geometry *g = &e->geometry;
 	uint64_t slots = options->warm_bytes / g->page_record_bytes;
+	uint64_t plane_bytes[REC_PAGE_PLANES_MAX];
+	uint32_t group_max;
 	int ret;
 
 	if (!options->warm_bytes)
@@ -2870,12 +2984,35 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 			return -ENOMEM;
 		}
 	}
-	ret = shard_warm_init(&e->warm, g->page_record_bytes, (uint32_t)slots, g->page_count,
-			      e->row_piece_count);
+	for (uint32_t p = 0; p < g->page_plane_count; p++)
+		plane_bytes[p] = g->page_planes[p].unit_bytes;
+	group_max = options->warm_group_slots_max;
+	/* SELENE_WARM_GROUP_SLOTS=1 lays the tier out as staging, to compare. */
+	if (!group_max && sel_env_count("SELENE_WARM_GROUP_SLOTS", SHARD_WARM_GROUP_SLOTS,
+					&group_max) && group_max == 0)
+		group_max = 1;
+	ret = shard_warm_init(&e->warm, &(struct shard_warm_shape){
+					.plane_bytes = plane_bytes,
+					.plane_count = g->page_plane_count,
+					.row_bytes = g->row_record_bytes,
+					.slot_count = (uint32_t)slots,
+					.pages_max = g->page_count,
+					.group_slots_max = group_max ? group_max :
+								       SHARD_WARM_GROUP_SLOTS });
 	if (ret) {
 		snprintf(err, err_size, "cannot map a warm tier of %" PRIu64 " slots: %s",
 			 slots, strerror(-ret));
 		return ret;
+	}
+	SEL_ASSERT(e->warm.pool.slot_bytes == g->page_record_bytes &&
+		   e->warm.row_piece_count == e->row_piece_count);
+	/* Whole groups: a tier of a few groups may hold less than it was given. */
+	slots = e->warm.pool.slot_count;
+	if (slots < 1 + (uint64_t)e->row_piece_count) {
+		snprintf(err, err_size, "a warm tier of %" PRIu64 " bytes holds %" PRIu64
+			 " slots in groups of %u: fewer than %u (one page and the row)",
+			 options->warm_bytes, slots, e->warm.group_slots, 1 + e->row_piece_count);
+		return -EINVAL;
 	}
 	if (options->register_pool) {
 		ret = shard_warm_register(&e->warm, e->device);

@@ -141,6 +141,13 @@ struct shard_engine_options {
 	 * open; 0: none. At least one page and the row.
 	 */
 	uint64_t warm_bytes;
+	/*
+	 * The warm tier's groups of plane-major slots at most (shard/warm.h);
+	 * 0: SELENE_WARM_GROUP_SLOTS where set (1 to SHARD_WARM_GROUP_SLOTS;
+	 * 0 reads as 1), else SHARD_WARM_GROUP_SLOTS. 1 lays every slot out
+	 * as one page record, as staging, so the two can be compared.
+	 */
+	uint32_t warm_group_slots_max;
 };
 
 /*

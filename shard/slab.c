@@ -143,7 +143,12 @@ void shard_slab_release(struct shard_slab_pool *pool,
 			struct shard_slab_lease *lease)
 {
 	pthread_mutex_lock(&pool->lock);
-	for (uint32_t i = 0; i < lease->count; i++) {
+	/*
+	 * Last first, so the lease's first slot is on top: the next request
+	 * of its size takes its slots in the order it had them (the warm
+	 * tier's runs of consecutive slots, shard/warm.h).
+	 */
+	for (uint32_t i = lease->count; i-- > 0;) {
 		SEL_ASSERT(lease->slots[i] < pool->slot_count);
 		SEL_ASSERT(pool->free_count < pool->slot_count);
 		pool->free_slots[pool->free_count++] = lease->slots[i];

@@ -63,7 +63,11 @@ int shard_slab_alloc(struct shard_slab_pool *pool, uint32_t count,
 int shard_slab_alloc_intake(struct shard_slab_pool *pool, uint32_t count,
 			    struct shard_slab_lease *lease);
 
-/* Returns every slot of lease to the pool and empties it. */
+/*
+ * Returns every slot of lease to the pool and empties it; the next request
+ * of lease's count takes the same slots in the same order (free slots are
+ * a stack, the lease's first slot on top).
+ */
 void shard_slab_release(struct shard_slab_pool *pool,
 			struct shard_slab_lease *lease);
 

@@ -6,28 +6,64 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "selene/selene.h"
+#include "record/disk.h"
 #include "shard/device.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-int shard_warm_init(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_count,
-		    uint32_t pages_max, uint32_t row_piece_count)
+/*
+ * G for shape (warm.h): planes of one size, a multiple of 4 KiB, a row in
+ * at most REC_DISK_BUFFERS_MAX of them, and a group within one
+ * registration chunk; else 1.
+ */
+static uint32_t group_slots_for(const struct shard_warm_shape *shape, uint64_t slot_bytes)
 {
-	uint32_t buckets = 1;
+	uint64_t unit = shape->plane_bytes[0], g = shape->group_slots_max;
+
+	for (uint32_t p = 0; p < shape->plane_count; p++)
+		if (shape->plane_bytes[p] != unit || !sel_is_aligned(unit, SEL_BLOCK_BYTES))
+			return 1;
+	if ((shape->row_bytes + unit - 1) / unit > REC_DISK_BUFFERS_MAX)
+		return 1;
+	if (g > shape->slot_count)
+		g = shape->slot_count;
+	if (g > SHARD_WARM_REGISTER_CHUNK_BYTES / slot_bytes)
+		g = SHARD_WARM_REGISTER_CHUNK_BYTES / slot_bytes;
+	return g ? (uint32_t)g : 1;
+}
+
+int shard_warm_init(struct shard_warm *w, const struct shard_warm_shape *shape)
+{
+	uint32_t buckets = 1, slot_count = shape->slot_count;
+	uint64_t slot_bytes = 0;
 	int ret;
 
 	memset(w, 0, sizeof(*w));
-	if (slot_count == 0 || slot_bytes % SEL_BLOCK_BYTES || row_piece_count == 0)
+	if (shape->plane_count == 0 || shape->plane_count > REC_PAGE_PLANES_MAX ||
+	    shape->row_bytes == 0 || shape->group_slots_max == 0)
+		return -EINVAL;
+	for (uint32_t p = 0; p < shape->plane_count; p++) {
+		w->plane_offset[p] = slot_bytes;
+		if (shape->plane_bytes[p] == 0 || shape->plane_bytes[p] > REC_UNIT_BYTES_MAX)
+			return -EINVAL;
+		slot_bytes += sel_align_up(shape->plane_bytes[p], SEL_BLOCK_BYTES);
+	}
+	w->plane_count = shape->plane_count;
+	w->group_slots = slot_count ? group_slots_for(shape, slot_bytes) : 1;
+	slot_count -= slot_count % w->group_slots;
+	if (slot_count == 0)
 		return -EINVAL;
 	ret = shard_slab_init(&w->pool, slot_bytes, slot_count);
 	if (ret)
 		return ret;
 	while (buckets < slot_count && buckets < (1u << 31))
 		buckets <<= 1;
-	w->row_piece_count = row_piece_count;
-	w->scratch_capacity = pages_max + row_piece_count;
+	w->plane_stride = w->group_slots > 1 ? shape->plane_bytes[0] : slot_bytes;
+	w->row_bytes = shape->row_bytes;
+	w->row_piece_count = (uint32_t)((shape->row_bytes + slot_bytes - 1) / slot_bytes);
+	w->scratch_capacity = shape->pages_max + w->row_piece_count;
 	w->next = malloc((size_t)slot_count * sizeof(*w->next));
 	w->scratch = malloc((size_t)w->scratch_capacity * sizeof(*w->scratch));
 	w->entries = calloc(slot_count, sizeof(*w->entries));
@@ -75,7 +111,8 @@ void shard_warm_destroy(struct shard_warm *w)
 int shard_warm_register(struct shard_warm *w, struct shard_device *dev)
 {
 	uint64_t total = w->pool.slot_bytes * w->pool.slot_count;
-	uint64_t slots_per_chunk = w->register_chunk_bytes / w->pool.slot_bytes;
+	uint64_t group_bytes = w->pool.slot_bytes * w->group_slots;
+	uint64_t slots_per_chunk = w->register_chunk_bytes / group_bytes * w->group_slots;
 	uint64_t start = sel_monotonic_ns();
 
 	SEL_ASSERT(!w->registered && slots_per_chunk > 0);
@@ -188,7 +225,12 @@ uint32_t shard_warm_reserve_read(struct shard_warm *w, const struct rec_key *key
 static void entry_free(struct shard_warm *w, uint32_t e)
 {
 	struct shard_warm_entry *entry = &w->entries[e];
-	uint32_t n = release_chain(w, entry->page_first) + release_chain(w, entry->row_first);
+	/*
+	 * The row first, then the pages: the pool hands out the slots pushed
+	 * last first, so the next record of this size takes these pages in
+	 * order, then this row (reserve takes pages, then row).
+	 */
+	uint32_t n = release_chain(w, entry->row_first) + release_chain(w, entry->page_first);
 
 	pthread_mutex_lock(&w->pool.lock);
 	w->stats.slots_used -= n;
@@ -261,11 +303,38 @@ void shard_warm_commit_read(struct shard_warm *w, uint32_t e)
 	pthread_mutex_unlock(&w->pool.lock);
 }
 
+void shard_warm_scrub(struct shard_warm *w, uint32_t slot)
+{
+	if (w->group_slots == 1) {
+		memset(shard_warm_page(w, slot), 0, w->pool.slot_bytes);
+		return;
+	}
+	for (uint32_t p = 0; p < w->plane_count; p++)
+		memset(shard_warm_plane(w, slot, p), 0, w->plane_stride);
+}
+
+uint32_t shard_warm_row_buffers(const struct shard_warm *w, const uint32_t *row_slots,
+				void **pieces, uint64_t *piece_bytes)
+{
+	bool split = w->group_slots > 1 && w->plane_count > 1;
+	uint64_t bytes = split ? w->plane_stride : w->pool.slot_bytes;
+	uint32_t count = (uint32_t)((w->row_bytes + bytes - 1) / bytes);
+
+	SEL_ASSERT(count <= REC_DISK_BUFFERS_MAX &&
+		   count <= (uint64_t)w->row_piece_count * (split ? w->plane_count : 1));
+	for (uint32_t k = 0; k < count; k++)
+		pieces[k] = split ? shard_warm_plane(w, row_slots[k / w->plane_count],
+						     k % w->plane_count) :
+				    shard_warm_page(w, row_slots[k]);
+	*piece_bytes = bytes;
+	return count;
+}
+
 /* Zeroes a chain's slots: padding a failed read may have written is zero again. */
 static void scrub_chain(struct shard_warm *w, uint32_t head)
 {
 	for (uint32_t s = head; s != SHARD_WARM_NONE; s = w->next[s])
-		memset(shard_slab_slot(&w->pool, s), 0, w->pool.slot_bytes);
+		shard_warm_scrub(w, s);
 }
 
 void shard_warm_abort(struct shard_warm *w, uint32_t e)

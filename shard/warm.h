@@ -1,19 +1,35 @@
 /*
  * A rank's warm tier (docs/DESIGN.md section 6, seed 2.4, 2.5): one
  * populated mapping of equal slots, one page record each (every page
- * plane's page, as staging), registered with the device once, in chunks of
- * at most SHARD_WARM_REGISTER_CHUNK_BYTES, at open. A record held warm is
- * its tail pages in slots, in order, and its row in row_piece_count slots
- * (as staging holds a row), found by key. Allocation never blocks: a
- * record that does not fit fails at once (SEL_EQUEUEFULL) and its store
- * goes through staging instead. It is not the policy: rank zero decides
- * which records are warm and which go (coordinator/warm.h); this only
- * holds them. One thread (the engine's transfer thread) changes it; the
- * counters may be read from any thread.
+ * plane's page), registered with the device once, in chunks of at most
+ * SHARD_WARM_REGISTER_CHUNK_BYTES, at open. Slots are laid out in groups
+ * of group_slots (G), plane-major within a group: plane p of slot g*G + j
+ * lives at mapping + g*G*slot_bytes + G*off[p] + j*stride, where off[p] is
+ * the plane's offset in a page record and stride every plane's 4 KiB-
+ * rounded bytes, so plane p of consecutive slots of one group is one range
+ * of memory, as plane p of consecutive device pages is. G is 1 (a slot is
+ * a page record in one piece, as staging's) unless every page plane has
+ * the same bytes, a multiple of 4 KiB (no padding between two slots'
+ * planes, as on the device), and a row fits REC_DISK_BUFFERS_MAX pieces of
+ * one plane's bytes. Addresses come from shard_warm_page, shard_warm_plane
+ * and shard_warm_spread; nothing else computes them. A record held warm is
+ * its tail pages in slots, in order, and its row in row_piece_count slots,
+ * found by key; with G > 1 the row's bytes lie in its slots' plane
+ * segments in order (shard_warm_row_buffers). Free slots are handed out
+ * lowest first, and a record's slots go back so that the next record of
+ * the same size takes them in the same order, so a record's pages mostly
+ * lie in consecutive slots. Allocation never blocks: a record that does
+ * not fit fails at once (SEL_EQUEUEFULL) and its store goes through
+ * staging instead. It is not the policy: rank zero decides which records
+ * are warm and which go (coordinator/warm.h); this only holds them. One
+ * thread (the engine's transfer thread) changes it; the counters may be
+ * read from any thread.
  */
 #ifndef SELENE_SHARD_WARM_H
 #define SELENE_SHARD_WARM_H
 
+#include "common/limits.h"
+#include "record/format.h"
 #include "record/key.h"
 #include "shard/slab.h"
 
@@ -30,6 +46,13 @@ struct shard_device;
 #define SHARD_WARM_REGISTER_CHUNK_BYTES (32ull << 30)
 /* Chunks of one warm mapping: 2^46 bytes (shard_slab_init's bound) / 32 GiB. */
 #define SHARD_WARM_CHUNKS_MAX 2048u
+
+/*
+ * Slots a group lays out plane-major at most: a run of 64 pages is 64 x
+ * 128 KiB = 8 MiB a plane for a typical plane, past the 2 MiB at which
+ * batched host-to-device copies stop slowing a decode beside them.
+ */
+#define SHARD_WARM_GROUP_SLOTS 64u
 
 #define SHARD_WARM_NONE UINT32_MAX
 /* A warm tier's bytes at most: shard_slab_init's bound on one mapping. */
@@ -66,9 +89,24 @@ struct shard_warm_stats {
 	uint32_t register_chunks;
 };
 
+/* A warm tier's shape (shard_warm_init). */
+struct shard_warm_shape {
+	const uint64_t *plane_bytes; /* each page plane's unit bytes, plane order */
+	uint32_t plane_count;
+	uint64_t row_bytes;          /* a row's bytes */
+	uint32_t slot_count;         /* rounded down to whole groups */
+	uint32_t pages_max;          /* a record's tail pages at most */
+	uint32_t group_slots_max;    /* SHARD_WARM_GROUP_SLOTS; 1: G = 1 always */
+};
+
 struct shard_warm {
 	struct shard_slab_pool pool;
-	uint32_t row_piece_count;
+	uint32_t row_piece_count;  /* slots a row takes */
+	uint32_t group_slots;      /* G */
+	uint32_t plane_count;
+	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
+	uint64_t plane_stride;     /* G > 1: every plane's bytes */
+	uint64_t row_bytes;
 	uint32_t *next;            /* per slot: the next slot of its record, or NONE */
 	uint32_t *scratch;         /* a lease's array: one record's slots */
 	uint32_t scratch_capacity;
@@ -87,18 +125,20 @@ struct shard_warm {
 };
 
 /*
- * Maps slot_count slots of slot_bytes (a page record, a multiple of 4
- * KiB) for records of up to pages_max tail pages and rows of
- * row_piece_count slots. Returns 0, -EINVAL, or -ENOMEM.
+ * Maps the slots of shape (each a page record of its planes, 4 KiB-rounded
+ * each; slot_count rounded down to a multiple of G, which is at most
+ * min(group_slots_max, slot_count) and 1 where the planes differ, see
+ * above) for records of up to pages_max tail pages and rows of row_bytes.
+ * Returns 0, -EINVAL, or -ENOMEM.
  */
-int shard_warm_init(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_count,
-		    uint32_t pages_max, uint32_t row_piece_count);
+int shard_warm_init(struct shard_warm *w, const struct shard_warm_shape *shape);
 /* Unregisters (if registered) and unmaps. A zeroed w is fine. */
 void shard_warm_destroy(struct shard_warm *w);
 
 /*
  * Registers the mapping with dev in chunks of at most
- * SHARD_WARM_REGISTER_CHUNK_BYTES (whole slots each); on a failure, the
+ * SHARD_WARM_REGISTER_CHUNK_BYTES (whole groups each, so a copy of a run
+ * of a group's slots never spans two registrations); on a failure, the
  * chunks registered are unregistered again. Notes the time it took in the
  * stats. Returns 0 or the device's error.
  */
@@ -155,6 +195,52 @@ void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out);
 /* Counts a fetch served (it succeeded) from warm slots whole, or in part. */
 void shard_warm_note_hit(struct shard_warm *w);
 void shard_warm_note_partial(struct shard_warm *w);
+
+/* Where slot's page record begins: its first plane (as a disk buffer). */
+static inline uint8_t *shard_warm_page(const struct shard_warm *w, uint32_t slot)
+{
+	uint32_t g = slot / w->group_slots, j = slot % w->group_slots;
+
+	return w->pool.base + (uint64_t)g * w->group_slots * w->pool.slot_bytes +
+	       (uint64_t)j * w->plane_stride;
+}
+
+/* Where plane p of slot's page record lies. */
+static inline uint8_t *shard_warm_plane(const struct shard_warm *w, uint32_t slot, uint32_t p)
+{
+	return shard_warm_page(w, slot) + (uint64_t)w->group_slots * w->plane_offset[p];
+}
+
+/*
+ * How a slot's page record lies from shard_warm_page: its planes, plane p
+ * at G * off[p] (zeroed where G is 1: in one piece, slot_bytes).
+ */
+static inline void shard_warm_spread(const struct shard_warm *w, struct rec_page_spread *out)
+{
+	*out = (struct rec_page_spread){ 0 };
+	if (w->group_slots > 1 && w->plane_count > 1)
+		*out = (struct rec_page_spread){ .segment_count = w->plane_count,
+						 .segment_bytes = w->plane_stride,
+						 .pitch_bytes = w->group_slots * w->plane_stride };
+}
+
+/* Whether slot b's planes follow slot a's, each plane one range (a run). */
+static inline bool shard_warm_follows(const struct shard_warm *w, uint32_t a, uint32_t b)
+{
+	return b == a + 1 && b % w->group_slots != 0;
+}
+
+/*
+ * A row's pieces in its slots (row_slots, row_piece_count of them): with
+ * G = 1 each slot, slot_bytes each; else each slot's planes in order, one
+ * plane's bytes each; as many as row_bytes takes. Fills pieces (at most
+ * REC_DISK_BUFFERS_MAX) and *piece_bytes; returns the count.
+ */
+uint32_t shard_warm_row_buffers(const struct shard_warm *w, const uint32_t *row_slots,
+				void **pieces, uint64_t *piece_bytes);
+
+/* Zeroes slot's page record, padding included. */
+void shard_warm_scrub(struct shard_warm *w, uint32_t slot);
 
 static inline struct shard_warm_entry *shard_warm_at(const struct shard_warm *w,
 						      uint32_t entry)

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct fixture {
@@ -406,6 +407,134 @@ static void test_disk_stop_deadline_on_the_restore_control_thread(void **state)
 	tu_record_free(&rec);
 }
 
+/* Submits req and waits for its reply, which must be its own. */
+static int disk_run(struct rec_disk *disk, struct rec_disk_replies *replies,
+		    struct rec_disk_request *req)
+{
+	assert_int_equal(rec_disk_submit(disk, req), 0);
+	assert_ptr_equal(rec_disk_wait(replies), req);
+	return req->result;
+}
+
+/* Copies page i of pages (in one piece, segments of 8 KiB) into spread memory. */
+static void spread_copy(uint8_t *to, const struct rec_page_spread *sp, const uint8_t *pages,
+			uint32_t i, bool into)
+{
+	for (uint32_t k = 0; k < sp->segment_count; k++) {
+		uint8_t *at = to + 8192ull * i + sp->pitch_bytes * k;
+		const uint8_t *plain = pages + (uint64_t)i * sp->segment_count * 8192 + 8192ull * k;
+
+		if (into)
+			memcpy(at, plain, 8192);
+		else
+			assert_memory_equal(at, plain, 8192);
+	}
+}
+
+/*
+ * Pages written from, and read into, spread memory (each page's 3 planes
+ * of 8 KiB 8 pages apart, as a group of 8 warm slots lays them out): the
+ * file is the record in one piece (read back plainly, the disk thread's
+ * own checksums of the spread pages verify), a spread read lands each
+ * plane where the spread says and verifies, the verifying threads' own
+ * read (rec_reader_read_page_ok_spread) does the same, and a spread that
+ * does not hold a page is refused with -EINVAL.
+ */
+static void test_disk_spread_pages(void **state)
+{
+	struct fixture *f = *state;
+	const struct rec_page_spread sp = { .segment_count = 3, .segment_bytes = 8192,
+					    .pitch_bytes = 8 * 8192 };
+	struct rec_geometry g;
+	struct rec_disk_options options = { 0 };
+	struct rec_disk *disk;
+	struct rec_disk_file file;
+	struct rec_disk_request req;
+	struct tu_record rec;
+	struct rec_dir *dir;
+	uint8_t *spread_in = tu_alloc(8 * 3 * 8192), *spread_out = tu_alloc(8 * 3 * 8192);
+	uint8_t *plain = tu_alloc(5 * 3 * 8192);
+	char *base, err[256];
+	bool ok;
+
+	assert_true(asprintf(&base, "%s/spread", f->base) > 0);
+	assert_int_equal(mkdir(base, 0700), 0);
+	tu_geometry(&g, 64, 3, 8192, 4096, 0, 1);
+	dir = tu_dir_open(base, &g, false);
+	options.dir = dir;
+	if (rec_disk_start(&options, &disk, err, sizeof(err)) != 0)
+		fail_msg("disk: %s", err);
+	assert_int_equal(rec_disk_file_init(&file, 8), 0);
+	tu_record_make(&rec, &g, 5, 64 * 5, NULL, 77);
+	assert_int_equal(rec.stride, 3 * 8192);
+	for (uint32_t i = 0; i < 5; i++)
+		spread_copy(spread_in, &sp, rec.pages, i, true);
+
+	tu_record_header(&file.header, dir, &rec);
+	req = (struct rec_disk_request){ .op = REC_DISK_CREATE, .file = &file,
+					 .replies = &f->replies };
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	req = (struct rec_disk_request){ .op = REC_DISK_WRITE_PAGES, .file = &file,
+					 .replies = &f->replies, .first = 0, .count = 3,
+					 .spread = { 3, 4096, 8 * 8192 } };
+	for (uint32_t i = 0; i < 3; i++)
+		req.buffers[i] = spread_in + 8192ull * i;
+	assert_int_equal(disk_run(disk, &f->replies, &req), -EINVAL);
+	req.result = 0;
+	req.spread = sp;
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	req.first = 3;
+	req.count = 2;
+	for (uint32_t i = 0; i < 2; i++)
+		req.buffers[i] = spread_in + 8192ull * (3 + i);
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	req = (struct rec_disk_request){ .op = REC_DISK_WRITE_ROW, .file = &file,
+					 .replies = &f->replies, .piece_count = 1,
+					 .piece_bytes = rec.row_length, .buffers = { rec.row } };
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	req = (struct rec_disk_request){ .op = REC_DISK_COMMIT, .file = &file,
+					 .replies = &f->replies };
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+
+	req = (struct rec_disk_request){ .op = REC_DISK_OPEN, .file = &file, .key = rec.key,
+					 .expect_tail_pages = 5, .replies = &f->replies };
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	req = (struct rec_disk_request){ .op = REC_DISK_READ_PAGES, .file = &file,
+					 .replies = &f->replies, .first = 0, .count = 5,
+					 .buffers = { plain } };
+	for (uint32_t i = 0; i < 5; i++)
+		req.buffers[i] = plain + rec.stride * i;
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	assert_memory_equal(plain, rec.pages, 5 * rec.stride);
+	req.spread = sp;
+	for (uint32_t i = 0; i < 5; i++)
+		req.buffers[i] = spread_out + 8192ull * i;
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	for (uint32_t i = 0; i < 5; i++)
+		spread_copy(spread_out, &sp, rec.pages, i, false);
+	memset(spread_out, 0, 8 * 3 * 8192);
+	for (uint32_t i = 0; i < 5; i++) {
+		assert_int_equal(rec_reader_read_page_ok_spread(&file.reader, i,
+								spread_out + 8192ull * i, &sp,
+								4096, &ok), 0);
+		assert_true(ok);
+		spread_copy(spread_out, &sp, rec.pages, i, false);
+		assert_true(rec_reader_page_ok_spread(&file.reader, i, spread_out + 8192ull * i,
+						      &sp));
+	}
+	req = (struct rec_disk_request){ .op = REC_DISK_CLOSE, .file = &file,
+					 .replies = &f->replies };
+	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
+	assert_int_equal(rec_disk_stop(disk, 30000), 0);
+	rec_disk_file_destroy(&file);
+	tu_record_free(&rec);
+	rec_dir_close(dir);
+	free(base);
+	free(spread_in);
+	free(spread_out);
+	free(plain);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -421,6 +550,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_disk_stop_deadline_on_the_restore_control_thread,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_spread_pages, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("disk", tests, NULL, NULL);

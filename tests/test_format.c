@@ -381,6 +381,58 @@ static void test_format_checksums_equal_plain_xxh3(void **state)
 	free(buf);
 }
 
+/*
+ * A page record's checksum streamed over its segments (rec_page_spread: a
+ * warm slot's planes) equals the checksum of the same bytes in one piece,
+ * for every segment count and spacing; a spread that does not hold the
+ * page whole, or whose segments are not 4 KiB multiples, is not valid.
+ */
+static void test_format_page_checksum_spread(void **state)
+{
+	const uint64_t seed = 0x243f6a8885a308d3ull;
+	uint8_t *page = malloc(6 * 8192), *spread_page = malloc(64 * 6 * 8192);
+
+	(void)state;
+	assert_non_null(page);
+	assert_non_null(spread_page);
+	for (uint32_t segments = 1; segments <= 6; segments++) {
+		for (uint32_t group = 1; group <= 64; group *= 4) {
+			struct rec_page_spread sp = { .segment_count = segments,
+						      .segment_bytes = 8192,
+						      .pitch_bytes = 8192ull * group };
+			uint64_t stride = 8192ull * segments;
+
+			for (uint64_t i = 0; i < stride; i++)
+				page[i] = (uint8_t)(i * 37 + segments + group);
+			memset(spread_page, 0x5a, 64 * 6 * 8192);
+			for (uint32_t k = 0; k < segments; k++)
+				memcpy(spread_page + sp.pitch_bytes * k, page + 8192ull * k, 8192);
+			assert_true(rec_page_spread_valid(&sp, stride));
+			assert_true(rec_page_checksum_spread(spread_page, &sp, stride, seed, 9) ==
+				    rec_page_checksum(page, stride, seed, 9));
+			assert_true(rec_page_checksum_spread(page, NULL, stride, seed, 9) ==
+				    rec_page_checksum(page, stride, seed, 9));
+			/* a byte outside the segments does not count; one inside does */
+			if (group > 1) {
+				spread_page[8192] ^= 1;
+				assert_true(rec_page_checksum_spread(spread_page, &sp, stride,
+								     seed, 9) ==
+					    rec_page_checksum(page, stride, seed, 9));
+			}
+			spread_page[sp.pitch_bytes * (segments - 1) + 8191] ^= 1;
+			assert_false(rec_page_checksum_spread(spread_page, &sp, stride, seed, 9) ==
+				     rec_page_checksum(page, stride, seed, 9));
+			/* one segment is a page in one piece, whatever its stride */
+			assert_true(rec_page_spread_valid(&sp, stride + 8192) == (segments == 1));
+		}
+	}
+	assert_false(rec_page_spread_valid(&(struct rec_page_spread){ 3, 5000, 8192 }, 15000));
+	assert_false(rec_page_spread_valid(&(struct rec_page_spread){ 2, 8192, 4096 }, 16384));
+	assert_true(rec_page_spread_valid(&(struct rec_page_spread){ 0 }, 12345));
+	free(page);
+	free(spread_page);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -393,6 +445,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_alignment_every_geometry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_init_checks_pages, setup, teardown),
 		cmocka_unit_test(test_format_checksums_equal_plain_xxh3),
+		cmocka_unit_test(test_format_page_checksum_spread),
 	};
 
 	return cmocka_run_group_tests_name("format", tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "coordinator/metrics.h"
 #include "coordinator/warm.h"
+#include "record/disk.h"
 #include "record/format.h"
 #include "record/key.h"
 #include "selene/selene.h"
@@ -40,7 +41,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/*
+ * Page planes of 5000 bytes (padded to 8 KiB: warm slots of one page
+ * record each, G = 1), or of 8192 (setup_grouped: warm slots in groups,
+ * plane-major). The slots are 24 KiB either way.
+ */
 #define PAGE_BYTES 5000u
+#define PAGE_BYTES_GROUPED 8192u
 #define ROW_BYTES 60000u
 #define SLOT_BYTES 24576u /* 3 planes of 5000 bytes, each padded to 8 KiB */
 #define ROW_PIECES 3u     /* a 60000-byte row in 24 KiB slots */
@@ -57,6 +64,7 @@ struct fixture {
 	uint8_t *row_memory;
 	uint64_t next_job;
 	uint32_t stores_max; /* 0: the engine's default */
+	uint64_t plane_bytes[3]; /* each page plane's: PAGE_BYTES, or see the setups */
 };
 
 static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t err_size)
@@ -79,21 +87,45 @@ static void open_engine(struct fixture *f, uint64_t warm_bytes)
 		fail_msg("engine: %s", err);
 }
 
-static int setup(void **state)
+/*
+ * The fixture for page planes of units (three), its directory in a new
+ * temporary directory under tmp_base (NULL: TMPDIR or /tmp).
+ */
+static int setup_with(void **state, const uint64_t units[3], const char *tmp_base)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
+	struct rec_plane planes[3];
+	struct rec_geometry_spec spec = {
+		.page_tokens = 64, .page_plane_count = 3, .page_planes = planes,
+		.row_plane = { .name = "state", .unit_bytes = ROW_BYTES },
+		.page_count = 200, .row_count = 8, .rank = 1, .world_size = 2,
+	};
 	struct rec_scan scan;
+	char *tmp = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+	char err[256];
 
+	for (uint32_t p = 0; p < 3; p++) {
+		f->plane_bytes[p] = units[p];
+		planes[p] = (struct rec_plane){ .unit_bytes = units[p] };
+		snprintf(planes[p].name, sizeof(planes[p].name), "plane.%03u", p);
+	}
+	if (rec_geometry_init(&f->g, &spec, err, sizeof(err)) != 0)
+		fail_msg("geometry: %s", err);
+	if (tmp_base)
+		setenv("TMPDIR", tmp_base, 1);
 	f->base = tu_make_temp_dir("warm");
-	tu_geometry(&f->g, 64, 3, PAGE_BYTES, ROW_BYTES, 1, 2);
-	f->g.page_count = 200;
+	if (tmp_base && tmp)
+		setenv("TMPDIR", tmp, 1);
+	else if (tmp_base)
+		unsetenv("TMPDIR");
+	free(tmp);
 	tu_identities(NULL, &f->ns);
 	f->dir = tu_dir_open(f->base, &f->g, true);
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	rec_scan_free(&scan);
 	assert_int_equal(shard_device_open_host(&f->dev), 0);
 	for (uint32_t p = 0; p < 3; p++) {
-		f->plane_memory[p] = tu_alloc(PAGE_BYTES * 200);
+		f->plane_memory[p] = tu_alloc(f->plane_bytes[p] * 200);
 		f->planes.page_base[p] = (uintptr_t)f->plane_memory[p];
 	}
 	f->row_memory = tu_alloc((size_t)ROW_BYTES * f->g.row_count);
@@ -101,6 +133,36 @@ static int setup(void **state)
 	sel_log_set_level(SEL_LOG_ERROR);
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_with(state, (const uint64_t[3]){ PAGE_BYTES, PAGE_BYTES, PAGE_BYTES },
+			  NULL);
+}
+
+/* Page planes of 4 KiB multiples: warm slots grouped plane-major. */
+static int setup_grouped(void **state)
+{
+	const uint64_t units[3] = { PAGE_BYTES_GROUPED, PAGE_BYTES_GROUPED,
+				    PAGE_BYTES_GROUPED };
+
+	return setup_with(state, units, NULL);
+}
+
+/* The same in a memory-backed directory: the verifying threads read the pages. */
+static int setup_grouped_shm(void **state)
+{
+	const uint64_t units[3] = { PAGE_BYTES_GROUPED, PAGE_BYTES_GROUPED,
+				    PAGE_BYTES_GROUPED };
+
+	return setup_with(state, units, access("/dev/shm", W_OK) == 0 ? "/dev/shm" : NULL);
+}
+
+/* Page planes of unequal strides (8, 4 and 8 KiB): G = 1, slots of 20 KiB. */
+static int setup_uneven(void **state)
+{
+	return setup_with(state, (const uint64_t[3]){ 8192, 4096, 8192 }, NULL);
 }
 
 static int teardown(void **state)
@@ -123,18 +185,18 @@ static int teardown(void **state)
 static void fill_page(struct fixture *f, uint32_t id, uint64_t prefix_index)
 {
 	for (uint32_t p = 0; p < 3; p++)
-		tu_fill(f->plane_memory[p] + (uint64_t)PAGE_BYTES * id, PAGE_BYTES,
+		tu_fill(f->plane_memory[p] + f->plane_bytes[p] * id, f->plane_bytes[p],
 			prefix_index * 16 + p);
 }
 
 static bool page_matches(struct fixture *f, uint32_t id, uint64_t prefix_index)
 {
-	uint8_t expect[PAGE_BYTES];
+	uint8_t expect[PAGE_BYTES_GROUPED];
 
 	for (uint32_t p = 0; p < 3; p++) {
-		tu_fill(expect, PAGE_BYTES, prefix_index * 16 + p);
-		if (memcmp(expect, f->plane_memory[p] + (uint64_t)PAGE_BYTES * id,
-			   PAGE_BYTES) != 0)
+		tu_fill(expect, f->plane_bytes[p], prefix_index * 16 + p);
+		if (memcmp(expect, f->plane_memory[p] + f->plane_bytes[p] * id,
+			   f->plane_bytes[p]) != 0)
 			return false;
 	}
 	return true;
@@ -154,7 +216,7 @@ static bool row_matches(struct fixture *f, uint32_t slot, uint64_t consumed)
 static void poison(struct fixture *f)
 {
 	for (uint32_t p = 0; p < 3; p++)
-		memset(f->plane_memory[p], 0xee, PAGE_BYTES * 200);
+		memset(f->plane_memory[p], 0xee, f->plane_bytes[p] * 200);
 	memset(f->row_memory, 0xee, (size_t)ROW_BYTES * f->g.row_count);
 }
 
@@ -314,8 +376,8 @@ static void test_warm_fetch_reads_no_file(void **state)
 		for (uint32_t i = skip; i < 12; i++)
 			assert_true(page_matches(f, 100 + i - skip, i));
 		assert_true(row_matches(f, 4, b.consumed));
-		assert_int_equal(f->plane_memory[1][(uint64_t)PAGE_BYTES * 99], 0xee);
-		assert_int_equal(f->plane_memory[1][(uint64_t)PAGE_BYTES * (112 - skip)], 0xee);
+		assert_int_equal(f->plane_memory[1][f->plane_bytes[1] * 99], 0xee);
+		assert_int_equal(f->plane_memory[1][f->plane_bytes[1] * (112 - skip)], 0xee);
 	}
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.hits, 5);
@@ -375,7 +437,7 @@ static void test_warm_fetch_one_wait(void **state)
 	shard_engine_warm_stats(f->engine, &ws);
 	hits = ws.hits;
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), -EIO);
-	assert_int_equal(f->plane_memory[0][(uint64_t)PAGE_BYTES * 100], 0xee);
+	assert_int_equal(f->plane_memory[0][f->plane_bytes[0] * 100], 0xee);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.hits, hits); /* a failed restore is no hit */
 	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
@@ -1285,6 +1347,17 @@ static void test_warm_policy_write_states(void **state)
 	coord_index_destroy(&ix);
 }
 
+/* A warm tier of slot_count slots of one plane of slot_bytes, rows of row_slots. */
+static int warm_init_slots(struct shard_warm *w, uint64_t slot_bytes, uint32_t slot_count,
+			   uint32_t pages_max, uint32_t row_slots, uint32_t group_slots_max)
+{
+	return shard_warm_init(w, &(struct shard_warm_shape){
+					  .plane_bytes = &slot_bytes, .plane_count = 1,
+					  .row_bytes = slot_bytes * row_slots,
+					  .slot_count = slot_count, .pages_max = pages_max,
+					  .group_slots_max = group_slots_max });
+}
+
 /* The slot pool alone: reserve, commit, find, drop, and no block when full. */
 static void test_warm_pool(void **state)
 {
@@ -1293,7 +1366,7 @@ static void test_warm_pool(void **state)
 	uint32_t e1, e2, slots[8];
 
 	(void)state;
-	assert_int_equal(shard_warm_init(&w, 4096, 10, 8, 2), 0);
+	assert_int_equal(warm_init_slots(&w, 4096, 10, 8, 2, 1), 0);
 	make_key(&a, 64, 1);
 	make_key(&b, 128, 2);
 	e1 = shard_warm_reserve(&w, &a, 0, 5);
@@ -2469,7 +2542,7 @@ static void test_warm_pool_read_through(void **state)
 	uint32_t e;
 
 	(void)state;
-	assert_int_equal(shard_warm_init(&w, 4096, 10, 8, 2), 0);
+	assert_int_equal(warm_init_slots(&w, 4096, 10, 8, 2, 1), 0);
 	make_key(&a, 64 * 4, 1);
 	make_key(&b, 64 * 9, 2);
 	e = shard_warm_reserve_read(&w, &a, 0, 4, false);
@@ -2482,7 +2555,7 @@ static void test_warm_pool_read_through(void **state)
 	e = shard_warm_reserve_read(&w, &b, 4, 4, true);
 	assert_int_not_equal(e, SHARD_WARM_NONE);
 	for (uint32_t s = 0; s < 10; s++)
-		memset(shard_slab_slot(&w.pool, s), 0xab, 4096);
+		memset(shard_warm_page(&w, s), 0xab, 4096);
 	shard_warm_abort_read(&w, e);
 	assert_int_equal(shard_warm_find(&w, &b), SHARD_WARM_NONE);
 	shard_warm_get_stats(&w, &ws);
@@ -2502,7 +2575,7 @@ static void test_warm_pool_read_through(void **state)
 		shard_warm_page_slots(&w, e, 0, 4, slots);
 		shard_warm_row_slots(&w, e, slots + 4);
 		for (uint32_t i = 0; i < 6; i++)
-			assert_memory_equal(shard_slab_slot(&w.pool, slots[i]), zero, 4096);
+			assert_memory_equal(shard_warm_page(&w, slots[i]), zero, 4096);
 	}
 	shard_warm_destroy(&w);
 }
@@ -2583,7 +2656,7 @@ static void test_warm_register_in_chunks(void **state)
 	struct shard_warm_stats ws;
 
 	(void)state;
-	assert_int_equal(shard_warm_init(&w, 3 * 4096, 10, 8, 2), 0);
+	assert_int_equal(warm_init_slots(&w, 3 * 4096, 10, 8, 2, 1), 0);
 	w.register_chunk_bytes = 32768; /* two 12 KiB slots a call: 5 calls */
 	assert_int_equal(shard_warm_register(&w, &d.base), 0);
 	assert_int_equal(d.registered, 5);
@@ -2597,7 +2670,7 @@ static void test_warm_register_in_chunks(void **state)
 	assert_int_equal(d.unregistered, 5);
 
 	d = (struct counting_device){ .base = { .ops = &counting_ops }, .refuse_at = 3 };
-	assert_int_equal(shard_warm_init(&w, 3 * 4096, 9, 8, 2), 0);
+	assert_int_equal(warm_init_slots(&w, 3 * 4096, 9, 8, 2, 1), 0);
 	w.register_chunk_bytes = 32768; /* the last chunk is one slot */
 	assert_int_equal(shard_warm_register(&w, &d.base), -ENOMEM);
 	assert_int_equal(d.registered, 2);
@@ -2611,6 +2684,398 @@ static void test_warm_register_in_chunks(void **state)
 	assert_int_equal(d.unregistered, 7);
 }
 
+/* A tier of 3 planes of 8 KiB (or units) and a 60000-byte row, slot_count slots. */
+static int warm_init_planes(struct shard_warm *w, const uint64_t units[3], uint32_t slot_count,
+			    uint32_t group_slots_max)
+{
+	return shard_warm_init(w, &(struct shard_warm_shape){
+					  .plane_bytes = units, .plane_count = 3,
+					  .row_bytes = ROW_BYTES, .slot_count = slot_count,
+					  .pages_max = 16, .group_slots_max = group_slots_max });
+}
+
+/*
+ * The grouped layout: with equal planes of 4 KiB multiples, slots go in
+ * groups of 64 (slot_count rounded down to whole groups; fewer slots than
+ * 64 are one group), plane p of slot g*64 + j at g*64*slot_bytes +
+ * 64*off[p] + j*stride, the spread says so, runs end at a group's end, a
+ * row's pieces are its slots' planes in order, and registration chunks
+ * are whole groups. Unequal strides, planes with padding, or a group of
+ * at most 1 lay each slot out as one page record.
+ */
+static void test_warm_layout_groups(void **state)
+{
+	static const uint64_t equal[3] = { 8192, 8192, 8192 };
+	struct counting_device d = { .base = { .ops = &counting_ops } };
+	const uint64_t slot = 3 * 8192, group = 64 * slot;
+	struct rec_page_spread sp;
+	struct shard_warm w;
+	void *pieces[REC_DISK_BUFFERS_MAX];
+	uint32_t row_slots[3] = { 70, 71, 140 };
+	uint64_t piece_bytes;
+
+	(void)state;
+	assert_int_equal(warm_init_planes(&w, equal, 200, SHARD_WARM_GROUP_SLOTS), 0);
+	assert_int_equal(w.group_slots, 64);
+	assert_int_equal(w.pool.slot_count, 192);
+	assert_int_equal(w.stats.slots_total, 192);
+	assert_int_equal(w.pool.slot_bytes, slot);
+	assert_int_equal(w.row_piece_count, 3);
+	for (uint32_t s = 0; s < 192; s += 7)
+		for (uint32_t p = 0; p < 3; p++)
+			assert_ptr_equal(shard_warm_plane(&w, s, p),
+					 w.pool.base + (s / 64) * group + 64ull * 8192 * p +
+						 (s % 64) * 8192ull);
+	assert_ptr_equal(shard_warm_page(&w, 65), w.pool.base + group + 8192);
+	shard_warm_spread(&w, &sp);
+	assert_int_equal(sp.segment_count, 3);
+	assert_int_equal(sp.segment_bytes, 8192);
+	assert_int_equal(sp.pitch_bytes, 64 * 8192);
+	assert_true(shard_warm_follows(&w, 5, 6));
+	assert_true(shard_warm_follows(&w, 62, 63));
+	assert_false(shard_warm_follows(&w, 63, 64)); /* the next group */
+	assert_false(shard_warm_follows(&w, 5, 7));
+	assert_false(shard_warm_follows(&w, 6, 5));
+	/* A 60000-byte row: 8 pieces of 8 KiB, each slot's planes in order. */
+	assert_int_equal(shard_warm_row_buffers(&w, row_slots, pieces, &piece_bytes), 8);
+	assert_int_equal(piece_bytes, 8192);
+	for (uint32_t k = 0; k < 8; k++)
+		assert_ptr_equal(pieces[k], shard_warm_plane(&w, row_slots[k / 3], k % 3));
+	memset(shard_warm_plane(&w, 9, 1), 0xab, 8192);
+	shard_warm_scrub(&w, 9);
+	assert_int_equal(*shard_warm_plane(&w, 9, 1), 0);
+	/* Chunks of two whole groups where a chunk holds two and a half. */
+	w.register_chunk_bytes = 2 * group + group / 2;
+	assert_int_equal(shard_warm_register(&w, &d.base), 0);
+	assert_int_equal(d.registered, 2);
+	assert_ptr_equal(d.ptrs[0], w.pool.base);
+	assert_int_equal(d.bytes[0], 2 * group);
+	assert_ptr_equal(d.ptrs[1], w.pool.base + 2 * group);
+	assert_int_equal(d.bytes[1], group);
+	shard_warm_destroy(&w);
+
+	/* Fewer slots than a group: one group of them all. */
+	assert_int_equal(warm_init_planes(&w, equal, 10, SHARD_WARM_GROUP_SLOTS), 0);
+	assert_int_equal(w.group_slots, 10);
+	assert_int_equal(w.pool.slot_count, 10);
+	assert_ptr_equal(shard_warm_plane(&w, 3, 2), w.pool.base + 10 * 2 * 8192 + 3 * 8192);
+	shard_warm_destroy(&w);
+
+	/* G = 1: unequal strides, padded planes, or asked for. */
+	{
+		static const uint64_t uneven[3] = { 8192, 4096, 8192 };
+		static const uint64_t padded[3] = { 5000, 5000, 5000 };
+		const uint64_t *shapes[3] = { uneven, padded, equal };
+
+		for (uint32_t i = 0; i < 3; i++) {
+			uint64_t bytes = 0, offset = 0;
+
+			assert_int_equal(warm_init_planes(&w, shapes[i], 130, i == 2 ? 1 :
+							  SHARD_WARM_GROUP_SLOTS), 0);
+			for (uint32_t p = 0; p < 3; p++)
+				bytes += sel_align_up(shapes[i][p], 4096);
+			assert_int_equal(w.group_slots, 1);
+			assert_int_equal(w.pool.slot_count, 130);
+			assert_int_equal(w.pool.slot_bytes, bytes);
+			for (uint32_t p = 0; p < 3; p++) {
+				assert_ptr_equal(shard_warm_plane(&w, 77, p),
+						 w.pool.base + 77 * bytes + offset);
+				offset += sel_align_up(shapes[i][p], 4096);
+			}
+			shard_warm_spread(&w, &sp);
+			assert_false(rec_page_spread_split(&sp));
+			assert_false(shard_warm_follows(&w, 5, 6));
+			assert_int_equal(shard_warm_row_buffers(&w, row_slots, pieces,
+								&piece_bytes),
+					 (ROW_BYTES + bytes - 1) / bytes);
+			assert_int_equal(piece_bytes, bytes);
+			assert_ptr_equal(pieces[1], shard_warm_page(&w, 71));
+			shard_warm_destroy(&w);
+		}
+	}
+}
+
+/*
+ * Slots are handed out lowest first, and a dropped record's slots go back
+ * so that the next record of its size takes the same slots in the same
+ * order (before, the free stack gave them back last first), its pages
+ * still consecutive; an aborted reservation's too.
+ */
+static void test_warm_slots_in_order(void **state)
+{
+	static const uint64_t equal[3] = { 8192, 8192, 8192 };
+	struct shard_warm w;
+	struct rec_key a, b, c;
+	uint32_t e, slots[8], row[3];
+
+	(void)state;
+	assert_int_equal(warm_init_planes(&w, equal, 64, SHARD_WARM_GROUP_SLOTS), 0);
+	make_key(&a, 64 * 8, 1);
+	make_key(&b, 64 * 5, 2);
+	make_key(&c, 64 * 8 + 1, 3);
+	e = shard_warm_reserve(&w, &a, 0, 8);
+	shard_warm_commit(&w, e);
+	shard_warm_page_slots(&w, e, 0, 8, slots);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(slots[i], i);
+	shard_warm_row_slots(&w, e, row);
+	for (uint32_t k = 0; k < 3; k++)
+		assert_int_equal(row[k], 8 + k);
+	e = shard_warm_reserve(&w, &b, 0, 5);
+	shard_warm_commit(&w, e);
+	shard_warm_page_slots(&w, e, 0, 5, slots);
+	assert_int_equal(slots[0], 11);
+	assert_int_equal(slots[4], 15);
+	for (uint32_t round = 0; round < 3; round++) {
+		assert_true(shard_warm_drop(&w, round % 2 ? &c : &a, false));
+		e = shard_warm_reserve(&w, round % 2 ? &a : &c, 0, 8);
+		shard_warm_page_slots(&w, e, 0, 8, slots);
+		for (uint32_t i = 0; i < 8; i++)
+			assert_int_equal(slots[i], i);
+		shard_warm_row_slots(&w, e, row);
+		for (uint32_t k = 0; k < 3; k++)
+			assert_int_equal(row[k], 8 + k);
+		if (round == 1) {
+			shard_warm_abort(&w, e);
+			e = shard_warm_reserve(&w, &a, 0, 8);
+			shard_warm_page_slots(&w, e, 0, 8, slots);
+			for (uint32_t i = 0; i < 8; i++)
+				assert_int_equal(slots[i], i);
+		}
+		shard_warm_commit(&w, e);
+	}
+	shard_warm_destroy(&w);
+}
+
+/* The host device, each direction's copy entries counted. */
+static uint64_t entries_to_host, entries_to_device;
+static int (*host_copy)(struct shard_device *dev, enum shard_copy_direction dir,
+			const struct shard_copy *copies, uint32_t count);
+
+static int entry_counting_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			       const struct shard_copy *copies, uint32_t count)
+{
+	if (dir == SHARD_DEVICE_TO_HOST)
+		entries_to_host += count;
+	else
+		entries_to_device += count;
+	return host_copy(dev, dir, copies, count);
+}
+
+static void count_entries(struct fixture *f)
+{
+	static struct shard_device_ops ops;
+
+	ops = *f->dev->ops;
+	host_copy = f->dev->ops->copy;
+	ops.copy = entry_counting_copy;
+	f->dev->ops = &ops;
+	entries_to_host = entries_to_device = 0;
+}
+
+/* Fetches chain's pages to ids (one each) and its row to slot. */
+static int fetch_to(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
+		    const uint32_t *ids, uint32_t slot)
+{
+	struct shard_fetch_job job = { .chain = chain, .chain_count = count,
+				       .page_ids = ids, .state_slot = slot };
+	struct shard_completion c;
+	int ret = shard_engine_fetch(f->engine, ++f->next_job, &job);
+
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, &c);
+	return c.result;
+}
+
+/*
+ * Warm copies are one entry per plane for each run of consecutive warm
+ * slots going to consecutive page ids, with warm slots grouped (before:
+ * one per plane and page, as still with G = 1): a warm store of 7 pages
+ * in windows of 4 and 3 copies 2 runs x 3 planes (a run ends with its
+ * window there), its warm fetch 1 run (a fetch's runs go on past its
+ * windows), one to ids with a gap 2 runs, and a read-through of it after
+ * a drop (the same slots again, in order) uploads 2 (one a window), and
+ * a run ends at its group's end; the row is its pieces (grouped: its
+ * slots' 8 KiB planes). Byte-exact each time.
+ */
+static void test_warm_copy_entries_per_run(void **state)
+{
+	struct fixture *f = *state;
+	bool grouped = f->plane_bytes[0] == PAGE_BYTES_GROUPED;
+	uint32_t row = grouped ? (ROW_BYTES + 8191) / 8192 : ROW_PIECES;
+	uint32_t ids[7] = { 100, 101, 102, 150, 151, 152, 153 };
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+	struct rec_key a, x;
+
+	count_entries(f);
+	open_engine(f, 128ull * SLOT_BYTES); /* two groups */
+	make_key(&a, 64 * 7, 1);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	assert_int_equal(entries_to_host, (grouped ? 2 * 3 : 7 * 3) + row);
+	poison(f);
+	entries_to_device = 0;
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 7, 4, a.consumed);
+	assert_int_equal(entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
+	poison(f);
+	entries_to_device = 0;
+	assert_int_equal(fetch_to(f, &chain, 1, ids, 4), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(page_matches(f, ids[i], i));
+	assert_true(row_matches(f, 4, a.consumed));
+	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+	/* Read through from its file into the slots it had, in order. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+	poison(f);
+	entries_to_device = 0;
+	assert_int_equal(fetch_rt(f, &chain, 1, 0, 100, 4, true), 0);
+	check_restored(f, 7, 4, a.consumed);
+	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 1);
+	poison(f);
+	entries_to_device = 0;
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 7, 4, a.consumed);
+	assert_int_equal(entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
+	/* A run ends at its group's end: a's pages in slots 63 | 64..69. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+	make_key(&x, 64 * 60, 9);
+	assert_int_equal(store(f, &x, NULL, 20, 2, true), 0); /* slots 0..62 */
+	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+	poison(f);
+	entries_to_device = 0;
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 7, 4, a.consumed);
+	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+}
+
+/*
+ * SELENE_WARM_GROUP_SLOTS caps G: 1 (or 0) lays the tier out as page
+ * records in one piece (named so at startup, a warm fetch one entry a
+ * page and plane), 8 groups of 8, unset 64; a malformed value is the
+ * default.
+ */
+static void test_warm_group_slots_from_env(void **state)
+{
+	static const char *const values[] = { "1", "0", "8", "x", NULL };
+	static const char *const lines[] = { "24 KiB, registered", "24 KiB, registered",
+					     "in groups of 8 by plane", "in groups of 64 by plane",
+					     "in groups of 64 by plane" };
+	struct fixture *f = *state;
+	struct shard_chain_record chain;
+	struct rec_key a;
+	char line[256];
+
+	make_key(&a, 64 * 7, 1);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	count_entries(f);
+	for (uint32_t i = 0; i < 5; i++) {
+		if (values[i])
+			setenv("SELENE_WARM_GROUP_SLOTS", values[i], 1);
+		else
+			unsetenv("SELENE_WARM_GROUP_SLOTS");
+		open_engine(f, 64ull * SLOT_BYTES);
+		unsetenv("SELENE_WARM_GROUP_SLOTS");
+		shard_engine_describe_warm(f->engine, line, sizeof(line));
+		if (!strstr(line, lines[i]))
+			fail_msg("SELENE_WARM_GROUP_SLOTS=%s: %s", values[i] ? values[i] : "(unset)",
+				 line);
+		assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
+		poison(f);
+		entries_to_device = 0;
+		fetch_reading_no_file(f, &chain, 1, 0);
+		check_restored(f, 7, 4, a.consumed);
+		assert_int_equal(entries_to_device, (i < 2 ? 7 * 3 + ROW_PIECES : 3 + 8));
+		assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
+		shard_engine_close(f->engine);
+		f->engine = NULL;
+	}
+}
+
+/* Stores key's record warm only, then its file from its warm slots (no device copy). */
+static void store_then_write_from_warm(struct fixture *f, const struct rec_key *key,
+				       const struct rec_key *parent, uint32_t base_id,
+				       uint32_t slot)
+{
+	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
+	uint32_t tail = (uint32_t)(key->consumed / 64) - first, ids[200];
+	struct rec_header h;
+	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot,
+				       .warm = SHARD_STORE_WARM_WRITE };
+	struct shard_completion c;
+
+	assert_int_equal(store_as(f, key, parent, base_id, slot, SHARD_STORE_WARM_ONLY), 0);
+	/* The device's bytes are wrong now: the file must come from the slots. */
+	poison(f);
+	for (uint32_t i = 0; i < tail; i++)
+		ids[i] = base_id + i;
+	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, parent, &key->digest,
+					 first, tail, 99), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &job), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+}
+
+/*
+ * Byte-exact through every tier, for each layout (G = 1 with padded or
+ * unequal planes, grouped, grouped in a memory-backed directory whose
+ * verifying threads read the pages themselves): a chain of two records
+ * stored warm only, written from its warm slots, restored warm; after a
+ * restart (warm empty) from the disk, then read through into warm slots,
+ * then restored warm again, reading no file.
+ */
+static void test_warm_round_trip_every_layout(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_engine_stats st;
+	struct shard_warm_stats ws;
+	struct shard_chain_record chain[2];
+	struct rec_key a, b;
+
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&b, 64 * 12 + 3, 2);
+	store_then_write_from_warm(f, &a, NULL, 10, 1);
+	store_then_write_from_warm(f, &b, &a, 17, 2);
+	assert_int_equal(tu_count_suffix(rec_dir_path(f->dir), ".ckpt"), 2);
+	chain[0] = (struct shard_chain_record){ a, 0, 7 };
+	chain[1] = (struct shard_chain_record){ b, 7, 5 };
+	poison(f);
+	fetch_reading_no_file(f, chain, 2, 0);
+	check_restored(f, 12, 4, b.consumed);
+	shard_engine_close(f->engine);
+	open_engine(f, 64ull * SLOT_BYTES);
+	poison(f);
+	assert_int_equal(fetch(f, chain, 2, 0, 100, 4), 0);
+	check_restored(f, 12, 4, b.consumed);
+	poison(f);
+	assert_int_equal(fetch_rt(f, chain, 2, 0, 100, 4, true), 0);
+	check_restored(f, 12, 4, b.consumed);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.read_throughs, 2);
+	assert_int_equal(ws.hits, 0);
+	shard_engine_stats(f->engine, &st);
+	if (rec_dir_memory_backed(f->dir))
+		assert_true(st.fetch_windows_read_here > 0);
+	poison(f);
+	fetch_reading_no_file(f, chain, 2, 0);
+	check_restored(f, 12, 4, b.consumed);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.hits, 1);
+}
+
+/*
+ * An engine test again with warm slots grouped plane-major (setup_grouped).
+ * Not test_warm_fetch_one_wait and test_warm_pipeline_failure_is_its_own:
+ * they count copy calls of one page's entries each, and a grouped run is
+ * one entry a plane (test_warm_copy_entries_per_run).
+ */
+#define GROUPED(test) { #test " (grouped)", test, setup_grouped, teardown, NULL }
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2619,6 +3084,20 @@ int main(void)
 		cmocka_unit_test(test_warm_pool_read_through),
 		cmocka_unit_test(test_warm_metrics_fit),
 		cmocka_unit_test(test_warm_register_in_chunks),
+		cmocka_unit_test(test_warm_layout_groups),
+		cmocka_unit_test(test_warm_slots_in_order),
+		cmocka_unit_test_setup_teardown(test_warm_copy_entries_per_run, setup, teardown),
+		GROUPED(test_warm_copy_entries_per_run),
+		GROUPED(test_warm_group_slots_from_env),
+		cmocka_unit_test_setup_teardown(test_warm_round_trip_every_layout, setup,
+						teardown),
+		{ "test_warm_round_trip_every_layout (uneven)", test_warm_round_trip_every_layout,
+		  setup_uneven, teardown, NULL },
+		GROUPED(test_warm_round_trip_every_layout),
+		{ "test_warm_round_trip_every_layout (grouped, memory-backed)",
+		  test_warm_round_trip_every_layout, setup_grouped_shm, teardown, NULL },
+		{ "test_warm_read_through_fails (grouped, memory-backed)",
+		  test_warm_read_through_fails, setup_grouped_shm, teardown, NULL },
 		cmocka_unit_test_setup_teardown(test_warm_fetch_reads_no_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_fetch_one_wait, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_fetches_pipelined, setup, teardown),
@@ -2639,6 +3118,20 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
+		GROUPED(test_warm_fetch_reads_no_file),
+		GROUPED(test_warm_fetches_pipelined),
+		GROUPED(test_warm_full_falls_back),
+		GROUPED(test_warm_read_through_engine),
+		GROUPED(test_warm_read_through_waits_once),
+		GROUPED(test_warm_read_through_fails),
+		GROUPED(test_warm_store_copy_fails),
+		GROUPED(test_warm_store_row_with_last_window),
+		GROUPED(test_warm_store_leaves_staging),
+		GROUPED(test_warm_store_done_with_its_file),
+		GROUPED(test_warm_partial_fetch_copy_fails),
+		GROUPED(test_warm_truncate_unlink_restore),
+		GROUPED(test_warm_restart_empty),
+		GROUPED(test_warm_bad_sizes),
 		cmocka_unit_test_setup_teardown(test_warm_api_write_behind, api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_write_behind_chain_order, api_setup,
 						api_teardown),

@@ -66,9 +66,11 @@ def warm_bytes_for(records, plane_count, page_bytes, row_bytes):
     """A warm tier with room for records (their page counts) and their
     rows, none evicted: a slot holds one page of every plane (rounded up
     to 4 KiB, and one more block for what a slot may carry beside), a row
-    takes slots of its own, and a few spare."""
+    takes slots of its own, and a few spare; rounded up to whole groups of
+    64 slots, as the tier rounds its slots down to them (shard/warm.h)."""
     slot = -(-plane_count * page_bytes // 4096) * 4096 + 4096
-    return (sum(records) + len(records) * (-(-row_bytes // slot) + 1) + 4) * slot
+    slots = sum(records) + len(records) * (-(-row_bytes // slot) + 1) + 4
+    return -(-slots // 64) * 64 * slot
 
 
 def main():

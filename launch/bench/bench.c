@@ -686,8 +686,12 @@ static int bench_open(struct bench *b)
 		uint64_t row_pieces = (b->g.row_record_bytes + b->g.page_record_bytes - 1) /
 				      b->g.page_record_bytes;
 
-		b->a.warm_bytes = (b->a.pages + row_pieces) * b->g.page_record_bytes *
-				  b->a.records;
+		uint64_t slots = (b->a.pages + row_pieces) * b->a.records;
+
+		/* Whole groups of slots: a tier's slots are rounded down to them. */
+		if (slots > SHARD_WARM_GROUP_SLOTS)
+			slots = sel_align_up(slots, SHARD_WARM_GROUP_SLOTS);
+		b->a.warm_bytes = slots * b->g.page_record_bytes;
 		options.warm_bytes = b->a.warm_bytes;
 	}
 	ret = shard_device_open(b->a.device, 0, &b->dev, err, sizeof(err));
