@@ -2177,7 +2177,7 @@ static int export_copy(struct shard_engine *e, struct shard_job *job, uint8_t *i
 		if (k < windows) {
 			struct stage *s = &l->stages[k % 2];
 
-			s->src = &e->pool;
+			s->warm = false;
 			s->cur = s->slots;
 			ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
 						window_copies(e, l, s, job->page_ids + first,
@@ -2194,7 +2194,7 @@ static int export_copy(struct shard_engine *e, struct shard_job *job, uint8_t *i
 	}
 	if (!ret)
 		ret = copy_drained(e, l, SHARD_DEVICE_TO_HOST,
-				   row_copies(e, l, &e->pool, l->row_slots, job->state_slot));
+				   row_copies(e, l, false, l->row_slots, job->state_slot));
 	for (uint32_t k = 0; !ret && (uint64_t)k * piece < unit; k++) {
 		uint64_t left = unit - (uint64_t)k * piece;
 
