@@ -83,10 +83,17 @@ static int setup(void **state)
 	return setup_with(state, 0);
 }
 
-/* Warm slots for both records (210 pages and two rows of 2 slots each). */
+/*
+ * Warm slots for both records (210 pages and two rows of 2 slots each),
+ * rounded up to whole groups of SHARD_WARM_GROUP_SLOTS, as the tier
+ * rounds its slots down to them.
+ */
 static int setup_warm(void **state)
 {
-	return setup_with(state, (210ull + 4) * PLANES * UNIT);
+	uint64_t slots = (210ull + 4 + SHARD_WARM_GROUP_SLOTS - 1) / SHARD_WARM_GROUP_SLOTS *
+			 SHARD_WARM_GROUP_SLOTS;
+
+	return setup_with(state, slots * PLANES * UNIT);
 }
 
 static int teardown(void **state)
