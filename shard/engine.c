@@ -115,6 +115,14 @@ struct lane {
 
 enum { LANE_RESTORE, LANE_BACKGROUND, LANE_COUNT };
 
+/*
+ * Device marks: 0 and 1 are the pipelined warm fetches' (run_fetches_warm)
+ * and an export's; the stores' window copies take the two after them, so
+ * neither pipeline records over a mark the other may still wait for.
+ */
+#define STORE_MARK_FIRST 2u
+_Static_assert(STORE_MARK_FIRST + 2 <= SHARD_DEVICE_MARKS, "the store pipeline's marks");
+
 /* What the running job has learned about its failure, first one first. */
 struct job_outcome {
 	int result;
@@ -193,14 +201,28 @@ struct shard_engine {
 	struct shard_checksum_pool verifies;   /* restores' (at their priority) */
 	bool checksums_started, verifies_started;
 	/*
-	 * The stores' copy pipeline (run_stores): one background window's copy
-	 * from the device runs while the window copied before it has its
-	 * checksum pass. store_copying: issued, not yet synchronized; nothing
-	 * else uses the device until store_copy_settle. store_copied:
-	 * synchronized, its checksum pass and write still to come (store_sum).
+	 * The stores' copy pipeline (run_stores, docs/DESIGN.md section 6):
+	 * background windows whose copies from the device were issued and
+	 * whose checksum pass and write are still to come, oldest first, at
+	 * most two. Where the device keeps marks (store_pipelined), a window's
+	 * copies are issued while the window before it still copies, each
+	 * with its own mark, and each is waited for by its mark alone;
+	 * elsewhere one copy at a time, waited for before the next is issued.
+	 * Anything else that uses the device waits for every one first
+	 * (store_copy_settle).
 	 */
-	struct stage *store_copying;
-	struct stage *store_copied;
+	struct store_flight {
+		struct stage *s;
+		uint32_t mark;       /* STORE_MARK_FIRST or the one after it */
+		bool marked;         /* else a synchronize waits for it */
+		bool settled;        /* waited for, and copied: its pass comes next */
+		bool summed_beside;  /* a checksum pass ran while it copied */
+		bool behind;         /* the next window was issued before its wait */
+		uint64_t issued_at;  /* its issue ended then */
+	} store_pipe[2];
+	uint32_t store_pipe_count;
+	uint32_t store_marks_used; /* marks recorded, for the next one's number */
+	bool store_pipelined;
 
 	pthread_t thread;
 	bool thread_started;
@@ -232,9 +254,7 @@ struct shard_engine {
 	struct store_clock {
 		uint64_t run_ns, copy_ns, sum_ns, wait_ns;
 		uint64_t since; /* while run_stores runs: when run_ns was last added to */
-		uint64_t copies, overlapped, issue_ns, wait_copy_ns, gap_ns;
-		uint64_t issued_at;  /* store_copying's issue ended then */
-		bool summed_beside;  /* a checksum pass ran beside store_copying */
+		uint64_t copies, overlapped, pipelined, alone, issue_ns, wait_copy_ns, gap_ns;
 	} store_clock;
 	/* The fetch_* stats, kept by the transfer thread; stats copies them. */
 	struct fetch_clock {
@@ -699,6 +719,8 @@ static void finish_job(struct shard_engine *e, struct shard_job *job,
 	e->stats.store_wait_ns = e->store_clock.wait_ns;
 	e->stats.store_copies = e->store_clock.copies;
 	e->stats.store_copies_overlapped = e->store_clock.overlapped;
+	e->stats.store_copies_pipelined = e->store_clock.pipelined;
+	e->stats.store_copies_alone = e->store_clock.alone;
 	e->stats.store_copy_issue_ns = e->store_clock.issue_ns;
 	e->stats.store_copy_wait_ns = e->store_clock.wait_copy_ns;
 	e->stats.store_copy_gap_ns = e->store_clock.gap_ns;
@@ -848,57 +870,92 @@ static struct stage *stage_of(struct lane *l, struct rec_disk_request *done)
 	return NULL;
 }
 
-/* Windows of run in the copy pipeline (store_copying, store_copied): 0 to 2. */
+/* Windows of run in the copy pipeline (e->store_pipe): 0 to 2. */
 static uint32_t store_piped(const struct shard_engine *e, const struct store_run *run)
 {
-	return (e->store_copying && e->store_copying->owner == run) +
-	       (e->store_copied && e->store_copied->owner == run);
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < e->store_pipe_count; i++)
+		n += e->store_pipe[i].s->owner == run;
+	return n;
+}
+
+/* Takes the pipeline's entry i out. */
+static void store_pipe_remove(struct shard_engine *e, uint32_t i)
+{
+	SEL_ASSERT(i < e->store_pipe_count);
+	e->store_pipe_count--;
+	memmove(&e->store_pipe[i], &e->store_pipe[i + 1],
+		(e->store_pipe_count - i) * sizeof(e->store_pipe[0]));
 }
 
 /*
- * Waits for the store window copy in flight, if one is: the window is then
- * copied, or its store failed and its stage is free again.
+ * Waits for the pipeline's entry i, the oldest not yet waited for: by its
+ * own mark, so a failure of a window issued after it is not its. Its
+ * window is then copied (settled), or its store failed with the device's
+ * reason and the entry is gone, its stage free. True when it is settled.
  */
-static void store_copy_settle(struct shard_engine *e)
+static bool store_flight_wait(struct shard_engine *e, uint32_t i)
 {
-	struct stage *s = e->store_copying;
-	uint64_t t;
+	struct store_flight *f = &e->store_pipe[i];
+	uint64_t t = sel_monotonic_ns();
 	int ret;
 
-	if (!s)
-		return;
-	SEL_ASSERT(!e->store_copied);
-	e->store_copying = NULL;
-	t = sel_monotonic_ns();
+	SEL_ASSERT(!f->settled && (i == 0 || e->store_pipe[i - 1].settled));
 	e->store_clock.copies++;
-	e->store_clock.overlapped += e->store_clock.summed_beside;
-	e->store_clock.gap_ns += t - e->store_clock.issued_at;
-	ret = shard_device_synchronize(e->device);
+	e->store_clock.overlapped += f->summed_beside;
+	e->store_clock.pipelined += f->behind;
+	e->store_clock.alone += !f->summed_beside && !f->behind;
+	e->store_clock.gap_ns += t - f->issued_at;
+	ret = f->marked ? shard_device_wait_mark(e->device, f->mark) :
+			  shard_device_synchronize(e->device);
 	t = sel_monotonic_ns() - t;
 	e->store_clock.copy_ns += t;
 	e->store_clock.wait_copy_ns += t;
 	if (ret) {
-		device_fail(&s->owner->o, ret, "device to host");
-		s->owner = NULL;
-		return;
+		device_fail(&f->s->owner->o, ret, "device to host");
+		f->s->owner = NULL;
+		store_pipe_remove(e, i);
+		return false;
 	}
-	e->store_copied = s;
+	f->settled = true;
+	return true;
+}
+
+/* Waits for the pipeline's oldest window, if it was not waited for yet. */
+static void store_copy_settle_oldest(struct shard_engine *e)
+{
+	if (e->store_pipe_count && !e->store_pipe[0].settled)
+		store_flight_wait(e, 0);
 }
 
 /*
- * The copied window's checksum pass, if one waits, then its write sent,
- * or held until its create has come back (the create runs on the disk's
- * control thread beside the first window's copy). A window of a store
- * that failed meanwhile is let go.
+ * Waits for every store window copy in flight, oldest first, each by its
+ * own mark: the device is then free for another job's copies and
+ * synchronizations. The windows' checksum passes are still to come.
+ */
+static void store_copy_settle(struct shard_engine *e)
+{
+	for (uint32_t i = 0; i < e->store_pipe_count;)
+		if (e->store_pipe[i].settled || store_flight_wait(e, i))
+			i++;
+}
+
+/*
+ * The oldest window's checksum pass, if it is copied (settled), then its
+ * write sent, or held until its create has come back (the create runs on
+ * the disk's control thread beside the first window's copy). A window of
+ * a store that failed meanwhile is let go.
  */
 static void store_sum(struct shard_engine *e, struct lane *l)
 {
-	struct stage *s = e->store_copied;
+	struct stage *s;
 	struct store_run *run;
 
-	if (!s)
+	if (!e->store_pipe_count || !e->store_pipe[0].settled)
 		return;
-	e->store_copied = NULL;
+	s = e->store_pipe[0].s;
+	store_pipe_remove(e, 0);
 	run = s->owner;
 	/* The checksum pass is as long as a copy: a restore first. */
 	yield_to_restores(e);
@@ -921,8 +978,9 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 
 		shard_checksum_pool_run(&e->checksums, sum_page, &w, s->req.count);
 		e->store_clock.sum_ns += sel_monotonic_ns() - t;
-		if (e->store_copying)
-			e->store_clock.summed_beside = true;
+		for (uint32_t i = 0; i < e->store_pipe_count; i++)
+			if (!e->store_pipe[i].settled)
+				e->store_pipe[i].summed_beside = true;
 	}
 	run->o.bytes += e->geometry.page_record_bytes * s->req.count;
 	if (run->control_req.tag) {
@@ -935,10 +993,43 @@ static void store_sum(struct shard_engine *e, struct lane *l)
 }
 
 /*
+ * Issues the copies of run's window in s (a warm store's last one with
+ * its row) and records the window's mark behind them; returns 0 or the
+ * device's failure, what was issued still running.
+ */
+static int store_window_issue(struct shard_engine *e, struct lane *l, struct store_run *run,
+			      struct stage *s, struct store_flight *f)
+{
+	struct shard_job *job = run->job;
+	int ret;
+
+	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+				window_copies(e, l, s, job->page_ids + s->req.first, s->req.count));
+	/*
+	 * A warm store's row goes into its own warm slots, which nothing else
+	 * uses: its copy goes behind the last window's on the same stream and
+	 * is settled with it, no synchronization of its own (store_row).
+	 */
+	if (!ret && run->warm != SHARD_WARM_NONE &&
+	    run->next_first == job->header.tail_page_count) {
+		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
+					row_copies(e, l, true, run->warm_row, job->state_slot));
+		run->row_copied = ret == 0;
+	}
+	if (!ret && e->store_pipelined) {
+		f->mark = STORE_MARK_FIRST + e->store_marks_used++ % 2;
+		f->marked = shard_device_mark(e->device, f->mark) == 0;
+	}
+	return ret;
+}
+
+/*
  * Starts copying run's next window (a warm store's last one with its row)
- * from the device to a free stage, then runs the checksum pass of the
- * window copied before it (any store's) while the copy runs (store_sum).
- * False when no stage is free.
+ * from the device to a free stage, then, once two windows are in flight
+ * (one where the device has no marks), waits for the older one alone and
+ * runs its checksum pass while the newer one copies (store_sum): the copy
+ * engine runs the newer window's copies while the transfer thread waits,
+ * wakes and hashes. False when no stage is free.
  */
 static bool store_window(struct shard_engine *e, struct lane *l, struct store_run *run)
 {
@@ -946,8 +1037,9 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 	uint32_t tail = job->header.tail_page_count, first = run->next_first;
 	uint32_t n = tail - first < e->window_pages ? tail - first : e->window_pages;
 	uint32_t piped = store_piped(e, run);
+	struct store_flight *f;
 	struct stage *s;
-	uint64_t t;
+	uint64_t t, now;
 	int ret;
 
 	/*
@@ -966,52 +1058,62 @@ static bool store_window(struct shard_engine *e, struct lane *l, struct store_ru
 		return false;
 	/* No copy of a store goes before a fetch submitted earlier. */
 	yield_to_restores(e);
-	/* One copy on the device at a time: the one before is done first. */
-	store_copy_settle(e);
+	/* Without marks, one copy on the device at a time: the one before is done first. */
+	if (!e->store_pipelined)
+		store_copy_settle(e);
 	if (run->o.result)
-		return true; /* that copy was this store's, and failed */
+		return true; /* a copy of this store failed */
 	run->next_first += n;
 	s->owner = run;
 	stage_pages(e, s, &run->file, REC_DISK_WRITE_PAGES, first, n);
 	if (run->warm != SHARD_WARM_NONE)
 		stage_warm(e, s, run->warm);
+	SEL_ASSERT(e->store_pipe_count < SEL_ARRAY_SIZE(e->store_pipe));
+	f = &e->store_pipe[e->store_pipe_count];
+	*f = (struct store_flight){ .s = s };
 	if (run->from_warm) {
 		/* Already in its warm slots: no copy, its checksum pass and write. */
-		store_sum(e, l);
-		e->store_copied = s;
+		store_copy_settle(e);
+		while (e->store_pipe_count)
+			store_sum(e, l);
+		f = &e->store_pipe[e->store_pipe_count++];
+		*f = (struct store_flight){ .s = s, .settled = true };
 		store_sum(e, l);
 		return true;
 	}
 	t = sel_monotonic_ns();
-	ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
-				window_copies(e, l, s, job->page_ids + first, n));
-	/*
-	 * A warm store's row goes into its own warm slots, which nothing else
-	 * uses: its copy goes behind the last window's on the same stream and
-	 * is settled with it, no synchronization of its own (store_row).
-	 */
-	if (!ret && run->warm != SHARD_WARM_NONE && run->next_first == tail) {
-		ret = shard_device_copy(e->device, SHARD_DEVICE_TO_HOST, l->copies,
-					row_copies(e, l, true, run->warm_row, job->state_slot));
-		run->row_copied = ret == 0;
-	}
+	ret = store_window_issue(e, l, run, s, f);
 	if (ret) {
-		/* What was issued may still run (see copy_drained). */
+		/*
+		 * Issued in part: the windows before it are waited for by their
+		 * own marks, then everything issued (see copy_drained), so the
+		 * failure is this store's alone.
+		 */
+		store_copy_settle(e);
 		shard_device_synchronize(e->device);
 		device_fail(&run->o, ret, "device to host");
 		s->owner = NULL;
-	} else {
-		e->store_copying = s;
 	}
-	{
-		uint64_t now = sel_monotonic_ns();
-
-		e->store_clock.copy_ns += now - t;
-		e->store_clock.issue_ns += now - t;
-		e->store_clock.issued_at = now;
-		e->store_clock.summed_beside = false;
+	now = sel_monotonic_ns();
+	e->store_clock.copy_ns += now - t;
+	e->store_clock.issue_ns += now - t;
+	if (!ret) {
+		f->issued_at = now;
+		e->store_pipe_count++;
+		if (e->store_pipe_count == 2)
+			e->store_pipe[0].behind = !e->store_pipe[0].settled;
+		/*
+		 * No mark to wait for it by alone: it is waited for now, before
+		 * anything is issued behind it (the ones before it by theirs).
+		 */
+		if (e->store_pipelined && !f->marked)
+			store_copy_settle(e);
 	}
-	store_sum(e, l);
+	/* The older window alone is waited for; the newer one copies on. */
+	if (e->store_pipe_count == 2 || (e->store_pipe_count && e->store_pipe[0].settled)) {
+		store_copy_settle_oldest(e);
+		store_sum(e, l);
+	}
 	return true;
 }
 
@@ -1180,8 +1282,8 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 			if (e->runs[i].job && store_step(e, l, &e->runs[i]))
 				moved = true;
 		/* Nothing else moves: the last window copied is summed and sent. */
-		if (!moved && (e->store_copying || e->store_copied)) {
-			store_copy_settle(e);
+		if (!moved && e->store_pipe_count) {
+			store_copy_settle_oldest(e);
 			store_sum(e, l);
 			moved = true;
 		}
@@ -1195,6 +1297,7 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 				store_reply(e, l, done);
 		}
 	}
+	SEL_ASSERT(e->store_pipe_count == 0);
 	e->store_clock.run_ns += sel_monotonic_ns() - e->store_clock.since;
 	e->store_clock.since = 0;
 }
@@ -3205,6 +3308,19 @@ int shard_engine_open(const struct shard_engine_options *options,
 	 * page itself, with no read overlapping it); SELENE_FETCH_READS_HERE=0
 	 * leaves every read to the disk thread.
 	 */
+	/*
+	 * Store windows are pipelined where the device keeps marks and its
+	 * copies run after their issue; SELENE_STORE_PIPELINE=0 copies one
+	 * window at a time, to compare.
+	 */
+	{
+		uint32_t on = 1;
+
+		if (!sel_env_count("SELENE_STORE_PIPELINE", 1, &on))
+			on = 1;
+		e->store_pipelined = on && !e->device->ops->copies_synchronous &&
+				     e->device->ops->mark && e->device->ops->wait_mark;
+	}
 	{
 		uint32_t here = 1;
 

@@ -266,9 +266,9 @@ struct shard_engine_stats {
 	 * the time waiting for them, and between each one's issue and its
 	 * wait, the transfer thread's other work while it ran (gap: a
 	 * checksum pass of the window before it, other stores' steps). A copy
-	 * overlapped is one a checksum pass ran beside; the rest were waited
-	 * for right after their issue, so their wait holds the whole copy and
-	 * the device's completion wake-up. issue + gap + wait of a copy is at
+	 * overlapped is one a checksum pass ran beside; one neither that nor
+	 * pipelined (below) was waited for right after its issue, so its
+	 * wait holds the whole copy and the device's completion wake-up. issue + gap + wait of a copy is at
 	 * least its time on the device: a copy time per window well above a
 	 * bulk copy of a window's bytes with its own wait says the copies
 	 * themselves ran slower (the link, host memory, the transfer thread
@@ -276,6 +276,13 @@ struct shard_engine_stats {
 	 * wait.
 	 */
 	uint64_t store_copies, store_copies_overlapped;
+	/*
+	 * Copies whose next window's copies were issued before their wait
+	 * (docs/DESIGN.md section 6: the copy engine ran on while the
+	 * transfer thread waited), and copies neither that nor overlapped by
+	 * a checksum pass: waited for right after their issue.
+	 */
+	uint64_t store_copies_pipelined, store_copies_alone;
 	uint64_t store_copy_issue_ns, store_copy_wait_ns, store_copy_gap_ns;
 	/*
 	 * Where the transfer thread's time went in fetches (fetch_run_ns, the

@@ -812,6 +812,200 @@ static void test_warm_store_copies_counted(void **state)
 	f->dev = host;
 }
 
+/*
+ * A deferred device (testutil.h) that logs its calls in order ('c' a copy
+ * call, 'w' a wait for a mark, 's' a synchronize) and fails the wait that
+ * covers the first copy to device address bad (0: none), running none of
+ * the copies that wait covers, as a failed stream's.
+ */
+struct order_device {
+	struct tu_deferred_device d; /* first: the ops take it for the device */
+	const struct shard_device_ops *inner;
+	struct shard_device_ops ops;
+	char log[512];
+	uint32_t count;
+	uintptr_t bad;
+	uint64_t bad_at; /* the bad copy's place in the queue's order, or UINT64_MAX */
+};
+
+static void order_note(struct order_device *o, char what)
+{
+	if (o->count + 1 < sizeof(o->log))
+		o->log[o->count++] = what;
+}
+
+static int order_copy(struct shard_device *dev, enum shard_copy_direction dir,
+		      const struct shard_copy *copies, uint32_t count)
+{
+	struct order_device *o = (struct order_device *)dev;
+
+	for (uint32_t i = 0; i < count && o->bad_at == UINT64_MAX; i++)
+		if (o->bad && copies[i].device_address == o->bad)
+			o->bad_at = o->d.consumed + o->d.queued_count + i;
+	order_note(o, 'c');
+	return o->inner->copy(dev, dir, copies, count);
+}
+
+/* Arms the deferred device's failure when the wait up to target covers the bad copy. */
+static void order_arm(struct order_device *o, uint64_t target)
+{
+	if (o->bad_at >= o->d.consumed && o->bad_at < target) {
+		o->d.fail_synchronize_at = o->d.synchronize_calls + 1;
+		o->bad_at = UINT64_MAX - 1; /* failed once */
+	}
+}
+
+static int order_synchronize(struct shard_device *dev)
+{
+	struct order_device *o = (struct order_device *)dev;
+
+	order_note(o, 's');
+	order_arm(o, o->d.consumed + o->d.queued_count);
+	return o->inner->synchronize(dev);
+}
+
+static int order_wait_mark(struct shard_device *dev, uint32_t mark)
+{
+	struct order_device *o = (struct order_device *)dev;
+
+	order_note(o, 'w');
+	order_arm(o, o->d.marks[mark]);
+	return o->inner->wait_mark(dev, mark);
+}
+
+static void order_device_init(struct order_device *o, uintptr_t bad)
+{
+	memset(o, 0, sizeof(*o));
+	tu_deferred_device_init(&o->d);
+	o->inner = o->d.base.ops;
+	o->ops = *o->inner;
+	o->ops.copy = order_copy;
+	o->ops.synchronize = order_synchronize;
+	o->ops.wait_mark = order_wait_mark;
+	o->d.base.ops = &o->ops;
+	o->bad = bad;
+	o->bad_at = UINT64_MAX;
+}
+
+/*
+ * A warm store's window copies are pipelined (docs/DESIGN.md section 6):
+ * a warm-only store of 3 windows on a device whose copies run only when
+ * awaited issues its second window's copies before it waits for the
+ * first's, waits for each window by its own mark, the stats count the
+ * windows waited for with the next one issued, and it restores
+ * byte-exact from its slots.
+ */
+static void test_warm_store_windows_pipelined(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct order_device o;
+	struct shard_engine_stats before, after;
+	struct shard_chain_record chain;
+	struct rec_key a;
+	uint32_t from;
+
+	order_device_init(&o, 0);
+	f->dev = &o.d.base;
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 12, 1); /* windows of 4 pages: 3 */
+	shard_engine_stats(f->engine, &before);
+	from = o.count;
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM_ONLY), 0);
+	shard_engine_stats(f->engine, &after);
+	o.log[o.count] = '\0';
+	/* c c w: the second window issued before the first's wait; then its row with the third. */
+	assert_string_equal(o.log + from, "ccwccww");
+	assert_int_equal(after.store_copies - before.store_copies, 3);
+	assert_int_equal(after.store_copies_pipelined - before.store_copies_pipelined, 2);
+	assert_int_equal(after.store_copies_alone - before.store_copies_alone, 1);
+	poison(f);
+	chain = (struct shard_chain_record){ a, 0, 12 };
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 12, 4, a.consumed);
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
+/*
+ * A failed copy in a warm store's second window fails that store alone:
+ * two warm-only stores of 3 windows at once, their windows pipelined
+ * behind one another, the copy to page id 14 (a's second window's first
+ * page) failing when its window is waited for. a fails with the device's
+ * reason and holds no warm slot after; b commits and restores
+ * byte-exact; a stores again after and restores byte-exact too.
+ */
+static void test_warm_store_window_failure_is_its_own(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_device *host = f->dev;
+	struct order_device o;
+	struct rec_key keys[2];
+	uint32_t ids[2][12];
+	struct rec_header h[2];
+	struct shard_store_job jobs[2];
+	struct shard_chain_record chain;
+	struct shard_warm_stats ws;
+	struct shard_completion c;
+	int result[2] = { 1, 1 };
+	uint32_t b_slots;
+
+	order_device_init(&o, (uintptr_t)(f->plane_memory[0] + f->plane_bytes[0] * 14));
+	f->dev = &o.d.base;
+	f->stores_max = 2;
+	open_engine(f, 64ull * SLOT_BYTES);
+	for (uint32_t k = 0; k < 2; k++) {
+		make_key(&keys[k], 64 * 12, (uint8_t)(1 + k));
+		for (uint32_t i = 0; i < 12; i++)
+			fill_page(f, ids[k][i] = 10 + 20 * k + i, i);
+		tu_fill(f->row_memory + (uint64_t)ROW_BYTES * (1 + k), ROW_BYTES,
+			keys[k].consumed);
+		assert_int_equal(rec_header_init(&h[k], &f->g, &f->ns, &keys[k], NULL,
+						 &keys[k].digest, 0, 12, 99), 0);
+		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k],
+						    .state_slot = 1 + k,
+						    .warm = SHARD_STORE_WARM_ONLY };
+	}
+	/* Both queued before either starts: the transfer thread held at a's first copy. */
+	__atomic_store_n(&o.d.gate_at, o.d.copy_calls + 1, __ATOMIC_RELEASE);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jobs[0]), 0);
+	tu_deferred_gate_wait(&o.d);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jobs[1]), 0);
+	__atomic_store_n(&o.d.gate_at, 0, __ATOMIC_RELEASE);
+	for (uint32_t i = 0; i < 2; i++) {
+		shard_engine_wait(f->engine, &c);
+		result[c.job_id - f->next_job + 1] = c.result;
+		if (c.result)
+			assert_non_null(strstr(c.why, "device copy device to host failed"));
+	}
+	assert_int_equal(o.bad_at, UINT64_MAX - 1); /* the bad copy's wait failed */
+	assert_int_equal(result[0], -EIO);
+	assert_int_equal(result[1], 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 1);
+	b_slots = ws.slots_used;
+	poison(f);
+	chain = (struct shard_chain_record){ keys[1], 0, 12 };
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 12, 4, keys[1].consumed);
+	for (uint32_t i = 0; i < 12; i++) /* poisoned with the rest */
+		fill_page(f, ids[0][i], i);
+	tu_fill(f->row_memory + ROW_BYTES, ROW_BYTES, keys[0].consumed);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jobs[0]), 0);
+	shard_engine_wait(f->engine, &c);
+	assert_int_equal(c.result, 0);
+	poison(f);
+	chain = (struct shard_chain_record){ keys[0], 0, 12 };
+	fetch_reading_no_file(f, &chain, 1, 0);
+	check_restored(f, 12, 4, keys[0].consumed);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.slots_used, 2 * b_slots); /* a failed held none */
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = host;
+}
+
 /* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
 static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint64_t deadline_ns)
 {
@@ -3111,6 +3305,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_store_row_with_last_window, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_copies_counted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_windows_pipelined, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_store_window_failure_is_its_own, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_leaves_staging, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_store_done_with_its_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,

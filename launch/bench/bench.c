@@ -1323,7 +1323,7 @@ static void add_fetch_stats(struct shard_engine_stats *sum, const struct shard_e
  * why the stores' copies ran below the bulk copy (docs/PERFORMANCE.md).
  */
 struct warm_store_copies {
-	uint64_t copies, overlapped, issue_ns, wait_ns, gap_ns;
+	uint64_t copies, overlapped, pipelined, alone, issue_ns, wait_ns, gap_ns;
 	uint64_t stores, fallbacks, stores_at_once;
 };
 
@@ -1335,6 +1335,8 @@ static void warm_store_copies_add(struct warm_store_copies *c,
 {
 	c->copies += after->store_copies - before->store_copies;
 	c->overlapped += after->store_copies_overlapped - before->store_copies_overlapped;
+	c->pipelined += after->store_copies_pipelined - before->store_copies_pipelined;
+	c->alone += after->store_copies_alone - before->store_copies_alone;
 	c->issue_ns += after->store_copy_issue_ns - before->store_copy_issue_ns;
 	c->wait_ns += after->store_copy_wait_ns - before->store_copy_wait_ns;
 	c->gap_ns += after->store_copy_gap_ns - before->store_copy_gap_ns;
@@ -1463,12 +1465,13 @@ static int report_warm_store_copies(struct bench *b, const struct warm_store_cop
 		return ret;
 	}
 	printf("%s: store copies: %" PRIu64 " windows of %.2f MiB (%" PRIu64 " at once at "
-	       "most), %" PRIu64 " overlapped by a checksum pass, %" PRIu64 " waited for "
+	       "most), %" PRIu64 " overlapped by a checksum pass, %" PRIu64 " with the "
+	       "next window issued before their wait, %" PRIu64 " waited for "
 	       "right after their issue; a window: issue %.1f us, other work while it ran "
 	       "%.1f us, wait %.1f us (issue + wait %.1f us: %.2f GB/s); a bulk device to "
 	       "host copy of a window's bytes with its own wait, p50 of %u: %.1f us (%.2f "
 	       "GB/s)\n", b->tag, c->copies, window / 1048576.0, c->stores_at_once,
-	       c->overlapped, c->copies - c->overlapped, (double)c->issue_ns / n / 1e3,
+	       c->overlapped, c->pipelined, c->alone, (double)c->issue_ns / n / 1e3,
 	       (double)c->gap_ns / n / 1e3, (double)c->wait_ns / n / 1e3,
 	       (double)(c->issue_ns + c->wait_ns) / n / 1e3,
 	       window * n / (double)(c->issue_ns + c->wait_ns),
