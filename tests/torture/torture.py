@@ -123,6 +123,8 @@ CANNOT_FIRE = {
     ("pool.link_cut", "*", "peer"): "the loops attach no pool (tests/test_pool_attach.c fires it)",
     ("pool.disk_sync", "*", "rank0"): "only a pool manager's disk tier syncs (tests/test_pool.c fires it)",
     ("pool.disk_sync", "*", "peer"): "only a pool manager's disk tier syncs (tests/test_pool.c fires it)",
+    ("pool.disk_io", "*", "rank0"): "only a pool manager's disk thread does its I/O (tests/test_pool.c fires it)",
+    ("pool.disk_io", "*", "peer"): "only a pool manager's disk thread does its I/O (tests/test_pool.c fires it)",
     ("pool.export_copy", "*", "rank0"): "the loops attach no pool (tests/test_pool_gpu_export.c fires it)",
     ("pool.export_copy", "*", "peer"): "the loops attach no pool (tests/test_pool_gpu_export.c fires it)",
     ("peer.socket", "*", "rank0"): "rank zero runs no peer agent",
