@@ -3123,8 +3123,13 @@ static void disk_thread_stop(struct pool_manager *m)
 	pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	pthread_join(d->thread, NULL);
-	disk_done(m, sel_monotonic_ns());
+	/*
+	 * Not running before its results are taken: a load or failed spill
+	 * taken here frees files, and those must go on this thread, not in
+	 * a queue no thread runs any more.
+	 */
 	d->running = false;
+	disk_done(m, sel_monotonic_ns());
 	SEL_ASSERT(d->jobs == 0);
 	pthread_cond_destroy(&d->wake);
 	pthread_mutex_destroy(&d->lock);

@@ -1620,6 +1620,52 @@ static void test_pool_disk_thread_keeps_loop_answering(void **state)
 	tu_remove_tree(dir);
 }
 
+/*
+ * A manager closed while the disk thread still loads a record (its claim
+ * timed out first: claim setup 200 ms, the load held 1 s by failpoint
+ * pool.disk_io) takes that load's result on the closing thread and
+ * deletes the loaded record's files there, not in a queue nobody runs.
+ */
+static void test_pool_disk_close_takes_late_load(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[16];
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 1 << 20, .window_bytes = 64 << 10,
+					 .claim_setup_ms = 200 };
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk-close");
+	char why[WHY_BYTES];
+	uint32_t used = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < 16; i++)
+		case_make(&cases[i], 800 + i, 128, NULL, 110 + i);
+	c.dir = dir;
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
+	open_instance(a, &r, 0xa, 0);
+	do {
+		assert_true(used < 14);
+		assert_int_equal(put_whole(a, &cases[used++]), 0);
+		disk_settle(&r);
+		pool_manager_stats(r.m, &st);
+	} while (st.spilled == 0);
+	/* the oldest is on disk: its load is held past the claim's deadline */
+	assert_int_equal(sel_failpoints_configure("pool.disk_io=1*sleep(1000)->off"), 0);
+	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), -ENOENT);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.disk_queued >= 1); /* the load still runs */
+	close_instance(a);
+	manager_stop(&r);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	for (uint32_t i = 0; i < 16; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
 /* ---- Through pool/client.h ---- */
 
 static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
@@ -2554,6 +2600,7 @@ int main(void)
 		cmocka_unit_test(test_pool_disk_limit_evicts_lru),
 		cmocka_unit_test(test_pool_disk_spill_syncs),
 		cmocka_unit_test(test_pool_disk_thread_keeps_loop_answering),
+		cmocka_unit_test(test_pool_disk_close_takes_late_load),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
