@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <time.h>
 #include <pthread.h>
 #include <signal.h>
@@ -49,8 +50,10 @@
 #define LOAD_BEAT_MS 1000u
 /*
  * While an RDMA WRITE is in flight the loop polls its completions this
- * often, sleeping in ppoll between (sockets still wake it at once): a
- * completion is seen at most this late, and the loop no longer spins.
+ * often, sleeping in epoll_pwait2 between (ppoll on the epoll set where
+ * the kernel, before 5.11, has no epoll_pwait2; sockets still wake it at
+ * once): a completion is seen at most this late, and the loop does not
+ * spin.
  */
 #define RDMA_POLL_US 100u
 /* Answer bytes queued to a rank before the manager stops reading it (R-POOL-8). */
@@ -300,6 +303,7 @@ struct pool_manager {
 	struct pool_rdma_fallback rdma_fallback;
 	uint64_t log_second;  /* refusals logged in this second, at most 5 */
 	uint32_t log_count;
+	bool no_pwait2; /* epoll_pwait2 said ENOSYS: the loop's short waits use ppoll */
 	struct disk_thread disk; /* with --dir */
 	uint8_t *disk_body; /* POOL_CONTROL_BODY_BYTES_MAX: answers of claims that waited for loads */
 	pthread_mutex_t stats_lock;
@@ -3123,8 +3127,13 @@ static void disk_thread_stop(struct pool_manager *m)
 	pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	pthread_join(d->thread, NULL);
-	disk_done(m, sel_monotonic_ns());
+	/*
+	 * Not running before its results are taken: a load or failed spill
+	 * taken here frees files, and those must go on this thread, not in
+	 * a queue no thread runs any more.
+	 */
 	d->running = false;
+	disk_done(m, sel_monotonic_ns());
 	SEL_ASSERT(d->jobs == 0);
 	pthread_cond_destroy(&d->wake);
 	pthread_mutex_destroy(&d->lock);
@@ -3417,6 +3426,31 @@ static void stop_read(struct pool_manager *m, uint64_t now, uint64_t *drain_unti
 			*drain_until = cl->deadline_ns;
 }
 
+/*
+ * Waits RDMA_POLL_US at most for the loop's events (a write in flight):
+ * in epoll_pwait2, or where the kernel has none in ppoll on the epoll set
+ * and then epoll_wait without waiting. Returns as epoll_wait.
+ */
+static int loop_wait_short(struct pool_manager *m, int max)
+{
+	struct timespec wait = { .tv_nsec = RDMA_POLL_US * 1000l };
+	struct pollfd p = { .fd = m->epoll_fd, .events = POLLIN };
+	int n;
+
+	if (!m->no_pwait2) {
+		n = epoll_pwait2(m->epoll_fd, m->events, max, &wait, NULL);
+		if (n >= 0 || errno != ENOSYS)
+			return n;
+		m->no_pwait2 = true;
+		sel_info("pool: no epoll_pwait2 in this kernel: RDMA completions are "
+			 "waited for in ppoll");
+	}
+	n = ppoll(&p, 1, &wait, NULL);
+	if (n <= 0)
+		return n;
+	return epoll_wait(m->epoll_fd, m->events, max, 0);
+}
+
 /* What c's connection is watched for: reads unless closing or backlogged, writes while any wait. */
 static void conn_watch(struct pool_manager *m, struct conn *c)
 {
@@ -3461,15 +3495,10 @@ int pool_manager_run(struct pool_manager *m)
 		}
 		for (uint32_t i = 0; i < m->conn_count; i++)
 			conn_watch(m, m->conns[i]);
-		if (rdma_in_flight(m)) {
-			/* a write in flight: its completion is polled every RDMA_POLL_US */
-			struct timespec wait = { .tv_nsec = RDMA_POLL_US * 1000l };
-
-			n = epoll_pwait2(m->epoll_fd, m->events, (int)(3 + m->conn_count), &wait,
-					 NULL);
-		} else {
+		if (rdma_in_flight(m)) /* a write in flight: its completion is polled every RDMA_POLL_US */
+			n = loop_wait_short(m, (int)(3 + m->conn_count));
+		else
 			n = epoll_wait(m->epoll_fd, m->events, (int)(3 + m->conn_count), TICK_MS);
-		}
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();

@@ -21,16 +21,21 @@
 #include "tests/fake_verbs.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <sys/wait.h>
@@ -1620,6 +1625,52 @@ static void test_pool_disk_thread_keeps_loop_answering(void **state)
 	tu_remove_tree(dir);
 }
 
+/*
+ * A manager closed while the disk thread still loads a record (its claim
+ * timed out first: claim setup 200 ms, the load held 1 s by failpoint
+ * pool.disk_io) takes that load's result on the closing thread and
+ * deletes the loaded record's files there, not in a queue nobody runs.
+ */
+static void test_pool_disk_close_takes_late_load(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[16];
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 1 << 20, .window_bytes = 64 << 10,
+					 .claim_setup_ms = 200 };
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk-close");
+	char why[WHY_BYTES];
+	uint32_t used = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < 16; i++)
+		case_make(&cases[i], 800 + i, 128, NULL, 110 + i);
+	c.dir = dir;
+	memcpy(c.secret, secret, 32);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
+	open_instance(a, &r, 0xa, 0);
+	do {
+		assert_true(used < 14);
+		assert_int_equal(put_whole(a, &cases[used++]), 0);
+		disk_settle(&r);
+		pool_manager_stats(r.m, &st);
+	} while (st.spilled == 0);
+	/* the oldest is on disk: its load is held past the claim's deadline */
+	assert_int_equal(sel_failpoints_configure("pool.disk_io=1*sleep(1000)->off"), 0);
+	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), -ENOENT);
+	pool_manager_stats(r.m, &st);
+	assert_true(st.disk_queued >= 1); /* the load still runs */
+	close_instance(a);
+	manager_stop(&r);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	for (uint32_t i = 0; i < 16; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
 /* ---- Through pool/client.h ---- */
 
 static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
@@ -2226,6 +2277,96 @@ static void test_pool_rdma_waits_without_spinning(void **state)
 }
 
 #ifdef SEL_HAVE_VERBS_H
+/* 1: epoll_pwait2 is ENOSYS on the manager's thread; -1: no seccomp to make it so. */
+static _Atomic int pwait2_blocked;
+
+/*
+ * The manager's loop on a thread where epoll_pwait2 fails with ENOSYS
+ * (seccomp, this thread only), as on kernels before 5.11.
+ */
+static void *run_thread_without_pwait2(void *arg)
+{
+	struct sock_filter code[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_epoll_pwait2, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(code) / sizeof(code[0]), .filter = code };
+	bool on = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+		  syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
+
+	on = on && syscall(__NR_epoll_pwait2, -1, NULL, 1, NULL, NULL, 0) < 0 &&
+	     errno == ENOSYS;
+	atomic_store(&pwait2_blocked, on ? 1 : -1);
+	return (void *)(intptr_t)pool_manager_run(arg);
+}
+#endif
+
+/*
+ * Where the kernel has no epoll_pwait2, the loop waits for RDMA
+ * completions in ppoll on its epoll set instead: the claim is byte-exact,
+ * the loop does not spin, and it does not end with -ENOSYS.
+ */
+static void test_pool_rdma_waits_without_epoll_pwait2(void **state)
+{
+#ifdef SEL_HAVE_VERBS_H
+	struct running r;
+	struct pool_client *a[WORLD], *b[WORLD];
+	struct put_case root, *chain[1] = { &root };
+	struct rank_job jobs[WORLD];
+	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
+					 .memory_bytes = 8 << 20, .window_bytes = 64 << 10,
+					 .rdma = true };
+	char why[WHY_BYTES];
+	uint64_t polls, start, elapsed_us, bound;
+
+	(void)state;
+	if (!rdma_begin())
+		skip();
+	memcpy(c.secret, secret, 32);
+	atomic_store(&pwait2_blocked, 0);
+	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&r.thread, NULL, run_thread_without_pwait2, r.m), 0);
+	while (atomic_load(&pwait2_blocked) == 0)
+		usleep(1000);
+	if (atomic_load(&pwait2_blocked) < 0) {
+		manager_stop(&r);
+		print_message("skipped: no seccomp filter on this thread\n");
+		skip();
+	}
+	case_make(&root, 9, 96, NULL, 90);
+	rdma_clients_open(&r, NULL, a, b);
+	rdma_wait_active(a);
+	rdma_wait_active(b);
+	put_root(a, &root);
+	fake_verbs_delay_completions(100);
+	polls = fake_verbs_polls();
+	start = sel_monotonic_ns();
+	rdma_claim(b, &root, chain, jobs);
+	elapsed_us = (sel_monotonic_ns() - start) / 1000u;
+	polls = fake_verbs_polls() - polls;
+	fake_verbs_delay_completions(0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		assert_int_equal(jobs[k].result, 0);
+		assert_int_equal(jobs[k].verified_bytes, whole_share(&root, k));
+	}
+	bound = 2 * (elapsed_us / 100u) + 2000u;
+	print_message("%llu completion polls in %llu ms (at most %llu)\n",
+		      (unsigned long long)polls, (unsigned long long)(elapsed_us / 1000u),
+		      (unsigned long long)bound);
+	if (polls > bound)
+		fail_msg("the manager polled %llu times in %llu ms: it spins",
+			 (unsigned long long)polls, (unsigned long long)(elapsed_us / 1000u));
+	rdma_finish(&r, a, b, &root); /* the loop's result: 0, not -ENOSYS */
+#else
+	(void)state;
+	print_message("skipped: built without infiniband/verbs.h (no fake device)\n");
+	skip();
+#endif
+}
+
+#ifdef SEL_HAVE_VERBS_H
 /* A failed WRITE, by its completion (post_fails false) or its post, on the third window. */
 static void rdma_failed_write(bool post_fails)
 {
@@ -2546,6 +2687,7 @@ int main(void)
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
 		cmocka_unit_test(test_pool_rdma_claim_byte_exact),
 		cmocka_unit_test(test_pool_rdma_waits_without_spinning),
+		cmocka_unit_test(test_pool_rdma_waits_without_epoll_pwait2),
 		cmocka_unit_test(test_pool_rdma_failed_write_falls_back),
 		cmocka_unit_test(test_pool_rdma_no_device_streams),
 		cmocka_unit_test(test_pool_rdma_corrupt_slot_never_delivered),
@@ -2554,6 +2696,7 @@ int main(void)
 		cmocka_unit_test(test_pool_disk_limit_evicts_lru),
 		cmocka_unit_test(test_pool_disk_spill_syncs),
 		cmocka_unit_test(test_pool_disk_thread_keeps_loop_answering),
+		cmocka_unit_test(test_pool_disk_close_takes_late_load),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
