@@ -1776,6 +1776,7 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 	struct lane *l = &e->lanes[LANE_RESTORE];
 	struct fetch_window cursor = { .record = UINT32_MAX };
 	uint32_t planes = e->geometry.page_plane_count, call = planes, n = 0;
+	uint32_t call_max = e->window_pages * planes;
 	uint32_t slots[SHARD_WINDOW_PAGES_MAX];
 	/*
 	 * Grouped slots: a run goes on past a window's end (nothing is read
@@ -1803,7 +1804,9 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 		 * twice the last up to a window's: the copy engine starts on the
 		 * first entries while the driver takes in the next call's, and
 		 * is not left idle behind one call of thousands of entries.
-		 * Entries wait for a full call while a run is open.
+		 * Entries wait for a full call while a run is open: fewer than
+		 * a window's, so with the window's added they fit l->copies
+		 * (lease_lane).
 		 */
 		while (!ret && n > 0 && (n >= call || !more || !carry)) {
 			uint32_t count = n < call ? n : call;
@@ -1811,8 +1814,7 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 			ret = shard_device_copy(e->device, SHARD_HOST_TO_DEVICE, l->copies, count);
 			n -= count;
 			memmove(l->copies, l->copies + count, n * sizeof(*l->copies));
-			if (call < e->window_pages * planes)
-				call *= 2;
+			call = call < call_max / 2 ? call * 2 : call_max;
 		}
 		if (more && !ret)
 			o->bytes += e->geometry.page_record_bytes * cursor.count;

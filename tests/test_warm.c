@@ -51,6 +51,7 @@
 #define ROW_BYTES 60000u
 #define SLOT_BYTES 24576u /* 3 planes of 5000 bytes, each padded to 8 KiB */
 #define ROW_PIECES 3u     /* a 60000-byte row in 24 KiB slots */
+#define PLANES_MAX 16u    /* page planes a fixture may have (setup_planes) */
 
 struct fixture {
 	char *base;
@@ -60,18 +61,21 @@ struct fixture {
 	struct shard_device *dev;
 	struct shard_engine *engine;
 	struct shard_planes planes;
-	uint8_t *plane_memory[3];
+	uint8_t *plane_memory[PLANES_MAX];
 	uint8_t *row_memory;
 	uint64_t next_job;
 	uint32_t stores_max; /* 0: the engine's default */
-	uint64_t plane_bytes[3]; /* each page plane's: PAGE_BYTES, or see the setups */
+	uint32_t window_pages; /* 0: 4 */
+	uint32_t plane_count;  /* 3, or setup_planes' */
+	uint64_t plane_bytes[PLANES_MAX]; /* each page plane's: PAGE_BYTES, or see the setups */
 };
 
 static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t err_size)
 {
 	struct shard_engine_options options = {
 		.geometry = &f->g, .dir = f->dir, .device = f->dev,
-		.planes = &f->planes, .window_pages = 4, .jobs_max = 8,
+		.planes = &f->planes, .window_pages = f->window_pages ? f->window_pages : 4,
+		.jobs_max = 8,
 		.checksum_threads = 2, .io_workers = SHARD_IO_WORKERS_NONE,
 		.warm_bytes = warm_bytes, .register_pool = true, .stores_max = f->stores_max,
 	};
@@ -88,23 +92,27 @@ static void open_engine(struct fixture *f, uint64_t warm_bytes)
 }
 
 /*
- * The fixture for page planes of units (three), its directory in a new
- * temporary directory under tmp_base (NULL: TMPDIR or /tmp).
+ * The fixture for plane_count page planes of units and page_count pages,
+ * its directory in a new temporary directory under tmp_base (NULL: TMPDIR
+ * or /tmp).
  */
-static int setup_with(void **state, const uint64_t units[3], const char *tmp_base)
+static int setup_planes(void **state, const uint64_t *units, uint32_t plane_count,
+			uint32_t page_count, const char *tmp_base)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	struct rec_plane planes[3];
+	struct rec_plane planes[PLANES_MAX];
 	struct rec_geometry_spec spec = {
-		.page_tokens = 64, .page_plane_count = 3, .page_planes = planes,
+		.page_tokens = 64, .page_plane_count = plane_count, .page_planes = planes,
 		.row_plane = { .name = "state", .unit_bytes = ROW_BYTES },
-		.page_count = 200, .row_count = 8, .rank = 1, .world_size = 2,
+		.page_count = page_count, .row_count = 8, .rank = 1, .world_size = 2,
 	};
 	struct rec_scan scan;
 	char *tmp = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
 	char err[256];
 
-	for (uint32_t p = 0; p < 3; p++) {
+	SEL_ASSERT(plane_count <= PLANES_MAX);
+	f->plane_count = plane_count;
+	for (uint32_t p = 0; p < plane_count; p++) {
 		f->plane_bytes[p] = units[p];
 		planes[p] = (struct rec_plane){ .unit_bytes = units[p] };
 		snprintf(planes[p].name, sizeof(planes[p].name), "plane.%03u", p);
@@ -124,8 +132,8 @@ static int setup_with(void **state, const uint64_t units[3], const char *tmp_bas
 	assert_int_equal(rec_dir_scan(f->dir, &scan), 0);
 	rec_scan_free(&scan);
 	assert_int_equal(shard_device_open_host(&f->dev), 0);
-	for (uint32_t p = 0; p < 3; p++) {
-		f->plane_memory[p] = tu_alloc(f->plane_bytes[p] * 200);
+	for (uint32_t p = 0; p < plane_count; p++) {
+		f->plane_memory[p] = tu_alloc(f->plane_bytes[p] * page_count);
 		f->planes.page_base[p] = (uintptr_t)f->plane_memory[p];
 	}
 	f->row_memory = tu_alloc((size_t)ROW_BYTES * f->g.row_count);
@@ -133,6 +141,12 @@ static int setup_with(void **state, const uint64_t units[3], const char *tmp_bas
 	sel_log_set_level(SEL_LOG_ERROR);
 	*state = f;
 	return 0;
+}
+
+/* setup_planes for three page planes of units and 200 pages. */
+static int setup_with(void **state, const uint64_t units[3], const char *tmp_base)
+{
+	return setup_planes(state, units, 3, 200, tmp_base);
 }
 
 static int setup(void **state)
@@ -165,6 +179,23 @@ static int setup_uneven(void **state)
 	return setup_with(state, (const uint64_t[3]){ 8192, 4096, 8192 }, NULL);
 }
 
+/*
+ * Sixteen page planes of 4 KiB (warm slots of 64 KiB, grouped), 480
+ * pages, and windows of 33: a window's copy entries (528) are not a
+ * power of two times one page's (16).
+ */
+static int setup_many_planes(void **state)
+{
+	uint64_t units[PLANES_MAX];
+	int ret;
+
+	for (uint32_t p = 0; p < PLANES_MAX; p++)
+		units[p] = 4096;
+	ret = setup_planes(state, units, PLANES_MAX, 480, NULL);
+	((struct fixture *)*state)->window_pages = 33;
+	return ret;
+}
+
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
@@ -174,7 +205,7 @@ static int teardown(void **state)
 	shard_engine_close(f->engine);
 	shard_device_close(f->dev);
 	rec_dir_close(f->dir);
-	for (uint32_t p = 0; p < 3; p++)
+	for (uint32_t p = 0; p < f->plane_count; p++)
 		free(f->plane_memory[p]);
 	free(f->row_memory);
 	tu_remove_tree(f->base);
@@ -184,7 +215,7 @@ static int teardown(void **state)
 
 static void fill_page(struct fixture *f, uint32_t id, uint64_t prefix_index)
 {
-	for (uint32_t p = 0; p < 3; p++)
+	for (uint32_t p = 0; p < f->plane_count; p++)
 		tu_fill(f->plane_memory[p] + f->plane_bytes[p] * id, f->plane_bytes[p],
 			prefix_index * 16 + p);
 }
@@ -193,7 +224,7 @@ static bool page_matches(struct fixture *f, uint32_t id, uint64_t prefix_index)
 {
 	uint8_t expect[PAGE_BYTES_GROUPED];
 
-	for (uint32_t p = 0; p < 3; p++) {
+	for (uint32_t p = 0; p < f->plane_count; p++) {
 		tu_fill(expect, f->plane_bytes[p], prefix_index * 16 + p);
 		if (memcmp(expect, f->plane_memory[p] + f->plane_bytes[p] * id,
 			   f->plane_bytes[p]) != 0)
@@ -215,8 +246,8 @@ static bool row_matches(struct fixture *f, uint32_t slot, uint64_t consumed)
 
 static void poison(struct fixture *f)
 {
-	for (uint32_t p = 0; p < 3; p++)
-		memset(f->plane_memory[p], 0xee, f->plane_bytes[p] * 200);
+	for (uint32_t p = 0; p < f->plane_count; p++)
+		memset(f->plane_memory[p], 0xee, f->plane_bytes[p] * f->g.page_count);
 	memset(f->row_memory, 0xee, (size_t)ROW_BYTES * f->g.row_count);
 }
 
@@ -3148,6 +3179,34 @@ static void test_warm_copy_entries_per_run(void **state)
 }
 
 /*
+ * A warm fetch's entries held back while a run is open stay within the
+ * lane's copy list: its calls grow to a window's entries and no further.
+ * Windows of 33 pages of 16 planes, a record of 160 pages in its slots
+ * in order, fetched to ids that break a run at every page but five: with
+ * calls doubled past a window's (1024 entries), 1456 were held at once in
+ * a list of 1312 (ASan: heap-buffer-overflow). Byte-exact.
+ */
+static void test_warm_fetch_held_entries_fit(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t ids[160];
+	struct shard_chain_record chain;
+	struct rec_key a;
+
+	open_engine(f, 192ull * 16 * 4096); /* three groups of 64 slots */
+	make_key(&a, 64 * 160, 1);
+	assert_int_equal(store(f, &a, NULL, 0, 1, true), 0);
+	for (uint32_t i = 0; i < 160; i++)
+		ids[i] = i >= 28 && i <= 32 ? ids[i - 1] + 1 : 3 * i;
+	chain = (struct shard_chain_record){ a, 0, 160 };
+	poison(f);
+	assert_int_equal(fetch_to(f, &chain, 1, ids, 4), 0);
+	for (uint32_t i = 0; i < 160; i++)
+		assert_true(page_matches(f, ids[i], i));
+	assert_true(row_matches(f, 4, a.consumed));
+}
+
+/*
  * SELENE_WARM_GROUP_SLOTS caps G: 1 (or 0) lays the tier out as page
  * records in one piece (named so at startup, a warm fetch one entry a
  * page and plane), 8 groups of 8, unset 64; a malformed value is the
@@ -3283,6 +3342,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_copy_entries_per_run, setup, teardown),
 		GROUPED(test_warm_copy_entries_per_run),
 		GROUPED(test_warm_group_slots_from_env),
+		cmocka_unit_test_setup_teardown(test_warm_fetch_held_entries_fit,
+						setup_many_planes, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_round_trip_every_layout, setup,
 						teardown),
 		{ "test_warm_round_trip_every_layout (uneven)", test_warm_round_trip_every_layout,
