@@ -1267,6 +1267,12 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 	struct lane *l = &e->lanes[LANE_BACKGROUND];
 
 	e->store_clock.since = sel_monotonic_ns();
+	/*
+	 * Before a store begins, the restore lane runs dry: a warm drop rank
+	 * zero sent before this store (to make room for it) arrived before
+	 * it and frees the slots its reservation counts on.
+	 */
+	yield_to_restores(e);
 	store_begin(e, l, &e->runs[0], job);
 	while (e->stores_active) {
 		bool moved = false;
@@ -1275,6 +1281,7 @@ static void run_stores(struct shard_engine *e, struct shard_job *job)
 		for (uint32_t i = 0; i < e->stores_max && e->stores_active < e->stores_max; i++) {
 			if (e->runs[i].job || !(job = next_store(e)))
 				continue;
+			yield_to_restores(e);
 			store_begin(e, l, &e->runs[i], job);
 			moved = true;
 		}
