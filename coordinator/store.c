@@ -64,6 +64,17 @@ int coord_store_set_warm(struct coord_store *s, uint32_t slots_total, uint32_t r
 	return ret;
 }
 
+/* The GPU offers' tables (coord_store_gpu_exports), freed and forgotten. */
+static void gpu_holds_free(struct coord_store *s)
+{
+	free(s->gpu_holds);
+	free(s->gpu_hold_by_checkpoint);
+	free(s->gpu_hold_by_key);
+	s->gpu_holds = NULL;
+	s->gpu_hold_by_checkpoint = NULL;
+	s->gpu_hold_by_key = NULL;
+}
+
 void coord_store_destroy(struct coord_store *s)
 {
 	coord_index_destroy(&s->index);
@@ -90,12 +101,7 @@ void coord_store_destroy(struct coord_store *s)
 	free(s->held_keys);
 	s->held_keys = NULL;
 	s->held_key_count = 0;
-	free(s->gpu_holds);
-	free(s->gpu_hold_by_checkpoint);
-	free(s->gpu_hold_by_key);
-	s->gpu_holds = NULL;
-	s->gpu_hold_by_checkpoint = NULL;
-	s->gpu_hold_by_key = NULL;
+	gpu_holds_free(s);
 	s->gpu_hold_count = 0;
 }
 
@@ -2354,12 +2360,7 @@ int coord_store_gpu_exports(struct coord_store *s, bool on)
 			malloc(COORD_GPU_HOLD_BUCKETS * sizeof(*s->gpu_hold_by_checkpoint));
 		s->gpu_hold_by_key = malloc(COORD_GPU_HOLD_BUCKETS * sizeof(*s->gpu_hold_by_key));
 		if (!s->gpu_holds || !s->gpu_hold_by_checkpoint || !s->gpu_hold_by_key) {
-			free(s->gpu_holds);
-			free(s->gpu_hold_by_checkpoint);
-			free(s->gpu_hold_by_key);
-			s->gpu_holds = NULL;
-			s->gpu_hold_by_checkpoint = NULL;
-			s->gpu_hold_by_key = NULL;
+			gpu_holds_free(s);
 			s->gpu_holds_on = false;
 			return -ENOMEM;
 		}
