@@ -74,6 +74,54 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return copy_batch(dev, dir, batch, batch_count, batch_bytes);
 }
 
+/* Whether entry c goes to the device's copy_strided as one call. */
+static bool strided_whole(const struct shard_device *dev, const struct shard_copy_strided *c)
+{
+	return dev->ops->copy_strided && c->rows > 1 && c->host_pitch >= c->bytes &&
+	       c->device_pitch >= c->bytes && c->host_pitch <= SHARD_COPY_PITCH_MAX &&
+	       c->device_pitch <= SHARD_COPY_PITCH_MAX;
+}
+
+int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			      const struct shard_copy_strided *copies, uint32_t count)
+{
+	struct shard_copy rows[COPY_GATHER_MAX];
+	uint32_t n = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < count && !ret; i++) {
+		const struct shard_copy_strided *c = &copies[i];
+
+		if (strided_whole(dev, c)) {
+			ret = shard_device_copy(dev, dir, rows, n);
+			n = 0;
+			if (!ret)
+				ret = SEL_FAILPOINT(SEL_FP_DEVICE_COPY);
+			if (!ret)
+				ret = dev->ops->copy_strided(dev, dir, c, 1);
+			if (!ret) {
+				dev->batch_calls++;
+				dev->bytes_copied += c->bytes * c->rows;
+			}
+			continue;
+		}
+		for (uint32_t r = 0; r < c->rows && !ret; r++) {
+			rows[n++] = (struct shard_copy){
+				.device_address = c->device_address + c->device_pitch * r,
+				.host = (uint8_t *)c->host + c->host_pitch * r,
+				.bytes = c->bytes,
+			};
+			if (n == COPY_GATHER_MAX) {
+				ret = shard_device_copy(dev, dir, rows, n);
+				n = 0;
+			}
+		}
+	}
+	if (!ret)
+		ret = shard_device_copy(dev, dir, rows, n);
+	return ret;
+}
+
 void shard_device_close(struct shard_device *dev)
 {
 	if (dev)
@@ -129,6 +177,24 @@ static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return 0;
 }
 
+static int host_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			     const struct shard_copy_strided *copies, uint32_t count)
+{
+	(void)dev;
+	for (uint32_t i = 0; i < count; i++)
+		for (uint32_t r = 0; r < copies[i].rows; r++) {
+			uint8_t *device = (uint8_t *)(uintptr_t)copies[i].device_address +
+					  copies[i].device_pitch * r;
+			uint8_t *host = (uint8_t *)copies[i].host + copies[i].host_pitch * r;
+
+			if (dir == SHARD_DEVICE_TO_HOST)
+				memcpy(host, device, copies[i].bytes);
+			else
+				memcpy(device, host, copies[i].bytes);
+		}
+	return 0;
+}
+
 static int host_synchronize(struct shard_device *dev)
 {
 	(void)dev;
@@ -159,6 +225,7 @@ static const struct shard_device_ops host_ops = {
 	.mark = host_mark,
 	.wait_mark = host_mark,
 	.copies_synchronous = true,
+	.copy_strided = host_copy_strided,
 };
 
 int shard_device_open_host(struct shard_device **out)
