@@ -82,29 +82,42 @@ static bool strided_whole(const struct shard_device *dev, const struct shard_cop
 	       c->device_pitch <= SHARD_COPY_PITCH_MAX;
 }
 
+/* One call of count whole strided entries to the device; failpoint as copy_batch. */
+static int strided_batch(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy_strided *copies, uint32_t count)
+{
+	int ret = count ? SEL_FAILPOINT(SEL_FP_DEVICE_COPY) : 0;
+
+	if (!count || ret < 0)
+		return ret;
+	ret = dev->ops->copy_strided(dev, dir, copies, count);
+	if (ret)
+		return ret;
+	dev->batch_calls++;
+	for (uint32_t i = 0; i < count; i++)
+		dev->bytes_copied += copies[i].bytes * copies[i].rows;
+	return 0;
+}
+
 int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
 			      const struct shard_copy_strided *copies, uint32_t count)
 {
 	struct shard_copy rows[COPY_GATHER_MAX];
-	uint32_t n = 0;
+	uint32_t n = 0, first = 0;
 	int ret = 0;
 
+	/* entries go whole, consecutive ones in one call; the rest as rows */
 	for (uint32_t i = 0; i < count && !ret; i++) {
 		const struct shard_copy_strided *c = &copies[i];
 
 		if (strided_whole(dev, c)) {
-			ret = shard_device_copy(dev, dir, rows, n);
-			n = 0;
-			if (!ret)
-				ret = SEL_FAILPOINT(SEL_FP_DEVICE_COPY);
-			if (!ret)
-				ret = dev->ops->copy_strided(dev, dir, c, 1);
-			if (!ret) {
-				dev->batch_calls++;
-				dev->bytes_copied += c->bytes * c->rows;
+			if (n) {
+				ret = shard_device_copy(dev, dir, rows, n);
+				n = 0;
 			}
 			continue;
 		}
+		ret = strided_batch(dev, dir, copies + first, i - first);
 		for (uint32_t r = 0; r < c->rows && !ret; r++) {
 			rows[n++] = (struct shard_copy){
 				.device_address = c->device_address + c->device_pitch * r,
@@ -116,7 +129,10 @@ int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_directio
 				n = 0;
 			}
 		}
+		first = i + 1;
 	}
+	if (!ret)
+		ret = strided_batch(dev, dir, copies + first, count - first);
 	if (!ret)
 		ret = shard_device_copy(dev, dir, rows, n);
 	return ret;
@@ -177,16 +193,27 @@ static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return 0;
 }
 
+/*
+ * Row by row across the entries (row 0 of each, then row 1, ...), so a
+ * run's planes are read from a record image in its file order.
+ */
 static int host_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
 			     const struct shard_copy_strided *copies, uint32_t count)
 {
+	uint32_t rows = 0;
+
 	(void)dev;
 	for (uint32_t i = 0; i < count; i++)
-		for (uint32_t r = 0; r < copies[i].rows; r++) {
-			uint8_t *device = (uint8_t *)(uintptr_t)copies[i].device_address +
-					  copies[i].device_pitch * r;
-			uint8_t *host = (uint8_t *)copies[i].host + copies[i].host_pitch * r;
+		rows = copies[i].rows > rows ? copies[i].rows : rows;
+	for (uint32_t r = 0; r < rows; r++)
+		for (uint32_t i = 0; i < count; i++) {
+			uint8_t *device, *host;
 
+			if (r >= copies[i].rows)
+				continue;
+			device = (uint8_t *)(uintptr_t)copies[i].device_address +
+				 copies[i].device_pitch * r;
+			host = (uint8_t *)copies[i].host + copies[i].host_pitch * r;
 			if (dir == SHARD_DEVICE_TO_HOST)
 				memcpy(host, device, copies[i].bytes);
 			else
