@@ -74,29 +74,60 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return copy_batch(dev, dir, batch, batch_count, batch_bytes);
 }
 
-/* Whether entry c goes to the device's copy_strided as one call. */
+/* Whether entry c goes to the device's copy_strided (in pieces of whole rows). */
 static bool strided_whole(const struct shard_device *dev, const struct shard_copy_strided *c)
 {
-	return dev->ops->copy_strided && c->rows > 1 && c->host_pitch >= c->bytes &&
+	return dev->ops->copy_strided && c->rows > 1 && c->bytes > 0 &&
+	       c->bytes <= SHARD_COPY_BATCH_BYTES_MAX && c->host_pitch >= c->bytes &&
 	       c->device_pitch >= c->bytes && c->host_pitch <= SHARD_COPY_PITCH_MAX &&
 	       c->device_pitch <= SHARD_COPY_PITCH_MAX;
 }
 
-/* One call of count whole strided entries to the device; failpoint as copy_batch. */
-static int strided_batch(struct shard_device *dev, enum shard_copy_direction dir,
-			 const struct shard_copy_strided *copies, uint32_t count)
+/* One call of count strided pieces to the device; failpoint as copy_batch. */
+static int strided_call(struct shard_device *dev, enum shard_copy_direction dir,
+			const struct shard_copy_strided *pieces, uint32_t count)
 {
 	int ret = count ? SEL_FAILPOINT(SEL_FP_DEVICE_COPY) : 0;
 
 	if (!count || ret < 0)
 		return ret;
-	ret = dev->ops->copy_strided(dev, dir, copies, count);
+	ret = dev->ops->copy_strided(dev, dir, pieces, count);
 	if (ret)
 		return ret;
 	dev->batch_calls++;
 	for (uint32_t i = 0; i < count; i++)
-		dev->bytes_copied += copies[i].bytes * copies[i].rows;
+		dev->bytes_copied += pieces[i].bytes * pieces[i].rows;
 	return 0;
+}
+
+/*
+ * Whole strided entries to the device, each cut into pieces of whole rows
+ * of at most SHARD_COPY_BATCH_BYTES_MAX bytes (as plain copies are), in
+ * calls of at most COPY_GATHER_MAX pieces.
+ */
+static int strided_batch(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy_strided *copies, uint32_t count)
+{
+	struct shard_copy_strided pieces[COPY_GATHER_MAX];
+	uint32_t n = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < count && !ret; i++) {
+		const struct shard_copy_strided *c = &copies[i];
+		uint64_t per = SHARD_COPY_BATCH_BYTES_MAX / c->bytes;
+
+		for (uint64_t r = 0; r < c->rows && !ret; r += per) {
+			pieces[n] = *c;
+			pieces[n].device_address += c->device_pitch * r;
+			pieces[n].host = (uint8_t *)c->host + c->host_pitch * r;
+			pieces[n].rows = (uint32_t)(c->rows - r < per ? c->rows - r : per);
+			if (++n == COPY_GATHER_MAX) {
+				ret = strided_call(dev, dir, pieces, n);
+				n = 0;
+			}
+		}
+	}
+	return ret ? ret : strided_call(dev, dir, pieces, n);
 }
 
 int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,

@@ -135,7 +135,8 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 
 /*
  * Issues strided copies: each through the device's copy_strided where it
- * has one and the entry's pitches allow, its rows as copy entries
+ * has one and the entry's pitches allow, in pieces of whole rows of at
+ * most SHARD_COPY_BATCH_BYTES_MAX bytes; its rows as copy entries
  * otherwise. Failures and waiting as shard_device_copy.
  */
 int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
