@@ -74,6 +74,101 @@ int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return copy_batch(dev, dir, batch, batch_count, batch_bytes);
 }
 
+/* Whether entry c goes to the device's copy_strided (in pieces of whole rows). */
+static bool strided_whole(const struct shard_device *dev, const struct shard_copy_strided *c)
+{
+	return dev->ops->copy_strided && c->rows > 1 && c->bytes > 0 &&
+	       c->bytes <= SHARD_COPY_BATCH_BYTES_MAX && c->host_pitch >= c->bytes &&
+	       c->device_pitch >= c->bytes && c->host_pitch <= SHARD_COPY_PITCH_MAX &&
+	       c->device_pitch <= SHARD_COPY_PITCH_MAX;
+}
+
+/* One call of count strided pieces to the device; failpoint as copy_batch. */
+static int strided_call(struct shard_device *dev, enum shard_copy_direction dir,
+			const struct shard_copy_strided *pieces, uint32_t count)
+{
+	int ret = count ? SEL_FAILPOINT(SEL_FP_DEVICE_COPY) : 0;
+
+	if (!count || ret < 0)
+		return ret;
+	ret = dev->ops->copy_strided(dev, dir, pieces, count);
+	if (ret)
+		return ret;
+	dev->batch_calls++;
+	for (uint32_t i = 0; i < count; i++)
+		dev->bytes_copied += pieces[i].bytes * pieces[i].rows;
+	return 0;
+}
+
+/*
+ * Whole strided entries to the device, each cut into pieces of whole rows
+ * of at most SHARD_COPY_BATCH_BYTES_MAX bytes (as plain copies are), in
+ * calls of at most COPY_GATHER_MAX pieces.
+ */
+static int strided_batch(struct shard_device *dev, enum shard_copy_direction dir,
+			 const struct shard_copy_strided *copies, uint32_t count)
+{
+	struct shard_copy_strided pieces[COPY_GATHER_MAX];
+	uint32_t n = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < count && !ret; i++) {
+		const struct shard_copy_strided *c = &copies[i];
+		uint64_t per = SHARD_COPY_BATCH_BYTES_MAX / c->bytes;
+
+		for (uint64_t r = 0; r < c->rows && !ret; r += per) {
+			pieces[n] = *c;
+			pieces[n].device_address += c->device_pitch * r;
+			pieces[n].host = (uint8_t *)c->host + c->host_pitch * r;
+			pieces[n].rows = (uint32_t)(c->rows - r < per ? c->rows - r : per);
+			if (++n == COPY_GATHER_MAX) {
+				ret = strided_call(dev, dir, pieces, n);
+				n = 0;
+			}
+		}
+	}
+	return ret ? ret : strided_call(dev, dir, pieces, n);
+}
+
+int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			      const struct shard_copy_strided *copies, uint32_t count)
+{
+	struct shard_copy rows[COPY_GATHER_MAX];
+	uint32_t n = 0, first = 0;
+	int ret = 0;
+
+	/* entries go whole, consecutive ones in one call; the rest as rows */
+	for (uint32_t i = 0; i < count && !ret; i++) {
+		const struct shard_copy_strided *c = &copies[i];
+
+		if (strided_whole(dev, c)) {
+			if (n) {
+				ret = shard_device_copy(dev, dir, rows, n);
+				n = 0;
+			}
+			continue;
+		}
+		ret = strided_batch(dev, dir, copies + first, i - first);
+		for (uint32_t r = 0; r < c->rows && !ret; r++) {
+			rows[n++] = (struct shard_copy){
+				.device_address = c->device_address + c->device_pitch * r,
+				.host = (uint8_t *)c->host + c->host_pitch * r,
+				.bytes = c->bytes,
+			};
+			if (n == COPY_GATHER_MAX) {
+				ret = shard_device_copy(dev, dir, rows, n);
+				n = 0;
+			}
+		}
+		first = i + 1;
+	}
+	if (!ret)
+		ret = strided_batch(dev, dir, copies + first, count - first);
+	if (!ret)
+		ret = shard_device_copy(dev, dir, rows, n);
+	return ret;
+}
+
 void shard_device_close(struct shard_device *dev)
 {
 	if (dev)
@@ -129,6 +224,35 @@ static int host_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return 0;
 }
 
+/*
+ * Row by row across the entries (row 0 of each, then row 1, ...), so a
+ * run's planes are read from a record image in its file order.
+ */
+static int host_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			     const struct shard_copy_strided *copies, uint32_t count)
+{
+	uint32_t rows = 0;
+
+	(void)dev;
+	for (uint32_t i = 0; i < count; i++)
+		rows = copies[i].rows > rows ? copies[i].rows : rows;
+	for (uint32_t r = 0; r < rows; r++)
+		for (uint32_t i = 0; i < count; i++) {
+			uint8_t *device, *host;
+
+			if (r >= copies[i].rows)
+				continue;
+			device = (uint8_t *)(uintptr_t)copies[i].device_address +
+				 copies[i].device_pitch * r;
+			host = (uint8_t *)copies[i].host + copies[i].host_pitch * r;
+			if (dir == SHARD_DEVICE_TO_HOST)
+				memcpy(host, device, copies[i].bytes);
+			else
+				memcpy(device, host, copies[i].bytes);
+		}
+	return 0;
+}
+
 static int host_synchronize(struct shard_device *dev)
 {
 	(void)dev;
@@ -159,6 +283,7 @@ static const struct shard_device_ops host_ops = {
 	.mark = host_mark,
 	.wait_mark = host_mark,
 	.copies_synchronous = true,
+	.copy_strided = host_copy_strided,
 };
 
 int shard_device_open_host(struct shard_device **out)

@@ -30,6 +30,24 @@ struct shard_copy {
 	uint64_t bytes;
 };
 
+/*
+ * A strided copy: rows rows of bytes each, row r between host + r *
+ * host_pitch and device_address + r * device_pitch. Plane k of a run of
+ * page records that lie a stride apart in a record image (the pool's
+ * arena, a claim window), going to consecutive page ids, is one entry.
+ */
+struct shard_copy_strided {
+	uint64_t device_address;
+	uint64_t device_pitch;
+	void *host;
+	uint64_t host_pitch;
+	uint64_t bytes;
+	uint32_t rows;
+};
+
+/* A pitch past this is not given to a backend: its rows go one by one. */
+#define SHARD_COPY_PITCH_MAX ((1ull << 31) - 1)
+
 struct shard_device;
 
 struct shard_device_ops {
@@ -66,6 +84,14 @@ struct shard_device_ops {
 	 * caller has nothing to overlap with them.
 	 */
 	bool copies_synchronous;
+	/*
+	 * Issues strided copies (each one driver call where the device can);
+	 * every row of bytes, every pitch at most SHARD_COPY_PITCH_MAX and at
+	 * least bytes. NULL: shard_device_copy_strided issues each row as an
+	 * entry of copy.
+	 */
+	int (*copy_strided)(struct shard_device *dev, enum shard_copy_direction dir,
+			    const struct shard_copy_strided *copies, uint32_t count);
 };
 
 struct shard_device {
@@ -106,6 +132,15 @@ int shard_device_open(const char *kind, int ordinal, struct shard_device **out,
  */
 int shard_device_copy(struct shard_device *dev, enum shard_copy_direction dir,
 		      const struct shard_copy *copies, uint32_t count);
+
+/*
+ * Issues strided copies: each through the device's copy_strided where it
+ * has one and the entry's pitches allow, in pieces of whole rows of at
+ * most SHARD_COPY_BATCH_BYTES_MAX bytes; its rows as copy entries
+ * otherwise. Failures and waiting as shard_device_copy.
+ */
+int shard_device_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			      const struct shard_copy_strided *copies, uint32_t count);
 
 static inline int shard_device_synchronize(struct shard_device *dev)
 {

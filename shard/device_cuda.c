@@ -89,6 +89,7 @@ struct cuda_api {
 	CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t);
 	CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t);
 	CUresult (*get_error_string)(CUresult, const char **);
+	CUresult (*memcpy_2d_async)(const CUDA_MEMCPY2D *, CUstream);
 	/* optional: the CUDA 13 batched copy */
 	CUresult (*memcpy_batch_async)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
 				       CUmemcpyAttributes *, size_t *, size_t, CUstream);
@@ -127,6 +128,7 @@ static const struct {
 	REQUIRED(memcpy_htod, "cuMemcpyHtoD_v2"),
 	REQUIRED(memcpy_dtoh, "cuMemcpyDtoH_v2"),
 	REQUIRED(get_error_string, "cuGetErrorString"),
+	REQUIRED(memcpy_2d_async, "cuMemcpy2DAsync_v2"),
 	OPTIONAL(memcpy_batch_async, "cuMemcpyBatchAsync_v2"),
 #undef REQUIRED
 #undef OPTIONAL
@@ -268,6 +270,42 @@ static int cuda_copy(struct shard_device *dev, enum shard_copy_direction dir,
 	return 0;
 }
 
+/* Each entry one cuMemcpy2DAsync on the stream: the copy engine walks its rows. */
+static int cuda_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			     const struct shard_copy_strided *copies, uint32_t count)
+{
+	struct cuda_device *cd = to_cuda(dev);
+
+	if (cd->first_error)
+		return -EIO;
+	for (uint32_t i = 0; i < count; i++) {
+		const struct shard_copy_strided *c = &copies[i];
+		CUDA_MEMCPY2D m;
+
+		memset(&m, 0, sizeof(m));
+		if (dir == SHARD_DEVICE_TO_HOST) {
+			m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+			m.srcDevice = c->device_address;
+			m.srcPitch = (size_t)c->device_pitch;
+			m.dstMemoryType = CU_MEMORYTYPE_HOST;
+			m.dstHost = c->host;
+			m.dstPitch = (size_t)c->host_pitch;
+		} else {
+			m.srcMemoryType = CU_MEMORYTYPE_HOST;
+			m.srcHost = c->host;
+			m.srcPitch = (size_t)c->host_pitch;
+			m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+			m.dstDevice = c->device_address;
+			m.dstPitch = (size_t)c->device_pitch;
+		}
+		m.WidthInBytes = (size_t)c->bytes;
+		m.Height = c->rows;
+		if (cuda_check(cd, api.memcpy_2d_async(&m, cd->stream), "cuMemcpy2DAsync"))
+			return -EIO;
+	}
+	return 0;
+}
+
 /* Records the event and sleeps on it (blocking sync), never spinning. */
 static int cuda_synchronize(struct shard_device *dev)
 {
@@ -335,6 +373,7 @@ static const struct shard_device_ops cuda_ops = {
 	.register_read_only = cuda_register_read_only,
 	.mark = cuda_mark,
 	.wait_mark = cuda_wait_mark,
+	.copy_strided = cuda_copy_strided,
 };
 
 bool shard_device_is_cuda(const struct shard_device *dev)

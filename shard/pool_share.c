@@ -94,10 +94,11 @@ int shard_pool_share_begin(struct shard_pool_share *p, const struct shard_pool_r
 /* Issues n copies of the list; waits only at the end of a window (share_sync). */
 static int share_issue(struct shard_pool_share *p, uint32_t n)
 {
-	int ret = n ? shard_device_copy(p->device, SHARD_HOST_TO_DEVICE, p->copies, n) : 0;
+	int ret = n ? shard_device_copy_strided(p->device, SHARD_HOST_TO_DEVICE, p->copies, n) :
+		      0;
 
 	for (uint32_t i = 0; !ret && i < n; i++)
-		p->bytes_copied += p->copies[i].bytes;
+		p->bytes_copied += p->copies[i].bytes * p->copies[i].rows;
 	return ret;
 }
 
@@ -129,7 +130,9 @@ static int share_defer(struct shard_pool_share *p, int issued)
  * bytes start at src with stride bytes between pages. From a window (arena
  * false) pages before the claim's skip are refused and the copies are
  * waited for; from an arena image (arena true) they are passed over (the
- * image holds them) and the wait is deferred to the claim's finish.
+ * image holds them) and the wait is deferred to the claim's finish. Each
+ * plane of a run of stored pages going to consecutive page ids is one
+ * strided entry (its rows the pages, a stride apart in the image).
  */
 static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, uint32_t count,
 		       const uint8_t *src, uint64_t stride, bool arena, char *why,
@@ -138,6 +141,7 @@ static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, u
 	const struct rec_geometry *g = p->geometry;
 	uint64_t start = (uint64_t)p->chain[0].first_page_index + p->skip_pages;
 	uint32_t n = 0;
+	bool run = false; /* the last entries end at the previous stored page */
 	int ret = 0;
 
 	if ((uint64_t)first + count > p->chain[i].tail_page_count)
@@ -161,6 +165,12 @@ static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, u
 		}
 		p->arrived[d / 64] |= 1ull << (d % 64);
 		p->pages_arrived++;
+		/* the next stored page to the next page id: one more row of each plane's entry */
+		if (run && d > 0 && p->page_ids[d] == p->page_ids[d - 1] + 1) {
+			for (uint32_t k = 0; k < g->page_plane_count; k++)
+				p->copies[n - g->page_plane_count + k].rows++;
+			continue;
+		}
 		if (n + g->page_plane_count > p->copies_max) {
 			ret = share_issue(p, n);
 			n = 0;
@@ -168,12 +178,16 @@ static int share_pages(struct shard_pool_share *p, uint32_t i, uint32_t first, u
 		for (uint32_t k = 0; k < g->page_plane_count; k++) {
 			uint64_t unit = g->page_planes[k].unit_bytes;
 
-			p->copies[n++] = (struct shard_copy){
+			p->copies[n++] = (struct shard_copy_strided){
 				.device_address = p->planes.page_base[k] + unit * p->page_ids[d],
+				.device_pitch = unit,
 				.host = (void *)(src + stride * (j - first) + p->plane_offset[k]),
+				.host_pitch = stride,
 				.bytes = unit,
+				.rows = 1,
 			};
 		}
+		run = true;
 	}
 	if (!ret)
 		ret = share_issue(p, n);
@@ -198,10 +212,11 @@ static int share_row(struct shard_pool_share *p, uint32_t i, uint64_t offset,
 				"the last record's)", i, offset, offset + bytes, p->row_bytes_arrived);
 	p->row_bytes_arrived += bytes;
 	if (offset < unit)
-		p->copies[n++] = (struct shard_copy){
+		p->copies[n++] = (struct shard_copy_strided){
 			.device_address = p->planes.row_base + unit * p->state_slot + offset,
 			.host = (void *)data,
 			.bytes = offset + bytes < unit ? bytes : unit - offset,
+			.rows = 1,
 		};
 	return arena ? share_defer(p, share_issue(p, n)) : share_sync(p, share_issue(p, n));
 }

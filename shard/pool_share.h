@@ -49,7 +49,11 @@ struct shard_pool_share {
 	struct shard_planes planes;              /* device bases, copied */
 	struct shard_device *device;            /* borrowed; bound by the caller */
 	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a stored page */
-	struct shard_copy *copies;    /* SHARD_WINDOW_PAGES_MAX * planes + row pieces */
+	/*
+	 * SHARD_WINDOW_PAGES_MAX * planes + row pieces: one entry per plane per
+	 * run of stored pages going to consecutive page ids
+	 */
+	struct shard_copy_strided *copies;
 	uint32_t copies_max;
 	uint64_t *arrived;            /* a bit per destination page (geometry page count) */
 	/* the claim in progress */

@@ -338,6 +338,83 @@ static void test_pool_share_place_sync_failure(void **state)
 	free(image[1]);
 }
 
+/* Entries a device was given to copy, plain and strided, and their rows. */
+static uint32_t recorded_entries, recorded_rows;
+static const struct shard_device_ops *recorded_inner;
+
+static int recording_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			  const struct shard_copy *copies, uint32_t count)
+{
+	recorded_entries += count;
+	recorded_rows += count;
+	return recorded_inner->copy(dev, dir, copies, count);
+}
+
+static int recording_copy_strided(struct shard_device *dev, enum shard_copy_direction dir,
+				  const struct shard_copy_strided *copies, uint32_t count)
+{
+	recorded_entries += count;
+	for (uint32_t i = 0; i < count; i++)
+		recorded_rows += copies[i].rows;
+	return recorded_inner->copy_strided(dev, dir, copies, count);
+}
+
+/*
+ * Each plane of a run of stored pages of one record going to consecutive
+ * page ids is one device entry, from an arena image and from a window; a
+ * break in the ids or a new record starts a new run; bytes stay exact.
+ */
+static void test_pool_share_runs_copy_one_entry_per_plane(void **state)
+{
+	struct fixture *f = *state;
+	/* static: a failed assertion's teardown still closes through it */
+	static struct shard_device_ops ops;
+	uint32_t ids[6] = { 10, 11, 12, 13, 20, 21 };
+	uint8_t pages[4 * 2 * UNIT];
+	uint64_t bytes[2], copied;
+	uint8_t *image[2];
+
+	tu_fill(f->row, sizeof(f->row), 5);
+	image[0] = make_image(f, 0, false, &bytes[0]);
+	image[1] = make_image(f, 1, true, &bytes[1]);
+	recorded_inner = f->device->ops;
+	ops = *f->device->ops;
+	ops.copy = recording_copy;
+	ops.copy_strided = recording_copy_strided;
+	f->device->ops = &ops;
+	recorded_entries = recorded_rows = 0;
+	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
+						sizeof(f->why)), 0);
+	assert_int_equal(shard_pool_share_place(&f->share, 0, image[0], bytes[0], f->why,
+						sizeof(f->why)), 0);
+	assert_int_equal(shard_pool_share_place(&f->share, 1, image[1], bytes[1], f->why,
+						sizeof(f->why)), 0);
+	assert_int_equal(shard_pool_share_finish(&f->share, &copied, f->why, sizeof(f->why)), 0);
+	for (uint32_t d = 0; d < 6; d++)
+		expect_page(f, ids[d], 2 + d);
+	assert_memory_equal(f->rows + (size_t)ROW * 3, f->row, ROW);
+	assert_int_equal(copied, 6ull * 2 * UNIT + ROW);
+	/* runs: pages 2-3 (ids 10-11), 4-5 (a new record, ids 12-13), 6-7 (ids 20-21); the row */
+	assert_int_equal(recorded_entries, 3 * PLANES + 1);
+	assert_int_equal(recorded_rows, 6 * PLANES + 1);
+	/* a window of 4 pages to 4 consecutive ids: one entry per plane */
+	recorded_entries = recorded_rows = 0;
+	for (uint32_t d = 0; d < 6; d++)
+		ids[d] = 30 + d;
+	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
+						sizeof(f->why)), 0);
+	for (uint32_t j = 0; j < 4; j++)
+		make_page(pages + j * 2 * UNIT, 4 + j);
+	assert_int_equal(window(f, 1, SHARD_POOL_SECTION_PAGES, 0, 4, pages, sizeof(pages)), 0);
+	assert_int_equal(recorded_entries, PLANES);
+	assert_int_equal(recorded_rows, 4 * PLANES);
+	for (uint32_t d = 2; d < 6; d++)
+		expect_page(f, ids[d], 2 + d);
+	shard_pool_share_finish(&f->share, &copied, NULL, 0);
+	free(image[0]);
+	free(image[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -348,6 +425,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_share_begin_checks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_share_place_byte_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_share_place_sync_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_share_runs_copy_one_entry_per_plane, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("pool_share", tests, NULL, NULL);

@@ -158,6 +158,103 @@ static void test_slab_device_copy_splits(void **state)
 	free(host);
 }
 
+/* Runs rows of a strided copy the host device's own way, or as plain entries. */
+static void strided_round(struct shard_device *dev, uint64_t calls)
+{
+	enum { ROWS = 5, BYTES = 3000, HOST_PITCH = 8192, DEVICE_PITCH = 4096 };
+	uint8_t *host = tu_alloc(HOST_PITCH * ROWS), *device = tu_alloc(DEVICE_PITCH * ROWS);
+	struct shard_copy_strided c = { .device_address = (uintptr_t)device,
+					.device_pitch = DEVICE_PITCH, .host = host + 100,
+					.host_pitch = HOST_PITCH, .bytes = BYTES, .rows = ROWS };
+	uint64_t before = dev->batch_calls, bytes = dev->bytes_copied;
+
+	tu_fill(host, HOST_PITCH * ROWS, 3);
+	memset(device, 0xee, DEVICE_PITCH * ROWS);
+	assert_int_equal(shard_device_copy_strided(dev, SHARD_HOST_TO_DEVICE, &c, 1), 0);
+	assert_int_equal(dev->batch_calls - before, calls);
+	assert_int_equal(dev->bytes_copied - bytes, (uint64_t)BYTES * ROWS);
+	for (uint32_t r = 0; r < ROWS; r++) {
+		assert_memory_equal(device + DEVICE_PITCH * r, host + 100 + HOST_PITCH * r, BYTES);
+		for (uint32_t b = BYTES; b < DEVICE_PITCH; b++)
+			assert_int_equal(device[DEVICE_PITCH * r + b], 0xee);
+	}
+	free(host);
+	free(device);
+}
+
+/*
+ * A strided copy is one call to a device that copies strided (the host
+ * device), and its rows as one batch of plain entries to a device that
+ * does not; the bytes land the same, nothing between rows is touched.
+ */
+static void test_slab_device_copy_strided(void **state)
+{
+	/* static: a failed assertion still leaves the device's ops valid */
+	static struct shard_device_ops plain;
+	struct shard_device *dev;
+
+	(void)state;
+	assert_int_equal(shard_device_open_host(&dev), 0);
+	strided_round(dev, 1);
+	plain = *dev->ops;
+	plain.copy_strided = NULL;
+	dev->ops = &plain;
+	strided_round(dev, 1);
+	shard_device_close(dev);
+}
+
+/* The largest piece a device was given, and how many. */
+static uint64_t strided_piece_max;
+static uint32_t strided_pieces;
+static const struct shard_device_ops *strided_inner;
+
+static int recording_strided(struct shard_device *dev, enum shard_copy_direction dir,
+			     const struct shard_copy_strided *copies, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t bytes = copies[i].bytes * copies[i].rows;
+
+		strided_piece_max = bytes > strided_piece_max ? bytes : strided_piece_max;
+		strided_pieces++;
+	}
+	return strided_inner->copy_strided(dev, dir, copies, count);
+}
+
+/*
+ * A strided copy past SHARD_COPY_BATCH_BYTES_MAX reaches the device in
+ * pieces of whole rows within it, as plain copies are cut: 17 rows of 1
+ * MiB are 16 and 1, the bytes exact.
+ */
+static void test_slab_device_copy_strided_pieces(void **state)
+{
+	static struct shard_device_ops ops;
+	const uint64_t row = 1u << 20, pitch = row + 4096;
+	uint8_t *host = tu_alloc(pitch * 17), *device = tu_alloc(row * 17);
+	struct shard_copy_strided c = { .device_address = (uintptr_t)device, .device_pitch = row,
+					.host = host, .host_pitch = pitch, .bytes = row,
+					.rows = 17 };
+	struct shard_device *dev;
+
+	(void)state;
+	tu_fill(host, pitch * 17, 9);
+	assert_int_equal(shard_device_open_host(&dev), 0);
+	strided_inner = dev->ops;
+	ops = *dev->ops;
+	ops.copy_strided = recording_strided;
+	dev->ops = &ops;
+	strided_piece_max = 0;
+	strided_pieces = 0;
+	assert_int_equal(shard_device_copy_strided(dev, SHARD_HOST_TO_DEVICE, &c, 1), 0);
+	assert_int_equal(strided_pieces, 2);
+	assert_int_equal(strided_piece_max, SHARD_COPY_BATCH_BYTES_MAX);
+	assert_int_equal(dev->bytes_copied, 17 * row);
+	for (uint32_t r = 0; r < 17; r++)
+		assert_memory_equal(device + row * r, host + pitch * r, row);
+	shard_device_close(dev);
+	free(host);
+	free(device);
+}
+
 static uint32_t counted_synchronizes;
 
 static int counted_synchronize(struct shard_device *dev)
@@ -353,6 +450,8 @@ int main(void)
 		cmocka_unit_test(test_slab_intake_reservation),
 		cmocka_unit_test(test_slab_register_host),
 		cmocka_unit_test(test_slab_device_copy_splits),
+		cmocka_unit_test(test_slab_device_copy_strided),
+		cmocka_unit_test(test_slab_device_copy_strided_pieces),
 		cmocka_unit_test(test_slab_device_marks),
 		cmocka_unit_test(test_slab_memory_available_cgroup_v2),
 		cmocka_unit_test(test_slab_memory_available_cgroup_v1),

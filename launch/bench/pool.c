@@ -18,12 +18,19 @@
  * Then, with the manager on this host, the same-host claim as a rank runs
  * it (shard/pool_link.c): the arena mapped read-only and registered with
  * --device once (its cost printed), each claim's places (R-POOL-34, given
- * with its grant, R-POOL-51) copied arena -> device page ids (in reverse
- * order) and a state slot by shard/pool_share.c's batched copies, waited
- * for once; the round trips a claim made are printed. Beside it one bulk host-to-device
- * copy of the same bytes (the pages' units and the row) from registered
- * host memory to device memory. Rounds alternate; the first claim's
- * device bytes are read back and compared with the record.
+ * with its grant, R-POOL-51) copied arena -> consecutive device page ids
+ * and a state slot by shard/pool_share.c's copies (one strided copy per
+ * plane of the run), waited for once; the round trips a claim made and
+ * where its time went (grant, copies issued, device sync, end) are
+ * printed (the grant is polled without sleeping). Beside it one bulk
+ * host-to-device copy of the same bytes (the pages' units and the row)
+ * from registered host memory to device memory,
+ * and the same bytes as one copy per plane (what a plane-major image
+ * would copy). Rounds alternate; the first claim's device bytes are read
+ * back and compared with the record. Then the same claims into page ids
+ * in reverse order, where no two pages form a run (one copy per page
+ * plane), alternating with the same bulk copies, their first compared as
+ * well.
  */
 #include "launch/bench/pool.h"
 
@@ -47,6 +54,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +219,20 @@ out_free:
 		int rc_;                                                              \
 		while ((rc_ = (expr)) == 0 && now_s() < until_)                       \
 			usleep(50);                                                   \
+		rc_ == 0 ? -ETIMEDOUT : rc_;                                          \
+	})
+
+/*
+ * The same without sleeping between polls (it yields): for the same-host
+ * claim's grant, whose round trip is a fraction of a millisecond, where a
+ * 50 us sleep would be a good part of what is measured.
+ */
+#define POLL_SPIN_UNTIL(expr)                                                         \
+	({                                                                            \
+		double until_ = now_s() + BENCH_POOL_WAIT_MS / 1000.0;                \
+		int rc_;                                                              \
+		while ((rc_ = (expr)) == 0 && now_s() < until_)                       \
+			sched_yield();                                                \
 		rc_ == 0 ? -ETIMEDOUT : rc_;                                          \
 	})
 
@@ -570,7 +592,8 @@ struct shm_bench {
 	bool share_ready;
 	struct pool_place places[POOL_CHAIN_RECORDS_MAX];
 	struct shard_pool_record records[POOL_CHAIN_RECORDS_MAX];
-	double *claim_s, *copy_s, *bulk_s;
+	double *claim_s, *copy_s, *bulk_s, *plane_s, *reverse_s;
+	double *grant_s, *issue_s, *sync_s, *end_s; /* a claim's phases */
 };
 
 static int shm_alloc(struct shm_bench *m, uint64_t bytes, uint64_t *address)
@@ -594,7 +617,7 @@ static void shm_free(struct shm_bench *m, uint64_t address)
 		free((void *)(uintptr_t)address);
 }
 
-/* The device bytes of the claim equal the record's pages and row (page j at id pages-1-j). */
+/* The device bytes of the claim equal the record's pages and row (page j at page_ids[j]). */
 static int shm_check(struct shm_bench *m, const uint8_t *image)
 {
 	struct pool_bench *b = m->b;
@@ -639,32 +662,40 @@ out:
 	return ret;
 }
 
+/* Where one same-host claim's time went, in seconds. */
+struct shm_split {
+	double grant;  /* CLAIM_LOCAL sent -> its grant and places in hand */
+	double issue;  /* -> every copy issued (headers checked, entries built) */
+	double sync;   /* -> the device finished them (shard_pool_share_finish) */
+	double end;    /* -> the share and the claim ended (CLAIM_END queued) */
+};
+
 /*
  * One same-host claim as rank zero's link makes it: CLAIM_LOCAL, whose grant
- * brings the places (R-POOL-51), the copies, one wait; seconds in *s and
- * *copy_s.
+ * brings the places (R-POOL-51), the copies, one wait, the end; its phases
+ * in *t.
  */
-static int shm_claim_once(struct shm_bench *m, double *s, double *copy_s)
+static int shm_claim_once(struct shm_bench *m, struct shm_split *t)
 {
 	struct pool_bench *b = m->b;
 	struct pool_claim_grant grant;
 	uint64_t claim_id = 0, bytes = 0;
 	uint32_t count = 0;
 	char why[256] = "";
-	double start = now_s(), copy_start;
+	double start = now_s(), granted, issued, synced;
 	int ret, end;
 
 	ret = pool_claim_begin(b->client, &b->key, &claim_id);
 	if (ret)
 		return rank_fail(b, ret, "a same-host claim");
-	ret = POLL_UNTIL(pool_claim_poll(b->client, claim_id, &grant, b->chain,
-					 POOL_CHAIN_RECORDS_MAX, &count));
+	ret = POLL_SPIN_UNTIL(pool_claim_poll(b->client, claim_id, &grant, b->chain,
+					      POOL_CHAIN_RECORDS_MAX, &count));
 	if (ret != 1)
 		return rank_fail(b, ret, "a same-host claim");
 	ret = pool_share_pull(b->client, claim_id, b->chain, count, 0, true);
 	if (!ret)
 		ret = pool_share_places(b->client, claim_id, m->places, count, BENCH_POOL_WAIT_MS);
-	copy_start = now_s();
+	granted = now_s();
 	for (uint32_t i = 0; !ret && i < count; i++)
 		m->records[i] = (struct shard_pool_record){
 			.key = b->chain[i].key, .first_page_index = b->chain[i].first_page_index,
@@ -681,13 +712,15 @@ static int shm_claim_once(struct shm_bench *m, double *s, double *copy_s)
 			ret = shard_pool_share_place(&m->share, i, m->arena + pl->offset, pl->bytes,
 						     why, sizeof(why));
 	}
+	issued = now_s();
 	if (m->share.chain)
 		ret = ret ? (shard_pool_share_finish(&m->share, &bytes, NULL, 0), ret) :
 			    shard_pool_share_finish(&m->share, &bytes, why, sizeof(why));
-	*s = now_s() - start;
-	*copy_s = now_s() - copy_start;
+	synced = now_s();
 	pool_share_end(b->client, claim_id);
 	end = pool_claim_end(b->client, claim_id, ret);
+	*t = (struct shm_split){ .grant = granted - start, .issue = issued - granted,
+				 .sync = synced - issued, .end = now_s() - synced };
 	if (!ret)
 		ret = end;
 	if (ret) {
@@ -716,6 +749,35 @@ static int shm_bulk_once(struct shm_bench *m, double *s)
 	return ret ? ret : drained;
 }
 
+/*
+ * The same bytes as a plane-major arena would hold them: one copy per plane
+ * of every page (pages * unit bytes each) and the row, from registered
+ * memory; seconds in *s.
+ */
+static int shm_plane_once(struct shm_bench *m, double *s)
+{
+	const struct rec_geometry *g = &m->b->g;
+	struct shard_copy c[BENCH_POOL_PLANES + 1];
+	uint64_t at = 0;
+	uint32_t n = 0;
+	double start = now_s();
+	int ret, drained;
+
+	for (uint32_t k = 0; k < g->page_plane_count; k++) {
+		uint64_t bytes = (uint64_t)g->page_planes[k].unit_bytes * m->b->pages;
+
+		c[n++] = (struct shard_copy){ .device_address = m->bulk_device + at,
+					      .host = m->bulk_host + at, .bytes = bytes };
+		at += bytes;
+	}
+	c[n++] = (struct shard_copy){ .device_address = m->bulk_device + at,
+				      .host = m->bulk_host + at, .bytes = m->payload - at };
+	ret = shard_device_copy(m->dev, SHARD_HOST_TO_DEVICE, c, n);
+	drained = shard_device_synchronize(m->dev);
+	*s = now_s() - start;
+	return ret ? ret : drained;
+}
+
 /* Frames a claim sent that wait for the manager's answer: its round trips. */
 static uint64_t shm_requests(struct pool_client *c)
 {
@@ -727,13 +789,22 @@ static uint64_t shm_requests(struct pool_client *c)
 static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 {
 	struct pool_bench *b = m->b;
-	double claim_mid, copy_mid, bulk_mid, gb = (double)m->payload / 1e9;
+	double claim_mid, copy_mid, bulk_mid, plane_mid, reverse_mid, gb = (double)m->payload / 1e9;
 	uint64_t asked = shm_requests(b->client), ended = pool_client_frames_sent(b->client,
 										  POOL_MSG_CLAIM_END);
+	struct shm_split t;
 	int ret;
 
+	for (uint32_t j = 0; j < b->pages; j++)
+		m->page_ids[j] = j;
 	for (uint32_t r = 0; r < b->rounds; r++) {
-		ret = shm_claim_once(m, &m->claim_s[r], &m->copy_s[r]);
+		ret = shm_claim_once(m, &t);
+		m->claim_s[r] = t.grant + t.issue + t.sync + t.end;
+		m->copy_s[r] = t.issue + t.sync;
+		m->grant_s[r] = t.grant;
+		m->issue_s[r] = t.issue;
+		m->sync_s[r] = t.sync;
+		m->end_s[r] = t.end;
 		if (!ret && r == 0 && shm_check(m, image) != 0) {
 			fprintf(stderr, "selene bench pool: the same-host claim put wrong bytes on "
 					"the device\n");
@@ -741,6 +812,8 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 		}
 		if (!ret)
 			ret = shm_bulk_once(m, &m->bulk_s[r]);
+		if (!ret)
+			ret = shm_plane_once(m, &m->plane_s[r]);
 		if (ret) {
 			fprintf(stderr, "selene bench pool: same-host round %u: %s\n", r,
 				sel_strerror(ret));
@@ -750,19 +823,50 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	claim_mid = median(m->claim_s, b->rounds);
 	copy_mid = median(m->copy_s, b->rounds);
 	bulk_mid = median(m->bulk_s, b->rounds);
-	printf("same-host claim (arena -> %s device page ids, %" PRIu64 " bytes: %u pages "
-	       "in %u copies each and the row): p50 %.2f ms, %.2f GB/s (copies alone p50 "
-	       "%.2f ms, %.2f GB/s)\n", m->dev->ops->name, m->payload, b->pages,
+	plane_mid = median(m->plane_s, b->rounds);
+	printf("same-host claim (arena -> %s device, %" PRIu64 " bytes: %u pages of %u planes "
+	       "into consecutive page ids, and the row): p50 %.2f ms, %.2f GB/s (copies alone "
+	       "p50 %.2f ms, %.2f GB/s)\n", m->dev->ops->name, m->payload, b->pages,
 	       b->g.page_plane_count, claim_mid * 1e3, gb / claim_mid, copy_mid * 1e3,
 	       gb / copy_mid);
+	printf("same-host claim split, p50 of each phase: grant and places %.3f ms, copies "
+	       "issued %.3f ms, device sync %.3f ms, end %.3f ms\n",
+	       median(m->grant_s, b->rounds) * 1e3, median(m->issue_s, b->rounds) * 1e3,
+	       median(m->sync_s, b->rounds) * 1e3, median(m->end_s, b->rounds) * 1e3);
 	printf("bulk host-to-device copy of the same bytes from registered memory: p50 "
 	       "%.2f ms, %.2f GB/s\n", bulk_mid * 1e3, gb / bulk_mid);
+	printf("one copy per plane of the same bytes (a plane-major image): p50 %.2f ms, "
+	       "%.2f GB/s\n", plane_mid * 1e3, gb / plane_mid);
 	printf("same-host claim / bulk copy: %.2f (target >= 0.80 on the GPU)\n",
 	       bulk_mid / claim_mid);
 	printf("same-host claim: %.1f round trips to the manager a claim, and %.1f ends sent "
 	       "without waiting\n", (double)(shm_requests(b->client) - asked) / b->rounds,
 	       (double)(pool_client_frames_sent(b->client, POOL_MSG_CLAIM_END) - ended) /
 		       b->rounds);
+	/* the worst case: no two pages to consecutive ids, one entry per page plane */
+	for (uint32_t j = 0; j < b->pages; j++)
+		m->page_ids[j] = b->pages - 1 - j;
+	for (uint32_t r = 0; r < b->rounds; r++) {
+		ret = shm_claim_once(m, &t);
+		m->reverse_s[r] = t.grant + t.issue + t.sync + t.end;
+		if (!ret && r == 0 && shm_check(m, image) != 0) {
+			fprintf(stderr, "selene bench pool: the same-host claim into page ids in "
+					"reverse order put wrong bytes on the device\n");
+			return -EIO;
+		}
+		/* alternating as above, so the caches see the same traffic */
+		if (!ret)
+			ret = shm_bulk_once(m, &m->bulk_s[r]);
+		if (!ret)
+			ret = shm_plane_once(m, &m->plane_s[r]);
+		if (ret)
+			return ret;
+	}
+	reverse_mid = median(m->reverse_s, b->rounds);
+	bulk_mid = median(m->bulk_s, b->rounds);
+	printf("same-host claim into page ids in reverse order (no run): p50 %.2f ms, %.2f "
+	       "GB/s, %.2f of bulk (its rounds' bulk copies)\n", reverse_mid * 1e3, gb / reverse_mid,
+	       bulk_mid / reverse_mid);
 	return 0;
 }
 
@@ -809,15 +913,21 @@ static int shm_bench(struct pool_bench *b, const uint8_t *image)
 	m.claim_s = calloc(b->rounds, sizeof(double));
 	m.copy_s = calloc(b->rounds, sizeof(double));
 	m.bulk_s = calloc(b->rounds, sizeof(double));
-	if (!ret && (!m.bulk_host || !m.page_ids || !m.claim_s || !m.copy_s || !m.bulk_s))
+	m.plane_s = calloc(b->rounds, sizeof(double));
+	m.reverse_s = calloc(b->rounds, sizeof(double));
+	m.grant_s = calloc(b->rounds, sizeof(double));
+	m.issue_s = calloc(b->rounds, sizeof(double));
+	m.sync_s = calloc(b->rounds, sizeof(double));
+	m.end_s = calloc(b->rounds, sizeof(double));
+	if (!ret && (!m.bulk_host || !m.page_ids || !m.claim_s || !m.copy_s || !m.bulk_s ||
+		     !m.plane_s || !m.reverse_s || !m.grant_s || !m.issue_s || !m.sync_s ||
+		     !m.end_s))
 		ret = -ENOMEM;
 	if (ret) {
 		fprintf(stderr, "selene bench pool: device memory for the same-host claim: %s\n",
 			sel_strerror(ret));
 		goto out_free;
 	}
-	for (uint32_t j = 0; j < b->pages; j++)
-		m.page_ids[j] = b->pages - 1 - j;
 	for (uint64_t i = 0; i < m.payload; i++)
 		m.bulk_host[i] = image[b->layout.page_offset + i % (b->layout.page_stride * b->pages)];
 	ret = m.dev->ops->register_host(m.dev, m.bulk_host, sel_align_up(m.payload, 4096));
@@ -855,6 +965,12 @@ out_free:
 	free(m.claim_s);
 	free(m.copy_s);
 	free(m.bulk_s);
+	free(m.plane_s);
+	free(m.reverse_s);
+	free(m.grant_s);
+	free(m.issue_s);
+	free(m.sync_s);
+	free(m.end_s);
 	free(m.page_ids);
 	free(m.bulk_host);
 	shm_free(&m, m.bulk_device);
