@@ -11,7 +11,9 @@
  * and the state slot into device addresses from the geometry, copies windows
  * of at most 64 pages plus the row through several staging buffers, and hands
  * each window to the disk thread (record/disk.h) so that device copies and
- * disk I/O overlap. Submission never waits; completions come back through a
+ * disk I/O overlap. A staging window's slots are one group of the grouped
+ * layout (shard/slab.h, SELENE_STAGING_GROUP_SLOTS), so a window's run of
+ * consecutive page ids is one copy entry per plane. Submission never waits; completions come back through a
  * bounded queue that shard_engine_poll drains. A job completes whole or
  * fails with a reason, and a failure is reported only after every copy and
  * I/O it started has drained. Everything is allocated at open. With a warm
