@@ -2938,6 +2938,17 @@ void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
 		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
 }
 
+void shard_engine_describe_staging(struct shard_engine *e, char *out, size_t size)
+{
+	char groups[48] = "";
+
+	if (e->pool.group_slots > 1)
+		snprintf(groups, sizeof(groups), " in groups of %u by plane", e->pool.group_slots);
+	snprintf(out, size, "staging %" PRIu64 " MiB, windows of %u page%s%s",
+		 (e->pool.slot_bytes * e->pool.slot_count) >> 20, e->window_pages,
+		 e->window_pages == 1 ? "" : "s", groups);
+}
+
 void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_stats *out)
 {
 	pthread_mutex_lock(&e->pool.lock);

@@ -545,6 +545,12 @@ void shard_engine_warm_stats(struct shard_engine *engine, struct shard_warm_stat
  */
 void shard_engine_describe_warm(struct shard_engine *engine, char *out, size_t size);
 
+/*
+ * "staging 42 MiB, windows of 4 pages in groups of 4 by plane" (or
+ * without the groups where G is 1): for the startup lines.
+ */
+void shard_engine_describe_staging(struct shard_engine *engine, char *out, size_t size);
+
 /* Any thread, while the engine is open. */
 void shard_engine_staging_stats(struct shard_engine *engine, struct shard_staging_stats *out);
 

@@ -685,13 +685,18 @@ static void test_engine_staged_copy_entries_per_run(void **state)
  * slot out as one page record (a fetch of 8 pages to consecutive ids, in
  * windows of 4, is one entry a page and plane), 2 (and 3: the largest
  * divisor of the window's pages within it) groups of 2, unset or
- * malformed a window's. Byte-exact each time.
+ * malformed a window's; the startup line's staging names them. Byte-exact
+ * each time.
  */
 static void test_engine_staging_group_slots_from_env(void **state)
 {
 	static const char *const values[] = { "1", "0", "2", "3", "x", NULL };
 	static const uint32_t runs[] = { 8, 8, 4, 4, 2, 2 };
+	static const char *const groups[] = { "", "", " in groups of 2 by plane",
+					      " in groups of 2 by plane", " in groups of 4 by plane",
+					      " in groups of 4 by plane" };
 	struct fixture *f = *state;
+	char line[128], expect[128];
 	struct shard_chain_record chain;
 	struct shard_completion c;
 	struct rec_key key;
@@ -705,6 +710,11 @@ static void test_engine_staging_group_slots_from_env(void **state)
 			setenv("SELENE_STAGING_GROUP_SLOTS", values[i], 1);
 		open_engine(f, 4);
 		unsetenv("SELENE_STAGING_GROUP_SLOTS");
+		shard_engine_describe_staging(f->engine, line, sizeof(line));
+		snprintf(expect, sizeof(expect), "windows of 4 pages%s", groups[i]);
+		if (!strstr(line, expect) || (!groups[i][0] && strstr(line, "groups")))
+			fail_msg("SELENE_STAGING_GROUP_SLOTS=%s: %s", values[i] ? values[i] : "(unset)",
+				 line);
 		tu_entries_to_host = tu_entries_to_device = 0;
 		assert_int_equal(store(f, &key, NULL, 20, 2, &c), 0);
 		poison(f);
