@@ -168,7 +168,8 @@ int tu_device_mark_none(struct shard_device *dev, uint32_t mark);
 /*
  * Copy entries dev was given since tu_count_copy_entries, each direction's
  * (one device at a time: dev's ops are replaced by counting ones that
- * copy as its own do; the counts may be reset to 0 between jobs).
+ * copy as its own do, so call it while no engine uses dev; the counts may
+ * be reset to 0 between jobs).
  */
 extern uint64_t tu_entries_to_host, tu_entries_to_device;
 void tu_count_copy_entries(struct shard_device *dev);
