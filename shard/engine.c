@@ -3306,9 +3306,14 @@ int shard_engine_open(const struct shard_engine_options *options,
 		goto err_close;
 	/*
 	 * By default a window is about SHARD_WINDOW_BYTES (SHARD_WINDOW_WORKER_BYTES
-	 * with kernel workers), and 64 pages at most.
+	 * with kernel workers), and 64 pages at most; SELENE_WINDOW_PAGES (1 to
+	 * 64) sets its pages where the option does not (0 or malformed: the
+	 * default), to compare: a staged copy entry is at most a window's pages
+	 * of one plane.
 	 */
 	e->window_pages = options->window_pages;
+	if (!e->window_pages)
+		sel_env_count("SELENE_WINDOW_PAGES", SHARD_WINDOW_PAGES_MAX, &e->window_pages);
 	if (!e->window_pages) {
 		uint64_t pages = (rec_disk_io_workers(e->disk) ? SHARD_WINDOW_WORKER_BYTES :
 								 SHARD_WINDOW_BYTES) /

@@ -114,7 +114,8 @@ struct shard_engine_options {
 	struct shard_device *device;         /* not owned; outlives the engine */
 	const struct shard_planes *planes;   /* copied */
 	uint32_t jobs_max;                   /* 1 .. SHARD_JOBS_MAX; 0 means 64 */
-	uint32_t window_pages;               /* 1 .. 64; 0: about SHARD_WINDOW_BYTES */
+	uint32_t window_pages;               /* 1 .. 64; 0: SELENE_WINDOW_PAGES where
+						set, else about SHARD_WINDOW_BYTES */
 	uint64_t read_ahead_bytes;           /* a fetch's reads in flight; 0: SHARD_READ_AHEAD_BYTES */
 	bool no_uring;                       /* the disk thread's fallback path */
 	bool register_pool;                  /* register staging with the device */

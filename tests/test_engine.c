@@ -684,12 +684,40 @@ static void test_engine_staged_copy_entries_per_run(void **state)
 }
 
 /*
+ * Reopens the engine with the variable name set to value (NULL: unset) and
+ * windows of window_pages (0: the default), its staging described into
+ * line, copy entries counted from 0; then stores key (8 pages) from ids
+ * 20.. and fetches it to ids 100.., byte-exact.
+ */
+static void env_round_trip(struct fixture *f, const char *name, const char *value,
+			   uint32_t window_pages, const struct rec_key *key, char *line,
+			   size_t line_size)
+{
+	struct shard_chain_record chain = { *key, 0, 8 };
+	struct shard_completion c;
+
+	shard_engine_close(f->engine);
+	tu_count_copy_entries(f->dev); /* while no engine uses it */
+	if (value)
+		setenv(name, value, 1);
+	open_engine(f, window_pages);
+	unsetenv(name);
+	shard_engine_describe_staging(f->engine, line, line_size);
+	assert_int_equal(store(f, key, NULL, 20, 2, &c), 0);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	for (uint32_t k = 0; k < 8; k++)
+		assert_true(page_matches(f, 100 + k, k));
+	assert_true(row_matches(f, 3, key->consumed));
+}
+
+/*
  * SELENE_STAGING_GROUP_SLOTS caps staging's groups: 1 (or 0) lays every
- * slot out as one page record (a fetch of 8 pages to consecutive ids, in
- * windows of 4, is one entry a page and plane), 2 (and 3: the largest
- * divisor of the window's pages within it) groups of 2, unset or
- * malformed a window's; the startup line's staging names them. Byte-exact
- * each time.
+ * slot out as one page record (a store and a fetch of 8 pages from and to
+ * consecutive ids, in windows of 4, are one entry a page and plane), 2
+ * (and 3: the largest divisor of the window's pages within it) groups of
+ * 2, unset or malformed a window's; the startup line's staging names
+ * them. Byte-exact each time.
  */
 static void test_engine_staging_group_slots_from_env(void **state)
 {
@@ -700,35 +728,46 @@ static void test_engine_staging_group_slots_from_env(void **state)
 					      " in groups of 4 by plane" };
 	struct fixture *f = *state;
 	char line[128], expect[128];
-	struct shard_chain_record chain;
-	struct shard_completion c;
 	struct rec_key key;
 
 	make_key(&key, 64 * 8, 8);
-	chain = (struct shard_chain_record){ key, 0, 8 };
 	for (uint32_t i = 0; i < SEL_ARRAY_SIZE(values); i++) {
-		shard_engine_close(f->engine);
-		tu_count_copy_entries(f->dev); /* while no engine uses it */
-		if (values[i])
-			setenv("SELENE_STAGING_GROUP_SLOTS", values[i], 1);
-		open_engine(f, 4);
-		unsetenv("SELENE_STAGING_GROUP_SLOTS");
-		shard_engine_describe_staging(f->engine, line, sizeof(line));
+		env_round_trip(f, "SELENE_STAGING_GROUP_SLOTS", values[i], 4, &key, line,
+			       sizeof(line));
 		snprintf(expect, sizeof(expect), "windows of 4 pages%s", groups[i]);
 		if (!strstr(line, expect) || (!groups[i][0] && strstr(line, "groups")))
 			fail_msg("SELENE_STAGING_GROUP_SLOTS=%s: %s", values[i] ? values[i] : "(unset)",
 				 line);
-		tu_entries_to_host = tu_entries_to_device = 0;
-		assert_int_equal(store(f, &key, NULL, 20, 2, &c), 0);
-		poison(f);
-		assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
-		for (uint32_t k = 0; k < 8; k++)
-			assert_true(page_matches(f, 100 + k, k));
-		assert_true(row_matches(f, 3, key.consumed));
 		if (tu_entries_to_host != runs[i] * 3 + 3 || tu_entries_to_device != runs[i] * 3 + 3)
 			fail_msg("SELENE_STAGING_GROUP_SLOTS=%s: %" PRIu64 " and %" PRIu64
 				 " entries, not %u", values[i] ? values[i] : "(unset)",
 				 tu_entries_to_host, tu_entries_to_device, runs[i] * 3 + 3);
+	}
+}
+
+/*
+ * SELENE_WINDOW_PAGES sets a window's pages where the option does not
+ * (before: the window was always the default's): 2 gives a fetch of 8
+ * pages to consecutive ids 4 windows, a run each with staging grouped;
+ * unset or malformed the default (64 pages of 24 KiB at most). Byte-exact.
+ */
+static void test_engine_window_pages_from_env(void **state)
+{
+	static const char *const values[] = { "2", "x", NULL };
+	static const char *const lines[] = { "windows of 2 pages in groups of 2 by plane",
+					     "windows of 64 pages in groups of 64 by plane",
+					     "windows of 64 pages in groups of 64 by plane" };
+	static const uint32_t runs[] = { 4, 1, 1 };
+	struct fixture *f = *state;
+	struct rec_key key;
+	char line[128];
+
+	make_key(&key, 64 * 8, 9);
+	for (uint32_t i = 0; i < SEL_ARRAY_SIZE(values); i++) {
+		env_round_trip(f, "SELENE_WINDOW_PAGES", values[i], 0, &key, line, sizeof(line));
+		if (!strstr(line, lines[i]))
+			fail_msg("SELENE_WINDOW_PAGES=%s: %s", values[i] ? values[i] : "(unset)", line);
+		assert_int_equal(tu_entries_to_device, runs[i] * 3 + 3);
 	}
 }
 
@@ -2890,6 +2929,8 @@ int main(void)
 		GROUPED(test_engine_pool_export_copies_into_registered_staging),
 		cmocka_unit_test_setup_teardown(test_engine_staging_group_slots_from_env,
 						setup_grouped, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_window_pages_from_env, setup_grouped,
+						teardown),
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
 		BOTH(test_engine_restore_during_slow_commit),
