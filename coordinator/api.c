@@ -523,7 +523,7 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	struct rec_scan scan = { 0 };
 	struct shard_engine_stats engine_stats;
 	uint64_t scanned, kept, step;
-	char transport[512], warm[128];
+	char transport[512], warm[128], staging[96];
 	int ret;
 
 	s->warm_bytes = c->warm_bytes;
@@ -567,16 +567,16 @@ static int api_open_disk(sel_store *s, const struct sel_store_config *c,
 	}
 	shard_engine_stats(s->engine, &engine_stats);
 	shard_engine_describe_warm(s->engine, warm, sizeof(warm));
+	shard_engine_describe_staging(s->engine, staging, sizeof(staging));
 	/* One line that says how this store runs (docs/DESIGN.md section 9). */
 	sel_info("store: %s; device %s; I/O %s, %u kernel workers, %u checksum threads "
 		 "(%u verifying), "
-		 "%u stores at once; transport %s; staging %" PRIu64
-		 " MiB; %s; records %" PRIu64 " scanned, %" PRIu64 " kept, %" PRIu64
-		 " agreed; disk limit %" PRIu64 " bytes", rec_dir_path(s->dir),
+		 "%u stores at once; transport %s; %s; %s; records %" PRIu64 " scanned, %"
+		 PRIu64 " kept, %" PRIu64 " agreed; disk limit %" PRIu64 " bytes",
+		 rec_dir_path(s->dir),
 		 s->device->ops->name, engine_stats.disk_engine, engine_stats.io_workers,
 		 engine_stats.checksum_threads, engine_stats.verify_threads,
-		 engine_stats.stores_max, transport,
-		 engine_stats.staging_bytes >> 20, warm, scanned, kept,
+		 engine_stats.stores_max, transport, staging, warm, scanned, kept,
 		 s->core.stats.scanned_records, *limit);
 	return 0;
 }

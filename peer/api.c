@@ -362,20 +362,21 @@ static void peer_startup_line(const struct sel_peer *p, uint64_t scanned, uint64
 	struct shard_engine_stats st;
 	struct sockaddr_storage addr;
 	socklen_t len = sizeof(addr);
-	char mine[INET6_ADDRSTRLEN] = "?", warm[128];
+	char mine[INET6_ADDRSTRLEN] = "?", warm[128], staging[96];
 
 	shard_engine_stats(p->engine, &st);
 	shard_engine_describe_warm(p->engine, warm, sizeof(warm));
+	shard_engine_describe_staging(p->engine, staging, sizeof(staging));
 	if (getsockname(p->control_fd, (struct sockaddr *)&addr, &len) == 0)
 		sel_address_text(&addr, mine, sizeof(mine));
 	sel_info("peer: %s; rank %u of %u; device %s; I/O %s, %u kernel workers, %u checksum "
 		 "threads, %u stores at once; transport rank zero at %s:%u "
-		 "from %s; staging %llu MiB; %s; records %llu scanned, %llu kept (agreement "
+		 "from %s; %s; %s; records %llu scanned, %llu kept (agreement "
 		 "applied); disk limit %llu bytes (agreed)", rec_dir_path(p->dir),
 		 p->cluster.rank, p->cluster.world_size, p->device->ops->name, st.disk_engine,
 		 st.io_workers, st.checksum_threads, st.stores_max,
 		 p->cluster.coordinator_host, p->cluster.coordinator_port, mine,
-		 (unsigned long long)(st.staging_bytes >> 20), warm, (unsigned long long)scanned,
+		 staging, warm, (unsigned long long)scanned,
 		 (unsigned long long)kept, (unsigned long long)agreed_limit);
 }
 

@@ -167,7 +167,6 @@ struct shard_engine {
 	struct shard_pool_share pool_share; /* the claim the transfer thread runs */
 	struct shard_pool_record *pool_chain; /* its chain (SHARD_CHAIN_RECORDS_MAX) */
 	struct shard_planes planes;
-	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
 	struct rec_dir *dir;
 	/*
 	 * A fetch's windows of a memory-backed directory are read by the
@@ -389,44 +388,49 @@ static int copy_drained(struct shard_engine *e, struct lane *l,
 	return ret ? ret : drained;
 }
 
+/* The slots the window's pages lie in: staging's, or (warm) the warm tier's. */
+static const struct shard_slab_pool *stage_pool(const struct shard_engine *e,
+						const struct stage *s)
+{
+	return s->warm ? &e->warm.pool : &e->pool;
+}
+
 /* Where plane p of the window's page i lies in host memory. */
 static uint8_t *stage_plane(const struct shard_engine *e, const struct stage *s, uint32_t i,
 			    uint32_t p)
 {
-	if (s->warm)
-		return shard_warm_plane(&e->warm, s->cur[i], p);
-	return shard_slab_slot(&e->pool, s->cur[i]) + e->plane_offset[p];
+	return shard_slab_plane(stage_pool(e, s), s->cur[i], p);
 }
 
 /* Where the window's page i begins (laid out as s->req.spread says). */
 static uint8_t *stage_page(const struct shard_engine *e, const struct stage *s, uint32_t i)
 {
-	return s->warm ? shard_warm_page(&e->warm, s->cur[i]) :
-			 shard_slab_slot(&e->pool, s->cur[i]);
+	return shard_slab_page(stage_pool(e, s), s->cur[i]);
 }
 
 /*
- * A run of warm slots whose planes follow one another (shard_warm_follows)
- * going to consecutive page ids: plane p of its pages is one range on both
- * sides (warm slots are grouped only where a plane has no padding,
- * shard/warm.h), so it is one copy entry per plane.
+ * A run of slots of one pool (staging's or the warm tier's) whose planes
+ * follow one another (shard_slab_follows) going to consecutive page ids:
+ * plane p of its pages is one range on both sides (slots are grouped only
+ * where a plane has no padding, shard/slab.h), so it is one copy entry per
+ * plane.
  */
-struct warm_run {
+struct copy_run {
+	const struct shard_slab_pool *pool;
 	uint32_t slot;    /* its first page's */
 	uint32_t page_id; /* its first page's */
 	uint32_t pages;   /* 0: no run */
 };
 
 /* Whether slot going to page_id extends r. */
-static bool run_extends(const struct shard_engine *e, const struct warm_run *r, uint32_t slot,
-			uint32_t page_id)
+static bool run_extends(const struct copy_run *r, uint32_t slot, uint32_t page_id)
 {
 	return r->pages && page_id == r->page_id + r->pages &&
-	       shard_warm_follows(&e->warm, r->slot + r->pages - 1, slot);
+	       shard_slab_follows(r->pool, r->slot + r->pages - 1, slot);
 }
 
 /* Fills copies with r's entries, one per plane; returns how many. */
-static uint32_t run_copies(const struct shard_engine *e, const struct warm_run *r,
+static uint32_t run_copies(const struct shard_engine *e, const struct copy_run *r,
 			   struct shard_copy *copies)
 {
 	const struct rec_geometry *g = &e->geometry;
@@ -436,58 +440,46 @@ static uint32_t run_copies(const struct shard_engine *e, const struct warm_run *
 
 		copies[p] = (struct shard_copy){
 			.device_address = e->planes.page_base[p] + unit * r->page_id,
-			.host = shard_warm_plane(&e->warm, r->slot, p),
+			.host = shard_slab_plane(r->pool, r->slot, p),
 			.bytes = unit * r->pages,
 		};
 	}
 	return g->page_plane_count;
 }
 
-/* Adds slot going to page_id to *r, filling copies with the run it ends; returns how many. */
-static uint32_t run_add(const struct shard_engine *e, struct warm_run *r, uint32_t slot,
+/*
+ * Adds slot (of r->pool) going to page_id to *r, filling copies with the
+ * run it ends; returns how many.
+ */
+static uint32_t run_add(const struct shard_engine *e, struct copy_run *r, uint32_t slot,
 			uint32_t page_id, struct shard_copy *copies)
 {
 	uint32_t n = 0;
 
-	if (run_extends(e, r, slot, page_id)) {
+	if (run_extends(r, slot, page_id)) {
 		r->pages++;
 		return 0;
 	}
 	if (r->pages)
 		n = run_copies(e, r, copies);
-	*r = (struct warm_run){ .slot = slot, .page_id = page_id, .pages = 1 };
+	*r = (struct copy_run){ .pool = r->pool, .slot = slot, .page_id = page_id, .pages = 1 };
 	return n;
 }
 
 /*
  * Fills l->copies for the window's slots and pages[0, count); returns how
- * many: for staging one entry per page and plane, for warm slots one per
- * plane for each run (struct warm_run; with G = 1 every run is a page).
+ * many: one per plane for each run of its slots (struct copy_run; with G
+ * = 1 every run is a page, so one entry per page and plane).
  */
 static uint32_t window_copies(struct shard_engine *e, struct lane *l, struct stage *s,
 			      const uint32_t *page_ids, uint32_t count)
 {
-	const struct rec_geometry *g = &e->geometry;
-	struct warm_run r = { 0 };
+	struct copy_run r = { .pool = stage_pool(e, s) };
 	uint32_t n = 0;
 
-	if (s->warm) {
-		for (uint32_t i = 0; i < count; i++)
-			n += run_add(e, &r, s->cur[i], page_ids[i], l->copies + n);
-		return r.pages ? n + run_copies(e, &r, l->copies + n) : n;
-	}
-	for (uint32_t i = 0; i < count; i++) {
-		for (uint32_t p = 0; p < g->page_plane_count; p++) {
-			uint64_t unit = g->page_planes[p].unit_bytes;
-
-			l->copies[n++] = (struct shard_copy){
-				.device_address = e->planes.page_base[p] + unit * page_ids[i],
-				.host = stage_plane(e, s, i, p),
-				.bytes = unit,
-			};
-		}
-	}
-	return n;
+	for (uint32_t i = 0; i < count; i++)
+		n += run_add(e, &r, s->cur[i], page_ids[i], l->copies + n);
+	return r.pages ? n + run_copies(e, &r, l->copies + n) : n;
 }
 
 /*
@@ -531,7 +523,7 @@ static uint32_t row_buffers(const struct shard_engine *e, bool warm, const uint3
 	if (warm)
 		return shard_warm_row_buffers(&e->warm, slots, pieces, piece_bytes);
 	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		pieces[k] = shard_slab_slot(&e->pool, slots[k]);
+		pieces[k] = shard_slab_page(&e->pool, slots[k]);
 	*piece_bytes = e->pool.slot_bytes;
 	return e->row_piece_count;
 }
@@ -573,11 +565,11 @@ static void stage_pages(struct shard_engine *e, struct stage *s,
 	s->req.op = op;
 	s->req.first = first;
 	s->req.count = count;
-	s->req.spread = (struct rec_page_spread){ 0 };
+	shard_slab_spread(&e->pool, &s->req.spread);
 	s->warm = false;
 	s->cur = s->slots;
 	for (uint32_t i = 0; i < count; i++)
-		s->req.buffers[i] = shard_slab_slot(&e->pool, s->slots[i]);
+		s->req.buffers[i] = shard_slab_page(&e->pool, s->slots[i]);
 }
 
 /* The window's pages go through the warm entry's slots instead of staging. */
@@ -586,9 +578,9 @@ static void stage_warm(struct shard_engine *e, struct stage *s, uint32_t entry)
 	shard_warm_page_slots(&e->warm, entry, s->req.first, s->req.count, s->warm_slots);
 	s->warm = true;
 	s->cur = s->warm_slots;
-	shard_warm_spread(&e->warm, &s->req.spread);
+	shard_slab_spread(&e->warm.pool, &s->req.spread);
 	for (uint32_t i = 0; i < s->req.count; i++)
-		s->req.buffers[i] = shard_warm_page(&e->warm, s->warm_slots[i]);
+		s->req.buffers[i] = shard_slab_page(&e->warm.pool, s->warm_slots[i]);
 }
 
 static void stage_row(struct shard_engine *e, bool warm, const uint32_t *slots,
@@ -605,10 +597,9 @@ static void stage_scrub(struct shard_engine *e, struct lane *l)
 {
 	for (uint32_t b = 0; b < l->stage_count; b++)
 		for (uint32_t i = 0; i < e->window_pages; i++)
-			memset(shard_slab_slot(&e->pool, l->stages[b].slots[i]), 0,
-			       e->pool.slot_bytes);
+			shard_slab_scrub(&e->pool, l->stages[b].slots[i]);
 	for (uint32_t k = 0; k < e->row_piece_count; k++)
-		memset(shard_slab_slot(&e->pool, l->row_slots[k]), 0, e->pool.slot_bytes);
+		shard_slab_scrub(&e->pool, l->row_slots[k]);
 }
 
 /* A window's checksum pass, shared with the checksum pool's helpers. */
@@ -1791,8 +1782,8 @@ static int warm_copies_issue(struct shard_engine *e, struct shard_job *job,
 	 * next record's pages may extend it too. With G = 1 no run does:
 	 * each window's entries go at once.
 	 */
-	bool carry = e->warm.group_slots > 1, more = true;
-	struct warm_run r = { 0 };
+	bool carry = e->warm.pool.group_slots > 1, more = true;
+	struct copy_run r = { .pool = &e->warm.pool };
 	int ret = 0;
 
 	while (!ret && more) {
@@ -2251,11 +2242,10 @@ static void export_unstage(struct shard_engine *e, const struct stage *s, uint8_
 	const struct rec_geometry *g = &e->geometry;
 
 	for (uint32_t i = 0; i < count; i++) {
-		const uint8_t *slot = shard_slab_slot(&e->pool, s->slots[i]);
 		uint8_t *page = image + layout->page_offset + layout->page_stride * (first + i);
 
 		for (uint32_t p = 0; p < g->page_plane_count; p++)
-			memcpy(page + e->plane_offset[p], slot + e->plane_offset[p],
+			memcpy(page + e->pool.plane_offset[p], stage_plane(e, s, i, p),
 			       g->page_planes[p].unit_bytes);
 	}
 }
@@ -2311,7 +2301,7 @@ static int export_copy(struct shard_engine *e, struct shard_job *job, uint8_t *i
 		uint64_t left = unit - (uint64_t)k * piece;
 
 		memcpy(image + layout->row_offset + piece * k,
-		       shard_slab_slot(&e->pool, l->row_slots[k]), left < piece ? left : piece);
+		       shard_slab_page(&e->pool, l->row_slots[k]), left < piece ? left : piece);
 	}
 	done = shard_device_synchronize(e->device);
 	return ret ? ret : done;
@@ -2938,13 +2928,25 @@ void shard_engine_describe_warm(struct shard_engine *e, char *out, size_t size)
 		snprintf(out, size, "warm off");
 		return;
 	}
-	if (e->warm.group_slots > 1)
-		snprintf(groups, sizeof(groups), " in groups of %u by plane", e->warm.group_slots);
+	if (e->warm.pool.group_slots > 1)
+		snprintf(groups, sizeof(groups), " in groups of %u by plane",
+			 e->warm.pool.group_slots);
 	snprintf(out, size, "warm %.1f MiB, %u slots of %" PRIu64 " KiB%s, registered "
 		 "in %.1f ms (%u call%s)",
 		 (double)(e->warm.pool.slot_bytes * ws.slots_total) / (1 << 20),
 		 ws.slots_total, e->warm.pool.slot_bytes >> 10, groups, ws.register_ns / 1e6,
 		 ws.register_chunks, ws.register_chunks == 1 ? "" : "s");
+}
+
+void shard_engine_describe_staging(struct shard_engine *e, char *out, size_t size)
+{
+	char groups[48] = "";
+
+	if (e->pool.group_slots > 1)
+		snprintf(groups, sizeof(groups), " in groups of %u by plane", e->pool.group_slots);
+	snprintf(out, size, "staging %" PRIu64 " MiB, windows of %u page%s%s",
+		 (e->pool.slot_bytes * e->pool.slot_count) >> 20, e->window_pages,
+		 e->window_pages == 1 ? "" : "s", groups);
 }
 
 void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_stats *out)
@@ -2957,10 +2959,17 @@ void shard_engine_staging_stats(struct shard_engine *e, struct shard_staging_sta
 	pthread_mutex_unlock(&e->pool.lock);
 }
 
-/* One lane's windows and row, leased from the pool for the engine's life. */
+/*
+ * One lane's windows, leased from the pool for the engine's life. Every
+ * lane's windows are leased before any row, from a fresh pool that hands
+ * out its lowest slots first, so each window is the slots of whole groups
+ * of the staging's layout, in order (open_staging), and the rows lie
+ * after the groups.
+ */
 static int lease_lane(struct shard_engine *e, struct lane *l)
 {
 	const struct rec_geometry *g = &e->geometry;
+	uint32_t group = e->pool.group_slots;
 	int ret = 0;
 
 	l->row_slots = calloc(e->row_piece_count, sizeof(uint32_t));
@@ -2974,16 +2983,53 @@ static int lease_lane(struct shard_engine *e, struct lane *l)
 	if (!l->row_slots || !l->copies)
 		return -ENOMEM;
 	for (uint32_t b = 0; !ret && b < l->stage_count; b++) {
-		l->stages[b].lease = (struct shard_slab_lease){
-			.slots = l->stages[b].slots, .capacity = SHARD_WINDOW_PAGES_MAX };
-		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &l->stages[b].lease);
+		struct stage *s = &l->stages[b];
+
+		s->lease = (struct shard_slab_lease){ .slots = s->slots,
+						      .capacity = SHARD_WINDOW_PAGES_MAX };
+		ret = shard_slab_alloc_intake(&e->pool, e->window_pages, &s->lease);
+		SEL_ASSERT(ret == 0); /* the pool was sized for exactly these */
+		for (uint32_t i = 0; group > 1 && i < e->window_pages; i++)
+			SEL_ASSERT(s->slots[i] == s->slots[0] + i && s->slots[0] % group == 0 &&
+				   s->slots[i] < e->pool.grouped_slots);
 	}
+	return 0;
+}
+
+/* One lane's row slots, leased after every lane's windows (lease_lane). */
+static void lease_row(struct shard_engine *e, struct lane *l)
+{
+	int ret;
+
 	l->row_lease = (struct shard_slab_lease){ .slots = l->row_slots,
 						  .capacity = e->row_piece_count };
-	if (!ret)
-		ret = shard_slab_alloc_intake(&e->pool, e->row_piece_count, &l->row_lease);
+	ret = shard_slab_alloc_intake(&e->pool, e->row_piece_count, &l->row_lease);
 	SEL_ASSERT(ret == 0); /* the pool was sized for exactly these */
-	return 0;
+}
+
+/*
+ * Staging's groups (shard/slab.h): a window's slots, so that plane p of a
+ * window's pages is one range (G, the window's pages), capped by
+ * SELENE_STAGING_GROUP_SLOTS (1 to SHARD_WINDOW_PAGES_MAX; 1 or 0: every
+ * slot a page record in one piece, to compare; else the largest divisor of
+ * the window's pages within the cap, so a window is whole groups;
+ * malformed: unset), and 1 where the planes allow no groups.
+ */
+static uint32_t staging_group_slots(const struct shard_engine *e)
+{
+	const struct rec_geometry *g = &e->geometry;
+	uint64_t plane_bytes[REC_PAGE_PLANES_MAX];
+	uint32_t group, cap = 0;
+
+	if (sel_env_count("SELENE_STAGING_GROUP_SLOTS", SHARD_WINDOW_PAGES_MAX, &cap) && cap == 0)
+		cap = 1;
+	if (!cap || cap > e->window_pages)
+		cap = e->window_pages;
+	for (group = cap; e->window_pages % group != 0; group--)
+		;
+	for (uint32_t p = 0; p < g->page_plane_count; p++)
+		plane_bytes[p] = g->page_planes[p].unit_bytes;
+	return shard_slab_group_slots(plane_bytes, g->page_plane_count, group);
 }
 
 /*
@@ -3021,12 +3067,17 @@ static int check_staging_memory(uint64_t slot_bytes, uint32_t slots, uint64_t wa
 	return -ENOMEM;
 }
 
-/* The staging pool: each lane's windows and row, leased for the engine's life. */
-static int open_staging(struct shard_engine *e, bool register_pool, uint64_t warm_bytes,
+/*
+ * The staging pool: each lane's windows and row, leased for the engine's
+ * life; the windows' slots in groups of staging_group_slots, plane-major,
+ * the rows' after them, each a page record in one piece.
+ */
+static int open_staging(struct shard_engine *e, const struct shard_engine_options *options,
 			char *err, size_t err_size)
 {
 	const struct rec_geometry *g = &e->geometry;
-	uint32_t row_pieces, slots;
+	uint64_t plane_bytes[REC_PAGE_PLANES_MAX];
+	uint32_t row_pieces, slots, window_slots;
 	int ret;
 
 	row_pieces = (uint32_t)((g->row_record_bytes + g->page_record_bytes - 1) /
@@ -3036,9 +3087,11 @@ static int open_staging(struct shard_engine *e, bool register_pool, uint64_t war
 			 "page-record slots", g->row_record_bytes, REC_DISK_BUFFERS_MAX);
 		return SEL_ETOOBIG;
 	}
-	slots = (e->lanes[LANE_RESTORE].stage_count + e->lanes[LANE_BACKGROUND].stage_count) *
-		e->window_pages + LANE_COUNT * row_pieces;
-	ret = check_staging_memory(g->page_record_bytes, slots, warm_bytes, err, err_size);
+	window_slots = (e->lanes[LANE_RESTORE].stage_count +
+			e->lanes[LANE_BACKGROUND].stage_count) * e->window_pages;
+	slots = window_slots + LANE_COUNT * row_pieces;
+	ret = check_staging_memory(g->page_record_bytes, slots, options->warm_bytes, err,
+				   err_size);
 	if (ret)
 		return ret;
 	ret = shard_slab_init(&e->pool, g->page_record_bytes, slots);
@@ -3047,6 +3100,10 @@ static int open_staging(struct shard_engine *e, bool register_pool, uint64_t war
 			 strerror(-ret));
 		return ret;
 	}
+	for (uint32_t p = 0; p < g->page_plane_count; p++)
+		plane_bytes[p] = g->page_planes[p].unit_bytes;
+	shard_slab_layout(&e->pool, plane_bytes, g->page_plane_count,
+			  staging_group_slots(e), window_slots);
 	e->row_piece_count = row_pieces;
 	ret = shard_slab_reserve_intake(&e->pool, slots);
 	SEL_ASSERT(ret == 0);
@@ -3056,7 +3113,9 @@ static int open_staging(struct shard_engine *e, bool register_pool, uint64_t war
 		snprintf(err, err_size, "out of memory for staging");
 		return ret;
 	}
-	if (register_pool) {
+	for (uint32_t i = 0; i < LANE_COUNT; i++)
+		lease_row(e, &e->lanes[i]);
+	if (options->register_pool) {
 		ret = shard_slab_register(&e->pool, e->device);
 		if (ret)
 			snprintf(err, err_size, "cannot register %" PRIu64 " staging bytes "
@@ -3123,7 +3182,7 @@ static int open_warm(struct shard_engine *e, const struct shard_engine_options *
 	if (slots < 1 + (uint64_t)e->row_piece_count) {
 		snprintf(err, err_size, "a warm tier of %" PRIu64 " bytes holds %" PRIu64
 			 " slots in groups of %u: fewer than %u (one page and the row)",
-			 options->warm_bytes, slots, e->warm.group_slots, 1 + e->row_piece_count);
+			 options->warm_bytes, slots, e->warm.pool.group_slots, 1 + e->row_piece_count);
 		return -EINVAL;
 	}
 	if (options->register_pool) {
@@ -3212,7 +3271,6 @@ int shard_engine_open(const struct shard_engine_options *options,
 	struct rec_disk_options disk_options = { .dir = options->dir,
 						 .no_uring = options->no_uring };
 	struct shard_engine *e = calloc(1, sizeof(*e));
-	uint64_t offset = 0;
 	uint32_t helpers, verifiers;
 	int ret = 0;
 
@@ -3248,9 +3306,14 @@ int shard_engine_open(const struct shard_engine_options *options,
 		goto err_close;
 	/*
 	 * By default a window is about SHARD_WINDOW_BYTES (SHARD_WINDOW_WORKER_BYTES
-	 * with kernel workers), and 64 pages at most.
+	 * with kernel workers), and 64 pages at most; SELENE_WINDOW_PAGES (1 to
+	 * 64) sets its pages where the option does not (0 or malformed: the
+	 * default), to compare: a staged copy entry is at most a window's pages
+	 * of one plane.
 	 */
 	e->window_pages = options->window_pages;
+	if (!e->window_pages)
+		sel_env_count("SELENE_WINDOW_PAGES", SHARD_WINDOW_PAGES_MAX, &e->window_pages);
 	if (!e->window_pages) {
 		uint64_t pages = (rec_disk_io_workers(e->disk) ? SHARD_WINDOW_WORKER_BYTES :
 								 SHARD_WINDOW_BYTES) /
@@ -3276,10 +3339,6 @@ int shard_engine_open(const struct shard_engine_options *options,
 	e->lanes[LANE_RESTORE].stage_count = SHARD_STAGES;
 	e->lanes[LANE_BACKGROUND].stage_count =
 		2 * e->stores_max > SHARD_STAGES ? 2 * e->stores_max : SHARD_STAGES;
-	for (uint32_t p = 0; p < e->geometry.page_plane_count; p++) {
-		e->plane_offset[p] = offset;
-		offset += sel_align_up(e->geometry.page_planes[p].unit_bytes, SEL_BLOCK_BYTES);
-	}
 	for (uint32_t i = 0; !ret && i < LANE_COUNT; i++) {
 		ret = rec_disk_file_init(&e->lanes[i].files[0], e->geometry.page_count);
 		if (!ret)
@@ -3293,7 +3352,7 @@ int shard_engine_open(const struct shard_engine_options *options,
 		snprintf(err, err_size, "out of memory for %u jobs", e->jobs_max);
 		goto err_close;
 	}
-	ret = open_staging(e, options->register_pool, options->warm_bytes, err, err_size);
+	ret = open_staging(e, options, err, err_size);
 	if (ret)
 		goto err_close;
 	ret = open_warm(e, options, err, err_size);

@@ -11,7 +11,9 @@
  * and the state slot into device addresses from the geometry, copies windows
  * of at most 64 pages plus the row through several staging buffers, and hands
  * each window to the disk thread (record/disk.h) so that device copies and
- * disk I/O overlap. Submission never waits; completions come back through a
+ * disk I/O overlap. A staging window's slots are one group of the grouped
+ * layout (shard/slab.h, SELENE_STAGING_GROUP_SLOTS), so a window's run of
+ * consecutive page ids is one copy entry per plane. Submission never waits; completions come back through a
  * bounded queue that shard_engine_poll drains. A job completes whole or
  * fails with a reason, and a failure is reported only after every copy and
  * I/O it started has drained. Everything is allocated at open. With a warm
@@ -112,7 +114,8 @@ struct shard_engine_options {
 	struct shard_device *device;         /* not owned; outlives the engine */
 	const struct shard_planes *planes;   /* copied */
 	uint32_t jobs_max;                   /* 1 .. SHARD_JOBS_MAX; 0 means 64 */
-	uint32_t window_pages;               /* 1 .. 64; 0: about SHARD_WINDOW_BYTES */
+	uint32_t window_pages;               /* 1 .. 64; 0: SELENE_WINDOW_PAGES where
+						set, else about SHARD_WINDOW_BYTES */
 	uint64_t read_ahead_bytes;           /* a fetch's reads in flight; 0: SHARD_READ_AHEAD_BYTES */
 	bool no_uring;                       /* the disk thread's fallback path */
 	bool register_pool;                  /* register staging with the device */
@@ -542,6 +545,12 @@ void shard_engine_warm_stats(struct shard_engine *engine, struct shard_warm_stat
  * or "warm off": for the startup lines.
  */
 void shard_engine_describe_warm(struct shard_engine *engine, char *out, size_t size);
+
+/*
+ * "staging 42 MiB, windows of 4 pages in groups of 4 by plane" (or
+ * without the groups where G is 1): for the startup lines.
+ */
+void shard_engine_describe_staging(struct shard_engine *engine, char *out, size_t size);
 
 /* Any thread, while the engine is open. */
 void shard_engine_staging_stats(struct shard_engine *engine, struct shard_staging_stats *out);

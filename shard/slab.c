@@ -74,7 +74,50 @@ int shard_slab_init(struct shard_slab_pool *pool, uint64_t slot_bytes,
 		pool->free_slots[i] = slot_count - 1 - i;
 	pool->free_count = slot_count;
 	pthread_mutex_init(&pool->lock, NULL);
+	pool->group_slots = 1;
+	pool->plane_count = 1;
+	pool->plane_stride = slot_bytes;
 	return 0;
+}
+
+uint32_t shard_slab_group_slots(const uint64_t *plane_bytes, uint32_t plane_count,
+				uint32_t group_max)
+{
+	for (uint32_t p = 0; p < plane_count; p++)
+		if (plane_bytes[p] != plane_bytes[0] ||
+		    !sel_is_aligned(plane_bytes[p], SEL_BLOCK_BYTES))
+			return 1;
+	return group_max ? group_max : 1;
+}
+
+void shard_slab_layout(struct shard_slab_pool *pool, const uint64_t *plane_bytes,
+		       uint32_t plane_count, uint32_t group_slots, uint32_t grouped_slots)
+{
+	uint64_t offset = 0;
+
+	SEL_ASSERT(plane_count > 0 && plane_count <= REC_PAGE_PLANES_MAX && group_slots > 0 &&
+		   grouped_slots % group_slots == 0 && grouped_slots <= pool->slot_count);
+	SEL_ASSERT(group_slots == 1 ||
+		   shard_slab_group_slots(plane_bytes, plane_count, group_slots) == group_slots);
+	for (uint32_t p = 0; p < plane_count; p++) {
+		pool->plane_offset[p] = offset;
+		offset += sel_align_up(plane_bytes[p], SEL_BLOCK_BYTES);
+	}
+	SEL_ASSERT(offset == pool->slot_bytes);
+	pool->plane_count = plane_count;
+	pool->group_slots = group_slots;
+	pool->grouped_slots = group_slots > 1 ? grouped_slots : 0;
+	pool->plane_stride = group_slots > 1 ? plane_bytes[0] : pool->slot_bytes;
+}
+
+void shard_slab_scrub(struct shard_slab_pool *pool, uint32_t slot)
+{
+	if (slot >= pool->grouped_slots) {
+		memset(shard_slab_page(pool, slot), 0, pool->slot_bytes);
+		return;
+	}
+	for (uint32_t p = 0; p < pool->plane_count; p++)
+		memset(shard_slab_plane(pool, slot, p), 0, pool->plane_stride);
 }
 
 void shard_slab_destroy(struct shard_slab_pool *pool)

@@ -6,9 +6,23 @@
  * a separate step (shard_slab_register) so CPU tests need no driver.
  * Thread-safe: a mutex guards the free list for the few instructions it
  * takes to pop or push indices.
+ *
+ * Where a slot's page planes lie (shard_slab_layout; staging's and the warm
+ * tier's one arithmetic): slots [0, grouped_slots) lie in groups of
+ * group_slots (G), plane-major within a group: plane p of slot g*G + j at
+ * base + g*G*slot_bytes + G*off[p] + j*stride, off[p] being the plane's
+ * offset in a page record and stride every plane's bytes, so plane p of
+ * consecutive slots of one group is one range of memory, as plane p of
+ * consecutive device pages is. Every other slot (all of them where G is 1)
+ * is a page record in one piece at base + slot*slot_bytes, plane p at
+ * off[p]. Addresses come from shard_slab_page, shard_slab_plane and
+ * shard_slab_spread; nothing else computes them.
  */
 #ifndef SELENE_SHARD_SLAB_H
 #define SELENE_SHARD_SLAB_H
+
+#include "common/limits.h"
+#include "record/format.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -27,6 +41,12 @@ struct shard_slab_pool {
 	uint64_t exhausted;     /* requests refused for lack of slots */
 	struct shard_device *registered; /* device the mapping is registered with */
 	pthread_mutex_t lock;
+	/* The layout (above; shard_slab_layout): one plane of slot_bytes, G = 1 by default. */
+	uint32_t group_slots;   /* G */
+	uint32_t grouped_slots; /* slots [0, this) lie in groups: a multiple of G */
+	uint32_t plane_count;
+	uint64_t plane_stride;  /* G > 1: every plane's bytes; else slot_bytes */
+	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
 };
 
 /* A set of slots taken together: a window of pages, or a row's pieces. */
@@ -38,7 +58,9 @@ struct shard_slab_lease {
 
 /*
  * Maps slot_count slots of slot_bytes (rounded up to 4 KiB), populated and
- * advised for transparent huge pages. Returns 0 or a negative errno.
+ * advised for transparent huge pages, each one plane of slot_bytes in one
+ * piece (G = 1) until shard_slab_layout says otherwise. Returns 0 or a
+ * negative errno.
  */
 int shard_slab_init(struct shard_slab_pool *pool, uint64_t slot_bytes,
 		    uint32_t slot_count);
@@ -75,11 +97,75 @@ void shard_slab_release(struct shard_slab_pool *pool,
 uint32_t shard_slab_slots_for(const struct shard_slab_pool *pool,
 			      uint64_t bytes);
 
+/* Slot's bytes in one piece: for pools of one plane and G = 1 (a bench's buffer). */
 static inline uint8_t *shard_slab_slot(const struct shard_slab_pool *pool,
 				       uint32_t slot)
 {
 	return pool->base + (uint64_t)slot * pool->slot_bytes;
 }
+
+/*
+ * G for page planes of plane_bytes: group_max where every plane has the
+ * same bytes, a multiple of 4 KiB (no padding would sit between two
+ * slots' planes in host memory and not on the device); else 1.
+ */
+uint32_t shard_slab_group_slots(const uint64_t *plane_bytes, uint32_t plane_count,
+				uint32_t group_max);
+
+/*
+ * Lays pool's slots out as page records of plane_count planes of
+ * plane_bytes (each 4 KiB-rounded; together slot_bytes, asserted), slots
+ * [0, grouped_slots) in groups of group_slots (a multiple of it; G > 1 only
+ * where shard_slab_group_slots allows it). Before any slot is used.
+ */
+void shard_slab_layout(struct shard_slab_pool *pool, const uint64_t *plane_bytes,
+		       uint32_t plane_count, uint32_t group_slots, uint32_t grouped_slots);
+
+/* Where slot's page record begins: its first plane (as a disk buffer). */
+static inline uint8_t *shard_slab_page(const struct shard_slab_pool *pool, uint32_t slot)
+{
+	uint32_t g = slot / pool->group_slots, j = slot % pool->group_slots;
+
+	if (slot >= pool->grouped_slots)
+		return pool->base + (uint64_t)slot * pool->slot_bytes;
+	return pool->base + (uint64_t)g * pool->group_slots * pool->slot_bytes +
+	       (uint64_t)j * pool->plane_stride;
+}
+
+/* Where plane p of slot's page record lies. */
+static inline uint8_t *shard_slab_plane(const struct shard_slab_pool *pool, uint32_t slot,
+					uint32_t p)
+{
+	uint64_t g = slot < pool->grouped_slots ? pool->group_slots : 1;
+
+	return shard_slab_page(pool, slot) + g * pool->plane_offset[p];
+}
+
+/*
+ * How a grouped slot's page record lies from shard_slab_page: its planes,
+ * plane p at G * off[p] (zeroed where G is 1: in one piece, slot_bytes).
+ * Slots outside the groups are in one piece.
+ */
+static inline void shard_slab_spread(const struct shard_slab_pool *pool,
+				     struct rec_page_spread *out)
+{
+	*out = (struct rec_page_spread){ 0 };
+	if (pool->group_slots > 1 && pool->plane_count > 1)
+		*out = (struct rec_page_spread){ .segment_count = pool->plane_count,
+						 .segment_bytes = pool->plane_stride,
+						 .pitch_bytes = pool->group_slots *
+								pool->plane_stride };
+}
+
+/* Whether slot b's planes follow slot a's, each plane one range (a run). */
+static inline bool shard_slab_follows(const struct shard_slab_pool *pool, uint32_t a,
+				      uint32_t b)
+{
+	return b == a + 1 && b < pool->grouped_slots && b % pool->group_slots != 0;
+}
+
+/* Zeroes slot's page record, padding included. */
+void shard_slab_scrub(struct shard_slab_pool *pool, uint32_t slot);
 
 /* Registers the whole mapping with dev (cuMemHostRegister), and back. */
 int shard_slab_register(struct shard_slab_pool *pool, struct shard_device *dev);

@@ -14,17 +14,16 @@
 #include <string.h>
 
 /*
- * G for shape (warm.h): planes of one size, a multiple of 4 KiB, a row in
- * at most REC_DISK_BUFFERS_MAX of them, and a group within one
- * registration chunk; else 1.
+ * G for shape (warm.h): planes of one size, a multiple of 4 KiB
+ * (shard_slab_group_slots), a row in at most REC_DISK_BUFFERS_MAX of
+ * them, and a group within one registration chunk; else 1.
  */
 static uint32_t group_slots_for(const struct shard_warm_shape *shape, uint64_t slot_bytes)
 {
 	uint64_t unit = shape->plane_bytes[0], g = shape->group_slots_max;
 
-	for (uint32_t p = 0; p < shape->plane_count; p++)
-		if (shape->plane_bytes[p] != unit || !sel_is_aligned(unit, SEL_BLOCK_BYTES))
-			return 1;
+	if (shard_slab_group_slots(shape->plane_bytes, shape->plane_count, 2) == 1)
+		return 1;
 	if ((shape->row_bytes + unit - 1) / unit > REC_DISK_BUFFERS_MAX)
 		return 1;
 	if (g > shape->slot_count)
@@ -36,7 +35,7 @@ static uint32_t group_slots_for(const struct shard_warm_shape *shape, uint64_t s
 
 int shard_warm_init(struct shard_warm *w, const struct shard_warm_shape *shape)
 {
-	uint32_t buckets = 1, slot_count = shape->slot_count;
+	uint32_t buckets = 1, slot_count = shape->slot_count, group_slots;
 	uint64_t slot_bytes = 0;
 	int ret;
 
@@ -45,22 +44,22 @@ int shard_warm_init(struct shard_warm *w, const struct shard_warm_shape *shape)
 	    shape->row_bytes == 0 || shape->group_slots_max == 0)
 		return -EINVAL;
 	for (uint32_t p = 0; p < shape->plane_count; p++) {
-		w->plane_offset[p] = slot_bytes;
 		if (shape->plane_bytes[p] == 0 || shape->plane_bytes[p] > REC_UNIT_BYTES_MAX)
 			return -EINVAL;
 		slot_bytes += sel_align_up(shape->plane_bytes[p], SEL_BLOCK_BYTES);
 	}
-	w->plane_count = shape->plane_count;
-	w->group_slots = slot_count ? group_slots_for(shape, slot_bytes) : 1;
-	slot_count -= slot_count % w->group_slots;
+	group_slots = slot_count ? group_slots_for(shape, slot_bytes) : 1;
+	slot_count -= slot_count % group_slots;
 	if (slot_count == 0)
 		return -EINVAL;
 	ret = shard_slab_init(&w->pool, slot_bytes, slot_count);
 	if (ret)
 		return ret;
+	/* Every slot in a group: the tier is whole groups. */
+	shard_slab_layout(&w->pool, shape->plane_bytes, shape->plane_count, group_slots,
+			  slot_count);
 	while (buckets < slot_count && buckets < (1u << 31))
 		buckets <<= 1;
-	w->plane_stride = w->group_slots > 1 ? shape->plane_bytes[0] : slot_bytes;
 	w->row_bytes = shape->row_bytes;
 	w->row_piece_count = (uint32_t)((shape->row_bytes + slot_bytes - 1) / slot_bytes);
 	w->scratch_capacity = shape->pages_max + w->row_piece_count;
@@ -111,8 +110,8 @@ void shard_warm_destroy(struct shard_warm *w)
 int shard_warm_register(struct shard_warm *w, struct shard_device *dev)
 {
 	uint64_t total = w->pool.slot_bytes * w->pool.slot_count;
-	uint64_t group_bytes = w->pool.slot_bytes * w->group_slots;
-	uint64_t slots_per_chunk = w->register_chunk_bytes / group_bytes * w->group_slots;
+	uint64_t group_bytes = w->pool.slot_bytes * w->pool.group_slots;
+	uint64_t slots_per_chunk = w->register_chunk_bytes / group_bytes * w->pool.group_slots;
 	uint64_t start = sel_monotonic_ns();
 
 	SEL_ASSERT(!w->registered && slots_per_chunk > 0);
@@ -303,29 +302,20 @@ void shard_warm_commit_read(struct shard_warm *w, uint32_t e)
 	pthread_mutex_unlock(&w->pool.lock);
 }
 
-void shard_warm_scrub(struct shard_warm *w, uint32_t slot)
-{
-	if (w->group_slots == 1) {
-		memset(shard_warm_page(w, slot), 0, w->pool.slot_bytes);
-		return;
-	}
-	for (uint32_t p = 0; p < w->plane_count; p++)
-		memset(shard_warm_plane(w, slot, p), 0, w->plane_stride);
-}
-
 uint32_t shard_warm_row_buffers(const struct shard_warm *w, const uint32_t *row_slots,
 				void **pieces, uint64_t *piece_bytes)
 {
-	bool split = w->group_slots > 1 && w->plane_count > 1;
-	uint64_t bytes = split ? w->plane_stride : w->pool.slot_bytes;
+	const struct shard_slab_pool *pool = &w->pool;
+	bool split = pool->group_slots > 1 && pool->plane_count > 1;
+	uint64_t bytes = split ? pool->plane_stride : pool->slot_bytes;
 	uint32_t count = (uint32_t)((w->row_bytes + bytes - 1) / bytes);
 
 	SEL_ASSERT(count <= REC_DISK_BUFFERS_MAX &&
-		   count <= (uint64_t)w->row_piece_count * (split ? w->plane_count : 1));
+		   count <= (uint64_t)w->row_piece_count * (split ? pool->plane_count : 1));
 	for (uint32_t k = 0; k < count; k++)
-		pieces[k] = split ? shard_warm_plane(w, row_slots[k / w->plane_count],
-						     k % w->plane_count) :
-				    shard_warm_page(w, row_slots[k]);
+		pieces[k] = split ? shard_slab_plane(pool, row_slots[k / pool->plane_count],
+						     k % pool->plane_count) :
+				    shard_slab_page(pool, row_slots[k]);
 	*piece_bytes = bytes;
 	return count;
 }
@@ -334,7 +324,7 @@ uint32_t shard_warm_row_buffers(const struct shard_warm *w, const uint32_t *row_
 static void scrub_chain(struct shard_warm *w, uint32_t head)
 {
 	for (uint32_t s = head; s != SHARD_WARM_NONE; s = w->next[s])
-		shard_warm_scrub(w, s);
+		shard_slab_scrub(&w->pool, s);
 }
 
 void shard_warm_abort(struct shard_warm *w, uint32_t e)

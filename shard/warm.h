@@ -3,16 +3,14 @@
  * populated mapping of equal slots, one page record each (every page
  * plane's page), registered with the device once, in chunks of at most
  * SHARD_WARM_REGISTER_CHUNK_BYTES, at open. Slots are laid out in groups
- * of group_slots (G), plane-major within a group: plane p of slot g*G + j
- * lives at mapping + g*G*slot_bytes + G*off[p] + j*stride, where off[p] is
- * the plane's offset in a page record and stride every plane's 4 KiB-
- * rounded bytes, so plane p of consecutive slots of one group is one range
- * of memory, as plane p of consecutive device pages is. G is 1 (a slot is
- * a page record in one piece, as staging's) unless every page plane has
- * the same bytes, a multiple of 4 KiB (no padding between two slots'
- * planes, as on the device), and a row fits REC_DISK_BUFFERS_MAX pieces of
- * one plane's bytes. Addresses come from shard_warm_page, shard_warm_plane
- * and shard_warm_spread; nothing else computes them. A record held warm is
+ * of G, plane-major within a group, every slot in a group (the layout of
+ * shard/slab.h: shard_slab_page, shard_slab_plane, shard_slab_spread and
+ * shard_slab_follows on the tier's pool give every address), so plane p
+ * of consecutive slots of one group is one range of memory, as plane p of
+ * consecutive device pages is. G is 1 (a slot is a page record in one
+ * piece, as the file's page segment) unless every page plane has the same
+ * bytes, a multiple of 4 KiB (shard_slab_group_slots), and a row fits
+ * REC_DISK_BUFFERS_MAX pieces of one plane's bytes. A record held warm is
  * its tail pages in slots, in order, and its row in row_piece_count slots,
  * found by key; with G > 1 the row's bytes lie in its slots' plane
  * segments in order (shard_warm_row_buffers). Free slots are handed out
@@ -102,10 +100,6 @@ struct shard_warm_shape {
 struct shard_warm {
 	struct shard_slab_pool pool;
 	uint32_t row_piece_count;  /* slots a row takes */
-	uint32_t group_slots;      /* G */
-	uint32_t plane_count;
-	uint64_t plane_offset[REC_PAGE_PLANES_MAX]; /* within a page record */
-	uint64_t plane_stride;     /* G > 1: every plane's bytes */
 	uint64_t row_bytes;
 	uint32_t *next;            /* per slot: the next slot of its record, or NONE */
 	uint32_t *scratch;         /* a lease's array: one record's slots */
@@ -196,40 +190,6 @@ void shard_warm_get_stats(struct shard_warm *w, struct shard_warm_stats *out);
 void shard_warm_note_hit(struct shard_warm *w);
 void shard_warm_note_partial(struct shard_warm *w);
 
-/* Where slot's page record begins: its first plane (as a disk buffer). */
-static inline uint8_t *shard_warm_page(const struct shard_warm *w, uint32_t slot)
-{
-	uint32_t g = slot / w->group_slots, j = slot % w->group_slots;
-
-	return w->pool.base + (uint64_t)g * w->group_slots * w->pool.slot_bytes +
-	       (uint64_t)j * w->plane_stride;
-}
-
-/* Where plane p of slot's page record lies. */
-static inline uint8_t *shard_warm_plane(const struct shard_warm *w, uint32_t slot, uint32_t p)
-{
-	return shard_warm_page(w, slot) + (uint64_t)w->group_slots * w->plane_offset[p];
-}
-
-/*
- * How a slot's page record lies from shard_warm_page: its planes, plane p
- * at G * off[p] (zeroed where G is 1: in one piece, slot_bytes).
- */
-static inline void shard_warm_spread(const struct shard_warm *w, struct rec_page_spread *out)
-{
-	*out = (struct rec_page_spread){ 0 };
-	if (w->group_slots > 1 && w->plane_count > 1)
-		*out = (struct rec_page_spread){ .segment_count = w->plane_count,
-						 .segment_bytes = w->plane_stride,
-						 .pitch_bytes = w->group_slots * w->plane_stride };
-}
-
-/* Whether slot b's planes follow slot a's, each plane one range (a run). */
-static inline bool shard_warm_follows(const struct shard_warm *w, uint32_t a, uint32_t b)
-{
-	return b == a + 1 && b % w->group_slots != 0;
-}
-
 /*
  * A row's pieces in its slots (row_slots, row_piece_count of them): with
  * G = 1 each slot, slot_bytes each; else each slot's planes in order, one
@@ -238,9 +198,6 @@ static inline bool shard_warm_follows(const struct shard_warm *w, uint32_t a, ui
  */
 uint32_t shard_warm_row_buffers(const struct shard_warm *w, const uint32_t *row_slots,
 				void **pieces, uint64_t *piece_bytes);
-
-/* Zeroes slot's page record, padding included. */
-void shard_warm_scrub(struct shard_warm *w, uint32_t slot);
 
 static inline struct shard_warm_entry *shard_warm_at(const struct shard_warm *w,
 						      uint32_t entry)

@@ -42,6 +42,7 @@ struct fixture {
 	bool no_uring;
 	uint32_t io_workers; /* the engine option: SHARD_IO_WORKERS_NONE or N */
 	uint64_t next_job;
+	uint64_t unit; /* each page plane's bytes: 5000, or 8192 (setup_grouped) */
 };
 
 /* stores_max 0: the engine's default. */
@@ -66,17 +67,22 @@ static void open_engine(struct fixture *f, uint32_t window_pages)
 	open_engine_with(f, window_pages, 8, 0);
 }
 
-static int setup_with(void **state, bool no_uring, uint32_t io_workers, const char *base)
+/*
+ * 3 planes of unit bytes (5000, padded to 8 KiB: staging a page record in
+ * one piece a slot; or 8192: staging's windows grouped plane-major), a
+ * 60000-byte row spanning 3 page-record slots of 24 KiB, 200 device pages.
+ */
+static int setup_unit(void **state, bool no_uring, uint32_t io_workers, const char *base,
+		      uint64_t unit)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct rec_scan scan;
 
 	f->no_uring = no_uring;
 	f->io_workers = io_workers;
+	f->unit = unit;
 	f->base = base ? strdup(base) : tu_make_temp_dir("engine");
-	/* 3 planes of 5000 bytes (padded to 8 KiB), a 20000-byte row
-	 * spanning 3 page-record slots of 24 KiB, 200 device pages. */
-	tu_geometry(&f->g, 64, 3, 5000, 60000, 1, 2);
+	tu_geometry(&f->g, 64, 3, unit, 60000, 1, 2);
 	f->g.page_count = 200;
 	tu_identities(NULL, &f->ns);
 	f->dir = tu_dir_open(f->base, &f->g, true);
@@ -89,7 +95,7 @@ static int setup_with(void **state, bool no_uring, uint32_t io_workers, const ch
 	rec_scan_free(&scan);
 	assert_int_equal(shard_device_open_host(&f->dev), 0);
 	for (uint32_t p = 0; p < 3; p++) {
-		f->plane_memory[p] = tu_alloc(5000 * 200);
+		f->plane_memory[p] = tu_alloc(unit * 200);
 		f->planes.page_base[p] = (uintptr_t)f->plane_memory[p];
 	}
 	f->row_memory = tu_alloc(60000 * f->g.row_count);
@@ -98,6 +104,11 @@ static int setup_with(void **state, bool no_uring, uint32_t io_workers, const ch
 	sel_log_set_level(SEL_LOG_ERROR);
 	*state = f;
 	return 0;
+}
+
+static int setup_with(void **state, bool no_uring, uint32_t io_workers, const char *base)
+{
+	return setup_unit(state, no_uring, io_workers, base, 5000);
 }
 
 /* The ring with inline submissions, whatever file system /tmp is. */
@@ -136,6 +147,32 @@ static int setup_fallback(void **state)
 	return setup_with(state, true, SHARD_IO_WORKERS_NONE, NULL);
 }
 
+/* Planes of 8 KiB, the ring with inline submissions: staging grouped plane-major. */
+static int setup_grouped(void **state)
+{
+	return setup_unit(state, false, SHARD_IO_WORKERS_NONE, NULL, 8192);
+}
+
+/*
+ * The same in a memory-backed directory (kernel workers; the verifying
+ * threads read the pages there). Where /dev/shm is missing, 3 workers on
+ * the usual base.
+ */
+static int setup_grouped_memory(void **state)
+{
+	char *base;
+	int ret;
+
+	if (access("/dev/shm", W_OK) != 0)
+		return setup_unit(state, false, 3, NULL, 8192);
+	setenv("TMPDIR", "/dev/shm", 1);
+	base = tu_make_temp_dir("engine");
+	unsetenv("TMPDIR");
+	ret = setup_unit(state, false, 0, base, 8192);
+	free(base);
+	return ret;
+}
+
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
@@ -157,16 +194,16 @@ static int teardown(void **state)
 static void fill_page(struct fixture *f, uint32_t id, uint64_t prefix_index)
 {
 	for (uint32_t p = 0; p < 3; p++)
-		tu_fill(f->plane_memory[p] + 5000ull * id, 5000, prefix_index * 16 + p);
+		tu_fill(f->plane_memory[p] + f->unit * id, f->unit, prefix_index * 16 + p);
 }
 
 static bool page_matches(struct fixture *f, uint32_t id, uint64_t prefix_index)
 {
-	uint8_t expect[5000];
+	uint8_t expect[8192];
 
 	for (uint32_t p = 0; p < 3; p++) {
-		tu_fill(expect, 5000, prefix_index * 16 + p);
-		if (memcmp(expect, f->plane_memory[p] + 5000ull * id, 5000) != 0)
+		tu_fill(expect, f->unit, prefix_index * 16 + p);
+		if (memcmp(expect, f->plane_memory[p] + f->unit * id, f->unit) != 0)
 			return false;
 	}
 	return true;
@@ -175,7 +212,7 @@ static bool page_matches(struct fixture *f, uint32_t id, uint64_t prefix_index)
 static void poison(struct fixture *f)
 {
 	for (uint32_t p = 0; p < 3; p++)
-		memset(f->plane_memory[p], 0xee, 5000 * 200);
+		memset(f->plane_memory[p], 0xee, f->unit * 200);
 	memset(f->row_memory, 0xee, 60000 * f->g.row_count);
 }
 
@@ -213,25 +250,33 @@ static int store(struct fixture *f, const struct rec_key *key,
 	return c->result;
 }
 
+/* Fetches chain's pages after skip to ids (one each), its row to slot. */
+static int fetch_ids(struct fixture *f, const struct shard_chain_record *chain,
+		     uint32_t count, uint32_t skip, const uint32_t *ids, uint32_t slot,
+		     struct shard_completion *c)
+{
+	struct shard_fetch_job job = { .chain = chain, .chain_count = count,
+				       .skip_pages = skip, .page_ids = ids,
+				       .state_slot = slot };
+	int ret = shard_engine_fetch(f->engine, ++f->next_job, &job);
+
+	if (ret)
+		return ret;
+	shard_engine_wait(f->engine, c);
+	return c->result;
+}
+
 static int fetch(struct fixture *f, const struct shard_chain_record *chain,
 		 uint32_t count, uint32_t skip, uint32_t base_id, uint32_t slot,
 		 struct shard_completion *c)
 {
 	uint32_t ids[200], pages = 0;
-	struct shard_fetch_job job = { .chain = chain, .chain_count = count,
-				       .skip_pages = skip, .page_ids = ids,
-				       .state_slot = slot };
-	int ret;
 
 	for (uint32_t i = 0; i < count; i++)
 		pages += chain[i].tail_page_count;
 	for (uint32_t i = 0; i + skip < pages; i++)
 		ids[i] = base_id + i;
-	ret = shard_engine_fetch(f->engine, ++f->next_job, &job);
-	if (ret)
-		return ret;
-	shard_engine_wait(f->engine, c);
-	return c->result;
+	return fetch_ids(f, chain, count, skip, ids, slot, c);
 }
 
 static bool row_matches(struct fixture *f, uint32_t slot, uint64_t consumed)
@@ -276,8 +321,8 @@ static void test_engine_round_trip(void **state)
 		assert_true(page_matches(f, 100 + i, i));
 	assert_true(row_matches(f, 5, key.consumed));
 	/* nothing else was written */
-	assert_int_equal(f->plane_memory[0][5000 * 99], 0xee);
-	assert_int_equal(f->plane_memory[0][5000 * 111], 0xee);
+	assert_int_equal(f->plane_memory[0][f->unit * 99], 0xee);
+	assert_int_equal(f->plane_memory[0][f->unit * 111], 0xee);
 }
 
 /* A chain of three records, windows of 4 pages, with every skip. */
@@ -306,7 +351,7 @@ static void test_engine_chain_and_suffix(void **state)
 			if (!page_matches(f, 120 + i, skip + i))
 				fail_msg("skip %u: page %u differs", skip, skip + i);
 		assert_true(row_matches(f, 7, d.consumed));
-		assert_int_equal(f->plane_memory[1][5000ull * (120 + total - skip)], 0xee);
+		assert_int_equal(f->plane_memory[1][f->unit * (120 + total - skip)], 0xee);
 	}
 }
 
@@ -585,6 +630,145 @@ static void test_engine_fetch_reads_memory_backed_here(void **state)
 	shard_engine_stats(f->engine, &after);
 	assert_int_equal(after.fetch_windows - before.fetch_windows, 5);
 	assert_int_equal(after.fetch_windows_read_here - before.fetch_windows_read_here, 0);
+}
+
+/*
+ * Staged windows are copied one entry per plane for each run of
+ * consecutive window slots going to consecutive page ids where staging is
+ * grouped (planes of 8 KiB; before: one entry per page and plane, as still
+ * with planes of 5000 bytes, G = 1): a store of 11 pages from consecutive
+ * ids in windows of 4, 4 and 3 copies 3 runs x 3 planes; after a restart
+ * its fetch to consecutive ids as many, to ids broken within each window
+ * 6 runs; the row its 3 pieces each time. Byte-exact each time, a fetch
+ * skipping pages too.
+ */
+static void test_engine_staged_copy_entries_per_run(void **state)
+{
+	struct fixture *f = *state;
+	bool grouped = f->unit == 8192;
+	uint32_t ids[11] = { 100, 101, 102, 150, 151, 152, 153, 30, 31, 60, 61 };
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct rec_key key;
+
+	/* The device's ops change only while no engine uses it. */
+	shard_engine_close(f->engine);
+	tu_count_copy_entries(f->dev);
+	open_engine(f, 4);
+	make_key(&key, 64 * 11 + 5, 7);
+	assert_int_equal(store(f, &key, NULL, 10, 2, &c), 0);
+	assert_int_equal(tu_entries_to_host, (grouped ? 3 * 3 : 11 * 3) + 3);
+	shard_engine_close(f->engine);
+	open_engine(f, 4);
+	chain = (struct shard_chain_record){ key, 0, 11 };
+	poison(f);
+	tu_entries_to_device = 0;
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 5, &c), 0);
+	for (uint32_t i = 0; i < 11; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 5, key.consumed));
+	assert_int_equal(tu_entries_to_device, (grouped ? 3 * 3 : 11 * 3) + 3);
+	poison(f);
+	tu_entries_to_device = 0;
+	assert_int_equal(fetch_ids(f, &chain, 1, 0, ids, 6, &c), 0);
+	for (uint32_t i = 0; i < 11; i++)
+		assert_true(page_matches(f, ids[i], i));
+	assert_true(row_matches(f, 6, key.consumed));
+	assert_int_equal(tu_entries_to_device, (grouped ? 6 * 3 : 11 * 3) + 3);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 5, 40, 1, &c), 0);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_true(page_matches(f, 40 + i, 5 + i));
+	assert_true(row_matches(f, 1, key.consumed));
+	assert_int_equal(f->plane_memory[2][f->unit * 46], 0xee);
+}
+
+/*
+ * Reopens the engine with the variable name set to value (NULL: unset) and
+ * windows of window_pages (0: the default), its staging described into
+ * line, copy entries counted from 0; then stores key (8 pages) from ids
+ * 20.. and fetches it to ids 100.., byte-exact.
+ */
+static void env_round_trip(struct fixture *f, const char *name, const char *value,
+			   uint32_t window_pages, const struct rec_key *key, char *line,
+			   size_t line_size)
+{
+	struct shard_chain_record chain = { *key, 0, 8 };
+	struct shard_completion c;
+
+	shard_engine_close(f->engine);
+	tu_count_copy_entries(f->dev); /* while no engine uses it */
+	if (value)
+		setenv(name, value, 1);
+	open_engine(f, window_pages);
+	unsetenv(name);
+	shard_engine_describe_staging(f->engine, line, line_size);
+	assert_int_equal(store(f, key, NULL, 20, 2, &c), 0);
+	poison(f);
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3, &c), 0);
+	for (uint32_t k = 0; k < 8; k++)
+		assert_true(page_matches(f, 100 + k, k));
+	assert_true(row_matches(f, 3, key->consumed));
+}
+
+/*
+ * SELENE_STAGING_GROUP_SLOTS caps staging's groups: 1 (or 0) lays every
+ * slot out as one page record (a store and a fetch of 8 pages from and to
+ * consecutive ids, in windows of 4, are one entry a page and plane), 2
+ * (and 3: the largest divisor of the window's pages within it) groups of
+ * 2, unset or malformed a window's; the startup line's staging names
+ * them. Byte-exact each time.
+ */
+static void test_engine_staging_group_slots_from_env(void **state)
+{
+	static const char *const values[] = { "1", "0", "2", "3", "x", NULL };
+	static const uint32_t runs[] = { 8, 8, 4, 4, 2, 2 };
+	static const char *const groups[] = { "", "", " in groups of 2 by plane",
+					      " in groups of 2 by plane", " in groups of 4 by plane",
+					      " in groups of 4 by plane" };
+	struct fixture *f = *state;
+	char line[128], expect[128];
+	struct rec_key key;
+
+	make_key(&key, 64 * 8, 8);
+	for (uint32_t i = 0; i < SEL_ARRAY_SIZE(values); i++) {
+		env_round_trip(f, "SELENE_STAGING_GROUP_SLOTS", values[i], 4, &key, line,
+			       sizeof(line));
+		snprintf(expect, sizeof(expect), "windows of 4 pages%s", groups[i]);
+		if (!strstr(line, expect) || (!groups[i][0] && strstr(line, "groups")))
+			fail_msg("SELENE_STAGING_GROUP_SLOTS=%s: %s", values[i] ? values[i] : "(unset)",
+				 line);
+		if (tu_entries_to_host != runs[i] * 3 + 3 || tu_entries_to_device != runs[i] * 3 + 3)
+			fail_msg("SELENE_STAGING_GROUP_SLOTS=%s: %" PRIu64 " and %" PRIu64
+				 " entries, not %u", values[i] ? values[i] : "(unset)",
+				 tu_entries_to_host, tu_entries_to_device, runs[i] * 3 + 3);
+	}
+}
+
+/*
+ * SELENE_WINDOW_PAGES sets a window's pages where the option does not
+ * (before: the window was always the default's): 2 gives a fetch of 8
+ * pages to consecutive ids 4 windows, a run each with staging grouped;
+ * unset or malformed the default (64 pages of 24 KiB at most). Byte-exact.
+ */
+static void test_engine_window_pages_from_env(void **state)
+{
+	static const char *const values[] = { "2", "x", NULL };
+	static const char *const lines[] = { "windows of 2 pages in groups of 2 by plane",
+					     "windows of 64 pages in groups of 64 by plane",
+					     "windows of 64 pages in groups of 64 by plane" };
+	static const uint32_t runs[] = { 4, 1, 1 };
+	struct fixture *f = *state;
+	struct rec_key key;
+	char line[128];
+
+	make_key(&key, 64 * 8, 9);
+	for (uint32_t i = 0; i < SEL_ARRAY_SIZE(values); i++) {
+		env_round_trip(f, "SELENE_WINDOW_PAGES", values[i], 0, &key, line, sizeof(line));
+		if (!strstr(line, lines[i]))
+			fail_msg("SELENE_WINDOW_PAGES=%s: %s", values[i] ? values[i] : "(unset)", line);
+		assert_int_equal(tu_entries_to_device, runs[i] * 3 + 3);
+	}
 }
 
 /*
@@ -2558,8 +2742,8 @@ static void test_engine_pool_export_copies_into_registered_staging(void **state)
 		const uint8_t *page = fp.images[0] + layout.page_offset + layout.page_stride * i;
 
 		for (uint32_t p = 0; p < 3; p++)
-			assert_memory_equal(page + 8192u * p, f->plane_memory[p] + 5000ull * ids[i],
-					    5000);
+			assert_memory_equal(page + 8192u * p, f->plane_memory[p] + f->unit * ids[i],
+					    f->unit);
 		assert_true(sel_get_le64(fp.images[0] + layout.checksum_offset + 8ull * i) ==
 			    rec_page_checksum(page, layout.page_stride, seed, i));
 	}
@@ -2613,7 +2797,7 @@ static void test_engine_pool_put_and_claim(void **state)
 	for (uint32_t i = 0; i < 7; i++)
 		assert_true(page_matches(f, 100 + i, 1 + i));
 	assert_true(row_matches(f, 2, 512));
-	assert_int_equal(c.bytes, 7ull * 3 * 5000 + 60000);
+	assert_int_equal(c.bytes, 7ull * 3 * f->unit + 60000);
 	fake_pool_free(&fp);
 }
 
@@ -2700,6 +2884,10 @@ int main(void)
 	cmocka_unit_test_setup_teardown(test, setup_workers, teardown), \
 	cmocka_unit_test_setup_teardown(test, setup_memory, teardown),  \
 	cmocka_unit_test_setup_teardown(test, setup_fallback, teardown)
+/* Staging grouped plane-major (planes of 8 KiB): on a disk, and memory-backed. */
+#define GROUPED(test)                                                            \
+	{ #test " (grouped)", test, setup_grouped, teardown, NULL },             \
+	{ #test " (grouped, memory-backed)", test, setup_grouped_memory, teardown, NULL }
 	const struct CMUnitTest tests[] = {
 		BOTH(test_engine_round_trip),
 		BOTH(test_engine_chain_and_suffix),
@@ -2729,6 +2917,20 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_engine_ring_errors, setup_memory, teardown),
 		BOTH(test_engine_copy_failure_drains_first),
 		BOTH(test_engine_fetch_reads_memory_backed_here),
+		BOTH(test_engine_staged_copy_entries_per_run),
+		GROUPED(test_engine_staged_copy_entries_per_run),
+		GROUPED(test_engine_round_trip),
+		GROUPED(test_engine_chain_and_suffix),
+		GROUPED(test_engine_corrupt_page),
+		GROUPED(test_engine_chain_corrupt_page),
+		GROUPED(test_engine_fetch_reads_memory_backed_here),
+		GROUPED(test_engine_stores_at_once),
+		GROUPED(test_engine_pool_put_and_claim),
+		GROUPED(test_engine_pool_export_copies_into_registered_staging),
+		cmocka_unit_test_setup_teardown(test_engine_staging_group_slots_from_env,
+						setup_grouped, teardown),
+		cmocka_unit_test_setup_teardown(test_engine_window_pages_from_env, setup_grouped,
+						teardown),
 		BOTH(test_engine_restore_before_queued_stores),
 		BOTH(test_engine_yielded_store_failure),
 		BOTH(test_engine_restore_during_slow_commit),
@@ -2746,6 +2948,7 @@ int main(void)
 						teardown),
 	};
 #undef BOTH
+#undef GROUPED
 
 	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

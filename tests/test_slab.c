@@ -12,6 +12,7 @@
 #include "shard/slab.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,69 @@ static void test_slab_alignment(void **state)
 	shard_slab_destroy(&pool);
 	assert_int_equal(shard_slab_init(&pool, 0, 7), -EINVAL);
 	assert_int_equal(shard_slab_init(&pool, 4096, 0), -EINVAL);
+}
+
+/*
+ * The grouped layout (shard_slab_layout): slots [0, 8) in groups of 4,
+ * plane-major (plane p of slot 4g + j at g * 4 * 24 KiB + 4 * 8 KiB * p
+ * + 8 KiB * j), the slots after them (a row's) page records in one piece;
+ * runs follow within a group only; a scrub zeroes a slot's planes and
+ * nothing else. Planes of 5000 bytes, or of unequal sizes, give G = 1.
+ */
+static void test_slab_grouped_layout(void **state)
+{
+	static const uint64_t equal[3] = { 8192, 8192, 8192 };
+	static const uint64_t uneven[3] = { 8192, 4096, 8192 };
+	static const uint64_t padded[3] = { 5000, 5000, 5000 };
+	struct shard_slab_pool pool;
+	struct rec_page_spread sp;
+
+	(void)state;
+	assert_int_equal(shard_slab_group_slots(equal, 3, 4), 4);
+	assert_int_equal(shard_slab_group_slots(uneven, 3, 4), 1);
+	assert_int_equal(shard_slab_group_slots(padded, 3, 4), 1);
+	assert_int_equal(shard_slab_init(&pool, 3 * 8192, 11), 0);
+	shard_slab_layout(&pool, equal, 3, 4, 8);
+	for (uint32_t s = 0; s < 8; s++)
+		for (uint32_t p = 0; p < 3; p++)
+			assert_ptr_equal(shard_slab_plane(&pool, s, p),
+					 pool.base + (s / 4) * 4 * 24576 + 4 * 8192 * p +
+						 (s % 4) * 8192);
+	for (uint32_t s = 8; s < 11; s++) {
+		assert_ptr_equal(shard_slab_page(&pool, s), pool.base + s * 24576ull);
+		assert_ptr_equal(shard_slab_plane(&pool, s, 2), pool.base + s * 24576ull + 16384);
+	}
+	shard_slab_spread(&pool, &sp);
+	assert_int_equal(sp.segment_count, 3);
+	assert_int_equal(sp.segment_bytes, 8192);
+	assert_int_equal(sp.pitch_bytes, 4 * 8192);
+	assert_true(shard_slab_follows(&pool, 0, 1));
+	assert_true(shard_slab_follows(&pool, 6, 7));
+	assert_false(shard_slab_follows(&pool, 3, 4)); /* the next group */
+	assert_false(shard_slab_follows(&pool, 7, 8)); /* past the groups */
+	assert_false(shard_slab_follows(&pool, 8, 9));
+	memset(pool.base, 0xab, 11 * 24576ull);
+	shard_slab_scrub(&pool, 5);
+	shard_slab_scrub(&pool, 9);
+	for (uint64_t at = 0; at < 11 * 24576ull; at++) {
+		bool in5 = false;
+
+		for (uint32_t p = 0; p < 3; p++)
+			in5 = in5 || (pool.base + at >= shard_slab_plane(&pool, 5, p) &&
+				      pool.base + at < shard_slab_plane(&pool, 5, p) + 8192);
+		if (pool.base[at] != ((in5 || at / 24576 == 9) ? 0 : 0xab))
+			fail_msg("byte %" PRIu64 " is %#x", at, pool.base[at]);
+	}
+	shard_slab_destroy(&pool);
+
+	assert_int_equal(shard_slab_init(&pool, 3 * 8192, 6), 0);
+	shard_slab_layout(&pool, padded, 3, 1, 6);
+	assert_int_equal(pool.grouped_slots, 0);
+	assert_ptr_equal(shard_slab_plane(&pool, 2, 1), pool.base + 2 * 24576 + 8192);
+	shard_slab_spread(&pool, &sp);
+	assert_false(rec_page_spread_split(&sp));
+	assert_false(shard_slab_follows(&pool, 0, 1));
+	shard_slab_destroy(&pool);
 }
 
 /* An unsatisfiable request fails at once, takes nothing, and is counted. */
@@ -445,6 +509,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_slab_alignment),
+		cmocka_unit_test(test_slab_grouped_layout),
 		cmocka_unit_test(test_slab_exhaustion_and_reuse),
 		cmocka_unit_test(test_slab_multi_piece_row),
 		cmocka_unit_test(test_slab_intake_reservation),

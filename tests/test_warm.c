@@ -2780,7 +2780,7 @@ static void test_warm_pool_read_through(void **state)
 	e = shard_warm_reserve_read(&w, &b, 4, 4, true);
 	assert_int_not_equal(e, SHARD_WARM_NONE);
 	for (uint32_t s = 0; s < 10; s++)
-		memset(shard_warm_page(&w, s), 0xab, 4096);
+		memset(shard_slab_page(&w.pool, s), 0xab, 4096);
 	shard_warm_abort_read(&w, e);
 	assert_int_equal(shard_warm_find(&w, &b), SHARD_WARM_NONE);
 	shard_warm_get_stats(&w, &ws);
@@ -2800,7 +2800,7 @@ static void test_warm_pool_read_through(void **state)
 		shard_warm_page_slots(&w, e, 0, 4, slots);
 		shard_warm_row_slots(&w, e, slots + 4);
 		for (uint32_t i = 0; i < 6; i++)
-			assert_memory_equal(shard_warm_page(&w, slots[i]), zero, 4096);
+			assert_memory_equal(shard_slab_page(&w.pool, slots[i]), zero, 4096);
 	}
 	shard_warm_destroy(&w);
 }
@@ -2941,34 +2941,34 @@ static void test_warm_layout_groups(void **state)
 
 	(void)state;
 	assert_int_equal(warm_init_planes(&w, equal, 200, SHARD_WARM_GROUP_SLOTS), 0);
-	assert_int_equal(w.group_slots, 64);
+	assert_int_equal(w.pool.group_slots, 64);
 	assert_int_equal(w.pool.slot_count, 192);
 	assert_int_equal(w.stats.slots_total, 192);
 	assert_int_equal(w.pool.slot_bytes, slot);
 	assert_int_equal(w.row_piece_count, 3);
 	for (uint32_t s = 0; s < 192; s += 7)
 		for (uint32_t p = 0; p < 3; p++)
-			assert_ptr_equal(shard_warm_plane(&w, s, p),
+			assert_ptr_equal(shard_slab_plane(&w.pool, s, p),
 					 w.pool.base + (s / 64) * group + 64ull * 8192 * p +
 						 (s % 64) * 8192ull);
-	assert_ptr_equal(shard_warm_page(&w, 65), w.pool.base + group + 8192);
-	shard_warm_spread(&w, &sp);
+	assert_ptr_equal(shard_slab_page(&w.pool, 65), w.pool.base + group + 8192);
+	shard_slab_spread(&w.pool, &sp);
 	assert_int_equal(sp.segment_count, 3);
 	assert_int_equal(sp.segment_bytes, 8192);
 	assert_int_equal(sp.pitch_bytes, 64 * 8192);
-	assert_true(shard_warm_follows(&w, 5, 6));
-	assert_true(shard_warm_follows(&w, 62, 63));
-	assert_false(shard_warm_follows(&w, 63, 64)); /* the next group */
-	assert_false(shard_warm_follows(&w, 5, 7));
-	assert_false(shard_warm_follows(&w, 6, 5));
+	assert_true(shard_slab_follows(&w.pool, 5, 6));
+	assert_true(shard_slab_follows(&w.pool, 62, 63));
+	assert_false(shard_slab_follows(&w.pool, 63, 64)); /* the next group */
+	assert_false(shard_slab_follows(&w.pool, 5, 7));
+	assert_false(shard_slab_follows(&w.pool, 6, 5));
 	/* A 60000-byte row: 8 pieces of 8 KiB, each slot's planes in order. */
 	assert_int_equal(shard_warm_row_buffers(&w, row_slots, pieces, &piece_bytes), 8);
 	assert_int_equal(piece_bytes, 8192);
 	for (uint32_t k = 0; k < 8; k++)
-		assert_ptr_equal(pieces[k], shard_warm_plane(&w, row_slots[k / 3], k % 3));
-	memset(shard_warm_plane(&w, 9, 1), 0xab, 8192);
-	shard_warm_scrub(&w, 9);
-	assert_int_equal(*shard_warm_plane(&w, 9, 1), 0);
+		assert_ptr_equal(pieces[k], shard_slab_plane(&w.pool, row_slots[k / 3], k % 3));
+	memset(shard_slab_plane(&w.pool, 9, 1), 0xab, 8192);
+	shard_slab_scrub(&w.pool, 9);
+	assert_int_equal(*shard_slab_plane(&w.pool, 9, 1), 0);
 	/* Chunks of two whole groups where a chunk holds two and a half. */
 	w.register_chunk_bytes = 2 * group + group / 2;
 	assert_int_equal(shard_warm_register(&w, &d.base), 0);
@@ -2981,9 +2981,9 @@ static void test_warm_layout_groups(void **state)
 
 	/* Fewer slots than a group: one group of them all. */
 	assert_int_equal(warm_init_planes(&w, equal, 10, SHARD_WARM_GROUP_SLOTS), 0);
-	assert_int_equal(w.group_slots, 10);
+	assert_int_equal(w.pool.group_slots, 10);
 	assert_int_equal(w.pool.slot_count, 10);
-	assert_ptr_equal(shard_warm_plane(&w, 3, 2), w.pool.base + 10 * 2 * 8192 + 3 * 8192);
+	assert_ptr_equal(shard_slab_plane(&w.pool, 3, 2), w.pool.base + 10 * 2 * 8192 + 3 * 8192);
 	shard_warm_destroy(&w);
 
 	/* G = 1: unequal strides, padded planes, or asked for. */
@@ -2999,22 +2999,22 @@ static void test_warm_layout_groups(void **state)
 							  SHARD_WARM_GROUP_SLOTS), 0);
 			for (uint32_t p = 0; p < 3; p++)
 				bytes += sel_align_up(shapes[i][p], 4096);
-			assert_int_equal(w.group_slots, 1);
+			assert_int_equal(w.pool.group_slots, 1);
 			assert_int_equal(w.pool.slot_count, 130);
 			assert_int_equal(w.pool.slot_bytes, bytes);
 			for (uint32_t p = 0; p < 3; p++) {
-				assert_ptr_equal(shard_warm_plane(&w, 77, p),
+				assert_ptr_equal(shard_slab_plane(&w.pool, 77, p),
 						 w.pool.base + 77 * bytes + offset);
 				offset += sel_align_up(shapes[i][p], 4096);
 			}
-			shard_warm_spread(&w, &sp);
+			shard_slab_spread(&w.pool, &sp);
 			assert_false(rec_page_spread_split(&sp));
-			assert_false(shard_warm_follows(&w, 5, 6));
+			assert_false(shard_slab_follows(&w.pool, 5, 6));
 			assert_int_equal(shard_warm_row_buffers(&w, row_slots, pieces,
 								&piece_bytes),
 					 (ROW_BYTES + bytes - 1) / bytes);
 			assert_int_equal(piece_bytes, bytes);
-			assert_ptr_equal(pieces[1], shard_warm_page(&w, 71));
+			assert_ptr_equal(pieces[1], shard_slab_page(&w.pool, 71));
 			shard_warm_destroy(&w);
 		}
 	}
@@ -3072,32 +3072,6 @@ static void test_warm_slots_in_order(void **state)
 	shard_warm_destroy(&w);
 }
 
-/* The host device, each direction's copy entries counted. */
-static uint64_t entries_to_host, entries_to_device;
-static int (*host_copy)(struct shard_device *dev, enum shard_copy_direction dir,
-			const struct shard_copy *copies, uint32_t count);
-
-static int entry_counting_copy(struct shard_device *dev, enum shard_copy_direction dir,
-			       const struct shard_copy *copies, uint32_t count)
-{
-	if (dir == SHARD_DEVICE_TO_HOST)
-		entries_to_host += count;
-	else
-		entries_to_device += count;
-	return host_copy(dev, dir, copies, count);
-}
-
-static void count_entries(struct fixture *f)
-{
-	static struct shard_device_ops ops;
-
-	ops = *f->dev->ops;
-	host_copy = f->dev->ops->copy;
-	ops.copy = entry_counting_copy;
-	f->dev->ops = &ops;
-	entries_to_host = entries_to_device = 0;
-}
-
 /* Fetches chain's pages to ids (one each) and its row to slot. */
 static int fetch_to(struct fixture *f, const struct shard_chain_record *chain, uint32_t count,
 		    const uint32_t *ids, uint32_t slot)
@@ -3134,48 +3108,48 @@ static void test_warm_copy_entries_per_run(void **state)
 	struct shard_warm_stats ws;
 	struct rec_key a, x;
 
-	count_entries(f);
+	tu_count_copy_entries(f->dev);
 	open_engine(f, 128ull * SLOT_BYTES); /* two groups */
 	make_key(&a, 64 * 7, 1);
 	chain = (struct shard_chain_record){ a, 0, 7 };
 	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
-	assert_int_equal(entries_to_host, (grouped ? 2 * 3 : 7 * 3) + row);
+	assert_int_equal(tu_entries_to_host, (grouped ? 2 * 3 : 7 * 3) + row);
 	poison(f);
-	entries_to_device = 0;
+	tu_entries_to_device = 0;
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 7, 4, a.consumed);
-	assert_int_equal(entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
+	assert_int_equal(tu_entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
 	poison(f);
-	entries_to_device = 0;
+	tu_entries_to_device = 0;
 	assert_int_equal(fetch_to(f, &chain, 1, ids, 4), 0);
 	for (uint32_t i = 0; i < 7; i++)
 		assert_true(page_matches(f, ids[i], i));
 	assert_true(row_matches(f, 4, a.consumed));
-	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+	assert_int_equal(tu_entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
 	/* Read through from its file into the slots it had, in order. */
 	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
 	poison(f);
-	entries_to_device = 0;
+	tu_entries_to_device = 0;
 	assert_int_equal(fetch_rt(f, &chain, 1, 0, 100, 4, true), 0);
 	check_restored(f, 7, 4, a.consumed);
-	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+	assert_int_equal(tu_entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.read_throughs, 1);
 	poison(f);
-	entries_to_device = 0;
+	tu_entries_to_device = 0;
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 7, 4, a.consumed);
-	assert_int_equal(entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
+	assert_int_equal(tu_entries_to_device, (grouped ? 1 * 3 : 7 * 3) + row);
 	/* A run ends at its group's end: a's pages in slots 63 | 64..69. */
 	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
 	make_key(&x, 64 * 60, 9);
 	assert_int_equal(store(f, &x, NULL, 20, 2, true), 0); /* slots 0..62 */
 	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
 	poison(f);
-	entries_to_device = 0;
+	tu_entries_to_device = 0;
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 7, 4, a.consumed);
-	assert_int_equal(entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
+	assert_int_equal(tu_entries_to_device, (grouped ? 2 * 3 : 7 * 3) + row);
 }
 
 /*
@@ -3225,7 +3199,7 @@ static void test_warm_group_slots_from_env(void **state)
 
 	make_key(&a, 64 * 7, 1);
 	chain = (struct shard_chain_record){ a, 0, 7 };
-	count_entries(f);
+	tu_count_copy_entries(f->dev);
 	for (uint32_t i = 0; i < 5; i++) {
 		if (values[i])
 			setenv("SELENE_WARM_GROUP_SLOTS", values[i], 1);
@@ -3239,10 +3213,10 @@ static void test_warm_group_slots_from_env(void **state)
 				 line);
 		assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
 		poison(f);
-		entries_to_device = 0;
+		tu_entries_to_device = 0;
 		fetch_reading_no_file(f, &chain, 1, 0);
 		check_restored(f, 7, 4, a.consumed);
-		assert_int_equal(entries_to_device, (i < 2 ? 7 * 3 + ROW_PIECES : 3 + 8));
+		assert_int_equal(tu_entries_to_device, (i < 2 ? 7 * 3 + ROW_PIECES : 3 + 8));
 		assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
 		shard_engine_close(f->engine);
 		f->engine = NULL;

@@ -383,6 +383,33 @@ int tu_device_mark_none(struct shard_device *dev, uint32_t mark)
 	return 0;
 }
 
+uint64_t tu_entries_to_host, tu_entries_to_device;
+static int (*counted_copy)(struct shard_device *dev, enum shard_copy_direction dir,
+			   const struct shard_copy *copies, uint32_t count);
+
+static int entry_counting_copy(struct shard_device *dev, enum shard_copy_direction dir,
+			       const struct shard_copy *copies, uint32_t count)
+{
+	if (dir == SHARD_DEVICE_TO_HOST)
+		tu_entries_to_host += count;
+	else
+		tu_entries_to_device += count;
+	return counted_copy(dev, dir, copies, count);
+}
+
+void tu_count_copy_entries(struct shard_device *dev)
+{
+	static struct shard_device_ops ops;
+
+	tu_entries_to_host = tu_entries_to_device = 0;
+	if (dev->ops == &ops)
+		return; /* counting already */
+	ops = *dev->ops;
+	counted_copy = dev->ops->copy;
+	ops.copy = entry_counting_copy;
+	dev->ops = &ops;
+}
+
 static int deferred_copy(struct shard_device *dev, enum shard_copy_direction direction,
 			 const struct shard_copy *copies, uint32_t count)
 {

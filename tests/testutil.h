@@ -165,4 +165,13 @@ void tu_device_close(struct shard_device *dev);
 /* A mark and its wait for test devices whose copies finish as they are issued. */
 int tu_device_mark_none(struct shard_device *dev, uint32_t mark);
 
+/*
+ * Copy entries dev was given since tu_count_copy_entries, each direction's
+ * (one device at a time: dev's ops are replaced by counting ones that
+ * copy as its own do, so call it while no engine uses dev; the counts may
+ * be reset to 0 between jobs).
+ */
+extern uint64_t tu_entries_to_host, tu_entries_to_device;
+void tu_count_copy_entries(struct shard_device *dev);
+
 #endif
