@@ -258,17 +258,20 @@ static void make_key(struct rec_key *key, uint64_t consumed, uint8_t tag)
 	key->digest.bytes[0] = (uint8_t)consumed;
 }
 
-/* Stores pages [parent's, key's) from ids base_id + i as mode (enum shard_store_warm) says. */
-static int store_as(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
-		    uint32_t base_id, uint32_t slot, uint8_t mode)
+/*
+ * Submits a store of pages [parent's, key's) from ids base_id + i as mode
+ * (enum shard_store_warm) says, without waiting: its job id is
+ * f->next_job. Returns the submission's result.
+ */
+static int store_submit(struct fixture *f, const struct rec_key *key,
+			const struct rec_key *parent, uint32_t base_id, uint32_t slot,
+			uint8_t mode)
 {
 	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
 	uint32_t tail = (uint32_t)(key->consumed / 64) - first, ids[200];
 	struct rec_header h;
 	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot,
 				       .warm = mode };
-	struct shard_completion c;
-	int ret;
 
 	for (uint32_t i = 0; i < tail; i++) {
 		ids[i] = base_id + i;
@@ -277,7 +280,16 @@ static int store_as(struct fixture *f, const struct rec_key *key, const struct r
 	tu_fill(f->row_memory + (uint64_t)ROW_BYTES * slot, ROW_BYTES, key->consumed);
 	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, parent, &key->digest,
 					 first, tail, 99), 0);
-	ret = shard_engine_store(f->engine, ++f->next_job, &job);
+	return shard_engine_store(f->engine, ++f->next_job, &job);
+}
+
+/* Stores pages [parent's, key's) from ids base_id + i as mode (enum shard_store_warm) says. */
+static int store_as(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
+		    uint32_t base_id, uint32_t slot, uint8_t mode)
+{
+	struct shard_completion c;
+	int ret = store_submit(f, key, parent, base_id, slot, mode);
+
 	if (ret)
 		return ret;
 	shard_engine_wait(f->engine, &c);
@@ -1473,6 +1485,72 @@ static void test_warm_truncate_unlink_restore(void **state)
 	assert_int_equal(ws.slots_used, 0);
 	/* A drop of what is not warm does nothing, and succeeds. */
 	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+}
+
+/*
+ * A warm drop that arrives while a write from warm of its key is in
+ * flight fails with -EBUSY and frees nothing: a store admitted beside the
+ * write (same size, other bytes) takes other slots, and the file written
+ * holds the record's own bytes, which restore from it. Freed, the slots
+ * would be the new store's, and the file its bytes under valid checksums.
+ */
+static void test_warm_drop_refused_while_writing(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, p, b;
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct shard_warm_stats ws;
+	int write_result = 1, drop_result = 1, store_result = 1;
+	uint64_t write_id, drop_id, store_id;
+
+	f->stores_max = 2; /* the new store runs beside the write */
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&p, 64 * 7, 2);
+	make_key(&b, 64 * 14, 3); /* p's child: 7 pages as a, bytes of pages 7..13 */
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM_ONLY), 0);
+	/* The write's create stalls on the disk; the drop and the store come meanwhile. */
+	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(1000)"), 0);
+	assert_int_equal(store_submit(f, &a, NULL, 10, 1, SHARD_STORE_WARM_WRITE), 0);
+	write_id = f->next_job;
+	for (int i = 0; i < 10000 && !sel_failpoint_evaluations(SEL_FP_RECORD_BEFORE_CREATE); i++)
+		usleep(1000);
+	assert_true(sel_failpoint_evaluations(SEL_FP_RECORD_BEFORE_CREATE) > 0);
+	assert_int_equal(store_submit(f, &b, &p, 30, 2, SHARD_STORE_WARM), 0);
+	store_id = f->next_job;
+	assert_int_equal(shard_engine_warm_drop(f->engine, ++f->next_job, &a), 0);
+	drop_id = f->next_job;
+	for (int i = 0; i < 3; i++) {
+		shard_engine_wait(f->engine, &c);
+		if (c.job_id == write_id)
+			write_result = c.result;
+		else if (c.job_id == drop_id)
+			drop_result = c.result;
+		else if (c.job_id == store_id)
+			store_result = c.result;
+		if (c.job_id == drop_id && c.result)
+			assert_non_null(strstr(c.why, "write from warm is in flight"));
+	}
+	sel_failpoints_configure(NULL);
+	assert_int_equal(write_result, 0);
+	assert_int_equal(store_result, 0);
+	/* a's file, read with its warm copy gone, holds a's bytes. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+	poison(f);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 3, a.consumed));
+	chain = (struct shard_chain_record){ b, 7, 7 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 120, 4), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(page_matches(f, 120 + i, 7 + i));
+	assert_true(row_matches(f, 4, b.consumed));
+	assert_int_equal(drop_result, -EBUSY);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 1); /* b */
 }
 
 /* After a restart the warm tier is empty and the records restore from the disk. */
@@ -3374,6 +3452,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_drop_refused_while_writing, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
 		GROUPED(test_warm_fetch_reads_no_file),
