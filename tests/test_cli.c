@@ -1144,7 +1144,8 @@ static void test_cli_pool_daemon(void **state)
 			 "selene_pool_puts_total selene_pool_claims_total "
 			 "selene_pool_records_dropped_total selene_pool_holds "
 			 "selene_pool_exports_total selene_pool_rdma_windows_total "
-			 "selene_pool_rdma_failures_total selene_pool_disk_used_bytes");
+			 "selene_pool_rdma_failures_total selene_pool_disk_used_bytes "
+			 "selene_pool_spill_failures_total");
 	assert_non_null(strstr(body, "selene_pool_exports_total{outcome=\"refused\"} 0\n"));
 	kill(pid, SIGTERM);
 	assert_int_equal(waitpid(pid, &status, 0), pid);

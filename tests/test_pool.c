@@ -1671,6 +1671,57 @@ static void test_pool_disk_close_takes_late_load(void **state)
 	tu_remove_tree(dir);
 }
 
+/*
+ * A spill whose write fails while a claim pins its record (the claim's
+ * load queued behind the write, which waits behind a spill held 2 s by
+ * failpoint pool.disk_io) is counted as a failed spill, not as an
+ * eviction: the record stays until its load fails on the missing files
+ * (a disk failure), and the claim is answered -ENOENT.
+ */
+static void test_pool_disk_spill_fails_pinned(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	static struct put_case cases[16];
+	struct pool_manager_stats st;
+	char *dir = tu_make_temp_dir("pool-disk-spill-fails");
+	char config[96];
+	uint32_t used = 0;
+	uint64_t evicted;
+
+	(void)state;
+	for (uint32_t i = 0; i < 16; i++)
+		case_make(&cases[i], 900 + i, 128, NULL, 130 + i);
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0);
+	do {
+		assert_true(used < 14);
+		assert_int_equal(put_whole(a, &cases[used++]), 0);
+		disk_settle(&r);
+		pool_manager_stats(r.m, &st);
+	} while (st.spilled == 0);
+	evicted = st.evicted;
+	/* cases[1]'s spill is held, cases[2]'s fails: a claim of it comes meanwhile */
+	snprintf(config, sizeof(config), "pool.disk_io=1*sleep(%u)->1*return(EIO)->off",
+		 2000 * time_scale());
+	assert_int_equal(sel_failpoints_configure(config), 0);
+	assert_int_equal(put_whole(a, &cases[used++]), 0);
+	assert_int_equal(put_whole(a, &cases[used++]), 0);
+	assert_int_equal(claim(&a[0], 1, &cases[2].rec.key), -ENOENT);
+	disk_settle(&r);
+	assert_int_equal(sel_failpoints_configure(""), 0);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.spill_failures, 1);
+	assert_int_equal(st.disk_failures, 1);
+	assert_int_equal(st.evicted, evicted);
+	assert_int_equal(lookup(&a[0], &cases[2].rec.key, 1, NULL), 0);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 16; i++)
+		case_free(&cases[i]);
+	tu_remove_tree(dir);
+}
+
 /* ---- Through pool/client.h ---- */
 
 static uint64_t page_bytes_of[WORLD], row_bytes_of[WORLD];
@@ -2697,6 +2748,7 @@ int main(void)
 		cmocka_unit_test(test_pool_disk_spill_syncs),
 		cmocka_unit_test(test_pool_disk_thread_keeps_loop_answering),
 		cmocka_unit_test(test_pool_disk_close_takes_late_load),
+		cmocka_unit_test(test_pool_disk_spill_fails_pinned),
 	};
 
 	return cmocka_run_group_tests_name("pool", tests, setup, NULL);
