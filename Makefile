@@ -18,8 +18,11 @@ CC ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS := liburing libxxhash libb2
 
-SONAME_MAJOR := 0
-VERSION := 0.1.0
+# The version is include/selene/selene.h's; its major is the SONAME's.
+version_part = $(shell sed -n 's/^\#define SELENE_VERSION_$(1) \([0-9]*\)$$/\1/p' \
+		include/selene/selene.h)
+SONAME_MAJOR := $(call version_part,MAJOR)
+VERSION := $(SONAME_MAJOR).$(call version_part,MINOR).$(call version_part,PATCH)
 
 # CFLAGS and LDFLAGS are the user's (optimisation, debug); the rest is ours
 # and survives a CFLAGS given on the command line.

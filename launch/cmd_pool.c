@@ -124,6 +124,9 @@ static int render_metrics(void *ctx, char *buf, size_t size)
 	ONE("selene_pool_disk_queue_full_total", "counter",
 	    "Spills refused because the disk thread's queue was full (backpressure).",
 	    "selene_pool_disk_queue_full_total %" PRIu64 "\n", s.disk_queue_full);
+	ONE("selene_pool_spill_failures_total", "counter",
+	    "Spills whose share files could not be written (the record is dropped).",
+	    "selene_pool_spill_failures_total %" PRIu64 "\n", s.spill_failures);
 	ONE("selene_pool_records_dropped_total", "counter", "Records dropped, by reason.",
 	    "selene_pool_records_dropped_total{reason=\"evicted\"} %" PRIu64 "\n"
 	    "selene_pool_records_dropped_total{reason=\"expired\"} %" PRIu64 "\n"

@@ -3024,7 +3024,12 @@ static void claim_answer_loaded(struct pool_manager *m, struct claim *cl, uint64
 		claim_end(m, cl);
 }
 
-/* A spill is done: a record whose files could not be written is dropped. */
+/*
+ * A spill is done: a record whose files could not be written is dropped
+ * (counted in spill_failures, and as evicted once it has gone). A pinned
+ * one stays until the load that pins it fails (counted in disk_failures),
+ * as does one that a pinned record extends.
+ */
 static void spill_done(struct pool_manager *m, const struct disk_job *j)
 {
 	struct record *r = record_find(j->scope, &j->key);
@@ -3037,8 +3042,10 @@ static void spill_done(struct pool_manager *m, const struct disk_job *j)
 		return;
 	sel_warn("pool: spilling record %" PRIu64 " to disk: %s", j->key.consumed, j->why);
 	m->stats.spilled--;
-	m->stats.evicted++;
-	drop_tree(m, r); /* as without a disk tier; a pinned one goes when its load fails */
+	m->stats.spill_failures++;
+	drop_tree(m, r); /* as without a disk tier */
+	if (!record_find(j->scope, &j->key))
+		m->stats.evicted++;
 }
 
 /*

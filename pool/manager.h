@@ -89,6 +89,7 @@ struct pool_manager_stats {
 	uint64_t spilled;          /* moved from the arena to the disk tier */
 	uint64_t loaded;           /* moved back from the disk tier for a claim */
 	uint64_t disk_failures;    /* a share file unreadable or failing its checks */
+	uint64_t spill_failures;   /* spills whose files could not be written */
 	/* holders and exports (R-POOL-70 .. R-POOL-75) */
 	uint64_t holds;            /* (key, instance) announcements kept, all scopes */
 	uint64_t holds_dropped;    /* adds past a scope's POOL_HOLDS_SCOPE_MAX */

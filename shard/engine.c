@@ -770,6 +770,41 @@ static void complete_job(struct shard_engine *e, struct shard_job *job,
 	finish_job(e, job, &c);
 }
 
+/*
+ * The running write from warm (SHARD_STORE_WARM_WRITE) of key, or NULL. Its
+ * windows hash and write the warm slots of key's entry until it completes,
+ * so nothing may free them meanwhile (docs/DESIGN.md section 6).
+ */
+static const struct store_run *warm_writer(const struct shard_engine *e,
+					   const struct rec_key *key)
+{
+	for (uint32_t i = 0; i < e->stores_max; i++)
+		if (e->runs[i].job && e->runs[i].from_warm &&
+		    rec_key_equal(&e->runs[i].job->header.key, key))
+			return &e->runs[i];
+	return NULL;
+}
+
+/*
+ * A warm drop: it runs on the restore lane, so possibly while a write from
+ * warm of its key is in flight on the background lane (between two of that
+ * store's steps). Such a drop fails with -EBUSY and frees nothing: the
+ * write goes on reading the slots, and the record stays warm.
+ */
+static void run_warm_drop(struct shard_engine *e, const struct shard_job *job,
+			  struct job_outcome *o)
+{
+	if (warm_writer(e, &job->key)) {
+		char name[REC_FILE_NAME_BYTES];
+
+		rec_file_name(name, &job->key);
+		outcome_fail(o, -EBUSY, 0,
+			     "%s: its write from warm is in flight; the warm copy stays", name);
+		return;
+	}
+	shard_warm_drop(&e->warm, &job->key, false);
+}
+
 /* Starts job on the free slot run: its create goes to the disk first. */
 static void store_begin(struct shard_engine *e, struct lane *l, struct store_run *run,
 			struct shard_job *job)
@@ -810,8 +845,10 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 		 * A warm copy of an earlier store of this key goes: the file is
 		 * being replaced, and rank zero charges warm slots from this
 		 * store on. No copy reads it: fetches run whole on this
-		 * thread, between steps.
+		 * thread, between steps; no write from warm of it runs, as
+		 * a second store of a key waits for the first (next_store).
 		 */
+		SEL_ASSERT(!warm_writer(e, &job->header.key));
 		shard_warm_drop(&e->warm, &job->header.key, false);
 	}
 	if (job->warm != SHARD_STORE_WARM_WRITE && job->warm != SHARD_STORE_COLD &&
@@ -2430,16 +2467,22 @@ static void run_job(struct shard_engine *e, struct shard_job *job)
 		run_fetch(e, job, &o);
 		break;
 	case SHARD_JOB_TRUNCATE:
+		/*
+		 * Background jobs run only after every store before them has
+		 * completed (run_stores), writes from warm included.
+		 */
+		SEL_ASSERT(!warm_writer(e, &job->key));
 		shard_warm_drop(&e->warm, &job->key, true);
 		disk_control(e, l, &l->files[0], REC_DISK_TRUNCATE, &job->key, &o);
 		break;
 	case SHARD_JOB_UNLINK:
 		/* No copy reads warm slots here: fetches run whole on this thread. */
+		SEL_ASSERT(!warm_writer(e, &job->key));
 		shard_warm_drop(&e->warm, &job->key, false);
 		disk_control(e, l, &l->files[0], REC_DISK_UNLINK, &job->key, &o);
 		break;
 	case SHARD_JOB_WARM_DROP:
-		shard_warm_drop(&e->warm, &job->key, false);
+		run_warm_drop(e, job, &o);
 		break;
 	case SHARD_JOB_NOOP:
 		break;

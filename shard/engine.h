@@ -390,8 +390,11 @@ int shard_engine_unlink(struct shard_engine *engine, uint64_t job_id,
  * submitted after it: it is queued with the fetches, so it may run before
  * background jobs submitted earlier (rank zero drops only records no
  * store is writing). Rank zero decides which record goes; every rank
- * drops the same. A store, a truncate (the row's slots) and an unlink
- * drop warm copies of their key too.
+ * drops the same. A drop that finds a write from warm of key in flight
+ * fails with -EBUSY and frees nothing (the write reads those slots). A
+ * store, a truncate (the row's slots) and an unlink drop warm copies of
+ * their key too, after any write from warm of it has completed (they run
+ * in order with the stores).
  */
 int shard_engine_warm_drop(struct shard_engine *engine, uint64_t job_id,
 			   const struct rec_key *key);

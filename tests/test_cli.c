@@ -12,6 +12,7 @@
 
 #include "common/base.h"
 #include "common/log.h"
+#include "selene/selene.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -26,6 +27,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define SEL_STR_(x) #x
+#define SEL_STR(x) SEL_STR_(x)
 
 struct run_result {
 	int status;
@@ -136,7 +140,7 @@ static void test_cli_help(void **state)
 	run(r, NULL, (const char *[]){ "verify", "/nonexistent/selene", NULL });
 	expect(r, 1, "/nonexistent/selene: No such file or directory");
 	run(r, NULL, (const char *[]){ "--version", NULL });
-	expect(r, 0, "selene 0.");
+	expect(r, 0, "selene " SEL_STR(SELENE_VERSION_MAJOR) "." SEL_STR(SELENE_VERSION_MINOR) ".");
 	/* Open MPI's numbers, malformed: named, never taken for 0 or wrapped */
 	run(r, "OMPI_COMM_WORLD_RANK=abc", (const char *[]){ "demo", "--dir", "/tmp", NULL });
 	expect(r, 2, "OMPI_COMM_WORLD_RANK 'abc': not a number");
@@ -1144,7 +1148,8 @@ static void test_cli_pool_daemon(void **state)
 			 "selene_pool_puts_total selene_pool_claims_total "
 			 "selene_pool_records_dropped_total selene_pool_holds "
 			 "selene_pool_exports_total selene_pool_rdma_windows_total "
-			 "selene_pool_rdma_failures_total selene_pool_disk_used_bytes");
+			 "selene_pool_rdma_failures_total selene_pool_disk_used_bytes "
+			 "selene_pool_spill_failures_total");
 	assert_non_null(strstr(body, "selene_pool_exports_total{outcome=\"refused\"} 0\n"));
 	kill(pid, SIGTERM);
 	assert_int_equal(waitpid(pid, &status, 0), pid);

@@ -457,8 +457,12 @@ static void test_pool_attach_reattaches_after_manager_restart(void **state)
  * time the rank reconnects and the instance keeps using the pool. A's puts
  * after the cut reach the manager, and B's claims, its rank one cut just
  * before its first share (which fails without waiting for the reconnect),
- * restore them byte-exact on both ranks.
+ * restore them byte-exact on both ranks. The reconnect runs on a thread of
+ * rank one's own, so a put or fetch may fail until it is done (each
+ * failure is the cut's): they are tried again, 100 ms apart, up to
+ * RECONNECT_TRIES_MAX times, so the order is what is tested, not a time.
  */
+#define RECONNECT_TRIES_MAX 100
 static void test_pool_attach_peer_reconnects_alone(void **state)
 {
 	static const struct pf_variant cut_small = { .row_bytes = PF_ROW, .disk_limit = 320u << 10,
@@ -469,6 +473,7 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 	struct sel_stats st;
 	struct sel_event ev;
 	struct sel_hit hit;
+	uint32_t tries;
 
 	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
 	pf_instance_open(f, 0, &cut_small);
@@ -479,13 +484,18 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 	 * The put whose share met the cut may fail, dropping its record and
 	 * what extends it: the chain is published again, and goes through.
 	 */
-	pf_publish_chain(f, 0, 30, true);
-	settle(f->inst[0].store, 2);
-	assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
-	print_message("puts %llu, failures %llu\n", (unsigned long long)st.pool_puts,
-		      (unsigned long long)st.pool_put_failures);
+	for (tries = 0; tries < RECONNECT_TRIES_MAX; tries++) {
+		pf_publish_chain(f, 0, 30, true);
+		settle(f->inst[0].store, 2);
+		assert_int_equal(sel_store_stats(f->inst[0].store, &st), 0);
+		if (st.pool_puts >= 1)
+			break;
+		usleep(100000);
+	}
+	print_message("puts %llu, failures %llu, chain published %u times after the cut\n",
+		      (unsigned long long)st.pool_puts, (unsigned long long)st.pool_put_failures,
+		      tries + 1);
 	assert_int_equal(st.pool_attached, 1);
-	assert_true(st.pool_put_failures <= 1);
 	if (st.pool_puts < 1)
 		fail_msg("%llu pool puts after rank one's cut (failures %llu)",
 			 (unsigned long long)st.pool_puts,
@@ -503,20 +513,24 @@ static void test_pool_attach_peer_reconnects_alone(void **state)
 	 */
 	pf_fetch(f, 1, &hit, 20, 3, 7);
 	ev = pf_next_event(f->inst[1].store, 20000);
-	if (ev.kind == SEL_EVENT_FETCH_FAILED) {
+	for (tries = 0; ev.kind == SEL_EVENT_FETCH_FAILED; tries++) {
 		assert_non_null(strstr(ev.why, "pool.link_cut"));
+		if (tries == RECONNECT_TRIES_MAX)
+			fail_msg("rank one did not reconnect: %s", ev.why);
+		usleep(100000);
 		pf_wipe(f, 1);
 		if (!lookup_pool(f, 1, &hit))
 			fail_msg("instance B found nothing in the pool after rank one's cut");
-		pf_fetch_restores(f, 1, &hit, 20, 3, 8, 20000, "pool fetch after rank one's cut");
-	} else {
-		if (ev.kind != SEL_EVENT_FETCHED)
-			fail_msg("pool fetch across rank one's cut: %d %s", ev.kind, ev.why);
-		pf_check_restored(f, 1, &hit, 20, 3);
+		pf_fetch(f, 1, &hit, 20, 3, 8 + tries);
+		ev = pf_next_event(f->inst[1].store, 20000);
 	}
+	if (ev.kind != SEL_EVENT_FETCHED)
+		fail_msg("pool fetch across rank one's cut: %d %s", ev.kind, ev.why);
+	pf_check_restored(f, 1, &hit, 20, 3);
 	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
 	assert_int_equal(st.pool_attached, 1);
-	assert_true(st.pool_claim_failures <= 1);
+	/* the failed fetches', and the cut share's */
+	assert_true(st.pool_claim_failures <= tries + 1);
 	pf_instance_close(f, 1);
 }
 

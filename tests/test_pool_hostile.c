@@ -767,7 +767,12 @@ static void test_pool_hostile_unread_answers(void **state)
 #define CROWD_CONNECTIONS 1000
 #define CROWD_LOOKUPS 200
 
-/* The ms CROWD_LOOKUPS lookups of h take, one after another: the least of 3 runs. */
+/*
+ * The ms CROWD_LOOKUPS lookups of h take, one after another: the least of
+ * CROWD_RUNS runs, so that a run another process's burst slowed does not
+ * count (the machine running the tests may be loaded).
+ */
+#define CROWD_RUNS 5
 static double lookups_ms(struct honest *h)
 {
 	struct rec_key key;
@@ -776,7 +781,7 @@ static double lookups_ms(struct honest *h)
 	memset(&key, 0, sizeof(key));
 	key.consumed = 64;
 	tu_fill(key.digest.bytes, sizeof(key.digest.bytes), 5);
-	for (int run = 0; run < 3; run++) {
+	for (int run = 0; run < CROWD_RUNS; run++) {
 		uint64_t start = sel_monotonic_ns();
 		double ms;
 
@@ -798,7 +803,8 @@ static double lookups_ms(struct honest *h)
  * 1000 connections that stay silent in their handshake cost the loop
  * nothing it waits on (epoll reports what is ready) and no scan per ready
  * one: an honest rank's lookups among them take at most 4 times as long
- * as alone, plus 20 ms of slack for a loaded machine.
+ * as alone, plus 20 ms of slack for a loaded machine (each the best of
+ * CROWD_RUNS runs). poll(2) over the crowd took 11 times as long.
  */
 static void test_pool_hostile_idle_crowd(void **state)
 {

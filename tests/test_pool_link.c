@@ -612,6 +612,14 @@ static int peer_share(struct shard_pool_conn *conn, uint64_t *ms)
 }
 
 /*
+ * A share's bound: a share that waited for a reconnect's try to a manager
+ * that answers nothing would take its whole 2 s handshake deadline
+ * (LINK_RECONNECT_MS); one that does not takes microseconds, and the rest
+ * is slack for a loaded machine.
+ */
+#define SHARE_WAIT_MS_MAX 1500
+
+/*
  * R-POOL-110: a peer rank's reconnect to a manager that accepts
  * connections and answers nothing (stopped) never holds up its transfer
  * thread: each share fails at once while the try waits on a thread of its
@@ -643,7 +651,7 @@ static void test_pool_link_peer_reconnect_never_waits(void **state)
 	for (int i = 0; i < 5; i++) {
 		ret = peer_share(&conn, &ms);
 		assert_true(ret != 0 && ret != -EBADF);
-		if (ms >= 500)
+		if (ms >= SHARE_WAIT_MS_MAX)
 			fail_msg("share %d waited %llu ms for a manager that answers nothing", i,
 				 (unsigned long long)ms);
 		usleep(50000);
@@ -651,7 +659,9 @@ static void test_pool_link_peer_reconnect_never_waits(void **state)
 	assert_int_equal(kill(f->child, SIGCONT), 0);
 	for (int i = 0; i < 1000 && !reconnected; i++) {
 		ret = peer_share(&conn, &ms);
-		assert_true(ms < 500);
+		if (ms >= SHARE_WAIT_MS_MAX)
+			fail_msg("a share waited %llu ms for the reconnect",
+				 (unsigned long long)ms);
 		reconnected = ret == -EBADF;
 		usleep(10000);
 	}

@@ -68,6 +68,7 @@ struct fixture {
 	uint32_t window_pages; /* 0: 4 */
 	uint32_t plane_count;  /* 3, or setup_planes' */
 	uint64_t plane_bytes[PLANES_MAX]; /* each page plane's: PAGE_BYTES, or see the setups */
+	struct shard_device *host; /* the host device while a test's own one is in dev */
 };
 
 static int engine_open(struct fixture *f, uint64_t warm_bytes, char *err, size_t err_size)
@@ -89,6 +90,27 @@ static void open_engine(struct fixture *f, uint64_t warm_bytes)
 
 	if (engine_open(f, warm_bytes, err, sizeof(err)) != 0)
 		fail_msg("engine: %s", err);
+}
+
+/*
+ * Opens the engine with a warm tier of 64 slots on dev, a test's own
+ * device (the caller's, valid until close_engine_on), in place of the
+ * host device.
+ */
+static void open_engine_on(struct fixture *f, struct shard_device *dev)
+{
+	f->host = f->dev;
+	f->dev = dev;
+	open_engine(f, 64ull * SLOT_BYTES);
+}
+
+/* Closes the engine open_engine_on opened, and puts the host device back. */
+static void close_engine_on(struct fixture *f)
+{
+	shard_engine_close(f->engine);
+	f->engine = NULL;
+	f->dev = f->host;
+	f->host = NULL;
 }
 
 /*
@@ -202,6 +224,8 @@ static int teardown(void **state)
 
 	sel_failpoints_configure(NULL);
 	sel_log_set_level(SEL_LOG_INFO);
+	if (f->host) /* a test failed on its own device: that device is gone */
+		close_engine_on(f);
 	shard_engine_close(f->engine);
 	shard_device_close(f->dev);
 	rec_dir_close(f->dir);
@@ -258,26 +282,60 @@ static void make_key(struct rec_key *key, uint64_t consumed, uint8_t tag)
 	key->digest.bytes[0] = (uint8_t)consumed;
 }
 
+/* A store job and the header and page ids it points to (store_prepare). */
+struct store_parts {
+	struct rec_header header;
+	uint32_t ids[200];
+	struct shard_store_job job;
+};
+
+/*
+ * Prepares p as a store of pages [parent's, key's) from ids base_id + i as
+ * mode (enum shard_store_warm) says, and writes those pages' bytes and
+ * slot's row as page_matches and row_matches expect them; p->job is valid
+ * while p is, to submit (again) later.
+ */
+static void store_prepare(struct fixture *f, struct store_parts *p, const struct rec_key *key,
+			  const struct rec_key *parent, uint32_t base_id, uint32_t slot,
+			  uint8_t mode)
+{
+	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
+	uint32_t tail = (uint32_t)(key->consumed / 64) - first;
+
+	SEL_ASSERT(tail <= 200);
+	for (uint32_t i = 0; i < tail; i++) {
+		p->ids[i] = base_id + i;
+		fill_page(f, p->ids[i], first + i);
+	}
+	tu_fill(f->row_memory + (uint64_t)ROW_BYTES * slot, ROW_BYTES, key->consumed);
+	assert_int_equal(rec_header_init(&p->header, &f->g, &f->ns, key, parent, &key->digest,
+					 first, tail, 99), 0);
+	p->job = (struct shard_store_job){ .header = &p->header, .page_ids = p->ids,
+					   .state_slot = slot, .warm = mode };
+}
+
+/*
+ * Submits a store of pages [parent's, key's) from ids base_id + i as mode
+ * says (store_prepare), without waiting: its job id is f->next_job.
+ * Returns the submission's result.
+ */
+static int store_submit(struct fixture *f, const struct rec_key *key,
+			const struct rec_key *parent, uint32_t base_id, uint32_t slot,
+			uint8_t mode)
+{
+	struct store_parts p;
+
+	store_prepare(f, &p, key, parent, base_id, slot, mode);
+	return shard_engine_store(f->engine, ++f->next_job, &p.job);
+}
+
 /* Stores pages [parent's, key's) from ids base_id + i as mode (enum shard_store_warm) says. */
 static int store_as(struct fixture *f, const struct rec_key *key, const struct rec_key *parent,
 		    uint32_t base_id, uint32_t slot, uint8_t mode)
 {
-	uint32_t first = parent ? (uint32_t)(parent->consumed / 64) : 0;
-	uint32_t tail = (uint32_t)(key->consumed / 64) - first, ids[200];
-	struct rec_header h;
-	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = slot,
-				       .warm = mode };
 	struct shard_completion c;
-	int ret;
+	int ret = store_submit(f, key, parent, base_id, slot, mode);
 
-	for (uint32_t i = 0; i < tail; i++) {
-		ids[i] = base_id + i;
-		fill_page(f, ids[i], first + i);
-	}
-	tu_fill(f->row_memory + (uint64_t)ROW_BYTES * slot, ROW_BYTES, key->consumed);
-	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, key, parent, &key->digest,
-					 first, tail, 99), 0);
-	ret = shard_engine_store(f->engine, ++f->next_job, &job);
 	if (ret)
 		return ret;
 	shard_engine_wait(f->engine, &c);
@@ -438,7 +496,6 @@ static void test_warm_fetch_reads_no_file(void **state)
 static void test_warm_fetch_one_wait(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct rec_key a, b;
 	struct shard_chain_record chain[2];
@@ -447,8 +504,7 @@ static void test_warm_fetch_one_wait(void **state)
 	uint64_t hits;
 
 	tu_deferred_device_init(&d);
-	f->dev = &d.base;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &d.base);
 	make_key(&a, 64 * 7, 1);
 	make_key(&b, 64 * 12 + 3, 2);
 	assert_int_equal(store(f, &a, NULL, 10, 1, true), 0);
@@ -481,9 +537,7 @@ static void test_warm_fetch_one_wait(void **state)
 	/* and b's windows (4 + 1 pages) from staging, then its row */
 	assert_int_equal(d.copy_calls - calls, 4 + 2 + 1);
 	check_restored(f, 12, 4, b.consumed);
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /* Pages [skip, 16) of the three-record chain at ids 100.. and c's row in slot 4. */
@@ -504,7 +558,6 @@ static void check_chain(struct fixture *f, uint32_t skip, const struct rec_key *
 static void test_warm_read_through_waits_once(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct rec_key a, b, c;
 	struct shard_chain_record chain[3];
@@ -512,8 +565,7 @@ static void test_warm_read_through_waits_once(void **state)
 	uint32_t syncs;
 
 	tu_deferred_device_init(&d);
-	f->dev = &d.base;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &d.base);
 	store_cold_chain(f, &a, &b, &c, chain);
 	poison(f);
 	syncs = d.synchronize_calls;
@@ -523,9 +575,7 @@ static void test_warm_read_through_waits_once(void **state)
 	check_chain(f, 0, &c);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.read_throughs, 3);
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /*
@@ -752,7 +802,6 @@ static void test_warm_store_row_with_last_window(void **state)
 {
 	static const uint8_t modes[] = { SHARD_STORE_WARM, SHARD_STORE_WARM_ONLY };
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct shard_chain_record chain;
 	struct shard_warm_stats ws;
@@ -760,8 +809,7 @@ static void test_warm_store_row_with_last_window(void **state)
 	uint32_t syncs;
 
 	tu_deferred_device_init(&d);
-	f->dev = &d.base;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &d.base);
 	make_key(&a, 64 * 7, 1);
 	chain = (struct shard_chain_record){ a, 0, 7 };
 	for (uint32_t m = 0; m < 2; m++) {
@@ -790,9 +838,7 @@ static void test_warm_store_row_with_last_window(void **state)
 	poison(f);
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 7, 4, a.consumed);
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /*
@@ -807,14 +853,12 @@ static void test_warm_store_copies_counted(void **state)
 {
 	static const uint8_t modes[] = { SHARD_STORE_WARM_ONLY, SHARD_STORE_WARM };
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct shard_engine_stats before, after;
 	struct rec_key a;
 
 	tu_deferred_device_init(&d);
-	f->dev = &d.base;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &d.base);
 	make_key(&a, 64 * 20, 1); /* windows of 4 pages: 5 */
 	for (uint32_t m = 0; m < 2; m++) {
 		uint64_t copies, overlapped;
@@ -838,9 +882,7 @@ static void test_warm_store_copies_counted(void **state)
 		if (modes[m] == SHARD_STORE_WARM)
 			assert_int_equal(key_job(f, SHARD_JOB_UNLINK, &a), 0);
 	}
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /*
@@ -929,7 +971,6 @@ static void order_device_init(struct order_device *o, uintptr_t bad)
 static void test_warm_store_windows_pipelined(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct order_device o;
 	struct shard_engine_stats before, after;
 	struct shard_chain_record chain;
@@ -937,8 +978,7 @@ static void test_warm_store_windows_pipelined(void **state)
 	uint32_t from;
 
 	order_device_init(&o, 0);
-	f->dev = &o.d.base;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &o.d.base);
 	make_key(&a, 64 * 12, 1); /* windows of 4 pages: 3 */
 	shard_engine_stats(f->engine, &before);
 	from = o.count;
@@ -954,9 +994,7 @@ static void test_warm_store_windows_pipelined(void **state)
 	chain = (struct shard_chain_record){ a, 0, 12 };
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 12, 4, a.consumed);
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /*
@@ -970,12 +1008,9 @@ static void test_warm_store_windows_pipelined(void **state)
 static void test_warm_store_window_failure_is_its_own(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct order_device o;
 	struct rec_key keys[2];
-	uint32_t ids[2][12];
-	struct rec_header h[2];
-	struct shard_store_job jobs[2];
+	struct store_parts parts[2];
 	struct shard_chain_record chain;
 	struct shard_warm_stats ws;
 	struct shard_completion c;
@@ -983,26 +1018,18 @@ static void test_warm_store_window_failure_is_its_own(void **state)
 	uint32_t b_slots;
 
 	order_device_init(&o, (uintptr_t)(f->plane_memory[0] + f->plane_bytes[0] * 14));
-	f->dev = &o.d.base;
 	f->stores_max = 2;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &o.d.base);
 	for (uint32_t k = 0; k < 2; k++) {
 		make_key(&keys[k], 64 * 12, (uint8_t)(1 + k));
-		for (uint32_t i = 0; i < 12; i++)
-			fill_page(f, ids[k][i] = 10 + 20 * k + i, i);
-		tu_fill(f->row_memory + (uint64_t)ROW_BYTES * (1 + k), ROW_BYTES,
-			keys[k].consumed);
-		assert_int_equal(rec_header_init(&h[k], &f->g, &f->ns, &keys[k], NULL,
-						 &keys[k].digest, 0, 12, 99), 0);
-		jobs[k] = (struct shard_store_job){ .header = &h[k], .page_ids = ids[k],
-						    .state_slot = 1 + k,
-						    .warm = SHARD_STORE_WARM_ONLY };
+		store_prepare(f, &parts[k], &keys[k], NULL, 10 + 20 * k, 1 + k,
+			      SHARD_STORE_WARM_ONLY);
 	}
 	/* Both queued before either starts: the transfer thread held at a's first copy. */
 	__atomic_store_n(&o.d.gate_at, o.d.copy_calls + 1, __ATOMIC_RELEASE);
-	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jobs[0]), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &parts[0].job), 0);
 	tu_deferred_gate_wait(&o.d);
-	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jobs[1]), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &parts[1].job), 0);
 	__atomic_store_n(&o.d.gate_at, 0, __ATOMIC_RELEASE);
 	for (uint32_t i = 0; i < 2; i++) {
 		shard_engine_wait(f->engine, &c);
@@ -1020,10 +1047,9 @@ static void test_warm_store_window_failure_is_its_own(void **state)
 	chain = (struct shard_chain_record){ keys[1], 0, 12 };
 	fetch_reading_no_file(f, &chain, 1, 0);
 	check_restored(f, 12, 4, keys[1].consumed);
-	for (uint32_t i = 0; i < 12; i++) /* poisoned with the rest */
-		fill_page(f, ids[0][i], i);
-	tu_fill(f->row_memory + ROW_BYTES, ROW_BYTES, keys[0].consumed);
-	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jobs[0]), 0);
+	/* its pages and row were poisoned with the rest */
+	store_prepare(f, &parts[0], &keys[0], NULL, 10, 1, SHARD_STORE_WARM_ONLY);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &parts[0].job), 0);
 	shard_engine_wait(f->engine, &c);
 	assert_int_equal(c.result, 0);
 	poison(f);
@@ -1032,9 +1058,7 @@ static void test_warm_store_window_failure_is_its_own(void **state)
 	check_restored(f, 12, 4, keys[0].consumed);
 	shard_engine_warm_stats(f->engine, &ws);
 	assert_int_equal(ws.slots_used, 2 * b_slots); /* a failed held none */
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /* Polls (until deadline_ns, monotonic) until d has had count copy calls: whether it has. */
@@ -1057,40 +1081,28 @@ static bool copy_calls_reach(struct tu_deferred_device *d, uint32_t count, uint6
 static void test_warm_store_leaves_staging(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct rec_key a, b, none;
-	uint32_t ids_a[40], ids_b[8];
-	struct rec_header ha, hb;
-	struct shard_store_job ja = { .header = &ha, .page_ids = ids_a, .state_slot = 1,
-				      .warm = SHARD_STORE_WARM };
-	struct shard_store_job jb = { .header = &hb, .page_ids = ids_b, .state_slot = 2 };
+	struct store_parts pa, pb;
 	struct shard_chain_record chain;
 	struct shard_completion c;
 	bool alone, beside;
 	uint64_t start;
 
 	tu_deferred_device_init(&d);
-	f->dev = &d.base;
 	f->stores_max = 2;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &d.base);
 	make_key(&a, 64 * 40, 1);
 	make_key(&b, 64 * 8, 2);
 	make_key(&none, 64, 3);
-	for (uint32_t i = 0; i < 40; i++)
-		fill_page(f, ids_a[i] = 10 + i, i);
-	for (uint32_t i = 0; i < 8; i++)
-		fill_page(f, ids_b[i] = 60 + i, i);
-	tu_fill(f->row_memory + (uint64_t)ROW_BYTES, ROW_BYTES, a.consumed);
-	tu_fill(f->row_memory + 2ull * ROW_BYTES, ROW_BYTES, b.consumed);
-	assert_int_equal(rec_header_init(&ha, &f->g, &f->ns, &a, NULL, &a.digest, 0, 40, 99), 0);
-	assert_int_equal(rec_header_init(&hb, &f->g, &f->ns, &b, NULL, &b.digest, 0, 8, 99), 0);
+	store_prepare(f, &pa, &a, NULL, 10, 1, SHARD_STORE_WARM);
+	store_prepare(f, &pb, &b, NULL, 60, 2, SHARD_STORE_COLD);
 	assert_int_equal(sel_failpoints_configure("disk.write=1*sleep(5000)"), 0);
 	start = sel_monotonic_ns();
-	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &ja), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &pa.job), 0);
 	/* Alone, it takes its share: every one of the 8 stages. */
 	alone = copy_calls_reach(&d, 8, start + 4000000000ull);
-	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &jb), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &pb.job), 0);
 	/* A job on the restore queue wakes the transfer thread's wait for the disk. */
 	assert_int_equal(shard_engine_warm_drop(f->engine, ++f->next_job, &none), 0);
 	beside = copy_calls_reach(&d, 9, start + 4000000000ull);
@@ -1110,9 +1122,7 @@ static void test_warm_store_leaves_staging(void **state)
 	chain = (struct shard_chain_record){ b, 0, 8 };
 	assert_int_equal(fetch(f, &chain, 1, 0, 100, 4), 0);
 	check_restored(f, 8, 4, b.consumed);
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /*
@@ -1128,24 +1138,18 @@ static void test_warm_store_done_with_its_file(void **state)
 	struct shard_engine_stats st;
 	struct shard_completion c;
 	struct rec_key a;
-	struct rec_header h;
-	uint32_t ids[7];
-	struct shard_store_job job = { .header = &h, .page_ids = ids, .state_slot = 1,
-				       .warm = SHARD_STORE_WARM };
+	struct store_parts p;
 	char name[REC_FILE_NAME_BYTES], path[1200];
 	struct stat sb;
 	uint32_t in_flight = 1;
 
 	open_engine(f, 64ull * SLOT_BYTES);
 	make_key(&a, 64 * 7, 1);
-	for (uint32_t i = 0; i < 7; i++)
-		fill_page(f, ids[i] = 10 + i, i);
-	tu_fill(f->row_memory + (uint64_t)ROW_BYTES, ROW_BYTES, a.consumed);
-	assert_int_equal(rec_header_init(&h, &f->g, &f->ns, &a, NULL, &a.digest, 0, 7, 99), 0);
+	store_prepare(f, &p, &a, NULL, 10, 1, SHARD_STORE_WARM);
 	rec_file_name(name, &a);
 	snprintf(path, sizeof(path), "%s/%s", rec_dir_path(f->dir), name);
 	assert_int_equal(sel_failpoints_configure("disk.write=1*sleep(300)"), 0);
-	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &job), 0);
+	assert_int_equal(shard_engine_store(f->engine, ++f->next_job, &p.job), 0);
 	shard_engine_stats(f->engine, &st);
 	assert_int_equal(st.jobs_in_flight, 1);
 	shard_engine_wait(f->engine, &c);
@@ -1257,8 +1261,7 @@ static void pipe_setup(struct fixture *f, struct tu_deferred_device *d, struct p
 	struct rec_key a, b, c;
 
 	tu_deferred_device_init(d);
-	f->dev = &d->base;
-	open_engine(f, 64ull * SLOT_BYTES);
+	open_engine_on(f, &d->base);
 	make_key(&a, 64 * 7, 1);
 	make_key(&b, 64 * 12, 2);
 	make_key(&c, 64 * 16, 3);
@@ -1276,12 +1279,10 @@ static void pipe_setup(struct fixture *f, struct tu_deferred_device *d, struct p
 	__atomic_store_n(&d->gate_at, d->copy_calls + 1, __ATOMIC_RELEASE);
 }
 
-static void pipe_teardown(struct fixture *f, struct shard_device *host)
+static void pipe_teardown(struct fixture *f)
 {
 	shard_engine_set_completion_hook(f->engine, NULL, NULL);
-	shard_engine_close(f->engine);
-	f->engine = NULL;
-	f->dev = host;
+	close_engine_on(f);
 }
 
 /*
@@ -1296,7 +1297,6 @@ static void pipe_teardown(struct fixture *f, struct shard_device *host)
 static void test_warm_fetches_pipelined(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct shard_chain_record chain[3];
 	struct shard_warm_stats ws;
@@ -1337,7 +1337,7 @@ static void test_warm_fetches_pipelined(void **state)
 	assert_int_equal(ws.hits, 3);
 	assert_int_equal(ws.partial_hits, 1);
 	assert_int_equal(ws.records, 1); /* a: b unlinked, c dropped */
-	pipe_teardown(f, host);
+	pipe_teardown(f);
 }
 
 /*
@@ -1348,7 +1348,6 @@ static void test_warm_fetches_pipelined(void **state)
 static void test_warm_pipeline_failure_is_its_own(void **state)
 {
 	struct fixture *f = *state;
-	struct shard_device *host = f->dev;
 	struct tu_deferred_device d;
 	struct shard_chain_record chain[3];
 	struct shard_warm_stats ws;
@@ -1389,7 +1388,7 @@ static void test_warm_pipeline_failure_is_its_own(void **state)
 		shard_engine_warm_stats(f->engine, &ws);
 		assert_int_equal(ws.hits, 2); /* a failed restore is no hit */
 		assert_int_equal(ws.records, 3);
-		pipe_teardown(f, host);
+		pipe_teardown(f);
 	}
 }
 
@@ -1473,6 +1472,72 @@ static void test_warm_truncate_unlink_restore(void **state)
 	assert_int_equal(ws.slots_used, 0);
 	/* A drop of what is not warm does nothing, and succeeds. */
 	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+}
+
+/*
+ * A warm drop that arrives while a write from warm of its key is in
+ * flight fails with -EBUSY and frees nothing: a store admitted beside the
+ * write (same size, other bytes) takes other slots, and the file written
+ * holds the record's own bytes, which restore from it. Freed, the slots
+ * would be the new store's, and the file its bytes under valid checksums.
+ */
+static void test_warm_drop_refused_while_writing(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, p, b;
+	struct shard_chain_record chain;
+	struct shard_completion c;
+	struct shard_warm_stats ws;
+	int write_result = 1, drop_result = 1, store_result = 1;
+	uint64_t write_id, drop_id, store_id;
+
+	f->stores_max = 2; /* the new store runs beside the write */
+	open_engine(f, 64ull * SLOT_BYTES);
+	make_key(&a, 64 * 7, 1);
+	make_key(&p, 64 * 7, 2);
+	make_key(&b, 64 * 14, 3); /* p's child: 7 pages as a, bytes of pages 7..13 */
+	assert_int_equal(store_as(f, &a, NULL, 10, 1, SHARD_STORE_WARM_ONLY), 0);
+	/* The write's create stalls on the disk; the drop and the store come meanwhile. */
+	assert_int_equal(sel_failpoints_configure("record.before_create=1*sleep(1000)"), 0);
+	assert_int_equal(store_submit(f, &a, NULL, 10, 1, SHARD_STORE_WARM_WRITE), 0);
+	write_id = f->next_job;
+	for (int i = 0; i < 10000 && !sel_failpoint_evaluations(SEL_FP_RECORD_BEFORE_CREATE); i++)
+		usleep(1000);
+	assert_true(sel_failpoint_evaluations(SEL_FP_RECORD_BEFORE_CREATE) > 0);
+	assert_int_equal(store_submit(f, &b, &p, 30, 2, SHARD_STORE_WARM), 0);
+	store_id = f->next_job;
+	assert_int_equal(shard_engine_warm_drop(f->engine, ++f->next_job, &a), 0);
+	drop_id = f->next_job;
+	for (int i = 0; i < 3; i++) {
+		shard_engine_wait(f->engine, &c);
+		if (c.job_id == write_id)
+			write_result = c.result;
+		else if (c.job_id == drop_id)
+			drop_result = c.result;
+		else if (c.job_id == store_id)
+			store_result = c.result;
+		if (c.job_id == drop_id && c.result)
+			assert_non_null(strstr(c.why, "write from warm is in flight"));
+	}
+	sel_failpoints_configure(NULL);
+	assert_int_equal(write_result, 0);
+	assert_int_equal(store_result, 0);
+	/* a's file, read with its warm copy gone, holds a's bytes. */
+	assert_int_equal(key_job(f, SHARD_JOB_WARM_DROP, &a), 0);
+	poison(f);
+	chain = (struct shard_chain_record){ a, 0, 7 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 100, 3), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(page_matches(f, 100 + i, i));
+	assert_true(row_matches(f, 3, a.consumed));
+	chain = (struct shard_chain_record){ b, 7, 7 };
+	assert_int_equal(fetch(f, &chain, 1, 0, 120, 4), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		assert_true(page_matches(f, 120 + i, 7 + i));
+	assert_true(row_matches(f, 4, b.consumed));
+	assert_int_equal(drop_result, -EBUSY);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.records, 1); /* b */
 }
 
 /* After a restart the warm tier is empty and the records restore from the disk. */
@@ -3348,6 +3413,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_partial_fetch_copy_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_truncate_unlink_restore, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_drop_refused_while_writing, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_restart_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_bad_sizes, setup, teardown),
 		GROUPED(test_warm_fetch_reads_no_file),

@@ -14,8 +14,14 @@
 extern "C" {
 #endif
 
-#define SELENE_VERSION_MAJOR 0
-#define SELENE_VERSION_MINOR 1
+/*
+ * The library's version; its major is the shared library's SONAME
+ * (libselene.so.MAJOR), raised with every change that a program built
+ * against the older headers would misread: a public struct's size or
+ * layout, a function's arguments (README.md, "Building by hand").
+ */
+#define SELENE_VERSION_MAJOR 1
+#define SELENE_VERSION_MINOR 0
 #define SELENE_VERSION_PATCH 0
 
 /*

@@ -17,4 +17,4 @@ __all__ = [
     "Stats", "Store", "StoreConfig", "WarmPolicy", "bootstrap", "device_address", "from_env",
     "from_mpi", "model_identity", "strerror", "version",
 ]
-__version__ = "0.1.0"
+__version__ = "1.0.0"

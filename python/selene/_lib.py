@@ -10,8 +10,8 @@ import ctypes.util
 import os
 import sys
 
-VERSION = "0.1.0"
-SONAME = "libselene.so.0"
+VERSION = "1.0.0"
+SONAME = "libselene.so.1"
 
 
 def _candidates():

@@ -146,7 +146,11 @@ def test_enums_match_the_header(tmp_path):
 
 
 def test_version_and_errors():
-    assert selene.version() == "0.1.0"
+    assert selene.version() == "1.0.0"
+    # The binding looks for the SONAME of the library's own major version.
+    from selene import _lib
+    assert _lib.VERSION == selene.version() == selene.__version__
+    assert _lib.SONAME == "libselene.so." + selene.version().split(".")[0]
     assert selene.strerror(selene.ECHECKSUM) == "checksum mismatch"
     e = selene.SeleneError(selene.ELOCKED, "why")
     assert e.code == selene.ELOCKED and e.detail == "why"
@@ -850,7 +854,7 @@ def test_pip_install_finds_the_build_tree(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import selene; print(selene.LIBRARY_PATH, "
                           "selene.version())"], cwd=str(tmp_path), env=env, check=True,
                          capture_output=True, text=True).stdout
-    assert out.split()[1] == "0.1.0" and "libselene.so" in out
+    assert out.split()[1] == "1.0.0" and "libselene.so" in out
 
 
 def test_selene_library_names_a_missing_file(tmp_path):
