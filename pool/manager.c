@@ -67,6 +67,7 @@ struct conn;
 struct record {
 	struct record *hash_next;
 	struct record *lru_prev, *lru_next;
+	struct record *age_prev, *age_next; /* committed, in created_ns order */
 	struct scope *scope;
 	struct record *parent;
 	struct rec_key key;
@@ -282,6 +283,8 @@ struct pool_manager {
 	uint64_t next_put_id;
 	uint64_t next_export_id;
 	struct record *lru_head, *lru_tail; /* least and most recently used */
+	struct record *age_head, *age_tail; /* oldest and youngest: max-age expiry */
+	uint64_t expire_last_ns;            /* the last max-age sweep */
 	bool draining;
 	/* scratch of the loop's thread (one manager, one thread: no sharing) */
 	struct record *chain_buf[POOL_CHAIN_RECORDS_MAX];
@@ -409,6 +412,35 @@ static void lru_push(struct pool_manager *m, struct record *r)
 	m->lru_tail = r;
 }
 
+/*
+ * The age list: committed records in the order their age counts from (a
+ * commit, or the start that found it on disk), so in created_ns order.
+ */
+static void age_push(struct pool_manager *m, struct record *r)
+{
+	SEL_ASSERT(!m->age_tail || m->age_tail->created_ns <= r->created_ns);
+	r->age_prev = m->age_tail;
+	r->age_next = NULL;
+	if (m->age_tail)
+		m->age_tail->age_next = r;
+	else
+		m->age_head = r;
+	m->age_tail = r;
+}
+
+static void age_unlink(struct pool_manager *m, struct record *r)
+{
+	if (r->age_prev)
+		r->age_prev->age_next = r->age_next;
+	else
+		m->age_head = r->age_next;
+	if (r->age_next)
+		r->age_next->age_prev = r->age_prev;
+	else
+		m->age_tail = r->age_prev;
+	r->age_prev = r->age_next = NULL;
+}
+
 static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
 {
 	r->used_ns = now;
@@ -446,6 +478,7 @@ static void record_free(struct pool_manager *m, struct record *r)
 			p = &(*p)->hash_next;
 		*p = r->hash_next;
 		lru_unlink(m, r);
+		age_unlink(m, r);
 		if (r->parent)
 			r->parent->children--;
 		r->scope->records--;
@@ -1218,6 +1251,7 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 	if (r->parent)
 		r->parent->children++;
 	lru_push(m, r);
+	age_push(m, r);
 	s->records++;
 	m->stats.records++;
 	m->stats.puts_committed++;
@@ -3142,6 +3176,53 @@ static void disk_thread_stop(struct pool_manager *m)
 	d->done_fd = -1;
 }
 
+/*
+ * Max-age expiry (docs/DESIGN.md section 12), at most once per
+ * min(POOL_EXPIRE_EVERY_MS, the max age): a record's age counts from its
+ * commit (or the start that found it on disk), not from its last use, so
+ * the sweep walks the age list, oldest first, and stops at the first
+ * record that has not expired (every later one is younger). It skips
+ * records that are pinned or extended, drops expired leaves, each with the
+ * ancestors it leaves expired leaves, at most POOL_EXPIRE_SWEEP_MAX a
+ * sweep, and never starts over: a sweep examines the expired records ahead
+ * of the first fresh one that it skips, those it drops, and one more.
+ */
+static void expire(struct pool_manager *m, uint64_t now)
+{
+	uint64_t age_ns = m->config.max_age_ms * 1000000ull, every;
+	uint32_t dropped = 0;
+
+	if (!age_ns)
+		return;
+	every = age_ns < POOL_EXPIRE_EVERY_MS * 1000000ull ? age_ns
+							   : POOL_EXPIRE_EVERY_MS * 1000000ull;
+	if (m->expire_last_ns && now - m->expire_last_ns < every)
+		return;
+	m->expire_last_ns = now;
+	m->stats.expire_sweeps++;
+	for (struct record *r = m->age_head, *next; r && dropped < POOL_EXPIRE_SWEEP_MAX;
+	     r = next) {
+		next = r->age_next;
+		m->stats.expire_examined++;
+		if (now - r->created_ns <= age_ns)
+			break; /* the first fresh record: the rest are younger */
+		/* an expired leaf, then each parent it leaves an expired leaf */
+		for (struct record *q = r, *parent; q && !q->children && !q->pins &&
+						    now - q->created_ns > age_ns &&
+						    dropped < POOL_EXPIRE_SWEEP_MAX;
+		     q = parent) {
+			parent = q->parent;
+			if (q == next)
+				next = q->age_next;
+			if (q != r)
+				m->stats.expire_examined++;
+			record_free(m, q);
+			m->stats.expired++;
+			dropped++;
+		}
+	}
+}
+
 static void timers(struct pool_manager *m, uint64_t now)
 {
 	for (uint32_t i = 0; i < m->conn_count; i++) {
@@ -3195,21 +3276,7 @@ static void timers(struct pool_manager *m, uint64_t now)
 			export_end(m, x);
 		}
 	}
-	if (m->config.max_age_ms) {
-		uint64_t age_ns = m->config.max_age_ms * 1000000ull;
-		bool again = true;
-
-		while (again) {
-			again = false;
-			for (struct record *r = m->lru_head; r; r = r->lru_next)
-				if (!r->children && !r->pins && now - r->created_ns > age_ns) {
-					record_free(m, r);
-					m->stats.expired++;
-					again = true;
-					break;
-				}
-		}
-	}
+	expire(m, now);
 }
 
 /* ---- The disk tier at start ---- */
@@ -3332,6 +3399,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		if (r->parent)
 			r->parent->children++;
 		lru_push(m, r);
+		age_push(m, r);
 		s->records++;
 		m->stats.records++;
 	}

@@ -25,7 +25,9 @@
 #include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1089,6 +1091,66 @@ static void test_pool_failed_puts_leave_nothing(void **state)
 }
 
 /* Records expire after max-age; LRU evicts the oldest leaf when the arena is full. */
+static bool expired_1(const struct pool_manager_stats *st) { return st->expired == 1; }
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Thousands expired at once: a sweep drops at most 64, looks at one more, a max age apart (R-POOL-44). */
+static void test_pool_expiry_sweep_bounded(void **state)
+{
+	enum { COUNT = 2048, AGE_MS = 600 };
+	struct running r;
+	struct trank a[WORLD];
+	struct pool_manager_stats before, after;
+	uint64_t t0, window_ms, sweeps;
+
+	(void)state;
+	manager_start(&r, 128 << 20, AGE_MS);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		int one = 1; /* no Nagle wait between a window's pieces */
+
+		setsockopt(a[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	t0 = now_ms();
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct put_case pc;
+
+		case_make(&pc, 5000 + i, 8, NULL, i); /* a row and no page: small */
+		assert_int_equal(put_whole(a, &pc), 0);
+		case_free(&pc);
+	}
+	print_message("%u puts in %" PRIu64 " ms\n", COUNT, now_ms() - t0);
+	/* every record expired; the sweeps meanwhile dropped at most 64 each */
+	usleep((AGE_MS + 50) * 1000);
+	t0 = now_ms();
+	pool_manager_stats(r.m, &before);
+	assert_true(before.expired <= POOL_EXPIRE_SWEEP_MAX * before.expire_sweeps);
+	usleep(3 * AGE_MS * 1000);
+	pool_manager_stats(r.m, &after);
+	window_ms = now_ms() - t0;
+	sweeps = after.expire_sweeps - before.expire_sweeps;
+	/* sweeps came a max age apart at most, and each dropped 64 of the thousands */
+	assert_true(sweeps >= 1);
+	assert_true(sweeps <= window_ms / AGE_MS + 1);
+	/* (thousands still there for them: the puts took far less than 64 max ages) */
+	assert_true(before.records >= POOL_EXPIRE_SWEEP_MAX * sweeps);
+	assert_int_equal(after.expired - before.expired, POOL_EXPIRE_SWEEP_MAX * sweeps);
+	assert_int_equal(after.records, COUNT - after.expired);
+	/* each looked at what it dropped and the one past (no restart from the head) */
+	assert_true(after.expire_examined <= (POOL_EXPIRE_SWEEP_MAX + 1) * after.expire_sweeps);
+	assert_int_equal(after.expire_examined - before.expire_examined,
+			 POOL_EXPIRE_SWEEP_MAX * sweeps);
+	close_instance(a);
+	manager_stop(&r);
+}
+
 static void test_pool_expiry_and_lru(void **state)
 {
 	struct running r;
@@ -1114,7 +1176,8 @@ static void test_pool_expiry_and_lru(void **state)
 		      NULL, 0);
 		assert_int_equal(put_end_read(&a[0], e.put_id, NULL), -ECANCELED);
 	}
-	usleep(600 * 1000);
+	/* expired at 300 ms, dropped by the next sweep (one a max age, R-POOL-44) */
+	stats_wait(&r, &st, expired_1);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.expired, 1);
@@ -2678,6 +2741,7 @@ int main(void)
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
 		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
+		cmocka_unit_test(test_pool_expiry_sweep_bounded),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
