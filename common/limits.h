@@ -183,6 +183,11 @@
 /* Exports a holder is asked for at once (R-POOL-73). */
 #define POOL_EXPORTS_LIVE_MAX 4u
 /*
+ * The pool manager's loop walks its deadlines when the earliest is due and
+ * at least this often; it waits no longer than this for events.
+ */
+#define POOL_LOOP_TICK_MS 100u
+/*
  * The manager's max-age sweep (R-POOL-44): at most once per this or per
  * the max age, if shorter, and at most this many records dropped a sweep.
  */

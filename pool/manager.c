@@ -41,7 +41,6 @@
 
 #define SCOPE_BUCKETS 4096u
 #define EXTENTS_MAX 65536u
-#define TICK_MS 100
 /*
  * A session whose CLAIMED waits for loads from the disk tier hears a
  * HEARTBEAT this often, so its no-progress timeout (R-POOL-52, 3 s)
@@ -285,6 +284,12 @@ struct pool_manager {
 	struct record *lru_head, *lru_tail; /* least and most recently used */
 	struct record *age_head, *age_tail; /* oldest and youngest: max-age expiry */
 	uint64_t expire_last_ns;            /* the last max-age sweep */
+	/*
+	 * When timers() walks the deadlines next: no later than the earliest
+	 * one it saw (each a lower bound: a deadline may move later since),
+	 * lowered by each one set since, and POOL_LOOP_TICK_MS at most.
+	 */
+	uint64_t timers_due_ns;
 	bool draining;
 	/* scratch of the loop's thread (one manager, one thread: no sharing) */
 	struct record *chain_buf[POOL_CHAIN_RECORDS_MAX];
@@ -1033,6 +1038,13 @@ static bool evict_one(struct pool_manager *m)
 	return false;
 }
 
+/* A deadline set at at: the loop's timers() walk comes no later (timers). */
+static void timer_at(struct pool_manager *m, uint64_t at)
+{
+	if (at < m->timers_due_ns)
+		m->timers_due_ns = at;
+}
+
 /* ---- Output ---- */
 
 static int out_reserve(struct conn *c, size_t more)
@@ -1398,6 +1410,7 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 			bytes += r->shares[i].bytes;
 		p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
 				 transfer_ns(bytes);
+		timer_at(m, p->deadline_ns + 1);
 	}
 	p->next = m->puts;
 	m->puts = p;
@@ -1783,6 +1796,7 @@ static void export_ask(struct pool_manager *m, struct instance *holder, const st
 			      .deadline_ns = now + m->config.export_ms * 1000000ull };
 	m->exports = x;
 	holder->exports++;
+	timer_at(m, x->deadline_ns + 1);
 	q.export_id = x->id;
 	n = pool_export_encode(&q, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
@@ -2010,12 +2024,14 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		a.deadline_ms = m->config.claim_setup_ms +
 				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
 		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
+		timer_at(m, cl->deadline_ns + 1);
 		cl->next = m->claims;
 		m->claims = cl;
 		c->inst->claims++;
 		if (cl->loads_waiting) {
 			cl->local = local;
 			cl->beat_ns = now;
+			timer_at(m, now + LOAD_BEAT_MS * 1000000ull);
 			return; /* CLAIMED once the loads are done (disk_done) */
 		}
 		m->stats.claims_granted++;
@@ -2071,6 +2087,7 @@ static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t 
 							 .rdma = q.mode == POOL_PULL_RDMA &&
 								 rdma_usable(m, c),
 							 .progress_ns = now };
+	timer_at(m, now + POOL_NO_PROGRESS_MS * 1000000ull + 1);
 }
 
 /*
@@ -2574,6 +2591,7 @@ static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *bod
 	c->inst = in;
 	c->rank = ap->rank;
 	c->state = C_SERVING;
+	timer_at(m, c->heard_ns + POOL_IDLE_MS * 1000000ull + 1);
 	reply.scope_records = in->scope->records;
 	n = pool_attached_encode(&reply, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
@@ -2814,6 +2832,7 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 		c->state = C_HELLO;
 		c->deadline_ns = now + POOL_HANDSHAKE_MS * 1000000ull;
 		c->heard_ns = now;
+		timer_at(m, c->deadline_ns + 1);
 		pool_rx_init(&c->rx, c->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_MANAGER);
 		m->conns[m->conn_count++] = c;
 	}
@@ -3043,6 +3062,7 @@ static void claim_answer_loaded(struct pool_manager *m, struct claim *cl, uint64
 		a.deadline_ms = m->config.claim_setup_ms +
 				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
 		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
+		timer_at(m, cl->deadline_ns + 1);
 		m->stats.claims_granted++;
 	}
 	if (c) {
@@ -3187,16 +3207,22 @@ static void disk_thread_stop(struct pool_manager *m)
  * sweep, and never starts over: a sweep examines the expired records ahead
  * of the first fresh one that it skips, those it drops, and one more.
  */
+static uint64_t expire_every_ns(const struct pool_manager *m)
+{
+	uint64_t age_ns = m->config.max_age_ms * 1000000ull;
+
+	return age_ns < POOL_EXPIRE_EVERY_MS * 1000000ull ? age_ns
+							  : POOL_EXPIRE_EVERY_MS * 1000000ull;
+}
+
 static void expire(struct pool_manager *m, uint64_t now)
 {
-	uint64_t age_ns = m->config.max_age_ms * 1000000ull, every;
+	uint64_t age_ns = m->config.max_age_ms * 1000000ull;
 	uint32_t dropped = 0;
 
 	if (!age_ns)
 		return;
-	every = age_ns < POOL_EXPIRE_EVERY_MS * 1000000ull ? age_ns
-							   : POOL_EXPIRE_EVERY_MS * 1000000ull;
-	if (m->expire_last_ns && now - m->expire_last_ns < every)
+	if (m->expire_last_ns && now - m->expire_last_ns < expire_every_ns(m))
 		return;
 	m->expire_last_ns = now;
 	m->stats.expire_sweeps++;
@@ -3223,8 +3249,24 @@ static void expire(struct pool_manager *m, uint64_t now)
 	}
 }
 
+/*
+ * Walks every deadline (handshakes, idle and stalled connections, puts,
+ * claims and their load heartbeats, exports, the max-age sweep): called
+ * by the loop only when timers_due_ns has come, which it sets to the
+ * earliest deadline still ahead (POOL_LOOP_TICK_MS ahead at most), so a
+ * busy loop does not walk every connection, put and claim per frame.
+ */
 static void timers(struct pool_manager *m, uint64_t now)
 {
+	uint64_t due = now + POOL_LOOP_TICK_MS * 1000000ull;
+
+#define DUE_AT(at)                   \
+	do {                         \
+		uint64_t at_ = (at); \
+		if (at_ < due)       \
+			due = at_;   \
+	} while (0)
+	m->stats.timer_walks++;
 	for (uint32_t i = 0; i < m->conn_count; i++) {
 		struct conn *c = m->conns[i];
 
@@ -3238,11 +3280,19 @@ static void timers(struct pool_manager *m, uint64_t now)
 				/* R-POOL-35: the rank stopped reading; the stream stops */
 				c->closing = true;
 			}
+		if (c->closing)
+			continue;
+		DUE_AT(c->state != C_SERVING ? c->deadline_ns + 1
+					     : c->heard_ns + POOL_IDLE_MS * 1000000ull + 1);
+		for (uint32_t k = 0; k < c->stream_count; k++)
+			DUE_AT(c->streams[k].progress_ns + POOL_NO_PROGRESS_MS * 1000000ull + 1);
 	}
 	for (struct put *p = m->puts, *next; p; p = next) {
 		next = p->next;
 		if (now > p->deadline_ns)
 			put_fail(m, p, -ETIMEDOUT, "its deadline passed");
+		else
+			DUE_AT(p->deadline_ns + 1);
 	}
 	for (struct claim *cl = m->claims, *next; cl; cl = next) {
 		next = cl->next;
@@ -3257,26 +3307,35 @@ static void timers(struct pool_manager *m, uint64_t now)
 			if (cl->inst->ranks[0])
 				send_claim_end(cl->inst->ranks[0], cl->id, -ETIMEDOUT);
 			claim_end(m, cl);
-		}
-	}
-	for (struct claim *cl = m->claims; cl; cl = cl->next) {
-		uint8_t beat[POOL_HEARTBEAT_BYTES];
-
-		if (!cl->loads_waiting || !cl->inst->ranks[0] ||
-		    now - cl->beat_ns < LOAD_BEAT_MS * 1000000ull)
 			continue;
-		cl->beat_ns = now;
-		sel_put_le64(beat, now);
-		send_frame(cl->inst->ranks[0], POOL_MSG_HEARTBEAT, beat, sizeof(beat), NULL, 0);
+		}
+		DUE_AT(cl->deadline_ns + 1);
+		if (!cl->loads_waiting || !cl->inst->ranks[0])
+			continue;
+		if (now - cl->beat_ns >= LOAD_BEAT_MS * 1000000ull) {
+			uint8_t beat[POOL_HEARTBEAT_BYTES];
+
+			cl->beat_ns = now;
+			sel_put_le64(beat, now);
+			send_frame(cl->inst->ranks[0], POOL_MSG_HEARTBEAT, beat, sizeof(beat), NULL,
+				   0);
+		}
+		DUE_AT(cl->beat_ns + LOAD_BEAT_MS * 1000000ull);
 	}
 	for (struct export *x = m->exports, *next; x; x = next) {
 		next = x->next;
 		if (now > x->deadline_ns) {
 			m->stats.exports_failed++;
 			export_end(m, x);
+		} else {
+			DUE_AT(x->deadline_ns + 1);
 		}
 	}
 	expire(m, now);
+	if (m->config.max_age_ms)
+		DUE_AT(m->expire_last_ns + expire_every_ns(m));
+#undef DUE_AT
+	m->timers_due_ns = due;
 }
 
 /* ---- The disk tier at start ---- */
@@ -3548,7 +3607,8 @@ int pool_manager_run(struct pool_manager *m)
 		int n;
 
 		pthread_mutex_lock(&m->stats_lock);
-		timers(m, now);
+		if (now >= m->timers_due_ns)
+			timers(m, now);
 		for (uint32_t i = 0; i < m->conn_count; i++)
 			if (m->conns[i]->state == C_SERVING)
 				streams_fill(m, m->conns[i], now);
@@ -3565,8 +3625,15 @@ int pool_manager_run(struct pool_manager *m)
 			conn_watch(m, m->conns[i]);
 		if (rdma_in_flight(m)) /* a write in flight: its completion is polled every RDMA_POLL_US */
 			n = loop_wait_short(m, (int)(3 + m->conn_count));
-		else
-			n = epoll_wait(m->epoll_fd, m->events, (int)(3 + m->conn_count), TICK_MS);
+		else {
+			/* until the next deadline is due, rounded up: never early, no spin */
+			uint64_t t = sel_monotonic_ns();
+			int wait_ms = m->timers_due_ns > t
+					      ? (int)((m->timers_due_ns - t + 999999) / 1000000)
+					      : 0;
+
+			n = epoll_wait(m->epoll_fd, m->events, (int)(3 + m->conn_count), wait_ms);
+		}
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();

@@ -1151,6 +1151,44 @@ static void test_pool_expiry_sweep_bounded(void **state)
 	manager_stop(&r);
 }
 
+/* A burst of frames walks the deadlines when one is due, not once a frame (POOL_LOOP_TICK_MS). */
+static void test_pool_burst_walks_deadlines_rarely(void **state)
+{
+	enum { LOOKUPS = 2000 };
+	struct running r;
+	struct trank a[WORLD];
+	struct put_case pc;
+	struct pool_manager_stats before, after;
+	uint64_t t0, elapsed_ms, walks;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		int one = 1;
+
+		setsockopt(a[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	case_make(&pc, 300, 64, NULL, 3);
+	assert_int_equal(put_whole(a, &pc), 0);
+	pool_manager_stats(r.m, &before);
+	t0 = now_ms();
+	/* one turn of the loop each: a frame in, its answer out */
+	for (uint32_t i = 0; i < LOOKUPS; i++)
+		assert_int_equal(lookup(&a[0], &pc.rec.key, 1, NULL), 1);
+	elapsed_ms = now_ms() - t0;
+	pool_manager_stats(r.m, &after);
+	walks = after.timer_walks - before.timer_walks;
+	print_message("%u lookups in %" PRIu64 " ms: %" PRIu64 " walks of the deadlines\n",
+		      LOOKUPS, elapsed_ms, walks);
+	assert_int_equal(after.lookups - before.lookups, LOOKUPS);
+	/* nothing due: a walk a tick at most, not one a frame */
+	assert_true(walks <= elapsed_ms / POOL_LOOP_TICK_MS + 2);
+	close_instance(a);
+	manager_stop(&r);
+	case_free(&pc);
+}
+
 static void test_pool_expiry_and_lru(void **state)
 {
 	struct running r;
@@ -2742,6 +2780,7 @@ int main(void)
 		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_expiry_sweep_bounded),
+		cmocka_unit_test(test_pool_burst_walks_deadlines_rarely),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
