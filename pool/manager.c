@@ -40,6 +40,9 @@
 #include <unistd.h>
 
 #define SCOPE_BUCKETS 4096u
+/* Buckets of the put, claim and export hashes (by id, or by key: SCOPE_BUCKETS). */
+#define ID_BUCKET_BITS 12u
+#define ID_BUCKETS (1u << ID_BUCKET_BITS)
 #define EXTENTS_MAX 65536u
 /*
  * A session whose CLAIMED waits for loads from the disk tier hears a
@@ -96,7 +99,8 @@ struct hold {
 
 /* An export asked of a holder (R-POOL-73 .. R-POOL-75). */
 struct export {
-	struct export *next;
+	struct export *next, *prev; /* every live export */
+	struct export *id_next, *key_next; /* its hash buckets */
 	uint64_t id;
 	struct scope *scope;
 	struct instance *holder;
@@ -135,7 +139,8 @@ struct share_rx {
 };
 
 struct put {
-	struct put *next;
+	struct put *next, *prev; /* every open put */
+	struct put *id_next, *key_next; /* its hash buckets */
 	uint64_t id, request_id;
 	struct instance *inst;
 	struct record *rec;
@@ -144,7 +149,8 @@ struct put {
 };
 
 struct claim {
-	struct claim *next;
+	struct claim *next, *prev; /* every live claim */
+	struct claim *hash_next; /* its bucket, by instance and id */
 	uint64_t id;
 	struct instance *inst;
 	uint32_t count;
@@ -279,6 +285,10 @@ struct pool_manager {
 	struct put *puts;
 	struct claim *claims;
 	struct export *exports;
+	/* the same, hashed: a frame finds its put, claim or export in O(1) */
+	struct put *put_ids[ID_BUCKETS], *put_keys[SCOPE_BUCKETS];
+	struct claim *claim_ids[ID_BUCKETS];
+	struct export *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
 	uint64_t next_put_id;
 	uint64_t next_export_id;
 	struct record *lru_head, *lru_tail; /* least and most recently used */
@@ -383,6 +393,12 @@ static bool key_equal(const struct rec_key *a, const struct rec_key *b)
 {
 	return a->consumed == b->consumed &&
 	       memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES) == 0;
+}
+
+/* A 64-bit id's bucket of ID_BUCKETS (Fibonacci hashing: sequential ids spread). */
+static uint32_t id_bucket(uint64_t id)
+{
+	return (uint32_t)((id * 0x9e3779b97f4a7c15ull) >> (64 - ID_BUCKET_BITS));
 }
 
 static struct record *record_find(struct scope *s, const struct rec_key *k)
@@ -1201,13 +1217,40 @@ static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, cons
 
 /* ---- Puts ---- */
 
+static void put_link(struct pool_manager *m, struct put *p)
+{
+	struct put **id = &m->put_ids[id_bucket(p->id)];
+	struct put **key = &m->put_keys[key_bucket(&p->rec->key)];
+
+	p->prev = NULL;
+	p->next = m->puts;
+	if (m->puts)
+		m->puts->prev = p;
+	m->puts = p;
+	p->id_next = *id;
+	*id = p;
+	p->key_next = *key;
+	*key = p;
+	p->inst->puts++;
+}
+
 static void put_unlink(struct pool_manager *m, struct put *p)
 {
-	struct put **pp = &m->puts;
+	struct put **pp;
 
-	while (*pp != p)
-		pp = &(*pp)->next;
-	*pp = p->next;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		m->puts = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	/* buckets hold about one put each */
+	for (pp = &m->put_ids[id_bucket(p->id)]; *pp != p; pp = &(*pp)->id_next)
+		;
+	*pp = p->id_next;
+	for (pp = &m->put_keys[key_bucket(&p->rec->key)]; *pp != p; pp = &(*pp)->key_next)
+		;
+	*pp = p->key_next;
 	p->inst->puts--;
 }
 
@@ -1278,8 +1321,18 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 
 static struct put *put_find(struct pool_manager *m, uint64_t id)
 {
-	for (struct put *p = m->puts; p; p = p->next)
+	for (struct put *p = m->put_ids[id_bucket(id)]; p; p = p->id_next)
 		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+/* The open put of key in s, by any instance. */
+static struct put *put_of_key(struct pool_manager *m, const struct scope *s,
+			      const struct rec_key *k)
+{
+	for (struct put *p = m->put_keys[key_bucket(k)]; p; p = p->key_next)
+		if (p->rec->scope == s && key_equal(&p->rec->key, k))
 			return p;
 	return NULL;
 }
@@ -1340,11 +1393,10 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 		ready.result = -EEXIST;
 		goto answer;
 	}
-	for (struct put *q = m->puts; q; q = q->next)
-		if (q->rec->scope == s && key_equal(&q->rec->key, &b.key)) {
-			ready.result = -EEXIST; /* another instance is putting it now */
-			goto answer;
-		}
+	if (put_of_key(m, s, &b.key)) {
+		ready.result = -EEXIST; /* another instance is putting it now */
+		goto answer;
+	}
 	if (b.parent.consumed) {
 		parent = record_find(s, &b.parent);
 		if (!parent) {
@@ -1412,9 +1464,7 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 				 transfer_ns(bytes);
 		timer_at(m, p->deadline_ns + 1);
 	}
-	p->next = m->puts;
-	m->puts = p;
-	in->puts++;
+	put_link(m, p);
 	ready.put_id = p->id;
 	r = NULL;
 	p = NULL;
@@ -1728,13 +1778,39 @@ static void on_holds(struct pool_manager *m, struct conn *c, const uint8_t *body
 	}
 }
 
+static void export_link(struct pool_manager *m, struct export *x)
+{
+	struct export **id = &m->export_ids[id_bucket(x->id)];
+	struct export **key = &m->export_keys[key_bucket(&x->key)];
+
+	x->prev = NULL;
+	x->next = m->exports;
+	if (m->exports)
+		m->exports->prev = x;
+	m->exports = x;
+	x->id_next = *id;
+	*id = x;
+	x->key_next = *key;
+	*key = x;
+	x->holder->exports++;
+}
+
 static void export_end(struct pool_manager *m, struct export *x)
 {
-	struct export **pp = &m->exports;
+	struct export **pp;
 
-	while (*pp != x)
-		pp = &(*pp)->next;
-	*pp = x->next;
+	if (x->prev)
+		x->prev->next = x->next;
+	else
+		m->exports = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	for (pp = &m->export_ids[id_bucket(x->id)]; *pp != x; pp = &(*pp)->id_next)
+		;
+	*pp = x->id_next;
+	for (pp = &m->export_keys[key_bucket(&x->key)]; *pp != x; pp = &(*pp)->key_next)
+		;
+	*pp = x->key_next;
 	x->holder->exports--;
 	free(x);
 }
@@ -1742,8 +1818,17 @@ static void export_end(struct pool_manager *m, struct export *x)
 static struct export *export_of_key(struct pool_manager *m, const struct scope *s,
 				    const struct rec_key *k)
 {
-	for (struct export *x = m->exports; x; x = x->next)
+	for (struct export *x = m->export_keys[key_bucket(k)]; x; x = x->key_next)
 		if (x->scope == s && key_equal(&x->key, k))
+			return x;
+	return NULL;
+}
+
+/* The live export id asked of in, or NULL. */
+static struct export *export_find(struct pool_manager *m, const struct instance *in, uint64_t id)
+{
+	for (struct export *x = m->export_ids[id_bucket(id)]; x; x = x->id_next)
+		if (x->id == id && x->holder == in)
 			return x;
 	return NULL;
 }
@@ -1791,11 +1876,10 @@ static void export_ask(struct pool_manager *m, struct instance *holder, const st
 
 	if (!x)
 		return;
-	*x = (struct export){ .next = m->exports, .id = m->next_export_id++,
-			      .scope = holder->scope, .holder = holder, .key = *key,
+	*x = (struct export){ .id = m->next_export_id++, .scope = holder->scope,
+			      .holder = holder, .key = *key,
 			      .deadline_ns = now + m->config.export_ms * 1000000ull };
-	m->exports = x;
-	holder->exports++;
+	export_link(m, x);
 	timer_at(m, x->deadline_ns + 1);
 	q.export_id = x->id;
 	n = pool_export_encode(&q, buf, sizeof(buf));
@@ -1819,9 +1903,7 @@ static void on_export_end(struct pool_manager *m, struct conn *c, const uint8_t 
 		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
 		return;
 	}
-	for (x = m->exports; x; x = x->next)
-		if (x->id == e.export_id && x->holder == c->inst)
-			break;
+	x = export_find(m, c->inst, e.export_id);
 	if (!x)
 		return;
 	if (e.result == 0 && (r = record_find(x->scope, &x->key)) && r->committed) {
@@ -1898,21 +1980,47 @@ static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		export_ask(m, holder, &export_key, now);
 }
 
+/* A claim's bucket: its id is the instance's, so the instance is in the hash. */
+static uint32_t claim_bucket(const struct instance *in, uint64_t id)
+{
+	return id_bucket(id ^ ((uint64_t)(uintptr_t)in * 0xff51afd7ed558ccdull));
+}
+
 static struct claim *claim_find(struct pool_manager *m, struct instance *in, uint64_t id)
 {
-	for (struct claim *cl = m->claims; cl; cl = cl->next)
+	for (struct claim *cl = m->claim_ids[claim_bucket(in, id)]; cl; cl = cl->hash_next)
 		if (cl->inst == in && cl->id == id)
 			return cl;
 	return NULL;
 }
 
+static void claim_link(struct pool_manager *m, struct claim *cl)
+{
+	struct claim **b = &m->claim_ids[claim_bucket(cl->inst, cl->id)];
+
+	cl->prev = NULL;
+	cl->next = m->claims;
+	if (m->claims)
+		m->claims->prev = cl;
+	m->claims = cl;
+	cl->hash_next = *b;
+	*b = cl;
+	cl->inst->claims++;
+}
+
 static void claim_end(struct pool_manager *m, struct claim *cl)
 {
-	struct claim **pp = &m->claims;
+	struct claim **pp;
 
-	while (*pp != cl)
-		pp = &(*pp)->next;
-	*pp = cl->next;
+	if (cl->prev)
+		cl->prev->next = cl->next;
+	else
+		m->claims = cl->next;
+	if (cl->next)
+		cl->next->prev = cl->prev;
+	for (pp = &m->claim_ids[claim_bucket(cl->inst, cl->id)]; *pp != cl; pp = &(*pp)->hash_next)
+		;
+	*pp = cl->hash_next;
 	for (uint32_t i = 0; i < cl->count; i++)
 		cl->chain[i]->pins--;
 	cl->inst->claims--;
@@ -2025,9 +2133,7 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
 		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
 		timer_at(m, cl->deadline_ns + 1);
-		cl->next = m->claims;
-		m->claims = cl;
-		c->inst->claims++;
+		claim_link(m, cl);
 		if (cl->loads_waiting) {
 			cl->local = local;
 			cl->beat_ns = now;

@@ -1310,6 +1310,144 @@ static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
 	return cd.result;
 }
 
+/* Claims key on the session as claim() does; the result, and the key of the chain's last record. */
+static int claim_last_key(struct trank *s, uint64_t id, const struct rec_key *key,
+			  struct rec_key *last)
+{
+	struct pool_claim q = { .claim_id = id, .key = *key };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	struct pool_chain_entry e;
+	uint8_t buf[64];
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	assert_int_equal(cd.claim_id, id);
+	if (cd.result == 0) {
+		assert_int_equal(v.count, 1);
+		pool_chain_view_entry(&v, 0, &e);
+		*last = e.key;
+	}
+	return cd.result;
+}
+
+/* Record i of test_pool_many_live_ids_resolve: a root, with a page where i % 128 == 0. */
+static void many_case(struct put_case *pc, uint32_t i)
+{
+	case_make(pc, 9000 + i, i % 128 == 0 ? PAGE_TOKENS : 8, NULL, i);
+}
+
+/* A claim id of instance inst: sparse, and the same ids for both instances. */
+static uint64_t many_claim_id(uint32_t i)
+{
+	return 0x5e1e000000000000ull + (uint64_t)i * 0x10001ull;
+}
+
+/* A thousand live puts and claims each: every frame finds its own by id (puts, claims per instance). */
+static void test_pool_many_live_ids_resolve(void **state)
+{
+	enum { COUNT = 1000 };
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct pool_manager_stats st;
+	uint64_t *put_ids = tu_alloc(COUNT * sizeof(uint64_t));
+	uint8_t buf[POOL_PUT_END_BYTES];
+
+	(void)state;
+	manager_start(&r, 64 << 20, 0);
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		int one = 1;
+
+		setsockopt(a[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(b[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	/* A opens every put before any byte is sent */
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct put_case pc;
+
+		many_case(&pc, i);
+		assert_int_equal(put_begin(&a[0], &pc, &put_ids[i]), 0);
+		/* a key being put is -EEXIST for another instance meanwhile */
+		if (i % 100 == 7) {
+			uint64_t none;
+
+			assert_int_equal(put_begin(&b[0], &pc, &none), -EEXIST);
+		}
+		case_free(&pc);
+	}
+	/* the shares go in another order than the puts opened: each lands in its own put */
+	for (uint32_t n = 0; n < COUNT; n++) {
+		uint32_t i = (n * 389u) % COUNT; /* 389 is prime to 1000: a permutation */
+		struct pool_put_end e = { .put_id = put_ids[i], .commit = true };
+		struct put_case pc;
+		bool commit;
+
+		many_case(&pc, i);
+		for (uint32_t k = 0; k < WORLD; k++) {
+			put_share(&a[k], put_ids[i], &pc.img[k], pc.img[k].length);
+			assert_int_equal(put_end_read(&a[k], put_ids[i], NULL), 0);
+		}
+		tsend(&a[0], POOL_MSG_PUT_END, buf, pool_put_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(put_end_read(&a[0], put_ids[i], &commit), 0);
+		assert_true(commit);
+		case_free(&pc);
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.puts_committed, COUNT);
+	assert_int_equal(st.puts_failed, 0);
+	/* B and A claim every record under the same sparse ids, B in reverse */
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct put_case pc, pd;
+		struct rec_key got;
+
+		many_case(&pc, i);
+		many_case(&pd, COUNT - 1 - i);
+		assert_int_equal(claim_last_key(&a[0], many_claim_id(i), &pc.rec.key, &got), 0);
+		assert_memory_equal(&got, &pc.rec.key, sizeof(got));
+		assert_int_equal(claim_last_key(&b[0], many_claim_id(i), &pd.rec.key, &got), 0);
+		assert_memory_equal(&got, &pd.rec.key, sizeof(got));
+		case_free(&pc);
+		case_free(&pd);
+	}
+	/* B ends its even ids: those are free again for B, the odd ones and A's all live */
+	for (uint32_t i = 0; i < COUNT; i += 2) {
+		struct pool_claim_end e = { .claim_id = many_claim_id(i) };
+
+		tsend(&b[0], POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+	}
+	for (uint32_t i = 0; i < 8; i++) {
+		struct put_case pc;
+		struct rec_key got;
+
+		many_case(&pc, i);
+		assert_int_equal(claim_last_key(&b[0], many_claim_id(i), &pc.rec.key, &got),
+				 i % 2 ? -EEXIST : 0);
+		assert_int_equal(claim_last_key(&a[0], many_claim_id(i), &pc.rec.key, &got),
+				 -EEXIST);
+		case_free(&pc);
+	}
+	/* A's rank 1 pulls A's claims of the records with a page: the bytes of each one's own */
+	for (uint32_t i = 0; i < COUNT; i += 128) {
+		struct put_case pc, *chain[1] = { &pc };
+
+		many_case(&pc, i);
+		claim_stream_check(&a[1], many_claim_id(i), chain, 1, 0);
+		case_free(&pc);
+	}
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	free(put_ids);
+}
+
 /* A window half read when its put fails never lands in arena bytes given to another put (R-POOL-43). */
 static void test_pool_failed_put_window_goes_nowhere(void **state)
 {
@@ -2781,6 +2919,7 @@ int main(void)
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_expiry_sweep_bounded),
 		cmocka_unit_test(test_pool_burst_walks_deadlines_rarely),
+		cmocka_unit_test(test_pool_many_live_ids_resolve),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
