@@ -1448,6 +1448,46 @@ static void test_pool_many_live_ids_resolve(void **state)
 	free(put_ids);
 }
 
+/* A claimed chain never expires; once ended, one sweep drops it leaf first, parents with it (R-POOL-44). */
+static void test_pool_expiry_chain_in_one_sweep(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	struct put_case c[3];
+	struct pool_manager_stats st;
+	struct pool_claim_end e = { .claim_id = 1 };
+	uint8_t buf[POOL_CLAIM_END_BYTES];
+
+	(void)state;
+	manager_start(&r, 4 << 20, 300);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 3; i++) {
+		case_make(&c[i], 400, 64 * (i + 1), i ? &c[i - 1] : NULL, i + 1);
+		assert_int_equal(put_whole(a, &c[i]), 0);
+	}
+	assert_int_equal(claim(&a[0], 1, &c[2].rec.key), 0);
+	/* two max ages and more: the claim's pins keep every record */
+	usleep(800 * 1000);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.expired, 0);
+	assert_int_equal(st.records, 3);
+	assert_true(st.expire_sweeps >= 2);
+	tsend(&a[0], POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&e, buf, sizeof(buf)), NULL,
+	      0);
+	/* the first sweep that drops anything drops the whole chain */
+	for (int i = 0; i < 5000 && st.expired == 0; i++) {
+		usleep(1000);
+		pool_manager_stats(r.m, &st);
+	}
+	assert_int_equal(st.expired, 3);
+	assert_int_equal(st.records, 0);
+	assert_int_equal(lookup(&a[0], &c[0].rec.key, 1, NULL), 0);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 3; i++)
+		case_free(&c[i]);
+}
+
 /* A window half read when its put fails never lands in arena bytes given to another put (R-POOL-43). */
 static void test_pool_failed_put_window_goes_nowhere(void **state)
 {
@@ -2918,6 +2958,7 @@ int main(void)
 		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
 		cmocka_unit_test(test_pool_expiry_sweep_bounded),
+		cmocka_unit_test(test_pool_expiry_chain_in_one_sweep),
 		cmocka_unit_test(test_pool_burst_walks_deadlines_rarely),
 		cmocka_unit_test(test_pool_many_live_ids_resolve),
 		cmocka_unit_test(test_pool_stop_says_bye),
