@@ -182,6 +182,17 @@
 #define POOL_HOLDS_SCOPE_MAX 65536u
 /* Exports a holder is asked for at once (R-POOL-73). */
 #define POOL_EXPORTS_LIVE_MAX 4u
+/*
+ * The pool manager's loop walks its deadlines when the earliest is due and
+ * at least this often; it waits no longer than this for events.
+ */
+#define POOL_LOOP_TICK_MS 100u
+/*
+ * The manager's max-age sweep (R-POOL-44): at most once per this or per
+ * the max age, if shorter, and at most this many records dropped a sweep.
+ */
+#define POOL_EXPIRE_EVERY_MS 60000u
+#define POOL_EXPIRE_SWEEP_MAX 64u
 /* How long the manager keeps an export it asked for (R-POOL-74). */
 #define POOL_EXPORT_MS 30000u
 /*

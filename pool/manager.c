@@ -40,8 +40,10 @@
 #include <unistd.h>
 
 #define SCOPE_BUCKETS 4096u
+/* Buckets of the put, claim and export hashes (by id, or by key: SCOPE_BUCKETS). */
+#define ID_BUCKET_BITS 12u
+#define ID_BUCKETS (1u << ID_BUCKET_BITS)
 #define EXTENTS_MAX 65536u
-#define TICK_MS 100
 /*
  * A session whose CLAIMED waits for loads from the disk tier hears a
  * HEARTBEAT this often, so its no-progress timeout (R-POOL-52, 3 s)
@@ -67,6 +69,7 @@ struct conn;
 struct record {
 	struct record *hash_next;
 	struct record *lru_prev, *lru_next;
+	struct record *age_prev, *age_next; /* committed, in created_ns order */
 	struct scope *scope;
 	struct record *parent;
 	struct rec_key key;
@@ -96,7 +99,8 @@ struct hold {
 
 /* An export asked of a holder (R-POOL-73 .. R-POOL-75). */
 struct export {
-	struct export *next;
+	struct export *next, *prev; /* every live export */
+	struct export *id_next, *key_next; /* its hash buckets */
 	uint64_t id;
 	struct scope *scope;
 	struct instance *holder;
@@ -135,7 +139,8 @@ struct share_rx {
 };
 
 struct put {
-	struct put *next;
+	struct put *next, *prev; /* every open put */
+	struct put *id_next, *key_next; /* its hash buckets */
 	uint64_t id, request_id;
 	struct instance *inst;
 	struct record *rec;
@@ -144,7 +149,8 @@ struct put {
 };
 
 struct claim {
-	struct claim *next;
+	struct claim *next, *prev; /* every live claim */
+	struct claim *hash_next; /* its bucket, by instance and id */
 	uint64_t id;
 	struct instance *inst;
 	uint32_t count;
@@ -279,9 +285,21 @@ struct pool_manager {
 	struct put *puts;
 	struct claim *claims;
 	struct export *exports;
+	/* the same, hashed: a frame finds its put, claim or export in O(1) */
+	struct put *put_ids[ID_BUCKETS], *put_keys[SCOPE_BUCKETS];
+	struct claim *claim_ids[ID_BUCKETS];
+	struct export *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
 	uint64_t next_put_id;
 	uint64_t next_export_id;
 	struct record *lru_head, *lru_tail; /* least and most recently used */
+	struct record *age_head, *age_tail; /* oldest and youngest: max-age expiry */
+	uint64_t expire_last_ns;            /* the last max-age sweep */
+	/*
+	 * When timers() walks the deadlines next: no later than the earliest
+	 * one it saw (each a lower bound: a deadline may move later since),
+	 * lowered by each one set since, and POOL_LOOP_TICK_MS at most.
+	 */
+	uint64_t timers_due_ns;
 	bool draining;
 	/* scratch of the loop's thread (one manager, one thread: no sharing) */
 	struct record *chain_buf[POOL_CHAIN_RECORDS_MAX];
@@ -377,6 +395,12 @@ static bool key_equal(const struct rec_key *a, const struct rec_key *b)
 	       memcmp(a->digest.bytes, b->digest.bytes, REC_DIGEST_BYTES) == 0;
 }
 
+/* A 64-bit id's bucket of ID_BUCKETS (Fibonacci hashing: sequential ids spread). */
+static uint32_t id_bucket(uint64_t id)
+{
+	return (uint32_t)((id * 0x9e3779b97f4a7c15ull) >> (64 - ID_BUCKET_BITS));
+}
+
 static struct record *record_find(struct scope *s, const struct rec_key *k)
 {
 	for (struct record *r = s->buckets[key_bucket(k)]; r; r = r->hash_next)
@@ -407,6 +431,35 @@ static void lru_push(struct pool_manager *m, struct record *r)
 	else
 		m->lru_head = r;
 	m->lru_tail = r;
+}
+
+/*
+ * The age list: committed records in the order their age counts from (a
+ * commit, or the start that found it on disk), so in created_ns order.
+ */
+static void age_push(struct pool_manager *m, struct record *r)
+{
+	SEL_ASSERT(!m->age_tail || m->age_tail->created_ns <= r->created_ns);
+	r->age_prev = m->age_tail;
+	r->age_next = NULL;
+	if (m->age_tail)
+		m->age_tail->age_next = r;
+	else
+		m->age_head = r;
+	m->age_tail = r;
+}
+
+static void age_unlink(struct pool_manager *m, struct record *r)
+{
+	if (r->age_prev)
+		r->age_prev->age_next = r->age_next;
+	else
+		m->age_head = r->age_next;
+	if (r->age_next)
+		r->age_next->age_prev = r->age_prev;
+	else
+		m->age_tail = r->age_prev;
+	r->age_prev = r->age_next = NULL;
 }
 
 static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
@@ -446,6 +499,7 @@ static void record_free(struct pool_manager *m, struct record *r)
 			p = &(*p)->hash_next;
 		*p = r->hash_next;
 		lru_unlink(m, r);
+		age_unlink(m, r);
 		if (r->parent)
 			r->parent->children--;
 		r->scope->records--;
@@ -1000,6 +1054,13 @@ static bool evict_one(struct pool_manager *m)
 	return false;
 }
 
+/* A deadline set at at: the loop's timers() walk comes no later (timers). */
+static void timer_at(struct pool_manager *m, uint64_t at)
+{
+	if (at < m->timers_due_ns)
+		m->timers_due_ns = at;
+}
+
 /* ---- Output ---- */
 
 static int out_reserve(struct conn *c, size_t more)
@@ -1156,13 +1217,40 @@ static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, cons
 
 /* ---- Puts ---- */
 
+static void put_link(struct pool_manager *m, struct put *p)
+{
+	struct put **id = &m->put_ids[id_bucket(p->id)];
+	struct put **key = &m->put_keys[key_bucket(&p->rec->key)];
+
+	p->prev = NULL;
+	p->next = m->puts;
+	if (m->puts)
+		m->puts->prev = p;
+	m->puts = p;
+	p->id_next = *id;
+	*id = p;
+	p->key_next = *key;
+	*key = p;
+	p->inst->puts++;
+}
+
 static void put_unlink(struct pool_manager *m, struct put *p)
 {
-	struct put **pp = &m->puts;
+	struct put **pp;
 
-	while (*pp != p)
-		pp = &(*pp)->next;
-	*pp = p->next;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		m->puts = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	/* buckets hold about one put each */
+	for (pp = &m->put_ids[id_bucket(p->id)]; *pp != p; pp = &(*pp)->id_next)
+		;
+	*pp = p->id_next;
+	for (pp = &m->put_keys[key_bucket(&p->rec->key)]; *pp != p; pp = &(*pp)->key_next)
+		;
+	*pp = p->key_next;
 	p->inst->puts--;
 }
 
@@ -1218,6 +1306,7 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 	if (r->parent)
 		r->parent->children++;
 	lru_push(m, r);
+	age_push(m, r);
 	s->records++;
 	m->stats.records++;
 	m->stats.puts_committed++;
@@ -1232,8 +1321,18 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 
 static struct put *put_find(struct pool_manager *m, uint64_t id)
 {
-	for (struct put *p = m->puts; p; p = p->next)
+	for (struct put *p = m->put_ids[id_bucket(id)]; p; p = p->id_next)
 		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+/* The open put of key in s, by any instance. */
+static struct put *put_of_key(struct pool_manager *m, const struct scope *s,
+			      const struct rec_key *k)
+{
+	for (struct put *p = m->put_keys[key_bucket(k)]; p; p = p->key_next)
+		if (p->rec->scope == s && key_equal(&p->rec->key, k))
 			return p;
 	return NULL;
 }
@@ -1294,11 +1393,10 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 		ready.result = -EEXIST;
 		goto answer;
 	}
-	for (struct put *q = m->puts; q; q = q->next)
-		if (q->rec->scope == s && key_equal(&q->rec->key, &b.key)) {
-			ready.result = -EEXIST; /* another instance is putting it now */
-			goto answer;
-		}
+	if (put_of_key(m, s, &b.key)) {
+		ready.result = -EEXIST; /* another instance is putting it now */
+		goto answer;
+	}
 	if (b.parent.consumed) {
 		parent = record_find(s, &b.parent);
 		if (!parent) {
@@ -1364,10 +1462,9 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 			bytes += r->shares[i].bytes;
 		p->deadline_ns = now + (uint64_t)m->config.claim_setup_ms * 1000000ull +
 				 transfer_ns(bytes);
+		timer_at(m, p->deadline_ns + 1);
 	}
-	p->next = m->puts;
-	m->puts = p;
-	in->puts++;
+	put_link(m, p);
 	ready.put_id = p->id;
 	r = NULL;
 	p = NULL;
@@ -1681,13 +1778,39 @@ static void on_holds(struct pool_manager *m, struct conn *c, const uint8_t *body
 	}
 }
 
+static void export_link(struct pool_manager *m, struct export *x)
+{
+	struct export **id = &m->export_ids[id_bucket(x->id)];
+	struct export **key = &m->export_keys[key_bucket(&x->key)];
+
+	x->prev = NULL;
+	x->next = m->exports;
+	if (m->exports)
+		m->exports->prev = x;
+	m->exports = x;
+	x->id_next = *id;
+	*id = x;
+	x->key_next = *key;
+	*key = x;
+	x->holder->exports++;
+}
+
 static void export_end(struct pool_manager *m, struct export *x)
 {
-	struct export **pp = &m->exports;
+	struct export **pp;
 
-	while (*pp != x)
-		pp = &(*pp)->next;
-	*pp = x->next;
+	if (x->prev)
+		x->prev->next = x->next;
+	else
+		m->exports = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	for (pp = &m->export_ids[id_bucket(x->id)]; *pp != x; pp = &(*pp)->id_next)
+		;
+	*pp = x->id_next;
+	for (pp = &m->export_keys[key_bucket(&x->key)]; *pp != x; pp = &(*pp)->key_next)
+		;
+	*pp = x->key_next;
 	x->holder->exports--;
 	free(x);
 }
@@ -1695,8 +1818,17 @@ static void export_end(struct pool_manager *m, struct export *x)
 static struct export *export_of_key(struct pool_manager *m, const struct scope *s,
 				    const struct rec_key *k)
 {
-	for (struct export *x = m->exports; x; x = x->next)
+	for (struct export *x = m->export_keys[key_bucket(k)]; x; x = x->key_next)
 		if (x->scope == s && key_equal(&x->key, k))
+			return x;
+	return NULL;
+}
+
+/* The live export id asked of in, or NULL. */
+static struct export *export_find(struct pool_manager *m, const struct instance *in, uint64_t id)
+{
+	for (struct export *x = m->export_ids[id_bucket(id)]; x; x = x->id_next)
+		if (x->id == id && x->holder == in)
 			return x;
 	return NULL;
 }
@@ -1744,11 +1876,11 @@ static void export_ask(struct pool_manager *m, struct instance *holder, const st
 
 	if (!x)
 		return;
-	*x = (struct export){ .next = m->exports, .id = m->next_export_id++,
-			      .scope = holder->scope, .holder = holder, .key = *key,
+	*x = (struct export){ .id = m->next_export_id++, .scope = holder->scope,
+			      .holder = holder, .key = *key,
 			      .deadline_ns = now + m->config.export_ms * 1000000ull };
-	m->exports = x;
-	holder->exports++;
+	export_link(m, x);
+	timer_at(m, x->deadline_ns + 1);
 	q.export_id = x->id;
 	n = pool_export_encode(&q, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
@@ -1771,9 +1903,7 @@ static void on_export_end(struct pool_manager *m, struct conn *c, const uint8_t 
 		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
 		return;
 	}
-	for (x = m->exports; x; x = x->next)
-		if (x->id == e.export_id && x->holder == c->inst)
-			break;
+	x = export_find(m, c->inst, e.export_id);
 	if (!x)
 		return;
 	if (e.result == 0 && (r = record_find(x->scope, &x->key)) && r->committed) {
@@ -1850,21 +1980,47 @@ static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		export_ask(m, holder, &export_key, now);
 }
 
+/* A claim's bucket: its id is the instance's, so the instance is in the hash. */
+static uint32_t claim_bucket(const struct instance *in, uint64_t id)
+{
+	return id_bucket(id ^ ((uint64_t)(uintptr_t)in * 0xff51afd7ed558ccdull));
+}
+
 static struct claim *claim_find(struct pool_manager *m, struct instance *in, uint64_t id)
 {
-	for (struct claim *cl = m->claims; cl; cl = cl->next)
+	for (struct claim *cl = m->claim_ids[claim_bucket(in, id)]; cl; cl = cl->hash_next)
 		if (cl->inst == in && cl->id == id)
 			return cl;
 	return NULL;
 }
 
+static void claim_link(struct pool_manager *m, struct claim *cl)
+{
+	struct claim **b = &m->claim_ids[claim_bucket(cl->inst, cl->id)];
+
+	cl->prev = NULL;
+	cl->next = m->claims;
+	if (m->claims)
+		m->claims->prev = cl;
+	m->claims = cl;
+	cl->hash_next = *b;
+	*b = cl;
+	cl->inst->claims++;
+}
+
 static void claim_end(struct pool_manager *m, struct claim *cl)
 {
-	struct claim **pp = &m->claims;
+	struct claim **pp;
 
-	while (*pp != cl)
-		pp = &(*pp)->next;
-	*pp = cl->next;
+	if (cl->prev)
+		cl->prev->next = cl->next;
+	else
+		m->claims = cl->next;
+	if (cl->next)
+		cl->next->prev = cl->prev;
+	for (pp = &m->claim_ids[claim_bucket(cl->inst, cl->id)]; *pp != cl; pp = &(*pp)->hash_next)
+		;
+	*pp = cl->hash_next;
 	for (uint32_t i = 0; i < cl->count; i++)
 		cl->chain[i]->pins--;
 	cl->inst->claims--;
@@ -1976,12 +2132,12 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		a.deadline_ms = m->config.claim_setup_ms +
 				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
 		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
-		cl->next = m->claims;
-		m->claims = cl;
-		c->inst->claims++;
+		timer_at(m, cl->deadline_ns + 1);
+		claim_link(m, cl);
 		if (cl->loads_waiting) {
 			cl->local = local;
 			cl->beat_ns = now;
+			timer_at(m, now + LOAD_BEAT_MS * 1000000ull);
 			return; /* CLAIMED once the loads are done (disk_done) */
 		}
 		m->stats.claims_granted++;
@@ -2037,6 +2193,7 @@ static void on_claim_pull(struct pool_manager *m, struct conn *c, const uint8_t 
 							 .rdma = q.mode == POOL_PULL_RDMA &&
 								 rdma_usable(m, c),
 							 .progress_ns = now };
+	timer_at(m, now + POOL_NO_PROGRESS_MS * 1000000ull + 1);
 }
 
 /*
@@ -2540,6 +2697,7 @@ static void on_attach(struct pool_manager *m, struct conn *c, const uint8_t *bod
 	c->inst = in;
 	c->rank = ap->rank;
 	c->state = C_SERVING;
+	timer_at(m, c->heard_ns + POOL_IDLE_MS * 1000000ull + 1);
 	reply.scope_records = in->scope->records;
 	n = pool_attached_encode(&reply, buf, sizeof(buf));
 	SEL_ASSERT(n > 0);
@@ -2780,6 +2938,7 @@ static void accept_all(struct pool_manager *m, uint64_t now)
 		c->state = C_HELLO;
 		c->deadline_ns = now + POOL_HANDSHAKE_MS * 1000000ull;
 		c->heard_ns = now;
+		timer_at(m, c->deadline_ns + 1);
 		pool_rx_init(&c->rx, c->body, POOL_CONTROL_BODY_BYTES_MAX, POOL_TO_MANAGER);
 		m->conns[m->conn_count++] = c;
 	}
@@ -3009,6 +3168,7 @@ static void claim_answer_loaded(struct pool_manager *m, struct claim *cl, uint64
 		a.deadline_ms = m->config.claim_setup_ms +
 				(uint32_t)(bytes * 1000 / POOL_TRANSFER_BYTES_PER_S);
 		cl->deadline_ns = now + (uint64_t)a.deadline_ms * 1000000ull;
+		timer_at(m, cl->deadline_ns + 1);
 		m->stats.claims_granted++;
 	}
 	if (c) {
@@ -3149,8 +3309,77 @@ static void disk_thread_stop(struct pool_manager *m)
 	d->done_fd = -1;
 }
 
+/*
+ * Max-age expiry (docs/DESIGN.md section 12), at most once per
+ * min(POOL_EXPIRE_EVERY_MS, the max age): a record's age counts from its
+ * commit (or the start that found it on disk), not from its last use, so
+ * the sweep walks the age list, oldest first, and stops at the first
+ * record that has not expired (every later one is younger). It skips
+ * records that are pinned or extended, drops expired leaves, each with the
+ * ancestors it leaves expired leaves, at most POOL_EXPIRE_SWEEP_MAX a
+ * sweep, and never starts over: a sweep examines the expired records ahead
+ * of the first fresh one that it skips, those it drops, and one more.
+ */
+static uint64_t expire_every_ns(const struct pool_manager *m)
+{
+	uint64_t age_ns = m->config.max_age_ms * 1000000ull;
+
+	return age_ns < POOL_EXPIRE_EVERY_MS * 1000000ull ? age_ns
+							  : POOL_EXPIRE_EVERY_MS * 1000000ull;
+}
+
+static void expire(struct pool_manager *m, uint64_t now)
+{
+	uint64_t age_ns = m->config.max_age_ms * 1000000ull;
+	uint32_t dropped = 0;
+
+	if (!age_ns)
+		return;
+	if (m->expire_last_ns && now - m->expire_last_ns < expire_every_ns(m))
+		return;
+	m->expire_last_ns = now;
+	m->stats.expire_sweeps++;
+	for (struct record *r = m->age_head, *next; r && dropped < POOL_EXPIRE_SWEEP_MAX;
+	     r = next) {
+		next = r->age_next;
+		m->stats.expire_examined++;
+		if (now - r->created_ns <= age_ns)
+			break; /* the first fresh record: the rest are younger */
+		/* an expired leaf, then each parent it leaves an expired leaf */
+		for (struct record *q = r, *parent; q && !q->children && !q->pins &&
+						    now - q->created_ns > age_ns &&
+						    dropped < POOL_EXPIRE_SWEEP_MAX;
+		     q = parent) {
+			parent = q->parent;
+			if (q == next)
+				next = q->age_next;
+			if (q != r)
+				m->stats.expire_examined++;
+			record_free(m, q);
+			m->stats.expired++;
+			dropped++;
+		}
+	}
+}
+
+/*
+ * Walks every deadline (handshakes, idle and stalled connections, puts,
+ * claims and their load heartbeats, exports, the max-age sweep): called
+ * by the loop only when timers_due_ns has come, which it sets to the
+ * earliest deadline still ahead (POOL_LOOP_TICK_MS ahead at most), so a
+ * busy loop does not walk every connection, put and claim per frame.
+ */
 static void timers(struct pool_manager *m, uint64_t now)
 {
+	uint64_t due = now + POOL_LOOP_TICK_MS * 1000000ull;
+
+#define DUE_AT(at)                   \
+	do {                         \
+		uint64_t at_ = (at); \
+		if (at_ < due)       \
+			due = at_;   \
+	} while (0)
+	m->stats.timer_walks++;
 	for (uint32_t i = 0; i < m->conn_count; i++) {
 		struct conn *c = m->conns[i];
 
@@ -3164,11 +3393,19 @@ static void timers(struct pool_manager *m, uint64_t now)
 				/* R-POOL-35: the rank stopped reading; the stream stops */
 				c->closing = true;
 			}
+		if (c->closing)
+			continue;
+		DUE_AT(c->state != C_SERVING ? c->deadline_ns + 1
+					     : c->heard_ns + POOL_IDLE_MS * 1000000ull + 1);
+		for (uint32_t k = 0; k < c->stream_count; k++)
+			DUE_AT(c->streams[k].progress_ns + POOL_NO_PROGRESS_MS * 1000000ull + 1);
 	}
 	for (struct put *p = m->puts, *next; p; p = next) {
 		next = p->next;
 		if (now > p->deadline_ns)
 			put_fail(m, p, -ETIMEDOUT, "its deadline passed");
+		else
+			DUE_AT(p->deadline_ns + 1);
 	}
 	for (struct claim *cl = m->claims, *next; cl; cl = next) {
 		next = cl->next;
@@ -3183,40 +3420,35 @@ static void timers(struct pool_manager *m, uint64_t now)
 			if (cl->inst->ranks[0])
 				send_claim_end(cl->inst->ranks[0], cl->id, -ETIMEDOUT);
 			claim_end(m, cl);
-		}
-	}
-	for (struct claim *cl = m->claims; cl; cl = cl->next) {
-		uint8_t beat[POOL_HEARTBEAT_BYTES];
-
-		if (!cl->loads_waiting || !cl->inst->ranks[0] ||
-		    now - cl->beat_ns < LOAD_BEAT_MS * 1000000ull)
 			continue;
-		cl->beat_ns = now;
-		sel_put_le64(beat, now);
-		send_frame(cl->inst->ranks[0], POOL_MSG_HEARTBEAT, beat, sizeof(beat), NULL, 0);
+		}
+		DUE_AT(cl->deadline_ns + 1);
+		if (!cl->loads_waiting || !cl->inst->ranks[0])
+			continue;
+		if (now - cl->beat_ns >= LOAD_BEAT_MS * 1000000ull) {
+			uint8_t beat[POOL_HEARTBEAT_BYTES];
+
+			cl->beat_ns = now;
+			sel_put_le64(beat, now);
+			send_frame(cl->inst->ranks[0], POOL_MSG_HEARTBEAT, beat, sizeof(beat), NULL,
+				   0);
+		}
+		DUE_AT(cl->beat_ns + LOAD_BEAT_MS * 1000000ull);
 	}
 	for (struct export *x = m->exports, *next; x; x = next) {
 		next = x->next;
 		if (now > x->deadline_ns) {
 			m->stats.exports_failed++;
 			export_end(m, x);
+		} else {
+			DUE_AT(x->deadline_ns + 1);
 		}
 	}
-	if (m->config.max_age_ms) {
-		uint64_t age_ns = m->config.max_age_ms * 1000000ull;
-		bool again = true;
-
-		while (again) {
-			again = false;
-			for (struct record *r = m->lru_head; r; r = r->lru_next)
-				if (!r->children && !r->pins && now - r->created_ns > age_ns) {
-					record_free(m, r);
-					m->stats.expired++;
-					again = true;
-					break;
-				}
-		}
-	}
+	expire(m, now);
+	if (m->config.max_age_ms)
+		DUE_AT(m->expire_last_ns + expire_every_ns(m));
+#undef DUE_AT
+	m->timers_due_ns = due;
 }
 
 /* ---- The disk tier at start ---- */
@@ -3339,6 +3571,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		if (r->parent)
 			r->parent->children++;
 		lru_push(m, r);
+		age_push(m, r);
 		s->records++;
 		m->stats.records++;
 	}
@@ -3487,7 +3720,8 @@ int pool_manager_run(struct pool_manager *m)
 		int n;
 
 		pthread_mutex_lock(&m->stats_lock);
-		timers(m, now);
+		if (now >= m->timers_due_ns)
+			timers(m, now);
 		for (uint32_t i = 0; i < m->conn_count; i++)
 			if (m->conns[i]->state == C_SERVING)
 				streams_fill(m, m->conns[i], now);
@@ -3504,8 +3738,15 @@ int pool_manager_run(struct pool_manager *m)
 			conn_watch(m, m->conns[i]);
 		if (rdma_in_flight(m)) /* a write in flight: its completion is polled every RDMA_POLL_US */
 			n = loop_wait_short(m, (int)(3 + m->conn_count));
-		else
-			n = epoll_wait(m->epoll_fd, m->events, (int)(3 + m->conn_count), TICK_MS);
+		else {
+			/* until the next deadline is due, rounded up: never early, no spin */
+			uint64_t t = sel_monotonic_ns();
+			int wait_ms = m->timers_due_ns > t
+					      ? (int)((m->timers_due_ns - t + 999999) / 1000000)
+					      : 0;
+
+			n = epoll_wait(m->epoll_fd, m->events, (int)(3 + m->conn_count), wait_ms);
+		}
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = sel_monotonic_ns();

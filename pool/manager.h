@@ -86,6 +86,9 @@ struct pool_manager_stats {
 	uint64_t lookup_hits;
 	uint64_t evicted;          /* dropped for room */
 	uint64_t expired;
+	uint64_t expire_sweeps;    /* max-age sweeps run */
+	uint64_t expire_examined;  /* records those sweeps looked at */
+	uint64_t timer_walks;      /* walks of every deadline by the loop */
 	uint64_t spilled;          /* moved from the arena to the disk tier */
 	uint64_t loaded;           /* moved back from the disk tier for a claim */
 	uint64_t disk_failures;    /* a share file unreadable or failing its checks */

@@ -25,7 +25,9 @@
 #include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1089,6 +1091,104 @@ static void test_pool_failed_puts_leave_nothing(void **state)
 }
 
 /* Records expire after max-age; LRU evicts the oldest leaf when the arena is full. */
+static bool expired_1(const struct pool_manager_stats *st) { return st->expired == 1; }
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Thousands expired at once: a sweep drops at most 64, looks at one more, a max age apart (R-POOL-44). */
+static void test_pool_expiry_sweep_bounded(void **state)
+{
+	enum { COUNT = 2048, AGE_MS = 600 };
+	struct running r;
+	struct trank a[WORLD];
+	struct pool_manager_stats before, after;
+	uint64_t t0, window_ms, sweeps;
+
+	(void)state;
+	manager_start(&r, 128 << 20, AGE_MS);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		int one = 1; /* no Nagle wait between a window's pieces */
+
+		setsockopt(a[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	t0 = now_ms();
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct put_case pc;
+
+		case_make(&pc, 5000 + i, 8, NULL, i); /* a row and no page: small */
+		assert_int_equal(put_whole(a, &pc), 0);
+		case_free(&pc);
+	}
+	print_message("%u puts in %" PRIu64 " ms\n", COUNT, now_ms() - t0);
+	/* every record expired; the sweeps meanwhile dropped at most 64 each */
+	usleep((AGE_MS + 50) * 1000);
+	t0 = now_ms();
+	pool_manager_stats(r.m, &before);
+	assert_true(before.expired <= POOL_EXPIRE_SWEEP_MAX * before.expire_sweeps);
+	usleep(3 * AGE_MS * 1000);
+	pool_manager_stats(r.m, &after);
+	window_ms = now_ms() - t0;
+	sweeps = after.expire_sweeps - before.expire_sweeps;
+	/* sweeps came a max age apart at most, and each dropped 64 of the thousands */
+	assert_true(sweeps >= 1);
+	assert_true(sweeps <= window_ms / AGE_MS + 1);
+	/* (thousands still there for them: the puts took far less than 64 max ages) */
+	assert_true(before.records >= POOL_EXPIRE_SWEEP_MAX * sweeps);
+	assert_int_equal(after.expired - before.expired, POOL_EXPIRE_SWEEP_MAX * sweeps);
+	assert_int_equal(after.records, COUNT - after.expired);
+	/* each looked at what it dropped and the one past (no restart from the head) */
+	assert_true(after.expire_examined <= (POOL_EXPIRE_SWEEP_MAX + 1) * after.expire_sweeps);
+	assert_int_equal(after.expire_examined - before.expire_examined,
+			 POOL_EXPIRE_SWEEP_MAX * sweeps);
+	close_instance(a);
+	manager_stop(&r);
+}
+
+/* A burst of frames walks the deadlines when one is due, not once a frame (POOL_LOOP_TICK_MS). */
+static void test_pool_burst_walks_deadlines_rarely(void **state)
+{
+	enum { LOOKUPS = 2000 };
+	struct running r;
+	struct trank a[WORLD];
+	struct put_case pc;
+	struct pool_manager_stats before, after;
+	uint64_t t0, elapsed_ms, walks;
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		int one = 1;
+
+		setsockopt(a[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	case_make(&pc, 300, 64, NULL, 3);
+	assert_int_equal(put_whole(a, &pc), 0);
+	pool_manager_stats(r.m, &before);
+	t0 = now_ms();
+	/* one turn of the loop each: a frame in, its answer out */
+	for (uint32_t i = 0; i < LOOKUPS; i++)
+		assert_int_equal(lookup(&a[0], &pc.rec.key, 1, NULL), 1);
+	elapsed_ms = now_ms() - t0;
+	pool_manager_stats(r.m, &after);
+	walks = after.timer_walks - before.timer_walks;
+	print_message("%u lookups in %" PRIu64 " ms: %" PRIu64 " walks of the deadlines\n",
+		      LOOKUPS, elapsed_ms, walks);
+	assert_int_equal(after.lookups - before.lookups, LOOKUPS);
+	/* nothing due: a walk a tick at most, not one a frame */
+	assert_true(walks <= elapsed_ms / POOL_LOOP_TICK_MS + 2);
+	close_instance(a);
+	manager_stop(&r);
+	case_free(&pc);
+}
+
 static void test_pool_expiry_and_lru(void **state)
 {
 	struct running r;
@@ -1114,7 +1214,8 @@ static void test_pool_expiry_and_lru(void **state)
 		      NULL, 0);
 		assert_int_equal(put_end_read(&a[0], e.put_id, NULL), -ECANCELED);
 	}
-	usleep(600 * 1000);
+	/* expired at 300 ms, dropped by the next sweep (one a max age, R-POOL-44) */
+	stats_wait(&r, &st, expired_1);
 	assert_int_equal(lookup(&a[0], &cases[0].rec.key, 1, NULL), 0);
 	pool_manager_stats(r.m, &st);
 	assert_int_equal(st.expired, 1);
@@ -1207,6 +1308,184 @@ static int claim(struct trank *s, uint64_t id, const struct rec_key *key)
 	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
 					     sizeof(why)), 0);
 	return cd.result;
+}
+
+/* Claims key on the session as claim() does; the result, and the key of the chain's last record. */
+static int claim_last_key(struct trank *s, uint64_t id, const struct rec_key *key,
+			  struct rec_key *last)
+{
+	struct pool_claim q = { .claim_id = id, .key = *key };
+	struct pool_claimed cd;
+	struct pool_chain_view v;
+	struct pool_chain_entry e;
+	uint8_t buf[64];
+	char why[WHY_BYTES];
+
+	tsend(s, POOL_MSG_CLAIM, buf, pool_claim_encode(&q, buf, sizeof(buf)), NULL, 0);
+	assert_int_equal(trecv(s), 1);
+	assert_int_equal(s->rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(s->body, s->rx.body_length, &cd, &v, why,
+					     sizeof(why)), 0);
+	assert_int_equal(cd.claim_id, id);
+	if (cd.result == 0) {
+		assert_int_equal(v.count, 1);
+		pool_chain_view_entry(&v, 0, &e);
+		*last = e.key;
+	}
+	return cd.result;
+}
+
+/* Record i of test_pool_many_live_ids_resolve: a root, with a page where i % 128 == 0. */
+static void many_case(struct put_case *pc, uint32_t i)
+{
+	case_make(pc, 9000 + i, i % 128 == 0 ? PAGE_TOKENS : 8, NULL, i);
+}
+
+/* A claim id of instance inst: sparse, and the same ids for both instances. */
+static uint64_t many_claim_id(uint32_t i)
+{
+	return 0x5e1e000000000000ull + (uint64_t)i * 0x10001ull;
+}
+
+/* A thousand live puts and claims each: every frame finds its own by id (puts, claims per instance). */
+static void test_pool_many_live_ids_resolve(void **state)
+{
+	enum { COUNT = 1000 };
+	struct running r;
+	struct trank a[WORLD], b[WORLD];
+	struct pool_manager_stats st;
+	uint64_t *put_ids = tu_alloc(COUNT * sizeof(uint64_t));
+	uint8_t buf[POOL_PUT_END_BYTES];
+
+	(void)state;
+	manager_start(&r, 64 << 20, 0);
+	open_instance(a, &r, 0xa, 0);
+	open_instance(b, &r, 0xb, 0);
+	for (uint32_t k = 0; k < WORLD; k++) {
+		int one = 1;
+
+		setsockopt(a[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(b[k].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	/* A opens every put before any byte is sent */
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct put_case pc;
+
+		many_case(&pc, i);
+		assert_int_equal(put_begin(&a[0], &pc, &put_ids[i]), 0);
+		/* a key being put is -EEXIST for another instance meanwhile */
+		if (i % 100 == 7) {
+			uint64_t none;
+
+			assert_int_equal(put_begin(&b[0], &pc, &none), -EEXIST);
+		}
+		case_free(&pc);
+	}
+	/* the shares go in another order than the puts opened: each lands in its own put */
+	for (uint32_t n = 0; n < COUNT; n++) {
+		uint32_t i = (n * 389u) % COUNT; /* 389 is prime to 1000: a permutation */
+		struct pool_put_end e = { .put_id = put_ids[i], .commit = true };
+		struct put_case pc;
+		bool commit;
+
+		many_case(&pc, i);
+		for (uint32_t k = 0; k < WORLD; k++) {
+			put_share(&a[k], put_ids[i], &pc.img[k], pc.img[k].length);
+			assert_int_equal(put_end_read(&a[k], put_ids[i], NULL), 0);
+		}
+		tsend(&a[0], POOL_MSG_PUT_END, buf, pool_put_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+		assert_int_equal(put_end_read(&a[0], put_ids[i], &commit), 0);
+		assert_true(commit);
+		case_free(&pc);
+	}
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.puts_committed, COUNT);
+	assert_int_equal(st.puts_failed, 0);
+	/* B and A claim every record under the same sparse ids, B in reverse */
+	for (uint32_t i = 0; i < COUNT; i++) {
+		struct put_case pc, pd;
+		struct rec_key got;
+
+		many_case(&pc, i);
+		many_case(&pd, COUNT - 1 - i);
+		assert_int_equal(claim_last_key(&a[0], many_claim_id(i), &pc.rec.key, &got), 0);
+		assert_memory_equal(&got, &pc.rec.key, sizeof(got));
+		assert_int_equal(claim_last_key(&b[0], many_claim_id(i), &pd.rec.key, &got), 0);
+		assert_memory_equal(&got, &pd.rec.key, sizeof(got));
+		case_free(&pc);
+		case_free(&pd);
+	}
+	/* B ends its even ids: those are free again for B, the odd ones and A's all live */
+	for (uint32_t i = 0; i < COUNT; i += 2) {
+		struct pool_claim_end e = { .claim_id = many_claim_id(i) };
+
+		tsend(&b[0], POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&e, buf, sizeof(buf)),
+		      NULL, 0);
+	}
+	for (uint32_t i = 0; i < 8; i++) {
+		struct put_case pc;
+		struct rec_key got;
+
+		many_case(&pc, i);
+		assert_int_equal(claim_last_key(&b[0], many_claim_id(i), &pc.rec.key, &got),
+				 i % 2 ? -EEXIST : 0);
+		assert_int_equal(claim_last_key(&a[0], many_claim_id(i), &pc.rec.key, &got),
+				 -EEXIST);
+		case_free(&pc);
+	}
+	/* A's rank 1 pulls A's claims of the records with a page: the bytes of each one's own */
+	for (uint32_t i = 0; i < COUNT; i += 128) {
+		struct put_case pc, *chain[1] = { &pc };
+
+		many_case(&pc, i);
+		claim_stream_check(&a[1], many_claim_id(i), chain, 1, 0);
+		case_free(&pc);
+	}
+	close_instance(a);
+	close_instance(b);
+	manager_stop(&r);
+	free(put_ids);
+}
+
+/* A claimed chain never expires; once ended, one sweep drops it leaf first, parents with it (R-POOL-44). */
+static void test_pool_expiry_chain_in_one_sweep(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	struct put_case c[3];
+	struct pool_manager_stats st;
+	struct pool_claim_end e = { .claim_id = 1 };
+	uint8_t buf[POOL_CLAIM_END_BYTES];
+
+	(void)state;
+	manager_start(&r, 4 << 20, 300);
+	open_instance(a, &r, 0xa, 0);
+	for (uint32_t i = 0; i < 3; i++) {
+		case_make(&c[i], 400, 64 * (i + 1), i ? &c[i - 1] : NULL, i + 1);
+		assert_int_equal(put_whole(a, &c[i]), 0);
+	}
+	assert_int_equal(claim(&a[0], 1, &c[2].rec.key), 0);
+	/* two max ages and more: the claim's pins keep every record */
+	usleep(800 * 1000);
+	pool_manager_stats(r.m, &st);
+	assert_int_equal(st.expired, 0);
+	assert_int_equal(st.records, 3);
+	assert_true(st.expire_sweeps >= 2);
+	tsend(&a[0], POOL_MSG_CLAIM_END, buf, pool_claim_end_encode(&e, buf, sizeof(buf)), NULL,
+	      0);
+	/* the first sweep that drops anything drops the whole chain */
+	for (int i = 0; i < 5000 && st.expired == 0; i++) {
+		usleep(1000);
+		pool_manager_stats(r.m, &st);
+	}
+	assert_int_equal(st.expired, 3);
+	assert_int_equal(st.records, 0);
+	assert_int_equal(lookup(&a[0], &c[0].rec.key, 1, NULL), 0);
+	close_instance(a);
+	manager_stop(&r);
+	for (uint32_t i = 0; i < 3; i++)
+		case_free(&c[i]);
 }
 
 /* A window half read when its put fails never lands in arena bytes given to another put (R-POOL-43). */
@@ -2721,6 +3000,10 @@ int main(void)
 		cmocka_unit_test(test_pool_failed_puts_leave_nothing),
 		cmocka_unit_test(test_pool_failed_put_window_goes_nowhere),
 		cmocka_unit_test(test_pool_expiry_and_lru),
+		cmocka_unit_test(test_pool_expiry_sweep_bounded),
+		cmocka_unit_test(test_pool_expiry_chain_in_one_sweep),
+		cmocka_unit_test(test_pool_burst_walks_deadlines_rarely),
+		cmocka_unit_test(test_pool_many_live_ids_resolve),
 		cmocka_unit_test(test_pool_stop_says_bye),
 		cmocka_unit_test(test_pool_drain_waits_for_claims),
 		cmocka_unit_test(test_pool_client_end_to_end),
