@@ -69,6 +69,7 @@ struct out_item {
 	size_t data_length;
 	uint8_t tag[POOL_TAG_BYTES];
 	bool tagged;
+	uint64_t claim_id; /* a claim's request: its written time is kept */
 };
 
 struct lookup {
@@ -89,6 +90,7 @@ struct claim_req {
 	struct pool_claim_grant grant;
 	struct pool_chain_entry *chain;
 	struct pool_place *places; /* a local grant's, grant.chain_count of them */
+	struct pool_claim_times times; /* queued_ns is sent_ns */
 };
 
 struct slot {
@@ -193,6 +195,7 @@ struct pool_client {
 	uint32_t export_head, export_count;
 	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
 	uint64_t last_rx_ns; /* when a byte last came from the manager (R-POOL-52) */
+	uint64_t woken_ns;   /* when the I/O thread last came back from poll */
 	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
 	/*
 	 * RDMA claims (R-POOL-90 ..): the slots this rank lends (registered,
@@ -411,6 +414,8 @@ static void dequeue_locked(struct pool_client *c)
 	c->out_written++;
 }
 
+static struct claim_req *claim_find(struct pool_client *c, uint64_t id);
+
 /* Writes what it can of the queue (I/O thread, lock held). */
 static int flush_locked(struct pool_client *c)
 {
@@ -449,6 +454,12 @@ static int flush_locked(struct pool_client *c)
 		c->last_sent_ns = sel_monotonic_ns();
 		if (it->sent < total)
 			continue;
+		if (it->claim_id) {
+			struct claim_req *q = claim_find(c, it->claim_id);
+
+			if (q)
+				q->times.written_ns = c->last_sent_ns;
+		}
 		dequeue_locked(c);
 		/* a put window's caller waits for its frame's number */
 		pthread_cond_broadcast(&c->changed);
@@ -699,6 +710,7 @@ static bool grant_places(struct pool_client *c, const struct pool_places_view *v
 	if (q->places)
 		places_copy(c, v, q->places);
 	q->answered = true;
+	q->times.answered_ns = sel_monotonic_ns();
 	return true;
 }
 
@@ -952,8 +964,12 @@ static void on_frame(struct pool_client *c)
 			q->grant.chain_count = v.count;
 			chain_copy(&v, &q->chain);
 			q->claimed = true;
+			q->times.woken_ns = c->woken_ns;
+			q->times.claimed_ns = sel_monotonic_ns();
 			/* R-POOL-51: a local grant is whole with its places, the next frame */
 			q->answered = !q->local || cd.result != 0;
+			if (q->answered)
+				q->times.answered_ns = q->times.claimed_ns;
 		}
 		break;
 	}
@@ -1182,6 +1198,7 @@ static void *io_thread(void *arg)
 		p[1] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
 		pthread_mutex_unlock(&c->lock);
 		poll(p, 2, 1000);
+		c->woken_ns = sel_monotonic_ns();
 		if (p[1].revents & POLLIN) {
 			uint64_t v;
 
@@ -1710,8 +1727,13 @@ int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t 
 								: POOL_MSG_CLAIM, buf, ret);
 	}
 	if (!ret) {
+		uint64_t now = sel_monotonic_ns();
+
 		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local,
-					 .sent_ns = sel_monotonic_ns() };
+					 .sent_ns = now, .times.queued_ns = now };
+		/* the frame just queued: its written time is the claim's */
+		c->out_items[(c->out_item_head + c->out_item_count - 1) % OUT_ITEMS_MAX].claim_id =
+			m.claim_id;
 		*claim_id = m.claim_id;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1747,6 +1769,21 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 		ret = c->failure;
 		free(q->chain);
 		*q = (struct claim_req){ 0 };
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_claim_times(struct pool_client *c, uint64_t claim_id, struct pool_claim_times *out)
+{
+	struct claim_req *q;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	q = claim_find(c, claim_id);
+	if (q) {
+		*out = q->times;
+		ret = 0;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;

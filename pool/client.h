@@ -270,6 +270,22 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 		    struct pool_chain_entry *entries, uint32_t entries_max, uint32_t *count);
 
 /*
+ * Where a claim's grant spent its time, on this host's CLOCK_MONOTONIC in
+ * ns (0: not yet): its request queued (pool_claim_begin), written whole to
+ * the socket, the I/O thread woken for the read that brought CLAIMED,
+ * CLAIMED read, and the grant whole (for a local grant, its places read).
+ * by_caller: the caller wrote the request itself (its connection's output
+ * was empty), without handing it to the I/O thread.
+ */
+struct pool_claim_times {
+	uint64_t queued_ns, written_ns, woken_ns, claimed_ns, answered_ns;
+	bool by_caller;
+};
+
+/* Never waits. The times of a live claim (until pool_claim_end); -ENOENT otherwise. */
+int pool_claim_times(struct pool_client *c, uint64_t claim_id, struct pool_claim_times *out);
+
+/*
  * Never waits. Ends a claim (CLAIM_END, R-POOL-35): the manager drops its
  * pins. Call it once every rank finished with the claim, or gave up;
  * result is the instance's outcome (0 or its failure), for the manager's

@@ -413,6 +413,44 @@ static void test_pool_client_local_grant_past_arena_refused(void **state)
 	fake_stop(f);
 }
 
+/* A granted local claim's times: each hop stamped, in the order the grant went. */
+static void test_pool_client_claim_times_in_order(void **state)
+{
+	struct fake *f = *state;
+	struct pool_chain_entry e = fake_chain(), got_chain[1];
+	struct pool_claim_grant grant;
+	struct pool_claim_times t = { 0 };
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint64_t id, before;
+	uint32_t count = 0;
+	int ret = 0;
+
+	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	before = sel_monotonic_ns();
+	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
+	for (int i = 0; i < 5000 && ret == 0; i++) {
+		ret = pool_claim_poll(c, id, &grant, got_chain, 1, &count);
+		if (!ret)
+			usleep(1000);
+	}
+	assert_int_equal(ret, 1);
+	assert_int_equal(pool_claim_times(c, id, &t), 0);
+	assert_true(before <= t.queued_ns);
+	assert_true(t.queued_ns <= t.written_ns);
+	assert_true(t.written_ns <= t.claimed_ns);
+	assert_true(t.woken_ns && t.woken_ns <= t.claimed_ns);
+	assert_true(t.claimed_ns <= t.answered_ns && t.answered_ns <= sel_monotonic_ns());
+	assert_int_equal(pool_claim_end(c, id, 0), 0);
+	assert_int_equal(pool_claim_times(c, id, &t), -ENOENT);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
 /* R-POOL-9: a REFUSE with a reason no version defines fails the open with a reason, no crash. */
 static void test_pool_client_unknown_refuse_reason(void **state)
 {
@@ -567,6 +605,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_local_grant_past_arena_refused,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_claim_times_in_order, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_unknown_refuse_reason, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_never_waiting_calls_allocate_nothing,
