@@ -10,6 +10,7 @@
 #include "cluster/join.h"
 #include "cluster/resolve.h"
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/xxh.h"
 #include "pool/rdma.h"
@@ -195,7 +196,7 @@ struct pool_client {
 	uint32_t export_head, export_count;
 	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
 	uint64_t last_rx_ns; /* when a byte last came from the manager (R-POOL-52) */
-	uint64_t woken_ns;   /* when the I/O thread last came back from poll */
+	uint64_t woken_ns;   /* when the I/O thread last began to read (woken, lock taken) */
 	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
 	/*
 	 * RDMA claims (R-POOL-90 ..): the slots this rank lends (registered,
@@ -364,9 +365,9 @@ static bool ring_take(struct pool_client *c, size_t length, size_t *offset, size
  * may take the reserve. Its number is c->out_queued after the call; data
  * is borrowed until out_written reaches it.
  */
-static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
-				       uint32_t body_length, const uint8_t *data,
-				       uint32_t data_length, bool bounded)
+static struct out_item *queue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
+				     uint32_t body_length, const uint8_t *data,
+				     uint32_t data_length, bool bounded)
 {
 	size_t length = CLUSTER_FRAME_HEADER_BYTES + body_length, offset, span;
 	struct out_item *it;
@@ -386,19 +387,60 @@ static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, con
 		memcpy(c->out_ring + offset + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
 	c->out_queued++;
 	c->out_bytes += it->length;
-	wake(c);
 	return it;
 }
 
-/* Queues a control frame; SEL_EQUEUEFULL, or the failure. */
-static int send_control(struct pool_client *c, uint16_t type, const uint8_t *body, int length)
+/* The same, and the I/O thread woken to write it. */
+static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
+				       uint32_t body_length, const uint8_t *data,
+				       uint32_t data_length, bool bounded)
 {
+	struct out_item *it = queue_locked(c, type, body, body_length, data, data_length, bounded);
+
+	if (it)
+		wake(c);
+	return it;
+}
+
+static int flush_locked(struct pool_client *c, bool by_caller);
+
+/*
+ * Queues a control frame of a caller (claim_id: a claim's request, whose
+ * written time is kept); SEL_EQUEUEFULL, or the failure. Where it is the
+ * only frame queued, so the I/O thread holds no part of the queue, the
+ * caller writes it itself: one non-blocking sendmsg under the lock, as
+ * the I/O thread writes. The I/O thread is woken only where part of it
+ * is left (or the write failed), so a request costs no eventfd write, no
+ * wake-up of the I/O thread and no wait of that thread for this lock.
+ */
+static int send_control_as(struct pool_client *c, uint16_t type, const uint8_t *body,
+			   int length, uint64_t claim_id)
+{
+	struct out_item *it;
+	uint64_t written = c->out_written;
+	int ret;
+
 	SEL_ASSERT(length > 0);
 	if (c->failure)
 		return c->failure;
-	if (!enqueue_locked(c, type, body, (uint32_t)length, NULL, 0, true))
+	it = queue_locked(c, type, body, (uint32_t)length, NULL, 0, true);
+	if (!it)
 		return SEL_EQUEUEFULL;
+	it->claim_id = claim_id;
+	if (c->out_item_count == 1 && !pthread_equal(pthread_self(), c->thread)) {
+		ret = flush_locked(c, true);
+		if (ret)
+			fail_locked(c, ret, "writing to the manager: %s", strerror(-ret));
+		else if (c->out_written != written)
+			return 0;
+	}
+	wake(c);
 	return 0;
+}
+
+static int send_control(struct pool_client *c, uint16_t type, const uint8_t *body, int length)
+{
+	return send_control_as(c, type, body, length, 0);
 }
 
 /* The oldest queued frame is written whole: its item and ring bytes go. */
@@ -416,8 +458,8 @@ static void dequeue_locked(struct pool_client *c)
 
 static struct claim_req *claim_find(struct pool_client *c, uint64_t id);
 
-/* Writes what it can of the queue (I/O thread, lock held). */
-static int flush_locked(struct pool_client *c)
+/* Writes what it can of the queue (the I/O thread, or a caller: send_control_as; lock held). */
+static int flush_locked(struct pool_client *c, bool by_caller)
 {
 	while (c->out_item_count) {
 		struct out_item *it = &c->out_items[c->out_item_head];
@@ -441,8 +483,14 @@ static int flush_locked(struct pool_client *c)
 		}
 		{
 			struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)count };
+			int fp = SEL_FAILPOINT(SEL_FP_POOL_TX);
 
-			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (fp < 0) {
+				errno = -fp;
+				n = -1;
+			} else {
+				n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			}
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -457,8 +505,10 @@ static int flush_locked(struct pool_client *c)
 		if (it->claim_id) {
 			struct claim_req *q = claim_find(c, it->claim_id);
 
-			if (q)
+			if (q) {
 				q->times.written_ns = c->last_sent_ns;
+				q->times.by_caller = by_caller;
+			}
 		}
 		dequeue_locked(c);
 		/* a put window's caller waits for its frame's number */
@@ -1174,10 +1224,11 @@ static void *io_thread(void *arg)
 		int ret;
 
 		rdma_drain(c);
+		c->woken_ns = sel_monotonic_ns();
 		waiting_slot = read_locked(c);
 		if (c->failure)
 			break;
-		ret = flush_locked(c);
+		ret = flush_locked(c, false);
 		if (ret) {
 			fail_locked(c, ret, "writing to the manager: %s", strerror(-ret));
 			break;
@@ -1198,7 +1249,6 @@ static void *io_thread(void *arg)
 		p[1] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
 		pthread_mutex_unlock(&c->lock);
 		poll(p, 2, 1000);
-		c->woken_ns = sel_monotonic_ns();
 		if (p[1].revents & POLLIN) {
 			uint64_t v;
 
@@ -1720,21 +1770,21 @@ int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t 
 			q = &c->claims[i];
 	ret = c->failure ? c->failure : !q ? SEL_EQUEUEFULL : 0;
 	if (!ret) {
-		m.claim_id = c->next_id++;
-		ret = pool_claim_encode(&m, buf, sizeof(buf));
-		ret = ret < 0 ? -EINVAL
-			      : send_control(c, c->claim_local ? POOL_MSG_CLAIM_LOCAL
-								: POOL_MSG_CLAIM, buf, ret);
-	}
-	if (!ret) {
 		uint64_t now = sel_monotonic_ns();
 
+		m.claim_id = c->next_id++;
+		/* filed first: the caller may write the frame itself, which files its time */
 		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local,
 					 .sent_ns = now, .times.queued_ns = now };
-		/* the frame just queued: its written time is the claim's */
-		c->out_items[(c->out_item_head + c->out_item_count - 1) % OUT_ITEMS_MAX].claim_id =
-			m.claim_id;
-		*claim_id = m.claim_id;
+		ret = pool_claim_encode(&m, buf, sizeof(buf));
+		ret = ret < 0 ? -EINVAL
+			      : send_control_as(c, c->claim_local ? POOL_MSG_CLAIM_LOCAL
+								   : POOL_MSG_CLAIM,
+						buf, ret, m.claim_id);
+		if (ret)
+			*q = (struct claim_req){ 0 };
+		else
+			*claim_id = m.claim_id;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
