@@ -584,6 +584,7 @@ enum shm_hop {
 	HOP_QUEUE,      /* the call -> its request queued */
 	HOP_WRITE,      /* -> written to the socket (the I/O thread, or the caller) */
 	HOP_TO_MANAGER, /* -> the manager's loop woke for it */
+	HOP_READ_IN,    /* -> the manager read it (its frame's reads, tag checked) */
 	HOP_MANAGER,    /* -> its answer queued (decode, find, pin, places) */
 	HOP_TO_CLIENT,  /* -> the client's I/O thread woke for the answer */
 	HOP_READ,       /* -> CLAIMED and its places read */
@@ -593,7 +594,7 @@ enum shm_hop {
 };
 
 static const char *const shm_hop_names[SHM_HOPS] = {
-	"call -> queued", "-> written", "-> manager woke", "-> answer queued",
+	"call -> queued", "-> written", "-> manager woke", "-> manager read it", "-> answer queued",
 	"-> I/O thread woke", "-> grant read", "-> caller saw it", "-> places in hand",
 };
 
@@ -711,7 +712,8 @@ static void shm_hops(struct shm_split *t, double start, double seen, double gran
 	t->hop[HOP_WRITE] = ns_s(c->written_ns - c->queued_ns);
 	if (m && m->claim_woken_ns >= c->written_ns && c->woken_ns >= m->claim_answered_ns) {
 		t->hop[HOP_TO_MANAGER] = ns_s(m->claim_woken_ns - c->written_ns);
-		t->hop[HOP_MANAGER] = ns_s(m->claim_answered_ns - m->claim_woken_ns);
+		t->hop[HOP_READ_IN] = ns_s(m->claim_read_ns - m->claim_woken_ns);
+		t->hop[HOP_MANAGER] = ns_s(m->claim_answered_ns - m->claim_read_ns);
 		t->hop[HOP_TO_CLIENT] = ns_s(c->woken_ns - m->claim_answered_ns);
 	}
 	t->hop[HOP_READ] = ns_s(c->answered_ns - c->woken_ns);
