@@ -130,7 +130,11 @@
 	  "fails)")                                                          \
 	X(POOL_EXPORT_COPY, "pool.export_copy",                              \
 	  "before a rank builds its share of a GPU checkpoint's export "     \
-	  "(return: the share fails; sleep: a copy that takes long)")
+	  "(return: the share fails; sleep: a copy that takes long)")       \
+	X(POOL_TX, "pool.tx",                                                \
+	  "before each write of a pool client's send queue, by its I/O "     \
+	  "thread or by a caller writing its own request (return(ERR): the " \
+	  "write fails with ERR, as a lost connection's)")
 
 enum sel_failpoint {
 #define SEL_FAILPOINT_ENUM(ident, name, doc) SEL_FP_##ident,

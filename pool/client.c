@@ -10,6 +10,7 @@
 #include "cluster/join.h"
 #include "cluster/resolve.h"
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/xxh.h"
 #include "pool/rdma.h"
@@ -69,6 +70,7 @@ struct out_item {
 	size_t data_length;
 	uint8_t tag[POOL_TAG_BYTES];
 	bool tagged;
+	uint64_t claim_id; /* a claim's request: its written time is kept */
 };
 
 struct lookup {
@@ -89,6 +91,7 @@ struct claim_req {
 	struct pool_claim_grant grant;
 	struct pool_chain_entry *chain;
 	struct pool_place *places; /* a local grant's, grant.chain_count of them */
+	struct pool_claim_times times; /* queued_ns is sent_ns */
 };
 
 struct slot {
@@ -193,6 +196,7 @@ struct pool_client {
 	uint32_t export_head, export_count;
 	bool claim_local; /* claims ask for the session rank's places (R-POOL-51) */
 	uint64_t last_rx_ns; /* when a byte last came from the manager (R-POOL-52) */
+	uint64_t woken_ns;   /* when the I/O thread last began to read (woken, lock taken) */
 	uint64_t sent[POOL_MSG_TYPE_LAST + 1]; /* frames sent, by type */
 	/*
 	 * RDMA claims (R-POOL-90 ..): the slots this rank lends (registered,
@@ -361,9 +365,9 @@ static bool ring_take(struct pool_client *c, size_t length, size_t *offset, size
  * may take the reserve. Its number is c->out_queued after the call; data
  * is borrowed until out_written reaches it.
  */
-static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
-				       uint32_t body_length, const uint8_t *data,
-				       uint32_t data_length, bool bounded)
+static struct out_item *queue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
+				     uint32_t body_length, const uint8_t *data,
+				     uint32_t data_length, bool bounded)
 {
 	size_t length = CLUSTER_FRAME_HEADER_BYTES + body_length, offset, span;
 	struct out_item *it;
@@ -383,19 +387,60 @@ static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, con
 		memcpy(c->out_ring + offset + CLUSTER_FRAME_HEADER_BYTES, body, body_length);
 	c->out_queued++;
 	c->out_bytes += it->length;
-	wake(c);
 	return it;
 }
 
-/* Queues a control frame; SEL_EQUEUEFULL, or the failure. */
-static int send_control(struct pool_client *c, uint16_t type, const uint8_t *body, int length)
+/* The same, and the I/O thread woken to write it. */
+static struct out_item *enqueue_locked(struct pool_client *c, uint16_t type, const uint8_t *body,
+				       uint32_t body_length, const uint8_t *data,
+				       uint32_t data_length, bool bounded)
 {
+	struct out_item *it = queue_locked(c, type, body, body_length, data, data_length, bounded);
+
+	if (it)
+		wake(c);
+	return it;
+}
+
+static int flush_locked(struct pool_client *c, bool by_caller);
+
+/*
+ * Queues a control frame of a caller (claim_id: a claim's request, whose
+ * written time is kept); SEL_EQUEUEFULL, or the failure. Where it is the
+ * only frame queued, so the I/O thread holds no part of the queue, the
+ * caller writes it itself: one non-blocking sendmsg under the lock, as
+ * the I/O thread writes. The I/O thread is woken only where part of it
+ * is left (or the write failed), so a request costs no eventfd write, no
+ * wake-up of the I/O thread and no wait of that thread for this lock.
+ */
+static int send_control_as(struct pool_client *c, uint16_t type, const uint8_t *body,
+			   int length, uint64_t claim_id)
+{
+	struct out_item *it;
+	uint64_t written = c->out_written;
+	int ret;
+
 	SEL_ASSERT(length > 0);
 	if (c->failure)
 		return c->failure;
-	if (!enqueue_locked(c, type, body, (uint32_t)length, NULL, 0, true))
+	it = queue_locked(c, type, body, (uint32_t)length, NULL, 0, true);
+	if (!it)
 		return SEL_EQUEUEFULL;
+	it->claim_id = claim_id;
+	if (c->out_item_count == 1 && !pthread_equal(pthread_self(), c->thread)) {
+		ret = flush_locked(c, true);
+		if (ret)
+			fail_locked(c, ret, "writing to the manager: %s", strerror(-ret));
+		else if (c->out_written != written)
+			return 0;
+	}
+	wake(c);
 	return 0;
+}
+
+static int send_control(struct pool_client *c, uint16_t type, const uint8_t *body, int length)
+{
+	return send_control_as(c, type, body, length, 0);
 }
 
 /* The oldest queued frame is written whole: its item and ring bytes go. */
@@ -411,8 +456,10 @@ static void dequeue_locked(struct pool_client *c)
 	c->out_written++;
 }
 
-/* Writes what it can of the queue (I/O thread, lock held). */
-static int flush_locked(struct pool_client *c)
+static struct claim_req *claim_find(struct pool_client *c, uint64_t id);
+
+/* Writes what it can of the queue (the I/O thread, or a caller: send_control_as; lock held). */
+static int flush_locked(struct pool_client *c, bool by_caller)
 {
 	while (c->out_item_count) {
 		struct out_item *it = &c->out_items[c->out_item_head];
@@ -436,8 +483,14 @@ static int flush_locked(struct pool_client *c)
 		}
 		{
 			struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)count };
+			int fp = SEL_FAILPOINT(SEL_FP_POOL_TX);
 
-			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (fp < 0) {
+				errno = -fp;
+				n = -1;
+			} else {
+				n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			}
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -449,6 +502,14 @@ static int flush_locked(struct pool_client *c)
 		c->last_sent_ns = sel_monotonic_ns();
 		if (it->sent < total)
 			continue;
+		if (it->claim_id) {
+			struct claim_req *q = claim_find(c, it->claim_id);
+
+			if (q) {
+				q->times.written_ns = c->last_sent_ns;
+				q->times.by_caller = by_caller;
+			}
+		}
 		dequeue_locked(c);
 		/* a put window's caller waits for its frame's number */
 		pthread_cond_broadcast(&c->changed);
@@ -699,6 +760,7 @@ static bool grant_places(struct pool_client *c, const struct pool_places_view *v
 	if (q->places)
 		places_copy(c, v, q->places);
 	q->answered = true;
+	q->times.answered_ns = sel_monotonic_ns();
 	return true;
 }
 
@@ -952,8 +1014,12 @@ static void on_frame(struct pool_client *c)
 			q->grant.chain_count = v.count;
 			chain_copy(&v, &q->chain);
 			q->claimed = true;
+			q->times.woken_ns = c->woken_ns;
+			q->times.claimed_ns = sel_monotonic_ns();
 			/* R-POOL-51: a local grant is whole with its places, the next frame */
 			q->answered = !q->local || cd.result != 0;
+			if (q->answered)
+				q->times.answered_ns = q->times.claimed_ns;
 		}
 		break;
 	}
@@ -1158,10 +1224,11 @@ static void *io_thread(void *arg)
 		int ret;
 
 		rdma_drain(c);
+		c->woken_ns = sel_monotonic_ns();
 		waiting_slot = read_locked(c);
 		if (c->failure)
 			break;
-		ret = flush_locked(c);
+		ret = flush_locked(c, false);
 		if (ret) {
 			fail_locked(c, ret, "writing to the manager: %s", strerror(-ret));
 			break;
@@ -1703,16 +1770,21 @@ int pool_claim_begin(struct pool_client *c, const struct rec_key *key, uint64_t 
 			q = &c->claims[i];
 	ret = c->failure ? c->failure : !q ? SEL_EQUEUEFULL : 0;
 	if (!ret) {
+		uint64_t now = sel_monotonic_ns();
+
 		m.claim_id = c->next_id++;
+		/* filed first: the caller may write the frame itself, which files its time */
+		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local,
+					 .sent_ns = now, .times.queued_ns = now };
 		ret = pool_claim_encode(&m, buf, sizeof(buf));
 		ret = ret < 0 ? -EINVAL
-			      : send_control(c, c->claim_local ? POOL_MSG_CLAIM_LOCAL
-								: POOL_MSG_CLAIM, buf, ret);
-	}
-	if (!ret) {
-		*q = (struct claim_req){ .id = m.claim_id, .local = c->claim_local,
-					 .sent_ns = sel_monotonic_ns() };
-		*claim_id = m.claim_id;
+			      : send_control_as(c, c->claim_local ? POOL_MSG_CLAIM_LOCAL
+								   : POOL_MSG_CLAIM,
+						buf, ret, m.claim_id);
+		if (ret)
+			*q = (struct claim_req){ 0 };
+		else
+			*claim_id = m.claim_id;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
@@ -1747,6 +1819,21 @@ int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_
 		ret = c->failure;
 		free(q->chain);
 		*q = (struct claim_req){ 0 };
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int pool_claim_times(struct pool_client *c, uint64_t claim_id, struct pool_claim_times *out)
+{
+	struct claim_req *q;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	q = claim_find(c, claim_id);
+	if (q) {
+		*out = q->times;
+		ret = 0;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;

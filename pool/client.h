@@ -20,12 +20,14 @@
  * places (struct pool_place) are the wire's (pool/wire.h).
  *
  * Threads. A client owns one I/O thread that does all socket reads and
- * writes. Every function is safe to call from any thread. Functions marked
- * "never waits" only queue a frame or read client state under the client's
- * mutex, which the I/O thread holds across non-blocking socket calls only
- * (one read or sendmsg of at most what the socket buffer holds); they fit
- * the model thread, and return SEL_EQUEUEFULL rather than wait when a
- * bounded queue is full. Functions that take timeout_ms
+ * writes, except that a caller's request queued on an empty output is
+ * written by the caller (one non-blocking sendmsg) without waking it.
+ * Every function is safe to call from any thread. Functions marked
+ * "never waits" only queue a frame (and write it so) or read client state
+ * under the client's mutex, which the I/O thread holds across non-blocking
+ * socket calls only (one read or sendmsg of at most what the socket buffer
+ * holds); they fit the model thread, and return SEL_EQUEUEFULL rather than
+ * wait when a bounded queue is full. Functions that take timeout_ms
  * block the calling thread (a transfer thread) up to that long; timeout_ms
  * < 0 waits without limit, 0 does not wait.
  *
@@ -268,6 +270,22 @@ struct pool_claim_grant {
  */
 int pool_claim_poll(struct pool_client *c, uint64_t claim_id, struct pool_claim_grant *grant,
 		    struct pool_chain_entry *entries, uint32_t entries_max, uint32_t *count);
+
+/*
+ * Where a claim's grant spent its time, on this host's CLOCK_MONOTONIC in
+ * ns (0: not yet): its request queued (pool_claim_begin), written whole to
+ * the socket, the I/O thread's start of the read that brought CLAIMED
+ * (woken, the lock taken), CLAIMED read, and the grant whole (for a local
+ * grant, its places read). by_caller: the caller wrote the request itself
+ * (its connection's output was empty), without the I/O thread.
+ */
+struct pool_claim_times {
+	uint64_t queued_ns, written_ns, woken_ns, claimed_ns, answered_ns;
+	bool by_caller;
+};
+
+/* Never waits. The times of a live claim (until pool_claim_end); -ENOENT otherwise. */
+int pool_claim_times(struct pool_client *c, uint64_t claim_id, struct pool_claim_times *out);
 
 /*
  * Never waits. Ends a claim (CLAIM_END, R-POOL-35): the manager drops its

@@ -2062,7 +2062,7 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 	struct pool_claimed a = { 0 };
 	struct claim *cl = NULL;
 	struct record *r;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, read_ns = sel_monotonic_ns();
 	uint32_t n = 0;
 	char why[256];
 	int len;
@@ -2149,6 +2149,9 @@ answer:
 	send_frame(c, POOL_MSG_CLAIMED, c->body, (uint32_t)len, NULL, 0);
 	if (local && a.result == 0)
 		send_claim_places(c, cl, c->rank);
+	m->stats.claim_woken_ns = now;
+	m->stats.claim_read_ns = read_ns;
+	m->stats.claim_answered_ns = sel_monotonic_ns();
 }
 
 static bool rdma_usable(struct pool_manager *m, const struct conn *c);

@@ -107,6 +107,11 @@ struct pool_manager_stats {
 	uint64_t disk_evicted;     /* deleted from the disk tier for room (disk_limit_bytes) */
 	uint64_t disk_queued;      /* jobs the disk thread holds now (POOL_DISK_JOBS_MAX) */
 	uint64_t disk_queue_full;  /* spills refused: the disk thread's queue was full */
+	/*
+	 * The last claim answered as it was read (CLOCK_MONOTONIC ns, for
+	 * benches): the loop woke for its frame, decoded it, queued its answer.
+	 */
+	uint64_t claim_woken_ns, claim_read_ns, claim_answered_ns;
 };
 
 /*

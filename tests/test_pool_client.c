@@ -13,6 +13,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "pool/client.h"
 #include "pool/wire.h"
 #include "record/key.h"
@@ -84,6 +85,9 @@ struct fake {
 	 * key count or last key were not the ones the test sends next */
 	_Atomic uint32_t holds_seen, holds_wrong;
 	uint32_t slow_us;        /* a pause after each HOLDS: the queue stays full */
+	bool holds_any;          /* HOLDS from several threads: counted, not checked */
+	bool close_on_claim;     /* a CLAIM_LOCAL ends the connection, unanswered */
+	_Atomic uint32_t claims_seen, holds_at_claim; /* holds_seen when the last came */
 	struct rec_geometry g;
 	struct rec_identity model, ns;
 };
@@ -224,12 +228,19 @@ static void *fake_thread(void *arg)
 		if (rx.header.type == POOL_MSG_BYE)
 			break;
 		if (rx.header.type == POOL_MSG_HOLDS) {
-			fake_holds_check(f, &rx);
+			if (f->holds_any)
+				f->holds_seen++;
+			else
+				fake_holds_check(f, &rx);
 			if (f->slow_us)
 				usleep(f->slow_us);
 			continue;
 		}
 		if (rx.header.type == POOL_MSG_CLAIM_LOCAL) {
+			f->holds_at_claim = f->holds_seen;
+			f->claims_seen++;
+			if (f->close_on_claim)
+				break;
 			fake_local_grant(f, fd, &rx, &seq, kc);
 			continue;
 		}
@@ -413,6 +424,273 @@ static void test_pool_client_local_grant_past_arena_refused(void **state)
 	fake_stop(f);
 }
 
+#define KEYS 1024u
+
+/* keys[KEYS], each distinct, longest first (a LOOKUP's order, R-POOL-20). */
+static void keys_fill(struct rec_key *keys)
+{
+	for (uint32_t i = 0; i < KEYS; i++) {
+		memset(&keys[i], 0, sizeof(keys[i]));
+		keys[i].consumed = 16ull * (KEYS - i);
+		tu_fill(keys[i].digest.bytes, sizeof(keys[i].digest.bytes), i);
+	}
+}
+
+/* A granted local claim's times: each hop stamped, in the order the grant went. */
+static void test_pool_client_claim_times_in_order(void **state)
+{
+	struct fake *f = *state;
+	struct pool_chain_entry e = fake_chain(), got_chain[1];
+	struct pool_claim_grant grant;
+	struct pool_claim_times t = { 0 };
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint64_t id, before;
+	uint32_t count = 0;
+	int ret = 0;
+
+	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	before = sel_monotonic_ns();
+	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
+	for (int i = 0; i < 5000 && ret == 0; i++) {
+		ret = pool_claim_poll(c, id, &grant, got_chain, 1, &count);
+		if (!ret)
+			usleep(1000);
+	}
+	assert_int_equal(ret, 1);
+	assert_int_equal(pool_claim_times(c, id, &t), 0);
+	assert_true(before <= t.queued_ns);
+	assert_true(t.queued_ns <= t.written_ns);
+	assert_true(t.written_ns <= t.claimed_ns);
+	assert_true(t.woken_ns && t.woken_ns <= t.claimed_ns);
+	assert_true(t.claimed_ns <= t.answered_ns && t.answered_ns <= sel_monotonic_ns());
+	assert_int_equal(pool_claim_end(c, id, 0), 0);
+	assert_int_equal(pool_claim_times(c, id, &t), -ENOENT);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/* Polls a claim until it answers (1, or its failure); 0 after 5 s. */
+static int claim_wait(struct pool_client *c, uint64_t id)
+{
+	struct pool_chain_entry chain[1];
+	struct pool_claim_grant grant;
+	uint32_t count = 0;
+	int ret = 0;
+
+	for (int i = 0; i < 50000 && ret == 0; i++) {
+		ret = pool_claim_poll(c, id, &grant, chain, 1, &count);
+		if (!ret)
+			usleep(100);
+	}
+	return ret;
+}
+
+/* A request on an empty output is written by the caller itself, and granted. */
+static void test_pool_client_request_written_by_caller(void **state)
+{
+	struct fake *f = *state;
+	struct pool_chain_entry e = fake_chain();
+	struct pool_claim_times t = { 0 };
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint64_t id;
+
+	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
+	/* written before the call returned: no I/O thread in between */
+	assert_int_equal(pool_claim_times(c, id, &t), 0);
+	assert_true(t.written_ns != 0);
+	assert_true(t.by_caller);
+	assert_int_equal(claim_wait(c, id), 1);
+	assert_int_equal(pool_claim_end(c, id, 0), 0);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/*
+ * A request queued behind frames the I/O thread still writes goes after
+ * them, never ahead (the manager's reader checks every frame's sequence
+ * number and tag): the claim comes after the 3000th HOLDS.
+ */
+static void test_pool_client_request_behind_queue_keeps_order(void **state)
+{
+	struct fake *f = *state;
+	static struct rec_key keys[KEYS];
+	struct pool_chain_entry e = fake_chain();
+	struct pool_claim_times t = { 0 };
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint64_t id;
+
+	keys_fill(keys);
+	f->slow_us = 50;
+	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	for (uint32_t i = 0; i < 3000; i++) {
+		int ret;
+
+		while ((ret = pool_holds_send(c, POOL_HOLDS_ADD, keys, holds_count_of(i))) ==
+		       SEL_EQUEUEFULL)
+			usleep(200);
+		assert_int_equal(ret, 0);
+	}
+	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
+	assert_int_equal(pool_claim_times(c, id, &t), 0);
+	assert_false(t.by_caller); /* the queue was not empty: the I/O thread writes it */
+	assert_int_equal(claim_wait(c, id), 1);
+	assert_int_equal(f->holds_at_claim, 3000);
+	assert_int_equal(f->holds_wrong, 0);
+	assert_int_equal(pool_claim_times(c, id, &t), 0);
+	assert_false(t.by_caller);
+	assert_int_equal(pool_claim_end(c, id, 0), 0);
+	assert_int_equal(pool_client_status(c, why, sizeof(why)), 0);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/*
+ * A caller's own write that fails (failpoint pool.tx, as a lost
+ * connection's) poisons the connection: the claim answers the failure,
+ * the status says why, later calls fail at once, close is clean.
+ */
+static void test_pool_client_caller_write_fails_claim(void **state)
+{
+	struct fake *f = *state;
+	struct pool_chain_entry e = fake_chain();
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint64_t id, ticket;
+	int ret;
+
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	assert_int_equal(sel_failpoints_configure("pool.tx=1*return(EPIPE)"), 0);
+	ret = pool_claim_begin(c, &e.key, &id);
+	assert_int_equal(sel_failpoints_configure(NULL), 0);
+	assert_int_equal(ret, 0); /* queued; its write failed */
+	assert_int_equal(claim_wait(c, id), -EPIPE);
+	assert_int_equal(pool_client_status(c, why, sizeof(why)), -EPIPE);
+	assert_non_null(strstr(why, "writing to the manager"));
+	assert_int_equal(pool_lookup_begin(c, &e.key, 1, &ticket), -EPIPE);
+	assert_int_equal(f->claims_seen, 0);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+/* A manager that ends the connection on a claim: the claim fails (no hang), and so does the next. */
+static void test_pool_client_connection_lost_during_claim(void **state)
+{
+	struct fake *f = *state;
+	struct pool_chain_entry e = fake_chain();
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint64_t id;
+	int ret;
+
+	f->close_on_claim = true;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
+	ret = claim_wait(c, id);
+	assert_true(ret < 0);
+	assert_true(pool_client_status(c, why, sizeof(why)) < 0);
+	print_message("the claim: %s (%s)\n", sel_strerror(ret), why);
+	assert_true(pool_claim_begin(c, &e.key, &id) < 0);
+	assert_int_equal(f->claims_seen, 1);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
+#define RACERS 4u
+#define RACER_ROUNDS 300u
+
+struct racer {
+	struct pool_client *c;
+	uint32_t index;
+	uint32_t granted, holds_sent;
+};
+
+/* One caller: a claim (begin, poll, end) and a HOLDS each round, beside the others. */
+static void *racer_main(void *arg)
+{
+	static struct rec_key keys[RACERS][4];
+	struct racer *r = arg;
+	struct pool_chain_entry e = fake_chain();
+
+	for (uint32_t k = 0; k < 4; k++) {
+		keys[r->index][k].consumed = 16 * (k + 1);
+		tu_fill(keys[r->index][k].digest.bytes, sizeof(keys[r->index][k].digest.bytes),
+			r->index * 4 + k);
+	}
+	for (uint32_t i = 0; i < RACER_ROUNDS; i++) {
+		uint64_t id;
+
+		if (pool_holds_send(r->c, POOL_HOLDS_ADD, keys[r->index], 1 + i % 4) == 0)
+			r->holds_sent++;
+		if (pool_claim_begin(r->c, &e.key, &id) != 0)
+			continue;
+		if (claim_wait(r->c, id) == 1)
+			r->granted++;
+		pool_claim_end(r->c, id, 0);
+	}
+	return NULL;
+}
+
+/*
+ * Callers racing each other and the I/O thread (requests written by
+ * whichever holds the lock with the output empty, the rest by the I/O
+ * thread, the grants read meanwhile): every frame reaches the manager
+ * whole and in sequence, every claim is granted.
+ */
+static void test_pool_client_requests_race_io_thread(void **state)
+{
+	struct fake *f = *state;
+	struct racer racers[RACERS];
+	pthread_t threads[RACERS];
+	struct pool_client *c = NULL;
+	char why[WHY_BYTES] = "";
+	uint32_t holds = 0, granted = 0;
+
+	f->holds_any = true;
+	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
+	f->place_count = 1;
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	for (uint32_t i = 0; i < RACERS; i++) {
+		racers[i] = (struct racer){ .c = c, .index = i };
+		assert_int_equal(pthread_create(&threads[i], NULL, racer_main, &racers[i]), 0);
+	}
+	for (uint32_t i = 0; i < RACERS; i++) {
+		pthread_join(threads[i], NULL);
+		holds += racers[i].holds_sent;
+		granted += racers[i].granted;
+	}
+	for (int i = 0; i < 5000 && f->holds_seen < holds; i++)
+		usleep(1000);
+	assert_int_equal(pool_client_status(c, why, sizeof(why)), 0);
+	assert_int_equal(granted, RACERS * RACER_ROUNDS);
+	assert_int_equal(holds, RACERS * RACER_ROUNDS);
+	assert_int_equal(f->holds_seen, holds);
+	assert_int_equal(f->claims_seen, RACERS * RACER_ROUNDS);
+	pool_client_close(c);
+	fake_stop(f);
+}
+
 /* R-POOL-9: a REFUSE with a reason no version defines fails the open with a reason, no crash. */
 static void test_pool_client_unknown_refuse_reason(void **state)
 {
@@ -426,18 +704,6 @@ static void test_pool_client_unknown_refuse_reason(void **state)
 	assert_null(c);
 	assert_non_null(strstr(why, "REFUSE reason 99"));
 	fake_stop(f);
-}
-
-#define KEYS 1024u
-
-/* keys[KEYS], each distinct, longest first (a LOOKUP's order, R-POOL-20). */
-static void keys_fill(struct rec_key *keys)
-{
-	for (uint32_t i = 0; i < KEYS; i++) {
-		memset(&keys[i], 0, sizeof(keys[i]));
-		keys[i].consumed = 16ull * (KEYS - i);
-		tu_fill(keys[i].digest.bytes, sizeof(keys[i].digest.bytes), i);
-	}
 }
 
 /*
@@ -567,6 +833,18 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_local_grant_past_arena_refused,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_claim_times_in_order, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_request_written_by_caller, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_request_behind_queue_keeps_order,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_caller_write_fails_claim, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_connection_lost_during_claim,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_client_requests_race_io_thread, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_unknown_refuse_reason, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_client_never_waiting_calls_allocate_nothing,

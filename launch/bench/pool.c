@@ -22,7 +22,8 @@
  * and a state slot by shard/pool_share.c's copies (one strided copy per
  * plane of the run), waited for once; the round trips a claim made and
  * where its time went (grant, copies issued, device sync, end) are
- * printed (the grant is polled without sleeping). Beside it one bulk
+ * printed (the grant is polled without sleeping), and the grant's hops
+ * (pool_claim_times; the manager's own where it runs in this process). Beside it one bulk
  * host-to-device copy of the same bytes (the pages' units and the row)
  * from registered host memory to device memory,
  * and the same bytes as one copy per plane (what a plane-major image
@@ -575,6 +576,28 @@ static int run_rounds(struct pool_bench *b, const uint8_t *image)
 
 /* ---- The same-host claim ------------------------------------------------ */
 
+/*
+ * The hops of a same-host claim's grant (pool_claim_times, and the
+ * manager's own times where it runs in this process; one clock).
+ */
+enum shm_hop {
+	HOP_QUEUE,      /* the call -> its request queued */
+	HOP_WRITE,      /* -> written to the socket (the I/O thread, or the caller) */
+	HOP_TO_MANAGER, /* -> the manager's loop woke for it */
+	HOP_READ_IN,    /* -> the manager read it (its frame's reads, tag checked) */
+	HOP_MANAGER,    /* -> its answer queued (decode, find, pin, places) */
+	HOP_TO_CLIENT,  /* -> the client's I/O thread woke for the answer */
+	HOP_READ,       /* -> CLAIMED and its places read */
+	HOP_TO_CALLER,  /* -> the caller's poll saw the grant */
+	HOP_PLACES,     /* -> the places in the caller's hands (pull, places) */
+	SHM_HOPS
+};
+
+static const char *const shm_hop_names[SHM_HOPS] = {
+	"call -> queued", "-> written", "-> manager woke", "-> manager read it", "-> answer queued",
+	"-> I/O thread woke", "-> grant read", "-> caller saw it", "-> places in hand",
+};
+
 struct shm_bench {
 	struct pool_bench *b;
 	struct shard_device *dev;
@@ -594,6 +617,8 @@ struct shm_bench {
 	struct shard_pool_record records[POOL_CHAIN_RECORDS_MAX];
 	double *claim_s, *copy_s, *bulk_s, *plane_s, *reverse_s;
 	double *grant_s, *issue_s, *sync_s, *end_s; /* a claim's phases */
+	double *hop_s[SHM_HOPS];                    /* its grant's hops */
+	uint32_t by_caller;                         /* requests the caller wrote itself */
 };
 
 static int shm_alloc(struct shm_bench *m, uint64_t bytes, uint64_t *address)
@@ -668,7 +693,35 @@ struct shm_split {
 	double issue;  /* -> every copy issued (headers checked, entries built) */
 	double sync;   /* -> the device finished them (shard_pool_share_finish) */
 	double end;    /* -> the share and the claim ended (CLAIM_END queued) */
+	double hop[SHM_HOPS]; /* the grant's hops; -1 where unknown */
+	bool by_caller;
 };
+
+static double ns_s(uint64_t ns)
+{
+	return (double)ns * 1e-9;
+}
+
+/* The grant's hops, from the client's times and the manager's (NULL: not in this process). */
+static void shm_hops(struct shm_split *t, double start, double seen, double granted,
+		     const struct pool_claim_times *c, const struct pool_manager_stats *m)
+{
+	for (uint32_t h = 0; h < SHM_HOPS; h++)
+		t->hop[h] = -1;
+	t->hop[HOP_QUEUE] = ns_s(c->queued_ns) - start;
+	t->hop[HOP_WRITE] = ns_s(c->written_ns - c->queued_ns);
+	if (m && m->claim_woken_ns >= c->written_ns && c->woken_ns >= m->claim_answered_ns) {
+		t->hop[HOP_TO_MANAGER] = ns_s(m->claim_woken_ns - c->written_ns);
+		t->hop[HOP_READ_IN] = ns_s(m->claim_read_ns - m->claim_woken_ns);
+		t->hop[HOP_MANAGER] = ns_s(m->claim_answered_ns - m->claim_read_ns);
+		t->hop[HOP_TO_CLIENT] = ns_s(c->woken_ns - m->claim_answered_ns);
+	}
+	t->hop[HOP_READ] = ns_s(c->answered_ns - c->woken_ns);
+	t->hop[HOP_TO_CALLER] = seen - ns_s(c->answered_ns);
+	t->hop[HOP_PLACES] = granted - seen;
+	t->by_caller = c->by_caller;
+}
+
 
 /*
  * One same-host claim as rank zero's link makes it: CLAIM_LOCAL, whose grant
@@ -679,10 +732,12 @@ static int shm_claim_once(struct shm_bench *m, struct shm_split *t)
 {
 	struct pool_bench *b = m->b;
 	struct pool_claim_grant grant;
+	struct pool_claim_times times = { 0 };
+	struct pool_manager_stats ms;
 	uint64_t claim_id = 0, bytes = 0;
 	uint32_t count = 0;
 	char why[256] = "";
-	double start = now_s(), granted, issued, synced;
+	double start = now_s(), seen, granted, issued, synced;
 	int ret, end;
 
 	ret = pool_claim_begin(b->client, &b->key, &claim_id);
@@ -690,12 +745,16 @@ static int shm_claim_once(struct shm_bench *m, struct shm_split *t)
 		return rank_fail(b, ret, "a same-host claim");
 	ret = POLL_SPIN_UNTIL(pool_claim_poll(b->client, claim_id, &grant, b->chain,
 					      POOL_CHAIN_RECORDS_MAX, &count));
+	seen = now_s();
 	if (ret != 1)
 		return rank_fail(b, ret, "a same-host claim");
 	ret = pool_share_pull(b->client, claim_id, b->chain, count, 0, true);
 	if (!ret)
 		ret = pool_share_places(b->client, claim_id, m->places, count, BENCH_POOL_WAIT_MS);
 	granted = now_s();
+	pool_claim_times(b->client, claim_id, &times);
+	if (b->manager)
+		pool_manager_stats(b->manager, &ms);
 	for (uint32_t i = 0; !ret && i < count; i++)
 		m->records[i] = (struct shard_pool_record){
 			.key = b->chain[i].key, .first_page_index = b->chain[i].first_page_index,
@@ -721,6 +780,7 @@ static int shm_claim_once(struct shm_bench *m, struct shm_split *t)
 	end = pool_claim_end(b->client, claim_id, ret);
 	*t = (struct shm_split){ .grant = granted - start, .issue = issued - granted,
 				 .sync = synced - issued, .end = now_s() - synced };
+	shm_hops(t, start, seen, granted, &times, b->manager ? &ms : NULL);
 	if (!ret)
 		ret = end;
 	if (ret) {
@@ -786,6 +846,26 @@ static uint64_t shm_requests(struct pool_client *c)
 	       pool_client_frames_sent(c, POOL_MSG_CLAIM_PULL);
 }
 
+/* The grant's hops, p50 of each over the rounds that know it (-1: unknown). */
+static void shm_hops_print(struct shm_bench *m)
+{
+	uint32_t rounds = m->b->rounds;
+
+	printf("same-host grant by hop, p50 of each (us):");
+	for (uint32_t h = 0; h < SHM_HOPS; h++) {
+		uint32_t n = 0;
+
+		for (uint32_t r = 0; r < rounds; r++)
+			if (m->hop_s[h][r] >= 0)
+				m->hop_s[h][n++] = m->hop_s[h][r];
+		if (n)
+			printf(" %s %.1f", shm_hop_names[h], median(m->hop_s[h], n) * 1e6);
+		else if (h == HOP_TO_MANAGER)
+			printf(" -> through the manager (another process) -");
+	}
+	printf("; the caller wrote %u of %u requests itself\n", m->by_caller, rounds);
+}
+
 static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 {
 	struct pool_bench *b = m->b;
@@ -805,6 +885,9 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 		m->issue_s[r] = t.issue;
 		m->sync_s[r] = t.sync;
 		m->end_s[r] = t.end;
+		for (uint32_t h = 0; h < SHM_HOPS; h++)
+			m->hop_s[h][r] = t.hop[h];
+		m->by_caller += t.by_caller;
 		if (!ret && r == 0 && shm_check(m, image) != 0) {
 			fprintf(stderr, "selene bench pool: the same-host claim put wrong bytes on "
 					"the device\n");
@@ -833,6 +916,7 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	       "issued %.3f ms, device sync %.3f ms, end %.3f ms\n",
 	       median(m->grant_s, b->rounds) * 1e3, median(m->issue_s, b->rounds) * 1e3,
 	       median(m->sync_s, b->rounds) * 1e3, median(m->end_s, b->rounds) * 1e3);
+	shm_hops_print(m);
 	printf("bulk host-to-device copy of the same bytes from registered memory: p50 "
 	       "%.2f ms, %.2f GB/s\n", bulk_mid * 1e3, gb / bulk_mid);
 	printf("one copy per plane of the same bytes (a plane-major image): p50 %.2f ms, "
@@ -919,6 +1003,11 @@ static int shm_bench(struct pool_bench *b, const uint8_t *image)
 	m.issue_s = calloc(b->rounds, sizeof(double));
 	m.sync_s = calloc(b->rounds, sizeof(double));
 	m.end_s = calloc(b->rounds, sizeof(double));
+	for (uint32_t h = 0; h < SHM_HOPS; h++) {
+		m.hop_s[h] = calloc(b->rounds, sizeof(double));
+		if (!m.hop_s[h])
+			ret = ret ? ret : -ENOMEM;
+	}
 	if (!ret && (!m.bulk_host || !m.page_ids || !m.claim_s || !m.copy_s || !m.bulk_s ||
 		     !m.plane_s || !m.reverse_s || !m.grant_s || !m.issue_s || !m.sync_s ||
 		     !m.end_s))
@@ -971,6 +1060,8 @@ out_free:
 	free(m.issue_s);
 	free(m.sync_s);
 	free(m.end_s);
+	for (uint32_t h = 0; h < SHM_HOPS; h++)
+		free(m.hop_s[h]);
 	free(m.page_ids);
 	free(m.bulk_host);
 	shm_free(&m, m.bulk_device);
