@@ -1833,7 +1833,8 @@ static uint32_t time_scale(void)
 
 /*
  * The disk tier's I/O runs on a thread of its own: while a spill's write
- * is held there (failpoint pool.disk_io sleeping 2.5 s, twice), the put
+ * is held there (failpoint pool.disk_io sleeping 2.5 s, twice; at most a
+ * third of the claim setup time each on a slow build), the put
  * that needed its room is answered, and so are another instance's
  * handshake, ATTACH and LOOKUP, each before that write is done (the disk
  * thread still holds it: an order, not a time, so a loaded machine does
@@ -1849,7 +1850,7 @@ static void test_pool_disk_thread_keeps_loop_answering(void **state)
 	struct pool_manager_stats st;
 	char *dir = tu_make_temp_dir("pool-disk-thread");
 	char config[64];
-	uint32_t used = 0;
+	uint32_t used = 0, hold_ms;
 	uint64_t start, ms;
 
 	(void)state;
@@ -1864,7 +1865,15 @@ static void test_pool_disk_thread_keeps_loop_answering(void **state)
 		disk_settle(&r);
 		pool_manager_stats(r.m, &st);
 	} while (st.spilled == 0);
-	snprintf(config, sizeof(config), "pool.disk_io=2*sleep(%u)->off", 2500 * time_scale());
+	/*
+	 * Held long enough that the answers come first on a slow build too,
+	 * yet both holds end well inside the claim's setup time
+	 * (POOL_CLAIM_SETUP_MS) that the load below waits behind them.
+	 */
+	hold_ms = 2500 * time_scale();
+	if (hold_ms > POOL_CLAIM_SETUP_MS / 3)
+		hold_ms = POOL_CLAIM_SETUP_MS / 3;
+	snprintf(config, sizeof(config), "pool.disk_io=2*sleep(%u)->off", hold_ms);
 	assert_int_equal(sel_failpoints_configure(config), 0);
 	start = sel_monotonic_ns();
 	assert_int_equal(put_whole(a, &cases[used++]), 0);
