@@ -38,6 +38,14 @@ static inline void *sel_list_base_(const void *link, size_t offset)
 	return link ? (char *)link - offset : NULL;
 }
 
+/*
+ * Walks the chain at bucket: pos, declared here as a type *, is each of
+ * its elements in turn. The walk must not remove pos.
+ */
+#define sel_chain_for_each(pos, bucket, type, member)              \
+	for (type *pos = sel_list_entry((bucket), type, member); pos; \
+	     pos = sel_list_entry(pos->member.next, type, member))
+
 /* An empty list. */
 static inline void sel_list_init(struct sel_list *l)
 {

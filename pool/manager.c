@@ -68,7 +68,7 @@ struct scope;
 struct conn;
 
 struct record {
-	struct record *hash_next;
+	struct sel_chain hash; /* its scope's bucket */
 	struct sel_link lru;
 	struct sel_link age; /* committed, in created_ns order */
 	struct scope *scope;
@@ -92,7 +92,7 @@ struct record {
  * index and on its instance's list.
  */
 struct hold {
-	struct hold *hash_next;
+	struct sel_chain hash; /* its scope's holders bucket */
 	struct sel_link inst_link; /* its instance's holds */
 	struct instance *inst;
 	struct rec_key key;
@@ -101,7 +101,7 @@ struct hold {
 /* An export asked of a holder (R-POOL-73 .. R-POOL-75). */
 struct export {
 	struct sel_link link; /* every live export */
-	struct export *id_next, *key_next; /* its hash buckets */
+	struct sel_chain id_hash, key_hash; /* its buckets */
 	uint64_t id;
 	struct scope *scope;
 	struct instance *holder;
@@ -113,8 +113,8 @@ struct scope {
 	struct scope *next;
 	uint8_t id[POOL_SCOPE_BYTES];
 	struct pool_attach parts; /* rank unused */
-	struct record *buckets[SCOPE_BUCKETS];
-	struct hold **hold_buckets; /* SCOPE_BUCKETS, made at the first hold */
+	struct sel_chain *buckets[SCOPE_BUCKETS]; /* records */
+	struct sel_chain **hold_buckets; /* SCOPE_BUCKETS, made at the first hold */
 	uint32_t holds;
 	uint64_t records;
 	uint32_t instances;
@@ -141,7 +141,7 @@ struct share_rx {
 
 struct put {
 	struct sel_link link; /* every open put */
-	struct put *id_next, *key_next; /* its hash buckets */
+	struct sel_chain id_hash, key_hash; /* its buckets */
 	uint64_t id, request_id;
 	struct instance *inst;
 	struct record *rec;
@@ -151,7 +151,7 @@ struct put {
 
 struct claim {
 	struct sel_link link; /* every live claim */
-	struct claim *hash_next; /* its bucket, by instance and id */
+	struct sel_chain hash; /* its bucket, by instance and id */
 	uint64_t id;
 	struct instance *inst;
 	uint32_t count;
@@ -301,9 +301,9 @@ struct pool_manager {
 	struct instance *instances;
 	struct sel_list puts, claims, exports;
 	/* the same, hashed: a frame finds its put, claim or export in O(1) */
-	struct put *put_ids[ID_BUCKETS], *put_keys[SCOPE_BUCKETS];
-	struct claim *claim_ids[ID_BUCKETS];
-	struct export *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
+	struct sel_chain *put_ids[ID_BUCKETS], *put_keys[SCOPE_BUCKETS];
+	struct sel_chain *claim_ids[ID_BUCKETS];
+	struct sel_chain *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
 	uint64_t next_put_id;
 	uint64_t next_export_id;
 	struct sel_list lru; /* least recently used first */
@@ -418,7 +418,7 @@ static uint32_t id_bucket(uint64_t id)
 
 static struct record *record_find(struct scope *s, const struct rec_key *k)
 {
-	for (struct record *r = s->buckets[key_bucket(k)]; r; r = r->hash_next)
+	sel_chain_for_each(r, s->buckets[key_bucket(k)], struct record, hash)
 		if (key_equal(&r->key, k))
 			return r;
 	return NULL;
@@ -475,12 +475,8 @@ static void record_free(struct pool_manager *m, struct record *r)
 		if (r->shares[i].bytes)
 			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
 	if (r->committed) {
-		struct record **p = &r->scope->buckets[key_bucket(&r->key)];
-
 		SEL_ASSERT(r->children == 0 && r->pins == 0);
-		while (*p != r)
-			p = &(*p)->hash_next;
-		*p = r->hash_next;
+		sel_chain_remove(&r->scope->buckets[key_bucket(&r->key)], &r->hash);
 		sel_list_remove(&m->lru, &r->lru);
 		sel_list_remove(&m->age, &r->age);
 		if (r->parent)
@@ -1203,29 +1199,18 @@ static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, cons
 
 static void put_link(struct pool_manager *m, struct put *p)
 {
-	struct put **id = &m->put_ids[id_bucket(p->id)];
-	struct put **key = &m->put_keys[key_bucket(&p->rec->key)];
-
 	sel_list_push_head(&m->puts, &p->link);
-	p->id_next = *id;
-	*id = p;
-	p->key_next = *key;
-	*key = p;
+	sel_chain_push(&m->put_ids[id_bucket(p->id)], &p->id_hash);
+	sel_chain_push(&m->put_keys[key_bucket(&p->rec->key)], &p->key_hash);
 	p->inst->puts++;
 }
 
 static void put_unlink(struct pool_manager *m, struct put *p)
 {
-	struct put **pp;
-
 	sel_list_remove(&m->puts, &p->link);
 	/* buckets hold about one put each */
-	for (pp = &m->put_ids[id_bucket(p->id)]; *pp != p; pp = &(*pp)->id_next)
-		;
-	*pp = p->id_next;
-	for (pp = &m->put_keys[key_bucket(&p->rec->key)]; *pp != p; pp = &(*pp)->key_next)
-		;
-	*pp = p->key_next;
+	sel_chain_remove(&m->put_ids[id_bucket(p->id)], &p->id_hash);
+	sel_chain_remove(&m->put_keys[key_bucket(&p->rec->key)], &p->key_hash);
 	p->inst->puts--;
 }
 
@@ -1276,8 +1261,7 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 
 	r->committed = true;
 	r->created_ns = r->used_ns = now;
-	r->hash_next = s->buckets[b];
-	s->buckets[b] = r;
+	sel_chain_push(&s->buckets[b], &r->hash);
 	if (r->parent)
 		r->parent->children++;
 	sel_list_push_tail(&m->lru, &r->lru);
@@ -1296,7 +1280,7 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 
 static struct put *put_find(struct pool_manager *m, uint64_t id)
 {
-	for (struct put *p = m->put_ids[id_bucket(id)]; p; p = p->id_next)
+	sel_chain_for_each(p, m->put_ids[id_bucket(id)], struct put, id_hash)
 		if (p->id == id)
 			return p;
 	return NULL;
@@ -1306,7 +1290,7 @@ static struct put *put_find(struct pool_manager *m, uint64_t id)
 static struct put *put_of_key(struct pool_manager *m, const struct scope *s,
 			      const struct rec_key *k)
 {
-	for (struct put *p = m->put_keys[key_bucket(k)]; p; p = p->key_next)
+	sel_chain_for_each(p, m->put_keys[key_bucket(k)], struct put, key_hash)
 		if (p->rec->scope == s && key_equal(&p->rec->key, k))
 			return p;
 	return NULL;
@@ -1621,9 +1605,11 @@ static void drop_tree(struct pool_manager *m, struct record *r)
 		uint32_t before = r->children;
 
 		for (uint32_t b = 0; b < SCOPE_BUCKETS && !child; b++)
-			for (struct record *q = s->buckets[b]; q && !child; q = q->hash_next)
-				if (q->parent == r && !q->pins)
+			sel_chain_for_each(q, s->buckets[b], struct record, hash)
+				if (q->parent == r && !q->pins) {
 					child = q;
+					break;
+				}
 		if (child)
 			drop_tree(m, child);
 		progress = child && r->children < before;
@@ -1664,7 +1650,7 @@ static struct hold *hold_find(struct scope *s, const struct rec_key *k,
 {
 	if (!s->hold_buckets)
 		return NULL;
-	for (struct hold *h = s->hold_buckets[key_bucket(k)]; h; h = h->hash_next)
+	sel_chain_for_each(h, s->hold_buckets[key_bucket(k)], struct hold, hash)
 		if (key_equal(&h->key, k) && (!in || h->inst == in))
 			return h;
 	return NULL;
@@ -1692,8 +1678,7 @@ static void hold_add(struct pool_manager *m, struct instance *in, const struct r
 	}
 	h->inst = in;
 	h->key = *k;
-	h->hash_next = s->hold_buckets[b];
-	s->hold_buckets[b] = h;
+	sel_chain_push(&s->hold_buckets[b], &h->hash);
 	sel_list_push_head(&in->holds, &h->inst_link);
 	s->holds++;
 	m->stats.holds++;
@@ -1702,11 +1687,8 @@ static void hold_add(struct pool_manager *m, struct instance *in, const struct r
 static void hold_remove(struct pool_manager *m, struct hold *h)
 {
 	struct scope *s = h->inst->scope;
-	struct hold **pp = &s->hold_buckets[key_bucket(&h->key)];
 
-	while (*pp != h)
-		pp = &(*pp)->hash_next;
-	*pp = h->hash_next;
+	sel_chain_remove(&s->hold_buckets[key_bucket(&h->key)], &h->hash);
 	sel_list_remove(&h->inst->holds, &h->inst_link);
 	s->holds--;
 	m->stats.holds--;
@@ -1747,28 +1729,17 @@ static void on_holds(struct pool_manager *m, struct conn *c, const uint8_t *body
 
 static void export_link(struct pool_manager *m, struct export *x)
 {
-	struct export **id = &m->export_ids[id_bucket(x->id)];
-	struct export **key = &m->export_keys[key_bucket(&x->key)];
-
 	sel_list_push_head(&m->exports, &x->link);
-	x->id_next = *id;
-	*id = x;
-	x->key_next = *key;
-	*key = x;
+	sel_chain_push(&m->export_ids[id_bucket(x->id)], &x->id_hash);
+	sel_chain_push(&m->export_keys[key_bucket(&x->key)], &x->key_hash);
 	x->holder->exports++;
 }
 
 static void export_end(struct pool_manager *m, struct export *x)
 {
-	struct export **pp;
-
 	sel_list_remove(&m->exports, &x->link);
-	for (pp = &m->export_ids[id_bucket(x->id)]; *pp != x; pp = &(*pp)->id_next)
-		;
-	*pp = x->id_next;
-	for (pp = &m->export_keys[key_bucket(&x->key)]; *pp != x; pp = &(*pp)->key_next)
-		;
-	*pp = x->key_next;
+	sel_chain_remove(&m->export_ids[id_bucket(x->id)], &x->id_hash);
+	sel_chain_remove(&m->export_keys[key_bucket(&x->key)], &x->key_hash);
 	x->holder->exports--;
 	free(x);
 }
@@ -1776,7 +1747,7 @@ static void export_end(struct pool_manager *m, struct export *x)
 static struct export *export_of_key(struct pool_manager *m, const struct scope *s,
 				    const struct rec_key *k)
 {
-	for (struct export *x = m->export_keys[key_bucket(k)]; x; x = x->key_next)
+	sel_chain_for_each(x, m->export_keys[key_bucket(k)], struct export, key_hash)
 		if (x->scope == s && key_equal(&x->key, k))
 			return x;
 	return NULL;
@@ -1785,7 +1756,7 @@ static struct export *export_of_key(struct pool_manager *m, const struct scope *
 /* The live export id asked of in, or NULL. */
 static struct export *export_find(struct pool_manager *m, const struct instance *in, uint64_t id)
 {
-	for (struct export *x = m->export_ids[id_bucket(id)]; x; x = x->id_next)
+	sel_chain_for_each(x, m->export_ids[id_bucket(id)], struct export, id_hash)
 		if (x->id == id && x->holder == in)
 			return x;
 	return NULL;
@@ -1810,16 +1781,20 @@ static bool export_pick(struct pool_manager *m, struct conn *c,
 		return false;
 	for (uint32_t i = 0; i < first_answered && !found; i++) {
 		pool_lookup_view_key(v, i, key);
-		for (struct hold *h = s->hold_buckets[key_bucket(key)]; h && !found;
-		     h = h->hash_next)
-			found = key_equal(&h->key, key) && h->inst != c->inst;
+		sel_chain_for_each(h, s->hold_buckets[key_bucket(key)], struct hold, hash)
+			if (key_equal(&h->key, key) && h->inst != c->inst) {
+				found = true;
+				break;
+			}
 	}
 	if (!found || export_of_key(m, s, key))
 		return false;
-	for (struct hold *h = s->hold_buckets[key_bucket(key)]; h && !*holder; h = h->hash_next)
+	sel_chain_for_each(h, s->hold_buckets[key_bucket(key)], struct hold, hash)
 		if (key_equal(&h->key, key) && h->inst != c->inst && h->inst->ranks[0] &&
-		    h->inst->exports < POOL_EXPORTS_LIVE_MAX)
+		    h->inst->exports < POOL_EXPORTS_LIVE_MAX) {
 			*holder = h->inst;
+			break;
+		}
 	return *holder != NULL;
 }
 
@@ -1946,7 +1921,7 @@ static uint32_t claim_bucket(const struct instance *in, uint64_t id)
 
 static struct claim *claim_find(struct pool_manager *m, struct instance *in, uint64_t id)
 {
-	for (struct claim *cl = m->claim_ids[claim_bucket(in, id)]; cl; cl = cl->hash_next)
+	sel_chain_for_each(cl, m->claim_ids[claim_bucket(in, id)], struct claim, hash)
 		if (cl->inst == in && cl->id == id)
 			return cl;
 	return NULL;
@@ -1954,22 +1929,15 @@ static struct claim *claim_find(struct pool_manager *m, struct instance *in, uin
 
 static void claim_link(struct pool_manager *m, struct claim *cl)
 {
-	struct claim **b = &m->claim_ids[claim_bucket(cl->inst, cl->id)];
-
 	sel_list_push_head(&m->claims, &cl->link);
-	cl->hash_next = *b;
-	*b = cl;
+	sel_chain_push(&m->claim_ids[claim_bucket(cl->inst, cl->id)], &cl->hash);
 	cl->inst->claims++;
 }
 
 static void claim_end(struct pool_manager *m, struct claim *cl)
 {
-	struct claim **pp;
-
 	sel_list_remove(&m->claims, &cl->link);
-	for (pp = &m->claim_ids[claim_bucket(cl->inst, cl->id)]; *pp != cl; pp = &(*pp)->hash_next)
-		;
-	*pp = cl->hash_next;
+	sel_chain_remove(&m->claim_ids[claim_bucket(cl->inst, cl->id)], &cl->hash);
 	for (uint32_t i = 0; i < cl->count; i++)
 		cl->chain[i]->pins--;
 	cl->inst->claims--;
@@ -3518,8 +3486,7 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		m->stats.disk_used_bytes += record_bytes(r);
 		r->created_ns = now; /* ages count from this start */
 		r->used_ns = now;
-		r->hash_next = s->buckets[key_bucket(&r->key)];
-		s->buckets[key_bucket(&r->key)] = r;
+		sel_chain_push(&s->buckets[key_bucket(&r->key)], &r->hash);
 		if (r->parent)
 			r->parent->children++;
 		sel_list_push_tail(&m->lru, &r->lru);
