@@ -8,6 +8,7 @@
 #include "cluster/protocol.h"
 #include "common/base.h"
 #include "common/failpoint.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/xxh.h"
 #include "pool/rdma.h"
@@ -67,9 +68,9 @@ struct scope;
 struct conn;
 
 struct record {
-	struct record *hash_next;
-	struct record *lru_prev, *lru_next;
-	struct record *age_prev, *age_next; /* committed, in created_ns order */
+	struct sel_chain hash; /* its scope's bucket */
+	struct sel_link lru;
+	struct sel_link age; /* committed, in created_ns order */
 	struct scope *scope;
 	struct record *parent;
 	struct rec_key key;
@@ -91,16 +92,16 @@ struct record {
  * index and on its instance's list.
  */
 struct hold {
-	struct hold *hash_next;
-	struct hold *inst_prev, *inst_next;
+	struct sel_chain hash; /* its scope's holders bucket */
+	struct sel_link inst_link; /* its instance's holds */
 	struct instance *inst;
 	struct rec_key key;
 };
 
 /* An export asked of a holder (R-POOL-73 .. R-POOL-75). */
 struct export {
-	struct export *next, *prev; /* every live export */
-	struct export *id_next, *key_next; /* its hash buckets */
+	struct sel_link link; /* every live export */
+	struct sel_chain id_hash, key_hash; /* its buckets */
 	uint64_t id;
 	struct scope *scope;
 	struct instance *holder;
@@ -112,8 +113,8 @@ struct scope {
 	struct scope *next;
 	uint8_t id[POOL_SCOPE_BYTES];
 	struct pool_attach parts; /* rank unused */
-	struct record *buckets[SCOPE_BUCKETS];
-	struct hold **hold_buckets; /* SCOPE_BUCKETS, made at the first hold */
+	struct sel_chain *buckets[SCOPE_BUCKETS]; /* records */
+	struct sel_chain **hold_buckets; /* SCOPE_BUCKETS, made at the first hold */
 	uint32_t holds;
 	uint64_t records;
 	uint32_t instances;
@@ -127,7 +128,7 @@ struct instance {
 	struct conn **ranks;
 	uint32_t attached;
 	uint32_t claims, puts;
-	struct hold *holds; /* what its session announced */
+	struct sel_list holds; /* what its session announced */
 	uint32_t exports;   /* exports asked of it, live */
 };
 
@@ -139,8 +140,8 @@ struct share_rx {
 };
 
 struct put {
-	struct put *next, *prev; /* every open put */
-	struct put *id_next, *key_next; /* its hash buckets */
+	struct sel_link link; /* every open put */
+	struct sel_chain id_hash, key_hash; /* its buckets */
 	uint64_t id, request_id;
 	struct instance *inst;
 	struct record *rec;
@@ -149,8 +150,8 @@ struct put {
 };
 
 struct claim {
-	struct claim *next, *prev; /* every live claim */
-	struct claim *hash_next; /* its bucket, by instance and id */
+	struct sel_link link; /* every live claim */
+	struct sel_chain hash; /* its bucket, by instance and id */
 	uint64_t id;
 	struct instance *inst;
 	uint32_t count;
@@ -162,6 +163,22 @@ struct claim {
 	bool load_failed;
 	bool local; /* CLAIM_LOCAL: the places follow CLAIMED */
 };
+
+/* The put, claim or export whose link (on the manager's list) is l, or NULL. */
+static struct put *put_of(struct sel_link *l)
+{
+	return sel_list_entry(l, struct put, link);
+}
+
+static struct claim *claim_of(struct sel_link *l)
+{
+	return sel_list_entry(l, struct claim, link);
+}
+
+static struct export *export_of(struct sel_link *l)
+{
+	return sel_list_entry(l, struct export, link);
+}
 
 /* What the disk thread does (docs/DESIGN.md section 12). */
 enum disk_op { DISK_SPILL, DISK_LOAD, DISK_UNLINK };
@@ -282,17 +299,15 @@ struct pool_manager {
 	uint32_t conn_count;
 	struct scope *scopes;
 	struct instance *instances;
-	struct put *puts;
-	struct claim *claims;
-	struct export *exports;
+	struct sel_list puts, claims, exports;
 	/* the same, hashed: a frame finds its put, claim or export in O(1) */
-	struct put *put_ids[ID_BUCKETS], *put_keys[SCOPE_BUCKETS];
-	struct claim *claim_ids[ID_BUCKETS];
-	struct export *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
+	struct sel_chain *put_ids[ID_BUCKETS], *put_keys[SCOPE_BUCKETS];
+	struct sel_chain *claim_ids[ID_BUCKETS];
+	struct sel_chain *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
 	uint64_t next_put_id;
 	uint64_t next_export_id;
-	struct record *lru_head, *lru_tail; /* least and most recently used */
-	struct record *age_head, *age_tail; /* oldest and youngest: max-age expiry */
+	struct sel_list lru; /* least recently used first */
+	struct sel_list age; /* oldest first: max-age expiry */
 	uint64_t expire_last_ns;            /* the last max-age sweep */
 	/*
 	 * When timers() walks the deadlines next: no later than the earliest
@@ -403,34 +418,21 @@ static uint32_t id_bucket(uint64_t id)
 
 static struct record *record_find(struct scope *s, const struct rec_key *k)
 {
-	for (struct record *r = s->buckets[key_bucket(k)]; r; r = r->hash_next)
+	sel_chain_for_each(r, s->buckets[key_bucket(k)], struct record, hash)
 		if (key_equal(&r->key, k))
 			return r;
 	return NULL;
 }
 
-static void lru_unlink(struct pool_manager *m, struct record *r)
+/* The record whose lru (or age) link is l, or NULL. */
+static struct record *lru_record(struct sel_link *l)
 {
-	if (r->lru_prev)
-		r->lru_prev->lru_next = r->lru_next;
-	else
-		m->lru_head = r->lru_next;
-	if (r->lru_next)
-		r->lru_next->lru_prev = r->lru_prev;
-	else
-		m->lru_tail = r->lru_prev;
-	r->lru_prev = r->lru_next = NULL;
+	return sel_list_entry(l, struct record, lru);
 }
 
-static void lru_push(struct pool_manager *m, struct record *r)
+static struct record *age_record(struct sel_link *l)
 {
-	r->lru_prev = m->lru_tail;
-	r->lru_next = NULL;
-	if (m->lru_tail)
-		m->lru_tail->lru_next = r;
-	else
-		m->lru_head = r;
-	m->lru_tail = r;
+	return sel_list_entry(l, struct record, age);
 }
 
 /*
@@ -439,34 +441,15 @@ static void lru_push(struct pool_manager *m, struct record *r)
  */
 static void age_push(struct pool_manager *m, struct record *r)
 {
-	SEL_ASSERT(!m->age_tail || m->age_tail->created_ns <= r->created_ns);
-	r->age_prev = m->age_tail;
-	r->age_next = NULL;
-	if (m->age_tail)
-		m->age_tail->age_next = r;
-	else
-		m->age_head = r;
-	m->age_tail = r;
-}
-
-static void age_unlink(struct pool_manager *m, struct record *r)
-{
-	if (r->age_prev)
-		r->age_prev->age_next = r->age_next;
-	else
-		m->age_head = r->age_next;
-	if (r->age_next)
-		r->age_next->age_prev = r->age_prev;
-	else
-		m->age_tail = r->age_prev;
-	r->age_prev = r->age_next = NULL;
+	SEL_ASSERT(!m->age.tail || age_record(m->age.tail)->created_ns <= r->created_ns);
+	sel_list_push_tail(&m->age, &r->age);
 }
 
 static void record_touch(struct pool_manager *m, struct record *r, uint64_t now)
 {
 	r->used_ns = now;
-	lru_unlink(m, r);
-	lru_push(m, r);
+	sel_list_remove(&m->lru, &r->lru);
+	sel_list_push_tail(&m->lru, &r->lru);
 }
 
 /* Frees an uncommitted record's shares, or drops a committed leaf. */
@@ -492,14 +475,10 @@ static void record_free(struct pool_manager *m, struct record *r)
 		if (r->shares[i].bytes)
 			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
 	if (r->committed) {
-		struct record **p = &r->scope->buckets[key_bucket(&r->key)];
-
 		SEL_ASSERT(r->children == 0 && r->pins == 0);
-		while (*p != r)
-			p = &(*p)->hash_next;
-		*p = r->hash_next;
-		lru_unlink(m, r);
-		age_unlink(m, r);
+		sel_chain_remove(&r->scope->buckets[key_bucket(&r->key)], &r->hash);
+		sel_list_remove(&m->lru, &r->lru);
+		sel_list_remove(&m->age, &r->age);
 		if (r->parent)
 			r->parent->children--;
 		r->scope->records--;
@@ -1006,10 +985,10 @@ static bool disk_make_room(struct pool_manager *m, uint64_t bytes)
 	if (bytes > limit)
 		return false;
 	while (m->stats.disk_used_bytes + bytes > limit) {
-		struct record *r = m->lru_head;
+		struct record *r = lru_record(m->lru.head);
 
 		while (r && (!r->on_disk || r->pins || r->children))
-			r = r->lru_next;
+			r = lru_record(r->lru.next);
 		if (!r)
 			return false;
 		record_free(m, r);
@@ -1020,7 +999,8 @@ static bool disk_make_room(struct pool_manager *m, uint64_t bytes)
 
 static bool evict_one(struct pool_manager *m)
 {
-	for (struct record *r = m->lru_head; m->dir_fd >= 0 && r; r = r->lru_next) {
+	for (struct record *r = lru_record(m->lru.head); m->dir_fd >= 0 && r;
+	     r = lru_record(r->lru.next)) {
 		int ret;
 
 		if (r->pins || r->on_disk || r->scope->dir_fd < 0)
@@ -1044,7 +1024,7 @@ static bool evict_one(struct pool_manager *m)
 		m->stats.spilled++;
 		return true;
 	}
-	for (struct record *r = m->lru_head; r; r = r->lru_next) {
+	for (struct record *r = lru_record(m->lru.head); r; r = lru_record(r->lru.next)) {
 		if (r->children || r->pins || r->on_disk)
 			continue;
 		record_free(m, r);
@@ -1219,38 +1199,18 @@ static void refuse(struct pool_manager *m, struct conn *c, uint32_t reason, cons
 
 static void put_link(struct pool_manager *m, struct put *p)
 {
-	struct put **id = &m->put_ids[id_bucket(p->id)];
-	struct put **key = &m->put_keys[key_bucket(&p->rec->key)];
-
-	p->prev = NULL;
-	p->next = m->puts;
-	if (m->puts)
-		m->puts->prev = p;
-	m->puts = p;
-	p->id_next = *id;
-	*id = p;
-	p->key_next = *key;
-	*key = p;
+	sel_list_push_head(&m->puts, &p->link);
+	sel_chain_push(&m->put_ids[id_bucket(p->id)], &p->id_hash);
+	sel_chain_push(&m->put_keys[key_bucket(&p->rec->key)], &p->key_hash);
 	p->inst->puts++;
 }
 
 static void put_unlink(struct pool_manager *m, struct put *p)
 {
-	struct put **pp;
-
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		m->puts = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
+	sel_list_remove(&m->puts, &p->link);
 	/* buckets hold about one put each */
-	for (pp = &m->put_ids[id_bucket(p->id)]; *pp != p; pp = &(*pp)->id_next)
-		;
-	*pp = p->id_next;
-	for (pp = &m->put_keys[key_bucket(&p->rec->key)]; *pp != p; pp = &(*pp)->key_next)
-		;
-	*pp = p->key_next;
+	sel_chain_remove(&m->put_ids[id_bucket(p->id)], &p->id_hash);
+	sel_chain_remove(&m->put_keys[key_bucket(&p->rec->key)], &p->key_hash);
 	p->inst->puts--;
 }
 
@@ -1301,11 +1261,10 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 
 	r->committed = true;
 	r->created_ns = r->used_ns = now;
-	r->hash_next = s->buckets[b];
-	s->buckets[b] = r;
+	sel_chain_push(&s->buckets[b], &r->hash);
 	if (r->parent)
 		r->parent->children++;
-	lru_push(m, r);
+	sel_list_push_tail(&m->lru, &r->lru);
 	age_push(m, r);
 	s->records++;
 	m->stats.records++;
@@ -1321,7 +1280,7 @@ static void put_commit(struct pool_manager *m, struct put *p, uint64_t now)
 
 static struct put *put_find(struct pool_manager *m, uint64_t id)
 {
-	for (struct put *p = m->put_ids[id_bucket(id)]; p; p = p->id_next)
+	sel_chain_for_each(p, m->put_ids[id_bucket(id)], struct put, id_hash)
 		if (p->id == id)
 			return p;
 	return NULL;
@@ -1331,7 +1290,7 @@ static struct put *put_find(struct pool_manager *m, uint64_t id)
 static struct put *put_of_key(struct pool_manager *m, const struct scope *s,
 			      const struct rec_key *k)
 {
-	for (struct put *p = m->put_keys[key_bucket(k)]; p; p = p->key_next)
+	sel_chain_for_each(p, m->put_keys[key_bucket(k)], struct put, key_hash)
 		if (p->rec->scope == s && key_equal(&p->rec->key, k))
 			return p;
 	return NULL;
@@ -1646,9 +1605,11 @@ static void drop_tree(struct pool_manager *m, struct record *r)
 		uint32_t before = r->children;
 
 		for (uint32_t b = 0; b < SCOPE_BUCKETS && !child; b++)
-			for (struct record *q = s->buckets[b]; q && !child; q = q->hash_next)
-				if (q->parent == r && !q->pins)
+			sel_chain_for_each(q, s->buckets[b], struct record, hash)
+				if (q->parent == r && !q->pins) {
 					child = q;
+					break;
+				}
 		if (child)
 			drop_tree(m, child);
 		progress = child && r->children < before;
@@ -1689,7 +1650,7 @@ static struct hold *hold_find(struct scope *s, const struct rec_key *k,
 {
 	if (!s->hold_buckets)
 		return NULL;
-	for (struct hold *h = s->hold_buckets[key_bucket(k)]; h; h = h->hash_next)
+	sel_chain_for_each(h, s->hold_buckets[key_bucket(k)], struct hold, hash)
 		if (key_equal(&h->key, k) && (!in || h->inst == in))
 			return h;
 	return NULL;
@@ -1717,12 +1678,8 @@ static void hold_add(struct pool_manager *m, struct instance *in, const struct r
 	}
 	h->inst = in;
 	h->key = *k;
-	h->hash_next = s->hold_buckets[b];
-	s->hold_buckets[b] = h;
-	h->inst_next = in->holds;
-	if (in->holds)
-		in->holds->inst_prev = h;
-	in->holds = h;
+	sel_chain_push(&s->hold_buckets[b], &h->hash);
+	sel_list_push_head(&in->holds, &h->inst_link);
 	s->holds++;
 	m->stats.holds++;
 }
@@ -1730,17 +1687,9 @@ static void hold_add(struct pool_manager *m, struct instance *in, const struct r
 static void hold_remove(struct pool_manager *m, struct hold *h)
 {
 	struct scope *s = h->inst->scope;
-	struct hold **pp = &s->hold_buckets[key_bucket(&h->key)];
 
-	while (*pp != h)
-		pp = &(*pp)->hash_next;
-	*pp = h->hash_next;
-	if (h->inst_prev)
-		h->inst_prev->inst_next = h->inst_next;
-	else
-		h->inst->holds = h->inst_next;
-	if (h->inst_next)
-		h->inst_next->inst_prev = h->inst_prev;
+	sel_chain_remove(&s->hold_buckets[key_bucket(&h->key)], &h->hash);
+	sel_list_remove(&h->inst->holds, &h->inst_link);
 	s->holds--;
 	m->stats.holds--;
 	free(h);
@@ -1748,8 +1697,8 @@ static void hold_remove(struct pool_manager *m, struct hold *h)
 
 static void holds_forget(struct pool_manager *m, struct instance *in)
 {
-	while (in->holds)
-		hold_remove(m, in->holds);
+	while (!sel_list_empty(&in->holds))
+		hold_remove(m, sel_list_entry(in->holds.head, struct hold, inst_link));
 }
 
 static void on_holds(struct pool_manager *m, struct conn *c, const uint8_t *body,
@@ -1780,37 +1729,17 @@ static void on_holds(struct pool_manager *m, struct conn *c, const uint8_t *body
 
 static void export_link(struct pool_manager *m, struct export *x)
 {
-	struct export **id = &m->export_ids[id_bucket(x->id)];
-	struct export **key = &m->export_keys[key_bucket(&x->key)];
-
-	x->prev = NULL;
-	x->next = m->exports;
-	if (m->exports)
-		m->exports->prev = x;
-	m->exports = x;
-	x->id_next = *id;
-	*id = x;
-	x->key_next = *key;
-	*key = x;
+	sel_list_push_head(&m->exports, &x->link);
+	sel_chain_push(&m->export_ids[id_bucket(x->id)], &x->id_hash);
+	sel_chain_push(&m->export_keys[key_bucket(&x->key)], &x->key_hash);
 	x->holder->exports++;
 }
 
 static void export_end(struct pool_manager *m, struct export *x)
 {
-	struct export **pp;
-
-	if (x->prev)
-		x->prev->next = x->next;
-	else
-		m->exports = x->next;
-	if (x->next)
-		x->next->prev = x->prev;
-	for (pp = &m->export_ids[id_bucket(x->id)]; *pp != x; pp = &(*pp)->id_next)
-		;
-	*pp = x->id_next;
-	for (pp = &m->export_keys[key_bucket(&x->key)]; *pp != x; pp = &(*pp)->key_next)
-		;
-	*pp = x->key_next;
+	sel_list_remove(&m->exports, &x->link);
+	sel_chain_remove(&m->export_ids[id_bucket(x->id)], &x->id_hash);
+	sel_chain_remove(&m->export_keys[key_bucket(&x->key)], &x->key_hash);
 	x->holder->exports--;
 	free(x);
 }
@@ -1818,7 +1747,7 @@ static void export_end(struct pool_manager *m, struct export *x)
 static struct export *export_of_key(struct pool_manager *m, const struct scope *s,
 				    const struct rec_key *k)
 {
-	for (struct export *x = m->export_keys[key_bucket(k)]; x; x = x->key_next)
+	sel_chain_for_each(x, m->export_keys[key_bucket(k)], struct export, key_hash)
 		if (x->scope == s && key_equal(&x->key, k))
 			return x;
 	return NULL;
@@ -1827,7 +1756,7 @@ static struct export *export_of_key(struct pool_manager *m, const struct scope *
 /* The live export id asked of in, or NULL. */
 static struct export *export_find(struct pool_manager *m, const struct instance *in, uint64_t id)
 {
-	for (struct export *x = m->export_ids[id_bucket(id)]; x; x = x->id_next)
+	sel_chain_for_each(x, m->export_ids[id_bucket(id)], struct export, id_hash)
 		if (x->id == id && x->holder == in)
 			return x;
 	return NULL;
@@ -1852,16 +1781,20 @@ static bool export_pick(struct pool_manager *m, struct conn *c,
 		return false;
 	for (uint32_t i = 0; i < first_answered && !found; i++) {
 		pool_lookup_view_key(v, i, key);
-		for (struct hold *h = s->hold_buckets[key_bucket(key)]; h && !found;
-		     h = h->hash_next)
-			found = key_equal(&h->key, key) && h->inst != c->inst;
+		sel_chain_for_each(h, s->hold_buckets[key_bucket(key)], struct hold, hash)
+			if (key_equal(&h->key, key) && h->inst != c->inst) {
+				found = true;
+				break;
+			}
 	}
 	if (!found || export_of_key(m, s, key))
 		return false;
-	for (struct hold *h = s->hold_buckets[key_bucket(key)]; h && !*holder; h = h->hash_next)
+	sel_chain_for_each(h, s->hold_buckets[key_bucket(key)], struct hold, hash)
 		if (key_equal(&h->key, key) && h->inst != c->inst && h->inst->ranks[0] &&
-		    h->inst->exports < POOL_EXPORTS_LIVE_MAX)
+		    h->inst->exports < POOL_EXPORTS_LIVE_MAX) {
 			*holder = h->inst;
+			break;
+		}
 	return *holder != NULL;
 }
 
@@ -1927,8 +1860,8 @@ static void on_export_end(struct pool_manager *m, struct conn *c, const uint8_t 
 static void holder_gone(struct pool_manager *m, struct instance *in)
 {
 	holds_forget(m, in);
-	for (struct export *x = m->exports, *next; x; x = next) {
-		next = x->next;
+	for (struct export *x = export_of(m->exports.head), *next; x; x = next) {
+		next = export_of(x->link.next);
 		if (x->holder == in) {
 			m->stats.exports_failed++;
 			export_end(m, x);
@@ -1988,7 +1921,7 @@ static uint32_t claim_bucket(const struct instance *in, uint64_t id)
 
 static struct claim *claim_find(struct pool_manager *m, struct instance *in, uint64_t id)
 {
-	for (struct claim *cl = m->claim_ids[claim_bucket(in, id)]; cl; cl = cl->hash_next)
+	sel_chain_for_each(cl, m->claim_ids[claim_bucket(in, id)], struct claim, hash)
 		if (cl->inst == in && cl->id == id)
 			return cl;
 	return NULL;
@@ -1996,31 +1929,15 @@ static struct claim *claim_find(struct pool_manager *m, struct instance *in, uin
 
 static void claim_link(struct pool_manager *m, struct claim *cl)
 {
-	struct claim **b = &m->claim_ids[claim_bucket(cl->inst, cl->id)];
-
-	cl->prev = NULL;
-	cl->next = m->claims;
-	if (m->claims)
-		m->claims->prev = cl;
-	m->claims = cl;
-	cl->hash_next = *b;
-	*b = cl;
+	sel_list_push_head(&m->claims, &cl->link);
+	sel_chain_push(&m->claim_ids[claim_bucket(cl->inst, cl->id)], &cl->hash);
 	cl->inst->claims++;
 }
 
 static void claim_end(struct pool_manager *m, struct claim *cl)
 {
-	struct claim **pp;
-
-	if (cl->prev)
-		cl->prev->next = cl->next;
-	else
-		m->claims = cl->next;
-	if (cl->next)
-		cl->next->prev = cl->prev;
-	for (pp = &m->claim_ids[claim_bucket(cl->inst, cl->id)]; *pp != cl; pp = &(*pp)->hash_next)
-		;
-	*pp = cl->hash_next;
+	sel_list_remove(&m->claims, &cl->link);
+	sel_chain_remove(&m->claim_ids[claim_bucket(cl->inst, cl->id)], &cl->hash);
 	for (uint32_t i = 0; i < cl->count; i++)
 		cl->chain[i]->pins--;
 	cl->inst->claims--;
@@ -2818,15 +2735,15 @@ static void conn_detach(struct pool_manager *m, struct conn *c)
 	if (!in)
 		return;
 	/* R-POOL-43: an open put of this instance fails when any of its ranks goes */
-	for (struct put *p = m->puts, *next; p; p = next) {
-		next = p->next;
+	for (struct put *p = put_of(m->puts.head), *next; p; p = next) {
+		next = put_of(p->link.next);
 		if (p->inst == in)
 			put_fail(m, p, -ECONNRESET, "a rank's connection ended mid-put");
 	}
 	/* R-POOL-30: the session's end ends its claims; another rank's does not (R-POOL-110) */
 	if (c->rank == 0)
-		for (struct claim *cl = m->claims, *next; cl; cl = next) {
-			next = cl->next;
+		for (struct claim *cl = claim_of(m->claims.head), *next; cl; cl = next) {
+			next = claim_of(cl->link.next);
 			if (cl->inst == in)
 				claim_end(m, cl);
 		}
@@ -2838,8 +2755,8 @@ static void conn_detach(struct pool_manager *m, struct conn *c)
 	if (--in->attached == 0) {
 		struct instance **pp = &m->instances;
 
-		for (struct claim *cl = m->claims, *next; cl; cl = next) {
-			next = cl->next;
+		for (struct claim *cl = claim_of(m->claims.head), *next; cl; cl = next) {
+			next = claim_of(cl->link.next);
 			if (cl->inst == in)
 				claim_end(m, cl);
 		}
@@ -3234,10 +3151,10 @@ static void load_done(struct pool_manager *m, const struct disk_job *j, uint64_t
 			arena_free(m, r->shares[i].offset, r->shares[i].bytes);
 		m->stats.disk_failures++;
 	}
-	for (struct claim *cl = m->claims, *next; cl; cl = next) {
+	for (struct claim *cl = claim_of(m->claims.head), *next; cl; cl = next) {
 		bool waits = false;
 
-		next = cl->next;
+		next = claim_of(cl->link.next);
 		for (uint32_t i = 0; cl->loads_waiting && i < cl->count && !waits; i++)
 			waits = cl->chain[i] == r;
 		if (!waits)
@@ -3342,9 +3259,9 @@ static void expire(struct pool_manager *m, uint64_t now)
 		return;
 	m->expire_last_ns = now;
 	m->stats.expire_sweeps++;
-	for (struct record *r = m->age_head, *next; r && dropped < POOL_EXPIRE_SWEEP_MAX;
-	     r = next) {
-		next = r->age_next;
+	for (struct record *r = age_record(m->age.head), *next;
+	     r && dropped < POOL_EXPIRE_SWEEP_MAX; r = next) {
+		next = age_record(r->age.next);
 		m->stats.expire_examined++;
 		if (now - r->created_ns <= age_ns)
 			break; /* the first fresh record: the rest are younger */
@@ -3355,7 +3272,7 @@ static void expire(struct pool_manager *m, uint64_t now)
 		     q = parent) {
 			parent = q->parent;
 			if (q == next)
-				next = q->age_next;
+				next = age_record(q->age.next);
 			if (q != r)
 				m->stats.expire_examined++;
 			record_free(m, q);
@@ -3403,15 +3320,15 @@ static void timers(struct pool_manager *m, uint64_t now)
 		for (uint32_t k = 0; k < c->stream_count; k++)
 			DUE_AT(c->streams[k].progress_ns + POOL_NO_PROGRESS_MS * 1000000ull + 1);
 	}
-	for (struct put *p = m->puts, *next; p; p = next) {
-		next = p->next;
+	for (struct put *p = put_of(m->puts.head), *next; p; p = next) {
+		next = put_of(p->link.next);
 		if (now > p->deadline_ns)
 			put_fail(m, p, -ETIMEDOUT, "its deadline passed");
 		else
 			DUE_AT(p->deadline_ns + 1);
 	}
-	for (struct claim *cl = m->claims, *next; cl; cl = next) {
-		next = cl->next;
+	for (struct claim *cl = claim_of(m->claims.head), *next; cl; cl = next) {
+		next = claim_of(cl->link.next);
 		if (now > cl->deadline_ns && cl->loads_waiting) {
 			/* never granted: its loads did not finish in time (R-POOL-31) */
 			cl->load_failed = true;
@@ -3438,8 +3355,8 @@ static void timers(struct pool_manager *m, uint64_t now)
 		}
 		DUE_AT(cl->beat_ns + LOAD_BEAT_MS * 1000000ull);
 	}
-	for (struct export *x = m->exports, *next; x; x = next) {
-		next = x->next;
+	for (struct export *x = export_of(m->exports.head), *next; x; x = next) {
+		next = export_of(x->link.next);
 		if (now > x->deadline_ns) {
 			m->stats.exports_failed++;
 			export_end(m, x);
@@ -3569,11 +3486,10 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 		m->stats.disk_used_bytes += record_bytes(r);
 		r->created_ns = now; /* ages count from this start */
 		r->used_ns = now;
-		r->hash_next = s->buckets[key_bucket(&r->key)];
-		s->buckets[key_bucket(&r->key)] = r;
+		sel_chain_push(&s->buckets[key_bucket(&r->key)], &r->hash);
 		if (r->parent)
 			r->parent->children++;
-		lru_push(m, r);
+		sel_list_push_tail(&m->lru, &r->lru);
 		age_push(m, r);
 		s->records++;
 		m->stats.records++;
@@ -3661,10 +3577,10 @@ static void stop_read(struct pool_manager *m, uint64_t now, uint64_t *drain_unti
 	m->draining = true;
 	/* R-POOL-45: live claims and puts have until their deadlines */
 	*drain_until = now;
-	for (struct put *p = m->puts; p; p = p->next)
+	for (struct put *p = put_of(m->puts.head); p; p = put_of(p->link.next))
 		if (p->deadline_ns > *drain_until)
 			*drain_until = p->deadline_ns;
-	for (struct claim *cl = m->claims; cl; cl = cl->next)
+	for (struct claim *cl = claim_of(m->claims.head); cl; cl = claim_of(cl->link.next))
 		if (cl->deadline_ns > *drain_until)
 			*drain_until = cl->deadline_ns;
 }
@@ -3729,7 +3645,7 @@ int pool_manager_run(struct pool_manager *m)
 			if (m->conns[i]->state == C_SERVING)
 				streams_fill(m, m->conns[i], now);
 		pthread_mutex_unlock(&m->stats_lock);
-		if (m->draining && (!m->puts && !m->claims ? true : now > drain_until)) {
+		if (m->draining && (sel_list_empty(&m->puts) && sel_list_empty(&m->claims) ? true : now > drain_until)) {
 			for (uint32_t i = 0; i < m->conn_count; i++)
 				if (m->conns[i]->keyed) {
 					send_frame(m->conns[i], POOL_MSG_BYE, NULL, 0, NULL, 0);
@@ -4137,24 +4053,24 @@ void pool_manager_close(struct pool_manager *m)
 		return;
 	while (m->conn_count)
 		conn_free(m, 0);
-	while (m->puts)
-		put_fail(m, m->puts, -ESHUTDOWN, "the manager closed");
-	while (m->claims)
-		claim_end(m, m->claims);
+	while (!sel_list_empty(&m->puts))
+		put_fail(m, put_of(m->puts.head), -ESHUTDOWN, "the manager closed");
+	while (!sel_list_empty(&m->claims))
+		claim_end(m, claim_of(m->claims.head));
 	disk_thread_stop(m); /* its queue runs out first; the spills below run here */
-	while (m->lru_head)
+	while (!sel_list_empty(&m->lru))
 		if (!evict_one(m))
 			break;
 	/* records on disk stay there for the next start: drop only the index */
-	while (m->lru_head) {
-		struct record *r = m->lru_head;
+	while (!sel_list_empty(&m->lru)) {
+		struct record *r = lru_record(m->lru.head);
 
 		if (!r->on_disk)
 			break; /* arena records were evicted above where they could be */
 		r->on_disk = false; /* forget, do not unlink */
 		for (uint32_t i = 0; i < r->world_size; i++)
 			r->shares[i].bytes = 0;
-		lru_unlink(m, r);
+		sel_list_remove(&m->lru, &r->lru);
 		free(r);
 	}
 	for (struct scope *s = m->scopes, *next; s; s = next) {

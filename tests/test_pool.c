@@ -1762,6 +1762,25 @@ static void disk_settle(struct running *r)
 }
 
 /*
+ * Puts cases into the instance at ranks, one after another, each let to
+ * settle, until one of them spilled to disk (14 at most: a 1 MiB arena
+ * holds about 6); returns how many it put, *st the stats after the last.
+ */
+static uint32_t put_until_spilled(struct trank *ranks, struct running *r,
+				  const struct put_case *cases, struct pool_manager_stats *st)
+{
+	uint32_t used = 0;
+
+	do {
+		assert_true(used < 14);
+		assert_int_equal(put_whole(ranks, &cases[used++]), 0);
+		disk_settle(r);
+		pool_manager_stats(r->m, st);
+	} while (st->spilled == 0);
+	return used;
+}
+
+/*
  * A spill syncs each share file before its rename and the rank's
  * directory after (two syncs a share); a sync that fails spills nothing,
  * and the record is dropped as without a disk tier.
@@ -1850,7 +1869,7 @@ static void test_pool_disk_thread_keeps_loop_answering(void **state)
 	struct pool_manager_stats st;
 	char *dir = tu_make_temp_dir("pool-disk-thread");
 	char config[64];
-	uint32_t used = 0, hold_ms;
+	uint32_t used, hold_ms;
 	uint64_t start, ms;
 
 	(void)state;
@@ -1859,12 +1878,7 @@ static void test_pool_disk_thread_keeps_loop_answering(void **state)
 	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
 	open_instance(a, &r, 0xa, 0);
 	/* fill the arena until a put spilled: the next one needs a spill too */
-	do {
-		assert_true(used < 14);
-		assert_int_equal(put_whole(a, &cases[used++]), 0);
-		disk_settle(&r);
-		pool_manager_stats(r.m, &st);
-	} while (st.spilled == 0);
+	used = put_until_spilled(a, &r, cases, &st);
 	/*
 	 * Held long enough that the answers come first on a slow build too,
 	 * yet both holds end well inside the claim's setup time
@@ -1934,7 +1948,6 @@ static void test_pool_disk_close_takes_late_load(void **state)
 	struct pool_manager_stats st;
 	char *dir = tu_make_temp_dir("pool-disk-close");
 	char why[WHY_BYTES];
-	uint32_t used = 0;
 
 	(void)state;
 	for (uint32_t i = 0; i < 16; i++)
@@ -1944,12 +1957,7 @@ static void test_pool_disk_close_takes_late_load(void **state)
 	assert_int_equal(pool_manager_open(&c, &r.m, why, sizeof(why)), 0);
 	assert_int_equal(pthread_create(&r.thread, NULL, run_thread, r.m), 0);
 	open_instance(a, &r, 0xa, 0);
-	do {
-		assert_true(used < 14);
-		assert_int_equal(put_whole(a, &cases[used++]), 0);
-		disk_settle(&r);
-		pool_manager_stats(r.m, &st);
-	} while (st.spilled == 0);
+	put_until_spilled(a, &r, cases, &st);
 	/* the oldest is on disk: its load is held past the claim's deadline */
 	assert_int_equal(sel_failpoints_configure("pool.disk_io=1*sleep(1000)->off"), 0);
 	assert_int_equal(claim(&a[0], 1, &cases[0].rec.key), -ENOENT);
@@ -1978,7 +1986,7 @@ static void test_pool_disk_spill_fails_pinned(void **state)
 	struct pool_manager_stats st;
 	char *dir = tu_make_temp_dir("pool-disk-spill-fails");
 	char config[96];
-	uint32_t used = 0;
+	uint32_t used;
 	uint64_t evicted;
 
 	(void)state;
@@ -1986,12 +1994,7 @@ static void test_pool_disk_spill_fails_pinned(void **state)
 		case_make(&cases[i], 900 + i, 128, NULL, 130 + i);
 	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
 	open_instance(a, &r, 0xa, 0);
-	do {
-		assert_true(used < 14);
-		assert_int_equal(put_whole(a, &cases[used++]), 0);
-		disk_settle(&r);
-		pool_manager_stats(r.m, &st);
-	} while (st.spilled == 0);
+	used = put_until_spilled(a, &r, cases, &st);
 	evicted = st.evicted;
 	/* cases[1]'s spill is held, cases[2]'s fails: a claim of it comes meanwhile */
 	snprintf(config, sizeof(config), "pool.disk_io=1*sleep(%u)->1*return(EIO)->off",

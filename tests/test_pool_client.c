@@ -319,6 +319,17 @@ static int client_open(struct fake *f, struct pool_client **out, char *why)
 	return pool_client_open(&cfg, out, why, WHY_BYTES);
 }
 
+/* Starts f and opens a client to it whose claims are CLAIM_LOCAL; the client. */
+static struct pool_client *local_client_open(struct fake *f, char *why)
+{
+	struct pool_client *c = NULL;
+
+	fake_start(f);
+	assert_int_equal(client_open(f, &c, why), 0);
+	pool_client_claim_local(c, true);
+	return c;
+}
+
 /* A places pull of a one-record chain: what pool_share_places returns. */
 static int pull_places(struct pool_client *c, struct pool_place *got)
 {
@@ -403,9 +414,7 @@ static void test_pool_client_local_grant_past_arena_refused(void **state)
 	f->places[0] = (struct pool_place){ .offset = FAKE_ARENA_BYTES - 4096,
 					    .bytes = UINT64_MAX - 8191 };
 	f->place_count = 1;
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
 	for (int i = 0; i < 5000 && ret == 0; i++) {
 		ret = pool_claim_poll(c, id, &grant, got_chain, 1, &count);
@@ -451,9 +460,7 @@ static void test_pool_client_claim_times_in_order(void **state)
 
 	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
 	f->place_count = 1;
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	before = sel_monotonic_ns();
 	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
 	for (int i = 0; i < 5000 && ret == 0; i++) {
@@ -502,9 +509,7 @@ static void test_pool_client_request_written_by_caller(void **state)
 
 	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
 	f->place_count = 1;
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
 	/* written before the call returned: no I/O thread in between */
 	assert_int_equal(pool_claim_times(c, id, &t), 0);
@@ -535,9 +540,7 @@ static void test_pool_client_request_behind_queue_keeps_order(void **state)
 	f->slow_us = 50;
 	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
 	f->place_count = 1;
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	for (uint32_t i = 0; i < 3000; i++) {
 		int ret;
 
@@ -574,9 +577,7 @@ static void test_pool_client_caller_write_fails_claim(void **state)
 	uint64_t id, ticket;
 	int ret;
 
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	assert_int_equal(sel_failpoints_configure("pool.tx=1*return(EPIPE)"), 0);
 	ret = pool_claim_begin(c, &e.key, &id);
 	assert_int_equal(sel_failpoints_configure(NULL), 0);
@@ -601,9 +602,7 @@ static void test_pool_client_connection_lost_during_claim(void **state)
 	int ret;
 
 	f->close_on_claim = true;
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	assert_int_equal(pool_claim_begin(c, &e.key, &id), 0);
 	ret = claim_wait(c, id);
 	assert_true(ret < 0);
@@ -668,9 +667,7 @@ static void test_pool_client_requests_race_io_thread(void **state)
 	f->holds_any = true;
 	f->places[0] = (struct pool_place){ .offset = 8192, .bytes = 8192 };
 	f->place_count = 1;
-	fake_start(f);
-	assert_int_equal(client_open(f, &c, why), 0);
-	pool_client_claim_local(c, true);
+	c = local_client_open(f, why);
 	for (uint32_t i = 0; i < RACERS; i++) {
 		racers[i] = (struct racer){ .c = c, .index = i };
 		assert_int_equal(pthread_create(&threads[i], NULL, racer_main, &racers[i]), 0);

@@ -257,6 +257,31 @@ static uint8_t *make_image(struct fixture *f, uint32_t i, bool row, uint64_t *by
 }
 
 /*
+ * Begins the claim of both records to ids (pages 2 .. 7 and the row to
+ * row 3), places image[0] (no row) and image[1] (with it) in order, and
+ * returns the finish's result, *copied the bytes it says it copied.
+ */
+static int place_both(struct fixture *f, const uint32_t *ids, uint8_t *const *image,
+		      const uint64_t *bytes, uint64_t *copied)
+{
+	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
+						sizeof(f->why)), 0);
+	for (uint32_t i = 0; i < 2; i++)
+		assert_int_equal(shard_pool_share_place(&f->share, i, image[i], bytes[i], f->why,
+							sizeof(f->why)), 0);
+	return shard_pool_share_finish(&f->share, copied, f->why, sizeof(f->why));
+}
+
+/* What a claim of both records placed at ids holds, byte for byte, and copied bytes. */
+static void expect_placed(struct fixture *f, const uint32_t *ids, uint64_t copied)
+{
+	for (uint32_t d = 0; d < 6; d++)
+		expect_page(f, ids[d], 2 + d);
+	assert_memory_equal(f->rows + (size_t)ROW * 3, f->row, ROW);
+	assert_int_equal(copied, 6ull * 2 * UNIT + ROW);
+}
+
+/*
  * Same host: each record's image in the arena is copied whole from its
  * place (pages within resident passed over, the row from the last), after
  * its header is checked: another record, or a broken header, is refused.
@@ -281,10 +306,7 @@ static void test_pool_share_place_byte_exact(void **state)
 	assert_int_equal(shard_pool_share_place(&f->share, 1, image[1], bytes[1], f->why,
 						sizeof(f->why)), 0);
 	assert_int_equal(shard_pool_share_finish(&f->share, &copied, f->why, sizeof(f->why)), 0);
-	for (uint32_t d = 0; d < 6; d++)
-		expect_page(f, ids[d], 2 + d);
-	assert_memory_equal(f->rows + (size_t)ROW * 3, f->row, ROW);
-	assert_int_equal(copied, 6ull * 2 * UNIT + ROW);
+	expect_placed(f, ids, copied);
 	/* a flipped header byte, and a length that is neither with nor without the row */
 	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
 						sizeof(f->why)), 0);
@@ -325,14 +347,7 @@ static void test_pool_share_place_sync_failure(void **state)
 	ops = *f->device->ops;
 	ops.synchronize = failing_synchronize;
 	f->device->ops = &ops;
-	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
-						sizeof(f->why)), 0);
-	assert_int_equal(shard_pool_share_place(&f->share, 0, image[0], bytes[0], f->why,
-						sizeof(f->why)), 0);
-	assert_int_equal(shard_pool_share_place(&f->share, 1, image[1], bytes[1], f->why,
-						sizeof(f->why)), 0);
-	assert_int_equal(shard_pool_share_finish(&f->share, &copied, f->why, sizeof(f->why)),
-			 -EIO);
+	assert_int_equal(place_both(f, ids, image, bytes, &copied), -EIO);
 	assert_non_null(strstr(f->why, "the device copies of the claim failed"));
 	free(image[0]);
 	free(image[1]);
@@ -383,17 +398,8 @@ static void test_pool_share_runs_copy_one_entry_per_plane(void **state)
 	ops.copy_strided = recording_copy_strided;
 	f->device->ops = &ops;
 	recorded_entries = recorded_rows = 0;
-	assert_int_equal(shard_pool_share_begin(&f->share, f->chain, 2, 2, ids, 6, 3, f->why,
-						sizeof(f->why)), 0);
-	assert_int_equal(shard_pool_share_place(&f->share, 0, image[0], bytes[0], f->why,
-						sizeof(f->why)), 0);
-	assert_int_equal(shard_pool_share_place(&f->share, 1, image[1], bytes[1], f->why,
-						sizeof(f->why)), 0);
-	assert_int_equal(shard_pool_share_finish(&f->share, &copied, f->why, sizeof(f->why)), 0);
-	for (uint32_t d = 0; d < 6; d++)
-		expect_page(f, ids[d], 2 + d);
-	assert_memory_equal(f->rows + (size_t)ROW * 3, f->row, ROW);
-	assert_int_equal(copied, 6ull * 2 * UNIT + ROW);
+	assert_int_equal(place_both(f, ids, image, bytes, &copied), 0);
+	expect_placed(f, ids, copied);
 	/* runs: pages 2-3 (ids 10-11), 4-5 (a new record, ids 12-13), 6-7 (ids 20-21); the row */
 	assert_int_equal(recorded_entries, 3 * PLANES + 1);
 	assert_int_equal(recorded_rows, 6 * PLANES + 1);

@@ -533,3 +533,19 @@ int tu_reap(pid_t *pid)
 	*pid = 0;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
+
+void tu_assert_aborts(void (*fn)(void *arg), void *arg)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (!freopen("/dev/null", "w", stderr))
+			_exit(2);
+		fn(arg);
+		_exit(0);
+	}
+	assert_int_equal(tu_reap(&pid), -SIGABRT);
+}

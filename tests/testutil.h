@@ -43,6 +43,13 @@ int tu_listen_loopback(int backlog, uint16_t *port);
 int tu_reap(pid_t *pid);
 
 /*
+ * Runs fn(arg) in a forked child (its stderr to /dev/null: the message is
+ * expected) and asserts that the child died of SIGABRT, as SEL_ASSERT
+ * ends a process.
+ */
+void tu_assert_aborts(void (*fn)(void *arg), void *arg);
+
+/*
  * A geometry of plane_count page planes of unit_bytes each (names
  * "plane.NNN"), a row of row_bytes, page_tokens per page, 64 pages, 8 rows.
  */

@@ -866,6 +866,33 @@ static void shm_hops_print(struct shm_bench *m)
 	printf("; the caller wrote %u of %u requests itself\n", m->by_caller, rounds);
 }
 
+/*
+ * One round: a same-host claim into m->page_ids (its phases into *t, its
+ * bytes checked against image in round 0; order names the ids' order in
+ * a message), then the bulk and the per-plane copy of the same bytes into
+ * round r's slots, alternating so the caches see the same traffic.
+ * Returns 0, or the failure, said on stderr.
+ */
+static int shm_round(struct shm_bench *m, const uint8_t *image, uint32_t r, const char *order,
+		     struct shm_split *t)
+{
+	int ret = shm_claim_once(m, t);
+
+	if (!ret && r == 0 && shm_check(m, image) != 0) {
+		fprintf(stderr, "selene bench pool: the same-host claim into page ids in %s "
+				"order put wrong bytes on the device\n", order);
+		return -EIO;
+	}
+	if (!ret)
+		ret = shm_bulk_once(m, &m->bulk_s[r]);
+	if (!ret)
+		ret = shm_plane_once(m, &m->plane_s[r]);
+	if (ret)
+		fprintf(stderr, "selene bench pool: same-host round %u (page ids in %s order): %s\n",
+			r, order, sel_strerror(ret));
+	return ret;
+}
+
 static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 {
 	struct pool_bench *b = m->b;
@@ -878,7 +905,9 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	for (uint32_t j = 0; j < b->pages; j++)
 		m->page_ids[j] = j;
 	for (uint32_t r = 0; r < b->rounds; r++) {
-		ret = shm_claim_once(m, &t);
+		ret = shm_round(m, image, r, "ascending", &t);
+		if (ret)
+			return ret;
 		m->claim_s[r] = t.grant + t.issue + t.sync + t.end;
 		m->copy_s[r] = t.issue + t.sync;
 		m->grant_s[r] = t.grant;
@@ -888,20 +917,6 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 		for (uint32_t h = 0; h < SHM_HOPS; h++)
 			m->hop_s[h][r] = t.hop[h];
 		m->by_caller += t.by_caller;
-		if (!ret && r == 0 && shm_check(m, image) != 0) {
-			fprintf(stderr, "selene bench pool: the same-host claim put wrong bytes on "
-					"the device\n");
-			return -EIO;
-		}
-		if (!ret)
-			ret = shm_bulk_once(m, &m->bulk_s[r]);
-		if (!ret)
-			ret = shm_plane_once(m, &m->plane_s[r]);
-		if (ret) {
-			fprintf(stderr, "selene bench pool: same-host round %u: %s\n", r,
-				sel_strerror(ret));
-			return ret;
-		}
 	}
 	claim_mid = median(m->claim_s, b->rounds);
 	copy_mid = median(m->copy_s, b->rounds);
@@ -931,20 +946,10 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	for (uint32_t j = 0; j < b->pages; j++)
 		m->page_ids[j] = b->pages - 1 - j;
 	for (uint32_t r = 0; r < b->rounds; r++) {
-		ret = shm_claim_once(m, &t);
-		m->reverse_s[r] = t.grant + t.issue + t.sync + t.end;
-		if (!ret && r == 0 && shm_check(m, image) != 0) {
-			fprintf(stderr, "selene bench pool: the same-host claim into page ids in "
-					"reverse order put wrong bytes on the device\n");
-			return -EIO;
-		}
-		/* alternating as above, so the caches see the same traffic */
-		if (!ret)
-			ret = shm_bulk_once(m, &m->bulk_s[r]);
-		if (!ret)
-			ret = shm_plane_once(m, &m->plane_s[r]);
+		ret = shm_round(m, image, r, "reverse", &t);
 		if (ret)
 			return ret;
+		m->reverse_s[r] = t.grant + t.issue + t.sync + t.end;
 	}
 	reverse_mid = median(m->reverse_s, b->rounds);
 	bulk_mid = median(m->bulk_s, b->rounds);
