@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
 #include <xxhash.h>
@@ -480,7 +481,7 @@ int rec_reader_read_page_ok_spread(const struct rec_reader *r, uint32_t index, v
 	uint64_t at = r->header.page_offset + stride * index;
 	bool split = rec_page_spread_split(spread);
 	uint64_t segment = split ? spread->segment_bytes : stride;
-	uint32_t segments = split ? spread->segment_count : 1;
+	uint64_t total = split ? segment * spread->segment_count : stride;
 	int injected = SEL_FAILPOINT(SEL_FP_DISK_READ);
 	XXH3_state_t state;
 	uint64_t n;
@@ -490,21 +491,39 @@ int rec_reader_read_page_ok_spread(const struct rec_reader *r, uint32_t index, v
 	*ok = false;
 	if (injected < 0)
 		return injected;
+	if (chunk_bytes > REC_IO_CHUNK_BYTES)
+		chunk_bytes = REC_IO_CHUNK_BYTES;
 	xxh3_stack_state_init(&state);
 	XXH3_64bits_reset_withSeed(&state, r->seed ^ ((uint64_t)r->header.first_page_index +
 						      index));
-	for (uint32_t k = 0; k < segments; k++) {
-		uint8_t *to = (uint8_t *)page + (split ? spread->pitch_bytes * k : 0);
+	/*
+	 * In chunks of the page's file bytes, each read with one preadv into
+	 * the segments it covers, then hashed while in cache, in file order.
+	 */
+	for (uint64_t off = 0; off < total; off += n) {
+		struct iovec iov[REC_IO_READV_MAX];
+		uint32_t count = 0;
+		int ret;
 
-		for (uint64_t off = 0; off < segment; off += n) {
-			int ret;
+		n = 0;
+		while (off + n < total && n < chunk_bytes && count < REC_IO_READV_MAX) {
+			uint64_t x = off + n, k = x / segment, within = x % segment;
+			uint64_t piece = segment - within;
 
-			n = segment - off < chunk_bytes ? segment - off : chunk_bytes;
-			ret = rec_io_read_full(r->fd, to + off, n, at + segment * k + off);
-			if (ret)
-				return ret;
-			sel_xxh3_update(&state, to + off, (size_t)n);
+			if (piece > chunk_bytes - n)
+				piece = chunk_bytes - n;
+			iov[count++] = (struct iovec){
+				.iov_base = (uint8_t *)page + (split ? spread->pitch_bytes * k : 0) +
+					    within,
+				.iov_len = (size_t)piece,
+			};
+			n += piece;
 		}
+		ret = rec_io_readv_full(r->fd, iov, count, at + off);
+		if (ret)
+			return ret;
+		for (uint32_t i = 0; i < count; i++)
+			sel_xxh3_update(&state, iov[i].iov_base, iov[i].iov_len);
 	}
 	*ok = XXH3_64bits_digest(&state) == sel_get_le64((const uint8_t *)&r->checksums[index]);
 	return 0;

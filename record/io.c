@@ -10,7 +10,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -148,6 +150,56 @@ int rec_io_read_full(int fd, void *buf, uint64_t len, uint64_t offset)
 		len -= (uint64_t)n;
 	}
 	return 0;
+}
+
+int rec_io_readv_full(int fd, const struct iovec *iov, uint32_t count, uint64_t offset)
+{
+	struct iovec left[REC_IO_READV_MAX];
+	uint32_t first = 0;
+
+	SEL_ASSERT(count <= REC_IO_READV_MAX);
+	if (count == 0)
+		return 0;
+	memcpy(left, iov, count * sizeof(*iov));
+	for (;;) {
+		int injected;
+		uint32_t n_iov;
+		size_t keep;
+		ssize_t n;
+
+		while (first < count && left[first].iov_len == 0)
+			first++;
+		if (first == count)
+			return 0;
+		injected = SEL_FAILPOINT(SEL_FP_DISK_READ);
+		n_iov = count - first;
+		keep = left[first].iov_len;
+		if (injected < 0)
+			return injected;
+		if (injected == SEL_FAILPOINT_SHORT) {
+			/* the first piece alone, shortened as a plain read's would be */
+			n_iov = 1;
+			left[first].iov_len = (size_t)shortened(keep);
+		}
+		n = preadv(fd, left + first, (int)n_iov, (off_t)offset);
+		left[first].iov_len = keep;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENODATA;
+		offset += (uint64_t)n;
+		while (n > 0 && first < count) {
+			size_t take = (size_t)n < left[first].iov_len ? (size_t)n : left[first].iov_len;
+
+			left[first].iov_base = (uint8_t *)left[first].iov_base + take;
+			left[first].iov_len -= take;
+			n -= (ssize_t)take;
+			if (left[first].iov_len == 0)
+				first++;
+		}
+	}
 }
 
 int rec_io_fallocate(int fd, uint64_t len)

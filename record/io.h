@@ -51,6 +51,18 @@ int rec_io_write_full(int fd, const void *buf, uint64_t len, uint64_t offset);
 /* Reads len bytes at offset; -ENODATA when the file ends first. */
 int rec_io_read_full(int fd, void *buf, uint64_t len, uint64_t offset);
 
+/* The most pieces rec_io_readv_full takes in one call. */
+#define REC_IO_READV_MAX 64u
+
+/*
+ * Reads consecutive bytes at offset into count pieces (at most
+ * REC_IO_READV_MAX, iov's lengths summed at most REC_IO_CHUNK_BYTES) with
+ * one preadv, resuming after short counts; iov is left as it was.
+ * -ENODATA when the file ends first, as rec_io_read_full.
+ */
+struct iovec;
+int rec_io_readv_full(int fd, const struct iovec *iov, uint32_t count, uint64_t offset);
+
 /* Preallocates [0, len); ftruncate where the filesystem cannot. */
 int rec_io_fallocate(int fd, uint64_t len);
 

@@ -437,7 +437,9 @@ static void spread_copy(uint8_t *to, const struct rec_page_spread *sp, const uin
  * file is the record in one piece (read back plainly, the disk thread's
  * own checksums of the spread pages verify), a spread read lands each
  * plane where the spread says and verifies, the verifying threads' own
- * read (rec_reader_read_page_ok_spread) does the same, and a spread that
+ * read (rec_reader_read_page_ok_spread) does the same in chunks within a
+ * plane, across planes (one preadv into several planes, its short counts
+ * resumed) and of the whole page, and a spread that
  * does not hold a page is refused with -EINVAL.
  */
 static void test_disk_spread_pages(void **state)
@@ -512,15 +514,25 @@ static void test_disk_spread_pages(void **state)
 	assert_int_equal(disk_run(disk, &f->replies, &req), 0);
 	for (uint32_t i = 0; i < 5; i++)
 		spread_copy(spread_out, &sp, rec.pages, i, false);
-	memset(spread_out, 0, 8 * 3 * 8192);
-	for (uint32_t i = 0; i < 5; i++) {
-		assert_int_equal(rec_reader_read_page_ok_spread(&file.reader, i,
-								spread_out + 8192ull * i, &sp,
-								4096, &ok), 0);
-		assert_true(ok);
-		spread_copy(spread_out, &sp, rec.pages, i, false);
-		assert_true(rec_reader_page_ok_spread(&file.reader, i, spread_out + 8192ull * i,
-						      &sp));
+	/* in chunks within a plane, across planes (one preadv each), the whole page */
+	for (uint32_t c = 0; c < 3; c++) {
+		static const uint64_t chunks[] = { 4096, 3 * 4096, 1u << 20 };
+
+		memset(spread_out, 0, 8 * 3 * 8192);
+		if (c == 1)
+			assert_int_equal(sel_failpoints_configure("disk.read=4*short"), 0);
+		for (uint32_t i = 0; i < 5; i++) {
+			assert_int_equal(rec_reader_read_page_ok_spread(&file.reader, i,
+									spread_out + 8192ull * i,
+									&sp, chunks[c], &ok), 0);
+			assert_true(ok);
+			spread_copy(spread_out, &sp, rec.pages, i, false);
+			assert_true(rec_reader_page_ok_spread(&file.reader, i,
+							      spread_out + 8192ull * i, &sp));
+		}
+		if (c == 1)
+			assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_READ), 4);
+		sel_failpoints_configure(NULL);
 	}
 	req = (struct rec_disk_request){ .op = REC_DISK_CLOSE, .file = &file,
 					 .replies = &f->replies };
