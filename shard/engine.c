@@ -859,6 +859,23 @@ static void store_begin(struct shard_engine *e, struct lane *l, struct store_run
 		if (run->warm != SHARD_WARM_NONE)
 			shard_warm_row_slots(&e->warm, run->warm, run->warm_row);
 	}
+	/*
+	 * Rank zero counted room for this warm-only store; where this rank's
+	 * slots are held after all (a read-through here reserved a record
+	 * that rank zero lists warm but this rank had not kept), records this
+	 * rank read through make the room: clean, so their files serve them.
+	 */
+	if (job->warm == SHARD_STORE_WARM_ONLY && run->warm == SHARD_WARM_NONE &&
+	    e->warm.pool.base &&
+	    shard_warm_free_reads(&e->warm, shard_warm_slots_for(&e->warm,
+								 job->header.tail_page_count,
+								 true))) {
+		run->warm = shard_warm_reserve(&e->warm, &job->header.key,
+					       job->header.first_page_index,
+					       job->header.tail_page_count);
+		if (run->warm != SHARD_WARM_NONE)
+			shard_warm_row_slots(&e->warm, run->warm, run->warm_row);
+	}
 	if (job->warm == SHARD_STORE_WARM_ONLY) {
 		/* Warm only, no file: nothing goes to the disk. */
 		run->warm_only = true;

@@ -296,6 +296,7 @@ void shard_warm_commit_read(struct shard_warm *w, uint32_t e)
 {
 	uint64_t bytes = commit(w, e);
 
+	w->entries[e].read_in = true;
 	pthread_mutex_lock(&w->pool.lock);
 	w->stats.read_throughs++;
 	w->stats.read_through_bytes += bytes;
@@ -342,6 +343,22 @@ void shard_warm_abort_read(struct shard_warm *w, uint32_t e)
 	pthread_mutex_lock(&w->pool.lock);
 	w->stats.read_failures++;
 	pthread_mutex_unlock(&w->pool.lock);
+}
+
+bool shard_warm_free_reads(struct shard_warm *w, uint32_t need)
+{
+	for (uint32_t e = 0; e < w->pool.slot_count; e++) {
+		if (w->stats.slots_total - w->stats.slots_used >= need)
+			return true;
+		if (!w->entries[e].committed || !w->entries[e].read_in)
+			continue;
+		SEL_ASSERT(unhash(w, &w->entries[e].key) == e);
+		entry_free(w, e);
+		pthread_mutex_lock(&w->pool.lock);
+		w->stats.reads_dropped++;
+		pthread_mutex_unlock(&w->pool.lock);
+	}
+	return w->stats.slots_total - w->stats.slots_used >= need;
 }
 
 uint32_t shard_warm_find(const struct shard_warm *w, const struct rec_key *key)

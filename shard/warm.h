@@ -64,6 +64,7 @@ struct shard_warm_entry {
 	uint32_t page_first; /* first page's slot, then next[] in page order */
 	uint32_t row_first;  /* first row piece's slot, or SHARD_WARM_NONE */
 	bool committed;      /* findable (its store completed) */
+	bool read_in;        /* committed by a read-through: its file is on this rank's disk */
 	uint32_t hash_next;  /* entry index in its bucket chain */
 	uint32_t free_next;
 };
@@ -82,6 +83,8 @@ struct shard_warm_stats {
 	uint64_t read_through_bytes;   /* their slots' bytes */
 	uint64_t read_fallbacks;       /* read-throughs that found no room: staged */
 	uint64_t read_failures;        /* read-throughs whose fetch failed: slots freed */
+	uint64_t reads_dropped;        /* read-through records dropped here to seat a
+					  warm-only store (shard_warm_free_reads) */
 	uint64_t drops;                /* records dropped (by rank zero, unlink, rewrite) */
 	uint64_t register_ns;          /* what registering the mapping took */
 	uint32_t register_chunks;
@@ -163,6 +166,16 @@ void shard_warm_commit_read(struct shard_warm *w, uint32_t entry);
 void shard_warm_abort(struct shard_warm *w, uint32_t entry);
 /* Zeroes a read-through's slots and gives them back (its fetch failed). */
 void shard_warm_abort_read(struct shard_warm *w, uint32_t entry);
+
+/*
+ * Frees committed records this rank read through (clean: their files are
+ * on this rank's disk; a write from warm never reads them), lowest entry
+ * first, until need slots are free; counted in reads_dropped. For a store
+ * rank zero counted room for that finds this rank's slots held (docs/
+ * DESIGN.md section 6). Only on the transfer thread, between jobs. Returns
+ * whether need slots are free.
+ */
+bool shard_warm_free_reads(struct shard_warm *w, uint32_t need);
 
 /* The committed entry of key, or SHARD_WARM_NONE. */
 uint32_t shard_warm_find(const struct shard_warm *w, const struct rec_key *key);

@@ -1431,6 +1431,38 @@ static void test_warm_full_falls_back(void **state)
 	assert_int_equal(ws.records, 1);
 }
 
+/*
+ * A warm-only store rank zero counted room for, on a rank whose slots a
+ * read-through holds (a record rank zero lists warm that this rank had
+ * not kept, read through again here): records this rank read through
+ * make the room, and the chain they held still restores byte-exact from
+ * its files.
+ */
+static void test_warm_only_store_drops_reads(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_key a, b, c, d;
+	struct shard_chain_record chain[3];
+	struct shard_warm_stats ws;
+
+	open_engine(f, (16ull + ROW_PIECES) * SLOT_BYTES);
+	store_cold_chain(f, &a, &b, &c, chain);
+	assert_int_equal(fetch_rt(f, chain, 3, 0, 100, 4, true), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_int_equal(ws.slots_used, ws.slots_total);
+	make_key(&d, 64 * 20, 4);
+	assert_int_equal(store_as(f, &d, &c, 50, 5, SHARD_STORE_WARM_ONLY), 0);
+	shard_engine_warm_stats(f->engine, &ws);
+	assert_true(ws.reads_dropped >= 1);
+	assert_int_equal(ws.records, 3 - ws.reads_dropped + 1);
+	assert_true(ws.slots_used <= ws.slots_total);
+	for (uint32_t skip = 0; skip <= 15; skip += 5) {
+		poison(f);
+		assert_int_equal(fetch(f, chain, 3, skip, 100, 4), 0);
+		check_chain(f, skip, &c);
+	}
+}
+
 /* A truncate drops a warm row, an unlink the record, a second store the older copy. */
 static void test_warm_truncate_unlink_restore(void **state)
 {
@@ -3398,6 +3430,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_pipeline_failure_is_its_own, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_warm_full_falls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_warm_only_store_drops_reads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_engine, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_waits_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warm_read_through_fails, setup, teardown),
