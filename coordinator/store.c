@@ -688,12 +688,24 @@ static void warm_forget(struct coord_store *s, uint32_t id)
 	coord_warm_forget(&s->warm, id);
 }
 
+/*
+ * job, a background job just submitted, gives slots warm slots back on
+ * each rank only when it runs there, while the count has them free from
+ * now on. A fetch is taken before every queued background job, so until
+ * job completes they are held for read-throughs (plan_read_through).
+ */
+static void warm_releasing_add(struct coord_store *s, struct coord_job *job, uint32_t slots)
+{
+	job->warm_releasing += slots;
+	s->warm.slots_releasing += slots;
+}
+
 /* Submits an unlink (leaf) or a truncate (compaction) of victim. */
 static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 {
 	struct coord_node *n = coord_index_node(&s->index, victim);
 	struct coord_job *job;
-	uint32_t id;
+	uint32_t id, held;
 	int ret;
 
 	job = job_take(s, &id);
@@ -718,8 +730,10 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 	if (pool_holdable(n))
 		pool_hold_note(s, victim, false); /* its row or the whole record goes */
 	/* Every rank gives the warm slots back when it runs the job. */
+	held = coord_warm_slots_of(&s->warm, victim);
 	if (compact) {
 		coord_warm_drop_row(&s->warm, victim, n->tail_page_count);
+		warm_releasing_add(s, job, held - coord_warm_slots_of(&s->warm, victim));
 		n->row_present = false;
 		n->bytes -= job->bytes;
 		s->stats.truncations++;
@@ -728,6 +742,7 @@ static int reclaim(struct coord_store *s, uint32_t victim, bool compact)
 
 		/* Before the node goes: a dirty one's ancestors are walked. */
 		warm_forget(s, victim);
+		warm_releasing_add(s, job, held);
 		/* A condemned record is dropped, not evicted (drop_condemned). */
 		if (n->state == COORD_CONDEMNED)
 			s->condemned_count--;
@@ -1147,10 +1162,14 @@ static bool plan_read_through(struct coord_store *s, struct coord_job *job, uint
 
 	if (!coord_warm_enabled(&s->warm) || job->warm)
 		return false;
+	/*
+	 * The fetch runs on each rank before the background jobs queued there,
+	 * so slots those jobs give back are no room for it yet.
+	 */
 	need = read_through_need(s, job, skip);
-	if (need == 0 || need > s->warm.slots_total)
+	if (need == 0 || need + s->warm.slots_releasing > s->warm.slots_total)
 		return false;
-	return make_warm_room(s, (uint32_t)need, false) == WARM_ROOM;
+	return make_warm_room(s, (uint32_t)need + s->warm.slots_releasing, false) == WARM_ROOM;
 }
 
 /* A read-through fetch was submitted: its records' slots are charged. */
@@ -1329,6 +1348,7 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		err = s->jobs_ops.store(s->jobs_ops.ctx, id, &store);
 		if (err == 0) {
 			/* Every rank drops its warm copy as the store begins: cold now. */
+			warm_releasing_add(s, job, coord_warm_slots_of(&s->warm, existing));
 			warm_forget(s, existing);
 			s->used_bytes += need;
 			*outcome = SEL_QUEUED;
@@ -1752,7 +1772,8 @@ static void complete_rewrite(struct coord_store *s, struct coord_job *job,
  * that key. Where it cannot be submitted, or the transport has stopped, a
  * file left on some ranks only is dropped by the next start's agreement.
  */
-static void unlink_failed_store(struct coord_store *s, const struct rec_key *key)
+static void unlink_failed_store(struct coord_store *s, const struct rec_key *key,
+				uint32_t warm_slots)
 {
 	char name[REC_FILE_NAME_BYTES];
 	struct coord_job *job;
@@ -1767,10 +1788,15 @@ static void unlink_failed_store(struct coord_store *s, const struct rec_key *key
 		job->key = *key;
 		job->bytes = 0;
 		ret = s->jobs_ops.unlink(s->jobs_ops.ctx, id, key);
-		if (ret == 0)
+		if (ret == 0) {
+			warm_releasing_add(s, job, warm_slots);
 			return;
+		}
 		job_release(s, job);
 	}
+	/* The ranks where it succeeded hold its warm slots until the next start. */
+	s->warm.slots_used += warm_slots;
+	s->warm.slots_stranded += warm_slots;
 	rec_file_name(name, key);
 	sel_warn("a failed store's %s may remain on some rank: its unlink could not be "
 		 "submitted (%s); the next start's agreement drops it", name, sel_strerror(ret));
@@ -1787,8 +1813,10 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 		coord_index_unpin(&s->index, job->parent);
 	if (c->result) {
 		/* Each rank's slots went back with its failure, or go with the unlink. */
+		uint32_t warm_slots = coord_warm_slots_of(&s->warm, job->node);
+
 		coord_warm_forget(&s->warm, job->node);
-		unlink_failed_store(s, &coord_index_node(&s->index, job->node)->key);
+		unlink_failed_store(s, &coord_index_node(&s->index, job->node)->key, warm_slots);
 		coord_index_remove(&s->index, job->node);
 		s->stats.records = s->index.node_count;
 		s->used_bytes -= job->bytes;
@@ -2764,6 +2792,8 @@ uint32_t coord_store_poll(struct coord_store *s, struct sel_event *events, uint3
 			struct coord_job *job = &s->jobs[done[i].job_id];
 
 			SEL_ASSERT(done[i].job_id < COORD_JOBS_MAX && job->in_use);
+			/* Every rank ran it: the slots it gave back are free there. */
+			s->warm.slots_releasing -= job->warm_releasing;
 			if (job->kind == COORD_JOB_STORE)
 				observe(&s->stats.store_latency, sel_monotonic_ns() - job->submitted_ns);
 			if (job->kind == COORD_JOB_FETCH || job->kind == COORD_JOB_POOL_CLAIM)

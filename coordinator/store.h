@@ -255,6 +255,7 @@ struct coord_job {
 	uint32_t skip_pages;    /* a fetch's skip and pages: only equal hits */
 	uint32_t page_count;    /* (same endpoint, pages and skip) join */
 	uint32_t chain_count;   /* a fetch's pinned chain */
+	uint32_t warm_releasing; /* warm slots the ranks give back as they run it */
 	uint32_t chain[COORD_CHAIN_MAX];
 	struct rec_key key;     /* a truncate's or unlink's record */
 	uint64_t export_id;     /* a GPU export's (the engine's id) */

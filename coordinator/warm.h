@@ -28,6 +28,18 @@
 struct coord_warm {
 	uint32_t slots_total;  /* every rank's; 0: no warm tier */
 	uint32_t slots_used;   /* held by warm records and stores in flight */
+	/*
+	 * Of the free ones, those a background job in flight (an unlink, a
+	 * truncate, a rewrite, a failed store's unlink) gives back on each
+	 * rank only when it runs there: a fetch is taken before every queued
+	 * background job, so a read-through counts them as held.
+	 */
+	uint32_t slots_releasing;
+	/*
+	 * Of the used ones, those a failed store holds on the ranks where it
+	 * succeeded, its unlink not sent: held there until the next start.
+	 */
+	uint32_t slots_stranded;
 	uint32_t row_slots;    /* a row's pieces */
 	uint64_t slot_bytes;
 	uint32_t nodes_max;
@@ -82,6 +94,12 @@ bool coord_warm_holds(const struct coord_warm *w, uint32_t id);
 static inline bool coord_warm_charged(const struct coord_warm *w, uint32_t id)
 {
 	return w->slots_total && id < w->nodes_max && w->slots[id] != 0;
+}
+
+/* The warm slots node id holds or is charged; 0 where it has none. */
+static inline uint32_t coord_warm_slots_of(const struct coord_warm *w, uint32_t id)
+{
+	return coord_warm_charged(w, id) ? w->slots[id] : 0;
 }
 
 /* A warm store (or read-through) of node id was submitted: slots charged, not yet listed. */

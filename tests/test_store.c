@@ -272,6 +272,7 @@ static void assert_balanced(struct fixture *f)
 	}
 	assert_int_equal(f->store.used_bytes, bytes);
 	assert_int_equal(f->store.reclaiming_bytes, 0);
+	assert_int_equal(f->store.warm.slots_releasing, 0);
 }
 
 /* Queued, in-flight dedupe (Retry), Stored, then Present. */
@@ -1381,6 +1382,52 @@ static void test_store_fetch_failure(void **state)
 }
 
 /*
+ * Warm slots a background job gives back on each rank only when it runs
+ * there (here a failed warm store's unlink: the ranks where it succeeded
+ * hold its slots until then) are no room for a read-through submitted
+ * before it completes, since each rank runs a fetch before its queued
+ * background jobs; once it completes, the same fetch reads through.
+ */
+static void test_store_read_through_waits_for_released_slots(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info root = loaded_record(f, 256, 0, true, 1);
+	struct coord_warm *w = &f->store.warm;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	bool joined;
+
+	assert_int_equal(coord_store_load(&f->store, &root, 1), 0);
+	/* Room for one record of 4 pages and its row, not two. */
+	assert_int_equal(coord_store_set_warm(&f->store, 9, 1, 8192, SEL_WARM_WRITE_THROUGH), 0);
+	assert_int_equal(publish(f, 7, 512, 256), SEL_QUEUED);
+	assert_int_equal(w->slots_used, 4 + 1);
+	stub_complete(&f->stub, 0, -EIO);
+	poll_events(f, ev);
+	assert_int_equal(f->stub.jobs[1].kind, COORD_JOB_UNLINK);
+	assert_int_equal(w->slots_used, 0);
+	assert_int_equal(w->slots_releasing, 4 + 1);
+	/* Only the root is left: its 5 slots are free in the count, held on a rank. */
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 256);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 20, &joined), 0);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_FETCH);
+	assert_false(f->stub.jobs[2].read_through);
+	assert_int_equal(w->slots_used, 0);
+	stub_complete(&f->stub, 2, 0);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_int_equal(w->slots_releasing, 0);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 21, &joined), 0);
+	assert_true(f->stub.jobs[3].read_through);
+	assert_int_equal(w->slots_used, 4 + 1);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_int_equal(w->read_throughs, 1);
+	assert_balanced(f);
+}
+
+/*
  * A read-through fetch that fails drops its records' warm copies on every
  * rank; where those drops cannot be submitted it lists them warm instead
  * (the count then holds more than a rank does, never less), counted as a
@@ -1989,6 +2036,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failed_truncate_condemns_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_read_through_waits_for_released_slots,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_failed_drop_refused, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
