@@ -131,23 +131,14 @@ int rec_io_read_full(int fd, void *buf, uint64_t len, uint64_t offset)
 
 	while (len > 0) {
 		uint64_t request = len < REC_IO_CHUNK_BYTES ? len : REC_IO_CHUNK_BYTES;
-		int injected = SEL_FAILPOINT(SEL_FP_DISK_READ);
-		ssize_t n;
+		struct iovec piece = { .iov_base = p, .iov_len = (size_t)request };
+		int ret = rec_io_readv_full(fd, &piece, 1, offset);
 
-		if (injected < 0)
-			return injected;
-		if (injected == SEL_FAILPOINT_SHORT)
-			request = shortened(request);
-		n = request ? pread(fd, p, (size_t)request, (off_t)offset) : 0;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ENODATA;
-		p += n;
-		offset += (uint64_t)n;
-		len -= (uint64_t)n;
+		if (ret)
+			return ret;
+		p += request;
+		offset += request;
+		len -= request;
 	}
 	return 0;
 }
