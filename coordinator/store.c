@@ -1251,14 +1251,13 @@ static int submit_store(struct coord_store *s, const struct rec_history *h,
 	if (parent != COORD_NONE)
 		coord_index_pin(&s->index, parent);
 	room = make_warm_room(s, tail + s->warm.row_slots, true);
-	if (room == WARM_ROOM && (parent == COORD_NONE || coord_warm_holds(&s->warm, parent)))
+	if (room == WARM_ROOM)
 		/*
-		 * Restorable once warm, its file written after (a chain with a
-		 * dirty record is warm whole: its fetch reads no file).
+		 * Restorable once warm, its file written after. A parent that is
+		 * not warm is on disk (clean), and keeps its file while this
+		 * child is there: only leaves are unlinked.
 		 */
 		store.warm = SHARD_STORE_WARM_ONLY;
-	else if (room == WARM_ROOM)
-		store.warm = SHARD_STORE_WARM; /* its parent is cold: file now */
 	/*
 	 * A file reaches the disk only after its parent's (R-DIR-6 deletes a
 	 * child whose parent's file is missing): a store that writes its file

@@ -26,6 +26,7 @@ struct stub_job {
 	struct rec_header header;    /* store */
 	uint32_t page_ids[64];
 	uint32_t page_count;
+	uint8_t warm;                /* store: enum shard_store_warm */
 	uint32_t chain_count;        /* fetch */
 	uint32_t skip_pages;
 	bool read_through;
@@ -65,6 +66,7 @@ static int stub_store(void *ctx, uint64_t id, const struct shard_store_job *job)
 		return st->refuse_error ? st->refuse_error : SEL_EQUEUEFULL;
 	j = stub_add(st, COORD_JOB_STORE, id);
 	j->header = *job->header;
+	j->warm = job->warm;
 	j->page_count = job->header->tail_page_count;
 	memcpy(j->page_ids, job->page_ids, j->page_count * sizeof(uint32_t));
 	return 0;
@@ -1382,6 +1384,36 @@ static void test_store_fetch_failure(void **state)
 }
 
 /*
+ * A child of a record that is not warm (on disk only) is stored warm only,
+ * as any store with room: STORED once its copy is in every rank's slots,
+ * its file written from warm after (ON_DISK); the parent keeps its file.
+ */
+static void test_store_child_of_cold_parent_goes_warm_only(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info root = loaded_record(f, 256, 0, true, 1);
+	struct sel_event ev[64];
+
+	assert_int_equal(coord_store_load(&f->store, &root, 1), 0);
+	assert_int_equal(coord_store_set_warm(&f->store, 64, 1, 8192, SEL_WARM_WRITE_THROUGH), 0);
+	assert_int_equal(publish(f, 7, 512, 256), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[0].kind, COORD_JOB_STORE);
+	assert_int_equal(f->stub.jobs[0].warm, SHARD_STORE_WARM_ONLY);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	assert_int_equal(f->store.warm.dirty_records, 1);
+	/* Write-through: its write from warm goes at once, its parent on disk. */
+	assert_int_equal(f->stub.job_count, 2);
+	assert_int_equal(f->stub.jobs[1].warm, SHARD_STORE_WARM_WRITE);
+	stub_complete(&f->stub, 1, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_ON_DISK);
+	assert_int_equal(f->store.warm.dirty_records, 0);
+	assert_balanced(f);
+}
+
+/*
  * Warm slots a background job gives back on each rank only when it runs
  * there (here a failed warm store's unlink: the ranks where it succeeded
  * hold its slots until then) are no room for a read-through submitted
@@ -2036,6 +2068,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_failed_truncate_condemns_record, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_child_of_cold_parent_goes_warm_only,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_waits_for_released_slots,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_failed_drop_refused, setup,
