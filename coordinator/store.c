@@ -1321,9 +1321,8 @@ static int publish_row(struct coord_store *s, const struct sel_publication *pub,
 		if (s->jobs[i].in_use && s->jobs[i].rewrite && s->jobs[i].node == existing)
 			return 0;
 	/*
-	 * The rewrite goes cold, dropping its warm copy, and a chain with a
-	 * dirty record must stay warm whole: its dirty records are written
-	 * first.
+	 * The rewrite replaces the file its dirty descendants will name as
+	 * their parent's: they are written first.
 	 */
 	if (coord_warm_dirty_below(&s->warm, existing) > 0) {
 		coord_store_write_dirty(s);

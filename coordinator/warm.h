@@ -57,8 +57,8 @@ struct coord_warm {
 	/*
 	 * Dirty records (warm on every rank, their file not yet committed on
 	 * every rank, docs/DESIGN.md section 6): never a warm victim, nor is
-	 * an ancestor of one (dirty_below), so a chain with a dirty record is
-	 * warm whole and its fetch reads no file.
+	 * an ancestor of one (dirty_below), warm or on disk: a chain keeps
+	 * every record a dirty one needs.
 	 */
 	uint8_t *dirty;        /* per node id: enum coord_warm_dirty */
 	uint32_t *dirty_below; /* per node id: dirty records under it */
