@@ -116,6 +116,7 @@ struct sim_rank {
 struct sim {
 	uint64_t seed, rng;
 	uint32_t ranks, stores_max, fail_per_mille;
+	uint32_t speed[SIM_RANKS_MAX], speed_total; /* how often each rank moves */
 	uint32_t refuse_per_mille;      /* submissions refused (a full engine queue) */
 	uint32_t slots_total, records_max;
 	uint64_t limit_bytes;
@@ -789,6 +790,16 @@ static bool rank_deliver(struct sim *sim, uint32_t r)
 	return true;
 }
 
+/* A rank, the faster ones more often: a slow rank lags far behind the rest. */
+static uint32_t pick_rank(struct sim *sim)
+{
+	uint32_t at = sim_below(sim, sim->speed_total), r = 0;
+
+	while (at >= sim->speed[r])
+		at -= sim->speed[r++];
+	return r;
+}
+
 static bool rank_busy(const struct sim_rank *rk)
 {
 	return rk->inbox.count || rk->restores.count || rk->background.count || rk->active ||
@@ -995,7 +1006,7 @@ static void drain(struct sim *sim)
 {
 	for (uint64_t guard = 0; guard < 1000000 && !sim->failure[0]; guard++) {
 		bool busy = sim->done_count > 0 || coord_store_jobs_in_flight(sim->store) > 0;
-		uint32_t r = sim_below(sim, sim->ranks);
+		uint32_t r = pick_rank(sim);
 
 		for (uint32_t i = 0; i < sim->ranks && !busy; i++)
 			busy = rank_busy(&sim->rank[i]);
@@ -1177,6 +1188,10 @@ static int sim_open(struct sim *sim, uint64_t seed)
 	sim->slots_total = 6 + sim_below(sim, 35);
 	sim->fail_per_mille = sim_below(sim, 3) * 15;
 	sim->refuse_per_mille = sim_below(sim, 2) * 20;
+	for (uint32_t r = 0; r < sim->ranks; r++) {
+		sim->speed[r] = sim_below(sim, 2) ? 4 : 1 + sim_below(sim, 8);
+		sim->speed_total += sim->speed[r];
+	}
 	records_max = 16 + sim_below(sim, 49);
 	pages = 8 + sim_below(sim, 41);
 	sim->trace_all = getenv("SELENE_SIM_TRACE") != NULL;
@@ -1234,7 +1249,7 @@ static bool sim_run(struct sim *sim, uint64_t seed, uint64_t steps)
 	sim_current = sim;
 	assert_int_equal(sim_open(sim, seed), 0);
 	for (sim->step = 1; sim->step <= steps && !sim->failure[0]; sim->step++) {
-		uint32_t pick = sim_below(sim, 100), r = sim_below(sim, sim->ranks);
+		uint32_t pick = sim_below(sim, 100), r = pick_rank(sim);
 
 		if (pick < 20) {
 			if (coord_store_jobs_in_flight(sim->store) < SIM_API_JOBS_MAX)
