@@ -1150,17 +1150,39 @@ static bool read_charged(const struct coord_job *job, uint32_t i)
 }
 
 /*
+ * Whether a rewrite (publish_row) of a record of job's chain is in flight.
+ * Each rank drops the record's warm copy as the rewrite begins there, on
+ * the background lane, so a fetch may run before it on one rank (finding
+ * the copy warm, reserving nothing) and after it on another: which ranks
+ * hold the record once both ran is not known here.
+ */
+static bool chain_rewriting(const struct coord_store *s, const struct coord_job *job)
+{
+	for (uint32_t j = 0; j < COORD_JOBS_MAX; j++) {
+		const struct coord_job *other = &s->jobs[j];
+
+		if (!other->in_use || other->kind != COORD_JOB_STORE || !other->rewrite)
+			continue;
+		for (uint32_t i = 0; i < job->chain_count; i++)
+			if (job->chain[i] == other->node)
+				return true;
+	}
+	return false;
+}
+
+/*
  * Whether a fetch of job's chain (pinned, so its own warm records are no
  * victims) reads its cold records into warm slots: only where all of them
  * fit, making room by the warm LRU as a store does; a chain larger than
- * the tier, or one that only pinned or writing records would make room
- * for, streams through staging and stays cold.
+ * the tier, one that only pinned or writing records would make room for,
+ * or one with a record whose rewrite is in flight, streams through
+ * staging and stays cold.
  */
 static bool plan_read_through(struct coord_store *s, struct coord_job *job, uint32_t skip)
 {
 	uint64_t need;
 
-	if (!coord_warm_enabled(&s->warm) || job->warm)
+	if (!coord_warm_enabled(&s->warm) || job->warm || chain_rewriting(s, job))
 		return false;
 	/*
 	 * The fetch runs on each rank before the background jobs queued there,

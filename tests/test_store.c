@@ -1460,6 +1460,62 @@ static void test_store_read_through_waits_for_released_slots(void **state)
 }
 
 /*
+ * A fetch through a record whose rewrite is in flight reads nothing
+ * through: a rank may run the fetch before the rewrite begins there, find
+ * the record's old warm copy and reserve nothing for it, then lose that
+ * copy as the rewrite begins, while the count lists it warm. Once the
+ * rewrite completed the record is read through again.
+ */
+static void test_store_no_read_through_past_a_rewrite(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[2];
+	struct coord_warm *w = &f->store.warm;
+	struct sel_event ev[64];
+	struct sel_hit hit;
+	uint32_t ids[2];
+	bool joined;
+
+	loaded[0] = loaded_record(f, 256, 0, false, 1); /* page-only: its row dropped */
+	loaded[1] = loaded_record(f, 512, 256, true, 2);
+	assert_int_equal(coord_store_load(&f->store, loaded, 2), 0);
+	assert_int_equal(coord_store_set_warm(&f->store, 64, 1, 8192, SEL_WARM_WRITE_THROUGH),
+			 0);
+	for (uint32_t i = 0; i < 2; i++)
+		ids[i] = coord_index_find(&f->store.index, &loaded[i].key);
+	assert_true(coord_store_lookup(&f->store, &f->h, 0, &hit));
+	assert_int_equal(hit.consumed, 512);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 20, &joined), 0);
+	assert_true(f->stub.jobs[0].read_through);
+	stub_complete(&f->stub, 0, 0);
+	poll_events(f, ev);
+	assert_true(coord_warm_holds(w, ids[0]) && coord_warm_holds(w, ids[1]));
+	/* Its row put back: every rank drops its warm pages as the rewrite begins. */
+	assert_int_equal(publish(f, 7, 256, 0), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[1].kind, COORD_JOB_STORE);
+	assert_false(coord_warm_charged(w, ids[0]));
+	assert_int_equal(w->slots_releasing, 4);
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 21, &joined), 0);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_FETCH);
+	assert_false(f->stub.jobs[2].read_through);
+	assert_false(coord_warm_charged(w, ids[0]));
+	stub_complete(&f->stub, 2, 0);
+	stub_complete(&f->stub, 1, 0);
+	poll_events(f, ev);
+	assert_false(coord_warm_holds(w, ids[0]));
+	assert_int_equal(w->slots_used, 4 + 1);
+	assert_int_equal(w->slots_releasing, 0);
+	/* The rewrite done, its pages are read through again. */
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 1, 22, &joined), 0);
+	assert_true(f->stub.jobs[3].read_through);
+	stub_complete(&f->stub, 3, 0);
+	poll_events(f, ev);
+	assert_true(coord_warm_holds(w, ids[0]));
+	assert_int_equal(w->slots_used, 4 + 4 + 1);
+	assert_balanced(f);
+}
+
+/*
  * A read-through fetch that fails drops its records' warm copies on every
  * rank; where those drops cannot be submitted it lists them warm instead
  * (the count then holds more than a rank does, never less), counted as a
@@ -2072,6 +2128,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_waits_for_released_slots,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_no_read_through_past_a_rewrite, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_failed_drop_refused, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
