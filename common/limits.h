@@ -137,6 +137,14 @@
 /* One pool frame's payload: the largest window with its head and tag. */
 #define POOL_FRAME_PAYLOAD_BYTES_MAX (POOL_WINDOW_BYTES_MAX + 64u)
 
+/*
+ * A pool connection's read-ahead: what one read takes at a frame's start
+ * (and wherever less than this is wanted), so that a control frame (its
+ * header, body and tag) and the frames that came with it cost one read,
+ * not three each. Window data past it is read straight to its place.
+ */
+#define POOL_RX_AHEAD_BYTES 4096u
+
 /* The manager's --name: a word for logs and the scope, not a document. */
 #define POOL_NAME_BYTES_MAX 64u
 

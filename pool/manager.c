@@ -3699,6 +3699,21 @@ int pool_manager_run(struct pool_manager *m)
 			if (conn_write(c, now) < 0) {
 				c->closing = true;
 				out_drop(c);
+				continue;
+			}
+			/*
+			 * Frames read ahead while its output was backlogged wait in
+			 * its receiver, which epoll cannot see: taken now that the
+			 * output drained.
+			 */
+			if (pool_rx_buffered(&c->rx) && !c->closing && !out_backlogged(c)) {
+				conn_read(m, c, now);
+				if (c->state == C_SERVING)
+					streams_fill(m, c, now);
+				if (conn_write(c, now) < 0) {
+					c->closing = true;
+					out_drop(c);
+				}
 			}
 		}
 		if (accepting)

@@ -398,6 +398,38 @@ static bool at_data(const struct pool_rx *rx)
 	       at - CLUSTER_FRAME_HEADER_BYTES - rx->body_length < rx->data_length;
 }
 
+/*
+ * Takes up to want bytes for to: from what was read ahead, or with one
+ * read, into ahead where fewer than its size are wanted (so a small frame,
+ * and those that came with it, take one read) and straight to to
+ * otherwise. Returns as read(2).
+ */
+static ssize_t rx_read(struct pool_rx *rx, int fd, uint8_t *to, size_t want)
+{
+	size_t n;
+	ssize_t got;
+
+	if (rx->ahead_at == rx->ahead_end && want >= sizeof(rx->ahead)) {
+		got = read(fd, to, want);
+		rx->reads += got > 0;
+		return got;
+	}
+	if (rx->ahead_at == rx->ahead_end) {
+		got = read(fd, rx->ahead, sizeof(rx->ahead));
+		if (got <= 0)
+			return got;
+		rx->reads++;
+		rx->ahead_at = 0;
+		rx->ahead_end = (uint32_t)got;
+	}
+	n = rx->ahead_end - rx->ahead_at;
+	if (n > want)
+		n = want;
+	memcpy(to, rx->ahead + rx->ahead_at, n);
+	rx->ahead_at += (uint32_t)n;
+	return (ssize_t)n;
+}
+
 int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_size)
 {
 	XXH3_state_t *st = rx_state(rx);
@@ -431,7 +463,7 @@ int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_si
 		to = rx_target(rx, &want);
 		if (rx->data && at_data(rx))
 			SEL_FAILPOINT(SEL_FP_POOL_RX_DATA);
-		n = read(fd, to, want);
+		n = rx_read(rx, fd, to, want);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))

@@ -214,6 +214,14 @@ enum pool_rx_event {
  * straight to rx->data (set by the caller on POOL_RX_HEAD), then the tag.
  * The payload checksum (R-WIRE-7) and the tag (R-POOL-12) are checked when
  * the frame is whole. Initialise with pool_rx_init.
+ *
+ * Where fewer than POOL_RX_AHEAD_BYTES are wanted (a frame's header, a
+ * control body, a tag, a window's last bytes), one read takes up to that
+ * many into ahead, and the frame is taken from there: bytes of the frames
+ * after it may wait in ahead. A caller therefore feeds until POOL_RX_MORE
+ * (the socket has nothing more either) before it waits on the socket, or
+ * feeds again when pool_rx_buffered says bytes wait; nothing else may read
+ * the fd once a receiver reads it.
  */
 struct pool_rx {
 	uint8_t *body;         /* caller-owned, body_size bytes */
@@ -232,6 +240,10 @@ struct pool_rx {
 	uint64_t done;         /* bytes of this frame consumed */
 	uint64_t frames;       /* frames read */
 	bool head_given;       /* POOL_RX_HEAD was returned for this frame */
+	uint32_t ahead_at;     /* the next byte of ahead to take */
+	uint32_t ahead_end;    /* bytes read into ahead */
+	uint64_t reads;        /* read(2) calls that returned bytes */
+	uint8_t ahead[POOL_RX_AHEAD_BYTES]; /* read, not yet taken */
 	_Alignas(64) unsigned char xxh[640]; /* the payload's XXH3 state */
 };
 
@@ -247,6 +259,12 @@ void pool_rx_init(struct pool_rx *rx, uint8_t *body, uint32_t body_size,
  * negative errno. After POOL_RX_FRAME the next call starts a new frame.
  */
 int pool_rx_feed(struct pool_rx *rx, int fd, bool *eof, char *why, size_t why_size);
+
+/* Bytes read from the fd that the receiver has not yet taken into a frame. */
+static inline bool pool_rx_buffered(const struct pool_rx *rx)
+{
+	return rx->ahead_at < rx->ahead_end;
+}
 
 /*
  * Blocking read of one whole control frame (a window is a protocol error

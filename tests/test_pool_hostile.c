@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -764,6 +765,99 @@ static void test_pool_hostile_unread_answers(void **state)
 	free(frames);
 }
 
+/* Takes the answers h's socket holds, checking their tickets run on from *next; false at end of file. */
+static bool answers_take(struct honest *h, uint64_t *next)
+{
+	char why[256];
+
+	for (;;) {
+		struct pool_chain_view chain;
+		uint64_t ticket = 0;
+		bool eof = false;
+		int ret = pool_rx_feed(&h->rx, h->fd, &eof, why, sizeof(why));
+
+		if (eof)
+			return false;
+		if (ret == POOL_RX_MORE)
+			return true;
+		if (ret != POOL_RX_FRAME)
+			fail_msg("after %" PRIu64 " answers: %s", *next - 1, why);
+		assert_int_equal(h->rx.header.type, POOL_MSG_ANSWER);
+		assert_int_equal(pool_answer_decode(h->body, h->rx.body_length, &ticket, &chain,
+						    why, sizeof(why)), 0);
+		assert_int_equal(ticket, *next);
+		(*next)++;
+	}
+}
+
+/*
+ * A rank that reads its answers late (the manager stopped reading it,
+ * R-POOL-8) gets every one, in order, once it reads: the frames the
+ * manager had read ahead are served when its output drains.
+ */
+static void test_pool_hostile_late_reader_answered(void **state)
+{
+	enum { FRAMES = 400000 };
+	const struct fixture *f = *state;
+	const size_t frame = CLUSTER_FRAME_HEADER_BYTES + POOL_LOOKUP_FIXED_BYTES +
+			     POOL_WIRE_KEY_BYTES + POOL_TAG_BYTES;
+	uint8_t *frames = tu_alloc((size_t)FRAMES * frame);
+	size_t sent = 0, total = (size_t)FRAMES * frame;
+	uint64_t next = 1;
+	struct honest h;
+	struct rec_key key;
+
+	assert_int_equal(honest_open(f, &h, f->secret, NULL), 0);
+	assert_int_equal(fcntl(h.fd, F_SETFL, O_NONBLOCK), 0);
+	memset(&key, 0, sizeof(key));
+	key.consumed = 64;
+	tu_fill(key.digest.bytes, sizeof(key.digest.bytes), 9);
+	for (size_t i = 0; i < FRAMES; i++) {
+		uint8_t *p = frames + i * frame;
+		uint32_t n = (uint32_t)pool_lookup_encode(i + 1, &key, 1,
+							  p + CLUSTER_FRAME_HEADER_BYTES,
+							  frame - CLUSTER_FRAME_HEADER_BYTES);
+
+		pool_frame_build(h.kc, POOL_TO_MANAGER, h.seq++, POOL_MSG_LOOKUP,
+				 p + CLUSTER_FRAME_HEADER_BYTES, n, NULL, 0, p,
+				 p + CLUSTER_FRAME_HEADER_BYTES + n);
+	}
+	/* sent without reading, until the manager stops reading this rank */
+	while (sent < total) {
+		ssize_t n = send(h.fd, frames + sent, total - sent, MSG_NOSIGNAL);
+		struct pollfd pfd = { .fd = h.fd, .events = POLLOUT };
+
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+		if (poll(&pfd, 1, 500) == 0)
+			break;
+	}
+	assert_true(sent < total);
+	/* then read: every lookup is answered, the rest sent as room comes */
+	while (next <= FRAMES) {
+		struct pollfd pfd = { .fd = h.fd,
+				      .events = (short)(POLLIN | (sent < total ? POLLOUT : 0)) };
+
+		assert_true(answers_take(&h, &next));
+		if (next > FRAMES)
+			break;
+		if (poll(&pfd, 1, HONEST_MS) == 0)
+			fail_msg("%" PRIu64 " of %d lookups answered, then nothing for %d ms",
+				 next - 1, FRAMES, HONEST_MS);
+		if (sent < total && (pfd.revents & POLLOUT)) {
+			ssize_t n = send(h.fd, frames + sent, total - sent, MSG_NOSIGNAL);
+
+			if (n > 0)
+				sent += (size_t)n;
+		}
+	}
+	honest_close(&h);
+	free(frames);
+}
+
 #define CROWD_CONNECTIONS 1000
 #define CROWD_LOOKUPS 200
 
@@ -848,6 +942,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_hostile_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_slowloris, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_unread_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_hostile_late_reader_answered, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_hostile_idle_crowd, setup, teardown),
 	};
 

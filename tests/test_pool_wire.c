@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -877,6 +878,91 @@ static void test_pool_wire_receiver_pieces(void **state)
 	close(p.fd[1]);
 }
 
+/* Bytes the socket holds that no read took yet. */
+static int socket_unread(int fd)
+{
+	int n = -1;
+
+	assert_int_equal(ioctl(fd, FIONREAD, &n), 0);
+	return n;
+}
+
+/* A grant's CLAIMED and places come in with one read; a window's head and first bytes with one more (R-POOL-12, R-POOL-33). */
+static void test_pool_wire_receiver_reads_ahead(void **state)
+{
+	uint8_t kc[32], body[256], head[POOL_CLAIM_WINDOW_HEAD_BYTES];
+	static uint8_t data[64 << 10], dest[64 << 10];
+	struct pool_chain_entry entry = { .key = { .consumed = 64 }, .tail_page_count = 4,
+					  .row = true };
+	struct pool_claimed claimed = { .claim_id = 9, .deadline_ms = 100 };
+	struct pool_place place = { .offset = 4096, .bytes = 8192 };
+	struct pool_claim_window w = { .claim_id = 9, .section = POOL_SECTION_PAGES,
+				       .count = 1 };
+	struct pool_claimed got;
+	struct pool_chain_view chain;
+	struct pool_places_view places;
+	struct pool_rx rx;
+	struct pair p;
+	uint64_t seq = 0;
+	char why[WHY_BYTES];
+	bool eof;
+	int n;
+
+	(void)state;
+	fill_bytes(kc, 32, 7);
+	tu_fill(data, sizeof(data), 4);
+	pair_open(&p);
+	assert_int_equal(fcntl(p.fd[1], F_SETFL, O_NONBLOCK), 0);
+	pool_rx_init(&rx, body_buf, sizeof(body_buf), POOL_TO_RANK);
+	rx.key = kc;
+	n = pool_claimed_encode(&claimed, &entry, 1, body, sizeof(body));
+	assert_int_equal(pool_frame_write(p.fd[0], kc, POOL_TO_RANK, &seq, POOL_MSG_CLAIMED,
+					  body, (uint32_t)n, NULL, 0), 0);
+	n = pool_claim_places_encode(9, &place, 1, body, sizeof(body));
+	assert_int_equal(pool_frame_write(p.fd[0], kc, POOL_TO_RANK, &seq,
+					  POOL_MSG_CLAIM_PLACES, body, (uint32_t)n, NULL, 0), 0);
+	/* CLAIMED: one read took it and the places behind it */
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_FRAME);
+	assert_int_equal(rx.header.type, POOL_MSG_CLAIMED);
+	assert_int_equal(pool_claimed_decode(rx.body, rx.body_length, &got, &chain, why,
+					     sizeof(why)), 0);
+	assert_int_equal(got.claim_id, 9);
+	assert_int_equal(rx.reads, 1);
+	assert_int_equal(socket_unread(p.fd[1]), 0);
+	assert_true(pool_rx_buffered(&rx));
+	/* the places: from what was read ahead, no second read */
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_FRAME);
+	assert_int_equal(rx.header.type, POOL_MSG_CLAIM_PLACES);
+	assert_int_equal(pool_claim_places_decode(rx.body, rx.body_length, &places, why,
+						  sizeof(why)), 0);
+	assert_int_equal(places.claim_id, 9);
+	assert_int_equal(rx.reads, 1);
+	assert_false(pool_rx_buffered(&rx));
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_MORE);
+	assert_false(eof);
+	/* a window of 64 KiB then a heartbeat: the head and its first bytes in one read */
+	n = pool_claim_window_encode(&w, sizeof(data), head, sizeof(head));
+	assert_int_equal(pool_frame_write(p.fd[0], kc, POOL_TO_RANK, &seq,
+					  POOL_MSG_CLAIM_WINDOW, head, (uint32_t)n, data,
+					  sizeof(data)), 0);
+	n = pool_heartbeat_encode(77, body, sizeof(body));
+	assert_int_equal(pool_frame_write(p.fd[0], kc, POOL_TO_RANK, &seq, POOL_MSG_HEARTBEAT,
+					  body, (uint32_t)n, NULL, 0), 0);
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_HEAD);
+	assert_int_equal(rx.reads, 2);
+	assert_true(pool_rx_buffered(&rx));
+	rx.data = dest;
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_FRAME);
+	assert_memory_equal(dest, data, sizeof(data));
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_FRAME);
+	assert_int_equal(rx.header.type, POOL_MSG_HEARTBEAT);
+	assert_int_equal(sel_get_le64(rx.body), 77);
+	assert_int_equal(rx.frames, 4);
+	assert_int_equal(pool_rx_feed(&rx, p.fd[1], &eof, why, sizeof(why)), POOL_RX_MORE);
+	close(p.fd[0]);
+	close(p.fd[1]);
+}
+
 /* A wrong tag, a wrong sequence, a flipped payload byte and a half frame each fail (R-POOL-5, R-POOL-12, R-WIRE-7, R-WIRE-9). */
 static void test_pool_wire_receiver_rejects(void **state)
 {
@@ -994,6 +1080,7 @@ int main(void)
 		cmocka_unit_test(test_pool_wire_put_messages),
 		cmocka_unit_test(test_pool_wire_holders_and_exports),
 		cmocka_unit_test(test_pool_wire_receiver_pieces),
+		cmocka_unit_test(test_pool_wire_receiver_reads_ahead),
 		cmocka_unit_test(test_pool_wire_receiver_rejects),
 		cmocka_unit_test(test_pool_wire_arena_header),
 	};
