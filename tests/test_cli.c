@@ -1540,11 +1540,12 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "\nfetch: the transfer thread ran fetches for "));
 	assert_non_null(strstr(r->out, " of 6 records opened ahead of their first window"));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
-	/* the warm tier beside bulk copies, every fetch a warm hit */
+	/* the warm tier beside bulk copies, every fetch a warm hit (each store
+	 * writing its own file in its job, warm field 1) */
 	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
 				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
-				       "--records", "2", "--rounds", "2", "--pre-reads", "0", "--dir",
-				       dir, NULL });
+				       "--records", "2", "--rounds", "2", "--pre-reads", "0",
+				       "--file-in-job", "--dir", dir, NULL });
 	expect(r, 0, "warm: restore from warm slots ");
 	assert_non_null(strstr(r->out, ", bulk host to device "));
 	assert_non_null(strstr(r->out, "\nwarm: store into warm slots (device copies) "));
@@ -1563,11 +1564,11 @@ static void test_cli_bench_cleans_up(void **state)
 	assert_non_null(strstr(r->out, "\nwarm: the same bulk copy of a window's bytes while "));
 	assert_non_null(strstr(r->out, "\nwarm: 4 stores into warm slots, 0 found too few free "));
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
-	/* stores into warm slots only, then their files written from warm */
+	/* stores into warm slots only, then their files written from warm: the
+	 * default, as rank zero sends them */
 	run(r, NULL, (const char *[]){ "bench", "warm", "--device", "host", "--planes", "2",
 				       "--plane-bytes", "4K", "--row-bytes", "4K", "--pages", "4",
-				       "--records", "2", "--rounds", "2", "--warm-only", "--dir",
-				       dir, NULL });
+				       "--records", "2", "--rounds", "2", "--dir", dir, NULL });
 	expect(r, 0, "\nwarm: store into warm slots only (whole jobs, submit to completion) ");
 	assert_non_null(strstr(r->out, ", 0 overlapped by a checksum pass, 0 with the next "
 				       "window issued before their wait, 4 waited for right "
@@ -1593,6 +1594,11 @@ static void test_cli_bench_cleans_up(void **state)
 	expect(r, 2, "--pre-reads is for bench warm");
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warm-only", dir, NULL });
 	expect(r, 2, "--warm-only is for bench warm");
+	run(r, NULL, (const char *[]){ "bench", "fetch", "--file-in-job", dir, NULL });
+	expect(r, 2, "--file-in-job is for bench warm");
+	run(r, NULL, (const char *[]){ "bench", "warm", "--warm-only", "--file-in-job", "--dir",
+				       dir, NULL });
+	expect(r, 2, "--warm-only and --file-in-job exclude each other");
 	assert_int_equal(tu_count_suffix(dir, ""), 2);
 	run(r, NULL, (const char *[]){ "bench", "fetch", "--warmup", "101", dir, NULL });
 	expect(r, 2, "--warmup 101: more than the most allowed");

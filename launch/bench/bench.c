@@ -75,6 +75,7 @@ struct bench_args {
 	bool rounds_set;  /* --rounds given (startup's default differs) */
 	bool chain;       /* fetch: a round's records are one chain, one job */
 	bool warm_only;   /* warm: stores into warm slots only, files written after */
+	bool file_in_job; /* warm: --file-in-job given (each store writes its file) */
 	uint64_t warm_bytes; /* warm: the engine's warm tier (a round's records) */
 	const char *pool_manager; /* pool: a running manager, or NULL */
 	const char *pool_secret;  /* pool: its secret file */
@@ -453,7 +454,7 @@ static int submit_store(struct bench *b, uint32_t round, uint32_t i, const uint3
 }
 
 /*
- * warm --warm-only: record i's file written from its warm copy (a write
+ * warm (without --file-in-job): record i's file written from its warm copy (a write
  * from warm, as rank zero sends once the record is warm; no device copy).
  */
 static int submit_warm_write(struct bench *b, uint32_t round, uint32_t i, const uint32_t *ids)
@@ -1560,7 +1561,7 @@ static int bench_warm(struct bench *b)
 			warm_store_round_line(b, at, &store_before, &st, store_ns[at], d2h_ns[at],
 					      whole_store_ns[at]);
 		}
-		/* --warm-only: each file written from its warm copy, as rank zero does. */
+		/* Warm only: each file written from its warm copy, as rank zero does. */
 		if (!ret && b->a.warm_only) {
 			ret = selene_round(b, round, submit_warm_write, 7, &ns);
 			if (r >= b->a.warmup)
@@ -1753,10 +1754,12 @@ static void bench_usage(FILE *out)
 		"  The stores' copies are split per window (issued, waited for, and\n"
 		"  how many a checksum pass overlapped) beside a bulk copy of a\n"
 		"  window's bytes with its own wait, with a line a round.\n"
-		"  --warm-only: each store goes into warm slots only and completes\n"
-		"  there (as rank zero stores a record whose parent is warm or none),\n"
-		"  then each file is written from the slots by a write from warm; the\n"
+		"  Each store goes into warm slots only and completes there (as rank\n"
+		"  zero sends every store with warm room; --warm-only says so), then\n"
+		"  each file is written from the slots by a write from warm; the\n"
 		"  stores' whole jobs are timed beside the bulk copy too.\n"
+		"  --file-in-job: each store writes its own file in its job instead\n"
+		"  (the engine's warm field 1, which rank zero no longer sends).\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
@@ -1965,6 +1968,7 @@ int launch_cmd_bench(int argc, char **argv)
 		{ "chain", no_argument, NULL, 'H' },
 		{ "pre-reads", required_argument, NULL, 'P' },
 		{ "warm-only", no_argument, NULL, 'O' },
+		{ "file-in-job", no_argument, NULL, 'J' },
 		{ "manager", required_argument, NULL, 'M' },
 		{ "pool-secret", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
@@ -2034,6 +2038,7 @@ int launch_cmd_bench(int argc, char **argv)
 			b.a.pre_reads_set = true;
 			break;
 		case 'O': b.a.warm_only = true; break;
+		case 'J': b.a.file_in_job = true; break;
 		case 'M': b.a.pool_manager = optarg; break;
 		case 'S': b.a.pool_secret = optarg; break;
 		default: bench_usage(stderr); return LAUNCH_EXIT_USAGE;
@@ -2061,10 +2066,19 @@ int launch_cmd_bench(int argc, char **argv)
 		fprintf(stderr, "selene %s: --pre-reads is for bench warm\n", cmd);
 		return LAUNCH_EXIT_USAGE;
 	}
-	if (b.a.warm_only && strcmp(what, "warm") != 0) {
-		fprintf(stderr, "selene %s: --warm-only is for bench warm\n", cmd);
+	if ((b.a.warm_only || b.a.file_in_job) && strcmp(what, "warm") != 0) {
+		fprintf(stderr, "selene %s: --%s is for bench warm\n", cmd,
+			b.a.warm_only ? "warm-only" : "file-in-job");
 		return LAUNCH_EXIT_USAGE;
 	}
+	if (b.a.warm_only && b.a.file_in_job) {
+		fprintf(stderr, "selene %s: --warm-only and --file-in-job exclude each other\n",
+			cmd);
+		return LAUNCH_EXIT_USAGE;
+	}
+	/* Rank zero sends every store with warm room warm only: so does the bench. */
+	if (strcmp(what, "warm") == 0)
+		b.a.warm_only = !b.a.file_in_job;
 	/* one chain is one fetch job: its records and pages within a job's */
 	if (b.a.chain && (strcmp(what, "fetch") != 0 ||
 			  b.a.records > SHARD_CHAIN_RECORDS_MAX ||
