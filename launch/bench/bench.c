@@ -1759,7 +1759,7 @@ static void bench_usage(FILE *out)
 		"  each file is written from the slots by a write from warm; the\n"
 		"  stores' whole jobs are timed beside the bulk copy too.\n"
 		"  --file-in-job: each store writes its own file in its job instead\n"
-		"  (the engine's warm field 1, which rank zero no longer sends).\n"
+		"  (the engine's warm field 1, which rank zero does not send).\n"
 		"lookup: index lookups (p50, p99) for 1K to 1M records and histories\n"
 		"  of 4K to 128K tokens, stored every 1000 tokens (a chain of 4 to 131\n"
 		"  records): a hit in the last turn, a history that diverged 1500\n"
