@@ -2659,6 +2659,34 @@ static void test_warm_api_drain_deadline(void **state)
 }
 
 /*
+ * A write from warm that fails during close's drain is tried again once
+ * its backoff is over, while the deadline lasts: the record reaches the
+ * disk, and a restart restores it.
+ */
+static void test_warm_api_drain_retries_failed_write(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	assert_int_equal(api_files(f, 0), 0);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*return(EIO)"), 0);
+	api_close(f);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_WRITE), 1);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(api_files(f, 0), 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_fetch(f, 0), 0);
+}
+
+/*
  * Three ranks, write-behind: a record is restorable from every rank's
  * slots before any rank has its file, and close's drain writes it on
  * every rank.
@@ -3470,6 +3498,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_api_disk_full_while_dirty, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_drain_retries_failed_write, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
 						api_teardown),
