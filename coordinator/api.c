@@ -921,6 +921,7 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 	uint64_t now = sel_monotonic_ns(), deadline;
 	struct sel_event events[64];
 	uint32_t in_flight = 0;
+	bool backoff = false;
 
 	if (!s)
 		return 0;
@@ -942,10 +943,14 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 			if (sel_monotonic_ns() <= deadline)
 				coord_store_write_dirty(&s->core);
 			in_flight = coord_store_jobs_in_flight(&s->core);
+			/* A failed write's record is tried again after the backoff. */
+			backoff = s->core.warm.dirty_records > 0 &&
+				  s->core.warm_write_retry_ns > sel_monotonic_ns();
 		}
 		pthread_mutex_unlock(&s->lock);
 		/* A stopped transport never completes its jobs: no use waiting. */
-		if (in_flight == 0 || s->core.stopped || sel_monotonic_ns() > deadline)
+		if ((in_flight == 0 && !backoff) || s->core.stopped ||
+		    sel_monotonic_ns() > deadline)
 			break;
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}

@@ -17,17 +17,23 @@
  * histories' points (roots, children, page-less records, two histories
  * sharing a prefix, page-only records published again: rewrites) under a
  * small disk limit and index, so evictions, compaction and warm drops run
- * all the time; now and then, every job done, the ranks restart (the
- * index loaded cold from what is on disk, the warm tiers empty).
+ * all the time, and max-age sweeps now and then; each rank keeps its
+ * record files (a store's or a write from warm's, truncated, unlinked),
+ * which outlive a restart: now and then, every job done, the ranks
+ * restart (the index loaded cold from the files on every rank, less
+ * those whose parent's file goes, R-DIR-6; the warm tiers empty).
  *
  * What it asserts, at every step: no read-through falls back for want of
  * slots, no warm store (field 1 or 2) finds too few free, no warm-only
  * store drops read-through records or fails with -ENOBUFS, no warm drop
  * finds its write from warm in flight, no write from warm finds no warm
- * copy; and whenever every job is done, each rank holds exactly the
- * records rank zero counts warm, each with the slots it counts, and
- * nothing else but slots_stranded, and nothing stays releasing. It is not a test of bytes: the shard engine's
- * own tests cover what the slots hold.
+ * copy, no rank holds a file whose parent's file it lacks, and every
+ * record rank zero has on disk (READY, clean) has its file on every rank;
+ * a restart loads every such record; whenever every job is done, each
+ * rank holds exactly the records rank zero counts warm, each with the
+ * slots it counts, and nothing else but slots_stranded, and nothing stays
+ * releasing; the closing drain writes every dirty record. It is not a
+ * test of bytes: the shard engine's own tests cover what the slots hold.
  *
  * SELENE_SIM_SEED=n replays seed n alone (SELENE_SIM_TRACE=1 prints every
  * event); SELENE_SIM_SEEDS and SELENE_SIM_STEPS change the defaults.
@@ -52,6 +58,7 @@
 #define SIM_RANKS_MAX 4u
 #define SIM_STORES_MAX 4u
 #define SIM_QUEUE_MAX 1024u       /* a rank's queue: far above the jobs in flight */
+#define SIM_FILES_MAX 512u        /* a rank's record files: far above the index */
 #define SIM_HISTORIES 5u
 #define SIM_TOKENS 4000u
 #define SIM_POINTS 12u            /* publication points of a history */
@@ -75,6 +82,9 @@ struct sim_job {
 	enum coord_job_kind kind;       /* STORE, FETCH, TRUNCATE, UNLINK, WARM_DROP */
 	uint64_t coord_id;              /* rank zero's job id */
 	struct rec_key key;             /* a store's, truncate's, unlink's or drop's */
+	struct rec_key parent;          /* a store's header's (consumed 0: a root) */
+	struct rec_digest bucket;       /* a store's */
+	uint64_t created_ns;            /* a store's */
 	uint32_t first_page_index, tail_page_count; /* a store's */
 	uint8_t warm;                   /* a store's enum shard_store_warm */
 	bool replaces;
@@ -103,8 +113,15 @@ struct sim_answer {
 	char why[200];
 };
 
+/* A record file on a rank's disk: what a startup scan would list. */
+struct sim_file {
+	struct rec_record_info info;
+	bool present;
+};
+
 struct sim_rank {
 	struct shard_warm warm;
+	struct sim_file files[SIM_FILES_MAX]; /* its disk, outliving restarts */
 	struct sim_queue inbox;         /* sent, not yet queued by the engine */
 	struct sim_queue restores, background;
 	struct sim_run runs[SIM_STORES_MAX];
@@ -138,6 +155,8 @@ struct sim {
 	char failure[512];
 	/* counters, for the summary */
 	uint64_t quiescent_checks, read_throughs, warm_stores, injected, rewrites;
+	uint64_t file_writes, expiry_sweeps;
+	uint64_t mtime;                 /* the disks' clock: each file write ticks it */
 	struct sel_stats stats;         /* rank zero's, summed over its starts */
 	char trace[SIM_TRACE_LINES][SIM_TRACE_LINE_BYTES];
 	uint32_t trace_next;
@@ -386,6 +405,9 @@ static int stub_store(void *ctx, uint64_t id, const struct shard_store_job *stor
 	job = job_new(sim, COORD_JOB_STORE, id);
 	j = &sim->jobs[job];
 	j->key = store->header->key;
+	j->parent = store->header->parent;
+	j->bucket = store->header->bucket;
+	j->created_ns = store->header->created_ns;
 	j->first_page_index = store->header->first_page_index;
 	j->tail_page_count = store->header->tail_page_count;
 	j->warm = store->warm;
@@ -470,6 +492,63 @@ static uint32_t stub_poll(void *ctx, struct shard_completion *out, uint32_t max)
 	memmove(sim->done, sim->done + n, (sim->done_count - n) * sizeof(*out));
 	sim->done_count -= n;
 	return n;
+}
+
+/* ---- a rank's disk: its record files ---- */
+
+/* Rank r's file of key, or NULL. */
+static struct sim_file *file_find(struct sim *sim, uint32_t r, const struct rec_key *key)
+{
+	for (uint32_t i = 0; i < SIM_FILES_MAX; i++) {
+		struct sim_file *f = &sim->rank[r].files[i];
+
+		if (f->present && rec_key_equal(&f->info.key, key))
+			return f;
+	}
+	return NULL;
+}
+
+/* Rank r's file of info's key is info (a new one, or one replacing the key's). */
+static void file_put(struct sim *sim, uint32_t r, const struct rec_record_info *info)
+{
+	struct sim_file *f = file_find(sim, r, &info->key);
+
+	for (uint32_t i = 0; !f && i < SIM_FILES_MAX; i++)
+		if (!sim->rank[r].files[i].present)
+			f = &sim->rank[r].files[i];
+	SEL_ASSERT(f);
+	f->present = true;
+	f->info = *info;
+	f->info.mtime_ns = ++sim->mtime;
+}
+
+/* A store's file (with its row, as every store writes it) committed on rank r. */
+static void file_write(struct sim *sim, uint32_t r, const struct sim_job *j)
+{
+	file_put(sim, r, &(struct rec_record_info){
+			 .key = j->key, .parent = j->parent, .bucket = j->bucket,
+			 .first_page_index = j->first_page_index,
+			 .tail_page_count = j->tail_page_count, .row_present = true,
+			 .file_bytes = rec_geometry_file_bytes(&sim->g, j->tail_page_count, true),
+			 .created_ns = j->created_ns });
+	sim->file_writes++;
+	sim_trace(sim, "rank %u: file %s written (parent %s)", r, KEY(j->key), KEY(j->parent));
+}
+
+/* A truncate (row false) or an unlink of key's file on rank r, where there is one. */
+static void file_reclaim(struct sim *sim, uint32_t r, const struct rec_key *key, bool truncate)
+{
+	struct sim_file *f = file_find(sim, r, key);
+
+	if (!f)
+		return;
+	if (!truncate) {
+		f->present = false;
+		return;
+	}
+	f->info.row_present = false;
+	f->info.file_bytes = rec_geometry_file_bytes(&sim->g, f->info.tail_page_count, false);
+	f->info.mtime_ns = ++sim->mtime;
 }
 
 /* ---- a rank: its engine's lanes over a real warm tier ---- */
@@ -636,6 +715,7 @@ static void rank_run_background(struct sim *sim, uint32_t r)
 
 	SEL_ASSERT(rk->active == 0 && !rank_writing(sim, r, &j->key));
 	shard_warm_drop(&rk->warm, &j->key, j->kind == COORD_JOB_TRUNCATE);
+	file_reclaim(sim, r, &j->key, j->kind == COORD_JOB_TRUNCATE);
 	sim_trace(sim, "rank %u: %s%s job %llu key %s, %u slots used", r,
 		  j->cleanup_of != SIM_NONE ? "cleanup " : "", kind_name(j->kind),
 		  (unsigned long long)j->coord_id, KEY(j->key),
@@ -704,6 +784,9 @@ static void rank_store_end(struct sim *sim, uint32_t r, uint32_t i)
 		shard_warm_commit(&rk->warm, run->entry);
 	else if (run->entry != SHARD_WARM_NONE && !run->from_warm)
 		shard_warm_abort(&rk->warm, run->entry);
+	/* Every store but a warm-only one commits its file (a failed one none). */
+	if (!run->result && j->warm != SHARD_STORE_WARM_ONLY)
+		file_write(sim, r, j);
 	sim_trace(sim, "rank %u: store job %llu key %s ends (%d), %u slots used", r,
 		  (unsigned long long)j->coord_id, KEY(j->key),
 		  run->result, rk->warm.stats.slots_used);
@@ -919,6 +1002,13 @@ static void zero_act(struct sim *sim)
 		/* a drain (write-behind's close), or write-through's own poll */
 		coord_store_write_dirty(sim->store);
 		zero_note_table(sim);
+	} else if (pick < 97) {
+		/* a max-age sweep that finds every record expired: leaves go */
+		sim->store->max_age_ns = 1;
+		sim->store->last_sweep_ns = 0;
+		sim->expiry_sweeps++;
+		zero_poll(sim);
+		sim->store->max_age_ns = 0;
 	} else {
 		/*
 		 * A second passes: a failed write from warm may be tried again,
@@ -932,6 +1022,45 @@ static void zero_act(struct sim *sim)
 }
 
 /* ---- invariants ---- */
+
+/*
+ * What a kill now would leave: on every rank, a file whose parent's file
+ * is missing (the startup scan deletes it, R-DIR-6); and a record rank
+ * zero has committed on disk (READY and clean) whose file some rank lacks
+ * or holds otherwise (the next start's agreement drops it).
+ */
+static void check_disks(struct sim *sim)
+{
+	const struct coord_index *ix = &sim->store->index;
+
+	for (uint32_t r = 0; r < sim->ranks; r++) {
+		for (uint32_t i = 0; i < SIM_FILES_MAX; i++) {
+			const struct sim_file *f = &sim->rank[r].files[i];
+
+			if (f->present && f->info.parent.consumed &&
+			    !file_find(sim, r, &f->info.parent))
+				sim_fail(sim, "rank %u: file %s has no parent file %s (R-DIR-6)", r,
+					 KEY(f->info.key), KEY(f->info.parent));
+		}
+	}
+	for (uint32_t id = 0; id < ix->nodes_max; id++) {
+		const struct coord_node *n = &ix->nodes[id];
+
+		if (!n->in_use || n->state != COORD_READY ||
+		    coord_warm_dirty_state(&sim->store->warm, id) != COORD_WARM_CLEAN)
+			continue;
+		for (uint32_t r = 0; r < sim->ranks; r++) {
+			const struct sim_file *f = file_find(sim, r, &n->key);
+
+			if (!f || f->info.first_page_index != n->first_page_index ||
+			    f->info.tail_page_count != n->tail_page_count ||
+			    !rec_key_equal(&f->info.parent, &n->parent) ||
+			    (n->row_present && !f->info.row_present))
+				sim_fail(sim, "rank %u: record %s, committed on disk, %s", r,
+					 KEY(n->key), f ? "has another file" : "has no file");
+		}
+	}
+}
 
 static void check_step(struct sim *sim)
 {
@@ -947,6 +1076,7 @@ static void check_step(struct sim *sim)
 				 (unsigned long long)st->store_fallbacks,
 				 (unsigned long long)st->reads_dropped);
 	}
+	check_disks(sim);
 }
 
 /*
@@ -1099,34 +1229,80 @@ static void sim_stop(struct sim *sim)
 	}
 }
 
+static int compare_mtime(const void *a, const void *b)
+{
+	const struct rec_record_info *x = a, *y = b;
+
+	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+/* Whether count records hold key. */
+static bool records_hold(const struct rec_record_info *records, uint32_t count,
+			 const struct rec_key *key)
+{
+	for (uint32_t i = 0; i < count; i++)
+		if (rec_key_equal(&records[i].key, key))
+			return true;
+	return false;
+}
+
 /*
- * A restart, every job done: the records on disk (READY and clean, least
- * recently used first, as the startup scan lists them) are loaded cold,
- * every warm tier starts empty, and the dirty records are lost.
+ * A restart, every job done: what every rank's disk holds (the files on
+ * every rank, the agreement; less those whose parent's file goes,
+ * R-DIR-6) is loaded cold, least recently written first, and the rest is
+ * deleted; every warm tier starts empty, and the dirty records are lost.
+ * No record rank zero had committed on disk may be missing.
  */
 static int sim_restart(struct sim *sim)
 {
 	const struct coord_index *ix = &sim->store->index;
-	struct rec_record_info *records = calloc(ix->nodes_max, sizeof(*records));
+	struct rec_record_info *records = calloc(SIM_FILES_MAX, sizeof(*records));
 	uint32_t count = 0;
+	bool dropped = true;
 	int ret;
 
 	if (!records)
 		return -ENOMEM;
 	for (uint32_t r = 0; r < sim->ranks; r++)
 		SEL_ASSERT(!rank_busy(&sim->rank[r]));
-	for (uint32_t id = ix->lru.head; id != COORD_NONE; id = ix->nodes[id].lru.next) {
+	for (uint32_t i = 0; i < SIM_FILES_MAX; i++) {
+		const struct sim_file *f = &sim->rank[0].files[i];
+		bool everywhere = f->present;
+
+		for (uint32_t r = 1; r < sim->ranks && everywhere; r++) {
+			const struct sim_file *o = file_find(sim, r, &f->info.key);
+
+			everywhere = o && o->info.row_present == f->info.row_present &&
+				     o->info.created_ns == f->info.created_ns;
+		}
+		if (everywhere)
+			records[count++] = f->info;
+	}
+	while (dropped) {
+		dropped = false;
+		for (uint32_t i = 0; i < count; i++) {
+			if (records[i].parent.consumed &&
+			    !records_hold(records, count, &records[i].parent)) {
+				records[i--] = records[--count];
+				dropped = true;
+			}
+		}
+	}
+	for (uint32_t id = 0; id < ix->nodes_max; id++) {
 		const struct coord_node *n = &ix->nodes[id];
 
-		if (n->state != COORD_READY ||
-		    coord_warm_dirty_state(&sim->store->warm, id) != COORD_WARM_CLEAN)
-			continue;
-		records[count++] = (struct rec_record_info){
-			.key = n->key, .parent = n->parent, .bucket = n->bucket,
-			.first_page_index = n->first_page_index,
-			.tail_page_count = n->tail_page_count, .row_present = n->row_present,
-			.file_bytes = n->bytes, .mtime_ns = count + 1, .created_ns = n->created_ns };
+		if (n->in_use && n->state == COORD_READY &&
+		    coord_warm_dirty_state(&sim->store->warm, id) == COORD_WARM_CLEAN &&
+		    !records_hold(records, count, &n->key))
+			sim_fail(sim, "restart: record %s, committed on disk, is not loaded",
+				 KEY(n->key));
 	}
+	for (uint32_t r = 0; r < sim->ranks; r++)
+		for (uint32_t i = 0; i < SIM_FILES_MAX; i++)
+			if (sim->rank[r].files[i].present &&
+			    !records_hold(records, count, &sim->rank[r].files[i].info.key))
+				sim->rank[r].files[i].present = false;
+	qsort(records, count, sizeof(*records), compare_mtime);
 	sim_stop(sim);
 	ret = sim_start(sim);
 	if (!ret)
@@ -1167,6 +1343,13 @@ static int sim_load(struct sim *sim)
 			r->tail_page_count = (uint32_t)(sim->points[p] / SIM_PAGE_TOKENS) - first;
 			r->file_bytes = rec_geometry_file_bytes(&sim->g, r->tail_page_count,
 								r->row_present);
+			/* A prefix two histories share is one file. */
+			if (records_hold(loaded, count - 1, &r->key)) {
+				count--;
+				continue;
+			}
+			for (uint32_t k = 0; k < sim->ranks; k++)
+				file_put(sim, k, r);
 		}
 	}
 	ret = coord_store_load(sim->store, loaded, count);
@@ -1268,10 +1451,21 @@ static bool sim_run(struct sim *sim, uint64_t seed, uint64_t steps)
 		check_step(sim);
 	}
 	if (!sim->failure[0]) {
-		/* write-behind's close: every dirty record written, then quiescent again */
+		/*
+		 * write-behind's close: every dirty record written, parents
+		 * first, a failed write tried again after its backoff (a
+		 * second passes each round), then quiescent again
+		 */
 		drain(sim);
-		coord_store_write_dirty(sim->store);
-		drain(sim);
+		for (uint32_t round = 0; round < 1000 && !sim->failure[0] &&
+		     sim->store->warm.dirty_records > 0; round++) {
+			sim->store->warm_write_retry_ns = 0;
+			coord_store_write_dirty(sim->store);
+			drain(sim);
+		}
+		if (!sim->failure[0] && sim->store->warm.dirty_records > 0)
+			sim_fail(sim, "close: %u dirty records never written",
+				 sim->store->warm.dirty_records);
 	}
 	sim_current = NULL;
 	return !sim->failure[0];
@@ -1293,7 +1487,7 @@ static void test_store_ranks_random_orderings(void **state)
 	uint64_t seeds = env_u64("SELENE_SIM_SEEDS", SIM_SEEDS_DEFAULT);
 	uint64_t steps = env_u64("SELENE_SIM_STEPS", SIM_STEPS_DEFAULT);
 	uint64_t first = 1, checks = 0, read_throughs = 0, warm_stores = 0, injected = 0;
-	uint64_t rewrites = 0;
+	uint64_t rewrites = 0, file_writes = 0, sweeps = 0;
 	struct sel_stats sum = { 0 };
 	uint32_t failed = 0, lossy = 0;
 
@@ -1322,6 +1516,8 @@ static void test_store_ranks_random_orderings(void **state)
 		injected += sim->injected;
 		lossy += sim->lossy;
 		rewrites += sim->rewrites;
+		file_writes += sim->file_writes;
+		sweeps += sim->expiry_sweeps;
 		sim_close(sim);
 		stats_add(&sum, &sim->stats);
 		free(sim);
@@ -1339,10 +1535,12 @@ static void test_store_ranks_random_orderings(void **state)
 		(unsigned long long)sum.warm_retry_dirty, (unsigned long long)rewrites);
 	fprintf(stderr, "test_store_ranks: %llu seeds x %llu steps: %llu quiescent checks, %llu "
 		"read-through fetches, %llu warm stores on ranks, %llu injected failures, %u "
-		"seeds with a full job table, %u seeds failed\n", (unsigned long long)seeds,
+		"seeds with a full job table, %llu files written on ranks, %llu expiry sweeps, %u "
+		"seeds failed\n", (unsigned long long)seeds,
 		(unsigned long long)steps, (unsigned long long)checks,
 		(unsigned long long)read_throughs, (unsigned long long)warm_stores,
-		(unsigned long long)injected, lossy, failed);
+		(unsigned long long)injected, lossy, (unsigned long long)file_writes,
+		(unsigned long long)sweeps, failed);
 	assert_int_equal(failed, 0);
 }
 

@@ -2659,6 +2659,78 @@ static void test_warm_api_drain_deadline(void **state)
 }
 
 /*
+ * A child stored warm only under a parent that is only on disk (cold after
+ * a restart): while the child is dirty, with no file, its chain restores
+ * byte-exact, the parent read from its file and the child copied from its
+ * slots (a partial warm hit); close's drain writes the child, and after a
+ * restart the chain restores from the two files.
+ */
+static void test_warm_api_dirty_child_of_cold_parent(void **state)
+{
+	struct api_fixture *f = *state;
+	struct sel_stats st;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	assert_int_equal(api_publish_at(f, 0, 256, 0).kind, SEL_EVENT_STORED);
+	api_close(f);
+	assert_int_equal(api_files(f, 0), 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_publish_at(f, 0, 512, 256).kind, SEL_EVENT_STORED);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(st.warm_records, 1);
+	assert_int_equal(api_files(f, 0), 1);
+	assert_int_equal(api_fetch(f, 0), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_partial_hits, 1);
+	assert_int_equal(st.warm_dirty_records, 1);
+	assert_int_equal(api_files(f, 0), 1);
+	api_close(f);
+	assert_int_equal(api_files(f, 0), 2);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_fetch(f, 0), 0);
+	api_stats(f, &st);
+	assert_int_equal(st.warm_hits, 0);
+	assert_int_equal(st.warm_partial_hits, 0);
+}
+
+/*
+ * A write from warm that fails during close's drain is tried again once
+ * its backoff is over, while the deadline lasts: the record reaches the
+ * disk, and a restart restores it.
+ */
+static void test_warm_api_drain_retries_failed_write(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	assert_int_equal(api_files(f, 0), 0);
+	assert_int_equal(sel_failpoints_configure("disk.write=1*return(EIO)"), 0);
+	api_close(f);
+	assert_int_equal(sel_failpoint_fired(SEL_FP_DISK_WRITE), 1);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(api_files(f, 0), 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("reopen: %s", err);
+	assert_int_equal(api_fetch(f, 0), 0);
+}
+
+/*
  * Three ranks, write-behind: a record is restorable from every rank's
  * slots before any rank has its file, and close's drain writes it on
  * every rank.
@@ -3470,6 +3542,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_warm_api_disk_full_while_dirty, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_drain_deadline, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_drain_retries_failed_write, api_setup,
+						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_dirty_child_of_cold_parent, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
 						api_teardown),
