@@ -24,8 +24,10 @@
  * records committed in the session's scope ending at a candidate, an
  * export is asked only of an instance that announced the key; at quiet
  * points the manager's records and bytes (arena and disk) equal what
- * lookups find; at the end, every record expired (max-age seeds) leaves
- * the arena empty, and no arena file and no descriptor is left.
+ * lookups find, and its puts committed and claims granted since it
+ * started what the instances saw; at the end, every record expired
+ * (max-age seeds) leaves the arena empty, and no arena file and no
+ * descriptor is left.
  *
  * SELENE_POOL_SEED=n replays seed n alone (SELENE_POOL_TRACE=1 prints
  * every event); SELENE_POOL_SEEDS and SELENE_POOL_STEPS change the
@@ -138,6 +140,7 @@ struct sim {
 	uint64_t committed[SIM_SCOPES_MAX][SIM_NODES]; /* payload of the last commit; 0 never */
 	bool believed[SIM_SCOPES_MAX][SIM_NODES]; /* held when last seen: guides picks only */
 	uint64_t version, request, claim_id;
+	uint64_t started_commits, started_claims; /* since the manager started: its counters */
 	uint8_t next_instance_id;
 	struct sim_instance inst[SIM_INSTANCES_MAX];
 	uint8_t *data;                /* a window's data */
@@ -769,6 +772,7 @@ static void do_put(struct sim *sim, uint32_t i, uint32_t node, enum put_how how)
 		sim->committed[in->scope][node] = payload;
 		sim->believed[in->scope][node] = true;
 		sim->commits++;
+		sim->started_commits++;
 	} else {
 		SIM_CHECK(sim, ret == -ETIMEDOUT, "a whole put's outcome: %d", ret);
 		sim->put_failures++;
@@ -885,6 +889,7 @@ static int claim_begin(struct sim *sim, uint32_t i, uint32_t node, bool local, u
 	if (in->claim_count < SIM_CLAIMS_MAX)
 		in->claims[in->claim_count++] = q.claim_id;
 	sim->claims_granted++;
+	sim->started_claims++;
 	return 0;
 }
 
@@ -1147,6 +1152,7 @@ static void manager_start(struct sim *sim)
 	snprintf(sim->arena_path, sizeof(sim->arena_path), "%s", pool_manager_arena_path(sim->m));
 	SEL_ASSERT(pthread_create(&sim->thread, NULL, sim_run_thread, sim->m) == 0);
 	sim->running = true;
+	sim->started_commits = sim->started_claims = 0;
 }
 
 static void manager_stop(struct sim *sim)
@@ -1212,6 +1218,12 @@ static void quiet_check(struct sim *sim, bool held_out[SIM_SCOPES_MAX][SIM_NODES
 		  "the manager holds %llu + %llu bytes, the records found take %llu",
 		  (unsigned long long)st.arena_used_bytes, (unsigned long long)st.disk_used_bytes,
 		  (unsigned long long)bytes);
+	SIM_CHECK(sim, st.puts_committed == sim->started_commits &&
+		       st.claims_granted == sim->started_claims,
+		  "the manager counts %llu puts committed and %llu claims granted, the instances "
+		  "%llu and %llu", (unsigned long long)st.puts_committed,
+		  (unsigned long long)st.claims_granted, (unsigned long long)sim->started_commits,
+		  (unsigned long long)sim->started_claims);
 	sim->quiet_checks++;
 }
 
