@@ -12,7 +12,8 @@
  * instance closing (or rank 1's connection ending alone) mid-put;
  * lookups of a history's points; claims by stream (a random skip; some
  * cut by the instance closing before CLAIMED or mid-stream, some left for
- * their deadline) and same-host claims (CLAIM_LOCAL and places pulls,
+ * their deadline, some pulled by rank 1 on a new connection after its
+ * last one ended: R-POOL-110) and same-host claims (CLAIM_LOCAL and places pulls,
  * checked in the mapped arena); announcements and the
  * exports they bring, answered with a put, refused or left unanswered;
  * waits that let deadlines and max age pass; and manager restarts, some
@@ -435,6 +436,15 @@ static int conn_next(struct sim *sim, struct sim_conn *c)
 	}
 }
 
+static void conn_close(struct sim_conn *c)
+{
+	close(c->fd);
+	free(c->body);
+	c->body = NULL;
+	c->fd = -1;
+}
+
+/* Connects, proves the secret, attaches; -EAGAIN when rank r's place is still taken. */
 static int conn_open(struct sim *sim, struct sim_conn *c, uint32_t rank, uint32_t scope,
 		     uint8_t instance)
 {
@@ -482,19 +492,35 @@ static int conn_open(struct sim *sim, struct sim_conn *c, uint32_t rank, uint32_
 		a.row_bytes[i] = sim->g[i].row_record_bytes;
 	}
 	conn_send(sim, c, POOL_MSG_ATTACH, buf, pool_attach_encode(&a, buf, sizeof(buf)), NULL, 0);
-	SIM_CHECK(sim, conn_next(sim, c) == 1 && c->rx.header.type == POOL_MSG_ATTACHED,
-		  "no ATTACHED (type %u)", c->rx.header.type);
+	SIM_CHECK(sim, conn_next(sim, c) == 1, "no answer to ATTACH");
+	if (c->rx.header.type == POOL_MSG_REFUSE && rank != 0) {
+		struct pool_refuse refused;
+
+		/* the manager has not seen this rank's last connection close yet */
+		SIM_CHECK(sim, pool_refuse_decode(c->body, c->rx.body_length, &refused, why,
+						  sizeof(why)) == 0 &&
+			       refused.reason == POOL_REFUSE_WORLD,
+			  "ATTACH refused: %s", why);
+		conn_close(c);
+		return -EAGAIN;
+	}
+	SIM_CHECK(sim, c->rx.header.type == POOL_MSG_ATTACHED, "no ATTACHED (type %u)",
+		  c->rx.header.type);
 	SIM_CHECK(sim, pool_attached_decode(c->body, c->rx.body_length, &c->attached, why,
 					    sizeof(why)) == 0, "ATTACHED: %s", why);
 	return 0;
 }
 
-static void conn_close(struct sim_conn *c)
+/* Rank r of an attached instance attaches again on a new connection (R-POOL-110). */
+static void conn_reattach(struct sim *sim, struct sim_conn *c, uint32_t rank, uint32_t scope,
+			  uint8_t instance)
 {
-	close(c->fd);
-	free(c->body);
-	c->body = NULL;
-	c->fd = -1;
+	for (uint32_t k = 0; k < 2000; k++) {
+		if (conn_open(sim, c, rank, scope, instance) == 0)
+			return;
+		usleep(1000);
+	}
+	SIM_CHECK(sim, false, "rank %u never attached again", rank);
 }
 
 /* ---- instances ---- */
@@ -591,7 +617,7 @@ static void inst_open(struct sim *sim, uint32_t i, uint32_t scope)
 	in->scope = scope;
 	in->id = ++sim->next_instance_id;
 	for (uint32_t r = 0; r < SIM_WORLD; r++)
-		conn_open(sim, &in->c[r], r, scope, in->id);
+		SIM_CHECK(sim, conn_open(sim, &in->c[r], r, scope, in->id) == 0, "rank %u refused", r);
 	in->open = true;
 	sim_trace(sim, "inst %u: open, scope %u, id %u, scope records %llu", i, scope, in->id,
 		  (unsigned long long)in->c[0].attached.scope_records);
@@ -705,9 +731,23 @@ static void do_put(struct sim *sim, uint32_t i, uint32_t node, enum put_how how)
 		goto done;
 	}
 	if (how == PUT_CUT) {
+		struct pool_manager_stats st;
+		uint64_t failed;
+
+		pool_manager_stats(sim->m, &st);
+		failed = st.puts_failed;
 		share_send(sim, &in->c[bad_rank], put_id, &img[bad_rank],
 			   sim_below(sim, (uint32_t)img[bad_rank].length));
 		inst_close(sim, i);
+		/*
+		 * The put fails with its session (R-POOL-43). Wait for it: while
+		 * it is open, a PUT_BEGIN of its key is answered -EEXIST.
+		 */
+		for (uint32_t k = 0; k < 2000 && st.puts_failed == failed; k++) {
+			usleep(1000);
+			pool_manager_stats(sim->m, &st);
+		}
+		SIM_CHECK(sim, st.puts_failed > failed, "a put whose session closed never failed");
 		inst_open(sim, i, in->scope);
 		sim->put_failures++;
 		goto done;
@@ -719,7 +759,7 @@ static void do_put(struct sim *sim, uint32_t i, uint32_t node, enum put_how how)
 		ret = put_end_wait(sim, i, 0, put_id, &commit);
 		SIM_CHECK(sim, (ret == -ECONNRESET || ret == -ETIMEDOUT) && !commit,
 			  "a put whose rank 1 left: %d", ret);
-		conn_open(sim, &in->c[1], 1, in->scope, in->id);
+		conn_reattach(sim, &in->c[1], 1, in->scope, in->id);
 		sim_trace(sim, "inst %u: rank 1 attached again", i);
 		sim->put_failures++;
 		goto done;
@@ -1086,9 +1126,18 @@ static void do_claim(struct sim *sim, uint32_t i, uint32_t node)
 		inst_open(sim, i, in->scope);
 		return;
 	}
+	if (pick == 3) {
+		/* rank 1's connection ends and attaches again; the claim stays live (R-POOL-110) */
+		stream_pull(sim, i, 1, id, chain, count, 0, sim_below(sim, 2));
+		conn_close(&in->c[1]);
+		conn_reattach(sim, &in->c[1], 1, in->scope, in->id);
+		sim_trace(sim, "inst %u: rank 1 attached again with claim %llu live", i,
+			  (unsigned long long)id);
+	}
 	for (uint32_t r = 0; r < SIM_WORLD; r++) {
 		ret = stream_pull(sim, i, r, id, chain, count, sim_below(sim, pages + 1), UINT32_MAX);
-		(void)ret;
+		SIM_CHECK(sim, pick != 3 || r != 1 || ret == 0 || ret == -ETIMEDOUT,
+			  "rank 1 attached again pulls a live claim: %d", ret);
 	}
 	if (pick == 1) {
 		sim_trace(sim, "inst %u: claim %llu left for its deadline", i,
