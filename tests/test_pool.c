@@ -1663,10 +1663,7 @@ static void test_pool_disk_tier_and_restart(void **state)
 	tu_remove_tree(dir);
 }
 
-/*
- * A restart on a disk tier whose scope holds no record (its rank
- * directories empty) finds nothing, and serves the scope as before.
- */
+/* A restart on a disk tier whose scope's directories hold no record finds none and serves on. */
 static void test_pool_disk_restart_empty_scope(void **state)
 {
 	struct running r;

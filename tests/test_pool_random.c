@@ -1474,10 +1474,7 @@ static uint64_t env_u64(const char *name, uint64_t fallback)
 	return v && *v ? strtoull(v, NULL, 10) : fallback;
 }
 
-/*
- * Many seeds of random puts, lookups, claims, exports, closes, waits and
- * restarts: every claimed byte is the model's, every count agrees.
- */
+/* Seeds of random puts, claims, exports, closes and restarts: every byte and count as modelled. */
 static void test_pool_random_model(void **state)
 {
 	uint64_t seeds = env_u64("SELENE_POOL_SEEDS", SIM_SEEDS_DEFAULT);
