@@ -90,7 +90,7 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 	launch/metrics/http.c \
 	launch/worker/gpu_cache.c launch/worker/planes.c launch/worker/run.c launch/worker/step_mpi.c \
 	launch/worker/synth.c launch/worker/trace.c)
-TEST_NAMES := $(sort agreement api args list bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_attach pool_export pool_gpu_export pool_link pool_share pool_store pool_wire protocol resolve store store_ranks summary metrics_http warm)
+TEST_NAMES := $(sort agreement api args list bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_attach pool_export pool_gpu_export pool_link pool_random pool_share pool_store pool_wire protocol resolve store store_ranks summary metrics_http warm)
 # The pool's edges (RDMA, hostile connections), on a line of their own.
 TEST_NAMES := $(sort $(TEST_NAMES) pool_client pool_hostile rdma)
 

@@ -3470,7 +3470,8 @@ static void disk_scan_scope(struct pool_manager *m, struct scope *s)
 	}
 	closedir(d);
 	/* parents first, then each record links to its parent or goes */
-	qsort(found, count, sizeof(*found), cmp_consumed);
+	if (count) /* found is NULL when the directory holds no record */
+		qsort(found, count, sizeof(*found), cmp_consumed);
 	for (size_t i = 0; i < count; i++) {
 		struct record *r = found[i];
 

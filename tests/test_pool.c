@@ -1663,6 +1663,31 @@ static void test_pool_disk_tier_and_restart(void **state)
 	tu_remove_tree(dir);
 }
 
+/* A restart on a disk tier whose scope's directories hold no record finds none and serves on. */
+static void test_pool_disk_restart_empty_scope(void **state)
+{
+	struct running r;
+	struct trank a[WORLD];
+	struct put_case root;
+	char *dir = tu_make_temp_dir("pool-disk-empty");
+
+	(void)state;
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0); /* the scope's directories, nothing in them */
+	close_instance(a);
+	manager_stop(&r);
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	open_instance(a, &r, 0xa, 0);
+	assert_int_equal(a[0].attached.scope_records, 0);
+	case_make(&root, 9, 64, NULL, 20);
+	assert_int_equal(put_whole(a, &root), 0);
+	assert_int_equal(lookup(&a[0], &root.rec.key, 1, NULL), 1);
+	close_instance(a);
+	manager_stop(&r);
+	case_free(&root);
+	tu_remove_tree(dir);
+}
+
 static void manager_start_limited(struct running *r, const char *dir, uint64_t disk_limit)
 {
 	struct pool_manager_config c = { .listen = "127.0.0.1:0", .name = "test-pool",
@@ -3023,6 +3048,7 @@ int main(void)
 		cmocka_unit_test(test_pool_export_unanswered_forgotten),
 		cmocka_unit_test(test_pool_share_end_mid_stream_returns_slots),
 		cmocka_unit_test(test_pool_disk_tier_and_restart),
+		cmocka_unit_test(test_pool_disk_restart_empty_scope),
 		cmocka_unit_test(test_pool_rdma_claim_byte_exact),
 		cmocka_unit_test(test_pool_rdma_waits_without_spinning),
 		cmocka_unit_test(test_pool_rdma_waits_without_epoll_pwait2),
