@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stddef.h>
@@ -136,10 +137,20 @@ uint16_t pf_manager_start_fixed(struct pf_manager *m, const char *name, uint64_t
 
 void pf_manager_kill(struct pf_manager *m)
 {
+	char pattern[64];
+	glob_t found;
+
 	if (m->pid <= 0)
 		return;
 	kill(m->pid, SIGKILL);
 	waitpid(m->pid, NULL, 0);
+	/* A killed manager leaves its arena file (pool/manager.c arena_create). */
+	snprintf(pattern, sizeof(pattern), "/dev/shm/selene-pool-*-%d-*", (int)m->pid);
+	if (glob(pattern, 0, NULL, &found) == 0) {
+		for (size_t i = 0; i < found.gl_pathc; i++)
+			unlink(found.gl_pathv[i]);
+		globfree(&found);
+	}
 	m->pid = 0;
 }
 
