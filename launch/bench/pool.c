@@ -17,10 +17,15 @@
  *
  * Then, with the manager on this host, the same-host claim as a rank runs
  * it (shard/pool_link.c): the arena mapped read-only and registered with
- * --device once (its cost printed), each claim's places (R-POOL-34, given
- * with its grant, R-POOL-51) copied arena -> consecutive device page ids
+ * --device once (its cost printed); before each claim a lookup (untimed)
+ * whose ANSWER gives the places and stamps (R-POOL-22); the claim's copies
+ * issued from those places at once, arena -> consecutive device page ids
  * and a state slot by shard/pool_share.c's copies (one strided copy per
- * plane of the run), waited for once; the round trips a claim made and
+ * plane of the run), while CLAIM_LOCAL travels; the grant's stamps and
+ * places (R-POOL-36, R-POOL-51) keep them or have a record copied again
+ * (the counts printed), waited for once. On the host device the copies
+ * are memcpy done as issued, so the grant's "caller saw it" hop holds
+ * them. The round trips a claim made and
  * where its time went (grant, copies issued, device sync, end) are
  * printed (the grant is polled without sleeping), and the grant's hops
  * (pool_claim_times; the manager's own where it runs in this process). Beside it one bulk
