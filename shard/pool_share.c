@@ -312,6 +312,23 @@ static bool place_inside(uint64_t offset, uint64_t bytes, uint64_t arena_bytes)
 	return offset <= arena_bytes && bytes <= arena_bytes - offset;
 }
 
+/* Forgets what record i's copies delivered, so that they can come again. */
+static void share_unmark(struct shard_pool_share *p, uint32_t i)
+{
+	uint64_t start = (uint64_t)p->chain[0].first_page_index + p->skip_pages;
+
+	for (uint32_t j = 0; j < p->chain[i].tail_page_count; j++) {
+		uint64_t q = (uint64_t)p->chain[i].first_page_index + j, d = q - start;
+
+		if (q < start || !(p->arrived[d / 64] & (1ull << (d % 64))))
+			continue;
+		p->arrived[d / 64] &= ~(1ull << (d % 64));
+		p->pages_arrived--;
+	}
+	if (i + 1 == p->chain_count)
+		p->row_bytes_arrived = 0;
+}
+
 int shard_pool_share_early(struct shard_pool_share *p, const uint8_t *arena,
 			   uint64_t arena_bytes, struct shard_pool_early *early, uint32_t count)
 {
@@ -328,26 +345,15 @@ int shard_pool_share_early(struct shard_pool_share *p, const uint8_t *arena,
 		    image_check(p, i, arena + e->offset, e->bytes, &h, NULL, 0))
 			continue;
 		ret = shard_pool_share_place(p, i, arena + e->offset, e->bytes, NULL, 0);
+		if (ret == SEL_EBADHEADER || ret == SEL_EMISMATCH) {
+			/* the manager rewrote the header since: nothing was issued for it */
+			share_unmark(p, i);
+			ret = 0;
+			continue;
+		}
 		e->issued = ret == 0;
 	}
 	return ret;
-}
-
-/* Forgets what record i's copies delivered, so that they can come again. */
-static void share_unmark(struct shard_pool_share *p, uint32_t i)
-{
-	uint64_t start = (uint64_t)p->chain[0].first_page_index + p->skip_pages;
-
-	for (uint32_t j = 0; j < p->chain[i].tail_page_count; j++) {
-		uint64_t q = (uint64_t)p->chain[i].first_page_index + j, d = q - start;
-
-		if (q < start || !(p->arrived[d / 64] & (1ull << (d % 64))))
-			continue;
-		p->arrived[d / 64] &= ~(1ull << (d % 64));
-		p->pages_arrived--;
-	}
-	if (i + 1 == p->chain_count)
-		p->row_bytes_arrived = 0;
 }
 
 int shard_pool_share_granted(struct shard_pool_share *p, const uint8_t *arena,
