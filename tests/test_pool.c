@@ -2436,12 +2436,7 @@ static void test_pool_overlap_fast_path_copies_once(void **state)
 	case_free(&k1);
 }
 
-/*
- * Between the lookup and the claim the record is evicted and its arena
- * range reused by another put (a 1 MiB arena holds one such record): the
- * early copies are redone from the granted place when the record came
- * back, or never read the other record's bytes, and its claim fails.
- */
+/* A record evicted between lookup and claim, its range reused (a 1 MiB arena holds one): copied again from its new place, or never from the other record's bytes and refused. */
 static void test_pool_overlap_stale_place_redone_or_refused(void **state)
 {
 	struct running r;
