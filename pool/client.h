@@ -204,7 +204,8 @@ int pool_lookup_begin(struct pool_client *c, const struct rec_key *keys, uint32_
 
 /*
  * Never waits. 0 while the answer has not come. 1 when it has: *count
- * entries of the matched chain, root first, in entries (entries_max must
+ * entries of the matched chain, root first (each with the session rank's
+ * place in the arena and its image's stamp, R-POOL-22), in entries (entries_max must
  * be POOL_CHAIN_RECORDS_MAX or the chain's length; -ENOSPC otherwise,
  * the ticket stays); *count 0 means no candidate matched. The ticket ends
  * on 1 or on any failure (-ENOENT: not a live ticket; or the connection's
@@ -264,7 +265,8 @@ struct pool_claim_grant {
 
 /*
  * Never waits. 0 while CLAIMED has not come; 1 when the claim was granted
- * (*grant, and its chain in entries as pool_lookup_poll); the manager's
+ * (*grant, and its chain in entries as pool_lookup_poll, each with the
+ * stamp of the image pinned, R-POOL-36, and no place); the manager's
  * refusal (-ENOENT, SEL_EQUEUEFULL, -EEXIST, -ESHUTDOWN) or the
  * connection's failure otherwise, which also ends the claim id.
  */

@@ -82,6 +82,12 @@ struct record {
 	uint64_t disk_job; /* on disk, the spill writing its files (0: written) */
 	uint32_t children, pins;
 	uint64_t used_ns, created_ns;
+	/*
+	 * Its image's stamp (R-POOL-53): taken anew at every allocation of its
+	 * shares in the arena (a put, a load from disk); meaningful while
+	 * !on_disk
+	 */
+	uint64_t stamp;
 	uint32_t world_size;
 	struct pool_place shares[]; /* world_size */
 };
@@ -306,6 +312,7 @@ struct pool_manager {
 	struct sel_chain *export_ids[ID_BUCKETS], *export_keys[SCOPE_BUCKETS];
 	uint64_t next_put_id;
 	uint64_t next_export_id;
+	uint64_t next_stamp; /* R-POOL-53: never 0, never reused while the manager runs */
 	struct sel_list lru; /* least recently used first */
 	struct sel_list age; /* oldest first: max-age expiry */
 	uint64_t expire_last_ns;            /* the last max-age sweep */
@@ -867,6 +874,7 @@ static int disk_load(struct pool_manager *m, struct record *r)
 			}
 		r->shares[placed].offset = at;
 	}
+	r->stamp = m->next_stamp++;
 	ret = disk_shares_read(r->scope->dir_fd, &x, r->world_size, m->arena, r->shares, why,
 			       sizeof(why));
 	if (ret) {
@@ -921,6 +929,7 @@ static int disk_load_begin(struct pool_manager *m, struct claim *cl, struct reco
 		j->shares[placed].offset = at;
 	}
 	j->base = m->arena;
+	r->stamp = m->next_stamp++;
 	r->loading = true;
 	r->pins++;
 	cl->loads_waiting++;
@@ -1410,6 +1419,7 @@ static void on_put_begin(struct pool_manager *m, struct conn *c, const uint8_t *
 			}
 		r->shares[i].bytes = bytes;
 	}
+	r->stamp = m->next_stamp++;
 	p->id = m->next_put_id++;
 	p->request_id = b.request_id;
 	p->inst = in;
@@ -1634,12 +1644,28 @@ static uint32_t chain_of(struct record *r, struct record **out)
 	return n;
 }
 
-static void chain_entries(struct record **chain, uint32_t n, struct pool_chain_entry *out)
+/*
+ * A chain's entries: with rank's place and each image's stamp for an
+ * ANSWER (R-POOL-22: 0 and no place for a record on the disk tier), with
+ * the stamp alone for a CLAIMED (R-POOL-36: every record is in the arena).
+ */
+static void chain_entries(struct record **chain, uint32_t n, struct pool_chain_entry *out,
+			  bool answer, uint32_t rank)
 {
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = (struct pool_chain_entry){ chain[i]->key, chain[i]->first_page_index,
-						    chain[i]->tail_page_count,
-						    i + 1 == n ? true : chain[i]->row };
+	for (uint32_t i = 0; i < n; i++) {
+		const struct record *r = chain[i];
+
+		SEL_ASSERT(answer || !r->on_disk);
+		out[i] = (struct pool_chain_entry){ r->key, r->first_page_index,
+						    r->tail_page_count,
+						    i + 1 == n ? true : r->row,
+						    .stamp = r->on_disk ? 0 : r->stamp };
+		/* the file's offset, as CLAIM_PLACES gives it: past the arena header */
+		if (answer && !r->on_disk)
+			out[i].place = (struct pool_place){
+				POOL_ARENA_HEADER_BYTES + r->shares[rank].offset,
+				r->shares[rank].bytes };
+	}
 }
 
 
@@ -1904,7 +1930,7 @@ static void on_lookup(struct pool_manager *m, struct conn *c, const uint8_t *bod
 		break;
 	}
 	export = export_pick(m, c, &v, i, &export_key, &holder);
-	chain_entries(m->chain_buf, n, m->entry_buf);
+	chain_entries(m->chain_buf, n, m->entry_buf, true, c->rank);
 	len = pool_answer_encode(v.ticket, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
 	send_frame(c, POOL_MSG_ANSWER, c->body, (uint32_t)len, NULL, 0);
@@ -2060,7 +2086,7 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		m->stats.claims_granted++;
 	}
 answer:
-	chain_entries(m->chain_buf, n, m->entry_buf);
+	chain_entries(m->chain_buf, n, m->entry_buf, false, c->rank);
 	len = pool_claimed_encode(&a, m->entry_buf, n, c->body, POOL_CONTROL_BODY_BYTES_MAX);
 	SEL_ASSERT(len > 0);
 	send_frame(c, POOL_MSG_CLAIMED, c->body, (uint32_t)len, NULL, 0);
@@ -3092,7 +3118,7 @@ static void claim_answer_loaded(struct pool_manager *m, struct claim *cl, uint64
 		m->stats.claims_granted++;
 	}
 	if (c) {
-		chain_entries(cl->chain, n, m->entry_buf);
+		chain_entries(cl->chain, n, m->entry_buf, false, c->rank);
 		len = pool_claimed_encode(&a, m->entry_buf, n, m->disk_body,
 					  POOL_CONTROL_BODY_BYTES_MAX);
 		SEL_ASSERT(len > 0);
@@ -3968,6 +3994,7 @@ int pool_manager_open(const struct pool_manager_config *config, struct pool_mana
 	m->dir_fd = -1;
 	m->next_put_id = 1;
 	m->next_export_id = 1;
+	m->next_stamp = 1;
 	pthread_mutex_init(&m->stats_lock, NULL);
 	pool_rdma_fallback_init(&m->rdma_fallback);
 	if (config->rdma) {

@@ -65,11 +65,11 @@ static const struct cluster_msg_info pool_types[POOL_MSG_TYPE_LAST + 1] = {
 				      POOL_WIRE_KEY_BYTES * POOL_LOOKUP_KEYS_MAX + TAG },
 	[POOL_MSG_ANSWER] = { "ANSWER", POOL_ANSWER_FIXED_BYTES + TAG,
 			      POOL_ANSWER_FIXED_BYTES +
-				      POOL_CHAIN_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX + TAG },
+				      POOL_ANSWER_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX + TAG },
 	[POOL_MSG_CLAIM] = { "CLAIM", POOL_CLAIM_BYTES + TAG, POOL_CLAIM_BYTES + TAG },
 	[POOL_MSG_CLAIMED] = { "CLAIMED", POOL_CLAIMED_FIXED_BYTES + TAG,
 			       POOL_CLAIMED_FIXED_BYTES +
-				       POOL_CHAIN_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX + TAG },
+				       POOL_CLAIMED_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX + TAG },
 	[POOL_MSG_CLAIM_PULL] = { "CLAIM_PULL", POOL_CLAIM_PULL_BYTES + TAG,
 				  POOL_CLAIM_PULL_BYTES + TAG },
 	[POOL_MSG_CLAIM_WINDOW] = { "CLAIM_WINDOW", POOL_CLAIM_WINDOW_HEAD_BYTES + 1 + TAG,
@@ -1018,8 +1018,35 @@ void pool_lookup_view_key(const struct pool_lookup_view *v, uint32_t index, stru
 
 /* ---- Chains: ANSWER, CLAIMED (R-POOL-21, R-POOL-31) ---- */
 
+/*
+ * An entry's stamp and place (R-POOL-22, R-POOL-36): ANSWER's place is a
+ * 4096-aligned range past the arena header whose end does not overflow,
+ * given exactly when the stamp is not 0; CLAIMED's stamp is never 0 (a
+ * pinned record lies in the arena), and CLAIMED carries no place (its
+ * encoder ignores the entry's).
+ */
+static int stamp_check(const char *what, const struct pool_chain_entry *e, bool answer,
+		       char *why, size_t why_size)
+{
+	const struct pool_place *pl = &e->place;
+
+	if (!answer) {
+		if (e->stamp == 0)
+			return PROTO_FAIL(why, why_size, "%s chain record with stamp 0 (R-POOL-36)",
+					  what);
+		return 0;
+	}
+	if (e->stamp == 0 ? pl->offset || pl->bytes :
+			    pl->offset < POOL_ARENA_HEADER_BYTES || pl->offset % 4096 ||
+				    pl->bytes == 0 || pl->bytes > UINT64_MAX - pl->offset)
+		return PROTO_FAIL(why, why_size, "%s chain record with stamp %" PRIu64 " at %"
+				  PRIu64 " (%" PRIu64 " bytes) (R-POOL-22)", what, e->stamp,
+				  pl->offset, pl->bytes);
+	return 0;
+}
+
 static int chain_check(const char *what, const struct pool_chain_entry *e,
-		       const struct pool_chain_entry *prev, bool last, char *why,
+		       const struct pool_chain_entry *prev, bool last, bool answer, char *why,
 		       size_t why_size)
 {
 	uint32_t first = prev ? prev->first_page_index + prev->tail_page_count : 0;
@@ -1034,44 +1061,56 @@ static int chain_check(const char *what, const struct pool_chain_entry *e,
 	if (last && !e->row)
 		return PROTO_FAIL(why, why_size, "%s chain ends in a page-only record "
 				  "(R-POOL-21)", what);
-	return 0;
+	return stamp_check(what, e, answer, why, why_size);
 }
 
-static void put_chain_entry(uint8_t *p, const struct pool_chain_entry *e)
+static void put_chain_entry(uint8_t *p, const struct pool_chain_entry *e, bool answer)
 {
 	put_key(p, &e->key);
 	sel_put_le32(p + 24, e->first_page_index);
 	sel_put_le32(p + 28, e->tail_page_count);
 	p[32] = e->row ? 1 : 0;
+	if (answer) {
+		sel_put_le64(p + 33, e->place.offset);
+		sel_put_le64(p + 41, e->place.bytes);
+		sel_put_le64(p + 49, e->stamp);
+	} else {
+		sel_put_le64(p + 33, e->stamp);
+	}
 }
 
 static int chain_encode(const char *what, const struct pool_chain_entry *chain,
-			uint32_t count, uint8_t *p)
+			uint32_t count, bool answer, uint8_t *p)
 {
+	uint32_t size = answer ? POOL_ANSWER_ENTRY_BYTES : POOL_CLAIMED_ENTRY_BYTES;
+
 	for (uint32_t i = 0; i < count; i++) {
-		if (chain_check(what, &chain[i], i ? &chain[i - 1] : NULL, i + 1 == count, NULL, 0))
+		if (chain_check(what, &chain[i], i ? &chain[i - 1] : NULL, i + 1 == count, answer,
+				NULL, 0))
 			return -EINVAL;
-		put_chain_entry(p + POOL_CHAIN_ENTRY_BYTES * i, &chain[i]);
+		put_chain_entry(p + (size_t)size * i, &chain[i], answer);
 	}
 	return 0;
 }
 
-static int chain_decode(const char *what, const uint8_t *p, uint32_t count,
+static int chain_decode(const char *what, const uint8_t *p, uint32_t count, bool answer,
 			struct pool_chain_view *out, char *why, size_t why_size)
 {
 	struct pool_chain_entry prev, e;
 
 	out->count = count;
+	out->entry_bytes = answer ? POOL_ANSWER_ENTRY_BYTES : POOL_CLAIMED_ENTRY_BYTES;
 	out->entries = p;
 	for (uint32_t i = 0; i < count; i++) {
-		const uint8_t *q = p + POOL_CHAIN_ENTRY_BYTES * i;
+		const uint8_t *q = p + (size_t)out->entry_bytes * i;
 		int ret;
 
 		if (q[32] > 1)
 			return PROTO_FAIL(why, why_size, "%s chain row flag %u (R-POOL-7)", what,
 					  q[32]);
 		pool_chain_view_entry(out, i, &e);
-		ret = chain_check(what, &e, i ? &prev : NULL, i + 1 == count, why, why_size);
+		ret = chain_check(what, &e, i ? &prev : NULL, i + 1 == count, answer, why,
+				  why_size);
 		if (ret)
 			return ret;
 		prev = e;
@@ -1085,17 +1124,25 @@ void pool_chain_view_entry(const struct pool_chain_view *v, uint32_t index,
 	const uint8_t *p;
 
 	SEL_ASSERT(index < v->count);
-	p = v->entries + POOL_CHAIN_ENTRY_BYTES * index;
+	p = v->entries + (size_t)v->entry_bytes * index;
+	memset(out, 0, sizeof(*out));
 	get_key(p, &out->key);
 	out->first_page_index = sel_get_le32(p + 24);
 	out->tail_page_count = sel_get_le32(p + 28);
 	out->row = p[32] == 1;
+	if (v->entry_bytes == POOL_ANSWER_ENTRY_BYTES) {
+		out->place.offset = sel_get_le64(p + 33);
+		out->place.bytes = sel_get_le64(p + 41);
+		out->stamp = sel_get_le64(p + 49);
+	} else {
+		out->stamp = sel_get_le64(p + 33);
+	}
 }
 
 int pool_answer_encode(uint64_t ticket, const struct pool_chain_entry *chain,
 		       uint32_t count, uint8_t *buf, size_t buf_size)
 {
-	size_t length = POOL_ANSWER_FIXED_BYTES + (size_t)POOL_CHAIN_ENTRY_BYTES * count;
+	size_t length = POOL_ANSWER_FIXED_BYTES + (size_t)POOL_ANSWER_ENTRY_BYTES * count;
 
 	if (count > POOL_CHAIN_RECORDS_MAX)
 		return SEL_ETOOBIG;
@@ -1105,7 +1152,7 @@ int pool_answer_encode(uint64_t ticket, const struct pool_chain_entry *chain,
 		return -ENOSPC;
 	sel_put_le64(buf, ticket);
 	sel_put_le32(buf + 8, count);
-	if (chain_encode("ANSWER", chain, count, buf + POOL_ANSWER_FIXED_BYTES))
+	if (chain_encode("ANSWER", chain, count, true, buf + POOL_ANSWER_FIXED_BYTES))
 		return -EINVAL;
 	return (int)length;
 }
@@ -1127,11 +1174,11 @@ int pool_answer_decode(const uint8_t *body, uint32_t length, uint64_t *ticket,
 		return PROTO_FAIL(why, why_size, "ANSWER chain of %" PRIu32 " records (R-POOL-21)",
 				  count);
 	ret = check_length("ANSWER", length,
-			   POOL_ANSWER_FIXED_BYTES + (uint64_t)POOL_CHAIN_ENTRY_BYTES * count, why,
+			   POOL_ANSWER_FIXED_BYTES + (uint64_t)POOL_ANSWER_ENTRY_BYTES * count, why,
 			   why_size);
 	if (ret)
 		return ret;
-	return chain_decode("ANSWER", body + POOL_ANSWER_FIXED_BYTES, count, chain, why,
+	return chain_decode("ANSWER", body + POOL_ANSWER_FIXED_BYTES, count, true, chain, why,
 			    why_size);
 }
 
@@ -1168,7 +1215,7 @@ int pool_claim_decode(const uint8_t *body, uint32_t length, struct pool_claim *o
 int pool_claimed_encode(const struct pool_claimed *m, const struct pool_chain_entry *chain,
 			uint32_t count, uint8_t *buf, size_t buf_size)
 {
-	size_t length = POOL_CLAIMED_FIXED_BYTES + (size_t)POOL_CHAIN_ENTRY_BYTES * count;
+	size_t length = POOL_CLAIMED_FIXED_BYTES + (size_t)POOL_CLAIMED_ENTRY_BYTES * count;
 	int ret;
 
 	if (count > POOL_CHAIN_RECORDS_MAX)
@@ -1180,7 +1227,7 @@ int pool_claimed_encode(const struct pool_claimed *m, const struct pool_chain_en
 		return ret;
 	sel_put_le32(buf + 12, m->deadline_ms);
 	sel_put_le32(buf + 16, count);
-	if (chain_encode("CLAIMED", chain, count, buf + POOL_CLAIMED_FIXED_BYTES))
+	if (chain_encode("CLAIMED", chain, count, false, buf + POOL_CLAIMED_FIXED_BYTES))
 		return -EINVAL;
 	return ret;
 }
@@ -1206,12 +1253,12 @@ int pool_claimed_decode(const uint8_t *body, uint32_t length, struct pool_claime
 		return PROTO_FAIL(why, why_size, "CLAIMED chain of %" PRIu32 " records with "
 				  "result %" PRId32 " (R-POOL-31)", count, out->result);
 	ret = check_length("CLAIMED", length,
-			   POOL_CLAIMED_FIXED_BYTES + (uint64_t)POOL_CHAIN_ENTRY_BYTES * count, why,
+			   POOL_CLAIMED_FIXED_BYTES + (uint64_t)POOL_CLAIMED_ENTRY_BYTES * count, why,
 			   why_size);
 	if (ret)
 		return ret;
-	return chain_decode("CLAIMED", body + POOL_CLAIMED_FIXED_BYTES, count, chain, why,
-			    why_size);
+	return chain_decode("CLAIMED", body + POOL_CLAIMED_FIXED_BYTES, count, false, chain,
+			    why, why_size);
 }
 
 /* ---- CLAIM_PULL, CLAIM_WINDOW, CLAIM_PLACES, CLAIM_END ---- */

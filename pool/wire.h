@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define POOL_MAGIC "SELP"
-#define POOL_VERSION 1u
+#define POOL_VERSION 2u
 #define POOL_NONCE_BYTES 32u
 #define POOL_MAC_BYTES 32u
 #define POOL_KEY_BYTES 32u  /* the connection key Kc */
@@ -87,10 +87,12 @@ enum pool_body_bytes {
 	POOL_ATTACHED_BYTES = 40,
 	POOL_LOOKUP_FIXED_BYTES = 12, /* plus 24 per key */
 	POOL_WIRE_KEY_BYTES = 24,
-	POOL_ANSWER_FIXED_BYTES = 12, /* plus 33 per chain entry */
-	POOL_CHAIN_ENTRY_BYTES = 33,
+	POOL_ANSWER_FIXED_BYTES = 12, /* plus 57 per chain entry */
+	POOL_CHAIN_ENTRY_BYTES = 33,  /* key, F, T, row: the part both chains carry */
+	POOL_ANSWER_ENTRY_BYTES = 57, /* the chain entry, the session rank's place, stamp */
 	POOL_CLAIM_BYTES = 32,
-	POOL_CLAIMED_FIXED_BYTES = 20, /* plus 33 per chain entry */
+	POOL_CLAIMED_FIXED_BYTES = 20, /* plus 41 per chain entry */
+	POOL_CLAIMED_ENTRY_BYTES = 41, /* the chain entry, stamp */
 	POOL_CLAIM_PULL_BYTES = 13,
 	POOL_CLAIM_WINDOW_HEAD_BYTES = 21, /* plus data */
 	POOL_CLAIM_PLACES_FIXED_BYTES = 12, /* plus 16 per record */
@@ -108,9 +110,9 @@ enum pool_body_bytes {
 	POOL_RDMA_FREE_FIXED_BYTES = 4, /* plus 4 per slot */
 };
 
-/* The largest control body (not a window): a LOOKUP or ANSWER of 4096. */
+/* The largest control body (not a window): an ANSWER of 4096 records. */
 #define POOL_CONTROL_BODY_BYTES_MAX                                        \
-	(POOL_CLAIMED_FIXED_BYTES + POOL_CHAIN_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX)
+	(POOL_ANSWER_FIXED_BYTES + POOL_ANSWER_ENTRY_BYTES * POOL_CHAIN_RECORDS_MAX)
 
 /* Why a connection was refused (R-POOL-9). */
 enum pool_refuse_reason {
@@ -141,12 +143,24 @@ enum pool_section {
 	POOL_SECTION_ROW = 3,
 };
 
-/* One record of a chain, root first (R-POOL-21). */
+/* A share image's range in the manager's arena (R-POOL-34, R-POOL-22). */
+struct pool_place {
+	uint64_t offset;
+	uint64_t bytes;
+};
+
+/*
+ * One record of a chain, root first (R-POOL-21). ANSWER carries every field
+ * (R-POOL-22: place and stamp), CLAIMED the stamp (R-POOL-36), and both
+ * decoders leave what their frame does not carry 0.
+ */
 struct pool_chain_entry {
 	struct rec_key key;
 	uint32_t first_page_index;
 	uint32_t tail_page_count;
 	bool row;
+	uint64_t stamp;          /* the record image's (R-POOL-53); 0: on the disk tier */
+	struct pool_place place; /* ANSWER: the session rank's share image; 0 with stamp 0 */
 };
 
 /* ---- MACs, the connection key, tags (R-POOL-10 .. R-POOL-12) ---- */
@@ -364,6 +378,7 @@ void pool_lookup_view_key(const struct pool_lookup_view *v, uint32_t index,
 /* A chain as ANSWER and CLAIMED carry it; entries point into the body. */
 struct pool_chain_view {
 	uint32_t count;
+	uint32_t entry_bytes; /* POOL_ANSWER_ENTRY_BYTES or POOL_CLAIMED_ENTRY_BYTES */
 	const uint8_t *entries;
 };
 
@@ -431,11 +446,7 @@ int pool_claim_window_decode(const uint8_t *head, uint32_t head_length,
 			     uint32_t data_length, struct pool_claim_window *out, char *why,
 			     size_t why_size);
 
-/* CLAIM_PLACES (R-POOL-34). */
-struct pool_place {
-	uint64_t offset;
-	uint64_t bytes;
-};
+/* CLAIM_PLACES (R-POOL-34); struct pool_place is above. */
 
 struct pool_places_view {
 	uint64_t claim_id;

@@ -88,6 +88,7 @@ int shard_pool_share_begin(struct shard_pool_share *p, const struct shard_pool_r
 	p->row_bytes_arrived = 0;
 	p->bytes_copied = 0;
 	p->unsynced = false;
+	p->records_early = p->records_redone = p->records_waited = 0;
 	return 0;
 }
 
@@ -250,34 +251,49 @@ int shard_pool_share_window(struct shard_pool_share *p, uint32_t chain_index,
 	return sel_fail(SEL_EMISMATCH, why, why_size, "a window of section %d", (int)section);
 }
 
-int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
-			   const uint8_t *image, uint64_t bytes, char *why, size_t why_size)
+/* The header of record chain_index's arena image (bytes long), checked into *h. */
+static int image_check(const struct shard_pool_share *p, uint32_t chain_index,
+		       const uint8_t *image, uint64_t bytes, struct rec_header *h, char *why,
+		       size_t why_size)
 {
 	const struct shard_pool_record *r;
 	struct rec_expect expect = { .namespace_id = p->namespace_id, .geometry = p->geometry };
-	struct rec_header h;
 	bool row_present;
 	int ret;
 
-	SEL_ASSERT(p->chain);
 	if (chain_index >= p->chain_count || bytes < REC_HEADER_BYTES)
 		return sel_fail(SEL_EMISMATCH, why, why_size, "an arena image of %" PRIu64
 				" bytes for claim record %u of %u", bytes, chain_index,
 				p->chain_count);
 	r = &p->chain[chain_index];
-	ret = rec_header_decode(image, &h, why, why_size);
+	ret = rec_header_decode(image, h, why, why_size);
 	if (!ret)
-		ret = rec_header_check_expected(&h, &expect, why, why_size);
+		ret = rec_header_check_expected(h, &expect, why, why_size);
 	if (!ret)
-		ret = rec_header_check_length(&h, bytes, &row_present, why, why_size);
+		ret = rec_header_check_length(h, bytes, &row_present, why, why_size);
 	if (ret)
 		return ret;
-	if (!rec_key_equal(&h.key, &r->key) || h.first_page_index != r->first_page_index ||
-	    h.tail_page_count != r->tail_page_count || (r->row && !row_present))
+	if (!rec_key_equal(&h->key, &r->key) || h->first_page_index != r->first_page_index ||
+	    h->tail_page_count != r->tail_page_count || (r->row && !row_present))
 		return sel_fail(SEL_EMISMATCH, why, why_size, "claim record %u: the arena holds "
 				"another record (%" PRIu64 " tokens, pages %u + %u%s)", chain_index,
-				h.key.consumed, h.first_page_index, h.tail_page_count,
+				h->key.consumed, h->first_page_index, h->tail_page_count,
 				row_present ? ", row" : "");
+	return 0;
+}
+
+int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
+			   const uint8_t *image, uint64_t bytes, char *why, size_t why_size)
+{
+	const struct shard_pool_record *r;
+	struct rec_header h;
+	int ret;
+
+	SEL_ASSERT(p->chain);
+	ret = image_check(p, chain_index, image, bytes, &h, why, why_size);
+	if (ret)
+		return ret;
+	r = &p->chain[chain_index];
 	if (r->tail_page_count) {
 		ret = share_pages(p, chain_index, 0, r->tail_page_count, image + h.page_offset,
 				  h.page_stride, true, why, why_size);
@@ -288,6 +304,98 @@ int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
 		return 0;
 	return share_row(p, chain_index, 0, image + h.row_offset, p->geometry->row_record_bytes,
 			 true, why, why_size);
+}
+
+/* Whether place lies inside an arena of arena_bytes (R-POOL-34). */
+static bool place_inside(uint64_t offset, uint64_t bytes, uint64_t arena_bytes)
+{
+	return offset <= arena_bytes && bytes <= arena_bytes - offset;
+}
+
+/* Forgets what record i's copies delivered, so that they can come again. */
+static void share_unmark(struct shard_pool_share *p, uint32_t i)
+{
+	uint64_t start = (uint64_t)p->chain[0].first_page_index + p->skip_pages;
+
+	for (uint32_t j = 0; j < p->chain[i].tail_page_count; j++) {
+		uint64_t q = (uint64_t)p->chain[i].first_page_index + j, d = q - start;
+
+		if (q < start || !(p->arrived[d / 64] & (1ull << (d % 64))))
+			continue;
+		p->arrived[d / 64] &= ~(1ull << (d % 64));
+		p->pages_arrived--;
+	}
+	if (i + 1 == p->chain_count)
+		p->row_bytes_arrived = 0;
+}
+
+int shard_pool_share_early(struct shard_pool_share *p, const uint8_t *arena,
+			   uint64_t arena_bytes, struct shard_pool_early *early, uint32_t count)
+{
+	struct rec_header h;
+	int ret = 0;
+
+	SEL_ASSERT(p->chain && count == p->chain_count);
+	for (uint32_t i = 0; !ret && i < count; i++) {
+		struct shard_pool_early *e = &early[i];
+
+		e->issued = false;
+		/* a stale place may hold anything: a header that is not the record's skips it */
+		if (e->stamp == 0 || !place_inside(e->offset, e->bytes, arena_bytes) ||
+		    image_check(p, i, arena + e->offset, e->bytes, &h, NULL, 0))
+			continue;
+		ret = shard_pool_share_place(p, i, arena + e->offset, e->bytes, NULL, 0);
+		if (ret == SEL_EBADHEADER || ret == SEL_EMISMATCH) {
+			/* the manager rewrote the header since: nothing was issued for it */
+			share_unmark(p, i);
+			ret = 0;
+			continue;
+		}
+		e->issued = ret == 0;
+	}
+	return ret;
+}
+
+int shard_pool_share_granted(struct shard_pool_share *p, const uint8_t *arena,
+			     uint64_t arena_bytes, const struct shard_pool_early *early,
+			     const struct shard_pool_record *granted, const uint64_t *stamps,
+			     const struct shard_pool_place *places, uint32_t count, char *why,
+			     size_t why_size)
+{
+	int ret = 0;
+
+	SEL_ASSERT(p->chain);
+	if (count != p->chain_count)
+		return sel_fail(SEL_ENOTFOUND, why, why_size, "the grant names %u records, the "
+				"lookup %u: the pool's chain changed", count, p->chain_count);
+	for (uint32_t i = 0; i < count; i++) {
+		const struct shard_pool_record *a = &p->chain[i], *g = &granted[i];
+
+		if (!rec_key_equal(&a->key, &g->key) || a->first_page_index != g->first_page_index ||
+		    a->tail_page_count != g->tail_page_count || a->row != g->row)
+			return sel_fail(SEL_ENOTFOUND, why, why_size, "the grant's record %u is not "
+					"the lookup's: the pool's chain changed", i);
+	}
+	for (uint32_t i = 0; !ret && i < count; i++) {
+		const struct shard_pool_place *pl = &places[i];
+
+		if (early[i].issued && early[i].stamp == stamps[i]) {
+			p->records_early++;
+			continue;
+		}
+		if (!place_inside(pl->offset, pl->bytes, arena_bytes))
+			return sel_fail(SEL_EPROTO, why, why_size, "claim record %u: %" PRIu64
+					" bytes at %" PRIu64 " past the %" PRIu64 "-byte arena", i,
+					pl->bytes, pl->offset, arena_bytes);
+		if (early[i].issued) {
+			share_unmark(p, i);
+			p->records_redone++;
+		} else {
+			p->records_waited++;
+		}
+		ret = shard_pool_share_place(p, i, arena + pl->offset, pl->bytes, why, why_size);
+	}
+	return ret;
 }
 
 int shard_pool_share_finish(struct shard_pool_share *p, uint64_t *bytes, char *why,

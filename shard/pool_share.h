@@ -35,6 +35,12 @@ enum shard_pool_section {
 	SHARD_POOL_SECTION_ROW = 3,
 };
 
+/* A share image's range in the manager's arena (R-POOL-34). */
+struct shard_pool_place {
+	uint64_t offset;
+	uint64_t bytes;
+};
+
 /* One record of the claimed chain, root side first, as rank zero sent it. */
 struct shard_pool_record {
 	struct rec_key key;
@@ -67,6 +73,22 @@ struct shard_pool_share {
 	uint64_t row_bytes_arrived;   /* of the row unit, from offset 0, in order */
 	uint64_t bytes_copied;
 	bool unsynced;                /* arena copies issued, not yet waited for */
+	/* a same-host claim's records (shard_pool_share_early, _granted) */
+	uint32_t records_early;       /* copied before the grant and kept */
+	uint32_t records_redone;      /* copied before the grant, stale: copied again */
+	uint32_t records_waited;      /* copied only once the grant came */
+};
+
+/*
+ * One record's place in the manager's arena as a lookup's ANSWER named it
+ * for the session rank, with its image's stamp (pool/PROTOCOL.md R-POOL-22,
+ * R-POOL-53; stamp 0: the record lay on the manager's disk tier).
+ */
+struct shard_pool_early {
+	uint64_t offset;
+	uint64_t bytes;
+	uint64_t stamp;
+	bool issued; /* shard_pool_share_early issued its copies */
 };
 
 /*
@@ -121,6 +143,39 @@ int shard_pool_share_window(struct shard_pool_share *p, uint32_t chain_index,
  */
 int shard_pool_share_place(struct shard_pool_share *p, uint32_t chain_index,
 			   const uint8_t *image, uint64_t bytes, char *why, size_t why_size);
+
+/*
+ * A same-host claim's copies, issued before its grant (R-POOL-22): for each
+ * of the begun claim's records (count, the chain's) whose stamp is not 0,
+ * whose place lies inside the arena (arena, arena_bytes: the mapping) and
+ * whose image there has the record's header, issues its copies as
+ * shard_pool_share_place does and sets issued; any other record is left
+ * for its grant. A place may be stale (the record evicted since the
+ * answer, its range reused): what is copied from it is undone by
+ * shard_pool_share_granted, which the caller runs before it reports
+ * anything. Returns 0 or the device's failure.
+ */
+int shard_pool_share_early(struct shard_pool_share *p, const uint8_t *arena,
+			   uint64_t arena_bytes, struct shard_pool_early *early, uint32_t count);
+
+/*
+ * The grant of a claim begun with shard_pool_share_early: its chain
+ * (granted, count records, with each image's stamp in stamps, R-POOL-36)
+ * must be the begun one's, else SEL_ENOTFOUND (the pool changed since the
+ * lookup); places are the session rank's granted places (R-POOL-34,
+ * bounds-checked: SEL_EPROTO). A record issued early whose stamp equals
+ * the grant's keeps its copies (counted in records_early); any other is
+ * copied from its granted place, after the early copies on the same
+ * device stream, so the later bytes are the ones that stay (records_redone
+ * or records_waited). Returns 0, SEL_ENOTFOUND, SEL_EPROTO, SEL_EBADHEADER
+ * or SEL_EMISMATCH with why, or the device's failure; finish the claim
+ * either way.
+ */
+int shard_pool_share_granted(struct shard_pool_share *p, const uint8_t *arena,
+			     uint64_t arena_bytes, const struct shard_pool_early *early,
+			     const struct shard_pool_record *granted, const uint64_t *stamps,
+			     const struct shard_pool_place *places, uint32_t count, char *why,
+			     size_t why_size);
 
 /*
  * Ends the claim: waits for copies out of the arena still in flight, then

@@ -18,6 +18,8 @@
 #include "record/format.h"
 #include "record/geometry.h"
 #include "selene/selene.h"
+#include "shard/device.h"
+#include "shard/pool_share.h"
 #include "tests/fake_verbs.h"
 
 #include <arpa/inet.h>
@@ -2266,6 +2268,300 @@ static void test_pool_client_end_to_end(void **state)
 	case_free(&root);
 }
 
+/* ---- Same-host claims whose copies start before the grant (R-POOL-22) ---- */
+
+#define OVERLAP_TOKENS 512u /* 32 pages: one record's two shares fill half of a 1 MiB arena */
+
+/* Rank zero of instance B as a same-host claimer: its arena, a host device, a share. */
+struct overlap {
+	struct pool_client *c;
+	const uint8_t *arena;
+	uint64_t arena_bytes;
+	struct shard_device *device;
+	uint8_t *planes[2], *rows;
+	struct shard_planes bases;
+	struct shard_pool_share share;
+	uint32_t page_ids[64];
+	struct pool_chain_entry answer[4], grant_chain[4];
+	struct shard_pool_record records[4], granted[4];
+	struct shard_pool_early early[4];
+	uint64_t stamps[4];
+	struct pool_place places[4];
+	struct shard_pool_place granted_places[4];
+	uint32_t count;
+	char why[WHY_BYTES];
+};
+
+static void overlap_open(struct overlap *o, struct running *r)
+{
+	const struct rec_geometry *g = &geometry[0];
+
+	memset(o, 0, sizeof(*o));
+	assert_int_equal(client_open(r, 0, 0xb, secret, &o->c, o->why), 0);
+	assert_int_equal(pool_arena_map(o->c, &o->arena, &o->arena_bytes, o->why,
+					sizeof(o->why)), 0);
+	pool_client_claim_local(o->c, true);
+	assert_int_equal(shard_device_open_host(&o->device), 0);
+	for (uint32_t p = 0; p < g->page_plane_count; p++) {
+		o->planes[p] = tu_alloc(g->page_planes[p].unit_bytes * g->page_count);
+		o->bases.page_base[p] = (uintptr_t)o->planes[p];
+	}
+	o->rows = tu_alloc(g->row_plane.unit_bytes * g->row_count);
+	o->bases.row_base = (uintptr_t)o->rows;
+	assert_int_equal(shard_pool_share_init(&o->share, g, &namespace_id, &o->bases,
+					       o->device), 0);
+	for (uint32_t i = 0; i < 64; i++)
+		o->page_ids[i] = i;
+}
+
+static void overlap_close(struct overlap *o)
+{
+	shard_pool_share_destroy(&o->share);
+	for (uint32_t p = 0; p < 2; p++)
+		free(o->planes[p]);
+	free(o->rows);
+	o->device->ops->close(o->device);
+	pool_client_close(o->c);
+}
+
+/* The lookup: the answer's chain, the session rank's places and the stamps. */
+static void overlap_lookup(struct overlap *o, const struct put_case *pc)
+{
+	uint64_t ticket;
+	int ret;
+
+	assert_int_equal(pool_lookup_begin(o->c, &pc->rec.key, 1, &ticket), 0);
+	POLL_UNTIL(pool_lookup_poll(o->c, ticket, o->answer, 4, &o->count), ret);
+	assert_int_equal(ret, 1);
+	assert_int_equal(o->count, 1);
+	for (uint32_t i = 0; i < o->count; i++) {
+		o->records[i] = (struct shard_pool_record){
+			.key = o->answer[i].key, .first_page_index = o->answer[i].first_page_index,
+			.tail_page_count = o->answer[i].tail_page_count, .row = o->answer[i].row };
+		o->early[i] = (struct shard_pool_early){ .offset = o->answer[i].place.offset,
+							 .bytes = o->answer[i].place.bytes,
+							 .stamp = o->answer[i].stamp };
+	}
+}
+
+/* The claim's copies begun and issued from the answer's places, before any grant. */
+static void overlap_early(struct overlap *o, const struct put_case *pc)
+{
+	assert_int_equal(shard_pool_share_begin(&o->share, o->records, o->count, 0, o->page_ids,
+						pc->rec.tail_page_count, 0, o->why,
+						sizeof(o->why)), 0);
+	assert_int_equal(shard_pool_share_early(&o->share, o->arena, o->arena_bytes, o->early,
+						o->count), 0);
+}
+
+/* The claim: CLAIM_LOCAL, the grant's stamps and places, the records copied again where they changed, the end. */
+static int overlap_claim(struct overlap *o, const struct put_case *pc, uint64_t *bytes)
+{
+	struct pool_claim_grant grant;
+	uint64_t claim_id = 0;
+	uint32_t count = 0;
+	int ret, finished;
+
+	assert_int_equal(pool_claim_begin(o->c, &pc->rec.key, &claim_id), 0);
+	POLL_UNTIL(pool_claim_poll(o->c, claim_id, &grant, o->grant_chain, 4, &count), ret);
+	if (ret == 1) {
+		ret = pool_share_pull(o->c, claim_id, o->grant_chain, count, 0, true);
+		if (!ret)
+			ret = pool_share_places(o->c, claim_id, o->places, count, 5000);
+		for (uint32_t i = 0; !ret && i < count; i++) {
+			o->granted[i] = (struct shard_pool_record){
+				.key = o->grant_chain[i].key,
+				.first_page_index = o->grant_chain[i].first_page_index,
+				.tail_page_count = o->grant_chain[i].tail_page_count,
+				.row = o->grant_chain[i].row };
+			o->stamps[i] = o->grant_chain[i].stamp;
+			o->granted_places[i] = (struct shard_pool_place){ o->places[i].offset,
+									  o->places[i].bytes };
+		}
+		if (!ret)
+			ret = shard_pool_share_granted(&o->share, o->arena, o->arena_bytes, o->early,
+						       o->granted, o->stamps, o->granted_places,
+						       count, o->why, sizeof(o->why));
+		pool_share_end(o->c, claim_id);
+		pool_claim_end(o->c, claim_id, ret);
+	}
+	/* a refused claim: its destination is discarded, nothing is reported */
+	finished = shard_pool_share_finish(&o->share, bytes, ret ? NULL : o->why,
+					   ret ? 0 : sizeof(o->why));
+	return ret ? ret : finished;
+}
+
+/* The device holds rank zero's pages and row of pc (page j at id j, the row in slot 0). */
+static bool overlap_device_holds(const struct overlap *o, const struct put_case *pc)
+{
+	const struct rec_geometry *g = &geometry[0];
+	const uint8_t *img = pc->img[0].bytes;
+	struct rec_header h;
+	struct rec_layout l;
+	uint64_t plane_offset = 0;
+	char why[WHY_BYTES];
+
+	assert_int_equal(rec_header_decode(img, &h, why, sizeof(why)), 0);
+	assert_int_equal(rec_layout_from_header(&h, &l), 0);
+	for (uint32_t p = 0; p < g->page_plane_count; p++) {
+		uint64_t unit = g->page_planes[p].unit_bytes;
+
+		for (uint32_t j = 0; j < pc->rec.tail_page_count; j++)
+			if (memcmp(o->planes[p] + unit * j,
+				   img + l.page_offset + l.page_stride * j + plane_offset, unit))
+				return false;
+		plane_offset += sel_align_up(unit, 4096);
+	}
+	return memcmp(o->rows, img + l.row_offset, g->row_plane.unit_bytes) == 0;
+}
+
+/* The bytes a claim of pc copies once: its pages' units and the row's. */
+static uint64_t overlap_payload(const struct put_case *pc)
+{
+	const struct rec_geometry *g = &geometry[0];
+
+	return (uint64_t)pc->rec.tail_page_count * g->page_planes[0].unit_bytes *
+		       g->page_plane_count + g->row_plane.unit_bytes;
+}
+
+/* A same-host claim whose stamps match copies each record once, from the answer's places, before the grant: nothing is copied again. */
+static void test_pool_overlap_fast_path_copies_once(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD];
+	struct put_case k1;
+	struct overlap o;
+	uint64_t bytes = 0;
+	char why[WHY_BYTES];
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&k1, 41, OVERLAP_TOKENS, NULL, 41);
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
+	put_root(a, &k1);
+	overlap_open(&o, &r);
+	overlap_lookup(&o, &k1);
+	overlap_early(&o, &k1);
+	assert_true(o.answer[0].stamp != 0);
+	assert_true(o.early[0].issued);
+	/* the early copies landed before any grant (the host device copies at once) */
+	assert_true(overlap_device_holds(&o, &k1));
+	assert_int_equal(overlap_claim(&o, &k1, &bytes), 0);
+	assert_int_equal(o.stamps[0], o.answer[0].stamp);
+	assert_int_equal(o.share.records_early, 1);
+	assert_int_equal(o.share.records_redone, 0);
+	assert_int_equal(o.share.records_waited, 0);
+	assert_int_equal(bytes, overlap_payload(&k1));
+	assert_true(overlap_device_holds(&o, &k1));
+	overlap_close(&o);
+	for (uint32_t k = 0; k < WORLD; k++)
+		pool_client_close(a[k]);
+	manager_stop(&r);
+	case_free(&k1);
+}
+
+/* A record evicted between lookup and claim, its range reused (a 1 MiB arena holds one): copied again from its new place, or never from the other record's bytes and refused. */
+static void test_pool_overlap_stale_place_redone_or_refused(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD];
+	struct put_case k1, k2, k3;
+	struct overlap o;
+	uint64_t bytes = 0, stale;
+	char why[WHY_BYTES];
+
+	(void)state;
+	manager_start(&r, 1 << 20, 0);
+	case_make(&k1, 51, OVERLAP_TOKENS, NULL, 51);
+	case_make(&k2, 52, OVERLAP_TOKENS, NULL, 52);
+	case_make(&k3, 53, OVERLAP_TOKENS, NULL, 53);
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
+	put_root(a, &k1);
+	overlap_open(&o, &r);
+
+	/* copied early from a live image; then evicted by k2, put back: another stamp */
+	overlap_lookup(&o, &k1);
+	overlap_early(&o, &k1);
+	assert_true(o.early[0].issued);
+	stale = o.answer[0].stamp;
+	put_root(a, &k2);
+	assert_int_not_equal(memcmp(o.arena + o.early[0].offset, k1.img[0].bytes, 4096), 0);
+	put_root(a, &k1);
+	/* what the early copies delivered counts for nothing once the stamp differs */
+	memset(o.planes[0], 0xee, 4096);
+	memset(o.rows, 0xee, 64);
+	assert_int_equal(overlap_claim(&o, &k1, &bytes), 0);
+	assert_int_not_equal(o.stamps[0], stale);
+	assert_int_equal(o.share.records_early, 0);
+	assert_int_equal(o.share.records_redone, 1);
+	assert_true(overlap_device_holds(&o, &k1));
+	assert_int_equal(bytes, 2 * overlap_payload(&k1));
+
+	/* the range holds k2's share when the copies would start: none starts, the claim fails */
+	memset(o.planes[0], 0, 4096 * 64);
+	overlap_lookup(&o, &k1);
+	/* other puts until one takes k1's range (a freed range keeps its bytes until then) */
+	for (uint32_t i = 0; i < 4 && memcmp(o.arena + o.answer[0].place.offset,
+					      k1.img[0].bytes, 4096) == 0; i++)
+		put_root(a, i % 2 ? &k3 : &k2);
+	assert_int_not_equal(memcmp(o.arena + o.answer[0].place.offset, k1.img[0].bytes, 4096),
+			     0);
+	overlap_early(&o, &k1);
+	assert_false(o.early[0].issued);
+	assert_int_equal(overlap_claim(&o, &k1, &bytes), -ENOENT);
+	assert_int_equal(bytes, 0);
+	for (uint32_t b = 0; b < 4096 * 64; b++)
+		assert_int_equal(o.planes[0][b], 0);
+	overlap_close(&o);
+	for (uint32_t k = 0; k < WORLD; k++)
+		pool_client_close(a[k]);
+	manager_stop(&r);
+	case_free(&k1);
+	case_free(&k2);
+	case_free(&k3);
+}
+
+/* A record on the manager's disk tier is answered with stamp 0 and no place: its copies wait for the grant. */
+static void test_pool_overlap_disk_tier_waits_for_grant(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD];
+	struct put_case k1;
+	struct overlap o;
+	uint64_t bytes = 0;
+	char *dir = tu_make_temp_dir("pool-overlap"), why[WHY_BYTES];
+
+	(void)state;
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	case_make(&k1, 61, OVERLAP_TOKENS, NULL, 61);
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
+	put_root(a, &k1);
+	for (uint32_t k = 0; k < WORLD; k++)
+		pool_client_close(a[k]);
+	manager_stop(&r); /* what the arena held moves to disk */
+	manager_start_in(&r, 1 << 20, 0, dir, "test-pool");
+	overlap_open(&o, &r);
+	overlap_lookup(&o, &k1);
+	overlap_early(&o, &k1);
+	assert_int_equal(o.answer[0].stamp, 0);
+	assert_int_equal(o.answer[0].place.offset, 0);
+	assert_int_equal(o.answer[0].place.bytes, 0);
+	assert_false(o.early[0].issued);
+	assert_int_equal(overlap_claim(&o, &k1, &bytes), 0);
+	assert_true(o.stamps[0] != 0);
+	assert_int_equal(o.share.records_waited, 1);
+	assert_int_equal(o.share.records_early + o.share.records_redone, 0);
+	assert_int_equal(bytes, overlap_payload(&k1));
+	assert_true(overlap_device_holds(&o, &k1));
+	overlap_close(&o);
+	manager_stop(&r);
+	case_free(&k1);
+	tu_remove_tree(dir);
+}
+
 /*
  * A share ended mid-stream hands its slots back at once: the I/O thread,
  * which reads the socket without the client's lock, never writes a slot
@@ -3030,6 +3326,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pool_put_then_claim_byte_exact),
 		cmocka_unit_test(test_pool_local_claim_grant_brings_places),
+		cmocka_unit_test(test_pool_overlap_fast_path_copies_once),
+		cmocka_unit_test(test_pool_overlap_stale_place_redone_or_refused),
+		cmocka_unit_test(test_pool_overlap_disk_tier_waits_for_grant),
 		cmocka_unit_test(test_pool_other_scope_never_matches),
 		cmocka_unit_test(test_pool_strangers_refused),
 		cmocka_unit_test(test_pool_strangers_make_room),

@@ -149,7 +149,7 @@ static bool fake_handshake(struct fake *f, int fd, struct pool_rx *rx, uint64_t 
 /* The one-record chain the scripted manager grants, and the client pulls. */
 static struct pool_chain_entry fake_chain(void)
 {
-	struct pool_chain_entry e = { .tail_page_count = 1, .row = true };
+	struct pool_chain_entry e = { .tail_page_count = 1, .row = true, .stamp = 1 };
 
 	e.key.consumed = 16;
 	tu_fill(e.key.digest.bytes, sizeof(e.key.digest.bytes), 9);

@@ -374,6 +374,8 @@ static void sample_chain(struct pool_chain_entry *c, uint32_t count)
 		c[i].first_page_index = first;
 		c[i].tail_page_count = 4;
 		c[i].row = i + 1 == count;
+		c[i].stamp = 100 + i;
+		c[i].place = (struct pool_place){ .offset = 4096ull * (i + 1), .bytes = 8192 };
 		first += 4;
 	}
 }
@@ -393,7 +395,7 @@ static void test_pool_wire_chains(void **state)
 	(void)state;
 	sample_chain(chain, POOL_CHAIN_RECORDS_MAX);
 	n = pool_answer_encode(3, chain, POOL_CHAIN_RECORDS_MAX, buf, sizeof(buf));
-	assert_int_equal(n, 12 + 33 * POOL_CHAIN_RECORDS_MAX);
+	assert_int_equal(n, 12 + 57 * POOL_CHAIN_RECORDS_MAX);
 	assert_int_equal(pool_answer_decode(buf, (uint32_t)n, &ticket, &v, why, sizeof(why)), 0);
 	pool_chain_view_entry(&v, POOL_CHAIN_RECORDS_MAX - 1, &e);
 	assert_memory_equal(&e.key, &chain[POOL_CHAIN_RECORDS_MAX - 1].key, sizeof(e.key));
@@ -411,11 +413,11 @@ static void test_pool_wire_chains(void **state)
 	assert_int_equal(pool_answer_encode(3, chain, 3, buf, sizeof(buf)), -EINVAL);
 	sample_chain(chain, 3);
 	n = pool_answer_encode(3, chain, 3, buf, sizeof(buf));
-	buf[12 + 33 + 32] = 2; /* row flag */
+	buf[12 + 57 + 32] = 2; /* row flag */
 	assert_int_equal(pool_answer_decode(buf, (uint32_t)n, &ticket, &v, why, sizeof(why)),
 			 SEL_EPROTO);
 	n = pool_answer_encode(3, chain, 3, buf, sizeof(buf));
-	sel_put_le64(buf + 12 + 33, 64); /* second key no longer than the first */
+	sel_put_le64(buf + 12 + 57, 64); /* second key no longer than the first */
 	assert_int_equal(pool_answer_decode(buf, (uint32_t)n, &ticket, &v, why, sizeof(why)),
 			 SEL_EPROTO);
 	/* CLAIMED: a chain with result 0, none with a refusal */
@@ -431,6 +433,85 @@ static void test_pool_wire_chains(void **state)
 	sel_put_le32(buf + 8, (uint32_t)-5000); /* not an errno, not SEL_E* */
 	assert_int_equal(pool_claimed_decode(buf, (uint32_t)n, &cout, &v, why, sizeof(why)),
 			 SEL_EPROTO);
+}
+
+/* ANSWER's places and stamps, CLAIMED's stamps: carried, and bad ones refused both ways (R-POOL-22, R-POOL-36). */
+static void test_pool_wire_chain_stamps(void **state)
+{
+	static struct pool_chain_entry chain[4];
+	static uint8_t buf[POOL_CONTROL_BODY_BYTES_MAX];
+	const struct cluster_msg_info *answer = &pool_grammar.types[POOL_MSG_ANSWER];
+	const struct cluster_msg_info *claimed = &pool_grammar.types[POOL_MSG_CLAIMED];
+	struct pool_claimed cd = { .claim_id = 5, .deadline_ms = 100 }, cout;
+	struct pool_chain_view v;
+	struct pool_chain_entry e;
+	const struct pool_place bad[] = {
+		{ .offset = 0, .bytes = 8192 },            /* inside the arena header */
+		{ .offset = 4096 + 512, .bytes = 8192 },   /* not 4096-aligned */
+		{ .offset = 8192, .bytes = 0 },            /* empty */
+		{ .offset = 8192, .bytes = UINT64_MAX - 4095 }, /* its end overflows */
+	};
+	uint64_t ticket;
+	char why[WHY_BYTES];
+	int n;
+
+	(void)state;
+	assert_int_equal(answer->bytes_max, 12 + 57 * POOL_CHAIN_RECORDS_MAX + 16);
+	assert_int_equal(claimed->bytes_max, 20 + 41 * POOL_CHAIN_RECORDS_MAX + 16);
+	/* ANSWER: the place and stamp of each entry; a disk-tier record has neither */
+	sample_chain(chain, 3);
+	chain[1].stamp = 0;
+	chain[1].place = (struct pool_place){ 0, 0 };
+	n = pool_answer_encode(3, chain, 3, buf, sizeof(buf));
+	assert_int_equal(n, 12 + 57 * 3);
+	assert_int_equal(sel_get_le64(buf + 12 + 33), 4096);
+	assert_int_equal(sel_get_le64(buf + 12 + 41), 8192);
+	assert_int_equal(sel_get_le64(buf + 12 + 49), 100);
+	assert_int_equal(pool_answer_decode(buf, (uint32_t)n, &ticket, &v, why, sizeof(why)), 0);
+	for (uint32_t i = 0; i < 3; i++) {
+		pool_chain_view_entry(&v, i, &e);
+		assert_int_equal(e.stamp, chain[i].stamp);
+		assert_int_equal(e.place.offset, chain[i].place.offset);
+		assert_int_equal(e.place.bytes, chain[i].place.bytes);
+	}
+	/* a place without a stamp, or a stamp without a place */
+	chain[1].place = (struct pool_place){ 8192, 8192 };
+	assert_int_equal(pool_answer_encode(3, chain, 3, buf, sizeof(buf)), -EINVAL);
+	sample_chain(chain, 3);
+	n = pool_answer_encode(3, chain, 3, buf, sizeof(buf));
+	sel_put_le64(buf + 12 + 57 + 49, 0); /* entry 1's stamp 0, its place kept */
+	assert_int_equal(pool_answer_decode(buf, (uint32_t)n, &ticket, &v, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-22"));
+	for (uint32_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		sample_chain(chain, 3);
+		chain[2].place = bad[k];
+		assert_int_equal(pool_answer_encode(3, chain, 3, buf, sizeof(buf)), -EINVAL);
+		chain[2].place = (struct pool_place){ 8192, 8192 };
+		n = pool_answer_encode(3, chain, 3, buf, sizeof(buf));
+		assert_true(n > 0);
+		sel_put_le64(buf + 12 + 2 * 57 + 33, bad[k].offset);
+		sel_put_le64(buf + 12 + 2 * 57 + 41, bad[k].bytes);
+		assert_int_equal(pool_answer_decode(buf, (uint32_t)n, &ticket, &v, why,
+						    sizeof(why)), SEL_EPROTO);
+	}
+	/* CLAIMED: a stamp per entry, never 0; no place travels */
+	sample_chain(chain, 3);
+	n = pool_claimed_encode(&cd, chain, 3, buf, sizeof(buf));
+	assert_int_equal(n, 20 + 41 * 3);
+	assert_int_equal(pool_claimed_decode(buf, (uint32_t)n, &cout, &v, why, sizeof(why)), 0);
+	for (uint32_t i = 0; i < 3; i++) {
+		pool_chain_view_entry(&v, i, &e);
+		assert_int_equal(e.stamp, 100 + i);
+		assert_int_equal(e.place.offset, 0);
+		assert_int_equal(e.place.bytes, 0);
+	}
+	chain[0].stamp = 0;
+	assert_int_equal(pool_claimed_encode(&cd, chain, 3, buf, sizeof(buf)), -EINVAL);
+	sel_put_le64(buf + 20 + 33, 0);
+	assert_int_equal(pool_claimed_decode(buf, (uint32_t)n, &cout, &v, why, sizeof(why)),
+			 SEL_EPROTO);
+	assert_non_null(strstr(why, "R-POOL-36"));
 }
 
 /* CLAIM_LOCAL is type 22, a session request as long as CLAIM, tagged (R-POOL-51). */
@@ -893,7 +974,7 @@ static void test_pool_wire_receiver_reads_ahead(void **state)
 	uint8_t kc[32], body[256], head[POOL_CLAIM_WINDOW_HEAD_BYTES];
 	static uint8_t data[64 << 10], dest[64 << 10];
 	struct pool_chain_entry entry = { .key = { .consumed = 64 }, .tail_page_count = 4,
-					  .row = true };
+					  .row = true, .stamp = 1 };
 	struct pool_claimed claimed = { .claim_id = 9, .deadline_ms = 100 };
 	struct pool_place place = { .offset = 4096, .bytes = 8192 };
 	struct pool_claim_window w = { .claim_id = 9, .section = POOL_SECTION_PAGES,
@@ -1073,6 +1154,7 @@ int main(void)
 		cmocka_unit_test(test_pool_wire_attach_and_scope),
 		cmocka_unit_test(test_pool_wire_lookup),
 		cmocka_unit_test(test_pool_wire_chains),
+		cmocka_unit_test(test_pool_wire_chain_stamps),
 		cmocka_unit_test(test_pool_wire_claim_local),
 		cmocka_unit_test(test_pool_wire_claim_messages),
 		cmocka_unit_test(test_pool_wire_rdma_endpoints),

@@ -17,10 +17,15 @@
  *
  * Then, with the manager on this host, the same-host claim as a rank runs
  * it (shard/pool_link.c): the arena mapped read-only and registered with
- * --device once (its cost printed), each claim's places (R-POOL-34, given
- * with its grant, R-POOL-51) copied arena -> consecutive device page ids
+ * --device once (its cost printed); before each claim a lookup (untimed)
+ * whose ANSWER gives the places and stamps (R-POOL-22); the claim's copies
+ * issued from those places at once, arena -> consecutive device page ids
  * and a state slot by shard/pool_share.c's copies (one strided copy per
- * plane of the run), waited for once; the round trips a claim made and
+ * plane of the run), while CLAIM_LOCAL travels; the grant's stamps and
+ * places (R-POOL-36, R-POOL-51) keep them or have a record copied again
+ * (the counts printed), waited for once. On the host device the copies
+ * are memcpy done as issued, so the grant's "caller saw it" hop holds
+ * them. The round trips a claim made and
  * where its time went (grant, copies issued, device sync, end) are
  * printed (the grant is polled without sleeping), and the grant's hops
  * (pool_claim_times; the manager's own where it runs in this process). Beside it one bulk
@@ -615,6 +620,13 @@ struct shm_bench {
 	bool share_ready;
 	struct pool_place places[POOL_CHAIN_RECORDS_MAX];
 	struct shard_pool_record records[POOL_CHAIN_RECORDS_MAX];
+	/* the lookup's answer (R-POOL-22) and the grant's stamps and places */
+	struct pool_chain_entry answer[POOL_CHAIN_RECORDS_MAX];
+	struct shard_pool_early early[POOL_CHAIN_RECORDS_MAX];
+	struct shard_pool_record granted[POOL_CHAIN_RECORDS_MAX];
+	uint64_t stamps[POOL_CHAIN_RECORDS_MAX];
+	struct shard_pool_place granted_places[POOL_CHAIN_RECORDS_MAX];
+	uint64_t records_early, records_redone, records_waited; /* over every claim */
 	double *claim_s, *copy_s, *bulk_s, *plane_s, *reverse_s;
 	double *grant_s, *issue_s, *sync_s, *end_s; /* a claim's phases */
 	double *hop_s[SHM_HOPS];                    /* its grant's hops */
@@ -724,9 +736,32 @@ static void shm_hops(struct shm_split *t, double start, double seen, double gran
 
 
 /*
- * One same-host claim as rank zero's link makes it: CLAIM_LOCAL, whose grant
- * brings the places (R-POOL-51), the copies, one wait, the end; its phases
- * in *t.
+ * The lookup that precedes a same-host claim (untimed: an instance looks up
+ * before it claims): the chain, with the session rank's places and the
+ * images' stamps (R-POOL-22), into m->answer; its length in *count.
+ */
+static int shm_lookup(struct shm_bench *m, uint32_t *count)
+{
+	struct pool_bench *b = m->b;
+	uint64_t ticket = 0;
+	int ret = pool_lookup_begin(b->client, &b->key, 1, &ticket);
+
+	if (!ret)
+		ret = POLL_SPIN_UNTIL(pool_lookup_poll(b->client, ticket, m->answer,
+						       POOL_CHAIN_RECORDS_MAX, count));
+	if (ret != 1)
+		return rank_fail(b, ret ? ret : -EIO, "a lookup");
+	if (*count == 0)
+		return rank_fail(b, -ENOENT, "a lookup");
+	return 0;
+}
+
+/*
+ * One same-host claim as rank zero's link makes it: after the lookup, its
+ * copies from the answer's places are issued at once while CLAIM_LOCAL
+ * travels; the grant brings the places and stamps (R-POOL-51, R-POOL-36),
+ * a record whose stamp changed is copied again from its granted place
+ * (shard_pool_share_granted), one wait, the end; its phases in *t.
  */
 static int shm_claim_once(struct shm_bench *m, struct shm_split *t)
 {
@@ -735,50 +770,70 @@ static int shm_claim_once(struct shm_bench *m, struct shm_split *t)
 	struct pool_claim_times times = { 0 };
 	struct pool_manager_stats ms;
 	uint64_t claim_id = 0, bytes = 0;
-	uint32_t count = 0;
+	uint32_t count = 0, answered = 0;
 	char why[256] = "";
-	double start = now_s(), seen, granted, issued, synced;
+	double start, early, seen, granted, issued, synced;
 	int ret, end;
 
+	ret = shm_lookup(m, &answered);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < answered; i++) {
+		m->records[i] = (struct shard_pool_record){
+			.key = m->answer[i].key, .first_page_index = m->answer[i].first_page_index,
+			.tail_page_count = m->answer[i].tail_page_count, .row = m->answer[i].row };
+		m->early[i] = (struct shard_pool_early){ .offset = m->answer[i].place.offset,
+							 .bytes = m->answer[i].place.bytes,
+							 .stamp = m->answer[i].stamp };
+	}
+	start = now_s();
 	ret = pool_claim_begin(b->client, &b->key, &claim_id);
 	if (ret)
 		return rank_fail(b, ret, "a same-host claim");
-	ret = POLL_SPIN_UNTIL(pool_claim_poll(b->client, claim_id, &grant, b->chain,
-					      POOL_CHAIN_RECORDS_MAX, &count));
+	ret = shard_pool_share_begin(&m->share, m->records, answered, 0, m->page_ids, b->pages, 0,
+				     why, sizeof(why));
+	if (!ret)
+		ret = shard_pool_share_early(&m->share, m->arena, m->arena_bytes, m->early,
+					     answered);
+	early = now_s();
+	if (!ret) {
+		ret = POLL_SPIN_UNTIL(pool_claim_poll(b->client, claim_id, &grant, b->chain,
+						      POOL_CHAIN_RECORDS_MAX, &count));
+		ret = ret == 1 ? 0 : ret ? ret : -EIO;
+	}
 	seen = now_s();
-	if (ret != 1)
-		return rank_fail(b, ret, "a same-host claim");
-	ret = pool_share_pull(b->client, claim_id, b->chain, count, 0, true);
+	if (!ret)
+		ret = pool_share_pull(b->client, claim_id, b->chain, count, 0, true);
 	if (!ret)
 		ret = pool_share_places(b->client, claim_id, m->places, count, BENCH_POOL_WAIT_MS);
 	granted = now_s();
 	pool_claim_times(b->client, claim_id, &times);
 	if (b->manager)
 		pool_manager_stats(b->manager, &ms);
-	for (uint32_t i = 0; !ret && i < count; i++)
-		m->records[i] = (struct shard_pool_record){
+	for (uint32_t i = 0; !ret && i < count; i++) {
+		m->granted[i] = (struct shard_pool_record){
 			.key = b->chain[i].key, .first_page_index = b->chain[i].first_page_index,
 			.tail_page_count = b->chain[i].tail_page_count, .row = b->chain[i].row };
-	if (!ret)
-		ret = shard_pool_share_begin(&m->share, m->records, count, 0, m->page_ids,
-					     b->pages, 0, why, sizeof(why));
-	for (uint32_t i = 0; !ret && i < count; i++) {
-		const struct pool_place *pl = &m->places[i];
-
-		if (pl->offset > m->arena_bytes || pl->bytes > m->arena_bytes - pl->offset)
-			ret = SEL_EPROTO;
-		else
-			ret = shard_pool_share_place(&m->share, i, m->arena + pl->offset, pl->bytes,
-						     why, sizeof(why));
+		m->stamps[i] = b->chain[i].stamp;
+		m->granted_places[i] = (struct shard_pool_place){ m->places[i].offset,
+								  m->places[i].bytes };
 	}
+	if (!ret && m->share.chain)
+		ret = shard_pool_share_granted(&m->share, m->arena, m->arena_bytes, m->early,
+					       m->granted, m->stamps, m->granted_places, count,
+					       why, sizeof(why));
 	issued = now_s();
+	m->records_early += m->share.records_early;
+	m->records_redone += m->share.records_redone;
+	m->records_waited += m->share.records_waited;
 	if (m->share.chain)
 		ret = ret ? (shard_pool_share_finish(&m->share, &bytes, NULL, 0), ret) :
 			    shard_pool_share_finish(&m->share, &bytes, why, sizeof(why));
 	synced = now_s();
 	pool_share_end(b->client, claim_id);
 	end = pool_claim_end(b->client, claim_id, ret);
-	*t = (struct shm_split){ .grant = granted - start, .issue = issued - granted,
+	*t = (struct shm_split){ .grant = granted - early,
+				 .issue = (early - start) + (issued - granted),
 				 .sync = synced - issued, .end = now_s() - synced };
 	shm_hops(t, start, seen, granted, &times, b->manager ? &ms : NULL);
 	if (!ret)
@@ -927,8 +982,12 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	       "p50 %.2f ms, %.2f GB/s)\n", m->dev->ops->name, m->payload, b->pages,
 	       b->g.page_plane_count, claim_mid * 1e3, gb / claim_mid, copy_mid * 1e3,
 	       gb / copy_mid);
-	printf("same-host claim split, p50 of each phase: grant and places %.3f ms, copies "
-	       "issued %.3f ms, device sync %.3f ms, end %.3f ms\n",
+	printf("same-host claim: records copied before the grant and kept %" PRIu64 ", copied "
+	       "again (stale) %" PRIu64 ", copied once granted %" PRIu64 "\n", m->records_early,
+	       m->records_redone, m->records_waited);
+	printf("same-host claim split, p50 of each phase: waiting for the grant and places "
+	       "after the copies were issued %.3f ms, copies issued (from the answer's places, "
+	       "then any again) %.3f ms, device sync %.3f ms, end %.3f ms\n",
 	       median(m->grant_s, b->rounds) * 1e3, median(m->issue_s, b->rounds) * 1e3,
 	       median(m->sync_s, b->rounds) * 1e3, median(m->end_s, b->rounds) * 1e3);
 	shm_hops_print(m);
