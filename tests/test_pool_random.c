@@ -76,8 +76,6 @@
 #define SIM_CLAIMS_MAX 8u         /* claims an instance leaves live at once */
 #define SIM_EXPORTS_MAX 16u
 #define SIM_DATA_BYTES (256u << 10)
-#define SIM_TRACE_LINES 128u
-#define SIM_TRACE_LINE_BYTES 200u
 #define SIM_SEEDS_DEFAULT 12u
 #define SIM_STEPS_DEFAULT 120u
 #define SIM_WHY 256u
@@ -127,7 +125,7 @@ struct sim_node {
 };
 
 struct sim {
-	uint64_t seed, rng, step, start_ms;
+	uint64_t start_ms;
 	uint32_t scopes, instances;
 	struct pool_manager_config config;
 	char *dir;
@@ -152,12 +150,8 @@ struct sim {
 	/* counters, for the summary */
 	uint64_t commits, put_failures, claims_granted, claim_bytes, places_checked, lookups,
 		hits, exports_seen, exports_answered, restarts, quiet_checks;
-	char trace[SIM_TRACE_LINES][SIM_TRACE_LINE_BYTES];
-	uint32_t trace_next;
-	bool trace_all;
+	struct tu_seeded run;           /* seed, generator, step and last events */
 };
-
-static struct sim *sim_current;
 
 static uint64_t sim_now_ms(void)
 {
@@ -167,69 +161,21 @@ static uint64_t sim_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static uint64_t sim_rand(struct sim *sim)
-{
-	sim->rng ^= sim->rng >> 12;
-	sim->rng ^= sim->rng << 25;
-	sim->rng ^= sim->rng >> 27;
-	return sim->rng * 2685821657736338717ull;
-}
-
 static uint32_t sim_below(struct sim *sim, uint32_t n)
 {
-	return (uint32_t)((sim_rand(sim) >> 33) % n);
+	return tu_seeded_below(&sim->run, n);
 }
 
-static void sim_trace(struct sim *sim, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sim_trace(struct sim *sim, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 static void sim_trace(struct sim *sim, const char *fmt, ...)
 {
-	char *line = sim->trace[sim->trace_next++ % SIM_TRACE_LINES];
-	int n = snprintf(line, SIM_TRACE_LINE_BYTES, "%5llu %6llu ms ",
-			 (unsigned long long)sim->step,
-			 (unsigned long long)(sim_now_ms() - sim->start_ms));
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(line + n, SIM_TRACE_LINE_BYTES - (size_t)n, fmt, ap);
+	tu_seeded_vtrace(&sim->run, fmt, ap);
 	va_end(ap);
-	if (sim->trace_all)
-		fprintf(stderr, "%s\n", line);
-}
-
-static void sim_trace_dump(const struct sim *sim)
-{
-	uint32_t n = sim->trace_next < SIM_TRACE_LINES ? sim->trace_next : SIM_TRACE_LINES;
-
-	for (uint32_t i = sim->trace_next - n; i < sim->trace_next; i++) {
-		const char *line = sim->trace[i % SIM_TRACE_LINES];
-
-		if (write(STDERR_FILENO, line, strlen(line)) < 0 ||
-		    write(STDERR_FILENO, "\n", 1) < 0)
-			return;
-	}
-}
-
-/* A programmer error in the code under test aborts: say which seed first. */
-static void sim_on_abort(int sig)
-{
-	char line[160];
-	ssize_t written;
-	int n;
-
-	(void)sig;
-	if (sim_current) {
-		sim_trace_dump(sim_current);
-		n = snprintf(line, sizeof(line),
-			     "test_pool_random: aborted in seed %llu at step %llu (replay: "
-			     "SELENE_POOL_SEED=%llu)\n", (unsigned long long)sim_current->seed,
-			     (unsigned long long)sim_current->step,
-			     (unsigned long long)sim_current->seed);
-		written = write(STDERR_FILENO, line, (size_t)n);
-		(void)written; /* nothing more to do about it while aborting */
-	}
-	signal(SIGABRT, SIG_DFL);
-	abort();
 }
 
 /* A violation: the last events, the seed to replay, and the test fails. */
@@ -269,14 +215,13 @@ static void sim_fail(struct sim *sim, int line, const char *cond, const char *fm
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
 	sim_trace(sim, "FAIL %s", what);
-	if (!sim->trace_all)
-		sim_trace_dump(sim);
-	sim_current = NULL;
+	if (!sim->run.trace_all)
+		tu_seeded_dump(&sim->run);
+	tu_seeded_catch_aborts(NULL);
 	sim_teardown(sim);
-	signal(SIGABRT, SIG_DFL);
 	fail_msg("test_pool_random: seed %llu failed at step %llu (line %d, %s): %s (replay: "
-		 "SELENE_POOL_SEED=%llu SELENE_POOL_TRACE=1)", (unsigned long long)sim->seed,
-		 (unsigned long long)sim->step, line, cond, what, (unsigned long long)sim->seed);
+		 "SELENE_POOL_SEED=%llu SELENE_POOL_TRACE=1)", (unsigned long long)sim->run.seed,
+		 (unsigned long long)sim->run.step, line, cond, what, (unsigned long long)sim->run.seed);
 	abort(); /* fail_msg does not return */
 }
 
@@ -314,11 +259,11 @@ static void universe_make(struct sim *sim)
 	struct rec_identity model;
 
 	tu_identities(&model, NULL);
-	tu_tokens(tokens[0], SIM_TOKENS, sim->seed * 4 + 1);
-	tu_tokens(tokens[1], SIM_TOKENS, sim->seed * 4 + 2);
+	tu_tokens(tokens[0], SIM_TOKENS, sim->run.seed * 4 + 1);
+	tu_tokens(tokens[1], SIM_TOKENS, sim->run.seed * 4 + 2);
 	memcpy(tokens[1], tokens[0], 96 * sizeof(uint32_t));
-	tu_tokens(tokens[2], SIM_TOKENS, sim->seed * 4 + 3);
-	tu_tokens(tokens[3], SIM_TOKENS, sim->seed * 4 + 4);
+	tu_tokens(tokens[2], SIM_TOKENS, sim->run.seed * 4 + 3);
+	tu_tokens(tokens[3], SIM_TOKENS, sim->run.seed * 4 + 4);
 	memcpy(tokens[3], tokens[2], 32 * sizeof(uint32_t));
 	sim->node_count = 0;
 	for (uint32_t b = 0; b < SIM_BRANCHES; b++) {
@@ -1341,10 +1286,8 @@ static void sim_open(struct sim *sim, uint64_t seed)
 {
 	struct rec_identity model_b;
 
-	sim->seed = seed;
 	sim->start_ms = sim_now_ms();
-	sim->rng = seed * 0x9e3779b97f4a7c15ull + 1;
-	sim->trace_all = getenv("SELENE_POOL_TRACE") != NULL;
+	tu_seeded_init(&sim->run, "test_pool_random", "SELENE_POOL_SEED", "SELENE_POOL_TRACE", seed);
 	sim->fds_at_start = fd_count();
 	sim->data = tu_alloc(SIM_DATA_BYTES);
 	for (uint32_t r = 0; r < SIM_WORLD; r++)
@@ -1487,18 +1430,17 @@ static void test_pool_random_model(void **state)
 		first = env_u64("SELENE_POOL_SEED", 1);
 		seeds = 1;
 	}
-	signal(SIGABRT, sim_on_abort);
 	signal(SIGPIPE, SIG_IGN);
 	for (uint64_t seed = first; seed < first + seeds; seed++) {
 		struct sim *sim = calloc(1, sizeof(*sim));
 
 		assert_non_null(sim);
-		sim_current = sim;
+		tu_seeded_catch_aborts(&sim->run);
 		sim_open(sim, seed);
-		for (sim->step = 1; sim->step <= steps; sim->step++)
+		for (sim->run.step = 1; sim->run.step <= steps; sim->run.step++)
 			sim_step(sim);
 		sim_close(sim);
-		sim_current = NULL;
+		tu_seeded_catch_aborts(NULL);
 		total.commits += sim->commits;
 		total.put_failures += sim->put_failures;
 		total.claims_granted += sim->claims_granted;
@@ -1512,7 +1454,6 @@ static void test_pool_random_model(void **state)
 		total.quiet_checks += sim->quiet_checks;
 		free(sim);
 	}
-	signal(SIGABRT, SIG_DFL);
 	fprintf(stderr, "test_pool_random: %llu seeds x %llu steps in %llu ms: %llu puts committed, "
 		"%llu failed or cut; %llu claims granted (%llu stream bytes, %llu places checked); "
 		"%llu lookups (%llu hits); %llu exports asked, %llu answered with a put; %llu "

@@ -64,8 +64,6 @@
 #define SIM_POINTS 12u            /* publication points of a history */
 #define SIM_PAGE_TOKENS 64u
 #define SIM_SLOT_BYTES 4096u
-#define SIM_TRACE_LINES 256u      /* the last events printed with a failure */
-#define SIM_TRACE_LINE_BYTES 200u
 #define SIM_SEEDS_DEFAULT 200u
 #define SIM_STEPS_DEFAULT 5000u
 /* Rank zero calls the API only below this many jobs in flight (of COORD_JOBS_MAX). */
@@ -131,7 +129,6 @@ struct sim_rank {
 };
 
 struct sim {
-	uint64_t seed, rng;
 	uint32_t ranks, stores_max, fail_per_mille;
 	uint32_t speed[SIM_RANKS_MAX], speed_total; /* how often each rank moves */
 	uint32_t refuse_per_mille;      /* submissions refused (a full engine queue) */
@@ -151,34 +148,20 @@ struct sim {
 	uint32_t page_ids[64];
 	uint64_t checkpoint, waiter;
 	bool lossy;                     /* rank zero's job table filled at some point */
-	uint64_t step;
 	char failure[512];
 	/* counters, for the summary */
 	uint64_t quiescent_checks, read_throughs, warm_stores, injected, rewrites;
 	uint64_t file_writes, expiry_sweeps;
 	uint64_t mtime;                 /* the disks' clock: each file write ticks it */
 	struct sel_stats stats;         /* rank zero's, summed over its starts */
-	char trace[SIM_TRACE_LINES][SIM_TRACE_LINE_BYTES];
-	uint32_t trace_next;
-	bool trace_all;
+	struct tu_seeded run;           /* seed, generator, step and last events */
 };
 
 #define SIM_NONE UINT32_MAX
 
-static struct sim *sim_current; /* for the abort handler */
-
-static uint64_t sim_rand(struct sim *sim)
-{
-	/* xorshift64* */
-	sim->rng ^= sim->rng >> 12;
-	sim->rng ^= sim->rng << 25;
-	sim->rng ^= sim->rng >> 27;
-	return sim->rng * 2685821657736338717ull;
-}
-
 static uint32_t sim_below(struct sim *sim, uint32_t n)
 {
-	return (uint32_t)((sim_rand(sim) >> 33) % n);
+	return tu_seeded_below(&sim->run, n);
 }
 
 static void sim_trace(struct sim *sim, const char *fmt, ...)
@@ -186,50 +169,11 @@ static void sim_trace(struct sim *sim, const char *fmt, ...)
 
 static void sim_trace(struct sim *sim, const char *fmt, ...)
 {
-	char *line = sim->trace[sim->trace_next++ % SIM_TRACE_LINES];
-	int n = snprintf(line, SIM_TRACE_LINE_BYTES, "%6llu ", (unsigned long long)sim->step);
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(line + n, SIM_TRACE_LINE_BYTES - (size_t)n, fmt, ap);
+	tu_seeded_vtrace(&sim->run, fmt, ap);
 	va_end(ap);
-	if (sim->trace_all)
-		fprintf(stderr, "%s\n", line);
-}
-
-static void sim_trace_dump(const struct sim *sim)
-{
-	uint32_t n = sim->trace_next < SIM_TRACE_LINES ? sim->trace_next : SIM_TRACE_LINES;
-
-	for (uint32_t i = sim->trace_next - n; i < sim->trace_next; i++) {
-		const char *line = sim->trace[i % SIM_TRACE_LINES];
-
-		if (write(STDERR_FILENO, line, strlen(line)) < 0 ||
-		    write(STDERR_FILENO, "\n", 1) < 0)
-			return;
-	}
-}
-
-/* A programmer error in the code under test aborts: say which seed first. */
-static void sim_on_abort(int sig)
-{
-	char line[160];
-	ssize_t written;
-	int n;
-
-	(void)sig;
-	if (sim_current) {
-		sim_trace_dump(sim_current);
-		n = snprintf(line, sizeof(line),
-			     "test_store_ranks: aborted in seed %llu at step %llu (replay: "
-			     "SELENE_SIM_SEED=%llu)\n", (unsigned long long)sim_current->seed,
-			     (unsigned long long)sim_current->step,
-			     (unsigned long long)sim_current->seed);
-		written = write(STDERR_FILENO, line, (size_t)n);
-		(void)written; /* nothing more to do about it while aborting */
-	}
-	signal(SIGABRT, SIG_DFL);
-	abort();
 }
 
 /* Notes the first violation; the run stops at the end of the step. */
@@ -1144,7 +1088,7 @@ static void drain(struct sim *sim)
 			check_quiescent(sim);
 			return;
 		}
-		sim->step++;
+		sim->run.step++;
 		switch (sim_below(sim, 3)) {
 		case 0:
 			rank_step(sim, r);
@@ -1363,8 +1307,7 @@ static int sim_open(struct sim *sim, uint64_t seed)
 	uint64_t limit;
 	int ret;
 
-	sim->seed = seed;
-	sim->rng = seed * 0x9e3779b97f4a7c15ull + 1;
+	tu_seeded_init(&sim->run, "test_store_ranks", "SELENE_SIM_SEED", "SELENE_SIM_TRACE", seed);
 	sim->ranks = 2 + (uint32_t)(seed % 3);
 	sim->policy = (seed / 3) % 2 ? SEL_WARM_WRITE_BEHIND : SEL_WARM_WRITE_THROUGH;
 	sim->stores_max = 1 + sim_below(sim, SIM_STORES_MAX);
@@ -1377,7 +1320,6 @@ static int sim_open(struct sim *sim, uint64_t seed)
 	}
 	records_max = 16 + sim_below(sim, 49);
 	pages = 8 + sim_below(sim, 41);
-	sim->trace_all = getenv("SELENE_SIM_TRACE") != NULL;
 	tu_geometry(&sim->g, SIM_PAGE_TOKENS, 1, SIM_SLOT_BYTES, SIM_SLOT_BYTES, 0, 1);
 	tu_identities(&sim->model, NULL);
 	limit = rec_geometry_file_bytes(&sim->g, pages, true);
@@ -1429,9 +1371,9 @@ static void sim_close(struct sim *sim)
 /* Runs seed for steps; false with sim->failure set on a violation. */
 static bool sim_run(struct sim *sim, uint64_t seed, uint64_t steps)
 {
-	sim_current = sim;
+	tu_seeded_catch_aborts(&sim->run);
 	assert_int_equal(sim_open(sim, seed), 0);
-	for (sim->step = 1; sim->step <= steps && !sim->failure[0]; sim->step++) {
+	for (sim->run.step = 1; sim->run.step <= steps && !sim->failure[0]; sim->run.step++) {
 		uint32_t pick = sim_below(sim, 100), r = pick_rank(sim);
 
 		if (pick < 20) {
@@ -1467,7 +1409,7 @@ static bool sim_run(struct sim *sim, uint64_t seed, uint64_t steps)
 			sim_fail(sim, "close: %u dirty records never written",
 				 sim->store->warm.dirty_records);
 	}
-	sim_current = NULL;
+	tu_seeded_catch_aborts(NULL);
 	return !sim->failure[0];
 }
 
@@ -1496,17 +1438,16 @@ static void test_store_ranks_random_orderings(void **state)
 		first = env_u64("SELENE_SIM_SEED", 1);
 		seeds = 1;
 	}
-	signal(SIGABRT, sim_on_abort);
 	for (uint64_t seed = first; seed < first + seeds; seed++) {
 		struct sim *sim = calloc(1, sizeof(*sim));
 
 		assert_non_null(sim);
 		if (!sim_run(sim, seed, steps)) {
-			if (!sim->trace_all)
-				sim_trace_dump(sim);
+			if (!sim->run.trace_all)
+				tu_seeded_dump(&sim->run);
 			fprintf(stderr, "test_store_ranks: seed %llu failed at step %llu: %s (replay: "
 				"SELENE_SIM_SEED=%llu SELENE_SIM_TRACE=1)\n",
-				(unsigned long long)seed, (unsigned long long)sim->step, sim->failure,
+				(unsigned long long)seed, (unsigned long long)sim->run.step, sim->failure,
 				(unsigned long long)seed);
 			failed++;
 		}
@@ -1522,7 +1463,6 @@ static void test_store_ranks_random_orderings(void **state)
 		stats_add(&sum, &sim->stats);
 		free(sim);
 	}
-	signal(SIGABRT, SIG_DFL);
 	fprintf(stderr, "test_store_ranks: rank zero: %llu stores queued, %llu fetches (%llu warm "
 		"hits, %llu partial), %llu records read through, %llu evictions, %llu truncations, "
 		"%llu warm evictions, %llu writes from warm, %llu spills, %llu Retry for dirty "

@@ -549,3 +549,93 @@ void tu_assert_aborts(void (*fn)(void *arg), void *arg)
 	}
 	assert_int_equal(tu_reap(&pid), -SIGABRT);
 }
+
+void tu_seeded_init(struct tu_seeded *s, const char *test, const char *seed_env,
+		    const char *trace_env, uint64_t seed)
+{
+	s->test = test;
+	s->seed_env = seed_env;
+	s->trace_env = trace_env;
+	s->seed = seed;
+	s->rng = seed * 0x9e3779b97f4a7c15ull + 1;
+	s->step = 0;
+	s->next = 0;
+	s->trace_all = getenv(trace_env) != NULL;
+}
+
+uint64_t tu_seeded_rand(struct tu_seeded *s)
+{
+	s->rng ^= s->rng >> 12;
+	s->rng ^= s->rng << 25;
+	s->rng ^= s->rng >> 27;
+	return s->rng * 2685821657736338717ull;
+}
+
+uint32_t tu_seeded_below(struct tu_seeded *s, uint32_t n)
+{
+	return (uint32_t)((tu_seeded_rand(s) >> 33) % n);
+}
+
+void tu_seeded_vtrace(struct tu_seeded *s, const char *fmt, va_list ap)
+{
+	char *line = s->lines[s->next++ % TU_SEEDED_LINES];
+	int n = snprintf(line, TU_SEEDED_LINE_BYTES, "%6llu ", (unsigned long long)s->step);
+
+	vsnprintf(line + n, TU_SEEDED_LINE_BYTES - (size_t)n, fmt, ap);
+	if (s->trace_all)
+		fprintf(stderr, "%s\n", line);
+}
+
+void tu_seeded_trace(struct tu_seeded *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	tu_seeded_vtrace(s, fmt, ap);
+	va_end(ap);
+}
+
+/* write(2) only: it also runs in the abort handler. */
+void tu_seeded_dump(const struct tu_seeded *s)
+{
+	uint32_t n = s->next < TU_SEEDED_LINES ? s->next : TU_SEEDED_LINES;
+
+	if (s->trace_all)
+		return;
+	for (uint32_t i = s->next - n; i < s->next; i++) {
+		const char *line = s->lines[i % TU_SEEDED_LINES];
+
+		if (write(STDERR_FILENO, line, strlen(line)) < 0 ||
+		    write(STDERR_FILENO, "\n", 1) < 0)
+			return;
+	}
+}
+
+static struct tu_seeded *seeded_aborting;
+
+static void seeded_on_abort(int sig)
+{
+	const struct tu_seeded *s = seeded_aborting;
+	char line[256];
+	ssize_t written;
+	int n;
+
+	(void)sig;
+	if (s) {
+		tu_seeded_dump(s);
+		n = snprintf(line, sizeof(line), "%s: aborted in seed %llu at step %llu (replay: "
+			     "%s=%llu %s=1)\n", s->test, (unsigned long long)s->seed,
+			     (unsigned long long)s->step, s->seed_env,
+			     (unsigned long long)s->seed, s->trace_env);
+		written = write(STDERR_FILENO, line, (size_t)n);
+		(void)written; /* nothing more to do about it while aborting */
+	}
+	signal(SIGABRT, SIG_DFL);
+	abort();
+}
+
+void tu_seeded_catch_aborts(struct tu_seeded *s)
+{
+	seeded_aborting = s;
+	signal(SIGABRT, s ? seeded_on_abort : SIG_DFL);
+}

@@ -9,6 +9,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -180,5 +181,40 @@ int tu_device_mark_none(struct shard_device *dev, uint32_t mark);
  */
 extern uint64_t tu_entries_to_host, tu_entries_to_device;
 void tu_count_copy_entries(struct shard_device *dev);
+
+
+/*
+ * A seeded run of a randomized test (tests/test_store_ranks.c,
+ * tests/test_pool_random.c): its generator, its step, and its last events,
+ * printed with a failure, or by tu_seeded_catch_aborts when the code under
+ * test aborts, with the variables that replay the seed.
+ */
+#define TU_SEEDED_LINES 256u
+#define TU_SEEDED_LINE_BYTES 200u
+
+struct tu_seeded {
+	const char *test;      /* the test binary's name */
+	const char *seed_env;  /* SEED=n replays seed n */
+	const char *trace_env; /* set: every event to stderr as it happens */
+	uint64_t seed, rng, step;
+	bool trace_all;
+	uint32_t next;         /* events traced so far */
+	char lines[TU_SEEDED_LINES][TU_SEEDED_LINE_BYTES];
+};
+
+/* Starts s at seed, step 0, no event; trace_all when trace_env is set. */
+void tu_seeded_init(struct tu_seeded *s, const char *test, const char *seed_env,
+		    const char *trace_env, uint64_t seed);
+uint64_t tu_seeded_rand(struct tu_seeded *s);
+/* A number below n (n > 0). */
+uint32_t tu_seeded_below(struct tu_seeded *s, uint32_t n);
+/* Notes an event, prefixed with the step. */
+void tu_seeded_trace(struct tu_seeded *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void tu_seeded_vtrace(struct tu_seeded *s, const char *fmt, va_list ap);
+/* Prints the last events to stderr, unless they went there as they came. */
+void tu_seeded_dump(const struct tu_seeded *s);
+/* From now on an abort first dumps s and names its seed (NULL: not). */
+void tu_seeded_catch_aborts(struct tu_seeded *s);
 
 #endif
