@@ -3091,6 +3091,25 @@ static int conn_write(struct conn *c, uint64_t now)
 }
 
 /*
+ * One turn of connection c: its frames read (when read), its streams'
+ * windows queued, its output written. False when the write failed and c
+ * is closing.
+ */
+static bool conn_turn(struct pool_manager *m, struct conn *c, uint64_t now, bool read)
+{
+	if (read)
+		conn_read(m, c, now);
+	if (c->state == C_SERVING)
+		streams_fill(m, c, now);
+	if (conn_write(c, now) < 0) {
+		c->closing = true;
+		out_drop(c);
+		return false;
+	}
+	return true;
+}
+
+/*
  * A claim whose loads are all done is answered: CLAIMED with its chain
  * (its deadline counted from now) and, for CLAIM_LOCAL, the places; or
  * -ENOENT when a load failed, ending the claim. Encoded in the manager's
@@ -3719,29 +3738,15 @@ int pool_manager_run(struct pool_manager *m)
 				stop_read(m, now, &drain_until);
 				continue;
 			}
-			if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR))
-				conn_read(m, c, now);
-			if (c->state == C_SERVING)
-				streams_fill(m, c, now);
-			if (conn_write(c, now) < 0) {
-				c->closing = true;
-				out_drop(c);
+			if (!conn_turn(m, c, now, ev & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 				continue;
-			}
 			/*
 			 * Frames read ahead while its output was backlogged wait in
 			 * its receiver, which epoll cannot see: taken now that the
 			 * output drained.
 			 */
-			if (pool_rx_buffered(&c->rx) && !c->closing && !out_backlogged(c)) {
-				conn_read(m, c, now);
-				if (c->state == C_SERVING)
-					streams_fill(m, c, now);
-				if (conn_write(c, now) < 0) {
-					c->closing = true;
-					out_drop(c);
-				}
-			}
+			if (pool_rx_buffered(&c->rx) && !c->closing && !out_backlogged(c))
+				conn_turn(m, c, now, true);
 		}
 		if (accepting)
 			accept_all(m, now);
