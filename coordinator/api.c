@@ -10,6 +10,7 @@
 #include "cluster/join.h"
 #include "common/base.h"
 #include "common/failpoint.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "coordinator/agreement.h"
 #include "coordinator/store.h"
@@ -920,7 +921,8 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 {
 	uint64_t now = sel_monotonic_ns(), deadline;
 	struct sel_event events[64];
-	uint32_t in_flight = 0;
+	uint32_t in_flight = 0, retries = 0;
+	uint64_t retry_at = 0;
 	bool backoff = false;
 
 	if (!s)
@@ -943,14 +945,22 @@ int sel_store_close(sel_store *s, uint64_t drain_timeout_ms)
 			if (sel_monotonic_ns() <= deadline)
 				coord_store_write_dirty(&s->core);
 			in_flight = coord_store_jobs_in_flight(&s->core);
-			/* A failed write's record is tried again after the backoff. */
+			/*
+			 * A failed write's record is tried again after the backoff,
+			 * SEL_CLOSE_WRITE_RETRIES times: a disk that keeps failing
+			 * does not hold the close to its deadline.
+			 */
 			backoff = s->core.warm.dirty_records > 0 &&
 				  s->core.warm_write_retry_ns > sel_monotonic_ns();
+			if (backoff && s->core.warm_write_retry_ns != retry_at) {
+				retry_at = s->core.warm_write_retry_ns;
+				retries++;
+			}
 		}
 		pthread_mutex_unlock(&s->lock);
 		/* A stopped transport never completes its jobs: no use waiting. */
-		if ((in_flight == 0 && !backoff) || s->core.stopped ||
-		    sel_monotonic_ns() > deadline)
+		if ((in_flight == 0 && (!backoff || retries > SEL_CLOSE_WRITE_RETRIES)) ||
+		    s->core.stopped || sel_monotonic_ns() > deadline)
 			break;
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	}

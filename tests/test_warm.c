@@ -2731,6 +2731,40 @@ static void test_warm_api_drain_retries_failed_write(void **state)
 }
 
 /*
+ * A disk that keeps failing ends close's drain after SEL_CLOSE_WRITE_RETRIES
+ * tries, long before a 60 s deadline; the record is lost, not retried
+ * until the deadline (a run's close once took its whole minute).
+ */
+static void test_warm_api_drain_gives_up_on_failing_disk(void **state)
+{
+	struct api_fixture *f = *state;
+	char err[512];
+	uint64_t t;
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
+	api_publish(f, 0, 256);
+	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
+	for (uint32_t k = 0; k < API_HISTORIES; k++) {
+		sel_history_destroy(f->h[k]);
+		f->h[k] = NULL;
+	}
+	t = sel_monotonic_ns();
+	sel_store_close(f->store, 60000);
+	f->store = NULL;
+	t = sel_monotonic_ns() - t;
+	/* each try fails every window it writes: at least one write a try */
+	assert_true(sel_failpoint_fired(SEL_FP_DISK_WRITE) >= 1 + SEL_CLOSE_WRITE_RETRIES);
+	sel_failpoints_configure(NULL);
+	assert_true(t < 30ull * 1000000000ull);
+	assert_int_equal(api_files(f, 0), 0);
+}
+
+/*
  * Three ranks, write-behind: a record is restorable from every rank's
  * slots before any rank has its file, and close's drain writes it on
  * every rank.
@@ -3545,6 +3579,8 @@ int main(void)
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_drain_retries_failed_write, api_setup,
 						api_teardown),
+		cmocka_unit_test_setup_teardown(test_warm_api_drain_gives_up_on_failing_disk,
+						api_setup, api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_dirty_child_of_cold_parent, api_setup,
 						api_teardown),
 		cmocka_unit_test_setup_teardown(test_warm_api_three_ranks_write_behind, api_setup,
