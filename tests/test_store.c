@@ -1516,6 +1516,33 @@ static void test_store_no_read_through_past_a_rewrite(void **state)
 }
 
 /*
+ * A failed warm store whose unlink cannot be sent leaves its slots on the
+ * ranks where it succeeded: the count keeps them used (stranded) until the
+ * next start, so no later store or read-through is planned on them.
+ */
+static void test_store_failed_warm_store_unsent_unlink_strands_slots(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info root = loaded_record(f, 256, 0, true, 1);
+	struct coord_warm *w = &f->store.warm;
+	struct sel_event ev[64];
+
+	assert_int_equal(coord_store_load(&f->store, &root, 1), 0);
+	assert_int_equal(coord_store_set_warm(&f->store, 9, 1, 8192, SEL_WARM_WRITE_THROUGH), 0);
+	assert_int_equal(publish(f, 7, 512, 256), SEL_QUEUED);
+	assert_int_equal(w->slots_used, 4 + 1);
+	f->stub.refuse_unlinks = true;
+	stub_complete(&f->stub, 0, -EIO);
+	poll_events(f, ev);
+	f->stub.refuse_unlinks = false;
+	assert_int_equal(f->stub.job_count, 1); /* no unlink went out */
+	assert_int_equal(w->slots_stranded, 4 + 1);
+	assert_int_equal(w->slots_used, 4 + 1);
+	assert_int_equal(w->slots_releasing, 0);
+	assert_balanced(f);
+}
+
+/*
  * A read-through fetch that fails drops its records' warm copies on every
  * rank; where those drops cannot be submitted it lists them warm instead
  * (the count then holds more than a rank does, never less), counted as a
@@ -2130,6 +2157,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_no_read_through_past_a_rewrite, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_store_failed_warm_store_unsent_unlink_strands_slots,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_failed_drop_refused, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_store_failed_verification_drops_record, setup,
