@@ -1679,8 +1679,14 @@ int coord_store_cancel(struct coord_store *s, uint64_t waiter)
 	return SEL_ENOTFOUND;
 }
 
-/* Row drop (seed 2.3): a record's row goes once its only child commits. */
-static void drop_parent_row(struct coord_store *s, uint32_t parent)
+/*
+ * Row drop (seed 2.3): a record's row goes once its only child, child,
+ * commits, and with a warm tier once that child is on disk on every rank:
+ * until then a kill or a restart would find the parent's row gone and the
+ * child's file missing, and the parent's committed restore lost with it.
+ * complete_warm_write calls again when the child's write lands.
+ */
+static void drop_parent_row(struct coord_store *s, uint32_t parent, uint32_t child)
 {
 	struct coord_node *p = coord_index_node(&s->index, parent);
 
@@ -1692,9 +1698,13 @@ static void drop_parent_row(struct coord_store *s, uint32_t parent)
 	if (p->parent.consumed == 0 || p->child_count != 1 || !p->row_present ||
 	    p->pins != 0 || p->state != COORD_READY)
 		return;
+	if (!coord_index_node(&s->index, child)->in_use ||
+	    coord_index_node(&s->index, child)->parent_id != parent ||
+	    coord_warm_dirty_state(&s->warm, child) != COORD_WARM_CLEAN)
+		return; /* not its child any more, or not on disk yet */
 	/* Its file is not written yet: the row goes once it is. */
 	if (coord_warm_dirty_state(&s->warm, parent) != COORD_WARM_CLEAN) {
-		coord_warm_want_row_drop(&s->warm, parent);
+		coord_warm_want_row_drop(&s->warm, parent, child);
 		return;
 	}
 	reclaim(s, parent, true);
@@ -1862,7 +1872,7 @@ static void complete_store(struct coord_store *s, struct coord_job *job,
 	else if (coord_warm_enabled(&s->warm)) /* without, STORED says it */
 		push_event(s, SEL_EVENT_ON_DISK, job->checkpoint, 0, NULL);
 	if (job->parent != COORD_NONE)
-		drop_parent_row(s, job->parent);
+		drop_parent_row(s, job->parent, job->node);
 }
 
 /*
@@ -1876,7 +1886,7 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 				const struct shard_completion *c)
 {
 	struct coord_node *n = coord_index_node(&s->index, job->node);
-	bool row_drop;
+	uint32_t row_drop_child;
 
 	coord_index_unpin(&s->index, job->node);
 	s->warm_writes_in_flight--;
@@ -1895,7 +1905,7 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	s->warm_write_retry_ns = 0;
-	row_drop = coord_warm_row_drop_wanted(&s->warm, job->node);
+	row_drop_child = coord_warm_row_drop_child(&s->warm, job->node);
 	coord_warm_set_clean(&s->warm, &s->index, job->node);
 	s->stats.warm_writes++;
 	if (n->state == COORD_CONDEMNED) {
@@ -1903,9 +1913,12 @@ static void complete_warm_write(struct coord_store *s, struct coord_job *job,
 		return;
 	}
 	push_event(s, SEL_EVENT_ON_DISK, s->warm.checkpoint[job->node], 0, NULL);
-	/* The row its child's commit left for a file that was not there yet. */
-	if (row_drop)
-		drop_parent_row(s, job->node);
+	/* The parent's row its commit left for this file, now on disk. */
+	if (n->parent_id != COORD_NONE)
+		drop_parent_row(s, n->parent_id, job->node);
+	/* Its own row, which a child's commit left for this file. */
+	if (row_drop_child != COORD_NONE)
+		drop_parent_row(s, job->node, row_drop_child);
 }
 
 /*

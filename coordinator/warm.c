@@ -23,12 +23,14 @@ int coord_warm_init(struct coord_warm *w, uint32_t nodes_max, uint32_t slots_tot
 	w->dirty = calloc(nodes_max, sizeof(*w->dirty));
 	w->dirty_below = calloc(nodes_max, sizeof(*w->dirty_below));
 	w->checkpoint = calloc(nodes_max, sizeof(*w->checkpoint));
-	w->row_drop_wanted = calloc(nodes_max, sizeof(*w->row_drop_wanted));
+	w->row_drop_child = malloc((size_t)nodes_max * sizeof(*w->row_drop_child));
 	if (!w->slots || !w->links || !w->listed || !w->dirty || !w->dirty_below ||
-	    !w->checkpoint || !w->row_drop_wanted) {
+	    !w->checkpoint || !w->row_drop_child) {
 		coord_warm_destroy(w);
 		return -ENOMEM;
 	}
+	for (uint32_t i = 0; i < nodes_max; i++)
+		w->row_drop_child[i] = COORD_NONE;
 	sel_idlist_init(&w->list, w->links, sizeof(*w->links));
 	w->nodes_max = nodes_max;
 	w->slots_total = slots_total;
@@ -45,7 +47,7 @@ void coord_warm_destroy(struct coord_warm *w)
 	free(w->dirty);
 	free(w->dirty_below);
 	free(w->checkpoint);
-	free(w->row_drop_wanted);
+	free(w->row_drop_child);
 	coord_warm_init_off(w);
 }
 
@@ -114,7 +116,7 @@ void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, ui
 	if (!w->slots_total || id >= w->nodes_max || w->dirty[id] == COORD_WARM_CLEAN)
 		return;
 	w->dirty[id] = COORD_WARM_CLEAN;
-	w->row_drop_wanted[id] = false;
+	w->row_drop_child[id] = COORD_NONE;
 	w->dirty_records--;
 	w->dirty_slots -= w->slots[id];
 	mark_ancestors(w, ix, id, -1);
@@ -132,10 +134,10 @@ void coord_warm_write_failed(struct coord_warm *w, uint32_t id)
 	w->dirty[id] = COORD_WARM_DIRTY;
 }
 
-void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id)
+void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id, uint32_t child)
 {
 	SEL_ASSERT(w->slots_total && id < w->nodes_max && w->dirty[id] != COORD_WARM_CLEAN);
-	w->row_drop_wanted[id] = true;
+	w->row_drop_child[id] = child;
 }
 
 uint32_t coord_warm_dirty_victim(const struct coord_warm *w, const struct coord_index *ix,

@@ -63,7 +63,9 @@ struct coord_warm {
 	uint8_t *dirty;        /* per node id: enum coord_warm_dirty */
 	uint32_t *dirty_below; /* per node id: dirty records under it */
 	uint64_t *checkpoint;  /* per node id: a dirty record's checkpoint id */
-	bool *row_drop_wanted; /* per node id: its row goes once it is on disk */
+	/* per node id: the only child whose commit left its row until its
+	 * own file is on disk, or COORD_NONE */
+	uint32_t *row_drop_child;
 	uint32_t dirty_records;
 	uint64_t dirty_slots;  /* their slots */
 };
@@ -135,12 +137,16 @@ void coord_warm_set_clean(struct coord_warm *w, const struct coord_index *ix, ui
 void coord_warm_set_writing(struct coord_warm *w, uint32_t id);
 /* Node id's write from warm failed on some rank: dirty again, to be written again. */
 void coord_warm_write_failed(struct coord_warm *w, uint32_t id);
-/* Node id (not clean) drops its row once its file is on disk (coord_warm_set_clean clears it). */
-void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id);
+/*
+ * Node id (not clean) drops its row for its only child, child, once its
+ * file is on disk (coord_warm_set_clean forgets it).
+ */
+void coord_warm_want_row_drop(struct coord_warm *w, uint32_t id, uint32_t child);
 
-static inline bool coord_warm_row_drop_wanted(const struct coord_warm *w, uint32_t id)
+/* The child node id's row waits to be dropped for, or COORD_NONE. */
+static inline uint32_t coord_warm_row_drop_child(const struct coord_warm *w, uint32_t id)
 {
-	return w->slots_total && id < w->nodes_max && w->row_drop_wanted[id];
+	return w->slots_total && id < w->nodes_max ? w->row_drop_child[id] : COORD_NONE;
 }
 
 /* The dirty records under node id (0 without a warm tier). */

@@ -1414,6 +1414,44 @@ static void test_store_child_of_cold_parent_goes_warm_only(void **state)
 }
 
 /*
+ * A warm-only child's commit leaves its parent's row in place until the
+ * child's file is on every rank: a kill before that would otherwise find
+ * the parent's row gone and the child's file missing, and lose the
+ * parent's committed restore. The row goes when the child's write lands.
+ */
+static void test_store_row_drop_waits_for_child_on_disk(void **state)
+{
+	struct fixture *f = *state;
+	struct rec_record_info loaded[2] = { loaded_record(f, 256, 0, true, 1),
+					     loaded_record(f, 512, 256, true, 2) };
+	struct sel_event ev[64];
+	uint32_t middle;
+
+	assert_int_equal(coord_store_load(&f->store, loaded, 2), 0);
+	middle = coord_index_find(&f->store.index, &loaded[1].key);
+	assert_int_equal(coord_store_set_warm(&f->store, 64, 1, 8192, SEL_WARM_WRITE_THROUGH), 0);
+	assert_int_equal(publish(f, 7, 768, 512), SEL_QUEUED);
+	assert_int_equal(f->stub.jobs[0].warm, SHARD_STORE_WARM_ONLY);
+	stub_complete(&f->stub, 0, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_STORED);
+	/* Only its write from warm went: the middle record keeps its row. */
+	assert_int_equal(f->stub.job_count, 2);
+	assert_int_equal(f->stub.jobs[1].warm, SHARD_STORE_WARM_WRITE);
+	assert_true(coord_index_node(&f->store.index, middle)->row_present);
+	stub_complete(&f->stub, 1, 0);
+	assert_int_equal(poll_events(f, ev), 1);
+	assert_int_equal(ev[0].kind, SEL_EVENT_ON_DISK);
+	assert_int_equal(f->stub.job_count, 3);
+	assert_int_equal(f->stub.jobs[2].kind, COORD_JOB_TRUNCATE);
+	assert_true(rec_key_equal(&f->stub.jobs[2].key, &loaded[1].key));
+	assert_false(coord_index_node(&f->store.index, middle)->row_present);
+	stub_complete(&f->stub, 2, 0);
+	poll_events(f, ev);
+	assert_balanced(f);
+}
+
+/*
  * Warm slots a background job gives back on each rank only when it runs
  * there (here a failed warm store's unlink: the ranks where it succeeded
  * hold its slots until then) are no room for a read-through submitted
@@ -2153,6 +2191,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_store_fetch_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_child_of_cold_parent_goes_warm_only,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_row_drop_waits_for_child_on_disk, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_store_read_through_waits_for_released_slots,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_no_read_through_past_a_rewrite, setup,

@@ -1645,7 +1645,7 @@ static void test_warm_policy_write_states(void **state)
 	coord_warm_charge(&w, child, 2);
 	coord_warm_ready(&w, child);
 	coord_warm_set_dirty(&w, &ix, child, 7);
-	coord_warm_want_row_drop(&w, child);
+	coord_warm_want_row_drop(&w, child, 5); /* a grandchild's id */
 	assert_int_equal(coord_warm_dirty_below(&w, parent), 1);
 	assert_int_equal(coord_warm_victim(&w, &ix, w.list.head), COORD_NONE);
 	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), child);
@@ -1656,10 +1656,10 @@ static void test_warm_policy_write_states(void **state)
 	coord_warm_write_failed(&w, child);
 	assert_int_equal(coord_warm_dirty_state(&w, child), COORD_WARM_DIRTY);
 	assert_int_equal(coord_warm_dirty_victim(&w, &ix, w.list.head), child);
-	assert_true(coord_warm_row_drop_wanted(&w, child));
+	assert_int_equal(coord_warm_row_drop_child(&w, child), 5);
 	coord_warm_set_writing(&w, child);
 	coord_warm_set_clean(&w, &ix, child);
-	assert_false(coord_warm_row_drop_wanted(&w, child));
+	assert_int_equal(coord_warm_row_drop_child(&w, child), COORD_NONE);
 	assert_int_equal(w.dirty_records, 0);
 	assert_int_equal(w.dirty_slots, 0);
 	assert_int_equal(coord_warm_dirty_below(&w, parent), 0);
