@@ -2100,6 +2100,76 @@ int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_plac
 	return ret;
 }
 
+bool pool_claim_is_local(struct pool_client *c, uint64_t claim_id)
+{
+	struct claim_req *q;
+	bool local;
+
+	pthread_mutex_lock(&c->lock);
+	q = claim_find(c, claim_id);
+	local = q && q->local;
+	pthread_mutex_unlock(&c->lock);
+	return local;
+}
+
+/* A local grant's whole answer into the caller's arrays (lock held): 1 or a failure. */
+static int claim_wait_copy(const struct claim_req *q, struct pool_claim_grant *grant,
+			   struct pool_chain_entry *entries, struct pool_place *places,
+			   uint32_t entries_max, uint32_t *count)
+{
+	uint32_t n = q->grant.chain_count;
+
+	if (q->result)
+		return q->result;
+	if (!q->local)
+		return -EINVAL; /* no places come with the grant (R-POOL-51) */
+	if (n > entries_max)
+		return -ENOSPC;
+	if (!q->places)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		if (!q->places[i].bytes)
+			return SEL_EPROTO; /* past the arena (R-POOL-34) */
+	*grant = q->grant;
+	if (n) {
+		memcpy(entries, q->chain, n * sizeof(*entries));
+		memcpy(places, q->places, n * sizeof(*places));
+	}
+	*count = n;
+	return 1;
+}
+
+int pool_claim_wait(struct pool_client *c, uint64_t claim_id, struct pool_claim_grant *grant,
+		    struct pool_chain_entry *entries, struct pool_place *places,
+		    uint32_t entries_max, uint32_t *count, int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms), since = sel_monotonic_ns();
+	struct claim_req *q;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		q = claim_find(c, claim_id);
+		if (!q) {
+			ret = -ENOENT; /* ended, or its refusal was taken by pool_claim_poll */
+			break;
+		}
+		if (q->answered) {
+			ret = claim_wait_copy(q, grant, entries, places, entries_max, count);
+			break;
+		}
+		if (c->failure) {
+			ret = c->failure;
+			break;
+		}
+		ret = wait_manager_locked(c, deadline, since, true, "its grant", claim_id);
+		if (ret)
+			break;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
 int pool_share_end(struct pool_client *c, uint64_t claim_id)
 {
 	struct share *s;

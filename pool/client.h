@@ -297,6 +297,30 @@ int pool_claim_times(struct pool_client *c, uint64_t claim_id, struct pool_claim
  */
 int pool_claim_end(struct pool_client *c, uint64_t claim_id, int result);
 
+/*
+ * Never waits. Whether claim_id (live) was sent as CLAIM_LOCAL, so that its
+ * grant brings the session rank's places (R-POOL-51).
+ */
+bool pool_claim_is_local(struct pool_client *c, uint64_t claim_id);
+
+/*
+ * Waits up to timeout_ms for a local claim's grant (the session rank's
+ * transfer thread, which began its copies from the lookup's places before
+ * it, R-POOL-22), while the session's own thread polls the same claim with
+ * pool_claim_poll: neither takes the grant from the other. 1 when the
+ * claim was granted: *grant, its chain with each image's stamp (R-POOL-36)
+ * in entries and the session rank's places in places (*count of each;
+ * entries_max at least the chain's length, else -ENOSPC). Otherwise the
+ * manager's refusal, -ENOENT when the claim is not live (ended, or its
+ * refusal already taken by pool_claim_poll), -EINVAL for a claim that is
+ * not local, SEL_EPROTO for a place past the arena, -ETIMEDOUT, or the
+ * connection's failure (a manager silent for POOL_NO_PROGRESS_MS ends it,
+ * R-POOL-52). The claim stays live: the session ends it.
+ */
+int pool_claim_wait(struct pool_client *c, uint64_t claim_id, struct pool_claim_grant *grant,
+		    struct pool_chain_entry *entries, struct pool_place *places,
+		    uint32_t entries_max, uint32_t *count, int timeout_ms);
+
 /* ---- Claims: every rank's part, on its own connection ---- */
 
 /* One delivered window: its bytes lie in a slot the caller posted. */

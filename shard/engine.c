@@ -62,6 +62,7 @@ struct shard_job {
 	uint64_t pool_id;   /* a pool put's put id, a pool claim's claim id */
 	uint64_t share_bytes; /* a pool put's file length */
 	uint64_t rows[SHARD_CHAIN_RECORDS_MAX / 64]; /* a pool claim's row flags */
+	const struct shard_pool_early *early; /* a pool claim's before its grant; borrowed */
 	struct shard_job *next;
 };
 
@@ -166,6 +167,7 @@ struct shard_engine {
 	struct shard_pool_conn pool_conn;
 	struct shard_pool_share pool_share; /* the claim the transfer thread runs */
 	struct shard_pool_record *pool_chain; /* its chain (SHARD_CHAIN_RECORDS_MAX) */
+	struct shard_pool_early *pool_early;  /* its early places (SHARD_CHAIN_RECORDS_MAX) */
 	struct shard_planes planes;
 	struct rec_dir *dir;
 	/*
@@ -2437,6 +2439,7 @@ static void run_pool_claim(struct shard_engine *e, struct shard_job *job, struct
 {
 	uint64_t bytes = 0;
 	char why[200] = "";
+	bool begun;
 	int ret;
 
 	if (!e->pool_on) {
@@ -2451,10 +2454,22 @@ static void run_pool_claim(struct shard_engine *e, struct shard_job *job, struct
 	ret = shard_pool_share_begin(&e->pool_share, e->pool_chain, job->chain_count,
 				     job->skip_pages, job->page_ids, job->page_id_count,
 				     job->state_slot, why, sizeof(why));
-	if (!ret) {
+	begun = ret == 0;
+	if (!ret && job->early) {
+		/* the session rank before the grant: the lookup's places, then the grant's */
+		memcpy(e->pool_early, job->early, job->chain_count * sizeof(*e->pool_early));
+		ret = e->pool_conn.claim_early
+			      ? e->pool_conn.claim_early(e->pool_conn.ctx, job->pool_id,
+							 e->pool_early, &e->pool_share, why,
+							 sizeof(why))
+			      : sel_fail(-ENOTSUP, why, sizeof(why), "rank %u's pool connection "
+					 "cannot claim before the grant", e->geometry.rank);
+	} else if (!ret) {
 		ret = e->pool_conn.claim_share(e->pool_conn.ctx, job->pool_id, e->pool_chain,
 					       job->chain_count, job->skip_pages, &e->pool_share,
 					       why, sizeof(why));
+	}
+	if (begun) {
 		/* finish always: it releases the claim; a failure before it says why */
 		if (!ret)
 			ret = shard_pool_share_finish(&e->pool_share, &bytes, why, sizeof(why));
@@ -2798,13 +2813,16 @@ int shard_engine_set_pool(struct shard_engine *e, const struct shard_pool_conn *
 	}
 	if (!e->pool_chain) {
 		e->pool_chain = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*e->pool_chain));
-		if (!e->pool_chain)
-			return -ENOMEM;
-		ret = shard_pool_share_init(&e->pool_share, &e->geometry, namespace_id, &e->planes,
-					    e->device);
+		e->pool_early = calloc(SHARD_CHAIN_RECORDS_MAX, sizeof(*e->pool_early));
+		ret = e->pool_chain && e->pool_early ? 0 : -ENOMEM;
+		if (!ret)
+			ret = shard_pool_share_init(&e->pool_share, &e->geometry, namespace_id,
+						    &e->planes, e->device);
 		if (ret) {
 			free(e->pool_chain);
+			free(e->pool_early);
 			e->pool_chain = NULL;
+			e->pool_early = NULL;
 			return ret;
 		}
 	}
@@ -2854,6 +2872,7 @@ int shard_engine_pool_claim(struct shard_engine *e, uint64_t job_id,
 		.id = job_id, .kind = SHARD_JOB_POOL_CLAIM, .pool_id = claim->claim_id,
 		.chain_count = claim->chain_count, .skip_pages = claim->skip_pages,
 		.page_ids = (uint32_t *)claim->page_ids, .state_slot = claim->state_slot,
+		.early = claim->early,
 	};
 	uint64_t pages = 0;
 
@@ -3533,6 +3552,7 @@ void shard_engine_close(struct shard_engine *e)
 	if (e->pool_chain)
 		shard_pool_share_destroy(&e->pool_share);
 	free(e->pool_chain);
+	free(e->pool_early);
 	pthread_cond_destroy(&e->completion_ready);
 	pthread_cond_destroy(&e->hook_idle);
 	pthread_cond_destroy(&e->work_ready);

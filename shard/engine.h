@@ -408,6 +408,7 @@ int shard_engine_noop(struct shard_engine *engine, uint64_t job_id);
 
 struct shard_pool_share;
 struct shard_pool_record;
+struct shard_pool_early;
 
 /*
  * A rank's connection to the pool manager as the engine uses it (over
@@ -425,6 +426,18 @@ struct shard_pool_conn {
 			 size_t why_size);
 	int (*claim_share)(void *ctx, uint64_t claim_id, const struct shard_pool_record *chain,
 			   uint32_t chain_count, uint32_t skip_pages,
+			   struct shard_pool_share *share, char *why, size_t why_size);
+	/*
+	 * Optional (NULL: a claim job with early places fails -ENOTSUP): the
+	 * session rank's share of a same-host claim whose grant is still to
+	 * come (R-POOL-22, R-POOL-51), begun in share with the lookup's chain:
+	 * issues the copies from early's places (one per chain record; its
+	 * issued flags are set), waits for the grant within the claim's
+	 * deadline, then keeps or redoes each record by the grant's stamps
+	 * (shard_pool_share_granted, R-POOL-36). Returns 0 or the failure with
+	 * why; the caller finishes the share either way.
+	 */
+	int (*claim_early)(void *ctx, uint64_t claim_id, struct shard_pool_early *early,
 			   struct shard_pool_share *share, char *why, size_t why_size);
 };
 
@@ -493,6 +506,14 @@ struct shard_pool_claim_job {
 	uint32_t skip_pages;
 	const uint32_t *page_ids;              /* the chain's pages after skip; copied */
 	uint32_t state_slot;
+	/*
+	 * NULL: the claim was granted and chain is the grant's. Else (the
+	 * session rank, on the manager's host, before the grant) chain is the
+	 * lookup's answer and early its places and stamps, chain_count of
+	 * them, borrowed until the job's completion: the job begins its copies
+	 * at once and waits for the grant itself (shard_pool_conn.claim_early).
+	 */
+	const struct shard_pool_early *early;
 };
 
 /*

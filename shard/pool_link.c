@@ -50,6 +50,10 @@ struct shard_pool_link {
 	void *slots[LINK_SLOTS];
 	size_t slot_bytes;
 	struct pool_chain_entry *chain; /* a claim's, for the client (scratch) */
+	/* an early claim's grant for shard_pool_share_granted (scratch, chain max each) */
+	struct shard_pool_record *granted;
+	uint64_t *stamps;
+	struct shard_pool_place *granted_places;
 	/* reconnects (a peer rank's link only; rank zero's is the session's) */
 	const struct shard_pool_plan *plan; /* the opener's, valid until the close */
 	char address[CLUSTER_JOB_POOL_ADDRESS_BYTES_MAX + 1];
@@ -78,7 +82,8 @@ static void link_connect_abandon(struct shard_pool_link *link);
 
 /* Process-wide counts (shard_pool_link_counts). */
 static _Atomic uint64_t count_arena_claims, count_arena_records, count_stream_claims,
-	count_rdma_claims, count_stream_windows, count_arena_refusals;
+	count_rdma_claims, count_stream_windows, count_arena_refusals, count_early_claims,
+	count_records_early, count_records_redone, count_records_waited;
 
 void shard_pool_link_counts(struct shard_pool_link_counts *out)
 {
@@ -89,6 +94,10 @@ void shard_pool_link_counts(struct shard_pool_link_counts *out)
 		.rdma_claims = atomic_load(&count_rdma_claims),
 		.stream_windows = atomic_load(&count_stream_windows),
 		.arena_refusals = atomic_load(&count_arena_refusals),
+		.early_claims = atomic_load(&count_early_claims),
+		.records_early = atomic_load(&count_records_early),
+		.records_redone = atomic_load(&count_records_redone),
+		.records_waited = atomic_load(&count_records_waited),
 	};
 }
 
@@ -174,6 +183,15 @@ static int link_client_open(const struct shard_pool_plan *plan, const char *addr
 	return pool_client_open(&cc, out, why, why_size);
 }
 
+static void link_free_scratch(struct shard_pool_link *link)
+{
+	free(link->granted_places);
+	free(link->stamps);
+	free(link->granted);
+	free(link->places);
+	free(link->chain);
+}
+
 int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address,
 			 const uint8_t *instance_id, uint32_t deadline_ms,
 			 struct shard_pool_link **out, char *why, size_t why_size)
@@ -191,7 +209,11 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 	link->geometry = *g;
 	link->chain = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->chain));
 	link->places = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->places));
-	if (!link->chain || !link->places) {
+	link->granted = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->granted));
+	link->stamps = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->stamps));
+	link->granted_places = calloc(POOL_CHAIN_RECORDS_MAX, sizeof(*link->granted_places));
+	if (!link->chain || !link->places || !link->granted || !link->stamps ||
+	    !link->granted_places) {
 		ret = sel_fail(-ENOMEM, why, why_size, "out of memory");
 		goto err_free_link;
 	}
@@ -225,8 +247,7 @@ err_close_link:
 	shard_pool_link_close(link);
 	return ret;
 err_free_link:
-	free(link->places);
-	free(link->chain);
+	link_free_scratch(link);
 	free(link);
 	return ret;
 }
@@ -243,8 +264,7 @@ void shard_pool_link_close(struct shard_pool_link *link)
 	pool_client_close(link->client); /* unmaps the arena; NULL does nothing */
 	for (uint32_t i = 0; i < LINK_SLOTS; i++)
 		free(link->slots[i]);
-	free(link->places);
-	free(link->chain);
+	link_free_scratch(link);
 	free(link);
 }
 
@@ -592,8 +612,95 @@ out:
 	return ret;
 }
 
+/*
+ * The grant of an early claim (count records, their stamps and places in
+ * link->chain and link->places) applied to share: each record copied
+ * early is kept when its stamp is the grant's, else copied again from its
+ * granted place; the outcome counted.
+ */
+static int link_claim_granted(struct shard_pool_link *link, struct shard_pool_early *early,
+			      uint32_t count, struct shard_pool_share *share, char *why,
+			      size_t why_size)
+{
+	int ret;
+
+	for (uint32_t i = 0; i < count; i++) {
+		const struct pool_chain_entry *g = &link->chain[i];
+
+		link->granted[i] = (struct shard_pool_record){
+			.key = g->key, .first_page_index = g->first_page_index,
+			.tail_page_count = g->tail_page_count, .row = g->row };
+		link->stamps[i] = g->stamp;
+		link->granted_places[i] = (struct shard_pool_place){ link->places[i].offset,
+								     link->places[i].bytes };
+	}
+	ret = shard_pool_share_granted(share, link->arena, link->arena_bytes, early,
+				       link->granted, link->stamps, link->granted_places, count,
+				       why, why_size);
+	atomic_fetch_add(&count_records_early, share->records_early);
+	atomic_fetch_add(&count_records_redone, share->records_redone);
+	atomic_fetch_add(&count_records_waited, share->records_waited);
+	return ret;
+}
+
+/*
+ * The session rank's share of a same-host claim, begun before its grant
+ * (R-POOL-22, R-POOL-51): the copies from the lookup's places are issued
+ * while CLAIM_LOCAL travels, then the grant is waited for on this thread
+ * through the client, by claim id (pool_claim_wait: the session's own
+ * thread polls the same claim and neither takes it from the other), within
+ * the claim's deadline; its stamps keep or redo each record (R-POOL-36).
+ * A refused or failed grant fails the share: what was copied early is the
+ * caller's to discard. The manager verified every image when it was put
+ * and the grant pins them; the headers are checked again here.
+ */
+static int link_claim_early(void *ctx, uint64_t claim_id, struct shard_pool_early *early,
+			    struct shard_pool_share *share, char *why, size_t why_size)
+{
+	struct shard_pool_link *link = ctx;
+	struct pool_claim_grant grant;
+	uint32_t count = 0;
+	uint64_t bytes = 0;
+	int ret;
+
+	SEL_ASSERT(share->chain && share->chain_count <= POOL_CHAIN_RECORDS_MAX);
+	why[0] = '\0';
+	ret = link_ready(link, why, why_size);
+	if (ret)
+		return ret;
+	if (link->arena_state == LINK_ARENA_UNTRIED)
+		link_arena_setup(link, share->device);
+	if (link->arena_state != LINK_ARENA_ON || link->arena_device != share->device)
+		return sel_fail(-ENOTSUP, why, why_size, "claim %" PRIu64 ": rank %u copies "
+				"nothing from the manager's arena", claim_id, link->geometry.rank);
+	for (uint32_t i = 0; i < share->chain_count; i++)
+		bytes += rec_geometry_file_bytes(&link->geometry, share->chain[i].tail_page_count,
+						 share->chain[i].row);
+	atomic_fetch_add(&count_early_claims, 1);
+	ret = shard_pool_share_early(share, link->arena, link->arena_bytes, early,
+				     share->chain_count);
+	if (ret)
+		return sel_fail(ret, why, why_size, "claim %" PRIu64 ": the device refused the "
+				"copies before the grant: %s", claim_id, sel_strerror(ret));
+	ret = pool_claim_wait(link->client, claim_id, &grant, link->chain, link->places,
+			      POOL_CHAIN_RECORDS_MAX, &count, shard_pool_link_deadline_ms(bytes));
+	if (ret != 1) {
+		if (pool_client_status(link->client, why, why_size) == 0)
+			snprintf(why, why_size, "claim %" PRIu64 " got no grant: %s", claim_id,
+				 ret == -ENOENT ? "refused, or ended" : sel_strerror(ret));
+		return ret;
+	}
+	ret = link_claim_granted(link, early, count, share, why, why_size);
+	if (!ret) {
+		atomic_fetch_add(&count_arena_claims, 1);
+		atomic_fetch_add(&count_arena_records, count);
+	}
+	return ret;
+}
+
 void shard_pool_link_conn(struct shard_pool_link *link, struct shard_pool_conn *conn)
 {
 	*conn = (struct shard_pool_conn){ .ctx = link, .put_share = link_put_share,
-					  .claim_share = link_claim_share };
+					  .claim_share = link_claim_share,
+					  .claim_early = link_claim_early };
 }

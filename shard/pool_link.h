@@ -115,7 +115,8 @@ void shard_pool_link_conn(struct shard_pool_link *link, struct shard_pool_conn *
  * What this process's links did (every link together; tests and bench read
  * them): claims copied from the manager's arena and their records, claims
  * streamed and their windows, arenas that could not be mapped or
- * registered (each also warned once).
+ * registered (each also warned once), and what the session rank's claims
+ * begun before their grant did with each record.
  */
 struct shard_pool_link_counts {
 	uint64_t arena_claims;
@@ -124,6 +125,15 @@ struct shard_pool_link_counts {
 	uint64_t rdma_claims;    /* of those, pulled by RDMA (pool/PROTOCOL.md, R-POOL-93) */
 	uint64_t stream_windows;
 	uint64_t arena_refusals;
+	/*
+	 * The session rank's same-host claims begun before their grant
+	 * (R-POOL-22) and their records: copied early and kept, copied early
+	 * but stale and copied again, copied only once the grant came.
+	 */
+	uint64_t early_claims;
+	uint64_t records_early;
+	uint64_t records_redone;
+	uint64_t records_waited;
 };
 
 void shard_pool_link_counts(struct shard_pool_link_counts *out);

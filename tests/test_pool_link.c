@@ -352,6 +352,173 @@ static void claim(struct fixture *f, struct shard_device *device)
 	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
 }
 
+/* The places and stamps of the lookup's answer for the record (R-POOL-22), as early. */
+static void lookup_early(struct fixture *f, struct shard_pool_early *early)
+{
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry *entries = tu_alloc(POOL_CHAIN_RECORDS_MAX * sizeof(*entries));
+	uint64_t ticket = 0;
+	uint32_t count = 0;
+
+	assert_int_equal(pool_lookup_begin(c, &f->key, 1, &ticket), 0);
+	assert_int_equal(POLL(pool_lookup_poll(c, ticket, entries, POOL_CHAIN_RECORDS_MAX,
+					       &count)), 1);
+	assert_int_equal(count, 1);
+	assert_true(entries[0].stamp != 0 && entries[0].place.bytes != 0);
+	*early = (struct shard_pool_early){ .offset = entries[0].place.offset,
+					    .bytes = entries[0].place.bytes,
+					    .stamp = entries[0].stamp };
+	free(entries);
+}
+
+/*
+ * One claim of claim_key as rank zero's engine runs it on the manager's
+ * host (R-POOL-22, R-POOL-51): its share begun with the record's chain,
+ * the copies from the lookup's place issued before the grant (early, as
+ * the lookup gave it or as the test edits it), the grant waited for
+ * through the client on this thread, the share finished and the claim
+ * ended by the session. Returns the claim's result (why); on 0 the
+ * record's bytes are checked at page ids 40 .. 33 and slot 2.
+ */
+static int early_claim(struct fixture *f, const struct rec_key *claim_key,
+		       const struct shard_pool_early *edited, char *why, size_t why_size)
+{
+	const struct rec_geometry *g = &f->plan.geometry;
+	struct pool_client *c = shard_pool_link_client(f->link);
+	struct pool_chain_entry entries[4];
+	struct pool_claim_grant grant;
+	struct shard_pool_share share;
+	struct shard_pool_early early;
+	uint64_t claim_id = 0, bytes = 0;
+	uint32_t count = 0;
+	int ret, polled;
+
+	for (uint32_t p = 0; p < PLANES; p++)
+		memset(f->device_planes[p], 0xee, (size_t)UNIT * g->page_count);
+	memset(f->device_rows, 0xee, (size_t)ROW * g->row_count);
+	lookup_early(f, &early);
+	if (edited)
+		early = *edited;
+	assert_int_equal(pool_claim_begin(c, claim_key, &claim_id), 0);
+	assert_true(pool_claim_is_local(c, claim_id));
+	assert_int_equal(shard_pool_share_init(&share, g, &f->plan.namespace_id, &f->bases,
+					       f->device), 0);
+	assert_int_equal(shard_pool_share_begin(&share, f->chain, 1, 0, f->page_ids, PAGES, 2,
+						why, why_size), 0);
+	ret = f->conn.claim_early(f->conn.ctx, claim_id, &early, &share, why, why_size);
+	if (!ret)
+		ret = shard_pool_share_finish(&share, &bytes, why, why_size);
+	else
+		shard_pool_share_finish(&share, &bytes, NULL, 0);
+	shard_pool_share_destroy(&share);
+	/* the session's own poll sees the same grant, or the refusal, which ends the claim */
+	polled = POLL(pool_claim_poll(c, claim_id, &grant, entries, 4, &count));
+	if (polled == 1)
+		assert_int_equal(pool_claim_end(c, claim_id, ret), 0);
+	if (ret)
+		return ret;
+	assert_int_equal(polled, 1);
+	for (uint32_t j = 0; j < PAGES; j++)
+		for (uint32_t k = 0; k < PLANES; k++)
+			if (memcmp(f->device_planes[k] + (size_t)UNIT * f->page_ids[j],
+				   f->pages + g->page_record_bytes * j + share.plane_offset[k],
+				   UNIT) != 0)
+				fail_msg("page %u plane %u differs", j, k);
+	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
+	return 0;
+}
+
+/*
+ * R-POOL-22: a claim of rank zero on the manager's host copies from the
+ * lookup's place before the grant and keeps the copies when the grant's
+ * stamp is the lookup's: one arena claim, its record copied early, none
+ * redone or waited for, byte-exact.
+ */
+static void test_pool_link_early_claim_keeps_copies(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	char why[256] = "";
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	claim(f, f->device); /* maps and registers the arena: later claims are local */
+	shard_pool_link_counts(&before);
+	if (early_claim(f, &f->key, NULL, why, sizeof(why)) != 0)
+		fail_msg("early claim: %s", why);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.early_claims, before.early_claims + 1);
+	assert_int_equal(after.records_early, before.records_early + 1);
+	assert_int_equal(after.records_redone, before.records_redone);
+	assert_int_equal(after.records_waited, before.records_waited);
+	assert_int_equal(after.arena_claims, before.arena_claims + 1);
+	assert_int_equal(after.stream_windows, before.stream_windows);
+}
+
+/*
+ * R-POOL-36: a record whose image changed between the lookup and the grant
+ * (another stamp: evicted and put again) is copied again from its granted
+ * place after the early copies; one whose answered place no longer holds
+ * its image (a stale place) is copied only at the grant. Either way the
+ * claim restores byte-exact.
+ */
+static void test_pool_link_early_claim_stale_redone(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	struct shard_pool_early stale;
+	char why[256] = "";
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	claim(f, f->device);
+	lookup_early(f, &stale);
+	stale.stamp++;
+	shard_pool_link_counts(&before);
+	if (early_claim(f, &f->key, &stale, why, sizeof(why)) != 0)
+		fail_msg("early claim, stale stamp: %s", why);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.records_redone, before.records_redone + 1);
+	assert_int_equal(after.records_early, before.records_early);
+
+	lookup_early(f, &stale);
+	stale.offset += 4096; /* the range holds no image of the record */
+	shard_pool_link_counts(&before);
+	if (early_claim(f, &f->key, &stale, why, sizeof(why)) != 0)
+		fail_msg("early claim, stale place: %s", why);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.records_waited, before.records_waited + 1);
+	assert_int_equal(after.records_early + after.records_redone,
+			 before.records_early + before.records_redone);
+	assert_int_equal(after.arena_claims, before.arena_claims + 1);
+}
+
+/*
+ * A claim refused after rank zero's early copies went (the pool holds no
+ * such key): the share fails with the refusal, nothing is kept, and the
+ * link claims again afterwards.
+ */
+static void test_pool_link_early_claim_refused_fails(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	struct rec_key missing = f->key;
+	char why[256] = "";
+	int ret;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	claim(f, f->device);
+	missing.digest.bytes[0] ^= 0xff;
+	shard_pool_link_counts(&before);
+	ret = early_claim(f, &missing, NULL, why, sizeof(why));
+	shard_pool_link_counts(&after);
+	print_message("refused: %s (%s)\n", sel_strerror(ret), why);
+	assert_true(ret == -ENOENT);
+	assert_int_equal(after.early_claims, before.early_claims + 1);
+	assert_int_equal(after.records_early, before.records_early);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	if (early_claim(f, &f->key, NULL, why, sizeof(why)) != 0)
+		fail_msg("early claim after a refusal: %s", why);
+}
+
 /* Two claims on device, the warnings they log caught by catch_warning. */
 static void claim_twice_warnings_caught(struct fixture *f, struct shard_device *device)
 {
@@ -747,6 +914,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_over_budget_streams,
 						setup_huge, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_waits_once, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_keeps_copies, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_stale_redone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_refused_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_claim_one_round_trip, setup,
 						teardown),
