@@ -25,6 +25,8 @@ struct pending {
 	bool active;
 	bool cleaning;        /* unlinking a failed store where it was written */
 	bool replaces;        /* a rewrite: never unlinked (shard_store_job) */
+	bool peers_unsent;    /* a pool claim begun early: the peers' shares not yet sent */
+	bool done_now;        /* every answer counted outside apply: the next poll reports */
 	enum coord_job_kind kind;
 	uint32_t remaining;   /* answers still expected */
 	int result;           /* the first failure */
@@ -359,20 +361,62 @@ int coord_fanout_pool_export(struct coord_fanout *f, uint64_t job_id,
 	return 0;
 }
 
+int coord_fanout_pool_claim_early(struct coord_fanout *f, uint64_t job_id,
+				  const struct shard_pool_claim_job *claim)
+{
+	struct pending *p;
+	int ret;
+
+	SEL_ASSERT(claim->early);
+	if (is_stopped(f))
+		return SEL_ESTOPPED;
+	ret = shard_engine_pool_claim(f->o.local, job_id, claim);
+	if (ret)
+		return ret;
+	p = begin(f, job_id, COORD_JOB_POOL_CLAIM);
+	p->peers_unsent = true;
+	return 0;
+}
+
+void coord_fanout_pool_claim_cancel(struct coord_fanout *f, uint64_t job_id, int result,
+				    const char *why)
+{
+	struct pending *p = &f->pending[job_id];
+
+	SEL_ASSERT(job_id < COORD_JOBS_MAX);
+	if (!p->active || !p->peers_unsent)
+		return;
+	p->peers_unsent = false;
+	fail_pending(p, result, why);
+	for (uint32_t r = 1; r < f->world; r++) {
+		p->answered[r] = true; /* an answer from it now is one too many */
+		p->remaining--;
+	}
+	p->done_now = p->remaining == 0;
+}
+
 int coord_fanout_pool_claim(struct coord_fanout *f, uint64_t job_id,
 			    const struct shard_pool_claim_job *claim, uint32_t page_id_count)
 {
 	struct pending *p;
+	bool peers_only;
 	int ret;
 
 	if (is_stopped(f))
 		return SEL_ESTOPPED;
 	if (claim->chain_count > COORD_CHAIN_MAX)
 		return -EINVAL;
-	ret = shard_engine_pool_claim(f->o.local, job_id, claim);
-	if (ret)
-		return ret;
-	p = begin(f, job_id, COORD_JOB_POOL_CLAIM);
+	SEL_ASSERT(job_id < COORD_JOBS_MAX && !claim->early);
+	peers_only = f->pending[job_id].active && f->pending[job_id].peers_unsent;
+	if (peers_only) {
+		p = &f->pending[job_id];
+		p->peers_unsent = false;
+	} else {
+		ret = shard_engine_pool_claim(f->o.local, job_id, claim);
+		if (ret)
+			return ret;
+		p = begin(f, job_id, COORD_JOB_POOL_CLAIM);
+	}
 	for (uint32_t i = 0; i < claim->chain_count; i++)
 		f->pool_chain[i] = (struct cluster_pool_chain_record){
 			.key = claim->chain[i].key, .first_page_index = claim->chain[i].first_page_index,
@@ -418,6 +462,8 @@ static void start_cleanup(struct coord_fanout *f, uint64_t job_id, struct pendin
 	}
 }
 
+static void report(struct pending *p, uint64_t job_id, struct shard_completion *out);
+
 /* Applies one rank's answer; fills *out and returns true when a job is done. */
 static bool apply(struct coord_fanout *f, uint32_t rank, const struct shard_completion *c,
 		  struct shard_completion *out)
@@ -460,6 +506,13 @@ static bool apply(struct coord_fanout *f, uint32_t rank, const struct shard_comp
 		if (p->remaining > 0)
 			return false;
 	}
+	report(p, job_id, out);
+	return true;
+}
+
+/* Job job_id (p) is done on every rank: its one completion in out. */
+static void report(struct pending *p, uint64_t job_id, struct shard_completion *out)
+{
 	memset(out, 0, sizeof(*out));
 	out->job_id = job_id;
 	out->result = p->result;
@@ -467,7 +520,7 @@ static bool apply(struct coord_fanout *f, uint32_t rank, const struct shard_comp
 	snprintf(out->why, sizeof(out->why), "%.120s%s%.70s", p->why,
 		 p->cleanup_why[0] ? "; " : "", p->cleanup_why);
 	p->active = false;
-	return true;
+	p->done_now = false;
 }
 
 static uint32_t fan_poll(void *ctx, struct shard_completion *out, uint32_t max)
@@ -479,6 +532,9 @@ static uint32_t fan_poll(void *ctx, struct shard_completion *out, uint32_t max)
 
 	if (is_stopped(f))
 		return 0; /* no completion for jobs outstanding: ids may be busy */
+	for (uint32_t i = 0; i < COORD_JOBS_MAX && n < max; i++)
+		if (f->pending[i].active && f->pending[i].done_now)
+			report(&f->pending[i], i, &out[n++]);
 	while (n < max && shard_engine_poll(f->o.local, &local, 1) == 1)
 		n += apply(f, 0, &local, &out[n]);
 	pthread_mutex_lock(&f->lock);

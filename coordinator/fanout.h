@@ -81,10 +81,28 @@ int coord_fanout_pool_export(struct coord_fanout *fanout, uint64_t job_id,
 /*
  * Every rank's share of a pool claim (R-WIRE-21), into the same page ids
  * and state slot on every rank (page_id_count: the chain's pages after
- * skip); completes as a fetch does.
+ * skip); completes as a fetch does. After coord_fanout_pool_claim_early
+ * of job_id, the peers' shares only.
  */
 int coord_fanout_pool_claim(struct coord_fanout *fanout, uint64_t job_id,
 			    const struct shard_pool_claim_job *claim, uint32_t page_id_count);
+
+/*
+ * Rank zero's share of a same-host pool claim before its grant (claim->early
+ * set, R-POOL-22): its engine's job now; the peers' come with
+ * coord_fanout_pool_claim at the grant, or never (coord_fanout_pool_claim_cancel).
+ * The job completes once, when every rank's share did.
+ */
+int coord_fanout_pool_claim_early(struct coord_fanout *fanout, uint64_t job_id,
+				  const struct shard_pool_claim_job *claim);
+
+/*
+ * The claim job_id begun early got no grant for its peers (refused, or
+ * the chain changed): they get no share and count as failed with result
+ * and why; the job completes once rank zero's share did.
+ */
+void coord_fanout_pool_claim_cancel(struct coord_fanout *fanout, uint64_t job_id, int result,
+				    const char *why);
 
 /* The table of functions the store policy drives jobs through. */
 void coord_fanout_jobs(struct coord_fanout *fanout, struct coord_jobs *jobs);

@@ -415,6 +415,7 @@ struct rank_pool {
 	uint64_t length;
 	uint64_t put_id;
 	bool fail;            /* the connection fails (a manager killed mid-claim) */
+	uint32_t early_claims; /* claims begun before their grant */
 };
 
 static int rank_put_share(void *ctx, uint64_t put_id, int fd, uint64_t length, char *why,
@@ -456,6 +457,18 @@ static int rank_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 						   (uint32_t)h.row_length,
 						   rp->image + h.row_offset, h.row_length, why,
 						   why_size);
+}
+
+/* Rank zero's share before the grant: the test's windows, as rank_claim_share. */
+static int rank_claim_early(void *ctx, uint64_t claim_id, struct shard_pool_early *early,
+			    struct shard_pool_share *share, char *why, size_t why_size)
+{
+	struct rank_pool *rp = ctx;
+
+	assert_non_null(early);
+	rp->early_claims++;
+	return rank_claim_share(ctx, claim_id, share->chain, share->chain_count,
+				share->skip_pages, share, why, why_size);
 }
 
 /* Polls the fan-out's own jobs table until job_id completes. */
@@ -540,6 +553,84 @@ static void test_fanout_pool_share_jobs(void **state)
 	c = wait_job(f, 62);
 	assert_int_equal(c.result, -ECONNRESET);
 	assert_non_null(strstr(c.why, "rank 2: pool claim: the manager went away"));
+	for (uint32_t r = 0; r < WORLD; r++) {
+		shard_engine_set_pool(f->ranks[r].engine, NULL, NULL);
+		free(pools[r].image);
+	}
+}
+
+/*
+ * A same-host claim begun early (R-POOL-22): rank zero's engine gets its
+ * share at once, the peers' go at the grant (coord_fanout_pool_claim), and
+ * the job completes once, with every rank's bytes in place; cancelled
+ * instead (a refused claim), the peers get nothing and the job fails with
+ * the refusal once rank zero's share ended, though rank zero succeeded.
+ */
+static void test_fanout_pool_claim_early(void **state)
+{
+	struct fixture *f = *state;
+	struct rank_pool pools[WORLD] = { 0 };
+	struct shard_pool_early early = { .stamp = 1 };
+	struct shard_pool_record chain;
+	struct shard_completion c;
+	struct coord_jobs jobs;
+	struct rec_key key;
+	uint32_t ids[PAGES];
+	uint64_t share = rec_geometry_file_bytes(&f->ranks[0].g, 1000 / 64, true);
+
+	publish(f, 7, 1000);
+	assert_int_equal(wait_event(f).kind, SEL_EVENT_STORED);
+	rec_history_key_at(&f->h, 1000, &key);
+	for (uint32_t r = 0; r < WORLD; r++)
+		assert_int_equal(shard_engine_set_pool(f->ranks[r].engine, &(struct shard_pool_conn){
+			.ctx = &pools[r], .put_share = rank_put_share,
+			.claim_share = rank_claim_share, .claim_early = rank_claim_early },
+			&f->ranks[r].ns), 0);
+	assert_int_equal(coord_fanout_pool_put(f->fanout, 63, &key, 5, share), 0);
+	assert_int_equal(wait_job(f, 63).result, 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		memset(f->ranks[r].plane[0], 0xee, (uint64_t)UNIT * PAGES);
+		memset(f->ranks[r].plane[1], 0xee, (uint64_t)UNIT * PAGES);
+	}
+	chain = (struct shard_pool_record){ key, 0, 1000 / 64, true };
+	for (uint32_t i = 0; i < 1000 / 64 - 2; i++)
+		ids[i] = 40 + i;
+	assert_int_equal(coord_fanout_pool_claim_early(f->fanout, 62, &(struct shard_pool_claim_job){
+		.claim_id = 9, .chain = &chain, .chain_count = 1, .skip_pages = 2,
+		.page_ids = ids, .state_slot = 3, .early = &early }), 0);
+	coord_fanout_jobs(f->fanout, &jobs);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(jobs.poll(jobs.ctx, &c, 1), 0); /* the peers' shares are to come */
+		usleep(1000);
+	}
+	assert_int_equal(coord_fanout_pool_claim(f->fanout, 62, &(struct shard_pool_claim_job){
+		.claim_id = 9, .chain = &chain, .chain_count = 1, .skip_pages = 2,
+		.page_ids = ids, .state_slot = 3 }, 1000 / 64 - 2), 0);
+	c = wait_job(f, 62);
+	assert_int_equal(c.result, 0);
+	assert_int_equal(pools[0].early_claims, 1);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		uint8_t expect[ROW];
+
+		if (r > 0)
+			assert_int_equal(pools[r].early_claims, 0);
+		for (uint32_t i = 0; i < 1000 / 64 - 2; i++)
+			if (!page_is(&f->ranks[r], 40 + i, 2 + i))
+				fail_msg("rank %u page %u differs", r, i);
+		tu_fill(expect, ROW, 1000 + r);
+		assert_memory_equal(f->ranks[r].rows + 3 * ROW, expect, ROW);
+	}
+
+	/* refused after rank zero's share began */
+	assert_int_equal(coord_fanout_pool_claim_early(f->fanout, 62, &(struct shard_pool_claim_job){
+		.claim_id = 10, .chain = &chain, .chain_count = 1, .skip_pages = 2,
+		.page_ids = ids, .state_slot = 3, .early = &early }), 0);
+	coord_fanout_pool_claim_cancel(f->fanout, 62, -ENOENT, "the pool refused the claim");
+	c = wait_job(f, 62);
+	assert_int_equal(c.result, -ENOENT);
+	assert_non_null(strstr(c.why, "refused"));
+	assert_int_equal(pools[0].early_claims, 2);
+	assert_int_equal(jobs.poll(jobs.ctx, &c, 1), 0); /* one completion only */
 	for (uint32_t r = 0; r < WORLD; r++) {
 		shard_engine_set_pool(f->ranks[r].engine, NULL, NULL);
 		free(pools[r].image);
@@ -1183,6 +1274,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fanout_dead_peer_is_fatal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_noop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_pool_share_jobs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fanout_pool_claim_early, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_corrupt_record_dropped_and_stored_again,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fanout_every_failpoint_reached, setup_durable,
