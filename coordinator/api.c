@@ -616,6 +616,23 @@ static int pool_ranks_fan_claim(void *ctx, uint64_t job_id,
 	return coord_fanout_pool_claim(ctx, job_id, claim, page_id_count);
 }
 
+static int pool_ranks_fan_claim_early(void *ctx, uint64_t job_id,
+				      const struct shard_pool_claim_job *claim)
+{
+	return coord_fanout_pool_claim_early(ctx, job_id, claim);
+}
+
+static void pool_ranks_fan_claim_cancel(void *ctx, uint64_t job_id, int result, const char *why)
+{
+	coord_fanout_pool_claim_cancel(ctx, job_id, result, why);
+}
+
+static int pool_ranks_engine_claim_early(void *ctx, uint64_t job_id,
+					 const struct shard_pool_claim_job *claim)
+{
+	return shard_engine_pool_claim(ctx, job_id, claim);
+}
+
 static int pool_ranks_engine_put(void *ctx, uint64_t job_id, const struct rec_key *key,
 				 uint64_t put_id, uint64_t share_bytes)
 {
@@ -673,9 +690,12 @@ static int api_pool_drive(sel_store *s, const struct rec_geometry *g)
 	struct coord_pool_ranks ranks = s->fanout ?
 		(struct coord_pool_ranks){ .ctx = s->fanout, .put = pool_ranks_fan_put,
 					   .claim = pool_ranks_fan_claim,
+					   .claim_early = pool_ranks_fan_claim_early,
+					   .claim_cancel = pool_ranks_fan_claim_cancel,
 					   .export = pool_ranks_fan_export } :
 		(struct coord_pool_ranks){ .ctx = s->engine, .put = pool_ranks_engine_put,
 					   .claim = pool_ranks_engine_claim,
+					   .claim_early = pool_ranks_engine_claim_early,
 					   .export = pool_ranks_engine_export };
 	struct pool_client *client = shard_pool_link_client(s->pool_link);
 	struct coord_pool_session session;

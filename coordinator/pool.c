@@ -35,6 +35,18 @@ struct pool_job {
 	struct rec_key first_key;  /* the first record past resident */
 	uint32_t first_page_index;
 	uint32_t skip_pages, page_id_count, state_slot;
+	/*
+	 * A local claim whose rank zero share began before the grant
+	 * (R-POOL-22): the ranks' completion may come before the grant is
+	 * polled (parts_*), and a claim that fails before its peers' shares
+	 * went keeps its failure until rank zero's share ended.
+	 */
+	bool early;
+	bool refused;          /* the claim ended with its refusal: nothing to end */
+	bool parts_done;
+	int parts_result;
+	uint64_t parts_bytes;
+	char parts_why[200];
 	/* a GPU export's (a put whose shares come from the devices) */
 	bool exporting;
 	uint32_t export_slot;   /* in export_ids[] */
@@ -50,6 +62,8 @@ struct coord_pool {
 	struct pool_job jobs[COORD_JOBS_MAX];
 	uint32_t *claim_ids[COORD_POOL_CLAIMS_MAX]; /* each page_count page ids */
 	bool claim_used[COORD_POOL_CLAIMS_MAX];
+	/* each POOL_CHAIN_RECORDS_MAX: an early claim's places, borrowed by rank zero's job */
+	struct shard_pool_early *claim_early[COORD_POOL_CLAIMS_MAX];
 	uint32_t *export_ids[COORD_POOL_GPU_EXPORTS_MAX]; /* each page_count page ids */
 	struct rec_header export_header[COORD_POOL_GPU_EXPORTS_MAX];
 	uint32_t export_state_slot[COORD_POOL_GPU_EXPORTS_MAX];
@@ -156,6 +170,9 @@ static int put_shares(struct coord_pool *p, uint64_t id, struct pool_job *j, uin
 		.state_slot = p->export_state_slot[j->export_slot], .put_id = put_id });
 }
 
+static bool claim_early(struct coord_pool *p, uint64_t job_id, struct pool_job *j,
+			const struct coord_pool_claim *claim);
+
 static int pool_claim(void *ctx, uint64_t job_id, const struct coord_pool_claim *claim)
 {
 	struct coord_pool *p = ctx;
@@ -180,7 +197,77 @@ static int pool_claim(void *ctx, uint64_t job_id, const struct coord_pool_claim 
 	j->skip_pages = claim->skip_pages;
 	j->page_id_count = claim->page_id_count;
 	j->state_slot = claim->state_slot;
+	j->failure = 0;
+	j->refused = false;
+	j->parts_done = false;
+	j->early = claim_early(p, job_id, j, claim);
 	return 0;
+}
+
+/*
+ * A local claim (its grant brings rank zero's places, R-POOL-51): rank
+ * zero's share starts now with the lookup's whole chain (claim->answer)
+ * and each record's place and stamp, its skip counting the records at or
+ * below resident as the grant's will. True when it went; false leaves
+ * every share to the grant (not local, no answer places, a chain whose
+ * pages do not add up, or a job refused).
+ */
+static bool claim_early(struct coord_pool *p, uint64_t job_id, struct pool_job *j,
+			const struct coord_pool_claim *claim)
+{
+	struct shard_pool_early *early = p->claim_early[j->claim_slot];
+	uint32_t count = claim->answer_count, first;
+	uint64_t pages = 0, before = 0;
+
+	if (!p->ranks.claim_early || !p->session.claim_local || !claim->answer ||
+	    count < claim->chain_count || count > POOL_CHAIN_RECORDS_MAX ||
+	    !p->session.claim_local(p->session.ctx, j->request))
+		return false;
+	first = count - claim->chain_count;
+	for (uint32_t i = 0; i < count; i++) {
+		const struct coord_pool_record *r = &claim->answer[i];
+
+		if (i < first)
+			before += r->tail_page_count;
+		pages += r->tail_page_count;
+		p->share_chain[i] = (struct shard_pool_record){
+			.key = r->key, .first_page_index = r->first_page_index,
+			.tail_page_count = r->tail_page_count, .row = r->row };
+		early[i] = (struct shard_pool_early){ .offset = r->place_offset,
+						      .bytes = r->place_bytes, .stamp = r->stamp };
+	}
+	if (before + j->skip_pages > pages || pages - before - j->skip_pages != j->page_id_count)
+		return false;
+	return p->ranks.claim_early(p->ranks.ctx, job_id, &(struct shard_pool_claim_job){
+		.claim_id = j->request, .chain = p->share_chain, .chain_count = count,
+		.skip_pages = (uint32_t)(before + j->skip_pages),
+		.page_ids = p->claim_ids[j->claim_slot], .state_slot = j->state_slot,
+		.early = early }) == 0;
+}
+
+/*
+ * A claim that failed with result (why) on the session's side: every share
+ * that went must end before the claim ends and the job completes (rank
+ * zero's early share may be copying into the page ids); the peers' that
+ * did not go never will.
+ */
+static void claim_fail(struct coord_pool *p, uint64_t job_id, int result, const char *why,
+		       bool end_claim)
+{
+	struct pool_job *j = &p->jobs[job_id];
+
+	if (!j->early || j->parts_done) {
+		if (end_claim)
+			p->session.claim_end(p->session.ctx, j->request, result);
+		finish(p, job_id, result, 0, why);
+		return;
+	}
+	if (p->world_size > 1)
+		p->ranks.claim_cancel(p->ranks.ctx, job_id, result, why);
+	j->failure = result;
+	j->refused = !end_claim;
+	snprintf(j->why, sizeof(j->why), "%s", why);
+	j->step = STEP_CLAIM_SHARES; /* ends with rank zero's share */
 }
 
 /*
@@ -210,21 +297,26 @@ static void claim_granted(struct coord_pool *p, uint64_t job_id, uint32_t count)
 	}
 	if (first == count || before + j->skip_pages > pages ||
 	    pages - before - j->skip_pages != j->page_id_count) {
-		p->session.claim_end(p->session.ctx, j->request, SEL_ENOTFOUND);
-		finish(p, job_id, SEL_ENOTFOUND, 0, "the pool's chain changed since the lookup");
+		claim_fail(p, job_id, SEL_ENOTFOUND, "the pool's chain changed since the lookup",
+			   true);
 		return;
 	}
-	ret = p->ranks.claim(p->ranks.ctx, job_id, &(struct shard_pool_claim_job){
+	/* an early claim in a world of one: rank zero's share is the claim */
+	ret = j->early && p->world_size == 1 ? 0 :
+	      p->ranks.claim(p->ranks.ctx, job_id, &(struct shard_pool_claim_job){
 		.claim_id = j->request, .chain = p->share_chain, .chain_count = count,
 		.skip_pages = (uint32_t)(before + j->skip_pages),
 		.page_ids = p->claim_ids[j->claim_slot], .state_slot = j->state_slot },
 		j->page_id_count);
 	if (ret) {
-		p->session.claim_end(p->session.ctx, j->request, ret);
-		finish(p, job_id, ret, 0, "the claim could not reach every rank");
+		claim_fail(p, job_id, ret, "the claim could not reach every rank", true);
 		return;
 	}
 	j->step = STEP_CLAIM_SHARES;
+	if (j->early && j->parts_done) {
+		p->session.claim_end(p->session.ctx, j->request, j->parts_result);
+		finish(p, job_id, j->parts_result, j->parts_bytes, j->parts_why);
+	}
 }
 
 /*
@@ -293,8 +385,12 @@ static void advance(struct coord_pool *p)
 			if (ret == 0)
 				break;
 			if (ret < 0) {
+				char why[200];
+
 				count_refusal(p, ret);
-				finish(p, id, ret, 0, claim_failure_why(ret, j->why, sizeof(j->why)));
+				/* the claim ended with its refusal: nothing to end */
+				claim_fail(p, id, ret, claim_failure_why(ret, why, sizeof(why)),
+					   false);
 				break;
 			}
 			claim_granted(p, id, count);
@@ -310,9 +406,21 @@ static void shares_done(struct coord_pool *p, const struct shard_completion *c)
 {
 	struct pool_job *j = &p->jobs[c->job_id];
 
+	if (j->step == STEP_CLAIM_ASKED) {
+		/* an early claim's shares ended before its grant was polled */
+		SEL_ASSERT(j->early);
+		j->parts_done = true;
+		j->parts_result = c->result;
+		j->parts_bytes = c->bytes;
+		snprintf(j->parts_why, sizeof(j->parts_why), "%s", c->why);
+		return;
+	}
 	if (j->step == STEP_CLAIM_SHARES) {
-		p->session.claim_end(p->session.ctx, j->request, c->result);
-		finish(p, c->job_id, c->result, c->bytes, c->why);
+		int result = j->failure ? j->failure : c->result;
+
+		if (!j->refused)
+			p->session.claim_end(p->session.ctx, j->request, result);
+		finish(p, c->job_id, result, c->bytes, j->failure ? j->why : c->why);
 		return;
 	}
 	SEL_ASSERT(j->step == STEP_PUT_SHARES);
@@ -340,7 +448,8 @@ static uint32_t pool_poll(void *ctx, struct shard_completion *out, uint32_t max)
 			snprintf(p->attach_why, sizeof(p->attach_why), "%s", c.why);
 		} else if (c.job_id < COORD_JOBS_MAX &&
 		    (p->jobs[c.job_id].step == STEP_PUT_SHARES ||
-		     p->jobs[c.job_id].step == STEP_CLAIM_SHARES))
+		     p->jobs[c.job_id].step == STEP_CLAIM_SHARES ||
+		     (p->jobs[c.job_id].step == STEP_CLAIM_ASKED && p->jobs[c.job_id].early)))
 			shares_done(p, &c);
 		else
 			out[n++] = c;
@@ -446,6 +555,7 @@ int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_sess
 	struct coord_pool *p = calloc(1, sizeof(*p));
 	bool allocated = p != NULL;
 
+	SEL_ASSERT(!ranks->claim_early || world_size == 1 || ranks->claim_cancel);
 	*out = NULL;
 	if (p) {
 		p->inner = *inner;
@@ -460,6 +570,11 @@ int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_sess
 		for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++) {
 			p->claim_ids[i] = calloc(page_count ? page_count : 1, sizeof(uint32_t));
 			allocated = allocated && p->claim_ids[i];
+			if (ranks->claim_early) {
+				p->claim_early[i] = calloc(POOL_CHAIN_RECORDS_MAX,
+							   sizeof(*p->claim_early[i]));
+				allocated = allocated && p->claim_early[i];
+			}
 		}
 		for (uint32_t i = 0; i < COORD_POOL_GPU_EXPORTS_MAX; i++) {
 			p->export_ids[i] = calloc(page_count ? page_count : 1, sizeof(uint32_t));
@@ -478,8 +593,10 @@ void coord_pool_close(struct coord_pool *p)
 {
 	if (!p)
 		return;
-	for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++)
+	for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++) {
 		free(p->claim_ids[i]);
+		free(p->claim_early[i]);
+	}
 	for (uint32_t i = 0; i < COORD_POOL_GPU_EXPORTS_MAX; i++)
 		free(p->export_ids[i]);
 	free(p->chain);

@@ -3,7 +3,9 @@
  * between the store's policy and its jobs. The policy asks for a record's
  * put or a hit's claim as one job (struct coord_jobs' pool_put and
  * pool_claim); this layer turns each into the session's steps (put begin,
- * every rank's share, commit, outcome; claim, every rank's share, end) and
+ * every rank's share, commit, outcome; claim, every rank's share, end;
+ * a local claim's rank zero share starts with the claim, from the lookup's
+ * places, and the peers' at its grant) and
  * hands the policy one completion per job, through the same poll as every
  * other job, which it forwards to the inner jobs (the fan-out, or rank
  * zero's engine alone). Lookups go straight to the session.
@@ -38,6 +40,12 @@ struct coord_pool_session {
 	int (*put_commit)(void *ctx, uint64_t put_id, bool commit);
 	int (*put_outcome)(void *ctx, uint64_t put_id);
 	int (*claim_begin)(void *ctx, const struct rec_key *key, uint64_t *claim_id);
+	/*
+	 * Optional (NULL: never): whether claim_id's grant brings the session
+	 * rank's arena places (R-POOL-51), so that its share may begin before
+	 * the grant from the lookup's places (R-POOL-22).
+	 */
+	bool (*claim_local)(void *ctx, uint64_t claim_id);
 	int (*claim_granted)(void *ctx, uint64_t claim_id, struct coord_pool_record *chain,
 			     uint32_t max, uint32_t *count);
 	void (*claim_end)(void *ctx, uint64_t claim_id, int result);
@@ -50,6 +58,16 @@ struct coord_pool_ranks {
 		   uint64_t share_bytes);
 	int (*claim)(void *ctx, uint64_t job_id, const struct shard_pool_claim_job *claim,
 		     uint32_t page_id_count);
+	/*
+	 * Optional (NULL: every share goes at the grant): rank zero's share
+	 * of a local claim before its grant (claim->early set). In a world of
+	 * more than one rank, claim then sends the peers' shares only, or
+	 * claim_cancel (required with claim_early) fails them unsent; either
+	 * way job_id completes once, when every rank's share did. In a world
+	 * of one the grant sends nothing more.
+	 */
+	int (*claim_early)(void *ctx, uint64_t job_id, const struct shard_pool_claim_job *claim);
+	void (*claim_cancel)(void *ctx, uint64_t job_id, int result, const char *why);
 	/* Optional (NULL: no GPU exports): a GPU checkpoint's share on every rank. */
 	int (*export)(void *ctx, uint64_t job_id, const struct shard_pool_export_job *export);
 };

@@ -33,7 +33,9 @@ static void session_chain(const struct pool_chain_entry *in, uint32_t count,
 	for (uint32_t i = 0; i < count; i++)
 		out[i] = (struct coord_pool_record){
 			.key = in[i].key, .first_page_index = in[i].first_page_index,
-			.tail_page_count = in[i].tail_page_count, .row = in[i].row };
+			.tail_page_count = in[i].tail_page_count, .row = in[i].row,
+			.place_offset = in[i].place.offset, .place_bytes = in[i].place.bytes,
+			.stamp = in[i].stamp };
 }
 
 static int session_put_begin(void *ctx, const struct coord_pool_put *put, uint32_t world_size,
@@ -78,6 +80,13 @@ static int session_claim_begin(void *ctx, const struct rec_key *key, uint64_t *c
 	struct coord_pool_client_session *s = ctx;
 
 	return pool_claim_begin(s->client, key, claim_id);
+}
+
+static bool session_claim_local(void *ctx, uint64_t claim_id)
+{
+	struct coord_pool_client_session *s = ctx;
+
+	return pool_claim_is_local(s->client, claim_id);
 }
 
 static int session_claim_granted(void *ctx, uint64_t claim_id, struct coord_pool_record *chain,
@@ -175,7 +184,8 @@ void coord_pool_client_session_fill(struct coord_pool_client_session *s,
 	*session = (struct coord_pool_session){
 		.ctx = s, .put_begin = session_put_begin, .put_ready = session_put_ready,
 		.put_commit = session_put_commit, .put_outcome = session_put_outcome,
-		.claim_begin = session_claim_begin, .claim_granted = session_claim_granted,
+		.claim_begin = session_claim_begin, .claim_local = session_claim_local,
+		.claim_granted = session_claim_granted,
 		.claim_end = session_claim_end };
 	*ops = (struct coord_pool_ops){ .ctx = s, .lookup = session_lookup,
 					.answer = session_answer, .forget = session_forget,

@@ -582,8 +582,9 @@ static bool pool_hit(struct coord_store *s, uint32_t count, uint64_t resident, u
 		return false;
 	slot = s->pool_hit_next++ % COORD_POOL_HITS_MAX;
 	s->pool_hits[slot].generation = ++s->next_generation;
-	s->pool_hits[slot].chain_count = count - start;
-	memcpy(s->pool_hits[slot].chain, chain + start, (count - start) * sizeof(*chain));
+	s->pool_hits[slot].chain_count = count;
+	s->pool_hits[slot].start = start;
+	memcpy(s->pool_hits[slot].chain, chain, count * sizeof(*chain));
 	*hit = (struct sel_hit){
 		.consumed = chain[count - 1].key.consumed, .resident = resident,
 		.skip_pages = (uint32_t)(resident / pt - stop / pt),
@@ -1530,7 +1531,9 @@ static int pool_fetch(struct coord_store *s, const struct sel_hit *hit, const ui
 		return -EINVAL;
 	claim = (struct coord_pool_claim){
 		.key = s->pool_hits[slot].chain[s->pool_hits[slot].chain_count - 1].key,
-		.chain = s->pool_hits[slot].chain, .chain_count = s->pool_hits[slot].chain_count,
+		.chain = s->pool_hits[slot].chain + s->pool_hits[slot].start,
+		.chain_count = s->pool_hits[slot].chain_count - s->pool_hits[slot].start,
+		.answer = s->pool_hits[slot].chain, .answer_count = s->pool_hits[slot].chain_count,
 		.skip_pages = hit->skip_pages, .page_ids = page_ids,
 		.page_id_count = hit->page_count, .state_slot = state_slot,
 	};

@@ -95,12 +95,20 @@ enum coord_pool_state {
 /* A pool hit's endpoint: this bit, then the slot of its answer. */
 #define COORD_POOL_HIT_BIT 0x80000000u
 
-/* One record of a chain the pool answered (R-POOL-21), root side first. */
+/*
+ * One record of a chain the pool answered (R-POOL-21), root side first;
+ * a lookup's answer also names the session rank's share image in the
+ * manager's arena and its stamp (R-POOL-22; 0 where none: the disk tier,
+ * or a grant).
+ */
 struct coord_pool_record {
 	struct rec_key key;
 	uint32_t first_page_index;
 	uint32_t tail_page_count;
 	bool row;
+	uint64_t place_offset;
+	uint64_t place_bytes;
+	uint64_t stamp;
 };
 
 /* A claim of a chain the pool holds into the device (R-WIRE-21's pool claim). */
@@ -108,6 +116,9 @@ struct coord_pool_claim {
 	struct rec_key key;                     /* the endpoint */
 	const struct coord_pool_record *chain;  /* from the first record past resident */
 	uint32_t chain_count;
+	/* the lookup's whole answer, root first, chain its tail; NULL: not known */
+	const struct coord_pool_record *answer;
+	uint32_t answer_count;
 	uint32_t skip_pages;
 	const uint32_t *page_ids;               /* page_id_count */
 	uint32_t page_id_count;
@@ -321,8 +332,9 @@ struct coord_store {
 	} pool_tickets[COORD_POOL_TICKETS_MAX];
 	struct {
 		uint64_t generation;   /* 0: free */
-		uint32_t chain_count;
-		struct coord_pool_record *chain; /* POOL chain max, allocated once */
+		uint32_t chain_count;  /* the answer's */
+		uint32_t start;        /* its first record past resident */
+		struct coord_pool_record *chain; /* the answer; POOL chain max, allocated once */
 	} pool_hits[COORD_POOL_HITS_MAX];
 	uint32_t pool_hit_next;
 	/* what the session announced it holds (R-POOL-71): a ring of changes */

@@ -197,6 +197,36 @@ static void test_pool_attach_same_host_claims_from_arena(void **state)
 }
 
 /*
+ * R-POOL-22, R-POOL-51: once rank zero's link registered the arena (its
+ * first claim), the instance's next claim is local and rank zero's share
+ * starts at sel_fetch, from the lookup's places, before the grant; with
+ * nothing changed since the lookup every record copied early is kept.
+ * Rank one pulls after the grant; both restore byte-exact.
+ */
+static void test_pool_attach_same_host_claim_copies_early(void **state)
+{
+	struct pf_fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+
+	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
+	cascade_then_open(f, 1, &big_disk);
+	shard_pool_link_counts(&before);
+	claim_from_arena(f, 1); /* registers the arena: not early */
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.early_claims, before.early_claims);
+	before = after;
+	claim_from_arena(f, 1);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.early_claims, before.early_claims + 1);
+	assert_int_equal(after.records_early - before.records_early,
+			 after.arena_records - before.arena_records);
+	assert_int_equal(after.records_redone, before.records_redone);
+	assert_int_equal(after.records_waited, before.records_waited);
+	pf_instance_close(f, 1);
+	peer_claimed_from_arena(f, 1, 2);
+}
+
+/*
  * The manager is restarted: a new arena (another file, id and generation).
  * The instance attached to the old one loses its pool and finds nothing
  * (never the old arena's bytes); a new instance claims from the new arena,
@@ -661,6 +691,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pool_attach_cascade_then_restore_elsewhere,
+						setup, pf_teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_same_host_claim_copies_early,
 						setup, pf_teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_same_host_claims_from_arena,
 						setup, pf_teardown),

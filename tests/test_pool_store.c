@@ -243,6 +243,14 @@ struct session {
 	uint64_t rank_put_id, rank_claim_id;
 	struct shard_pool_record rank_chain[8];
 	uint32_t rank_chain_count, rank_skip, rank_pages[64], rank_page_count;
+	/* local claims (R-POOL-22): rank zero's share sent before the grant */
+	bool local;                     /* claim_local's answer */
+	bool early_pending;             /* early_job's peers' shares not yet sent */
+	uint32_t early_claims, peer_claims, cancels;
+	uint64_t early_job;             /* the job rank zero's early share is */
+	int cancel_result;
+	struct shard_pool_early early[8];
+	uint32_t early_count, early_skip;
 };
 
 struct fixture {
@@ -977,8 +985,13 @@ static int ranks_claim(void *ctx, uint64_t job_id, const struct shard_pool_claim
 	struct fixture *f = ctx;
 	struct session *ss = &f->session;
 
-	SEL_ASSERT(claim->chain_count <= 8 && page_id_count <= 64);
-	stub_add(&f->stub, COORD_JOB_POOL_CLAIM, job_id);
+	SEL_ASSERT(claim->chain_count <= 8 && page_id_count <= 64 && !claim->early);
+	if (ss->early_pending && ss->early_job == job_id) {
+		ss->peer_claims++; /* the peers' shares: the job is rank zero's already */
+		ss->early_pending = false;
+	} else {
+		stub_add(&f->stub, COORD_JOB_POOL_CLAIM, job_id);
+	}
 	ss->rank_claim_id = claim->claim_id;
 	memcpy(ss->rank_chain, claim->chain, claim->chain_count * sizeof(*claim->chain));
 	ss->rank_chain_count = claim->chain_count;
@@ -988,8 +1001,44 @@ static int ranks_claim(void *ctx, uint64_t job_id, const struct shard_pool_claim
 	return 0;
 }
 
-/* The store's jobs go through the session driver, over the stub engine. */
-static int setup_driver(void **state)
+static bool session_claim_local(void *ctx, uint64_t claim_id)
+{
+	(void)claim_id;
+	return ((struct session *)ctx)->local;
+}
+
+/* Rank zero's share before the grant: the stub job every rank's share completes. */
+static int ranks_claim_early(void *ctx, uint64_t job_id, const struct shard_pool_claim_job *claim)
+{
+	struct fixture *f = ctx;
+	struct session *ss = &f->session;
+
+	SEL_ASSERT(claim->chain_count <= 8 && claim->early);
+	stub_add(&f->stub, COORD_JOB_POOL_CLAIM, job_id);
+	ss->early_claims++;
+	ss->early_pending = true;
+	ss->early_job = job_id;
+	ss->rank_claim_id = claim->claim_id;
+	memcpy(ss->rank_chain, claim->chain, claim->chain_count * sizeof(*claim->chain));
+	memcpy(ss->early, claim->early, claim->chain_count * sizeof(*claim->early));
+	ss->early_count = claim->chain_count;
+	ss->early_skip = claim->skip_pages;
+	return 0;
+}
+
+static void ranks_claim_cancel(void *ctx, uint64_t job_id, int result, const char *why)
+{
+	struct fixture *f = ctx;
+
+	assert_int_equal(job_id, f->session.early_job);
+	assert_non_null(why);
+	f->session.cancels++;
+	f->session.cancel_result = result;
+	f->session.early_pending = false;
+}
+
+/* The store's jobs go through the session driver of world ranks, over the stub engine. */
+static int setup_driver_world(void **state, uint32_t world)
 {
 	struct fixture *f;
 	struct coord_jobs inner, jobs;
@@ -1004,9 +1053,12 @@ static int setup_driver(void **state)
 		.ctx = &f->session, .put_begin = session_put_begin,
 		.put_ready = session_put_ready, .put_commit = session_put_commit,
 		.put_outcome = session_put_outcome, .claim_begin = session_claim_begin,
-		.claim_granted = session_claim_granted, .claim_end = session_claim_end },
-		&(struct coord_pool_ranks){ .ctx = f, .put = ranks_put, .claim = ranks_claim },
-		2, f->g.page_count, &f->store.stats.pool_refusals, &f->driver), 0);
+		.claim_local = session_claim_local, .claim_granted = session_claim_granted,
+		.claim_end = session_claim_end },
+		&(struct coord_pool_ranks){ .ctx = f, .put = ranks_put, .claim = ranks_claim,
+					    .claim_early = ranks_claim_early,
+					    .claim_cancel = ranks_claim_cancel },
+		world, f->g.page_count, &f->store.stats.pool_refusals, &f->driver), 0);
 	coord_pool_jobs(f->driver, &jobs);
 	f->store.jobs_ops = jobs;
 	ops = (struct coord_pool_ops){ .ctx = &f->stub, .lookup = stub_lookup,
@@ -1014,6 +1066,16 @@ static int setup_driver(void **state)
 	assert_int_equal(coord_store_set_pool(&f->store, true), 0);
 	assert_int_equal(coord_store_set_pool_lookups(&f->store, &ops, 250000000ull), 0);
 	return 0;
+}
+
+static int setup_driver(void **state)
+{
+	return setup_driver_world(state, 2);
+}
+
+static int setup_driver_one_rank(void **state)
+{
+	return setup_driver_world(state, 1);
 }
 
 static int teardown_driver(void **state)
@@ -1193,6 +1255,220 @@ static void test_pool_store_driver_claim(void **state)
 	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
 }
 
+/* The answer's places and stamps for the session rank (R-POOL-22), record i at 1000 * (i + 1). */
+static void answer_places(struct fixture *f)
+{
+	for (uint32_t i = 0; i < f->stub.answer_count; i++) {
+		f->stub.answer[i].place_offset = 1000u * (i + 1);
+		f->stub.answer[i].place_bytes = 4096;
+		f->stub.answer[i].stamp = 40 + i;
+	}
+}
+
+/*
+ * A local claim (R-POOL-22, R-POOL-51): rank zero's share goes with the
+ * claim, before its grant, with the lookup's whole chain, its places and
+ * stamps and the skip the grant's will have; at the grant only the peers'
+ * shares go, and the fetch completes once, when every rank's did. A claim
+ * that is not local waits for its grant as before.
+ */
+static void test_pool_store_driver_claim_early(void **state)
+{
+	struct fixture *f = *state;
+	struct session *ss = &f->session;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct sel_hit hit;
+	bool joined;
+	int job;
+
+	ss->local = true;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	answer_chain(f, 0);
+	answer_places(f);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 77, &joined), 0);
+	assert_int_equal(ss->early_claims, 1);
+	assert_int_equal(ss->rank_claim_id, 501);
+	assert_int_equal(ss->early_count, 2);
+	assert_int_equal(ss->early_skip, 8 + 1);
+	assert_true(rec_key_equal(&ss->rank_chain[0].key, &f->stub.answer[0].key));
+	assert_true(ss->rank_chain[1].row && !ss->rank_chain[0].row);
+	assert_int_equal(ss->early[0].offset, 1000);
+	assert_int_equal(ss->early[1].offset, 2000);
+	assert_int_equal(ss->early[1].bytes, 4096);
+	assert_int_equal(ss->early[1].stamp, 41);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	assert_int_equal(poll_all(f), 0); /* no grant yet: nothing more */
+	assert_int_equal(ss->peer_claims, 0);
+	ss->granted = 1;
+	ss->grant_count = 2;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	assert_int_equal(poll_all(f), 0);
+	assert_int_equal(ss->peer_claims, 1);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 1);
+	assert_int_equal(ss->ended, 0);
+	f->stub.done[f->stub.done_count++] = (struct shard_completion){
+		.job_id = f->stub.jobs[job].id, .bytes = 1234 };
+	f->stub.jobs[job].done = true;
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(ss->ended, 1);
+	assert_int_equal(ss->end_result, 0);
+	assert_int_equal(ss->cancels, 0);
+
+	/* not local: every share waits for the grant */
+	ss->local = false;
+	ss->granted = 0;
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 600, &t2, &hit));
+	answer_chain(f, 1);
+	answer_places(f);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 600, &t2, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 78, &joined), 0);
+	assert_int_equal(ss->early_claims, 1);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
+	ss->granted = 1;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/*
+ * A local claim refused after rank zero's share began, or whose grant's
+ * chain is not the lookup's: the peers' shares are cancelled, and the
+ * fetch fails with the refusal only once rank zero's share ended (its
+ * early copies land in the caller's pages until then); rank zero's own
+ * success does not make it a success.
+ */
+static void test_pool_store_driver_claim_early_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct session *ss = &f->session;
+	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct sel_hit hit;
+	bool joined;
+	int job;
+
+	ss->local = true;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	answer_chain(f, 0);
+	answer_places(f);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 77, &joined), 0);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	ss->granted = -ENOENT;
+	assert_int_equal(poll_all(f), 0); /* rank zero's share still runs */
+	assert_int_equal(ss->cancels, 1);
+	assert_int_equal(ss->cancel_result, -ENOENT);
+	assert_int_equal(ss->peer_claims, 0);
+	assert_int_equal(f->store.stats.pool_refusals, 1);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, -ENOENT);
+	assert_int_equal(ss->ended, 0); /* the refusal ended it */
+
+	/* granted, but the chain changed since the lookup */
+	ss->granted = 0;
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	answer_chain(f, 1);
+	answer_places(f);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 78, &joined), 0);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	ss->granted = 1;
+	ss->grant_count = 1;
+	ss->grant[0] = f->stub.answer[1];
+	ss->grant[0].first_page_index = 0;
+	assert_int_equal(poll_all(f), 0);
+	assert_int_equal(ss->cancels, 2);
+	assert_int_equal(ss->cancel_result, SEL_ENOTFOUND);
+	assert_int_equal(ss->ended, 0); /* the pins stay until rank zero's share ended */
+	stub_complete(&f->stub, (uint32_t)job, -EIO);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, SEL_ENOTFOUND);
+	assert_int_equal(ss->ended, 1);
+	assert_int_equal(ss->end_result, SEL_ENOTFOUND);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
+/* A fetch of h[i]'s pool hit (the answer with places) for waiter: rank zero's job index. */
+static int fetch_early(struct fixture *f, uint32_t i, uint64_t waiter)
+{
+	struct coord_pool_ticket t = { 0 };
+	struct sel_hit hit;
+	bool joined;
+	int job;
+
+	f->session.granted = 0;
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[i], 600, &t, &hit));
+	answer_chain(f, i);
+	answer_places(f);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[i], 600, &t, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, waiter, &joined), 0);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	return job;
+}
+
+/*
+ * One rank: rank zero's early share is the whole claim. Done before the
+ * grant was polled, the fetch completes at the grant with its result; a
+ * refusal outranks rank zero's own result, before or after it ended; the
+ * grant sends nothing more and nothing is cancelled.
+ */
+static void test_pool_store_driver_claim_early_one_rank(void **state)
+{
+	struct fixture *f = *state;
+	struct session *ss = &f->session;
+	int job;
+
+	ss->local = true;
+	job = fetch_early(f, 0, 77);
+	f->stub.done[f->stub.done_count++] = (struct shard_completion){
+		.job_id = f->stub.jobs[job].id, .bytes = 1234 };
+	f->stub.jobs[job].done = true;
+	assert_int_equal(poll_all(f), 0); /* no grant yet */
+	ss->granted = 1;
+	ss->grant_count = 2;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(f->store.stats.pool_claim_bytes, 1234);
+	assert_int_equal(ss->ended, 1);
+	assert_int_equal(ss->end_result, 0);
+
+	job = fetch_early(f, 1, 78);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	assert_int_equal(poll_all(f), 0);
+	ss->granted = -ENOENT;
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, -ENOENT);
+
+	job = fetch_early(f, 2, 79);
+	ss->granted = -ENOENT;
+	assert_int_equal(poll_all(f), 0); /* rank zero's copies may still land */
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCH_FAILED);
+	assert_int_equal(f->events[0].error, -ENOENT);
+	assert_int_equal(ss->ended, 1); /* refusals end their claims themselves */
+	assert_int_equal(ss->peer_claims + ss->cancels, 0);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+}
+
 /*
  * The grace period: 2 ms on the manager's host, four round trips
  * elsewhere, at most 250 ms (also before a round trip was measured).
@@ -1362,6 +1638,12 @@ int main(void)
 						teardown_driver),
 		cmocka_unit_test_setup_teardown(test_pool_store_driver_put_failures, setup_driver,
 						teardown_driver),
+		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim_early, setup_driver,
+						teardown_driver),
+		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim_early_refused,
+						setup_driver, teardown_driver),
+		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim_early_one_rank,
+						setup_driver_one_rank, teardown_driver),
 		cmocka_unit_test_setup_teardown(test_pool_store_driver_claim, setup_driver,
 						teardown_driver),
 		cmocka_unit_test(test_pool_store_grace_period_figures),
