@@ -6,7 +6,10 @@
  * file as its share, a claim pulls the rank's share window by window into
  * slots of its own and hands each verified window to shard/pool_share.c,
  * or, on the manager's host, copies the share from the manager's arena
- * (mapped read-only and registered with the device on the first claim).
+ * (mapped read-only and registered with the device on the first claim);
+ * rank zero's later same-host claims begin their copies from the lookup's
+ * places before the grant, which the transfer thread then waits for by
+ * claim id (claim_early, pool_claim_wait).
  * Each blocks the transfer thread within the seed's deadline: 10 s plus
  * the share's bytes at 8 MiB/s.
  *
