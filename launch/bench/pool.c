@@ -37,8 +37,19 @@
  * in reverse order, where no two pages form a run (one copy per page
  * plane), alternating with the same bulk copies, their first compared as
  * well.
+ *
+ * Then what an instance gets: a store of one rank (the public API) on the
+ * manager's host, its planes on --device as `selene run` allocates them,
+ * attached to the manager, looks the record's tokens up (untimed; the
+ * record's key is those tokens') and restores the pool hit with sel_fetch,
+ * timed to its FETCHED event with sel_poll called without sleeping,
+ * alternating with the bulk copy; its first fetch registers the arena and
+ * is not timed, its second's device bytes are compared with the record,
+ * and how many of its claims began rank zero's copies before the grant,
+ * and what became of each record, is printed.
  */
 #include "launch/bench/pool.h"
+#include "launch/worker/run.h"
 
 #include "common/base.h"
 #include "common/log.h"
@@ -51,6 +62,7 @@
 #include "record/key.h"
 #include "selene/selene.h"
 #include "shard/device.h"
+#include "shard/pool_link.h"
 #include "shard/pool_share.h"
 
 #include <arpa/inet.h>
@@ -81,10 +93,12 @@ struct pool_bench {
 	const char *scratch;
 	const char *manager_address; /* NULL: a manager in this process */
 	const char *secret_file;
+	char secret_path[600]; /* the in-process manager's secret, written for the instance */
 	const char *device_kind;
 	uint32_t pages;
 	uint32_t rounds;
 	struct rec_geometry g;
+	struct rec_identity model; /* an instance's model_identity too */
 	struct rec_identity ns;
 	struct rec_key key;
 	char record_path[512];
@@ -135,12 +149,12 @@ static int make_geometry(struct pool_bench *b)
 		.rank = 0,
 		.world_size = 1,
 	};
-	struct rec_identity model;
 	char why[256];
 
 	memset(planes, 0, sizeof(planes));
 	for (uint32_t i = 0; i < BENCH_POOL_PLANES; i++) {
-		snprintf(planes[i].name, sizeof(planes[i].name), "layer.%u", i);
+		/* launch/worker/planes.c's names: the instance's store has this layout */
+		snprintf(planes[i].name, sizeof(planes[i].name), "plane.%03u", i);
 		planes[i].unit_bytes = BENCH_POOL_UNIT_BYTES;
 	}
 	snprintf(spec.row_plane.name, sizeof(spec.row_plane.name), "state");
@@ -149,9 +163,39 @@ static int make_geometry(struct pool_bench *b)
 		fprintf(stderr, "selene bench pool: geometry: %s\n", why);
 		return -EINVAL;
 	}
-	rec_model_identity_from_name(&model, "selene-bench-pool");
-	rec_namespace_identity(&b->ns, &model, REC_STATE_ORDINARY);
+	rec_model_identity_from_name(&b->model, "selene-bench-pool");
+	rec_namespace_identity(&b->ns, &b->model, REC_STATE_ORDINARY);
 	return 0;
+}
+
+/* The tokens of the record: b->pages pages of BENCH_POOL_PAGE_TOKENS; caller frees. */
+static uint32_t *bench_pool_tokens(const struct pool_bench *b, uint64_t *count)
+{
+	uint32_t *tokens;
+
+	*count = (uint64_t)b->pages * BENCH_POOL_PAGE_TOKENS;
+	tokens = malloc(*count * sizeof(*tokens));
+	for (uint64_t i = 0; tokens && i < *count; i++)
+		tokens[i] = (uint32_t)(i * 2654435761u + 17u);
+	return tokens;
+}
+
+/* The record's key and bucket: the tokens' under the bench's model identity. */
+static int bench_pool_key(const struct pool_bench *b, struct rec_key *key,
+			  struct rec_digest *bucket)
+{
+	struct rec_history h = { 0 };
+	uint64_t count;
+	uint32_t *tokens = bench_pool_tokens(b, &count);
+	int ret = tokens ? rec_history_init(&h, &b->model, tokens, count) : -ENOMEM;
+
+	if (!ret) {
+		rec_history_key_at(&h, count, key);
+		*bucket = *rec_history_bucket(&h, count);
+	}
+	rec_history_free(&h);
+	free(tokens);
+	return ret;
 }
 
 /* Writes the one record a claim moves, as a record file under the scratch. */
@@ -170,12 +214,15 @@ static int write_record(struct pool_bench *b)
 	struct stat st;
 	int ret;
 
-	/* The key depends only on the page count, so a manager that kept the
-	 * record (its disk tier, across a restart) is claimed from as it is. */
-	b->key.consumed = (uint64_t)b->pages * BENCH_POOL_PAGE_TOKENS;
-	for (size_t i = 0; i < sizeof(b->key.digest.bytes); i++)
-		b->key.digest.bytes[i] = (uint8_t)(0xb7 ^ (i * 29) ^ b->pages);
-	memset(&bucket, 0xb5, sizeof(bucket));
+	/*
+	 * The key is the tokens' (bench_pool_tokens), which depend only on the
+	 * page count, so a manager that kept the record (its disk tier, across
+	 * a restart) is claimed from as it is, and an instance's lookup of the
+	 * same tokens finds it.
+	 */
+	ret = bench_pool_key(b, &b->key, &bucket);
+	if (ret)
+		return ret;
 	ret = rec_dir_open(&options, &dir, why, sizeof(why));
 	if (ret) {
 		fprintf(stderr, "selene bench pool: %s\n", why);
@@ -1018,6 +1065,251 @@ static int shm_rounds(struct shm_bench *m, const uint8_t *image)
 	return 0;
 }
 
+/* ---- An instance's same-host claim ------------------------------------- */
+
+/*
+ * The same record restored by an instance: a store of one rank
+ * (selene/store.h) attached to the manager, its planes on --device as
+ * `selene run` allocates them (launch/worker/planes.c), the record's
+ * tokens looked up with a fresh history each round (untimed: one fetch
+ * per answer), then sel_fetch of the pool hit timed to its FETCHED event,
+ * the caller polling sel_poll without sleeping (an engine polls once per
+ * step: this is the claim's floor, not an engine's). Its first fetch
+ * registers the arena on rank zero's link and is not timed. Rounds
+ * alternate with the bulk copy of the same bytes.
+ */
+struct inst_bench {
+	struct launch_run_planes planes;
+	sel_store *store;
+	uint32_t *tokens;
+	uint64_t token_count;
+	uint32_t *page_ids;
+	double *fetch_s, *bulk_s;
+};
+
+static int inst_open(struct shm_bench *m, struct inst_bench *ib)
+{
+	struct pool_bench *b = m->b;
+	struct launch_run_plane_spec spec = { .count = BENCH_POOL_PLANES,
+					      .unit_bytes = BENCH_POOL_UNIT_BYTES };
+	struct sel_plane planes[BENCH_POOL_PLANES];
+	struct sel_store_config c;
+	struct sel_stats st = { 0 };
+	char dir[700], err[512] = "";
+	double until;
+	int ret;
+
+	ret = launch_run_planes_open(&ib->planes, 0, b->device_kind, 0, &spec, 1, b->pages,
+				     BENCH_POOL_ROW_BYTES, 1, UINT64_MAX, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench pool: the instance's planes: %s\n", err);
+		return ret;
+	}
+	for (uint32_t k = 0; k < BENCH_POOL_PLANES; k++)
+		planes[k] = (struct sel_plane){ ib->planes.names[k], BENCH_POOL_UNIT_BYTES,
+						ib->planes.page_base[k] };
+	snprintf(dir, sizeof(dir), "%s/instance", b->scratch);
+	c = (struct sel_store_config){
+		.dir = dir, .page_tokens = BENCH_POOL_PAGE_TOKENS,
+		.page_plane_count = BENCH_POOL_PLANES, .page_planes = planes,
+		.row_plane = { "state", BENCH_POOL_ROW_BYTES, ib->planes.row_base },
+		.page_count = b->pages, .row_count = 1,
+		.device = launch_run_planes_device(&ib->planes), .disk_limit_bytes = 1ull << 30,
+		.durable = false, .records_max = 1000, .pool = b->address,
+		.pool_secret_file = b->secret_file,
+	};
+	memcpy(c.model_identity, b->model.bytes, sizeof(c.model_identity));
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		return -errno;
+	ret = sel_store_open(&c, &ib->store, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "selene bench pool: the instance's store: %s\n", err);
+		return ret;
+	}
+	for (until = now_s() + 10; !st.pool_attached && now_s() < until; usleep(1000)) {
+		struct sel_event ev;
+
+		sel_poll(ib->store, &ev, 0);
+		ret = sel_store_stats(ib->store, &st);
+		if (ret)
+			return ret;
+	}
+	if (!st.pool_attached) {
+		fprintf(stderr, "selene bench pool: the instance did not attach to %s\n",
+			b->address);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+/* Lookups of the tokens a fetch may try: an answer later than the grace period is a miss. */
+#define BENCH_POOL_LOOKUP_TRIES 50
+
+/*
+ * The tokens' pool hit on a fresh history: 0 and *hit, or why not (said).
+ * A lookup whose answer missed its grace period (2 ms on this host) is
+ * tried again with another history, as an engine's next request would.
+ */
+static int inst_lookup(struct inst_bench *ib, sel_history **h, struct sel_hit *hit)
+{
+	struct sel_event ev;
+	int ret = 0;
+
+	for (uint32_t tries = 0; !ret && tries < BENCH_POOL_LOOKUP_TRIES; tries++) {
+		sel_history_destroy(*h);
+		*h = NULL;
+		ret = sel_history_create(ib->store, ib->tokens, ib->token_count, h);
+		while (!ret) {
+			if (sel_lookup(ib->store, *h, 0, hit))
+				return 0;
+			if (!sel_lookup_pending(ib->store, *h))
+				break;
+			sel_poll(ib->store, &ev, 0);
+		}
+	}
+	ret = ret ? ret : -ENOENT;
+	fprintf(stderr, "selene bench pool: the instance found no pool hit in %u lookups: %s\n",
+		BENCH_POOL_LOOKUP_TRIES, sel_strerror(ret));
+	return ret;
+}
+
+/* One fetch of the pool hit into page ids 0 .. pages - 1 and slot 0; seconds in *s. */
+static int inst_fetch_once(struct inst_bench *ib, uint32_t pages, uint64_t waiter, double *s)
+{
+	sel_history *h = NULL;
+	struct sel_hit hit;
+	struct sel_event ev = { .kind = SEL_EVENT_FETCH_FAILED, .error = -ETIMEDOUT };
+	double start, until;
+	bool joined;
+	int ret = inst_lookup(ib, &h, &hit);
+
+	if (!ret && hit.page_count != pages)
+		ret = -EIO;
+	start = now_s();
+	if (!ret)
+		ret = sel_fetch(ib->store, &hit, ib->page_ids, 0, waiter, &joined);
+	for (until = start + BENCH_POOL_WAIT_MS / 1000.0; !ret && now_s() < until;) {
+		if (sel_poll(ib->store, &ev, 1) == 1)
+			break;
+		sched_yield();
+	}
+	*s = now_s() - start;
+	sel_history_destroy(h);
+	if (!ret && ev.kind != SEL_EVENT_FETCHED)
+		ret = ev.error ? ev.error : -EIO;
+	if (ret)
+		fprintf(stderr, "selene bench pool: the instance's fetch: %s %s\n",
+			sel_strerror(ret), ev.why);
+	return ret;
+}
+
+/* The instance's device bytes equal the record's pages and row (page j at id j). */
+static int inst_check(struct shm_bench *m, struct inst_bench *ib, const uint8_t *image)
+{
+	struct pool_bench *b = m->b;
+	uint64_t unit = BENCH_POOL_UNIT_BYTES > BENCH_POOL_ROW_BYTES ? BENCH_POOL_UNIT_BYTES
+								    : BENCH_POOL_ROW_BYTES;
+	uint8_t *back = malloc(unit);
+	int ret = back ? 0 : -ENOMEM;
+
+	for (uint32_t j = 0; !ret && j <= b->pages; j++)
+		for (uint32_t k = 0; !ret && k < BENCH_POOL_PLANES; k++) {
+			bool row = j == b->pages;
+			uint64_t bytes = row ? BENCH_POOL_ROW_BYTES : BENCH_POOL_UNIT_BYTES;
+			uint64_t at = row ? ib->planes.row_base :
+					    ib->planes.page_base[k] + BENCH_POOL_UNIT_BYTES * j;
+			const uint8_t *want = row ? image + b->layout.row_offset :
+				image + b->layout.page_offset + b->layout.page_stride * j +
+					m->share.plane_offset[k];
+			struct shard_copy c = { .device_address = at, .host = back, .bytes = bytes };
+
+			if (ib->planes.cuda) {
+				ret = shard_device_copy(ib->planes.cuda, SHARD_DEVICE_TO_HOST, &c, 1);
+				ret = ret ? ret : shard_device_synchronize(ib->planes.cuda);
+			} else {
+				memcpy(back, (const void *)(uintptr_t)at, bytes);
+			}
+			if (!ret && memcmp(back, want, bytes) != 0)
+				ret = -EIO;
+			if (row)
+				break;
+		}
+	free(back);
+	return ret;
+}
+
+static int inst_rounds(struct shm_bench *m, struct inst_bench *ib, const uint8_t *image)
+{
+	struct pool_bench *b = m->b;
+	struct shard_pool_link_counts before, after;
+	double gb = (double)m->payload / 1e9, fetch_mid, bulk_mid;
+	int ret = inst_fetch_once(ib, b->pages, 1, &ib->fetch_s[0]); /* registers the arena */
+
+	shard_pool_link_counts(&before);
+	for (uint32_t r = 0; !ret && r < b->rounds; r++) {
+		ret = inst_fetch_once(ib, b->pages, 2 + r, &ib->fetch_s[r]);
+		if (!ret && r == 0 && inst_check(m, ib, image) != 0) {
+			fprintf(stderr, "selene bench pool: the instance's fetch put wrong bytes "
+					"on the device\n");
+			ret = -EIO;
+		}
+		if (!ret)
+			ret = shm_bulk_once(m, &ib->bulk_s[r]);
+	}
+	shard_pool_link_counts(&after);
+	if (ret)
+		return ret;
+	fetch_mid = median(ib->fetch_s, b->rounds);
+	bulk_mid = median(ib->bulk_s, b->rounds);
+	printf("instance claim (a store of one rank on the manager's host, %s planes; sel_fetch "
+	       "of a pool hit to its FETCHED event, polled without sleeping; %" PRIu64 " bytes): "
+	       "p50 %.2f ms, %.2f GB/s\n", launch_run_planes_device(&ib->planes), m->payload,
+	       fetch_mid * 1e3, gb / fetch_mid);
+	printf("instance claim: %" PRIu64 " of %u claims began rank zero's copies before the "
+	       "grant; records kept %" PRIu64 ", copied again %" PRIu64 ", copied once granted %"
+	       PRIu64 "\n", after.early_claims - before.early_claims, b->rounds,
+	       after.records_early - before.records_early,
+	       after.records_redone - before.records_redone,
+	       after.records_waited - before.records_waited);
+	printf("bulk host-to-device copy of the same bytes (these rounds): p50 %.2f ms, %.2f "
+	       "GB/s\n", bulk_mid * 1e3, gb / bulk_mid);
+	printf("instance claim / bulk copy: %.2f (target >= 0.80 on the GPU)\n",
+	       bulk_mid / fetch_mid);
+	return 0;
+}
+
+/* The instance's line: a store on this host claims the record the bench put. */
+static int inst_bench(struct shm_bench *m, const uint8_t *image)
+{
+	struct pool_bench *b = m->b;
+	struct inst_bench ib = { 0 };
+	int ret = -ENOMEM;
+
+	ib.tokens = bench_pool_tokens(b, &ib.token_count);
+	ib.page_ids = calloc(b->pages, sizeof(*ib.page_ids));
+	ib.fetch_s = calloc(b->rounds, sizeof(double));
+	ib.bulk_s = calloc(b->rounds, sizeof(double));
+	if (ib.tokens && ib.page_ids && ib.fetch_s && ib.bulk_s) {
+		for (uint32_t j = 0; j < b->pages; j++)
+			ib.page_ids[j] = j;
+		ret = inst_open(m, &ib);
+	}
+	if (!ret)
+		ret = inst_rounds(m, &ib, image);
+	if (ib.store && sel_store_close(ib.store, 60000) != 0 && !ret)
+		ret = -EIO;
+	if (ib.planes.plane_count)
+		launch_run_planes_close(&ib.planes);
+	/* the store's device work may have made its own context current here */
+	if (shard_device_bind(m->dev) != 0 && !ret)
+		ret = -EIO;
+	free(ib.tokens);
+	free(ib.page_ids);
+	free(ib.fetch_s);
+	free(ib.bulk_s);
+	return ret;
+}
+
 /* The same-host claim line; a manager on another host skips it (said). */
 static int shm_bench(struct pool_bench *b, const uint8_t *image)
 {
@@ -1108,6 +1400,8 @@ static int shm_bench(struct pool_bench *b, const uint8_t *image)
 		goto out_free;
 	m.share_ready = true;
 	ret = shm_rounds(&m, image);
+	if (!ret)
+		ret = inst_bench(&m, image);
 out_free:
 	if (m.share_ready)
 		shard_pool_share_destroy(&m.share);
@@ -1138,6 +1432,24 @@ out_close_device:
 }
 
 static int bench_pool_attached(struct pool_bench *b);
+
+/* The in-process manager's secret as a file under the scratch, for the instance's store. */
+static int write_secret(struct pool_bench *b)
+{
+	int fd, ret = 0;
+
+	snprintf(b->secret_path, sizeof(b->secret_path), "%s/pool.secret", b->scratch);
+	fd = open(b->secret_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, b->secret, sizeof(b->secret)) != (ssize_t)sizeof(b->secret))
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (ret)
+		fprintf(stderr, "selene bench pool: writing %s: %s\n", b->secret_path,
+			sel_strerror(ret));
+	b->secret_file = b->secret_path;
+	return ret;
+}
 
 static void *manager_thread(void *arg)
 {
@@ -1173,6 +1485,9 @@ static int bench_pool_run(struct pool_bench *b)
 	}
 	if (getrandom(b->secret, sizeof(b->secret), 0) < 0)
 		return -errno;
+	ret = write_secret(b);
+	if (ret)
+		return ret;
 	memcpy(mc.secret, b->secret, sizeof(mc.secret));
 	mc.memory_bytes = sel_align_up(2 * b->image_bytes + (16u << 20), SEL_BLOCK_BYTES);
 	ret = pool_manager_open(&mc, &b->manager, why, sizeof(why));
