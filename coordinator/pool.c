@@ -210,7 +210,10 @@ static int pool_claim(void *ctx, uint64_t job_id, const struct coord_pool_claim 
  * and each record's place and stamp, its skip counting the records at or
  * below resident as the grant's will. True when it went; false leaves
  * every share to the grant (not local, no answer places, a chain whose
- * pages do not add up, or a job refused).
+ * pages do not add up, or a job refused). A chain with a record on the
+ * manager's disk tier (stamp 0) goes at the grant too: its grant waits
+ * for that record's read back, and rank zero's transfer thread, which an
+ * early share holds until the grant, must not wait for a disk.
  */
 static bool claim_early(struct coord_pool *p, uint64_t job_id, struct pool_job *j,
 			const struct coord_pool_claim *claim)
@@ -227,6 +230,8 @@ static bool claim_early(struct coord_pool *p, uint64_t job_id, struct pool_job *
 	for (uint32_t i = 0; i < count; i++) {
 		const struct coord_pool_record *r = &claim->answer[i];
 
+		if (r->stamp == 0)
+			return false; /* on the manager's disk: R-POOL-22 */
 		if (i < first)
 			before += r->tail_page_count;
 		pages += r->tail_page_count;

@@ -1337,6 +1337,30 @@ static void test_pool_store_driver_claim_early(void **state)
 	assert_int_equal(poll_all(f), 1);
 	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
 	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+
+	/* local, but a record lies on the manager's disk (stamp 0): at the grant */
+	ss->local = true;
+	ss->granted = 0;
+	f->stub.answer_result = 0;
+	memset(&t2, 0, sizeof(t2));
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t2, &hit));
+	answer_chain(f, 0);
+	answer_places(f);
+	f->stub.answer[0].place_offset = f->stub.answer[0].place_bytes = 0;
+	f->stub.answer[0].stamp = 0;
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t2, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 79, &joined), 0);
+	assert_int_equal(ss->early_claims, 1);
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
+	ss->granted = 1;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
 }
 
 /*
