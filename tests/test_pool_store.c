@@ -1266,6 +1266,26 @@ static void answer_places(struct fixture *f)
 }
 
 /*
+ * A fetch of h[i]'s pool hit, above resident tokens, for waiter: its
+ * lookup asks, the answer comes with places (answer_places), the lookup
+ * finds it and the fetch claims it.
+ */
+static void fetch_answered(struct fixture *f, uint32_t i, uint64_t resident, uint64_t waiter)
+{
+	struct coord_pool_ticket t = { 0 };
+	struct sel_hit hit;
+	bool joined;
+
+	f->session.granted = 0;
+	f->stub.answer_result = 0;
+	assert_false(coord_store_lookup_pool(&f->store, &f->h[i], resident, &t, &hit));
+	answer_chain(f, i);
+	answer_places(f);
+	assert_true(coord_store_lookup_pool(&f->store, &f->h[i], resident, &t, &hit));
+	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, waiter, &joined), 0);
+}
+
+/*
  * A local claim (R-POOL-22, R-POOL-51): rank zero's share goes with the
  * claim, before its grant, with the lookup's whole chain, its places and
  * stamps and the skip the grant's will have; at the grant only the peers'
@@ -1276,17 +1296,13 @@ static void test_pool_store_driver_claim_early(void **state)
 {
 	struct fixture *f = *state;
 	struct session *ss = &f->session;
-	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
+	struct coord_pool_ticket t2 = { 0 };
 	struct sel_hit hit;
 	bool joined;
 	int job;
 
 	ss->local = true;
-	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
-	answer_chain(f, 0);
-	answer_places(f);
-	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 77, &joined), 0);
+	fetch_answered(f, 0, 600, 77);
 	assert_int_equal(ss->early_claims, 1);
 	assert_int_equal(ss->rank_claim_id, 501);
 	assert_int_equal(ss->early_count, 2);
@@ -1319,13 +1335,7 @@ static void test_pool_store_driver_claim_early(void **state)
 
 	/* not local: every share waits for the grant */
 	ss->local = false;
-	ss->granted = 0;
-	f->stub.answer_result = 0;
-	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 600, &t2, &hit));
-	answer_chain(f, 1);
-	answer_places(f);
-	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 600, &t2, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 78, &joined), 0);
+	fetch_answered(f, 1, 600, 78);
 	assert_int_equal(ss->early_claims, 1);
 	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
 	ss->granted = 1;
@@ -1342,7 +1352,6 @@ static void test_pool_store_driver_claim_early(void **state)
 	ss->local = true;
 	ss->granted = 0;
 	f->stub.answer_result = 0;
-	memset(&t2, 0, sizeof(t2));
 	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t2, &hit));
 	answer_chain(f, 0);
 	answer_places(f);
@@ -1374,17 +1383,10 @@ static void test_pool_store_driver_claim_early_refused(void **state)
 {
 	struct fixture *f = *state;
 	struct session *ss = &f->session;
-	struct coord_pool_ticket t = { 0 }, t2 = { 0 };
-	struct sel_hit hit;
-	bool joined;
 	int job;
 
 	ss->local = true;
-	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
-	answer_chain(f, 0);
-	answer_places(f);
-	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 77, &joined), 0);
+	fetch_answered(f, 0, 600, 77);
 	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
 	assert_true(job >= 0);
 	ss->granted = -ENOENT;
@@ -1400,13 +1402,7 @@ static void test_pool_store_driver_claim_early_refused(void **state)
 	assert_int_equal(ss->ended, 0); /* the refusal ended it */
 
 	/* granted, but the chain changed since the lookup */
-	ss->granted = 0;
-	f->stub.answer_result = 0;
-	assert_false(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
-	answer_chain(f, 1);
-	answer_places(f);
-	assert_true(coord_store_lookup_pool(&f->store, &f->h[1], 0, &t2, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 78, &joined), 0);
+	fetch_answered(f, 1, 0, 78);
 	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
 	assert_true(job >= 0);
 	ss->granted = 1;
@@ -1429,18 +1425,9 @@ static void test_pool_store_driver_claim_early_refused(void **state)
 /* A fetch of h[i]'s pool hit (the answer with places) for waiter: rank zero's job index. */
 static int fetch_early(struct fixture *f, uint32_t i, uint64_t waiter)
 {
-	struct coord_pool_ticket t = { 0 };
-	struct sel_hit hit;
-	bool joined;
 	int job;
 
-	f->session.granted = 0;
-	f->stub.answer_result = 0;
-	assert_false(coord_store_lookup_pool(&f->store, &f->h[i], 600, &t, &hit));
-	answer_chain(f, i);
-	answer_places(f);
-	assert_true(coord_store_lookup_pool(&f->store, &f->h[i], 600, &t, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, waiter, &joined), 0);
+	fetch_answered(f, i, 600, waiter);
 	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
 	assert_true(job >= 0);
 	return job;
