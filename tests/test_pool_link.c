@@ -317,6 +317,20 @@ static int teardown(void **state)
 }
 
 /* One claim of the record into page ids 40 .. 33 and slot 2 on device; its bytes checked. */
+/* The device's page ids and state slot 2 hold the record's pages and row, as share placed them. */
+static void assert_device_holds_record(const struct fixture *f, const struct shard_pool_share *share)
+{
+	const struct rec_geometry *g = share->geometry;
+
+	for (uint32_t j = 0; j < PAGES; j++)
+		for (uint32_t k = 0; k < PLANES; k++)
+			if (memcmp(f->device_planes[k] + (size_t)UNIT * f->page_ids[j],
+				   f->pages + g->page_record_bytes * j + share->plane_offset[k],
+				   UNIT) != 0)
+				fail_msg("page %u plane %u differs", j, k);
+	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
+}
+
 static void claim(struct fixture *f, struct shard_device *device)
 {
 	const struct rec_geometry *g = &f->plan.geometry;
@@ -343,13 +357,7 @@ static void claim(struct fixture *f, struct shard_device *device)
 	assert_int_equal(shard_pool_share_finish(&share, &bytes, why, sizeof(why)), 0);
 	shard_pool_share_destroy(&share);
 	assert_int_equal(pool_claim_end(c, claim_id, 0), 0);
-	for (uint32_t j = 0; j < PAGES; j++)
-		for (uint32_t k = 0; k < PLANES; k++)
-			if (memcmp(f->device_planes[k] + (size_t)UNIT * f->page_ids[j],
-				   f->pages + g->page_record_bytes * j + share.plane_offset[k],
-				   UNIT) != 0)
-				fail_msg("page %u plane %u differs", j, k);
-	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
+	assert_device_holds_record(f, &share);
 }
 
 /* The places and stamps of the lookup's answer for the record (R-POOL-22), as early. */
@@ -418,13 +426,7 @@ static int early_claim(struct fixture *f, const struct rec_key *claim_key,
 	if (ret)
 		return ret;
 	assert_int_equal(polled, 1);
-	for (uint32_t j = 0; j < PAGES; j++)
-		for (uint32_t k = 0; k < PLANES; k++)
-			if (memcmp(f->device_planes[k] + (size_t)UNIT * f->page_ids[j],
-				   f->pages + g->page_record_bytes * j + share.plane_offset[k],
-				   UNIT) != 0)
-				fail_msg("page %u plane %u differs", j, k);
-	assert_memory_equal(f->device_rows + 2 * ROW, f->row, ROW);
+	assert_device_holds_record(f, &share);
 	return 0;
 }
 
