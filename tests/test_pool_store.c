@@ -1265,12 +1265,17 @@ static void answer_places(struct fixture *f)
 	}
 }
 
+/* No record of the answer lies on the manager's disk (fetch_answered). */
+#define NONE_ON_DISK UINT32_MAX
+
 /*
  * A fetch of h[i]'s pool hit, above resident tokens, for waiter: its
- * lookup asks, the answer comes with places (answer_places), the lookup
- * finds it and the fetch claims it.
+ * lookup asks, the answer comes with places (answer_places; answer
+ * record on_disk, unless NONE_ON_DISK, on the manager's disk tier: stamp
+ * and place 0), the lookup finds it and the fetch claims it.
  */
-static void fetch_answered(struct fixture *f, uint32_t i, uint64_t resident, uint64_t waiter)
+static void fetch_answered(struct fixture *f, uint32_t i, uint64_t resident, uint64_t waiter,
+			   uint32_t on_disk)
 {
 	struct coord_pool_ticket t = { 0 };
 	struct sel_hit hit;
@@ -1281,8 +1286,32 @@ static void fetch_answered(struct fixture *f, uint32_t i, uint64_t resident, uin
 	assert_false(coord_store_lookup_pool(&f->store, &f->h[i], resident, &t, &hit));
 	answer_chain(f, i);
 	answer_places(f);
+	if (on_disk != NONE_ON_DISK)
+		f->stub.answer[on_disk] = (struct coord_pool_record){
+			.key = f->stub.answer[on_disk].key,
+			.first_page_index = f->stub.answer[on_disk].first_page_index,
+			.tail_page_count = f->stub.answer[on_disk].tail_page_count,
+			.row = f->stub.answer[on_disk].row };
 	assert_true(coord_store_lookup_pool(&f->store, &f->h[i], resident, &t, &hit));
 	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, waiter, &joined), 0);
+}
+
+/* A claim no share of which went before its grant: granted, its job done, FETCHED. */
+static void claim_at_grant(struct fixture *f)
+{
+	struct session *ss = &f->session;
+	int job;
+
+	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
+	ss->granted = 1;
+	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
+	poll_all(f);
+	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
+	assert_true(job >= 0);
+	stub_complete(&f->stub, (uint32_t)job, 0);
+	assert_int_equal(poll_all(f), 1);
+	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
+	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
 }
 
 /*
@@ -1296,13 +1325,10 @@ static void test_pool_store_driver_claim_early(void **state)
 {
 	struct fixture *f = *state;
 	struct session *ss = &f->session;
-	struct coord_pool_ticket t2 = { 0 };
-	struct sel_hit hit;
-	bool joined;
 	int job;
 
 	ss->local = true;
-	fetch_answered(f, 0, 600, 77);
+	fetch_answered(f, 0, 600, 77, NONE_ON_DISK);
 	assert_int_equal(ss->early_claims, 1);
 	assert_int_equal(ss->rank_claim_id, 501);
 	assert_int_equal(ss->early_count, 2);
@@ -1335,41 +1361,15 @@ static void test_pool_store_driver_claim_early(void **state)
 
 	/* not local: every share waits for the grant */
 	ss->local = false;
-	fetch_answered(f, 1, 600, 78);
+	fetch_answered(f, 1, 600, 78, NONE_ON_DISK);
 	assert_int_equal(ss->early_claims, 1);
-	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
-	ss->granted = 1;
-	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
-	poll_all(f);
-	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
-	assert_true(job >= 0);
-	stub_complete(&f->stub, (uint32_t)job, 0);
-	assert_int_equal(poll_all(f), 1);
-	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
-	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+	claim_at_grant(f);
 
 	/* local, but a record lies on the manager's disk (stamp 0): at the grant */
 	ss->local = true;
-	ss->granted = 0;
-	f->stub.answer_result = 0;
-	assert_false(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t2, &hit));
-	answer_chain(f, 0);
-	answer_places(f);
-	f->stub.answer[0].place_offset = f->stub.answer[0].place_bytes = 0;
-	f->stub.answer[0].stamp = 0;
-	assert_true(coord_store_lookup_pool(&f->store, &f->h[0], 600, &t2, &hit));
-	assert_int_equal(coord_store_fetch(&f->store, &hit, f->ids, 2, 79, &joined), 0);
+	fetch_answered(f, 0, 600, 79, 0);
 	assert_int_equal(ss->early_claims, 1);
-	assert_int_equal(stub_pending_count(&f->stub, COORD_JOB_POOL_CLAIM), 0);
-	ss->granted = 1;
-	memcpy(ss->grant, f->stub.answer, 2 * sizeof(ss->grant[0]));
-	poll_all(f);
-	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
-	assert_true(job >= 0);
-	stub_complete(&f->stub, (uint32_t)job, 0);
-	assert_int_equal(poll_all(f), 1);
-	assert_int_equal(f->events[0].kind, SEL_EVENT_FETCHED);
-	assert_int_equal(coord_store_jobs_in_flight(&f->store), 0);
+	claim_at_grant(f);
 }
 
 /*
@@ -1386,7 +1386,7 @@ static void test_pool_store_driver_claim_early_refused(void **state)
 	int job;
 
 	ss->local = true;
-	fetch_answered(f, 0, 600, 77);
+	fetch_answered(f, 0, 600, 77, NONE_ON_DISK);
 	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
 	assert_true(job >= 0);
 	ss->granted = -ENOENT;
@@ -1402,7 +1402,7 @@ static void test_pool_store_driver_claim_early_refused(void **state)
 	assert_int_equal(ss->ended, 0); /* the refusal ended it */
 
 	/* granted, but the chain changed since the lookup */
-	fetch_answered(f, 1, 0, 78);
+	fetch_answered(f, 1, 0, 78, NONE_ON_DISK);
 	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
 	assert_true(job >= 0);
 	ss->granted = 1;
@@ -1427,7 +1427,7 @@ static int fetch_early(struct fixture *f, uint32_t i, uint64_t waiter)
 {
 	int job;
 
-	fetch_answered(f, i, 600, waiter);
+	fetch_answered(f, i, 600, waiter, NONE_ON_DISK);
 	job = stub_pending(&f->stub, COORD_JOB_POOL_CLAIM);
 	assert_true(job >= 0);
 	return job;
