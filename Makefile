@@ -257,7 +257,7 @@ check-asan:
 
 # The thread-heavy tests, then three ranks of the program (tests/tsan-ranks.sh),
 # under ThreadSanitizer (build-tsan/); any report fails the run.
-TSAN_TESTS := $(sort api cluster dir disk engine engine_stress failpoint fanout join link pool pool_client protocol store warm)
+TSAN_TESTS := $(sort api cluster dir disk engine engine_stress failpoint fanout join link pool pool_attach pool_client pool_link protocol store warm)
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 check-tsan:
 	$(Q)scripts/install-deps test
