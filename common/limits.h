@@ -253,7 +253,6 @@
  * writer's memory; every device offers at least 4 a send. */
 #define POOL_RDMA_WRITE_SGES_MAX 4u
 
-
 /* Times close's drain waits out a failed write from warm's backoff to try
  * again (sel_store_close): a transient failure is written, a disk that
  * keeps failing ends the drain within seconds. */

@@ -1866,15 +1866,37 @@ static int api_setup(void **state)
 	return 0;
 }
 
-static void api_close(struct api_fixture *f)
+/* Closes the store with a drain of drain_ms (its histories first): the close's result. */
+static int api_close_within(struct api_fixture *f, uint64_t drain_ms)
 {
+	int ret = 0;
+
 	for (uint32_t k = 0; k < API_HISTORIES; k++) {
 		sel_history_destroy(f->h[k]);
 		f->h[k] = NULL;
 	}
 	if (f->store)
-		sel_store_close(f->store, 5000);
+		ret = sel_store_close(f->store, drain_ms);
 	f->store = NULL;
+	return ret;
+}
+
+static void api_close(struct api_fixture *f)
+{
+	api_close_within(f, 5000);
+}
+
+/* One rank opened with a write-behind warm tier of two 4-page records, kept dirty. */
+static void api_open_write_behind(struct api_fixture *f)
+{
+	char err[512];
+
+	f->warm_bytes = 12ull * API_SLOT;
+	f->warm_policy = SEL_WARM_WRITE_BEHIND;
+	f->keep_dirty = true;
+	api_start(f, 1);
+	if (api_open(f, err, sizeof(err)) != 0)
+		fail_msg("open: %s", err);
 }
 
 static int api_teardown(void **state)
@@ -2481,12 +2503,7 @@ static void test_warm_api_write_behind(void **state)
 	struct sel_stats st;
 	char err[512];
 
-	f->warm_bytes = 12ull * API_SLOT; /* two records of 4 pages and a row */
-	f->warm_policy = SEL_WARM_WRITE_BEHIND;
-	f->keep_dirty = true;
-	api_start(f, 1);
-	if (api_open(f, err, sizeof(err)) != 0)
-		fail_msg("open: %s", err);
+	api_open_write_behind(f);
 	api_publish(f, 0, 256);
 	assert_int_equal(sel_failpoints_configure("disk.open=return(EIO);"
 						  "disk.read=return(EIO)"), 0);
@@ -2542,14 +2559,8 @@ static void test_warm_api_write_behind_chain_order(void **state)
 	struct sel_publication pub = { .checkpoint = 100, .consumed = 1024,
 				       .parent_consumed = 384, .page_ids = ids };
 	enum sel_outcome outcome = SEL_RETRY;
-	char err[512];
 
-	f->warm_bytes = 12ull * API_SLOT;
-	f->warm_policy = SEL_WARM_WRITE_BEHIND;
-	f->keep_dirty = true;
-	api_start(f, 1);
-	if (api_open(f, err, sizeof(err)) != 0)
-		fail_msg("open: %s", err);
+	api_open_write_behind(f);
 	assert_int_equal(api_publish_at(f, 0, 128, 0).kind, SEL_EVENT_STORED);
 	assert_int_equal(api_publish_at(f, 0, 256, 128).kind, SEL_EVENT_STORED);
 	assert_int_equal(api_publish_at(f, 0, 384, 256).kind, SEL_EVENT_STORED);
@@ -2637,20 +2648,10 @@ static void test_warm_api_drain_deadline(void **state)
 	struct sel_hit hit;
 	char err[512];
 
-	f->warm_bytes = 12ull * API_SLOT;
-	f->warm_policy = SEL_WARM_WRITE_BEHIND;
-	f->keep_dirty = true;
-	api_start(f, 1);
-	if (api_open(f, err, sizeof(err)) != 0)
-		fail_msg("open: %s", err);
+	api_open_write_behind(f);
 	api_publish(f, 0, 256);
 	api_publish(f, 1, 256);
-	for (uint32_t k = 0; k < API_HISTORIES; k++) {
-		sel_history_destroy(f->h[k]);
-		f->h[k] = NULL;
-	}
-	assert_int_equal(sel_store_close(f->store, 0), 0);
-	f->store = NULL;
+	assert_int_equal(api_close_within(f, 0), 0);
 	assert_int_equal(api_files(f, 0), 0);
 	if (api_open(f, err, sizeof(err)) != 0)
 		fail_msg("reopen: %s", err);
@@ -2671,12 +2672,7 @@ static void test_warm_api_dirty_child_of_cold_parent(void **state)
 	struct sel_stats st;
 	char err[512];
 
-	f->warm_bytes = 12ull * API_SLOT;
-	f->warm_policy = SEL_WARM_WRITE_BEHIND;
-	f->keep_dirty = true;
-	api_start(f, 1);
-	if (api_open(f, err, sizeof(err)) != 0)
-		fail_msg("open: %s", err);
+	api_open_write_behind(f);
 	assert_int_equal(api_publish_at(f, 0, 256, 0).kind, SEL_EVENT_STORED);
 	api_close(f);
 	assert_int_equal(api_files(f, 0), 1);
@@ -2712,12 +2708,7 @@ static void test_warm_api_drain_retries_failed_write(void **state)
 	struct api_fixture *f = *state;
 	char err[512];
 
-	f->warm_bytes = 12ull * API_SLOT;
-	f->warm_policy = SEL_WARM_WRITE_BEHIND;
-	f->keep_dirty = true;
-	api_start(f, 1);
-	if (api_open(f, err, sizeof(err)) != 0)
-		fail_msg("open: %s", err);
+	api_open_write_behind(f);
 	api_publish(f, 0, 256);
 	assert_int_equal(api_files(f, 0), 0);
 	assert_int_equal(sel_failpoints_configure("disk.write=1*return(EIO)"), 0);
@@ -2738,24 +2729,13 @@ static void test_warm_api_drain_retries_failed_write(void **state)
 static void test_warm_api_drain_gives_up_on_failing_disk(void **state)
 {
 	struct api_fixture *f = *state;
-	char err[512];
 	uint64_t t;
 
-	f->warm_bytes = 12ull * API_SLOT;
-	f->warm_policy = SEL_WARM_WRITE_BEHIND;
-	f->keep_dirty = true;
-	api_start(f, 1);
-	if (api_open(f, err, sizeof(err)) != 0)
-		fail_msg("open: %s", err);
+	api_open_write_behind(f);
 	api_publish(f, 0, 256);
 	assert_int_equal(sel_failpoints_configure("disk.write=return(EIO)"), 0);
-	for (uint32_t k = 0; k < API_HISTORIES; k++) {
-		sel_history_destroy(f->h[k]);
-		f->h[k] = NULL;
-	}
 	t = sel_monotonic_ns();
-	sel_store_close(f->store, 60000);
-	f->store = NULL;
+	api_close_within(f, 60000);
 	t = sel_monotonic_ns() - t;
 	/* each try fails every window it writes: at least one write a try */
 	assert_true(sel_failpoint_fired(SEL_FP_DISK_WRITE) >= 1 + SEL_CLOSE_WRITE_RETRIES);
