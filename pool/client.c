@@ -2059,6 +2059,18 @@ int pool_share_claim(struct pool_client *c, uint64_t claim_id,
 	return ret;
 }
 
+/*
+ * 0, or SEL_EPROTO when one of count places lay past the arena (R-POOL-34:
+ * the decoder left it empty).
+ */
+static int places_inside(const struct pool_place *places, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++)
+		if (!places[i].bytes)
+			return SEL_EPROTO;
+	return 0;
+}
+
 int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_place *places,
 		      uint32_t chain_count, int timeout_ms)
 {
@@ -2074,12 +2086,8 @@ int pool_share_places(struct pool_client *c, uint64_t claim_id, struct pool_plac
 			break;
 		}
 		if (s->places_in) {
-			ret = 0;
-			if (chain_count != s->chain_count || !s->places)
-				ret = -EINVAL;
-			for (uint32_t i = 0; !ret && i < chain_count; i++)
-				if (!s->places[i].bytes)
-					ret = SEL_EPROTO; /* past the arena (R-POOL-34) */
+			ret = chain_count != s->chain_count || !s->places ? -EINVAL :
+			      places_inside(s->places, chain_count);
 			if (!ret)
 				memcpy(places, s->places, chain_count * sizeof(*places));
 			break;
@@ -2127,9 +2135,8 @@ static int claim_wait_copy(const struct claim_req *q, struct pool_claim_grant *g
 		return -ENOSPC;
 	if (!q->places)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++)
-		if (!q->places[i].bytes)
-			return SEL_EPROTO; /* past the arena (R-POOL-34) */
+	if (places_inside(q->places, n))
+		return SEL_EPROTO;
 	*grant = q->grant;
 	if (n) {
 		memcpy(entries, q->chain, n * sizeof(*entries));
