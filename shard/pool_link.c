@@ -569,13 +569,25 @@ static int link_claim_places(struct shard_pool_link *link, uint64_t claim_id,
 	return ret;
 }
 
+/* A claim's share bytes on this rank, all ranks' deadline alike (SHARD_POOL_BYTES_PER_S). */
+static uint64_t link_chain_bytes(const struct shard_pool_link *link,
+				 const struct shard_pool_record *chain, uint32_t count)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t i = 0; i < count; i++)
+		bytes += rec_geometry_file_bytes(&link->geometry, chain[i].tail_page_count,
+						 chain[i].row);
+	return bytes;
+}
+
 static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_pool_record *chain,
 			    uint32_t chain_count, uint32_t skip_pages,
 			    struct shard_pool_share *share, char *why, size_t why_size)
 {
 	struct shard_pool_link *link = ctx;
 	struct link_claim lc = { .share = share, .why = why, .why_size = why_size };
-	uint64_t bytes = 0;
+	uint64_t bytes = link_chain_bytes(link, chain, chain_count);
 	int ret;
 
 	SEL_ASSERT(chain_count >= 1 && chain_count <= POOL_CHAIN_RECORDS_MAX);
@@ -583,13 +595,10 @@ static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 	ret = link_ready(link, why, why_size);
 	if (ret)
 		return ret;
-	for (uint32_t i = 0; i < chain_count; i++) {
+	for (uint32_t i = 0; i < chain_count; i++)
 		link->chain[i] = (struct pool_chain_entry){
 			.key = chain[i].key, .first_page_index = chain[i].first_page_index,
 			.tail_page_count = chain[i].tail_page_count, .row = chain[i].row };
-		bytes += rec_geometry_file_bytes(&link->geometry, chain[i].tail_page_count,
-						 chain[i].row);
-	}
 	why[0] = '\0';
 	if (link->arena_state == LINK_ARENA_UNTRIED)
 		link_arena_setup(link, share->device);
@@ -660,11 +669,12 @@ static int link_claim_early(void *ctx, uint64_t claim_id, struct shard_pool_earl
 	struct shard_pool_link *link = ctx;
 	struct pool_claim_grant grant;
 	uint32_t count = 0;
-	uint64_t bytes = 0;
+	uint64_t bytes;
 	int ret;
 
 	SEL_ASSERT(share->chain && share->chain_count <= POOL_CHAIN_RECORDS_MAX);
 	why[0] = '\0';
+	link_cut_point(link);
 	ret = link_ready(link, why, why_size);
 	if (ret)
 		return ret;
@@ -673,9 +683,7 @@ static int link_claim_early(void *ctx, uint64_t claim_id, struct shard_pool_earl
 	if (link->arena_state != LINK_ARENA_ON || link->arena_device != share->device)
 		return sel_fail(-ENOTSUP, why, why_size, "claim %" PRIu64 ": rank %u copies "
 				"nothing from the manager's arena", claim_id, link->geometry.rank);
-	for (uint32_t i = 0; i < share->chain_count; i++)
-		bytes += rec_geometry_file_bytes(&link->geometry, share->chain[i].tail_page_count,
-						 share->chain[i].row);
+	bytes = link_chain_bytes(link, share->chain, share->chain_count);
 	atomic_fetch_add(&count_early_claims, 1);
 	ret = shard_pool_share_early(share, link->arena, link->arena_bytes, early,
 				     share->chain_count);

@@ -8,6 +8,7 @@
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "pool/manager.h"
 #include "record/dir.h"
@@ -498,6 +499,33 @@ static void test_pool_link_early_claim_stale_redone(void **state)
  * such key): the share fails with the refusal, nothing is kept, and the
  * link claims again afterwards.
  */
+/*
+ * The failpoint pool.link_cut before an early claim's share (a network
+ * fault on rank zero's connection): the share fails with the cut named,
+ * before any copy, and no grant is waited for.
+ */
+static void test_pool_link_early_claim_cut_fails(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	char why[256] = "";
+	int ret;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	claim(f, f->device);
+	shard_pool_link_counts(&before);
+	assert_int_equal(sel_failpoints_configure("pool.link_cut=1*return"), 0);
+	ret = early_claim(f, &f->key, NULL, why, sizeof(why));
+	assert_int_equal(sel_failpoint_fired(SEL_FP_POOL_LINK_CUT), 1);
+	sel_failpoints_configure(NULL);
+	shard_pool_link_counts(&after);
+	print_message("cut: %s (%s)\n", sel_strerror(ret), why);
+	assert_true(ret != 0);
+	assert_non_null(strstr(why, "pool.link_cut"));
+	assert_int_equal(after.early_claims, before.early_claims);
+	assert_int_equal(after.records_early, before.records_early);
+}
+
 static void test_pool_link_early_claim_refused_fails(void **state)
 {
 	struct fixture *f = *state;
@@ -920,6 +948,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_keeps_copies, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_stale_redone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_cut_fails, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_early_claim_refused_fails, setup,
 						teardown),
