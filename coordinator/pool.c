@@ -63,7 +63,7 @@ struct coord_pool {
 	uint32_t *claim_ids[COORD_POOL_CLAIMS_MAX]; /* each page_count page ids */
 	bool claim_used[COORD_POOL_CLAIMS_MAX];
 	/* each POOL_CHAIN_RECORDS_MAX: an early claim's places, borrowed by rank zero's job */
-	struct shard_pool_early *claim_early[COORD_POOL_CLAIMS_MAX];
+	struct shard_pool_early *early_places[COORD_POOL_CLAIMS_MAX];
 	uint32_t *export_ids[COORD_POOL_GPU_EXPORTS_MAX]; /* each page_count page ids */
 	struct rec_header export_header[COORD_POOL_GPU_EXPORTS_MAX];
 	uint32_t export_state_slot[COORD_POOL_GPU_EXPORTS_MAX];
@@ -218,7 +218,7 @@ static int pool_claim(void *ctx, uint64_t job_id, const struct coord_pool_claim 
 static bool claim_early(struct coord_pool *p, uint64_t job_id, struct pool_job *j,
 			const struct coord_pool_claim *claim)
 {
-	struct shard_pool_early *early = p->claim_early[j->claim_slot];
+	struct shard_pool_early *early = p->early_places[j->claim_slot];
 	uint32_t count = claim->answer_count, first;
 	uint64_t pages = 0, before = 0;
 
@@ -576,9 +576,9 @@ int coord_pool_open(const struct coord_jobs *inner, const struct coord_pool_sess
 			p->claim_ids[i] = calloc(page_count ? page_count : 1, sizeof(uint32_t));
 			allocated = allocated && p->claim_ids[i];
 			if (ranks->claim_early) {
-				p->claim_early[i] = calloc(POOL_CHAIN_RECORDS_MAX,
-							   sizeof(*p->claim_early[i]));
-				allocated = allocated && p->claim_early[i];
+				p->early_places[i] = calloc(POOL_CHAIN_RECORDS_MAX,
+							   sizeof(*p->early_places[i]));
+				allocated = allocated && p->early_places[i];
 			}
 		}
 		for (uint32_t i = 0; i < COORD_POOL_GPU_EXPORTS_MAX; i++) {
@@ -600,7 +600,7 @@ void coord_pool_close(struct coord_pool *p)
 		return;
 	for (uint32_t i = 0; i < COORD_POOL_CLAIMS_MAX; i++) {
 		free(p->claim_ids[i]);
-		free(p->claim_early[i]);
+		free(p->early_places[i]);
 	}
 	for (uint32_t i = 0; i < COORD_POOL_GPU_EXPORTS_MAX; i++)
 		free(p->export_ids[i]);
