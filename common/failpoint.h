@@ -131,6 +131,9 @@
 	X(POOL_EXPORT_COPY, "pool.export_copy",                              \
 	  "before a rank builds its share of a GPU checkpoint's export "     \
 	  "(return: the share fails; sleep: a copy that takes long)")       \
+	X(POOL_CLAIM_REFUSE, "pool.claim_refuse",                            \
+	  "when a pool manager answers a claim (return(ERR): the claim is "  \
+	  "refused with ERR, as one of a record gone since its lookup)")     \
 	X(POOL_TX, "pool.tx",                                                \
 	  "before each write of a pool client's send queue, by its I/O "     \
 	  "thread or by a caller writing its own request (return(ERR): the " \

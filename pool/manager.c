@@ -2008,7 +2008,7 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 	uint64_t bytes = 0, read_ns = sel_monotonic_ns();
 	uint32_t n = 0;
 	char why[256];
-	int len;
+	int len, fp;
 
 	if (pool_claim_decode(body, length, &q, why, sizeof(why))) {
 		refuse(m, c, POOL_REFUSE_PROTOCOL, "%s", why);
@@ -2022,6 +2022,8 @@ static void on_claim(struct pool_manager *m, struct conn *c, const uint8_t *body
 		a.result = -EEXIST;
 	else if (c->inst->claims >= POOL_CLAIMS_MAX)
 		a.result = SEL_EQUEUEFULL;
+	else if ((fp = SEL_FAILPOINT(SEL_FP_POOL_CLAIM_REFUSE)) < 0)
+		a.result = fp;
 	else if (!r || !r->row || (n = chain_of(r, m->chain_buf), m->chain_buf[0]->parent))
 		a.result = -ENOENT;
 	else if (!(cl = calloc(1, sizeof(*cl))) || !(cl->chain = calloc(n, sizeof(*cl->chain))))

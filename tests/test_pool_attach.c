@@ -12,8 +12,10 @@
  * one warning or a failed fetch, never a wrong byte; a manager restarted
  * on the same address gets the instance back, both ranks reattached. Every
  * rank is on the manager's host, so claims copy from the manager's arena
- * (counted: no stream window is read); a manager restarted with another
- * arena serves a new instance from the new arena, byte-exact. A peer rank
+ * (counted: no stream window is read), and a claim the manager refuses
+ * after rank zero's early copies fails its fetch, rank one never asked; a
+ * manager restarted with another arena serves a new instance from the new
+ * arena, byte-exact. A peer rank
  * whose own connection is cut reconnects alone (R-POOL-110), and a
  * reattach closes rank zero's old link off the model thread.
  */
@@ -224,6 +226,50 @@ static void test_pool_attach_same_host_claim_copies_early(void **state)
 	assert_int_equal(after.records_waited, before.records_waited);
 	pf_instance_close(f, 1);
 	peer_claimed_from_arena(f, 1, 2);
+}
+
+/*
+ * R-POOL-22: a claim the manager refuses after rank zero's copies from the
+ * lookup's places went (failpoint pool.claim_refuse in the manager, as a
+ * record gone since the lookup) fails the fetch, saying the pool refused
+ * it, and rank one is never asked for its share. The instance stays
+ * attached; its next claim restores byte-exact on both ranks.
+ */
+static void test_pool_attach_early_claim_refused(void **state)
+{
+	struct pf_fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	struct sel_stats st;
+	struct sel_event ev;
+	struct sel_hit hit;
+
+	/* the manager, forked with this configuration, refuses its second claim */
+	assert_int_equal(sel_failpoints_configure("pool.claim_refuse=1*off->1*return(ENOENT)"),
+			 0);
+	pf_manager_start(&f->manager, MANAGER_NAME, MANAGER_ARENA_BYTES);
+	assert_int_equal(sel_failpoints_configure(NULL), 0);
+	cascade_then_open(f, 1, &big_disk);
+	claim_from_arena(f, 1); /* registers the arena: not early */
+	pf_wipe(f, 1);
+	shard_pool_link_counts(&before);
+	if (!lookup_pool(f, 1, &hit))
+		fail_msg("instance B found nothing in the pool");
+	pf_fetch(f, 1, &hit, 20, 3, 7);
+	ev = pf_next_event(f->inst[1].store, 30000);
+	assert_int_equal(ev.kind, SEL_EVENT_FETCH_FAILED);
+	if (!strstr(ev.why, "refused"))
+		fail_msg("the refused claim's fetch says: %s", ev.why);
+	print_message("the refused claim: %s\n", ev.why);
+	shard_pool_link_counts(&after);
+	assert_int_equal(after.early_claims, before.early_claims + 1);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	assert_int_equal(sel_store_stats(f->inst[1].store, &st), 0);
+	assert_int_equal(st.pool_attached, 1);
+	assert_int_equal(st.pool_claims, 1);
+	assert_int_equal(st.pool_refusals, 1);
+	claim_from_arena(f, 1);
+	pf_instance_close(f, 1);
+	peer_claimed_from_arena(f, 1, 2); /* never asked for the refused claim's share */
 }
 
 /*
@@ -694,6 +740,8 @@ int main(void)
 						setup, pf_teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_same_host_claim_copies_early,
 						setup, pf_teardown),
+		cmocka_unit_test_setup_teardown(test_pool_attach_early_claim_refused, setup,
+						pf_teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_same_host_claims_from_arena,
 						setup, pf_teardown),
 		cmocka_unit_test_setup_teardown(test_pool_attach_restarted_manager_new_arena,

@@ -127,6 +127,8 @@ CANNOT_FIRE = {
     ("pool.disk_io", "*", "peer"): "only a pool manager's disk thread does its I/O (tests/test_pool.c fires it)",
     ("pool.export_copy", "*", "rank0"): "the loops attach no pool (tests/test_pool_gpu_export.c fires it)",
     ("pool.export_copy", "*", "peer"): "the loops attach no pool (tests/test_pool_gpu_export.c fires it)",
+    ("pool.claim_refuse", "*", "rank0"): "only a pool manager answers claims (tests/test_pool_attach.c fires it)",
+    ("pool.claim_refuse", "*", "peer"): "only a pool manager answers claims (tests/test_pool_attach.c fires it)",
     ("pool.tx", "*", "rank0"): "the loops attach no pool (tests/test_pool_client.c fires it)",
     ("pool.tx", "*", "peer"): "the loops attach no pool (tests/test_pool_client.c fires it)",
     ("peer.socket", "*", "rank0"): "rank zero runs no peer agent",
