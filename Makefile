@@ -93,6 +93,7 @@ PROG_SRCS := $(sort launch/args.c launch/cmd_cluster.c launch/cmd_demo.c launch/
 TEST_NAMES := $(sort agreement api args list bootstrap catalog checksum_pool cluster config gpu_cache synth fanout form join link failpoint key geometry format file dir disk cli slab engine engine_stress index pool pool_attach pool_export pool_gpu_export pool_link pool_random pool_share pool_store pool_wire protocol resolve store store_ranks summary metrics_http warm)
 # The pool's edges (RDMA, hostile connections), on a line of their own.
 TEST_NAMES := $(sort $(TEST_NAMES) pool_client pool_hostile rdma)
+TEST_NAMES := $(sort $(TEST_NAMES) device_cuda)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 PROG_OBJS := $(PROG_SRCS:%.c=$(BUILD)/%.o)
@@ -137,6 +138,21 @@ $(BUILD)/tests/test_rdma $(BUILD)/tests/test_pool: $(BUILD)/tests/test_%: \
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SEL_LDFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/fake_verbs.o \
 		$(BUILD)/tests/testutil.o $(STATIC_LIB) $(LDLIBS) $(TEST_LDLIBS)
+
+# The cuda backend's test loads a fake driver (tests/fake_cuda.c) as
+# libcuda.so.1 through its run path, ahead of any real one; without cuda.h
+# the backend is not built and the test skips.
+FAKE_CUDA_DIR := $(BUILD)/tests/fake-cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+$(FAKE_CUDA_DIR)/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -fPIC -shared -I. \
+		-isystem $(CUDA_HOME)/include -o $@ $<
+$(BUILD)/tests/test_device_cuda: $(FAKE_CUDA_DIR)/libcuda.so.1
+endif
+$(BUILD)/tests/test_device_cuda: \
+	TEST_LDLIBS += -Wl,--disable-new-dtags,-rpath,$(abspath $(FAKE_CUDA_DIR))
 
 # The pool instance tests share their manager and instances (tests/pool_fixture.c).
 $(BUILD)/tests/test_pool_attach $(BUILD)/tests/test_pool_export \

@@ -176,7 +176,7 @@ struct cuda_device {
 	CUevent marks[SHARD_DEVICE_MARKS];
 	/* the device was poisoned already when the mark was recorded */
 	bool mark_poisoned[SHARD_DEVICE_MARKS];
-	int first_error; /* poisoned after a failed copy (CUresult) */
+	int first_error; /* poisoned after a failed copy or event (CUresult) */
 };
 
 static struct cuda_device *to_cuda(struct shard_device *dev)
@@ -184,46 +184,58 @@ static struct cuda_device *to_cuda(struct shard_device *dev)
 	return (struct cuda_device *)dev;
 }
 
-static int cuda_check(struct cuda_device *cd, CUresult result, const char *what)
+/*
+ * A driver call that failed: logged, -EIO. It leaves the device usable: a
+ * registration the driver refuses (no memory; READ_ONLY where the device
+ * lacks it) or a failed free is that call's failure alone.
+ */
+static int cuda_call(CUresult result, const char *what)
 {
 	if (result == CUDA_SUCCESS)
 		return 0;
 	sel_error("cuda: %s failed: %s", what, cuda_error_name(result));
+	return -EIO;
+}
+
+/*
+ * A copy or stream event that failed also poisons the device: what its
+ * stream ran can no longer be trusted, so every later copy and wait fails.
+ */
+static int cuda_check(struct cuda_device *cd, CUresult result, const char *what)
+{
+	if (result == CUDA_SUCCESS)
+		return 0;
 	if (!cd->first_error)
 		cd->first_error = (int)result;
-	return -EIO;
+	return cuda_call(result, what);
 }
 
 static int cuda_bind(struct shard_device *dev)
 {
-	struct cuda_device *cd = to_cuda(dev);
-
-	return cuda_check(cd, api.ctx_set_current(cd->context), "cuCtxSetCurrent");
+	return cuda_call(api.ctx_set_current(to_cuda(dev)->context), "cuCtxSetCurrent");
 }
 
 static int cuda_register(struct shard_device *dev, void *ptr, uint64_t bytes)
 {
-	struct cuda_device *cd = to_cuda(dev);
-
-	return cuda_check(cd, api.mem_host_register(ptr, (size_t)bytes,
-						    CU_MEMHOSTREGISTER_PORTABLE),
-			  "cuMemHostRegister");
+	(void)dev;
+	return cuda_call(api.mem_host_register(ptr, (size_t)bytes, CU_MEMHOSTREGISTER_PORTABLE),
+			 "cuMemHostRegister");
 }
 
 /* A read-only mapping (the pool's arena) needs the READ_ONLY flag: the GPU only reads it. */
 static int cuda_register_read_only(struct shard_device *dev, const void *ptr, uint64_t bytes)
 {
-	struct cuda_device *cd = to_cuda(dev);
-
-	return cuda_check(cd, api.mem_host_register((void *)ptr, (size_t)bytes,
-						    CU_MEMHOSTREGISTER_PORTABLE |
-						    CU_MEMHOSTREGISTER_READ_ONLY),
-			  "cuMemHostRegister(READ_ONLY)");
+	(void)dev;
+	return cuda_call(api.mem_host_register((void *)ptr, (size_t)bytes,
+					       CU_MEMHOSTREGISTER_PORTABLE |
+					       CU_MEMHOSTREGISTER_READ_ONLY),
+			 "cuMemHostRegister(READ_ONLY)");
 }
 
 static void cuda_unregister(struct shard_device *dev, void *ptr)
 {
-	cuda_check(to_cuda(dev), api.mem_host_unregister(ptr), "cuMemHostUnregister");
+	(void)dev;
+	cuda_call(api.mem_host_unregister(ptr), "cuMemHostUnregister");
 }
 
 static int cuda_copy_batch(struct cuda_device *cd, enum shard_copy_direction dir,
@@ -451,16 +463,17 @@ int shard_device_cuda_alloc(struct shard_device *dev, uint64_t bytes,
 			    uint64_t *address)
 {
 	CUdeviceptr ptr;
-	int ret = cuda_check(to_cuda(dev), api.mem_alloc(&ptr, (size_t)bytes),
-			     "cuMemAlloc");
+	int ret = cuda_call(api.mem_alloc(&ptr, (size_t)bytes), "cuMemAlloc");
 
+	(void)dev;
 	*address = ret ? 0 : (uint64_t)ptr;
 	return ret;
 }
 
 void shard_device_cuda_free(struct shard_device *dev, uint64_t address)
 {
-	cuda_check(to_cuda(dev), api.mem_free((CUdeviceptr)address), "cuMemFree");
+	(void)dev;
+	cuda_call(api.mem_free((CUdeviceptr)address), "cuMemFree");
 }
 
 int shard_device_cuda_memcpy(struct shard_device *dev, enum shard_copy_direction dir,
