@@ -114,6 +114,10 @@
 	X(POOL_ARENA_MAP, "pool.arena_map",                                  \
 	  "before a rank maps its manager's arena for same-host claims "     \
 	  "(return: the mapping fails; the rank's claims stream)")           \
+	X(POOL_ARENA_REGISTER, "pool.arena_register",                        \
+	  "on a rank's registration thread, before it registers its "        \
+	  "manager's arena with the device (sleep: a large arena's long "    \
+	  "registration; return: the device refuses it)")                    \
 	X(POOL_LINK_CLOSE, "pool.link_close",                                \
 	  "when a rank's pool link closes, before it undoes its registration " \
 	  "of the manager's arena (print: logs on the closing thread; sleep: " \

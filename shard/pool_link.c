@@ -24,10 +24,18 @@
 
 /* A link's use of the manager's arena (same-host claims, DESIGN section 13). */
 enum link_arena_state {
-	LINK_ARENA_UNTRIED = 0, /* the first claim maps and registers it */
+	LINK_ARENA_UNTRIED = 0, /* the first claim maps it and starts its registration */
+	LINK_ARENA_REGISTERING, /* mapped, registering on a thread: claims stream */
 	LINK_ARENA_ON,          /* mapped and registered: claims copy from it */
 	LINK_ARENA_OFF,         /* another host, or refused: claims stream */
 };
+
+/*
+ * How long the first claim waits for the arena's registration before it
+ * streams: an arena of a few GiB registers within it (about 0.3 ms a MiB
+ * on the H100 host), a larger one goes on registering while claims stream.
+ */
+#define LINK_ARENA_WAIT_MS 1000u
 
 /*
  * A peer rank's own connection lost (rank zero's session up): the first try
@@ -45,6 +53,16 @@ struct shard_pool_link {
 	const uint8_t *arena;             /* the client's mapping (valid until its close) */
 	uint64_t arena_bytes;
 	struct shard_device *arena_device; /* registered with; NULL when not */
+	/*
+	 * The registration's thread (link_arena_register_thread), started by
+	 * the first claim: it writes register_* and then sets register_done,
+	 * after which the transfer thread (or the close) joins it.
+	 */
+	pthread_t register_thread;
+	atomic_bool register_done;
+	struct shard_device *register_device;
+	int register_result;
+	uint64_t register_ns;
 	struct pool_place *places;        /* a claim's, POOL_CHAIN_RECORDS_MAX (scratch) */
 	struct rec_geometry geometry; /* this rank's */
 	void *slots[LINK_SLOTS];
@@ -79,6 +97,7 @@ struct shard_pool_link {
 };
 
 static void link_connect_abandon(struct shard_pool_link *link);
+static void link_arena_join(struct shard_pool_link *link);
 
 /* Process-wide counts (shard_pool_link_counts). */
 static _Atomic uint64_t count_arena_claims, count_arena_records, count_stream_claims,
@@ -258,6 +277,7 @@ void shard_pool_link_close(struct shard_pool_link *link)
 		return;
 	SEL_FAILPOINT(SEL_FP_POOL_LINK_CLOSE);
 	link_connect_abandon(link);
+	link_arena_join(link);
 	/* no transfer runs on the link now: the closing thread may make the device current */
 	if (link->arena_device && shard_device_bind(link->arena_device) == 0)
 		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
@@ -290,6 +310,7 @@ struct pool_client *shard_pool_link_client(struct shard_pool_link *link)
  */
 static void link_drop_client(struct shard_pool_link *link)
 {
+	link_arena_join(link);
 	if (link->arena_device)
 		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
 	link->arena_device = NULL;
@@ -463,6 +484,57 @@ static int link_window(void *ctx, const struct pool_window *w)
 }
 
 /*
+ * Registers the mapped arena with the device, on a thread of its own (the
+ * device made current on it): pinning a large arena takes seconds, which
+ * no claim and no restore on the transfer thread waits for.
+ */
+static void *link_arena_register_thread(void *arg)
+{
+	struct shard_pool_link *link = arg;
+	uint64_t start = sel_monotonic_ns();
+	int ret = SEL_FAILPOINT(SEL_FP_POOL_ARENA_REGISTER);
+
+	if (!ret)
+		ret = shard_device_bind(link->register_device);
+	if (!ret)
+		ret = shard_device_register_read_only(link->register_device, link->arena,
+						      link->arena_bytes);
+	link->register_result = ret;
+	link->register_ns = sel_monotonic_ns() - start;
+	atomic_store(&link->register_done, true);
+	return NULL;
+}
+
+/*
+ * Joins a registration started (waiting for it: the close, a dropped
+ * client, or one that said it is done) and applies its result: the arena
+ * on, and rank zero's later grants bring its places (R-POOL-51); or off,
+ * with one warning, and claims stream.
+ */
+static void link_arena_join(struct shard_pool_link *link)
+{
+	struct shard_device *device = link->register_device;
+
+	if (link->arena_state != LINK_ARENA_REGISTERING)
+		return;
+	pthread_join(link->register_thread, NULL);
+	if (link->register_result) {
+		link->arena_state = LINK_ARENA_OFF;
+		atomic_fetch_add(&count_arena_refusals, 1);
+		sel_warn("pool: rank %u: the %s device refused to register the manager's arena "
+			 "(%" PRIu64 " bytes): %s; claims stream", link->geometry.rank,
+			 device->ops->name, link->arena_bytes, sel_strerror(link->register_result));
+		return;
+	}
+	sel_info("pool: rank %u registered the manager's arena (%" PRIu64 " bytes) with the "
+		 "%s device in %.1f ms", link->geometry.rank, link->arena_bytes,
+		 device->ops->name, (double)link->register_ns / 1e6);
+	link->arena_device = device;
+	link->arena_state = LINK_ARENA_ON;
+	pool_client_claim_local(link->client, true);
+}
+
+/*
  * On the first claim, on the transfer thread: maps the manager's arena
  * when this rank is on its host and registers it with the claim's device
  * once, logging what the registration cost. Another host: claims stream,
@@ -509,22 +581,34 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 			 staging >> 20, available >> 20);
 		return;
 	}
-	start = sel_monotonic_ns();
-	ret = shard_device_register_read_only(device, link->arena, link->arena_bytes);
-	if (ret) {
+	link->register_device = device;
+	link->register_result = 0;
+	atomic_store(&link->register_done, false);
+	if (pthread_create(&link->register_thread, NULL, link_arena_register_thread, link)) {
 		atomic_fetch_add(&count_arena_refusals, 1);
-		sel_warn("pool: rank %u: the %s device refused to register the manager's arena "
-			 "(%" PRIu64 " bytes): %s; claims stream", link->geometry.rank,
-			 device->ops->name, link->arena_bytes, sel_strerror(ret));
+		sel_warn("pool: rank %u has no thread to register the manager's arena; claims "
+			 "stream", link->geometry.rank);
 		return;
 	}
-	sel_info("pool: rank %u registered the manager's arena (%" PRIu64 " bytes) with the "
-		 "%s device in %.1f ms", link->geometry.rank, link->arena_bytes,
-		 device->ops->name, (double)(sel_monotonic_ns() - start) / 1e6);
-	link->arena_device = device;
-	link->arena_state = LINK_ARENA_ON;
-	/* rank zero's later grants bring its places (R-POOL-51): no pull to wait for */
-	pool_client_claim_local(link->client, true);
+	link->arena_state = LINK_ARENA_REGISTERING;
+	start = sel_monotonic_ns();
+	while (!atomic_load(&link->register_done) &&
+	       sel_monotonic_ns() - start < LINK_ARENA_WAIT_MS * 1000000ull)
+		nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+	if (atomic_load(&link->register_done))
+		link_arena_join(link);
+	else
+		sel_info("pool: rank %u is still registering the manager's arena (%" PRIu64
+			 " bytes) after %u ms; claims stream until it is done",
+			 link->geometry.rank, link->arena_bytes, LINK_ARENA_WAIT_MS);
+}
+
+/* A registration that finished: joined, and the arena on or off by its result. */
+static void link_arena_registered(struct shard_pool_link *link)
+{
+	if (link->arena_state != LINK_ARENA_REGISTERING || !atomic_load(&link->register_done))
+		return;
+	link_arena_join(link);
 }
 
 /*
@@ -602,6 +686,7 @@ static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 	why[0] = '\0';
 	if (link->arena_state == LINK_ARENA_UNTRIED)
 		link_arena_setup(link, share->device);
+	link_arena_registered(link);
 	if (link->arena_state == LINK_ARENA_ON && link->arena_device == share->device) {
 		ret = link_claim_places(link, claim_id, chain_count, skip_pages, share,
 					shard_pool_link_deadline_ms(bytes), why, why_size);
@@ -680,6 +765,7 @@ static int link_claim_early(void *ctx, uint64_t claim_id, struct shard_pool_earl
 		return ret;
 	if (link->arena_state == LINK_ARENA_UNTRIED)
 		link_arena_setup(link, share->device);
+	link_arena_registered(link);
 	if (link->arena_state != LINK_ARENA_ON || link->arena_device != share->device)
 		return sel_fail(-ENOTSUP, why, why_size, "claim %" PRIu64 ": rank %u copies "
 				"nothing from the manager's arena", claim_id, link->geometry.rank);

@@ -6,7 +6,9 @@
  * file as its share, a claim pulls the rank's share window by window into
  * slots of its own and hands each verified window to shard/pool_share.c,
  * or, on the manager's host, copies the share from the manager's arena
- * (mapped read-only and registered with the device on the first claim);
+ * (mapped read-only at the first claim and registered with the device on
+ * a thread of the link's own; the first claim waits up to a second for
+ * it, and claims stream until it is done);
  * rank zero's later same-host claims begin their copies from the lookup's
  * places before the grant, which the transfer thread then waits for by
  * claim id (claim_early, pool_claim_wait).
@@ -87,10 +89,11 @@ int shard_pool_link_open(const struct shard_pool_plan *plan, const char *address
 			 struct shard_pool_link **out, char *why, size_t why_size);
 
 /*
- * Closes the client and frees the link; NULL does nothing. A link whose
- * claims registered the manager's arena with a device undoes that (making
- * the device current on the calling thread): close it before that device,
- * with no transfer running on it.
+ * Closes the client and frees the link; NULL does nothing. A registration
+ * of the manager's arena still running is waited for; a link whose
+ * arena is registered with a device undoes that (making the device
+ * current on the calling thread): close it before that device, with no
+ * transfer running on it.
  */
 void shard_pool_link_close(struct shard_pool_link *link);
 

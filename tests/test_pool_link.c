@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -600,6 +601,123 @@ static void test_pool_link_refused_registration_streams(void **state)
 	assert_non_null(strstr(f->last, "refused to register"));
 }
 
+/* The failpoint pool.arena_register refuses as a device would: claims stream, one warning. */
+static void test_pool_link_registration_failpoint_streams(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	assert_int_equal(sel_failpoints_configure("pool.arena_register=1*return(ENOMEM)"), 0);
+	shard_pool_link_counts(&before);
+	claim_twice_warnings_caught(f, f->device);
+	shard_pool_link_counts(&after);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(after.arena_refusals, before.arena_refusals + 1);
+	assert_int_equal(after.stream_claims, before.stream_claims + 2);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	assert_int_equal(f->warnings, 1);
+	assert_non_null(strstr(f->last, "refused to register"));
+}
+
+/* A registration that holds until the test opens its gate; unregistrations counted. */
+static atomic_bool register_gate, register_entered;
+static atomic_int unregistrations;
+
+static int gated_register(struct shard_device *dev, const void *ptr, uint64_t bytes)
+{
+	(void)dev;
+	(void)ptr;
+	(void)bytes;
+	atomic_store(&register_entered, true);
+	while (!atomic_load(&register_gate))
+		usleep(1000);
+	return 0;
+}
+
+static void counting_unregister(struct shard_device *dev, void *ptr)
+{
+	(void)dev;
+	(void)ptr;
+	atomic_fetch_add(&unregistrations, 1);
+}
+
+/* Opens the registration's gate 200 ms from now. */
+static void *gate_open_later(void *arg)
+{
+	(void)arg;
+	usleep(200000);
+	atomic_store(&register_gate, true);
+	return NULL;
+}
+
+/*
+ * A registration that takes long (a large arena's pinning) runs on a
+ * thread of its own: the first claim waits LINK_ARENA_WAIT_MS for it, then
+ * streams, byte-exact, and so do later claims until it is done; then
+ * claims copy from the arena. The transfer thread is never held longer.
+ */
+static void test_pool_link_slow_registration_streams_meanwhile(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+	static struct shard_device_ops ops;
+	uint64_t start, ms;
+	int tries = 0;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	ops = *f->device->ops;
+	ops.name = "slow";
+	ops.register_read_only = gated_register;
+	f->device->ops = &ops;
+	atomic_store(&register_gate, false);
+	atomic_store(&register_entered, false);
+	shard_pool_link_counts(&before);
+	start = sel_monotonic_ns();
+	claim(f, f->device);
+	ms = (sel_monotonic_ns() - start) / 1000000u;
+	claim(f, f->device);
+	shard_pool_link_counts(&after);
+	assert_true(atomic_load(&register_entered));
+	assert_int_equal(after.stream_claims, before.stream_claims + 2);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	print_message("the first claim, its registration held: %llu ms\n",
+		      (unsigned long long)ms);
+	atomic_store(&register_gate, true);
+	do {
+		usleep(10000);
+		claim(f, f->device);
+		shard_pool_link_counts(&after);
+	} while (after.arena_claims == before.arena_claims && ++tries < 500);
+	assert_int_equal(after.arena_claims, before.arena_claims + 1);
+	assert_int_equal(after.arena_refusals, before.arena_refusals);
+}
+
+/* The registration still held when the link closes: the close waits for it, then undoes it. */
+static void test_pool_link_close_waits_for_registration(void **state)
+{
+	struct fixture *f = *state;
+	static struct shard_device_ops ops;
+	pthread_t opener;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	ops = *f->device->ops;
+	ops.register_read_only = gated_register;
+	ops.unregister_host = counting_unregister;
+	f->device->ops = &ops;
+	atomic_store(&register_gate, false);
+	atomic_store(&register_entered, false);
+	atomic_store(&unregistrations, 0);
+	claim(f, f->device);
+	assert_true(atomic_load(&register_entered));
+	assert_int_equal(pthread_create(&opener, NULL, gate_open_later, NULL), 0);
+	shard_pool_link_close(f->link);
+	f->link = NULL;
+	assert_true(atomic_load(&register_gate)); /* it waited for the registration */
+	assert_int_equal(atomic_load(&unregistrations), 1);
+	pthread_join(opener, NULL);
+}
+
 static int synchronizes;
 static int (*host_synchronize)(struct shard_device *dev);
 
@@ -940,6 +1058,12 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pool_link_refused_registration_streams, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_registration_failpoint_streams,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_slow_registration_streams_meanwhile,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_close_waits_for_registration,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_claims_from_arena, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_arena_over_budget_streams,
 						setup_huge, teardown),

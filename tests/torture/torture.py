@@ -117,6 +117,8 @@ CANNOT_FIRE = {
     ("pool.rx_data", "*", "peer"): "the loops attach no pool (tests/test_pool.c fires it)",
     ("pool.arena_map", "*", "rank0"): "the loops attach no pool (make qualify's pool phase fires it)",
     ("pool.arena_map", "*", "peer"): "the loops attach no pool (make qualify's pool phase fires it)",
+    ("pool.arena_register", "*", "rank0"): "the loops attach no pool (tests/test_pool_link.c fires it)",
+    ("pool.arena_register", "*", "peer"): "the loops attach no pool (tests/test_pool_link.c fires it)",
     ("pool.link_close", "*", "rank0"): "the loops attach no pool (tests/test_pool_attach.c fires it)",
     ("pool.link_close", "*", "peer"): "the loops attach no pool (tests/test_pool_attach.c fires it)",
     ("pool.link_cut", "*", "rank0"): "the loops attach no pool (tests/test_pool_attach.c fires it)",
