@@ -202,6 +202,20 @@ int shard_device_register_read_only(struct shard_device *dev, const void *ptr, u
 	return dev->ops->register_host(dev, (void *)ptr, bytes);
 }
 
+int shard_device_bind_for(struct shard_device *dev, struct shard_device_binding *binding)
+{
+	binding->previous = NULL;
+	if (dev->ops->bind_saving)
+		return dev->ops->bind_saving(dev, &binding->previous);
+	return dev->ops->bind(dev);
+}
+
+void shard_device_unbind(struct shard_device *dev, const struct shard_device_binding *binding)
+{
+	if (dev->ops->restore)
+		dev->ops->restore(dev, binding->previous);
+}
+
 void shard_copy_in_memory(enum shard_copy_direction dir, const struct shard_copy *copies,
 			  uint32_t count)
 {

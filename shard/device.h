@@ -92,6 +92,13 @@ struct shard_device_ops {
 	 */
 	int (*copy_strided)(struct shard_device *dev, enum shard_copy_direction dir,
 			    const struct shard_copy_strided *copies, uint32_t count);
+	/*
+	 * bind that first says what was current on the calling thread, and
+	 * putting that back (shard_device_bind_for). NULL: bind, and nothing
+	 * to put back.
+	 */
+	int (*bind_saving)(struct shard_device *dev, void **previous);
+	void (*restore)(struct shard_device *dev, void *previous);
 };
 
 struct shard_device {
@@ -167,6 +174,21 @@ static inline int shard_device_bind(struct shard_device *dev)
 {
 	return dev->ops->bind(dev);
 }
+
+/* What was current on a thread before shard_device_bind_for. */
+struct shard_device_binding {
+	void *previous;
+};
+
+/*
+ * Makes the device current on the calling thread for a few calls (an
+ * unregistration at close, on the application's thread) and remembers
+ * what was current there: shard_device_unbind puts it back, so the
+ * application's own context is left as it was. Returns 0, or the device's
+ * failure (then there is nothing to undo).
+ */
+int shard_device_bind_for(struct shard_device *dev, struct shard_device_binding *binding);
+void shard_device_unbind(struct shard_device *dev, const struct shard_device_binding *binding);
 
 void shard_device_close(struct shard_device *dev);
 

@@ -73,6 +73,7 @@ struct cuda_api {
 	CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
 	CUresult (*primary_ctx_release)(CUdevice);
 	CUresult (*ctx_set_current)(CUcontext);
+	CUresult (*ctx_get_current)(CUcontext *);
 	CUresult (*ctx_get_stream_priority_range)(int *, int *);
 	CUresult (*stream_create_with_priority)(CUstream *, unsigned int, int);
 	CUresult (*stream_destroy)(CUstream);
@@ -112,6 +113,7 @@ static const struct {
 	REQUIRED(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
 	REQUIRED(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
 	REQUIRED(ctx_set_current, "cuCtxSetCurrent"),
+	REQUIRED(ctx_get_current, "cuCtxGetCurrent"),
 	REQUIRED(ctx_get_stream_priority_range, "cuCtxGetStreamPriorityRange"),
 	REQUIRED(stream_create_with_priority, "cuStreamCreateWithPriority"),
 	REQUIRED(stream_destroy, "cuStreamDestroy_v2"),
@@ -213,6 +215,22 @@ static int cuda_check(struct cuda_device *cd, CUresult result, const char *what)
 static int cuda_bind(struct shard_device *dev)
 {
 	return cuda_call(api.ctx_set_current(to_cuda(dev)->context), "cuCtxSetCurrent");
+}
+
+static int cuda_bind_saving(struct shard_device *dev, void **previous)
+{
+	CUcontext current = NULL;
+	int ret = cuda_call(api.ctx_get_current(&current), "cuCtxGetCurrent");
+
+	*previous = current;
+	return ret ? ret : cuda_bind(dev);
+}
+
+/* Puts back the context that was current before cuda_bind_saving (none, too). */
+static void cuda_restore(struct shard_device *dev, void *previous)
+{
+	if ((CUcontext)previous != to_cuda(dev)->context)
+		cuda_call(api.ctx_set_current((CUcontext)previous), "cuCtxSetCurrent");
 }
 
 static int cuda_register(struct shard_device *dev, void *ptr, uint64_t bytes)
@@ -356,9 +374,17 @@ static int cuda_wait_mark(struct shard_device *dev, uint32_t mark)
 	return cd->mark_poisoned[mark] ? -EIO : ret;
 }
 
+/*
+ * On the closing (often the application's) thread: the device's context
+ * is made current for its teardown, then what was current there before is
+ * put back, unless it was this primary context, now perhaps released.
+ */
 static void cuda_close(struct shard_device *dev)
 {
 	struct cuda_device *cd = to_cuda(dev);
+	CUcontext previous = NULL;
+	bool restore = cd->context && api.ctx_get_current(&previous) == CUDA_SUCCESS &&
+		       previous != cd->context;
 
 	if (cd->context)
 		api.ctx_set_current(cd->context);
@@ -371,6 +397,8 @@ static void cuda_close(struct shard_device *dev)
 		api.stream_destroy(cd->stream);
 	if (cd->context)
 		api.primary_ctx_release(cd->device);
+	if (restore)
+		api.ctx_set_current(previous);
 	free(cd);
 }
 
@@ -386,6 +414,8 @@ static const struct shard_device_ops cuda_ops = {
 	.mark = cuda_mark,
 	.wait_mark = cuda_wait_mark,
 	.copy_strided = cuda_copy_strided,
+	.bind_saving = cuda_bind_saving,
+	.restore = cuda_restore,
 };
 
 bool shard_device_is_cuda(const struct shard_device *dev)

@@ -3497,6 +3497,9 @@ err_close:
 
 void shard_engine_close(struct shard_engine *e)
 {
+	struct shard_device_binding binding;
+	bool bound = false;
+
 	if (!e)
 		return;
 	pthread_mutex_lock(&e->lock);
@@ -3523,11 +3526,19 @@ void shard_engine_close(struct shard_engine *e)
 		rec_dir_forget_catalog(e->dir);
 		return;
 	}
+	/*
+	 * The staging's and the warm tier's registrations are undone with the
+	 * device current on this (the closing) thread, whose own is put back.
+	 */
+	if (e->device && shard_device_bind_for(e->device, &binding) == 0)
+		bound = true;
 	if (e->pool.base) {
 		shard_slab_unregister(&e->pool);
 		shard_slab_destroy(&e->pool);
 	}
 	shard_warm_destroy(&e->warm);
+	if (bound)
+		shard_device_unbind(e->device, &binding);
 	for (uint32_t i = 0; i < SHARD_STORES_MAX; i++)
 		free(e->runs[i].warm_row);
 	for (uint32_t i = 0; i < LANE_COUNT; i++) {

@@ -278,9 +278,19 @@ void shard_pool_link_close(struct shard_pool_link *link)
 	SEL_FAILPOINT(SEL_FP_POOL_LINK_CLOSE);
 	link_connect_abandon(link);
 	link_arena_join(link);
-	/* no transfer runs on the link now: the closing thread may make the device current */
-	if (link->arena_device && shard_device_bind(link->arena_device) == 0)
-		link->arena_device->ops->unregister_host(link->arena_device, (void *)link->arena);
+	/*
+	 * No transfer runs on the link now: the closing thread makes the
+	 * device current for the unregistration, then puts back its own.
+	 */
+	if (link->arena_device) {
+		struct shard_device_binding binding;
+
+		if (shard_device_bind_for(link->arena_device, &binding) == 0) {
+			link->arena_device->ops->unregister_host(link->arena_device,
+								 (void *)link->arena);
+			shard_device_unbind(link->arena_device, &binding);
+		}
+	}
 	pool_client_close(link->client); /* unmaps the arena; NULL does nothing */
 	for (uint32_t i = 0; i < LINK_SLOTS; i++)
 		free(link->slots[i]);

@@ -2,6 +2,7 @@
 #include "tests/fake_cuda.h"
 
 #include <cuda.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +10,24 @@
 #define FAKE_CONTEXT ((CUcontext)(uintptr_t)0x1000)
 
 struct fake_cuda_state fake_cuda;
-/* the current context: one for the process (the tests bind on one thread) */
-static CUcontext current;
+/*
+ * The context current on each thread, in a pthread key: a thread-local
+ * variable of a library loaded by dlopen is one LeakSanitizer cannot scan.
+ */
+static pthread_key_t current_key;
+static pthread_once_t current_once = PTHREAD_ONCE_INIT;
+
+static void current_key_make(void)
+{
+	if (pthread_key_create(&current_key, NULL))
+		abort();
+}
+
+static CUcontext current_get(void)
+{
+	pthread_once(&current_once, current_key_make);
+	return pthread_getspecific(current_key);
+}
 static uintptr_t next_handle = 0x2000;
 
 #define EXPORT __attribute__((visibility("default")))
@@ -50,7 +67,14 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device)
 
 EXPORT CUresult cuCtxSetCurrent(CUcontext context)
 {
-	current = context;
+	pthread_once(&current_once, current_key_make);
+	return pthread_setspecific(current_key, context) ? CUDA_ERROR_OUT_OF_MEMORY
+							 : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *context)
+{
+	*context = current_get();
 	return CUDA_SUCCESS;
 }
 
@@ -63,7 +87,7 @@ EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
 
 static CUresult in_context(void)
 {
-	return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	return current_get() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *stream, unsigned int flags, int priority)
@@ -111,7 +135,7 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
 {
 	(void)p;
 	(void)bytes;
-	if (!current)
+	if (!current_get())
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if ((flags & CU_MEMHOSTREGISTER_READ_ONLY) && fake_cuda.refuse_read_only)
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -122,7 +146,7 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
 	(void)p;
-	if (!current)
+	if (!current_get())
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (fake_cuda.refuse_unregister)
 		return CUDA_ERROR_NOT_PERMITTED;
@@ -133,7 +157,7 @@ EXPORT CUresult cuMemHostUnregister(void *p)
 /* One async copy call counted; CUDA_ERROR_ILLEGAL_ADDRESS at copy_fail_at. */
 static CUresult copy_call(void)
 {
-	if (!current)
+	if (!current_get())
 		return CUDA_ERROR_INVALID_CONTEXT;
 	fake_cuda.copy_calls++;
 	return fake_cuda.copy_calls == fake_cuda.copy_fail_at ? CUDA_ERROR_ILLEGAL_ADDRESS

@@ -4,11 +4,9 @@
  * path puts ahead of any real driver: shard/device_cuda.c dlopens it as
  * it would the real one. Device memory is host memory (a CUdeviceptr is a
  * host address), copies are done when issued, and each call behaves as
- * the driver API documents the parts the backend relies on: registration
- * and copies need a current context (one for the process here: no
- * thread-local storage, which LeakSanitizer cannot scan in a library
- * loaded by dlopen), READ_ONLY registration is refused where the device
- * lacks it. Its state is fake_cuda, which a
+ * the driver API documents the parts the backend relies on: a context is
+ * current per thread, registration and copies need one, READ_ONLY
+ * registration is refused where the device lacks it. Its state is fake_cuda, which a
  * test finds with dlsym on the same library.
  */
 #ifndef SELENE_TESTS_FAKE_CUDA_H

@@ -6,17 +6,25 @@
  * the pool's arena) or a failed unregistration leaves the device usable:
  * later copies and waits succeed, byte-exact. A failed copy poisons the
  * device: every later copy and wait fails. Batched and strided copies
- * land where the driver API's parameters say.
+ * land where the driver API's parameters say. Closing the device, or an
+ * engine whose staging and warm tier it registered, on the application's
+ * thread undoes every registration and leaves that thread's own context
+ * current (none, too).
  * What it is not: a test of a real driver (make test-gpu, on a GPU host).
  */
 #include "tests/testutil.h"
 
 #include "common/base.h"
+#include "common/log.h"
 #include "shard/device.h"
+#include "shard/engine.h"
 #include "tests/fake_cuda.h"
+
+#include <cuda.h>
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +37,12 @@
 struct fixture {
 	struct shard_device *dev;
 	struct fake_cuda_state *fake;
+	CUresult (*set_current)(CUcontext context); /* the fake's, as the application calls it */
+	CUresult (*get_current)(CUcontext *context);
 };
+
+/* A context of the application's own, not the device's primary one. */
+#define APP_CONTEXT ((CUcontext)(uintptr_t)0x7777)
 
 static int setup(void **state)
 {
@@ -47,6 +60,10 @@ static int setup(void **state)
 	}
 	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	f->fake = lib ? dlsym(lib, "fake_cuda") : NULL;
+	if (f->fake) {
+		*(void **)&f->set_current = dlsym(lib, "cuCtxSetCurrent");
+		*(void **)&f->get_current = dlsym(lib, "cuCtxGetCurrent");
+	}
 	if (lib)
 		dlclose(lib);
 	if (!f->fake)
@@ -201,6 +218,95 @@ static void test_device_cuda_strided_copies_land(void **state)
 	}
 }
 
+/* The context current on this thread (the fake's: one for the process). */
+static CUcontext current_context(struct fixture *f)
+{
+	CUcontext c = NULL;
+
+	assert_int_equal(f->get_current(&c), CUDA_SUCCESS);
+	return c;
+}
+
+/* The application's context, current when the device closes, is current after it. */
+static void test_device_cuda_close_puts_back_the_callers_context(void **state)
+{
+	struct fixture *f = fake_device(state);
+	struct shard_device_binding binding;
+
+	assert_int_equal(f->set_current(APP_CONTEXT), CUDA_SUCCESS);
+	assert_int_equal(shard_device_bind_for(f->dev, &binding), 0);
+	assert_true(current_context(f) != APP_CONTEXT);
+	shard_device_unbind(f->dev, &binding);
+	assert_ptr_equal(current_context(f), APP_CONTEXT);
+	shard_device_close(f->dev);
+	f->dev = NULL;
+	assert_ptr_equal(current_context(f), APP_CONTEXT);
+}
+
+struct closing {
+	struct fixture *f;
+	struct shard_engine *engine;
+	CUcontext after; /* current on the closing thread after the close */
+};
+
+/* Closes the engine on a thread that never made a context current. */
+static void *engine_close_thread(void *arg)
+{
+	struct closing *c = arg;
+
+	shard_engine_close(c->engine);
+	c->after = current_context(c->f);
+	return NULL;
+}
+
+/*
+ * An engine with staging and a warm tier registered, closed where no
+ * context is current (a thread that never used CUDA): every registration
+ * is undone, and still no context is current after it.
+ */
+static void test_device_cuda_engine_close_unregisters_on_any_thread(void **state)
+{
+	struct fixture *f = fake_device(state);
+	static uint8_t planes[3][200 * 8192], row[2 * 60000];
+	struct shard_planes p = { 0 };
+	struct shard_engine *engine = NULL;
+	struct rec_identity ns;
+	struct rec_geometry g;
+	struct rec_scan scan;
+	struct rec_dir *dir;
+	char *base = tu_make_temp_dir("cuda-engine");
+	struct closing closing;
+	pthread_t thread;
+	char err[256];
+
+	tu_geometry(&g, 64, 3, 8192, 60000, 1, 2);
+	g.page_count = 200;
+	tu_identities(NULL, &ns);
+	dir = tu_dir_open(base, &g, true);
+	assert_int_equal(rec_dir_scan(dir, &scan), 0);
+	rec_scan_free(&scan);
+	for (uint32_t i = 0; i < 3; i++)
+		p.page_base[i] = (uintptr_t)planes[i];
+	p.row_base = (uintptr_t)row;
+	{
+		struct shard_engine_options options = {
+			.geometry = &g, .dir = dir, .device = f->dev, .planes = &p,
+			.window_pages = 4, .jobs_max = 8, .register_pool = true,
+			.checksum_threads = 1, .warm_bytes = 4u << 20 };
+
+		if (shard_engine_open(&options, &engine, err, sizeof(err)) != 0)
+			fail_msg("engine: %s", err);
+	}
+	assert_true(f->fake->registered >= 2); /* the staging and the warm tier */
+	closing = (struct closing){ .f = f, .engine = engine };
+	assert_int_equal(pthread_create(&thread, NULL, engine_close_thread, &closing), 0);
+	pthread_join(thread, NULL);
+	assert_int_equal(f->fake->registered, 0);
+	assert_null(closing.after);
+	rec_dir_close(dir);
+	tu_remove_tree(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -216,6 +322,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_device_cuda_strided_copies_land, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_device_cuda_close_puts_back_the_callers_context,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_device_cuda_engine_close_unregisters_on_any_thread, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
