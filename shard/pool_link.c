@@ -32,8 +32,9 @@ enum link_arena_state {
 
 /*
  * How long the first claim waits for the arena's registration before it
- * streams: an arena of a few GiB registers within it (about 0.3 ms a MiB
- * on the H100 host), a larger one goes on registering while claims stream.
+ * streams: an arena of about 2.5 GiB registers within it (0.3 to 0.4 ms
+ * a MiB on the H100 host), a larger one goes on registering while claims
+ * stream.
  */
 #define LINK_ARENA_WAIT_MS 1000u
 
