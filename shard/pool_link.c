@@ -720,8 +720,8 @@ out:
 /*
  * The grant of an early claim (count records, their stamps and places in
  * link->chain and link->places) applied to share: each record copied
- * early is kept when its stamp is the grant's, else copied again from its
- * granted place; the outcome counted.
+ * early is kept when its stamp and place are the grant's, else copied
+ * again from its granted place; the outcome counted.
  */
 static int link_claim_granted(struct shard_pool_link *link, struct shard_pool_early *early,
 			      uint32_t count, struct shard_pool_share *share, char *why,

@@ -379,7 +379,8 @@ int shard_pool_share_granted(struct shard_pool_share *p, const uint8_t *arena,
 	for (uint32_t i = 0; !ret && i < count; i++) {
 		const struct shard_pool_place *pl = &places[i];
 
-		if (early[i].issued && early[i].stamp == stamps[i]) {
+		if (early[i].issued && early[i].stamp == stamps[i] &&
+		    early[i].offset == pl->offset && early[i].bytes == pl->bytes) {
 			p->records_early++;
 			continue;
 		}

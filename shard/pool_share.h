@@ -163,8 +163,9 @@ int shard_pool_share_early(struct shard_pool_share *p, const uint8_t *arena,
  * (granted, count records, with each image's stamp in stamps, R-POOL-36)
  * must be the begun one's, else SEL_ENOTFOUND (the pool changed since the
  * lookup); places are the session rank's granted places (R-POOL-34,
- * bounds-checked: SEL_EPROTO). A record issued early whose stamp equals
- * the grant's keeps its copies (counted in records_early); any other is
+ * bounds-checked: SEL_EPROTO). A record issued early whose stamp and
+ * place equal the grant's keeps its copies (counted in records_early);
+ * any other is
  * copied from its granted place, after the early copies on the same
  * device stream, so the later bytes are the ones that stay (records_redone
  * or records_waited). Returns 0, SEL_ENOTFOUND, SEL_EPROTO, SEL_EBADHEADER

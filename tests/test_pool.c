@@ -2461,6 +2461,44 @@ static void test_pool_overlap_fast_path_copies_once(void **state)
 	case_free(&k1);
 }
 
+/*
+ * R-POOL-36: equal stamps mean the image lay at the answer's place until
+ * the pin, so the grant names that place; a grant that names another with
+ * the same stamp (a manager's fault) keeps nothing copied early: the
+ * record is copied again from the granted place.
+ */
+static void test_pool_overlap_moved_place_redone(void **state)
+{
+	struct running r;
+	struct pool_client *a[WORLD];
+	struct put_case k1;
+	struct overlap o;
+	uint64_t bytes = 0;
+	char why[WHY_BYTES];
+
+	(void)state;
+	manager_start(&r, 8 << 20, 0);
+	case_make(&k1, 44, OVERLAP_TOKENS, NULL, 44);
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
+	put_root(a, &k1);
+	overlap_open(&o, &r);
+	overlap_lookup(&o, &k1);
+	overlap_early(&o, &k1);
+	assert_true(o.early[0].issued);
+	o.early[0].offset += 4096; /* as if the answer had named another place */
+	assert_int_equal(overlap_claim(&o, &k1, &bytes), 0);
+	assert_int_equal(o.stamps[0], o.answer[0].stamp);
+	assert_int_equal(o.share.records_early, 0);
+	assert_int_equal(o.share.records_redone, 1);
+	assert_true(overlap_device_holds(&o, &k1));
+	overlap_close(&o);
+	for (uint32_t k = 0; k < WORLD; k++)
+		pool_client_close(a[k]);
+	manager_stop(&r);
+	case_free(&k1);
+}
+
 /* A record evicted between lookup and claim, its range reused (a 1 MiB arena holds one): copied again from its new place, or never from the other record's bytes and refused. */
 static void test_pool_overlap_stale_place_redone_or_refused(void **state)
 {
@@ -3328,6 +3366,7 @@ int main(void)
 		cmocka_unit_test(test_pool_local_claim_grant_brings_places),
 		cmocka_unit_test(test_pool_overlap_fast_path_copies_once),
 		cmocka_unit_test(test_pool_overlap_stale_place_redone_or_refused),
+		cmocka_unit_test(test_pool_overlap_moved_place_redone),
 		cmocka_unit_test(test_pool_overlap_disk_tier_waits_for_grant),
 		cmocka_unit_test(test_pool_other_scope_never_matches),
 		cmocka_unit_test(test_pool_strangers_refused),
