@@ -14,6 +14,23 @@
  */
 #include "tests/testutil.h"
 
+#ifndef SEL_HAVE_CUDA_H
+/* Built without cuda.h: there is no cuda backend to test. */
+static void test_device_cuda_needs_cuda_h(void **state)
+{
+	(void)state;
+	print_message("skipped: built without the CUDA toolkit's cuda.h\n");
+	skip();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = { cmocka_unit_test(test_device_cuda_needs_cuda_h) };
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+
 #include "common/base.h"
 #include "common/log.h"
 #include "shard/device.h"
@@ -330,3 +347,4 @@ int main(void)
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
+#endif
