@@ -2424,41 +2424,58 @@ static uint64_t overlap_payload(const struct put_case *pc)
 		       g->page_plane_count + g->row_plane.unit_bytes;
 }
 
-/* A same-host claim whose stamps match copies each record once, from the answer's places, before the grant: nothing is copied again. */
-static void test_pool_overlap_fast_path_copies_once(void **state)
-{
+/* One record put by an instance of WORLD ranks, and an overlap claimant beside them. */
+struct overlap_one {
 	struct running r;
 	struct pool_client *a[WORLD];
 	struct put_case k1;
 	struct overlap o;
-	uint64_t bytes = 0;
+};
+
+/* The manager (8 MiB), the record (seed) put, looked up and copied early from its answer. */
+static void overlap_one_start(struct overlap_one *t, uint32_t seed)
+{
 	char why[WHY_BYTES];
 
+	manager_start(&t->r, 8 << 20, 0);
+	case_make(&t->k1, seed, OVERLAP_TOKENS, NULL, seed);
+	for (uint32_t k = 0; k < WORLD; k++)
+		assert_int_equal(client_open(&t->r, k, 0xa, secret, &t->a[k], why), 0);
+	put_root(t->a, &t->k1);
+	overlap_open(&t->o, &t->r);
+	overlap_lookup(&t->o, &t->k1);
+	overlap_early(&t->o, &t->k1);
+	assert_true(t->o.early[0].issued);
+}
+
+static void overlap_one_stop(struct overlap_one *t)
+{
+	overlap_close(&t->o);
+	for (uint32_t k = 0; k < WORLD; k++)
+		pool_client_close(t->a[k]);
+	manager_stop(&t->r);
+	case_free(&t->k1);
+}
+
+/* A same-host claim whose stamps match copies each record once, from the answer's places, before the grant: nothing is copied again. */
+static void test_pool_overlap_fast_path_copies_once(void **state)
+{
+	static struct overlap_one t;
+	uint64_t bytes = 0;
+
 	(void)state;
-	manager_start(&r, 8 << 20, 0);
-	case_make(&k1, 41, OVERLAP_TOKENS, NULL, 41);
-	for (uint32_t k = 0; k < WORLD; k++)
-		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
-	put_root(a, &k1);
-	overlap_open(&o, &r);
-	overlap_lookup(&o, &k1);
-	overlap_early(&o, &k1);
-	assert_true(o.answer[0].stamp != 0);
-	assert_true(o.early[0].issued);
+	overlap_one_start(&t, 41);
+	assert_true(t.o.answer[0].stamp != 0);
 	/* the early copies landed before any grant (the host device copies at once) */
-	assert_true(overlap_device_holds(&o, &k1));
-	assert_int_equal(overlap_claim(&o, &k1, &bytes), 0);
-	assert_int_equal(o.stamps[0], o.answer[0].stamp);
-	assert_int_equal(o.share.records_early, 1);
-	assert_int_equal(o.share.records_redone, 0);
-	assert_int_equal(o.share.records_waited, 0);
-	assert_int_equal(bytes, overlap_payload(&k1));
-	assert_true(overlap_device_holds(&o, &k1));
-	overlap_close(&o);
-	for (uint32_t k = 0; k < WORLD; k++)
-		pool_client_close(a[k]);
-	manager_stop(&r);
-	case_free(&k1);
+	assert_true(overlap_device_holds(&t.o, &t.k1));
+	assert_int_equal(overlap_claim(&t.o, &t.k1, &bytes), 0);
+	assert_int_equal(t.o.stamps[0], t.o.answer[0].stamp);
+	assert_int_equal(t.o.share.records_early, 1);
+	assert_int_equal(t.o.share.records_redone, 0);
+	assert_int_equal(t.o.share.records_waited, 0);
+	assert_int_equal(bytes, overlap_payload(&t.k1));
+	assert_true(overlap_device_holds(&t.o, &t.k1));
+	overlap_one_stop(&t);
 }
 
 /*
@@ -2469,34 +2486,18 @@ static void test_pool_overlap_fast_path_copies_once(void **state)
  */
 static void test_pool_overlap_moved_place_redone(void **state)
 {
-	struct running r;
-	struct pool_client *a[WORLD];
-	struct put_case k1;
-	struct overlap o;
+	static struct overlap_one t;
 	uint64_t bytes = 0;
-	char why[WHY_BYTES];
 
 	(void)state;
-	manager_start(&r, 8 << 20, 0);
-	case_make(&k1, 44, OVERLAP_TOKENS, NULL, 44);
-	for (uint32_t k = 0; k < WORLD; k++)
-		assert_int_equal(client_open(&r, k, 0xa, secret, &a[k], why), 0);
-	put_root(a, &k1);
-	overlap_open(&o, &r);
-	overlap_lookup(&o, &k1);
-	overlap_early(&o, &k1);
-	assert_true(o.early[0].issued);
-	o.early[0].offset += 4096; /* as if the answer had named another place */
-	assert_int_equal(overlap_claim(&o, &k1, &bytes), 0);
-	assert_int_equal(o.stamps[0], o.answer[0].stamp);
-	assert_int_equal(o.share.records_early, 0);
-	assert_int_equal(o.share.records_redone, 1);
-	assert_true(overlap_device_holds(&o, &k1));
-	overlap_close(&o);
-	for (uint32_t k = 0; k < WORLD; k++)
-		pool_client_close(a[k]);
-	manager_stop(&r);
-	case_free(&k1);
+	overlap_one_start(&t, 44);
+	t.o.early[0].offset += 4096; /* as if the answer had named another place */
+	assert_int_equal(overlap_claim(&t.o, &t.k1, &bytes), 0);
+	assert_int_equal(t.o.stamps[0], t.o.answer[0].stamp);
+	assert_int_equal(t.o.share.records_early, 0);
+	assert_int_equal(t.o.share.records_redone, 1);
+	assert_true(overlap_device_holds(&t.o, &t.k1));
+	overlap_one_stop(&t);
 }
 
 /* A record evicted between lookup and claim, its range reused (a 1 MiB arena holds one): copied again from its new place, or never from the other record's bytes and refused. */
