@@ -382,12 +382,8 @@ static int cuda_wait_mark(struct shard_device *dev, uint32_t mark)
 static void cuda_close(struct shard_device *dev)
 {
 	struct cuda_device *cd = to_cuda(dev);
-	CUcontext previous = NULL;
-	bool restore = cd->context && api.ctx_get_current(&previous) == CUDA_SUCCESS &&
-		       previous != cd->context;
-
-	if (cd->context)
-		api.ctx_set_current(cd->context);
+	void *previous = NULL;
+	bool bound = cd->context && cuda_bind_saving(dev, &previous) == 0;
 	for (uint32_t m = 0; m < SHARD_DEVICE_MARKS; m++)
 		if (cd->marks[m])
 			api.event_destroy(cd->marks[m]);
@@ -397,8 +393,8 @@ static void cuda_close(struct shard_device *dev)
 		api.stream_destroy(cd->stream);
 	if (cd->context)
 		api.primary_ctx_release(cd->device);
-	if (restore)
-		api.ctx_set_current(previous);
+	if (bound)
+		cuda_restore(dev, previous);
 	free(cd);
 }
 

@@ -607,19 +607,25 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 	       sel_monotonic_ns() - start < LINK_ARENA_WAIT_MS * 1000000ull)
 		nanosleep(&(struct timespec){ 0, 200000 }, NULL);
 	if (atomic_load(&link->register_done))
-		link_arena_join(link);
+		link_arena_join(link); /* at once: claims use the arena from this one */
 	else
 		sel_info("pool: rank %u is still registering the manager's arena (%" PRIu64
 			 " bytes) after %u ms; claims stream until it is done",
 			 link->geometry.rank, link->arena_bytes, LINK_ARENA_WAIT_MS);
 }
 
-/* A registration that finished: joined, and the arena on or off by its result. */
-static void link_arena_registered(struct shard_pool_link *link)
+/*
+ * Before each claim's share, on the transfer thread: whether it copies from
+ * the arena on device. The first claim maps it and starts its
+ * registration; a registration that finished since is joined here.
+ */
+static bool link_arena_usable(struct shard_pool_link *link, struct shard_device *device)
 {
-	if (link->arena_state != LINK_ARENA_REGISTERING || !atomic_load(&link->register_done))
-		return;
-	link_arena_join(link);
+	if (link->arena_state == LINK_ARENA_UNTRIED)
+		link_arena_setup(link, device);
+	if (link->arena_state == LINK_ARENA_REGISTERING && atomic_load(&link->register_done))
+		link_arena_join(link);
+	return link->arena_state == LINK_ARENA_ON && link->arena_device == device;
 }
 
 /*
@@ -695,10 +701,7 @@ static int link_claim_share(void *ctx, uint64_t claim_id, const struct shard_poo
 			.key = chain[i].key, .first_page_index = chain[i].first_page_index,
 			.tail_page_count = chain[i].tail_page_count, .row = chain[i].row };
 	why[0] = '\0';
-	if (link->arena_state == LINK_ARENA_UNTRIED)
-		link_arena_setup(link, share->device);
-	link_arena_registered(link);
-	if (link->arena_state == LINK_ARENA_ON && link->arena_device == share->device) {
+	if (link_arena_usable(link, share->device)) {
 		ret = link_claim_places(link, claim_id, chain_count, skip_pages, share,
 					shard_pool_link_deadline_ms(bytes), why, why_size);
 		goto out;
@@ -774,10 +777,7 @@ static int link_claim_early(void *ctx, uint64_t claim_id, struct shard_pool_earl
 	ret = link_ready(link, why, why_size);
 	if (ret)
 		return ret;
-	if (link->arena_state == LINK_ARENA_UNTRIED)
-		link_arena_setup(link, share->device);
-	link_arena_registered(link);
-	if (link->arena_state != LINK_ARENA_ON || link->arena_device != share->device)
+	if (!link_arena_usable(link, share->device))
 		return sel_fail(-ENOTSUP, why, why_size, "claim %" PRIu64 ": rank %u copies "
 				"nothing from the manager's arena", claim_id, link->geometry.rank);
 	bytes = link_chain_bytes(link, share->chain, share->chain_count);
