@@ -444,7 +444,7 @@ static int link_ready(struct shard_pool_link *link, char *why, size_t why_size)
 	link->new_client = NULL;
 	link->new_result = 0;
 	link->new_why[0] = '\0';
-	if (pthread_create(&link->connect_thread, NULL, link_connect_thread, link) != 0) {
+	if (sel_thread_start(&link->connect_thread, link_connect_thread, link) != 0) {
 		link_retry_later(link);
 		return sel_fail(ret, why, why_size, "%s; no thread to reconnect", link->lost_why);
 	}
@@ -595,10 +595,11 @@ static void link_arena_setup(struct shard_pool_link *link, struct shard_device *
 	link->register_device = device;
 	link->register_result = 0;
 	atomic_store(&link->register_done, false);
-	if (pthread_create(&link->register_thread, NULL, link_arena_register_thread, link)) {
+	ret = sel_thread_start(&link->register_thread, link_arena_register_thread, link);
+	if (ret) {
 		atomic_fetch_add(&count_arena_refusals, 1);
-		sel_warn("pool: rank %u has no thread to register the manager's arena; claims "
-			 "stream", link->geometry.rank);
+		sel_warn("pool: rank %u has no thread to register the manager's arena (%s); "
+			 "claims stream", link->geometry.rank, sel_strerror(ret));
 		return;
 	}
 	link->arena_state = LINK_ARENA_REGISTERING;

@@ -620,6 +620,25 @@ static void test_pool_link_registration_failpoint_streams(void **state)
 	assert_non_null(strstr(f->last, "refused to register"));
 }
 
+/* No thread for the arena's registration (failpoint thread.start): claims stream, one warning. */
+static void test_pool_link_no_registration_thread_streams(void **state)
+{
+	struct fixture *f = *state;
+	struct shard_pool_link_counts before, after;
+
+	assert_int_equal(shard_device_open_host(&f->device), 0);
+	assert_int_equal(sel_failpoints_configure("thread.start=1*return(EAGAIN)"), 0);
+	shard_pool_link_counts(&before);
+	claim_twice_warnings_caught(f, f->device);
+	shard_pool_link_counts(&after);
+	sel_failpoints_configure(NULL);
+	assert_int_equal(after.arena_refusals, before.arena_refusals + 1);
+	assert_int_equal(after.stream_claims, before.stream_claims + 2);
+	assert_int_equal(after.arena_claims, before.arena_claims);
+	assert_int_equal(f->warnings, 1);
+	assert_non_null(strstr(f->last, "no thread to register"));
+}
+
 /* A registration that holds until the test opens its gate; unregistrations counted. */
 static atomic_bool register_gate, register_entered;
 static atomic_int unregistrations;
@@ -1059,6 +1078,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_link_refused_registration_streams, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_registration_failpoint_streams,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_link_no_registration_thread_streams,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_link_slow_registration_streams_meanwhile,
 						setup, teardown),
