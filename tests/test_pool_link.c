@@ -601,14 +601,17 @@ static void test_pool_link_refused_registration_streams(void **state)
 	assert_non_null(strstr(f->last, "refused to register"));
 }
 
-/* The failpoint pool.arena_register refuses as a device would: claims stream, one warning. */
-static void test_pool_link_registration_failpoint_streams(void **state)
+/*
+ * With failpoints configured (one that keeps the arena from registering),
+ * two claims on the host device stream, one refusal counted and one
+ * warning, which holds words.
+ */
+static void claims_stream_with(struct fixture *f, const char *failpoints, const char *words)
 {
-	struct fixture *f = *state;
 	struct shard_pool_link_counts before, after;
 
 	assert_int_equal(shard_device_open_host(&f->device), 0);
-	assert_int_equal(sel_failpoints_configure("pool.arena_register=1*return(ENOMEM)"), 0);
+	assert_int_equal(sel_failpoints_configure(failpoints), 0);
 	shard_pool_link_counts(&before);
 	claim_twice_warnings_caught(f, f->device);
 	shard_pool_link_counts(&after);
@@ -617,26 +620,19 @@ static void test_pool_link_registration_failpoint_streams(void **state)
 	assert_int_equal(after.stream_claims, before.stream_claims + 2);
 	assert_int_equal(after.arena_claims, before.arena_claims);
 	assert_int_equal(f->warnings, 1);
-	assert_non_null(strstr(f->last, "refused to register"));
+	assert_non_null(strstr(f->last, words));
+}
+
+/* The failpoint pool.arena_register refuses as a device would: claims stream, one warning. */
+static void test_pool_link_registration_failpoint_streams(void **state)
+{
+	claims_stream_with(*state, "pool.arena_register=1*return(ENOMEM)", "refused to register");
 }
 
 /* No thread for the arena's registration (failpoint thread.start): claims stream, one warning. */
 static void test_pool_link_no_registration_thread_streams(void **state)
 {
-	struct fixture *f = *state;
-	struct shard_pool_link_counts before, after;
-
-	assert_int_equal(shard_device_open_host(&f->device), 0);
-	assert_int_equal(sel_failpoints_configure("thread.start=1*return(EAGAIN)"), 0);
-	shard_pool_link_counts(&before);
-	claim_twice_warnings_caught(f, f->device);
-	shard_pool_link_counts(&after);
-	sel_failpoints_configure(NULL);
-	assert_int_equal(after.arena_refusals, before.arena_refusals + 1);
-	assert_int_equal(after.stream_claims, before.stream_claims + 2);
-	assert_int_equal(after.arena_claims, before.arena_claims);
-	assert_int_equal(f->warnings, 1);
-	assert_non_null(strstr(f->last, "no thread to register"));
+	claims_stream_with(*state, "thread.start=1*return(EAGAIN)", "no thread to register");
 }
 
 /* A registration that holds until the test opens its gate; unregistrations counted. */
